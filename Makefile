@@ -1,0 +1,95 @@
+# attnd - build, run, test, bench.
+#   make run                 build and start the daemon on its defaults
+#   make test                every test suite (installs missing packages)
+#   make bench               benchmarks with their peers (PyTorch, bare HTTP)
+#   make SANITIZER=address|undefined|thread test
+# Sources are found by folder: core/*.c -> libattn_core.a, proto/*.c ->
+# libattn_proto.a, server/*.c -> attnd; tests/<layer>/test_*.c are Check
+# binaries, one per source file.
+
+SANITIZER ?=
+BUILD ?= build/$(if $(SANITIZER),$(SANITIZER),default)
+CC ?= cc
+OPT ?= -O2 -g
+
+PKGS := libmicrohttpd jansson libuv
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null)
+BLAS_LIBS = $(or $(shell pkg-config --libs openblas 2>/dev/null),-lopenblas)
+
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+        -Wformat=2 -Wvla
+SAN_address := -fsanitize=address -fno-omit-frame-pointer
+SAN_undefined := -fsanitize=undefined -fno-sanitize-recover=all
+SAN_thread := -fsanitize=thread
+SAN := $(SAN_$(SANITIZER))
+ifneq ($(SANITIZER),)
+ifeq ($(SAN),)
+$(error SANITIZER must be address, undefined or thread)
+endif
+endif
+
+CFLAGS_ALL = -std=c11 -D_GNU_SOURCE -pthread $(OPT) $(WARN) $(SAN) -MMD -MP \
+             -I. $(PKG_CFLAGS) $(CFLAGS)
+LDFLAGS_ALL = -pthread $(SAN) $(LDFLAGS)
+LIBS_ALL = $(PKG_LIBS) $(BLAS_LIBS) -lm $(LDLIBS)
+
+CORE_SRC := $(wildcard core/*.c)
+PROTO_SRC := $(wildcard proto/*.c)
+SERVER_SRC := $(wildcard server/*.c)
+CORE_LIB := $(BUILD)/libattn_core.a
+PROTO_LIB := $(BUILD)/libattn_proto.a
+ATTND := $(BUILD)/attnd
+UNIT_SRC := $(wildcard tests/core/test_*.c tests/proto/test_*.c)
+UNIT_BIN := $(UNIT_SRC:%.c=$(BUILD)/%)
+
+obj = $(1:%.c=$(BUILD)/%.o)
+
+.PHONY: all run test deps deps-test check-unit bench clean format
+all: deps $(if $(SERVER_SRC),$(ATTND)) $(UNIT_BIN)
+
+deps:
+	@tools/install-deps.sh build
+deps-test:
+	@tools/install-deps.sh test
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(CORE_LIB): $(call obj,$(CORE_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+$(PROTO_LIB): $(call obj,$(PROTO_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(ATTND): $(call obj,$(SERVER_SRC)) $(PROTO_LIB) $(CORE_LIB)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_ALL)
+
+$(BUILD)/tests/%: tests/%.c $(PROTO_LIB) $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(PROTO_LIB) $(CORE_LIB) $(CHECK_LIBS) \
+	    $(LDFLAGS_ALL) $(LIBS_ALL)
+
+# Each Check binary prints its own summary; the loop fails if any fails.
+check-unit: deps $(UNIT_BIN)
+	@fail=0; for t in $(UNIT_BIN); do echo "== $$t"; \
+	    ATTN_TEST_DATA=tests CK_DEFAULT_TIMEOUT=120 $$t || fail=1; done; \
+	    exit $$fail
+
+test: deps-test
+	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory check-unit
+
+run: deps $(ATTND)
+	$(ATTND)
+
+clean:
+	rm -rf build
+
+format:
+	clang-format -i $(CORE_SRC) $(PROTO_SRC) $(SERVER_SRC) $(wildcard core/*.h proto/*.h server/*.h)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

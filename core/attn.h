@@ -1,0 +1,178 @@
+/*
+ * attn.h - the attention engine: multi-head scaled dot-product attention.
+ *
+ *   Q = X W_q (+ b_q)   K = C W_k (+ b_k)   V = C W_v (+ b_v)   (C = X: self)
+ *   A = softmax(Q K^T * scale + M)            row-wise, max-subtracted
+ *   O = A V ;  Y = concat_heads(O) W_o (+ b_o)
+ *
+ * H query heads and H_kv key/value heads (H_kv divides H); query head h
+ * reads key/value head h / (H / H_kv) (the repeat_interleave convention of
+ * GQA/MQA). scale defaults to 1/sqrt(d_k).
+ *
+ * A batch is a list of sequences (attn_seq), each with its own lengths, mask
+ * and output buffers, so the daemon can batch requests of different T and
+ * have every output written straight into its own response buffer. A dense
+ * [B, T, ...] request is B sequences whose buffers are consecutive slices.
+ *
+ * One forward pass is an attn_plan: a short list of stages, each cut into
+ * independent tiles (row blocks for the projections, sequence x head x
+ * query-block for attention). Tiles of one stage may run in any order on any
+ * thread; a stage starts only when the previous one has finished. Callers
+ * with their own pool (the daemon's libuv pool) drive the plan tile by tile;
+ * attn_forward() drives it with an attn_exec (see exec.h) or on the calling
+ * thread. No tile ever waits for another.
+ *
+ * Thread-safety: an attn_plan is used by one forward pass; its tiles may run
+ * concurrently. Config and weights are read-only and may be shared by any
+ * number of concurrent plans.
+ */
+#ifndef ATTN_ATTN_H
+#define ATTN_ATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Error codes: every fallible call returns 0 or one of these. */
+enum {
+    ATTN_OK = 0,
+    ATTN_EINVAL = -1,    /* bad argument: size, NULL buffer, inconsistency */
+    ATTN_ENOMEM = -2,    /* allocation failed */
+    ATTN_EOVERFLOW = -3, /* a size product does not fit in size_t */
+    ATTN_EFORMAT = -4,   /* malformed file or data (safetensors, config) */
+    ATTN_EIO = -5,       /* read/open/map failed */
+    ATTN_ENOTFOUND = -6, /* missing file, tensor or key */
+};
+
+/* Callers pass a buffer of ATTN_ERRMAX bytes (or NULL) to receive a message
+ * for humans naming the offending argument. */
+#define ATTN_ERRMAX 512
+
+/* attn_strerror: short fixed text for an error code; never NULL. */
+const char *attn_strerror(int code);
+
+/* Hyper-parameters of one attention layer. */
+typedef struct attn_config {
+    int d_model;     /* width of x rows and of y rows */
+    int d_model_ctx; /* width of context rows (== d_model for self-attention) */
+    int n_heads;     /* H: query heads */
+    int n_kv_heads;  /* H_kv: key/value heads; divides H */
+    int head_dim;    /* d_k: query/key width per head */
+    int v_head_dim;  /* d_v: value width per head */
+    float scale;     /* score scale; 0 means 1/sqrt(head_dim) */
+    float rope_theta; /* RoPE base; 0 means no RoPE */
+    int rope_dims;   /* rotated dims per head (even, <= head_dim); 0 = head_dim */
+} attn_config;
+
+/* One layer's weights, in the seeds' orientation (Q = X W_q). Read-only;
+ * the engine never frees them. Biases are optional (NULL). */
+typedef struct attn_weights {
+    const float *w_q; /* (d_model, n_heads * head_dim) */
+    const float *w_k; /* (d_model_ctx, n_kv_heads * head_dim) */
+    const float *w_v; /* (d_model_ctx, n_kv_heads * v_head_dim) */
+    const float *w_o; /* (n_heads * v_head_dim, d_model) */
+    const float *b_q; /* (n_heads * head_dim) or NULL */
+    const float *b_k; /* (n_kv_heads * head_dim) or NULL */
+    const float *b_v; /* (n_kv_heads * v_head_dim) or NULL */
+    const float *b_o; /* (d_model) or NULL */
+} attn_weights;
+
+/*
+ * One sequence of a batch. Rows past t_valid (queries) or s_valid (keys) are
+ * padding: padded keys get weight 0, padded query rows get all-zero outputs
+ * (y, attention, and O). All masks combine: a key j is visible to query i
+ * when j < s_valid, i < t_valid, (!causal || j <= i) and (!mask || mask[i*s+j]).
+ * A query row with no visible key gets zero weights and a zero output.
+ *
+ * Inputs are read-only. Output pointers are optional except y; each one that
+ * is non-NULL is filled completely (padding included) and is produced only
+ * then: attention and scores are materialised only when asked for.
+ */
+typedef struct attn_seq {
+    int t;       /* query rows in x (and in the outputs) */
+    int s;       /* key rows in context; must equal t when context is NULL */
+    int t_valid; /* valid query rows, 0 <= t_valid <= t */
+    int s_valid; /* valid key rows, 0 <= s_valid <= s */
+    int causal;  /* nonzero: key j visible to query i only when j <= i */
+
+    const float *x;       /* (t, d_model) */
+    const float *context; /* (s, d_model_ctx), or NULL for self-attention */
+    const uint8_t *mask;  /* (t, s), nonzero = may attend; or NULL */
+
+    float *y;         /* (t, d_model) required */
+    float *attention; /* (n_heads, t, s) softmax weights, masked exactly 0 */
+    float *scores;    /* (n_heads, t, s) Q K^T * scale before any mask */
+    float *q;         /* (n_heads, t, head_dim) after bias and RoPE */
+    float *k;         /* (n_kv_heads, s, head_dim) after bias and RoPE */
+    float *v;         /* (n_kv_heads, s, v_head_dim) */
+} attn_seq;
+
+/*
+ * Raw scaled dot-product attention (the daemon's built-in `sdpa` model): no
+ * projections, no RoPE. One attn_raw is n_heads independent heads over the
+ * same t, s and mask; y is (n_heads, t, v_head_dim). Used through
+ * attn_plan_create_raw(), where cfg gives n_heads, head_dim, v_head_dim and
+ * scale (d_model, n_kv_heads, rope are ignored).
+ */
+typedef struct attn_raw {
+    int t, s;                 /* query rows, key rows */
+    int causal;               /* as in attn_seq */
+    const float *q;           /* (n_heads, t, head_dim) */
+    const float *k;           /* (n_heads, s, head_dim) */
+    const float *v;           /* (n_heads, s, v_head_dim) */
+    const uint8_t *mask;      /* (t, s) or NULL; shared by all heads */
+    float *y;                 /* (n_heads, t, v_head_dim) required */
+    float *attention;         /* (n_heads, t, s) or NULL */
+    float *scores;            /* (n_heads, t, s) or NULL */
+} attn_raw;
+
+/* attn_config_check: validates sizes (positive, H_kv | H, rope_dims even and
+ * <= head_dim, products fit in size_t). 0 or ATTN_EINVAL/EOVERFLOW with a
+ * message in err naming the field. */
+int attn_config_check(const attn_config *cfg, char *err);
+
+typedef struct attn_plan attn_plan; /* opaque: one forward pass */
+
+/*
+ * attn_plan_create: checks every argument (sizes, NULL buffers, overflow of
+ * every size product) and allocates the pass's scratch. On success *out owns
+ * the scratch; cfg, w and seqs must stay valid until attn_plan_destroy.
+ * Returns 0, or a negative code with a message in err; nothing is allocated
+ * on failure. Any thread.
+ */
+int attn_plan_create(attn_plan **out, const attn_config *cfg,
+                     const attn_weights *w, const attn_seq *seqs, int n_seqs,
+                     char *err);
+
+/* attn_plan_create_raw: the same for raw SDPA items (see attn_raw). */
+int attn_plan_create_raw(attn_plan **out, const attn_config *cfg,
+                         const attn_raw *items, int n_items, char *err);
+
+/* Stages run in order 0..n-1; the tiles of a stage are independent. */
+int attn_plan_n_stages(const attn_plan *p);
+size_t attn_plan_n_tiles(const attn_plan *p, int stage);
+
+/* attn_plan_run_tile: computes one tile. May run concurrently with any other
+ * tile of the same stage, on any thread. Cannot fail (all checks happened at
+ * create). */
+void attn_plan_run_tile(attn_plan *p, int stage, size_t tile);
+
+/* attn_plan_destroy: frees the scratch; NULL is fine. */
+void attn_plan_destroy(attn_plan *p);
+
+/* Bytes of scratch the plan holds (for memory budgets and benchmarks). */
+size_t attn_plan_scratch_bytes(const attn_plan *p);
+
+struct attn_exec; /* exec.h */
+
+/* attn_forward: create a plan, run all its stages on ex (or on the calling
+ * thread when ex is NULL), destroy it. Returns what attn_plan_create does. */
+int attn_forward(const attn_config *cfg, const attn_weights *w,
+                 const attn_seq *seqs, int n_seqs, struct attn_exec *ex,
+                 char *err);
+int attn_forward_raw(const attn_config *cfg, const attn_raw *items,
+                     int n_items, struct attn_exec *ex, char *err);
+
+/* attn_plan_run: run every stage of p on ex (or the calling thread). */
+void attn_plan_run(attn_plan *p, struct attn_exec *ex);
+
+#endif

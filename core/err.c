@@ -1,0 +1,23 @@
+/* err.c - text for the engine's error codes. */
+#include "attn.h"
+
+const char *attn_strerror(int code)
+{
+    switch (code) {
+    case ATTN_OK:
+        return "success";
+    case ATTN_EINVAL:
+        return "invalid argument";
+    case ATTN_ENOMEM:
+        return "out of memory";
+    case ATTN_EOVERFLOW:
+        return "size overflow";
+    case ATTN_EFORMAT:
+        return "malformed data";
+    case ATTN_EIO:
+        return "input/output error";
+    case ATTN_ENOTFOUND:
+        return "not found";
+    }
+    return "unknown error";
+}

@@ -1,0 +1,33 @@
+#!/bin/sh
+# install-deps.sh - install the Debian packages a make target needs, when
+# missing. Usage: tools/install-deps.sh build|test|bench|container
+#   build      compiler, libraries and headers (make, make run)
+#   test       build + what the test suites drive (node, chromium, nginx, promtool)
+#   bench      test + wrk and PyTorch (the benchmark peers)
+#   container  buildah and debootstrap (make container-test)
+# Needs root (or sudo) only when something is missing.
+set -eu
+build="gcc make pkg-config libc6-dev libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev check python3"
+test="$build nodejs npm chromium nginx-light prometheus"
+bench="$test wrk python3-torch python3-numpy"
+container="buildah debootstrap"
+case "${1:-build}" in
+    build) want=$build ;;
+    test) want=$test ;;
+    bench) want=$bench ;;
+    container) want=$container ;;
+    *) echo "usage: $0 build|test|bench|container" >&2; exit 2 ;;
+esac
+missing=""
+for p in $want; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' ||
+        missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "install-deps: installing Debian packages:$missing"
+sudo=""
+[ "$(id -u)" = 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q
+# shellcheck disable=SC2086
+$sudo apt-get install -y -q --no-install-recommends $missing
