@@ -20,6 +20,12 @@ case "${1:-build}" in
 esac
 missing=""
 for p in $want; do
+    # node and npm may come from elsewhere (e.g. NodeSource's nodejs ships
+    # npm and conflicts with Debian's): a working command is enough.
+    case $p in
+        nodejs) command -v node >/dev/null 2>&1 && continue ;;
+        npm) command -v npm >/dev/null 2>&1 && continue ;;
+    esac
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' ||
         missing="$missing $p"
 done
