@@ -37,17 +37,19 @@ LIBS_ALL = $(PKG_LIBS) $(BLAS_LIBS) -lm $(LDLIBS)
 
 CORE_SRC := $(wildcard core/*.c)
 PROTO_SRC := $(wildcard proto/*.c)
-SERVER_SRC := $(wildcard server/*.c)
+SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c))
 CORE_LIB := $(BUILD)/libattn_core.a
 PROTO_LIB := $(BUILD)/libattn_proto.a
+SERVER_LIB := $(BUILD)/libattnd.a
 ATTND := $(BUILD)/attnd
-UNIT_SRC := $(wildcard tests/core/test_*.c tests/proto/test_*.c)
+UNIT_SRC := $(wildcard tests/core/test_*.c tests/proto/test_*.c \
+                       tests/server/test_*.c)
 UNIT_BIN := $(UNIT_SRC:%.c=$(BUILD)/%)
 
 obj = $(1:%.c=$(BUILD)/%.o)
 
 .PHONY: all run test deps deps-test check-unit bench clean format
-all: deps $(if $(SERVER_SRC),$(ATTND)) $(UNIT_BIN)
+all: deps $(if $(wildcard server/main.c),$(ATTND)) $(UNIT_BIN)
 
 deps:
 	@tools/install-deps.sh build
@@ -65,12 +67,19 @@ $(PROTO_LIB): $(call obj,$(PROTO_SRC))
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(ATTND): $(call obj,$(SERVER_SRC)) $(PROTO_LIB) $(CORE_LIB)
+$(SERVER_LIB): $(call obj,$(SERVER_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+# server/ minus main.c is a library too, so tests/server/test_*.c can link it.
+LINK_LIBS = $(if $(SERVER_SRC),$(SERVER_LIB)) $(if $(PROTO_SRC),$(PROTO_LIB)) $(CORE_LIB)
+
+$(ATTND): $(BUILD)/server/main.o $(LINK_LIBS)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_ALL)
 
-$(BUILD)/tests/%: tests/%.c $(PROTO_LIB) $(CORE_LIB)
+$(BUILD)/tests/%: tests/%.c $(LINK_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ $< $(PROTO_LIB) $(CORE_LIB) $(CHECK_LIBS) \
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(LINK_LIBS) $(CHECK_LIBS) \
 	    $(LDFLAGS_ALL) $(LIBS_ALL)
 
 # Each Check binary prints its own summary; the loop fails if any fails.
@@ -90,6 +99,6 @@ clean:
 	rm -rf build
 
 format:
-	clang-format -i $(CORE_SRC) $(PROTO_SRC) $(SERVER_SRC) $(wildcard core/*.h proto/*.h server/*.h)
+	clang-format -i $(CORE_SRC) $(PROTO_SRC) $(SERVER_SRC) server/main.c $(wildcard core/*.h proto/*.h server/*.h)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,123 @@
+/*
+ * oip.h - the wire format: Open Inference Protocol v2 (KServe v2 / Triton
+ * HTTP) requests and responses, JSON and Triton's binary-tensor extension,
+ * to and from plain C structs. No sockets, no threads: a pure library that
+ * the daemon calls on its pool threads, testable and fuzzable alone.
+ *
+ * Decoding checks everything that can be checked without a model: JSON
+ * validity (exact length, duplicate keys rejected), datatypes, shapes
+ * (dims > 0 ... see oip_decode), element count = product of shape with
+ * overflow-checked products, binary_data_size against the body, header
+ * length within the body, and the memory budget. Every error message names
+ * the offending field, e.g. "inputs[0].shape: dimension 2 is -3".
+ *
+ * Tensor data is decoded to host types: FP32/FP16/BF16 -> float, INT32 ->
+ * int32_t, INT64 -> int64_t (range-checked by the caller), BOOL -> uint8_t
+ * (0/1). The request owns its decoded buffers.
+ */
+#ifndef ATTN_OIP_H
+#define ATTN_OIP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define OIP_MAX_RANK 8
+#define OIP_MAX_NAME 64
+#define OIP_ERRMAX 512
+
+typedef enum oip_dtype {
+    OIP_INVALID = 0,
+    OIP_BOOL,
+    OIP_INT32,
+    OIP_INT64,
+    OIP_FP16,
+    OIP_BF16,
+    OIP_FP32,
+    OIP_BYTES, /* accepted in metadata only; never as attention input */
+} oip_dtype;
+
+const char *oip_dtype_name(oip_dtype t);      /* "FP32", ... */
+oip_dtype oip_dtype_parse(const char *name);  /* OIP_INVALID if unknown */
+
+/* Limits the decoder enforces; the daemon fills them from its settings. */
+typedef struct oip_limits {
+    size_t max_elements;     /* per tensor */
+    size_t memory_budget;    /* bytes the decoded request may occupy */
+    int max_inputs;          /* inputs[] entries */
+    int max_outputs;         /* outputs[] entries */
+} oip_limits;
+
+typedef struct oip_tensor {
+    char name[OIP_MAX_NAME];
+    oip_dtype wire_dtype;        /* datatype as sent */
+    int rank;
+    int64_t shape[OIP_MAX_RANK]; /* every dim >= 1 */
+    size_t count;                /* product of shape */
+    void *data;                  /* decoded (see above); owned by request */
+} oip_tensor;
+
+typedef struct oip_output_req {
+    char name[OIP_MAX_NAME];
+    int binary; /* parameters.binary_data: -1 unset, 0, 1 */
+} oip_output_req;
+
+/* Request parameters attnd understands; others are ignored as Triton does. */
+typedef struct oip_params {
+    int causal;             /* -1 unset, 0, 1 */
+    int retain;             /* 0/1 */
+    int binary_data_output; /* 0/1 */
+    char **tokens;          /* parameters.tokens, or NULL */
+    int n_tokens;
+} oip_params;
+
+typedef struct oip_request {
+    char *id;               /* echoed; NULL when absent */
+    oip_tensor *inputs;
+    int n_inputs;
+    oip_output_req *outputs; /* NULL/0 when the request has no outputs list */
+    int n_outputs;
+    oip_params params;
+    size_t bytes;           /* decoded size, counted against the budget */
+} oip_request;
+
+/*
+ * oip_decode: parse one infer request body. header_len is the value of the
+ * Inference-Header-Content-Length header (the JSON part's length) or 0 when
+ * absent (the whole body is JSON). Binary inputs (parameters.
+ * binary_data_size) follow the header in input order and must use the body
+ * exactly. On success req owns everything (free with oip_request_free); on
+ * failure req is left empty and err names the field. Any thread.
+ */
+int oip_decode(oip_request *req, const char *body, size_t len,
+               size_t header_len, const oip_limits *lim, char *err);
+void oip_request_free(oip_request *req);
+
+/* oip_find_input: the input called name, or NULL. */
+const oip_tensor *oip_find_input(const oip_request *req, const char *name);
+
+/* One output to encode. data is FP32 (float), INT32 or BOOL (uint8_t). */
+typedef struct oip_output {
+    const char *name;
+    oip_dtype dtype;
+    int rank;
+    int64_t shape[OIP_MAX_RANK];
+    const void *data;
+    int binary; /* 1: send as binary data after the JSON header */
+} oip_output;
+
+/*
+ * oip_encode: build an infer response. extra_params is a JSON object text
+ * merged into the response "parameters" (e.g. "{\"map_id\":\"m12\"}") or
+ * NULL. *body is malloc'd (caller frees); *header_len is the JSON part's
+ * length when any output is binary (send it as
+ * Inference-Header-Content-Length), else 0. Floats are printed so that they
+ * parse back to the same float. Returns 0 or ATTN_ENOMEM-style negatives.
+ */
+int oip_encode(const char *model_name, const char *id,
+               const oip_output *outs, int n_outs, const char *extra_params,
+               char **body, size_t *len, size_t *header_len, char *err);
+
+/* oip_error_body: {"error": msg} as a malloc'd JSON string (escaped). */
+char *oip_error_body(const char *msg);
+
+#endif
