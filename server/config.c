@@ -3,6 +3,7 @@
 #include "server/config.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 

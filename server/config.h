@@ -55,6 +55,8 @@
       "when set, infer and repository need 'Authorization: Bearer <key>'")    \
     X(cors_origins, "cors-origins", STR, "", 0, 0,                            \
       "comma-separated allowed CORS origins, or * (empty: no CORS)")          \
+    X(maps_bytes, "maps-bytes", INT, 256 * SRV_MiB, 0, 1LL << 40,             \
+      "memory for retained attention maps (0 = retain refused)")              \
     X(log_format, "log-format", STR, "text", 0, 0,                            \
       "request log format: text or json (one line per request, stderr)")
 

@@ -260,6 +260,13 @@ static enum MHD_Result queue_response(srv_req *r)
         MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
     if (r->allow)
         MHD_add_response_header(resp, "Allow", r->allow);
+    if (r->extra_hdr[0]) {
+        char *colon = strchr(r->extra_hdr, ':');
+        if (colon) {
+            *colon = 0;
+            MHD_add_response_header(resp, r->extra_hdr, colon + 2);
+        }
+    }
     if (r->origin[0]) {
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->origin);
         MHD_add_response_header(resp, "Vary", "Origin");
@@ -316,8 +323,8 @@ static void first_call(srv_req *r, const char *url)
             return;
         }
         r->header_len = (size_t)h;
-    } else {
-        r->body_limit = (size_t)s->cfg.max_json_body;
+    } else if (r->route->fn == srv_h_infer) {
+        r->body_limit = (size_t)s->cfg.max_json_body; /* all JSON */
     }
     v = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
     if (v) {
@@ -457,11 +464,11 @@ int srv_http_start(srv *s, char *err)
     freeaddrinfo(ai);
     s->mhd = MHD_start_daemon(
         flags, (uint16_t)s->cfg.port, NULL, NULL, on_request, s,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, s,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.conn_timeout_s,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, s,
         MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
         MHD_OPTION_END);
     if (!s->mhd) {

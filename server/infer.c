@@ -11,8 +11,6 @@
 
 #include "server/maps.h"
 
-#pragma weak maps_put
-
 #define ERR(...) (snprintf(err, OIP_ERRMAX, __VA_ARGS__), 400)
 
 static const char *model_outs[SRV_O_N] = {"y", "attention", "scores", "q", "k", "v"};
@@ -225,6 +223,18 @@ static int prepare_model(srv_prep *p, const oip_request *req, const char *name,
         goto done;
     if (req->params.causal >= 0)
         causal = req->params.causal;
+    p->causal = causal;
+    if (req->params.retain) {
+        p->t_valid = malloc(sizeof *p->t_valid * (size_t)B);
+        p->s_valid = malloc(sizeof *p->s_valid * (size_t)B);
+        if (!p->t_valid || !p->s_valid) {
+            rc = 503;
+            snprintf(err, OIP_ERRMAX, "inputs: out of memory");
+            goto done;
+        }
+        for (b = 0; b < B; b++)
+            p->t_valid[b] = len[b], p->s_valid[b] = clen[b];
+    }
     for (b = 0; b < B; b++) {
         attn_seq *q = &p->seqs[b];
         size_t ts = (size_t)T * (size_t)S; /* fits: outputs were sized */
@@ -322,6 +332,7 @@ static int prepare_sdpa(srv_prep *p, const oip_request *req,
                        (long long)T, (long long)S);
     }
     p->raw = 1;
+    p->causal = req->params.causal > 0;
     p->cfg.d_model = p->cfg.d_model_ctx = (int)dk;
     p->cfg.n_heads = p->cfg.n_kv_heads = 1;
     p->cfg.head_dim = (int)dk;
@@ -370,8 +381,8 @@ int srv_infer_prepare(srv_prep *p, const oip_request *req, const char *model_nam
 {
     int rc;
     memset(p, 0, sizeof *p);
-    if (req->params.retain && !maps_put)
-        return ERR("parameters.retain: this build has no retained-maps store");
+    if (req->params.retain && !lim->maps)
+        return ERR("parameters.retain: this server keeps no maps (maps-bytes 0)");
     rc = builtin ? prepare_sdpa(p, req, lim, err)
                  : prepare_model(p, req, model_name, cfg, causal, lim, err);
     if (rc)
@@ -386,12 +397,14 @@ void srv_prep_free(srv_prep *p)
         free(p->out[o]);
     free(p->seqs);
     free(p->raws);
+    free(p->t_valid);
+    free(p->s_valid);
     memset(p, 0, sizeof *p);
 }
 
 int srv_infer_encode(const srv_prep *p, const oip_request *req,
-                     const char *model_name, char **body, size_t *len,
-                     size_t *header_len, char *err)
+                     const char *model_name, maps_store *maps, char **body,
+                     size_t *len, size_t *header_len, char *err)
 {
     oip_output outs[SRV_O_N];
     const char *const *names = p->raw ? sdpa_outs : model_outs;
@@ -415,12 +428,20 @@ int srv_infer_encode(const srv_prep *p, const oip_request *req,
         n++;
     }
     extra[0] = 0;
-    if (req->params.retain && maps_put) {
+    if (req->params.retain && maps) {
         char merr[512];
-        if (maps_put(model_name, p->out[SRV_O_ATT], p->maps_b, p->maps_h, p->maps_t,
-                     p->maps_s, (const char *const *)req->params.tokens,
-                     req->params.n_tokens, id, merr) < 0)
-            return ERR("parameters.retain: %s", merr);
+        maps_put_args a;
+        memset(&a, 0, sizeof a);
+        a.model = model_name;
+        a.b = p->maps_b, a.h = p->maps_h, a.t = p->maps_t, a.s = p->maps_s;
+        a.attention = p->out[SRV_O_ATT];
+        a.causal = p->causal;
+        a.t_valid = p->t_valid;
+        a.s_valid = p->s_valid;
+        a.tokens = (const char *const *)req->params.tokens;
+        a.n_tokens = req->params.n_tokens;
+        if (maps_put(maps, &a, id, merr) < 0)
+            return ERR("parameters.retain: %.400s", merr);
         snprintf(extra, sizeof extra, "{\"map_id\":\"%s\"}", id);
     }
     rc = oip_encode(model_name, req->id, outs, n, extra[0] ? extra : NULL, body,

@@ -11,6 +11,7 @@
 
 #include "core/attn.h"
 #include "proto/oip.h"
+#include "server/maps.h"
 
 enum { SRV_O_Y, SRV_O_ATT, SRV_O_SCORES, SRV_O_Q, SRV_O_K, SRV_O_V, SRV_O_N };
 
@@ -28,12 +29,15 @@ typedef struct srv_prep {
     int binary[SRV_O_N]; /* send as binary data */
     size_t bytes;        /* output bytes */
     int maps_b, maps_h, maps_t, maps_s; /* attention as (b, h, t, s) */
+    int causal;
+    int32_t *t_valid, *s_valid; /* (maps_b) lengths, kept for retain */
 } srv_prep;
 
 /* Limits of srv_infer_prepare, from the settings. */
 typedef struct srv_infer_limits {
     size_t memory;     /* decoded request + outputs */
     long long max_tokens;
+    maps_store *maps;  /* NULL: retain is refused */
 } srv_infer_limits;
 
 /*
@@ -51,7 +55,7 @@ void srv_prep_free(srv_prep *p);
  * map, when asked). Returns 0 or an HTTP status with err; *body is malloc'd.
  */
 int srv_infer_encode(const srv_prep *p, const oip_request *req,
-                     const char *model_name, char **body, size_t *len,
-                     size_t *header_len, char *err);
+                     const char *model_name, maps_store *maps, char **body,
+                     size_t *len, size_t *header_len, char *err);
 
 #endif

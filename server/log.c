@@ -13,9 +13,9 @@ static void stamp(char *out, size_t n)
     struct tm tm;
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
-    snprintf(out, n, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
+    snprintf(out, n, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
              tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-             ts.tv_nsec / 1000000);
+             (int)(ts.tv_nsec / 1000000) % 1000);
 }
 
 /* json_str: s as a JSON string body (escapes quotes, backslashes, controls). */
@@ -36,7 +36,7 @@ static void json_str(char *out, size_t n, const char *s)
 
 void srv_log(srv *s, const char *level, const char *fmt, ...)
 {
-    char ts[40], msg[1024], esc[2048];
+    char ts[64], msg[1024], esc[2048];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -53,28 +53,28 @@ void srv_log(srv *s, const char *level, const char *fmt, ...)
 
 void srv_log_request(srv *s, const srv_req *r)
 {
-    char ts[40], id[140], model[280], path[2100];
+    char ts[64], id[140], mdl[280], path[2100];
     static const char *methods[] = {"", "GET", "POST", "", "OPTIONS", "", "", "",
                                     "HEAD"};
     const char *m = r->method < 9 ? methods[r->method] : "OTHER";
     uint64_t us = (srv_now_ns() - r->t0_ns) / 1000;
     stamp(ts, sizeof ts);
     json_str(id, sizeof id, r->id);
-    json_str(model, sizeof model, r->model);
+    json_str(mdl, sizeof mdl, r->model);
     json_str(path, sizeof path, r->path);
     if (s->json_log)
         fprintf(stderr,
                 "{\"ts\":\"%s\",\"level\":\"info\",\"method\":\"%s\",\"path\":\"%s\","
                 "\"status\":%d,\"id\":\"%s\",\"model\":\"%s\",\"batch\":%d,"
                 "\"queue_us\":%llu,\"compute_us\":%llu,\"total_us\":%llu}\n",
-                ts, m, path, r->status, id, model, r->batch,
+                ts, m, path, r->status, id, mdl, r->batch,
                 (unsigned long long)r->queue_us, (unsigned long long)r->compute_us,
                 (unsigned long long)us);
     else
         fprintf(stderr,
                 "%s info %s %s %d id=%s model=%s batch=%d queue_us=%llu "
                 "compute_us=%llu total_us=%llu\n",
-                ts, m, path, r->status, id[0] ? id : "-", model[0] ? model : "-",
+                ts, m, path, r->status, id[0] ? id : "-", mdl[0] ? mdl : "-",
                 r->batch, (unsigned long long)r->queue_us,
                 (unsigned long long)r->compute_us, (unsigned long long)us);
 }

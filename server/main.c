@@ -88,7 +88,7 @@ int main(int argc, char **argv)
         srv_config_free(&s.cfg);
         return 0;
     case SRV_VERSION:
-        printf("attnd %s\n", SRV_VERSION);
+        printf("attnd %s\n", ATTND_VERSION);
         srv_config_free(&s.cfg);
         return 0;
     case SRV_CHECK_MODELS:
@@ -118,6 +118,12 @@ int main(int argc, char **argv)
     s.limits.memory_budget = (size_t)s.cfg.request_memory;
     s.limits.max_inputs = 16;
     s.limits.max_outputs = 16;
+    if (s.cfg.maps_bytes && maps_store_create(&s.maps, (size_t)s.cfg.maps_bytes) < 0) {
+        fprintf(stderr, "attnd: --maps-bytes %lld: cannot create the store\n",
+                s.cfg.maps_bytes);
+        srv_config_free(&s.cfg);
+        return 1;
+    }
     s.loop = uv_default_loop();
     uv_timer_init(s.loop, &s.drain_timer);
     uv_timer_init(s.loop, &s.stop_timer);
@@ -136,13 +142,14 @@ int main(int argc, char **argv)
         uv_run(s.loop, UV_RUN_DEFAULT);
         rc = 1;
     } else {
-        srv_log(&s, "info", "attnd %s: %d threads, models from %s", SRV_VERSION,
+        srv_log(&s, "info", "attnd %s: %d threads, models from %s", ATTND_VERSION,
                 s.threads, s.cfg.models);
         uv_run(s.loop, UV_RUN_DEFAULT);
         rc = 0;
     }
     uv_loop_close(s.loop);
     srv_registry_free(&s);
+    maps_store_destroy(s.maps);
     srv_config_free(&s.cfg);
     return rc;
 }

@@ -107,7 +107,7 @@ static void load_work(uv_work_t *w)
     rc = model_load(&lj->m, dir, err);
     if (rc < 0) {
         lj->rc = rc == ATTN_ENOTFOUND || rc == ATTN_EIO ? 404 : 400;
-        snprintf(lj->err, sizeof lj->err, "model '%s': %s", lj->name, err);
+        snprintf(lj->err, sizeof lj->err, "model '%s': %.480s", lj->name, err);
     }
 }
 
@@ -123,7 +123,7 @@ static void load_done(uv_work_t *w, int status)
         if (e && e->state == SRV_LOADING)
             e->state = e->inst ? SRV_READY : SRV_UNAVAILABLE;
         if (e && !e->inst)
-            snprintf(e->reason, sizeof e->reason, "%s", lj->err);
+            snprintf(e->reason, sizeof e->reason, "%.500s", lj->err);
         srv_log(s, "error", "load: %s", lj->err);
         if (lj->req)
             srv_respond_error(lj->req, lj->rc ? lj->rc : 500, "%s",
@@ -328,7 +328,7 @@ void srv_h_load(srv_req *r)
         r->body = NULL;
         r->body_len = r->body_cap = 0;
     }
-    snprintf(r->model, sizeof r->model, "%s", r->arg[0]);
+    snprintf(r->model, sizeof r->model, "%.128s", r->arg[0]);
     if (start_load(r->s, r->arg[0], r) < 0) {
         srv_respond_error(r, 500, "load: out of memory");
         return;

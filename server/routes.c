@@ -27,7 +27,7 @@ static void h_ready(srv_req *r)
 static void h_server_meta(srv_req *r)
 {
     srv_respond_json(r, 200,
-                     "{\"name\":\"attnd\",\"version\":\"" SRV_VERSION "\","
+                     "{\"name\":\"attnd\",\"version\":\"" ATTND_VERSION "\","
                      "\"extensions\":[\"binary_tensor_data\",\"model_repository\","
                      "\"statistics\",\"attention_maps\"]}");
 }
@@ -134,8 +134,30 @@ static void h_model_ready(srv_req *r)
                           e->reason[0] ? e->reason : "unloaded");
 }
 
-/* Web engineer: the visualiser (GET /) and the retained maps
- * (GET /v2/maps, /v2/maps/{}, /v2/maps/{}/attention) are one row each. */
+static const char *query_arg(void *ctx, const char *key)
+{
+    return MHD_lookup_connection_value(ctx, MHD_GET_ARGUMENT_KIND, key);
+}
+
+/* GET /v2/maps, /v2/maps/{id}, /v2/maps/{id}/attention: maps_http.c. */
+static void h_maps(srv_req *r)
+{
+    maps_reply rep;
+    if (!r->s->maps) {
+        srv_respond_error(r, 404, "maps: this server keeps no maps (maps-bytes 0)");
+        return;
+    }
+    memset(&rep, 0, sizeof rep);
+    if (maps_http_get(r->s->maps, r->path, query_arg, r->conn, &rep) < 0) {
+        srv_respond_error(r, 500, "maps: out of memory");
+        return;
+    }
+    if (rep.shape[0])
+        snprintf(r->extra_hdr, sizeof r->extra_hdr, "Map-Shape: %s", rep.shape);
+    srv_respond(r, rep.status, rep.content_type, rep.body, rep.len);
+}
+
+/* Web: the visualiser (GET /, /web/{}) goes here, one row each. */
 const srv_route srv_routes[] = {
     {SRV_GET, "/v2/health/live", h_live, 0},
     {SRV_GET, "/v2/health/ready", h_ready, 0},
@@ -149,5 +171,8 @@ const srv_route srv_routes[] = {
     {SRV_POST, "/v2/repository/models/{}/load", srv_h_load, 1},
     {SRV_POST, "/v2/repository/models/{}/unload", srv_h_unload, 1},
     {SRV_GET, "/metrics", srv_h_metrics, 0},
+    {SRV_GET, "/v2/maps", h_maps, 0},
+    {SRV_GET, "/v2/maps/{}", h_maps, 0},
+    {SRV_GET, "/v2/maps/{}/attention", h_maps, 0},
 };
 const size_t srv_n_routes = sizeof srv_routes / sizeof srv_routes[0];

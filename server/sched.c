@@ -196,7 +196,7 @@ static void encode_work(uv_work_t *w)
 {
     srv_job *j = w->data;
     uint64_t t0 = srv_now_ns();
-    j->status = srv_infer_encode(&j->prep, &j->in, j->e->name, &j->resp,
+    j->status = srv_infer_encode(&j->prep, &j->in, j->e->name, j->s->maps, &j->resp,
                                  &j->resp_len, &j->resp_hlen, j->err);
     srv_prep_free(&j->prep);
     oip_request_free(&j->in);
@@ -410,7 +410,8 @@ static void decode_work(uv_work_t *w)
     srv_job *j = w->data;
     srv *s = j->s;
     uint64_t t0 = srv_now_ns();
-    srv_infer_limits lim = {(size_t)s->cfg.request_memory, s->cfg.max_tokens};
+    srv_infer_limits lim = {(size_t)s->cfg.request_memory, s->cfg.max_tokens,
+                            s->maps};
     int rc = oip_decode(&j->in, j->body, j->len, j->header_len, &s->limits, j->err);
     free(j->body);
     j->body = NULL;
@@ -457,7 +458,7 @@ void srv_h_infer(srv_req *r)
     srv *s = r->s;
     srv_entry *e = srv_registry_find(s, r->arg[0]);
     srv_job *j;
-    snprintf(r->model, sizeof r->model, "%s", r->arg[0]);
+    snprintf(r->model, sizeof r->model, "%.128s", r->arg[0]);
     if (!e || !e->inst) {
         srv_respond_error(r, 404, "model '%s': %s", r->arg[0],
                           !e ? "not found" : e->state == SRV_LOADING ? "still loading"

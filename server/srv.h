@@ -25,8 +25,9 @@
 #include "core/model.h"
 #include "proto/oip.h"
 #include "server/config.h"
+#include "server/maps.h"
 
-#define SRV_VERSION "0.1.0"
+#define ATTND_VERSION "0.1.0"
 #define SRV_NAME_MAX 129 /* model names: 1..128 chars + NUL */
 
 typedef struct srv srv;
@@ -124,6 +125,7 @@ struct srv_req {
     size_t resp_len, resp_header_len;
     const char *ctype;
     const char *allow;     /* Allow header for 405 */
+    char extra_hdr[96];    /* one more "Name: value" header, or "" */
     srv_job *job;          /* infer in progress, NULL otherwise */
     /* for the log line */
     char model[SRV_NAME_MAX];
@@ -169,6 +171,7 @@ struct srv {
     int json_log;
     srv_entry *models;     /* registry, in load order */
     oip_limits limits;
+    maps_store *maps;      /* retained attention maps, NULL when off */
     srv_http_stats http;
     uint64_t started_ms;
 };
