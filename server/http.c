@@ -425,6 +425,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     free(r->resp);
     free(r);
     s->live_reqs--;
+    srv_check_stop(s);
 }
 
 static void mhd_logger(void *cls, const char *fmt, va_list ap)
