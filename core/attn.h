@@ -183,6 +183,11 @@ void attn_plan_destroy(attn_plan *p);
  * linear in t and s (no t x s buffer); 0 for raw plans. */
 size_t attn_plan_scratch_bytes(const attn_plan *p);
 
+/* Floating-point operations of the pass, about (projections and both
+ * attention GEMMs; causal masks not discounted): for schedulers, metrics
+ * and benchmarks. */
+double attn_plan_flops(const attn_plan *p);
+
 struct attn_exec; /* exec.h */
 
 /* attn_forward: create a plan, run all its stages on ex (or on the calling
@@ -193,7 +198,9 @@ int attn_forward(const attn_config *cfg, const attn_weights *w,
 int attn_forward_raw(const attn_config *cfg, const attn_raw *items,
                      int n_items, struct attn_exec *ex, char *err);
 
-/* attn_plan_run: run every stage of p on ex (or the calling thread). */
+/* attn_plan_run: run every stage of p on ex (or the calling thread). Passes
+ * of under 2 MFLOP run on the calling thread even when ex is given (waking
+ * workers would cost more than the pass). */
 void attn_plan_run(attn_plan *p, struct attn_exec *ex);
 
 #endif
