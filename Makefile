@@ -91,6 +91,7 @@ check-unit: deps $(UNIT_BIN)
 test: deps-test
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory check-unit
+	@$(MAKE) --no-print-directory check-weights-gen
 
 run: deps $(ATTND)
 	$(ATTND)
@@ -114,3 +115,23 @@ bench-core: deps $(BENCH_BIN)
 	@tools/install-deps.sh bench
 	$(BENCH_BIN) --threads 2 --peer bench/torch_peer.py
 bench: bench-core
+
+# ---- weights: load benchmark; committed generated files match generators --
+LOAD_BENCH := $(BUILD)/bench/bench_load
+.PHONY: bench-load check-weights-gen
+bench-load: deps $(LOAD_BENCH)
+	$(LOAD_BENCH) --mb 100 --reps 3
+bench: bench-load
+
+# Regenerates the safetensors corpus, the model corpus and models/demo (the
+# demo generator prints each head's argmax pattern on the sample sentence)
+# into a temporary folder and compares them with the committed files.
+check-weights-gen:
+	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
+	python3 -B tests/core/make_st_corpus.py "$$d/st" >/dev/null && \
+	diff -r "$$d/st" tests/core/st_corpus && \
+	python3 -B tests/core/make_model_corpus.py "$$d/mc" >/dev/null && \
+	diff -r "$$d/mc" tests/core/model_corpus && \
+	python3 -B tools/make_demo.py "$$d/demo" && \
+	diff -r "$$d/demo" models/demo && \
+	echo "check-weights-gen: st_corpus, model_corpus and models/demo match their generators"
