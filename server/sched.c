@@ -363,8 +363,9 @@ static double batch_macs(const batch *b)
 }
 
 /* launch: take a batch off e's queue (head first, then every compatible
- * job that still fits in max_batch) and start its plan. */
-static void launch(srv_entry *e)
+ * job that still fits in max_batch) and start its plan. Returns -1 when
+ * out of memory before anything left the queue (nothing changed). */
+static int launch(srv_entry *e)
 {
     srv *s = e->s;
     srv_job *h = e->qhead, **pp;
@@ -421,7 +422,7 @@ static void launch(srv_entry *e)
         srv_log(s, "error", "model '%s': plan: %s", e->name, err);
         snprintf(msg, sizeof msg, "engine: %s", err);
         batch_finish(b, rc == ATTN_ENOMEM ? 503 : 400, msg);
-        return;
+        return 0;
     }
     b->n_stages = attn_plan_n_stages(b->plan);
     if (batch_macs(b) < SMALL_BATCH_MACS) {
@@ -429,14 +430,14 @@ static void launch(srv_entry *e)
         b->workers[0].b = b;
         b->workers[0].work.data = &b->workers[0];
         uv_queue_work(s->loop, &b->workers[0].work, whole_run, whole_done);
-        return;
+        return 0;
     }
     submit_stage(b);
-    return;
+    return 0;
 oom_taken:
     e->running++;
     batch_finish(b, 503, "server: out of memory");
-    return;
+    return 0;
 oom:
     if (b) {
         free(b->jobs);
@@ -444,6 +445,7 @@ oom:
         free(b);
     }
     srv_log(s, "error", "model '%s': out of memory forming a batch", e->name);
+    return -1;
 }
 
 static void on_batch_timer(uv_timer_t *t) { pump(t->data); }
@@ -462,9 +464,11 @@ static void pump(srv_entry *e)
             return;
         }
         uv_timer_stop(&e->batch_timer);
-        launch(e);
-        if (!e->running) /* could not even start: out of memory */
+        if (launch(e) < 0) { /* out of memory: retry when a batch ends */
+            if (!e->running)
+                uv_timer_start(&e->batch_timer, on_batch_timer, 10, 0);
             return;
+        }
     }
 }
 
