@@ -528,10 +528,14 @@ void srv_h_infer(srv_req *r)
     srv_entry *e = srv_registry_find(s, r->arg[0]);
     srv_job *j;
     snprintf(r->model, sizeof r->model, "%.128s", r->arg[0]);
+    if (e && !e->inst && e->state == SRV_LOADING) {
+        srv_respond_error(r, 503, "model '%s': still loading; retry shortly",
+                          r->arg[0]);
+        return;
+    }
     if (!e || !e->inst) {
         srv_respond_error(r, 404, "model '%s': %s", r->arg[0],
-                          !e ? "not found" : e->state == SRV_LOADING ? "still loading"
-                                                                     : "not loaded");
+                          !e ? "not found" : "not loaded");
         return;
     }
     if (s->draining) {
