@@ -76,18 +76,21 @@ def post(port, path, body, headers):
 
 
 def parse_ms(v):
-    m = re.match(r"([\d.]+)(us|ms|s)", v)
-    x = float(m.group(1))
-    return x / 1000 if m.group(2) == "us" else x * 1000 if m.group(2) == "s" else x
+    m = re.fullmatch(r"([\d.]+)(us|ms|s|m|h)", v)
+    if not m:
+        sys.exit(f"cannot read wrk latency {v!r}")
+    return float(m.group(1)) * {"us": 1e-3, "ms": 1, "s": 1e3, "m": 6e4, "h": 3.6e6}[m.group(2)]
 
 
 def wrk(url, conns, secs, script):
     out = subprocess.run(["wrk", "-t", str(min(2, conns)), "-c", str(conns), "-d", f"{secs}s",
                           "--latency", "-s", script, url],
                          capture_output=True, text=True, timeout=secs + 60).stdout
+    if "Latency Distribution" not in out:
+        sys.exit(f"wrk gave no latency distribution:\n{out}")
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    p50 = parse_ms(re.search(r"50%\s+(\S+)", out).group(1))
-    p99 = parse_ms(re.search(r"99%\s+(\S+)", out).group(1))
+    p50 = parse_ms(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1))
+    p99 = parse_ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     return rps, p50, p99, int(non2xx.group(1)) if non2xx else 0
 
