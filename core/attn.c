@@ -15,8 +15,10 @@
 #include "exec.h"
 #include "kernel.h"
 
-/* Token rows per projection tile. */
-#define PROJ_ROWS 64
+/* Token rows per projection tile: large enough that packing a weight
+ * matrix is a small share of the GEMM, small enough to spread T = 512 over
+ * several threads. */
+#define PROJ_ROWS 128
 
 /* attn_plan_run runs plans under this many flops on the calling thread:
  * waking the executor's workers costs more than such a pass (the
@@ -24,7 +26,7 @@
  * 2-thread executor). */
 #define INLINE_FLOPS 2e6
 
-enum { TILE_Q, TILE_KV, TILE_ATT, TILE_OUT, TILE_RAW };
+enum { TILE_Q, TILE_K, TILE_V, TILE_ATT, TILE_OUT, TILE_RAW };
 
 typedef struct tile {
     int kind; /* TILE_* */
@@ -308,8 +310,8 @@ static attn_plan *plan_alloc(const attn_config *cfg, int n_items)
 }
 
 /*
- * attn_plan_create: stage 0 projects Q (x row blocks) and K, V (context
- * row blocks), stage 1 runs sequence x head x query-block attention tiles,
+ * attn_plan_create: stage 0 projects Q (x row blocks), K and V (context
+ * row blocks, one tile each), stage 1 runs sequence x head x query-block attention tiles,
  * stage 2 projects the concatenated heads through W_o. One slab holds all
  * scratch: per sequence Q, K, V, O and the live-row flags, plus the RoPE
  * table. Nothing is allocated on failure.
@@ -359,7 +361,7 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
         double kv = (double)cfg->n_kv_heads * (cfg->head_dim + cfg->v_head_dim);
         fl += 2 * t * cfg->d_model * hk + 2 * s * dc * kv +
               2 * t * s * (hk + hv) + 2 * t * hv * cfg->d_model;
-        n0 += blocks(seqs[i].t, PROJ_ROWS) + blocks(seqs[i].s, PROJ_ROWS);
+        n0 += blocks(seqs[i].t, PROJ_ROWS) + 2 * blocks(seqs[i].s, PROJ_ROWS);
         n1 += (size_t)cfg->n_heads * blocks(seqs[i].t, ATTN__BQ);
         n2 += blocks(seqs[i].t, PROJ_ROWS);
     }
@@ -396,7 +398,9 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
         b->live = (uint8_t *)f, f += t;
         put_blocks(p->tiles[0], &p->n_tiles[0], TILE_Q, i, 0, q->t,
                    PROJ_ROWS);
-        put_blocks(p->tiles[0], &p->n_tiles[0], TILE_KV, i, 0, q->s,
+        put_blocks(p->tiles[0], &p->n_tiles[0], TILE_K, i, 0, q->s,
+                   PROJ_ROWS);
+        put_blocks(p->tiles[0], &p->n_tiles[0], TILE_V, i, 0, q->s,
                    PROJ_ROWS);
         for (int h = 0; h < cfg->n_heads; h++)
             put_blocks(p->tiles[1], &p->n_tiles[1], TILE_ATT, i, h, q->t,
@@ -560,15 +564,13 @@ static void tile_q(attn_plan *p, const tile *tl)
         b->live[i] = (uint8_t)row_live(q, i);
 }
 
-static void tile_kv(attn_plan *p, const tile *tl)
+static void tile_k(attn_plan *p, const tile *tl)
 {
     const attn_config *c = &p->cfg;
     const attn_seq *q = &p->seqs[tl->item];
     seqbuf *b = &p->buf[tl->item];
-    int wk = c->n_kv_heads * c->head_dim, wv = c->n_kv_heads * c->v_head_dim;
+    int wk = c->n_kv_heads * c->head_dim;
     linear_rows(b->ctx, c->d_model_ctx, p->w.w_k, p->w.b_k, wk, b->k,
-                tl->r0, tl->r1);
-    linear_rows(b->ctx, c->d_model_ctx, p->w.w_v, p->w.b_v, wv, b->v,
                 tl->r0, tl->r1);
     if (p->rope)
         attn__rope_rows(b->k, (size_t)wk, tl->r0, tl->r1, c->n_kv_heads,
@@ -576,6 +578,16 @@ static void tile_kv(attn_plan *p, const tile *tl)
     if (q->k)
         split_heads(b->k, q->s, c->n_kv_heads, c->head_dim, q->k, tl->r0,
                     tl->r1);
+}
+
+static void tile_v(attn_plan *p, const tile *tl)
+{
+    const attn_config *c = &p->cfg;
+    const attn_seq *q = &p->seqs[tl->item];
+    seqbuf *b = &p->buf[tl->item];
+    int wv = c->n_kv_heads * c->v_head_dim;
+    linear_rows(b->ctx, c->d_model_ctx, p->w.w_v, p->w.b_v, wv, b->v,
+                tl->r0, tl->r1);
     if (q->v)
         split_heads(b->v, q->s, c->n_kv_heads, c->v_head_dim, q->v, tl->r0,
                     tl->r1);
@@ -665,8 +677,11 @@ void attn_plan_run_tile(attn_plan *p, int stage, size_t i)
     case TILE_Q:
         tile_q(p, tl);
         break;
-    case TILE_KV:
-        tile_kv(p, tl);
+    case TILE_K:
+        tile_k(p, tl);
+        break;
+    case TILE_V:
+        tile_v(p, tl);
         break;
     case TILE_ATT:
         tile_att(p, tl);

@@ -52,20 +52,16 @@ static int softmax_row(const attn__head *h, int i, float *p)
 {
     int lim = key_limit(h, i);
     const uint8_t *mrow = h->mask ? h->mask + (size_t)i * h->s : NULL;
-    float mx = -INFINITY;
-    for (int j = 0; j < lim; j++)
-        if ((!mrow || mrow[j]) && p[j] > mx)
-            mx = p[j];
+    if (mrow)
+        for (int j = 0; j < lim; j++)
+            if (!mrow[j])
+                p[j] = -INFINITY;
+    float mx = attn__row_max(p, lim);
     if (mx == -INFINITY) {
         memset(p, 0, (size_t)h->s * sizeof(float));
         return 0;
     }
-    float sum = 0.0f;
-    for (int j = 0; j < lim; j++) {
-        float e = (!mrow || mrow[j]) ? expf(p[j] - mx) : 0.0f;
-        p[j] = e;
-        sum += e;
-    }
+    float sum = attn__row_expsum(p, lim, mx);
     if (lim < h->s)
         memset(p + lim, 0, (size_t)(h->s - lim) * sizeof(float));
     float inv = 1.0f / sum;
@@ -141,34 +137,22 @@ static void block_fused(const attn__head *h, int i0, int i1)
         for (int r = 0; r < n; r++) {
             int i = i0 + r;
             float *row = sblk + (size_t)r * ATTN__BK;
-            float mx = -INFINITY;
             if (need) {
                 int jl = h->causal ? imin(kn, i + 1 - kb) : kn;
                 const uint8_t *mr =
                     h->mask ? h->mask + (size_t)i * h->s + kb : NULL;
-                for (int j = 0; j < kn; j++) {
+                for (int j = 0; j < kn; j++)
                     if (j >= jl || (mr && !mr[j]))
                         row[j] = -INFINITY;
-                    else if (row[j] > mx)
-                        mx = row[j];
-                }
-            } else {
-                for (int j = 0; j < kn; j++)
-                    if (row[j] > mx)
-                        mx = row[j];
             }
+            float mx = attn__row_max(row, kn);
             if (mx == -INFINITY) {
                 memset(row, 0, (size_t)kn * sizeof(float));
                 continue;
             }
             float mnew = m[r] > mx ? m[r] : mx;
             float alpha = expf(m[r] - mnew); /* 0 when m was -inf */
-            float sum = 0.0f;
-            for (int j = 0; j < kn; j++) {
-                float e = expf(row[j] - mnew); /* -inf -> exactly 0 */
-                row[j] = e;
-                sum += e;
-            }
+            float sum = attn__row_expsum(row, kn, mnew);
             l[r] = l[r] * alpha + sum;
             m[r] = mnew;
             if (alpha != 1.0f) {

@@ -11,7 +11,7 @@
 
 /* Query rows per attention tile and keys per streamed K/V block. */
 #define ATTN__BQ 64
-#define ATTN__BK 128
+#define ATTN__BK 256
 
 /*
  * One head over one block of query rows [i0, i1). Row i of Q is q + i*ldq,
@@ -63,6 +63,15 @@ void attn__rope_rows(float *x, size_t ld, int r0, int r1, int n_heads,
 void attn__gemm(int trans_b, int m, int n, int k, float alpha,
                 const float *a, int lda, const float *b, int ldb, float beta,
                 float *c, int ldc);
+
+/* attn__row_max: largest of x[0..n) (-inf for n == 0 or all -inf).
+ * attn__row_expsum: x[j] = exp(x[j] - m) in place (-inf -> exactly 0),
+ * returns the sum. m must be >= every x[j] and finite. AVX2+FMA when the
+ * CPU has it (rowops.c), else libm. */
+float attn__row_max(const float *x, int n);
+float attn__row_expsum(float *x, int n, float m);
+/* attn__rowops_portable: nonzero forces the portable versions (tests). */
+void attn__rowops_portable(int on);
 
 /* attn__blas_single: ask OpenBLAS (when linked) for one thread, so GEMMs
  * inside tiles never oversubscribe the pool. Idempotent, any thread. */

@@ -12,6 +12,7 @@
 
 #include "core/attn.h"
 #include "core/exec.h"
+#include "core/kernel.h"
 #include "testutil.h"
 
 enum { PATH_MAPS, PATH_FUSED, PATH_SCORES, PATH_EXEC, N_PATHS };
@@ -348,13 +349,16 @@ static void run_case(const vcase *c, int path)
     free(y), free(a), free(sc), free(q), free(k), free(v), free(mask);
 }
 
+/* Loop 0: the CPU's fastest row operations; 1: the portable ones. */
 START_TEST(torch_vectors)
 {
+    attn__rowops_portable(_i);
     load_vectors();
     ck_assert_int_ge(g_ncases, 11);
     for (int i = 0; i < g_ncases; i++)
         for (int path = 0; path < N_PATHS; path++)
             run_case(&g_cases[i], path);
+    attn__rowops_portable(0);
 }
 END_TEST
 
@@ -383,7 +387,7 @@ int main(void)
     suite_add_tcase(s, seeds);
     TCase *torch = tcase_create("torch");
     tcase_add_checked_fixture(torch, setup, teardown);
-    tcase_add_test(torch, torch_vectors);
+    tcase_add_loop_test(torch, torch_vectors, 0, 2);
     suite_add_tcase(s, torch);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
