@@ -33,15 +33,14 @@ static float expsum_portable(float *x, int n, float m)
 }
 
 #ifdef HAVE_AVX2_PATH
-__attribute__((target("avx2,fma"))) static float max_avx2(const float *x,
-                                                          int n)
+__attribute__((target("avx2,fma"))) static float max_avx2(const float *x, int n)
 {
     __m256 m = _mm256_set1_ps(-INFINITY);
     int j = 0;
     for (; j + 8 <= n; j += 8)
         m = _mm256_max_ps(m, _mm256_loadu_ps(x + j));
-    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m),
-                          _mm256_extractf128_ps(m, 1));
+    __m128 h =
+        _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
     h = _mm_max_ps(h, _mm_movehl_ps(h, h));
     h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
     float r = _mm_cvtss_f32(h);
@@ -53,14 +52,15 @@ __attribute__((target("avx2,fma"))) static float max_avx2(const float *x,
 /* exp on 8 lanes: 2^k * p(r), k = round(x log2 e), r = x - k ln 2 (in two
  * parts), p the degree-6 Cephes expf polynomial (about 2 ulp). Lanes below
  * -87.3 (and -inf) give exactly 0; x <= 0 here, so no overflow. */
-__attribute__((target("avx2,fma"))) static __m256 exp8(__m256 x)
+__attribute__((target("avx2,fma"), always_inline)) static inline __m256
+exp8(__m256 x)
 {
     const __m256 lo = _mm256_set1_ps(-87.33654f);
     __m256 zero_mask = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
     x = _mm256_max_ps(x, lo);
-    __m256 k = _mm256_round_ps(
-        _mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 k =
+        _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
     r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
     __m256 p = _mm256_set1_ps(1.9875691500e-4f);
@@ -98,8 +98,8 @@ __attribute__((target("avx2,fma"))) static float expsum_avx2(float *x, int n,
             x[j + i] = buf[i];
         s = _mm256_add_ps(s, e);
     }
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s),
-                          _mm256_extractf128_ps(s, 1));
+    __m128 h =
+        _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
     h = _mm_add_ps(h, _mm_movehl_ps(h, h));
     h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
     return _mm_cvtss_f32(h);
