@@ -282,10 +282,15 @@ static size_t blocks(int rows, int per)
     return (size_t)((rows + per - 1) / per);
 }
 
+/* Append the row blocks of one (item, head) to t. Causal attention blocks
+ * go last-first: later query rows see more keys, and running the longest
+ * tiles first leaves short ones to even out the end of the stage. */
 static void put_blocks(tile *t, size_t *k, int kind, int item, int head,
-                       int rows, int per)
+                       int rows, int per, int longest_last)
 {
-    for (int r = 0; r < rows; r += per) {
+    int nb = (rows + per - 1) / per;
+    for (int b = 0; b < nb; b++) {
+        int r = (longest_last ? nb - 1 - b : b) * per;
         tile *x = &t[(*k)++];
         x->kind = kind;
         x->item = item;
@@ -393,14 +398,17 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
         b->v = f, f += s * hk * dv;
         b->o = f, f += t * hq * dv;
         b->live = (uint8_t *)f, f += t;
-        put_blocks(p->tiles[0], &p->n_tiles[0], TILE_Q, i, 0, q->t, PROJ_ROWS);
-        put_blocks(p->tiles[0], &p->n_tiles[0], TILE_K, i, 0, q->s, PROJ_ROWS);
-        put_blocks(p->tiles[0], &p->n_tiles[0], TILE_V, i, 0, q->s, PROJ_ROWS);
+        put_blocks(p->tiles[0], &p->n_tiles[0], TILE_Q, i, 0, q->t, PROJ_ROWS,
+                   0);
+        put_blocks(p->tiles[0], &p->n_tiles[0], TILE_K, i, 0, q->s, PROJ_ROWS,
+                   0);
+        put_blocks(p->tiles[0], &p->n_tiles[0], TILE_V, i, 0, q->s, PROJ_ROWS,
+                   0);
         for (int h = 0; h < cfg->n_heads; h++)
             put_blocks(p->tiles[1], &p->n_tiles[1], TILE_ATT, i, h, q->t,
-                       ATTN__BQ);
-        put_blocks(p->tiles[2], &p->n_tiles[2], TILE_OUT, i, 0, q->t,
-                   PROJ_ROWS);
+                       ATTN__BQ, q->causal);
+        put_blocks(p->tiles[2], &p->n_tiles[2], TILE_OUT, i, 0, q->t, PROJ_ROWS,
+                   0);
     }
     if (rot) {
         /* Align the table to 16 floats for clean rows. */
@@ -458,7 +466,7 @@ int attn_plan_create_raw(attn_plan **out, const attn_config *cfg,
     for (int i = 0; i < n_items; i++)
         for (int h = 0; h < cfg->n_heads; h++)
             put_blocks(p->tiles[0], &p->n_tiles[0], TILE_RAW, i, h, items[i].t,
-                       ATTN__BQ);
+                       ATTN__BQ, items[i].causal);
     attn__blas_single();
     *out = p;
     return 0;
