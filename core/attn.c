@@ -276,10 +276,10 @@ static int raw_check(const attn_config *c, const attn_raw *r, int i, char *err)
     return 0;
 }
 
-/* Number of row blocks of rows rows of `per` rows each. */
+/* Number of blocks of `per` rows that cover `rows` rows. */
 static size_t blocks(int rows, int per)
 {
-    return (size_t)((rows + per - 1) / per);
+    return (size_t)(rows / per + (rows % per != 0)); /* no int overflow */
 }
 
 /* Append the row blocks of one (item, head) to t. Causal attention blocks
@@ -288,7 +288,7 @@ static size_t blocks(int rows, int per)
 static void put_blocks(tile *t, size_t *k, int kind, int item, int head,
                        int rows, int per, int longest_last)
 {
-    int nb = (rows + per - 1) / per;
+    int nb = (int)blocks(rows, per);
     for (int b = 0; b < nb; b++) {
         int r = (longest_last ? nb - 1 - b : b) * per;
         tile *x = &t[(*k)++];
