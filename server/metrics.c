@@ -14,9 +14,14 @@
 
 static const int bucket_le[SRV_BATCH_BUCKETS] = {1, 2, 4, 8, 16, 32, 64, 0};
 
-void srv_stats_batch(srv_stats *st, int n_seqs)
+void srv_stats_batch(srv_stats *st, int n_seqs, uint64_t infer_ns)
 {
-    int i;
+    int i, k = n_seqs < SRV_BATCH_STATS ? n_seqs - 1 : SRV_BATCH_STATS - 1;
+    st->exec_count++;
+    st->inference_count += (uint64_t)n_seqs;
+    st->infer_ns += infer_ns;
+    st->size_count[k]++;
+    st->size_infer_ns[k] += infer_ns;
     for (i = 0; i < SRV_BATCH_BUCKETS - 1 && n_seqs > bucket_le[i]; i++)
         ;
     st->batch_le[i]++;
@@ -187,8 +192,17 @@ static json_t *model_stats(const srv_entry *e)
 {
     const srv_stats *st = &e->stats;
     uint64_t fail = st->fail_bad + st->fail_rejected + st->fail_timeout + st->fail_other;
+    json_t *bs = json_array();
+    int k;
+    /* Triton's batch_stats; compute_input/output are per request here
+     * (inference_stats), so only compute_infer is per batch size */
+    for (k = 0; bs && k < SRV_BATCH_STATS; k++)
+        if (st->size_count[k])
+            json_array_append_new(bs, json_pack("{s:i,s:o}", "batch_size", k + 1,
+                                                "compute_infer",
+                                                dur(st->size_count[k], st->size_infer_ns[k])));
     return json_pack(
-        "{s:s,s:s,s:I,s:I,s:I,s:{s:o,s:o,s:o,s:o,s:o,s:o},s:[]}", "name", e->name,
+        "{s:s,s:s,s:I,s:I,s:I,s:{s:o,s:o,s:o,s:o,s:o,s:o},s:o}", "name", e->name,
         "version", "1", "last_inference", (json_int_t)st->last_inference_ms,
         "inference_count", (json_int_t)st->inference_count, "execution_count",
         (json_int_t)st->exec_count, "inference_stats", "success",
@@ -196,7 +210,7 @@ static json_t *model_stats(const srv_entry *e)
         dur(st->success, st->queue_ns), "compute_input",
         dur(st->success, st->input_ns), "compute_infer",
         dur(st->exec_count, st->infer_ns), "compute_output",
-        dur(st->success, st->output_ns), "batch_stats");
+        dur(st->success, st->output_ns), "batch_stats", bs);
 }
 
 /* GET /v2/models/stats and /v2/models/{m}/stats. */

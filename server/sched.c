@@ -299,12 +299,8 @@ static void batch_finish(batch *b, int status, const char *msg)
     e->running--;
     if (b->whole)
         now = b->t_ran;
-    if (!status) {
-        e->stats.exec_count++;
-        e->stats.inference_count += (uint64_t)b->n_seqs;
-        e->stats.infer_ns += now - b->jobs[0]->t_run;
-        srv_stats_batch(&e->stats, b->n_seqs);
-    }
+    if (!status)
+        srv_stats_batch(&e->stats, b->n_seqs, now - b->jobs[0]->t_run);
     for (i = 0; i < b->n_jobs; i++) {
         srv_job *j = b->jobs[i];
         j->t_ran = now;

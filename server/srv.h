@@ -39,6 +39,7 @@ typedef struct srv_inst srv_inst;
 /* ---- metrics.c --------------------------------------------------------- */
 
 #define SRV_BATCH_BUCKETS 8 /* batch size histogram: 1,2,4,...,64,+Inf */
+#define SRV_BATCH_STATS 64  /* batch_stats entries of /v2/models/stats */
 
 /* Counters of one model, Triton's statistics names in spirit. Loop thread. */
 typedef struct srv_stats {
@@ -50,6 +51,8 @@ typedef struct srv_stats {
     uint64_t last_inference_ms;             /* unix ms, 0 = never */
     uint64_t batch_le[SRV_BATCH_BUCKETS];   /* cumulative-free counts */
     uint64_t batch_count, batch_sum;
+    /* per batch size 1..SRV_BATCH_STATS (larger ones count in the last) */
+    uint64_t size_count[SRV_BATCH_STATS], size_infer_ns[SRV_BATCH_STATS];
 } srv_stats;
 
 /* HTTP answers by status class for attnd_http_responses_total. */
@@ -201,7 +204,7 @@ int srv_sched_idle(const srv *s);
 /* metrics.c */
 void srv_h_metrics(srv_req *r);
 void srv_h_stats(srv_req *r);
-void srv_stats_batch(srv_stats *st, int n_seqs);
+void srv_stats_batch(srv_stats *st, int n_seqs, uint64_t infer_ns);
 
 /* routes.c */
 extern const srv_route srv_routes[];

@@ -21,6 +21,10 @@ test('concurrent clients of different T share batches and get their own answers'
     });
     const s = await statsOf(d, 'tiny');
     assert.equal(s.inference_count, clients.length);
+    // Triton's batch_stats: per batch size, adding up to the batches run
+    assert.equal(s.batch_stats.reduce((n, b) => n + b.compute_infer.count, 0), s.execution_count);
+    assert.equal(s.batch_stats.reduce((n, b) => n + b.batch_size * b.compute_infer.count, 0), clients.length);
+    assert.ok(s.batch_stats.some((b) => b.batch_size > 1));
     assert.ok(s.execution_count < clients.length, `${s.execution_count} batches for ${clients.length} requests`);
     const m = await (await fetch(`${d.url}/metrics`)).text();
     const big = /attnd_inference_batch_size_bucket\{model="tiny",version="1",le="1"\} (\d+)/.exec(m);
