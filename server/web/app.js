@@ -27,7 +27,7 @@ const state = {
 let run = null;      // the current run (api.js)
 let meta = null;     // metadata of the selected model
 let geom = null;     // heatmap geometry for hit tests
-let cursor = null;   // { i, j } keyboard/hover cell
+let cursor = null;   // { i, j, mouse } keyboard/hover cell
 let hoverRow = null; // query row under the pointer
 const meanCache = new Map();
 
@@ -357,7 +357,7 @@ function onMove(e) {
   if (!run) return;
   const h = pointer(e);
   const prev = JSON.stringify([cursor, hoverRow]);
-  if (h && h.kind === 'cell') { cursor = { i: h.i, j: h.j }; hoverRow = null; }
+  if (h && h.kind === 'cell') { cursor = { i: h.i, j: h.j, mouse: true }; hoverRow = null; }
   else if (h && h.kind === 'row') { hoverRow = h.i; cursor = null; }
   else { hoverRow = null; }
   if (prev !== JSON.stringify([cursor, hoverRow])) { renderFocus(); renderReadout(); renderSide(); }
@@ -427,7 +427,11 @@ function wire() {
   $('table-toggle').addEventListener('change', () => { state.table = $('table-toggle').checked; renderSide(); });
   const hm = $('heatmap');
   hm.addEventListener('mousemove', onMove);
-  hm.addEventListener('mouseleave', () => { hoverRow = null; renderFocus(); renderSide(); });
+  hm.addEventListener('mouseleave', () => {
+    hoverRow = null;
+    if (cursor && cursor.mouse) cursor = null; // a keyboard cursor stays
+    renderFocus(); renderReadout(); renderSide();
+  });
   hm.addEventListener('click', (e) => {
     const h = pointer(e);
     if (h && (h.kind === 'cell' || h.kind === 'row')) { state.q = h.i; update(); }

@@ -1,0 +1,165 @@
+// page.test.mjs - the visualiser in Debian's chromium against a real attnd
+// this file starts: what is drawn (pixels of maps with known values), what
+// the readout says (the seeds' worked numbers), shared URLs, retained maps.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { ARTIFACTS, launch, near, openPage, pixel, sdpaHash, startAttnd, viridis, waitDrawn } from './harness.mjs';
+
+let daemon, browser;
+before(async () => {
+  daemon = await startAttnd();
+  browser = await launch();
+});
+after(async () => {
+  if (browser) await browser.close();
+  if (daemon) await daemon.stop();
+});
+
+const SENTENCE = 'the cat sat on the mat because it was tired';
+// The seeds' first worked example (T=2, d_k=4, d_v=2).
+const SEED = { q: [[2, 0, 2, 0], [0, 4, 0, 2]], k: [[1, 0, 1, 0], [0, 1, 0, 0]], v: [[1, 2], [3, 0]], tokens: ['t0', 't1'] };
+
+const isGrey = ([r, g, b]) => Math.abs(r - g) <= 12 && Math.abs(g - b) <= 12;
+
+test('identity map: diagonal drawn as the top of the colour map, the rest as its bottom', async () => {
+  // Orthogonal Q = K rows scaled by 10, d_k = 8: scaled scores 100/sqrt(8)
+  // = 35.4 on the diagonal and 0 elsewhere, so A = I to float precision.
+  const T = 6, eye = Array.from({ length: T }, (_, i) => Array.from({ length: 8 }, (_, d) => (d === i ? 10 : 0)));
+  const v = eye.map((r) => r.slice(0, 2));
+  const { page, errors } = await openPage(browser, daemon.url + sdpaHash({ q: eye, k: eye, v }));
+  const top = viridis(1), bottom = viridis(0);
+  assert.deepEqual(top.map(Math.round), [0xfd, 0xe7, 0x25]);
+  for (let i = 0; i < T; i++)
+    for (let j = 0; j < T; j++) {
+      const px = await pixel(page, i, j);
+      assert.ok(near(px, i === j ? top : bottom), `cell (${i},${j}) drew ${px}`);
+    }
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('causal-uniform map: row i drawn at 1/(i+1), masked cells hatched grey, not as zeros', async () => {
+  // Q = 0 makes every score 0; with the causal mask row i is uniform over
+  // keys 0..i, so A[i][j] = 1/(i+1) for j <= i and masked for j > i.
+  const T = 5;
+  const q = Array.from({ length: T }, () => [0, 0, 0, 0]);
+  const k = Array.from({ length: T }, (_, i) => [i, 1, -i, 2]);
+  const v = Array.from({ length: T }, (_, i) => [i, 1]);
+  const { page, errors } = await openPage(browser, daemon.url + sdpaHash({ q, k, v }, '&causal=1'));
+  const zero = viridis(0);
+  for (let i = 0; i < T; i++)
+    for (let j = 0; j < T; j++) {
+      const px = await pixel(page, i, j);
+      if (j <= i) {
+        const want = viridis(Math.round(255 / (i + 1)) / 255);
+        assert.ok(near(px, want), `cell (${i},${j}) drew ${px}, want ${want.map(Math.round)}`);
+      } else {
+        assert.ok(isGrey(px), `masked cell (${i},${j}) drew ${px}, not grey`);
+        assert.ok(!near(px, zero, 20), `masked cell (${i},${j}) looks like a zero weight`);
+      }
+    }
+  // The readout names a masked cell as such.
+  const c = await page.evaluate(() => window.attnd.cellCenter(1, 3));
+  await page.mouse.move(c.pageX, c.pageY);
+  await page.waitForFunction(() => /masked/.test(document.querySelector('#readout [data-field=weight]')?.textContent || ''));
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('hover readout and step view show the seed example\'s numbers', async () => {
+  const { page, errors } = await openPage(browser, daemon.url + sdpaHash(SEED, '&h=0&q=0'));
+  const read = async (i, j) => {
+    const c = await page.evaluate(([a, b]) => window.attnd.cellCenter(a, b), [i, j]);
+    await page.mouse.move(c.pageX, c.pageY);
+    await page.waitForFunction(([a, b]) => document.querySelector('#readout [data-field=query]')?.textContent.includes(`#${a}`) &&
+      document.querySelector('#readout [data-field=key]')?.textContent.includes(`#${b}`), [i, j]);
+    return page.evaluate(() => Object.fromEntries([...document.querySelectorAll('#readout dd')].map((d) => [d.dataset.field, d.textContent])));
+  };
+  // Seed: S = [[2, 0], [0, 2]] after / sqrt(4); A = [[0.880797, 0.119203], ...].
+  let r = await read(0, 0);
+  assert.match(r.weight, /^0\.88079[67]$/);
+  assert.equal(r['scaled-score'], '2.000000');
+  assert.match(r['q-k'], /^4\.000000/);
+  r = await read(0, 1);
+  assert.match(r.weight, /^0\.11920[23]$/);
+  assert.equal(r['scaled-score'], '0');
+  r = await read(1, 1);
+  assert.match(r.weight, /^0\.88079[67]$/);
+  // Step view for query 0: output [1.2384, 1.7616] as in the seed.
+  const steps = await page.textContent('#steps');
+  assert.match(steps, /√d_k = 2\.0000/);
+  assert.match(steps, /\[1\.2384, 1\.7616\]/);
+  // Keyboard: focus the map, move the cursor, Enter selects query row 1.
+  await page.focus('#heatmap');
+  await page.keyboard.press('ArrowDown');
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(() => /query “t1”/.test(document.querySelector('#steps h2').textContent));
+  assert.match(await page.textContent('#steps'), /\[2\.7616, 0\.2384\]/);
+  assert.match(await page.evaluate(() => location.hash), /q=1/);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('a shared link reopens the same view, drawn the same', async () => {
+  const url = `${daemon.url}/#model=toy&text=${encodeURIComponent(SENTENCE)}&causal=0`;
+  const { page, errors } = await openPage(browser, url);
+  // Choose head 1 and query 3 the way a person would.
+  await page.click('.head[data-head="1"]');
+  const c = await page.evaluate(() => window.attnd.cellCenter(3, 0));
+  await page.mouse.click(c.pageX, c.pageY);
+  await page.mouse.move(0, 0);
+  await page.waitForFunction(() => /h=1/.test(location.hash) && /q=3/.test(location.hash));
+  const link = await page.evaluate(() => location.href);
+  const before = await page.evaluate(() => document.getElementById('heatmap').toDataURL());
+  const title = await page.textContent('#focus-title');
+  const step = await page.textContent('#steps h2');
+
+  const again = await openPage(browser, link);
+  assert.equal(await again.page.textContent('#focus-title'), title);
+  assert.equal(await again.page.textContent('#steps h2'), step);
+  assert.equal(await again.page.inputValue('#text'), SENTENCE);
+  const drawn = await again.page.evaluate(() => document.getElementById('heatmap').toDataURL());
+  assert.ok(drawn === before, 'the reopened heatmap is drawn differently');
+  assert.deepEqual([...errors, ...again.errors], []);
+  await page.close();
+  await again.page.close();
+});
+
+test('a retained map opens from the list and draws as the inline one did', async () => {
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=${encodeURIComponent(SENTENCE)}&h=1&q=2`);
+  const inline = await page.evaluate(() => document.getElementById('heatmap').toDataURL());
+  await page.check('#retain');
+  await page.click('#run');
+  await waitDrawn(page);
+  const id = await page.evaluate(() => window.attnd.run.mapId);
+  assert.match(id, /^m\d+-[0-9a-f]{6}$/);
+  await page.click('#tab-maps');
+  await page.click(`#maps button:has-text("${id}")`);
+  await page.waitForFunction((m) => location.hash.includes(`map=${m}`), id);
+  await waitDrawn(page);
+  assert.equal(await page.evaluate(() => window.attnd.run.source), 'map');
+  const drawn = await page.evaluate(() => document.getElementById('heatmap').toDataURL());
+  assert.ok(drawn === inline, 'the retained map is drawn differently from the inline one');
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('the demo, drawn: screenshot kept as a test artefact', async () => {
+  const demo = await fetch(`${daemon.url}/v2/models/demo`);
+  const model = demo.ok ? 'demo' : 'toy';
+  const { page, errors } = await openPage(browser,
+    `${daemon.url}/#model=${model}&text=${encodeURIComponent(SENTENCE)}&h=0&q=7`, { width: 1400, height: 1180 });
+  const c = await page.evaluate(() => window.attnd.cellCenter(7, 1));
+  await page.mouse.move(c.pageX, c.pageY);
+  await page.waitForFunction(() => /#7/.test(document.querySelector('#readout [data-field=query]')?.textContent || ''));
+  const heads = await page.$$('.head');
+  const H = await page.evaluate(() => window.attnd.run.H);
+  assert.equal(heads.length, H > 1 ? H + 1 : 1);
+  fs.mkdirSync(ARTIFACTS, { recursive: true });
+  await page.screenshot({ path: path.join(ARTIFACTS, 'visualiser.png'), fullPage: true });
+  assert.ok(fs.statSync(path.join(ARTIFACTS, 'visualiser.png')).size > 10000);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
