@@ -45,7 +45,6 @@ export async function listModels() {
     names = idx.filter((m) => !m.state || m.state === 'READY').map((m) => m.name);
   } catch (_) { /* fall back below */ }
   if (!names.includes('sdpa')) names.unshift('sdpa');
-  for (const n of ['demo']) if (!names.includes(n)) names.push(n);
   return [...new Set(names)];
 }
 

@@ -135,7 +135,10 @@ function renderHeads() {
 function ensureWindow() {
   const big = Math.max(run.T, run.S) > ZOOM_AT;
   if (!big) { state.win = null; return { r0: 0, c0: 0, rows: run.T, cols: run.S }; }
-  if (!state.win) state.win = { r0: 0, c0: 0, n: 64 };
+  if (!state.win) { // start around the selected query (and its diagonal)
+    const n = 64;
+    state.win = { r0: state.q - n / 2, c0: Math.min(state.q, run.S - 1) - n / 2, n };
+  }
   const w = state.win;
   w.n = Math.max(8, Math.min(w.n, 256));
   w.r0 = Math.max(0, Math.min(w.r0, run.T - Math.min(w.n, run.T)));
@@ -149,7 +152,7 @@ function renderFocus() {
   const title = state.h === 'mean' ? 'Mean over heads' : `Head ${state.h}`;
   $('focus-title').textContent = `${title}${run.B > 1 ? `, batch item ${state.b}` : ''} · ${run.model}` +
     (run.mapId ? ` · map ${run.mapId}` : '');
-  const width = Math.min(760, $('view').clientWidth - 340);
+  const width = Math.min(760, $('view').clientWidth - 360);
   geom = drawHeatmap($('heatmap'), {
     ...v, ...win, rowLabels: run.tokens, colLabels: run.keyTokens, maxWidth: width,
     cursor, row: hoverRow ?? state.q,

@@ -76,9 +76,9 @@ export function drawHeatmap(canvas, v) {
   for (let c = 0; c < v.cols; c++) colLab.push(fit(probe, String(v.colLabels[v.c0 + c] ?? '')));
   const lw = Math.max(20, ...rowLab.map((s) => probe.measureText(s).width)) + 10;
   const cw = Math.max(20, ...colLab.map((s) => probe.measureText(s).width));
-  const avail = Math.max(120, (v.maxWidth || 640) - lw - 12);
-  const cell = Math.max(2, Math.min(44, Math.floor(Math.min(avail, 720) / Math.max(v.rows, v.cols))));
   const slant = Math.SQRT1_2; // column labels at 45 degrees
+  const avail = Math.max(120, (v.maxWidth || 640) - lw - cw * slant - 16);
+  const cell = Math.max(2, Math.min(48, Math.floor(Math.min(avail, 720) / Math.max(v.rows, v.cols))));
   const y0 = Math.ceil(cw * slant + 14);
   const x0 = Math.ceil(lw);
   const w = x0 + cell * v.cols + Math.ceil(cw * slant) + 8, h = y0 + cell * v.rows + 8;

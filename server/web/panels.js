@@ -37,18 +37,16 @@ export function renderSteps(box, run, state, qi, v) {
   const T = run.T, S = run.S;
   const qt = run.tokens[qi];
   box.append(el('h2', {}, `Step by step: query “${qt}” (#${qi})${h === 'mean' ? ', mean over heads' : `, head ${h}`}`));
-  if (h === 'mean') {
-    box.append(el('p', { class: 'muted' }, 'The mean over heads has no single set of scores: pick a head to see the steps.'));
-    return;
-  }
+  const mean = h === 'mean';
+  if (mean) box.append(el('p', { class: 'muted' }, 'The mean over heads has no single set of scores: pick a head to see every step. Mean weights:'));
   const dk = run.headDim, dv = run.vHeadDim;
   const sq = dk ? Math.sqrt(dk) : null;
   const hkv = run.nKvHeads || run.H;
-  const kvh = Math.floor(h / (run.H / hkv));
+  const kvh = mean ? 0 : Math.floor(h / (run.H / hkv));
   const ts = T * S;
   const map = v.map;
   const row = Array.from({ length: S }, (_, j) => j);
-  const have = { qk: run.q && run.k && dk, scores: !!run.scores, v: run.v && dv };
+  const have = mean ? {} : { qk: run.q && run.k && dk, scores: !!run.scores, v: run.v && dv };
   const raw = new Float64Array(S), scaled = new Float64Array(S);
   for (const j of row) {
     if (have.qk) {
@@ -71,7 +69,7 @@ export function renderSteps(box, run, state, qi, v) {
   if (have.qk || have.scores) {
     box.append(el('p', {}, `d_k = ${dk}, so scores are divided by √d_k = ${fmt(sq, 4)}. ` +
       `Softmax subtracts the row maximum (${fmt(mx, 4)}) before exponentiating; the sum of the exponentials is ${fmt(sum, 4)}.`));
-  } else {
+  } else if (!mean) {
     box.append(el('p', { class: 'muted' }, 'This map was retained without scores or values: only its weights are shown.'));
   }
   let shown = row;
