@@ -77,9 +77,12 @@ export async function startAttnd(extra = []) {
       const done = new Promise((res) => proc.once('exit', res));
       proc.kill('SIGTERM');
       const t = setTimeout(() => proc.kill('SIGKILL'), 5000);
-      await done;
+      const code = await done;
       clearTimeout(t);
       fs.rmSync(models, { recursive: true, force: true });
+      // A sanitized daemon reports leaks and errors on its way out.
+      if (/AddressSanitizer|LeakSanitizer|ThreadSanitizer|runtime error:/.test(out) || (code !== 0 && code !== null))
+        throw new Error(`attnd ended badly (exit ${code}):\n${out.slice(-4000)}`);
     },
   };
 }
