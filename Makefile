@@ -83,13 +83,13 @@ $(BUILD)/tests/%: tests/%.c $(LINK_LIBS)
 	    $(LDFLAGS_ALL) $(LIBS_ALL)
 
 # --- web: the visualiser (server/web/*) compiled into the daemon --------
-# tools/embed.c turns the files into a table (server/web.h) linked into
+# tools/embed_assets.c turns the files into a table (server/web.h) linked into
 # libattnd.a, so attnd serves / and /web/<file> with no files on disk.
 WEB_FILES := $(sort $(notdir $(wildcard server/web/*.html server/web/*.js \
                                          server/web/*.css)))
 WEB_GEN := $(BUILD)/gen/web_assets.c
-EMBED := $(BUILD)/tools/embed
-$(EMBED): tools/embed.c
+EMBED := $(BUILD)/tools/embed_assets
+$(EMBED): tools/embed_assets.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(LDFLAGS_ALL)
 $(WEB_GEN): $(EMBED) $(addprefix server/web/,$(WEB_FILES))

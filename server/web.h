@@ -1,8 +1,8 @@
 /*
  * web.h - the visualiser's files, compiled into the daemon.
  *
- * The files of server/web/ are turned into a table by tools/embed.c at build time
- * (build/<variant>/gen/web_assets.c). The router answers
+ * The files of server/web/ are turned into a table by tools/embed_assets.c
+ * at build time (build/<variant>/gen/web_assets.c). The router answers
  *   GET /             with /web/index.html
  *   GET /web/<file>   with that file
  * sending content_type, ETag (answer 304 to a matching If-None-Match),

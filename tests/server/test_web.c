@@ -1,5 +1,5 @@
 /* test_web.c - the embedded visualiser files (server/web.c and the table
- * tools/embed.c generates): every file of server/web/ is served byte for
+ * tools/embed_assets.c generates): every file of server/web/ is served byte for
  * byte, with its type and an ETag; nothing else is. Run from the repo
  * root (make check-unit does). */
 #include <check.h>
