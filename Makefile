@@ -119,6 +119,7 @@ test: deps-test
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory check-unit
 	@$(MAKE) --no-print-directory check-web
+	@$(MAKE) --no-print-directory check-weights-gen
 
 run: deps $(ATTND)
 	$(ATTND)
@@ -130,3 +131,35 @@ format:
 	clang-format -i $(CORE_SRC) $(PROTO_SRC) $(SERVER_SRC) server/main.c $(wildcard core/*.h proto/*.h server/*.h)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# ---- core: engine benchmark (bench/bench_attn.c + PyTorch peer) ----------
+BENCH_BIN := $(BUILD)/bench/bench_attn
+$(BUILD)/bench/%: bench/%.c $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(CORE_LIB) $(LDFLAGS_ALL) $(LIBS_ALL)
+
+.PHONY: bench-core
+bench-core: deps $(BENCH_BIN)
+	@tools/install-deps.sh bench
+	$(BENCH_BIN) --threads 2 --peer bench/torch_peer.py
+bench: bench-core
+
+# ---- weights: load benchmark; committed generated files match generators --
+LOAD_BENCH := $(BUILD)/bench/bench_load
+.PHONY: bench-load check-weights-gen
+bench-load: deps $(LOAD_BENCH)
+	$(LOAD_BENCH) --mb 100 --reps 3
+bench: bench-load
+
+# Regenerates the safetensors corpus, the model corpus and models/demo (the
+# demo generator prints each head's argmax pattern on the sample sentence)
+# into a temporary folder and compares them with the committed files.
+check-weights-gen:
+	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
+	python3 -B tests/core/make_st_corpus.py "$$d/st" >/dev/null && \
+	diff -r "$$d/st" tests/core/st_corpus && \
+	python3 -B tests/core/make_model_corpus.py "$$d/mc" >/dev/null && \
+	diff -r "$$d/mc" tests/core/model_corpus && \
+	python3 -B tools/make_demo.py "$$d/demo" && \
+	diff -r "$$d/demo" models/demo && \
+	echo "check-weights-gen: st_corpus, model_corpus and models/demo match their generators"

@@ -5,7 +5,6 @@
  */
 #include "attn.h"
 
-#include <cblas.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -18,6 +17,12 @@
 
 /* Token rows per projection tile. */
 #define PROJ_ROWS 64
+
+/* attn_plan_run runs plans under this many flops on the calling thread:
+ * waking the executor's workers costs more than such a pass (the
+ * b1_t16_d64_h4 bench case, 0.6 MFLOP, takes ~12 us inline, ~28 us on a
+ * 2-thread executor). */
+#define INLINE_FLOPS 2e6
 
 enum { TILE_Q, TILE_KV, TILE_ATT, TILE_OUT, TILE_RAW };
 
@@ -53,6 +58,7 @@ struct attn_plan {
     size_t n_tiles[MAX_STAGES];
     void *slab; /* every float of scratch */
     size_t scratch_bytes;
+    double flops; /* floating-point operations of the pass (about) */
 };
 
 static int fail_msg(char *err, int code, const char *fmt, ...)
@@ -344,7 +350,15 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
         return fail_msg(err, ATTN_EOVERFLOW, "RoPE table overflows size_t");
     /* Live flags are bytes; floats counted one per row is plenty. */
     size_t n0 = 0, n1 = 0, n2 = 0;
+    double fl = 0;
     for (int i = 0; i < n_seqs; i++) {
+        double t = seqs[i].t, s = seqs[i].s;
+        double dc = cfg->d_model_ctx ? cfg->d_model_ctx : cfg->d_model;
+        double hk = (double)cfg->n_heads * cfg->head_dim;
+        double hv = (double)cfg->n_heads * cfg->v_head_dim;
+        double kv = (double)cfg->n_kv_heads * (cfg->head_dim + cfg->v_head_dim);
+        fl += 2 * t * cfg->d_model * hk + 2 * s * dc * kv +
+              2 * t * s * (hk + hv) + 2 * t * hv * cfg->d_model;
         n0 += blocks(seqs[i].t, PROJ_ROWS) + blocks(seqs[i].s, PROJ_ROWS);
         n1 += (size_t)cfg->n_heads * blocks(seqs[i].t, ATTN__BQ);
         n2 += blocks(seqs[i].t, PROJ_ROWS);
@@ -354,6 +368,7 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
         goto nomem;
     p->w = *w;
     p->seqs = seqs;
+    p->flops = fl;
     if (!p->cfg.d_model_ctx)
         p->cfg.d_model_ctx = cfg->d_model;
     p->cfg.rope_dims = rot;
@@ -429,10 +444,15 @@ int attn_plan_create_raw(attn_plan **out, const attn_config *cfg,
             return rc;
         n0 += (size_t)cfg->n_heads * blocks(items[i].t, ATTN__BQ);
     }
+    double fl = 0;
+    for (int i = 0; i < n_items; i++)
+        fl += 2.0 * cfg->n_heads * items[i].t * items[i].s *
+              (cfg->head_dim + cfg->v_head_dim);
     attn_plan *p = plan_alloc(cfg, n_items);
     if (!p)
         goto nomem;
     p->raw = items;
+    p->flops = fl;
     p->n_stages = 1;
     p->tiles[0] = calloc(n0, sizeof(tile));
     if (!p->tiles[0])
@@ -477,13 +497,17 @@ size_t attn_plan_scratch_bytes(const attn_plan *p)
     return p ? p->scratch_bytes : 0;
 }
 
+double attn_plan_flops(const attn_plan *p)
+{
+    return p ? p->flops : 0;
+}
+
 /* rows [r0, r1) of y (ld n) = x (ld k) w (k, n) + b. */
 static void linear_rows(const float *x, int k, const float *w, const float *b,
                         int n, float *y, int r0, int r1)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, n, k,
-                1.0f, x + (size_t)r0 * k, k, w, n, 0.0f, y + (size_t)r0 * n,
-                n);
+    attn__gemm(0, r1 - r0, n, k, 1.0f, x + (size_t)r0 * k, k, w, n, 0.0f,
+               y + (size_t)r0 * n, n);
     if (b)
         for (int r = r0; r < r1; r++) {
             float *row = y + (size_t)r * n;
@@ -671,6 +695,8 @@ void attn_plan_run(attn_plan *p, attn_exec *ex)
 {
     if (!p)
         return;
+    if (p->flops < INLINE_FLOPS)
+        ex = NULL;
     for (int st = 0; st < p->n_stages; st++) {
         stage_ctx s = {p, st};
         attn_exec_run(ex, p->n_tiles[st], run_cb, &s);

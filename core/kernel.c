@@ -23,6 +23,15 @@ static int imin(int a, int b)
     return a < b ? a : b;
 }
 
+void attn__gemm(int trans_b, int m, int n, int k, float alpha,
+                const float *a, int lda, const float *b, int ldb, float beta,
+                float *c, int ldc)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda,
+                b, ldb, beta, c, ldc);
+}
+
 /* Keys [0, lim) may be visible to query i before the explicit mask. */
 static int key_limit(const attn__head *h, int i)
 {
@@ -70,7 +79,7 @@ static void block_maps(const attn__head *h, int i0, int i1)
 {
     int n = i1 - i0;
     float *p = h->att + (size_t)i0 * h->s;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, h->s, h->dk,
+    attn__gemm(1, n, h->s, h->dk,
                 h->scale, h->q + (size_t)i0 * h->ldq, (int)h->ldq, h->k,
                 (int)h->ldk, 0.0f, p, h->s);
     if (h->sc)
@@ -88,7 +97,7 @@ static void block_maps(const attn__head *h, int i0, int i1)
         zero_rows(h->o, h->ldo, i0, i1, h->dv);
         return;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, h->dv, kend,
+    attn__gemm(0, n, h->dv, kend,
                 1.0f, p, h->s, h->v, (int)h->ldv, 0.0f, o, (int)h->ldo);
     /* Dead rows have all-zero weights; make their output exactly 0 even if
      * V holds non-finite values. */
@@ -123,7 +132,7 @@ static void block_fused(const attn__head *h, int i0, int i1)
     }
     for (int kb = 0; kb < kend; kb += ATTN__BK) {
         int kn = imin(ATTN__BK, kend - kb);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, kn, h->dk,
+        attn__gemm(1, n, kn, h->dk,
                     h->scale, h->q + (size_t)i0 * h->ldq, (int)h->ldq,
                     h->k + (size_t)kb * h->ldk, (int)h->ldk, 0.0f, sblk,
                     ATTN__BK);
@@ -168,7 +177,7 @@ static void block_fused(const attn__head *h, int i0, int i1)
                     orow[d] *= alpha;
             }
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, h->dv, kn,
+        attn__gemm(0, n, h->dv, kn,
                     1.0f, sblk, ATTN__BK, h->v + (size_t)kb * h->ldv,
                     (int)h->ldv, 1.0f, o, (int)h->ldo);
     }
@@ -191,7 +200,7 @@ void attn__head_block(const attn__head *h, int i0, int i1)
         return;
     }
     if (h->sc)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i1 - i0, h->s,
+        attn__gemm(1, i1 - i0, h->s,
                     h->dk, h->scale, h->q + (size_t)i0 * h->ldq, (int)h->ldq,
                     h->k, (int)h->ldk, 0.0f, h->sc + (size_t)i0 * h->s, h->s);
     for (int r = i0; r < i1; r += ATTN__BQ)

@@ -57,6 +57,13 @@ void attn__rope_table(float *cs, int n_pos, int rot, double theta);
 void attn__rope_rows(float *x, size_t ld, int r0, int r1, int n_heads,
                      int dk, int rot, const float *cs);
 
+/* attn__gemm: C (m, n) = alpha A (m, k) B + beta C, row-major, B (k, n) or,
+ * when trans_b, B^T with B (n, k), through cblas_sgemm (OpenBLAS's own
+ * small-matrix kernels beat plain loops even at 16 x 16 x 16). */
+void attn__gemm(int trans_b, int m, int n, int k, float alpha,
+                const float *a, int lda, const float *b, int ldb, float beta,
+                float *c, int ldc);
+
 /* attn__blas_single: ask OpenBLAS (when linked) for one thread, so GEMMs
  * inside tiles never oversubscribe the pool. Idempotent, any thread. */
 void attn__blas_single(void);
