@@ -103,7 +103,7 @@ export function renderSteps(box, run, state, qi, v) {
     if (have.v) {
       const vo = ((b * hkv + kvh) * S + j) * dv;
       const wv = Array.from(run.v.subarray(vo, vo + dv), (x) => (m ? 0 : w * x));
-      tr.append(el('td', { class: 'vec' }, m ? '—' : vec(wv)));
+      tr.append(el('td', { class: 'vec' }, m ? '—' : vec(wv, 4)));
     }
     tb.append(tr);
   }

@@ -38,3 +38,15 @@ test('halves have unit length and repeated words share content', () => {
 test('widths that are not multiples of 4 are refused', () => {
   assert.throws(() => embed(['a'], 6), /multiple of 4/);
 });
+
+test('the page agrees with tools/embed.py, the demo model\'s generator', { skip: !fs.existsSync(new URL('../../tools/embed.py', import.meta.url)) && 'no tools/embed.py' }, async () => {
+  const { spawnSync } = await import('node:child_process');
+  const words = ['the', 'cat', 'sat', 'on', 'the', 'mat', 'Naïve'];
+  for (const d of [8, 64]) {
+    const r = spawnSync('python3', [new URL('../../tools/embed.py', import.meta.url).pathname, String(d), ...words], { encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr);
+    const rows = r.stdout.trim().split('\n').map((l) => l.split(' ').slice(1).map(Number));
+    const x = embed(words, d);
+    rows.forEach((row, i) => row.forEach((v, k) => assert.equal(x[i * d + k], Math.fround(v), `${words[i]} d=${d} [${k}]`)));
+  }
+});

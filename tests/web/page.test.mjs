@@ -150,10 +150,11 @@ test('the demo, drawn: screenshot kept as a test artefact', async () => {
   const demo = await fetch(`${daemon.url}/v2/models/demo`);
   const model = demo.ok ? 'demo' : 'toy';
   const { page, errors } = await openPage(browser,
-    `${daemon.url}/#model=${model}&text=${encodeURIComponent(SENTENCE)}&h=0&q=7`, { width: 1400, height: 1180 });
-  const c = await page.evaluate(() => window.attnd.cellCenter(7, 1));
+    `${daemon.url}/#model=${model}&text=${encodeURIComponent(SENTENCE)}&h=3&q=4`, { width: 1400, height: 1180 });
+  // Head 3 of the demo matches equal words: the second "the" (#4) and the first (#0).
+  const c = await page.evaluate(() => window.attnd.cellCenter(4, 0));
   await page.mouse.move(c.pageX, c.pageY);
-  await page.waitForFunction(() => /#7/.test(document.querySelector('#readout [data-field=query]')?.textContent || ''));
+  await page.waitForFunction(() => /#4/.test(document.querySelector('#readout [data-field=query]')?.textContent || ''));
   const heads = await page.$$('.head');
   const H = await page.evaluate(() => window.attnd.run.H);
   assert.equal(heads.length, H > 1 ? H + 1 : 1);
