@@ -78,6 +78,10 @@ test('the oldest map is evicted by bytes and then answers 404', async () => {
   assert.deepEqual(ids.slice(0, 2), [c.id, b.id], 'newest first');
   assert.ok(!ids.includes(a.id));
   assert.ok(list.bytes_used <= MAPS_BYTES);
+  const metrics = await (await fetch(`${daemon.url}/metrics`)).text();
+  assert.match(metrics, /^attnd_maps_evicted_total [1-9]\d*$/m);
+  assert.match(metrics, new RegExp(`^attnd_maps_bytes ${list.bytes_used}$`, 'm'));
+  assert.match(metrics, new RegExp(`^attnd_maps_bytes_limit ${MAPS_BYTES}$`, 'm'));
   for (const p of [`/v2/maps/${a.id}`, `/v2/maps/${a.id}/attention`]) {
     const r = await fetch(daemon.url + p);
     assert.equal(r.status, 404);
