@@ -164,3 +164,75 @@ test('the demo, drawn: screenshot kept as a test artefact', async () => {
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+test('log scale: weight w drawn at (log10 w + 4) / 4 of the colour map', async () => {
+  const T = 5;
+  const q = Array.from({ length: T }, () => [0, 0]);
+  const k = Array.from({ length: T }, (_, i) => [i, -i]);
+  const v = Array.from({ length: T }, (_, i) => [i, 1]);
+  const { page, errors } = await openPage(browser, daemon.url + sdpaHash({ q, k, v }, '&causal=1&scale=log'));
+  assert.equal(await page.inputValue('#scale'), 'log');
+  for (let i = 0; i < T; i++) {
+    const want = viridis(Math.round(((Math.log10(1 / (i + 1)) + 4) / 4) * 255) / 255);
+    const px = await pixel(page, i, 0);
+    assert.ok(near(px, want), `cell (${i},0) drew ${px}, want ${want.map(Math.round)}`);
+  }
+  assert.match(await page.textContent('#legend-ticks'), /1e-4.*1e-2.*1e\+0/);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('long sequence: zoom window around the query, overview, keyboard follows', async () => {
+  // A retained causal-uniform map, T = 200 (zero queries): A[i][j] = 1/(i+1).
+  const T = 200;
+  const body = {
+    inputs: [
+      { name: 'q', datatype: 'FP32', shape: [T, 2], data: new Array(2 * T).fill(0) },
+      { name: 'k', datatype: 'FP32', shape: [T, 2], data: Array.from({ length: 2 * T }, (_, x) => (x % 7) - 3) },
+      { name: 'v', datatype: 'FP32', shape: [T, 1], data: Array.from({ length: T }, (_, x) => x) },
+    ],
+    parameters: { causal: true, retain: true },
+  };
+  const resp = await (await fetch(`${daemon.url}/v2/models/sdpa/infer`, { method: 'POST', body: JSON.stringify(body) })).json();
+  const id = resp.parameters.map_id;
+  const { page, errors } = await openPage(browser, `${daemon.url}/#map=${id}&h=0&q=150`);
+  assert.equal(await page.isVisible('#overview'), true);
+  const info = await page.textContent('#zoom-info');
+  const [, r0, r1] = info.match(/rows (\d+)–(\d+)/).map(Number);
+  assert.ok(r0 <= 150 && 150 <= r1, info);
+  assert.ok(near(await pixel(page, 150, 120), viridis(Math.round(255 / 151) / 255)));
+  assert.ok(isGrey(await pixel(page, 150, 160)), 'masked cell right of the diagonal');
+  await page.click('#zoom-out');
+  assert.match(await page.textContent('#zoom-info'), /of 200 × 200/);
+  const [, z0, z1] = (await page.textContent('#zoom-info')).match(/rows (\d+)–(\d+)/).map(Number);
+  assert.equal(z1 - z0 + 1, 128);
+  // The keyboard cursor walks out of the window and the window follows.
+  await page.focus('#heatmap');
+  for (let x = 0; x < 3; x++) await page.keyboard.press('ArrowUp');
+  const c = await page.evaluate(() => window.attnd.state.win);
+  assert.ok(c.r0 <= 147);
+  assert.match(await page.textContent('#readout'), /#147/);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('exports: .npy and JSON hold the focused map\'s numbers', async () => {
+  const { page, errors } = await openPage(browser, daemon.url + sdpaHash(SEED, '&h=0'));
+  const [npy] = await Promise.all([page.waitForEvent('download'), page.click('#export-npy')]);
+  const buf = fs.readFileSync(await npy.path());
+  assert.deepEqual([...buf.subarray(0, 8)], [0x93, 78, 85, 77, 80, 89, 1, 0]);
+  const hlen = buf.readUInt16LE(8);
+  assert.equal((10 + hlen) % 64, 0);
+  assert.match(buf.toString('latin1', 10, 10 + hlen), /'descr': '<f4', 'fortran_order': False, 'shape': \(2, 2\)/);
+  const data = new Float32Array(buf.buffer.slice(buf.byteOffset + 10 + hlen, buf.byteOffset + buf.length));
+  assert.deepEqual(Array.from(data, (x) => x.toFixed(6)), ['0.880797', '0.119203', '0.119203', '0.880797']);
+  const [js] = await Promise.all([page.waitForEvent('download'), page.click('#export-json')]);
+  const j = JSON.parse(fs.readFileSync(await js.path(), 'utf8'));
+  assert.deepEqual(j.shape, [2, 2]);
+  assert.deepEqual(j.tokens, ['t0', 't1']);
+  assert.equal(j.data[0].toFixed(6), '0.880797');
+  const [png] = await Promise.all([page.waitForEvent('download'), page.click('#export-png')]);
+  assert.deepEqual([...fs.readFileSync(await png.path()).subarray(1, 4)], [80, 78, 71]); // "PNG"
+  assert.deepEqual(errors, []);
+  await page.close();
+});
