@@ -48,7 +48,7 @@ UNIT_BIN := $(UNIT_SRC:%.c=$(BUILD)/%)
 
 obj = $(1:%.c=$(BUILD)/%.o)
 
-.PHONY: all run test deps deps-test check-unit check-web bench clean format
+.PHONY: all run test deps deps-test check-unit check-server check-web bench bench-server clean format
 all: deps $(if $(wildcard server/main.c),$(ATTND)) $(UNIT_BIN)
 
 deps:
@@ -115,11 +115,19 @@ check-unit: deps $(UNIT_BIN)
 	    ATTN_TEST_DATA=tests CK_DEFAULT_TIMEOUT=120 $$t || fail=1; done; \
 	    exit $$fail
 
+# --- server: the daemon's suites (node:test against a running attnd) -----
+# Each file starts its own attnd ($(ATTND)) on 127.0.0.1, port 0.
+SERVER_TESTS := $(sort $(wildcard tests/server/*.test.mjs))
+check-server: deps-test $(ATTND)
+	@echo "== node --test tests/server ($(ATTND))"
+	@ATTND_BIN=$(ATTND) node --test --test-concurrency=1 $(SERVER_TESTS)
+
 test: deps-test
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory check-unit
 	@$(MAKE) --no-print-directory check-web
 	@$(MAKE) --no-print-directory check-weights-gen
+	@$(MAKE) --no-print-directory check-server
 
 run: deps $(ATTND)
 	$(ATTND)

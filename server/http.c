@@ -208,7 +208,7 @@ static int route(srv_req *r, const char *url)
         memmove((char *)v, vs + vlen, strlen(vs + vlen) + 1);
     }
     for (i = 0; i < srv_n_routes; i++) {
-        char arg[2][SRV_NAME_MAX + 32];
+        char arg[2][SRV_NAME_MAX + 32] = {{0}, {0}};
         if (!match(srv_routes[i].path, r->path, arg))
             continue;
         allowed |= srv_routes[i].method;
@@ -432,6 +432,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     free(r->resp);
     free(r);
     s->live_reqs--;
+    srv_check_stop(s);
 }
 
 static void mhd_logger(void *cls, const char *fmt, va_list ap)
