@@ -18,6 +18,7 @@
 
 /* JSON maps above this many cells are refused (use max=N or f32). */
 #define MAPS_JSON_MAX_CELLS ((size_t)1 << 20)
+/* GET /v2/maps lists at most this many (newest); "count" gives them all. */
 #define MAPS_LIST_MAX 1024
 
 /* Fill r with a JSON error body; 0 or ATTN_ENOMEM. */
@@ -75,7 +76,7 @@ static int route_list(maps_store *st, maps_reply *r)
 {
     maps_info *list = malloc(MAPS_LIST_MAX * sizeof(*list));
     json_t *o = NULL, *arr;
-    size_t n, i, used, max_bytes;
+    size_t n, i, used, max_bytes, total;
 
     if (!list)
         return ATTN_ENOMEM;
@@ -85,8 +86,10 @@ static int route_list(maps_store *st, maps_reply *r)
     for (i = 0; arr && i < n; i++)
         if (json_array_append_new(arr, info_json(&list[i])) != 0)
             goto fail;
-    o = json_pack("{s:o, s:I, s:I}", "maps", arr, "bytes_used",
-                  (json_int_t)used, "bytes_max", (json_int_t)max_bytes);
+    maps_stats(st, NULL, NULL, &total, NULL);
+    o = json_pack("{s:o, s:I, s:I, s:I}", "maps", arr, "count",
+                  (json_int_t)total, "bytes_used", (json_int_t)used,
+                  "bytes_max", (json_int_t)max_bytes);
     free(list);
     return reply_json(r, o);
 fail:

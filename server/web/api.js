@@ -87,13 +87,20 @@ export async function inferWords(meta, words, { causal, retain }) {
   return inferX(meta, [1, words.length, d], x, words, { causal, retain });
 }
 
-// Run an attention model on an explicit x of shape [B, T, d_model].
-export async function inferX(meta, shape, x, tokens, { causal, retain }) {
+// Run an attention model on an explicit x of shape [B, T, d_model] (and,
+// for cross-attention, ctx = { shape: [B, S, d_ctx], data, tokens }).
+export async function inferX(meta, shape, x, tokens, { causal, retain }, ctx = null) {
   const p = meta.parameters || {};
   const params = { causal: !!causal };
-  if (retain) { params.retain = true; params.tokens = tokens; }
+  const keyTokens = ctx ? ctx.tokens : tokens;
+  if (retain) {
+    params.retain = true;
+    params.tokens = ctx && ctx.shape[1] !== shape[1] ? tokens.concat(keyTokens) : tokens;
+  }
+  const inputs = [{ name: 'x', datatype: 'FP32', shape, data: Array.from(x) }];
+  if (ctx) inputs.push({ name: 'context', datatype: 'FP32', shape: ctx.shape, data: Array.from(ctx.data) });
   const body = {
-    inputs: [{ name: 'x', datatype: 'FP32', shape, data: Array.from(x) }],
+    inputs,
     outputs: ['attention', 'scores', 'q', 'k', 'v', 'y'].map((name) => ({ name })),
     parameters: params,
   };
@@ -103,7 +110,7 @@ export async function inferX(meta, shape, x, tokens, { causal, retain }) {
   const [B, H, T, S] = o.attention.shape;
   return {
     source: 'model', model: meta.name, B, H, T, S,
-    tokens: tokens.slice(0, T), keyTokens: tokens.slice(0, S),
+    tokens: tokens.slice(0, T), keyTokens: keyTokens.slice(0, S),
     causal: !!causal, tValid: Array(B).fill(T), sValid: Array(B).fill(S),
     attention: o.attention.data, scores: o.scores && o.scores.data,
     q: o.q && o.q.data, k: o.k && o.k.data, v: o.v && o.v.data,

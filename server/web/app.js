@@ -18,6 +18,7 @@ const SEED_SDPA = {
 };
 const ZOOM_AT = 96;   // maps larger than this a side get a zoom window
 const TABLE_MAX = 24; // the table view is offered up to this size
+const JSON_IN_URL_MAX = 16384; // pasted input kept in the link up to this
 
 const state = {
   tab: 'words', model: 'demo', text: '', json: '', causal: false, retain: false,
@@ -45,7 +46,7 @@ function writeHash() {
   if (state.map) p.set('map', state.map);
   else {
     p.set('model', state.model);
-    if (state.tab === 'json') p.set('json', state.json);
+    if (state.tab === 'json' && state.json.length <= JSON_IN_URL_MAX) p.set('json', state.json);
     else p.set('text', state.text);
     p.set('causal', state.causal ? '1' : '0');
   }
@@ -281,7 +282,14 @@ async function doRun() {
       const shape = api.shapeOf(spec.x, 'x');
       const full = shape.length === 2 ? [1, ...shape] : shape;
       const toks = spec.tokens || Array.from({ length: full[1] }, (_, i) => `t${i}`);
-      run = await api.inferX(meta, full, Float32Array.from(spec.x.flat(Infinity)), toks, opts);
+      let ctx = null;
+      if (spec.context) { // cross-attention: keys and values from context
+        const cs = api.shapeOf(spec.context, 'context');
+        const cfull = cs.length === 2 ? [1, ...cs] : cs;
+        ctx = { shape: cfull, data: Float32Array.from(spec.context.flat(Infinity)),
+          tokens: spec.key_tokens || Array.from({ length: cfull[1] }, (_, j) => `c${j}`) };
+      }
+      run = await api.inferX(meta, full, Float32Array.from(spec.x.flat(Infinity)), toks, opts, ctx);
     } else {
       const words = tokenize(state.text);
       if (!words.length) throw new Error('Tokens: type at least one word');
@@ -464,6 +472,10 @@ function wire() {
     download(`${baseName()}.npy`, npy(headMap(state.b, state.h), [run.T, run.S])));
   $('copy-link').addEventListener('click', async () => {
     writeHash();
+    if (state.tab === 'json' && !state.map && state.json.length > JSON_IN_URL_MAX) {
+      setStatus('This input is too large for a link: tick “retain on the server” and run, then copy the link to the map.', true);
+      return;
+    }
     try { await navigator.clipboard.writeText(location.href); setStatus('link copied'); }
     catch (_) { setStatus(`link: ${location.href}`); }
   });

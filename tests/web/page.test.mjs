@@ -236,3 +236,21 @@ test('exports: .npy and JSON hold the focused map\'s numbers', async () => {
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+test('pasted JSON with a context runs cross-attention: T queries by S keys', async () => {
+  const row = (i) => Array.from({ length: 16 }, (_, d) => Math.sin(i * 3 + d));
+  const spec = { x: [0, 1, 2].map(row), context: [5, 6, 7, 8, 9].map(row), tokens: ['a', 'b', 'c'] };
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&json=${encodeURIComponent(JSON.stringify(spec))}`);
+  const run = await page.evaluate(() => ({ T: window.attnd.run.T, S: window.attnd.run.S, keys: window.attnd.run.keyTokens }));
+  assert.deepEqual(run, { T: 3, S: 5, keys: ['c0', 'c1', 'c2', 'c3', 'c4'] });
+  // Each row of weights sums to 1 (read from the table view, 3 decimals).
+  await page.check('#table-toggle');
+  const rows = await page.$$eval('#table-view tbody tr', (trs) => trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => Number(td.textContent))));
+  assert.equal(rows.length, 3);
+  for (const r of rows) {
+    assert.equal(r.length, 5);
+    assert.ok(Math.abs(r.reduce((a, b) => a + b, 0) - 1) < 0.006, `row sums to ${r}`);
+  }
+  assert.deepEqual(errors, []);
+  await page.close();
+});
