@@ -159,6 +159,17 @@ bench-load: deps $(LOAD_BENCH)
 	$(LOAD_BENCH) --mb 100 --reps 3
 bench: bench-load
 
+# ---- web: retained-map store benchmark (numpy peer for pooling) ----------
+MAPS_BENCH := $(BUILD)/bench/bench_maps
+$(MAPS_BENCH): bench/bench_maps.c $(LINK_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(LINK_LIBS) $(LDFLAGS_ALL) $(LIBS_ALL)
+.PHONY: bench-maps
+bench-maps: deps $(MAPS_BENCH)
+	@tools/install-deps.sh bench
+	$(MAPS_BENCH) --t 4096 --max 512 --json 1024 --reps 5
+bench: bench-maps
+
 # Regenerates the safetensors corpus, the model corpus and models/demo (the
 # demo generator prints each head's argmax pattern on the sample sentence)
 # into a temporary folder and compares them with the committed files.

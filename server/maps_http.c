@@ -181,21 +181,15 @@ static int parse_int(const char *s, long lo, long hi, int *out)
     return 0;
 }
 
-/* Append the shortest "%.Ng" (6 <= N <= 9) that reads back as f. */
+/* Append f with 9 significant digits (always reads back as the same
+ * float, as the infer responses print it); null for a non-finite value. */
 static size_t put_float(char *p, float f)
 {
-    int prec, n = 0;
-
     if (f != f || f - f != 0.0f) {
         memcpy(p, "null", 4);
         return 4;
     }
-    for (prec = 6; prec <= 9; prec++) {
-        n = snprintf(p, 24, "%.*g", prec, (double)f);
-        if (strtof(p, NULL) == f)
-            break;
-    }
-    return (size_t)n;
+    return (size_t)snprintf(p, 24, "%.9g", (double)f);
 }
 
 static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
@@ -275,8 +269,9 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
     }
     if (hl < 0 || (size_t)hl >= sizeof(head))
         goto nomem;
-    /* Each float prints in at most 16 bytes plus a comma. */
-    cap = (size_t)hl + cells * 17 + 4;
+    /* Each float prints in at most 15 bytes ("-1.23456789e-38") plus a
+     * comma; snprintf gets 24 bytes of room, so keep 8 spare at the end. */
+    cap = (size_t)hl + cells * 16 + 32;
     r->body = malloc(cap);
     if (!r->body)
         goto nomem;
