@@ -192,9 +192,11 @@ export async function openMap(id) {
   }
   return {
     source: 'map', model: meta.model, B, H, T: rows, S: cols, tokens, keyTokens,
-    causal: !!meta.causal && !pooled,
-    tValid: pooled ? Array(B).fill(rows) : meta.lengths || Array(B).fill(T),
-    sValid: pooled ? Array(B).fill(cols) : meta.context_lengths || Array(B).fill(S),
+    causal: !!meta.causal,
+    tValid: meta.lengths || Array(B).fill(T),
+    sValid: meta.context_lengths || Array(B).fill(S),
+    // A pooled cell is masked when every pair in its block is.
+    poolMask: pooled ? { bt: Math.ceil(T / rows), bs: Math.ceil(S / cols), T, S } : null,
     attention: att, mapId: id, created: meta.created,
     block: pooled ? [Math.ceil(T / rows), Math.ceil(S / cols)] : null,
     sourceShape: [T, S],

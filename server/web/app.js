@@ -94,6 +94,13 @@ function headMap(b, h) {
 
 function maskedFn(b) {
   const tv = run.tValid[b] ?? run.T, sv = run.sValid[b] ?? run.S;
+  const pm = run.poolMask;
+  if (pm) { // cell (r, c) stands for rows r*bt.., keys c*bs..
+    return (r, c) => {
+      const i0 = r * pm.bt, i1 = Math.min(pm.T, (r + 1) * pm.bt) - 1, j0 = c * pm.bs;
+      return (run.causal && j0 > i1) || i0 >= tv || j0 >= sv;
+    };
+  }
   return (i, j) => (run.causal && j > i) || i >= tv || j >= sv;
 }
 

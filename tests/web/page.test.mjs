@@ -254,3 +254,27 @@ test('pasted JSON with a context runs cross-attention: T queries by S keys', asy
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+test('a map over 1M cells opens max-pooled by the server, labelled as such', async () => {
+  const T = 1100; // 1.21M cells: the page asks for max=512, blocks of 3
+  const body = {
+    inputs: [
+      { name: 'q', datatype: 'FP32', shape: [T, 2], data: new Array(2 * T).fill(0) },
+      { name: 'k', datatype: 'FP32', shape: [T, 2], data: new Array(2 * T).fill(1) },
+      { name: 'v', datatype: 'FP32', shape: [T, 1], data: new Array(T).fill(1) },
+    ],
+    parameters: { causal: true, retain: true },
+  };
+  const resp = await (await fetch(`${daemon.url}/v2/models/sdpa/infer`, { method: 'POST', body: JSON.stringify(body) })).json();
+  const { page, errors } = await openPage(browser, `${daemon.url}/#map=${resp.parameters.map_id}&q=100`);
+  const run = await page.evaluate(() => ({ T: window.attnd.run.T, S: window.attnd.run.S, block: window.attnd.run.block }));
+  assert.deepEqual(run, { T: 367, S: 367, block: [3, 3] });
+  assert.match(await page.textContent('#overview-note'), /3×3 blocks of 1100 × 1100/);
+  // Pooled cell (100, 80) is the max of rows 300..302 over keys 240..242:
+  // 1/301, the weight of row 300 (the zoom window opens around q = 100).
+  assert.ok(near(await pixel(page, 100, 80), viridis(Math.round(255 / 301) / 255)));
+  assert.ok(isGrey(await pixel(page, 100, 120)), 'a block wholly after the query is masked');
+  assert.ok(!isGrey(await pixel(page, 100, 100)), 'the diagonal block is not');
+  assert.deepEqual(errors, []);
+  await page.close();
+});
