@@ -72,6 +72,8 @@ static json_t *info_json(const maps_info *in)
                      "causal", in->causal);
 }
 
+/* GET /v2/maps: the newest MAPS_LIST_MAX entries, the total count and the
+ * store's bytes. 0, or ATTN_ENOMEM with r untouched. */
 static int route_list(maps_store *st, maps_reply *r)
 {
     maps_info *list = malloc(MAPS_LIST_MAX * sizeof(*list));
@@ -126,6 +128,8 @@ static json_t *ints_json(const int32_t *v, int n)
     return arr;
 }
 
+/* GET /v2/maps/{id}: metadata, labels (query and key) and lengths; 404
+ * when id is not retained. 0, or ATTN_ENOMEM. */
 static int route_meta(maps_store *st, const char *id, maps_reply *r)
 {
     maps__entry *e = maps__acquire(st, id);
@@ -192,6 +196,11 @@ static size_t put_float(char *p, float f)
     return (size_t)snprintf(p, 24, "%.9g", (double)f);
 }
 
+/* GET /v2/maps/{id}/attention?b=&h=&max=&format=: one [T, S] map (or its
+ * max-pooled overview) as JSON with a flat row-major "data", or as raw FP32
+ * with the shape in r->shape. Bad parameters are 400s naming themselves;
+ * JSON above MAPS_JSON_MAX_CELLS cells is refused (ask for max= or f32).
+ * 0, or ATTN_ENOMEM. */
 static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
                            void *ctx, maps_reply *r)
 {
