@@ -201,9 +201,9 @@ const srv_route srv_routes[] = {
     {SRV_POST, "/v2/repository/models/{}/load", srv_h_load, 1},
     {SRV_POST, "/v2/repository/models/{}/unload", srv_h_unload, 1},
     {SRV_GET, "/metrics", srv_h_metrics, 0},
-    {SRV_GET, "/v2/maps", h_maps, 0},
-    {SRV_GET, "/v2/maps/{}", h_maps, 0},
-    {SRV_GET, "/v2/maps/{}/attention", h_maps, 0},
+    {SRV_GET, "/v2/maps", h_maps, 1},
+    {SRV_GET, "/v2/maps/{}", h_maps, 1},
+    {SRV_GET, "/v2/maps/{}/attention", h_maps, 1},
     {SRV_GET, "/", h_web, 0},
     {SRV_GET, "/web/{}", h_web, 0},
 };

@@ -12,17 +12,37 @@
 
 import { embed } from './embed.js';
 
+// The daemon's API key (--api-key), when it has one: kept for this tab
+// only (sessionStorage) and sent as a bearer token.
+const KEY_ITEM = 'attnd.apiKey';
+let apiKey = '';
+try { apiKey = sessionStorage.getItem(KEY_ITEM) || ''; } catch (_) { /* storage off */ }
+
+export function setApiKey(k) {
+  apiKey = k;
+  try { if (k) sessionStorage.setItem(KEY_ITEM, k); else sessionStorage.removeItem(KEY_ITEM); } catch (_) { /* */ }
+}
+
+function headers(h = {}) {
+  if (apiKey) h.Authorization = `Bearer ${apiKey}`;
+  return h;
+}
+
+// fail: throw the daemon's error; err.status is the HTTP status (401 asks
+// the page for a key).
 async function fail(res) {
   let msg = `HTTP ${res.status}`;
   try {
     const j = await res.json();
     if (j && j.error) msg = `${j.error} (HTTP ${res.status})`;
   } catch (_) { /* not JSON */ }
-  throw new Error(msg);
+  const e = new Error(msg);
+  e.status = res.status;
+  throw e;
 }
 
 export async function getJSON(url) {
-  const res = await fetch(url, { headers: { Accept: 'application/json' } });
+  const res = await fetch(url, { headers: headers({ Accept: 'application/json' }) });
   if (!res.ok) await fail(res);
   return res.json();
 }
@@ -30,7 +50,7 @@ export async function getJSON(url) {
 async function postJSON(url, body) {
   const res = await fetch(url, {
     method: 'POST',
-    headers: { 'Content-Type': 'application/json', Accept: 'application/json' },
+    headers: headers({ 'Content-Type': 'application/json', Accept: 'application/json' }),
     body: JSON.stringify(body),
   });
   if (!res.ok) await fail(res);
@@ -43,7 +63,9 @@ export async function listModels() {
   try {
     const idx = await postJSON('/v2/repository/index', {});
     names = idx.filter((m) => !m.state || m.state === 'READY').map((m) => m.name);
-  } catch (_) { /* fall back below */ }
+  } catch (e) {
+    if (e.status === 401) throw e;
+  }
   if (!names.includes('sdpa')) names.unshift('sdpa');
   return [...new Set(names)];
 }
@@ -167,7 +189,8 @@ export async function openMap(id) {
   const pooled = T * S > FULL_MAP_CELLS;
   const q = pooled ? `&max=${POOL_N}` : '';
   const fetchHead = async (b, h) => {
-    const res = await fetch(`/v2/maps/${encodeURIComponent(id)}/attention?b=${b}&h=${h}&format=f32${q}`);
+    const res = await fetch(`/v2/maps/${encodeURIComponent(id)}/attention?b=${b}&h=${h}&format=f32${q}`,
+      { headers: headers() });
     if (!res.ok) await fail(res);
     return new Float32Array(await res.arrayBuffer());
   };

@@ -32,6 +32,14 @@ let cursor = null;   // { i, j, mouse } keyboard/hover cell
 let hoverRow = null; // query row under the pointer
 const meanCache = new Map();
 
+// askKey: on a 401, show the API-key form (and say why).
+function askKey(e) {
+  if (e && e.status === 401) {
+    $('auth').hidden = false;
+    $('api-key').focus();
+  }
+}
+
 function setStatus(msg, isError = false) {
   const s = $('status');
   s.textContent = msg;
@@ -306,6 +314,7 @@ async function doRun() {
     finishRun(run.mapId ? `retained as map ${run.mapId}` : '');
   } catch (e) {
     setStatus(e.message, true);
+    askKey(e);
     document.body.dataset.state = 'error';
   }
 }
@@ -332,6 +341,7 @@ async function openMap(id) {
     finishRun(run.created ? `retained ${run.created}` : '');
   } catch (e) {
     setStatus(e.message, true);
+    askKey(e);
     document.body.dataset.state = 'error';
   }
 }
@@ -351,7 +361,7 @@ async function refreshMaps() {
       li.append(b);
       ul.append(li);
     }
-  } catch (e) { setStatus(e.message, true); }
+  } catch (e) { setStatus(e.message, true); askKey(e); }
 }
 
 function selectTab(tab) {
@@ -503,9 +513,22 @@ window.attnd = {
 
 async function main() {
   wire();
+  $('auth').addEventListener('submit', (e) => {
+    e.preventDefault();
+    api.setApiKey($('api-key').value);
+    $('auth').hidden = true;
+    start();
+  });
+  await start();
+}
+
+// start: read the URL, list the models, then draw what the URL asks for.
+// Runs again after an API key is given.
+async function start() {
   const fromUrl = readHash();
-  const models = await api.listModels().catch(() => ['sdpa', 'demo']);
+  const models = await api.listModels().catch((e) => { askKey(e); setStatus(e.message, true); return ['sdpa']; });
   const sel = $('model');
+  sel.textContent = '';
   for (const m of models) sel.append(new Option(m, m));
   if (!models.includes(state.model)) state.model = models.includes('demo') ? 'demo' : models[0];
   sel.value = state.model;
@@ -513,7 +536,7 @@ async function main() {
   $('json').value = state.json || JSON.stringify(SEED_SDPA);
   $('causal').checked = state.causal;
   selectTab(state.tab);
-  try { await loadMeta(state.model, !fromUrl); } catch (e) { setStatus(e.message, true); }
+  try { await loadMeta(state.model, !fromUrl); } catch (e) { setStatus(e.message, true); askKey(e); }
   const keep = { b: state.b, h: state.h, q: state.q };
   if (state.map) await openMap(state.map);
   else if (fromUrl) {

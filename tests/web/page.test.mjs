@@ -278,3 +278,31 @@ test('a map over 1M cells opens max-pooled by the server, labelled as such', asy
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+test('batch selector appears for B > 1 and switches the drawn map', async () => {
+  // Batch item 0: identity (Q = K = 10 I); item 1: uniform (Q = 0).
+  const eye = [[10, 0, 0], [0, 10, 0], [0, 0, 10]], zero = eye.map((r) => r.map(() => 0));
+  const v = eye.map((r) => r.slice(0, 1));
+  const { page, errors } = await openPage(browser, daemon.url + sdpaHash({ q: [eye, zero], k: [eye, eye], v: [v, v] }));
+  assert.equal(await page.isVisible('#batch-wrap'), true);
+  assert.ok(near(await pixel(page, 0, 1), viridis(0)));
+  await page.selectOption('#batch', '1');
+  await page.waitForFunction(() => /b=1/.test(location.hash));
+  assert.ok(near(await pixel(page, 0, 1), viridis(Math.round(255 / 3) / 255)), 'uniform third');
+  // B = 1: no selector.
+  const one = await openPage(browser, daemon.url + sdpaHash(SEED));
+  assert.equal(await one.page.isVisible('#batch-wrap'), false);
+  assert.deepEqual([...errors, ...one.errors], []);
+  await page.close();
+  await one.page.close();
+});
+
+test('a bad input shows the daemon\'s error naming the field', async () => {
+  const page = await browser.newPage();
+  await page.goto(daemon.url + sdpaHash({ q: [[1, 2, 3]], k: [[1, 2]], v: [[1]] }));
+  await page.waitForFunction(() => document.body.dataset.state === 'error');
+  const msg = await page.textContent('#status');
+  assert.match(msg, /\bk\b.*HTTP 400/);
+  assert.equal(await page.getAttribute('#status', 'role'), 'alert');
+  await page.close();
+});
