@@ -152,6 +152,17 @@ bench-core: deps $(BENCH_BIN)
 	$(BENCH_BIN) --threads 2 --peer bench/torch_peer.py
 bench: bench-core
 
+# ---- server: HTTP benchmark (attnd vs a bare libmicrohttpd, wrk) ---------
+BARE_MHD := $(BUILD)/bench/bare_mhd
+$(BARE_MHD): bench/bare_mhd.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(LDFLAGS_ALL) $(PKG_LIBS)
+.PHONY: bench-server
+bench-server: deps $(ATTND) $(BARE_MHD)
+	@tools/install-deps.sh bench
+	python3 bench/http_bench.py --attnd $(ATTND) --bare $(BARE_MHD)
+bench: bench-server
+
 # ---- weights: load benchmark; committed generated files match generators --
 LOAD_BENCH := $(BUILD)/bench/bench_load
 .PHONY: bench-load check-weights-gen

@@ -398,8 +398,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         return queue_response(r);
     if (*upload_size) {
         add_body(r, upload, *upload_size);
+        r->body_seen += *upload_size;
         *upload_size = 0;
-        return MHD_YES;
+        /* a client that keeps sending far past the limit is cut off */
+        return r->too_large && r->body_seen / 2 > r->body_limit ? MHD_NO : MHD_YES;
     }
     if (r->suspended)
         return MHD_YES;

@@ -97,6 +97,12 @@ def main():
         y, a = mha_ref(mha, x, lengths=[5, 3])
         refs["lengths"] = {"shape": [2, 5, D], "lengths": [5, 3],
                            "x": flat(x), "y": flat(y), "attention": flat(a)}
+        # large enough that the daemon spreads it over the pool by stages
+        x = torch.randn(1, 700, D)
+        x = torch.tensor([[[round(v, 6) for v in row] for row in x[0].tolist()]])
+        y, _ = mha_ref(mha, x, causal=True)
+        refs["large"] = {"shape": [1, 700, D], "x": [round(v, 6) for v in flat(x)],
+                         "y": flat(y)}
         clients = []
         for i in range(12):
             t = 2 + (i * 5) % 11

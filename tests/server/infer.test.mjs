@@ -84,6 +84,13 @@ test('causal parameter and lengths (padding) match PyTorch; padded rows are 0', 
   assert.deepEqual(out(r, 'y').data.slice(5 * 8 + 3 * 8), new Array(16).fill(0));
 });
 
+test('a large request (run stage by stage over the pool) matches PyTorch', async () => {
+  const c = REFS.large;
+  const r = await infer(d, 'tiny', { inputs: [fp32('x', c.shape, c.x)], parameters: { causal: true } });
+  assert.equal(r.status, 200);
+  assert.ok(maxDiff(out(r, 'y').data, c.y) < 1e-5);
+});
+
 test('without an outputs list only y comes back; q, k, v and scores on request', async () => {
   const c = REFS.self;
   let r = await infer(d, 'tiny', { inputs: [fp32('x', c.shape, c.x)] });
