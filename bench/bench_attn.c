@@ -5,9 +5,11 @@
  *   case=<name> path=<fused|maps> ms=<median> gflops=<x> torch_ms=<median>
  *   ratio=<torch/ours> rss_mb=<our peak> torch_rss_mb=<torch peak>
  * usage: bench_attn [--threads N] [--peer bench/torch_peer.py] [--no-peer]
- *                   [--only NAME] [--quick]
- * Measured, never asserted. Weights random, biases on, no maps unless the
- * case says path=maps (then attention [B, H, T, T] is written).
+ *                   [--only NAME] [--quick] [--rounds R]
+ * The two sides alternate R rounds (default 2) and each reports its best
+ * median, so load from other processes on a shared machine hurts both
+ * sides alike. Measured, never asserted. Weights random, biases on, no maps
+ * unless the case says path=maps (then attention [B, H, T, T] is written).
  */
 #include <errno.h>
 #include <math.h>
@@ -67,17 +69,19 @@ static float *rnd(size_t n, float amp, unsigned *seed)
 static double run_ours(const bcase *c, int threads, int reps)
 {
     int dk = c->dm / c->h;
-    attn_config cfg = {.d_model = c->dm, .n_heads = c->h,
-                       .n_kv_heads = c->hkv, .head_dim = dk,
+    attn_config cfg = {.d_model = c->dm,
+                       .n_heads = c->h,
+                       .n_kv_heads = c->hkv,
+                       .head_dim = dk,
                        .v_head_dim = dk};
     unsigned seed = 1;
     float a = 1.0f / sqrtf((float)c->dm);
-    size_t dm = (size_t)c->dm, hq = (size_t)c->h * dk,
-           hk = (size_t)c->hkv * dk, bt = (size_t)c->b * c->t;
+    size_t dm = (size_t)c->dm, hq = (size_t)c->h * dk, hk = (size_t)c->hkv * dk,
+           bt = (size_t)c->b * c->t;
     attn_weights w = {rnd(dm * hq, a, &seed), rnd(dm * hk, a, &seed),
                       rnd(dm * hk, a, &seed), rnd(hq * dm, a, &seed),
-                      rnd(hq, 0.1f, &seed), rnd(hk, 0.1f, &seed),
-                      rnd(hk, 0.1f, &seed), rnd(dm, 0.1f, &seed)};
+                      rnd(hq, 0.1f, &seed),   rnd(hk, 0.1f, &seed),
+                      rnd(hk, 0.1f, &seed),   rnd(dm, 0.1f, &seed)};
     float *x = rnd(bt * dm, 1.0f, &seed), *y = rnd(bt * dm, 0, &seed);
     float *att = NULL;
     size_t per = (size_t)c->h * c->t * c->t;
@@ -85,9 +89,13 @@ static double run_ours(const bcase *c, int threads, int reps)
         att = rnd(per * c->b, 0, &seed);
     attn_seq *seqs = calloc((size_t)c->b, sizeof(*seqs));
     for (int b = 0; b < c->b; b++)
-        seqs[b] = (attn_seq){.t = c->t, .s = c->t, .t_valid = c->t,
-                             .s_valid = c->t, .causal = c->causal,
-                             .x = x + b * c->t * dm, .y = y + b * c->t * dm,
+        seqs[b] = (attn_seq){.t = c->t,
+                             .s = c->t,
+                             .t_valid = c->t,
+                             .s_valid = c->t,
+                             .causal = c->causal,
+                             .x = x + b * c->t * dm,
+                             .y = y + b * c->t * dm,
                              .attention = att ? att + b * per : NULL};
     attn_exec *ex;
     if (attn_exec_create(&ex, threads)) {
@@ -111,8 +119,8 @@ static double run_ours(const bcase *c, int threads, int reps)
 
 /* Run fn in a child (ours) or exec the peer; read "ms=<x>" from its
  * stdout; *rss_mb gets the child's peak RSS. Returns NAN on failure. */
-static double in_child(const bcase *c, int threads, int reps,
-                       const char *peer, double *rss_mb)
+static double in_child(const bcase *c, int threads, int reps, const char *peer,
+                       double *rss_mb)
 {
     int fd[2];
     *rss_mb = NAN;
@@ -130,12 +138,12 @@ static double in_child(const bcase *c, int threads, int reps,
         }
         dup2(fd[1], 1);
         char a[10][16];
-        int v[10] = {c->b, c->t, c->t, c->dm, c->h, c->hkv, c->causal,
-                     c->maps, reps, threads};
+        int v[10] = {c->b,   c->t,      c->t,    c->dm, c->h,
+                     c->hkv, c->causal, c->maps, reps,  threads};
         for (int i = 0; i < 10; i++)
             snprintf(a[i], sizeof a[i], "%d", v[i]);
-        execl("/usr/bin/python3", "python3", peer, a[0], a[1], a[2], a[3],
-              a[4], a[5], a[6], a[7], a[8], a[9], (char *)NULL);
+        execl("/usr/bin/python3", "python3", peer, a[0], a[1], a[2], a[3], a[4],
+              a[5], a[6], a[7], a[8], a[9], (char *)NULL);
         perror("bench: exec /usr/bin/python3");
         _exit(127);
     }
@@ -163,15 +171,15 @@ static double in_child(const bcase *c, int threads, int reps,
 static double flops(const bcase *c)
 {
     double t = c->t, dm = c->dm, dk = (double)c->dm / c->h;
-    double proj = 2 * t * dm * (c->h * dk + 2 * c->hkv * dk) +
-                  2 * t * c->h * dk * dm;
+    double proj =
+        2 * t * dm * (c->h * dk + 2 * c->hkv * dk) + 2 * t * c->h * dk * dm;
     double pairs = c->causal ? t * (t + 1) / 2 : t * t;
     return c->b * (proj + 2 * c->h * pairs * 2 * dk);
 }
 
 int main(int argc, char **argv)
 {
-    int threads = 2, quick = 0;
+    int threads = 2, quick = 0, rounds = 2;
     const char *peer = "bench/torch_peer.py", *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc)
@@ -184,35 +192,50 @@ int main(int argc, char **argv)
             only = argv[++i];
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
+        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+            rounds = atoi(argv[++i]);
         else {
-            fprintf(stderr,
+            int help = !strcmp(argv[i], "--help");
+            fprintf(help ? stdout : stderr,
                     "usage: %s [--threads N] [--peer torch_peer.py] "
-                    "[--no-peer] [--only NAME] [--quick]\n",
+                    "[--no-peer] [--only NAME] [--quick] [--rounds R]\n"
+                    "cases:",
                     argv[0]);
-            return 2;
+            for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+                fprintf(help ? stdout : stderr, " %s", cases[k].name);
+            fprintf(help ? stdout : stderr, "\n");
+            return help ? 0 : 2;
         }
     }
-    if (threads < 1) {
-        fprintf(stderr, "bench: --threads must be >= 1\n");
+    if (threads < 1 || rounds < 1) {
+        fprintf(stderr, "bench: --threads and --rounds must be >= 1\n");
         return 2;
     }
-    printf("# %d threads each side; ms = median forward; rss = peak RSS of "
-           "the side's process\n",
-           threads);
+    printf("# %d threads each side; ms = best of %d rounds of the median "
+           "forward; rss = peak RSS of the side's process\n",
+           threads, rounds);
     fflush(stdout);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const bcase *c = &cases[i];
         if (only && strcmp(only, c->name))
             continue;
         int reps = quick ? (c->reps > 100 ? 101 : 1) : c->reps;
-        double rss, trss = NAN, tms = NAN;
-        double ms = in_child(c, threads, reps, NULL, &rss);
-        if (peer && c->peer)
-            tms = in_child(c, threads, reps, peer, &trss);
+        double rss = NAN, trss = NAN, tms = NAN, ms = NAN;
+        for (int r = 0; r < rounds; r++) {
+            double x, xr;
+            x = in_child(c, threads, reps, NULL, &xr);
+            ms = isnan(ms) || x < ms ? x : ms;
+            rss = isnan(rss) || xr > rss ? xr : rss;
+            if (peer && c->peer) {
+                x = in_child(c, threads, reps, peer, &xr);
+                tms = isnan(tms) || x < tms ? x : tms;
+                trss = isnan(trss) || xr > trss ? xr : trss;
+            }
+        }
         printf("case=%s path=%s ms=%.3f gflops=%.2f torch_ms=%.3f "
                "ratio=%.2f rss_mb=%.1f torch_rss_mb=%.1f\n",
-               c->name, c->maps ? "maps" : "fused", ms,
-               flops(c) / (ms * 1e6), tms, tms / ms, rss, trss);
+               c->name, c->maps ? "maps" : "fused", ms, flops(c) / (ms * 1e6),
+               tms, tms / ms, rss, trss);
         fflush(stdout);
     }
     return 0;

@@ -170,9 +170,9 @@ size_t attn_plan_n_tiles(const attn_plan *p, int stage);
 /* attn_plan_run_tile: computes one tile. May run concurrently with any other
  * tile of the same stage, on any thread. Cannot fail (all checks happened at
  * create); an out-of-range stage or tile is ignored. A tile needs about
- * 33 KB of stack (the fused kernel's score block). GEMMs inside a tile are
- * single-threaded: plan creation and the executor's workers call
- * openblas_set_num_threads(1) when OpenBLAS is linked. */
+ * 130 KB of stack (the fused kernel's 128 x 256 score block). GEMMs inside
+ * a tile are single-threaded: plan creation and the executor's workers
+ * call openblas_set_num_threads(1) when OpenBLAS is linked. */
 void attn_plan_run_tile(attn_plan *p, int stage, size_t tile);
 
 /* attn_plan_destroy: frees the scratch; NULL is fine. */
