@@ -147,7 +147,7 @@ static int entry_build(const maps_put_args *a, size_t max_bytes,
         return rc;
     }
     if (a->n_tokens != 0 && a->n_tokens != a->t &&
-        (a->n_tokens != a->t + a->s || a->s == a->t)) {
+        ((long long)a->n_tokens != (long long)a->t + a->s || a->s == a->t)) {
         snprintf(err, ATTN_ERRMAX,
                  "parameters.tokens: %d labels, expected %d (one per query "
                  "token)%s",
