@@ -168,7 +168,8 @@ function renderFocus() {
   const title = state.h === 'mean' ? 'Mean over heads' : `Head ${state.h}`;
   $('focus-title').textContent = `${title}${run.B > 1 ? `, batch item ${state.b}` : ''} · ${run.model}` +
     (run.mapId ? ` · map ${run.mapId}` : '');
-  const width = Math.min(760, $('view').clientWidth - 360);
+  const vw = $('view').clientWidth; // beside the side panel when there is room
+  const width = Math.min(760, vw > 900 ? vw - 360 : vw);
   geom = drawHeatmap($('heatmap'), {
     ...v, ...win, rowLabels: run.tokens, colLabels: run.keyTokens, maxWidth: width,
     cursor, row: hoverRow ?? state.q,
@@ -192,7 +193,7 @@ function renderFocus() {
     $('overview-note').textContent = run.block ? `(server max-pooled ${run.block[0]}×${run.block[1]} blocks of ${run.sourceShape.join(' × ')})` : '(max-pooled)';
   }
   $('heatmap').setAttribute('aria-label',
-    `${title}: ${run.T} queries by ${run.S} keys. Arrow keys move the cursor; Enter selects the query row.`);
+    `${title}: ${run.T} queries by ${run.S} keys. Arrow keys move the cursor; Enter selects the query row; [ and ] change the head.`);
 }
 
 function renderReadout() {
@@ -406,6 +407,11 @@ function onKey(e) {
   } else if ((e.key === 'Enter' || e.key === ' ') && cursor) {
     e.preventDefault();
     state.q = cursor.i;
+  } else if (e.key === '[' || e.key === ']') { // previous / next head (then the mean)
+    const heads = [...Array(run.H).keys()];
+    if (run.H > 1) heads.push('mean');
+    const k = heads.indexOf(state.h) + (e.key === ']' ? 1 : -1);
+    state.h = heads[(k + heads.length) % heads.length];
   } else return;
   update();
 }

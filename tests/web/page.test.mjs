@@ -102,6 +102,20 @@ test('hover readout and step view show the seed example\'s numbers', async () =>
   await page.close();
 });
 
+test('[ and ] on the map step through the heads and the mean', async () => {
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=${encodeURIComponent(SENTENCE)}&h=0`);
+  await page.focus('#heatmap');
+  const seen = [];
+  for (const key of [']', ']', ']', '[']) {
+    await page.keyboard.press(key);
+    seen.push(await page.textContent('#focus-title'));
+  }
+  assert.deepEqual(seen.map((t) => t.split(' · ')[0]), ['Head 1', 'Mean over heads', 'Head 0', 'Mean over heads']);
+  assert.equal(await page.getAttribute('.head[data-head="mean"]', 'aria-pressed'), 'true');
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test('a shared link reopens the same view, drawn the same', async () => {
   const url = `${daemon.url}/#model=toy&text=${encodeURIComponent(SENTENCE)}&causal=0`;
   const { page, errors } = await openPage(browser, url);
