@@ -52,7 +52,7 @@
     X(conn_timeout_s, "connection-timeout", INT, 60, 0, 86400,                \
       "idle connection timeout (s; 0 = none)")                                \
     X(api_key, "api-key", STR, "", 0, 0,                                      \
-      "when set, infer and repository need 'Authorization: Bearer <key>'")    \
+      "when set, infer, repository, maps need 'Authorization: Bearer <key>'") \
     X(cors_origins, "cors-origins", STR, "", 0, 0,                            \
       "comma-separated allowed CORS origins, or * (empty: no CORS)")          \
     X(maps_bytes, "maps-bytes", INT, 256 * SRV_MiB, 0, 1LL << 40,             \

@@ -147,7 +147,7 @@ static int entry_build(const maps_put_args *a, size_t max_bytes,
         return rc;
     }
     if (a->n_tokens != 0 && a->n_tokens != a->t &&
-        (a->n_tokens != a->t + a->s || a->s == a->t)) {
+        ((long long)a->n_tokens != (long long)a->t + a->s || a->s == a->t)) {
         snprintf(err, ATTN_ERRMAX,
                  "parameters.tokens: %d labels, expected %d (one per query "
                  "token)%s",
@@ -337,7 +337,9 @@ int maps_pool_max(const float *in, int t, int s, int max_n, float *out,
     bs = block_for(s, max_n);
     nr = (t + bt - 1) / bt;
     nc = (s + bs - 1) / bs;
-    for (r = 0; r < nr; r++) {
+    if (bt == 1 && bs == 1) /* no pooling: a copy */
+        memcpy(out, in, (size_t)t * (size_t)s * sizeof(float));
+    for (r = 0; bt * bs > 1 && r < nr; r++) {
         float *orow = out + (size_t)r * (size_t)nc;
         for (c = 0; c < nc; c++)
             orow[c] = in[(size_t)r * (size_t)bt * (size_t)s +

@@ -120,7 +120,9 @@ typedef const char *(*maps_arg_fn)(void *ctx, const char *key);
 
 /*
  * maps_http_get: answer a GET for path (no query string) under /v2/maps:
- *   /v2/maps                       {"maps":[{id,model,shape,created,...}]}
+ *   /v2/maps                       {"maps":[{id,model,shape,created,...}],
+ *                                   "count", "bytes_used", "bytes_max"}
+ *                                  (the newest 1024; count is all of them)
  *   /v2/maps/{id}                  metadata, tokens, lengths
  *   /v2/maps/{id}/attention        ?b=&h=&max=&format=json|f32
  * arg looks up query parameters (may be NULL when there are none). Errors

@@ -18,6 +18,7 @@
 
 /* JSON maps above this many cells are refused (use max=N or f32). */
 #define MAPS_JSON_MAX_CELLS ((size_t)1 << 20)
+/* GET /v2/maps lists at most this many (newest); "count" gives them all. */
 #define MAPS_LIST_MAX 1024
 
 /* Fill r with a JSON error body; 0 or ATTN_ENOMEM. */
@@ -71,11 +72,13 @@ static json_t *info_json(const maps_info *in)
                      "causal", in->causal);
 }
 
+/* GET /v2/maps: the newest MAPS_LIST_MAX entries, the total count and the
+ * store's bytes. 0, or ATTN_ENOMEM with r untouched. */
 static int route_list(maps_store *st, maps_reply *r)
 {
     maps_info *list = malloc(MAPS_LIST_MAX * sizeof(*list));
     json_t *o = NULL, *arr;
-    size_t n, i, used, max_bytes;
+    size_t n, i, used, max_bytes, total;
 
     if (!list)
         return ATTN_ENOMEM;
@@ -85,8 +88,10 @@ static int route_list(maps_store *st, maps_reply *r)
     for (i = 0; arr && i < n; i++)
         if (json_array_append_new(arr, info_json(&list[i])) != 0)
             goto fail;
-    o = json_pack("{s:o, s:I, s:I}", "maps", arr, "bytes_used",
-                  (json_int_t)used, "bytes_max", (json_int_t)max_bytes);
+    maps_stats(st, NULL, NULL, &total, NULL);
+    o = json_pack("{s:o, s:I, s:I, s:I}", "maps", arr, "count",
+                  (json_int_t)total, "bytes_used", (json_int_t)used,
+                  "bytes_max", (json_int_t)max_bytes);
     free(list);
     return reply_json(r, o);
 fail:
@@ -123,6 +128,8 @@ static json_t *ints_json(const int32_t *v, int n)
     return arr;
 }
 
+/* GET /v2/maps/{id}: metadata, labels (query and key) and lengths; 404
+ * when id is not retained. 0, or ATTN_ENOMEM. */
 static int route_meta(maps_store *st, const char *id, maps_reply *r)
 {
     maps__entry *e = maps__acquire(st, id);
@@ -178,23 +185,22 @@ static int parse_int(const char *s, long lo, long hi, int *out)
     return 0;
 }
 
-/* Append the shortest "%.Ng" (6 <= N <= 9) that reads back as f. */
+/* Append f with 9 significant digits (always reads back as the same
+ * float, as the infer responses print it); null for a non-finite value. */
 static size_t put_float(char *p, float f)
 {
-    int prec, n = 0;
-
     if (f != f || f - f != 0.0f) {
         memcpy(p, "null", 4);
         return 4;
     }
-    for (prec = 6; prec <= 9; prec++) {
-        n = snprintf(p, 24, "%.*g", prec, (double)f);
-        if (strtof(p, NULL) == f)
-            break;
-    }
-    return (size_t)n;
+    return (size_t)snprintf(p, 24, "%.9g", (double)f);
 }
 
+/* GET /v2/maps/{id}/attention?b=&h=&max=&format=: one [T, S] map (or its
+ * max-pooled overview) as JSON with a flat row-major "data", or as raw FP32
+ * with the shape in r->shape. Bad parameters are 400s naming themselves;
+ * JSON above MAPS_JSON_MAX_CELLS cells is refused (ask for max= or f32).
+ * 0, or ATTN_ENOMEM. */
 static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
                            void *ctx, maps_reply *r)
 {
@@ -272,8 +278,9 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
     }
     if (hl < 0 || (size_t)hl >= sizeof(head))
         goto nomem;
-    /* Each float prints in at most 16 bytes plus a comma. */
-    cap = (size_t)hl + cells * 17 + 4;
+    /* Each float prints in at most 15 bytes ("-1.23456789e-38") plus a
+     * comma; snprintf gets 24 bytes of room, so keep 8 spare at the end. */
+    cap = (size_t)hl + cells * 16 + 32;
     r->body = malloc(cap);
     if (!r->body)
         goto nomem;

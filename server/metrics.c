@@ -5,6 +5,7 @@
  * counters are only touched there, so reading them needs no lock.
  */
 #include "server/srv.h"
+#include "server/maps.h"
 
 #include <jansson.h>
 #include <stdarg.h>
@@ -175,6 +176,23 @@ void srv_h_metrics(srv_req *r)
                 "# HELP attnd_open_requests HTTP requests in progress.\n"
                 "# TYPE attnd_open_requests gauge\nattnd_open_requests %d\n",
             s->draining, s->live_reqs);
+    if (s->maps) {
+        size_t used, max_bytes, n;
+        uint64_t evicted;
+        maps_stats(s->maps, &used, &max_bytes, &n, &evicted);
+        bprintf(&b,
+                "# HELP attnd_maps_bytes Bytes held by retained attention maps.\n"
+                "# TYPE attnd_maps_bytes gauge\nattnd_maps_bytes %zu\n"
+                "# HELP attnd_maps_bytes_limit The retained-map budget (maps-bytes).\n"
+                "# TYPE attnd_maps_bytes_limit gauge\nattnd_maps_bytes_limit %zu\n"
+                "# HELP attnd_maps_retained Retained attention maps held.\n"
+                "# TYPE attnd_maps_retained gauge\nattnd_maps_retained %zu\n"
+                "# HELP attnd_maps_evicted_total Retained maps evicted, oldest "
+                "first, to make room.\n"
+                "# TYPE attnd_maps_evicted_total counter\n"
+                "attnd_maps_evicted_total %llu\n",
+                used, max_bytes, n, (unsigned long long)evicted);
+    }
     if (b.failed) {
         free(b.p);
         srv_respond_error(r, 500, "metrics: out of memory");

@@ -301,6 +301,7 @@ START_TEST(test_http_routes)
 
     o = get_json(st, "/v2/maps", none, 200);
     ck_assert_uint_eq(json_array_size(json_object_get(o, "maps")), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(o, "count")), 2);
     ck_assert_str_eq(json_string_value(json_object_get(
                          json_array_get(json_object_get(o, "maps"), 0),
                          "id")), id2);

@@ -1,0 +1,143 @@
+// harness.mjs - what the browser tests share: start the real attnd on a
+// free loopback port with a model folder, launch Debian's chromium through
+// playwright-core, and an independent viridis (from the published stops,
+// not the page's code) to compare drawn pixels with.
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+export const ATTND = process.env.ATTND || path.join(ROOT, 'build/default/attnd');
+export const ARTIFACTS = path.join(ROOT, 'tests/web/artifacts');
+
+// A small attention model written as safetensors (canonical names), so the
+// tests do not depend on any generated weights: d_model 16, 2 heads of 8.
+// W_q = W_k = W_v = identity, W_o = identity: head h attends by the dot
+// product of columns 8h..8h+7 of x (content half for head 0, position
+// half for head 1 with the sample generator).
+function writeToyModel(dir) {
+  const D = 16;
+  const eye = new Float32Array(D * D);
+  for (let i = 0; i < D; i++) eye[i * D + i] = 1;
+  const names = ['W_q', 'W_k', 'W_v', 'W_o'];
+  const header = {};
+  names.forEach((n, k) => { header[n] = { dtype: 'F32', shape: [D, D], data_offsets: [k * D * D * 4, (k + 1) * D * D * 4] }; });
+  let h = JSON.stringify(header);
+  h += ' '.repeat((8 - (h.length % 8)) % 8);
+  const len = Buffer.alloc(8);
+  len.writeBigUInt64LE(BigInt(h.length));
+  const data = Buffer.concat(names.map(() => Buffer.from(eye.buffer)));
+  fs.mkdirSync(dir, { recursive: true });
+  fs.writeFileSync(path.join(dir, 'model.safetensors'), Buffer.concat([len, Buffer.from(h), data]));
+  fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify({ n_heads: 2, description: 'test toy: identity projections' }));
+}
+
+// modelsDir: a fresh folder with `toy`, plus the repository's `demo` model
+// when one has been built (models/demo).
+export function modelsDir() {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'attnd-web-'));
+  writeToyModel(path.join(dir, 'toy'));
+  const demo = path.join(ROOT, 'models/demo');
+  if (fs.existsSync(path.join(demo, 'model.safetensors'))) fs.symlinkSync(demo, path.join(dir, 'demo'));
+  return dir;
+}
+
+// startAttnd: run the daemon on 127.0.0.1, port 0 (it picks a free one and
+// logs it). Resolves to { url, stop(), log() } once it listens and is ready.
+export async function startAttnd(extra = []) {
+  if (!fs.existsSync(ATTND)) throw new Error(`${ATTND}: not built (make all)`);
+  const models = modelsDir();
+  const proc = spawn(ATTND, ['--host', '127.0.0.1', '--port', '0', '--models', models,
+    '--threads', '2', ...extra], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  const url = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`attnd did not start:\n${out}`)), 15000);
+    const onData = (d) => {
+      out += d;
+      const m = out.match(/listening on (http:\/\/127\.0\.0\.1:\d+)/);
+      if (m) { clearTimeout(timer); resolve(m[1]); }
+    };
+    proc.stdout.on('data', onData);
+    proc.stderr.on('data', onData);
+    proc.on('exit', (code) => { clearTimeout(timer); reject(new Error(`attnd exited ${code}:\n${out}`)); });
+  });
+  for (let i = 0; i < 100; i++) { // models load in the background
+    const r = await fetch(`${url}/v2/health/ready`).catch(() => null);
+    if (r && r.status === 200) break;
+    await new Promise((res) => setTimeout(res, 100));
+  }
+  return {
+    url,
+    log: () => out,
+    stop: async () => {
+      if (proc.exitCode !== null) return;
+      const done = new Promise((res) => proc.once('exit', res));
+      proc.kill('SIGTERM');
+      const t = setTimeout(() => proc.kill('SIGKILL'), 5000);
+      const code = await done;
+      clearTimeout(t);
+      fs.rmSync(models, { recursive: true, force: true });
+      // A sanitized daemon reports leaks and errors on its way out.
+      if (/AddressSanitizer|LeakSanitizer|ThreadSanitizer|runtime error:/.test(out) || (code !== 0 && code !== null))
+        throw new Error(`attnd ended badly (exit ${code}):\n${out.slice(-4000)}`);
+    },
+  };
+}
+
+export async function launch() {
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync'],
+  });
+}
+
+// openPage: a page at url, failing the test on any page error; waits
+// until the page has drawn (body[data-state] ready) or failed.
+export async function openPage(browser, url, viewport = { width: 1400, height: 1000 }) {
+  const page = await browser.newPage({ viewport, deviceScaleFactor: 1 });
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
+  await page.goto(url);
+  await waitDrawn(page);
+  return { page, errors };
+}
+
+export async function waitDrawn(page) {
+  await page.waitForFunction(() => ['ready', 'error', 'idle'].includes(document.body.dataset.state),
+    null, { timeout: 15000 });
+  const st = await page.evaluate(() => document.body.dataset.state);
+  if (st !== 'ready') throw new Error(`page state ${st}: ${await page.textContent('#status')}`);
+}
+
+// Viridis at ten equally spaced points (matplotlib's map; the values
+// viridisLite::viridis(10) prints), linear in between: the test's own
+// copy, so a wrong table or interpolation in the page shows up.
+const STOPS = ['440154', '482878', '3e4a89', '31688e', '26828e', '1f9e89', '35b779', '6dcd59', 'b4de2c', 'fde725']
+  .map((h) => [0, 2, 4].map((k) => parseInt(h.slice(k, k + 2), 16)));
+export function viridis(t) {
+  const x = Math.min(1, Math.max(0, t)) * 9, i = Math.min(8, Math.floor(x)), f = x - i;
+  return STOPS[i].map((c, k) => c + (STOPS[i + 1][k] - c) * f);
+}
+
+// pixel(page, i, j): [r, g, b] at the centre of heatmap cell (i, j).
+export async function pixel(page, i, j) {
+  return page.evaluate(([a, b]) => {
+    const c = window.attnd.cellCenter(a, b);
+    const d = document.getElementById('heatmap').getContext('2d').getImageData(c.px, c.py, 1, 1).data;
+    return [d[0], d[1], d[2]];
+  }, [i, j]);
+}
+
+export function near(got, want, tol = 2) {
+  return got.every((v, k) => Math.abs(v - want[k]) <= tol);
+}
+
+// sdpaHash: the page URL fragment that runs sdpa on q, k, v.
+export function sdpaHash(spec, extra = '') {
+  return `#model=sdpa&json=${encodeURIComponent(JSON.stringify(spec))}${extra}`;
+}
