@@ -32,7 +32,7 @@ static void on_stop_timer(uv_timer_t *t)
     uv_close((uv_handle_t *)&s->drain_timer, NULL);
     uv_close((uv_handle_t *)&s->stop_timer, NULL);
     for (e = s->models; e; e = e->next)
-        uv_close((uv_handle_t *)&e->batch_timer, NULL);
+        uv_close((uv_handle_t *)&e->batch_poll, NULL);
 }
 
 /* srv_check_stop: once draining, stop when nothing is left; deferred to a

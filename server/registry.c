@@ -40,8 +40,10 @@ srv_entry *srv_registry_add(srv *s, const char *name)
         return NULL;
     e->s = s;
     snprintf(e->name, sizeof e->name, "%s", name);
-    uv_timer_init(s->loop, &e->batch_timer);
-    e->batch_timer.data = e;
+    if (srv_sched_entry_init(e) < 0) {
+        free(e);
+        return NULL;
+    }
     for (tail = &s->models; *tail; tail = &(*tail)->next)
         ;
     *tail = e;
@@ -229,6 +231,7 @@ void srv_registry_free(srv *s)
     srv_entry *e = s->models, *n;
     for (; e; e = n) {
         n = e->next;
+        srv_sched_entry_free(e);
         srv_inst_unref(e->inst);
         free(e);
     }

@@ -18,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/timerfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "server/infer.h"
 
@@ -444,7 +446,47 @@ oom:
     return -1;
 }
 
-static void on_batch_timer(uv_timer_t *t) { pump(t->data); }
+/* The batch delay is timed by a timerfd polled by the loop, because libuv
+ * timers count whole milliseconds and batch delays are microseconds. */
+static void on_batch_fd(uv_poll_t *p, int status, int events)
+{
+    srv_entry *e = p->data;
+    uint64_t expirations;
+    (void)status;
+    (void)events;
+    if (read(e->batch_fd, &expirations, sizeof expirations) < 0) {
+        /* EAGAIN: disarmed or re-armed meanwhile; pump checks anyway */
+    }
+    pump(e);
+}
+
+/* batch_wake: pump e after ns nanoseconds (0: disarm). */
+static void batch_wake(srv_entry *e, uint64_t ns)
+{
+    struct itimerspec its;
+    memset(&its, 0, sizeof its);
+    its.it_value.tv_sec = (time_t)(ns / 1000000000u);
+    its.it_value.tv_nsec = (long)(ns % 1000000000u);
+    timerfd_settime(e->batch_fd, 0, &its, NULL);
+}
+
+int srv_sched_entry_init(srv_entry *e)
+{
+    e->batch_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (e->batch_fd < 0)
+        return -1;
+    uv_poll_init(e->s->loop, &e->batch_poll, e->batch_fd);
+    e->batch_poll.data = e;
+    uv_poll_start(&e->batch_poll, UV_READABLE, on_batch_fd);
+    return 0;
+}
+
+void srv_sched_entry_free(srv_entry *e)
+{
+    if (e->batch_fd >= 0)
+        close(e->batch_fd);
+    e->batch_fd = -1;
+}
 
 /* pump: start batches while e may run more and its queue is ready: full
  * (max_batch sequences), old enough (batch_delay_us), or draining. */
@@ -455,14 +497,13 @@ static void pump(srv_entry *e)
         uint64_t waited = srv_now_ns() - e->qhead->t_queued;
         uint64_t delay = (uint64_t)s->cfg.batch_delay_us * 1000u;
         if (e->q_seqs < (int)s->cfg.max_batch && waited < delay && !s->draining) {
-            uv_timer_start(&e->batch_timer, on_batch_timer,
-                           (delay - waited + 999999) / 1000000, 0);
+            batch_wake(e, delay - waited);
             return;
         }
-        uv_timer_stop(&e->batch_timer);
+        batch_wake(e, 0);
         if (launch(e) < 0) { /* out of memory: retry when a batch ends */
             if (!e->running)
-                uv_timer_start(&e->batch_timer, on_batch_timer, 10, 0);
+                batch_wake(e, 10000000u);
             return;
         }
     }

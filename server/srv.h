@@ -85,7 +85,8 @@ struct srv_entry {
     int q_seqs;             /* sequences in the queue */
     int pending;            /* jobs admitted and not yet finished */
     int running;            /* batches on the pool */
-    uv_timer_t batch_timer; /* fires when the oldest has waited enough */
+    int batch_fd;           /* timerfd: wakes the loop, to the microsecond, */
+    uv_poll_t batch_poll;   /* when the oldest has waited batch_delay_us */
     srv_stats stats;
     srv_entry *next;
 };
@@ -196,6 +197,8 @@ void srv_h_load(srv_req *r);
 void srv_h_unload(srv_req *r);
 
 /* sched.c */
+int srv_sched_entry_init(srv_entry *e); /* its batch timer; -1 on failure */
+void srv_sched_entry_free(srv_entry *e); /* after its handle was closed */
 void srv_h_infer(srv_req *r);
 void srv_sched_detach(srv_req *r); /* the request goes away (completion) */
 void srv_sched_drain(srv *s);      /* SIGTERM: flush queues now */
