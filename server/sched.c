@@ -100,6 +100,8 @@ static void answer(srv_job *j, int status, const char *msg)
     r->batch = j->batch;
     if (j->t_run)
         r->queue_us = (j->t_run - j->t_queued) / 1000;
+    else if (j->t_queued) /* still queued (deadline, drain timeout) */
+        r->queue_us = (srv_now_ns() - j->t_queued) / 1000;
     if (j->t_ran)
         r->compute_us = (j->t_ran - j->t_run) / 1000;
     if (status == 200) {
