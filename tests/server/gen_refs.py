@@ -103,6 +103,19 @@ def main():
         y, _ = mha_ref(mha, x, causal=True)
         refs["large"] = {"shape": [1, 700, D], "x": [round(v, 6) for v in flat(x)],
                          "y": flat(y)}
+        # cross-attention with context lengths and an explicit [B, T, S] mask
+        x, ctx = torch.randn(2, 3, D), torch.randn(2, 5, D)
+        allow = torch.rand(2, 3, 5) > 0.3
+        allow[:, :, 0] = True  # every row keeps a visible key
+        clens = [5, 4]
+        kpm = torch.arange(5)[None, :] >= torch.tensor(clens)[:, None]
+        blocked = (~allow).repeat_interleave(H, dim=0)  # (B*H, T, S)
+        y, a = mha(x, ctx, ctx, attn_mask=blocked, key_padding_mask=kpm,
+                   need_weights=True, average_attn_weights=False)
+        refs["cross"] = {"shape": [2, 3, D], "context_shape": [2, 5, D], "x": flat(x),
+                         "context": flat(ctx), "context_lengths": clens,
+                         "mask": [bool(v) for v in allow.reshape(-1).tolist()],
+                         "y": flat(y), "attention": flat(a)}
         clients = []
         for i in range(12):
             t = 2 + (i * 5) % 11

@@ -84,6 +84,21 @@ test('causal parameter and lengths (padding) match PyTorch; padded rows are 0', 
   assert.deepEqual(out(r, 'y').data.slice(5 * 8 + 3 * 8), new Array(16).fill(0));
 });
 
+test('cross-attention: context, context_lengths and a [B, T, S] mask match PyTorch', async () => {
+  const c = REFS.cross;
+  const r = await infer(d, 'tiny', {
+    inputs: [fp32('x', c.shape, c.x), fp32('context', c.context_shape, c.context),
+      { name: 'context_lengths', datatype: 'INT32', shape: [2], data: c.context_lengths },
+      { name: 'mask', datatype: 'BOOL', shape: [2, 3, 5], data: c.mask }],
+    outputs: [{ name: 'y' }, { name: 'attention' }, { name: 'k' }],
+  });
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  assert.deepEqual(out(r, 'attention').shape, [2, 2, 3, 5]);
+  assert.deepEqual(out(r, 'k').shape, [2, 2, 5, 4]);
+  assert.ok(maxDiff(out(r, 'y').data, c.y) < 1e-5);
+  assert.ok(maxDiff(out(r, 'attention').data, c.attention) < 1e-6);
+});
+
 test('a large request (run stage by stage over the pool) matches PyTorch', async () => {
   const c = REFS.large;
   const r = await infer(d, 'tiny', { inputs: [fp32('x', c.shape, c.x)], parameters: { causal: true } });
