@@ -255,5 +255,10 @@ test('a request whose outputs would pass the memory budget is refused', async ()
     const r = await infer(e, 'sdpa', { inputs: [fp32('q', [128, 4], q), fp32('k', [128, 4], q), fp32('v', [128, 4], q)], outputs: [{ name: 'attention' }, { name: 'scores' }] });
     assert.equal(r.status, 413);
     assert.match(r.json.error, /outputs\.(attention|scores).*request-memory/);
+    // the decoded inputs alone: refused by the decoder, naming the tensor
+    const big = new Array(2500 * 8).fill(0.25);
+    const r2 = await infer(e, 'tiny', { inputs: [fp32('x', [1, 2500, 8], big)] });
+    assert.ok(r2.status === 400 || r2.status === 413, String(r2.status));
+    assert.match(r2.json.error, /inputs\[0\]|budget|memory/);
   } finally { assert.equal((await e.stop()).code, 0); }
 });
