@@ -70,10 +70,11 @@ struct batch {
     uint64_t t_ran;    /* compute end (whole batches) */
 };
 
-/* Below this many multiply-adds a batch runs as one pool work item (all
- * stages, then the encoding of its requests): spreading a tiny batch over
- * the pool costs more thread hand-offs than it saves. */
-#define SMALL_BATCH_MACS (1u << 22)
+/* Below this many flops (attn_plan_flops) a batch runs as one pool work
+ * item (all stages, then the encoding of its requests): spreading a small
+ * batch over the pool, stage by stage through the loop thread, costs more
+ * hand-offs than it saves (demo T=16 is 0.6 MFLOP). */
+#define SMALL_BATCH_FLOPS 8e6
 
 static void pump(srv_entry *e);
 static void job_end(srv_job *j);
@@ -341,27 +342,6 @@ static int compatible(const srv_job *h, const srv_job *j)
     return 1;
 }
 
-/* batch_macs: a rough count of the batch's multiply-adds (saturating). */
-static double batch_macs(const batch *b)
-{
-    double m = 0;
-    int i;
-    if (b->raws) {
-        const attn_config *c = &b->jobs[0]->prep.cfg;
-        for (i = 0; i < b->n_seqs; i++)
-            m += (double)b->raws[i].t * b->raws[i].s * (c->head_dim + c->v_head_dim);
-    } else {
-        const attn_config *c = model_config(b->jobs[0]->inst->m);
-        double qkvo = (double)c->n_heads * (c->head_dim + c->v_head_dim) +
-                      (double)c->n_kv_heads * (c->head_dim + c->v_head_dim);
-        for (i = 0; i < b->n_seqs; i++)
-            m += (double)b->seqs[i].t * c->d_model * qkvo +
-                 (double)b->seqs[i].t * b->seqs[i].s * c->n_heads *
-                     (c->head_dim + c->v_head_dim);
-    }
-    return m;
-}
-
 /* launch: take a batch off e's queue (head first, then every compatible
  * job that still fits in max_batch) and start its plan. Returns -1 when
  * out of memory before anything left the queue (nothing changed). */
@@ -425,7 +405,7 @@ static int launch(srv_entry *e)
         return 0;
     }
     b->n_stages = attn_plan_n_stages(b->plan);
-    if (batch_macs(b) < SMALL_BATCH_MACS) {
+    if (attn_plan_flops(b->plan) < SMALL_BATCH_FLOPS) {
         b->whole = 1;
         b->workers[0].b = b;
         b->workers[0].work.data = &b->workers[0];
