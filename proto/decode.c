@@ -616,7 +616,7 @@ int oip_decode(oip_request *req, const char *body, size_t len,
             rc = decode_binary(t, (const unsigned char *)body + jlen +
                                       meta[i].bin_off, (int)i, err);
         } else {
-            char field[32];
+            char field[48];
             snprintf(field, sizeof field, "inputs[%zu].data", i);
             oip_dtype host = t->wire_dtype;
             rc = oip__read_data(body + meta[i].span.off, meta[i].span.len,

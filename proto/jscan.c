@@ -39,6 +39,7 @@ typedef struct scanner {
     const char *s;
     size_t len, pos;
     int max_inputs;
+    int seen_inputs; /* the root "inputs" key was seen */
     oip__scan *sc;
     char *err;
 } scanner;
@@ -212,8 +213,15 @@ static int scan_object(scanner *z, int depth, enum role role, int index)
             z->sc->data_bytes += sp->len;
         } else {
             enum role child = R_OTHER;
-            if (role == R_ROOT && !strcmp(key, "inputs"))
+            if (role == R_ROOT && !strcmp(key, "inputs")) {
+                /* spans must come from one array: refuse a second one here
+                 * (jansson would too, but only after the skeleton) */
+                if (z->seen_inputs++)
+                    return oip__fail(z->err, ATTN_EINVAL,
+                                     "request body: duplicate key "
+                                     "\"inputs\"");
                 child = R_INPUTS;
+            }
             if ((rc = scan_value(z, depth + 1, child, 0)))
                 return rc;
         }
@@ -234,8 +242,6 @@ static int scan_array(scanner *z, int depth, enum role role)
 {
     int n = 0;
     z->pos++; /* '[' */
-    if (role == R_INPUTS)
-        z->sc->n_inputs = 0; /* a duplicate "inputs" key fails in jansson */
     skip_ws(z);
     if (z->pos < z->len && z->s[z->pos] == ']') {
         z->pos++;
@@ -319,7 +325,7 @@ int oip__scan_json(const char *js, size_t len, int max_inputs, oip__scan *sc,
                       sizeof *sc->data);
     if (!sc->data)
         return oip__fail(err, ATTN_ENOMEM, "request body: out of memory");
-    scanner z = {js, len, 0, max_inputs, sc, err};
+    scanner z = {js, len, 0, max_inputs, 0, sc, err};
     skip_ws(&z);
     if (z.pos >= len || js[z.pos] != '{')
         return oip__fail(err, ATTN_EINVAL,
