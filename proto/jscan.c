@@ -145,8 +145,18 @@ static int scan_string(scanner *z, char *key, size_t keycap)
  */
 static int skip_data(scanner *z)
 {
+    /* bytes skip_data must look at; everything else is skipped in bulk */
+    static const unsigned char special[256] = {
+        ['"'] = 1, ['['] = 1, [']'] = 1, ['{'] = 1, ['}'] = 1, [','] = 2};
+    const unsigned char *u = (const unsigned char *)z->s;
     int depth = 0;
     while (z->pos < z->len) {
+        /* inside brackets ',' does not matter either */
+        unsigned skip = depth ? 2 : 0;
+        while (z->pos < z->len && (special[u[z->pos]] | skip) == skip)
+            z->pos++;
+        if (z->pos >= z->len)
+            break;
         char c = z->s[z->pos];
         if (c == '"') {
             int rc = scan_string(z, NULL, 0);
@@ -445,6 +455,35 @@ wrong_kind:
 }
 
 /*
+ * rd_run: one element, then (FP32) the rest of a flat run "a,b,c" with no
+ * whitespace in a tight loop, the common shape of big arrays. Anything
+ * unusual (whitespace, a bad or out-of-range number) drops back to
+ * rd_scalar, which reports errors.
+ */
+static int rd_run(reader *r)
+{
+    int rc = rd_scalar(r);
+    if (rc || r->dtype != OIP_FP32)
+        return rc;
+    float *out = r->out;
+    while (r->end - r->p >= 2 && r->p[0] == ',' &&
+           ((unsigned)(unsigned char)r->p[1] - '0' <= 9 || r->p[1] == '-')) {
+        oip__num num;
+        const char *e = oip__lex_number(r->p + 1, r->end, &num);
+        float f = e ? oip__num_to_float(&num) : 0.0f;
+        if (!e || !isfinite(f)) {
+            r->p++;
+            return rd_scalar(r);
+        }
+        if (r->n < r->count)
+            out[r->n] = f;
+        r->n++;
+        r->p = e;
+    }
+    return 0;
+}
+
+/*
  * oip__read_data: an explicit-stack walk: after '[' a value or ']'; after a
  * value ',' or ']' (or the end at depth 0). Depth is bounded by the
  * scanner's OIP_MAX_DEPTH check, re-checked here so the reader stands alone.
@@ -472,7 +511,7 @@ int oip__read_data(const char *s, size_t len, oip_dtype dtype, void *out,
                 goto close; /* empty array */
             continue;
         }
-        if ((rc = rd_scalar(&r)))
+        if ((rc = rd_run(&r)))
             return rc;
         for (;;) { /* after a value */
             rd_ws(&r);
