@@ -133,3 +133,15 @@ bench-proto: deps $(BENCH_PROTO)
 bench: bench-proto
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# ---- core: engine benchmark (bench/bench_attn.c + PyTorch peer) ----------
+BENCH_BIN := $(BUILD)/bench/bench_attn
+$(BUILD)/bench/%: bench/%.c $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(CORE_LIB) $(LDFLAGS_ALL) $(LIBS_ALL)
+
+.PHONY: bench-core
+bench-core: deps $(BENCH_BIN)
+	@tools/install-deps.sh bench
+	$(BENCH_BIN) --threads 2 --peer bench/torch_peer.py
+bench: bench-core
