@@ -190,6 +190,11 @@ static double peer_memcpy_out(void)
     return (double)(N * 4 + 200);
 }
 
+static double noop(void)
+{
+    return 1;
+}
+
 typedef struct result {
     double mbps, ms;
     long rss_kb;
@@ -232,14 +237,16 @@ static result run(bench_fn fn)
     return r;
 }
 
+static long base_kb; /* a child that does nothing: the inputs it shares */
+
 static void row(const char *what, bench_fn ours, bench_fn peer,
                 const char *peer_name)
 {
     result a = run(ours), b = run(peer);
-    printf("%-22s %8.0f MB/s %8.1f ms %7ld MiB | %-16s %8.0f MB/s %8.1f ms "
-           "%7ld MiB | x%.1f\n",
-           what, a.mbps, a.ms, a.rss_kb / 1024, peer_name, b.mbps, b.ms,
-           b.rss_kb / 1024, b.ms > 0 ? b.ms / a.ms : 0);
+    printf("%-22s %6.0f MB/s %7.1f ms %+5ld MiB | %-8s %6.0f MB/s %7.1f ms "
+           "%+5ld MiB | x%.2f\n",
+           what, a.mbps, a.ms, (a.rss_kb - base_kb) / 1024, peer_name, b.mbps,
+           b.ms, (b.rss_kb - base_kb) / 1024, b.ms > 0 ? b.ms / a.ms : 0);
     fflush(stdout);
 }
 
@@ -263,12 +270,16 @@ int main(int argc, char **argv)
              HDR, N * 4);
     memcpy(bin + bin_hlen, x, N * 4);
 
+    base_kb = run(noop).rss_kb;
     printf("bench_proto: B=%d T=%d d_model=%d (%zu floats); JSON bodies "
            "%.1f MB (9 digits), %.1f MB (17 digits); binary %.1f MB; best of "
-           "%d; RSS = child peak\n", B, T, D, N, json9_len / 1e6,
-           json17_len / 1e6, bin_len / 1e6, reps);
-    printf("%-22s %33s | %-16s %33s | peer time / ours\n", "case (ours)", "",
-           "peer", "");
+           "%d\n", B, T, D, N, json9_len / 1e6, json17_len / 1e6,
+           bin_len / 1e6, reps);
+    printf("MB/s = body bytes per second; MiB = child peak RSS above the %ld "
+           "MiB a do-nothing child shows (the shared inputs)\n",
+           base_kb / 1024);
+    printf("%-22s %28s | %-8s %28s | peer time / ours\n", "case (ours)",
+           "", "peer", "");
     row("decode JSON 9-digit", our_decode_json9, peer_decode_json9,
         "jansson");
     row("decode JSON 17-digit", our_decode_json17, peer_decode_json17,

@@ -124,7 +124,9 @@ static int get_bool(json_t *obj, const char *key, const char *field, int *out,
     return 0;
 }
 
-/* parameters: causal, retain, binary_data_output, tokens. */
+/* parameters: causal, retain, binary_data_output (booleans) and tokens (at
+ * most max_tokens strings, each < OIP_MAX_TOKEN bytes, copied into req);
+ * other keys are ignored. *bytes grows by what the copies take. */
 static int decode_params(oip_request *req, json_t *root, int max_tokens,
                          size_t *bytes, char *err)
 {
@@ -182,6 +184,8 @@ static int decode_params(oip_request *req, json_t *root, int max_tokens,
     return 0;
 }
 
+/* outputs: [{name, parameters.binary_data}], names unique; an absent or
+ * empty list leaves req->outputs NULL (the model's default outputs). */
 static int decode_outputs(oip_request *req, json_t *root, int max_outputs,
                           char *err)
 {

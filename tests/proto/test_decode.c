@@ -468,6 +468,48 @@ START_TEST(binary_inputs)
 }
 END_TEST
 
+/* The same floats sent as JSON (Python's 17-digit reprs and 9-digit text)
+ * and as binary decode to identical bits. */
+START_TEST(json_equals_binary)
+{
+    enum { n = 1000 };
+    float f[n];
+    uint64_t s = 7;
+    for (int i = 0; i < n; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        uint32_t u = (uint32_t)(s >> 32);
+        memcpy(&f[i], &u, 4);
+        if (!isfinite(f[i]))
+            f[i] = (float)i;
+    }
+    f[0] = -0.0f;
+    f[1] = 0x1p-149f;
+    f[2] = FLT_MAX;
+    char *js = malloc(n * 30 + 200);
+    for (int digits = 9; digits <= 17; digits += 8) {
+        size_t at = (size_t)sprintf(js, "{'inputs':[{'name':'x','datatype':"
+                                        "'FP32','shape':[%d],'data':[", n);
+        for (int i = 0; i < n; i++)
+            at += (size_t)sprintf(js + at, "%s%.*g", i ? "," : "", digits,
+                                  (double)f[i]);
+        strcpy(js + at, "]}]}");
+        oip_request a, b;
+        char err[OIP_ERRMAX] = "";
+        ck_assert_int_eq(dec_lim(&a, js, NULL, err), 0);
+        char hdr[200];
+        snprintf(hdr, sizeof hdr, "{'inputs':[{'name':'x','datatype':'FP32',"
+                 "'shape':[%d],'parameters':{'binary_data_size':%d}}]}", n,
+                 4 * n);
+        ck_assert_int_eq(bin_dec(&b, hdr, f, sizeof f, err), 0);
+        ck_assert(!memcmp(a.inputs[0].data, f, sizeof f));
+        ck_assert(!memcmp(b.inputs[0].data, f, sizeof f));
+        oip_request_free(&a);
+        oip_request_free(&b);
+    }
+    free(js);
+}
+END_TEST
+
 START_TEST(binary_errors)
 {
     oip_request r;
@@ -598,6 +640,7 @@ int main(void)
     tcase_add_test(tc, defaults_when_absent);
     tcase_add_test(tc, nested_equals_flat);
     tcase_add_test(tc, binary_inputs);
+    tcase_add_test(tc, json_equals_binary);
     tcase_add_test(tc, binary_errors);
     tcase_add_test(tc, memory_budget);
     tcase_add_test(tc, dtype_names);
