@@ -414,7 +414,8 @@ static int rd_scalar(reader *r)
     const char *e = oip__lex_number(r->p, r->end, &num);
     if (!e)
         return rd_syntax(r, "malformed number");
-    int len = (int)(e - r->p) > 40 ? 40 : (int)(e - r->p);
+    ptrdiff_t tlen = e - r->p;
+    int len = tlen > 40 ? 40 : (int)tlen; /* quoted in messages */
     if (r->dtype == OIP_FP32) {
         float f = oip__num_to_float(&num);
         if (!isfinite(f))
