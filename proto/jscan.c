@@ -32,8 +32,24 @@ int oip__fail(char *err, int code, const char *fmt, ...)
     return code;
 }
 
-/* What a value means to the decoder, by its path from the root. */
-enum role { R_OTHER, R_ROOT, R_INPUTS, R_INPUT };
+/* What a value means to the decoder, by its path from the root. Objects
+ * with a role other than R_OTHER get duplicate keys reported with their
+ * path; duplicates elsewhere are left to jansson. */
+enum role {
+    R_OTHER,
+    R_ROOT,       /* the request */
+    R_INPUTS,     /* root.inputs */
+    R_INPUT,      /* root.inputs[i] */
+    R_IN_PARAMS,  /* root.inputs[i].parameters */
+    R_OUTPUTS,    /* root.outputs */
+    R_OUTPUT,     /* root.outputs[i] */
+    R_OUT_PARAMS, /* root.outputs[i].parameters */
+    R_PARAMS,     /* root.parameters */
+};
+
+#define KEY_MAX 24   /* keys compared by name: shorter than this, ASCII */
+#define SEEN_KEYS 32 /* keys remembered per object for duplicate checks */
+#define SEEN_DEPTH 5 /* role objects nest at most this deep */
 
 typedef struct scanner {
     const char *s;
@@ -42,7 +58,44 @@ typedef struct scanner {
     int seen_inputs; /* the root "inputs" key was seen */
     oip__scan *sc;
     char *err;
+    char seen[SEEN_DEPTH][SEEN_KEYS][KEY_MAX]; /* keys of open role objects */
 } scanner;
+
+/* The path of a role object, for messages. */
+static void role_path(enum role role, int index, char *out, size_t cap)
+{
+    switch (role) {
+    case R_INPUT: snprintf(out, cap, "inputs[%d]", index); break;
+    case R_IN_PARAMS: snprintf(out, cap, "inputs[%d].parameters", index); break;
+    case R_OUTPUT: snprintf(out, cap, "outputs[%d]", index); break;
+    case R_OUT_PARAMS:
+        snprintf(out, cap, "outputs[%d].parameters", index);
+        break;
+    case R_PARAMS: snprintf(out, cap, "parameters"); break;
+    default: snprintf(out, cap, "request body"); break;
+    }
+}
+
+/* The role of the value of key in an object of role parent. */
+static enum role child_role(enum role parent, const char *key)
+{
+    switch (parent) {
+    case R_ROOT:
+        if (!strcmp(key, "inputs"))
+            return R_INPUTS;
+        if (!strcmp(key, "outputs"))
+            return R_OUTPUTS;
+        if (!strcmp(key, "parameters"))
+            return R_PARAMS;
+        return R_OTHER;
+    case R_INPUT:
+        return strcmp(key, "parameters") ? R_OTHER : R_IN_PARAMS;
+    case R_OUTPUT:
+        return strcmp(key, "parameters") ? R_OTHER : R_OUT_PARAMS;
+    default:
+        return R_OTHER;
+    }
+}
 
 static int syntax(scanner *z, const char *what)
 {
@@ -186,6 +239,8 @@ static int scan_value(scanner *z, int depth, enum role role, int index);
 
 static int scan_object(scanner *z, int depth, enum role role, int index)
 {
+    int nseen = 0;
+    int check = role != R_OTHER && depth <= SEEN_DEPTH;
     z->pos++; /* '{' */
     skip_ws(z);
     if (z->pos < z->len && z->s[z->pos] == '}') {
@@ -193,7 +248,7 @@ static int scan_object(scanner *z, int depth, enum role role, int index)
         return 0;
     }
     for (;;) {
-        char key[16];
+        char key[KEY_MAX];
         skip_ws(z);
         if (z->pos >= z->len || z->s[z->pos] != '"')
             return syntax(z, "expected a string key");
@@ -201,6 +256,18 @@ static int scan_object(scanner *z, int depth, enum role role, int index)
         if (rc)
             return rc;
         z->sc->n_values++;
+        if (check && key[0] != 1) {
+            char (*seen)[KEY_MAX] = z->seen[depth - 1];
+            for (int i = 0; i < nseen; i++)
+                if (!strcmp(seen[i], key)) {
+                    char path[48];
+                    role_path(role, index, path, sizeof path);
+                    return oip__fail(z->err, ATTN_EINVAL,
+                                     "%s: duplicate key \"%s\"", path, key);
+                }
+            if (nseen < SEEN_KEYS)
+                memcpy(seen[nseen++], key, KEY_MAX);
+        }
         skip_ws(z);
         if (z->pos >= z->len || z->s[z->pos] != ':')
             return syntax(z, "expected ':'");
@@ -222,17 +289,13 @@ static int scan_object(scanner *z, int depth, enum role role, int index)
             sp->len = z->pos - start;
             z->sc->data_bytes += sp->len;
         } else {
-            enum role child = R_OTHER;
-            if (role == R_ROOT && !strcmp(key, "inputs")) {
-                /* spans must come from one array: refuse a second one here
-                 * (jansson would too, but only after the skeleton) */
-                if (z->seen_inputs++)
-                    return oip__fail(z->err, ATTN_EINVAL,
-                                     "request body: duplicate key "
-                                     "\"inputs\"");
-                child = R_INPUTS;
-            }
-            if ((rc = scan_value(z, depth + 1, child, 0)))
+            enum role child = child_role(role, key);
+            /* spans must come from one array: refuse a second one even
+             * past SEEN_KEYS (jansson would, but only after the skeleton) */
+            if (child == R_INPUTS && z->seen_inputs++)
+                return oip__fail(z->err, ATTN_EINVAL,
+                                 "request body: duplicate key \"inputs\"");
+            if ((rc = scan_value(z, depth + 1, child, index)))
                 return rc;
         }
         skip_ws(z);
@@ -259,7 +322,7 @@ static int scan_array(scanner *z, int depth, enum role role)
     }
     for (;;) {
         int rc;
-        enum role child = R_OTHER;
+        enum role child = role == R_OUTPUTS ? R_OUTPUT : R_OTHER;
         if (role == R_INPUTS) {
             if (n >= z->max_inputs)
                 return oip__fail(z->err, ATTN_EOVERFLOW,
@@ -335,18 +398,22 @@ int oip__scan_json(const char *js, size_t len, int max_inputs, oip__scan *sc,
                       sizeof *sc->data);
     if (!sc->data)
         return oip__fail(err, ATTN_ENOMEM, "request body: out of memory");
-    scanner z = {js, len, 0, max_inputs, 0, sc, err};
-    skip_ws(&z);
-    if (z.pos >= len || js[z.pos] != '{')
-        return oip__fail(err, ATTN_EINVAL,
-                         "request body: expected a JSON object");
-    int rc = scan_value(&z, 1, R_ROOT, 0);
-    if (rc)
-        return rc;
-    skip_ws(&z);
-    if (z.pos != len)
-        return syntax(&z, "data after the JSON object");
-    return 0;
+    scanner *z = malloc(sizeof *z); /* ~4 KiB: keep it off the stack */
+    if (!z)
+        return oip__fail(err, ATTN_ENOMEM, "request body: out of memory");
+    *z = (scanner){js, len, 0, max_inputs, 0, sc, err, {{{0}}}};
+    int rc = 0;
+    skip_ws(z);
+    if (z->pos >= len || js[z->pos] != '{')
+        rc = oip__fail(err, ATTN_EINVAL,
+                       "request body: expected a JSON object");
+    else if (!(rc = scan_value(z, 1, R_ROOT, 0))) {
+        skip_ws(z);
+        if (z->pos != len)
+            rc = syntax(z, "data after the JSON object");
+    }
+    free(z);
+    return rc;
 }
 
 /* ---- the data reader ---------------------------------------------------- */

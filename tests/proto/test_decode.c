@@ -55,9 +55,23 @@ static const struct bad {
     {"{'a':01}", ATTN_EINVAL, "request body: invalid JSON at byte 6: expected "
                               "',' or '}'"},
     {"{'id':'a','id':'b','inputs':[" X2 "]}", ATTN_EINVAL,
-     "request body: invalid JSON: duplicate object key near '\"id\"'"},
+     "request body: duplicate key \"id\""},
     {"{'inputs':[{'name':'x','name':'y'}]}", ATTN_EINVAL,
-     "request body: invalid JSON: duplicate object key near '\"name\"'"},
+     "inputs[0]: duplicate key \"name\""},
+    {"{'parameters':{'causal':true,'c\\u0061usal':false},'inputs':[" X2 "]}",
+     ATTN_EINVAL, "parameters: duplicate key \"causal\""},
+    {"{'outputs':[{'name':'y'},{'name':'a','name':'b'}],'inputs':[" X2 "]}",
+     ATTN_EINVAL, "outputs[1]: duplicate key \"name\""},
+    {"{'outputs':[{'name':'y','parameters':{'binary_data':true,"
+     "'binary_data':false}}],'inputs':[" X2 "]}", ATTN_EINVAL,
+     "outputs[0].parameters: duplicate key \"binary_data\""},
+    {"{'inputs':[" X2 ",{'name':'z','datatype':'FP32','shape':[1],"
+     "'parameters':{'binary_data_size':4,'binary_data_size':4}}]}",
+     ATTN_EINVAL, "inputs[1].parameters: duplicate key \"binary_data_size\""},
+    {"{'x':{'a':1,'a':2},'inputs':[" X2 "]}", ATTN_EINVAL,
+     "request body: invalid JSON: duplicate object key near '\"a\"'"},
+    {"{'a_key_longer_than_twenty_four':1,'a_key_longer_than_twenty_four':2,'inputs':[" X2 "]}",
+     ATTN_EINVAL, "request body: invalid JSON: duplicate object key"},
     {"{'inputs':[{'name':'x','datatype':'FP32','shape':[1],'data':[1],"
      "'data':[2]}]}", ATTN_EINVAL, "inputs[0]: duplicate key \"data\""},
     {"{'inputs':[{'data':[1,2]}],'inputs':[" X2 "]}", ATTN_EINVAL,
