@@ -563,6 +563,10 @@ int oip_decode(oip_request *req, const char *body, size_t len,
         goto fail;
     }
     /* the scanner bounded n_in by max_inputs and saw the same array */
+    if (n_in != (size_t)sc.n_inputs) {
+        rc = oip__fail(err, ATTN_EINVAL, "inputs: could not be located");
+        goto fail;
+    }
     req->inputs = calloc(n_in, sizeof *req->inputs);
     meta = calloc(n_in, sizeof *meta);
     if (!req->inputs || !meta) {
