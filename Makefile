@@ -138,6 +138,37 @@ clean:
 format:
 	clang-format -i $(CORE_SRC) $(PROTO_SRC) $(SERVER_SRC) server/main.c $(wildcard core/*.h proto/*.h server/*.h)
 
+# ---- proto: fuzzing and benchmark -----------------------------------------
+#   make fuzz [FUZZ_SECONDS=60]   libFuzzer (clang) on proto/, bounded in time
+#   make bench-proto              decode/encode MB/s next to jansson/memcpy
+FUZZ_SECONDS ?= 60
+FUZZ_BIN := build/fuzz/fuzz_oip
+$(FUZZ_BIN): tests/proto/fuzz_oip.c $(PROTO_SRC) $(wildcard proto/*.h)
+	@mkdir -p $(dir $@)
+	clang -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) \
+	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	    -I. $(shell pkg-config --cflags jansson) -o $@ \
+	    tests/proto/fuzz_oip.c $(PROTO_SRC) \
+	    $(shell pkg-config --libs jansson) -lm
+
+.PHONY: fuzz bench-proto
+fuzz:
+	@tools/install-deps.sh fuzz
+	@$(MAKE) --no-print-directory $(FUZZ_BIN)
+	@mkdir -p build/fuzz/corpus build/fuzz/crashes
+	$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+	    -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
+	    -artifact_prefix=build/fuzz/crashes/ build/fuzz/corpus \
+	    tests/proto/fuzz_corpus
+
+BENCH_PROTO := $(BUILD)/bench/bench_proto
+$(BENCH_PROTO): bench/bench_proto.c $(PROTO_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(PROTO_LIB) $(LDFLAGS_ALL) $(LIBS_ALL)
+bench-proto: deps $(BENCH_PROTO)
+	$(BENCH_PROTO)
+bench: bench-proto
+
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 # ---- core: engine benchmark (bench/bench_attn.c + PyTorch peer) ----------

@@ -124,7 +124,9 @@ static int get_bool(json_t *obj, const char *key, const char *field, int *out,
     return 0;
 }
 
-/* parameters: causal, retain, binary_data_output, tokens. */
+/* parameters: causal, retain, binary_data_output (booleans) and tokens (at
+ * most max_tokens strings, each < OIP_MAX_TOKEN bytes, copied into req);
+ * other keys are ignored. *bytes grows by what the copies take. */
 static int decode_params(oip_request *req, json_t *root, int max_tokens,
                          size_t *bytes, char *err)
 {
@@ -182,6 +184,8 @@ static int decode_params(oip_request *req, json_t *root, int max_tokens,
     return 0;
 }
 
+/* outputs: [{name, parameters.binary_data}], names unique; an absent or
+ * empty list leaves req->outputs NULL (the model's default outputs). */
 static int decode_outputs(oip_request *req, json_t *root, int max_outputs,
                           char *err)
 {
@@ -559,6 +563,10 @@ int oip_decode(oip_request *req, const char *body, size_t len,
         goto fail;
     }
     /* the scanner bounded n_in by max_inputs and saw the same array */
+    if (n_in != (size_t)sc.n_inputs) {
+        rc = oip__fail(err, ATTN_EINVAL, "inputs: could not be located");
+        goto fail;
+    }
     req->inputs = calloc(n_in, sizeof *req->inputs);
     meta = calloc(n_in, sizeof *meta);
     if (!req->inputs || !meta) {
@@ -616,7 +624,7 @@ int oip_decode(oip_request *req, const char *body, size_t len,
             rc = decode_binary(t, (const unsigned char *)body + jlen +
                                       meta[i].bin_off, (int)i, err);
         } else {
-            char field[32];
+            char field[48];
             snprintf(field, sizeof field, "inputs[%zu].data", i);
             oip_dtype host = t->wire_dtype;
             rc = oip__read_data(body + meta[i].span.off, meta[i].span.len,

@@ -32,16 +32,70 @@ int oip__fail(char *err, int code, const char *fmt, ...)
     return code;
 }
 
-/* What a value means to the decoder, by its path from the root. */
-enum role { R_OTHER, R_ROOT, R_INPUTS, R_INPUT };
+/* What a value means to the decoder, by its path from the root. Objects
+ * with a role other than R_OTHER get duplicate keys reported with their
+ * path; duplicates elsewhere are left to jansson. */
+enum role {
+    R_OTHER,
+    R_ROOT,       /* the request */
+    R_INPUTS,     /* root.inputs */
+    R_INPUT,      /* root.inputs[i] */
+    R_IN_PARAMS,  /* root.inputs[i].parameters */
+    R_OUTPUTS,    /* root.outputs */
+    R_OUTPUT,     /* root.outputs[i] */
+    R_OUT_PARAMS, /* root.outputs[i].parameters */
+    R_PARAMS,     /* root.parameters */
+};
+
+#define KEY_MAX 24   /* keys compared by name: shorter than this, ASCII */
+#define SEEN_KEYS 32 /* keys remembered per object for duplicate checks */
+#define SEEN_DEPTH 5 /* role objects nest at most this deep */
 
 typedef struct scanner {
     const char *s;
     size_t len, pos;
     int max_inputs;
+    int seen_inputs; /* the root "inputs" key was seen */
     oip__scan *sc;
     char *err;
+    char seen[SEEN_DEPTH][SEEN_KEYS][KEY_MAX]; /* keys of open role objects */
 } scanner;
+
+/* The path of a role object, for messages. */
+static void role_path(enum role role, int index, char *out, size_t cap)
+{
+    switch (role) {
+    case R_INPUT: snprintf(out, cap, "inputs[%d]", index); break;
+    case R_IN_PARAMS: snprintf(out, cap, "inputs[%d].parameters", index); break;
+    case R_OUTPUT: snprintf(out, cap, "outputs[%d]", index); break;
+    case R_OUT_PARAMS:
+        snprintf(out, cap, "outputs[%d].parameters", index);
+        break;
+    case R_PARAMS: snprintf(out, cap, "parameters"); break;
+    default: snprintf(out, cap, "request body"); break;
+    }
+}
+
+/* The role of the value of key in an object of role parent. */
+static enum role child_role(enum role parent, const char *key)
+{
+    switch (parent) {
+    case R_ROOT:
+        if (!strcmp(key, "inputs"))
+            return R_INPUTS;
+        if (!strcmp(key, "outputs"))
+            return R_OUTPUTS;
+        if (!strcmp(key, "parameters"))
+            return R_PARAMS;
+        return R_OTHER;
+    case R_INPUT:
+        return strcmp(key, "parameters") ? R_OTHER : R_IN_PARAMS;
+    case R_OUTPUT:
+        return strcmp(key, "parameters") ? R_OTHER : R_OUT_PARAMS;
+    default:
+        return R_OTHER;
+    }
+}
 
 static int syntax(scanner *z, const char *what)
 {
@@ -144,8 +198,18 @@ static int scan_string(scanner *z, char *key, size_t keycap)
  */
 static int skip_data(scanner *z)
 {
+    /* bytes skip_data must look at; everything else is skipped in bulk */
+    static const unsigned char special[256] = {
+        ['"'] = 1, ['['] = 1, [']'] = 1, ['{'] = 1, ['}'] = 1, [','] = 2};
+    const unsigned char *u = (const unsigned char *)z->s;
     int depth = 0;
     while (z->pos < z->len) {
+        /* inside brackets ',' does not matter either */
+        unsigned skip = depth ? 2 : 0;
+        while (z->pos < z->len && (special[u[z->pos]] | skip) == skip)
+            z->pos++;
+        if (z->pos >= z->len)
+            break;
         char c = z->s[z->pos];
         if (c == '"') {
             int rc = scan_string(z, NULL, 0);
@@ -175,6 +239,8 @@ static int scan_value(scanner *z, int depth, enum role role, int index);
 
 static int scan_object(scanner *z, int depth, enum role role, int index)
 {
+    int nseen = 0;
+    int check = role != R_OTHER && depth <= SEEN_DEPTH;
     z->pos++; /* '{' */
     skip_ws(z);
     if (z->pos < z->len && z->s[z->pos] == '}') {
@@ -182,7 +248,7 @@ static int scan_object(scanner *z, int depth, enum role role, int index)
         return 0;
     }
     for (;;) {
-        char key[16];
+        char key[KEY_MAX];
         skip_ws(z);
         if (z->pos >= z->len || z->s[z->pos] != '"')
             return syntax(z, "expected a string key");
@@ -190,6 +256,18 @@ static int scan_object(scanner *z, int depth, enum role role, int index)
         if (rc)
             return rc;
         z->sc->n_values++;
+        if (check && key[0] != 1) {
+            char (*seen)[KEY_MAX] = z->seen[depth - 1];
+            for (int i = 0; i < nseen; i++)
+                if (!strcmp(seen[i], key)) {
+                    char path[48];
+                    role_path(role, index, path, sizeof path);
+                    return oip__fail(z->err, ATTN_EINVAL,
+                                     "%s: duplicate key \"%s\"", path, key);
+                }
+            if (nseen < SEEN_KEYS)
+                memcpy(seen[nseen++], key, KEY_MAX);
+        }
         skip_ws(z);
         if (z->pos >= z->len || z->s[z->pos] != ':')
             return syntax(z, "expected ':'");
@@ -211,10 +289,13 @@ static int scan_object(scanner *z, int depth, enum role role, int index)
             sp->len = z->pos - start;
             z->sc->data_bytes += sp->len;
         } else {
-            enum role child = R_OTHER;
-            if (role == R_ROOT && !strcmp(key, "inputs"))
-                child = R_INPUTS;
-            if ((rc = scan_value(z, depth + 1, child, 0)))
+            enum role child = child_role(role, key);
+            /* spans must come from one array: refuse a second one even
+             * past SEEN_KEYS (jansson would, but only after the skeleton) */
+            if (child == R_INPUTS && z->seen_inputs++)
+                return oip__fail(z->err, ATTN_EINVAL,
+                                 "request body: duplicate key \"inputs\"");
+            if ((rc = scan_value(z, depth + 1, child, index)))
                 return rc;
         }
         skip_ws(z);
@@ -234,8 +315,6 @@ static int scan_array(scanner *z, int depth, enum role role)
 {
     int n = 0;
     z->pos++; /* '[' */
-    if (role == R_INPUTS)
-        z->sc->n_inputs = 0; /* a duplicate "inputs" key fails in jansson */
     skip_ws(z);
     if (z->pos < z->len && z->s[z->pos] == ']') {
         z->pos++;
@@ -243,7 +322,7 @@ static int scan_array(scanner *z, int depth, enum role role)
     }
     for (;;) {
         int rc;
-        enum role child = R_OTHER;
+        enum role child = role == R_OUTPUTS ? R_OUTPUT : R_OTHER;
         if (role == R_INPUTS) {
             if (n >= z->max_inputs)
                 return oip__fail(z->err, ATTN_EOVERFLOW,
@@ -319,18 +398,22 @@ int oip__scan_json(const char *js, size_t len, int max_inputs, oip__scan *sc,
                       sizeof *sc->data);
     if (!sc->data)
         return oip__fail(err, ATTN_ENOMEM, "request body: out of memory");
-    scanner z = {js, len, 0, max_inputs, sc, err};
-    skip_ws(&z);
-    if (z.pos >= len || js[z.pos] != '{')
-        return oip__fail(err, ATTN_EINVAL,
-                         "request body: expected a JSON object");
-    int rc = scan_value(&z, 1, R_ROOT, 0);
-    if (rc)
-        return rc;
-    skip_ws(&z);
-    if (z.pos != len)
-        return syntax(&z, "data after the JSON object");
-    return 0;
+    scanner *z = malloc(sizeof *z); /* ~4 KiB: keep it off the stack */
+    if (!z)
+        return oip__fail(err, ATTN_ENOMEM, "request body: out of memory");
+    *z = (scanner){js, len, 0, max_inputs, 0, sc, err, {{{0}}}};
+    int rc = 0;
+    skip_ws(z);
+    if (z->pos >= len || js[z->pos] != '{')
+        rc = oip__fail(err, ATTN_EINVAL,
+                       "request body: expected a JSON object");
+    else if (!(rc = scan_value(z, 1, R_ROOT, 0))) {
+        skip_ws(z);
+        if (z->pos != len)
+            rc = syntax(z, "data after the JSON object");
+    }
+    free(z);
+    return rc;
 }
 
 /* ---- the data reader ---------------------------------------------------- */
@@ -398,7 +481,8 @@ static int rd_scalar(reader *r)
     const char *e = oip__lex_number(r->p, r->end, &num);
     if (!e)
         return rd_syntax(r, "malformed number");
-    int len = (int)(e - r->p) > 40 ? 40 : (int)(e - r->p);
+    ptrdiff_t tlen = e - r->p;
+    int len = tlen > 40 ? 40 : (int)tlen; /* quoted in messages */
     if (r->dtype == OIP_FP32) {
         float f = oip__num_to_float(&num);
         if (!isfinite(f))
@@ -439,6 +523,35 @@ wrong_kind:
 }
 
 /*
+ * rd_run: one element, then (FP32) the rest of a flat run "a,b,c" with no
+ * whitespace in a tight loop, the common shape of big arrays. Anything
+ * unusual (whitespace, a bad or out-of-range number) drops back to
+ * rd_scalar, which reports errors.
+ */
+static int rd_run(reader *r)
+{
+    int rc = rd_scalar(r);
+    if (rc || r->dtype != OIP_FP32)
+        return rc;
+    float *out = r->out;
+    while (r->end - r->p >= 2 && r->p[0] == ',' &&
+           ((unsigned)(unsigned char)r->p[1] - '0' <= 9 || r->p[1] == '-')) {
+        oip__num num;
+        const char *e = oip__lex_number(r->p + 1, r->end, &num);
+        float f = e ? oip__num_to_float(&num) : 0.0f;
+        if (!e || !isfinite(f)) {
+            r->p++;
+            return rd_scalar(r);
+        }
+        if (r->n < r->count)
+            out[r->n] = f;
+        r->n++;
+        r->p = e;
+    }
+    return 0;
+}
+
+/*
  * oip__read_data: an explicit-stack walk: after '[' a value or ']'; after a
  * value ',' or ']' (or the end at depth 0). Depth is bounded by the
  * scanner's OIP_MAX_DEPTH check, re-checked here so the reader stands alone.
@@ -466,7 +579,7 @@ int oip__read_data(const char *s, size_t len, oip_dtype dtype, void *out,
                 goto close; /* empty array */
             continue;
         }
-        if ((rc = rd_scalar(&r)))
+        if ((rc = rd_run(&r)))
             return rc;
         for (;;) { /* after a value */
             rd_ws(&r);

@@ -8,13 +8,17 @@
  * far less than the margin, so the printed text still lies within half an
  * ulp of f and parses back to f.
  *
- * Parsing: Clinger's fast path. When the significand has <= 19 digits,
- * fits in 2^53 and |exp10| <= 22, mant * 10^e (or / 10^-e) is one correctly
- * rounded double operation on exact operands. Rounding that double to float
- * equals rounding the exact value unless the double landed exactly on a
- * float midpoint (then we fall back to strtof). Everything else (long
- * significands, huge or tiny exponents) goes to strtof on a copy, which is
- * correctly rounded in glibc.
+ * Parsing: the value is computed in double, then rounded to float; the
+ * double carries 29 more bits than the float, so rounding it gives the
+ * correctly rounded float unless it sits (within its own error) on a float
+ * midpoint. Clinger's case (significand <= 2^53, |exp10| <= 22) is one
+ * correctly rounded operation on exact operands, ambiguous only on an exact
+ * midpoint. Otherwise (up to 19 digits, exp10 in [-64, 40]) three roundings
+ * leave an error of a few double ulps, and anything within 8 ulps of a
+ * midpoint is handed over. The rest (longer significands, far exponents,
+ * float subnormals, the ambiguous cases) goes to strtof on a copy, which
+ * is correctly rounded in glibc. Python's 17-digit reprs take the fast
+ * path.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -28,7 +32,7 @@ static const double p10[] = {
     1e22, 1e23, 1e24, 1e25, 1e26, 1e27, 1e28, 1e29, 1e30, 1e31, 1e32,
     1e33, 1e34, 1e35, 1e36, 1e37, 1e38, 1e39, 1e40, 1e41, 1e42, 1e43,
     1e44, 1e45, 1e46, 1e47, 1e48, 1e49, 1e50, 1e51, 1e52, 1e53, 1e54,
-    1e55, 1e56};
+    1e55, 1e56, 1e57, 1e58, 1e59, 1e60, 1e61, 1e62, 1e63, 1e64};
 
 static const char digit_pairs[] =
     "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
@@ -135,24 +139,37 @@ static int is_digit(char c)
     return c >= '0' && c <= '9';
 }
 
-/* Adds one significant digit (or notes that precision ran out). */
-static void add_digit(oip__num *n, char c, int frac)
+/*
+ * Digits go into mant while it stays below 1e18 (so 19 digits always fit);
+ * leading zeros leave mant at 0 and cost nothing. Past that, digits are
+ * dropped and the number is marked inexact (digits = 20) for the slow path.
+ */
+#define MANT_ROOM 1000000000000000000ULL
+
+static const char *lex_digits(const char *p, const char *end, oip__num *n,
+                              int frac)
 {
-    if (n->mant == 0 && c == '0') { /* leading zero: not significant */
-        if (frac)
-            n->exp10--;
-        return;
+    uint64_t mant = n->mant;
+    int exp10 = n->exp10, digits = n->digits;
+    while (p < end) {
+        unsigned d = (unsigned)(unsigned char)*p - '0';
+        if (d > 9)
+            break;
+        if (mant < MANT_ROOM) {
+            mant = mant * 10 + d;
+            exp10 -= frac;
+            if (mant)
+                digits++;
+        } else {
+            digits = 20;
+            exp10 += !frac;
+        }
+        p++;
     }
-    if (n->digits < 19) {
-        n->mant = n->mant * 10 + (uint64_t)(c - '0');
-        n->digits++;
-        if (frac)
-            n->exp10--;
-    } else {
-        n->digits = 20; /* inexact: the slow path reads the text */
-        if (!frac)
-            n->exp10++;
-    }
+    n->mant = mant;
+    n->exp10 = exp10;
+    n->digits = digits > 20 ? 20 : digits;
+    return p;
 }
 
 /*
@@ -173,19 +190,16 @@ const char *oip__lex_number(const char *p, const char *end, oip__num *n)
     }
     if (p >= end || !is_digit(*p))
         return NULL;
-    if (*p == '0') {
+    if (*p == '0')
         p++;
-    } else {
-        while (p < end && is_digit(*p))
-            add_digit(n, *p++, 0);
-    }
+    else
+        p = lex_digits(p, end, n, 0);
     if (p < end && *p == '.') {
         n->is_int = 0;
         p++;
         if (p >= end || !is_digit(*p))
             return NULL;
-        while (p < end && is_digit(*p))
-            add_digit(n, *p++, 1);
+        p = lex_digits(p, end, n, 1);
     }
     if (p < end && (*p == 'e' || *p == 'E')) {
         n->is_int = 0;
@@ -228,19 +242,25 @@ float oip__num_to_float(const oip__num *n)
 {
     if (n->mant == 0)
         return n->neg ? -0.0f : 0.0f;
-    if (n->digits <= 19 && n->mant <= ((uint64_t)1 << 53) &&
-        n->exp10 >= -22 && n->exp10 <= 22) {
-        double d = (double)n->mant;
-        d = n->exp10 >= 0 ? d * p10[n->exp10] : d / p10[-n->exp10];
-        /* d is in [1e-22, 9.1e37]: a normal float; 29 bits get dropped */
-        uint64_t bits;
-        memcpy(&bits, &d, sizeof bits);
-        if ((bits & 0x1fffffffu) != 0x10000000u) {
-            float f = (float)d;
-            return n->neg ? -f : f;
-        }
-    }
-    return slow_float(n);
+    if (n->digits > 19 || n->exp10 < -64 || n->exp10 > 40)
+        return slow_float(n);
+    int exact = n->mant <= ((uint64_t)1 << 53) && n->exp10 >= -22 &&
+                n->exp10 <= 22;
+    double d = (double)n->mant;
+    d = n->exp10 >= 0 ? d * p10[n->exp10] : d / p10[-n->exp10];
+    if (d < 0x1p-126) /* float subnormal range: other bits get dropped */
+        return slow_float(n);
+    /* a normal float keeps the top 24 of the double's 53 bits: 29 dropped */
+    uint64_t bits;
+    memcpy(&bits, &d, sizeof bits);
+    int64_t off = (int64_t)(bits & 0x1fffffffu) - 0x10000000;
+    /* exact: one rounding, so only an exact midpoint is ambiguous.
+     * inexact: mant, the power and the product each round (<= 3 half-ulps
+     * in all), so stay clear of midpoints by a margin. */
+    if (exact ? off == 0 : (off >= -8 && off <= 8))
+        return slow_float(n);
+    float f = (float)d;
+    return n->neg ? -f : f;
 }
 
 int oip__num_to_i64(const oip__num *n, int64_t *out)

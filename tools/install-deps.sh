@@ -1,22 +1,25 @@
 #!/bin/sh
 # install-deps.sh - install the Debian packages a make target needs, when
-# missing. Usage: tools/install-deps.sh build|test|bench|container
+# missing. Usage: tools/install-deps.sh build|test|bench|container|fuzz
 #   build      compiler, libraries and headers (make, make run)
 #   test       build + what the test suites drive (node, chromium, nginx, promtool)
 #   bench      test + wrk and PyTorch (the benchmark peers)
 #   container  buildah and debootstrap (make container-test)
+#   fuzz       build + clang and its libFuzzer runtime (make fuzz)
 # Needs root (or sudo) only when something is missing.
 set -eu
 build="gcc make pkg-config libc6-dev libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev check python3"
 test="$build nodejs npm chromium nginx-light prometheus"
 bench="$test wrk python3-torch python3-numpy"
 container="buildah debootstrap"
+fuzz="$build clang libclang-rt-14-dev"
 case "${1:-build}" in
     build) want=$build ;;
     test) want=$test ;;
     bench) want=$bench ;;
     container) want=$container ;;
-    *) echo "usage: $0 build|test|bench|container" >&2; exit 2 ;;
+    fuzz) want=$fuzz ;;
+    *) echo "usage: $0 build|test|bench|container|fuzz" >&2; exit 2 ;;
 esac
 missing=""
 for p in $want; do

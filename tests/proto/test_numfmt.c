@@ -160,6 +160,50 @@ START_TEST(parse_matches_strtof)
 }
 END_TEST
 
+/* Decimal texts close to float midpoints (15 to 19 digits, nudged by one
+ * unit in the last place): where double rounding would go wrong. */
+START_TEST(parse_near_midpoints)
+{
+    char s[64];
+    for (int i = 0; i < 200000; i++) {
+        float f = bitsf(next32() & 0x7f7fffffu);
+        if (!isfinite(f) || f < FLT_MIN)
+            continue;
+        double m = ((double)f + (double)nextafterf(f, INFINITY)) / 2;
+        int prec = 14 + (int)(next32() % 5); /* 15..19 digits */
+        snprintf(s, sizeof s, "%.*e", prec, m);
+        /* nudge the last mantissa digit */
+        char *e = strchr(s, 'e');
+        int nudge = (int)(next32() % 3) - 1;
+        char *dg = e - 1;
+        if (nudge > 0 && *dg < '9')
+            (*dg)++;
+        else if (nudge < 0 && *dg > '0')
+            (*dg)--;
+        float want = strtof(s, NULL);
+        float got = our_parse(s);
+        if (fbits(got) != fbits(want))
+            ck_abort_msg("%s: got %a want %a", s, (double)got, (double)want);
+    }
+}
+END_TEST
+
+/* What Python's json.dumps sends for float32 values: 17-digit reprs. */
+START_TEST(parse_python_reprs)
+{
+    char s[64];
+    for (int i = 0; i < 300000; i++) {
+        float f = bitsf(next32() ^ (next32() << 16));
+        if (!isfinite(f))
+            continue;
+        snprintf(s, sizeof s, "%.17g", (double)f);
+        if (fbits(our_parse(s)) != fbits(f))
+            ck_abort_msg("%s: got %a want %a", s, (double)our_parse(s),
+                         (double)f);
+    }
+}
+END_TEST
+
 START_TEST(parse_midpoints_and_limits)
 {
     static const char *cases[] = {
@@ -260,6 +304,8 @@ int main(void)
     tcase_add_test(tc, fmt_round_trip_edges);
     tcase_add_test(tc, fmt_round_trip_random);
     tcase_add_test(tc, parse_matches_strtof);
+    tcase_add_test(tc, parse_near_midpoints);
+    tcase_add_test(tc, parse_python_reprs);
     tcase_add_test(tc, parse_midpoints_and_limits);
     tcase_add_test(tc, lex_grammar);
     tcase_add_test(tc, integers);

@@ -1,0 +1,116 @@
+/*
+ * fuzz_oip.c - libFuzzer harness for proto/ (make fuzz; clang with
+ * -fsanitize=fuzzer,address,undefined).
+ *
+ * Input: a request body. When it starts with 'B', the next two bytes give
+ * Inference-Header-Content-Length (mod the rest's size + 1) and the rest is
+ * the body with a binary part; otherwise the whole input is a JSON body.
+ * Properties checked beyond "no crash, no leak, no UB":
+ *   - a failed decode leaves the request empty and gives a message whose
+ *     error body is valid JSON;
+ *   - every decoded float prints and parses back to the same bits, and the
+ *     decoded tensors re-encode (JSON and binary) without error;
+ *   - short inputs that lex as a JSON number parse exactly as strtof does.
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/attn.h"
+#include "proto/oip_internal.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void check_number(const uint8_t *data, size_t size)
+{
+    char s[64];
+    if (size == 0 || size >= sizeof s)
+        return;
+    memcpy(s, data, size);
+    s[size] = 0;
+    oip__num n;
+    const char *end = oip__lex_number(s, s + size, &n);
+    if (end != s + size)
+        return;
+    float a = oip__num_to_float(&n), b = strtof(s, NULL);
+    if (memcmp(&a, &b, 4)) {
+        fprintf(stderr, "parse mismatch on %s: %a vs strtof %a\n", s,
+                (double)a, (double)b);
+        abort();
+    }
+}
+
+static void check_request(const oip_request *r)
+{
+    oip_output outs[16];
+    int n = r->n_inputs < 16 ? r->n_inputs : 16;
+    for (int i = 0; i < n; i++) {
+        const oip_tensor *t = &r->inputs[i];
+        oip_dtype host = t->wire_dtype;
+        if (host == OIP_FP16 || host == OIP_BF16)
+            host = OIP_FP32;
+        if (host == OIP_FP32) {
+            const float *f = t->data;
+            for (size_t j = 0; j < t->count; j++) {
+                char buf[OIP__FLOAT_CHARS];
+                size_t len = oip__fmt_float(f[j], buf);
+                oip__num num;
+                if (oip__lex_number(buf, buf + len, &num) != buf + len)
+                    abort();
+                float g = oip__num_to_float(&num);
+                if (memcmp(&g, &f[j], 4))
+                    abort();
+            }
+        }
+        outs[i] = (oip_output){.name = t->name, .dtype = host,
+                               .rank = t->rank, .data = t->data,
+                               .binary = i & 1};
+        memcpy(outs[i].shape, t->shape, sizeof t->shape);
+    }
+    char *body;
+    size_t len, hl;
+    char err[OIP_ERRMAX];
+    if (oip_encode("fuzz", r->id, outs, n, NULL, &body, &len, &hl, err)) {
+        fprintf(stderr, "re-encode failed: %s\n", err);
+        abort();
+    }
+    free(body);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static const oip_limits lim = {.max_elements = 1 << 16,
+                                   .memory_budget = 1 << 21,
+                                   .max_inputs = 8, .max_outputs = 8,
+                                   .max_tokens = 64};
+    check_number(data, size);
+    size_t hl = 0;
+    if (size >= 3 && data[0] == 'B') {
+        hl = ((size_t)data[1] | (size_t)data[2] << 8) % (size - 3 + 1);
+        data += 3;
+        size -= 3;
+    }
+    oip_request r;
+    char err[OIP_ERRMAX] = "";
+    int rc = oip_decode(&r, (const char *)data, size, hl, &lim, err);
+    if (rc) {
+        if (r.inputs || r.n_inputs || r.id || !err[0])
+            abort();
+        char *e = oip_error_body(err);
+        json_error_t jerr;
+        json_t *j = e ? json_loads(e, 0, &jerr) : NULL;
+        if (!j) {
+            fprintf(stderr, "bad error body: %s\n", e ? e : "(null)");
+            abort();
+        }
+        json_decref(j);
+        free(e);
+        return 0;
+    }
+    check_request(&r);
+    oip_request_free(&r);
+    return 0;
+}

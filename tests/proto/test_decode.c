@@ -1,0 +1,667 @@
+/* test_decode.c - proto/decode.c (with jscan.c): every malformed-request
+ * case with its exact message, nested/flat data, binary framing, limits. */
+#include <check.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/attn.h"
+#include "proto/oip.h"
+
+/* Test JSON is written with ' for " to stay readable. */
+static char *q(const char *s)
+{
+    char *t = strdup(s);
+    for (char *p = t; *p; p++)
+        if (*p == '\'')
+            *p = '"';
+    return t;
+}
+
+static int dec_lim(oip_request *r, const char *s, const oip_limits *lim,
+                   char *err)
+{
+    char *t = q(s);
+    int rc = oip_decode(r, t, strlen(t), 0, lim, err);
+    free(t);
+    return rc;
+}
+
+#define X2 "{'name':'x','datatype':'FP32','shape':[2],'data':[1,2]}"
+
+static const struct bad {
+    const char *json;
+    int code;
+    const char *msg;
+} bad[] = {
+    {"hello", ATTN_EINVAL, "request body: expected a JSON object"},
+    {"[1]", ATTN_EINVAL, "request body: expected a JSON object"},
+    {"", ATTN_EINVAL, "request body: expected a JSON object"},
+    {"{", ATTN_EINVAL, "request body: invalid JSON at byte 1: expected a "
+                       "string key"},
+    {"{} x", ATTN_EINVAL, "request body: invalid JSON at byte 3: data after "
+                          "the JSON object"},
+    {"{'a':tru}", ATTN_EINVAL, "request body: invalid JSON at byte 5: "
+                               "unexpected character"},
+    {"{'a':'\x01'}", ATTN_EINVAL, "request body: invalid JSON at byte 6: "
+                                  "control character in string"},
+    {"{'a':'\\x'}", ATTN_EINVAL, "request body: invalid JSON at byte 7: bad "
+                                 "escape"},
+    {"{'a':[1,]}", ATTN_EINVAL, "request body: invalid JSON at byte 8: "
+                                "unexpected character"},
+    {"{'a':01}", ATTN_EINVAL, "request body: invalid JSON at byte 6: expected "
+                              "',' or '}'"},
+    {"{'id':'a','id':'b','inputs':[" X2 "]}", ATTN_EINVAL,
+     "request body: duplicate key \"id\""},
+    {"{'inputs':[{'name':'x','name':'y'}]}", ATTN_EINVAL,
+     "inputs[0]: duplicate key \"name\""},
+    {"{'parameters':{'causal':true,'c\\u0061usal':false},'inputs':[" X2 "]}",
+     ATTN_EINVAL, "parameters: duplicate key \"causal\""},
+    {"{'outputs':[{'name':'y'},{'name':'a','name':'b'}],'inputs':[" X2 "]}",
+     ATTN_EINVAL, "outputs[1]: duplicate key \"name\""},
+    {"{'outputs':[{'name':'y','parameters':{'binary_data':true,"
+     "'binary_data':false}}],'inputs':[" X2 "]}", ATTN_EINVAL,
+     "outputs[0].parameters: duplicate key \"binary_data\""},
+    {"{'inputs':[" X2 ",{'name':'z','datatype':'FP32','shape':[1],"
+     "'parameters':{'binary_data_size':4,'binary_data_size':4}}]}",
+     ATTN_EINVAL, "inputs[1].parameters: duplicate key \"binary_data_size\""},
+    {"{'x':{'a':1,'a':2},'inputs':[" X2 "]}", ATTN_EINVAL,
+     "request body: invalid JSON: duplicate object key near '\"a\"'"},
+    {"{'a_key_longer_than_twenty_four':1,'a_key_longer_than_twenty_four':2,'inputs':[" X2 "]}",
+     ATTN_EINVAL, "request body: invalid JSON: duplicate object key"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[1],'data':[1],"
+     "'data':[2]}]}", ATTN_EINVAL, "inputs[0]: duplicate key \"data\""},
+    {"{'inputs':[{'data':[1,2]}],'inputs':[" X2 "]}", ATTN_EINVAL,
+     "request body: duplicate key \"inputs\""},
+    {"{'id':'a'}", ATTN_EINVAL, "inputs: missing"},
+    {"{'inputs':{}}", ATTN_EINVAL, "inputs: expected an array"},
+    {"{'inputs':[]}", ATTN_EINVAL, "inputs: empty"},
+    {"{'inputs':[1]}", ATTN_EINVAL, "inputs[0]: expected an object"},
+    {"{'inputs':[{'datatype':'FP32','shape':[1],'data':[1]}]}", ATTN_EINVAL,
+     "inputs[0].name: missing"},
+    {"{'inputs':[{'name':3,'datatype':'FP32','shape':[1],'data':[1]}]}",
+     ATTN_EINVAL, "inputs[0].name: expected a string"},
+    {"{'inputs':[{'name':'','datatype':'FP32','shape':[1],'data':[1]}]}",
+     ATTN_EINVAL, "inputs[0].name: must be 1 to 63 bytes"},
+    {"{'inputs':[{'name':'0123456789012345678901234567890123456789012345678901"
+     "234567890123','datatype':'FP32','shape':[1],'data':[1]}]}",
+     ATTN_EINVAL, "inputs[0].name: must be 1 to 63 bytes"},
+    {"{'inputs':[" X2 "," X2 "]}", ATTN_EINVAL,
+     "inputs[1].name: duplicate input \"x\""},
+    {"{'inputs':[{'name':'x','shape':[1],'data':[1]}]}", ATTN_EINVAL,
+     "inputs[0].datatype: missing"},
+    {"{'inputs':[{'name':'x','datatype':7,'shape':[1],'data':[1]}]}",
+     ATTN_EINVAL, "inputs[0].datatype: expected a string"},
+    {"{'inputs':[{'name':'x','datatype':'FP64','shape':[1],'data':[1]}]}",
+     ATTN_EINVAL, "inputs[0].datatype: \"FP64\" is not supported (BOOL, INT32, "
+                  "INT64, FP16, BF16 or FP32)"},
+    {"{'inputs':[{'name':'x','datatype':'BYTES','shape':[1],'data':['a']}]}",
+     ATTN_EINVAL, "inputs[0].datatype: \"BYTES\" is not supported (BOOL, "
+                  "INT32, INT64, FP16, BF16 or FP32)"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','data':[1]}]}", ATTN_EINVAL,
+     "inputs[0].shape: missing"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':3,'data':[1]}]}",
+     ATTN_EINVAL, "inputs[0].shape: expected an array of integers"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[],'data':[1]}]}",
+     ATTN_EINVAL, "inputs[0].shape: rank 0, must be 1 to 8"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[1,1,1,1,1,1,1,1,1],"
+     "'data':[1]}]}", ATTN_EINVAL, "inputs[0].shape: rank 9, must be 1 to 8"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[2,2,-3],'data':[1]}]}",
+     ATTN_EINVAL, "inputs[0].shape: dimension 2 is -3, must be >= 1"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[0],'data':[]}]}",
+     ATTN_EINVAL, "inputs[0].shape: dimension 0 is 0, must be >= 1"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[2,'3'],'data':[1]}]}",
+     ATTN_EINVAL, "inputs[0].shape: dimension 1 is not an integer"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[2.0],'data':[1,2]}]}",
+     ATTN_EINVAL, "inputs[0].shape: dimension 0 is not an integer"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[4294967296,"
+     "4294967296],'data':[1]}]}", ATTN_EOVERFLOW,
+     "inputs[0].shape: element count overflows"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[99999999999999999999]"
+     ",'data':[1]}]}", ATTN_EINVAL, "request body: invalid JSON: too big "
+                                   "integer near '99999999999999999999'"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[1000000000,100],"
+     "'data':[1]}]}", ATTN_EOVERFLOW,
+     "inputs[0].shape: 100000000000 elements, at most 67108864"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[3,4],"
+     "'data':[1,2,3,4,5,6,7,8,9,10,11]}]}", ATTN_EINVAL,
+     "inputs[0].data: expected 12 values, got 11"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[3,4],"
+     "'data':[[1,2,3,4],[5,6,7,8],[9,10,11,12],[13]]}]}", ATTN_EINVAL,
+     "inputs[0].data: expected 12 values, got 13"},
+    {"{'inputs':[" X2 ",{'name':'m','datatype':'BOOL','shape':[2],"
+     "'data':[true,1]}]}", ATTN_EINVAL,
+     "inputs[1].data[1]: expected true or false, got a number"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[2],'data':[1,'2']}]}",
+     ATTN_EINVAL, "inputs[0].data[1]: expected a number, got a string"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[2],'data':[1,null]}]}",
+     ATTN_EINVAL, "inputs[0].data[1]: expected a number, got null"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[2],'data':[{},1]}]}",
+     ATTN_EINVAL, "inputs[0].data[0]: expected a number, got an object"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[2],'data':[1,true]}]}",
+     ATTN_EINVAL, "inputs[0].data[1]: expected a number, got a boolean"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[2],'data':[1e39,1]}]}",
+     ATTN_EINVAL, "inputs[0].data[0]: 1e39 is out of FP32 range"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[2],'data':[1,2]x}]}",
+      ATTN_EINVAL, "request body: invalid JSON at byte 65: expected ',' or "
+                  "'}'"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[2],'data':[1,,2]}]}",
+     ATTN_EINVAL, "inputs[0].data: invalid JSON at byte 3: unexpected "
+                  "character"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[2],'data':[1 2]}]}",
+     ATTN_EINVAL, "inputs[0].data: invalid JSON at byte 3: expected ',' or "
+                  "']'"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[2],'data':[1,2}]}",
+     ATTN_EINVAL, "request body: invalid JSON at byte 65: expected ',' or "
+                  "'}'"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[2],'data':[1,2]]}",
+     ATTN_EINVAL, "request body: invalid JSON at byte 65: expected ',' or "
+                  "'}'"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[2],'data':[1,2}]}]}",
+     ATTN_EINVAL, "request body: invalid JSON at byte 65: expected ',' or "
+                  "'}'"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[1],'data':5}]}",
+     ATTN_EINVAL, "inputs[0].data: expected an array, got a number"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[1],'data':[']']}]}",
+     ATTN_EINVAL, "inputs[0].data[0]: expected a number, got a string"},
+    {"{'inputs':[{'name':'x','datatype':'INT32','shape':[1],'data':[1.5]}]}",
+     ATTN_EINVAL, "inputs[0].data[0]: expected an integer, got 1.5"},
+    {"{'inputs':[{'name':'x','datatype':'INT32','shape':[2],"
+     "'data':[-2147483648,2147483648]}]}", ATTN_EINVAL,
+     "inputs[0].data[1]: 2147483648 is out of INT32 range"},
+    {"{'inputs':[{'name':'x','datatype':'INT64','shape':[1],"
+     "'data':[9223372036854775808]}]}", ATTN_EINVAL,
+     "inputs[0].data[0]: 9223372036854775808 is out of INT64 range"},
+    {"{'inputs':[{'name':'x','datatype':'FP16','shape':[1],'data':[1]}]}",
+     ATTN_EINVAL, "inputs[0].data: FP16 values must be sent as binary data "
+                  "(parameters.binary_data_size)"},
+    {"{'inputs':[{'name':'x','datatype':'BF16','shape':[1],'data':[1]}]}",
+     ATTN_EINVAL, "inputs[0].data: BF16 values must be sent as binary data "
+                  "(parameters.binary_data_size)"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[1]}]}", ATTN_EINVAL,
+     "inputs[0]: missing data (or parameters.binary_data_size)"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[1],'data':[1],"
+     "'parameters':[]}]}", ATTN_EINVAL,
+     "inputs[0].parameters: expected an object"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[1],"
+     "'parameters':{'binary_data_size':4}}]}", ATTN_EINVAL,
+     "inputs[0].parameters.binary_data_size: the request has no binary part "
+     "(Inference-Header-Content-Length missing)"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[1],"
+     "'parameters':{'binary_data_size':-4}}]}", ATTN_EINVAL,
+     "inputs[0].parameters.binary_data_size: expected a non-negative "
+     "integer"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[1],'data':[1],"
+     "'parameters':{'binary_data_size':4}}]}", ATTN_EINVAL,
+     "inputs[0]: both data and parameters.binary_data_size given"},
+    {"{'id':5,'inputs':[" X2 "]}", ATTN_EINVAL, "id: expected a string"},
+    {"{'parameters':1,'inputs':[" X2 "]}", ATTN_EINVAL,
+     "parameters: expected an object"},
+    {"{'parameters':{'causal':1},'inputs':[" X2 "]}", ATTN_EINVAL,
+     "parameters.causal: expected true or false"},
+    {"{'parameters':{'retain':'yes'},'inputs':[" X2 "]}", ATTN_EINVAL,
+     "parameters.retain: expected true or false"},
+    {"{'parameters':{'binary_data_output':null},'inputs':[" X2 "]}",
+     ATTN_EINVAL, "parameters.binary_data_output: expected true or false"},
+    {"{'parameters':{'tokens':'a b'},'inputs':[" X2 "]}", ATTN_EINVAL,
+     "parameters.tokens: expected an array of strings"},
+    {"{'parameters':{'tokens':['a',2]},'inputs':[" X2 "]}", ATTN_EINVAL,
+     "parameters.tokens[1]: expected a string"},
+    {"{'outputs':{},'inputs':[" X2 "]}", ATTN_EINVAL,
+     "outputs: expected an array"},
+    {"{'outputs':['y'],'inputs':[" X2 "]}", ATTN_EINVAL,
+     "outputs[0]: expected an object"},
+    {"{'outputs':[{'parameters':{}}],'inputs':[" X2 "]}", ATTN_EINVAL,
+     "outputs[0].name: missing"},
+    {"{'outputs':[{'name':1}],'inputs':[" X2 "]}", ATTN_EINVAL,
+     "outputs[0].name: expected a string"},
+    {"{'outputs':[{'name':'y'},{'name':'y'}],'inputs':[" X2 "]}", ATTN_EINVAL,
+     "outputs[1].name: duplicate output \"y\""},
+    {"{'outputs':[{'name':'y','parameters':{'binary_data':1}}],'inputs':[" X2
+     "]}", ATTN_EINVAL, "outputs[0].parameters.binary_data: expected true or "
+                        "false"},
+    {"{'outputs':[{'name':'y','parameters':5}],'inputs':[" X2 "]}",
+     ATTN_EINVAL, "outputs[0].parameters: expected an object"},
+};
+
+START_TEST(bad_request)
+{
+    const struct bad *b = &bad[_i];
+    oip_request r;
+    char err[OIP_ERRMAX] = "";
+    int rc = dec_lim(&r, b->json, NULL, err);
+    const char *want = b->msg;
+    if (rc != b->code || strcmp(err, want))
+        ck_abort_msg("case %d: %s\n  got %d '%s'\n want %d '%s'", _i,
+                     b->json, rc, err, b->code, want);
+    ck_assert_int_eq(r.n_inputs, 0);
+    ck_assert_ptr_null(r.inputs);
+    oip_request_free(&r);
+}
+END_TEST
+
+START_TEST(limits_from_struct)
+{
+    oip_limits lim = {.max_inputs = 2, .max_outputs = 1, .max_tokens = 2,
+                      .max_elements = 4};
+    oip_request r;
+    char err[OIP_ERRMAX];
+    ck_assert_int_eq(dec_lim(&r, "{'inputs':[" X2 "," X2 "," X2 "]}", &lim,
+                             err), ATTN_EOVERFLOW);
+    ck_assert_str_eq(err, "inputs: more than 2 entries");
+    ck_assert_int_eq(dec_lim(&r, "{'outputs':[{'name':'a'},{'name':'b'}],"
+                                 "'inputs':[" X2 "]}", &lim, err),
+                     ATTN_EOVERFLOW);
+    ck_assert_str_eq(err, "outputs: 2 entries, at most 1");
+    ck_assert_int_eq(dec_lim(&r, "{'parameters':{'tokens':['a','b','c']},"
+                                 "'inputs':[" X2 "]}", &lim, err),
+                     ATTN_EOVERFLOW);
+    ck_assert_str_eq(err, "parameters.tokens: 3 entries, at most 2");
+    ck_assert_int_eq(dec_lim(&r, "{'inputs':[{'name':'x','datatype':'FP32',"
+                                 "'shape':[5],'data':[1,2,3,4,5]}]}", &lim,
+                             err), ATTN_EOVERFLOW);
+    ck_assert_str_eq(err, "inputs[0].shape: 5 elements, at most 4");
+}
+END_TEST
+
+START_TEST(long_strings)
+{
+    oip_request r;
+    char err[OIP_ERRMAX];
+    char js[2048];
+    char id[300];
+    memset(id, 'a', 256);
+    id[256] = 0;
+    snprintf(js, sizeof js, "{'id':'%s','inputs':[" X2 "]}", id);
+    ck_assert_int_eq(dec_lim(&r, js, NULL, err), ATTN_EINVAL);
+    ck_assert_str_eq(err, "id: longer than 255 bytes");
+    id[255] = 0; /* 255 bytes: fine */
+    snprintf(js, sizeof js, "{'id':'%s','inputs':[" X2 "]}", id);
+    ck_assert_int_eq(dec_lim(&r, js, NULL, err), 0);
+    ck_assert_uint_eq(strlen(r.id), 255);
+    oip_request_free(&r);
+    id[255] = 'a'; /* 256 bytes again */
+    snprintf(js, sizeof js, "{'parameters':{'tokens':['ok','%s']},"
+             "'inputs':[" X2 "]}", id);
+    ck_assert_int_eq(dec_lim(&r, js, NULL, err), ATTN_EINVAL);
+    ck_assert_str_eq(err, "parameters.tokens[1]: longer than 255 bytes");
+}
+END_TEST
+
+START_TEST(nesting_depth)
+{
+    char js[512] = "{\"a\":";
+    for (int i = 0; i < 70; i++)
+        strcat(js, "[");
+    oip_request r;
+    char err[OIP_ERRMAX];
+    ck_assert_int_eq(oip_decode(&r, js, strlen(js), 0, NULL, err),
+                     ATTN_EINVAL);
+    ck_assert_str_eq(err, "request body: invalid JSON at byte 68: nesting "
+                          "too deep");
+    /* inside data the reader's own bound applies */
+    strcpy(js, "{\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP32\","
+               "\"shape\":[1],\"data\":");
+    for (int i = 0; i < 70; i++)
+        strcat(js, "[");
+    ck_assert_int_eq(oip_decode(&r, js, strlen(js), 0, NULL, err),
+                     ATTN_EINVAL);
+    ck_assert_str_eq(err, "request body: invalid JSON at byte 124: nesting "
+                          "too deep");
+}
+END_TEST
+
+START_TEST(valid_request_fields)
+{
+    oip_request r;
+    char err[OIP_ERRMAX] = "";
+    int rc = dec_lim(&r,
+        "{'id':'req-1','unknown':{'deep':[1,2,{'data':[1]}]},"
+        "'parameters':{'causal':true,'retain':true,'binary_data_output':false,"
+        "'tokens':['the','cat'],'other':[1]},"
+        "'inputs':[{'name':'x','datatype':'FP32','shape':[2,3],"
+        "'data':[[1.5,-2,3e-3],[0,-0.0,1e10]],'extra':{'data':5}},"
+        "{'name':'lengths','datatype':'INT32','shape':[2],'data':[3,-7]},"
+        "{'name':'mask','datatype':'BOOL','shape':[1,2],'data':[[true,false]]},"
+        "{'name':'big','datatype':'INT64','shape':[1],"
+        "'data':[-9223372036854775808]}],"
+        "'outputs':[{'name':'y'},{'name':'attention','parameters':"
+        "{'binary_data':true}}]}", NULL, err);
+    ck_assert_msg(rc == 0, "%s", err);
+    ck_assert_str_eq(r.id, "req-1");
+    ck_assert_int_eq(r.params.causal, 1);
+    ck_assert_int_eq(r.params.retain, 1);
+    ck_assert_int_eq(r.params.binary_data_output, 0);
+    ck_assert_int_eq(r.params.n_tokens, 2);
+    ck_assert_str_eq(r.params.tokens[1], "cat");
+    ck_assert_int_eq(r.n_inputs, 4);
+    const oip_tensor *x = oip_find_input(&r, "x");
+    ck_assert_ptr_eq(x, &r.inputs[0]);
+    ck_assert_int_eq(x->wire_dtype, OIP_FP32);
+    ck_assert_int_eq(x->rank, 2);
+    ck_assert_int_eq(x->shape[0], 2);
+    ck_assert_int_eq(x->shape[1], 3);
+    ck_assert_uint_eq(x->count, 6);
+    const float *xf = x->data;
+    ck_assert(xf[0] == 1.5f && xf[1] == -2.0f && xf[2] == 3e-3f);
+    ck_assert(xf[3] == 0.0f && signbit(xf[4]) && xf[5] == 1e10f);
+    const int32_t *len = r.inputs[1].data;
+    ck_assert(len[0] == 3 && len[1] == -7);
+    const uint8_t *m = r.inputs[2].data;
+    ck_assert(m[0] == 1 && m[1] == 0);
+    ck_assert(*(const int64_t *)r.inputs[3].data == INT64_MIN);
+    ck_assert_ptr_null(oip_find_input(&r, "nope"));
+    ck_assert_int_eq(r.n_outputs, 2);
+    ck_assert_str_eq(r.outputs[0].name, "y");
+    ck_assert_int_eq(r.outputs[0].binary, -1);
+    ck_assert_int_eq(r.outputs[1].binary, 1);
+    ck_assert_uint_eq(r.bytes, 6 * 4 + 2 * 4 + 2 + 8 + 6 + 2 * sizeof(char *)
+                                   + 4 + 4);
+    oip_request_free(&r);
+    ck_assert_ptr_null(r.inputs);
+    oip_request_free(&r); /* twice is fine */
+}
+END_TEST
+
+START_TEST(defaults_when_absent)
+{
+    oip_request r;
+    char err[OIP_ERRMAX] = "";
+    ck_assert_int_eq(dec_lim(&r, "{'inputs':[" X2 "],'outputs':[]}", NULL,
+                             err), 0);
+    ck_assert_ptr_null(r.id);
+    ck_assert_int_eq(r.params.causal, -1);
+    ck_assert_int_eq(r.params.retain, 0);
+    ck_assert_ptr_null(r.params.tokens);
+    ck_assert_int_eq(r.n_outputs, 0);
+    ck_assert_ptr_null(r.outputs);
+    oip_request_free(&r);
+}
+END_TEST
+
+START_TEST(nested_equals_flat)
+{
+    oip_request a, b, c;
+    char err[OIP_ERRMAX] = "";
+    ck_assert_int_eq(dec_lim(&a, "{'inputs':[{'name':'x','datatype':'FP32',"
+        "'shape':[2,2,2],'data':[1,2,3,4,5,6,7,8]}]}", NULL, err), 0);
+    ck_assert_int_eq(dec_lim(&b, "{'inputs':[{'name':'x','datatype':'FP32',"
+        "'shape':[2,2,2],'data':[[[1,2],[3,4]],[[5,6],[7,8]]]}]}", NULL, err),
+        0);
+    ck_assert_int_eq(dec_lim(&c, " { 'inputs' : [ { 'name' : 'x' , "
+        "'datatype' : 'FP32' , 'shape' : [ 2 , 2 , 2 ] , 'd\\u0061ta' :\n"
+        "[ [ 1 , 2 , 3 , 4 ] ,\t[ 5 , 6 ] , [ 7 , 8 ] ] } ] } ", NULL, err),
+        0);
+    ck_assert(!memcmp(a.inputs[0].data, b.inputs[0].data, 32));
+    ck_assert(!memcmp(a.inputs[0].data, c.inputs[0].data, 32));
+    ck_assert(((float *)a.inputs[0].data)[7] == 8.0f);
+    oip_request_free(&a);
+    oip_request_free(&b);
+    oip_request_free(&c);
+}
+END_TEST
+
+/* A body: JSON header (with ' for ") followed by n raw bytes. */
+static char *bin_body(const char *json, const void *bytes, size_t n,
+                      size_t *len, size_t *hlen)
+{
+    char *j = q(json);
+    *hlen = strlen(j);
+    *len = *hlen + n;
+    char *b = malloc(*len ? *len : 1);
+    memcpy(b, j, *hlen);
+    if (n)
+        memcpy(b + *hlen, bytes, n);
+    free(j);
+    return b;
+}
+
+static int bin_dec(oip_request *r, const char *json, const void *bytes,
+                   size_t n, char *err)
+{
+    size_t len, hlen;
+    char *b = bin_body(json, bytes, n, &len, &hlen);
+    int rc = oip_decode(r, b, len, hlen, NULL, err);
+    free(b);
+    return rc;
+}
+
+START_TEST(binary_inputs)
+{
+    unsigned char buf[64];
+    size_t at = 0;
+    float f32[3] = {1.5f, -0.0f, FLT_MAX};
+    memcpy(buf, f32, 12);
+    at = 12;
+    /* FP16: 1.0, -2.0, 65504, smallest subnormal (little-endian) */
+    const unsigned char f16[] = {0x00, 0x3c, 0x00, 0xc0, 0xff, 0x7b,
+                                 0x01, 0x00};
+    memcpy(buf + at, f16, 8);
+    at += 8;
+    const unsigned char bf16[] = {0x80, 0x3f, 0x49, 0xc0}; /* 1, -3.140625 */
+    memcpy(buf + at, bf16, 4);
+    at += 4;
+    int32_t i32[2] = {INT32_MIN, 7};
+    memcpy(buf + at, i32, 8);
+    at += 8;
+    const unsigned char bl[] = {1, 0, 1};
+    memcpy(buf + at, bl, 3);
+    at += 3;
+    oip_request r;
+    char err[OIP_ERRMAX] = "";
+    int rc = bin_dec(&r,
+        "{'inputs':[{'name':'a','datatype':'FP32','shape':[3],"
+        "'parameters':{'binary_data_size':12}},"
+        "{'name':'j','datatype':'FP32','shape':[1],'data':[2.5]},"
+        "{'name':'h','datatype':'FP16','shape':[2,2],"
+        "'parameters':{'binary_data_size':8}},"
+        "{'name':'b','datatype':'BF16','shape':[2],"
+        "'parameters':{'binary_data_size':4}},"
+        "{'name':'i','datatype':'INT32','shape':[2],"
+        "'parameters':{'binary_data_size':8}},"
+        "{'name':'m','datatype':'BOOL','shape':[3],"
+        "'parameters':{'binary_data_size':3}}]}",
+        buf, at, err);
+    ck_assert_msg(rc == 0, "%s", err);
+    const float *a = r.inputs[0].data;
+    ck_assert(a[0] == 1.5f && signbit(a[1]) && a[2] == FLT_MAX);
+    ck_assert(*(const float *)r.inputs[1].data == 2.5f);
+    const float *h = r.inputs[2].data;
+    ck_assert(h[0] == 1.0f && h[1] == -2.0f && h[2] == 65504.0f &&
+              h[3] == 0x1p-24f);
+    const float *b = r.inputs[3].data;
+    ck_assert(b[0] == 1.0f && b[1] == -3.140625f);
+    const int32_t *i = r.inputs[4].data;
+    ck_assert(i[0] == INT32_MIN && i[1] == 7);
+    ck_assert(!memcmp(r.inputs[5].data, bl, 3));
+    ck_assert_int_eq(r.inputs[2].wire_dtype, OIP_FP16);
+    oip_request_free(&r);
+}
+END_TEST
+
+/* The same floats sent as JSON (Python's 17-digit reprs and 9-digit text)
+ * and as binary decode to identical bits. */
+START_TEST(json_equals_binary)
+{
+    enum { n = 1000 };
+    float f[n];
+    uint64_t s = 7;
+    for (int i = 0; i < n; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        uint32_t u = (uint32_t)(s >> 32);
+        memcpy(&f[i], &u, 4);
+        if (!isfinite(f[i]))
+            f[i] = (float)i;
+    }
+    f[0] = -0.0f;
+    f[1] = 0x1p-149f;
+    f[2] = FLT_MAX;
+    char *js = malloc(n * 30 + 200);
+    for (int digits = 9; digits <= 17; digits += 8) {
+        size_t at = (size_t)sprintf(js, "{'inputs':[{'name':'x','datatype':"
+                                        "'FP32','shape':[%d],'data':[", n);
+        for (int i = 0; i < n; i++)
+            at += (size_t)sprintf(js + at, "%s%.*g", i ? "," : "", digits,
+                                  (double)f[i]);
+        strcpy(js + at, "]}]}");
+        oip_request a, b;
+        char err[OIP_ERRMAX] = "";
+        ck_assert_int_eq(dec_lim(&a, js, NULL, err), 0);
+        char hdr[200];
+        snprintf(hdr, sizeof hdr, "{'inputs':[{'name':'x','datatype':'FP32',"
+                 "'shape':[%d],'parameters':{'binary_data_size':%d}}]}", n,
+                 4 * n);
+        ck_assert_int_eq(bin_dec(&b, hdr, f, sizeof f, err), 0);
+        ck_assert(!memcmp(a.inputs[0].data, f, sizeof f));
+        ck_assert(!memcmp(b.inputs[0].data, f, sizeof f));
+        oip_request_free(&a);
+        oip_request_free(&b);
+    }
+    free(js);
+}
+END_TEST
+
+START_TEST(binary_errors)
+{
+    oip_request r;
+    char err[OIP_ERRMAX] = "";
+    float f[4] = {1, 2, NAN, 4};
+    const char *one = "{'inputs':[{'name':'x','datatype':'FP32','shape':[3],"
+                      "'parameters':{'binary_data_size':12}}]}";
+    ck_assert_int_eq(bin_dec(&r, one, f, 8, err), ATTN_EINVAL);
+    ck_assert_str_eq(err, "binary data: inputs declare 12 bytes, the body has "
+                          "8 after the JSON header");
+    ck_assert_int_eq(bin_dec(&r, one, f, 16, err), ATTN_EINVAL);
+    ck_assert_str_eq(err, "binary data: inputs declare 12 bytes, the body has "
+                          "16 after the JSON header");
+    ck_assert_int_eq(bin_dec(&r, one, f, 12, err), ATTN_EINVAL);
+    ck_assert_str_eq(err, "inputs[0]: binary element 2 is not finite (NaN or "
+                          "Inf)");
+    ck_assert_int_eq(bin_dec(&r,
+        "{'inputs':[{'name':'x','datatype':'FP32','shape':[3,4],"
+        "'parameters':{'binary_data_size':44}}]}", f, 16, err), ATTN_EINVAL);
+    ck_assert_str_eq(err, "inputs[0].parameters.binary_data_size: 44 bytes, "
+                          "expected 48 (12 FP32 values)");
+    const unsigned char inf16[] = {0x00, 0x3c, 0x00, 0x7c};
+    ck_assert_int_eq(bin_dec(&r,
+        "{'inputs':[{'name':'x','datatype':'FP16','shape':[2],"
+        "'parameters':{'binary_data_size':4}}]}", inf16, 4, err),
+        ATTN_EINVAL);
+    ck_assert_str_eq(err, "inputs[0]: binary element 1 is not finite (NaN or "
+                          "Inf)");
+    const unsigned char nanbf[] = {0xc1, 0x7f};
+    ck_assert_int_eq(bin_dec(&r,
+        "{'inputs':[{'name':'x','datatype':'BF16','shape':[1],"
+        "'parameters':{'binary_data_size':2}}]}", nanbf, 2, err),
+        ATTN_EINVAL);
+    ck_assert_str_eq(err, "inputs[0]: binary element 0 is not finite (NaN or "
+                          "Inf)");
+    const unsigned char b2[] = {1, 2};
+    ck_assert_int_eq(bin_dec(&r,
+        "{'inputs':[{'name':'x','datatype':'BOOL','shape':[2],"
+        "'parameters':{'binary_data_size':2}}]}", b2, 2, err), ATTN_EINVAL);
+    ck_assert_str_eq(err, "inputs[0]: binary BOOL element 1 is 2, must be 0 "
+                          "or 1");
+    /* header length beyond the body */
+    char *body = q("{'inputs':[]}");
+    ck_assert_int_eq(oip_decode(&r, body, strlen(body), 500, NULL, err),
+                     ATTN_EINVAL);
+    ck_assert_str_eq(err, "Inference-Header-Content-Length: 500 is larger "
+                          "than the body (13 bytes)");
+    /* header length cutting the JSON short */
+    ck_assert_int_eq(oip_decode(&r, body, strlen(body), 5, NULL, err),
+                     ATTN_EINVAL);
+    ck_assert_str_eq(err, "request body: invalid JSON at byte 5: "
+                          "unterminated string");
+    free(body);
+    /* a JSON-only request with a header that says so is fine */
+    body = q("{'inputs':[" X2 "]}");
+    ck_assert_int_eq(oip_decode(&r, body, strlen(body), strlen(body), NULL,
+                                err), 0);
+    oip_request_free(&r);
+    free(body);
+    ck_assert_int_eq(r.n_inputs, 0);
+}
+END_TEST
+
+START_TEST(memory_budget)
+{
+    oip_request r;
+    char err[OIP_ERRMAX] = "";
+    oip_limits lim = {.memory_budget = 3000};
+    /* a shape that claims 1000 floats (4000 bytes) is refused before any
+     * data is read (the data here is short) */
+    ck_assert_int_eq(dec_lim(&r, "{'inputs':[{'name':'x','datatype':'FP32',"
+                                 "'shape':[10,100],'data':[1]}]}", &lim, err),
+                     ATTN_EOVERFLOW);
+    ck_assert_str_eq(err, "request: decoded tensors need 4000 bytes, over the "
+                          "memory budget of 3000 bytes");
+    /* a skeleton with many values outside data is refused before jansson */
+    char *js = malloc(40000);
+    strcpy(js, "{'junk':[0");
+    for (int i = 0; i < 5000; i++)
+        strcat(js + strlen(js) - 2, ",0");
+    strcat(js, "],'inputs':[" X2 "]}");
+    ck_assert_int_eq(dec_lim(&r, js, &lim, err), ATTN_EOVERFLOW);
+    ck_assert_str_eq(err, "request body: 5015 JSON values outside "
+                          "inputs[].data exceed the memory budget of 3000 "
+                          "bytes");
+    /* data itself is not counted as JSON values: 500 floats (2000 bytes)
+     * plus a small skeleton fit 4000 */
+    lim.memory_budget = 4000;
+    strcpy(js, "{'inputs':[{'name':'x','datatype':'FP32','shape':[500],"
+               "'data':[0");
+    for (int i = 1; i < 500; i++)
+        strcat(js + strlen(js) - 2, ",1");
+    strcat(js, "]}]}");
+    ck_assert_int_eq(dec_lim(&r, js, &lim, err), 0);
+    ck_assert_uint_eq(r.bytes, 2000);
+    oip_request_free(&r);
+    free(js);
+}
+END_TEST
+
+START_TEST(dtype_names)
+{
+    static const char *names[] = {"BOOL", "INT32", "INT64", "FP16",
+                                  "BF16", "FP32", "BYTES"};
+    for (int i = 0; i < 7; i++) {
+        oip_dtype t = oip_dtype_parse(names[i]);
+        ck_assert_int_ne(t, OIP_INVALID);
+        ck_assert_str_eq(oip_dtype_name(t), names[i]);
+    }
+    ck_assert_int_eq(oip_dtype_parse("fp32"), OIP_INVALID);
+    ck_assert_int_eq(oip_dtype_parse(NULL), OIP_INVALID);
+    ck_assert_uint_eq(oip_dtype_wire_size(OIP_BF16), 2);
+    ck_assert_uint_eq(oip_dtype_host_size(OIP_BF16), 4);
+    ck_assert_uint_eq(oip_dtype_wire_size(OIP_INT64), 8);
+    ck_assert_uint_eq(oip_dtype_wire_size(OIP_BYTES), 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("decode");
+    TCase *tc = tcase_create("decode");
+    tcase_add_loop_test(tc, bad_request, 0, sizeof bad / sizeof bad[0]);
+    tcase_add_test(tc, limits_from_struct);
+    tcase_add_test(tc, long_strings);
+    tcase_add_test(tc, nesting_depth);
+    tcase_add_test(tc, valid_request_fields);
+    tcase_add_test(tc, defaults_when_absent);
+    tcase_add_test(tc, nested_equals_flat);
+    tcase_add_test(tc, binary_inputs);
+    tcase_add_test(tc, json_equals_binary);
+    tcase_add_test(tc, binary_errors);
+    tcase_add_test(tc, memory_budget);
+    tcase_add_test(tc, dtype_names);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,154 @@
+/* test_jscan.c - proto/jscan.c: the scanner's spans and counts, and the
+ * data reader on its own. */
+#include <check.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/attn.h"
+#include "proto/oip_internal.h"
+
+static int scan(const char *js, oip__scan *sc, char *err)
+{
+    return oip__scan_json(js, strlen(js), 4, sc, err);
+}
+
+START_TEST(spans)
+{
+    const char *js = "{\"parameters\":{\"inputs\":[{\"data\":[9]}]},"
+                     "\"inputs\":[{\"name\":\"a\",\"data\":[1, 2]},"
+                     "{\"name\":\"b\"},{\"d\\u0061ta\" : [[3],[4]] ,"
+                     "\"x\":{\"data\":1}}]}";
+    oip__scan sc;
+    char err[OIP_ERRMAX] = "";
+    ck_assert_int_eq(scan(js, &sc, err), 0);
+    ck_assert_int_eq(sc.n_inputs, 3);
+    const char *d0 = strstr(js, "[1, 2]");
+    ck_assert_uint_eq(sc.data[0].off, (size_t)(d0 - js));
+    ck_assert_uint_eq(sc.data[0].len, 6);
+    ck_assert_uint_eq(sc.data[1].len, 0);
+    const char *d2 = strstr(js, "[[3],[4]]");
+    ck_assert_uint_eq(sc.data[2].off, (size_t)(d2 - js));
+    ck_assert_uint_eq(sc.data[2].len, 9);
+    ck_assert_uint_eq(sc.data_bytes, 15);
+    /* values and keys outside the two data spans:
+     * root{1} parameters k+obj 2, inputs k+arr 2, obj 1, data k + arr + 9
+     * = 3 -> 10; inputs k+arr 2 -> 12; in0: obj, name k+v, data k -> 4;
+     * in1: obj, name k+v -> 3; in2: obj, data k, x k+obj, data k+1 -> 6 */
+    ck_assert_uint_eq(sc.n_values, 1 + 2 + 2 + 1 + 3 + 2 + 4 + 3 + 6);
+    free(sc.data);
+}
+END_TEST
+
+START_TEST(scan_errors)
+{
+    static const struct {
+        const char *js;
+        int code;
+        const char *msg;
+    } cases[] = {
+        {"{\"inputs\":[1,2,3,4,5]}", ATTN_EOVERFLOW,
+         "inputs: more than 4 entries"},
+        {"{\"a\":\"\\u12g4\"}", ATTN_EINVAL,
+         "request body: invalid JSON at byte 10: bad \\u escape"},
+        {"{\"a\":\"abc", ATTN_EINVAL,
+         "request body: invalid JSON at byte 9: unterminated string"},
+        {"{\"a\" 1}", ATTN_EINVAL,
+         "request body: invalid JSON at byte 5: expected ':'"},
+        {"{\"inputs\":[{\"data\":}]}", ATTN_EINVAL,
+         "request body: invalid JSON at byte 19: expected a value"},
+        {"{\"inputs\":[{\"data\":[1,2", ATTN_EINVAL,
+         "request body: invalid JSON at byte 23: unterminated array"},
+        {"{\"inputs\":[{\"data\":[\"]", ATTN_EINVAL,
+         "request body: invalid JSON at byte 22: unterminated string"},
+        {"{\"a\":nul}", ATTN_EINVAL,
+         "request body: invalid JSON at byte 5: unexpected character"},
+        {"  ", ATTN_EINVAL, "request body: expected a JSON object"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        oip__scan sc;
+        char err[OIP_ERRMAX] = "";
+        int rc = scan(cases[i].js, &sc, err);
+        free(sc.data);
+        if (rc != cases[i].code || strcmp(err, cases[i].msg))
+            ck_abort_msg("%s: got %d '%s'", cases[i].js, rc, err);
+    }
+}
+END_TEST
+
+START_TEST(reader)
+{
+    char err[OIP_ERRMAX] = "";
+    float f[4];
+    const char *s = " [ [1.5 , -2 ] , [ 3e2 ] , [ ] , [ [ 0.25 ] ] ] ";
+    ck_assert_int_eq(oip__read_data(s, strlen(s), OIP_FP32, f, 4, "d", err),
+                     0);
+    ck_assert(f[0] == 1.5f && f[1] == -2.0f && f[2] == 300.0f &&
+              f[3] == 0.25f);
+    int64_t v[2];
+    s = "[-9223372036854775808,9223372036854775807]";
+    ck_assert_int_eq(oip__read_data(s, strlen(s), OIP_INT64, v, 2, "d", err),
+                     0);
+    ck_assert(v[0] == INT64_MIN && v[1] == INT64_MAX);
+    uint8_t b[2];
+    s = "[false,true]";
+    ck_assert_int_eq(oip__read_data(s, strlen(s), OIP_BOOL, b, 2, "d", err),
+                     0);
+    ck_assert(b[0] == 0 && b[1] == 1);
+    s = "[tru]";
+    ck_assert_int_eq(oip__read_data(s, strlen(s), OIP_BOOL, b, 1, "d", err),
+                     ATTN_EINVAL);
+    ck_assert_str_eq(err, "d[0]: expected true or false, got a boolean");
+    s = "[1,2,3]";
+    ck_assert_int_eq(oip__read_data(s, strlen(s), OIP_FP32, f, 2, "d", err),
+                     ATTN_EINVAL);
+    ck_assert_str_eq(err, "d: expected 2 values, got 3");
+    s = "[1,2] 3";
+    ck_assert_int_eq(oip__read_data(s, strlen(s), OIP_FP32, f, 2, "d", err),
+                     ATTN_EINVAL);
+    ck_assert_str_eq(err, "d: invalid JSON at byte 6: data after the array");
+    s = "[1,2";
+    ck_assert_int_eq(oip__read_data(s, strlen(s), OIP_FP32, f, 2, "d", err),
+                     ATTN_EINVAL);
+    ck_assert_str_eq(err, "d: invalid JSON at byte 4: unterminated array");
+    s = "[1.]";
+    ck_assert_int_eq(oip__read_data(s, strlen(s), OIP_FP32, f, 1, "d", err),
+                     ATTN_EINVAL);
+    ck_assert_str_eq(err, "d: invalid JSON at byte 1: malformed number");
+    s = "[x]";
+    ck_assert_int_eq(oip__read_data(s, strlen(s), OIP_FP32, f, 1, "d", err),
+                     ATTN_EINVAL);
+    ck_assert_str_eq(err, "d: invalid JSON at byte 1: unexpected character");
+    s = "";
+    ck_assert_int_eq(oip__read_data(s, 0, OIP_FP32, f, 1, "d", err),
+                     ATTN_EINVAL);
+    ck_assert_str_eq(err, "d: expected an array, got nothing");
+    /* a long out-of-range number is cut in the message */
+    s = "[1000000000000000000000000000000000000000000000000000000]";
+    ck_assert_int_eq(oip__read_data(s, strlen(s), OIP_FP32, f, 1, "d", err),
+                     ATTN_EINVAL);
+    ck_assert_str_eq(err, "d[0]: 1000000000000000000000000000000000000000... "
+                          "is out of FP32 range");
+    char deep[100];
+    memset(deep, '[', 65);
+    deep[65] = 0;
+    ck_assert_int_eq(oip__read_data(deep, 65, OIP_FP32, f, 1, "d", err),
+                     ATTN_EINVAL);
+    ck_assert_str_eq(err, "d: invalid JSON at byte 64: nesting too deep");
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("jscan");
+    TCase *tc = tcase_create("jscan");
+    tcase_add_test(tc, spans);
+    tcase_add_test(tc, scan_errors);
+    tcase_add_test(tc, reader);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
