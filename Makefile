@@ -114,3 +114,6 @@ bench-core: deps $(BENCH_BIN)
 	@tools/install-deps.sh bench
 	$(BENCH_BIN) --threads 2 --peer bench/torch_peer.py
 bench: bench-core
+# Build the benchmark with everything else, so a change that breaks it
+# fails `make test` (running it stays `make bench`).
+all: $(BENCH_BIN)
