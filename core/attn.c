@@ -295,14 +295,15 @@ double attn_plan_flops(const attn_plan *p)
 }
 
 /* rows [r0, r1) of y (ld n) = x (ld k) w (k, n) + b. */
-static void linear_rows(const float *x, int k, const float *w, const float *b,
-                        int n, float *y, int r0, int r1)
+static void linear_rows(const float *x, int k, const float *w,
+                        const float *restrict b, int n, float *y, int r0,
+                        int r1)
 {
     attn__gemm(0, r1 - r0, n, k, 1.0f, x + (size_t)r0 * k, k, w, n, 0.0f,
                y + (size_t)r0 * n, n);
     if (b)
         for (int r = r0; r < r1; r++) {
-            float *row = y + (size_t)r * n;
+            float *restrict row = y + (size_t)r * n; /* never aliases b */
             for (int j = 0; j < n; j++)
                 row[j] += b[j];
         }
