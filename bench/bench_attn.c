@@ -232,7 +232,7 @@ int main(int argc, char **argv)
                 trss = isnan(trss) || xr > trss ? xr : trss;
             }
         }
-        printf("case=%s path=%s ms=%.3f gflops=%.2f torch_ms=%.3f "
+        printf("case=%s path=%s ms=%.4f gflops=%.2f torch_ms=%.4f "
                "ratio=%.2f rss_mb=%.1f torch_rss_mb=%.1f\n",
                c->name, c->maps ? "maps" : "fused", ms, flops(c) / (ms * 1e6),
                tms, tms / ms, rss, trss);

@@ -1,17 +1,15 @@
 /*
- * attn.c - argument checks, the plan (stages of independent tiles, one
- * scratch slab) and the tiles of one multi-head attention forward pass.
- * The per-head maths lives in kernel.c.
+ * attn.c - the plan (stages of independent tiles, one scratch slab) and the
+ * tiles of one multi-head attention forward pass. Argument checks live in
+ * check.c, the per-head maths in kernel.c.
  */
 #include "attn.h"
 
-#include <limits.h>
 #include <math.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "exec.h"
 #include "kernel.h"
 
@@ -63,219 +61,6 @@ struct attn_plan {
     double flops; /* floating-point operations of the pass (about) */
 };
 
-static int fail_msg(char *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail_msg(char *err, int code, const char *fmt, ...)
-{
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, ATTN_ERRMAX, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
-/* *out = a * b, or 0 when it overflows size_t. */
-static int mul_ok(size_t a, size_t b, size_t *out)
-{
-    if (a != 0 && b > SIZE_MAX / a)
-        return 0;
-    *out = a * b;
-    return 1;
-}
-
-static int mul3_ok(size_t a, size_t b, size_t c, size_t *out)
-{
-    size_t ab;
-    return mul_ok(a, b, &ab) && mul_ok(ab, c, out);
-}
-
-static int add_ok(size_t *acc, size_t b)
-{
-    if (b > SIZE_MAX - *acc)
-        return 0;
-    *acc += b;
-    return 1;
-}
-
-/* Heads-wide widths are BLAS leading dimensions: they must fit an int. */
-static int width_ok(int a, int b)
-{
-    return (long long)a * b <= INT_MAX;
-}
-
-/*
- * attn_config_check: every size positive (d_model_ctx 0 means d_model),
- * H_kv divides H, rope_dims even and <= head_dim, scale and rope_theta
- * finite, head-wide widths within int (BLAS leading dimensions) and weight
- * sizes within size_t.
- */
-int attn_config_check(const attn_config *c, char *err)
-{
-    if (!c)
-        return fail_msg(err, ATTN_EINVAL, "config is NULL");
-    if (c->d_model < 1)
-        return fail_msg(err, ATTN_EINVAL, "d_model = %d must be >= 1",
-                        c->d_model);
-    if (c->d_model_ctx < 0)
-        return fail_msg(err, ATTN_EINVAL,
-                        "d_model_ctx = %d must be >= 1 (0 = d_model)",
-                        c->d_model_ctx);
-    if (c->n_heads < 1)
-        return fail_msg(err, ATTN_EINVAL, "n_heads = %d must be >= 1",
-                        c->n_heads);
-    if (c->n_kv_heads < 1)
-        return fail_msg(err, ATTN_EINVAL, "n_kv_heads = %d must be >= 1",
-                        c->n_kv_heads);
-    if (c->n_heads % c->n_kv_heads != 0)
-        return fail_msg(err, ATTN_EINVAL,
-                        "n_kv_heads = %d does not divide n_heads = %d",
-                        c->n_kv_heads, c->n_heads);
-    if (c->head_dim < 1)
-        return fail_msg(err, ATTN_EINVAL, "head_dim = %d must be >= 1",
-                        c->head_dim);
-    if (c->v_head_dim < 1)
-        return fail_msg(err, ATTN_EINVAL, "v_head_dim = %d must be >= 1",
-                        c->v_head_dim);
-    if (!isfinite(c->scale))
-        return fail_msg(err, ATTN_EINVAL, "scale must be finite");
-    if (!isfinite(c->rope_theta) || c->rope_theta < 0)
-        return fail_msg(err, ATTN_EINVAL,
-                        "rope_theta must be finite and >= 0 (0 = no RoPE)");
-    if (c->rope_dims < 0 || c->rope_dims > c->head_dim || c->rope_dims % 2)
-        return fail_msg(err, ATTN_EINVAL,
-                        "rope_dims = %d must be even and in [0, head_dim = "
-                        "%d] (0 = head_dim)",
-                        c->rope_dims, c->head_dim);
-    if (c->rope_theta > 0 && c->rope_dims == 0 && c->head_dim % 2)
-        return fail_msg(err, ATTN_EINVAL,
-                        "RoPE over all of head_dim = %d needs an even "
-                        "head_dim; set rope_dims",
-                        c->head_dim);
-    int dctx = c->d_model_ctx ? c->d_model_ctx : c->d_model;
-    if (!width_ok(c->n_heads, c->head_dim) ||
-        !width_ok(c->n_heads, c->v_head_dim))
-        return fail_msg(err, ATTN_EOVERFLOW,
-                        "n_heads * head_dim or n_heads * v_head_dim "
-                        "exceeds %d",
-                        INT_MAX);
-    size_t a, b, d, e;
-    if (!mul3_ok((size_t)c->d_model, (size_t)c->n_heads, (size_t)c->head_dim,
-                 &a) ||
-        !mul3_ok((size_t)dctx, (size_t)c->n_kv_heads, (size_t)c->head_dim,
-                 &b) ||
-        !mul3_ok((size_t)dctx, (size_t)c->n_kv_heads, (size_t)c->v_head_dim,
-                 &d) ||
-        !mul3_ok((size_t)c->n_heads, (size_t)c->v_head_dim, (size_t)c->d_model,
-                 &e) ||
-        !mul_ok(a, sizeof(float), &a) || !mul_ok(e, sizeof(float), &e))
-        return fail_msg(err, ATTN_EOVERFLOW, "weight sizes overflow size_t");
-    return 0;
-}
-
-/* Checks of the fields the raw path uses. */
-static int raw_config_check(const attn_config *c, char *err)
-{
-    if (!c)
-        return fail_msg(err, ATTN_EINVAL, "config is NULL");
-    if (c->n_heads < 1)
-        return fail_msg(err, ATTN_EINVAL, "n_heads = %d must be >= 1",
-                        c->n_heads);
-    if (c->head_dim < 1)
-        return fail_msg(err, ATTN_EINVAL, "head_dim = %d must be >= 1",
-                        c->head_dim);
-    if (c->v_head_dim < 1)
-        return fail_msg(err, ATTN_EINVAL, "v_head_dim = %d must be >= 1",
-                        c->v_head_dim);
-    if (!isfinite(c->scale))
-        return fail_msg(err, ATTN_EINVAL, "scale must be finite");
-    return 0;
-}
-
-/* Check one attn_seq; adds its scratch floats to *floats and its largest
- * position to *n_pos. */
-static int seq_check(const attn_config *c, const attn_seq *q, int i,
-                     size_t *floats, int *n_pos, char *err)
-{
-    if (q->t < 1)
-        return fail_msg(err, ATTN_EINVAL, "seqs[%d].t = %d must be >= 1", i,
-                        q->t);
-    if (q->s < 1)
-        return fail_msg(err, ATTN_EINVAL, "seqs[%d].s = %d must be >= 1", i,
-                        q->s);
-    if (!q->context && q->s != q->t)
-        return fail_msg(err, ATTN_EINVAL,
-                        "seqs[%d].s = %d must equal t = %d for "
-                        "self-attention (context is NULL)",
-                        i, q->s, q->t);
-    if (!q->context && c->d_model_ctx && c->d_model_ctx != c->d_model)
-        return fail_msg(err, ATTN_EINVAL,
-                        "seqs[%d].context is NULL but d_model_ctx = %d "
-                        "differs from d_model = %d",
-                        i, c->d_model_ctx, c->d_model);
-    if (q->t_valid < 0 || q->t_valid > q->t)
-        return fail_msg(err, ATTN_EINVAL,
-                        "seqs[%d].t_valid = %d is outside [0, t = %d]", i,
-                        q->t_valid, q->t);
-    if (q->s_valid < 0 || q->s_valid > q->s)
-        return fail_msg(err, ATTN_EINVAL,
-                        "seqs[%d].s_valid = %d is outside [0, s = %d]", i,
-                        q->s_valid, q->s);
-    if (!q->x)
-        return fail_msg(err, ATTN_EINVAL, "seqs[%d].x is NULL", i);
-    if (!q->y)
-        return fail_msg(err, ATTN_EINVAL, "seqs[%d].y is NULL", i);
-    size_t t = (size_t)q->t, s = (size_t)q->s, sum = 0, n;
-    size_t hq = (size_t)c->n_heads, hk = (size_t)c->n_kv_heads;
-    size_t dk = (size_t)c->head_dim, dv = (size_t)c->v_head_dim;
-    size_t dm = (size_t)c->d_model;
-    if (!mul3_ok(hq, t, s, &n) || !mul_ok(n, sizeof(float), &n) ||
-        !mul_ok(t, dm, &n) || !mul3_ok(t, hq, dk, &n) || !add_ok(&sum, n) ||
-        !mul3_ok(s, hk, dk, &n) || !add_ok(&sum, n) ||
-        !mul3_ok(s, hk, dv, &n) || !add_ok(&sum, n) ||
-        !mul3_ok(t, hq, dv, &n) || !add_ok(&sum, n) || !add_ok(&sum, t) ||
-        !add_ok(floats, sum) || !mul_ok(*floats, sizeof(float), &n))
-        return fail_msg(err, ATTN_EOVERFLOW,
-                        "seqs[%d]: sizes (t = %d, s = %d) overflow size_t", i,
-                        q->t, q->s);
-    if (q->t > *n_pos)
-        *n_pos = q->t;
-    if (q->s > *n_pos)
-        *n_pos = q->s;
-    return 0;
-}
-
-static int raw_check(const attn_config *c, const attn_raw *r, int i, char *err)
-{
-    if (r->t < 1)
-        return fail_msg(err, ATTN_EINVAL, "items[%d].t = %d must be >= 1", i,
-                        r->t);
-    if (r->s < 1)
-        return fail_msg(err, ATTN_EINVAL, "items[%d].s = %d must be >= 1", i,
-                        r->s);
-    if (!r->q || !r->k || !r->v)
-        return fail_msg(err, ATTN_EINVAL, "items[%d].%s is NULL", i,
-                        !r->q   ? "q"
-                        : !r->k ? "k"
-                                : "v");
-    if (!r->y)
-        return fail_msg(err, ATTN_EINVAL, "items[%d].y is NULL", i);
-    size_t n, hq = (size_t)c->n_heads;
-    if (!mul3_ok(hq, (size_t)r->t, (size_t)r->s, &n) ||
-        !mul_ok(n, sizeof(float), &n) ||
-        !mul3_ok(hq, (size_t)r->t, (size_t)c->head_dim, &n) ||
-        !mul3_ok(hq, (size_t)r->s, (size_t)c->head_dim, &n) ||
-        !mul3_ok(hq, (size_t)r->s, (size_t)c->v_head_dim, &n) ||
-        !mul3_ok(hq, (size_t)r->t, (size_t)c->v_head_dim, &n) ||
-        !mul_ok(n, sizeof(float), &n))
-        return fail_msg(err, ATTN_EOVERFLOW,
-                        "items[%d]: sizes (t = %d, s = %d) overflow size_t", i,
-                        r->t, r->s);
-    return 0;
-}
-
 /* Number of blocks of `per` rows that cover `rows` rows. */
 static size_t blocks(int rows, int per)
 {
@@ -324,34 +109,35 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
                      char *err)
 {
     if (!out)
-        return fail_msg(err, ATTN_EINVAL, "out is NULL");
+        return attn__fail(err, ATTN_EINVAL, "out is NULL");
     *out = NULL;
     int rc = attn_config_check(cfg, err);
     if (rc)
         return rc;
     if (!w)
-        return fail_msg(err, ATTN_EINVAL, "weights are NULL");
+        return attn__fail(err, ATTN_EINVAL, "weights are NULL");
     if (!w->w_q || !w->w_k || !w->w_v || !w->w_o)
-        return fail_msg(err, ATTN_EINVAL, "weights.%s is NULL",
-                        !w->w_q   ? "w_q"
-                        : !w->w_k ? "w_k"
-                        : !w->w_v ? "w_v"
-                                  : "w_o");
+        return attn__fail(err, ATTN_EINVAL, "weights.%s is NULL",
+                          !w->w_q   ? "w_q"
+                          : !w->w_k ? "w_k"
+                          : !w->w_v ? "w_v"
+                                    : "w_o");
     if (!seqs || n_seqs < 1)
-        return fail_msg(err, ATTN_EINVAL,
-                        "need at least one sequence (n_seqs = %d)", n_seqs);
+        return attn__fail(err, ATTN_EINVAL,
+                          "need at least one sequence (n_seqs = %d)", n_seqs);
     size_t floats = 0;
     int n_pos = 0;
     for (int i = 0; i < n_seqs; i++)
-        if ((rc = seq_check(cfg, &seqs[i], i, &floats, &n_pos, err)))
+        if ((rc = attn__seq_check(cfg, &seqs[i], i, &floats, &n_pos, err)))
             return rc;
     int rot = cfg->rope_theta > 0
                   ? (cfg->rope_dims ? cfg->rope_dims : cfg->head_dim)
                   : 0;
     size_t rope_floats = 0;
-    if (rot && (!mul_ok((size_t)n_pos, (size_t)rot, &rope_floats) ||
-                !add_ok(&floats, rope_floats) || !add_ok(&floats, 16)))
-        return fail_msg(err, ATTN_EOVERFLOW, "RoPE table overflows size_t");
+    if (rot &&
+        (!attn__mul_ok((size_t)n_pos, (size_t)rot, &rope_floats) ||
+         !attn__add_ok(&floats, rope_floats) || !attn__add_ok(&floats, 16)))
+        return attn__fail(err, ATTN_EOVERFLOW, "RoPE table overflows size_t");
     /* Live flags are bytes; floats counted one per row is plenty. */
     size_t n0 = 0, n1 = 0, n2 = 0;
     double fl = 0;
@@ -422,9 +208,9 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
     return 0;
 nomem:
     attn_plan_destroy(p);
-    return fail_msg(err, ATTN_ENOMEM,
-                    "out of memory allocating %zu bytes of scratch",
-                    floats * sizeof(float));
+    return attn__fail(err, ATTN_ENOMEM,
+                      "out of memory allocating %zu bytes of scratch",
+                      floats * sizeof(float));
 }
 
 /*
@@ -436,17 +222,17 @@ int attn_plan_create_raw(attn_plan **out, const attn_config *cfg,
                          const attn_raw *items, int n_items, char *err)
 {
     if (!out)
-        return fail_msg(err, ATTN_EINVAL, "out is NULL");
+        return attn__fail(err, ATTN_EINVAL, "out is NULL");
     *out = NULL;
-    int rc = raw_config_check(cfg, err);
+    int rc = attn__raw_config_check(cfg, err);
     if (rc)
         return rc;
     if (!items || n_items < 1)
-        return fail_msg(err, ATTN_EINVAL,
-                        "need at least one item (n_items = %d)", n_items);
+        return attn__fail(err, ATTN_EINVAL,
+                          "need at least one item (n_items = %d)", n_items);
     size_t n0 = 0;
     for (int i = 0; i < n_items; i++) {
-        if ((rc = raw_check(cfg, &items[i], i, err)))
+        if ((rc = attn__raw_check(cfg, &items[i], i, err)))
             return rc;
         n0 += (size_t)cfg->n_heads * blocks(items[i].t, ATTN__BQ);
     }
@@ -472,7 +258,7 @@ int attn_plan_create_raw(attn_plan **out, const attn_config *cfg,
     return 0;
 nomem:
     attn_plan_destroy(p);
-    return fail_msg(err, ATTN_ENOMEM, "out of memory for the plan");
+    return attn__fail(err, ATTN_ENOMEM, "out of memory for the plan");
 }
 
 void attn_plan_destroy(attn_plan *p)
@@ -509,14 +295,15 @@ double attn_plan_flops(const attn_plan *p)
 }
 
 /* rows [r0, r1) of y (ld n) = x (ld k) w (k, n) + b. */
-static void linear_rows(const float *x, int k, const float *w, const float *b,
-                        int n, float *y, int r0, int r1)
+static void linear_rows(const float *x, int k, const float *w,
+                        const float *restrict b, int n, float *y, int r0,
+                        int r1)
 {
     attn__gemm(0, r1 - r0, n, k, 1.0f, x + (size_t)r0 * k, k, w, n, 0.0f,
                y + (size_t)r0 * n, n);
     if (b)
         for (int r = r0; r < r1; r++) {
-            float *row = y + (size_t)r * n;
+            float *restrict row = y + (size_t)r * n; /* never aliases b */
             for (int j = 0; j < n; j++)
                 row[j] += b[j];
         }

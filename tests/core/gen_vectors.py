@@ -11,6 +11,8 @@ Layouts are the engine's: x (B,T,d_model), context (B,S,d_ctx), weights in
 the seeds' orientation (W_q is (d_model, H*d_k)), mask (B,T,S) as 0/1 floats,
 y (B,T,d_model), attention (B,H,T,S), q (B,H,T,d_k), k (B,H_kv,S,d_k),
 v (B,H_kv,S,d_v). Lengths are in the case line (tv=..,.. sv=..,..).
+Raw SDPA cases (raw=1) hold q (H,T,d_k), k (H,S,d_k), v (H,S,d_v), mask
+(T,S), y (H,T,d_v), attention and scores (H,T,S).
 
 nn.MultiheadAttention cases take y and attention from the module itself; the
 plain-torch reference (GQA, RoPE, combined masks) is checked against the
@@ -187,6 +189,37 @@ hand_case("masks", B=2, T=6, S=6, dm=8, H=2, Hk=2, dk=4, dv=4, causal=True,
           tv=[6, 4], sv=[5, 3], explicit=True)
 hand_case("long_fused", B=1, T=150, S=150, dm=16, H=2, Hk=1, dk=8, dv=8,
           causal=True, theta=10000.0, bias=False, maps=False)
+
+hand_case("cross_causal_pad", B=2, T=5, S=8, dm=12, H=2, Hk=2, dk=4, dv=6,
+          causal=True, tv=[5, 3], sv=[8, 6], dctx=10, explicit=True)
+
+
+def raw_case(name, H, T, S, dk, dv, causal=False, masked=False):
+    """Raw SDPA (the daemon's sdpa model): heads share t, s and the mask."""
+    q = torch.randn(H, T, dk)
+    k = torch.randn(H, S, dk)
+    v = torch.randn(H, S, dv)
+    em = torch.ones(T, S, dtype=torch.bool)  # the explicit mask alone
+    if masked:
+        em = torch.rand(T, S) > 0.3
+        em[T - 1, :] = False  # one fully masked row
+    ok = em.clone()
+    if causal:
+        ok &= torch.ones(T, S, dtype=torch.bool).tril()
+    scores = (q @ k.transpose(-1, -2)) / dk ** 0.5
+    a = torch.softmax(scores.masked_fill(~ok, float("-inf")), dim=-1)
+    a = torch.nan_to_num(a, nan=0.0).masked_fill(~ok, 0.0)
+    p = dict(raw=1, n_heads=H, head_dim=dk, v_head_dim=dv, t=T, s=S,
+             causal=int(causal))
+    t = dict(q=q, k=k, v=v, y=a @ v, attention=a, scores=scores)
+    if masked:
+        t["mask"] = em.float()
+    add(name, p, t)
+
+
+raw_case("sdpa_plain", H=3, T=7, S=7, dk=8, dv=5)
+raw_case("sdpa_cross_causal_mask", H=2, T=6, S=9, dk=4, dv=4, causal=True,
+         masked=True)
 
 os.makedirs(OUT, exist_ok=True)
 off = 0

@@ -191,7 +191,7 @@ typedef struct vtensor {
 typedef struct vcase {
     char name[64];
     int d_model, d_ctx, n_heads, n_kv_heads, head_dim, v_head_dim;
-    int b, t, s, causal, cross, rope_dims;
+    int b, t, s, causal, cross, rope_dims, raw;
     double rope_theta;
     int tv[8], sv[8];
     vtensor ten[24];
@@ -231,6 +231,7 @@ static const struct {
     {"causal", offsetof(vcase, causal)},
     {"cross", offsetof(vcase, cross)},
     {"rope_dims", offsetof(vcase, rope_dims)},
+    {"raw", offsetof(vcase, raw)},
 };
 
 static void set_int_key(vcase *c, const char *key, int v)
@@ -400,15 +401,66 @@ static void run_case(const vcase *c, int path)
     free(y), free(a), free(sc), free(q), free(k), free(v), free(mask);
 }
 
+/* A raw SDPA case (the daemon's sdpa model) on one path. */
+static void run_raw_case(const vcase *c, int path)
+{
+    long H = c->n_heads, T = c->t, S = c->s, dk = c->head_dim,
+         dv = c->v_head_dim;
+    attn_config cfg = {.n_heads = c->n_heads,
+                       .head_dim = c->head_dim,
+                       .v_head_dim = c->v_head_dim};
+    const float *maskf = vget(c, "mask", T * S);
+    const float *ry = vget(c, "y", H * T * dv);
+    const float *ra = vget(c, "attention", H * T * S);
+    const float *rs = vget(c, "scores", H * T * S);
+    attn_raw r = {.t = c->t,
+                  .s = c->s,
+                  .causal = c->causal,
+                  .q = vget(c, "q", H * T * dk),
+                  .k = vget(c, "k", H * S * dk),
+                  .v = vget(c, "v", H * S * dv)};
+    ck_assert(r.q && r.k && r.v && ry && ra && rs);
+    float *y = tu_fill((size_t)(H * T * dv), NAN);
+    float *a = tu_fill((size_t)(H * T * S), NAN);
+    float *sc = tu_fill((size_t)(H * T * S), NAN);
+    uint8_t *mask = maskf ? malloc((size_t)(T * S)) : NULL;
+    for (long i = 0; maskf && i < T * S; i++)
+        mask[i] = maskf[i] != 0.0f;
+    r.mask = mask;
+    r.y = y;
+    if (path == PATH_MAPS)
+        r.attention = a;
+    if (path == PATH_MAPS || path == PATH_SCORES)
+        r.scores = sc;
+    char err[ATTN_ERRMAX] = "", what[128];
+    ck_assert_msg(attn_forward_raw(&cfg, &r, 1, path == PATH_EXEC ? g_ex : NULL,
+                                   err) == 0,
+                  "%s: %s", c->name, err);
+    snprintf(what, sizeof what, "%s %s y", c->name, path_name[path]);
+    tu_assert_close(what, y, ry, H * T * dv, 1e-5f, 1e-4f);
+    if (path == PATH_MAPS) {
+        snprintf(what, sizeof what, "%s attention", c->name);
+        tu_assert_close(what, a, ra, H * T * S, 1e-5f, 1e-4f);
+    }
+    if (path == PATH_MAPS || path == PATH_SCORES) {
+        snprintf(what, sizeof what, "%s %s scores", c->name, path_name[path]);
+        tu_assert_close(what, sc, rs, H * T * S, 1e-5f, 1e-4f);
+    }
+    free(y), free(a), free(sc), free(mask);
+}
+
 /* Loop 0: the CPU's fastest row operations; 1: the portable ones. */
 START_TEST(torch_vectors)
 {
     attn__rowops_portable(_i);
     load_vectors();
-    ck_assert_int_ge(g_ncases, 11);
+    ck_assert_int_ge(g_ncases, 14);
     for (int i = 0; i < g_ncases; i++)
         for (int path = 0; path < N_PATHS; path++)
-            run_case(&g_cases[i], path);
+            if (g_cases[i].raw)
+                run_raw_case(&g_cases[i], path);
+            else
+                run_case(&g_cases[i], path);
     attn__rowops_portable(0);
 }
 END_TEST
