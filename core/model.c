@@ -625,6 +625,10 @@ int model_load(model **out, const char *dir, char *err)
     st_file *f = NULL;
     int rc;
     *out = NULL;
+    if (strlen(dir) > sizeof stp - sizeof "/model.safetensors") {
+        model__seterr(err, "%.200s...: path too long", dir);
+        return ATTN_EINVAL;
+    }
     snprintf(stp, sizeof stp, "%s/model.safetensors", dir);
     snprintf(cfp, sizeof cfp, "%s/config.json", dir);
     struct stat sb;

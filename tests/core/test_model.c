@@ -513,6 +513,56 @@ START_TEST(test_load_mem)
 }
 END_TEST
 
+/* Every single-byte change to the header of a good model file (and to its
+ * config) loads or fails with a message naming the upload; the sanitizers
+ * catch anything worse. */
+START_TEST(test_mutations)
+{
+    char err[ATTN_ERRMAX], p[1100];
+    const char *d = path("model_corpus", "good");
+    size_t sl, cl;
+    snprintf(p, sizeof p, "%s/model.safetensors", d);
+    char *st = slurp(p, &sl), *c = malloc(sl);
+    snprintf(p, sizeof p, "%s/config.json", d);
+    char *cfg = slurp(p, &cl), *cc = malloc(cl);
+    size_t hdr = 8 + (size_t)(unsigned char)st[0] +
+                 256 * (size_t)(unsigned char)st[1];
+    static const char vals[] = {'\0', '"', ',', '0', '9', ':', '[', ']',
+                                '{', '}', 'W', '-', (char)0xff};
+    int ok = 0, bad = 0;
+    for (size_t i = 0; i < hdr + 8 && i < sl; i++)
+        for (size_t v = 0; v < sizeof vals; v++) {
+            memcpy(c, st, sl);
+            c[i] = vals[v];
+            model *m;
+            int rc = model_load_mem(&m, "upload", cfg, cl, c, sl, err);
+            if (rc == 0) {
+                ok++;
+                model_destroy(m);
+            } else {
+                bad++;
+                ck_assert_msg(strncmp(err, "upload/", 7) == 0 ||
+                                  strncmp(err, "n_heads", 7) == 0,
+                              "%s", err);
+            }
+        }
+    for (size_t i = 0; i < cl; i++)
+        for (size_t v = 0; v < sizeof vals; v++) {
+            memcpy(cc, cfg, cl);
+            cc[i] = vals[v];
+            model *m;
+            if (model_load_mem(&m, "upload", cc, cl, st, sl, err) == 0)
+                model_destroy(m);
+        }
+    ck_assert_int_gt(ok, 0);
+    ck_assert_int_gt(bad, 0);
+    free(st);
+    free(c);
+    free(cfg);
+    free(cc);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("model");
@@ -525,6 +575,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_repo);
     tcase_add_test(tc, test_names);
     tcase_add_test(tc, test_load_mem);
+    tcase_add_test(tc, test_mutations);
     suite_add_tcase(s, tc);
     return s;
 }
