@@ -404,6 +404,8 @@ static int parse(st_file *f, char *err)
     json_object_foreach(f->root, key, v)
     {
         if (strcmp(key, "__metadata__") == 0) {
+            if (json_is_null(v)) /* the reference reads null as none */
+                continue;
             if ((rc = parse_metadata(f, v, err)) < 0)
                 return rc;
             continue;

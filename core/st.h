@@ -3,7 +3,8 @@
  *
  * Layout of a file: 8 bytes little-endian u64 N, then N bytes of JSON header
  * (an object: tensor name -> {"dtype", "shape", "data_offsets": [begin,
- * end]}, plus an optional "__metadata__" object of string -> string), then
+ * end]}, plus an optional "__metadata__" object of string -> string, or
+ * null), then
  * the data buffer; offsets are relative to the start of the buffer.
  *
  * Validation follows the reference implementation (huggingface/safetensors):

@@ -286,6 +286,10 @@ static const struct {
                     "elements but must have 8 (the outputs of W_q)"},
     {"config_bad_type", "/config.json: n_heads must be a positive integer "
                         "(at most 16777216)"},
+    {"config_bad_scale", "/config.json: scale must be a positive number"},
+    {"config_bad_causal", "/config.json: causal must be true or false"},
+    {"config_bad_rope", "/config.json: rope: unknown key 'base' (known: "
+                        "theta, dims)"},
     {"config_duplicate", "/config.json: not valid JSON: duplicate object key "
                          "near '\"n_heads\"' (line 1, column 24)"},
     {"config_not_json", "/config.json: not valid JSON: string or '}' "
@@ -397,6 +401,7 @@ START_TEST(test_repo)
     ck_assert_int_eq(model_load_repo(&m, repo, "good_gqa", err), 0);
     ck_assert_int_eq(model_config(m)->n_kv_heads, 1);
     ck_assert_int_eq(model_config(m)->head_dim, 4);
+    ck_assert(model_config(m)->scale == 0.25f);
     model_destroy(m);
     ck_assert_int_eq(model_load_repo(&m, repo, "good_metadata", err), 0);
     ck_assert_int_eq(model_causal(m), 1);
