@@ -103,6 +103,8 @@ def main():
         "l.1.q_proj.weight": mat(D, D), "l.1.k_proj.weight": mat(D, D),
         "l.1.v_proj.weight": mat(D, D), "l.1.o_proj.weight": mat(D, D)},
         cfg)
+    folder("nested_mixed", {"enc.W_q": mat(D, D),
+                            "enc.q_proj.weight": mat(D, D)}, cfg)
     folder("prefix_wrong", canon(), {"n_heads": 2, "prefix": "layers.9."})
     folder("in_proj_shape", {"in_proj_weight": mat(D, D),
                              "out_proj.weight": mat(D, D)}, cfg)

@@ -326,6 +326,9 @@ static const struct {
     {"mixed_layouts", "/model.safetensors: tensors of more than one naming "
                       "layout (W_q... q_proj.weight...); a weight set uses "
                       "one"},
+    {"nested_mixed", "/model.safetensors: tensors of more than one naming "
+                     "layout (W_q... q_proj.weight...); a weight set uses "
+                     "one"},
     {"nan", "/model.safetensors: b_q (from 'b_q') has a non-finite value "
             "(NaN) at [5]; weights must be finite"},
     {"prefix_wrong", "/model.safetensors: no attention weights under prefix "
