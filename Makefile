@@ -222,7 +222,8 @@ bench: bench-maps
 
 # Regenerates the safetensors corpus, the model corpus and models/demo (the
 # demo generator prints each head's argmax pattern on the sample sentence)
-# into a temporary folder and compares them with the committed files.
+# into a temporary folder and compares them with the committed files; then
+# the unit tests of the standard-library tools they are made with.
 check-weights-gen:
 	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
 	python3 -B tests/core/make_st_corpus.py "$$d/st" >/dev/null && \
@@ -232,3 +233,4 @@ check-weights-gen:
 	python3 -B tools/make_demo.py "$$d/demo" && \
 	diff -r "$$d/demo" models/demo && \
 	echo "check-weights-gen: st_corpus, model_corpus and models/demo match their generators"
+	@python3 -B tests/core/test_tools.py -v

@@ -152,7 +152,8 @@ static int has_any(const ctx *c, const char *const *names, int n)
 
 /* find_prefix: when no layout matches at the given (empty) prefix, look for
  * one layer of a bigger checkpoint: a unique P with P + "W_q",
- * P + "in_proj_weight", P + "q_proj_weight" or P + "q_proj.weight". */
+ * P + "in_proj_weight", P + "q_proj_weight" or P + "q_proj.weight". Sets
+ * c->prefix, or says which prefixes there are (set "prefix" to pick one). */
 static int find_prefix(ctx *c, char *err)
 {
     static const char *const marks[] = {"W_q", "in_proj_weight",
@@ -166,6 +167,9 @@ static int find_prefix(ctx *c, char *err)
             size_t lm = strlen(marks[m]);
             if (ln > lm && strcmp(name + ln - lm, marks[m]) == 0 &&
                 ln - lm < sizeof c->prefix) {
+                if (n > 0 && strlen(c->prefix) == ln - lm &&
+                    strncmp(c->prefix, name, ln - lm) == 0)
+                    continue; /* the same layer under another layout */
                 if (n < 3)
                     snprintf(first[n], sizeof first[n], "%.*s",
                              (int)(ln - lm), name);
@@ -625,6 +629,10 @@ int model_load(model **out, const char *dir, char *err)
     st_file *f = NULL;
     int rc;
     *out = NULL;
+    if (strlen(dir) > sizeof stp - sizeof "/model.safetensors") {
+        model__seterr(err, "%.200s...: path too long", dir);
+        return ATTN_EINVAL;
+    }
     snprintf(stp, sizeof stp, "%s/model.safetensors", dir);
     snprintf(cfp, sizeof cfp, "%s/config.json", dir);
     struct stat sb;

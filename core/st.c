@@ -404,6 +404,8 @@ static int parse(st_file *f, char *err)
     json_object_foreach(f->root, key, v)
     {
         if (strcmp(key, "__metadata__") == 0) {
+            if (json_is_null(v)) /* the reference reads null as none */
+                continue;
             if ((rc = parse_metadata(f, v, err)) < 0)
                 return rc;
             continue;
@@ -613,21 +615,50 @@ static inline uint32_t f16_bits(uint32_t h)
     return (em < 0x400u ? sb : r) | s;
 }
 
+void st__f16_scalar(const unsigned char *p, size_t n, float *dst)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint16_t u;
+        memcpy(&u, p + 2 * i, 2);
+        uint32_t b = f16_bits(u);
+        memcpy(dst + i, &b, 4);
+    }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define HAVE_F16C_PATH 1
+/* f16_f16c: 8 halves at a time with the F16C instruction (x86-64 CPUs
+ * since 2012; checked at run time). Exact, like f16_bits, except that a
+ * signalling NaN comes out quiet (weights must be finite anyway). */
+__attribute__((target("avx,f16c"))) static size_t
+f16_f16c(const unsigned char *p, size_t n, float *dst)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(p + 2 * i));
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+    }
+    return i;
+}
+#endif
+
 /* convert: n elements of dtype dt at p (unaligned) to floats. */
 static void convert(st_dtype dt, const unsigned char *p, size_t n, float *dst)
 {
     uint16_t u;
     uint32_t b;
+    size_t i0 = 0;
     switch (dt) {
     case ST_F32:
         memcpy(dst, p, n * sizeof(float));
         break;
     case ST_F16:
-        for (size_t i = 0; i < n; i++) {
-            memcpy(&u, p + 2 * i, 2);
-            b = f16_bits(u);
-            memcpy(dst + i, &b, 4);
-        }
+#ifdef HAVE_F16C_PATH
+        if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx"))
+            i0 = f16_f16c(p, n, dst);
+#endif
+        st__f16_scalar(p + 2 * i0, n - i0, dst + i0);
         break;
     case ST_BF16:
         for (size_t i = 0; i < n; i++) {

@@ -3,7 +3,8 @@
  *
  * Layout of a file: 8 bytes little-endian u64 N, then N bytes of JSON header
  * (an object: tensor name -> {"dtype", "shape", "data_offsets": [begin,
- * end]}, plus an optional "__metadata__" object of string -> string), then
+ * end]}, plus an optional "__metadata__" object of string -> string, or
+ * null), then
  * the data buffer; offsets are relative to the start of the buffer.
  *
  * Validation follows the reference implementation (huggingface/safetensors):
@@ -122,6 +123,10 @@ int st_to_f32(const st_tensor *t, float *dst);
  */
 int st_rows_to_f32(const st_tensor *t, uint64_t r0, uint64_t nr,
                    int transpose, float *dst);
+
+/* st__f16_scalar: the portable bulk F16 path (internal; st_to_f32 uses
+ * F16C instructions instead where the CPU has them). Exposed for tests. */
+void st__f16_scalar(const unsigned char *p, size_t n, float *dst);
 
 /* Single-element conversions (exact; NaN and Inf are preserved). */
 float st_f16_to_f32(uint16_t h);

@@ -64,7 +64,7 @@ def main():
         "format": "pt", "n_heads": "2", "causal": "true",
         "rope": '{"theta": 500000, "dims": 2}', "description": "from meta"})
     folder("good_gqa", canon(W_k=mat(D, 4, 2), W_v=mat(D, 4, 3)),
-           {"n_heads": 2, "description": "1 kv head, inferred"})
+           {"n_heads": 2, "scale": 0.25, "description": "1 kv head, inferred"})
     # --- broken ----------------------------------------------------------
     folder("bad@name", canon(), cfg)
     folder("no_file", None, cfg)
@@ -75,6 +75,10 @@ def main():
     folder("config_duplicate", canon(), '{"n_heads": 2, "n_heads": 4}')
     folder("config_unknown_key", canon(), {"n_heads": 2, "num_heads": 2})
     folder("config_bad_type", canon(), {"n_heads": "two"})
+    folder("config_bad_scale", canon(), {"n_heads": 2, "scale": 0})
+    folder("config_bad_causal", canon(), {"n_heads": 2, "causal": "yes"})
+    folder("config_bad_rope", canon(), {"n_heads": 2, "rope": {"theta": 1e4,
+                                                              "base": 2}})
     folder("config_vs_metadata", canon(), {"n_heads": 2},
            metadata={"n_heads": "4"})
     folder("heads_not_dividing", canon(), {"n_heads": 3})
@@ -99,6 +103,8 @@ def main():
         "l.1.q_proj.weight": mat(D, D), "l.1.k_proj.weight": mat(D, D),
         "l.1.v_proj.weight": mat(D, D), "l.1.o_proj.weight": mat(D, D)},
         cfg)
+    folder("nested_mixed", {"enc.W_q": mat(D, D),
+                            "enc.q_proj.weight": mat(D, D)}, cfg)
     folder("prefix_wrong", canon(), {"n_heads": 2, "prefix": "layers.9."})
     folder("in_proj_shape", {"in_proj_weight": mat(D, D),
                              "out_proj.weight": mat(D, D)}, cfg)

@@ -51,7 +51,7 @@ FILES = {
         "empty": ent("F16", [0, 3], 8, 8),
         "early": ent("BF16", [2, 2], 0, 8)}),
         struct.pack("<4H", 0x3f80, 0x4000, 0xbf80, 0x0000) + f32(5.0)),
-    "ok_empty.safetensors": raw(b"{}"),
+    "ok_empty.safetensors": raw(b'{"__metadata__":null}'),
     # --- one file per rule -----------------------------------------------
     "too_short.safetensors": b"\x10\x00\x00",
     "header_too_large.safetensors": raw(b"{}", length=100000001),

@@ -286,6 +286,10 @@ static const struct {
                     "elements but must have 8 (the outputs of W_q)"},
     {"config_bad_type", "/config.json: n_heads must be a positive integer "
                         "(at most 16777216)"},
+    {"config_bad_scale", "/config.json: scale must be a positive number"},
+    {"config_bad_causal", "/config.json: causal must be true or false"},
+    {"config_bad_rope", "/config.json: rope: unknown key 'base' (known: "
+                        "theta, dims)"},
     {"config_duplicate", "/config.json: not valid JSON: duplicate object key "
                          "near '\"n_heads\"' (line 1, column 24)"},
     {"config_not_json", "/config.json: not valid JSON: string or '}' "
@@ -322,6 +326,9 @@ static const struct {
     {"mixed_layouts", "/model.safetensors: tensors of more than one naming "
                       "layout (W_q... q_proj.weight...); a weight set uses "
                       "one"},
+    {"nested_mixed", "/model.safetensors: tensors of more than one naming "
+                     "layout (W_q... q_proj.weight...); a weight set uses "
+                     "one"},
     {"nan", "/model.safetensors: b_q (from 'b_q') has a non-finite value "
             "(NaN) at [5]; weights must be finite"},
     {"prefix_wrong", "/model.safetensors: no attention weights under prefix "
@@ -397,6 +404,7 @@ START_TEST(test_repo)
     ck_assert_int_eq(model_load_repo(&m, repo, "good_gqa", err), 0);
     ck_assert_int_eq(model_config(m)->n_kv_heads, 1);
     ck_assert_int_eq(model_config(m)->head_dim, 4);
+    ck_assert(model_config(m)->scale == 0.25f);
     model_destroy(m);
     ck_assert_int_eq(model_load_repo(&m, repo, "good_metadata", err), 0);
     ck_assert_int_eq(model_causal(m), 1);
@@ -513,6 +521,56 @@ START_TEST(test_load_mem)
 }
 END_TEST
 
+/* Every single-byte change to the header of a good model file (and to its
+ * config) loads or fails with a message naming the upload; the sanitizers
+ * catch anything worse. */
+START_TEST(test_mutations)
+{
+    char err[ATTN_ERRMAX], p[1100];
+    const char *d = path("model_corpus", "good");
+    size_t sl, cl;
+    snprintf(p, sizeof p, "%s/model.safetensors", d);
+    char *st = slurp(p, &sl), *c = malloc(sl);
+    snprintf(p, sizeof p, "%s/config.json", d);
+    char *cfg = slurp(p, &cl), *cc = malloc(cl);
+    size_t hdr = 8 + (size_t)(unsigned char)st[0] +
+                 256 * (size_t)(unsigned char)st[1];
+    static const char vals[] = {'\0', '"', ',', '0', '9', ':', '[', ']',
+                                '{', '}', 'W', '-', (char)0xff};
+    int ok = 0, bad = 0;
+    for (size_t i = 0; i < hdr + 8 && i < sl; i++)
+        for (size_t v = 0; v < sizeof vals; v++) {
+            memcpy(c, st, sl);
+            c[i] = vals[v];
+            model *m;
+            int rc = model_load_mem(&m, "upload", cfg, cl, c, sl, err);
+            if (rc == 0) {
+                ok++;
+                model_destroy(m);
+            } else {
+                bad++;
+                ck_assert_msg(strncmp(err, "upload/", 7) == 0 ||
+                                  strncmp(err, "n_heads", 7) == 0,
+                              "%s", err);
+            }
+        }
+    for (size_t i = 0; i < cl; i++)
+        for (size_t v = 0; v < sizeof vals; v++) {
+            memcpy(cc, cfg, cl);
+            cc[i] = vals[v];
+            model *m;
+            if (model_load_mem(&m, "upload", cc, cl, st, sl, err) == 0)
+                model_destroy(m);
+        }
+    ck_assert_int_gt(ok, 0);
+    ck_assert_int_gt(bad, 0);
+    free(st);
+    free(c);
+    free(cfg);
+    free(cc);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("model");
@@ -525,6 +583,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_repo);
     tcase_add_test(tc, test_names);
     tcase_add_test(tc, test_load_mem);
+    tcase_add_test(tc, test_mutations);
     suite_add_tcase(s, tc);
     return s;
 }
