@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""container_check.py URL - the requests deploy/container-test.sh sends to a
+running attnd: one inference on the built-in `sdpa` model and one retained
+attention map, both checked against the worked example in seed 000 (T=2,
+d_k=4, d_v=2; the expected numbers are the seed's, not the daemon's).
+Standard library only. Prints one line per check; exits 1 on any failure."""
+import json
+import struct
+import sys
+import urllib.error
+import urllib.request
+
+URL = sys.argv[1].rstrip("/")
+TOL = 1e-5
+Q = [2.0, 0.0, 2.0, 0.0, 0.0, 4.0, 0.0, 2.0]
+K = [1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0]
+V = [1.0, 2.0, 3.0, 0.0]
+# Seed 000, steps 4 and 5.
+WANT_ATTENTION = [0.880797, 0.119203, 0.119203, 0.880797]
+WANT_OUTPUT = [1.238404, 1.761594, 2.761594, 0.238405]
+failures = 0
+
+
+def check(ok, what):
+    global failures
+    print(("  ok   " if ok else "  FAIL ") + what)
+    if not ok:
+        failures += 1
+
+
+def http(method, path, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(URL + path, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def close(got, want):
+    return len(got) == len(want) and all(
+        abs(float(g) - w) <= TOL for g, w in zip(got, want))
+
+
+def flat(x):
+    if isinstance(x, list):
+        return [v for e in x for v in flat(e)]
+    return [x]
+
+
+def infer(parameters):
+    body = {
+        "inputs": [
+            {"name": "q", "datatype": "FP32", "shape": [2, 4], "data": Q},
+            {"name": "k", "datatype": "FP32", "shape": [2, 4], "data": K},
+            {"name": "v", "datatype": "FP32", "shape": [2, 2], "data": V},
+        ],
+        "outputs": [{"name": "output"}, {"name": "attention"}],
+    }
+    if parameters:
+        body["parameters"] = parameters
+    status, raw = http("POST", "/v2/models/sdpa/infer", body)
+    check(status == 200, f"POST /v2/models/sdpa/infer -> {status}")
+    if status != 200:
+        print("       " + raw[:300].decode("utf-8", "replace"))
+        return None
+    resp = json.loads(raw)
+    outs = {o["name"]: o for o in resp.get("outputs", [])}
+    for name, want in (("output", WANT_OUTPUT), ("attention", WANT_ATTENTION)):
+        got = flat(outs.get(name, {}).get("data", []))
+        check(close(got, want), f"{name} = {got} (seed: {want})")
+    return resp
+
+
+status, raw = http("GET", "/v2")
+check(status == 200 and json.loads(raw).get("name") == "attnd",
+      f"GET /v2 -> {status} {raw[:120]!r}")
+infer(None)
+resp = infer({"retain": True, "tokens": ["t0", "t1"]})
+map_id = (resp or {}).get("parameters", {}).get("map_id")
+check(map_id is not None, f"response parameters.map_id = {map_id!r}")
+if map_id is not None:
+    status, raw = http("GET", f"/v2/maps/{map_id}")
+    check(status == 200, f"GET /v2/maps/{map_id} -> {status}")
+    status, raw = http("GET", f"/v2/maps/{map_id}/attention?b=0&h=0&format=f32")
+    got = list(struct.unpack("<4f", raw)) if len(raw) == 16 else []
+    check(status == 200 and close(got, WANT_ATTENTION),
+          f"GET /v2/maps/{map_id}/attention?format=f32 -> {status} {got}")
+    status, raw = http("GET", "/v2/maps/does-not-exist")
+    check(status == 404, f"GET /v2/maps/does-not-exist -> {status}")
+sys.exit(1 if failures else 0)
