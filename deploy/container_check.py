@@ -38,6 +38,15 @@ def http(method, path, body=None):
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
+    except (urllib.error.URLError, OSError) as e:
+        return 0, str(e).encode()
+
+
+def parse(raw):
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return {}
 
 
 def close(got, want):
@@ -67,7 +76,7 @@ def infer(parameters):
     if status != 200:
         print("       " + raw[:300].decode("utf-8", "replace"))
         return None
-    resp = json.loads(raw)
+    resp = parse(raw)
     outs = {o["name"]: o for o in resp.get("outputs", [])}
     for name, want in (("output", WANT_OUTPUT), ("attention", WANT_ATTENTION)):
         got = flat(outs.get(name, {}).get("data", []))
@@ -76,7 +85,7 @@ def infer(parameters):
 
 
 status, raw = http("GET", "/v2")
-check(status == 200 and json.loads(raw).get("name") == "attnd",
+check(status == 200 and parse(raw).get("name") == "attnd",
       f"GET /v2 -> {status} {raw[:120]!r}")
 infer(None)
 resp = infer({"retain": True, "tokens": ["t0", "t1"]})
