@@ -31,13 +31,43 @@ int model_causal(const model *m);             /* default for requests */
 const char *model_description(const model *m); /* "" when none */
 size_t model_bytes(const model *m);           /* F32 weight bytes held */
 
+/* model_load_mem: the same from memory (a model sent in a load request):
+ * config is config_len bytes of config.json text or NULL, st the
+ * model.safetensors bytes; both are only read during the call. label names
+ * the model in messages ("<label>/config.json: ..."). */
+int model_load_mem(model **out, const char *label, const char *config,
+                   size_t config_len, const void *st, size_t st_len,
+                   char *err);
+
+/* model_load_repo: load <repo>/<name> after checking name with
+ * model_name_valid (ATTN_EINVAL otherwise), so no name reaches outside the
+ * repository. */
+int model_load_repo(model **out, const char *repo, const char *name,
+                    char *err);
+
+/* Which naming layout the file used: "canonical", "nn.MultiheadAttention"
+ * or "q_proj". */
+const char *model_layout(const model *m);
+
+/* model_summary: one line for humans, e.g. "d_model 64, 4 heads x 16,
+ * 4 kv heads, v_head_dim 16, canonical, 64.0 KiB". */
+void model_summary(const model *m, char *buf, size_t cap);
+
+/* model_repo_list: the sub-folders of repo (names not starting with '.'),
+ * sorted; valid or not (check each with model_name_valid). *names is a
+ * malloc'd array of malloc'd strings; free with model_repo_list_free.
+ * Returns the count, or a negative code with a message in err. */
+int model_repo_list(const char *repo, char ***names, char *err);
+void model_repo_list_free(char **names, int n);
+
 /* model_name_valid: 1 when name is a safe folder name: 1..128 chars of
  * [A-Za-z0-9._-], not "." and no "..". */
 int model_name_valid(const char *name);
 
-/* model_check_repo: validate every model folder under repo, print one line
- * per model to out ("<name>: ok (...)" or "<name>: <reason>"). Returns the
- * number of broken models, or a negative code if repo cannot be read. */
+/* model_check_repo: validate every model folder under repo (as listed by
+ * model_repo_list), print one line per model to out ("<name>: ok (<summary>)"
+ * or "<name>: <reason>"). Returns the number of broken models, or a negative
+ * code if repo cannot be read (with a line saying why). */
 int model_check_repo(const char *repo, FILE *out);
 
 #endif

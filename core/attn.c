@@ -1,0 +1,702 @@
+/*
+ * attn.c - argument checks, the plan (stages of independent tiles, one
+ * scratch slab) and the tiles of one multi-head attention forward pass.
+ * The per-head maths lives in kernel.c.
+ */
+#include "attn.h"
+
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec.h"
+#include "kernel.h"
+
+/* Token rows per projection tile. */
+#define PROJ_ROWS 64
+
+enum { TILE_Q, TILE_KV, TILE_ATT, TILE_OUT, TILE_RAW };
+
+typedef struct tile {
+    int kind; /* TILE_* */
+    int item; /* sequence (or raw item) index */
+    int head; /* query head, attention tiles only */
+    int r0, r1; /* rows [r0, r1) */
+} tile;
+
+/* Scratch of one sequence; all inside the plan's slab. */
+typedef struct seqbuf {
+    const float *ctx; /* (s, d_model_ctx): context or x */
+    float *q;         /* (t, n_heads * head_dim) after bias and RoPE */
+    float *k;         /* (s, n_kv_heads * head_dim) after bias and RoPE */
+    float *v;         /* (s, n_kv_heads * v_head_dim) */
+    float *o;         /* (t, n_heads * v_head_dim) concatenated heads */
+    uint8_t *live;    /* (t) 1 when the query row sees at least one key */
+} seqbuf;
+
+#define MAX_STAGES 3
+
+struct attn_plan {
+    attn_config cfg; /* resolved: scale, rope_dims, d_model_ctx set */
+    attn_weights w;
+    const attn_seq *seqs; /* (n_items) full layer, or NULL */
+    const attn_raw *raw;  /* (n_items) raw SDPA, or NULL */
+    int n_items;
+    seqbuf *buf;     /* (n_items) full layer only */
+    float *rope;     /* (n_pos, rope_dims): cos | sin, or NULL */
+    int n_stages;
+    tile *tiles[MAX_STAGES];
+    size_t n_tiles[MAX_STAGES];
+    void *slab; /* every float of scratch */
+    size_t scratch_bytes;
+};
+
+static int fail_msg(char *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail_msg(char *err, int code, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, ATTN_ERRMAX, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+/* *out = a * b, or 0 when it overflows size_t. */
+static int mul_ok(size_t a, size_t b, size_t *out)
+{
+    if (a != 0 && b > SIZE_MAX / a)
+        return 0;
+    *out = a * b;
+    return 1;
+}
+
+static int mul3_ok(size_t a, size_t b, size_t c, size_t *out)
+{
+    size_t ab;
+    return mul_ok(a, b, &ab) && mul_ok(ab, c, out);
+}
+
+static int add_ok(size_t *acc, size_t b)
+{
+    if (b > SIZE_MAX - *acc)
+        return 0;
+    *acc += b;
+    return 1;
+}
+
+/* Heads-wide widths are BLAS leading dimensions: they must fit an int. */
+static int width_ok(int a, int b)
+{
+    return (long long)a * b <= INT_MAX;
+}
+
+/*
+ * attn_config_check: every size positive (d_model_ctx 0 means d_model),
+ * H_kv divides H, rope_dims even and <= head_dim, scale and rope_theta
+ * finite, head-wide widths within int (BLAS leading dimensions) and weight
+ * sizes within size_t.
+ */
+int attn_config_check(const attn_config *c, char *err)
+{
+    if (!c)
+        return fail_msg(err, ATTN_EINVAL, "config is NULL");
+    if (c->d_model < 1)
+        return fail_msg(err, ATTN_EINVAL, "d_model = %d must be >= 1",
+                        c->d_model);
+    if (c->d_model_ctx < 0)
+        return fail_msg(err, ATTN_EINVAL,
+                        "d_model_ctx = %d must be >= 1 (0 = d_model)",
+                        c->d_model_ctx);
+    if (c->n_heads < 1)
+        return fail_msg(err, ATTN_EINVAL, "n_heads = %d must be >= 1",
+                        c->n_heads);
+    if (c->n_kv_heads < 1)
+        return fail_msg(err, ATTN_EINVAL, "n_kv_heads = %d must be >= 1",
+                        c->n_kv_heads);
+    if (c->n_heads % c->n_kv_heads != 0)
+        return fail_msg(err, ATTN_EINVAL,
+                        "n_kv_heads = %d does not divide n_heads = %d",
+                        c->n_kv_heads, c->n_heads);
+    if (c->head_dim < 1)
+        return fail_msg(err, ATTN_EINVAL, "head_dim = %d must be >= 1",
+                        c->head_dim);
+    if (c->v_head_dim < 1)
+        return fail_msg(err, ATTN_EINVAL, "v_head_dim = %d must be >= 1",
+                        c->v_head_dim);
+    if (!isfinite(c->scale))
+        return fail_msg(err, ATTN_EINVAL, "scale must be finite");
+    if (!isfinite(c->rope_theta) || c->rope_theta < 0)
+        return fail_msg(err, ATTN_EINVAL,
+                        "rope_theta must be finite and >= 0 (0 = no RoPE)");
+    if (c->rope_dims < 0 || c->rope_dims > c->head_dim || c->rope_dims % 2)
+        return fail_msg(err, ATTN_EINVAL,
+                        "rope_dims = %d must be even and in [0, head_dim = "
+                        "%d] (0 = head_dim)",
+                        c->rope_dims, c->head_dim);
+    if (c->rope_theta > 0 && c->rope_dims == 0 && c->head_dim % 2)
+        return fail_msg(err, ATTN_EINVAL,
+                        "RoPE over all of head_dim = %d needs an even "
+                        "head_dim; set rope_dims",
+                        c->head_dim);
+    int dctx = c->d_model_ctx ? c->d_model_ctx : c->d_model;
+    if (!width_ok(c->n_heads, c->head_dim) ||
+        !width_ok(c->n_heads, c->v_head_dim))
+        return fail_msg(err, ATTN_EOVERFLOW,
+                        "n_heads * head_dim or n_heads * v_head_dim "
+                        "exceeds %d",
+                        INT_MAX);
+    size_t a, b, d, e;
+    if (!mul3_ok((size_t)c->d_model, (size_t)c->n_heads,
+                 (size_t)c->head_dim, &a) ||
+        !mul3_ok((size_t)dctx, (size_t)c->n_kv_heads,
+                 (size_t)c->head_dim, &b) ||
+        !mul3_ok((size_t)dctx, (size_t)c->n_kv_heads,
+                 (size_t)c->v_head_dim, &d) ||
+        !mul3_ok((size_t)c->n_heads, (size_t)c->v_head_dim,
+                 (size_t)c->d_model, &e) ||
+        !mul_ok(a, sizeof(float), &a) || !mul_ok(e, sizeof(float), &e))
+        return fail_msg(err, ATTN_EOVERFLOW,
+                        "weight sizes overflow size_t");
+    return 0;
+}
+
+/* Checks of the fields the raw path uses. */
+static int raw_config_check(const attn_config *c, char *err)
+{
+    if (!c)
+        return fail_msg(err, ATTN_EINVAL, "config is NULL");
+    if (c->n_heads < 1)
+        return fail_msg(err, ATTN_EINVAL, "n_heads = %d must be >= 1",
+                        c->n_heads);
+    if (c->head_dim < 1)
+        return fail_msg(err, ATTN_EINVAL, "head_dim = %d must be >= 1",
+                        c->head_dim);
+    if (c->v_head_dim < 1)
+        return fail_msg(err, ATTN_EINVAL, "v_head_dim = %d must be >= 1",
+                        c->v_head_dim);
+    if (!isfinite(c->scale))
+        return fail_msg(err, ATTN_EINVAL, "scale must be finite");
+    return 0;
+}
+
+/* Check one attn_seq; adds its scratch floats to *floats and its largest
+ * position to *n_pos. */
+static int seq_check(const attn_config *c, const attn_seq *q, int i,
+                     size_t *floats, int *n_pos, char *err)
+{
+    if (q->t < 1)
+        return fail_msg(err, ATTN_EINVAL, "seqs[%d].t = %d must be >= 1", i,
+                        q->t);
+    if (q->s < 1)
+        return fail_msg(err, ATTN_EINVAL, "seqs[%d].s = %d must be >= 1", i,
+                        q->s);
+    if (!q->context && q->s != q->t)
+        return fail_msg(err, ATTN_EINVAL,
+                        "seqs[%d].s = %d must equal t = %d for "
+                        "self-attention (context is NULL)",
+                        i, q->s, q->t);
+    if (!q->context && c->d_model_ctx && c->d_model_ctx != c->d_model)
+        return fail_msg(err, ATTN_EINVAL,
+                        "seqs[%d].context is NULL but d_model_ctx = %d "
+                        "differs from d_model = %d",
+                        i, c->d_model_ctx, c->d_model);
+    if (q->t_valid < 0 || q->t_valid > q->t)
+        return fail_msg(err, ATTN_EINVAL,
+                        "seqs[%d].t_valid = %d is outside [0, t = %d]", i,
+                        q->t_valid, q->t);
+    if (q->s_valid < 0 || q->s_valid > q->s)
+        return fail_msg(err, ATTN_EINVAL,
+                        "seqs[%d].s_valid = %d is outside [0, s = %d]", i,
+                        q->s_valid, q->s);
+    if (!q->x)
+        return fail_msg(err, ATTN_EINVAL, "seqs[%d].x is NULL", i);
+    if (!q->y)
+        return fail_msg(err, ATTN_EINVAL, "seqs[%d].y is NULL", i);
+    size_t t = (size_t)q->t, s = (size_t)q->s, sum = 0, n;
+    size_t hq = (size_t)c->n_heads, hk = (size_t)c->n_kv_heads;
+    size_t dk = (size_t)c->head_dim, dv = (size_t)c->v_head_dim;
+    size_t dm = (size_t)c->d_model;
+    if (!mul3_ok(hq, t, s, &n) ||
+        !mul_ok(n, sizeof(float), &n) || !mul_ok(t, dm, &n) ||
+        !mul3_ok(t, hq, dk, &n) || !add_ok(&sum, n) ||
+        !mul3_ok(s, hk, dk, &n) || !add_ok(&sum, n) ||
+        !mul3_ok(s, hk, dv, &n) || !add_ok(&sum, n) ||
+        !mul3_ok(t, hq, dv, &n) || !add_ok(&sum, n) ||
+        !add_ok(&sum, t) || !add_ok(floats, sum) ||
+        !mul_ok(*floats, sizeof(float), &n))
+        return fail_msg(err, ATTN_EOVERFLOW,
+                        "seqs[%d]: sizes (t = %d, s = %d) overflow size_t",
+                        i, q->t, q->s);
+    if (q->t > *n_pos)
+        *n_pos = q->t;
+    if (q->s > *n_pos)
+        *n_pos = q->s;
+    return 0;
+}
+
+static int raw_check(const attn_config *c, const attn_raw *r, int i,
+                     char *err)
+{
+    if (r->t < 1)
+        return fail_msg(err, ATTN_EINVAL, "items[%d].t = %d must be >= 1",
+                        i, r->t);
+    if (r->s < 1)
+        return fail_msg(err, ATTN_EINVAL, "items[%d].s = %d must be >= 1",
+                        i, r->s);
+    if (!r->q || !r->k || !r->v)
+        return fail_msg(err, ATTN_EINVAL, "items[%d].%s is NULL", i,
+                        !r->q ? "q" : !r->k ? "k" : "v");
+    if (!r->y)
+        return fail_msg(err, ATTN_EINVAL, "items[%d].y is NULL", i);
+    size_t n, hq = (size_t)c->n_heads;
+    if (!mul3_ok(hq, (size_t)r->t, (size_t)r->s, &n) ||
+        !mul_ok(n, sizeof(float), &n) ||
+        !mul3_ok(hq, (size_t)r->t, (size_t)c->head_dim, &n) ||
+        !mul3_ok(hq, (size_t)r->s, (size_t)c->head_dim, &n) ||
+        !mul3_ok(hq, (size_t)r->s, (size_t)c->v_head_dim, &n) ||
+        !mul3_ok(hq, (size_t)r->t, (size_t)c->v_head_dim, &n) ||
+        !mul_ok(n, sizeof(float), &n))
+        return fail_msg(err, ATTN_EOVERFLOW,
+                        "items[%d]: sizes (t = %d, s = %d) overflow size_t",
+                        i, r->t, r->s);
+    return 0;
+}
+
+/* Number of row blocks of rows rows of `per` rows each. */
+static size_t blocks(int rows, int per)
+{
+    return (size_t)((rows + per - 1) / per);
+}
+
+static void put_blocks(tile *t, size_t *k, int kind, int item, int head,
+                       int rows, int per)
+{
+    for (int r = 0; r < rows; r += per) {
+        tile *x = &t[(*k)++];
+        x->kind = kind;
+        x->item = item;
+        x->head = head;
+        x->r0 = r;
+        x->r1 = rows - r < per ? rows : r + per;
+    }
+}
+
+static attn_plan *plan_alloc(const attn_config *cfg, int n_items)
+{
+    attn_plan *p = calloc(1, sizeof(*p));
+    if (!p)
+        return NULL;
+    p->cfg = *cfg;
+    if (p->cfg.scale == 0.0f)
+        p->cfg.scale = 1.0f / sqrtf((float)cfg->head_dim);
+    p->n_items = n_items;
+    return p;
+}
+
+/*
+ * attn_plan_create: stage 0 projects Q (x row blocks) and K, V (context
+ * row blocks), stage 1 runs sequence x head x query-block attention tiles,
+ * stage 2 projects the concatenated heads through W_o. One slab holds all
+ * scratch: per sequence Q, K, V, O and the live-row flags, plus the RoPE
+ * table. Nothing is allocated on failure.
+ */
+int attn_plan_create(attn_plan **out, const attn_config *cfg,
+                     const attn_weights *w, const attn_seq *seqs, int n_seqs,
+                     char *err)
+{
+    if (!out)
+        return fail_msg(err, ATTN_EINVAL, "out is NULL");
+    *out = NULL;
+    int rc = attn_config_check(cfg, err);
+    if (rc)
+        return rc;
+    if (!w)
+        return fail_msg(err, ATTN_EINVAL, "weights are NULL");
+    if (!w->w_q || !w->w_k || !w->w_v || !w->w_o)
+        return fail_msg(err, ATTN_EINVAL, "weights.%s is NULL",
+                        !w->w_q   ? "w_q"
+                        : !w->w_k ? "w_k"
+                        : !w->w_v ? "w_v"
+                                  : "w_o");
+    if (!seqs || n_seqs < 1)
+        return fail_msg(err, ATTN_EINVAL,
+                        "need at least one sequence (n_seqs = %d)", n_seqs);
+    size_t floats = 0;
+    int n_pos = 0;
+    for (int i = 0; i < n_seqs; i++)
+        if ((rc = seq_check(cfg, &seqs[i], i, &floats, &n_pos, err)))
+            return rc;
+    int rot = cfg->rope_theta > 0
+                  ? (cfg->rope_dims ? cfg->rope_dims : cfg->head_dim)
+                  : 0;
+    size_t rope_floats = 0;
+    if (rot && (!mul_ok((size_t)n_pos, (size_t)rot, &rope_floats) ||
+                !add_ok(&floats, rope_floats) ||
+                !add_ok(&floats, 16)))
+        return fail_msg(err, ATTN_EOVERFLOW, "RoPE table overflows size_t");
+    /* Live flags are bytes; floats counted one per row is plenty. */
+    size_t n0 = 0, n1 = 0, n2 = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        n0 += blocks(seqs[i].t, PROJ_ROWS) + blocks(seqs[i].s, PROJ_ROWS);
+        n1 += (size_t)cfg->n_heads * blocks(seqs[i].t, ATTN__BQ);
+        n2 += blocks(seqs[i].t, PROJ_ROWS);
+    }
+    attn_plan *p = plan_alloc(cfg, n_seqs);
+    if (!p)
+        goto nomem;
+    p->w = *w;
+    p->seqs = seqs;
+    if (!p->cfg.d_model_ctx)
+        p->cfg.d_model_ctx = cfg->d_model;
+    p->cfg.rope_dims = rot;
+    p->n_stages = 3;
+    p->buf = calloc((size_t)n_seqs, sizeof(*p->buf));
+    p->tiles[0] = calloc(n0, sizeof(tile));
+    p->tiles[1] = calloc(n1, sizeof(tile));
+    p->tiles[2] = calloc(n2, sizeof(tile));
+    p->scratch_bytes = floats * sizeof(float);
+    p->slab = aligned_alloc(64, (p->scratch_bytes + 63) / 64 * 64);
+    if (!p->buf || !p->tiles[0] || !p->tiles[1] || !p->tiles[2] || !p->slab)
+        goto nomem;
+    float *f = p->slab;
+    size_t hq = (size_t)cfg->n_heads, hk = (size_t)cfg->n_kv_heads;
+    size_t dk = (size_t)cfg->head_dim, dv = (size_t)cfg->v_head_dim;
+    for (int i = 0; i < n_seqs; i++) {
+        const attn_seq *q = &seqs[i];
+        seqbuf *b = &p->buf[i];
+        size_t t = (size_t)q->t, s = (size_t)q->s;
+        b->ctx = q->context ? q->context : q->x;
+        b->q = f, f += t * hq * dk;
+        b->k = f, f += s * hk * dk;
+        b->v = f, f += s * hk * dv;
+        b->o = f, f += t * hq * dv;
+        b->live = (uint8_t *)f, f += t;
+        put_blocks(p->tiles[0], &p->n_tiles[0], TILE_Q, i, 0, q->t,
+                   PROJ_ROWS);
+        put_blocks(p->tiles[0], &p->n_tiles[0], TILE_KV, i, 0, q->s,
+                   PROJ_ROWS);
+        for (int h = 0; h < cfg->n_heads; h++)
+            put_blocks(p->tiles[1], &p->n_tiles[1], TILE_ATT, i, h, q->t,
+                       ATTN__BQ);
+        put_blocks(p->tiles[2], &p->n_tiles[2], TILE_OUT, i, 0, q->t,
+                   PROJ_ROWS);
+    }
+    if (rot) {
+        /* Align the table to 16 floats for clean rows. */
+        size_t off = (size_t)(f - (float *)p->slab);
+        f += (16 - off % 16) % 16;
+        p->rope = f;
+        attn__rope_table(p->rope, n_pos, rot, cfg->rope_theta);
+    }
+    attn__blas_single();
+    *out = p;
+    return 0;
+nomem:
+    attn_plan_destroy(p);
+    return fail_msg(err, ATTN_ENOMEM,
+                    "out of memory allocating %zu bytes of scratch",
+                    floats * sizeof(float));
+}
+
+/*
+ * attn_plan_create_raw: one stage of item x head x query-block tiles; no
+ * scratch beyond the tile table (the kernels use the stack and the caller's
+ * output buffers).
+ */
+int attn_plan_create_raw(attn_plan **out, const attn_config *cfg,
+                         const attn_raw *items, int n_items, char *err)
+{
+    if (!out)
+        return fail_msg(err, ATTN_EINVAL, "out is NULL");
+    *out = NULL;
+    int rc = raw_config_check(cfg, err);
+    if (rc)
+        return rc;
+    if (!items || n_items < 1)
+        return fail_msg(err, ATTN_EINVAL,
+                        "need at least one item (n_items = %d)", n_items);
+    size_t n0 = 0;
+    for (int i = 0; i < n_items; i++) {
+        if ((rc = raw_check(cfg, &items[i], i, err)))
+            return rc;
+        n0 += (size_t)cfg->n_heads * blocks(items[i].t, ATTN__BQ);
+    }
+    attn_plan *p = plan_alloc(cfg, n_items);
+    if (!p)
+        goto nomem;
+    p->raw = items;
+    p->n_stages = 1;
+    p->tiles[0] = calloc(n0, sizeof(tile));
+    if (!p->tiles[0])
+        goto nomem;
+    for (int i = 0; i < n_items; i++)
+        for (int h = 0; h < cfg->n_heads; h++)
+            put_blocks(p->tiles[0], &p->n_tiles[0], TILE_RAW, i, h,
+                       items[i].t, ATTN__BQ);
+    attn__blas_single();
+    *out = p;
+    return 0;
+nomem:
+    attn_plan_destroy(p);
+    return fail_msg(err, ATTN_ENOMEM, "out of memory for the plan");
+}
+
+void attn_plan_destroy(attn_plan *p)
+{
+    if (!p)
+        return;
+    for (int i = 0; i < MAX_STAGES; i++)
+        free(p->tiles[i]);
+    free(p->buf);
+    free(p->slab);
+    free(p);
+}
+
+int attn_plan_n_stages(const attn_plan *p)
+{
+    return p ? p->n_stages : 0;
+}
+
+size_t attn_plan_n_tiles(const attn_plan *p, int stage)
+{
+    if (!p || stage < 0 || stage >= p->n_stages)
+        return 0;
+    return p->n_tiles[stage];
+}
+
+size_t attn_plan_scratch_bytes(const attn_plan *p)
+{
+    return p ? p->scratch_bytes : 0;
+}
+
+/* rows [r0, r1) of y (ld n) = x (ld k) w (k, n) + b. */
+static void linear_rows(const float *x, int k, const float *w, const float *b,
+                        int n, float *y, int r0, int r1)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, n, k,
+                1.0f, x + (size_t)r0 * k, k, w, n, 0.0f, y + (size_t)r0 * n,
+                n);
+    if (b)
+        for (int r = r0; r < r1; r++) {
+            float *row = y + (size_t)r * n;
+            for (int j = 0; j < n; j++)
+                row[j] += b[j];
+        }
+}
+
+/* Copy rows [r0, r1) of m (rows, heads * d) into out (heads, rows, d). */
+static void split_heads(const float *m, int rows, int heads, int d,
+                        float *out, int r0, int r1)
+{
+    for (int r = r0; r < r1; r++)
+        for (int h = 0; h < heads; h++)
+            memcpy(out + ((size_t)h * rows + r) * d,
+                   m + ((size_t)r * heads + h) * d, (size_t)d * sizeof(float));
+}
+
+/* Query row i sees at least one key (the mask rule of attn_seq). */
+static int row_live(const attn_seq *q, int i)
+{
+    if (i >= q->t_valid)
+        return 0;
+    int lim = q->causal ? (q->s_valid < i + 1 ? q->s_valid : i + 1)
+                        : q->s_valid;
+    if (!q->mask)
+        return lim > 0;
+    const uint8_t *m = q->mask + (size_t)i * q->s;
+    for (int j = 0; j < lim; j++)
+        if (m[j])
+            return 1;
+    return 0;
+}
+
+static void tile_q(attn_plan *p, const tile *tl)
+{
+    const attn_config *c = &p->cfg;
+    const attn_seq *q = &p->seqs[tl->item];
+    seqbuf *b = &p->buf[tl->item];
+    int w = c->n_heads * c->head_dim;
+    linear_rows(q->x, c->d_model, p->w.w_q, p->w.b_q, w, b->q, tl->r0,
+                tl->r1);
+    if (p->rope)
+        attn__rope_rows(b->q, (size_t)w, tl->r0, tl->r1, c->n_heads,
+                        c->head_dim, c->rope_dims, p->rope);
+    if (q->q)
+        split_heads(b->q, q->t, c->n_heads, c->head_dim, q->q, tl->r0,
+                    tl->r1);
+    for (int i = tl->r0; i < tl->r1; i++)
+        b->live[i] = (uint8_t)row_live(q, i);
+}
+
+static void tile_kv(attn_plan *p, const tile *tl)
+{
+    const attn_config *c = &p->cfg;
+    const attn_seq *q = &p->seqs[tl->item];
+    seqbuf *b = &p->buf[tl->item];
+    int wk = c->n_kv_heads * c->head_dim, wv = c->n_kv_heads * c->v_head_dim;
+    linear_rows(b->ctx, c->d_model_ctx, p->w.w_k, p->w.b_k, wk, b->k,
+                tl->r0, tl->r1);
+    linear_rows(b->ctx, c->d_model_ctx, p->w.w_v, p->w.b_v, wv, b->v,
+                tl->r0, tl->r1);
+    if (p->rope)
+        attn__rope_rows(b->k, (size_t)wk, tl->r0, tl->r1, c->n_kv_heads,
+                        c->head_dim, c->rope_dims, p->rope);
+    if (q->k)
+        split_heads(b->k, q->s, c->n_kv_heads, c->head_dim, q->k, tl->r0,
+                    tl->r1);
+    if (q->v)
+        split_heads(b->v, q->s, c->n_kv_heads, c->v_head_dim, q->v, tl->r0,
+                    tl->r1);
+}
+
+static void tile_att(attn_plan *p, const tile *tl)
+{
+    const attn_config *c = &p->cfg;
+    const attn_seq *q = &p->seqs[tl->item];
+    seqbuf *b = &p->buf[tl->item];
+    int h = tl->head, kvh = h / (c->n_heads / c->n_kv_heads);
+    size_t ts = (size_t)q->t * (size_t)q->s;
+    attn__head hd = {
+        .t = q->t,
+        .s = q->s,
+        .t_valid = q->t_valid,
+        .s_valid = q->s_valid,
+        .causal = q->causal,
+        .dk = c->head_dim,
+        .dv = c->v_head_dim,
+        .scale = c->scale,
+        .mask = q->mask,
+        .q = b->q + (size_t)h * c->head_dim,
+        .k = b->k + (size_t)kvh * c->head_dim,
+        .v = b->v + (size_t)kvh * c->v_head_dim,
+        .o = b->o + (size_t)h * c->v_head_dim,
+        .ldq = (size_t)c->n_heads * c->head_dim,
+        .ldk = (size_t)c->n_kv_heads * c->head_dim,
+        .ldv = (size_t)c->n_kv_heads * c->v_head_dim,
+        .ldo = (size_t)c->n_heads * c->v_head_dim,
+        .att = q->attention ? q->attention + (size_t)h * ts : NULL,
+        .sc = q->scores ? q->scores + (size_t)h * ts : NULL,
+    };
+    attn__head_block(&hd, tl->r0, tl->r1);
+}
+
+static void tile_out(attn_plan *p, const tile *tl)
+{
+    const attn_config *c = &p->cfg;
+    const attn_seq *q = &p->seqs[tl->item];
+    seqbuf *b = &p->buf[tl->item];
+    linear_rows(b->o, c->n_heads * c->v_head_dim, p->w.w_o, p->w.b_o,
+                c->d_model, q->y, tl->r0, tl->r1);
+    /* Padded and fully-masked query rows: y is 0, not b_o. */
+    for (int i = tl->r0; i < tl->r1; i++)
+        if (!b->live[i])
+            memset(q->y + (size_t)i * c->d_model, 0,
+                   (size_t)c->d_model * sizeof(float));
+}
+
+static void tile_raw(attn_plan *p, const tile *tl)
+{
+    const attn_config *c = &p->cfg;
+    const attn_raw *r = &p->raw[tl->item];
+    size_t h = (size_t)tl->head, t = (size_t)r->t, s = (size_t)r->s;
+    size_t dk = (size_t)c->head_dim, dv = (size_t)c->v_head_dim;
+    attn__head hd = {
+        .t = r->t,
+        .s = r->s,
+        .t_valid = r->t,
+        .s_valid = r->s,
+        .causal = r->causal,
+        .dk = c->head_dim,
+        .dv = c->v_head_dim,
+        .scale = c->scale,
+        .mask = r->mask,
+        .q = r->q + h * t * dk,
+        .k = r->k + h * s * dk,
+        .v = r->v + h * s * dv,
+        .o = r->y + h * t * dv,
+        .ldq = dk,
+        .ldk = dk,
+        .ldv = dv,
+        .ldo = dv,
+        .att = r->attention ? r->attention + h * t * s : NULL,
+        .sc = r->scores ? r->scores + h * t * s : NULL,
+    };
+    attn__head_block(&hd, tl->r0, tl->r1);
+}
+
+void attn_plan_run_tile(attn_plan *p, int stage, size_t i)
+{
+    if (!p || stage < 0 || stage >= p->n_stages || i >= p->n_tiles[stage])
+        return;
+    const tile *tl = &p->tiles[stage][i];
+    switch (tl->kind) {
+    case TILE_Q:
+        tile_q(p, tl);
+        break;
+    case TILE_KV:
+        tile_kv(p, tl);
+        break;
+    case TILE_ATT:
+        tile_att(p, tl);
+        break;
+    case TILE_OUT:
+        tile_out(p, tl);
+        break;
+    case TILE_RAW:
+        tile_raw(p, tl);
+        break;
+    }
+}
+
+typedef struct stage_ctx {
+    attn_plan *p;
+    int stage;
+} stage_ctx;
+
+static void run_cb(void *arg, size_t i)
+{
+    stage_ctx *s = arg;
+    attn_plan_run_tile(s->p, s->stage, i);
+}
+
+void attn_plan_run(attn_plan *p, attn_exec *ex)
+{
+    if (!p)
+        return;
+    for (int st = 0; st < p->n_stages; st++) {
+        stage_ctx s = {p, st};
+        attn_exec_run(ex, p->n_tiles[st], run_cb, &s);
+    }
+}
+
+int attn_forward(const attn_config *cfg, const attn_weights *w,
+                 const attn_seq *seqs, int n_seqs, attn_exec *ex, char *err)
+{
+    attn_plan *p;
+    int rc = attn_plan_create(&p, cfg, w, seqs, n_seqs, err);
+    if (rc)
+        return rc;
+    attn_plan_run(p, ex);
+    attn_plan_destroy(p);
+    return 0;
+}
+
+int attn_forward_raw(const attn_config *cfg, const attn_raw *items,
+                     int n_items, attn_exec *ex, char *err)
+{
+    attn_plan *p;
+    int rc = attn_plan_create_raw(&p, cfg, items, n_items, err);
+    if (rc)
+        return rc;
+    attn_plan_run(p, ex);
+    attn_plan_destroy(p);
+    return 0;
+}

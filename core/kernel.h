@@ -1,0 +1,64 @@
+/*
+ * kernel.h - internal: the per-tile attention kernels and RoPE, shared by
+ * attn.c and the tests. Not part of the public API (double-underscore
+ * prefix); callers outside core/ use attn.h.
+ */
+#ifndef ATTN_KERNEL_H
+#define ATTN_KERNEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Query rows per attention tile and keys per streamed K/V block. */
+#define ATTN__BQ 64
+#define ATTN__BK 128
+
+/*
+ * One head over one block of query rows [i0, i1). Row i of Q is q + i*ldq,
+ * key row j of K is k + j*ldk, of V v + j*ldv; output row i is o + i*ldo.
+ * Visibility of key j to query i: i < t_valid, j < s_valid,
+ * (!causal || j <= i), (!mask || mask[i*s + j]). Rows with no visible key
+ * (padded or fully masked) get zero output, zero weights.
+ * att and sc, when non-NULL, point at this head's (t, s) maps (row stride
+ * s); only rows [i0, i1) are written.
+ */
+typedef struct attn__head {
+    int t, s;             /* query rows, key rows of the whole sequence */
+    int t_valid, s_valid; /* visible limits (see above) */
+    int causal;
+    int dk, dv;           /* head widths */
+    float scale;          /* score scale */
+    const uint8_t *mask;  /* (t, s) or NULL */
+    const float *q;       /* (t, dk) rows at stride ldq */
+    const float *k;       /* (s, dk) rows at stride ldk */
+    const float *v;       /* (s, dv) rows at stride ldv */
+    float *o;             /* (t, dv) rows at stride ldo */
+    size_t ldq, ldk, ldv, ldo;
+    float *att;           /* (t, s) softmax weights or NULL */
+    float *sc;            /* (t, s) scaled scores before masks or NULL */
+} attn__head;
+
+/* attn__head_block: compute rows [i0, i1) of one head. When h->att is set
+ * the weights are materialised into it and reused for A V; otherwise the
+ * fused online-softmax kernel streams K/V in blocks of ATTN__BK and never
+ * holds more than ATTN__BQ x ATTN__BK scores (on the stack). Scores, when
+ * asked, are one extra GEMM. Any thread; writes only its own rows. */
+void attn__head_block(const attn__head *h, int i0, int i1);
+
+/* attn__rope_table: fills cs with n_pos rows of (rot/2 cos, rot/2 sin)
+ * for freq_i = theta^(-2i/rot), angle = pos * freq_i, computed in double. */
+void attn__rope_table(float *cs, int n_pos, int rot, double theta);
+
+/* attn__rope_rows: rotate rows [r0, r1) of a (rows, n_heads * dk) matrix
+ * at stride ld in place, each head's first rot dims, position = row index,
+ * pairing (i, i + rot/2) (the rotate_half convention):
+ *   x'[i]       = x[i] cos - x[i + rot/2] sin
+ *   x'[i+rot/2] = x[i + rot/2] cos + x[i] sin                            */
+void attn__rope_rows(float *x, size_t ld, int r0, int r1, int n_heads,
+                     int dk, int rot, const float *cs);
+
+/* attn__blas_single: ask OpenBLAS (when linked) for one thread, so GEMMs
+ * inside tiles never oversubscribe the pool. Idempotent, any thread. */
+void attn__blas_single(void);
+
+#endif

@@ -1,0 +1,161 @@
+/*
+ * model_repo.c - the model repository: a folder of model folders. Names are
+ * checked so that no request names a path outside the repository.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "model.h"
+#include "model_int.h"
+
+#define MAX_NAME 128
+#define MAX_MODELS 4096 /* folders listed from one repository */
+
+int model_name_valid(const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    if (n < 1 || n > MAX_NAME || strcmp(name, ".") == 0 ||
+        strstr(name, "..") != NULL)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = name[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+              (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' ||
+              ch == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+int model_load_repo(model **out, const char *repo, const char *name,
+                    char *err)
+{
+    *out = NULL;
+    if (!model_name_valid(name)) {
+        model__seterr(err,
+                      "invalid model name: use 1-%d characters of "
+                      "[A-Za-z0-9._-], without \"..\"",
+                      MAX_NAME);
+        return ATTN_EINVAL;
+    }
+    char dir[4096];
+    if ((size_t)snprintf(dir, sizeof dir, "%s/%s", repo, name) >= sizeof dir) {
+        model__seterr(err, "%s: repository path too long", repo);
+        return ATTN_EINVAL;
+    }
+    return model_load(out, dir, err);
+}
+
+void model_summary(const model *m, char *buf, size_t cap)
+{
+    const attn_config *c = model_config(m);
+    int n = snprintf(buf, cap, "d_model %d", c->d_model);
+    if (c->d_model_ctx != c->d_model && n >= 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, ", d_model_ctx %d",
+                      c->d_model_ctx);
+    if (n >= 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n,
+                      ", %d heads x %d, %d kv heads, v_head_dim %d", c->n_heads,
+                      c->head_dim, c->n_kv_heads, c->v_head_dim);
+    if (c->rope_theta > 0 && n >= 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, ", rope %g/%d", c->rope_theta,
+                      c->rope_dims ? c->rope_dims : c->head_dim);
+    if (model_causal(m) && n >= 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, ", causal");
+    if (n >= 0 && (size_t)n < cap)
+        snprintf(buf + n, cap - (size_t)n, ", %s, %.1f KiB", model_layout(m),
+                 (double)model_bytes(m) / 1024.0);
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+void model_repo_list_free(char **names, int n)
+{
+    for (int i = 0; names && i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+int model_repo_list(const char *repo, char ***names, char *err)
+{
+    *names = NULL;
+    DIR *d = opendir(repo);
+    if (!d) {
+        int e = errno;
+        model__seterr(err, "%s: cannot read the model repository: %s", repo,
+                      strerror(e));
+        return e == ENOENT ? ATTN_ENOTFOUND : ATTN_EIO;
+    }
+    char **v = NULL;
+    int n = 0, cap = 0, rc = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        char path[4096];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s", repo, de->d_name);
+        if (stat(path, &sb) < 0 || !S_ISDIR(sb.st_mode))
+            continue; /* stray files (README, ...) are not models */
+        if (n == MAX_MODELS) {
+            model__seterr(err, "%s: more than %d model folders", repo,
+                          MAX_MODELS);
+            rc = ATTN_EINVAL;
+            goto fail;
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            char **nv = realloc(v, (size_t)cap * sizeof *v);
+            if (!nv)
+                goto nomem;
+            v = nv;
+        }
+        if (!(v[n] = strdup(de->d_name)))
+            goto nomem;
+        n++;
+    }
+    closedir(d);
+    qsort(v, (size_t)n, sizeof *v, by_name);
+    *names = v;
+    return n;
+nomem:
+    model__seterr(err, "%s: out of memory", repo);
+    rc = ATTN_ENOMEM;
+fail:
+    closedir(d);
+    model_repo_list_free(v, n);
+    return rc;
+}
+
+int model_check_repo(const char *repo, FILE *out)
+{
+    char err[ATTN_ERRMAX];
+    char **names;
+    int n = model_repo_list(repo, &names, err);
+    if (n < 0) {
+        fprintf(out, "%s\n", err);
+        return n;
+    }
+    int broken = 0;
+    for (int i = 0; i < n; i++) {
+        model *m;
+        if (model_load_repo(&m, repo, names[i], err) < 0) {
+            fprintf(out, "%s: %s\n", names[i], err);
+            broken++;
+            continue;
+        }
+        char sum[256];
+        model_summary(m, sum, sizeof sum);
+        fprintf(out, "%s: ok (%s)\n", names[i], sum);
+        model_destroy(m);
+    }
+    model_repo_list_free(names, n);
+    return broken;
+}

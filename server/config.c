@@ -1,0 +1,207 @@
+/* config.c - settings from the table in config.h: defaults, ATTND_* env,
+ * flags, --help. */
+#include "server/config.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { T_INT, T_STR };
+
+typedef struct setting {
+    const char *name; /* flag without "--"; env is ATTND_ + upper(name) */
+    int type;
+    long long def_int, min, max;
+    const char *def_str;
+    const char *help;
+    size_t off; /* offset of the field in srv_config */
+} setting;
+
+#define S_INT(f, n, d, lo, hi, h)                                             \
+    {n, T_INT, (long long)(d), lo, hi, NULL, h, offsetof(srv_config, f)},
+#define S_STR(f, n, d, lo, hi, h)                                             \
+    {n, T_STR, 0, lo, hi, d, h, offsetof(srv_config, f)},
+#define S_ROW(f, n, t, d, lo, hi, h) S_##t(f, n, d, lo, hi, h)
+static const setting settings[] = {SRV_SETTINGS(S_ROW)};
+#undef S_ROW
+#undef S_INT
+#undef S_STR
+#define N_SETTINGS (sizeof settings / sizeof settings[0])
+
+static void env_name(const setting *s, char *out, size_t n)
+{
+    size_t i = 0;
+    const char *p;
+    snprintf(out, n, "ATTND_");
+    i = strlen(out);
+    for (p = s->name; *p && i + 1 < n; p++)
+        out[i++] = *p == '-' ? '_' : (char)(*p >= 'a' && *p <= 'z' ? *p - 32 : *p);
+    out[i] = 0;
+}
+
+/* set_value: parse text into the field of s; -1 with err naming where. */
+static int set_value(srv_config *cfg, const setting *s, const char *text,
+                     const char *where, char *err)
+{
+    char *end = NULL;
+    long long v;
+    char **sp;
+    if (s->type == T_STR) {
+        sp = (char **)((char *)cfg + s->off);
+        if (strcmp(s->name, "log-format") == 0 && strcmp(text, "text") != 0 &&
+            strcmp(text, "json") != 0) {
+            snprintf(err, 512, "%s: log format '%s' is not text or json", where,
+                     text);
+            return -1;
+        }
+        free(*sp);
+        *sp = strdup(text);
+        if (!*sp) {
+            snprintf(err, 512, "%s: out of memory", where);
+            return -1;
+        }
+        return 0;
+    }
+    errno = 0;
+    v = strtoll(text, &end, 10);
+    if (errno || end == text || *end) {
+        snprintf(err, 512, "%s: '%s' is not an integer", where, text);
+        return -1;
+    }
+    if (v < s->min || v > s->max) {
+        snprintf(err, 512, "%s: %lld is outside [%lld, %lld]", where, v, s->min,
+                 s->max);
+        return -1;
+    }
+    *(long long *)((char *)cfg + s->off) = v;
+    return 0;
+}
+
+static const setting *find(const char *name, size_t len)
+{
+    size_t i;
+    for (i = 0; i < N_SETTINGS; i++)
+        if (strlen(settings[i].name) == len &&
+            strncmp(settings[i].name, name, len) == 0)
+            return &settings[i];
+    return NULL;
+}
+
+int srv_config_load(srv_config *cfg, int argc, char **argv,
+                    srv_action *action, const char **arg, char *err)
+{
+    size_t i;
+    int a;
+    char env[96], where[128];
+    memset(cfg, 0, sizeof *cfg);
+    *action = SRV_RUN;
+    *arg = NULL;
+    for (i = 0; i < N_SETTINGS; i++) {
+        const setting *s = &settings[i];
+        if (s->type == T_INT)
+            *(long long *)((char *)cfg + s->off) = s->def_int;
+        else if (set_value(cfg, s, s->def_str, s->name, err) < 0)
+            goto fail;
+    }
+    for (i = 0; i < N_SETTINGS; i++) {
+        const char *v;
+        env_name(&settings[i], env, sizeof env);
+        v = getenv(env);
+        if (v && set_value(cfg, &settings[i], v, env, err) < 0)
+            goto fail;
+    }
+    for (a = 1; a < argc; a++) {
+        const char *f = argv[a], *eq, *val;
+        const setting *s;
+        size_t len;
+        if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
+            *action = SRV_HELP;
+            return 0;
+        }
+        if (strcmp(f, "--version") == 0) {
+            *action = SRV_VERSION;
+            return 0;
+        }
+        if (strncmp(f, "--", 2) != 0) {
+            snprintf(err, 512, "%s: unexpected argument (try --help)", f);
+            goto fail;
+        }
+        f += 2;
+        eq = strchr(f, '=');
+        len = eq ? (size_t)(eq - f) : strlen(f);
+        val = eq ? eq + 1 : (a + 1 < argc ? argv[a + 1] : NULL);
+        if ((len == 12 && strncmp(f, "check-models", len) == 0) ||
+            (len == 12 && strncmp(f, "health-check", len) == 0)) {
+            if (!val) {
+                snprintf(err, 512, "--%.*s needs a value", (int)len, f);
+                goto fail;
+            }
+            *action = f[0] == 'c' ? SRV_CHECK_MODELS : SRV_HEALTH_CHECK;
+            *arg = val;
+            if (!eq)
+                a++;
+            continue;
+        }
+        s = find(f, len);
+        if (!s) {
+            snprintf(err, 512, "--%.*s: unknown flag (try --help)", (int)len, f);
+            goto fail;
+        }
+        if (!val) {
+            snprintf(err, 512, "--%s needs a value", s->name);
+            goto fail;
+        }
+        snprintf(where, sizeof where, "--%s", s->name);
+        if (set_value(cfg, s, val, where, err) < 0)
+            goto fail;
+        if (!eq)
+            a++;
+    }
+    return 0;
+fail:
+    srv_config_free(cfg);
+    return -1;
+}
+
+void srv_config_free(srv_config *cfg)
+{
+    size_t i;
+    for (i = 0; i < N_SETTINGS; i++)
+        if (settings[i].type == T_STR) {
+            char **sp = (char **)((char *)cfg + settings[i].off);
+            free(*sp);
+            *sp = NULL;
+        }
+}
+
+void srv_config_help(FILE *out, const char *prog)
+{
+    size_t i;
+    char env[96], flag[64], def[64];
+    fprintf(out,
+            "usage: %s [--setting VALUE ...]\n"
+            "       %s --check-models DIR   validate every model folder, "
+            "exit 1 if any is broken\n"
+            "       %s --health-check URL   GET a URL, exit 0 on HTTP 200\n"
+            "       %s --version | --help\n\n"
+            "attnd serves multi-head attention over HTTP (Open Inference "
+            "Protocol v2).\nEvery setting is a flag or an environment variable "
+            "(flags win):\n\n",
+            prog, prog, prog, prog);
+    fprintf(out, "%-22s %-24s %-12s %s\n", "flag", "environment", "default",
+            "meaning [bounds]");
+    for (i = 0; i < N_SETTINGS; i++) {
+        const setting *s = &settings[i];
+        env_name(s, env, sizeof env);
+        snprintf(flag, sizeof flag, "--%s", s->name);
+        if (s->type == T_INT) {
+            snprintf(def, sizeof def, "%lld", s->def_int);
+            fprintf(out, "%-22s %-24s %-12s %s [%lld..%lld]\n", flag, env, def,
+                    s->help, s->min, s->max);
+        } else {
+            snprintf(def, sizeof def, "%s", *s->def_str ? s->def_str : "\"\"");
+            fprintf(out, "%-22s %-24s %-12s %s\n", flag, env, def, s->help);
+        }
+    }
+}

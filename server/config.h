@@ -1,0 +1,93 @@
+/*
+ * config.h - every daemon setting, in one table.
+ *
+ * SRV_SETTINGS(X) lists each setting once: field, flag/env suffix, type,
+ * default, bounds and help. Command-line flags (--name), environment
+ * variables (ATTND_NAME) and `attnd --help` are all generated from it, so
+ * they cannot drift apart. Flags override the environment, which overrides
+ * the default. Loop thread only (read-only after srv_config_load).
+ */
+#ifndef ATTND_CONFIG_H
+#define ATTND_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#define SRV_MiB (1024LL * 1024LL)
+
+/* X(field, name, type, default, min, max, help)
+ * type INT: default/min/max are integers (0 in min/max of a string = none).
+ * type STR: default is a string, min/max unused.
+ * threads default 0 = the number of online cores. */
+#define SRV_SETTINGS(X)                                                       \
+    X(host, "host", STR, "127.0.0.1", 0, 0,                                   \
+      "address to listen on (0.0.0.0 or :: for every interface)")             \
+    X(port, "port", INT, 8080, 0, 65535, "TCP port (0 picks a free one)")    \
+    X(models, "models", STR, "models", 0, 0,                                  \
+      "model repository folder: <dir>/<name>/model.safetensors")              \
+    X(threads, "threads", INT, 0, 0, 1024,                                    \
+      "compute pool threads (0 = online cores)")                              \
+    X(max_batch, "max-batch", INT, 8, 1, 4096,                                \
+      "most sequences one batch runs")                                        \
+    X(batch_delay_us, "batch-delay-us", INT, 500, 0, 10000000,                \
+      "longest wait of a queued request for batch company (us)")              \
+    X(instances, "instances", INT, 2, 1, 64,                                  \
+      "batches of one model that may run at once")                            \
+    X(queue_size, "queue-size", INT, 256, 1, 1000000,                         \
+      "requests queued per model before 503")                                 \
+    X(deadline_ms, "deadline-ms", INT, 30000, 1, 3600000,                     \
+      "request deadline from arrival to answer (ms); past it 504")            \
+    X(drain_ms, "drain-ms", INT, 30000, 0, 3600000,                           \
+      "on SIGTERM/SIGINT, time queued and running work gets to finish (ms)")  \
+    X(max_body, "max-body", INT, 64 * SRV_MiB, 1024, 1LL << 40,               \
+      "largest request body in bytes (413 past it)")                          \
+    X(max_json_body, "max-json-body", INT, 16 * SRV_MiB, 1024, 1LL << 40,     \
+      "largest JSON part of a request in bytes (413 past it)")                \
+    X(request_memory, "request-memory", INT, 512 * SRV_MiB, 1024, 1LL << 42,  \
+      "bytes one decoded request with its outputs may occupy")                \
+    X(max_tokens, "max-tokens", INT, 65536, 1, 1LL << 30,                     \
+      "most query rows (batch x tokens) in one request")                      \
+    X(max_connections, "max-connections", INT, 1024, 1, 100000,               \
+      "open connection limit")                                                \
+    X(conn_timeout_s, "connection-timeout", INT, 60, 0, 86400,                \
+      "idle connection timeout (s; 0 = none)")                                \
+    X(api_key, "api-key", STR, "", 0, 0,                                      \
+      "when set, infer and repository need 'Authorization: Bearer <key>'")    \
+    X(cors_origins, "cors-origins", STR, "", 0, 0,                            \
+      "comma-separated allowed CORS origins, or * (empty: no CORS)")          \
+    X(maps_bytes, "maps-bytes", INT, 256 * SRV_MiB, 0, 1LL << 40,             \
+      "memory for retained attention maps (0 = retain refused)")              \
+    X(log_format, "log-format", STR, "text", 0, 0,                            \
+      "request log format: text or json (one line per request, stderr)")
+
+typedef struct srv_config {
+#define SRV_CFG_FIELD_INT(f) long long f;
+#define SRV_CFG_FIELD_STR(f) char *f;
+#define SRV_CFG_FIELD(f, n, t, d, lo, hi, h) SRV_CFG_FIELD_##t(f)
+    SRV_SETTINGS(SRV_CFG_FIELD)
+#undef SRV_CFG_FIELD
+} srv_config;
+
+/* Actions main() takes besides serving. */
+typedef enum srv_action {
+    SRV_RUN = 0,
+    SRV_HELP,
+    SRV_VERSION,
+    SRV_CHECK_MODELS, /* arg: the repository folder */
+    SRV_HEALTH_CHECK, /* arg: the URL */
+} srv_action;
+
+/*
+ * srv_config_load: fill cfg from defaults, then ATTND_* variables, then argv.
+ * Sets *action (and *arg for --check-models/--health-check). Returns 0, or -1
+ * with a message naming the flag or variable in err (512 bytes). Strings in
+ * cfg are malloc'd; free with srv_config_free.
+ */
+int srv_config_load(srv_config *cfg, int argc, char **argv,
+                    srv_action *action, const char **arg, char *err);
+void srv_config_free(srv_config *cfg);
+
+/* srv_config_help: the usage text generated from the table. */
+void srv_config_help(FILE *out, const char *prog);
+
+#endif

@@ -1,0 +1,510 @@
+/*
+ * http.c - libmicrohttpd on the libuv loop: one thread for both.
+ *
+ * MHD runs with MHD_USE_EPOLL and no thread of its own; its epoll fd is
+ * polled by a uv_poll handle and MHD_run() is called from the loop whenever
+ * it is readable, when MHD's timeout falls due, and right after a suspended
+ * connection was resumed (srv_kick). Each request gets one srv_req, created
+ * on MHD's first call and freed in the completion callback; the body is
+ * buffered up to a limit (413 before reading on a Content-Length over it,
+ * and a chunked body is cut at the limit). Then the route's handler runs and
+ * either answers at once or suspends the connection until srv_respond.
+ */
+#include "server/srv.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+uint64_t srv_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void on_mhd_timer(uv_timer_t *t);
+
+/* run_mhd: let MHD do its work, then re-arm its timeout. Loop thread. */
+static void run_mhd(srv *s)
+{
+    MHD_UNSIGNED_LONG_LONG ms = 0;
+    if (!s->mhd)
+        return;
+    MHD_run(s->mhd);
+    if (MHD_get_timeout(s->mhd, &ms) != MHD_YES || ms > 1000)
+        ms = 1000;
+    uv_timer_start(&s->mhd_timer, on_mhd_timer, ms, 0);
+}
+
+static void on_mhd_timer(uv_timer_t *t) { run_mhd(t->data); }
+
+static void on_mhd_poll(uv_poll_t *p, int status, int events)
+{
+    (void)status;
+    (void)events;
+    run_mhd(p->data);
+}
+
+void srv_kick(srv *s)
+{
+    if (s->mhd)
+        uv_timer_start(&s->mhd_timer, on_mhd_timer, 0, 0);
+}
+
+void srv_suspend(srv_req *r)
+{
+    if (!r->suspended) {
+        MHD_suspend_connection(r->conn);
+        r->suspended = 1;
+        r->s->n_suspended++;
+    }
+}
+
+void srv_respond(srv_req *r, int status, const char *ctype, char *body,
+                 size_t len)
+{
+    if (r->have_resp) { /* answered already (e.g. deadline): drop */
+        free(body);
+        return;
+    }
+    r->have_resp = 1;
+    r->status = status;
+    r->ctype = ctype;
+    r->resp = body;
+    r->resp_len = len;
+    if (r->suspended) {
+        r->suspended = 0;
+        r->s->n_suspended--;
+        MHD_resume_connection(r->conn);
+        srv_kick(r->s);
+    }
+}
+
+void srv_respond_json(srv_req *r, int status, const char *json)
+{
+    char *b = strdup(json);
+    srv_respond(r, status, "application/json", b, b ? strlen(b) : 0);
+}
+
+void srv_respond_error(srv_req *r, int status, const char *fmt, ...)
+{
+    char msg[1024];
+    char *body;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (status == 503 && !r->retry_after)
+        r->retry_after = 1;
+    body = oip_error_body(msg);
+    srv_respond(r, status, "application/json", body, body ? strlen(body) : 0);
+}
+
+/* ---- CORS and auth ------------------------------------------------------ */
+
+/* cors_match: copy origin into r->origin when the settings allow it. */
+static void cors_match(srv_req *r, const char *origin)
+{
+    const char *list = r->s->cfg.cors_origins, *p;
+    size_t n;
+    if (!origin || !*list || strlen(origin) >= sizeof r->origin)
+        return;
+    n = strlen(origin);
+    for (p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        while (len && *p == ' ')
+            p++, len--;
+        while (len && p[len - 1] == ' ')
+            len--;
+        if ((len == 1 && *p == '*') || (len == n && memcmp(p, origin, n) == 0)) {
+            memcpy(r->origin, origin, n + 1);
+            return;
+        }
+        if (!e)
+            break;
+        p = e + 1;
+    }
+}
+
+/* key_ok: constant-time comparison of the bearer token with the key. */
+static int key_ok(const char *key, const char *auth)
+{
+    size_t i, n = strlen(key), m;
+    unsigned char d = 0;
+    if (!auth || strncmp(auth, "Bearer ", 7) != 0)
+        return 0;
+    auth += 7;
+    m = strlen(auth);
+    for (i = 0; i < n; i++)
+        d |= (unsigned char)(key[i] ^ (i < m ? auth[i] : 0));
+    return d == 0 && m == n;
+}
+
+/* ---- routing ------------------------------------------------------------ */
+
+static int parse_method(const char *m)
+{
+    if (strcmp(m, "GET") == 0)
+        return SRV_GET;
+    if (strcmp(m, "POST") == 0)
+        return SRV_POST;
+    if (strcmp(m, "OPTIONS") == 0)
+        return SRV_OPTIONS;
+    if (strcmp(m, "HEAD") == 0)
+        return SRV_HEAD;
+    return SRV_OTHER;
+}
+
+/* match: path against pattern; captures "{}" segments into arg. */
+static int match(const char *pat, const char *path, char arg[2][SRV_NAME_MAX + 32])
+{
+    int n = 0;
+    while (*pat && *path) {
+        if (pat[0] == '{' && pat[1] == '}') {
+            size_t len = strcspn(path, "/");
+            if (len == 0 || len >= SRV_NAME_MAX + 32 || n >= 2)
+                return 0;
+            memcpy(arg[n], path, len);
+            arg[n++][len] = 0;
+            path += len;
+            pat += 2;
+        } else if (*pat++ != *path++) {
+            return 0;
+        }
+    }
+    return *pat == 0 && *path == 0;
+}
+
+/* route: find r's route; on failure answer 404/405 and return -1. The
+ * versioned alias /v2/models/{m}/versions/1/... is folded first. */
+static int route(srv_req *r, const char *url)
+{
+    size_t i;
+    int allowed = 0;
+    const char *v;
+    size_t len = strcspn(url, "?");
+    if (len >= sizeof r->path) {
+        srv_respond_error(r, 404, "path: too long");
+        return -1;
+    }
+    memcpy(r->path, url, len);
+    r->path[len] = 0;
+    if (strncmp(r->path, "/v2/models/", 11) == 0 &&
+        (v = strstr(r->path + 11, "/versions/")) != NULL) {
+        char *vs = (char *)v + 10;
+        size_t vlen = strcspn(vs, "/");
+        if (vlen != 1 || vs[0] != '1') {
+            srv_respond_error(r, 404, "version '%.*s' not found: only version 1 exists",
+                              (int)vlen, vs);
+            return -1;
+        }
+        memmove((char *)v, vs + vlen, strlen(vs + vlen) + 1);
+    }
+    for (i = 0; i < srv_n_routes; i++) {
+        char arg[2][SRV_NAME_MAX + 32];
+        if (!match(srv_routes[i].path, r->path, arg))
+            continue;
+        allowed |= srv_routes[i].method;
+        if (srv_routes[i].method == r->method ||
+            (r->method == SRV_HEAD && srv_routes[i].method == SRV_GET)) {
+            r->route = &srv_routes[i];
+            memcpy(r->arg, arg, sizeof arg);
+            return 0;
+        }
+    }
+    if (!allowed) {
+        srv_respond_error(r, 404, "path: no endpoint %s", r->path);
+        return -1;
+    }
+    if (r->method == SRV_OPTIONS) { /* CORS preflight */
+        r->allow = allowed & SRV_POST ? "GET, POST, OPTIONS" : "GET, OPTIONS";
+        srv_respond(r, 204, NULL, NULL, 0);
+        return -1;
+    }
+    r->allow = allowed & SRV_POST ? (allowed & SRV_GET ? "GET, POST" : "POST") : "GET";
+    srv_respond_error(r, 405, "method: %s is not allowed on %s (allowed: %s)",
+                      r->method == SRV_OTHER ? "this method" :
+                      r->method == SRV_POST ? "POST" : "GET", r->path, r->allow);
+    return -1;
+}
+
+/* ---- MHD callbacks ------------------------------------------------------ */
+
+static enum MHD_Result queue_response(srv_req *r)
+{
+    struct MHD_Response *resp;
+    enum MHD_Result ret;
+    char num[32];
+    resp = MHD_create_response_from_buffer(r->resp_len, r->resp,
+                                           MHD_RESPMEM_MUST_FREE);
+    if (!resp)
+        return MHD_NO;
+    r->resp = NULL; /* MHD owns it now */
+    if (r->ctype)
+        MHD_add_response_header(resp, "Content-Type", r->ctype);
+    if (r->resp_header_len) {
+        snprintf(num, sizeof num, "%zu", r->resp_header_len);
+        MHD_add_response_header(resp, "Inference-Header-Content-Length", num);
+    }
+    if (r->retry_after) {
+        snprintf(num, sizeof num, "%d", r->retry_after);
+        MHD_add_response_header(resp, "Retry-After", num);
+    }
+    if (r->status == 401)
+        MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+    if (r->allow)
+        MHD_add_response_header(resp, "Allow", r->allow);
+    if (r->extra_hdr[0]) {
+        char *colon = strchr(r->extra_hdr, ':');
+        if (colon) {
+            *colon = 0;
+            MHD_add_response_header(resp, r->extra_hdr, colon + 2);
+        }
+    }
+    if (r->origin[0]) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->origin);
+        MHD_add_response_header(resp, "Vary", "Origin");
+        MHD_add_response_header(resp, "Access-Control-Expose-Headers",
+                                "Inference-Header-Content-Length, Retry-After");
+        if (r->method == SRV_OPTIONS) {
+            MHD_add_response_header(resp, "Access-Control-Allow-Methods",
+                                    r->allow ? r->allow : "GET, POST, OPTIONS");
+            MHD_add_response_header(
+                resp, "Access-Control-Allow-Headers",
+                "Content-Type, Authorization, Inference-Header-Content-Length");
+            MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+        }
+    }
+    if (r->s->draining)
+        MHD_add_response_header(resp, "Connection", "close");
+    r->queued = 1;
+    ret = MHD_queue_response(r->conn, (unsigned)r->status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+/* first_call: set up r, route it, check auth and Content-Length. May answer
+ * at once (the body is then never read). */
+static void first_call(srv_req *r, const char *url)
+{
+    srv *s = r->s;
+    const char *v;
+    cors_match(r, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin"));
+    if (route(r, url) < 0)
+        return;
+    if (r->route->auth && s->cfg.api_key[0] &&
+        !key_ok(s->cfg.api_key, MHD_lookup_connection_value(
+                                    r->conn, MHD_HEADER_KIND, "Authorization"))) {
+        srv_respond_error(r, 401, "Authorization: missing or wrong API key "
+                                  "(send 'Authorization: Bearer <key>')");
+        return;
+    }
+    r->body_limit = (size_t)s->cfg.max_body;
+    v = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                    "Inference-Header-Content-Length");
+    if (v) {
+        char *end;
+        unsigned long long h = strtoull(v, &end, 10);
+        if (!*v || *end || v[0] == '-') {
+            srv_respond_error(r, 400, "Inference-Header-Content-Length: '%s' is "
+                                      "not a byte count", v);
+            return;
+        }
+        if (h > (unsigned long long)s->cfg.max_json_body) {
+            srv_respond_error(r, 413, "Inference-Header-Content-Length: %llu "
+                              "bytes of JSON is over the limit of %lld (max-json-body)",
+                              h, s->cfg.max_json_body);
+            return;
+        }
+        r->header_len = (size_t)h;
+    } else if (r->route->fn == srv_h_infer) {
+        r->body_limit = (size_t)s->cfg.max_json_body; /* all JSON */
+    }
+    v = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
+    if (v) {
+        unsigned long long cl = strtoull(v, NULL, 10);
+        if (cl > r->body_limit) {
+            srv_respond_error(r, 413, "Content-Length: %llu bytes is over the "
+                              "limit of %zu (%s)", cl, r->body_limit,
+                              r->header_len ? "max-body" : "max-json-body");
+            return;
+        }
+    }
+}
+
+/* add_body: buffer a chunk, up to body_limit; past it the rest is counted
+ * and dropped, and the request answers 413 when the body ends. */
+static void add_body(srv_req *r, const char *data, size_t n)
+{
+    if (r->too_large || n > r->body_limit - r->body_len) {
+        r->too_large = 1;
+        return;
+    }
+    if (r->body_len + n + 1 > r->body_cap) {
+        size_t cap = r->body_cap ? r->body_cap : 16384;
+        char *nb;
+        while (cap < r->body_len + n + 1)
+            cap = cap > r->body_limit / 2 ? r->body_limit + 1 : cap * 2;
+        nb = realloc(r->body, cap);
+        if (!nb) {
+            r->too_large = 1;
+            return;
+        }
+        r->body = nb;
+        r->body_cap = cap;
+    }
+    memcpy(r->body + r->body_len, data, n);
+    r->body_len += n;
+    r->body[r->body_len] = 0;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
+                                  const char *url, const char *method,
+                                  const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls)
+{
+    srv *s = cls;
+    srv_req *r = *con_cls;
+    (void)version;
+    if (!r) {
+        r = calloc(1, sizeof *r);
+        if (!r)
+            return MHD_NO;
+        r->s = s;
+        r->conn = conn;
+        r->t0_ns = srv_now_ns();
+        r->method = parse_method(method);
+        *con_cls = r;
+        s->live_reqs++;
+        first_call(r, url);
+        return r->have_resp ? queue_response(r) : MHD_YES;
+    }
+    if (r->queued)
+        return MHD_YES;
+    if (r->have_resp)
+        return queue_response(r);
+    if (*upload_size) {
+        add_body(r, upload, *upload_size);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (r->suspended)
+        return MHD_YES;
+    if (r->too_large) {
+        srv_respond_error(r, 413, "body: over the limit of %zu bytes (%s)",
+                          r->body_limit, r->header_len ? "max-body" : "max-json-body");
+        return queue_response(r);
+    }
+    r->route->fn(r);
+    return r->have_resp ? queue_response(r) : MHD_YES;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode code)
+{
+    srv *s = cls;
+    srv_req *r = *con_cls;
+    (void)conn;
+    (void)code;
+    if (!r)
+        return;
+    *con_cls = NULL;
+    if (r->job)
+        srv_sched_detach(r);
+    if (r->status >= 100 && r->status < 600)
+        s->http.by_status[r->status]++;
+    if (r->route || r->status)
+        srv_log_request(s, r);
+    free(r->body);
+    free(r->resp);
+    free(r);
+    s->live_reqs--;
+}
+
+static void mhd_logger(void *cls, const char *fmt, va_list ap)
+{
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    msg[strcspn(msg, "\n")] = 0;
+    srv_log(cls, "warn", "http: %s", msg);
+}
+
+/*
+ * srv_http_start: bind host:port, start MHD in external-epoll mode and hook
+ * its fd into the loop. Prints the bound address. 0 or -1 with err.
+ */
+int srv_http_start(srv *s, char *err)
+{
+    struct addrinfo hints, *ai = NULL;
+    struct sockaddr_storage ss;
+    const union MHD_DaemonInfo *info;
+    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    char portstr[16];
+    int rc;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    snprintf(portstr, sizeof portstr, "%lld", s->cfg.port);
+    rc = getaddrinfo(s->cfg.host, portstr, &hints, &ai);
+    if (rc != 0 || !ai) {
+        snprintf(err, 512, "--host %s: cannot resolve (%s)", s->cfg.host,
+                 gai_strerror(rc));
+        return -1;
+    }
+    memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
+    if (ai->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    freeaddrinfo(ai);
+    s->mhd = MHD_start_daemon(
+        flags, (uint16_t)s->cfg.port, NULL, NULL, on_request, s,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, s,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.conn_timeout_s,
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+        MHD_OPTION_END);
+    if (!s->mhd) {
+        snprintf(err, 512, "--host %s --port %lld: cannot listen (in use, or "
+                 "not an address of this machine)", s->cfg.host, s->cfg.port);
+        return -1;
+    }
+    info = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = info ? info->port : (int)s->cfg.port;
+    info = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+    if (!info) {
+        snprintf(err, 512, "libmicrohttpd has no epoll support");
+        MHD_stop_daemon(s->mhd);
+        s->mhd = NULL;
+        return -1;
+    }
+    uv_timer_init(s->loop, &s->mhd_timer);
+    s->mhd_timer.data = s;
+    uv_poll_init(s->loop, &s->mhd_poll, info->epoll_fd);
+    s->mhd_poll.data = s;
+    uv_poll_start(&s->mhd_poll, UV_READABLE, on_mhd_poll);
+    srv_kick(s);
+    srv_log(s, "info", "listening on http://%s%s%s:%d", strchr(s->cfg.host, ':') ? "[" : "",
+            s->cfg.host, strchr(s->cfg.host, ':') ? "]" : "", s->port);
+    return 0;
+}
+
+/* srv_http_stop: close the listener and every connection. Every suspended
+ * connection must have been resumed (the scheduler is idle). */
+void srv_http_stop(srv *s)
+{
+    if (!s->mhd)
+        return;
+    uv_poll_stop(&s->mhd_poll);
+    uv_close((uv_handle_t *)&s->mhd_poll, NULL);
+    uv_close((uv_handle_t *)&s->mhd_timer, NULL);
+    MHD_stop_daemon(s->mhd);
+    s->mhd = NULL;
+}

@@ -1,0 +1,450 @@
+/*
+ * infer.c - check an infer request against its model and lay it out for
+ * the engine (attn_seq per sequence, attn_raw per sdpa item), then encode
+ * the answer. Pool threads; see infer.h.
+ */
+#include "server/infer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/maps.h"
+
+#define ERR(...) (snprintf(err, OIP_ERRMAX, __VA_ARGS__), 400)
+
+static const char *model_outs[SRV_O_N] = {"y", "attention", "scores", "q", "k", "v"};
+static const char *sdpa_outs[SRV_O_N] = {"output", "attention", "scores", NULL, NULL, NULL};
+
+static int is_float(oip_dtype t)
+{
+    return t == OIP_FP32 || t == OIP_FP16 || t == OIP_BF16;
+}
+
+/* mul: *acc *= v, 0 on overflow. */
+static int mul(size_t *acc, int64_t v)
+{
+    return v >= 0 && !__builtin_mul_overflow(*acc, (size_t)v, acc);
+}
+
+/* check_inputs: every input name is one of names[]; the dtype family fits. */
+static int check_names(const oip_request *req, const char *const *names, int n,
+                       const char *model, const char *list, char *err)
+{
+    int i, j;
+    for (i = 0; i < req->n_inputs; i++) {
+        for (j = 0; j < n; j++)
+            if (strcmp(req->inputs[i].name, names[j]) == 0)
+                break;
+        if (j == n)
+            return ERR("inputs[%d].name: model '%s' has no input '%s' (inputs: %s)",
+                       i, model, req->inputs[i].name, list);
+    }
+    return 0;
+}
+
+static const oip_tensor *float_input(const oip_request *req, const char *name,
+                                     int *rc, char *err)
+{
+    const oip_tensor *t = oip_find_input(req, name);
+    *rc = 0;
+    if (t && !is_float(t->wire_dtype))
+        *rc = ERR("inputs[%s].datatype: %s; expected FP32 (FP16/BF16 in binary form)",
+                  name, oip_dtype_name(t->wire_dtype));
+    return t;
+}
+
+/* get_lengths: an optional INT32/INT64 [B] input with values in [0, max]. */
+static int get_lengths(const oip_request *req, const char *name, int64_t b,
+                       int64_t max, int *out, char *err)
+{
+    const oip_tensor *t = oip_find_input(req, name);
+    int64_t i;
+    if (!t)
+        return 0;
+    if (t->wire_dtype != OIP_INT32 && t->wire_dtype != OIP_INT64)
+        return ERR("inputs[%s].datatype: %s; expected INT32", name,
+                   oip_dtype_name(t->wire_dtype));
+    if (t->rank != 1 || t->shape[0] != b)
+        return ERR("inputs[%s].shape: expected [%lld] (one length per sequence)",
+                   name, (long long)b);
+    for (i = 0; i < b; i++) {
+        int64_t v = t->wire_dtype == OIP_INT32 ? ((const int32_t *)t->data)[i]
+                                               : ((const int64_t *)t->data)[i];
+        if (v < 0 || v > max)
+            return ERR("inputs[%s][%lld]: %lld is outside [0, %lld]", name,
+                       (long long)i, (long long)v, (long long)max);
+        out[i] = (int)v;
+    }
+    return 0;
+}
+
+/* select_outputs: fill p->want/binary from req->outputs (or the default). */
+static int select_outputs(srv_prep *p, const oip_request *req,
+                          const char *const *names, const char *model, char *err)
+{
+    int i, j;
+    for (i = 0; i < req->n_outputs; i++) {
+        for (j = 0; j < SRV_O_N; j++)
+            if (names[j] && strcmp(req->outputs[i].name, names[j]) == 0)
+                break;
+        if (j == SRV_O_N)
+            return ERR("outputs[%d].name: model '%s' has no output '%s' (outputs: %s)",
+                       i, model, req->outputs[i].name,
+                       p->raw ? "output, attention, scores"
+                              : "y, attention, scores, q, k, v");
+        if (p->want[j])
+            return ERR("outputs[%d].name: '%s' is listed twice", i, names[j]);
+        p->want[j] = 1;
+        p->binary[j] = req->outputs[i].binary >= 0 ? req->outputs[i].binary
+                                                  : req->params.binary_data_output;
+    }
+    if (req->n_outputs == 0) {
+        p->want[SRV_O_Y] = 1;
+        p->binary[SRV_O_Y] = req->params.binary_data_output;
+    }
+    return 0;
+}
+
+/* alloc_outputs: allocate every output that is wanted (attention also for
+ * retain; y always), within the memory budget. */
+static int alloc_outputs(srv_prep *p, const oip_request *req,
+                         const srv_infer_limits *lim, char *err)
+{
+    int o, d;
+    size_t total = req->bytes;
+    size_t sz[SRV_O_N];
+    for (o = 0; o < SRV_O_N; o++) {
+        int need = p->want[o] || o == SRV_O_Y ||
+                   (o == SRV_O_ATT && req->params.retain);
+        sz[o] = 0;
+        if (!need)
+            continue;
+        sz[o] = sizeof(float);
+        for (d = 0; d < p->rank[o]; d++)
+            if (!mul(&sz[o], p->shape[o][d]))
+                return ERR("outputs.%s: size overflows", p->raw ? sdpa_outs[o] : model_outs[o]);
+        if (__builtin_add_overflow(total, sz[o], &total) || total > lim->memory) {
+            snprintf(err, OIP_ERRMAX, "outputs.%s: this request needs more than "
+                     "%zu bytes with its outputs (request-memory); ask for fewer "
+                     "outputs or send fewer tokens",
+                     p->raw ? sdpa_outs[o] : model_outs[o], lim->memory);
+            return 413;
+        }
+    }
+    for (o = 0; o < SRV_O_N; o++) {
+        if (!sz[o])
+            continue;
+        p->out[o] = malloc(sz[o]);
+        if (!p->out[o]) {
+            snprintf(err, OIP_ERRMAX, "outputs: out of memory");
+            return 503;
+        }
+        p->bytes += sz[o];
+    }
+    return 0;
+}
+
+static int prepare_model(srv_prep *p, const oip_request *req, const char *name,
+                         const attn_config *c, int causal,
+                         const srv_infer_limits *lim, char *err)
+{
+    static const char *const names[] = {"x", "context", "lengths",
+                                        "context_lengths", "mask"};
+    const oip_tensor *x, *ctx, *mask;
+    int64_t B, T, S, b;
+    int rc, *len = NULL, *clen = NULL;
+    size_t rows = 1;
+    if ((rc = check_names(req, names, 5, name,
+                          "x, context, lengths, context_lengths, mask", err)))
+        return rc;
+    x = float_input(req, "x", &rc, err);
+    if (rc)
+        return rc;
+    if (!x)
+        return ERR("inputs: 'x' is required (FP32 [B, T, %d])", c->d_model);
+    if (x->rank != 3 || x->shape[2] != c->d_model)
+        return ERR("inputs[x].shape: expected [B, T, %d] for model '%s'",
+                   c->d_model, name);
+    B = x->shape[0];
+    T = x->shape[1];
+    if (!mul(&rows, B) || !mul(&rows, T) || rows > (size_t)lim->max_tokens)
+        return ERR("inputs[x].shape: %lld x %lld query rows is over max-tokens %lld",
+                   (long long)B, (long long)T, lim->max_tokens);
+    ctx = float_input(req, "context", &rc, err);
+    if (rc)
+        return rc;
+    if (!ctx && c->d_model_ctx != c->d_model)
+        return ERR("inputs: 'context' is required: model '%s' is cross-attention "
+                   "(FP32 [B, S, %d])", name, c->d_model_ctx);
+    if (ctx && (ctx->rank != 3 || ctx->shape[0] != B || ctx->shape[2] != c->d_model_ctx))
+        return ERR("inputs[context].shape: expected [%lld, S, %d]", (long long)B,
+                   c->d_model_ctx);
+    S = ctx ? ctx->shape[1] : T;
+    if (!ctx && oip_find_input(req, "context_lengths"))
+        return ERR("inputs[context_lengths]: only with a 'context' input");
+    mask = oip_find_input(req, "mask");
+    if (mask && mask->wire_dtype != OIP_BOOL)
+        return ERR("inputs[mask].datatype: %s; expected BOOL",
+                   oip_dtype_name(mask->wire_dtype));
+    if (mask && !((mask->rank == 3 && mask->shape[0] == B && mask->shape[1] == T &&
+                   mask->shape[2] == S) ||
+                  (mask->rank == 2 && mask->shape[0] == T && mask->shape[1] == S)))
+        return ERR("inputs[mask].shape: expected [%lld, %lld, %lld] or [%lld, %lld]",
+                   (long long)B, (long long)T, (long long)S, (long long)T,
+                   (long long)S);
+    p->cfg = *c;
+    p->n = (int)B;
+    p->rank[SRV_O_Y] = 3;
+    memcpy(p->shape[SRV_O_Y], (int64_t[]){B, T, c->d_model}, 3 * sizeof(int64_t));
+    p->rank[SRV_O_ATT] = p->rank[SRV_O_SCORES] = 4;
+    memcpy(p->shape[SRV_O_ATT], (int64_t[]){B, c->n_heads, T, S}, 4 * sizeof(int64_t));
+    memcpy(p->shape[SRV_O_SCORES], p->shape[SRV_O_ATT], 4 * sizeof(int64_t));
+    p->rank[SRV_O_Q] = p->rank[SRV_O_K] = p->rank[SRV_O_V] = 4;
+    memcpy(p->shape[SRV_O_Q], (int64_t[]){B, c->n_heads, T, c->head_dim}, 4 * sizeof(int64_t));
+    memcpy(p->shape[SRV_O_K], (int64_t[]){B, c->n_kv_heads, S, c->head_dim}, 4 * sizeof(int64_t));
+    memcpy(p->shape[SRV_O_V], (int64_t[]){B, c->n_kv_heads, S, c->v_head_dim}, 4 * sizeof(int64_t));
+    p->maps_b = (int)B, p->maps_h = c->n_heads, p->maps_t = (int)T, p->maps_s = (int)S;
+    if ((rc = select_outputs(p, req, model_outs, name, err)) ||
+        (rc = alloc_outputs(p, req, lim, err)))
+        return rc;
+    p->seqs = calloc((size_t)B, sizeof *p->seqs);
+    len = calloc((size_t)B, sizeof *len);
+    clen = calloc((size_t)B, sizeof *clen);
+    if (!p->seqs || !len || !clen) {
+        rc = 503;
+        snprintf(err, OIP_ERRMAX, "inputs: out of memory");
+        goto done;
+    }
+    for (b = 0; b < B; b++)
+        len[b] = (int)T, clen[b] = (int)S;
+    if ((rc = get_lengths(req, "lengths", B, T, len, err)) ||
+        (rc = get_lengths(req, "context_lengths", B, S, clen, err)))
+        goto done;
+    if (req->params.causal >= 0)
+        causal = req->params.causal;
+    p->causal = causal;
+    if (req->params.retain) {
+        p->t_valid = malloc(sizeof *p->t_valid * (size_t)B);
+        p->s_valid = malloc(sizeof *p->s_valid * (size_t)B);
+        if (!p->t_valid || !p->s_valid) {
+            rc = 503;
+            snprintf(err, OIP_ERRMAX, "inputs: out of memory");
+            goto done;
+        }
+        for (b = 0; b < B; b++)
+            p->t_valid[b] = len[b], p->s_valid[b] = clen[b];
+    }
+    for (b = 0; b < B; b++) {
+        attn_seq *q = &p->seqs[b];
+        size_t ts = (size_t)T * (size_t)S; /* fits: outputs were sized */
+        q->t = (int)T;
+        q->s = (int)S;
+        q->t_valid = len[b];
+        q->s_valid = clen[b];
+        q->causal = causal;
+        q->x = (const float *)x->data + (size_t)b * (size_t)T * (size_t)c->d_model;
+        q->context = ctx ? (const float *)ctx->data +
+                               (size_t)b * (size_t)S * (size_t)c->d_model_ctx
+                         : NULL;
+        q->mask = mask ? (const uint8_t *)mask->data + (mask->rank == 3 ? (size_t)b * ts : 0)
+                       : NULL;
+        q->y = p->out[SRV_O_Y] + (size_t)b * (size_t)T * (size_t)c->d_model;
+#define SLICE(o, per) (p->out[o] ? p->out[o] + (size_t)b * (per) : NULL)
+        q->attention = SLICE(SRV_O_ATT, (size_t)c->n_heads * ts);
+        q->scores = SLICE(SRV_O_SCORES, (size_t)c->n_heads * ts);
+        q->q = SLICE(SRV_O_Q, (size_t)c->n_heads * (size_t)T * (size_t)c->head_dim);
+        q->k = SLICE(SRV_O_K, (size_t)c->n_kv_heads * (size_t)S * (size_t)c->head_dim);
+        q->v = SLICE(SRV_O_V, (size_t)c->n_kv_heads * (size_t)S * (size_t)c->v_head_dim);
+#undef SLICE
+    }
+done:
+    free(len);
+    free(clen);
+    return rc;
+}
+
+static int prepare_sdpa(srv_prep *p, const oip_request *req,
+                        const srv_infer_limits *lim, char *err)
+{
+    static const char *const names[] = {"q", "k", "v", "mask"};
+    const oip_tensor *q, *k, *v, *mask;
+    int rc, r, d, lead;
+    int64_t T, S, dk, dv, i, n = 1;
+    size_t rows = 1;
+    if ((rc = check_names(req, names, 4, "sdpa", "q, k, v, mask", err)))
+        return rc;
+    q = float_input(req, "q", &rc, err);
+    if (rc)
+        return rc;
+    k = float_input(req, "k", &rc, err);
+    if (rc)
+        return rc;
+    v = float_input(req, "v", &rc, err);
+    if (rc)
+        return rc;
+    if (!q || !k || !v)
+        return ERR("inputs: '%s' is required (sdpa takes q [..., T, d_k], "
+                   "k [..., S, d_k], v [..., S, d_v])", !q ? "q" : !k ? "k" : "v");
+    r = q->rank;
+    if (r < 2 || r > 4)
+        return ERR("inputs[q].shape: rank %d; expected [T, d_k], [B, T, d_k] or "
+                   "[B, H, T, d_k]", r);
+    if (k->rank != r || v->rank != r)
+        return ERR("inputs[%s].shape: rank %d differs from q's %d",
+                   k->rank != r ? "k" : "v", k->rank != r ? k->rank : v->rank, r);
+    lead = r - 2;
+    for (d = 0; d < lead; d++) {
+        if (k->shape[d] != q->shape[d] || v->shape[d] != q->shape[d])
+            return ERR("inputs[%s].shape: dimension %d is %lld; q has %lld",
+                       k->shape[d] != q->shape[d] ? "k" : "v", d,
+                       (long long)(k->shape[d] != q->shape[d] ? k->shape[d] : v->shape[d]),
+                       (long long)q->shape[d]);
+        n *= q->shape[d];
+    }
+    T = q->shape[r - 2];
+    dk = q->shape[r - 1];
+    S = k->shape[r - 2];
+    dv = v->shape[r - 1];
+    if (k->shape[r - 1] != dk)
+        return ERR("inputs[k].shape: last dimension %lld differs from q's d_k %lld",
+                   (long long)k->shape[r - 1], (long long)dk);
+    if (v->shape[r - 2] != S)
+        return ERR("inputs[v].shape: %lld rows; k has S = %lld",
+                   (long long)v->shape[r - 2], (long long)S);
+    if (dk > 1 << 20 || dv > 1 << 20 || T > 1 << 30 || S > 1 << 30)
+        return ERR("inputs[q].shape: dimensions too large");
+    if (!mul(&rows, n) || !mul(&rows, T) || rows > (size_t)lim->max_tokens)
+        return ERR("inputs[q].shape: %lld query rows is over max-tokens %lld",
+                   (long long)(n * T), lim->max_tokens);
+    mask = oip_find_input(req, "mask");
+    if (mask && mask->wire_dtype != OIP_BOOL)
+        return ERR("inputs[mask].datatype: %s; expected BOOL",
+                   oip_dtype_name(mask->wire_dtype));
+    if (mask) {
+        int ok = (mask->rank == 2 || mask->rank == r) &&
+                 mask->shape[mask->rank - 2] == T && mask->shape[mask->rank - 1] == S;
+        for (d = 0; ok && mask->rank == r && d < lead; d++)
+            ok = mask->shape[d] == q->shape[d];
+        if (!ok)
+            return ERR("inputs[mask].shape: expected [%lld, %lld] or q's leading "
+                       "dimensions then [%lld, %lld]", (long long)T, (long long)S,
+                       (long long)T, (long long)S);
+    }
+    p->raw = 1;
+    p->causal = req->params.causal > 0;
+    p->cfg.d_model = p->cfg.d_model_ctx = (int)dk;
+    p->cfg.n_heads = p->cfg.n_kv_heads = 1;
+    p->cfg.head_dim = (int)dk;
+    p->cfg.v_head_dim = (int)dv;
+    p->n = (int)n;
+    p->rank[SRV_O_Y] = p->rank[SRV_O_ATT] = p->rank[SRV_O_SCORES] = r;
+    for (d = 0; d < lead; d++)
+        p->shape[SRV_O_Y][d] = p->shape[SRV_O_ATT][d] = p->shape[SRV_O_SCORES][d] =
+            q->shape[d];
+    p->shape[SRV_O_Y][r - 2] = T;
+    p->shape[SRV_O_Y][r - 1] = dv;
+    p->shape[SRV_O_ATT][r - 2] = p->shape[SRV_O_SCORES][r - 2] = T;
+    p->shape[SRV_O_ATT][r - 1] = p->shape[SRV_O_SCORES][r - 1] = S;
+    p->maps_b = lead == 2 ? (int)q->shape[0] : (int)n;
+    p->maps_h = lead == 2 ? (int)q->shape[1] : 1;
+    p->maps_t = (int)T, p->maps_s = (int)S;
+    if ((rc = select_outputs(p, req, sdpa_outs, "sdpa", err)) ||
+        (rc = alloc_outputs(p, req, lim, err)))
+        return rc;
+    p->raws = calloc((size_t)n, sizeof *p->raws);
+    if (!p->raws) {
+        snprintf(err, OIP_ERRMAX, "inputs: out of memory");
+        return 503;
+    }
+    for (i = 0; i < n; i++) {
+        attn_raw *a = &p->raws[i];
+        size_t ts = (size_t)T * (size_t)S;
+        a->t = (int)T;
+        a->s = (int)S;
+        a->causal = req->params.causal > 0;
+        a->q = (const float *)q->data + (size_t)i * (size_t)T * (size_t)dk;
+        a->k = (const float *)k->data + (size_t)i * (size_t)S * (size_t)dk;
+        a->v = (const float *)v->data + (size_t)i * (size_t)S * (size_t)dv;
+        a->mask = mask ? (const uint8_t *)mask->data + (mask->rank == r ? (size_t)i * ts : 0)
+                       : NULL;
+        a->y = p->out[SRV_O_Y] + (size_t)i * (size_t)T * (size_t)dv;
+        a->attention = p->out[SRV_O_ATT] ? p->out[SRV_O_ATT] + (size_t)i * ts : NULL;
+        a->scores = p->out[SRV_O_SCORES] ? p->out[SRV_O_SCORES] + (size_t)i * ts : NULL;
+    }
+    return 0;
+}
+
+int srv_infer_prepare(srv_prep *p, const oip_request *req, const char *model_name,
+                      const attn_config *cfg, int causal, int builtin,
+                      const srv_infer_limits *lim, char *err)
+{
+    int rc;
+    memset(p, 0, sizeof *p);
+    if (req->params.retain && !lim->maps)
+        return ERR("parameters.retain: this server keeps no maps (maps-bytes 0)");
+    rc = builtin ? prepare_sdpa(p, req, lim, err)
+                 : prepare_model(p, req, model_name, cfg, causal, lim, err);
+    if (rc)
+        srv_prep_free(p);
+    return rc;
+}
+
+void srv_prep_free(srv_prep *p)
+{
+    int o;
+    for (o = 0; o < SRV_O_N; o++)
+        free(p->out[o]);
+    free(p->seqs);
+    free(p->raws);
+    free(p->t_valid);
+    free(p->s_valid);
+    memset(p, 0, sizeof *p);
+}
+
+int srv_infer_encode(const srv_prep *p, const oip_request *req,
+                     const char *model_name, maps_store *maps, char **body,
+                     size_t *len, size_t *header_len, char *err)
+{
+    oip_output outs[SRV_O_N];
+    const char *const *names = p->raw ? sdpa_outs : model_outs;
+    char extra[MAPS_ID_MAX + 32], id[MAPS_ID_MAX];
+    int i, o, n = 0, rc;
+    /* the order of the request's outputs list, else just y/output */
+    for (i = 0; i < (req->n_outputs ? req->n_outputs : 1); i++) {
+        for (o = 0; o < SRV_O_N; o++)
+            if (names[o] && (req->n_outputs ? strcmp(req->outputs[i].name, names[o]) == 0
+                                            : o == SRV_O_Y))
+                break;
+        if (o == SRV_O_N || !p->out[o])
+            continue;
+        memset(&outs[n], 0, sizeof outs[n]);
+        outs[n].name = names[o];
+        outs[n].dtype = OIP_FP32;
+        outs[n].rank = p->rank[o];
+        memcpy(outs[n].shape, p->shape[o], sizeof outs[n].shape);
+        outs[n].data = p->out[o];
+        outs[n].binary = p->binary[o] > 0;
+        n++;
+    }
+    extra[0] = 0;
+    if (req->params.retain && maps) {
+        char merr[512];
+        maps_put_args a;
+        memset(&a, 0, sizeof a);
+        a.model = model_name;
+        a.b = p->maps_b, a.h = p->maps_h, a.t = p->maps_t, a.s = p->maps_s;
+        a.attention = p->out[SRV_O_ATT];
+        a.causal = p->causal;
+        a.t_valid = p->t_valid;
+        a.s_valid = p->s_valid;
+        a.tokens = (const char *const *)req->params.tokens;
+        a.n_tokens = req->params.n_tokens;
+        if (maps_put(maps, &a, id, merr) < 0)
+            return ERR("parameters.retain: %.400s", merr);
+        snprintf(extra, sizeof extra, "{\"map_id\":\"%s\"}", id);
+    }
+    rc = oip_encode(model_name, req->id, outs, n, extra[0] ? extra : NULL, body,
+                    len, header_len, err);
+    return rc < 0 ? 500 : 0;
+}

@@ -1,0 +1,61 @@
+/*
+ * infer.h - one infer request on the pool side: check a decoded request
+ * against its model, lay out its engine inputs and output buffers, and
+ * encode its answer. No libuv, no shared state: pool threads call these on
+ * their own job.
+ */
+#ifndef ATTND_INFER_H
+#define ATTND_INFER_H
+
+#include <stddef.h>
+
+#include "core/attn.h"
+#include "proto/oip.h"
+#include "server/maps.h"
+
+enum { SRV_O_Y, SRV_O_ATT, SRV_O_SCORES, SRV_O_Q, SRV_O_K, SRV_O_V, SRV_O_N };
+
+/* A request laid out for the engine. Output buffers are owned here. */
+typedef struct srv_prep {
+    int raw;             /* 1: built-in sdpa (attn_raw items) */
+    attn_config cfg;     /* the model's, or sdpa's (n_heads 1, d_k, d_v) */
+    int n;               /* sequences (model) or items (sdpa) */
+    attn_seq *seqs;      /* (n) model path */
+    attn_raw *raws;      /* (n) sdpa path */
+    float *out[SRV_O_N]; /* each NULL unless produced */
+    int rank[SRV_O_N];
+    int64_t shape[SRV_O_N][OIP_MAX_RANK];
+    int want[SRV_O_N];   /* asked for in the response */
+    int binary[SRV_O_N]; /* send as binary data */
+    size_t bytes;        /* output bytes */
+    int maps_b, maps_h, maps_t, maps_s; /* attention as (b, h, t, s) */
+    int causal;
+    int32_t *t_valid, *s_valid; /* (maps_b) lengths, kept for retain */
+} srv_prep;
+
+/* Limits of srv_infer_prepare, from the settings. */
+typedef struct srv_infer_limits {
+    size_t memory;     /* decoded request + outputs */
+    long long max_tokens;
+    maps_store *maps;  /* NULL: retain is refused */
+} srv_infer_limits;
+
+/*
+ * srv_infer_prepare: check req against the model (cfg/causal; builtin = the
+ * sdpa model) and fill p. Input data stays in req (it must outlive p's
+ * use). Returns 0, or an HTTP status (400, 413) with err naming the field.
+ */
+int srv_infer_prepare(srv_prep *p, const oip_request *req, const char *model_name,
+                      const attn_config *cfg, int causal, int builtin,
+                      const srv_infer_limits *lim, char *err);
+void srv_prep_free(srv_prep *p);
+
+/*
+ * srv_infer_encode: the response of a computed request (and its retained
+ * map, when asked). Returns 0 or an HTTP status with err; *body is malloc'd.
+ */
+int srv_infer_encode(const srv_prep *p, const oip_request *req,
+                     const char *model_name, maps_store *maps, char **body,
+                     size_t *len, size_t *header_len, char *err);
+
+#endif

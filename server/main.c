@@ -1,0 +1,155 @@
+/*
+ * main.c - attnd: settings, the loop, signals and a graceful stop.
+ *
+ * SIGTERM/SIGINT: ready turns 503 and new infer requests get 503 (the
+ * listener stays open so probes see it), queued work runs at once, and
+ * when nothing is in flight any more (or drain-ms has passed: what is still
+ * queued gets 503) every connection is closed and attnd exits 0. A second
+ * signal cuts the drain short.
+ */
+#include "server/srv.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void on_stop_timer(uv_timer_t *t)
+{
+    srv *s = t->data;
+    srv_entry *e;
+    if (s->stopping || s->live_jobs || s->n_suspended ||
+        (s->live_reqs && !s->drain_expired))
+        return;
+    s->stopping = 1;
+    srv_log(s, "info", "drained; stopping");
+    srv_http_stop(s);
+    uv_close((uv_handle_t *)&s->sig_term, NULL);
+    uv_close((uv_handle_t *)&s->sig_int, NULL);
+    uv_close((uv_handle_t *)&s->drain_timer, NULL);
+    uv_close((uv_handle_t *)&s->stop_timer, NULL);
+    for (e = s->models; e; e = e->next)
+        uv_close((uv_handle_t *)&e->batch_timer, NULL);
+}
+
+/* srv_check_stop: once draining, stop when nothing is left; deferred to a
+ * timer so that it never runs inside an MHD callback. */
+void srv_check_stop(srv *s)
+{
+    if (s->draining && !s->stopping)
+        uv_timer_start(&s->stop_timer, on_stop_timer, 0, 0);
+}
+
+static void on_drain_timeout(uv_timer_t *t)
+{
+    srv *s = t->data;
+    s->drain_expired = 1;
+    srv_log(s, "warn", "drain timeout: failing %d unfinished requests", s->live_jobs);
+    srv_sched_expire(s);
+    srv_check_stop(s);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    srv *s = h->data;
+    if (s->draining) {
+        on_drain_timeout(&s->drain_timer);
+        return;
+    }
+    s->draining = 1;
+    srv_log(s, "info", "%s: draining (%d requests in flight, up to %lld ms)",
+            signum == SIGINT ? "SIGINT" : "SIGTERM", s->live_jobs, s->cfg.drain_ms);
+    srv_sched_drain(s);
+    uv_timer_start(&s->drain_timer, on_drain_timeout, (uint64_t)s->cfg.drain_ms, 0);
+    srv_check_stop(s);
+}
+
+static int online_cores(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
+}
+
+int main(int argc, char **argv)
+{
+    static srv s; /* static: lives as long as the process */
+    srv_action action;
+    const char *arg;
+    char err[512], num[16];
+    int rc;
+    if (srv_config_load(&s.cfg, argc, argv, &action, &arg, err) < 0) {
+        fprintf(stderr, "attnd: %s\n", err);
+        return 2;
+    }
+    switch (action) {
+    case SRV_HELP:
+        srv_config_help(stdout, "attnd");
+        srv_config_free(&s.cfg);
+        return 0;
+    case SRV_VERSION:
+        printf("attnd %s\n", ATTND_VERSION);
+        srv_config_free(&s.cfg);
+        return 0;
+    case SRV_CHECK_MODELS:
+        rc = model_check_repo(arg, stdout);
+        srv_config_free(&s.cfg);
+        if (rc < 0)
+            fprintf(stderr, "attnd: --check-models %s: cannot read the folder\n", arg);
+        return rc == 0 ? 0 : 1;
+    case SRV_HEALTH_CHECK:
+        rc = srv_health_check(arg, err);
+        if (rc)
+            fprintf(stderr, "attnd: %s\n", err);
+        srv_config_free(&s.cfg);
+        return rc == 0 ? 0 : 1;
+    case SRV_RUN:
+        break;
+    }
+    s.json_log = strcmp(s.cfg.log_format, "json") == 0;
+    s.threads = s.cfg.threads ? (int)s.cfg.threads : online_cores();
+    /* The pool is sized before its first use; BLAS runs single-threaded
+     * inside tiles so threads never oversubscribe the cores. */
+    snprintf(num, sizeof num, "%d", s.threads);
+    setenv("UV_THREADPOOL_SIZE", num, 1);
+    setenv("OPENBLAS_NUM_THREADS", "1", 0);
+    signal(SIGPIPE, SIG_IGN);
+    s.limits.max_elements = (size_t)s.cfg.request_memory / 4;
+    s.limits.memory_budget = (size_t)s.cfg.request_memory;
+    s.limits.max_inputs = 16;
+    s.limits.max_outputs = 16;
+    if (s.cfg.maps_bytes && maps_store_create(&s.maps, (size_t)s.cfg.maps_bytes) < 0) {
+        fprintf(stderr, "attnd: --maps-bytes %lld: cannot create the store\n",
+                s.cfg.maps_bytes);
+        srv_config_free(&s.cfg);
+        return 1;
+    }
+    s.loop = uv_default_loop();
+    uv_timer_init(s.loop, &s.drain_timer);
+    uv_timer_init(s.loop, &s.stop_timer);
+    s.drain_timer.data = s.stop_timer.data = &s;
+    uv_signal_init(s.loop, &s.sig_term);
+    uv_signal_init(s.loop, &s.sig_int);
+    s.sig_term.data = s.sig_int.data = &s;
+    uv_signal_start(&s.sig_term, on_signal, SIGTERM);
+    uv_signal_start(&s.sig_int, on_signal, SIGINT);
+    if (srv_registry_start(&s, err) < 0 || srv_http_start(&s, err) < 0) {
+        fprintf(stderr, "attnd: %s\n", err);
+        s.draining = 1;
+        s.drain_expired = 1;
+        s.live_reqs = 0;
+        on_stop_timer(&s.stop_timer);
+        uv_run(s.loop, UV_RUN_DEFAULT);
+        rc = 1;
+    } else {
+        srv_log(&s, "info", "attnd %s: %d threads, models from %s", ATTND_VERSION,
+                s.threads, s.cfg.models);
+        uv_run(s.loop, UV_RUN_DEFAULT);
+        rc = 0;
+    }
+    uv_loop_close(s.loop);
+    srv_registry_free(&s);
+    maps_store_destroy(s.maps);
+    srv_config_free(&s.cfg);
+    return rc;
+}

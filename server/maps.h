@@ -1,0 +1,133 @@
+/*
+ * maps.h - retained attention maps (API extension `attention_maps`).
+ *
+ * An infer request with parameters.retain = true hands its attention
+ * weights [B, H, T, S] (and its token labels) to maps_put(), which copies
+ * them into a store bounded in bytes and returns an id such as
+ * "m12-3fa9c1". When a new entry does not fit, the oldest entries are
+ * evicted first; a single entry larger than the whole budget is refused.
+ *
+ * Readers (the HTTP routes GET /v2/maps, /v2/maps/{id},
+ * /v2/maps/{id}/attention) take a reference on an entry, so an entry
+ * evicted while being rendered stays alive until its last reader lets go;
+ * an evicted id answers 404 from then on. Entries are immutable once put.
+ *
+ * Thread-safety: every function may be called from any thread at any time
+ * (one mutex guards the list; rendering happens outside it).
+ */
+#ifndef ATTN_MAPS_H
+#define ATTN_MAPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MAPS_ID_MAX 32     /* bytes of an id, NUL included */
+#define MAPS_NAME_MAX 129  /* model name, NUL included */
+#define MAPS_MAX_TOKENS_BYTES 65536 /* cap on one entry's token labels */
+
+/* The default retained-map budget (the daemon's `maps_bytes` setting). */
+#define MAPS_DEFAULT_BYTES ((size_t)256 << 20)
+
+typedef struct maps_store maps_store; /* opaque */
+
+/* What an infer request retains. attention is contiguous (b, h, t, s). */
+typedef struct maps_put_args {
+    const char *model;        /* model name, 1..128 bytes */
+    int b, h, t, s;           /* batch, heads, query rows, key rows */
+    const float *attention;   /* (b, h, t, s) softmax weights */
+    int causal;               /* the request's causal flag (for display) */
+    const int32_t *t_valid;   /* (b) valid query rows, or NULL = all t */
+    const int32_t *s_valid;   /* (b) valid key rows, or NULL = all s */
+    const char *const *tokens; /* labels, or NULL: see maps_put */
+    int n_tokens;
+} maps_put_args;
+
+/* One entry's metadata (a copy; safe to keep). */
+typedef struct maps_info {
+    char id[MAPS_ID_MAX];
+    char model[MAPS_NAME_MAX];
+    int b, h, t, s;
+    int causal;
+    int64_t created_ms; /* Unix time, milliseconds */
+    size_t bytes;       /* what the entry counts against the budget */
+} maps_info;
+
+/*
+ * maps_store_create: a store holding at most max_bytes (floats, labels and
+ * bookkeeping counted; max_bytes >= 1). 0, or ATTN_EINVAL / ATTN_ENOMEM.
+ * maps_store_destroy frees it (NULL is fine); no other thread may use the
+ * store then, and no reference may be outstanding.
+ */
+int maps_store_create(maps_store **out, size_t max_bytes);
+void maps_store_destroy(maps_store *st);
+
+/*
+ * maps_put: copy one request's maps into the store and write its new id
+ * into id_out (MAPS_ID_MAX bytes). Token labels: n_tokens == 0 (none),
+ * n_tokens == t (query labels; keys share them when s == t), or
+ * n_tokens == t + s (query labels, then key labels, for cross-attention);
+ * anything else is refused. Evicts the oldest entries until the new one
+ * fits. Returns 0, ATTN_EINVAL (bad shape, labels, or an entry larger than
+ * the whole store; err names the field), ATTN_EOVERFLOW or ATTN_ENOMEM;
+ * the store is unchanged on failure. Any thread.
+ */
+int maps_put(maps_store *st, const maps_put_args *a, char *id_out,
+             char *err);
+
+/* maps_stats: bytes in use, the budget, entries held, entries evicted so
+ * far (for /metrics). Any of the pointers may be NULL. */
+void maps_stats(maps_store *st, size_t *used, size_t *max_bytes,
+                size_t *n_entries, uint64_t *n_evicted);
+
+/* maps_list: up to cap entries' metadata, newest first; returns how many
+ * were written. */
+size_t maps_list(maps_store *st, maps_info *out, size_t cap);
+
+/* maps_info_get: metadata of id. 0, or ATTN_ENOTFOUND (unknown/evicted). */
+int maps_info_get(maps_store *st, const char *id, maps_info *out);
+
+/*
+ * maps_slice: one [T, S] map of entry id - batch item b, head h (h == -1:
+ * the mean over heads) - max-pooled into at most max_n x max_n cells
+ * (max_n <= 0: no pooling). Pooling uses blocks of ceil(T / max_n) rows by
+ * ceil(S / max_n) columns; every output cell is the maximum of its block,
+ * so a strong weight never disappears in the overview. *out is malloc'd
+ * (rows, cols) row-major and the caller frees it; *row_block / *col_block
+ * (may be NULL) receive the block sizes. Returns 0, ATTN_ENOTFOUND,
+ * ATTN_EINVAL (b or h out of range; err names it) or ATTN_ENOMEM.
+ */
+int maps_slice(maps_store *st, const char *id, int b, int h, int max_n,
+               float **out, int *rows, int *cols, int *row_block,
+               int *col_block, char *err);
+
+/* maps_pool_max: the pooling maps_slice uses, on a caller's (t, s) map
+ * into out (rows, cols) with the block sizes it reports. Exposed for
+ * tests and benchmarks. 0 or ATTN_EINVAL. */
+int maps_pool_max(const float *in, int t, int s, int max_n, float *out,
+                  int *rows, int *cols, int *row_block, int *col_block);
+
+/* An HTTP answer built by maps_http_get (no sockets here). */
+typedef struct maps_reply {
+    int status;               /* 200, 400, 404 */
+    const char *content_type; /* static string */
+    char *body;               /* malloc'd; the caller frees */
+    size_t len;
+    char shape[64];           /* "rows,cols" for format=f32, else "" */
+} maps_reply;
+
+/* Query-string lookup the router supplies: the value of key, or NULL. */
+typedef const char *(*maps_arg_fn)(void *ctx, const char *key);
+
+/*
+ * maps_http_get: answer a GET for path (no query string) under /v2/maps:
+ *   /v2/maps                       {"maps":[{id,model,shape,created,...}]}
+ *   /v2/maps/{id}                  metadata, tokens, lengths
+ *   /v2/maps/{id}/attention        ?b=&h=&max=&format=json|f32
+ * arg looks up query parameters (may be NULL when there are none). Errors
+ * become {"error": "..."} replies naming the parameter. Returns 0 when r
+ * holds a reply, or ATTN_ENOMEM (r->body NULL; answer 500). Any thread.
+ */
+int maps_http_get(maps_store *st, const char *path, maps_arg_fn arg,
+                  void *ctx, maps_reply *r);
+
+#endif

@@ -1,0 +1,345 @@
+/*
+ * maps_http.c - the retained-map routes rendered as HTTP replies:
+ *   GET /v2/maps                  list, newest first
+ *   GET /v2/maps/{id}             one entry's metadata and labels
+ *   GET /v2/maps/{id}/attention   one [T, S] map, JSON or raw FP32
+ * Pure functions of the store: no sockets, callable from any thread.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/attn.h"
+#include "server/maps.h"
+#include "server/maps_int.h"
+
+/* JSON maps above this many cells are refused (use max=N or f32). */
+#define MAPS_JSON_MAX_CELLS ((size_t)1 << 20)
+#define MAPS_LIST_MAX 1024
+
+/* Fill r with a JSON error body; 0 or ATTN_ENOMEM. */
+static int reply_error(maps_reply *r, int status, const char *msg)
+{
+    json_t *o = json_pack("{s:s}", "error", msg);
+
+    r->status = status;
+    r->content_type = "application/json";
+    r->body = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!r->body)
+        return ATTN_ENOMEM;
+    r->len = strlen(r->body);
+    return 0;
+}
+
+/* Fill r with o dumped compactly (steals o); 0 or ATTN_ENOMEM. */
+static int reply_json(maps_reply *r, json_t *o)
+{
+    r->status = 200;
+    r->content_type = "application/json";
+    r->body = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!r->body)
+        return ATTN_ENOMEM;
+    r->len = strlen(r->body);
+    return 0;
+}
+
+/* RFC 3339 UTC with milliseconds, e.g. 2026-11-29T08:10:00.123Z. */
+static void format_time(int64_t ms, char *buf, size_t n)
+{
+    time_t sec = (time_t)(ms / 1000);
+    struct tm tm;
+    char tmp[32];
+
+    gmtime_r(&sec, &tm);
+    strftime(tmp, sizeof(tmp), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf, n, "%s.%03dZ", tmp, (int)(ms % 1000));
+}
+
+static json_t *info_json(const maps_info *in)
+{
+    char when[48];
+
+    format_time(in->created_ms, when, sizeof(when));
+    return json_pack("{s:s, s:s, s:[i,i,i,i], s:s, s:I, s:b}", "id", in->id,
+                     "model", in->model, "shape", in->b, in->h, in->t, in->s,
+                     "created", when, "bytes", (json_int_t)in->bytes,
+                     "causal", in->causal);
+}
+
+static int route_list(maps_store *st, maps_reply *r)
+{
+    maps_info *list = malloc(MAPS_LIST_MAX * sizeof(*list));
+    json_t *o = NULL, *arr;
+    size_t n, i, used, max_bytes;
+
+    if (!list)
+        return ATTN_ENOMEM;
+    n = maps_list(st, list, MAPS_LIST_MAX);
+    maps_stats(st, &used, &max_bytes, NULL, NULL);
+    arr = json_array();
+    for (i = 0; arr && i < n; i++)
+        if (json_array_append_new(arr, info_json(&list[i])) != 0)
+            goto fail;
+    o = json_pack("{s:o, s:I, s:I}", "maps", arr, "bytes_used",
+                  (json_int_t)used, "bytes_max", (json_int_t)max_bytes);
+    free(list);
+    return reply_json(r, o);
+fail:
+    json_decref(arr);
+    free(list);
+    return ATTN_ENOMEM;
+}
+
+/* Labels [from, to) of e as a JSON array of strings. */
+static json_t *labels_json(const maps__entry *e, int from, int to)
+{
+    json_t *arr = json_array();
+    int i;
+
+    for (i = from; arr && i < to; i++)
+        if (json_array_append_new(
+                arr, json_string(e->labels + e->label_off[i])) != 0) {
+            json_decref(arr);
+            return NULL;
+        }
+    return arr;
+}
+
+static json_t *ints_json(const int32_t *v, int n)
+{
+    json_t *arr = json_array();
+    int i;
+
+    for (i = 0; arr && i < n; i++)
+        if (json_array_append_new(arr, json_integer(v[i])) != 0) {
+            json_decref(arr);
+            return NULL;
+        }
+    return arr;
+}
+
+static int route_meta(maps_store *st, const char *id, maps_reply *r)
+{
+    maps__entry *e = maps__acquire(st, id);
+    json_t *o, *q = NULL, *k = NULL;
+    int t, rc;
+
+    if (!e) {
+        char msg[128];
+        snprintf(msg, sizeof(msg), "map %s: not retained (unknown or "
+                 "evicted)", id);
+        return reply_error(r, 404, msg);
+    }
+    t = e->info.t;
+    if (e->n_labels == t + e->info.s && e->info.s != t) {
+        q = labels_json(e, 0, t);
+        k = labels_json(e, t, e->n_labels);
+    } else if (e->n_labels == t) {
+        q = labels_json(e, 0, t);
+        k = e->info.s == t ? labels_json(e, 0, t) : json_array();
+    } else {
+        q = json_array();
+        k = json_array();
+    }
+    o = info_json(&e->info);
+    if (!o || !q || !k ||
+        json_object_set_new(o, "tokens", q) != 0 ||
+        json_object_set_new(o, "key_tokens", k) != 0 ||
+        json_object_set_new(o, "lengths", ints_json(e->t_valid, e->info.b)) ||
+        json_object_set_new(o, "context_lengths",
+                            ints_json(e->s_valid, e->info.b))) {
+        json_decref(o);
+        maps__release(e);
+        return ATTN_ENOMEM;
+    }
+    maps__release(e);
+    rc = reply_json(r, o);
+    return rc;
+}
+
+/* Parse a decimal int in [lo, hi]; 0 or -1. */
+static int parse_int(const char *s, long lo, long hi, int *out)
+{
+    char *end;
+    long v;
+
+    if (!s || !*s)
+        return -1;
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno || *end || v < lo || v > hi)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* Append the shortest "%.Ng" (6 <= N <= 9) that reads back as f. */
+static size_t put_float(char *p, float f)
+{
+    int prec, n = 0;
+
+    if (f != f || f - f != 0.0f) {
+        memcpy(p, "null", 4);
+        return 4;
+    }
+    for (prec = 6; prec <= 9; prec++) {
+        n = snprintf(p, 24, "%.*g", prec, (double)f);
+        if (strtof(p, NULL) == f)
+            break;
+    }
+    return (size_t)n;
+}
+
+static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
+                           void *ctx, maps_reply *r)
+{
+    const char *sb = arg ? arg(ctx, "b") : NULL;
+    const char *sh = arg ? arg(ctx, "h") : NULL;
+    const char *sm = arg ? arg(ctx, "max") : NULL;
+    const char *sf = arg ? arg(ctx, "format") : NULL;
+    char err[ATTN_ERRMAX], head[512];
+    float *map = NULL;
+    int b = 0, h = 0, max_n = 0, rows, cols, bt, bs, rc, hl, f32 = 0;
+    maps_info info;
+    size_t i, cells, cap;
+    char *p;
+
+    if (sb && parse_int(sb, 0, 1 << 30, &b))
+        return reply_error(r, 400, "b: expected a batch index >= 0");
+    if (sh && strcmp(sh, "mean") == 0)
+        h = -1;
+    else if (sh && parse_int(sh, 0, 1 << 30, &h))
+        return reply_error(r, 400, "h: expected a head index >= 0 or "
+                                   "\"mean\"");
+    if (sm && parse_int(sm, 1, 1 << 20, &max_n))
+        return reply_error(r, 400, "max: expected an integer in [1, "
+                                   "1048576]");
+    if (sf && strcmp(sf, "f32") == 0)
+        f32 = 1;
+    else if (sf && strcmp(sf, "json") != 0)
+        return reply_error(r, 400, "format: expected json or f32");
+    if (maps_info_get(st, id, &info) == 0 && !f32) {
+        int pr = max_n > 0 && info.t > max_n ? max_n : info.t;
+        int pc = max_n > 0 && info.s > max_n ? max_n : info.s;
+        if ((size_t)pr * (size_t)pc > MAPS_JSON_MAX_CELLS) {
+            snprintf(err, sizeof(err),
+                     "max: a %d x %d map is too large for JSON; ask for "
+                     "max=1024 or format=f32", info.t, info.s);
+            return reply_error(r, 400, err);
+        }
+    }
+    rc = maps_slice(st, id, b, h, max_n, &map, &rows, &cols, &bt, &bs, err);
+    if (rc == ATTN_ENOTFOUND)
+        return reply_error(r, 404, err);
+    if (rc == ATTN_EINVAL)
+        return reply_error(r, 400, err);
+    if (rc)
+        return rc;
+    cells = (size_t)rows * (size_t)cols;
+    if (f32) {
+        /* Raw little-endian FP32, row-major; the shape in a header. */
+        r->status = 200;
+        r->content_type = "application/octet-stream";
+        r->body = (char *)map;
+        r->len = cells * sizeof(float);
+        snprintf(r->shape, sizeof(r->shape), "%d,%d", rows, cols);
+        return 0;
+    }
+    /* The model name may need escaping: let jansson render it. */
+    {
+        json_t *js = json_string(info.model);
+        char *mq = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
+        json_decref(js);
+        if (!mq)
+            goto nomem;
+        hl = snprintf(head, sizeof(head),
+                      "{\"id\":\"%s\",\"model\":%s,\"b\":%d,\"h\":",
+                      info.id, mq, b);
+        free(mq);
+        if (h < 0)
+            hl += snprintf(head + hl, sizeof(head) - (size_t)hl, "\"mean\"");
+        else
+            hl += snprintf(head + hl, sizeof(head) - (size_t)hl, "%d", h);
+        hl += snprintf(head + hl, sizeof(head) - (size_t)hl,
+                       ",\"shape\":[%d,%d],\"source_shape\":[%d,%d],"
+                       "\"block\":[%d,%d],\"datatype\":\"FP32\",\"data\":[",
+                       rows, cols, info.t, info.s, bt, bs);
+    }
+    if (hl < 0 || (size_t)hl >= sizeof(head))
+        goto nomem;
+    /* Each float prints in at most 16 bytes plus a comma. */
+    cap = (size_t)hl + cells * 17 + 4;
+    r->body = malloc(cap);
+    if (!r->body)
+        goto nomem;
+    memcpy(r->body, head, (size_t)hl);
+    p = r->body + hl;
+    for (i = 0; i < cells; i++) {
+        if (i)
+            *p++ = ',';
+        p += put_float(p, map[i]);
+    }
+    *p++ = ']';
+    *p++ = '}';
+    *p = '\0';
+    r->len = (size_t)(p - r->body);
+    r->status = 200;
+    r->content_type = "application/json";
+    free(map);
+    return 0;
+nomem:
+    free(map);
+    return ATTN_ENOMEM;
+}
+
+/* An id is 1..MAPS_ID_MAX-1 bytes of [A-Za-z0-9_-]. */
+static int id_valid(const char *s, size_t n)
+{
+    size_t i;
+
+    if (n == 0 || n >= MAPS_ID_MAX)
+        return 0;
+    for (i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c >= '0' && c <= '9') || c == '-' || c == '_'))
+            return 0;
+    }
+    return 1;
+}
+
+int maps_http_get(maps_store *st, const char *path, maps_arg_fn arg,
+                  void *ctx, maps_reply *r)
+{
+    static const char pre[] = "/v2/maps";
+    char id[MAPS_ID_MAX];
+    const char *rest, *slash;
+    size_t n;
+
+    memset(r, 0, sizeof(*r));
+    if (strncmp(path, pre, sizeof(pre) - 1) != 0)
+        return reply_error(r, 404, "no such route");
+    rest = path + sizeof(pre) - 1;
+    if (*rest == '\0' || strcmp(rest, "/") == 0)
+        return route_list(st, r);
+    if (*rest != '/')
+        return reply_error(r, 404, "no such route");
+    rest++;
+    slash = strchr(rest, '/');
+    n = slash ? (size_t)(slash - rest) : strlen(rest);
+    if (!id_valid(rest, n))
+        return reply_error(r, 404, "map id: unknown (ids look like "
+                                   "m12-3fa9c1)");
+    memcpy(id, rest, n);
+    id[n] = '\0';
+    if (!slash)
+        return route_meta(st, id, r);
+    if (strcmp(slash, "/attention") == 0)
+        return route_attention(st, id, arg, ctx, r);
+    return reply_error(r, 404, "no such route (try /v2/maps/{id}/attention)");
+}

@@ -1,0 +1,32 @@
+/*
+ * maps_int.h - the retained-map entry, shared by maps.c (the store) and
+ * maps_http.c (its HTTP rendering). Not for use outside those two files.
+ */
+#ifndef ATTN_MAPS_INT_H
+#define ATTN_MAPS_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server/maps.h"
+
+/* One retained request. Immutable after maps_put, except refs and the
+ * list links (guarded by the store's lock). */
+typedef struct maps__entry {
+    maps_info info;
+    int refs;          /* the list holds one; each reader one more */
+    float *attention;  /* (b, h, t, s) */
+    int32_t *t_valid;  /* (b) */
+    int32_t *s_valid;  /* (b) */
+    char *labels;      /* n_labels NUL-terminated strings back to back */
+    size_t *label_off; /* (n_labels) offsets into labels */
+    int n_labels;      /* 0, t, or t + s */
+    struct maps__entry *newer, *older;
+} maps__entry;
+
+/* maps__acquire: the entry called id with a reference taken, or NULL.
+ * maps__release drops a reference (NULL is fine); the last one frees. */
+maps__entry *maps__acquire(maps_store *st, const char *id);
+void maps__release(maps__entry *e);
+
+#endif

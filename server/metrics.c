@@ -1,0 +1,227 @@
+/*
+ * metrics.c - /metrics (Prometheus text format, names modelled on Triton's
+ * nv_inference_*; durations in seconds, counters end in _total) and
+ * /v2/models/stats (Triton's statistics extension). Loop thread: the
+ * counters are only touched there, so reading them needs no lock.
+ */
+#include "server/srv.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const int bucket_le[SRV_BATCH_BUCKETS] = {1, 2, 4, 8, 16, 32, 64, 0};
+
+void srv_stats_batch(srv_stats *st, int n_seqs)
+{
+    int i;
+    for (i = 0; i < SRV_BATCH_BUCKETS - 1 && n_seqs > bucket_le[i]; i++)
+        ;
+    st->batch_le[i]++;
+    st->batch_count++;
+    st->batch_sum += (uint64_t)n_seqs;
+}
+
+/* A growable text buffer; on out of memory it stays failed. */
+typedef struct buf {
+    char *p;
+    size_t len, cap;
+    int failed;
+} buf;
+
+static void bprintf(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void bprintf(buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+    if (b->failed)
+        return;
+    for (;;) {
+        va_start(ap, fmt);
+        n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->failed = 1;
+            return;
+        }
+        if (b->p && (size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        {
+            size_t cap = (b->cap ? b->cap * 2 : 4096) + (size_t)n;
+            char *np = realloc(b->p, cap);
+            if (!np) {
+                b->failed = 1;
+                return;
+            }
+            b->p = np;
+            b->cap = cap;
+        }
+    }
+}
+
+typedef uint64_t (*stat_get)(const srv_stats *);
+#define GETTER(f)                                                             \
+    static uint64_t get_##f(const srv_stats *st) { return st->f; }
+GETTER(success)
+GETTER(inference_count)
+GETTER(exec_count)
+
+static void family(buf *b, srv *s, const char *name, const char *type,
+                   const char *help, stat_get get, int ns)
+{
+    srv_entry *e;
+    bprintf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    for (e = s->models; e; e = e->next) {
+        uint64_t v = get(&e->stats);
+        if (ns)
+            bprintf(b, "%s{model=\"%s\",version=\"1\"} %.9f\n", name, e->name,
+                    (double)v / 1e9);
+        else
+            bprintf(b, "%s{model=\"%s\",version=\"1\"} %llu\n", name, e->name,
+                    (unsigned long long)v);
+    }
+}
+
+#define NS_GETTER(f)                                                          \
+    static uint64_t get_##f(const srv_stats *st) { return st->f; }
+NS_GETTER(success_ns)
+NS_GETTER(queue_ns)
+NS_GETTER(input_ns)
+NS_GETTER(infer_ns)
+NS_GETTER(output_ns)
+
+void srv_h_metrics(srv_req *r)
+{
+    srv *s = r->s;
+    buf b = {0};
+    srv_entry *e;
+    int i;
+    family(&b, s, "attnd_inference_request_success_total", "counter",
+           "Inference requests answered 200.", get_success, 0);
+    bprintf(&b, "# HELP attnd_inference_request_failure_total Inference requests "
+                "that failed, by reason.\n"
+                "# TYPE attnd_inference_request_failure_total counter\n");
+    for (e = s->models; e; e = e->next) {
+        static const char *reasons[] = {"bad_request", "rejected", "timeout", "other"};
+        uint64_t v[4] = {e->stats.fail_bad, e->stats.fail_rejected,
+                         e->stats.fail_timeout, e->stats.fail_other};
+        for (i = 0; i < 4; i++)
+            bprintf(&b, "attnd_inference_request_failure_total{model=\"%s\","
+                        "version=\"1\",reason=\"%s\"} %llu\n",
+                    e->name, reasons[i], (unsigned long long)v[i]);
+    }
+    family(&b, s, "attnd_inference_count_total", "counter",
+           "Sequences computed (a request of batch B counts B).",
+           get_inference_count, 0);
+    family(&b, s, "attnd_inference_exec_count_total", "counter",
+           "Batches executed.", get_exec_count, 0);
+    family(&b, s, "attnd_inference_request_duration_seconds_total", "counter",
+           "Arrival to answer of successful requests.", get_success_ns, 1);
+    family(&b, s, "attnd_inference_queue_duration_seconds_total", "counter",
+           "Time successful requests waited for a batch.", get_queue_ns, 1);
+    family(&b, s, "attnd_inference_compute_input_duration_seconds_total",
+           "counter", "Decoding and checking requests (pool).", get_input_ns, 1);
+    family(&b, s, "attnd_inference_compute_infer_duration_seconds_total",
+           "counter", "Batch compute, once per batch.", get_infer_ns, 1);
+    family(&b, s, "attnd_inference_compute_output_duration_seconds_total",
+           "counter", "Encoding responses (pool).", get_output_ns, 1);
+    bprintf(&b, "# HELP attnd_inference_pending_request_count Requests admitted "
+                "and not yet answered.\n"
+                "# TYPE attnd_inference_pending_request_count gauge\n");
+    for (e = s->models; e; e = e->next)
+        bprintf(&b, "attnd_inference_pending_request_count{model=\"%s\",version=\"1\"} %d\n",
+                e->name, e->pending);
+    bprintf(&b, "# HELP attnd_inference_batch_size Sequences per executed batch.\n"
+                "# TYPE attnd_inference_batch_size histogram\n");
+    for (e = s->models; e; e = e->next) {
+        uint64_t cum = 0;
+        for (i = 0; i < SRV_BATCH_BUCKETS; i++) {
+            char le[16];
+            cum += e->stats.batch_le[i];
+            if (bucket_le[i])
+                snprintf(le, sizeof le, "%d", bucket_le[i]);
+            else
+                snprintf(le, sizeof le, "+Inf");
+            bprintf(&b, "attnd_inference_batch_size_bucket{model=\"%s\",version=\"1\","
+                        "le=\"%s\"} %llu\n", e->name, le, (unsigned long long)cum);
+        }
+        bprintf(&b, "attnd_inference_batch_size_sum{model=\"%s\",version=\"1\"} %llu\n"
+                    "attnd_inference_batch_size_count{model=\"%s\",version=\"1\"} %llu\n",
+                e->name, (unsigned long long)e->stats.batch_sum, e->name,
+                (unsigned long long)e->stats.batch_count);
+    }
+    bprintf(&b, "# HELP attnd_model_ready 1 when the model is loaded and ready.\n"
+                "# TYPE attnd_model_ready gauge\n");
+    for (e = s->models; e; e = e->next)
+        bprintf(&b, "attnd_model_ready{model=\"%s\",version=\"1\"} %d\n", e->name,
+                e->state == SRV_READY);
+    bprintf(&b, "# HELP attnd_http_responses_total HTTP answers by status code.\n"
+                "# TYPE attnd_http_responses_total counter\n");
+    for (i = 100; i < 600; i++)
+        if (s->http.by_status[i])
+            bprintf(&b, "attnd_http_responses_total{code=\"%d\"} %llu\n", i,
+                    (unsigned long long)s->http.by_status[i]);
+    bprintf(&b, "# HELP attnd_draining 1 after SIGTERM/SIGINT.\n"
+                "# TYPE attnd_draining gauge\nattnd_draining %d\n"
+                "# HELP attnd_open_requests HTTP requests in progress.\n"
+                "# TYPE attnd_open_requests gauge\nattnd_open_requests %d\n",
+            s->draining, s->live_reqs);
+    if (b.failed) {
+        free(b.p);
+        srv_respond_error(r, 500, "metrics: out of memory");
+        return;
+    }
+    srv_respond(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.p, b.len);
+}
+
+static json_t *dur(uint64_t count, uint64_t ns)
+{
+    return json_pack("{s:I,s:I}", "count", (json_int_t)count, "ns", (json_int_t)ns);
+}
+
+static json_t *model_stats(const srv_entry *e)
+{
+    const srv_stats *st = &e->stats;
+    uint64_t fail = st->fail_bad + st->fail_rejected + st->fail_timeout + st->fail_other;
+    return json_pack(
+        "{s:s,s:s,s:I,s:I,s:I,s:{s:o,s:o,s:o,s:o,s:o,s:o},s:[]}", "name", e->name,
+        "version", "1", "last_inference", (json_int_t)st->last_inference_ms,
+        "inference_count", (json_int_t)st->inference_count, "execution_count",
+        (json_int_t)st->exec_count, "inference_stats", "success",
+        dur(st->success, st->success_ns), "fail", dur(fail, st->fail_ns), "queue",
+        dur(st->success, st->queue_ns), "compute_input",
+        dur(st->success, st->input_ns), "compute_infer",
+        dur(st->exec_count, st->infer_ns), "compute_output",
+        dur(st->success, st->output_ns), "batch_stats");
+}
+
+/* GET /v2/models/stats and /v2/models/{m}/stats. */
+void srv_h_stats(srv_req *r)
+{
+    json_t *arr = json_array(), *o;
+    srv_entry *e;
+    char *text;
+    if (r->arg[0][0]) {
+        e = srv_registry_find(r->s, r->arg[0]);
+        if (!e) {
+            json_decref(arr);
+            srv_respond_error(r, 404, "model '%s': not found", r->arg[0]);
+            return;
+        }
+        json_array_append_new(arr, model_stats(e));
+    } else {
+        for (e = r->s->models; e; e = e->next)
+            json_array_append_new(arr, model_stats(e));
+    }
+    o = json_pack("{s:o}", "model_stats", arr);
+    text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!text)
+        srv_respond_error(r, 500, "stats: out of memory");
+    else
+        srv_respond(r, 200, "application/json", text, strlen(text));
+}

@@ -1,0 +1,355 @@
+/*
+ * registry.c - the models the daemon serves: the built-in sdpa plus every
+ * folder of the repository, loaded at start and at runtime
+ * (/v2/repository/...). Loading (file I/O, conversion) runs on the pool; the
+ * registry itself is loop-thread state. Instances are reference counted so
+ * an unload or reload lets in-flight requests finish on the old weights.
+ */
+#include "server/srv.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "server/upload.h"
+
+srv_entry *srv_registry_find(srv *s, const char *name)
+{
+    srv_entry *e;
+    for (e = s->models; e; e = e->next)
+        if (strcmp(e->name, name) == 0)
+            return e;
+    return NULL;
+}
+
+/* srv_registry_add: the entry for name, created UNAVAILABLE if new. NULL on
+ * out of memory. */
+srv_entry *srv_registry_add(srv *s, const char *name)
+{
+    srv_entry *e = srv_registry_find(s, name), **tail;
+    if (e)
+        return e;
+    e = calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    e->s = s;
+    snprintf(e->name, sizeof e->name, "%s", name);
+    uv_timer_init(s->loop, &e->batch_timer);
+    e->batch_timer.data = e;
+    for (tail = &s->models; *tail; tail = &(*tail)->next)
+        ;
+    *tail = e;
+    return e;
+}
+
+void srv_inst_unref(srv_inst *in)
+{
+    if (in && --in->refs == 0) {
+        model_destroy(in->m);
+        free(in);
+    }
+}
+
+/* set_inst: make in (NULL = none) the entry's current instance. */
+static void set_inst(srv_entry *e, srv_inst *in, int state, const char *reason)
+{
+    srv_inst *old = e->inst;
+    e->inst = in;
+    e->state = state;
+    snprintf(e->reason, sizeof e->reason, "%s", reason ? reason : "");
+    srv_inst_unref(old);
+}
+
+int srv_registry_ready(const srv *s)
+{
+    const srv_entry *e;
+    if (s->startup_loads)
+        return 0;
+    for (e = s->models; e; e = e->next)
+        if (e->startup && e->state != SRV_READY)
+            return 0;
+    return 1;
+}
+
+/* ---- loading on the pool ------------------------------------------------ */
+
+typedef struct load_job {
+    uv_work_t work;
+    srv *s;
+    srv_req *req;       /* NULL at startup */
+    char name[SRV_NAME_MAX];
+    char *repo;
+    char *body;         /* load request body (owned), may be NULL */
+    size_t body_len;
+    model *m;           /* result */
+    int rc;             /* 0, or the HTTP status of the failure */
+    char err[ATTN_ERRMAX + 128];
+} load_job;
+
+static void load_work(uv_work_t *w)
+{
+    load_job *lj = w->data;
+    char dir[4096], err[ATTN_ERRMAX];
+    int rc;
+    if (lj->body && lj->body_len) {
+        rc = srv_upload_install(lj->repo, lj->name, lj->body, lj->body_len,
+                                &lj->m, lj->err, sizeof lj->err);
+        lj->rc = rc;
+        return;
+    }
+    snprintf(dir, sizeof dir, "%s/%s", lj->repo, lj->name);
+    rc = model_load(&lj->m, dir, err);
+    if (rc < 0) {
+        lj->rc = rc == ATTN_ENOTFOUND || rc == ATTN_EIO ? 404 : 400;
+        snprintf(lj->err, sizeof lj->err, "model '%s': %.480s", lj->name, err);
+    }
+}
+
+static void load_done(uv_work_t *w, int status)
+{
+    load_job *lj = w->data;
+    srv *s = lj->s;
+    srv_entry *e = srv_registry_add(s, lj->name);
+    (void)status;
+    if (!lj->req)
+        s->startup_loads--;
+    if (!e || lj->rc) {
+        if (e && e->state == SRV_LOADING)
+            e->state = e->inst ? SRV_READY : SRV_UNAVAILABLE;
+        if (e && !e->inst)
+            snprintf(e->reason, sizeof e->reason, "%.500s", lj->err);
+        srv_log(s, "error", "load: %s", lj->err);
+        if (lj->req)
+            srv_respond_error(lj->req, lj->rc ? lj->rc : 500, "%s",
+                              e ? lj->err : "out of memory");
+        model_destroy(lj->m);
+    } else {
+        srv_inst *in = calloc(1, sizeof *in);
+        if (!in) {
+            model_destroy(lj->m);
+            e->state = e->inst ? SRV_READY : SRV_UNAVAILABLE;
+            if (lj->req)
+                srv_respond_error(lj->req, 500, "model '%s': out of memory",
+                                  lj->name);
+        } else {
+            in->m = lj->m;
+            in->refs = 1;
+            set_inst(e, in, SRV_READY, NULL);
+            srv_log(s, "info", "model '%s' loaded (%zu weight bytes)", e->name,
+                    model_bytes(lj->m));
+            if (lj->req)
+                srv_respond(lj->req, 200, NULL, NULL, 0);
+        }
+    }
+    free(lj->body);
+    free(lj);
+}
+
+/* start_load: queue a load of name (body: an upload request, or NULL). */
+static int start_load(srv *s, const char *name, srv_req *req)
+{
+    load_job *lj = calloc(1, sizeof *lj);
+    srv_entry *e = srv_registry_add(s, name);
+    if (!lj || !e) {
+        free(lj);
+        return -1;
+    }
+    lj->work.data = lj;
+    lj->s = s;
+    lj->req = req;
+    lj->repo = s->cfg.models;
+    snprintf(lj->name, sizeof lj->name, "%s", name);
+    if (req && req->body_len) {
+        lj->body = req->body; /* the job takes the body */
+        lj->body_len = req->body_len;
+        req->body = NULL;
+        req->body_len = req->body_cap = 0;
+    }
+    if (e->state != SRV_READY)
+        e->state = SRV_LOADING;
+    if (!req) {
+        e->startup = 1;
+        s->startup_loads++;
+    }
+    uv_queue_work(s->loop, &lj->work, load_work, load_done);
+    return 0;
+}
+
+int srv_registry_start(srv *s, char *err)
+{
+    srv_entry *e = srv_registry_add(s, "sdpa");
+    srv_inst *in = calloc(1, sizeof *in);
+    DIR *d;
+    struct dirent *de;
+    if (!e || !in) {
+        free(in);
+        snprintf(err, 512, "out of memory");
+        return -1;
+    }
+    in->builtin = 1;
+    in->refs = 1;
+    set_inst(e, in, SRV_READY, NULL);
+    d = opendir(s->cfg.models);
+    if (!d) {
+        srv_log(s, "warn", "--models %s: cannot open (%s); serving only sdpa",
+                s->cfg.models, strerror(errno));
+        return 0;
+    }
+    while ((de = readdir(d)) != NULL) {
+        char path[4096];
+        struct stat st;
+        if (de->d_name[0] == '.' || !model_name_valid(de->d_name))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", s->cfg.models, de->d_name);
+        if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+            continue;
+        if (strcmp(de->d_name, "sdpa") == 0) {
+            srv_log(s, "warn", "%s: 'sdpa' is the built-in model; folder ignored",
+                    path);
+            continue;
+        }
+        if (start_load(s, de->d_name, NULL) < 0) {
+            closedir(d);
+            snprintf(err, 512, "out of memory");
+            return -1;
+        }
+    }
+    closedir(d);
+    return 0;
+}
+
+void srv_registry_free(srv *s)
+{
+    srv_entry *e = s->models, *n;
+    for (; e; e = n) {
+        n = e->next;
+        srv_inst_unref(e->inst);
+        free(e);
+    }
+    s->models = NULL;
+}
+
+/* ---- handlers ----------------------------------------------------------- */
+
+static const char *state_name(int st)
+{
+    return st == SRV_READY ? "READY" : st == SRV_LOADING ? "LOADING" : "UNAVAILABLE";
+}
+
+/* POST /v2/repository/index: loaded models plus unloaded folders;
+ * {"ready": true} lists only the ready ones. */
+void srv_h_index(srv_req *r)
+{
+    json_t *arr = json_array(), *req = NULL, *v;
+    json_error_t je;
+    srv_entry *e;
+    DIR *d;
+    struct dirent *de;
+    int only_ready = 0;
+    char *text;
+    if (r->body_len) {
+        req = json_loadb(r->body, r->body_len, JSON_REJECT_DUPLICATES, &je);
+        if (!json_is_object(req)) {
+            json_decref(req);
+            json_decref(arr);
+            srv_respond_error(r, 400, "body: not a JSON object (%s)", je.text);
+            return;
+        }
+        v = json_object_get(req, "ready");
+        if (v && !json_is_boolean(v)) {
+            json_decref(req);
+            json_decref(arr);
+            srv_respond_error(r, 400, "ready: must be a boolean");
+            return;
+        }
+        only_ready = json_is_true(v);
+        json_decref(req);
+    }
+    for (e = r->s->models; e; e = e->next) {
+        if (only_ready && e->state != SRV_READY)
+            continue;
+        json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:s}", "name", e->name,
+                                             "version", "1", "state",
+                                             state_name(e->state), "reason",
+                                             e->state == SRV_READY ? "" : e->reason));
+    }
+    d = only_ready ? NULL : opendir(r->s->cfg.models);
+    while (d && (de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.' || !model_name_valid(de->d_name) ||
+            srv_registry_find(r->s, de->d_name))
+            continue;
+        json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:s}", "name",
+                                             de->d_name, "version", "1", "state",
+                                             "UNAVAILABLE", "reason", "not loaded"));
+    }
+    if (d)
+        closedir(d);
+    text = json_dumps(arr, JSON_COMPACT);
+    json_decref(arr);
+    if (!text)
+        srv_respond_error(r, 500, "index: out of memory");
+    else
+        srv_respond(r, 200, "application/json", text, strlen(text));
+}
+
+static int name_ok(srv_req *r)
+{
+    if (!model_name_valid(r->arg[0])) {
+        srv_respond_error(r, 400, "model name '%s': use 1-128 characters of "
+                          "[A-Za-z0-9._-], not '.' or '..'", r->arg[0]);
+        return 0;
+    }
+    if (strcmp(r->arg[0], "sdpa") == 0) {
+        srv_respond_error(r, 400, "model 'sdpa': built in; it cannot be "
+                                  "loaded or unloaded");
+        return 0;
+    }
+    return 1;
+}
+
+/* POST /v2/repository/models/{m}/load: from the folder, or an upload in the
+ * body (parameters.config, parameters["file:model.safetensors"]). */
+void srv_h_load(srv_req *r)
+{
+    if (!name_ok(r))
+        return;
+    if (r->s->draining) {
+        srv_respond_error(r, 503, "server: draining (shutting down)");
+        return;
+    }
+    if (r->body_len && srv_upload_is_plain(r->body, r->body_len)) {
+        free(r->body); /* {} or no upload parameters: load from the folder */
+        r->body = NULL;
+        r->body_len = r->body_cap = 0;
+    }
+    snprintf(r->model, sizeof r->model, "%.128s", r->arg[0]);
+    if (start_load(r->s, r->arg[0], r) < 0) {
+        srv_respond_error(r, 500, "load: out of memory");
+        return;
+    }
+    srv_suspend(r);
+}
+
+/* POST /v2/repository/models/{m}/unload: the model stops taking requests
+ * at once; those already admitted finish on its weights. */
+void srv_h_unload(srv_req *r)
+{
+    srv_entry *e;
+    if (!name_ok(r))
+        return;
+    e = srv_registry_find(r->s, r->arg[0]);
+    if (!e || (!e->inst && e->state != SRV_LOADING)) {
+        srv_respond_error(r, 404, "model '%s': not loaded", r->arg[0]);
+        return;
+    }
+    e->startup = 0;
+    set_inst(e, NULL, SRV_UNAVAILABLE, "unloaded");
+    snprintf(r->model, sizeof r->model, "%s", e->name);
+    srv_respond(r, 200, NULL, NULL, 0);
+}

@@ -1,0 +1,178 @@
+/*
+ * routes.c - the route table and the small synchronous handlers.
+ *
+ * The table is the one place a path meets its handler: adding an endpoint
+ * is one row. Handlers run on the loop thread and either answer at once
+ * (srv_respond*) or suspend the request (infer, load).
+ */
+#include "server/srv.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void h_live(srv_req *r) { srv_respond(r, 200, NULL, NULL, 0); }
+
+static void h_ready(srv_req *r)
+{
+    if (r->s->draining)
+        srv_respond_error(r, 503, "server: draining (shutting down)");
+    else if (!srv_registry_ready(r->s))
+        srv_respond_error(r, 503, "server: models are still loading or "
+                                  "failed to load (see /v2/repository/index)");
+    else
+        srv_respond(r, 200, NULL, NULL, 0);
+}
+
+static void h_server_meta(srv_req *r)
+{
+    srv_respond_json(r, 200,
+                     "{\"name\":\"attnd\",\"version\":\"" ATTND_VERSION "\","
+                     "\"extensions\":[\"binary_tensor_data\",\"model_repository\","
+                     "\"statistics\",\"attention_maps\"]}");
+}
+
+/* entry_for: the loaded model named by r->arg[0], or NULL after a 404. */
+static srv_entry *entry_for(srv_req *r)
+{
+    srv_entry *e = srv_registry_find(r->s, r->arg[0]);
+    if (!e) {
+        srv_respond_error(r, 404, "model '%s': not found", r->arg[0]);
+        return NULL;
+    }
+    return e;
+}
+
+static json_t *tensor_meta(const char *name, const char *dtype, int rank,
+                           const long long *dims)
+{
+    json_t *shape = json_array();
+    int i;
+    for (i = 0; i < rank; i++)
+        json_array_append_new(shape, json_integer(dims[i]));
+    return json_pack("{s:s,s:s,s:o}", "name", name, "datatype", dtype, "shape",
+                     shape);
+}
+
+#define DIMS(...) ((const long long[]){__VA_ARGS__})
+
+static void h_model_meta(srv_req *r)
+{
+    srv_entry *e = entry_for(r);
+    json_t *o, *in, *out;
+    char *text;
+    if (!e)
+        return;
+    if (e->state != SRV_READY || !e->inst) {
+        srv_respond_error(r, 404, "model '%s': not loaded (%s)", e->name,
+                          e->reason[0] ? e->reason : "unloaded");
+        return;
+    }
+    in = json_array();
+    out = json_array();
+    if (e->inst->builtin) {
+        json_array_append_new(in, tensor_meta("q", "FP32", 2, DIMS(-1, -1)));
+        json_array_append_new(in, tensor_meta("k", "FP32", 2, DIMS(-1, -1)));
+        json_array_append_new(in, tensor_meta("v", "FP32", 2, DIMS(-1, -1)));
+        json_array_append_new(in, tensor_meta("mask", "BOOL", 2, DIMS(-1, -1)));
+        json_array_append_new(out, tensor_meta("output", "FP32", 2, DIMS(-1, -1)));
+        json_array_append_new(out, tensor_meta("attention", "FP32", 2, DIMS(-1, -1)));
+        json_array_append_new(out, tensor_meta("scores", "FP32", 2, DIMS(-1, -1)));
+        o = json_pack("{s:s,s:[s],s:s,s:o,s:o,s:{s:s,s:b}}", "name", e->name,
+                      "versions", "1", "platform", "attnd_sdpa", "inputs", in,
+                      "outputs", out, "parameters", "leading_dims",
+                      "none, [B] or [B, H] before the last two dims of q, k, v",
+                      "causal", 0);
+    } else {
+        const attn_config *c = model_config(e->inst->m);
+        long long dm = c->d_model, dc = c->d_model_ctx, h = c->n_heads,
+                  hk = c->n_kv_heads, dk = c->head_dim, dv = c->v_head_dim;
+        json_array_append_new(in, tensor_meta("x", "FP32", 3, DIMS(-1, -1, dm)));
+        json_array_append_new(in, tensor_meta("context", "FP32", 3, DIMS(-1, -1, dc)));
+        json_array_append_new(in, tensor_meta("lengths", "INT32", 1, DIMS(-1)));
+        json_array_append_new(in, tensor_meta("context_lengths", "INT32", 1, DIMS(-1)));
+        json_array_append_new(in, tensor_meta("mask", "BOOL", 3, DIMS(-1, -1, -1)));
+        json_array_append_new(out, tensor_meta("y", "FP32", 3, DIMS(-1, -1, dm)));
+        json_array_append_new(out, tensor_meta("attention", "FP32", 4, DIMS(-1, h, -1, -1)));
+        json_array_append_new(out, tensor_meta("scores", "FP32", 4, DIMS(-1, h, -1, -1)));
+        json_array_append_new(out, tensor_meta("q", "FP32", 4, DIMS(-1, h, -1, dk)));
+        json_array_append_new(out, tensor_meta("k", "FP32", 4, DIMS(-1, hk, -1, dk)));
+        json_array_append_new(out, tensor_meta("v", "FP32", 4, DIMS(-1, hk, -1, dv)));
+        o = json_pack("{s:s,s:[s],s:s,s:o,s:o,s:{s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:b,s:f,s:s}}",
+                      "name", e->name, "versions", "1", "platform",
+                      "attnd_attention", "inputs", in, "outputs", out,
+                      "parameters", "d_model", (json_int_t)dm, "d_model_ctx",
+                      (json_int_t)dc, "n_heads", (json_int_t)h, "n_kv_heads",
+                      (json_int_t)hk, "head_dim", (json_int_t)dk, "v_head_dim",
+                      (json_int_t)dv, "causal", model_causal(e->inst->m),
+                      "rope", c->rope_theta != 0.0f, "rope_theta",
+                      (double)c->rope_theta, "description",
+                      model_description(e->inst->m));
+    }
+    text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!text) {
+        srv_respond_error(r, 500, "model '%s': cannot build metadata", e->name);
+        return;
+    }
+    srv_respond(r, 200, "application/json", text, strlen(text));
+}
+
+static void h_model_ready(srv_req *r)
+{
+    srv_entry *e = entry_for(r);
+    if (!e)
+        return;
+    if (r->s->draining)
+        srv_respond_error(r, 503, "server: draining (shutting down)");
+    else if (e->state == SRV_READY)
+        srv_respond(r, 200, NULL, NULL, 0);
+    else if (e->state == SRV_LOADING)
+        srv_respond_error(r, 503, "model '%s': loading", e->name);
+    else
+        srv_respond_error(r, 404, "model '%s': not loaded (%s)", e->name,
+                          e->reason[0] ? e->reason : "unloaded");
+}
+
+static const char *query_arg(void *ctx, const char *key)
+{
+    return MHD_lookup_connection_value(ctx, MHD_GET_ARGUMENT_KIND, key);
+}
+
+/* GET /v2/maps, /v2/maps/{id}, /v2/maps/{id}/attention: maps_http.c. */
+static void h_maps(srv_req *r)
+{
+    maps_reply rep;
+    if (!r->s->maps) {
+        srv_respond_error(r, 404, "maps: this server keeps no maps (maps-bytes 0)");
+        return;
+    }
+    memset(&rep, 0, sizeof rep);
+    if (maps_http_get(r->s->maps, r->path, query_arg, r->conn, &rep) < 0) {
+        srv_respond_error(r, 500, "maps: out of memory");
+        return;
+    }
+    if (rep.shape[0])
+        snprintf(r->extra_hdr, sizeof r->extra_hdr, "Map-Shape: %s", rep.shape);
+    srv_respond(r, rep.status, rep.content_type, rep.body, rep.len);
+}
+
+/* Web: the visualiser (GET /, /web/{}) goes here, one row each. */
+const srv_route srv_routes[] = {
+    {SRV_GET, "/v2/health/live", h_live, 0},
+    {SRV_GET, "/v2/health/ready", h_ready, 0},
+    {SRV_GET, "/v2", h_server_meta, 0},
+    {SRV_GET, "/v2/models/stats", srv_h_stats, 0},
+    {SRV_GET, "/v2/models/{}", h_model_meta, 0},
+    {SRV_GET, "/v2/models/{}/ready", h_model_ready, 0},
+    {SRV_GET, "/v2/models/{}/stats", srv_h_stats, 0},
+    {SRV_POST, "/v2/models/{}/infer", srv_h_infer, 1},
+    {SRV_POST, "/v2/repository/index", srv_h_index, 1},
+    {SRV_POST, "/v2/repository/models/{}/load", srv_h_load, 1},
+    {SRV_POST, "/v2/repository/models/{}/unload", srv_h_unload, 1},
+    {SRV_GET, "/metrics", srv_h_metrics, 0},
+    {SRV_GET, "/v2/maps", h_maps, 0},
+    {SRV_GET, "/v2/maps/{}", h_maps, 0},
+    {SRV_GET, "/v2/maps/{}/attention", h_maps, 0},
+};
+const size_t srv_n_routes = sizeof srv_routes / sizeof srv_routes[0];

@@ -1,0 +1,532 @@
+/*
+ * sched.c - the life of an infer request, on the loop thread.
+ *
+ *   admit (queue bound, deadline timer) -> decode+check on the pool ->
+ *   model queue -> batch (max_batch sequences, or the oldest waited
+ *   batch_delay_us) -> the batch's attn_plan, stage by stage: every tile of
+ *   a stage goes to the pool, completions are counted here, then the next
+ *   stage -> encode on the pool -> answer.
+ *
+ * A job is freed when its pipeline is over and its HTTP request is gone or
+ * answered; a deadline answers 504 at once and detaches the request, the
+ * pipeline then ends on its own (a queued job leaves the queue at once, a
+ * running batch is never interrupted: no tile ever waits or is cancelled).
+ */
+#include "server/srv.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/infer.h"
+
+enum { J_DECODE, J_QUEUED, J_RUN, J_ENCODE, J_DONE };
+
+struct srv_job {
+    srv *s;
+    srv_req *req;      /* NULL once answered early or gone */
+    srv_entry *e;
+    srv_inst *inst;    /* reference held by the job */
+    char *body;        /* request body, freed after decode */
+    size_t len, header_len;
+    int state;
+    uv_work_t work;
+    uv_timer_t deadline;
+    oip_request in;
+    srv_prep prep;
+    int status;        /* error status from the pool, 0 = fine */
+    char err[OIP_ERRMAX];
+    char *resp;
+    size_t resp_len, resp_hlen;
+    int batch;         /* sequences in its batch */
+    uint64_t t_arrive, t_queued, t_run, t_ran, decode_ns, encode_ns;
+    srv_job *next;     /* queue link */
+};
+
+typedef struct batch batch;
+typedef struct tile_work {
+    uv_work_t work;
+    batch *b;
+} tile_work;
+
+struct batch {
+    srv *s;
+    srv_entry *e;
+    srv_job **jobs;
+    int n_jobs, n_seqs;
+    attn_seq *seqs;
+    attn_raw *raws;
+    attn_plan *plan;
+    int stage, n_stages;
+    size_t n_tiles;
+    atomic_size_t next_tile;
+    int outstanding;   /* tile_work items on the pool */
+    tile_work *workers; /* (s->threads) */
+};
+
+static void pump(srv_entry *e);
+static void job_end(srv_job *j);
+
+static uint64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* ---- answering and ending ------------------------------------------------ */
+
+/* answer: give the job's request its answer and detach it. */
+static void answer(srv_job *j, int status, const char *msg)
+{
+    srv_req *r = j->req;
+    srv_stats *st = &j->e->stats;
+    uint64_t dt = srv_now_ns() - j->t_arrive;
+    if (!r)
+        return;
+    r->job = NULL;
+    j->req = NULL;
+    r->batch = j->batch;
+    if (j->t_run)
+        r->queue_us = (j->t_run - j->t_queued) / 1000;
+    if (j->t_ran)
+        r->compute_us = (j->t_ran - j->t_run) / 1000;
+    if (status == 200) {
+        r->resp_header_len = j->resp_hlen;
+        srv_respond(r, 200, j->resp_hlen ? "application/octet-stream"
+                                         : "application/json",
+                    j->resp, j->resp_len);
+        j->resp = NULL;
+        st->success++;
+        st->success_ns += dt;
+        st->queue_ns += j->t_run - j->t_queued;
+        st->input_ns += j->decode_ns;
+        st->output_ns += j->encode_ns;
+        st->last_inference_ms = wall_ms();
+        return;
+    }
+    srv_respond_error(r, status, "%s", msg);
+    st->fail_ns += dt;
+    if (status == 400 || status == 413)
+        st->fail_bad++;
+    else if (status == 503)
+        st->fail_rejected++;
+    else if (status == 504)
+        st->fail_timeout++;
+    else
+        st->fail_other++;
+}
+
+static void job_closed(uv_handle_t *h)
+{
+    srv_job *j = h->data;
+    srv *s = j->s;
+    free(j);
+    s->live_jobs--;
+    srv_check_stop(s);
+}
+
+/* job_end: the pipeline is over. Loop thread. */
+static void job_end(srv_job *j)
+{
+    srv_entry *e = j->e;
+    if (j->req)
+        answer(j, 500, "internal: request ended without an answer");
+    j->state = J_DONE;
+    e->pending--;
+    srv_inst_unref(j->inst);
+    oip_request_free(&j->in);
+    srv_prep_free(&j->prep);
+    free(j->body);
+    free(j->resp);
+    uv_timer_stop(&j->deadline);
+    uv_close((uv_handle_t *)&j->deadline, job_closed);
+}
+
+static void unqueue(srv_job *j)
+{
+    srv_entry *e = j->e;
+    srv_job **pp;
+    for (pp = &e->qhead; *pp; pp = &(*pp)->next)
+        if (*pp == j) {
+            *pp = j->next;
+            break;
+        }
+    if (e->qtail == j) {
+        srv_job *t = e->qhead;
+        while (t && t->next)
+            t = t->next;
+        e->qtail = t;
+    }
+    e->q_seqs -= j->prep.n;
+    j->next = NULL;
+}
+
+static void on_deadline(uv_timer_t *t)
+{
+    srv_job *j = t->data;
+    char msg[160];
+    snprintf(msg, sizeof msg, "deadline: no answer within %lld ms (deadline-ms)",
+             j->s->cfg.deadline_ms);
+    answer(j, 504, msg);
+    if (j->state == J_QUEUED) {
+        unqueue(j);
+        job_end(j);
+    }
+}
+
+/* srv_sched_detach: r is being freed while its job runs (the connection
+ * went away): the job finishes without it. */
+void srv_sched_detach(srv_req *r)
+{
+    srv_job *j = r->job;
+    r->job = NULL;
+    j->req = NULL;
+    if (j->state == J_QUEUED) {
+        unqueue(j);
+        job_end(j);
+    }
+}
+
+/* ---- encode --------------------------------------------------------------- */
+
+static void encode_work(uv_work_t *w)
+{
+    srv_job *j = w->data;
+    uint64_t t0 = srv_now_ns();
+    j->status = srv_infer_encode(&j->prep, &j->in, j->e->name, j->s->maps, &j->resp,
+                                 &j->resp_len, &j->resp_hlen, j->err);
+    srv_prep_free(&j->prep);
+    oip_request_free(&j->in);
+    j->encode_ns = srv_now_ns() - t0;
+}
+
+static void encode_done(uv_work_t *w, int status)
+{
+    srv_job *j = w->data;
+    (void)status;
+    answer(j, j->status ? j->status : 200, j->err);
+    job_end(j);
+}
+
+/* ---- batches -------------------------------------------------------------- */
+
+static void tile_run(uv_work_t *w)
+{
+    batch *b = ((tile_work *)w->data)->b;
+    size_t i;
+    while ((i = atomic_fetch_add(&b->next_tile, 1)) < b->n_tiles)
+        attn_plan_run_tile(b->plan, b->stage, i);
+}
+
+static void batch_finish(batch *b, int status, const char *msg);
+static void tile_done(uv_work_t *w, int status);
+
+/* submit_stage: put the next non-empty stage's tiles on the pool, or
+ * finish the batch when there is none. */
+static void submit_stage(batch *b)
+{
+    int i, n;
+    for (; b->stage < b->n_stages; b->stage++) {
+        b->n_tiles = attn_plan_n_tiles(b->plan, b->stage);
+        if (b->n_tiles)
+            break;
+    }
+    if (b->stage >= b->n_stages) {
+        batch_finish(b, 0, NULL);
+        return;
+    }
+    atomic_store(&b->next_tile, 0);
+    n = b->n_tiles < (size_t)b->s->threads ? (int)b->n_tiles : b->s->threads;
+    b->outstanding = n;
+    for (i = 0; i < n; i++) {
+        b->workers[i].b = b;
+        b->workers[i].work.data = &b->workers[i];
+        uv_queue_work(b->s->loop, &b->workers[i].work, tile_run, tile_done);
+    }
+}
+
+static void tile_done(uv_work_t *w, int status)
+{
+    batch *b = ((tile_work *)w->data)->b;
+    (void)status;
+    if (--b->outstanding)
+        return;
+    b->stage++;
+    submit_stage(b);
+}
+
+/* batch_finish: the plan ran (status 0) or could not start: hand every job
+ * to encoding, or answer it with the error. */
+static void batch_finish(batch *b, int status, const char *msg)
+{
+    srv_entry *e = b->e;
+    uint64_t now = srv_now_ns();
+    int i;
+    attn_plan_destroy(b->plan);
+    e->running--;
+    if (!status) {
+        e->stats.exec_count++;
+        e->stats.inference_count += (uint64_t)b->n_seqs;
+        e->stats.infer_ns += now - b->jobs[0]->t_run;
+        srv_stats_batch(&e->stats, b->n_seqs);
+    }
+    for (i = 0; i < b->n_jobs; i++) {
+        srv_job *j = b->jobs[i];
+        j->t_ran = now;
+        if (status || !j->req) {
+            answer(j, status ? status : 500, msg ? msg : "");
+            job_end(j);
+            continue;
+        }
+        j->state = J_ENCODE;
+        j->work.data = j;
+        uv_queue_work(b->s->loop, &j->work, encode_work, encode_done);
+    }
+    free(b->jobs);
+    free(b->seqs);
+    free(b->raws);
+    free(b->workers);
+    free(b);
+    pump(e);
+}
+
+/* compatible: may job j share a batch with the head h? */
+static int compatible(const srv_job *h, const srv_job *j)
+{
+    if (h->inst != j->inst)
+        return 0;
+    if (h->prep.raw)
+        return h->prep.cfg.head_dim == j->prep.cfg.head_dim &&
+               h->prep.cfg.v_head_dim == j->prep.cfg.v_head_dim;
+    return 1;
+}
+
+/* launch: take a batch off e's queue (head first, then every compatible
+ * job that still fits in max_batch) and start its plan. */
+static void launch(srv_entry *e)
+{
+    srv *s = e->s;
+    srv_job *h = e->qhead, **pp;
+    batch *b = calloc(1, sizeof *b);
+    char err[ATTN_ERRMAX];
+    int i, k, rc, max = (int)s->cfg.max_batch;
+    uint64_t now = srv_now_ns();
+    if (!b)
+        goto oom;
+    b->s = s;
+    b->e = e;
+    b->jobs = malloc(sizeof *b->jobs * (size_t)(e->q_seqs < 1 ? 1 : e->q_seqs));
+    b->workers = calloc((size_t)s->threads, sizeof *b->workers);
+    if (!b->jobs || !b->workers)
+        goto oom;
+    /* the head always goes, even when larger than max_batch alone */
+    for (pp = &e->qhead; *pp;) {
+        srv_job *j = *pp;
+        if (b->n_jobs && (!compatible(h, j) || b->n_seqs + j->prep.n > max)) {
+            pp = &j->next;
+            continue;
+        }
+        unqueue(j);
+        b->jobs[b->n_jobs++] = j;
+        b->n_seqs += j->prep.n;
+        j->state = J_RUN;
+        j->t_run = now;
+        if (b->n_seqs >= max)
+            break;
+    }
+    for (i = 0; i < b->n_jobs; i++)
+        b->jobs[i]->batch = b->n_seqs;
+    if (h->prep.raw) {
+        b->raws = malloc(sizeof *b->raws * (size_t)b->n_seqs);
+        if (!b->raws)
+            goto oom_taken;
+        for (i = 0, k = 0; i < b->n_jobs; k += b->jobs[i]->prep.n, i++)
+            memcpy(b->raws + k, b->jobs[i]->prep.raws,
+                   sizeof *b->raws * (size_t)b->jobs[i]->prep.n);
+        rc = attn_plan_create_raw(&b->plan, &h->prep.cfg, b->raws, b->n_seqs, err);
+    } else {
+        b->seqs = malloc(sizeof *b->seqs * (size_t)b->n_seqs);
+        if (!b->seqs)
+            goto oom_taken;
+        for (i = 0, k = 0; i < b->n_jobs; k += b->jobs[i]->prep.n, i++)
+            memcpy(b->seqs + k, b->jobs[i]->prep.seqs,
+                   sizeof *b->seqs * (size_t)b->jobs[i]->prep.n);
+        rc = attn_plan_create(&b->plan, model_config(h->inst->m),
+                              model_weights(h->inst->m), b->seqs, b->n_seqs, err);
+    }
+    e->running++;
+    if (rc < 0) {
+        char msg[ATTN_ERRMAX + 32];
+        srv_log(s, "error", "model '%s': plan: %s", e->name, err);
+        snprintf(msg, sizeof msg, "engine: %s", err);
+        batch_finish(b, rc == ATTN_ENOMEM ? 503 : 400, msg);
+        return;
+    }
+    b->n_stages = attn_plan_n_stages(b->plan);
+    submit_stage(b);
+    return;
+oom_taken:
+    e->running++;
+    batch_finish(b, 503, "server: out of memory");
+    return;
+oom:
+    if (b) {
+        free(b->jobs);
+        free(b->workers);
+        free(b);
+    }
+    srv_log(s, "error", "model '%s': out of memory forming a batch", e->name);
+}
+
+static void on_batch_timer(uv_timer_t *t) { pump(t->data); }
+
+/* pump: start batches while e may run more and its queue is ready: full
+ * (max_batch sequences), old enough (batch_delay_us), or draining. */
+static void pump(srv_entry *e)
+{
+    srv *s = e->s;
+    while (e->qhead && e->running < (int)s->cfg.instances) {
+        uint64_t waited = srv_now_ns() - e->qhead->t_queued;
+        uint64_t delay = (uint64_t)s->cfg.batch_delay_us * 1000u;
+        if (e->q_seqs < (int)s->cfg.max_batch && waited < delay && !s->draining) {
+            uv_timer_start(&e->batch_timer, on_batch_timer,
+                           (delay - waited + 999999) / 1000000, 0);
+            return;
+        }
+        uv_timer_stop(&e->batch_timer);
+        launch(e);
+        if (!e->running) /* could not even start: out of memory */
+            return;
+    }
+}
+
+/* ---- admission and decode ------------------------------------------------- */
+
+static void decode_work(uv_work_t *w)
+{
+    srv_job *j = w->data;
+    srv *s = j->s;
+    uint64_t t0 = srv_now_ns();
+    srv_infer_limits lim = {(size_t)s->cfg.request_memory, s->cfg.max_tokens,
+                            s->maps};
+    int rc = oip_decode(&j->in, j->body, j->len, j->header_len, &s->limits, j->err);
+    free(j->body);
+    j->body = NULL;
+    if (rc < 0) {
+        j->status = rc == ATTN_ENOMEM ? 503 : 400;
+    } else if (j->inst->builtin) {
+        j->status = srv_infer_prepare(&j->prep, &j->in, j->e->name, NULL, 0, 1,
+                                      &lim, j->err);
+    } else {
+        j->status = srv_infer_prepare(&j->prep, &j->in, j->e->name,
+                                      model_config(j->inst->m),
+                                      model_causal(j->inst->m), 0, &lim, j->err);
+    }
+    j->decode_ns = srv_now_ns() - t0;
+}
+
+static void decode_done(uv_work_t *w, int status)
+{
+    srv_job *j = w->data;
+    srv_entry *e = j->e;
+    (void)status;
+    if (j->req && j->in.id)
+        snprintf(j->req->id, sizeof j->req->id, "%s", j->in.id);
+    if (j->status || !j->req) {
+        answer(j, j->status ? j->status : 500, j->err);
+        job_end(j);
+        return;
+    }
+    j->state = J_QUEUED;
+    j->t_queued = srv_now_ns();
+    if (e->qtail)
+        e->qtail->next = j;
+    else
+        e->qhead = j;
+    e->qtail = j;
+    e->q_seqs += j->prep.n;
+    pump(e);
+}
+
+/* srv_h_infer: POST /v2/models/{m}/infer. Admits the request (or answers
+ * 404/503 at once), then decodes it on the pool. */
+void srv_h_infer(srv_req *r)
+{
+    srv *s = r->s;
+    srv_entry *e = srv_registry_find(s, r->arg[0]);
+    srv_job *j;
+    snprintf(r->model, sizeof r->model, "%.128s", r->arg[0]);
+    if (!e || !e->inst) {
+        srv_respond_error(r, 404, "model '%s': %s", r->arg[0],
+                          !e ? "not found" : e->state == SRV_LOADING ? "still loading"
+                                                                     : "not loaded");
+        return;
+    }
+    if (s->draining) {
+        srv_respond_error(r, 503, "server: draining (shutting down); retry "
+                                  "on another replica");
+        e->stats.fail_rejected++;
+        return;
+    }
+    if (e->pending >= (int)s->cfg.queue_size) {
+        srv_respond_error(r, 503, "queue: model '%s' has %d requests waiting "
+                          "(queue-size); retry later", e->name, e->pending);
+        e->stats.fail_rejected++;
+        return;
+    }
+    j = calloc(1, sizeof *j);
+    if (!j) {
+        srv_respond_error(r, 503, "server: out of memory");
+        return;
+    }
+    j->s = s;
+    j->req = r;
+    j->e = e;
+    j->inst = e->inst;
+    j->inst->refs++;
+    j->body = r->body;
+    j->len = r->body_len;
+    j->header_len = r->header_len;
+    r->body = NULL;
+    r->body_len = r->body_cap = 0;
+    j->t_arrive = r->t0_ns;
+    j->state = J_DECODE;
+    r->job = j;
+    e->pending++;
+    s->live_jobs++;
+    uv_timer_init(s->loop, &j->deadline);
+    j->deadline.data = j;
+    uv_timer_start(&j->deadline, on_deadline, (uint64_t)s->cfg.deadline_ms, 0);
+    srv_suspend(r);
+    j->work.data = j;
+    uv_queue_work(s->loop, &j->work, decode_work, decode_done);
+}
+
+/* ---- shutdown ------------------------------------------------------------- */
+
+/* srv_sched_drain: SIGTERM: what is queued runs now, without batch delay. */
+void srv_sched_drain(srv *s)
+{
+    srv_entry *e;
+    for (e = s->models; e; e = e->next)
+        pump(e);
+}
+
+/* srv_sched_expire: the drain timeout passed: every request still waiting
+ * gets 503 now; running batches finish unobserved. */
+void srv_sched_expire(srv *s)
+{
+    srv_entry *e;
+    for (e = s->models; e; e = e->next)
+        while (e->qhead) {
+            srv_job *j = e->qhead;
+            unqueue(j);
+            answer(j, 503, "server: shut down before this request ran");
+            job_end(j);
+        }
+}
+
+int srv_sched_idle(const srv *s) { return s->live_jobs == 0; }

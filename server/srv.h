@@ -1,0 +1,221 @@
+/*
+ * srv.h - the daemon's internal types, shared by the files of server/.
+ *
+ * Threads: one libuv loop thread owns every struct here (the registry, the
+ * queues, the requests, the metrics) and is the only thread that touches
+ * libuv or libmicrohttpd. Pool threads (uv_queue_work) only see a job's own
+ * buffers and a model instance's read-only weights, handed over and back by
+ * uv_queue_work's work/after_work pair.
+ *
+ * Path of a request: http.c (MHD glue, body, route) -> routes.c (handlers)
+ * -> sched.c (decode on the pool, queue, batch, run tiles, encode on the
+ * pool) with infer.c (the pool-side decode/validate/encode of one request)
+ * -> http.c (resume, answer, log). registry.c owns the models, metrics.c the
+ * counters, config.c the settings.
+ */
+#ifndef ATTND_SRV_H
+#define ATTND_SRV_H
+
+#include <microhttpd.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "core/attn.h"
+#include "core/model.h"
+#include "proto/oip.h"
+#include "server/config.h"
+#include "server/maps.h"
+
+#define ATTND_VERSION "0.1.0"
+#define SRV_NAME_MAX 129 /* model names: 1..128 chars + NUL */
+
+typedef struct srv srv;
+typedef struct srv_req srv_req;
+typedef struct srv_job srv_job;
+typedef struct srv_entry srv_entry;
+typedef struct srv_inst srv_inst;
+
+/* ---- metrics.c --------------------------------------------------------- */
+
+#define SRV_BATCH_BUCKETS 8 /* batch size histogram: 1,2,4,...,64,+Inf */
+
+/* Counters of one model, Triton's statistics names in spirit. Loop thread. */
+typedef struct srv_stats {
+    uint64_t success, fail_bad, fail_rejected, fail_timeout, fail_other;
+    uint64_t inference_count; /* sequences computed */
+    uint64_t exec_count;      /* batches run */
+    uint64_t success_ns, fail_ns, queue_ns;
+    uint64_t input_ns, infer_ns, output_ns; /* decode, compute, encode */
+    uint64_t last_inference_ms;             /* unix ms, 0 = never */
+    uint64_t batch_le[SRV_BATCH_BUCKETS];   /* cumulative-free counts */
+    uint64_t batch_count, batch_sum;
+} srv_stats;
+
+/* HTTP answers by status class for attnd_http_responses_total. */
+typedef struct srv_http_stats {
+    uint64_t by_status[600];
+} srv_http_stats;
+
+/* ---- registry.c -------------------------------------------------------- */
+
+enum { SRV_UNAVAILABLE = 0, SRV_LOADING, SRV_READY };
+
+/* One loaded weight set. Jobs hold references; the last one frees it, so an
+ * unload or reload never pulls weights from under a running batch. */
+struct srv_inst {
+    model *m;    /* NULL for the built-in sdpa */
+    int refs;    /* registry (while current) + jobs */
+    int builtin; /* 1 for sdpa */
+};
+
+/* A model name the server knows. Entries live until the server stops. */
+struct srv_entry {
+    srv *s;
+    char name[SRV_NAME_MAX];
+    srv_inst *inst; /* current instance, NULL when not loaded */
+    int state;      /* SRV_UNAVAILABLE / LOADING / READY */
+    int startup;    /* loaded at startup: counts for /v2/health/ready */
+    char reason[ATTN_ERRMAX];
+    /* scheduling (sched.c) */
+    srv_job *qhead, *qtail; /* decoded requests waiting for a batch */
+    int q_seqs;             /* sequences in the queue */
+    int pending;            /* jobs admitted and not yet finished */
+    int running;            /* batches on the pool */
+    uv_timer_t batch_timer; /* fires when the oldest has waited enough */
+    srv_stats stats;
+    srv_entry *next;
+};
+
+/* ---- http.c ------------------------------------------------------------- */
+
+enum { SRV_GET = 1, SRV_POST = 2, SRV_OPTIONS = 4, SRV_HEAD = 8, SRV_OTHER = 16 };
+
+typedef void (*srv_handler)(srv_req *r);
+
+/* One row of the route table (routes.c). "{}" matches one path segment,
+ * captured into r->arg[]. */
+typedef struct srv_route {
+    int method;         /* SRV_GET or SRV_POST */
+    const char *path;   /* e.g. "/v2/models/{}/infer" */
+    srv_handler fn;
+    int auth;           /* 1: needs the API key when one is set */
+} srv_route;
+
+/* One HTTP request. Allocated on MHD's first call for it, freed in exactly
+ * one place: the completion callback. Loop thread only. */
+struct srv_req {
+    srv *s;
+    struct MHD_Connection *conn;
+    int method;
+    char path[1024];       /* URL path, version alias removed */
+    const srv_route *route;
+    char arg[2][SRV_NAME_MAX + 32]; /* path captures */
+    char *body;            /* request body, grown up to body_limit */
+    size_t body_len, body_cap, body_limit;
+    int too_large;         /* body passed body_limit; rest discarded */
+    size_t header_len;     /* Inference-Header-Content-Length, 0 = none */
+    char origin[256];      /* allowed CORS origin to echo, "" = none */
+    uint64_t t0_ns;
+    int suspended;
+    int queued;            /* response handed to MHD */
+    /* the answer */
+    int have_resp, status, retry_after;
+    char *resp;            /* malloc'd, handed to MHD */
+    size_t resp_len, resp_header_len;
+    const char *ctype;
+    const char *allow;     /* Allow header for 405 */
+    char extra_hdr[96];    /* one more "Name: value" header, or "" */
+    srv_job *job;          /* infer in progress, NULL otherwise */
+    /* for the log line */
+    char model[SRV_NAME_MAX];
+    char id[64];
+    int batch;
+    uint64_t queue_us, compute_us;
+};
+
+/* srv_respond: set r's answer and, if r is suspended, resume it. Takes
+ * ownership of body (malloc'd, may be NULL). Loop thread. */
+void srv_respond(srv_req *r, int status, const char *ctype, char *body,
+                 size_t len);
+/* srv_respond_error: {"error": msg} with status (503 adds Retry-After). */
+void srv_respond_error(srv_req *r, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void srv_respond_json(srv_req *r, int status, const char *json);
+/* srv_suspend: park r's connection until srv_respond. */
+void srv_suspend(srv_req *r);
+/* srv_kick: run MHD soon (after a resume). */
+void srv_kick(srv *s);
+uint64_t srv_now_ns(void);
+
+/* ---- the server --------------------------------------------------------- */
+
+struct srv {
+    srv_config cfg;
+    uv_loop_t *loop;
+    struct MHD_Daemon *mhd;
+    uv_poll_t mhd_poll;
+    uv_timer_t mhd_timer;
+    uv_signal_t sig_term, sig_int;
+    uv_timer_t drain_timer;
+    uv_timer_t stop_timer;
+    int threads;           /* pool size */
+    int port;              /* bound port */
+    int draining;          /* SIGTERM seen */
+    int drain_expired;     /* drain timeout passed: fail what is left */
+    int stopping;          /* everything finished: closing handles */
+    int startup_loads;     /* startup loads still running */
+    int live_reqs;         /* srv_req alive */
+    int live_jobs;         /* srv_job alive */
+    int n_suspended;       /* connections parked by srv_suspend */
+    int json_log;
+    srv_entry *models;     /* registry, in load order */
+    oip_limits limits;
+    maps_store *maps;      /* retained attention maps, NULL when off */
+    srv_http_stats http;
+    uint64_t started_ms;
+};
+
+/* main.c: stop the loop once draining and nothing is left in flight. */
+void srv_check_stop(srv *s);
+
+/* registry.c */
+int srv_registry_start(srv *s, char *err); /* sdpa + every repo folder */
+srv_entry *srv_registry_find(srv *s, const char *name);
+srv_entry *srv_registry_add(srv *s, const char *name);
+void srv_inst_unref(srv_inst *in);
+int srv_registry_ready(const srv *s);
+void srv_registry_free(srv *s);
+void srv_h_index(srv_req *r);
+void srv_h_load(srv_req *r);
+void srv_h_unload(srv_req *r);
+
+/* sched.c */
+void srv_h_infer(srv_req *r);
+void srv_sched_detach(srv_req *r); /* the request goes away (completion) */
+void srv_sched_drain(srv *s);      /* SIGTERM: flush queues now */
+void srv_sched_expire(srv *s);     /* drain timeout: fail the queued */
+int srv_sched_idle(const srv *s);
+
+/* metrics.c */
+void srv_h_metrics(srv_req *r);
+void srv_h_stats(srv_req *r);
+void srv_stats_batch(srv_stats *st, int n_seqs);
+
+/* routes.c */
+extern const srv_route srv_routes[];
+extern const size_t srv_n_routes;
+
+/* log.c */
+void srv_log_request(srv *s, const srv_req *r);
+void srv_log(srv *s, const char *level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* http.c */
+int srv_http_start(srv *s, char *err);
+void srv_http_stop(srv *s);
+
+/* healthcheck.c */
+int srv_health_check(const char *url, char *err);
+
+#endif

@@ -1,0 +1,394 @@
+/*
+ * test_attn.c - the engine (core/attn.c) against the seeds' worked numbers
+ * and PyTorch 1.13 reference vectors (tests/core/gen_vectors.py), on every
+ * path: materialised maps, fused, scores-only, fused on the executor.
+ * Properties and bad arguments: test_attn_props.c.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/attn.h"
+#include "core/exec.h"
+#include "testutil.h"
+
+enum { PATH_MAPS, PATH_FUSED, PATH_SCORES, PATH_EXEC, N_PATHS };
+static const char *path_name[N_PATHS] = {"maps", "fused", "scores-only",
+                                         "fused-exec"};
+
+static attn_exec *g_ex; /* 2 threads, shared by the tests of one process */
+
+/* One head of raw SDPA on the given path; att/sc may be NULL except on
+ * PATH_MAPS where att is required. */
+static void raw1(int dk, int dv, float scale, int t, int s, const float *q,
+                 const float *k, const float *v, const uint8_t *mask,
+                 int causal, float *y, float *att, float *sc, int path)
+{
+    attn_config c = {.n_heads = 1, .head_dim = dk, .v_head_dim = dv,
+                     .scale = scale};
+    attn_raw r = {.t = t, .s = s, .causal = causal, .q = q, .k = k, .v = v,
+                  .mask = mask, .y = y};
+    if (path == PATH_MAPS)
+        r.attention = att, r.scores = sc;
+    if (path == PATH_SCORES)
+        r.scores = sc;
+    char err[ATTN_ERRMAX] = "";
+    int rc = attn_forward_raw(&c, &r, 1, path == PATH_EXEC ? g_ex : NULL,
+                              err);
+    ck_assert_msg(rc == 0, "attn_forward_raw: %s", err);
+}
+
+/* ---- the seeds' worked numbers ---------------------------------------- */
+
+START_TEST(seed_000_t2_dk4)
+{
+    const float q[] = {2, 0, 2, 0, 0, 4, 0, 2};
+    const float k[] = {1, 0, 1, 0, 0, 1, 0, 0};
+    const float v[] = {1, 2, 3, 0};
+    const float w4[] = {0.8808f, 0.1192f, 0.1192f, 0.8808f};
+    const float w6[] = {0.880797f, 0.119202f, 0.119202f, 0.880797f};
+    const float y4[] = {1.2384f, 1.7616f, 2.7616f, 0.2384f};
+    for (int path = 0; path < N_PATHS; path++) {
+        float y[4], a[4] = {0}, sc[4];
+        raw1(4, 2, 0, 2, 2, q, k, v, NULL, 0, y, a, sc, path);
+        for (int i = 0; i < 4; i++) {
+            tu_assert_printed(path_name[path], y[i], y4[i], 4);
+            if (path == PATH_MAPS) {
+                tu_assert_printed("weight", a[i], w4[i], 4);
+                /* the seed's 6 digits are truncated, not rounded */
+                ck_assert(fabs(a[i] - w6[i]) < 1e-6);
+                ck_assert(fabsf(sc[i] - (i == 0 || i == 3 ? 2.0f : 0.0f)) <
+                          1e-6f);
+            }
+        }
+    }
+}
+END_TEST
+
+START_TEST(seed_000_exercise2)
+{
+    /* q . k over 2 dims, but the exercise scales by sqrt(d_k = 4) = 2 */
+    const float q[] = {1, 2}, k[] = {2, 1, 0, 2}, v[] = {10, 0, 0, 20};
+    for (int path = 0; path < N_PATHS; path++) {
+        float y[2], a[2];
+        raw1(2, 2, 0.5f, 1, 2, q, k, v, NULL, 0, y, a, NULL, path);
+        tu_assert_printed("y0", y[0], 5.0, 1);
+        tu_assert_printed("y1", y[1], 10.0, 1);
+        if (path == PATH_MAPS) {
+            tu_assert_printed("p0", a[0], 0.50, 2);
+            tu_assert_printed("p1", a[1], 0.50, 2);
+        }
+    }
+}
+END_TEST
+
+/* Q = K, three tokens, d_k = 2: weights and outputs printed to 3 digits. */
+static void seed_three(const float *qk, const float *v, const float *w3,
+                       const float *y3)
+{
+    for (int path = 0; path < N_PATHS; path++) {
+        float y[6], a[9];
+        raw1(2, 2, 0, 3, 3, qk, qk, v, NULL, 0, y, a, NULL, path);
+        for (int i = 0; i < 6; i++)
+            tu_assert_printed(path_name[path], y[i], y3[i], 3);
+        if (path == PATH_MAPS)
+            for (int i = 0; i < 9; i++)
+                tu_assert_printed("weight", a[i], w3[i], 3);
+    }
+}
+
+START_TEST(seed_001_three_tokens)
+{
+    const float qk[] = {1, 0, 0, 1, 1, 1};
+    const float v[] = {1, 0, 0, 2, 3, 1};
+    const float w3[] = {0.401f, 0.198f, 0.401f, 0.198f, 0.401f,
+                        0.401f, 0.248f, 0.248f, 0.503f};
+    const float y3[] = {1.604f, 0.797f, 1.401f, 1.203f, 1.759f, 1.000f};
+    seed_three(qk, v, w3, y3);
+}
+END_TEST
+
+START_TEST(seed_002_three_tokens)
+{
+    const float qk[] = {1, 0, 1, 1, 0, 1};
+    const float v[] = {1, 0, 0, 1, 1, 1};
+    const float w3[] = {0.401f, 0.401f, 0.198f, 0.248f, 0.503f,
+                        0.248f, 0.198f, 0.401f, 0.401f};
+    const float y3[] = {0.599f, 0.599f, 0.497f, 0.752f, 0.599f, 0.802f};
+    seed_three(qk, v, w3, y3);
+}
+END_TEST
+
+START_TEST(seed_001_knowledge_check)
+{
+    /* scores [2, 2, 0]: d_k = 1, scale 1, q = 1, keys 2, 2, 0 */
+    const float q[] = {1}, k[] = {2, 2, 0}, v[] = {1, 2, 3};
+    float y[1], a[3];
+    raw1(1, 1, 1.0f, 1, 3, q, k, v, NULL, 0, y, a, NULL, PATH_MAPS);
+    tu_assert_printed("w0", a[0], 0.468, 3);
+    tu_assert_printed("w1", a[1], 0.468, 3);
+    tu_assert_printed("w2", a[2], 0.063, 3);
+}
+END_TEST
+
+/* The seed 000 example through the full layer: cross-attention where the
+ * context rows are [k | v] and W_k, W_v select their halves, W_q = I and
+ * W_o = [I | 0]. */
+START_TEST(seed_000_through_layer)
+{
+    const float x[] = {2, 0, 2, 0, 0, 4, 0, 2};
+    const float ctx[] = {1, 0, 1, 0, 1, 2, 0, 1, 0, 0, 3, 0};
+    float wq[16] = {0}, wk[24] = {0}, wv[12] = {0}, wo[8] = {0};
+    for (int i = 0; i < 4; i++)
+        wq[i * 4 + i] = 1, wk[i * 4 + i] = 1;
+    wv[4 * 2 + 0] = 1, wv[5 * 2 + 1] = 1;
+    wo[0] = 1, wo[4 + 1] = 1;
+    attn_config c = {.d_model = 4, .d_model_ctx = 6, .n_heads = 1,
+                     .n_kv_heads = 1, .head_dim = 4, .v_head_dim = 2};
+    attn_weights w = {.w_q = wq, .w_k = wk, .w_v = wv, .w_o = wo};
+    const float y4[] = {1.2384f, 1.7616f, 0, 0, 2.7616f, 0.2384f, 0, 0};
+    for (int path = 0; path < N_PATHS; path++) {
+        float y[8], a[4];
+        attn_seq s = {.t = 2, .s = 2, .t_valid = 2, .s_valid = 2, .x = x,
+                      .context = ctx, .y = y};
+        if (path == PATH_MAPS)
+            s.attention = a;
+        char err[ATTN_ERRMAX] = "";
+        ck_assert_msg(attn_forward(&c, &w, &s, 1,
+                                   path == PATH_EXEC ? g_ex : NULL, err) == 0,
+                      "%s", err);
+        for (int i = 0; i < 8; i++)
+            tu_assert_printed(path_name[path], y[i], y4[i], 4);
+    }
+}
+END_TEST
+
+/* ---- PyTorch reference vectors ---------------------------------------- */
+
+typedef struct vtensor {
+    char name[32];
+    long off, n;
+} vtensor;
+
+typedef struct vcase {
+    char name[64];
+    int d_model, d_ctx, n_heads, n_kv_heads, head_dim, v_head_dim;
+    int b, t, s, causal, cross, rope_dims;
+    double rope_theta;
+    int tv[8], sv[8];
+    vtensor ten[24];
+    int n_ten;
+} vcase;
+
+static vcase g_cases[32];
+static int g_ncases;
+static float *g_data;
+static long g_nfloats;
+
+static void parse_ints(const char *v, int *out, int max)
+{
+    for (int i = 0; i < max && *v; i++) {
+        out[i] = atoi(v);
+        v = strchr(v, ',');
+        if (!v)
+            break;
+        v++;
+    }
+}
+
+static void load_vectors(void)
+{
+    if (g_data)
+        return;
+    const char *dir = getenv("ATTN_TEST_DATA");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/core/vectors/index.txt",
+             dir ? dir : "tests");
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "cannot open %s (set ATTN_TEST_DATA)", path);
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "case ", 5)) {
+            ck_assert_int_lt(g_ncases, 32);
+            vcase *c = &g_cases[g_ncases++];
+            memset(c, 0, sizeof *c);
+            char *tok = strtok(line + 5, " \n");
+            snprintf(c->name, sizeof c->name, "%s", tok);
+            while ((tok = strtok(NULL, " \n"))) {
+                char *eq = strchr(tok, '=');
+                ck_assert_ptr_nonnull(eq);
+                *eq++ = 0;
+#define KEY(k)                                                                \
+    else if (!strcmp(tok, #k)) c->k = atoi(eq);
+                if (0) {
+                }
+                KEY(d_model) KEY(d_ctx) KEY(n_heads) KEY(n_kv_heads)
+                KEY(head_dim) KEY(v_head_dim) KEY(b) KEY(t) KEY(s)
+                KEY(causal) KEY(cross) KEY(rope_dims)
+                else if (!strcmp(tok, "rope_theta")) c->rope_theta = atof(eq);
+                else if (!strcmp(tok, "tv")) parse_ints(eq, c->tv, 8);
+                else if (!strcmp(tok, "sv")) parse_ints(eq, c->sv, 8);
+#undef KEY
+            }
+        } else if (!strncmp(line, "tensor ", 7)) {
+            vcase *c = &g_cases[g_ncases - 1];
+            vtensor *t = &c->ten[c->n_ten++];
+            char cname[64];
+            ck_assert_int_eq(sscanf(line + 7, "%63s %31s %ld %ld", cname,
+                                    t->name, &t->off, &t->n),
+                             4);
+            ck_assert_str_eq(cname, c->name);
+        }
+    }
+    fclose(f);
+    snprintf(path, sizeof path, "%s/core/vectors/vectors.bin",
+             dir ? dir : "tests");
+    f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long bytes = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    g_data = malloc((size_t)bytes);
+    ck_assert_ptr_nonnull(g_data);
+    ck_assert_int_eq(fread(g_data, 1, (size_t)bytes, f), bytes);
+    fclose(f);
+    g_nfloats = bytes / 4;
+}
+
+static const float *vget(const vcase *c, const char *name, long n)
+{
+    for (int i = 0; i < c->n_ten; i++)
+        if (!strcmp(c->ten[i].name, name)) {
+            ck_assert_msg(c->ten[i].n == n, "%s.%s has %ld floats, want %ld",
+                          c->name, name, c->ten[i].n, n);
+            ck_assert(c->ten[i].off + n <= g_nfloats);
+            return g_data + c->ten[i].off;
+        }
+    return NULL;
+}
+
+static void run_case(const vcase *c, int path)
+{
+    long B = c->b, T = c->t, S = c->s, H = c->n_heads, Hk = c->n_kv_heads;
+    long dm = c->d_model, dc = c->d_ctx, dk = c->head_dim,
+         dv = c->v_head_dim;
+    attn_config cfg = {.d_model = c->d_model, .d_model_ctx = c->d_ctx,
+                       .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
+                       .head_dim = c->head_dim, .v_head_dim = c->v_head_dim,
+                       .rope_theta = (float)c->rope_theta,
+                       .rope_dims = c->rope_dims};
+    attn_weights w = {
+        .w_q = vget(c, "w_q", dm * H * dk), .w_k = vget(c, "w_k", dc * Hk * dk),
+        .w_v = vget(c, "w_v", dc * Hk * dv), .w_o = vget(c, "w_o", H * dv * dm),
+        .b_q = vget(c, "b_q", H * dk), .b_k = vget(c, "b_k", Hk * dk),
+        .b_v = vget(c, "b_v", Hk * dv), .b_o = vget(c, "b_o", dm)};
+    const float *x = vget(c, "x", B * T * dm);
+    const float *ctx = vget(c, "context", B * S * dc);
+    const float *maskf = vget(c, "mask", B * T * S);
+    const float *ry = vget(c, "y", B * T * dm);
+    const float *ra = vget(c, "attention", B * H * T * S);
+    const float *rs = vget(c, "scores", B * H * T * S);
+    const float *rq = vget(c, "q", B * H * T * dk);
+    const float *rk = vget(c, "k", B * Hk * S * dk);
+    const float *rv = vget(c, "v", B * Hk * S * dv);
+    ck_assert(x && ry && w.w_q && w.w_k && w.w_v && w.w_o);
+    ck_assert_int_eq(c->cross, ctx != NULL);
+    float *y = tu_fill((size_t)(B * T * dm), NAN);
+    float *a = tu_fill((size_t)(B * H * T * S), NAN);
+    float *sc = tu_fill((size_t)(B * H * T * S), NAN);
+    float *q = tu_fill((size_t)(B * H * T * dk), NAN);
+    float *k = tu_fill((size_t)(B * Hk * S * dk), NAN);
+    float *v = tu_fill((size_t)(B * Hk * S * dv), NAN);
+    uint8_t *mask = maskf ? malloc((size_t)(B * T * S)) : NULL;
+    for (long i = 0; maskf && i < B * T * S; i++)
+        mask[i] = maskf[i] != 0.0f;
+    attn_seq seqs[8];
+    for (long b = 0; b < B; b++) {
+        attn_seq *s = &seqs[b];
+        *s = (attn_seq){.t = c->t, .s = c->s, .t_valid = c->tv[b],
+                        .s_valid = c->sv[b], .causal = c->causal,
+                        .x = x + b * T * dm, .y = y + b * T * dm};
+        if (ctx)
+            s->context = ctx + b * S * dc;
+        if (mask)
+            s->mask = mask + b * T * S;
+        if (path == PATH_MAPS) {
+            s->attention = a + b * H * T * S;
+            s->scores = sc + b * H * T * S;
+            s->q = q + b * H * T * dk;
+            s->k = k + b * Hk * S * dk;
+            s->v = v + b * Hk * S * dv;
+        }
+        if (path == PATH_SCORES)
+            s->scores = sc + b * H * T * S;
+    }
+    char err[ATTN_ERRMAX] = "", what[128];
+    int rc = attn_forward(&cfg, &w, seqs, (int)B,
+                          path == PATH_EXEC ? g_ex : NULL, err);
+    ck_assert_msg(rc == 0, "%s: %s", c->name, err);
+#define CMP(nm, got, ref, n)                                                \
+    do {                                                                      \
+        snprintf(what, sizeof what, "%s %s %s", c->name, path_name[path],     \
+                 nm);                                                       \
+        tu_assert_close(what, got, ref, n, 1e-5f, 1e-4f);                     \
+    } while (0)
+    CMP("y", y, ry, B * T * dm);
+    if (path == PATH_MAPS && ra)
+        CMP("attention", a, ra, B * H * T * S);
+    if ((path == PATH_MAPS || path == PATH_SCORES) && rs)
+        CMP("scores", sc, rs, B * H * T * S);
+    if (path == PATH_MAPS && rq) {
+        CMP("q", q, rq, B * H * T * dk);
+        CMP("k", k, rk, B * Hk * S * dk);
+        CMP("v", v, rv, B * Hk * S * dv);
+    }
+#undef CMP
+    free(y), free(a), free(sc), free(q), free(k), free(v), free(mask);
+}
+
+START_TEST(torch_vectors)
+{
+    load_vectors();
+    ck_assert_int_ge(g_ncases, 11);
+    for (int i = 0; i < g_ncases; i++)
+        for (int path = 0; path < N_PATHS; path++)
+            run_case(&g_cases[i], path);
+}
+END_TEST
+
+static void setup(void)
+{
+    ck_assert_int_eq(attn_exec_create(&g_ex, 2), 0);
+}
+
+static void teardown(void)
+{
+    attn_exec_destroy(g_ex);
+    g_ex = NULL;
+}
+
+int main(void)
+{
+    Suite *s = suite_create("attn");
+    TCase *seeds = tcase_create("seeds");
+    tcase_add_checked_fixture(seeds, setup, teardown);
+    tcase_add_test(seeds, seed_000_t2_dk4);
+    tcase_add_test(seeds, seed_000_exercise2);
+    tcase_add_test(seeds, seed_001_three_tokens);
+    tcase_add_test(seeds, seed_002_three_tokens);
+    tcase_add_test(seeds, seed_001_knowledge_check);
+    tcase_add_test(seeds, seed_000_through_layer);
+    suite_add_tcase(s, seeds);
+    TCase *torch = tcase_create("torch");
+    tcase_add_checked_fixture(torch, setup, teardown);
+    tcase_add_test(torch, torch_vectors);
+    suite_add_tcase(s, torch);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    free(g_data);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,457 @@
+/*
+ * test_attn_props.c - properties of the engine (core/attn.c) on random
+ * inputs, the plan API, and bad arguments. (The seeds and the PyTorch
+ * vectors are in test_attn.c; both files test attn.c, split to stay small.)
+ */
+#include <check.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/attn.h"
+#include "core/exec.h"
+#include "testutil.h"
+
+static attn_exec *g_ex;
+
+static void setup(void)
+{
+    ck_assert_int_eq(attn_exec_create(&g_ex, 2), 0);
+}
+
+static void teardown(void)
+{
+    attn_exec_destroy(g_ex);
+    g_ex = NULL;
+}
+
+/* A random raw problem: H heads, t x s, with causal and a random mask
+ * (about a quarter of the keys hidden). */
+typedef struct rawp {
+    attn_config c;
+    attn_raw r;
+    float *q, *k, *v, *y, *a, *sc;
+    uint8_t *mask;
+} rawp;
+
+static void rawp_init(rawp *p, tu_rng *g, int H, int t, int s, int dk,
+                      int dv, int causal, int masked, float amp)
+{
+    memset(p, 0, sizeof *p);
+    p->c = (attn_config){.n_heads = H, .head_dim = dk, .v_head_dim = dv};
+    size_t ht = (size_t)H * t, hs = (size_t)H * s;
+    p->q = tu_randn(g, ht * dk, amp);
+    p->k = tu_randn(g, hs * dk, amp);
+    p->v = tu_randn(g, hs * dv, 1.0f);
+    p->y = tu_fill(ht * dv, NAN);
+    p->a = tu_fill(ht * s, NAN);
+    p->sc = tu_fill(ht * s, NAN);
+    if (masked) {
+        p->mask = malloc((size_t)t * s);
+        for (size_t i = 0; i < (size_t)t * s; i++)
+            p->mask[i] = tu_uniform(g) > -0.5f;
+        /* one fully masked row */
+        memset(p->mask + (size_t)(t / 2) * s, 0, (size_t)s);
+    }
+    p->r = (attn_raw){.t = t, .s = s, .causal = causal, .q = p->q,
+                      .k = p->k, .v = p->v, .mask = p->mask, .y = p->y,
+                      .attention = p->a, .scores = p->sc};
+}
+
+static void rawp_free(rawp *p)
+{
+    free(p->q), free(p->k), free(p->v), free(p->y), free(p->a), free(p->sc);
+    free(p->mask);
+}
+
+static int visible(const rawp *p, int i, int j)
+{
+    if (p->r.causal && j > i)
+        return 0;
+    return !p->mask || p->mask[(size_t)i * p->r.s + j];
+}
+
+/* Rows sum to 1 over visible keys, masked weights are exactly 0, fully
+ * masked rows are all 0 with zero output, each output is a convex
+ * combination of the visible value rows. */
+START_TEST(prop_softmax_rows_and_convexity)
+{
+    tu_rng g = {0x1234u + (unsigned)_i};
+    rawp p;
+    int t = 70 + _i * 40, s = 90 + _i * 77;
+    rawp_init(&p, &g, 3, t, s, 16, 8, _i & 1, 1, 1.0f);
+    char err[ATTN_ERRMAX];
+    ck_assert_msg(attn_forward_raw(&p.c, &p.r, 1, g_ex, err) == 0, "%s", err);
+    for (int h = 0; h < 3; h++)
+        for (int i = 0; i < t; i++) {
+            const float *a = p.a + ((size_t)h * t + i) * s;
+            const float *y = p.y + ((size_t)h * t + i) * 8;
+            double sum = 0;
+            int nvis = 0;
+            for (int j = 0; j < s; j++) {
+                if (!visible(&p, i, j))
+                    ck_assert_msg(a[j] == 0.0f, "masked weight %g", a[j]);
+                else
+                    nvis++;
+                ck_assert(a[j] >= 0.0f);
+                sum += a[j];
+            }
+            if (nvis == 0) {
+                ck_assert(sum == 0.0);
+                for (int d = 0; d < 8; d++)
+                    ck_assert(y[d] == 0.0f);
+                continue;
+            }
+            ck_assert_msg(fabs(sum - 1.0) < 1e-5, "row sum %g", sum);
+            for (int d = 0; d < 8; d++) {
+                float lo = INFINITY, hi = -INFINITY;
+                for (int j = 0; j < s; j++)
+                    if (visible(&p, i, j)) {
+                        float vv = p.v[((size_t)h * s + j) * 8 + d];
+                        lo = fminf(lo, vv), hi = fmaxf(hi, vv);
+                    }
+                ck_assert(y[d] >= lo - 1e-5f && y[d] <= hi + 1e-5f);
+            }
+        }
+    rawp_free(&p);
+}
+END_TEST
+
+/* The fused kernel (no maps) gives the materialised numbers; also with
+ * scores ~ +-1e4, where everything must stay finite. */
+START_TEST(prop_fused_equals_maps)
+{
+    tu_rng g = {0x9876u + (unsigned)_i};
+    float amp = _i >= 2 ? 25.0f : 1.0f;
+    if (_i == 3)
+        amp = 100.0f; /* scores around +-1e4 */
+    rawp p;
+    int t = 200, s = 300;
+    rawp_init(&p, &g, 2, t, s, 16, 12, _i & 1, _i != 0, amp);
+    char err[ATTN_ERRMAX];
+    ck_assert(attn_forward_raw(&p.c, &p.r, 1, NULL, err) == 0);
+    float maxsc = 0;
+    for (size_t i = 0; i < (size_t)2 * t * s; i++)
+        maxsc = fmaxf(maxsc, fabsf(p.sc[i]));
+    if (_i == 3)
+        ck_assert_msg(maxsc > 5e3f, "max |score| %g", maxsc);
+    float *y2 = tu_fill((size_t)2 * t * 12, NAN);
+    attn_raw r2 = p.r;
+    r2.attention = r2.scores = NULL;
+    r2.y = y2;
+    ck_assert(attn_forward_raw(&p.c, &r2, 1, g_ex, err) == 0);
+    for (size_t i = 0; i < (size_t)2 * t * 12; i++) {
+        ck_assert(isfinite(p.y[i]) && isfinite(y2[i]));
+        ck_assert_msg(fabsf(y2[i] - p.y[i]) <= 1e-5f + 1e-4f * fabsf(p.y[i]),
+                      "fused %g maps %g at %zu", y2[i], p.y[i], i);
+    }
+    free(y2);
+    rawp_free(&p);
+}
+END_TEST
+
+/* A full layer with random weights. */
+typedef struct layer {
+    attn_config c;
+    attn_weights w;
+    float *wq, *wk, *wv, *wo, *bq, *bk, *bv, *bo;
+} layer;
+
+static void layer_init(layer *L, tu_rng *g, int dm, int H, int Hk, int dk,
+                       int dv)
+{
+    L->c = (attn_config){.d_model = dm, .n_heads = H, .n_kv_heads = Hk,
+                         .head_dim = dk, .v_head_dim = dv};
+    float a = 1.0f / sqrtf((float)dm);
+    L->wq = tu_randn(g, (size_t)dm * H * dk, a);
+    L->wk = tu_randn(g, (size_t)dm * Hk * dk, a);
+    L->wv = tu_randn(g, (size_t)dm * Hk * dv, a);
+    L->wo = tu_randn(g, (size_t)H * dv * dm, a);
+    L->bq = tu_randn(g, (size_t)H * dk, 0.1f);
+    L->bk = tu_randn(g, (size_t)Hk * dk, 0.1f);
+    L->bv = tu_randn(g, (size_t)Hk * dv, 0.1f);
+    L->bo = tu_randn(g, (size_t)dm, 0.1f);
+    L->w = (attn_weights){L->wq, L->wk, L->wv, L->wo,
+                          L->bq, L->bk, L->bv, L->bo};
+}
+
+static void layer_free(layer *L)
+{
+    free(L->wq), free(L->wk), free(L->wv), free(L->wo);
+    free(L->bq), free(L->bk), free(L->bv), free(L->bo);
+}
+
+/* Without RoPE or masks, permuting the tokens permutes the outputs. */
+START_TEST(prop_permutation_equivariance)
+{
+    tu_rng g = {77};
+    layer L;
+    layer_init(&L, &g, 24, 4, 2, 8, 6);
+    int t = 37;
+    float *x = tu_randn(&g, (size_t)t * 24, 1.0f);
+    float *xp = tu_fill((size_t)t * 24, 0), *y = tu_fill((size_t)t * 24, 0),
+          *yp = tu_fill((size_t)t * 24, 0);
+    int perm[37];
+    for (int i = 0; i < t; i++)
+        perm[i] = (i * 11 + 5) % t; /* 11 is coprime with 37 */
+    for (int i = 0; i < t; i++)
+        memcpy(xp + (size_t)i * 24, x + (size_t)perm[i] * 24,
+               24 * sizeof(float));
+    attn_seq s1 = {.t = t, .s = t, .t_valid = t, .s_valid = t, .x = x,
+                   .y = y};
+    attn_seq s2 = s1;
+    s2.x = xp, s2.y = yp;
+    char err[ATTN_ERRMAX];
+    ck_assert(attn_forward(&L.c, &L.w, &s1, 1, g_ex, err) == 0);
+    ck_assert(attn_forward(&L.c, &L.w, &s2, 1, NULL, err) == 0);
+    for (int i = 0; i < t; i++)
+        tu_assert_close("permuted y", yp + (size_t)i * 24,
+                        y + (size_t)perm[i] * 24, 24, 1e-5f, 1e-4f);
+    free(x), free(xp), free(y), free(yp);
+    layer_free(&L);
+}
+END_TEST
+
+/* Padded query rows and fully masked rows: y, attention and q rows of
+ * padding are zero (y is 0, not b_o); a sequence batched with others gives
+ * the same numbers as alone. */
+START_TEST(prop_padding_and_batching)
+{
+    tu_rng g = {4242};
+    layer L;
+    layer_init(&L, &g, 16, 2, 1, 8, 8);
+    L.c.rope_theta = 10000.0f;
+    int t = 20;
+    float *x = tu_randn(&g, (size_t)3 * t * 16, 1.0f);
+    float *y = tu_fill((size_t)3 * t * 16, NAN);
+    float *a = tu_fill((size_t)3 * 2 * t * t, NAN);
+    float *y1 = tu_fill((size_t)t * 16, NAN);
+    uint8_t mask[20 * 20];
+    memset(mask, 1, sizeof mask);
+    memset(mask + 3 * t, 0, (size_t)t); /* row 3 sees nothing */
+    attn_seq s[3];
+    for (int b = 0; b < 3; b++)
+        s[b] = (attn_seq){.t = t, .s = t, .t_valid = t - 5 * b,
+                          .s_valid = t - 3 * b, .causal = b == 1,
+                          .mask = b == 2 ? mask : NULL,
+                          .x = x + (size_t)b * t * 16,
+                          .y = y + (size_t)b * t * 16,
+                          .attention = a + (size_t)b * 2 * t * t};
+    char err[ATTN_ERRMAX];
+    ck_assert(attn_forward(&L.c, &L.w, s, 3, g_ex, err) == 0);
+    for (int b = 0; b < 3; b++) {
+        for (int i = 0; i < t; i++) {
+            int dead = i >= s[b].t_valid || (b == 2 && i == 3);
+            const float *yr = y + ((size_t)b * t + i) * 16;
+            for (int d = 0; d < 16; d++)
+                if (dead)
+                    ck_assert_msg(yr[d] == 0.0f, "b %d row %d y %g", b, i,
+                                  yr[d]);
+                else
+                    ck_assert(isfinite(yr[d]));
+            for (int h = 0; h < 2; h++)
+                for (int j = 0; j < t; j++) {
+                    float w = a[(((size_t)b * 2 + h) * t + i) * t + j];
+                    if (dead || j >= s[b].s_valid)
+                        ck_assert(w == 0.0f);
+                }
+        }
+        /* alone == batched */
+        attn_seq one = s[b];
+        one.y = y1;
+        one.attention = NULL;
+        ck_assert(attn_forward(&L.c, &L.w, &one, 1, NULL, err) == 0);
+        tu_assert_close("alone vs batched", y1, s[b].y, (size_t)t * 16,
+                        1e-6f, 1e-5f);
+    }
+    free(x), free(y), free(a), free(y1);
+    layer_free(&L);
+}
+END_TEST
+
+/* The plan API: tiles of a stage may run in any order; the fused path's
+ * scratch grows linearly with T (no T x S buffer). */
+START_TEST(plan_tiles_any_order_and_linear_memory)
+{
+    tu_rng g = {99};
+    layer L;
+    layer_init(&L, &g, 32, 4, 4, 8, 8);
+    int t = 150;
+    float *x = tu_randn(&g, (size_t)t * 32, 1.0f);
+    float *y1 = tu_fill((size_t)t * 32, NAN), *y2 = tu_fill((size_t)t * 32, 0);
+    attn_seq s = {.t = t, .s = t, .t_valid = t, .s_valid = t, .causal = 1,
+                  .x = x, .y = y1};
+    char err[ATTN_ERRMAX];
+    ck_assert(attn_forward(&L.c, &L.w, &s, 1, NULL, err) == 0);
+    s.y = y2;
+    attn_plan *p;
+    ck_assert(attn_plan_create(&p, &L.c, &L.w, &s, 1, err) == 0);
+    ck_assert_int_eq(attn_plan_n_stages(p), 3);
+    ck_assert_uint_eq(attn_plan_n_tiles(p, 1), 4 * 3); /* heads x blocks */
+    ck_assert_uint_eq(attn_plan_n_tiles(p, 3), 0);
+    for (int st = 0; st < attn_plan_n_stages(p); st++)
+        for (size_t i = attn_plan_n_tiles(p, st); i-- > 0;)
+            attn_plan_run_tile(p, st, i);
+    size_t b150 = attn_plan_scratch_bytes(p);
+    attn_plan_destroy(p);
+    tu_assert_close("reverse order", y2, y1, (size_t)t * 32, 0.0f, 0.0f);
+    /* scratch for T = 4096 vs 2048: twice, not four times */
+    attn_seq big = {.t = 4096, .s = 4096, .t_valid = 4096, .s_valid = 4096,
+                    .x = x, .y = y1};
+    ck_assert(attn_plan_create(&p, &L.c, &L.w, &big, 1, err) == 0);
+    size_t b4k = attn_plan_scratch_bytes(p);
+    attn_plan_destroy(p);
+    big.t = big.s = big.t_valid = big.s_valid = 2048;
+    ck_assert(attn_plan_create(&p, &L.c, &L.w, &big, 1, err) == 0);
+    size_t b2k = attn_plan_scratch_bytes(p);
+    attn_plan_destroy(p);
+    ck_assert(b150 > 0 && b2k > b150);
+    ck_assert_msg(b4k <= 2 * b2k + 1024, "scratch %zu vs %zu", b4k, b2k);
+    ck_assert(b4k < (size_t)4096 * 4096 * sizeof(float));
+    free(x), free(y1), free(y2);
+    layer_free(&L);
+}
+END_TEST
+
+/* ---- bad arguments ----------------------------------------------------- */
+
+#define EXPECT_ERR(call, code, word)                                          \
+    do {                                                                      \
+        char e_[ATTN_ERRMAX] = "";                                            \
+        int rc_ = (call);                                                     \
+        ck_assert_msg(rc_ == (code), "%s: got %d (%s)", #call, rc_, e_);      \
+        ck_assert_msg(strstr(e_, (word)) != NULL,                             \
+                      "message \"%s\" does not name %s", e_, (word));         \
+    } while (0)
+
+START_TEST(bad_config)
+{
+    attn_config ok = {.d_model = 8, .n_heads = 4, .n_kv_heads = 2,
+                      .head_dim = 2, .v_head_dim = 2};
+    char err[ATTN_ERRMAX];
+    ck_assert_int_eq(attn_config_check(&ok, err), 0);
+    attn_config c = ok;
+    c.n_kv_heads = 3;
+    EXPECT_ERR(attn_config_check(&c, e_), ATTN_EINVAL, "n_kv_heads");
+    c = ok, c.d_model = 0;
+    EXPECT_ERR(attn_config_check(&c, e_), ATTN_EINVAL, "d_model");
+    c = ok, c.n_heads = 0;
+    EXPECT_ERR(attn_config_check(&c, e_), ATTN_EINVAL, "n_heads");
+    c = ok, c.head_dim = 0;
+    EXPECT_ERR(attn_config_check(&c, e_), ATTN_EINVAL, "head_dim");
+    c = ok, c.v_head_dim = -1;
+    EXPECT_ERR(attn_config_check(&c, e_), ATTN_EINVAL, "v_head_dim");
+    c = ok, c.rope_theta = 10000, c.rope_dims = 3;
+    EXPECT_ERR(attn_config_check(&c, e_), ATTN_EINVAL, "rope_dims");
+    c = ok, c.scale = NAN;
+    EXPECT_ERR(attn_config_check(&c, e_), ATTN_EINVAL, "scale");
+    c = ok, c.n_heads = 65536, c.n_kv_heads = 1, c.head_dim = 65536;
+    EXPECT_ERR(attn_config_check(&c, e_), ATTN_EOVERFLOW, "head_dim");
+    EXPECT_ERR(attn_config_check(NULL, e_), ATTN_EINVAL, "config");
+    ck_assert_int_eq(attn_config_check(&c, NULL), ATTN_EOVERFLOW);
+}
+END_TEST
+
+START_TEST(bad_plan_arguments)
+{
+    float buf[64] = {0}, y[64];
+    attn_config c = {.d_model = 4, .n_heads = 2, .n_kv_heads = 2,
+                     .head_dim = 2, .v_head_dim = 2};
+    attn_weights w = {buf, buf, buf, buf, NULL, NULL, NULL, NULL};
+    attn_seq ok = {.t = 2, .s = 2, .t_valid = 2, .s_valid = 2, .x = buf,
+                   .y = y};
+    attn_plan *p = (attn_plan *)&c; /* must be reset to NULL on failure */
+    attn_seq s = ok;
+    s.t = 0;
+    EXPECT_ERR(attn_plan_create(&p, &c, &w, &s, 1, e_), ATTN_EINVAL,
+               "seqs[0].t");
+    ck_assert_ptr_null(p);
+    s = ok, s.s = 3;
+    EXPECT_ERR(attn_forward(&c, &w, &s, 1, NULL, e_), ATTN_EINVAL,
+               "seqs[0].s");
+    s = ok, s.t_valid = 3;
+    EXPECT_ERR(attn_forward(&c, &w, &s, 1, NULL, e_), ATTN_EINVAL,
+               "t_valid");
+    s = ok, s.s_valid = -1;
+    EXPECT_ERR(attn_forward(&c, &w, &s, 1, NULL, e_), ATTN_EINVAL,
+               "s_valid");
+    s = ok, s.x = NULL;
+    EXPECT_ERR(attn_forward(&c, &w, &s, 1, NULL, e_), ATTN_EINVAL,
+               "seqs[0].x");
+    attn_seq two[2] = {ok, ok};
+    two[1].y = NULL;
+    EXPECT_ERR(attn_forward(&c, &w, two, 2, NULL, e_), ATTN_EINVAL,
+               "seqs[1].y");
+    EXPECT_ERR(attn_forward(&c, &w, NULL, 1, NULL, e_), ATTN_EINVAL,
+               "sequence");
+    EXPECT_ERR(attn_forward(&c, &w, &ok, 0, NULL, e_), ATTN_EINVAL,
+               "n_seqs");
+    attn_weights w2 = w;
+    w2.w_v = NULL;
+    EXPECT_ERR(attn_forward(&c, &w2, &ok, 1, NULL, e_), ATTN_EINVAL,
+               "w_v");
+    EXPECT_ERR(attn_forward(&c, NULL, &ok, 1, NULL, e_), ATTN_EINVAL,
+               "weights");
+    attn_config c2 = c;
+    c2.d_model_ctx = 6;
+    EXPECT_ERR(attn_forward(&c2, &w, &ok, 1, NULL, e_), ATTN_EINVAL,
+               "d_model_ctx");
+    /* H * t * s overflows size_t: nothing may be allocated or touched */
+    attn_config big = c;
+    big.n_heads = big.n_kv_heads = 1 << 20;
+    s = ok, s.t = s.s = s.t_valid = s.s_valid = INT_MAX;
+    EXPECT_ERR(attn_forward(&big, &w, &s, 1, NULL, e_), ATTN_EOVERFLOW,
+               "seqs[0]");
+    /* raw */
+    attn_raw r = {.t = 2, .s = 2, .q = buf, .k = buf, .v = buf, .y = y};
+    attn_config rc = {.n_heads = 1, .head_dim = 2, .v_head_dim = 2};
+    attn_raw rb = r;
+    rb.k = NULL;
+    EXPECT_ERR(attn_forward_raw(&rc, &rb, 1, NULL, e_), ATTN_EINVAL,
+               "items[0].k");
+    rb = r, rb.s = 0;
+    EXPECT_ERR(attn_forward_raw(&rc, &rb, 1, NULL, e_), ATTN_EINVAL,
+               "items[0].s");
+    rb = r, rb.t = rb.s = INT_MAX;
+    attn_config rbig = rc;
+    rbig.n_heads = 1 << 30;
+    EXPECT_ERR(attn_forward_raw(&rbig, &rb, 1, NULL, e_), ATTN_EOVERFLOW,
+               "items[0]");
+    attn_config rc0 = rc;
+    rc0.head_dim = 0;
+    EXPECT_ERR(attn_forward_raw(&rc0, &r, 1, NULL, e_), ATTN_EINVAL,
+               "head_dim");
+    EXPECT_ERR(attn_plan_create_raw(NULL, &rc, &r, 1, e_), ATTN_EINVAL,
+               "out");
+    /* the NULL plan is inert */
+    ck_assert_int_eq(attn_plan_n_stages(NULL), 0);
+    ck_assert_uint_eq(attn_plan_n_tiles(NULL, 0), 0);
+    attn_plan_run_tile(NULL, 0, 0);
+    attn_plan_destroy(NULL);
+    ck_assert_str_eq(attn_strerror(ATTN_EOVERFLOW), "size overflow");
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("attn_props");
+    TCase *tc = tcase_create("properties");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_loop_test(tc, prop_softmax_rows_and_convexity, 0, 4);
+    tcase_add_loop_test(tc, prop_fused_equals_maps, 0, 4);
+    tcase_add_test(tc, prop_permutation_equivariance);
+    tcase_add_test(tc, prop_padding_and_batching);
+    tcase_add_test(tc, plan_tiles_any_order_and_linear_memory);
+    suite_add_tcase(s, tc);
+    TCase *bad = tcase_create("bad_arguments");
+    tcase_add_test(bad, bad_config);
+    tcase_add_test(bad, bad_plan_arguments);
+    suite_add_tcase(s, bad);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,138 @@
+/*
+ * test_kernel.c - core/kernel.c: RoPE against hand-computed rotations, and
+ * the per-head kernels on block edges (row blocks past ATTN__BQ, key
+ * blocks past ATTN__BK, t != s) against a naive double-precision softmax.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/kernel.h"
+#include "testutil.h"
+
+START_TEST(rope_known_rotation)
+{
+    /* theta 10000, rot 4: freq_0 = 1, freq_1 = 10000^(-1/2) = 0.01.
+     * Pairs (0, 2) and (1, 3); dims past rot untouched. */
+    float cs[3 * 4];
+    attn__rope_table(cs, 3, 4, 10000.0);
+    ck_assert(fabsf(cs[0] - 1) < 1e-7f && fabsf(cs[2]) < 1e-7f); /* pos 0 */
+    ck_assert(fabsf(cs[4 + 0] - cosf(1.0f)) < 1e-6f);
+    ck_assert(fabsf(cs[4 + 1] - cosf(0.01f)) < 1e-6f);
+    ck_assert(fabsf(cs[4 + 2] - sinf(1.0f)) < 1e-6f);
+    ck_assert(fabsf(cs[8 + 3] - sinf(0.02f)) < 1e-6f);
+    /* 3 rows x 2 heads x d_k 6 */
+    float x[3 * 12];
+    for (int i = 0; i < 36; i++)
+        x[i] = (float)(i % 6 + 1);
+    attn__rope_rows(x, 12, 0, 3, 2, 6, 4, cs);
+    /* row 0 unchanged */
+    for (int i = 0; i < 12; i++)
+        ck_assert(x[i] == (float)(i % 6 + 1));
+    /* row 1, head 1: [1,2,3,4,5,6] -> pair (x0, x2) by angle 1, (x1, x3)
+     * by angle 0.01 */
+    const float *r = x + 12 + 6;
+    ck_assert(fabsf(r[0] - (1 * cosf(1) - 3 * sinf(1))) < 1e-6f);
+    ck_assert(fabsf(r[2] - (3 * cosf(1) + 1 * sinf(1))) < 1e-6f);
+    ck_assert(fabsf(r[1] - (2 * cosf(0.01f) - 4 * sinf(0.01f))) < 1e-6f);
+    ck_assert(fabsf(r[3] - (4 * cosf(0.01f) + 2 * sinf(0.01f))) < 1e-6f);
+    ck_assert(r[4] == 5 && r[5] == 6);
+    /* rotations keep each pair's norm */
+    const float *r2 = x + 24;
+    ck_assert(fabsf(r2[0] * r2[0] + r2[2] * r2[2] - 10) < 1e-5f);
+}
+END_TEST
+
+/* Naive reference of one head in double. */
+static void naive(const attn__head *h, double *o, double *a)
+{
+    for (int i = 0; i < h->t; i++) {
+        double mx = -INFINITY, sum = 0;
+        double *ar = a + (size_t)i * h->s;
+        for (int j = 0; j < h->s; j++) {
+            int vis = i < h->t_valid && j < h->s_valid &&
+                      (!h->causal || j <= i) &&
+                      (!h->mask || h->mask[(size_t)i * h->s + j]);
+            double d = 0;
+            for (int c = 0; c < h->dk; c++)
+                d += (double)h->q[i * h->ldq + c] * h->k[j * h->ldk + c];
+            ar[j] = vis ? d * h->scale : -INFINITY;
+            if (ar[j] > mx)
+                mx = ar[j];
+        }
+        for (int j = 0; j < h->s; j++) {
+            ar[j] = mx == -INFINITY ? 0 : exp(ar[j] - mx);
+            sum += ar[j];
+        }
+        for (int c = 0; c < h->dv; c++) {
+            double acc = 0;
+            for (int j = 0; j < h->s; j++)
+                acc += ar[j] * h->v[j * h->ldv + c];
+            o[(size_t)i * h->dv + c] = sum > 0 ? acc / sum : 0;
+        }
+        for (int j = 0; j < h->s; j++)
+            ar[j] = sum > 0 ? ar[j] / sum : 0;
+    }
+}
+
+START_TEST(kernel_block_edges)
+{
+    /* loop: t, s straddle ATTN__BQ / ATTN__BK; strided (ld > width) rows */
+    static const int ts[][2] = {{1, 1}, {65, 129}, {130, 64}, {64, 257},
+                                {200, 200}};
+    int t = ts[_i][0], s = ts[_i][1], dk = 5, dv = 3;
+    tu_rng g = {1000u + (unsigned)_i};
+    float *q = tu_randn(&g, (size_t)t * 7, 2.0f);
+    float *k = tu_randn(&g, (size_t)s * 9, 2.0f);
+    float *v = tu_randn(&g, (size_t)s * 4, 1.0f);
+    float *o = tu_fill((size_t)t * 6, NAN), *a = tu_fill((size_t)t * s, NAN);
+    uint8_t *m = malloc((size_t)t * s);
+    for (size_t i = 0; i < (size_t)t * s; i++)
+        m[i] = tu_uniform(&g) > -0.6f;
+    double *ro = malloc(sizeof(double) * (size_t)t * dv);
+    double *ra = malloc(sizeof(double) * (size_t)t * s);
+    for (int variant = 0; variant < 4; variant++) {
+        attn__head h = {.t = t, .s = s, .t_valid = t - (variant & 1) * t / 3,
+                        .s_valid = s - (variant & 1) * s / 4,
+                        .causal = variant >= 2, .dk = dk, .dv = dv,
+                        .scale = 0.4f, .mask = variant == 3 ? m : NULL,
+                        .q = q, .k = k, .v = v, .o = o, .ldq = 7, .ldk = 9,
+                        .ldv = 4, .ldo = 6};
+        naive(&h, ro, ra);
+        for (int maps = 0; maps < 2; maps++) {
+            h.att = maps ? a : NULL;
+            /* two calls that split the rows unevenly */
+            attn__head_block(&h, 0, t / 3);
+            attn__head_block(&h, t / 3, t);
+            for (int i = 0; i < t; i++)
+                for (int c = 0; c < dv; c++) {
+                    double want = ro[(size_t)i * dv + c];
+                    float got = o[(size_t)i * 6 + c];
+                    ck_assert_msg(fabs(got - want) < 1e-5 + 1e-4 * fabs(want),
+                                  "t %d s %d var %d maps %d o[%d][%d] %g "
+                                  "want %g",
+                                  t, s, variant, maps, i, c, got, want);
+                }
+            for (size_t i = 0; maps && i < (size_t)t * s; i++)
+                ck_assert(fabs(a[i] - ra[i]) < 1e-6 &&
+                          (ra[i] != 0 || a[i] == 0.0f));
+        }
+    }
+    free(q), free(k), free(v), free(o), free(a), free(m), free(ro), free(ra);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("kernel");
+    TCase *tc = tcase_create("kernel");
+    tcase_add_test(tc, rope_known_rotation);
+    tcase_add_loop_test(tc, kernel_block_edges, 0, 5);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

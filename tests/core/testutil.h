@@ -1,0 +1,69 @@
+/*
+ * testutil.h - small helpers shared by the tests/core Check suites
+ * (header-only: each suite is its own binary).
+ */
+#ifndef ATTN_TESTUTIL_H
+#define ATTN_TESTUTIL_H
+
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Deterministic xorshift generator; uniform floats in [-1, 1). */
+typedef struct tu_rng {
+    uint64_t s;
+} tu_rng;
+
+static inline float tu_uniform(tu_rng *r)
+{
+    r->s ^= r->s << 13;
+    r->s ^= r->s >> 7;
+    r->s ^= r->s << 17;
+    return (float)((r->s >> 40) / (double)(1u << 24)) * 2.0f - 1.0f;
+}
+
+static inline float *tu_randn(tu_rng *r, size_t n, float amp)
+{
+    float *p = malloc(n * sizeof(float) + 1);
+    ck_assert_ptr_nonnull(p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = amp * tu_uniform(r);
+    return p;
+}
+
+static inline float *tu_fill(size_t n, float v)
+{
+    float *p = malloc(n * sizeof(float) + 1);
+    ck_assert_ptr_nonnull(p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = v;
+    return p;
+}
+
+/* |a - b| <= atol or <= rtol * |b|, element by element; names the first
+ * failing index. */
+#define tu_assert_close(what, a, b, n, atol, rtol)                            \
+    do {                                                                      \
+        const float *a_ = (a), *b_ = (b);                                     \
+        for (size_t i_ = 0; i_ < (size_t)(n); i_++) {                         \
+            float d_ = fabsf(a_[i_] - b_[i_]);                                \
+            if (!(d_ <= (atol) || d_ <= (rtol)*fabsf(b_[i_])))                \
+                ck_abort_msg("%s[%zu] = %.7g, expected %.7g (diff %.3g)",     \
+                             (what), i_, (double)a_[i_], (double)b_[i_],      \
+                             (double)d_);                                     \
+        }                                                                     \
+    } while (0)
+
+/* Equal to the value printed with `digits` decimals (rounding). */
+#define tu_assert_printed(what, got, printed, digits)                         \
+    do {                                                                      \
+        double g_ = (got), p_ = (printed);                                    \
+        double h_ = 0.5 * pow(10.0, -(digits)) + 1e-9;                        \
+        if (!(fabs(g_ - p_) <= h_))                                           \
+            ck_abort_msg("%s = %.7f does not print as %.*f", (what), g_,      \
+                         (int)(digits), p_);                                  \
+    } while (0)
+
+#endif

@@ -1,0 +1,457 @@
+/* test_maps.c - the retained-map store (server/maps.c) and its HTTP
+ * rendering (server/maps_http.c). Expected values are worked by hand in
+ * the comments, never produced by the code under test. */
+#include <check.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/attn.h"
+#include "server/maps.h"
+#include "server/maps_int.h"
+
+/* A map whose every cell is distinct: value = base + b*1000 + h*100 +
+ * i*S + j (exact in float for the sizes used here). */
+static float *pattern(int b, int h, int t, int s, float base)
+{
+    float *m = malloc((size_t)b * h * t * s * sizeof(float));
+    int x, y, i, j;
+
+    for (x = 0; x < b; x++)
+        for (y = 0; y < h; y++)
+            for (i = 0; i < t; i++)
+                for (j = 0; j < s; j++)
+                    m[(((size_t)x * h + y) * t + i) * s + j] =
+                        base + (float)(x * 1000 + y * 100 + i * s + j);
+    return m;
+}
+
+static int put(maps_store *st, const char *model, const float *a, int b,
+               int h, int t, int s, char *id)
+{
+    maps_put_args args = {.model = model, .b = b, .h = h, .t = t, .s = s,
+                          .attention = a};
+    char err[ATTN_ERRMAX];
+    return maps_put(st, &args, id, err);
+}
+
+/* The bytes one [1, 1, 4, 4] entry without labels counts. */
+static size_t entry_bytes(void)
+{
+    return 16 * sizeof(float) + sizeof(maps__entry) + 2 * sizeof(int32_t);
+}
+
+START_TEST(test_roundtrip_exact)
+{
+    maps_store *st;
+    float *a = pattern(2, 3, 4, 5, 0.5f), *out;
+    char id[MAPS_ID_MAX], err[ATTN_ERRMAX];
+    int rows, cols, rb, cb, b, h, i;
+    maps_info info;
+
+    ck_assert_int_eq(maps_store_create(&st, 1 << 20), 0);
+    ck_assert_int_eq(put(st, "demo", a, 2, 3, 4, 5, id), 0);
+    ck_assert_int_eq(maps_info_get(st, id, &info), 0);
+    ck_assert_str_eq(info.model, "demo");
+    ck_assert_int_eq(info.b, 2);
+    ck_assert_int_eq(info.h, 3);
+    ck_assert_int_eq(info.t, 4);
+    ck_assert_int_eq(info.s, 5);
+    for (b = 0; b < 2; b++)
+        for (h = 0; h < 3; h++) {
+            ck_assert_int_eq(maps_slice(st, id, b, h, 0, &out, &rows, &cols,
+                                        &rb, &cb, err), 0);
+            ck_assert_int_eq(rows, 4);
+            ck_assert_int_eq(cols, 5);
+            ck_assert_int_eq(rb, 1);
+            ck_assert_int_eq(cb, 1);
+            for (i = 0; i < 20; i++)
+                ck_assert_float_eq(out[i],
+                                   0.5f + (float)(b * 1000 + h * 100 + i));
+            free(out);
+        }
+    /* Mean over heads of b=1, cell 7: (1000+7 + 1100+7 + 1200+7)/3 + 0.5 */
+    ck_assert_int_eq(maps_slice(st, id, 1, -1, 0, &out, &rows, &cols, NULL,
+                                NULL, err), 0);
+    ck_assert_float_eq_tol(out[7], 1107.5f, 1e-3f);
+    free(out);
+    /* Out of range b and h are refused, naming the parameter. */
+    ck_assert_int_eq(maps_slice(st, id, 2, 0, 0, &out, &rows, &cols, NULL,
+                                NULL, err), ATTN_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "b:"));
+    ck_assert_int_eq(maps_slice(st, id, 0, 3, 0, &out, &rows, &cols, NULL,
+                                NULL, err), ATTN_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "h:"));
+    maps_store_destroy(st);
+    free(a);
+}
+END_TEST
+
+START_TEST(test_evict_oldest_by_bytes)
+{
+    maps_store *st;
+    float *a = pattern(1, 1, 4, 4, 0.0f), *out;
+    char id1[MAPS_ID_MAX], id2[MAPS_ID_MAX], id3[MAPS_ID_MAX];
+    char err[ATTN_ERRMAX];
+    maps_info list[8];
+    size_t used, n;
+    uint64_t evicted;
+    int rows, cols;
+
+    /* Room for exactly two entries. */
+    ck_assert_int_eq(maps_store_create(&st, 2 * entry_bytes()), 0);
+    ck_assert_int_eq(put(st, "m", a, 1, 1, 4, 4, id1), 0);
+    ck_assert_int_eq(put(st, "m", a, 1, 1, 4, 4, id2), 0);
+    maps_stats(st, &used, NULL, &n, &evicted);
+    ck_assert_uint_eq(used, 2 * entry_bytes());
+    ck_assert_uint_eq(n, 2);
+    ck_assert_uint_eq(evicted, 0);
+    ck_assert_int_eq(put(st, "m", a, 1, 1, 4, 4, id3), 0);
+    maps_stats(st, &used, NULL, &n, &evicted);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_uint_eq(evicted, 1);
+    /* The oldest went; the two newest remain, listed newest first. */
+    ck_assert_int_eq(maps_info_get(st, id1, &list[0]), ATTN_ENOTFOUND);
+    ck_assert_int_eq(maps_slice(st, id1, 0, 0, 0, &out, &rows, &cols, NULL,
+                                NULL, err), ATTN_ENOTFOUND);
+    ck_assert_uint_eq(maps_list(st, list, 8), 2);
+    ck_assert_str_eq(list[0].id, id3);
+    ck_assert_str_eq(list[1].id, id2);
+    ck_assert_str_ne(id1, id2);
+    ck_assert_str_ne(id2, id3);
+    maps_store_destroy(st);
+    free(a);
+}
+END_TEST
+
+START_TEST(test_too_large_refused)
+{
+    maps_store *st;
+    float *a = pattern(1, 2, 8, 8, 0.0f);
+    char id[MAPS_ID_MAX], id2[MAPS_ID_MAX], err[ATTN_ERRMAX];
+    maps_put_args args = {.model = "m", .b = 1, .h = 2, .t = 8, .s = 8,
+                          .attention = a};
+    size_t n;
+
+    ck_assert_int_eq(maps_store_create(&st, 2 * entry_bytes()), 0);
+    ck_assert_int_eq(put(st, "m", a, 1, 1, 4, 4, id), 0);
+    /* 2*8*8 floats = 512 bytes > the whole store: refused, nothing
+     * evicted. */
+    ck_assert_int_eq(maps_put(st, &args, id2, err), ATTN_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "maps_bytes"));
+    maps_stats(st, NULL, NULL, &n, NULL);
+    ck_assert_uint_eq(n, 1);
+    /* Bad shapes and label counts name the field. */
+    args.h = 0;
+    ck_assert_int_eq(maps_put(st, &args, id2, err), ATTN_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "attention"));
+    args.h = 1;
+    args.t = 2;
+    args.s = 2;
+    {
+        const char *tok[3] = {"a", "b", "c"};
+        args.tokens = tok;
+        args.n_tokens = 3;
+        ck_assert_int_eq(maps_put(st, &args, id2, err), ATTN_EINVAL);
+        ck_assert_ptr_nonnull(strstr(err, "parameters.tokens"));
+    }
+    maps_store_destroy(st);
+    free(a);
+}
+END_TEST
+
+START_TEST(test_pool_max_exact)
+{
+    /* 5 x 7 map, cell (i, j) = i*7 + j. max=2 gives blocks of
+     * ceil(5/2)=3 rows by ceil(7/2)=4 columns, so a 2 x 2 result:
+     *   rows 0-2, cols 0-3 -> max at (2,3) = 17
+     *   rows 0-2, cols 4-6 -> (2,6) = 20
+     *   rows 3-4, cols 0-3 -> (4,3) = 31
+     *   rows 3-4, cols 4-6 -> (4,6) = 34 */
+    float in[35], out[4];
+    int i, rows, cols, rb, cb;
+
+    for (i = 0; i < 35; i++)
+        in[i] = (float)i;
+    ck_assert_int_eq(maps_pool_max(in, 5, 7, 2, out, &rows, &cols, &rb,
+                                   &cb), 0);
+    ck_assert_int_eq(rows, 2);
+    ck_assert_int_eq(cols, 2);
+    ck_assert_int_eq(rb, 3);
+    ck_assert_int_eq(cb, 4);
+    ck_assert_float_eq(out[0], 17.0f);
+    ck_assert_float_eq(out[1], 20.0f);
+    ck_assert_float_eq(out[2], 31.0f);
+    ck_assert_float_eq(out[3], 34.0f);
+    /* A max in the middle of a block wins over its corners: negate all
+     * but cell (1, 5) = 12, which lies in block (0, 1). */
+    for (i = 0; i < 35; i++)
+        in[i] = -(float)i;
+    in[12] = 0.25f;
+    maps_pool_max(in, 5, 7, 2, out, &rows, &cols, NULL, NULL);
+    ck_assert_float_eq(out[0], 0.0f);  /* cell (0,0) = -0 */
+    ck_assert_float_eq(out[1], 0.25f);
+    ck_assert_float_eq(out[2], -21.0f); /* cell (3,0) */
+    ck_assert_float_eq(out[3], -25.0f); /* cell (3,4) */
+}
+END_TEST
+
+START_TEST(test_pool_identity_4096)
+{
+    /* An identity map at T = 4096 pooled to max=64: 64-row blocks, so
+     * the 64 x 64 overview is the identity again, exactly. */
+    enum { T = 4096, N = 64 };
+    maps_store *st;
+    float *a = calloc((size_t)T * T, sizeof(float)), *out;
+    char id[MAPS_ID_MAX], err[ATTN_ERRMAX];
+    int i, j, rows, cols, rb, cb;
+
+    for (i = 0; i < T; i++)
+        a[(size_t)i * T + i] = 1.0f;
+    ck_assert_int_eq(maps_store_create(&st, (size_t)80 << 20), 0);
+    ck_assert_int_eq(put(st, "sdpa", a, 1, 1, T, T, id), 0);
+    ck_assert_int_eq(maps_slice(st, id, 0, 0, N, &out, &rows, &cols, &rb,
+                                &cb, err), 0);
+    ck_assert_int_eq(rows, N);
+    ck_assert_int_eq(cols, N);
+    ck_assert_int_eq(rb, T / N);
+    for (i = 0; i < N; i++)
+        for (j = 0; j < N; j++)
+            ck_assert_float_eq(out[i * N + j], i == j ? 1.0f : 0.0f);
+    free(out);
+    /* max=1000 does not divide 4096: blocks of 5 -> 820 x 820 cells. */
+    ck_assert_int_eq(maps_slice(st, id, 0, 0, 1000, &out, &rows, &cols,
+                                &rb, &cb, err), 0);
+    ck_assert_int_eq(rb, 5);
+    ck_assert_int_eq(rows, 820);
+    ck_assert_float_eq(out[819 * 820 + 819], 1.0f); /* rows 4095.. */
+    ck_assert_float_eq(out[819 * 820 + 818], 0.0f);
+    free(out);
+    maps_store_destroy(st);
+    free(a);
+}
+END_TEST
+
+START_TEST(test_reader_outlives_eviction)
+{
+    maps_store *st;
+    float *a = pattern(1, 1, 4, 4, 3.0f);
+    char id1[MAPS_ID_MAX], id2[MAPS_ID_MAX], id3[MAPS_ID_MAX];
+    maps__entry *e;
+
+    ck_assert_int_eq(maps_store_create(&st, 2 * entry_bytes()), 0);
+    ck_assert_int_eq(put(st, "m", a, 1, 1, 4, 4, id1), 0);
+    e = maps__acquire(st, id1);
+    ck_assert_ptr_nonnull(e);
+    ck_assert_int_eq(put(st, "m", a, 1, 1, 4, 4, id2), 0);
+    ck_assert_int_eq(put(st, "m", a, 1, 1, 4, 4, id3), 0);
+    /* Evicted from the list, still readable by its holder (ASan checks). */
+    ck_assert_ptr_null(maps__acquire(st, id1));
+    ck_assert_float_eq(e->attention[15], 18.0f);
+    maps__release(e);
+    maps_store_destroy(st);
+    free(a);
+}
+END_TEST
+
+/* Query-string lookup over a NULL-terminated key, value list. */
+static const char *kv_arg(void *ctx, const char *key)
+{
+    const char **kv = ctx;
+    for (; kv[0]; kv += 2)
+        if (strcmp(kv[0], key) == 0)
+            return kv[1];
+    return NULL;
+}
+
+static json_t *get_json(maps_store *st, const char *path, const char **kv,
+                        int want_status)
+{
+    maps_reply r;
+    json_error_t jerr;
+    json_t *o;
+
+    ck_assert_int_eq(maps_http_get(st, path, kv_arg, kv, &r), 0);
+    ck_assert_int_eq(r.status, want_status);
+    ck_assert_str_eq(r.content_type, "application/json");
+    o = json_loadb(r.body, r.len, 0, &jerr);
+    ck_assert_msg(o != NULL, "bad JSON: %s", jerr.text);
+    free(r.body);
+    return o;
+}
+
+START_TEST(test_http_routes)
+{
+    maps_store *st;
+    float *a = pattern(1, 2, 3, 3, 0.0f);
+    const char *tok[3] = {"the", "cat", "\"sat\""};
+    maps_put_args args = {.model = "demo", .b = 1, .h = 2, .t = 3, .s = 3,
+                          .attention = a, .causal = 1, .tokens = tok,
+                          .n_tokens = 3};
+    char id[MAPS_ID_MAX], id2[MAPS_ID_MAX], err[ATTN_ERRMAX], path[96];
+    const char *none[] = {NULL};
+    json_t *o, *data;
+    maps_reply r;
+    size_t i;
+
+    ck_assert_int_eq(maps_store_create(&st, 1 << 20), 0);
+    ck_assert_int_eq(maps_put(st, &args, id, err), 0);
+    ck_assert_int_eq(put(st, "sdpa", a, 1, 1, 3, 3, id2), 0);
+
+    o = get_json(st, "/v2/maps", none, 200);
+    ck_assert_uint_eq(json_array_size(json_object_get(o, "maps")), 2);
+    ck_assert_str_eq(json_string_value(json_object_get(
+                         json_array_get(json_object_get(o, "maps"), 0),
+                         "id")), id2);
+    json_decref(o);
+
+    snprintf(path, sizeof(path), "/v2/maps/%s", id);
+    o = get_json(st, path, none, 200);
+    ck_assert_str_eq(json_string_value(json_object_get(o, "model")), "demo");
+    ck_assert_int_eq(json_integer_value(json_array_get(
+                         json_object_get(o, "shape"), 1)), 2);
+    ck_assert_str_eq(json_string_value(json_array_get(
+                         json_object_get(o, "tokens"), 2)), "\"sat\"");
+    ck_assert_str_eq(json_string_value(json_array_get(
+                         json_object_get(o, "key_tokens"), 0)), "the");
+    ck_assert(json_is_true(json_object_get(o, "causal")));
+    json_decref(o);
+
+    /* Head 1 of b=0: cell (i, j) = 100 + 3i + j. */
+    snprintf(path, sizeof(path), "/v2/maps/%s/attention", id);
+    {
+        const char *kv[] = {"b", "0", "h", "1", NULL};
+        o = get_json(st, path, kv, 200);
+    }
+    data = json_object_get(o, "data");
+    ck_assert_uint_eq(json_array_size(data), 9);
+    for (i = 0; i < 9; i++)
+        ck_assert_float_eq(json_number_value(json_array_get(data, i)),
+                           100.0 + (double)i);
+    json_decref(o);
+
+    /* format=f32 and max=2: blocks of 2, cell (0,0) = max(100,101,103,104)
+     * = 104, (0,1) = 105, (1,0) = 107, (1,1) = 108. */
+    {
+        const char *kv[] = {"h", "1", "max", "2", "format", "f32", NULL};
+        float want[4] = {104, 105, 107, 108};
+        ck_assert_int_eq(maps_http_get(st, path, kv_arg, kv, &r), 0);
+        ck_assert_int_eq(r.status, 200);
+        ck_assert_str_eq(r.content_type, "application/octet-stream");
+        ck_assert_str_eq(r.shape, "2,2");
+        ck_assert_uint_eq(r.len, 16);
+        ck_assert_mem_eq(r.body, want, 16);
+        free(r.body);
+    }
+    /* Bad parameters: 400 naming them. Unknown ids: 404. */
+    {
+        const char *bad[][3] = {{"b", "x", "b:"},  {"b", "1", "b:"},
+                                {"h", "-1", "h:"}, {"h", "2", "h:"},
+                                {"max", "0", "max:"},
+                                {"format", "npy", "format:"}};
+        for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+            const char *kv[] = {bad[i][0], bad[i][1], NULL};
+            o = get_json(st, path, kv, 400);
+            ck_assert_msg(strstr(json_string_value(json_object_get(
+                                     o, "error")), bad[i][2]) != NULL,
+                          "case %zu", i);
+            json_decref(o);
+        }
+    }
+    o = get_json(st, "/v2/maps/m999-000000", none, 404);
+    json_decref(o);
+    o = get_json(st, "/v2/maps/m999-000000/attention", none, 404);
+    json_decref(o);
+    o = get_json(st, "/v2/maps/..%2f/attention", none, 404);
+    json_decref(o);
+    snprintf(path, sizeof(path), "/v2/maps/%s/scores", id);
+    o = get_json(st, path, none, 404);
+    json_decref(o);
+    maps_store_destroy(st);
+    free(a);
+}
+END_TEST
+
+/* Many threads put and read concurrently through a small store; every
+ * read that succeeds must see exactly the pattern its writer stored. */
+typedef struct worker_arg {
+    maps_store *st;
+    int seed;
+    int bad;
+} worker_arg;
+
+static void *worker(void *p)
+{
+    worker_arg *w = p;
+    char id[MAPS_ID_MAX], err[ATTN_ERRMAX];
+    int it, i, rows, cols;
+
+    for (it = 0; it < 200; it++) {
+        float base = (float)(w->seed * 10000 + it);
+        float *a = pattern(1, 1, 8, 8, base), *out;
+        if (put(w->st, "m", a, 1, 1, 8, 8, id) != 0)
+            w->bad++;
+        if (maps_slice(w->st, id, 0, 0, 0, &out, &rows, &cols, NULL, NULL,
+                       err) == 0) {
+            for (i = 0; i < 64; i++)
+                if (out[i] != base + (float)i)
+                    w->bad++;
+            free(out);
+        }
+        free(a);
+    }
+    return NULL;
+}
+
+START_TEST(test_threads)
+{
+    maps_store *st;
+    pthread_t th[4];
+    worker_arg wa[4];
+    maps_info list[64];
+    int i;
+
+    ck_assert_int_eq(maps_store_create(&st, 6 * (64 * sizeof(float) +
+                                                 sizeof(maps__entry) + 8)),
+                     0);
+    for (i = 0; i < 4; i++) {
+        wa[i] = (worker_arg){.st = st, .seed = i + 1};
+        ck_assert_int_eq(pthread_create(&th[i], NULL, worker, &wa[i]), 0);
+    }
+    for (i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_int_eq(wa[i].bad, 0);
+    }
+    ck_assert_uint_le(maps_list(st, list, 64), 6);
+    maps_store_destroy(st);
+}
+END_TEST
+
+static Suite *maps_suite(void)
+{
+    Suite *s = suite_create("maps");
+    TCase *tc = tcase_create("store");
+
+    tcase_add_test(tc, test_roundtrip_exact);
+    tcase_add_test(tc, test_evict_oldest_by_bytes);
+    tcase_add_test(tc, test_too_large_refused);
+    tcase_add_test(tc, test_pool_max_exact);
+    tcase_add_test(tc, test_pool_identity_4096);
+    tcase_add_test(tc, test_reader_outlives_eviction);
+    tcase_add_test(tc, test_http_routes);
+    tcase_add_test(tc, test_threads);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(maps_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
