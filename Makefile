@@ -48,7 +48,7 @@ UNIT_BIN := $(UNIT_SRC:%.c=$(BUILD)/%)
 
 obj = $(1:%.c=$(BUILD)/%.o)
 
-.PHONY: all run test deps deps-test check-unit bench clean format
+.PHONY: all run test deps deps-test check-unit check-web bench clean format
 all: deps $(if $(wildcard server/main.c),$(ATTND)) $(UNIT_BIN)
 
 deps:
@@ -82,6 +82,33 @@ $(BUILD)/tests/%: tests/%.c $(LINK_LIBS)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(LINK_LIBS) $(CHECK_LIBS) \
 	    $(LDFLAGS_ALL) $(LIBS_ALL)
 
+# --- web: the visualiser (server/web/*) compiled into the daemon --------
+# tools/embed.c turns the files into a table (server/web.h) linked into
+# libattnd.a, so attnd serves / and /web/<file> with no files on disk.
+WEB_FILES := $(sort $(notdir $(wildcard server/web/*.html server/web/*.js \
+                                         server/web/*.css)))
+WEB_GEN := $(BUILD)/gen/web_assets.c
+EMBED := $(BUILD)/tools/embed
+$(EMBED): tools/embed.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(LDFLAGS_ALL)
+$(WEB_GEN): $(EMBED) $(addprefix server/web/,$(WEB_FILES))
+	@mkdir -p $(dir $@)
+	$(EMBED) $@ server/web $(WEB_FILES)
+$(BUILD)/gen/web_assets.o: $(WEB_GEN)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+$(SERVER_LIB): $(BUILD)/gen/web_assets.o
+
+# Browser tests: Debian's chromium driven by playwright-core (npm, no
+# browser download) against an attnd each test file starts itself.
+tests/web/node_modules/playwright-core/package.json: tests/web/package.json \
+        tests/web/package-lock.json
+	cd tests/web && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+check-web: deps-test all tests/web/node_modules/playwright-core/package.json
+	@cd tests/web && ATTND=$(abspath $(ATTND)) node --test \
+	    --test-concurrency=1 --test-reporter=tap
+
 # Each Check binary prints its own summary; the loop fails if any fails.
 check-unit: deps $(UNIT_BIN)
 	@fail=0; for t in $(UNIT_BIN); do echo "== $$t"; \
@@ -91,6 +118,7 @@ check-unit: deps $(UNIT_BIN)
 test: deps-test
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory check-unit
+	@$(MAKE) --no-print-directory check-web
 	@$(MAKE) --no-print-directory check-deploy
 
 # --- deploy/ (issue 6): k8s manifests, nginx failover, container image ---

@@ -14,6 +14,19 @@
  * Tensor data is decoded to host types: FP32/FP16/BF16 -> float, INT32 ->
  * int32_t, INT64 -> int64_t (range-checked by the caller), BOOL -> uint8_t
  * (0/1). The request owns its decoded buffers.
+ *
+ * Floating-point data must be finite: JSON has no NaN/Inf, a JSON number
+ * outside the FP32 range is refused, and binary FP32/FP16/BF16 elements
+ * that are NaN or Inf are refused too (naming the element). BOOL binary
+ * bytes must be 0 or 1. FP16/BF16 travel only as binary data (as in Triton);
+ * BYTES is refused as an input.
+ *
+ * Error codes (the daemon maps them to HTTP statuses):
+ *   ATTN_EINVAL    malformed request: JSON, field type, shape, data      400
+ *   ATTN_EOVERFLOW over a limit: max_elements/inputs/outputs/tokens, the
+ *                  memory budget, or a size product that overflows       400
+ *                  (413 is also defensible for the budget; Triton: 400)
+ *   ATTN_ENOMEM    allocation failed                                    500
  */
 #ifndef ATTN_OIP_H
 #define ATTN_OIP_H
@@ -22,8 +35,18 @@
 #include <stdint.h>
 
 #define OIP_MAX_RANK 8
-#define OIP_MAX_NAME 64
+#define OIP_MAX_NAME 64   /* tensor names: at most OIP_MAX_NAME - 1 bytes */
+#define OIP_MAX_ID 256    /* request id: at most OIP_MAX_ID - 1 bytes */
+#define OIP_MAX_TOKEN 256 /* one parameters.tokens label: < this many bytes */
+#define OIP_MAX_DEPTH 64  /* JSON nesting */
 #define OIP_ERRMAX 512
+
+/* Defaults used for limits left at 0 (or lim == NULL). */
+#define OIP_DEFAULT_MAX_ELEMENTS ((size_t)1 << 26) /* 64 Mi elements */
+#define OIP_DEFAULT_MEMORY_BUDGET ((size_t)1 << 28) /* 256 MiB */
+#define OIP_DEFAULT_MAX_INPUTS 16
+#define OIP_DEFAULT_MAX_OUTPUTS 16
+#define OIP_DEFAULT_MAX_TOKENS 8192
 
 typedef enum oip_dtype {
     OIP_INVALID = 0,
@@ -39,12 +62,15 @@ typedef enum oip_dtype {
 const char *oip_dtype_name(oip_dtype t);      /* "FP32", ... */
 oip_dtype oip_dtype_parse(const char *name);  /* OIP_INVALID if unknown */
 
-/* Limits the decoder enforces; the daemon fills them from its settings. */
+/* Limits the decoder enforces; the daemon fills them from its settings.
+ * A field left at 0 takes its OIP_DEFAULT_* value. */
 typedef struct oip_limits {
     size_t max_elements;     /* per tensor */
-    size_t memory_budget;    /* bytes the decoded request may occupy */
+    size_t memory_budget;    /* bytes the decoded request may occupy,
+                                including an estimate of its JSON tree */
     int max_inputs;          /* inputs[] entries */
     int max_outputs;         /* outputs[] entries */
+    int max_tokens;          /* parameters.tokens entries */
 } oip_limits;
 
 typedef struct oip_tensor {
@@ -85,8 +111,11 @@ typedef struct oip_request {
  * Inference-Header-Content-Length header (the JSON part's length) or 0 when
  * absent (the whole body is JSON). Binary inputs (parameters.
  * binary_data_size) follow the header in input order and must use the body
- * exactly. On success req owns everything (free with oip_request_free); on
- * failure req is left empty and err names the field. Any thread.
+ * exactly. lim may be NULL (all defaults). Nothing is allocated before
+ * every shape, size and the memory budget has been checked. On success req
+ * owns everything (free with oip_request_free); on failure req is left
+ * empty (oip_request_free is still safe) and err (OIP_ERRMAX bytes, may be
+ * NULL) names the field. Any thread.
  */
 int oip_decode(oip_request *req, const char *body, size_t len,
                size_t header_len, const oip_limits *lim, char *err);
@@ -95,7 +124,8 @@ void oip_request_free(oip_request *req);
 /* oip_find_input: the input called name, or NULL. */
 const oip_tensor *oip_find_input(const oip_request *req, const char *name);
 
-/* One output to encode. data is FP32 (float), INT32 or BOOL (uint8_t). */
+/* One output to encode. data is FP32 (float), INT32 (int32_t), INT64
+ * (int64_t) or BOOL (uint8_t); dims >= 0. */
 typedef struct oip_output {
     const char *name;
     oip_dtype dtype;
@@ -111,13 +141,34 @@ typedef struct oip_output {
  * NULL. *body is malloc'd (caller frees); *header_len is the JSON part's
  * length when any output is binary (send it as
  * Inference-Header-Content-Length), else 0. Floats are printed so that they
- * parse back to the same float. Returns 0 or ATTN_ENOMEM-style negatives.
+ * parse back to the same float (9 significant digits, trailing zeros
+ * dropped). id and model_name are escaped. Returns 0, ATTN_ENOMEM, or
+ * ATTN_EINVAL (bad output description, a non-finite float in a JSON output,
+ * extra_params not a JSON object) with a message in err (may be NULL).
+ * Any thread.
  */
 int oip_encode(const char *model_name, const char *id,
                const oip_output *outs, int n_outs, const char *extra_params,
                char **body, size_t *len, size_t *header_len, char *err);
 
-/* oip_error_body: {"error": msg} as a malloc'd JSON string (escaped). */
+/* oip_error_body: {"error": msg} as a malloc'd JSON string (escaped; bytes
+ * that are not valid UTF-8 become U+FFFD). NULL only when out of memory. */
 char *oip_error_body(const char *msg);
+
+/* Element size on the wire (binary form): 1 BOOL, 2 FP16/BF16, 4 INT32/FP32,
+ * 8 INT64; 0 for BYTES/INVALID. */
+size_t oip_dtype_wire_size(oip_dtype t);
+
+/* Element size once decoded (see above): float for FP32/FP16/BF16. */
+size_t oip_dtype_host_size(oip_dtype t);
+
+/* IEEE binary16 and bfloat16 <-> float. To float: exact (normals,
+ * subnormals, +-0, +-inf; NaNs stay NaN with their payload). From float:
+ * round to nearest, ties to even; overflow gives inf; NaN stays NaN (quiet).
+ * Any thread. */
+float oip_fp16_to_float(uint16_t h);
+float oip_bf16_to_float(uint16_t b);
+uint16_t oip_float_to_fp16(float f);
+uint16_t oip_float_to_bf16(float f);
 
 #endif

@@ -11,6 +11,7 @@
  * either answers at once or suspends the connection until srv_respond.
  */
 #include "server/srv.h"
+#include "server/web.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -266,6 +267,12 @@ static enum MHD_Result queue_response(srv_req *r)
             *colon = 0;
             MHD_add_response_header(resp, r->extra_hdr, colon + 2);
         }
+    }
+    if (r->web_etag) {
+        MHD_add_response_header(resp, "ETag", r->web_etag);
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        MHD_add_response_header(resp, "Content-Security-Policy", WEB_CSP);
+        MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
     }
     if (r->origin[0]) {
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->origin);

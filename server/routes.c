@@ -6,6 +6,7 @@
  * (srv_respond*) or suspend the request (infer, load).
  */
 #include "server/srv.h"
+#include "server/web.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -157,7 +158,36 @@ static void h_maps(srv_req *r)
     srv_respond(r, rep.status, rep.content_type, rep.body, rep.len);
 }
 
-/* Web: the visualiser (GET /, /web/{}) goes here, one row each. */
+/* GET / and /web/{}: the visualiser's files, compiled in (web.h). A
+ * matching If-None-Match answers 304; http.c adds ETag, Cache-Control and
+ * the page's Content-Security-Policy when r->web_etag is set. */
+static void h_web(srv_req *r)
+{
+    const web_asset *a = web_asset_find(r->path);
+    const char *inm;
+    char *body;
+
+    if (!a) {
+        srv_respond_error(r, 404, "path: the visualiser has no file %s",
+                          r->path);
+        return;
+    }
+    r->web_etag = a->etag;
+    inm = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                      "If-None-Match");
+    if (inm && strcmp(inm, a->etag) == 0) {
+        srv_respond(r, 304, NULL, NULL, 0);
+        return;
+    }
+    body = malloc(a->len + 1);
+    if (!body) {
+        srv_respond_error(r, 500, "web: out of memory");
+        return;
+    }
+    memcpy(body, a->data, a->len);
+    srv_respond(r, 200, a->content_type, body, a->len);
+}
+
 const srv_route srv_routes[] = {
     {SRV_GET, "/v2/health/live", h_live, 0},
     {SRV_GET, "/v2/health/ready", h_ready, 0},
@@ -174,5 +204,7 @@ const srv_route srv_routes[] = {
     {SRV_GET, "/v2/maps", h_maps, 0},
     {SRV_GET, "/v2/maps/{}", h_maps, 0},
     {SRV_GET, "/v2/maps/{}/attention", h_maps, 0},
+    {SRV_GET, "/", h_web, 0},
+    {SRV_GET, "/web/{}", h_web, 0},
 };
 const size_t srv_n_routes = sizeof srv_routes / sizeof srv_routes[0];

@@ -126,6 +126,7 @@ struct srv_req {
     const char *ctype;
     const char *allow;     /* Allow header for 405 */
     char extra_hdr[96];    /* one more "Name: value" header, or "" */
+    const char *web_etag;  /* static; set for the visualiser's files */
     srv_job *job;          /* infer in progress, NULL otherwise */
     /* for the log line */
     char model[SRV_NAME_MAX];

@@ -1,0 +1,641 @@
+/*
+ * decode.c - an infer request body (JSON, or JSON header + binary tensors)
+ * to an oip_request. See oip.h for the contract and jscan.c for why the
+ * data arrays are cut out before jansson sees the text.
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/attn.h"
+#include "oip_internal.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "proto/ assumes a little-endian host (binary tensors are little-endian)"
+#endif
+
+/* Bytes a jansson value costs (json_t, hashtable/array slot, malloc
+ * overhead): the estimate that bounds the skeleton before it is parsed. */
+#define JSON_VALUE_COST 96
+
+static const struct {
+    const char *name;
+    oip_dtype t;
+    size_t wire, host;
+} dtypes[] = {
+    {"BOOL", OIP_BOOL, 1, 1},   {"INT32", OIP_INT32, 4, 4},
+    {"INT64", OIP_INT64, 8, 8}, {"FP16", OIP_FP16, 2, 4},
+    {"BF16", OIP_BF16, 2, 4},   {"FP32", OIP_FP32, 4, 4},
+    {"BYTES", OIP_BYTES, 0, 0},
+};
+#define N_DTYPES (sizeof dtypes / sizeof dtypes[0])
+
+const char *oip_dtype_name(oip_dtype t)
+{
+    for (size_t i = 0; i < N_DTYPES; i++)
+        if (dtypes[i].t == t)
+            return dtypes[i].name;
+    return "INVALID";
+}
+
+oip_dtype oip_dtype_parse(const char *name)
+{
+    for (size_t i = 0; name && i < N_DTYPES; i++)
+        if (!strcmp(dtypes[i].name, name))
+            return dtypes[i].t;
+    return OIP_INVALID;
+}
+
+size_t oip_dtype_wire_size(oip_dtype t)
+{
+    for (size_t i = 0; i < N_DTYPES; i++)
+        if (dtypes[i].t == t)
+            return dtypes[i].wire;
+    return 0;
+}
+
+size_t oip_dtype_host_size(oip_dtype t)
+{
+    for (size_t i = 0; i < N_DTYPES; i++)
+        if (dtypes[i].t == t)
+            return dtypes[i].host;
+    return 0;
+}
+
+void oip_request_free(oip_request *req)
+{
+    if (!req)
+        return;
+    for (int i = 0; i < req->n_inputs; i++)
+        free(req->inputs[i].data);
+    free(req->inputs);
+    free(req->outputs);
+    for (int i = 0; i < req->params.n_tokens; i++)
+        free(req->params.tokens[i]);
+    free(req->params.tokens);
+    free(req->id);
+    memset(req, 0, sizeof *req);
+}
+
+const oip_tensor *oip_find_input(const oip_request *req, const char *name)
+{
+    for (int i = 0; i < req->n_inputs; i++)
+        if (!strcmp(req->inputs[i].name, name))
+            return &req->inputs[i];
+    return NULL;
+}
+
+/* Per-input facts gathered before anything big is allocated. */
+typedef struct in_meta {
+    oip__span span;  /* JSON data, or len 0 */
+    int binary;      /* has parameters.binary_data_size */
+    size_t bin_off;  /* offset of its bytes after the JSON header */
+    size_t bin_size;
+} in_meta;
+
+static int add_size(size_t *acc, size_t v)
+{
+    if (*acc > SIZE_MAX - v)
+        return -1;
+    *acc += v;
+    return 0;
+}
+
+static int mul_size(size_t a, size_t b, size_t *out)
+{
+    if (a && b > SIZE_MAX / a)
+        return -1;
+    *out = a * b;
+    return 0;
+}
+
+static int get_bool(json_t *obj, const char *key, const char *field, int *out,
+                    char *err)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v)
+        return 0;
+    if (!json_is_boolean(v))
+        return oip__fail(err, ATTN_EINVAL, "%s: expected true or false",
+                         field);
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* parameters: causal, retain, binary_data_output, tokens. */
+static int decode_params(oip_request *req, json_t *root, int max_tokens,
+                         size_t *bytes, char *err)
+{
+    oip_params *pr = &req->params;
+    int rc;
+    pr->causal = -1;
+    json_t *p = json_object_get(root, "parameters");
+    if (!p)
+        return 0;
+    if (!json_is_object(p))
+        return oip__fail(err, ATTN_EINVAL, "parameters: expected an object");
+    if ((rc = get_bool(p, "causal", "parameters.causal", &pr->causal, err)) ||
+        (rc = get_bool(p, "retain", "parameters.retain", &pr->retain, err)) ||
+        (rc = get_bool(p, "binary_data_output",
+                       "parameters.binary_data_output",
+                       &pr->binary_data_output, err)))
+        return rc;
+    json_t *t = json_object_get(p, "tokens");
+    if (!t)
+        return 0;
+    if (!json_is_array(t))
+        return oip__fail(err, ATTN_EINVAL,
+                         "parameters.tokens: expected an array of strings");
+    size_t n = json_array_size(t);
+    if (n > (size_t)max_tokens)
+        return oip__fail(err, ATTN_EOVERFLOW,
+                         "parameters.tokens: %zu entries, at most %d", n,
+                         max_tokens);
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = json_array_get(t, i);
+        if (!json_is_string(s))
+            return oip__fail(err, ATTN_EINVAL,
+                             "parameters.tokens[%zu]: expected a string", i);
+        if (json_string_length(s) >= OIP_MAX_TOKEN)
+            return oip__fail(err, ATTN_EINVAL,
+                             "parameters.tokens[%zu]: longer than %d bytes", i,
+                             OIP_MAX_TOKEN - 1);
+    }
+    if (n == 0)
+        return 0;
+    pr->tokens = calloc(n, sizeof *pr->tokens);
+    if (!pr->tokens)
+        return oip__fail(err, ATTN_ENOMEM, "parameters.tokens: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = json_array_get(t, i);
+        size_t len = json_string_length(s);
+        pr->tokens[i] = malloc(len + 1);
+        if (!pr->tokens[i])
+            return oip__fail(err, ATTN_ENOMEM,
+                             "parameters.tokens: out of memory");
+        memcpy(pr->tokens[i], json_string_value(s), len + 1);
+        pr->n_tokens = (int)i + 1;
+        *bytes += len + 1 + sizeof(char *);
+    }
+    return 0;
+}
+
+static int decode_outputs(oip_request *req, json_t *root, int max_outputs,
+                          char *err)
+{
+    json_t *outs = json_object_get(root, "outputs");
+    if (!outs)
+        return 0;
+    if (!json_is_array(outs))
+        return oip__fail(err, ATTN_EINVAL, "outputs: expected an array");
+    size_t n = json_array_size(outs);
+    if (n > (size_t)max_outputs)
+        return oip__fail(err, ATTN_EOVERFLOW,
+                         "outputs: %zu entries, at most %d", n, max_outputs);
+    if (n == 0)
+        return 0; /* an empty list means the defaults, like no list */
+    req->outputs = calloc(n, sizeof *req->outputs);
+    if (!req->outputs)
+        return oip__fail(err, ATTN_ENOMEM, "outputs: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *o = json_array_get(outs, i);
+        oip_output_req *r = &req->outputs[i];
+        if (!json_is_object(o))
+            return oip__fail(err, ATTN_EINVAL,
+                             "outputs[%zu]: expected an object", i);
+        json_t *name = json_object_get(o, "name");
+        if (!name)
+            return oip__fail(err, ATTN_EINVAL, "outputs[%zu].name: missing",
+                             i);
+        if (!json_is_string(name))
+            return oip__fail(err, ATTN_EINVAL,
+                             "outputs[%zu].name: expected a string", i);
+        size_t len = json_string_length(name);
+        if (len == 0 || len >= OIP_MAX_NAME)
+            return oip__fail(err, ATTN_EINVAL,
+                             "outputs[%zu].name: must be 1 to %d bytes", i,
+                             OIP_MAX_NAME - 1);
+        memcpy(r->name, json_string_value(name), len + 1);
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(req->outputs[j].name, r->name))
+                return oip__fail(err, ATTN_EINVAL,
+                                 "outputs[%zu].name: duplicate output \"%s\"",
+                                 i, r->name);
+        r->binary = -1;
+        json_t *p = json_object_get(o, "parameters");
+        if (p && !json_is_object(p))
+            return oip__fail(err, ATTN_EINVAL,
+                             "outputs[%zu].parameters: expected an object", i);
+        if (p) {
+            char field[64];
+            snprintf(field, sizeof field,
+                     "outputs[%zu].parameters.binary_data", i);
+            int rc = get_bool(p, "binary_data", field, &r->binary, err);
+            if (rc)
+                return rc;
+        }
+        req->n_outputs = (int)i + 1;
+    }
+    return 0;
+}
+
+/*
+ * input_meta: name, datatype, shape, data/binary_data_size of inputs[i],
+ * checked against the limits; fills t (without data) and m. *bin_total
+ * accumulates binary sizes.
+ */
+static int input_meta(json_t *in, int i, const oip__scan *sc, int has_binary,
+                      const oip_limits *lim, oip_tensor *t, in_meta *m,
+                      size_t *bin_total, char *err)
+{
+    if (!json_is_object(in))
+        return oip__fail(err, ATTN_EINVAL, "inputs[%d]: expected an object",
+                         i);
+    /* name */
+    json_t *name = json_object_get(in, "name");
+    if (!name)
+        return oip__fail(err, ATTN_EINVAL, "inputs[%d].name: missing", i);
+    if (!json_is_string(name))
+        return oip__fail(err, ATTN_EINVAL,
+                         "inputs[%d].name: expected a string", i);
+    size_t len = json_string_length(name);
+    if (len == 0 || len >= OIP_MAX_NAME)
+        return oip__fail(err, ATTN_EINVAL,
+                         "inputs[%d].name: must be 1 to %d bytes", i,
+                         OIP_MAX_NAME - 1);
+    memcpy(t->name, json_string_value(name), len + 1);
+
+    /* datatype */
+    json_t *dt = json_object_get(in, "datatype");
+    if (!dt)
+        return oip__fail(err, ATTN_EINVAL, "inputs[%d].datatype: missing", i);
+    if (!json_is_string(dt))
+        return oip__fail(err, ATTN_EINVAL,
+                         "inputs[%d].datatype: expected a string", i);
+    t->wire_dtype = oip_dtype_parse(json_string_value(dt));
+    if (t->wire_dtype == OIP_INVALID || t->wire_dtype == OIP_BYTES)
+        return oip__fail(err, ATTN_EINVAL,
+                         "inputs[%d].datatype: \"%.32s\" is not supported "
+                         "(BOOL, INT32, INT64, FP16, BF16 or FP32)",
+                         i, json_string_value(dt));
+
+    /* shape */
+    json_t *shape = json_object_get(in, "shape");
+    if (!shape)
+        return oip__fail(err, ATTN_EINVAL, "inputs[%d].shape: missing", i);
+    if (!json_is_array(shape))
+        return oip__fail(err, ATTN_EINVAL,
+                         "inputs[%d].shape: expected an array of integers", i);
+    size_t rank = json_array_size(shape);
+    if (rank == 0 || rank > OIP_MAX_RANK)
+        return oip__fail(err, ATTN_EINVAL,
+                         "inputs[%d].shape: rank %zu, must be 1 to %d", i,
+                         rank, OIP_MAX_RANK);
+    t->rank = (int)rank;
+    size_t count = 1;
+    for (size_t d = 0; d < rank; d++) {
+        json_t *v = json_array_get(shape, d);
+        if (!json_is_integer(v))
+            return oip__fail(err, ATTN_EINVAL,
+                             "inputs[%d].shape: dimension %zu is not an "
+                             "integer", i, d);
+        json_int_t dim = json_integer_value(v);
+        if (dim < 1)
+            return oip__fail(err, ATTN_EINVAL,
+                             "inputs[%d].shape: dimension %zu is %lld, must "
+                             "be >= 1", i, d, (long long)dim);
+        t->shape[d] = dim;
+        if ((uint64_t)dim > SIZE_MAX || mul_size(count, (size_t)dim, &count))
+            return oip__fail(err, ATTN_EOVERFLOW,
+                             "inputs[%d].shape: element count overflows", i);
+    }
+    if (count > lim->max_elements)
+        return oip__fail(err, ATTN_EOVERFLOW,
+                         "inputs[%d].shape: %zu elements, at most %zu", i,
+                         count, lim->max_elements);
+    t->count = count;
+
+    /* data or parameters.binary_data_size */
+    m->span = sc->data[i];
+    json_t *p = json_object_get(in, "parameters");
+    if (p && !json_is_object(p))
+        return oip__fail(err, ATTN_EINVAL,
+                         "inputs[%d].parameters: expected an object", i);
+    json_t *bs = p ? json_object_get(p, "binary_data_size") : NULL;
+    const char *dname = oip_dtype_name(t->wire_dtype);
+    if (bs) {
+        if (!json_is_integer(bs) || json_integer_value(bs) < 0)
+            return oip__fail(err, ATTN_EINVAL,
+                             "inputs[%d].parameters.binary_data_size: "
+                             "expected a non-negative integer", i);
+        if (m->span.len)
+            return oip__fail(err, ATTN_EINVAL,
+                             "inputs[%d]: both data and "
+                             "parameters.binary_data_size given", i);
+        if (!has_binary)
+            return oip__fail(err, ATTN_EINVAL,
+                             "inputs[%d].parameters.binary_data_size: the "
+                             "request has no binary part "
+                             "(Inference-Header-Content-Length missing)", i);
+        size_t want = 0;
+        uint64_t got = (uint64_t)json_integer_value(bs);
+        if (mul_size(count, oip_dtype_wire_size(t->wire_dtype), &want) ||
+            got != want)
+            return oip__fail(err, ATTN_EINVAL,
+                             "inputs[%d].parameters.binary_data_size: %llu "
+                             "bytes, expected %zu (%zu %s values)",
+                             i, (unsigned long long)got, want, count, dname);
+        m->binary = 1;
+        m->bin_off = *bin_total;
+        m->bin_size = want;
+        if (add_size(bin_total, want))
+            return oip__fail(err, ATTN_EOVERFLOW,
+                             "inputs[%d].parameters.binary_data_size: total "
+                             "overflows", i);
+    } else if (!m->span.len) {
+        return oip__fail(err, ATTN_EINVAL,
+                         "inputs[%d]: missing data (or "
+                         "parameters.binary_data_size)", i);
+    } else if (t->wire_dtype == OIP_FP16 || t->wire_dtype == OIP_BF16) {
+        return oip__fail(err, ATTN_EINVAL,
+                         "inputs[%d].data: %s values must be sent as binary "
+                         "data (parameters.binary_data_size)", i, dname);
+    }
+    return 0;
+}
+
+/* Converts n little-endian wire elements to host values, refusing
+ * non-finite floats and BOOL bytes other than 0/1. */
+static int decode_binary(const oip_tensor *t, const unsigned char *src, int i,
+                         char *err)
+{
+    size_t n = t->count;
+    switch (t->wire_dtype) {
+    case OIP_FP32: {
+        float *dst = t->data;
+        memcpy(dst, src, n * 4);
+        for (size_t j = 0; j < n; j++)
+            if (!isfinite(dst[j]))
+                goto not_finite_fp32;
+        return 0;
+    not_finite_fp32:
+        for (size_t j = 0; j < n; j++)
+            if (!isfinite(dst[j]))
+                return oip__fail(err, ATTN_EINVAL,
+                                 "inputs[%d]: binary element %zu is not "
+                                 "finite (NaN or Inf)", i, j);
+        return 0;
+    }
+    case OIP_FP16:
+    case OIP_BF16: {
+        float *dst = t->data;
+        int half = t->wire_dtype == OIP_FP16;
+        uint16_t expmask = half ? 0x7c00u : 0x7f80u;
+        for (size_t j = 0; j < n; j++) {
+            uint16_t h = (uint16_t)(src[2 * j] | (src[2 * j + 1] << 8));
+            if ((h & expmask) == expmask)
+                return oip__fail(err, ATTN_EINVAL,
+                                 "inputs[%d]: binary element %zu is not "
+                                 "finite (NaN or Inf)", i, j);
+            dst[j] = half ? oip_fp16_to_float(h) : oip_bf16_to_float(h);
+        }
+        return 0;
+    }
+    case OIP_BOOL:
+        for (size_t j = 0; j < n; j++)
+            if (src[j] > 1)
+                return oip__fail(err, ATTN_EINVAL,
+                                 "inputs[%d]: binary BOOL element %zu is %u, "
+                                 "must be 0 or 1", i, j, src[j]);
+        memcpy(t->data, src, n);
+        return 0;
+    case OIP_INT32:
+    case OIP_INT64:
+        memcpy(t->data, src, n * oip_dtype_wire_size(t->wire_dtype));
+        return 0;
+    default:
+        return oip__fail(err, ATTN_EINVAL, "inputs[%d]: bad datatype", i);
+    }
+}
+
+/* Skeleton: the JSON text with every data span replaced by "0". */
+static char *skeleton(const char *js, size_t len, const oip__scan *sc,
+                      size_t *out_len)
+{
+    size_t cap = len - sc->data_bytes + 1 + (size_t)sc->n_inputs;
+    char *s = malloc(cap);
+    if (!s)
+        return NULL;
+    size_t at = 0, w = 0;
+    /* spans are in text order: inputs[i] follow each other */
+    for (int i = 0; i < sc->n_inputs; i++) {
+        const oip__span *sp = &sc->data[i];
+        if (!sp->len)
+            continue;
+        memcpy(s + w, js + at, sp->off - at);
+        w += sp->off - at;
+        s[w++] = '0';
+        at = sp->off + sp->len;
+    }
+    memcpy(s + w, js + at, len - at);
+    w += len - at;
+    *out_len = w;
+    return s;
+}
+
+static void resolve_limits(oip_limits *L, const oip_limits *lim)
+{
+    memset(L, 0, sizeof *L);
+    if (lim)
+        *L = *lim;
+    if (!L->max_elements)
+        L->max_elements = OIP_DEFAULT_MAX_ELEMENTS;
+    if (!L->memory_budget)
+        L->memory_budget = OIP_DEFAULT_MEMORY_BUDGET;
+    if (L->max_inputs <= 0)
+        L->max_inputs = OIP_DEFAULT_MAX_INPUTS;
+    if (L->max_outputs <= 0)
+        L->max_outputs = OIP_DEFAULT_MAX_OUTPUTS;
+    if (L->max_tokens <= 0)
+        L->max_tokens = OIP_DEFAULT_MAX_TOKENS;
+}
+
+/*
+ * oip_decode: see oip.h. Steps: scan the JSON part (grammar, data spans);
+ * bound the skeleton by the budget; parse it with jansson (duplicate keys
+ * rejected); check id, parameters, outputs and every input's metadata;
+ * check binary sizes against the body and the decoded total against the
+ * budget; only then allocate and decode the tensors.
+ */
+int oip_decode(oip_request *req, const char *body, size_t len,
+               size_t header_len, const oip_limits *lim, char *err)
+{
+    oip_limits L;
+    oip__scan sc = {0};
+    json_t *root = NULL;
+    in_meta *meta = NULL;
+    char *skel = NULL;
+    int rc;
+
+    memset(req, 0, sizeof *req);
+    resolve_limits(&L, lim);
+    if (!body && len)
+        return oip__fail(err, ATTN_EINVAL, "request body: NULL");
+    size_t jlen = len;
+    if (header_len) {
+        if (header_len > len)
+            return oip__fail(err, ATTN_EINVAL,
+                             "Inference-Header-Content-Length: %zu is larger "
+                             "than the body (%zu bytes)", header_len, len);
+        jlen = header_len;
+    }
+
+    /* 1. grammar and data spans; the skeleton's size against the budget */
+    if ((rc = oip__scan_json(body, jlen, L.max_inputs, &sc, err)))
+        goto fail;
+    size_t est;
+    if (mul_size(sc.n_values, JSON_VALUE_COST, &est) ||
+        add_size(&est, jlen - sc.data_bytes) || est > L.memory_budget) {
+        rc = oip__fail(err, ATTN_EOVERFLOW,
+                       "request body: %zu JSON values outside inputs[].data "
+                       "exceed the memory budget of %zu bytes",
+                       sc.n_values, L.memory_budget);
+        goto fail;
+    }
+
+    /* 2. the skeleton through jansson */
+    size_t skel_len;
+    if (!(skel = skeleton(body, jlen, &sc, &skel_len))) {
+        rc = oip__fail(err, ATTN_ENOMEM, "request body: out of memory");
+        goto fail;
+    }
+    json_error_t jerr;
+    root = json_loadb(skel, skel_len, JSON_REJECT_DUPLICATES, &jerr);
+    free(skel);
+    skel = NULL;
+    if (!root) {
+        rc = oip__fail(err, ATTN_EINVAL, "request body: invalid JSON: %s",
+                       jerr.text);
+        goto fail;
+    }
+
+    /* 3. id, parameters, outputs */
+    size_t bytes = 0;
+    json_t *id = json_object_get(root, "id");
+    if (id) {
+        if (!json_is_string(id)) {
+            rc = oip__fail(err, ATTN_EINVAL, "id: expected a string");
+            goto fail;
+        }
+        size_t n = json_string_length(id);
+        if (n >= OIP_MAX_ID) {
+            rc = oip__fail(err, ATTN_EINVAL, "id: longer than %d bytes",
+                           OIP_MAX_ID - 1);
+            goto fail;
+        }
+        if (!(req->id = malloc(n + 1))) {
+            rc = oip__fail(err, ATTN_ENOMEM, "id: out of memory");
+            goto fail;
+        }
+        memcpy(req->id, json_string_value(id), n + 1);
+        bytes += n + 1;
+    }
+    if ((rc = decode_params(req, root, L.max_tokens, &bytes, err)) ||
+        (rc = decode_outputs(req, root, L.max_outputs, err)))
+        goto fail;
+
+    /* 4. every input's metadata, before any tensor is allocated */
+    json_t *inputs = json_object_get(root, "inputs");
+    if (!inputs || !json_is_array(inputs)) {
+        rc = oip__fail(err, ATTN_EINVAL, "inputs: %s",
+                       inputs ? "expected an array" : "missing");
+        goto fail;
+    }
+    size_t n_in = json_array_size(inputs);
+    if (n_in == 0) {
+        rc = oip__fail(err, ATTN_EINVAL, "inputs: empty");
+        goto fail;
+    }
+    /* the scanner bounded n_in by max_inputs and saw the same array */
+    req->inputs = calloc(n_in, sizeof *req->inputs);
+    meta = calloc(n_in, sizeof *meta);
+    if (!req->inputs || !meta) {
+        rc = oip__fail(err, ATTN_ENOMEM, "inputs: out of memory");
+        goto fail;
+    }
+    size_t bin_total = 0, tensor_bytes = 0;
+    for (size_t i = 0; i < n_in; i++) {
+        oip_tensor *t = &req->inputs[i];
+        if ((rc = input_meta(json_array_get(inputs, i), (int)i, &sc,
+                             header_len != 0, &L, t, &meta[i], &bin_total,
+                             err)))
+            goto fail;
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(req->inputs[j].name, t->name)) {
+                rc = oip__fail(err, ATTN_EINVAL,
+                               "inputs[%zu].name: duplicate input \"%s\"", i,
+                               t->name);
+                goto fail;
+            }
+        size_t nb;
+        if (mul_size(t->count, oip_dtype_host_size(t->wire_dtype), &nb) ||
+            add_size(&tensor_bytes, nb)) {
+            rc = oip__fail(err, ATTN_EOVERFLOW,
+                           "inputs[%zu].shape: size overflows", i);
+            goto fail;
+        }
+    }
+    if (bin_total != len - jlen) {
+        rc = oip__fail(err, ATTN_EINVAL,
+                       "binary data: inputs declare %zu bytes, the body has "
+                       "%zu after the JSON header", bin_total, len - jlen);
+        goto fail;
+    }
+    size_t need = tensor_bytes;
+    if (add_size(&need, bytes) || add_size(&need, est) ||
+        need > L.memory_budget) {
+        rc = oip__fail(err, ATTN_EOVERFLOW,
+                       "request: decoded tensors need %zu bytes, over the "
+                       "memory budget of %zu bytes", tensor_bytes,
+                       L.memory_budget);
+        goto fail;
+    }
+
+    /* 5. allocate and decode */
+    req->n_inputs = (int)n_in;
+    for (size_t i = 0; i < n_in; i++) {
+        oip_tensor *t = &req->inputs[i];
+        t->data = malloc(t->count * oip_dtype_host_size(t->wire_dtype));
+        if (!t->data) {
+            rc = oip__fail(err, ATTN_ENOMEM, "inputs[%zu]: out of memory", i);
+            goto fail;
+        }
+        if (meta[i].binary) {
+            rc = decode_binary(t, (const unsigned char *)body + jlen +
+                                      meta[i].bin_off, (int)i, err);
+        } else {
+            char field[32];
+            snprintf(field, sizeof field, "inputs[%zu].data", i);
+            oip_dtype host = t->wire_dtype;
+            rc = oip__read_data(body + meta[i].span.off, meta[i].span.len,
+                                host, t->data, t->count, field, err);
+        }
+        if (rc)
+            goto fail;
+    }
+    req->bytes = tensor_bytes + bytes;
+    json_decref(root);
+    free(meta);
+    free(sc.data);
+    return 0;
+
+fail:
+    free(skel);
+    json_decref(root);
+    free(meta);
+    free(sc.data);
+    oip_request_free(req);
+    return rc;
+}

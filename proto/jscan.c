@@ -1,0 +1,496 @@
+/*
+ * jscan.c - a validating JSON scanner that finds the big arrays, and the
+ * streaming reader that decodes them.
+ *
+ * An infer request is a small JSON tree plus a few very large number
+ * arrays (root.inputs[i].data). Parsing those with jansson would cost a
+ * json_t per number (~20x the text in memory) before the shapes could even
+ * be checked. So the decoder runs in two passes: oip__scan_json validates
+ * the whole text and notes where each data value is (skipping it by
+ * bracket matching only); the decoder then parses the rest (the skeleton)
+ * with jansson, checks every shape and the memory budget, allocates, and
+ * only then oip__read_data parses each array straight into its buffer,
+ * validating the grammar inside it.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/attn.h"
+#include "oip_internal.h"
+
+int oip__fail(char *err, int code, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, OIP_ERRMAX, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+/* What a value means to the decoder, by its path from the root. */
+enum role { R_OTHER, R_ROOT, R_INPUTS, R_INPUT };
+
+typedef struct scanner {
+    const char *s;
+    size_t len, pos;
+    int max_inputs;
+    oip__scan *sc;
+    char *err;
+} scanner;
+
+static int syntax(scanner *z, const char *what)
+{
+    return oip__fail(z->err, ATTN_EINVAL,
+                     "request body: invalid JSON at byte %zu: %s", z->pos,
+                     what);
+}
+
+static void skip_ws(scanner *z)
+{
+    while (z->pos < z->len) {
+        char c = z->s[z->pos];
+        if (c != ' ' && c != '\t' && c != '\n' && c != '\r')
+            break;
+        z->pos++;
+    }
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/*
+ * scan_string: z->pos is at the opening quote. Validates escapes and
+ * control characters, leaves pos after the closing quote. When key is not
+ * NULL, the string's ASCII value (escapes decoded) is copied there if it
+ * fits in keycap - 1 bytes, else key[0] = 1 (matches nothing we look for).
+ */
+static int scan_string(scanner *z, char *key, size_t keycap)
+{
+    size_t k = 0;
+    int fits = 1;
+    z->pos++;
+    for (;;) {
+        if (z->pos >= z->len)
+            return syntax(z, "unterminated string");
+        unsigned char c = (unsigned char)z->s[z->pos];
+        if (c == '"')
+            break;
+        if (c < 0x20)
+            return syntax(z, "control character in string");
+        unsigned v = c;
+        if (c == '\\') {
+            if (z->pos + 1 >= z->len)
+                return syntax(z, "unterminated string");
+            char e = z->s[z->pos + 1];
+            z->pos += 2;
+            switch (e) {
+            case '"': case '\\': case '/': v = (unsigned char)e; break;
+            case 'b': v = '\b'; break;
+            case 'f': v = '\f'; break;
+            case 'n': v = '\n'; break;
+            case 'r': v = '\r'; break;
+            case 't': v = '\t'; break;
+            case 'u':
+                v = 0;
+                for (int i = 0; i < 4; i++) {
+                    int h = z->pos < z->len ? hexval(z->s[z->pos]) : -1;
+                    if (h < 0)
+                        return syntax(z, "bad \\u escape");
+                    v = v * 16 + (unsigned)h;
+                    z->pos++;
+                }
+                break;
+            default:
+                z->pos--;
+                return syntax(z, "bad escape");
+            }
+        } else {
+            z->pos++;
+        }
+        if (key) {
+            if (v == 0 || v > 0x7f || k + 1 >= keycap)
+                fits = 0;
+            else
+                key[k++] = (char)v;
+        }
+    }
+    z->pos++;
+    if (key) {
+        key[k] = 0;
+        if (!fits)
+            key[0] = 1, key[1] = 0;
+    }
+    return 0;
+}
+
+/*
+ * skip_data: pos at the start of a data value. Arrays are skipped by
+ * bracket matching (strings skipped whole); the grammar inside is checked
+ * later by oip__read_data. Any other value is skipped the same way up to
+ * the next ',' '}' or ']' at depth 0.
+ */
+static int skip_data(scanner *z)
+{
+    int depth = 0;
+    while (z->pos < z->len) {
+        char c = z->s[z->pos];
+        if (c == '"') {
+            int rc = scan_string(z, NULL, 0);
+            if (rc)
+                return rc;
+            continue;
+        }
+        if (c == '[' || c == '{') {
+            if (++depth > OIP_MAX_DEPTH)
+                return syntax(z, "nesting too deep");
+        } else if (c == ']' || c == '}') {
+            if (depth == 0)
+                return 0;
+            if (--depth == 0) {
+                z->pos++;
+                return 0;
+            }
+        } else if (c == ',' && depth == 0) {
+            return 0;
+        }
+        z->pos++;
+    }
+    return depth ? syntax(z, "unterminated array") : 0;
+}
+
+static int scan_value(scanner *z, int depth, enum role role, int index);
+
+static int scan_object(scanner *z, int depth, enum role role, int index)
+{
+    z->pos++; /* '{' */
+    skip_ws(z);
+    if (z->pos < z->len && z->s[z->pos] == '}') {
+        z->pos++;
+        return 0;
+    }
+    for (;;) {
+        char key[16];
+        skip_ws(z);
+        if (z->pos >= z->len || z->s[z->pos] != '"')
+            return syntax(z, "expected a string key");
+        int rc = scan_string(z, key, sizeof key);
+        if (rc)
+            return rc;
+        z->sc->n_values++;
+        skip_ws(z);
+        if (z->pos >= z->len || z->s[z->pos] != ':')
+            return syntax(z, "expected ':'");
+        z->pos++;
+        skip_ws(z);
+        if (role == R_INPUT && !strcmp(key, "data")) {
+            size_t start = z->pos;
+            if (z->pos >= z->len)
+                return syntax(z, "expected a value");
+            if ((rc = skip_data(z)))
+                return rc;
+            if (z->pos == start)
+                return syntax(z, "expected a value");
+            oip__span *sp = &z->sc->data[index];
+            if (sp->len)
+                return oip__fail(z->err, ATTN_EINVAL,
+                                 "inputs[%d]: duplicate key \"data\"", index);
+            sp->off = start;
+            sp->len = z->pos - start;
+            z->sc->data_bytes += sp->len;
+        } else {
+            enum role child = R_OTHER;
+            if (role == R_ROOT && !strcmp(key, "inputs"))
+                child = R_INPUTS;
+            if ((rc = scan_value(z, depth + 1, child, 0)))
+                return rc;
+        }
+        skip_ws(z);
+        if (z->pos < z->len && z->s[z->pos] == ',') {
+            z->pos++;
+            continue;
+        }
+        if (z->pos < z->len && z->s[z->pos] == '}') {
+            z->pos++;
+            return 0;
+        }
+        return syntax(z, "expected ',' or '}'");
+    }
+}
+
+static int scan_array(scanner *z, int depth, enum role role)
+{
+    int n = 0;
+    z->pos++; /* '[' */
+    if (role == R_INPUTS)
+        z->sc->n_inputs = 0; /* a duplicate "inputs" key fails in jansson */
+    skip_ws(z);
+    if (z->pos < z->len && z->s[z->pos] == ']') {
+        z->pos++;
+        return 0;
+    }
+    for (;;) {
+        int rc;
+        enum role child = R_OTHER;
+        if (role == R_INPUTS) {
+            if (n >= z->max_inputs)
+                return oip__fail(z->err, ATTN_EOVERFLOW,
+                                 "inputs: more than %d entries",
+                                 z->max_inputs);
+            z->sc->data[n].off = z->sc->data[n].len = 0;
+            z->sc->n_inputs = n + 1;
+            child = R_INPUT;
+        }
+        if ((rc = scan_value(z, depth + 1, child, n)))
+            return rc;
+        n++;
+        skip_ws(z);
+        if (z->pos < z->len && z->s[z->pos] == ',') {
+            z->pos++;
+            continue;
+        }
+        if (z->pos < z->len && z->s[z->pos] == ']') {
+            z->pos++;
+            return 0;
+        }
+        return syntax(z, "expected ',' or ']'");
+    }
+}
+
+static int literal(scanner *z, const char *word)
+{
+    size_t n = strlen(word);
+    if (z->len - z->pos < n || memcmp(z->s + z->pos, word, n))
+        return syntax(z, "unexpected character");
+    z->pos += n;
+    return 0;
+}
+
+static int scan_value(scanner *z, int depth, enum role role, int index)
+{
+    if (depth > OIP_MAX_DEPTH)
+        return syntax(z, "nesting too deep");
+    skip_ws(z);
+    if (z->pos >= z->len)
+        return syntax(z, "expected a value");
+    z->sc->n_values++;
+    char c = z->s[z->pos];
+    switch (c) {
+    case '{':
+        return scan_object(z, depth, role, index);
+    case '[':
+        return scan_array(z, depth, role);
+    case '"':
+        return scan_string(z, NULL, 0);
+    case 't':
+        return literal(z, "true");
+    case 'f':
+        return literal(z, "false");
+    case 'n':
+        return literal(z, "null");
+    default: {
+        oip__num n;
+        const char *e = oip__lex_number(z->s + z->pos, z->s + z->len, &n);
+        if (!e)
+            return syntax(z, "unexpected character");
+        z->pos = (size_t)(e - z->s);
+        return 0;
+    }
+    }
+}
+
+int oip__scan_json(const char *js, size_t len, int max_inputs, oip__scan *sc,
+                   char *err)
+{
+    memset(sc, 0, sizeof *sc);
+    sc->data = calloc((size_t)(max_inputs > 0 ? max_inputs : 1),
+                      sizeof *sc->data);
+    if (!sc->data)
+        return oip__fail(err, ATTN_ENOMEM, "request body: out of memory");
+    scanner z = {js, len, 0, max_inputs, sc, err};
+    skip_ws(&z);
+    if (z.pos >= len || js[z.pos] != '{')
+        return oip__fail(err, ATTN_EINVAL,
+                         "request body: expected a JSON object");
+    int rc = scan_value(&z, 1, R_ROOT, 0);
+    if (rc)
+        return rc;
+    skip_ws(&z);
+    if (z.pos != len)
+        return syntax(&z, "data after the JSON object");
+    return 0;
+}
+
+/* ---- the data reader ---------------------------------------------------- */
+
+typedef struct reader {
+    const char *p, *end, *base;
+    oip_dtype dtype;
+    void *out;
+    size_t count, n;
+    const char *field;
+    char *err;
+} reader;
+
+static int rd_syntax(reader *r, const char *what)
+{
+    return oip__fail(r->err, ATTN_EINVAL, "%s: invalid JSON at byte %zu: %s",
+                     r->field, (size_t)(r->p - r->base), what);
+}
+
+static void rd_ws(reader *r)
+{
+    while (r->p < r->end &&
+           (*r->p == ' ' || *r->p == '\n' || *r->p == '\r' || *r->p == '\t'))
+        r->p++;
+}
+
+static const char *kind_of(char c)
+{
+    switch (c) {
+    case '"': return "a string";
+    case '{': return "an object";
+    case 'n': return "null";
+    case 't': case 'f': return "a boolean";
+    default: return "a number";
+    }
+}
+
+static const char *want_of(oip_dtype t)
+{
+    return t == OIP_BOOL ? "true or false"
+           : t == OIP_FP32 ? "a number" : "an integer";
+}
+
+/* One scalar element at r->p. */
+static int rd_scalar(reader *r)
+{
+    char c = *r->p;
+    size_t i = r->n;
+    if (r->dtype == OIP_BOOL) {
+        int v;
+        if (c == 't' && r->end - r->p >= 4 && !memcmp(r->p, "true", 4))
+            v = 1, r->p += 4;
+        else if (c == 'f' && r->end - r->p >= 5 && !memcmp(r->p, "false", 5))
+            v = 0, r->p += 5;
+        else
+            goto wrong_kind;
+        if (i < r->count)
+            ((uint8_t *)r->out)[i] = (uint8_t)v;
+        r->n++;
+        return 0;
+    }
+    if (c != '-' && (c < '0' || c > '9'))
+        goto wrong_kind;
+    oip__num num;
+    const char *e = oip__lex_number(r->p, r->end, &num);
+    if (!e)
+        return rd_syntax(r, "malformed number");
+    int len = (int)(e - r->p) > 40 ? 40 : (int)(e - r->p);
+    if (r->dtype == OIP_FP32) {
+        float f = oip__num_to_float(&num);
+        if (!isfinite(f))
+            return oip__fail(r->err, ATTN_EINVAL,
+                             "%s[%zu]: %.*s%s is out of FP32 range", r->field,
+                             i, len, r->p, len == 40 ? "..." : "");
+        if (i < r->count)
+            ((float *)r->out)[i] = f;
+    } else {
+        int64_t v;
+        if (!num.is_int)
+            return oip__fail(r->err, ATTN_EINVAL,
+                             "%s[%zu]: expected an integer, got %.*s%s",
+                             r->field, i, len, r->p, len == 40 ? "..." : "");
+        int bad = oip__num_to_i64(&num, &v) ||
+                  (r->dtype == OIP_INT32 && (v < INT32_MIN || v > INT32_MAX));
+        if (bad)
+            return oip__fail(r->err, ATTN_EINVAL,
+                             "%s[%zu]: %.*s%s is out of %s range", r->field, i,
+                             len, r->p, len == 40 ? "..." : "",
+                             oip_dtype_name(r->dtype));
+        if (i < r->count) {
+            if (r->dtype == OIP_INT32)
+                ((int32_t *)r->out)[i] = (int32_t)v;
+            else
+                ((int64_t *)r->out)[i] = v;
+        }
+    }
+    r->p = e;
+    r->n++;
+    return 0;
+wrong_kind:
+    if (c == 't' || c == 'f' || c == 'n' || c == '"' || c == '{' ||
+        c == '-' || (c >= '0' && c <= '9'))
+        return oip__fail(r->err, ATTN_EINVAL, "%s[%zu]: expected %s, got %s",
+                         r->field, i, want_of(r->dtype), kind_of(c));
+    return rd_syntax(r, "unexpected character");
+}
+
+/*
+ * oip__read_data: an explicit-stack walk: after '[' a value or ']'; after a
+ * value ',' or ']' (or the end at depth 0). Depth is bounded by the
+ * scanner's OIP_MAX_DEPTH check, re-checked here so the reader stands alone.
+ */
+int oip__read_data(const char *s, size_t len, oip_dtype dtype, void *out,
+                   size_t count, const char *field, char *err)
+{
+    reader r = {s, s + len, s, dtype, out, count, 0, field, err};
+    int depth = 0, rc;
+    rd_ws(&r);
+    if (r.p >= r.end || *r.p != '[')
+        return oip__fail(err, ATTN_EINVAL, "%s: expected an array, got %s",
+                         field, r.p < r.end ? kind_of(*r.p) : "nothing");
+    for (;;) {
+        /* expecting a value, or ']' right after '[' */
+        rd_ws(&r);
+        if (r.p >= r.end)
+            return rd_syntax(&r, "unterminated array");
+        if (*r.p == '[') {
+            if (++depth > OIP_MAX_DEPTH)
+                return rd_syntax(&r, "nesting too deep");
+            r.p++;
+            rd_ws(&r);
+            if (r.p < r.end && *r.p == ']')
+                goto close; /* empty array */
+            continue;
+        }
+        if ((rc = rd_scalar(&r)))
+            return rc;
+        for (;;) { /* after a value */
+            rd_ws(&r);
+            if (r.p >= r.end)
+                return rd_syntax(&r, "unterminated array");
+            if (*r.p == ',') {
+                r.p++;
+                break;
+            }
+            if (*r.p != ']')
+                return rd_syntax(&r, "expected ',' or ']'");
+        close:
+            r.p++;
+            if (--depth == 0) {
+                rd_ws(&r);
+                if (r.p != r.end)
+                    return rd_syntax(&r, "data after the array");
+                goto done;
+            }
+        }
+    }
+done:
+    if (r.n != count)
+        return oip__fail(err, ATTN_EINVAL, "%s: expected %zu values, got %zu",
+                         field, count, r.n);
+    return 0;
+}

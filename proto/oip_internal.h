@@ -1,0 +1,103 @@
+/*
+ * oip_internal.h - helpers shared by the proto/ sources and their tests;
+ * not part of the daemon's API (double-underscore names, see STYLE.md).
+ */
+#ifndef ATTN_OIP_INTERNAL_H
+#define ATTN_OIP_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "oip.h"
+
+/* Longest text oip__fmt_float writes (no terminator): "-1.23456789e-38". */
+#define OIP__FLOAT_CHARS 16
+
+/*
+ * oip__fmt_float: writes f as a JSON number that parses back (correctly
+ * rounded, e.g. by strtof) to the identical float: 9 significant digits,
+ * trailing zeros dropped, fixed notation for exponents -5..8, else
+ * d.ddde[-]x. -0 prints "-0". f must be finite. Returns the length (at most
+ * OIP__FLOAT_CHARS); out is not terminated.
+ */
+size_t oip__fmt_float(float f, char *out);
+
+/* oip__fmt_i64: decimal integer; returns the length (<= 20), unterminated. */
+size_t oip__fmt_i64(int64_t v, char *out);
+
+/*
+ * A JSON number token split into parts: the value is
+ * (neg ? -1 : 1) * mant * 10^exp10 when digits <= 19, exact otherwise in
+ * the text [start, end). is_int: the token had no fraction and no exponent.
+ */
+typedef struct oip__num {
+    const char *start, *end;
+    uint64_t mant;
+    int exp10;
+    int digits; /* significant digits collected into mant (capped at 20) */
+    int neg;
+    int is_int;
+} oip__num;
+
+/* oip__lex_number: lexes one JSON number (RFC 8259 grammar) at p (< end).
+ * Returns the position after it, or NULL when p does not start a valid
+ * number. */
+const char *oip__lex_number(const char *p, const char *end, oip__num *n);
+
+/* oip__num_to_float: the correctly rounded float of n (ties to even, as
+ * strtof); *out is +-inf when the value is beyond FLT_MAX's rounding range.
+ */
+float oip__num_to_float(const oip__num *n);
+
+/* oip__num_to_i64: integer value of an is_int token; 0, or -1 when it does
+ * not fit in int64_t. */
+int oip__num_to_i64(const oip__num *n, int64_t *out);
+
+/* Byte buffer with a hard cap, for the encoder. */
+typedef struct oip__buf {
+    char *p;
+    size_t len, cap;
+} oip__buf;
+
+/* oip__json_escape: appends s (n bytes) as a quoted JSON string; invalid
+ * UTF-8 bytes become \ufffd. b must have 6 * n + 2 bytes free. */
+void oip__json_escape(oip__buf *b, const char *s, size_t n);
+
+/* Where the scanner found each inputs[i].data value. */
+typedef struct oip__span {
+    size_t off, len; /* len 0: no "data" key */
+} oip__span;
+
+typedef struct oip__scan {
+    oip__span *data;  /* one per inputs[] entry seen, cap max_inputs */
+    int n_inputs;     /* entries of the root "inputs" array */
+    size_t n_values;  /* JSON values and keys outside the data spans */
+    size_t data_bytes; /* total length of the data spans */
+} oip__scan;
+
+/*
+ * oip__scan_json: validates the JSON text [0, len) (grammar, nesting up to
+ * OIP_MAX_DEPTH, root an object) and records the span of every
+ * root.inputs[i].data value without parsing its numbers (that is
+ * oip__read_data's job). max_inputs bounds the inputs array. Returns 0,
+ * ATTN_EINVAL or ATTN_EOVERFLOW with a message; sc->data is malloc'd
+ * (free it even on failure).
+ */
+int oip__scan_json(const char *js, size_t len, int max_inputs,
+                   oip__scan *sc, char *err);
+
+/*
+ * oip__read_data: parses one data value (a JSON array, flat or nested,
+ * row-major) into out: count elements of host type for dtype (FP32 ->
+ * float, INT32, INT64, BOOL -> uint8_t). field names the value in messages
+ * ("inputs[0].data"). Counts every element even past count so the message
+ * says how many came. Returns 0 or ATTN_EINVAL.
+ */
+int oip__read_data(const char *s, size_t len, oip_dtype dtype, void *out,
+                   size_t count, const char *field, char *err);
+
+/* printf into err (OIP_ERRMAX bytes) when err is not NULL; returns code. */
+int oip__fail(char *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,505 @@
+// app.js - the visualiser: input, head grid, focused heatmap, readout,
+// line view, step view, exports, and the page state kept in the URL hash
+// (#model=demo&text=...&h=2&q=5 reopens the same view).
+
+import * as api from './api.js';
+import { tokenize } from './embed.js';
+import { makeScale } from './colormap.js';
+import { drawHeatmap, drawLegend, drawThumb, hit } from './heatmap.js';
+import { renderSteps, renderTable, renderLines, fmt } from './panels.js';
+
+const $ = (id) => document.getElementById(id);
+
+const SEED_SDPA = {
+  q: [[2, 0, 2, 0], [0, 4, 0, 2]],
+  k: [[1, 0, 1, 0], [0, 1, 0, 0]],
+  v: [[1, 2], [3, 0]],
+  tokens: ['t0', 't1'],
+};
+const ZOOM_AT = 96;   // maps larger than this a side get a zoom window
+const TABLE_MAX = 24; // the table view is offered up to this size
+
+const state = {
+  tab: 'words', model: 'demo', text: '', json: '', causal: false, retain: false,
+  map: null, b: 0, h: 0, q: 0, scale: 'linear', auto: false, table: false,
+  win: null, // { r0, c0, n } when zoomed
+};
+let run = null;      // the current run (api.js)
+let meta = null;     // metadata of the selected model
+let geom = null;     // heatmap geometry for hit tests
+let cursor = null;   // { i, j } keyboard/hover cell
+let hoverRow = null; // query row under the pointer
+const meanCache = new Map();
+
+function setStatus(msg, isError = false) {
+  const s = $('status');
+  s.textContent = msg;
+  s.classList.toggle('error', isError);
+  s.setAttribute('role', isError ? 'alert' : 'status');
+}
+
+// ---- URL state -------------------------------------------------------
+
+function writeHash() {
+  const p = new URLSearchParams();
+  if (state.map) p.set('map', state.map);
+  else {
+    p.set('model', state.model);
+    if (state.tab === 'json') p.set('json', state.json);
+    else p.set('text', state.text);
+    p.set('causal', state.causal ? '1' : '0');
+  }
+  if (state.b) p.set('b', String(state.b));
+  p.set('h', String(state.h));
+  p.set('q', String(state.q));
+  if (state.scale !== 'linear') p.set('scale', state.scale);
+  if (state.auto) p.set('auto', '1');
+  history.replaceState(null, '', `#${p.toString()}`);
+}
+
+function readHash() {
+  const p = new URLSearchParams(location.hash.slice(1));
+  const int = (k, d) => (p.has(k) && /^\d+$/.test(p.get(k)) ? Number(p.get(k)) : d);
+  if (p.has('model')) state.model = p.get('model');
+  if (p.has('text')) { state.text = p.get('text'); state.tab = 'words'; }
+  if (p.has('json')) { state.json = p.get('json'); state.tab = 'json'; }
+  state.map = p.get('map');
+  if (state.map) state.tab = 'maps';
+  state.causal = p.get('causal') === '1';
+  state.b = int('b', 0);
+  state.h = p.get('h') === 'mean' ? 'mean' : int('h', 0);
+  state.q = int('q', 0);
+  state.scale = p.get('scale') === 'log' ? 'log' : 'linear';
+  state.auto = p.get('auto') === '1';
+  return p.has('model') || p.has('map');
+}
+
+// ---- the current map ---------------------------------------------------
+
+function headMap(b, h) {
+  const ts = run.T * run.S;
+  if (h !== 'mean') return run.attention.subarray((b * run.H + h) * ts, (b * run.H + h + 1) * ts);
+  const key = `${b}`;
+  if (!meanCache.has(key)) {
+    const m = new Float32Array(ts);
+    for (let k = 0; k < run.H; k++) {
+      const src = run.attention.subarray((b * run.H + k) * ts, (b * run.H + k + 1) * ts);
+      for (let x = 0; x < ts; x++) m[x] += src[x] / run.H;
+    }
+    meanCache.set(key, m);
+  }
+  return meanCache.get(key);
+}
+
+function maskedFn(b) {
+  const tv = run.tValid[b] ?? run.T, sv = run.sValid[b] ?? run.S;
+  return (i, j) => (run.causal && j > i) || i >= tv || j >= sv;
+}
+
+function currentScale(map) {
+  let vmax = 1;
+  if (state.auto) { vmax = 0; for (const x of map) if (x > vmax) vmax = x; }
+  return makeScale(state.scale, vmax || 1);
+}
+
+function view() {
+  const map = headMap(state.b, state.h);
+  return { map, T: run.T, S: run.S, scale: currentScale(map), masked: maskedFn(state.b) };
+}
+
+// ---- rendering ---------------------------------------------------------
+
+function renderHeads() {
+  const box = $('heads');
+  box.textContent = '';
+  const heads = [...Array(run.H).keys()];
+  if (run.H > 1) heads.push('mean');
+  for (const h of heads) {
+    const btn = document.createElement('button');
+    btn.type = 'button';
+    btn.className = 'head';
+    btn.dataset.head = String(h);
+    btn.setAttribute('aria-pressed', String(state.h === h));
+    btn.setAttribute('aria-label', h === 'mean' ? 'mean over heads' : `head ${h}`);
+    const c = document.createElement('canvas');
+    const map = headMap(state.b, h);
+    drawThumb(c, { map, T: run.T, S: run.S, scale: currentScale(map), masked: maskedFn(state.b) }, 88);
+    const cap = document.createElement('span');
+    cap.textContent = h === 'mean' ? 'mean' : `head ${h}`;
+    btn.append(c, cap);
+    btn.addEventListener('click', () => { state.h = h; update(); });
+    box.append(btn);
+  }
+}
+
+function ensureWindow() {
+  const big = Math.max(run.T, run.S) > ZOOM_AT;
+  if (!big) { state.win = null; return { r0: 0, c0: 0, rows: run.T, cols: run.S }; }
+  if (!state.win) state.win = { r0: 0, c0: 0, n: 64 };
+  const w = state.win;
+  w.n = Math.max(8, Math.min(w.n, 256));
+  w.r0 = Math.max(0, Math.min(w.r0, run.T - Math.min(w.n, run.T)));
+  w.c0 = Math.max(0, Math.min(w.c0, run.S - Math.min(w.n, run.S)));
+  return { r0: w.r0, c0: w.c0, rows: Math.min(w.n, run.T), cols: Math.min(w.n, run.S) };
+}
+
+function renderFocus() {
+  const v = view();
+  const win = ensureWindow();
+  const title = state.h === 'mean' ? 'Mean over heads' : `Head ${state.h}`;
+  $('focus-title').textContent = `${title}${run.B > 1 ? `, batch item ${state.b}` : ''} · ${run.model}` +
+    (run.mapId ? ` · map ${run.mapId}` : '');
+  const width = Math.min(760, $('view').clientWidth - 340);
+  geom = drawHeatmap($('heatmap'), {
+    ...v, ...win, rowLabels: run.tokens, colLabels: run.keyTokens, maxWidth: width,
+    cursor, row: hoverRow ?? state.q,
+  });
+  // Legend.
+  drawLegend($('legend-bar'), 240);
+  const ticks = $('legend-ticks');
+  ticks.textContent = '';
+  for (const [val, pos] of v.scale.ticks()) {
+    const t = document.createElement('span');
+    t.style.left = `${pos * 240}px`;
+    t.textContent = v.scale.kind === 'log' ? val.toExponential(0) : fmt(val, 2);
+    ticks.append(t);
+  }
+  // Overview for long sequences.
+  const ow = $('overview-wrap');
+  ow.hidden = !state.win;
+  if (state.win) {
+    drawThumb($('overview'), v, 220, win);
+    $('zoom-info').textContent = `rows ${win.r0}–${win.r0 + win.rows - 1}, keys ${win.c0}–${win.c0 + win.cols - 1} of ${run.T} × ${run.S}`;
+    $('overview-note').textContent = run.block ? `(server max-pooled ${run.block[0]}×${run.block[1]} blocks of ${run.sourceShape.join(' × ')})` : '(max-pooled)';
+  }
+  $('heatmap').setAttribute('aria-label',
+    `${title}: ${run.T} queries by ${run.S} keys. Arrow keys move the cursor; Enter selects the query row.`);
+}
+
+function renderReadout() {
+  const r = $('readout');
+  const c = cursor;
+  if (!c) {
+    r.innerHTML = '<p class="muted">Hover or use the arrow keys on the map to read a cell.</p>';
+    return;
+  }
+  const v = view();
+  const w = v.map[c.i * run.S + c.j];
+  const masked = v.masked(c.i, c.j);
+  const ts = run.T * run.S;
+  let score = null;
+  if (run.scores && state.h !== 'mean') score = run.scores[(state.b * run.H + state.h) * ts + c.i * run.S + c.j];
+  const sq = run.headDim ? Math.sqrt(run.headDim) : null;
+  const rows = [
+    ['query', `${run.tokens[c.i]} (#${c.i})`],
+    ['key', `${run.keyTokens[c.j]} (#${c.j})`],
+    ['weight', masked ? `masked (0)` : fmt(w)],
+  ];
+  if (score != null) {
+    rows.push(['scaled score', fmt(score)]);
+    if (sq) rows.push(['q·k', `${fmt(score * sq)}  (÷ √d_k = ${fmt(sq, 4)})`]);
+  }
+  r.innerHTML = '';
+  const dl = document.createElement('dl');
+  for (const [k, val] of rows) {
+    const dt = document.createElement('dt'); dt.textContent = k;
+    const dd = document.createElement('dd'); dd.textContent = val;
+    dd.dataset.field = k.replace(/[^a-z]+/g, '-');
+    dl.append(dt, dd);
+  }
+  r.append(dl);
+}
+
+function renderSide() {
+  const qi = hoverRow ?? state.q;
+  const v = view();
+  renderLines($('lines'), run, v, qi);
+  renderSteps($('steps'), run, state, qi, v);
+  const small = run.T <= TABLE_MAX && run.S <= TABLE_MAX;
+  $('table-wrap').hidden = !small;
+  $('table-view').hidden = !(small && state.table);
+  if (small && state.table) renderTable($('table-view'), run, v);
+}
+
+function update() {
+  if (!run) return;
+  state.b = Math.min(state.b, run.B - 1);
+  if (state.h !== 'mean') state.h = Math.min(state.h, run.H - 1);
+  state.q = Math.min(state.q, run.T - 1);
+  $('view').hidden = false;
+  $('batch-wrap').hidden = run.B <= 1;
+  $('scale').value = state.scale;
+  $('auto').checked = state.auto;
+  renderHeads();
+  renderFocus();
+  renderReadout();
+  renderSide();
+  writeHash();
+  document.body.dataset.state = 'ready';
+}
+
+// ---- running -----------------------------------------------------------
+
+// loadMeta: fetch and show the model's metadata; applyDefault sets the
+// causal box to the model's default (not when the URL says otherwise).
+async function loadMeta(name, applyDefault) {
+  meta = await api.modelMeta(name);
+  const p = meta.parameters || {};
+  $('model-info').textContent = name === 'sdpa'
+    ? 'sdpa: raw scaled dot-product attention on Q, K, V you give.'
+    : `d_model ${p.d_model}, ${p.n_heads} heads (${p.n_kv_heads} kv), d_k ${p.head_dim}, d_v ${p.v_head_dim}` +
+      `${p.causal ? ', causal' : ''}${p.rope ? ', RoPE' : ''}`;
+  if (applyDefault && p.causal !== undefined) $('causal').checked = !!p.causal;
+  return meta;
+}
+
+function parseJSONInput() {
+  let spec;
+  try { spec = JSON.parse(state.json); } catch (e) { throw new Error(`JSON input: ${e.message}`); }
+  if (typeof spec !== 'object' || spec === null) throw new Error('JSON input: expected an object');
+  return spec;
+}
+
+async function doRun() {
+  document.body.dataset.state = 'loading';
+  setStatus('running…');
+  state.causal = $('causal').checked;
+  state.retain = $('retain').checked;
+  state.text = $('text').value;
+  state.json = $('json').value;
+  try {
+    const opts = { causal: state.causal, retain: state.retain };
+    if (state.model === 'sdpa') {
+      if (state.tab !== 'json') selectTab('json');
+      run = await api.inferSdpa(parseJSONInput(), opts);
+    } else if (state.tab === 'json') {
+      const spec = parseJSONInput();
+      if (!spec.x) throw new Error('JSON input: "x" missing');
+      const shape = api.shapeOf(spec.x, 'x');
+      const full = shape.length === 2 ? [1, ...shape] : shape;
+      const toks = spec.tokens || Array.from({ length: full[1] }, (_, i) => `t${i}`);
+      run = await api.inferX(meta, full, Float32Array.from(spec.x.flat(Infinity)), toks, opts);
+    } else {
+      const words = tokenize(state.text);
+      if (!words.length) throw new Error('Tokens: type at least one word');
+      run = await api.inferWords(meta, words, opts);
+    }
+    state.map = null;
+    finishRun(run.mapId ? `retained as map ${run.mapId}` : '');
+  } catch (e) {
+    setStatus(e.message, true);
+    document.body.dataset.state = 'error';
+  }
+}
+
+function finishRun(note) {
+  meanCache.clear();
+  state.win = null;
+  cursor = null;
+  hoverRow = null;
+  const bs = $('batch');
+  bs.textContent = '';
+  for (let b = 0; b < run.B; b++) bs.append(new Option(String(b), String(b)));
+  bs.value = String(Math.min(state.b, run.B - 1));
+  setStatus(`${run.model}: B=${run.B}, H=${run.H}, T=${run.T}, S=${run.S}${note ? ` · ${note}` : ''}`);
+  update();
+}
+
+async function openMap(id) {
+  document.body.dataset.state = 'loading';
+  setStatus(`opening map ${id}…`);
+  try {
+    run = await api.openMap(id);
+    state.map = id;
+    finishRun(run.created ? `retained ${run.created}` : '');
+  } catch (e) {
+    setStatus(e.message, true);
+    document.body.dataset.state = 'error';
+  }
+}
+
+async function refreshMaps() {
+  const ul = $('maps');
+  ul.textContent = '';
+  try {
+    const { maps } = await api.listMaps();
+    if (!maps.length) ul.innerHTML = '<li class="muted">No retained maps yet: tick “retain on the server” and run.</li>';
+    for (const m of maps) {
+      const li = document.createElement('li');
+      const b = document.createElement('button');
+      b.type = 'button';
+      b.textContent = `${m.id} · ${m.model} · [${m.shape.join(', ')}] · ${m.created.replace('T', ' ').slice(0, 19)}`;
+      b.addEventListener('click', () => openMap(m.id));
+      li.append(b);
+      ul.append(li);
+    }
+  } catch (e) { setStatus(e.message, true); }
+}
+
+function selectTab(tab) {
+  state.tab = tab;
+  for (const t of ['words', 'json', 'maps']) {
+    $(`tab-${t}`).setAttribute('aria-selected', String(t === tab));
+    $(`pane-${t}`).hidden = t !== tab;
+  }
+  $('run-opts').hidden = tab === 'maps';
+  if (tab === 'maps') refreshMaps();
+}
+
+// ---- interaction -------------------------------------------------------
+
+function pointer(e) {
+  const r = $('heatmap').getBoundingClientRect();
+  return hit(geom, e.clientX - r.left, e.clientY - r.top);
+}
+
+function onMove(e) {
+  if (!run) return;
+  const h = pointer(e);
+  const prev = JSON.stringify([cursor, hoverRow]);
+  if (h && h.kind === 'cell') { cursor = { i: h.i, j: h.j }; hoverRow = null; }
+  else if (h && h.kind === 'row') { hoverRow = h.i; cursor = null; }
+  else { hoverRow = null; }
+  if (prev !== JSON.stringify([cursor, hoverRow])) { renderFocus(); renderReadout(); renderSide(); }
+}
+
+function onKey(e) {
+  if (!run) return;
+  const d = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] }[e.key];
+  if (d) {
+    e.preventDefault();
+    const c = cursor || { i: state.q, j: 0 };
+    cursor = { i: Math.max(0, Math.min(run.T - 1, c.i + d[0])), j: Math.max(0, Math.min(run.S - 1, c.j + d[1])) };
+    if (state.win) { // keep the cursor inside the zoom window
+      const w = state.win, n = w.n;
+      if (cursor.i < w.r0 || cursor.i >= w.r0 + n) w.r0 = cursor.i - (n >> 1);
+      if (cursor.j < w.c0 || cursor.j >= w.c0 + n) w.c0 = cursor.j - (n >> 1);
+    }
+  } else if ((e.key === 'Enter' || e.key === ' ') && cursor) {
+    e.preventDefault();
+    state.q = cursor.i;
+  } else return;
+  update();
+}
+
+function download(name, blob) {
+  const a = document.createElement('a');
+  a.href = URL.createObjectURL(blob);
+  a.download = name;
+  document.body.append(a);
+  a.click();
+  setTimeout(() => { URL.revokeObjectURL(a.href); a.remove(); }, 1000);
+}
+
+function baseName() {
+  return `attnd-${run.mapId || run.model}-b${state.b}-h${state.h}`;
+}
+
+// A .npy file (format 1.0): magic, header dict padded to 64 bytes, data.
+function npy(data, shape) {
+  let hdr = `{'descr': '<f4', 'fortran_order': False, 'shape': (${shape.join(', ')}), }`;
+  const total = 10 + hdr.length + 1;
+  hdr += ' '.repeat((64 - (total % 64)) % 64) + '\n';
+  const head = new Uint8Array(10 + hdr.length);
+  head.set([0x93, 78, 85, 77, 80, 89, 1, 0, hdr.length & 255, hdr.length >> 8]);
+  head.set(new TextEncoder().encode(hdr), 10);
+  return new Blob([head, new Float32Array(data)], { type: 'application/octet-stream' });
+}
+
+function wire() {
+  $('tab-words').addEventListener('click', () => selectTab('words'));
+  $('tab-json').addEventListener('click', () => selectTab('json'));
+  $('tab-maps').addEventListener('click', () => selectTab('maps'));
+  $('refresh-maps').addEventListener('click', refreshMaps);
+  $('run').addEventListener('click', doRun);
+  $('text').addEventListener('keydown', (e) => { if (e.key === 'Enter' && !e.shiftKey) { e.preventDefault(); doRun(); } });
+  $('model').addEventListener('change', async () => {
+    state.model = $('model').value;
+    try {
+      await loadMeta(state.model, true);
+      if (state.model === 'sdpa') { $('json').value = JSON.stringify(SEED_SDPA); selectTab('json'); }
+      else if (state.tab === 'json') selectTab('words');
+    } catch (e) { setStatus(e.message, true); }
+  });
+  $('batch').addEventListener('change', () => { state.b = Number($('batch').value); update(); });
+  $('scale').addEventListener('change', () => { state.scale = $('scale').value; update(); });
+  $('auto').addEventListener('change', () => { state.auto = $('auto').checked; update(); });
+  $('table-toggle').addEventListener('change', () => { state.table = $('table-toggle').checked; renderSide(); });
+  const hm = $('heatmap');
+  hm.addEventListener('mousemove', onMove);
+  hm.addEventListener('mouseleave', () => { hoverRow = null; renderFocus(); renderSide(); });
+  hm.addEventListener('click', (e) => {
+    const h = pointer(e);
+    if (h && (h.kind === 'cell' || h.kind === 'row')) { state.q = h.i; update(); }
+  });
+  hm.addEventListener('keydown', onKey);
+  $('overview').addEventListener('click', (e) => {
+    const r = $('overview').getBoundingClientRect();
+    const fx = (e.clientX - r.left) / r.width, fy = (e.clientY - r.top) / r.height;
+    const n = state.win.n;
+    state.win.r0 = Math.round(fy * run.T - n / 2);
+    state.win.c0 = Math.round(fx * run.S - n / 2);
+    update();
+  });
+  $('zoom-in').addEventListener('click', () => { state.win.n >>= 1; update(); });
+  $('zoom-out').addEventListener('click', () => { state.win.n <<= 1; update(); });
+  $('export-png').addEventListener('click', () =>
+    $('heatmap').toBlob((b) => download(`${baseName()}.png`, b), 'image/png'));
+  $('export-json').addEventListener('click', () => {
+    const map = headMap(state.b, state.h);
+    download(`${baseName()}.json`, new Blob([JSON.stringify({
+      model: run.model, map_id: run.mapId || null, b: state.b, h: state.h,
+      tokens: run.tokens, key_tokens: run.keyTokens, shape: [run.T, run.S],
+      causal: run.causal, data: Array.from(map),
+    })], { type: 'application/json' }));
+  });
+  $('export-npy').addEventListener('click', () =>
+    download(`${baseName()}.npy`, npy(headMap(state.b, state.h), [run.T, run.S])));
+  $('copy-link').addEventListener('click', async () => {
+    writeHash();
+    try { await navigator.clipboard.writeText(location.href); setStatus('link copied'); }
+    catch (_) { setStatus(`link: ${location.href}`); }
+  });
+  window.addEventListener('resize', () => { if (run) renderFocus(); });
+}
+
+// Hooks for the browser tests: where a cell is drawn, in CSS pixels of
+// the page and in device pixels of the canvas.
+window.attnd = {
+  state, get run() { return run; },
+  cellCenter(i, j) {
+    const g = geom, r = $('heatmap').getBoundingClientRect();
+    const x = g.x0 + (j - g.c0 + 0.5) * g.cell, y = g.y0 + (i - g.r0 + 0.5) * g.cell;
+    const dpr = window.devicePixelRatio || 1;
+    return { pageX: r.left + x, pageY: r.top + y, px: Math.floor(x * dpr), py: Math.floor(y * dpr), cell: g.cell };
+  },
+};
+
+async function main() {
+  wire();
+  const fromUrl = readHash();
+  const models = await api.listModels().catch(() => ['sdpa', 'demo']);
+  const sel = $('model');
+  for (const m of models) sel.append(new Option(m, m));
+  if (!models.includes(state.model)) state.model = models.includes('demo') ? 'demo' : models[0];
+  sel.value = state.model;
+  if (state.text) $('text').value = state.text;
+  $('json').value = state.json || JSON.stringify(SEED_SDPA);
+  $('causal').checked = state.causal;
+  selectTab(state.tab);
+  try { await loadMeta(state.model, !fromUrl); } catch (e) { setStatus(e.message, true); }
+  const keep = { b: state.b, h: state.h, q: state.q };
+  if (state.map) await openMap(state.map);
+  else if (fromUrl) {
+    $('causal').checked = state.causal;
+    await doRun();
+  } else {
+    document.body.dataset.state = 'idle';
+    setStatus('Choose a model and press Run.');
+    return;
+  }
+  Object.assign(state, keep);
+  update();
+}
+
+main();

@@ -1,0 +1,183 @@
+// panels.js - the text-and-numbers views beside the heatmap: the step view
+// for one query row (as in the worked examples: q·k, ÷ √d_k, softmax,
+// weighted sum of value rows), the line view, and the table view.
+
+import { rgbFor } from './colormap.js';
+
+// fmt: a number for people; digits after the point for ordinary sizes.
+export function fmt(x, digits = 6) {
+  if (x === null || x === undefined || Number.isNaN(x)) return '—';
+  if (x === 0) return '0';
+  const a = Math.abs(x);
+  if (a >= 1e-3 && a < 1e6) return x.toFixed(digits);
+  return x.toExponential(3);
+}
+
+function el(tag, attrs = {}, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === 'class') e.className = v;
+    else e.setAttribute(k, v);
+  }
+  for (const k of kids) e.append(k);
+  return e;
+}
+
+function vec(a, max = 6) {
+  const parts = Array.from(a.slice(0, max), (x) => fmt(x, 4));
+  return `[${parts.join(', ')}${a.length > max ? ', …' : ''}]`;
+}
+
+const STEP_ROWS = 16; // keys listed in full up to this; else the largest
+
+// renderSteps: one query row of one head, step by step.
+export function renderSteps(box, run, state, qi, v) {
+  box.textContent = '';
+  const h = state.h, b = state.b;
+  const T = run.T, S = run.S;
+  const qt = run.tokens[qi];
+  box.append(el('h2', {}, `Step by step: query “${qt}” (#${qi})${h === 'mean' ? ', mean over heads' : `, head ${h}`}`));
+  if (h === 'mean') {
+    box.append(el('p', { class: 'muted' }, 'The mean over heads has no single set of scores: pick a head to see the steps.'));
+    return;
+  }
+  const dk = run.headDim, dv = run.vHeadDim;
+  const sq = dk ? Math.sqrt(dk) : null;
+  const hkv = run.nKvHeads || run.H;
+  const kvh = Math.floor(h / (run.H / hkv));
+  const ts = T * S;
+  const map = v.map;
+  const row = Array.from({ length: S }, (_, j) => j);
+  const have = { qk: run.q && run.k && dk, scores: !!run.scores, v: run.v && dv };
+  const raw = new Float64Array(S), scaled = new Float64Array(S);
+  for (const j of row) {
+    if (have.qk) {
+      let s = 0;
+      const qo = ((b * run.H + h) * T + qi) * dk, ko = ((b * hkv + kvh) * S + j) * dk;
+      for (let d = 0; d < dk; d++) s += run.q[qo + d] * run.k[ko + d];
+      raw[j] = s;
+      scaled[j] = s / sq;
+    } else if (have.scores) {
+      scaled[j] = run.scores[(b * run.H + h) * ts + qi * S + j];
+      raw[j] = sq ? scaled[j] * sq : NaN;
+    }
+  }
+  const live = row.filter((j) => !v.masked(qi, j));
+  const mx = live.length ? Math.max(...live.map((j) => scaled[j])) : 0;
+  const ex = new Float64Array(S);
+  let sum = 0;
+  for (const j of live) { ex[j] = Math.exp(scaled[j] - mx); sum += ex[j]; }
+
+  if (have.qk || have.scores) {
+    box.append(el('p', {}, `d_k = ${dk}, so scores are divided by √d_k = ${fmt(sq, 4)}. ` +
+      `Softmax subtracts the row maximum (${fmt(mx, 4)}) before exponentiating; the sum of the exponentials is ${fmt(sum, 4)}.`));
+  } else {
+    box.append(el('p', { class: 'muted' }, 'This map was retained without scores or values: only its weights are shown.'));
+  }
+  let shown = row;
+  if (S > STEP_ROWS) {
+    shown = [...row].sort((x, y) => map[qi * S + y] - map[qi * S + x]).slice(0, STEP_ROWS).sort((x, y) => x - y);
+    box.append(el('p', { class: 'muted small' }, `Showing the ${STEP_ROWS} keys with the largest weights of ${S}.`));
+  }
+  const thead = el('tr', {}, el('th', { scope: 'col' }, 'key'));
+  const cols = [];
+  if (have.qk || have.scores) cols.push('q·k', `÷ √d_k`, 'exp(s − max)');
+  cols.push('weight');
+  if (have.v) cols.push('weight × v');
+  for (const c of cols) thead.append(el('th', { scope: 'col' }, c));
+  const tb = el('tbody');
+  const out = have.v ? new Float64Array(dv) : null;
+  for (const j of row) {
+    const w = map[qi * S + j];
+    if (out && !v.masked(qi, j)) {
+      const vo = ((b * hkv + kvh) * S + j) * dv;
+      for (let d = 0; d < dv; d++) out[d] += w * run.v[vo + d];
+    }
+  }
+  for (const j of shown) {
+    const w = map[qi * S + j];
+    const m = v.masked(qi, j);
+    const tr = el('tr', { class: m ? 'masked' : '' }, el('th', { scope: 'row' }, `${run.keyTokens[j]} (#${j})`));
+    if (have.qk || have.scores) {
+      tr.append(el('td', {}, fmt(raw[j], 4)), el('td', {}, fmt(scaled[j], 4)), el('td', {}, m ? 'masked' : fmt(ex[j], 4)));
+    }
+    tr.append(el('td', {}, m ? 'masked' : fmt(w, 6)));
+    if (have.v) {
+      const vo = ((b * hkv + kvh) * S + j) * dv;
+      const wv = Array.from(run.v.subarray(vo, vo + dv), (x) => (m ? 0 : w * x));
+      tr.append(el('td', { class: 'vec' }, m ? '—' : vec(wv)));
+    }
+    tb.append(tr);
+  }
+  box.append(el('table', { class: 'steps-table' }, el('thead', {}, thead), tb));
+  if (out) {
+    box.append(el('p', {}, `Output of head ${h} for “${qt}”: o = Σ weight × v = `, el('code', { class: 'vec' }, vec(out, 8)),
+      ` (d_v = ${dv}).`));
+    if (run.source === 'sdpa' && run.y) {
+      const yo = ((b * run.H + h) * T + qi) * dv;
+      box.append(el('p', { class: 'muted small' }, 'Server output row: ', el('code', {}, vec(run.y.subarray(yo, yo + dv), 8))));
+    }
+  }
+}
+
+const LINE_MAX = 64;
+const SVGNS = 'http://www.w3.org/2000/svg';
+
+function svg(tag, attrs, text) {
+  const e = document.createElementNS(SVGNS, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+// renderLines: BertViz-style lines from query qi to every key; stroke
+// opacity and width follow the weight's position on the colour scale.
+export function renderLines(box, run, v, qi) {
+  box.textContent = '';
+  if (run.T > LINE_MAX || run.S > LINE_MAX) {
+    box.setAttribute('viewBox', '0 0 300 30');
+    box.setAttribute('height', '30');
+    box.append(svg('text', { x: 0, y: 18, class: 'muted' }, `Shown for up to ${LINE_MAX} tokens.`));
+    return;
+  }
+  const rh = 18, hgt = Math.max(run.T, run.S) * rh + 8, W = 300, xl = 118, xr = 182;
+  box.setAttribute('viewBox', `0 0 ${W} ${hgt}`);
+  box.setAttribute('height', String(hgt));
+  for (let j = 0; j < run.S; j++) {
+    if (v.masked(qi, j)) continue;
+    const w = v.map[qi * run.S + j], p = v.scale.pos(w);
+    box.append(svg('line', {
+      x1: xl + 4, y1: qi * rh + 13, x2: xr - 4, y2: j * rh + 13,
+      'stroke-opacity': (0.05 + 0.95 * p).toFixed(3), 'stroke-width': (0.5 + 3.5 * p).toFixed(2), class: 'attn',
+    }));
+  }
+  for (let i = 0; i < run.T; i++)
+    box.append(svg('text', { x: xl, y: i * rh + 17, 'text-anchor': 'end', class: i === qi ? 'sel' : '' }, run.tokens[i]));
+  for (let j = 0; j < run.S; j++)
+    box.append(svg('text', { x: xr, y: j * rh + 17, class: v.masked(qi, j) ? 'muted' : '' }, run.keyTokens[j]));
+}
+
+// renderTable: every weight as a number, for small maps (colour is never
+// the only carrier of a value).
+export function renderTable(box, run, v) {
+  box.textContent = '';
+  const head = el('tr', {}, el('th', { scope: 'col' }, 'query \\ key'));
+  for (let j = 0; j < run.S; j++) head.append(el('th', { scope: 'col' }, run.keyTokens[j]));
+  const tb = el('tbody');
+  for (let i = 0; i < run.T; i++) {
+    const tr = el('tr', {}, el('th', { scope: 'row' }, run.tokens[i]));
+    for (let j = 0; j < run.S; j++) {
+      const w = v.map[i * run.S + j];
+      if (v.masked(i, j)) { tr.append(el('td', { class: 'masked' }, '—')); continue; }
+      const rgb = rgbFor(v.scale, w);
+      const light = 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2] > 140;
+      const td = el('td', {}, fmt(w, 3));
+      td.style.background = `rgb(${rgb})`; // CSSOM, allowed by the page's CSP
+      td.style.color = light ? '#111' : '#f4f4f4';
+      tr.append(td);
+    }
+    tb.append(tr);
+  }
+  box.append(el('table', { class: 'weights' }, el('caption', {}, 'Attention weights (rows: queries, columns: keys)'),
+    el('thead', {}, head), tb));
+}

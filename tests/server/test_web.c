@@ -1,0 +1,111 @@
+/* test_web.c - the embedded visualiser files (server/web.c and the table
+ * tools/embed.c generates): every file of server/web/ is served byte for
+ * byte, with its type and an ETag; nothing else is. Run from the repo
+ * root (make check-unit does). */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/web.h"
+
+/* The bytes of a file on disk, or NULL. */
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf;
+    long n;
+
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    rewind(f);
+    buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    *len = (size_t)n;
+    return buf;
+}
+
+START_TEST(test_root_is_index)
+{
+    const web_asset *a = web_asset_find("/"), *b = web_asset_find("/web/index.html");
+
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_eq(a, b);
+    ck_assert_str_eq(a->content_type, "text/html; charset=utf-8");
+    ck_assert_ptr_nonnull(strstr((const char *)a->data, "/web/app.js"));
+    ck_assert_int_eq(a->etag[0], '"');
+    ck_assert_uint_eq(strlen(a->etag), 18);
+}
+END_TEST
+
+START_TEST(test_files_match_disk)
+{
+    static const char *const files[][2] = {
+        {"index.html", "text/html; charset=utf-8"},
+        {"app.js", "text/javascript; charset=utf-8"},
+        {"api.js", "text/javascript; charset=utf-8"},
+        {"colormap.js", "text/javascript; charset=utf-8"},
+        {"embed.js", "text/javascript; charset=utf-8"},
+        {"heatmap.js", "text/javascript; charset=utf-8"},
+        {"panels.js", "text/javascript; charset=utf-8"},
+        {"style.css", "text/css; charset=utf-8"},
+    };
+    char url[128], path[128];
+    size_t i, len;
+
+    for (i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        const web_asset *a;
+        char *disk;
+
+        snprintf(url, sizeof(url), "/web/%s", files[i][0]);
+        snprintf(path, sizeof(path), "server/web/%s", files[i][0]);
+        a = web_asset_find(url);
+        ck_assert_msg(a != NULL, "%s not embedded", url);
+        ck_assert_str_eq(a->content_type, files[i][1]);
+        disk = slurp(path, &len);
+        ck_assert_msg(disk != NULL, "cannot read %s (run from the repo root)",
+                      path);
+        ck_assert_uint_eq(a->len, len);
+        ck_assert_mem_eq(a->data, disk, len);
+        free(disk);
+    }
+    /* Distinct contents get distinct ETags. */
+    ck_assert_str_ne(web_asset_find("/web/app.js")->etag,
+                     web_asset_find("/web/api.js")->etag);
+}
+END_TEST
+
+START_TEST(test_nothing_else)
+{
+    ck_assert_ptr_null(web_asset_find("/web/nope.js"));
+    ck_assert_ptr_null(web_asset_find("/web/../Makefile"));
+    ck_assert_ptr_null(web_asset_find("/app.js"));
+    ck_assert_ptr_null(web_asset_find("/web/app.js?x=1"));
+    ck_assert_ptr_null(web_asset_find(""));
+    ck_assert_ptr_null(web_asset_find(NULL));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("web");
+    TCase *tc = tcase_create("assets");
+    SRunner *sr;
+    int failed;
+
+    tcase_add_test(tc, test_root_is_index);
+    tcase_add_test(tc, test_files_match_disk);
+    tcase_add_test(tc, test_nothing_else);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,40 @@
+// embed.test.mjs - the page's sample-embedding generator against vectors
+// an independent Python implementation wrote (gen_embed_vectors.py).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import { embed, fnv1a32, tokenize } from '../../server/web/embed.js';
+
+const ref = JSON.parse(fs.readFileSync(new URL('./embed_vectors.json', import.meta.url)));
+
+test('FNV-1a 32 of the lower-cased UTF-8 bytes', () => {
+  // The published FNV-1a 32 offset basis is the hash of "".
+  assert.equal(fnv1a32(''), 2166136261);
+  for (const [w, h] of Object.entries(ref.fnv1a32)) assert.equal(fnv1a32(w), h, w);
+});
+
+test('embeddings agree with the Python reference to float32', () => {
+  for (const c of ref.cases) {
+    const x = embed(c.words, c.d);
+    assert.equal(x.length, c.words.length * c.d);
+    c.x.forEach((row, i) => row.forEach((v, k) => {
+      assert.equal(x[i * c.d + k], v, `${c.words[i]} d=${c.d} [${i}][${k}]`);
+    }));
+  }
+});
+
+test('halves have unit length and repeated words share content', () => {
+  const d = 64, words = tokenize('the cat sat on the mat');
+  const x = embed(words, d);
+  for (let i = 0; i < words.length; i++) {
+    let c = 0, p = 0;
+    for (let k = 0; k < d / 2; k++) { c += x[i * d + k] ** 2; p += x[i * d + d / 2 + k] ** 2; }
+    assert.ok(Math.abs(c - 1) < 1e-5 && Math.abs(p - 1) < 1e-5);
+  }
+  for (let k = 0; k < d / 2; k++) assert.equal(x[k], x[4 * d + k]); // "the" twice
+  assert.notEqual(x[d / 2 + 1], x[4 * d + d / 2 + 1]); // other positions
+});
+
+test('widths that are not multiples of 4 are refused', () => {
+  assert.throws(() => embed(['a'], 6), /multiple of 4/);
+});
