@@ -7,13 +7,15 @@
 #      mirror -> buildah from scratch + add + commit, tagged
 #      docker.io/library/debian:bookworm-slim (kept in buildah's storage, so
 #      a second run skips this; ATTND_CT_REBUILD_BASE=1 redoes it)
-#   2. buildah bud the Dockerfile (--layers: unchanged stages are cached)
+#   2. buildah bud the Dockerfile (ATTND_CT_LAYERS=1 caches layers: fast
+#      reruns, but vfs storage makes them big)
 #   3. inspect the image: non-root user, entrypoint, healthcheck, and no
 #      compiler, headers or curl in it
-#   4. run the image's own entrypoint on a free loopback port, wait for
-#      readiness, run a real inference (the seeds' worked example) and a
-#      retained-map fetch, check the daemon's uid, run the image's
-#      HEALTHCHECK command, send SIGTERM and check a clean exit 0.
+#   4. run the image's own entrypoint on a free loopback port with a model
+#      folder of ours mounted at /models, wait for readiness, run real
+#      inferences (the seeds' worked example, on the built-in sdpa model and
+#      on the mounted one) and a retained-map fetch, check the daemon's uid,
+#      run the image's HEALTHCHECK command, send SIGTERM, check exit 0.
 #
 # Needs root, buildah, debootstrap, curl and python3 (make container-test
 # installs them). Environment: DEBIAN_MIRROR, DEBIAN_SECURITY_MIRROR,
@@ -105,15 +107,22 @@ EOF
     bah config --cmd bash \
         --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
         "$ctr"
+    old_base=$(bah images -q "$BASE" 2>/dev/null | head -1 || true)
     bah commit --quiet --rm "$ctr" "$BASE" >/dev/null
+    [ -n "$old_base" ] && bah rmi "$old_base" >/dev/null 2>&1 || true
     rm -f "$work/rootfs.tar"
     log "  committed $BASE"
 fi
 
 # --------------------------------------------------------------- 2. build
 step "buildah bud -t $IMAGE"
+# vfs storage copies the whole tree for every layer, so cached layers cost
+# ~10 GB after a few builds: they are opt-in (ATTND_CT_LAYERS=1). The image
+# this build replaces is removed afterwards.
+old_id=$(bah images -q "$IMAGE" 2>/dev/null | head -1 || true)
 bud_rc=0
-bah bud --pull=never --isolation chroot --layers --format docker \
+bah bud --pull=never --isolation chroot --format docker \
+    $([ -n "${ATTND_CT_LAYERS:-}" ] && echo --layers) \
     -t "$IMAGE" -f Dockerfile . >"$work/bud.log" 2>&1 &
 bud_pid=$!
 # Progress: each Dockerfile step as buildah reaches it.
@@ -123,6 +132,10 @@ tail -n +1 -f --pid="$bud_pid" "$work/bud.log" |
 wait "$bud_pid" || bud_rc=$?
 [ "$bud_rc" = 0 ] || { tail -40 "$work/bud.log"; die "image build failed"; }
 ok "image $IMAGE built ($(bah images --format '{{.Size}}' "$IMAGE" | head -1))"
+new_id=$(bah images -q "$IMAGE" | head -1)
+if [ -n "$old_id" ] && [ "$old_id" != "$new_id" ]; then
+    bah rmi "$old_id" >/dev/null 2>&1 || true
+fi
 
 # ------------------------------------------------------------- 3. inspect
 step "inspect the image"
@@ -137,6 +150,8 @@ mapfile -t cmd < <(fmt '{{range .Docker.Config.Cmd}}{{println .}}{{end}}')
 mapfile -t hc < <(fmt '{{if .Docker.Config.Healthcheck}}{{range .Docker.Config.Healthcheck.Test}}{{println .}}{{end}}{{end}}')
 [ "${#entry[@]}" -gt 0 ] && ok "entrypoint: ${entry[*]}" || bad "no entrypoint"
 [ "${hc[0]:-}" = CMD ] && ok "healthcheck: ${hc[*]:1}" || bad "no HEALTHCHECK CMD (${hc[*]:-none})"
+fmt '{{range $k, $v := .Docker.Config.Volumes}}{{println $k}}{{end}}' | grep -qx /models &&
+    ok "/models is a volume" || bad "/models is not declared a VOLUME"
 fmt '{{range .Docker.Config.Env}}{{println .}}{{end}}' | grep -qx 'ATTND_HOST=0.0.0.0' &&
     ok "ATTND_HOST=0.0.0.0 set" || bad "ATTND_HOST=0.0.0.0 not in the image env"
 run_ctr=$(bah from --pull=never "$IMAGE")
@@ -157,8 +172,18 @@ step "run the image's entrypoint"
 # A free loopback port: the container shares the host network.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 url=http://127.0.0.1:$port
+# A model repository of our own, mounted over /models as the README says
+# (readable by the image's non-root user).
+chmod 755 "$work"
+python3 deploy/container_check.py --write-model "$work/models"
+chmod -R a+rX "$work/models"
+# docker run -v puts the mount over the image's VOLUME; buildah run (chroot)
+# would shadow it with the image's empty /models, so this container drops
+# the volume declaration (the image keeps it, checked above).
+bah config --volume /models- "$run_ctr"
 # Listen on loopback only here (the image default 0.0.0.0 is checked above).
 bah run --isolation chroot -e ATTND_PORT="$port" -e ATTND_HOST=127.0.0.1 \
+    -v "$work/models:/models:ro" \
     "$run_ctr" -- "${entry[@]}" "${cmd[@]}" >"$work/attnd.log" 2>&1 &
 run_pid=$!
 
@@ -204,9 +229,10 @@ uid=$(awk '/^Uid:/ {print $2}' "/proc/$dpid/status")
 [ "$uid" != 0 ] && ok "daemon pid $dpid runs as uid $uid" || bad "daemon runs as root"
 
 # ----------------------------------------------------------- 5. inference
-step "inference and retained map (seed 000 worked example)"
-python3 deploy/container_check.py "$url" && ok "inference + retained map match the seed" ||
-    bad "inference/retained-map check failed"
+step "inference, retained map, mounted model (seed 000 worked example)"
+python3 deploy/container_check.py "$url" seed000 | sed 's/^/container-test: /' &&
+    ok "sdpa, retained map and the mounted seed000 model match the seed" ||
+    bad "inference checks failed (lines above)"
 
 # ---------------------------------------------------------- 6. healthcheck
 step "the image's HEALTHCHECK command"

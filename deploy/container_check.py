@@ -1,16 +1,28 @@
 #!/usr/bin/env python3
-"""container_check.py URL - the requests deploy/container-test.sh sends to a
-running attnd: one inference on the built-in `sdpa` model and one retained
-attention map, both checked against the worked example in seed 000 (T=2,
-d_k=4, d_v=2; the expected numbers are the seed's, not the daemon's).
-Standard library only. Prints one line per check; exits 1 on any failure."""
+"""container_check.py - what deploy/container-test.sh checks in a running
+attnd, against the worked example in seed 000 (T=2, d_k=4, d_v=2; the
+expected numbers are the seed's, not the daemon's). Standard library only.
+
+  container_check.py --write-model DIR   write DIR/seed000/model.safetensors
+  container_check.py URL [MODEL]         check a running daemon; exits 1 on
+                                         any failure, one line per check
+
+The checks: GET /v2; the built-in `sdpa` model on the seed's Q, K, V; a
+retained map (parameters.retain) fetched back as raw FP32; and, when MODEL
+is given, an inference on that weight set from the mounted repository.
+
+The `seed000` weight set (canonical layout, one head, d_model 4) is chosen
+so that x = the seed's Q gives the seed's K and V: W_q = I, W_k =
+diag(.5, .25, .5, 0), W_v maps x rows to [1, 2] and [3, 0], and W_o puts
+the head's 2 values in y's first 2 columns. So y = [seed output | 0 0]."""
 import json
+import os
 import struct
 import sys
 import urllib.error
 import urllib.request
 
-URL = sys.argv[1].rstrip("/")
+URL = ""
 TOL = 1e-5
 Q = [2.0, 0.0, 2.0, 0.0, 0.0, 4.0, 0.0, 2.0]
 K = [1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0]
@@ -84,6 +96,53 @@ def infer(parameters):
     return resp
 
 
+SEED_MODEL = {
+    "W_q": ([4, 4], [1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1]),
+    "W_k": ([4, 4], [.5, 0, 0, 0, 0, .25, 0, 0, 0, 0, .5, 0, 0, 0, 0, 0]),
+    "W_v": ([4, 2], [.5, 1, .75, 0, 0, 0, 0, 0]),
+    "W_o": ([2, 4], [1, 0, 0, 0, 0, 1, 0, 0]),
+}
+
+
+def write_model(folder):
+    """A safetensors file by its published layout: u64 LE header length,
+    JSON header (dtype, shape, data_offsets), then the raw tensors."""
+    os.makedirs(os.path.join(folder, "seed000"), exist_ok=True)
+    header, data = {}, b""
+    for name, (shape, values) in SEED_MODEL.items():
+        raw = struct.pack("<%df" % len(values), *values)
+        header[name] = {"dtype": "F32", "shape": shape,
+                        "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(os.path.join(folder, "seed000", "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + data)
+    with open(os.path.join(folder, "seed000", "config.json"), "w") as f:
+        json.dump({"n_heads": 1}, f)
+
+
+def check_model(name):
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2, 4],
+                        "data": Q}],
+            "outputs": [{"name": "y"}, {"name": "attention"}]}
+    status, raw = http("POST", f"/v2/models/{name}/infer", body)
+    check(status == 200, f"POST /v2/models/{name}/infer -> {status}")
+    if status != 200:
+        print("       " + raw[:300].decode("utf-8", "replace"))
+        return
+    outs = {o["name"]: o for o in parse(raw).get("outputs", [])}
+    want_y = WANT_OUTPUT[0:2] + [0, 0] + WANT_OUTPUT[2:4] + [0, 0]
+    got = flat(outs.get("y", {}).get("data", []))
+    check(close(got, want_y), f"{name}: y = {got} (seed: {want_y})")
+    got = flat(outs.get("attention", {}).get("data", []))
+    check(close(got, WANT_ATTENTION), f"{name}: attention = {got}")
+
+
+if sys.argv[1:2] == ["--write-model"]:
+    write_model(sys.argv[2])
+    sys.exit(0)
+URL = sys.argv[1].rstrip("/")
 status, raw = http("GET", "/v2")
 check(status == 200 and parse(raw).get("name") == "attnd",
       f"GET /v2 -> {status} {raw[:120]!r}")
@@ -100,4 +159,6 @@ if map_id is not None:
           f"GET /v2/maps/{map_id}/attention?format=f32 -> {status} {got}")
     status, raw = http("GET", "/v2/maps/does-not-exist")
     check(status == 404, f"GET /v2/maps/does-not-exist -> {status}")
+if len(sys.argv) > 2:
+    check_model(sys.argv[2])
 sys.exit(1 if failures else 0)
