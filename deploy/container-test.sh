@@ -121,7 +121,7 @@ step "buildah bud -t $IMAGE"
 # this build replaces is removed afterwards.
 old_id=$(bah images -q "$IMAGE" 2>/dev/null | head -1 || true)
 bud_rc=0
-bah bud --pull=never --isolation chroot --format docker \
+bah bud --pull=never --isolation chroot --format docker --force-rm \
     $([ -n "${ATTND_CT_LAYERS:-}" ] && echo --layers) \
     -t "$IMAGE" -f Dockerfile . >"$work/bud.log" 2>&1 &
 bud_pid=$!
