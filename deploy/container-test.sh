@@ -19,8 +19,8 @@
 #
 # Needs root, buildah, debootstrap, curl and python3 (make container-test
 # installs them). Environment: DEBIAN_MIRROR, DEBIAN_SECURITY_MIRROR,
-# ATTND_CT_IMAGE (tag to build, default localhost/attnd:test),
-# ATTND_CT_KEEP=1 (keep the built image; default keeps it as a cache too).
+# ATTND_CT_IMAGE (tag to build, default localhost/attnd:test; it stays in
+# buildah's storage afterwards), ATTND_CT_REBUILD_BASE, ATTND_CT_LAYERS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -121,8 +121,10 @@ step "buildah bud -t $IMAGE"
 # this build replaces is removed afterwards.
 old_id=$(bah images -q "$IMAGE" 2>/dev/null | head -1 || true)
 bud_rc=0
-bah bud --pull=never --isolation chroot --format docker --force-rm \
-    $([ -n "${ATTND_CT_LAYERS:-}" ] && echo --layers) \
+cache=(--no-cache)
+[ -n "${ATTND_CT_LAYERS:-}" ] && cache=(--layers)
+: >"$work/bud.log"
+bah bud --pull=never --isolation chroot --format docker --force-rm "${cache[@]}" \
     -t "$IMAGE" -f Dockerfile . >"$work/bud.log" 2>&1 &
 bud_pid=$!
 # Progress: each Dockerfile step as buildah reaches it.
