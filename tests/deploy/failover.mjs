@@ -212,59 +212,83 @@ async function main() {
   const stickyUps = new Set(accessLog().filter((l) => l.session === "failover-test").map((l) => l.upstreams.at(-1)));
   check(stickyUps.size === 1, `session requests all went to one replica (${[...stickyUps].join(", ")})`);
 
-  // The load: REQUESTS requests, CONCURRENCY at a time, a time cap; the
-  // second replica is SIGKILLed once KILL_AT requests have completed.
-  const victim = replicas[1];
-  const survivors = [replicas[0], replicas[2]];
-  let next = 0;
-  let done = 0;
-  let passed = 0;
-  let killedAt = null;
-  const startedAfterKill = new Set();
-  const errors = [];
-  const deadline = Date.now() + TIME_CAP_MS;
-  say(`load: ${REQUESTS} requests, ${CONCURRENCY} concurrent, cap ${TIME_CAP_MS / 1000}s; SIGKILL ${victim.addr} after ${KILL_AT}`);
-  async function worker() {
-    while (next < REQUESTS && Date.now() < deadline) {
-      const seq = next++;
-      if (killedAt !== null) startedAfterKill.add(String(seq));
-      const r = await infer(base, seq, 1 + (seq % 7));
-      done++;
-      if (r.err) errors.push(r.err);
-      else passed++;
-      if (done === KILL_AT && killedAt === null) {
-        killedAt = Date.now();
-        victim.rec.child.kill("SIGKILL");
-        say(`killed ${victim.addr} (pid ${victim.rec.child.pid}) with ${next - done} requests in flight`);
+  // load: `count` requests (sequence numbers from seqBase), CONCURRENCY at
+  // a time, under the time cap; once `at` of them have completed, act()
+  // runs once. Returns the passed count, the errors, and the sequence
+  // numbers of requests started after act().
+  async function load(count, seqBase, at, act) {
+    let next = 0;
+    let done = 0;
+    let passed = 0;
+    let acted = false;
+    const after = new Set();
+    const errors = [];
+    const deadline = Date.now() + TIME_CAP_MS;
+    async function worker() {
+      while (next < count && Date.now() < deadline) {
+        const seq = seqBase + next++;
+        if (acted) after.add(String(seq));
+        const r = await infer(base, seq, 1 + (seq % 7));
+        done++;
+        if (r.err) errors.push(r.err);
+        else passed++;
+        if (done === at && !acted) {
+          acted = true;
+          act(next - done);
+        }
       }
     }
+    await Promise.all(Array.from({ length: CONCURRENCY }, worker));
+    if (next < count) errors.push(`${count - next} requests not sent before the ${TIME_CAP_MS / 1000}s cap`);
+    for (const e of errors.slice(0, 10)) say(`  ${e}`);
+    return { passed, failed: count - passed, after, acted };
   }
-  await Promise.all(Array.from({ length: CONCURRENCY }, worker));
-  const notRun = REQUESTS - next;
-  if (notRun > 0) errors.push(`${notRun} requests not sent before the ${TIME_CAP_MS / 1000}s cap`);
-  const failed = REQUESTS - passed;
-  for (const e of errors.slice(0, 10)) say(`  ${e}`);
-  const seconds = (Date.now() - T0) / 1000;
-
-  // Who answered what, from nginx's log.
-  const log = accessLog().filter((l) => /^\d+$/.test(l.req ?? ""));
+  const log = () => accessLog().filter((l) => /^\d+$/.test(l.req ?? ""));
   const count = (lines) => Object.fromEntries(replicas.map((r) => [r.addr, lines.filter((l) => l.status === 200 && l.upstreams.at(-1) === r.addr).length]));
-  const after = log.filter((l) => startedAfterKill.has(l.req));
-  const retried = log.filter((l) => l.upstreams.length > 1);
-  say(`answered per replica, all: ${JSON.stringify(count(log))}`);
-  say(`answered per replica, started after the kill: ${JSON.stringify(count(after))}`);
-  say(`requests nginx retried on another replica: ${retried.length}`);
-  check(killedAt !== null, "a replica was killed mid-run");
-  check(count(after)[victim.addr] === 0, "no request started after the kill was answered by the killed replica");
-  check(survivors.every((r) => count(after)[r.addr] > 0), "both survivors answered requests after the kill");
 
-  // The survivors drain and exit 0 on SIGTERM.
-  for (const r of survivors) r.rec.child.kill("SIGTERM");
-  for (const r of survivors) {
-    const ex = await Promise.race([r.rec.exited, new Promise((res) => setTimeout(() => res(null), 15000))]);
-    check(ex && ex.code === 0, `${r.addr} exit after SIGTERM: ${JSON.stringify(ex)}`);
-  }
-  say(`${REQUESTS} requests in ${seconds.toFixed(1)} s`);
+  // Phase 1: the second replica is SIGKILLed a third of the way in (a
+  // crash: in-flight requests on it are cut off and nginx must retry them).
+  const victim = replicas[1];
+  const survivors = [replicas[0], replicas[2]];
+  say(`load: ${REQUESTS} requests, ${CONCURRENCY} concurrent, cap ${TIME_CAP_MS / 1000}s; SIGKILL ${victim.addr} after ${KILL_AT}`);
+  const p1 = await load(REQUESTS, 0, KILL_AT, (inFlight) => {
+    victim.rec.child.kill("SIGKILL");
+    say(`killed ${victim.addr} (pid ${victim.rec.child.pid}) with ${inFlight} requests in flight`);
+  });
+  const after1 = log().filter((l) => p1.after.has(l.req));
+  say(`answered per replica, all: ${JSON.stringify(count(log()))}`);
+  say(`answered per replica, started after the kill: ${JSON.stringify(count(after1))}`);
+  say(`requests nginx retried on another replica: ${log().filter((l) => l.upstreams.length > 1).length}`);
+  say(`phase 1: ${p1.passed} passed, ${p1.failed} failed`);
+  check(p1.acted, "a replica was killed mid-run");
+  check(count(after1)[victim.addr] === 0, "no request started after the kill was answered by the killed replica");
+  check(survivors.every((r) => count(after1)[r.addr] > 0), "both survivors answered requests after the kill");
+
+  // Phase 2: a rolling restart's half: one survivor gets SIGTERM under load
+  // (it drains: finishes what it admitted, refuses the rest, exits 0) and
+  // the last replica takes over without a failed request.
+  const [drained, last] = survivors;
+  const n2 = Math.ceil(REQUESTS / 3);
+  say(`load: ${n2} requests; SIGTERM ${drained.addr} after ${Math.floor(n2 / 4)}`);
+  const p2 = await load(n2, REQUESTS, Math.floor(n2 / 4), (inFlight) => {
+    drained.rec.child.kill("SIGTERM");
+    say(`SIGTERM to ${drained.addr} with ${inFlight} requests in flight`);
+  });
+  const ex = await Promise.race([drained.rec.exited, new Promise((res) => setTimeout(() => res(null), 15000))]);
+  check(ex && ex.code === 0, `${drained.addr} exit after SIGTERM under load: ${JSON.stringify(ex)}`);
+  // Requests that started once the drain had taken hold (a whole
+  // concurrency window later) all went to the last replica.
+  const after2 = log().filter((l) => p2.after.has(l.req) && Number(l.req) >= REQUESTS + Math.floor(n2 / 4) + 2 * CONCURRENCY);
+  say(`answered per replica, phase 2 after the drain: ${JSON.stringify(count(after2))}`);
+  say(`phase 2: ${p2.passed} passed, ${p2.failed} failed`);
+  check(after2.length > 0 && count(after2)[last.addr] === after2.length, "the last replica answered everything after the drain");
+
+  last.rec.child.kill("SIGTERM");
+  const ex2 = await Promise.race([last.rec.exited, new Promise((res) => setTimeout(() => res(null), 15000))]);
+  check(ex2 && ex2.code === 0, `${last.addr} exit after SIGTERM: ${JSON.stringify(ex2)}`);
+  const passed = p1.passed + p2.passed;
+  const failed = p1.failed + p2.failed;
+  say(`${REQUESTS + n2} requests in ${((Date.now() - T0) / 1000).toFixed(1)} s`);
   console.log(`failover: ${passed} passed, ${failed} failed`);
   return failed === 0 && checksFailed === 0;
 }
