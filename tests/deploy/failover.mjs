@@ -299,8 +299,12 @@ try {
 } catch (e) {
   say(`FAIL ${e.message}`);
 }
-for (const c of children) if (!c.exit) c.child.kill("SIGKILL");
+// nginx gets SIGTERM (a SIGKILLed master would orphan its workers); what
+// is still running 5 s later, SIGKILL.
+for (const c of children) if (!c.exit) c.child.kill(c.name === "nginx" ? "SIGTERM" : "SIGKILL");
+const grace = setTimeout(() => children.forEach((c) => c.exit || c.child.kill("SIGKILL")), 5000);
 await Promise.all(children.map((c) => c.exited));
+clearTimeout(grace);
 if (ok && !process.env.FAILOVER_KEEP) rmSync(dir, { recursive: true, force: true });
 else say(`logs kept in ${dir}`);
 process.exit(ok ? 0 : 1);
