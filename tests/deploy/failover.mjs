@@ -293,6 +293,15 @@ async function main() {
   return failed === 0 && checksFailed === 0;
 }
 
+// Interrupted (timeout, Ctrl-C): take the replicas and nginx down too.
+for (const sig of ["SIGINT", "SIGTERM"]) {
+  process.on(sig, () => {
+    for (const c of children) if (!c.exit) c.child.kill("SIGTERM");
+    say(`${sig}: stopped; logs in ${dir}`);
+    process.exit(1);
+  });
+}
+
 let ok = false;
 try {
   ok = await main();
