@@ -151,3 +151,15 @@ format:
 	clang-format -i $(CORE_SRC) $(PROTO_SRC) $(SERVER_SRC) server/main.c $(wildcard core/*.h proto/*.h server/*.h)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# ---- core: engine benchmark (bench/bench_attn.c + PyTorch peer) ----------
+BENCH_BIN := $(BUILD)/bench/bench_attn
+$(BUILD)/bench/%: bench/%.c $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(CORE_LIB) $(LDFLAGS_ALL) $(LIBS_ALL)
+
+.PHONY: bench-core
+bench-core: deps $(BENCH_BIN)
+	@tools/install-deps.sh bench
+	$(BENCH_BIN) --threads 2 --peer bench/torch_peer.py
+bench: bench-core

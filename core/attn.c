@@ -5,7 +5,6 @@
  */
 #include "attn.h"
 
-#include <cblas.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -16,15 +15,23 @@
 #include "exec.h"
 #include "kernel.h"
 
-/* Token rows per projection tile. */
-#define PROJ_ROWS 64
+/* Token rows per projection tile: large enough that packing a weight
+ * matrix is a small share of the GEMM, small enough to spread T = 512 over
+ * several threads. */
+#define PROJ_ROWS 256
 
-enum { TILE_Q, TILE_KV, TILE_ATT, TILE_OUT, TILE_RAW };
+/* attn_plan_run runs plans under this many flops on the calling thread:
+ * waking the executor's workers costs more than such a pass (the
+ * b1_t16_d64_h4 bench case, 0.6 MFLOP, takes ~12 us inline, ~28 us on a
+ * 2-thread executor). */
+#define INLINE_FLOPS 2e6
+
+enum { TILE_Q, TILE_K, TILE_V, TILE_ATT, TILE_OUT, TILE_RAW };
 
 typedef struct tile {
-    int kind; /* TILE_* */
-    int item; /* sequence (or raw item) index */
-    int head; /* query head, attention tiles only */
+    int kind;   /* TILE_* */
+    int item;   /* sequence (or raw item) index */
+    int head;   /* query head, attention tiles only */
     int r0, r1; /* rows [r0, r1) */
 } tile;
 
@@ -46,13 +53,14 @@ struct attn_plan {
     const attn_seq *seqs; /* (n_items) full layer, or NULL */
     const attn_raw *raw;  /* (n_items) raw SDPA, or NULL */
     int n_items;
-    seqbuf *buf;     /* (n_items) full layer only */
-    float *rope;     /* (n_pos, rope_dims): cos | sin, or NULL */
+    seqbuf *buf; /* (n_items) full layer only */
+    float *rope; /* (n_pos, rope_dims): cos | sin, or NULL */
     int n_stages;
     tile *tiles[MAX_STAGES];
     size_t n_tiles[MAX_STAGES];
     void *slab; /* every float of scratch */
     size_t scratch_bytes;
+    double flops; /* floating-point operations of the pass (about) */
 };
 
 static int fail_msg(char *err, int code, const char *fmt, ...)
@@ -154,17 +162,16 @@ int attn_config_check(const attn_config *c, char *err)
                         "exceeds %d",
                         INT_MAX);
     size_t a, b, d, e;
-    if (!mul3_ok((size_t)c->d_model, (size_t)c->n_heads,
-                 (size_t)c->head_dim, &a) ||
-        !mul3_ok((size_t)dctx, (size_t)c->n_kv_heads,
-                 (size_t)c->head_dim, &b) ||
-        !mul3_ok((size_t)dctx, (size_t)c->n_kv_heads,
-                 (size_t)c->v_head_dim, &d) ||
-        !mul3_ok((size_t)c->n_heads, (size_t)c->v_head_dim,
-                 (size_t)c->d_model, &e) ||
+    if (!mul3_ok((size_t)c->d_model, (size_t)c->n_heads, (size_t)c->head_dim,
+                 &a) ||
+        !mul3_ok((size_t)dctx, (size_t)c->n_kv_heads, (size_t)c->head_dim,
+                 &b) ||
+        !mul3_ok((size_t)dctx, (size_t)c->n_kv_heads, (size_t)c->v_head_dim,
+                 &d) ||
+        !mul3_ok((size_t)c->n_heads, (size_t)c->v_head_dim, (size_t)c->d_model,
+                 &e) ||
         !mul_ok(a, sizeof(float), &a) || !mul_ok(e, sizeof(float), &e))
-        return fail_msg(err, ATTN_EOVERFLOW,
-                        "weight sizes overflow size_t");
+        return fail_msg(err, ATTN_EOVERFLOW, "weight sizes overflow size_t");
     return 0;
 }
 
@@ -224,17 +231,15 @@ static int seq_check(const attn_config *c, const attn_seq *q, int i,
     size_t hq = (size_t)c->n_heads, hk = (size_t)c->n_kv_heads;
     size_t dk = (size_t)c->head_dim, dv = (size_t)c->v_head_dim;
     size_t dm = (size_t)c->d_model;
-    if (!mul3_ok(hq, t, s, &n) ||
-        !mul_ok(n, sizeof(float), &n) || !mul_ok(t, dm, &n) ||
-        !mul3_ok(t, hq, dk, &n) || !add_ok(&sum, n) ||
+    if (!mul3_ok(hq, t, s, &n) || !mul_ok(n, sizeof(float), &n) ||
+        !mul_ok(t, dm, &n) || !mul3_ok(t, hq, dk, &n) || !add_ok(&sum, n) ||
         !mul3_ok(s, hk, dk, &n) || !add_ok(&sum, n) ||
         !mul3_ok(s, hk, dv, &n) || !add_ok(&sum, n) ||
-        !mul3_ok(t, hq, dv, &n) || !add_ok(&sum, n) ||
-        !add_ok(&sum, t) || !add_ok(floats, sum) ||
-        !mul_ok(*floats, sizeof(float), &n))
+        !mul3_ok(t, hq, dv, &n) || !add_ok(&sum, n) || !add_ok(&sum, t) ||
+        !add_ok(floats, sum) || !mul_ok(*floats, sizeof(float), &n))
         return fail_msg(err, ATTN_EOVERFLOW,
-                        "seqs[%d]: sizes (t = %d, s = %d) overflow size_t",
-                        i, q->t, q->s);
+                        "seqs[%d]: sizes (t = %d, s = %d) overflow size_t", i,
+                        q->t, q->s);
     if (q->t > *n_pos)
         *n_pos = q->t;
     if (q->s > *n_pos)
@@ -242,18 +247,19 @@ static int seq_check(const attn_config *c, const attn_seq *q, int i,
     return 0;
 }
 
-static int raw_check(const attn_config *c, const attn_raw *r, int i,
-                     char *err)
+static int raw_check(const attn_config *c, const attn_raw *r, int i, char *err)
 {
     if (r->t < 1)
-        return fail_msg(err, ATTN_EINVAL, "items[%d].t = %d must be >= 1",
-                        i, r->t);
+        return fail_msg(err, ATTN_EINVAL, "items[%d].t = %d must be >= 1", i,
+                        r->t);
     if (r->s < 1)
-        return fail_msg(err, ATTN_EINVAL, "items[%d].s = %d must be >= 1",
-                        i, r->s);
+        return fail_msg(err, ATTN_EINVAL, "items[%d].s = %d must be >= 1", i,
+                        r->s);
     if (!r->q || !r->k || !r->v)
         return fail_msg(err, ATTN_EINVAL, "items[%d].%s is NULL", i,
-                        !r->q ? "q" : !r->k ? "k" : "v");
+                        !r->q   ? "q"
+                        : !r->k ? "k"
+                                : "v");
     if (!r->y)
         return fail_msg(err, ATTN_EINVAL, "items[%d].y is NULL", i);
     size_t n, hq = (size_t)c->n_heads;
@@ -265,21 +271,26 @@ static int raw_check(const attn_config *c, const attn_raw *r, int i,
         !mul3_ok(hq, (size_t)r->t, (size_t)c->v_head_dim, &n) ||
         !mul_ok(n, sizeof(float), &n))
         return fail_msg(err, ATTN_EOVERFLOW,
-                        "items[%d]: sizes (t = %d, s = %d) overflow size_t",
-                        i, r->t, r->s);
+                        "items[%d]: sizes (t = %d, s = %d) overflow size_t", i,
+                        r->t, r->s);
     return 0;
 }
 
-/* Number of row blocks of rows rows of `per` rows each. */
+/* Number of blocks of `per` rows that cover `rows` rows. */
 static size_t blocks(int rows, int per)
 {
-    return (size_t)((rows + per - 1) / per);
+    return (size_t)(rows / per + (rows % per != 0)); /* no int overflow */
 }
 
+/* Append the row blocks of one (item, head) to t. Causal attention blocks
+ * go last-first: later query rows see more keys, and running the longest
+ * tiles first leaves short ones to even out the end of the stage. */
 static void put_blocks(tile *t, size_t *k, int kind, int item, int head,
-                       int rows, int per)
+                       int rows, int per, int longest_last)
 {
-    for (int r = 0; r < rows; r += per) {
+    int nb = (int)blocks(rows, per);
+    for (int b = 0; b < nb; b++) {
+        int r = (longest_last ? nb - 1 - b : b) * per;
         tile *x = &t[(*k)++];
         x->kind = kind;
         x->item = item;
@@ -302,11 +313,11 @@ static attn_plan *plan_alloc(const attn_config *cfg, int n_items)
 }
 
 /*
- * attn_plan_create: stage 0 projects Q (x row blocks) and K, V (context
- * row blocks), stage 1 runs sequence x head x query-block attention tiles,
- * stage 2 projects the concatenated heads through W_o. One slab holds all
- * scratch: per sequence Q, K, V, O and the live-row flags, plus the RoPE
- * table. Nothing is allocated on failure.
+ * attn_plan_create: stage 0 projects Q (x row blocks), K and V (context
+ * row blocks, one tile each), stage 1 runs sequence x head x query-block
+ * attention tiles, stage 2 projects the concatenated heads through W_o. One
+ * slab holds all scratch: per sequence Q, K, V, O and the live-row flags, plus
+ * the RoPE table. Nothing is allocated on failure.
  */
 int attn_plan_create(attn_plan **out, const attn_config *cfg,
                      const attn_weights *w, const attn_seq *seqs, int n_seqs,
@@ -339,13 +350,20 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
                   : 0;
     size_t rope_floats = 0;
     if (rot && (!mul_ok((size_t)n_pos, (size_t)rot, &rope_floats) ||
-                !add_ok(&floats, rope_floats) ||
-                !add_ok(&floats, 16)))
+                !add_ok(&floats, rope_floats) || !add_ok(&floats, 16)))
         return fail_msg(err, ATTN_EOVERFLOW, "RoPE table overflows size_t");
     /* Live flags are bytes; floats counted one per row is plenty. */
     size_t n0 = 0, n1 = 0, n2 = 0;
+    double fl = 0;
     for (int i = 0; i < n_seqs; i++) {
-        n0 += blocks(seqs[i].t, PROJ_ROWS) + blocks(seqs[i].s, PROJ_ROWS);
+        double t = seqs[i].t, s = seqs[i].s;
+        double dc = cfg->d_model_ctx ? cfg->d_model_ctx : cfg->d_model;
+        double hk = (double)cfg->n_heads * cfg->head_dim;
+        double hv = (double)cfg->n_heads * cfg->v_head_dim;
+        double kv = (double)cfg->n_kv_heads * (cfg->head_dim + cfg->v_head_dim);
+        fl += 2 * t * cfg->d_model * hk + 2 * s * dc * kv +
+              2 * t * s * (hk + hv) + 2 * t * hv * cfg->d_model;
+        n0 += blocks(seqs[i].t, PROJ_ROWS) + 2 * blocks(seqs[i].s, PROJ_ROWS);
         n1 += (size_t)cfg->n_heads * blocks(seqs[i].t, ATTN__BQ);
         n2 += blocks(seqs[i].t, PROJ_ROWS);
     }
@@ -354,6 +372,7 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
         goto nomem;
     p->w = *w;
     p->seqs = seqs;
+    p->flops = fl;
     if (!p->cfg.d_model_ctx)
         p->cfg.d_model_ctx = cfg->d_model;
     p->cfg.rope_dims = rot;
@@ -379,15 +398,17 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
         b->v = f, f += s * hk * dv;
         b->o = f, f += t * hq * dv;
         b->live = (uint8_t *)f, f += t;
-        put_blocks(p->tiles[0], &p->n_tiles[0], TILE_Q, i, 0, q->t,
-                   PROJ_ROWS);
-        put_blocks(p->tiles[0], &p->n_tiles[0], TILE_KV, i, 0, q->s,
-                   PROJ_ROWS);
+        put_blocks(p->tiles[0], &p->n_tiles[0], TILE_Q, i, 0, q->t, PROJ_ROWS,
+                   0);
+        put_blocks(p->tiles[0], &p->n_tiles[0], TILE_K, i, 0, q->s, PROJ_ROWS,
+                   0);
+        put_blocks(p->tiles[0], &p->n_tiles[0], TILE_V, i, 0, q->s, PROJ_ROWS,
+                   0);
         for (int h = 0; h < cfg->n_heads; h++)
             put_blocks(p->tiles[1], &p->n_tiles[1], TILE_ATT, i, h, q->t,
-                       ATTN__BQ);
-        put_blocks(p->tiles[2], &p->n_tiles[2], TILE_OUT, i, 0, q->t,
-                   PROJ_ROWS);
+                       ATTN__BQ, q->causal);
+        put_blocks(p->tiles[2], &p->n_tiles[2], TILE_OUT, i, 0, q->t, PROJ_ROWS,
+                   0);
     }
     if (rot) {
         /* Align the table to 16 floats for clean rows. */
@@ -429,18 +450,23 @@ int attn_plan_create_raw(attn_plan **out, const attn_config *cfg,
             return rc;
         n0 += (size_t)cfg->n_heads * blocks(items[i].t, ATTN__BQ);
     }
+    double fl = 0;
+    for (int i = 0; i < n_items; i++)
+        fl += 2.0 * cfg->n_heads * items[i].t * items[i].s *
+              (cfg->head_dim + cfg->v_head_dim);
     attn_plan *p = plan_alloc(cfg, n_items);
     if (!p)
         goto nomem;
     p->raw = items;
+    p->flops = fl;
     p->n_stages = 1;
     p->tiles[0] = calloc(n0, sizeof(tile));
     if (!p->tiles[0])
         goto nomem;
     for (int i = 0; i < n_items; i++)
         for (int h = 0; h < cfg->n_heads; h++)
-            put_blocks(p->tiles[0], &p->n_tiles[0], TILE_RAW, i, h,
-                       items[i].t, ATTN__BQ);
+            put_blocks(p->tiles[0], &p->n_tiles[0], TILE_RAW, i, h, items[i].t,
+                       ATTN__BQ, items[i].causal);
     attn__blas_single();
     *out = p;
     return 0;
@@ -477,13 +503,17 @@ size_t attn_plan_scratch_bytes(const attn_plan *p)
     return p ? p->scratch_bytes : 0;
 }
 
+double attn_plan_flops(const attn_plan *p)
+{
+    return p ? p->flops : 0;
+}
+
 /* rows [r0, r1) of y (ld n) = x (ld k) w (k, n) + b. */
 static void linear_rows(const float *x, int k, const float *w, const float *b,
                         int n, float *y, int r0, int r1)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, n, k,
-                1.0f, x + (size_t)r0 * k, k, w, n, 0.0f, y + (size_t)r0 * n,
-                n);
+    attn__gemm(0, r1 - r0, n, k, 1.0f, x + (size_t)r0 * k, k, w, n, 0.0f,
+               y + (size_t)r0 * n, n);
     if (b)
         for (int r = r0; r < r1; r++) {
             float *row = y + (size_t)r * n;
@@ -493,8 +523,8 @@ static void linear_rows(const float *x, int k, const float *w, const float *b,
 }
 
 /* Copy rows [r0, r1) of m (rows, heads * d) into out (heads, rows, d). */
-static void split_heads(const float *m, int rows, int heads, int d,
-                        float *out, int r0, int r1)
+static void split_heads(const float *m, int rows, int heads, int d, float *out,
+                        int r0, int r1)
 {
     for (int r = r0; r < r1; r++)
         for (int h = 0; h < heads; h++)
@@ -507,8 +537,8 @@ static int row_live(const attn_seq *q, int i)
 {
     if (i >= q->t_valid)
         return 0;
-    int lim = q->causal ? (q->s_valid < i + 1 ? q->s_valid : i + 1)
-                        : q->s_valid;
+    int lim =
+        q->causal ? (q->s_valid < i + 1 ? q->s_valid : i + 1) : q->s_valid;
     if (!q->mask)
         return lim > 0;
     const uint8_t *m = q->mask + (size_t)i * q->s;
@@ -524,34 +554,40 @@ static void tile_q(attn_plan *p, const tile *tl)
     const attn_seq *q = &p->seqs[tl->item];
     seqbuf *b = &p->buf[tl->item];
     int w = c->n_heads * c->head_dim;
-    linear_rows(q->x, c->d_model, p->w.w_q, p->w.b_q, w, b->q, tl->r0,
-                tl->r1);
+    linear_rows(q->x, c->d_model, p->w.w_q, p->w.b_q, w, b->q, tl->r0, tl->r1);
     if (p->rope)
         attn__rope_rows(b->q, (size_t)w, tl->r0, tl->r1, c->n_heads,
                         c->head_dim, c->rope_dims, p->rope);
     if (q->q)
-        split_heads(b->q, q->t, c->n_heads, c->head_dim, q->q, tl->r0,
-                    tl->r1);
+        split_heads(b->q, q->t, c->n_heads, c->head_dim, q->q, tl->r0, tl->r1);
     for (int i = tl->r0; i < tl->r1; i++)
         b->live[i] = (uint8_t)row_live(q, i);
 }
 
-static void tile_kv(attn_plan *p, const tile *tl)
+static void tile_k(attn_plan *p, const tile *tl)
 {
     const attn_config *c = &p->cfg;
     const attn_seq *q = &p->seqs[tl->item];
     seqbuf *b = &p->buf[tl->item];
-    int wk = c->n_kv_heads * c->head_dim, wv = c->n_kv_heads * c->v_head_dim;
-    linear_rows(b->ctx, c->d_model_ctx, p->w.w_k, p->w.b_k, wk, b->k,
-                tl->r0, tl->r1);
-    linear_rows(b->ctx, c->d_model_ctx, p->w.w_v, p->w.b_v, wv, b->v,
-                tl->r0, tl->r1);
+    int wk = c->n_kv_heads * c->head_dim;
+    linear_rows(b->ctx, c->d_model_ctx, p->w.w_k, p->w.b_k, wk, b->k, tl->r0,
+                tl->r1);
     if (p->rope)
         attn__rope_rows(b->k, (size_t)wk, tl->r0, tl->r1, c->n_kv_heads,
                         c->head_dim, c->rope_dims, p->rope);
     if (q->k)
         split_heads(b->k, q->s, c->n_kv_heads, c->head_dim, q->k, tl->r0,
                     tl->r1);
+}
+
+static void tile_v(attn_plan *p, const tile *tl)
+{
+    const attn_config *c = &p->cfg;
+    const attn_seq *q = &p->seqs[tl->item];
+    seqbuf *b = &p->buf[tl->item];
+    int wv = c->n_kv_heads * c->v_head_dim;
+    linear_rows(b->ctx, c->d_model_ctx, p->w.w_v, p->w.b_v, wv, b->v, tl->r0,
+                tl->r1);
     if (q->v)
         split_heads(b->v, q->s, c->n_kv_heads, c->v_head_dim, q->v, tl->r0,
                     tl->r1);
@@ -641,8 +677,11 @@ void attn_plan_run_tile(attn_plan *p, int stage, size_t i)
     case TILE_Q:
         tile_q(p, tl);
         break;
-    case TILE_KV:
-        tile_kv(p, tl);
+    case TILE_K:
+        tile_k(p, tl);
+        break;
+    case TILE_V:
+        tile_v(p, tl);
         break;
     case TILE_ATT:
         tile_att(p, tl);
@@ -671,6 +710,8 @@ void attn_plan_run(attn_plan *p, attn_exec *ex)
 {
     if (!p)
         return;
+    if (p->flops < INLINE_FLOPS)
+        ex = NULL;
     for (int st = 0; st < p->n_stages; st++) {
         stage_ctx s = {p, st};
         attn_exec_run(ex, p->n_tiles[st], run_cb, &s);
@@ -689,8 +730,8 @@ int attn_forward(const attn_config *cfg, const attn_weights *w,
     return 0;
 }
 
-int attn_forward_raw(const attn_config *cfg, const attn_raw *items,
-                     int n_items, attn_exec *ex, char *err)
+int attn_forward_raw(const attn_config *cfg, const attn_raw *items, int n_items,
+                     attn_exec *ex, char *err)
 {
     attn_plan *p;
     int rc = attn_plan_create_raw(&p, cfg, items, n_items, err);

@@ -9,6 +9,14 @@
  * reads key/value head h / (H / H_kv) (the repeat_interleave convention of
  * GQA/MQA). scale defaults to 1/sqrt(d_k).
  *
+ * RoPE (rope_theta > 0) rotates q and k of every head after the bias, on
+ * the first rot = rope_dims (or head_dim) dims, in the rotate_half
+ * convention (HF Llama/GPT-NeoX): dim i pairs with dim i + rot/2 for
+ * i < rot/2, freq_i = theta^(-2i/rot), angle = pos * freq_i with pos the
+ * row index (0-based) of the query in x or of the key in context,
+ *   x'[i] = x[i] cos - x[i + rot/2] sin,  x'[i + rot/2] = x[i + rot/2] cos
+ *   + x[i] sin;  dims rot..head_dim-1 are left as they are.
+ *
  * A batch is a list of sequences (attn_seq), each with its own lengths, mask
  * and output buffers, so the daemon can batch requests of different T and
  * have every output written straight into its own response buffer. A dense
@@ -53,7 +61,8 @@ const char *attn_strerror(int code);
 /* Hyper-parameters of one attention layer. */
 typedef struct attn_config {
     int d_model;     /* width of x rows and of y rows */
-    int d_model_ctx; /* width of context rows (== d_model for self-attention) */
+    int d_model_ctx; /* width of context rows (== d_model for self-attention;
+                        0 means d_model) */
     int n_heads;     /* H: query heads */
     int n_kv_heads;  /* H_kv: key/value heads; divides H */
     int head_dim;    /* d_k: query/key width per head */
@@ -81,7 +90,11 @@ typedef struct attn_weights {
  * padding: padded keys get weight 0, padded query rows get all-zero outputs
  * (y, attention, and O). All masks combine: a key j is visible to query i
  * when j < s_valid, i < t_valid, (!causal || j <= i) and (!mask || mask[i*s+j]).
- * A query row with no visible key gets zero weights and a zero output.
+ * A query row with no visible key gets zero weights and a zero output: its
+ * attention row, its O row and its y row are all 0 (y is 0, not b_o), the
+ * same as a padded row. causal is top-left aligned when s != t (key j
+ * visible to query i when j <= i), as torch's is_causal / triu mask.
+ * Scores are written for every (i, j), masked or not.
  *
  * Inputs are read-only. Output pointers are optional except y; each one that
  * is non-NULL is filled completely (padding included) and is produced only
@@ -111,7 +124,10 @@ typedef struct attn_seq {
  * projections, no RoPE. One attn_raw is n_heads independent heads over the
  * same t, s and mask; y is (n_heads, t, v_head_dim). Used through
  * attn_plan_create_raw(), where cfg gives n_heads, head_dim, v_head_dim and
- * scale (d_model, n_kv_heads, rope are ignored).
+ * scale (d_model, n_kv_heads, rope are ignored). A batch [B, H, ...] is
+ * n_heads = H and B items, or n_heads = B * H and one item when all share
+ * the mask. Every query row is valid (no padding); a fully masked row
+ * still gets zero weights and zero output.
  */
 typedef struct attn_raw {
     int t, s;                 /* query rows, key rows */
@@ -153,14 +169,24 @@ size_t attn_plan_n_tiles(const attn_plan *p, int stage);
 
 /* attn_plan_run_tile: computes one tile. May run concurrently with any other
  * tile of the same stage, on any thread. Cannot fail (all checks happened at
- * create). */
+ * create); an out-of-range stage or tile is ignored. A tile needs about
+ * 130 KB of stack (the fused kernel's 128 x 256 score block). GEMMs inside
+ * a tile are single-threaded: plan creation and the executor's workers
+ * call openblas_set_num_threads(1) when OpenBLAS is linked. */
 void attn_plan_run_tile(attn_plan *p, int stage, size_t tile);
 
 /* attn_plan_destroy: frees the scratch; NULL is fine. */
 void attn_plan_destroy(attn_plan *p);
 
-/* Bytes of scratch the plan holds (for memory budgets and benchmarks). */
+/* Bytes of scratch the plan holds (for memory budgets and benchmarks):
+ * per sequence Q, K, V and the concatenated heads O, plus the RoPE table;
+ * linear in t and s (no t x s buffer); 0 for raw plans. */
 size_t attn_plan_scratch_bytes(const attn_plan *p);
+
+/* Floating-point operations of the pass, about (projections and both
+ * attention GEMMs; causal masks not discounted): for schedulers, metrics
+ * and benchmarks. */
+double attn_plan_flops(const attn_plan *p);
 
 struct attn_exec; /* exec.h */
 
@@ -172,7 +198,9 @@ int attn_forward(const attn_config *cfg, const attn_weights *w,
 int attn_forward_raw(const attn_config *cfg, const attn_raw *items,
                      int n_items, struct attn_exec *ex, char *err);
 
-/* attn_plan_run: run every stage of p on ex (or the calling thread). */
+/* attn_plan_run: run every stage of p on ex (or the calling thread). Passes
+ * of under 2 MFLOP run on the calling thread even when ex is given (waking
+ * workers would cost more than the pass). */
 void attn_plan_run(attn_plan *p, struct attn_exec *ex);
 
 #endif

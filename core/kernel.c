@@ -23,6 +23,14 @@ static int imin(int a, int b)
     return a < b ? a : b;
 }
 
+void attn__gemm(int trans_b, int m, int n, int k, float alpha, const float *a,
+                int lda, const float *b, int ldb, float beta, float *c, int ldc)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b,
+                ldb, beta, c, ldc);
+}
+
 /* Keys [0, lim) may be visible to query i before the explicit mask. */
 static int key_limit(const attn__head *h, int i)
 {
@@ -43,20 +51,16 @@ static int softmax_row(const attn__head *h, int i, float *p)
 {
     int lim = key_limit(h, i);
     const uint8_t *mrow = h->mask ? h->mask + (size_t)i * h->s : NULL;
-    float mx = -INFINITY;
-    for (int j = 0; j < lim; j++)
-        if ((!mrow || mrow[j]) && p[j] > mx)
-            mx = p[j];
+    if (mrow)
+        for (int j = 0; j < lim; j++)
+            if (!mrow[j])
+                p[j] = -INFINITY;
+    float mx = attn__row_max(p, lim);
     if (mx == -INFINITY) {
         memset(p, 0, (size_t)h->s * sizeof(float));
         return 0;
     }
-    float sum = 0.0f;
-    for (int j = 0; j < lim; j++) {
-        float e = (!mrow || mrow[j]) ? expf(p[j] - mx) : 0.0f;
-        p[j] = e;
-        sum += e;
-    }
+    float sum = attn__row_expsum(p, lim, mx);
     if (lim < h->s)
         memset(p + lim, 0, (size_t)(h->s - lim) * sizeof(float));
     float inv = 1.0f / sum;
@@ -70,9 +74,8 @@ static void block_maps(const attn__head *h, int i0, int i1)
 {
     int n = i1 - i0;
     float *p = h->att + (size_t)i0 * h->s;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, h->s, h->dk,
-                h->scale, h->q + (size_t)i0 * h->ldq, (int)h->ldq, h->k,
-                (int)h->ldk, 0.0f, p, h->s);
+    attn__gemm(1, n, h->s, h->dk, h->scale, h->q + (size_t)i0 * h->ldq,
+               (int)h->ldq, h->k, (int)h->ldk, 0.0f, p, h->s);
     if (h->sc)
         memcpy(h->sc + (size_t)i0 * h->s, p,
                (size_t)n * (size_t)h->s * sizeof(float));
@@ -88,8 +91,8 @@ static void block_maps(const attn__head *h, int i0, int i1)
         zero_rows(h->o, h->ldo, i0, i1, h->dv);
         return;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, h->dv, kend,
-                1.0f, p, h->s, h->v, (int)h->ldv, 0.0f, o, (int)h->ldo);
+    attn__gemm(0, n, h->dv, kend, 1.0f, p, h->s, h->v, (int)h->ldv, 0.0f, o,
+               (int)h->ldo);
     /* Dead rows have all-zero weights; make their output exactly 0 even if
      * V holds non-finite values. */
     for (int r = 0; r < n; r++) {
@@ -123,43 +126,30 @@ static void block_fused(const attn__head *h, int i0, int i1)
     }
     for (int kb = 0; kb < kend; kb += ATTN__BK) {
         int kn = imin(ATTN__BK, kend - kb);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, kn, h->dk,
-                    h->scale, h->q + (size_t)i0 * h->ldq, (int)h->ldq,
-                    h->k + (size_t)kb * h->ldk, (int)h->ldk, 0.0f, sblk,
-                    ATTN__BK);
+        attn__gemm(1, n, kn, h->dk, h->scale, h->q + (size_t)i0 * h->ldq,
+                   (int)h->ldq, h->k + (size_t)kb * h->ldk, (int)h->ldk, 0.0f,
+                   sblk, ATTN__BK);
         /* Per-key checks only where some key of the block may be hidden. */
         int need = h->mask || (h->causal && kb + kn - 1 > i0);
         for (int r = 0; r < n; r++) {
             int i = i0 + r;
             float *row = sblk + (size_t)r * ATTN__BK;
-            float mx = -INFINITY;
             if (need) {
                 int jl = h->causal ? imin(kn, i + 1 - kb) : kn;
                 const uint8_t *mr =
                     h->mask ? h->mask + (size_t)i * h->s + kb : NULL;
-                for (int j = 0; j < kn; j++) {
+                for (int j = 0; j < kn; j++)
                     if (j >= jl || (mr && !mr[j]))
                         row[j] = -INFINITY;
-                    else if (row[j] > mx)
-                        mx = row[j];
-                }
-            } else {
-                for (int j = 0; j < kn; j++)
-                    if (row[j] > mx)
-                        mx = row[j];
             }
+            float mx = attn__row_max(row, kn);
             if (mx == -INFINITY) {
                 memset(row, 0, (size_t)kn * sizeof(float));
                 continue;
             }
             float mnew = m[r] > mx ? m[r] : mx;
             float alpha = expf(m[r] - mnew); /* 0 when m was -inf */
-            float sum = 0.0f;
-            for (int j = 0; j < kn; j++) {
-                float e = expf(row[j] - mnew); /* -inf -> exactly 0 */
-                row[j] = e;
-                sum += e;
-            }
+            float sum = attn__row_expsum(row, kn, mnew);
             l[r] = l[r] * alpha + sum;
             m[r] = mnew;
             if (alpha != 1.0f) {
@@ -168,9 +158,9 @@ static void block_fused(const attn__head *h, int i0, int i1)
                     orow[d] *= alpha;
             }
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, h->dv, kn,
-                    1.0f, sblk, ATTN__BK, h->v + (size_t)kb * h->ldv,
-                    (int)h->ldv, 1.0f, o, (int)h->ldo);
+        attn__gemm(0, n, h->dv, kn, 1.0f, sblk, ATTN__BK,
+                   h->v + (size_t)kb * h->ldv, (int)h->ldv, 1.0f, o,
+                   (int)h->ldo);
     }
     for (int r = 0; r < n; r++) {
         float *orow = o + (size_t)r * h->ldo;
@@ -191,9 +181,9 @@ void attn__head_block(const attn__head *h, int i0, int i1)
         return;
     }
     if (h->sc)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i1 - i0, h->s,
-                    h->dk, h->scale, h->q + (size_t)i0 * h->ldq, (int)h->ldq,
-                    h->k, (int)h->ldk, 0.0f, h->sc + (size_t)i0 * h->s, h->s);
+        attn__gemm(1, i1 - i0, h->s, h->dk, h->scale,
+                   h->q + (size_t)i0 * h->ldq, (int)h->ldq, h->k, (int)h->ldk,
+                   0.0f, h->sc + (size_t)i0 * h->s, h->s);
     for (int r = i0; r < i1; r += ATTN__BQ)
         block_fused(h, r, imin(i1, r + ATTN__BQ));
 }
@@ -212,8 +202,8 @@ void attn__rope_table(float *cs, int n_pos, int rot, double theta)
     }
 }
 
-void attn__rope_rows(float *x, size_t ld, int r0, int r1, int n_heads,
-                     int dk, int rot, const float *cs)
+void attn__rope_rows(float *x, size_t ld, int r0, int r1, int n_heads, int dk,
+                     int rot, const float *cs)
 {
     int half = rot / 2;
     for (int r = r0; r < r1; r++) {

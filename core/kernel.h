@@ -10,8 +10,8 @@
 #include <stdint.h>
 
 /* Query rows per attention tile and keys per streamed K/V block. */
-#define ATTN__BQ 64
-#define ATTN__BK 128
+#define ATTN__BQ 128
+#define ATTN__BK 256
 
 /*
  * One head over one block of query rows [i0, i1). Row i of Q is q + i*ldq,
@@ -26,16 +26,16 @@ typedef struct attn__head {
     int t, s;             /* query rows, key rows of the whole sequence */
     int t_valid, s_valid; /* visible limits (see above) */
     int causal;
-    int dk, dv;           /* head widths */
-    float scale;          /* score scale */
-    const uint8_t *mask;  /* (t, s) or NULL */
-    const float *q;       /* (t, dk) rows at stride ldq */
-    const float *k;       /* (s, dk) rows at stride ldk */
-    const float *v;       /* (s, dv) rows at stride ldv */
-    float *o;             /* (t, dv) rows at stride ldo */
+    int dk, dv;          /* head widths */
+    float scale;         /* score scale */
+    const uint8_t *mask; /* (t, s) or NULL */
+    const float *q;      /* (t, dk) rows at stride ldq */
+    const float *k;      /* (s, dk) rows at stride ldk */
+    const float *v;      /* (s, dv) rows at stride ldv */
+    float *o;            /* (t, dv) rows at stride ldo */
     size_t ldq, ldk, ldv, ldo;
-    float *att;           /* (t, s) softmax weights or NULL */
-    float *sc;            /* (t, s) scaled scores before masks or NULL */
+    float *att; /* (t, s) softmax weights or NULL */
+    float *sc;  /* (t, s) scaled scores before masks or NULL */
 } attn__head;
 
 /* attn__head_block: compute rows [i0, i1) of one head. When h->att is set
@@ -54,8 +54,24 @@ void attn__rope_table(float *cs, int n_pos, int rot, double theta);
  * pairing (i, i + rot/2) (the rotate_half convention):
  *   x'[i]       = x[i] cos - x[i + rot/2] sin
  *   x'[i+rot/2] = x[i + rot/2] cos + x[i] sin                            */
-void attn__rope_rows(float *x, size_t ld, int r0, int r1, int n_heads,
-                     int dk, int rot, const float *cs);
+void attn__rope_rows(float *x, size_t ld, int r0, int r1, int n_heads, int dk,
+                     int rot, const float *cs);
+
+/* attn__gemm: C (m, n) = alpha A (m, k) B + beta C, row-major, B (k, n) or,
+ * when trans_b, B^T with B (n, k), through cblas_sgemm (OpenBLAS's own
+ * small-matrix kernels beat plain loops even at 16 x 16 x 16). */
+void attn__gemm(int trans_b, int m, int n, int k, float alpha, const float *a,
+                int lda, const float *b, int ldb, float beta, float *c,
+                int ldc);
+
+/* attn__row_max: largest of x[0..n) (-inf for n == 0 or all -inf).
+ * attn__row_expsum: x[j] = exp(x[j] - m) in place (-inf -> exactly 0),
+ * returns the sum. m must be >= every x[j] and finite. AVX2+FMA when the
+ * CPU has it (rowops.c), else libm. */
+float attn__row_max(const float *x, int n);
+float attn__row_expsum(float *x, int n, float m);
+/* attn__rowops_portable: nonzero forces the portable versions (tests). */
+void attn__rowops_portable(int on);
 
 /* attn__blas_single: ask OpenBLAS (when linked) for one thread, so GEMMs
  * inside tiles never oversubscribe the pool. Idempotent, any thread. */

@@ -6,12 +6,14 @@
  */
 #include <check.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/attn.h"
 #include "core/exec.h"
+#include "core/kernel.h"
 #include "testutil.h"
 
 enum { PATH_MAPS, PATH_FUSED, PATH_SCORES, PATH_EXEC, N_PATHS };
@@ -26,17 +28,22 @@ static void raw1(int dk, int dv, float scale, int t, int s, const float *q,
                  const float *k, const float *v, const uint8_t *mask,
                  int causal, float *y, float *att, float *sc, int path)
 {
-    attn_config c = {.n_heads = 1, .head_dim = dk, .v_head_dim = dv,
-                     .scale = scale};
-    attn_raw r = {.t = t, .s = s, .causal = causal, .q = q, .k = k, .v = v,
-                  .mask = mask, .y = y};
+    attn_config c = {
+        .n_heads = 1, .head_dim = dk, .v_head_dim = dv, .scale = scale};
+    attn_raw r = {.t = t,
+                  .s = s,
+                  .causal = causal,
+                  .q = q,
+                  .k = k,
+                  .v = v,
+                  .mask = mask,
+                  .y = y};
     if (path == PATH_MAPS)
         r.attention = att, r.scores = sc;
     if (path == PATH_SCORES)
         r.scores = sc;
     char err[ATTN_ERRMAX] = "";
-    int rc = attn_forward_raw(&c, &r, 1, path == PATH_EXEC ? g_ex : NULL,
-                              err);
+    int rc = attn_forward_raw(&c, &r, 1, path == PATH_EXEC ? g_ex : NULL, err);
     ck_assert_msg(rc == 0, "attn_forward_raw: %s", err);
 }
 
@@ -145,14 +152,23 @@ START_TEST(seed_000_through_layer)
         wq[i * 4 + i] = 1, wk[i * 4 + i] = 1;
     wv[4 * 2 + 0] = 1, wv[5 * 2 + 1] = 1;
     wo[0] = 1, wo[4 + 1] = 1;
-    attn_config c = {.d_model = 4, .d_model_ctx = 6, .n_heads = 1,
-                     .n_kv_heads = 1, .head_dim = 4, .v_head_dim = 2};
+    attn_config c = {.d_model = 4,
+                     .d_model_ctx = 6,
+                     .n_heads = 1,
+                     .n_kv_heads = 1,
+                     .head_dim = 4,
+                     .v_head_dim = 2};
     attn_weights w = {.w_q = wq, .w_k = wk, .w_v = wv, .w_o = wo};
     const float y4[] = {1.2384f, 1.7616f, 0, 0, 2.7616f, 0.2384f, 0, 0};
     for (int path = 0; path < N_PATHS; path++) {
         float y[8], a[4];
-        attn_seq s = {.t = 2, .s = 2, .t_valid = 2, .s_valid = 2, .x = x,
-                      .context = ctx, .y = y};
+        attn_seq s = {.t = 2,
+                      .s = 2,
+                      .t_valid = 2,
+                      .s_valid = 2,
+                      .x = x,
+                      .context = ctx,
+                      .y = y};
         if (path == PATH_MAPS)
             s.attention = a;
         char err[ATTN_ERRMAX] = "";
@@ -198,6 +214,35 @@ static void parse_ints(const char *v, int *out, int max)
     }
 }
 
+/* Integer keys of a case line, by name. */
+static const struct {
+    const char *name;
+    size_t off;
+} int_keys[] = {
+    {"d_model", offsetof(vcase, d_model)},
+    {"d_ctx", offsetof(vcase, d_ctx)},
+    {"n_heads", offsetof(vcase, n_heads)},
+    {"n_kv_heads", offsetof(vcase, n_kv_heads)},
+    {"head_dim", offsetof(vcase, head_dim)},
+    {"v_head_dim", offsetof(vcase, v_head_dim)},
+    {"b", offsetof(vcase, b)},
+    {"t", offsetof(vcase, t)},
+    {"s", offsetof(vcase, s)},
+    {"causal", offsetof(vcase, causal)},
+    {"cross", offsetof(vcase, cross)},
+    {"rope_dims", offsetof(vcase, rope_dims)},
+};
+
+static void set_int_key(vcase *c, const char *key, int v)
+{
+    for (size_t i = 0; i < sizeof int_keys / sizeof int_keys[0]; i++)
+        if (!strcmp(key, int_keys[i].name)) {
+            memcpy((char *)c + int_keys[i].off, &v, sizeof v);
+            return;
+        }
+    ck_abort_msg("unknown key %s in the vector index", key);
+}
+
 static void load_vectors(void)
 {
     if (g_data)
@@ -220,20 +265,19 @@ static void load_vectors(void)
                 char *eq = strchr(tok, '=');
                 ck_assert_ptr_nonnull(eq);
                 *eq++ = 0;
-#define KEY(k)                                                                \
-    else if (!strcmp(tok, #k)) c->k = atoi(eq);
-                if (0) {
-                }
-                KEY(d_model) KEY(d_ctx) KEY(n_heads) KEY(n_kv_heads)
-                KEY(head_dim) KEY(v_head_dim) KEY(b) KEY(t) KEY(s)
-                KEY(causal) KEY(cross) KEY(rope_dims)
-                else if (!strcmp(tok, "rope_theta")) c->rope_theta = atof(eq);
-                else if (!strcmp(tok, "tv")) parse_ints(eq, c->tv, 8);
-                else if (!strcmp(tok, "sv")) parse_ints(eq, c->sv, 8);
-#undef KEY
+                if (!strcmp(tok, "rope_theta"))
+                    c->rope_theta = atof(eq);
+                else if (!strcmp(tok, "tv"))
+                    parse_ints(eq, c->tv, 8);
+                else if (!strcmp(tok, "sv"))
+                    parse_ints(eq, c->sv, 8);
+                else
+                    set_int_key(c, tok, atoi(eq));
             }
         } else if (!strncmp(line, "tensor ", 7)) {
+            ck_assert_int_gt(g_ncases, 0);
             vcase *c = &g_cases[g_ncases - 1];
+            ck_assert_int_lt(c->n_ten, 24);
             vtensor *t = &c->ten[c->n_ten++];
             char cname[64];
             ck_assert_int_eq(sscanf(line + 7, "%63s %31s %ld %ld", cname,
@@ -272,18 +316,23 @@ static const float *vget(const vcase *c, const char *name, long n)
 static void run_case(const vcase *c, int path)
 {
     long B = c->b, T = c->t, S = c->s, H = c->n_heads, Hk = c->n_kv_heads;
-    long dm = c->d_model, dc = c->d_ctx, dk = c->head_dim,
-         dv = c->v_head_dim;
-    attn_config cfg = {.d_model = c->d_model, .d_model_ctx = c->d_ctx,
-                       .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
-                       .head_dim = c->head_dim, .v_head_dim = c->v_head_dim,
+    long dm = c->d_model, dc = c->d_ctx, dk = c->head_dim, dv = c->v_head_dim;
+    attn_config cfg = {.d_model = c->d_model,
+                       .d_model_ctx = c->d_ctx,
+                       .n_heads = c->n_heads,
+                       .n_kv_heads = c->n_kv_heads,
+                       .head_dim = c->head_dim,
+                       .v_head_dim = c->v_head_dim,
                        .rope_theta = (float)c->rope_theta,
                        .rope_dims = c->rope_dims};
-    attn_weights w = {
-        .w_q = vget(c, "w_q", dm * H * dk), .w_k = vget(c, "w_k", dc * Hk * dk),
-        .w_v = vget(c, "w_v", dc * Hk * dv), .w_o = vget(c, "w_o", H * dv * dm),
-        .b_q = vget(c, "b_q", H * dk), .b_k = vget(c, "b_k", Hk * dk),
-        .b_v = vget(c, "b_v", Hk * dv), .b_o = vget(c, "b_o", dm)};
+    attn_weights w = {.w_q = vget(c, "w_q", dm * H * dk),
+                      .w_k = vget(c, "w_k", dc * Hk * dk),
+                      .w_v = vget(c, "w_v", dc * Hk * dv),
+                      .w_o = vget(c, "w_o", H * dv * dm),
+                      .b_q = vget(c, "b_q", H * dk),
+                      .b_k = vget(c, "b_k", Hk * dk),
+                      .b_v = vget(c, "b_v", Hk * dv),
+                      .b_o = vget(c, "b_o", dm)};
     const float *x = vget(c, "x", B * T * dm);
     const float *ctx = vget(c, "context", B * S * dc);
     const float *maskf = vget(c, "mask", B * T * S);
@@ -307,9 +356,13 @@ static void run_case(const vcase *c, int path)
     attn_seq seqs[8];
     for (long b = 0; b < B; b++) {
         attn_seq *s = &seqs[b];
-        *s = (attn_seq){.t = c->t, .s = c->s, .t_valid = c->tv[b],
-                        .s_valid = c->sv[b], .causal = c->causal,
-                        .x = x + b * T * dm, .y = y + b * T * dm};
+        *s = (attn_seq){.t = c->t,
+                        .s = c->s,
+                        .t_valid = c->tv[b],
+                        .s_valid = c->sv[b],
+                        .causal = c->causal,
+                        .x = x + b * T * dm,
+                        .y = y + b * T * dm};
         if (ctx)
             s->context = ctx + b * S * dc;
         if (mask)
@@ -328,11 +381,10 @@ static void run_case(const vcase *c, int path)
     int rc = attn_forward(&cfg, &w, seqs, (int)B,
                           path == PATH_EXEC ? g_ex : NULL, err);
     ck_assert_msg(rc == 0, "%s: %s", c->name, err);
-#define CMP(nm, got, ref, n)                                                \
-    do {                                                                      \
-        snprintf(what, sizeof what, "%s %s %s", c->name, path_name[path],     \
-                 nm);                                                       \
-        tu_assert_close(what, got, ref, n, 1e-5f, 1e-4f);                     \
+#define CMP(nm, got, ref, n)                                                   \
+    do {                                                                       \
+        snprintf(what, sizeof what, "%s %s %s", c->name, path_name[path], nm); \
+        tu_assert_close(what, got, ref, n, 1e-5f, 1e-4f);                      \
     } while (0)
     CMP("y", y, ry, B * T * dm);
     if (path == PATH_MAPS && ra)
@@ -348,13 +400,16 @@ static void run_case(const vcase *c, int path)
     free(y), free(a), free(sc), free(q), free(k), free(v), free(mask);
 }
 
+/* Loop 0: the CPU's fastest row operations; 1: the portable ones. */
 START_TEST(torch_vectors)
 {
+    attn__rowops_portable(_i);
     load_vectors();
     ck_assert_int_ge(g_ncases, 11);
     for (int i = 0; i < g_ncases; i++)
         for (int path = 0; path < N_PATHS; path++)
             run_case(&g_cases[i], path);
+    attn__rowops_portable(0);
 }
 END_TEST
 
@@ -383,7 +438,7 @@ int main(void)
     suite_add_tcase(s, seeds);
     TCase *torch = tcase_create("torch");
     tcase_add_checked_fixture(torch, setup, teardown);
-    tcase_add_test(torch, torch_vectors);
+    tcase_add_loop_test(torch, torch_vectors, 0, 2);
     suite_add_tcase(s, torch);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

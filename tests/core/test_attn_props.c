@@ -12,6 +12,7 @@
 
 #include "core/attn.h"
 #include "core/exec.h"
+#include "core/kernel.h"
 #include "testutil.h"
 
 static attn_exec *g_ex;
@@ -36,8 +37,8 @@ typedef struct rawp {
     uint8_t *mask;
 } rawp;
 
-static void rawp_init(rawp *p, tu_rng *g, int H, int t, int s, int dk,
-                      int dv, int causal, int masked, float amp)
+static void rawp_init(rawp *p, tu_rng *g, int H, int t, int s, int dk, int dv,
+                      int causal, int masked, float amp)
 {
     memset(p, 0, sizeof *p);
     p->c = (attn_config){.n_heads = H, .head_dim = dk, .v_head_dim = dv};
@@ -55,9 +56,16 @@ static void rawp_init(rawp *p, tu_rng *g, int H, int t, int s, int dk,
         /* one fully masked row */
         memset(p->mask + (size_t)(t / 2) * s, 0, (size_t)s);
     }
-    p->r = (attn_raw){.t = t, .s = s, .causal = causal, .q = p->q,
-                      .k = p->k, .v = p->v, .mask = p->mask, .y = p->y,
-                      .attention = p->a, .scores = p->sc};
+    p->r = (attn_raw){.t = t,
+                      .s = s,
+                      .causal = causal,
+                      .q = p->q,
+                      .k = p->k,
+                      .v = p->v,
+                      .mask = p->mask,
+                      .y = p->y,
+                      .attention = p->a,
+                      .scores = p->sc};
 }
 
 static void rawp_free(rawp *p)
@@ -162,8 +170,11 @@ typedef struct layer {
 static void layer_init(layer *L, tu_rng *g, int dm, int H, int Hk, int dk,
                        int dv)
 {
-    L->c = (attn_config){.d_model = dm, .n_heads = H, .n_kv_heads = Hk,
-                         .head_dim = dk, .v_head_dim = dv};
+    L->c = (attn_config){.d_model = dm,
+                         .n_heads = H,
+                         .n_kv_heads = Hk,
+                         .head_dim = dk,
+                         .v_head_dim = dv};
     float a = 1.0f / sqrtf((float)dm);
     L->wq = tu_randn(g, (size_t)dm * H * dk, a);
     L->wk = tu_randn(g, (size_t)dm * Hk * dk, a);
@@ -173,8 +184,8 @@ static void layer_init(layer *L, tu_rng *g, int dm, int H, int Hk, int dk,
     L->bk = tu_randn(g, (size_t)Hk * dk, 0.1f);
     L->bv = tu_randn(g, (size_t)Hk * dv, 0.1f);
     L->bo = tu_randn(g, (size_t)dm, 0.1f);
-    L->w = (attn_weights){L->wq, L->wk, L->wv, L->wo,
-                          L->bq, L->bk, L->bv, L->bo};
+    L->w =
+        (attn_weights){L->wq, L->wk, L->wv, L->wo, L->bq, L->bk, L->bv, L->bo};
 }
 
 static void layer_free(layer *L)
@@ -199,8 +210,7 @@ START_TEST(prop_permutation_equivariance)
     for (int i = 0; i < t; i++)
         memcpy(xp + (size_t)i * 24, x + (size_t)perm[i] * 24,
                24 * sizeof(float));
-    attn_seq s1 = {.t = t, .s = t, .t_valid = t, .s_valid = t, .x = x,
-                   .y = y};
+    attn_seq s1 = {.t = t, .s = t, .t_valid = t, .s_valid = t, .x = x, .y = y};
     attn_seq s2 = s1;
     s2.x = xp, s2.y = yp;
     char err[ATTN_ERRMAX];
@@ -233,8 +243,11 @@ START_TEST(prop_padding_and_batching)
     memset(mask + 3 * t, 0, (size_t)t); /* row 3 sees nothing */
     attn_seq s[3];
     for (int b = 0; b < 3; b++)
-        s[b] = (attn_seq){.t = t, .s = t, .t_valid = t - 5 * b,
-                          .s_valid = t - 3 * b, .causal = b == 1,
+        s[b] = (attn_seq){.t = t,
+                          .s = t,
+                          .t_valid = t - 5 * b,
+                          .s_valid = t - 3 * b,
+                          .causal = b == 1,
                           .mask = b == 2 ? mask : NULL,
                           .x = x + (size_t)b * t * 16,
                           .y = y + (size_t)b * t * 16,
@@ -263,8 +276,8 @@ START_TEST(prop_padding_and_batching)
         one.y = y1;
         one.attention = NULL;
         ck_assert(attn_forward(&L.c, &L.w, &one, 1, NULL, err) == 0);
-        tu_assert_close("alone vs batched", y1, s[b].y, (size_t)t * 16,
-                        1e-6f, 1e-5f);
+        tu_assert_close("alone vs batched", y1, s[b].y, (size_t)t * 16, 1e-6f,
+                        1e-5f);
     }
     free(x), free(y), free(a), free(y1);
     layer_free(&L);
@@ -281,15 +294,22 @@ START_TEST(plan_tiles_any_order_and_linear_memory)
     int t = 150;
     float *x = tu_randn(&g, (size_t)t * 32, 1.0f);
     float *y1 = tu_fill((size_t)t * 32, NAN), *y2 = tu_fill((size_t)t * 32, 0);
-    attn_seq s = {.t = t, .s = t, .t_valid = t, .s_valid = t, .causal = 1,
-                  .x = x, .y = y1};
+    attn_seq s = {.t = t,
+                  .s = t,
+                  .t_valid = t,
+                  .s_valid = t,
+                  .causal = 1,
+                  .x = x,
+                  .y = y1};
     char err[ATTN_ERRMAX];
     ck_assert(attn_forward(&L.c, &L.w, &s, 1, NULL, err) == 0);
     s.y = y2;
     attn_plan *p;
     ck_assert(attn_plan_create(&p, &L.c, &L.w, &s, 1, err) == 0);
     ck_assert_int_eq(attn_plan_n_stages(p), 3);
-    ck_assert_uint_eq(attn_plan_n_tiles(p, 1), 4 * 3); /* heads x blocks */
+    /* heads x query blocks */
+    ck_assert_uint_eq(attn_plan_n_tiles(p, 1),
+                      4 * ((150 + ATTN__BQ - 1) / ATTN__BQ));
     ck_assert_uint_eq(attn_plan_n_tiles(p, 3), 0);
     for (int st = 0; st < attn_plan_n_stages(p); st++)
         for (size_t i = attn_plan_n_tiles(p, st); i-- > 0;)
@@ -298,8 +318,12 @@ START_TEST(plan_tiles_any_order_and_linear_memory)
     attn_plan_destroy(p);
     tu_assert_close("reverse order", y2, y1, (size_t)t * 32, 0.0f, 0.0f);
     /* scratch for T = 4096 vs 2048: twice, not four times */
-    attn_seq big = {.t = 4096, .s = 4096, .t_valid = 4096, .s_valid = 4096,
-                    .x = x, .y = y1};
+    attn_seq big = {.t = 4096,
+                    .s = 4096,
+                    .t_valid = 4096,
+                    .s_valid = 4096,
+                    .x = x,
+                    .y = y1};
     ck_assert(attn_plan_create(&p, &L.c, &L.w, &big, 1, err) == 0);
     size_t b4k = attn_plan_scratch_bytes(p);
     attn_plan_destroy(p);
@@ -315,21 +339,60 @@ START_TEST(plan_tiles_any_order_and_linear_memory)
 }
 END_TEST
 
+/* A layer big enough to go through the executor gives bit-identical
+ * results on it and inline (tiles are deterministic, whoever runs them). */
+START_TEST(executor_matches_inline)
+{
+    tu_rng g = {31337};
+    layer L;
+    layer_init(&L, &g, 64, 4, 2, 16, 16);
+    L.c.rope_theta = 10000.0f;
+    int t = 300;
+    float *x = tu_randn(&g, (size_t)2 * t * 64, 1.0f);
+    float *y1 = tu_fill((size_t)2 * t * 64, NAN);
+    float *y2 = tu_fill((size_t)2 * t * 64, NAN);
+    attn_seq s[2];
+    for (int b = 0; b < 2; b++)
+        s[b] = (attn_seq){.t = t,
+                          .s = t,
+                          .t_valid = t - 7 * b,
+                          .s_valid = t,
+                          .causal = b,
+                          .x = x + (size_t)b * t * 64,
+                          .y = y1 + (size_t)b * t * 64};
+    char err[ATTN_ERRMAX];
+    attn_plan *p;
+    ck_assert(attn_plan_create(&p, &L.c, &L.w, s, 2, err) == 0);
+    ck_assert(attn_plan_flops(p) > 1e7);
+    attn_plan_run(p, g_ex);
+    attn_plan_destroy(p);
+    for (int b = 0; b < 2; b++)
+        s[b].y = y2 + (size_t)b * t * 64;
+    ck_assert(attn_forward(&L.c, &L.w, s, 2, NULL, err) == 0);
+    ck_assert(memcmp(y1, y2, sizeof(float) * 2 * t * 64) == 0);
+    free(x), free(y1), free(y2);
+    layer_free(&L);
+}
+END_TEST
+
 /* ---- bad arguments ----------------------------------------------------- */
 
-#define EXPECT_ERR(call, code, word)                                          \
-    do {                                                                      \
-        char e_[ATTN_ERRMAX] = "";                                            \
-        int rc_ = (call);                                                     \
-        ck_assert_msg(rc_ == (code), "%s: got %d (%s)", #call, rc_, e_);      \
-        ck_assert_msg(strstr(e_, (word)) != NULL,                             \
-                      "message \"%s\" does not name %s", e_, (word));         \
+#define EXPECT_ERR(call, code, word)                                           \
+    do {                                                                       \
+        char e_[ATTN_ERRMAX] = "";                                             \
+        int rc_ = (call);                                                      \
+        ck_assert_msg(rc_ == (code), "%s: got %d (%s)", #call, rc_, e_);       \
+        ck_assert_msg(strstr(e_, (word)) != NULL,                              \
+                      "message \"%s\" does not name %s", e_, (word));          \
     } while (0)
 
 START_TEST(bad_config)
 {
-    attn_config ok = {.d_model = 8, .n_heads = 4, .n_kv_heads = 2,
-                      .head_dim = 2, .v_head_dim = 2};
+    attn_config ok = {.d_model = 8,
+                      .n_heads = 4,
+                      .n_kv_heads = 2,
+                      .head_dim = 2,
+                      .v_head_dim = 2};
     char err[ATTN_ERRMAX];
     ck_assert_int_eq(attn_config_check(&ok, err), 0);
     attn_config c = ok;
@@ -357,11 +420,14 @@ END_TEST
 START_TEST(bad_plan_arguments)
 {
     float buf[64] = {0}, y[64];
-    attn_config c = {.d_model = 4, .n_heads = 2, .n_kv_heads = 2,
-                     .head_dim = 2, .v_head_dim = 2};
+    attn_config c = {.d_model = 4,
+                     .n_heads = 2,
+                     .n_kv_heads = 2,
+                     .head_dim = 2,
+                     .v_head_dim = 2};
     attn_weights w = {buf, buf, buf, buf, NULL, NULL, NULL, NULL};
-    attn_seq ok = {.t = 2, .s = 2, .t_valid = 2, .s_valid = 2, .x = buf,
-                   .y = y};
+    attn_seq ok = {
+        .t = 2, .s = 2, .t_valid = 2, .s_valid = 2, .x = buf, .y = y};
     attn_plan *p = (attn_plan *)&c; /* must be reset to NULL on failure */
     attn_seq s = ok;
     s.t = 0;
@@ -369,29 +435,23 @@ START_TEST(bad_plan_arguments)
                "seqs[0].t");
     ck_assert_ptr_null(p);
     s = ok, s.s = 3;
-    EXPECT_ERR(attn_forward(&c, &w, &s, 1, NULL, e_), ATTN_EINVAL,
-               "seqs[0].s");
+    EXPECT_ERR(attn_forward(&c, &w, &s, 1, NULL, e_), ATTN_EINVAL, "seqs[0].s");
     s = ok, s.t_valid = 3;
-    EXPECT_ERR(attn_forward(&c, &w, &s, 1, NULL, e_), ATTN_EINVAL,
-               "t_valid");
+    EXPECT_ERR(attn_forward(&c, &w, &s, 1, NULL, e_), ATTN_EINVAL, "t_valid");
     s = ok, s.s_valid = -1;
-    EXPECT_ERR(attn_forward(&c, &w, &s, 1, NULL, e_), ATTN_EINVAL,
-               "s_valid");
+    EXPECT_ERR(attn_forward(&c, &w, &s, 1, NULL, e_), ATTN_EINVAL, "s_valid");
     s = ok, s.x = NULL;
-    EXPECT_ERR(attn_forward(&c, &w, &s, 1, NULL, e_), ATTN_EINVAL,
-               "seqs[0].x");
+    EXPECT_ERR(attn_forward(&c, &w, &s, 1, NULL, e_), ATTN_EINVAL, "seqs[0].x");
     attn_seq two[2] = {ok, ok};
     two[1].y = NULL;
     EXPECT_ERR(attn_forward(&c, &w, two, 2, NULL, e_), ATTN_EINVAL,
                "seqs[1].y");
     EXPECT_ERR(attn_forward(&c, &w, NULL, 1, NULL, e_), ATTN_EINVAL,
                "sequence");
-    EXPECT_ERR(attn_forward(&c, &w, &ok, 0, NULL, e_), ATTN_EINVAL,
-               "n_seqs");
+    EXPECT_ERR(attn_forward(&c, &w, &ok, 0, NULL, e_), ATTN_EINVAL, "n_seqs");
     attn_weights w2 = w;
     w2.w_v = NULL;
-    EXPECT_ERR(attn_forward(&c, &w2, &ok, 1, NULL, e_), ATTN_EINVAL,
-               "w_v");
+    EXPECT_ERR(attn_forward(&c, &w2, &ok, 1, NULL, e_), ATTN_EINVAL, "w_v");
     EXPECT_ERR(attn_forward(&c, NULL, &ok, 1, NULL, e_), ATTN_EINVAL,
                "weights");
     attn_config c2 = c;
@@ -423,8 +483,7 @@ START_TEST(bad_plan_arguments)
     rc0.head_dim = 0;
     EXPECT_ERR(attn_forward_raw(&rc0, &r, 1, NULL, e_), ATTN_EINVAL,
                "head_dim");
-    EXPECT_ERR(attn_plan_create_raw(NULL, &rc, &r, 1, e_), ATTN_EINVAL,
-               "out");
+    EXPECT_ERR(attn_plan_create_raw(NULL, &rc, &r, 1, e_), ATTN_EINVAL, "out");
     /* the NULL plan is inert */
     ck_assert_int_eq(attn_plan_n_stages(NULL), 0);
     ck_assert_uint_eq(attn_plan_n_tiles(NULL, 0), 0);
@@ -444,6 +503,7 @@ int main(void)
     tcase_add_test(tc, prop_permutation_equivariance);
     tcase_add_test(tc, prop_padding_and_batching);
     tcase_add_test(tc, plan_tiles_any_order_and_linear_memory);
+    tcase_add_test(tc, executor_matches_inline);
     suite_add_tcase(s, tc);
     TCase *bad = tcase_create("bad_arguments");
     tcase_add_test(bad, bad_config);

@@ -7,7 +7,7 @@
 
 START_TEST(distinct_texts)
 {
-    static const int codes[] = {ATTN_OK,        ATTN_EINVAL, ATTN_ENOMEM,
+    static const int codes[] = {ATTN_OK,        ATTN_EINVAL,  ATTN_ENOMEM,
                                 ATTN_EOVERFLOW, ATTN_EFORMAT, ATTN_EIO,
                                 ATTN_ENOTFOUND};
     for (size_t i = 0; i < 7; i++) {

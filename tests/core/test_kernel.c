@@ -79,8 +79,8 @@ static void naive(const attn__head *h, double *o, double *a)
 START_TEST(kernel_block_edges)
 {
     /* loop: t, s straddle ATTN__BQ / ATTN__BK; strided (ld > width) rows */
-    static const int ts[][2] = {{1, 1}, {65, 129}, {130, 64}, {64, 257},
-                                {200, 200}};
+    static const int ts[][2] = {
+        {1, 1}, {65, 129}, {130, 64}, {64, 257}, {200, 200}};
     int t = ts[_i][0], s = ts[_i][1], dk = 5, dv = 3;
     tu_rng g = {1000u + (unsigned)_i};
     float *q = tu_randn(&g, (size_t)t * 7, 2.0f);
@@ -93,12 +93,23 @@ START_TEST(kernel_block_edges)
     double *ro = malloc(sizeof(double) * (size_t)t * dv);
     double *ra = malloc(sizeof(double) * (size_t)t * s);
     for (int variant = 0; variant < 4; variant++) {
-        attn__head h = {.t = t, .s = s, .t_valid = t - (variant & 1) * t / 3,
+        attn__head h = {.t = t,
+                        .s = s,
+                        .t_valid = t - (variant & 1) * t / 3,
                         .s_valid = s - (variant & 1) * s / 4,
-                        .causal = variant >= 2, .dk = dk, .dv = dv,
-                        .scale = 0.4f, .mask = variant == 3 ? m : NULL,
-                        .q = q, .k = k, .v = v, .o = o, .ldq = 7, .ldk = 9,
-                        .ldv = 4, .ldo = 6};
+                        .causal = variant >= 2,
+                        .dk = dk,
+                        .dv = dv,
+                        .scale = 0.4f,
+                        .mask = variant == 3 ? m : NULL,
+                        .q = q,
+                        .k = k,
+                        .v = v,
+                        .o = o,
+                        .ldq = 7,
+                        .ldk = 9,
+                        .ldv = 4,
+                        .ldo = 6};
         naive(&h, ro, ra);
         for (int maps = 0; maps < 2; maps++) {
             h.att = maps ? a : NULL;

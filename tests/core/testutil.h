@@ -44,26 +44,26 @@ static inline float *tu_fill(size_t n, float v)
 
 /* |a - b| <= atol or <= rtol * |b|, element by element; names the first
  * failing index. */
-#define tu_assert_close(what, a, b, n, atol, rtol)                            \
-    do {                                                                      \
-        const float *a_ = (a), *b_ = (b);                                     \
-        for (size_t i_ = 0; i_ < (size_t)(n); i_++) {                         \
-            float d_ = fabsf(a_[i_] - b_[i_]);                                \
-            if (!(d_ <= (atol) || d_ <= (rtol)*fabsf(b_[i_])))                \
-                ck_abort_msg("%s[%zu] = %.7g, expected %.7g (diff %.3g)",     \
-                             (what), i_, (double)a_[i_], (double)b_[i_],      \
-                             (double)d_);                                     \
-        }                                                                     \
+#define tu_assert_close(what, a, b, n, atol, rtol)                             \
+    do {                                                                       \
+        const float *a_ = (a), *b_ = (b);                                      \
+        for (size_t i_ = 0; i_ < (size_t)(n); i_++) {                          \
+            float d_ = fabsf(a_[i_] - b_[i_]);                                 \
+            if (!(d_ <= (atol) || d_ <= (rtol)*fabsf(b_[i_])))                 \
+                ck_abort_msg("%s[%zu] = %.7g, expected %.7g (diff %.3g)",      \
+                             (what), i_, (double)a_[i_], (double)b_[i_],       \
+                             (double)d_);                                      \
+        }                                                                      \
     } while (0)
 
 /* Equal to the value printed with `digits` decimals (rounding). */
-#define tu_assert_printed(what, got, printed, digits)                         \
-    do {                                                                      \
-        double g_ = (got), p_ = (printed);                                    \
-        double h_ = 0.5 * pow(10.0, -(digits)) + 1e-9;                        \
-        if (!(fabs(g_ - p_) <= h_))                                           \
-            ck_abort_msg("%s = %.7f does not print as %.*f", (what), g_,      \
-                         (int)(digits), p_);                                  \
+#define tu_assert_printed(what, got, printed, digits)                          \
+    do {                                                                       \
+        double g_ = (got), p_ = (printed);                                     \
+        double h_ = 0.5 * pow(10.0, -(digits)) + 1e-9;                         \
+        if (!(fabs(g_ - p_) <= h_))                                            \
+            ck_abort_msg("%s = %.7f does not print as %.*f", (what), g_,       \
+                         (int)(digits), p_);                                   \
     } while (0)
 
 #endif
