@@ -21,6 +21,8 @@
 # installs them). Environment: DEBIAN_MIRROR, DEBIAN_SECURITY_MIRROR,
 # ATTND_CT_IMAGE (tag to build, default localhost/attnd:test; it stays in
 # buildah's storage afterwards), ATTND_CT_REBUILD_BASE, ATTND_CT_LAYERS.
+# `test && ok ... || bad ...` is safe here: ok only logs and never fails.
+# shellcheck disable=SC2015
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -152,6 +154,7 @@ mapfile -t cmd < <(fmt '{{range .Docker.Config.Cmd}}{{println .}}{{end}}')
 mapfile -t hc < <(fmt '{{if .Docker.Config.Healthcheck}}{{range .Docker.Config.Healthcheck.Test}}{{println .}}{{end}}{{end}}')
 [ "${#entry[@]}" -gt 0 ] && ok "entrypoint: ${entry[*]}" || bad "no entrypoint"
 [ "${hc[0]:-}" = CMD ] && ok "healthcheck: ${hc[*]:1}" || bad "no HEALTHCHECK CMD (${hc[*]:-none})"
+# shellcheck disable=SC2016 # a Go template, not shell
 fmt '{{range $k, $v := .Docker.Config.Volumes}}{{println $k}}{{end}}' | grep -qx /models &&
     ok "/models is a volume" || bad "/models is not declared a VOLUME"
 fmt '{{range .Docker.Config.Env}}{{println .}}{{end}}' | grep -qx 'ATTND_HOST=0.0.0.0' &&
@@ -192,8 +195,8 @@ run_pid=$!
 # daemon_pid: the attnd process under our buildah run (host pid namespace),
 # found by walking /proc/*/stat parent links down from buildah's pid.
 daemon_pid() {
-    local family=" $run_pid " pass st line p ppid comm rest
-    for pass in 1 2 3 4 5 6; do
+    local family=" $run_pid " st line p ppid comm rest
+    for _ in 1 2 3 4 5 6; do
         for st in /proc/[0-9]*/stat; do
             read -r line <"$st" 2>/dev/null || continue
             p=${line%% *}
