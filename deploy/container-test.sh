@@ -163,10 +163,12 @@ run_ctr=$(bah from --pull=never "$IMAGE")
 mnt=$(bah mount "$run_ctr")
 extra=""
 for f in usr/bin/gcc usr/bin/cc usr/bin/make usr/bin/curl usr/bin/wget \
-    usr/include/uv.h usr/include/jansson.h usr/include/microhttpd.h; do
+    usr/include/uv.h usr/include/jansson.h usr/include/microhttpd.h \
+    var/cache/apt/pkgcache.bin var/cache/apt/srcpkgcache.bin; do
     [ -e "$mnt/$f" ] && extra="$extra /$f"
 done
-[ -z "$extra" ] && ok "no build tools, headers or curl in the image" ||
+[ -n "$(ls -A "$mnt/var/lib/apt/lists" 2>/dev/null)" ] && extra="$extra /var/lib/apt/lists/*"
+[ -z "$extra" ] && ok "no build tools, headers, curl or apt caches in the image" ||
     bad "image holds what it should not:$extra"
 [ -x "$mnt/usr/local/bin/attnd" ] && ok "/usr/local/bin/attnd present" || bad "no attnd binary"
 log "  /models holds: $(cd "$mnt/models" 2>/dev/null && find . -mindepth 1 -maxdepth 2 | tr '\n' ' ')"
