@@ -22,6 +22,7 @@
 # ATTND_CT_IMAGE (tag to build, default localhost/attnd:test; it stays in
 # buildah's storage afterwards), ATTND_CT_REBUILD_BASE, ATTND_CT_LAYERS.
 # `test && ok ... || bad ...` is safe here: ok only logs and never fails.
+# (No `| grep -q` either: with pipefail its early exit can fail the pipe.)
 # shellcheck disable=SC2015
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -77,15 +78,22 @@ else
         { tail -20 "$work/debootstrap.log"; die "debootstrap failed"; }
     # Trim it the way the official slim image is trimmed: no package
     # caches or lists, no docs or man pages (and none installed later).
-    rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* \
+    rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/cache/apt/*.bin \
+        "$rootfs"/var/lib/apt/lists/* "$rootfs"/etc/apt/sources.list \
         "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* \
-        "$rootfs"/etc/apt/sources.list
+        "$rootfs"/usr/share/groff/* "$rootfs"/usr/share/lintian/* \
+        "$rootfs"/usr/share/locale/* "$rootfs"/var/log/*.log \
+        "$rootfs"/var/log/apt/* "$rootfs"/var/cache/debconf/*-old
     find "$rootfs"/usr/share/doc -mindepth 1 ! -name copyright ! -type d -delete
+    find "$rootfs"/usr/share/doc -mindepth 1 -type d -empty -delete
     cat >"$rootfs/etc/dpkg/dpkg.cfg.d/docker-slim" <<'EOF'
 path-exclude /usr/share/doc/*
 path-include /usr/share/doc/*/copyright
 path-exclude /usr/share/man/*
 path-exclude /usr/share/info/*
+path-exclude /usr/share/groff/*
+path-exclude /usr/share/lintian/*
+path-exclude /usr/share/locale/*
 EOF
     cat >"$rootfs/etc/apt/sources.list.d/debian.sources" <<EOF
 Types: deb
@@ -155,9 +163,9 @@ mapfile -t hc < <(fmt '{{if .Docker.Config.Healthcheck}}{{range .Docker.Config.H
 [ "${#entry[@]}" -gt 0 ] && ok "entrypoint: ${entry[*]}" || bad "no entrypoint"
 [ "${hc[0]:-}" = CMD ] && ok "healthcheck: ${hc[*]:1}" || bad "no HEALTHCHECK CMD (${hc[*]:-none})"
 # shellcheck disable=SC2016 # a Go template, not shell
-fmt '{{range $k, $v := .Docker.Config.Volumes}}{{println $k}}{{end}}' | grep -qx /models &&
+fmt '{{range $k, $v := .Docker.Config.Volumes}}{{println $k}}{{end}}' | grep -x /models >/dev/null &&
     ok "/models is a volume" || bad "/models is not declared a VOLUME"
-fmt '{{range .Docker.Config.Env}}{{println .}}{{end}}' | grep -qx 'ATTND_HOST=0.0.0.0' &&
+fmt '{{range .Docker.Config.Env}}{{println .}}{{end}}' | grep -x 'ATTND_HOST=0.0.0.0' >/dev/null &&
     ok "ATTND_HOST=0.0.0.0 set" || bad "ATTND_HOST=0.0.0.0 not in the image env"
 run_ctr=$(bah from --pull=never "$IMAGE")
 mnt=$(bah mount "$run_ctr")
