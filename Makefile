@@ -136,6 +136,12 @@ check-deploy: deps-test $(DEPLOY_NPM) $(if $(HAVE_ATTND),$(ATTND))
 	    node --test validate-k8s.test.mjs
 	$(if $(HAVE_ATTND),ATTND_BIN=$(ATTND) node tests/deploy/failover.mjs,\
 	    @echo "check-deploy: no server/main.c yet, failover test not run")
+# bench-lb: what deploy/nginx.conf costs (wrk direct vs through nginx).
+.PHONY: bench-lb
+bench-lb: deps $(ATTND)
+	@tools/install-deps.sh bench
+	bench/bench_lb.sh $(ATTND)
+bench: bench-lb
 container-test:
 	@tools/install-deps.sh container
 	$(if $(HAVE_ATTND),deploy/container-test.sh,\
