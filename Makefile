@@ -48,7 +48,7 @@ UNIT_BIN := $(UNIT_SRC:%.c=$(BUILD)/%)
 
 obj = $(1:%.c=$(BUILD)/%.o)
 
-.PHONY: all run test deps deps-test check-unit check-web bench clean format
+.PHONY: all run test deps deps-test check-unit check-web check-server bench bench-server clean format
 all: deps $(if $(wildcard server/main.c),$(ATTND)) $(UNIT_BIN)
 
 deps:
@@ -115,10 +115,19 @@ check-unit: deps $(UNIT_BIN)
 	    ATTN_TEST_DATA=tests CK_DEFAULT_TIMEOUT=120 $$t || fail=1; done; \
 	    exit $$fail
 
+# --- server: the daemon's suites (node:test against a running attnd) -----
+# Each file starts its own attnd ($(ATTND)) on 127.0.0.1, port 0.
+SERVER_TESTS := $(sort $(wildcard tests/server/*.test.mjs))
+check-server: deps-test $(ATTND)
+	@echo "== node --test tests/server ($(ATTND))"
+	@ATTND_BIN=$(ATTND) node --test --test-concurrency=1 $(SERVER_TESTS)
+
 test: deps-test
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory check-unit
 	@$(MAKE) --no-print-directory check-web
+	@$(MAKE) --no-print-directory check-weights-gen
+	@$(MAKE) --no-print-directory check-server
 	@$(MAKE) --no-print-directory check-deploy
 
 # --- deploy/ (issue 6): k8s manifests, nginx failover, container image ---
@@ -169,3 +178,34 @@ bench-core: deps $(BENCH_BIN)
 	@tools/install-deps.sh bench
 	$(BENCH_BIN) --threads 2 --peer bench/torch_peer.py
 bench: bench-core
+
+# ---- server: HTTP benchmark (attnd vs a bare libmicrohttpd, wrk) ---------
+BARE_MHD := $(BUILD)/bench/bare_mhd
+$(BARE_MHD): bench/bare_mhd.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(LDFLAGS_ALL) $(PKG_LIBS)
+.PHONY: bench-server
+bench-server: deps $(ATTND) $(BARE_MHD)
+	@tools/install-deps.sh bench
+	python3 bench/http_bench.py --attnd $(ATTND) --bare $(BARE_MHD)
+bench: bench-server
+
+# ---- weights: load benchmark; committed generated files match generators --
+LOAD_BENCH := $(BUILD)/bench/bench_load
+.PHONY: bench-load check-weights-gen
+bench-load: deps $(LOAD_BENCH)
+	$(LOAD_BENCH) --mb 100 --reps 3
+bench: bench-load
+
+# Regenerates the safetensors corpus, the model corpus and models/demo (the
+# demo generator prints each head's argmax pattern on the sample sentence)
+# into a temporary folder and compares them with the committed files.
+check-weights-gen:
+	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
+	python3 -B tests/core/make_st_corpus.py "$$d/st" >/dev/null && \
+	diff -r "$$d/st" tests/core/st_corpus && \
+	python3 -B tests/core/make_model_corpus.py "$$d/mc" >/dev/null && \
+	diff -r "$$d/mc" tests/core/model_corpus && \
+	python3 -B tools/make_demo.py "$$d/demo" && \
+	diff -r "$$d/demo" models/demo && \
+	echo "check-weights-gen: st_corpus, model_corpus and models/demo match their generators"

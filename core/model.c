@@ -15,8 +15,6 @@
  */
 #include "model.h"
 
-#include <dirent.h>
-#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -501,6 +499,12 @@ static int infer(const ctx *c, const model__cfg *k, attn_config *cfg,
         .rope_theta = k->rope_theta,
         .rope_dims = k->rope_dims,
     };
+    char why[ATTN_ERRMAX];
+    int rc = attn_config_check(cfg, why);
+    if (rc < 0) { /* the checks above should have caught it: say what */
+        model__seterr(err, "%s: %s", f, why);
+        return rc;
+    }
     return 0;
 }
 
@@ -561,13 +565,17 @@ static int fill(model *m, const ctx *c, char *err)
         }
         for (size_t i = 0; i < n; i++)
             if (!isfinite(p[i])) {
-                size_t cols = r < R_BQ ? (size_t)s->out : n;
+                char at[64];
+                if (r < R_BQ)
+                    snprintf(at, sizeof at, "[%zu][%zu]",
+                             i / (size_t)s->out, i % (size_t)s->out);
+                else
+                    snprintf(at, sizeof at, "[%zu]", i);
                 model__seterr(err,
                               "%s: %s (from '%.80s') has a non-finite value "
-                              "(%s) at [%zu][%zu]; weights must be finite",
+                              "(%s) at %s; weights must be finite",
                               c->file, role_name[r], s->t->name,
-                              isnan(p[i]) ? "NaN" : "Inf", i / cols,
-                              i % cols);
+                              isnan(p[i]) ? "NaN" : "Inf", at);
                 return ATTN_EFORMAT;
             }
         *dst[r] = p;

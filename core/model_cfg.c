@@ -244,10 +244,15 @@ int model__cfg_read(model__cfg *c, const char *config_label,
         rc = ATTN_EFORMAT;
     }
     if (!c->n_heads) {
-        model__seterr(err,
-                      "%s: n_heads is required (in config.json or the "
-                      "safetensors __metadata__), e.g. {\"n_heads\": 8}",
-                      config ? config_label : mlabel);
+        if (config)
+            model__seterr(err,
+                          "%s: n_heads is required, e.g. {\"n_heads\": 8}",
+                          config_label);
+        else
+            model__seterr(err,
+                          "%s: missing, and %s has no n_heads; create it, "
+                          "e.g. {\"n_heads\": 8}",
+                          config_label, mlabel);
         rc = ATTN_ENOTFOUND;
         goto fail;
     }

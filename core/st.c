@@ -599,20 +599,42 @@ float st_bf16_to_f32(uint16_t b)
     return f;
 }
 
+/* f16_bits: IEEE half -> single bits without branches on the common path
+ * (normals: rebias the exponent; Inf/NaN: exponent all ones; zero and
+ * subnormals: m * 2^-24, exact). Equals st_f16_to_f32 for every input. */
+static inline uint32_t f16_bits(uint32_t h)
+{
+    uint32_t em = h & 0x7fffu, s = (h & 0x8000u) << 16;
+    uint32_t r = (em << 13) + 0x38000000u;
+    r += em >= 0x7c00u ? 0x38000000u : 0;
+    float sub = (float)em * 0x1p-24f;
+    uint32_t sb;
+    memcpy(&sb, &sub, sizeof sb);
+    return (em < 0x400u ? sb : r) | s;
+}
+
 /* convert: n elements of dtype dt at p (unaligned) to floats. */
 static void convert(st_dtype dt, const unsigned char *p, size_t n, float *dst)
 {
+    uint16_t u;
+    uint32_t b;
     switch (dt) {
     case ST_F32:
         memcpy(dst, p, n * sizeof(float));
         break;
     case ST_F16:
-        for (size_t i = 0; i < n; i++)
-            dst[i] = st_f16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+        for (size_t i = 0; i < n; i++) {
+            memcpy(&u, p + 2 * i, 2);
+            b = f16_bits(u);
+            memcpy(dst + i, &b, 4);
+        }
         break;
     case ST_BF16:
-        for (size_t i = 0; i < n; i++)
-            dst[i] = st_bf16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+        for (size_t i = 0; i < n; i++) {
+            memcpy(&u, p + 2 * i, 2);
+            b = (uint32_t)u << 16;
+            memcpy(dst + i, &b, 4);
+        }
         break;
     default:
         break;
@@ -632,7 +654,7 @@ int st_to_f32(const st_tensor *t, float *dst)
     return 0;
 }
 
-#define TB 32 /* transpose tile edge */
+#define TB 64 /* transpose tile edge (16 KiB of stack for the tile) */
 
 int st_rows_to_f32(const st_tensor *t, uint64_t r0, uint64_t nr,
                    int transpose, float *dst)

@@ -29,8 +29,8 @@
       "compute pool threads (0 = online cores)")                              \
     X(max_batch, "max-batch", INT, 8, 1, 4096,                                \
       "most sequences one batch runs")                                        \
-    X(batch_delay_us, "batch-delay-us", INT, 500, 0, 10000000,                \
-      "longest wait of a queued request for batch company (us)")              \
+    X(batch_delay_us, "batch-delay-us", INT, 0, 0, 10000000,                  \
+      "longest wait of a queued request for batch company (us; ms timer)")    \
     X(instances, "instances", INT, 2, 1, 64,                                  \
       "batches of one model that may run at once")                            \
     X(queue_size, "queue-size", INT, 256, 1, 1000000,                         \

@@ -208,7 +208,7 @@ static int route(srv_req *r, const char *url)
         memmove((char *)v, vs + vlen, strlen(vs + vlen) + 1);
     }
     for (i = 0; i < srv_n_routes; i++) {
-        char arg[2][SRV_NAME_MAX + 32];
+        char arg[2][SRV_NAME_MAX + 32] = {{0}, {0}};
         if (!match(srv_routes[i].path, r->path, arg))
             continue;
         allowed |= srv_routes[i].method;
@@ -398,8 +398,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         return queue_response(r);
     if (*upload_size) {
         add_body(r, upload, *upload_size);
+        r->body_seen += *upload_size;
         *upload_size = 0;
-        return MHD_YES;
+        /* a client that keeps sending far past the limit is cut off */
+        return r->too_large && r->body_seen / 2 > r->body_limit ? MHD_NO : MHD_YES;
     }
     if (r->suspended)
         return MHD_YES;
@@ -432,6 +434,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     free(r->resp);
     free(r);
     s->live_reqs--;
+    srv_check_stop(s);
 }
 
 static void mhd_logger(void *cls, const char *fmt, va_list ap)

@@ -221,6 +221,8 @@ static int prepare_model(srv_prep *p, const oip_request *req, const char *name,
     if ((rc = get_lengths(req, "lengths", B, T, len, err)) ||
         (rc = get_lengths(req, "context_lengths", B, S, clen, err)))
         goto done;
+    if (!ctx) /* self-attention: the keys are the rows of x */
+        memcpy(clen, len, sizeof *len * (size_t)B);
     if (req->params.causal >= 0)
         causal = req->params.causal;
     p->causal = causal;

@@ -27,6 +27,8 @@ static void on_stop_timer(uv_timer_t *t)
     srv_http_stop(s);
     uv_close((uv_handle_t *)&s->sig_term, NULL);
     uv_close((uv_handle_t *)&s->sig_int, NULL);
+    signal(SIGTERM, SIG_IGN); /* exiting anyway: a late signal must not kill */
+    signal(SIGINT, SIG_IGN);
     uv_close((uv_handle_t *)&s->drain_timer, NULL);
     uv_close((uv_handle_t *)&s->stop_timer, NULL);
     for (e = s->models; e; e = e->next)

@@ -129,11 +129,11 @@ void srv_h_metrics(srv_req *r)
            "counter", "Batch compute, once per batch.", get_infer_ns, 1);
     family(&b, s, "attnd_inference_compute_output_duration_seconds_total",
            "counter", "Encoding responses (pool).", get_output_ns, 1);
-    bprintf(&b, "# HELP attnd_inference_pending_request_count Requests admitted "
+    bprintf(&b, "# HELP attnd_inference_pending_requests Requests admitted "
                 "and not yet answered.\n"
-                "# TYPE attnd_inference_pending_request_count gauge\n");
+                "# TYPE attnd_inference_pending_requests gauge\n");
     for (e = s->models; e; e = e->next)
-        bprintf(&b, "attnd_inference_pending_request_count{model=\"%s\",version=\"1\"} %d\n",
+        bprintf(&b, "attnd_inference_pending_requests{model=\"%s\",version=\"1\"} %d\n",
                 e->name, e->pending);
     bprintf(&b, "# HELP attnd_inference_batch_size Sequences per executed batch.\n"
                 "# TYPE attnd_inference_batch_size histogram\n");

@@ -64,7 +64,14 @@ struct batch {
     atomic_size_t next_tile;
     int outstanding;   /* tile_work items on the pool */
     tile_work *workers; /* (s->threads) */
+    int whole;         /* small batch: one work item runs it all + encodes */
+    uint64_t t_ran;    /* compute end (whole batches) */
 };
+
+/* Below this many multiply-adds a batch runs as one pool work item (all
+ * stages, then the encoding of its requests): spreading a tiny batch over
+ * the pool costs more thread hand-offs than it saves. */
+#define SMALL_BATCH_MACS (1u << 22)
 
 static void pump(srv_entry *e);
 static void job_end(srv_job *j);
@@ -192,9 +199,8 @@ void srv_sched_detach(srv_req *r)
 
 /* ---- encode --------------------------------------------------------------- */
 
-static void encode_work(uv_work_t *w)
+static void encode_job(srv_job *j)
 {
-    srv_job *j = w->data;
     uint64_t t0 = srv_now_ns();
     j->status = srv_infer_encode(&j->prep, &j->in, j->e->name, j->s->maps, &j->resp,
                                  &j->resp_len, &j->resp_hlen, j->err);
@@ -202,6 +208,8 @@ static void encode_work(uv_work_t *w)
     oip_request_free(&j->in);
     j->encode_ns = srv_now_ns() - t0;
 }
+
+static void encode_work(uv_work_t *w) { encode_job(w->data); }
 
 static void encode_done(uv_work_t *w, int status)
 {
@@ -223,6 +231,28 @@ static void tile_run(uv_work_t *w)
 
 static void batch_finish(batch *b, int status, const char *msg);
 static void tile_done(uv_work_t *w, int status);
+
+/* whole_run: a small batch on one pool thread: every stage in order, then
+ * each request's encoding. Touches only the batch's own jobs. */
+static void whole_run(uv_work_t *w)
+{
+    batch *b = ((tile_work *)w->data)->b;
+    int st, i;
+    for (st = 0; st < b->n_stages; st++) {
+        size_t t, n = attn_plan_n_tiles(b->plan, st);
+        for (t = 0; t < n; t++)
+            attn_plan_run_tile(b->plan, st, t);
+    }
+    b->t_ran = srv_now_ns();
+    for (i = 0; i < b->n_jobs; i++)
+        encode_job(b->jobs[i]);
+}
+
+static void whole_done(uv_work_t *w, int status)
+{
+    (void)status;
+    batch_finish(((tile_work *)w->data)->b, 0, NULL);
+}
 
 /* submit_stage: put the next non-empty stage's tiles on the pool, or
  * finish the batch when there is none. */
@@ -267,6 +297,8 @@ static void batch_finish(batch *b, int status, const char *msg)
     int i;
     attn_plan_destroy(b->plan);
     e->running--;
+    if (b->whole)
+        now = b->t_ran;
     if (!status) {
         e->stats.exec_count++;
         e->stats.inference_count += (uint64_t)b->n_seqs;
@@ -276,6 +308,11 @@ static void batch_finish(batch *b, int status, const char *msg)
     for (i = 0; i < b->n_jobs; i++) {
         srv_job *j = b->jobs[i];
         j->t_ran = now;
+        if (b->whole && !status) { /* computed and encoded already */
+            answer(j, j->status ? j->status : 200, j->err);
+            job_end(j);
+            continue;
+        }
         if (status || !j->req) {
             answer(j, status ? status : 500, msg ? msg : "");
             job_end(j);
@@ -304,9 +341,31 @@ static int compatible(const srv_job *h, const srv_job *j)
     return 1;
 }
 
+/* batch_macs: a rough count of the batch's multiply-adds (saturating). */
+static double batch_macs(const batch *b)
+{
+    double m = 0;
+    int i;
+    if (b->raws) {
+        const attn_config *c = &b->jobs[0]->prep.cfg;
+        for (i = 0; i < b->n_seqs; i++)
+            m += (double)b->raws[i].t * b->raws[i].s * (c->head_dim + c->v_head_dim);
+    } else {
+        const attn_config *c = model_config(b->jobs[0]->inst->m);
+        double qkvo = (double)c->n_heads * (c->head_dim + c->v_head_dim) +
+                      (double)c->n_kv_heads * (c->head_dim + c->v_head_dim);
+        for (i = 0; i < b->n_seqs; i++)
+            m += (double)b->seqs[i].t * c->d_model * qkvo +
+                 (double)b->seqs[i].t * b->seqs[i].s * c->n_heads *
+                     (c->head_dim + c->v_head_dim);
+    }
+    return m;
+}
+
 /* launch: take a batch off e's queue (head first, then every compatible
- * job that still fits in max_batch) and start its plan. */
-static void launch(srv_entry *e)
+ * job that still fits in max_batch) and start its plan. Returns -1 when
+ * out of memory before anything left the queue (nothing changed). */
+static int launch(srv_entry *e)
 {
     srv *s = e->s;
     srv_job *h = e->qhead, **pp;
@@ -363,15 +422,22 @@ static void launch(srv_entry *e)
         srv_log(s, "error", "model '%s': plan: %s", e->name, err);
         snprintf(msg, sizeof msg, "engine: %s", err);
         batch_finish(b, rc == ATTN_ENOMEM ? 503 : 400, msg);
-        return;
+        return 0;
     }
     b->n_stages = attn_plan_n_stages(b->plan);
+    if (batch_macs(b) < SMALL_BATCH_MACS) {
+        b->whole = 1;
+        b->workers[0].b = b;
+        b->workers[0].work.data = &b->workers[0];
+        uv_queue_work(s->loop, &b->workers[0].work, whole_run, whole_done);
+        return 0;
+    }
     submit_stage(b);
-    return;
+    return 0;
 oom_taken:
     e->running++;
     batch_finish(b, 503, "server: out of memory");
-    return;
+    return 0;
 oom:
     if (b) {
         free(b->jobs);
@@ -379,6 +445,7 @@ oom:
         free(b);
     }
     srv_log(s, "error", "model '%s': out of memory forming a batch", e->name);
+    return -1;
 }
 
 static void on_batch_timer(uv_timer_t *t) { pump(t->data); }
@@ -397,9 +464,11 @@ static void pump(srv_entry *e)
             return;
         }
         uv_timer_stop(&e->batch_timer);
-        launch(e);
-        if (!e->running) /* could not even start: out of memory */
+        if (launch(e) < 0) { /* out of memory: retry when a batch ends */
+            if (!e->running)
+                uv_timer_start(&e->batch_timer, on_batch_timer, 10, 0);
             return;
+        }
     }
 }
 
@@ -459,10 +528,14 @@ void srv_h_infer(srv_req *r)
     srv_entry *e = srv_registry_find(s, r->arg[0]);
     srv_job *j;
     snprintf(r->model, sizeof r->model, "%.128s", r->arg[0]);
+    if (e && !e->inst && e->state == SRV_LOADING) {
+        srv_respond_error(r, 503, "model '%s': still loading; retry shortly",
+                          r->arg[0]);
+        return;
+    }
     if (!e || !e->inst) {
         srv_respond_error(r, 404, "model '%s': %s", r->arg[0],
-                          !e ? "not found" : e->state == SRV_LOADING ? "still loading"
-                                                                     : "not loaded");
+                          !e ? "not found" : "not loaded");
         return;
     }
     if (s->draining) {

@@ -114,6 +114,7 @@ struct srv_req {
     char *body;            /* request body, grown up to body_limit */
     size_t body_len, body_cap, body_limit;
     int too_large;         /* body passed body_limit; rest discarded */
+    size_t body_seen;      /* bytes received, kept or not */
     size_t header_len;     /* Inference-Header-Content-Length, 0 = none */
     char origin[256];      /* allowed CORS origin to echo, "" = none */
     uint64_t t0_ns;

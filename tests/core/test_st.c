@@ -248,11 +248,46 @@ START_TEST(test_f16)
 }
 END_TEST
 
-/* elem: element (r, c) of the test matrix, r * cols + c: exact in F32 and
- * F16 (integers below 2048); BF16 keeps its top 16 bits (truncated). */
+/* The bulk F16 path (st_to_f32) agrees bit for bit with the one-element
+ * reference (st_f16_to_f32, checked above by hand) on all 65536 inputs. */
+START_TEST(test_f16_exhaustive)
+{
+    const size_t n = 65536, len = 8 + 72 + 2 * n;
+    unsigned char *b = malloc(len);
+    ck_assert_ptr_nonnull(b);
+    char hdr[73];
+    int h = snprintf(hdr, sizeof hdr,
+                     "{\"w\":{\"dtype\":\"F16\",\"shape\":[65536],"
+                     "\"data_offsets\":[0,131072]}}");
+    ck_assert_int_le(h, 72);
+    memset(hdr + h, ' ', (size_t)(72 - h));
+    memset(b, 0, 8);
+    b[0] = 72;
+    memcpy(b + 8, hdr, 72);
+    for (size_t i = 0; i < n; i++) {
+        b[80 + 2 * i] = (unsigned char)i;
+        b[81 + 2 * i] = (unsigned char)(i >> 8);
+    }
+    char err[ATTN_ERRMAX];
+    st_file *f;
+    ck_assert_msg(st_parse(&f, b, len, "mem", err) == 0, "%s", err);
+    float *out = malloc(n * sizeof(float));
+    ck_assert_int_eq(st_to_f32(st_find(f, "w"), out), 0);
+    for (size_t i = 0; i < n; i++) {
+        float want = st_f16_to_f32((uint16_t)i);
+        ck_assert_msg(memcmp(&out[i], &want, 4) == 0, "f16 0x%04zx", i);
+    }
+    free(out);
+    st_close(f);
+    free(b);
+}
+END_TEST
+
+/* elem: element (r, c) of the test matrix, (r * cols + c) mod 2039: exact
+ * in F32 and F16 (integers below 2048); BF16 keeps its top 16 bits. */
 static float elem(st_dtype dt, int r, int c, int cols)
 {
-    float f = (float)(r * cols + c);
+    float f = (float)((r * cols + c) % 2039);
     if (dt == ST_BF16) {
         uint32_t bits;
         memcpy(&bits, &f, 4);
@@ -306,7 +341,7 @@ static unsigned char *build(st_dtype dt, int rows, int cols, size_t *len)
 START_TEST(test_rows_transposed)
 {
     static const st_dtype dts[] = {ST_F32, ST_F16, ST_BF16};
-    const int rows = 37, cols = 45; /* not multiples of the tile edge */
+    const int rows = 71, cols = 141; /* several tiles, ragged edges */
     for (int k = 0; k < 3; k++) {
         size_t len;
         unsigned char *b = build(dts[k], rows, cols, &len);
@@ -315,18 +350,18 @@ START_TEST(test_rows_transposed)
         ck_assert_int_eq(st_parse(&f, b, len, "mem", err), 0);
         const st_tensor *t = st_find(f, "w");
         float *out = malloc(sizeof(float) * rows * cols);
-        /* rows 5..34 transposed: out[c * 30 + r] = w[5 + r][c] */
-        ck_assert_int_eq(st_rows_to_f32(t, 5, 30, 1, out), 0);
-        for (int r = 0; r < 30; r++)
+        /* rows 5..69 transposed: out[c * 65 + r] = w[5 + r][c] */
+        ck_assert_int_eq(st_rows_to_f32(t, 5, 65, 1, out), 0);
+        for (int r = 0; r < 65; r++)
             for (int c = 0; c < cols; c++)
-                ck_assert_msg(out[c * 30 + r] == elem(dts[k], 5 + r, c, cols),
+                ck_assert_msg(out[c * 65 + r] == elem(dts[k], 5 + r, c, cols),
                               "%s (%d,%d)", st_dtype_name(dts[k]), r, c);
         /* rows 2..4 as they are */
         ck_assert_int_eq(st_rows_to_f32(t, 2, 3, 0, out), 0);
         for (int r = 0; r < 3; r++)
             for (int c = 0; c < cols; c++)
                 ck_assert(out[r * cols + c] == elem(dts[k], 2 + r, c, cols));
-        ck_assert_int_eq(st_rows_to_f32(t, 30, 8, 0, out), ATTN_EINVAL);
+        ck_assert_int_eq(st_rows_to_f32(t, 64, 8, 0, out), ATTN_EINVAL);
         free(out);
         st_close(f);
         free(b);
@@ -404,6 +439,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_ok_unordered);
     tcase_add_test(tc, test_open_errors);
     tcase_add_test(tc, test_f16);
+    tcase_add_test(tc, test_f16_exhaustive);
     tcase_add_test(tc, test_rows_transposed);
     tcase_add_test(tc, test_wrong_dtype_convert);
     tcase_add_test(tc, test_truncations_and_flips);

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""HTTP benchmark of attnd, with a bare libmicrohttpd server as its peer.
+
+    python3 bench/http_bench.py --attnd build/default/attnd --bare build/default/bench/bare_mhd
+
+1. Small requests: `demo` (d_model 64), T=16, JSON, through wrk at 1, 16 and
+   64 connections against attnd and against bare_mhd (which reads the body
+   and answers a fixed body of the same size), same run: req/s, p50/p99
+   latency and the attnd/bare ratio.
+2. One large request: B=8, T=512, d_model=768 (a random 12-head weight set
+   written to a temporary repository), JSON and binary: MB/s in and ms end
+   to end (median of 3).
+Peak RSS of attnd (VmHWM) is printed at the end. Everything runs on
+127.0.0.1 and is bounded in time (wrk -d per point).
+"""
+import argparse
+import http.client
+import json
+import os
+import random
+import re
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def start(cmd, pattern, stream):
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE if stream == "out" else subprocess.DEVNULL,
+                         stderr=subprocess.PIPE if stream == "err" else subprocess.DEVNULL, text=True)
+    f = p.stdout if stream == "out" else p.stderr
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        line = f.readline()
+        if not line:
+            break
+        m = re.search(pattern, line)
+        if m:
+            # keep draining the pipe so the server never blocks on a full pipe
+            import threading
+            threading.Thread(target=lambda: [None for _ in f], daemon=True).start()
+            return p, int(m.group(1))
+    p.kill()
+    sys.exit(f"could not start {cmd[0]}")
+
+
+def wait_ready(port):
+    for _ in range(500):
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            c.request("GET", "/v2/health/ready")
+            if c.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.02)
+    sys.exit("attnd never became ready")
+
+
+def post(port, path, body, headers):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    t0 = time.perf_counter()
+    c.request("POST", path, body=body, headers=headers)
+    r = c.getresponse()
+    data = r.read()
+    dt = time.perf_counter() - t0
+    if r.status != 200:
+        sys.exit(f"POST {path}: {r.status} {data[:300]!r}")
+    return dt, data
+
+
+def parse_ms(v):
+    m = re.fullmatch(r"([\d.]+)(us|ms|s|m|h)", v)
+    if not m:
+        sys.exit(f"cannot read wrk latency {v!r}")
+    return float(m.group(1)) * {"us": 1e-3, "ms": 1, "s": 1e3, "m": 6e4, "h": 3.6e6}[m.group(2)]
+
+
+def wrk(url, conns, secs, script):
+    out = subprocess.run(["wrk", "-t", str(min(2, conns)), "-c", str(conns), "-d", f"{secs}s",
+                          "--latency", "-s", script, url],
+                         capture_output=True, text=True, timeout=secs + 60).stdout
+    if "Latency Distribution" not in out:
+        sys.exit(f"wrk gave no latency distribution:\n{out}")
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    p50 = parse_ms(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1))
+    p99 = parse_ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return rps, p50, p99, int(non2xx.group(1)) if non2xx else 0
+
+
+def write_model(folder, d, heads):
+    """A random canonical weight set: W_q, W_k, W_v, W_o (d x d), F32."""
+    os.makedirs(folder)
+    rnd = random.Random(7)
+    scale = 1 / d ** 0.5
+    names, header, off = ["W_q", "W_k", "W_v", "W_o"], {}, 0
+    for n in names:
+        header[n] = {"dtype": "F32", "shape": [d, d], "data_offsets": [off, off + 4 * d * d]}
+        off += 4 * d * d
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(os.path.join(folder, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for _ in names:
+            f.write(struct.pack(f"<{d * d}f", *[rnd.uniform(-scale, scale) for _ in range(d * d)]))
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({"n_heads": heads}, f)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--attnd", default=os.path.join(ROOT, "build/default/attnd"))
+    ap.add_argument("--bare", default=os.path.join(ROOT, "build/default/bench/bare_mhd"))
+    ap.add_argument("--seconds", type=int, default=5, help="wrk duration per point")
+    ap.add_argument("--threads", type=int, default=0, help="attnd --threads")
+    a = ap.parse_args()
+    if not shutil.which("wrk"):
+        sys.exit("wrk is missing: tools/install-deps.sh bench")
+    tmp = tempfile.mkdtemp(prefix="attnd-bench-")
+    procs = []
+    try:
+        repo = os.path.join(tmp, "models")
+        os.makedirs(repo)
+        shutil.copytree(os.path.join(ROOT, "models", "demo"), os.path.join(repo, "demo"))
+        write_model(os.path.join(repo, "big"), 768, 12)
+        at, aport = start([a.attnd, "--port", "0", "--models", repo, "--threads", str(a.threads),
+                           "--max-json-body", str(512 << 20), "--max-body", str(512 << 20),
+                           "--request-memory", str(2 << 30), "--queue-size", "1024"],
+                          r"listening on http://127\.0\.0\.1:(\d+)", "err")
+        procs.append(at)
+        wait_ready(aport)
+        rnd = random.Random(1)
+        small = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 16, 64],
+                                        "data": [round(rnd.uniform(-1, 1), 6) for _ in range(16 * 64)]}]})
+        _, resp = post(aport, "/v2/models/demo/infer", small, {"Content-Type": "application/json"})
+        bare, bport = start([a.bare, "0", str(len(resp))], r"listening on http://127\.0\.0\.1:(\d+)", "out")
+        procs.append(bare)
+        lua = os.path.join(tmp, "post.lua")
+        with open(lua, "w") as f:
+            f.write('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+                    f"wrk.body = {json.dumps(small)}\n")
+        print(f"small requests: demo, T=16, d_model=64, JSON body {len(small)} B, answer {len(resp)} B; "
+              f"wrk {a.seconds}s per point")
+        print(f"{'conns':>5} | {'attnd req/s':>11} {'p50 ms':>8} {'p99 ms':>8} | "
+              f"{'bare req/s':>10} {'p50 ms':>8} {'p99 ms':>8} | {'req/s ratio':>11}")
+        for c in (1, 16, 64):
+            ra = wrk(f"http://127.0.0.1:{aport}/v2/models/demo/infer", c, a.seconds, lua)
+            rb = wrk(f"http://127.0.0.1:{bport}/v2/models/demo/infer", c, a.seconds, lua)
+            note = f"  ({ra[3]} non-2xx!)" if ra[3] else ""
+            print(f"{c:>5} | {ra[0]:>11.0f} {ra[1]:>8.2f} {ra[2]:>8.2f} | "
+                  f"{rb[0]:>10.0f} {rb[1]:>8.2f} {rb[2]:>8.2f} | {ra[0] / rb[0]:>11.2f}{note}")
+
+        B, T, D = 8, 512, 768
+        xs = [round(rnd.uniform(-1, 1), 6) for _ in range(B * T * D)]
+        jbody = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [B, T, D], "data": xs}]}).encode()
+        head = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [B, T, D],
+                                       "parameters": {"binary_data_size": 4 * B * T * D}}],
+                           "parameters": {"binary_data_output": True}}).encode()
+        bbody = head + struct.pack(f"<{B * T * D}f", *xs)
+        print(f"\nlarge request: B={B}, T={T}, d_model={D}, 12 heads (median of 3)")
+        print(f"{'form':>6} | {'bytes in':>10} | {'ms end to end':>13} | {'MB/s in':>8}")
+        for form, body, hdr in (("JSON", jbody, {"Content-Type": "application/json"}),
+                                ("binary", bbody, {"Inference-Header-Content-Length": str(len(head))})):
+            times = [post(aport, "/v2/models/big/infer", body, hdr)[0] for _ in range(3)]
+            t = statistics.median(times)
+            print(f"{form:>6} | {len(body):>10} | {t * 1000:>13.1f} | {len(body) / t / 1e6:>8.1f}")
+        with open(f"/proc/{at.pid}/status") as f:
+            hwm = re.search(r"VmHWM:\s+(\d+) kB", f.read()).group(1)
+        print(f"\nattnd peak RSS: {int(hwm) / 1024:.0f} MiB")
+    finally:
+        for p in procs:
+            p.terminate()
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

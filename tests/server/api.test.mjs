@@ -1,0 +1,146 @@
+// api.test.mjs - every endpoint of API.md and its error codes.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { REFS, fp32, infer, post, promtool, start } from './helper.mjs';
+
+let d;
+before(async () => { d = await start(); });
+after(async () => { const r = await d.stop(); assert.equal(r.code, 0, d.log()); });
+
+const get = (p, h) => fetch(d.url + p, { headers: h });
+
+test('health: live and ready answer 200 with an empty body', async () => {
+  for (const p of ['/v2/health/live', '/v2/health/ready']) {
+    const r = await get(p);
+    assert.equal(r.status, 200, p);
+    assert.equal(await r.text(), '');
+  }
+});
+
+test('server metadata names attnd and its extensions', async () => {
+  const r = await get('/v2');
+  assert.equal(r.status, 200);
+  const j = await r.json();
+  assert.equal(j.name, 'attnd');
+  assert.equal(typeof j.version, 'string');
+  assert.deepEqual(j.extensions, ['binary_tensor_data', 'model_repository', 'statistics', 'attention_maps']);
+});
+
+test('model metadata: inputs, outputs and parameters of a loaded model', async () => {
+  const r = await get('/v2/models/tiny');
+  assert.equal(r.status, 200);
+  const j = await r.json();
+  assert.equal(j.name, 'tiny');
+  assert.deepEqual(j.inputs.find((t) => t.name === 'x'), { name: 'x', datatype: 'FP32', shape: [-1, -1, 8] });
+  assert.deepEqual(j.outputs.find((t) => t.name === 'attention').shape, [-1, 2, -1, -1]);
+  assert.deepEqual(j.outputs.map((t) => t.name), ['y', 'attention', 'scores', 'q', 'k', 'v']);
+  for (const [k, v] of Object.entries({ d_model: 8, n_heads: 2, n_kv_heads: 2, head_dim: 4, v_head_dim: 4, causal: false, rope: false }))
+    assert.equal(j.parameters[k], v, k);
+  const s = await (await get('/v2/models/sdpa')).json();
+  assert.deepEqual(s.inputs.map((t) => t.name), ['q', 'k', 'v', 'mask']);
+  assert.deepEqual(s.outputs.map((t) => t.name), ['output', 'attention', 'scores']);
+});
+
+test('versioned paths are aliases of version 1; other versions are 404', async () => {
+  assert.equal((await get('/v2/models/tiny/versions/1')).status, 200);
+  assert.equal((await get('/v2/models/tiny/versions/1/ready')).status, 200);
+  const r = await get('/v2/models/tiny/versions/2');
+  assert.equal(r.status, 404);
+  assert.match((await r.json()).error, /version '2'/);
+  const x = REFS.causal;
+  const p = await post(`${d.url}/v2/models/tiny/versions/1/infer`, { inputs: [fp32('x', x.shape, x.x)] });
+  assert.equal(p.status, 200);
+  assert.equal(p.json.model_name, 'tiny');
+});
+
+test('model ready: 200 for loaded models, 404 for unknown ones', async () => {
+  assert.equal((await get('/v2/models/tiny/ready')).status, 200);
+  assert.equal((await get('/v2/models/sdpa/ready')).status, 200);
+  const r = await get('/v2/models/nope/ready');
+  assert.equal(r.status, 404);
+  assert.match((await r.json()).error, /model 'nope'/);
+});
+
+test('unknown model and unknown path: 404 naming them', async () => {
+  let r = await get('/v2/models/nope');
+  assert.equal(r.status, 404);
+  assert.match((await r.json()).error, /model 'nope': not found/);
+  const p = await infer(d, 'nope', { inputs: [] });
+  assert.equal(p.status, 404);
+  assert.match(p.json.error, /model 'nope'/);
+  r = await get('/v3/whatever');
+  assert.equal(r.status, 404);
+  assert.match((await r.json()).error, /\/v3\/whatever/);
+});
+
+test('wrong method: 405 with Allow', async () => {
+  let r = await get('/v2/models/tiny/infer');
+  assert.equal(r.status, 405);
+  assert.equal(r.headers.get('allow'), 'POST');
+  assert.match((await r.json()).error, /method: GET/);
+  r = await fetch(d.url + '/v2/health/live', { method: 'POST' });
+  assert.equal(r.status, 405);
+  assert.equal(r.headers.get('allow'), 'GET');
+  r = await fetch(d.url + '/v2/models/tiny', { method: 'DELETE' });
+  assert.equal(r.status, 405);
+});
+
+test('repository index lists loaded models with their state', async () => {
+  const r = await post(`${d.url}/v2/repository/index`, '');
+  assert.equal(r.status, 200);
+  const names = r.json.map((m) => m.name);
+  assert.ok(names.includes('sdpa') && names.includes('tiny'), names.join());
+  for (const m of r.json) {
+    assert.equal(m.state, 'READY', m.name);
+    assert.equal(m.reason, '');
+  }
+  const bad = await post(`${d.url}/v2/repository/index`, '{"ready": 3}');
+  assert.equal(bad.status, 400);
+  assert.match(bad.json.error, /ready/);
+});
+
+test('statistics: Triton extension shape, counting requests', async () => {
+  const x = REFS.causal;
+  const before = (await (await get('/v2/models/tiny/stats')).json()).model_stats[0];
+  assert.equal((await infer(d, 'tiny', { inputs: [fp32('x', x.shape, x.x)] })).status, 200);
+  const j = await (await get('/v2/models/tiny/stats')).json();
+  const s = j.model_stats[0];
+  assert.equal(s.name, 'tiny');
+  assert.equal(s.version, '1');
+  assert.equal(s.inference_count, before.inference_count + 1);
+  assert.equal(s.inference_stats.success.count, before.inference_stats.success.count + 1);
+  for (const k of ['success', 'fail', 'queue', 'compute_input', 'compute_infer', 'compute_output']) {
+    assert.equal(typeof s.inference_stats[k].count, 'number', k);
+    assert.equal(typeof s.inference_stats[k].ns, 'number', k);
+  }
+  assert.ok(s.last_inference > 0);
+  const all = await (await get('/v2/models/stats')).json();
+  assert.ok(all.model_stats.some((m) => m.name === 'sdpa'));
+  assert.equal((await get('/v2/models/nope/stats')).status, 404);
+});
+
+test('metrics: Prometheus text that promtool accepts, with Triton-like names', async () => {
+  await infer(d, 'sdpa', { inputs: [] }); // a failure, counted by reason
+  const r = await get('/metrics');
+  assert.equal(r.status, 200);
+  assert.match(r.headers.get('content-type'), /^text\/plain; version=0\.0\.4/);
+  const text = await r.text();
+  for (const n of ['attnd_inference_request_success_total', 'attnd_inference_request_failure_total',
+    'attnd_inference_count_total', 'attnd_inference_exec_count_total',
+    'attnd_inference_queue_duration_seconds_total', 'attnd_inference_compute_infer_duration_seconds_total',
+    'attnd_inference_pending_requests', 'attnd_inference_batch_size_bucket'])
+    assert.match(text, new RegExp(`^${n}\\{model="tiny"`, 'm'), n);
+  assert.match(text, /^attnd_inference_request_failure_total\{model="sdpa",version="1",reason="bad_request"\} [1-9]/m);
+  const p = promtool(text);
+  assert.equal(p.error, undefined, 'promtool must be installed (tools/install-deps.sh test)');
+  assert.equal(p.status, 0, p.stdout + p.stderr);
+  assert.equal(p.stdout + p.stderr, '');
+});
+
+test('request ids are echoed, also when they need escaping', async () => {
+  const q = REFS.sdpa_causal;
+  const r = await infer(d, 'sdpa', { id: 'a"b\\c', inputs: [fp32('q', q.q_shape, q.q), fp32('k', q.k_shape, q.k), fp32('v', q.v_shape, q.v)] });
+  assert.equal(r.status, 200);
+  assert.equal(r.json.id, 'a"b\\c');
+  assert.equal(r.json.model_name, 'sdpa');
+});

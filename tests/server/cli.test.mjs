@@ -1,0 +1,107 @@
+// cli.test.mjs - the command line: --help from the settings table, env
+// variables, --version, --check-models, --health-check, JSON log lines.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { ATTND, ROOT, REFS, fp32, infer, start } from './helper.mjs';
+
+const run = (args, env = {}) => spawnSync(ATTND, args, { encoding: 'utf8', env: { ...process.env, ...env }, timeout: 30000 });
+
+test('--help lists every setting with its flag, env variable and default', () => {
+  const r = run(['--help']);
+  assert.equal(r.status, 0);
+  for (const [flag, env, def] of [['--host', 'ATTND_HOST', '127.0.0.1'], ['--port', 'ATTND_PORT', '8080'],
+    ['--models', 'ATTND_MODELS', 'models'], ['--threads', 'ATTND_THREADS', '0'], ['--max-batch', 'ATTND_MAX_BATCH', '8'],
+    ['--batch-delay-us', 'ATTND_BATCH_DELAY_US', '0'], ['--queue-size', 'ATTND_QUEUE_SIZE', '256'],
+    ['--deadline-ms', 'ATTND_DEADLINE_MS', '30000'], ['--drain-ms', 'ATTND_DRAIN_MS', '30000'],
+    ['--max-body', 'ATTND_MAX_BODY', '67108864'], ['--max-json-body', 'ATTND_MAX_JSON_BODY', '16777216'],
+    ['--max-tokens', 'ATTND_MAX_TOKENS', '65536'], ['--max-connections', 'ATTND_MAX_CONNECTIONS', '1024'],
+    ['--connection-timeout', 'ATTND_CONNECTION_TIMEOUT', '60'], ['--api-key', 'ATTND_API_KEY', '""'],
+    ['--cors-origins', 'ATTND_CORS_ORIGINS', '""'], ['--log-format', 'ATTND_LOG_FORMAT', 'text']])
+    assert.match(r.stdout, new RegExp(`^${flag} +${env} +${def.replace(/[."]/g, '\\$&')} `, 'm'), flag);
+  assert.match(r.stdout, /--check-models DIR/);
+  assert.match(r.stdout, /--health-check URL/);
+});
+
+test('README settings table is the --help table', () => {
+  const help = run(['--help']).stdout.split('\n').filter((l) => l.startsWith('--'));
+  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+  for (const l of help) assert.ok(readme.includes(l), `README lacks: ${l}`);
+});
+
+test('--version', () => {
+  const r = run(['--version']);
+  assert.equal(r.status, 0);
+  assert.match(r.stdout, /^attnd \d+\.\d+\.\d+\n$/);
+});
+
+test('bad settings exit 2 naming the flag or the variable', () => {
+  let r = run(['--port', '70000']);
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /--port: 70000 is outside \[0, 65535\]/);
+  r = run([], { ATTND_MAX_BATCH: 'many' });
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /ATTND_MAX_BATCH: 'many' is not an integer/);
+  r = run(['--log-format', 'xml']);
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /--log-format: log format 'xml'/);
+  r = run(['--nope']);
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /--nope: unknown flag/);
+  r = run(['--port']);
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /--port needs a value/);
+});
+
+test('--check-models: 0 when every folder loads, 1 naming a broken one', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'attnd-check-'));
+  try {
+    mkdirSync(join(dir, 'good'));
+    writeFileSync(join(dir, 'good', 'model.safetensors'), readFileSync(join(ROOT, 'tests/server/fixtures/models/tiny/model.safetensors')));
+    writeFileSync(join(dir, 'good', 'config.json'), '{"n_heads": 2}');
+    let r = run(['--check-models', dir]);
+    assert.equal(r.status, 0, r.stdout + r.stderr);
+    assert.match(r.stdout, /^good: ok/m);
+    mkdirSync(join(dir, 'broken'));
+    writeFileSync(join(dir, 'broken', 'model.safetensors'), 'not a safetensors file');
+    r = run(['--check-models', dir]);
+    assert.equal(r.status, 1);
+    assert.match(r.stdout, /^broken: /m);
+  } finally { rmSync(dir, { recursive: true, force: true }); }
+});
+
+test('--health-check: 0 on 200, 1 otherwise', async () => {
+  const d = await start();
+  try {
+    // spawnSync would block the event loop the daemon answers on: use async
+    const hc = (url) => new Promise((res) => {
+      import('node:child_process').then(({ execFile }) =>
+        execFile(ATTND, ['--health-check', url], (err, stdout, stderr) => res({ code: err ? err.code : 0, stderr })));
+    });
+    assert.equal((await hc(`${d.url}/v2/health/ready`)).code, 0);
+    const nf = await hc(`${d.url}/nope`);
+    assert.equal(nf.code, 1);
+    assert.match(nf.stderr, /HTTP 404/);
+    assert.equal((await hc('http://127.0.0.1:1/v2/health/live')).code, 1);
+    assert.equal((await hc('ftp://x')).code, 1);
+  } finally { await d.stop(); }
+});
+
+test('--log-format json: one JSON line per request with id, model, status, batch, times', async () => {
+  const d = await start({ args: ['--log-format', 'json'] });
+  const c = REFS.causal;
+  await infer(d, 'tiny', { id: 'log-me', inputs: [fp32('x', c.shape, c.x)] });
+  const e = await d.stop();
+  assert.equal(e.code, 0);
+  const lines = d.log().trim().split('\n').map((l) => JSON.parse(l));
+  const l = lines.find((o) => o.id === 'log-me');
+  assert.ok(l, d.log());
+  assert.equal(l.status, 200);
+  assert.equal(l.model, 'tiny');
+  assert.equal(l.path, '/v2/models/tiny/infer');
+  assert.equal(l.batch, 1);
+  for (const k of ['queue_us', 'compute_us', 'total_us']) assert.equal(typeof l[k], 'number', k);
+});

@@ -1,0 +1,135 @@
+// helper.mjs - start and stop an attnd for a test. Builds nothing: runs
+// $ATTND_BIN (default build/default/attnd) on 127.0.0.1 with --port 0 and a
+// temporary models folder (models/demo when it exists + tests/server
+// fixtures), waits until it is ready, and kills it at the end.
+import { spawn, spawnSync } from 'node:child_process';
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = dirname(fileURLToPath(import.meta.url));
+export const ROOT = resolve(here, '..', '..');
+export const ATTND = resolve(ROOT, process.env.ATTND_BIN || 'build/default/attnd');
+export const REFS = JSON.parse(readFileSync(join(here, 'fixtures', 'refs.json'), 'utf8'));
+// Sanitized builds are slower: scale waits, never assertions on speed.
+export const SLOW = /sanitiz|thread|address|undefined/.test(process.env.ATTND_BIN || '') ? 5 : 1;
+
+/** A fresh models folder: the fixtures plus models/demo when present. */
+export function modelsDir() {
+  const dir = mkdtempSync(join(tmpdir(), 'attnd-test-'));
+  cpSync(join(here, 'fixtures', 'models'), dir, { recursive: true });
+  const demo = join(ROOT, 'models', 'demo');
+  if (existsSync(join(demo, 'model.safetensors'))) cpSync(demo, join(dir, 'demo'), { recursive: true });
+  return dir;
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * start({args, env, dir, ready}) -> {url, port, proc, dir, log(), stop()}
+ * args are extra flags; dir reuses a models folder (for restarts).
+ */
+export async function start(opts = {}) {
+  const dir = opts.dir || modelsDir();
+  const args = ['--port', '0', '--host', '127.0.0.1', '--models', dir, ...(opts.args || [])];
+  const proc = spawn(ATTND, args, {
+    env: { ...process.env, ...(opts.env || {}) },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let log = '';
+  let exited = null;
+  const exit = new Promise((res) => proc.on('exit', (code, sig) => { exited = { code, sig }; res(exited); }));
+  proc.stderr.on('data', (d) => { log += d; });
+  const deadline = Date.now() + 20000 * SLOW;
+  let port = 0;
+  while (!port) {
+    const m = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(log);
+    if (m) port = Number(m[1]);
+    else if (exited) throw new Error(`attnd exited ${JSON.stringify(exited)}:\n${log}`);
+    else if (Date.now() > deadline) { proc.kill('SIGKILL'); throw new Error(`attnd did not start:\n${log}`); }
+    else await sleep(20);
+  }
+  const url = `http://127.0.0.1:${port}`;
+  const d = {
+    url, port, proc, dir, exit,
+    log: () => log,
+    /** stop(signal): send it, wait for exit, return {code, sig}. */
+    async stop(signal = 'SIGTERM', keepDir = false) {
+      if (!exited) proc.kill(signal);
+      const t = setTimeout(() => proc.kill('SIGKILL'), 30000 * SLOW);
+      const r = await exit;
+      clearTimeout(t);
+      if (!keepDir && !opts.dir) rmSync(dir, { recursive: true, force: true });
+      return r;
+    },
+  };
+  if (opts.ready !== false) {
+    for (;;) {
+      const r = await fetch(`${url}/v2/health/ready`).catch(() => null);
+      if (r && r.status === 200) break;
+      if (Date.now() > deadline) { await d.stop('SIGKILL'); throw new Error(`attnd not ready:\n${log}`); }
+      await sleep(20);
+    }
+  }
+  return d;
+}
+
+/** POST JSON, return {status, headers, json}. */
+export async function post(url, body, headers = {}) {
+  const r = await fetch(url, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  const text = await r.text();
+  let json = null;
+  try { json = text ? JSON.parse(text) : null; } catch { json = text; }
+  return { status: r.status, headers: r.headers, json };
+}
+
+export function infer(d, model, body, headers) {
+  return post(`${d.url}/v2/models/${model}/infer`, body, headers);
+}
+
+/** Largest |a - b| over two arrays of the same length. */
+export function maxDiff(a, b) {
+  if (a.length !== b.length) throw new Error(`length ${a.length} != ${b.length}`);
+  let m = 0;
+  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i]));
+  return m;
+}
+
+export function fp32(name, shape, data) {
+  return { name, datatype: 'FP32', shape, data };
+}
+
+/** Build a binary (Triton extension) request: JSON header + tensors. */
+export function binaryRequest(header, tensors) {
+  const json = Buffer.from(JSON.stringify(header));
+  return { body: Buffer.concat([json, ...tensors]), headerLen: json.length };
+}
+
+/** Split a binary response into its JSON header and raw outputs by name. */
+export function parseBinary(buf, headerLen) {
+  const head = JSON.parse(buf.subarray(0, headerLen).toString());
+  let off = headerLen;
+  const raw = {};
+  for (const o of head.outputs) {
+    const n = o.parameters && o.parameters.binary_data_size;
+    if (n !== undefined) {
+      const b = buf.subarray(off, off + n);
+      raw[o.name] = Array.from(new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + n)));
+      off += n;
+    }
+  }
+  return { head, raw, rest: buf.length - off };
+}
+
+export function f32bytes(arr) {
+  return Buffer.from(new Float32Array(arr).buffer);
+}
+
+export function promtool(text) {
+  return spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
+}

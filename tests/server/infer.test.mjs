@@ -1,0 +1,244 @@
+// infer.test.mjs - numbers (seeds, PyTorch), output selection, binary
+// tensors, FP16/BF16, and every bad input with its status and field.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { REFS, binaryRequest, f32bytes, fp32, infer, maxDiff, parseBinary, start } from './helper.mjs';
+
+let d;
+before(async () => { d = await start({ args: ['--max-json-body', '200000', '--max-body', '400000', '--max-tokens', '4096'] }); });
+after(async () => { const r = await d.stop(); assert.equal(r.code, 0, d.log()); });
+
+const out = (r, name) => r.json.outputs.find((o) => o.name === name);
+const sdpaInputs = (c) => [fp32('q', c.q_shape, c.q), fp32('k', c.k_shape, c.k), fp32('v', c.v_shape, c.v)];
+
+test('sdpa reproduces the first seed example (T=2, d_k=4)', async () => {
+  const r = await infer(d, 'sdpa', {
+    inputs: [fp32('q', [2, 4], [2, 0, 2, 0, 0, 4, 0, 2]), fp32('k', [2, 4], [1, 0, 1, 0, 0, 1, 0, 0]),
+      fp32('v', [2, 2], [1, 2, 3, 0])],
+    outputs: [{ name: 'attention' }, { name: 'output' }, { name: 'scores' }],
+  });
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  assert.deepEqual(r.json.outputs.map((o) => o.name), ['attention', 'output', 'scores']);
+  const e2 = Math.exp(2), a = e2 / (e2 + 1), b = 1 / (e2 + 1);
+  assert.ok(maxDiff(out(r, 'attention').data, [a, b, b, a]) < 1e-6);
+  assert.ok(maxDiff(out(r, 'output').data, [a + 3 * b, 2 * a, b + 3 * a, 2 * b]) < 1e-6);
+  assert.deepEqual(out(r, 'scores').data, [2, 0, 0, 2]);
+  assert.deepEqual(out(r, 'output').shape, [2, 2]);
+  // the seed's printed numbers, 4 decimals
+  assert.deepEqual(out(r, 'output').data.map((v) => Math.round(v * 1e4) / 1e4), [1.2384, 1.7616, 2.7616, 0.2384]);
+});
+
+test('sdpa reproduces the second seed example (Q = K, three tokens)', async () => {
+  const Q = [1, 0, 0, 1, 1, 1];
+  const r = await infer(d, 'sdpa', {
+    inputs: [fp32('q', [3, 2], Q), fp32('k', [3, 2], Q), fp32('v', [3, 2], [1, 0, 0, 2, 3, 1])],
+    outputs: [{ name: 'output' }, { name: 'attention' }],
+  });
+  assert.equal(r.status, 200);
+  const r3 = (a) => a.map((v) => Math.round(v * 1e3) / 1e3);
+  assert.deepEqual(r3(out(r, 'attention').data), [0.401, 0.198, 0.401, 0.198, 0.401, 0.401, 0.248, 0.248, 0.503]);
+  assert.deepEqual(r3(out(r, 'output').data), [1.604, 0.797, 1.401, 1.203, 1.759, 1.0]);
+});
+
+test('sdpa matches PyTorch for [B, H, T, d] and causal [T, d]', async () => {
+  const c = REFS.sdpa;
+  const r = await infer(d, 'sdpa', { inputs: sdpaInputs(c), outputs: [{ name: 'output' }, { name: 'attention' }, { name: 'scores' }] });
+  assert.equal(r.status, 200);
+  assert.deepEqual(out(r, 'output').shape, [2, 3, 4, 7]);
+  assert.deepEqual(out(r, 'attention').shape, [2, 3, 4, 6]);
+  assert.ok(maxDiff(out(r, 'output').data, c.output) < 1e-5);
+  assert.ok(maxDiff(out(r, 'attention').data, c.attention) < 1e-6);
+  assert.ok(maxDiff(out(r, 'scores').data, c.scores) < 1e-5);
+  const k = REFS.sdpa_causal;
+  const rc = await infer(d, 'sdpa', { inputs: sdpaInputs(k), parameters: { causal: true }, outputs: [{ name: 'output' }, { name: 'attention' }] });
+  assert.equal(rc.status, 200);
+  assert.ok(maxDiff(out(rc, 'output').data, k.output) < 1e-5);
+  assert.ok(maxDiff(out(rc, 'attention').data, k.attention) < 1e-6);
+  assert.equal(out(rc, 'attention').data[1], 0); // masked exactly 0
+});
+
+test('a model matches PyTorch nn.MultiheadAttention: y, attention maps', async () => {
+  const c = REFS.self;
+  const r = await infer(d, 'tiny', { inputs: [fp32('x', c.shape, c.x)], outputs: [{ name: 'y' }, { name: 'attention' }] });
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  assert.deepEqual(out(r, 'y').shape, [2, 5, 8]);
+  assert.deepEqual(out(r, 'attention').shape, [2, 2, 5, 5]);
+  assert.ok(maxDiff(out(r, 'y').data, c.y) < 1e-5);
+  assert.ok(maxDiff(out(r, 'attention').data, c.attention) < 1e-6);
+});
+
+test('causal parameter and lengths (padding) match PyTorch; padded rows are 0', async () => {
+  const c = REFS.causal;
+  let r = await infer(d, 'tiny', { inputs: [fp32('x', c.shape, c.x)], parameters: { causal: true }, outputs: [{ name: 'y' }, { name: 'attention' }] });
+  assert.equal(r.status, 200);
+  assert.ok(maxDiff(out(r, 'y').data, c.y) < 1e-5);
+  assert.ok(maxDiff(out(r, 'attention').data, c.attention) < 1e-6);
+  const l = REFS.lengths;
+  r = await infer(d, 'tiny', {
+    inputs: [fp32('x', l.shape, l.x), { name: 'lengths', datatype: 'INT32', shape: [2], data: l.lengths }],
+    outputs: [{ name: 'y' }, { name: 'attention' }],
+  });
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  assert.ok(maxDiff(out(r, 'y').data, l.y) < 1e-5);
+  assert.ok(maxDiff(out(r, 'attention').data, l.attention) < 1e-6);
+  assert.deepEqual(out(r, 'y').data.slice(5 * 8 + 3 * 8), new Array(16).fill(0));
+});
+
+test('a large request (run stage by stage over the pool) matches PyTorch', async () => {
+  const c = REFS.large;
+  const r = await infer(d, 'tiny', { inputs: [fp32('x', c.shape, c.x)], parameters: { causal: true } });
+  assert.equal(r.status, 200);
+  assert.ok(maxDiff(out(r, 'y').data, c.y) < 1e-5);
+});
+
+test('without an outputs list only y comes back; q, k, v and scores on request', async () => {
+  const c = REFS.self;
+  let r = await infer(d, 'tiny', { inputs: [fp32('x', c.shape, c.x)] });
+  assert.equal(r.status, 200);
+  assert.deepEqual(r.json.outputs.map((o) => o.name), ['y']);
+  assert.equal(out(r, 'y').datatype, 'FP32');
+  r = await infer(d, 'tiny', { inputs: [fp32('x', c.shape, c.x)], outputs: [{ name: 'q' }, { name: 'k' }, { name: 'v' }, { name: 'scores' }] });
+  assert.equal(r.status, 200);
+  assert.deepEqual(r.json.outputs.map((o) => [o.name, o.shape]),
+    [['q', [2, 2, 5, 4]], ['k', [2, 2, 5, 4]], ['v', [2, 2, 5, 4]], ['scores', [2, 2, 5, 5]]]);
+});
+
+test('binary request and binary response give the same numbers as JSON', async () => {
+  const c = REFS.self;
+  const j = await infer(d, 'tiny', { inputs: [fp32('x', c.shape, c.x)], outputs: [{ name: 'y' }, { name: 'attention' }] });
+  const { body, headerLen } = binaryRequest({
+    id: 'bin',
+    inputs: [{ name: 'x', datatype: 'FP32', shape: c.shape, parameters: { binary_data_size: c.x.length * 4 } }],
+    outputs: [{ name: 'y', parameters: { binary_data: true } }, { name: 'attention', parameters: { binary_data: true } }],
+  }, [f32bytes(c.x)]);
+  const r = await fetch(`${d.url}/v2/models/tiny/infer`, {
+    method: 'POST', body, headers: { 'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': String(headerLen) },
+  });
+  assert.equal(r.status, 200);
+  const hl = Number(r.headers.get('inference-header-content-length'));
+  assert.ok(hl > 0);
+  const p = parseBinary(Buffer.from(await r.arrayBuffer()), hl);
+  assert.equal(p.head.id, 'bin');
+  assert.equal(p.rest, 0);
+  assert.deepEqual(p.raw.y, out(j, 'y').data.map(Math.fround));
+  assert.deepEqual(p.raw.attention, out(j, 'attention').data.map(Math.fround));
+  // binary_data_output switches every output to binary (y alone here: the
+  // engine's fused path, so compare with a JSON request asking for y alone)
+  const j0 = await infer(d, 'tiny', { inputs: [fp32('x', c.shape, c.x)] });
+  const r2 = await fetch(`${d.url}/v2/models/tiny/infer`, {
+    method: 'POST', body: JSON.stringify({ inputs: [fp32('x', c.shape, c.x)], parameters: { binary_data_output: true } }),
+  });
+  const hl2 = Number(r2.headers.get('inference-header-content-length'));
+  const p2 = parseBinary(Buffer.from(await r2.arrayBuffer()), hl2);
+  assert.deepEqual(p2.raw.y, out(j0, 'y').data.map(Math.fround));
+});
+
+for (const dt of ['fp16', 'bf16']) {
+  test(`${dt.toUpperCase()} binary input matches PyTorch at its precision`, async () => {
+    const c = REFS[dt];
+    const raw = Buffer.from(c.x_b64, 'base64');
+    const { body, headerLen } = binaryRequest({
+      inputs: [{ name: 'x', datatype: dt.toUpperCase(), shape: c.shape, parameters: { binary_data_size: raw.length } }],
+    }, [raw]);
+    const r = await fetch(`${d.url}/v2/models/tiny/infer`, {
+      method: 'POST', body, headers: { 'Inference-Header-Content-Length': String(headerLen) },
+    });
+    assert.equal(r.status, 200, await r.clone().text());
+    const y = (await r.json()).outputs[0].data;
+    assert.ok(maxDiff(y, c.y) < 1e-5, 'same as PyTorch on the rounded input');
+    const tol = dt === 'fp16' ? 2e-2 : 1e-1;
+    assert.ok(maxDiff(y, c.y_fp32) < tol, `within ${dt} precision of the FP32 answer`);
+    assert.ok(maxDiff(y, c.y_fp32) > 0, 'the input really was rounded');
+  });
+}
+
+// Each bad request: [what, model, body, status, /message naming the field/]
+const X = REFS.causal;
+const x = fp32('x', X.shape, X.x);
+const bad = [
+  ['not JSON', 'tiny', '{"inputs": [', 400, /./],
+  ['no inputs', 'tiny', { inputs: [] }, 400, /inputs/],
+  ['x missing', 'tiny', { inputs: [fp32('context', [1, 2, 8], new Array(16).fill(0))] }, 400, /'x' is required/],
+  ['unknown input', 'tiny', { inputs: [x, fp32('z', [1], [0])] }, 400, /inputs\[1\]\.name: .*'z'/],
+  ['wrong d_model', 'tiny', { inputs: [fp32('x', [1, 2, 4], new Array(8).fill(0))] }, 400, /inputs\[x\]\.shape: expected \[B, T, 8\]/],
+  ['wrong rank', 'tiny', { inputs: [fp32('x', [4, 8], new Array(32).fill(0))] }, 400, /inputs\[x\]\.shape/],
+  ['data count differs from shape', 'tiny', { inputs: [fp32('x', [1, 4, 8], [1, 2, 3])] }, 400, /inputs\[0\]/],
+  ['negative dim', 'tiny', { inputs: [fp32('x', [1, -4, 8], [])] }, 400, /inputs\[0\]\.shape/],
+  ['zero dim', 'tiny', { inputs: [fp32('x', [1, 0, 8], [])] }, 400, /inputs\[0\]\.shape/],
+  ['shape overflow', 'tiny', { inputs: [fp32('x', [4294967296, 4294967296, 8], [1])] }, 400, /inputs\[0\]/],
+  ['unknown datatype', 'tiny', { inputs: [{ name: 'x', datatype: 'FP99', shape: [1], data: [1] }] }, 400, /inputs\[0\]\.datatype/],
+  ['INT32 embeddings', 'tiny', { inputs: [{ name: 'x', datatype: 'INT32', shape: X.shape, data: X.x.map(() => 1) }] }, 400, /inputs\[x\]\.datatype/],
+  ['lengths out of range', 'tiny', { inputs: [x, { name: 'lengths', datatype: 'INT32', shape: [1], data: [9] }] }, 400, /inputs\[lengths\]\[0\]: 9/],
+  ['lengths wrong shape', 'tiny', { inputs: [x, { name: 'lengths', datatype: 'INT32', shape: [2], data: [1, 1] }] }, 400, /inputs\[lengths\]\.shape/],
+  ['mask wrong shape', 'tiny', { inputs: [x, { name: 'mask', datatype: 'BOOL', shape: [3, 3], data: new Array(9).fill(true) }] }, 400, /inputs\[mask\]\.shape/],
+  ['mask not BOOL', 'tiny', { inputs: [x, fp32('mask', [4, 4], new Array(16).fill(1))] }, 400, /inputs\[mask\]\.datatype/],
+  ['context wrong batch', 'tiny', { inputs: [x, fp32('context', [2, 3, 8], new Array(48).fill(0))] }, 400, /inputs\[context\]\.shape/],
+  ['unknown output', 'tiny', { inputs: [x], outputs: [{ name: 'nope' }] }, 400, /outputs\[0\]\.name: .*'nope'/],
+  ['output twice', 'tiny', { inputs: [x], outputs: [{ name: 'y' }, { name: 'y' }] }, 400, /outputs\[1\]\.name: duplicate output "y"/],
+  ['causal not bool', 'tiny', { inputs: [x], parameters: { causal: 'yes' } }, 400, /parameters\.causal/],
+  ['too many tokens', 'tiny', { inputs: [fp32('x', [1, 4097, 8], new Array(4097 * 8).fill(0))] }, 400, /max-tokens/],
+  ['sdpa without v', 'sdpa', { inputs: [fp32('q', [2, 2], [1, 2, 3, 4]), fp32('k', [2, 2], [1, 2, 3, 4])] }, 400, /'v' is required/],
+  ['sdpa d_k mismatch', 'sdpa', { inputs: [fp32('q', [2, 2], [1, 2, 3, 4]), fp32('k', [2, 3], [1, 2, 3, 4, 5, 6]), fp32('v', [2, 1], [1, 2])] }, 400, /inputs\[k\]\.shape/],
+  ['sdpa S mismatch', 'sdpa', { inputs: [fp32('q', [2, 2], [1, 2, 3, 4]), fp32('k', [2, 2], [1, 2, 3, 4]), fp32('v', [3, 1], [1, 2, 3])] }, 400, /inputs\[v\]\.shape/],
+  ['sdpa rank 1', 'sdpa', { inputs: [fp32('q', [2], [1, 2]), fp32('k', [2], [1, 2]), fp32('v', [2], [1, 2])] }, 400, /inputs\[q\]\.shape: rank 1/],
+  ['sdpa lead dims differ', 'sdpa', { inputs: [fp32('q', [2, 1, 1], [1, 2]), fp32('k', [3, 1, 1], [1, 2, 3]), fp32('v', [3, 1, 1], [1, 2, 3])] }, 400, /inputs\[k\]\.shape: dimension 0/],
+  ['sdpa output of a model', 'sdpa', { inputs: sdpaInputs(REFS.sdpa_causal), outputs: [{ name: 'y' }] }, 400, /outputs\[0\]\.name/],
+];
+for (const [what, model, body, status, re] of bad) {
+  test(`bad input: ${what} -> ${status}`, async () => {
+    const r = await infer(d, model, body);
+    assert.equal(r.status, status, JSON.stringify(r.json));
+    assert.equal(typeof r.json.error, 'string');
+    assert.match(r.json.error, re);
+  });
+}
+
+test('binary framing errors name the header or the size', async () => {
+  const c = REFS.causal;
+  const hdr = { inputs: [{ name: 'x', datatype: 'FP32', shape: c.shape, parameters: { binary_data_size: c.x.length * 4 } }] };
+  const { body, headerLen } = binaryRequest(hdr, [f32bytes(c.x)]);
+  const send = (b, h) => fetch(`${d.url}/v2/models/tiny/infer`, { method: 'POST', body: b, headers: { 'Inference-Header-Content-Length': h } });
+  let r = await send(body.subarray(0, body.length - 4), String(headerLen)); // short tensor
+  assert.equal(r.status, 400);
+  assert.match((await r.json()).error, /binary_data_size|body/);
+  r = await send(body, String(body.length + 10)); // header past the body
+  assert.equal(r.status, 400);
+  r = await send(body, 'abc');
+  assert.equal(r.status, 400);
+  assert.match((await r.json()).error, /Inference-Header-Content-Length/);
+  const hdr2 = { inputs: [{ name: 'x', datatype: 'FP32', shape: c.shape, parameters: { binary_data_size: 12 } }] };
+  const b2 = binaryRequest(hdr2, [Buffer.alloc(12)]);
+  r = await send(b2.body, String(b2.headerLen)); // size != shape x 4
+  assert.equal(r.status, 400);
+  assert.match((await r.json()).error, /inputs\[0\]/);
+});
+
+test('413 for a Content-Length over the limit, before the body is read', async () => {
+  const big = Buffer.alloc(300000, 32); // JSON limit here is 200000
+  const r = await fetch(`${d.url}/v2/models/tiny/infer`, { method: 'POST', body: big }).catch((e) => e);
+  if (r instanceof Error) assert.fail(`connection error instead of 413: ${r.message}`);
+  assert.equal(r.status, 413);
+  assert.match((await r.json()).error, /Content-Length: 300000 bytes is over the limit of 200000 \(max-json-body\)/);
+  const hb = Buffer.alloc(500000, 32);
+  const r2 = await fetch(`${d.url}/v2/models/tiny/infer`, { method: 'POST', body: hb, headers: { 'Inference-Header-Content-Length': '10' } });
+  assert.equal(r2.status, 413);
+  assert.match((await r2.json()).error, /max-body/);
+});
+
+test('413 for a chunked body cut at the limit', async () => {
+  async function* chunks() { for (let i = 0; i < 30; i++) yield Buffer.alloc(10000, 32); }
+  const r = await fetch(`${d.url}/v2/models/tiny/infer`, { method: 'POST', body: chunks(), duplex: 'half' });
+  assert.equal(r.status, 413);
+  assert.match((await r.json()).error, /body: over the limit of 200000/);
+  assert.equal((await fetch(`${d.url}/v2/health/live`)).status, 200);
+});
+
+test('a request whose outputs would pass the memory budget is refused', async () => {
+  const e = await start({ args: ['--request-memory', '65536'] });
+  try {
+    const q = new Array(128 * 4).fill(0.5);
+    const r = await infer(e, 'sdpa', { inputs: [fp32('q', [128, 4], q), fp32('k', [128, 4], q), fp32('v', [128, 4], q)], outputs: [{ name: 'attention' }, { name: 'scores' }] });
+    assert.equal(r.status, 413);
+    assert.match(r.json.error, /outputs\.(attention|scores).*request-memory/);
+  } finally { assert.equal((await e.stop()).code, 0); }
+});

@@ -1,0 +1,243 @@
+// lifecycle.test.mjs - queue bound, deadline, SIGTERM drain, repository
+// load/unload/upload with restart, auth and CORS.
+import assert from 'node:assert/strict';
+import { connect } from 'node:net';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { REFS, fp32, infer, maxDiff, post, start } from './helper.mjs';
+
+const X = REFS.causal;
+const xreq = (id) => ({ id, inputs: [fp32('x', X.shape, X.x)], parameters: { causal: true } });
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+async function pending(d, m) {
+  const t = await (await fetch(`${d.url}/metrics`)).text();
+  return Number(new RegExp(`attnd_inference_pending_requests\\{model="${m}",version="1"\\} (\\d+)`).exec(t)[1]);
+}
+async function waitPending(d, m, n) {
+  for (let i = 0; i < 500 && (await pending(d, m)) < n; i++) await sleep(10);
+  assert.equal(await pending(d, m), n);
+}
+
+test('queue full: 503 with Retry-After at once; the queued request still answers', async () => {
+  const d = await start({ args: ['--queue-size', '1', '--batch-delay-us', '1500000'] });
+  const a = infer(d, 'tiny', xreq('a'));
+  await waitPending(d, 'tiny', 1);
+  const b = await infer(d, 'tiny', xreq('b'));
+  assert.equal(b.status, 503);
+  assert.ok(Number(b.headers.get('retry-after')) >= 1);
+  assert.match(b.json.error, /queue: model 'tiny' has 1 requests waiting \(queue-size\)/);
+  const ra = await a;
+  assert.equal(ra.status, 200);
+  assert.ok(maxDiff(ra.json.outputs[0].data, X.y) < 1e-5);
+  assert.equal((await d.stop()).code, 0);
+});
+
+test('deadline: 504 naming it, then the server still serves', async () => {
+  const d = await start({ args: ['--deadline-ms', '300', '--batch-delay-us', '5000000', '--max-batch', '2'] });
+  const t0 = Date.now();
+  const r = await infer(d, 'tiny', xreq('late'));
+  assert.equal(r.status, 504);
+  assert.match(r.json.error, /deadline: no answer within 300 ms \(deadline-ms\)/);
+  assert.ok(Date.now() - t0 < 4000, 'answered at the deadline, not after the batch delay');
+  // two requests fill a batch of 2: no delay, answered in time
+  const [p, q] = await Promise.all([infer(d, 'tiny', xreq('p')), infer(d, 'tiny', xreq('q'))]);
+  assert.equal(p.status, 200);
+  assert.equal(q.status, 200);
+  assert.ok(maxDiff(q.json.outputs[0].data, X.y) < 1e-5);
+  const m = await (await fetch(`${d.url}/metrics`)).text();
+  assert.match(m, /attnd_inference_request_failure_total\{model="tiny",version="1",reason="timeout"\} 1/);
+  assert.equal(await pending(d, 'tiny'), 0);
+  assert.equal((await d.stop()).code, 0);
+});
+
+test('SIGTERM with requests in flight: all complete, exit code 0', async () => {
+  // 3 s batch delay: the requests are queued when the signal comes; the
+  // drain runs them at once
+  const d = await start({ args: ['--batch-delay-us', '3000000', '--max-batch', '64'] });
+  const reqs = [0, 1, 2, 3, 4].map((i) => infer(d, 'tiny', xreq(`t${i}`)));
+  await waitPending(d, 'tiny', 5);
+  const t0 = Date.now();
+  const exit = d.stop('SIGTERM');
+  const rs = await Promise.all(reqs);
+  for (const r of rs) {
+    assert.equal(r.status, 200);
+    assert.ok(maxDiff(r.json.outputs[0].data, X.y) < 1e-5);
+  }
+  assert.ok(Date.now() - t0 < 2500, 'drain does not wait for the batch delay');
+  const e = await exit;
+  assert.equal(e.code, 0, d.log());
+  assert.match(d.log(), /SIGTERM: draining/);
+});
+
+test('while draining: ready is 503, new work 503, and attnd exits 0 when the last client leaves', async () => {
+  const d = await start();
+  // a client in the middle of sending its body keeps the drain waiting
+  const sock = connect(d.port, '127.0.0.1');
+  await new Promise((r) => sock.on('connect', r));
+  sock.write('POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"inp');
+  await sleep(100);
+  d.proc.kill('SIGTERM');
+  await sleep(200);
+  const ready = await fetch(`${d.url}/v2/health/ready`);
+  assert.equal(ready.status, 503);
+  assert.match((await ready.json()).error, /draining/);
+  assert.equal((await fetch(`${d.url}/v2/health/live`)).status, 200);
+  const r = await infer(d, 'tiny', xreq('late'));
+  assert.equal(r.status, 503);
+  assert.ok(r.headers.get('retry-after'));
+  assert.match(r.json.error, /draining/);
+  sock.destroy();
+  const e = await d.exit; // no second signal: it leaves by itself
+  assert.equal(e.code, 0, d.log());
+  await d.stop();
+});
+
+test('drain timeout: what is still queued gets 503, exit 0', async () => {
+  const d = await start({ args: ['--drain-ms', '200'] });
+  const sock = connect(d.port, '127.0.0.1');
+  await new Promise((r) => sock.on('connect', r));
+  sock.write('POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"inp');
+  await sleep(100);
+  const t0 = Date.now();
+  const e = await d.stop('SIGTERM');
+  sock.destroy();
+  assert.equal(e.code, 0, d.log());
+  assert.ok(Date.now() - t0 < 5000);
+  assert.match(d.log(), /drain timeout/);
+});
+
+const tinyDir = join(import.meta.dirname || new URL('.', import.meta.url).pathname, 'fixtures', 'models', 'tiny');
+const upload = () => ({
+  parameters: {
+    config: readFileSync(join(tinyDir, 'config.json'), 'utf8'),
+    'file:model.safetensors': readFileSync(join(tinyDir, 'model.safetensors')).toString('base64'),
+  },
+});
+
+test('upload a model, restart the daemon, the model is still there', async () => {
+  const d = await start();
+  const r = await post(`${d.url}/v2/repository/models/up1/load`, upload());
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  let y = await infer(d, 'up1', xreq('u'));
+  assert.equal(y.status, 200);
+  assert.ok(maxDiff(y.json.outputs[0].data, X.y) < 1e-5);
+  const idx = await post(`${d.url}/v2/repository/index`, '{}');
+  assert.deepEqual(idx.json.find((m) => m.name === 'up1'), { name: 'up1', version: '1', state: 'READY', reason: '' });
+  // written atomically: the final files only, no temp or staging leftovers
+  assert.deepEqual(readdirSync(join(d.dir, 'up1')).sort(), ['config.json', 'model.safetensors']);
+  assert.deepEqual(readdirSync(d.dir).filter((f) => f.startsWith('.')), []);
+  assert.equal((await d.stop('SIGTERM', true)).code, 0);
+  const d2 = await start({ dir: d.dir });
+  try {
+    assert.equal((await fetch(`${d2.url}/v2/models/up1/ready`)).status, 200);
+    y = await infer(d2, 'up1', xreq('u2'));
+    assert.equal(y.status, 200);
+    assert.ok(maxDiff(y.json.outputs[0].data, X.y) < 1e-5);
+  } finally { assert.equal((await d2.stop()).code, 0); }
+});
+
+test('bad uploads and loads: status and the parameter named; nothing written', async () => {
+  const d = await start();
+  const L = (m, b) => post(`${d.url}/v2/repository/models/${m}/load`, b);
+  let r = await L('bad1', { parameters: { 'file:model.safetensors': '!!!' } });
+  assert.equal(r.status, 400);
+  assert.match(r.json.error, /parameters\["file:model\.safetensors"\]: not valid base64/);
+  r = await L('bad2', { parameters: { 'file:model.safetensors': Buffer.from('garbage!').toString('base64') } });
+  assert.equal(r.status, 400);
+  assert.match(r.json.error, /upload of model 'bad2'/);
+  r = await L('bad3', { parameters: { config: '{"n_heads": 2}' } });
+  assert.equal(r.status, 400);
+  assert.match(r.json.error, /file:model\.safetensors"\]: missing/);
+  r = await L('bad4', { parameters: { config: 'nope', 'file:model.safetensors': upload().parameters['file:model.safetensors'] } });
+  assert.equal(r.status, 400);
+  assert.match(r.json.error, /parameters\.config/);
+  r = await L('bad5', { parameters: { 'file:other.bin': 'AAAA' } });
+  assert.equal(r.status, 400);
+  assert.match(r.json.error, /file:other\.bin/);
+  r = await L('..', {});
+  assert.equal(r.status, 404); // fetch normalises '..' away: no such route
+  r = await L('a%20b', {});
+  assert.equal(r.status, 400);
+  assert.match(r.json.error, /model name/);
+  r = await L('absent', {});
+  assert.equal(r.status, 404);
+  assert.match(r.json.error, /model 'absent'/);
+  r = await L('sdpa', {});
+  assert.equal(r.status, 400);
+  for (const n of ['bad1', 'bad2', 'bad3', 'bad4', 'bad5']) assert.equal(existsSync(join(d.dir, n)), false, n);
+  assert.deepEqual(readdirSync(d.dir).filter((f) => f.startsWith('.')), []);
+  const s = await (await fetch(`${d.url}/v2/models/absent/ready`));
+  assert.equal(s.status, 404);
+  assert.equal((await d.stop()).code, 0);
+});
+
+test('unload: in-flight requests finish, then 404; load brings it back', async () => {
+  const d = await start({ args: ['--batch-delay-us', '300000'] });
+  const inflight = infer(d, 'tiny', xreq('f'));
+  await waitPending(d, 'tiny', 1);
+  const u = await post(`${d.url}/v2/repository/models/tiny/unload`, '');
+  assert.equal(u.status, 200);
+  const f = await inflight;
+  assert.equal(f.status, 200);
+  assert.ok(maxDiff(f.json.outputs[0].data, X.y) < 1e-5);
+  const r = await infer(d, 'tiny', xreq('g'));
+  assert.equal(r.status, 404);
+  assert.match(r.json.error, /model 'tiny': not loaded/);
+  assert.equal((await fetch(`${d.url}/v2/models/tiny/ready`)).status, 404);
+  assert.equal((await fetch(`${d.url}/v2/health/ready`)).status, 200, 'an unloaded model is not expected');
+  const idx = await post(`${d.url}/v2/repository/index`, '');
+  assert.deepEqual(idx.json.find((m) => m.name === 'tiny'), { name: 'tiny', version: '1', state: 'UNAVAILABLE', reason: 'unloaded' });
+  assert.equal((await post(`${d.url}/v2/repository/models/tiny/unload`, '')).status, 404);
+  assert.equal((await post(`${d.url}/v2/repository/models/sdpa/unload`, '')).status, 400);
+  assert.equal((await post(`${d.url}/v2/repository/models/tiny/load`, '')).status, 200);
+  assert.equal((await infer(d, 'tiny', xreq('h'))).status, 200);
+  assert.equal((await d.stop()).code, 0);
+});
+
+test('API key: infer and repository need the bearer token; health, metadata, metrics stay open', async () => {
+  const d = await start({ env: { ATTND_API_KEY: 's3cret' } });
+  const auth = { Authorization: 'Bearer s3cret' };
+  let r = await infer(d, 'tiny', xreq('k'));
+  assert.equal(r.status, 401);
+  assert.equal(r.headers.get('www-authenticate'), 'Bearer');
+  assert.match(r.json.error, /Authorization/);
+  r = await infer(d, 'tiny', xreq('k'), { Authorization: 'Bearer s3cre' });
+  assert.equal(r.status, 401);
+  r = await infer(d, 'tiny', xreq('k'), { Authorization: 'Basic s3cret' });
+  assert.equal(r.status, 401);
+  r = await infer(d, 'tiny', xreq('k'), auth);
+  assert.equal(r.status, 200);
+  assert.equal((await post(`${d.url}/v2/repository/index`, '')).status, 401);
+  assert.equal((await post(`${d.url}/v2/repository/index`, '', auth)).status, 200);
+  assert.equal((await post(`${d.url}/v2/repository/models/tiny/unload`, '')).status, 401);
+  for (const p of ['/v2/health/live', '/v2/health/ready', '/v2', '/v2/models/tiny', '/v2/models/tiny/ready', '/metrics', '/v2/models/stats'])
+    assert.equal((await fetch(d.url + p)).status, 200, p);
+  assert.equal((await d.stop()).code, 0);
+});
+
+test('CORS: configured origins only; preflight answered', async () => {
+  const d = await start({ args: ['--cors-origins', 'http://a.example, http://b.example'], env: { ATTND_API_KEY: 'k' } });
+  let r = await fetch(`${d.url}/v2`, { headers: { Origin: 'http://b.example' } });
+  assert.equal(r.headers.get('access-control-allow-origin'), 'http://b.example');
+  assert.equal(r.headers.get('vary'), 'Origin');
+  r = await fetch(`${d.url}/v2`, { headers: { Origin: 'http://evil.example' } });
+  assert.equal(r.headers.get('access-control-allow-origin'), null);
+  r = await fetch(`${d.url}/v2/models/tiny/infer`, {
+    method: 'OPTIONS',
+    headers: { Origin: 'http://a.example', 'Access-Control-Request-Method': 'POST', 'Access-Control-Request-Headers': 'authorization, content-type' },
+  });
+  assert.equal(r.status, 204);
+  assert.equal(r.headers.get('access-control-allow-origin'), 'http://a.example');
+  assert.match(r.headers.get('access-control-allow-methods'), /POST/);
+  assert.match(r.headers.get('access-control-allow-headers'), /Authorization/);
+  assert.match(r.headers.get('access-control-allow-headers'), /Inference-Header-Content-Length/);
+  r = await infer(d, 'tiny', xreq('c'), { Origin: 'http://a.example' }); // errors carry CORS too
+  assert.equal(r.status, 401);
+  assert.equal(r.headers.get('access-control-allow-origin'), 'http://a.example');
+  assert.equal((await d.stop()).code, 0);
+  const e = await start();
+  r = await fetch(`${e.url}/v2`, { headers: { Origin: 'http://a.example' } });
+  assert.equal(r.headers.get('access-control-allow-origin'), null, 'no CORS unless configured');
+  assert.equal((await e.stop()).code, 0);
+});

@@ -1,0 +1,55 @@
+// maps.test.mjs - the infer side of retained maps: parameters.retain keeps
+// the attention maps, the response carries parameters.map_id, and the
+// /v2/maps routes serve them (the store itself is tested in test_maps.c).
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { REFS, fp32, infer, maxDiff, start } from './helper.mjs';
+
+test('retain: map_id in the response, the same maps from /v2/maps', async () => {
+  const d = await start();
+  try {
+    const c = REFS.self;
+    const r = await infer(d, 'tiny', {
+      inputs: [fp32('x', c.shape, c.x)], outputs: [{ name: 'attention' }],
+      parameters: { retain: true, tokens: ['a', 'b', 'c', 'd', 'e'] },
+    });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    const id = r.json.parameters && r.json.parameters.map_id;
+    assert.equal(typeof id, 'string');
+    const list = await (await fetch(`${d.url}/v2/maps`)).json();
+    assert.ok(JSON.stringify(list).includes(id));
+    const meta = await fetch(`${d.url}/v2/maps/${id}`);
+    assert.equal(meta.status, 200);
+    assert.match(await meta.text(), /"a"/);
+    const att = r.json.outputs[0].data; // [2, 2, 5, 5]
+    const m = await (await fetch(`${d.url}/v2/maps/${id}/attention?b=1&h=0`)).json();
+    assert.deepEqual(m.shape, [5, 5]);
+    assert.ok(maxDiff(m.data, att.slice(50, 75)) < 1e-6);
+    const raw = await fetch(`${d.url}/v2/maps/${id}/attention?b=0&h=1&format=f32`);
+    assert.equal(raw.status, 200);
+    assert.equal(raw.headers.get('map-shape'), '5,5');
+    const f = new Float32Array(await raw.arrayBuffer());
+    assert.deepEqual(Array.from(f), att.slice(25, 50).map(Math.fround));
+    assert.equal((await fetch(`${d.url}/v2/maps/nope`)).status, 404);
+    // retain without asking for the attention output still keeps it
+    const r2 = await infer(d, 'tiny', { inputs: [fp32('x', c.shape, c.x)], parameters: { retain: true } });
+    assert.equal(r2.status, 200);
+    assert.deepEqual(r2.json.outputs.map((o) => o.name), ['y']);
+    assert.equal((await fetch(`${d.url}/v2/maps/${r2.json.parameters.map_id}`)).status, 200);
+    // bad labels are refused naming the parameter
+    const r3 = await infer(d, 'tiny', { inputs: [fp32('x', c.shape, c.x)], parameters: { retain: true, tokens: ['only-one'] } });
+    assert.equal(r3.status, 400);
+    assert.match(r3.json.error, /parameters\.retain|tokens/);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+test('retain is refused when the store is off (--maps-bytes 0)', async () => {
+  const d = await start({ args: ['--maps-bytes', '0'] });
+  try {
+    const c = REFS.causal;
+    const r = await infer(d, 'tiny', { inputs: [fp32('x', c.shape, c.x)], parameters: { retain: true } });
+    assert.equal(r.status, 400);
+    assert.match(r.json.error, /parameters\.retain/);
+    assert.equal((await fetch(`${d.url}/v2/maps`)).status, 404);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});

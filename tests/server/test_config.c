@@ -1,0 +1,151 @@
+/* test_config.c - the settings table: defaults, env, flags, bounds,
+ * actions and --help (server/config.c). */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/config.h"
+
+static int load(srv_config *c, srv_action *act, const char **arg, char *err,
+                int argc, char **argv)
+{
+    return srv_config_load(c, argc, argv, act, arg, err);
+}
+
+START_TEST(defaults)
+{
+    srv_config c;
+    srv_action act;
+    const char *arg;
+    char err[512], *argv[] = {"attnd", NULL};
+    unsetenv("ATTND_PORT");
+    unsetenv("ATTND_HOST");
+    ck_assert_int_eq(load(&c, &act, &arg, err, 1, argv), 0);
+    ck_assert_int_eq(act, SRV_RUN);
+    ck_assert_str_eq(c.host, "127.0.0.1");
+    ck_assert_int_eq(c.port, 8080);
+    ck_assert_str_eq(c.models, "models");
+    ck_assert_int_eq(c.max_body, 64LL << 20);
+    ck_assert_int_eq(c.deadline_ms, 30000);
+    ck_assert_str_eq(c.log_format, "text");
+    ck_assert_str_eq(c.api_key, "");
+    srv_config_free(&c);
+    ck_assert_ptr_null(c.host);
+}
+END_TEST
+
+START_TEST(env_then_flags)
+{
+    srv_config c;
+    srv_action act;
+    const char *arg;
+    char err[512];
+    char *argv[] = {"attnd", "--port", "9001", "--models=/m", NULL};
+    setenv("ATTND_PORT", "7000", 1);
+    setenv("ATTND_HOST", "0.0.0.0", 1);
+    setenv("ATTND_MAX_BATCH", "3", 1);
+    ck_assert_int_eq(load(&c, &act, &arg, err, 4, argv), 0);
+    ck_assert_int_eq(c.port, 9001); /* the flag wins */
+    ck_assert_str_eq(c.host, "0.0.0.0");
+    ck_assert_int_eq(c.max_batch, 3);
+    ck_assert_str_eq(c.models, "/m");
+    srv_config_free(&c);
+    unsetenv("ATTND_PORT");
+    unsetenv("ATTND_HOST");
+    unsetenv("ATTND_MAX_BATCH");
+}
+END_TEST
+
+START_TEST(errors_name_the_setting)
+{
+    srv_config c;
+    srv_action act;
+    const char *arg;
+    char err[512];
+    char *a1[] = {"attnd", "--max-batch", "0", NULL};
+    char *a2[] = {"attnd", "--deadline-ms", "12x", NULL};
+    char *a3[] = {"attnd", "--bogus", "1", NULL};
+    char *a4[] = {"attnd", "stray", NULL};
+    char *a5[] = {"attnd", "--log-format", "yaml", NULL};
+    ck_assert_int_eq(load(&c, &act, &arg, err, 3, a1), -1);
+    ck_assert_str_eq(err, "--max-batch: 0 is outside [1, 4096]");
+    ck_assert_int_eq(load(&c, &act, &arg, err, 3, a2), -1);
+    ck_assert_str_eq(err, "--deadline-ms: '12x' is not an integer");
+    ck_assert_int_eq(load(&c, &act, &arg, err, 3, a3), -1);
+    ck_assert_str_eq(err, "--bogus: unknown flag (try --help)");
+    ck_assert_int_eq(load(&c, &act, &arg, err, 2, a4), -1);
+    ck_assert_ptr_nonnull(strstr(err, "stray"));
+    ck_assert_int_eq(load(&c, &act, &arg, err, 3, a5), -1);
+    ck_assert_ptr_nonnull(strstr(err, "--log-format"));
+    setenv("ATTND_QUEUE_SIZE", "-5", 1);
+    {
+        char *a6[] = {"attnd", NULL};
+        ck_assert_int_eq(load(&c, &act, &arg, err, 1, a6), -1);
+        ck_assert_str_eq(err, "ATTND_QUEUE_SIZE: -5 is outside [1, 1000000]");
+    }
+    unsetenv("ATTND_QUEUE_SIZE");
+}
+END_TEST
+
+START_TEST(actions)
+{
+    srv_config c;
+    srv_action act;
+    const char *arg;
+    char err[512];
+    char *a1[] = {"attnd", "--check-models", "dir", NULL};
+    char *a2[] = {"attnd", "--health-check=http://127.0.0.1:1/", NULL};
+    char *a3[] = {"attnd", "--version", NULL};
+    char *a4[] = {"attnd", "--port", "1", "--help", NULL};
+    ck_assert_int_eq(load(&c, &act, &arg, err, 3, a1), 0);
+    ck_assert_int_eq(act, SRV_CHECK_MODELS);
+    ck_assert_str_eq(arg, "dir");
+    srv_config_free(&c);
+    ck_assert_int_eq(load(&c, &act, &arg, err, 2, a2), 0);
+    ck_assert_int_eq(act, SRV_HEALTH_CHECK);
+    ck_assert_str_eq(arg, "http://127.0.0.1:1/");
+    srv_config_free(&c);
+    ck_assert_int_eq(load(&c, &act, &arg, err, 2, a3), 0);
+    ck_assert_int_eq(act, SRV_VERSION);
+    srv_config_free(&c);
+    ck_assert_int_eq(load(&c, &act, &arg, err, 4, a4), 0);
+    ck_assert_int_eq(act, SRV_HELP);
+    srv_config_free(&c);
+}
+END_TEST
+
+START_TEST(help_has_every_row)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    srv_config_help(f, "attnd");
+    fclose(f);
+#define HAS(fl, n, t, d, lo, hi, h)                                           \
+    ck_assert_msg(strstr(buf, "--" n " ") != NULL, "--help lacks --%s", n);
+    SRV_SETTINGS(HAS)
+#undef HAS
+    ck_assert_ptr_nonnull(strstr(buf, "ATTND_BATCH_DELAY_US"));
+    free(buf);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("config");
+    TCase *tc = tcase_create("config");
+    SRunner *sr;
+    int failed;
+    tcase_add_test(tc, defaults);
+    tcase_add_test(tc, env_then_flags);
+    tcase_add_test(tc, errors_name_the_setting);
+    tcase_add_test(tc, actions);
+    tcase_add_test(tc, help_has_every_row);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
