@@ -181,6 +181,13 @@ done
 [ -x "$mnt/usr/local/bin/attnd" ] && ok "/usr/local/bin/attnd present" || bad "no attnd binary"
 log "  /models holds: $(cd "$mnt/models" 2>/dev/null && find . -mindepth 1 -maxdepth 2 | tr '\n' ' ')"
 bah umount "$run_ctr" >/dev/null
+# The models shipped in the image load (the daemon's own validator).
+if bah run --isolation chroot "$run_ctr" -- "${entry[0]}" --check-models /models \
+    >"$work/check-models.log" 2>&1; then
+    ok "shipped models: $(tr '\n' ' ' <"$work/check-models.log")"
+else
+    bad "attnd --check-models /models: $(tr '\n' ' ' <"$work/check-models.log")"
+fi
 
 # ----------------------------------------------------------------- 4. run
 step "run the image's entrypoint"
