@@ -54,6 +54,7 @@ done
 work=$(mktemp -d /tmp/attnd-ct.XXXXXX)
 run_ctr=""
 run_pid=""
+base_ctr=""
 cleanup() {
     set +e
     if [ -n "$run_pid" ] && kill -0 "$run_pid" 2>/dev/null; then
@@ -61,6 +62,7 @@ cleanup() {
         wait "$run_pid" 2>/dev/null
     fi
     [ -n "$run_ctr" ] && bah rm "$run_ctr" >/dev/null 2>&1
+    [ -n "$base_ctr" ] && bah rm "$base_ctr" >/dev/null 2>&1
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -112,13 +114,14 @@ EOF
     tar -C "$rootfs" --numeric-owner --exclude='./dev/*' --exclude='./proc/*' \
         --exclude='./sys/*' -cf "$work/rootfs.tar" .
     rm -rf "$rootfs"
-    ctr=$(bah from scratch)
-    bah add "$ctr" "$work/rootfs.tar" / >/dev/null
+    base_ctr=$(bah from scratch)
+    bah add "$base_ctr" "$work/rootfs.tar" / >/dev/null
     bah config --cmd bash \
         --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-        "$ctr"
+        "$base_ctr"
     old_base=$(bah images -q "$BASE" 2>/dev/null | head -1 || true)
-    bah commit --quiet --rm "$ctr" "$BASE" >/dev/null
+    bah commit --quiet --rm "$base_ctr" "$BASE" >/dev/null
+    base_ctr=""
     [ -n "$old_base" ] && bah rmi "$old_base" >/dev/null 2>&1 || true
     rm -f "$work/rootfs.tar"
     log "  committed $BASE"
