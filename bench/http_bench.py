@@ -171,9 +171,11 @@ def main():
             times = [post(aport, "/v2/models/big/infer", body, hdr)[0] for _ in range(3)]
             t = statistics.median(times)
             print(f"{form:>6} | {len(body):>10} | {t * 1000:>13.1f} | {len(body) / t / 1e6:>8.1f}")
-        with open(f"/proc/{at.pid}/status") as f:
-            hwm = re.search(r"VmHWM:\s+(\d+) kB", f.read()).group(1)
-        print(f"\nattnd peak RSS: {int(hwm) / 1024:.0f} MiB")
+        def hwm(p):
+            with open(f"/proc/{p.pid}/status") as f:
+                return int(re.search(r"VmHWM:\s+(\d+) kB", f.read()).group(1)) / 1024
+        print(f"\npeak RSS: attnd {hwm(at):.0f} MiB (with the large requests), "
+              f"bare_mhd {hwm(bare):.1f} MiB")
     finally:
         for p in procs:
             p.terminate()
