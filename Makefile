@@ -128,6 +128,33 @@ test: deps-test
 	@$(MAKE) --no-print-directory check-web
 	@$(MAKE) --no-print-directory check-weights-gen
 	@$(MAKE) --no-print-directory check-server
+	@$(MAKE) --no-print-directory check-deploy
+
+# --- deploy/ (issue 6): k8s manifests, nginx failover, container image ---
+# check-deploy: the manifests against the Kubernetes schemas (offline, npm
+# kubernetes-models, pinned by tests/deploy/package-lock.json), then three
+# replicas behind deploy/nginx.conf with one killed under load.
+# container-test: build the Dockerfile with buildah and test the image.
+DEPLOY_NPM := tests/deploy/node_modules/.package-lock.json
+$(DEPLOY_NPM): tests/deploy/package.json tests/deploy/package-lock.json
+	cd tests/deploy && npm ci --no-audit --no-fund --loglevel=error
+.PHONY: check-deploy container-test
+HAVE_ATTND := $(wildcard server/main.c)
+check-deploy: deps-test $(DEPLOY_NPM) $(if $(HAVE_ATTND),$(ATTND))
+	cd tests/deploy && $(if $(HAVE_ATTND),ATTND_BIN=$(abspath $(ATTND))) \
+	    node --test validate-k8s.test.mjs
+	$(if $(HAVE_ATTND),ATTND_BIN=$(ATTND) node tests/deploy/failover.mjs,\
+	    @echo "check-deploy: no server/main.c yet, failover test not run")
+# bench-lb: what deploy/nginx.conf costs (wrk direct vs through nginx).
+.PHONY: bench-lb
+bench-lb: deps $(ATTND)
+	@tools/install-deps.sh bench
+	bench/bench_lb.sh $(ATTND)
+bench: bench-lb
+container-test:
+	@tools/install-deps.sh container
+	$(if $(HAVE_ATTND),deploy/container-test.sh,\
+	    @echo "container-test: no server/main.c yet, nothing to build")
 
 run: deps $(ATTND)
 	$(ATTND)

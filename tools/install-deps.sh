@@ -4,14 +4,14 @@
 #   build      compiler, libraries and headers (make, make run)
 #   test       build + what the test suites drive (node, chromium, nginx, promtool)
 #   bench      test + wrk and PyTorch (the benchmark peers)
-#   container  buildah and debootstrap (make container-test)
+#   container  buildah, debootstrap, curl, python3 (make container-test)
 #   fuzz       build + clang and its libFuzzer runtime (make fuzz)
 # Needs root (or sudo) only when something is missing.
 set -eu
 build="gcc make pkg-config libc6-dev libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev check python3"
 test="$build nodejs npm chromium nginx-light prometheus"
 bench="$test wrk python3-torch python3-numpy"
-container="buildah debootstrap"
+container="buildah debootstrap curl python3"
 fuzz="$build clang libclang-rt-14-dev"
 case "${1:-build}" in
     build) want=$build ;;
