@@ -531,6 +531,7 @@ async function main() {
 // start: read the URL, list the models, then draw what the URL asks for.
 // Runs again after an API key is given.
 async function start() {
+  document.body.dataset.state = 'loading';
   const fromUrl = readHash();
   const models = await api.listModels().catch((e) => { askKey(e); setStatus(e.message, true); return ['sdpa']; });
   const sel = $('model');
