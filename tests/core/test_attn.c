@@ -15,6 +15,7 @@
 #include "core/exec.h"
 #include "core/kernel.h"
 #include "testutil.h"
+#include "tests/check_main.h"
 
 enum { PATH_MAPS, PATH_FUSED, PATH_SCORES, PATH_EXEC, N_PATHS };
 static const char *path_name[N_PATHS] = {"maps", "fused", "scores-only",
@@ -244,6 +245,14 @@ static void set_int_key(vcase *c, const char *key, int v)
     ck_abort_msg("unknown key %s in the vector index", key);
 }
 
+static void free_vectors(void)
+{
+    free(g_data);
+    g_data = NULL;
+}
+
+/* load_vectors: the PyTorch vectors into g_cases/g_data, once per process
+ * (freed at exit). */
 static void load_vectors(void)
 {
     if (g_data)
@@ -297,6 +306,7 @@ static void load_vectors(void)
     fseek(f, 0, SEEK_SET);
     g_data = malloc((size_t)bytes);
     ck_assert_ptr_nonnull(g_data);
+    atexit(free_vectors);
     ck_assert_int_eq(fread(g_data, 1, (size_t)bytes, f), bytes);
     fclose(f);
     g_nfloats = bytes / 4;
@@ -476,7 +486,7 @@ static void teardown(void)
     g_ex = NULL;
 }
 
-int main(void)
+static Suite *attn_suite(void)
 {
     Suite *s = suite_create("attn");
     TCase *seeds = tcase_create("seeds");
@@ -492,10 +502,7 @@ int main(void)
     tcase_add_checked_fixture(torch, setup, teardown);
     tcase_add_loop_test(torch, torch_vectors, 0, 2);
     suite_add_tcase(s, torch);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    free(g_data);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+TU_MAIN(attn_suite)

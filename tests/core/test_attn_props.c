@@ -13,6 +13,7 @@
 #include "core/exec.h"
 #include "core/kernel.h"
 #include "testutil.h"
+#include "tests/check_main.h"
 
 static attn_exec *g_ex;
 
@@ -374,7 +375,7 @@ START_TEST(executor_matches_inline)
 }
 END_TEST
 
-int main(void)
+static Suite *attn_props_suite(void)
 {
     Suite *s = suite_create("attn_props");
     TCase *tc = tcase_create("properties");
@@ -386,9 +387,7 @@ int main(void)
     tcase_add_test(tc, plan_tiles_any_order_and_linear_memory);
     tcase_add_test(tc, executor_matches_inline);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+TU_MAIN(attn_props_suite)

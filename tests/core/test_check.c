@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/attn.h"
+#include "tests/check_main.h"
 
 #define EXPECT_ERR(call, code, word)                                           \
     do {                                                                       \
@@ -128,16 +129,14 @@ START_TEST(bad_plan_arguments)
 }
 END_TEST
 
-int main(void)
+static Suite *check_suite(void)
 {
     Suite *s = suite_create("check");
     TCase *bad = tcase_create("bad_arguments");
     tcase_add_test(bad, bad_config);
     tcase_add_test(bad, bad_plan_arguments);
     suite_add_tcase(s, bad);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+TU_MAIN(check_suite)

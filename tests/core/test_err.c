@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/attn.h"
+#include "tests/check_main.h"
 
 START_TEST(distinct_texts)
 {
@@ -22,15 +23,13 @@ START_TEST(distinct_texts)
 }
 END_TEST
 
-int main(void)
+static Suite *err_suite(void)
 {
     Suite *s = suite_create("err");
     TCase *tc = tcase_create("err");
     tcase_add_test(tc, distinct_texts);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+TU_MAIN(err_suite)

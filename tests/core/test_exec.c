@@ -9,6 +9,7 @@
 
 #include "core/attn.h"
 #include "core/exec.h"
+#include "tests/check_main.h"
 
 typedef struct counts {
     atomic_int *hit; /* (n) */
@@ -67,16 +68,14 @@ START_TEST(null_executor_and_args)
 }
 END_TEST
 
-int main(void)
+static Suite *exec_suite(void)
 {
     Suite *s = suite_create("exec");
     TCase *tc = tcase_create("exec");
     tcase_add_loop_test(tc, each_index_once, 0, 4);
     tcase_add_test(tc, null_executor_and_args);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+TU_MAIN(exec_suite)

@@ -10,6 +10,7 @@
 
 #include "core/kernel.h"
 #include "testutil.h"
+#include "tests/check_main.h"
 
 START_TEST(rope_known_rotation)
 {
@@ -134,16 +135,14 @@ START_TEST(kernel_block_edges)
 }
 END_TEST
 
-int main(void)
+static Suite *kernel_suite(void)
 {
     Suite *s = suite_create("kernel");
     TCase *tc = tcase_create("kernel");
     tcase_add_test(tc, rope_known_rotation);
     tcase_add_loop_test(tc, kernel_block_edges, 0, 5);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+TU_MAIN(kernel_suite)

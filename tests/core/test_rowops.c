@@ -10,6 +10,7 @@
 
 #include "core/kernel.h"
 #include "testutil.h"
+#include "tests/check_main.h"
 
 START_TEST(max_and_expsum)
 {
@@ -55,15 +56,13 @@ START_TEST(max_and_expsum)
 }
 END_TEST
 
-int main(void)
+static Suite *rowops_suite(void)
 {
     Suite *s = suite_create("rowops");
     TCase *tc = tcase_create("rowops");
     tcase_add_loop_test(tc, max_and_expsum, 0, 2);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+TU_MAIN(rowops_suite)

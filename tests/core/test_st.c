@@ -15,6 +15,7 @@
 
 #include "core/attn.h"
 #include "core/st.h"
+#include "tests/check_main.h"
 
 static char *data_path(const char *rel)
 {
@@ -460,11 +461,4 @@ static Suite *suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+TU_MAIN(suite)

@@ -10,6 +10,7 @@
 
 #include "core/attn.h"
 #include "proto/oip.h"
+#include "tests/check_main.h"
 
 /* Test JSON is written with ' for " to stay readable. */
 static char *q(const char *s)
@@ -642,7 +643,7 @@ START_TEST(dtype_names)
 }
 END_TEST
 
-int main(void)
+static Suite *decode_suite(void)
 {
     Suite *s = suite_create("decode");
     TCase *tc = tcase_create("decode");
@@ -659,9 +660,7 @@ int main(void)
     tcase_add_test(tc, memory_budget);
     tcase_add_test(tc, dtype_names);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+TU_MAIN(decode_suite)

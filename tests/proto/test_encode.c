@@ -11,6 +11,7 @@
 
 #include "core/attn.h"
 #include "proto/oip.h"
+#include "tests/check_main.h"
 
 static uint32_t fbits(float f)
 {
@@ -303,7 +304,7 @@ START_TEST(round_trip_binary)
 }
 END_TEST
 
-int main(void)
+static Suite *encode_suite(void)
 {
     Suite *s = suite_create("encode");
     TCase *tc = tcase_create("encode");
@@ -315,9 +316,7 @@ int main(void)
     tcase_add_test(tc, round_trip_json);
     tcase_add_test(tc, round_trip_binary);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+TU_MAIN(encode_suite)

@@ -8,6 +8,7 @@
 
 #include "proto/oip.h"
 #include "half_vectors.h"
+#include "tests/check_main.h"
 
 static uint32_t fbits(float f)
 {
@@ -127,7 +128,7 @@ START_TEST(fp16_round_trip_every_finite_half)
 }
 END_TEST
 
-int main(void)
+static Suite *half_suite(void)
 {
     Suite *s = suite_create("half");
     TCase *tc = tcase_create("conversions");
@@ -138,9 +139,7 @@ int main(void)
     tcase_add_test(tc, narrowing_samples_match_numpy_and_torch);
     tcase_add_test(tc, fp16_round_trip_every_finite_half);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+TU_MAIN(half_suite)

@@ -7,6 +7,7 @@
 
 #include "core/attn.h"
 #include "proto/oip_internal.h"
+#include "tests/check_main.h"
 
 static int scan(const char *js, oip__scan *sc, char *err)
 {
@@ -138,7 +139,7 @@ START_TEST(reader)
 }
 END_TEST
 
-int main(void)
+static Suite *jscan_suite(void)
 {
     Suite *s = suite_create("jscan");
     TCase *tc = tcase_create("jscan");
@@ -146,9 +147,7 @@ int main(void)
     tcase_add_test(tc, scan_errors);
     tcase_add_test(tc, reader);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+TU_MAIN(jscan_suite)

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "proto/oip_internal.h"
+#include "tests/check_main.h"
 
 static uint32_t fbits(float f)
 {
@@ -295,7 +296,7 @@ START_TEST(integers)
 }
 END_TEST
 
-int main(void)
+static Suite *numfmt_suite(void)
 {
     Suite *s = suite_create("numfmt");
     TCase *tc = tcase_create("numbers");
@@ -310,9 +311,7 @@ int main(void)
     tcase_add_test(tc, lex_grammar);
     tcase_add_test(tc, integers);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+TU_MAIN(numfmt_suite)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "server/config.h"
+#include "tests/check_main.h"
 
 static int load(srv_config *c, srv_action *act, const char **arg, char *err,
                 int argc, char **argv)
@@ -131,21 +132,17 @@ START_TEST(help_has_every_row)
 }
 END_TEST
 
-int main(void)
+static Suite *config_suite(void)
 {
     Suite *s = suite_create("config");
     TCase *tc = tcase_create("config");
-    SRunner *sr;
-    int failed;
     tcase_add_test(tc, defaults);
     tcase_add_test(tc, env_then_flags);
     tcase_add_test(tc, errors_name_the_setting);
     tcase_add_test(tc, actions);
     tcase_add_test(tc, help_has_every_row);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s;
 }
+
+TU_MAIN(config_suite)

@@ -10,6 +10,7 @@
 #include "core/attn.h"
 #include "server/maps.h"
 #include "server/maps_int.h"
+#include "tests/check_main.h"
 
 /* A map whose every cell is distinct: value = base + b*1000 + h*100 +
  * i*S + j (exact in float for the sizes used here). */
@@ -446,13 +447,4 @@ static Suite *maps_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(maps_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+TU_MAIN(maps_suite)

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "server/upload.h"
+#include "tests/check_main.h"
 
 static char repo[256];
 static char *st_b64; /* the tiny fixture's model.safetensors, base64 */
@@ -161,20 +162,16 @@ START_TEST(bad_parameters_are_named)
 }
 END_TEST
 
-int main(void)
+static Suite *upload_suite(void)
 {
     Suite *s = suite_create("upload");
     TCase *tc = tcase_create("upload");
-    SRunner *sr;
-    int failed;
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, plain_bodies);
     tcase_add_test(tc, publishes_atomically);
     tcase_add_test(tc, bad_parameters_are_named);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s;
 }
+
+TU_MAIN(upload_suite)

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "server/web.h"
+#include "tests/check_main.h"
 
 /* The bytes of a file on disk, or NULL. */
 static char *slurp(const char *path, size_t *len)
@@ -92,20 +93,16 @@ START_TEST(test_nothing_else)
 }
 END_TEST
 
-int main(void)
+static Suite *web_suite(void)
 {
     Suite *s = suite_create("web");
     TCase *tc = tcase_create("assets");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, test_root_is_index);
     tcase_add_test(tc, test_files_match_disk);
     tcase_add_test(tc, test_nothing_else);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+TU_MAIN(web_suite)
