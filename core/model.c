@@ -75,12 +75,9 @@ static const st_tensor *get(const ctx *c, const char *name)
 /* desc: "'in_proj_weight' [192, 64]" for messages. */
 static const char *desc(const st_tensor *t, char *buf, size_t cap)
 {
-    size_t n = (size_t)snprintf(buf, cap, "'%.80s' [", t->name);
-    for (int i = 0; i < t->rank && n < cap; i++)
-        n += (size_t)snprintf(buf + n, cap - n, "%s%llu", i ? ", " : "",
-                              (unsigned long long)t->shape[i]);
+    size_t n = (size_t)snprintf(buf, cap, "'%.80s' ", t->name);
     if (n < cap)
-        snprintf(buf + n, cap - n, "]");
+        st_shape_str(t, buf + n, cap - n);
     return buf;
 }
 

@@ -135,12 +135,10 @@ static int get_u64(const json_t *v, uint64_t *out)
     return 0;
 }
 
-/* fmt_shape: "[2, 3]" into buf. */
-static const char *fmt_shape(const st_tensor *t, char *buf, size_t cap)
+/* st_shape_str: see st.h. */
+const char *st_shape_str(const st_tensor *t, char *buf, size_t cap)
 {
-    size_t n = 0;
-    buf[0] = 0;
-    n += (size_t)snprintf(buf + n, cap - n, "[");
+    size_t n = (size_t)snprintf(buf, cap, "[");
     for (int i = 0; i < t->rank && n < cap; i++)
         n += (size_t)snprintf(buf + n, cap - n, "%s%llu", i ? ", " : "",
                               (unsigned long long)t->shape[i]);
@@ -259,7 +257,7 @@ static int parse_entry(st_file *f, const char *name, json_t *v, st_tensor *t,
             seterr(err, f->label,
                    "tensor '%s': shape %s has more elements than fit in 64 "
                    "bits (rule: size overflow)",
-                   q, fmt_shape(t, s, sizeof s));
+                   q, st_shape_str(t, s, sizeof s));
             return ATTN_EFORMAT;
         }
     if (__builtin_mul_overflow(count, (uint64_t)dtypes[t->dtype].size,
@@ -267,7 +265,7 @@ static int parse_entry(st_file *f, const char *name, json_t *v, st_tensor *t,
         seterr(err, f->label,
                "tensor '%s': shape %s x %zu bytes (%s) overflows 64 bits "
                "(rule: size overflow)",
-               q, fmt_shape(t, s, sizeof s), dtypes[t->dtype].size,
+               q, st_shape_str(t, s, sizeof s), dtypes[t->dtype].size,
                dtypes[t->dtype].name);
         return ATTN_EFORMAT;
     }
@@ -277,7 +275,7 @@ static int parse_entry(st_file *f, const char *name, json_t *v, st_tensor *t,
                "tensor '%s': dtype %s x shape %s = %llu bytes but "
                "data_offsets [%llu, %llu] hold %llu (rule: dtype x shape = "
                "byte length)",
-               q, dtypes[t->dtype].name, fmt_shape(t, s, sizeof s),
+               q, dtypes[t->dtype].name, st_shape_str(t, s, sizeof s),
                (unsigned long long)bytes, (unsigned long long)t->begin,
                (unsigned long long)t->end,
                (unsigned long long)(t->end - t->begin));

@@ -106,6 +106,10 @@ size_t st_meta_count(const st_file *f);
 int st_meta_at(const st_file *f, size_t i, const char **key,
                const char **value);
 
+/* st_shape_str: t's shape as "[2, 3]" ("[]" for a scalar) into buf, cap
+ * bytes (cut short when it does not fit); returns buf. For messages. */
+const char *st_shape_str(const st_tensor *t, char *buf, size_t cap);
+
 /* st_file_bytes: size of the file or buffer. */
 size_t st_file_bytes(const st_file *f);
 

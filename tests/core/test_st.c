@@ -444,6 +444,19 @@ START_TEST(test_truncations_and_flips)
 }
 END_TEST
 
+/* st_shape_str: the shape as messages print it, cut short to cap bytes. */
+START_TEST(test_shape_str)
+{
+    const uint64_t dims[2] = {2, 3};
+    st_tensor t = {.name = "w", .rank = 2, .shape = dims};
+    char buf[16];
+    ck_assert_str_eq(st_shape_str(&t, buf, sizeof buf), "[2, 3]");
+    ck_assert_str_eq(st_shape_str(&t, buf, 4), "[2,");
+    t.rank = 0;
+    ck_assert_str_eq(st_shape_str(&t, buf, sizeof buf), "[]");
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("st");
@@ -457,6 +470,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_rows_transposed);
     tcase_add_test(tc, test_wrong_dtype_convert);
     tcase_add_test(tc, test_truncations_and_flips);
+    tcase_add_test(tc, test_shape_str);
     suite_add_tcase(s, tc);
     return s;
 }
