@@ -67,9 +67,10 @@ int attn_config_check(const attn_config *c, char *err)
         return attn__fail(err, ATTN_EINVAL,
                           "d_model_ctx = %d must be >= 1 (0 = d_model)",
                           c->d_model_ctx);
-    if (c->n_heads < 1)
-        return attn__fail(err, ATTN_EINVAL, "n_heads = %d must be >= 1",
-                          c->n_heads);
+    /* n_heads, head_dim, v_head_dim, scale: what the raw path checks too */
+    int rc = attn__raw_config_check(c, err);
+    if (rc)
+        return rc;
     if (c->n_kv_heads < 1)
         return attn__fail(err, ATTN_EINVAL, "n_kv_heads = %d must be >= 1",
                           c->n_kv_heads);
@@ -77,14 +78,6 @@ int attn_config_check(const attn_config *c, char *err)
         return attn__fail(err, ATTN_EINVAL,
                           "n_kv_heads = %d does not divide n_heads = %d",
                           c->n_kv_heads, c->n_heads);
-    if (c->head_dim < 1)
-        return attn__fail(err, ATTN_EINVAL, "head_dim = %d must be >= 1",
-                          c->head_dim);
-    if (c->v_head_dim < 1)
-        return attn__fail(err, ATTN_EINVAL, "v_head_dim = %d must be >= 1",
-                          c->v_head_dim);
-    if (!isfinite(c->scale))
-        return attn__fail(err, ATTN_EINVAL, "scale must be finite");
     if (!isfinite(c->rope_theta) || c->rope_theta < 0)
         return attn__fail(err, ATTN_EINVAL,
                           "rope_theta must be finite and >= 0 (0 = no RoPE)");
@@ -120,7 +113,8 @@ int attn_config_check(const attn_config *c, char *err)
     return 0;
 }
 
-/* Checks of the fields the raw path uses. */
+/* attn__raw_config_check: the fields the raw path uses; attn_config_check
+ * starts with them too. */
 int attn__raw_config_check(const attn_config *c, char *err)
 {
     if (!c)
