@@ -157,21 +157,18 @@ static void job_end(srv_job *j)
     uv_close((uv_handle_t *)&j->deadline, job_closed);
 }
 
+/* unqueue: take queued job j out of its model's queue. Loop thread. */
 static void unqueue(srv_job *j)
 {
     srv_entry *e = j->e;
-    srv_job **pp;
-    for (pp = &e->qhead; *pp; pp = &(*pp)->next)
+    srv_job **pp, *prev = NULL;
+    for (pp = &e->qhead; *pp; prev = *pp, pp = &(*pp)->next)
         if (*pp == j) {
             *pp = j->next;
+            if (e->qtail == j)
+                e->qtail = prev;
             break;
         }
-    if (e->qtail == j) {
-        srv_job *t = e->qhead;
-        while (t && t->next)
-            t = t->next;
-        e->qtail = t;
-    }
     e->q_seqs -= j->prep.n;
     j->next = NULL;
 }
