@@ -87,7 +87,8 @@ typedef struct load_job {
     srv_req *req;       /* NULL at startup */
     char name[SRV_NAME_MAX];
     char *repo;
-    char *body;         /* load request body (owned), may be NULL */
+    char *body;         /* load request body (owned), may be NULL; {} or
+                           one without upload parameters loads the folder */
     size_t body_len;
     model *m;           /* result */
     int rc;             /* 0, or the HTTP status of the failure */
@@ -99,7 +100,7 @@ static void load_work(uv_work_t *w)
     load_job *lj = w->data;
     char dir[4096], err[ATTN_ERRMAX];
     int rc;
-    if (lj->body && lj->body_len) {
+    if (lj->body_len && !srv_upload_is_plain(lj->body, lj->body_len)) {
         rc = srv_upload_install(lj->repo, lj->name, lj->body, lj->body_len,
                                 &lj->m, lj->err, sizeof lj->err);
         lj->rc = rc;
@@ -325,11 +326,6 @@ void srv_h_load(srv_req *r)
     if (r->s->draining) {
         srv_respond_error(r, 503, "server: draining (shutting down)");
         return;
-    }
-    if (r->body_len && srv_upload_is_plain(r->body, r->body_len)) {
-        free(r->body); /* {} or no upload parameters: load from the folder */
-        r->body = NULL;
-        r->body_len = r->body_cap = 0;
     }
     snprintf(r->model, sizeof r->model, "%.128s", r->arg[0]);
     if (start_load(r->s, r->arg[0], r) < 0) {

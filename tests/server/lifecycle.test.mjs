@@ -192,6 +192,9 @@ test('unload: in-flight requests finish, then 404; load brings it back', async (
   assert.equal((await post(`${d.url}/v2/repository/models/sdpa/unload`, '')).status, 400);
   assert.equal((await post(`${d.url}/v2/repository/models/tiny/load`, '')).status, 200);
   assert.equal((await infer(d, 'tiny', xreq('h'))).status, 200);
+  // a body without upload parameters (re)loads the folder as well
+  assert.equal((await post(`${d.url}/v2/repository/models/tiny/load`, { parameters: {} })).status, 200);
+  assert.equal((await infer(d, 'tiny', xreq('i'))).status, 200);
   assert.equal((await d.stop()).code, 0);
 });
 
