@@ -380,6 +380,10 @@ static void tile_v(attn_plan *p, const tile *tl)
                     tl->r1);
 }
 
+/* tile_att: query rows [r0, r1) of head tl->head of sequence tl->item:
+ * scores, softmax and the weighted values into the head's columns of o
+ * (and its attention/scores maps when asked). Reads q, k, v of the earlier
+ * stages; writes only its own rows of its own head. Pool thread. */
 static void tile_att(attn_plan *p, const tile *tl)
 {
     const attn_config *c = &p->cfg;
@@ -425,6 +429,8 @@ static void tile_out(attn_plan *p, const tile *tl)
                    (size_t)c->d_model * sizeof(float));
 }
 
+/* tile_raw: the same for raw item tl->item, whose q, k, v, y are per head
+ * (H, T|S, d) blocks given by the caller (t_valid = t, s_valid = s). */
 static void tile_raw(attn_plan *p, const tile *tl)
 {
     const attn_config *c = &p->cfg;

@@ -42,6 +42,9 @@ static void drain(attn_exec *ex)
     }
 }
 
+/* worker: one pool thread. Sleeps until attn_exec_run bumps gen, drains
+ * the shared index counter with the others, and the last one to finish
+ * signals done; exits on stop. BLAS stays single-threaded inside it. */
 static void *worker(void *p)
 {
     attn_exec *ex = p;

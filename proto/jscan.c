@@ -237,6 +237,11 @@ static int skip_data(scanner *z)
 
 static int scan_value(scanner *z, int depth, enum role role, int index);
 
+/* scan_object: z->pos is at '{'. Scans every member and leaves pos after
+ * the '}'. Duplicate keys of objects with a role are refused with their
+ * path; an input's "data" is skipped and recorded as a span (index: the
+ * input); other values recurse with their child role. 0, or a negative
+ * code with the message set. */
 static int scan_object(scanner *z, int depth, enum role role, int index)
 {
     int nseen = 0;
@@ -311,6 +316,9 @@ static int scan_object(scanner *z, int depth, enum role role, int index)
     }
 }
 
+/* scan_array: z->pos is at '['. Scans the elements (an element of
+ * "inputs" gets its slot in z->sc->data, at most max_inputs) and leaves
+ * pos after the ']'. 0, or a negative code with the message set. */
 static int scan_array(scanner *z, int depth, enum role role)
 {
     int n = 0;
@@ -357,6 +365,8 @@ static int literal(scanner *z, const char *word)
     return 0;
 }
 
+/* scan_value: one JSON value of any kind at z->pos (after white space),
+ * counted in n_values; refuses nesting deeper than OIP_MAX_DEPTH. */
 static int scan_value(scanner *z, int depth, enum role role, int index)
 {
     if (depth > OIP_MAX_DEPTH)

@@ -237,6 +237,10 @@ static int route(srv_req *r, const char *url)
 
 /* ---- MHD callbacks ------------------------------------------------------ */
 
+/* queue_response: hand r's answer to MHD (status, body, content type and
+ * the headers it calls for: Inference-Header-Content-Length, Retry-After,
+ * Allow, the web page's caching/security headers, CORS). MHD takes
+ * r->resp. Once per request. */
 static enum MHD_Result queue_response(srv_req *r)
 {
     struct MHD_Response *resp;
@@ -371,6 +375,11 @@ static void add_body(srv_req *r, const char *data, size_t n)
     r->body[r->body_len] = 0;
 }
 
+/* on_request: MHD's access handler, called repeatedly per request (loop
+ * thread). The first call allocates r (first_call: route, auth; may answer
+ * at once); the next ones collect the body (past its limit it is
+ * discarded and the answer is 413); the last one runs the route's handler,
+ * which answers or suspends the connection. */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
                                   const char *url, const char *method,
                                   const char *version, const char *upload,
@@ -414,6 +423,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     return r->have_resp ? queue_response(r) : MHD_YES;
 }
 
+/* on_completed: the one place an srv_req is freed: detaches a running
+ * infer job, counts the status, writes the log line, frees r. */
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode code)
 {

@@ -27,7 +27,8 @@ static int mul(size_t *acc, int64_t v)
     return v >= 0 && !__builtin_mul_overflow(*acc, (size_t)v, acc);
 }
 
-/* check_inputs: every input name is one of names[]; the dtype family fits. */
+/* check_names: every input name is one of names[] (list: the same, for
+ * the message). */
 static int check_names(const oip_request *req, const char *const *names, int n,
                        const char *model, const char *list, char *err)
 {
@@ -43,6 +44,8 @@ static int check_names(const oip_request *req, const char *const *names, int n,
     return 0;
 }
 
+/* float_input: input name, or NULL when absent; *rc is 400 (with err)
+ * when present with a non-float datatype. */
 static const oip_tensor *float_input(const oip_request *req, const char *name,
                                      int *rc, char *err)
 {
@@ -145,6 +148,11 @@ static int alloc_outputs(srv_prep *p, const oip_request *req,
     return 0;
 }
 
+/* prepare_model: check req against model c (x [B, T, d_model], optional
+ * context, lengths, context_lengths and mask), allocate the outputs it
+ * asks for and lay out one attn_seq per sequence pointing into req's
+ * tensors and p's outputs. 0, or an HTTP status (400/413/503) with err
+ * naming the input. p is freed by the caller on failure. */
 static int prepare_model(srv_prep *p, const oip_request *req, const char *name,
                          const attn_config *c, int causal,
                          const srv_infer_limits *lim, char *err)
@@ -266,6 +274,9 @@ done:
     return rc;
 }
 
+/* prepare_sdpa: the same for the built-in sdpa: q [..., T, d_k],
+ * k [..., S, d_k], v [..., S, d_v] with equal leading dimensions (their
+ * product is the number of attn_raw items) and an optional BOOL mask. */
 static int prepare_sdpa(srv_prep *p, const oip_request *req,
                         const srv_infer_limits *lim, char *err)
 {

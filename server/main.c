@@ -15,6 +15,9 @@
 #include <string.h>
 #include <unistd.h>
 
+/* on_stop_timer: once no job, parked connection or (before the drain
+ * timeout) request is left, close the listener, the signal handlers, the
+ * timers and the batch polls, so that uv_run returns. Loop thread. */
 static void on_stop_timer(uv_timer_t *t)
 {
     srv *s = t->data;

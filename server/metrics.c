@@ -37,6 +37,8 @@ typedef struct buf {
     int failed;
 } buf;
 
+/* bprintf: append to b, growing it; after a failed allocation b->failed
+ * is set and further calls do nothing. */
 static void bprintf(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void bprintf(buf *b, const char *fmt, ...)
 {
@@ -206,6 +208,9 @@ static json_t *dur(uint64_t count, uint64_t ns)
     return json_pack("{s:I,s:I}", "count", (json_int_t)count, "ns", (json_int_t)ns);
 }
 
+/* model_stats: e's entry of Triton's statistics extension (counts and
+ * summed ns for success, fail, queue, compute input/infer/output, and
+ * compute_infer per batch size). NULL when out of memory. */
 static json_t *model_stats(const srv_entry *e)
 {
     const srv_stats *st = &e->stats;

@@ -95,6 +95,9 @@ typedef struct load_job {
     char err[ATTN_ERRMAX + 128];
 } load_job;
 
+/* load_work: pool thread. An upload body installs the model into the
+ * repository (srv_upload_install); no body, or one without upload
+ * parameters, loads repo/name. Sets lj->m, or lj->rc and lj->err. */
 static void load_work(uv_work_t *w)
 {
     load_job *lj = w->data;
@@ -114,6 +117,9 @@ static void load_work(uv_work_t *w)
     }
 }
 
+/* load_done: loop thread. Makes the loaded model the entry's current
+ * instance (the old one goes when its last job ends), or records why it
+ * failed; answers the load request if there is one; frees lj. */
 static void load_done(uv_work_t *w, int status)
 {
     load_job *lj = w->data;

@@ -57,6 +57,9 @@ static json_t *tensor_meta(const char *name, const char *dtype, int rank,
 
 #define DIMS(...) ((const long long[]){__VA_ARGS__})
 
+/* h_model_meta: GET /v2/models/{m}: name, versions, platform, the inputs
+ * and outputs with their shapes (-1 = any) and the model's parameters, for
+ * a ready model (sdpa included); 404 when it is unknown or not loaded. */
 static void h_model_meta(srv_req *r)
 {
     srv_entry *e = entry_for(r);

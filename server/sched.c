@@ -490,6 +490,8 @@ static void pump(srv_entry *e)
 
 /* ---- admission and decode ------------------------------------------------- */
 
+/* decode_work: pool thread. Decodes the body (then frees it) and checks
+ * and lays out the request for its model; sets j->status on failure. */
 static void decode_work(uv_work_t *w)
 {
     srv_job *j = w->data;
@@ -513,6 +515,8 @@ static void decode_work(uv_work_t *w)
     j->decode_ns = srv_now_ns() - t0;
 }
 
+/* decode_done: loop thread. Answers a failed or abandoned request and
+ * ends its job; otherwise appends it to the model's queue and pumps. */
 static void decode_done(uv_work_t *w, int status)
 {
     srv_job *j = w->data;
