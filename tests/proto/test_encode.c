@@ -11,14 +11,8 @@
 
 #include "core/attn.h"
 #include "proto/oip.h"
+#include "bits.h"
 #include "tests/check_main.h"
-
-static uint32_t fbits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
 
 START_TEST(json_response_text)
 {

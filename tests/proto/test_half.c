@@ -8,21 +8,8 @@
 
 #include "proto/oip.h"
 #include "half_vectors.h"
+#include "bits.h"
 #include "tests/check_main.h"
-
-static uint32_t fbits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-static float bitsf(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n)
 {

@@ -9,21 +9,8 @@
 #include <string.h>
 
 #include "proto/oip_internal.h"
+#include "bits.h"
 #include "tests/check_main.h"
-
-static uint32_t fbits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-static float bitsf(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 static uint64_t rng = 0x9e3779b97f4a7c15ULL;
 static uint32_t next32(void)
