@@ -51,14 +51,14 @@ static int set_value(srv_config *cfg, const setting *s, const char *text,
         sp = (char **)((char *)cfg + s->off);
         if (strcmp(s->name, "log-format") == 0 && strcmp(text, "text") != 0 &&
             strcmp(text, "json") != 0) {
-            snprintf(err, 512, "%s: log format '%s' is not text or json", where,
+            snprintf(err, SRV_ERRMAX, "%s: log format '%s' is not text or json", where,
                      text);
             return -1;
         }
         free(*sp);
         *sp = strdup(text);
         if (!*sp) {
-            snprintf(err, 512, "%s: out of memory", where);
+            snprintf(err, SRV_ERRMAX, "%s: out of memory", where);
             return -1;
         }
         return 0;
@@ -66,11 +66,11 @@ static int set_value(srv_config *cfg, const setting *s, const char *text,
     errno = 0;
     v = strtoll(text, &end, 10);
     if (errno || end == text || *end) {
-        snprintf(err, 512, "%s: '%s' is not an integer", where, text);
+        snprintf(err, SRV_ERRMAX, "%s: '%s' is not an integer", where, text);
         return -1;
     }
     if (v < s->min || v > s->max) {
-        snprintf(err, 512, "%s: %lld is outside [%lld, %lld]", where, v, s->min,
+        snprintf(err, SRV_ERRMAX, "%s: %lld is outside [%lld, %lld]", where, v, s->min,
                  s->max);
         return -1;
     }
@@ -124,7 +124,7 @@ int srv_config_load(srv_config *cfg, int argc, char **argv,
             return 0;
         }
         if (strncmp(f, "--", 2) != 0) {
-            snprintf(err, 512, "%s: unexpected argument (try --help)", f);
+            snprintf(err, SRV_ERRMAX, "%s: unexpected argument (try --help)", f);
             goto fail;
         }
         f += 2;
@@ -134,7 +134,7 @@ int srv_config_load(srv_config *cfg, int argc, char **argv,
         if ((len == 12 && strncmp(f, "check-models", len) == 0) ||
             (len == 12 && strncmp(f, "health-check", len) == 0)) {
             if (!val) {
-                snprintf(err, 512, "--%.*s needs a value", (int)len, f);
+                snprintf(err, SRV_ERRMAX, "--%.*s needs a value", (int)len, f);
                 goto fail;
             }
             *action = f[0] == 'c' ? SRV_CHECK_MODELS : SRV_HEALTH_CHECK;
@@ -145,11 +145,11 @@ int srv_config_load(srv_config *cfg, int argc, char **argv,
         }
         s = find(f, len);
         if (!s) {
-            snprintf(err, 512, "--%.*s: unknown flag (try --help)", (int)len, f);
+            snprintf(err, SRV_ERRMAX, "--%.*s: unknown flag (try --help)", (int)len, f);
             goto fail;
         }
         if (!val) {
-            snprintf(err, 512, "--%s needs a value", s->name);
+            snprintf(err, SRV_ERRMAX, "--%s needs a value", s->name);
             goto fail;
         }
         snprintf(where, sizeof where, "--%s", s->name);

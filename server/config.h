@@ -15,6 +15,10 @@
 
 #define SRV_MiB (1024LL * 1024LL)
 
+/* Bytes of the err buffer the daemon's set-up calls fill (srv_config_load,
+ * srv_registry_start, srv_http_start, srv_health_check). */
+#define SRV_ERRMAX 512
+
 /* X(field, name, type, default, min, max, help)
  * type INT: default/min/max are integers (0 in min/max of a string = none).
  * type STR: default is a string, min/max unused.
@@ -80,8 +84,8 @@ typedef enum srv_action {
 /*
  * srv_config_load: fill cfg from defaults, then ATTND_* variables, then argv.
  * Sets *action (and *arg for --check-models/--health-check). Returns 0, or -1
- * with a message naming the flag or variable in err (512 bytes). Strings in
- * cfg are malloc'd; free with srv_config_free.
+ * with a message naming the flag or variable in err (SRV_ERRMAX bytes).
+ * Strings in cfg are malloc'd; free with srv_config_free.
  */
 int srv_config_load(srv_config *cfg, int argc, char **argv,
                     srv_action *action, const char **arg, char *err);

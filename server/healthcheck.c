@@ -13,7 +13,8 @@
 /*
  * srv_health_check: GET url (http://host[:port]/path) with a 5 s timeout.
  * Returns 0 when the answer is 200, 1 for another status, -1 when the URL
- * is bad or the server cannot be reached (err says which).
+ * is bad or the server cannot be reached; err (SRV_ERRMAX bytes) says
+ * which, also for another status.
  */
 int srv_health_check(const char *url, char *err)
 {
@@ -24,7 +25,7 @@ int srv_health_check(const char *url, char *err)
     int fd = -1, code = -1;
     size_t got = 0;
     if (strncmp(url, "http://", 7) != 0) {
-        snprintf(err, 512, "--health-check %s: expected http://host[:port]/path", url);
+        snprintf(err, SRV_ERRMAX, "--health-check %s: expected http://host[:port]/path", url);
         return -1;
     }
     p = url + 7;
@@ -34,7 +35,7 @@ int srv_health_check(const char *url, char *err)
     if (*p == '[') { /* [v6]:port */
         hend = strchr(p, ']');
         if (!hend || hend > path) {
-            snprintf(err, 512, "--health-check %s: bad IPv6 host", url);
+            snprintf(err, SRV_ERRMAX, "--health-check %s: bad IPv6 host", url);
             return -1;
         }
         snprintf(host, sizeof host, "%.*s", (int)(hend - p - 1), p + 1);
@@ -49,7 +50,7 @@ int srv_health_check(const char *url, char *err)
     memset(&hints, 0, sizeof hints);
     hints.ai_socktype = SOCK_STREAM;
     if (getaddrinfo(host, port, &hints, &ai) != 0 || !ai) {
-        snprintf(err, 512, "--health-check %s: cannot resolve %s", url, host);
+        snprintf(err, SRV_ERRMAX, "--health-check %s: cannot resolve %s", url, host);
         return -1;
     }
     for (a = ai; a; a = a->ai_next) {
@@ -65,14 +66,14 @@ int srv_health_check(const char *url, char *err)
     }
     freeaddrinfo(ai);
     if (fd < 0) {
-        snprintf(err, 512, "--health-check %s: cannot connect", url);
+        snprintf(err, SRV_ERRMAX, "--health-check %s: cannot connect", url);
         return -1;
     }
     snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: %s\r\nConnection: close\r\n\r\n",
              *path ? path : "/", host);
     if (write(fd, req, strlen(req)) != (ssize_t)strlen(req)) {
         close(fd);
-        snprintf(err, 512, "--health-check %s: send failed", url);
+        snprintf(err, SRV_ERRMAX, "--health-check %s: send failed", url);
         return -1;
     }
     while (got < sizeof resp - 1) {
@@ -84,9 +85,9 @@ int srv_health_check(const char *url, char *err)
     close(fd);
     resp[got] = 0;
     if (sscanf(resp, "HTTP/%*d.%*d %d", &code) != 1) {
-        snprintf(err, 512, "--health-check %s: no HTTP answer", url);
+        snprintf(err, SRV_ERRMAX, "--health-check %s: no HTTP answer", url);
         return -1;
     }
-    snprintf(err, 512, "--health-check %s: HTTP %d", url, code);
+    snprintf(err, SRV_ERRMAX, "--health-check %s: HTTP %d", url, code);
     return code == 200 ? 0 : 1;
 }

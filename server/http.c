@@ -475,7 +475,7 @@ int srv_http_start(srv *s, char *err)
     snprintf(portstr, sizeof portstr, "%lld", s->cfg.port);
     rc = getaddrinfo(s->cfg.host, portstr, &hints, &ai);
     if (rc != 0 || !ai) {
-        snprintf(err, 512, "--host %s: cannot resolve (%s)", s->cfg.host,
+        snprintf(err, SRV_ERRMAX, "--host %s: cannot resolve (%s)", s->cfg.host,
                  gai_strerror(rc));
         return -1;
     }
@@ -493,7 +493,7 @@ int srv_http_start(srv *s, char *err)
         MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
         MHD_OPTION_END);
     if (!s->mhd) {
-        snprintf(err, 512, "--host %s --port %lld: cannot listen (in use, or "
+        snprintf(err, SRV_ERRMAX, "--host %s --port %lld: cannot listen (in use, or "
                  "not an address of this machine)", s->cfg.host, s->cfg.port);
         return -1;
     }
@@ -501,7 +501,7 @@ int srv_http_start(srv *s, char *err)
     s->port = info ? info->port : (int)s->cfg.port;
     info = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_EPOLL_FD);
     if (!info) {
-        snprintf(err, 512, "libmicrohttpd has no epoll support");
+        snprintf(err, SRV_ERRMAX, "libmicrohttpd has no epoll support");
         MHD_stop_daemon(s->mhd);
         s->mhd = NULL;
         return -1;

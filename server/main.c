@@ -81,7 +81,7 @@ int main(int argc, char **argv)
     static srv s; /* static: lives as long as the process */
     srv_action action;
     const char *arg;
-    char err[512], num[16];
+    char err[SRV_ERRMAX], num[16];
     int rc;
     if (srv_config_load(&s.cfg, argc, argv, &action, &arg, err) < 0) {
         fprintf(stderr, "attnd: %s\n", err);

@@ -198,7 +198,7 @@ int srv_registry_start(srv *s, char *err)
     struct dirent *de;
     if (!e || !in) {
         free(in);
-        snprintf(err, 512, "out of memory");
+        snprintf(err, SRV_ERRMAX, "out of memory");
         return -1;
     }
     in->builtin = 1;
@@ -225,7 +225,7 @@ int srv_registry_start(srv *s, char *err)
         }
         if (start_load(s, de->d_name, NULL) < 0) {
             closedir(d);
-            snprintf(err, 512, "out of memory");
+            snprintf(err, SRV_ERRMAX, "out of memory");
             return -1;
         }
     }

@@ -186,7 +186,8 @@ struct srv {
 void srv_check_stop(srv *s);
 
 /* registry.c */
-int srv_registry_start(srv *s, char *err); /* sdpa + every repo folder */
+/* srv_registry_start: sdpa + every repo folder; -1 with err (SRV_ERRMAX). */
+int srv_registry_start(srv *s, char *err);
 srv_entry *srv_registry_find(srv *s, const char *name);
 srv_entry *srv_registry_add(srv *s, const char *name);
 void srv_inst_unref(srv_inst *in);
@@ -220,10 +221,10 @@ void srv_log(srv *s, const char *level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* http.c */
-int srv_http_start(srv *s, char *err);
+int srv_http_start(srv *s, char *err); /* -1 with err (SRV_ERRMAX) */
 void srv_http_stop(srv *s);
 
 /* healthcheck.c */
-int srv_health_check(const char *url, char *err);
+int srv_health_check(const char *url, char *err); /* err: SRV_ERRMAX */
 
 #endif

@@ -19,7 +19,7 @@ START_TEST(defaults)
     srv_config c;
     srv_action act;
     const char *arg;
-    char err[512], *argv[] = {"attnd", NULL};
+    char err[SRV_ERRMAX], *argv[] = {"attnd", NULL};
     unsetenv("ATTND_PORT");
     unsetenv("ATTND_HOST");
     ck_assert_int_eq(load(&c, &act, &arg, err, 1, argv), 0);
@@ -41,7 +41,7 @@ START_TEST(env_then_flags)
     srv_config c;
     srv_action act;
     const char *arg;
-    char err[512];
+    char err[SRV_ERRMAX];
     char *argv[] = {"attnd", "--port", "9001", "--models=/m", NULL};
     setenv("ATTND_PORT", "7000", 1);
     setenv("ATTND_HOST", "0.0.0.0", 1);
@@ -63,7 +63,7 @@ START_TEST(errors_name_the_setting)
     srv_config c;
     srv_action act;
     const char *arg;
-    char err[512];
+    char err[SRV_ERRMAX];
     char *a1[] = {"attnd", "--max-batch", "0", NULL};
     char *a2[] = {"attnd", "--deadline-ms", "12x", NULL};
     char *a3[] = {"attnd", "--bogus", "1", NULL};
@@ -94,7 +94,7 @@ START_TEST(actions)
     srv_config c;
     srv_action act;
     const char *arg;
-    char err[512];
+    char err[SRV_ERRMAX];
     char *a1[] = {"attnd", "--check-models", "dir", NULL};
     char *a2[] = {"attnd", "--health-check=http://127.0.0.1:1/", NULL};
     char *a3[] = {"attnd", "--version", NULL};
