@@ -101,7 +101,7 @@ typedef struct load_job {
 static void load_work(uv_work_t *w)
 {
     load_job *lj = w->data;
-    char dir[4096], err[ATTN_ERRMAX];
+    char err[ATTN_ERRMAX];
     int rc;
     if (lj->body_len && !srv_upload_is_plain(lj->body, lj->body_len)) {
         rc = srv_upload_install(lj->repo, lj->name, lj->body, lj->body_len,
@@ -109,8 +109,7 @@ static void load_work(uv_work_t *w)
         lj->rc = rc;
         return;
     }
-    snprintf(dir, sizeof dir, "%s/%s", lj->repo, lj->name);
-    rc = model_load(&lj->m, dir, err);
+    rc = model_load_repo(&lj->m, lj->repo, lj->name, err);
     if (rc < 0) {
         lj->rc = rc == ATTN_ENOTFOUND || rc == ATTN_EIO ? 404 : 400;
         snprintf(lj->err, sizeof lj->err, "model '%s': %.480s", lj->name, err);
