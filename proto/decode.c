@@ -111,6 +111,24 @@ static int mul_size(size_t a, size_t b, size_t *out)
     return 0;
 }
 
+/* get_name: o's "name", a string of 1 to OIP_MAX_NAME - 1 bytes, into dst
+ * (OIP_MAX_NAME bytes); where ("inputs[2]") starts the messages. */
+static int get_name(json_t *o, const char *where, char *dst, char *err)
+{
+    json_t *name = json_object_get(o, "name");
+    if (!name)
+        return oip__fail(err, ATTN_EINVAL, "%s.name: missing", where);
+    if (!json_is_string(name))
+        return oip__fail(err, ATTN_EINVAL, "%s.name: expected a string",
+                         where);
+    size_t len = json_string_length(name);
+    if (len == 0 || len >= OIP_MAX_NAME)
+        return oip__fail(err, ATTN_EINVAL, "%s.name: must be 1 to %d bytes",
+                         where, OIP_MAX_NAME - 1);
+    memcpy(dst, json_string_value(name), len + 1);
+    return 0;
+}
+
 static int get_bool(json_t *obj, const char *key, const char *field, int *out,
                     char *err)
 {
@@ -209,19 +227,11 @@ static int decode_outputs(oip_request *req, json_t *root, int max_outputs,
         if (!json_is_object(o))
             return oip__fail(err, ATTN_EINVAL,
                              "outputs[%zu]: expected an object", i);
-        json_t *name = json_object_get(o, "name");
-        if (!name)
-            return oip__fail(err, ATTN_EINVAL, "outputs[%zu].name: missing",
-                             i);
-        if (!json_is_string(name))
-            return oip__fail(err, ATTN_EINVAL,
-                             "outputs[%zu].name: expected a string", i);
-        size_t len = json_string_length(name);
-        if (len == 0 || len >= OIP_MAX_NAME)
-            return oip__fail(err, ATTN_EINVAL,
-                             "outputs[%zu].name: must be 1 to %d bytes", i,
-                             OIP_MAX_NAME - 1);
-        memcpy(r->name, json_string_value(name), len + 1);
+        char where[32];
+        snprintf(where, sizeof where, "outputs[%zu]", i);
+        int rc = get_name(o, where, r->name, err);
+        if (rc)
+            return rc;
         for (size_t j = 0; j < i; j++)
             if (!strcmp(req->outputs[j].name, r->name))
                 return oip__fail(err, ATTN_EINVAL,
@@ -236,8 +246,7 @@ static int decode_outputs(oip_request *req, json_t *root, int max_outputs,
             char field[64];
             snprintf(field, sizeof field,
                      "outputs[%zu].parameters.binary_data", i);
-            int rc = get_bool(p, "binary_data", field, &r->binary, err);
-            if (rc)
+            if ((rc = get_bool(p, "binary_data", field, &r->binary, err)))
                 return rc;
         }
         req->n_outputs = (int)i + 1;
@@ -258,18 +267,11 @@ static int input_meta(json_t *in, int i, const oip__scan *sc, int has_binary,
         return oip__fail(err, ATTN_EINVAL, "inputs[%d]: expected an object",
                          i);
     /* name */
-    json_t *name = json_object_get(in, "name");
-    if (!name)
-        return oip__fail(err, ATTN_EINVAL, "inputs[%d].name: missing", i);
-    if (!json_is_string(name))
-        return oip__fail(err, ATTN_EINVAL,
-                         "inputs[%d].name: expected a string", i);
-    size_t len = json_string_length(name);
-    if (len == 0 || len >= OIP_MAX_NAME)
-        return oip__fail(err, ATTN_EINVAL,
-                         "inputs[%d].name: must be 1 to %d bytes", i,
-                         OIP_MAX_NAME - 1);
-    memcpy(t->name, json_string_value(name), len + 1);
+    char where[32];
+    snprintf(where, sizeof where, "inputs[%d]", i);
+    int rc = get_name(in, where, t->name, err);
+    if (rc)
+        return rc;
 
     /* datatype */
     json_t *dt = json_object_get(in, "datatype");
