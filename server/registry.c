@@ -251,35 +251,31 @@ static const char *state_name(int st)
     return st == SRV_READY ? "READY" : st == SRV_LOADING ? "LOADING" : "UNAVAILABLE";
 }
 
-/* POST /v2/repository/index: loaded models plus unloaded folders;
- * {"ready": true} lists only the ready ones. */
-void srv_h_index(srv_req *r)
+/* An index request listing the repository's folders on the pool. */
+typedef struct index_job {
+    uv_work_t work;
+    srv_req *req;
+    const char *repo;
+    char **names; /* folders, sorted (model_repo_list) */
+    int n;        /* their count, or negative: none could be listed */
+} index_job;
+
+static void index_work(uv_work_t *w)
 {
-    json_t *arr = json_array(), *req = NULL, *v;
-    json_error_t je;
+    index_job *ij = w->data;
+    char err[ATTN_ERRMAX];
+    ij->n = model_repo_list(ij->repo, &ij->names, err);
+}
+
+/* index_answer: the registry's models (only the ready ones when
+ * only_ready), then the n folders of names that are valid model names and
+ * not in the registry, as UNAVAILABLE "not loaded". Loop thread. */
+static void index_answer(srv_req *r, int only_ready, char **names, int n)
+{
+    json_t *arr = json_array();
     srv_entry *e;
-    DIR *d;
-    struct dirent *de;
-    int only_ready = 0;
     char *text;
-    if (r->body_len) {
-        req = json_loadb(r->body, r->body_len, JSON_REJECT_DUPLICATES, &je);
-        if (!json_is_object(req)) {
-            json_decref(req);
-            json_decref(arr);
-            srv_respond_error(r, 400, "body: not a JSON object (%s)", je.text);
-            return;
-        }
-        v = json_object_get(req, "ready");
-        if (v && !json_is_boolean(v)) {
-            json_decref(req);
-            json_decref(arr);
-            srv_respond_error(r, 400, "ready: must be a boolean");
-            return;
-        }
-        only_ready = json_is_true(v);
-        json_decref(req);
-    }
+    int i;
     for (e = r->s->models; e; e = e->next) {
         if (only_ready && e->state != SRV_READY)
             continue;
@@ -288,23 +284,69 @@ void srv_h_index(srv_req *r)
                                              state_name(e->state), "reason",
                                              e->state == SRV_READY ? "" : e->reason));
     }
-    d = only_ready ? NULL : opendir(r->s->cfg.models);
-    while (d && (de = readdir(d)) != NULL) {
-        if (de->d_name[0] == '.' || !model_name_valid(de->d_name) ||
-            srv_registry_find(r->s, de->d_name))
+    for (i = 0; i < n; i++) {
+        if (!model_name_valid(names[i]) || srv_registry_find(r->s, names[i]))
             continue;
         json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:s}", "name",
-                                             de->d_name, "version", "1", "state",
+                                             names[i], "version", "1", "state",
                                              "UNAVAILABLE", "reason", "not loaded"));
     }
-    if (d)
-        closedir(d);
     text = json_dumps(arr, JSON_COMPACT);
     json_decref(arr);
     if (!text)
         srv_respond_error(r, 500, "index: out of memory");
     else
         srv_respond(r, 200, "application/json", text, strlen(text));
+}
+
+static void index_done(uv_work_t *w, int status)
+{
+    index_job *ij = w->data;
+    (void)status;
+    index_answer(ij->req, 0, ij->names, ij->n);
+    model_repo_list_free(ij->names, ij->n);
+    free(ij);
+}
+
+/* POST /v2/repository/index: loaded models plus the repository's other
+ * folders (read on the pool: the folder may be on a slow volume);
+ * {"ready": true} lists only the ready ones, at once. */
+void srv_h_index(srv_req *r)
+{
+    json_t *req, *v;
+    json_error_t je;
+    index_job *ij;
+    int only_ready = 0;
+    if (r->body_len) {
+        req = json_loadb(r->body, r->body_len, JSON_REJECT_DUPLICATES, &je);
+        if (!json_is_object(req)) {
+            json_decref(req);
+            srv_respond_error(r, 400, "body: not a JSON object (%s)", je.text);
+            return;
+        }
+        v = json_object_get(req, "ready");
+        if (v && !json_is_boolean(v)) {
+            json_decref(req);
+            srv_respond_error(r, 400, "ready: must be a boolean");
+            return;
+        }
+        only_ready = json_is_true(v);
+        json_decref(req);
+    }
+    if (only_ready) {
+        index_answer(r, 1, NULL, 0);
+        return;
+    }
+    ij = calloc(1, sizeof *ij);
+    if (!ij) {
+        srv_respond_error(r, 500, "index: out of memory");
+        return;
+    }
+    ij->work.data = ij;
+    ij->req = r;
+    ij->repo = r->s->cfg.models;
+    srv_suspend(r);
+    uv_queue_work(r->s->loop, &ij->work, index_work, index_done);
 }
 
 static int name_ok(srv_req *r)

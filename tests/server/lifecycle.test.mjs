@@ -2,7 +2,7 @@
 // load/unload/upload with restart, auth and CORS.
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';
-import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { REFS, fp32, infer, maxDiff, post, start } from './helper.mjs';
@@ -196,6 +196,21 @@ test('unload: in-flight requests finish, then 404; load brings it back', async (
   assert.equal((await post(`${d.url}/v2/repository/models/tiny/load`, { parameters: {} })).status, 200);
   assert.equal((await infer(d, 'tiny', xreq('i'))).status, 200);
   assert.equal((await d.stop()).code, 0);
+});
+
+test('index: a folder added after start is listed as not loaded; a stray file is not', async () => {
+  const d = await start();
+  try {
+    mkdirSync(join(d.dir, 'later'));
+    writeFileSync(join(d.dir, 'notes.txt'), 'not a model\n');
+    const idx = await post(`${d.url}/v2/repository/index`, '');
+    assert.equal(idx.status, 200);
+    assert.deepEqual(idx.json.find((m) => m.name === 'later'), { name: 'later', version: '1', state: 'UNAVAILABLE', reason: 'not loaded' });
+    assert.equal(idx.json.find((m) => m.name === 'notes.txt'), undefined, 'a file is not a model folder');
+    assert.ok(idx.json.find((m) => m.name === 'tiny' && m.state === 'READY'));
+    const ready = await post(`${d.url}/v2/repository/index`, '{"ready": true}');
+    assert.equal(ready.json.find((m) => m.name === 'later'), undefined);
+  } finally { assert.equal((await d.stop()).code, 0); }
 });
 
 test('API key: infer and repository need the bearer token; health, metadata, metrics stay open', async () => {
