@@ -70,7 +70,13 @@ export function renderSteps(box, run, state, qi, v) {
     box.append(el('p', {}, `d_k = ${dk}, so scores are divided by √d_k = ${fmt(sq, 4)}. ` +
       `Softmax subtracts the row maximum (${fmt(mx, 4)}) before exponentiating; the sum of the exponentials is ${fmt(sum, 4)}.`));
   } else if (!mean) {
-    box.append(el('p', { class: 'muted' }, 'This map was retained without scores or values: only its weights are shown.'));
+    box.append(el('p', { class: 'muted', 'data-why': 'no-scores' },
+      `No scores for this map: ${run.missing || 'the server did not send them'}. Only its weights are shown; ` +
+      'run the input again (or retain it from this page, which asks for scores and values) to see q·k, ÷ √d_k and the softmax.'));
+  }
+  if (!mean && (have.qk || have.scores) && !have.v && run.source === 'map') {
+    box.append(el('p', { class: 'muted small', 'data-why': 'no-values' },
+      `No value rows for this map${run.missing ? `: ${run.missing}` : ''}, so the output row is not shown.`));
   }
   let shown = row;
   if (S > STEP_ROWS) {
