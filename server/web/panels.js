@@ -88,7 +88,7 @@ export function renderSteps(box, run, state, qi, v) {
   if (have.qk || have.scores) cols.push('q·k', `÷ √d_k`, 'exp(s − max)');
   cols.push('weight');
   if (have.v) cols.push('weight × v');
-  for (const c of cols) thead.append(el('th', { scope: 'col' }, c));
+  for (const c of cols) thead.append(el('th', c === 'weight × v' ? { scope: 'col', class: 'vec' } : { scope: 'col' }, c));
   const tb = el('tbody');
   const out = have.v ? new Float64Array(dv) : null;
   for (const j of row) {

@@ -196,3 +196,32 @@ test('the input tabs by keyboard: arrows move and select, Home/End, one tab stop
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+test('layout at 1400x1000 and 800x900: tabs on one line, nothing wider than the window, side panel placed', async () => {
+  const demo = (await fetch(`${daemon.url}/v2/models/demo`)).ok ? 'demo' : 'toy';
+  const url = `${daemon.url}/#model=${demo}&text=${encodeURIComponent('the cat sat on the mat because it was tired')}&h=1&q=4`;
+  for (const [width, height] of [[1400, 1000], [800, 900]]) {
+    const { page, errors } = await openPage(browser, url, { width, height });
+    const m = await page.evaluate(() => {
+      const box = (id) => document.getElementById(id).getBoundingClientRect();
+      const tabs = [...document.querySelectorAll('[role=tab]')].map((t) => t.getBoundingClientRect().height);
+      const steps = document.getElementById('steps');
+      return {
+        tabHeights: tabs, doc: document.documentElement.scrollWidth,
+        stepsOverflow: steps.scrollWidth - steps.clientWidth,
+        map: box('heatmap'), readout: box('readout'), lines: box('lines'),
+      };
+    });
+    const label = `${width}x${height}`;
+    assert.ok(Math.max(...m.tabHeights) - Math.min(...m.tabHeights) < 1 && m.tabHeights[0] < 40, `${label}: tab heights ${m.tabHeights}`);
+    assert.ok(m.doc <= width, `${label}: page is ${m.doc}px wide`);
+    assert.ok(m.stepsOverflow <= 0, `${label}: step table overflows by ${m.stepsOverflow}px`);
+    if (width >= 1400) assert.ok(m.readout.left >= m.map.right, `${label}: readout beside the map`);
+    else {
+      assert.ok(m.readout.top >= m.map.bottom, `${label}: readout below the map`);
+      assert.ok(Math.abs(m.lines.top - m.readout.top) < 60 && m.lines.left >= m.readout.right, `${label}: lines beside the readout`);
+    }
+    assert.deepEqual(errors, []);
+    await page.close();
+  }
+});
