@@ -548,7 +548,8 @@ int maps_slice_of(maps_store *st, const char *id, maps_what what, int b,
         return rc;
     if (what == MAPS_SCORES && !e->scores) {
         snprintf(err, ATTN_ERRMAX, "what: map %s was retained without "
-                 "scores (ask for the scores output when retaining)", id);
+                 "scores (kept only when the retaining request computed "
+                 "them)", id);
         rc = ATTN_EINVAL;
         goto fail;
     }
@@ -604,7 +605,8 @@ int maps_values(maps_store *st, const char *id, int b, int h, float **out,
         return rc;
     if (!e->v) {
         snprintf(err, ATTN_ERRMAX, "what: map %s was retained without "
-                 "values (ask for the v output when retaining)", id);
+                 "values (kept only when the retaining request computed "
+                 "them)", id);
         maps__release(e);
         return ATTN_EINVAL;
     }

@@ -280,8 +280,10 @@ export async function openMap(id) {
         for (let g = 0; g < hkv; g++) // head g * (H / hkv) reads kv head g
           v.set(await fetchF32(b, g * (H / hkv), 'v'), (b * hkv + g) * S * dv);
     }
-    if (!scores) missing = 'the request that retained it did not ask for the scores output, and the store keeps only what the request computed';
-    else if (!v) missing = 'the request that retained it did not ask for the v output';
+    // The store keeps scores and values only when the retaining request
+    // computed them (it asked for those outputs).
+    if (!scores) missing = 'the server kept only its weights';
+    else if (!v) missing = 'the server kept no value rows';
   }
   const label = (arr, n, p) => (arr && arr.length === n ? arr : Array.from({ length: n }, (_, i) => `${p}${i}`));
   let tokens = label(meta.tokens, T, 't'), keyTokens = label(meta.key_tokens, S, 't');

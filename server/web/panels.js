@@ -71,8 +71,8 @@ export function renderSteps(box, run, state, qi, v) {
       `Softmax subtracts the row maximum (${fmt(mx, 4)}) before exponentiating; the sum of the exponentials is ${fmt(sum, 4)}.`));
   } else if (!mean) {
     box.append(el('p', { class: 'muted', 'data-why': 'no-scores' },
-      `No scores for this map: ${run.missing || 'the server did not send them'}. Only its weights are shown; ` +
-      'run the input again (or retain it from this page, which asks for scores and values) to see q·k, ÷ √d_k and the softmax.'));
+      `No scores for this map: ${run.missing || 'the server did not send them'}, so only the weights are listed. ` +
+      'Run its input again to see q·k, ÷ √d_k, the softmax and the output.'));
   }
   if (!mean && (have.qk || have.scores) && !have.v && run.source === 'map') {
     box.append(el('p', { class: 'muted small', 'data-why': 'no-values' },

@@ -161,7 +161,7 @@ test('the step view of a retained map: the numbers when scores were kept, else w
       assert.equal(await page.$('#steps [data-why=no-scores]'), null);
     } else {
       const why = await page.textContent('#steps [data-why=no-scores]');
-      assert.match(why, /No scores for this map: the request that retained it did not ask for the scores output/);
+      assert.match(why, /No scores for this map: the server kept only its weights, so only the weights are listed/);
       assert.doesNotMatch(steps, /√d_k =/);
       // The weights are still listed: uniform 0.25 over the 4 keys.
       assert.equal((steps.match(/0\.250000/g) || []).length, 4);
