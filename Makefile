@@ -261,3 +261,12 @@ check-weights-gen:
 	diff -r "$$d/demo" models/demo && \
 	echo "check-weights-gen: st_corpus, model_corpus and models/demo match their generators"
 	@python3 -B tests/core/test_tools.py -v
+
+# ---- fresh: the README's install story on a new Debian 12 -----------------
+# A debootstrapped minbase bookworm root (chroot, host network, as root):
+# the README's apt-get line, then make test and make run in a copy of the
+# repository. Prints "fresh-machine: N passed, M failed". Needs root.
+.PHONY: fresh-test
+fresh-test:
+	@tools/install-deps.sh fresh
+	deploy/fresh-machine-test.sh

@@ -453,6 +453,19 @@ int srv_infer_encode(const srv_prep *p, const oip_request *req,
         a.s_valid = p->s_valid;
         a.tokens = (const char *const *)req->params.tokens;
         a.n_tokens = req->params.n_tokens;
+        {   /* what the page needs for masked cells and the step view */
+            const oip_tensor *mk = oip_find_input(req, "mask");
+            const oip_tensor *vin = p->raw ? oip_find_input(req, "v") : NULL;
+            if (mk) { /* shape checked at prepare: [T, S] or [lead..., T, S] */
+                a.mask = (const uint8_t *)mk->data;
+                a.mask_planes = (int)(mk->count / ((size_t)p->maps_t * p->maps_s));
+            }
+            a.scores = p->out[SRV_O_SCORES];
+            a.v = p->raw ? (vin ? (const float *)vin->data : NULL) : p->out[SRV_O_V];
+            a.kv_h = p->raw ? p->maps_h : p->cfg.n_kv_heads;
+            a.dv = p->cfg.v_head_dim;
+            a.dk = p->cfg.head_dim;
+        }
         if (maps_put(maps, &a, id, merr) < 0)
             return ERR("parameters.retain: %.400s", merr);
         snprintf(extra, sizeof extra, "{\"map_id\":\"%s\"}", id);

@@ -76,6 +76,9 @@ static void entry_free(maps__entry *e)
     free(e->label_off);
     free(e->t_valid);
     free(e->s_valid);
+    free(e->mask);
+    free(e->scores);
+    free(e->v);
     free(e);
 }
 
@@ -116,6 +119,86 @@ static void unlink_entry(maps_store *st, maps__entry *e)
 }
 
 /*
+ * extras_size: check the optional mask / scores / values of a and count
+ * their bytes (mask as bits). 0, or ATTN_EINVAL / ATTN_EOVERFLOW with err
+ * naming the field. Called after a's shape is known not to overflow.
+ */
+static int extras_size(const maps_put_args *a, size_t *mbits, size_t *mbytes,
+                       size_t *sbytes, size_t *vbytes, char *err)
+{
+    size_t ts = (size_t)a->t * (size_t)a->s;
+
+    *mbits = *mbytes = *sbytes = *vbytes = 0;
+    if (a->mask) {
+        if (a->mask_planes != 1 && a->mask_planes != a->b &&
+            (long long)a->mask_planes != (long long)a->b * a->h) {
+            snprintf(err, ATTN_ERRMAX, "inputs[mask]: %d planes; expected "
+                     "1, %d or %d", a->mask_planes, a->b, a->b * a->h);
+            return ATTN_EINVAL;
+        }
+        if (mul_size(ts, (size_t)a->mask_planes, mbits))
+            goto overflow;
+        *mbytes = (*mbits + 7) / 8;
+    }
+    if (a->scores && (mul_size(ts, (size_t)a->b * (size_t)a->h, sbytes) ||
+                      mul_size(*sbytes, sizeof(float), sbytes)))
+        goto overflow;
+    if (a->v) {
+        if (a->kv_h < 1 || a->h % a->kv_h != 0 || a->dv < 1) {
+            snprintf(err, ATTN_ERRMAX, "outputs.v: %d kv heads of width %d "
+                     "do not fit %d heads", a->kv_h, a->dv, a->h);
+            return ATTN_EINVAL;
+        }
+        if (mul_size((size_t)a->b, (size_t)a->kv_h, vbytes) ||
+            mul_size(*vbytes, (size_t)a->s, vbytes) ||
+            mul_size(*vbytes, (size_t)a->dv, vbytes) ||
+            mul_size(*vbytes, sizeof(float), vbytes))
+            goto overflow;
+    }
+    return 0;
+overflow:
+    snprintf(err, ATTN_ERRMAX, "parameters.retain: mask, scores or values "
+             "overflow size_t");
+    return ATTN_EOVERFLOW;
+}
+
+/* copy_extras: copy a's optional mask (packed to bits), scores and values
+ * into e with the sizes extras_size counted. 0, or -1 when out of memory
+ * (e keeps what it got; entry_free frees it). */
+static int copy_extras(maps__entry *e, const maps_put_args *a, size_t mbits,
+                       size_t mbytes, size_t sbytes, size_t vbytes)
+{
+    size_t k;
+
+    if (a->mask) {
+        e->mask = calloc(mbytes ? mbytes : 1, 1);
+        if (!e->mask)
+            return -1;
+        for (k = 0; k < mbits; k++)
+            if (a->mask[k])
+                e->mask[k >> 3] |= (uint8_t)(1u << (k & 7));
+        e->info.mask_planes = a->mask_planes;
+    }
+    if (a->scores) {
+        e->scores = malloc(sbytes);
+        if (!e->scores)
+            return -1;
+        memcpy(e->scores, a->scores, sbytes);
+        e->info.has_scores = 1;
+    }
+    if (a->v) {
+        e->v = malloc(vbytes);
+        if (!e->v)
+            return -1;
+        memcpy(e->v, a->v, vbytes);
+        e->info.kv_h = a->kv_h;
+        e->info.dv = a->dv;
+    }
+    e->info.dk = a->dk > 0 ? a->dk : 0;
+    return 0;
+}
+
+/*
  * Check a's shape and labels and build an unlinked entry holding copies of
  * everything (refs = 1, id not yet assigned). 0 or a negative code with
  * err naming the field.
@@ -124,7 +207,8 @@ static int entry_build(const maps_put_args *a, size_t max_bytes,
                        maps__entry **out, char *err)
 {
     maps__entry *e = NULL;
-    size_t cells, nbytes, lab_bytes = 0, total;
+    size_t cells, nbytes, lab_bytes = 0, total, mbits = 0, mbytes = 0;
+    size_t sbytes = 0, vbytes = 0;
     int i, rc;
 
     *out = NULL;
@@ -167,10 +251,15 @@ static int entry_build(const maps_put_args *a, size_t max_bytes,
             return ATTN_EINVAL;
         }
     }
+    if ((rc = extras_size(a, &mbits, &mbytes, &sbytes, &vbytes, err)))
+        return rc;
     total = nbytes + lab_bytes + sizeof(*e) +
             (size_t)a->n_tokens * sizeof(size_t) +
             2 * (size_t)a->b * sizeof(int32_t);
-    if (total < nbytes || total > max_bytes) {
+    if (total < nbytes ||
+        __builtin_add_overflow(total, mbytes, &total) ||
+        __builtin_add_overflow(total, sbytes, &total) ||
+        __builtin_add_overflow(total, vbytes, &total) || total > max_bytes) {
         snprintf(err, ATTN_ERRMAX,
                  "parameters.retain: these maps need %zu bytes, more than "
                  "the whole retained-map store (%zu bytes, setting "
@@ -204,6 +293,8 @@ static int entry_build(const maps_put_args *a, size_t max_bytes,
     if (!e->attention || !e->t_valid || !e->s_valid)
         goto nomem;
     memcpy(e->attention, a->attention, nbytes);
+    if (copy_extras(e, a, mbits, mbytes, sbytes, vbytes))
+        goto nomem;
     for (i = 0; i < a->b; i++) {
         e->t_valid[i] = a->t_valid ? a->t_valid[i] : a->t;
         e->s_valid[i] = a->s_valid ? a->s_valid[i] : a->s;
@@ -364,21 +455,61 @@ int maps_pool_max(const float *in, int t, int s, int max_n, float *out,
     return 0;
 }
 
-int maps_slice(maps_store *st, const char *id, int b, int h, int max_n,
-               float **out, int *rows, int *cols, int *row_block,
-               int *col_block, char *err)
+int maps__allowed(const maps__entry *e, int b, int h, int i, int j)
 {
-    char scratch[ATTN_ERRMAX];
-    maps__entry *e;
-    float *mean = NULL, *res = NULL;
-    const float *src;
-    size_t ts, i;
-    int k, rc = 0, nr, nc;
+    const maps_info *in = &e->info;
+    size_t plane, k;
 
-    if (!err)
-        err = scratch;
+    if (i >= e->t_valid[b] || j >= e->s_valid[b] || (in->causal && j > i))
+        return 0;
+    if (!e->mask)
+        return 1;
+    plane = in->mask_planes == 1 ? 0
+            : in->mask_planes == in->b ? (size_t)b
+                                       : (size_t)b * (size_t)in->h + (size_t)h;
+    k = (plane * (size_t)in->t + (size_t)i) * (size_t)in->s + (size_t)j;
+    return (e->mask[k >> 3] >> (k & 7)) & 1;
+}
+
+/* fill_plane: one (t, s) plane of what for (b, h) of e into dst (h == -1:
+ * the mean over heads, or for MAPS_ALLOWED allowed by any head). dst is
+ * zeroed by the caller. */
+static void fill_plane(const maps__entry *e, maps_what what, int b, int h,
+                       float *dst)
+{
+    size_t ts = (size_t)e->info.t * (size_t)e->info.s, x;
+    int k, h0 = h < 0 ? 0 : h, h1 = h < 0 ? e->info.h : h + 1, i, j;
+
+    for (k = h0; k < h1; k++) {
+        if (what == MAPS_ALLOWED) {
+            for (i = 0; i < e->info.t; i++)
+                for (j = 0; j < e->info.s; j++)
+                    if (maps__allowed(e, b, k, i, j))
+                        dst[(size_t)i * (size_t)e->info.s + (size_t)j] = 1.0f;
+            continue;
+        }
+        const float *src = (what == MAPS_SCORES ? e->scores : e->attention) +
+                           ((size_t)b * (size_t)e->info.h + (size_t)k) * ts;
+        if (h >= 0) {
+            memcpy(dst, src, ts * sizeof(float));
+            return;
+        }
+        for (x = 0; x < ts; x++)
+            dst[x] += src[x];
+    }
+    if (h < 0 && what != MAPS_ALLOWED)
+        for (x = 0; x < ts; x++)
+            dst[x] /= (float)e->info.h;
+}
+
+/* Take a reference on id and check b and h; on failure err names the
+ * problem and *out is NULL. */
+static int acquire_checked(maps_store *st, const char *id, int b, int h,
+                           int allow_mean, maps__entry **out, char *err)
+{
+    maps__entry *e = maps__acquire(st, id);
+
     *out = NULL;
-    e = maps__acquire(st, id);
     if (!e) {
         snprintf(err, ATTN_ERRMAX, "map %s: not retained (unknown or "
                  "evicted)", id ? id : "(null)");
@@ -387,33 +518,47 @@ int maps_slice(maps_store *st, const char *id, int b, int h, int max_n,
     if (b < 0 || b >= e->info.b) {
         snprintf(err, ATTN_ERRMAX, "b: %d is out of range [0, %d)", b,
                  e->info.b);
-        rc = ATTN_EINVAL;
-        goto fail;
+        maps__release(e);
+        return ATTN_EINVAL;
     }
-    if (h < -1 || h >= e->info.h) {
+    if (h < (allow_mean ? -1 : 0) || h >= e->info.h) {
         snprintf(err, ATTN_ERRMAX, "h: %d is out of range [0, %d)", h,
                  e->info.h);
+        maps__release(e);
+        return ATTN_EINVAL;
+    }
+    *out = e;
+    return 0;
+}
+
+int maps_slice_of(maps_store *st, const char *id, maps_what what, int b,
+                  int h, int max_n, float **out, int *rows, int *cols,
+                  int *row_block, int *col_block, char *err)
+{
+    char scratch[ATTN_ERRMAX];
+    maps__entry *e;
+    float *plane = NULL, *res = NULL;
+    size_t ts;
+    int rc, nr, nc;
+
+    if (!err)
+        err = scratch;
+    *out = NULL;
+    if ((rc = acquire_checked(st, id, b, h, 1, &e, err)))
+        return rc;
+    if (what == MAPS_SCORES && !e->scores) {
+        snprintf(err, ATTN_ERRMAX, "what: map %s was retained without "
+                 "scores (kept only when the retaining request computed "
+                 "them)", id);
         rc = ATTN_EINVAL;
         goto fail;
     }
     /* entry_build checked b*h*t*s*4 for overflow, so t*s is safe. */
     ts = (size_t)e->info.t * (size_t)e->info.s;
-    if (h >= 0) {
-        src = e->attention + ((size_t)b * (size_t)e->info.h + (size_t)h) * ts;
-    } else {
-        mean = calloc(ts, sizeof(float));
-        if (!mean)
-            goto nomem;
-        for (k = 0; k < e->info.h; k++) {
-            const float *hp =
-                e->attention + ((size_t)b * (size_t)e->info.h + (size_t)k) * ts;
-            for (i = 0; i < ts; i++)
-                mean[i] += hp[i];
-        }
-        for (i = 0; i < ts; i++)
-            mean[i] /= (float)e->info.h;
-        src = mean;
-    }
+    plane = calloc(ts, sizeof(float));
+    if (!plane)
+        goto nomem;
+    fill_plane(e, what, b, h, plane);
     nr = (e->info.t + block_for(e->info.t, max_n) - 1) /
          block_for(e->info.t, max_n);
     nc = (e->info.s + block_for(e->info.s, max_n) - 1) /
@@ -421,9 +566,9 @@ int maps_slice(maps_store *st, const char *id, int b, int h, int max_n,
     res = malloc((size_t)nr * (size_t)nc * sizeof(float));
     if (!res)
         goto nomem;
-    maps_pool_max(src, e->info.t, e->info.s, max_n, res, rows, cols,
+    maps_pool_max(plane, e->info.t, e->info.s, max_n, res, rows, cols,
                   row_block, col_block);
-    free(mean);
+    free(plane);
     maps__release(e);
     *out = res;
     return 0;
@@ -431,8 +576,52 @@ nomem:
     snprintf(err, ATTN_ERRMAX, "out of memory");
     rc = ATTN_ENOMEM;
 fail:
-    free(mean);
+    free(plane);
     free(res);
     maps__release(e);
     return rc;
+}
+
+int maps_slice(maps_store *st, const char *id, int b, int h, int max_n,
+               float **out, int *rows, int *cols, int *row_block,
+               int *col_block, char *err)
+{
+    return maps_slice_of(st, id, MAPS_WEIGHTS, b, h, max_n, out, rows, cols,
+                         row_block, col_block, err);
+}
+
+int maps_values(maps_store *st, const char *id, int b, int h, float **out,
+                int *rows, int *cols, char *err)
+{
+    char scratch[ATTN_ERRMAX];
+    maps__entry *e;
+    size_t n;
+    int rc, kvh;
+
+    if (!err)
+        err = scratch;
+    *out = NULL;
+    if ((rc = acquire_checked(st, id, b, h, 0, &e, err)))
+        return rc;
+    if (!e->v) {
+        snprintf(err, ATTN_ERRMAX, "what: map %s was retained without "
+                 "values (kept only when the retaining request computed "
+                 "them)", id);
+        maps__release(e);
+        return ATTN_EINVAL;
+    }
+    kvh = h / (e->info.h / e->info.kv_h);
+    n = (size_t)e->info.s * (size_t)e->info.dv; /* counted in entry_build */
+    *out = malloc(n * sizeof(float));
+    if (!*out) {
+        snprintf(err, ATTN_ERRMAX, "out of memory");
+        maps__release(e);
+        return ATTN_ENOMEM;
+    }
+    memcpy(*out, e->v + ((size_t)b * (size_t)e->info.kv_h + (size_t)kvh) * n,
+           n * sizeof(float));
+    *rows = e->info.s;
+    *cols = e->info.dv;
+    maps__release(e);
+    return 0;
 }

@@ -40,7 +40,22 @@ typedef struct maps_put_args {
     const int32_t *s_valid;   /* (b) valid key rows, or NULL = all s */
     const char *const *tokens; /* labels, or NULL: see maps_put */
     int n_tokens;
+    /* Optional, for the page's mask drawing and step view (NULL/0 = not
+     * kept). mask_planes is 1 (one [t, s] mask for all), b, or b * h. */
+    const uint8_t *mask;      /* (mask_planes, t, s) 1 = may attend */
+    int mask_planes;
+    const float *scores;      /* (b, h, t, s) q.k / sqrt(d_k), pre-mask */
+    const float *v;           /* (b, kv_h, s, dv) value rows */
+    int kv_h, dv;             /* v's heads (h % kv_h == 0) and width */
+    int dk;                   /* head dim behind scores (0 = unknown) */
 } maps_put_args;
+
+/* What maps_slice_of reads. */
+typedef enum maps_what {
+    MAPS_WEIGHTS = 0, /* softmax weights */
+    MAPS_SCORES,      /* scaled scores (if retained) */
+    MAPS_ALLOWED      /* 1 = attended, 0 = masked by any mask */
+} maps_what;
 
 /* One entry's metadata (a copy; safe to keep). */
 typedef struct maps_info {
@@ -50,6 +65,10 @@ typedef struct maps_info {
     int causal;
     int64_t created_ms; /* Unix time, milliseconds */
     size_t bytes;       /* what the entry counts against the budget */
+    int mask_planes;    /* explicit mask planes kept (0 = none sent) */
+    int has_scores;     /* scores retained */
+    int kv_h, dv;       /* v retained as (b, kv_h, s, dv); 0 = none */
+    int dk;             /* 0 = unknown */
 } maps_info;
 
 /*
@@ -100,6 +119,26 @@ int maps_slice(maps_store *st, const char *id, int b, int h, int max_n,
                float **out, int *rows, int *cols, int *row_block,
                int *col_block, char *err);
 
+/*
+ * maps_slice_of: maps_slice for what: the weights (as maps_slice), the
+ * scores (ATTN_EINVAL naming `what` when none were retained; h == -1 is
+ * their mean), or the allowed cells as 1.0 / 0.0 from the request's causal
+ * flag, lengths and explicit mask (h == -1: allowed by any head). Pooling
+ * takes the block maximum, so a pooled allowed-cell is 0 only when every
+ * pair in its block was masked.
+ */
+int maps_slice_of(maps_store *st, const char *id, maps_what what, int b,
+                  int h, int max_n, float **out, int *rows, int *cols,
+                  int *row_block, int *col_block, char *err);
+
+/*
+ * maps_values: the value rows (s, dv) that query head h of batch item b
+ * read (its kv head), malloc'd into *out. 0, ATTN_ENOTFOUND, ATTN_EINVAL
+ * (b/h out of range, or no values retained; err names it) or ATTN_ENOMEM.
+ */
+int maps_values(maps_store *st, const char *id, int b, int h, float **out,
+                int *rows, int *cols, char *err);
+
 /* maps_pool_max: the pooling maps_slice uses, on a caller's (t, s) map
  * into out (rows, cols) with the block sizes it reports. Exposed for
  * tests and benchmarks. 0 or ATTN_EINVAL. */
@@ -125,6 +164,7 @@ typedef const char *(*maps_arg_fn)(void *ctx, const char *key);
  *                                  (the newest 1024; count is all of them)
  *   /v2/maps/{id}                  metadata, tokens, lengths
  *   /v2/maps/{id}/attention        ?b=&h=&max=&format=json|f32
+ *                                  &what=attention|scores|mask|v
  * arg looks up query parameters (may be NULL when there are none). Errors
  * become {"error": "..."} replies naming the parameter. Returns 0 when r
  * holds a reply, or ATTN_ENOMEM (r->body NULL; answer 500). Any thread.

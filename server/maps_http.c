@@ -61,15 +61,38 @@ static void format_time(int64_t ms, char *buf, size_t n)
     snprintf(buf, n, "%s.%03dZ", tmp, (int)(ms % 1000));
 }
 
+/* An entry's metadata; "retained" lists what ?what= can read. */
 static json_t *info_json(const maps_info *in)
 {
     char when[48];
+    json_t *o, *kept;
 
     format_time(in->created_ms, when, sizeof(when));
-    return json_pack("{s:s, s:s, s:[i,i,i,i], s:s, s:I, s:b}", "id", in->id,
-                     "model", in->model, "shape", in->b, in->h, in->t, in->s,
-                     "created", when, "bytes", (json_int_t)in->bytes,
-                     "causal", in->causal);
+    kept = json_pack("[ss]", "attention", "mask");
+    if (kept && in->has_scores &&
+        json_array_append_new(kept, json_string("scores")))
+        goto fail;
+    if (kept && in->kv_h > 0 && json_array_append_new(kept, json_string("v")))
+        goto fail;
+    o = json_pack("{s:s, s:s, s:[i,i,i,i], s:s, s:I, s:b, s:b, s:o}", "id",
+                  in->id, "model", in->model, "shape", in->b, in->h, in->t,
+                  in->s, "created", when, "bytes", (json_int_t)in->bytes,
+                  "causal", in->causal, "mask", in->mask_planes > 0,
+                  "retained", kept);
+    if (!o)
+        return NULL;
+    if ((in->kv_h > 0 &&
+         json_object_set_new(o, "v_shape",
+                             json_pack("[i,i,i,i]", in->b, in->kv_h, in->s,
+                                       in->dv))) ||
+        (in->dk > 0 && json_object_set_new(o, "d_k", json_integer(in->dk)))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+fail:
+    json_decref(kept);
+    return NULL;
 }
 
 /* GET /v2/maps: the newest MAPS_LIST_MAX entries, the total count and the
@@ -208,9 +231,12 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
     const char *sh = arg ? arg(ctx, "h") : NULL;
     const char *sm = arg ? arg(ctx, "max") : NULL;
     const char *sf = arg ? arg(ctx, "format") : NULL;
+    const char *sw = arg ? arg(ctx, "what") : NULL;
     char err[ATTN_ERRMAX], head[512];
     float *map = NULL;
-    int b = 0, h = 0, max_n = 0, rows, cols, bt, bs, rc, hl, f32 = 0;
+    int b = 0, h = 0, max_n = 0, rows, cols, bt = 1, bs = 1, rc, hl, f32 = 0;
+    int values = 0;
+    maps_what what = MAPS_WEIGHTS;
     maps_info info;
     size_t i, cells, cap;
     char *p;
@@ -229,6 +255,22 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
         f32 = 1;
     else if (sf && strcmp(sf, "json") != 0)
         return reply_error(r, 400, "format: expected json or f32");
+    if (!sw || strcmp(sw, "attention") == 0)
+        what = MAPS_WEIGHTS;
+    else if (strcmp(sw, "scores") == 0)
+        what = MAPS_SCORES;
+    else if (strcmp(sw, "mask") == 0)
+        what = MAPS_ALLOWED;
+    else if (strcmp(sw, "v") == 0)
+        values = 1;
+    else
+        return reply_error(r, 400, "what: expected attention, scores, mask "
+                                   "or v");
+    if (values && h < 0)
+        return reply_error(r, 400, "h: what=v needs a head index (values "
+                                   "have no mean)");
+    if (values && sm)
+        return reply_error(r, 400, "max: what=v is never pooled");
     if (maps_info_get(st, id, &info) == 0 && !f32) {
         int pr = max_n > 0 && info.t > max_n ? max_n : info.t;
         int pc = max_n > 0 && info.s > max_n ? max_n : info.s;
@@ -239,7 +281,9 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
             return reply_error(r, 400, err);
         }
     }
-    rc = maps_slice(st, id, b, h, max_n, &map, &rows, &cols, &bt, &bs, err);
+    rc = values ? maps_values(st, id, b, h, &map, &rows, &cols, err)
+                : maps_slice_of(st, id, what, b, h, max_n, &map, &rows, &cols,
+                                &bt, &bs, err);
     if (rc == ATTN_ENOTFOUND)
         return reply_error(r, 404, err);
     if (rc == ATTN_EINVAL)
@@ -264,8 +308,9 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
         if (!mq)
             goto nomem;
         hl = snprintf(head, sizeof(head),
-                      "{\"id\":\"%s\",\"model\":%s,\"b\":%d,\"h\":",
-                      info.id, mq, b);
+                      "{\"id\":\"%s\",\"model\":%s,\"what\":\"%s\","
+                      "\"b\":%d,\"h\":",
+                      info.id, mq, values ? "v" : sw ? sw : "attention", b);
         free(mq);
         if (h < 0)
             hl += snprintf(head + hl, sizeof(head) - (size_t)hl, "\"mean\"");
@@ -274,7 +319,8 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
         hl += snprintf(head + hl, sizeof(head) - (size_t)hl,
                        ",\"shape\":[%d,%d],\"source_shape\":[%d,%d],"
                        "\"block\":[%d,%d],\"datatype\":\"FP32\",\"data\":[",
-                       rows, cols, info.t, info.s, bt, bs);
+                       rows, cols, values ? info.s : info.t,
+                       values ? info.dv : info.s, bt, bs);
     }
     if (hl < 0 || (size_t)hl >= sizeof(head))
         goto nomem;

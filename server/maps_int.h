@@ -18,6 +18,10 @@ typedef struct maps__entry {
     float *attention;  /* (b, h, t, s) */
     int32_t *t_valid;  /* (b) */
     int32_t *s_valid;  /* (b) */
+    uint8_t *mask;     /* bits of (info.mask_planes, t, s), 1 = may attend;
+                          bit k is mask[k >> 3] >> (k & 7) & 1; or NULL */
+    float *scores;     /* (b, h, t, s) or NULL */
+    float *v;          /* (b, info.kv_h, s, info.dv) or NULL */
     char *labels;      /* n_labels NUL-terminated strings back to back */
     size_t *label_off; /* (n_labels) offsets into labels */
     int n_labels;      /* 0, t, or t + s */
@@ -28,5 +32,9 @@ typedef struct maps__entry {
  * maps__release drops a reference (NULL is fine); the last one frees. */
 maps__entry *maps__acquire(maps_store *st, const char *id);
 void maps__release(maps__entry *e);
+
+/* maps__allowed: 1 when query i may attend key j in (b, h) of e (causal
+ * flag, lengths and the explicit mask all agree), else 0. */
+int maps__allowed(const maps__entry *e, int b, int h, int i, int j);
 
 #endif

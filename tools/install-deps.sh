@@ -1,11 +1,12 @@
 #!/bin/sh
 # install-deps.sh - install the Debian packages a make target needs, when
-# missing. Usage: tools/install-deps.sh build|test|bench|container|fuzz
+# missing. Usage: tools/install-deps.sh build|test|bench|container|fuzz|fresh
 #   build      compiler, libraries and headers (make, make run)
 #   test       build + what the test suites drive (node, chromium, nginx, promtool)
 #   bench      test + wrk and PyTorch (the benchmark peers)
 #   container  buildah, debootstrap, curl, python3 (make container-test)
 #   fuzz       build + clang and its libFuzzer runtime (make fuzz)
+#   fresh      debootstrap, curl, python3 (make fresh-test)
 # Needs root (or sudo) only when something is missing.
 set -eu
 build="gcc make pkg-config libc6-dev libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev check python3"
@@ -13,13 +14,15 @@ test="$build nodejs npm chromium nginx-light prometheus"
 bench="$test wrk python3-torch python3-numpy"
 container="buildah debootstrap curl python3"
 fuzz="$build clang libclang-rt-14-dev"
+fresh="debootstrap curl python3"
 case "${1:-build}" in
     build) want=$build ;;
     test) want=$test ;;
     bench) want=$bench ;;
     container) want=$container ;;
     fuzz) want=$fuzz ;;
-    *) echo "usage: $0 build|test|bench|container|fuzz" >&2; exit 2 ;;
+    fresh) want=$fresh ;;
+    *) echo "usage: $0 build|test|bench|container|fuzz|fresh" >&2; exit 2 ;;
 esac
 missing=""
 for p in $want; do
@@ -40,3 +43,17 @@ export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -q
 # shellcheck disable=SC2086
 $sudo apt-get install -y -q --no-install-recommends $missing
+# The tests run nginx (deploy/nginx.conf) and promtool themselves; the
+# packages' own services (nginx on :80, prometheus on :9090, all interfaces)
+# were not asked for: under systemd, stop and disable the ones just installed.
+if [ -d /run/systemd/system ]; then
+    for p in $missing; do
+        case $p in
+            nginx-light) svc=nginx ;;
+            prometheus) svc=prometheus ;;
+            *) continue ;;
+        esac
+        echo "install-deps: $svc.service is not needed by the tests: systemctl disable --now $svc"
+        $sudo systemctl disable --now "$svc.service" || true
+    done
+fi

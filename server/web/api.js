@@ -8,7 +8,10 @@
 //     attention: Float32Array (B, H, T, S),
 //     scores?: Float32Array (B, H, T, S)   scaled, before masks
 //     q?: (B, H, T, dk)  k?: (B, Hkv, S, dk)  v?: (B, Hkv, S, dv)
-//     headDim, vHeadDim, nKvHeads, mapId?, block?: [rows, cols] pooling }
+//     headDim, vHeadDim, nKvHeads, mapId?, block?: [rows, cols] pooling,
+//     mask?: { planes, data: Uint8Array (planes, T, S) 1 = may attend },
+//       planes 1 (shared), B (per item) or B*H (per item and head),
+//     missing?: why scores / values are absent (retained maps) }
 
 import { embed } from './embed.js';
 
@@ -101,6 +104,46 @@ export function shapeOf(a, field) {
   return shape;
 }
 
+// parseMask: a pasted "mask" (nested true/false or 1/0) checked against
+// the shapes the daemon takes: [T, S], or lead + [T, S] where lead is
+// [B] for attention models and q's leading dimensions for sdpa. Returns
+// null (no mask) or { input (the OIP BOOL tensor), mask (see run.mask) }.
+export function parseMask(m, lead, T, S) {
+  if (m === undefined || m === null) return null;
+  const shape = shapeOfMask(m);
+  const ok = (shape.length === 2 || (shape.length === lead.length + 2 &&
+    lead.every((d, k) => shape[k] === d))) &&
+    shape[shape.length - 2] === T && shape[shape.length - 1] === S;
+  if (!ok) {
+    const want = [`[${T}, ${S}]`];
+    if (lead.length) want.push(`[${[...lead, T, S].join(', ')}]`);
+    throw new Error(`mask: shape [${shape.join(', ')}]; expected ${want.join(' or ')}`);
+  }
+  const flatM = m.flat(Infinity).map((x) => x === true || x === 1);
+  const planes = flatM.length / (T * S);
+  return {
+    input: { name: 'mask', datatype: 'BOOL', shape, data: flatM },
+    mask: { planes, data: Uint8Array.from(flatM, (x) => (x ? 1 : 0)) },
+  };
+}
+
+function shapeOfMask(a) {
+  const shape = [];
+  for (let x = a; Array.isArray(x); x = x[0]) shape.push(x.length);
+  if (shape.length < 2) throw new Error('mask: expected a [T, S] array of true/false');
+  const check = (x, d) => {
+    if (d === shape.length) {
+      if (x !== true && x !== false && x !== 0 && x !== 1)
+        throw new Error('mask: expected true/false (or 1/0) elements');
+      return;
+    }
+    if (!Array.isArray(x) || x.length !== shape[d]) throw new Error(`mask: ragged at depth ${d}`);
+    x.forEach((y) => check(y, d + 1));
+  };
+  check(a, 0);
+  return shape;
+}
+
 // Run the attention model `model` on words with the sample generator.
 export async function inferWords(meta, words, { causal, retain }) {
   const p = meta.parameters || {};
@@ -111,8 +154,9 @@ export async function inferWords(meta, words, { causal, retain }) {
 
 // Run an attention model on an explicit x of shape [B, T, d_model] (and,
 // for cross-attention, ctx = { shape: [B, S, d_ctx], data, tokens }).
-export async function inferX(meta, shape, x, tokens, { causal, retain }, ctx = null) {
+export async function inferX(meta, shape, x, tokens, { causal, retain }, ctx = null, maskIn = undefined) {
   const p = meta.parameters || {};
+  const mk = parseMask(maskIn, [shape[0]], shape[1], ctx ? ctx.shape[1] : shape[1]);
   const params = { causal: !!causal };
   const keyTokens = ctx ? ctx.tokens : tokens;
   if (retain) {
@@ -121,6 +165,7 @@ export async function inferX(meta, shape, x, tokens, { causal, retain }, ctx = n
   }
   const inputs = [{ name: 'x', datatype: 'FP32', shape, data: Array.from(x) }];
   if (ctx) inputs.push({ name: 'context', datatype: 'FP32', shape: ctx.shape, data: Array.from(ctx.data) });
+  if (mk) inputs.push(mk.input);
   const body = {
     inputs,
     outputs: ['attention', 'scores', 'q', 'k', 'v', 'y'].map((name) => ({ name })),
@@ -139,6 +184,7 @@ export async function inferX(meta, shape, x, tokens, { causal, retain }, ctx = n
     y: o.y && o.y.data,
     headDim: p.head_dim, vHeadDim: p.v_head_dim || p.head_dim,
     nKvHeads: p.n_kv_heads || H, mapId: resp.parameters && resp.parameters.map_id,
+    mask: mk ? mk.mask : null,
   };
 }
 
@@ -156,9 +202,12 @@ export async function inferSdpa(spec, { causal, retain }) {
   const keyTok = spec.key_tokens || (S === T && spec.tokens ? spec.tokens : Array.from({ length: S }, (_, j) => `k${j}`));
   const params = { causal: !!causal };
   if (retain) { params.retain = true; params.tokens = S === T ? tok : tok.concat(keyTok); }
+  const mk = parseMask(spec.mask, lead, T, S);
   const input = (name, shape, a) => ({ name, datatype: 'FP32', shape, data: a.flat(Infinity) });
+  const inputs = [input('q', qs, spec.q), input('k', ks, spec.k), input('v', vs, spec.v)];
+  if (mk) inputs.push(mk.input);
   const resp = await postJSON('/v2/models/sdpa/infer', {
-    inputs: [input('q', qs, spec.q), input('k', ks, spec.k), input('v', vs, spec.v)],
+    inputs,
     outputs: ['output', 'attention', 'scores'].map((name) => ({ name })),
     parameters: params,
   });
@@ -172,6 +221,7 @@ export async function inferSdpa(spec, { causal, retain }) {
     v: Float32Array.from(spec.v.flat(Infinity)), y: o.output && o.output.data,
     headDim: dk, vHeadDim: dv, nKvHeads: H,
     mapId: resp.parameters && resp.parameters.map_id,
+    mask: mk ? mk.mask : null,
   };
 }
 
@@ -181,15 +231,19 @@ export const listMaps = () => getJSON('/v2/maps');
 export const FULL_MAP_CELLS = 1 << 20;
 const POOL_N = 512;
 
-// openMap: a retained map as a run (attention only; every head fetched as
-// raw FP32, max-pooled to 512 x 512 when T x S is large).
+// openMap: a retained map as a run: every head's weights fetched as raw
+// FP32, max-pooled to 512 x 512 when T x S is large; the masked cells
+// (what=mask) when the request sent an explicit mask; its scores and
+// values (what=scores, what=v) when they were retained and the map is
+// not pooled, for the step view.
 export async function openMap(id) {
   const meta = await getJSON(`/v2/maps/${encodeURIComponent(id)}`);
   const [B, H, T, S] = meta.shape;
+  const kept = meta.retained || ['attention'];
   const pooled = T * S > FULL_MAP_CELLS;
   const q = pooled ? `&max=${POOL_N}` : '';
-  const fetchHead = async (b, h) => {
-    const res = await fetch(`/v2/maps/${encodeURIComponent(id)}/attention?b=${b}&h=${h}&format=f32${q}`,
+  const fetchF32 = async (b, h, what) => {
+    const res = await fetch(`/v2/maps/${encodeURIComponent(id)}/attention?b=${b}&h=${h}&what=${what}&format=f32${what === 'v' ? '' : q}`,
       { headers: headers() });
     if (!res.ok) await fail(res);
     return new Float32Array(await res.arrayBuffer());
@@ -199,13 +253,38 @@ export async function openMap(id) {
     const bt = Math.ceil(T / POOL_N), bs = Math.ceil(S / POOL_N);
     rows = Math.ceil(T / bt); cols = Math.ceil(S / bs);
   }
-  const att = new Float32Array(B * H * rows * cols);
-  for (let b = 0; b < B; b++)
-    for (let h = 0; h < H; h++) {
-      const m = await fetchHead(b, h);
-      if (m.length !== rows * cols) throw new Error(`map ${id}: unexpected size`);
-      att.set(m, (b * H + h) * rows * cols);
+  const perHead = async (what, Arr) => {
+    const out = new Arr(B * H * rows * cols);
+    for (let b = 0; b < B; b++)
+      for (let h = 0; h < H; h++) {
+        const m = await fetchF32(b, h, what);
+        if (m.length !== rows * cols) throw new Error(`map ${id}: unexpected ${what} size`);
+        out.set(m, (b * H + h) * rows * cols);
+      }
+    return out;
+  };
+  const att = await perHead('attention', Float32Array);
+  // An explicit mask may differ per item and head: ask the server which
+  // cells it masked (causal and lengths included).
+  const mask = meta.mask ? { planes: B * H, data: await perHead('mask', Uint8Array) } : null;
+  let scores = null, v = null, missing = null;
+  const dk = meta.d_k || null;
+  let dv = null, hkv = H;
+  if (pooled) missing = 'this map is max-pooled for the browser, and steps need single cells';
+  else {
+    if (kept.includes('scores')) scores = await perHead('scores', Float32Array);
+    if (kept.includes('v') && meta.v_shape) {
+      [, hkv, , dv] = meta.v_shape;
+      v = new Float32Array(B * hkv * S * dv);
+      for (let b = 0; b < B; b++)
+        for (let g = 0; g < hkv; g++) // head g * (H / hkv) reads kv head g
+          v.set(await fetchF32(b, g * (H / hkv), 'v'), (b * hkv + g) * S * dv);
     }
+    // The store keeps scores and values only when the retaining request
+    // computed them (it asked for those outputs).
+    if (!scores) missing = 'the server kept only its weights';
+    else if (!v) missing = 'the server kept no value rows';
+  }
   const label = (arr, n, p) => (arr && arr.length === n ? arr : Array.from({ length: n }, (_, i) => `${p}${i}`));
   let tokens = label(meta.tokens, T, 't'), keyTokens = label(meta.key_tokens, S, 't');
   if (pooled) {
@@ -220,7 +299,8 @@ export async function openMap(id) {
     sValid: meta.context_lengths || Array(B).fill(S),
     // A pooled cell is masked when every pair in its block is.
     poolMask: pooled ? { bt: Math.ceil(T / rows), bs: Math.ceil(S / cols), T, S } : null,
-    attention: att, mapId: id, created: meta.created,
+    attention: att, mask, scores, v, headDim: dk, vHeadDim: dv, nKvHeads: hkv, missing,
+    mapId: id, created: meta.created,
     block: pooled ? [Math.ceil(T / rows), Math.ceil(S / cols)] : null,
     sourceShape: [T, S],
   };

@@ -100,16 +100,26 @@ function headMap(b, h) {
   return meanCache.get(key);
 }
 
-function maskedFn(b) {
+// maskedFn(b, h): (i, j) -> true when query i did not attend key j in
+// head h of item b: causal, lengths, or the explicit mask (run.mask; for
+// the mean over heads, masked in every head).
+function maskedFn(b, h) {
   const tv = run.tValid[b] ?? run.T, sv = run.sValid[b] ?? run.S;
   const pm = run.poolMask;
+  let base = (i, j) => (run.causal && j > i) || i >= tv || j >= sv;
   if (pm) { // cell (r, c) stands for rows r*bt.., keys c*bs..
-    return (r, c) => {
+    base = (r, c) => {
       const i0 = r * pm.bt, i1 = Math.min(pm.T, (r + 1) * pm.bt) - 1, j0 = c * pm.bs;
       return (run.causal && j0 > i1) || i0 >= tv || j0 >= sv;
     };
   }
-  return (i, j) => (run.causal && j > i) || i >= tv || j >= sv;
+  const m = run.mask;
+  if (!m) return base;
+  const ts = run.T * run.S, S = run.S;
+  const plane = (k) => (m.planes === 1 ? 0 : m.planes === run.B ? b : b * run.H + k);
+  const heads = h === 'mean' ? [...Array(run.H).keys()] : [h];
+  const offs = [...new Set(heads.map((k) => plane(k) * ts))];
+  return (i, j) => base(i, j) || offs.every((o) => !m.data[o + i * S + j]);
 }
 
 function currentScale(map) {
@@ -120,7 +130,7 @@ function currentScale(map) {
 
 function view() {
   const map = headMap(state.b, state.h);
-  return { map, T: run.T, S: run.S, scale: currentScale(map), masked: maskedFn(state.b) };
+  return { map, T: run.T, S: run.S, scale: currentScale(map), masked: maskedFn(state.b, state.h) };
 }
 
 // ---- rendering ---------------------------------------------------------
@@ -139,7 +149,7 @@ function renderHeads() {
     btn.setAttribute('aria-label', h === 'mean' ? 'mean over heads' : `head ${h}`);
     const c = document.createElement('canvas');
     const map = headMap(state.b, h);
-    drawThumb(c, { map, T: run.T, S: run.S, scale: currentScale(map), masked: maskedFn(state.b) }, 88);
+    drawThumb(c, { map, T: run.T, S: run.S, scale: currentScale(map), masked: maskedFn(state.b, h) }, 88);
     const cap = document.createElement('span');
     cap.textContent = h === 'mean' ? 'mean' : `head ${h}`;
     btn.append(c, cap);
@@ -305,7 +315,7 @@ async function doRun() {
         ctx = { shape: cfull, data: Float32Array.from(spec.context.flat(Infinity)),
           tokens: spec.key_tokens || Array.from({ length: cfull[1] }, (_, j) => `c${j}`) };
       }
-      run = await api.inferX(meta, full, Float32Array.from(spec.x.flat(Infinity)), toks, opts, ctx);
+      run = await api.inferX(meta, full, Float32Array.from(spec.x.flat(Infinity)), toks, opts, ctx, spec.mask);
     } else {
       const words = tokenize(state.text);
       if (!words.length) throw new Error('Tokens: type at least one word');
@@ -365,10 +375,15 @@ async function refreshMaps() {
   } catch (e) { setStatus(e.message, true); askKey(e); }
 }
 
+const TABS = ['words', 'json', 'maps'];
+
+// selectTab: show one input pane; the selected tab is the tablist's one
+// tab stop (roving tabindex, WAI-ARIA tabs pattern).
 function selectTab(tab) {
   state.tab = tab;
-  for (const t of ['words', 'json', 'maps']) {
+  for (const t of TABS) {
     $(`tab-${t}`).setAttribute('aria-selected', String(t === tab));
+    $(`tab-${t}`).tabIndex = t === tab ? 0 : -1;
     $(`pane-${t}`).hidden = t !== tab;
   }
   $('run-opts').hidden = tab === 'maps';
@@ -444,6 +459,17 @@ function wire() {
   $('tab-words').addEventListener('click', () => selectTab('words'));
   $('tab-json').addEventListener('click', () => selectTab('json'));
   $('tab-maps').addEventListener('click', () => selectTab('maps'));
+  // Tabs by keyboard: Left/Right (wrapping), Home/End move to a tab and
+  // select it (automatic activation).
+  document.querySelector('[role=tablist]').addEventListener('keydown', (e) => {
+    const k = TABS.indexOf(state.tab);
+    const next = { ArrowLeft: k - 1, ArrowRight: k + 1, Home: 0, End: TABS.length - 1 }[e.key];
+    if (next === undefined) return;
+    e.preventDefault();
+    const t = TABS[(next + TABS.length) % TABS.length];
+    selectTab(t);
+    $(`tab-${t}`).focus();
+  });
   $('refresh-maps').addEventListener('click', refreshMaps);
   $('run').addEventListener('click', doRun);
   $('text').addEventListener('keydown', (e) => { if (e.key === 'Enter' && !e.shiftKey) { e.preventDefault(); doRun(); } });

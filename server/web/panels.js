@@ -70,7 +70,13 @@ export function renderSteps(box, run, state, qi, v) {
     box.append(el('p', {}, `d_k = ${dk}, so scores are divided by √d_k = ${fmt(sq, 4)}. ` +
       `Softmax subtracts the row maximum (${fmt(mx, 4)}) before exponentiating; the sum of the exponentials is ${fmt(sum, 4)}.`));
   } else if (!mean) {
-    box.append(el('p', { class: 'muted' }, 'This map was retained without scores or values: only its weights are shown.'));
+    box.append(el('p', { class: 'muted', 'data-why': 'no-scores' },
+      `No scores for this map: ${run.missing || 'the server did not send them'}, so only the weights are listed. ` +
+      'Run its input again to see q·k, ÷ √d_k, the softmax and the output.'));
+  }
+  if (!mean && (have.qk || have.scores) && !have.v && run.source === 'map') {
+    box.append(el('p', { class: 'muted small', 'data-why': 'no-values' },
+      `No value rows for this map${run.missing ? `: ${run.missing}` : ''}, so the output row is not shown.`));
   }
   let shown = row;
   if (S > STEP_ROWS) {
@@ -82,7 +88,7 @@ export function renderSteps(box, run, state, qi, v) {
   if (have.qk || have.scores) cols.push('q·k', `÷ √d_k`, 'exp(s − max)');
   cols.push('weight');
   if (have.v) cols.push('weight × v');
-  for (const c of cols) thead.append(el('th', { scope: 'col' }, c));
+  for (const c of cols) thead.append(el('th', c === 'weight × v' ? { scope: 'col', class: 'vec' } : { scope: 'col' }, c));
   const tb = el('tbody');
   const out = have.v ? new Float64Array(dv) : null;
   for (const j of row) {

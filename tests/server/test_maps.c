@@ -430,6 +430,129 @@ START_TEST(test_threads)
 }
 END_TEST
 
+/* Mask, scores and values kept for the page's masked cells and step view:
+ * B = 2, H = 2 (one kv head), T = S = 3, two mask planes (one per batch
+ * item), item 1 with 2 valid rows; causal off. */
+START_TEST(test_mask_scores_values)
+{
+    maps_store *st;
+    float *a = pattern(2, 2, 3, 3, 0.0f), *sc = pattern(2, 2, 3, 3, 0.25f);
+    float v[2 * 1 * 3 * 2] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    /* plane 0: the anti-diagonal masked; plane 1: column 0 masked. */
+    const uint8_t mask[2 * 9] = {1, 1, 0, 1, 0, 1, 0, 1, 1,
+                                 0, 1, 1, 0, 1, 1, 0, 1, 1};
+    const int32_t tv[2] = {3, 2}, sv[2] = {3, 3};
+    maps_put_args args = {.model = "demo", .b = 2, .h = 2, .t = 3, .s = 3,
+                          .attention = a, .t_valid = tv, .s_valid = sv,
+                          .mask = mask, .mask_planes = 2, .scores = sc,
+                          .v = v, .kv_h = 1, .dv = 2, .dk = 8};
+    /* Expected allowed cells, worked by hand: item 0 = plane 0; item 1 =
+     * plane 1 with row 2 gone (lengths). */
+    const float want0[9] = {1, 1, 0, 1, 0, 1, 0, 1, 1};
+    const float want1[9] = {0, 1, 1, 0, 1, 1, 0, 0, 0};
+    char id[MAPS_ID_MAX], err[ATTN_ERRMAX], path[96];
+    int rows, cols, rb, cb, i;
+    float *out;
+    maps_info info;
+    json_t *o, *kept, *data;
+
+    ck_assert_int_eq(maps_store_create(&st, 1 << 20), 0);
+    ck_assert_int_eq(maps_put(st, &args, id, err), 0);
+    ck_assert_int_eq(maps_info_get(st, id, &info), 0);
+    /* Counted: weights + scores (2 x 36 floats), v (12 floats), 18 mask
+     * bits (3 bytes), the entry and 2 x 2 lengths. */
+    ck_assert_uint_eq(info.bytes, 2 * 36 * sizeof(float) +
+                                      12 * sizeof(float) + 3 +
+                                      sizeof(maps__entry) +
+                                      4 * sizeof(int32_t));
+    ck_assert_int_eq(maps_slice_of(st, id, MAPS_ALLOWED, 0, 1, 0, &out, &rows,
+                                   &cols, NULL, NULL, err), 0);
+    for (i = 0; i < 9; i++)
+        ck_assert_float_eq(out[i], want0[i]);
+    free(out);
+    ck_assert_int_eq(maps_slice_of(st, id, MAPS_ALLOWED, 1, 0, 0, &out, &rows,
+                                   &cols, NULL, NULL, err), 0);
+    for (i = 0; i < 9; i++)
+        ck_assert_float_eq(out[i], want1[i]);
+    free(out);
+    /* Pooled 2x2 blocks of item 1: (0..1, 0..1) has 1 allowed -> 1;
+     * (2, 0..1) none -> 0. */
+    ck_assert_int_eq(maps_slice_of(st, id, MAPS_ALLOWED, 1, 0, 2, &out, &rows,
+                                   &cols, &rb, &cb, err), 0);
+    ck_assert_int_eq(rows, 2);
+    ck_assert_float_eq(out[0], 1.0f);
+    ck_assert_float_eq(out[2], 0.0f);
+    free(out);
+    /* Scores of b=1, h=1, cell 4: 0.25 + 1000 + 100 + 4. */
+    ck_assert_int_eq(maps_slice_of(st, id, MAPS_SCORES, 1, 1, 0, &out, &rows,
+                                   &cols, NULL, NULL, err), 0);
+    ck_assert_float_eq(out[4], 1104.25f);
+    free(out);
+    /* Values of b=1 for head 1 (kv head 0): rows 7..12. */
+    ck_assert_int_eq(maps_values(st, id, 1, 1, &out, &rows, &cols, err), 0);
+    ck_assert_int_eq(rows, 3);
+    ck_assert_int_eq(cols, 2);
+    ck_assert_float_eq(out[0], 7.0f);
+    ck_assert_float_eq(out[5], 12.0f);
+    free(out);
+
+    snprintf(path, sizeof(path), "/v2/maps/%s", id);
+    o = get_json(st, path, (const char *[]){NULL}, 200);
+    ck_assert(json_is_true(json_object_get(o, "mask")));
+    kept = json_object_get(o, "retained");
+    ck_assert_uint_eq(json_array_size(kept), 4);
+    ck_assert_str_eq(json_string_value(json_array_get(kept, 2)), "scores");
+    ck_assert_str_eq(json_string_value(json_array_get(kept, 3)), "v");
+    ck_assert_int_eq(json_integer_value(json_object_get(o, "d_k")), 8);
+    ck_assert_int_eq(json_integer_value(json_array_get(
+                         json_object_get(o, "v_shape"), 3)), 2);
+    json_decref(o);
+    snprintf(path, sizeof(path), "/v2/maps/%s/attention", id);
+    o = get_json(st, path, (const char *[]){"b", "1", "what", "mask", NULL},
+                 200);
+    data = json_object_get(o, "data");
+    for (i = 0; i < 9; i++)
+        ck_assert_float_eq((float)json_number_value(json_array_get(data, i)),
+                           want1[i]);
+    json_decref(o);
+    o = get_json(st, path, (const char *[]){"b", "0", "h", "1", "what", "v",
+                                            NULL}, 200);
+    ck_assert_float_eq((float)json_number_value(json_array_get(
+                           json_object_get(o, "data"), 1)), 2.0f);
+    json_decref(o);
+    /* Bad what, v with max, v of the mean: 400 naming the parameter. */
+    o = get_json(st, path, (const char *[]){"what", "q", NULL}, 400);
+    ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(o, "error")),
+                                 "what"));
+    json_decref(o);
+    o = get_json(st, path, (const char *[]){"what", "v", "max", "2", NULL}, 400);
+    ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(o, "error")),
+                                 "max"));
+    json_decref(o);
+    o = get_json(st, path, (const char *[]){"what", "v", "h", "mean", NULL},
+                 400);
+    json_decref(o);
+
+    /* A map without scores or values refuses them, naming `what`. */
+    ck_assert_int_eq(put(st, "sdpa", a, 1, 1, 3, 3, id), 0);
+    ck_assert_int_eq(maps_slice_of(st, id, MAPS_SCORES, 0, 0, 0, &out, &rows,
+                                   &cols, NULL, NULL, err), ATTN_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "what"));
+    ck_assert_int_eq(maps_values(st, id, 0, 0, &out, &rows, &cols, err),
+                     ATTN_EINVAL);
+    /* Bad plane counts and kv heads are refused. */
+    args.mask_planes = 3;
+    ck_assert_int_eq(maps_put(st, &args, id, err), ATTN_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "mask"));
+    args.mask_planes = 4, args.kv_h = 3;
+    ck_assert_int_eq(maps_put(st, &args, id, err), ATTN_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "v"));
+    free(a);
+    free(sc);
+    maps_store_destroy(st);
+}
+END_TEST
+
 static Suite *maps_suite(void)
 {
     Suite *s = suite_create("maps");
@@ -443,6 +566,7 @@ static Suite *maps_suite(void)
     tcase_add_test(tc, test_reader_outlives_eviction);
     tcase_add_test(tc, test_http_routes);
     tcase_add_test(tc, test_threads);
+    tcase_add_test(tc, test_mask_scores_values);
     suite_add_tcase(s, tc);
     return s;
 }
