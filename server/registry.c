@@ -7,15 +7,10 @@
  */
 #include "server/srv.h"
 
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "server/upload.h"
 
@@ -193,8 +188,8 @@ int srv_registry_start(srv *s, char *err)
 {
     srv_entry *e = srv_registry_add(s, "sdpa");
     srv_inst *in = calloc(1, sizeof *in);
-    DIR *d;
-    struct dirent *de;
+    char **names, lerr[ATTN_ERRMAX];
+    int i, n, rc = 0;
     if (!e || !in) {
         free(in);
         snprintf(err, SRV_ERRMAX, "out of memory");
@@ -203,33 +198,26 @@ int srv_registry_start(srv *s, char *err)
     in->builtin = 1;
     in->refs = 1;
     set_inst(e, in, SRV_READY, NULL);
-    d = opendir(s->cfg.models);
-    if (!d) {
-        srv_log(s, "warn", "--models %s: cannot open (%s); serving only sdpa",
-                s->cfg.models, strerror(errno));
+    n = model_repo_list(s->cfg.models, &names, lerr);
+    if (n < 0) {
+        srv_log(s, "warn", "--models: %s; serving only sdpa", lerr);
         return 0;
     }
-    while ((de = readdir(d)) != NULL) {
-        char path[4096];
-        struct stat st;
-        if (de->d_name[0] == '.' || !model_name_valid(de->d_name))
+    for (i = 0; i < n && rc == 0; i++) {
+        if (!model_name_valid(names[i]))
             continue;
-        snprintf(path, sizeof path, "%s/%s", s->cfg.models, de->d_name);
-        if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
-            continue;
-        if (strcmp(de->d_name, "sdpa") == 0) {
-            srv_log(s, "warn", "%s: 'sdpa' is the built-in model; folder ignored",
-                    path);
+        if (strcmp(names[i], "sdpa") == 0) {
+            srv_log(s, "warn", "%s/sdpa: 'sdpa' is the built-in model; folder "
+                    "ignored", s->cfg.models);
             continue;
         }
-        if (start_load(s, de->d_name, NULL) < 0) {
-            closedir(d);
+        if (start_load(s, names[i], NULL) < 0) {
             snprintf(err, SRV_ERRMAX, "out of memory");
-            return -1;
+            rc = -1;
         }
     }
-    closedir(d);
-    return 0;
+    model_repo_list_free(names, n);
+    return rc;
 }
 
 void srv_registry_free(srv *s)
