@@ -122,7 +122,8 @@ int model_repo_list(const char *repo, char ***names, char *err)
         n++;
     }
     closedir(d);
-    qsort(v, (size_t)n, sizeof *v, by_name);
+    if (n > 1) /* an empty repository has no array to sort */
+        qsort(v, (size_t)n, sizeof *v, by_name);
     *names = v;
     return n;
 nomem:

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/attn.h"
 #include "core/model.h"
@@ -423,6 +424,13 @@ START_TEST(test_repo)
     for (int i = 1; i < n; i++)
         ck_assert_int_lt(strcmp(names[i - 1], names[i]), 0);
     model_repo_list_free(names, n);
+
+    /* An empty repository is no error: zero models. */
+    char empty[] = "/tmp/attn_empty_repo_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(empty));
+    ck_assert_int_eq(model_repo_list(empty, &names, err), 0);
+    model_repo_list_free(names, 0);
+    rmdir(empty);
 
     char *out = NULL;
     size_t len = 0;
