@@ -24,6 +24,9 @@ export function modelsDir() {
   return dir;
 }
 
+/** A sanitizer's report in the daemon's stderr. */
+export const SANITIZER_REPORT = /(ERROR|WARNING): (Address|Leak|Thread|UndefinedBehavior)Sanitizer|runtime error: /;
+
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /**
@@ -54,13 +57,18 @@ export async function start(opts = {}) {
   const d = {
     url, port, proc, dir, exit,
     log: () => log,
-    /** stop(signal): send it, wait for exit, return {code, sig}. */
+    /**
+     * stop(signal): send it, wait for exit, return {code, sig}. Throws when
+     * the daemon's stderr holds a sanitizer report (ASan, LeakSanitizer at
+     * exit, UBSan, TSan), so every suite fails on one, whatever it asserts.
+     */
     async stop(signal = 'SIGTERM', keepDir = false) {
       if (!exited) proc.kill(signal);
       const t = setTimeout(() => proc.kill('SIGKILL'), 30000 * SLOW);
       const r = await exit;
       clearTimeout(t);
       if (!keepDir && !opts.dir) rmSync(dir, { recursive: true, force: true });
+      if (SANITIZER_REPORT.test(log)) throw new Error(`attnd sanitizer report (exit ${JSON.stringify(r)}):\n${log}`);
       return r;
     },
   };

@@ -1,0 +1,440 @@
+// adversarial.test.mjs - a bounded randomized adversarial client. Sends
+// ATTND_FUZZ_N (default 1500) mutated requests (seeded PRNG, seed printed,
+// ATTND_FUZZ_SEED to replay; wall time capped at ATTND_FUZZ_SECONDS, 40 s)
+// over raw TCP, and requires every answer to be a well-formed HTTP response
+// with a status in {200, 400, 404, 405, 413, 503}, a JSON {"error": "..."}
+// body for errors, and 200 only where the request was valid. Every 50
+// mutations a known-good sdpa (seed example) and demo request must come back
+// exact. At the end: /v2/health/live, SIGTERM exit 0, and no sanitizer or
+// LeakSanitizer report in the daemon's stderr.
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import { after, before, test } from 'node:test';
+import { SANITIZER_REPORT, SLOW, start } from './helper.mjs';
+
+const N = Number(process.env.ATTND_FUZZ_N || 1500);
+const SECONDS = Number(process.env.ATTND_FUZZ_SECONDS || 40);
+const SEED = Number(process.env.ATTND_FUZZ_SEED || (Date.now() % 0x7fffffff));
+const ALLOWED = new Set([200, 400, 404, 405, 413, 503]);
+
+let d;
+before(async () => {
+  d = await start({ args: ['--max-json-body', '200000', '--max-body', '400000'] });
+});
+after(async () => {
+  if (!d) return;
+  const r = await d.stop();
+  assert.equal(r.code, 0, `exit ${JSON.stringify(r)}\n${d.log()}`);
+  assert.doesNotMatch(d.log(), SANITIZER_REPORT, d.log());
+});
+
+/** mulberry32: a small seeded PRNG; rnd() in [0, 1). */
+function prng(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/**
+ * raw(port, bytes, {timeout, closeAfter}) -> {status, headers, body} or
+ * {closed: true} / {timedOut: true}. Sends the bytes as they are (a full
+ * HTTP request) and reads until the server closes or one whole response
+ * (Content-Length or chunked) has arrived. closeAfter: hang up after that
+ * many ms without waiting for an answer (slowloris-ish partial body).
+ */
+function raw(port, bytes, opts = {}) {
+  const timeout = opts.timeout || 15000 * SLOW;
+  return new Promise((resolve) => {
+    const s = net.connect(port, '127.0.0.1');
+    let buf = Buffer.alloc(0);
+    let done = false;
+    const finish = (r) => { if (done) return; done = true; clearTimeout(t); s.destroy(); resolve(r); };
+    const t = setTimeout(() => finish(opts.closeAfter ? { closed: true } : { timedOut: true }),
+      opts.closeAfter || timeout);
+    s.on('error', () => finish(parse(buf) || { closed: true, bytes: buf.length }));
+    s.on('data', (c) => { buf = Buffer.concat([buf, c]); const r = parse(buf); if (r) finish(r); });
+    s.on('end', () => finish(parse(buf, true) || { closed: true, bytes: buf.length, text: buf.toString('latin1').slice(0, 200) }));
+    s.write(bytes);
+  });
+}
+
+/** One HTTP/1.1 response from buf, or null if incomplete; {malformed} if not HTTP. */
+function parse(buf, eof = false) {
+  const he = buf.indexOf('\r\n\r\n');
+  if (he < 0) return eof && buf.length ? { malformed: buf.toString('latin1').slice(0, 200) } : null;
+  const lines = buf.subarray(0, he).toString('latin1').split('\r\n');
+  const m = /^HTTP\/1\.[01] (\d{3}) /.exec(lines[0] + ' ');
+  if (!m) return { malformed: lines[0] };
+  const headers = {};
+  for (const l of lines.slice(1)) {
+    const i = l.indexOf(':');
+    if (i > 0) headers[l.slice(0, i).trim().toLowerCase()] = l.slice(i + 1).trim();
+  }
+  let body = buf.subarray(he + 4);
+  if (headers['transfer-encoding'] === 'chunked') {
+    const parts = [];
+    let off = 0;
+    for (;;) {
+      const e = body.indexOf('\r\n', off);
+      if (e < 0) return eof ? { malformed: 'truncated chunked body' } : null;
+      const n = parseInt(body.subarray(off, e).toString(), 16);
+      if (Number.isNaN(n)) return { malformed: 'bad chunk size' };
+      if (n === 0) break;
+      if (body.length < e + 2 + n + 2) return eof ? { malformed: 'truncated chunk' } : null;
+      parts.push(body.subarray(e + 2, e + 2 + n));
+      off = e + 2 + n + 2;
+    }
+    body = Buffer.concat(parts);
+  } else if (headers['content-length'] !== undefined) {
+    const n = Number(headers['content-length']);
+    if (body.length < n) return eof ? { malformed: `body ${body.length} < Content-Length ${n}` } : null;
+    body = body.subarray(0, n);
+  } else if (!eof) {
+    return null;
+  }
+  return { status: Number(m[1]), headers, body };
+}
+
+/** A full request: method, path, body (string or Buffer), extra header lines. */
+function request(method, path, body, headers = {}) {
+  const b = body === undefined ? Buffer.alloc(0) : Buffer.isBuffer(body) ? body : Buffer.from(body, 'latin1');
+  const h = { Host: '127.0.0.1', Connection: 'close', ...headers };
+  if (body !== undefined && !('Content-Length' in h) && !('Transfer-Encoding' in h)) h['Content-Length'] = String(b.length);
+  let head = `${method} ${path} HTTP/1.1\r\n`;
+  for (const [k, v] of Object.entries(h)) if (v !== null) head += `${k}: ${v}\r\n`;
+  return Buffer.concat([Buffer.from(head + '\r\n', 'latin1'), b]);
+}
+
+const f32 = (a) => Buffer.from(new Float32Array(a).buffer);
+
+// The seed's first worked example through sdpa (seeds/*.txt): its output.
+const SEED_REQ = {
+  inputs: [
+    { name: 'q', datatype: 'FP32', shape: [2, 4], data: [2, 0, 2, 0, 0, 4, 0, 2] },
+    { name: 'k', datatype: 'FP32', shape: [2, 4], data: [1, 0, 1, 0, 0, 1, 0, 0] },
+    { name: 'v', datatype: 'FP32', shape: [2, 2], data: [1, 2, 3, 0] },
+  ],
+  outputs: [{ name: 'output' }],
+};
+const e2 = Math.exp(2), sa = e2 / (e2 + 1), sb = 1 / (e2 + 1);
+const SEED_OUT = [sa + 3 * sb, 2 * sa, sb + 3 * sa, 2 * sb];
+
+/** Check a known-good answer: 200 and within 1e-6 of the reference. */
+function checkGood(r, ref, what) {
+  assert.equal(r.status, 200, `${what}: ${JSON.stringify(r).slice(0, 400)}`);
+  const j = JSON.parse(r.body.toString());
+  const o = j.outputs[0];
+  assert.equal(o.data.length, ref.length, what);
+  for (let i = 0; i < ref.length; i++) assert.ok(Math.abs(o.data[i] - ref[i]) < 1e-6, `${what}: [${i}] ${o.data[i]} != ${ref[i]}`);
+  return o.data;
+}
+
+/** Assert the general contract of any answer; returns a problem string or null. */
+function contract(r, valid) {
+  if (r.timedOut) return 'no answer (hang)';
+  if (r.malformed) return `malformed HTTP response: ${r.malformed}`;
+  if (r.closed) return `connection closed without a response (${r.bytes || 0} bytes)`;
+  if (!ALLOWED.has(r.status)) return `status ${r.status}: ${r.body.toString().slice(0, 300)}`;
+  if (valid === true && r.status !== 200 && r.status !== 503) return `valid request got ${r.status}: ${r.body.toString().slice(0, 300)}`;
+  if (valid === false && r.status === 200) return 'invalid request got 200';
+  if (r.status !== 200) {
+    let j;
+    try { j = JSON.parse(r.body.toString()); } catch { return `error body is not JSON: ${r.body.toString().slice(0, 200)}`; }
+    if (!j || typeof j.error !== 'string' || !j.error) return `error body without "error": ${r.body.toString().slice(0, 200)}`;
+  }
+  return null;
+}
+
+// --- the mutators. Each returns {bytes, valid (true/false/null = either),
+// what, closeAfter?}. base is {model, json, bin?}. -------------------------
+function mutators(rnd, ctx) {
+  const pick = (a) => a[Math.floor(rnd() * a.length)];
+  const int = (n) => Math.floor(rnd() * n);
+  const clone = (o) => JSON.parse(JSON.stringify(o));
+  const demoX = (T) => Array.from({ length: T * ctx.dModel }, () => Math.round((rnd() * 2 - 1) * 100) / 100);
+  const bases = () => {
+    if (rnd() < 0.5) {
+      return { model: 'sdpa', json: clone(SEED_REQ) };
+    }
+    const T = 1 + int(4);
+    return { model: 'demo', json: { inputs: [{ name: 'x', datatype: 'FP32', shape: [1, T, ctx.dModel], data: demoX(T) }] } };
+  };
+  const infer = (m) => `/v2/models/${m}/infer`;
+  const post = (m, body, h) => request('POST', infer(m), body, { 'Content-Type': 'application/json', ...h });
+  /** The binary form of a JSON request: header + raw FP32 tensors. */
+  const toBinary = (json) => {
+    const head = clone(json);
+    const tensors = [];
+    for (const i of head.inputs) {
+      tensors.push(f32(i.data));
+      i.parameters = { binary_data_size: i.data.length * 4 };
+      delete i.data;
+    }
+    return { head, tensors };
+  };
+  const sendBinary = (m, head, tensors, hlenDelta = 0, hlenOverride) => {
+    const h = Buffer.from(JSON.stringify(head));
+    return request('POST', infer(m), Buffer.concat([h, ...tensors]), {
+      'Content-Type': 'application/octet-stream',
+      'Inference-Header-Content-Length': hlenOverride !== undefined ? hlenOverride : String(h.length + hlenDelta),
+    });
+  };
+  const BAD_SHAPES = [[], [0], [-1, 4], [0, 4], [2, 0], [2 ** 31, 4], [2 ** 32 + 2, 4], [2 ** 62, 2 ** 62],
+    [65536, 65536, 65536, 65536], [1e30, 4], [2.5, 4], ['2', 4], [null, 4], [true, 4], 'x', null, 7, {},
+    [9007199254740993, 4], [-9223372036854775808, 4], [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 4],
+    [2, 4, 0, 0], [-2, -4], [2147483647, 2147483647]];
+  const BAD_TYPES = ['FP64', 'INT32', 'BOOL', 'BYTES', 'fp32', '', 'FP32\u0000', 5, null, [], 'UINT8', 'FP16'];
+  const BAD_NUMS = ['NaN', 'Infinity', '-Infinity', 'nan', '1e999', '-1e999', '0x10', '01', '.5', '+1', '1e', '--1', 'undefined'];
+  const huge = [2 ** 53, -1, 1e300, 2 ** 63, 2 ** 32, 0, '16', 1.5, null, -(2 ** 31)];
+
+  return [
+    // the unmutated request as JSON, with and without chunked transfer
+    function valid() {
+      const b = bases();
+      return { bytes: post(b.model, JSON.stringify(b.json)), valid: true, what: 'valid json ' + b.model };
+    },
+    function chunked() {
+      const b = bases();
+      const body = Buffer.from(JSON.stringify(b.json));
+      let chunks = '';
+      let off = 0;
+      const parts = [];
+      while (off < body.length) {
+        const n = 1 + int(200);
+        const c = body.subarray(off, off + n);
+        parts.push(Buffer.from(c.length.toString(16) + '\r\n'), c, Buffer.from('\r\n'));
+        off += n;
+      }
+      parts.push(Buffer.from('0\r\n\r\n'));
+      chunks = Buffer.concat(parts);
+      return { bytes: post(b.model, chunks, { 'Transfer-Encoding': 'chunked' }), valid: true, what: 'chunked ' + b.model };
+    },
+    function validBinary() {
+      const b = bases();
+      const { head, tensors } = toBinary(b.json);
+      return { bytes: sendBinary(b.model, head, tensors), valid: true, what: 'valid binary ' + b.model };
+    },
+    function truncate() {
+      const b = bases();
+      const s = JSON.stringify(b.json);
+      return { bytes: post(b.model, s.slice(0, int(s.length))), valid: false, what: 'truncated json' };
+    },
+    function truncateBinary() {
+      const b = bases();
+      const { head, tensors } = toBinary(b.json);
+      const full = sendBinary(b.model, head, tensors);
+      const h = full.indexOf('\r\n\r\n') + 4;
+      const body = full.subarray(h, h + int(full.length - h));
+      const hl = Buffer.from(JSON.stringify(head)).length;
+      return { bytes: request('POST', infer(b.model), body, { 'Inference-Header-Content-Length': String(hl) }), valid: false, what: 'truncated binary' };
+    },
+    function byteFlip() {
+      const b = bases();
+      const s = Buffer.from(JSON.stringify(b.json));
+      for (let k = 1 + int(4); k > 0; k--) s[int(s.length)] = int(256);
+      return { bytes: post(b.model, s), valid: null, what: 'byte flips' };
+    },
+    function badShape() {
+      const b = bases();
+      const i = pick(b.json.inputs);
+      i.shape = pick(BAD_SHAPES);
+      return { bytes: post(b.model, JSON.stringify(b.json)), valid: false, what: `shape ${JSON.stringify(i.shape)}` };
+    },
+    function badShapeBinary() {
+      const b = bases();
+      const { head, tensors } = toBinary(b.json);
+      const i = pick(head.inputs);
+      i.shape = pick(BAD_SHAPES);
+      return { bytes: sendBinary(b.model, head, tensors), valid: false, what: `binary shape ${JSON.stringify(i.shape)}` };
+    },
+    function badType() {
+      const b = bases();
+      const i = pick(b.json.inputs);
+      i.datatype = pick(BAD_TYPES);
+      return { bytes: post(b.model, JSON.stringify(b.json)), valid: false, what: `datatype ${JSON.stringify(i.datatype)}` };
+    },
+    function countMismatch() {
+      const b = bases();
+      const i = pick(b.json.inputs);
+      if (rnd() < 0.5) i.data = i.data.slice(0, int(i.data.length));
+      else i.data = i.data.concat(Array.from({ length: 1 + int(50) }, () => 1));
+      return { bytes: post(b.model, JSON.stringify(b.json)), valid: false, what: 'data count mismatch' };
+    },
+    function nestedGarbage() {
+      const b = bases();
+      const i = pick(b.json.inputs);
+      const g = pick([{ a: 1 }, 'str', null, true, [[1, [2, [3]]]], [null], ['1'], [{}], [[]], [true, false]]);
+      if (rnd() < 0.5) i.data = g; else i.data[int(i.data.length)] = g;
+      return { bytes: post(b.model, JSON.stringify(b.json)), valid: false, what: `garbage data ${JSON.stringify(g)}` };
+    },
+    function deepNesting() {
+      const inner = pick(['[', '{"a":']);
+      const depth = pick([64, 1000, 20000, inner === '[' ? 90000 : 35000]); // under --max-json-body
+      const s = `{"inputs":[{"name":"q","datatype":"FP32","shape":[1],"data":${inner.repeat(depth)}1${(inner === '[' ? ']' : '}').repeat(depth)}}]}`;
+      return { bytes: post(pick(['sdpa', 'demo']), s), valid: false, what: `nesting ${depth}` };
+    },
+    function duplicateKeys() {
+      const b = bases();
+      const s = JSON.stringify(b.json);
+      const dup = pick([
+        s.replace('{"inputs":', '{"inputs":[],"inputs":'),
+        s.replace('"shape":', '"shape":[99,99],"shape":'),
+        s.replace('"name":', '"name":"zz","name":'),
+      ]);
+      // duplicates: jansson keeps the last value, so the request may be valid
+      return { bytes: post(b.model, dup), valid: null, what: 'duplicate keys' };
+    },
+    function hugeBinarySize() {
+      const b = bases();
+      const { head, tensors } = toBinary(b.json);
+      pick(head.inputs).parameters.binary_data_size = pick(huge);
+      return { bytes: sendBinary(b.model, head, tensors), valid: false, what: 'binary_data_size' };
+    },
+    function headerLength() {
+      const b = bases();
+      const { head, tensors } = toBinary(b.json);
+      const which = int(4);
+      const ov = ['-1', '99999999999999999999', 'abc', '0', '', '1e3', ' 12', '18446744073709551617'][int(8)];
+      return which === 0 ? { bytes: sendBinary(b.model, head, tensors, 1 + int(100000)), valid: false, what: 'header length past body' }
+        : which === 1 ? { bytes: sendBinary(b.model, head, tensors, -1 - int(10)), valid: false, what: 'header length short' }
+          : { bytes: sendBinary(b.model, head, tensors, 0, ov), valid: false, what: `header length ${JSON.stringify(ov)}` };
+    },
+    function badUtf8() {
+      const b = bases();
+      const s = JSON.stringify(b.json);
+      const at = s.indexOf('"name":"') + 8;
+      const junk = pick([Buffer.from([0xff]), Buffer.from([0xc0, 0x80]), Buffer.from([0xed, 0xa0, 0x80]), Buffer.from([0xe2, 0x82]), Buffer.from('\\u0000')]);
+      const body = Buffer.concat([Buffer.from(s.slice(0, at)), junk, Buffer.from(s.slice(at))]);
+      return { bytes: post(b.model, body), valid: false, what: 'bad utf-8 in name' };
+    },
+    function nanLiteral() {
+      const b = bases();
+      const s = JSON.stringify(b.json);
+      const lit = pick(BAD_NUMS);
+      return { bytes: post(b.model, s.replace(/"data":\[(-?[0-9.]+)/, `"data":[${lit}`)), valid: lit === '1e999' || lit === '-1e999' ? null : false, what: `number ${lit}` };
+    },
+    function unknownOutput() {
+      const b = bases();
+      b.json.outputs = pick([[{ name: 'zzz' }], 'output', [{}], [{ name: 5 }], [null], [{ name: 'y', parameters: 'x' }], {}, [{ name: '' }]]);
+      return { bytes: post(b.model, JSON.stringify(b.json)), valid: false, what: `outputs ${JSON.stringify(b.json.outputs)}` };
+    },
+    function badParameters() {
+      const b = bases();
+      b.json.parameters = pick([{ causal: 'yes' }, { causal: 3 }, 'x', [], { binary_data_output: 'x' }, { retain: 1 }, { tokens: 'x', retain: true }]);
+      return { bytes: post(b.model, JSON.stringify(b.json)), valid: null, what: `parameters ${JSON.stringify(b.json.parameters)}` };
+    },
+    function wrongMethod() {
+      const b = bases();
+      const m = pick(['GET', 'PUT', 'DELETE', 'PATCH', 'FOO']);
+      return { bytes: request(m, infer(b.model), JSON.stringify(b.json)), valid: false, what: `method ${m}` };
+    },
+    function badPath() {
+      const p = pick(['/v2/models/../infer', '/v2/models/%2e%2e/infer', '/v2/models/..%2f..%2fetc/infer', '/v2/models/%00/infer',
+        '/v2/models//infer', '/v2/models/sdpa/versions/2/infer', '/v2/models/sdpa/versions/../infer', '/v2/models/' + 'a'.repeat(5000) + '/infer',
+        '/v2/repository/models/..%2f/load', '/v2/repository/models/../load', '/v2/maps/%2e%2e/attention', '/v2/maps/-1/attention?b=-1&h=99999999999',
+        '/v2/models/sdpa/infer/extra', '/v2//models/sdpa/infer', '/%ff%fe', '/v2/models/nope/infer', '/v2/models/%2e%2e%2fdemo/infer']);
+      const b = bases();
+      return { bytes: request('POST', p, JSON.stringify(b.json), { 'Content-Type': 'application/json' }), valid: false, what: `path ${p.slice(0, 60)}` };
+    },
+    function oversize() {
+      // Over --max-json-body / --max-body: an early 413. The daemon answers
+      // before reading the rest and closes, so the kernel may reset the
+      // connection before we read the answer: a hang-up is accepted here.
+      const b = bases();
+      const n = pick([200001, 400001, 1 << 20]);
+      const s = JSON.stringify(b.json);
+      return { bytes: post(b.model, s + ' '.repeat(Math.max(0, n - s.length))), valid: false, early: true, what: `oversize ${n}` };
+    },
+    function lyingLength() {
+      // Content-Length far past the limit with a small body: 413 at once.
+      const b = bases();
+      const n = pick(['400001', '99999999999', '18446744073709551615', '-1', 'abc']);
+      return { bytes: post(b.model, JSON.stringify(b.json), { 'Content-Length': n }), valid: false, framing: true, closeAfter: 2000, what: `Content-Length ${n}` };
+    },
+    function slowloris() {
+      const b = bases();
+      const s = JSON.stringify(b.json);
+      const full = post(b.model, s);
+      return { bytes: full.subarray(0, full.length - 1 - int(s.length)), closeAfter: 200 + int(800), slow: true, what: 'partial body, hang up' };
+    },
+    function badChunked() {
+      const b = bases();
+      const s = JSON.stringify(b.json);
+      const k = int(5);
+      const body = [`zz\r\n${s}\r\n0\r\n\r\n`, `${(s.length + 50).toString(16)}\r\n${s}\r\n0\r\n\r\n`, `ffffffffffffffffff\r\n${s}\r\n0\r\n\r\n`,
+        `${s.length.toString(16)}\r\n${s}0\r\n\r\n`, `-1\r\n${s}\r\n0\r\n\r\n`][k];
+      // A framing error libmicrohttpd answers itself (400/413, its own HTML
+      // body), or a chunk longer than what was sent (k = 1): the server
+      // rightly waits for the rest, so we hang up like slowloris.
+      return { bytes: post(b.model, body, { 'Transfer-Encoding': 'chunked' }), valid: false, framing: true,
+        closeAfter: k === 1 ? 300 : undefined, what: `bad chunked framing ${k}` };
+    },
+  ];
+}
+
+test(`adversarial client: ${N} mutated requests (seed ${SEED})`, { timeout: (SECONDS + 120) * 1000 * SLOW }, async () => {
+  console.log(`# adversarial seed ${SEED} (replay: ATTND_FUZZ_SEED=${SEED})`);
+  const rnd = prng(SEED);
+  const meta = JSON.parse((await raw(d.port, request('GET', '/v2/models/demo'))).body.toString());
+  const ctx = { dModel: meta.parameters.d_model };
+  // The demo reference: computed once at the start, before any mutation.
+  const T = 3;
+  const demoReq = { inputs: [{ name: 'x', datatype: 'FP32', shape: [1, T, ctx.dModel], data: Array.from({ length: T * ctx.dModel }, (_, i) => ((i * 37) % 17) / 8 - 1) }] };
+  const goodSdpa = request('POST', '/v2/models/sdpa/infer', JSON.stringify(SEED_REQ), { 'Content-Type': 'application/json' });
+  const goodDemo = request('POST', '/v2/models/demo/infer', JSON.stringify(demoReq), { 'Content-Type': 'application/json' });
+  const first = await raw(d.port, goodDemo);
+  assert.equal(first.status, 200);
+  const demoRef = JSON.parse(first.body.toString()).outputs[0].data;
+  checkGood(await raw(d.port, goodSdpa), SEED_OUT, 'sdpa seed example');
+
+  const muts = mutators(rnd, ctx);
+  const counts = {};
+  const problems = [];
+  const t0 = Date.now();
+  let sent = 0;
+  const slow = [];
+  for (; sent < N && Date.now() - t0 < SECONDS * 1000; sent++) {
+    if (sent % 50 === 49) {
+      // known-good requests, concurrently with a mutation in flight
+      const m = muts[Math.floor(rnd() * muts.length)]();
+      const [a, b] = await Promise.all([raw(d.port, goodSdpa), raw(d.port, goodDemo), raw(d.port, m.bytes, m)]);
+      checkGood(a, SEED_OUT, `sdpa seed example after ${sent} mutations`);
+      checkGood(b, demoRef, `demo reference after ${sent} mutations`);
+      continue;
+    }
+    const fi = Math.floor(rnd() * muts.length);
+    const m = muts[fi]();
+    const key = muts[fi].name;
+    counts[key] = (counts[key] || 0) + 1;
+    if (m.slow) {
+      // partial bodies stay open while the next requests are served
+      slow.push(raw(d.port, m.bytes, m));
+      continue;
+    }
+    const r = await raw(d.port, m.bytes, m);
+    if (m.closeAfter && r.closed) continue; // we hung up ourselves
+    if (m.early && r.closed) continue; // reset after an early 413
+    let p;
+    if (m.framing) {
+      // the HTTP library's own framing errors: 400/413 or a hang-up, never a 5xx or a hang
+      p = r.timedOut ? 'no answer (hang)' : r.status && (r.status >= 500 || r.status === 200) ? `status ${r.status}` : null;
+    } else {
+      p = contract(r, m.valid);
+    }
+    if (p) problems.push(`#${sent} ${key} (${m.what}): ${p}`);
+    if (problems.length > 20) break;
+  }
+  for (const r of await Promise.all(slow)) if (!r.closed) problems.push(`partial body answered: ${contract(r, false) || r.status}`);
+  console.log(`# adversarial sent ${sent} in ${((Date.now() - t0) / 1000).toFixed(1)} s: ${JSON.stringify(counts)}`);
+  assert.deepEqual(problems, [], `seed ${SEED}:\n${problems.join('\n')}`);
+  const live = await raw(d.port, request('GET', '/v2/health/live'));
+  assert.equal(live.status, 200);
+  checkGood(await raw(d.port, goodSdpa), SEED_OUT, 'sdpa seed example at the end');
+  checkGood(await raw(d.port, goodDemo), demoRef, 'demo reference at the end');
+  assert.doesNotMatch(d.log(), SANITIZER_REPORT, d.log());
+});
