@@ -10,7 +10,12 @@
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import { after, before, test } from 'node:test';
+import { readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { SANITIZER_REPORT, SLOW, start } from './helper.mjs';
+
+const FIXTURES = join(dirname(fileURLToPath(import.meta.url)), 'fixtures', 'models', 'tiny');
 
 const N = Number(process.env.ATTND_FUZZ_N || 1500);
 const SECONDS = Number(process.env.ATTND_FUZZ_SECONDS || 40);
@@ -184,6 +189,11 @@ function mutators(rnd, ctx) {
       'Inference-Header-Content-Length': hlenOverride !== undefined ? hlenOverride : String(h.length + hlenDelta),
     });
   };
+  const uploadReq = (st, cfg, what) => ({
+    bytes: request('POST', `/v2/repository/models/fz${int(4)}/load`,
+      JSON.stringify({ parameters: { config: cfg, 'file:model.safetensors': st.toString('base64') } }), { 'Content-Type': 'application/json' }),
+    valid: null, what: `upload ${what}`,
+  });
   const BAD_SHAPES = [[], [0], [-1, 4], [0, 4], [2, 0], [2 ** 31, 4], [2 ** 32 + 2, 4], [2 ** 62, 2 ** 62],
     [65536, 65536, 65536, 65536], [1e30, 4], [2.5, 4], ['2', 4], [null, 4], [true, 4], 'x', null, 7, {},
     [9007199254740993, 4], [-9223372036854775808, 4], [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 4],
@@ -356,6 +366,70 @@ function mutators(rnd, ctx) {
       const n = pick(['400001', '99999999999', '18446744073709551615', '-1', 'abc']);
       return { bytes: post(b.model, JSON.stringify(b.json), { 'Content-Length': n }), valid: false, framing: true, closeAfter: 2000, what: `Content-Length ${n}` };
     },
+    function demoExtras() {
+      // context / lengths / context_lengths / mask with random, often wrong, values
+      const T = 1 + int(3), S = 1 + int(3), B = 1 + int(2);
+      const inputs = [{ name: 'x', datatype: 'FP32', shape: [B, T, ctx.dModel], data: Array.from({ length: B * T * ctx.dModel }, () => rnd() - 0.5) }];
+      const ints = () => pick([[T], [0], [-1], [T + 1], [2 ** 31 - 1], [-(2 ** 31)], [1, 1], [], [1.5], ['1']]);
+      if (rnd() < 0.5) inputs.push({ name: 'context', datatype: 'FP32', shape: pick([[B, S, ctx.dModel], [B, S, ctx.dModel + 1], [B + 1, S, ctx.dModel], [S, ctx.dModel]]), data: Array.from({ length: B * S * ctx.dModel }, () => rnd()) });
+      if (rnd() < 0.5) { const l = Array.from({ length: B }, () => pick(ints())); inputs.push({ name: 'lengths', datatype: pick(['INT32', 'INT32', 'INT64', 'FP32']), shape: [B], data: l }); }
+      if (rnd() < 0.5) { const l = Array.from({ length: B }, () => pick(ints())); inputs.push({ name: 'context_lengths', datatype: 'INT32', shape: [B], data: l }); }
+      if (rnd() < 0.5) {
+        const sh = pick([[B, T, S], [T, S], [T, T], [B, T, T], [1], [B, T, S, 1]]);
+        const n = sh.reduce((a, b) => a * b, 1);
+        inputs.push({ name: 'mask', datatype: pick(['BOOL', 'BOOL', 'INT32']), shape: sh, data: Array.from({ length: n }, () => pick([true, false, true, 0, 1, 2, null])) });
+      }
+      if (rnd() < 0.2) inputs.push(clone(inputs[0])); // a duplicate input name
+      if (rnd() < 0.1) inputs.push({ name: 'zzz', datatype: 'FP32', shape: [1], data: [1] });
+      const outputs = rnd() < 0.5 ? undefined : ['y', 'attention', 'scores', 'q', 'k', 'v'].filter(() => rnd() < 0.4).map((name) => ({ name, parameters: rnd() < 0.3 ? { binary_data: true } : undefined }));
+      const body = { inputs, outputs, parameters: rnd() < 0.3 ? { causal: rnd() < 0.5 } : undefined };
+      return { bytes: post('demo', JSON.stringify(body)), valid: null, what: 'demo extras' };
+    },
+    function sdpaExtras() {
+      // batch dims, mismatched B/H/S/d between q, k, v, masks
+      const dims = () => pick([[], [2], [2, 3], [1, 1], [3]]);
+      const bq = dims(), bk = rnd() < 0.7 ? bq : dims(), bv = rnd() < 0.7 ? bk : dims();
+      const T = 1 + int(4), S = 1 + int(4), dk = 1 + int(5), dv = 1 + int(5);
+      const t = (name, sh) => ({ name, datatype: 'FP32', shape: sh, data: Array.from({ length: sh.reduce((a, b) => a * b, 1) }, () => rnd() * 4 - 2) });
+      const inputs = [t('q', [...bq, T, dk]), t('k', [...bk, rnd() < 0.8 ? S : S + 1, rnd() < 0.8 ? dk : dk + 1]), t('v', [...bv, S, dv])];
+      if (rnd() < 0.4) {
+        const sh = pick([[T, S], [...bq, T, S], [S, T], [1, T, S], [T]]);
+        inputs.push({ name: 'mask', datatype: 'BOOL', shape: sh, data: Array.from({ length: sh.reduce((a, b) => a * b, 1) }, () => rnd() < 0.7) });
+      }
+      const outputs = ['output', 'attention', 'scores'].filter(() => rnd() < 0.5).map((name) => ({ name }));
+      const body = { inputs: rnd() < 0.1 ? inputs.reverse() : inputs, outputs, parameters: { causal: rnd() < 0.3, binary_data_output: rnd() < 0.2 } };
+      return { bytes: post('sdpa', JSON.stringify(body)), valid: null, what: `sdpa extras ${JSON.stringify(inputs.map((i) => i.shape))}` };
+    },
+    function upload() {
+      // a model upload with a mutated safetensors file or config
+      const st = Buffer.from(ctx.tinySt);
+      const k = int(5);
+      if (k === 0) st.writeBigUInt64LE(pick([0n, 1n, 2n ** 63n, 2n ** 64n - 1n, BigInt(st.length), BigInt(st.length - 7)]), 0);
+      else if (k === 1) for (let j = 1 + int(3); j > 0; j--) st[8 + int(Number(st.readBigUInt64LE(0)))] = int(256);
+      else if (k === 2) {
+        const h = st.subarray(8, 8 + Number(st.readBigUInt64LE(0))).toString();
+        const m = h.replace(/\d+/g, (x) => (rnd() < 0.3 ? String(pick([0, 1, 2 ** 31, 2 ** 53, 99999999999, Number(x) + 4])) : x));
+        const hb = Buffer.from(m);
+        const l = Buffer.alloc(8); l.writeBigUInt64LE(BigInt(hb.length));
+        return uploadReq(Buffer.concat([l, hb, Buffer.from(ctx.tinySt).subarray(8 + h.length)]), ctx.tinyCfg, 'offsets/shapes');
+      } else if (k === 3) return uploadReq(st.subarray(0, int(st.length)), ctx.tinyCfg, 'truncated safetensors');
+      const cfg = pick([ctx.tinyCfg, '{"n_heads": 0}', '{"n_heads": 3}', '{"n_heads": -1}', '{"n_heads": 99999999999}', '{"n_heads": 2, "n_kv_heads": 3}',
+        '{"n_heads": 2, "rope": "x"}', '{"n_heads": 2, "causal": 1}', '[]', '{"n_heads": "2"}']);
+      return uploadReq(st, cfg, `header/config ${k}`);
+    },
+    function mapsQuery() {
+      const p = pick(['/v2/maps', '/v2/maps/0', '/v2/maps/999999999999999999999', '/v2/maps/abc/attention', '/v2/maps/1/attention?b=-1',
+        '/v2/maps/1/attention?h=99999999999&b=0', '/v2/maps/1/attention?max=0', '/v2/maps/1/attention?max=-5&format=f32', '/v2/maps/1/attention?format=xyz',
+        '/v2/maps/1/attention?b=1e3', '/v2/maps/1/attention?b=&h=', '/v2/models/sdpa/stats', '/v2/models/%2e%2e/stats', '/metrics', '/v2', '/v2/models/demo/ready',
+        '/v2/models/../../etc/passwd', '/' + '%'.repeat(20), '/v2/maps/1/attention?b=0&h=0&max=1']);
+      return { bytes: request('GET', p), valid: null, what: `GET ${p}` };
+    },
+    function retain() {
+      const b = bases();
+      b.json.parameters = { retain: true, tokens: pick([['a', 'b'], ['a', 'b', 'c', 'd', 'e', 'f'], [1, 2], 'ab', [null], ['\u0000', 'x'.repeat(10000)], []]) };
+      if (b.model === 'sdpa') b.json.outputs = [{ name: 'output' }, { name: 'attention' }];
+      return { bytes: post(b.model, JSON.stringify(b.json)), valid: null, what: `retain tokens ${JSON.stringify(b.json.parameters.tokens).slice(0, 40)}` };
+    },
     function slowloris() {
       const b = bases();
       const s = JSON.stringify(b.json);
@@ -381,7 +455,8 @@ test(`adversarial client: ${N} mutated requests (seed ${SEED})`, { timeout: (SEC
   console.log(`# adversarial seed ${SEED} (replay: ATTND_FUZZ_SEED=${SEED})`);
   const rnd = prng(SEED);
   const meta = JSON.parse((await raw(d.port, request('GET', '/v2/models/demo'))).body.toString());
-  const ctx = { dModel: meta.parameters.d_model };
+  const ctx = { dModel: meta.parameters.d_model,
+    tinySt: readFileSync(join(FIXTURES, 'model.safetensors')), tinyCfg: readFileSync(join(FIXTURES, 'config.json'), 'utf8') };
   // The demo reference: computed once at the start, before any mutation.
   const T = 3;
   const demoReq = { inputs: [{ name: 'x', datatype: 'FP32', shape: [1, T, ctx.dModel], data: Array.from({ length: T * ctx.dModel }, (_, i) => ((i * 37) % 17) / 8 - 1) }] };
@@ -398,6 +473,7 @@ test(`adversarial client: ${N} mutated requests (seed ${SEED})`, { timeout: (SEC
   const t0 = Date.now();
   let sent = 0;
   const slow = [];
+  const statuses = {};
   for (; sent < N && Date.now() - t0 < SECONDS * 1000; sent++) {
     if (sent % 50 === 49) {
       // known-good requests, concurrently with a mutation in flight
@@ -417,6 +493,8 @@ test(`adversarial client: ${N} mutated requests (seed ${SEED})`, { timeout: (SEC
       continue;
     }
     const r = await raw(d.port, m.bytes, m);
+    const sk = r.status || (r.closed ? 'closed' : 'other');
+    statuses[sk] = (statuses[sk] || 0) + 1;
     if (m.closeAfter && r.closed) continue; // we hung up ourselves
     if (m.early && r.closed) continue; // reset after an early 413
     let p;
@@ -430,7 +508,8 @@ test(`adversarial client: ${N} mutated requests (seed ${SEED})`, { timeout: (SEC
     if (problems.length > 20) break;
   }
   for (const r of await Promise.all(slow)) if (!r.closed) problems.push(`partial body answered: ${contract(r, false) || r.status}`);
-  console.log(`# adversarial sent ${sent} in ${((Date.now() - t0) / 1000).toFixed(1)} s: ${JSON.stringify(counts)}`);
+  console.log(`# adversarial sent ${sent} in ${((Date.now() - t0) / 1000).toFixed(1)} s; statuses ${JSON.stringify(statuses)}`);
+  console.log(`# adversarial mutators ${JSON.stringify(counts)}`);
   assert.deepEqual(problems, [], `seed ${SEED}:\n${problems.join('\n')}`);
   const live = await raw(d.port, request('GET', '/v2/health/live'));
   assert.equal(live.status, 200);
