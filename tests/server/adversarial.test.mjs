@@ -367,38 +367,59 @@ function mutators(rnd, ctx) {
       return { bytes: post(b.model, JSON.stringify(b.json), { 'Content-Length': n }), valid: false, framing: true, closeAfter: 2000, what: `Content-Length ${n}` };
     },
     function demoExtras() {
-      // context / lengths / context_lengths / mask with random, often wrong, values
+      // context / lengths / context_lengths / mask with random, often wrong,
+      // values; validity is worked out here from the API's rules.
       const T = 1 + int(3), S = 1 + int(3), B = 1 + int(2);
+      let ok = true;
+      let Sx = T; // the key length: S with a context, else T
       const inputs = [{ name: 'x', datatype: 'FP32', shape: [B, T, ctx.dModel], data: Array.from({ length: B * T * ctx.dModel }, () => rnd() - 0.5) }];
-      const ints = () => pick([[T], [0], [-1], [T + 1], [2 ** 31 - 1], [-(2 ** 31)], [1, 1], [], [1.5], ['1']]);
-      if (rnd() < 0.5) inputs.push({ name: 'context', datatype: 'FP32', shape: pick([[B, S, ctx.dModel], [B, S, ctx.dModel + 1], [B + 1, S, ctx.dModel], [S, ctx.dModel]]), data: Array.from({ length: B * S * ctx.dModel }, () => rnd()) });
-      if (rnd() < 0.5) { const l = Array.from({ length: B }, () => pick(ints())); inputs.push({ name: 'lengths', datatype: pick(['INT32', 'INT32', 'INT64', 'FP32']), shape: [B], data: l }); }
-      if (rnd() < 0.5) { const l = Array.from({ length: B }, () => pick(ints())); inputs.push({ name: 'context_lengths', datatype: 'INT32', shape: [B], data: l }); }
       if (rnd() < 0.5) {
-        const sh = pick([[B, T, S], [T, S], [T, T], [B, T, T], [1], [B, T, S, 1]]);
-        const n = sh.reduce((a, b) => a * b, 1);
-        inputs.push({ name: 'mask', datatype: pick(['BOOL', 'BOOL', 'INT32']), shape: sh, data: Array.from({ length: n }, () => pick([true, false, true, 0, 1, 2, null])) });
+        const sh = pick([[B, S, ctx.dModel], [B, S, ctx.dModel], [B, S, ctx.dModel + 1], [B + 1, S, ctx.dModel], [S, ctx.dModel]]);
+        inputs.push({ name: 'context', datatype: 'FP32', shape: sh, data: Array.from({ length: sh.reduce((x, y) => x * y, 1) }, () => rnd()) });
+        if (sh.join() !== [B, S, ctx.dModel].join()) ok = false;
+        Sx = S;
       }
-      if (rnd() < 0.2) inputs.push(clone(inputs[0])); // a duplicate input name
-      if (rnd() < 0.1) inputs.push({ name: 'zzz', datatype: 'FP32', shape: [1], data: [1] });
+      const lens = (name, max) => {
+        const data = Array.from({ length: rnd() < 0.9 ? B : B + 1 }, () => pick([max, max, 0, 1, -1, max + 1, 2 ** 31 - 1, -(2 ** 31), 1.5, '1', null]));
+        const datatype = pick(['INT32', 'INT32', 'INT32', 'FP32']);
+        if (datatype !== 'INT32' || data.length !== B || !data.every((v) => Number.isInteger(v) && v >= 0 && v <= max)) ok = false;
+        inputs.push({ name, datatype, shape: [B], data });
+      };
+      if (rnd() < 0.5) lens('lengths', T);
+      if (rnd() < 0.5) lens('context_lengths', Sx);
+      if (rnd() < 0.5) {
+        const sh = pick([[B, T, Sx], [T, Sx], [B, T, Sx], [T, Sx], [Sx, T + 1], [1], [B, T, Sx, 1]]);
+        const datatype = pick(['BOOL', 'BOOL', 'BOOL', 'INT32']);
+        const data = Array.from({ length: sh.reduce((x, y) => x * y, 1) }, () => (rnd() < 0.95 ? rnd() < 0.7 : pick([0, 1, null])));
+        const shOk = sh.join() === [B, T, Sx].join() || sh.join() === [T, Sx].join();
+        if (!shOk || datatype !== 'BOOL' || !data.every((v) => typeof v === 'boolean')) ok = false;
+        inputs.push({ name: 'mask', datatype, shape: sh, data });
+      }
+      if (rnd() < 0.1) { inputs.push(clone(inputs[0])); ok = false; } // a duplicate input name
+      if (rnd() < 0.1) { inputs.push({ name: 'zzz', datatype: 'FP32', shape: [1], data: [1] }); ok = false; }
       const outputs = rnd() < 0.5 ? undefined : ['y', 'attention', 'scores', 'q', 'k', 'v'].filter(() => rnd() < 0.4).map((name) => ({ name, parameters: rnd() < 0.3 ? { binary_data: true } : undefined }));
-      const body = { inputs, outputs, parameters: rnd() < 0.3 ? { causal: rnd() < 0.5 } : undefined };
-      return { bytes: post('demo', JSON.stringify(body)), valid: null, what: 'demo extras' };
+      const causal = rnd() < 0.3;
+      const body = { inputs, outputs, parameters: causal ? { causal: true } : undefined };
+      return { bytes: post('demo', JSON.stringify(body)), valid: ok && !(causal && Sx !== T) ? true : ok ? null : false, what: `demo extras ${JSON.stringify(inputs.map((i) => [i.name, i.datatype, i.shape]))}` };
     },
     function sdpaExtras() {
       // batch dims, mismatched B/H/S/d between q, k, v, masks
       const dims = () => pick([[], [2], [2, 3], [1, 1], [3]]);
       const bq = dims(), bk = rnd() < 0.7 ? bq : dims(), bv = rnd() < 0.7 ? bk : dims();
       const T = 1 + int(4), S = 1 + int(4), dk = 1 + int(5), dv = 1 + int(5);
+      const Sk = rnd() < 0.85 ? S : S + 1, dkk = rnd() < 0.85 ? dk : dk + 1;
+      let ok = bq.join() === bk.join() && bq.length === bk.length && bk.join() === bv.join() && bk.length === bv.length && Sk === S && dkk === dk;
       const t = (name, sh) => ({ name, datatype: 'FP32', shape: sh, data: Array.from({ length: sh.reduce((a, b) => a * b, 1) }, () => rnd() * 4 - 2) });
-      const inputs = [t('q', [...bq, T, dk]), t('k', [...bk, rnd() < 0.8 ? S : S + 1, rnd() < 0.8 ? dk : dk + 1]), t('v', [...bv, S, dv])];
+      const inputs = [t('q', [...bq, T, dk]), t('k', [...bk, Sk, dkk]), t('v', [...bv, S, dv])];
       if (rnd() < 0.4) {
-        const sh = pick([[T, S], [...bq, T, S], [S, T], [1, T, S], [T]]);
+        const sh = pick([[T, S], [...bq, T, S], [S, T + 1], [T]]);
+        if (sh.join() !== [T, S].join() && sh.join() !== [...bq, T, S].join()) ok = false;
         inputs.push({ name: 'mask', datatype: 'BOOL', shape: sh, data: Array.from({ length: sh.reduce((a, b) => a * b, 1) }, () => rnd() < 0.7) });
       }
       const outputs = ['output', 'attention', 'scores'].filter(() => rnd() < 0.5).map((name) => ({ name }));
-      const body = { inputs: rnd() < 0.1 ? inputs.reverse() : inputs, outputs, parameters: { causal: rnd() < 0.3, binary_data_output: rnd() < 0.2 } };
-      return { bytes: post('sdpa', JSON.stringify(body)), valid: null, what: `sdpa extras ${JSON.stringify(inputs.map((i) => i.shape))}` };
+      const causal = rnd() < 0.3;
+      const body = { inputs: rnd() < 0.1 ? inputs.reverse() : inputs, outputs, parameters: { causal, binary_data_output: rnd() < 0.2 } };
+      return { bytes: post('sdpa', JSON.stringify(body)), valid: ok && !(causal && T !== S) ? true : ok ? null : false, what: `sdpa extras ${JSON.stringify(inputs.map((i) => i.shape))}` };
     },
     function upload() {
       // a model upload with a mutated safetensors file or config
