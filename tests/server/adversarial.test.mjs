@@ -386,7 +386,10 @@ function mutators(rnd, ctx) {
         inputs.push({ name, datatype, shape: [B], data });
       };
       if (rnd() < 0.5) lens('lengths', T);
-      if (rnd() < 0.5) lens('context_lengths', Sx);
+      if (rnd() < 0.5) {
+        lens('context_lengths', Sx);
+        if (!inputs.some((i) => i.name === 'context')) ok = false; // only with a context
+      }
       if (rnd() < 0.5) {
         const sh = pick([[B, T, Sx], [T, Sx], [B, T, Sx], [T, Sx], [Sx, T + 1], [1], [B, T, Sx, 1]]);
         const datatype = pick(['BOOL', 'BOOL', 'BOOL', 'INT32']);
