@@ -324,9 +324,11 @@ int oip_encode(const char *model_name, const char *id,
             size_t bad;
             puts_(&b, ",\"data\":");
             if (put_data(&b, o, counts[i], &bad)) {
-                rc = oip__fail(err, ATTN_EINVAL,
-                               "output %s: element %zu is not finite and "
-                               "cannot be sent as JSON", o->name, bad);
+                rc = oip__fail(err, ATTN_EFORMAT,
+                               "output %s: element %zu is not finite (the "
+                               "inputs overflow FP32) and cannot be sent as "
+                               "JSON; ask for it with binary_data",
+                               o->name, bad);
                 goto fail;
             }
         }

@@ -142,9 +142,10 @@ typedef struct oip_output {
  * length when any output is binary (send it as
  * Inference-Header-Content-Length), else 0. Floats are printed so that they
  * parse back to the same float (9 significant digits, trailing zeros
- * dropped). id and model_name are escaped. Returns 0, ATTN_ENOMEM, or
- * ATTN_EINVAL (bad output description, a non-finite float in a JSON output,
- * extra_params not a JSON object) with a message in err (may be NULL).
+ * dropped). id and model_name are escaped. Returns 0, ATTN_ENOMEM,
+ * ATTN_EFORMAT (a non-finite float in a JSON output: the client's inputs
+ * overflowed, a 400), or ATTN_EINVAL (bad output description, extra_params
+ * not a JSON object) with a message in err (may be NULL).
  * Any thread.
  */
 int oip_encode(const char *model_name, const char *id,

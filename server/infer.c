@@ -472,5 +472,7 @@ int srv_infer_encode(const srv_prep *p, const oip_request *req,
     }
     rc = oip_encode(model_name, req->id, outs, n, extra[0] ? extra : NULL, body,
                     len, header_len, err);
-    return rc < 0 ? 500 : 0;
+    /* a non-finite JSON output comes from the client's (finite, huge)
+     * inputs: a bad request, not a server fault */
+    return rc == ATTN_EFORMAT ? 400 : rc < 0 ? 500 : 0;
 }

@@ -134,9 +134,10 @@ START_TEST(encode_errors)
     size_t n = 9, hl = 9;
     char err[OIP_ERRMAX] = "";
     ck_assert_int_eq(oip_encode("m", NULL, &o, 1, NULL, &body, &n, &hl, err),
-                     ATTN_EINVAL);
-    ck_assert_str_eq(err, "output y: element 1 is not finite and cannot be "
-                          "sent as JSON");
+                     ATTN_EFORMAT);
+    ck_assert_str_eq(err, "output y: element 1 is not finite (the inputs "
+                          "overflow FP32) and cannot be sent as JSON; ask for "
+                          "it with binary_data");
     ck_assert_ptr_null(body);
     ck_assert_uint_eq(n, 0);
     /* the same output as binary is fine: raw bits travel as they are */

@@ -455,6 +455,31 @@ function mutators(rnd, ctx) {
       if (b.model === 'sdpa') b.json.outputs = [{ name: 'output' }, { name: 'attention' }];
       return { bytes: post(b.model, JSON.stringify(b.json)), valid: null, what: `retain tokens ${JSON.stringify(b.json.parameters.tokens).slice(0, 40)}` };
     },
+    function binaryTypes() {
+      // binary FP16/BF16/BOOL/INT32 inputs with right and wrong byte counts
+      const T = 1 + int(3), B = 1 + int(2);
+      const n = B * T * ctx.dModel;
+      const dt = pick(['FP16', 'BF16', 'FP32']);
+      const size = (dt === 'FP32' ? 4 : 2) * n + pick([0, 0, 0, -2, 2, -1, 1]);
+      const head = { inputs: [{ name: 'x', datatype: dt, shape: [B, T, ctx.dModel], parameters: { binary_data_size: size } }] };
+      const tensors = [Buffer.from(Array.from({ length: Math.max(0, size) }, () => int(256)))];
+      const ok = size === (dt === 'FP32' ? 4 : 2) * n; // else a 400
+      if (rnd() < 0.5) {
+        const mdt = pick(['BOOL', 'BOOL', 'INT32', 'FP32']);
+        const ms = (mdt === 'BOOL' ? 1 : 4) * B * T * T + pick([0, 0, 1, -1]);
+        head.inputs.push({ name: 'mask', datatype: mdt, shape: [B, T, T], parameters: { binary_data_size: ms } });
+        tensors.push(Buffer.from(Array.from({ length: Math.max(0, ms) }, () => pick([0, 1, 1, 2, 255]))));
+      }
+      if (rnd() < 0.5) {
+        head.inputs.push({ name: 'lengths', datatype: 'INT32', shape: [B], parameters: { binary_data_size: 4 * B } });
+        const l = Buffer.alloc(4 * B);
+        for (let k = 0; k < B; k++) l.writeInt32LE(pick([T, 0, -1, T + 1, 2 ** 31 - 1]), 4 * k);
+        tensors.push(l);
+      }
+      head.outputs = ['y', 'attention', 'q'].filter(() => rnd() < 0.5).map((name) => ({ name, parameters: { binary_data: rnd() < 0.7 } }));
+      // random FP16/BF16 bytes include NaN and Inf: the answer may be either
+      return { bytes: sendBinary('demo', head, tensors), valid: ok ? null : false, what: `binary ${dt} ${size}/${n}` };
+    },
     function slowloris() {
       const b = bases();
       const s = JSON.stringify(b.json);
@@ -475,6 +500,27 @@ function mutators(rnd, ctx) {
     },
   ];
 }
+
+// Finding 1 (the binaryTypes mutator: random FP32 bytes): finite but huge inputs
+// overflow to Inf in q / scores, and asking for those as JSON answered 500.
+// It is the client's input: 400, naming the output and the way out.
+test('regression: inputs that overflow FP32 give 400 for a JSON output, not 500', async () => {
+  const big = { inputs: [
+    { name: 'q', datatype: 'FP32', shape: [1, 2], data: [1e30, 1e30] },
+    { name: 'k', datatype: 'FP32', shape: [2, 2], data: [1e30, 1e30, -1e30, 1] },
+    { name: 'v', datatype: 'FP32', shape: [2, 1], data: [1, 2] }], outputs: [{ name: 'scores' }] };
+  let r = await raw(d.port, request('POST', '/v2/models/sdpa/infer', JSON.stringify(big), { 'Content-Type': 'application/json' }));
+  assert.equal(r.status, 400, r.body.toString());
+  assert.match(JSON.parse(r.body.toString()).error, /^output scores: element 0 is not finite .*binary_data/);
+  const x = { inputs: [{ name: 'x', datatype: 'FP32', shape: [1, 1, 64], data: Array(64).fill(3e38) }], outputs: [{ name: 'q' }] };
+  r = await raw(d.port, request('POST', '/v2/models/demo/infer', JSON.stringify(x), { 'Content-Type': 'application/json' }));
+  assert.equal(r.status, 400, r.body.toString());
+  assert.match(JSON.parse(r.body.toString()).error, /^output q: element \d+ is not finite/);
+  // the same output in binary form travels as it is
+  x.outputs = [{ name: 'q', parameters: { binary_data: true } }];
+  r = await raw(d.port, request('POST', '/v2/models/demo/infer', JSON.stringify(x), { 'Content-Type': 'application/json' }));
+  assert.equal(r.status, 200);
+});
 
 test(`adversarial client: ${N} mutated requests (seed ${SEED})`, { timeout: (SECONDS + 120) * 1000 * SLOW }, async () => {
   console.log(`# adversarial seed ${SEED} (replay: ATTND_FUZZ_SEED=${SEED})`);
