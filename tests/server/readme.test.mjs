@@ -206,7 +206,7 @@ before(async () => {
 });
 
 after(async () => {
-  if (daemon) {
+  if (daemon && daemon.proc.exitCode === null && daemon.proc.signalCode === null) {
     daemon.proc.kill('SIGTERM');
     const t = setTimeout(() => daemon.proc.kill('SIGKILL'), 30000 * SLOW);
     await daemon.exit;
@@ -238,3 +238,12 @@ for (const [n, b] of blocks.entries()) {
     console.log(`README "${b.section}" block ${n}: ${cmds.length} commands ok`);
   });
 }
+
+test('after the examples, attnd exits 0 on SIGTERM with a clean log', async () => {
+  daemon.proc.kill('SIGTERM');
+  const t = setTimeout(() => daemon.proc.kill('SIGKILL'), 30000 * SLOW);
+  const code = await daemon.exit;
+  clearTimeout(t);
+  assert.equal(code, 0, daemon.log());
+  assert.doesNotMatch(daemon.log(), /Sanitizer|runtime error/, daemon.log());
+});
