@@ -2,7 +2,8 @@
 # install-deps.sh - install the Debian packages a make target needs, when
 # missing. Usage: tools/install-deps.sh build|test|bench|container|fuzz|fresh
 #   build      compiler, libraries and headers (make, make run)
-#   test       build + what the test suites drive (node, chromium, nginx, promtool)
+#   test       build + what the test suites drive (node, chromium, nginx, promtool,
+#              curl for the README examples)
 #   bench      test + wrk and PyTorch (the benchmark peers)
 #   container  buildah, debootstrap, curl, python3 (make container-test)
 #   fuzz       build + clang and its libFuzzer runtime (make fuzz)
@@ -10,7 +11,7 @@
 # Needs root (or sudo) only when something is missing.
 set -eu
 build="gcc make pkg-config libc6-dev libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev check python3"
-test="$build nodejs npm chromium nginx-light prometheus"
+test="$build nodejs npm chromium nginx-light prometheus curl"
 bench="$test wrk python3-torch python3-numpy"
 container="buildah debootstrap curl python3"
 fuzz="$build clang libclang-rt-14-dev"

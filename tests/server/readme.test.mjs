@@ -1,0 +1,249 @@
+// readme.test.mjs - the README's shell examples work when pasted.
+// Extracts the ```sh blocks of the README sections that talk to a running
+// daemon, starts attnd as `make run` does (build/default/attnd, defaults,
+// `models/` of the working directory) but on a free loopback port, rewrites
+// localhost:8080 / 127.0.0.1:8080 in the commands to that port (the only
+// rewrite), and runs each block with bash -e -o pipefail in a scratch copy
+// of the repo's models/ (the examples upload models/demo2 and write map.f32
+// there). Each command must succeed and print no {"error": ...} and no HTTP
+// 4xx/5xx status line; a result the README states in a comment must show:
+//   `cmd   # 200 when ready`          the output has a line "200"
+//   `# ...: weights [[a,b],[c,d]]`    the next command's JSON has those
+//                                     values (to the digits given)
+//   `# -> x ... y`                    the previous command printed x, then y
+//                                     (map ids m<N>-<tag> match any id)
+//   `cmd   # now in models/X/`        that folder exists afterwards
+//   `cmd   # ... "key" ...`           the output contains "key"
+// Blocks that need PyTorch, Docker, kubectl, a cluster or their own fixed
+// ports are skipped by name, with the reason printed (SKIP below).
+// README_TEST_VERBOSE=1 prints every command with its output.
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+import { ATTND, ROOT, SLOW } from './helper.mjs';
+
+// Section heading -> why its sh blocks are not run here.
+const SKIP = {
+  attnd: 'make run / make test / apt-get: the test itself runs inside make test',
+  'Weight sets': 'needs PyTorch (/usr/bin/python3 with torch) and writes into the repo\'s models/; run by hand',
+  Docker: 'needs a Docker engine (make container-test covers the image)',
+  Kubernetes: 'needs docker push, kubectl and a real cluster (make check-deploy validates the manifests)',
+  'Several replicas behind nginx': 'fixed ports 8081-8083 and foreground nginx; make check-deploy runs it (tests/deploy/failover.mjs)',
+  'Engine (`core/`)': 'make targets and PyTorch: part of make test / make bench themselves',
+  'Protocol details (proto/)': 'make fuzz / make bench-proto: clang and long runs',
+};
+// Sections whose blocks are run against the daemon, in README order.
+const RUN = ['API', 'Retained attention maps'];
+
+/** The README's ```sh blocks as [{section, code}] (section = nearest heading). */
+function shBlocks(text) {
+  const out = [];
+  let section = '';
+  let block = null;
+  for (const line of text.split('\n')) {
+    if (block) {
+      if (/^```\s*$/.test(line)) { out.push({ section, code: block.join('\n') }); block = null; }
+      else block.push(line);
+    } else if (/^```sh\s*$/.test(line)) block = [];
+    else {
+      const h = /^#{1,4} (.*)$/.exec(line);
+      if (h) section = h[1].trim();
+    }
+  }
+  return out;
+}
+
+/**
+ * Split a block into commands: a command ends at a newline outside quotes
+ * and $( ), and not after a backslash, | or &&. Returns [{cmd, comment, before}] where comment
+ * is the trailing "# ..." of its last line and before the comment-only lines
+ * just above it; a trailing "# -> ..." line becomes after of the previous.
+ */
+function commands(code) {
+  const cmds = [];
+  let cur = '';
+  let quote = null;
+  let depth = 0;
+  let pending = [];
+  for (const line of code.split('\n')) {
+    if (!quote && !depth && !cur) {
+      const t = line.trim();
+      if (t === '') { pending = []; continue; }
+      if (t.startsWith('#')) {
+        const arrow = /^#\s*->\s*(.*)$/.exec(t);
+        if (arrow && cmds.length) cmds[cmds.length - 1].after.push(arrow[1]);
+        else pending.push(t.slice(1).trim());
+        continue;
+      }
+    }
+    let comment = '';
+    for (let i = 0; i < line.length; i++) {
+      const c = line[i];
+      if (quote === "'") { if (c === "'") quote = null; continue; }
+      if (c === '\\') { i++; continue; }
+      if (quote === '"') { if (c === '"') quote = null; continue; }
+      if (c === "'" || c === '"') quote = c;
+      else if (c === '(') depth++;
+      else if (c === ')') depth--;
+      else if (c === '#' && (i === 0 || /\s/.test(line[i - 1]))) { comment = line.slice(i + 1).trim(); break; }
+    }
+    cur += (cur ? '\n' : '') + line;
+    const code = comment ? line.slice(0, line.lastIndexOf('#')) : line;
+    if (!quote && !depth && !/(\\|\||&&)\s*$/.test(code)) {
+      cmds.push({ cmd: cur, comment, before: pending, after: [] });
+      cur = '';
+      pending = [];
+    }
+  }
+  assert.ok(quote === null && depth === 0 && !cur, `unterminated command in:\n${code}`);
+  return cmds;
+}
+
+const PORT_RE = /\b(localhost|127\.0\.0\.1):8080\b/g;
+const MARK = '@@readme-cmd';
+
+/** Run a block's commands as one bash -e -o pipefail script; outputs by command. */
+function runBlock(cmds, port, cwd) {
+  const script = cmds.map((c, i) => `printf '\\n${MARK} %d\\n' ${i}\n${c.cmd.replace(PORT_RE, `$1:${port}`)}`)
+    .join('\n') + `\nprintf '\\n${MARK} end\\n'\n`;
+  // python3 as on a fresh Debian 12: /usr/bin first (pyenv shims need a
+  // shell setup the examples should not depend on).
+  const env = { ...process.env, PATH: `/usr/local/bin:/usr/bin:/bin:${process.env.PATH || ''}` };
+  const r = spawnSync('bash', ['-e', '-o', 'pipefail', '-c', script], {
+    cwd, env, encoding: 'latin1', timeout: 60000 * SLOW, maxBuffer: 64 << 20,
+  });
+  const parts = r.stdout.split(new RegExp(`\\n?${MARK} `));
+  const outs = [];
+  let reached = -1;
+  for (const p of parts.slice(1)) {
+    const nl = p.indexOf('\n');
+    const tag = p.slice(0, nl);
+    if (tag === 'end') { reached = cmds.length; break; }
+    reached = Number(tag);
+    outs[reached] = p.slice(nl + 1);
+  }
+  return { status: r.status, signal: r.signal, stderr: r.stderr, outs, reached };
+}
+
+/** All numbers of every "data" array in a JSON text (flattened). */
+function dataArrays(text) {
+  const found = [];
+  const walk = (v) => {
+    if (Array.isArray(v)) v.forEach(walk);
+    else if (v && typeof v === 'object')
+      for (const [k, x] of Object.entries(v)) {
+        if (k === 'data' && Array.isArray(x)) found.push(x.flat(Infinity));
+        else walk(x);
+      }
+  };
+  walk(JSON.parse(text));
+  return found;
+}
+
+const escapeRe = (s) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+const ID_RE = 'm\\d+-[0-9a-f]+';
+
+/** Check one command's output against what the README says about it. */
+function checkOutput(c, out, cwd) {
+  const what = `\n$ ${c.cmd}\n${out}`;
+  assert.doesNotMatch(out, /\{\s*"error"\s*:/, `error response:${what}`);
+  for (const m of out.matchAll(/^HTTP\/[\d.]+ (\d{3})/gm))
+    assert.ok(Number(m[1]) < 400, `HTTP ${m[1]}:${what}`);
+  if (/^200\b/.test(c.comment)) assert.match(out, /^200$/m, `expected 200:${what}`);
+  const now = /\bnow in (\S+?)\/?(\s|$)/.exec(c.comment);
+  if (now) assert.ok(existsSync(join(cwd, now[1])), `${now[1]} missing after:${what}`);
+  for (const m of c.comment.matchAll(/"([^"]+)"/g)) assert.ok(out.includes(`"${m[1]}"`), `no "${m[1]}":${what}`);
+  for (const b of c.before) {
+    const w = /weights (\[\[.*\]\])/.exec(b);
+    if (!w) continue;
+    const want = JSON.parse(w[1]).flat(Infinity);
+    const digits = Math.max(...w[1].match(/\d+\.\d+/g).map((s) => s.split('.')[1].length));
+    const tol = 0.5 * 10 ** -digits + 1e-7;
+    const ok = dataArrays(out).some((d) => d.length === want.length && d.every((x, i) => Math.abs(x - want[i]) <= tol));
+    assert.ok(ok, `no output data ${w[1]} (±${tol}):${what}`);
+  }
+  for (const a of c.after) {
+    const re = a.split('...').map((s) => escapeRe(s.trim()).replace(new RegExp(ID_RE, 'g'), ID_RE)).join('[\\s\\S]*');
+    assert.match(out, new RegExp(re), `expected "${a}":${what}`);
+  }
+}
+
+const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+const blocks = shBlocks(readme);
+let daemon = null;
+let work = null;
+
+test('every README sh block is either run here or skipped with a reason', () => {
+  const said = new Set();
+  for (const b of blocks) {
+    if (RUN.includes(b.section) || said.has(b.section)) continue;
+    said.add(b.section);
+    assert.ok(SKIP[b.section], `README section "${b.section}" has a sh block this test neither runs nor skips`);
+    console.log(`SKIP README "${b.section}": ${SKIP[b.section]}`);
+  }
+  for (const s of RUN) assert.ok(blocks.some((b) => b.section === s), `README has no sh block under "${s}"`);
+});
+
+before(async () => {
+  // `make run` in a scratch folder: the default --models is ./models.
+  work = mkdtempSync(join(tmpdir(), 'attnd-readme-'));
+  cpSync(join(ROOT, 'models'), join(work, 'models'), { recursive: true });
+  const proc = spawn(ATTND, ['--port', '0'], { cwd: work, stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  proc.stderr.on('data', (d) => { log += d; });
+  const exit = new Promise((res) => proc.on('exit', res));
+  daemon = { proc, exit, log: () => log };
+  const deadline = Date.now() + 20000 * SLOW;
+  while (!daemon.port) {
+    const m = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(log);
+    if (m) daemon.port = Number(m[1]);
+    else if (proc.exitCode !== null || Date.now() > deadline) throw new Error(`attnd did not start:\n${log}`);
+    else await new Promise((r) => setTimeout(r, 20));
+  }
+});
+
+after(async () => {
+  if (daemon && daemon.proc.exitCode === null && daemon.proc.signalCode === null) {
+    daemon.proc.kill('SIGTERM');
+    const t = setTimeout(() => daemon.proc.kill('SIGKILL'), 30000 * SLOW);
+    await daemon.exit;
+    clearTimeout(t);
+  }
+  if (work) rmSync(work, { recursive: true, force: true });
+});
+
+for (const [n, b] of blocks.entries()) {
+  if (!RUN.includes(b.section)) continue;
+  test(`README "${b.section}" block ${n} works as pasted`, () => {
+    const cmds = commands(b.code);
+    assert.ok(cmds.length > 0);
+    // Like a user after `make run`: wait until ready before pasting.
+    for (let i = 0; ; i++) {
+      const r = spawnSync('curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', `127.0.0.1:${daemon.port}/v2/health/ready`], { encoding: 'utf8' });
+      if (r.stdout === '200') break;
+      assert.ok(i < 500 * SLOW, `attnd not ready:\n${daemon.log()}`);
+      spawnSync('sleep', ['0.02']);
+    }
+    const r = runBlock(cmds, daemon.port, work);
+    const failed = r.reached >= 0 && r.reached < cmds.length ? cmds[r.reached].cmd : '(none)';
+    assert.equal(r.status, 0, `bash exit ${r.status} ${r.signal || ''} at:\n$ ${failed}\n${r.outs[r.reached] || ''}\nstderr:\n${r.stderr}`);
+    assert.equal(r.reached, cmds.length, 'the block did not run to its end');
+    cmds.forEach((c, i) => {
+      if (process.env.README_TEST_VERBOSE) console.log(`$ ${c.cmd}\n${r.outs[i]}`);
+      checkOutput(c, r.outs[i] ?? '', work);
+    });
+    console.log(`README "${b.section}" block ${n}: ${cmds.length} commands ok`);
+  });
+}
+
+test('after the examples, attnd exits 0 on SIGTERM with a clean log', async () => {
+  daemon.proc.kill('SIGTERM');
+  const t = setTimeout(() => daemon.proc.kill('SIGKILL'), 30000 * SLOW);
+  const code = await daemon.exit;
+  clearTimeout(t);
+  assert.equal(code, 0, daemon.log());
+  assert.doesNotMatch(daemon.log(), /Sanitizer|runtime error/, daemon.log());
+});
