@@ -59,6 +59,7 @@ struct attn_plan {
     void *slab; /* every float of scratch */
     size_t scratch_bytes;
     double flops; /* floating-point operations of the pass (about) */
+    int *bad;     /* (n_items) 1 once a value of the item is not finite */
 };
 
 /* Number of blocks of `per` rows that cover `rows` rows. */
@@ -94,6 +95,11 @@ static attn_plan *plan_alloc(const attn_config *cfg, int n_items)
     if (p->cfg.scale == 0.0f)
         p->cfg.scale = 1.0f / sqrtf((float)cfg->head_dim);
     p->n_items = n_items;
+    p->bad = calloc((size_t)n_items, sizeof(*p->bad));
+    if (!p->bad) {
+        free(p);
+        return NULL;
+    }
     return p;
 }
 
@@ -269,6 +275,7 @@ void attn_plan_destroy(attn_plan *p)
         free(p->tiles[i]);
     free(p->buf);
     free(p->slab);
+    free(p->bad);
     free(p);
 }
 
@@ -309,6 +316,15 @@ static void linear_rows(const float *x, int k, const float *w,
         }
 }
 
+/* Flag item when rows [r0, r1) of m (rows of n) hold a non-finite value:
+ * finite inputs whose projection overflowed float32. */
+static void check_rows(attn_plan *p, int item, const float *m, size_t n,
+                       int r0, int r1)
+{
+    if (!attn__all_finite(m + (size_t)r0 * n, (size_t)(r1 - r0) * n))
+        __atomic_store_n(&p->bad[item], 1, __ATOMIC_RELAXED);
+}
+
 /* Copy rows [r0, r1) of m (rows, heads * d) into out (heads, rows, d). */
 static void split_heads(const float *m, int rows, int heads, int d, float *out,
                         int r0, int r1)
@@ -345,6 +361,7 @@ static void tile_q(attn_plan *p, const tile *tl)
     if (p->rope)
         attn__rope_rows(b->q, (size_t)w, tl->r0, tl->r1, c->n_heads,
                         c->head_dim, c->rope_dims, p->rope);
+    check_rows(p, tl->item, b->q, (size_t)w, tl->r0, tl->r1);
     if (q->q)
         split_heads(b->q, q->t, c->n_heads, c->head_dim, q->q, tl->r0, tl->r1);
     for (int i = tl->r0; i < tl->r1; i++)
@@ -362,6 +379,7 @@ static void tile_k(attn_plan *p, const tile *tl)
     if (p->rope)
         attn__rope_rows(b->k, (size_t)wk, tl->r0, tl->r1, c->n_kv_heads,
                         c->head_dim, c->rope_dims, p->rope);
+    check_rows(p, tl->item, b->k, (size_t)wk, tl->r0, tl->r1);
     if (q->k)
         split_heads(b->k, q->s, c->n_kv_heads, c->head_dim, q->k, tl->r0,
                     tl->r1);
@@ -375,6 +393,7 @@ static void tile_v(attn_plan *p, const tile *tl)
     int wv = c->n_kv_heads * c->v_head_dim;
     linear_rows(b->ctx, c->d_model_ctx, p->w.w_v, p->w.b_v, wv, b->v, tl->r0,
                 tl->r1);
+    check_rows(p, tl->item, b->v, (size_t)wv, tl->r0, tl->r1);
     if (q->v)
         split_heads(b->v, q->s, c->n_kv_heads, c->v_head_dim, q->v, tl->r0,
                     tl->r1);
@@ -411,6 +430,7 @@ static void tile_att(attn_plan *p, const tile *tl)
         .ldo = (size_t)c->n_heads * c->v_head_dim,
         .att = q->attention ? q->attention + (size_t)h * ts : NULL,
         .sc = q->scores ? q->scores + (size_t)h * ts : NULL,
+        .bad = &p->bad[tl->item],
     };
     attn__head_block(&hd, tl->r0, tl->r1);
 }
@@ -422,6 +442,7 @@ static void tile_out(attn_plan *p, const tile *tl)
     seqbuf *b = &p->buf[tl->item];
     linear_rows(b->o, c->n_heads * c->v_head_dim, p->w.w_o, p->w.b_o,
                 c->d_model, q->y, tl->r0, tl->r1);
+    check_rows(p, tl->item, q->y, (size_t)c->d_model, tl->r0, tl->r1);
     /* Padded and fully-masked query rows: y is 0, not b_o. */
     for (int i = tl->r0; i < tl->r1; i++)
         if (!b->live[i])
@@ -457,8 +478,10 @@ static void tile_raw(attn_plan *p, const tile *tl)
         .ldo = dv,
         .att = r->attention ? r->attention + h * t * s : NULL,
         .sc = r->scores ? r->scores + h * t * s : NULL,
+        .bad = &p->bad[tl->item],
     };
     attn__head_block(&hd, tl->r0, tl->r1);
+    check_rows(p, tl->item, r->y + h * t * dv, dv, tl->r0, tl->r1);
 }
 
 void attn_plan_run_tile(attn_plan *p, int stage, size_t i)
@@ -511,6 +534,25 @@ void attn_plan_run(attn_plan *p, attn_exec *ex)
     }
 }
 
+int attn_plan_nonfinite(const attn_plan *p, int item)
+{
+    if (!p || item < 0 || item >= p->n_items)
+        return 0;
+    return __atomic_load_n(&p->bad[item], __ATOMIC_RELAXED);
+}
+
+/* ATTN_ERANGE naming the first item that overflowed, else 0. */
+static int check_finite(const attn_plan *p, char *err)
+{
+    for (int i = 0; i < p->n_items; i++)
+        if (attn_plan_nonfinite(p, i))
+            return attn__fail(err, ATTN_ERANGE,
+                              "item %d: a projection, score or output is not "
+                              "finite (the inputs overflow float32)",
+                              i);
+    return 0;
+}
+
 int attn_forward(const attn_config *cfg, const attn_weights *w,
                  const attn_seq *seqs, int n_seqs, attn_exec *ex, char *err)
 {
@@ -519,8 +561,9 @@ int attn_forward(const attn_config *cfg, const attn_weights *w,
     if (rc)
         return rc;
     attn_plan_run(p, ex);
+    rc = check_finite(p, err);
     attn_plan_destroy(p);
-    return 0;
+    return rc;
 }
 
 int attn_forward_raw(const attn_config *cfg, const attn_raw *items, int n_items,
@@ -531,6 +574,7 @@ int attn_forward_raw(const attn_config *cfg, const attn_raw *items, int n_items,
     if (rc)
         return rc;
     attn_plan_run(p, ex);
+    rc = check_finite(p, err);
     attn_plan_destroy(p);
-    return 0;
+    return rc;
 }

@@ -49,6 +49,7 @@ enum {
     ATTN_EFORMAT = -4,   /* malformed file or data (safetensors, config) */
     ATTN_EIO = -5,       /* read/open/map failed */
     ATTN_ENOTFOUND = -6, /* missing file, tensor or key */
+    ATTN_ERANGE = -7,    /* a result is not finite: inputs overflow float32 */
 };
 
 /* Callers pass a buffer of ATTN_ERRMAX bytes (or NULL) to receive a message
@@ -188,10 +189,18 @@ size_t attn_plan_scratch_bytes(const attn_plan *p);
  * and benchmarks. */
 double attn_plan_flops(const attn_plan *p);
 
+/* attn_plan_nonfinite: after the plan ran, 1 when some projection, score
+ * or output of item (a sequence, or a raw item) came out Inf or NaN: its
+ * finite inputs (or the weights) overflow float32 and its outputs mean
+ * nothing; 0 otherwise. Other items are unaffected. */
+int attn_plan_nonfinite(const attn_plan *p, int item);
+
 struct attn_exec; /* exec.h */
 
 /* attn_forward: create a plan, run all its stages on ex (or on the calling
- * thread when ex is NULL), destroy it. Returns what attn_plan_create does. */
+ * thread when ex is NULL), destroy it. Returns what attn_plan_create does,
+ * or ATTN_ERANGE when an item's results are not finite (outputs written
+ * anyway). */
 int attn_forward(const attn_config *cfg, const attn_weights *w,
                  const attn_seq *seqs, int n_seqs, struct attn_exec *ex,
                  char *err);

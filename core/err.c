@@ -18,6 +18,8 @@ const char *attn_strerror(int code)
         return "input/output error";
     case ATTN_ENOTFOUND:
         return "not found";
+    case ATTN_ERANGE:
+        return "result not finite";
     }
     return "unknown error";
 }

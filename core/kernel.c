@@ -45,6 +45,25 @@ static void zero_rows(float *o, size_t ld, int r0, int r1, int w)
         memset(o + (size_t)i * ld, 0, (size_t)w * sizeof(float));
 }
 
+int attn__all_finite(const float *x, size_t n)
+{
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+    }
+    return !bad;
+}
+
+/* Scores that overflowed float32 (finite q and k whose product does not
+ * fit, or q/k already Inf) flag the item: its results mean nothing. */
+static void check_scores(const attn__head *h, const float *x, size_t n)
+{
+    if (h->bad && !attn__all_finite(x, n))
+        __atomic_store_n(h->bad, 1, __ATOMIC_RELAXED);
+}
+
 /* Softmax of one materialised row p[0..s) in place over the visible keys of
  * query i; invisible entries become exactly 0. Returns 0 for a dead row. */
 static int softmax_row(const attn__head *h, int i, float *p)
@@ -79,6 +98,7 @@ static void block_maps(const attn__head *h, int i0, int i1)
     if (h->sc)
         memcpy(h->sc + (size_t)i0 * h->s, p,
                (size_t)n * (size_t)h->s * sizeof(float));
+    check_scores(h, p, (size_t)n * (size_t)h->s);
     int live = 0;
     for (int r = 0; r < n; r++)
         live += softmax_row(h, i0 + r, p + (size_t)r * h->s);
@@ -134,6 +154,7 @@ static void block_fused(const attn__head *h, int i0, int i1)
         for (int r = 0; r < n; r++) {
             int i = i0 + r;
             float *row = sblk + (size_t)r * ATTN__BK;
+            check_scores(h, row, (size_t)kn);
             if (need) {
                 int jl = h->causal ? imin(kn, i + 1 - kb) : kn;
                 const uint8_t *mr =

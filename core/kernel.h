@@ -36,6 +36,7 @@ typedef struct attn__head {
     size_t ldq, ldk, ldv, ldo;
     float *att; /* (t, s) softmax weights or NULL */
     float *sc;  /* (t, s) scaled scores before masks or NULL */
+    int *bad;   /* set to 1 (relaxed atomic) when a score row overflows */
 } attn__head;
 
 /* attn__head_block: compute rows [i0, i1) of one head. When h->att is set
@@ -44,6 +45,9 @@ typedef struct attn__head {
  * holds more than ATTN__BQ x ATTN__BK scores (on the stack). Scores, when
  * asked, are one extra GEMM. Any thread; writes only its own rows. */
 void attn__head_block(const attn__head *h, int i0, int i1);
+
+/* attn__all_finite: 1 when x[0..n) holds no Inf or NaN. */
+int attn__all_finite(const float *x, size_t n);
 
 /* attn__rope_table: fills cs with n_pos rows of (rot/2 cos, rot/2 sin)
  * for freq_i = theta^(-2i/rot), angle = pos * freq_i, computed in double. */

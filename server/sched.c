@@ -201,11 +201,15 @@ void srv_sched_detach(srv_req *r)
 
 /* ---- encode --------------------------------------------------------------- */
 
+/* encode_job: the response of a computed job, unless check_finite already
+ * turned it into a 400. Pool thread. */
 static void encode_job(srv_job *j)
 {
     uint64_t t0 = srv_now_ns();
-    j->status = srv_infer_encode(&j->prep, &j->in, j->e->name, j->s->maps, &j->resp,
-                                 &j->resp_len, &j->resp_hlen, j->err);
+    if (!j->status)
+        j->status = srv_infer_encode(&j->prep, &j->in, j->e->name, j->s->maps,
+                                     &j->resp, &j->resp_len, &j->resp_hlen,
+                                     j->err);
     srv_prep_free(&j->prep);
     oip_request_free(&j->in);
     j->encode_ns = srv_now_ns() - t0;
@@ -222,6 +226,26 @@ static void encode_done(uv_work_t *w, int status)
 }
 
 /* ---- batches -------------------------------------------------------------- */
+
+/* check_finite: after the plan ran, before it is freed: a job one of whose
+ * sequences came out non-finite (its inputs overflow float32) gets a 400
+ * instead of meaningless numbers; the other jobs of the batch are not
+ * affected. Whichever thread owns the finished batch. */
+static void check_finite(batch *b)
+{
+    int i, k, n;
+    for (i = 0, k = 0; i < b->n_jobs; k += b->jobs[i]->prep.n, i++)
+        for (n = 0; n < b->jobs[i]->prep.n; n++)
+            if (attn_plan_nonfinite(b->plan, k + n)) {
+                srv_job *j = b->jobs[i];
+                j->status = 400;
+                snprintf(j->err, sizeof j->err,
+                         "inputs: a projection, score or output of sequence "
+                         "%d is not finite (the inputs overflow float32); "
+                         "scale them down", n);
+                break;
+            }
+}
 
 static void tile_run(uv_work_t *w)
 {
@@ -246,6 +270,7 @@ static void whole_run(uv_work_t *w)
             attn_plan_run_tile(b->plan, st, t);
     }
     b->t_ran = srv_now_ns();
+    check_finite(b);
     for (i = 0; i < b->n_jobs; i++)
         encode_job(b->jobs[i]);
 }
@@ -297,6 +322,8 @@ static void batch_finish(batch *b, int status, const char *msg)
     srv_entry *e = b->e;
     uint64_t now = srv_now_ns();
     int i;
+    if (!status && !b->whole)
+        check_finite(b);
     attn_plan_destroy(b->plan);
     e->running--;
     if (b->whole)

@@ -284,6 +284,66 @@ START_TEST(prop_padding_and_batching)
 }
 END_TEST
 
+/* Inputs that overflow float32 in the projections or the scores flag their
+ * own item (attn_plan_nonfinite) and make attn_forward return ATTN_ERANGE,
+ * on both paths; a finite neighbour in the same batch is unaffected. */
+START_TEST(prop_overflow_is_flagged_per_item)
+{
+    tu_rng g = {77};
+    layer L;
+    layer_init(&L, &g, 16, 2, 1, 8, 8);
+    int t = 6;
+    float *x = tu_randn(&g, (size_t)2 * t * 16, 1.0f);
+    float *y = tu_fill((size_t)2 * t * 16, NAN);
+    float *a = tu_fill((size_t)2 * 2 * t * t, NAN);
+    float *y1 = tu_fill((size_t)t * 16, NAN);
+    for (size_t i = 0; i < (size_t)t * 16; i++)
+        x[(size_t)t * 16 + i] = 3e38f; /* item 1 overflows in W_q */
+    char err[ATTN_ERRMAX];
+    for (int maps = 0; maps < 2; maps++) {
+        attn_seq s[2];
+        for (int b = 0; b < 2; b++)
+            s[b] = (attn_seq){.t = t, .s = t, .t_valid = t, .s_valid = t,
+                              .x = x + (size_t)b * t * 16,
+                              .y = y + (size_t)b * t * 16,
+                              .attention = maps ? a + (size_t)b * 2 * t * t
+                                                : NULL};
+        attn_plan *p;
+        ck_assert_int_eq(attn_plan_create(&p, &L.c, &L.w, s, 2, err), 0);
+        attn_plan_run(p, g_ex);
+        ck_assert_int_eq(attn_plan_nonfinite(p, 0), 0);
+        ck_assert_int_eq(attn_plan_nonfinite(p, 1), 1);
+        attn_plan_destroy(p);
+        ck_assert_int_eq(attn_forward(&L.c, &L.w, s, 2, NULL, err),
+                         ATTN_ERANGE);
+        ck_assert_ptr_nonnull(strstr(err, "item 1"));
+        attn_seq one = s[0];
+        one.y = y1;
+        one.attention = NULL;
+        ck_assert_int_eq(attn_forward(&L.c, &L.w, &one, 1, NULL, err), 0);
+        tu_assert_close("finite neighbour", y1, y, (size_t)t * 16, 1e-6f,
+                        1e-5f);
+    }
+    /* Raw SDPA: finite q and k whose scores overflow to -Inf on every key
+     * (once mistaken for a fully masked row), on both paths. */
+    for (int maps = 0; maps < 2; maps++) {
+        rawp r;
+        rawp_init(&r, &g, 1, 2, 3, 2, 2, 0, 0, 1.0f);
+        for (int i = 0; i < 2 * 2; i++)
+            r.q[i] = 1e30f;
+        for (int i = 0; i < 3 * 2; i++)
+            r.k[i] = -1e30f;
+        if (!maps)
+            r.r.attention = NULL, r.r.scores = NULL;
+        ck_assert_int_eq(attn_forward_raw(&r.c, &r.r, 1, NULL, err),
+                         ATTN_ERANGE);
+        rawp_free(&r);
+    }
+    free(x), free(y), free(a), free(y1);
+    layer_free(&L);
+}
+END_TEST
+
 /* The plan API: tiles of a stage may run in any order; the fused path's
  * scratch grows linearly with T (no T x S buffer). */
 START_TEST(plan_tiles_any_order_and_linear_memory)
@@ -384,6 +444,7 @@ static Suite *attn_props_suite(void)
     tcase_add_loop_test(tc, prop_fused_equals_maps, 0, 4);
     tcase_add_test(tc, prop_permutation_equivariance);
     tcase_add_test(tc, prop_padding_and_batching);
+    tcase_add_test(tc, prop_overflow_is_flagged_per_item);
     tcase_add_test(tc, plan_tiles_any_order_and_linear_memory);
     tcase_add_test(tc, executor_matches_inline);
     suite_add_tcase(s, tc);

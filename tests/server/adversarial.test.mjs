@@ -502,24 +502,35 @@ function mutators(rnd, ctx) {
 }
 
 // Finding 1 (the binaryTypes mutator: random FP32 bytes): finite but huge inputs
-// overflow to Inf in q / scores, and asking for those as JSON answered 500.
-// It is the client's input: 400, naming the output and the way out.
-test('regression: inputs that overflow FP32 give 400 for a JSON output, not 500', async () => {
+// overflow to Inf in q / scores; asking for those as JSON answered 500, and
+// the attention of such rows came back silently as zeros. It is the client's
+// input: 400 naming the cause, whatever the outputs and their form.
+test('regression: inputs that overflow FP32 give 400, not 500 or silent zeros', async () => {
   const big = { inputs: [
     { name: 'q', datatype: 'FP32', shape: [1, 2], data: [1e30, 1e30] },
     { name: 'k', datatype: 'FP32', shape: [2, 2], data: [1e30, 1e30, -1e30, 1] },
     { name: 'v', datatype: 'FP32', shape: [2, 1], data: [1, 2] }], outputs: [{ name: 'scores' }] };
+  const overflow = /^inputs: a projection, score or output of sequence 0 is not finite \(the inputs overflow float32\)/;
   let r = await raw(d.port, request('POST', '/v2/models/sdpa/infer', JSON.stringify(big), { 'Content-Type': 'application/json' }));
   assert.equal(r.status, 400, r.body.toString());
-  assert.match(JSON.parse(r.body.toString()).error, /^output scores: element 0 is not finite .*binary_data/);
-  const x = { inputs: [{ name: 'x', datatype: 'FP32', shape: [1, 1, 64], data: Array(64).fill(3e38) }], outputs: [{ name: 'q' }] };
-  r = await raw(d.port, request('POST', '/v2/models/demo/infer', JSON.stringify(x), { 'Content-Type': 'application/json' }));
+  assert.match(JSON.parse(r.body.toString()).error, overflow);
+  // every score of the row is -Inf: it used to pass as a fully masked row
+  big.inputs[1].data = [-1e30, -1e30, -1e30, -1e30];
+  big.outputs = [{ name: 'attention' }];
+  r = await raw(d.port, request('POST', '/v2/models/sdpa/infer', JSON.stringify(big), { 'Content-Type': 'application/json' }));
   assert.equal(r.status, 400, r.body.toString());
-  assert.match(JSON.parse(r.body.toString()).error, /^output q: element \d+ is not finite/);
-  // the same output in binary form travels as it is
-  x.outputs = [{ name: 'q', parameters: { binary_data: true } }];
+  assert.match(JSON.parse(r.body.toString()).error, overflow);
+  const x = { inputs: [{ name: 'x', datatype: 'FP32', shape: [1, 1, 64], data: Array(64).fill(3e38) }], outputs: [{ name: 'attention' }] };
+  for (const outputs of [[{ name: 'attention' }], [{ name: 'q' }], [{ name: 'q', parameters: { binary_data: true } }], undefined]) {
+    if (outputs) x.outputs = outputs; else delete x.outputs;
+    r = await raw(d.port, request('POST', '/v2/models/demo/infer', JSON.stringify(x), { 'Content-Type': 'application/json' }));
+    assert.equal(r.status, 400, `${JSON.stringify(outputs)}: ${r.body.toString()}`);
+    assert.match(JSON.parse(r.body.toString()).error, overflow);
+  }
+  // and the daemon still answers a sane request
+  x.inputs[0].data = Array(64).fill(0.5);
   r = await raw(d.port, request('POST', '/v2/models/demo/infer', JSON.stringify(x), { 'Content-Type': 'application/json' }));
-  assert.equal(r.status, 200);
+  assert.equal(r.status, 200, r.body.toString());
 });
 
 test(`adversarial client: ${N} mutated requests (seed ${SEED})`, { timeout: (SECONDS + 120) * 1000 * SLOW }, async () => {
