@@ -541,16 +541,20 @@ int attn_plan_nonfinite(const attn_plan *p, int item)
     return __atomic_load_n(&p->bad[item], __ATOMIC_RELAXED);
 }
 
-/* ATTN_ERANGE naming the first item that overflowed, else 0. */
-static int check_finite(const attn_plan *p, char *err)
+/* run_once: run p, destroy it, and return ATTN_ERANGE naming the first
+ * item whose results overflowed float32, else 0 (attn_forward*). */
+static int run_once(attn_plan *p, attn_exec *ex, char *err)
 {
-    for (int i = 0; i < p->n_items; i++)
+    int rc = 0;
+    attn_plan_run(p, ex);
+    for (int i = 0; i < p->n_items && !rc; i++)
         if (attn_plan_nonfinite(p, i))
-            return attn__fail(err, ATTN_ERANGE,
-                              "item %d: a projection, score or output is not "
-                              "finite (the inputs overflow float32)",
-                              i);
-    return 0;
+            rc = attn__fail(err, ATTN_ERANGE,
+                            "item %d: a projection, score or output is not "
+                            "finite (the inputs overflow float32)",
+                            i);
+    attn_plan_destroy(p);
+    return rc;
 }
 
 int attn_forward(const attn_config *cfg, const attn_weights *w,
@@ -558,12 +562,7 @@ int attn_forward(const attn_config *cfg, const attn_weights *w,
 {
     attn_plan *p;
     int rc = attn_plan_create(&p, cfg, w, seqs, n_seqs, err);
-    if (rc)
-        return rc;
-    attn_plan_run(p, ex);
-    rc = check_finite(p, err);
-    attn_plan_destroy(p);
-    return rc;
+    return rc ? rc : run_once(p, ex, err);
 }
 
 int attn_forward_raw(const attn_config *cfg, const attn_raw *items, int n_items,
@@ -571,10 +570,5 @@ int attn_forward_raw(const attn_config *cfg, const attn_raw *items, int n_items,
 {
     attn_plan *p;
     int rc = attn_plan_create_raw(&p, cfg, items, n_items, err);
-    if (rc)
-        return rc;
-    attn_plan_run(p, ex);
-    rc = check_finite(p, err);
-    attn_plan_destroy(p);
-    return rc;
+    return rc ? rc : run_once(p, ex, err);
 }
