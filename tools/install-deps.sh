@@ -41,9 +41,13 @@ echo "install-deps: installing Debian packages:$missing"
 sudo=""
 [ "$(id -u)" = 0 ] || sudo="sudo"
 export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -q
+# Another apt-get (a second make in another checkout) may hold dpkg's lock:
+# wait for it rather than fail.
+lock="-o DPkg::Lock::Timeout=900"
 # shellcheck disable=SC2086
-$sudo apt-get install -y -q --no-install-recommends $missing
+$sudo apt-get $lock update -q
+# shellcheck disable=SC2086
+$sudo apt-get $lock install -y -q --no-install-recommends $missing
 # The tests run nginx (deploy/nginx.conf) and promtool themselves; the
 # packages' own services (nginx on :80, prometheus on :9090, all interfaces)
 # were not asked for: under systemd, stop and disable the ones just installed.
