@@ -114,6 +114,13 @@ def write_model(folder, d, heads):
         json.dump({"n_heads": heads}, f)
 
 
+def small_body():
+    """The small request: demo, x [1, 16, 64], seeded values."""
+    rnd = random.Random(1)
+    return json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 16, 64],
+                                   "data": [round(rnd.uniform(-1, 1), 6) for _ in range(16 * 64)]}]})
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--attnd", default=os.path.join(ROOT, "build/default/attnd"))
@@ -136,9 +143,8 @@ def main():
                           r"listening on http://127\.0\.0\.1:(\d+)", "err")
         procs.append(at)
         wait_ready(aport)
-        rnd = random.Random(1)
-        small = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 16, 64],
-                                        "data": [round(rnd.uniform(-1, 1), 6) for _ in range(16 * 64)]}]})
+        small = small_body()
+        rnd = random.Random(2)
         _, resp = post(aport, "/v2/models/demo/infer", small, {"Content-Type": "application/json"})
         bare, bport = start([a.bare, "0", str(len(resp))], r"listening on http://127\.0\.0\.1:(\d+)", "out")
         procs.append(bare)
