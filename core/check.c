@@ -162,6 +162,10 @@ int attn__seq_check(const attn_config *c, const attn_seq *q, int i,
         return attn__fail(err, ATTN_EINVAL,
                           "seqs[%d].s_valid = %d is outside [0, s = %d]", i,
                           q->s_valid, q->s);
+    if (q->kv)
+        return attn__fail(err, ATTN_EINVAL,
+                          "seqs[%d].kv: decoder steps are not implemented yet",
+                          i);
     if (!q->x)
         return attn__fail(err, ATTN_EINVAL, "seqs[%d].x is NULL", i);
     if (!q->y)

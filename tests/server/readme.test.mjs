@@ -32,6 +32,7 @@ const SKIP = {
   Docker: 'needs a Docker engine (make container-test covers the image)',
   Kubernetes: 'needs docker push, kubectl and a real cluster (make check-deploy validates the manifests)',
   'Several replicas behind nginx': 'fixed ports 8081-8083 and foreground nginx; make check-deploy runs it (tests/deploy/failover.mjs)',
+  'Sequences across replicas': 'through the nginx of the section above, with x elided; make check-deploy checks the routing',
   'Engine (`core/`)': 'make targets and PyTorch: part of make test / make bench themselves',
   'Protocol details (proto/)': 'make fuzz / make bench-proto: clang and long runs',
 };
