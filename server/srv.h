@@ -80,6 +80,7 @@ struct srv_entry {
     int state;      /* SRV_UNAVAILABLE / LOADING / READY */
     int startup;    /* loaded at startup: counts for /v2/health/ready */
     char reason[ATTN_ERRMAX];
+    unsigned long long gen; /* repository generation of inst (upload.h) */
     /* scheduling (sched.c) */
     srv_job *qhead, *qtail; /* decoded requests waiting for a batch */
     int q_seqs;             /* sequences in the queue */
