@@ -23,7 +23,7 @@ import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { ATTND, ROOT, SLOW } from './helper.mjs';
+import { ATTND, ROOT, SLOW, track } from './helper.mjs';
 
 // Section heading -> why its sh blocks are not run here.
 const SKIP = {
@@ -197,6 +197,7 @@ before(async () => {
   proc.stderr.on('data', (d) => { log += d; });
   const exit = new Promise((res) => proc.on('exit', res));
   daemon = { proc, exit, log: () => log };
+  track(proc, { args: ['--port', '0'], dir: work, log: daemon.log });
   const deadline = Date.now() + 20000 * SLOW;
   while (!daemon.port) {
     const m = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(log);
@@ -223,7 +224,7 @@ for (const [n, b] of blocks.entries()) {
     assert.ok(cmds.length > 0);
     // Like a user after `make run`: wait until ready before pasting.
     for (let i = 0; ; i++) {
-      const r = spawnSync('curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', `127.0.0.1:${daemon.port}/v2/health/ready`], { encoding: 'utf8' });
+      const r = spawnSync('curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', `127.0.0.1:${daemon.port}/v2/health/ready`], { encoding: 'utf8', timeout: 5000 });
       if (r.stdout === '200') break;
       assert.ok(i < 500 * SLOW, `attnd not ready:\n${daemon.log()}`);
       spawnSync('sleep', ['0.02']);
