@@ -300,6 +300,15 @@ static enum MHD_Result queue_response(srv_req *r)
     return ret;
 }
 
+/* limit_name: the setting r->body_limit comes from: a JSON-only infer body
+ * is held to max-json-body, every other body (binary infer, an upload) to
+ * max-body. */
+static const char *limit_name(const srv_req *r)
+{
+    return !r->header_len && r->route->fn == srv_h_infer ? "max-json-body"
+                                                         : "max-body";
+}
+
 /* first_call: set up r, route it, check auth and Content-Length. May answer
  * at once (the body is then never read). */
 static void first_call(srv_req *r, const char *url)
@@ -343,7 +352,7 @@ static void first_call(srv_req *r, const char *url)
         if (cl > r->body_limit) {
             srv_respond_error(r, 413, "Content-Length: %llu bytes is over the "
                               "limit of %zu (%s)", cl, r->body_limit,
-                              r->header_len ? "max-body" : "max-json-body");
+                              limit_name(r));
             return;
         }
     }
@@ -416,7 +425,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         return MHD_YES;
     if (r->too_large) {
         srv_respond_error(r, 413, "body: over the limit of %zu bytes (%s)",
-                          r->body_limit, r->header_len ? "max-body" : "max-json-body");
+                          r->body_limit, limit_name(r));
         return queue_response(r);
     }
     r->route->fn(r);
