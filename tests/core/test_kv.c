@@ -4,8 +4,8 @@
  * scores of one causal request over all its tokens, on both paths, with
  * GQA and (partial) RoPE, in FP32 and, within a stated tolerance, FP16 and
  * BF16 pages; many sequences and stateless requests in one batch give what
- * each gives alone. The PyTorch decoder-layer vectors are in
- * test_kv_torch.c.
+ * each gives alone; an HF-style PyTorch decoder layer with past_key_values
+ * (tests/core/gen_decode_vectors.py) step by step.
  */
 #include <check.h>
 #include <math.h>
@@ -327,6 +327,89 @@ START_TEST(batch_mixes_steps_and_stateless)
 }
 END_TEST
 
+/* ---- PyTorch: an HF-style decoder layer with past_key_values ------------ */
+
+/* Read n floats (or ints) from f into a new buffer. */
+static float *rd(FILE *f, size_t n)
+{
+    float *p = malloc(n * sizeof(float) + 1);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_uint_eq(fread(p, sizeof(float), n, f), n);
+    return p;
+}
+
+/* tests/core/gen_decode_vectors.py: prefill the prompt in one step, then
+ * one-token steps, on the fused (_i 0) or maps (_i 1) path; every y and
+ * every step's attention row against torch. */
+START_TEST(torch_decoder_layer)
+{
+    const char *dir = getenv("ATTN_TEST_DATA");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/core/vectors/decode.bin",
+             dir ? dir : "tests");
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s (set ATTN_TEST_DATA)", path);
+    int32_t n_cases;
+    ck_assert_uint_eq(fread(&n_cases, 4, 1, f), 1);
+    for (int cs = 0; cs < n_cases; cs++) {
+        int32_t h[8];
+        float theta;
+        ck_assert_uint_eq(fread(h, 4, 8, f), 8);
+        ck_assert_uint_eq(fread(&theta, 4, 1, f), 1);
+        int dm = h[0], H = h[1], Hk = h[2], dk = h[3], dv = h[4], rot = h[5];
+        int np = h[6], ns = h[7];
+        attn_config c = {.d_model = dm, .n_heads = H, .n_kv_heads = Hk,
+                         .head_dim = dk, .v_head_dim = dv,
+                         .rope_theta = theta, .rope_dims = rot};
+        float *wq = rd(f, (size_t)dm * H * dk), *wk = rd(f, (size_t)dm * Hk * dk);
+        float *wv = rd(f, (size_t)dm * Hk * dv), *wo = rd(f, (size_t)H * dv * dm);
+        float *bq = rd(f, (size_t)H * dk), *bk = rd(f, (size_t)Hk * dk);
+        float *bv = rd(f, (size_t)Hk * dv), *bo = rd(f, (size_t)dm);
+        float *x = rd(f, (size_t)(np + ns) * dm), *y0 = rd(f, (size_t)np * dm);
+        attn_weights w = {wq, wk, wv, wo, bq, bk, bv, bo};
+        char err[ATTN_ERRMAX];
+        attn_kv_pool *p;
+        ck_assert_int_eq(attn_kv_pool_create(&p, &c, ATTN_KV_F32, 0, 1 << 24,
+                                             err),
+                         0);
+        attn_kv kv;
+        attn_kv_init(&kv, p);
+        float *y = tu_fill((size_t)np * dm, NAN);
+        attn_seq st = {.t = np, .s = np, .t_valid = np, .s_valid = np,
+                       .causal = 1, .x = x, .y = y, .kv = &kv};
+        ck_assert_int_eq(attn_kv_reserve(&kv, np, err), 0);
+        ck_assert_msg(attn_forward(&c, &w, &st, 1, g_ex, err) == 0, "%s", err);
+        attn_kv_advance(&kv, np);
+        tu_assert_close("prefill y", y, y0, (size_t)np * dm, 1e-5f, 1e-4f);
+        for (int i = 0; i < ns; i++) {
+            int s = np + i + 1;
+            float *wy = rd(f, (size_t)dm), *wa = rd(f, (size_t)H * s);
+            float *a = tu_fill((size_t)H * s, NAN);
+            st = (attn_seq){.t = 1, .s = s, .t_valid = 1, .s_valid = s,
+                            .causal = 1, .x = x + (size_t)(np + i) * dm,
+                            .y = y, .kv = &kv,
+                            .attention = _i ? a : NULL};
+            ck_assert_int_eq(attn_kv_reserve(&kv, 1, err), 0);
+            ck_assert_msg(attn_forward(&c, &w, &st, 1, g_ex, err) == 0, "%s",
+                          err);
+            attn_kv_advance(&kv, 1);
+            char what[64];
+            snprintf(what, sizeof what, "case %d step %d y", cs, i);
+            tu_assert_close(what, y, wy, (size_t)dm, 1e-5f, 1e-4f);
+            snprintf(what, sizeof what, "case %d step %d attention", cs, i);
+            if (_i)
+                tu_assert_close(what, a, wa, (size_t)H * s, 1e-6f, 1e-4f);
+            free(wy), free(wa), free(a);
+        }
+        attn_kv_free(&kv);
+        attn_kv_pool_destroy(p);
+        free(wq), free(wk), free(wv), free(wo), free(bq), free(bk), free(bv);
+        free(bo), free(x), free(y0), free(y);
+    }
+    fclose(f);
+}
+END_TEST
+
 /* Bad decoder steps are refused before anything is computed. */
 START_TEST(step_arguments)
 {
@@ -406,6 +489,7 @@ static Suite *kv_suite(void)
     tcase_add_loop_test(tc, steps_equal_whole_long, 0, 2);
     tcase_add_test(tc, batch_mixes_steps_and_stateless);
     tcase_add_test(tc, step_arguments);
+    tcase_add_loop_test(tc, torch_decoder_layer, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }
