@@ -67,6 +67,10 @@
       "read the API key from this file (its first line; instead of --api-key)") \
     X(cors_origins, "cors-origins", STR, "", 0, 0,                            \
       "comma-separated allowed CORS origins, or * (empty: no CORS)")          \
+    X(maps_waiters, "maps-waiters", INT, 64, 1, 100000,                       \
+      "most connections waiting at once on GET /v2/maps/{id}?wait= (503 past)") \
+    X(maps_wait_ms, "maps-wait-ms", INT, 20000, 0, 600000,                    \
+      "longest wait of one GET /v2/maps/{id}?wait= before it answers (ms)")  \
     X(maps_bytes, "maps-bytes", INT, 256 * SRV_MiB, 0, 1LL << 40,             \
       "memory for retained attention maps (0 = retain refused)")              \
     X(log_format, "log-format", STR, "text", 0, 0,                            \
