@@ -50,7 +50,7 @@ export function modelsDir() {
 export async function startAttnd(extra = []) {
   if (!fs.existsSync(ATTND)) throw new Error(`${ATTND}: not built (make all)`);
   const models = modelsDir();
-  const proc = spawn(ATTND, ['--host', '127.0.0.1', '--port', '0', '--models', models,
+  const proc = spawn(ATTND, ['--host', '127.0.0.1', '--port', '0', '--grpc-port', '0', '--models', models,
     '--threads', '2', ...extra], { stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   const url = await new Promise((resolve, reject) => {
