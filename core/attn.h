@@ -40,6 +40,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct attn_kv; /* kv.h */
+
 /* Error codes: every fallible call returns 0 or one of these. */
 enum {
     ATTN_OK = 0,
@@ -50,6 +52,7 @@ enum {
     ATTN_EIO = -5,       /* read/open/map failed */
     ATTN_ENOTFOUND = -6, /* missing file, tensor or key */
     ATTN_ERANGE = -7,    /* a result is not finite: inputs overflow float32 */
+    ATTN_EFULL = -8,     /* a byte budget (the K/V pool's) cannot take it */
 };
 
 /* Callers pass a buffer of ATTN_ERRMAX bytes (or NULL) to receive a message
@@ -100,6 +103,18 @@ typedef struct attn_weights {
  * Inputs are read-only. Output pointers are optional except y; each one that
  * is non-NULL is filled completely (padding included) and is produced only
  * then: attention and scores are materialised only when asked for.
+ *
+ * A decoder step (kv non-NULL): the sequence already holds s_past =
+ * kv->len tokens' keys and values. The t new rows of x are queries at
+ * positions s_past .. s_past + t - 1 (RoPE), their K/V are written into kv
+ * at those rows, and they attend over all s = s_past + t keys; causal is
+ * bottom-right aligned (key j visible to query i when j <= s_past + i).
+ * context must be NULL, t_valid == t, s == s_past + t, s_valid == s, k and
+ * v NULL (the keys live in kv: attn_kv_read); mask, when given, is (t, s);
+ * attention and scores are (n_heads, t, s). Room for the t rows must have
+ * been reserved (attn_kv_reserve) before attn_plan_create; the pass does
+ * not change kv->len (attn_kv_advance after it succeeded, attn_kv_trim
+ * after a failure). A plan may hold many kv sequences, never one twice.
  */
 typedef struct attn_seq {
     int t;       /* query rows in x (and in the outputs) */
@@ -118,6 +133,8 @@ typedef struct attn_seq {
     float *q;         /* (n_heads, t, head_dim) after bias and RoPE */
     float *k;         /* (n_kv_heads, s, head_dim) after bias and RoPE */
     float *v;         /* (n_kv_heads, s, v_head_dim) */
+
+    struct attn_kv *kv; /* NULL, or the sequence's K/V cache (kv.h) */
 } attn_seq;
 
 /*

@@ -20,6 +20,8 @@ const char *attn_strerror(int code)
         return "not found";
     case ATTN_ERANGE:
         return "result not finite";
+    case ATTN_EFULL:
+        return "budget full";
     }
     return "unknown error";
 }

@@ -82,6 +82,7 @@ struct srv_entry {
     int state;      /* SRV_UNAVAILABLE / LOADING / READY */
     int startup;    /* loaded at startup: counts for /v2/health/ready */
     char reason[ATTN_ERRMAX];
+    unsigned long long gen; /* repository generation of inst (upload.h) */
     /* scheduling (sched.c) */
     srv_job *qhead, *qtail; /* decoded requests waiting for a batch */
     int q_seqs;             /* sequences in the queue */
@@ -110,6 +111,14 @@ typedef struct srv_door {
                   const oip_output *outs, int n_outs, const char *extra_params,
                   char **body, size_t *len, size_t *header_len, char *err);
 } srv_door;
+/* The body a route accepts, checked from the headers before a byte of it
+ * is read (413 otherwise): */
+enum {
+    SRV_BODY_NONE = 0, /* none: Content-Length 0 or absent, not chunked */
+    SRV_BODY_SMALL,    /* a small JSON object: up to max-small-body */
+    SRV_BODY_INFER,    /* max-json-body, or max-body with a binary header */
+    SRV_BODY_UPLOAD,   /* up to max-body (a model upload) */
+};
 
 /* One row of the route table (routes.c). "{}" matches one path segment,
  * captured into r->arg[]. */
@@ -118,6 +127,7 @@ typedef struct srv_route {
     const char *path;   /* e.g. "/v2/models/{}/infer" */
     srv_handler fn;
     int auth;           /* 1: needs the API key when one is set */
+    int body;           /* SRV_BODY_* */
 } srv_route;
 
 /* One HTTP request. Allocated on MHD's first call for it, freed in exactly
@@ -131,6 +141,7 @@ struct srv_req {
     char arg[2][SRV_NAME_MAX + 32]; /* path captures */
     char *body;            /* request body, grown up to body_limit */
     size_t body_len, body_cap, body_limit;
+    const char *limit_name; /* the setting body_limit comes from */
     int too_large;         /* body passed body_limit; rest discarded */
     size_t body_seen;      /* bytes received, kept or not */
     size_t header_len;     /* Inference-Header-Content-Length, 0 = none */
@@ -147,6 +158,12 @@ struct srv_req {
     char extra_hdr[96];    /* one more "Name: value" header, or "" */
     const char *web_etag;  /* static; set for the visualiser's files */
     srv_job *job;          /* infer in progress, NULL otherwise */
+    /* a long poll on a map (maps_wait.c), while waiting is set */
+    int waiting;
+    int wait_t;            /* the query rows the client has */
+    uint64_t wait_until_ns;
+    char wait_id[MAPS_ID_MAX];
+    srv_req *wait_prev, *wait_next;
     /* for the log line */
     char model[SRV_NAME_MAX];
     char id[64];
@@ -199,11 +216,24 @@ struct srv {
     srv_entry *models;     /* registry, in load order */
     oip_limits limits;
     maps_store *maps;      /* retained attention maps, NULL when off */
+    srv_req *waiters;      /* long polls on maps (maps_wait.c) */
+    int n_waiters;
+    uv_timer_t maps_wait_timer; /* runs while there are waiters */
     srv_http_stats http;
     uint64_t started_ms;
     struct srv_grpc *grpc; /* grpc.c, NULL when off */
     int grpc_port;         /* bound gRPC port */
 };
+
+/* maps_wait.c: GET /v2/maps/{id}?wait=N (follow mode). srv_maps_wait
+ * answers r at once or parks it until the map's rows differ from N, it goes
+ * away, or the timeout (timeout_ms, at most maps-wait-ms) passes; at most
+ * maps-waiters wait at once (503 past that). srv_maps_wait_drain answers
+ * every waiter (SIGTERM); srv_maps_wait_cancel forgets r (completion). */
+void srv_maps_wait(srv_req *r, const char *id, const char *wait,
+                   const char *timeout_ms);
+void srv_maps_wait_drain(srv *s);
+void srv_maps_wait_cancel(srv_req *r);
 
 /* main.c: stop the loop once draining and nothing is left in flight. */
 void srv_check_stop(srv *s);
