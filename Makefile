@@ -272,6 +272,19 @@ bench: bench-core
 # fails `make test` (running it stays `make bench`).
 all: $(BENCH_BIN)
 
+# ---- core: decoder steps over the K/V cache (bench/bench_decode.c) -------
+# N = 1, 8, 32 sequences of a Llama-like layer: engine tokens/s and GB/s
+# against memcpy, the PyTorch peer, resending the history, and (when the
+# daemon is built) N HTTP clients driving sequences through attnd.
+DECODE_BIN := $(BUILD)/bench/bench_decode
+.PHONY: bench-decode
+bench-decode: deps $(DECODE_BIN) $(if $(HAVE_ATTND),$(ATTND))
+	@tools/install-deps.sh bench
+	$(DECODE_BIN) --threads 2 --peer bench/torch_decode_peer.py \
+	    $(if $(HAVE_ATTND),--http-tps "python3 bench/decode_http.py $(ATTND)")
+bench: bench-decode
+all: $(DECODE_BIN)
+
 # ---- server: HTTP benchmark (attnd vs a bare libmicrohttpd, wrk) ---------
 BARE_MHD := $(BUILD)/bench/bare_mhd
 $(BARE_MHD): bench/bare_mhd.c
