@@ -197,23 +197,24 @@ static void h_web(srv_req *r)
     srv_respond(r, 200, a->content_type, body, a->len);
 }
 
+/* method, path, handler, needs the key, body accepted (srv.h) */
 const srv_route srv_routes[] = {
-    {SRV_GET, "/v2/health/live", h_live, 0},
-    {SRV_GET, "/v2/health/ready", h_ready, 0},
-    {SRV_GET, "/v2", h_server_meta, 0},
-    {SRV_GET, "/v2/models/stats", srv_h_stats, 0},
-    {SRV_GET, "/v2/models/{}", h_model_meta, 0},
-    {SRV_GET, "/v2/models/{}/ready", h_model_ready, 0},
-    {SRV_GET, "/v2/models/{}/stats", srv_h_stats, 0},
-    {SRV_POST, "/v2/models/{}/infer", srv_h_infer, 1},
-    {SRV_POST, "/v2/repository/index", srv_h_index, 1},
-    {SRV_POST, "/v2/repository/models/{}/load", srv_h_load, 1},
-    {SRV_POST, "/v2/repository/models/{}/unload", srv_h_unload, 1},
-    {SRV_GET, "/metrics", srv_h_metrics, 0},
-    {SRV_GET, "/v2/maps", h_maps, 1},
-    {SRV_GET, "/v2/maps/{}", h_maps, 1},
-    {SRV_GET, "/v2/maps/{}/attention", h_maps, 1},
-    {SRV_GET, "/", h_web, 0},
-    {SRV_GET, "/web/{}", h_web, 0},
+    {SRV_GET, "/v2/health/live", h_live, 0, SRV_BODY_NONE},
+    {SRV_GET, "/v2/health/ready", h_ready, 0, SRV_BODY_NONE},
+    {SRV_GET, "/v2", h_server_meta, 0, SRV_BODY_NONE},
+    {SRV_GET, "/v2/models/stats", srv_h_stats, 0, SRV_BODY_NONE},
+    {SRV_GET, "/v2/models/{}", h_model_meta, 0, SRV_BODY_NONE},
+    {SRV_GET, "/v2/models/{}/ready", h_model_ready, 0, SRV_BODY_NONE},
+    {SRV_GET, "/v2/models/{}/stats", srv_h_stats, 0, SRV_BODY_NONE},
+    {SRV_POST, "/v2/models/{}/infer", srv_h_infer, 1, SRV_BODY_INFER},
+    {SRV_POST, "/v2/repository/index", srv_h_index, 1, SRV_BODY_SMALL},
+    {SRV_POST, "/v2/repository/models/{}/load", srv_h_load, 1, SRV_BODY_UPLOAD},
+    {SRV_POST, "/v2/repository/models/{}/unload", srv_h_unload, 1, SRV_BODY_SMALL},
+    {SRV_GET, "/metrics", srv_h_metrics, 0, SRV_BODY_NONE},
+    {SRV_GET, "/v2/maps", h_maps, 1, SRV_BODY_NONE},
+    {SRV_GET, "/v2/maps/{}", h_maps, 1, SRV_BODY_NONE},
+    {SRV_GET, "/v2/maps/{}/attention", h_maps, 1, SRV_BODY_NONE},
+    {SRV_GET, "/", h_web, 0, SRV_BODY_NONE},
+    {SRV_GET, "/web/{}", h_web, 0, SRV_BODY_NONE},
 };
 const size_t srv_n_routes = sizeof srv_routes / sizeof srv_routes[0];
