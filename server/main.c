@@ -8,6 +8,7 @@
  * signal cuts the drain short.
  */
 #include "server/srv.h"
+#include "server/seq.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -34,6 +35,7 @@ static void on_stop_timer(uv_timer_t *t)
     signal(SIGINT, SIG_IGN);
     uv_close((uv_handle_t *)&s->drain_timer, NULL);
     uv_close((uv_handle_t *)&s->stop_timer, NULL);
+    srv_seq_stop(s);
     for (e = s->models; e; e = e->next)
         uv_close((uv_handle_t *)&e->batch_poll, NULL);
 }
@@ -138,6 +140,10 @@ int main(int argc, char **argv)
     s.sig_term.data = s.sig_int.data = &s;
     uv_signal_start(&s.sig_term, on_signal, SIGTERM);
     uv_signal_start(&s.sig_int, on_signal, SIGINT);
+    if (srv_seq_init(&s) < 0) {
+        fprintf(stderr, "attnd: out of memory\n");
+        return 1;
+    }
     if (srv_registry_start(&s, err) < 0 || srv_http_start(&s, err) < 0) {
         fprintf(stderr, "attnd: %s\n", err);
         s.draining = 1;
@@ -153,6 +159,7 @@ int main(int argc, char **argv)
         rc = 0;
     }
     uv_loop_close(s.loop);
+    srv_seq_free(&s); /* sequences hold instance references */
     srv_registry_free(&s);
     maps_store_destroy(s.maps);
     srv_config_free(&s.cfg);

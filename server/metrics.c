@@ -6,6 +6,7 @@
  */
 #include "server/srv.h"
 #include "server/maps.h"
+#include "server/seq.h"
 
 #include <jansson.h>
 #include <stdarg.h>
@@ -194,6 +195,14 @@ void srv_h_metrics(srv_req *r)
                 "# TYPE attnd_maps_evicted_total counter\n"
                 "attnd_maps_evicted_total %llu\n",
                 used, max_bytes, n, (unsigned long long)evicted);
+    }
+    {
+        char *seq = srv_seq_metrics_text(s);
+        if (!seq)
+            b.failed = 1;
+        else
+            bprintf(&b, "%s", seq);
+        free(seq);
     }
     if (b.failed) {
         free(b.p);
