@@ -48,6 +48,16 @@ UNIT_BIN := $(UNIT_SRC:%.c=$(BUILD)/%)
 
 obj = $(1:%.c=$(BUILD)/%.o)
 
+# Every runner fails fast instead of hanging: node --test stops a test file
+# past NODE_TEST_TIMEOUT ms (SIGTERM; tests/server/helper.mjs and
+# tests/web/harness.mjs then SIGKILL the daemons it started), Check a test
+# case past CK_TIMEOUT s, and the failover script is stopped past
+# FAILOVER_TIMEOUT s. A whole file takes 1-30 s today; sanitized builds get
+# more time, never looser assertions.
+NODE_TEST_TIMEOUT ?= $(if $(SANITIZER),600000,180000)
+CK_TIMEOUT ?= $(if $(SANITIZER),300,60)
+FAILOVER_TIMEOUT ?= $(if $(SANITIZER),900,300)
+
 .PHONY: all run test deps deps-test check-unit check-server check-web bench bench-server clean format
 all: deps $(if $(wildcard server/main.c),$(ATTND)) $(UNIT_BIN)
 
@@ -107,20 +117,22 @@ tests/web/node_modules/playwright-core/package.json: tests/web/package.json \
 	@touch $@
 check-web: deps-test all tests/web/node_modules/playwright-core/package.json
 	@cd tests/web && ATTND=$(abspath $(ATTND)) node --test \
-	    --test-concurrency=1 --test-reporter=tap
+	    --test-concurrency=1 --test-reporter=tap \
+	    --test-timeout=$(NODE_TEST_TIMEOUT)
 
 # Each Check binary prints its own summary; the loop fails if any fails.
 check-unit: deps $(UNIT_BIN)
 	@fail=0; for t in $(UNIT_BIN); do echo "== $$t"; \
-	    ATTN_TEST_DATA=tests CK_DEFAULT_TIMEOUT=120 $$t || fail=1; done; \
-	    exit $$fail
+	    ATTN_TEST_DATA=tests CK_DEFAULT_TIMEOUT=$(CK_TIMEOUT) $$t || fail=1; \
+	    done; exit $$fail
 
 # --- server: the daemon's suites (node:test against a running attnd) -----
 # Each file starts its own attnd ($(ATTND)) on 127.0.0.1, port 0.
 SERVER_TESTS := $(sort $(wildcard tests/server/*.test.mjs))
 check-server: deps-test $(ATTND)
 	@echo "== node --test tests/server ($(ATTND))"
-	@ATTND_BIN=$(ATTND) node --test --test-concurrency=1 $(SERVER_TESTS)
+	@ATTND_BIN=$(ATTND) node --test --test-concurrency=1 \
+	    --test-timeout=$(NODE_TEST_TIMEOUT) $(SERVER_TESTS)
 
 test: deps-test
 	@$(MAKE) --no-print-directory all
@@ -142,8 +154,9 @@ $(DEPLOY_NPM): tests/deploy/package.json tests/deploy/package-lock.json
 HAVE_ATTND := $(wildcard server/main.c)
 check-deploy: deps-test $(DEPLOY_NPM) $(if $(HAVE_ATTND),$(ATTND))
 	cd tests/deploy && $(if $(HAVE_ATTND),ATTND_BIN=$(abspath $(ATTND))) \
-	    node --test validate-k8s.test.mjs
-	$(if $(HAVE_ATTND),ATTND_BIN=$(ATTND) node tests/deploy/failover.mjs,\
+	    node --test --test-timeout=$(NODE_TEST_TIMEOUT) validate-k8s.test.mjs
+	$(if $(HAVE_ATTND),ATTND_BIN=$(ATTND) timeout -k 10 $(FAILOVER_TIMEOUT) \
+	    node tests/deploy/failover.mjs,\
 	    @echo "check-deploy: no server/main.c yet, failover test not run")
 # bench-lb: what deploy/nginx.conf costs (wrk direct vs through nginx).
 .PHONY: bench-lb

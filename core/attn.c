@@ -1,7 +1,7 @@
 /*
- * attn.c - the plan (stages of independent tiles, one scratch slab) and the
- * tiles of one multi-head attention forward pass. Argument checks live in
- * check.c, the per-head maths in kernel.c.
+ * attn.c - the plan: checks, one scratch slab, the stages of independent
+ * tiles (plan.h), and running them. Argument checks live in check.c, the
+ * tiles in tiles.c, the per-head maths in kernel.c.
  */
 #include "attn.h"
 
@@ -12,55 +12,25 @@
 #include "check.h"
 #include "exec.h"
 #include "kernel.h"
+#include "kv.h"
+#include "plan.h"
 
 /* Token rows per projection tile: large enough that packing a weight
  * matrix is a small share of the GEMM, small enough to spread T = 512 over
  * several threads. */
 #define PROJ_ROWS 256
 
+/* Columns per projection tile (rounded to whole heads): a weight matrix is
+ * cut into column blocks, so a batch of one-token steps (few rows) still
+ * spreads over every thread while each tile reads only its own columns:
+ * the whole matrix is read once per batch. */
+#define PROJ_COLS 256
+
 /* attn_plan_run runs plans under this many flops on the calling thread:
  * waking the executor's workers costs more than such a pass (the
  * b1_t16_d64_h4 bench case, 0.6 MFLOP, takes ~12 us inline, ~28 us on a
  * 2-thread executor). */
 #define INLINE_FLOPS 2e6
-
-enum { TILE_Q, TILE_K, TILE_V, TILE_ATT, TILE_OUT, TILE_RAW };
-
-typedef struct tile {
-    int kind;   /* TILE_* */
-    int item;   /* sequence (or raw item) index */
-    int head;   /* query head, attention tiles only */
-    int r0, r1; /* rows [r0, r1) */
-} tile;
-
-/* Scratch of one sequence; all inside the plan's slab. */
-typedef struct seqbuf {
-    const float *ctx; /* (s, d_model_ctx): context or x */
-    float *q;         /* (t, n_heads * head_dim) after bias and RoPE */
-    float *k;         /* (s, n_kv_heads * head_dim) after bias and RoPE */
-    float *v;         /* (s, n_kv_heads * v_head_dim) */
-    float *o;         /* (t, n_heads * v_head_dim) concatenated heads */
-    uint8_t *live;    /* (t) 1 when the query row sees at least one key */
-} seqbuf;
-
-#define MAX_STAGES 3
-
-struct attn_plan {
-    attn_config cfg; /* resolved: scale, rope_dims, d_model_ctx set */
-    attn_weights w;
-    const attn_seq *seqs; /* (n_items) full layer, or NULL */
-    const attn_raw *raw;  /* (n_items) raw SDPA, or NULL */
-    int n_items;
-    seqbuf *buf; /* (n_items) full layer only */
-    float *rope; /* (n_pos, rope_dims): cos | sin, or NULL */
-    int n_stages;
-    tile *tiles[MAX_STAGES];
-    size_t n_tiles[MAX_STAGES];
-    void *slab; /* every float of scratch */
-    size_t scratch_bytes;
-    double flops; /* floating-point operations of the pass (about) */
-    int *bad;     /* (n_items) 1 once a value of the item is not finite */
-};
 
 /* Number of blocks of `per` rows that cover `rows` rows. */
 static size_t blocks(int rows, int per)
@@ -86,6 +56,34 @@ static void put_blocks(tile *t, size_t *k, int kind, int item, int head,
     }
 }
 
+/* Columns per tile of a matrix of `width` columns made of heads of `dh`. */
+static int col_block(int width, int dh)
+{
+    int c = dh >= PROJ_COLS ? dh : PROJ_COLS / dh * dh;
+    return c < width ? c : width;
+}
+
+/* Append the (row block x column block) tiles of a (rows, width) GEMM. */
+static void put_grid(tile *t, size_t *k, int kind, int mat, int rows,
+                     int width, int cb)
+{
+    for (int r = 0; r < rows; r += PROJ_ROWS)
+        for (int c = 0; c < width; c += cb) {
+            tile *x = &t[(*k)++];
+            x->kind = kind;
+            x->item = mat;
+            x->r0 = r;
+            x->r1 = rows - r < PROJ_ROWS ? rows : r + PROJ_ROWS;
+            x->c0 = c;
+            x->c1 = width - c < cb ? width : c + cb;
+        }
+}
+
+static size_t grid_tiles(int rows, int width, int cb)
+{
+    return blocks(rows, PROJ_ROWS) * blocks(width, cb);
+}
+
 static attn_plan *plan_alloc(const attn_config *cfg, int n_items)
 {
     attn_plan *p = calloc(1, sizeof(*p));
@@ -103,12 +101,24 @@ static attn_plan *plan_alloc(const attn_config *cfg, int n_items)
     return p;
 }
 
+/* A one-token decoder step attends as kv-head groups (tile_group). */
+static int group_step(const attn_seq *q)
+{
+    return q->kv && q->t == 1;
+}
+
+/* Carve n floats (64-byte aligned) off the slab at *f. */
+static float *carve(float **f, size_t n)
+{
+    float *r = *f;
+    *f += (n + 15) / 16 * 16;
+    return r;
+}
+
 /*
- * attn_plan_create: stage 0 projects Q (x row blocks), K and V (context
- * row blocks, one tile each), stage 1 runs sequence x head x query-block
- * attention tiles, stage 2 projects the concatenated heads through W_o. One
- * slab holds all scratch: per sequence Q, K, V, O and the live-row flags, plus
- * the RoPE table. Nothing is allocated on failure.
+ * attn_plan_create: see attn.h and plan.h. Lays out the batch matrices
+ * (one slab), the RoPE table and the tile tables; nothing is allocated on
+ * failure.
  */
 int attn_plan_create(attn_plan **out, const attn_config *cfg,
                      const attn_weights *w, const attn_seq *seqs, int n_seqs,
@@ -131,84 +141,161 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
     if (!seqs || n_seqs < 1)
         return attn__fail(err, ATTN_EINVAL,
                           "need at least one sequence (n_seqs = %d)", n_seqs);
-    size_t floats = 0;
-    int n_pos = 0;
-    for (int i = 0; i < n_seqs; i++)
+    size_t floats = 0, T = 0, Cn = 0;
+    int n_pos = 0, cross = 0;
+    for (int i = 0; i < n_seqs; i++) {
         if ((rc = attn__seq_check(cfg, &seqs[i], i, &floats, &n_pos, err)))
             return rc;
+        for (int j = 0; seqs[i].kv && j < i; j++)
+            if (seqs[j].kv == seqs[i].kv)
+                return attn__fail(err, ATTN_EINVAL,
+                                  "seqs[%d].kv is also seqs[%d].kv", i, j);
+        T += (size_t)seqs[i].t;
+        Cn += (size_t)(seqs[i].kv ? seqs[i].t : seqs[i].s);
+        cross |= seqs[i].context != NULL;
+    }
+    int dm = cfg->d_model, dmc = cfg->d_model_ctx ? cfg->d_model_ctx : dm;
     int rot = cfg->rope_theta > 0
                   ? (cfg->rope_dims ? cfg->rope_dims : cfg->head_dim)
                   : 0;
-    size_t rope_floats = 0;
-    if (rot &&
-        (!attn__mul_ok((size_t)n_pos, (size_t)rot, &rope_floats) ||
-         !attn__add_ok(&floats, rope_floats) || !attn__add_ok(&floats, 16)))
-        return attn__fail(err, ATTN_EOVERFLOW, "RoPE table overflows size_t");
-    /* Live flags are bytes; floats counted one per row is plenty. */
-    size_t n0 = 0, n1 = 0, n2 = 0;
+    /* Beyond what attn__seq_check counted (Q, K, V, O and a float per row
+     * per sequence): gathered X and C, the batch's Y, four ints per row,
+     * the RoPE table and the 64-byte rounding of every carve. */
+    size_t extra = 0, n, rope_floats = 0;
+    int gather = n_seqs > 1;
+    if (T > INT32_MAX || Cn > INT32_MAX ||
+        (gather && (!attn__mul_ok(T, (size_t)dm, &n) ||
+                    !attn__add_ok(&extra, 2 * n) ||
+                    (cross && (!attn__mul_ok(Cn, (size_t)dmc, &n) ||
+                               !attn__add_ok(&extra, n))))) ||
+        !attn__add_ok(&extra, 2 * (T + Cn) + 256) ||
+        (rot && (!attn__mul_ok((size_t)n_pos, (size_t)rot, &rope_floats) ||
+                 !attn__add_ok(&extra, rope_floats))) ||
+        !attn__add_ok(&floats, extra) ||
+        !attn__mul_ok(floats, sizeof(float), &n))
+        return attn__fail(err, ATTN_EOVERFLOW,
+                          "the batch's scratch (%zu rows) overflows size_t", T);
+    int H = cfg->n_heads, Hkv = cfg->n_kv_heads;
+    int dk = cfg->head_dim, dv = cfg->v_head_dim;
+    int cbq = col_block(H * dk, dk), cbk = col_block(Hkv * dk, dk),
+        cbv = col_block(Hkv * dv, dv), cbo = col_block(dm, 1);
+    size_t n0 = 0, n1, n2 = 0, n3;
+    for (int i = 0; gather && i < n_seqs; i++)
+        n0 += blocks(seqs[i].t, PROJ_ROWS) +
+              (cross ? blocks(seqs[i].kv ? seqs[i].t : seqs[i].s, PROJ_ROWS)
+                     : 0);
+    n1 = grid_tiles((int)T, H * dk, cbq) + grid_tiles((int)Cn, Hkv * dk, cbk) +
+         grid_tiles((int)Cn, Hkv * dv, cbv);
     double fl = 0;
     for (int i = 0; i < n_seqs; i++) {
-        double t = seqs[i].t, s = seqs[i].s;
-        double dc = cfg->d_model_ctx ? cfg->d_model_ctx : cfg->d_model;
-        double hk = (double)cfg->n_heads * cfg->head_dim;
-        double hv = (double)cfg->n_heads * cfg->v_head_dim;
-        double kv = (double)cfg->n_kv_heads * (cfg->head_dim + cfg->v_head_dim);
-        fl += 2 * t * cfg->d_model * hk + 2 * s * dc * kv +
-              2 * t * s * (hk + hv) + 2 * t * hv * cfg->d_model;
-        n0 += blocks(seqs[i].t, PROJ_ROWS) + 2 * blocks(seqs[i].s, PROJ_ROWS);
-        n1 += (size_t)cfg->n_heads * blocks(seqs[i].t, ATTN__BQ);
-        n2 += blocks(seqs[i].t, PROJ_ROWS);
+        const attn_seq *q = &seqs[i];
+        double t = q->t, s = q->s, c = q->kv ? q->t : q->s;
+        double hk = (double)H * dk, hv = (double)H * dv;
+        double kv = (double)Hkv * (dk + dv);
+        fl += 2 * t * dm * hk + 2 * c * dmc * kv + 2 * t * s * (hk + hv) +
+              2 * t * hv * dm;
+        n2 += group_step(q) ? (size_t)Hkv
+                            : (size_t)H * blocks(q->t, ATTN__BQ);
     }
+    n3 = grid_tiles((int)T, dm, cbo);
     attn_plan *p = plan_alloc(cfg, n_seqs);
     if (!p)
         goto nomem;
     p->w = *w;
     p->seqs = seqs;
     p->flops = fl;
-    if (!p->cfg.d_model_ctx)
-        p->cfg.d_model_ctx = cfg->d_model;
+    p->cfg.d_model_ctx = dmc;
     p->cfg.rope_dims = rot;
-    p->n_stages = 3;
+    p->T = (int)T;
+    p->Cn = (int)Cn;
     p->buf = calloc((size_t)n_seqs, sizeof(*p->buf));
-    p->tiles[0] = calloc(n0, sizeof(tile));
-    p->tiles[1] = calloc(n1, sizeof(tile));
-    p->tiles[2] = calloc(n2, sizeof(tile));
+    int st = 0;
+    tile *tt[PLAN_MAX_STAGES] = {0};
+    size_t want[PLAN_MAX_STAGES] = {0};
+    if (gather)
+        want[st++] = n0;
+    want[st++] = n1;
+    want[st++] = n2;
+    want[st++] = n3;
+    p->n_stages = st;
+    for (int k = 0; k < st; k++)
+        p->tiles[k] = tt[k] = calloc(want[k] ? want[k] : 1, sizeof(tile));
     p->scratch_bytes = floats * sizeof(float);
     p->slab = aligned_alloc(64, (p->scratch_bytes + 63) / 64 * 64);
-    if (!p->buf || !p->tiles[0] || !p->tiles[1] || !p->tiles[2] || !p->slab)
+    if (!p->buf || !p->slab)
         goto nomem;
+    for (int k = 0; k < st; k++)
+        if (!tt[k])
+            goto nomem;
     float *f = p->slab;
-    size_t hq = (size_t)cfg->n_heads, hk = (size_t)cfg->n_kv_heads;
-    size_t dk = (size_t)cfg->head_dim, dv = (size_t)cfg->v_head_dim;
+    if (gather) {
+        p->X = p->Xg = carve(&f, T * (size_t)dm);
+        p->Y = carve(&f, T * (size_t)dm);
+        p->C = cross ? (p->Cg = carve(&f, Cn * (size_t)dmc)) : p->X;
+    } else {
+        p->X = seqs[0].x;
+        p->C = seqs[0].context ? seqs[0].context : seqs[0].x;
+        p->Y = seqs[0].y;
+    }
+    p->Q = carve(&f, T * (size_t)H * dk);
+    p->K = carve(&f, Cn * (size_t)Hkv * dk);
+    p->V = carve(&f, Cn * (size_t)Hkv * dv);
+    p->O = carve(&f, T * (size_t)H * dv);
+    p->qpos = (int *)carve(&f, T);
+    p->kpos = (int *)carve(&f, Cn);
+    p->qseq = (int *)carve(&f, T);
+    p->kseq = (int *)carve(&f, Cn);
+    p->live = (uint8_t *)carve(&f, T / sizeof(float) + 1);
+    if (rot) {
+        p->rope = carve(&f, rope_floats);
+        attn__rope_table(p->rope, n_pos, rot, cfg->rope_theta);
+    }
+    /* Rows of each sequence in the batch matrices, their positions and
+     * their tiles. */
+    int xoff = 0, coff = 0, g = gather ? 1 : 0;
     for (int i = 0; i < n_seqs; i++) {
         const attn_seq *q = &seqs[i];
         seqbuf *b = &p->buf[i];
-        size_t t = (size_t)q->t, s = (size_t)q->s;
+        b->xoff = xoff;
+        b->coff = coff;
+        b->past = q->kv ? q->kv->len : 0;
+        b->crows = q->kv ? q->t : q->s;
         b->ctx = q->context ? q->context : q->x;
-        b->q = f, f += t * hq * dk;
-        b->k = f, f += s * hk * dk;
-        b->v = f, f += s * hk * dv;
-        b->o = f, f += t * hq * dv;
-        b->live = (uint8_t *)f, f += t;
-        put_blocks(p->tiles[0], &p->n_tiles[0], TILE_Q, i, 0, q->t, PROJ_ROWS,
-                   0);
-        put_blocks(p->tiles[0], &p->n_tiles[0], TILE_K, i, 0, q->s, PROJ_ROWS,
-                   0);
-        put_blocks(p->tiles[0], &p->n_tiles[0], TILE_V, i, 0, q->s, PROJ_ROWS,
-                   0);
-        for (int h = 0; h < cfg->n_heads; h++)
-            put_blocks(p->tiles[1], &p->n_tiles[1], TILE_ATT, i, h, q->t,
-                       ATTN__BQ, q->causal);
-        put_blocks(p->tiles[2], &p->n_tiles[2], TILE_OUT, i, 0, q->t, PROJ_ROWS,
-                   0);
+        for (int r = 0; r < q->t; r++) {
+            p->qpos[xoff + r] = b->past + r;
+            p->qseq[xoff + r] = i;
+        }
+        for (int r = 0; r < b->crows; r++) {
+            p->kpos[coff + r] = b->past + r;
+            p->kseq[coff + r] = i;
+        }
+        if (gather) {
+            put_blocks(tt[0], &p->n_tiles[0], TILE_GATHER, i, 0, q->t,
+                       PROJ_ROWS, 0);
+            if (cross)
+                put_blocks(tt[0], &p->n_tiles[0], TILE_GATHER, i, 1, b->crows,
+                           PROJ_ROWS, 0);
+        }
+        if (group_step(q)) {
+            for (int h = 0; h < Hkv; h++) {
+                tile *x = &tt[g + 1][p->n_tiles[g + 1]++];
+                x->kind = TILE_GROUP;
+                x->item = i;
+                x->head = h * (H / Hkv);
+                x->r1 = 1;
+            }
+        } else {
+            for (int h = 0; h < H; h++)
+                put_blocks(tt[g + 1], &p->n_tiles[g + 1], TILE_ATT, i, h, q->t,
+                           ATTN__BQ, q->causal);
+        }
+        xoff += q->t;
+        coff += b->crows;
     }
-    if (rot) {
-        /* Align the table to 16 floats for clean rows. */
-        size_t off = (size_t)(f - (float *)p->slab);
-        f += (16 - off % 16) % 16;
-        p->rope = f;
-        attn__rope_table(p->rope, n_pos, rot, cfg->rope_theta);
-    }
+    put_grid(tt[g], &p->n_tiles[g], TILE_PROJ, MAT_Q, (int)T, H * dk, cbq);
+    put_grid(tt[g], &p->n_tiles[g], TILE_PROJ, MAT_K, (int)Cn, Hkv * dk, cbk);
+    put_grid(tt[g], &p->n_tiles[g], TILE_PROJ, MAT_V, (int)Cn, Hkv * dv, cbv);
+    put_grid(tt[g + 2], &p->n_tiles[g + 2], TILE_OUT, 0, (int)T, dm, cbo);
     attn__blas_single();
     *out = p;
     return 0;
@@ -271,7 +358,7 @@ void attn_plan_destroy(attn_plan *p)
 {
     if (!p)
         return;
-    for (int i = 0; i < MAX_STAGES; i++)
+    for (int i = 0; i < PLAN_MAX_STAGES; i++)
         free(p->tiles[i]);
     free(p->buf);
     free(p->slab);
@@ -301,214 +388,11 @@ double attn_plan_flops(const attn_plan *p)
     return p ? p->flops : 0;
 }
 
-/* rows [r0, r1) of y (ld n) = x (ld k) w (k, n) + b. */
-static void linear_rows(const float *x, int k, const float *w,
-                        const float *restrict b, int n, float *y, int r0,
-                        int r1)
-{
-    attn__gemm(0, r1 - r0, n, k, 1.0f, x + (size_t)r0 * k, k, w, n, 0.0f,
-               y + (size_t)r0 * n, n);
-    if (b)
-        for (int r = r0; r < r1; r++) {
-            float *restrict row = y + (size_t)r * n; /* never aliases b */
-            for (int j = 0; j < n; j++)
-                row[j] += b[j];
-        }
-}
-
-/* Flag item when rows [r0, r1) of m (rows of n) hold a non-finite value:
- * finite inputs whose projection overflowed float32. */
-static void check_rows(attn_plan *p, int item, const float *m, size_t n,
-                       int r0, int r1)
-{
-    if (!attn__all_finite(m + (size_t)r0 * n, (size_t)(r1 - r0) * n))
-        __atomic_store_n(&p->bad[item], 1, __ATOMIC_RELAXED);
-}
-
-/* Copy rows [r0, r1) of m (rows, heads * d) into out (heads, rows, d). */
-static void split_heads(const float *m, int rows, int heads, int d, float *out,
-                        int r0, int r1)
-{
-    for (int r = r0; r < r1; r++)
-        for (int h = 0; h < heads; h++)
-            memcpy(out + ((size_t)h * rows + r) * d,
-                   m + ((size_t)r * heads + h) * d, (size_t)d * sizeof(float));
-}
-
-/* Query row i sees at least one key (the mask rule of attn_seq). */
-static int row_live(const attn_seq *q, int i)
-{
-    if (i >= q->t_valid)
-        return 0;
-    int lim =
-        q->causal ? (q->s_valid < i + 1 ? q->s_valid : i + 1) : q->s_valid;
-    if (!q->mask)
-        return lim > 0;
-    const uint8_t *m = q->mask + (size_t)i * q->s;
-    for (int j = 0; j < lim; j++)
-        if (m[j])
-            return 1;
-    return 0;
-}
-
-static void tile_q(attn_plan *p, const tile *tl)
-{
-    const attn_config *c = &p->cfg;
-    const attn_seq *q = &p->seqs[tl->item];
-    seqbuf *b = &p->buf[tl->item];
-    int w = c->n_heads * c->head_dim;
-    linear_rows(q->x, c->d_model, p->w.w_q, p->w.b_q, w, b->q, tl->r0, tl->r1);
-    if (p->rope)
-        attn__rope_rows(b->q, (size_t)w, tl->r0, tl->r1, c->n_heads,
-                        c->head_dim, c->rope_dims, p->rope);
-    check_rows(p, tl->item, b->q, (size_t)w, tl->r0, tl->r1);
-    if (q->q)
-        split_heads(b->q, q->t, c->n_heads, c->head_dim, q->q, tl->r0, tl->r1);
-    for (int i = tl->r0; i < tl->r1; i++)
-        b->live[i] = (uint8_t)row_live(q, i);
-}
-
-static void tile_k(attn_plan *p, const tile *tl)
-{
-    const attn_config *c = &p->cfg;
-    const attn_seq *q = &p->seqs[tl->item];
-    seqbuf *b = &p->buf[tl->item];
-    int wk = c->n_kv_heads * c->head_dim;
-    linear_rows(b->ctx, c->d_model_ctx, p->w.w_k, p->w.b_k, wk, b->k, tl->r0,
-                tl->r1);
-    if (p->rope)
-        attn__rope_rows(b->k, (size_t)wk, tl->r0, tl->r1, c->n_kv_heads,
-                        c->head_dim, c->rope_dims, p->rope);
-    check_rows(p, tl->item, b->k, (size_t)wk, tl->r0, tl->r1);
-    if (q->k)
-        split_heads(b->k, q->s, c->n_kv_heads, c->head_dim, q->k, tl->r0,
-                    tl->r1);
-}
-
-static void tile_v(attn_plan *p, const tile *tl)
-{
-    const attn_config *c = &p->cfg;
-    const attn_seq *q = &p->seqs[tl->item];
-    seqbuf *b = &p->buf[tl->item];
-    int wv = c->n_kv_heads * c->v_head_dim;
-    linear_rows(b->ctx, c->d_model_ctx, p->w.w_v, p->w.b_v, wv, b->v, tl->r0,
-                tl->r1);
-    check_rows(p, tl->item, b->v, (size_t)wv, tl->r0, tl->r1);
-    if (q->v)
-        split_heads(b->v, q->s, c->n_kv_heads, c->v_head_dim, q->v, tl->r0,
-                    tl->r1);
-}
-
-/* tile_att: query rows [r0, r1) of head tl->head of sequence tl->item:
- * scores, softmax and the weighted values into the head's columns of o
- * (and its attention/scores maps when asked). Reads q, k, v of the earlier
- * stages; writes only its own rows of its own head. Pool thread. */
-static void tile_att(attn_plan *p, const tile *tl)
-{
-    const attn_config *c = &p->cfg;
-    const attn_seq *q = &p->seqs[tl->item];
-    seqbuf *b = &p->buf[tl->item];
-    int h = tl->head, kvh = h / (c->n_heads / c->n_kv_heads);
-    size_t ts = (size_t)q->t * (size_t)q->s;
-    attn__head hd = {
-        .t = q->t,
-        .s = q->s,
-        .t_valid = q->t_valid,
-        .s_valid = q->s_valid,
-        .causal = q->causal,
-        .dk = c->head_dim,
-        .dv = c->v_head_dim,
-        .scale = c->scale,
-        .mask = q->mask,
-        .q = b->q + (size_t)h * c->head_dim,
-        .k = b->k + (size_t)kvh * c->head_dim,
-        .v = b->v + (size_t)kvh * c->v_head_dim,
-        .o = b->o + (size_t)h * c->v_head_dim,
-        .ldq = (size_t)c->n_heads * c->head_dim,
-        .ldk = (size_t)c->n_kv_heads * c->head_dim,
-        .ldv = (size_t)c->n_kv_heads * c->v_head_dim,
-        .ldo = (size_t)c->n_heads * c->v_head_dim,
-        .att = q->attention ? q->attention + (size_t)h * ts : NULL,
-        .sc = q->scores ? q->scores + (size_t)h * ts : NULL,
-        .bad = &p->bad[tl->item],
-    };
-    attn__head_block(&hd, tl->r0, tl->r1);
-}
-
-static void tile_out(attn_plan *p, const tile *tl)
-{
-    const attn_config *c = &p->cfg;
-    const attn_seq *q = &p->seqs[tl->item];
-    seqbuf *b = &p->buf[tl->item];
-    linear_rows(b->o, c->n_heads * c->v_head_dim, p->w.w_o, p->w.b_o,
-                c->d_model, q->y, tl->r0, tl->r1);
-    check_rows(p, tl->item, q->y, (size_t)c->d_model, tl->r0, tl->r1);
-    /* Padded and fully-masked query rows: y is 0, not b_o. */
-    for (int i = tl->r0; i < tl->r1; i++)
-        if (!b->live[i])
-            memset(q->y + (size_t)i * c->d_model, 0,
-                   (size_t)c->d_model * sizeof(float));
-}
-
-/* tile_raw: the same for raw item tl->item, whose q, k, v, y are per head
- * (H, T|S, d) blocks given by the caller (t_valid = t, s_valid = s). */
-static void tile_raw(attn_plan *p, const tile *tl)
-{
-    const attn_config *c = &p->cfg;
-    const attn_raw *r = &p->raw[tl->item];
-    size_t h = (size_t)tl->head, t = (size_t)r->t, s = (size_t)r->s;
-    size_t dk = (size_t)c->head_dim, dv = (size_t)c->v_head_dim;
-    attn__head hd = {
-        .t = r->t,
-        .s = r->s,
-        .t_valid = r->t,
-        .s_valid = r->s,
-        .causal = r->causal,
-        .dk = c->head_dim,
-        .dv = c->v_head_dim,
-        .scale = c->scale,
-        .mask = r->mask,
-        .q = r->q + h * t * dk,
-        .k = r->k + h * s * dk,
-        .v = r->v + h * s * dv,
-        .o = r->y + h * t * dv,
-        .ldq = dk,
-        .ldk = dk,
-        .ldv = dv,
-        .ldo = dv,
-        .att = r->attention ? r->attention + h * t * s : NULL,
-        .sc = r->scores ? r->scores + h * t * s : NULL,
-        .bad = &p->bad[tl->item],
-    };
-    attn__head_block(&hd, tl->r0, tl->r1);
-    check_rows(p, tl->item, r->y + h * t * dv, dv, tl->r0, tl->r1);
-}
-
 void attn_plan_run_tile(attn_plan *p, int stage, size_t i)
 {
     if (!p || stage < 0 || stage >= p->n_stages || i >= p->n_tiles[stage])
         return;
-    const tile *tl = &p->tiles[stage][i];
-    switch (tl->kind) {
-    case TILE_Q:
-        tile_q(p, tl);
-        break;
-    case TILE_K:
-        tile_k(p, tl);
-        break;
-    case TILE_V:
-        tile_v(p, tl);
-        break;
-    case TILE_ATT:
-        tile_att(p, tl);
-        break;
-    case TILE_OUT:
-        tile_out(p, tl);
-        break;
-    case TILE_RAW:
-        tile_raw(p, tl);
-        break;
-    }
+    attn__run_tile(p, &p->tiles[stage][i]);
 }
 
 typedef struct stage_ctx {

@@ -5,6 +5,8 @@
  */
 #include "check.h"
 
+#include "kvpage.h"
+
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -135,6 +137,45 @@ int attn__raw_config_check(const attn_config *c, char *err)
 
 /* Check one attn_seq; adds its scratch floats to *floats and its largest
  * position to *n_pos. */
+/* A decoder step (q->kv): the rules of attn_seq.kv in attn.h. */
+static int kv_check(const attn_config *c, const attn_seq *q, int i, char *err)
+{
+    const attn_kv *kv = q->kv;
+    if (!kv->pool)
+        return attn__fail(err, ATTN_EINVAL, "seqs[%d].kv has no pool", i);
+    const attn_kv_page_fmt *f = attn__kv_fmt(kv);
+    if (f->n_kv != c->n_kv_heads || f->dk != c->head_dim ||
+        f->dv != c->v_head_dim)
+        return attn__fail(err, ATTN_EINVAL,
+                          "seqs[%d].kv: its pool holds %d kv heads of %d/%d, "
+                          "the layer has %d of %d/%d",
+                          i, f->n_kv, f->dk, f->dv, c->n_kv_heads,
+                          c->head_dim, c->v_head_dim);
+    if (q->context)
+        return attn__fail(err, ATTN_EINVAL,
+                          "seqs[%d]: a decoder step (kv) takes no context", i);
+    if (kv->len < 0 || q->s != kv->len + q->t)
+        return attn__fail(err, ATTN_EINVAL,
+                          "seqs[%d].s = %d must be kv->len + t = %d + %d", i,
+                          q->s, kv->len, q->t);
+    if (q->t_valid != q->t || q->s_valid != q->s)
+        return attn__fail(err, ATTN_EINVAL,
+                          "seqs[%d]: a decoder step has no padding (t_valid "
+                          "= t, s_valid = s)",
+                          i);
+    if (q->k || q->v)
+        return attn__fail(err, ATTN_EINVAL,
+                          "seqs[%d]: k and v outputs are not produced for a "
+                          "decoder step (read the cache: attn_kv_read)",
+                          i);
+    if ((long long)kv->n_pages * f->page < (long long)q->s)
+        return attn__fail(err, ATTN_EINVAL,
+                          "seqs[%d].kv has room for %lld tokens, the step "
+                          "needs %d: attn_kv_reserve first",
+                          i, (long long)kv->n_pages * f->page, q->s);
+    return 0;
+}
+
 int attn__seq_check(const attn_config *c, const attn_seq *q, int i,
                     size_t *floats, int *n_pos, char *err)
 {
@@ -144,7 +185,8 @@ int attn__seq_check(const attn_config *c, const attn_seq *q, int i,
     if (q->s < 1)
         return attn__fail(err, ATTN_EINVAL, "seqs[%d].s = %d must be >= 1", i,
                           q->s);
-    if (!q->context && q->s != q->t)
+    int rc;
+    if (!q->context && !q->kv && q->s != q->t)
         return attn__fail(err, ATTN_EINVAL,
                           "seqs[%d].s = %d must equal t = %d for "
                           "self-attention (context is NULL)",
@@ -162,10 +204,8 @@ int attn__seq_check(const attn_config *c, const attn_seq *q, int i,
         return attn__fail(err, ATTN_EINVAL,
                           "seqs[%d].s_valid = %d is outside [0, s = %d]", i,
                           q->s_valid, q->s);
-    if (q->kv)
-        return attn__fail(err, ATTN_EINVAL,
-                          "seqs[%d].kv: decoder steps are not implemented yet",
-                          i);
+    if (q->kv && (rc = kv_check(c, q, i, err)))
+        return rc;
     if (!q->x)
         return attn__fail(err, ATTN_EINVAL, "seqs[%d].x is NULL", i);
     if (!q->y)
@@ -174,10 +214,11 @@ int attn__seq_check(const attn_config *c, const attn_seq *q, int i,
     size_t hq = (size_t)c->n_heads, hk = (size_t)c->n_kv_heads;
     size_t dk = (size_t)c->head_dim, dv = (size_t)c->v_head_dim;
     size_t dm = (size_t)c->d_model;
+    size_t c_rows = q->kv ? t : s; /* K, V rows projected by this pass */
     if (!mul3_ok(hq, t, s, &n) || !attn__mul_ok(n, sizeof(float), &n) ||
         !attn__mul_ok(t, dm, &n) || !mul3_ok(t, hq, dk, &n) ||
-        !attn__add_ok(&sum, n) || !mul3_ok(s, hk, dk, &n) ||
-        !attn__add_ok(&sum, n) || !mul3_ok(s, hk, dv, &n) ||
+        !attn__add_ok(&sum, n) || !mul3_ok(c_rows, hk, dk, &n) ||
+        !attn__add_ok(&sum, n) || !mul3_ok(c_rows, hk, dv, &n) ||
         !attn__add_ok(&sum, n) || !mul3_ok(t, hq, dv, &n) ||
         !attn__add_ok(&sum, n) || !attn__add_ok(&sum, t) ||
         !attn__add_ok(floats, sum) || !attn__mul_ok(*floats, sizeof(float), &n))

@@ -3,6 +3,7 @@
  * softmax) and RoPE. See kernel.h for the contracts.
  */
 #include "kernel.h"
+#include "kvpage.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -23,6 +24,11 @@ static int imin(int a, int b)
     return a < b ? a : b;
 }
 
+static int imax(int a, int b)
+{
+    return a > b ? a : b;
+}
+
 void attn__gemm(int trans_b, int m, int n, int k, float alpha, const float *a,
                 int lda, const float *b, int ldb, float beta, float *c, int ldc)
 {
@@ -31,12 +37,19 @@ void attn__gemm(int trans_b, int m, int n, int k, float alpha, const float *a,
                 ldb, beta, c, ldc);
 }
 
-/* Keys [0, lim) may be visible to query i before the explicit mask. */
+/* The query row that decides visibility and mask for row i. */
+static int qrow(const attn__head *h, int i)
+{
+    return h->one_query ? 0 : i;
+}
+
+/* Keys [0, lim) may be visible to row i before the explicit mask. */
 static int key_limit(const attn__head *h, int i)
 {
+    i = qrow(h, i);
     if (i >= h->t_valid)
         return 0;
-    return h->causal ? imin(h->s_valid, i + 1) : h->s_valid;
+    return h->causal ? imin(h->s_valid, h->past + i + 1) : h->s_valid;
 }
 
 static void zero_rows(float *o, size_t ld, int r0, int r1, int w)
@@ -64,12 +77,77 @@ static void check_scores(const attn__head *h, const float *x, size_t n)
         __atomic_store_n(h->bad, 1, __ATOMIC_RELAXED);
 }
 
+/* Floats of one widened span of FP16/BF16 keys (or values) on the stack. */
+#define SPAN_FLOATS 4096
+
+/* A run of keys [j0, j0 + n) whose K and V rows are contiguous in memory
+ * (one block of a contiguous K/V, or one page's rows; widened into the
+ * caller's buffers for half-precision pages). */
+typedef struct span {
+    int n;
+    const float *k, *v;
+    size_t ldk, ldv;
+} span;
+
+/* get_span: the span starting at key j0, at most max keys (and never past
+ * ATTN__BK); want_k / want_v say which half-precision rows to widen into
+ * kbuf / vbuf (SPAN_FLOATS each). */
+static span get_span(const attn__head *h, int j0, int max, int want_k,
+                     int want_v, float *kbuf, float *vbuf)
+{
+    span sp;
+    int n = imin(max, ATTN__BK);
+    if (!h->kvf) {
+        sp.n = n;
+        sp.k = h->k + (size_t)j0 * h->ldk;
+        sp.v = h->v + (size_t)j0 * h->ldv;
+        sp.ldk = h->ldk;
+        sp.ldv = h->ldv;
+        return sp;
+    }
+    const attn_kv_page_fmt *f = h->kvf;
+    n = imin(n, f->page - j0 % f->page);
+    sp.ldk = (size_t)f->dk;
+    sp.ldv = (size_t)f->dv;
+    if (f->dtype == ATTN_KV_F32) {
+        sp.n = n;
+        sp.k = attn__kv_row(f, h->pages, 0, h->kvh, j0);
+        sp.v = attn__kv_row(f, h->pages, 1, h->kvh, j0);
+        return sp;
+    }
+    int wide = f->dk > f->dv ? f->dk : f->dv;
+    n = imin(n, SPAN_FLOATS / wide > 0 ? SPAN_FLOATS / wide : 1);
+    sp.n = n;
+    sp.k = kbuf;
+    sp.v = vbuf;
+    if (want_k)
+        attn__kv_get(f, h->pages, 0, h->kvh, j0, n, kbuf);
+    if (want_v)
+        attn__kv_get(f, h->pages, 1, h->kvh, j0, n, vbuf);
+    return sp;
+}
+
+/* Scaled scores of rows [i0, i0 + n) against keys [0, kend) into out (row
+ * stride ld), span by span. */
+static void scores_rows(const attn__head *h, int i0, int n, int kend,
+                        float *out, size_t ld, float *kbuf, float *vbuf)
+{
+    int kn;
+    for (int kb = 0; kb < kend; kb += kn) {
+        span sp = get_span(h, kb, kend - kb, 1, 0, kbuf, vbuf);
+        kn = sp.n;
+        attn__gemm(1, n, kn, h->dk, h->scale, h->q + (size_t)i0 * h->ldq,
+                   (int)h->ldq, sp.k, (int)sp.ldk, 0.0f, out + kb, (int)ld);
+    }
+}
+
 /* Softmax of one materialised row p[0..s) in place over the visible keys of
- * query i; invisible entries become exactly 0. Returns 0 for a dead row. */
+ * row i; invisible entries become exactly 0. Returns 0 for a dead row. */
 static int softmax_row(const attn__head *h, int i, float *p)
 {
     int lim = key_limit(h, i);
-    const uint8_t *mrow = h->mask ? h->mask + (size_t)i * h->s : NULL;
+    const uint8_t *mrow =
+        h->mask ? h->mask + (size_t)qrow(h, i) * h->s : NULL;
     if (mrow)
         for (int j = 0; j < lim; j++)
             if (!mrow[j])
@@ -91,28 +169,31 @@ static int softmax_row(const attn__head *h, int i, float *p)
 /* Materialised path: weights into h->att, then O = A V. */
 static void block_maps(const attn__head *h, int i0, int i1)
 {
+    float kbuf[SPAN_FLOATS], vbuf[SPAN_FLOATS];
     int n = i1 - i0;
     float *p = h->att + (size_t)i0 * h->s;
-    attn__gemm(1, n, h->s, h->dk, h->scale, h->q + (size_t)i0 * h->ldq,
-               (int)h->ldq, h->k, (int)h->ldk, 0.0f, p, h->s);
+    scores_rows(h, i0, n, h->s, p, (size_t)h->s, kbuf, vbuf);
     if (h->sc)
         memcpy(h->sc + (size_t)i0 * h->s, p,
                (size_t)n * (size_t)h->s * sizeof(float));
     check_scores(h, p, (size_t)n * (size_t)h->s);
-    int live = 0;
-    for (int r = 0; r < n; r++)
+    int live = 0, kend = 0;
+    for (int r = 0; r < n; r++) {
         live += softmax_row(h, i0 + r, p + (size_t)r * h->s);
-    /* Keys past kend are never visible to any row of the block. */
-    int kend = key_limit(h, imin(i1, h->t_valid) - 1);
-    if (i0 >= h->t_valid)
-        kend = 0;
+        kend = imax(kend, key_limit(h, i0 + r)); /* no row sees past it */
+    }
     float *o = h->o + (size_t)i0 * h->ldo;
     if (live == 0 || kend == 0) {
         zero_rows(h->o, h->ldo, i0, i1, h->dv);
         return;
     }
-    attn__gemm(0, n, h->dv, kend, 1.0f, p, h->s, h->v, (int)h->ldv, 0.0f, o,
-               (int)h->ldo);
+    int kn;
+    for (int kb = 0; kb < kend; kb += kn) {
+        span sp = get_span(h, kb, kend - kb, 0, 1, kbuf, vbuf);
+        kn = sp.n;
+        attn__gemm(0, n, h->dv, kn, 1.0f, p + kb, h->s, sp.v, (int)sp.ldv,
+                   kb ? 1.0f : 0.0f, o, (int)h->ldo);
+    }
     /* Dead rows have all-zero weights; make their output exactly 0 even if
      * V holds non-finite values. */
     for (int r = 0; r < n; r++) {
@@ -125,44 +206,45 @@ static void block_maps(const attn__head *h, int i0, int i1)
     }
 }
 
-/* Fused path: stream K/V in blocks with a running max m and sum l per row
+/* Fused path: stream K/V in spans with a running max m and sum l per row
  * (online softmax); the output rows are the accumulator. */
 static void block_fused(const attn__head *h, int i0, int i1)
 {
     float sblk[ATTN__BQ * ATTN__BK]; /* (rows, ATTN__BK) scores, then p */
+    float kbuf[SPAN_FLOATS], vbuf[SPAN_FLOATS];
     float m[ATTN__BQ], l[ATTN__BQ];
-    int iv = imin(i1, h->t_valid); /* rows [iv, i1) are padding */
-    if (iv < i0)
-        iv = i0;
+    int iv = i1; /* rows [iv, i1) are padding */
+    while (iv > i0 && qrow(h, iv - 1) >= h->t_valid)
+        iv--;
     zero_rows(h->o, h->ldo, i0, i1, h->dv);
     if (iv == i0)
         return;
-    int n = iv - i0;
-    int kend = key_limit(h, iv - 1);
+    int n = iv - i0, kend = 0;
+    for (int r = i0; r < iv; r++)
+        kend = imax(kend, key_limit(h, r));
     float *o = h->o + (size_t)i0 * h->ldo;
     for (int r = 0; r < n; r++) {
         m[r] = -INFINITY;
         l[r] = 0.0f;
     }
-    for (int kb = 0; kb < kend; kb += ATTN__BK) {
-        int kn = imin(ATTN__BK, kend - kb);
+    int kn;
+    for (int kb = 0; kb < kend; kb += kn) {
+        span sp = get_span(h, kb, kend - kb, 1, 1, kbuf, vbuf);
+        kn = sp.n;
         attn__gemm(1, n, kn, h->dk, h->scale, h->q + (size_t)i0 * h->ldq,
-                   (int)h->ldq, h->k + (size_t)kb * h->ldk, (int)h->ldk, 0.0f,
-                   sblk, ATTN__BK);
-        /* Per-key checks only where some key of the block may be hidden. */
-        int need = h->mask || (h->causal && kb + kn - 1 > i0);
+                   (int)h->ldq, sp.k, (int)sp.ldk, 0.0f, sblk, ATTN__BK);
         for (int r = 0; r < n; r++) {
-            int i = i0 + r;
+            int i = i0 + r, qi = qrow(h, i);
             float *row = sblk + (size_t)r * ATTN__BK;
             check_scores(h, row, (size_t)kn);
-            if (need) {
-                int jl = h->causal ? imin(kn, i + 1 - kb) : kn;
-                const uint8_t *mr =
-                    h->mask ? h->mask + (size_t)i * h->s + kb : NULL;
+            /* Per-key checks only where some key of the span may be hidden. */
+            int jl = imin(kn, key_limit(h, i) - kb);
+            const uint8_t *mr =
+                h->mask ? h->mask + (size_t)qi * h->s + kb : NULL;
+            if (jl < kn || mr)
                 for (int j = 0; j < kn; j++)
                     if (j >= jl || (mr && !mr[j]))
                         row[j] = -INFINITY;
-            }
             float mx = attn__row_max(row, kn);
             if (mx == -INFINITY) {
                 memset(row, 0, (size_t)kn * sizeof(float));
@@ -179,9 +261,8 @@ static void block_fused(const attn__head *h, int i0, int i1)
                     orow[d] *= alpha;
             }
         }
-        attn__gemm(0, n, h->dv, kn, 1.0f, sblk, ATTN__BK,
-                   h->v + (size_t)kb * h->ldv, (int)h->ldv, 1.0f, o,
-                   (int)h->ldo);
+        attn__gemm(0, n, h->dv, kn, 1.0f, sblk, ATTN__BK, sp.v, (int)sp.ldv,
+                   1.0f, o, (int)h->ldo);
     }
     for (int r = 0; r < n; r++) {
         float *orow = o + (size_t)r * h->ldo;
@@ -195,6 +276,15 @@ static void block_fused(const attn__head *h, int i0, int i1)
     }
 }
 
+/* Scores only (the fused path asked for scores but not weights). */
+static __attribute__((noinline)) void block_scores(const attn__head *h, int i0,
+                                                   int i1)
+{
+    float kbuf[SPAN_FLOATS], vbuf[SPAN_FLOATS];
+    scores_rows(h, i0, i1 - i0, h->s, h->sc + (size_t)i0 * h->s, (size_t)h->s,
+                kbuf, vbuf);
+}
+
 void attn__head_block(const attn__head *h, int i0, int i1)
 {
     if (h->att) {
@@ -202,9 +292,7 @@ void attn__head_block(const attn__head *h, int i0, int i1)
         return;
     }
     if (h->sc)
-        attn__gemm(1, i1 - i0, h->s, h->dk, h->scale,
-                   h->q + (size_t)i0 * h->ldq, (int)h->ldq, h->k, (int)h->ldk,
-                   0.0f, h->sc + (size_t)i0 * h->s, h->s);
+        block_scores(h, i0, i1);
     for (int r = i0; r < i1; r += ATTN__BQ)
         block_fused(h, r, imin(i1, r + ATTN__BQ));
 }
@@ -224,11 +312,11 @@ void attn__rope_table(float *cs, int n_pos, int rot, double theta)
 }
 
 void attn__rope_rows(float *x, size_t ld, int r0, int r1, int n_heads, int dk,
-                     int rot, const float *cs)
+                     int rot, const float *cs, const int *pos)
 {
     int half = rot / 2;
     for (int r = r0; r < r1; r++) {
-        const float *c = cs + (size_t)r * (size_t)rot;
+        const float *c = cs + (size_t)(pos ? pos[r] : r) * (size_t)rot;
         const float *sn = c + half;
         for (int hd = 0; hd < n_heads; hd++) {
             float *v = x + (size_t)r * ld + (size_t)hd * (size_t)dk;

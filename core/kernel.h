@@ -17,10 +17,15 @@
  * One head over one block of query rows [i0, i1). Row i of Q is q + i*ldq,
  * key row j of K is k + j*ldk, of V v + j*ldv; output row i is o + i*ldo.
  * Visibility of key j to query i: i < t_valid, j < s_valid,
- * (!causal || j <= i), (!mask || mask[i*s + j]). Rows with no visible key
- * (padded or fully masked) get zero output, zero weights.
+ * (!causal || j <= past + i), (!mask || mask[i*s + j]). Rows with no
+ * visible key (padded or fully masked) get zero output, zero weights.
  * att and sc, when non-NULL, point at this head's (t, s) maps (row stride
  * s); only rows [i0, i1) are written.
+ *
+ * Paged K/V (kvf non-NULL): key row j of kv head kvh is read from pages
+ * (kvpage.h; widened from FP16/BF16 when stored so) instead of k/v.
+ * one_query: every row is query 0 for visibility and mask (a decode step
+ * whose rows are the heads sharing one kv head).
  */
 typedef struct attn__head {
     int t, s;             /* query rows, key rows of the whole sequence */
@@ -37,6 +42,11 @@ typedef struct attn__head {
     float *att; /* (t, s) softmax weights or NULL */
     float *sc;  /* (t, s) scaled scores before masks or NULL */
     int *bad;   /* set to 1 (relaxed atomic) when a score row overflows */
+    int past;   /* causal offset (tokens a K/V cache held before) */
+    int one_query;
+    const struct attn_kv_page_fmt *kvf; /* paged K/V, or NULL */
+    void *const *pages;                 /* (pages of kvf) */
+    int kvh;                            /* kv head inside the pages */
 } attn__head;
 
 /* attn__head_block: compute rows [i0, i1) of one head. When h->att is set
@@ -54,12 +64,12 @@ int attn__all_finite(const float *x, size_t n);
 void attn__rope_table(float *cs, int n_pos, int rot, double theta);
 
 /* attn__rope_rows: rotate rows [r0, r1) of a (rows, n_heads * dk) matrix
- * at stride ld in place, each head's first rot dims, position = row index,
- * pairing (i, i + rot/2) (the rotate_half convention):
+ * at stride ld in place, each head's first rot dims, position pos[r] (the
+ * row index r when pos is NULL), pairing (i, i + rot/2) (rotate_half):
  *   x'[i]       = x[i] cos - x[i + rot/2] sin
  *   x'[i+rot/2] = x[i + rot/2] cos + x[i] sin                            */
 void attn__rope_rows(float *x, size_t ld, int r0, int r1, int n_heads, int dk,
-                     int rot, const float *cs);
+                     int rot, const float *cs, const int *pos);
 
 /* attn__gemm: C (m, n) = alpha A (m, k) B + beta C, row-major, B (k, n) or,
  * when trans_b, B^T with B (n, k), through cblas_sgemm (OpenBLAS's own

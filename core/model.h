@@ -63,7 +63,8 @@ int model_repo_list(const char *repo, char ***names, char *err);
 void model_repo_list_free(char **names, int n);
 
 /* model_name_valid: 1 when name is a safe folder name: 1..128 chars of
- * [A-Za-z0-9._-], not "." and no "..". */
+ * [A-Za-z0-9._-], not starting with '.' (hidden folders, the upload
+ * staging area) and no "..". */
 int model_name_valid(const char *name);
 
 /* model_check_repo: validate every model folder under repo (as listed by

@@ -18,8 +18,7 @@
 int model_name_valid(const char *name)
 {
     size_t n = name ? strlen(name) : 0;
-    if (n < 1 || n > MAX_NAME || strcmp(name, ".") == 0 ||
-        strstr(name, "..") != NULL)
+    if (n < 1 || n > MAX_NAME || name[0] == '.' || strstr(name, "..") != NULL)
         return 0;
     for (size_t i = 0; i < n; i++) {
         char ch = name[i];
@@ -38,7 +37,7 @@ int model_load_repo(model **out, const char *repo, const char *name,
     if (!model_name_valid(name)) {
         model__seterr(err,
                       "invalid model name: use 1-%d characters of "
-                      "[A-Za-z0-9._-], without \"..\"",
+                      "[A-Za-z0-9._-], not starting with '.', without \"..\"",
                       MAX_NAME);
         return ATTN_EINVAL;
     }

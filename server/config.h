@@ -59,6 +59,10 @@
       "when set, infer, repository, maps need 'Authorization: Bearer <key>'") \
     X(cors_origins, "cors-origins", STR, "", 0, 0,                            \
       "comma-separated allowed CORS origins, or * (empty: no CORS)")          \
+    X(maps_waiters, "maps-waiters", INT, 64, 1, 100000,                       \
+      "most connections waiting at once on GET /v2/maps/{id}?wait= (503 past)") \
+    X(maps_wait_ms, "maps-wait-ms", INT, 20000, 0, 600000,                    \
+      "longest wait of one GET /v2/maps/{id}?wait= before it answers (ms)")  \
     X(maps_bytes, "maps-bytes", INT, 256 * SRV_MiB, 0, 1LL << 40,             \
       "memory for retained attention maps (0 = retain refused)")              \
     X(kv_bytes, "kv-bytes", INT, 4096 * SRV_MiB, 0, 1LL << 42,                \

@@ -442,6 +442,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
     if (r->job)
         srv_sched_detach(r);
+    if (r->waiting)
+        srv_maps_wait_cancel(r);
     if (r->status >= 100 && r->status < 600)
         s->http.by_status[r->status]++;
     if (r->route || r->status)

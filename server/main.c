@@ -36,6 +36,7 @@ static void on_stop_timer(uv_timer_t *t)
     uv_close((uv_handle_t *)&s->drain_timer, NULL);
     uv_close((uv_handle_t *)&s->stop_timer, NULL);
     srv_seq_stop(s);
+    uv_close((uv_handle_t *)&s->maps_wait_timer, NULL);
     for (e = s->models; e; e = e->next)
         uv_close((uv_handle_t *)&e->batch_poll, NULL);
 }
@@ -68,6 +69,7 @@ static void on_signal(uv_signal_t *h, int signum)
     srv_log(s, "info", "%s: draining (%d requests in flight, up to %lld ms)",
             signum == SIGINT ? "SIGINT" : "SIGTERM", s->live_jobs, s->cfg.drain_ms);
     srv_sched_drain(s);
+    srv_maps_wait_drain(s);
     uv_timer_start(&s->drain_timer, on_drain_timeout, (uint64_t)s->cfg.drain_ms, 0);
     srv_check_stop(s);
 }
@@ -134,7 +136,8 @@ int main(int argc, char **argv)
     s.loop = uv_default_loop();
     uv_timer_init(s.loop, &s.drain_timer);
     uv_timer_init(s.loop, &s.stop_timer);
-    s.drain_timer.data = s.stop_timer.data = &s;
+    uv_timer_init(s.loop, &s.maps_wait_timer);
+    s.drain_timer.data = s.stop_timer.data = s.maps_wait_timer.data = &s;
     uv_signal_init(s.loop, &s.sig_term);
     uv_signal_init(s.loop, &s.sig_int);
     s.sig_term.data = s.sig_int.data = &s;

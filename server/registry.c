@@ -92,6 +92,7 @@ typedef struct load_job {
                            one without upload parameters loads the folder */
     size_t body_len;
     model *m;           /* result */
+    unsigned long long gen; /* repository generation it was read at */
     int rc;             /* 0, or the HTTP status of the failure */
     char err[ATTN_ERRMAX + 128];
 } load_job;
@@ -106,10 +107,11 @@ static void load_work(uv_work_t *w)
     int rc;
     if (lj->body_len && !srv_upload_is_plain(lj->body, lj->body_len)) {
         rc = srv_upload_install(lj->repo, lj->name, lj->body, lj->body_len,
-                                &lj->m, lj->err, sizeof lj->err);
+                                &lj->m, &lj->gen, lj->err, sizeof lj->err);
         lj->rc = rc;
         return;
     }
+    lj->gen = srv_upload_generation();
     rc = model_load_repo(&lj->m, lj->repo, lj->name, err);
     if (rc < 0) {
         lj->rc = rc == ATTN_ENOTFOUND || rc == ATTN_EIO ? 404 : 400;
@@ -154,6 +156,12 @@ static void load_done(uv_work_t *w, int status)
             srv_respond_error(lj->req, lj->rc ? lj->rc : 500, "%s",
                               e ? lj->err : "out of memory");
         model_destroy(lj->m);
+    } else if (lj->gen < e->gen) {
+        /* a later upload of this name was published (and installed) while
+         * this one was read: the repository holds that one, so it stays */
+        model_destroy(lj->m);
+        if (lj->req)
+            srv_respond(lj->req, 200, NULL, NULL, 0);
     } else {
         srv_inst *in = calloc(1, sizeof *in);
         if (!in) {
@@ -166,6 +174,7 @@ static void load_done(uv_work_t *w, int status)
             in->m = lj->m;
             in->refs = 1;
             kv_pool(s, in, e->name);
+            e->gen = lj->gen;
             set_inst(e, in, SRV_READY, NULL);
             srv_log(s, "info", "model '%s' loaded (%zu weight bytes)", e->name,
                     model_bytes(lj->m));
@@ -221,6 +230,8 @@ int srv_registry_start(srv *s, char *err)
     in->builtin = 1;
     in->refs = 1;
     set_inst(e, in, SRV_READY, NULL);
+    if (srv_upload_sweep(s->cfg.models, lerr, sizeof lerr) > 0)
+        srv_log(s, "warn", "%s", lerr);
     n = model_repo_list(s->cfg.models, &names, lerr);
     if (n < 0) {
         srv_log(s, "warn", "--models: %s; serving only sdpa", lerr);
@@ -364,7 +375,8 @@ static int name_ok(srv_req *r)
 {
     if (!model_name_valid(r->arg[0])) {
         srv_respond_error(r, 400, "model name '%s': use 1-128 characters of "
-                          "[A-Za-z0-9._-], not '.' or '..'", r->arg[0]);
+                          "[A-Za-z0-9._-], not starting with '.', without '..'",
+                          r->arg[0]);
         return 0;
     }
     if (strcmp(r->arg[0], "sdpa") == 0) {

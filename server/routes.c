@@ -152,6 +152,12 @@ static void h_maps(srv_req *r)
         srv_respond_error(r, 404, "maps: this server keeps no maps (maps-bytes 0)");
         return;
     }
+    if (strcmp(r->route->path, "/v2/maps/{}") == 0 &&
+        query_arg(r->conn, "wait")) { /* /v2/maps/{}?wait=: follow mode */
+        srv_maps_wait(r, r->arg[0], query_arg(r->conn, "wait"),
+                      query_arg(r->conn, "timeout_ms"));
+        return;
+    }
     memset(&rep, 0, sizeof rep);
     if (maps_http_get(r->s->maps, r->path, query_arg, r->conn, &rep) < 0) {
         srv_respond_error(r, 500, "maps: out of memory");

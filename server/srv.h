@@ -92,6 +92,7 @@ struct srv_entry {
     int state;      /* SRV_UNAVAILABLE / LOADING / READY */
     int startup;    /* loaded at startup: counts for /v2/health/ready */
     char reason[ATTN_ERRMAX];
+    unsigned long long gen; /* repository generation of inst (upload.h) */
     /* scheduling (sched.c) */
     srv_job *qhead, *qtail; /* decoded requests waiting for a batch */
     int q_seqs;             /* sequences in the queue */
@@ -147,6 +148,12 @@ struct srv_req {
     char extra_hdr[96];    /* one more "Name: value" header, or "" */
     const char *web_etag;  /* static; set for the visualiser's files */
     srv_job *job;          /* infer in progress, NULL otherwise */
+    /* a long poll on a map (maps_wait.c), while waiting is set */
+    int waiting;
+    int wait_t;            /* the query rows the client has */
+    uint64_t wait_until_ns;
+    char wait_id[MAPS_ID_MAX];
+    srv_req *wait_prev, *wait_next;
     /* for the log line */
     char model[SRV_NAME_MAX];
     char id[64];
@@ -193,9 +200,22 @@ struct srv {
     oip_limits limits;
     maps_store *maps;      /* retained attention maps, NULL when off */
     struct srv_seqs *seqs; /* sequences' state (seq.c) */
+    srv_req *waiters;      /* long polls on maps (maps_wait.c) */
+    int n_waiters;
+    uv_timer_t maps_wait_timer; /* runs while there are waiters */
     srv_http_stats http;
     uint64_t started_ms;
 };
+
+/* maps_wait.c: GET /v2/maps/{id}?wait=N (follow mode). srv_maps_wait
+ * answers r at once or parks it until the map's rows differ from N, it goes
+ * away, or the timeout (timeout_ms, at most maps-wait-ms) passes; at most
+ * maps-waiters wait at once (503 past that). srv_maps_wait_drain answers
+ * every waiter (SIGTERM); srv_maps_wait_cancel forgets r (completion). */
+void srv_maps_wait(srv_req *r, const char *id, const char *wait,
+                   const char *timeout_ms);
+void srv_maps_wait_drain(srv *s);
+void srv_maps_wait_cancel(srv_req *r);
 
 /* main.c: stop the loop once draining and nothing is left in flight. */
 void srv_check_stop(srv *s);

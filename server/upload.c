@@ -1,8 +1,20 @@
-/* upload.c - models uploaded through /v2/repository/models/{m}/load. */
+/*
+ * upload.c - models uploaded through /v2/repository/models/{m}/load.
+ *
+ * An upload is written as a complete folder under <repo>/.attnd-staging
+ * (outside the names a model can have), loaded from there to validate it,
+ * and published by one rename (an exchange when the model exists). A crash
+ * leaves at most a staging folder, which the next start removes
+ * (srv_upload_sweep); the model's name shows the old or the new folder,
+ * never a mix.
+ */
 #include "server/upload.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <jansson.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -86,14 +98,12 @@ static unsigned char *b64_decode(const char *in, size_t n, size_t *out_len)
     return out;
 }
 
-/* write_file: path gets data via a temp file, fsync and rename. */
+/* write_file: path gets data (created exclusively, fsync'd). */
 static int write_file(const char *path, const void *data, size_t n)
 {
-    char tmp[4200];
     int fd;
     const char *p = data;
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0)
         return -1;
     while (n) {
@@ -107,11 +117,10 @@ static int write_file(const char *path, const void *data, size_t n)
     }
     if (fsync(fd) < 0)
         goto fail;
-    close(fd);
-    return rename(tmp, path);
+    return close(fd);
 fail:
     close(fd);
-    unlink(tmp);
+    unlink(path);
     return -1;
 }
 
@@ -125,18 +134,190 @@ static int fsync_dir(const char *dir)
     return rc;
 }
 
-static void rm_staging(const char *dir)
+/* rm_tree: remove dir and what it holds (a model folder is flat; a few
+ * levels are followed, symbolic links are removed, never followed). */
+static void rm_tree(const char *dir, int depth)
 {
+    DIR *d = opendir(dir);
+    struct dirent *de;
     char p[4200];
-    snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    unlink(p);
-    snprintf(p, sizeof p, "%s/config.json", dir);
-    unlink(p);
+    if (d) {
+        while ((de = readdir(d)) != NULL) {
+            struct stat sb;
+            if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                continue;
+            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+            if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode) && depth < 4)
+                rm_tree(p, depth + 1);
+            else
+                unlink(p);
+        }
+        closedir(d);
+    }
     rmdir(dir);
 }
 
+/* Publishing is serialised in the process, so that the generations handed
+ * out follow the order of the renames (a later generation is what the
+ * repository holds). */
+static pthread_mutex_t publish_mu = PTHREAD_MUTEX_INITIALIZER;
+static atomic_ullong generation = 1;
+
+unsigned long long srv_upload_generation(void)
+{
+    return atomic_load(&generation);
+}
+
+/* publish: make stage (a complete model folder) repo/name in one step. An
+ * existing folder is exchanged with it (renameat2 RENAME_EXCHANGE) and then
+ * removed from the staging area, so the name always shows one complete
+ * folder, old or new, also after a crash. Filesystems without
+ * RENAME_EXCHANGE get two renames; a crash between them leaves the old
+ * folder as "<stage>~old", which srv_upload_sweep puts back. 0 or -1 with
+ * errno; *gen is the publish's generation. */
+static int publish(const char *stage, const char *dst, unsigned long long *gen)
+{
+    char old[4500];
+    int rc = -1, tries;
+    pthread_mutex_lock(&publish_mu);
+    for (tries = 0; tries < 8; tries++) {
+        if (renameat2(AT_FDCWD, stage, AT_FDCWD, dst, RENAME_EXCHANGE) == 0) {
+            rm_tree(stage, 0); /* the old folder, now at the stage path */
+            rc = 0;
+            break;
+        }
+        if (errno == ENOENT) { /* no folder yet */
+            if (renameat2(AT_FDCWD, stage, AT_FDCWD, dst, RENAME_NOREPLACE) == 0) {
+                rc = 0;
+                break;
+            }
+            if (errno == EEXIST || errno == ENOTEMPTY)
+                continue; /* created meanwhile (another process): exchange */
+            if (errno != EINVAL && errno != ENOSYS)
+                break;
+            if (rename(stage, dst) == 0) {
+                rc = 0;
+                break;
+            }
+            if (errno == EEXIST || errno == ENOTEMPTY)
+                continue;
+            break;
+        }
+        if (errno != EINVAL && errno != ENOSYS)
+            break;
+        /* no RENAME_EXCHANGE here: old aside, new in, old removed */
+        snprintf(old, sizeof old, "%s~old", stage);
+        if (rename(dst, old) < 0)
+            continue; /* vanished meanwhile: try again */
+        if (rename(stage, dst) < 0) {
+            int e = errno;
+            rename(old, dst);
+            errno = e;
+            break;
+        }
+        rm_tree(old, 0);
+        rc = 0;
+        break;
+    }
+    if (rc == 0)
+        *gen = atomic_fetch_add(&generation, 1ull) + 1;
+    pthread_mutex_unlock(&publish_mu);
+    return rc;
+}
+
+/* staging_root: "<repo>/.attnd-staging", the one place uploads are
+ * written before they are published. Model names never start with '.', so
+ * nothing in it can be loaded or listed. */
+static void staging_root(const char *repo, char *out, size_t n)
+{
+    snprintf(out, n, "%s/" SRV_STAGING_DIR, repo);
+}
+
+/* pid_alive: 1 when the process pid (of a stage name) may still run. */
+static int pid_alive(long pid)
+{
+    if (pid <= 0 || pid > INT32_MAX || pid == (long)getpid())
+        return 0; /* our own pid: a previous life's (containers reuse it) */
+    return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+}
+
+int srv_upload_sweep(const char *repo, char *note, size_t notelen)
+{
+    char root[4200], p[4600], dst[4600];
+    DIR *d;
+    struct dirent *de;
+    int n = 0;
+    note[0] = 0;
+    /* attnd 0.1.0 staged in the repository itself: .upload-<name>-<pid>-<n> */
+    if ((d = opendir(repo)) != NULL) {
+        while ((de = readdir(d)) != NULL) {
+            long pid;
+            const char *dash;
+            if (strncmp(de->d_name, ".upload-", 8) != 0)
+                continue;
+            dash = strrchr(de->d_name, '-');
+            pid = 0;
+            if (dash && dash > de->d_name + 8) {
+                const char *q = dash - 1;
+                while (q > de->d_name + 8 && *q != '-')
+                    q--;
+                pid = strtol(q + 1, NULL, 10);
+            }
+            if (pid_alive(pid))
+                continue;
+            snprintf(p, sizeof p, "%s/%s", repo, de->d_name);
+            rm_tree(p, 0);
+            n++;
+        }
+        closedir(d);
+    }
+    staging_root(repo, root, sizeof root);
+    if ((d = opendir(root)) != NULL) {
+        while ((de = readdir(d)) != NULL) {
+            /* <name>~<pid>~<n>[~old] */
+            char name[SRV_UPLOAD_NAME_MAX + 1];
+            const char *dot1, *dot2;
+            size_t nl;
+            long pid;
+            char *end;
+            if (de->d_name[0] == '.')
+                continue;
+            dot1 = strchr(de->d_name, '~');
+            if (!dot1)
+                continue;
+            nl = (size_t)(dot1 - de->d_name);
+            pid = strtol(dot1 + 1, &end, 10);
+            if (pid_alive(pid))
+                continue;
+            snprintf(p, sizeof p, "%s/%s", root, de->d_name);
+            dot2 = strstr(end, "~old");
+            if (dot2 && nl <= SRV_UPLOAD_NAME_MAX) {
+                /* a crash inside the two-rename publish: put the old
+                 * folder back if nothing replaced it */
+                memcpy(name, de->d_name, nl);
+                name[nl] = 0;
+                snprintf(dst, sizeof dst, "%s/%s", repo, name);
+                if (model_name_valid(name) && rename(p, dst) == 0) {
+                    n++;
+                    continue;
+                }
+            }
+            rm_tree(p, 0);
+            n++;
+        }
+        closedir(d);
+        rmdir(root); /* when empty */
+    }
+    if (n)
+        snprintf(note, notelen, "%s: removed %d staging folder%s left by an "
+                 "interrupted upload", repo, n, n == 1 ? "" : "s");
+    fsync_dir(repo);
+    return n;
+}
+
 int srv_upload_install(const char *repo, const char *name, const char *body,
-                       size_t len, model **out, char *err, size_t errlen)
+                       size_t len, model **out, unsigned long long *gen,
+                       char *err, size_t errlen)
 {
     static atomic_uint seq;
     json_t *o = NULL, *p, *v;
@@ -144,9 +325,14 @@ int srv_upload_install(const char *repo, const char *name, const char *body,
     const char *key, *cfg = NULL;
     unsigned char *st = NULL;
     size_t st_len = 0;
-    char stage[4096], dst[4096], a[4200], b[4200], merr[ATTN_ERRMAX];
-    int status = 400, staged = 0;
+    char root[4200], stage[4400], dst[4400], a[4500], merr[ATTN_ERRMAX];
+    int status = 400, staged = 0, tries;
     *out = NULL;
+    *gen = 0;
+    if (!model_name_valid(name) || name[0] == '.') {
+        snprintf(err, errlen, "model name '%.128s': not a valid name", name);
+        return 400;
+    }
     o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!json_is_object(o)) {
         snprintf(err, errlen, "body: not a JSON object (%s)", je.text);
@@ -197,19 +383,25 @@ int srv_upload_install(const char *repo, const char *name, const char *body,
                               "(an upload needs the weights)");
         goto fail;
     }
-    /* stage: write and validate outside the model's folder */
+    /* stage: a complete folder in the staging area, validated there */
     status = 500;
-    snprintf(stage, sizeof stage, "%s/.upload-%s-%ld-%u", repo, name,
-             (long)getpid(), atomic_fetch_add(&seq, 1u));
-    if (mkdir(repo, 0755) < 0 && errno != EEXIST) {
-        snprintf(err, errlen, "repository %s: cannot create (%s)", repo,
-                 strerror(errno));
-        goto fail;
-    }
-    if (mkdir(stage, 0755) < 0) {
-        snprintf(err, errlen, "repository %s: cannot write (%s)", repo,
-                 strerror(errno));
-        goto fail;
+    staging_root(repo, root, sizeof root);
+    snprintf(stage, sizeof stage, "%s/%s~%ld~%u", root, name, (long)getpid(),
+             atomic_fetch_add(&seq, 1u));
+    for (tries = 0;; tries++) { /* another upload may remove an empty root */
+        if ((mkdir(repo, 0755) < 0 && errno != EEXIST) ||
+            (mkdir(root, 0755) < 0 && errno != EEXIST)) {
+            snprintf(err, errlen, "repository %s: cannot create (%s)", root,
+                     strerror(errno));
+            goto fail;
+        }
+        if (mkdir(stage, 0755) == 0)
+            break;
+        if (errno != ENOENT || tries == 8) {
+            snprintf(err, errlen, "repository %s: cannot write (%s)", repo,
+                     strerror(errno));
+            goto fail;
+        }
     }
     staged = 1;
     snprintf(a, sizeof a, "%s/model.safetensors", stage);
@@ -227,33 +419,23 @@ int srv_upload_install(const char *repo, const char *name, const char *body,
         snprintf(err, errlen, "upload of model '%s': %s", name, merr);
         goto fail;
     }
-    /* publish: one rename per file, then make the folder durable */
+    fsync_dir(stage);
+    /* publish: one atomic step, then make the repository durable */
     snprintf(dst, sizeof dst, "%s/%s", repo, name);
-    if (mkdir(dst, 0755) < 0 && errno != EEXIST) {
-        snprintf(err, errlen, "%s: cannot create (%s)", dst, strerror(errno));
+    if (publish(stage, dst, gen) < 0) {
+        snprintf(err, errlen, "%s: cannot replace (%s)", dst, strerror(errno));
         goto fail;
     }
-    snprintf(a, sizeof a, "%s/config.json", stage);
-    snprintf(b, sizeof b, "%s/config.json", dst);
-    if (cfg ? rename(a, b) < 0 : (unlink(b) < 0 && errno != ENOENT)) {
-        snprintf(err, errlen, "%s: cannot replace (%s)", b, strerror(errno));
-        goto fail;
-    }
-    snprintf(a, sizeof a, "%s/model.safetensors", stage);
-    snprintf(b, sizeof b, "%s/model.safetensors", dst);
-    if (rename(a, b) < 0) {
-        snprintf(err, errlen, "%s: cannot replace (%s)", b, strerror(errno));
-        goto fail;
-    }
-    fsync_dir(dst);
-    rm_staging(stage);
+    rmdir(root); /* when no other upload is staged */
     fsync_dir(repo);
     free(st);
     json_decref(o);
     return 0;
 fail:
-    if (staged)
-        rm_staging(stage);
+    if (staged) {
+        rm_tree(stage, 0);
+        rmdir(root);
+    }
     model_destroy(*out);
     *out = NULL;
     free(st);

@@ -15,16 +15,37 @@
  * srv_upload_install with a message). */
 int srv_upload_is_plain(const char *body, size_t len);
 
+/* The staging area inside the repository, "<repo>/.attnd-staging": a name
+ * starting with '.' is never a model. Stage folders are <name>~<pid>~<n>. */
+#define SRV_STAGING_DIR ".attnd-staging"
+#define SRV_UPLOAD_NAME_MAX 128
+
 /*
  * srv_upload_install: decode a load request carrying parameters.config (a
  * JSON string, optional) and parameters["file:model.safetensors"] (base64),
- * write the files into a staging folder of repo (each: temp file, fsync),
- * load and validate them, then rename them into repo/name and fsync the
- * folder, so a crash never leaves a half file and a restart finds the
- * model. On success *out is the loaded model. Returns 0, or the HTTP status
- * (400, 500) with err naming the parameter.
+ * write the files into a folder of the staging area (each fsync'd), load
+ * and validate it there, then publish it as repo/name in one rename (an
+ * atomic exchange when repo/name exists) and fsync the repository: the
+ * name shows the old or the new model, complete, whatever crashes or
+ * concurrent uploads happen. On success *out is the loaded model and *gen
+ * the publish's generation (a later publish of any model has a larger one).
+ * Returns 0, or the HTTP status (400, 500) with err naming the parameter.
  */
 int srv_upload_install(const char *repo, const char *name, const char *body,
-                       size_t len, model **out, char *err, size_t errlen);
+                       size_t len, model **out, unsigned long long *gen,
+                       char *err, size_t errlen);
+
+/* srv_upload_generation: the generation of the latest publish (a load read
+ * from the folder after this call sees that publish or a later one). */
+unsigned long long srv_upload_generation(void);
+
+/*
+ * srv_upload_sweep: at start-up, remove what interrupted uploads left: the
+ * staging area's folders whose process is gone (and attnd 0.1.0's
+ * "<repo>/.upload-*" folders); a folder set aside by a two-rename publish
+ * goes back to its name if that is empty. Returns how many were removed,
+ * with a line for the log in note ("" when none).
+ */
+int srv_upload_sweep(const char *repo, char *note, size_t notelen);
 
 #endif

@@ -302,6 +302,6 @@ export async function openMap(id) {
     attention: att, mask, scores, v, headDim: dk, vHeadDim: dv, nKvHeads: hkv, missing,
     mapId: id, created: meta.created,
     block: pooled ? [Math.ceil(T / rows), Math.ceil(S / cols)] : null,
-    sourceShape: [T, S],
+    sourceShape: [T, S], shape: meta.shape,
   };
 }

@@ -22,7 +22,7 @@ const JSON_IN_URL_MAX = 16384; // pasted input kept in the link up to this
 
 const state = {
   tab: 'words', model: 'demo', text: '', json: '', causal: false, retain: false,
-  map: null, b: 0, h: 0, q: 0, scale: 'linear', auto: false, table: false,
+  map: null, b: 0, h: 0, q: null, scale: 'linear', auto: false, table: false,
   win: null, // { r0, c0, n } when zoomed
 };
 let run = null;      // the current run (api.js)
@@ -31,6 +31,7 @@ let geom = null;     // heatmap geometry for hit tests
 let cursor = null;   // { i, j, mouse } keyboard/hover cell
 let hoverRow = null; // query row under the pointer
 const meanCache = new Map();
+const autoCache = new Map(); // (b, h) -> row of the strongest off-diagonal weight
 
 // askKey: on a 401, show the API-key form (and say why).
 function askKey(e) {
@@ -60,7 +61,7 @@ function writeHash() {
   }
   if (state.b) p.set('b', String(state.b));
   p.set('h', String(state.h));
-  p.set('q', String(state.q));
+  if (state.q != null) p.set('q', String(state.q));
   if (state.scale !== 'linear') p.set('scale', state.scale);
   if (state.auto) p.set('auto', '1');
   history.replaceState(null, '', `#${p.toString()}`);
@@ -77,7 +78,7 @@ function readHash() {
   state.causal = p.get('causal') === '1';
   state.b = int('b', 0);
   state.h = p.get('h') === 'mean' ? 'mean' : int('h', 0);
-  state.q = int('q', 0);
+  state.q = int('q', null); // none: the strongest off-diagonal row (selQ)
   state.scale = p.get('scale') === 'log' ? 'log' : 'linear';
   state.auto = p.get('auto') === '1';
   return p.has('model') || p.has('map');
@@ -128,6 +129,26 @@ function currentScale(map) {
   return makeScale(state.scale, vmax || 1);
 }
 
+// selQ: the query row the step and line views are about: the one chosen
+// (the URL's q, a click, Enter), else the row holding the strongest
+// off-diagonal weight of the focused map, since query 0 of, say, a
+// previous-token head has nothing to show.
+function selQ() {
+  if (state.q != null) return Math.min(state.q, run.T - 1);
+  const key = `${state.b}/${state.h}`;
+  if (!autoCache.has(key)) {
+    const map = headMap(state.b, state.h), masked = maskedFn(state.b, state.h);
+    let best = -1, row = 0;
+    for (let i = 0; i < run.T; i++)
+      for (let j = 0; j < run.S; j++) {
+        if (i === j || masked(i, j)) continue;
+        if (map[i * run.S + j] > best) { best = map[i * run.S + j]; row = i; }
+      }
+    autoCache.set(key, row);
+  }
+  return autoCache.get(key);
+}
+
 function view() {
   const map = headMap(state.b, state.h);
   return { map, T: run.T, S: run.S, scale: currentScale(map), masked: maskedFn(state.b, state.h) };
@@ -163,7 +184,8 @@ function ensureWindow() {
   if (!big) { state.win = null; return { r0: 0, c0: 0, rows: run.T, cols: run.S }; }
   if (!state.win) { // start around the selected query (and its diagonal)
     const n = 64;
-    state.win = { r0: state.q - n / 2, c0: Math.min(state.q, run.S - 1) - n / 2, n };
+    const q = selQ();
+    state.win = { r0: q - n / 2, c0: Math.min(q, run.S - 1) - n / 2, n };
   }
   const w = state.win;
   w.n = Math.max(8, Math.min(w.n, 256));
@@ -182,7 +204,7 @@ function renderFocus() {
   const width = Math.min(760, vw > 900 ? vw - 360 : vw);
   geom = drawHeatmap($('heatmap'), {
     ...v, ...win, rowLabels: run.tokens, colLabels: run.keyTokens, maxWidth: width,
-    cursor, row: hoverRow ?? state.q,
+    cursor, row: hoverRow ?? selQ(),
   });
   // Legend.
   drawLegend($('legend-bar'), 240);
@@ -241,7 +263,8 @@ function renderReadout() {
 }
 
 function renderSide() {
-  const qi = hoverRow ?? state.q;
+  // No row chosen yet: the steps follow the row of the hovered cell.
+  const qi = hoverRow ?? (state.q == null && cursor && cursor.mouse ? cursor.i : selQ());
   const v = view();
   renderLines($('lines'), run, v, qi);
   renderSteps($('steps'), run, state, qi, v);
@@ -255,7 +278,7 @@ function update() {
   if (!run) return;
   state.b = Math.min(state.b, run.B - 1);
   if (state.h !== 'mean') state.h = Math.min(state.h, run.H - 1);
-  state.q = Math.min(state.q, run.T - 1);
+  if (state.q != null) state.q = Math.min(state.q, run.T - 1);
   $('view').hidden = false;
   $('batch-wrap').hidden = run.B <= 1;
   $('scale').value = state.scale;
@@ -332,6 +355,7 @@ async function doRun() {
 
 function finishRun(note) {
   meanCache.clear();
+  autoCache.clear();
   state.win = null;
   cursor = null;
   hoverRow = null;
@@ -349,12 +373,36 @@ async function openMap(id) {
   try {
     run = await api.openMap(id);
     state.map = id;
-    finishRun(run.created ? `retained ${run.created}` : '');
+    showMapModel(id);
+    finishRun(run.created ? `retained ${when(run.created)}` : '');
   } catch (e) {
     setStatus(e.message, true);
     askKey(e);
     document.body.dataset.state = 'error';
   }
+}
+
+// showMapModel: the input panel names the map's own model and shape, not
+// the one selected before the map was opened.
+function showMapModel(id) {
+  state.model = run.model;
+  const sel = $('model');
+  if (![...sel.options].some((o) => o.value === run.model)) sel.append(new Option(run.model, run.model));
+  sel.value = run.model;
+  $('model-info').textContent = `Map ${id}: model ${run.model}, shape [${run.shape.join(', ')}]` +
+    `${run.block ? `, shown max-pooled in ${run.block[0]}×${run.block[1]} blocks` : ''}.`;
+  api.modelMeta(run.model).then((m) => { if (state.model === run.model) meta = m; }, () => {});
+}
+
+// when: a server time (ISO 8601) for people: "12 s ago (30 Nov 2026,
+// 16:35:02)" in the browser's locale and time zone.
+function when(iso) {
+  const t = new Date(iso);
+  if (Number.isNaN(t.getTime())) return String(iso);
+  const s = Math.max(0, Math.round((Date.now() - t.getTime()) / 1000));
+  const ago = s < 60 ? `${s} s` : s < 3600 ? `${Math.round(s / 60)} min`
+    : s < 86400 ? `${Math.round(s / 3600)} h` : `${Math.round(s / 86400)} d`;
+  return `${ago} ago (${t.toLocaleString(undefined, { dateStyle: 'medium', timeStyle: 'medium' })})`;
 }
 
 async function refreshMaps() {
@@ -367,7 +415,7 @@ async function refreshMaps() {
       const li = document.createElement('li');
       const b = document.createElement('button');
       b.type = 'button';
-      b.textContent = `${m.id} · ${m.model} · [${m.shape.join(', ')}] · ${m.created.replace('T', ' ').slice(0, 19)}`;
+      b.textContent = `${m.id} · ${m.model} · [${m.shape.join(', ')}] · ${when(m.created)}`;
       b.addEventListener('click', () => openMap(m.id));
       li.append(b);
       ul.append(li);
@@ -412,7 +460,7 @@ function onKey(e) {
   const d = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] }[e.key];
   if (d) {
     e.preventDefault();
-    const c = cursor || { i: state.q, j: 0 };
+    const c = cursor || { i: selQ(), j: 0 };
     cursor = { i: Math.max(0, Math.min(run.T - 1, c.i + d[0])), j: Math.max(0, Math.min(run.S - 1, c.j + d[1])) };
     if (state.win) { // keep the cursor inside the zoom window
       const w = state.win, n = w.n;
@@ -529,6 +577,9 @@ function wire() {
     catch (_) { setStatus(`link: ${location.href}`); }
   });
   window.addEventListener('resize', () => { if (run) renderFocus(); });
+  // A link pasted into this tab changes only the fragment: draw what it
+  // says (writeHash's replaceState fires no hashchange).
+  window.addEventListener('hashchange', () => { start(); });
 }
 
 // Hooks for the browser tests: where a cell is drawn, in CSS pixels of

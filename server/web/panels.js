@@ -47,6 +47,9 @@ export function renderSteps(box, run, state, qi, v) {
   const map = v.map;
   const row = Array.from({ length: S }, (_, j) => j);
   const have = mean ? {} : { qk: run.q && run.k && dk, scores: !!run.scores, v: run.v && dv };
+  // Without scores the page says it lists only the weights: no weight × v
+  // and no output either, even when the value rows were kept.
+  if (!have.qk && !have.scores) have.v = false;
   const raw = new Float64Array(S), scaled = new Float64Array(S);
   for (const j of row) {
     if (have.qk) {
@@ -175,7 +178,7 @@ export function renderTable(box, run, v) {
       if (v.masked(i, j)) { tr.append(el('td', { class: 'masked' }, '—')); continue; }
       const rgb = rgbFor(v.scale, w);
       const light = 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2] > 140;
-      const td = el('td', {}, fmt(w, 3));
+      const td = el('td', {}, fmt(w, 6)); // as the readout and step view
       td.style.background = `rgb(${rgb})`; // CSSOM, allowed by the page's CSP
       td.style.color = light ? '#111' : '#f4f4f4';
       tr.append(td);

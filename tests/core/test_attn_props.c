@@ -160,40 +160,6 @@ START_TEST(prop_fused_equals_maps)
 }
 END_TEST
 
-/* A full layer with random weights. */
-typedef struct layer {
-    attn_config c;
-    attn_weights w;
-    float *wq, *wk, *wv, *wo, *bq, *bk, *bv, *bo;
-} layer;
-
-static void layer_init(layer *L, tu_rng *g, int dm, int H, int Hk, int dk,
-                       int dv)
-{
-    L->c = (attn_config){.d_model = dm,
-                         .n_heads = H,
-                         .n_kv_heads = Hk,
-                         .head_dim = dk,
-                         .v_head_dim = dv};
-    float a = 1.0f / sqrtf((float)dm);
-    L->wq = tu_randn(g, (size_t)dm * H * dk, a);
-    L->wk = tu_randn(g, (size_t)dm * Hk * dk, a);
-    L->wv = tu_randn(g, (size_t)dm * Hk * dv, a);
-    L->wo = tu_randn(g, (size_t)H * dv * dm, a);
-    L->bq = tu_randn(g, (size_t)H * dk, 0.1f);
-    L->bk = tu_randn(g, (size_t)Hk * dk, 0.1f);
-    L->bv = tu_randn(g, (size_t)Hk * dv, 0.1f);
-    L->bo = tu_randn(g, (size_t)dm, 0.1f);
-    L->w =
-        (attn_weights){L->wq, L->wk, L->wv, L->wo, L->bq, L->bk, L->bv, L->bo};
-}
-
-static void layer_free(layer *L)
-{
-    free(L->wq), free(L->wk), free(L->wv), free(L->wo);
-    free(L->bq), free(L->bk), free(L->bv), free(L->bo);
-}
-
 /* Without RoPE or masks, permuting the tokens permutes the outputs. */
 START_TEST(prop_permutation_equivariance)
 {

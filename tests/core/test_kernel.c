@@ -27,7 +27,7 @@ START_TEST(rope_known_rotation)
     float x[3 * 12];
     for (int i = 0; i < 36; i++)
         x[i] = (float)(i % 6 + 1);
-    attn__rope_rows(x, 12, 0, 3, 2, 6, 4, cs);
+    attn__rope_rows(x, 12, 0, 3, 2, 6, 4, cs, NULL);
     /* row 0 unchanged */
     for (int i = 0; i < 12; i++)
         ck_assert(x[i] == (float)(i % 6 + 1));

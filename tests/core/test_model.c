@@ -464,8 +464,9 @@ END_TEST
 START_TEST(test_names)
 {
     static const char *const good[] = {"demo", "a", "My-model_2.1", "x.y",
-                                       ".hidden"};
+                                       "x."};
     static const char *const bad[] = {"", ".", "..", "a..b", "a/b", "../x",
+                                      ".hidden", ".upload-x-1-0",
                                       "a b", "a\\b", "caf\xc3\xa9", "a\nb",
                                       NULL};
     for (size_t i = 0; i < sizeof good / sizeof *good; i++)

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/attn.h"
+
 /* Deterministic xorshift generator; uniform floats in [-1, 1). */
 typedef struct tu_rng {
     uint64_t s;
@@ -65,5 +67,39 @@ static inline float *tu_fill(size_t n, float v)
             ck_abort_msg("%s = %.7f does not print as %.*f", (what), g_,       \
                          (int)(digits), p_);                                   \
     } while (0)
+
+/* A full layer with random weights. */
+typedef struct layer {
+    attn_config c;
+    attn_weights w;
+    float *wq, *wk, *wv, *wo, *bq, *bk, *bv, *bo;
+} layer;
+
+static inline void layer_init(layer *L, tu_rng *g, int dm, int H, int Hk, int dk,
+                       int dv)
+{
+    L->c = (attn_config){.d_model = dm,
+                         .n_heads = H,
+                         .n_kv_heads = Hk,
+                         .head_dim = dk,
+                         .v_head_dim = dv};
+    float a = 1.0f / sqrtf((float)dm);
+    L->wq = tu_randn(g, (size_t)dm * H * dk, a);
+    L->wk = tu_randn(g, (size_t)dm * Hk * dk, a);
+    L->wv = tu_randn(g, (size_t)dm * Hk * dv, a);
+    L->wo = tu_randn(g, (size_t)H * dv * dm, a);
+    L->bq = tu_randn(g, (size_t)H * dk, 0.1f);
+    L->bk = tu_randn(g, (size_t)Hk * dk, 0.1f);
+    L->bv = tu_randn(g, (size_t)Hk * dv, 0.1f);
+    L->bo = tu_randn(g, (size_t)dm, 0.1f);
+    L->w =
+        (attn_weights){L->wq, L->wk, L->wv, L->wo, L->bq, L->bk, L->bv, L->bo};
+}
+
+static inline void layer_free(layer *L)
+{
+    free(L->wq), free(L->wk), free(L->wv), free(L->wo);
+    free(L->bq), free(L->bk), free(L->bv), free(L->bo);
+}
 
 #endif

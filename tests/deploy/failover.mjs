@@ -183,8 +183,8 @@ async function main() {
   let conf = readFileSync(join(ROOT, "deploy", "nginx.conf"), "utf8");
   const defaults = [8081, 8082, 8083];
   const nServers = (conf.match(/^\s*server 127\.0\.0\.1:808[123]\b/gm) || []).length;
-  if (nServers !== 6 || !/listen 127\.0\.0\.1:8080;/.test(conf))
-    throw new Error("deploy/nginx.conf no longer has the listen line and the 2 x 3 server lines this test fills in");
+  if (nServers !== 9 || !/listen 127\.0\.0\.1:8080;/.test(conf))
+    throw new Error("deploy/nginx.conf no longer has the listen line and the 3 x 3 server lines this test fills in");
   conf = conf.replace("listen 127.0.0.1:8080;", `listen 127.0.0.1:${lbPort};`);
   defaults.forEach((d, i) => {
     conf = conf.replaceAll(`server 127.0.0.1:${d} `, `server 127.0.0.1:${replicaPorts[i]} `);

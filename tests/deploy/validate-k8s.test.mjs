@@ -13,6 +13,9 @@
 //    endpoints, the grace period outlasts the drain, the HPA has CPU requests
 //    to scale on, every ATTND_* variable is one `attnd --help` knows
 //    (when ATTND_BIN names the binary).
+// 4. Sequences across replicas: the ingress-nginx variant (ingress.yaml)
+//    sends requests with an Attnd-Sequence-Id header to a canary Ingress
+//    that hashes on that header, as deploy/nginx.conf does.
 // Negative cases show each kind of check can fail.
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -98,13 +101,18 @@ const one = (kind) => {
   assert.equal(all.length, 1, `expected exactly one ${kind}`);
   return all[0];
 };
+const named = (kind, name) => {
+  const d = byKind(kind).find((x) => x.metadata.name === name);
+  assert.ok(d, `no ${kind} ${name}`);
+  return d;
+};
 const matches = (selector, labels) =>
   Object.entries(selector).every(([k, v]) => labels[k] === v);
 
 test("the manifests are there", () => {
   const kinds = manifests.map((m) => m.doc.kind).sort();
   for (const k of ["ConfigMap", "Deployment", "HorizontalPodAutoscaler",
-    "PersistentVolumeClaim", "PodDisruptionBudget", "Service"]) {
+    "PersistentVolumeClaim", "PodDisruptionBudget", "Service", "Ingress"]) {
     assert.ok(kinds.includes(k), `no ${k} in deploy/k8s`);
   }
 });
@@ -128,7 +136,7 @@ test("the validator rejects an unknown (misspelt) field", () => {
 });
 
 test("the validator rejects a missing required field", () => {
-  const d = structuredClone(one("Service"));
+  const d = structuredClone(named("Service", "attnd"));
   delete d.spec.ports[0].port;
   assert.throws(() => validate(d), /port/);
 });
@@ -197,33 +205,100 @@ test("ConfigMap: listens on every interface, on the container port", () => {
   assert.ok(portNamed(Number(cm.data.ATTND_PORT)));
 });
 
-test("Service: selects the pods, keeps a client on one replica", () => {
-  const svc = one("Service");
-  assert.ok(matches(svc.spec.selector, dep.spec.template.metadata.labels));
-  for (const p of svc.spec.ports) assert.ok(portNamed(p.targetPort), `targetPort ${p.targetPort}`);
-  assert.equal(svc.spec.sessionAffinity, "ClientIP");
-});
-
-test("HPA: scales the Deployment on CPU, which has a CPU request", () => {
-  const hpa = one("HorizontalPodAutoscaler");
-  assert.equal(hpa.spec.scaleTargetRef.kind, "Deployment");
-  assert.equal(hpa.spec.scaleTargetRef.name, dep.metadata.name);
-  assert.ok(hpa.spec.metrics.some((m) => m.resource?.name === "cpu"));
-  assert.ok(ctr.resources.requests.cpu);
-  assert.ok(hpa.spec.minReplicas >= dep.spec.replicas);
-});
-
-test("PDB: selects the pods and leaves room for a disruption", () => {
-  const pdb = one("PodDisruptionBudget");
-  assert.ok(matches(pdb.spec.selector.matchLabels, dep.spec.template.metadata.labels));
-  assert.ok(pdb.spec.minAvailable < one("HorizontalPodAutoscaler").spec.minReplicas);
-});
-
-test("every ATTND_* variable is a daemon setting", { skip: !process.env.ATTND_BIN && "ATTND_BIN not set" }, () => {
-  const help = execFileSync(process.env.ATTND_BIN, ["--help"], { encoding: "utf8" });
-  const dockerfile = readFileSync(ROOT + "Dockerfile", "utf8");
-  const names = new Set([...Object.keys(cm.data), ...dockerfile.matchAll(/\b(ATTND_[A-Z_]+)=/g)].map((x) => (Array.isArray(x) ? x[1] : x)));
-  for (const n of names) {
-    if (n.startsWith("ATTND_")) assert.ok(help.includes(n), `${n} is not in attnd --help`);
+test("Services: each selects the pods and targets a container port", () => {
+  for (const svc of byKind("Service")) {
+    assert.ok(matches(svc.spec.selector, dep.spec.template.metadata.labels), svc.metadata.name);
+    for (const p of svc.spec.ports) assert.ok(portNamed(p.targetPort), `${svc.metadata.name}: targetPort ${p.targetPort}`);
   }
+});
+
+test("Service attnd: keeps a client on one replica", () => {
+  assert.equal(named("Service", "attnd").spec.sessionAffinity, "ClientIP");
+});
+
+// Sequences across replicas. The header a client sends with every request
+// about a sequence (README "Sequences across replicas"), and the nginx
+// variable that holds it.
+const SEQ_HEADER = "Attnd-Sequence-Id";
+const SEQ_VAR = "$http_" + SEQ_HEADER.toLowerCase().replaceAll("-", "_");
+const A = "nginx.ingress.kubernetes.io/";
+
+// checkIngress: throws unless the Ingresses are the ingress-nginx variant:
+// one main Ingress and one canary that mirrors its rules (ingress-nginx
+// pairs them by host and path) onto another Service over the same pods;
+// the canary takes every request with a non-empty Attnd-Sequence-Id and
+// balances by a consistent hash of it; no 503 is passed to another pod.
+function checkIngress(ings, svcs) {
+  const ann = (i, k) => i.metadata.annotations?.[A + k];
+  const main = ings.filter((i) => ann(i, "canary") !== "true");
+  const canary = ings.filter((i) => ann(i, "canary") === "true");
+  if (main.length !== 1 || canary.length !== 1)
+    throw new Error(`expected one main and one canary Ingress, got ${main.length} and ${canary.length}`);
+  const [m, c] = [main[0], canary[0]];
+  const routes = (i) => i.spec.rules.flatMap((r) => r.http.paths.map((p) => ({
+    key: `${r.host ?? "*"} ${p.path} ${p.pathType}`, svc: p.backend.service })));
+  for (const i of [m, c]) {
+    for (const { svc } of routes(i)) {
+      const s = svcs.find((x) => x.metadata.name === svc?.name);
+      if (!s) throw new Error(`Ingress ${i.metadata.name}: no Service ${svc?.name}`);
+      const port = s.spec.ports.find((p) => (svc.port.name !== undefined ? p.name === svc.port.name : p.port === svc.port.number));
+      if (!port) throw new Error(`Ingress ${i.metadata.name}: Service ${s.metadata.name} has no port ${JSON.stringify(svc.port)}`);
+      if (!matches(s.spec.selector, dep.spec.template.metadata.labels))
+        throw new Error(`Ingress ${i.metadata.name}: Service ${s.metadata.name} does not select the attnd pods`);
+    }
+  }
+  const keys = (i) => routes(i).map((r) => r.key).sort().join(", ");
+  if (keys(m) !== keys(c)) throw new Error(`the canary's rules (${keys(c)}) differ from the main Ingress's (${keys(m)})`);
+  if (m.spec.ingressClassName !== c.spec.ingressClassName) throw new Error("the two Ingresses have different classes");
+  const mainSvcs = new Set(routes(m).map((r) => r.svc.name));
+  if (routes(c).some((r) => mainSvcs.has(r.svc.name))) throw new Error("the canary must name another Service than the main Ingress");
+  if ((ann(c, "canary-by-header") ?? "").toLowerCase() !== SEQ_HEADER.toLowerCase())
+    throw new Error(`canary-by-header is ${ann(c, "canary-by-header")}, not ${SEQ_HEADER}`);
+  if (ann(c, "canary-by-header-value") !== undefined) throw new Error("canary-by-header-value would match a single id");
+  const pattern = ann(c, "canary-by-header-pattern");
+  if (pattern === undefined) throw new Error("no canary-by-header-pattern: only the values always/never would route");
+  const re = new RegExp(pattern);
+  for (const id of ["1", "42", "seq-7", "always", "never"])
+    if (!re.test(id)) throw new Error(`canary-by-header-pattern ${pattern} does not match the id ${id}`);
+  if (ann(c, "upstream-hash-by") !== SEQ_VAR)
+    throw new Error(`the canary hashes by ${ann(c, "upstream-hash-by")}, not ${SEQ_VAR}`);
+  const retry = ann(m, "proxy-next-upstream") ?? "error timeout";
+  if (/http_503/.test(retry)) throw new Error(`proxy-next-upstream "${retry}" would send a sequence's 503 to a pod without it`);
+}
+
+test("Ingress: sequences by a consistent hash of Attnd-Sequence-Id, the rest spread", () => {
+  checkIngress(byKind("Ingress"), byKind("Service"));
+});
+
+test("checkIngress rejects what would break a sequence's routing", () => {
+  const cases = [
+    ["hash by another header", (ings) => { ings[1].metadata.annotations[A + "upstream-hash-by"] = "$http_x_attnd_session"; }, /hashes by/],
+    ["canary by another header", (ings) => { ings[1].metadata.annotations[A + "canary-by-header"] = "X-Sequence"; }, /canary-by-header/],
+    ["no pattern", (ings) => { delete ings[1].metadata.annotations[A + "canary-by-header-pattern"]; }, /pattern/],
+    ["a pattern that misses ids", (ings) => { ings[1].metadata.annotations[A + "canary-by-header-pattern"] = "^seq-"; }, /does not match/],
+    ["the main Service", (ings) => { ings[1].spec.rules[0].http.paths[0].backend.service.name = "attnd"; }, /another Service/],
+    ["a missing Service", (ings) => { ings[1].spec.rules[0].http.paths[0].backend.service.name = "nope"; }, /no Service nope/],
+    ["another path", (ings) => { ings[1].spec.rules[0].http.paths[0].path = "/v2"; }, /differ/],
+    ["retry on 503", (ings) => { ings[0].metadata.annotations[A + "proxy-next-upstream"] = "error timeout http_503"; }, /503/],
+    ["no canary", (ings) => { ings[1].metadata.annotations[A + "canary"] = "false"; }, /one main and one canary/],
+  ];
+  for (const [what, change, err] of cases) {
+    const ings = structuredClone(byKind("Ingress")).sort((x, y) => (x.metadata.annotations?.[A + "canary"] === "true") - (y.metadata.annotations?.[A + "canary"] === "true"));
+    change(ings);
+    assert.throws(() => checkIngress(ings, byKind("Service")), err, what);
+  }
+});
+
+test("deploy/nginx.conf hashes on the same header, and passes no 503 on", () => {
+  const conf = readFileSync(ROOT + "deploy/nginx.conf", "utf8").replace(/#.*$/gm, "");
+  const ups = [...conf.matchAll(/upstream (\w+) \{([^}]*)\}/g)];
+  const seq = ups.find(([, , body]) => body.includes(`hash ${SEQ_VAR} consistent;`));
+  assert.ok(seq, `no upstream with hash ${SEQ_VAR} consistent`);
+  const loc = new RegExp(`location (@?\\w+) \\{\\s*proxy_pass http://${seq[1]};([^}]*)\\}`).exec(conf);
+  assert.ok(loc, `no location proxies to ${seq[1]}`);
+  assert.match(loc[2], /proxy_next_upstream error timeout/);
+  assert.doesNotMatch(loc[2], /http_503/);
+  // Requests with the header, and only those, go there.
+  assert.ok(conf.includes(`if (${SEQ_VAR}) {`), `no if (${SEQ_VAR})`);
+  assert.ok(conf.includes(`error_page 418 = ${loc[1]};`), `no error_page 418 = ${loc[1]}`);
 });

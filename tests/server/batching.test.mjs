@@ -6,9 +6,9 @@ import { REFS, fp32, infer, maxDiff, start } from './helper.mjs';
 
 const statsOf = async (d, m) => (await (await fetch(`${d.url}/v2/models/${m}/stats`)).json()).model_stats[0];
 
-test('concurrent clients of different T share batches and get their own answers', async () => {
+test('concurrent clients of different T share batches and get their own answers', async (t) => {
   // a long batch delay so that the requests meet in the queue
-  const d = await start({ args: ['--max-batch', '8', '--batch-delay-us', '200000', '--instances', '1'] });
+  const d = await start({ t, args: ['--max-batch', '8', '--batch-delay-us', '200000', '--instances', '1'] });
   try {
     const clients = REFS.clients;
     const rs = await Promise.all(clients.map((c, i) =>
@@ -33,8 +33,8 @@ test('concurrent clients of different T share batches and get their own answers'
   } catch (e) { await d.stop('SIGKILL'); throw e; }
 });
 
-test('sdpa requests of the same head size batch too; mixed sizes stay apart', async () => {
-  const d = await start({ args: ['--max-batch', '16', '--batch-delay-us', '100000'] });
+test('sdpa requests of the same head size batch too; mixed sizes stay apart', async (t) => {
+  const d = await start({ t, args: ['--max-batch', '16', '--batch-delay-us', '100000'] });
   try {
     const c = REFS.sdpa, k = REFS.sdpa_causal;
     const reqs = [];

@@ -73,8 +73,8 @@ test('--check-models: 0 when every folder loads, 1 naming a broken one', () => {
   } finally { rmSync(dir, { recursive: true, force: true }); }
 });
 
-test('--health-check: 0 on 200, 1 otherwise', async () => {
-  const d = await start();
+test('--health-check: 0 on 200, 1 otherwise', async (t) => {
+  const d = await start({ t });
   try {
     // spawnSync would block the event loop the daemon answers on: use async
     const hc = (url) => new Promise((res) => {
@@ -90,8 +90,8 @@ test('--health-check: 0 on 200, 1 otherwise', async () => {
   } finally { await d.stop(); }
 });
 
-test('--log-format json: one JSON line per request with id, model, status, batch, times', async () => {
-  const d = await start({ args: ['--log-format', 'json'] });
+test('--log-format json: one JSON line per request with id, model, status, batch, times', async (t) => {
+  const d = await start({ t, args: ['--log-format', 'json'] });
   const c = REFS.causal;
   await infer(d, 'tiny', { id: 'log-me', inputs: [fp32('x', c.shape, c.x)] });
   const e = await d.stop();

@@ -1,7 +1,10 @@
 // helper.mjs - start and stop an attnd for a test. Builds nothing: runs
 // $ATTND_BIN (default build/default/attnd) on 127.0.0.1 with --port 0 and a
 // temporary models folder (models/demo when it exists + tests/server
-// fixtures), waits until it is ready, and kills it at the end.
+// fixtures), waits until it is ready, and kills it at the end: stop() in the
+// test, and whatever happens (a failed assertion, a test that hangs until
+// node's --test-timeout stops the file with SIGTERM, Ctrl-C) every daemon
+// still running is SIGKILLed and its folder removed when this process ends.
 import { spawn, spawnSync } from 'node:child_process';
 import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -29,9 +32,30 @@ export const SANITIZER_REPORT = /(ERROR|WARNING): (Address|Leak|Thread|Undefined
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+// Every daemon started and not yet exited, with its models folder when the
+// helper made it: the exit and signal hooks below end them.
+const live = new Map();
+function killAll(why) {
+  for (const [proc, info] of live) {
+    try { proc.kill('SIGKILL'); } catch { /* already gone */ }
+    if (why !== 'exit') process.stderr.write(`helper: ${why}: killed attnd ${info.args.join(' ')}; its log ends:\n${info.log().slice(-2000)}\n`);
+    if (info.dir) rmSync(info.dir, { recursive: true, force: true });
+  }
+  live.clear();
+}
+process.on('exit', () => killAll('exit'));
+/** track(proc, {args, dir, log}): end a daemon a test spawned itself like the others. */
+export function track(proc, info) {
+  live.set(proc, { args: info.args || [], dir: info.dir || null, log: info.log || (() => '') });
+  proc.on('exit', () => live.delete(proc));
+}
+for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP'])
+  process.on(sig, () => { killAll(`${sig} (the test runner's timeout?)`); process.exit(1); });
+
 /**
- * start({args, env, dir, ready}) -> {url, port, proc, dir, log(), stop()}
- * args are extra flags; dir reuses a models folder (for restarts).
+ * start({args, env, dir, ready, t}) -> {url, port, proc, dir, log(), stop()}
+ * args are extra flags; dir reuses a models folder (for restarts); t, a
+ * test context: t.after stops the daemon (SIGKILL) if the test did not.
  */
 export async function start(opts = {}) {
   const dir = opts.dir || modelsDir();
@@ -42,7 +66,8 @@ export async function start(opts = {}) {
   });
   let log = '';
   let exited = null;
-  const exit = new Promise((res) => proc.on('exit', (code, sig) => { exited = { code, sig }; res(exited); }));
+  live.set(proc, { args, dir: opts.dir ? null : dir, log: () => log });
+  const exit = new Promise((res) => proc.on('exit', (code, sig) => { exited = { code, sig }; live.delete(proc); res(exited); }));
   proc.stderr.on('data', (d) => { log += d; });
   const deadline = Date.now() + 20000 * SLOW;
   let port = 0;
@@ -72,6 +97,7 @@ export async function start(opts = {}) {
       return r;
     },
   };
+  if (opts.t) opts.t.after(() => { if (!exited) return d.stop('SIGKILL').catch(() => {}); });
   if (opts.ready !== false) {
     for (;;) {
       const r = await fetch(`${url}/v2/health/ready`).catch(() => null);

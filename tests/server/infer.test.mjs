@@ -248,8 +248,8 @@ test('413 for a chunked body cut at the limit', async () => {
   assert.equal((await fetch(`${d.url}/v2/health/live`)).status, 200);
 });
 
-test('a request whose outputs would pass the memory budget is refused', async () => {
-  const e = await start({ args: ['--request-memory', '65536'] });
+test('a request whose outputs would pass the memory budget is refused', async (t) => {
+  const e = await start({ t, args: ['--request-memory', '65536'] });
   try {
     const q = new Array(128 * 4).fill(0.5);
     const r = await infer(e, 'sdpa', { inputs: [fp32('q', [128, 4], q), fp32('k', [128, 4], q), fp32('v', [128, 4], q)], outputs: [{ name: 'attention' }, { name: 'scores' }] });

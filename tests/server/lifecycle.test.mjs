@@ -2,7 +2,7 @@
 // load/unload/upload with restart, auth and CORS.
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';
-import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { REFS, fp32, infer, maxDiff, post, start } from './helper.mjs';
@@ -19,8 +19,8 @@ async function waitPending(d, m, n) {
   assert.equal(await pending(d, m), n);
 }
 
-test('queue full: 503 with Retry-After at once; the queued request still answers', async () => {
-  const d = await start({ args: ['--queue-size', '1', '--batch-delay-us', '1500000'] });
+test('queue full: 503 with Retry-After at once; the queued request still answers', async (t) => {
+  const d = await start({ t, args: ['--queue-size', '1', '--batch-delay-us', '1500000'] });
   const a = infer(d, 'tiny', xreq('a'));
   await waitPending(d, 'tiny', 1);
   const b = await infer(d, 'tiny', xreq('b'));
@@ -33,8 +33,8 @@ test('queue full: 503 with Retry-After at once; the queued request still answers
   assert.equal((await d.stop()).code, 0);
 });
 
-test('deadline: 504 naming it, then the server still serves', async () => {
-  const d = await start({ args: ['--deadline-ms', '300', '--batch-delay-us', '10000000', '--max-batch', '2'] });
+test('deadline: 504 naming it, then the server still serves', async (t) => {
+  const d = await start({ t, args: ['--deadline-ms', '300', '--batch-delay-us', '10000000', '--max-batch', '2'] });
   const t0 = Date.now();
   const r = await infer(d, 'tiny', xreq('late'));
   assert.equal(r.status, 504);
@@ -51,10 +51,10 @@ test('deadline: 504 naming it, then the server still serves', async () => {
   assert.equal((await d.stop()).code, 0);
 });
 
-test('SIGTERM with requests in flight: all complete, exit code 0', async () => {
+test('SIGTERM with requests in flight: all complete, exit code 0', async (t) => {
   // 10 s batch delay: the requests are queued when the signal comes; the
   // drain runs them at once
-  const d = await start({ args: ['--batch-delay-us', '10000000', '--max-batch', '64'] });
+  const d = await start({ t, args: ['--batch-delay-us', '10000000', '--max-batch', '64'] });
   const reqs = [0, 1, 2, 3, 4].map((i) => infer(d, 'tiny', xreq(`t${i}`)));
   await waitPending(d, 'tiny', 5);
   const t0 = Date.now();
@@ -70,8 +70,8 @@ test('SIGTERM with requests in flight: all complete, exit code 0', async () => {
   assert.match(d.log(), /SIGTERM: draining/);
 });
 
-test('while draining: ready is 503, new work 503, and attnd exits 0 when the last client leaves', async () => {
-  const d = await start();
+test('while draining: ready is 503, new work 503, and attnd exits 0 when the last client leaves', async (t) => {
+  const d = await start({ t });
   // a client in the middle of sending its body keeps the drain waiting
   const sock = connect(d.port, '127.0.0.1');
   await new Promise((r) => sock.on('connect', r));
@@ -93,8 +93,8 @@ test('while draining: ready is 503, new work 503, and attnd exits 0 when the las
   await d.stop();
 });
 
-test('drain timeout: what is still queued gets 503, exit 0', async () => {
-  const d = await start({ args: ['--drain-ms', '200'] });
+test('drain timeout: what is still queued gets 503, exit 0', async (t) => {
+  const d = await start({ t, args: ['--drain-ms', '200'] });
   const sock = connect(d.port, '127.0.0.1');
   await new Promise((r) => sock.on('connect', r));
   sock.write('POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"inp');
@@ -115,8 +115,8 @@ const upload = () => ({
   },
 });
 
-test('upload a model, restart the daemon, the model is still there', async () => {
-  const d = await start();
+test('upload a model, restart the daemon, the model is still there', async (t) => {
+  const d = await start({ t });
   const r = await post(`${d.url}/v2/repository/models/up1/load`, upload());
   assert.equal(r.status, 200, JSON.stringify(r.json));
   let y = await infer(d, 'up1', xreq('u'));
@@ -128,7 +128,8 @@ test('upload a model, restart the daemon, the model is still there', async () =>
   assert.deepEqual(readdirSync(join(d.dir, 'up1')).sort(), ['config.json', 'model.safetensors']);
   assert.deepEqual(readdirSync(d.dir).filter((f) => f.startsWith('.')), []);
   assert.equal((await d.stop('SIGTERM', true)).code, 0);
-  const d2 = await start({ dir: d.dir });
+  t.after(() => rmSync(d.dir, { recursive: true, force: true }));
+  const d2 = await start({ t, dir: d.dir });
   try {
     assert.equal((await fetch(`${d2.url}/v2/models/up1/ready`)).status, 200);
     y = await infer(d2, 'up1', xreq('u2'));
@@ -137,8 +138,8 @@ test('upload a model, restart the daemon, the model is still there', async () =>
   } finally { assert.equal((await d2.stop()).code, 0); }
 });
 
-test('bad uploads and loads: status and the parameter named; nothing written', async () => {
-  const d = await start();
+test('bad uploads and loads: status and the parameter named; nothing written', async (t) => {
+  const d = await start({ t });
   const L = (m, b) => post(`${d.url}/v2/repository/models/${m}/load`, b);
   let r = await L('bad1', { parameters: { 'file:model.safetensors': '!!!' } });
   assert.equal(r.status, 400);
@@ -172,8 +173,8 @@ test('bad uploads and loads: status and the parameter named; nothing written', a
   assert.equal((await d.stop()).code, 0);
 });
 
-test('unload: in-flight requests finish, then 404; load brings it back', async () => {
-  const d = await start({ args: ['--batch-delay-us', '300000'] });
+test('unload: in-flight requests finish, then 404; load brings it back', async (t) => {
+  const d = await start({ t, args: ['--batch-delay-us', '300000'] });
   const inflight = infer(d, 'tiny', xreq('f'));
   await waitPending(d, 'tiny', 1);
   const u = await post(`${d.url}/v2/repository/models/tiny/unload`, '');
@@ -198,8 +199,8 @@ test('unload: in-flight requests finish, then 404; load brings it back', async (
   assert.equal((await d.stop()).code, 0);
 });
 
-test('index: a folder added after start is listed as not loaded; a stray file is not', async () => {
-  const d = await start();
+test('index: a folder added after start is listed as not loaded; a stray file is not', async (t) => {
+  const d = await start({ t });
   try {
     mkdirSync(join(d.dir, 'later'));
     writeFileSync(join(d.dir, 'notes.txt'), 'not a model\n');
@@ -213,8 +214,8 @@ test('index: a folder added after start is listed as not loaded; a stray file is
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
-test('API key: infer and repository need the bearer token; health, metadata, metrics stay open', async () => {
-  const d = await start({ env: { ATTND_API_KEY: 's3cret' } });
+test('API key: infer and repository need the bearer token; health, metadata, metrics stay open', async (t) => {
+  const d = await start({ t, env: { ATTND_API_KEY: 's3cret' } });
   const auth = { Authorization: 'Bearer s3cret' };
   let r = await infer(d, 'tiny', xreq('k'));
   assert.equal(r.status, 401);
@@ -234,8 +235,8 @@ test('API key: infer and repository need the bearer token; health, metadata, met
   assert.equal((await d.stop()).code, 0);
 });
 
-test('CORS: configured origins only; preflight answered', async () => {
-  const d = await start({ args: ['--cors-origins', 'http://a.example, http://b.example'], env: { ATTND_API_KEY: 'k' } });
+test('CORS: configured origins only; preflight answered', async (t) => {
+  const d = await start({ t, args: ['--cors-origins', 'http://a.example, http://b.example'], env: { ATTND_API_KEY: 'k' } });
   let r = await fetch(`${d.url}/v2`, { headers: { Origin: 'http://b.example' } });
   assert.equal(r.headers.get('access-control-allow-origin'), 'http://b.example');
   assert.equal(r.headers.get('vary'), 'Origin');
@@ -254,7 +255,7 @@ test('CORS: configured origins only; preflight answered', async () => {
   assert.equal(r.status, 401);
   assert.equal(r.headers.get('access-control-allow-origin'), 'http://a.example');
   assert.equal((await d.stop()).code, 0);
-  const e = await start();
+  const e = await start({ t });
   r = await fetch(`${e.url}/v2`, { headers: { Origin: 'http://a.example' } });
   assert.equal(r.headers.get('access-control-allow-origin'), null, 'no CORS unless configured');
   assert.equal((await e.stop()).code, 0);

@@ -5,8 +5,8 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { REFS, fp32, infer, maxDiff, start } from './helper.mjs';
 
-test('retain: map_id in the response, the same maps from /v2/maps', async () => {
-  const d = await start();
+test('retain: map_id in the response, the same maps from /v2/maps', async (t) => {
+  const d = await start({ t });
   try {
     const c = REFS.self;
     const r = await infer(d, 'tiny', {
@@ -43,8 +43,8 @@ test('retain: map_id in the response, the same maps from /v2/maps', async () => 
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
-test('retain is refused when the store is off (--maps-bytes 0)', async () => {
-  const d = await start({ args: ['--maps-bytes', '0'] });
+test('retain is refused when the store is off (--maps-bytes 0)', async (t) => {
+  const d = await start({ t, args: ['--maps-bytes', '0'] });
   try {
     const c = REFS.causal;
     const r = await infer(d, 'tiny', { inputs: [fp32('x', c.shape, c.x)], parameters: { retain: true } });

@@ -23,7 +23,7 @@ import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { ATTND, ROOT, SLOW } from './helper.mjs';
+import { ATTND, ROOT, SLOW, track } from './helper.mjs';
 
 // Section heading -> why its sh blocks are not run here.
 const SKIP = {
@@ -32,6 +32,7 @@ const SKIP = {
   Docker: 'needs a Docker engine (make container-test covers the image)',
   Kubernetes: 'needs docker push, kubectl and a real cluster (make check-deploy validates the manifests)',
   'Several replicas behind nginx': 'fixed ports 8081-8083 and foreground nginx; make check-deploy runs it (tests/deploy/failover.mjs)',
+  'Sequences across replicas': 'through the nginx of the section above, with x elided; make check-deploy checks the routing',
   'Engine (`core/`)': 'make targets and PyTorch: part of make test / make bench themselves',
   'Protocol details (proto/)': 'make fuzz / make bench-proto: clang and long runs',
 };
@@ -196,6 +197,7 @@ before(async () => {
   proc.stderr.on('data', (d) => { log += d; });
   const exit = new Promise((res) => proc.on('exit', res));
   daemon = { proc, exit, log: () => log };
+  track(proc, { args: ['--port', '0'], dir: work, log: daemon.log });
   const deadline = Date.now() + 20000 * SLOW;
   while (!daemon.port) {
     const m = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(log);
@@ -222,7 +224,7 @@ for (const [n, b] of blocks.entries()) {
     assert.ok(cmds.length > 0);
     // Like a user after `make run`: wait until ready before pasting.
     for (let i = 0; ; i++) {
-      const r = spawnSync('curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', `127.0.0.1:${daemon.port}/v2/health/ready`], { encoding: 'utf8' });
+      const r = spawnSync('curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', `127.0.0.1:${daemon.port}/v2/health/ready`], { encoding: 'utf8', timeout: 5000 });
       if (r.stdout === '200') break;
       assert.ok(i < 500 * SLOW, `attnd not ready:\n${daemon.log()}`);
       spawnSync('sleep', ['0.02']);

@@ -2,6 +2,7 @@
  * parameter checks, base64, and the atomic publish into the repository. */
 #include <check.h>
 #include <dirent.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,9 @@
 
 static char repo[256];
 static char *st_b64; /* the tiny fixture's model.safetensors, base64 */
+static unsigned char *st_a, *st_b; /* the fixture, and it with one weight changed */
+static size_t st_n;
+static char *st_b64b; /* st_b, base64 */
 
 static char *b64(const unsigned char *p, size_t n)
 {
@@ -54,7 +58,12 @@ static void setup(void)
     ck_assert_int_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
     fclose(f);
     st_b64 = b64(buf, (size_t)n);
-    free(buf);
+    st_n = (size_t)n;
+    st_a = buf;
+    st_b = malloc(st_n);
+    memcpy(st_b, buf, st_n);
+    st_b[st_n - 4] ^= 1; /* lowest mantissa bit of the last weight */
+    st_b64b = b64(st_b, st_n);
     snprintf(repo, sizeof repo, "/tmp/attnd-test-upload-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(repo));
 }
@@ -69,6 +78,9 @@ static void rm_rf(const char *dir)
 static void teardown(void)
 {
     free(st_b64);
+    free(st_b64b);
+    free(st_a);
+    free(st_b);
     rm_rf(repo);
 }
 
@@ -91,7 +103,53 @@ static void entries(const char *dir, char *out, size_t n)
 
 static int install(const char *name, const char *body, char *err, model **m)
 {
-    return srv_upload_install(repo, name, body, strlen(body), m, err, 512);
+    unsigned long long gen;
+    return srv_upload_install(repo, name, body, strlen(body), m, &gen, err, 512);
+}
+
+static char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    char *b;
+    long len;
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    len = ftell(f);
+    rewind(f);
+    b = malloc((size_t)len + 1);
+    *n = fread(b, 1, (size_t)len, f);
+    b[*n] = 0;
+    fclose(f);
+    return b;
+}
+
+typedef struct racer {
+    const char *body;
+    pthread_barrier_t *go;
+    int rounds, fails;
+    unsigned long long last_gen;
+} racer;
+
+static void *race(void *arg)
+{
+    racer *r = arg;
+    int i;
+    for (i = 0; i < r->rounds; i++) {
+        char err[512];
+        model *m = NULL;
+        unsigned long long gen = 0;
+        pthread_barrier_wait(r->go);
+        if (srv_upload_install(repo, "race", r->body, strlen(r->body), &m, &gen,
+                               err, sizeof err) != 0)
+            r->fails++;
+        else if (gen <= r->last_gen)
+            r->fails++; /* generations grow */
+        r->last_gen = gen;
+        model_destroy(m);
+        pthread_barrier_wait(r->go);
+    }
+    return NULL;
 }
 
 START_TEST(plain_bodies)
@@ -162,6 +220,104 @@ START_TEST(bad_parameters_are_named)
 }
 END_TEST
 
+/* Two uploads of one name at once, 60 times: the folder always holds one
+ * upload's config.json with that same upload's weights (issue 11: they
+ * were renamed one file at a time and could mix). */
+START_TEST(concurrent_uploads_never_mix)
+{
+    enum { ROUNDS = 60 };
+    char *ba = malloc(strlen(st_b64) + 200), *bb = malloc(strlen(st_b64b) + 200);
+    pthread_barrier_t go;
+    racer ra = {0}, rb = {0};
+    pthread_t ta, tb;
+    int i, mixed = 0;
+    char p[600], list[512];
+    sprintf(ba, "{\"parameters\":{\"config\":\"{\\\"n_heads\\\": 2, "
+                "\\\"description\\\": \\\"A\\\"}\","
+                "\"file:model.safetensors\":\"%s\"}}", st_b64);
+    sprintf(bb, "{\"parameters\":{\"config\":\"{\\\"n_heads\\\": 2, "
+                "\\\"description\\\": \\\"B\\\"}\","
+                "\"file:model.safetensors\":\"%s\"}}", st_b64b);
+    pthread_barrier_init(&go, NULL, 3);
+    ra = (racer){ba, &go, ROUNDS, 0, 0};
+    rb = (racer){bb, &go, ROUNDS, 0, 0};
+    pthread_create(&ta, NULL, race, &ra);
+    pthread_create(&tb, NULL, race, &rb);
+    for (i = 0; i < ROUNDS; i++) {
+        size_t nc = 0, nw = 0;
+        char *c, *w;
+        pthread_barrier_wait(&go); /* both start */
+        pthread_barrier_wait(&go); /* both done */
+        snprintf(p, sizeof p, "%s/race/config.json", repo);
+        c = slurp(p, &nc);
+        snprintf(p, sizeof p, "%s/race/model.safetensors", repo);
+        w = slurp(p, &nw);
+        ck_assert_ptr_nonnull(c);
+        ck_assert_ptr_nonnull(w);
+        ck_assert_uint_eq(nw, st_n);
+        if (memcmp(w, strstr(c, "\"A\"") ? st_a : st_b, st_n) != 0)
+            mixed++;
+        free(c);
+        free(w);
+    }
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    pthread_barrier_destroy(&go);
+    ck_assert_int_eq(ra.fails, 0);
+    ck_assert_int_eq(rb.fails, 0);
+    ck_assert_msg(mixed == 0, "%d of %d rounds mixed one upload's config with "
+                  "the other's weights", mixed, ROUNDS);
+    snprintf(p, sizeof p, "%s/race", repo);
+    entries(p, list, sizeof list);
+    ck_assert_str_eq(list, "config.json,model.safetensors");
+    entries(repo, list, sizeof list);
+    ck_assert_str_eq(list, "race"); /* nothing left staged */
+    free(ba);
+    free(bb);
+}
+END_TEST
+
+/* What a crash leaves (a staging folder of a dead process, an old-style
+ * .upload-* folder) is removed at start; a folder set aside by an
+ * interrupted two-rename publish goes back; hidden names are refused. */
+START_TEST(sweep_and_hidden_names)
+{
+    char p[700], list[512], note[256], err[512];
+    model *m = NULL;
+    FILE *f;
+    snprintf(p, sizeof p, "%s/.upload-x-1-0", repo); /* pid 1 is not us... */
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/.upload-x-1-0/model.safetensors.tmp", repo);
+    f = fopen(p, "w");
+    fputs("partial", f);
+    fclose(f);
+    snprintf(p, sizeof p, "%s/" SRV_STAGING_DIR, repo);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/" SRV_STAGING_DIR "/a.b~%ld~0", repo, (long)getpid());
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/" SRV_STAGING_DIR "/a.b~%ld~0/config.json", repo,
+             (long)getpid());
+    f = fopen(p, "w");
+    fputs("{}", f);
+    fclose(f);
+    snprintf(p, sizeof p, "%s/" SRV_STAGING_DIR "/back~%ld~1~old", repo,
+             (long)getpid());
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    /* pid 1 (init) is alive and not ours: its folder stays, unless we run
+     * as pid 1 ourselves, where it is ours from a previous life */
+    ck_assert_int_eq(srv_upload_sweep(repo, note, sizeof note), getpid() == 1 ? 3 : 2);
+    ck_assert_ptr_nonnull(strstr(note, "interrupted upload"));
+    entries(repo, list, sizeof list);
+    ck_assert_str_eq(list, getpid() == 1 ? "back" : ".upload-x-1-0,back");
+    ck_assert_int_eq(srv_upload_sweep(repo, note, sizeof note), 0);
+    ck_assert_str_eq(note, "");
+    snprintf(p, sizeof p, "{\"parameters\":{\"file:model.safetensors\":\"%s\"}}", st_b64);
+    ck_assert_int_eq(install(".hidden", p, err, &m), 400);
+    ck_assert_ptr_nonnull(strstr(err, "model name '.hidden'"));
+    ck_assert_ptr_null(m);
+}
+END_TEST
+
 static Suite *upload_suite(void)
 {
     Suite *s = suite_create("upload");
@@ -170,6 +326,8 @@ static Suite *upload_suite(void)
     tcase_add_test(tc, plain_bodies);
     tcase_add_test(tc, publishes_atomically);
     tcase_add_test(tc, bad_parameters_are_named);
+    tcase_add_test(tc, concurrent_uploads_never_mix);
+    tcase_add_test(tc, sweep_and_hidden_names);
     suite_add_tcase(s, tc);
     return s;
 }

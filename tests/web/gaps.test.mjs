@@ -131,15 +131,14 @@ test('a retained causal map: the server\'s what=mask agrees with the page\'s dra
   await page.close();
 });
 
-test('a retained map with an explicit mask draws its masked cells as masks', async (t) => {
+test('a retained map with an explicit mask draws its masked cells as masks', async () => {
   const id = await retain({ mask: MASK });
   const meta = await (await fetch(`${daemon.url}/v2/maps/${id}`)).json();
-  if (!meta.mask) {
-    // The store can keep the mask (tests/server/test_maps.c), but this
-    // daemon's infer path does not hand it over yet.
-    t.skip('this attnd does not pass the request mask to the map store');
-    return;
-  }
+  // A daemon that drops the request's mask is a regression, never a skip
+  // (tests/server/anchors.test.mjs holds what=mask to the mask sent).
+  assert.equal(meta.mask, true, `the map keeps the request's mask: ${JSON.stringify(meta)}`);
+  const m = await (await fetch(`${daemon.url}/v2/maps/${id}/attention?what=mask`)).json();
+  assert.deepEqual(m.data, MASK.flat().map(Number));
   const { page, errors } = await openPage(browser, `${daemon.url}/#map=${id}&h=0`);
   await checkMaskDrawn(page);
   assert.match(await readout(page, 3, 0), /masked/);

@@ -45,6 +45,23 @@ export function modelsDir() {
   return dir;
 }
 
+// Daemons started and not yet exited, with their models folders: whatever
+// happens (a failed hook, node's --test-timeout stopping the file with
+// SIGTERM, Ctrl-C) they are SIGKILLed and the folders removed when this
+// process ends. Playwright closes the browsers it launched on exit.
+const live = new Map();
+function killAll(why) {
+  for (const [proc, info] of live) {
+    try { proc.kill('SIGKILL'); } catch { /* already gone */ }
+    fs.rmSync(info.models, { recursive: true, force: true });
+    if (why !== 'exit') process.stderr.write(`harness: ${why}: killed attnd; its log ends:\n${info.log().slice(-2000)}\n`);
+  }
+  live.clear();
+}
+process.on('exit', () => killAll('exit'));
+for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP'])
+  process.on(sig, () => { killAll(`${sig} (the test runner's timeout?)`); process.exit(1); });
+
 // startAttnd: run the daemon on 127.0.0.1, port 0 (it picks a free one and
 // logs it). Resolves to { url, stop(), log() } once it listens and is ready.
 export async function startAttnd(extra = []) {
@@ -53,8 +70,10 @@ export async function startAttnd(extra = []) {
   const proc = spawn(ATTND, ['--host', '127.0.0.1', '--port', '0', '--models', models,
     '--threads', '2', ...extra], { stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
+  live.set(proc, { models, log: () => out });
+  proc.on('exit', () => live.delete(proc));
   const url = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`attnd did not start:\n${out}`)), 15000);
+    const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error(`attnd did not start:\n${out}`)); }, 15000);
     const onData = (d) => {
       out += d;
       const m = out.match(/listening on (http:\/\/127\.0\.0\.1:\d+)/);

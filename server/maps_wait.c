@@ -1,0 +1,154 @@
+/*
+ * maps_wait.c - the long poll behind the page's follow mode:
+ *
+ *   GET /v2/maps/{id}?wait=N[&timeout_ms=M]
+ *
+ * answers what GET /v2/maps/{id} answers (the map's metadata) as soon as
+ * the map's query rows (shape[2]) differ from N - a sequence's map grows
+ * by the new rows of every step - or the map is gone (404), or after the
+ * wait's timeout (the metadata unchanged: the client asks again), whichever
+ * comes first. A map already different from N answers at once.
+ *
+ * Bounded so that watchers never starve inference: at most maps-waiters
+ * connections wait at once (one more answers 503 with Retry-After), each
+ * for at most maps-wait-ms (timeout_ms= may ask for less). A waiting
+ * connection costs no thread: it is suspended (MHD) and one loop timer,
+ * running only while someone waits, looks up each waiter's map every
+ * TICK_MS (one lookup under the store's mutex per waiter; the map is
+ * rendered only when it is answered). On SIGTERM every waiter is answered
+ * at once and a new wait= answers at once, so the drain never waits on a
+ * watcher.
+ *
+ * Loop thread only.
+ */
+#include "server/srv.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TICK_MS 100 /* how often the waiters' maps are looked at */
+
+/* Parse a decimal in [lo, hi]; 0 or -1. */
+static int parse_ll(const char *s, long long lo, long long hi, long long *out)
+{
+    char *end;
+    long long v;
+    if (!s || !*s)
+        return -1;
+    errno = 0;
+    v = strtoll(s, &end, 10);
+    if (errno || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* answer: r gets GET /v2/maps/{id}'s reply (metadata, or 404). */
+static void answer(srv_req *r, const char *id)
+{
+    char path[64];
+    maps_reply rep;
+    memset(&rep, 0, sizeof rep);
+    snprintf(path, sizeof path, "/v2/maps/%s", id);
+    if (maps_http_get(r->s->maps, path, NULL, NULL, &rep) < 0) {
+        srv_respond_error(r, 500, "maps: out of memory");
+        return;
+    }
+    srv_respond(r, rep.status, rep.content_type, rep.body, rep.len);
+}
+
+static void unlink_waiter(srv_req *r)
+{
+    srv *s = r->s;
+    if (!r->waiting)
+        return;
+    if (r->wait_prev)
+        r->wait_prev->wait_next = r->wait_next;
+    else
+        s->waiters = r->wait_next;
+    if (r->wait_next)
+        r->wait_next->wait_prev = r->wait_prev;
+    r->wait_prev = r->wait_next = NULL;
+    r->waiting = 0;
+    s->n_waiters--;
+    if (!s->waiters)
+        uv_timer_stop(&s->maps_wait_timer);
+}
+
+/* on_tick: answer the waiters whose map changed, went away or whose time
+ * is up. */
+static void on_tick(uv_timer_t *t)
+{
+    srv *s = t->data;
+    uint64_t now = srv_now_ns();
+    srv_req *r = s->waiters, *next;
+    maps_info info;
+    for (; r; r = next) {
+        next = r->wait_next;
+        if (maps_info_get(s->maps, r->wait_id, &info) == 0 &&
+            info.t == r->wait_t && now < r->wait_until_ns)
+            continue;
+        unlink_waiter(r);
+        answer(r, r->wait_id);
+    }
+}
+
+void srv_maps_wait(srv_req *r, const char *id, const char *wait,
+                   const char *timeout)
+{
+    srv *s = r->s;
+    long long n, ms = s->cfg.maps_wait_ms;
+    maps_info info;
+    if (parse_ll(wait, 0, 1 << 30, &n) < 0) {
+        srv_respond_error(r, 400, "wait: expected the number of query rows "
+                                  "the client has (an integer >= 0)");
+        return;
+    }
+    if (timeout && parse_ll(timeout, 0, 86400000, &ms) < 0) {
+        srv_respond_error(r, 400, "timeout_ms: expected milliseconds (an "
+                                  "integer >= 0)");
+        return;
+    }
+    if (ms > s->cfg.maps_wait_ms)
+        ms = s->cfg.maps_wait_ms;
+    if (strlen(id) >= sizeof r->wait_id ||
+        maps_info_get(s->maps, id, &info) != 0 || info.t != n || ms == 0 ||
+        s->draining) {
+        answer(r, id); /* 404 for an unknown or malformed id */
+        return;
+    }
+    if (s->n_waiters >= s->cfg.maps_waiters) {
+        srv_respond_error(r, 503, "wait: %d connections already wait on maps "
+                          "(maps-waiters); ask again later", s->n_waiters);
+        return;
+    }
+    memcpy(r->wait_id, id, strlen(id) + 1);
+    r->wait_t = (int)n;
+    r->wait_until_ns = srv_now_ns() + (uint64_t)ms * 1000000u;
+    r->wait_prev = NULL;
+    r->wait_next = s->waiters;
+    if (s->waiters)
+        s->waiters->wait_prev = r;
+    else
+        uv_timer_start(&s->maps_wait_timer, on_tick, TICK_MS, TICK_MS);
+    s->waiters = r;
+    r->waiting = 1;
+    s->n_waiters++;
+    srv_suspend(r);
+}
+
+void srv_maps_wait_drain(srv *s)
+{
+    while (s->waiters) {
+        srv_req *r = s->waiters;
+        unlink_waiter(r);
+        answer(r, r->wait_id);
+    }
+}
+
+void srv_maps_wait_cancel(srv_req *r)
+{
+    unlink_waiter(r);
+}

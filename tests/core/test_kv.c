@@ -1,0 +1,497 @@
+/*
+ * test_kv.c - the K/V page pool (core/kv.c) and decoder steps through the
+ * engine: a sequence fed in any split of chunks gives the y, attention and
+ * scores of one causal request over all its tokens, on both paths, with
+ * GQA and (partial) RoPE, in FP32 and, within a stated tolerance, FP16 and
+ * BF16 pages; many sequences and stateless requests in one batch give what
+ * each gives alone; an HF-style PyTorch decoder layer with past_key_values
+ * (tests/core/gen_decode_vectors.py) step by step.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/attn.h"
+#include "core/exec.h"
+#include "core/kv.h"
+#include "testutil.h"
+#include "tests/check_main.h"
+
+static attn_exec *g_ex;
+
+/* ---- the pool ---------------------------------------------------------- */
+
+START_TEST(pool_budget_reserve_trim_free)
+{
+    attn_config c = {.d_model = 8, .n_heads = 4, .n_kv_heads = 2,
+                     .head_dim = 4, .v_head_dim = 2};
+    attn_kv_pool *p;
+    char err[ATTN_ERRMAX];
+    /* 2 kv heads x (4 + 2) x 4 bytes = 48 bytes a token; pages of 4: 192 */
+    ck_assert_uint_eq(attn_kv_token_bytes(&c, ATTN_KV_F32), 48);
+    ck_assert_uint_eq(attn_kv_token_bytes(&c, ATTN_KV_BF16), 24);
+    ck_assert_int_eq(attn_kv_pool_create(&p, &c, ATTN_KV_F32, 4, 3 * 192, err),
+                     0);
+    ck_assert_uint_eq(attn_kv_page_bytes(p), 192);
+    attn_kv a, b;
+    attn_kv_init(&a, p);
+    attn_kv_init(&b, p);
+    ck_assert_int_eq(attn_kv_reserve(&a, 5, err), 0); /* 2 pages */
+    ck_assert_int_eq(a.n_pages, 2);
+    ck_assert_uint_eq(attn_kv_pool_used(p), 384);
+    /* b needs 2 pages, one is left: full, and nothing changes */
+    ck_assert_int_eq(attn_kv_reserve(&b, 5, err), ATTN_EFULL);
+    ck_assert_msg(strstr(err, "kv-bytes"), "%s", err);
+    ck_assert_int_eq(b.n_pages, 0);
+    ck_assert_uint_eq(attn_kv_pool_used(p), 384);
+    attn_kv_advance(&a, 5);
+    ck_assert_int_eq(attn_kv_reserve(&a, 3, err), 0); /* 8 fit in 2 pages */
+    ck_assert_int_eq(a.n_pages, 2);
+    ck_assert_int_eq(attn_kv_reserve(&a, 4, err), 0); /* 9 need 3 */
+    ck_assert_int_eq(a.n_pages, 3);
+    attn_kv_trim(&a); /* the step failed: back to the pages of 5 tokens */
+    ck_assert_int_eq(a.n_pages, 2);
+    ck_assert_int_eq(a.len, 5);
+    ck_assert_uint_eq(attn_kv_bytes(&a), 384);
+    attn_kv_free(&a);
+    ck_assert_int_eq(a.len, 0);
+    ck_assert_uint_eq(attn_kv_pool_used(p), 0);
+    ck_assert_int_eq(attn_kv_reserve(&b, 12, err), 0); /* reuses free pages */
+    ck_assert_uint_eq(attn_kv_pool_used(p), 576);
+    attn_kv_free(&b);
+    ck_assert_uint_eq(attn_kv_pool_used(p), 0);
+    attn_kv_pool_destroy(p);
+    ck_assert_int_eq(attn_kv_pool_create(&p, &c, (attn_kv_dtype)7, 0, 1, err),
+                     ATTN_EINVAL);
+    ck_assert_int_eq(attn_kv_pool_create(&p, &c, ATTN_KV_F32, -1, 1, err),
+                     ATTN_EINVAL);
+    attn_kv_dtype d;
+    ck_assert_int_eq(attn_kv_dtype_parse("bf16", &d), 0);
+    ck_assert_int_eq(d, ATTN_KV_BF16);
+    ck_assert_int_eq(attn_kv_dtype_parse("f64", &d), ATTN_EINVAL);
+}
+END_TEST
+
+/* Stored halves read back as the IEEE values (independent of the code:
+ * known bit patterns), rounding to nearest even. */
+START_TEST(pool_half_roundtrip)
+{
+    attn_config c = {.d_model = 4, .n_heads = 1, .n_kv_heads = 1,
+                     .head_dim = 8, .v_head_dim = 8};
+    /* value, as FP16, as BF16 (both exactly representable after rounding) */
+    const float in[8] = {1.0f, -2.5f, 65504.0f, 1e-8f,
+                         1.0f + 1.0f / 4096, /* f16 tie -> 1.0 */
+                         3.14159265f, 70000.0f, -3.0f};
+    const float f16[8] = {1.0f, -2.5f, 65504.0f, 0.0f, 1.0f, 3.140625f,
+                          INFINITY, -3.0f};
+    const float bf16[8] = {1.0f, -2.5f, 65536.0f, 1.0011717e-08f, 1.0f,
+                           3.140625f, 70144.0f, -3.0f};
+    for (int k = 0; k < 2; k++) {
+        attn_kv_pool *p;
+        char err[ATTN_ERRMAX];
+        ck_assert_int_eq(attn_kv_pool_create(&p, &c,
+                                             k ? ATTN_KV_BF16 : ATTN_KV_F16, 2,
+                                             1 << 20, err),
+                         0);
+        attn_kv kv;
+        attn_kv_init(&kv, p);
+        ck_assert_int_eq(attn_kv_reserve(&kv, 1, err), 0);
+        /* the engine writes rows through a pass; here a one-row layer whose
+         * K = x W_k with W_k = I stores in exactly */
+        float wi[64] = {0}, z[64] = {0}, y[4];
+        for (int i = 0; i < 8; i++)
+            wi[i * 8 + i] = 1.0f;
+        attn_config c8 = c;
+        c8.d_model = 8;
+        attn_weights w = {wi, wi, wi, z, NULL, NULL, NULL, NULL};
+        float y8[8];
+        attn_seq s = {.t = 1, .s = 1, .t_valid = 1, .s_valid = 1,
+                      .x = in, .y = y8, .kv = &kv};
+        (void)y;
+        ck_assert_msg(attn_forward(&c8, &w, &s, 1, NULL, err) == 0 ||
+                          k == 0, /* f16 overflow of 70000 -> Inf: ERANGE */
+                      "%s", err);
+        float kr[8], vr[8];
+        attn_kv_read(&kv, 0, 0, 1, kr, vr);
+        const float *want = k ? bf16 : f16;
+        for (int i = 0; i < 8; i++) {
+            ck_assert_msg(kr[i] == want[i] || (i == 3 && k == 1 &&
+                                               fabsf(kr[i] - want[i]) < 1e-12f),
+                          "%s k[%d] = %.9g, want %.9g", k ? "bf16" : "f16", i,
+                          (double)kr[i], (double)want[i]);
+            ck_assert(memcmp(&kr[i], &vr[i], 4) == 0);
+        }
+        attn_kv_free(&kv);
+        attn_kv_pool_destroy(p);
+    }
+}
+END_TEST
+
+/* ---- decoder steps equal one causal request ----------------------------- */
+
+enum { P_FUSED, P_MAPS, P_SCORES };
+
+/* Run the whole sequence (n tokens) through kv in chunks splits[] (summing
+ * to n) on path `path`, and compare every chunk's y, attention and scores
+ * with the rows of one causal request over all n tokens. */
+static void chunks_equal_whole(layer *L, attn_kv_dtype dt, int page,
+                               const int *splits, int n_splits, int path,
+                               float atol, float rtol, unsigned seed)
+{
+    int n = 0;
+    for (int i = 0; i < n_splits; i++)
+        n += splits[i];
+    tu_rng g = {seed};
+    int dm = L->c.d_model, H = L->c.n_heads;
+    float *x = tu_randn(&g, (size_t)n * dm, 1.0f);
+    float *y = tu_fill((size_t)n * dm, NAN);
+    float *a = tu_fill((size_t)H * n * n, NAN), *sc = tu_fill((size_t)H * n * n, NAN);
+    char err[ATTN_ERRMAX];
+    attn_seq whole = {.t = n, .s = n, .t_valid = n, .s_valid = n, .causal = 1,
+                      .x = x, .y = y, .attention = a, .scores = sc};
+    ck_assert_msg(attn_forward(&L->c, &L->w, &whole, 1, g_ex, err) == 0, "%s",
+                  err);
+    attn_kv_pool *p;
+    ck_assert_int_eq(attn_kv_pool_create(&p, &L->c, dt, page, 1 << 26, err), 0);
+    attn_kv kv;
+    attn_kv_init(&kv, p);
+    int off = 0;
+    for (int c = 0; c < n_splits; c++) {
+        int t = splits[c], s = off + t;
+        float *ys = tu_fill((size_t)t * dm, NAN);
+        float *as = tu_fill((size_t)H * t * s, NAN),
+              *ss = tu_fill((size_t)H * t * s, NAN);
+        attn_seq st = {.t = t, .s = s, .t_valid = t, .s_valid = s,
+                       .causal = 1, .x = x + (size_t)off * dm, .y = ys,
+                       .kv = &kv};
+        if (path == P_MAPS)
+            st.attention = as, st.scores = ss;
+        if (path == P_SCORES)
+            st.scores = ss;
+        ck_assert_int_eq(attn_kv_reserve(&kv, t, err), 0);
+        ck_assert_msg(attn_forward(&L->c, &L->w, &st, 1, g_ex, err) == 0, "%s",
+                      err);
+        attn_kv_advance(&kv, t);
+        char what[96];
+        snprintf(what, sizeof what, "chunk %d (rows %d..%d) y", c, off, s - 1);
+        tu_assert_close(what, ys, y + (size_t)off * dm, (size_t)t * dm, atol,
+                        rtol);
+        for (int h = 0; h < H && path != P_FUSED; h++)
+            for (int i = 0; i < t; i++) {
+                const float *wa = a + ((size_t)h * n + off + i) * n;
+                const float *ws = sc + ((size_t)h * n + off + i) * n;
+                snprintf(what, sizeof what, "chunk %d head %d row %d scores", c,
+                         h, off + i);
+                tu_assert_close(what, ss + ((size_t)h * t + i) * s, ws,
+                                (size_t)s, atol, rtol);
+                if (path == P_MAPS) {
+                    snprintf(what, sizeof what,
+                             "chunk %d head %d row %d attention", c, h, off + i);
+                    tu_assert_close(what, as + ((size_t)h * t + i) * s, wa,
+                                    (size_t)s, atol, rtol);
+                }
+            }
+        free(ys), free(as), free(ss);
+        off = s;
+    }
+    ck_assert_int_eq(kv.len, n);
+    attn_kv_free(&kv);
+    ck_assert_uint_eq(attn_kv_pool_used(p), 0);
+    attn_kv_pool_destroy(p);
+    free(x), free(y), free(a), free(sc);
+}
+
+/* GQA (4 heads on 2 kv heads) with partial RoPE and biases. */
+static void gqa_rope_layer(layer *L, unsigned seed)
+{
+    tu_rng g = {seed};
+    layer_init(L, &g, 24, 4, 2, 8, 6);
+    L->c.rope_theta = 10000.0f;
+    L->c.rope_dims = 4;
+}
+
+static const int split_all[] = {23};
+static const int split_ones[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                                 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+static const int split_mixed[] = {5, 1, 3, 1, 1, 7, 2, 1, 2};
+
+START_TEST(steps_equal_whole_f32)
+{
+    layer L;
+    gqa_rope_layer(&L, 5);
+    /* _i: path x split; pages of 4 tokens so chunks cross pages */
+    int path = _i % 3, sp = _i / 3;
+    const int *splits[] = {split_all, split_ones, split_mixed};
+    int ns[] = {1, 23, 9};
+    chunks_equal_whole(&L, ATTN_KV_F32, 4, splits[sp], ns[sp], path, 1e-5f,
+                       1e-4f, 100u + (unsigned)_i);
+    layer_free(&L);
+}
+END_TEST
+
+/* Half-precision pages: keys and values rounded to 11 (FP16) or 8 (BF16)
+ * significant bits; a step then differs from the FP32 whole-sequence pass
+ * by about that relative error in K and V: 2e-3 (FP16) and 2e-2 (BF16) on
+ * y and the weights of unit-scale inputs. */
+START_TEST(steps_equal_whole_half)
+{
+    layer L;
+    gqa_rope_layer(&L, 6);
+    attn_kv_dtype dt = _i & 1 ? ATTN_KV_BF16 : ATTN_KV_F16;
+    float tol = dt == ATTN_KV_F16 ? 2e-3f : 2e-2f;
+    chunks_equal_whole(&L, dt, 4, split_mixed, 9, _i >> 1 ? P_MAPS : P_FUSED,
+                       tol, tol, 200u + (unsigned)_i);
+    layer_free(&L);
+}
+END_TEST
+
+/* Prompts long enough for the fused kernel's key blocks and several query
+ * blocks, MQA, full RoPE, default page size. */
+START_TEST(steps_equal_whole_long)
+{
+    tu_rng g = {7};
+    layer L;
+    layer_init(&L, &g, 16, 4, 1, 8, 8);
+    L.c.rope_theta = 500.0f;
+    const int splits[] = {300, 1, 1, 37, 1};
+    chunks_equal_whole(&L, ATTN_KV_F32, 0, splits, 5, _i ? P_MAPS : P_FUSED,
+                       2e-5f, 2e-4f, 300u + (unsigned)_i);
+    layer_free(&L);
+}
+END_TEST
+
+/* One batch: three decoder sequences at different lengths (one-token steps
+ * and a chunk), a stateless causal request and a stateless non-causal one
+ * give exactly what each gives alone. */
+START_TEST(batch_mixes_steps_and_stateless)
+{
+    layer L;
+    gqa_rope_layer(&L, 8);
+    int dm = 24, H = 4;
+    tu_rng g = {9};
+    char err[ATTN_ERRMAX];
+    attn_kv_pool *p;
+    ck_assert_int_eq(attn_kv_pool_create(&p, &L.c, ATTN_KV_F32, 4, 1 << 24, err),
+                     0);
+    attn_kv kv[3];
+    int past[3] = {6, 1, 9}, tnew[5] = {1, 1, 3, 7, 5};
+    float *hist[3];
+    for (int i = 0; i < 3; i++) { /* prefill each alone */
+        attn_kv_init(&kv[i], p);
+        hist[i] = tu_randn(&g, (size_t)past[i] * dm, 1.0f);
+        float *yp = tu_fill((size_t)past[i] * dm, 0);
+        attn_seq s = {.t = past[i], .s = past[i], .t_valid = past[i],
+                      .s_valid = past[i], .causal = 1, .x = hist[i], .y = yp,
+                      .kv = &kv[i]};
+        ck_assert_int_eq(attn_kv_reserve(&kv[i], past[i], err), 0);
+        ck_assert_msg(attn_forward(&L.c, &L.w, &s, 1, NULL, err) == 0, "%s", err);
+        attn_kv_advance(&kv[i], past[i]);
+        free(yp);
+    }
+    attn_seq b[5], one[5];
+    float *x[5], *yb[5], *ab[5], *y1[5], *a1[5];
+    for (int i = 0; i < 5; i++) {
+        int t = tnew[i], s = i < 3 ? past[i] + t : t;
+        x[i] = tu_randn(&g, (size_t)t * dm, 1.0f);
+        yb[i] = tu_fill((size_t)t * dm, NAN);
+        y1[i] = tu_fill((size_t)t * dm, NAN);
+        ab[i] = tu_fill((size_t)H * t * s, NAN);
+        a1[i] = tu_fill((size_t)H * t * s, NAN);
+        b[i] = (attn_seq){.t = t, .s = s, .t_valid = t, .s_valid = s,
+                          .causal = i != 4, .x = x[i], .y = yb[i],
+                          .attention = ab[i], .kv = i < 3 ? &kv[i] : NULL};
+        if (i < 3)
+            ck_assert_int_eq(attn_kv_reserve(&kv[i], t, err), 0);
+    }
+    ck_assert_msg(attn_forward(&L.c, &L.w, b, 5, g_ex, err) == 0, "%s", err);
+    for (int i = 0; i < 5; i++) { /* each alone, from the same history */
+        one[i] = b[i];
+        one[i].y = y1[i];
+        one[i].attention = a1[i];
+        ck_assert_msg(attn_forward(&L.c, &L.w, &one[i], 1, NULL, err) == 0,
+                      "%s", err);
+        tu_assert_close("batched y", yb[i], y1[i], (size_t)tnew[i] * dm, 1e-6f,
+                        1e-5f);
+        tu_assert_close("batched attention", ab[i], a1[i],
+                        (size_t)H * tnew[i] * b[i].s, 1e-6f, 1e-5f);
+        free(x[i]), free(yb[i]), free(y1[i]), free(ab[i]), free(a1[i]);
+    }
+    for (int i = 0; i < 3; i++) {
+        attn_kv_free(&kv[i]);
+        free(hist[i]);
+    }
+    attn_kv_pool_destroy(p);
+    layer_free(&L);
+}
+END_TEST
+
+/* ---- PyTorch: an HF-style decoder layer with past_key_values ------------ */
+
+/* Read n floats (or ints) from f into a new buffer. */
+static float *rd(FILE *f, size_t n)
+{
+    float *p = malloc(n * sizeof(float) + 1);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_uint_eq(fread(p, sizeof(float), n, f), n);
+    return p;
+}
+
+/* tests/core/gen_decode_vectors.py: prefill the prompt in one step, then
+ * one-token steps, on the fused (_i 0) or maps (_i 1) path; every y and
+ * every step's attention row against torch. */
+START_TEST(torch_decoder_layer)
+{
+    const char *dir = getenv("ATTN_TEST_DATA");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/core/vectors/decode.bin",
+             dir ? dir : "tests");
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s (set ATTN_TEST_DATA)", path);
+    int32_t n_cases;
+    ck_assert_uint_eq(fread(&n_cases, 4, 1, f), 1);
+    for (int cs = 0; cs < n_cases; cs++) {
+        int32_t h[8];
+        float theta;
+        ck_assert_uint_eq(fread(h, 4, 8, f), 8);
+        ck_assert_uint_eq(fread(&theta, 4, 1, f), 1);
+        int dm = h[0], H = h[1], Hk = h[2], dk = h[3], dv = h[4], rot = h[5];
+        int np = h[6], ns = h[7];
+        attn_config c = {.d_model = dm, .n_heads = H, .n_kv_heads = Hk,
+                         .head_dim = dk, .v_head_dim = dv,
+                         .rope_theta = theta, .rope_dims = rot};
+        float *wq = rd(f, (size_t)dm * H * dk), *wk = rd(f, (size_t)dm * Hk * dk);
+        float *wv = rd(f, (size_t)dm * Hk * dv), *wo = rd(f, (size_t)H * dv * dm);
+        float *bq = rd(f, (size_t)H * dk), *bk = rd(f, (size_t)Hk * dk);
+        float *bv = rd(f, (size_t)Hk * dv), *bo = rd(f, (size_t)dm);
+        float *x = rd(f, (size_t)(np + ns) * dm), *y0 = rd(f, (size_t)np * dm);
+        attn_weights w = {wq, wk, wv, wo, bq, bk, bv, bo};
+        char err[ATTN_ERRMAX];
+        attn_kv_pool *p;
+        ck_assert_int_eq(attn_kv_pool_create(&p, &c, ATTN_KV_F32, 0, 1 << 24,
+                                             err),
+                         0);
+        attn_kv kv;
+        attn_kv_init(&kv, p);
+        float *y = tu_fill((size_t)np * dm, NAN);
+        attn_seq st = {.t = np, .s = np, .t_valid = np, .s_valid = np,
+                       .causal = 1, .x = x, .y = y, .kv = &kv};
+        ck_assert_int_eq(attn_kv_reserve(&kv, np, err), 0);
+        ck_assert_msg(attn_forward(&c, &w, &st, 1, g_ex, err) == 0, "%s", err);
+        attn_kv_advance(&kv, np);
+        tu_assert_close("prefill y", y, y0, (size_t)np * dm, 1e-5f, 1e-4f);
+        for (int i = 0; i < ns; i++) {
+            int s = np + i + 1;
+            float *wy = rd(f, (size_t)dm), *wa = rd(f, (size_t)H * s);
+            float *a = tu_fill((size_t)H * s, NAN);
+            st = (attn_seq){.t = 1, .s = s, .t_valid = 1, .s_valid = s,
+                            .causal = 1, .x = x + (size_t)(np + i) * dm,
+                            .y = y, .kv = &kv,
+                            .attention = _i ? a : NULL};
+            ck_assert_int_eq(attn_kv_reserve(&kv, 1, err), 0);
+            ck_assert_msg(attn_forward(&c, &w, &st, 1, g_ex, err) == 0, "%s",
+                          err);
+            attn_kv_advance(&kv, 1);
+            char what[64];
+            snprintf(what, sizeof what, "case %d step %d y", cs, i);
+            tu_assert_close(what, y, wy, (size_t)dm, 1e-5f, 1e-4f);
+            snprintf(what, sizeof what, "case %d step %d attention", cs, i);
+            if (_i)
+                tu_assert_close(what, a, wa, (size_t)H * s, 1e-6f, 1e-4f);
+            free(wy), free(wa), free(a);
+        }
+        attn_kv_free(&kv);
+        attn_kv_pool_destroy(p);
+        free(wq), free(wk), free(wv), free(wo), free(bq), free(bk), free(bv);
+        free(bo), free(x), free(y0), free(y);
+    }
+    fclose(f);
+}
+END_TEST
+
+/* Bad decoder steps are refused before anything is computed. */
+START_TEST(step_arguments)
+{
+    layer L;
+    gqa_rope_layer(&L, 10);
+    char err[ATTN_ERRMAX];
+    attn_kv_pool *p, *other;
+    ck_assert_int_eq(attn_kv_pool_create(&p, &L.c, ATTN_KV_F32, 4, 1 << 20, err),
+                     0);
+    attn_config c2 = L.c;
+    c2.head_dim = 4;
+    c2.rope_dims = 0;
+    ck_assert_int_eq(attn_kv_pool_create(&other, &c2, ATTN_KV_F32, 4, 1 << 20,
+                                         err),
+                     0);
+    attn_kv kv, ko;
+    attn_kv_init(&kv, p);
+    attn_kv_init(&ko, other);
+    float x[2 * 24] = {0}, y[2 * 24], k[2 * 16];
+    attn_seq s = {.t = 2, .s = 2, .t_valid = 2, .s_valid = 2, .causal = 1,
+                  .x = x, .y = y, .kv = &kv};
+    attn_plan *pl;
+    ck_assert_int_eq(attn_plan_create(&pl, &L.c, &L.w, &s, 1, err), ATTN_EINVAL);
+    ck_assert_msg(strstr(err, "attn_kv_reserve"), "%s", err);
+    ck_assert_int_eq(attn_kv_reserve(&kv, 2, err), 0);
+    s.s = 3;
+    ck_assert_int_eq(attn_plan_create(&pl, &L.c, &L.w, &s, 1, err), ATTN_EINVAL);
+    ck_assert_msg(strstr(err, "kv->len + t"), "%s", err);
+    s.s = 2;
+    s.t_valid = 1;
+    ck_assert_int_eq(attn_plan_create(&pl, &L.c, &L.w, &s, 1, err), ATTN_EINVAL);
+    s.t_valid = 2;
+    s.context = x;
+    ck_assert_int_eq(attn_plan_create(&pl, &L.c, &L.w, &s, 1, err), ATTN_EINVAL);
+    s.context = NULL;
+    s.k = k;
+    ck_assert_int_eq(attn_plan_create(&pl, &L.c, &L.w, &s, 1, err), ATTN_EINVAL);
+    s.k = NULL;
+    attn_seq two[2] = {s, s};
+    ck_assert_int_eq(attn_plan_create(&pl, &L.c, &L.w, two, 2, err), ATTN_EINVAL);
+    ck_assert_msg(strstr(err, "also"), "%s", err);
+    s.kv = &ko;
+    ck_assert_int_eq(attn_kv_reserve(&ko, 2, err), 0);
+    ck_assert_int_eq(attn_plan_create(&pl, &L.c, &L.w, &s, 1, err), ATTN_EINVAL);
+    ck_assert_msg(strstr(err, "pool"), "%s", err);
+    s.kv = &kv;
+    ck_assert_int_eq(attn_plan_create(&pl, &L.c, &L.w, &s, 1, err), 0);
+    attn_plan_destroy(pl);
+    attn_kv_free(&kv);
+    attn_kv_free(&ko);
+    attn_kv_pool_destroy(p);
+    attn_kv_pool_destroy(other);
+    layer_free(&L);
+}
+END_TEST
+
+static void setup(void)
+{
+    ck_assert_int_eq(attn_exec_create(&g_ex, 2), 0);
+}
+
+static void teardown(void)
+{
+    attn_exec_destroy(g_ex);
+    g_ex = NULL;
+}
+
+static Suite *kv_suite(void)
+{
+    Suite *s = suite_create("kv");
+    TCase *tc = tcase_create("kv");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, pool_budget_reserve_trim_free);
+    tcase_add_test(tc, pool_half_roundtrip);
+    tcase_add_loop_test(tc, steps_equal_whole_f32, 0, 9);
+    tcase_add_loop_test(tc, steps_equal_whole_half, 0, 4);
+    tcase_add_loop_test(tc, steps_equal_whole_long, 0, 2);
+    tcase_add_test(tc, batch_mixes_steps_and_stateless);
+    tcase_add_test(tc, step_arguments);
+    tcase_add_loop_test(tc, torch_decoder_layer, 0, 2);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TU_MAIN(kv_suite)

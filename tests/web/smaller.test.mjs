@@ -1,0 +1,131 @@
+// smaller.test.mjs - issue 10, point 3: what a new user tripped over on the
+// page, one test each (each fails on the page before the fix): a link
+// pasted into an open tab, a retained sdpa map naming its own model, the
+// step view of a map kept without scores, the status line's time, the
+// table's rounding, the row the step view opens on.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { launch, openPage, sdpaHash, startAttnd, waitDrawn } from './harness.mjs';
+
+let daemon, browser;
+before(async () => {
+  daemon = await startAttnd();
+  browser = await launch();
+});
+after(async () => {
+  if (browser) await browser.close();
+  if (daemon) await daemon.stop();
+});
+
+const SEED = { q: [[2, 0, 2, 0], [0, 4, 0, 2]], k: [[1, 0, 1, 0], [0, 1, 0, 0]], v: [[1, 2], [3, 0]], tokens: ['t0', 't1'] };
+
+// retainSdpa: POST sdpa on the seed with retain and no outputs list (so
+// the store keeps weights and value rows, not scores); the map id.
+async function retainSdpa() {
+  const t = (name, a) => ({ name, datatype: 'FP32', shape: [a.length, a[0].length], data: a.flat() });
+  const body = { inputs: [t('q', SEED.q), t('k', SEED.k), t('v', SEED.v)], parameters: { retain: true } };
+  const res = await fetch(`${daemon.url}/v2/models/sdpa/infer`, { method: 'POST', body: JSON.stringify(body) });
+  assert.equal(res.status, 200, await res.clone().text());
+  return (await res.json()).parameters.map_id;
+}
+
+test('a link pasted into a tab that shows the page draws what the link says', async () => {
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=the%20cat%20sat&h=0`);
+  assert.equal(await page.evaluate(() => window.attnd.run.T), 3);
+  // Only the fragment changes, as when a link to the same page is pasted.
+  await page.evaluate(() => { location.hash = '#model=toy&text=one%20two%20three%20four%20five&h=1&q=2'; });
+  await page.waitForFunction(() => window.attnd.run.T === 5 && window.attnd.state.h === 1,
+    null, { timeout: 5000 });
+  await waitDrawn(page);
+  assert.equal(await page.inputValue('#text'), 'one two three four five');
+  assert.match(await page.textContent('#focus-title'), /^Head 1/);
+  assert.match(await page.textContent('#steps h2'), /query “three” \(#2\)/);
+  // And a link to a retained map.
+  const id = await retainSdpa();
+  await page.evaluate((m) => { location.hash = `#map=${m}&h=0&q=1`; }, id);
+  await page.waitForFunction((m) => window.attnd.run.mapId === m, id, { timeout: 5000 });
+  await waitDrawn(page);
+  assert.equal(await page.evaluate(() => window.attnd.run.T), 2);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('a retained sdpa map opened by #map= names its own model and shape', async () => {
+  const id = await retainSdpa();
+  const meta = await (await fetch(`${daemon.url}/v2/maps/${id}`)).json();
+  const { page, errors } = await openPage(browser, `${daemon.url}/#map=${id}&h=0`);
+  assert.equal(await page.inputValue('#model'), 'sdpa');
+  const info = await page.textContent('#model-info');
+  assert.ok(info.includes(`[${meta.shape.join(', ')}]`), info);
+  assert.match(info, /sdpa/);
+  assert.doesNotMatch(info, /d_model/);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('a map kept without scores: the step view lists weights only, no weight × v, no output', async () => {
+  const id = await retainSdpa();
+  const meta = await (await fetch(`${daemon.url}/v2/maps/${id}`)).json();
+  assert.ok(!meta.retained.includes('scores') && meta.retained.includes('v'), JSON.stringify(meta.retained));
+  const { page, errors } = await openPage(browser, `${daemon.url}/#map=${id}&h=0&q=0`);
+  assert.match(await page.textContent('#steps [data-why=no-scores]'), /only the weights are listed/);
+  const heads = await page.$$eval('#steps th[scope=col]', (ths) => ths.map((t) => t.textContent));
+  assert.deepEqual(heads, ['key', 'weight']);
+  assert.doesNotMatch(await page.textContent('#steps'), /Output of head|weight × v/);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('the status line and the map list give times for people, not raw ISO 8601', async () => {
+  const id = await retainSdpa();
+  const { page, errors } = await openPage(browser, `${daemon.url}/#map=${id}&h=0`);
+  const iso = /\d{4}-\d\d-\d\dT\d\d:\d\d/;
+  const status = await page.textContent('#status');
+  assert.doesNotMatch(status, iso);
+  assert.match(status, /retained \d+ s ago \(.*\d:\d\d:\d\d.*\)/);
+  await page.click('#tab-maps');
+  await page.waitForSelector(`#maps button:has-text("${id}")`);
+  const item = await page.textContent(`#maps button:has-text("${id}")`);
+  assert.doesNotMatch(item, iso);
+  assert.match(item, /ago/);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('the table rounds as the readout does (6 decimals)', async () => {
+  const { page, errors } = await openPage(browser, daemon.url + sdpaHash(SEED, '&h=0&q=0'));
+  await page.check('#table-toggle');
+  const cells = await page.$$eval('#table-view tbody td', (tds) => tds.map((td) => td.textContent));
+  assert.equal(cells.length, 4);
+  assert.match(cells[0], /^0\.88079[67]$/);
+  assert.match(cells[1], /^0\.11920[23]$/);
+  const c = await page.evaluate(() => window.attnd.cellCenter(0, 1));
+  await page.mouse.move(c.pageX, c.pageY);
+  await page.waitForFunction(() => /#1/.test(document.querySelector('#readout [data-field=key]')?.textContent || ''));
+  assert.equal(await page.textContent('#readout [data-field=weight]'), cells[1]);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('the step view opens on the strongest off-diagonal row, and follows the hovered cell', async () => {
+  // Causal, k_j = e_j, d_k = 4: q_1 = 4 e_0, q_2 = 20 e_1, q_3 = 4 e_2. Row 2
+  // puts ~0.9999 on key 1, the strongest weight off the diagonal; row 0
+  // (only itself) has nothing to show.
+  const e = (j, s) => [0, 1, 2, 3].map((d) => (d === j ? s : 0));
+  const spec = { q: [e(0, 0), e(0, 4), e(1, 20), e(2, 4)], k: [0, 1, 2, 3].map((j) => e(j, 1)), v: [[1], [2], [3], [4]] };
+  const { page, errors } = await openPage(browser, daemon.url + sdpaHash(spec, '&causal=1&h=0'));
+  assert.match(await page.textContent('#steps h2'), /\(#2\)/);
+  assert.doesNotMatch(await page.evaluate(() => location.hash), /[&#]q=/);
+  const c = await page.evaluate(() => window.attnd.cellCenter(3, 1));
+  await page.mouse.move(c.pageX, c.pageY);
+  await page.waitForFunction(() => /\(#3\)/.test(document.querySelector('#steps h2').textContent), null, { timeout: 5000 });
+  await page.mouse.move(0, 0);
+  await page.waitForFunction(() => /\(#2\)/.test(document.querySelector('#steps h2').textContent), null, { timeout: 5000 });
+  // A chosen row (click) stays, and goes into the link.
+  const d = await page.evaluate(() => window.attnd.cellCenter(1, 0));
+  await page.mouse.click(d.pageX, d.pageY);
+  await page.mouse.move(0, 0);
+  await page.waitForFunction(() => /\(#1\)/.test(document.querySelector('#steps h2').textContent) && /q=1/.test(location.hash));
+  assert.deepEqual(errors, []);
+  await page.close();
+});
