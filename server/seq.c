@@ -137,6 +137,16 @@ static void fail(srv_step *st, int status, const char *msg)
     srv__sched_fail(st->job, status, msg);
 }
 
+/* unknown_msg: the 400 of a step whose sequence is not live. */
+static void unknown_msg(char *msg, size_t n, const char *id)
+{
+    snprintf(msg, n, "parameters.sequence_id: unknown sequence '%s' (never "
+             "started, ended, idle past sequence-idle-ms, deleted, its model "
+             "reloaded, or held by another replica or a restarted server); "
+             "send sequence_start: true with the whole history to begin it "
+             "again", id);
+}
+
 /* kick: make l's next waiting step active (checked against l's state now
  * that every earlier step of l has ended), or fail it and try the next. */
 static void kick(srv_seqs *q, srv_seq *l)
@@ -169,11 +179,7 @@ static void kick(srv_seqs *q, srv_seq *l)
             st->map_id[0] = 0;
         } else {
             if (!l->live) {
-                snprintf(msg, sizeof msg, "parameters.sequence_id: sequence "
-                         "'%s' is unknown, ended or expired (idle, deleted, "
-                         "model reloaded or server restarted); send "
-                         "sequence_start: true with the whole history to "
-                         "begin it again", st->id);
+                unknown_msg(msg, sizeof msg, st->id);
                 fail(st, 400, msg);
                 continue;
             }
@@ -210,10 +216,7 @@ static void route(srv_seqs *q, srv_step *st)
     srv_seq *l = find(q, st->id);
     char msg[512];
     if (!l && !st->start) {
-        snprintf(msg, sizeof msg, "parameters.sequence_id: sequence '%s' is "
-                 "unknown or expired (idle, deleted, model reloaded or server "
-                 "restarted); send sequence_start: true with the whole "
-                 "history to begin it again", st->id);
+        unknown_msg(msg, sizeof msg, st->id);
         fail(st, 400, msg);
         return;
     }
