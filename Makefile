@@ -52,9 +52,9 @@ obj = $(1:%.c=$(BUILD)/%.o)
 # past NODE_TEST_TIMEOUT ms (SIGTERM; tests/server/helper.mjs and
 # tests/web/harness.mjs then SIGKILL the daemons it started), Check a test
 # case past CK_TIMEOUT s, and the failover script is stopped past
-# FAILOVER_TIMEOUT s. A whole file takes 1-30 s today; sanitized builds get
+# FAILOVER_TIMEOUT s. A whole file takes 1-50 s today; sanitized builds get
 # more time, never looser assertions.
-NODE_TEST_TIMEOUT ?= $(if $(SANITIZER),600000,180000)
+NODE_TEST_TIMEOUT ?= $(if $(SANITIZER),600000,120000)
 CK_TIMEOUT ?= $(if $(SANITIZER),300,60)
 FAILOVER_TIMEOUT ?= $(if $(SANITIZER),900,300)
 

@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
-"""HTTP benchmark of attnd, with a bare libmicrohttpd server as its peer.
+"""HTTP benchmark of attnd, with two peers: a bare libmicrohttpd server and
+the same layer served by FastAPI/uvicorn + PyTorch.
 
     python3 bench/http_bench.py --attnd build/default/attnd --bare build/default/bench/bare_mhd
 
 1. Small requests: `demo` (d_model 64), T=16, JSON, through wrk at 1, 16 and
-   64 connections against attnd and against bare_mhd (which reads the body
-   and answers a fixed body of the same size), same run: req/s, p50/p99
-   latency and the attnd/bare ratio.
+   64 connections against attnd, against bare_mhd (which reads the body
+   and answers a fixed body of the same size) and against
+   bench/fastapi_peer.py (two uvicorn workers on their own sockets, one
+   torch thread each, the same weights; its answer is checked equal to
+   attnd's before it is timed), same run: req/s, p50/p99 latency and the
+   ratios to the bare server; then the issue's aims with where each server
+   stands (req/s >= 0.6x bare at every point, p50 at one connection <= 2x
+   bare's).
 2. One large request: B=8, T=512, d_model=768 (a random 12-head weight set
    written to a temporary repository), JSON and binary: MB/s in and ms end
    to end (median of 3).
@@ -114,12 +120,21 @@ def write_model(folder, d, heads):
         json.dump({"n_heads": heads}, f)
 
 
+def small_body():
+    """The small request: demo, x [1, 16, 64], seeded values."""
+    rnd = random.Random(1)
+    return json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 16, 64],
+                                   "data": [round(rnd.uniform(-1, 1), 6) for _ in range(16 * 64)]}]})
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--attnd", default=os.path.join(ROOT, "build/default/attnd"))
     ap.add_argument("--bare", default=os.path.join(ROOT, "build/default/bench/bare_mhd"))
     ap.add_argument("--seconds", type=int, default=5, help="wrk duration per point")
     ap.add_argument("--threads", type=int, default=0, help="attnd --threads")
+    ap.add_argument("--python", default="/usr/bin/python3",
+                    help="the Python with torch and fastapi for the peer ('' skips it)")
     a = ap.parse_args()
     if not shutil.which("wrk"):
         sys.exit("wrk is missing: tools/install-deps.sh bench")
@@ -136,26 +151,56 @@ def main():
                           r"listening on http://127\.0\.0\.1:(\d+)", "err")
         procs.append(at)
         wait_ready(aport)
-        rnd = random.Random(1)
-        small = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 16, 64],
-                                        "data": [round(rnd.uniform(-1, 1), 6) for _ in range(16 * 64)]}]})
+        small = small_body()
+        rnd = random.Random(2)
         _, resp = post(aport, "/v2/models/demo/infer", small, {"Content-Type": "application/json"})
         bare, bport = start([a.bare, "0", str(len(resp))], r"listening on http://127\.0\.0\.1:(\d+)", "out")
         procs.append(bare)
+        pyport = None
+        if a.python:
+            prepo = os.path.join(tmp, "pymodels")
+            os.makedirs(prepo)
+            shutil.copytree(os.path.join(ROOT, "models", "demo"), os.path.join(prepo, "demo"))
+            py, pyport = start([a.python, os.path.join(HERE, "fastapi_peer.py"), "--models", prepo,
+                                "--workers", "2"], r"listening on http://127\.0\.0\.1:(\d+)", "out")
+            procs.append(py)
+            _, presp = post(pyport, "/v2/models/demo/infer", small, {"Content-Type": "application/json"})
+            ya = json.loads(resp)["outputs"][0]
+            yp = json.loads(presp)["outputs"][0]
+            diff = max(abs(u - v) for u, v in zip(ya["data"], yp["data"]))
+            if ya["shape"] != yp["shape"] or len(ya["data"]) != len(yp["data"]) or diff > 1e-5:
+                sys.exit(f"the Python peer's y differs from attnd's (max |diff| {diff:g})")
+            print(f"python peer: FastAPI/uvicorn + PyTorch {a.python}, 2 workers x 1 torch thread; "
+                  f"y equal to attnd's (max |diff| {diff:.1e}), answer {len(presp)} B")
         lua = os.path.join(tmp, "post.lua")
         with open(lua, "w") as f:
             f.write('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
                     f"wrk.body = {json.dumps(small)}\n")
         print(f"small requests: demo, T=16, d_model=64, JSON body {len(small)} B, answer {len(resp)} B; "
               f"wrk {a.seconds}s per point")
-        print(f"{'conns':>5} | {'attnd req/s':>11} {'p50 ms':>8} {'p99 ms':>8} | "
-              f"{'bare req/s':>10} {'p50 ms':>8} {'p99 ms':>8} | {'req/s ratio':>11}")
+        print(f"{'conns':>5} | {'attnd req/s':>11} {'p50 ms':>7} {'p99 ms':>7} | "
+              f"{'bare req/s':>10} {'p50 ms':>7} {'p99 ms':>7} | "
+              f"{'python req/s':>12} {'p50 ms':>7} {'p99 ms':>7} | {'attnd/bare':>10} {'python/bare':>11}")
+        points = {}
         for c in (1, 16, 64):
             ra = wrk(f"http://127.0.0.1:{aport}/v2/models/demo/infer", c, a.seconds, lua)
             rb = wrk(f"http://127.0.0.1:{bport}/v2/models/demo/infer", c, a.seconds, lua)
-            note = f"  ({ra[3]} non-2xx!)" if ra[3] else ""
-            print(f"{c:>5} | {ra[0]:>11.0f} {ra[1]:>8.2f} {ra[2]:>8.2f} | "
-                  f"{rb[0]:>10.0f} {rb[1]:>8.2f} {rb[2]:>8.2f} | {ra[0] / rb[0]:>11.2f}{note}")
+            rp = (wrk(f"http://127.0.0.1:{pyport}/v2/models/demo/infer", c, a.seconds, lua)
+                  if pyport else (float("nan"),) * 3 + (0,))
+            points[c] = (ra, rb, rp)
+            note = "".join(f"  ({r[3]} non-2xx from {n}!)" for n, r in (("attnd", ra), ("python", rp)) if r[3])
+            print(f"{c:>5} | {ra[0]:>11.0f} {ra[1]:>7.2f} {ra[2]:>7.2f} | "
+                  f"{rb[0]:>10.0f} {rb[1]:>7.2f} {rb[2]:>7.2f} | "
+                  f"{rp[0]:>12.0f} {rp[1]:>7.2f} {rp[2]:>7.2f} | "
+                  f"{ra[0] / rb[0]:>10.2f} {rp[0] / rb[0]:>11.2f}{note}")
+        print("aims (small requests, vs the bare server):")
+        for c in (1, 16, 64):
+            ra, rb, rp = points[c]
+            print(f"  req/s at {c:>2} connections >= 0.6x bare: attnd {ra[0] / rb[0]:.2f}x "
+                  f"({'met' if ra[0] / rb[0] >= 0.6 else 'not met'}), python {rp[0] / rb[0]:.2f}x")
+        ra, rb, rp = points[1]
+        print(f"  p50 at 1 connection <= 2x bare's ({rb[1]:.3f} ms): attnd {ra[1] / rb[1]:.1f}x "
+              f"({'met' if ra[1] / rb[1] <= 2 else 'not met'}), python {rp[1] / rb[1]:.1f}x")
 
         B, T, D = 8, 512, 768
         xs = [round(rnd.uniform(-1, 1), 6) for _ in range(B * T * D)]

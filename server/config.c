@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,6 +95,48 @@ static const setting *find(const char *name, size_t len)
     return NULL;
 }
 
+/* load_key_file: api_key from the first line of api_key_file (trailing
+ * spaces and CR dropped); -1 with err when unreadable, empty, or when
+ * --api-key is set too. */
+static int load_key_file(srv_config *cfg, char *err)
+{
+    char buf[4096 + 2];
+    size_t n;
+    FILE *f;
+    char *k;
+    if (cfg->api_key[0]) {
+        snprintf(err, SRV_ERRMAX, "--api-key-file %s: --api-key is set too; "
+                 "use one", cfg->api_key_file);
+        return -1;
+    }
+    f = fopen(cfg->api_key_file, "r");
+    if (!f) {
+        snprintf(err, SRV_ERRMAX, "--api-key-file %s: cannot read (%s)",
+                 cfg->api_key_file, strerror(errno));
+        return -1;
+    }
+    n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    buf[strcspn(buf, "\n")] = 0;
+    n = strlen(buf);
+    while (n && (buf[n - 1] == ' ' || buf[n - 1] == '\r' || buf[n - 1] == '\t'))
+        buf[--n] = 0;
+    if (n == 0 || n > 4096) {
+        snprintf(err, SRV_ERRMAX, "--api-key-file %s: %s", cfg->api_key_file,
+                 n ? "key longer than 4096 bytes" : "no key on its first line");
+        return -1;
+    }
+    k = strdup(buf);
+    if (!k) {
+        snprintf(err, SRV_ERRMAX, "--api-key-file: out of memory");
+        return -1;
+    }
+    free(cfg->api_key);
+    cfg->api_key = k;
+    return 0;
+}
+
 int srv_config_load(srv_config *cfg, int argc, char **argv,
                     srv_action *action, const char **arg, char *err)
 {
@@ -164,6 +207,8 @@ int srv_config_load(srv_config *cfg, int argc, char **argv,
         if (!eq)
             a++;
     }
+    if (cfg->api_key_file[0] && load_key_file(cfg, err) < 0)
+        goto fail;
     return 0;
 fail:
     srv_config_free(cfg);

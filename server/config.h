@@ -47,6 +47,8 @@
       "largest request body in bytes (413 past it)")                          \
     X(max_json_body, "max-json-body", INT, 16 * SRV_MiB, 1024, 1LL << 40,     \
       "largest JSON part of a request in bytes (413 past it)")                \
+    X(max_small_body, "max-small-body", INT, 64 * 1024, 64, 1LL << 30,       \
+      "largest body of the repository index and unload calls (413 past it)")  \
     X(request_memory, "request-memory", INT, 512 * SRV_MiB, 1024, 1LL << 42,  \
       "bytes one decoded request with its outputs may occupy")                \
     X(max_tokens, "max-tokens", INT, 65536, 1, 1LL << 30,                     \
@@ -55,8 +57,14 @@
       "open connection limit")                                                \
     X(conn_timeout_s, "connection-timeout", INT, 60, 0, 86400,                \
       "idle connection timeout (s; 0 = none)")                                \
+    X(reuse_port, "reuse-port", INT, 0, 0, 1,                                 \
+      "1: share the port with other processes (SO_REUSEPORT); 0: refuse to "  \
+      "start when it is in use")                                              \
     X(api_key, "api-key", STR, "", 0, 0,                                      \
-      "when set, infer, repository, maps need 'Authorization: Bearer <key>'") \
+      "when set, infer, repository, maps need 'Authorization: Bearer <key>' " \
+      "(a flag shows in ps: prefer ATTND_API_KEY or --api-key-file)")         \
+    X(api_key_file, "api-key-file", STR, "", 0, 0,                            \
+      "read the API key from this file (its first line; instead of --api-key)") \
     X(cors_origins, "cors-origins", STR, "", 0, 0,                            \
       "comma-separated allowed CORS origins, or * (empty: no CORS)")          \
     X(maps_waiters, "maps-waiters", INT, 64, 1, 100000,                       \

@@ -14,11 +14,13 @@
 #include "server/web.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 uint64_t srv_now_ns(void)
@@ -138,9 +140,12 @@ static int key_ok(const char *key, const char *auth)
 {
     size_t i, n = strlen(key), m;
     unsigned char d = 0;
-    if (!auth || strncmp(auth, "Bearer ", 7) != 0)
+    /* the scheme name is case-insensitive (RFC 9110 11.1) */
+    if (!auth || strncasecmp(auth, "Bearer ", 7) != 0)
         return 0;
     auth += 7;
+    while (*auth == ' ')
+        auth++;
     m = strlen(auth);
     for (i = 0; i < n; i++)
         d |= (unsigned char)(key[i] ^ (i < m ? auth[i] : 0));
@@ -193,7 +198,10 @@ static int route(srv_req *r, const char *url)
     const char *v;
     size_t len = strcspn(url, "?");
     if (len >= sizeof r->path) {
-        srv_respond_error(r, 404, "path: too long");
+        /* logged cut, with its length */
+        snprintf(r->path, sizeof r->path, "%.200s... (%zu bytes)", url, len);
+        srv_respond_error(r, 414, "path: %zu bytes, over the limit of %zu",
+                          len, sizeof r->path - 1);
         return -1;
     }
     memcpy(r->path, url, len);
@@ -305,12 +313,75 @@ static enum MHD_Result queue_response(srv_req *r)
     return ret;
 }
 
-/* first_call: set up r, route it, check auth and Content-Length. May answer
- * at once (the body is then never read). */
+/* body_check: the body r's route accepts (srv.h SRV_BODY_*) against the
+ * headers, before any of it is read: sets r->body_limit and r->limit_name,
+ * or answers 400/413 (then MHD never reads the body) and returns -1. */
+static int body_check(srv_req *r)
+{
+    srv *s = r->s;
+    const char *v, *te;
+    unsigned long long cl = 0;
+    int has_cl;
+    v = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
+    te = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Transfer-Encoding");
+    has_cl = v != NULL;
+    if (v)
+        cl = strtoull(v, NULL, 10); /* MHD checked its syntax */
+    switch (r->route->body) {
+    case SRV_BODY_NONE:
+        if ((has_cl && cl > 0) || te) {
+            srv_respond_error(r, 413, "body: %s %s takes no body",
+                              r->method == SRV_POST ? "POST" : "GET", r->path);
+            return -1;
+        }
+        r->body_limit = 0;
+        return 0;
+    case SRV_BODY_SMALL:
+        r->body_limit = (size_t)s->cfg.max_small_body;
+        r->limit_name = "max-small-body";
+        break;
+    case SRV_BODY_UPLOAD:
+        r->body_limit = (size_t)s->cfg.max_body;
+        r->limit_name = "max-body";
+        break;
+    default: /* SRV_BODY_INFER */
+        r->body_limit = (size_t)s->cfg.max_json_body; /* all JSON */
+        r->limit_name = "max-json-body";
+        v = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                        "Inference-Header-Content-Length");
+        if (v) {
+            char *end;
+            unsigned long long h = strtoull(v, &end, 10);
+            if (!*v || *end || v[0] == '-') {
+                srv_respond_error(r, 400, "Inference-Header-Content-Length: '%s' "
+                                          "is not a byte count", v);
+                return -1;
+            }
+            if (h > (unsigned long long)s->cfg.max_json_body) {
+                srv_respond_error(r, 413, "Inference-Header-Content-Length: %llu "
+                                  "bytes of JSON is over the limit of %lld "
+                                  "(max-json-body)", h, s->cfg.max_json_body);
+                return -1;
+            }
+            r->header_len = (size_t)h;
+            r->body_limit = (size_t)s->cfg.max_body;
+            r->limit_name = "max-body";
+        }
+        break;
+    }
+    if (has_cl && cl > r->body_limit) {
+        srv_respond_error(r, 413, "Content-Length: %llu bytes is over the limit "
+                          "of %zu (%s)", cl, r->body_limit, r->limit_name);
+        return -1;
+    }
+    return 0;
+}
+
+/* first_call: set up r, route it, check auth, then the body its route
+ * accepts. May answer at once (the body is then never read). */
 static void first_call(srv_req *r, const char *url)
 {
     srv *s = r->s;
-    const char *v;
     cors_match(r, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin"));
     if (route(r, url) < 0)
         return;
@@ -321,37 +392,8 @@ static void first_call(srv_req *r, const char *url)
                                   "(send 'Authorization: Bearer <key>')");
         return;
     }
-    r->body_limit = (size_t)s->cfg.max_body;
-    v = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
-                                    "Inference-Header-Content-Length");
-    if (v) {
-        char *end;
-        unsigned long long h = strtoull(v, &end, 10);
-        if (!*v || *end || v[0] == '-') {
-            srv_respond_error(r, 400, "Inference-Header-Content-Length: '%s' is "
-                                      "not a byte count", v);
-            return;
-        }
-        if (h > (unsigned long long)s->cfg.max_json_body) {
-            srv_respond_error(r, 413, "Inference-Header-Content-Length: %llu "
-                              "bytes of JSON is over the limit of %lld (max-json-body)",
-                              h, s->cfg.max_json_body);
-            return;
-        }
-        r->header_len = (size_t)h;
-    } else if (r->route->fn == srv_h_infer) {
-        r->body_limit = (size_t)s->cfg.max_json_body; /* all JSON */
-    }
-    v = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
-    if (v) {
-        unsigned long long cl = strtoull(v, NULL, 10);
-        if (cl > r->body_limit) {
-            srv_respond_error(r, 413, "Content-Length: %llu bytes is over the "
-                              "limit of %zu (%s)", cl, r->body_limit,
-                              r->header_len ? "max-body" : "max-json-body");
-            return;
-        }
-    }
+    if (body_check(r) < 0)
+        return;
 }
 
 /* add_body: buffer a chunk, up to body_limit; past it the rest is counted
@@ -415,13 +457,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         r->body_seen += *upload_size;
         *upload_size = 0;
         /* a client that keeps sending far past the limit is cut off */
-        return r->too_large && r->body_seen / 2 > r->body_limit ? MHD_NO : MHD_YES;
+        return r->too_large && r->body_seen / 2 > r->body_limit + 4096 ? MHD_NO
+                                                                       : MHD_YES;
     }
     if (r->suspended)
         return MHD_YES;
     if (r->too_large) {
-        srv_respond_error(r, 413, "body: over the limit of %zu bytes (%s)",
-                          r->body_limit, r->header_len ? "max-body" : "max-json-body");
+        if (r->body_limit == 0)
+            srv_respond_error(r, 413, "body: %s takes no body", r->path);
+        else
+            srv_respond_error(r, 413, "body: over the limit of %zu bytes (%s)",
+                              r->body_limit, r->limit_name);
         return queue_response(r);
     }
     r->route->fn(r);
@@ -497,11 +543,20 @@ int srv_http_start(srv *s, char *err)
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.conn_timeout_s,
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
-        MHD_OPTION_END);
+        /* SO_REUSEPORT only when asked: otherwise a second attnd on the
+         * port would silently take half of the connections */
+        s->cfg.reuse_port ? MHD_OPTION_LISTENING_ADDRESS_REUSE : MHD_OPTION_END,
+        (unsigned)1, MHD_OPTION_END);
     if (!s->mhd) {
-        snprintf(err, SRV_ERRMAX, "--host %s --port %lld: cannot listen (in use, or "
-                 "not an address of this machine)", s->cfg.host, s->cfg.port);
+        int e = errno;
+        if (e == EADDRINUSE)
+            snprintf(err, SRV_ERRMAX, "--host %s --port %lld: address in use "
+                     "(another server listens there; --reuse-port 1 shares "
+                     "the port on purpose)", s->cfg.host, s->cfg.port);
+        else
+            snprintf(err, SRV_ERRMAX, "--host %s --port %lld: cannot listen "
+                     "(%s; in use, or not an address of this machine)",
+                     s->cfg.host, s->cfg.port, strerror(e));
         return -1;
     }
     info = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);

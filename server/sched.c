@@ -7,6 +7,13 @@
  *   a stage goes to the pool, completions are counted here, then the next
  *   stage -> encode on the pool -> answer.
  *
+ * Solo: a request that finds its model's queue empty and an instance free
+ * (and no batch delay to wait for company) is decoded, computed and encoded
+ * by one pool job: one loop <-> pool hand-off instead of two. It holds an
+ * instance from admission, so requests arriving meanwhile queue and batch
+ * as above; when it turns out too large for one job (SMALL_BATCH_FLOPS) it
+ * joins the queue after its decode like any other request.
+ *
  * A job is freed when its pipeline is over and its HTTP request is gone or
  * answered; a deadline answers 504 at once and detaches the request, the
  * pipeline then ends on its own (a queued job leaves the queue at once, a
@@ -45,6 +52,9 @@ struct srv_job {
     char *resp;
     size_t resp_len, resp_hlen;
     int batch;         /* sequences in its batch */
+    int solo;          /* 1: decode+compute+encode in one pool job */
+    int solo_ran;      /* solo job computed and encoded it */
+    char id[64];       /* the request's id for the log (solo_ran) */
     uint64_t t_arrive, t_queued, t_run, t_ran, decode_ns, encode_ns;
     int answered;      /* status its request was answered with, 0 = none */
     srv_step step;     /* sequence state (seq.h) */
@@ -79,6 +89,10 @@ struct batch {
  * batch over the pool, stage by stage through the loop thread, costs more
  * hand-offs than it saves (demo T=16 is 0.6 MFLOP). */
 #define SMALL_BATCH_FLOPS 8e6
+
+/* A solo job's body is at most this long: a longer one would hold an
+ * instance through a long decode. */
+#define SOLO_BODY_BYTES (64u << 10)
 
 static void pump(srv_entry *e);
 static void job_end(srv_job *j);
@@ -615,6 +629,83 @@ static void decode_done(uv_work_t *w, int status)
     pump(e);
 }
 
+/* solo_work: pool thread. decode_work, then, when the request is small
+ * enough for one job, its plan, every stage, the finite check and the
+ * encoding, all on this thread (j->solo_ran). */
+static void solo_work(uv_work_t *w)
+{
+    srv_job *j = w->data;
+    attn_plan *plan = NULL;
+    char err[ATTN_ERRMAX];
+    int rc, st, n;
+    decode_work(w);
+    if (j->status)
+        return;
+    if (j->prep.raw)
+        rc = attn_plan_create_raw(&plan, &j->prep.cfg, j->prep.raws, j->prep.n, err);
+    else
+        rc = attn_plan_create(&plan, model_config(j->inst->m),
+                              model_weights(j->inst->m), j->prep.seqs, j->prep.n, err);
+    if (rc < 0) /* the batch path reports it */
+        return;
+    if (attn_plan_flops(plan) >= SMALL_BATCH_FLOPS) {
+        attn_plan_destroy(plan);
+        return;
+    }
+    j->t_queued = j->t_run = srv_now_ns();
+    for (st = 0; st < attn_plan_n_stages(plan); st++) {
+        size_t t, nt = attn_plan_n_tiles(plan, st);
+        for (t = 0; t < nt; t++)
+            attn_plan_run_tile(plan, st, t);
+    }
+    j->t_ran = srv_now_ns();
+    for (n = 0; n < j->prep.n; n++)
+        if (attn_plan_nonfinite(plan, n)) {
+            j->status = 400;
+            snprintf(j->err, sizeof j->err,
+                     "inputs: a projection, score or output of sequence %d is "
+                     "not finite (the inputs overflow float32); scale them down",
+                     n);
+            break;
+        }
+    attn_plan_destroy(plan);
+    j->batch = j->prep.n;
+    if (j->in.id) /* the log's copy: encoding frees the request */
+        snprintf(j->id, sizeof j->id, "%s", j->in.id);
+    encode_job(j);
+    j->solo_ran = 1;
+}
+
+/* solo_done: loop thread. Gives the instance back; a computed job is
+ * answered, a failed or abandoned one too, and one too large for a solo
+ * run joins the queue as decode_done does. */
+static void solo_done(uv_work_t *w, int status)
+{
+    srv_job *j = w->data;
+    srv_entry *e = j->e;
+    e->running--;
+    if (j->solo_ran) {
+        srv_stats_batch(&e->stats, j->batch, j->t_ran - j->t_run);
+        if (j->req)
+            memcpy(j->req->id, j->id, sizeof j->id);
+        answer(j, j->status ? j->status : 200, j->err);
+        job_end(j);
+        pump(e);
+        return;
+    }
+    decode_done(w, status);
+    pump(e); /* the instance it held is free (decode_done pumps only when
+                it queued) */
+}
+
+/* solo_ok: may a job of len body bytes for e run solo? Loop thread. */
+static int solo_ok(const srv_entry *e, size_t len)
+{
+    const srv *s = e->s;
+    return !e->qhead && e->running < (int)s->cfg.instances &&
+           s->cfg.batch_delay_us == 0 && len <= SOLO_BODY_BYTES;
+}
+
 /* srv_h_infer: POST /v2/models/{m}/infer. Admits the request (or answers
  * 404/503 at once), then decodes it on the pool. */
 void srv_h_infer(srv_req *r)
@@ -671,6 +762,7 @@ void srv_h_infer(srv_req *r)
     r->body_len = r->body_cap = 0;
     j->t_arrive = r->t0_ns;
     j->state = J_DECODE;
+    j->solo = solo_ok(e, j->len);
     r->job = j;
     e->pending++;
     s->live_jobs++;
@@ -686,6 +778,11 @@ void srv_h_infer(srv_req *r)
     srv_seq_arrive(s, &j->step);
     srv_suspend(r);
     j->work.data = j;
+    if (j->solo) {
+        e->running++;
+        uv_queue_work(s->loop, &j->work, solo_work, solo_done);
+        return;
+    }
     uv_queue_work(s->loop, &j->work, decode_work, decode_done);
 }
 

@@ -112,6 +112,15 @@ enum { SRV_GET = 1, SRV_POST = 2, SRV_OPTIONS = 4, SRV_HEAD = 8, SRV_OTHER = 16,
 
 typedef void (*srv_handler)(srv_req *r);
 
+/* The body a route accepts, checked from the headers before a byte of it
+ * is read (413 otherwise): */
+enum {
+    SRV_BODY_NONE = 0, /* none: Content-Length 0 or absent, not chunked */
+    SRV_BODY_SMALL,    /* a small JSON object: up to max-small-body */
+    SRV_BODY_INFER,    /* max-json-body, or max-body with a binary header */
+    SRV_BODY_UPLOAD,   /* up to max-body (a model upload) */
+};
+
 /* One row of the route table (routes.c). "{}" matches one path segment,
  * captured into r->arg[]. */
 typedef struct srv_route {
@@ -119,6 +128,7 @@ typedef struct srv_route {
     const char *path;   /* e.g. "/v2/models/{}/infer" */
     srv_handler fn;
     int auth;           /* 1: needs the API key when one is set */
+    int body;           /* SRV_BODY_* */
 } srv_route;
 
 /* One HTTP request. Allocated on MHD's first call for it, freed in exactly
@@ -132,6 +142,7 @@ struct srv_req {
     char arg[2][SRV_NAME_MAX + 32]; /* path captures */
     char *body;            /* request body, grown up to body_limit */
     size_t body_len, body_cap, body_limit;
+    const char *limit_name; /* the setting body_limit comes from */
     int too_large;         /* body passed body_limit; rest discarded */
     size_t body_seen;      /* bytes received, kept or not */
     size_t header_len;     /* Inference-Header-Content-Length, 0 = none */

@@ -4,7 +4,8 @@
 #   build      compiler, libraries and headers (make, make run)
 #   test       build + what the test suites drive (node, chromium, nginx, promtool,
 #              curl for the README examples)
-#   bench      test + wrk and PyTorch (the benchmark peers)
+#   bench      test + wrk, PyTorch and FastAPI/uvicorn (the benchmark peers),
+#              strace and valgrind (bench/path_profile.py)
 #   container  buildah, debootstrap, curl, python3 (make container-test)
 #   fuzz       build + clang and its libFuzzer runtime (make fuzz)
 #   fresh      debootstrap, curl, python3 (make fresh-test)
@@ -12,7 +13,7 @@
 set -eu
 build="gcc make pkg-config libc6-dev libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev check python3"
 test="$build nodejs npm chromium nginx-light prometheus curl"
-bench="$test wrk python3-torch python3-numpy"
+bench="$test wrk python3-torch python3-numpy python3-fastapi python3-uvicorn python3-uvloop python3-httptools python3-ujson strace valgrind"
 container="buildah debootstrap curl python3"
 fuzz="$build clang libclang-rt-14-dev"
 fresh="debootstrap curl python3"

@@ -21,7 +21,7 @@ const N = Number(process.env.ATTND_FUZZ_N || 1500);
 const SECONDS = Number(process.env.ATTND_FUZZ_SECONDS || 40);
 const WAVE = Number(process.env.ATTND_FUZZ_WAVE || 4);
 const SEED = Number(process.env.ATTND_FUZZ_SEED || (Date.now() % 0x7fffffff));
-const ALLOWED = new Set([200, 400, 404, 405, 413, 503]);
+const ALLOWED = new Set([200, 400, 404, 405, 413, 414, 503]); // 414: a path over 1 KiB
 
 let d;
 before(async () => {
