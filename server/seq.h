@@ -139,6 +139,9 @@ int srv_seq_alloc_maps(srv_prep *p, const oip_request *req, int s,
 /* srv_seq_encode: a computed step's answer: its outputs, parameters
  * sequence_length and (retained) map_id; grows or starts the map. */
 int srv_seq_encode(srv_step *st, const char *model_name, maps_store *maps,
+                   int (*enc)(const char *, const char *, const oip_output *,
+                              int, const char *, char **, size_t *, size_t *,
+                              char *),
                    char **body, size_t *len, size_t *header_len, char *err);
 
 /* seq_http.c */

@@ -206,6 +206,9 @@ static void grow_map(srv_step *st, const char *model_name, maps_store *maps)
 }
 
 int srv_seq_encode(srv_step *st, const char *model_name, maps_store *maps,
+                   int (*enc)(const char *, const char *, const oip_output *,
+                              int, const char *, char **, size_t *, size_t *,
+                              char *),
                    char **body, size_t *len, size_t *header_len, char *err)
 {
     const srv_prep *p = st->prep;
@@ -238,6 +241,7 @@ int srv_seq_encode(srv_step *st, const char *model_name, maps_store *maps,
                  p->maps_s, st->map_id);
     else
         snprintf(extra, sizeof extra, "{\"sequence_length\":%d}", p->maps_s);
-    rc = oip_encode(model_name, req->id, outs, n, extra, body, len, header_len, err);
+    rc = (enc ? enc : oip_encode)(model_name, req->id, outs, n, extra, body, len,
+                                  header_len, err);
     return rc == ATTN_EFORMAT ? 400 : rc < 0 ? 500 : 0;
 }
