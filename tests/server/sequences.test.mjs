@@ -378,7 +378,7 @@ test('retain: one map that grows with every step, same id, readable meanwhile', 
     let t0 = 0, id = null;
     for (const t of [3, 1, 3]) {
       const r = await infer(d, 'gqa', stepBody('ret', xs.slice(t0 * D, (t0 + t) * D),
-        { start: t0 === 0, extra: t0 === 0 ? { retain: true, tokens: ['a', 'b', 'c'] } : {} }), auth);
+        { start: t0 === 0, extra: t0 === 0 ? { retain: true, tokens: ['a', 'b', 'c'] } : { retain: true } }), auth);
       checkStep(r, ref, t0, t, `retain ${t0}`);
       t0 += t;
       if (!id) id = r.json.parameters.map_id;
