@@ -9,7 +9,7 @@ import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
-import { REFS, fp32, infer, maxDiff, post, start } from './helper.mjs';
+import { REFS, SLOW, fp32, infer, maxDiff, start } from './helper.mjs';
 
 const TINY = join(dirname(fileURLToPath(import.meta.url)), 'fixtures', 'models', 'tiny');
 const upload = () => ({
@@ -268,7 +268,7 @@ test('--max-connections: a connection past the limit is not served until one clo
   await sleep(1000);
   assert.equal(probe.got(), '', 'a third connection was served past --max-connections 2');
   held[0].s.destroy();
-  for (let i = 0; i < 100 && !probe.got().includes('\r\n\r\n'); i++) await sleep(50);
+  for (let i = 0; i < 100 * SLOW && !probe.got().includes('\r\n\r\n'); i++) await sleep(50);
   assert.match(probe.got(), /^HTTP\/1\.1 200 /, 'served once a held connection closed');
   held[1].s.destroy();
   probe.s.destroy();
