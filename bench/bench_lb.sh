@@ -30,7 +30,7 @@ s = [socket.socket() for _ in range(2)]
 for x in s: x.bind(("127.0.0.1", 0))
 print(*[x.getsockname()[1] for x in s])')"
 
-ATTND_HOST=127.0.0.1 ATTND_PORT=$port ATTND_MODELS=$dir/models ATTND_THREADS=1 \
+ATTND_HOST=127.0.0.1 ATTND_PORT=$port ATTND_GRPC_PORT=0 ATTND_MODELS=$dir/models ATTND_THREADS=1 \
     "$bin" 2>"$dir/logs/attnd.log" &
 attnd_pid=$!
 pids+=("$attnd_pid")

@@ -145,7 +145,7 @@ def main():
         os.makedirs(repo)
         shutil.copytree(os.path.join(ROOT, "models", "demo"), os.path.join(repo, "demo"))
         write_model(os.path.join(repo, "big"), 768, 12)
-        at, aport = start([a.attnd, "--port", "0", "--models", repo, "--threads", str(a.threads),
+        at, aport = start([a.attnd, "--port", "0", "--grpc-port", "0", "--models", repo, "--threads", str(a.threads),
                            "--max-json-body", str(512 << 20), "--max-body", str(512 << 20),
                            "--request-memory", str(2 << 30), "--queue-size", "1024"],
                           r"listening on http://127\.0\.0\.1:(\d+)", "err")

@@ -208,7 +208,7 @@ chmod -R a+rX "$work/models"
 bah config --volume /models- "$run_ctr"
 # Listen on loopback only here (the image default 0.0.0.0 is checked above).
 bah run --isolation chroot -e ATTND_PORT="$port" -e ATTND_HOST=127.0.0.1 \
-    -v "$work/models:/models:ro" \
+    -e ATTND_GRPC_PORT=0 -v "$work/models:/models:ro" \
     "$run_ctr" -- "${entry[@]}" "${cmd[@]}" >"$work/attnd.log" 2>&1 &
 run_pid=$!
 
@@ -262,7 +262,8 @@ python3 deploy/container_check.py "$url" seed000 | sed 's/^/container-test: /' &
 # ---------------------------------------------------------- 6. healthcheck
 step "the image's HEALTHCHECK command"
 hc_run() {
-    bah run --isolation chroot -e ATTND_PORT="$port" "$run_ctr" -- "${hc[@]:1}" \
+    bah run --isolation chroot -e ATTND_PORT="$port" -e ATTND_GRPC_PORT=0 \
+        "$run_ctr" -- "${hc[@]:1}" \
         >>"$work/hc.log" 2>&1
 }
 if hc_run; then ok "healthcheck passes while serving"; else

@@ -372,10 +372,9 @@ static int input_meta(json_t *in, int i, const oip__scan *sc, int has_binary,
     return 0;
 }
 
-/* Converts n little-endian wire elements to host values, refusing
- * non-finite floats and BOOL bytes other than 0/1. */
-static int decode_binary(const oip_tensor *t, const unsigned char *src, int i,
-                         char *err)
+/* oip__decode_binary: see oip_internal.h. */
+int oip__decode_binary(const oip_tensor *t, const unsigned char *src, int i,
+                       char *err)
 {
     size_t n = t->count;
     switch (t->wire_dtype) {
@@ -623,7 +622,7 @@ int oip_decode(oip_request *req, const char *body, size_t len,
             goto fail;
         }
         if (meta[i].binary) {
-            rc = decode_binary(t, (const unsigned char *)body + jlen +
+            rc = oip__decode_binary(t, (const unsigned char *)body + jlen +
                                       meta[i].bin_off, (int)i, err);
         } else {
             char field[48];

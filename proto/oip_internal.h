@@ -96,6 +96,16 @@ int oip__scan_json(const char *js, size_t len, int max_inputs,
 int oip__read_data(const char *s, size_t len, oip_dtype dtype, void *out,
                    size_t count, const char *field, char *err);
 
+/*
+ * oip__decode_binary: t->count little-endian wire elements of
+ * t->wire_dtype at src to host values in t->data (allocated by the
+ * caller), refusing non-finite floats and BOOL bytes other than 0/1; i is
+ * the input's index for the message. 0 or ATTN_EINVAL. (The JSON binding's
+ * binary part and the gRPC binding's raw_input_contents.)
+ */
+int oip__decode_binary(const oip_tensor *t, const unsigned char *src, int i,
+                       char *err);
+
 /* printf into err (OIP_ERRMAX bytes) when err is not NULL; returns code. */
 int oip__fail(char *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -27,6 +27,8 @@
     X(host, "host", STR, "127.0.0.1", 0, 0,                                   \
       "address to listen on (0.0.0.0 or :: for every interface)")             \
     X(port, "port", INT, 8080, 0, 65535, "TCP port (0 picks a free one)")    \
+    X(grpc_port, "grpc-port", INT, 8001, -1, 65535,                           \
+      "gRPC port (inference.GRPCInferenceService; 0 = off, -1 picks a free one)") \
     X(models, "models", STR, "models", 0, 0,                                  \
       "model repository folder: <dir>/<name>/model.safetensors")              \
     X(threads, "threads", INT, 0, 0, 1024,                                    \

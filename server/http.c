@@ -61,7 +61,7 @@ void srv_kick(srv *s)
 
 void srv_suspend(srv_req *r)
 {
-    if (!r->suspended) {
+    if (r->conn && !r->suspended) {
         MHD_suspend_connection(r->conn);
         r->suspended = 1;
         r->s->n_suspended++;
@@ -80,6 +80,10 @@ void srv_respond(srv_req *r, int status, const char *ctype, char *body,
     r->ctype = ctype;
     r->resp = body;
     r->resp_len = len;
+    if (r->on_answer) {
+        r->on_answer(r);
+        return;
+    }
     if (r->suspended) {
         r->suspended = 0;
         r->s->n_suspended--;

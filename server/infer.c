@@ -416,8 +416,11 @@ void srv_prep_free(srv_prep *p)
 }
 
 int srv_infer_encode(const srv_prep *p, const oip_request *req,
-                     const char *model_name, maps_store *maps, char **body,
-                     size_t *len, size_t *header_len, char *err)
+                     const char *model_name, maps_store *maps,
+                     int (*enc)(const char *, const char *, const oip_output *,
+                                int, const char *, char **, size_t *, size_t *,
+                                char *),
+                     char **body, size_t *len, size_t *header_len, char *err)
 {
     oip_output outs[SRV_O_N];
     const char *const *names = p->raw ? sdpa_outs : model_outs;
@@ -470,8 +473,9 @@ int srv_infer_encode(const srv_prep *p, const oip_request *req,
             return ERR("parameters.retain: %.400s", merr);
         snprintf(extra, sizeof extra, "{\"map_id\":\"%s\"}", id);
     }
-    rc = oip_encode(model_name, req->id, outs, n, extra[0] ? extra : NULL, body,
-                    len, header_len, err);
+    rc = (enc ? enc : oip_encode)(model_name, req->id, outs, n,
+                                  extra[0] ? extra : NULL, body, len,
+                                  header_len, err);
     /* a non-finite JSON output comes from the client's (finite, huge)
      * inputs: a bad request, not a server fault */
     return rc == ATTN_EFORMAT ? 400 : rc < 0 ? 500 : 0;

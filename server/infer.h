@@ -52,10 +52,15 @@ void srv_prep_free(srv_prep *p);
 
 /*
  * srv_infer_encode: the response of a computed request (and its retained
- * map, when asked). Returns 0 or an HTTP status with err; *body is malloc'd.
+ * map, when asked), written by enc (oip_encode's contract; NULL =
+ * oip_encode, JSON). Returns 0 or an HTTP status with err; *body is
+ * malloc'd.
  */
 int srv_infer_encode(const srv_prep *p, const oip_request *req,
-                     const char *model_name, maps_store *maps, char **body,
-                     size_t *len, size_t *header_len, char *err);
+                     const char *model_name, maps_store *maps,
+                     int (*enc)(const char *, const char *, const oip_output *,
+                                int, const char *, char **, size_t *, size_t *,
+                                char *),
+                     char **body, size_t *len, size_t *header_len, char *err);
 
 #endif

@@ -9,6 +9,7 @@
  * signal cuts the drain short.
  */
 #include "server/srv.h"
+#include "server/grpc.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -29,6 +30,7 @@ static void on_stop_timer(uv_timer_t *t)
     s->stopping = 1;
     srv_log(s, "info", "drained; stopping");
     srv_http_stop(s);
+    srv_grpc_stop(s);
     uv_close((uv_handle_t *)&s->sig_term, NULL);
     uv_close((uv_handle_t *)&s->sig_int, NULL);
     signal(SIGTERM, SIG_IGN); /* exiting anyway: a late signal must not kill */
@@ -68,6 +70,7 @@ static void on_signal(uv_signal_t *h, int signum)
     srv_log(s, "info", "%s: draining (%d requests in flight, up to %lld ms)",
             signum == SIGINT ? "SIGINT" : "SIGTERM", s->live_jobs, s->cfg.drain_ms);
     srv_sched_drain(s);
+    srv_grpc_drain(s);
     srv_maps_wait_drain(s);
     uv_timer_start(&s->drain_timer, on_drain_timeout, (uint64_t)s->cfg.drain_ms, 0);
     srv_check_stop(s);
@@ -142,7 +145,8 @@ int main(int argc, char **argv)
     s.sig_term.data = s.sig_int.data = &s;
     uv_signal_start(&s.sig_term, on_signal, SIGTERM);
     uv_signal_start(&s.sig_int, on_signal, SIGINT);
-    if (srv_registry_start(&s, err) < 0 || srv_http_start(&s, err) < 0) {
+    if (srv_registry_start(&s, err) < 0 || srv_http_start(&s, err) < 0 ||
+        srv_grpc_start(&s, err) < 0) {
         fprintf(stderr, "attnd: %s\n", err);
         s.draining = 1;
         s.drain_expired = 1;

@@ -5,6 +5,7 @@
  * counters are only touched there, so reading them needs no lock.
  */
 #include "server/srv.h"
+#include "server/grpc.h"
 #include "server/maps.h"
 
 #include <jansson.h>
@@ -173,6 +174,19 @@ void srv_h_metrics(srv_req *r)
         if (s->http.by_status[i])
             bprintf(&b, "attnd_http_responses_total{code=\"%d\"} %llu\n", i,
                     (unsigned long long)s->http.by_status[i]);
+    bprintf(&b, "# HELP attnd_grpc_calls_total gRPC calls by final status.\n"
+                "# TYPE attnd_grpc_calls_total counter\n");
+    for (i = 0; i < 17; i++)
+        if (s->http.grpc_codes[i])
+            bprintf(&b, "attnd_grpc_calls_total{code=\"%s\"} %llu\n",
+                    srv_grpc_code_name(i), (unsigned long long)s->http.grpc_codes[i]);
+    bprintf(&b, "# HELP attnd_grpc_stream_responses_total ModelStreamInfer "
+                "responses by the status of the request they answer.\n"
+                "# TYPE attnd_grpc_stream_responses_total counter\n");
+    for (i = 0; i < 17; i++)
+        if (s->http.grpc_msgs[i])
+            bprintf(&b, "attnd_grpc_stream_responses_total{code=\"%s\"} %llu\n",
+                    srv_grpc_code_name(i), (unsigned long long)s->http.grpc_msgs[i]);
     bprintf(&b, "# HELP attnd_draining 1 after SIGTERM/SIGINT.\n"
                 "# TYPE attnd_draining gauge\nattnd_draining %d\n"
                 "# HELP attnd_open_requests HTTP requests in progress.\n"

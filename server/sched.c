@@ -55,6 +55,8 @@ struct srv_job {
     int solo_ran;      /* solo job computed and encoded it */
     char id[64];       /* the request's id for the log (solo_ran) */
     uint64_t t_arrive, t_queued, t_run, t_ran, decode_ns, encode_ns;
+    const srv_door *door; /* wire format, NULL = JSON (srv.h) */
+    long long deadline_ms;
     srv_job *next;     /* queue link */
 };
 
@@ -194,8 +196,9 @@ static void on_deadline(uv_timer_t *t)
 {
     srv_job *j = t->data;
     char msg[160];
-    snprintf(msg, sizeof msg, "deadline: no answer within %lld ms (deadline-ms)",
-             j->s->cfg.deadline_ms);
+    snprintf(msg, sizeof msg, "deadline: no answer within %lld ms (%s)",
+             j->deadline_ms, j->deadline_ms < j->s->cfg.deadline_ms
+                                 ? "the client's deadline" : "deadline-ms");
     answer(j, 504, msg);
     if (j->state == J_QUEUED) {
         unqueue(j);
@@ -225,6 +228,7 @@ static void encode_job(srv_job *j)
     uint64_t t0 = srv_now_ns();
     if (!j->status)
         j->status = srv_infer_encode(&j->prep, &j->in, j->e->name, j->s->maps,
+                                     j->door ? j->door->encode : NULL,
                                      &j->resp, &j->resp_len, &j->resp_hlen,
                                      j->err);
     srv_prep_free(&j->prep);
@@ -543,7 +547,8 @@ static void decode_work(uv_work_t *w)
     uint64_t t0 = srv_now_ns();
     srv_infer_limits lim = {(size_t)s->cfg.request_memory, s->cfg.max_tokens,
                             s->maps};
-    int rc = oip_decode(&j->in, j->body, j->len, j->header_len, &s->limits, j->err);
+    int rc = (j->door ? j->door->decode : oip_decode)(
+        &j->in, j->body, j->len, j->header_len, &s->limits, j->err);
     free(j->body);
     j->body = NULL;
     if (rc < 0) {
@@ -721,6 +726,9 @@ void srv_h_infer(srv_req *r)
     j->mem = r->mem; /* the body's reservation goes with it */
     r->mem = 0;
     j->t_arrive = r->t0_ns;
+    j->door = r->door;
+    j->deadline_ms = r->deadline_ms && r->deadline_ms < s->cfg.deadline_ms
+                         ? r->deadline_ms : s->cfg.deadline_ms;
     j->state = J_DECODE;
     j->solo = solo_ok(e, j->len);
     r->job = j;
@@ -728,7 +736,7 @@ void srv_h_infer(srv_req *r)
     s->live_jobs++;
     uv_timer_init(s->loop, &j->deadline);
     j->deadline.data = j;
-    uv_timer_start(&j->deadline, on_deadline, (uint64_t)s->cfg.deadline_ms, 0);
+    uv_timer_start(&j->deadline, on_deadline, (uint64_t)j->deadline_ms, 0);
     srv_suspend(r);
     j->work.data = j;
     if (j->solo) {

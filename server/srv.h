@@ -59,6 +59,8 @@ typedef struct srv_stats {
 /* HTTP answers by status class for attnd_http_responses_total. */
 typedef struct srv_http_stats {
     uint64_t by_status[600];
+    uint64_t grpc_codes[17]; /* gRPC calls by final status (grpc.h) */
+    uint64_t grpc_msgs[17];  /* ModelStreamInfer responses: OK or error */
 } srv_http_stats;
 
 /* ---- registry.c -------------------------------------------------------- */
@@ -99,6 +101,17 @@ enum { SRV_GET = 1, SRV_POST = 2, SRV_OPTIONS = 4, SRV_HEAD = 8, SRV_OTHER = 16 
 
 typedef void (*srv_handler)(srv_req *r);
 
+/* An infer request's wire format. sched.c calls decode and encode on the
+ * pool; they have oip_decode's and oip_encode's contracts. A request with
+ * door NULL is REST's JSON (oip_decode/oip_encode); grpc.c's requests use
+ * protobuf (proto/oip_pb.h). */
+typedef struct srv_door {
+    int (*decode)(oip_request *req, const char *body, size_t len,
+                  size_t header_len, const oip_limits *lim, char *err);
+    int (*encode)(const char *model_name, const char *id,
+                  const oip_output *outs, int n_outs, const char *extra_params,
+                  char **body, size_t *len, size_t *header_len, char *err);
+} srv_door;
 /* The body a route accepts, checked from the headers before a byte of it
  * is read (413 otherwise): */
 enum {
@@ -163,6 +176,13 @@ struct srv_req {
     char id[64];
     int batch;
     uint64_t queue_us, compute_us;
+    /* A request that came in by another door (grpc.c) has conn NULL:
+     * srv_suspend does nothing and srv_respond calls on_answer, which owns
+     * r from then on (the door frees it). */
+    const srv_door *door;            /* infer wire format; NULL = JSON */
+    void (*on_answer)(srv_req *r);
+    void *door_ctx;
+    long long deadline_ms; /* shorter deadline than --deadline-ms, or 0 */
 };
 
 /* srv_respond: set r's answer and, if r is suspended, resume it. Takes
@@ -214,6 +234,8 @@ struct srv {
     int n_evicted;         /* since the last sweep (logged there) */
     uv_timer_t guard_timer;
     size_t mem_used;       /* of memory-budget */
+    struct srv_grpc *grpc; /* grpc.c, NULL when off */
+    int grpc_port;         /* bound gRPC port */
 };
 
 /* MHD accepts this many connections past max-connections; guard.c then

@@ -11,8 +11,8 @@
 #   fresh      debootstrap, curl, python3 (make fresh-test)
 # Needs root (or sudo) only when something is missing.
 set -eu
-build="gcc make pkg-config libc6-dev libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev check python3"
-test="$build nodejs npm chromium nginx-light prometheus curl"
+build="gcc make pkg-config libc6-dev libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev check python3 libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler"
+test="$build nodejs npm chromium nginx-light prometheus curl python3-grpcio python3-protobuf protobuf-compiler protobuf-compiler-grpc"
 bench="$test wrk python3-torch python3-numpy python3-fastapi python3-uvicorn python3-uvloop python3-httptools python3-ujson strace valgrind"
 container="buildah debootstrap curl python3"
 fuzz="$build clang libclang-rt-14-dev"

@@ -171,6 +171,7 @@ async function main() {
     rec: start(`attnd${i}`, BIN, [], {
       ATTND_HOST: "127.0.0.1",
       ATTND_PORT: String(port),
+      ATTND_GRPC_PORT: "0",
       ATTND_MODELS: join(dir, "models"),
       ATTND_THREADS: "1",
       ATTND_DRAIN_MS: "5000",

@@ -53,13 +53,16 @@ for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP'])
   process.on(sig, () => { killAll(`${sig} (the test runner's timeout?)`); process.exit(1); });
 
 /**
- * start({args, env, dir, ready, t}) -> {url, port, proc, dir, log(), stop()}
+ * start({args, env, dir, ready, t, grpc}) -> {url, port, grpcPort, proc, dir, log(), stop()}
  * args are extra flags; dir reuses a models folder (for restarts); t, a
  * test context: t.after stops the daemon (SIGKILL) if the test did not.
+ * gRPC is off (--grpc-port 0: parallel suites must not fight over 8001)
+ * unless grpc is true (a free port, d.grpcPort).
  */
 export async function start(opts = {}) {
   const dir = opts.dir || modelsDir();
-  const args = ['--port', '0', '--host', '127.0.0.1', '--models', dir, ...(opts.args || [])];
+  const args = ['--port', '0', '--host', '127.0.0.1', '--models', dir,
+    '--grpc-port', opts.grpc ? '-1' : '0', ...(opts.args || [])];
   const proc = spawn(ATTND, args, {
     env: { ...process.env, ...(opts.env || {}) },
     stdio: ['ignore', 'ignore', 'pipe'],
@@ -71,16 +74,20 @@ export async function start(opts = {}) {
   proc.stderr.on('data', (d) => { log += d; });
   const deadline = Date.now() + 20000 * SLOW;
   let port = 0;
-  while (!port) {
+  let grpcPort = 0;
+  while (!port || (opts.grpc && !grpcPort)) {
     const m = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(log);
-    if (m) port = Number(m[1]);
-    else if (exited) throw new Error(`attnd exited ${JSON.stringify(exited)}:\n${log}`);
+    const g = /listening on grpc:\/\/127\.0\.0\.1:(\d+)/.exec(log);
+    if (m && (g || !opts.grpc)) {
+      port = Number(m[1]);
+      grpcPort = g ? Number(g[1]) : 0;
+    } else if (exited) throw new Error(`attnd exited ${JSON.stringify(exited)}:\n${log}`);
     else if (Date.now() > deadline) { proc.kill('SIGKILL'); throw new Error(`attnd did not start:\n${log}`); }
     else await sleep(20);
   }
   const url = `http://127.0.0.1:${port}`;
   const d = {
-    url, port, proc, dir, exit,
+    url, port, grpcPort, proc, dir, exit,
     log: () => log,
     /**
      * stop(signal): send it, wait for exit, return {code, sig}. Throws when

@@ -192,7 +192,7 @@ before(async () => {
   // `make run` in a scratch folder: the default --models is ./models.
   work = mkdtempSync(join(tmpdir(), 'attnd-readme-'));
   cpSync(join(ROOT, 'models'), join(work, 'models'), { recursive: true });
-  const proc = spawn(ATTND, ['--port', '0'], { cwd: work, stdio: ['ignore', 'ignore', 'pipe'] });
+  const proc = spawn(ATTND, ['--port', '0', '--grpc-port', '0'], { cwd: work, stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   proc.stderr.on('data', (d) => { log += d; });
   const exit = new Promise((res) => proc.on('exit', res));

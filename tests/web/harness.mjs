@@ -67,7 +67,7 @@ for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP'])
 export async function startAttnd(extra = []) {
   if (!fs.existsSync(ATTND)) throw new Error(`${ATTND}: not built (make all)`);
   const models = modelsDir();
-  const proc = spawn(ATTND, ['--host', '127.0.0.1', '--port', '0', '--models', models,
+  const proc = spawn(ATTND, ['--host', '127.0.0.1', '--port', '0', '--grpc-port', '0', '--models', models,
     '--threads', '2', ...extra], { stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   live.set(proc, { models, log: () => out });

@@ -1,0 +1,68 @@
+/*
+ * oip_pb.h - the gRPC binding's infer messages (proto/kserve.proto:
+ * ModelInferRequest / ModelInferResponse) to and from the same oip_request
+ * and oip_output structs the JSON binding uses, so a gRPC request is
+ * checked, scheduled and computed exactly as a REST one. Pure library like
+ * oip.h: no sockets, no threads, any thread may call it.
+ *
+ * Decoding (oip_pb_decode) applies oip_decode's rules with its messages
+ * ("inputs[0].shape: dimension 1 is -3, must be >= 1"): names, datatypes,
+ * shapes, element counts against the contents, finite floats, BOOL 0/1,
+ * limits and the memory budget. Tensor data comes either as
+ * raw_input_contents (one little-endian entry per input, in input order:
+ * what Triton's clients send; FP16 and BF16 only this way) or as typed
+ * contents (fp32_contents, int_contents, int64_contents, bool_contents),
+ * never both. Request parameters: causal, retain, binary_data_output
+ * (bool_param), tokens (string_param holding a JSON array of strings).
+ * The protobuf parse itself runs under an allocator capped by the memory
+ * budget.
+ *
+ * Encoding (oip_pb_encode) writes a ModelInferResponse: outputs as
+ * raw_output_contents when any output asks for binary (the decoder sets
+ * binary_data_output when the request came raw), else typed contents; the
+ * extra parameters (a JSON object, e.g. {"map_id":"m3-1a2b"}) become
+ * response parameters. The message is written OIP_PB_HEADROOM bytes into
+ * *body, leaving room for the gRPC frame header the server adds in place.
+ */
+#ifndef ATTN_OIP_PB_H
+#define ATTN_OIP_PB_H
+
+#include <stddef.h>
+
+#include "proto/oip.h"
+
+/* Bytes free before the encoded message: a 5-byte gRPC frame header plus a
+ * ModelStreamInferResponse field header (tag + 10-byte varint). */
+#define OIP_PB_HEADROOM 16
+
+/*
+ * oip_pb_decode: parse a ModelInferRequest (len bytes) into req, as
+ * oip_decode does with a JSON body (header_len is ignored: same signature,
+ * so the daemon can pick either decoder). 0, or ATTN_EINVAL /
+ * ATTN_EOVERFLOW / ATTN_ENOMEM with err naming the field. On failure req is
+ * empty (oip_request_free stays safe).
+ */
+int oip_pb_decode(oip_request *req, const char *body, size_t len,
+                  size_t header_len, const oip_limits *lim, char *err);
+
+/*
+ * oip_pb_encode: a ModelInferResponse of outs (see oip_encode for the
+ * arguments). *body (malloc'd) holds OIP_PB_HEADROOM free bytes, then the
+ * message; *len counts both; *header_len is set to OIP_PB_HEADROOM.
+ * 0, ATTN_EINVAL (bad output or extra_params) or ATTN_ENOMEM.
+ */
+int oip_pb_encode(const char *model_name, const char *id,
+                  const oip_output *outs, int n_outs, const char *extra_params,
+                  char **body, size_t *len, size_t *header_len, char *err);
+
+/*
+ * oip_pb_peek_model: model_name and model_version of a ModelInferRequest
+ * without parsing the rest (the server needs the model before it hands the
+ * message to the pool). name and version get at most cap - 1 bytes. 0, or
+ * ATTN_EINVAL when the top-level wire format is broken or a field is too
+ * long (err says which).
+ */
+int oip_pb_peek_model(const char *msg, size_t len, char *name, char *version,
+                      size_t cap, char *err);
+
+#endif

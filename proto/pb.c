@@ -1,0 +1,741 @@
+/*
+ * pb.c - ModelInferRequest / ModelInferResponse (gRPC, protobuf-c) to and
+ * from oip_request / oip_output. See oip_pb.h for the contract; the rules
+ * and messages follow decode.c so both bindings answer a bad request alike.
+ */
+#include "proto/oip_pb.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/attn.h"
+#include "oip_internal.h"
+#include "proto/kserve.pb-c.h"
+
+typedef Inference__ModelInferRequest Req;
+typedef Inference__ModelInferRequest__InferInputTensor InTensor;
+typedef Inference__InferParameter Param;
+typedef Inference__InferTensorContents Contents;
+typedef Inference__ModelInferResponse Resp;
+typedef Inference__ModelInferResponse__InferOutputTensor OutTensor;
+typedef Inference__ModelInferResponse__ParametersEntry RespParam;
+
+/* ---- an allocator with a budget ----------------------------------------- */
+
+/* protobuf-c allocates the whole message tree while it parses; a small
+ * message of many tiny submessages could cost far more than its size, so
+ * the parse runs under the request's memory budget. */
+typedef struct budget {
+    size_t used, cap;
+    int over;
+} budget;
+
+#define HDR 16 /* keeps max_align_t alignment */
+
+static void *b_alloc(void *ud, size_t n)
+{
+    budget *b = ud;
+    size_t *p;
+    if (n > SIZE_MAX - HDR || n + HDR > b->cap - b->used) {
+        b->over = 1;
+        return NULL;
+    }
+    p = malloc(n + HDR);
+    if (!p)
+        return NULL;
+    p[0] = n + HDR;
+    b->used += n + HDR;
+    return (char *)p + HDR;
+}
+
+static void b_free(void *ud, void *ptr)
+{
+    budget *b = ud;
+    size_t *p;
+    if (!ptr)
+        return;
+    p = (size_t *)(void *)((char *)ptr - HDR);
+    b->used -= p[0];
+    free(p);
+}
+
+/* ---- decode --------------------------------------------------------------- */
+
+static void resolve_limits(oip_limits *L, const oip_limits *lim)
+{
+    memset(L, 0, sizeof *L);
+    if (lim)
+        *L = *lim;
+    if (!L->max_elements)
+        L->max_elements = OIP_DEFAULT_MAX_ELEMENTS;
+    if (!L->memory_budget)
+        L->memory_budget = OIP_DEFAULT_MEMORY_BUDGET;
+    if (L->max_inputs <= 0)
+        L->max_inputs = OIP_DEFAULT_MAX_INPUTS;
+    if (L->max_outputs <= 0)
+        L->max_outputs = OIP_DEFAULT_MAX_OUTPUTS;
+    if (L->max_tokens <= 0)
+        L->max_tokens = OIP_DEFAULT_MAX_TOKENS;
+}
+
+/* get_bool: a bool_param into *out; any other kind is refused. */
+static int get_bool(const Param *v, const char *field, int *out, char *err)
+{
+    if (!v || v->parameter_choice_case !=
+                  INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM)
+        return oip__fail(err, ATTN_EINVAL, "%s: expected true or false "
+                         "(bool_param)", field);
+    *out = v->bool_param != 0;
+    return 0;
+}
+
+/* tokens: a string_param holding a JSON array of strings (InferParameter
+ * has no list kind). */
+static int get_tokens(oip_request *req, const Param *v, int max_tokens,
+                      size_t *bytes, char *err)
+{
+    oip_params *pr = &req->params;
+    json_t *t;
+    json_error_t je;
+    size_t i, n;
+    int rc = 0;
+    if (!v || v->parameter_choice_case !=
+                  INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM)
+        return oip__fail(err, ATTN_EINVAL, "parameters.tokens: expected a "
+                         "string_param holding a JSON array of strings");
+    t = json_loads(v->string_param, JSON_REJECT_DUPLICATES, &je);
+    if (!json_is_array(t)) {
+        json_decref(t);
+        return oip__fail(err, ATTN_EINVAL,
+                         "parameters.tokens: expected an array of strings");
+    }
+    n = json_array_size(t);
+    if (n > (size_t)max_tokens) {
+        rc = oip__fail(err, ATTN_EOVERFLOW,
+                       "parameters.tokens: %zu entries, at most %d", n,
+                       max_tokens);
+        goto done;
+    }
+    for (i = 0; i < n; i++) {
+        json_t *s = json_array_get(t, i);
+        if (!json_is_string(s)) {
+            rc = oip__fail(err, ATTN_EINVAL,
+                           "parameters.tokens[%zu]: expected a string", i);
+            goto done;
+        }
+        if (json_string_length(s) >= OIP_MAX_TOKEN) {
+            rc = oip__fail(err, ATTN_EINVAL,
+                           "parameters.tokens[%zu]: longer than %d bytes", i,
+                           OIP_MAX_TOKEN - 1);
+            goto done;
+        }
+    }
+    if (n && !(pr->tokens = calloc(n, sizeof *pr->tokens))) {
+        rc = oip__fail(err, ATTN_ENOMEM, "parameters.tokens: out of memory");
+        goto done;
+    }
+    for (i = 0; i < n; i++) {
+        json_t *s = json_array_get(t, i);
+        size_t len = json_string_length(s);
+        if (!(pr->tokens[i] = malloc(len + 1))) {
+            rc = oip__fail(err, ATTN_ENOMEM,
+                           "parameters.tokens: out of memory");
+            goto done;
+        }
+        memcpy(pr->tokens[i], json_string_value(s), len + 1);
+        pr->n_tokens = (int)i + 1;
+        *bytes += len + 1 + sizeof(char *);
+    }
+done:
+    json_decref(t);
+    return rc;
+}
+
+/* params: the request parameters attnd knows; others are ignored. *bin
+ * is set when binary_data_output was given. */
+static int decode_params(oip_request *req, const Req *m, int max_tokens,
+                         size_t *bytes, int *bin_given, char *err)
+{
+    oip_params *pr = &req->params;
+    size_t i;
+    int rc = 0;
+    pr->causal = -1;
+    for (i = 0; i < m->n_parameters && !rc; i++) {
+        const char *k = m->parameters[i]->key;
+        const Param *v = m->parameters[i]->value;
+        if (!strcmp(k, "causal"))
+            rc = get_bool(v, "parameters.causal", &pr->causal, err);
+        else if (!strcmp(k, "retain"))
+            rc = get_bool(v, "parameters.retain", &pr->retain, err);
+        else if (!strcmp(k, "binary_data_output")) {
+            rc = get_bool(v, "parameters.binary_data_output",
+                          &pr->binary_data_output, err);
+            *bin_given = 1;
+        } else if (!strcmp(k, "tokens")) {
+            if (pr->tokens || pr->n_tokens)
+                return oip__fail(err, ATTN_EINVAL,
+                                 "parameters.tokens: given twice");
+            rc = get_tokens(req, v, max_tokens, bytes, err);
+        }
+    }
+    return rc;
+}
+
+static int decode_outputs(oip_request *req, const Req *m, int max_outputs,
+                          char *err)
+{
+    size_t i, j, n = m->n_outputs;
+    if (n > (size_t)max_outputs)
+        return oip__fail(err, ATTN_EOVERFLOW, "outputs: %zu entries, at most %d",
+                         n, max_outputs);
+    if (n == 0)
+        return 0;
+    req->outputs = calloc(n, sizeof *req->outputs);
+    if (!req->outputs)
+        return oip__fail(err, ATTN_ENOMEM, "outputs: out of memory");
+    for (i = 0; i < n; i++) {
+        const Inference__ModelInferRequest__InferRequestedOutputTensor *o =
+            m->outputs[i];
+        oip_output_req *r = &req->outputs[i];
+        size_t len = strlen(o->name);
+        if (len == 0 || len >= OIP_MAX_NAME)
+            return oip__fail(err, ATTN_EINVAL, "outputs[%zu].name: must be 1 "
+                             "to %d bytes", i, OIP_MAX_NAME - 1);
+        memcpy(r->name, o->name, len + 1);
+        for (j = 0; j < i; j++)
+            if (!strcmp(req->outputs[j].name, r->name))
+                return oip__fail(err, ATTN_EINVAL,
+                                 "outputs[%zu].name: duplicate output \"%s\"",
+                                 i, r->name);
+        r->binary = -1;
+        for (j = 0; j < o->n_parameters; j++)
+            if (!strcmp(o->parameters[j]->key, "binary_data")) {
+                char field[64];
+                int rc;
+                snprintf(field, sizeof field,
+                         "outputs[%zu].parameters.binary_data", i);
+                if ((rc = get_bool(o->parameters[j]->value, field, &r->binary,
+                                   err)))
+                    return rc;
+            }
+        req->n_outputs = (int)i + 1;
+    }
+    return 0;
+}
+
+/* typed: the contents field a datatype's values must use, its length, and
+ * whether any other field holds values. */
+static size_t typed_count(const Contents *c, oip_dtype t, int *other)
+{
+    size_t n[4] = {c->n_fp32_contents, c->n_int_contents,
+                   c->n_int64_contents, c->n_bool_contents};
+    size_t mine = t == OIP_FP32 ? 0 : t == OIP_INT32 ? 1 : t == OIP_INT64 ? 2 : 3;
+    size_t i, total = c->n_uint_contents + c->n_uint64_contents +
+                      c->n_fp64_contents + c->n_bytes_contents;
+    for (i = 0; i < 4; i++)
+        if (i != mine)
+            total += n[i];
+    *other = total != 0;
+    return n[mine];
+}
+
+static const char *typed_field(oip_dtype t)
+{
+    switch (t) {
+    case OIP_FP32: return "fp32_contents";
+    case OIP_INT32: return "int_contents";
+    case OIP_INT64: return "int64_contents";
+    default: return "bool_contents";
+    }
+}
+
+/* input_meta: name, datatype, shape and the size checks of one input. */
+static int input_meta(const InTensor *in, int i, const oip_limits *L,
+                      oip_tensor *t, char *err)
+{
+    size_t len = strlen(in->name), count = 1, d;
+    if (len == 0 || len >= OIP_MAX_NAME)
+        return oip__fail(err, ATTN_EINVAL, "inputs[%d].name: must be 1 to %d "
+                         "bytes", i, OIP_MAX_NAME - 1);
+    memcpy(t->name, in->name, len + 1);
+    if (!in->datatype[0])
+        return oip__fail(err, ATTN_EINVAL, "inputs[%d].datatype: missing", i);
+    t->wire_dtype = oip_dtype_parse(in->datatype);
+    if (t->wire_dtype == OIP_INVALID || t->wire_dtype == OIP_BYTES)
+        return oip__fail(err, ATTN_EINVAL,
+                         "inputs[%d].datatype: \"%.32s\" is not supported "
+                         "(BOOL, INT32, INT64, FP16, BF16 or FP32)", i,
+                         in->datatype);
+    if (in->n_shape == 0 || in->n_shape > OIP_MAX_RANK)
+        return oip__fail(err, ATTN_EINVAL,
+                         "inputs[%d].shape: rank %zu, must be 1 to %d", i,
+                         in->n_shape, OIP_MAX_RANK);
+    t->rank = (int)in->n_shape;
+    for (d = 0; d < in->n_shape; d++) {
+        int64_t dim = in->shape[d];
+        if (dim < 1)
+            return oip__fail(err, ATTN_EINVAL,
+                             "inputs[%d].shape: dimension %zu is %lld, must "
+                             "be >= 1", i, d, (long long)dim);
+        t->shape[d] = dim;
+        if ((uint64_t)dim > SIZE_MAX ||
+            __builtin_mul_overflow(count, (size_t)dim, &count))
+            return oip__fail(err, ATTN_EOVERFLOW,
+                             "inputs[%d].shape: element count overflows", i);
+    }
+    if (count > L->max_elements)
+        return oip__fail(err, ATTN_EOVERFLOW,
+                         "inputs[%d].shape: %zu elements, at most %zu", i,
+                         count, L->max_elements);
+    t->count = count;
+    return 0;
+}
+
+/* input_data: t->data from raw bytes or typed contents. */
+static int input_data(const Req *m, const InTensor *in, int i, int raw,
+                      oip_tensor *t, char *err)
+{
+    const char *dname = oip_dtype_name(t->wire_dtype);
+    size_t j, n = t->count;
+    if (raw) {
+        const ProtobufCBinaryData *b = &m->raw_input_contents[i];
+        size_t want = n * oip_dtype_wire_size(t->wire_dtype);
+        if (b->len != want)
+            return oip__fail(err, ATTN_EINVAL,
+                             "raw_input_contents[%d]: %zu bytes, expected %zu "
+                             "(%zu %s values)", i, b->len, want, n, dname);
+        return oip__decode_binary(t, b->data, i, err);
+    }
+    if (t->wire_dtype == OIP_FP16 || t->wire_dtype == OIP_BF16)
+        return oip__fail(err, ATTN_EINVAL,
+                         "inputs[%d].contents: %s values must be sent as "
+                         "raw_input_contents", i, dname);
+    if (!in->contents)
+        return oip__fail(err, ATTN_EINVAL, "inputs[%d]: missing contents (or "
+                         "raw_input_contents)", i);
+    {
+        int other;
+        size_t got = typed_count(in->contents, t->wire_dtype, &other);
+        if (other)
+            return oip__fail(err, ATTN_EINVAL,
+                             "inputs[%d].contents: %s values go in %s only", i,
+                             dname, typed_field(t->wire_dtype));
+        if (got != n)
+            return oip__fail(err, ATTN_EINVAL,
+                             "inputs[%d].contents: expected %zu values, got %zu",
+                             i, n, got);
+    }
+    switch (t->wire_dtype) {
+    case OIP_FP32:
+        for (j = 0; j < n; j++)
+            if (!isfinite(in->contents->fp32_contents[j]))
+                return oip__fail(err, ATTN_EINVAL,
+                                 "inputs[%d].contents: element %zu is not "
+                                 "finite (NaN or Inf)", i, j);
+        memcpy(t->data, in->contents->fp32_contents, n * sizeof(float));
+        break;
+    case OIP_INT32:
+        memcpy(t->data, in->contents->int_contents, n * sizeof(int32_t));
+        break;
+    case OIP_INT64:
+        memcpy(t->data, in->contents->int64_contents, n * sizeof(int64_t));
+        break;
+    default: /* BOOL */
+        for (j = 0; j < n; j++)
+            ((uint8_t *)t->data)[j] = in->contents->bool_contents[j] != 0;
+        break;
+    }
+    return 0;
+}
+
+int oip_pb_decode(oip_request *req, const char *body, size_t len,
+                  size_t header_len, const oip_limits *lim, char *err)
+{
+    oip_limits L;
+    budget bd = {0, 0, 0};
+    ProtobufCAllocator al = {b_alloc, b_free, &bd};
+    Req *m = NULL;
+    size_t i, j, bytes = 0, tensor_bytes = 0;
+    int rc, raw, bin_given = 0;
+    (void)header_len;
+
+    memset(req, 0, sizeof *req);
+    resolve_limits(&L, lim);
+    bd.cap = L.memory_budget;
+    if (!body && len)
+        return oip__fail(err, ATTN_EINVAL, "request body: NULL");
+    m = inference__model_infer_request__unpack(&al, len, (const uint8_t *)body);
+    if (!m)
+        return bd.over ? oip__fail(err, ATTN_EOVERFLOW,
+                                   "request: parsing the message takes more "
+                                   "than the memory budget of %zu bytes",
+                                   L.memory_budget)
+                       : oip__fail(err, ATTN_EINVAL, "request: not a valid "
+                                   "ModelInferRequest (protobuf wire format)");
+    bytes = bd.used;
+
+    /* id, parameters, outputs */
+    if (m->id[0]) {
+        size_t n = strlen(m->id);
+        if (n >= OIP_MAX_ID) {
+            rc = oip__fail(err, ATTN_EINVAL, "id: longer than %d bytes",
+                           OIP_MAX_ID - 1);
+            goto fail;
+        }
+        if (!(req->id = strdup(m->id))) {
+            rc = oip__fail(err, ATTN_ENOMEM, "id: out of memory");
+            goto fail;
+        }
+    }
+    if ((rc = decode_params(req, m, L.max_tokens, &bytes, &bin_given, err)) ||
+        (rc = decode_outputs(req, m, L.max_outputs, err)))
+        goto fail;
+
+    /* every input's metadata before any tensor is allocated */
+    if (m->n_inputs == 0) {
+        rc = oip__fail(err, ATTN_EINVAL, "inputs: empty");
+        goto fail;
+    }
+    if (m->n_inputs > (size_t)L.max_inputs) {
+        rc = oip__fail(err, ATTN_EOVERFLOW, "inputs: more than %d entries",
+                       L.max_inputs);
+        goto fail;
+    }
+    raw = m->n_raw_input_contents != 0;
+    if (raw && m->n_raw_input_contents != m->n_inputs) {
+        rc = oip__fail(err, ATTN_EINVAL, "raw_input_contents: %zu entries for "
+                       "%zu inputs (one per input, in order)",
+                       m->n_raw_input_contents, m->n_inputs);
+        goto fail;
+    }
+    if (!(req->inputs = calloc(m->n_inputs, sizeof *req->inputs))) {
+        rc = oip__fail(err, ATTN_ENOMEM, "inputs: out of memory");
+        goto fail;
+    }
+    for (i = 0; i < m->n_inputs; i++) {
+        oip_tensor *t = &req->inputs[i];
+        size_t nb;
+        if ((rc = input_meta(m->inputs[i], (int)i, &L, t, err)))
+            goto fail;
+        if (raw && m->inputs[i]->contents) {
+            rc = oip__fail(err, ATTN_EINVAL, "inputs[%zu]: both contents and "
+                           "raw_input_contents given", i);
+            goto fail;
+        }
+        for (j = 0; j < i; j++)
+            if (!strcmp(req->inputs[j].name, t->name)) {
+                rc = oip__fail(err, ATTN_EINVAL,
+                               "inputs[%zu].name: duplicate input \"%s\"", i,
+                               t->name);
+                goto fail;
+            }
+        if (__builtin_mul_overflow(t->count, oip_dtype_host_size(t->wire_dtype),
+                                   &nb) ||
+            __builtin_add_overflow(tensor_bytes, nb, &tensor_bytes)) {
+            rc = oip__fail(err, ATTN_EOVERFLOW,
+                           "inputs[%zu].shape: size overflows", i);
+            goto fail;
+        }
+    }
+    if (tensor_bytes > L.memory_budget ||
+        bytes > L.memory_budget - tensor_bytes) {
+        rc = oip__fail(err, ATTN_EOVERFLOW,
+                       "request: decoded tensors need %zu bytes, over the "
+                       "memory budget of %zu bytes", tensor_bytes,
+                       L.memory_budget);
+        goto fail;
+    }
+
+    /* allocate and convert */
+    req->n_inputs = (int)m->n_inputs;
+    for (i = 0; i < m->n_inputs; i++) {
+        oip_tensor *t = &req->inputs[i];
+        t->data = malloc(t->count * oip_dtype_host_size(t->wire_dtype));
+        if (!t->data) {
+            rc = oip__fail(err, ATTN_ENOMEM, "inputs[%zu]: out of memory", i);
+            goto fail;
+        }
+        if ((rc = input_data(m, m->inputs[i], (int)i, raw, t, err)))
+            goto fail;
+    }
+    /* answer in the form the request came in unless it asked */
+    if (!bin_given)
+        req->params.binary_data_output = raw;
+    req->bytes = tensor_bytes + bytes;
+    inference__model_infer_request__free_unpacked(m, &al);
+    return 0;
+
+fail:
+    inference__model_infer_request__free_unpacked(m, &al);
+    oip_request_free(req);
+    return rc;
+}
+
+/* ---- peek ----------------------------------------------------------------- */
+
+/* varint: reads one at *p (< end); -1 when truncated or over 10 bytes. */
+static int varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
+{
+    uint64_t v = 0;
+    int shift;
+    for (shift = 0; shift < 70 && *p < end; shift += 7) {
+        uint8_t b = *(*p)++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *out = v;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int oip_pb_peek_model(const char *msg, size_t len, char *name, char *version,
+                      size_t cap, char *err)
+{
+    const uint8_t *p = (const uint8_t *)msg, *end = p + len;
+    name[0] = version[0] = 0;
+    while (p < end) {
+        uint64_t key, v;
+        if (varint(&p, end, &key) < 0)
+            goto broken;
+        switch (key & 7) {
+        case 0:
+            if (varint(&p, end, &v) < 0)
+                goto broken;
+            break;
+        case 1:
+            if (end - p < 8)
+                goto broken;
+            p += 8;
+            break;
+        case 5:
+            if (end - p < 4)
+                goto broken;
+            p += 4;
+            break;
+        case 2:
+            if (varint(&p, end, &v) < 0 || v > (uint64_t)(end - p))
+                goto broken;
+            if ((key >> 3) == 1 || (key >> 3) == 2) {
+                char *dst = (key >> 3) == 1 ? name : version;
+                if (v >= cap)
+                    return oip__fail(err, ATTN_EINVAL, "%s: longer than %zu "
+                                     "bytes", (key >> 3) == 1 ? "model_name" :
+                                     "model_version", cap - 1);
+                memcpy(dst, p, (size_t)v);
+                dst[v] = 0;
+            }
+            p += v;
+            break;
+        default:
+            goto broken;
+        }
+    }
+    return 0;
+broken:
+    return oip__fail(err, ATTN_EINVAL, "request: not a valid ModelInferRequest "
+                     "(protobuf wire format)");
+}
+
+/* ---- encode --------------------------------------------------------------- */
+
+/* resp_params: extra_params (a JSON object of scalars) as response
+ * parameters, allocated in one block *blk. */
+static int resp_params(Resp *r, const char *extra, void **blk, char *err)
+{
+    json_t *o;
+    json_error_t je;
+    const char *k;
+    json_t *v;
+    size_t n, i = 0, strbytes = 0;
+    RespParam **ptrs, *ents;
+    Param *vals;
+    char *sp;
+    if (!extra)
+        return 0;
+    o = json_loads(extra, JSON_REJECT_DUPLICATES, &je);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return oip__fail(err, ATTN_EINVAL,
+                         "oip_pb_encode: extra_params is not a JSON object");
+    }
+    n = json_object_size(o);
+    json_object_foreach(o, k, v) strbytes += strlen(k) + 1 +
+        (json_is_string(v) ? json_string_length(v) + 1 : 0);
+    *blk = malloc(n * (sizeof *ptrs + sizeof *ents + sizeof *vals) + strbytes + 1);
+    if (!*blk) {
+        json_decref(o);
+        return oip__fail(err, ATTN_ENOMEM, "oip_pb_encode: out of memory");
+    }
+    ents = *blk;
+    vals = (Param *)(ents + n);
+    ptrs = (RespParam **)(vals + n);
+    sp = (char *)(ptrs + n);
+    json_object_foreach(o, k, v) {
+        RespParam e = INFERENCE__MODEL_INFER_RESPONSE__PARAMETERS_ENTRY__INIT;
+        Param pv = INFERENCE__INFER_PARAMETER__INIT;
+        if (json_is_string(v)) {
+            pv.parameter_choice_case =
+                INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
+            pv.string_param = sp;
+            memcpy(sp, json_string_value(v), json_string_length(v) + 1);
+            sp += json_string_length(v) + 1;
+        } else if (json_is_boolean(v)) {
+            pv.parameter_choice_case =
+                INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+            pv.bool_param = json_is_true(v);
+        } else if (json_is_integer(v)) {
+            pv.parameter_choice_case =
+                INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+            pv.int64_param = json_integer_value(v);
+        } else if (json_is_real(v)) {
+            pv.parameter_choice_case =
+                INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_DOUBLE_PARAM;
+            pv.double_param = json_real_value(v);
+        } else {
+            continue; /* objects, arrays, null: no InferParameter kind */
+        }
+        e.key = sp;
+        memcpy(sp, k, strlen(k) + 1);
+        sp += strlen(k) + 1;
+        vals[i] = pv;
+        ents[i] = e;
+        ents[i].value = &vals[i];
+        ptrs[i] = &ents[i];
+        i++;
+    }
+    json_decref(o);
+    r->n_parameters = i;
+    r->parameters = ptrs;
+    return 0;
+}
+
+int oip_pb_encode(const char *model_name, const char *id,
+                  const oip_output *outs, int n_outs, const char *extra_params,
+                  char **body, size_t *len, size_t *header_len, char *err)
+{
+    Resp r = INFERENCE__MODEL_INFER_RESPONSE__INIT;
+    OutTensor *ot = NULL, **otp = NULL;
+    Contents *ct = NULL;
+    ProtobufCBinaryData *raw = NULL;
+    protobuf_c_boolean **bools = NULL;
+    void *pblk = NULL;
+    size_t size;
+    int i, d, any_binary = 0, rc;
+
+    *body = NULL;
+    *len = *header_len = 0;
+    if (!model_name || n_outs < 0 || (n_outs && !outs))
+        return oip__fail(err, ATTN_EINVAL, "oip_pb_encode: bad arguments");
+    for (i = 0; i < n_outs; i++)
+        any_binary |= outs[i].binary;
+    r.model_name = (char *)model_name;
+    r.model_version = "1";
+    r.id = id ? (char *)id : "";
+    if ((rc = resp_params(&r, extra_params, &pblk, err)))
+        return rc;
+    if (n_outs) {
+        ot = calloc((size_t)n_outs, sizeof *ot);
+        otp = calloc((size_t)n_outs, sizeof *otp);
+        ct = calloc((size_t)n_outs, sizeof *ct);
+        raw = calloc((size_t)n_outs, sizeof *raw);
+        bools = calloc((size_t)n_outs, sizeof *bools);
+        if (!ot || !otp || !ct || !raw || !bools) {
+            rc = oip__fail(err, ATTN_ENOMEM, "response: out of memory");
+            goto done;
+        }
+    }
+    for (i = 0; i < n_outs; i++) {
+        const oip_output *o = &outs[i];
+        OutTensor t = INFERENCE__MODEL_INFER_RESPONSE__INFER_OUTPUT_TENSOR__INIT;
+        Contents c = INFERENCE__INFER_TENSOR_CONTENTS__INIT;
+        size_t count = 1, k;
+        if (!o->name || o->rank < 0 || o->rank > OIP_MAX_RANK ||
+            !oip_dtype_wire_size(o->dtype) || o->dtype == OIP_FP16 ||
+            o->dtype == OIP_BF16) {
+            rc = oip__fail(err, ATTN_EINVAL, "output %d: bad name, datatype "
+                           "or rank", i);
+            goto done;
+        }
+        for (d = 0; d < o->rank; d++)
+            if (o->shape[d] < 0 ||
+                __builtin_mul_overflow(count, (size_t)o->shape[d], &count)) {
+                rc = oip__fail(err, ATTN_EOVERFLOW,
+                               "output %s: bad or overflowing shape", o->name);
+                goto done;
+            }
+        if (count && !o->data) {
+            rc = oip__fail(err, ATTN_EINVAL, "output %s: NULL data", o->name);
+            goto done;
+        }
+        t.name = (char *)o->name;
+        t.datatype = (char *)oip_dtype_name(o->dtype);
+        t.n_shape = (size_t)o->rank;
+        t.shape = (int64_t *)o->shape;
+        if (any_binary) {
+            raw[i].data = (uint8_t *)o->data;
+            raw[i].len = count * oip_dtype_wire_size(o->dtype);
+        } else {
+            switch (o->dtype) {
+            case OIP_FP32:
+                c.n_fp32_contents = count;
+                c.fp32_contents = (float *)o->data;
+                break;
+            case OIP_INT32:
+                c.n_int_contents = count;
+                c.int_contents = (int32_t *)o->data;
+                break;
+            case OIP_INT64:
+                c.n_int64_contents = count;
+                c.int64_contents = (int64_t *)o->data;
+                break;
+            default: /* BOOL: protobuf-c's bool is an int */
+                bools[i] = malloc((count ? count : 1) * sizeof **bools);
+                if (!bools[i]) {
+                    rc = oip__fail(err, ATTN_ENOMEM, "response: out of memory");
+                    goto done;
+                }
+                for (k = 0; k < count; k++)
+                    bools[i][k] = ((const uint8_t *)o->data)[k] != 0;
+                c.n_bool_contents = count;
+                c.bool_contents = bools[i];
+                break;
+            }
+            ct[i] = c;
+            t.contents = &ct[i];
+        }
+        ot[i] = t;
+        otp[i] = &ot[i];
+    }
+    r.n_outputs = (size_t)n_outs;
+    r.outputs = otp;
+    if (any_binary) {
+        r.n_raw_output_contents = (size_t)n_outs;
+        r.raw_output_contents = raw;
+    }
+    size = inference__model_infer_response__get_packed_size(&r);
+    if (size > SIZE_MAX - OIP_PB_HEADROOM ||
+        !(*body = malloc(size + OIP_PB_HEADROOM))) {
+        rc = oip__fail(err, ATTN_ENOMEM, "response: out of memory (%zu bytes)",
+                       size);
+        goto done;
+    }
+    inference__model_infer_response__pack(&r, (uint8_t *)*body + OIP_PB_HEADROOM);
+    *len = size + OIP_PB_HEADROOM;
+    *header_len = OIP_PB_HEADROOM;
+    rc = 0;
+done:
+    if (bools)
+        for (i = 0; i < n_outs; i++)
+            free(bools[i]);
+    free(bools);
+    free(ot);
+    free(otp);
+    free(ct);
+    free(raw);
+    free(pblk);
+    return rc;
+}

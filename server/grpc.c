@@ -1,0 +1,662 @@
+/*
+ * grpc.c - gRPC over HTTP/2 (nghttp2) on the libuv loop: connections,
+ * streams, message framing, status and trailers. See grpc.h for why
+ * nghttp2; grpc_rpc.c has the methods, grpc_conn.c the sockets.
+ *
+ * A connection is a uv_tcp_t and an nghttp2 server session: bytes read go
+ * into nghttp2_session_mem_recv, whose callbacks build calls (one per
+ * HTTP/2 stream); frames to write come from nghttp2_session_mem_send and
+ * leave by uv_write. A call's request messages (5-byte gRPC prefix, then
+ * protobuf) each become a slot: an srv_req handed to the REST handler of
+ * the method. Slots answer in any order (srv_respond -> on_answer) and are
+ * delivered in arrival order, so a stream's responses keep its requests'
+ * order. Nothing calls nghttp2_session_mem_send from inside an nghttp2
+ * callback: answers mark the connection, and an idle handle flushes marked
+ * connections once per loop turn.
+ *
+ * Lifetimes: a call is freed when nghttp2 closes its stream (or with its
+ * connection); its unanswered slots then detach (an infer job finishes
+ * without them) or are orphaned until their handler answers. An srv_req
+ * counts in s->live_reqs until freed, so a drain waits for gRPC calls in
+ * flight as it does for REST ones. Loop thread only.
+ */
+#include "server/grpc_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/oip_pb.h"
+
+/* ---- small helpers ---------------------------------------------------------- */
+
+/* key_ok: constant-time check of an "authorization" value against the key. */
+static int key_ok(const char *key, const char *v, size_t m)
+{
+    size_t i, n = strlen(key);
+    unsigned char d = 0;
+    if (m < 7 || strncmp(v, "Bearer ", 7) != 0)
+        return 0;
+    v += 7;
+    m -= 7;
+    for (i = 0; i < n; i++)
+        d |= (unsigned char)(key[i] ^ (i < m ? v[i] : 0));
+    return d == 0 && m == n;
+}
+
+/* timeout_ms: a grpc-timeout value ("100m", "5S", at most 8 digits and a
+ * unit), rounded up to ms; -1 when malformed. */
+static long long timeout_ms(const char *v, size_t n)
+{
+    long long x = 0;
+    size_t i;
+    if (n < 2 || n > 9)
+        return -1;
+    for (i = 0; i + 1 < n; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return -1;
+        x = x * 10 + (v[i] - '0');
+    }
+    switch (v[n - 1]) {
+    case 'H': return x * 3600000;
+    case 'M': return x * 60000;
+    case 'S': return x * 1000;
+    case 'm': return x;
+    case 'u': return (x + 999) / 1000;
+    case 'n': return (x + 999999) / 1000000;
+    default: return -1;
+    }
+}
+
+/* pct: grpc-message's percent-encoding of s into out (cap bytes). */
+static void pct(const char *s, char *out, size_t cap)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0;
+    for (; *s && o + 4 < cap; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch >= 0x20 && ch < 0x7f && ch != '%') {
+            out[o++] = (char)ch;
+        } else {
+            out[o++] = '%';
+            out[o++] = hex[ch >> 4];
+            out[o++] = hex[ch & 15];
+        }
+    }
+    out[o] = 0;
+}
+
+static void free_req(srv *s, srv_req *r)
+{
+    free(r->body);
+    free(r->resp);
+    free(r);
+    s->live_reqs--;
+    srv_check_stop(s);
+}
+
+/* ---- ending a call ---------------------------------------------------------- */
+
+/* call_end: the call's final status; trailers follow the queued messages
+ * (pump sends them). Once. */
+static void call_end(gcall *call, int code, const char *msg)
+{
+    if (call->ending)
+        return;
+    call->ending = 1;
+    call->code = code;
+    call->end_msg = msg && *msg ? strdup(msg) : NULL;
+    free(call->msg);
+    call->msg = NULL;
+    free(call->unary);
+    call->unary = NULL;
+    call->c->g->s->http.grpc_codes[code < GRPC_N_CODES ? code : GRPC_INTERNAL]++;
+    srv_grpc__schedule(call->c);
+}
+
+static void trailers(const gcall *call, nghttp2_nv *nv, char *num, char *msg)
+{
+    snprintf(num, 8, "%d", call->code);
+    pct(call->end_msg ? call->end_msg : "", msg, GRPC_ERRMAX * 3);
+    nv[0] = (nghttp2_nv){(uint8_t *)"grpc-status", (uint8_t *)num, 11,
+                         strlen(num), NGHTTP2_NV_FLAG_NONE};
+    nv[1] = (nghttp2_nv){(uint8_t *)"grpc-message", (uint8_t *)msg, 12,
+                         strlen(msg), NGHTTP2_NV_FLAG_NONE};
+}
+
+/* data_read: nghttp2 pulls the call's queued messages; past the last one
+ * it sends the trailers (grpc-status, grpc-message). */
+static ssize_t data_read(nghttp2_session *h2, int32_t id, uint8_t *buf,
+                         size_t length, uint32_t *flags,
+                         nghttp2_data_source *src, void *ud)
+{
+    gcall *call = src->ptr;
+    size_t n = 0;
+    (void)ud;
+    while (n < length && call->chead) {
+        gchunk *k = call->chead;
+        size_t take = k->end - k->off;
+        if (take > length - n)
+            take = length - n;
+        memcpy(buf + n, k->buf + k->off, take);
+        n += take;
+        k->off += take;
+        if (k->off == k->end) {
+            call->chead = k->next;
+            if (!call->chead)
+                call->ctail = NULL;
+            free(k->buf);
+            free(k);
+        }
+    }
+    if (!call->chead && call->ending) {
+        nghttp2_nv nv[2];
+        char num[8], msg[GRPC_ERRMAX * 3];
+        trailers(call, nv, num, msg);
+        *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+        nghttp2_submit_trailer(h2, id, nv, 2);
+        call->ended = 1;
+        return (ssize_t)n;
+    }
+    if (n == 0) {
+        call->deferred = 1;
+        return NGHTTP2_ERR_DEFERRED;
+    }
+    return (ssize_t)n;
+}
+
+static void queue_chunk(gcall *call, char *buf, size_t off, size_t end)
+{
+    gchunk *k = calloc(1, sizeof *k);
+    if (!k) {
+        free(buf);
+        call_end(call, GRPC_INTERNAL, "server: out of memory");
+        return;
+    }
+    k->buf = buf;
+    k->off = off;
+    k->end = end;
+    if (call->ctail)
+        call->ctail->next = k;
+    else
+        call->chead = k;
+    call->ctail = k;
+}
+
+/* frame: the 5-byte gRPC prefix in place before a message of len bytes at
+ * buf + at; returns where the frame starts. */
+static size_t frame(char *buf, size_t at, size_t len)
+{
+    unsigned char *p = (unsigned char *)buf + at - 5;
+    p[0] = 0;
+    p[1] = (unsigned char)(len >> 24);
+    p[2] = (unsigned char)(len >> 16);
+    p[3] = (unsigned char)(len >> 8);
+    p[4] = (unsigned char)len;
+    return at - 5;
+}
+
+/* stream_msg: a slot's answer as a ModelStreamInferResponse chunk: the
+ * infer response becomes field 2 (written in the headroom in front of it),
+ * an error field 1. */
+static void stream_msg(gcall *call, gslot *sl)
+{
+    if (sl->code == GRPC_OK) {
+        size_t len = sl->out_len - OIP_PB_HEADROOM, at = OIP_PB_HEADROOM, v = len;
+        unsigned char var[10];
+        int nv = 0;
+        do {
+            var[nv++] = (unsigned char)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+            v >>= 7;
+        } while (v);
+        at -= (size_t)nv;
+        memcpy(sl->out + at, var, (size_t)nv);
+        sl->out[--at] = 0x12; /* field 2, length-delimited */
+        len += (size_t)nv + 1;
+        queue_chunk(call, sl->out, frame(sl->out, at, len), at + len);
+        sl->out = NULL;
+    } else {
+        size_t n = strlen(sl->msg ? sl->msg : "error"), cap = n + 16, len = 0;
+        unsigned char *b = malloc(cap);
+        size_t v = n;
+        if (!b) {
+            call_end(call, GRPC_INTERNAL, "server: out of memory");
+            return;
+        }
+        b[5 + len++] = 0x0a; /* field 1, length-delimited */
+        do {
+            b[5 + len++] = (unsigned char)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+            v >>= 7;
+        } while (v);
+        memcpy(b + 5 + len, sl->msg ? sl->msg : "error", n);
+        len += n;
+        queue_chunk(call, (char *)b, frame((char *)b, 5, len), 5 + len);
+    }
+}
+
+/* pump: deliver the call's answered slots in order, then send headers,
+ * resume the data or finish, as the queue allows. */
+void srv_grpc__pump(gcall *call)
+{
+    gconn *c = call->c;
+    srv *s = c->g->s;
+    while (call->shead && call->shead->done) {
+        gslot *sl = call->shead;
+        call->shead = sl->next;
+        if (!call->shead)
+            call->stail = NULL;
+        call->n_slots--;
+        if (sl->r) {
+            srv_log_request(s, sl->r);
+            free_req(s, sl->r);
+        }
+        if (!call->ending) {
+            if (call->m->stream) {
+                stream_msg(call, sl);
+                s->http.grpc_msgs[sl->code < GRPC_N_CODES ? sl->code : GRPC_INTERNAL]++;
+            } else if (sl->code == GRPC_OK) {
+                size_t len = sl->out_len - OIP_PB_HEADROOM;
+                queue_chunk(call, sl->out,
+                            frame(sl->out, OIP_PB_HEADROOM, len), sl->out_len);
+                sl->out = NULL;
+                call_end(call, GRPC_OK, NULL);
+            } else {
+                call_end(call, sl->code, sl->msg);
+            }
+        }
+        free(sl->out);
+        free(sl->msg);
+        free(sl);
+    }
+    if (call->m && call->m->stream && !call->shead && !call->ending) {
+        if (call->half_closed)
+            call_end(call, GRPC_OK, NULL);
+        else if (s->draining)
+            call_end(call, GRPC_UNAVAILABLE, "server: draining (shutting "
+                                             "down); retry on another replica");
+    }
+    if (call->ended || c->closing)
+        return;
+    if (!call->headers_sent && (call->chead || call->ending)) {
+        nghttp2_nv nv[4];
+        char num[8], msg[GRPC_ERRMAX * 3], st[8];
+        nghttp2_data_provider prd;
+        int n = 0;
+        call->headers_sent = 1;
+        snprintf(st, sizeof st, "%d", call->http_status ? call->http_status : 200);
+        nv[n++] = (nghttp2_nv){(uint8_t *)":status", (uint8_t *)st, 7,
+                               strlen(st), NGHTTP2_NV_FLAG_NONE};
+        nv[n++] = (nghttp2_nv){(uint8_t *)"content-type",
+                               (uint8_t *)"application/grpc", 12, 16,
+                               NGHTTP2_NV_FLAG_NONE};
+        if (!call->chead) { /* trailers-only */
+            trailers(call, nv + n, num, msg);
+            call->ended = 1;
+            nghttp2_submit_response(c->h2, call->id, nv, (size_t)n + 2, NULL);
+            return;
+        }
+        prd.source.ptr = call;
+        prd.read_callback = data_read;
+        nghttp2_submit_response(c->h2, call->id, nv, (size_t)n, &prd);
+    } else if (call->headers_sent && call->deferred &&
+               (call->chead || call->ending)) {
+        call->deferred = 0;
+        nghttp2_session_resume_data(c->h2, call->id);
+    }
+}
+
+/* ---- slots: one request message -------------------------------------------- */
+
+/* on_answer: srv_respond on a slot's request (srv.h): the method turns the
+ * answer into the response message; delivery waits for the flush. */
+static void on_answer(srv_req *r)
+{
+    gslot *sl = r->door_ctx;
+    char err[GRPC_ERRMAX];
+    if (!sl) { /* the call went away first */
+        free_req(r->s, r);
+        return;
+    }
+    err[0] = 0;
+    sl->code = sl->call->m->reply(r, &sl->out, &sl->out_len, err);
+    if (sl->code != GRPC_OK)
+        sl->msg = strdup(err);
+    sl->done = 1;
+    srv_grpc__schedule(sl->call->c);
+}
+
+/* slot_abandon: the call is gone: detach or orphan the slot's request. */
+static void slot_abandon(srv *s, gslot *sl)
+{
+    srv_req *r = sl->r;
+    if (r) {
+        if (r->job) {
+            srv_sched_detach(r);
+            free_req(s, r);
+        } else if (!r->have_resp) {
+            r->door_ctx = NULL; /* its handler still holds it */
+        } else {
+            free_req(s, r);
+        }
+    }
+    free(sl->out);
+    free(sl->msg);
+    free(sl);
+}
+
+/* dispatch: one complete request message (msg malloc'd, taken). */
+static void dispatch(gcall *call, char *msg, size_t len)
+{
+    srv *s = call->c->g->s;
+    gslot *sl = calloc(1, sizeof *sl);
+    srv_req *r = calloc(1, sizeof *r);
+    char err[GRPC_ERRMAX];
+    srv_handler h;
+    int code = GRPC_INTERNAL;
+    uint64_t now = srv_now_ns();
+    if (!sl || !r) {
+        free(sl);
+        free(r);
+        free(msg);
+        call_end(call, GRPC_RESOURCE_EXHAUSTED, "server: out of memory");
+        return;
+    }
+    if (call->n_slots >= (int)s->cfg.queue_size) {
+        free(sl);
+        free(r);
+        free(msg);
+        call_end(call, GRPC_RESOURCE_EXHAUSTED, "stream: more requests "
+                 "unanswered than queue-size; read the responses");
+        return;
+    }
+    r->s = s;
+    r->t0_ns = now;
+    r->late = s->draining; /* new work after SIGTERM is refused (sched.c) */
+    r->method = SRV_POST;
+    snprintf(r->path, sizeof r->path, "%s", call->path);
+    r->on_answer = on_answer;
+    r->door_ctx = sl;
+    s->live_reqs++;
+    sl->call = call;
+    sl->r = r;
+    if (call->stail)
+        call->stail->next = sl;
+    else
+        call->shead = sl;
+    call->stail = sl;
+    call->n_slots++;
+    if (call->deadline_ns) {
+        if (now >= call->deadline_ns) {
+            free(msg);
+            r->status = 504;
+            sl->code = GRPC_DEADLINE_EXCEEDED;
+            sl->msg = strdup("deadline: the client's deadline passed");
+            sl->done = 1;
+            srv_grpc__schedule(call->c);
+            return;
+        }
+        r->deadline_ms = (long long)((call->deadline_ns - now) / 1000000u);
+        if (r->deadline_ms < 1)
+            r->deadline_ms = 1;
+    }
+    err[0] = 0;
+    h = call->m->start(r, msg, len, &code, err);
+    if (!h) {
+        r->status = code == GRPC_NOT_FOUND ? 404 : 400;
+        sl->code = code;
+        sl->msg = strdup(err);
+        sl->done = 1;
+        srv_grpc__schedule(call->c);
+        return;
+    }
+    h(r); /* answers now or later, through on_answer */
+}
+
+/* ---- nghttp2 callbacks ------------------------------------------------------ */
+
+static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f,
+                            void *ud)
+{
+    gconn *c = ud;
+    gcall *call;
+    if (f->hd.type != NGHTTP2_HEADERS ||
+        f->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    call = calloc(1, sizeof *call);
+    if (!call)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    call->c = c;
+    call->id = f->hd.stream_id;
+    call->next = c->calls;
+    if (c->calls)
+        c->calls->prev = call;
+    c->calls = call;
+    nghttp2_session_set_stream_user_data(h2, f->hd.stream_id, call);
+    return 0;
+}
+
+static int on_header(nghttp2_session *h2, const nghttp2_frame *f,
+                     const uint8_t *name, size_t nlen, const uint8_t *value,
+                     size_t vlen, uint8_t flags, void *ud)
+{
+    gconn *c = ud;
+    gcall *call = nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
+    const char *n = (const char *)name, *v = (const char *)value;
+    (void)flags;
+    if (!call || f->hd.type != NGHTTP2_HEADERS ||
+        f->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    if (nlen == 5 && !memcmp(n, ":path", 5)) {
+        if (vlen < sizeof call->path) {
+            memcpy(call->path, v, vlen);
+            call->path[vlen] = 0;
+        }
+    } else if (nlen == 12 && !memcmp(n, "content-type", 12)) {
+        if (vlen < 16 || memcmp(v, "application/grpc", 16) != 0 ||
+            (vlen > 16 && v[16] != '+' && v[16] != ';'))
+            call->http_status = 415;
+    } else if (nlen == 13 && !memcmp(n, "authorization", 13)) {
+        call->auth_ok = key_ok(c->g->s->cfg.api_key, v, vlen);
+    } else if (nlen == 12 && !memcmp(n, "grpc-timeout", 12)) {
+        call->timeout_ms = timeout_ms(v, vlen);
+    } else if (nlen == 13 && !memcmp(n, "grpc-encoding", 13)) {
+        call->compressed = !(vlen == 8 && !memcmp(v, "identity", 8));
+    }
+    return 0;
+}
+
+/* begin: the request headers are complete: method, auth, deadline. */
+static void begin(gcall *call)
+{
+    srv *s = call->c->g->s;
+    if (call->http_status) {
+        call_end(call, GRPC_INTERNAL, "content-type: expected application/grpc");
+        return;
+    }
+    call->m = srv_grpc_method(call->path);
+    if (!call->m) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "method %.160s: not served by attnd (see "
+                 "proto/kserve.proto)", call->path);
+        call_end(call, GRPC_UNIMPLEMENTED, msg);
+        return;
+    }
+    if (call->m->auth && s->cfg.api_key[0] && !call->auth_ok) {
+        call_end(call, GRPC_UNAUTHENTICATED, "authorization: missing or wrong "
+                 "API key (send 'authorization: Bearer <key>' metadata)");
+        return;
+    }
+    if (call->timeout_ms < 0) {
+        call_end(call, GRPC_INVALID_ARGUMENT, "grpc-timeout: malformed");
+        return;
+    }
+    if (call->timeout_ms > 0)
+        call->deadline_ns = srv_now_ns() + (uint64_t)call->timeout_ms * 1000000u;
+}
+
+/* half_close: the client sent END_STREAM. */
+static void half_close(gcall *call)
+{
+    call->half_closed = 1;
+    if (call->ending)
+        return;
+    if (call->hdr_got || call->msg) {
+        call_end(call, GRPC_INVALID_ARGUMENT,
+                 "request: the stream ended inside a message");
+        return;
+    }
+    if (!call->m->stream) {
+        if (!call->unary) {
+            call_end(call, GRPC_INVALID_ARGUMENT,
+                     "request: a unary call takes one message, got none");
+            return;
+        }
+        dispatch(call, call->unary, call->unary_len);
+        call->unary = NULL;
+    }
+    srv_grpc__schedule(call->c);
+}
+
+static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *f, void *ud)
+{
+    gcall *call;
+    (void)ud;
+    if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA)
+        return 0;
+    call = nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
+    if (!call)
+        return 0;
+    if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST)
+        begin(call);
+    if ((f->hd.flags & NGHTTP2_FLAG_END_STREAM) && !call->half_closed)
+        half_close(call);
+    return 0;
+}
+
+/* on_data: request bytes: 5-byte prefix (compressed flag, length), then
+ * the message, repeatedly. */
+static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
+                   const uint8_t *data, size_t len, void *ud)
+{
+    gcall *call = nghttp2_session_get_stream_user_data(h2, id);
+    srv *s = ((gconn *)ud)->g->s;
+    (void)flags;
+    while (call && !call->ending && call->m && len) {
+        if (call->hdr_got < 5) {
+            size_t take = 5 - (size_t)call->hdr_got;
+            uint32_t mlen;
+            char msg[200];
+            if (take > len)
+                take = len;
+            memcpy(call->hdr + call->hdr_got, data, take);
+            call->hdr_got += (int)take;
+            data += take;
+            len -= take;
+            if (call->hdr_got < 5)
+                break;
+            mlen = (uint32_t)call->hdr[1] << 24 | (uint32_t)call->hdr[2] << 16 |
+                   (uint32_t)call->hdr[3] << 8 | call->hdr[4];
+            if (call->hdr[0] > 1) {
+                call_end(call, GRPC_INTERNAL, "message: bad compressed-flag byte");
+                break;
+            }
+            if (call->hdr[0] == 1) {
+                call_end(call, GRPC_UNIMPLEMENTED, "message: compressed messages "
+                         "are not supported (grpc-encoding identity only)");
+                break;
+            }
+            if ((long long)mlen > s->cfg.max_body) {
+                snprintf(msg, sizeof msg, "message: %u bytes is over the limit "
+                         "of %lld (max-body)", mlen, s->cfg.max_body);
+                call_end(call, GRPC_RESOURCE_EXHAUSTED, msg);
+                break;
+            }
+            if (!call->m->stream && call->n_msgs) {
+                call_end(call, GRPC_INVALID_ARGUMENT,
+                         "request: a unary call takes one message");
+                break;
+            }
+            call->msg = malloc(mlen + 1u);
+            if (!call->msg) {
+                call_end(call, GRPC_RESOURCE_EXHAUSTED, "server: out of memory");
+                break;
+            }
+            call->msg_len = mlen;
+            call->msg_got = 0;
+        }
+        {
+            size_t take = call->msg_len - call->msg_got;
+            if (take > len)
+                take = len;
+            memcpy(call->msg + call->msg_got, data, take);
+            call->msg_got += take;
+            data += take;
+            len -= take;
+        }
+        if (call->msg_got == call->msg_len) {
+            char *m = call->msg;
+            call->msg = NULL;
+            call->hdr_got = 0;
+            call->n_msgs++;
+            if (call->m->stream) {
+                dispatch(call, m, call->msg_len);
+            } else {
+                call->unary = m;
+                call->unary_len = call->msg_len;
+            }
+        }
+    }
+    return 0;
+}
+
+void srv_grpc__call_free(gcall *call)
+{
+    gconn *c = call->c;
+    srv *s = c->g->s;
+    while (call->shead) {
+        gslot *sl = call->shead;
+        call->shead = sl->next;
+        slot_abandon(s, sl);
+    }
+    while (call->chead) {
+        gchunk *k = call->chead;
+        call->chead = k->next;
+        free(k->buf);
+        free(k);
+    }
+    if (!call->ending) /* the client went away first */
+        s->http.grpc_codes[GRPC_CANCELLED]++;
+    free(call->msg);
+    free(call->unary);
+    free(call->end_msg);
+    if (call->prev)
+        call->prev->next = call->next;
+    else
+        c->calls = call->next;
+    if (call->next)
+        call->next->prev = call->prev;
+    free(call);
+}
+
+static int on_stream_close(nghttp2_session *h2, int32_t id, uint32_t code,
+                           void *ud)
+{
+    gcall *call = nghttp2_session_get_stream_user_data(h2, id);
+    (void)code;
+    (void)ud;
+    if (call) {
+        nghttp2_session_set_stream_user_data(h2, id, NULL);
+        srv_grpc__call_free(call);
+    }
+    return 0;
+}
+
+
+void srv_grpc__callbacks(nghttp2_session_callbacks *cbs)
+{
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+}

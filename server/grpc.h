@@ -1,0 +1,78 @@
+/*
+ * grpc.h - the daemon's second door: gRPC (inference.GRPCInferenceService,
+ * proto/kserve.proto) over HTTP/2 cleartext on --grpc-port, on the same
+ * loop thread and the same scheduler as REST.
+ *
+ * Library: libnghttp2 for HTTP/2 and protobuf-c for the messages, not
+ * gRPC's C core. nghttp2 is a callback state machine with no thread or
+ * socket of its own: bytes read by a uv_tcp_t on the loop go in, frames to
+ * write come out, so one loop thread owns every connection, stream and
+ * request as it owns MHD's, and a call reaches sched.c exactly as a REST
+ * request does. gRPC's core brings its own threads and completion queues:
+ * each answer would cross threads twice (pool -> loop -> a completion
+ * queue thread), and its server cannot be driven from a libuv loop.
+ *
+ * Every RPC becomes an srv_req with no MHD connection (srv.h: door,
+ * on_answer) and runs the REST handler of the same operation (route table
+ * entries), so the checks, messages, limits, statistics and metrics are
+ * the REST ones; grpc_rpc.c turns the message into the handler's input and
+ * the handler's answer into the response message.
+ */
+#ifndef ATTND_GRPC_H
+#define ATTND_GRPC_H
+
+#include "server/srv.h"
+
+/* srv_grpc_start: listen on host:grpc-port (nothing when it is 0). Prints
+ * the bound address. 0 or -1 with err (SRV_ERRMAX). Loop thread. */
+int srv_grpc_start(srv *s, char *err);
+/* srv_grpc_drain: SIGTERM: tell clients (GOAWAY notice) and refuse new
+ * calls; calls in flight finish; idle streams end with UNAVAILABLE. */
+void srv_grpc_drain(srv *s);
+/* srv_grpc_stop: final GOAWAY, close every connection and the listener. */
+void srv_grpc_stop(srv *s);
+
+/* ---- grpc_rpc.c: the methods ---------------------------------------------- */
+
+/* gRPC status codes used here. */
+enum {
+    GRPC_OK = 0,
+    GRPC_CANCELLED = 1,
+    GRPC_INVALID_ARGUMENT = 3,
+    GRPC_DEADLINE_EXCEEDED = 4,
+    GRPC_NOT_FOUND = 5,
+    GRPC_RESOURCE_EXHAUSTED = 8,
+    GRPC_UNIMPLEMENTED = 12,
+    GRPC_INTERNAL = 13,
+    GRPC_UNAVAILABLE = 14,
+    GRPC_UNAUTHENTICATED = 16,
+    GRPC_N_CODES = 17
+};
+
+typedef struct grpc_method {
+    const char *name; /* "ModelInfer": the path is /inference.GRPCInferenceService/<name> */
+    int auth;         /* needs the API key when one is set */
+    int stream;       /* ModelStreamInfer: many requests, many responses */
+    /* start: the REST handler that serves this call, with r's route
+     * arguments and body set from the request message msg (malloc'd; start
+     * takes it). NULL with *code and err when the message is bad. */
+    srv_handler (*start)(srv_req *r, char *msg, size_t len, int *code,
+                         char *err);
+    /* reply: from r's answer (any status), the response message, malloc'd
+     * with OIP_PB_HEADROOM free bytes before it: GRPC_OK, or a status code
+     * with err (the REST error's message). */
+    int (*reply)(srv_req *r, char **out, size_t *len, char *err);
+} grpc_method;
+
+#define GRPC_ERRMAX 1024
+
+/* srv_grpc_method: the method of a :path, or NULL. */
+const grpc_method *srv_grpc_method(const char *path);
+/* srv_grpc_code: the gRPC status of an HTTP status. */
+int srv_grpc_code(int http_status);
+/* srv_grpc_code_name: "INVALID_ARGUMENT", ... */
+const char *srv_grpc_code_name(int code);
+/* srv_grpc_error_text: the message of r's JSON error body into err. */
+void srv_grpc_error_text(const srv_req *r, char *err);
+
+#endif

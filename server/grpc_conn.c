@@ -1,0 +1,350 @@
+/*
+ * grpc_conn.c - the gRPC door's connections on the loop: accept (up to
+ * max-connections), read into nghttp2, write what it produces (at most
+ * WRITE_HIGH bytes unwritten per connection), flush once per loop turn
+ * from an idle handle, close; start, drain (GOAWAY notice) and stop (final
+ * GOAWAY, shutdown after the last write). grpc.c handles the calls.
+ * Loop thread only.
+ */
+#include "server/grpc_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void close_conn(gconn *c);
+static void on_idle(uv_idle_t *h);
+
+/* schedule: flush c on this loop turn (outside nghttp2's callbacks). */
+void srv_grpc__schedule(gconn *c)
+{
+    srv_grpc *g = c->g;
+    if (c->in_flush || c->closing)
+        return;
+    c->in_flush = 1;
+    c->fnext = g->flush;
+    g->flush = c;
+    if (!g->idle_on) {
+        g->idle_on = 1;
+        uv_idle_start(&g->idle, on_idle);
+    }
+}
+
+/* ---- connections ------------------------------------------------------------ */
+
+static void on_written(uv_write_t *req, int status)
+{
+    wreq *w = (wreq *)req;
+    gconn *c = w->c;
+    c->wpending -= w->len;
+    free(w->buf);
+    free(w);
+    if (status < 0)
+        close_conn(c);
+    else
+        srv_grpc__schedule(c);
+}
+
+/* flush: deliver answers, then write what nghttp2 has (up to WRITE_HIGH
+ * unwritten); close the connection when nghttp2 is done with it. */
+static void flush(gconn *c)
+{
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    gcall *call, *next;
+    if (c->closing)
+        return;
+    for (call = c->calls; call; call = next) {
+        next = call->next;
+        srv_grpc__pump(call);
+    }
+    while (c->wpending + len < WRITE_HIGH) {
+        const uint8_t *d;
+        ssize_t n = nghttp2_session_mem_send(c->h2, &d);
+        if (n < 0) {
+            free(buf);
+            close_conn(c);
+            return;
+        }
+        if (n == 0)
+            break;
+        if (len + (size_t)n > cap) {
+            size_t nc = (len + (size_t)n) * 2;
+            char *nb = realloc(buf, nc < 16384 ? 16384 : nc);
+            if (!nb) {
+                free(buf);
+                close_conn(c);
+                return;
+            }
+            buf = nb;
+            cap = nc < 16384 ? 16384 : nc;
+        }
+        memcpy(buf + len, d, (size_t)n);
+        len += (size_t)n;
+    }
+    if (len) {
+        wreq *w = calloc(1, sizeof *w);
+        uv_buf_t b = uv_buf_init(buf, (unsigned)len);
+        if (!w) {
+            free(buf);
+            close_conn(c);
+            return;
+        }
+        w->c = c;
+        w->buf = buf;
+        w->len = len;
+        c->wpending += len;
+        if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_written) < 0) {
+            c->wpending -= len;
+            free(buf);
+            free(w);
+            close_conn(c);
+            return;
+        }
+    } else {
+        free(buf);
+    }
+    if (!c->wpending && !nghttp2_session_want_read(c->h2) &&
+        !nghttp2_session_want_write(c->h2))
+        close_conn(c);
+}
+
+static void on_idle(uv_idle_t *h)
+{
+    srv_grpc *g = h->data;
+    while (g->flush) {
+        gconn *c = g->flush;
+        g->flush = c->fnext;
+        c->in_flush = 0;
+        flush(c);
+    }
+    if (!g->flush) {
+        g->idle_on = 0;
+        uv_idle_stop(&g->idle);
+    }
+}
+
+/* release: after srv_grpc_stop, g goes with its last handle. */
+static void release(srv_grpc *g)
+{
+    if (!g->stopped || g->handles || g->n_conns)
+        return;
+    nghttp2_session_callbacks_del(g->cbs);
+    nghttp2_option_del(g->opt);
+    free(g);
+}
+
+static void on_conn_closed(uv_handle_t *h)
+{
+    gconn *c = h->data;
+    srv_grpc *g = c->g;
+    free(c);
+    release(g);
+}
+
+static void close_conn(gconn *c)
+{
+    srv_grpc *g = c->g;
+    gconn **pp;
+    if (c->closing)
+        return;
+    c->closing = 1;
+    if (c->in_flush)
+        for (pp = &g->flush; *pp; pp = &(*pp)->fnext)
+            if (*pp == c) {
+                *pp = c->fnext;
+                break;
+            }
+    c->in_flush = 0;
+    while (c->calls)
+        srv_grpc__call_free(c->calls);
+    nghttp2_session_del(c->h2);
+    c->h2 = NULL;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        g->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    g->n_conns--;
+    uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+}
+
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+    gconn *c = h->data;
+    (void)hint;
+    *buf = uv_buf_init(c->g->rbuf, READ_BUF);
+}
+
+static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
+{
+    gconn *c = st->data;
+    if (n < 0) {
+        close_conn(c);
+        return;
+    }
+    if (n == 0 || c->closing)
+        return;
+    if (nghttp2_session_mem_recv(c->h2, (const uint8_t *)buf->base, (size_t)n) < 0) {
+        close_conn(c);
+        return;
+    }
+    flush(c);
+}
+
+static void on_connect(uv_stream_t *l, int status)
+{
+    srv_grpc *g = l->data;
+    srv *s = g->s;
+    gconn *c;
+    nghttp2_settings_entry iv[3] = {
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, MAX_STREAMS},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, 65536},
+    };
+    if (status < 0 || !(c = calloc(1, sizeof *c)))
+        return;
+    c->g = g;
+    uv_tcp_init(s->loop, &c->tcp);
+    c->tcp.data = c;
+    if (uv_accept(l, (uv_stream_t *)&c->tcp) < 0 ||
+        g->n_conns >= (int)s->cfg.max_connections ||
+        nghttp2_session_server_new2(&c->h2, g->cbs, c, g->opt) != 0) {
+        uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+        return;
+    }
+    c->next = g->conns;
+    if (g->conns)
+        g->conns->prev = c;
+    g->conns = c;
+    g->n_conns++;
+    uv_tcp_nodelay(&c->tcp, 1);
+    nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, 3);
+    nghttp2_session_set_local_window_size(c->h2, NGHTTP2_FLAG_NONE, 0, CONN_WINDOW);
+    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    srv_grpc__schedule(c);
+}
+
+/* ---- start, drain, stop ----------------------------------------------------- */
+
+int srv_grpc_start(srv *s, char *err)
+{
+    srv_grpc *g;
+    struct sockaddr_storage ss;
+    int len = sizeof ss;
+    if (!s->cfg.grpc_port)
+        return 0;
+    if (!(g = calloc(1, sizeof *g)) ||
+        nghttp2_session_callbacks_new(&g->cbs) != 0 ||
+        nghttp2_option_new(&g->opt) != 0) {
+        snprintf(err, SRV_ERRMAX, "grpc: out of memory");
+        goto fail;
+    }
+    g->s = s;
+    srv_grpc__callbacks(g->cbs);
+    nghttp2_option_set_max_reserved_remote_streams(g->opt, 0);
+    {
+        struct addrinfo hints, *ai = NULL;
+        char port[24];
+        int rc;
+        memset(&hints, 0, sizeof hints);
+        hints.ai_family = AF_UNSPEC;
+        hints.ai_socktype = SOCK_STREAM;
+        hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+        snprintf(port, sizeof port, "%lld", s->cfg.grpc_port < 0 ? 0 : s->cfg.grpc_port);
+        rc = getaddrinfo(s->cfg.host, port, &hints, &ai);
+        if (rc != 0 || !ai) {
+            snprintf(err, SRV_ERRMAX, "--host %s: cannot resolve (%s)",
+                     s->cfg.host, gai_strerror(rc));
+            goto fail;
+        }
+        uv_tcp_init(s->loop, &g->listener);
+        g->listener.data = g;
+        rc = uv_tcp_bind(&g->listener, ai->ai_addr, 0);
+        freeaddrinfo(ai);
+        if (rc == 0)
+            rc = uv_listen((uv_stream_t *)&g->listener, 511, on_connect);
+        if (rc != 0) {
+            snprintf(err, SRV_ERRMAX, "--host %s --grpc-port %lld: cannot listen "
+                     "(%s)", s->cfg.host, s->cfg.grpc_port, uv_strerror(rc));
+            uv_close((uv_handle_t *)&g->listener, NULL);
+            nghttp2_session_callbacks_del(g->cbs);
+            nghttp2_option_del(g->opt);
+            free(g);
+            /* the listener's memory is freed before its close callback runs
+             * only because none is given and the loop never ran it */
+            return -1;
+        }
+    }
+    uv_idle_init(s->loop, &g->idle);
+    g->idle.data = g;
+    g->handles = 2;
+    uv_tcp_getsockname(&g->listener, (struct sockaddr *)&ss, &len);
+    s->grpc_port = ntohs(ss.ss_family == AF_INET6
+                             ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                             : ((struct sockaddr_in *)&ss)->sin_port);
+    s->grpc = g;
+    srv_log(s, "info", "listening on grpc://%s%s%s:%d", strchr(s->cfg.host, ':') ? "[" : "",
+            s->cfg.host, strchr(s->cfg.host, ':') ? "]" : "", s->grpc_port);
+    return 0;
+fail:
+    if (g) {
+        if (g->cbs)
+            nghttp2_session_callbacks_del(g->cbs);
+        if (g->opt)
+            nghttp2_option_del(g->opt);
+        free(g);
+    }
+    return -1;
+}
+
+void srv_grpc_drain(srv *s)
+{
+    srv_grpc *g = s->grpc;
+    gconn *c;
+    if (!g)
+        return;
+    for (c = g->conns; c; c = c->next) {
+        nghttp2_submit_shutdown_notice(c->h2);
+        srv_grpc__schedule(c);
+    }
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+    (void)status;
+    close_conn(req->data);
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    srv_grpc *g = h->data;
+    g->handles--;
+    release(g);
+}
+
+void srv_grpc_stop(srv *s)
+{
+    srv_grpc *g = s->grpc;
+    gconn *c, *next;
+    if (!g)
+        return;
+    for (c = g->conns; c; c = next) {
+        next = c->next;
+        nghttp2_session_terminate_session(c->h2, NGHTTP2_NO_ERROR);
+        flush(c);
+        if (c->closing)
+            continue;
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->shut.data = c;
+        if (uv_shutdown(&c->shut, (uv_stream_t *)&c->tcp, on_shutdown) < 0)
+            close_conn(c);
+    }
+    g->stopped = 1;
+    uv_idle_stop(&g->idle);
+    g->idle_on = 1; /* never restarted */
+    uv_close((uv_handle_t *)&g->idle, on_handle_closed);
+    s->grpc = NULL;
+    uv_close((uv_handle_t *)&g->listener, on_handle_closed);
+}

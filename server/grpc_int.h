@@ -1,0 +1,109 @@
+/*
+ * grpc_int.h - the state grpc.c (calls: streams, framing, answers) and
+ * grpc_conn.c (connections: sockets, writes, start and stop) share; not
+ * part of the daemon's API. Loop thread only.
+ */
+#ifndef ATTND_GRPC_INT_H
+#define ATTND_GRPC_INT_H
+
+#include <nghttp2/nghttp2.h>
+
+#include "server/grpc.h"
+
+#define READ_BUF 65536
+#define WRITE_HIGH (4u << 20)   /* stop pulling frames past this much unwritten */
+#define STREAM_WINDOW (1 << 20) /* per-stream receive window */
+#define CONN_WINDOW (16 << 20)  /* per-connection receive window */
+#define MAX_STREAMS 128         /* concurrent calls per connection */
+
+typedef struct gconn gconn;
+typedef struct gcall gcall;
+
+/* One framed message (or part of one) waiting to be written. */
+typedef struct gchunk {
+    struct gchunk *next;
+    char *buf;
+    size_t off, end;
+} gchunk;
+
+/* One request message and its answer. */
+typedef struct gslot {
+    struct gslot *next;
+    gcall *call;
+    srv_req *r;     /* NULL once freed */
+    int done, code; /* answered: GRPC_OK with out, or an error with msg */
+    char *out;      /* response message at out + OIP_PB_HEADROOM */
+    size_t out_len;
+    char *msg;
+} gslot;
+
+struct gcall {
+    gconn *c;
+    int32_t id;
+    gcall *next, *prev;
+    const grpc_method *m;
+    char path[128];
+    int http_status;     /* 415 for a wrong content-type, else 0 */
+    int auth_ok, compressed;
+    long long timeout_ms;
+    uint64_t deadline_ns;
+    /* incoming messages */
+    unsigned char hdr[5];
+    int hdr_got;
+    char *msg;
+    size_t msg_len, msg_got;
+    int n_msgs, half_closed;
+    char *unary;         /* a unary call's message, until END_STREAM */
+    size_t unary_len;
+    /* answers */
+    gslot *shead, *stail;
+    int n_slots;
+    gchunk *chead, *ctail;
+    int headers_sent, deferred, ending, ended;
+    int code;            /* the final status once ending */
+    char *end_msg;
+};
+
+struct gconn {
+    struct srv_grpc *g;
+    uv_tcp_t tcp;
+    uv_shutdown_t shut;
+    nghttp2_session *h2;
+    gcall *calls;
+    gconn *next, *prev;
+    gconn *fnext;        /* flush list */
+    int in_flush, closing;
+    size_t wpending;     /* bytes handed to uv_write, not yet written */
+};
+
+typedef struct srv_grpc {
+    srv *s;
+    uv_tcp_t listener;
+    uv_idle_t idle;
+    int idle_on;
+    nghttp2_session_callbacks *cbs;
+    nghttp2_option *opt;
+    gconn *conns, *flush;
+    int n_conns;
+    int handles;  /* the idle handle and the listener, until closed */
+    int stopped;  /* srv_grpc_stop ran: freed once everything closed */
+    char rbuf[READ_BUF];
+} srv_grpc;
+
+typedef struct wreq {
+    uv_write_t req;
+    gconn *c;
+    char *buf;
+    size_t len;
+} wreq;
+
+/* grpc_conn.c: flush c on this loop turn (outside nghttp2's callbacks). */
+void srv_grpc__schedule(gconn *c);
+/* grpc.c: deliver a call's answered slots, send headers, data, trailers. */
+void srv_grpc__pump(gcall *call);
+/* grpc.c: free a call; its unanswered requests detach or are orphaned. */
+void srv_grpc__call_free(gcall *call);
+/* grpc.c: the session callbacks that build calls. */
+void srv_grpc__callbacks(nghttp2_session_callbacks *cbs);
+
+#endif

@@ -1,0 +1,676 @@
+/*
+ * grpc_rpc.c - the methods of inference.GRPCInferenceService: each turns
+ * its request message into the input of the REST handler of the same
+ * operation (route table) and that handler's answer into its response
+ * message. ModelInfer's messages go to the pool as they are (the request's
+ * door is proto/oip_pb.h), every other answer is REST's JSON read back
+ * with jansson: small, rare, and then the two doors cannot disagree.
+ * Loop thread.
+ */
+#include "server/grpc.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/kserve.pb-c.h"
+#include "proto/oip_pb.h"
+
+static const srv_door pb_door = {oip_pb_decode, oip_pb_encode};
+
+/* ---- shared ------------------------------------------------------------------ */
+
+int srv_grpc_code(int http_status)
+{
+    switch (http_status) {
+    case 200: return GRPC_OK;
+    case 400:
+    case 413: return GRPC_INVALID_ARGUMENT;
+    case 401: return GRPC_UNAUTHENTICATED;
+    case 404: return GRPC_NOT_FOUND;
+    case 405: return GRPC_UNIMPLEMENTED;
+    case 503: return GRPC_UNAVAILABLE;
+    case 504: return GRPC_DEADLINE_EXCEEDED;
+    default: return GRPC_INTERNAL;
+    }
+}
+
+const char *srv_grpc_code_name(int code)
+{
+    static const char *const names[GRPC_N_CODES] = {
+        "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+        "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+        "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+        "UNAUTHENTICATED"};
+    return code >= 0 && code < GRPC_N_CODES ? names[code] : "UNKNOWN";
+}
+
+void srv_grpc_error_text(const srv_req *r, char *err)
+{
+    json_t *o = r->resp ? json_loadb(r->resp, r->resp_len, 0, NULL) : NULL;
+    const char *m = json_string_value(json_object_get(o, "error"));
+    snprintf(err, GRPC_ERRMAX, "%s", m ? m : "request failed");
+    json_decref(o);
+}
+
+/* fail: r's REST error as a gRPC status. */
+static int fail(const srv_req *r, char *err)
+{
+    srv_grpc_error_text(r, err);
+    return srv_grpc_code(r->status);
+}
+
+/* route: the REST handler of (method, pattern) from the route table. */
+static srv_handler route(int method, const char *pattern)
+{
+    size_t i;
+    for (i = 0; i < srv_n_routes; i++)
+        if (srv_routes[i].method == method && !strcmp(srv_routes[i].path, pattern))
+            return srv_routes[i].fn;
+    return NULL;
+}
+
+/* pack: a response message with OIP_PB_HEADROOM free bytes before it. */
+static int pack(const ProtobufCMessage *m, char **out, size_t *len, char *err)
+{
+    size_t n = protobuf_c_message_get_packed_size(m);
+    *out = malloc(n + OIP_PB_HEADROOM);
+    if (!*out) {
+        snprintf(err, GRPC_ERRMAX, "server: out of memory");
+        return GRPC_RESOURCE_EXHAUSTED;
+    }
+    protobuf_c_message_pack(m, (uint8_t *)*out + OIP_PB_HEADROOM);
+    *len = n + OIP_PB_HEADROOM;
+    return GRPC_OK;
+}
+
+/* answer_json: r's 200 answer as JSON, or NULL (err says why). */
+static json_t *answer_json(const srv_req *r, char *err)
+{
+    json_t *o = r->resp ? json_loadb(r->resp, r->resp_len, 0, NULL) : NULL;
+    if (!o)
+        snprintf(err, GRPC_ERRMAX, "server: unreadable answer");
+    return o;
+}
+
+static int bad_message(const char *what, int *code, char *err)
+{
+    *code = GRPC_INVALID_ARGUMENT;
+    snprintf(err, GRPC_ERRMAX, "request: not a valid %s (protobuf wire format)",
+             what);
+    return 0;
+}
+
+/* model_arg: name and version into r->arg[0] (REST's path capture); only
+ * version "" or "1" exists. 0, or -1 with *code and err. */
+static int model_arg(srv_req *r, const char *name, const char *version,
+                     int *code, char *err)
+{
+    if (!name[0] || strlen(name) >= sizeof r->arg[0]) {
+        *code = GRPC_INVALID_ARGUMENT;
+        snprintf(err, GRPC_ERRMAX, "name: must be 1 to %d bytes",
+                 (int)sizeof r->arg[0] - 1);
+        return -1;
+    }
+    if (version[0] && strcmp(version, "1") != 0) {
+        *code = GRPC_NOT_FOUND;
+        snprintf(err, GRPC_ERRMAX, "version '%.64s' not found: only version 1 "
+                 "exists", version);
+        return -1;
+    }
+    snprintf(r->arg[0], sizeof r->arg[0], "%s", name);
+    return 0;
+}
+
+/* ---- health and metadata ------------------------------------------------------ */
+
+static srv_handler start_server_live(srv_req *r, char *msg, size_t len,
+                                     int *code, char *err)
+{
+    (void)r, (void)len, (void)code, (void)err;
+    free(msg);
+    return route(SRV_GET, "/v2/health/live");
+}
+
+static int reply_server_live(srv_req *r, char **out, size_t *len, char *err)
+{
+    Inference__ServerLiveResponse m = INFERENCE__SERVER_LIVE_RESPONSE__INIT;
+    m.live = r->status == 200;
+    return pack(&m.base, out, len, err);
+}
+
+static srv_handler start_server_ready(srv_req *r, char *msg, size_t len,
+                                      int *code, char *err)
+{
+    (void)r, (void)len, (void)code, (void)err;
+    free(msg);
+    return route(SRV_GET, "/v2/health/ready");
+}
+
+/* not ready is an answer (ready false), not an error, as in Triton */
+static int reply_server_ready(srv_req *r, char **out, size_t *len, char *err)
+{
+    Inference__ServerReadyResponse m = INFERENCE__SERVER_READY_RESPONSE__INIT;
+    m.ready = r->status == 200;
+    return pack(&m.base, out, len, err);
+}
+
+static srv_handler start_model_ready(srv_req *r, char *msg, size_t len,
+                                     int *code, char *err)
+{
+    Inference__ModelReadyRequest *m = inference__model_ready_request__unpack(NULL, len, (const uint8_t *)msg);
+    int rc;
+    free(msg);
+    if (!m)
+        return bad_message("ModelReadyRequest", code, err), NULL;
+    rc = model_arg(r, m->name, m->version, code, err);
+    protobuf_c_message_free_unpacked(&m->base, NULL);
+    return rc ? NULL : route(SRV_GET, "/v2/models/{}/ready");
+}
+
+/* ready false for a known model that is loading or unloaded; NOT_FOUND
+ * for a name the server does not know */
+static int reply_model_ready(srv_req *r, char **out, size_t *len, char *err)
+{
+    Inference__ModelReadyResponse m = INFERENCE__MODEL_READY_RESPONSE__INIT;
+    if (r->status == 404 && !srv_registry_find(r->s, r->arg[0]))
+        return fail(r, err);
+    m.ready = r->status == 200;
+    return pack(&m.base, out, len, err);
+}
+
+static srv_handler start_server_meta(srv_req *r, char *msg, size_t len,
+                                     int *code, char *err)
+{
+    (void)r, (void)len, (void)code, (void)err;
+    free(msg);
+    return route(SRV_GET, "/v2");
+}
+
+static int reply_server_meta(srv_req *r, char **out, size_t *len, char *err)
+{
+    Inference__ServerMetadataResponse m = INFERENCE__SERVER_METADATA_RESPONSE__INIT;
+    json_t *o, *ext;
+    char *names[16];
+    size_t i;
+    int rc;
+    if (r->status != 200)
+        return fail(r, err);
+    if (!(o = answer_json(r, err)))
+        return GRPC_INTERNAL;
+    m.name = (char *)json_string_value(json_object_get(o, "name"));
+    m.version = (char *)json_string_value(json_object_get(o, "version"));
+    ext = json_object_get(o, "extensions");
+    for (i = 0; i < json_array_size(ext) && i < 16; i++)
+        names[i] = (char *)json_string_value(json_array_get(ext, i));
+    m.n_extensions = i;
+    m.extensions = names;
+    if (!m.name)
+        m.name = "";
+    if (!m.version)
+        m.version = "";
+    rc = pack(&m.base, out, len, err);
+    json_decref(o);
+    return rc;
+}
+
+static srv_handler start_model_meta(srv_req *r, char *msg, size_t len,
+                                    int *code, char *err)
+{
+    Inference__ModelMetadataRequest *m = inference__model_metadata_request__unpack(NULL, len, (const uint8_t *)msg);
+    int rc;
+    free(msg);
+    if (!m)
+        return bad_message("ModelMetadataRequest", code, err), NULL;
+    rc = model_arg(r, m->name, m->version, code, err);
+    protobuf_c_message_free_unpacked(&m->base, NULL);
+    return rc ? NULL : route(SRV_GET, "/v2/models/{}");
+}
+
+typedef Inference__ModelMetadataResponse__TensorMetadata TensorMeta;
+
+/* tensors: a JSON array of {name, datatype, shape} as TensorMetadata,
+ * allocated in *blk (freed by the caller). */
+static size_t tensors(json_t *a, TensorMeta ***out, void **blk)
+{
+    size_t n = json_array_size(a), i, j, dims = 0;
+    TensorMeta *t, **p;
+    int64_t *sh;
+    for (i = 0; i < n; i++)
+        dims += json_array_size(json_object_get(json_array_get(a, i), "shape"));
+    *blk = calloc(1, n * (sizeof *t + sizeof *p) + dims * sizeof *sh + 1);
+    if (!*blk)
+        return 0;
+    t = *blk;
+    p = (TensorMeta **)(t + n);
+    sh = (int64_t *)(p + n);
+    for (i = 0; i < n; i++) {
+        json_t *e = json_array_get(a, i), *s = json_object_get(e, "shape");
+        TensorMeta init = INFERENCE__MODEL_METADATA_RESPONSE__TENSOR_METADATA__INIT;
+        const char *nm = json_string_value(json_object_get(e, "name"));
+        const char *dt = json_string_value(json_object_get(e, "datatype"));
+        t[i] = init;
+        t[i].name = (char *)(nm ? nm : "");
+        t[i].datatype = (char *)(dt ? dt : "");
+        t[i].shape = sh;
+        t[i].n_shape = json_array_size(s);
+        for (j = 0; j < t[i].n_shape; j++)
+            *sh++ = json_integer_value(json_array_get(s, j));
+        p[i] = &t[i];
+    }
+    *out = p;
+    return n;
+}
+
+static int reply_model_meta(srv_req *r, char **out, size_t *len, char *err)
+{
+    Inference__ModelMetadataResponse m = INFERENCE__MODEL_METADATA_RESPONSE__INIT;
+    json_t *o;
+    void *bi = NULL, *bo = NULL;
+    char *versions[1] = {"1"};
+    int rc;
+    if (r->status != 200)
+        return fail(r, err);
+    if (!(o = answer_json(r, err)))
+        return GRPC_INTERNAL;
+    m.name = (char *)json_string_value(json_object_get(o, "name"));
+    m.platform = (char *)json_string_value(json_object_get(o, "platform"));
+    if (!m.name)
+        m.name = "";
+    if (!m.platform)
+        m.platform = "";
+    m.n_versions = 1;
+    m.versions = versions;
+    m.n_inputs = tensors(json_object_get(o, "inputs"), &m.inputs, &bi);
+    m.n_outputs = tensors(json_object_get(o, "outputs"), &m.outputs, &bo);
+    if (!bi || !bo) {
+        snprintf(err, GRPC_ERRMAX, "server: out of memory");
+        rc = GRPC_RESOURCE_EXHAUSTED;
+    } else {
+        rc = pack(&m.base, out, len, err);
+    }
+    free(bi);
+    free(bo);
+    json_decref(o);
+    return rc;
+}
+
+/* ---- inference ------------------------------------------------------------------ */
+
+/* The model comes from the message (the pool parses the rest): peek at
+ * model_name/model_version; the message itself becomes the body. */
+static srv_handler start_infer(srv_req *r, char *msg, size_t len, int *code,
+                               char *err)
+{
+    char name[sizeof r->arg[0]], version[64];
+    if (oip_pb_peek_model(msg, len, name, version, sizeof version < sizeof name
+                                                       ? sizeof version
+                                                       : sizeof name,
+                          err) < 0) {
+        free(msg);
+        *code = GRPC_INVALID_ARGUMENT;
+        return NULL;
+    }
+    if (model_arg(r, name, version, code, err) < 0) {
+        free(msg);
+        return NULL;
+    }
+    r->body = msg;
+    r->body_len = r->body_cap = len;
+    r->door = &pb_door;
+    return route(SRV_POST, "/v2/models/{}/infer");
+}
+
+/* the pool encoded the ModelInferResponse already (oip_pb_encode) */
+static int reply_infer(srv_req *r, char **out, size_t *len, char *err)
+{
+    if (r->status != 200)
+        return fail(r, err);
+    *out = r->resp;
+    *len = r->resp_len;
+    r->resp = NULL;
+    return GRPC_OK;
+}
+
+/* ---- statistics --------------------------------------------------------------- */
+
+static srv_handler start_stats(srv_req *r, char *msg, size_t len, int *code,
+                               char *err)
+{
+    Inference__ModelStatisticsRequest *m = inference__model_statistics_request__unpack(NULL, len, (const uint8_t *)msg);
+    int rc = 0;
+    free(msg);
+    if (!m)
+        return bad_message("ModelStatisticsRequest", code, err), NULL;
+    if (m->name[0] || m->version[0])
+        rc = model_arg(r, m->name, m->version, code, err);
+    protobuf_c_message_free_unpacked(&m->base, NULL);
+    return rc ? NULL : route(SRV_GET, "/v2/models/stats");
+}
+
+typedef Inference__StatisticDuration Dur;
+
+static void dur(Dur *d, json_t *o)
+{
+    Dur init = INFERENCE__STATISTIC_DURATION__INIT;
+    *d = init;
+    d->count = (uint64_t)json_integer_value(json_object_get(o, "count"));
+    d->ns = (uint64_t)json_integer_value(json_object_get(o, "ns"));
+}
+
+/* One model's statistics with everything it points to. */
+typedef struct stat_blk {
+    Inference__ModelStatistics ms;
+    Inference__InferStatistics is;
+    Dur d[6];
+    Inference__InferBatchStatistics *bs;
+    Inference__InferBatchStatistics **bsp;
+    Dur *bd;
+} stat_blk;
+
+static int reply_stats(srv_req *r, char **out, size_t *len, char *err)
+{
+    Inference__ModelStatisticsResponse m = INFERENCE__MODEL_STATISTICS_RESPONSE__INIT;
+    static const char *const keys[6] = {"success", "fail", "queue", "compute_input",
+                                        "compute_infer", "compute_output"};
+    json_t *o, *arr;
+    stat_blk *sb = NULL;
+    Inference__ModelStatistics **msp = NULL;
+    size_t n, i, k;
+    int rc = GRPC_RESOURCE_EXHAUSTED;
+    if (r->status != 200)
+        return fail(r, err);
+    if (!(o = answer_json(r, err)))
+        return GRPC_INTERNAL;
+    arr = json_object_get(o, "model_stats");
+    n = json_array_size(arr);
+    sb = calloc(n + 1, sizeof *sb);
+    msp = calloc(n + 1, sizeof *msp);
+    if (!sb || !msp)
+        goto done;
+    for (i = 0; i < n; i++) {
+        json_t *e = json_array_get(arr, i), *inf = json_object_get(e, "inference_stats");
+        json_t *b = json_object_get(e, "batch_stats");
+        Inference__ModelStatistics mi = INFERENCE__MODEL_STATISTICS__INIT;
+        Inference__InferStatistics ii = INFERENCE__INFER_STATISTICS__INIT;
+        Dur *ds[6];
+        size_t nb = json_array_size(b);
+        for (k = 0; k < 6; k++) {
+            dur(&sb[i].d[k], json_object_get(inf, keys[k]));
+            ds[k] = &sb[i].d[k];
+        }
+        ii.success = ds[0], ii.fail = ds[1], ii.queue = ds[2];
+        ii.compute_input = ds[3], ii.compute_infer = ds[4], ii.compute_output = ds[5];
+        sb[i].is = ii;
+        mi.name = (char *)json_string_value(json_object_get(e, "name"));
+        mi.version = "1";
+        mi.last_inference = (uint64_t)json_integer_value(json_object_get(e, "last_inference"));
+        mi.inference_count = (uint64_t)json_integer_value(json_object_get(e, "inference_count"));
+        mi.execution_count = (uint64_t)json_integer_value(json_object_get(e, "execution_count"));
+        mi.inference_stats = &sb[i].is;
+        sb[i].bs = calloc(nb + 1, sizeof *sb[i].bs);
+        sb[i].bsp = calloc(nb + 1, sizeof *sb[i].bsp);
+        sb[i].bd = calloc(nb + 1, sizeof *sb[i].bd);
+        if (!sb[i].bs || !sb[i].bsp || !sb[i].bd)
+            goto done;
+        for (k = 0; k < nb; k++) {
+            json_t *x = json_array_get(b, k);
+            Inference__InferBatchStatistics bi = INFERENCE__INFER_BATCH_STATISTICS__INIT;
+            bi.batch_size = (uint64_t)json_integer_value(json_object_get(x, "batch_size"));
+            dur(&sb[i].bd[k], json_object_get(x, "compute_infer"));
+            bi.compute_infer = &sb[i].bd[k];
+            sb[i].bs[k] = bi;
+            sb[i].bsp[k] = &sb[i].bs[k];
+        }
+        mi.n_batch_stats = nb;
+        mi.batch_stats = sb[i].bsp;
+        if (!mi.name)
+            mi.name = "";
+        sb[i].ms = mi;
+        msp[i] = &sb[i].ms;
+    }
+    m.n_model_stats = n;
+    m.model_stats = msp;
+    rc = pack(&m.base, out, len, err);
+done:
+    if (rc == GRPC_RESOURCE_EXHAUSTED)
+        snprintf(err, GRPC_ERRMAX, "server: out of memory");
+    for (i = 0; sb && i < n; i++) {
+        free(sb[i].bs);
+        free(sb[i].bsp);
+        free(sb[i].bd);
+    }
+    free(sb);
+    free(msp);
+    json_decref(o);
+    return rc;
+}
+
+/* ---- repository ------------------------------------------------------------------ */
+
+static srv_handler start_index(srv_req *r, char *msg, size_t len, int *code,
+                               char *err)
+{
+    Inference__RepositoryIndexRequest *m = inference__repository_index_request__unpack(NULL, len, (const uint8_t *)msg);
+    free(msg);
+    if (!m)
+        return bad_message("RepositoryIndexRequest", code, err), NULL;
+    if (m->ready && !(r->body = strdup("{\"ready\":true}"))) {
+        protobuf_c_message_free_unpacked(&m->base, NULL);
+        *code = GRPC_RESOURCE_EXHAUSTED;
+        snprintf(err, GRPC_ERRMAX, "server: out of memory");
+        return NULL;
+    }
+    r->body_len = r->body ? strlen(r->body) : 0;
+    protobuf_c_message_free_unpacked(&m->base, NULL);
+    return route(SRV_POST, "/v2/repository/index");
+}
+
+typedef Inference__RepositoryIndexResponse__ModelIndex ModelIndex;
+
+static int reply_index(srv_req *r, char **out, size_t *len, char *err)
+{
+    Inference__RepositoryIndexResponse m = INFERENCE__REPOSITORY_INDEX_RESPONSE__INIT;
+    json_t *o;
+    ModelIndex *mi;
+    ModelIndex **mp;
+    size_t n, i;
+    int rc;
+    if (r->status != 200)
+        return fail(r, err);
+    if (!(o = answer_json(r, err)))
+        return GRPC_INTERNAL;
+    n = json_array_size(o);
+    mi = calloc(n + 1, sizeof *mi);
+    mp = calloc(n + 1, sizeof *mp);
+    if (!mi || !mp) {
+        snprintf(err, GRPC_ERRMAX, "server: out of memory");
+        rc = GRPC_RESOURCE_EXHAUSTED;
+        goto done;
+    }
+    for (i = 0; i < n; i++) {
+        json_t *e = json_array_get(o, i);
+        ModelIndex init = INFERENCE__REPOSITORY_INDEX_RESPONSE__MODEL_INDEX__INIT;
+        static const char *const f[4] = {"name", "version", "state", "reason"};
+        char **dst[4];
+        int k;
+        mi[i] = init;
+        dst[0] = &mi[i].name, dst[1] = &mi[i].version;
+        dst[2] = &mi[i].state, dst[3] = &mi[i].reason;
+        for (k = 0; k < 4; k++) {
+            const char *v = json_string_value(json_object_get(e, f[k]));
+            *dst[k] = (char *)(v ? v : "");
+        }
+        mp[i] = &mi[i];
+    }
+    m.n_models = n;
+    m.models = mp;
+    rc = pack(&m.base, out, len, err);
+done:
+    free(mi);
+    free(mp);
+    json_decref(o);
+    return rc;
+}
+
+/* base64: for an upload's bytes_param (REST's load takes base64). */
+static char *base64(const uint8_t *p, size_t n)
+{
+    static const char t[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *o = malloc((n + 2) / 3 * 4 + 1), *q = o;
+    size_t i;
+    if (!o)
+        return NULL;
+    for (i = 0; i + 2 < n; i += 3, q += 4) {
+        uint32_t v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8 | p[i + 2];
+        q[0] = t[v >> 18], q[1] = t[(v >> 12) & 63], q[2] = t[(v >> 6) & 63],
+        q[3] = t[v & 63];
+    }
+    if (i < n) {
+        uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0);
+        q[0] = t[v >> 18], q[1] = t[(v >> 12) & 63];
+        q[2] = i + 1 < n ? t[(v >> 6) & 63] : '=';
+        q[3] = '=';
+        q += 4;
+    }
+    *q = 0;
+    return o;
+}
+
+/* repo_params: parameters as REST's load body {"parameters": {...}}. */
+static char *repo_params(Inference__ModelRepositoryParameter *const *vals,
+                         char *const *keys, size_t n)
+{
+    json_t *o = json_object(), *p = json_object();
+    char *text;
+    size_t i;
+    json_object_set_new(o, "parameters", p);
+    for (i = 0; i < n; i++) {
+        const Inference__ModelRepositoryParameter *v = vals[i];
+        json_t *j = NULL;
+        if (!v)
+            continue;
+        switch (v->parameter_choice_case) {
+        case INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM:
+            j = json_boolean(v->bool_param);
+            break;
+        case INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_INT64_PARAM:
+            j = json_integer(v->int64_param);
+            break;
+        case INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_STRING_PARAM:
+            j = json_string(v->string_param);
+            break;
+        case INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_BYTES_PARAM: {
+            char *b = base64(v->bytes_param.data, v->bytes_param.len);
+            j = b ? json_string(b) : NULL;
+            free(b);
+            break;
+        }
+        default:
+            break;
+        }
+        if (j)
+            json_object_set_new(p, keys[i], j);
+    }
+    text = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return text;
+}
+
+static srv_handler start_load(srv_req *r, char *msg, size_t len, int *code,
+                              char *err)
+{
+    Inference__RepositoryModelLoadRequest *m = inference__repository_model_load_request__unpack(NULL, len, (const uint8_t *)msg);
+    Inference__ModelRepositoryParameter **vals = NULL;
+    char **keys = NULL;
+    size_t i;
+    int rc;
+    free(msg);
+    if (!m)
+        return bad_message("RepositoryModelLoadRequest", code, err), NULL;
+    rc = model_arg(r, m->model_name, "", code, err);
+    if (!rc && m->n_parameters) {
+        vals = calloc(m->n_parameters, sizeof *vals);
+        keys = calloc(m->n_parameters, sizeof *keys);
+        for (i = 0; vals && keys && i < m->n_parameters; i++)
+            vals[i] = m->parameters[i]->value, keys[i] = m->parameters[i]->key;
+        r->body = vals && keys ? repo_params(vals, keys, m->n_parameters) : NULL;
+        if (!r->body) {
+            *code = GRPC_RESOURCE_EXHAUSTED;
+            snprintf(err, GRPC_ERRMAX, "server: out of memory");
+            rc = -1;
+        }
+        r->body_len = r->body ? strlen(r->body) : 0;
+    }
+    free(vals);
+    free(keys);
+    protobuf_c_message_free_unpacked(&m->base, NULL);
+    return rc ? NULL : route(SRV_POST, "/v2/repository/models/{}/load");
+}
+
+static int reply_empty(srv_req *r, const ProtobufCMessage *m, char **out,
+                       size_t *len, char *err)
+{
+    if (r->status != 200)
+        return fail(r, err);
+    return pack(m, out, len, err);
+}
+
+static int reply_load(srv_req *r, char **out, size_t *len, char *err)
+{
+    Inference__RepositoryModelLoadResponse m =
+        INFERENCE__REPOSITORY_MODEL_LOAD_RESPONSE__INIT;
+    return reply_empty(r, &m.base, out, len, err);
+}
+
+static srv_handler start_unload(srv_req *r, char *msg, size_t len, int *code,
+                                char *err)
+{
+    Inference__RepositoryModelUnloadRequest *m = inference__repository_model_unload_request__unpack(NULL, len, (const uint8_t *)msg);
+    int rc;
+    free(msg);
+    if (!m)
+        return bad_message("RepositoryModelUnloadRequest", code, err), NULL;
+    rc = model_arg(r, m->model_name, "", code, err);
+    protobuf_c_message_free_unpacked(&m->base, NULL);
+    return rc ? NULL : route(SRV_POST, "/v2/repository/models/{}/unload");
+}
+
+static int reply_unload(srv_req *r, char **out, size_t *len, char *err)
+{
+    Inference__RepositoryModelUnloadResponse m =
+        INFERENCE__REPOSITORY_MODEL_UNLOAD_RESPONSE__INIT;
+    return reply_empty(r, &m.base, out, len, err);
+}
+
+/* ---- the table -------------------------------------------------------------------- */
+
+static const grpc_method methods[] = {
+    {"ServerLive", 0, 0, start_server_live, reply_server_live},
+    {"ServerReady", 0, 0, start_server_ready, reply_server_ready},
+    {"ModelReady", 0, 0, start_model_ready, reply_model_ready},
+    {"ServerMetadata", 0, 0, start_server_meta, reply_server_meta},
+    {"ModelMetadata", 0, 0, start_model_meta, reply_model_meta},
+    {"ModelInfer", 1, 0, start_infer, reply_infer},
+    {"ModelStreamInfer", 1, 1, start_infer, reply_infer},
+    {"ModelStatistics", 0, 0, start_stats, reply_stats},
+    {"RepositoryIndex", 1, 0, start_index, reply_index},
+    {"RepositoryModelLoad", 1, 0, start_load, reply_load},
+    {"RepositoryModelUnload", 1, 0, start_unload, reply_unload},
+};
+
+const grpc_method *srv_grpc_method(const char *path)
+{
+    static const char prefix[] = "/inference.GRPCInferenceService/";
+    size_t i;
+    if (strncmp(path, prefix, sizeof prefix - 1) != 0)
+        return NULL;
+    path += sizeof prefix - 1;
+    for (i = 0; i < sizeof methods / sizeof methods[0]; i++)
+        if (!strcmp(methods[i].name, path))
+            return &methods[i];
+    return NULL;
+}

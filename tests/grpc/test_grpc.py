@@ -1,0 +1,585 @@
+#!/usr/bin/python3
+"""gRPC door, client 1 of 2: Python's grpcio with stubs that protoc generated
+from proto/kserve.proto (make check-grpc generates them into build/).
+
+Every RPC, every status code attnd answers, the seeds' numbers through
+sdpa, the PyTorch vectors of tests/server/fixtures through the `tiny`
+weight set, raw and typed contents, FP16/BF16, streams, auth, deadlines,
+queue full and drain. Each test class starts its own attnd on free ports.
+
+    ATTND=build/default/attnd GRPC_STUBS=build/grpc/py \
+        /usr/bin/python3 -m unittest -v tests/grpc/test_grpc.py
+"""
+import base64
+import json
+import queue
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+
+import grpc
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+ATTND = os.path.abspath(os.environ.get("ATTND", os.path.join(ROOT, "build/default/attnd")))
+sys.path.insert(0, os.environ.get("GRPC_STUBS", os.path.join(ROOT, "build/grpc/py")))
+import kserve_pb2 as pb  # noqa: E402
+import kserve_pb2_grpc as pbg  # noqa: E402
+
+FIX = os.path.join(ROOT, "tests", "server", "fixtures")
+with open(os.path.join(FIX, "refs.json")) as f:
+    REFS = json.load(f)
+SLOW = 5 if re.search(r"address|undefined|thread", ATTND) else 1
+C = grpc.StatusCode
+
+
+class Attnd:
+    """attnd on 127.0.0.1 with free HTTP and gRPC ports and its own models
+    folder (the fixtures plus models/demo)."""
+
+    def __init__(self, *args):
+        self.dir = tempfile.mkdtemp(prefix="attnd-grpc-")
+        shutil.copytree(os.path.join(FIX, "models"), self.dir, dirs_exist_ok=True)
+        demo = os.path.join(ROOT, "models", "demo")
+        if os.path.exists(os.path.join(demo, "model.safetensors")):
+            shutil.copytree(demo, os.path.join(self.dir, "demo"))
+        self.proc = subprocess.Popen(
+            [ATTND, "--host", "127.0.0.1", "--port", "0", "--grpc-port", "-1",
+             "--models", self.dir, *args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.log = ""
+        self._lines = []
+        threading.Thread(target=self._read, daemon=True).start()
+        deadline = time.time() + 20 * SLOW
+        self.port = self.grpc_port = 0
+        while not (self.port and self.grpc_port):
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.log)
+            g = re.search(r"listening on grpc://127\.0\.0\.1:(\d+)", self.log)
+            if m and g:
+                self.port, self.grpc_port = int(m.group(1)), int(g.group(1))
+            elif self.proc.poll() is not None or time.time() > deadline:
+                self.proc.kill()
+                raise RuntimeError("attnd did not start:\n" + self.log)
+            else:
+                time.sleep(0.02)
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.grpc_port}")
+        self.stub = pbg.GRPCInferenceServiceStub(self.channel)
+        while True:  # models loaded
+            try:
+                if self.stub.ServerReady(pb.ServerReadyRequest(), timeout=5).ready:
+                    break
+            except grpc.RpcError:
+                pass
+            if time.time() > deadline:
+                raise RuntimeError("attnd not ready:\n" + self.log)
+            time.sleep(0.02)
+
+    def _read(self):
+        for line in iter(self.proc.stderr.readline, b""):
+            self.log += line.decode(errors="replace")
+
+    def rest(self, path, body=None):
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}",
+                                     data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"null")
+
+    def stop(self, sig=signal.SIGTERM):
+        self.channel.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            code = self.proc.wait(30 * SLOW)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        time.sleep(0.05)
+        self.proc.stderr.close()
+        if re.search(r"(ERROR|WARNING): (Address|Leak|Thread|UndefinedBehavior)Sanitizer|runtime error: ",
+                     self.log):
+            raise AssertionError("sanitizer report:\n" + self.log)
+        return code
+
+
+# ---- tensors --------------------------------------------------------------------
+
+def f32(values):
+    return struct.pack(f"<{len(values)}f", *values)
+
+
+def unf32(raw):
+    return list(struct.unpack(f"<{len(raw) // 4}f", raw))
+
+
+def typed(req, name, dtype, shape, values):
+    t = req.inputs.add(name=name, datatype=dtype, shape=shape)
+    field = {"FP32": "fp32_contents", "INT32": "int_contents", "INT64": "int64_contents",
+             "BOOL": "bool_contents"}[dtype]
+    getattr(t.contents, field).extend(values)
+    return t
+
+
+def raw(req, name, dtype, shape, data):
+    req.inputs.add(name=name, datatype=dtype, shape=shape)
+    req.raw_input_contents.append(data)
+
+
+def want(req, *names):
+    for n in names:
+        req.outputs.add(name=n)
+    return req
+
+
+def out(resp, name):
+    """(shape, values) of output name, raw or typed."""
+    for i, o in enumerate(resp.outputs):
+        if o.name == name:
+            if resp.raw_output_contents:
+                return list(o.shape), unf32(resp.raw_output_contents[i])
+            return list(o.shape), list(o.contents.fp32_contents)
+    raise KeyError(name)
+
+
+def max_diff(a, b):
+    assert len(a) == len(b), f"length {len(a)} != {len(b)}"
+    return max((abs(x - y) for x, y in zip(a, b)), default=0.0)
+
+
+def seed1(req_fn=typed):
+    req = pb.ModelInferRequest(model_name="sdpa", id="seed1")
+    req_fn(req, "q", "FP32", [2, 4], [2, 0, 2, 0, 0, 4, 0, 2] if req_fn is typed else f32([2, 0, 2, 0, 0, 4, 0, 2]))
+    req_fn(req, "k", "FP32", [2, 4], [1, 0, 1, 0, 0, 1, 0, 0] if req_fn is typed else f32([1, 0, 1, 0, 0, 1, 0, 0]))
+    req_fn(req, "v", "FP32", [2, 2], [1, 2, 3, 0] if req_fn is typed else f32([1, 2, 3, 0]))
+    return req
+
+
+def sdpa_req(c, raw_form=False):
+    req = pb.ModelInferRequest(model_name="sdpa")
+    for n in "qkv":
+        if raw_form:
+            raw(req, n, "FP32", c[n + "_shape"], f32(c[n]))
+        else:
+            typed(req, n, "FP32", c[n + "_shape"], c[n])
+    return req
+
+
+def tiny_x(c, raw_form=False):
+    req = pb.ModelInferRequest(model_name="tiny")
+    if raw_form:
+        raw(req, "x", "FP32", c["shape"], f32(c["x"]))
+    else:
+        typed(req, "x", "FP32", c["shape"], c["x"])
+    return req
+
+
+class Unary(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.d = Attnd("--max-body", "400000", "--max-tokens", "4096")
+        cls.s = cls.d.stub
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.d.stop() == 0, cls.d.log
+
+    def code(self, fn, req, code, pattern, **kw):
+        with self.assertRaises(grpc.RpcError) as e:
+            fn(req, timeout=30, **kw)
+        self.assertEqual(e.exception.code(), code, e.exception.details())
+        self.assertRegex(e.exception.details(), pattern)
+        return e.exception
+
+    # -- health and metadata
+    def test_live_ready_metadata(self):
+        self.assertTrue(self.s.ServerLive(pb.ServerLiveRequest()).live)
+        self.assertTrue(self.s.ServerReady(pb.ServerReadyRequest()).ready)
+        m = self.s.ServerMetadata(pb.ServerMetadataRequest())
+        self.assertEqual(m.name, "attnd")
+        self.assertRegex(m.version, r"^\d+\.\d+\.\d+$")
+        self.assertIn("model_repository", m.extensions)
+        self.assertTrue(self.s.ModelReady(pb.ModelReadyRequest(name="tiny")).ready)
+        self.assertTrue(self.s.ModelReady(pb.ModelReadyRequest(name="sdpa", version="1")).ready)
+        self.code(self.s.ModelReady, pb.ModelReadyRequest(name="nope"), C.NOT_FOUND, r"model 'nope': not found")
+        self.code(self.s.ModelReady, pb.ModelReadyRequest(name="tiny", version="2"), C.NOT_FOUND,
+                  r"version '2' not found: only version 1 exists")
+
+    def test_model_metadata_matches_rest(self):
+        m = self.s.ModelMetadata(pb.ModelMetadataRequest(name="tiny"))
+        st, rest = self.d.rest("/v2/models/tiny")
+        self.assertEqual(st, 200)
+        self.assertEqual(m.name, "tiny")
+        self.assertEqual(list(m.versions), ["1"])
+        self.assertEqual(m.platform, rest["platform"])
+        self.assertEqual([(t.name, t.datatype, list(t.shape)) for t in m.inputs],
+                         [(t["name"], t["datatype"], t["shape"]) for t in rest["inputs"]])
+        self.assertEqual([(t.name, t.datatype, list(t.shape)) for t in m.outputs],
+                         [(t["name"], t["datatype"], t["shape"]) for t in rest["outputs"]])
+        self.assertEqual(list(m.inputs[0].shape), [-1, -1, 8])
+        self.code(self.s.ModelMetadata, pb.ModelMetadataRequest(name="nope"), C.NOT_FOUND, r"not found")
+
+    # -- numbers
+    def test_seed_example_typed_and_raw(self):
+        e2 = 2.718281828459045 ** 2
+        a, b = e2 / (e2 + 1), 1 / (e2 + 1)
+        for form in (typed, raw):
+            r = self.s.ModelInfer(want(seed1(form), "attention", "output", "scores"))
+            self.assertEqual(r.model_name, "sdpa")
+            self.assertEqual(r.model_version, "1")
+            self.assertEqual(r.id, "seed1")
+            self.assertEqual([o.name for o in r.outputs], ["attention", "output", "scores"])
+            self.assertEqual(bool(r.raw_output_contents), form is raw, "answers in the form it was asked")
+            shape, att = out(r, "attention")
+            self.assertEqual(shape, [2, 2])
+            self.assertLess(max_diff(att, [a, b, b, a]), 1e-6)
+            self.assertEqual([round(v, 4) for v in out(r, "output")[1]], [1.2384, 1.7616, 2.7616, 0.2384])
+            self.assertEqual(out(r, "scores")[1], [2, 0, 0, 2])
+
+    def test_second_seed_example(self):
+        Q = [1, 0, 0, 1, 1, 1]
+        req = pb.ModelInferRequest(model_name="sdpa")
+        typed(req, "q", "FP32", [3, 2], Q)
+        typed(req, "k", "FP32", [3, 2], Q)
+        typed(req, "v", "FP32", [3, 2], [1, 0, 0, 2, 3, 1])
+        r = self.s.ModelInfer(want(req, "output", "attention"))
+        self.assertEqual([round(v, 3) for v in out(r, "attention")[1]],
+                         [0.401, 0.198, 0.401, 0.198, 0.401, 0.401, 0.248, 0.248, 0.503])
+        self.assertEqual([round(v, 3) for v in out(r, "output")[1]], [1.604, 0.797, 1.401, 1.203, 1.759, 1.0])
+
+    def test_sdpa_matches_pytorch(self):
+        c = REFS["sdpa"]
+        for raw_form in (False, True):
+            r = self.s.ModelInfer(want(sdpa_req(c, raw_form), "output", "attention", "scores"))
+            self.assertEqual(out(r, "output")[0], [2, 3, 4, 7])
+            self.assertLess(max_diff(out(r, "output")[1], c["output"]), 1e-5)
+            self.assertLess(max_diff(out(r, "attention")[1], c["attention"]), 1e-6)
+            self.assertLess(max_diff(out(r, "scores")[1], c["scores"]), 1e-5)
+        k = REFS["sdpa_causal"]
+        req = want(sdpa_req(k), "output", "attention")
+        req.parameters["causal"].bool_param = True
+        r = self.s.ModelInfer(req)
+        self.assertLess(max_diff(out(r, "output")[1], k["output"]), 1e-5)
+        self.assertEqual(out(r, "attention")[1][1], 0)
+
+    def test_weight_set_matches_pytorch(self):
+        c = REFS["self"]
+        for raw_form in (False, True):
+            r = self.s.ModelInfer(want(tiny_x(c, raw_form), "y", "attention"))
+            self.assertEqual(out(r, "y")[0], [2, 5, 8])
+            self.assertEqual(out(r, "attention")[0], [2, 2, 5, 5])
+            self.assertLess(max_diff(out(r, "y")[1], c["y"]), 1e-5)
+            self.assertLess(max_diff(out(r, "attention")[1], c["attention"]), 1e-6)
+        c = REFS["causal"]
+        req = want(tiny_x(c), "y")
+        req.parameters["causal"].bool_param = True
+        self.assertLess(max_diff(out(self.s.ModelInfer(req), "y")[1], c["y"]), 1e-5)
+        # no outputs list: y alone
+        r = self.s.ModelInfer(tiny_x(REFS["self"]))
+        self.assertEqual([o.name for o in r.outputs], ["y"])
+
+    def test_int32_lengths_bool_mask_cross(self):
+        l = REFS["lengths"]
+        req = tiny_x(l)
+        typed(req, "lengths", "INT32", [2], l["lengths"])
+        r = self.s.ModelInfer(want(req, "y", "attention"))
+        self.assertLess(max_diff(out(r, "y")[1], l["y"]), 1e-5)
+        c = REFS["cross"]
+        req = tiny_x(c)
+        typed(req, "context", "FP32", c["context_shape"], c["context"])
+        typed(req, "context_lengths", "INT32", [2], c["context_lengths"])
+        typed(req, "mask", "BOOL", [2, 3, 5], [bool(v) for v in c["mask"]])
+        r = self.s.ModelInfer(want(req, "y", "attention"))
+        self.assertLess(max_diff(out(r, "y")[1], c["y"]), 1e-5)
+        self.assertLess(max_diff(out(r, "attention")[1], c["attention"]), 1e-6)
+        # the same in raw form: INT32 and BOOL bytes
+        req = pb.ModelInferRequest(model_name="tiny")
+        raw(req, "x", "FP32", c["shape"], f32(c["x"]))
+        raw(req, "context", "FP32", c["context_shape"], f32(c["context"]))
+        raw(req, "context_lengths", "INT32", [2], struct.pack("<2i", *c["context_lengths"]))
+        raw(req, "mask", "BOOL", [2, 3, 5], bytes(int(bool(v)) for v in c["mask"]))
+        r = self.s.ModelInfer(want(req, "y"))
+        self.assertLess(max_diff(out(r, "y")[1], c["y"]), 1e-5)
+
+    def test_fp16_bf16_raw(self):
+        for dt in ("fp16", "bf16"):
+            c = REFS[dt]
+            req = pb.ModelInferRequest(model_name="tiny")
+            raw(req, "x", dt.upper(), c["shape"], base64.b64decode(c["x_b64"]))
+            y = out(self.s.ModelInfer(req), "y")[1]
+            self.assertLess(max_diff(y, c["y"]), 1e-5, dt)
+            self.assertGreater(max_diff(y, c["y_fp32"]), 0, "the input really was rounded")
+
+    def test_retain_map_id_and_tokens(self):
+        req = seed1()
+        req.parameters["retain"].bool_param = True
+        req.parameters["tokens"].string_param = json.dumps(["t0", "t1"])
+        r = self.s.ModelInfer(req)
+        map_id = r.parameters["map_id"].string_param
+        self.assertRegex(map_id, r"^m\d+-")
+        st, m = self.d.rest(f"/v2/maps/{map_id}")
+        self.assertEqual(st, 200)
+        self.assertEqual(m["tokens"], ["t0", "t1"])
+
+    # -- errors: REST's messages, gRPC's codes
+    def test_invalid_argument_with_rest_messages(self):
+        x = REFS["causal"]
+        cases = []
+        r = pb.ModelInferRequest(model_name="tiny")
+        typed(r, "x", "FP32", [2, -3], [])
+        cases.append((r, r"inputs\[0\]\.shape: dimension 1 is -3, must be >= 1"))
+        r = pb.ModelInferRequest(model_name="tiny")
+        typed(r, "x", "FP32", x["shape"], x["x"][:-1])
+        cases.append((r, r"inputs\[0\]\.contents: expected 32 values, got 31"))
+        r = pb.ModelInferRequest(model_name="tiny")
+        raw(r, "x", "FP32", x["shape"], f32(x["x"])[:-4])
+        cases.append((r, r"raw_input_contents\[0\]: 124 bytes, expected 128 \(32 FP32 values\)"))
+        r = pb.ModelInferRequest(model_name="tiny")
+        typed(r, "x", "FP32", x["shape"], x["x"]).contents.fp32_contents[3] = float("nan")
+        cases.append((r, r"inputs\[0\]\.contents: element 3 is not finite"))
+        r = pb.ModelInferRequest(model_name="tiny")
+        r.inputs.add(name="x", datatype="FP16", shape=[1, 1, 8]).contents.fp32_contents.extend([0] * 8)
+        cases.append((r, r"FP16 values must be sent as raw_input_contents"))
+        r = pb.ModelInferRequest(model_name="tiny")
+        r.inputs.add(name="x", datatype="INT8", shape=[1]).contents.int_contents.append(1)
+        cases.append((r, r'inputs\[0\]\.datatype: "INT8" is not supported'))
+        r = tiny_x(x)
+        typed(r, "nope", "FP32", [1], [1])
+        cases.append((r, r"inputs\[1\]\.name: model 'tiny' has no input 'nope'"))
+        r = tiny_x(x)
+        r.parameters["causal"].string_param = "yes"
+        cases.append((r, r"parameters\.causal: expected true or false"))
+        cases.append((pb.ModelInferRequest(model_name="tiny"), r"^inputs: empty$"))
+        r = want(tiny_x(x), "nope")
+        cases.append((r, r"outputs\[0\]\.name: model 'tiny' has no output 'nope'"))
+        for req, pattern in cases:
+            self.code(self.s.ModelInfer, req, C.INVALID_ARGUMENT, pattern)
+        # the same request over REST answers 400 with the same message
+        st, body = self.d.rest("/v2/models/tiny/infer", {"inputs": [
+            {"name": "x", "datatype": "FP32", "shape": [2, -3], "data": [1]}]})
+        self.assertEqual(st, 400)
+        self.assertEqual(body["error"], "inputs[0].shape: dimension 1 is -3, must be >= 1")
+
+    def test_malformed_messages(self):
+        call = self.d.channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        for junk in (b"\xff\xff\xff", b"\x0a\x05ti", b"\x0a\x04tiny\x2a\x03\x0a\x01"):
+            with self.assertRaises(grpc.RpcError) as e:
+                call(junk, timeout=30)
+            self.assertEqual(e.exception.code(), C.INVALID_ARGUMENT)
+            self.assertRegex(e.exception.details(), r"not a valid ModelInferRequest")
+        with self.assertRaises(grpc.RpcError) as e:
+            self.d.channel.unary_unary("/inference.GRPCInferenceService/ModelReady")(b"\x0a\xff", timeout=30)
+        self.assertEqual(e.exception.code(), C.INVALID_ARGUMENT)
+        self.assertTrue(self.s.ServerLive(pb.ServerLiveRequest()).live, "still serving")
+
+    def test_not_found_unimplemented_too_large(self):
+        self.code(self.s.ModelInfer, seed1().__class__(model_name="nope"), C.NOT_FOUND, r"model 'nope': not found")
+        req = seed1()
+        req.model_version = "7"
+        self.code(self.s.ModelInfer, req, C.NOT_FOUND, r"version '7' not found")
+        with self.assertRaises(grpc.RpcError) as e:
+            self.d.channel.unary_unary("/inference.GRPCInferenceService/ModelConfig")(b"", timeout=30)
+        self.assertEqual(e.exception.code(), C.UNIMPLEMENTED)
+        big = pb.ModelInferRequest(model_name="sdpa")
+        raw(big, "q", "FP32", [1000, 100], b"\0" * 400000)
+        self.code(self.s.ModelInfer, big, C.RESOURCE_EXHAUSTED, r"over the limit of 400000 \(max-body\)")
+
+    # -- stream
+    def test_stream_in_order_with_an_error_in_the_middle(self):
+        c = REFS["self"]
+        bad = pb.ModelInferRequest(model_name="tiny", id="bad")
+        typed(bad, "x", "FP32", [2, -3], [])
+        reqs = []
+        for i in range(12):
+            r = want(tiny_x(c, raw_form=i % 2 == 1), "y")
+            r.id = f"r{i}"
+            reqs.append(bad if i == 5 else r)
+        got = list(self.s.ModelStreamInfer(iter(reqs), timeout=60))
+        self.assertEqual(len(got), 12)
+        for i, g in enumerate(got):
+            if i == 5:
+                self.assertRegex(g.error_message, r"dimension 1 is -3")
+                continue
+            self.assertEqual(g.error_message, "")
+            self.assertEqual(g.infer_response.id, f"r{i}")
+            self.assertLess(max_diff(out(g.infer_response, "y")[1], c["y"]), 1e-5)
+        # a model that does not exist is an error of that request only
+        got = list(self.s.ModelStreamInfer(iter([pb.ModelInferRequest(model_name="nope"), seed1()])))
+        self.assertRegex(got[0].error_message, r"model 'nope': not found")
+        self.assertEqual(got[1].infer_response.id, "seed1")
+        # an empty stream ends OK with no responses
+        self.assertEqual(list(self.s.ModelStreamInfer(iter([]))), [])
+
+    def test_stream_equals_unary(self):
+        c = REFS["sdpa"]
+        unary = self.s.ModelInfer(want(sdpa_req(c), "output"))
+        [streamed] = list(self.s.ModelStreamInfer(iter([want(sdpa_req(c), "output")])))
+        self.assertEqual(out(unary, "output"), out(streamed.infer_response, "output"))
+
+    # -- statistics and repository
+    def test_statistics_count_both_doors(self):
+        before = self.s.ModelStatistics(pb.ModelStatisticsRequest(name="sdpa")).model_stats[0]
+        self.s.ModelInfer(seed1())
+        st, _ = self.d.rest("/v2/models/sdpa/infer", {"inputs": [
+            {"name": n, "datatype": "FP32", "shape": [1, 2], "data": [1, 2]} for n in "qkv"]})
+        self.assertEqual(st, 200)
+        after = self.s.ModelStatistics(pb.ModelStatisticsRequest(name="sdpa")).model_stats[0]
+        self.assertEqual(after.name, "sdpa")
+        self.assertEqual(after.inference_stats.success.count, before.inference_stats.success.count + 2)
+        self.assertGreater(after.last_inference, 0)
+        self.assertTrue(after.batch_stats)
+        names = [m.name for m in self.s.ModelStatistics(pb.ModelStatisticsRequest()).model_stats]
+        self.assertIn("tiny", names)
+        self.code(self.s.ModelStatistics, pb.ModelStatisticsRequest(name="nope"), C.NOT_FOUND, "not found")
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.d.port}/metrics") as r:
+            metrics = r.read().decode()
+        self.assertRegex(metrics, r'attnd_grpc_calls_total\{code="OK"\} [1-9]')
+
+    def test_repository_index_unload_load(self):
+        idx = self.s.RepositoryIndex(pb.RepositoryIndexRequest())
+        self.assertIn(("tiny", "1", "READY"), [(m.name, m.version, m.state) for m in idx.models])
+        self.s.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name="demo"))
+        self.assertFalse(self.s.ModelReady(pb.ModelReadyRequest(name="demo")).ready)
+        ready = [m.name for m in self.s.RepositoryIndex(pb.RepositoryIndexRequest(ready=True)).models]
+        self.assertNotIn("demo", ready)
+        req = pb.ModelInferRequest(model_name="demo")
+        typed(req, "x", "FP32", [1, 1, 64], [0.0] * 64)
+        self.code(self.s.ModelInfer, req, C.NOT_FOUND, r"model 'demo': not loaded")
+        self.s.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="demo"))
+        self.assertTrue(self.s.ModelReady(pb.ModelReadyRequest(name="demo")).ready)
+        self.code(self.s.RepositoryModelLoad, pb.RepositoryModelLoadRequest(model_name="missing"),
+                  C.NOT_FOUND, r"model 'missing'")
+        self.code(self.s.RepositoryModelUnload, pb.RepositoryModelUnloadRequest(model_name="sdpa"),
+                  C.INVALID_ARGUMENT, r"built in")
+
+    def test_upload_through_load_parameters(self):
+        with open(os.path.join(FIX, "models", "tiny", "model.safetensors"), "rb") as f:
+            st = f.read()
+        with open(os.path.join(FIX, "models", "tiny", "config.json")) as f:
+            cfg = f.read()
+        req = pb.RepositoryModelLoadRequest(model_name="tiny2")
+        req.parameters["config"].string_param = cfg
+        req.parameters["file:model.safetensors"].bytes_param = st
+        self.s.RepositoryModelLoad(req)
+        c = REFS["self"]
+        r = tiny_x(c)
+        r.model_name = "tiny2"
+        self.assertLess(max_diff(out(self.s.ModelInfer(r), "y")[1], c["y"]), 1e-5)
+
+
+class Limits(unittest.TestCase):
+    """Auth, queue full, deadlines: servers with their own settings."""
+
+    def test_unauthenticated(self):
+        d = Attnd("--api-key", "s3cret")
+        try:
+            s = d.stub
+            self.assertTrue(s.ServerLive(pb.ServerLiveRequest()).live, "health needs no key")
+            for md in (None, [("authorization", "Bearer wrong")], [("authorization", "s3cret")]):
+                with self.assertRaises(grpc.RpcError) as e:
+                    s.ModelInfer(seed1(), metadata=md)
+                self.assertEqual(e.exception.code(), C.UNAUTHENTICATED)
+                self.assertRegex(e.exception.details(), r"authorization: missing or wrong API key")
+            with self.assertRaises(grpc.RpcError) as e:
+                list(s.ModelStreamInfer(iter([seed1()])))
+            self.assertEqual(e.exception.code(), C.UNAUTHENTICATED)
+            with self.assertRaises(grpc.RpcError) as e:
+                s.RepositoryIndex(pb.RepositoryIndexRequest())
+            self.assertEqual(e.exception.code(), C.UNAUTHENTICATED)
+            ok = [("authorization", "Bearer s3cret")]
+            self.assertEqual(s.ModelInfer(seed1(), metadata=ok).id, "seed1")
+            self.assertEqual(len(list(s.ModelStreamInfer(iter([seed1()]), metadata=ok))), 1)
+        finally:
+            self.assertEqual(d.stop(), 0, d.log)
+
+    def test_queue_full_is_unavailable(self):
+        d = Attnd("--queue-size", "1", "--batch-delay-us", "1500000")
+        try:
+            first = d.stub.ModelInfer.future(seed1())
+            time.sleep(0.3 * SLOW)
+            with self.assertRaises(grpc.RpcError) as e:
+                d.stub.ModelInfer(seed1())
+            self.assertEqual(e.exception.code(), C.UNAVAILABLE)
+            self.assertRegex(e.exception.details(), r"queue: model 'sdpa' has 1 requests waiting \(queue-size\)")
+            self.assertEqual(first.result().id, "seed1", "the queued one still answers")
+        finally:
+            self.assertEqual(d.stop(), 0, d.log)
+
+    def test_deadlines(self):
+        d = Attnd("--deadline-ms", "300", "--batch-delay-us", "10000000", "--max-batch", "2")
+        try:
+            t0 = time.time()
+            with self.assertRaises(grpc.RpcError) as e:
+                d.stub.ModelInfer(seed1())
+            self.assertEqual(e.exception.code(), C.DEADLINE_EXCEEDED)
+            self.assertRegex(e.exception.details(), r"deadline: no answer within 300 ms \(deadline-ms\)")
+            self.assertLess(time.time() - t0, 5 * SLOW)
+            # the client's shorter grpc-timeout wins
+            t0 = time.time()
+            with self.assertRaises(grpc.RpcError) as e:
+                d.stub.ModelInfer(seed1(), timeout=0.1)
+            self.assertEqual(e.exception.code(), C.DEADLINE_EXCEEDED)
+            self.assertLess(time.time() - t0, 0.29)
+            # in a stream, a late request is that request's error
+            got = list(d.stub.ModelStreamInfer(iter([seed1()])))
+            self.assertRegex(got[0].error_message, r"deadline: no answer within 300 ms")
+            self.assertTrue(d.stub.ServerLive(pb.ServerLiveRequest()).live)
+        finally:
+            self.assertEqual(d.stop(), 0, d.log)
+
+    def test_drain(self):
+        """SIGTERM: calls in flight finish (a stream's too), ready turns
+        false, new work is UNAVAILABLE, and attnd exits 0 once the last
+        client is gone (a REST client stuck in its body holds the drain
+        open here, as in tests/server/lifecycle.test.mjs)."""
+        d = Attnd("--batch-delay-us", "10000000")
+        try:
+            inflight = d.stub.ModelInfer.future(seed1())
+            q = queue.Queue()
+            stream = d.stub.ModelStreamInfer(iter(q.get, None))
+            q.put(seed1())
+            time.sleep(0.2 * SLOW)
+            sock = socket.create_connection(("127.0.0.1", d.port))
+            sock.sendall(b"POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\n"
+                         b"Content-Length: 100\r\n\r\n{\"inp")
+            time.sleep(0.1 * SLOW)
+            t0 = time.time()
+            d.proc.send_signal(signal.SIGTERM)
+            self.assertEqual(inflight.result(timeout=10 * SLOW).id, "seed1", "in flight finishes")
+            self.assertEqual(next(stream).infer_response.id, "seed1", "so does the stream's")
+            self.assertLess(time.time() - t0, 5 * SLOW, "without the batch delay")
+            # the idle stream is ended: the server is going away
+            with self.assertRaises(grpc.RpcError) as e:
+                next(stream)
+            self.assertEqual(e.exception.code(), C.UNAVAILABLE)
+            q.put(None)
+            ch = grpc.insecure_channel(f"127.0.0.1:{d.grpc_port}")
+            s = pbg.GRPCInferenceServiceStub(ch)
+            self.assertFalse(s.ServerReady(pb.ServerReadyRequest(), timeout=10).ready)
+            self.assertTrue(s.ServerLive(pb.ServerLiveRequest(), timeout=10).live)
+            with self.assertRaises(grpc.RpcError) as e:
+                s.ModelInfer(seed1(), timeout=10)
+            self.assertEqual(e.exception.code(), C.UNAVAILABLE)
+            self.assertRegex(e.exception.details(), r"draining")
+            ch.close()
+            sock.close()
+            self.assertEqual(d.proc.wait(10 * SLOW), 0, "leaves by itself")
+        finally:
+            self.assertEqual(d.stop(), 0, d.log)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

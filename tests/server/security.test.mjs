@@ -1,0 +1,292 @@
+// security.test.mjs - the rules README states for --api-key, --cors-origins,
+// uploads and the request, batching and connection limits, each route and
+// each setting, tried the way they break: a token one byte longer or shorter
+// than the key, an Origin that merely starts with an allowed one, a body one
+// byte past a limit, a model name one character too long.
+import assert from 'node:assert/strict';
+import { connect } from 'node:net';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { test } from 'node:test';
+import { REFS, fp32, infer, maxDiff, post, start } from './helper.mjs';
+
+const TINY = join(dirname(fileURLToPath(import.meta.url)), 'fixtures', 'models', 'tiny');
+const upload = () => ({
+  parameters: {
+    config: readFileSync(join(TINY, 'config.json'), 'utf8'),
+    'file:model.safetensors': readFileSync(join(TINY, 'model.safetensors')).toString('base64'),
+  },
+});
+const X = REFS.causal;
+const xreq = () => ({ inputs: [fp32('x', X.shape, X.x)], parameters: { causal: true } });
+const SEED = {
+  inputs: [fp32('q', [2, 4], [2, 0, 2, 0, 0, 4, 0, 2]), fp32('k', [2, 4], [1, 0, 1, 0, 0, 1, 0, 0]), fp32('v', [2, 2], [1, 2, 3, 0])],
+};
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+const KEY = 'k3y-With.Symbols_0123456789';
+// Every Authorization value that must be refused: none, the key without the
+// scheme, another scheme, a wrong key, the key plus one byte, every proper
+// prefix of the key, the key minus its first byte, the key's case changed.
+const BAD_AUTH = [
+  undefined, '', KEY, `Basic ${KEY}`, 'Bearer', 'Bearer ', `Bearer${KEY}`, `Bearer ${KEY}x`, `Bearer ${KEY}${KEY}`,
+  `Bearer ${KEY.slice(1)}`, `Bearer ${KEY.toUpperCase()}`, `Bearer ${KEY.slice(0, -1)}X`, 'Bearer wrong', `Bearer "${KEY}"`,
+  ...Array.from({ length: KEY.length }, (_, n) => `Bearer ${KEY.slice(0, n)}`),
+];
+const GOOD = { Authorization: `Bearer ${KEY}` };
+
+async function call(d, method, path, body, headers = {}) {
+  const h = { ...headers };
+  for (const k of Object.keys(h)) if (h[k] === undefined) delete h[k];
+  const r = await fetch(d.url + path, { method, headers: h, body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body) });
+  const text = await r.text();
+  let json = null;
+  try { json = text ? JSON.parse(text) : null; } catch { json = text; }
+  return { status: r.status, headers: r.headers, json, text };
+}
+
+test('--api-key: every route README says needs the key refuses every wrong Authorization, and takes the right one', async (t) => {
+  const d = await start({ t, args: ['--api-key', KEY] });
+  // a retained map to fetch (made with the key)
+  const rm = await infer(d, 'sdpa', { ...SEED, parameters: { retain: true } }, GOOD);
+  assert.equal(rm.status, 200, JSON.stringify(rm.json));
+  const id = rm.json.parameters.map_id;
+  const guarded = [
+    ['POST', '/v2/models/tiny/infer', xreq()],
+    ['POST', '/v2/models/tiny/versions/1/infer', xreq()],
+    ['POST', '/v2/models/sdpa/infer', SEED],
+    ['POST', '/v2/repository/index', ''],
+    ['POST', '/v2/repository/models/tiny/load', ''],
+    ['POST', '/v2/repository/models/upx/load', upload()],
+    ['POST', '/v2/repository/models/tiny/unload', ''],
+    ['GET', '/v2/maps'],
+    ['GET', `/v2/maps/${id}`],
+    ['GET', `/v2/maps/${id}/attention`],
+    ['GET', `/v2/maps/${id}/attention?what=mask&format=f32`],
+  ];
+  for (const [method, path, body] of guarded) {
+    for (const a of BAD_AUTH) {
+      const r = await call(d, method, path, body, { Authorization: a });
+      assert.equal(r.status, 401, `${method} ${path} with Authorization ${JSON.stringify(a)}: ${r.text.slice(0, 200)}`);
+      assert.equal(r.headers.get('www-authenticate'), 'Bearer', path);
+      assert.match(r.json.error, /^Authorization: /, path);
+    }
+  }
+  // nothing the refused calls asked for happened
+  assert.equal(existsSync(join(d.dir, 'upx')), false, 'a refused upload wrote nothing');
+  assert.deepEqual(readdirSync(d.dir).filter((f) => f.startsWith('.')), []);
+  assert.equal((await fetch(`${d.url}/v2/models/tiny/ready`)).status, 200, 'a refused unload unloaded nothing');
+  // HEAD and odd spellings of a guarded path never give its data away
+  for (const p of ['/v2/maps', `/v2/maps/${id}`, '/v2//maps', '/v2/maps/', `/v2/m%61ps/${id}`]) {
+    const r = await call(d, 'HEAD', p);
+    assert.notEqual(r.status, 200, `HEAD ${p}`);
+    const g = await call(d, 'GET', p);
+    assert.ok([401, 404].includes(g.status), `GET ${p} without a key: ${g.status}`);
+    assert.ok(!g.text.includes(id) || g.status === 401, `GET ${p} leaks the map`);
+  }
+  // the scheme in any case (README), the key exactly
+  for (const a of [`bearer ${KEY}`, `BEARER ${KEY}`, `BeArEr ${KEY}`])
+    assert.equal((await infer(d, 'sdpa', SEED, { Authorization: a })).status, 200, a);
+  // the right key: each guarded route works
+  for (const [method, path, body] of guarded.filter(([, p]) => !p.endsWith('/unload'))) {
+    const r = await call(d, method, path, body, GOOD);
+    assert.equal(r.status, 200, `${method} ${path} with the key: ${r.text.slice(0, 300)}`);
+  }
+  assert.ok(maxDiff((await infer(d, 'upx', xreq(), GOOD)).json.outputs[0].data, X.y) < 1e-5, 'the upload with the key serves');
+  assert.equal((await call(d, 'POST', '/v2/repository/models/upx/unload', '', GOOD)).status, 200);
+  // health, metadata, stats, metrics and the page stay open
+  for (const p of ['/v2/health/live', '/v2/health/ready', '/v2', '/v2/models/tiny', '/v2/models/tiny/ready',
+    '/v2/models/tiny/versions/1', '/v2/models/stats', '/v2/models/tiny/stats', '/metrics', '/', '/web/app.js'])
+    assert.equal((await fetch(d.url + p)).status, 200, p);
+  assert.equal((await d.stop()).code, 0);
+});
+
+test('ATTND_API_KEY is the same setting; the flag wins over it', async (t) => {
+  const d = await start({ t, env: { ATTND_API_KEY: 'from-env' }, args: ['--api-key', KEY] });
+  assert.equal((await infer(d, 'sdpa', SEED, { Authorization: 'Bearer from-env' })).status, 401);
+  assert.equal((await infer(d, 'sdpa', SEED, GOOD)).status, 200);
+  assert.equal((await d.stop()).code, 0);
+  const e = await start({ t, env: { ATTND_API_KEY: 'from-env' } });
+  assert.equal((await infer(e, 'sdpa', SEED)).status, 401);
+  assert.equal((await call(e, 'GET', '/v2/maps')).status, 401);
+  assert.equal((await infer(e, 'sdpa', SEED, { Authorization: 'Bearer from-env' })).status, 200);
+  assert.equal((await e.stop()).code, 0);
+  // without a key nothing needs one
+  const f = await start({ t });
+  assert.equal((await infer(f, 'sdpa', SEED)).status, 200);
+  assert.equal((await call(f, 'GET', '/v2/maps')).status, 200);
+  assert.equal((await f.stop()).code, 0);
+});
+
+test('--cors-origins: only an exact listed origin is allowed; look-alikes are not', async (t) => {
+  const d = await start({ t, args: ['--cors-origins', 'http://a.example, https://b.example:8443', '--api-key', KEY] });
+  const acao = async (origin, path = '/v2', init = {}) =>
+    (await fetch(d.url + path, { ...init, headers: { ...(init.headers || {}), Origin: origin } })).headers.get('access-control-allow-origin');
+  for (const o of ['http://a.example', 'https://b.example:8443']) {
+    assert.equal(await acao(o), o);
+    const r = await fetch(`${d.url}/v2`, { headers: { Origin: o } });
+    assert.equal(r.headers.get('vary'), 'Origin');
+    assert.match(r.headers.get('access-control-expose-headers'), /Inference-Header-Content-Length/);
+  }
+  for (const o of ['http://a.example.evil', 'http://a.example.evil.com', 'http://a.exampl', 'http://a.examplex', 'http://xa.example',
+    'https://a.example', 'http://a.example:80', 'http://a.example/', 'http://a.example, http://evil.example', 'https://b.example',
+    'https://b.example:84430', 'https://b.example:844', 'http://b.example:8443', 'null', '*', '', 'http://evil.example'])
+    assert.equal(await acao(o), null, `Origin ${JSON.stringify(o)} must not be allowed`);
+  // preflight: allowed origin answered with methods and headers, a look-alike not
+  const pre = (o) => fetch(`${d.url}/v2/models/sdpa/infer`, {
+    method: 'OPTIONS', headers: { Origin: o, 'Access-Control-Request-Method': 'POST', 'Access-Control-Request-Headers': 'authorization, content-type' },
+  });
+  let r = await pre('http://a.example');
+  assert.equal(r.status, 204);
+  assert.equal(r.headers.get('access-control-allow-origin'), 'http://a.example');
+  assert.match(r.headers.get('access-control-allow-headers'), /Authorization/);
+  assert.match(r.headers.get('access-control-allow-headers'), /Content-Type/);
+  r = await pre('http://a.example.evil');
+  assert.equal(r.headers.get('access-control-allow-origin'), null);
+  assert.equal(r.headers.get('access-control-allow-methods'), null);
+  // a look-alike origin with the right key: served (CORS is the browser's
+  // rule, not auth), but without the header that would let a page read it
+  r = await fetch(`${d.url}/v2/models/sdpa/infer`, { method: 'POST', body: JSON.stringify(SEED), headers: { ...GOOD, Origin: 'http://a.example.evil' } });
+  assert.equal(r.status, 200);
+  assert.equal(r.headers.get('access-control-allow-origin'), null);
+  assert.equal((await d.stop()).code, 0);
+});
+
+test('--cors-origins "*" allows any origin; ATTND_CORS_ORIGINS is the same setting', async (t) => {
+  const d = await start({ t, args: ['--cors-origins', '*'] });
+  for (const o of ['http://anything.example', 'https://x.test:1'])
+    assert.equal((await fetch(`${d.url}/v2`, { headers: { Origin: o } })).headers.get('access-control-allow-origin'), o);
+  assert.equal((await d.stop()).code, 0);
+  const e = await start({ t, env: { ATTND_CORS_ORIGINS: 'http://env.example' } });
+  assert.equal((await fetch(`${e.url}/v2`, { headers: { Origin: 'http://env.example' } })).headers.get('access-control-allow-origin'), 'http://env.example');
+  assert.equal((await fetch(`${e.url}/v2`, { headers: { Origin: 'http://env.example.evil' } })).headers.get('access-control-allow-origin'), null);
+  assert.equal((await e.stop()).code, 0);
+});
+
+test('uploads: model names by README\'s rule, the body limit, and a refused upload writes nothing', async (t) => {
+  const body = JSON.stringify(upload());
+  // --max-body just above and just below this upload's size
+  const d = await start({ t, args: ['--max-body', String(body.length)] });
+  const L = (name, b = body) => call(d, 'POST', `/v2/repository/models/${name}/load`, b, { 'Content-Type': 'application/json' });
+  // <name> is 1-128 characters of [A-Za-z0-9._-] without '..'
+  for (const name of ['a', 'A-Z_0.9', 'x'.repeat(128)]) {
+    const r = await L(name);
+    assert.equal(r.status, 200, `${name}: ${r.text}`);
+    assert.equal((await infer(d, name, xreq())).status, 200, name);
+  }
+  for (const name of ['x'.repeat(129), 'a..b', '..a', 'a%24b', 'a%20b', 'a%2fb', 'a%00b', 'caf%C3%A9']) {
+    const r = await L(name);
+    assert.ok([400, 404].includes(r.status), `${name}: ${r.status} ${r.text}`);
+    if (r.status === 400) assert.match(r.json.error, /name/, name);
+  }
+  // the body: exactly --max-body is taken, one byte more is 413 naming the setting
+  const over = await L('big', body + ' ');
+  assert.equal(over.status, 413, over.text);
+  assert.match(over.json.error, /max-body/);
+  assert.equal(existsSync(join(d.dir, 'big')), false);
+  const names = readdirSync(d.dir);
+  assert.ok(!names.some((n) => n.startsWith('.') || n.length > 128 || n.includes('..')), names.join());
+  assert.equal((await d.stop()).code, 0);
+});
+
+test('--max-json-body and --max-body: a JSON request one byte past its limit is 413; binary data counts against --max-body', async (t) => {
+  const d = await start({ t, args: ['--max-json-body', '2048', '--max-body', '4096'] });
+  const base = JSON.stringify(SEED);
+  const pad = (n) => base + ' '.repeat(n - base.length);
+  let r = await call(d, 'POST', '/v2/models/sdpa/infer', pad(2048));
+  assert.equal(r.status, 200, r.text);
+  r = await call(d, 'POST', '/v2/models/sdpa/infer', pad(2049));
+  assert.equal(r.status, 413);
+  assert.match(r.json.error, /max-json-body/);
+  // binary: a short JSON header, tensors up to one byte past --max-body
+  const h = Buffer.from(JSON.stringify({ inputs: [{ name: 'q', datatype: 'FP32', shape: [1, 1], parameters: { binary_data_size: 4 } }] }));
+  const big = Buffer.concat([h, Buffer.alloc(4096 - h.length + 1)]);
+  r = await fetch(`${d.url}/v2/models/sdpa/infer`, { method: 'POST', body: big, headers: { 'Inference-Header-Content-Length': String(h.length) } });
+  assert.equal(r.status, 413);
+  assert.match((await r.json()).error, /max-body/);
+  r = await fetch(`${d.url}/v2/models/sdpa/infer`, { method: 'POST', body: Buffer.alloc(10), headers: { 'Inference-Header-Content-Length': '2049' } });
+  assert.equal(r.status, 413);
+  assert.match((await r.json()).error, /max-json-body/);
+  assert.equal((await d.stop()).code, 0);
+});
+
+test('--max-tokens: batch x tokens up to the limit runs, one row more is 400 naming it', async (t) => {
+  const d = await start({ t, args: ['--max-tokens', '6'] });
+  const x = (B, T) => ({ inputs: [fp32('x', [B, T, 8], new Array(B * T * 8).fill(0.25))] });
+  assert.equal((await infer(d, 'tiny', x(2, 3))).status, 200);
+  assert.equal((await infer(d, 'tiny', x(1, 6))).status, 200);
+  for (const [B, T] of [[1, 7], [7, 1], [2, 4]]) {
+    const r = await infer(d, 'tiny', x(B, T));
+    assert.equal(r.status, 400, `${B}x${T}`);
+    assert.match(r.json.error, /max-tokens/);
+  }
+  const q = (lead, T) => {
+    const n = lead.reduce((a, b) => a * b, 1) * T * 2;
+    return { inputs: ['q', 'k', 'v'].map((nm) => fp32(nm, [...lead, T, 2], new Array(n).fill(0.5))) };
+  };
+  assert.equal((await infer(d, 'sdpa', q([2], 3))).status, 200);
+  const r = await infer(d, 'sdpa', q([2, 2], 2));
+  assert.equal(r.status, 400);
+  assert.match(r.json.error, /max-tokens/);
+  assert.equal((await d.stop()).code, 0);
+});
+
+test('--max-batch: concurrent requests share batches of at most max-batch sequences', async (t) => {
+  const d = await start({ t, args: ['--max-batch', '3', '--instances', '1', '--batch-delay-us', '300000'] });
+  const c = REFS.clients;
+  const rs = await Promise.all(Array.from({ length: 8 }, (_, i) => infer(d, 'tiny', { inputs: [fp32('x', c[i % c.length].shape, c[i % c.length].x)] })));
+  rs.forEach((r, i) => {
+    assert.equal(r.status, 200);
+    assert.ok(maxDiff(r.json.outputs[0].data, c[i % c.length].y) < 1e-5);
+  });
+  const s = (await (await fetch(`${d.url}/v2/models/tiny/stats`)).json()).model_stats[0];
+  const seqs = c.map((x) => x.shape[0]);
+  assert.ok(seqs.every((n) => n === 1), 'the clients are one sequence each');
+  assert.equal(s.batch_stats.reduce((n, b) => n + b.batch_size * b.compute_infer.count, 0), 8);
+  for (const b of s.batch_stats) assert.ok(b.batch_size <= 3, `a batch of ${b.batch_size} sequences (max-batch 3)`);
+  assert.ok(s.batch_stats.some((b) => b.batch_size > 1), 'requests met in a batch');
+  assert.equal((await d.stop()).code, 0);
+});
+
+test('--max-connections: a connection past the limit is not served until one closes', async (t) => {
+  // ready: false: no pooled keep-alive connection of the helper's own
+  const d = await start({ t, args: ['--max-connections', '2'], ready: false });
+  const open = async (text) => {
+    const s = connect(d.port, '127.0.0.1');
+    await new Promise((r, j) => { s.on('connect', r); s.on('error', j); });
+    let got = '';
+    s.on('data', (c) => { got += c; });
+    s.on('error', () => {});
+    s.write(text);
+    return { s, got: () => got };
+  };
+  const partial = 'GET /v2/health/live HTTP/1.1\r\nHost: x\r\n'; // headers not finished
+  const held = [await open(partial), await open(partial)];
+  await sleep(200);
+  const probe = await open('GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+  await sleep(1000);
+  assert.equal(probe.got(), '', 'a third connection was served past --max-connections 2');
+  held[0].s.destroy();
+  for (let i = 0; i < 100 && !probe.got().includes('\r\n\r\n'); i++) await sleep(50);
+  assert.match(probe.got(), /^HTTP\/1\.1 200 /, 'served once a held connection closed');
+  held[1].s.destroy();
+  probe.s.destroy();
+  assert.equal((await d.stop()).code, 0);
+});
+
+test('--connection-timeout: an idle connection is closed by the server', async (t) => {
+  const d = await start({ t, args: ['--connection-timeout', '1'] });
+  const s = connect(d.port, '127.0.0.1');
+  await new Promise((r) => s.on('connect', r));
+  s.write('POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"in');
+  const closed = await new Promise((r) => {
+    const timer = setTimeout(() => r(false), 15000);
+    s.on('close', () => { clearTimeout(timer); r(true); });
+    s.on('error', () => {});
+  });
+  s.destroy();
+  assert.ok(closed, 'the idle connection stayed open 15 s with --connection-timeout 1');
+  assert.equal((await fetch(`${d.url}/v2/health/live`)).status, 200);
+  assert.equal((await d.stop()).code, 0);
+});
