@@ -54,7 +54,8 @@ void srv_mem_give(srv *s, size_t n)
 /* evict: the connection count passed max-connections with fresh: close
  * the one waiting longest for its first request head; else the idle
  * keep-alive one waiting longest (it has been served: likely a real
- * client); else fresh itself, every other one being busy with a request. */
+ * client). When every other one is busy with a request, nothing is
+ * closed: fresh is served when one finishes. */
 static void evict(srv *s, srv_conn *fresh)
 {
     srv_conn *c, *old = NULL;
@@ -64,9 +65,8 @@ static void evict(srv *s, srv_conn *fresh)
              ((c->served == 0) == (old->served == 0) &&
               c->t_wait_ns < old->t_wait_ns)))
             old = c;
-    if (!old)
-        old = fresh;
-    if (old->fd < 0)
+    if (!old) /* all busy: fresh waits its turn (MHD's headroom, then the
+                 listen backlog) */
         return;
     old->closing = 1;
     shutdown(old->fd, SHUT_RDWR);
