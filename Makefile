@@ -51,7 +51,7 @@ obj = $(1:%.c=$(BUILD)/%.o)
 # Every runner fails fast instead of hanging: node --test stops a test file
 # past NODE_TEST_TIMEOUT ms (SIGTERM; tests/server/helper.mjs and
 # tests/web/harness.mjs then SIGKILL the daemons it started), Check a test
-# case past CK_TIMEOUT s, and the failover script is stopped past
+# case past CK_TIMEOUT s, and the failover and affinity scripts are stopped past
 # FAILOVER_TIMEOUT s. A whole file takes 1-50 s today; sanitized builds get
 # more time, never looser assertions.
 NODE_TEST_TIMEOUT ?= $(if $(SANITIZER),600000,120000)
@@ -186,7 +186,9 @@ check-grpc: deps-test $(ATTND) $(GRPC_STUBS) $(if $(GRPC_NODE_TESTS),$(GRPC_NPM)
 # --- deploy/ (issue 6): k8s manifests, nginx failover, container image ---
 # check-deploy: the manifests against the Kubernetes schemas (offline, npm
 # kubernetes-models, pinned by tests/deploy/package-lock.json), then three
-# replicas behind deploy/nginx.conf with one killed under load.
+# replicas behind deploy/nginx.conf with one killed under load (failover.mjs),
+# then 24 sequences across three replicas with one killed mid-way
+# (affinity.mjs; skipped by an attnd without the sequences extension).
 # container-test: build the Dockerfile with buildah and test the image.
 DEPLOY_NPM := tests/deploy/node_modules/.package-lock.json
 $(DEPLOY_NPM): tests/deploy/package.json tests/deploy/package-lock.json
@@ -199,6 +201,8 @@ check-deploy: deps-test $(DEPLOY_NPM) $(if $(HAVE_ATTND),$(ATTND))
 	$(if $(HAVE_ATTND),ATTND_BIN=$(ATTND) timeout -k 10 $(FAILOVER_TIMEOUT) \
 	    node tests/deploy/failover.mjs,\
 	    @echo "check-deploy: no server/main.c yet, failover test not run")
+	$(if $(HAVE_ATTND),ATTND_BIN=$(ATTND) timeout -k 10 $(FAILOVER_TIMEOUT) \
+	    node tests/deploy/affinity.mjs)
 # bench-lb: what deploy/nginx.conf costs (wrk direct vs through nginx).
 .PHONY: bench-lb
 bench-lb: deps $(ATTND)

@@ -12,13 +12,16 @@
  *   decode n=<N> engine_tps=<tokens/s> engine_gbps=<GB/s read>
  *     memcpy_gbps=<GB/s> torch_tps=<tokens/s> resend_tps=<tokens/s>
  *     http_tps=<tokens/s> [bw_frac=.. torch_ratio=.. resend_ratio=..
- *     http_frac=.. rss_mb=..]
+ *     http_frac=.. step_gflops=.. sgemm_gflops=.. rss_mb=..]
  * engine_gbps counts the bytes a step must read: every weight matrix once
  * plus every sequence's cached K and V, summed over the steps, over the
  * steps' time. memcpy_gbps copies the same number of bytes (one step's
  * worth, averaged) with the same thread count: the rate this machine moves
  * memory at, so bw_frac = engine_gbps / memcpy_gbps is the share of the
- * physical limit. resend_tps is today's way without a cache: each step
+ * physical limit. A step is also compute: step_gflops is its rate next to
+ * sgemm_gflops, a 1024^3 SGEMM on every thread at once (this machine's
+ * GEMM limit; the projections of 32 one-token steps are GEMMs of 32 rows).
+ * resend_tps is today's way without a cache: each step
  * sends the whole history as one causal request (timed over 1-2 steps,
  * they are slow). torch_tps runs the peer in its own process. http_tps is
  * measured by bench/decode_http.py against a running attnd when
@@ -35,6 +38,15 @@
 #include "core/attn.h"
 #include "core/exec.h"
 #include "core/kv.h"
+
+#include <cblas.h>
+
+/* C (1024 x 1024) = A[0:1M] (1024 x 1024) A[1M:2M]. */
+static void gemm1024(const float *a, float *c)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1024, 1024, 1024,
+                1.0f, a, 1024, a + 1024 * 1024, 1024, 0.0f, c, 1024);
+}
 
 #define DM 2048
 #define HQ 32
@@ -100,6 +112,40 @@ static double memcpy_gbps(attn_exec *ex, int threads, size_t bytes)
     }
     free(c.dst);
     free((char *)c.src);
+    return best;
+}
+
+/* The machine's sgemm rate: a 1024^3 SGEMM per thread, all at once. */
+typedef struct sg {
+    float *a[16], *c[16];
+} sg;
+
+static void sg_part(void *arg, size_t i)
+{
+    sg *g = arg;
+    gemm1024(g->a[i], g->c[i]);
+}
+
+static double sgemm_gflops(attn_exec *ex, int threads)
+{
+    sg g;
+    size_t n = 1024 * 1024;
+    if (threads > 16)
+        threads = 16;
+    unsigned seed = 3;
+    for (int i = 0; i < threads; i++) {
+        g.a[i] = rnd(2 * n, 1.0f, &seed);
+        g.c[i] = rnd(n, 0.0f, &seed);
+    }
+    double best = 0;
+    for (int r = 0; r < 3; r++) {
+        double t0 = now_s();
+        attn_exec_run(ex, (size_t)threads, sg_part, &g);
+        double gf = 2.0 * 1024 * 1024 * 1024 * threads / (now_s() - t0) / 1e9;
+        best = gf > best ? gf : best;
+    }
+    for (int i = 0; i < threads; i++)
+        free(g.a[i]), free(g.c[i]);
     return best;
 }
 
@@ -203,7 +249,7 @@ int main(int argc, char **argv)
                 die("prefill", err);
             attn_kv_advance(&kv[i], prompt);
         }
-        double bytes = 0, t0 = now_s();
+        double bytes = 0, flops = 0, t0 = now_s();
         for (int k = 0; k < steps; k++) {
             for (int i = 0; i < n; i++) {
                 if (attn_kv_reserve(&kv[i], 1, err))
@@ -213,6 +259,8 @@ int main(int argc, char **argv)
                                    .x = xs + (size_t)i * DM,
                                    .y = ys + (size_t)i * DM, .kv = &kv[i]};
                 bytes += (double)(kv[i].len + 1) * (double)tokb;
+                flops += 2.0 * DM * (HQ + 2 * HKV) * DK + 2.0 * HQ * DK * DM +
+                         4.0 * (kv[i].len + 1) * HQ * DK;
             }
             bytes += (double)wbytes;
             if (attn_forward(&c, &w, sq, n, ex, err))
@@ -223,6 +271,7 @@ int main(int argc, char **argv)
         double dt = now_s() - t0;
         double tps = (double)n * steps / dt, gbps = bytes / dt / 1e9;
         double mgbps = memcpy_gbps(ex, threads, (size_t)(bytes / steps));
+        double sgf = sgemm_gflops(ex, threads);
         for (int i = 0; i < n; i++)
             attn_kv_free(&kv[i]);
         attn_kv_pool_destroy(pool);
@@ -261,9 +310,10 @@ int main(int argc, char **argv)
         printf("decode n=%d engine_tps=%.1f engine_gbps=%.2f memcpy_gbps=%.2f "
                "torch_tps=%.1f resend_tps=%.2f http_tps=%.1f bw_frac=%.2f "
                "torch_ratio=%.2f resend_ratio=%.1f http_frac=%.2f "
-               "rss_mb=%.0f\n",
+               "step_gflops=%.1f sgemm_gflops=%.1f rss_mb=%.0f\n",
                n, tps, gbps, mgbps, ttps, rtps, htps, gbps / mgbps,
-               tps / ttps, tps / rtps, htps / tps, ru.ru_maxrss / 1024.0);
+               tps / ttps, tps / rtps, htps / tps, flops / dt / 1e9, sgf,
+               ru.ru_maxrss / 1024.0);
         fflush(stdout);
         free(kv), free(sq), free(xp), free(yp), free(xs), free(ys);
     }

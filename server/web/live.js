@@ -123,7 +123,7 @@ async function step() {
   busy = true;
   document.body.dataset.state = 'loading';
   try {
-    const r = await api.seqStep(seq.meta, seq.id, words, seq.length, {});
+    const r = await api.seqStep(seq.meta, seq.id, words, seq.length, { causal: seq.causal });
     seq.words.push(...words);
     seq.length = r.length ?? seq.length + words.length;
     if (r.mapId) seq.mapId = r.mapId;

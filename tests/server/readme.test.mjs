@@ -37,7 +37,7 @@ const SKIP = {
   'Protocol details (proto/)': 'make fuzz / make bench-proto: clang and long runs',
 };
 // Sections whose blocks are run against the daemon, in README order.
-const RUN = ['API', 'Retained attention maps'];
+const RUN = ['API', 'Retained attention maps', 'Sequences (decoder steps over a server-held K/V cache)'];
 
 /** The README's ```sh blocks as [{section, code}] (section = nearest heading). */
 function shBlocks(text) {
