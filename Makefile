@@ -51,7 +51,7 @@ obj = $(1:%.c=$(BUILD)/%.o)
 # Every runner fails fast instead of hanging: node --test stops a test file
 # past NODE_TEST_TIMEOUT ms (SIGTERM; tests/server/helper.mjs and
 # tests/web/harness.mjs then SIGKILL the daemons it started), Check a test
-# case past CK_TIMEOUT s, and the failover script is stopped past
+# case past CK_TIMEOUT s, and the failover and affinity scripts are stopped past
 # FAILOVER_TIMEOUT s. A whole file takes 1-50 s today; sanitized builds get
 # more time, never looser assertions.
 NODE_TEST_TIMEOUT ?= $(if $(SANITIZER),600000,120000)
@@ -197,7 +197,9 @@ all: $(BENCH_GRPC)
 # --- deploy/ (issue 6): k8s manifests, nginx failover, container image ---
 # check-deploy: the manifests against the Kubernetes schemas (offline, npm
 # kubernetes-models, pinned by tests/deploy/package-lock.json), then three
-# replicas behind deploy/nginx.conf with one killed under load.
+# replicas behind deploy/nginx.conf with one killed under load (failover.mjs),
+# then 24 sequences across three replicas with one killed mid-way
+# (affinity.mjs; skipped by an attnd without the sequences extension).
 # container-test: build the Dockerfile with buildah and test the image.
 DEPLOY_NPM := tests/deploy/node_modules/.package-lock.json
 $(DEPLOY_NPM): tests/deploy/package.json tests/deploy/package-lock.json
@@ -210,6 +212,8 @@ check-deploy: deps-test $(DEPLOY_NPM) $(if $(HAVE_ATTND),$(ATTND))
 	$(if $(HAVE_ATTND),ATTND_BIN=$(ATTND) timeout -k 10 $(FAILOVER_TIMEOUT) \
 	    node tests/deploy/failover.mjs,\
 	    @echo "check-deploy: no server/main.c yet, failover test not run")
+	$(if $(HAVE_ATTND),ATTND_BIN=$(ATTND) timeout -k 10 $(FAILOVER_TIMEOUT) \
+	    node tests/deploy/affinity.mjs)
 # bench-lb: what deploy/nginx.conf costs (wrk direct vs through nginx).
 .PHONY: bench-lb
 bench-lb: deps $(ATTND)
@@ -307,6 +311,19 @@ bench: bench-core
 # Build the benchmark with everything else, so a change that breaks it
 # fails `make test` (running it stays `make bench`).
 all: $(BENCH_BIN)
+
+# ---- core: decoder steps over the K/V cache (bench/bench_decode.c) -------
+# N = 1, 8, 32 sequences of a Llama-like layer: engine tokens/s and GB/s
+# against memcpy, the PyTorch peer, resending the history, and (when the
+# daemon is built) N HTTP clients driving sequences through attnd.
+DECODE_BIN := $(BUILD)/bench/bench_decode
+.PHONY: bench-decode
+bench-decode: deps $(DECODE_BIN) $(if $(HAVE_ATTND),$(ATTND))
+	@tools/install-deps.sh bench
+	$(DECODE_BIN) --threads 2 --peer bench/torch_decode_peer.py \
+	    $(if $(HAVE_ATTND),--http-tps "python3 bench/decode_http.py $(ATTND)")
+bench: bench-decode
+all: $(DECODE_BIN)
 
 # ---- server: HTTP benchmark (attnd vs a bare libmicrohttpd, wrk) ---------
 BARE_MHD := $(BUILD)/bench/bare_mhd

@@ -142,9 +142,50 @@ static int get_bool(json_t *obj, const char *key, const char *field, int *out,
     return 0;
 }
 
-/* parameters: causal, retain, binary_data_output (booleans) and tokens (at
- * most max_tokens strings, each < OIP_MAX_TOKEN bytes, copied into req);
- * other keys are ignored. *bytes grows by what the copies take. */
+int oip_sequence_id_valid(const char *s, size_t len)
+{
+    if (!s || len == 0 || len >= OIP_MAX_SEQ_ID)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if (s[i] <= ' ' || s[i] > '~' || s[i] == '/' || s[i] == '"' ||
+            s[i] == '\\')
+            return 0;
+    return 1;
+}
+
+/* get_seq_id: parameters.sequence_id (see oip_params) into out. */
+static int get_seq_id(json_t *p, char *out, char *err)
+{
+    json_t *v = json_object_get(p, "sequence_id");
+    const char *f = "parameters.sequence_id";
+    if (!v)
+        return 0;
+    if (json_is_integer(v)) {
+        json_int_t n = json_integer_value(v);
+        if (n < 1)
+            return oip__fail(err, ATTN_EINVAL, "%s: %lld; expected an "
+                             "integer >= 1 or a non-empty string (0 means "
+                             "no sequence in Triton)", f, (long long)n);
+        snprintf(out, OIP_MAX_SEQ_ID, "%lld", (long long)n);
+        return 0;
+    }
+    if (!json_is_string(v))
+        return oip__fail(err, ATTN_EINVAL, "%s: expected an unsigned "
+                         "integer or a string", f);
+    size_t len = json_string_length(v);
+    const char *s = json_string_value(v);
+    if (!oip_sequence_id_valid(s, len))
+        return oip__fail(err, ATTN_EINVAL, "%s: a string id is 1 to %d bytes "
+                         "of printable ASCII other than space, '/', '\"' and "
+                         "'\\'", f, OIP_MAX_SEQ_ID - 1);
+    memcpy(out, s, len + 1);
+    return 0;
+}
+
+/* parameters: causal, retain, binary_data_output (booleans), Triton's
+ * sequence_id / sequence_start / sequence_end, and tokens (at most
+ * max_tokens strings, each < OIP_MAX_TOKEN bytes, copied into req); other
+ * keys are ignored. *bytes grows by what the copies take. */
 static int decode_params(oip_request *req, json_t *root, int max_tokens,
                          size_t *bytes, char *err)
 {
@@ -160,7 +201,12 @@ static int decode_params(oip_request *req, json_t *root, int max_tokens,
         (rc = get_bool(p, "retain", "parameters.retain", &pr->retain, err)) ||
         (rc = get_bool(p, "binary_data_output",
                        "parameters.binary_data_output",
-                       &pr->binary_data_output, err)))
+                       &pr->binary_data_output, err)) ||
+        (rc = get_bool(p, "sequence_start", "parameters.sequence_start",
+                       &pr->seq_start, err)) ||
+        (rc = get_bool(p, "sequence_end", "parameters.sequence_end",
+                       &pr->seq_end, err)) ||
+        (rc = get_seq_id(p, pr->seq_id, err)))
         return rc;
     json_t *t = json_object_get(p, "tokens");
     if (!t)

@@ -38,6 +38,7 @@
 #define OIP_MAX_NAME 64   /* tensor names: at most OIP_MAX_NAME - 1 bytes */
 #define OIP_MAX_ID 256    /* request id: at most OIP_MAX_ID - 1 bytes */
 #define OIP_MAX_TOKEN 256 /* one parameters.tokens label: < this many bytes */
+#define OIP_MAX_SEQ_ID 129 /* parameters.sequence_id as text: < this many bytes */
 #define OIP_MAX_DEPTH 64  /* JSON nesting */
 #define OIP_ERRMAX 512
 
@@ -94,6 +95,13 @@ typedef struct oip_params {
     int binary_data_output; /* 0/1 */
     char **tokens;          /* parameters.tokens, or NULL */
     int n_tokens;
+    /* Triton's sequence parameters (tritonclient.http sends all three when
+     * its sequence_id is not 0). sequence_id is a JSON integer 1 ..
+     * 2^63 - 1, kept as its decimal text, or a non-empty string of printable
+     * ASCII without '/' (< OIP_MAX_SEQ_ID bytes): the number 7 and the
+     * string "7" name the same sequence. seq_id[0] == 0: no sequence. */
+    char seq_id[OIP_MAX_SEQ_ID];
+    int seq_start, seq_end; /* 0/1 (the daemon checks they come with an id) */
 } oip_params;
 
 typedef struct oip_request {
@@ -120,6 +128,11 @@ typedef struct oip_request {
 int oip_decode(oip_request *req, const char *body, size_t len,
                size_t header_len, const oip_limits *lim, char *err);
 void oip_request_free(oip_request *req);
+
+/* oip_sequence_id_valid: 1 when s (len bytes) may be a string sequence id
+ * (1 .. OIP_MAX_SEQ_ID - 1 bytes of printable ASCII, no space, '/', '"' or
+ * backslash), else 0. */
+int oip_sequence_id_valid(const char *s, size_t len);
 
 /* oip_find_input: the input called name, or NULL. */
 const oip_tensor *oip_find_input(const oip_request *req, const char *name);

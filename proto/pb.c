@@ -154,6 +154,36 @@ done:
     return rc;
 }
 
+/* get_seq_id: Triton's sequence_id: an int64/uint64 param >= 1 (0 means
+ * no sequence there) or a string (oip_sequence_id_valid), as text. */
+static int get_seq_id(const Param *v, char *out, char *err)
+{
+    const char *f = "parameters.sequence_id";
+    switch (v ? v->parameter_choice_case : 0) {
+    case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM:
+        if (v->int64_param < 1)
+            return oip__fail(err, ATTN_EINVAL, "%s: %lld; expected >= 1", f,
+                             (long long)v->int64_param);
+        snprintf(out, OIP_MAX_SEQ_ID, "%lld", (long long)v->int64_param);
+        return 0;
+    case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM:
+        if (v->uint64_param < 1)
+            return oip__fail(err, ATTN_EINVAL, "%s: 0; expected >= 1", f);
+        snprintf(out, OIP_MAX_SEQ_ID, "%llu", (unsigned long long)v->uint64_param);
+        return 0;
+    case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM:
+        if (!oip_sequence_id_valid(v->string_param, strlen(v->string_param)))
+            return oip__fail(err, ATTN_EINVAL, "%s: a string id is 1 to %d bytes "
+                             "of printable ASCII other than space, '/', '\"' "
+                             "and '\\'", f, OIP_MAX_SEQ_ID - 1);
+        snprintf(out, OIP_MAX_SEQ_ID, "%s", v->string_param);
+        return 0;
+    default:
+        return oip__fail(err, ATTN_EINVAL, "%s: expected an int64, uint64 or "
+                         "string param", f);
+    }
+}
+
 /* params: the request parameters attnd knows; others are ignored. *bin
  * is set when binary_data_output was given. */
 static int decode_params(oip_request *req, const Req *m, int max_tokens,
@@ -174,6 +204,12 @@ static int decode_params(oip_request *req, const Req *m, int max_tokens,
             rc = get_bool(v, "parameters.binary_data_output",
                           &pr->binary_data_output, err);
             *bin_given = 1;
+        } else if (!strcmp(k, "sequence_start")) {
+            rc = get_bool(v, "parameters.sequence_start", &pr->seq_start, err);
+        } else if (!strcmp(k, "sequence_end")) {
+            rc = get_bool(v, "parameters.sequence_end", &pr->seq_end, err);
+        } else if (!strcmp(k, "sequence_id")) {
+            rc = get_seq_id(v, pr->seq_id, err);
         } else if (!strcmp(k, "tokens")) {
             if (pr->tokens || pr->n_tokens)
                 return oip__fail(err, ATTN_EINVAL,

@@ -56,6 +56,12 @@ static int set_value(srv_config *cfg, const setting *s, const char *text,
                      text);
             return -1;
         }
+        if (strcmp(s->name, "kv-dtype") == 0 && strcmp(text, "f32") != 0 &&
+            strcmp(text, "f16") != 0 && strcmp(text, "bf16") != 0) {
+            snprintf(err, SRV_ERRMAX, "%s: K/V dtype '%s' is not f32, f16 or bf16",
+                     where, text);
+            return -1;
+        }
         free(*sp);
         *sp = strdup(text);
         if (!*sp) {

@@ -75,6 +75,14 @@
       "longest wait of one GET /v2/maps/{id}?wait= before it answers (ms)")  \
     X(maps_bytes, "maps-bytes", INT, 256 * SRV_MiB, 0, 1LL << 40,             \
       "memory for retained attention maps (0 = retain refused)")              \
+    X(kv_bytes, "kv-bytes", INT, 4096 * SRV_MiB, 0, 1LL << 42,                \
+      "K/V cache budget of each weight-set model's sequences (0 = none)")     \
+    X(kv_dtype, "kv-dtype", STR, "f32", 0, 0,                                 \
+      "K/V cache element type: f32, f16 or bf16 (half the bytes)")            \
+    X(max_sequences, "max-sequences", INT, 1024, 0, 1000000,                  \
+      "live sequences (all models) before a start answers 503")              \
+    X(sequence_idle_ms, "sequence-idle-ms", INT, 60000, 1, 86400000,          \
+      "a sequence with no step for this long is dropped (ms)")               \
     X(log_format, "log-format", STR, "text", 0, 0,                            \
       "request log format: text or json (one line per request, stderr)")
 

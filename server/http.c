@@ -168,6 +168,8 @@ static int parse_method(const char *m)
         return SRV_OPTIONS;
     if (strcmp(m, "HEAD") == 0)
         return SRV_HEAD;
+    if (strcmp(m, "DELETE") == 0)
+        return SRV_DELETE;
     return SRV_OTHER;
 }
 
@@ -236,14 +238,17 @@ static int route(srv_req *r, const char *url)
         return -1;
     }
     if (r->method == SRV_OPTIONS) { /* CORS preflight */
-        r->allow = allowed & SRV_POST ? "GET, POST, OPTIONS" : "GET, OPTIONS";
+        r->allow = allowed & SRV_DELETE ? "DELETE, OPTIONS"
+                   : allowed & SRV_POST ? "GET, POST, OPTIONS" : "GET, OPTIONS";
         srv_respond(r, 204, NULL, NULL, 0);
         return -1;
     }
-    r->allow = allowed & SRV_POST ? (allowed & SRV_GET ? "GET, POST" : "POST") : "GET";
+    r->allow = allowed & SRV_DELETE ? "DELETE"
+               : allowed & SRV_POST ? (allowed & SRV_GET ? "GET, POST" : "POST") : "GET";
     srv_respond_error(r, 405, "method: %s is not allowed on %s (allowed: %s)",
                       r->method == SRV_OTHER ? "this method" :
-                      r->method == SRV_POST ? "POST" : "GET", r->path, r->allow);
+                      r->method == SRV_POST ? "POST" :
+                      r->method == SRV_DELETE ? "DELETE" : "GET", r->path, r->allow);
     return -1;
 }
 

@@ -9,6 +9,7 @@
  */
 #include "server/srv.h"
 #include "server/grpc.h"
+#include "server/seq.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -36,6 +37,7 @@ static void on_stop_timer(uv_timer_t *t)
     signal(SIGINT, SIG_IGN);
     uv_close((uv_handle_t *)&s->drain_timer, NULL);
     uv_close((uv_handle_t *)&s->stop_timer, NULL);
+    srv_seq_stop(s);
     uv_close((uv_handle_t *)&s->maps_wait_timer, NULL);
     for (e = s->models; e; e = e->next)
         uv_close((uv_handle_t *)&e->batch_poll, NULL);
@@ -144,6 +146,10 @@ int main(int argc, char **argv)
     s.sig_term.data = s.sig_int.data = &s;
     uv_signal_start(&s.sig_term, on_signal, SIGTERM);
     uv_signal_start(&s.sig_int, on_signal, SIGINT);
+    if (srv_seq_init(&s) < 0) {
+        fprintf(stderr, "attnd: out of memory\n");
+        return 1;
+    }
     if (srv_registry_start(&s, err) < 0 || srv_http_start(&s, err) < 0 ||
         srv_grpc_start(&s, err) < 0) {
         fprintf(stderr, "attnd: %s\n", err);
@@ -160,6 +166,7 @@ int main(int argc, char **argv)
         rc = 0;
     }
     uv_loop_close(s.loop);
+    srv_seq_free(&s); /* sequences hold instance references */
     srv_registry_free(&s);
     maps_store_destroy(s.maps);
     srv_config_free(&s.cfg);

@@ -321,6 +321,130 @@ nomem:
     return ATTN_ENOMEM;
 }
 
+/* link_newest: e (id set) becomes the newest entry, evicting the oldest
+ * others until it fits. Lock held. */
+static void link_newest(maps_store *st, maps__entry *e)
+{
+    while (st->oldest && st->used + e->info.bytes > st->max_bytes) {
+        unlink_entry(st, st->oldest);
+        st->n_evicted++;
+    }
+    e->newer = NULL;
+    e->older = st->newest;
+    if (st->newest)
+        st->newest->newer = e;
+    else
+        st->oldest = e;
+    st->newest = e;
+    st->used += e->info.bytes;
+    st->n++;
+}
+
+/* grown_args: the whole map after a step: the first t0 rows of old
+ * (widened to a->s keys) then a's rows, into *att (malloc'd) and *labels
+ * (malloc'd array of pointers into old's labels and a's, or NULL). */
+static int grown_args(const maps__entry *old, int t0, const maps_put_args *a,
+                      maps_put_args *g, float **att, const char ***labels)
+{
+    size_t S = (size_t)a->s, T = (size_t)t0 + (size_t)a->t, n;
+    int k, i, os = old->info.s;
+    *att = NULL;
+    *labels = NULL;
+    if (mul_size(T, S, &n) || mul_size(n, (size_t)a->h, &n) ||
+        mul_size(n, sizeof(float), &n))
+        return ATTN_EOVERFLOW;
+    *att = calloc(1, n ? n : 1);
+    if (!*att)
+        return ATTN_ENOMEM;
+    for (k = 0; k < a->h; k++) {
+        float *dst = *att + (size_t)k * T * S;
+        const float *src = old->attention + (size_t)k * old->info.t * (size_t)os;
+        for (i = 0; i < t0; i++)
+            memcpy(dst + (size_t)i * S, src + (size_t)i * (size_t)os,
+                   (size_t)(os < a->s ? os : a->s) * sizeof(float));
+        memcpy(dst + (size_t)t0 * S,
+               a->attention + (size_t)k * (size_t)a->t * S,
+               (size_t)a->t * S * sizeof(float));
+    }
+    memset(g, 0, sizeof *g);
+    g->model = old->info.model;
+    g->b = 1;
+    g->h = a->h;
+    g->t = (int)T;
+    g->s = a->s;
+    g->attention = *att;
+    g->causal = old->info.causal;
+    g->dk = old->info.dk;
+    if (old->n_labels == old->info.t || a->n_tokens == a->t) {
+        *labels = malloc(T * sizeof(char *));
+        if (!*labels)
+            return ATTN_ENOMEM;
+        for (i = 0; i < (int)T; i++)
+            (*labels)[i] = i < t0 ? (old->n_labels ? old->labels + old->label_off[i] : "")
+                                  : (a->n_tokens ? a->tokens[i - t0] : "");
+        g->tokens = *labels;
+        g->n_tokens = (int)T;
+    }
+    return 0;
+}
+
+int maps_grow(maps_store *st, const char *id, int t0, const maps_put_args *a,
+              char *err)
+{
+    char scratch[ATTN_ERRMAX];
+    maps__entry *old, *e = NULL, *p;
+    maps_put_args g;
+    float *att = NULL;
+    const char **labels = NULL;
+    int rc;
+
+    if (!err)
+        err = scratch;
+    old = maps__acquire(st, id);
+    if (!old) {
+        snprintf(err, ATTN_ERRMAX, "map %s: evicted", id ? id : "(null)");
+        return ATTN_ENOTFOUND;
+    }
+    if (old->info.b != 1 || old->info.h != a->h || t0 < 0 ||
+        t0 > old->info.t || a->b != 1 || a->t < 1 ||
+        (long long)a->s != (long long)t0 + a->t || !a->attention ||
+        (a->n_tokens != 0 && a->n_tokens != a->t)) {
+        snprintf(err, ATTN_ERRMAX, "map %s: rows [%d, %d) x %d keys do not "
+                 "extend a [%d, %d, %d, %d] map", id, t0, t0 + a->t, a->s,
+                 old->info.b, old->info.h, old->info.t, old->info.s);
+        maps__release(old);
+        return ATTN_EINVAL;
+    }
+    rc = grown_args(old, t0, a, &g, &att, &labels);
+    if (!rc)
+        rc = entry_build(&g, st->max_bytes, &e, err);
+    else
+        snprintf(err, ATTN_ERRMAX, "map %s: out of memory", id);
+    free(att);
+    free(labels);
+    if (rc) {
+        maps__release(old);
+        return rc;
+    }
+    e->info.created_ms = old->info.created_ms;
+    memcpy(e->info.id, old->info.id, sizeof e->info.id);
+    pthread_mutex_lock(&st->lock);
+    for (p = st->newest; p && p != old; p = p->older)
+        ;
+    if (!p) { /* evicted meanwhile */
+        pthread_mutex_unlock(&st->lock);
+        maps__release(old);
+        entry_free(e);
+        snprintf(err, ATTN_ERRMAX, "map %s: evicted", id);
+        return ATTN_ENOTFOUND;
+    }
+    unlink_entry(st, old);
+    link_newest(st, e);
+    pthread_mutex_unlock(&st->lock);
+    maps__release(old);
+    return 0;
+}
+
 int maps_put(maps_store *st, const maps_put_args *a, char *id_out,
              char *err)
 {
@@ -335,20 +459,9 @@ int maps_put(maps_store *st, const maps_put_args *a, char *id_out,
     if (rc)
         return rc;
     pthread_mutex_lock(&st->lock);
-    while (st->oldest && st->used + e->info.bytes > st->max_bytes) {
-        unlink_entry(st, st->oldest);
-        st->n_evicted++;
-    }
     snprintf(e->info.id, sizeof(e->info.id), "m%llu-%06x",
              (unsigned long long)st->next_seq++, st->tag);
-    e->older = st->newest;
-    if (st->newest)
-        st->newest->newer = e;
-    else
-        st->oldest = e;
-    st->newest = e;
-    st->used += e->info.bytes;
-    st->n++;
+    link_newest(st, e);
     if (id_out)
         memcpy(id_out, e->info.id, sizeof(e->info.id));
     pthread_mutex_unlock(&st->lock);

@@ -10,7 +10,9 @@
  * Readers (the HTTP routes GET /v2/maps, /v2/maps/{id},
  * /v2/maps/{id}/attention) take a reference on an entry, so an entry
  * evicted while being rendered stays alive until its last reader lets go;
- * an evicted id answers 404 from then on. Entries are immutable once put.
+ * an evicted id answers 404 from then on. Entries are immutable once put;
+ * a sequence's map grows (maps_grow) by replacing its entry with a larger
+ * one under the same id, so a reader always sees one whole version.
  *
  * Thread-safety: every function may be called from any thread at any time
  * (one mutex guards the list; rendering happens outside it).
@@ -92,6 +94,22 @@ void maps_store_destroy(maps_store *st);
  */
 int maps_put(maps_store *st, const maps_put_args *a, char *id_out,
              char *err);
+
+/*
+ * maps_grow: a sequence's map (b == 1, square: t == s == tokens so far)
+ * gets the rows of its next step. a gives the step's rows: a->t new query
+ * rows over a->s = t0 + a->t keys, attention (1, h, a->t, a->s), labels
+ * a->tokens (0 or a->t of them). The entry's first t0 rows are kept (rows
+ * past t0, from a step that failed after it grew the map, are dropped),
+ * widened to a->s keys with zeros (causal: they never saw later keys), and
+ * the new rows appended; the entry becomes the newest, with the same id.
+ * Mask, scores and values are not kept for growing maps. Returns 0,
+ * ATTN_ENOTFOUND (evicted), ATTN_EINVAL (h differs, t0 past the map, or
+ * the map outgrew the store) or ATTN_ENOMEM; the old entry stays on
+ * failure (except when evicted). Any thread.
+ */
+int maps_grow(maps_store *st, const char *id, int t0, const maps_put_args *a,
+              char *err);
 
 /* maps_stats: bytes in use, the budget, entries held, entries evicted so
  * far (for /metrics). Any of the pointers may be NULL. */

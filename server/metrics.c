@@ -7,6 +7,7 @@
 #include "server/srv.h"
 #include "server/grpc.h"
 #include "server/maps.h"
+#include "server/seq.h"
 
 #include <jansson.h>
 #include <stdarg.h>
@@ -206,8 +207,19 @@ void srv_h_metrics(srv_req *r)
                 "# HELP attnd_maps_evicted_total Retained maps evicted, oldest "
                 "first, to make room.\n"
                 "# TYPE attnd_maps_evicted_total counter\n"
-                "attnd_maps_evicted_total %llu\n",
-                used, max_bytes, n, (unsigned long long)evicted);
+                "attnd_maps_evicted_total %llu\n"
+                "# HELP attnd_maps_waiters Connections waiting on GET "
+                "/v2/maps/{id}?wait= (at most maps-waiters).\n"
+                "# TYPE attnd_maps_waiters gauge\nattnd_maps_waiters %d\n",
+                used, max_bytes, n, (unsigned long long)evicted, s->n_waiters);
+    }
+    {
+        char *seq = srv_seq_metrics_text(s);
+        if (!seq)
+            b.failed = 1;
+        else
+            bprintf(&b, "%s", seq);
+        free(seq);
     }
     if (b.failed) {
         free(b.p);

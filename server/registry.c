@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/kv.h"
+#include "server/seq.h"
 #include "server/upload.h"
 
 srv_entry *srv_registry_find(srv *s, const char *name)
@@ -48,15 +50,19 @@ srv_entry *srv_registry_add(srv *s, const char *name)
 void srv_inst_unref(srv_inst *in)
 {
     if (in && --in->refs == 0) {
+        attn_kv_pool_destroy(in->kv_pool); /* its sequences hold refs */
         model_destroy(in->m);
         free(in);
     }
 }
 
-/* set_inst: make in (NULL = none) the entry's current instance. */
+/* set_inst: make in (NULL = none) the entry's current instance. The old
+ * instance's sequences are dropped ("unloaded"). */
 static void set_inst(srv_entry *e, srv_inst *in, int state, const char *reason)
 {
     srv_inst *old = e->inst;
+    if (old)
+        srv_seq_drop_model(e);
     e->inst = in;
     e->state = state;
     snprintf(e->reason, sizeof e->reason, "%s", reason ? reason : "");
@@ -113,6 +119,22 @@ static void load_work(uv_work_t *w)
     }
 }
 
+/* kv_pool: in's K/V page pool for sequences (kv-bytes, kv-dtype); without
+ * one (kv-bytes 0, or it cannot be made) sequence starts answer 400. */
+static void kv_pool(srv *s, srv_inst *in, const char *name)
+{
+    attn_kv_dtype dt = ATTN_KV_F32;
+    char err[ATTN_ERRMAX];
+    if (!s->cfg.kv_bytes)
+        return;
+    attn_kv_dtype_parse(s->cfg.kv_dtype, &dt);
+    if (attn_kv_pool_create(&in->kv_pool, model_config(in->m), dt, 0,
+                            (size_t)s->cfg.kv_bytes, err) < 0) {
+        in->kv_pool = NULL;
+        srv_log(s, "warn", "model '%s': no K/V cache for sequences: %s", name, err);
+    }
+}
+
 /* load_done: loop thread. Makes the loaded model the entry's current
  * instance (the old one goes when its last job ends), or records why it
  * failed; answers the load request if there is one; frees lj. */
@@ -151,6 +173,7 @@ static void load_done(uv_work_t *w, int status)
         } else {
             in->m = lj->m;
             in->refs = 1;
+            kv_pool(s, in, e->name);
             e->gen = lj->gen;
             set_inst(e, in, SRV_READY, NULL);
             srv_log(s, "info", "model '%s' loaded (%zu weight bytes)", e->name,

@@ -6,6 +6,7 @@
  * (srv_respond*) or suspend the request (infer, load).
  */
 #include "server/srv.h"
+#include "server/seq.h"
 #include "server/web.h"
 
 #include <jansson.h>
@@ -30,7 +31,7 @@ static void h_server_meta(srv_req *r)
     srv_respond_json(r, 200,
                      "{\"name\":\"attnd\",\"version\":\"" ATTND_VERSION "\","
                      "\"extensions\":[\"binary_tensor_data\",\"model_repository\","
-                     "\"statistics\",\"attention_maps\"]}");
+                     "\"statistics\",\"attention_maps\",\"sequences\"]}");
 }
 
 /* entry_for: the loaded model named by r->arg[0], or NULL after a 404. */
@@ -214,6 +215,8 @@ const srv_route srv_routes[] = {
     {SRV_GET, "/v2/maps", h_maps, 1, SRV_BODY_NONE},
     {SRV_GET, "/v2/maps/{}", h_maps, 1, SRV_BODY_NONE},
     {SRV_GET, "/v2/maps/{}/attention", h_maps, 1, SRV_BODY_NONE},
+    {SRV_GET, "/v2/sequences", srv_seq_h_list, 1, SRV_BODY_NONE},
+    {SRV_DELETE, "/v2/sequences/{}", srv_seq_h_delete, 1, SRV_BODY_NONE},
     {SRV_GET, "/", h_web, 0, SRV_BODY_NONE},
     {SRV_GET, "/web/{}", h_web, 0, SRV_BODY_NONE},
 };

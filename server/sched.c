@@ -30,8 +30,10 @@
 #include <unistd.h>
 
 #include "server/infer.h"
+#include "server/seq.h"
 
-enum { J_DECODE, J_QUEUED, J_RUN, J_ENCODE, J_DONE };
+/* J_HELD: a sequence step waiting for its turn (seq.c's lists). */
+enum { J_DECODE, J_HELD, J_QUEUED, J_RUN, J_ENCODE, J_DONE };
 
 struct srv_job {
     srv *s;
@@ -56,6 +58,8 @@ struct srv_job {
     uint64_t t_arrive, t_queued, t_run, t_ran, decode_ns, encode_ns;
     const srv_door *door; /* wire format, NULL = JSON (srv.h) */
     long long deadline_ms;
+    int answered;      /* status its request was answered with, 0 = none */
+    srv_step step;     /* sequence state (seq.h) */
     srv_job *next;     /* queue link */
 };
 
@@ -112,6 +116,7 @@ static void answer(srv_job *j, int status, const char *msg)
     uint64_t dt = srv_now_ns() - j->t_arrive;
     if (!r)
         return;
+    j->answered = status;
     r->job = NULL;
     j->req = NULL;
     r->batch = j->batch;
@@ -162,6 +167,7 @@ static void job_end(srv_job *j)
     srv_entry *e = j->e;
     if (j->req)
         answer(j, 500, "internal: request ended without an answer");
+    srv_seq_step_end(&j->step, j->answered == 200);
     j->state = J_DONE;
     e->pending--;
     srv_inst_unref(j->inst);
@@ -200,6 +206,8 @@ static void on_deadline(uv_timer_t *t)
     if (j->state == J_QUEUED) {
         unqueue(j);
         job_end(j);
+    } else if (j->state == J_HELD) {
+        job_end(j);
     }
 }
 
@@ -213,6 +221,8 @@ void srv_sched_detach(srv_req *r)
     if (j->state == J_QUEUED) {
         unqueue(j);
         job_end(j);
+    } else if (j->state == J_HELD) {
+        job_end(j);
     }
 }
 
@@ -223,7 +233,11 @@ void srv_sched_detach(srv_req *r)
 static void encode_job(srv_job *j)
 {
     uint64_t t0 = srv_now_ns();
-    if (!j->status)
+    if (!j->status && j->step.is_step)
+        j->status = srv_seq_encode(&j->step, j->e->name, j->s->maps,
+                                   j->door ? j->door->encode : NULL, &j->resp,
+                                   &j->resp_len, &j->resp_hlen, j->err);
+    else if (!j->status)
         j->status = srv_infer_encode(&j->prep, &j->in, j->e->name, j->s->maps,
                                      j->door ? j->door->encode : NULL,
                                      &j->resp, &j->resp_len, &j->resp_hlen,
@@ -390,7 +404,7 @@ static int compatible(const srv_job *h, const srv_job *j)
 static int launch(srv_entry *e)
 {
     srv *s = e->s;
-    srv_job *h = e->qhead, **pp;
+    srv_job *h = e->qhead, **pp, *failed = NULL;
     batch *b = calloc(1, sizeof *b);
     char err[ATTN_ERRMAX];
     int i, k, rc, max = (int)s->cfg.max_batch;
@@ -411,12 +425,33 @@ static int launch(srv_entry *e)
             continue;
         }
         unqueue(j);
+        /* a sequence step takes its pages now; one that cannot leaves */
+        if (j->step.is_step && (j->status = srv_seq_bind(&j->step, j->err))) {
+            j->next = failed;
+            failed = j;
+            continue;
+        }
+        if (!b->n_jobs)
+            h = j;
         b->jobs[b->n_jobs++] = j;
         b->n_seqs += j->prep.n;
         j->state = J_RUN;
         j->t_run = now;
         if (b->n_seqs >= max)
             break;
+    }
+    while (failed) {
+        srv_job *j = failed;
+        failed = j->next;
+        j->next = NULL;
+        answer(j, j->status, j->err);
+        job_end(j);
+    }
+    if (!b->n_jobs) {
+        free(b->jobs);
+        free(b->workers);
+        free(b);
+        return 0;
     }
     for (i = 0; i < b->n_jobs; i++)
         b->jobs[i]->batch = b->n_seqs;
@@ -550,6 +585,13 @@ static void decode_work(uv_work_t *w)
     j->body = NULL;
     if (rc < 0) {
         j->status = rc == ATTN_ENOMEM ? 503 : 400;
+    } else if (srv_seq_wants(&j->step, &j->in)) {
+        j->status = srv_seq_prepare(&j->step, &j->prep, &j->in, j->e->name,
+                                    j->inst->builtin ? NULL : model_config(j->inst->m),
+                                    j->inst->builtin ? 0 : model_causal(j->inst->m),
+                                    j->inst->builtin, &lim, j->err);
+        if (j->status)
+            srv_prep_free(&j->prep);
     } else if (j->inst->builtin) {
         j->status = srv_infer_prepare(&j->prep, &j->in, j->e->name, NULL, 0, 1,
                                       &lim, j->err);
@@ -567,9 +609,16 @@ static void decode_done(uv_work_t *w, int status)
 {
     srv_job *j = w->data;
     srv_entry *e = j->e;
+    int take = !j->status && j->req && j->step.is_step;
     (void)status;
     if (j->req && j->in.id)
         snprintf(j->req->id, sizeof j->req->id, "%s", j->in.id);
+    if (take) { /* a sequence step: seq.c queues it in its turn */
+        j->state = J_HELD;
+        srv_seq_decoded(j->s, &j->step, 1);
+        return;
+    }
+    srv_seq_decoded(j->s, &j->step, 0);
     if (j->status || !j->req) {
         answer(j, j->status ? j->status : 500, j->err);
         job_end(j);
@@ -596,7 +645,7 @@ static void solo_work(uv_work_t *w)
     char err[ATTN_ERRMAX];
     int rc, st, n;
     decode_work(w);
-    if (j->status)
+    if (j->status || j->step.is_step) /* a step takes its turn (seq.c) */
         return;
     if (j->prep.raw)
         rc = attn_plan_create_raw(&plan, &j->prep.cfg, j->prep.raws, j->prep.n, err);
@@ -670,7 +719,17 @@ void srv_h_infer(srv_req *r)
     srv *s = r->s;
     srv_entry *e = srv_registry_find(s, r->arg[0]);
     srv_job *j;
+    const char *hdr_id = r->conn ? MHD_lookup_connection_value(
+                                       r->conn, MHD_HEADER_KIND, "Attnd-Sequence-Id")
+                                 : NULL;
     snprintf(r->model, sizeof r->model, "%.128s", r->arg[0]);
+    if (hdr_id && !oip_sequence_id_valid(hdr_id, strlen(hdr_id))) {
+        srv_respond_error(r, 400, "Attnd-Sequence-Id: '%.200s' is not a "
+                          "sequence id (1 to %d bytes of printable ASCII "
+                          "other than space, '/', '\"' and '\\')", hdr_id,
+                          OIP_MAX_SEQ_ID - 1);
+        return;
+    }
     if (e && !e->inst && e->state == SRV_LOADING) {
         srv_respond_error(r, 503, "model '%s': still loading; retry shortly",
                           r->arg[0]);
@@ -720,6 +779,13 @@ void srv_h_infer(srv_req *r)
     uv_timer_init(s->loop, &j->deadline);
     j->deadline.data = j;
     uv_timer_start(&j->deadline, on_deadline, (uint64_t)j->deadline_ms, 0);
+    j->step.job = j;
+    j->step.e = e;
+    j->step.inst = j->inst;
+    j->step.prep = &j->prep;
+    j->step.in = &j->in;
+    snprintf(j->step.hdr_id, sizeof j->step.hdr_id, "%s", hdr_id ? hdr_id : "");
+    srv_seq_arrive(s, &j->step);
     srv_suspend(r);
     j->work.data = j;
     if (j->solo) {
@@ -728,6 +794,31 @@ void srv_h_infer(srv_req *r)
         return;
     }
     uv_queue_work(s->loop, &j->work, decode_work, decode_done);
+}
+
+/* srv__sched_queue: a sequence step's turn: onto its model's queue; the
+ * model is pumped from the loop soon (never inside the caller, which may
+ * be forming or finishing a batch). */
+void srv__sched_queue(srv_job *j)
+{
+    srv_entry *e = j->e;
+    j->state = J_QUEUED;
+    j->t_queued = srv_now_ns();
+    j->next = NULL;
+    if (e->qtail)
+        e->qtail->next = j;
+    else
+        e->qhead = j;
+    e->qtail = j;
+    e->q_seqs += j->prep.n;
+    batch_wake(e, 1);
+}
+
+/* srv__sched_fail: a sequence step that cannot run answers status now. */
+void srv__sched_fail(srv_job *j, int status, const char *msg)
+{
+    answer(j, status, msg);
+    job_end(j);
 }
 
 /* ---- shutdown ------------------------------------------------------------- */
@@ -745,6 +836,7 @@ void srv_sched_drain(srv *s)
 void srv_sched_expire(srv *s)
 {
     srv_entry *e;
+    srv_seq_expire(s);
     for (e = s->models; e; e = e->next)
         while (e->qhead) {
             srv_job *j = e->qhead;

@@ -55,6 +55,16 @@ typedef struct srv_stats {
     uint64_t size_count[SRV_BATCH_STATS], size_infer_ns[SRV_BATCH_STATS];
 } srv_stats;
 
+/* Why a sequence went away (metrics label; seq.h). */
+enum { SRV_DROP_IDLE, SRV_DROP_DELETED, SRV_DROP_UNLOADED, SRV_DROP_RESTARTED,
+       SRV_DROP_N };
+
+/* Counters of one model's sequences (seq.c; loop thread). */
+typedef struct srv_seq_stats {
+    uint64_t started, ended, dropped[SRV_DROP_N];
+    int live;
+} srv_seq_stats;
+
 /* HTTP answers by status class for attnd_http_responses_total. */
 typedef struct srv_http_stats {
     uint64_t by_status[600];
@@ -70,6 +80,8 @@ enum { SRV_UNAVAILABLE = 0, SRV_LOADING, SRV_READY };
  * unload or reload never pulls weights from under a running batch. */
 struct srv_inst {
     model *m;    /* NULL for the built-in sdpa */
+    struct attn_kv_pool *kv_pool; /* its sequences' K/V pages (kv-bytes),
+                                     NULL for sdpa or kv-bytes 0 */
     int refs;    /* registry (while current) + jobs */
     int builtin; /* 1 for sdpa */
 };
@@ -91,12 +103,14 @@ struct srv_entry {
     int batch_fd;           /* timerfd: wakes the loop, to the microsecond, */
     uv_poll_t batch_poll;   /* when the oldest has waited batch_delay_us */
     srv_stats stats;
+    srv_seq_stats seq_stats;
     srv_entry *next;
 };
 
 /* ---- http.c ------------------------------------------------------------- */
 
-enum { SRV_GET = 1, SRV_POST = 2, SRV_OPTIONS = 4, SRV_HEAD = 8, SRV_OTHER = 16 };
+enum { SRV_GET = 1, SRV_POST = 2, SRV_OPTIONS = 4, SRV_HEAD = 8, SRV_OTHER = 16,
+       SRV_DELETE = 32 };
 
 typedef void (*srv_handler)(srv_req *r);
 
@@ -123,7 +137,7 @@ enum {
 /* One row of the route table (routes.c). "{}" matches one path segment,
  * captured into r->arg[]. */
 typedef struct srv_route {
-    int method;         /* SRV_GET or SRV_POST */
+    int method;         /* SRV_GET, SRV_POST or SRV_DELETE */
     const char *path;   /* e.g. "/v2/models/{}/infer" */
     srv_handler fn;
     int auth;           /* 1: needs the API key when one is set */
@@ -216,6 +230,7 @@ struct srv {
     srv_entry *models;     /* registry, in load order */
     oip_limits limits;
     maps_store *maps;      /* retained attention maps, NULL when off */
+    struct srv_seqs *seqs; /* sequences' state (seq.c) */
     srv_req *waiters;      /* long polls on maps (maps_wait.c) */
     int n_waiters;
     uv_timer_t maps_wait_timer; /* runs while there are waiters */

@@ -305,3 +305,78 @@ export async function openMap(id) {
     sourceShape: [T, S], shape: meta.shape,
   };
 }
+
+// ---- sequences (API.md "Sequences") and following a map ---------------
+
+// The header proxies route a sequence's requests on (README "Sequences
+// across replicas"); sent with every request about the sequence.
+export const SEQ_HEADER = 'Attnd-Sequence-Id';
+
+// seqStep: one step of sequence id on an attention model: words embedded
+// by the sample generator at their true positions pos0, pos0 + 1, ...;
+// start begins it (retained, so its map grows with every step). Returns
+// { length (the sequence's tokens now), mapId }. A failure throws the
+// daemon's error with err.status (400 for an unknown sequence, 503 with
+// err.retryAfter when the K/V budget is full).
+export async function seqStep(meta, id, words, pos0, { start = false, causal } = {}) {
+  const d = (meta.parameters || {}).d_model;
+  const x = embed(words, d, pos0);
+  const params = { sequence_id: id, retain: true, tokens: words };
+  if (start) params.sequence_start = true;
+  if (causal !== undefined) params.causal = !!causal;
+  const res = await fetch(`/v2/models/${encodeURIComponent(meta.name)}/infer`, {
+    method: 'POST',
+    headers: headers({ 'Content-Type': 'application/json', Accept: 'application/json', [SEQ_HEADER]: id }),
+    body: JSON.stringify({
+      inputs: [{ name: 'x', datatype: 'FP32', shape: [1, words.length, d], data: Array.from(x) }],
+      outputs: [{ name: 'attention' }],
+      parameters: params,
+    }),
+  });
+  if (!res.ok) {
+    const ra = Number(res.headers.get('Retry-After'));
+    try { await fail(res); } catch (e) { if (ra > 0) e.retryAfter = ra; throw e; }
+  }
+  const j = await res.json();
+  const p = j.parameters || {};
+  return { length: p.sequence_length, mapId: p.map_id };
+}
+
+// endSequence: DELETE /v2/sequences/{id} (frees its keys and values).
+export async function endSequence(id) {
+  const res = await fetch(`/v2/sequences/${encodeURIComponent(id)}`, {
+    method: 'DELETE', headers: headers({ [SEQ_HEADER]: id }),
+  });
+  if (!res.ok) await fail(res);
+}
+
+// sequenceInfo: the live sequence id as GET /v2/sequences lists it ({ id,
+// model, length, bytes, ... }), or null when it is not live there (or the
+// daemon has no sequences).
+export async function sequenceInfo(id) {
+  let j;
+  try { j = await getJSON('/v2/sequences'); } catch (e) { if (e.status === 401) throw e; return null; }
+  const list = Array.isArray(j) ? j : j.sequences || [];
+  return list.find((s) => String(s.id) === String(id)) || null;
+}
+
+// liveSequenceOfMap: the live sequence whose retained map is mapId, or
+// null; undefined when the daemon lists no sequences (cannot tell).
+export async function liveSequenceOfMap(mapId) {
+  let j;
+  try { j = await getJSON('/v2/sequences'); } catch (e) { if (e.status === 401) throw e; return undefined; }
+  const list = Array.isArray(j) ? j : j.sequences || [];
+  return list.find((s) => s.map_id === mapId) || null;
+}
+
+// waitMap: GET /v2/maps/{id}?wait=rows - the long poll of follow mode:
+// resolves to { status, meta, retryAfter } once the map's query rows
+// differ from rows, it is gone (404), the server's wait times out (200,
+// unchanged) or it is busy (503). signal aborts it.
+export async function waitMap(id, rows, signal) {
+  const res = await fetch(`/v2/maps/${encodeURIComponent(id)}?wait=${rows}`,
+    { headers: headers({ Accept: 'application/json' }), signal });
+  let body = null;
+  try { body = await res.json(); } catch (_) { /* not JSON */ }
+  return { status: res.status, meta: body, retryAfter: Number(res.headers.get('Retry-After')) || 1 };
+}

@@ -7,6 +7,7 @@ import { tokenize } from './embed.js';
 import { makeScale } from './colormap.js';
 import { drawHeatmap, drawLegend, drawThumb, hit } from './heatmap.js';
 import { renderSteps, renderTable, renderLines, fmt } from './panels.js';
+import * as live from './live.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -24,6 +25,7 @@ const state = {
   tab: 'words', model: 'demo', text: '', json: '', causal: false, retain: false,
   map: null, b: 0, h: 0, q: null, scale: 'linear', auto: false, table: false,
   win: null, // { r0, c0, n } when zoomed
+  follow: false, // redraw the retained map as it grows (live.js)
 };
 let run = null;      // the current run (api.js)
 let meta = null;     // metadata of the selected model
@@ -64,6 +66,7 @@ function writeHash() {
   if (state.q != null) p.set('q', String(state.q));
   if (state.scale !== 'linear') p.set('scale', state.scale);
   if (state.auto) p.set('auto', '1');
+  if (state.map && state.follow) p.set('follow', '1');
   history.replaceState(null, '', `#${p.toString()}`);
 }
 
@@ -81,6 +84,7 @@ function readHash() {
   state.q = int('q', null); // none: the strongest off-diagonal row (selQ)
   state.scale = p.get('scale') === 'log' ? 'log' : 'linear';
   state.auto = p.get('auto') === '1';
+  state.follow = !!state.map && p.get('follow') === '1';
   return p.has('model') || p.has('map');
 }
 
@@ -135,6 +139,7 @@ function currentScale(map) {
 // previous-token head has nothing to show.
 function selQ() {
   if (state.q != null) return Math.min(state.q, run.T - 1);
+  if (run.live) return run.T - 1; // a growing sequence: its newest token
   const key = `${state.b}/${state.h}`;
   if (!autoCache.has(key)) {
     const map = headMap(state.b, state.h), masked = maskedFn(state.b, state.h);
@@ -204,8 +209,9 @@ function renderFocus() {
   const width = Math.min(760, vw > 900 ? vw - 360 : vw);
   geom = drawHeatmap($('heatmap'), {
     ...v, ...win, rowLabels: run.tokens, colLabels: run.keyTokens, maxWidth: width,
-    cursor, row: hoverRow ?? selQ(),
+    cursor, row: hoverRow ?? selQ(), newest: run.live ? run.T - 1 : null,
   });
+  $('heatmap').dataset.newest = run.live ? String(run.T - 1) : '';
   // Legend.
   drawLegend($('legend-bar'), 240);
   const ticks = $('legend-ticks');
@@ -281,6 +287,8 @@ function update() {
   if (state.q != null) state.q = Math.min(state.q, run.T - 1);
   $('view').hidden = false;
   $('batch-wrap').hidden = run.B <= 1;
+  $('follow-wrap').hidden = !state.map;
+  $('follow').checked = state.follow;
   $('scale').value = state.scale;
   $('auto').checked = state.auto;
   renderHeads();
@@ -342,9 +350,15 @@ async function doRun() {
     } else {
       const words = tokenize(state.text);
       if (!words.length) throw new Error('Tokens: type at least one word');
+      if ($('seq-mode').checked) { // a retained sequence, stepped below
+        await live.startSequence(meta, words, state.causal);
+        return;
+      }
       run = await api.inferWords(meta, words, opts);
     }
+    live.forget();
     state.map = null;
+    state.follow = false;
     finishRun(run.mapId ? `retained as map ${run.mapId}` : '');
   } catch (e) {
     setStatus(e.message, true);
@@ -373,12 +387,33 @@ async function openMap(id) {
   try {
     run = await api.openMap(id);
     state.map = id;
+    run.live = state.follow;
     showMapModel(id);
     finishRun(run.created ? `retained ${when(run.created)}` : '');
   } catch (e) {
     setStatus(e.message, true);
     askKey(e);
     document.body.dataset.state = 'error';
+  }
+}
+
+// showGrown: redraw map id after it grew (a sequence's step, followed or
+// driven here): the newest row becomes the step view's query unless one
+// was picked, the zoom window keeps its size and moves to the newest row,
+// head and batch item stay. tokens (optional) label the rows. Throws the
+// daemon's error.
+async function showGrown(id, note, tokens) {
+  const next = await api.openMap(id);
+  if (tokens && tokens.length === next.T && !next.block) next.tokens = next.keyTokens = tokens;
+  next.live = true;
+  const n = state.win && state.win.n;
+  run = next;
+  state.map = id;
+  if (state.model !== run.model) showMapModel(id);
+  finishRun(note);
+  if (n && state.win) { // keep the zoom, at the newest row and key
+    state.win = { n, r0: run.T - n, c0: run.S - n };
+    update();
   }
 }
 
@@ -533,6 +568,7 @@ function wire() {
   $('scale').addEventListener('change', () => { state.scale = $('scale').value; update(); });
   $('auto').addEventListener('change', () => { state.auto = $('auto').checked; update(); });
   $('table-toggle').addEventListener('change', () => { state.table = $('table-toggle').checked; renderSide(); });
+  $('follow').addEventListener('change', () => { live.setFollow($('follow').checked); update(); });
   const hm = $('heatmap');
   hm.addEventListener('mousemove', onMove);
   hm.addEventListener('mouseleave', () => {
@@ -585,7 +621,7 @@ function wire() {
 // Hooks for the browser tests: where a cell is drawn, in CSS pixels of
 // the page and in device pixels of the canvas.
 window.attnd = {
-  state, get run() { return run; },
+  state, get run() { return run; }, get sequence() { return live.current(); },
   cellCenter(i, j) {
     const g = geom, r = $('heatmap').getBoundingClientRect();
     const x = g.x0 + (j - g.c0 + 0.5) * g.cell, y = g.y0 + (i - g.r0 + 0.5) * g.cell;
@@ -596,6 +632,10 @@ window.attnd = {
 
 async function main() {
   wire();
+  live.initLive({
+    $, state, setStatus, askKey, showGrown, update,
+    get run() { return run; },
+  });
   $('auth').addEventListener('submit', (e) => {
     e.preventDefault();
     api.setApiKey($('api-key').value);
@@ -609,7 +649,9 @@ async function main() {
 // Runs again after an API key is given.
 async function start() {
   document.body.dataset.state = 'loading';
+  live.setFollow(false);
   const fromUrl = readHash();
+  const follow = state.follow;
   const models = await api.listModels().catch((e) => { askKey(e); setStatus(e.message, true); return ['sdpa']; });
   const sel = $('model');
   sel.textContent = '';
@@ -633,6 +675,7 @@ async function start() {
   }
   Object.assign(state, keep);
   update();
+  if (follow && state.map && run && run.mapId === state.map) live.setFollow(true);
 }
 
 main();

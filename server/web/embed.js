@@ -46,15 +46,16 @@ export function position(i, half) {
   return p;
 }
 
-// embed(words, d): Float32Array (T, d) row-major.
-export function embed(words, d) {
+// embed(words, d, pos0): Float32Array (T, d) row-major; word i sits at
+// position pos0 + i (a sequence's step continues where it left off).
+export function embed(words, d, pos0 = 0) {
   if (!(d > 0) || d % 4 !== 0)
     throw new Error(`d_model ${d}: the sample generator needs a multiple of 4`);
   const half = d / 2;
   const out = new Float32Array(words.length * d);
   words.forEach((w, i) => {
     out.set(content(w, half), i * d);
-    out.set(position(i, half), i * d + half);
+    out.set(position(pos0 + i, half), i * d + half);
   });
   return out;
 }

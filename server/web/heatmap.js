@@ -6,6 +6,7 @@ import { LUT, MASK_RGB, MASK_STRIPE_RGB, rgbFor } from './colormap.js';
 
 const FONT = '12px system-ui, -apple-system, "Segoe UI", sans-serif';
 const LABEL_MAX = 120; // CSS px kept for a label; longer ones are cut
+export const NEWEST_RGB = 'rgb(255, 176, 0)'; // the newest-row marker
 
 function fit(ctx, s) {
   if (ctx.measureText(s).width <= LABEL_MAX) return s;
@@ -66,7 +67,8 @@ function cellsImage(v) {
 
 // drawHeatmap(canvas, v): v = { map (T*S), T, S, r0, c0, rows, cols,
 // scale, masked(i, j), rowLabels, colLabels, maxWidth, cursor {i, j},
-// row (selected query) }. Returns the geometry used for hit tests:
+// row (selected query), newest (a growing sequence's newest query row, or
+// null) }. Returns the geometry used for hit tests:
 // { x0, y0, cell, r0, c0, rows, cols }.
 export function drawHeatmap(canvas, v) {
   const probe = canvas.getContext('2d');
@@ -119,6 +121,11 @@ export function drawHeatmap(canvas, v) {
   if (v.row != null && v.row >= v.r0 && v.row < v.r0 + v.rows) {
     ctx.strokeStyle = 'rgba(255,255,255,0.9)';
     ctx.strokeRect(x0 - 1, y0 + (v.row - v.r0) * cell - 1, cell * v.cols + 2, cell + 2);
+  }
+  // The newest row of a growing sequence: an amber bar left of its cells.
+  if (v.newest != null && v.newest >= v.r0 && v.newest < v.r0 + v.rows) {
+    ctx.fillStyle = NEWEST_RGB;
+    ctx.fillRect(x0 - 5, y0 + (v.newest - v.r0) * cell, 3, cell);
   }
   if (v.cursor && v.cursor.i >= v.r0 && v.cursor.j >= v.c0) {
     ctx.strokeStyle = '#ff5ca8';

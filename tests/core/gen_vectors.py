@@ -221,6 +221,57 @@ raw_case("sdpa_plain", H=3, T=7, S=7, dk=8, dv=5)
 raw_case("sdpa_cross_causal_mask", H=2, T=6, S=9, dk=4, dv=4, causal=True,
          masked=True)
 
+
+def big_case(name, T, S, dv, big, k0, causal=False, masked=False):
+    """Raw SDPA with scores around +-big (1e3, 1e4), where a softmax without
+    max-subtraction overflows (exp(1e3) = inf) or underflows to 0/0.
+    d_k = 4 (scale exactly 1/2) and integer q, k, so q.k / 2 is exact in
+    float32 for PyTorch and the engine alike: head h has q[..., 0] =
+    2 big sign_h and key j has k[j, 0] = k0[h][j], so its scores are
+    sign_h k0[h][j] big plus a small integer / 2 - rows of nearly equal
+    huge scores (non-trivial weights) next to keys far below them."""
+    H = len(k0)
+    dk = 4
+    q = torch.randint(-2, 3, (H, T, dk)).float()
+    k = torch.randint(-2, 3, (H, S, dk)).float()
+    v = torch.randn(H, S, dv)
+    for h, (sign, col) in enumerate(k0):
+        q[h, :, 0] = 2 * big * sign
+        k[h, :, 0] = torch.tensor(col, dtype=torch.float32)
+    em = torch.ones(T, S, dtype=torch.bool)
+    if masked:
+        em = torch.rand(T, S) > 0.3
+        em[T - 1, :] = False  # one fully masked row
+    ok = em.clone()
+    if causal:
+        ok &= torch.ones(T, S, dtype=torch.bool).tril()
+    scores = (q @ k.transpose(-1, -2)) / dk ** 0.5
+    assert scores.abs().max() >= big - 10, name
+    assert torch.equal(scores, (q.double() @ k.double().transpose(-1, -2) / 2).float()), name
+    a = torch.softmax(scores.masked_fill(~ok, float("-inf")), dim=-1)
+    a = torch.nan_to_num(a, nan=0.0).masked_fill(~ok, 0.0)
+    assert torch.isfinite(a).all() and torch.isfinite(a @ v).all(), name
+    p = dict(raw=1, n_heads=H, head_dim=dk, v_head_dim=dv, t=T, s=S,
+             causal=int(causal))
+    t = dict(q=q, k=k, v=v, y=a @ v, attention=a, scores=scores)
+    if masked:
+        t["mask"] = em.float()
+    add(name, p, t)
+
+
+# Large scores (issue 13): each case's heads are (sign, k[:, 0] per key):
+# mixed +big / 0 / -big keys, every score near -big, every score near +big.
+big_case("sdpa_big_1e3", T=5, S=7, dv=4, big=1e3,
+         k0=[(1, [1, 1, 0, -1, 1, 1, -1]), (-1, [1] * 7), (1, [1] * 7)])
+big_case("sdpa_big_1e4_masked", T=6, S=9, dv=3, big=1e4, causal=True,
+         masked=True,
+         k0=[(1, [1, -1, 1, 0, 1, 1, -1, 1, 1]), (-1, [1] * 9), (1, [1] * 9)])
+# S = 300 > the fused kernel's 256-key block: the row's maximum is in the
+# second block for head 0 (the first block's weights rescale to 0) and in the
+# first block for head 1.
+big_case("sdpa_big_1e4_blocks", T=3, S=300, dv=2, big=1e4,
+         k0=[(1, [-1] * 256 + [1] * 44), (1, [1] * 256 + [-1] * 44)])
+
 os.makedirs(OUT, exist_ok=True)
 off = 0
 lines = []

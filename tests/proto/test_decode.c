@@ -383,6 +383,50 @@ START_TEST(defaults_when_absent)
 }
 END_TEST
 
+/* Triton's sequence parameters, as tritonclient.http sends them: a number
+ * or a string id, start and end as booleans. */
+START_TEST(sequence_params)
+{
+    oip_request r;
+    char err[OIP_ERRMAX] = "";
+    ck_assert_int_eq(dec_lim(&r, "{'inputs':[" X2 "],'parameters':{"
+                     "'sequence_id':9223372036854775807,'sequence_start':true,"
+                     "'sequence_end':false}}", NULL, err), 0);
+    ck_assert_str_eq(r.params.seq_id, "9223372036854775807");
+    ck_assert_int_eq(r.params.seq_start, 1);
+    ck_assert_int_eq(r.params.seq_end, 0);
+    oip_request_free(&r);
+    ck_assert_int_eq(dec_lim(&r, "{'inputs':[" X2 "],'parameters':{"
+                     "'sequence_id':'chat-42','sequence_end':true}}", NULL,
+                     err), 0);
+    ck_assert_str_eq(r.params.seq_id, "chat-42");
+    ck_assert_int_eq(r.params.seq_start, 0);
+    ck_assert_int_eq(r.params.seq_end, 1);
+    oip_request_free(&r);
+    ck_assert_int_eq(dec_lim(&r, "{'inputs':[" X2 "]}", NULL, err), 0);
+    ck_assert_str_eq(r.params.seq_id, "");
+    oip_request_free(&r);
+    static const char *bad_ids[] = {
+        "'sequence_id':0", "'sequence_id':-3", "'sequence_id':1.5",
+        "'sequence_id':''", "'sequence_id':'a/b'", "'sequence_id':'a b'",
+        "'sequence_id':true", "'sequence_id':7,'sequence_start':1",
+        "'sequence_id':7,'sequence_end':'yes'",
+    };
+    for (size_t i = 0; i < sizeof bad_ids / sizeof bad_ids[0]; i++) {
+        char body[256];
+        snprintf(body, sizeof body, "{'inputs':[" X2 "],'parameters':{%s}}",
+                 bad_ids[i]);
+        err[0] = 0;
+        ck_assert_int_eq(dec_lim(&r, body, NULL, err), ATTN_EINVAL);
+        ck_assert_msg(strstr(err, "parameters.sequence_") != NULL, "%s: %s",
+                      bad_ids[i], err);
+        oip_request_free(&r);
+    }
+    ck_assert_int_eq(oip_sequence_id_valid("x", 1), 1);
+    ck_assert_int_eq(oip_sequence_id_valid("x\\y", 3), 0);
+}
+END_TEST
+
 START_TEST(nested_equals_flat)
 {
     oip_request a, b, c;
@@ -653,6 +697,7 @@ static Suite *decode_suite(void)
     tcase_add_test(tc, nesting_depth);
     tcase_add_test(tc, valid_request_fields);
     tcase_add_test(tc, defaults_when_absent);
+    tcase_add_test(tc, sequence_params);
     tcase_add_test(tc, nested_equals_flat);
     tcase_add_test(tc, binary_inputs);
     tcase_add_test(tc, json_equals_binary);

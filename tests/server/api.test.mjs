@@ -23,7 +23,7 @@ test('server metadata names attnd and its extensions', async () => {
   const j = await r.json();
   assert.equal(j.name, 'attnd');
   assert.equal(typeof j.version, 'string');
-  assert.deepEqual(j.extensions, ['binary_tensor_data', 'model_repository', 'statistics', 'attention_maps']);
+  assert.deepEqual(j.extensions, ['binary_tensor_data', 'model_repository', 'statistics', 'attention_maps', 'sequences']);
 });
 
 test('model metadata: inputs, outputs and parameters of a loaded model', async () => {

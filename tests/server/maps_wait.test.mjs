@@ -86,7 +86,12 @@ test('at most maps-waiters wait; inference and other requests go on meanwhile; S
     const id = await retain(d, 1);
     const w = [timed(`${d.url}/v2/maps/${id}?wait=${T}`), timed(`${d.url}/v2/maps/${id}?wait=${T}`)];
     // Both parked (the metrics say so once the loop has taken them).
-    await new Promise((res) => setTimeout(res, 300));
+    for (let k = 0; k < 100; k++) {
+      const m = await (await fetch(`${d.url}/metrics`)).text();
+      if (/^attnd_maps_waiters 2$/m.test(m)) break;
+      assert.ok(k < 99, 'attnd_maps_waiters never reached 2');
+      await new Promise((res) => setTimeout(res, 50));
+    }
     const third = await timed(`${d.url}/v2/maps/${id}?wait=${T}`);
     assert.equal(third.status, 503);
     assert.match(third.json.error, /maps-waiters/);

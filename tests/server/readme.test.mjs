@@ -38,7 +38,7 @@ const SKIP = {
   gRPC: 'needs the gRPC port and generated stubs; make check-grpc makes the same calls (tests/grpc)',
 };
 // Sections whose blocks are run against the daemon, in README order.
-const RUN = ['API', 'Retained attention maps'];
+const RUN = ['API', 'Retained attention maps', 'Sequences (decoder steps over a server-held K/V cache)'];
 
 /** The README's ```sh blocks as [{section, code}] (section = nearest heading). */
 function shBlocks(text) {

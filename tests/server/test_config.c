@@ -31,6 +31,10 @@ START_TEST(defaults)
     ck_assert_int_eq(c.deadline_ms, 30000);
     ck_assert_str_eq(c.log_format, "text");
     ck_assert_str_eq(c.api_key, "");
+    ck_assert_int_eq(c.kv_bytes, 4096LL << 20);
+    ck_assert_str_eq(c.kv_dtype, "f32");
+    ck_assert_int_eq(c.max_sequences, 1024);
+    ck_assert_int_eq(c.sequence_idle_ms, 60000);
     srv_config_free(&c);
     ck_assert_ptr_null(c.host);
 }
@@ -86,6 +90,15 @@ START_TEST(errors_name_the_setting)
         ck_assert_str_eq(err, "ATTND_QUEUE_SIZE: -5 is outside [1, 1000000]");
     }
     unsetenv("ATTND_QUEUE_SIZE");
+    {
+        char *a7[] = {"attnd", "--kv-dtype", "fp8", NULL};
+        char *a8[] = {"attnd", "--kv-dtype=bf16", NULL};
+        ck_assert_int_eq(load(&c, &act, &arg, err, 3, a7), -1);
+        ck_assert_str_eq(err, "--kv-dtype: K/V dtype 'fp8' is not f32, f16 or bf16");
+        ck_assert_int_eq(load(&c, &act, &arg, err, 2, a8), 0);
+        ck_assert_str_eq(c.kv_dtype, "bf16");
+        srv_config_free(&c);
+    }
 }
 END_TEST
 

@@ -50,3 +50,10 @@ test('the page agrees with tools/embed.py, the demo model\'s generator', async (
     rows.forEach((row, i) => row.forEach((v, k) => assert.equal(x[i * d + k], Math.fround(v), `${words[i]} d=${d} [${k}]`)));
   }
 });
+
+test('a sequence step embeds its words at their true positions (pos0 onwards)', () => {
+  // Stepping "sat on" after "the cat" gives the rows the whole sentence has.
+  const d = 16, all = embed(['the', 'cat', 'sat', 'on'], d), step = embed(['sat', 'on'], d, 2);
+  assert.deepEqual(Array.from(step), Array.from(all.subarray(2 * d)));
+  assert.notDeepEqual(Array.from(embed(['sat', 'on'], d)), Array.from(step));
+});

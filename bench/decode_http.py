@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""End-to-end decoder steps through attnd, for bench/bench_decode.c.
+
+    python3 bench/decode_http.py ATTND N [--prompt 1024] [--steps 64]
+
+Writes the benchmark's Llama-like layer (d_model 2048, 32 heads, 8 kv heads
+of 64, RoPE theta 10000, random F32 weights) to a temporary repository,
+starts ATTND on 127.0.0.1 (port 0, --max-batch >= N), then N client
+threads each drive one sequence: a start with the prompt, then one-token
+steps, binary tensors (Triton's binary extension) and Triton's sequence
+parameters, keep-alive. Prints `tps=<tokens/s>` of the steps (all clients
+together, prefill not timed). Bounded: every request has a timeout, the
+daemon is killed at the end.
+"""
+import argparse
+import http.client
+import json
+import os
+import random
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+DM, H, HKV, DK = 2048, 32, 8, 64
+
+
+def write_layer(folder):
+    os.makedirs(folder)
+    rnd = random.Random(7)
+    shapes = {"W_q": (DM, H * DK), "W_k": (DM, HKV * DK),
+              "W_v": (DM, HKV * DK), "W_o": (H * DK, DM)}
+    header, off = {}, 0
+    for n, (r, c) in shapes.items():
+        header[n] = {"dtype": "F32", "shape": [r, c],
+                     "data_offsets": [off, off + 4 * r * c]}
+        off += 4 * r * c
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    scale = DM ** -0.5
+    with open(os.path.join(folder, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for r, c in shapes.values():
+            # one random row repeated: fast to write, same bytes to read
+            row = struct.pack(f"<{c}f", *[rnd.uniform(-scale, scale)
+                                          for _ in range(c)])
+            f.write(row * r)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({"n_heads": H, "n_kv_heads": HKV, "head_dim": DK,
+                   "v_head_dim": DK, "causal": True,
+                   "rope": {"theta": 10000.0}}, f)
+
+
+def body(x, t, seq, start):
+    """A binary infer request: x (1, t, DM) and the sequence parameters."""
+    params = {"sequence_id": seq, "binary_data_output": True}
+    if start:
+        params["sequence_start"] = True
+    hdr = json.dumps({
+        "parameters": params,
+        "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, t, DM],
+                    "parameters": {"binary_data_size": len(x)}}],
+        "outputs": [{"name": "y", "parameters": {"binary_data": True}}],
+    }).encode()
+    return hdr + x, len(hdr)
+
+
+def client(port, seq, prompt, steps, out, barrier):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    rnd = random.Random(seq)
+
+    def call(t, start):
+        x = struct.pack(f"<{t * DM}f", *[rnd.uniform(-1, 1) for _ in range(t * DM)])
+        b, hl = body(x, t, seq, start)
+        c.request("POST", "/v2/models/llama/infer", b,
+                  {"Inference-Header-Content-Length": str(hl),
+                   "Content-Type": "application/octet-stream"})
+        r = c.getresponse()
+        data = r.read()
+        if r.status != 200:
+            raise RuntimeError(f"sequence {seq}: HTTP {r.status}: {data[:300]!r}")
+
+    call(prompt, True)
+    barrier.wait()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        call(1, False)
+    out[seq] = time.perf_counter() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("attnd")
+    ap.add_argument("n", type=int)
+    ap.add_argument("--prompt", type=int, default=1024)
+    ap.add_argument("--steps", type=int, default=64)
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="attnd-decode-")
+    p = None
+    try:
+        repo = os.path.join(tmp, "models")
+        os.makedirs(repo)
+        write_layer(os.path.join(repo, "llama"))
+        p = subprocess.Popen(
+            [a.attnd, "--port", "0", "--models", repo,
+             "--max-batch", str(max(a.n, 8)), "--max-body", str(64 << 20),
+             "--request-memory", str(1 << 30)],
+            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        port = None
+        deadline = time.time() + 60
+        while time.time() < deadline and port is None:
+            line = p.stderr.readline()
+            if not line:
+                break
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+            port = int(m.group(1)) if m else None
+        if port is None:
+            sys.exit("decode_http: attnd did not start")
+        threading.Thread(target=lambda: [None for _ in p.stderr],
+                         daemon=True).start()
+        for _ in range(600):
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+                c.request("GET", "/v2/models/llama/ready")
+                if c.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        out = {}
+        barrier = threading.Barrier(a.n)
+        th = [threading.Thread(target=client,
+                               args=(port, i + 1, a.prompt, a.steps, out,
+                                     barrier)) for i in range(a.n)]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join()
+        if len(out) != a.n:
+            sys.exit("decode_http: a client failed")
+        print(f"tps={a.n * a.steps / max(out.values()):.2f}")
+    finally:
+        if p:
+            p.kill()
+            p.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

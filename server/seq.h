@@ -1,0 +1,152 @@
+/*
+ * seq.h - sequences: the keys and values a decoder's sequence keeps in the
+ * server between its steps (API extension `sequences`, Triton's
+ * sequence_id / sequence_start / sequence_end).
+ *
+ * Who does what:
+ *   core/kv.h     the pages of one sequence's cache and the pool (per
+ *                 weight-set instance, --kv-bytes) they come from;
+ *   seq_prep.c    pool side: check a step request and lay it out, encode
+ *                 its answer (sequence_length, the growing map);
+ *   seq.c         loop side: ids, the order of steps, start / end /
+ *                 restart, reserve-advance-trim around each step, idle
+ *                 expiry, drops on unload and DELETE;
+ *   seq_http.c    GET /v2/sequences, DELETE /v2/sequences/{id}, metrics.
+ *
+ * The life of a step (every infer job carries an srv_step; only the ones
+ * whose request names a sequence become steps):
+ *   arrive     srv_h_infer: the job gets an arrival ticket and joins the
+ *              list of jobs being decoded (requests decode in parallel on
+ *              the pool and finish in any order);
+ *   held       decoded: a step waits until no job that arrived before it is
+ *              still decoding, so steps leave in arrival order;
+ *   waiting    in its sequence's queue, behind that sequence's earlier
+ *              steps (one step of a sequence is in a batch at a time);
+ *   active     checked against the sequence (unknown id, max-sequences),
+ *              put on its model's queue; at launch (srv_seq_bind) its
+ *              pages are reserved and the outputs that depend on the
+ *              sequence length allocated; it batches with anything;
+ *   end        srv_seq_step_end from job_end: answered 200 -> the cache
+ *              advances (a start replaces the old cache, an end frees
+ *              it); anything else -> the reserved pages go back
+ *              (attn_kv_trim) and the sequence is exactly as before.
+ *
+ * Threads: everything here runs on the loop thread, except that
+ * srv_seq_prepare and srv_seq_encode run on a pool thread on their own job
+ * (they touch only the step's fields that the loop leaves alone then).
+ */
+#ifndef ATTND_SEQ_H
+#define ATTND_SEQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/kv.h"
+#include "server/infer.h"
+#include "server/srv.h"
+
+typedef struct srv_seq srv_seq;   /* one sequence id (seq.c) */
+typedef struct srv_seqs srv_seqs; /* the server's sequences (seq.c) */
+
+enum {
+    SRV_STEP_NONE = 0, /* not (or no longer) in any list */
+    SRV_STEP_DECODING, /* in the decoding list */
+    SRV_STEP_HELD,     /* decoded, waiting for earlier arrivals */
+    SRV_STEP_WAITING,  /* in its sequence's queue */
+    SRV_STEP_ACTIVE,   /* the sequence's step on the model queue or running */
+};
+
+/* One infer job's sequence state; embedded in the job, zeroed with it. */
+typedef struct srv_step {
+    srv_job *job;
+    srv_entry *e;            /* the job's model */
+    srv_inst *inst;          /* the job's instance (the job holds the ref) */
+    srv_prep *prep;          /* the job's laid-out request */
+    const oip_request *in;   /* the job's decoded request */
+    uint64_t ticket;         /* arrival order */
+    int where;               /* SRV_STEP_* */
+    /* set by srv_seq_prepare (pool), read by the loop afterwards */
+    int is_step;
+    char hdr_id[OIP_MAX_SEQ_ID]; /* Attnd-Sequence-Id header, "" = none */
+    char id[OIP_MAX_SEQ_ID];
+    int start, end, retain;
+    /* set on the loop when the step becomes active / is bound */
+    srv_seq *seq;
+    attn_kv fresh;           /* a start's new cache */
+    attn_kv *kv;             /* the cache this step writes */
+    int bound;               /* pages reserved, outputs allocated */
+    int t;                   /* new tokens (kept past the prep's free) */
+    int starting;            /* counted in n_starting (a new sequence) */
+    int t0;                  /* tokens held before this step */
+    char map_id[MAPS_ID_MAX]; /* the sequence's map; after encode, its id */
+    struct srv_step *prev, *next;
+} srv_step;
+
+/* seq.c (loop thread) */
+int srv_seq_init(srv *s);  /* the table and the idle timer; -1 on failure */
+void srv_seq_stop(srv *s); /* close the idle timer (stopping) */
+void srv_seq_free(srv *s); /* every sequence's pages back; after the loop */
+/* srv_seq_arrive: a new infer job (ticket, decoding list). */
+void srv_seq_arrive(srv *s, srv_step *st);
+/* srv_seq_decoded: st's job finished decoding; take != 0 when it is a good
+ * step (the job is then the sequence machinery's until it is queued or
+ * failed). Releases the held steps that may go. */
+void srv_seq_decoded(srv *s, srv_step *st, int take);
+/* srv_seq_bind: at launch, before the plan: reserve st's pages and
+ * allocate its sequence-length outputs. 0, or an HTTP status with err
+ * (nothing reserved then). */
+int srv_seq_bind(srv_step *st, char *err);
+/* srv_seq_step_end: st's job ends; ok = it was answered 200. */
+void srv_seq_step_end(srv_step *st, int ok);
+/* srv_seq_expire: drain timeout: fail every held or waiting step. */
+void srv_seq_expire(srv *s);
+/* srv_seq_drop_model: e's instance changes (unload, reload): its sequences
+ * are dropped ("unloaded"). */
+void srv_seq_drop_model(srv_entry *e);
+/* srv_seq_delete: DELETE /v2/sequences/{id}: 0, or -1 when not live. */
+int srv_seq_delete(srv *s, const char *id, char *model_out);
+
+/* One live sequence for listings. */
+typedef struct srv_seq_info {
+    char id[OIP_MAX_SEQ_ID];
+    char model[SRV_NAME_MAX];
+    int length;
+    size_t bytes;
+    uint64_t idle_ms;
+    char map_id[MAPS_ID_MAX];
+} srv_seq_info;
+/* srv_seq_list: up to cap live sequences; returns the number of live ones
+ * (may exceed cap). */
+size_t srv_seq_list(srv *s, srv_seq_info *out, size_t cap);
+
+/* sched.c hooks the sequence machinery calls (loop thread). */
+void srv__sched_queue(srv_job *j);                   /* onto its model queue */
+void srv__sched_fail(srv_job *j, int status, const char *msg); /* answer, end */
+
+/* seq_prep.c (pool thread, the job's own data) */
+/* srv_seq_wants: does req (with st->hdr_id) name a sequence? */
+int srv_seq_wants(const srv_step *st, const oip_request *req);
+/* srv_seq_prepare: check a step request against its model and lay it out
+ * (y and q allocated; attention/scores wait for srv_seq_bind). 0 or an
+ * HTTP status with err. */
+int srv_seq_prepare(srv_step *st, srv_prep *p, const oip_request *req,
+                    const char *model_name, const attn_config *cfg,
+                    int causal, int builtin, const srv_infer_limits *lim,
+                    char *err);
+/* srv_seq_alloc_maps: (loop, at bind) attention/scores for s keys. */
+int srv_seq_alloc_maps(srv_prep *p, const oip_request *req, int s,
+                       int retain, size_t memory, char *err);
+/* srv_seq_encode: a computed step's answer: its outputs, parameters
+ * sequence_length and (retained) map_id; grows or starts the map. */
+int srv_seq_encode(srv_step *st, const char *model_name, maps_store *maps,
+                   int (*enc)(const char *, const char *, const oip_output *,
+                              int, const char *, char **, size_t *, size_t *,
+                              char *),
+                   char **body, size_t *len, size_t *header_len, char *err);
+
+/* seq_http.c */
+void srv_seq_h_list(srv_req *r);
+void srv_seq_h_delete(srv_req *r);
+char *srv_seq_metrics_text(srv *s); /* malloc'd Prometheus text, or NULL */
+
+#endif

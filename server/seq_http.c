@@ -1,0 +1,123 @@
+/*
+ * seq_http.c - the `sequences` extension's routes (GET /v2/sequences,
+ * DELETE /v2/sequences/{id}) and its Prometheus metrics. Loop thread.
+ */
+#include "server/seq.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/kv.h"
+
+/* GET /v2/sequences: {"sequences": [{id, model, length, bytes, idle_ms,
+ * map_id?}], "count"}; the first 4096 when there are more. */
+void srv_seq_h_list(srv_req *r)
+{
+    enum { CAP = 4096 };
+    srv_seq_info *info = malloc(CAP * sizeof *info);
+    json_t *arr = json_array(), *o;
+    size_t n, i;
+    char *text;
+    if (!info || !arr) {
+        free(info);
+        json_decref(arr);
+        srv_respond_error(r, 500, "sequences: out of memory");
+        return;
+    }
+    n = srv_seq_list(r->s, info, CAP);
+    for (i = 0; i < n && i < CAP; i++) {
+        o = json_pack("{s:s,s:s,s:i,s:I,s:I}", "id", info[i].id, "model",
+                      info[i].model, "length", info[i].length, "bytes",
+                      (json_int_t)info[i].bytes, "idle_ms",
+                      (json_int_t)info[i].idle_ms);
+        if (o && info[i].map_id[0])
+            json_object_set_new(o, "map_id", json_string(info[i].map_id));
+        json_array_append_new(arr, o);
+    }
+    free(info);
+    o = json_pack("{s:o,s:I}", "sequences", arr, "count", (json_int_t)n);
+    text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!text) {
+        srv_respond_error(r, 500, "sequences: out of memory");
+        return;
+    }
+    srv_respond(r, 200, "application/json", text, strlen(text));
+}
+
+/* DELETE /v2/sequences/{id}: the sequence's pages go back now (or when its
+ * running step ends); its later steps answer 400 unknown. */
+void srv_seq_h_delete(srv_req *r)
+{
+    char name[SRV_NAME_MAX];
+    if (srv_seq_delete(r->s, r->arg[0], name) < 0) {
+        srv_respond_error(r, 404, "sequence '%s': not live (unknown, ended "
+                          "or expired)", r->arg[0]);
+        return;
+    }
+    snprintf(r->model, sizeof r->model, "%s", name);
+    srv_respond(r, 200, NULL, NULL, 0);
+}
+
+/* srv_seq_metrics_text: per weight-set model: live sequences, K/V bytes
+ * used and the budget, sequences started, ended, dropped by reason. */
+char *srv_seq_metrics_text(srv *s)
+{
+    static const char *reasons[SRV_DROP_N] = {"idle", "deleted", "unloaded",
+                                              "restarted"};
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    srv_entry *e;
+    int i;
+    if (!f)
+        return NULL;
+#define FAMILY(name, type, help) \
+    fprintf(f, "# HELP " name " " help "\n# TYPE " name " " type "\n")
+    FAMILY("attnd_sequences_live", "gauge", "Sequences holding a K/V cache.");
+    for (e = s->models; e; e = e->next)
+        if (!e->inst || !e->inst->builtin)
+            fprintf(f, "attnd_sequences_live{model=\"%s\",version=\"1\"} %d\n",
+                    e->name, e->seq_stats.live);
+    FAMILY("attnd_kv_bytes", "gauge",
+           "K/V cache bytes held by the sequences of the loaded model.");
+    for (e = s->models; e; e = e->next)
+        if (!e->inst || !e->inst->builtin)
+            fprintf(f, "attnd_kv_bytes{model=\"%s\",version=\"1\"} %zu\n", e->name,
+                    e->inst && e->inst->kv_pool ? attn_kv_pool_used(e->inst->kv_pool)
+                                                : 0);
+    FAMILY("attnd_kv_bytes_limit", "gauge", "K/V cache budget per model (kv-bytes).");
+    for (e = s->models; e; e = e->next)
+        if (!e->inst || !e->inst->builtin)
+            fprintf(f, "attnd_kv_bytes_limit{model=\"%s\",version=\"1\"} %lld\n",
+                    e->name, s->cfg.kv_bytes);
+    FAMILY("attnd_sequences_started_total", "counter",
+           "Sequences begun by a step with sequence_start.");
+    for (e = s->models; e; e = e->next)
+        if (!e->inst || !e->inst->builtin)
+            fprintf(f, "attnd_sequences_started_total{model=\"%s\",version=\"1\"} %llu\n",
+                    e->name, (unsigned long long)e->seq_stats.started);
+    FAMILY("attnd_sequences_ended_total", "counter",
+           "Sequences ended by a step with sequence_end.");
+    for (e = s->models; e; e = e->next)
+        if (!e->inst || !e->inst->builtin)
+            fprintf(f, "attnd_sequences_ended_total{model=\"%s\",version=\"1\"} %llu\n",
+                    e->name, (unsigned long long)e->seq_stats.ended);
+    FAMILY("attnd_sequences_dropped_total", "counter",
+           "Sequences dropped: idle (sequence-idle-ms), deleted, unloaded "
+           "(model unloaded or reloaded), restarted (a new sequence_start).");
+    for (e = s->models; e; e = e->next)
+        if (!e->inst || !e->inst->builtin)
+            for (i = 0; i < SRV_DROP_N; i++)
+                fprintf(f, "attnd_sequences_dropped_total{model=\"%s\",version=\"1\","
+                           "reason=\"%s\"} %llu\n", e->name, reasons[i],
+                        (unsigned long long)e->seq_stats.dropped[i]);
+#undef FAMILY
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}

@@ -1,0 +1,247 @@
+/*
+ * seq_prep.c - one sequence step on the pool side: check the request
+ * against its model and lay it out for the engine (attn_seq with kv), and
+ * encode its answer (outputs, sequence_length, the growing map). See
+ * seq.h; srv_seq_alloc_maps runs on the loop at bind time, when the
+ * sequence's length is known.
+ */
+#include "server/seq.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ERR(...) (snprintf(err, OIP_ERRMAX, __VA_ARGS__), 400)
+
+static const char *outs_names[SRV_O_N] = {"y", "attention", "scores", "q", "k", "v"};
+
+int srv_seq_wants(const srv_step *st, const oip_request *req)
+{
+    return st->hdr_id[0] || req->params.seq_id[0] || req->params.seq_start ||
+           req->params.seq_end;
+}
+
+/* size_of: bytes of output o with p's shape; 0 on overflow. */
+static size_t size_of(const srv_prep *p, int o)
+{
+    size_t n = sizeof(float);
+    int d;
+    for (d = 0; d < p->rank[o]; d++)
+        if (p->shape[o][d] < 0 ||
+            __builtin_mul_overflow(n, (size_t)p->shape[o][d], &n))
+            return 0;
+    return n;
+}
+
+/* alloc: output o within memory (*total counts what is allocated so far). */
+static int alloc(srv_prep *p, int o, size_t *total, size_t memory, char *err)
+{
+    size_t n = size_of(p, o);
+    if (!n || __builtin_add_overflow(*total, n, total) || *total > memory) {
+        snprintf(err, OIP_ERRMAX, "outputs.%s: this step needs more than %zu "
+                 "bytes with its outputs (request-memory); ask for fewer "
+                 "outputs or send fewer tokens", outs_names[o], memory);
+        return 413;
+    }
+    p->out[o] = malloc(n);
+    if (!p->out[o]) {
+        snprintf(err, OIP_ERRMAX, "outputs: out of memory");
+        return 503;
+    }
+    p->bytes += n;
+    return 0;
+}
+
+int srv_seq_prepare(srv_step *st, srv_prep *p, const oip_request *req,
+                    const char *model_name, const attn_config *c, int causal,
+                    int builtin, const srv_infer_limits *lim, char *err)
+{
+    const oip_params *pr = &req->params;
+    const oip_tensor *x;
+    size_t total = req->bytes;
+    int i, o, rc;
+    int64_t T;
+    memset(p, 0, sizeof *p);
+    if (st->hdr_id[0] && pr->seq_id[0] && strcmp(st->hdr_id, pr->seq_id) != 0)
+        return ERR("Attnd-Sequence-Id: header '%s' and parameters.sequence_id "
+                   "'%s' differ; send the same id in both, or only one",
+                   st->hdr_id, pr->seq_id);
+    snprintf(st->id, sizeof st->id, "%s", pr->seq_id[0] ? pr->seq_id : st->hdr_id);
+    if (!st->id[0])
+        return ERR("parameters.%s: true without parameters.sequence_id (or "
+                   "the Attnd-Sequence-Id header)",
+                   pr->seq_start ? "sequence_start" : "sequence_end");
+    if (builtin)
+        return ERR("parameters.sequence_id: model '%s' is the built-in sdpa, "
+                   "which has no projections to cache; sequences need a "
+                   "weight-set model", model_name);
+    if (c->d_model_ctx != c->d_model)
+        return ERR("parameters.sequence_id: model '%s' is cross-attention; "
+                   "sequences need a self-attention model", model_name);
+    for (i = 0; i < req->n_inputs; i++)
+        if (strcmp(req->inputs[i].name, "x") != 0)
+            return ERR("inputs[%d].name: a sequence step takes only 'x' (the "
+                       "new tokens; '%s' is not allowed: every row is a new "
+                       "token and the keys are the sequence's own)", i,
+                       req->inputs[i].name);
+    x = oip_find_input(req, "x");
+    if (!x)
+        return ERR("inputs: 'x' is required (FP32 [1, T, %d])", c->d_model);
+    if (x->wire_dtype != OIP_FP32 && x->wire_dtype != OIP_FP16 &&
+        x->wire_dtype != OIP_BF16)
+        return ERR("inputs[x].datatype: %s; expected FP32 (FP16/BF16 in "
+                   "binary form)", oip_dtype_name(x->wire_dtype));
+    if (x->rank != 3 || x->shape[2] != c->d_model)
+        return ERR("inputs[x].shape: expected [1, T, %d] for model '%s'",
+                   c->d_model, model_name);
+    if (x->shape[0] != 1)
+        return ERR("inputs[x].shape: a sequence step takes B = 1 (one "
+                   "sequence per request), got B = %lld; send each sequence "
+                   "as its own request (they batch together)",
+                   (long long)x->shape[0]);
+    T = x->shape[1];
+    if (T > lim->max_tokens || T > (1 << 30))
+        return ERR("inputs[x].shape: %lld tokens is over max-tokens %lld",
+                   (long long)T, lim->max_tokens);
+    if (pr->retain && !lim->maps)
+        return ERR("parameters.retain: this server keeps no maps (maps-bytes 0)");
+    for (i = 0; i < req->n_outputs; i++) {
+        for (o = 0; o < SRV_O_N; o++)
+            if (strcmp(req->outputs[i].name, outs_names[o]) == 0)
+                break;
+        if (o == SRV_O_K || o == SRV_O_V)
+            return ERR("outputs[%d].name: '%s' is not an output of a sequence "
+                       "step (the keys and values stay in the server's K/V "
+                       "cache)", i, outs_names[o]);
+        if (o == SRV_O_N)
+            return ERR("outputs[%d].name: model '%s' has no output '%s' (a "
+                       "sequence step gives y, attention, scores, q)", i,
+                       model_name, req->outputs[i].name);
+        if (p->want[o])
+            return ERR("outputs[%d].name: '%s' is listed twice", i, outs_names[o]);
+        p->want[o] = 1;
+        p->binary[o] = req->outputs[i].binary >= 0 ? req->outputs[i].binary
+                                                   : pr->binary_data_output;
+    }
+    if (!req->n_outputs) {
+        p->want[SRV_O_Y] = 1;
+        p->binary[SRV_O_Y] = pr->binary_data_output;
+    }
+    p->cfg = *c;
+    p->n = 1;
+    p->causal = pr->causal >= 0 ? pr->causal : causal;
+    p->rank[SRV_O_Y] = 3;
+    memcpy(p->shape[SRV_O_Y], (int64_t[]){1, T, c->d_model}, 3 * sizeof(int64_t));
+    p->rank[SRV_O_Q] = 4;
+    memcpy(p->shape[SRV_O_Q], (int64_t[]){1, c->n_heads, T, c->head_dim},
+           4 * sizeof(int64_t));
+    p->rank[SRV_O_ATT] = p->rank[SRV_O_SCORES] = 4; /* S at bind */
+    if ((rc = alloc(p, SRV_O_Y, &total, lim->memory, err)) ||
+        (p->want[SRV_O_Q] && (rc = alloc(p, SRV_O_Q, &total, lim->memory, err))))
+        return rc;
+    p->seqs = calloc(1, sizeof *p->seqs);
+    if (!p->seqs) {
+        snprintf(err, OIP_ERRMAX, "inputs: out of memory");
+        return 503;
+    }
+    p->seqs[0].t = p->seqs[0].t_valid = (int)T;
+    p->seqs[0].causal = p->causal;
+    p->seqs[0].x = x->data;
+    p->seqs[0].y = p->out[SRV_O_Y];
+    p->seqs[0].q = p->out[SRV_O_Q];
+    st->start = pr->seq_start;
+    st->end = pr->seq_end;
+    st->retain = pr->retain;
+    st->is_step = 1;
+    return 0;
+}
+
+int srv_seq_alloc_maps(srv_prep *p, const oip_request *req, int s, int retain,
+                       size_t memory, char *err)
+{
+    const attn_config *c = &p->cfg;
+    int64_t T = p->shape[SRV_O_Y][1];
+    size_t total = req->bytes + p->bytes;
+    int rc;
+    memcpy(p->shape[SRV_O_ATT], (int64_t[]){1, c->n_heads, T, s}, 4 * sizeof(int64_t));
+    memcpy(p->shape[SRV_O_SCORES], p->shape[SRV_O_ATT], 4 * sizeof(int64_t));
+    p->maps_b = 1, p->maps_h = c->n_heads, p->maps_t = (int)T, p->maps_s = s;
+    free(p->out[SRV_O_ATT]);
+    free(p->out[SRV_O_SCORES]);
+    p->out[SRV_O_ATT] = p->out[SRV_O_SCORES] = NULL;
+    if (((p->want[SRV_O_ATT] || retain) &&
+         (rc = alloc(p, SRV_O_ATT, &total, memory, err))) ||
+        (p->want[SRV_O_SCORES] && (rc = alloc(p, SRV_O_SCORES, &total, memory, err))))
+        return rc;
+    p->seqs[0].attention = p->out[SRV_O_ATT];
+    p->seqs[0].scores = p->out[SRV_O_SCORES];
+    return 0;
+}
+
+/* grow_map: start (t0 == 0 on a start) or extend the sequence's map with
+ * this step's rows; st->map_id becomes "" when the map is gone (evicted,
+ * or too big for the store): the sequence stops retaining. */
+static void grow_map(srv_step *st, const char *model_name, maps_store *maps)
+{
+    const srv_prep *p = st->prep;
+    maps_put_args a;
+    char merr[ATTN_ERRMAX];
+    memset(&a, 0, sizeof a);
+    a.model = model_name;
+    a.b = 1, a.h = p->maps_h, a.t = p->maps_t, a.s = p->maps_s;
+    a.attention = p->out[SRV_O_ATT];
+    a.causal = p->causal;
+    a.dk = p->cfg.head_dim;
+    if (st->in->params.n_tokens == a.t) {
+        a.tokens = (const char *const *)st->in->params.tokens;
+        a.n_tokens = a.t;
+    }
+    if (st->start) {
+        if (maps_put(maps, &a, st->map_id, merr) < 0)
+            st->map_id[0] = 0;
+        return;
+    }
+    if (maps_grow(maps, st->map_id, st->t0, &a, merr) < 0)
+        st->map_id[0] = 0;
+}
+
+int srv_seq_encode(srv_step *st, const char *model_name, maps_store *maps,
+                   int (*enc)(const char *, const char *, const oip_output *,
+                              int, const char *, char **, size_t *, size_t *,
+                              char *),
+                   char **body, size_t *len, size_t *header_len, char *err)
+{
+    const srv_prep *p = st->prep;
+    const oip_request *req = st->in;
+    oip_output outs[SRV_O_N];
+    char extra[MAPS_ID_MAX + 96];
+    int i, o, n = 0, rc;
+    for (i = 0; i < (req->n_outputs ? req->n_outputs : 1); i++) {
+        for (o = 0; o < SRV_O_N; o++)
+            if (req->n_outputs ? strcmp(req->outputs[i].name, outs_names[o]) == 0
+                               : o == SRV_O_Y)
+                break;
+        if (o == SRV_O_N || !p->out[o])
+            continue;
+        memset(&outs[n], 0, sizeof outs[n]);
+        outs[n].name = outs_names[o];
+        outs[n].dtype = OIP_FP32;
+        outs[n].rank = p->rank[o];
+        memcpy(outs[n].shape, p->shape[o], sizeof outs[n].shape);
+        outs[n].data = p->out[o];
+        outs[n].binary = p->binary[o] > 0;
+        n++;
+    }
+    if (maps && p->out[SRV_O_ATT] && (st->start ? st->retain : st->map_id[0] != 0))
+        grow_map(st, model_name, maps);
+    else if (st->start)
+        st->map_id[0] = 0;
+    if (st->map_id[0])
+        snprintf(extra, sizeof extra, "{\"sequence_length\":%d,\"map_id\":\"%s\"}",
+                 p->maps_s, st->map_id);
+    else
+        snprintf(extra, sizeof extra, "{\"sequence_length\":%d}", p->maps_s);
+    rc = (enc ? enc : oip_encode)(model_name, req->id, outs, n, extra, body, len,
+                                  header_len, err);
+    return rc == ATTN_EFORMAT ? 400 : rc < 0 ? 500 : 0;
+}

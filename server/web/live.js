@@ -1,0 +1,228 @@
+// live.js - a sequence as it grows.
+//
+// Sequence mode: with "as a sequence" ticked, Run starts a retained
+// sequence on the server (API.md "Sequences"; the prompt's words embedded
+// by the sample generator at positions 0..n-1); Step (or Enter in the
+// field) appends the next word(s) at their true positions (the sequence's
+// length, not 0); End frees it (DELETE /v2/sequences/{id}). After each step
+// the sequence's retained map is reopened: it has grown by the new rows,
+// the newest row is marked and is the step view's query, the zoom window
+// moves to it. Length and K/V bytes are shown; a sequence the server no
+// longer holds (idle, restarted, replica gone) says so with the server's
+// reason.
+//
+// Follow mode (#map=<id>&follow=1, or the Follow box on a retained map):
+// another client drives the sequence; the page redraws its map as it grows
+// through the long poll GET /v2/maps/{id}?wait=<rows it has> (README
+// "Following a map as it grows"): one request waiting at a time, answered
+// by the server as soon as the map grows, no polling loop in the page.
+
+import * as api from './api.js';
+import { tokenize } from './embed.js';
+
+let ctx = null;    // app.js: { $, state, run, setStatus, askKey, showGrown, update }
+let seq = null;    // { id, meta, words[], length, mapId, live, causal }
+let followGen = 0; // bumps on every start/stop: a stale loop ends itself
+let followAbort = null;
+let busy = false;
+
+const sleep = (ms) => new Promise((res) => setTimeout(res, ms));
+
+function newId() {
+  const b = crypto.getRandomValues(new Uint8Array(6));
+  return `page-${Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('')}`;
+}
+
+function kib(n) {
+  if (!(n >= 0)) return '—';
+  return n < 1024 ? `${n} B` : n < 1 << 20 ? `${(n / 1024).toFixed(1)} KiB` : `${(n / (1 << 20)).toFixed(1)} MiB`;
+}
+
+// current: the sequence this page drives (for the tests), or null.
+export function current() {
+  return seq && { ...seq, words: [...seq.words] };
+}
+
+// forget: the page shows something else now; the sequence (if any) stays
+// on the server until its idle timeout unless ended.
+export function forget() {
+  seq = null;
+  ctx.$('seq-panel').hidden = true;
+}
+
+function showPanel(note, gone = false) {
+  const $ = ctx.$;
+  $('seq-panel').hidden = !seq;
+  if (!seq) return;
+  const info = $('seq-info');
+  info.classList.toggle('gone', gone);
+  info.textContent = note;
+  $('seq-step').disabled = $('seq-next').disabled = $('seq-end').disabled = !seq.live;
+}
+
+// refreshInfo: length (from the last answer) and K/V bytes (GET
+// /v2/sequences) of the sequence.
+async function refreshInfo() {
+  if (!seq || !seq.live) return;
+  const s = seq;
+  let bytes;
+  try { bytes = (await api.sequenceInfo(s.id))?.bytes; } catch (_) { /* shown as — */ }
+  if (s !== seq || !s.live) return;
+  showPanel(`Sequence ${s.id} on ${s.meta.name}: ${s.length} tokens, K/V ${kib(bytes)}` +
+    `${s.mapId ? `, map ${s.mapId}` : ''}.`);
+  ctx.$('seq-info').dataset.length = String(s.length);
+  ctx.$('seq-info').dataset.bytes = bytes === undefined ? '' : String(bytes);
+}
+
+// failed: a step or start that did not work. An unknown sequence (the
+// server dropped it: idle, restarted, another replica) ends sequence mode
+// with the server's words; a full K/V budget asks to wait.
+function failed(e) {
+  ctx.askKey(e);
+  if (seq && e.status === 400 && /sequence/i.test(e.message) && /unknown|expired|sequence_start/i.test(e.message)) {
+    seq.live = false;
+    showPanel(`Sequence ${seq.id} is gone: the server no longer holds it (${e.message}). ` +
+      'Run again to start a new one with the words so far.', true);
+    ctx.$('text').value = seq.words.join(' ');
+    ctx.setStatus(`sequence ${seq.id} is gone: ${e.message}`, true);
+    return;
+  }
+  if (e.status === 503) {
+    ctx.setStatus(`the server is full (${e.message}); try again${e.retryAfter ? ` in ${e.retryAfter} s` : ' later'}`, true);
+    return;
+  }
+  ctx.setStatus(e.message, true);
+}
+
+// startSequence: Run in sequence mode (app.js doRun). Ends the sequence
+// this page drove before, if any.
+export async function startSequence(meta, words, causal) {
+  if (seq && seq.live) api.endSequence(seq.id).catch(() => {});
+  setFollow(false);
+  const id = newId();
+  try {
+    const r = await api.seqStep(meta, id, words, 0, { start: true, causal });
+    if (r.length === undefined) throw new Error(`${meta.name}: this attnd keeps no sequences (its answer has no sequence_length)`);
+    seq = { id, meta, words: [...words], length: r.length ?? words.length, mapId: r.mapId, live: true, causal };
+    if (!r.mapId) throw new Error('the server kept no map for this sequence (maps-bytes 0?)');
+    ctx.state.q = null;
+    await ctx.showGrown(r.mapId, `sequence ${id} started`, seq.words);
+    await refreshInfo();
+    ctx.$('seq-next').focus();
+  } catch (e) {
+    failed(e);
+    document.body.dataset.state = 'error';
+  }
+}
+
+async function step() {
+  const $ = ctx.$;
+  if (!seq || !seq.live || busy) return;
+  const words = tokenize($('seq-next').value);
+  if (!words.length) { ctx.setStatus('Next word(s): type at least one word', true); return; }
+  busy = true;
+  document.body.dataset.state = 'loading';
+  try {
+    const r = await api.seqStep(seq.meta, seq.id, words, seq.length, { causal: seq.causal });
+    seq.words.push(...words);
+    seq.length = r.length ?? seq.length + words.length;
+    if (r.mapId) seq.mapId = r.mapId;
+    $('seq-next').value = '';
+    ctx.state.q = null; // the step view goes to the new token
+    await ctx.showGrown(seq.mapId, `sequence ${seq.id}: +${words.length} → ${seq.length} tokens`, seq.words);
+    await refreshInfo();
+  } catch (e) {
+    failed(e);
+    document.body.dataset.state = 'ready';
+  } finally {
+    busy = false;
+  }
+}
+
+async function end() {
+  if (!seq || !seq.live) return;
+  try {
+    await api.endSequence(seq.id);
+    seq.live = false;
+    showPanel(`Sequence ${seq.id} ended: its keys and values are freed; its map ${seq.mapId} stays retained.`);
+    ctx.setStatus(`sequence ${seq.id} ended`);
+  } catch (e) { failed(e); }
+}
+
+// setFollow: start or stop following the retained map the page shows.
+export function setFollow(on) {
+  const st = ctx.state;
+  followGen++;
+  if (followAbort) followAbort.abort();
+  followAbort = null;
+  st.follow = !!on && !!st.map;
+  if (ctx.run && !(seq && seq.live && seq.mapId === st.map)) ctx.run.live = st.follow;
+  if (st.follow) follow(followGen);
+}
+
+// follow: the long-poll loop. One request at a time; each asks the server
+// to answer when the map has other than the rows drawn now.
+async function follow(gen) {
+  const st = ctx.state;
+  let quietNoted = false;
+  while (gen === followGen && st.follow && st.map && ctx.run) {
+    const id = st.map;
+    const rows = ctx.run.sourceShape ? ctx.run.sourceShape[0] : ctx.run.T;
+    followAbort = new AbortController();
+    let r;
+    try {
+      r = await api.waitMap(id, rows, followAbort.signal);
+    } catch (e) {
+      if (gen !== followGen) return;
+      ctx.setStatus(`following map ${id}: ${e.message}; trying again`, true);
+      await sleep(1000);
+      continue;
+    }
+    if (gen !== followGen) return;
+    if (r.status === 404) {
+      st.follow = false;
+      ctx.update();
+      ctx.setStatus(`Map ${id} is gone (${r.meta?.error || 'evicted or unknown'}): ` +
+        'the store evicted it for newer maps, or the server restarted; it will not grow any more.', true);
+      return;
+    }
+    if (r.status === 401) { ctx.askKey({ status: 401 }); st.follow = false; ctx.update(); return; }
+    if (r.status === 503 || r.status >= 500) { await sleep(1000 * Math.min(30, r.retryAfter)); continue; }
+    if (r.status !== 200 || !r.meta || !Array.isArray(r.meta.shape)) {
+      st.follow = false;
+      ctx.update();
+      ctx.setStatus(`following map ${id}: ${r.meta?.error || `HTTP ${r.status}`}`, true);
+      return;
+    }
+    if (r.meta.shape[2] !== rows) {
+      quietNoted = false;
+      try {
+        st.q = null;
+        await ctx.showGrown(id, `following map ${id}: ${r.meta.shape[2]} rows`);
+      } catch (e) {
+        if (gen !== followGen) return;
+        ctx.setStatus(`following map ${id}: ${e.message}`, true);
+        await sleep(1000);
+      }
+      continue;
+    }
+    // The wait timed out with nothing new: say whether anyone still writes it.
+    if (!quietNoted) {
+      quietNoted = true;
+      const s = await api.liveSequenceOfMap(id).catch(() => undefined);
+      if (gen !== followGen) return;
+      if (s === null)
+        ctx.setStatus(`following map ${id}: no live sequence writes it now (ended, or dropped by the server); still watching`);
+    }
+  }
+}
+
+export function initLive(c) {
+  ctx = c;
+  const $ = c.$;
+  $('seq-step').addEventListener('click', step);
+  $('seq-end').addEventListener('click', end);
+  $('seq-next').addEventListener('keydown', (e) => {
+    if (e.key === 'Enter') { e.preventDefault(); step(); }
+  });
+}

@@ -1,0 +1,283 @@
+#!/usr/bin/env node
+// affinity.mjs - sequences across replicas: three attnd replicas behind
+// deploy/nginx.conf (hash on the Attnd-Sequence-Id header), 24 sequences
+// stepped in interleaved order, one replica SIGKILLed mid-way.
+//
+//   ATTND_BIN=build/default/attnd node tests/deploy/affinity.mjs
+//
+// Each sequence (on the fixture model `tiny`, causal) starts with a
+// two-token prompt and then takes one token per round; every round steps
+// all live sequences at once. Every step's output rows must equal the rows
+// of a one-shot causal run over the sequence's whole history (computed up
+// front on a replica directly, not through nginx). Checked:
+//   - all steps of a sequence reach one replica (nginx's access log),
+//   - after the kill, the killed replica's sequences get 400 "unknown
+//     sequence" from the replica they now reach (a survivor); each is then
+//     restarted there with its history, as README "Sequences across
+//     replicas" says, and finishes exact,
+//   - the other sequences finish exact, on their own replicas.
+// Everything listens on 127.0.0.1 on ports picked here; nginx runs as a
+// non-daemon child with its prefix under a temp folder. Settings (env):
+// AFFINITY_SEQUENCES (24), AFFINITY_ROUNDS (8), NGINX (nginx),
+// AFFINITY_KEEP=1 keeps the folder. Prints `affinity: N passed, M failed`
+// (N: steps answered as expected, exact outputs or the expected 400) and
+// exits 1 if any step or check failed.
+import { spawn } from "node:child_process";
+import { chmodSync, cpSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { embed } from "../../server/web/embed.js";
+
+const ROOT = fileURLToPath(new URL("../../", import.meta.url));
+const BIN = process.env.ATTND_BIN;
+const NGINX = process.env.NGINX || "nginx";
+const NSEQ = Number(process.env.AFFINITY_SEQUENCES || 24);
+const ROUNDS = Number(process.env.AFFINITY_ROUNDS || 8);
+const KILL_AFTER = Math.floor(ROUNDS / 2); // rounds done before the kill
+const PROMPT = 2;
+const MODEL = "tiny";
+const D = 8; // the fixture's d_model
+const HEADER = "Attnd-Sequence-Id";
+const T0 = Date.now();
+const say = (msg) => console.log(`affinity: [${((Date.now() - T0) / 1000).toFixed(1)}s] ${msg}`);
+
+if (!BIN) {
+  console.error("affinity: set ATTND_BIN to the attnd binary");
+  process.exit(2);
+}
+
+const dir = mkdtempSync(join(tmpdir(), "attnd-affinity-"));
+chmodSync(dir, 0o755); // nginx workers (nobody under root) reach its temp folders
+mkdirSync(join(dir, "logs"));
+cpSync(join(ROOT, "tests/server/fixtures/models"), join(dir, "models"), { recursive: true });
+const children = [];
+let checksFailed = 0;
+const check = (ok, what) => {
+  if (!ok) checksFailed++;
+  say(`${ok ? "ok  " : "FAIL"} ${what}`);
+};
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+function start(name, cmd, args, env) {
+  const out = openSync(join(dir, "logs", `${name}.log`), "a");
+  const child = spawn(cmd, args, { env: { ...process.env, ...env }, stdio: ["ignore", out, out] });
+  const rec = { name, child, exit: null };
+  rec.exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve((rec.exit = { code, signal }))));
+  child.on("error", (e) => say(`${name}: ${e.message}`));
+  children.push(rec);
+  return rec;
+}
+
+async function waitReady(url, rec) {
+  const until = Date.now() + 30000;
+  while (Date.now() < until) {
+    if (rec.exit) throw new Error(`${rec.name} exited (${JSON.stringify(rec.exit)}); see ${dir}/logs`);
+    const r = await fetch(url, { signal: AbortSignal.timeout(2000) }).catch(() => null);
+    if (r && r.status === 200) return;
+    await new Promise((res) => setTimeout(res, 100));
+  }
+  throw new Error(`${url} not ready within 30 s; see ${dir}/logs`);
+}
+
+// post: one infer request; {status, json} or {status: 0, err}.
+async function post(base, body, headers = {}) {
+  try {
+    const r = await fetch(`${base}/v2/models/${MODEL}/infer`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", ...headers },
+      body: JSON.stringify(body),
+      signal: AbortSignal.timeout(30000),
+    });
+    const text = await r.text();
+    let json = null;
+    try { json = JSON.parse(text); } catch { json = { error: text.slice(0, 200) }; }
+    return { status: r.status, json };
+  } catch (e) {
+    return { status: 0, err: e.cause?.code || e.message };
+  }
+}
+
+const xInput = (words, pos0) => ({ name: "x", datatype: "FP32", shape: [1, words.length, D], data: Array.from(embed(words, D, pos0)) });
+
+// The words of sequence s: its prompt and one per round (distinct words,
+// so that no two sequences compute the same numbers).
+const wordsOf = (s) => Array.from({ length: PROMPT + ROUNDS }, (_, k) => `s${s}w${k}${k % 3 ? "" : "x"}`);
+
+// closeRows: the step's y rows equal rows [from, from + n) of the reference.
+function closeRows(got, ref, from, n) {
+  const want = ref.slice(from * D, (from + n) * D);
+  if (!Array.isArray(got) || got.length !== want.length) return `y has ${got?.length} values, want ${want.length}`;
+  for (let i = 0; i < want.length; i++)
+    if (!(Math.abs(got[i] - want[i]) <= 1e-5 * Math.max(1, Math.abs(want[i])))) return `y[${i}] = ${got[i]}, want ${want[i]}`;
+  return null;
+}
+
+// accessLog: nginx's lines as {seq, status, upstreams[]}.
+function accessLog() {
+  return readFileSync(join(dir, "logs", "access.log"), "utf8").split("\n").filter(Boolean).map((line) => ({
+    seq: /seq=(\S*)/.exec(line)?.[1],
+    status: Number(/" (\d{3}) rt=/.exec(line)?.[1]),
+    upstreams: (/upstream=(.*?) ustatus=/.exec(line)?.[1] ?? "").split(/[,:] /).map((s) => s.trim()).filter((s) => s && s !== "-"),
+  }));
+}
+
+async function main() {
+  const ports = [];
+  while (ports.length < 4) {
+    const p = await freePort();
+    if (!ports.includes(p)) ports.push(p);
+  }
+  const [lbPort, ...replicaPorts] = ports;
+  const replicas = replicaPorts.map((port, i) => ({
+    port, addr: `127.0.0.1:${port}`,
+    rec: start(`attnd${i}`, BIN, [], {
+      ATTND_HOST: "127.0.0.1", ATTND_PORT: String(port), ATTND_MODELS: join(dir, "models"),
+      ATTND_THREADS: "1", ATTND_DRAIN_MS: "5000", ATTND_GRPC_PORT: "0",
+    }),
+  }));
+  for (const r of replicas) await waitReady(`http://${r.addr}/v2/health/ready`, r.rec);
+  say(`3 replicas ready on ${replicaPorts.join(", ")}`);
+  const v2 = await (await fetch(`http://${replicas[0].addr}/v2`)).json();
+  if (!(v2.extensions || []).includes("sequences")) {
+    console.log("affinity: skipped: this attnd has no sequences extension");
+    return "skip";
+  }
+
+  let conf = readFileSync(join(ROOT, "deploy", "nginx.conf"), "utf8");
+  if (!conf.includes("hash $http_attnd_sequence_id consistent;") || !/listen 127\.0\.0\.1:8080;/.test(conf))
+    throw new Error("deploy/nginx.conf no longer hashes on $http_attnd_sequence_id or listens on 127.0.0.1:8080");
+  conf = conf.replace("listen 127.0.0.1:8080;", `listen 127.0.0.1:${lbPort};`);
+  [8081, 8082, 8083].forEach((d, i) => { conf = conf.replaceAll(`server 127.0.0.1:${d} `, `server 127.0.0.1:${replicaPorts[i]} `); });
+  writeFileSync(join(dir, "nginx.conf"), conf);
+  const nginx = start("nginx", NGINX, ["-p", dir + "/", "-c", join(dir, "nginx.conf"), "-e", join(dir, "logs", "error.log"), "-g", "daemon off;"], {});
+  const base = `http://127.0.0.1:${lbPort}`;
+  await waitReady(`${base}/v2/health/ready`, nginx);
+  say(`nginx ready on ${lbPort} (prefix ${dir})`);
+
+  // References: one-shot causal runs over each sequence's whole history, on
+  // the first replica directly.
+  const refs = [];
+  for (let s = 0; s < NSEQ; s++) {
+    const words = wordsOf(s);
+    const r = await post(`http://${replicas[0].addr}`, { inputs: [xInput(words, 0)], parameters: { causal: true } });
+    if (r.status !== 200) throw new Error(`reference ${s}: HTTP ${r.status} ${JSON.stringify(r.json ?? r.err)}`);
+    refs.push(r.json.outputs.find((o) => o.name === "y").data.flat(Infinity));
+  }
+  say(`${NSEQ} references computed`);
+
+  let passed = 0, failed = 0;
+  const fails = [];
+  const seqs = Array.from({ length: NSEQ }, (_, s) => ({ s, id: `aff-${s}-${T0.toString(36)}`, words: wordsOf(s), len: 0, lost: false, restarted: false }));
+  // step: seq's next token(s) (start: the prompt, or its whole history);
+  // expect: "ok" (exact rows) or "unknown" (the 400 of a lost sequence).
+  async function step(q, { start = false, upto, expect = "ok" }) {
+    const from = start ? 0 : q.len;
+    const words = q.words.slice(from, upto);
+    const params = { sequence_id: q.id, causal: true, ...(start ? { sequence_start: true } : {}) };
+    const r = await post(base, { inputs: [xInput(words, from)], parameters: params }, { [HEADER]: q.id });
+    let why = null;
+    if (expect === "unknown") {
+      if (r.status !== 400 || !/unknown sequence/.test(r.json?.error ?? "")) why = `want 400 "unknown sequence", got ${r.status} ${JSON.stringify(r.json ?? r.err).slice(0, 200)}`;
+    } else if (r.status !== 200) {
+      why = `HTTP ${r.status} ${JSON.stringify(r.json ?? r.err).slice(0, 300)}`;
+    } else {
+      const y = r.json.outputs?.find((o) => o.name === "y")?.data?.flat(Infinity);
+      why = closeRows(y, refs[q.s], from, words.length);
+      if (!why && r.json.parameters?.sequence_length !== upto) why = `sequence_length ${r.json.parameters?.sequence_length}, want ${upto}`;
+      if (!why) q.len = upto;
+    }
+    if (why) { failed++; fails.push(`${q.id} [${from}, ${upto}): ${why}`); } else passed++;
+    return !why;
+  }
+
+  // Starts, then rounds; a round steps every sequence at once.
+  await Promise.all(seqs.map((q) => step(q, { start: true, upto: PROMPT })));
+  say(`${NSEQ} sequences started`);
+  for (let k = 0; k < KILL_AFTER; k++) await Promise.all(seqs.map((q) => step(q, { upto: q.len + 1 })));
+  const holder = new Map(); // sequence id -> replica address
+  for (const l of accessLog()) if (l.seq && l.status === 200) {
+    const a = l.upstreams.at(-1);
+    if (holder.has(l.seq) && holder.get(l.seq) !== a) holder.set(l.seq, "several");
+    else holder.set(l.seq, a);
+  }
+  check(seqs.every((q) => holder.get(q.id) && holder.get(q.id) !== "several"), "before the kill, every sequence's steps reached one replica");
+  const per = Object.fromEntries(replicas.map((r) => [r.addr, seqs.filter((q) => holder.get(q.id) === r.addr).length]));
+  say(`sequences per replica: ${JSON.stringify(per)}`);
+  const victim = replicas.reduce((a, b) => (per[b.addr] > per[a.addr] ? b : a));
+  const survivors = replicas.filter((r) => r !== victim).map((r) => r.addr);
+  victim.rec.child.kill("SIGKILL");
+  await victim.rec.exited;
+  for (const q of seqs) q.lost = holder.get(q.id) === victim.addr;
+  const lost = seqs.filter((q) => q.lost);
+  say(`SIGKILLed ${victim.addr}, which held ${lost.length} sequences, after ${KILL_AFTER} of ${ROUNDS} rounds`);
+  check(lost.length > 0, "the killed replica held sequences");
+
+  const logBefore = accessLog().length;
+  for (let k = KILL_AFTER; k < ROUNDS; k++) {
+    await Promise.all(seqs.map(async (q) => {
+      if (q.lost && !q.restarted) {
+        // Its replica is gone: the next step meets the clear 400 ...
+        if (await step(q, { upto: q.len + 1, expect: "unknown" })) {
+          // ... and the client restarts it with its whole history.
+          q.restarted = true;
+          await step(q, { start: true, upto: q.len + 1 });
+        }
+        return;
+      }
+      await step(q, { upto: q.len + 1 });
+    }));
+  }
+  const after = accessLog().slice(logBefore);
+  const answered400 = after.filter((l) => l.status === 400);
+  check(answered400.length === lost.length && answered400.every((l) => survivors.includes(l.upstreams.at(-1))),
+    `each lost sequence got its 400 from a survivor (${answered400.map((l) => l.upstreams.join(">")).join("; ")})`);
+  check(after.every((l) => l.status !== 200 || survivors.includes(l.upstreams.at(-1))), "after the kill, survivors answered every step");
+  const moved = new Map();
+  for (const l of after) if (l.status === 200 && l.seq) moved.set(l.seq, (moved.get(l.seq) ?? new Set()).add(l.upstreams.at(-1)));
+  check([...moved.values()].every((set) => set.size === 1), "after the kill, every sequence's steps still reached one replica");
+  check(seqs.every((q) => q.len === PROMPT + ROUNDS), `every sequence finished all ${PROMPT + ROUNDS} tokens (restarted: ${lost.filter((q) => q.restarted).length} of ${lost.length})`);
+  for (const f of fails.slice(0, 10)) say(`  ${f}`);
+
+  for (const r of replicas) if (r !== victim) r.rec.child.kill("SIGTERM");
+  for (const r of replicas) if (r !== victim) {
+    const ex = await Promise.race([r.rec.exited, new Promise((res) => setTimeout(() => res(null), 15000))]);
+    check(ex && ex.code === 0, `${r.addr} exit after SIGTERM: ${JSON.stringify(ex)}`);
+  }
+  console.log(`affinity: ${passed} passed, ${failed} failed`);
+  return failed === 0 && checksFailed === 0;
+}
+
+for (const sig of ["SIGINT", "SIGTERM"]) {
+  process.on(sig, () => {
+    for (const c of children) if (!c.exit) c.child.kill("SIGTERM");
+    say(`${sig}: stopped; logs in ${dir}`);
+    process.exit(1);
+  });
+}
+
+let ok = false;
+try {
+  ok = await main();
+  if (ok === "skip") ok = true;
+} catch (e) {
+  say(`FAIL ${e.message}`);
+}
+for (const c of children) if (!c.exit) c.child.kill(c.name === "nginx" ? "SIGTERM" : "SIGKILL");
+const grace = setTimeout(() => children.forEach((c) => c.exit || c.child.kill("SIGKILL")), 5000);
+await Promise.all(children.map((c) => c.exited));
+clearTimeout(grace);
+if (ok && !process.env.AFFINITY_KEEP) rmSync(dir, { recursive: true, force: true });
+else say(`logs kept in ${dir}`);
+process.exit(ok ? 0 : 1);

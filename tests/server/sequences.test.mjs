@@ -1,0 +1,404 @@
+// sequences.test.mjs - the `sequences` extension: Triton's sequence_id /
+// sequence_start / sequence_end on a weight-set model whose keys and values
+// the server keeps. The property every test leans on: a sequence's step
+// gives exactly (1e-5) the rows that one stateless causal request over the
+// sequence's whole history gives (y, attention, scores), whatever the
+// chunking. The model is a GQA + RoPE layer with biases written here
+// (seeded), so the engine's cache path and its stateless path are compared,
+// not the code with itself.
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { SLOW, binaryRequest, f32bytes, fp32, infer, maxDiff, modelsDir, parseBinary, start } from './helper.mjs';
+
+const D = 16, H = 4, HKV = 2, DK = 4;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** mulberry32: a seeded generator of floats in [-1, 1). */
+function rng(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 2147483648 - 1;
+  };
+}
+
+/** A safetensors file of F32 tensors {name: [shape, data]}. */
+function safetensors(tensors) {
+  const header = {};
+  const bufs = [];
+  let off = 0;
+  for (const [name, [shape, data]] of Object.entries(tensors)) {
+    header[name] = { dtype: 'F32', shape, data_offsets: [off, off + data.length * 4] };
+    bufs.push(f32bytes(data));
+    off += data.length * 4;
+  }
+  let h = JSON.stringify(header);
+  while (h.length % 8) h += ' ';
+  const len = Buffer.alloc(8);
+  len.writeBigUInt64LE(BigInt(h.length));
+  return Buffer.concat([len, Buffer.from(h), ...bufs]);
+}
+
+/** A models folder with `gqa`: d_model 16, 4 query heads, 2 kv heads of 4,
+ * RoPE on all dims, biases, causal by default. */
+function gqaModels() {
+  const dir = modelsDir();
+  const r = rng(20261130);
+  const m = (rows, cols, s = 0.5) => [[rows, cols], Array.from({ length: rows * cols }, () => r() * s)];
+  const v = (n) => [[n], Array.from({ length: n }, () => r() * 0.1)];
+  mkdirSync(join(dir, 'gqa'));
+  writeFileSync(join(dir, 'gqa', 'model.safetensors'), safetensors({
+    W_q: m(D, H * DK), W_k: m(D, HKV * DK), W_v: m(D, HKV * DK), W_o: m(H * DK, D),
+    b_q: v(H * DK), b_k: v(HKV * DK), b_v: v(HKV * DK), b_o: v(D),
+  }));
+  writeFileSync(join(dir, 'gqa', 'config.json'), JSON.stringify({
+    n_heads: H, n_kv_heads: HKV, causal: true, rope: { theta: 10000 },
+    description: 'sequences.test.mjs: GQA + RoPE + biases, seeded',
+  }));
+  return dir;
+}
+
+/** n tokens of d_model values from seed. */
+function tokens(n, seed) {
+  const r = rng(seed);
+  return Array.from({ length: n * D }, () => r());
+}
+
+const ALL = [{ name: 'y' }, { name: 'attention' }, { name: 'scores' }];
+
+/** One stateless causal request over every token: {y, attention, scores}. */
+async function full(d, xs, model = 'gqa') {
+  const n = xs.length / D;
+  const r = await infer(d, model, { inputs: [fp32('x', [1, n, D], xs)], outputs: ALL, parameters: { causal: true } });
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  const o = Object.fromEntries(r.json.outputs.map((x) => [x.name, x.data]));
+  return { n, ...o };
+}
+
+/** A step as tritonclient.http sends it: all three sequence parameters. */
+function stepBody(id, xs, { start = false, end = false, outputs = ALL, extra = {} } = {}) {
+  return {
+    inputs: [fp32('x', [1, xs.length / D, D], xs)], outputs,
+    parameters: { sequence_id: id, sequence_start: start, sequence_end: end, ...extra },
+  };
+}
+
+/** Rows t0.. of the full reference for a step of t tokens over s keys. */
+function expectRows(ref, t0, t) {
+  const s = t0 + t;
+  const y = ref.y.slice(t0 * D, s * D);
+  const att = [], sc = [];
+  for (let h = 0; h < H; h++)
+    for (let i = t0; i < s; i++)
+      for (let j = 0; j < s; j++) {
+        att.push(ref.attention[(h * ref.n + i) * ref.n + j]);
+        sc.push(ref.scores[(h * ref.n + i) * ref.n + j]);
+      }
+  return { y, attention: att, scores: sc };
+}
+
+/** Check a step's JSON answer against the reference rows. */
+function checkStep(r, ref, t0, t, what = '') {
+  assert.equal(r.status, 200, `${what}: ${JSON.stringify(r.json)}`);
+  assert.equal(r.json.parameters.sequence_length, t0 + t, what);
+  const e = expectRows(ref, t0, t);
+  for (const o of r.json.outputs) {
+    if (o.name === 'attention' || o.name === 'scores') assert.deepEqual(o.shape, [1, H, t, t0 + t], what);
+    if (o.name === 'y') assert.deepEqual(o.shape, [1, t, D], what);
+    const diff = maxDiff(o.data, e[o.name]);
+    assert.ok(diff <= 1e-5, `${what} ${o.name}: max |diff| ${diff}`);
+  }
+}
+
+async function metric(d, name, model = 'gqa', extra = '') {
+  const text = await (await fetch(`${d.url}/metrics`)).text();
+  const re = new RegExp(`^${name}\\{model="${model}",version="1"${extra}\\} (\\d+)$`, 'm');
+  const m = re.exec(text);
+  assert.ok(m, `${name} for ${model} in /metrics`);
+  return Number(m[1]);
+}
+
+/** Feed xs in chunks as sequence id; check every step; returns answers. */
+async function feed(d, id, xs, chunks, ref, opts = {}) {
+  let t0 = 0;
+  const out = [];
+  for (let k = 0; k < chunks.length; k++) {
+    const t = chunks[k];
+    const r = await infer(d, 'gqa', stepBody(id, xs.slice(t0 * D, (t0 + t) * D),
+      { start: k === 0, end: opts.end !== false && k === chunks.length - 1, extra: opts.extra || {} }));
+    checkStep(r, ref, t0, t, `${id} chunk ${k} (${chunks})`);
+    out.push(r);
+    t0 += t;
+  }
+  return out;
+}
+
+test('a sequence in any chunking equals one causal request over its tokens', async () => {
+  const d = await start({ dir: gqaModels() });
+  try {
+    const xs = tokens(9, 1);
+    const ref = await full(d, xs);
+    await feed(d, 7, xs, [1, 1, 1, 1, 1, 1, 1, 1, 1], ref);
+    await feed(d, 'chat-5-1-3', xs, [5, 1, 3], ref);
+    await feed(d, '18446744073', xs, [9], ref);
+    // 0 bytes of K/V are left once every sequence ended
+    assert.equal(await metric(d, 'attnd_kv_bytes'), 0);
+    assert.equal(await metric(d, 'attnd_sequences_live'), 0);
+    assert.equal(await metric(d, 'attnd_sequences_started_total'), 3);
+    assert.equal(await metric(d, 'attnd_sequences_ended_total'), 3);
+    const list = await (await fetch(`${d.url}/v2/sequences`)).json();
+    assert.deepEqual(list, { sequences: [], count: 0 });
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+test('Triton binary form (as tritonclient.http sends it), ids in the header', async () => {
+  const d = await start({ dir: gqaModels() });
+  try {
+    const xs = tokens(6, 2);
+    const ref = await full(d, xs);
+    let t0 = 0;
+    for (const [k, t] of [[0, 4], [1, 2]]) {
+      const part = xs.slice(t0 * D, (t0 + t) * D);
+      const header = {
+        id: `req-${k}`,
+        inputs: [{ name: 'x', shape: [1, t, D], datatype: 'FP32', parameters: { binary_data_size: part.length * 4 } }],
+        outputs: [{ name: 'y', parameters: { binary_data: true } }, { name: 'attention', parameters: { binary_data: true } }],
+        parameters: { sequence_id: 99, sequence_start: k === 0, sequence_end: k === 1 },
+      };
+      const { body, headerLen } = binaryRequest(header, [f32bytes(part)]);
+      const res = await fetch(`${d.url}/v2/models/gqa/infer`, {
+        method: 'POST', body,
+        headers: { 'Inference-Header-Content-Length': String(headerLen), 'Attnd-Sequence-Id': '99' },
+      });
+      assert.equal(res.status, 200, await res.clone().text());
+      const buf = Buffer.from(await res.arrayBuffer());
+      const { head, raw } = parseBinary(buf, Number(res.headers.get('inference-header-content-length')));
+      assert.equal(head.id, `req-${k}`);
+      assert.equal(head.parameters.sequence_length, t0 + t);
+      const e = expectRows(ref, t0, t);
+      assert.ok(maxDiff(raw.y, e.y) <= 1e-5);
+      assert.ok(maxDiff(raw.attention, e.attention) <= 1e-5);
+      t0 += t;
+    }
+    // the header alone names the sequence
+    const a = await infer(d, 'gqa', { inputs: [fp32('x', [1, 2, D], xs.slice(0, 2 * D))], outputs: ALL,
+      parameters: { sequence_start: true } }, { 'Attnd-Sequence-Id': 'hdr-only' });
+    checkStep(a, ref, 0, 2, 'header only');
+    const b = await infer(d, 'gqa', { inputs: [fp32('x', [1, 1, D], xs.slice(2 * D, 3 * D))], outputs: ALL },
+      { 'Attnd-Sequence-Id': 'hdr-only' });
+    checkStep(b, ref, 2, 1, 'header only, step');
+    // header and parameter must agree
+    const c = await infer(d, 'gqa', stepBody('hdr-only', xs.slice(0, D)), { 'Attnd-Sequence-Id': 'other' });
+    assert.equal(c.status, 400);
+    assert.match(c.json.error, /Attnd-Sequence-Id.*'other'.*'hdr-only'/);
+    const bad = await infer(d, 'gqa', stepBody('x', xs.slice(0, D)), { 'Attnd-Sequence-Id': 'a/b' });
+    assert.equal(bad.status, 400);
+    assert.match(bad.json.error, /Attnd-Sequence-Id/);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+test('two interleaved sequences never see each other; restart; unknown ids', async () => {
+  const d = await start({ dir: gqaModels() });
+  try {
+    const xa = tokens(5, 3), xb = tokens(5, 4);
+    const ra = await full(d, xa), rb = await full(d, xb);
+    for (let i = 0; i < 5; i++) {
+      checkStep(await infer(d, 'gqa', stepBody('A', xa.slice(i * D, (i + 1) * D), { start: i === 0 })), ra, i, 1, `A ${i}`);
+      checkStep(await infer(d, 'gqa', stepBody('B', xb.slice(i * D, (i + 1) * D), { start: i === 0 })), rb, i, 1, `B ${i}`);
+    }
+    const list = await (await fetch(`${d.url}/v2/sequences`)).json();
+    assert.equal(list.count, 2);
+    for (const s of list.sequences) {
+      assert.equal(s.model, 'gqa');
+      assert.equal(s.length, 5);
+      assert.ok(s.bytes > 0 && s.idle_ms >= 0);
+    }
+    assert.ok(await metric(d, 'attnd_kv_bytes') > 0);
+    // a start on a live id begins it again with only its own tokens
+    checkStep(await infer(d, 'gqa', stepBody('A', xb.slice(0, 2 * D), { start: true })), rb, 0, 2, 'restart');
+    checkStep(await infer(d, 'gqa', stepBody('A', xb.slice(2 * D, 3 * D))), rb, 2, 1, 'after restart');
+    assert.equal(await metric(d, 'attnd_sequences_dropped_total', 'gqa', ',reason="restarted"'), 1);
+    // unknown id without a start: 400 naming the id and what to do
+    const u = await infer(d, 'gqa', stepBody(12345, xa.slice(0, D)));
+    assert.equal(u.status, 400);
+    assert.match(u.json.error, /'12345'.*sequence_start/);
+    // delete: 200, then the id is unknown; again: 404
+    assert.equal((await fetch(`${d.url}/v2/sequences/B`, { method: 'DELETE' })).status, 200);
+    const g = await infer(d, 'gqa', stepBody('B', xb.slice(0, D)));
+    assert.equal(g.status, 400);
+    assert.match(g.json.error, /'B'.*sequence_start/);
+    assert.equal((await fetch(`${d.url}/v2/sequences/B`, { method: 'DELETE' })).status, 404);
+    assert.equal(await metric(d, 'attnd_sequences_dropped_total', 'gqa', ',reason="deleted"'), 1);
+    // unloading the model drops its sequences
+    assert.equal((await fetch(`${d.url}/v2/repository/models/gqa/unload`, { method: 'POST' })).status, 200);
+    assert.equal((await (await fetch(`${d.url}/v2/sequences`)).json()).count, 0);
+    assert.equal(await metric(d, 'attnd_sequences_dropped_total', 'gqa', ',reason="unloaded"'), 1);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+test('rules: B = 1, weight-set models only, only x, no k/v outputs', async () => {
+  const d = await start({ dir: gqaModels() });
+  try {
+    const xs = tokens(4, 5);
+    const b2 = await infer(d, 'gqa', { inputs: [fp32('x', [2, 2, D], xs)],
+      parameters: { sequence_id: 1, sequence_start: true, sequence_end: false } });
+    assert.equal(b2.status, 400);
+    assert.match(b2.json.error, /B = 1/);
+    const sd = await infer(d, 'sdpa', { inputs: [fp32('q', [2, 4], Array(8).fill(1)), fp32('k', [2, 4], Array(8).fill(1)),
+      fp32('v', [2, 2], Array(4).fill(1))], parameters: { sequence_id: 1, sequence_start: true } });
+    assert.equal(sd.status, 400);
+    assert.match(sd.json.error, /sdpa.*weight-set/);
+    const kv = await infer(d, 'gqa', stepBody(1, xs, { start: true, outputs: [{ name: 'k' }] }));
+    assert.equal(kv.status, 400);
+    assert.match(kv.json.error, /'k'/);
+    const ln = await infer(d, 'gqa', { inputs: [fp32('x', [1, 4, D], xs), { name: 'lengths', datatype: 'INT32', shape: [1], data: [4] }],
+      parameters: { sequence_id: 1, sequence_start: true } });
+    assert.equal(ln.status, 400);
+    assert.match(ln.json.error, /lengths/);
+    const st = await infer(d, 'gqa', { inputs: [fp32('x', [1, 4, D], xs)], parameters: { sequence_start: true } });
+    assert.equal(st.status, 400);
+    assert.match(st.json.error, /sequence_start.*sequence_id/);
+    const zero = await infer(d, 'gqa', { inputs: [fp32('x', [1, 4, D], xs)], parameters: { sequence_id: 0 } });
+    assert.equal(zero.status, 400);
+    assert.match(zero.json.error, /sequence_id/);
+    assert.equal((await (await fetch(`${d.url}/v2/sequences`)).json()).count, 0);
+    const meta = await (await fetch(`${d.url}/v2`)).json();
+    assert.ok(meta.extensions.includes('sequences'));
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+/** POST one step with node:http; resolves when the body is flushed
+ * (sent) with a promise of the answer. */
+function send(url, body) {
+  return new Promise((resolveSent) => {
+    const u = new URL(url);
+    let done;
+    const answer = new Promise((res) => { done = res; });
+    const req = http.request({ host: u.hostname, port: u.port, path: u.pathname, method: 'POST', agent: false,
+      headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) } }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (c) => { text += c; });
+      res.on('end', () => done({ status: res.statusCode, json: JSON.parse(text) }));
+    });
+    req.on('error', (e) => done({ status: 0, json: { error: String(e) } }));
+    req.on('finish', () => resolveSent(answer));
+    req.end(body);
+  });
+}
+
+test('steps of one sequence run in arrival order while several are in flight', async () => {
+  const d = await start({ dir: gqaModels(), args: ['--max-batch', '8'] });
+  try {
+    const n = 12;
+    const xs = tokens(n + 1, 6);
+    const ref = await full(d, xs);
+    checkStep(await infer(d, 'gqa', stepBody('ord', xs.slice(0, D), { start: true })), ref, 0, 1, 'start');
+    // step 1 carries 4 MB of padding: it decodes last though it came first
+    const answers = [];
+    for (let i = 1; i <= n; i++) {
+      const extra = i === 1 ? { pad: 'x'.repeat(4 << 20) } : {};
+      const body = JSON.stringify(stepBody('ord', xs.slice(i * D, (i + 1) * D), { extra }));
+      answers.push(await send(`${d.url}/v2/models/gqa/infer`, body));
+      await sleep(5);
+    }
+    const got = await Promise.all(answers);
+    got.forEach((r, k) => checkStep(r, ref, k + 1, 1, `step ${k + 1}`));
+    // and a stateless request in between batches with them
+    const s = await full(d, xs.slice(0, 3 * D));
+    assert.equal(s.n, 3);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+test('the K/V budget: 503 with Retry-After naming it, the sequence intact', async () => {
+  // a page is 64 tokens x 2 kv heads x (4 + 4) floats = 4096 bytes
+  const d = await start({ dir: gqaModels(), args: ['--kv-bytes', '8192', '--max-sequences', '2'] });
+  try {
+    const xs = tokens(130, 7);
+    const ref = await full(d, xs.slice(0, 120 * D));
+    checkStep(await infer(d, 'gqa', stepBody('big', xs.slice(0, 100 * D), { start: true, outputs: [{ name: 'y' }] })), ref, 0, 100, 'start');
+    const full3 = await infer(d, 'gqa', stepBody('big', xs.slice(100 * D, 130 * D), { outputs: [{ name: 'y' }] }));
+    assert.equal(full3.status, 503);
+    assert.match(full3.json.error, /kv-bytes/);
+    const other = await infer(d, 'gqa', stepBody('other', xs.slice(0, D), { start: true }));
+    assert.equal(other.status, 503);
+    assert.match(other.json.error, /kv-bytes/);
+    const ra = await fetch(`${d.url}/v2/models/gqa/infer`, { method: 'POST', body: JSON.stringify(stepBody('other', xs.slice(0, D), { start: true })) });
+    assert.equal(ra.status, 503);
+    assert.ok(Number(ra.headers.get('retry-after')) >= 1);
+    // the sequence is as it was: 20 more tokens continue it exactly
+    checkStep(await infer(d, 'gqa', stepBody('big', xs.slice(100 * D, 120 * D), { outputs: [{ name: 'y' }] })), ref, 100, 20, 'after 503');
+    assert.equal(await metric(d, 'attnd_kv_bytes'), 8192);
+    assert.equal(await metric(d, 'attnd_kv_bytes_limit'), 8192);
+    // a failed step (outputs overflow float32) leaves it as it was too
+    const huge = await infer(d, 'gqa', stepBody('big', Array(D).fill(3e37), { outputs: [{ name: 'y' }] }));
+    assert.equal(huge.status, 400);
+    assert.match(huge.json.error, /not finite/);
+    const end = await infer(d, 'gqa', stepBody('big', xs.slice(0, D), { end: true, outputs: [{ name: 'y' }] }));
+    assert.equal(end.status, 200);
+    assert.equal(end.json.parameters.sequence_length, 121);
+    assert.equal(await metric(d, 'attnd_kv_bytes'), 0);
+    // --max-sequences: two live, the third start is refused
+    for (const id of ['s1', 's2'])
+      assert.equal((await infer(d, 'gqa', stepBody(id, xs.slice(0, D), { start: true }))).status, 200);
+    const third = await infer(d, 'gqa', stepBody('s3', xs.slice(0, D), { start: true }));
+    assert.equal(third.status, 503);
+    assert.match(third.json.error, /max-sequences/);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+test('an idle sequence is dropped after --sequence-idle-ms', async () => {
+  const d = await start({ dir: gqaModels(), args: ['--sequence-idle-ms', '200'] });
+  try {
+    const xs = tokens(2, 8);
+    assert.equal((await infer(d, 'gqa', stepBody('sleepy', xs.slice(0, D), { start: true }))).status, 200);
+    assert.equal((await (await fetch(`${d.url}/v2/sequences`)).json()).count, 1);
+    await sleep(800 * SLOW);
+    const r = await infer(d, 'gqa', stepBody('sleepy', xs.slice(D)));
+    assert.equal(r.status, 400);
+    assert.match(r.json.error, /'sleepy'.*sequence_start/);
+    assert.equal(await metric(d, 'attnd_sequences_dropped_total', 'gqa', ',reason="idle"'), 1);
+    assert.equal(await metric(d, 'attnd_kv_bytes'), 0);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+test('retain: one map that grows with every step, same id, readable meanwhile', async () => {
+  const d = await start({ dir: gqaModels(), args: ['--api-key', 'k3y'] });
+  const auth = { Authorization: 'Bearer k3y' };
+  try {
+    const xs = tokens(7, 9);
+    const r0 = await infer(d, 'gqa', { inputs: [fp32('x', [1, 7, D], xs)], outputs: ALL, parameters: { causal: true } }, auth);
+    const ref = { n: 7, ...Object.fromEntries(r0.json.outputs.map((o) => [o.name, o.data])) };
+    let t0 = 0, id = null;
+    for (const t of [3, 1, 3]) {
+      const r = await infer(d, 'gqa', stepBody('ret', xs.slice(t0 * D, (t0 + t) * D),
+        { start: t0 === 0, extra: t0 === 0 ? { retain: true, tokens: ['a', 'b', 'c'] } : {} }), auth);
+      checkStep(r, ref, t0, t, `retain ${t0}`);
+      t0 += t;
+      if (!id) id = r.json.parameters.map_id;
+      assert.equal(r.json.parameters.map_id, id);
+      const m = await (await fetch(`${d.url}/v2/maps/${id}/attention?h=1`, { headers: auth })).json();
+      assert.deepEqual(m.shape, [t0, t0]);
+      const want = [];
+      for (let i = 0; i < t0; i++)
+        for (let j = 0; j < t0; j++) want.push(ref.attention[(1 * 7 + i) * 7 + j]);
+      assert.ok(maxDiff(m.data, want) <= 1e-5);
+    }
+    const meta = await (await fetch(`${d.url}/v2/maps/${id}`, { headers: auth })).json();
+    assert.match(JSON.stringify(meta), /"a"/);
+    // a later retain on a sequence that keeps no map is refused
+    assert.equal((await infer(d, 'gqa', stepBody('plain', xs.slice(0, D), { start: true }), auth)).status, 200);
+    const late = await infer(d, 'gqa', stepBody('plain', xs.slice(D, 2 * D), { extra: { retain: true } }), auth);
+    assert.equal(late.status, 400);
+    assert.match(late.json.error, /retain/);
+    // DELETE needs the key like other mutating routes
+    assert.equal((await fetch(`${d.url}/v2/sequences/ret`, { method: 'DELETE' })).status, 401);
+    assert.equal((await fetch(`${d.url}/v2/sequences/ret`, { method: 'DELETE', headers: auth })).status, 200);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});

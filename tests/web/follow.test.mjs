@@ -1,0 +1,75 @@
+// follow.test.mjs - follow mode on a retained map (#map=<id>&follow=1 and the
+// Follow box) against a real attnd: one long poll at a time, no busy
+// polling; the newest row marked; a map that goes away says so. (Following
+// a sequence as a client steps it: sequence.test.mjs.)
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { launch, openPage, startAttnd } from './harness.mjs';
+
+let daemon, browser;
+// Room for one [1, 1, 3, 3] sdpa map with its bookkeeping, not two.
+before(async () => {
+  daemon = await startAttnd(['--maps-bytes', '700']);
+  browser = await launch();
+});
+after(async () => {
+  if (browser) await browser.close();
+  if (daemon) await daemon.stop();
+});
+
+async function retain(scale) {
+  const t = (name, a) => ({ name, datatype: 'FP32', shape: [a.length, a[0].length], data: a.flat() });
+  const q = [[1, 0], [0, 1], [1, 1]].map((r) => r.map((x) => x * scale));
+  const body = { inputs: [t('q', q), t('k', [[1, 0], [0, 1], [1, 1]]), t('v', [[1], [2], [3]])], parameters: { retain: true } };
+  const res = await fetch(`${daemon.url}/v2/models/sdpa/infer`, { method: 'POST', body: JSON.stringify(body) });
+  assert.equal(res.status, 200, await res.clone().text());
+  return (await res.json()).parameters.map_id;
+}
+
+test('#map=<id>&follow=1: one waiting request, newest row marked; an evicted map says it is gone', async () => {
+  const id = await retain(1);
+  const waits = [];
+  const { page, errors } = await openPage(browser, `${daemon.url}/#map=${id}&follow=1&h=0`);
+  page.on('request', (r) => { if (/[?&]wait=/.test(r.url())) waits.push(r.url()); });
+  assert.equal(await page.isChecked('#follow'), true);
+  assert.match(await page.evaluate(() => location.hash), /follow=1/);
+  assert.equal(await page.getAttribute('#heatmap', 'data-newest'), '2');
+  assert.match(await page.textContent('#steps h2'), /\(#2\)/);
+  // Nothing grows: one request stays parked (no polling loop).
+  await page.waitForTimeout(1500);
+  assert.ok(waits.length <= 1, `${waits.length} wait requests in 1.5 s: ${waits.join(' ')}`);
+  // The store evicts the map for a newer one: the page says so at once.
+  const other = await retain(2);
+  assert.notEqual(other, id);
+  await page.waitForFunction((m) => new RegExp(`Map ${m} is gone`).test(document.getElementById('status').textContent),
+    id, { timeout: 3000 });
+  assert.equal(await page.getAttribute('#status', 'role'), 'alert');
+  assert.equal(await page.isChecked('#follow'), false);
+  assert.doesNotMatch(await page.evaluate(() => location.hash), /follow=1/);
+  // (chromium logs the wait's 404 as a console error: the answer expected)
+  assert.deepEqual(errors.filter((e) => !/status of 404/.test(e)), []);
+  await page.close();
+});
+
+test('the Follow box on a retained map turns following on and off, in the link too', async () => {
+  const id = await retain(3);
+  const { page, errors } = await openPage(browser, `${daemon.url}/#map=${id}&h=0&q=0`);
+  assert.equal(await page.isVisible('#follow-wrap'), true);
+  assert.equal(await page.isChecked('#follow'), false);
+  assert.equal(await page.getAttribute('#heatmap', 'data-newest'), '');
+  await page.check('#follow');
+  await page.waitForFunction(() => /follow=1/.test(location.hash));
+  // A picked query row stays picked while following.
+  assert.match(await page.textContent('#steps h2'), /\(#0\)/);
+  await page.uncheck('#follow');
+  await page.waitForFunction(() => !/follow=1/.test(location.hash));
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('a run that is no retained map offers no Follow box', async () => {
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=a%20b%20c&h=0`);
+  assert.equal(await page.isVisible('#follow-wrap'), false);
+  assert.deepEqual(errors, []);
+  await page.close();
+});

@@ -1,0 +1,191 @@
+// sequence.test.mjs - a sequence as it grows, in chromium against a real
+// attnd with sequences (API.md "Sequences"): the page drives one (Run,
+// Step by button and by Enter, End) and draws each new row as the API
+// retained it; the page follows one that this test steps over HTTP; a
+// sequence the server dropped says so.
+//
+// The toy model (harness.mjs) has W = I: head 0 attends by the words'
+// content halves, head 1 by their position halves, so rows embedded at
+// wrong positions would draw head 1 differently from a one-shot run.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { launch, near, openPage, pixel, startAttnd, viridis, waitDrawn } from './harness.mjs';
+import { embed } from '../../server/web/embed.js';
+
+let daemon, browser, haveSequences = false;
+before(async () => {
+  daemon = await startAttnd();
+  browser = await launch();
+  const v2 = await (await fetch(`${daemon.url}/v2`)).json();
+  haveSequences = (v2.extensions || []).includes('sequences');
+});
+after(async () => {
+  if (browser) await browser.close();
+  if (daemon) await daemon.stop();
+});
+
+const D = 16;
+
+// f32map: one head of a retained map, as the API serves it.
+async function f32map(id, h) {
+  const r = await fetch(`${daemon.url}/v2/maps/${id}/attention?h=${h}&format=f32`);
+  assert.equal(r.status, 200);
+  const [T, S] = r.headers.get('map-shape').split(',').map(Number);
+  return { T, S, data: new Float32Array(await r.arrayBuffer()) };
+}
+
+// oneShot: the causal toy run on all words at once: its attention [H, T, T].
+async function oneShot(words) {
+  const body = {
+    inputs: [{ name: 'x', datatype: 'FP32', shape: [1, words.length, D], data: Array.from(embed(words, D)) }],
+    outputs: [{ name: 'attention' }], parameters: { causal: true },
+  };
+  const r = await (await fetch(`${daemon.url}/v2/models/toy/infer`, { method: 'POST', body: JSON.stringify(body) })).json();
+  return Float32Array.from(r.outputs[0].data.flat(Infinity));
+}
+
+// checkRow: row i of the focused head is drawn as the API's numbers say,
+// the hover readout says the same weight, and both equal the one-shot run.
+async function checkRow(page, mapId, h, i, shot) {
+  const m = await f32map(mapId, h);
+  for (let j = 0; j <= i; j++) {
+    const w = m.data[i * m.S + j];
+    assert.ok(Math.abs(w - shot[(h * m.T + i) * m.T + j]) < 1e-5, `head ${h} (${i},${j}): map ${w}, one-shot ${shot[(h * m.T + i) * m.T + j]}`);
+    const px = await pixel(page, i, j);
+    const want = viridis(Math.round(w * 255) / 255);
+    assert.ok(near(px, want), `head ${h} cell (${i},${j}) drew ${px}, want ${want.map(Math.round)} (w ${w})`);
+  }
+  const c = await page.evaluate(([a, b]) => window.attnd.cellCenter(a, b), [i, 0]);
+  await page.mouse.move(c.pageX, c.pageY);
+  await page.waitForFunction((a) => document.querySelector('#readout [data-field=query]')?.textContent.includes(`#${a}`), i);
+  const read = Number(await page.textContent('#readout [data-field=weight]'));
+  assert.ok(Math.abs(read - m.data[i * m.S]) < 1e-6, `readout ${read}, map ${m.data[i * m.S]}`);
+  await page.mouse.move(0, 0);
+}
+
+test('sequence mode: Run, three Steps (button and Enter), each new row drawn as the API kept it; End', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=the%20cat&causal=1&h=1`);
+  await page.check('#seq-mode');
+  await page.check('#causal');
+  await page.click('#run');
+  await page.waitForFunction(() => window.attnd.sequence && window.attnd.run.T === 2);
+  await waitDrawn(page);
+  const words = ['the', 'cat'];
+  const steps = [['sat', 'button'], ['on the', 'enter'], ['mat', 'enter']];
+  for (const [next, how] of steps) {
+    await page.fill('#seq-next', next);
+    if (how === 'button') await page.click('#seq-step');
+    else await page.press('#seq-next', 'Enter');
+    words.push(...next.split(' '));
+    await page.waitForFunction((n) => window.attnd.run.T === n && document.body.dataset.state === 'ready', words.length, { timeout: 10000 });
+    const s = await page.evaluate(() => window.attnd.sequence);
+    assert.equal(s.length, words.length);
+    assert.deepEqual(s.words, words);
+    // The newest row is marked and is the step view's query.
+    assert.equal(await page.getAttribute('#heatmap', 'data-newest'), String(words.length - 1));
+    assert.match(await page.textContent('#steps h2'), new RegExp(`\\(#${words.length - 1}\\)`));
+    // Length and K/V bytes in the panel.
+    await page.waitForFunction((n) => document.getElementById('seq-info').dataset.length === String(n), words.length);
+    assert.ok(Number(await page.getAttribute('#seq-info', 'data-bytes')) > 0, await page.textContent('#seq-info'));
+    assert.match(await page.textContent('#seq-info'), new RegExp(`${words.length} tokens, K/V \\d`));
+    // Head 1 (positions) and head 0 (content): the new rows as the API
+    // retained them and as a one-shot causal run computes them.
+    const shot = await oneShot(words);
+    for (const h of [1, 0]) {
+      if (h === 0) await page.click('.head[data-head="0"]');
+      const n = next.split(' ').length;
+      for (let i = words.length - n; i < words.length; i++) await checkRow(page, s.mapId, h, i, shot);
+      if (h === 0) await page.click('.head[data-head="1"]');
+    }
+  }
+  // End frees it on the server; the map stays.
+  const { id, mapId } = await page.evaluate(() => window.attnd.sequence);
+  await page.click('#seq-end');
+  await page.waitForFunction(() => /ended/.test(document.getElementById('seq-info').textContent));
+  const live = await (await fetch(`${daemon.url}/v2/sequences`)).json();
+  assert.ok(!JSON.stringify(live).includes(id), 'the sequence is still live after End');
+  assert.equal((await fetch(`${daemon.url}/v2/maps/${mapId}`)).status, 200);
+  assert.equal(await page.isDisabled('#seq-step'), true);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('a long sequence: the zoom window follows the newest row', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const prompt = Array.from({ length: 110 }, (_, i) => `w${i}`).join(' ');
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=${encodeURIComponent('a')}&h=0`);
+  await page.fill('#text', prompt);
+  await page.check('#seq-mode');
+  await page.click('#run');
+  await page.waitForFunction(() => window.attnd.run && window.attnd.run.T === 110 && document.body.dataset.state === 'ready');
+  await page.click('#zoom-in'); // a 32-row window
+  for (let k = 1; k <= 2; k++) {
+    await page.fill('#seq-next', `x${k}`);
+    await page.press('#seq-next', 'Enter');
+    await page.waitForFunction((n) => window.attnd.run.T === n && document.body.dataset.state === 'ready', 110 + k);
+    const [, r0, r1] = (await page.textContent('#zoom-info')).match(/rows (\d+)–(\d+)/).map(Number);
+    assert.equal(r1, 110 + k - 1, 'the window ends at the newest row');
+    assert.equal(r1 - r0 + 1, 32, 'the zoom level is kept');
+  }
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('a sequence the server dropped: the next Step says it is gone, with the server\'s reason', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=one%20two&h=0`);
+  await page.check('#seq-mode');
+  await page.click('#run');
+  await page.waitForFunction(() => window.attnd.sequence && window.attnd.run.T === 2 && document.body.dataset.state === 'ready');
+  const { id } = await page.evaluate(() => window.attnd.sequence);
+  // Someone else ends it (as an idle timeout or a dead replica would).
+  const del = await fetch(`${daemon.url}/v2/sequences/${encodeURIComponent(id)}`, { method: 'DELETE', headers: { 'Attnd-Sequence-Id': id } });
+  assert.ok(del.status < 300, `DELETE ${del.status}`);
+  await page.fill('#seq-next', 'three');
+  await page.click('#seq-step');
+  await page.waitForFunction(() => /is gone/.test(document.getElementById('seq-info').textContent));
+  const info = await page.textContent('#seq-info');
+  assert.match(info, new RegExp(`Sequence ${id} is gone`));
+  assert.match(info, /unknown sequence/);
+  assert.match(await page.textContent('#status'), /unknown sequence/);
+  assert.equal(await page.isDisabled('#seq-step'), true);
+  // (chromium logs the step's 400 as a console error: the answer expected)
+  assert.deepEqual(errors.filter((e) => !/status of 400/.test(e)), []);
+  await page.close();
+});
+
+test('follow: a sequence this test steps over HTTP is drawn within a second of each step', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const id = `follow-${Date.now()}`;
+  const words = ['the', 'cat', 'sat'];
+  const stepReq = async (ws, pos0, start) => {
+    const body = {
+      inputs: [{ name: 'x', datatype: 'FP32', shape: [1, ws.length, D], data: Array.from(embed(ws, D, pos0)) }],
+      outputs: [{ name: 'attention' }],
+      parameters: { sequence_id: id, causal: true, retain: true, tokens: ws, ...(start ? { sequence_start: true } : {}) },
+    };
+    const r = await fetch(`${daemon.url}/v2/models/toy/infer`, {
+      method: 'POST', body: JSON.stringify(body), headers: { 'Attnd-Sequence-Id': id },
+    });
+    const j = await r.json();
+    assert.equal(r.status, 200, JSON.stringify(j));
+    return j.parameters;
+  };
+  const first = await stepReq(words, 0, true);
+  const { page, errors } = await openPage(browser, `${daemon.url}/#map=${first.map_id}&follow=1&h=1`);
+  assert.equal(await page.evaluate(() => window.attnd.run.T), 3);
+  for (const w of ['on', 'the', 'mat']) {
+    const p = await stepReq([w], words.length, false);
+    words.push(w);
+    assert.equal(p.sequence_length, words.length);
+    const t0 = Date.now();
+    await page.waitForFunction((n) => window.attnd.run.T === n && document.body.dataset.state === 'ready', words.length, { timeout: 1000 });
+    const ms = Date.now() - t0;
+    assert.ok(ms <= 1000, `drawn ${ms} ms after the step`);
+    assert.equal(await page.getAttribute('#heatmap', 'data-newest'), String(words.length - 1));
+    await checkRow(page, first.map_id, 1, words.length - 1, await oneShot(words));
+  }
+  assert.deepEqual(errors, []);
+  await page.close();
+});
