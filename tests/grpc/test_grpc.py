@@ -531,6 +531,39 @@ class Unary(unittest.TestCase):
         self.assertLess(max_diff(out(self.s.ModelInfer(r), "y")[1], c["y"]), 1e-5)
 
 
+    # -- sequences: Triton's gRPC sequence parameters (int64/string id, bool
+    # start/end), steps equal to one causal request over the history
+    def test_sequence_steps_equal_one_causal_request(self):
+        xs = [((i * 37) % 23) / 23.0 - 0.5 for i in range(5 * 8)]
+        st, ref = self.d.rest("/v2/models/tiny/infer", {
+            "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 5, 8], "data": xs}],
+            "outputs": [{"name": "y"}], "parameters": {"causal": True}})
+        self.assertEqual(st, 200, ref)
+        y_ref = ref["outputs"][0]["data"]
+        for sid in (4242, "grpc-seq"):
+            t0 = 0
+            for k, t in enumerate((3, 1, 1)):
+                req = pb.ModelInferRequest(model_name="tiny", id=f"s{k}")
+                typed(req, "x", "FP32", [1, t, 8], xs[t0 * 8:(t0 + t) * 8])
+                if isinstance(sid, int):
+                    req.parameters["sequence_id"].int64_param = sid
+                else:
+                    req.parameters["sequence_id"].string_param = sid
+                req.parameters["sequence_start"].bool_param = k == 0
+                req.parameters["sequence_end"].bool_param = k == 2
+                req.parameters["causal"].bool_param = True
+                r = self.s.ModelInfer(want(req, "y"))
+                self.assertEqual(r.parameters["sequence_length"].int64_param, t0 + t)
+                shape, y = out(r, "y")
+                self.assertEqual(shape, [1, t, 8])
+                self.assertLess(max_diff(y, y_ref[t0 * 8:(t0 + t) * 8]), 1e-5)
+                t0 += t
+        req = pb.ModelInferRequest(model_name="tiny")
+        typed(req, "x", "FP32", [1, 1, 8], xs[:8])
+        req.parameters["sequence_id"].int64_param = 4242
+        self.code(self.s.ModelInfer, req, C.INVALID_ARGUMENT, r"unknown sequence '4242'.*sequence_start")
+
+
 class Limits(unittest.TestCase):
     """Auth, queue full, deadlines: servers with their own settings."""
 
