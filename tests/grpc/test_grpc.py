@@ -429,6 +429,57 @@ class Unary(unittest.TestCase):
         [streamed] = list(self.s.ModelStreamInfer(iter([want(sdpa_req(c), "output")])))
         self.assertEqual(out(unary, "output"), out(streamed.infer_response, "output"))
 
+    # -- sequences (server-held K/V): one stream equals REST
+    def test_sequence_over_a_stream_equals_rest(self):
+        rnd = __import__("random").Random(9)
+        chunks = [3, 1, 1, 2, 1]
+        xs = [[rnd.uniform(-1, 1) for _ in range(t * 64)] for t in chunks]
+        rest = []
+        for k, x in enumerate(xs):
+            st, body = self.d.rest("/v2/models/demo/infer", {
+                "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, chunks[k], 64], "data": x}],
+                "outputs": [{"name": "y"}, {"name": "attention"}],
+                "parameters": {"sequence_id": 70, "sequence_start": k == 0,
+                               "sequence_end": k == len(xs) - 1}})
+            self.assertEqual(st, 200, body)
+            rest.append(body)
+
+        def step(k, x, sid):
+            r = want(pb.ModelInferRequest(model_name="demo", id=f"s{k}"), "y", "attention")
+            raw(r, "x", "FP32", [1, chunks[k], 64], f32(x))
+            if isinstance(sid, int):
+                r.parameters["sequence_id"].int64_param = sid
+            else:
+                r.parameters["sequence_id"].string_param = sid
+            r.parameters["sequence_start"].bool_param = k == 0
+            r.parameters["sequence_end"].bool_param = k == len(xs) - 1
+            return r
+        got = list(self.s.ModelStreamInfer(iter([step(k, x, 71) for k, x in enumerate(xs)]), timeout=60))
+        self.assertEqual(len(got), len(xs))
+        length = 0
+        for k, g in enumerate(got):
+            self.assertEqual(g.error_message, "", k)
+            length += chunks[k]
+            r = g.infer_response
+            self.assertEqual(r.id, f"s{k}")
+            self.assertEqual(r.parameters["sequence_length"].int64_param, length)
+            self.assertEqual(rest[k]["parameters"]["sequence_length"], length)
+            for name in ("y", "attention"):
+                want_out = next(o for o in rest[k]["outputs"] if o["name"] == name)
+                shape, vals = out(r, name)
+                self.assertEqual(shape, want_out["shape"], name)
+                self.assertLess(max_diff(vals, want_out["data"]), 1e-6, f"step {k} {name}")
+        # unary calls and a string id work too; an unknown sequence is that
+        # request's error and the stream goes on
+        r = self.s.ModelInfer(step(0, xs[0], "abc"))
+        self.assertEqual(r.parameters["sequence_length"].int64_param, 3)
+        lost = step(1, xs[1], "never-started")
+        got = list(self.s.ModelStreamInfer(iter([lost, step(4, xs[4], "abc")])))
+        self.assertRegex(got[0].error_message, r"never-started")
+        self.assertEqual(got[1].infer_response.parameters["sequence_length"].int64_param, 4)
+        bad = step(0, xs[0], 0)
+        self.code(self.s.ModelInfer, bad, C.INVALID_ARGUMENT, r"parameters\.sequence_id: 0; expected >= 1")
+
     # -- statistics and repository
     def test_statistics_count_both_doors(self):
         before = self.s.ModelStatistics(pb.ModelStatisticsRequest(name="sdpa")).model_stats[0]
