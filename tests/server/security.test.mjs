@@ -9,7 +9,7 @@ import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
-import { REFS, fp32, infer, maxDiff, post, start } from './helper.mjs';
+import { REFS, SLOW, fp32, infer, maxDiff, start } from './helper.mjs';
 
 const TINY = join(dirname(fileURLToPath(import.meta.url)), 'fixtures', 'models', 'tiny');
 const upload = () => ({
