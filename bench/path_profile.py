@@ -90,10 +90,12 @@ def strace_counts(path):
 
 
 def callgrind_costs(path):
-    """Exclusive Ir per (object, file, function) and calls per callee name."""
+    """Exclusive Ir per (object, file, function), calls per callee name, and
+    calls per (caller function [place], callee name)."""
     names = {}
     excl = collections.Counter()
     calls = collections.Counter()
+    pairs = collections.Counter()
     ob = fl = fn = None
     skip = False
 
@@ -129,12 +131,13 @@ def callgrind_costs(path):
                 cfn = name("fn", line[4:])
             elif line.startswith("calls="):
                 calls[cfn] += int(line[6:].split()[0])
+                pairs[(f"{fn} [{where(ob, fl)}]", cfn)] += int(line[6:].split()[0])
                 skip = True  # the next line is the call's inclusive cost
             elif line and (line[0].isdigit() or line[0] in "+-*"):
                 parts = line.split()
                 if len(parts) >= 2:
                     excl[(ob, fl, fn)] += int(parts[1])
-    return excl, calls
+    return excl, calls, pairs
 
 
 def where(ob, fl):
@@ -192,6 +195,8 @@ def main():
         excl.subtract(cg[0][0])
         calls = collections.Counter(cg[1][1])
         calls.subtract(cg[0][1])
+        pairs = collections.Counter(cg[1][2])
+        pairs.subtract(cg[0][2])
         total = sum(excl.values()) / n
         print(f"\ninstructions per request (callgrind, all threads): {total:,.0f}")
         by_place = collections.Counter()
@@ -211,6 +216,13 @@ def main():
               + f"; loop<->pool hand-offs (uv_queue_work) {calls['uv_queue_work'] / n:.1f}"
               + f"; MHD suspend/resume {calls['MHD_suspend_connection'] / n:.1f}/"
               f"{calls['MHD_resume_connection'] / n:.1f}; MHD_run {calls['MHD_run'] / n:.1f}")
+        heap_fns = ("malloc", "calloc", "realloc", "posix_memalign")
+        by_caller = collections.Counter()
+        for (caller, callee), v in pairs.items():
+            if callee in heap_fns:
+                by_caller[caller] += v
+        print("  allocations per request by caller: " +
+              ", ".join(f"{c} {v / n:.1f}" for c, v in by_caller.most_common() if v / n >= 0.5))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

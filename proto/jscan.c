@@ -17,6 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "core/attn.h"
 #include "oip_internal.h"
@@ -196,6 +199,32 @@ static int scan_string(scanner *z, char *key, size_t keycap)
  * later by oip__read_data. Any other value is skipped the same way up to
  * the next ',' '}' or ']' at depth 0.
  */
+/* skip_plain: inside brackets, the position of the next '"', '[', ']', '{'
+ * or '}' at or after pos (len if none), 16 bytes at a time where SSE2 is;
+ * the byte loop of skip_data does the rest. */
+static size_t skip_plain(const unsigned char *u, size_t pos, size_t len)
+{
+#ifdef __SSE2__
+    const __m128i quote = _mm_set1_epi8('"'), lower = _mm_set1_epi8(0x20);
+    const __m128i open = _mm_set1_epi8('{'), close = _mm_set1_epi8('}');
+    while (len - pos >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(u + pos));
+        __m128i l = _mm_or_si128(v, lower); /* '[' -> '{', ']' -> '}' */
+        __m128i m = _mm_or_si128(_mm_cmpeq_epi8(v, quote),
+                                 _mm_or_si128(_mm_cmpeq_epi8(l, open),
+                                              _mm_cmpeq_epi8(l, close)));
+        unsigned bits = (unsigned)_mm_movemask_epi8(m);
+        if (bits)
+            return pos + (size_t)__builtin_ctz(bits);
+        pos += 16;
+    }
+#else
+    (void)u;
+    (void)len;
+#endif
+    return pos;
+}
+
 static int skip_data(scanner *z)
 {
     /* bytes skip_data must look at; everything else is skipped in bulk */
@@ -206,6 +235,8 @@ static int skip_data(scanner *z)
     while (z->pos < z->len) {
         /* inside brackets ',' does not matter either */
         unsigned skip = depth ? 2 : 0;
+        if (depth)
+            z->pos = skip_plain(u, z->pos, z->len);
         while (z->pos < z->len && (special[u[z->pos]] | skip) == skip)
             z->pos++;
         if (z->pos >= z->len)
@@ -533,10 +564,11 @@ wrong_kind:
 }
 
 /*
- * rd_run: one element, then (FP32) the rest of a flat run "a,b,c" with no
- * whitespace in a tight loop, the common shape of big arrays. Anything
- * unusual (whitespace, a bad or out-of-range number) drops back to
- * rd_scalar, which reports errors.
+ * rd_run: one element, then (FP32) the rest of a flat run "a,b,c" or
+ * "a, b, c" (one space after each comma: Python's json.dumps) in a tight
+ * loop, the common shapes of big arrays. Anything unusual (other
+ * whitespace, a bad or out-of-range number) drops back to rd_scalar, which
+ * reports errors.
  */
 static int rd_run(reader *r)
 {
@@ -544,13 +576,18 @@ static int rd_run(reader *r)
     if (rc || r->dtype != OIP_FP32)
         return rc;
     float *out = r->out;
-    while (r->end - r->p >= 2 && r->p[0] == ',' &&
-           ((unsigned)(unsigned char)r->p[1] - '0' <= 9 || r->p[1] == '-')) {
+    for (;;) {
+        const char *q = r->p + 1;
+        if (r->end - r->p < 3 || r->p[0] != ',')
+            break;
+        q += *q == ' ';
+        if ((unsigned)(unsigned char)*q - '0' > 9 && *q != '-')
+            break;
         oip__num num;
-        const char *e = oip__lex_number(r->p + 1, r->end, &num);
+        const char *e = oip__lex_number(q, r->end, &num);
         float f = e ? oip__num_to_float(&num) : 0.0f;
         if (!e || !isfinite(f)) {
-            r->p++;
+            r->p = q;
             return rd_scalar(r);
         }
         if (r->n < r->count)

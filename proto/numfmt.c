@@ -48,7 +48,9 @@ static double scale10(double d, int e)
 /*
  * oip__fmt_float: see oip_internal.h. k is first estimated from the binary
  * exponent (floor(log10 d) or one less), then corrected once from the
- * scaled value.
+ * scaled value. The binary exponent comes from the float's bits (frexp for
+ * subnormals) and floor((e2 - 1) log10 2) from (e2 - 1) * 78913 >> 18,
+ * which equals it for |e2 - 1| <= 1650.
  */
 size_t oip__fmt_float(float f, char *out)
 {
@@ -60,9 +62,14 @@ size_t oip__fmt_float(float f, char *out)
         *p++ = '0';
         return (size_t)(p - out);
     }
-    int e2;
-    (void)frexp(d, &e2); /* d in [2^(e2-1), 2^e2) */
-    int k = (int)floor((e2 - 1) * 0.30102999566398120);
+    int e2; /* d in [2^(e2-1), 2^e2) */
+    uint32_t fb;
+    memcpy(&fb, &f, sizeof fb);
+    if (fb & 0x7f800000u)
+        e2 = (int)((fb >> 23) & 0xffu) - 126;
+    else
+        (void)frexp(d, &e2);
+    int k = ((e2 - 1) * 78913) >> 18;
     double s = scale10(d, 8 - k);
     if (s >= 999999999.5) {
         k++;
@@ -146,11 +153,50 @@ static int is_digit(char c)
  */
 #define MANT_ROOM 1000000000000000000ULL
 
+static const uint64_t pow10_u64[9] = {
+    1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
+
 static const char *lex_digits(const char *p, const char *end, oip__num *n,
                               int frac)
 {
     uint64_t mant = n->mant;
     int exp10 = n->exp10, digits = n->digits;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    /* Eight bytes at a time while the digits surely fit (mant < 1e10, so
+     * mant * 1e8 + 8 digits < 1e18 + 1e8, as the byte loop allows): the
+     * leading run of digits (bytes whose value minus '0' is 0..9) is
+     * shifted to the top of the word and converted by three multiplies. */
+    while (end - p >= 8 && mant < 10000000000ULL) {
+        uint64_t v, t, m, w, z;
+        int k, lz;
+        memcpy(&v, p, sizeof v);
+        t = v - 0x3030303030303030ULL;
+        m = ((t + 0x7676767676767676ULL) | t) & 0x8080808080808080ULL;
+        k = m ? __builtin_ctzll(m) >> 3 : 8; /* borrows only reach past it */
+        if (k == 0)
+            break;
+        w = v << (8 * (8 - k)); /* k digits, '\0' bytes as leading zeros */
+        w = (w & 0x0F0F0F0F0F0F0F0FULL) * 2561 >> 8;
+        w = (w & 0x00FF00FF00FF00FFULL) * 6553601 >> 16;
+        w = (w & 0x0000FFFF0000FFFFULL) * 42949672960001ULL >> 32;
+        if (mant) {
+            digits += k;
+        } else {
+            z = v ^ 0x3030303030303030ULL; /* '0' bytes become 0 */
+            lz = z ? __builtin_ctzll(z) >> 3 : 8;
+            digits += lz < k ? k - lz : 0;
+        }
+        mant = mant * pow10_u64[k] + w;
+        exp10 -= frac * k;
+        p += k;
+        if (k < 8) {
+            n->mant = mant;
+            n->exp10 = exp10;
+            n->digits = digits;
+            return p;
+        }
+    }
+#endif
     while (p < end) {
         unsigned d = (unsigned)(unsigned char)*p - '0';
         if (d > 9)

@@ -2,6 +2,7 @@
  * data reader on its own. */
 #include <check.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +39,34 @@ START_TEST(spans)
      * in1: obj, name k+v -> 3; in2: obj, data k, x k+obj, data k+1 -> 6 */
     ck_assert_uint_eq(sc.n_values, 1 + 2 + 2 + 1 + 3 + 2 + 4 + 3 + 6);
     free(sc.data);
+}
+END_TEST
+
+/* The bulk skip (16 bytes at a time) finds a bracket, a quote or a nested
+ * array at every offset of a long data array, and the span ends where the
+ * byte-by-byte scan ends it. */
+START_TEST(long_spans)
+{
+    static const char *const inner[] = {"", "[7]", "\"s]\"", "{\"k\":[1]}"};
+    static const char digits[] = "1,2,3,4,5,6,7,8,9,1,2,3,4,5,6,7,8,9,1,2,3,4,5";
+    char js[512], arr[300];
+    oip__scan sc;
+    char err[OIP_ERRMAX] = "";
+    for (size_t k = 0; k < sizeof inner / sizeof inner[0]; k++)
+        for (int at = 0; at < 40; at++) {
+            int n = snprintf(arr, sizeof arr, "[%.*s%s", at, digits,
+                             at && digits[at - 1] == ',' ? "0" : "");
+            if (k)
+                n += snprintf(arr + n, sizeof arr - (size_t)n, "%s%s, 0.5]",
+                              at ? (at % 2 ? "," : ", ") : "", inner[k]);
+            else
+                n += snprintf(arr + n, sizeof arr - (size_t)n, "]");
+            snprintf(js, sizeof js, "{\"inputs\":[{\"data\":%s , \"name\":\"x\"}]}", arr);
+            ck_assert_msg(scan(js, &sc, err) == 0, "%s: %s", js, err);
+            ck_assert_msg(sc.data[0].len == (size_t)n, "%s: span %zu, want %d", js,
+                          sc.data[0].len, n);
+            free(sc.data);
+        }
 }
 END_TEST
 
@@ -86,6 +115,27 @@ START_TEST(reader)
                      0);
     ck_assert(f[0] == 1.5f && f[1] == -2.0f && f[2] == 300.0f &&
               f[3] == 0.25f);
+    /* Python's separators (", ") take the same values as ",", and an error
+     * after one names the same element and byte */
+    s = "[0.5, -1e-3, 7,2, 2.5e1]";
+    ck_assert_int_eq(oip__read_data(s, strlen(s), OIP_FP32, f, 5 - 1, "d", err),
+                     ATTN_EINVAL);
+    ck_assert_str_eq(err, "d: expected 4 values, got 5");
+    s = "[0.5, -1e-3, 7,2.5e1]";
+    ck_assert_int_eq(oip__read_data(s, strlen(s), OIP_FP32, f, 4, "d", err), 0);
+    ck_assert(f[0] == 0.5f && f[1] == -1e-3f && f[2] == 7.0f && f[3] == 25.0f);
+    s = "[0.5, 1.e3]";
+    ck_assert_int_eq(oip__read_data(s, strlen(s), OIP_FP32, f, 2, "d", err),
+                     ATTN_EINVAL);
+    ck_assert_str_eq(err, "d: invalid JSON at byte 6: malformed number");
+    s = "[0.5, 1e39]";
+    ck_assert_int_eq(oip__read_data(s, strlen(s), OIP_FP32, f, 2, "d", err),
+                     ATTN_EINVAL);
+    ck_assert_str_eq(err, "d[1]: 1e39 is out of FP32 range");
+    s = "[0.5,  -x]";
+    ck_assert_int_eq(oip__read_data(s, strlen(s), OIP_FP32, f, 2, "d", err),
+                     ATTN_EINVAL);
+    ck_assert_str_eq(err, "d: invalid JSON at byte 7: malformed number");
     int64_t v[2];
     s = "[-9223372036854775808,9223372036854775807]";
     ck_assert_int_eq(oip__read_data(s, strlen(s), OIP_INT64, v, 2, "d", err),
@@ -144,6 +194,7 @@ static Suite *jscan_suite(void)
     Suite *s = suite_create("jscan");
     TCase *tc = tcase_create("jscan");
     tcase_add_test(tc, spans);
+    tcase_add_test(tc, long_spans);
     tcase_add_test(tc, scan_errors);
     tcase_add_test(tc, reader);
     suite_add_tcase(s, tc);

@@ -378,7 +378,7 @@ test('retain: one map that grows with every step, same id, readable meanwhile', 
     let t0 = 0, id = null;
     for (const t of [3, 1, 3]) {
       const r = await infer(d, 'gqa', stepBody('ret', xs.slice(t0 * D, (t0 + t) * D),
-        { start: t0 === 0, extra: t0 === 0 ? { retain: true, tokens: ['a', 'b', 'c'] } : {} }), auth);
+        { start: t0 === 0, extra: t0 === 0 ? { retain: true, tokens: ['a', 'b', 'c'] } : { retain: true } }), auth);
       checkStep(r, ref, t0, t, `retain ${t0}`);
       t0 += t;
       if (!id) id = r.json.parameters.map_id;
@@ -401,4 +401,46 @@ test('retain: one map that grows with every step, same id, readable meanwhile', 
     assert.equal((await fetch(`${d.url}/v2/sequences/ret`, { method: 'DELETE' })).status, 401);
     assert.equal((await fetch(`${d.url}/v2/sequences/ret`, { method: 'DELETE', headers: auth })).status, 200);
   } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+for (const [dtype, tol] of [['f16', 2e-3], ['bf16', 2e-2]])
+  test(`--kv-dtype ${dtype}: half the bytes, within ${tol} of FP32`, async () => {
+    const d = await start({ dir: gqaModels(), args: ['--kv-dtype', dtype] });
+    try {
+      const xs = tokens(9, 10);
+      const ref = await full(d, xs);
+      let t0 = 0, worst = 0;
+      for (const t of [5, 1, 3]) {
+        const r = await infer(d, 'gqa', stepBody('h', xs.slice(t0 * D, (t0 + t) * D), { start: t0 === 0 }));
+        assert.equal(r.status, 200, JSON.stringify(r.json));
+        const e = expectRows(ref, t0, t);
+        for (const o of r.json.outputs) worst = Math.max(worst, maxDiff(o.data, e[o.name]));
+        t0 += t;
+      }
+      if (process.env.SEQ_TEST_VERBOSE) console.log(`${dtype}: max |diff| ${worst}`);
+      assert.ok(worst <= tol, `${dtype}: max |diff| ${worst} > ${tol}`);
+      assert.ok(worst > 0, `${dtype}: bit-exact with FP32? the setting did not take`);
+      // one 64-token page of 2 kv heads x (4 + 4) values at 2 bytes
+      assert.equal(await metric(d, 'attnd_kv_bytes'), 2048);
+    } finally { assert.equal((await d.stop()).code, 0); }
+  });
+
+test('SIGTERM finishes the steps in flight, then the sequences are gone', async () => {
+  const d = await start({ dir: gqaModels() });
+  // the in-flight steps all send the same token, so their history is the
+  // same whatever order they arrived in
+  const xs = tokens(6, 11);
+  for (let i = 3; i < 6; i++) xs.splice(i * D, D, ...xs.slice(2 * D, 3 * D));
+  const ref = await full(d, xs);
+  checkStep(await infer(d, 'gqa', stepBody('drain', xs.slice(0, 2 * D), { start: true })), ref, 0, 2, 'start');
+  const inflight = [2, 3, 4, 5].map((i) => infer(d, 'gqa', stepBody('drain', xs.slice(i * D, (i + 1) * D))));
+  await sleep(5);
+  d.proc.kill('SIGTERM');
+  const got = await Promise.all(inflight.map((p) => p.catch((e) => ({ status: 0, json: { error: String(e) } }))));
+  // each step either ran (200, exact, lengths 3, 4, ... without gaps) or
+  // was refused as the drain began (503): never one half-applied
+  const ran = got.filter((r) => r.status === 200).sort((a, b) => a.json.parameters.sequence_length - b.json.parameters.sequence_length);
+  ran.forEach((r, k) => checkStep(r, ref, 2 + k, 1, `drain step ${k}`));
+  for (const r of got) assert.ok([200, 503, 0].includes(r.status), JSON.stringify(r.json));
+  assert.equal((await d.stop()).code, 0);
 });
