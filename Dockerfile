@@ -36,10 +36,12 @@ RUN ldd /usr/local/bin/attnd | awk '/not found/ {bad=1; print} END {exit bad}'
 # daemon's defaults because a container must listen on every interface.
 ENV ATTND_HOST=0.0.0.0 \
     ATTND_PORT=8080 \
+    ATTND_GRPC_PORT=8001 \
     ATTND_MODELS=/models
 # The model repository: mount your own folder of <name>/model.safetensors.
 VOLUME ["/models"]
-EXPOSE 8080
+# REST on 8080, gRPC (KServe v2 / Triton GRPCInferenceService, h2c) on 8001.
+EXPOSE 8080 8001
 # Numeric so that Kubernetes' runAsNonRoot can check it.
 USER 10001:10001
 # The daemon is PID 1 and handles SIGTERM itself: stop accepting, report

@@ -183,6 +183,17 @@ check-grpc: deps-test $(ATTND) $(GRPC_STUBS) $(if $(GRPC_NODE_TESTS),$(GRPC_NPM)
 	$(if $(GRPC_NODE_TESTS),@ATTND_BIN=$(ATTND) node --test \
 	    --test-concurrency=1 $(GRPC_NODE_TESTS))
 
+# bench-grpc: the REST bench's points over both doors of one attnd (wrk for
+# REST, bench/bench_grpc.c, an nghttp2 client, for gRPC unary and streams),
+# and one-token decode steps on a stream against REST.
+BENCH_GRPC := $(BUILD)/bench/bench_grpc
+.PHONY: bench-grpc
+bench-grpc: deps $(ATTND) $(BENCH_GRPC)
+	@tools/install-deps.sh bench
+	python3 bench/grpc_bench.py --attnd $(ATTND) --client $(BENCH_GRPC)
+bench: bench-grpc
+all: $(BENCH_GRPC)
+
 # --- deploy/ (issue 6): k8s manifests, nginx failover, container image ---
 # check-deploy: the manifests against the Kubernetes schemas (offline, npm
 # kubernetes-models, pinned by tests/deploy/package-lock.json), then three
@@ -228,13 +239,38 @@ format:
 #   make bench-proto              decode/encode MB/s next to jansson/memcpy
 FUZZ_SECONDS ?= 60
 FUZZ_BIN := build/fuzz/fuzz_oip
-$(FUZZ_BIN): tests/proto/fuzz_oip.c $(PROTO_SRC) $(wildcard proto/*.h)
+# proto/ includes pb.c: the fuzzers link the protobuf-c code made for them
+FUZZ_PB_GEN := build/fuzz/gen/proto/kserve.pb-c.c
+$(FUZZ_PB_GEN): proto/kserve.proto
+	@mkdir -p $(dir $@)
+	protoc-c --c_out=build/fuzz/gen proto/kserve.proto
+$(FUZZ_BIN): tests/proto/fuzz_oip.c $(PROTO_SRC) $(wildcard proto/*.h) $(FUZZ_PB_GEN)
 	@mkdir -p $(dir $@)
 	clang -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) \
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-	    -I. $(shell pkg-config --cflags jansson) -o $@ \
-	    tests/proto/fuzz_oip.c $(PROTO_SRC) \
-	    $(shell pkg-config --libs jansson) -lm
+	    -I. -Ibuild/fuzz/gen $(shell pkg-config --cflags jansson libprotobuf-c) \
+	    -o $@ tests/proto/fuzz_oip.c $(PROTO_SRC) $(FUZZ_PB_GEN) \
+	    $(shell pkg-config --libs jansson libprotobuf-c) -lm
+
+# make fuzz-pb: the gRPC message decoder (proto/pb.c), seeded with valid
+# ModelInferRequests from tests/proto/make_pb_corpus.py.
+FUZZ_PB_BIN := build/fuzz/fuzz_pb
+$(FUZZ_PB_BIN): tests/proto/fuzz_pb.c $(PROTO_SRC) $(wildcard proto/*.h) $(FUZZ_PB_GEN)
+	@mkdir -p $(dir $@)
+	clang -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) \
+	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	    -I. -Ibuild/fuzz/gen $(shell pkg-config --cflags jansson libprotobuf-c) \
+	    -o $@ tests/proto/fuzz_pb.c $(PROTO_SRC) $(FUZZ_PB_GEN) \
+	    $(shell pkg-config --libs jansson libprotobuf-c) -lm
+.PHONY: fuzz-pb
+fuzz-pb:
+	@tools/install-deps.sh fuzz
+	@$(MAKE) --no-print-directory $(FUZZ_PB_BIN)
+	@mkdir -p build/fuzz/corpus_pb build/fuzz/crashes
+	$(FUZZ_PB_BIN) -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+	    -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
+	    -artifact_prefix=build/fuzz/crashes/ build/fuzz/corpus_pb \
+	    tests/proto/fuzz_pb_corpus
 
 .PHONY: fuzz bench-proto
 fuzz:

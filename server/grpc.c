@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "proto/oip_pb.h"
 
@@ -35,7 +36,7 @@ static int key_ok(const char *key, const char *v, size_t m)
 {
     size_t i, n = strlen(key);
     unsigned char d = 0;
-    if (m < 7 || strncmp(v, "Bearer ", 7) != 0)
+    if (m < 7 || strncasecmp(v, "Bearer ", 7) != 0)
         return 0;
     v += 7;
     m -= 7;
@@ -371,6 +372,7 @@ static void dispatch(gcall *call, char *msg, size_t len)
     }
     r->s = s;
     r->t0_ns = now;
+    r->late = s->draining; /* new work after SIGTERM is refused (sched.c) */
     r->method = SRV_POST;
     snprintf(r->path, sizeof r->path, "%s", call->path);
     r->on_answer = on_answer;

@@ -24,7 +24,8 @@ struct srv_seq {
     srv_step *active;    /* on the model queue or in a batch */
     srv_step *qhead, *qtail; /* waiting steps, arrival order */
     uint64_t last_ns;    /* end of its last step (or start) */
-    char map_id[MAPS_ID_MAX]; /* its growing map, "" = none */
+    char map_id[MAPS_ID_MAX]; /* its growing map, "" = none (or evicted) */
+    int retained;        /* started with retain: true */
     srv_seq *hnext;
 };
 
@@ -192,7 +193,7 @@ static void kick(srv_seqs *q, srv_seq *l)
                 fail(st, 400, msg);
                 continue;
             }
-            if (st->retain && !l->map_id[0]) {
+            if (st->retain && !l->retained) {
                 snprintf(msg, sizeof msg, "parameters.retain: sequence '%s' "
                          "keeps no map (retain is decided by its "
                          "sequence_start step)", st->id);
@@ -257,6 +258,16 @@ void srv_seq_arrive(srv *s, srv_step *st)
     st->ticket = ++q->next_ticket;
     st->where = SRV_STEP_DECODING;
     list_append(&q->dec_head, &q->dec_tail, st);
+}
+
+void srv_seq_abandon(srv *s, srv_step *st)
+{
+    srv_seqs *q = s->seqs;
+    if (st->where != SRV_STEP_DECODING)
+        return;
+    list_remove(&q->dec_head, &q->dec_tail, st);
+    st->where = SRV_STEP_NONE;
+    release(q);
 }
 
 void srv_seq_decoded(srv *s, srv_step *st, int take)
@@ -377,6 +388,7 @@ void srv_seq_step_end(srv_step *st, int ok)
             l->inst = st->inst;
             l->inst->refs++;
             l->live = 1;
+            l->retained = st->retain;
             q->n_live++;
             l->e->seq_stats.live++;
             l->e->seq_stats.started++;

@@ -14,12 +14,15 @@
 //     survivors, both of them, as nginx's access log shows,
 //   - a client with an X-Attnd-Session header stays on one replica, so a
 //     retained map fetched through nginx is found,
+//   - gRPC calls through nginx's grpc_pass (the seed over ModelInfer) all
+//     answer right after the kill,
 //   - the survivors exit 0 on SIGTERM.
 // Settings (env): FAILOVER_REQUESTS (600), FAILOVER_CONCURRENCY (8),
 // FAILOVER_TIME_CAP_S (120), NGINX (nginx), FAILOVER_KEEP=1 keeps the folder.
 // Prints `failover: N passed, M failed` (the load requests) and exits 1 if
 // any request or check failed.
 import { spawn } from "node:child_process";
+import http2 from "node:http2";
 import { mkdtempSync, mkdirSync, readFileSync, writeFileSync, chmodSync, rmSync, openSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -144,6 +147,43 @@ async function infer(base, seq, scale, headers = {}, parameters) {
   return { resp };
 }
 
+// grpcInfers: n ModelInfer calls (the seed, raw_input_contents, protobuf
+// written by hand) over one HTTP/2 connection to nginx's gRPC port; counts
+// the answers with grpc-status 0 and the seed's output.
+async function grpcInfers(port, n) {
+  const varint = (v) => { const b = []; do { b.push((v & 0x7f) | (v > 0x7f ? 0x80 : 0)); v >>>= 7; } while (v); return Buffer.from(b); };
+  const ld = (f, bytes) => Buffer.concat([varint((f << 3) | 2), varint(bytes.length), bytes]);
+  const t = [["q", [2, 4], Q], ["k", [2, 4], K], ["v", [2, 2], V]];
+  const msg = Buffer.concat([ld(1, Buffer.from("sdpa")),
+    ...t.map(([name, s]) => ld(5, Buffer.concat([ld(1, Buffer.from(name)), ld(2, Buffer.from("FP32")), ld(3, Buffer.concat(s.map(varint)))]))),
+    ...t.map(([, , v]) => ld(7, Buffer.from(new Float32Array(v).buffer)))]);
+  const head = Buffer.alloc(5);
+  head.writeUInt32BE(msg.length, 1);
+  const session = http2.connect(`http://127.0.0.1:${port}`);
+  session.on("error", () => {});
+  let ok = 0, err;
+  for (let i = 0; i < n; i++) {
+    const r = await new Promise((resolve) => {
+      const req = session.request({ ":method": "POST", ":path": "/inference.GRPCInferenceService/ModelInfer", "content-type": "application/grpc", te: "trailers" });
+      let status;
+      const chunks = [];
+      req.on("response", (h) => { status = h["grpc-status"] ?? status; });
+      req.on("trailers", (h) => { status = h["grpc-status"]; });
+      req.on("data", (c) => chunks.push(c));
+      req.on("error", (e) => resolve({ err: e.message }));
+      req.on("end", () => resolve({ status, body: Buffer.concat(chunks) }));
+      req.end(Buffer.concat([head, msg]));
+    });
+    if (r.status !== "0") { err = r.err ?? `grpc-status ${r.status}`; continue; }
+    // raw_output_contents (field 6) is the last field: 16 bytes of floats
+    const out = Array.from(new Float32Array(r.body.buffer.slice(r.body.byteOffset + r.body.length - 16, r.body.byteOffset + r.body.length)));
+    if (out.every((x, j) => Math.abs(x - WANT_OUTPUT[j]) < 1e-5)) ok++;
+    else err = `output ${out}`;
+  }
+  session.close();
+  return { ok, err };
+}
+
 // accessLog: nginx's log lines as {req, status, upstreams[], session}.
 function accessLog() {
   return readFileSync(join(dir, "logs", "access.log"), "utf8").split("\n").filter(Boolean).map((line) => {
@@ -160,18 +200,20 @@ function accessLog() {
 
 async function main() {
   const ports = [];
-  while (ports.length < 4) {
+  while (ports.length < 8) {
     const p = await freePort();
     if (!ports.includes(p)) ports.push(p);
   }
-  const [lbPort, ...replicaPorts] = ports;
+  const [lbPort, lbGrpcPort] = ports;
+  const replicaPorts = ports.slice(2, 5);
+  const grpcPorts = ports.slice(5, 8);
   const replicas = replicaPorts.map((port, i) => ({
     port,
     addr: `127.0.0.1:${port}`,
     rec: start(`attnd${i}`, BIN, [], {
       ATTND_HOST: "127.0.0.1",
       ATTND_PORT: String(port),
-      ATTND_GRPC_PORT: "0",
+      ATTND_GRPC_PORT: String(grpcPorts[i]),
       ATTND_MODELS: join(dir, "models"),
       ATTND_THREADS: "1",
       ATTND_DRAIN_MS: "5000",
@@ -189,6 +231,12 @@ async function main() {
   conf = conf.replace("listen 127.0.0.1:8080;", `listen 127.0.0.1:${lbPort};`);
   defaults.forEach((d, i) => {
     conf = conf.replaceAll(`server 127.0.0.1:${d} `, `server 127.0.0.1:${replicaPorts[i]} `);
+  });
+  if (!conf.includes("listen 127.0.0.1:8001 http2;") || (conf.match(/server 127\.0\.0\.1:908[123] /g) || []).length !== 3)
+    throw new Error("deploy/nginx.conf no longer has the gRPC listen line and the 3 gRPC server lines this test fills in");
+  conf = conf.replace("listen 127.0.0.1:8001 http2;", `listen 127.0.0.1:${lbGrpcPort} http2;`);
+  [9081, 9082, 9083].forEach((d, i) => {
+    conf = conf.replaceAll(`server 127.0.0.1:${d} `, `server 127.0.0.1:${grpcPorts[i]} `);
   });
   writeFileSync(join(dir, "nginx.conf"), conf);
   const nginx = start("nginx", NGINX, ["-p", dir + "/", "-c", join(dir, "nginx.conf"), "-e", join(dir, "logs", "error.log"), "-g", "daemon off;"], {});
@@ -264,6 +312,8 @@ async function main() {
   check(p1.acted, "a replica was killed mid-run");
   check(count(after1)[victim.addr] === 0, "no request started after the kill was answered by the killed replica");
   check(survivors.every((r) => count(after1)[r.addr] > 0), "both survivors answered requests after the kill");
+  const g = await grpcInfers(lbGrpcPort, 12);
+  check(g.ok === 12, `gRPC through nginx after the kill: ${g.ok} of 12 seed ModelInfer calls right ${g.err ?? ""}`);
 
   // Phase 2: a rolling restart's half: one survivor gets SIGTERM under load
   // (it drains: finishes what it admitted, refuses the rest, exits 0) and

@@ -429,6 +429,57 @@ class Unary(unittest.TestCase):
         [streamed] = list(self.s.ModelStreamInfer(iter([want(sdpa_req(c), "output")])))
         self.assertEqual(out(unary, "output"), out(streamed.infer_response, "output"))
 
+    # -- sequences (server-held K/V): one stream equals REST
+    def test_sequence_over_a_stream_equals_rest(self):
+        rnd = __import__("random").Random(9)
+        chunks = [3, 1, 1, 2, 1]
+        xs = [[rnd.uniform(-1, 1) for _ in range(t * 64)] for t in chunks]
+        rest = []
+        for k, x in enumerate(xs):
+            st, body = self.d.rest("/v2/models/demo/infer", {
+                "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, chunks[k], 64], "data": x}],
+                "outputs": [{"name": "y"}, {"name": "attention"}],
+                "parameters": {"sequence_id": 70, "sequence_start": k == 0,
+                               "sequence_end": k == len(xs) - 1}})
+            self.assertEqual(st, 200, body)
+            rest.append(body)
+
+        def step(k, x, sid):
+            r = want(pb.ModelInferRequest(model_name="demo", id=f"s{k}"), "y", "attention")
+            raw(r, "x", "FP32", [1, chunks[k], 64], f32(x))
+            if isinstance(sid, int):
+                r.parameters["sequence_id"].int64_param = sid
+            else:
+                r.parameters["sequence_id"].string_param = sid
+            r.parameters["sequence_start"].bool_param = k == 0
+            r.parameters["sequence_end"].bool_param = k == len(xs) - 1
+            return r
+        got = list(self.s.ModelStreamInfer(iter([step(k, x, 71) for k, x in enumerate(xs)]), timeout=60))
+        self.assertEqual(len(got), len(xs))
+        length = 0
+        for k, g in enumerate(got):
+            self.assertEqual(g.error_message, "", k)
+            length += chunks[k]
+            r = g.infer_response
+            self.assertEqual(r.id, f"s{k}")
+            self.assertEqual(r.parameters["sequence_length"].int64_param, length)
+            self.assertEqual(rest[k]["parameters"]["sequence_length"], length)
+            for name in ("y", "attention"):
+                want_out = next(o for o in rest[k]["outputs"] if o["name"] == name)
+                shape, vals = out(r, name)
+                self.assertEqual(shape, want_out["shape"], name)
+                self.assertLess(max_diff(vals, want_out["data"]), 1e-6, f"step {k} {name}")
+        # unary calls and a string id work too; an unknown sequence is that
+        # request's error and the stream goes on
+        r = self.s.ModelInfer(step(0, xs[0], "abc"))
+        self.assertEqual(r.parameters["sequence_length"].int64_param, 3)
+        lost = step(1, xs[1], "never-started")
+        got = list(self.s.ModelStreamInfer(iter([lost, step(4, xs[4], "abc")])))
+        self.assertRegex(got[0].error_message, r"never-started")
+        self.assertEqual(got[1].infer_response.parameters["sequence_length"].int64_param, 4)
+        bad = step(0, xs[0], 0)
+        self.code(self.s.ModelInfer, bad, C.INVALID_ARGUMENT, r"parameters\.sequence_id: 0; expected >= 1")
+
     # -- statistics and repository
     def test_statistics_count_both_doors(self):
         before = self.s.ModelStatistics(pb.ModelStatisticsRequest(name="sdpa")).model_stats[0]
@@ -478,6 +529,39 @@ class Unary(unittest.TestCase):
         r = tiny_x(c)
         r.model_name = "tiny2"
         self.assertLess(max_diff(out(self.s.ModelInfer(r), "y")[1], c["y"]), 1e-5)
+
+
+    # -- sequences: Triton's gRPC sequence parameters (int64/string id, bool
+    # start/end), steps equal to one causal request over the history
+    def test_sequence_steps_equal_one_causal_request(self):
+        xs = [((i * 37) % 23) / 23.0 - 0.5 for i in range(5 * 8)]
+        st, ref = self.d.rest("/v2/models/tiny/infer", {
+            "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 5, 8], "data": xs}],
+            "outputs": [{"name": "y"}], "parameters": {"causal": True}})
+        self.assertEqual(st, 200, ref)
+        y_ref = ref["outputs"][0]["data"]
+        for sid in (4242, "grpc-seq"):
+            t0 = 0
+            for k, t in enumerate((3, 1, 1)):
+                req = pb.ModelInferRequest(model_name="tiny", id=f"s{k}")
+                typed(req, "x", "FP32", [1, t, 8], xs[t0 * 8:(t0 + t) * 8])
+                if isinstance(sid, int):
+                    req.parameters["sequence_id"].int64_param = sid
+                else:
+                    req.parameters["sequence_id"].string_param = sid
+                req.parameters["sequence_start"].bool_param = k == 0
+                req.parameters["sequence_end"].bool_param = k == 2
+                req.parameters["causal"].bool_param = True
+                r = self.s.ModelInfer(want(req, "y"))
+                self.assertEqual(r.parameters["sequence_length"].int64_param, t0 + t)
+                shape, y = out(r, "y")
+                self.assertEqual(shape, [1, t, 8])
+                self.assertLess(max_diff(y, y_ref[t0 * 8:(t0 + t) * 8]), 1e-5)
+                t0 += t
+        req = pb.ModelInferRequest(model_name="tiny")
+        typed(req, "x", "FP32", [1, 1, 8], xs[:8])
+        req.parameters["sequence_id"].int64_param = 4242
+        self.code(self.s.ModelInfer, req, C.INVALID_ARGUMENT, r"unknown sequence '4242'.*sequence_start")
 
 
 class Limits(unittest.TestCase):

@@ -259,6 +259,7 @@ START_TEST(round_trip_binary)
     size_t n = 4096;
     float *y = malloc(n * 4);
     fill_floats(y, n);
+    y[0] = 1.0f;
     int32_t len[3] = {5, -1, 7};
     oip_output o[2] = {
         {.name = "x", .dtype = OIP_FP32, .rank = 3, .shape = {2, 32, 64},
@@ -271,11 +272,29 @@ START_TEST(round_trip_binary)
     char err[OIP_ERRMAX] = "";
     ck_assert_int_eq(oip_encode("m", NULL, o, 2, NULL, &body, &blen, &hl,
                                 err), 0);
-    /* rewrite the response header as a request header: the binary part
-     * stays as it is */
+    /* independent of our decoder: the binary part is the outputs' bytes in
+     * order, little-endian (1.0f is 00 00 80 3f, -1 is ff ff ff ff), each
+     * output's binary_data_size in the header */
+    static const unsigned char one_le[4] = {0x00, 0x00, 0x80, 0x3f};
+    static const unsigned char len_le[12] = {5, 0, 0, 0, 0xff, 0xff, 0xff,
+                                             0xff, 7, 0, 0, 0};
+    ck_assert_uint_eq(blen - hl, n * 4 + 12);
+    ck_assert(!memcmp(body + hl, one_le, 4));
+    ck_assert(!memcmp(body + hl, y, n * 4));
+    ck_assert(!memcmp(body + hl + n * 4, len_le, 12));
     json_error_t jerr;
     json_t *h = json_loadb(body, hl, 0, &jerr);
     ck_assert_ptr_nonnull(h);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(
+                         json_array_get(json_object_get(h, "outputs"), 0),
+                         "parameters"), "binary_data_size")),
+                     (json_int_t)(n * 4));
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(
+                         json_array_get(json_object_get(h, "outputs"), 1),
+                         "parameters"), "binary_data_size")),
+                     12);
+    /* rewrite the response header as a request header: the binary part
+     * stays as it is */
     json_t *outs = json_object_get(h, "outputs");
     json_t *req = json_pack("{s:O}", "inputs", outs);
     char *rh = json_dumps(req, JSON_COMPACT);

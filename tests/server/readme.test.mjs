@@ -35,6 +35,7 @@ const SKIP = {
   'Sequences across replicas': 'through the nginx of the section above, with x elided; make check-deploy checks the routing',
   'Engine (`core/`)': 'make targets and PyTorch: part of make test / make bench themselves',
   'Protocol details (proto/)': 'make fuzz / make bench-proto: clang and long runs',
+  gRPC: 'needs the gRPC port and generated stubs; make check-grpc makes the same calls (tests/grpc)',
 };
 // Sections whose blocks are run against the daemon, in README order.
 const RUN = ['API', 'Retained attention maps', 'Sequences (decoder steps over a server-held K/V cache)'];

@@ -243,8 +243,19 @@ test('two interleaved sequences never see each other; restart; unknown ids', asy
 });
 
 test('rules: B = 1, weight-set models only, only x, no k/v outputs', async () => {
-  const d = await start({ dir: gqaModels() });
+  const d = await start({ dir: gqaModels(), args: ['--cors-origins', '*'] });
   try {
+    // the model says what a token costs: 2 x 2 kv heads x 4 dims x 4 bytes
+    const meta0 = await (await fetch(`${d.url}/v2/models/gqa`)).json();
+    assert.equal(meta0.parameters.kv_bytes_per_token, 64);
+    assert.equal(meta0.parameters.kv_bytes_limit, 4096 * 1024 * 1024);
+    // browsers may send the routing header and DELETE cross-origin
+    const pre = await fetch(`${d.url}/v2/sequences/x`, { method: 'OPTIONS',
+      headers: { Origin: 'http://example.test', 'Access-Control-Request-Method': 'DELETE' } });
+    assert.equal(pre.status, 204);
+    assert.match(pre.headers.get('access-control-allow-methods'), /DELETE/);
+    assert.match(pre.headers.get('access-control-allow-headers'), /Attnd-Sequence-Id/);
+    assert.equal((await fetch(`${d.url}/v2/sequences/x`)).status, 405);
     const xs = tokens(4, 5);
     const b2 = await infer(d, 'gqa', { inputs: [fp32('x', [2, 2, D], xs)],
       parameters: { sequence_id: 1, sequence_start: true, sequence_end: false } });
@@ -273,13 +284,11 @@ test('rules: B = 1, weight-set models only, only x, no k/v outputs', async () =>
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
-/** POST one step with node:http; resolves when the body is flushed
- * (sent) with a promise of the answer. */
+/** POST one step with node:http on its own connection; the promise of
+ * its answer. */
 function send(url, body) {
-  return new Promise((resolveSent) => {
-    const u = new URL(url);
-    let done;
-    const answer = new Promise((res) => { done = res; });
+  const u = new URL(url);
+  return new Promise((done) => {
     const req = http.request({ host: u.hostname, port: u.port, path: u.pathname, method: 'POST', agent: false,
       headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) } }, (res) => {
       let text = '';
@@ -288,7 +297,6 @@ function send(url, body) {
       res.on('end', () => done({ status: res.statusCode, json: JSON.parse(text) }));
     });
     req.on('error', (e) => done({ status: 0, json: { error: String(e) } }));
-    req.on('finish', () => resolveSent(answer));
     req.end(body);
   });
 }
@@ -300,13 +308,23 @@ test('steps of one sequence run in arrival order while several are in flight', a
     const xs = tokens(n + 1, 6);
     const ref = await full(d, xs);
     checkStep(await infer(d, 'gqa', stepBody('ord', xs.slice(0, D), { start: true })), ref, 0, 1, 'start');
-    // step 1 carries 4 MB of padding: it decodes last though it came first
+    // Each step is sent once the previous one has arrived (the server
+    // counts it pending) or been answered, so arrival order is send order.
+    // Step 1 carries 400k ignored JSON numbers: it is still decoding when
+    // the later ones arrive and finish decoding.
     const answers = [];
+    let answered = 0;
     for (let i = 1; i <= n; i++) {
-      const extra = i === 1 ? { pad: 'x'.repeat(4 << 20) } : {};
+      const extra = i === 1 ? { pad: Array.from({ length: 400000 }, (_, k) => k) } : {};
       const body = JSON.stringify(stepBody('ord', xs.slice(i * D, (i + 1) * D), { extra }));
-      answers.push(await send(`${d.url}/v2/models/gqa/infer`, body));
-      await sleep(5);
+      let done = false;
+      const a = send(`${d.url}/v2/models/gqa/infer`, body).then((r) => { done = true; answered++; return r; });
+      answers.push(a);
+      while (!done) {
+        const text = await (await fetch(`${d.url}/metrics`)).text();
+        const m = /^attnd_inference_pending_requests\{model="gqa",version="1"\} (\d+)$/m.exec(text);
+        if (m && Number(m[1]) >= i - answered) break;
+      }
     }
     const got = await Promise.all(answers);
     got.forEach((r, k) => checkStep(r, ref, k + 1, 1, `step ${k + 1}`));
@@ -378,7 +396,7 @@ test('retain: one map that grows with every step, same id, readable meanwhile', 
     let t0 = 0, id = null;
     for (const t of [3, 1, 3]) {
       const r = await infer(d, 'gqa', stepBody('ret', xs.slice(t0 * D, (t0 + t) * D),
-        { start: t0 === 0, extra: t0 === 0 ? { retain: true, tokens: ['a', 'b', 'c'] } : {} }), auth);
+        { start: t0 === 0, extra: t0 === 0 ? { retain: true, tokens: ['a', 'b', 'c'] } : { retain: true } }), auth);
       checkStep(r, ref, t0, t, `retain ${t0}`);
       t0 += t;
       if (!id) id = r.json.parameters.map_id;
@@ -400,5 +418,75 @@ test('retain: one map that grows with every step, same id, readable meanwhile', 
     // DELETE needs the key like other mutating routes
     assert.equal((await fetch(`${d.url}/v2/sequences/ret`, { method: 'DELETE' })).status, 401);
     assert.equal((await fetch(`${d.url}/v2/sequences/ret`, { method: 'DELETE', headers: auth })).status, 200);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+for (const [dtype, tol] of [['f16', 2e-3], ['bf16', 2e-2]])
+  test(`--kv-dtype ${dtype}: half the bytes, within ${tol} of FP32`, async () => {
+    const d = await start({ dir: gqaModels(), args: ['--kv-dtype', dtype] });
+    try {
+      const xs = tokens(9, 10);
+      const ref = await full(d, xs);
+      let t0 = 0, worst = 0;
+      for (const t of [5, 1, 3]) {
+        const r = await infer(d, 'gqa', stepBody('h', xs.slice(t0 * D, (t0 + t) * D), { start: t0 === 0 }));
+        assert.equal(r.status, 200, JSON.stringify(r.json));
+        const e = expectRows(ref, t0, t);
+        for (const o of r.json.outputs) worst = Math.max(worst, maxDiff(o.data, e[o.name]));
+        t0 += t;
+      }
+      if (process.env.SEQ_TEST_VERBOSE) console.log(`${dtype}: max |diff| ${worst}`);
+      assert.ok(worst <= tol, `${dtype}: max |diff| ${worst} > ${tol}`);
+      assert.ok(worst > 0, `${dtype}: bit-exact with FP32? the setting did not take`);
+      // one 64-token page of 2 kv heads x (4 + 4) values at 2 bytes
+      assert.equal(await metric(d, 'attnd_kv_bytes'), 2048);
+    } finally { assert.equal((await d.stop()).code, 0); }
+  });
+
+test('SIGTERM finishes the steps in flight, then the sequences are gone', async () => {
+  const d = await start({ dir: gqaModels() });
+  // the in-flight steps all send the same token, so their history is the
+  // same whatever order they arrived in
+  const xs = tokens(6, 11);
+  for (let i = 3; i < 6; i++) xs.splice(i * D, D, ...xs.slice(2 * D, 3 * D));
+  const ref = await full(d, xs);
+  checkStep(await infer(d, 'gqa', stepBody('drain', xs.slice(0, 2 * D), { start: true })), ref, 0, 2, 'start');
+  const inflight = [2, 3, 4, 5].map((i) => infer(d, 'gqa', stepBody('drain', xs.slice(i * D, (i + 1) * D))));
+  await sleep(5);
+  d.proc.kill('SIGTERM');
+  const got = await Promise.all(inflight.map((p) => p.catch((e) => ({ status: 0, json: { error: String(e) } }))));
+  // each step either ran (200, exact, lengths 3, 4, ... without gaps) or
+  // was refused as the drain began (503): never one half-applied
+  const ran = got.filter((r) => r.status === 200).sort((a, b) => a.json.parameters.sequence_length - b.json.parameters.sequence_length);
+  ran.forEach((r, k) => checkStep(r, ref, 2 + k, 1, `drain step ${k}`));
+  for (const r of got) assert.ok([200, 503, 0].includes(r.status), JSON.stringify(r.json));
+  assert.equal((await d.stop()).code, 0);
+});
+
+test('a step past its deadline (504) leaves the sequence as it was', async () => {
+  const d = await start({ dir: gqaModels(), args: ['--deadline-ms', String(100 * SLOW)] });
+  try {
+    // token 0, then the same token r at every later position, so the
+    // history is the same whichever of the steps ran
+    const x0 = tokens(1, 12), r = tokens(1, 13);
+    const hist = (n) => x0.concat(...Array(n - 1).fill(r));
+    checkStep(await infer(d, 'gqa', stepBody('dl', x0, { start: true })), await full(d, hist(2)), 0, 1, 'start');
+    // step 1 decodes for longer than the deadline (1.5M ignored numbers);
+    // the steps behind it wait for its turn and may time out too
+    const pad = JSON.stringify(stepBody('dl', r, { extra: { pad: Array.from({ length: 1500000 }, (_, k) => k) } }));
+    const first = send(`${d.url}/v2/models/gqa/infer`, pad);
+    await sleep(20);
+    const rest = [1, 2, 3].map(() => infer(d, 'gqa', stepBody('dl', r)));
+    const got = [await first, ...(await Promise.all(rest))];
+    assert.equal(got[0].status, 504, JSON.stringify(got[0].json));
+    assert.match(got[0].json.error, /deadline/);
+    let ran = 0;
+    for (const g of got.slice(1)) {
+      assert.ok(g.status === 200 || g.status === 504, JSON.stringify(g.json));
+      if (g.status === 200) ran++;
+    }
+    // nothing of a timed-out step stayed: the next step is at 1 + ran
+    const n = 2 + ran;
+    checkStep(await infer(d, 'gqa', stepBody('dl', r)), await full(d, hist(n)), n - 1, 1, 'after the deadline');
   } finally { assert.equal((await d.stop()).code, 0); }
 });

@@ -121,6 +121,13 @@ test('a retained causal map: the server\'s what=mask agrees with the page\'s dra
   const m = await (await fetch(`${daemon.url}/v2/maps/${id}/attention?what=mask`)).json();
   // Causal, T = 4: row i attends keys 0..i.
   assert.deepEqual(m.data, [1, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0, 1, 1, 1, 1]);
+  // q = 0: every score 0, so the weights are 1/(i+1) on keys 0..i (worked
+  // out here, not read back from the page or the inline answer).
+  const a = await (await fetch(`${daemon.url}/v2/maps/${id}/attention`)).json();
+  a.data.forEach((w, k) => {
+    const i = Math.floor(k / T), j = k % T;
+    assert.ok(Math.abs(w - (j <= i ? 1 / (i + 1) : 0)) < 1e-7, `weight (${i},${j}) = ${w}`);
+  });
   const { page, errors } = await openPage(browser, `${daemon.url}/#map=${id}&h=0`);
   await checkMaskDrawn(page, m.data.reduce((rows, x, k) => {
     if (k % T === 0) rows.push([]);

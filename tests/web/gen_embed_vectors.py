@@ -58,6 +58,8 @@ def main():
     odd = ["The", "CAT", "", "naïve", "日本"]
     odd = [w for w in odd if w]
     cases.append({"words": odd, "d": 16, "x": embedding(odd, 16)})
+    # the toy model's width in the page tests (d_model 16)
+    cases.append({"words": sentence, "d": 16, "x": embedding(sentence, 16)})
     fnv = {w: fnv1a32(w) for w in ["", "a", "the", "The", "naïve"]}
     json.dump({"fnv1a32": fnv, "cases": cases}, __import__("sys").stdout,
               ensure_ascii=False)

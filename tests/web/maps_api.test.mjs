@@ -33,8 +33,25 @@ async function retainRun(seed) {
   });
   const att = resp.outputs.find((o) => o.name === 'attention');
   assert.deepEqual(att.shape, [1, 2, T, T]);
-  return { id: resp.parameters.map_id, att: Float32Array.from(att.data) };
+  return { id: resp.parameters.map_id, att: Float32Array.from(att.data), x: x.map(Math.fround) };
 }
+
+// toyAttention: the toy model's attention worked out here (W = I: head h is
+// softmax(x_h x_h^T / sqrt(8)) over columns 8h..8h+7 of x), in double.
+function toyAttention(x, T, h) {
+  const out = [];
+  for (let i = 0; i < T; i++) {
+    const s = Array.from({ length: T }, (_, j) => {
+      let d = 0;
+      for (let k = 8 * h; k < 8 * h + 8; k++) d += x[i * 16 + k] * x[j * 16 + k];
+      return d / Math.sqrt(8);
+    });
+    const m = Math.max(...s), e = s.map((v) => Math.exp(v - m)), z = e.reduce((a, b) => a + b, 0);
+    out.push(...e.map((v) => v / z));
+  }
+  return out;
+}
+const maxDiff = (a, b) => a.reduce((m, v, i) => Math.max(m, Math.abs(v - b[i])), 0);
 
 async function f32(path) {
   const r = await fetch(daemon.url + path);
@@ -43,8 +60,10 @@ async function f32(path) {
   return { shape: r.headers.get('map-shape'), data: new Float32Array(await r.arrayBuffer()) };
 }
 
-test('a retained map equals the attention returned inline, exactly', async () => {
-  const { id, att } = await retainRun(1);
+test('a retained map equals the attention returned inline, exactly, and the toy\'s softmax worked out here', async () => {
+  const { id, att, x } = await retainRun(1);
+  for (let h = 0; h < 2; h++)
+    assert.ok(maxDiff(Array.from(att.subarray(h * 100, (h + 1) * 100)), toyAttention(x, 10, h)) < 1e-6, `head ${h} vs the closed form`);
   assert.match(id, /^m\d+-[0-9a-f]{6}$/);
   const meta = await (await fetch(`${daemon.url}/v2/maps/${id}`)).json();
   assert.deepEqual(meta.shape, [1, 2, 10, 10]);

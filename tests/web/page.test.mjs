@@ -18,6 +18,9 @@ after(async () => {
 });
 
 const SENTENCE = 'the cat sat on the mat because it was tired';
+// The sentence's d = 16 embeddings from the independent Python generator.
+const EMBED16 = JSON.parse(fs.readFileSync(new URL('./embed_vectors.json', import.meta.url)))
+  .cases.find((c) => c.d === 16 && c.words.join(' ') === SENTENCE);
 // The seeds' first worked example (T=2, d_k=4, d_v=2).
 const SEED = { q: [[2, 0, 2, 0], [0, 4, 0, 2]], k: [[1, 0, 1, 0], [0, 1, 0, 0]], v: [[1, 2], [3, 0]], tokens: ['t0', 't1'] };
 
@@ -156,6 +159,18 @@ test('a retained map opens from the list and draws as the inline one did', async
   assert.equal(await page.evaluate(() => window.attnd.run.source), 'map');
   const drawn = await page.evaluate(() => document.getElementById('heatmap').toDataURL());
   assert.ok(drawn === inline, 'the retained map is drawn differently from the inline one');
+  // ... and both are the toy's attention, worked out here from the Python
+  // generator's embeddings (embed_vectors.json): head 1 is
+  // softmax(p_i . p_j / sqrt(8)) over the position halves p.
+  const x = EMBED16.x, T = x.length;
+  for (let i = 0; i < T; i++) {
+    const s = x.map((r) => r.slice(8).reduce((a, v, d) => a + v * x[i][8 + d], 0) / Math.sqrt(8));
+    const m = Math.max(...s), e = s.map((v) => Math.exp(v - m)), z = e.reduce((a, b) => a + b, 0);
+    for (let j = 0; j < T; j++) {
+      const want = viridis(Math.round((255 * e[j]) / z) / 255), px = await pixel(page, i, j);
+      assert.ok(near(px, want), `retained cell (${i},${j}) drew ${px}, want ${want.map(Math.round)} (weight ${(e[j] / z).toFixed(4)})`);
+    }
+  }
   assert.deepEqual(errors, []);
   await page.close();
 });

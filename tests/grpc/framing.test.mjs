@@ -1,0 +1,181 @@
+// framing.test.mjs - the gRPC door against what no generated client sends:
+// HTTP/2 requests built by hand with node:http2 (wrong content-type,
+// compressed or broken message prefixes, truncated and extra messages, bad
+// grpc-timeout, cancelled calls), garbage instead of the HTTP/2 preface,
+// and seeded mutations of a valid ModelInferRequest's protobuf bytes with
+// known-good requests in between that must come back exact. Every answer
+// is a gRPC status; the server keeps serving and exits 0 (no sanitizer
+// report: helper.stop checks).
+import assert from 'node:assert/strict';
+import http2 from 'node:http2';
+import net from 'node:net';
+import { after, before, test } from 'node:test';
+import { start } from '../server/helper.mjs';
+
+let d, session;
+before(async () => {
+  d = await start({ grpc: true, args: ['--max-body', '100000'] });
+  session = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
+});
+after(async () => {
+  session.close();
+  const r = await d.stop();
+  assert.equal(r.code, 0, d.log());
+});
+
+// ---- a protobuf writer, small and independent of protoc / protobufjs
+const varint = (n) => {
+  const b = [];
+  let v = BigInt.asUintN(64, BigInt(n));
+  do {
+    let x = Number(v & 0x7fn);
+    v >>= 7n;
+    if (v) x |= 0x80;
+    b.push(x);
+  } while (v);
+  return Buffer.from(b);
+};
+const ld = (field, bytes) => Buffer.concat([varint((field << 3) | 2), varint(bytes.length), bytes]);
+const str = (field, s) => ld(field, Buffer.from(s));
+const packedI64 = (field, a) => ld(field, Buffer.concat(a.map(varint)));
+const packedF32 = (field, a) => ld(field, Buffer.from(new Float32Array(a).buffer));
+/** ModelInferRequest for sdpa: the seed example, raw_input_contents */
+function seedMsg() {
+  const t = [['q', [2, 4], [2, 0, 2, 0, 0, 4, 0, 2]], ['k', [2, 4], [1, 0, 1, 0, 0, 1, 0, 0]], ['v', [2, 2], [1, 2, 3, 0]]];
+  return Buffer.concat([
+    str(1, 'sdpa'),
+    ...t.map(([n, s]) => ld(5, Buffer.concat([str(1, n), str(2, 'FP32'), packedI64(3, s)]))),
+    ...t.map(([, , v]) => ld(7, Buffer.from(new Float32Array(v).buffer))),
+  ]);
+}
+/** the same with typed contents (InferTensorContents.fp32_contents) */
+function seedTyped() {
+  const t = [['q', [2, 4], [2, 0, 2, 0, 0, 4, 0, 2]], ['k', [2, 4], [1, 0, 1, 0, 0, 1, 0, 0]], ['v', [2, 2], [1, 2, 3, 0]]];
+  return Buffer.concat([
+    str(1, 'sdpa'),
+    ...t.map(([n, s, v]) => ld(5, Buffer.concat([str(1, n), str(2, 'FP32'), packedI64(3, s), ld(5, packedF32(6, v))]))),
+  ]);
+}
+const frame = (msg, flag = 0) => {
+  const h = Buffer.alloc(5);
+  h[0] = flag;
+  h.writeUInt32BE(msg.length, 1);
+  return Buffer.concat([h, msg]);
+};
+
+/** one raw call: {status (HTTP), grpcStatus, message, data} */
+function raw(path, body, headers = {}) {
+  return new Promise((res, rej) => {
+    const req = session.request({
+      ':method': 'POST', ':path': path, 'content-type': 'application/grpc', te: 'trailers', ...headers,
+    });
+    let head = {};
+    const chunks = [];
+    req.on('response', (h) => { head = h; });
+    req.on('data', (c) => chunks.push(c));
+    req.on('error', rej);
+    req.on('trailers', (t) => { head = { ...head, ...t }; });
+    req.on('end', () => res({
+      status: head[':status'], grpcStatus: head['grpc-status'] === undefined ? undefined : Number(head['grpc-status']),
+      message: decodeURIComponent(head['grpc-message'] || ''), data: Buffer.concat(chunks),
+    }));
+    if (body !== null) req.end(body);
+  });
+}
+const INFER = '/inference.GRPCInferenceService/ModelInfer';
+
+/** the output floats of a framed ModelInferResponse (raw_output_contents[0]) */
+function firstRawOutput(data) {
+  const msg = data.subarray(5, 5 + data.readUInt32BE(1));
+  for (let i = 0; i < msg.length;) {
+    let key = 0, shift = 0, b;
+    do { b = msg[i++]; key |= (b & 0x7f) << shift; shift += 7; } while (b & 0x80);
+    let len = 0; shift = 0;
+    do { b = msg[i++]; len |= (b & 0x7f) << shift; shift += 7; } while (b & 0x80);
+    if (key === ((6 << 3) | 2)) return Array.from(new Float32Array(msg.buffer.slice(msg.byteOffset + i, msg.byteOffset + i + len)));
+    i += len;
+  }
+  return null;
+}
+const SEED_OUT = [1.2384058237075806, 1.7615940570831299, 2.761593818664551, 0.23840582370758057];
+
+test('a hand-built request works, raw and typed', async () => {
+  let r = await raw(INFER, frame(seedMsg()));
+  assert.equal(r.grpcStatus, 0, r.message);
+  assert.deepEqual(firstRawOutput(r.data), SEED_OUT);
+  r = await raw(INFER, frame(seedTyped()));
+  assert.equal(r.grpcStatus, 0, r.message);
+});
+
+test('HTTP/2 and gRPC framing errors', async () => {
+  const cases = [
+    ['wrong content-type', frame(seedMsg()), { 'content-type': 'application/json' }, null, /content-type/, 415],
+    ['compressed message', frame(seedMsg(), 1), { 'grpc-encoding': 'gzip' }, 12, /compressed messages are not supported/],
+    ['bad flag byte', frame(seedMsg(), 7), {}, 13, /bad compressed-flag byte/],
+    ['truncated message', frame(seedMsg()).subarray(0, 20), {}, 3, /ended inside a message/],
+    ['truncated prefix', Buffer.from([0, 0]), {}, 3, /ended inside a message/],
+    ['no message', Buffer.alloc(0), {}, 3, /takes one message, got none/],
+    ['two messages', Buffer.concat([frame(seedMsg()), frame(seedMsg())]), {}, 3, /takes one message/],
+    ['over max-body', Buffer.concat([Buffer.from([0, 0, 2, 0, 0])]), {}, 8, /131072 bytes is over the limit of 100000 \(max-body\)/],
+    ['bad grpc-timeout', frame(seedMsg()), { 'grpc-timeout': '12x' }, 3, /grpc-timeout/],
+    ['unknown method', frame(seedMsg()), {}, 12, /not served/, 200, '/inference.GRPCInferenceService/ModelConfig'],
+    ['unknown service', frame(Buffer.alloc(0)), {}, 12, /not served/, 200, '/grpc.health.v1.Health/Check'],
+  ];
+  for (const [what, body, headers, grpcStatus, pattern, http = 200, path = INFER] of cases) {
+    const r = await raw(path, body, headers);
+    assert.equal(r.status, http, what);
+    if (grpcStatus !== null) assert.equal(r.grpcStatus, grpcStatus, `${what}: ${r.grpcStatus} ${r.message}`);
+    assert.match(r.message, pattern, what);
+  }
+  const ok = await raw(INFER, frame(seedMsg()));
+  assert.deepEqual(firstRawOutput(ok.data), SEED_OUT, 'still serving');
+});
+
+test('seeded mutations of a ModelInferRequest: every answer a status, known-good exact', async () => {
+  let seed = Number(process.env.ATTND_FUZZ_SEED || 20261130) >>> 0;
+  const rnd = () => { seed ^= seed << 13; seed >>>= 0; seed ^= seed >>> 17; seed ^= seed << 5; seed >>>= 0; return seed / 2 ** 32; };
+  const base = [seedMsg(), seedTyped()];
+  const seen = {};
+  for (let i = 0; i < 300; i++) {
+    const m = Buffer.from(base[i % 2]);
+    const n = 1 + Math.floor(rnd() * 4);
+    let msg = m;
+    for (let k = 0; k < n; k++) {
+      const at = Math.floor(rnd() * msg.length);
+      const op = rnd();
+      if (op < 0.5) msg[at] = Math.floor(rnd() * 256);
+      else if (op < 0.7) msg = msg.subarray(0, at);
+      else if (op < 0.85) msg = Buffer.concat([msg.subarray(0, at), Buffer.from([0xff, 0xff, 0xff, 0xff, 0x0f]), msg.subarray(at)]);
+      else msg = Buffer.concat([msg, msg.subarray(at)]);
+    }
+    const r = await raw(INFER, frame(msg));
+    seen[r.grpcStatus] = (seen[r.grpcStatus] || 0) + 1;
+    assert.ok([0, 3, 5].includes(r.grpcStatus), `mutation ${i}: status ${r.grpcStatus} ${r.message}`);
+    if (r.grpcStatus !== 0) assert.ok(r.message.length > 0, `mutation ${i}: an error names its cause`);
+    if (i % 10 === 0) {
+      const ok = await raw(INFER, frame(seedMsg()));
+      assert.deepEqual(firstRawOutput(ok.data), SEED_OUT, `known-good after mutation ${i}`);
+    }
+  }
+  assert.ok(seen[3] > 50, `most mutations are refused: ${JSON.stringify(seen)}`);
+});
+
+test('cancelled calls and garbage connections leave the server serving', async () => {
+  for (let i = 0; i < 20; i++) {
+    const req = session.request({ ':method': 'POST', ':path': INFER, 'content-type': 'application/grpc' });
+    req.on('error', () => {});
+    req.write(frame(seedMsg()).subarray(0, i % 2 ? 10 : 100));
+    if (i % 2) req.close(http2.constants.NGHTTP2_CANCEL);
+    else { req.end(); req.close(http2.constants.NGHTTP2_CANCEL); }
+  }
+  for (const junk of ['GET / HTTP/1.1\r\nHost: x\r\n\r\n', 'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x04\x09\x00\x00\x00\x00\x00garbage']) {
+    await new Promise((res) => {
+      const s = net.connect(d.grpcPort, '127.0.0.1', () => s.end(junk));
+      s.on('data', () => {});
+      s.on('error', res);
+      s.on('close', res);
+    });
+  }
+  const ok = await raw(INFER, frame(seedMsg()));
+  assert.deepEqual(firstRawOutput(ok.data), SEED_OUT);
+});

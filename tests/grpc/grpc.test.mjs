@@ -1,0 +1,246 @@
+// grpc.test.mjs - gRPC door, client 2 of 2: Node's @grpc/grpc-js loading
+// proto/kserve.proto at run time with @grpc/proto-loader (an implementation
+// independent of test_grpc.py's grpcio + protoc stubs). Every RPC and
+// status code, the seeds and the PyTorch vectors, streams, batching with
+// REST clients, auth, queue full, deadlines.
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+import grpc from '@grpc/grpc-js';
+import protoLoader from '@grpc/proto-loader';
+import { REFS, ROOT, infer, maxDiff, start } from '../server/helper.mjs';
+
+const def = protoLoader.loadSync(join(ROOT, 'proto', 'kserve.proto'), {
+  keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true,
+});
+const Service = grpc.loadPackageDefinition(def).inference.GRPCInferenceService;
+const S = grpc.status;
+
+const connect = (d) => new Service(`127.0.0.1:${d.grpcPort}`, grpc.credentials.createInsecure());
+/** call(client, 'ModelInfer', req, {metadata, deadline}) -> response (rejects with the grpc error) */
+function call(c, method, req, o = {}) {
+  return new Promise((res, rej) => {
+    const md = new grpc.Metadata();
+    for (const [k, v] of Object.entries(o.metadata || {})) md.set(k, v);
+    c[method](req, md, o.deadline ? { deadline: o.deadline } : {}, (err, r) => (err ? rej(err) : res(r)));
+  });
+}
+async function code(p, status, pattern) {
+  await assert.rejects(p, (e) => {
+    assert.equal(e.code, status, `${e.code} ${e.details}`);
+    if (pattern) assert.match(e.details, pattern);
+    return true;
+  });
+}
+/** A ModelStreamInfer call: send all of reqs, end, collect the responses. */
+function stream(c, reqs, o = {}) {
+  return new Promise((res, rej) => {
+    const md = new grpc.Metadata();
+    for (const [k, v] of Object.entries(o.metadata || {})) md.set(k, v);
+    const s = c.ModelStreamInfer(md);
+    const got = [];
+    s.on('data', (m) => got.push(m));
+    s.on('error', rej);
+    s.on('end', () => res(got));
+    for (const r of reqs) s.write(r);
+    s.end();
+  });
+}
+
+const f32 = (a) => Buffer.from(new Float32Array(a).buffer);
+const unf32 = (b) => Array.from(new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.length)));
+const typed = (name, shape, data, dt = 'FP32') => {
+  const field = { FP32: 'fp32_contents', INT32: 'int_contents', BOOL: 'bool_contents' }[dt];
+  return { name, datatype: dt, shape, contents: { [field]: data } };
+};
+/** output name of a response as {shape, data}, raw or typed */
+function out(r, name) {
+  const i = r.outputs.findIndex((o) => o.name === name);
+  assert.ok(i >= 0, `no output ${name}`);
+  const o = r.outputs[i];
+  return { shape: o.shape, data: r.raw_output_contents.length ? unf32(r.raw_output_contents[i]) : o.contents.fp32_contents };
+}
+const seed = (raw = false) => {
+  const t = [['q', [2, 4], [2, 0, 2, 0, 0, 4, 0, 2]], ['k', [2, 4], [1, 0, 1, 0, 0, 1, 0, 0]], ['v', [2, 2], [1, 2, 3, 0]]];
+  return raw
+    ? { model_name: 'sdpa', id: 'seed', inputs: t.map(([n, s]) => ({ name: n, datatype: 'FP32', shape: s })), raw_input_contents: t.map(([, , v]) => f32(v)) }
+    : { model_name: 'sdpa', id: 'seed', inputs: t.map(([n, s, v]) => typed(n, s, v)) };
+};
+const tiny = (c, raw = false) => (raw
+  ? { model_name: 'tiny', inputs: [{ name: 'x', datatype: 'FP32', shape: c.shape }], raw_input_contents: [f32(c.x)] }
+  : { model_name: 'tiny', inputs: [typed('x', c.shape, c.x)] });
+
+let d, c;
+before(async () => {
+  d = await start({ grpc: true, args: ['--max-body', '400000'] });
+  c = connect(d);
+});
+after(async () => {
+  c.close();
+  const r = await d.stop();
+  assert.equal(r.code, 0, d.log());
+});
+
+test('health and metadata RPCs', async () => {
+  assert.equal((await call(c, 'ServerLive', {})).live, true);
+  assert.equal((await call(c, 'ServerReady', {})).ready, true);
+  const m = await call(c, 'ServerMetadata', {});
+  assert.equal(m.name, 'attnd');
+  assert.ok(m.extensions.includes('statistics'));
+  assert.equal((await call(c, 'ModelReady', { name: 'tiny' })).ready, true);
+  await code(call(c, 'ModelReady', { name: 'nope' }), S.NOT_FOUND, /model 'nope': not found/);
+  const mm = await call(c, 'ModelMetadata', { name: 'sdpa' });
+  assert.deepEqual(mm.inputs.map((t) => t.name), ['q', 'k', 'v', 'mask']);
+  assert.deepEqual(mm.inputs[0].shape, [-1, -1]);
+  assert.deepEqual(mm.versions, ['1']);
+  await code(call(c, 'ModelMetadata', { name: 'sdpa', version: '3' }), S.NOT_FOUND, /only version 1 exists/);
+});
+
+test('the seed example through sdpa, typed and raw', async () => {
+  for (const raw of [false, true]) {
+    const r = await call(c, 'ModelInfer', { ...seed(raw), outputs: [{ name: 'output' }, { name: 'attention' }] });
+    assert.equal(r.id, 'seed');
+    assert.equal(r.raw_output_contents.length > 0, raw);
+    assert.deepEqual(out(r, 'output').data.map((v) => Math.round(v * 1e4) / 1e4), [1.2384, 1.7616, 2.7616, 0.2384]);
+    const e2 = Math.exp(2);
+    assert.ok(maxDiff(out(r, 'attention').data, [e2 / (e2 + 1), 1 / (e2 + 1), 1 / (e2 + 1), e2 / (e2 + 1)]) < 1e-6);
+  }
+});
+
+test('PyTorch vectors: sdpa [B, H, T, d] and the tiny weight set', async () => {
+  const s = REFS.sdpa;
+  let r = await call(c, 'ModelInfer', {
+    model_name: 'sdpa', inputs: ['q', 'k', 'v'].map((n) => typed(n, s[`${n}_shape`], s[n])), outputs: [{ name: 'output' }],
+  });
+  assert.deepEqual(out(r, 'output').shape, [2, 3, 4, 7]);
+  assert.ok(maxDiff(out(r, 'output').data, s.output) < 1e-5);
+  const x = REFS.self;
+  r = await call(c, 'ModelInfer', { ...tiny(x, true), outputs: [{ name: 'y' }, { name: 'attention' }] });
+  assert.ok(maxDiff(out(r, 'y').data, x.y) < 1e-5);
+  assert.ok(maxDiff(out(r, 'attention').data, x.attention) < 1e-6);
+  const k = REFS.causal;
+  r = await call(c, 'ModelInfer', { ...tiny(k), parameters: { causal: { bool_param: true } } });
+  assert.ok(maxDiff(out(r, 'y').data, k.y) < 1e-5);
+  const b = REFS.bf16;
+  r = await call(c, 'ModelInfer', {
+    model_name: 'tiny', inputs: [{ name: 'x', datatype: 'BF16', shape: b.shape }], raw_input_contents: [Buffer.from(b.x_b64, 'base64')],
+  });
+  assert.ok(maxDiff(out(r, 'y').data, b.y) < 1e-5);
+});
+
+test('INVALID_ARGUMENT carries REST\'s message; NOT_FOUND, UNIMPLEMENTED, RESOURCE_EXHAUSTED', async () => {
+  const bad = { model_name: 'tiny', inputs: [typed('x', [2, -3], [])] };
+  await code(call(c, 'ModelInfer', bad), S.INVALID_ARGUMENT, /^inputs\[0\]\.shape: dimension 1 is -3, must be >= 1$/);
+  const rest = await infer(d, 'tiny', { inputs: [{ name: 'x', datatype: 'FP32', shape: [2, -3], data: [1] }] });
+  assert.equal(rest.status, 400);
+  assert.equal(rest.json.error, 'inputs[0].shape: dimension 1 is -3, must be >= 1');
+  await code(call(c, 'ModelInfer', { ...tiny(REFS.self), inputs: [{ ...typed('x', [1, 1, 8], [1]) }] }),
+    S.INVALID_ARGUMENT, /inputs\[0\]\.contents: expected 8 values, got 1/);
+  await code(call(c, 'ModelInfer', { ...seed(true), raw_input_contents: [f32([1])] }), S.INVALID_ARGUMENT,
+    /raw_input_contents: 1 entries for 3 inputs/);
+  await code(call(c, 'ModelInfer', { model_name: 'nope', inputs: [] }), S.NOT_FOUND, /model 'nope': not found/);
+  const raw = new grpc.Client(`127.0.0.1:${d.grpcPort}`, grpc.credentials.createInsecure());
+  await code(new Promise((res, rej) => raw.makeUnaryRequest('/inference.GRPCInferenceService/Trace', (x) => x, (x) => x,
+    Buffer.alloc(0), (e, r) => (e ? rej(e) : res(r)))), S.UNIMPLEMENTED, /not served by attnd/);
+  raw.close();
+  await code(call(c, 'ModelInfer', {
+    model_name: 'sdpa', inputs: [{ name: 'q', datatype: 'FP32', shape: [100000] }], raw_input_contents: [Buffer.alloc(400000)],
+  }), S.RESOURCE_EXHAUSTED, /over the limit of 400000 \(max-body\)/);
+  assert.equal((await call(c, 'ServerLive', {})).live, true);
+});
+
+test('ModelStreamInfer: in order, an error answers its request only', async () => {
+  const x = REFS.self;
+  const reqs = [];
+  for (let i = 0; i < 10; i++)
+    reqs.push(i === 3 ? { model_name: 'tiny', id: 'bad', inputs: [typed('x', [1, 1, 3], [1, 2, 3])] } : { ...tiny(x, i % 2 === 0), id: `r${i}` });
+  const got = await stream(c, reqs);
+  assert.equal(got.length, 10);
+  got.forEach((g, i) => {
+    if (i === 3) {
+      assert.match(g.error_message, /inputs\[x\]\.shape|d_model|8/);
+      return;
+    }
+    assert.equal(g.error_message, '');
+    assert.equal(g.infer_response.id, `r${i}`);
+    assert.ok(maxDiff(out(g.infer_response, 'y').data, x.y) < 1e-5);
+  });
+});
+
+test('stream steps batch with REST requests (one scheduler)', async () => {
+  const e = await start({ grpc: true, args: ['--batch-delay-us', '400000', '--max-batch', '2'] });
+  const cc = connect(e);
+  try {
+    const [g, r] = await Promise.all([stream(cc, [seed()]), infer(e, 'sdpa', {
+      inputs: [{ name: 'q', datatype: 'FP32', shape: [2, 4], data: [2, 0, 2, 0, 0, 4, 0, 2] },
+        { name: 'k', datatype: 'FP32', shape: [2, 4], data: [1, 0, 1, 0, 0, 1, 0, 0] },
+        { name: 'v', datatype: 'FP32', shape: [2, 2], data: [1, 2, 3, 0] }],
+    })]);
+    assert.equal(r.status, 200);
+    // the same float32s (REST prints 9 digits that parse back to them)
+    assert.deepEqual(out(g[0].infer_response, 'output').data, r.json.outputs[0].data.map(Math.fround));
+    const st = (await call(cc, 'ModelStatistics', { name: 'sdpa' })).model_stats[0];
+    assert.deepEqual(st.batch_stats.map((b) => [b.batch_size, b.compute_infer.count]), [[2, 1]]);
+    assert.equal(st.inference_stats.success.count, 2);
+    assert.match(e.log(), /POST \/inference\.GRPCInferenceService\/ModelStreamInfer 200 .*batch=2/);
+  } finally {
+    cc.close();
+    assert.equal((await e.stop()).code, 0, e.log());
+  }
+});
+
+test('statistics and repository RPCs', async () => {
+  const idx = await call(c, 'RepositoryIndex', {});
+  assert.ok(idx.models.some((m) => m.name === 'tiny' && m.state === 'READY'));
+  await call(c, 'RepositoryModelUnload', { model_name: 'tiny' });
+  assert.equal((await call(c, 'ModelReady', { name: 'tiny' })).ready, false);
+  await code(call(c, 'ModelInfer', tiny(REFS.self)), S.NOT_FOUND, /model 'tiny': not loaded/);
+  await call(c, 'RepositoryModelLoad', { model_name: 'tiny' });
+  assert.equal((await call(c, 'ModelReady', { name: 'tiny' })).ready, true);
+  const all = await call(c, 'ModelStatistics', {});
+  assert.ok(all.model_stats.some((m) => m.name === 'sdpa' && m.inference_stats.success.count > 0));
+  await code(call(c, 'ModelStatistics', { name: 'nope' }), S.NOT_FOUND);
+});
+
+test('UNAUTHENTICATED without the key; health stays open', async () => {
+  const e = await start({ grpc: true, args: ['--api-key', 'k3y'] });
+  const cc = connect(e);
+  try {
+    assert.equal((await call(cc, 'ServerReady', {})).ready, true);
+    await code(call(cc, 'ModelInfer', seed()), S.UNAUTHENTICATED, /authorization: missing or wrong API key/);
+    await code(call(cc, 'ModelInfer', seed(), { metadata: { authorization: 'Bearer nope' } }), S.UNAUTHENTICATED);
+    await code(call(cc, 'RepositoryModelUnload', { model_name: 'tiny' }), S.UNAUTHENTICATED);
+    await code(stream(cc, [seed()]), S.UNAUTHENTICATED);
+    assert.equal((await call(cc, 'ModelInfer', seed(), { metadata: { authorization: 'Bearer k3y' } })).id, 'seed');
+  } finally {
+    cc.close();
+    assert.equal((await e.stop()).code, 0, e.log());
+  }
+});
+
+test('UNAVAILABLE on a full queue, DEADLINE_EXCEEDED from either deadline', async () => {
+  const e = await start({ grpc: true, args: ['--queue-size', '1', '--batch-delay-us', '1000000', '--deadline-ms', '2500'] });
+  const cc = connect(e);
+  try {
+    const first = call(cc, 'ModelInfer', seed());
+    await new Promise((r) => setTimeout(r, 200));
+    await code(call(cc, 'ModelInfer', seed()), S.UNAVAILABLE, /queue: model 'sdpa' has 1 requests waiting \(queue-size\)/);
+    assert.equal((await first).id, 'seed');
+    // the client's deadline (grpc-timeout) is shorter than --deadline-ms
+    const t0 = Date.now();
+    await code(call(cc, 'ModelInfer', seed(), { deadline: Date.now() + 300 }), S.DEADLINE_EXCEEDED);
+    assert.ok(Date.now() - t0 < 1000);
+    assert.equal((await call(cc, 'ServerLive', {})).live, true);
+  } finally {
+    cc.close();
+    assert.equal((await e.stop()).code, 0, e.log());
+  }
+  const f = await start({ grpc: true, args: ['--deadline-ms', '200', '--batch-delay-us', '5000000', '--max-batch', '4'] });
+  const cf = connect(f);
+  try {
+    await code(call(cf, 'ModelInfer', seed()), S.DEADLINE_EXCEEDED, /deadline: no answer within 200 ms \(deadline-ms\)/);
+  } finally {
+    cf.close();
+    assert.equal((await f.stop()).code, 0, f.log());
+  }
+});
