@@ -400,6 +400,12 @@ bench-server: deps $(ATTND) $(BARE_MHD)
 	@tools/install-deps.sh bench
 	python3 bench/http_bench.py --attnd $(ATTND) --bare $(BARE_MHD)
 bench: bench-server
+# bench-path: where one small request goes (system calls, instructions by
+# place, heap calls, loop<->pool hand-offs), attnd next to bare_mhd.
+.PHONY: bench-path
+bench-path: deps $(ATTND) $(BARE_MHD)
+	@tools/install-deps.sh bench
+	python3 bench/path_profile.py --attnd $(ATTND) --bare $(BARE_MHD)
 
 # ---- weights: load benchmark; committed generated files match generators --
 LOAD_BENCH := $(BUILD)/bench/bench_load

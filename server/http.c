@@ -305,7 +305,8 @@ static enum MHD_Result queue_response(srv_req *r)
                                     r->allow ? r->allow : "GET, POST, OPTIONS");
             MHD_add_response_header(
                 resp, "Access-Control-Allow-Headers",
-                "Content-Type, Authorization, Inference-Header-Content-Length");
+                "Content-Type, Authorization, Inference-Header-Content-Length, "
+                "Attnd-Sequence-Id");
             MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
         }
     }

@@ -243,8 +243,19 @@ test('two interleaved sequences never see each other; restart; unknown ids', asy
 });
 
 test('rules: B = 1, weight-set models only, only x, no k/v outputs', async () => {
-  const d = await start({ dir: gqaModels() });
+  const d = await start({ dir: gqaModels(), args: ['--cors-origins', '*'] });
   try {
+    // the model says what a token costs: 2 x 2 kv heads x 4 dims x 4 bytes
+    const meta0 = await (await fetch(`${d.url}/v2/models/gqa`)).json();
+    assert.equal(meta0.parameters.kv_bytes_per_token, 64);
+    assert.equal(meta0.parameters.kv_bytes_limit, 4096 * 1024 * 1024);
+    // browsers may send the routing header and DELETE cross-origin
+    const pre = await fetch(`${d.url}/v2/sequences/x`, { method: 'OPTIONS',
+      headers: { Origin: 'http://example.test', 'Access-Control-Request-Method': 'DELETE' } });
+    assert.equal(pre.status, 204);
+    assert.match(pre.headers.get('access-control-allow-methods'), /DELETE/);
+    assert.match(pre.headers.get('access-control-allow-headers'), /Attnd-Sequence-Id/);
+    assert.equal((await fetch(`${d.url}/v2/sequences/x`)).status, 405);
     const xs = tokens(4, 5);
     const b2 = await infer(d, 'gqa', { inputs: [fp32('x', [2, 2, D], xs)],
       parameters: { sequence_id: 1, sequence_start: true, sequence_end: false } });
