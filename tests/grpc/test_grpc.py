@@ -590,7 +590,9 @@ class Limits(unittest.TestCase):
             self.assertEqual(d.stop(), 0, d.log)
 
     def test_queue_full_is_unavailable(self):
-        d = Attnd("--queue-size", "1", "--batch-delay-us", "1500000")
+        # the first call waits out the batch delay in the queue (longer
+        # than the pause below, even on a sanitized build)
+        d = Attnd("--queue-size", "1", "--batch-delay-us", str(int(2e6 * SLOW)))
         try:
             first = d.stub.ModelInfer.future(seed1())
             time.sleep(0.3 * SLOW)
