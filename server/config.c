@@ -209,6 +209,15 @@ int srv_config_load(srv_config *cfg, int argc, char **argv,
     }
     if (cfg->api_key_file[0] && load_key_file(cfg, err) < 0)
         goto fail;
+    if (cfg->memory_budget && (cfg->memory_budget < cfg->max_body ||
+                               cfg->memory_budget < cfg->max_json_body ||
+                               cfg->memory_budget < cfg->request_memory)) {
+        snprintf(err, SRV_ERRMAX, "--memory-budget %lld: below --max-body %lld, "
+                 "--max-json-body %lld or --request-memory %lld: such a request "
+                 "could never be served", cfg->memory_budget, cfg->max_body,
+                 cfg->max_json_body, cfg->request_memory);
+        goto fail;
+    }
     return 0;
 fail:
     srv_config_free(cfg);

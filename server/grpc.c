@@ -372,6 +372,7 @@ static void dispatch(gcall *call, char *msg, size_t len)
     }
     r->s = s;
     r->t0_ns = now;
+    r->late = s->draining; /* new work after SIGTERM is refused (sched.c) */
     r->method = SRV_POST;
     snprintf(r->path, sizeof r->path, "%s", call->path);
     r->on_answer = on_answer;

@@ -317,6 +317,14 @@ static enum MHD_Result queue_response(srv_req *r)
     return ret;
 }
 
+/* no_memory: 503 for a body that memory-budget cannot hold now. */
+static void no_memory(srv_req *r)
+{
+    srv_respond_error(r, 503, "server: the memory for request bodies and "
+                      "decoded requests (%lld bytes, memory-budget) is in use; "
+                      "retry shortly", r->s->cfg.memory_budget);
+}
+
 /* body_check: the body r's route accepts (srv.h SRV_BODY_*) against the
  * headers, before any of it is read: sets r->body_limit and r->limit_name,
  * or answers 400/413 (then MHD never reads the body) and returns -1. */
@@ -331,6 +339,7 @@ static int body_check(srv_req *r)
     has_cl = v != NULL;
     if (v)
         cl = strtoull(v, NULL, 10); /* MHD checked its syntax */
+    r->expect = (size_t)cl;
     switch (r->route->body) {
     case SRV_BODY_NONE:
         if ((has_cl && cl > 0) || te) {
@@ -378,6 +387,13 @@ static int body_check(srv_req *r)
                           "of %zu (%s)", cl, r->body_limit, r->limit_name);
         return -1;
     }
+    /* the whole announced body is reserved before a byte of it is read */
+    if (cl && srv_mem_take(s, (size_t)cl + 1) < 0) {
+        no_memory(r);
+        return -1;
+    }
+    if (cl)
+        r->mem = (size_t)cl + 1;
     return 0;
 }
 
@@ -404,18 +420,28 @@ static void first_call(srv_req *r, const char *url)
  * and dropped, and the request answers 413 when the body ends. */
 static void add_body(srv_req *r, const char *data, size_t n)
 {
-    if (r->too_large || n > r->body_limit - r->body_len) {
+    if (r->too_large || r->no_mem)
+        return;
+    if (n > r->body_limit - r->body_len) {
         r->too_large = 1;
         return;
     }
     if (r->body_len + n + 1 > r->body_cap) {
-        size_t cap = r->body_cap ? r->body_cap : 16384;
+        /* a known length is allocated (and was reserved) at once */
+        size_t cap = r->body_cap ? r->body_cap : r->expect ? r->expect + 1 : 16384;
         char *nb;
         while (cap < r->body_len + n + 1)
             cap = cap > r->body_limit / 2 ? r->body_limit + 1 : cap * 2;
+        if (cap > r->mem) { /* a chunked body grows: reserve as it does */
+            if (srv_mem_take(r->s, cap - r->mem) < 0) {
+                r->no_mem = 1;
+                return;
+            }
+            r->mem = cap;
+        }
         nb = realloc(r->body, cap);
         if (!nb) {
-            r->too_large = 1;
+            r->no_mem = 1;
             return;
         }
         r->body = nb;
@@ -447,8 +473,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         r->conn = conn;
         r->t0_ns = srv_now_ns();
         r->method = parse_method(method);
+        r->late = s->draining;
         *con_cls = r;
         s->live_reqs++;
+        srv_guard_begin(r);
         first_call(r, url);
         return r->have_resp ? queue_response(r) : MHD_YES;
     }
@@ -461,11 +489,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         r->body_seen += *upload_size;
         *upload_size = 0;
         /* a client that keeps sending far past the limit is cut off */
-        return r->too_large && r->body_seen / 2 > r->body_limit + 4096 ? MHD_NO
-                                                                       : MHD_YES;
+        return (r->too_large || r->no_mem) && r->body_seen / 2 > r->body_limit + 4096
+                   ? MHD_NO : MHD_YES;
     }
     if (r->suspended)
         return MHD_YES;
+    r->dispatched = 1;
+    if (r->no_mem) {
+        no_memory(r);
+        return queue_response(r);
+    }
     if (r->too_large) {
         if (r->body_limit == 0)
             srv_respond_error(r, 413, "body: %s takes no body", r->path);
@@ -492,6 +525,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
     if (r->job)
         srv_sched_detach(r);
+    srv_guard_end(r);
+    srv_mem_give(s, r->mem);
     if (r->waiting)
         srv_maps_wait_cancel(r);
     if (r->status >= 100 && r->status < 600)
@@ -545,8 +580,11 @@ int srv_http_start(srv *s, char *err)
         MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, s,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
+        MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)(s->cfg.max_connections + SRV_CONN_HEADROOM),
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.conn_timeout_s,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg.max_conn_per_ip,
+        MHD_OPTION_NOTIFY_CONNECTION, srv_guard_notify, s,
         /* SO_REUSEPORT only when asked: otherwise a second attnd on the
          * port would silently take half of the connections */
         s->cfg.reuse_port ? MHD_OPTION_LISTENING_ADDRESS_REUSE : MHD_OPTION_END,
@@ -574,6 +612,7 @@ int srv_http_start(srv *s, char *err)
     }
     uv_timer_init(s->loop, &s->mhd_timer);
     s->mhd_timer.data = s;
+    srv_guard_start(s);
     uv_poll_init(s->loop, &s->mhd_poll, info->epoll_fd);
     s->mhd_poll.data = s;
     uv_poll_start(&s->mhd_poll, UV_READABLE, on_mhd_poll);
@@ -594,4 +633,5 @@ void srv_http_stop(srv *s)
     uv_close((uv_handle_t *)&s->mhd_timer, NULL);
     MHD_stop_daemon(s->mhd);
     s->mhd = NULL;
+    srv_guard_stop(s);
 }

@@ -2,7 +2,8 @@
  * main.c - attnd: settings, the loop, signals and a graceful stop.
  *
  * SIGTERM/SIGINT: ready turns 503 and new infer requests get 503 (the
- * listener stays open so probes see it), queued work runs at once, and
+ * listener stays open so probes see it; a request whose head came before
+ * the signal is still served, r->late), queued work runs at once, and
  * when nothing is in flight any more (or drain-ms has passed: what is still
  * queued gets 503) every connection is closed and attnd exits 0. A second
  * signal cuts the drain short.

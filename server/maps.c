@@ -201,10 +201,11 @@ static int copy_extras(maps__entry *e, const maps_put_args *a, size_t mbits,
 /*
  * Check a's shape and labels and build an unlinked entry holding copies of
  * everything (refs = 1, id not yet assigned). 0 or a negative code with
- * err naming the field.
+ * err naming the field. adopt: a malloc'd copy of a->attention that the
+ * entry takes instead of copying it (on success only), or NULL.
  */
 static int entry_build(const maps_put_args *a, size_t max_bytes,
-                       maps__entry **out, char *err)
+                       float *adopt, maps__entry **out, char *err)
 {
     maps__entry *e = NULL;
     size_t cells, nbytes, lab_bytes = 0, total, mbits = 0, mbytes = 0;
@@ -287,12 +288,13 @@ static int entry_build(const maps_put_args *a, size_t max_bytes,
     e->info.bytes = total;
     e->info.created_ms = now_ms();
     memcpy(e->info.model, a->model, strlen(a->model) + 1);
-    e->attention = malloc(nbytes);
+    e->attention = adopt ? adopt : malloc(nbytes);
     e->t_valid = malloc((size_t)a->b * sizeof(int32_t));
     e->s_valid = malloc((size_t)a->b * sizeof(int32_t));
     if (!e->attention || !e->t_valid || !e->s_valid)
         goto nomem;
-    memcpy(e->attention, a->attention, nbytes);
+    if (!adopt)
+        memcpy(e->attention, a->attention, nbytes);
     if (copy_extras(e, a, mbits, mbytes, sbytes, vbytes))
         goto nomem;
     for (i = 0; i < a->b; i++) {
@@ -316,6 +318,8 @@ static int entry_build(const maps_put_args *a, size_t max_bytes,
     *out = e;
     return 0;
 nomem:
+    if (e && adopt && e->attention == adopt)
+        e->attention = NULL; /* the caller's still */
     entry_free(e);
     snprintf(err, ATTN_ERRMAX, "parameters.retain: out of memory");
     return ATTN_ENOMEM;
@@ -417,10 +421,11 @@ int maps_grow(maps_store *st, const char *id, int t0, const maps_put_args *a,
     }
     rc = grown_args(old, t0, a, &g, &att, &labels);
     if (!rc)
-        rc = entry_build(&g, st->max_bytes, &e, err);
+        rc = entry_build(&g, st->max_bytes, att, &e, err);
     else
         snprintf(err, ATTN_ERRMAX, "map %s: out of memory", id);
-    free(att);
+    if (rc)
+        free(att); /* else the entry holds it */
     free(labels);
     if (rc) {
         maps__release(old);
@@ -455,7 +460,7 @@ int maps_put(maps_store *st, const maps_put_args *a, char *id_out,
     if (!err)
         err = scratch;
     err[0] = '\0';
-    rc = entry_build(a, st->max_bytes, &e, err);
+    rc = entry_build(a, st->max_bytes, NULL, &e, err);
     if (rc)
         return rc;
     pthread_mutex_lock(&st->lock);

@@ -93,6 +93,7 @@ typedef struct load_job {
     size_t body_len;
     model *m;           /* result */
     unsigned long long gen; /* repository generation it was read at */
+    size_t mem;         /* the body's share of memory-budget */
     int rc;             /* 0, or the HTTP status of the failure */
     char err[ATTN_ERRMAX + 128];
 } load_job;
@@ -182,6 +183,7 @@ static void load_done(uv_work_t *w, int status)
                 srv_respond(lj->req, 200, NULL, NULL, 0);
         }
     }
+    srv_mem_give(s, lj->mem);
     free(lj->body);
     free(lj);
 }
@@ -205,6 +207,8 @@ static int start_load(srv *s, const char *name, srv_req *req)
         lj->body_len = req->body_len;
         req->body = NULL;
         req->body_len = req->body_cap = 0;
+        lj->mem = req->mem; /* and its share of memory-budget */
+        req->mem = 0;
     }
     if (e->state != SRV_READY)
         e->state = SRV_LOADING;
@@ -393,7 +397,7 @@ void srv_h_load(srv_req *r)
 {
     if (!name_ok(r))
         return;
-    if (r->s->draining) {
+    if (r->s->draining && r->late) { /* begun before the signal: served */
         srv_respond_error(r, 503, "server: draining (shutting down)");
         return;
     }

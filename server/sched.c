@@ -42,6 +42,7 @@ struct srv_job {
     srv_inst *inst;    /* reference held by the job */
     char *body;        /* request body, freed after decode */
     size_t len, header_len;
+    size_t mem;        /* bytes it holds of memory-budget (guard.c) */
     int state;
     uv_work_t work;
     uv_timer_t deadline;
@@ -175,6 +176,8 @@ static void job_end(srv_job *j)
     srv_prep_free(&j->prep);
     free(j->body);
     free(j->resp);
+    srv_mem_give(j->s, j->mem);
+    j->mem = 0;
     uv_timer_stop(&j->deadline);
     uv_close((uv_handle_t *)&j->deadline, job_closed);
 }
@@ -624,6 +627,18 @@ static void decode_done(uv_work_t *w, int status)
         job_end(j);
         return;
     }
+    /* the body is gone: the decoded request and its outputs are held now */
+    srv_mem_give(j->s, j->mem);
+    j->mem = 0;
+    if (srv_mem_take(j->s, j->in.bytes + j->prep.bytes) < 0) {
+        snprintf(j->err, sizeof j->err, "server: the memory for decoded "
+                 "requests (%lld bytes, memory-budget) is in use; retry shortly",
+                 j->s->cfg.memory_budget);
+        answer(j, 503, j->err);
+        job_end(j);
+        return;
+    }
+    j->mem = j->in.bytes + j->prep.bytes;
     j->state = J_QUEUED;
     j->t_queued = srv_now_ns();
     if (e->qtail)
@@ -740,7 +755,7 @@ void srv_h_infer(srv_req *r)
                           !e ? "not found" : "not loaded");
         return;
     }
-    if (s->draining) {
+    if (s->draining && r->late) { /* begun before the signal: served */
         srv_respond_error(r, 503, "server: draining (shutting down); retry "
                                   "on another replica");
         e->stats.fail_rejected++;
@@ -767,6 +782,8 @@ void srv_h_infer(srv_req *r)
     j->header_len = r->header_len;
     r->body = NULL;
     r->body_len = r->body_cap = 0;
+    j->mem = r->mem; /* the body's reservation goes with it */
+    r->mem = 0;
     j->t_arrive = r->t0_ns;
     j->door = r->door;
     j->deadline_ms = r->deadline_ms && r->deadline_ms < s->cfg.deadline_ms

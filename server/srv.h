@@ -35,6 +35,7 @@ typedef struct srv_req srv_req;
 typedef struct srv_job srv_job;
 typedef struct srv_entry srv_entry;
 typedef struct srv_inst srv_inst;
+typedef struct srv_conn srv_conn;
 
 /* ---- metrics.c --------------------------------------------------------- */
 
@@ -160,7 +161,13 @@ struct srv_req {
     size_t body_seen;      /* bytes received, kept or not */
     size_t header_len;     /* Inference-Header-Content-Length, 0 = none */
     char origin[256];      /* allowed CORS origin to echo, "" = none */
-    uint64_t t0_ns;
+    uint64_t t0_ns;        /* its head arrived */
+    srv_conn *c;           /* its connection's guard (guard.c), or NULL */
+    size_t mem;            /* bytes it holds of memory-budget */
+    size_t expect;         /* Content-Length, 0 = unknown */
+    int no_mem;            /* memory-budget ran out while buffering */
+    int dispatched;        /* the body is complete: handler or answer */
+    int late;              /* its head came after SIGTERM (draining) */
     int suspended;
     int queued;            /* response handed to MHD */
     /* the answer */
@@ -236,9 +243,31 @@ struct srv {
     uv_timer_t maps_wait_timer; /* runs while there are waiters */
     srv_http_stats http;
     uint64_t started_ms;
+    /* guard.c */
+    srv_conn *conns;       /* open connections */
+    int n_conns;
+    int n_evicted;         /* since the last sweep (logged there) */
+    uv_timer_t guard_timer;
+    size_t mem_used;       /* of memory-budget */
     struct srv_grpc *grpc; /* grpc.c, NULL when off */
     int grpc_port;         /* bound gRPC port */
 };
+
+/* MHD accepts this many connections past max-connections; guard.c then
+ * closes the longest-waiting idle or slow one. */
+#define SRV_CONN_HEADROOM 64
+
+/* guard.c: connection deadlines and the memory budget (see its header).
+ * srv_mem_take: reserve n bytes of memory-budget; -1 (nothing taken) when
+ * they do not fit. */
+int srv_mem_take(srv *s, size_t n);
+void srv_mem_give(srv *s, size_t n);
+void srv_guard_notify(void *cls, struct MHD_Connection *conn, void **ctx,
+                      enum MHD_ConnectionNotificationCode toe);
+void srv_guard_begin(srv_req *r); /* r's head arrived */
+void srv_guard_end(srv_req *r);   /* r is over: the connection waits again */
+void srv_guard_start(srv *s);
+void srv_guard_stop(srv *s);
 
 /* maps_wait.c: GET /v2/maps/{id}?wait=N (follow mode). srv_maps_wait
  * answers r at once or parks it until the map's rows differ from N, it goes

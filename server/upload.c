@@ -315,24 +315,13 @@ int srv_upload_sweep(const char *repo, char *note, size_t notelen)
     return n;
 }
 
-int srv_upload_install(const char *repo, const char *name, const char *body,
-                       size_t len, model **out, unsigned long long *gen,
-                       char *err, size_t errlen)
+int srv_upload_parse(srv_upload *u, const char *body, size_t len, char *err,
+                     size_t errlen)
 {
-    static atomic_uint seq;
-    json_t *o = NULL, *p, *v;
+    json_t *o, *p, *v;
     json_error_t je;
-    const char *key, *cfg = NULL;
-    unsigned char *st = NULL;
-    size_t st_len = 0;
-    char root[4200], stage[4400], dst[4400], a[4500], merr[ATTN_ERRMAX];
-    int status = 400, staged = 0, tries;
-    *out = NULL;
-    *gen = 0;
-    if (!model_name_valid(name) || name[0] == '.') {
-        snprintf(err, errlen, "model name '%.128s': not a valid name", name);
-        return 400;
-    }
+    const char *key;
+    memset(u, 0, sizeof *u);
     o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!json_is_object(o)) {
         snprintf(err, errlen, "body: not a JSON object (%s)", je.text);
@@ -350,8 +339,8 @@ int srv_upload_install(const char *repo, const char *name, const char *body,
                 snprintf(err, errlen, "parameters.config: must be a JSON string");
                 goto fail;
             }
-            cfg = json_string_value(v);
-            c = json_loads(cfg, JSON_REJECT_DUPLICATES, &je);
+            c = json_loadb(json_string_value(v), json_string_length(v),
+                           JSON_REJECT_DUPLICATES, &je);
             if (!json_is_object(c)) {
                 json_decref(c);
                 snprintf(err, errlen, "parameters.config: not a JSON object (%s)",
@@ -359,14 +348,22 @@ int srv_upload_install(const char *repo, const char *name, const char *body,
                 goto fail;
             }
             json_decref(c);
+            u->config_len = json_string_length(v);
+            u->config = malloc(u->config_len + 1);
+            if (!u->config) {
+                snprintf(err, errlen, "parameters.config: out of memory");
+                goto fail;
+            }
+            memcpy(u->config, json_string_value(v), u->config_len + 1);
         } else if (strcmp(key, "file:model.safetensors") == 0) {
             if (!json_is_string(v)) {
                 snprintf(err, errlen, "parameters[\"file:model.safetensors\"]: "
                                       "must be a base64 string");
                 goto fail;
             }
-            st = b64_decode(json_string_value(v), json_string_length(v), &st_len);
-            if (!st) {
+            u->st = b64_decode(json_string_value(v), json_string_length(v),
+                               &u->st_len);
+            if (!u->st) {
                 snprintf(err, errlen, "parameters[\"file:model.safetensors\"]: "
                                       "not valid base64");
                 goto fail;
@@ -378,11 +375,43 @@ int srv_upload_install(const char *repo, const char *name, const char *body,
             goto fail;
         }
     }
-    if (!st) {
+    if (!u->st) {
         snprintf(err, errlen, "parameters[\"file:model.safetensors\"]: missing "
                               "(an upload needs the weights)");
         goto fail;
     }
+    json_decref(o);
+    return 0;
+fail:
+    json_decref(o);
+    srv_upload_free(u);
+    return 400;
+}
+
+void srv_upload_free(srv_upload *u)
+{
+    free(u->config);
+    free(u->st);
+    memset(u, 0, sizeof *u);
+}
+
+int srv_upload_install(const char *repo, const char *name, const char *body,
+                       size_t len, model **out, unsigned long long *gen,
+                       char *err, size_t errlen)
+{
+    static atomic_uint seq;
+    srv_upload u;
+    char root[4200], stage[4400], dst[4400], a[4500], merr[ATTN_ERRMAX];
+    int status, staged = 0, tries;
+    *out = NULL;
+    *gen = 0;
+    if (!model_name_valid(name) || name[0] == '.') {
+        snprintf(err, errlen, "model name '%.128s': not a valid name", name);
+        return 400;
+    }
+    status = srv_upload_parse(&u, body, len, err, errlen);
+    if (status)
+        return status;
     /* stage: a complete folder in the staging area, validated there */
     status = 500;
     staging_root(repo, root, sizeof root);
@@ -405,12 +434,12 @@ int srv_upload_install(const char *repo, const char *name, const char *body,
     }
     staged = 1;
     snprintf(a, sizeof a, "%s/model.safetensors", stage);
-    if (write_file(a, st, st_len) < 0) {
+    if (write_file(a, u.st, u.st_len) < 0) {
         snprintf(err, errlen, "%s: write failed (%s)", a, strerror(errno));
         goto fail;
     }
     snprintf(a, sizeof a, "%s/config.json", stage);
-    if (cfg && write_file(a, cfg, strlen(cfg)) < 0) {
+    if (u.config && write_file(a, u.config, u.config_len) < 0) {
         snprintf(err, errlen, "%s: write failed (%s)", a, strerror(errno));
         goto fail;
     }
@@ -428,8 +457,7 @@ int srv_upload_install(const char *repo, const char *name, const char *body,
     }
     rmdir(root); /* when no other upload is staged */
     fsync_dir(repo);
-    free(st);
-    json_decref(o);
+    srv_upload_free(&u);
     return 0;
 fail:
     if (staged) {
@@ -438,7 +466,6 @@ fail:
     }
     model_destroy(*out);
     *out = NULL;
-    free(st);
-    json_decref(o);
+    srv_upload_free(&u);
     return status;
 }

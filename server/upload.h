@@ -15,6 +15,22 @@
  * srv_upload_install with a message). */
 int srv_upload_is_plain(const char *body, size_t len);
 
+/* An upload's files, decoded from a load request body. */
+typedef struct srv_upload {
+    char *config;      /* config.json text (malloc'd, NUL-ended), or NULL */
+    size_t config_len;
+    unsigned char *st; /* model.safetensors bytes (malloc'd) */
+    size_t st_len;
+} srv_upload;
+
+/* srv_upload_parse: parameters.config (a JSON string holding a JSON
+ * object, optional) and parameters["file:model.safetensors"] (base64,
+ * required) of a load request body into u. Returns 0, or 400 with err
+ * naming the parameter (u is then empty). Free with srv_upload_free. */
+int srv_upload_parse(srv_upload *u, const char *body, size_t len, char *err,
+                     size_t errlen);
+void srv_upload_free(srv_upload *u);
+
 /* The staging area inside the repository, "<repo>/.attnd-staging": a name
  * starting with '.' is never a model. Stage folders are <name>~<pid>~<n>. */
 #define SRV_STAGING_DIR ".attnd-staging"

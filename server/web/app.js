@@ -66,7 +66,8 @@ function writeHash() {
   if (state.q != null) p.set('q', String(state.q));
   if (state.scale !== 'linear') p.set('scale', state.scale);
   if (state.auto) p.set('auto', '1');
-  if (state.map && state.follow) p.set('follow', '1');
+  // A link to a sequence this page drives follows it as it grows.
+  if (state.map && (state.follow || live.drives(state.map))) p.set('follow', '1');
   history.replaceState(null, '', `#${p.toString()}`);
 }
 

@@ -43,6 +43,11 @@ export function current() {
   return seq && { ...seq, words: [...seq.words] };
 }
 
+// drives: is mapId the map of a live sequence this page steps?
+export function drives(mapId) {
+  return !!(seq && seq.live && seq.mapId === mapId);
+}
+
 // forget: the page shows something else now; the sequence (if any) stays
 // on the server until its idle timeout unless ended.
 export function forget() {
@@ -146,6 +151,7 @@ async function end() {
     seq.live = false;
     showPanel(`Sequence ${seq.id} ended: its keys and values are freed; its map ${seq.mapId} stays retained.`);
     ctx.setStatus(`sequence ${seq.id} ended`);
+    ctx.update(); // the link stops following
   } catch (e) { failed(e); }
 }
 

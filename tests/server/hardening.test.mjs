@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { connect } from 'node:net';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -157,4 +157,168 @@ test('Bearer is case-insensitive; --api-key-file; a path over 1 KiB is 414, logg
   r = spawnSync(ATTND, ['--help'], { encoding: 'utf8' });
   assert.match(r.stdout, /prefer ATTND_API_KEY or --api-key-file/);
   rmSync(dir, { recursive: true, force: true });
+});
+
+/** open(port, opts): a connected socket (opts: localAddress...). */
+function open(port, opts = {}) {
+  return new Promise((resolve, reject) => {
+    const s = connect({ port, host: '127.0.0.1', ...opts });
+    s.on('connect', () => resolve(s));
+    s.on('error', reject);
+  });
+}
+/** closedWithin(sock, ms): resolves true when the peer closes it in time. */
+function closedWithin(sock, ms) {
+  return new Promise((resolve) => {
+    if (sock.destroyed || sock.readableEnded) return resolve(true);
+    const t = setTimeout(() => resolve(false), ms);
+    const done = () => { clearTimeout(t); resolve(true); };
+    sock.on('close', done);
+    sock.on('end', done);
+    sock.on('error', done);
+  });
+}
+
+test('SIGTERM: a request whose head came before the signal is served, its body finishing after it', async () => {
+  const d = await start();
+  const body = JSON.stringify(xreq('pre'));
+  const sock = await open(d.port);
+  let text = '';
+  sock.on('data', (b) => { text += b; });
+  sock.write(`POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 20)}`);
+  await sleep(200);
+  const exit = d.stop('SIGTERM');
+  await sleep(300);
+  // a new request is refused meanwhile
+  const late = await infer(d, 'tiny', xreq('late'));
+  assert.equal(late.status, 503);
+  sock.write(body.slice(20));
+  const e = await exit;
+  assert.equal(e.code, 0, d.log());
+  assert.match(text, /^HTTP\/1\.1 200/, text);
+  const y = JSON.parse(text.slice(text.indexOf('\r\n\r\n') + 4)).outputs[0].data;
+  assert.ok(maxDiff(y, X.y) < 1e-5);
+  sock.destroy();
+});
+
+test('memory budget: a body that does not fit beside the others gets 503 + Retry-After before it is read', async () => {
+  const lim = ['--memory-budget', '1000000', '--max-body', '600000', '--max-json-body', '600000', '--request-memory', '1000000'];
+  const d = await start({ args: lim });
+  try {
+    // A holds 600001 bytes of the budget while its body trickles in
+    const a = await open(d.port);
+    a.write('POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 600000\r\n\r\n{');
+    await sleep(100);
+    const b = await raw(d.port, 'POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 500000\r\n\r\n');
+    assert.equal(b.status, 503);
+    assert.match(b.text, /retry-after: \d+/i);
+    assert.match(b.text, /memory-budget/);
+    // a decoded request and its outputs count too: a 72 KB body whose
+    // 300x300 attention and scores (720 KB) do not fit beside A
+    const q = new Array(300 * 16).fill(0.25);
+    const big = { inputs: [fp32('q', [300, 16], q), fp32('k', [300, 16], q), fp32('v', [300, 16], q)], outputs: [{ name: 'attention' }, { name: 'scores' }] };
+    assert.ok(JSON.stringify(big).length > 65536, 'past the small-request path of sched.c');
+    let r = await infer(d, 'sdpa', big);
+    assert.equal(r.status, 503);
+    assert.match(r.json.error, /memory for decoded requests .*memory-budget/);
+    assert.equal((await infer(d, 'tiny', xreq('small'))).status, 200, 'small ones still fit');
+    a.destroy(); // its reservation is given back
+    await sleep(100);
+    r = await infer(d, 'sdpa', big);
+    assert.equal(r.status, 200);
+  } finally { assert.equal((await d.stop()).code, 0); }
+  const bad = spawnSync(ATTND, ['--memory-budget', '1000', '--max-body', '2000'], { encoding: 'utf8' });
+  assert.equal(bad.status, 2);
+  assert.match(bad.stderr, /--memory-budget 1000: below --max-body/);
+});
+
+test('header-timeout and min-body-rate close slow clients', async () => {
+  const d = await start({ args: ['--header-timeout', '1', '--min-body-rate', '1000'] });
+  try {
+    const h = await open(d.port);
+    h.write('GET /v2/health/live HTTP/1.1\r\nHo');
+    const drip = setInterval(() => { if (!h.destroyed) h.write('o'); }, 200);
+    const b = await open(d.port);
+    b.write('POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n');
+    const drip2 = setInterval(() => { if (!b.destroyed) b.write('          '); }, 200); // 50 B/s
+    const idle = await open(d.port); // a keep-alive connection with nothing to say
+    const [ch, cb, ci] = await Promise.all([closedWithin(h, 4000), closedWithin(b, 4000), closedWithin(idle, 4000)]);
+    clearInterval(drip);
+    clearInterval(drip2);
+    assert.ok(ch, 'a request head trickling in is cut at header-timeout');
+    assert.ok(cb, 'a body under min-body-rate is cut');
+    assert.ok(ci, 'an idle connection is closed at header-timeout');
+    await sleep(300);
+    assert.match(d.log(), /request head did not arrive within 1 s \(header-timeout\)/);
+    assert.match(d.log(), /slower than 1000 bytes\/s \(min-body-rate\)/);
+    // a client that sends its head and body promptly is not touched
+    const ok = await raw(d.port, 'GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n');
+    assert.equal(ok.status, 200);
+    h.destroy(); b.destroy(); idle.destroy();
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+test('max-connections-per-ip: one address cannot take every slot', async () => {
+  const d = await start({ args: ['--max-connections-per-ip', '10'] });
+  const socks = [];
+  try {
+    for (let i = 0; i < 40; i++) {
+      const s = await open(d.port, { localAddress: '127.0.0.2' }).catch(() => null);
+      if (s) { s.on('error', () => {}); s.write('GET / HTTP/1.1\r\n'); socks.push(s); }
+    }
+    await sleep(500);
+    const alive = socks.filter((s) => !s.destroyed && !s.readableEnded).length;
+    assert.ok(alive <= 10, `${alive} connections of one address stayed open`);
+    assert.equal((await fetch(`${d.url}/v2/health/live`)).status, 200, 'another address is served');
+  } finally {
+    for (const s of socks) s.destroy();
+    assert.equal((await d.stop()).code, 0);
+  }
+});
+
+test('a legitimate client is served while 2000 slow connections are open or trying', async () => {
+  // fds: 2000 here plus up to max-connections + 64 in attnd
+  const soft = Number(/Max open files\s+(\d+)/.exec(readFileSync('/proc/self/limits', 'utf8'))[1]);
+  const N = Math.min(2000, Math.max(200, soft - 600));
+  const d = await start({ args: ['--max-connections', String(Math.min(1024, N >> 1)), '--header-timeout', '60'] });
+  const socks = new Set();
+  let stop = false;
+  let opened = 0;
+  // 40 addresses x 50: under max-connections-per-ip (64); each sends a
+  // header byte now and then and reconnects when it is closed
+  async function attacker(i) {
+    while (!stop) {
+      const s = await open(d.port, { localAddress: `127.0.1.${1 + (i % 40)}` }).catch(() => null);
+      if (!s) { await sleep(50); continue; }
+      opened++;
+      socks.add(s);
+      s.on('error', () => {});
+      s.write('GET /v2/health/live HTTP/1.1\r\nX-Slow: ');
+      const t = setInterval(() => { if (!s.destroyed) s.write('a'); }, 2000);
+      await closedWithin(s, 1e9).then(() => {});
+      clearInterval(t);
+      socks.delete(s);
+      s.destroy();
+      if (!stop) await sleep(20);
+    }
+  }
+  const attackers = Array.from({ length: N }, (_, i) => attacker(i));
+  try {
+    while (opened < N) await sleep(50);
+    await sleep(300);
+    for (let k = 0; k < 3; k++) {
+      const t0 = Date.now();
+      const r = await fetch(`${d.url}/v2/health/live`, { signal: AbortSignal.timeout(5000) }).catch((e) => assert.fail(`legit client ${k}: ${e.cause?.code || e.message}\n${d.log().slice(-1500)}`));
+      assert.equal(r.status, 200);
+      const y = await infer(d, 'tiny', xreq(`legit${k}`));
+      assert.equal(y.status, 200);
+      assert.ok(Date.now() - t0 < 5000);
+    }
+    assert.match(d.log(), /over max-connections .*closed the ones waiting longest/);
+  } finally {
+    stop = true;
+    for (const s of socks) s.destroy();
+    await Promise.all(attackers);
+    assert.equal((await d.stop()).code, 0);
+  }
 });

@@ -273,13 +273,11 @@ test('rules: B = 1, weight-set models only, only x, no k/v outputs', async () =>
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
-/** POST one step with node:http; resolves when the body is flushed
- * (sent) with a promise of the answer. */
+/** POST one step with node:http on its own connection; the promise of
+ * its answer. */
 function send(url, body) {
-  return new Promise((resolveSent) => {
-    const u = new URL(url);
-    let done;
-    const answer = new Promise((res) => { done = res; });
+  const u = new URL(url);
+  return new Promise((done) => {
     const req = http.request({ host: u.hostname, port: u.port, path: u.pathname, method: 'POST', agent: false,
       headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) } }, (res) => {
       let text = '';
@@ -288,7 +286,6 @@ function send(url, body) {
       res.on('end', () => done({ status: res.statusCode, json: JSON.parse(text) }));
     });
     req.on('error', (e) => done({ status: 0, json: { error: String(e) } }));
-    req.on('finish', () => resolveSent(answer));
     req.end(body);
   });
 }
@@ -300,13 +297,23 @@ test('steps of one sequence run in arrival order while several are in flight', a
     const xs = tokens(n + 1, 6);
     const ref = await full(d, xs);
     checkStep(await infer(d, 'gqa', stepBody('ord', xs.slice(0, D), { start: true })), ref, 0, 1, 'start');
-    // step 1 carries 4 MB of padding: it decodes last though it came first
+    // Each step is sent once the previous one has arrived (the server
+    // counts it pending) or been answered, so arrival order is send order.
+    // Step 1 carries 400k ignored JSON numbers: it is still decoding when
+    // the later ones arrive and finish decoding.
     const answers = [];
+    let answered = 0;
     for (let i = 1; i <= n; i++) {
-      const extra = i === 1 ? { pad: 'x'.repeat(4 << 20) } : {};
+      const extra = i === 1 ? { pad: Array.from({ length: 400000 }, (_, k) => k) } : {};
       const body = JSON.stringify(stepBody('ord', xs.slice(i * D, (i + 1) * D), { extra }));
-      answers.push(await send(`${d.url}/v2/models/gqa/infer`, body));
-      await sleep(5);
+      let done = false;
+      const a = send(`${d.url}/v2/models/gqa/infer`, body).then((r) => { done = true; answered++; return r; });
+      answers.push(a);
+      while (!done) {
+        const text = await (await fetch(`${d.url}/metrics`)).text();
+        const m = /^attnd_inference_pending_requests\{model="gqa",version="1"\} (\d+)$/m.exec(text);
+        if (m && Number(m[1]) >= i - answered) break;
+      }
     }
     const got = await Promise.all(answers);
     got.forEach((r, k) => checkStep(r, ref, k + 1, 1, `step ${k + 1}`));

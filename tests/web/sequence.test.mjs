@@ -89,6 +89,8 @@ test('sequence mode: Run, three Steps (button and Enter), each new row drawn as 
     await page.waitForFunction((n) => document.getElementById('seq-info').dataset.length === String(n), words.length);
     assert.ok(Number(await page.getAttribute('#seq-info', 'data-bytes')) > 0, await page.textContent('#seq-info'));
     assert.match(await page.textContent('#seq-info'), new RegExp(`${words.length} tokens, K/V \\d`));
+    // The link to share watches it grow.
+    assert.match(await page.evaluate(() => location.hash), new RegExp(`map=${s.mapId}.*follow=1`));
     // Head 1 (positions) and head 0 (content): the new rows as the API
     // retained them and as a one-shot causal run computes them.
     const shot = await oneShot(words);
@@ -107,6 +109,7 @@ test('sequence mode: Run, three Steps (button and Enter), each new row drawn as 
   assert.ok(!JSON.stringify(live).includes(id), 'the sequence is still live after End');
   assert.equal((await fetch(`${daemon.url}/v2/maps/${mapId}`)).status, 200);
   assert.equal(await page.isDisabled('#seq-step'), true);
+  assert.doesNotMatch(await page.evaluate(() => location.hash), /follow=1/);
   assert.deepEqual(errors, []);
   await page.close();
 });

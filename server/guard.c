@@ -1,0 +1,201 @@
+/*
+ * guard.c - what one client may hold: slots and memory.
+ *
+ * Connections: MHD tells us when one opens and closes (srv_guard_notify);
+ * each gets an srv_conn on the loop thread's list. A sweep timer closes
+ * (shutdown(2): MHD then sees the end and cleans up) a connection whose
+ * request head has not arrived within header-timeout seconds of its
+ * opening or of its previous answer, and one whose body arrives slower
+ * than min-body-rate bytes/s on average once header-timeout has passed
+ * since its head. MHD limits connections per client address
+ * (max-connections-per-ip); it accepts up to max-connections + a small
+ * headroom, and a connection that takes the total past max-connections
+ * evicts the one that has waited longest for its first request head (a
+ * slow client; idle keep-alive connections of served clients go after
+ * those), so slow clients cannot lock out new ones.
+ *
+ * Memory: srv_mem_take/srv_mem_give count buffered bodies (reserved from
+ * Content-Length before a byte is read, or as a chunked body grows) and
+ * decoded requests with their outputs (sched.c) against memory-budget;
+ * past it a request gets 503 with Retry-After instead of more memory.
+ */
+#include "server/srv.h"
+
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#define SWEEP_MS 250
+
+struct srv_conn {
+    int fd;
+    int closing;        /* shut down by the sweep */
+    uint64_t t_wait_ns; /* since when it waits for a request head */
+    srv_req *req;       /* the request being received or served */
+    int served;         /* requests it completed */
+    srv_conn *prev, *next;
+};
+
+int srv_mem_take(srv *s, size_t n)
+{
+    if (s->cfg.memory_budget && n > (size_t)s->cfg.memory_budget - s->mem_used)
+        return -1;
+    s->mem_used += n;
+    return 0;
+}
+
+void srv_mem_give(srv *s, size_t n)
+{
+    s->mem_used = n > s->mem_used ? 0 : s->mem_used - n;
+}
+
+/* evict: the connection count passed max-connections with fresh: close
+ * the one waiting longest for its first request head; else the idle
+ * keep-alive one waiting longest (it has been served: likely a real
+ * client). When every other one is busy with a request, nothing is
+ * closed: fresh is served when one finishes. */
+static void evict(srv *s, srv_conn *fresh)
+{
+    srv_conn *c, *old = NULL;
+    for (c = s->conns; c; c = c->next)
+        if (c != fresh && !c->req && !c->closing && c->fd >= 0 &&
+            (!old || (c->served == 0 && old->served > 0) ||
+             ((c->served == 0) == (old->served == 0) &&
+              c->t_wait_ns < old->t_wait_ns)))
+            old = c;
+    if (!old) /* all busy: fresh waits its turn (MHD's headroom, then the
+                 listen backlog) */
+        return;
+    old->closing = 1;
+    shutdown(old->fd, SHUT_RDWR);
+    s->n_evicted++;
+    srv_kick(s);
+}
+
+void srv_guard_notify(void *cls, struct MHD_Connection *conn, void **ctx,
+                      enum MHD_ConnectionNotificationCode toe)
+{
+    srv *s = cls;
+    srv_conn *c = *ctx;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        c = calloc(1, sizeof *c);
+        if (!c)
+            return; /* unguarded: MHD's idle timeout still applies */
+        c->fd = ci ? ci->connect_fd : -1;
+        c->t_wait_ns = srv_now_ns();
+        c->next = s->conns;
+        if (s->conns)
+            s->conns->prev = c;
+        s->conns = c;
+        s->n_conns++;
+        *ctx = c;
+        if (s->n_conns > s->cfg.max_connections)
+            evict(s, c);
+        return;
+    }
+    if (!c) /* MHD_CONNECTION_NOTIFY_CLOSED of an unguarded one */
+        return;
+    if (c->req)
+        c->req->c = NULL;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    s->n_conns--;
+    free(c);
+    *ctx = NULL;
+}
+
+void srv_guard_begin(srv_req *r)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    srv_conn *c = ci ? ci->socket_context : NULL;
+    if (c) {
+        c->req = r;
+        r->c = c;
+    }
+}
+
+void srv_guard_end(srv_req *r)
+{
+    if (r->c) {
+        r->c->req = NULL;
+        r->c->served++;
+        r->c->t_wait_ns = srv_now_ns();
+        r->c = NULL;
+    }
+}
+
+static void sweep(uv_timer_t *t)
+{
+    srv *s = t->data;
+    uint64_t now = srv_now_ns();
+    uint64_t grace = (uint64_t)s->cfg.header_timeout_s * 1000000000ull;
+    int n_head = 0, n_body = 0;
+    srv_conn *c;
+    if (s->n_evicted) {
+        srv_log(s, "warn", "http: %d connections over max-connections (%lld): "
+                "closed the ones waiting longest for a request head",
+                s->n_evicted, s->cfg.max_connections);
+        s->n_evicted = 0;
+    }
+    if (!grace)
+        return;
+    for (c = s->conns; c; c = c->next) {
+        srv_req *r = c->req;
+        if (c->closing || c->fd < 0)
+            continue;
+        if (!r) {
+            if (now - c->t_wait_ns <= grace)
+                continue;
+            n_head++;
+        } else {
+            /* receiving the body: the handler has not run, no answer yet */
+            uint64_t dt = now - r->t0_ns;
+            if (r->dispatched || r->have_resp || dt <= grace ||
+                !s->cfg.min_body_rate ||
+                (double)r->body_seen * 1e9 >= (double)s->cfg.min_body_rate * (double)dt)
+                continue;
+            n_body++;
+        }
+        c->closing = 1;
+        shutdown(c->fd, SHUT_RDWR);
+    }
+    if (n_head)
+        srv_log(s, "warn", "http: closed %d connection%s whose request head did "
+                "not arrive within %lld s (header-timeout)", n_head,
+                n_head == 1 ? "" : "s", s->cfg.header_timeout_s);
+    if (n_body)
+        srv_log(s, "warn", "http: closed %d connection%s whose body came slower "
+                "than %lld bytes/s (min-body-rate)", n_body, n_body == 1 ? "" : "s",
+                s->cfg.min_body_rate);
+    if (n_head || n_body)
+        srv_kick(s);
+}
+
+void srv_guard_start(srv *s)
+{
+    uv_timer_init(s->loop, &s->guard_timer);
+    s->guard_timer.data = s;
+    uv_timer_start(&s->guard_timer, sweep, SWEEP_MS, SWEEP_MS);
+}
+
+void srv_guard_stop(srv *s)
+{
+    srv_conn *c, *n;
+    uv_timer_stop(&s->guard_timer);
+    uv_close((uv_handle_t *)&s->guard_timer, NULL);
+    for (c = s->conns; c; c = n) { /* MHD reported every close already */
+        n = c->next;
+        free(c);
+    }
+    s->conns = NULL;
+    s->n_conns = 0;
+}
