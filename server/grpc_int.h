@@ -55,6 +55,8 @@ struct gcall {
     int n_msgs, half_closed;
     char *unary;         /* a unary call's message, until END_STREAM */
     size_t unary_len;
+    size_t msg_mem, unary_mem; /* their shares of memory-budget */
+    int skipping;        /* a stream message refused unread: drop its bytes */
     /* answers */
     gslot *shead, *stail;
     int n_slots;
