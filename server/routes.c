@@ -6,6 +6,7 @@
  * (srv_respond*) or suspend the request (infer, load).
  */
 #include "server/srv.h"
+#include "core/kv.h"
 #include "server/seq.h"
 #include "server/web.h"
 
@@ -113,6 +114,15 @@ static void h_model_meta(srv_req *r)
                       "rope", c->rope_theta != 0.0f, "rope_theta",
                       (double)c->rope_theta, "description",
                       model_description(e->inst->m));
+        if (o && e->inst->kv_pool) { /* extension `sequences` (README) */
+            json_t *p = json_object_get(o, "parameters");
+            json_object_set_new(p, "kv_bytes_per_token",
+                                json_integer((json_int_t)attn_kv_token_bytes(
+                                    c, attn_kv_pool_dtype(e->inst->kv_pool))));
+            json_object_set_new(p, "kv_bytes_limit",
+                                json_integer((json_int_t)attn_kv_pool_budget(
+                                    e->inst->kv_pool)));
+        }
     }
     text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);

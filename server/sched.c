@@ -211,6 +211,8 @@ static void on_deadline(uv_timer_t *t)
         job_end(j);
     } else if (j->state == J_HELD) {
         job_end(j);
+    } else if (j->state == J_DECODE) { /* later steps need not wait for it */
+        srv_seq_abandon(j->s, &j->step);
     }
 }
 
@@ -226,6 +228,8 @@ void srv_sched_detach(srv_req *r)
         job_end(j);
     } else if (j->state == J_HELD) {
         job_end(j);
+    } else if (j->state == J_DECODE) {
+        srv_seq_abandon(j->s, &j->step);
     }
 }
 

@@ -260,6 +260,16 @@ void srv_seq_arrive(srv *s, srv_step *st)
     list_append(&q->dec_head, &q->dec_tail, st);
 }
 
+void srv_seq_abandon(srv *s, srv_step *st)
+{
+    srv_seqs *q = s->seqs;
+    if (st->where != SRV_STEP_DECODING)
+        return;
+    list_remove(&q->dec_head, &q->dec_tail, st);
+    st->where = SRV_STEP_NONE;
+    release(q);
+}
+
 void srv_seq_decoded(srv *s, srv_step *st, int take)
 {
     srv_seqs *q = s->seqs;

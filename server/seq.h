@@ -92,6 +92,10 @@ void srv_seq_arrive(srv *s, srv_step *st);
  * step (the job is then the sequence machinery's until it is queued or
  * failed). Releases the held steps that may go. */
 void srv_seq_decoded(srv *s, srv_step *st, int take);
+/* srv_seq_abandon: st's job was answered (deadline) or lost its client
+ * while decoding: it will never be a step, so the steps that arrived after
+ * it need not wait for its decode. */
+void srv_seq_abandon(srv *s, srv_step *st);
 /* srv_seq_bind: at launch, before the plan: reserve st's pages and
  * allocate its sequence-length outputs. 0, or an HTTP status with err
  * (nothing reserved then). */

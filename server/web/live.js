@@ -74,7 +74,7 @@ async function refreshInfo() {
   try { bytes = (await api.sequenceInfo(s.id))?.bytes; } catch (_) { /* shown as — */ }
   if (s !== seq || !s.live) return;
   showPanel(`Sequence ${s.id} on ${s.meta.name}: ${s.length} tokens, K/V ${kib(bytes)}` +
-    `${s.mapId ? `, map ${s.mapId}` : ''}.`);
+    `${s.mapId ? `, map ${s.mapId}` : ', no map kept'}.`);
   ctx.$('seq-info').dataset.length = String(s.length);
   ctx.$('seq-info').dataset.bytes = bytes === undefined ? '' : String(bytes);
 }
@@ -131,8 +131,17 @@ async function step() {
     const r = await api.seqStep(seq.meta, seq.id, words, seq.length, { causal: seq.causal });
     seq.words.push(...words);
     seq.length = r.length ?? seq.length + words.length;
-    if (r.mapId) seq.mapId = r.mapId;
     $('seq-next').value = '';
+    if (!r.mapId) { // the store dropped the map: the sequence goes on undrawn
+      const had = seq.mapId;
+      seq.mapId = null;
+      await refreshInfo();
+      ctx.setStatus(`sequence ${seq.id}: ${seq.length} tokens, but its map${had ? ` ${had}` : ''} is no longer ` +
+        'kept (evicted for newer maps, or grown past maps-bytes): the view shows its last retained state', true);
+      document.body.dataset.state = 'ready';
+      return;
+    }
+    seq.mapId = r.mapId;
     ctx.state.q = null; // the step view goes to the new token
     await ctx.showGrown(seq.mapId, `sequence ${seq.id}: +${words.length} → ${seq.length} tokens`, seq.words);
     await refreshInfo();

@@ -9,7 +9,7 @@ import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
-import { REFS, fp32, infer, maxDiff, post, start } from './helper.mjs';
+import { REFS, SLOW, fp32, infer, maxDiff, start } from './helper.mjs';
 
 const TINY = join(dirname(fileURLToPath(import.meta.url)), 'fixtures', 'models', 'tiny');
 const upload = () => ({
@@ -271,7 +271,7 @@ test('--max-connections: a connection past the limit closes the one waiting long
   held.push(await open(partial));
   await sleep(200);
   const probe = await open('GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
-  for (let i = 0; i < 100 && !probe.got().includes('\r\n\r\n'); i++) await sleep(50);
+  for (let i = 0; i < 100 * SLOW && !probe.got().includes('\r\n\r\n'); i++) await sleep(50);
   assert.match(probe.got(), /^HTTP\/1\.1 200 /, 'the third connection is served');
   assert.ok(held[0].closed(), 'the oldest slow connection was closed');
   assert.ok(!held[1].closed(), 'the younger one is still open');

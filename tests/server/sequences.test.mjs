@@ -243,8 +243,19 @@ test('two interleaved sequences never see each other; restart; unknown ids', asy
 });
 
 test('rules: B = 1, weight-set models only, only x, no k/v outputs', async () => {
-  const d = await start({ dir: gqaModels() });
+  const d = await start({ dir: gqaModels(), args: ['--cors-origins', '*'] });
   try {
+    // the model says what a token costs: 2 x 2 kv heads x 4 dims x 4 bytes
+    const meta0 = await (await fetch(`${d.url}/v2/models/gqa`)).json();
+    assert.equal(meta0.parameters.kv_bytes_per_token, 64);
+    assert.equal(meta0.parameters.kv_bytes_limit, 4096 * 1024 * 1024);
+    // browsers may send the routing header and DELETE cross-origin
+    const pre = await fetch(`${d.url}/v2/sequences/x`, { method: 'OPTIONS',
+      headers: { Origin: 'http://example.test', 'Access-Control-Request-Method': 'DELETE' } });
+    assert.equal(pre.status, 204);
+    assert.match(pre.headers.get('access-control-allow-methods'), /DELETE/);
+    assert.match(pre.headers.get('access-control-allow-headers'), /Attnd-Sequence-Id/);
+    assert.equal((await fetch(`${d.url}/v2/sequences/x`)).status, 405);
     const xs = tokens(4, 5);
     const b2 = await infer(d, 'gqa', { inputs: [fp32('x', [2, 2, D], xs)],
       parameters: { sequence_id: 1, sequence_start: true, sequence_end: false } });
@@ -450,4 +461,32 @@ test('SIGTERM finishes the steps in flight, then the sequences are gone', async 
   ran.forEach((r, k) => checkStep(r, ref, 2 + k, 1, `drain step ${k}`));
   for (const r of got) assert.ok([200, 503, 0].includes(r.status), JSON.stringify(r.json));
   assert.equal((await d.stop()).code, 0);
+});
+
+test('a step past its deadline (504) leaves the sequence as it was', async () => {
+  const d = await start({ dir: gqaModels(), args: ['--deadline-ms', String(100 * SLOW)] });
+  try {
+    // token 0, then the same token r at every later position, so the
+    // history is the same whichever of the steps ran
+    const x0 = tokens(1, 12), r = tokens(1, 13);
+    const hist = (n) => x0.concat(...Array(n - 1).fill(r));
+    checkStep(await infer(d, 'gqa', stepBody('dl', x0, { start: true })), await full(d, hist(2)), 0, 1, 'start');
+    // step 1 decodes for longer than the deadline (1.5M ignored numbers);
+    // the steps behind it wait for its turn and may time out too
+    const pad = JSON.stringify(stepBody('dl', r, { extra: { pad: Array.from({ length: 1500000 }, (_, k) => k) } }));
+    const first = send(`${d.url}/v2/models/gqa/infer`, pad);
+    await sleep(20);
+    const rest = [1, 2, 3].map(() => infer(d, 'gqa', stepBody('dl', r)));
+    const got = [await first, ...(await Promise.all(rest))];
+    assert.equal(got[0].status, 504, JSON.stringify(got[0].json));
+    assert.match(got[0].json.error, /deadline/);
+    let ran = 0;
+    for (const g of got.slice(1)) {
+      assert.ok(g.status === 200 || g.status === 504, JSON.stringify(g.json));
+      if (g.status === 200) ran++;
+    }
+    // nothing of a timed-out step stayed: the next step is at 1 + ran
+    const n = 2 + ran;
+    checkStep(await infer(d, 'gqa', stepBody('dl', r)), await full(d, hist(n)), n - 1, 1, 'after the deadline');
+  } finally { assert.equal((await d.stop()).code, 0); }
 });

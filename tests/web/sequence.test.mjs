@@ -192,3 +192,29 @@ test('follow: a sequence this test steps over HTTP is drawn within a second of e
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+test('a sequence whose map no longer fits the store goes on, and the page says why nothing new is drawn', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  // 3000 bytes: the toy's 2 x 2 x 2 map fits, a 2 x 22 x 22 one (3.9 kB) does not.
+  const small = await startAttnd(['--maps-bytes', '3000']);
+  try {
+    const { page, errors } = await openPage(browser, `${small.url}/#model=toy&text=one%20two&h=0`);
+    await page.check('#seq-mode');
+    await page.click('#run');
+    await page.waitForFunction(() => window.attnd.sequence && window.attnd.run.T === 2 && document.body.dataset.state === 'ready');
+    await page.fill('#seq-next', Array.from({ length: 20 }, (_, i) => `w${i}`).join(' '));
+    await page.press('#seq-next', 'Enter');
+    await page.waitForFunction(() => /no longer kept/.test(document.getElementById('status').textContent));
+    assert.equal(await page.evaluate(() => window.attnd.sequence.length), 22);
+    assert.match(await page.textContent('#seq-info'), /22 tokens, K\/V .*no map kept/);
+    // It still steps.
+    await page.fill('#seq-next', 'more');
+    await page.press('#seq-next', 'Enter');
+    await page.waitForFunction(() => window.attnd.sequence.length === 23);
+    assert.equal(await page.isDisabled('#seq-step'), false);
+    assert.deepEqual(errors, []);
+    await page.close();
+  } finally {
+    await small.stop();
+  }
+});
