@@ -282,6 +282,71 @@ fuzz:
 	    -artifact_prefix=build/fuzz/crashes/ build/fuzz/corpus \
 	    tests/proto/fuzz_corpus
 
+# ---- soak (issue 11): make soak [SOAK_SECONDS=300], not in CI -------------
+# Mixed traffic against one attnd (tests/server/soak.mjs: small and large
+# infers, retains and map reads, uploads and unloads, bad requests, slow and
+# vanishing clients), RSS and fds sampled every SOAK_SAMPLE_MS; fails on a
+# 5xx other than 503, a sanitizer report (make SANITIZER=address soak), fds
+# not back to where they were, or RSS not flat (see the script's header).
+SOAK_SECONDS ?= 300
+.PHONY: soak
+soak: deps-test $(ATTND)
+	ATTND_BIN=$(ATTND) SOAK_SECONDS=$(SOAK_SECONDS) node tests/server/soak.mjs
+
+# ---- fuzzing at depth (issue 11): make fuzz-long, not in CI --------------
+#   make fuzz-long [FUZZ_LONG_RUNS=10000000] [FUZZ_LONG_SECONDS=3600]
+#                  [FUZZ_TARGETS="json framing st config upload maps_query pb"]
+# Each target runs until FUZZ_LONG_RUNS executions or FUZZ_LONG_SECONDS,
+# from its seed corpora in the repository (FUZZ_SEEDS_<target>), growing
+# build/fuzz/long/<target>; crashes go to build/fuzz/crashes/<target>-*.
+# One line per target at the end: executions, coverage (libFuzzer's cov:
+# edges) and the crash files; the whole log is build/fuzz/long/<target>.log.
+FUZZ_LONG_RUNS ?= 10000000
+FUZZ_LONG_SECONDS ?= 3600
+FUZZ_TARGETS ?= json framing st config upload maps_query pb
+FUZZ_CC = clang -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) \
+    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I. \
+    -Ibuild/fuzz/gen $(shell pkg-config --cflags jansson libprotobuf-c)
+FUZZ_LIBS = $(shell pkg-config --libs jansson libprotobuf-c) $(BLAS_LIBS) -lm -pthread
+build/fuzz/fuzz_json: tests/proto/fuzz_oip.c $(PROTO_SRC) $(wildcard proto/*.h) $(FUZZ_PB_GEN)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -o $@ tests/proto/fuzz_oip.c $(PROTO_SRC) $(FUZZ_PB_GEN) $(FUZZ_LIBS)
+build/fuzz/fuzz_framing: tests/proto/fuzz_oip.c $(PROTO_SRC) $(wildcard proto/*.h) $(FUZZ_PB_GEN)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -DFUZZ_FRAMING -o $@ tests/proto/fuzz_oip.c $(PROTO_SRC) \
+	    $(FUZZ_PB_GEN) $(FUZZ_LIBS)
+build/fuzz/fuzz_st build/fuzz/fuzz_config: build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c \
+        $(CORE_SRC) $(wildcard core/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -o $@ $< $(CORE_SRC) $(FUZZ_LIBS)
+build/fuzz/fuzz_upload: tests/fuzz/fuzz_upload.c server/upload.c server/upload.h \
+        $(CORE_SRC) $(wildcard core/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -o $@ $< server/upload.c $(CORE_SRC) $(FUZZ_LIBS)
+build/fuzz/fuzz_maps_query: tests/fuzz/fuzz_maps_query.c server/maps.c \
+        server/maps_http.c server/maps.h server/maps_int.h $(CORE_SRC)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -o $@ $< server/maps.c server/maps_http.c $(CORE_SRC) $(FUZZ_LIBS)
+FUZZ_SEEDS_json := tests/fuzz/corpus/json tests/proto/fuzz_corpus
+FUZZ_SEEDS_framing := tests/fuzz/corpus/framing
+FUZZ_SEEDS_st := tests/fuzz/corpus/st tests/core/st_corpus
+FUZZ_SEEDS_config := tests/fuzz/corpus/config
+FUZZ_SEEDS_upload := tests/fuzz/corpus/upload
+FUZZ_SEEDS_maps_query := tests/fuzz/corpus/maps_query
+FUZZ_SEEDS_pb := tests/proto/fuzz_pb_corpus
+.PHONY: fuzz-long
+fuzz-long:
+	@tools/install-deps.sh fuzz
+	@$(MAKE) --no-print-directory $(addprefix build/fuzz/fuzz_,$(FUZZ_TARGETS))
+	@mkdir -p build/fuzz/crashes $(addprefix build/fuzz/long/,$(FUZZ_TARGETS))
+	@$(foreach t,$(FUZZ_TARGETS),echo "== fuzz_$(t): up to $(FUZZ_LONG_RUNS) runs or $(FUZZ_LONG_SECONDS) s"; \
+	    build/fuzz/fuzz_$(t) -runs=$(FUZZ_LONG_RUNS) \
+	        -max_total_time=$(FUZZ_LONG_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	        -max_len=65536 -print_final_stats=1 -close_fd_mask=1 \
+	        -artifact_prefix=build/fuzz/crashes/$(t)- build/fuzz/long/$(t) \
+	        $(FUZZ_SEEDS_$(t)) > build/fuzz/long/$(t).log 2>&1; \
+	    echo "fuzz_$(t): exit $$?, $$(grep -o 'number_of_executed_units: [0-9]*' build/fuzz/long/$(t).log | tail -1), $$(grep -o 'cov: [0-9]*' build/fuzz/long/$(t).log | tail -1) edges, $$(ls build/fuzz/crashes | grep -c '^$(t)-') crash files";)
+
 BENCH_PROTO := $(BUILD)/bench/bench_proto
 $(BENCH_PROTO): bench/bench_proto.c $(PROTO_LIB)
 	@mkdir -p $(dir $@)
@@ -335,6 +400,12 @@ bench-server: deps $(ATTND) $(BARE_MHD)
 	@tools/install-deps.sh bench
 	python3 bench/http_bench.py --attnd $(ATTND) --bare $(BARE_MHD)
 bench: bench-server
+# bench-path: where one small request goes (system calls, instructions by
+# place, heap calls, loop<->pool hand-offs), attnd next to bare_mhd.
+.PHONY: bench-path
+bench-path: deps $(ATTND) $(BARE_MHD)
+	@tools/install-deps.sh bench
+	python3 bench/path_profile.py --attnd $(ATTND) --bare $(BARE_MHD)
 
 # ---- weights: load benchmark; committed generated files match generators --
 LOAD_BENCH := $(BUILD)/bench/bench_load

@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,9 +43,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
     return ret;
 }
 
-static volatile sig_atomic_t stop;
-static void on_signal(int s) { (void)s; stop = 1; }
-
 int main(int argc, char **argv)
 {
     int port = argc > 1 ? atoi(argv[1]) : 0;
@@ -52,6 +50,14 @@ int main(int argc, char **argv)
     struct MHD_Daemon *d;
     const union MHD_DaemonInfo *info;
     struct sockaddr_in sa;
+    sigset_t stop;
+    int sig;
+    /* SIGTERM/SIGINT blocked before MHD's thread starts (it inherits the
+     * mask), then taken by sigwait: the main thread always sees them */
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
     body = malloc(n + 1);
     if (!body)
         return 1;
@@ -74,10 +80,7 @@ int main(int argc, char **argv)
     info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     printf("listening on http://127.0.0.1:%u\n", info ? info->port : (unsigned)port);
     fflush(stdout);
-    signal(SIGTERM, on_signal);
-    signal(SIGINT, on_signal);
-    while (!stop)
-        pause();
+    sigwait(&stop, &sig);
     MHD_stop_daemon(d);
     free(body);
     return 0;

@@ -13,7 +13,11 @@ the same layer served by FastAPI/uvicorn + PyTorch.
    ratios to the bare server; then the issue's aims with where each server
    stands (req/s >= 0.6x bare at every point, p50 at one connection <= 2x
    bare's).
-2. One large request: B=8, T=512, d_model=768 (a random 12-head weight set
+2. Batched decoder steps: bench/decode_http.py's d_model 2048, 32 heads,
+   8 kv heads layer, one client then 32 concurrent clients each stepping a
+   sequence (128-token prompt, 32 one-token steps): steps/s and the ratio,
+   whose aim is >= 8x (the engine runs the 32 steps as one batch).
+3. One large request: B=8, T=512, d_model=768 (a random 12-head weight set
    written to a temporary repository), JSON and binary: MB/s in and ms end
    to end (median of 3).
 Peak RSS of attnd (VmHWM) is printed at the end. Everything runs on
@@ -133,6 +137,8 @@ def main():
     ap.add_argument("--bare", default=os.path.join(ROOT, "build/default/bench/bare_mhd"))
     ap.add_argument("--seconds", type=int, default=5, help="wrk duration per point")
     ap.add_argument("--threads", type=int, default=0, help="attnd --threads")
+    ap.add_argument("--decode-prompt", type=int, default=128)
+    ap.add_argument("--decode-steps", type=int, default=32, help="0 skips the decode point")
     ap.add_argument("--python", default="/usr/bin/python3",
                     help="the Python with torch and fastapi for the peer ('' skips it)")
     a = ap.parse_args()
@@ -201,6 +207,23 @@ def main():
         ra, rb, rp = points[1]
         print(f"  p50 at 1 connection <= 2x bare's ({rb[1]:.3f} ms): attnd {ra[1] / rb[1]:.1f}x "
               f"({'met' if ra[1] / rb[1] <= 2 else 'not met'}), python {rp[1] / rb[1]:.1f}x")
+
+        if a.decode_steps:
+            tps = {}
+            for n in (1, 32):
+                out = subprocess.run([sys.executable, os.path.join(HERE, "decode_http.py"), a.attnd,
+                                      str(n), "--prompt", str(a.decode_prompt),
+                                      "--steps", str(a.decode_steps)],
+                                     capture_output=True, text=True, timeout=900)
+                m = re.search(r"tps=([\d.]+)", out.stdout)
+                if not m:
+                    sys.exit(f"decode_http.py {n}: {out.stdout}{out.stderr}")
+                tps[n] = float(m.group(1))
+            r = tps[32] / tps[1]
+            print(f"\nbatched decode: d_model 2048, H 32, H_kv 8, {a.decode_prompt}-token prompts, "
+                  f"{a.decode_steps} one-token steps, binary: 1 client {tps[1]:.0f} steps/s, "
+                  f"32 clients {tps[32]:.0f} steps/s")
+            print(f"  32 clients >= 8x one client: attnd {r:.1f}x ({'met' if r >= 8 else 'not met'})")
 
         B, T, D = 8, 512, 768
         xs = [round(rnd.uniform(-1, 1), 6) for _ in range(B * T * D)]

@@ -39,13 +39,17 @@ sys.path.insert(0, HERE)
 import http_bench  # noqa: E402  (start, wait_ready, small_body)
 
 
-def serve(cmd, env, body, warm, n):
-    """Start cmd (an attnd under a tool), send warm + n requests, stop it."""
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+def serve(cmd, env, body, warm, n, stream="err"):
+    """Start cmd (an attnd under a tool, or bare_mhd with stream "out"),
+    send warm + n requests, stop it."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE if stream == "out" else subprocess.DEVNULL,
+                         stderr=subprocess.PIPE if stream == "err" else subprocess.DEVNULL,
+                         text=True, env=env)
+    f = p.stdout if stream == "out" else p.stderr
     port = None
     deadline = time.time() + 120
     while time.time() < deadline:
-        line = p.stderr.readline()
+        line = f.readline()
         if not line:
             break
         m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
@@ -56,7 +60,7 @@ def serve(cmd, env, body, warm, n):
         p.kill()
         sys.exit(f"could not start {' '.join(cmd[:3])}")
     import threading
-    threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
+    threading.Thread(target=lambda: [None for _ in f], daemon=True).start()
     http_bench.wait_ready(port)
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     for _ in range(warm + n):
@@ -157,6 +161,8 @@ def main():
     ap.add_argument("--warm", type=int, default=100)
     ap.add_argument("--threads", type=int, default=2, help="attnd --threads")
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--bare", default=os.path.join(ROOT, "build/default/bench/bare_mhd"),
+                    help="bare_mhd, profiled the same way for comparison ('' skips it)")
     a = ap.parse_args()
     for tool in ("strace", "valgrind", "callgrind_annotate"):
         if not shutil.which(tool):
@@ -191,6 +197,19 @@ def main():
             serve(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out] + attnd,
                   env, body, a.warm, k)
             cg.append(callgrind_costs(out))
+        if a.bare and os.path.exists(a.bare):
+            bare = [a.bare, "0", "12901"]
+            bs, bi = [], []
+            for k in (0, n):
+                out = os.path.join(tmp, f"bare.strace.{k}")
+                serve(["strace", "-f", "-c", "-o", out] + bare, env, body, a.warm, k, "out")
+                bs.append(sum(v for s, v in strace_counts(out).items() if s != "total"))
+                out = os.path.join(tmp, f"bare.callgrind.{k}")
+                serve(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out] + bare,
+                      env, body, a.warm, k, "out")
+                bi.append(sum(callgrind_costs(out)[0].values()))
+            print(f"\nbare_mhd, same requests: {(bs[1] - bs[0]) / n:.1f} system calls and "
+                  f"{(bi[1] - bi[0]) / n:,.0f} instructions per request")
         excl = collections.Counter(cg[1][0])
         excl.subtract(cg[0][0])
         calls = collections.Counter(cg[1][1])

@@ -623,7 +623,10 @@ void st__f16_scalar(const unsigned char *p, size_t n, float *dst)
     }
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* clang before 15 has no "f16c" for __builtin_cpu_supports (the fuzzers,
+ * make fuzz-long, build with Debian 12's clang 14): scalar path there. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
+    !(defined(__clang__) && __clang_major__ < 15)
 #include <immintrin.h>
 #define HAVE_F16C_PATH 1
 /* f16_f16c: 8 halves at a time with the F16C instruction (x86-64 CPUs

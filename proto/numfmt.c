@@ -77,15 +77,15 @@ size_t oip__fmt_float(float f, char *out)
     }
     uint32_t n = (uint32_t)(s + 0.5); /* 9 digits: [1e8, 1e9) */
 
-    /* digits, most significant first; drop trailing zeros */
+    /* digits, most significant first (one, then four pairs); drop
+     * trailing zeros */
     char dg[10];
-    for (int i = 8; i > 0; i -= 2) {
-        uint32_t r = n % 100;
-        n /= 100;
-        dg[i - 1] = digit_pairs[2 * r];
-        dg[i] = digit_pairs[2 * r + 1];
-    }
-    dg[0] = (char)('0' + n);
+    uint32_t lo = n % 100000000u, a = lo / 10000u, b = lo % 10000u;
+    dg[0] = (char)('0' + n / 100000000u);
+    memcpy(dg + 1, digit_pairs + 2 * (a / 100), 2);
+    memcpy(dg + 3, digit_pairs + 2 * (a % 100), 2);
+    memcpy(dg + 5, digit_pairs + 2 * (b / 100), 2);
+    memcpy(dg + 7, digit_pairs + 2 * (b % 100), 2);
     int nd = 9;
     while (nd > 1 && dg[nd - 1] == '0')
         nd--;
@@ -103,13 +103,13 @@ size_t oip__fmt_float(float f, char *out)
         *p++ = '.';
         for (int i = 0; i < -k - 1; i++)
             *p++ = '0';
-        memcpy(p, dg, (size_t)nd);
+        memcpy(p, dg, 9); /* all nine: at most 16 bytes in all */
         p += nd;
     } else { /* d.ddde-x */
         *p++ = dg[0];
         if (nd > 1) {
             *p++ = '.';
-            memcpy(p, dg + 1, (size_t)(nd - 1));
+            memcpy(p, dg + 1, 8); /* the exponent overwrites the rest */
             p += nd - 1;
         }
         *p++ = 'e';

@@ -310,8 +310,15 @@ static enum MHD_Result queue_response(srv_req *r)
             MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
         }
     }
-    if (r->s->draining)
+    if (r->s->draining) {
         MHD_add_response_header(resp, "Connection", "close");
+    } else if (r->s->cfg.header_timeout_s) {
+        /* clients keep idle connections for less than the server does
+         * (undici, curl and browsers honour it), so none sends a request
+         * on a connection header-timeout is closing */
+        snprintf(num, sizeof num, "timeout=%lld", r->s->cfg.header_timeout_s);
+        MHD_add_response_header(resp, "Keep-Alive", num);
+    }
     r->queued = 1;
     ret = MHD_queue_response(r->conn, (unsigned)r->status, resp);
     MHD_destroy_response(resp);

@@ -590,7 +590,9 @@ class Limits(unittest.TestCase):
             self.assertEqual(d.stop(), 0, d.log)
 
     def test_queue_full_is_unavailable(self):
-        d = Attnd("--queue-size", "1", "--batch-delay-us", "1500000")
+        # the first call waits out the batch delay in the queue (longer
+        # than the pause below, even on a sanitized build)
+        d = Attnd("--queue-size", "1", "--batch-delay-us", str(int(2e6 * SLOW)))
         try:
             first = d.stub.ModelInfer.future(seed1())
             time.sleep(0.3 * SLOW)
@@ -599,6 +601,38 @@ class Limits(unittest.TestCase):
             self.assertEqual(e.exception.code(), C.UNAVAILABLE)
             self.assertRegex(e.exception.details(), r"queue: model 'sdpa' has 1 requests waiting \(queue-size\)")
             self.assertEqual(first.result().id, "seed1", "the queued one still answers")
+        finally:
+            self.assertEqual(d.stop(), 0, d.log)
+
+    def test_memory_budget(self):
+        """A message counts against --memory-budget while it is buffered and
+        decoded, as a REST body does: past it UNAVAILABLE; the budget comes
+        back when calls end (no leak in the accounting)."""
+        d = Attnd("--memory-budget", "4000000", "--max-body", "2000000", "--max-json-body", "100000",
+                  "--request-memory", "4000000", "--batch-delay-us", str(int(1e6 * SLOW)))
+        try:
+            n = 25000  # one query over 25000 keys: 1.6 MB of k and v, little compute
+            big = pb.ModelInferRequest(model_name="sdpa", id="big")
+            raw(big, "q", "FP32", [1, 8], f32([0.1] * 8))
+            raw(big, "k", "FP32", [n, 8], b"\0" * (32 * n))
+            raw(big, "v", "FP32", [n, 8], b"\0" * (32 * n))
+            # two held by the batch delay take 3.2 MB; a third does not fit
+            first = [d.stub.ModelInfer.future(big) for _ in range(2)]
+            time.sleep(0.3 * SLOW)
+            with self.assertRaises(grpc.RpcError) as e:
+                d.stub.ModelInfer(big)
+            self.assertEqual(e.exception.code(), C.UNAVAILABLE, e.exception.details())
+            self.assertRegex(e.exception.details(), r"memory-budget")
+            self.assertEqual([f.result().id for f in first], ["big", "big"])
+            for _ in range(3):  # each returns what it took
+                self.assertEqual(d.stub.ModelInfer(big).id, "big")
+            # on a stream, the request that does not fit is that request's
+            # error (its bytes dropped unread) and the stream goes on
+            got = list(d.stub.ModelStreamInfer(iter([big] * 3 + [seed1()])))
+            self.assertEqual(len(got), 4)
+            self.assertRegex(got[2].error_message, r"memory-budget")
+            self.assertEqual([g.infer_response.id for g in got if not g.error_message][-1], "seed1")
+            self.assertEqual(got[0].infer_response.id, "big")
         finally:
             self.assertEqual(d.stop(), 0, d.log)
 

@@ -5,6 +5,8 @@
  * Input: a request body. When it starts with 'B', the next two bytes give
  * Inference-Header-Content-Length (mod the rest's size + 1) and the rest is
  * the body with a binary part; otherwise the whole input is a JSON body.
+ * Built with -DFUZZ_FRAMING (fuzz_framing, make fuzz-long) every input is
+ * the two length bytes and a body with a binary part.
  * Properties checked beyond "no crash, no leak, no UB":
  *   - a failed decode leaves the request empty and gives a message whose
  *     error body is valid JSON;
@@ -86,13 +88,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                    .memory_budget = 1 << 21,
                                    .max_inputs = 8, .max_outputs = 8,
                                    .max_tokens = 64};
-    check_number(data, size);
     size_t hl = 0;
+#ifdef FUZZ_FRAMING
+    /* the binary framing target (make fuzz-long): every input is two bytes
+     * of Inference-Header-Content-Length, then the body */
+    if (size < 2)
+        return 0;
+    hl = ((size_t)data[0] | (size_t)data[1] << 8) % (size - 2 + 1);
+    data += 2;
+    size -= 2;
+#else
+    check_number(data, size);
     if (size >= 3 && data[0] == 'B') {
         hl = ((size_t)data[1] | (size_t)data[2] << 8) % (size - 3 + 1);
         data += 3;
         size -= 3;
     }
+#endif
     oip_request r;
     char err[OIP_ERRMAX] = "";
     int rc = oip_decode(&r, (const char *)data, size, hl, &lim, err);

@@ -322,3 +322,11 @@ test('a legitimate client is served while 2000 slow connections are open or tryi
     assert.equal((await d.stop()).code, 0);
   }
 });
+
+test('answers tell clients how long an idle connection stays (Keep-Alive: timeout=header-timeout)', async () => {
+  const d = await start({ args: ['--header-timeout', '7'] });
+  try {
+    const r = await raw(d.port, 'GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n');
+    assert.match(r.text, /\r\nKeep-Alive: timeout=7\r\n/i);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
