@@ -279,6 +279,13 @@ test('rules: B = 1, weight-set models only, only x, no k/v outputs', async () =>
     assert.equal(zero.status, 400);
     assert.match(zero.json.error, /sequence_id/);
     assert.equal((await (await fetch(`${d.url}/v2/sequences`)).json()).count, 0);
+    // a uint64 id past 2^63 - 1 as a JSON number (JSON.stringify cannot
+    // write it: the text is patched)
+    const big = JSON.stringify(stepBody(1, xs.slice(0, D), { start: true })).replace('"sequence_id":1', '"sequence_id":18446744073709551615');
+    assert.equal((await infer(d, 'gqa', big)).status, 200);
+    const listed = await (await fetch(`${d.url}/v2/sequences`)).json();
+    assert.deepEqual(listed.sequences.map((q) => q.id), ['18446744073709551615']);
+    assert.equal((await fetch(`${d.url}/v2/sequences/18446744073709551615`, { method: 'DELETE' })).status, 200);
     const meta = await (await fetch(`${d.url}/v2`)).json();
     assert.ok(meta.extensions.includes('sequences'));
   } finally { assert.equal((await d.stop()).code, 0); }
