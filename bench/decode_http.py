@@ -112,7 +112,7 @@ def main():
         os.makedirs(repo)
         write_layer(os.path.join(repo, "llama"))
         p = subprocess.Popen(
-            [a.attnd, "--port", "0", "--models", repo,
+            [a.attnd, "--port", "0", "--grpc-port", "0", "--models", repo,
              "--max-batch", str(max(a.n, 8)), "--max-body", str(64 << 20),
              "--request-memory", str(1 << 30)],
             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
