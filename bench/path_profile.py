@@ -173,7 +173,7 @@ def main():
         os.makedirs(repo)
         shutil.copytree(os.path.join(ROOT, "models", "demo"), os.path.join(repo, "demo"))
         body = http_bench.small_body()
-        attnd = [a.attnd, "--port", "0", "--models", repo, "--threads", str(a.threads)]
+        attnd = [a.attnd, "--port", "0", "--grpc-port", "0", "--models", repo, "--threads", str(a.threads)]
         env = dict(os.environ)
         n = a.requests
         print(f"path profile: demo T=16 JSON ({len(body)} B), one keep-alive connection, "

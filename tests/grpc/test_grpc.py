@@ -12,6 +12,7 @@ queue full and drain. Each test class starts its own attnd on free ports.
 """
 import base64
 import json
+import atexit
 import queue
 import os
 import re
@@ -42,6 +43,27 @@ with open(os.path.join(FIX, "refs.json")) as f:
 SLOW = 5 if re.search(r"address|undefined|thread", ATTND) else 1
 C = grpc.StatusCode
 
+# Every daemon started and not stopped: killed, its folder removed, when this
+# process ends, however (a failed test, the runner's timeout's SIGTERM).
+LIVE = set()
+
+
+def _kill_live():
+    for a in list(LIVE):
+        if a.proc.poll() is None:
+            a.proc.kill()
+        shutil.rmtree(a.dir, ignore_errors=True)
+    LIVE.clear()
+
+
+def _on_signal(sig, _frame):
+    _kill_live()
+    sys.exit(128 + sig)
+
+
+atexit.register(_kill_live)
+signal.signal(signal.SIGTERM, _on_signal)
+
 
 class Attnd:
     """attnd on 127.0.0.1 with free HTTP and gRPC ports and its own models
@@ -57,6 +79,7 @@ class Attnd:
             [ATTND, "--host", "127.0.0.1", "--port", "0", "--grpc-port", "-1",
              "--models", self.dir, *args],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        LIVE.add(self)
         self.log = ""
         self._lines = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -99,6 +122,7 @@ class Attnd:
             return e.code, json.loads(e.read() or b"null")
 
     def stop(self, sig=signal.SIGTERM):
+        LIVE.discard(self)
         self.channel.close()
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
