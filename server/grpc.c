@@ -1,12 +1,12 @@
 /*
- * grpc.c - gRPC over HTTP/2 (nghttp2) on the libuv loop: connections,
- * streams, message framing, status and trailers. See grpc.h for why
+ * grpc.c - the gRPC door's calls: HTTP/2 streams (nghttp2), message
+ * framing, answers in order, status and trailers. See grpc.h for why
  * nghttp2; grpc_rpc.c has the methods, grpc_conn.c the sockets.
  *
- * A connection is a uv_tcp_t and an nghttp2 server session: bytes read go
- * into nghttp2_session_mem_recv, whose callbacks build calls (one per
- * HTTP/2 stream); frames to write come from nghttp2_session_mem_send and
- * leave by uv_write. A call's request messages (5-byte gRPC prefix, then
+ * A connection (grpc_conn.c) is a uv_tcp_t and an nghttp2 server session:
+ * bytes read go into nghttp2_session_mem_recv, whose callbacks here build
+ * calls (one per HTTP/2 stream); frames to write come from
+ * nghttp2_session_mem_send and leave by uv_write. A call's request messages (5-byte gRPC prefix, then
  * protobuf) each become a slot: an srv_req handed to the REST handler of
  * the method. Slots answer in any order (srv_respond -> on_answer) and are
  * delivered in arrival order, so a stream's responses keep its requests'
