@@ -660,6 +660,44 @@ class Limits(unittest.TestCase):
         finally:
             self.assertEqual(d.stop(), 0, d.log)
 
+    def test_sequence_steps_batch_across_doors(self):
+        """A sequence stepped on a gRPC stream and one stepped over REST, in
+        lock step: each pair of steps runs as one batch of 2 (one
+        scheduler), and both sequences' answers stay their own."""
+        d = Attnd("--batch-delay-us", str(int(300000 * SLOW)), "--max-batch", "2")
+        try:
+            rnd = __import__("random").Random(5)
+            xs = [[rnd.uniform(-1, 1) for _ in range(64)] for _ in range(4)]
+            q = queue.Queue()
+            stream = d.stub.ModelStreamInfer(iter(q.get, None))
+            lengths = []
+            for k, x in enumerate(xs):
+                r = pb.ModelInferRequest(model_name="demo", id=f"g{k}")
+                raw(r, "x", "FP32", [1, 1, 64], f32(x))
+                r.parameters["sequence_id"].string_param = "by-grpc"
+                r.parameters["sequence_start"].bool_param = k == 0
+                r.parameters["sequence_end"].bool_param = k == len(xs) - 1
+                q.put(r)
+                st, body = d.rest("/v2/models/demo/infer", {
+                    "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1, 64], "data": x}],
+                    "parameters": {"sequence_id": "by-rest", "sequence_start": k == 0,
+                                   "sequence_end": k == len(xs) - 1}})
+                g = next(stream)
+                self.assertEqual(st, 200, body)
+                self.assertEqual(g.error_message, "")
+                lengths.append((g.infer_response.parameters["sequence_length"].int64_param,
+                                body["parameters"]["sequence_length"]))
+                # the same rows in the same positions: the same y
+                self.assertLess(max_diff(out(g.infer_response, "y")[1], body["outputs"][0]["data"]), 1e-6)
+            q.put(None)
+            self.assertEqual(list(stream), [])
+            self.assertEqual(lengths, [(1, 1), (2, 2), (3, 3), (4, 4)])
+            st = d.stub.ModelStatistics(pb.ModelStatisticsRequest(name="demo")).model_stats[0]
+            self.assertEqual({(b.batch_size, b.compute_infer.count) for b in st.batch_stats}, {(2, 4)})
+            self.assertEqual(len(re.findall(r"ModelStreamInfer 200 .*batch=2", d.log)), 4)
+        finally:
+            self.assertEqual(d.stop(), 0, d.log)
+
     def test_deadlines(self):
         d = Attnd("--deadline-ms", "300", "--batch-delay-us", "10000000", "--max-batch", "2")
         try:
