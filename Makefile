@@ -51,12 +51,14 @@ obj = $(1:%.c=$(BUILD)/%.o)
 # Every runner fails fast instead of hanging: node --test stops a test file
 # past NODE_TEST_TIMEOUT ms (SIGTERM; tests/server/helper.mjs and
 # tests/web/harness.mjs then SIGKILL the daemons it started), Check a test
-# case past CK_TIMEOUT s, and the failover and affinity scripts are stopped past
-# FAILOVER_TIMEOUT s. A whole file takes 1-50 s today; sanitized builds get
-# more time, never looser assertions.
+# case past CK_TIMEOUT s, the failover and affinity scripts past
+# FAILOVER_TIMEOUT s and tests/grpc/test_grpc.py past GRPC_PY_TIMEOUT s (it
+# kills its daemons on SIGTERM too). A whole file takes 1-50 s today;
+# sanitized builds get more time, never looser assertions.
 NODE_TEST_TIMEOUT ?= $(if $(SANITIZER),600000,120000)
 CK_TIMEOUT ?= $(if $(SANITIZER),300,60)
 FAILOVER_TIMEOUT ?= $(if $(SANITIZER),900,300)
+GRPC_PY_TIMEOUT ?= $(if $(SANITIZER),900,300)
 
 .PHONY: all run test deps deps-test check-unit check-server check-web bench bench-server clean format
 all: deps $(if $(wildcard server/main.c),$(ATTND)) $(UNIT_BIN)
@@ -177,11 +179,12 @@ $(GRPC_NPM): tests/grpc/package.json tests/grpc/package-lock.json
 GRPC_NODE_TESTS := $(sort $(wildcard tests/grpc/*.test.mjs))
 check-grpc: deps-test $(ATTND) $(GRPC_STUBS) $(if $(GRPC_NODE_TESTS),$(GRPC_NPM))
 	@echo "== python3 tests/grpc/test_grpc.py ($(ATTND))"
-	@ATTND=$(ATTND) GRPC_STUBS=$(GRPC_PY) /usr/bin/python3 -m unittest \
-	    tests/grpc/test_grpc.py
+	@ATTND=$(ATTND) GRPC_STUBS=$(GRPC_PY) timeout -k 10 $(GRPC_PY_TIMEOUT) \
+	    /usr/bin/python3 -m unittest tests/grpc/test_grpc.py
 	$(if $(GRPC_NODE_TESTS),@echo "== node --test tests/grpc ($(ATTND))")
 	$(if $(GRPC_NODE_TESTS),@ATTND_BIN=$(ATTND) node --test \
-	    --test-concurrency=1 $(GRPC_NODE_TESTS))
+	    --test-concurrency=1 --test-timeout=$(NODE_TEST_TIMEOUT) \
+	    $(GRPC_NODE_TESTS))
 
 # bench-grpc: the REST bench's points over both doors of one attnd (wrk for
 # REST, bench/bench_grpc.c, an nghttp2 client, for gRPC unary and streams),

@@ -4,6 +4,7 @@
  *
  *   bench_grpc --port P --msg FILE [--conns 16] [--seconds 5]
  *              [--mode unary|stream] [--path /inference.GRPCInferenceService/ModelInfer]
+ *              [--first FILE --restart N]
  *
  * FILE holds one request message (protobuf, no gRPC prefix). unary: each
  * client sends it as one call after another (one call in flight per
@@ -11,6 +12,12 @@
  * opens one ModelStreamInfer call and sends the message, waits for its
  * response message, sends the next. Prints one JSON line: calls (or stream
  * steps) answered OK, errors, calls/s and the latency p50/p99 in ms.
+ * --first FILE --restart N: in stream mode, every N-th step (the 0th too)
+ * sends FILE's message instead (a sequence's start: decoder steps over a
+ * server-held K/V cache, restarted every N tokens).
+ * --mode rest: the same closed loop over HTTP/1.1 keep-alive, FILE a JSON
+ * body POSTed to --path (the REST side of a comparison, with the same
+ * client machinery; --first/--restart as for stream).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -46,10 +53,11 @@ typedef struct client {
 } client;
 
 static const char *g_path = "/inference.GRPCInferenceService/ModelInfer";
-static int g_port, g_stream;
+static int g_port, g_stream, g_rest;
 static double g_seconds = 5;
-static unsigned char *g_frame;
-static size_t g_frame_len;
+static unsigned char *g_frame, *g_first;
+static size_t g_frame_len, g_first_len;
+static long g_restart;
 
 static double now(void)
 {
@@ -188,6 +196,40 @@ static void record(client *c, double dt)
     c->lat[c->n++] = dt;
 }
 
+/* rest_call: one POST of body over c->fd, its answer read whole; 0 when
+ * it was a 200, 1 another status, -1 a dead connection. */
+static int rest_call(client *c, const unsigned char *body, size_t len)
+{
+    char head[512], buf[65536];
+    size_t have = 0, need;
+    char *end, *cl;
+    int n = snprintf(head, sizeof head, "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+                     g_path, len);
+    if (write(c->fd, head, (size_t)n) != n || write(c->fd, body, len) != (ssize_t)len)
+        return -1;
+    for (;;) {
+        ssize_t r = read(c->fd, buf + have, sizeof buf - 1 - have);
+        if (r <= 0)
+            return -1;
+        have += (size_t)r;
+        buf[have] = 0;
+        if ((end = strstr(buf, "\r\n\r\n")))
+            break;
+        if (have == sizeof buf - 1)
+            return -1;
+    }
+    cl = strcasestr(buf, "content-length:");
+    need = (size_t)(end + 4 - buf) + (cl && cl < end ? strtoul(cl + 15, NULL, 10) : 0);
+    while (have < need) {
+        ssize_t r = read(c->fd, buf, sizeof buf < need - have ? sizeof buf : need - have);
+        if (r <= 0)
+            return -1;
+        have += (size_t)r;
+    }
+    return strncmp(buf + 9, "200", 3) != 0;
+}
+
 static void *run(void *arg)
 {
     client *c = arg;
@@ -205,6 +247,25 @@ static void *run(void *arg)
         exit(1);
     }
     setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (g_rest) {
+        long k;
+        for (k = 0; now() < end; k++) {
+            double t0 = now();
+            int first = g_first && k % g_restart == 0, rc;
+            rc = first ? rest_call(c, g_first + 5, g_first_len - 5)
+                       : rest_call(c, g_frame + 5, g_frame_len - 5);
+            if (rc < 0) {
+                c->errors++;
+                break;
+            }
+            if (rc)
+                c->errors++;
+            else
+                record(c, now() - t0);
+        }
+        close(c->fd);
+        return NULL;
+    }
     nghttp2_session_callbacks_new(&cb);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data);
     nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
@@ -216,9 +277,13 @@ static void *run(void *arg)
     c->frame_len = g_frame_len;
     if (g_stream) {
         c->sid = submit(c);
-        while (now() < end) {
+        long k;
+        for (k = 0; now() < end; k++) {
             double t0 = now();
             int before = c->replies;
+            int first = g_first && k % g_restart == 0;
+            c->frame = first ? g_first : g_frame;
+            c->frame_len = first ? g_first_len : g_frame_len;
             c->sent = 0;
             c->sending = 1;
             nghttp2_session_resume_data(c->h2, c->sid);
@@ -259,6 +324,33 @@ dead:
     return NULL;
 }
 
+/* load: FILE's message with its 5-byte gRPC prefix; NULL when unreadable */
+static unsigned char *load(const char *path, size_t *out)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char *b;
+    long len;
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    len = ftell(f);
+    rewind(f);
+    b = malloc((size_t)len + 5);
+    if (!b || fread(b + 5, 1, (size_t)len, f) != (size_t)len) {
+        free(b);
+        fclose(f);
+        return NULL;
+    }
+    fclose(f);
+    b[0] = 0;
+    b[1] = (unsigned char)(len >> 24);
+    b[2] = (unsigned char)(len >> 16);
+    b[3] = (unsigned char)(len >> 8);
+    b[4] = (unsigned char)len;
+    *out = (size_t)len + 5;
+    return b;
+}
+
 static int cmp(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -268,13 +360,12 @@ static int cmp(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     int conns = 16, i;
-    const char *msg = NULL;
+    const char *msg = NULL, *first = NULL;
     client *cs;
     pthread_t *th;
     double *all, t0, dt;
-    size_t n = 0, len;
+    size_t n = 0;
     long errors = 0;
-    FILE *f;
     for (i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--port"))
             g_port = atoi(argv[i + 1]);
@@ -282,33 +373,30 @@ int main(int argc, char **argv)
             conns = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--seconds"))
             g_seconds = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--mode"))
+        else if (!strcmp(argv[i], "--mode")) {
             g_stream = !strcmp(argv[i + 1], "stream");
+            g_rest = !strcmp(argv[i + 1], "rest");
+        }
         else if (!strcmp(argv[i], "--path"))
             g_path = argv[i + 1];
         else if (!strcmp(argv[i], "--msg"))
             msg = argv[i + 1];
+        else if (!strcmp(argv[i], "--first"))
+            first = argv[i + 1];
+        else if (!strcmp(argv[i], "--restart"))
+            g_restart = atol(argv[i + 1]);
     }
-    if (!g_port || !msg || conns < 1 || !(f = fopen(msg, "rb"))) {
+    if (!g_port || !msg || conns < 1 || !(g_frame = load(msg, &g_frame_len)) ||
+        (first && (g_restart < 1 || !(g_first = load(first, &g_first_len))))) {
         fprintf(stderr, "usage: %s --port P --msg FILE [--conns N] [--seconds S] "
-                        "[--mode unary|stream] [--path P]\n", argv[0]);
+                        "[--mode unary|stream] [--path P] [--first FILE --restart N]\n",
+                argv[0]);
         return 2;
     }
-    fseek(f, 0, SEEK_END);
-    len = (size_t)ftell(f);
-    rewind(f);
-    g_frame_len = len + 5;
-    g_frame = malloc(g_frame_len);
-    if (fread(g_frame + 5, 1, len, f) != len)
-        return 2;
-    fclose(f);
-    g_frame[0] = 0;
-    g_frame[1] = (unsigned char)(len >> 24);
-    g_frame[2] = (unsigned char)(len >> 16);
-    g_frame[3] = (unsigned char)(len >> 8);
-    g_frame[4] = (unsigned char)len;
     if (g_stream)
         g_path = "/inference.GRPCInferenceService/ModelStreamInfer";
+    else if (g_rest && !strcmp(g_path, "/inference.GRPCInferenceService/ModelInfer"))
+        g_path = "/v2/models/demo/infer";
     cs = calloc((size_t)conns, sizeof *cs);
     th = calloc((size_t)conns, sizeof *th);
     t0 = now();
@@ -334,5 +422,6 @@ int main(int argc, char **argv)
     free(cs);
     free(th);
     free(g_frame);
+    free(g_first);
     return errors ? 1 : 0;
 }

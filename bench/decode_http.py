@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """End-to-end decoder steps through attnd, for bench/bench_decode.c.
 
-    python3 bench/decode_http.py ATTND N [--prompt 1024] [--steps 64]
+    python3 bench/decode_http.py ATTND N [--prompt 1024] [--steps 64] [--port P]
 
 Writes the benchmark's Llama-like layer (d_model 2048, 32 heads, 8 kv heads
 of 64, RoPE theta 10000, random F32 weights) to a temporary repository,
@@ -10,7 +10,9 @@ threads each drive one sequence: a start with the prompt, then one-token
 steps, binary tensors (Triton's binary extension) and Triton's sequence
 parameters, keep-alive. Prints `tps=<tokens/s>` of the steps (all clients
 together, prefill not timed). Bounded: every request has a timeout, the
-daemon is killed at the end.
+daemon is killed at the end. With --port, the clients drive a server
+already listening there (bench/fastapi_peer.py serving write_layer's
+folder) and ATTND is not started.
 """
 import argparse
 import http.client
@@ -104,21 +106,23 @@ def main():
     ap.add_argument("n", type=int)
     ap.add_argument("--prompt", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=64)
+    ap.add_argument("--port", type=int, default=0, help="drive this server instead")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="attnd-decode-")
     p = None
     try:
         repo = os.path.join(tmp, "models")
         os.makedirs(repo)
-        write_layer(os.path.join(repo, "llama"))
-        p = subprocess.Popen(
-            [a.attnd, "--port", "0", "--models", repo,
+        if not a.port:
+            write_layer(os.path.join(repo, "llama"))
+        p = None if a.port else subprocess.Popen(
+            [a.attnd, "--port", "0", "--grpc-port", "0", "--models", repo,
              "--max-batch", str(max(a.n, 8)), "--max-body", str(64 << 20),
              "--request-memory", str(1 << 30)],
             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-        port = None
+        port = a.port or None
         deadline = time.time() + 60
-        while time.time() < deadline and port is None:
+        while p and time.time() < deadline and port is None:
             line = p.stderr.readline()
             if not line:
                 break
@@ -126,9 +130,10 @@ def main():
             port = int(m.group(1)) if m else None
         if port is None:
             sys.exit("decode_http: attnd did not start")
-        threading.Thread(target=lambda: [None for _ in p.stderr],
-                         daemon=True).start()
-        for _ in range(600):
+        if p:
+            threading.Thread(target=lambda: [None for _ in p.stderr],
+                             daemon=True).start()
+        for _ in range(0 if a.port else 600):
             try:
                 c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
                 c.request("GET", "/v2/models/llama/ready")

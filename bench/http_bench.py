@@ -124,6 +124,79 @@ def write_model(folder, d, heads):
         json.dump({"n_heads": heads}, f)
 
 
+def decode_y(port, steps):
+    """A short sequence (steps: [(x bytes, rows)], the first one starts it)
+    on the llama layer; every answer's y as floats."""
+    import decode_http
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    ys = []
+    for i, (x, t) in enumerate(steps):
+        b, hl = decode_http.body(x, t, 4242, i == 0)
+        c.request("POST", "/v2/models/llama/infer", b,
+                  {"Inference-Header-Content-Length": str(hl),
+                   "Content-Type": "application/octet-stream"})
+        r = c.getresponse()
+        data = r.read()
+        if r.status != 200:
+            sys.exit(f"decode check: HTTP {r.status}: {data[:300]!r}")
+        h = int(r.getheader("Inference-Header-Content-Length"))
+        ys.append(struct.unpack(f"<{(len(data) - h) // 4}f", data[h:]))
+    c.close()
+    return ys
+
+
+def decode_point(a, tmp, procs):
+    """Batched decoder steps, 1 then 32 clients, attnd and the Python peer
+    (its y checked equal to attnd's on a short sequence first)."""
+    sys.path.insert(0, HERE)
+    import decode_http
+    script = os.path.join(HERE, "decode_http.py")
+    repo = os.path.join(tmp, "decode")
+    os.makedirs(repo)
+    decode_http.write_layer(os.path.join(repo, "llama"))
+    pyport = None
+    if a.python:
+        py, pyport = start([a.python, os.path.join(HERE, "fastapi_peer.py"), "--models", repo,
+                            "--workers", "2"], r"listening on http://127\.0\.0\.1:(\d+)", "out")
+        procs.append(py)
+        at, aport = start([a.attnd, "--port", "0", "--grpc-port", "0", "--models", repo],
+                          r"listening on http://127\.0\.0\.1:(\d+)", "err")
+        procs.append(at)
+        wait_ready(aport)
+        rnd = random.Random(5)
+        steps = [(struct.pack(f"<{t * decode_http.DM}f",
+                              *[rnd.uniform(-1, 1) for _ in range(t * decode_http.DM)]), t)
+                 for t in (8, 1, 1)]
+        ya, yp = decode_y(aport, steps), decode_y(pyport, steps)
+        diff = max(abs(u - v) for sa, sp in zip(ya, yp) for u, v in zip(sa, sp))
+        scale = max(abs(u) for sa in ya for u in sa)
+        if any(len(sa) != len(sp) for sa, sp in zip(ya, yp)) or diff > 1e-4 * max(scale, 1):
+            sys.exit(f"decode check: the Python peer's y differs from attnd's (max |diff| {diff:g})")
+        at.terminate()
+        at.wait(timeout=30)
+    tps = {}
+    for who, extra in (("attnd", []), ("python", ["--port", str(pyport)] if pyport else None)):
+        if extra is None:
+            continue
+        for n in (1, 32):
+            out = subprocess.run([sys.executable, script, a.attnd, str(n), "--prompt",
+                                  str(a.decode_prompt), "--steps", str(a.decode_steps)] + extra,
+                                 capture_output=True, text=True, timeout=900)
+            m = re.search(r"tps=([\d.]+)", out.stdout)
+            if not m:
+                sys.exit(f"decode_http.py {who} {n}: {out.stdout}{out.stderr}")
+            tps[who, n] = float(m.group(1))
+    print(f"\nbatched decode: d_model 2048, H 32, H_kv 8, {a.decode_prompt}-token prompts, "
+          f"{a.decode_steps} one-token steps, binary"
+          + (f"; python peer's y equal to attnd's (max |diff| {diff:.1e})" if pyport else ""))
+    for who in ("attnd", "python"):
+        if (who, 1) in tps:
+            r = tps[who, 32] / tps[who, 1]
+            print(f"  {who:>6}: 1 client {tps[who, 1]:.0f} steps/s, 32 clients {tps[who, 32]:.0f} "
+                  f"steps/s: {r:.1f}x" + (f" (aim >= 8x: {'met' if r >= 8 else 'not met'})"
+                                           if who == "attnd" else ""))
+
+
 def small_body():
     """The small request: demo, x [1, 16, 64], seeded values."""
     rnd = random.Random(1)
@@ -209,21 +282,7 @@ def main():
               f"({'met' if ra[1] / rb[1] <= 2 else 'not met'}), python {rp[1] / rb[1]:.1f}x")
 
         if a.decode_steps:
-            tps = {}
-            for n in (1, 32):
-                out = subprocess.run([sys.executable, os.path.join(HERE, "decode_http.py"), a.attnd,
-                                      str(n), "--prompt", str(a.decode_prompt),
-                                      "--steps", str(a.decode_steps)],
-                                     capture_output=True, text=True, timeout=900)
-                m = re.search(r"tps=([\d.]+)", out.stdout)
-                if not m:
-                    sys.exit(f"decode_http.py {n}: {out.stdout}{out.stderr}")
-                tps[n] = float(m.group(1))
-            r = tps[32] / tps[1]
-            print(f"\nbatched decode: d_model 2048, H 32, H_kv 8, {a.decode_prompt}-token prompts, "
-                  f"{a.decode_steps} one-token steps, binary: 1 client {tps[1]:.0f} steps/s, "
-                  f"32 clients {tps[32]:.0f} steps/s")
-            print(f"  32 clients >= 8x one client: attnd {r:.1f}x ({'met' if r >= 8 else 'not met'})")
+            decode_point(a, tmp, procs)
 
         B, T, D = 8, 512, 768
         xs = [round(rnd.uniform(-1, 1), 6) for _ in range(B * T * D)]

@@ -153,20 +153,29 @@ int oip_sequence_id_valid(const char *s, size_t len)
     return 1;
 }
 
-/* get_seq_id: parameters.sequence_id (see oip_params) into out. */
-static int get_seq_id(json_t *p, char *out, char *err)
+/* get_seq_id: parameters.sequence_id (see oip_params) into out; a number
+ * is read from its text num (the skeleton holds 0 in its place). */
+static int get_seq_id(json_t *p, const char *num, size_t num_len, char *out,
+                      char *err)
 {
     json_t *v = json_object_get(p, "sequence_id");
     const char *f = "parameters.sequence_id";
     if (!v)
         return 0;
-    if (json_is_integer(v)) {
-        json_int_t n = json_integer_value(v);
-        if (n < 1)
-            return oip__fail(err, ATTN_EINVAL, "%s: %lld; expected an "
-                             "integer >= 1 or a non-empty string (0 means "
-                             "no sequence in Triton)", f, (long long)n);
-        snprintf(out, OIP_MAX_SEQ_ID, "%lld", (long long)n);
+    if (num_len) {
+        uint64_t n = 0;
+        size_t i;
+        int ok = num[0] != '-' && num[0] != '0';
+        for (i = 0; ok && i < num_len; i++)
+            ok = num[i] >= '0' && num[i] <= '9' &&
+                 !__builtin_mul_overflow(n, 10u, &n) &&
+                 !__builtin_add_overflow(n, (uint64_t)(num[i] - '0'), &n);
+        if (!ok || n < 1)
+            return oip__fail(err, ATTN_EINVAL, "%s: %.*s; expected an integer "
+                             "1 .. 18446744073709551615 or a non-empty string "
+                             "(0 means no sequence in Triton)", f,
+                             (int)(num_len > 40 ? 40 : num_len), num);
+        snprintf(out, OIP_MAX_SEQ_ID, "%llu", (unsigned long long)n);
         return 0;
     }
     if (!json_is_string(v))
@@ -187,7 +196,8 @@ static int get_seq_id(json_t *p, char *out, char *err)
  * max_tokens strings, each < OIP_MAX_TOKEN bytes, copied into req); other
  * keys are ignored. *bytes grows by what the copies take. */
 static int decode_params(oip_request *req, json_t *root, int max_tokens,
-                         size_t *bytes, char *err)
+                         const char *num, size_t num_len, size_t *bytes,
+                         char *err)
 {
     oip_params *pr = &req->params;
     int rc;
@@ -206,7 +216,7 @@ static int decode_params(oip_request *req, json_t *root, int max_tokens,
                        &pr->seq_start, err)) ||
         (rc = get_bool(p, "sequence_end", "parameters.sequence_end",
                        &pr->seq_end, err)) ||
-        (rc = get_seq_id(p, pr->seq_id, err)))
+        (rc = get_seq_id(p, num, num_len, pr->seq_id, err)))
         return rc;
     json_t *t = json_object_get(p, "tokens");
     if (!t)
@@ -471,20 +481,32 @@ int oip__decode_binary(const oip_tensor *t, const unsigned char *src, int i,
     }
 }
 
-/* Skeleton: the JSON text with every data span replaced by "0". */
+/* Skeleton: the JSON text with every data span, and a numeric
+ * parameters.sequence_id, replaced by "0". */
 static char *skeleton(const char *js, size_t len, const oip__scan *sc,
                       size_t *out_len)
 {
-    size_t cap = len - sc->data_bytes + 1 + (size_t)sc->n_inputs;
+    size_t cap = len - sc->data_bytes + 2 + (size_t)sc->n_inputs;
     char *s = malloc(cap);
+    int seq = sc->seq_id.len > 0; /* still to replace */
     if (!s)
         return NULL;
     size_t at = 0, w = 0;
-    /* spans are in text order: inputs[i] follow each other */
-    for (int i = 0; i < sc->n_inputs; i++) {
-        const oip__span *sp = &sc->data[i];
-        if (!sp->len)
+    /* spans are in text order: inputs[i] follow each other; the id's span
+     * lies before, between or after them, never inside one */
+    for (int i = 0; i <= sc->n_inputs; i++) {
+        const oip__span *sp = i < sc->n_inputs ? &sc->data[i] : NULL;
+        if (sp && !sp->len)
             continue;
+        if (seq && (!sp || sc->seq_id.off < sp->off)) {
+            memcpy(s + w, js + at, sc->seq_id.off - at);
+            w += sc->seq_id.off - at;
+            s[w++] = '0';
+            at = sc->seq_id.off + sc->seq_id.len;
+            seq = 0;
+        }
+        if (!sp)
+            break;
         memcpy(s + w, js + at, sp->off - at);
         w += sp->off - at;
         s[w++] = '0';
@@ -593,7 +615,8 @@ int oip_decode(oip_request *req, const char *body, size_t len,
         memcpy(req->id, json_string_value(id), n + 1);
         bytes += n + 1;
     }
-    if ((rc = decode_params(req, root, L.max_tokens, &bytes, err)) ||
+    if ((rc = decode_params(req, root, L.max_tokens, body + sc.seq_id.off,
+                            sc.seq_id.len, &bytes, err)) ||
         (rc = decode_outputs(req, root, L.max_outputs, err)))
         goto fail;
 

@@ -324,6 +324,14 @@ static int scan_object(scanner *z, int depth, enum role role, int index)
             sp->off = start;
             sp->len = z->pos - start;
             z->sc->data_bytes += sp->len;
+        } else if (role == R_PARAMS && !strcmp(key, "sequence_id") &&
+                   z->pos < z->len &&
+                   (z->s[z->pos] == '-' || (z->s[z->pos] >= '0' && z->s[z->pos] <= '9'))) {
+            size_t start = z->pos;
+            if ((rc = scan_value(z, depth + 1, R_OTHER, index)))
+                return rc;
+            z->sc->seq_id.off = start;
+            z->sc->seq_id.len = z->pos - start;
         } else {
             enum role child = child_role(role, key);
             /* spans must come from one array: refuse a second one even

@@ -222,8 +222,60 @@ static const char *lex_digits(const char *p, const char *end, oip__num *n,
  * oip__lex_number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? exactly.
  * The exponent saturates at 100000 (any such number is 0 or inf anyway).
  */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+/*
+ * lex_short: the common shape of tensor data, -?d.f with one integer digit
+ * and one to seven fraction digits (e.g. -0.731272), read with one eight-
+ * byte load. Fills n exactly as the general lexer would and returns the
+ * end, or NULL when p has another shape (then nothing is decided).
+ */
+static const char *lex_short(const char *p, const char *end, oip__num *n)
+{
+    const char *q = p + (*p == '-');
+    uint64_t v, t, m, w, z;
+    unsigned d;
+    int k, lz;
+    if (end - q < 10 || q[1] != '.')
+        return NULL;
+    d = (unsigned)(unsigned char)q[0] - '0';
+    if (d > 9)
+        return NULL;
+    memcpy(&v, q + 2, sizeof v);
+    t = v - 0x3030303030303030ULL;
+    m = ((t + 0x7676767676767676ULL) | t) & 0x8080808080808080ULL;
+    if (!m)
+        return NULL; /* eight or more fraction digits */
+    k = __builtin_ctzll(m) >> 3;
+    if (k == 0 || (q[2 + k] | 0x20) == 'e')
+        return NULL; /* "d." alone, or an exponent follows */
+    w = v << (8 * (8 - k));
+    w = (w & 0x0F0F0F0F0F0F0F0FULL) * 2561 >> 8;
+    w = (w & 0x00FF00FF00FF00FFULL) * 6553601 >> 16;
+    w = (w & 0x0000FFFF0000FFFFULL) * 42949672960001ULL >> 32;
+    n->start = p;
+    n->neg = *p == '-';
+    n->is_int = 0;
+    n->mant = d * pow10_u64[k] + w;
+    n->exp10 = -k;
+    if (d) {
+        n->digits = 1 + k;
+    } else {
+        z = v ^ 0x3030303030303030ULL;
+        lz = z ? __builtin_ctzll(z) >> 3 : 8;
+        n->digits = lz < k ? k - lz : 0;
+    }
+    n->end = q + 2 + k;
+    return n->end;
+}
+#endif
+
 const char *oip__lex_number(const char *p, const char *end, oip__num *n)
 {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    const char *fast = p < end ? lex_short(p, end, n) : NULL;
+    if (fast)
+        return fast;
+#endif
     n->start = p;
     n->mant = 0;
     n->exp10 = 0;

@@ -97,7 +97,8 @@ typedef struct oip_params {
     int n_tokens;
     /* Triton's sequence parameters (tritonclient.http sends all three when
      * its sequence_id is not 0). sequence_id is a JSON integer 1 ..
-     * 2^63 - 1, kept as its decimal text, or a non-empty string of printable
+     * 2^64 - 1 (read from the text: jansson stops at 2^63 - 1), kept as
+     * its decimal text, or a non-empty string of printable
      * ASCII without '/' (< OIP_MAX_SEQ_ID bytes): the number 7 and the
      * string "7" name the same sequence. seq_id[0] == 0: no sequence. */
     char seq_id[OIP_MAX_SEQ_ID];

@@ -73,6 +73,9 @@ typedef struct oip__scan {
     int n_inputs;     /* entries of the root "inputs" array */
     size_t n_values;  /* JSON values and keys outside the data spans */
     size_t data_bytes; /* total length of the data spans */
+    oip__span seq_id;  /* root.parameters.sequence_id when it is a number
+                          (len 0: not one): read from the text, since a
+                          uint64 id past INT64_MAX does not fit jansson */
 } oip__scan;
 
 /*

@@ -394,7 +394,7 @@ int oip_pb_decode(oip_request *req, const char *body, size_t len,
     budget bd = {0, 0, 0};
     ProtobufCAllocator al = {b_alloc, b_free, &bd};
     Req *m = NULL;
-    size_t i, j, bytes = 0, tensor_bytes = 0;
+    size_t i, j, bytes = 0, tensor_bytes = 0, tree;
     int rc, raw, bin_given = 0;
     (void)header_len;
 
@@ -411,7 +411,8 @@ int oip_pb_decode(oip_request *req, const char *body, size_t len,
                                    L.memory_budget)
                        : oip__fail(err, ATTN_EINVAL, "request: not a valid "
                                    "ModelInferRequest (protobuf wire format)");
-    bytes = bd.used;
+    tree = bd.used; /* the parsed message: freed at the end, but held
+                       while the tensors are made, as REST's JSON tree is */
 
     /* id, parameters, outputs */
     if (m->id[0]) {
@@ -477,7 +478,7 @@ int oip_pb_decode(oip_request *req, const char *body, size_t len,
         }
     }
     if (tensor_bytes > L.memory_budget ||
-        bytes > L.memory_budget - tensor_bytes) {
+        bytes + tree > L.memory_budget - tensor_bytes) {
         rc = oip__fail(err, ATTN_EOVERFLOW,
                        "request: decoded tensors need %zu bytes, over the "
                        "memory budget of %zu bytes", tensor_bytes,

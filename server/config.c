@@ -245,8 +245,8 @@ void srv_config_help(FILE *out, const char *prog)
             "exit 1 if any is broken\n"
             "       %s --health-check URL   GET a URL, exit 0 on HTTP 200\n"
             "       %s --version | --help\n\n"
-            "attnd serves multi-head attention over HTTP (Open Inference "
-            "Protocol v2).\nEvery setting is a flag or an environment variable "
+            "attnd serves multi-head attention over HTTP and gRPC (Open "
+            "Inference Protocol v2).\nEvery setting is a flag or an environment variable "
             "(flags win):\n\n",
             prog, prog, prog, prog);
     fprintf(out, "%-22s %-24s %-12s %s\n", "flag", "environment", "default",

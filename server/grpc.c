@@ -1,12 +1,12 @@
 /*
- * grpc.c - gRPC over HTTP/2 (nghttp2) on the libuv loop: connections,
- * streams, message framing, status and trailers. See grpc.h for why
+ * grpc.c - the gRPC door's calls: HTTP/2 streams (nghttp2), message
+ * framing, answers in order, status and trailers. See grpc.h for why
  * nghttp2; grpc_rpc.c has the methods, grpc_conn.c the sockets.
  *
- * A connection is a uv_tcp_t and an nghttp2 server session: bytes read go
- * into nghttp2_session_mem_recv, whose callbacks build calls (one per
- * HTTP/2 stream); frames to write come from nghttp2_session_mem_send and
- * leave by uv_write. A call's request messages (5-byte gRPC prefix, then
+ * A connection (grpc_conn.c) is a uv_tcp_t and an nghttp2 server session:
+ * bytes read go into nghttp2_session_mem_recv, whose callbacks here build
+ * calls (one per HTTP/2 stream); frames to write come from
+ * nghttp2_session_mem_send and leave by uv_write. A call's request messages (5-byte gRPC prefix, then
  * protobuf) each become a slot: an srv_req handed to the REST handler of
  * the method. Slots answer in any order (srv_respond -> on_answer) and are
  * delivered in arrival order, so a stream's responses keep its requests'
@@ -89,6 +89,7 @@ static void pct(const char *s, char *out, size_t cap)
 
 static void free_req(srv *s, srv_req *r)
 {
+    srv_mem_give(s, r->mem);
     free(r->body);
     free(r->resp);
     free(r);
@@ -97,6 +98,18 @@ static void free_req(srv *s, srv_req *r)
 }
 
 /* ---- ending a call ---------------------------------------------------------- */
+
+/* drop_msgs: the call's buffered messages and their memory-budget. */
+static void drop_msgs(gcall *call)
+{
+    srv *s = call->c->g->s;
+    free(call->msg);
+    call->msg = NULL;
+    free(call->unary);
+    call->unary = NULL;
+    srv_mem_give(s, call->msg_mem + call->unary_mem);
+    call->msg_mem = call->unary_mem = 0;
+}
 
 /* call_end: the call's final status; trailers follow the queued messages
  * (pump sends them). Once. */
@@ -107,10 +120,7 @@ static void call_end(gcall *call, int code, const char *msg)
     call->ending = 1;
     call->code = code;
     call->end_msg = msg && *msg ? strdup(msg) : NULL;
-    free(call->msg);
-    call->msg = NULL;
-    free(call->unary);
-    call->unary = NULL;
+    drop_msgs(call);
     call->c->g->s->http.grpc_codes[code < GRPC_N_CODES ? code : GRPC_INTERNAL]++;
     srv_grpc__schedule(call->c);
 }
@@ -346,7 +356,7 @@ static void slot_abandon(srv *s, gslot *sl)
 }
 
 /* dispatch: one complete request message (msg malloc'd, taken). */
-static void dispatch(gcall *call, char *msg, size_t len)
+static void dispatch(gcall *call, char *msg, size_t len, size_t mem)
 {
     srv *s = call->c->g->s;
     gslot *sl = calloc(1, sizeof *sl);
@@ -359,6 +369,7 @@ static void dispatch(gcall *call, char *msg, size_t len)
         free(sl);
         free(r);
         free(msg);
+        srv_mem_give(s, mem);
         call_end(call, GRPC_RESOURCE_EXHAUSTED, "server: out of memory");
         return;
     }
@@ -366,11 +377,13 @@ static void dispatch(gcall *call, char *msg, size_t len)
         free(sl);
         free(r);
         free(msg);
+        srv_mem_give(s, mem);
         call_end(call, GRPC_RESOURCE_EXHAUSTED, "stream: more requests "
                  "unanswered than queue-size; read the responses");
         return;
     }
     r->s = s;
+    r->mem = mem; /* the message's share of memory-budget goes with it */
     r->t0_ns = now;
     r->late = s->draining; /* new work after SIGTERM is refused (sched.c) */
     r->method = SRV_POST;
@@ -411,6 +424,28 @@ static void dispatch(gcall *call, char *msg, size_t len)
         return;
     }
     h(r); /* answers now or later, through on_answer */
+}
+
+/* slot_error: a stream request answered with an error before it became
+ * an srv_req (its bytes were refused); it keeps its place in the order. */
+static void slot_error(gcall *call, int code, const char *msg)
+{
+    gslot *sl = calloc(1, sizeof *sl);
+    if (!sl || !(sl->msg = strdup(msg))) {
+        free(sl);
+        call_end(call, GRPC_RESOURCE_EXHAUSTED, "server: out of memory");
+        return;
+    }
+    sl->call = call;
+    sl->code = code;
+    sl->done = 1;
+    if (call->stail)
+        call->stail->next = sl;
+    else
+        call->shead = sl;
+    call->stail = sl;
+    call->n_slots++;
+    srv_grpc__schedule(call->c);
 }
 
 /* ---- nghttp2 callbacks ------------------------------------------------------ */
@@ -512,8 +547,9 @@ static void half_close(gcall *call)
                      "request: a unary call takes one message, got none");
             return;
         }
-        dispatch(call, call->unary, call->unary_len);
+        dispatch(call, call->unary, call->unary_len, call->unary_mem);
         call->unary = NULL;
+        call->unary_mem = 0;
     }
     srv_grpc__schedule(call->c);
 }
@@ -577,10 +613,25 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
                          "request: a unary call takes one message");
                 break;
             }
-            call->msg = malloc(mlen + 1u);
-            if (!call->msg) {
-                call_end(call, GRPC_RESOURCE_EXHAUSTED, "server: out of memory");
-                break;
+            if (srv_mem_take(s, mlen + 1u) < 0) {
+                snprintf(msg, sizeof msg, "server: the memory for request "
+                         "bodies (%lld bytes, memory-budget) is in use; retry "
+                         "shortly", s->cfg.memory_budget);
+                if (!call->m->stream) {
+                    call_end(call, GRPC_UNAVAILABLE, msg);
+                    break;
+                }
+                /* a stream: this request's error, its bytes dropped unread */
+                slot_error(call, GRPC_UNAVAILABLE, msg);
+                call->skipping = 1;
+            } else {
+                call->msg_mem = mlen + 1u;
+                call->msg = malloc(mlen + 1u);
+                if (!call->msg) {
+                    call_end(call, GRPC_RESOURCE_EXHAUSTED,
+                             "server: out of memory");
+                    break;
+                }
             }
             call->msg_len = mlen;
             call->msg_got = 0;
@@ -589,21 +640,29 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
             size_t take = call->msg_len - call->msg_got;
             if (take > len)
                 take = len;
-            memcpy(call->msg + call->msg_got, data, take);
+            if (!call->skipping)
+                memcpy(call->msg + call->msg_got, data, take);
             call->msg_got += take;
             data += take;
             len -= take;
         }
-        if (call->msg_got == call->msg_len) {
+        if (call->skipping && call->msg_got == call->msg_len) {
+            call->skipping = 0;
+            call->hdr_got = 0;
+            call->n_msgs++;
+        } else if (call->msg_got == call->msg_len) {
             char *m = call->msg;
             call->msg = NULL;
             call->hdr_got = 0;
             call->n_msgs++;
+            size_t mem = call->msg_mem;
+            call->msg_mem = 0;
             if (call->m->stream) {
-                dispatch(call, m, call->msg_len);
+                dispatch(call, m, call->msg_len, mem);
             } else {
                 call->unary = m;
                 call->unary_len = call->msg_len;
+                call->unary_mem = mem;
             }
         }
     }
@@ -627,8 +686,7 @@ void srv_grpc__call_free(gcall *call)
     }
     if (!call->ending) /* the client went away first */
         s->http.grpc_codes[GRPC_CANCELLED]++;
-    free(call->msg);
-    free(call->unary);
+    drop_msgs(call);
     free(call->end_msg);
     if (call->prev)
         call->prev->next = call->next;

@@ -127,7 +127,7 @@ static void on_idle(uv_idle_t *h)
 /* release: after srv_grpc_stop, g goes with its last handle. */
 static void release(srv_grpc *g)
 {
-    if (!g->stopped || g->handles || g->n_conns)
+    if (!g->stopped || g->handles || g->n_conns || g->closing_conns)
         return;
     nghttp2_session_callbacks_del(g->cbs);
     nghttp2_option_del(g->opt);
@@ -138,8 +138,22 @@ static void on_conn_closed(uv_handle_t *h)
 {
     gconn *c = h->data;
     srv_grpc *g = c->g;
+    if (--c->handles)
+        return;
     free(c);
+    g->closing_conns--;
     release(g);
+}
+
+/* close_handles: close c's tcp (and idle timer once it exists); c goes
+ * when both have closed. */
+static void close_handles(gconn *c)
+{
+    c->g->closing_conns++;
+    c->handles = c->idle.data ? 2 : 1;
+    uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+    if (c->idle.data)
+        uv_close((uv_handle_t *)&c->idle, on_conn_closed);
 }
 
 static void close_conn(gconn *c)
@@ -167,7 +181,25 @@ static void close_conn(gconn *c)
     if (c->next)
         c->next->prev = c->prev;
     g->n_conns--;
-    uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+    close_handles(c);
+}
+
+/* on_idle_timeout: no byte for --connection-timeout seconds: a connection
+ * with no call open gets GOAWAY and closes (flush closes it once written);
+ * one with a call open (a stream between steps) stays. */
+static void on_idle_timeout(uv_timer_t *t)
+{
+    gconn *c = t->data;
+    srv *s = c->g->s;
+    if (c->closing)
+        return;
+    if (c->calls) {
+        uv_timer_start(&c->idle, on_idle_timeout,
+                       (uint64_t)s->cfg.conn_timeout_s * 1000u, 0);
+        return;
+    }
+    nghttp2_session_terminate_session(c->h2, NGHTTP2_NO_ERROR);
+    srv_grpc__schedule(c);
 }
 
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
@@ -186,6 +218,9 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
     }
     if (n == 0 || c->closing)
         return;
+    if (c->g->s->cfg.conn_timeout_s)
+        uv_timer_start(&c->idle, on_idle_timeout,
+                       (uint64_t)c->g->s->cfg.conn_timeout_s * 1000u, 0);
     if (nghttp2_session_mem_recv(c->h2, (const uint8_t *)buf->base, (size_t)n) < 0) {
         close_conn(c);
         return;
@@ -211,9 +246,14 @@ static void on_connect(uv_stream_t *l, int status)
     if (uv_accept(l, (uv_stream_t *)&c->tcp) < 0 ||
         g->n_conns >= (int)s->cfg.max_connections ||
         nghttp2_session_server_new2(&c->h2, g->cbs, c, g->opt) != 0) {
-        uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+        close_handles(c);
         return;
     }
+    uv_timer_init(s->loop, &c->idle);
+    c->idle.data = c;
+    if (s->cfg.conn_timeout_s)
+        uv_timer_start(&c->idle, on_idle_timeout,
+                       (uint64_t)s->cfg.conn_timeout_s * 1000u, 0);
     c->next = g->conns;
     if (g->conns)
         g->conns->prev = c;

@@ -55,6 +55,8 @@ struct gcall {
     int n_msgs, half_closed;
     char *unary;         /* a unary call's message, until END_STREAM */
     size_t unary_len;
+    size_t msg_mem, unary_mem; /* their shares of memory-budget */
+    int skipping;        /* a stream message refused unread: drop its bytes */
     /* answers */
     gslot *shead, *stail;
     int n_slots;
@@ -67,6 +69,8 @@ struct gcall {
 struct gconn {
     struct srv_grpc *g;
     uv_tcp_t tcp;
+    uv_timer_t idle;     /* --connection-timeout with no call open */
+    int handles;         /* tcp and idle, until closed; then c is freed */
     uv_shutdown_t shut;
     nghttp2_session *h2;
     gcall *calls;
@@ -86,6 +90,7 @@ typedef struct srv_grpc {
     gconn *conns, *flush;
     int n_conns;
     int handles;  /* the idle handle and the listener, until closed */
+    int closing_conns; /* connections whose handles are closing */
     int stopped;  /* srv_grpc_stop ran: freed once everything closed */
     char rbuf[READ_BUF];
 } srv_grpc;

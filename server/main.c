@@ -84,6 +84,23 @@ static int online_cores(void)
     return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
 }
 
+/*
+ * blas_one_thread: OpenBLAS starts its own thread pool when the library
+ * loads, before main, unless OPENBLAS_NUM_THREADS is set; asking it for one
+ * thread later (core/ does) leaves those threads spinning in sched_yield
+ * whenever they wake, which on two cores took one from the pool and halved
+ * the small requests served (README, "The request path"). So attnd runs
+ * itself again, once, with OPENBLAS_NUM_THREADS=1 in its environment (a
+ * value the caller set is kept). If the exec fails it goes on as it is.
+ */
+static void blas_one_thread(char **argv)
+{
+    if (getenv("OPENBLAS_NUM_THREADS"))
+        return;
+    setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    execv("/proc/self/exe", argv);
+}
+
 int main(int argc, char **argv)
 {
     static srv s; /* static: lives as long as the process */
@@ -91,6 +108,7 @@ int main(int argc, char **argv)
     const char *arg;
     char err[SRV_ERRMAX], num[16];
     int rc;
+    blas_one_thread(argv);
     if (srv_config_load(&s.cfg, argc, argv, &action, &arg, err) < 0) {
         fprintf(stderr, "attnd: %s\n", err);
         return 2;
@@ -125,7 +143,6 @@ int main(int argc, char **argv)
      * inside tiles so threads never oversubscribe the cores. */
     snprintf(num, sizeof num, "%d", s.threads);
     setenv("UV_THREADPOOL_SIZE", num, 1);
-    setenv("OPENBLAS_NUM_THREADS", "1", 0);
     signal(SIGPIPE, SIG_IGN);
     s.limits.max_elements = (size_t)s.cfg.request_memory / 4;
     s.limits.memory_budget = (size_t)s.cfg.request_memory;

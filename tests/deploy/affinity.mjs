@@ -135,11 +135,11 @@ function accessLog() {
 
 async function main() {
   const ports = [];
-  while (ports.length < 4) {
+  while (ports.length < 5) {
     const p = await freePort();
     if (!ports.includes(p)) ports.push(p);
   }
-  const [lbPort, ...replicaPorts] = ports;
+  const [lbPort, lbGrpcPort, ...replicaPorts] = ports;
   const replicas = replicaPorts.map((port, i) => ({
     port, addr: `127.0.0.1:${port}`,
     rec: start(`attnd${i}`, BIN, [], {
@@ -159,6 +159,8 @@ async function main() {
   if (!conf.includes("hash $http_attnd_sequence_id consistent;") || !/listen 127\.0\.0\.1:8080;/.test(conf))
     throw new Error("deploy/nginx.conf no longer hashes on $http_attnd_sequence_id or listens on 127.0.0.1:8080");
   conf = conf.replace("listen 127.0.0.1:8080;", `listen 127.0.0.1:${lbPort};`);
+  // the gRPC server block's port too (8001 may be any attnd's default)
+  conf = conf.replace("listen 127.0.0.1:8001 http2;", `listen 127.0.0.1:${lbGrpcPort} http2;`);
   [8081, 8082, 8083].forEach((d, i) => { conf = conf.replaceAll(`server 127.0.0.1:${d} `, `server 127.0.0.1:${replicaPorts[i]} `); });
   writeFileSync(join(dir, "nginx.conf"), conf);
   const nginx = start("nginx", NGINX, ["-p", dir + "/", "-c", join(dir, "nginx.conf"), "-e", join(dir, "logs", "error.log"), "-g", "daemon off;"], {});

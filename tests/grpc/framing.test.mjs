@@ -179,3 +179,44 @@ test('cancelled calls and garbage connections leave the server serving', async (
   const ok = await raw(INFER, frame(seedMsg()));
   assert.deepEqual(firstRawOutput(ok.data), SEED_OUT);
 });
+
+test('--connection-timeout: an idle connection gets GOAWAY and closes; an open stream keeps its connection', async () => {
+  const e = await start({ grpc: true, args: ['--connection-timeout', '1'] });
+  try {
+    // a bare HTTP/2 connection: preface and SETTINGS, then nothing
+    const t0 = Date.now();
+    const got = await new Promise((res) => {
+      const chunks = [];
+      const s = net.connect(e.grpcPort, '127.0.0.1', () => s.write(Buffer.concat([
+        Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), Buffer.from([0, 0, 0, 4, 0, 0, 0, 0, 0])])));
+      s.on('data', (c) => chunks.push(c));
+      s.on('error', () => {});
+      s.on('close', () => res(Buffer.concat(chunks)));
+      setTimeout(() => s.destroy(), 10000);
+    });
+    const waited = Date.now() - t0;
+    assert.ok(waited >= 900 && waited < 5000, `closed after ${waited} ms`);
+    // frames: 9-byte header (length, type, flags, stream); GOAWAY is type 7
+    const types = [];
+    for (let i = 0; i + 9 <= got.length; i += 9 + got.readUIntBE(i, 3)) types.push(got[i + 3]);
+    assert.ok(types.includes(7), `GOAWAY among the frames: ${types}`);
+    // a stream that stays open across the timeout keeps working
+    const sess = http2.connect(`http://127.0.0.1:${e.grpcPort}`);
+    const req = sess.request({ ':method': 'POST', ':path': '/inference.GRPCInferenceService/ModelStreamInfer',
+      'content-type': 'application/grpc', te: 'trailers' });
+    const chunks = [];
+    req.on('data', (c) => chunks.push(c));
+    const ended = new Promise((res) => req.on('end', res));
+    req.write(frame(seedMsg()));
+    await new Promise((r) => setTimeout(r, 2500));
+    req.end(frame(seedMsg()));
+    await ended;
+    const body = Buffer.concat(chunks);
+    let n = 0;
+    for (let i = 0; i + 5 <= body.length; i += 5 + body.readUInt32BE(i + 1)) n++;
+    assert.equal(n, 2, 'both steps answered across the idle time');
+    sess.close();
+  } finally {
+    assert.equal((await e.stop()).code, 0, e.log());
+  }
+});

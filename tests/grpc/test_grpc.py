@@ -12,6 +12,7 @@ queue full and drain. Each test class starts its own attnd on free ports.
 """
 import base64
 import json
+import atexit
 import queue
 import os
 import re
@@ -42,6 +43,27 @@ with open(os.path.join(FIX, "refs.json")) as f:
 SLOW = 5 if re.search(r"address|undefined|thread", ATTND) else 1
 C = grpc.StatusCode
 
+# Every daemon started and not stopped: killed, its folder removed, when this
+# process ends, however (a failed test, the runner's timeout's SIGTERM).
+LIVE = set()
+
+
+def _kill_live():
+    for a in list(LIVE):
+        if a.proc.poll() is None:
+            a.proc.kill()
+        shutil.rmtree(a.dir, ignore_errors=True)
+    LIVE.clear()
+
+
+def _on_signal(sig, _frame):
+    _kill_live()
+    sys.exit(128 + sig)
+
+
+atexit.register(_kill_live)
+signal.signal(signal.SIGTERM, _on_signal)
+
 
 class Attnd:
     """attnd on 127.0.0.1 with free HTTP and gRPC ports and its own models
@@ -57,6 +79,7 @@ class Attnd:
             [ATTND, "--host", "127.0.0.1", "--port", "0", "--grpc-port", "-1",
              "--models", self.dir, *args],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        LIVE.add(self)
         self.log = ""
         self._lines = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -99,6 +122,7 @@ class Attnd:
             return e.code, json.loads(e.read() or b"null")
 
     def stop(self, sig=signal.SIGTERM):
+        LIVE.discard(self)
         self.channel.close()
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
@@ -590,7 +614,9 @@ class Limits(unittest.TestCase):
             self.assertEqual(d.stop(), 0, d.log)
 
     def test_queue_full_is_unavailable(self):
-        d = Attnd("--queue-size", "1", "--batch-delay-us", "1500000")
+        # the first call waits out the batch delay in the queue (longer
+        # than the pause below, even on a sanitized build)
+        d = Attnd("--queue-size", "1", "--batch-delay-us", str(int(2e6 * SLOW)))
         try:
             first = d.stub.ModelInfer.future(seed1())
             time.sleep(0.3 * SLOW)
@@ -599,6 +625,76 @@ class Limits(unittest.TestCase):
             self.assertEqual(e.exception.code(), C.UNAVAILABLE)
             self.assertRegex(e.exception.details(), r"queue: model 'sdpa' has 1 requests waiting \(queue-size\)")
             self.assertEqual(first.result().id, "seed1", "the queued one still answers")
+        finally:
+            self.assertEqual(d.stop(), 0, d.log)
+
+    def test_memory_budget(self):
+        """A message counts against --memory-budget while it is buffered and
+        decoded, as a REST body does: past it UNAVAILABLE; the budget comes
+        back when calls end (no leak in the accounting)."""
+        d = Attnd("--memory-budget", "4000000", "--max-body", "2000000", "--max-json-body", "100000",
+                  "--request-memory", "4000000", "--batch-delay-us", str(int(1e6 * SLOW)))
+        try:
+            n = 25000  # one query over 25000 keys: 1.6 MB of k and v, little compute
+            big = pb.ModelInferRequest(model_name="sdpa", id="big")
+            raw(big, "q", "FP32", [1, 8], f32([0.1] * 8))
+            raw(big, "k", "FP32", [n, 8], b"\0" * (32 * n))
+            raw(big, "v", "FP32", [n, 8], b"\0" * (32 * n))
+            # two held by the batch delay take 3.2 MB; a third does not fit
+            first = [d.stub.ModelInfer.future(big) for _ in range(2)]
+            time.sleep(0.3 * SLOW)
+            with self.assertRaises(grpc.RpcError) as e:
+                d.stub.ModelInfer(big)
+            self.assertEqual(e.exception.code(), C.UNAVAILABLE, e.exception.details())
+            self.assertRegex(e.exception.details(), r"memory-budget")
+            self.assertEqual([f.result().id for f in first], ["big", "big"])
+            for _ in range(3):  # each returns what it took
+                self.assertEqual(d.stub.ModelInfer(big).id, "big")
+            # on a stream, the request that does not fit is that request's
+            # error (its bytes dropped unread) and the stream goes on
+            got = list(d.stub.ModelStreamInfer(iter([big] * 3 + [seed1()])))
+            self.assertEqual(len(got), 4)
+            self.assertRegex(got[2].error_message, r"memory-budget")
+            self.assertEqual([g.infer_response.id for g in got if not g.error_message][-1], "seed1")
+            self.assertEqual(got[0].infer_response.id, "big")
+        finally:
+            self.assertEqual(d.stop(), 0, d.log)
+
+    def test_sequence_steps_batch_across_doors(self):
+        """A sequence stepped on a gRPC stream and one stepped over REST, in
+        lock step: each pair of steps runs as one batch of 2 (one
+        scheduler), and both sequences' answers stay their own."""
+        d = Attnd("--batch-delay-us", str(int(300000 * SLOW)), "--max-batch", "2")
+        try:
+            rnd = __import__("random").Random(5)
+            xs = [[rnd.uniform(-1, 1) for _ in range(64)] for _ in range(4)]
+            q = queue.Queue()
+            stream = d.stub.ModelStreamInfer(iter(q.get, None))
+            lengths = []
+            for k, x in enumerate(xs):
+                r = pb.ModelInferRequest(model_name="demo", id=f"g{k}")
+                raw(r, "x", "FP32", [1, 1, 64], f32(x))
+                r.parameters["sequence_id"].string_param = "by-grpc"
+                r.parameters["sequence_start"].bool_param = k == 0
+                r.parameters["sequence_end"].bool_param = k == len(xs) - 1
+                q.put(r)
+                st, body = d.rest("/v2/models/demo/infer", {
+                    "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1, 64], "data": x}],
+                    "parameters": {"sequence_id": "by-rest", "sequence_start": k == 0,
+                                   "sequence_end": k == len(xs) - 1}})
+                g = next(stream)
+                self.assertEqual(st, 200, body)
+                self.assertEqual(g.error_message, "")
+                lengths.append((g.infer_response.parameters["sequence_length"].int64_param,
+                                body["parameters"]["sequence_length"]))
+                # the same rows in the same positions: the same y
+                self.assertLess(max_diff(out(g.infer_response, "y")[1], body["outputs"][0]["data"]), 1e-6)
+            q.put(None)
+            self.assertEqual(list(stream), [])
+            self.assertEqual(lengths, [(1, 1), (2, 2), (3, 3), (4, 4)])
+            st = d.stub.ModelStatistics(pb.ModelStatisticsRequest(name="demo")).model_stats[0]
+            self.assertEqual({(b.batch_size, b.compute_infer.count) for b in st.batch_stats}, {(2, 4)})
+            self.assertEqual(len(re.findall(r"ModelStreamInfer 200 .*batch=2", d.log)), 4)
         finally:
             self.assertEqual(d.stop(), 0, d.log)
 

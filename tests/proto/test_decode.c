@@ -32,6 +32,7 @@ static int dec_lim(oip_request *r, const char *s, const oip_limits *lim,
 }
 
 #define X2 "{'name':'x','datatype':'FP32','shape':[2],'data':[1,2]}"
+#define X2B "{'name':'y','datatype':'FP32','shape':[2],'data':[3,4]}"
 
 static const struct bad {
     const char *json;
@@ -406,8 +407,22 @@ START_TEST(sequence_params)
     ck_assert_int_eq(dec_lim(&r, "{'inputs':[" X2 "]}", NULL, err), 0);
     ck_assert_str_eq(r.params.seq_id, "");
     oip_request_free(&r);
+    /* uint64 past INT64_MAX (jansson's integers stop there), before or
+     * after the inputs' data, which still decodes */
+    ck_assert_int_eq(dec_lim(&r, "{'parameters':{'sequence_id':18446744073709551615},"
+                     "'inputs':[" X2 "," X2B "]}", NULL, err), 0);
+    ck_assert_str_eq(r.params.seq_id, "18446744073709551615");
+    ck_assert(((const float *)r.inputs[1].data)[1] == 4.0f);
+    oip_request_free(&r);
+    ck_assert_int_eq(dec_lim(&r, "{'inputs':[" X2 "],'parameters':{"
+                     "'sequence_id':9223372036854775808,'sequence_start':true}}",
+                     NULL, err), 0);
+    ck_assert_str_eq(r.params.seq_id, "9223372036854775808");
+    ck_assert(((const float *)r.inputs[0].data)[1] == 2.0f);
+    oip_request_free(&r);
     static const char *bad_ids[] = {
         "'sequence_id':0", "'sequence_id':-3", "'sequence_id':1.5",
+        "'sequence_id':18446744073709551616", "'sequence_id':1e3",
         "'sequence_id':''", "'sequence_id':'a/b'", "'sequence_id':'a b'",
         "'sequence_id':true", "'sequence_id':7,'sequence_start':1",
         "'sequence_id':7,'sequence_end':'yes'",

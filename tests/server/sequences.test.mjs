@@ -279,6 +279,13 @@ test('rules: B = 1, weight-set models only, only x, no k/v outputs', async () =>
     assert.equal(zero.status, 400);
     assert.match(zero.json.error, /sequence_id/);
     assert.equal((await (await fetch(`${d.url}/v2/sequences`)).json()).count, 0);
+    // a uint64 id past 2^63 - 1 as a JSON number (JSON.stringify cannot
+    // write it: the text is patched)
+    const big = JSON.stringify(stepBody(1, xs.slice(0, D), { start: true })).replace('"sequence_id":1', '"sequence_id":18446744073709551615');
+    assert.equal((await infer(d, 'gqa', big)).status, 200);
+    const listed = await (await fetch(`${d.url}/v2/sequences`)).json();
+    assert.deepEqual(listed.sequences.map((q) => q.id), ['18446744073709551615']);
+    assert.equal((await fetch(`${d.url}/v2/sequences/18446744073709551615`, { method: 'DELETE' })).status, 200);
     const meta = await (await fetch(`${d.url}/v2`)).json();
     assert.ok(meta.extensions.includes('sequences'));
   } finally { assert.equal((await d.stop()).code, 0); }
@@ -488,5 +495,29 @@ test('a step past its deadline (504) leaves the sequence as it was', async () =>
     // nothing of a timed-out step stayed: the next step is at 1 + ran
     const n = 2 + ran;
     checkStep(await infer(d, 'gqa', stepBody('dl', r)), await full(d, hist(n)), n - 1, 1, 'after the deadline');
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+test('continuous batching: steps of different sequences and stateless requests share a batch, two of one never', async () => {
+  const delay = 300000 * SLOW; // us: long enough for every request below to arrive
+  const d = await start({ dir: gqaModels(), args: ['--batch-delay-us', String(delay), '--max-batch', '8'] });
+  try {
+    const xs = tokens(4, 14);
+    const stats = async () => {
+      const j = await (await fetch(`${d.url}/v2/models/gqa/stats`)).json();
+      return Object.fromEntries(j.model_stats[0].batch_stats.map((b) => [b.batch_size, b.compute_infer.count]));
+    };
+    // four sequences start together: one batch of 4
+    const starts = await Promise.all(['A', 'B', 'C', 'D'].map((id) => infer(d, 'gqa', stepBody(id, xs.slice(0, D), { start: true, outputs: [{ name: 'y' }] }))));
+    for (const r of starts) assert.equal(r.status, 200, JSON.stringify(r.json));
+    assert.deepEqual(await stats(), { 4: 1 });
+    // a step of each, a second step of A and a stateless request: A's
+    // second step waits for its first, the other five run as one batch
+    const reqs = ['A', 'B', 'C', 'D', 'A'].map((id) => infer(d, 'gqa', stepBody(id, xs.slice(D, 2 * D), { outputs: [{ name: 'y' }] })));
+    reqs.push(infer(d, 'gqa', { inputs: [fp32('x', [1, 2, D], xs.slice(0, 2 * D))] }));
+    const got = await Promise.all(reqs);
+    for (const r of got) assert.equal(r.status, 200, JSON.stringify(r.json));
+    assert.deepEqual([got[0], got[4]].map((r) => r.json.parameters.sequence_length).sort(), [2, 3]);
+    assert.deepEqual(await stats(), { 4: 1, 5: 1, 1: 1 });
   } finally { assert.equal((await d.stop()).code, 0); }
 });
