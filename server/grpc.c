@@ -103,6 +103,14 @@ static void free_req(srv *s, srv_req *r)
 static void drop_msgs(gcall *call)
 {
     srv *s = call->c->g->s;
+    while (call->hhead) {
+        ghold *h = call->hhead;
+        call->hhead = h->next;
+        srv_mem_give(s, h->mem);
+        free(h->msg);
+        free(h);
+    }
+    call->htail = NULL;
     free(call->msg);
     call->msg = NULL;
     free(call->unary);
@@ -152,6 +160,7 @@ static ssize_t data_read(nghttp2_session *h2, int32_t id, uint8_t *buf,
         memcpy(buf + n, k->buf + k->off, take);
         n += take;
         k->off += take;
+        call->c->queued -= take;
         if (k->off == k->end) {
             call->chead = k->next;
             if (!call->chead)
@@ -187,6 +196,7 @@ static void queue_chunk(gcall *call, char *buf, size_t off, size_t end)
     k->buf = buf;
     k->off = off;
     k->end = end;
+    call->c->queued += end - off;
     if (call->ctail)
         call->ctail->next = k;
     else
@@ -245,12 +255,24 @@ static void stream_msg(gcall *call, gslot *sl)
     }
 }
 
-/* pump: deliver the call's answered slots in order, then send headers,
- * resume the data or finish, as the queue allows. */
+static void dispatch(gcall *call, char *msg, size_t len, size_t mem);
+
+/* pump: hand held stream messages on (unless the connection is paused),
+ * deliver the call's answered slots in order, then send headers, resume
+ * the data or finish, as the queue allows. */
 void srv_grpc__pump(gcall *call)
 {
     gconn *c = call->c;
     srv *s = c->g->s;
+    while (call->hhead && !c->paused && !call->ending &&
+           call->n_slots < (int)s->cfg.queue_size) {
+        ghold *h = call->hhead;
+        call->hhead = h->next;
+        if (!call->hhead)
+            call->htail = NULL;
+        dispatch(call, h->msg, h->len, h->mem);
+        free(h);
+    }
     while (call->shead && call->shead->done) {
         gslot *sl = call->shead;
         call->shead = sl->next;
@@ -279,7 +301,8 @@ void srv_grpc__pump(gcall *call)
         free(sl->msg);
         free(sl);
     }
-    if (call->m && call->m->stream && !call->shead && !call->ending) {
+    if (call->m && call->m->stream && !call->shead && !call->hhead &&
+        !call->ending) {
         if (call->half_closed)
             call_end(call, GRPC_OK, NULL);
         else if (s->draining)
@@ -371,15 +394,6 @@ static void dispatch(gcall *call, char *msg, size_t len, size_t mem)
         free(msg);
         srv_mem_give(s, mem);
         call_end(call, GRPC_RESOURCE_EXHAUSTED, "server: out of memory");
-        return;
-    }
-    if (call->n_slots >= (int)s->cfg.queue_size) {
-        free(sl);
-        free(r);
-        free(msg);
-        srv_mem_give(s, mem);
-        call_end(call, GRPC_RESOURCE_EXHAUSTED, "stream: more requests "
-                 "unanswered than queue-size; read the responses");
         return;
     }
     r->s = s;
@@ -578,6 +592,10 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
     gcall *call = nghttp2_session_get_stream_user_data(h2, id);
     srv *s = ((gconn *)ud)->g->s;
     (void)flags;
+    if (call)
+        call->unconsumed += len; /* given back to the window by flush */
+    else
+        ((gconn *)ud)->unconsumed += len;
     while (call && !call->ending && call->m && len) {
         if (call->hdr_got < 5) {
             size_t take = 5 - (size_t)call->hdr_got;
@@ -657,7 +675,25 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
             call->n_msgs++;
             size_t mem = call->msg_mem;
             call->msg_mem = 0;
-            if (call->m->stream) {
+            if (call->m->stream && (call->c->paused || call->hhead ||
+                                    call->n_slots >= (int)s->cfg.queue_size)) {
+                /* held (its window kept closed) until answers drain:
+                 * queue-size in flight per stream, --grpc-buffer unsent */
+                ghold *hm = calloc(1, sizeof *hm);
+                if (!hm) {
+                    free(m);
+                    srv_mem_give(s, mem);
+                    call_end(call, GRPC_RESOURCE_EXHAUSTED,
+                             "server: out of memory");
+                    break;
+                }
+                hm->msg = m, hm->len = call->msg_len, hm->mem = mem;
+                if (call->htail)
+                    call->htail->next = hm;
+                else
+                    call->hhead = hm;
+                call->htail = hm;
+            } else if (call->m->stream) {
                 dispatch(call, m, call->msg_len, mem);
             } else {
                 call->unary = m;
@@ -681,9 +717,11 @@ void srv_grpc__call_free(gcall *call)
     while (call->chead) {
         gchunk *k = call->chead;
         call->chead = k->next;
+        c->queued -= k->end - k->off;
         free(k->buf);
         free(k);
     }
+    c->unconsumed += call->unconsumed; /* its window is the connection's now */
     if (!call->ending) /* the client went away first */
         s->http.grpc_codes[GRPC_CANCELLED]++;
     drop_msgs(call);

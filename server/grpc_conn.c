@@ -52,11 +52,29 @@ static void flush(gconn *c)
     char *buf = NULL;
     size_t len = 0, cap = 0;
     gcall *call, *next;
+    size_t limit = (size_t)c->g->s->cfg.grpc_buffer;
     if (c->closing)
         return;
+    /* a client that does not read its answers gets no more window (so it
+     * stops sending) and its stream messages wait, until they drain */
+    if (c->queued + c->wpending > limit)
+        c->paused = 1;
+    else if (c->paused && c->queued + c->wpending <= limit / 2)
+        c->paused = 0;
     for (call = c->calls; call; call = next) {
         next = call->next;
         srv_grpc__pump(call);
+    }
+    if (!c->paused) {
+        for (call = c->calls; call; call = call->next)
+            if (call->unconsumed && !call->hhead) {
+                nghttp2_session_consume(c->h2, call->id, call->unconsumed);
+                call->unconsumed = 0;
+            }
+        if (c->unconsumed) {
+            nghttp2_session_consume_connection(c->h2, c->unconsumed);
+            c->unconsumed = 0;
+        }
     }
     while (c->wpending + len < WRITE_HIGH) {
         const uint8_t *d;
@@ -284,6 +302,9 @@ int srv_grpc_start(srv *s, char *err)
     g->s = s;
     srv_grpc__callbacks(g->cbs);
     nghttp2_option_set_max_reserved_remote_streams(g->opt, 0);
+    /* windows are given back by flush, so a connection whose answers pile
+     * up unsent stops receiving (--grpc-buffer) */
+    nghttp2_option_set_no_auto_window_update(g->opt, 1);
     {
         struct addrinfo hints, *ai = NULL;
         char port[24];

@@ -26,6 +26,14 @@ typedef struct gchunk {
     size_t off, end;
 } gchunk;
 
+/* A stream's request message waiting for the connection to take more
+ * work (its unsent answers are over --grpc-buffer). */
+typedef struct ghold {
+    struct ghold *next;
+    char *msg;
+    size_t len, mem;
+} ghold;
+
 /* One request message and its answer. */
 typedef struct gslot {
     struct gslot *next;
@@ -57,6 +65,9 @@ struct gcall {
     size_t unary_len;
     size_t msg_mem, unary_mem; /* their shares of memory-budget */
     int skipping;        /* a stream message refused unread: drop its bytes */
+    ghold *hhead, *htail; /* stream messages held: queue-size of its
+                             requests in flight, or the connection paused */
+    size_t unconsumed;   /* DATA bytes not yet given back to its window */
     /* answers */
     gslot *shead, *stail;
     int n_slots;
@@ -78,6 +89,10 @@ struct gconn {
     gconn *fnext;        /* flush list */
     int in_flush, closing;
     size_t wpending;     /* bytes handed to uv_write, not yet written */
+    size_t queued;       /* answer bytes queued in its calls, not yet sent */
+    size_t unconsumed;   /* DATA bytes of streams gone, not yet given back */
+    int paused;          /* queued + wpending over --grpc-buffer: no window
+                            given back, stream messages held */
 };
 
 typedef struct srv_grpc {

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #define SWEEP_MS 250
@@ -37,6 +38,14 @@ struct srv_conn {
     int served;         /* requests it completed */
     srv_conn *prev, *next;
 };
+
+/* unread: 1 when bytes wait in c's socket that MHD has not read yet (the
+ * loop was busy): its state here is stale, so it is not judged now. */
+static int unread(const srv_conn *c)
+{
+    int n = 0;
+    return ioctl(c->fd, FIONREAD, &n) == 0 && n > 0;
+}
 
 int srv_mem_take(srv *s, size_t n)
 {
@@ -60,7 +69,7 @@ static void evict(srv *s, srv_conn *fresh)
 {
     srv_conn *c, *old = NULL;
     for (c = s->conns; c; c = c->next)
-        if (c != fresh && !c->req && !c->closing && c->fd >= 0 &&
+        if (c != fresh && !c->req && !c->closing && c->fd >= 0 && !unread(c) &&
             (!old || (c->served == 0 && old->served > 0) ||
              ((c->served == 0) == (old->served == 0) &&
               c->t_wait_ns < old->t_wait_ns)))
@@ -153,7 +162,7 @@ static void sweep(uv_timer_t *t)
         if (c->closing || c->fd < 0)
             continue;
         if (!r) {
-            if (now - c->t_wait_ns <= grace)
+            if (now - c->t_wait_ns <= grace || unread(c))
                 continue;
             n_head++;
         } else {

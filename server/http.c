@@ -314,9 +314,11 @@ static enum MHD_Result queue_response(srv_req *r)
         MHD_add_response_header(resp, "Connection", "close");
     } else if (r->s->cfg.header_timeout_s) {
         /* clients keep idle connections for less than the server does
-         * (undici, curl and browsers honour it), so none sends a request
-         * on a connection header-timeout is closing */
-        snprintf(num, sizeof num, "timeout=%lld", r->s->cfg.header_timeout_s);
+         * (undici and browsers honour it; a quarter of margin for a busy
+         * client), so none sends a request on a connection header-timeout
+         * is closing */
+        long long ka = r->s->cfg.header_timeout_s * 3 / 4;
+        snprintf(num, sizeof num, "timeout=%lld", ka > 0 ? ka : 1);
         MHD_add_response_header(resp, "Keep-Alive", num);
     }
     r->queued = 1;

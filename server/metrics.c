@@ -191,8 +191,14 @@ void srv_h_metrics(srv_req *r)
     bprintf(&b, "# HELP attnd_draining 1 after SIGTERM/SIGINT.\n"
                 "# TYPE attnd_draining gauge\nattnd_draining %d\n"
                 "# HELP attnd_open_requests HTTP requests in progress.\n"
-                "# TYPE attnd_open_requests gauge\nattnd_open_requests %d\n",
-            s->draining, s->live_reqs);
+                "# TYPE attnd_open_requests gauge\nattnd_open_requests %d\n"
+                "# HELP attnd_open_connections HTTP connections open.\n"
+                "# TYPE attnd_open_connections gauge\nattnd_open_connections %d\n"
+                "# HELP attnd_memory_budget_used_bytes Bytes of memory-budget "
+                "held by bodies and decoded requests.\n"
+                "# TYPE attnd_memory_budget_used_bytes gauge\n"
+                "attnd_memory_budget_used_bytes %zu\n",
+            s->draining, s->live_reqs, s->n_conns, s->mem_used);
     if (s->maps) {
         size_t used, max_bytes, n;
         uint64_t evicted;

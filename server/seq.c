@@ -237,6 +237,7 @@ static void route(srv_seqs *q, srv_step *st)
     st->seq = l;
     list_append(&l->qhead, &l->qtail, st);
     kick(q, l);
+    gc(q, l); /* a start refused at once leaves nothing behind */
 }
 
 /* release: every held step with no earlier arrival still decoding goes

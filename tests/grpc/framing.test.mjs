@@ -220,3 +220,47 @@ test('--connection-timeout: an idle connection gets GOAWAY and closes; an open s
     assert.equal((await e.stop()).code, 0, e.log());
   }
 });
+
+test('--grpc-buffer: a stream whose client stops reading stops being served, then catches up', async () => {
+  const buffer = process.env.GRPC_TEST_BUFFER || '1048576';
+  const e = await start({ grpc: true, args: ['--grpc-buffer', buffer, '--queue-size', '8'] });
+  const sess = http2.connect(`http://127.0.0.1:${e.grpcPort}`);
+  try {
+    // sdpa over 200 x 8, asking for the [200, 200] attention: ~19 KB in, ~170 KB out
+    const t = [['q', [200, 8]], ['k', [200, 8]], ['v', [200, 8]]];
+    const msg = Buffer.concat([str(1, 'sdpa'),
+      ...t.map(([n, s]) => ld(5, Buffer.concat([str(1, n), str(2, 'FP32'), packedI64(3, s)]))),
+      ld(6, str(1, 'attention')), ld(6, str(1, 'output')),
+      ...t.map(() => ld(7, Buffer.from(new Float32Array(1600).fill(0.25).buffer)))]);
+    const req = sess.request({ ':method': 'POST', ':path': '/inference.GRPCInferenceService/ModelStreamInfer',
+      'content-type': 'application/grpc', te: 'trailers' });
+    req.pause(); // read nothing for now
+    const N = 200;
+    for (let i = 0; i < N; i++) req.write(frame(msg));
+    // a stream has at most queue-size requests in flight and its unread
+    // answers pile up to about --grpc-buffer; then the server holds the
+    // stream's further requests and gives no more window, so the count
+    // served stops short of N and stays put
+    const served = async () => (await (await fetch(`${e.url}/v2/models/sdpa/stats`)).json())
+      .model_stats[0].inference_stats.success.count;
+    await new Promise((r) => setTimeout(r, 3000));
+    const s1 = await served();
+    await new Promise((r) => setTimeout(r, 1000));
+    const s2 = await served();
+    assert.ok(s1 < N / 2, `${s1} of ${N} served while the client read nothing`);
+    assert.equal(s2, s1, 'nothing more is served while the client reads nothing');
+    const chunks = [];
+    req.on('data', (c) => chunks.push(c));
+    const ended = new Promise((res) => req.on('end', res));
+    req.end();
+    req.resume();
+    await ended;
+    const body = Buffer.concat(chunks);
+    let n = 0;
+    for (let i = 0; i + 5 <= body.length; i += 5 + body.readUInt32BE(i + 1)) n++;
+    assert.equal(n, N, 'every request answered once the client reads');
+  } finally {
+    sess.close();
+    assert.equal((await e.stop()).code, 0, e.log());
+  }
+});

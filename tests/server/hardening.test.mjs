@@ -213,6 +213,9 @@ test('memory budget: a body that does not fit beside the others gets 503 + Retry
     assert.equal(b.status, 503);
     assert.match(b.text, /retry-after: \d+/i);
     assert.match(b.text, /memory-budget/);
+    const m = await (await fetch(`${d.url}/metrics`)).text();
+    assert.match(m, /\nattnd_memory_budget_used_bytes 600001\n/, 'A\'s reservation, and nothing of B\'s');
+    assert.match(m, /\nattnd_open_connections [1-9]/);
     // a decoded request and its outputs count too: a 72 KB body whose
     // 300x300 attention and scores (720 KB) do not fit beside A
     const q = new Array(300 * 16).fill(0.25);
@@ -226,6 +229,8 @@ test('memory budget: a body that does not fit beside the others gets 503 + Retry
     await sleep(100);
     r = await infer(d, 'sdpa', big);
     assert.equal(r.status, 200);
+    await sleep(50);
+    assert.match(await (await fetch(`${d.url}/metrics`)).text(), /\nattnd_memory_budget_used_bytes 0\n/, 'all given back');
   } finally { assert.equal((await d.stop()).code, 0); }
   const bad = spawnSync(ATTND, ['--memory-budget', '1000', '--max-body', '2000'], { encoding: 'utf8' });
   assert.equal(bad.status, 2);
@@ -323,10 +328,10 @@ test('a legitimate client is served while 2000 slow connections are open or tryi
   }
 });
 
-test('answers tell clients how long an idle connection stays (Keep-Alive: timeout=header-timeout)', async () => {
-  const d = await start({ args: ['--header-timeout', '7'] });
+test('answers tell clients to keep idle connections less than header-timeout (Keep-Alive: timeout=3/4 of it)', async () => {
+  const d = await start({ args: ['--header-timeout', '8'] });
   try {
     const r = await raw(d.port, 'GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n');
-    assert.match(r.text, /\r\nKeep-Alive: timeout=7\r\n/i);
+    assert.match(r.text, /\r\nKeep-Alive: timeout=6\r\n/i);
   } finally { assert.equal((await d.stop()).code, 0); }
 });
