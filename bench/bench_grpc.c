@@ -415,9 +415,17 @@ int main(int argc, char **argv)
         free(cs[i].lat);
     }
     qsort(all, n, sizeof *all, cmp);
-    printf("{\"ok\": %zu, \"errors\": %ld, \"rps\": %.1f, \"p50_ms\": %.3f, "
-           "\"p99_ms\": %.3f}\n", n, errors, (double)n / dt,
-           n ? all[n / 2] * 1e3 : 0.0, n ? all[(size_t)((double)n * 0.99)] * 1e3 : 0.0);
+    {
+        double sum = 0;
+        size_t k;
+        for (k = 0; k < n; k++)
+            sum += all[k];
+        printf("{\"ok\": %zu, \"errors\": %ld, \"rps\": %.1f, \"p50_ms\": %.3f, "
+               "\"p99_ms\": %.3f, \"p999_ms\": %.3f, \"mean_ms\": %.3f}\n", n, errors,
+               (double)n / dt, n ? all[n / 2] * 1e3 : 0.0,
+               n ? all[(size_t)((double)n * 0.99)] * 1e3 : 0.0,
+               n ? all[(size_t)((double)n * 0.999)] * 1e3 : 0.0, n ? sum / (double)n * 1e3 : 0.0);
+    }
     free(all);
     free(cs);
     free(th);

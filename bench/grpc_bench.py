@@ -16,7 +16,7 @@ attnd, in the same run.
    JSON request after request against the same on one gRPC stream, first
    stateless, then as sequence steps (sequence_id; the server keeps the
    K/V, a new sequence every RESTART steps): tokens/s (aim: the stream
-   >= 1.2x REST). Both sides go through bench_grpc (its rest mode is an
+   >= 1.2x REST), ROUNDS turns each, alternating. Both sides go through bench_grpc (its rest mode is an
    HTTP/1.1 keep-alive loop), so the client costs the same on each (wrk's
    scripted requests, needed for a sequence's changing bodies, stall).
 Speed is printed, never asserted. Every request's answer is checked to be a
@@ -59,6 +59,7 @@ def values(t):
 
 
 RESTART = 128  # sequence steps before the bench starts a new sequence
+ROUNDS = 3     # one-client comparisons: REST and gRPC in turns, this many each
 
 
 def grpc_msg(t, seq=None, start=False):
@@ -153,13 +154,24 @@ def main():
                   f"{gu[0] / rb[0]:9.2f}  {gs[0] / rb[0]:10.2f}")
             ratio = min(gu[0], gs[0]) / rb[0]
             worst = ratio if worst is None else min(worst, ratio)
-        rs = g("rest", 1, "json1")
-        gs = g("stream", 1, 1)
+        def alternate(a_run, b_run, rounds=ROUNDS):
+            """a and b in turns (ABAB...), so a drift in what else the
+            machine runs hits both: summed req/s, median p50, failures."""
+            ra, rb = [], []
+            for _ in range(rounds):
+                ra.append(a_run())
+                rb.append(b_run())
+            agg = lambda rs: (sum(r[0] for r in rs) / len(rs), sorted(r[1] for r in rs)[len(rs) // 2],
+                              max(r[2] for r in rs), sum(r[3] for r in rs))
+            return agg(ra), agg(rb)
+
+        rs, gs = alternate(lambda: g("rest", 1, "json1"), lambda: g("stream", 1, 1))
         print(f"decode steps (x [1, 1, 64], one client): REST JSON {rs[0]:.0f} tokens/s "
               f"(p50 {rs[1]:.3f} ms), gRPC stream {gs[0]:.0f} tokens/s (p50 {gs[1]:.3f} ms): "
               f"{gs[0] / rs[0]:.2f}x")
-        rq = g("rest", 1, "rest_step", ("--first", msgs["rest_first"], "--restart", str(RESTART)))
-        gq = g("stream", 1, "seq_step", ("--first", msgs["seq_first"], "--restart", str(RESTART)))
+        rq, gq = alternate(
+            lambda: g("rest", 1, "rest_step", ("--first", msgs["rest_first"], "--restart", str(RESTART))),
+            lambda: g("stream", 1, "seq_step", ("--first", msgs["seq_first"], "--restart", str(RESTART))))
         print(f"sequence steps (one token each over the server's K/V, a new sequence every {RESTART}, "
               f"one client): REST JSON {rq[0]:.0f} tokens/s (p50 {rq[1]:.3f} ms)"
               + (f" [{rq[3]} failed]" if rq[3] else "")

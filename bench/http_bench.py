@@ -226,7 +226,8 @@ def main():
         write_model(os.path.join(repo, "big"), 768, 12)
         at, aport = start([a.attnd, "--port", "0", "--grpc-port", "0", "--models", repo, "--threads", str(a.threads),
                            "--max-json-body", str(512 << 20), "--max-body", str(512 << 20),
-                           "--request-memory", str(2 << 30), "--queue-size", "1024"],
+                           "--request-memory", str(2 << 30), "--memory-budget", str(8 << 30),
+                           "--queue-size", "1024"],
                           r"listening on http://127\.0\.0\.1:(\d+)", "err")
         procs.append(at)
         wait_ready(aport)
