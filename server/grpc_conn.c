@@ -246,6 +246,35 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
     flush(c);
 }
 
+/* same_host: a and b are the same client address (port aside). */
+static int same_host(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return 0;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->ss_family == AF_INET6)
+        return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                       &((const struct sockaddr_in6 *)b)->sin6_addr, 16);
+    return 0;
+}
+
+/* per_ip_full: c's address already holds max-connections-per-ip gRPC
+ * connections (0 = no limit). */
+static int per_ip_full(srv_grpc *g, gconn *c)
+{
+    long long limit = g->s->cfg.max_conn_per_ip, n = 0;
+    int len = (int)sizeof c->peer;
+    gconn *o;
+    if (!limit || uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&c->peer, &len) < 0)
+        return 0;
+    for (o = g->conns; o; o = o->next)
+        if (same_host(&o->peer, &c->peer) && ++n >= limit)
+            return 1;
+    return 0;
+}
+
 static void on_connect(uv_stream_t *l, int status)
 {
     srv_grpc *g = l->data;
@@ -262,7 +291,7 @@ static void on_connect(uv_stream_t *l, int status)
     uv_tcp_init(s->loop, &c->tcp);
     c->tcp.data = c;
     if (uv_accept(l, (uv_stream_t *)&c->tcp) < 0 ||
-        g->n_conns >= (int)s->cfg.max_connections ||
+        g->n_conns >= (int)s->cfg.max_connections || per_ip_full(g, c) ||
         nghttp2_session_server_new2(&c->h2, g->cbs, c, g->opt) != 0) {
         close_handles(c);
         return;

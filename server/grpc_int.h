@@ -80,6 +80,7 @@ struct gcall {
 struct gconn {
     struct srv_grpc *g;
     uv_tcp_t tcp;
+    struct sockaddr_storage peer; /* for max-connections-per-ip */
     uv_timer_t idle;     /* --connection-timeout with no call open */
     int handles;         /* tcp and idle, until closed; then c is freed */
     uv_shutdown_t shut;

@@ -264,3 +264,29 @@ test('--grpc-buffer: a stream whose client stops reading stops being served, the
     assert.equal((await e.stop()).code, 0, e.log());
   }
 });
+
+test('--max-connections-per-ip counts gRPC connections too', async () => {
+  const e = await start({ grpc: true, args: ['--max-connections-per-ip', '2'] });
+  /** A raw connection that sends the HTTP/2 preface: resolves to whether the
+   * server answered with its SETTINGS (1) or closed it unanswered (0). */
+  const open = () => new Promise((res) => {
+    const s = net.connect(e.grpcPort, '127.0.0.1', () => s.write(Buffer.concat([
+      Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), Buffer.from([0, 0, 0, 4, 0, 0, 0, 0, 0])])));
+    s.on('data', () => res({ s, ok: 1 }));
+    s.on('error', () => res({ s, ok: 0 }));
+    s.on('close', () => res({ s, ok: 0 }));
+  });
+  try {
+    const a = await open();
+    const b = await open();
+    const c = await open();
+    assert.deepEqual([a.ok, b.ok, c.ok], [1, 1, 0], 'the third connection from one address is refused');
+    a.s.destroy();
+    await new Promise((r) => setTimeout(r, 200));
+    const d2 = await open();
+    assert.equal(d2.ok, 1, 'a place freed is taken again');
+    for (const x of [b, c, d2]) x.s.destroy();
+  } finally {
+    assert.equal((await e.stop()).code, 0, e.log());
+  }
+});
