@@ -13,7 +13,7 @@
 // (10) plus SOAK_RSS_MB (16) MiB. Prints the samples and a summary.
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';
-import { readFileSync, readdirSync } from 'node:fs';
+import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { REFS, ROOT, SLOW, binaryRequest, f32bytes, fp32, start } from './helper.mjs';
 
@@ -24,7 +24,10 @@ const RSS_PCT = Number(process.env.SOAK_RSS_PCT || 10);
 const RSS_MB = Number(process.env.SOAK_RSS_MB || 16);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-const d = await start({ args: ['--header-timeout', '5', '--min-body-rate', '1000', '--batch-delay-us', '500', '--maps-bytes', '4194304'] });
+// Every client here is 127.0.0.1 (undici's pool grows with the load):
+// --max-connections-per-ip 0, as behind a proxy. SOAK_ARGS adds flags.
+const d = await start({ args: ['--header-timeout', '5', '--min-body-rate', '1000', '--batch-delay-us', '500',
+  '--maps-bytes', '4194304', '--max-connections-per-ip', '0', ...(process.env.SOAK_ARGS || '').split(' ').filter(Boolean)] });
 const pid = d.proc.pid;
 const rss = () => Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))[1]) * 1024;
 const fds = () => readdirSync(`/proc/${pid}/fd`).length;
@@ -46,7 +49,7 @@ async function req(kind, path, init = {}) {
     return { status: r.status, body };
   } catch (e) {
     count(kind, 0);
-    failures.push(`${kind}: ${e.cause?.code || e.message}`);
+    failures.push(`${kind}: ${e.cause?.code || e.message} at ${new Date().toISOString()}`);
     return { status: 0, body: Buffer.alloc(0) };
   }
 }
@@ -128,11 +131,12 @@ const loops = Object.entries({ small: 4, large: 1, retain: 2, upload: 1, bad: 2,
   }));
 await Promise.all(loops);
 clearInterval(sampler);
-await sleep(4000); // the last slow clients are cut, keep-alives idle
+await sleep(8000); // the last slow clients are cut (header-timeout 5 s), keep-alives idle
 samples.push({ t: (Date.now() - t0) / 1000, rss: rss(), fds: fds() });
 const fd1 = fds();
 const e = await d.stop();
 
+if (process.env.SOAK_LOG) writeFileSync(process.env.SOAK_LOG, d.log()); // attnd's whole log
 const mb = (b) => (b / 1048576).toFixed(1);
 console.log('t(s)   RSS(MiB)  fds');
 for (const s of samples) console.log(`${s.t.toFixed(0).padStart(5)}  ${mb(s.rss).padStart(8)}  ${s.fds}`);
