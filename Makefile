@@ -384,11 +384,15 @@ all: $(BENCH_BIN)
 # N = 1, 8, 32 sequences of a Llama-like layer: engine tokens/s and GB/s
 # against memcpy, the PyTorch peer, resending the history, and (when the
 # daemon is built) N HTTP clients driving sequences through attnd.
+# OPENBLAS_NUM_THREADS=1: OpenBLAS's own threads, started when the library
+# loads, would spin beside the executor's (as attnd avoids, server/main.c);
+# the PyTorch peer runs without it, with its own 2 threads.
 DECODE_BIN := $(BUILD)/bench/bench_decode
 .PHONY: bench-decode
 bench-decode: deps $(DECODE_BIN) $(if $(HAVE_ATTND),$(ATTND))
 	@tools/install-deps.sh bench
-	$(DECODE_BIN) --threads 2 --peer bench/torch_decode_peer.py \
+	OPENBLAS_NUM_THREADS=1 $(DECODE_BIN) --threads 2 \
+	    --peer bench/torch_decode_peer.py \
 	    $(if $(HAVE_ATTND),--http-tps "python3 bench/decode_http.py $(ATTND)")
 bench: bench-decode
 all: $(DECODE_BIN)

@@ -155,7 +155,9 @@ static double torch_tps(const char *peer, int n, int prompt, int steps,
     if (!peer)
         return NAN;
     char cmd[512];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s %d %d %d %d %d %d %d %d",
+    snprintf(cmd, sizeof cmd,
+             "env -u OPENBLAS_NUM_THREADS /usr/bin/python3 %s %d %d %d %d %d "
+             "%d %d %d",
              peer, n, prompt, steps, DM, HQ, HKV, DK, threads);
     FILE *f = popen(cmd, "r");
     if (!f)

@@ -92,8 +92,12 @@ def client(port, seq, prompt, steps, out, barrier):
         if r.status != 200:
             raise RuntimeError(f"sequence {seq}: HTTP {r.status}: {data[:300]!r}")
 
-    call(prompt, True)
-    barrier.wait()
+    try:
+        call(prompt, True)
+        barrier.wait(timeout=1800)
+    except BaseException:
+        barrier.abort()  # the others stop waiting; this run has failed
+        raise
     t0 = time.perf_counter()
     for i in range(steps):
         call(1, False, tokens[i % len(tokens)])
@@ -118,6 +122,9 @@ def main():
         p = None if a.port else subprocess.Popen(
             [a.attnd, "--port", "0", "--grpc-port", "0", "--models", repo,
              "--max-batch", str(max(a.n, 8)), "--max-body", str(64 << 20),
+             # N prompts of 1024 tokens may form one batch of N x 1024 rows:
+             # far past the default deadline on two cores (not timed here)
+             "--deadline-ms", "1800000",
              "--request-memory", str(1 << 30)],
             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
         port = a.port or None

@@ -93,6 +93,7 @@ def main():
     if not shutil.which("wrk"):
         sys.exit("wrk is missing: tools/install-deps.sh bench")
     tmp = tempfile.mkdtemp(prefix="attnd-grpc-bench-")
+    proc = None
     try:
         repo = os.path.join(tmp, "models")
         shutil.copytree(os.path.join(ROOT, "models"), repo)
@@ -180,9 +181,13 @@ def main():
         print(f"aims: gRPC >= REST binary at every point: worst ratio {worst:.2f} "
               f"({'met' if worst >= 1 else 'not met'}); stream steps >= 1.2x REST: "
               f"{gq[0] / rq[0]:.2f} ({'met' if gq[0] / rq[0] >= 1.2 else 'not met'})")
-        proc.terminate()
-        proc.wait(30)
-    finally:
+    finally:  # the daemon goes whatever happened (a failed point too)
+        if proc:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -2,7 +2,9 @@
 // the scheduler really ran them in shared batches.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { REFS, fp32, infer, maxDiff, start } from './helper.mjs';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { REFS, fp32, infer, maxDiff, modelsDir, start } from './helper.mjs';
 
 const statsOf = async (d, m) => (await (await fetch(`${d.url}/v2/models/${m}/stats`)).json()).model_stats[0];
 
@@ -53,4 +55,53 @@ test('sdpa requests of the same head size batch too; mixed sizes stay apart', as
     assert.ok(s.execution_count < 6, `${s.execution_count} batches`);
     assert.equal((await d.stop()).code, 0);
   } catch (e) { await d.stop('SIGKILL'); throw e; }
+});
+
+// A d_model 1024 layer whose answer is known without computing it: W_q =
+// W_k = 0 (every key weighs 1/T), W_v = W_o = I, so every row of y is the
+// mean of x's rows.
+function meanLayer(dir, dm) {
+  const names = ['W_q', 'W_k', 'W_v', 'W_o'];
+  const n = 4 * dm * dm;
+  const header = {};
+  names.forEach((k, i) => { header[k] = { dtype: 'F32', shape: [dm, dm], data_offsets: [i * n, (i + 1) * n] }; });
+  let h = JSON.stringify(header);
+  h += ' '.repeat((8 - (h.length % 8)) % 8);
+  const len = Buffer.alloc(8);
+  len.writeBigUInt64LE(BigInt(h.length));
+  const data = Buffer.alloc(4 * n);
+  for (let i = 0; i < dm; i++) {
+    data.writeFloatLE(1, 2 * n + 4 * (i * dm + i));
+    data.writeFloatLE(1, 3 * n + 4 * (i * dm + i));
+  }
+  mkdirSync(join(dir, 'mean'));
+  writeFileSync(join(dir, 'mean', 'model.safetensors'), Buffer.concat([len, Buffer.from(h), data]));
+  writeFileSync(join(dir, 'mean', 'config.json'), JSON.stringify({ n_heads: 8 }));
+}
+
+test('no batch delay: a lone request runs at once, and one too large for a single pool job still answers', async (t) => {
+  const dir = modelsDir();
+  meanLayer(dir, 1024);
+  const d = await start({ t, dir, args: ['--instances', '1'] });
+  try {
+    // small: tiny's reference answer, its B sequences as one batch
+    const c = REFS.self;
+    const r = await infer(d, 'tiny', { inputs: [fp32('x', c.shape, c.x)] });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    assert.ok(maxDiff(r.json.outputs[0].data, c.y) < 1e-5);
+    const s = await statsOf(d, 'tiny');
+    assert.equal(s.execution_count, 1);
+    assert.equal(s.batch_stats[0].batch_size, c.shape[0]);
+    // a 20 kB body whose layer is ~17 MFLOP: decoded alone, then queued
+    // and run over the pool; then a second one right behind it
+    const x = Array.from({ length: 2 * 1024 }, (_, i) => ((i * 37) % 101) / 101 - 0.5);
+    const want = Array.from({ length: 1024 }, (_, j) => (x[j] + x[1024 + j]) / 2);
+    const rs = await Promise.all([0, 1].map(() => infer(d, 'mean', { inputs: [fp32('x', [1, 2, 1024], x)] })));
+    for (const m of rs) {
+      assert.equal(m.status, 200, JSON.stringify(m.json));
+      assert.ok(maxDiff(m.json.outputs[0].data, [...want, ...want]) < 1e-5);
+    }
+    assert.equal((await statsOf(d, 'mean')).inference_count, 2);
+    assert.equal((await d.stop()).code, 0);
+  } catch (e) { await d.stop('SIGKILL'); throw e; } finally { rmSync(dir, { recursive: true, force: true }); }
 });
