@@ -225,6 +225,13 @@ test('memory budget: a body that does not fit beside the others gets 503 + Retry
     assert.equal(r.status, 503);
     assert.match(r.json.error, /memory for decoded requests .*memory-budget/);
     assert.equal((await infer(d, 'tiny', xreq('small'))).status, 200, 'small ones still fit');
+    // a chunked body reserves as it grows: past what is left, the rest is
+    // dropped unread and the answer is 503
+    const pad = ' '.repeat(100000);
+    const chunks = Array.from({ length: 5 }, () => `${pad.length.toString(16)}\r\n${pad}\r\n`).join('');
+    const c = await raw(d.port, `POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n${chunks}0\r\n\r\n`, 10000);
+    assert.equal(c.status, 503);
+    assert.match(c.text, /memory-budget/);
     a.destroy(); // its reservation is given back
     await sleep(100);
     r = await infer(d, 'sdpa', big);
