@@ -72,7 +72,7 @@ def body(x, t, seq, start):
 
 
 def client(port, seq, prompt, steps, out, barrier):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    conn = [http.client.HTTPConnection("127.0.0.1", port, timeout=1800)]
     rnd = random.Random(seq)
 
     def rand_x(t):
@@ -84,6 +84,7 @@ def client(port, seq, prompt, steps, out, barrier):
 
     def call(t, start, x=None):
         b, hl = body(x if x is not None else rand_x(t), t, seq, start)
+        c = conn[0]
         c.request("POST", "/v2/models/llama/infer", b,
                   {"Inference-Header-Content-Length": str(hl),
                    "Content-Type": "application/octet-stream"})
@@ -95,6 +96,10 @@ def client(port, seq, prompt, steps, out, barrier):
     try:
         call(prompt, True)
         barrier.wait(timeout=1800)
+        # a fresh connection: waiting at the barrier may outlast attnd's
+        # keep-alive (--header-timeout), which then closes the idle one
+        conn[0].close()
+        conn[0] = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     except BaseException:
         barrier.abort()  # the others stop waiting; this run has failed
         raise
@@ -125,6 +130,8 @@ def main():
              # N prompts of 1024 tokens may form one batch of N x 1024 rows:
              # far past the default deadline on two cores (not timed here)
              "--deadline-ms", "1800000",
+             # and their bodies and decoded inputs at once (N x 8 MiB each)
+             "--memory-budget", str(16 << 30),
              "--request-memory", str(1 << 30)],
             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
         port = a.port or None
