@@ -591,6 +591,15 @@ static int rd_run(reader *r)
         q += *q == ' ';
         if ((unsigned)(unsigned char)*q - '0' > 9 && *q != '-')
             break;
+        float sf;
+        const char *se = oip__short_float(q, r->end, &sf);
+        if (se) {
+            if (r->n < r->count)
+                out[r->n] = sf;
+            r->n++;
+            r->p = se;
+            continue;
+        }
         oip__num num;
         const char *e = oip__lex_number(q, r->end, &num);
         float f = e ? oip__num_to_float(&num) : 0.0f;

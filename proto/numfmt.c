@@ -269,6 +269,31 @@ static const char *lex_short(const char *p, const char *end, oip__num *n)
 }
 #endif
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+const char *oip__short_float(const char *p, const char *end, float *out)
+{
+    oip__num n;
+    if (!lex_short(p, end, &n) || n.mant == 0)
+        return NULL;
+    /* as oip__num_to_float: at most 8 digits and exp10 in [-7, -1], so
+     * one correctly rounded division of exact operands */
+    double d = (double)n.mant / p10[-n.exp10];
+    uint64_t bits;
+    memcpy(&bits, &d, sizeof bits);
+    if (d < 0x1p-126 || (bits & 0x1fffffffu) == 0x10000000u)
+        return NULL;
+    float f = (float)d;
+    *out = n.neg ? -f : f;
+    return n.end;
+}
+#else
+const char *oip__short_float(const char *p, const char *end, float *out)
+{
+    (void)p, (void)end, (void)out;
+    return NULL;
+}
+#endif
+
 const char *oip__lex_number(const char *p, const char *end, oip__num *n)
 {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__

@@ -49,6 +49,12 @@ const char *oip__lex_number(const char *p, const char *end, oip__num *n);
  */
 float oip__num_to_float(const oip__num *n);
 
+/* oip__short_float: the common shape -?d.f (one integer digit, one to seven
+ * fraction digits, not zero) parsed in one go: *out is what lexing and
+ * oip__num_to_float give, and the end is returned; NULL (nothing decided)
+ * for any other shape or a value the general path must decide. */
+const char *oip__short_float(const char *p, const char *end, float *out);
+
 /* oip__num_to_i64: integer value of an is_int token; 0, or -1 when it does
  * not fit in int64_t. */
 int oip__num_to_i64(const oip__num *n, int64_t *out);
