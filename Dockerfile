@@ -24,6 +24,7 @@ FROM debian:bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
         libmicrohttpd12 libjansson4 libuv1 libopenblas0-pthread \
+        libnghttp2-14 libprotobuf-c1 \
  && apt-get clean && rm -rf /var/lib/apt/lists/* /var/log/apt /var/log/dpkg.log \
  && groupadd --system --gid 10001 attnd \
  && useradd --system --uid 10001 --gid 10001 --no-create-home \
