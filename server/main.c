@@ -95,10 +95,20 @@ static int online_cores(void)
  */
 static void blas_one_thread(char **argv)
 {
+    char self[4096];
+    ssize_t n;
     if (getenv("OPENBLAS_NUM_THREADS"))
         return;
+    /* exec the binary's own path, not /proc/self/exe: the process name
+     * (ps, pgrep, /proc/PID/comm) comes from the path's last part, and an
+     * operator looks for "attnd", not "exe" */
+    n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0 || (size_t)n >= sizeof self - 1)
+        return;
+    self[n] = 0;
     setenv("OPENBLAS_NUM_THREADS", "1", 1);
-    execv("/proc/self/exe", argv);
+    execv(self, argv);
+    unsetenv("OPENBLAS_NUM_THREADS"); /* the exec failed: go on as we are */
 }
 
 int main(int argc, char **argv)

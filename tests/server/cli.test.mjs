@@ -105,3 +105,15 @@ test('--log-format json: one JSON line per request with id, model, status, batch
   assert.equal(l.batch, 1);
   for (const k of ['queue_us', 'compute_us', 'total_us']) assert.equal(typeof l[k], 'number', k);
 });
+
+test('the daemon runs as "attnd" with one OpenBLAS thread (it re-executes itself by its own path)', async (t) => {
+  const saved = process.env.OPENBLAS_NUM_THREADS;
+  delete process.env.OPENBLAS_NUM_THREADS;
+  const d = await start({ t });
+  if (saved !== undefined) process.env.OPENBLAS_NUM_THREADS = saved;
+  // ps, pgrep and container-test find the daemon by this name
+  assert.equal(readFileSync(`/proc/${d.proc.pid}/comm`, 'utf8').trim(), 'attnd');
+  const environ = readFileSync(`/proc/${d.proc.pid}/environ`, 'utf8').split('\0');
+  assert.ok(environ.includes('OPENBLAS_NUM_THREADS=1'), 'OPENBLAS_NUM_THREADS=1 in its environment');
+  await d.stop();
+});
