@@ -3,9 +3,8 @@
  *
  *   admit (queue bound, deadline timer) -> decode+check on the pool ->
  *   model queue -> batch (max_batch sequences, or the oldest waited
- *   batch_delay_us) -> the batch's attn_plan, stage by stage: every tile of
- *   a stage goes to the pool, completions are counted here, then the next
- *   stage -> encode on the pool -> answer.
+ *   batch_delay_us) -> the batch (batch.c: its attn_plan stage by stage on
+ *   the pool) -> encode on the pool -> answer.
  *
  * Solo: a request that finds its model's queue empty and an instance free
  * (and no batch delay to wait for company) is decoded, computed and encoded
@@ -21,84 +20,19 @@
  */
 #include "server/srv.h"
 
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/timerfd.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "server/infer.h"
+#include "server/sched_int.h"
 #include "server/seq.h"
-
-/* J_HELD: a sequence step waiting for its turn (seq.c's lists). */
-enum { J_DECODE, J_HELD, J_QUEUED, J_RUN, J_ENCODE, J_DONE };
-
-struct srv_job {
-    srv *s;
-    srv_req *req;      /* NULL once answered early or gone */
-    srv_entry *e;
-    srv_inst *inst;    /* reference held by the job */
-    char *body;        /* request body, freed after decode */
-    size_t len, header_len;
-    size_t mem;        /* bytes it holds of memory-budget (guard.c) */
-    int state;
-    uv_work_t work;
-    uv_timer_t deadline;
-    oip_request in;
-    srv_prep prep;
-    int status;        /* error status from the pool, 0 = fine */
-    char err[OIP_ERRMAX];
-    char *resp;
-    size_t resp_len, resp_hlen;
-    int batch;         /* sequences in its batch */
-    int solo;          /* 1: decode+compute+encode in one pool job */
-    int solo_ran;      /* solo job computed and encoded it */
-    char id[64];       /* the request's id for the log (solo_ran) */
-    uint64_t t_arrive, t_queued, t_run, t_ran, decode_ns, encode_ns;
-    const srv_door *door; /* wire format, NULL = JSON (srv.h) */
-    long long deadline_ms;
-    int answered;      /* status its request was answered with, 0 = none */
-    srv_step step;     /* sequence state (seq.h) */
-    srv_job *next;     /* queue link */
-};
-
-typedef struct batch batch;
-typedef struct tile_work {
-    uv_work_t work;
-    batch *b;
-} tile_work;
-
-struct batch {
-    srv *s;
-    srv_entry *e;
-    srv_job **jobs;
-    int n_jobs, n_seqs;
-    attn_seq *seqs;
-    attn_raw *raws;
-    attn_plan *plan;
-    int stage, n_stages;
-    size_t n_tiles;
-    atomic_size_t next_tile;
-    int outstanding;   /* tile_work items on the pool */
-    tile_work *workers; /* (s->threads) */
-    int whole;         /* small batch: one work item runs it all + encodes */
-    uint64_t t_ran;    /* compute end (whole batches) */
-};
-
-/* Below this many flops (attn_plan_flops) a batch runs as one pool work
- * item (all stages, then the encoding of its requests): spreading a small
- * batch over the pool, stage by stage through the loop thread, costs more
- * hand-offs than it saves (demo T=16 is 0.6 MFLOP). */
-#define SMALL_BATCH_FLOPS 8e6
 
 /* A solo job's body is at most this long: a longer one would hold an
  * instance through a long decode. */
 #define SOLO_BODY_BYTES (64u << 10)
 
-static void pump(srv_entry *e);
-static void job_end(srv_job *j);
 
 static uint64_t wall_ms(void)
 {
@@ -110,7 +44,7 @@ static uint64_t wall_ms(void)
 /* ---- answering and ending ------------------------------------------------ */
 
 /* answer: give the job's request its answer and detach it. */
-static void answer(srv_job *j, int status, const char *msg)
+void srv__job_answer(srv_job *j, int status, const char *msg)
 {
     srv_req *r = j->req;
     srv_stats *st = &j->e->stats;
@@ -163,11 +97,11 @@ static void job_closed(uv_handle_t *h)
 }
 
 /* job_end: the pipeline is over. Loop thread. */
-static void job_end(srv_job *j)
+void srv__job_end(srv_job *j)
 {
     srv_entry *e = j->e;
     if (j->req)
-        answer(j, 500, "internal: request ended without an answer");
+        srv__job_answer(j, 500, "internal: request ended without an answer");
     srv_seq_step_end(&j->step, j->answered == 200);
     j->state = J_DONE;
     e->pending--;
@@ -183,7 +117,7 @@ static void job_end(srv_job *j)
 }
 
 /* unqueue: take queued job j out of its model's queue. Loop thread. */
-static void unqueue(srv_job *j)
+void srv__job_unqueue(srv_job *j)
 {
     srv_entry *e = j->e;
     srv_job **pp, *prev = NULL;
@@ -205,12 +139,12 @@ static void on_deadline(uv_timer_t *t)
     snprintf(msg, sizeof msg, "deadline: no answer within %lld ms (%s)",
              j->deadline_ms, j->deadline_ms < j->s->cfg.deadline_ms
                                  ? "the client's deadline" : "deadline-ms");
-    answer(j, 504, msg);
+    srv__job_answer(j, 504, msg);
     if (j->state == J_QUEUED) {
-        unqueue(j);
-        job_end(j);
+        srv__job_unqueue(j);
+        srv__job_end(j);
     } else if (j->state == J_HELD) {
-        job_end(j);
+        srv__job_end(j);
     } else if (j->state == J_DECODE) { /* later steps need not wait for it */
         srv_seq_abandon(j->s, &j->step);
     }
@@ -224,10 +158,10 @@ void srv_sched_detach(srv_req *r)
     r->job = NULL;
     j->req = NULL;
     if (j->state == J_QUEUED) {
-        unqueue(j);
-        job_end(j);
+        srv__job_unqueue(j);
+        srv__job_end(j);
     } else if (j->state == J_HELD) {
-        job_end(j);
+        srv__job_end(j);
     } else if (j->state == J_DECODE) {
         srv_seq_abandon(j->s, &j->step);
     }
@@ -237,7 +171,7 @@ void srv_sched_detach(srv_req *r)
 
 /* encode_job: the response of a computed job, unless check_finite already
  * turned it into a 400. Pool thread. */
-static void encode_job(srv_job *j)
+void srv__job_encode(srv_job *j)
 {
     uint64_t t0 = srv_now_ns();
     if (!j->status && j->step.is_step)
@@ -254,326 +188,6 @@ static void encode_job(srv_job *j)
     j->encode_ns = srv_now_ns() - t0;
 }
 
-static void encode_work(uv_work_t *w) { encode_job(w->data); }
-
-static void encode_done(uv_work_t *w, int status)
-{
-    srv_job *j = w->data;
-    (void)status;
-    answer(j, j->status ? j->status : 200, j->err);
-    job_end(j);
-}
-
-/* ---- batches -------------------------------------------------------------- */
-
-/* check_finite: after the plan ran, before it is freed: a job one of whose
- * sequences came out non-finite (its inputs overflow float32) gets a 400
- * instead of meaningless numbers; the other jobs of the batch are not
- * affected. Whichever thread owns the finished batch. */
-static void check_finite(batch *b)
-{
-    int i, k, n;
-    for (i = 0, k = 0; i < b->n_jobs; k += b->jobs[i]->prep.n, i++)
-        for (n = 0; n < b->jobs[i]->prep.n; n++)
-            if (attn_plan_nonfinite(b->plan, k + n)) {
-                srv_job *j = b->jobs[i];
-                j->status = 400;
-                snprintf(j->err, sizeof j->err,
-                         "inputs: a projection, score or output of sequence "
-                         "%d is not finite (the inputs overflow float32); "
-                         "scale them down", n);
-                break;
-            }
-}
-
-static void tile_run(uv_work_t *w)
-{
-    batch *b = ((tile_work *)w->data)->b;
-    size_t i;
-    while ((i = atomic_fetch_add(&b->next_tile, 1)) < b->n_tiles)
-        attn_plan_run_tile(b->plan, b->stage, i);
-}
-
-static void batch_finish(batch *b, int status, const char *msg);
-static void tile_done(uv_work_t *w, int status);
-
-/* whole_run: a small batch on one pool thread: every stage in order, then
- * each request's encoding. Touches only the batch's own jobs. */
-static void whole_run(uv_work_t *w)
-{
-    batch *b = ((tile_work *)w->data)->b;
-    int st, i;
-    for (st = 0; st < b->n_stages; st++) {
-        size_t t, n = attn_plan_n_tiles(b->plan, st);
-        for (t = 0; t < n; t++)
-            attn_plan_run_tile(b->plan, st, t);
-    }
-    b->t_ran = srv_now_ns();
-    check_finite(b);
-    for (i = 0; i < b->n_jobs; i++)
-        encode_job(b->jobs[i]);
-}
-
-static void whole_done(uv_work_t *w, int status)
-{
-    (void)status;
-    batch_finish(((tile_work *)w->data)->b, 0, NULL);
-}
-
-/* submit_stage: put the next non-empty stage's tiles on the pool, or
- * finish the batch when there is none. */
-static void submit_stage(batch *b)
-{
-    int i, n;
-    for (; b->stage < b->n_stages; b->stage++) {
-        b->n_tiles = attn_plan_n_tiles(b->plan, b->stage);
-        if (b->n_tiles)
-            break;
-    }
-    if (b->stage >= b->n_stages) {
-        batch_finish(b, 0, NULL);
-        return;
-    }
-    atomic_store(&b->next_tile, 0);
-    n = b->n_tiles < (size_t)b->s->threads ? (int)b->n_tiles : b->s->threads;
-    b->outstanding = n;
-    for (i = 0; i < n; i++) {
-        b->workers[i].b = b;
-        b->workers[i].work.data = &b->workers[i];
-        uv_queue_work(b->s->loop, &b->workers[i].work, tile_run, tile_done);
-    }
-}
-
-static void tile_done(uv_work_t *w, int status)
-{
-    batch *b = ((tile_work *)w->data)->b;
-    (void)status;
-    if (--b->outstanding)
-        return;
-    b->stage++;
-    submit_stage(b);
-}
-
-/* batch_finish: the plan ran (status 0) or could not start: hand every job
- * to encoding, or answer it with the error. */
-static void batch_finish(batch *b, int status, const char *msg)
-{
-    srv_entry *e = b->e;
-    uint64_t now = srv_now_ns();
-    int i;
-    if (!status && !b->whole)
-        check_finite(b);
-    attn_plan_destroy(b->plan);
-    e->running--;
-    if (b->whole)
-        now = b->t_ran;
-    if (!status)
-        srv_stats_batch(&e->stats, b->n_seqs, now - b->jobs[0]->t_run);
-    for (i = 0; i < b->n_jobs; i++) {
-        srv_job *j = b->jobs[i];
-        j->t_ran = now;
-        if (b->whole && !status) { /* computed and encoded already */
-            answer(j, j->status ? j->status : 200, j->err);
-            job_end(j);
-            continue;
-        }
-        if (status || !j->req) {
-            answer(j, status ? status : 500, msg ? msg : "");
-            job_end(j);
-            continue;
-        }
-        j->state = J_ENCODE;
-        j->work.data = j;
-        uv_queue_work(b->s->loop, &j->work, encode_work, encode_done);
-    }
-    free(b->jobs);
-    free(b->seqs);
-    free(b->raws);
-    free(b->workers);
-    free(b);
-    pump(e);
-}
-
-/* compatible: may job j share a batch with the head h? */
-static int compatible(const srv_job *h, const srv_job *j)
-{
-    if (h->inst != j->inst)
-        return 0;
-    if (h->prep.raw)
-        return h->prep.cfg.head_dim == j->prep.cfg.head_dim &&
-               h->prep.cfg.v_head_dim == j->prep.cfg.v_head_dim;
-    return 1;
-}
-
-/* launch: take a batch off e's queue (head first, then every compatible
- * job that still fits in max_batch) and start its plan. Returns -1 when
- * out of memory before anything left the queue (nothing changed). */
-static int launch(srv_entry *e)
-{
-    srv *s = e->s;
-    srv_job *h = e->qhead, **pp, *failed = NULL;
-    batch *b = calloc(1, sizeof *b);
-    char err[ATTN_ERRMAX];
-    int i, k, rc, max = (int)s->cfg.max_batch;
-    uint64_t now = srv_now_ns();
-    if (!b)
-        goto oom;
-    b->s = s;
-    b->e = e;
-    b->jobs = malloc(sizeof *b->jobs * (size_t)(e->q_seqs < 1 ? 1 : e->q_seqs));
-    b->workers = calloc((size_t)s->threads, sizeof *b->workers);
-    if (!b->jobs || !b->workers)
-        goto oom;
-    /* the head always goes, even when larger than max_batch alone */
-    for (pp = &e->qhead; *pp;) {
-        srv_job *j = *pp;
-        if (b->n_jobs && (!compatible(h, j) || b->n_seqs + j->prep.n > max)) {
-            pp = &j->next;
-            continue;
-        }
-        unqueue(j);
-        /* a sequence step takes its pages now; one that cannot leaves */
-        if (j->step.is_step && (j->status = srv_seq_bind(&j->step, j->err))) {
-            j->next = failed;
-            failed = j;
-            continue;
-        }
-        if (!b->n_jobs)
-            h = j;
-        b->jobs[b->n_jobs++] = j;
-        b->n_seqs += j->prep.n;
-        j->state = J_RUN;
-        j->t_run = now;
-        if (b->n_seqs >= max)
-            break;
-    }
-    while (failed) {
-        srv_job *j = failed;
-        failed = j->next;
-        j->next = NULL;
-        answer(j, j->status, j->err);
-        job_end(j);
-    }
-    if (!b->n_jobs) {
-        free(b->jobs);
-        free(b->workers);
-        free(b);
-        return 0;
-    }
-    for (i = 0; i < b->n_jobs; i++)
-        b->jobs[i]->batch = b->n_seqs;
-    if (h->prep.raw) {
-        b->raws = malloc(sizeof *b->raws * (size_t)b->n_seqs);
-        if (!b->raws)
-            goto oom_taken;
-        for (i = 0, k = 0; i < b->n_jobs; k += b->jobs[i]->prep.n, i++)
-            memcpy(b->raws + k, b->jobs[i]->prep.raws,
-                   sizeof *b->raws * (size_t)b->jobs[i]->prep.n);
-        rc = attn_plan_create_raw(&b->plan, &h->prep.cfg, b->raws, b->n_seqs, err);
-    } else {
-        b->seqs = malloc(sizeof *b->seqs * (size_t)b->n_seqs);
-        if (!b->seqs)
-            goto oom_taken;
-        for (i = 0, k = 0; i < b->n_jobs; k += b->jobs[i]->prep.n, i++)
-            memcpy(b->seqs + k, b->jobs[i]->prep.seqs,
-                   sizeof *b->seqs * (size_t)b->jobs[i]->prep.n);
-        rc = attn_plan_create(&b->plan, model_config(h->inst->m),
-                              model_weights(h->inst->m), b->seqs, b->n_seqs, err);
-    }
-    e->running++;
-    if (rc < 0) {
-        char msg[ATTN_ERRMAX + 32];
-        srv_log(s, "error", "model '%s': plan: %s", e->name, err);
-        snprintf(msg, sizeof msg, "engine: %s", err);
-        batch_finish(b, rc == ATTN_ENOMEM ? 503 : 400, msg);
-        return 0;
-    }
-    b->n_stages = attn_plan_n_stages(b->plan);
-    if (attn_plan_flops(b->plan) < SMALL_BATCH_FLOPS) {
-        b->whole = 1;
-        b->workers[0].b = b;
-        b->workers[0].work.data = &b->workers[0];
-        uv_queue_work(s->loop, &b->workers[0].work, whole_run, whole_done);
-        return 0;
-    }
-    submit_stage(b);
-    return 0;
-oom_taken:
-    e->running++;
-    batch_finish(b, 503, "server: out of memory");
-    return 0;
-oom:
-    if (b) {
-        free(b->jobs);
-        free(b->workers);
-        free(b);
-    }
-    srv_log(s, "error", "model '%s': out of memory forming a batch", e->name);
-    return -1;
-}
-
-/* The batch delay is timed by a timerfd polled by the loop, because libuv
- * timers count whole milliseconds and batch delays are microseconds. */
-static void on_batch_fd(uv_poll_t *p, int status, int events)
-{
-    srv_entry *e = p->data;
-    uint64_t expirations;
-    (void)status;
-    (void)events;
-    if (read(e->batch_fd, &expirations, sizeof expirations) < 0) {
-        /* EAGAIN: disarmed or re-armed meanwhile; pump checks anyway */
-    }
-    pump(e);
-}
-
-/* batch_wake: pump e after ns nanoseconds (0: disarm). */
-static void batch_wake(srv_entry *e, uint64_t ns)
-{
-    struct itimerspec its;
-    memset(&its, 0, sizeof its);
-    its.it_value.tv_sec = (time_t)(ns / 1000000000u);
-    its.it_value.tv_nsec = (long)(ns % 1000000000u);
-    timerfd_settime(e->batch_fd, 0, &its, NULL);
-}
-
-int srv_sched_entry_init(srv_entry *e)
-{
-    e->batch_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    if (e->batch_fd < 0)
-        return -1;
-    uv_poll_init(e->s->loop, &e->batch_poll, e->batch_fd);
-    e->batch_poll.data = e;
-    uv_poll_start(&e->batch_poll, UV_READABLE, on_batch_fd);
-    return 0;
-}
-
-void srv_sched_entry_free(srv_entry *e)
-{
-    if (e->batch_fd >= 0)
-        close(e->batch_fd);
-    e->batch_fd = -1;
-}
-
-/* pump: start batches while e may run more and its queue is ready: full
- * (max_batch sequences), old enough (batch_delay_us), or draining. */
-static void pump(srv_entry *e)
-{
-    srv *s = e->s;
-    while (e->qhead && e->running < (int)s->cfg.instances) {
-        uint64_t waited = srv_now_ns() - e->qhead->t_queued;
-        uint64_t delay = (uint64_t)s->cfg.batch_delay_us * 1000u;
-        if (e->q_seqs < (int)s->cfg.max_batch && waited < delay && !s->draining) {
-            batch_wake(e, delay - waited);
-            return;
-        }
-        batch_wake(e, 0);
-        if (launch(e) < 0) { /* out of memory: retry when a batch ends */
-            if (!e->running)
-                batch_wake(e, 10000000u);
-            return;
-        }
-    }
-}
 
 /* ---- admission and decode ------------------------------------------------- */
 
@@ -627,8 +241,8 @@ static void decode_done(uv_work_t *w, int status)
     }
     srv_seq_decoded(j->s, &j->step, 0);
     if (j->status || !j->req) {
-        answer(j, j->status ? j->status : 500, j->err);
-        job_end(j);
+        srv__job_answer(j, j->status ? j->status : 500, j->err);
+        srv__job_end(j);
         return;
     }
     /* the body is gone: the decoded request and its outputs are held now */
@@ -638,8 +252,8 @@ static void decode_done(uv_work_t *w, int status)
         snprintf(j->err, sizeof j->err, "server: the memory for decoded "
                  "requests (%lld bytes, memory-budget) is in use; retry shortly",
                  j->s->cfg.memory_budget);
-        answer(j, 503, j->err);
-        job_end(j);
+        srv__job_answer(j, 503, j->err);
+        srv__job_end(j);
         return;
     }
     j->mem = j->in.bytes + j->prep.bytes;
@@ -651,7 +265,7 @@ static void decode_done(uv_work_t *w, int status)
         e->qhead = j;
     e->qtail = j;
     e->q_seqs += j->prep.n;
-    pump(e);
+    srv__pump(e);
 }
 
 /* solo_work: pool thread. decode_work, then, when the request is small
@@ -697,7 +311,7 @@ static void solo_work(uv_work_t *w)
     j->batch = j->prep.n;
     if (j->in.id) /* the log's copy: encoding frees the request */
         snprintf(j->id, sizeof j->id, "%s", j->in.id);
-    encode_job(j);
+    srv__job_encode(j);
     j->solo_ran = 1;
 }
 
@@ -713,13 +327,13 @@ static void solo_done(uv_work_t *w, int status)
         srv_stats_batch(&e->stats, j->batch, j->t_ran - j->t_run);
         if (j->req)
             memcpy(j->req->id, j->id, sizeof j->id);
-        answer(j, j->status ? j->status : 200, j->err);
-        job_end(j);
-        pump(e);
+        srv__job_answer(j, j->status ? j->status : 200, j->err);
+        srv__job_end(j);
+        srv__pump(e);
         return;
     }
     decode_done(w, status);
-    pump(e); /* the instance it held is free (decode_done pumps only when
+    srv__pump(e); /* the instance it held is free (decode_done pumps only when
                 it queued) */
 }
 
@@ -832,14 +446,14 @@ void srv__sched_queue(srv_job *j)
         e->qhead = j;
     e->qtail = j;
     e->q_seqs += j->prep.n;
-    batch_wake(e, 1);
+    srv__batch_wake(e, 1);
 }
 
 /* srv__sched_fail: a sequence step that cannot run answers status now. */
 void srv__sched_fail(srv_job *j, int status, const char *msg)
 {
-    answer(j, status, msg);
-    job_end(j);
+    srv__job_answer(j, status, msg);
+    srv__job_end(j);
 }
 
 /* ---- shutdown ------------------------------------------------------------- */
@@ -849,7 +463,7 @@ void srv_sched_drain(srv *s)
 {
     srv_entry *e;
     for (e = s->models; e; e = e->next)
-        pump(e);
+        srv__pump(e);
 }
 
 /* srv_sched_expire: the drain timeout passed: every request still waiting
@@ -861,9 +475,9 @@ void srv_sched_expire(srv *s)
     for (e = s->models; e; e = e->next)
         while (e->qhead) {
             srv_job *j = e->qhead;
-            unqueue(j);
-            answer(j, 503, "server: shut down before this request ran");
-            job_end(j);
+            srv__job_unqueue(j);
+            srv__job_answer(j, 503, "server: shut down before this request ran");
+            srv__job_end(j);
         }
 }
 

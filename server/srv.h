@@ -8,8 +8,8 @@
  * uv_queue_work's work/after_work pair.
  *
  * Path of a request: http.c (MHD glue, body, route) -> routes.c (handlers)
- * -> sched.c (decode on the pool, queue, batch, run tiles, encode on the
- * pool) with infer.c (the pool-side decode/validate/encode of one request)
+ * -> sched.c (decode on the pool, queue, encode on the pool) and batch.c
+ * (batch, run tiles) with infer.c (the pool-side decode/validate/encode of one request)
  * -> http.c (resume, answer, log). registry.c owns the models, metrics.c the
  * counters, config.c the settings.
  */
@@ -96,7 +96,7 @@ struct srv_entry {
     int startup;    /* loaded at startup: counts for /v2/health/ready */
     char reason[ATTN_ERRMAX];
     unsigned long long gen; /* repository generation of inst (upload.h) */
-    /* scheduling (sched.c) */
+    /* scheduling (sched.c, batch.c) */
     srv_job *qhead, *qtail; /* decoded requests waiting for a batch */
     int q_seqs;             /* sequences in the queue */
     int pending;            /* jobs admitted and not yet finished */

@@ -1,0 +1,66 @@
+/*
+ * sched_int.h - internal to sched.c (a request's life) and batch.c (its
+ * batch): the job, and the calls one makes of the other. Loop thread,
+ * except srv__job_encode (the pool thread that owns the job).
+ */
+#ifndef ATTND_SCHED_INT_H
+#define ATTND_SCHED_INT_H
+
+#include <stdint.h>
+
+#include "server/infer.h"
+#include "server/seq.h"
+#include "server/srv.h"
+
+/* J_HELD: a sequence step waiting for its turn (seq.c's lists). */
+enum { J_DECODE, J_HELD, J_QUEUED, J_RUN, J_ENCODE, J_DONE };
+
+struct srv_job {
+    srv *s;
+    srv_req *req;      /* NULL once answered early or gone */
+    srv_entry *e;
+    srv_inst *inst;    /* reference held by the job */
+    char *body;        /* request body, freed after decode */
+    size_t len, header_len;
+    size_t mem;        /* bytes it holds of memory-budget (guard.c) */
+    int state;
+    uv_work_t work;
+    uv_timer_t deadline;
+    oip_request in;
+    srv_prep prep;
+    int status;        /* error status from the pool, 0 = fine */
+    char err[OIP_ERRMAX];
+    char *resp;
+    size_t resp_len, resp_hlen;
+    int batch;         /* sequences in its batch */
+    int solo;          /* 1: decode+compute+encode in one pool job */
+    int solo_ran;      /* solo job computed and encoded it */
+    char id[64];       /* the request's id for the log (solo_ran) */
+    uint64_t t_arrive, t_queued, t_run, t_ran, decode_ns, encode_ns;
+    const srv_door *door; /* wire format, NULL = JSON (srv.h) */
+    long long deadline_ms;
+    int answered;      /* status its request was answered with, 0 = none */
+    srv_step step;     /* sequence state (seq.h) */
+    srv_job *next;     /* queue link */
+};
+
+/* Below this many flops (attn_plan_flops) a batch runs as one pool work
+ * item (all stages, then the encoding of its requests): spreading a small
+ * batch over the pool, stage by stage through the loop thread, costs more
+ * hand-offs than it saves (demo T=16 is 0.6 MFLOP). */
+#define SMALL_BATCH_FLOPS 8e6
+
+/* srv__job_answer: give the job's request its answer and detach it. */
+void srv__job_answer(srv_job *j, int status, const char *msg);
+/* srv__job_end: the pipeline is over (answers 500 if nothing did). */
+void srv__job_end(srv_job *j);
+/* srv__job_unqueue: take a queued job out of its model's queue. */
+void srv__job_unqueue(srv_job *j);
+/* srv__job_encode: the response of a computed job (pool thread). */
+void srv__job_encode(srv_job *j);
+/* srv__pump: start batches while e may run more and its queue is ready. */
+void srv__pump(srv_entry *e);
+/* srv__batch_wake: pump e after ns nanoseconds (0: disarm). */
+void srv__batch_wake(srv_entry *e, uint64_t ns);
+
+#endif
