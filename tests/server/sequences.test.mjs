@@ -471,30 +471,44 @@ test('SIGTERM finishes the steps in flight, then the sequences are gone', async 
 });
 
 test('a step past its deadline (504) leaves the sequence as it was', async () => {
-  const d = await start({ dir: gqaModels(), args: ['--deadline-ms', String(100 * SLOW)] });
+  // One instance of the model, held by a long stateless request (a running
+  // batch is never interrupted, so it holds the instance past its own 504):
+  // the steps sent meanwhile wait in the queue past their deadline. This
+  // depends on compute time, not on how fast a body decodes (which the
+  // number reader keeps making faster); the compute is ~17 GFLOP, seconds
+  // on two cores and slower still under the sanitizers.
+  const d = await start({ dir: gqaModels(), args: ['--deadline-ms', String(100 * SLOW), '--instances', '1'] });
   try {
     // token 0, then the same token r at every later position, so the
     // history is the same whichever of the steps ran
     const x0 = tokens(1, 12), r = tokens(1, 13);
     const hist = (n) => x0.concat(...Array(n - 1).fill(r));
-    checkStep(await infer(d, 'gqa', stepBody('dl', x0, { start: true })), await full(d, hist(2)), 0, 1, 'start');
-    // step 1 decodes for longer than the deadline (1.5M ignored numbers);
-    // the steps behind it wait for its turn and may time out too
-    const pad = JSON.stringify(stepBody('dl', r, { extra: { pad: Array.from({ length: 1500000 }, (_, k) => k) } }));
-    const first = send(`${d.url}/v2/models/gqa/infer`, pad);
-    await sleep(20);
-    const rest = [1, 2, 3].map(() => infer(d, 'gqa', stepBody('dl', r)));
-    const got = [await first, ...(await Promise.all(rest))];
-    assert.equal(got[0].status, 504, JSON.stringify(got[0].json));
-    assert.match(got[0].json.error, /deadline/);
+    // the references first: the instance is busy later
+    const refs = [];
+    for (let n = 2; n <= 5; n++) refs[n] = await full(d, hist(n));
+    checkStep(await infer(d, 'gqa', stepBody('dl', x0, { start: true })), refs[2], 0, 1, 'start');
+    const T = 16384;
+    const big = send(`${d.url}/v2/models/gqa/infer`, JSON.stringify({
+      inputs: [fp32('x', [1, T, D], Array.from({ length: T * D }, (_, k) => ((k * 7919) % 200) / 100 - 1))],
+      parameters: { causal: false },
+    }));
+    await sleep(100 * SLOW); // decoded and running
+    const got = await Promise.all([1, 2, 3].map(() => infer(d, 'gqa', stepBody('dl', r))));
     let ran = 0;
-    for (const g of got.slice(1)) {
+    for (const g of got) {
       assert.ok(g.status === 200 || g.status === 504, JSON.stringify(g.json));
       if (g.status === 200) ran++;
+      else assert.match(g.json.error, /deadline/);
     }
+    assert.ok(ran < 3, 'no step waited past its deadline: the long request was too short to hold the instance');
+    assert.equal((await big).status, 504);
+    // wait for the long batch to give the instance back (a tiny stateless
+    // request answers 200 again), bounded
+    const tiny = { inputs: [fp32('x', [1, 1, D], r)] };
+    for (let i = 0; i < 600 && (await infer(d, 'gqa', tiny)).status !== 200; i++) await sleep(100);
     // nothing of a timed-out step stayed: the next step is at 1 + ran
     const n = 2 + ran;
-    checkStep(await infer(d, 'gqa', stepBody('dl', r)), await full(d, hist(n)), n - 1, 1, 'after the deadline');
+    checkStep(await infer(d, 'gqa', stepBody('dl', r)), refs[n], n - 1, 1, 'after the deadline');
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
