@@ -518,7 +518,7 @@ static char *skeleton(const char *js, size_t len, const oip__scan *sc,
     return s;
 }
 
-static void resolve_limits(oip_limits *L, const oip_limits *lim)
+void oip__resolve_limits(oip_limits *L, const oip_limits *lim)
 {
     memset(L, 0, sizeof *L);
     if (lim)
@@ -553,7 +553,7 @@ int oip_decode(oip_request *req, const char *body, size_t len,
     int rc;
 
     memset(req, 0, sizeof *req);
-    resolve_limits(&L, lim);
+    oip__resolve_limits(&L, lim);
     if (!body && len)
         return oip__fail(err, ATTN_EINVAL, "request body: NULL");
     size_t jlen = len;

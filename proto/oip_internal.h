@@ -115,6 +115,10 @@ int oip__read_data(const char *s, size_t len, oip_dtype dtype, void *out,
 int oip__decode_binary(const oip_tensor *t, const unsigned char *src, int i,
                        char *err);
 
+/* oip__resolve_limits: *L = *lim (or zeros) with every unset limit
+ * replaced by its OIP_DEFAULT_* (the JSON and the protobuf decoders). */
+void oip__resolve_limits(oip_limits *L, const oip_limits *lim);
+
 /* printf into err (OIP_ERRMAX bytes) when err is not NULL; returns code. */
 int oip__fail(char *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -64,23 +64,6 @@ static void b_free(void *ud, void *ptr)
 
 /* ---- decode --------------------------------------------------------------- */
 
-static void resolve_limits(oip_limits *L, const oip_limits *lim)
-{
-    memset(L, 0, sizeof *L);
-    if (lim)
-        *L = *lim;
-    if (!L->max_elements)
-        L->max_elements = OIP_DEFAULT_MAX_ELEMENTS;
-    if (!L->memory_budget)
-        L->memory_budget = OIP_DEFAULT_MEMORY_BUDGET;
-    if (L->max_inputs <= 0)
-        L->max_inputs = OIP_DEFAULT_MAX_INPUTS;
-    if (L->max_outputs <= 0)
-        L->max_outputs = OIP_DEFAULT_MAX_OUTPUTS;
-    if (L->max_tokens <= 0)
-        L->max_tokens = OIP_DEFAULT_MAX_TOKENS;
-}
-
 /* get_bool: a bool_param into *out; any other kind is refused. */
 static int get_bool(const Param *v, const char *field, int *out, char *err)
 {
@@ -399,7 +382,7 @@ int oip_pb_decode(oip_request *req, const char *body, size_t len,
     (void)header_len;
 
     memset(req, 0, sizeof *req);
-    resolve_limits(&L, lim);
+    oip__resolve_limits(&L, lim);
     bd.cap = L.memory_budget;
     if (!body && len)
         return oip__fail(err, ATTN_EINVAL, "request body: NULL");
