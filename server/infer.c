@@ -415,17 +415,11 @@ void srv_prep_free(srv_prep *p)
     memset(p, 0, sizeof *p);
 }
 
-int srv_infer_encode(const srv_prep *p, const oip_request *req,
-                     const char *model_name, maps_store *maps,
-                     int (*enc)(const char *, const char *, const oip_output *,
-                                int, const char *, char **, size_t *, size_t *,
-                                char *),
-                     char **body, size_t *len, size_t *header_len, char *err)
+int srv_prep_outputs(const srv_prep *p, const oip_request *req,
+                     oip_output *outs)
 {
-    oip_output outs[SRV_O_N];
     const char *const *names = p->raw ? sdpa_outs : model_outs;
-    char extra[MAPS_ID_MAX + 32], id[MAPS_ID_MAX];
-    int i, o, n = 0, rc;
+    int i, o, n = 0;
     /* the order of the request's outputs list, else just y/output */
     for (i = 0; i < (req->n_outputs ? req->n_outputs : 1); i++) {
         for (o = 0; o < SRV_O_N; o++)
@@ -443,6 +437,19 @@ int srv_infer_encode(const srv_prep *p, const oip_request *req,
         outs[n].binary = p->binary[o] > 0;
         n++;
     }
+    return n;
+}
+
+int srv_infer_encode(const srv_prep *p, const oip_request *req,
+                     const char *model_name, maps_store *maps,
+                     int (*enc)(const char *, const char *, const oip_output *,
+                                int, const char *, char **, size_t *, size_t *,
+                                char *),
+                     char **body, size_t *len, size_t *header_len, char *err)
+{
+    oip_output outs[SRV_O_N];
+    char extra[MAPS_ID_MAX + 32], id[MAPS_ID_MAX];
+    int rc, n = srv_prep_outputs(p, req, outs);
     extra[0] = 0;
     if (req->params.retain && maps) {
         char merr[512];

@@ -50,6 +50,12 @@ int srv_infer_prepare(srv_prep *p, const oip_request *req, const char *model_nam
                       const srv_infer_limits *lim, char *err);
 void srv_prep_free(srv_prep *p);
 
+/* srv_prep_outputs: the computed outputs of p in the order of req's
+ * outputs list (just y / output when it has none) as oip_outputs pointing
+ * at p's buffers; returns how many (<= SRV_O_N). */
+int srv_prep_outputs(const srv_prep *p, const oip_request *req,
+                     oip_output *outs);
+
 /*
  * srv_infer_encode: the response of a computed request (and its retained
  * map, when asked), written by enc (oip_encode's contract; NULL =

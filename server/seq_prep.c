@@ -215,23 +215,7 @@ int srv_seq_encode(srv_step *st, const char *model_name, maps_store *maps,
     const oip_request *req = st->in;
     oip_output outs[SRV_O_N];
     char extra[MAPS_ID_MAX + 96];
-    int i, o, n = 0, rc;
-    for (i = 0; i < (req->n_outputs ? req->n_outputs : 1); i++) {
-        for (o = 0; o < SRV_O_N; o++)
-            if (req->n_outputs ? strcmp(req->outputs[i].name, outs_names[o]) == 0
-                               : o == SRV_O_Y)
-                break;
-        if (o == SRV_O_N || !p->out[o])
-            continue;
-        memset(&outs[n], 0, sizeof outs[n]);
-        outs[n].name = outs_names[o];
-        outs[n].dtype = OIP_FP32;
-        outs[n].rank = p->rank[o];
-        memcpy(outs[n].shape, p->shape[o], sizeof outs[n].shape);
-        outs[n].data = p->out[o];
-        outs[n].binary = p->binary[o] > 0;
-        n++;
-    }
+    int rc, n = srv_prep_outputs(p, req, outs);
     if (maps && p->out[SRV_O_ATT] && (st->start ? st->retain : st->map_id[0] != 0))
         grow_map(st, model_name, maps);
     else if (st->start)
