@@ -71,7 +71,7 @@ def body(x, t, seq, start):
     return hdr + x, len(hdr)
 
 
-def client(port, seq, prompt, steps, out, barrier):
+def client(port, seq, prompt, steps, out, barrier, fresh):
     conn = [http.client.HTTPConnection("127.0.0.1", port, timeout=1800)]
     rnd = random.Random(seq)
 
@@ -96,10 +96,13 @@ def client(port, seq, prompt, steps, out, barrier):
     try:
         call(prompt, True)
         barrier.wait(timeout=1800)
-        # a fresh connection: waiting at the barrier may outlast attnd's
-        # keep-alive (--header-timeout), which then closes the idle one
-        conn[0].close()
-        conn[0] = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+        if fresh:
+            # a fresh connection: waiting at the barrier may outlast attnd's
+            # keep-alive (--header-timeout), which then closes the idle one.
+            # Not for a peer (--port): its workers each hold their own
+            # sequences, and a new connection may reach the other worker.
+            conn[0].close()
+            conn[0] = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     except BaseException:
         barrier.abort()  # the others stop waiting; this run has failed
         raise
@@ -160,7 +163,7 @@ def main():
         barrier = threading.Barrier(a.n)
         th = [threading.Thread(target=client,
                                args=(port, i + 1, a.prompt, a.steps, out,
-                                     barrier)) for i in range(a.n)]
+                                     barrier, not a.port)) for i in range(a.n)]
         for t in th:
             t.start()
         for t in th:
