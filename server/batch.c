@@ -331,7 +331,6 @@ void srv__batch_wake(srv_entry *e, uint64_t ns)
 
 int srv_sched_entry_init(srv_entry *e)
 {
-    e->expect_gen = 1;
     e->batch_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     if (e->batch_fd < 0)
         return -1;

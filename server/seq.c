@@ -26,7 +26,8 @@ struct srv_seq {
     uint64_t last_ns;    /* end of its last step (or start) */
     char map_id[MAPS_ID_MAX]; /* its growing map, "" = none (or evicted) */
     int retained;        /* started with retain: true */
-    uint64_t expect_gen; /* counted in e->seq_expected (that generation) */
+    int expected;        /* counted in e->seq_expected (if still expect_gen) */
+    uint64_t expect_gen;
     srv_seq *hnext;
 };
 
@@ -82,13 +83,12 @@ static void gc(srv_seqs *q, srv_seq *l)
 static void expect(srv_seq *l, int on)
 {
     srv_entry *e = l->e;
-    if (l->expect_gen && l->expect_gen == e->expect_gen && e->seq_expected > 0)
+    if (l->expected && l->expect_gen == e->expect_gen && e->seq_expected > 0)
         e->seq_expected--;
-    l->expect_gen = 0;
-    if (on) {
-        l->expect_gen = e->expect_gen;
+    l->expected = on;
+    l->expect_gen = e->expect_gen;
+    if (on)
         e->seq_expected++;
-    }
 }
 
 /* release_cache: l's pages back to its pool, its instance reference
