@@ -7,16 +7,70 @@
  * when nothing is in flight any more (or drain-ms has passed: what is still
  * queued gets 503) every connection is closed and attnd exits 0. A second
  * signal cuts the drain short.
+ *
+ * The signals are caught by attnd's own handler, not uv_signal: libuv puts
+ * back SIG_DFL when its last signal handle closes, and a signal landing
+ * between that and a later SIG_IGN killed attnd during its exit. The
+ * handler counts the signal and wakes the loop (uv_async_send is
+ * async-signal-safe); at the stop SIG_IGN replaces it, so from the first
+ * signal to the process's end no SIGTERM/SIGINT can kill attnd.
  */
 #include "server/srv.h"
 #include "server/grpc.h"
 #include "server/seq.h"
 
+#include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* The signal handler's state: signals caught and not yet seen by the loop
+ * (SIGTERM, SIGINT), handlers running, and whether the async handle is
+ * gone. */
+static srv *sig_srv;
+static atomic_int sig_count[2], sig_busy, sig_closed;
+
+static void on_raw_signal(int signum)
+{
+    int e = errno;
+    atomic_fetch_add(&sig_busy, 1);
+    atomic_fetch_add(&sig_count[signum == SIGINT], 1);
+    if (!atomic_load(&sig_closed))
+        uv_async_send(&sig_srv->sig_async);
+    atomic_fetch_sub(&sig_busy, 1);
+    errno = e;
+}
+
+static void catch_signals(srv *s)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_raw_signal;
+    sigfillset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sig_srv = s;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+/* ignore_signals: SIGTERM/SIGINT are ignored for the rest of the process
+ * (set before the handle closes, never SIG_DFL in between); once no
+ * handler is still inside uv_async_send the handle may close. */
+static void ignore_signals(srv *s)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    atomic_store(&sig_closed, 1);
+    while (atomic_load(&sig_busy)) /* a handler on another thread */
+        ;
+    uv_close((uv_handle_t *)&s->sig_async, NULL);
+}
 
 /* on_stop_timer: once no job, parked connection or (before the drain
  * timeout) request is left, close the listener, the signal handlers, the
@@ -32,10 +86,7 @@ static void on_stop_timer(uv_timer_t *t)
     srv_log(s, "info", "drained; stopping");
     srv_http_stop(s);
     srv_grpc_stop(s);
-    uv_close((uv_handle_t *)&s->sig_term, NULL);
-    uv_close((uv_handle_t *)&s->sig_int, NULL);
-    signal(SIGTERM, SIG_IGN); /* exiting anyway: a late signal must not kill */
-    signal(SIGINT, SIG_IGN);
+    ignore_signals(s); /* exiting anyway: a late signal must not kill */
     uv_close((uv_handle_t *)&s->drain_timer, NULL);
     uv_close((uv_handle_t *)&s->stop_timer, NULL);
     srv_seq_stop(s);
@@ -61,21 +112,31 @@ static void on_drain_timeout(uv_timer_t *t)
     srv_check_stop(s);
 }
 
-static void on_signal(uv_signal_t *h, int signum)
+/* on_signal: the loop's side of on_raw_signal: the first signal starts the
+ * drain, a later one cuts it short (once; the rest change nothing). */
+static void on_signal(uv_async_t *h)
 {
     srv *s = h->data;
-    if (s->draining) {
-        on_drain_timeout(&s->drain_timer);
+    int n_term = atomic_exchange(&sig_count[0], 0);
+    int n_int = atomic_exchange(&sig_count[1], 0);
+    int n = n_term + n_int;
+    if (!n || s->stopping)
         return;
+    if (!s->draining) {
+        s->draining = 1;
+        srv_log(s, "info", "%s: draining (%d requests in flight, up to %lld ms)",
+                n_term ? "SIGTERM" : "SIGINT", s->live_jobs, s->cfg.drain_ms);
+        srv_sched_drain(s);
+        srv_grpc_drain(s);
+        srv_maps_wait_drain(s);
+        uv_timer_start(&s->drain_timer, on_drain_timeout, (uint64_t)s->cfg.drain_ms, 0);
+        srv_check_stop(s);
+        n--;
     }
-    s->draining = 1;
-    srv_log(s, "info", "%s: draining (%d requests in flight, up to %lld ms)",
-            signum == SIGINT ? "SIGINT" : "SIGTERM", s->live_jobs, s->cfg.drain_ms);
-    srv_sched_drain(s);
-    srv_grpc_drain(s);
-    srv_maps_wait_drain(s);
-    uv_timer_start(&s->drain_timer, on_drain_timeout, (uint64_t)s->cfg.drain_ms, 0);
-    srv_check_stop(s);
+    if (n && !s->drain_expired) {
+        uv_timer_stop(&s->drain_timer);
+        on_drain_timeout(&s->drain_timer);
+    }
 }
 
 static int online_cores(void)
@@ -145,11 +206,9 @@ int main(int argc, char **argv)
     uv_timer_init(s.loop, &s.stop_timer);
     uv_timer_init(s.loop, &s.maps_wait_timer);
     s.drain_timer.data = s.stop_timer.data = s.maps_wait_timer.data = &s;
-    uv_signal_init(s.loop, &s.sig_term);
-    uv_signal_init(s.loop, &s.sig_int);
-    s.sig_term.data = s.sig_int.data = &s;
-    uv_signal_start(&s.sig_term, on_signal, SIGTERM);
-    uv_signal_start(&s.sig_int, on_signal, SIGINT);
+    uv_async_init(s.loop, &s.sig_async, on_signal);
+    s.sig_async.data = &s;
+    catch_signals(&s);
     if (srv_seq_init(&s) < 0) {
         fprintf(stderr, "attnd: out of memory\n");
         return 1;

@@ -226,7 +226,7 @@ struct srv {
     struct MHD_Daemon *mhd;
     uv_poll_t mhd_poll;
     uv_timer_t mhd_timer;
-    uv_signal_t sig_term, sig_int;
+    uv_async_t sig_async;  /* main.c: SIGTERM/SIGINT reach the loop */
     uv_timer_t drain_timer;
     uv_timer_t stop_timer;
     int threads;           /* pool size */

@@ -1,6 +1,7 @@
 // lifecycle.test.mjs - queue bound, deadline, SIGTERM drain, repository
 // load/unload/upload with restart, auth and CORS.
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { connect } from 'node:net';
 import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -105,6 +106,31 @@ test('drain timeout: what is still queued gets 503, exit 0', async (t) => {
   assert.equal(e.code, 0, d.log());
   assert.ok(Date.now() - t0 < 5000);
   assert.match(d.log(), /drain timeout/);
+});
+
+test('SIGTERM, then a burst of SIGTERMs through drain and exit: attnd exit code 0 every time', async (t) => {
+  // libuv puts back SIG_DFL when its last signal handle closes: a signal
+  // landing then used to kill attnd (exit code null) instead of its exit 0.
+  // Two processes send signals as fast as they can until attnd is gone (on
+  // the old binary about one round in 20 was killed).
+  const killer = (pid) => spawn('perl', ['-e', '$p = shift; 1 while kill("TERM", $p);', String(pid)], { stdio: 'ignore' });
+  for (let round = 0; round < Number(process.env.ATTND_SIGNAL_ROUNDS || 20); round++) {
+    // a client in the middle of its body keeps the drain waiting
+    const d = await start({ t });
+    const sock = connect(d.port, '127.0.0.1');
+    await new Promise((r) => sock.on('connect', r));
+    sock.on('error', () => {});
+    sock.write('POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"inp');
+    await sleep(50);
+    d.proc.kill('SIGTERM');
+    await sleep(round * 20); // the burst starts at a different point of the drain each round
+    const ks = [killer(d.proc.pid), killer(d.proc.pid)];
+    const e = await d.exit;
+    await Promise.all(ks.map((k) => new Promise((r) => (k.exitCode !== null ? r() : k.on('exit', r)))));
+    sock.destroy();
+    assert.deepEqual(e, { code: 0, sig: null }, `round ${round}: ${d.log().slice(-1500)}`);
+    await d.stop();
+  }
 });
 
 const tinyDir = join(import.meta.dirname || new URL('.', import.meta.url).pathname, 'fixtures', 'models', 'tiny');
