@@ -387,13 +387,19 @@ all: $(BENCH_BIN)
 # OPENBLAS_NUM_THREADS=1: OpenBLAS's own threads, started when the library
 # loads, would spin beside the executor's (as attnd avoids, server/main.c);
 # the PyTorch peer runs without it, with its own 2 threads.
+# the decoder-step load generator (N C clients, one sequence each)
+STEP_CLIENT := $(BUILD)/bench/step_client
+$(STEP_CLIENT): bench/step_client.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(LDFLAGS_ALL) -pthread
+all: $(STEP_CLIENT)
 DECODE_BIN := $(BUILD)/bench/bench_decode
 .PHONY: bench-decode
-bench-decode: deps $(DECODE_BIN) $(if $(HAVE_ATTND),$(ATTND))
+bench-decode: deps $(DECODE_BIN) $(STEP_CLIENT) $(if $(HAVE_ATTND),$(ATTND))
 	@tools/install-deps.sh bench
 	OPENBLAS_NUM_THREADS=1 $(DECODE_BIN) --threads 2 \
 	    --peer bench/torch_decode_peer.py \
-	    $(if $(HAVE_ATTND),--http-tps "python3 bench/decode_http.py $(ATTND)")
+	    $(if $(HAVE_ATTND),--http-tps "python3 bench/decode_http.py --client $(STEP_CLIENT) $(ATTND)")
 bench: bench-decode
 all: $(DECODE_BIN)
 
@@ -403,9 +409,9 @@ $(BARE_MHD): bench/bare_mhd.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(LDFLAGS_ALL) $(PKG_LIBS)
 .PHONY: bench-server
-bench-server: deps $(ATTND) $(BARE_MHD)
+bench-server: deps $(ATTND) $(BARE_MHD) $(STEP_CLIENT)
 	@tools/install-deps.sh bench
-	python3 bench/http_bench.py --attnd $(ATTND) --bare $(BARE_MHD)
+	python3 bench/http_bench.py --attnd $(ATTND) --bare $(BARE_MHD) --client $(STEP_CLIENT)
 bench: bench-server
 # bench-path: where one small request goes (system calls, instructions by
 # place, heap calls, loop<->pool hand-offs), attnd next to bare_mhd.

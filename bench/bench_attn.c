@@ -137,6 +137,10 @@ static double in_child(const bcase *c, int threads, int reps, const char *peer,
             _exit(0);
         }
         dup2(fd[1], 1);
+        /* the peer keeps OPENBLAS_CORETYPE (same kernels) but not the one
+         * thread attn_blas_reexec asked for: PyTorch threads its GEMMs
+         * through OpenBLAS */
+        unsetenv("OPENBLAS_NUM_THREADS");
         char a[10][16];
         int v[10] = {c->b,   c->t,      c->t,    c->dm, c->h,
                      c->hkv, c->causal, c->maps, reps,  threads};
@@ -181,6 +185,7 @@ int main(int argc, char **argv)
 {
     int threads = 2, quick = 0, rounds = 2;
     const char *peer = "bench/torch_peer.py", *only = NULL;
+    attn_blas_reexec(argv); /* one BLAS thread, kernels for this CPU */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = atoi(argv[++i]);
@@ -212,8 +217,9 @@ int main(int argc, char **argv)
         return 2;
     }
     printf("# %d threads each side; ms = best of %d rounds of the median "
-           "forward; rss = peak RSS of the side's process\n",
-           threads, rounds);
+           "forward; rss = peak RSS of the side's process; OpenBLAS kernels "
+           "%s (both sides)\n", threads, rounds,
+           attn_blas_core() ? attn_blas_core() : "(not OpenBLAS)");
     fflush(stdout);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const bcase *c = &cases[i];

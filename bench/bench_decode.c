@@ -175,6 +175,8 @@ int main(int argc, char **argv)
 {
     int threads = 2, prompt = 1024, steps = 64;
     const char *peer = "bench/torch_decode_peer.py", *ns = "1,8,32";
+    attn_blas_reexec(argv); /* one BLAS thread, kernels for this CPU (the
+                               peer inherits the kernels) */
     const char *http = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc)
@@ -220,8 +222,9 @@ int main(int argc, char **argv)
     char err[ATTN_ERRMAX];
     printf("# layer d_model %d, %d heads, %d kv heads of %d, RoPE; %d-token "
            "prompts, %d one-token steps; %d threads each side; K/V %zu "
-           "bytes/token/sequence, weights %.1f MB\n",
-           DM, HQ, HKV, DK, prompt, steps, threads, tokb, wbytes / 1e6);
+           "bytes/token/sequence, weights %.1f MB; OpenBLAS kernels %s (both sides)\n",
+           DM, HQ, HKV, DK, prompt, steps, threads, tokb, wbytes / 1e6,
+           attn_blas_core() ? attn_blas_core() : "(not OpenBLAS)");
     fflush(stdout);
     for (const char *p = ns; *p;) {
         int n = atoi(p);

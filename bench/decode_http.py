@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
-"""End-to-end decoder steps through attnd, for bench/bench_decode.c.
+"""End-to-end decoder steps through attnd, for bench/bench_decode.c and
+bench/http_bench.py.
 
-    python3 bench/decode_http.py ATTND N [--prompt 1024] [--steps 64] [--port P]
+    python3 bench/decode_http.py [--client STEP_CLIENT] ATTND N [--prompt 1024]
+                                 [--steps 64] [--port P]
 
 Writes the benchmark's Llama-like layer (d_model 2048, 32 heads, 8 kv heads
 of 64, RoPE theta 10000, random F32 weights) to a temporary repository,
-starts ATTND on 127.0.0.1 (port 0, --max-batch >= N), then N client
-threads each drive one sequence: a start with the prompt, then one-token
-steps, binary tensors (Triton's binary extension) and Triton's sequence
-parameters, keep-alive. Prints `tps=<tokens/s>` of the steps (all clients
-together, prefill not timed). Bounded: every request has a timeout, the
-daemon is killed at the end. With --port, the clients drive a server
-already listening there (bench/fastapi_peer.py serving write_layer's
+starts ATTND on 127.0.0.1 (port 0, --max-batch >= N), then runs
+bench/step_client (C: N clients on their own threads and keep-alive
+connections, each driving one sequence: a start with the prompt, then
+one-token steps, binary tensors and Triton's sequence parameters) and
+prints its `tps=<tokens/s> p50_ms=... p99_ms=... client_cpu_ms=...` (all
+clients together, prefill not timed). Bounded: every request has a
+timeout, the daemon is killed at the end. With --port, the clients drive a
+server already listening there (bench/fastapi_peer.py serving write_layer's
 folder) and ATTND is not started.
 """
 import argparse
@@ -71,44 +74,6 @@ def body(x, t, seq, start):
     return hdr + x, len(hdr)
 
 
-def client(port, seq, prompt, steps, out, barrier):
-    conn = [http.client.HTTPConnection("127.0.0.1", port, timeout=1800)]
-    rnd = random.Random(seq)
-
-    def rand_x(t):
-        return struct.pack(f"<{t * DM}f", *[rnd.uniform(-1, 1) for _ in range(t * DM)])
-
-    # the steps cycle through four tokens made before the clock starts, so
-    # the clients' Python (one GIL for all of them) stays out of the figure
-    tokens = [rand_x(1) for _ in range(4)]
-
-    def call(t, start, x=None):
-        b, hl = body(x if x is not None else rand_x(t), t, seq, start)
-        c = conn[0]
-        c.request("POST", "/v2/models/llama/infer", b,
-                  {"Inference-Header-Content-Length": str(hl),
-                   "Content-Type": "application/octet-stream"})
-        r = c.getresponse()
-        data = r.read()
-        if r.status != 200:
-            raise RuntimeError(f"sequence {seq}: HTTP {r.status}: {data[:300]!r}")
-
-    try:
-        call(prompt, True)
-        barrier.wait(timeout=1800)
-        # a fresh connection: waiting at the barrier may outlast attnd's
-        # keep-alive (--header-timeout), which then closes the idle one
-        conn[0].close()
-        conn[0] = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-    except BaseException:
-        barrier.abort()  # the others stop waiting; this run has failed
-        raise
-    t0 = time.perf_counter()
-    for i in range(steps):
-        call(1, False, tokens[i % len(tokens)])
-    out[seq] = time.perf_counter() - t0
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("attnd")
@@ -116,6 +81,9 @@ def main():
     ap.add_argument("--prompt", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--port", type=int, default=0, help="drive this server instead")
+    ap.add_argument("--client", default=os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        "build/default/bench/step_client"), help="bench/step_client.c, built")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="attnd-decode-")
     p = None
@@ -156,18 +124,13 @@ def main():
             except OSError:
                 pass
             time.sleep(0.1)
-        out = {}
-        barrier = threading.Barrier(a.n)
-        th = [threading.Thread(target=client,
-                               args=(port, i + 1, a.prompt, a.steps, out,
-                                     barrier)) for i in range(a.n)]
-        for t in th:
-            t.start()
-        for t in th:
-            t.join()
-        if len(out) != a.n:
-            sys.exit("decode_http: a client failed")
-        print(f"tps={a.n * a.steps / max(out.values()):.2f}")
+        r = subprocess.run([a.client, "--port", str(port), "--n", str(a.n),
+                            "--prompt", str(a.prompt), "--steps", str(a.steps),
+                            "--d-model", str(DM)],
+                           capture_output=True, text=True, timeout=1800)
+        if r.returncode or "tps=" not in r.stdout:
+            sys.exit(f"decode_http: the clients failed: {r.stderr.strip()[-500:]}")
+        print(r.stdout.strip())
     finally:
         if p:
             p.kill()

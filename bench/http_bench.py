@@ -15,8 +15,10 @@ the same layer served by FastAPI/uvicorn + PyTorch.
    bare's).
 2. Batched decoder steps: bench/decode_http.py's d_model 2048, 32 heads,
    8 kv heads layer, one client then 32 concurrent clients each stepping a
-   sequence (128-token prompt, 32 one-token steps): steps/s and the ratio,
-   whose aim is >= 8x (the engine runs the 32 steps as one batch).
+   sequence (128-token prompt, 32 one-token steps; the clients are
+   bench/step_client.c, C threads on keep-alive connections, so the figure
+   is the server's and not the load generator's): steps/s, p50 and the
+   ratio, whose aim is >= 8x (the engine runs the 32 steps as one batch).
 3. One large request: B=8, T=512, d_model=768 (a random 12-head weight set
    written to a temporary repository), JSON and binary: MB/s in and ms end
    to end (median of 3).
@@ -179,22 +181,24 @@ def decode_point(a, tmp, procs):
         if extra is None:
             continue
         for n in (1, 32):
-            out = subprocess.run([sys.executable, script, a.attnd, str(n), "--prompt",
+            out = subprocess.run([sys.executable, script, "--client", a.client, a.attnd, str(n), "--prompt",
                                   str(a.decode_prompt), "--steps", str(a.decode_steps)] + extra,
                                  capture_output=True, text=True, timeout=900)
             m = re.search(r"tps=([\d.]+)", out.stdout)
             if not m:
                 sys.exit(f"decode_http.py {who} {n}: {out.stdout}{out.stderr}")
+            p50 = re.search(r"p50_ms=([\d.]+)", out.stdout)
             tps[who, n] = float(m.group(1))
+            tps[who, n, "p50"] = float(p50.group(1)) if p50 else float("nan")
     print(f"\nbatched decode: d_model 2048, H 32, H_kv 8, {a.decode_prompt}-token prompts, "
           f"{a.decode_steps} one-token steps, binary"
           + (f"; python peer's y equal to attnd's (max |diff| {diff:.1e})" if pyport else ""))
     for who in ("attnd", "python"):
         if (who, 1) in tps:
             r = tps[who, 32] / tps[who, 1]
-            print(f"  {who:>6}: 1 client {tps[who, 1]:.0f} steps/s, 32 clients {tps[who, 32]:.0f} "
-                  f"steps/s: {r:.1f}x" + (f" (aim >= 8x: {'met' if r >= 8 else 'not met'})"
-                                           if who == "attnd" else ""))
+            print(f"  {who:>6}: 1 client {tps[who, 1]:.0f} steps/s (p50 {tps[who, 1, 'p50']:.1f} ms), "
+                  f"32 clients {tps[who, 32]:.0f} steps/s (p50 {tps[who, 32, 'p50']:.1f} ms): {r:.1f}x"
+                  + (f" (aim >= 8x: {'met' if r >= 8 else 'not met'})" if who == "attnd" else ""))
 
 
 def small_body():
@@ -208,6 +212,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--attnd", default=os.path.join(ROOT, "build/default/attnd"))
     ap.add_argument("--bare", default=os.path.join(ROOT, "build/default/bench/bare_mhd"))
+    ap.add_argument("--client", default=os.path.join(ROOT, "build/default/bench/step_client"),
+                    help="bench/step_client.c, built: the decoder-step clients")
     ap.add_argument("--seconds", type=int, default=5, help="wrk duration per point")
     ap.add_argument("--threads", type=int, default=0, help="attnd --threads")
     ap.add_argument("--decode-prompt", type=int, default=128)
@@ -217,6 +223,14 @@ def main():
     a = ap.parse_args()
     if not shutil.which("wrk"):
         sys.exit("wrk is missing: tools/install-deps.sh bench")
+    # the Python peers call the same OpenBLAS as attnd (PyTorch 1.13 from
+    # Debian): give them the kernels attnd runs (README, "BLAS kernels")
+    ver = subprocess.run([a.attnd, "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"OpenBLAS kernels (\w+)", ver)
+    if m and "OPENBLAS_CORETYPE" not in os.environ:
+        os.environ["OPENBLAS_CORETYPE"] = m.group(1)
+    print(f"{ver.strip()}; Python peers with OPENBLAS_CORETYPE="
+          f"{os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
     tmp = tempfile.mkdtemp(prefix="attnd-bench-")
     procs = []
     try:

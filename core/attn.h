@@ -229,4 +229,23 @@ int attn_forward_raw(const attn_config *cfg, const attn_raw *items,
  * workers would cost more than the pass). */
 void attn_plan_run(attn_plan *p, struct attn_exec *ex);
 
+/* ---- BLAS ------------------------------------------------------------
+ * GEMMs go to the CBLAS linked (OpenBLAS). OpenBLAS reads its thread count
+ * and kernel family from the environment when it loads, before main:
+ *
+ * attn_blas_core: the kernel family OpenBLAS runs ("SkylakeX",
+ * "Haswell", "Prescott", ...), NULL when the CBLAS is not OpenBLAS.
+ * attn_blas_core_wanted: the family to ask for instead, or NULL: only
+ * when OpenBLAS fell back to pre-AVX2 kernels (a CPU newer than the
+ * library) on a CPU with AVX-512 ("SkylakeX") or AVX2 + FMA ("Haswell"),
+ * and OPENBLAS_CORETYPE is not set (the caller's choice wins).
+ * attn_blas_reexec: call first in main: when OPENBLAS_NUM_THREADS is unset
+ * (OpenBLAS's own threads would spin beside the executor's) or a family is
+ * wanted, sets them (1 thread; the family) and execs the program again by
+ * its own path; returns only when there is nothing to do or the exec
+ * failed. */
+const char *attn_blas_core(void);
+const char *attn_blas_core_wanted(void);
+void attn_blas_reexec(char **argv);
+
 #endif

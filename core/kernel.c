@@ -9,16 +9,6 @@
 #include <math.h>
 #include <string.h>
 
-/* OpenBLAS's thread setter, if the CBLAS we link is OpenBLAS. Declared weak
- * so any other CBLAS links too. */
-extern void openblas_set_num_threads(int n) __attribute__((weak));
-
-void attn__blas_single(void)
-{
-    if (openblas_set_num_threads)
-        openblas_set_num_threads(1);
-}
-
 static int imin(int a, int b)
 {
     return a < b ? a : b;

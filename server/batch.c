@@ -158,8 +158,10 @@ static void batch_finish(batch *b, int status, const char *msg)
     e->running--;
     if (b->whole)
         now = b->t_ran;
-    if (!status)
+    if (!status) {
         srv_stats_batch(&e->stats, b->n_seqs, now - b->jobs[0]->t_run);
+        e->last_run_ns = now - b->jobs[0]->t_run;
+    }
     for (i = 0; i < b->n_jobs; i++) {
         srv_job *j = b->jobs[i];
         j->t_ran = now;
@@ -345,17 +347,43 @@ void srv_sched_entry_free(srv_entry *e)
     e->batch_fd = -1;
 }
 
+/* expect_wait: how long the queue head may wait for the sequences answered
+ * lately to send their next steps (ns). Decoder clients step in lockstep
+ * with their answers: the first of a batch's sequences to come back would
+ * otherwise find the model idle and run alone, reading every weight for
+ * one row while the others queue behind it. The wait is at most
+ * --sequence-wait-us and at most the last batch's run time (so it can
+ * cost a step at most that much latency, and nothing when the model is
+ * small). */
+static uint64_t expect_wait(const srv_entry *e)
+{
+    uint64_t cap = (uint64_t)e->s->cfg.sequence_wait_us * 1000u;
+    if (e->seq_expected <= 0)
+        return 0;
+    return e->last_run_ns < cap ? e->last_run_ns : cap;
+}
+
 /* pump: start batches while e may run more and its queue is ready: full
- * (max_batch sequences), old enough (batch_delay_us), or draining. */
+ * (max_batch sequences), old enough (batch_delay_us, or the wait for
+ * expected sequence steps), or draining. */
 void srv__pump(srv_entry *e)
 {
     srv *s = e->s;
     while (e->qhead && e->running < (int)s->cfg.instances) {
         uint64_t waited = srv_now_ns() - e->qhead->t_queued;
         uint64_t delay = (uint64_t)s->cfg.batch_delay_us * 1000u;
+        uint64_t expect = expect_wait(e);
+        if (expect > delay)
+            delay = expect;
         if (e->q_seqs < (int)s->cfg.max_batch && waited < delay && !s->draining) {
             srv__batch_wake(e, delay - waited);
             return;
+        }
+        if (expect && waited >= expect) {
+            /* the ones still expected did not come in time: stop waiting
+             * for them until they are answered again */
+            e->expect_gen++;
+            e->seq_expected = 0;
         }
         srv__batch_wake(e, 0);
         if (launch(e) < 0) { /* out of memory: retry when a batch ends */

@@ -97,6 +97,8 @@
       "live sequences (all models) before a start answers 503")              \
     X(sequence_idle_ms, "sequence-idle-ms", INT, 60000, 1, 86400000,          \
       "a sequence with no step for this long is dropped (ms)")               \
+    X(sequence_wait_us, "sequence-wait-us", INT, 10000, 0, 10000000,          \
+      "longest a batch waits for the sequences just answered to send their next step (us; at most the last batch's run time; 0 = never)") \
     X(log_format, "log-format", STR, "text", 0, 0,                            \
       "request log format: text or json (one line per request, stderr)")
 

@@ -430,7 +430,7 @@ static void dispatch(gcall *call, char *msg, size_t len, size_t mem)
             r->deadline_ms = 1;
     }
     err[0] = 0;
-    h = call->m->start(r, msg, len, &code, err);
+    h = srv_grpc_handler(call->m, r, msg, len, &code, err);
     if (!h) {
         r->status = code == GRPC_NOT_FOUND ? 404 : 400;
         sl->code = code;

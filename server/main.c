@@ -145,33 +145,6 @@ static int online_cores(void)
     return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
 }
 
-/*
- * blas_one_thread: OpenBLAS starts its own thread pool when the library
- * loads, before main, unless OPENBLAS_NUM_THREADS is set; asking it for one
- * thread later (core/ does) leaves those threads spinning in sched_yield
- * whenever they wake, which on two cores took one from the pool and halved
- * the small requests served (README, "The request path"). So attnd runs
- * itself again, once, with OPENBLAS_NUM_THREADS=1 in its environment (a
- * value the caller set is kept). If the exec fails it goes on as it is.
- */
-static void blas_one_thread(char **argv)
-{
-    char self[4096];
-    ssize_t n;
-    if (getenv("OPENBLAS_NUM_THREADS"))
-        return;
-    /* exec the binary's own path, not /proc/self/exe: the process name
-     * (ps, pgrep, /proc/PID/comm) comes from the path's last part, and an
-     * operator looks for "attnd", not "exe" */
-    n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0 || (size_t)n >= sizeof self - 1)
-        return;
-    self[n] = 0;
-    setenv("OPENBLAS_NUM_THREADS", "1", 1);
-    execv(self, argv);
-    unsetenv("OPENBLAS_NUM_THREADS"); /* the exec failed: go on as we are */
-}
-
 int main(int argc, char **argv)
 {
     static srv s; /* static: lives as long as the process */
@@ -179,7 +152,7 @@ int main(int argc, char **argv)
     const char *arg;
     char err[SRV_ERRMAX], num[16];
     int rc;
-    blas_one_thread(argv);
+    attn_blas_reexec(argv); /* one BLAS thread, kernels for this CPU */
     if (srv_config_load(&s.cfg, argc, argv, &action, &arg, err) < 0) {
         fprintf(stderr, "attnd: %s\n", err);
         return 2;
@@ -190,7 +163,10 @@ int main(int argc, char **argv)
         srv_config_free(&s.cfg);
         return 0;
     case SRV_VERSION:
-        printf("attnd %s\n", ATTND_VERSION);
+        if (attn_blas_core())
+            printf("attnd %s (OpenBLAS kernels %s)\n", ATTND_VERSION, attn_blas_core());
+        else
+            printf("attnd %s\n", ATTND_VERSION);
         srv_config_free(&s.cfg);
         return 0;
     case SRV_CHECK_MODELS:
@@ -247,8 +223,9 @@ int main(int argc, char **argv)
         uv_run(s.loop, UV_RUN_DEFAULT);
         rc = 1;
     } else {
-        srv_log(&s, "info", "attnd %s: %d threads, models from %s", ATTND_VERSION,
-                s.threads, s.cfg.models);
+        srv_log(&s, "info", "attnd %s: %d threads, BLAS kernels %s, models from %s",
+                ATTND_VERSION, s.threads, attn_blas_core() ? attn_blas_core() : "(not OpenBLAS)",
+                s.cfg.models);
         uv_run(s.loop, UV_RUN_DEFAULT);
         rc = 0;
     }

@@ -343,7 +343,8 @@ static int solo_ok(const srv_entry *e, size_t len)
 {
     const srv *s = e->s;
     return !e->qhead && e->running < (int)s->cfg.instances &&
-           s->cfg.batch_delay_us == 0 && len <= SOLO_BODY_BYTES;
+           s->cfg.batch_delay_us == 0 && len <= SOLO_BODY_BYTES &&
+           e->seq_expected <= 0; /* else it waits for them (batch.c) */
 }
 
 /* srv_h_infer: POST /v2/models/{m}/infer. Admits the request (or answers

@@ -26,6 +26,8 @@ struct srv_seq {
     uint64_t last_ns;    /* end of its last step (or start) */
     char map_id[MAPS_ID_MAX]; /* its growing map, "" = none (or evicted) */
     int retained;        /* started with retain: true */
+    int expected;        /* counted in e->seq_expected (if still expect_gen) */
+    uint64_t expect_gen;
     srv_seq *hnext;
 };
 
@@ -74,12 +76,28 @@ static void gc(srv_seqs *q, srv_seq *l)
     free(l);
 }
 
+/* expect: l's next step is (on) or is no longer (off) expected soon: its
+ * last one was just answered. The batcher waits a little for expected
+ * steps (batch.c, --sequence-wait-us); it forgets them all at once by
+ * moving to a new generation, so a flag of an old one counts no more. */
+static void expect(srv_seq *l, int on)
+{
+    srv_entry *e = l->e;
+    if (l->expected && l->expect_gen == e->expect_gen && e->seq_expected > 0)
+        e->seq_expected--;
+    l->expected = on;
+    l->expect_gen = e->expect_gen;
+    if (on)
+        e->seq_expected++;
+}
+
 /* release_cache: l's pages back to its pool, its instance reference
  * dropped; l is no longer live. Never while a step of l runs. */
 static void release_cache(srv_seqs *q, srv_seq *l)
 {
     if (!l->live)
         return;
+    expect(l, 0);
     attn_kv_free(&l->kv);
     srv_inst_unref(l->inst);
     l->inst = NULL;
@@ -233,6 +251,7 @@ static void route(srv_seqs *q, srv_step *st)
         l->hnext = q->bucket[h];
         q->bucket[h] = l;
     }
+    expect(l, 0); /* it came */
     st->where = SRV_STEP_WAITING;
     st->seq = l;
     list_append(&l->qhead, &l->qtail, st);
@@ -409,6 +428,10 @@ void srv_seq_step_end(srv_step *st, int ok)
         l->kill = 0;
         drop(q, l, l->kill_reason);
     }
+    /* answered and going on: its client is likely to send the next step
+     * soon (unless it already did) */
+    if (ok && l->live && !l->qhead)
+        expect(l, 1);
     kick(q, l);
     gc(q, l);
 }

@@ -103,6 +103,11 @@ struct srv_entry {
     int running;            /* batches on the pool */
     int batch_fd;           /* timerfd: wakes the loop, to the microsecond, */
     uv_poll_t batch_poll;   /* when the oldest has waited batch_delay_us */
+    /* sequences answered 200 whose next step has not reached the queue
+     * yet (seq.c); a flag of an older generation no longer counts */
+    int seq_expected;
+    uint64_t expect_gen;
+    uint64_t last_run_ns; /* how long the last batch ran */
     srv_stats stats;
     srv_seq_stats seq_stats;
     srv_entry *next;

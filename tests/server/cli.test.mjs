@@ -35,7 +35,10 @@ test('README settings table is the --help table', () => {
 test('--version', () => {
   const r = run(['--version']);
   assert.equal(r.status, 0);
-  assert.match(r.stdout, /^attnd \d+\.\d+\.\d+\n$/);
+  // the version, then the OpenBLAS kernels in use (attnd asks for ones
+  // this CPU has when OpenBLAS fell back to pre-AVX2 ones: README, "BLAS
+  // kernels")
+  assert.match(r.stdout, /^attnd \d+\.\d+\.\d+( \(OpenBLAS kernels \w+\))?\n$/);
 });
 
 test('bad settings exit 2 naming the flag or the variable', () => {
