@@ -58,24 +58,24 @@
     X(max_tokens, "max-tokens", INT, 65536, 1, 1LL << 30,                     \
       "most query rows (batch x tokens) in one request")                      \
     X(max_connections, "max-connections", INT, 1024, 1, 100000,               \
-      "open connection limit")                                                \
+      "open connection limit, REST and gRPC together")                       \
     X(conn_timeout_s, "connection-timeout", INT, 60, 0, 86400,                \
       "idle connection timeout (s; 0 = none)")                                \
     X(max_conn_per_ip, "max-connections-per-ip", INT, 64, 0, 100000,          \
       "open connections one client address may hold (0 = no limit; raise " \
       "it behind a proxy)")                                                   \
     X(header_timeout_s, "header-timeout", INT, 20, 0, 86400,                  \
-      "seconds a connection gets to send a request head, from its opening " \
-      "or its previous answer (0 = none)")                                    \
+      "seconds a connection gets to send a request head (gRPC: its first "  \
+      "call), from its opening or its previous answer (0 = none)")           \
     X(min_body_rate, "min-body-rate", INT, 1024, 0, 1LL << 30,                \
-      "bytes/s a body must average once header-timeout has passed since "   \
-      "its head (0 = none)")                                                  \
+      "bytes/s a body (gRPC: a message) must average once header-timeout "  \
+      "has passed since its head (0 = none)")                                 \
     X(memory_budget, "memory-budget", INT, 1024 * SRV_MiB, 0, 1LL << 44,      \
       "bytes buffered bodies, decoded requests and unsent answers may hold " \
       "together; past it 503 (0 = none)")                                               \
     X(reuse_port, "reuse-port", INT, 0, 0, 1,                                 \
-      "1: share the port with other processes (SO_REUSEPORT); 0: refuse to "  \
-      "start when it is in use")                                              \
+      "1: share the ports (REST and gRPC) with other processes "             \
+      "(SO_REUSEPORT); 0: refuse to start when one is in use")                \
     X(api_key, "api-key", STR, "", 0, 0,                                      \
       "when set, infer, repository, maps need 'Authorization: Bearer <key>' " \
       "(a flag shows in ps: prefer ATTND_API_KEY or --api-key-file)")         \

@@ -521,6 +521,11 @@ static int on_header(nghttp2_session *h2, const nghttp2_frame *f,
 static void begin(gcall *call)
 {
     srv *s = call->c->g->s;
+    if (!call->counted) {
+        call->counted = 1;
+        srv_guard_call_begin(&call->c->guard);
+        call->t_msg_ns = srv_now_ns(); /* a unary call's message: from now */
+    }
     if (call->http_status) {
         call_end(call, GRPC_INTERNAL, "content-type: expected application/grpc");
         return;
@@ -533,6 +538,8 @@ static void begin(gcall *call)
         call_end(call, GRPC_UNIMPLEMENTED, msg);
         return;
     }
+    if (call->m->stream) /* a stream may idle between its messages */
+        call->t_msg_ns = 0;
     if (call->m->auth && s->cfg.api_key[0] && !call->auth_ok) {
         call_end(call, GRPC_UNAUTHENTICATED, "authorization: missing or wrong "
                  "API key (send 'authorization: Bearer <key>' metadata)");
@@ -550,6 +557,7 @@ static void begin(gcall *call)
 static void half_close(gcall *call)
 {
     call->half_closed = 1;
+    call->t_msg_ns = 0;
     if (call->ending)
         return;
     if (call->hdr_got || call->msg) {
@@ -603,8 +611,13 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
             size_t take = 5 - (size_t)call->hdr_got;
             uint32_t mlen;
             char msg[200];
+            if (call->hdr_got == 0 && call->m->stream) { /* a message begins */
+                call->t_msg_ns = srv_now_ns();
+                call->msg_seen = 0;
+            }
             if (take > len)
                 take = len;
+            call->msg_seen += take;
             memcpy(call->hdr + call->hdr_got, data, take);
             call->hdr_got += (int)take;
             data += take;
@@ -663,6 +676,9 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
             if (!call->skipping)
                 memcpy(call->msg + call->msg_got, data, take);
             call->msg_got += take;
+            call->msg_seen += take;
+            if (call->msg_got == call->msg_len) /* whole: no more rate */
+                call->t_msg_ns = 0;
             data += take;
             len -= take;
         }
@@ -725,6 +741,8 @@ void srv_grpc__call_free(gcall *call)
         free(k);
     }
     c->unconsumed += call->unconsumed; /* its window is the connection's now */
+    if (call->counted)
+        srv_guard_call_end(&c->guard);
     if (!call->ending) /* the client went away first */
         s->http.grpc_codes[GRPC_CANCELLED]++;
     drop_msgs(call);

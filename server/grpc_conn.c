@@ -1,6 +1,6 @@
 /*
- * grpc_conn.c - the gRPC door's connections on the loop: accept (up to
- * max-connections), read into nghttp2, write what it produces (at most
+ * grpc_conn.c - the gRPC door's connections on the loop: accept (counted
+ * with REST's by guard.c, which times and evicts them), read into nghttp2, write what it produces (at most
  * WRITE_HIGH bytes unwritten per connection), flush once per loop turn
  * from an idle handle, close; start, drain (GOAWAY notice) and stop (final
  * GOAWAY, shutdown after the last write). grpc.c handles the calls.
@@ -8,9 +8,13 @@
  */
 #include "server/grpc_int.h"
 
+#include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 static void close_conn(gconn *c);
 static void on_idle(uv_idle_t *h);
@@ -191,6 +195,7 @@ static void close_conn(gconn *c)
                 break;
             }
     c->in_flush = 0;
+    srv_guard_remove(g->s, &c->guard);
     while (c->calls)
         srv_grpc__call_free(c->calls);
     nghttp2_session_del(c->h2);
@@ -278,6 +283,27 @@ static int per_ip_full(srv_grpc *g, gconn *c)
     return 0;
 }
 
+/* slow: guard.c's sweep asks whether a message of c's calls arrives slower
+ * than min-body-rate once grace has passed since its first byte (or a
+ * unary call's HEADERS). Not while attnd itself holds the window closed
+ * (--grpc-buffer, queue-size). */
+static int slow(srv_conn *sc, uint64_t now, uint64_t grace)
+{
+    gconn *c = (gconn *)(void *)((char *)sc - offsetof(gconn, guard));
+    double rate = (double)c->g->s->cfg.min_body_rate;
+    gcall *call;
+    if (c->paused || c->closing)
+        return 0;
+    for (call = c->calls; call; call = call->next) {
+        uint64_t dt = now - call->t_msg_ns;
+        if (!call->t_msg_ns || call->ending || call->hhead || dt <= grace)
+            continue;
+        if ((double)call->msg_seen * 1e9 < rate * (double)dt)
+            return 1;
+    }
+    return 0;
+}
+
 static void on_connect(uv_stream_t *l, int status)
 {
     srv_grpc *g = l->data;
@@ -293,8 +319,11 @@ static void on_connect(uv_stream_t *l, int status)
     c->g = g;
     uv_tcp_init(s->loop, &c->tcp);
     c->tcp.data = c;
+    /* past max-connections guard.c evicts a waiting one; past the headroom
+     * too (every one busy) the new one is refused */
     if (uv_accept(l, (uv_stream_t *)&c->tcp) < 0 ||
-        g->n_conns >= (int)s->cfg.max_connections || per_ip_full(g, c) ||
+        s->n_conns >= (int)s->cfg.max_connections + SRV_CONN_HEADROOM ||
+        per_ip_full(g, c) ||
         nghttp2_session_server_new2(&c->h2, g->cbs, c, g->opt) != 0) {
         close_handles(c);
         return;
@@ -309,6 +338,14 @@ static void on_connect(uv_stream_t *l, int status)
         g->conns->prev = c;
     g->conns = c;
     g->n_conns++;
+    {
+        uv_os_fd_t fd = -1;
+        uv_fileno((uv_handle_t *)&c->tcp, &fd);
+        c->guard.fd = fd;
+    }
+    c->guard.grpc = 1;
+    c->guard.slow = slow;
+    srv_guard_add(s, &c->guard);
     uv_tcp_nodelay(&c->tcp, 1);
     nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, 3);
     nghttp2_session_set_local_window_size(c->h2, NGHTTP2_FLAG_NONE, 0, CONN_WINDOW);
@@ -317,6 +354,30 @@ static void on_connect(uv_stream_t *l, int status)
 }
 
 /* ---- start, drain, stop ----------------------------------------------------- */
+
+/* listen_socket: a socket bound to ai for l: SO_REUSEADDR as libuv sets
+ * it, SO_REUSEPORT only with --reuse-port 1 (as REST's: otherwise a second
+ * attnd on the port would silently take half of the connections). 0 or a
+ * libuv error (UV_EADDRINUSE when the port is taken). */
+static int listen_socket(srv *s, const struct addrinfo *ai, uv_tcp_t *l)
+{
+    int one = 1, rc;
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0)
+        return uv_translate_sys_error(errno);
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+        (s->cfg.reuse_port &&
+         setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0) ||
+        bind(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+        rc = uv_translate_sys_error(errno);
+        close(fd);
+        return rc;
+    }
+    rc = uv_tcp_open(l, fd);
+    if (rc < 0)
+        close(fd);
+    return rc;
+}
 
 int srv_grpc_start(srv *s, char *err)
 {
@@ -354,13 +415,18 @@ int srv_grpc_start(srv *s, char *err)
         }
         uv_tcp_init(s->loop, &g->listener);
         g->listener.data = g;
-        rc = uv_tcp_bind(&g->listener, ai->ai_addr, 0);
+        rc = listen_socket(s, ai, &g->listener);
         freeaddrinfo(ai);
         if (rc == 0)
             rc = uv_listen((uv_stream_t *)&g->listener, 511, on_connect);
         if (rc != 0) {
-            snprintf(err, SRV_ERRMAX, "--host %s --grpc-port %lld: cannot listen "
-                     "(%s)", s->cfg.host, s->cfg.grpc_port, uv_strerror(rc));
+            if (rc == UV_EADDRINUSE)
+                snprintf(err, SRV_ERRMAX, "--host %s --grpc-port %lld: address in "
+                         "use (another server listens there; --reuse-port 1 "
+                         "shares the port on purpose)", s->cfg.host, s->cfg.grpc_port);
+            else
+                snprintf(err, SRV_ERRMAX, "--host %s --grpc-port %lld: cannot "
+                         "listen (%s)", s->cfg.host, s->cfg.grpc_port, uv_strerror(rc));
             uv_close((uv_handle_t *)&g->listener, NULL);
             nghttp2_session_callbacks_del(g->cbs);
             nghttp2_option_del(g->opt);

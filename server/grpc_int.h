@@ -65,6 +65,9 @@ struct gcall {
     size_t unary_len;
     size_t msg_mem, unary_mem; /* their shares of memory-budget */
     int skipping;        /* a stream message refused unread: drop its bytes */
+    int counted;         /* its HEADERS came: one of its connection's calls */
+    uint64_t t_msg_ns;   /* a message is arriving since (min-body-rate) */
+    size_t msg_seen;     /* bytes of it so far */
     ghold *hhead, *htail; /* stream messages held: queue-size of its
                              requests in flight, or the connection paused */
     size_t unconsumed;   /* DATA bytes not yet given back to its window */
@@ -78,6 +81,7 @@ struct gcall {
 };
 
 struct gconn {
+    srv_conn guard;      /* on s->conns (guard.c): counted, timed, evictable */
     struct srv_grpc *g;
     uv_tcp_t tcp;
     struct sockaddr_storage peer; /* for max-connections-per-ip */

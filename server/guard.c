@@ -1,18 +1,26 @@
 /*
  * guard.c - what one client may hold: slots and memory.
  *
- * Connections: MHD tells us when one opens and closes (srv_guard_notify);
- * each gets an srv_conn on the loop thread's list. A sweep timer closes
+ * Connections of both doors share one list and one set of rules. MHD tells
+ * us when a REST one opens and closes (srv_guard_notify); grpc_conn.c adds
+ * and removes its own (srv_guard_add/srv_guard_remove, an srv_conn inside
+ * its connection). A sweep timer closes
  * (shutdown(2): MHD then sees the end and cleans up) a connection whose
  * request head has not arrived within header-timeout seconds of its
  * opening or of its previous answer, and one whose body arrives slower
  * than min-body-rate bytes/s on average once header-timeout has passed
- * since its head. MHD limits connections per client address
- * (max-connections-per-ip); it accepts up to max-connections + a small
- * headroom, and a connection that takes the total past max-connections
- * evicts the one that has waited longest for its first request head (a
- * slow client; idle keep-alive connections of served clients go after
- * those), so slow clients cannot lock out new ones.
+ * since its head. A gRPC connection has header-timeout seconds from its
+ * opening to complete the HTTP/2 preface and the HEADERS of its first call
+ * (between calls --connection-timeout rules, grpc_conn.c), and a message
+ * must arrive at min-body-rate once header-timeout has passed since its
+ * first byte (a unary call's: since its HEADERS; srv_conn.slow asks
+ * grpc_conn.c). MHD and grpc_conn.c limit connections per client address
+ * (max-connections-per-ip); each door accepts up to max-connections + a
+ * small headroom, and a connection that takes the total of both past
+ * max-connections evicts the one that has waited longest for its first
+ * request (a slow client; idle keep-alive connections of served clients go
+ * after those), so slow clients cannot lock out new ones. Closing is
+ * shutdown(2) for both: MHD or libuv then sees the end and cleans up.
  *
  * Memory: srv_mem_take/srv_mem_give count buffered bodies (reserved from
  * Content-Length before a byte is read, or as a chunked body grows) and
@@ -34,15 +42,6 @@
 #include <sys/socket.h>
 
 #define SWEEP_MS 250
-
-struct srv_conn {
-    int fd;
-    int closing;        /* shut down by the sweep */
-    uint64_t t_wait_ns; /* since when it waits for a request head */
-    srv_req *req;       /* the request being received or served */
-    int served;         /* requests it completed */
-    srv_conn *prev, *next;
-};
 
 /* unread: 1 when bytes wait in c's socket that MHD has not read yet (the
  * loop was busy): its state here is stale, so it is not judged now. */
@@ -71,6 +70,11 @@ void srv_mem_give(srv *s, size_t n)
     s->mem_used = n > s->mem_used ? 0 : s->mem_used - n;
 }
 
+static int busy(const srv_conn *c)
+{
+    return c->req || c->calls;
+}
+
 /* evict: the connection count passed max-connections with fresh: close
  * the one waiting longest for its first request head; else the idle
  * keep-alive one waiting longest (it has been served: likely a real
@@ -80,7 +84,7 @@ static void evict(srv *s, srv_conn *fresh)
 {
     srv_conn *c, *old = NULL;
     for (c = s->conns; c; c = c->next)
-        if (c != fresh && !c->req && !c->closing && c->fd >= 0 && !unread(c) &&
+        if (c != fresh && !busy(c) && !c->closing && c->fd >= 0 && !unread(c) &&
             (!old || (c->served == 0 && old->served > 0) ||
              ((c->served == 0) == (old->served == 0) &&
               c->t_wait_ns < old->t_wait_ns)))
@@ -92,6 +96,46 @@ static void evict(srv *s, srv_conn *fresh)
     shutdown(old->fd, SHUT_RDWR);
     s->n_evicted++;
     srv_kick(s);
+}
+
+void srv_guard_add(srv *s, srv_conn *c)
+{
+    c->t_wait_ns = srv_now_ns();
+    c->prev = NULL;
+    c->next = s->conns;
+    if (s->conns)
+        s->conns->prev = c;
+    s->conns = c;
+    c->linked = 1;
+    s->n_conns++;
+    if (s->n_conns > s->cfg.max_connections)
+        evict(s, c);
+}
+
+void srv_guard_remove(srv *s, srv_conn *c)
+{
+    if (!c->linked) /* never added, or the list is gone (srv_guard_stop) */
+        return;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    c->linked = 0;
+    s->n_conns--;
+}
+
+void srv_guard_call_begin(srv_conn *c)
+{
+    c->calls++;
+    c->served++;
+}
+
+void srv_guard_call_end(srv_conn *c)
+{
+    if (--c->calls == 0)
+        c->t_wait_ns = srv_now_ns();
 }
 
 void srv_guard_notify(void *cls, struct MHD_Connection *conn, void **ctx,
@@ -106,28 +150,16 @@ void srv_guard_notify(void *cls, struct MHD_Connection *conn, void **ctx,
         if (!c)
             return; /* unguarded: MHD's idle timeout still applies */
         c->fd = ci ? ci->connect_fd : -1;
-        c->t_wait_ns = srv_now_ns();
-        c->next = s->conns;
-        if (s->conns)
-            s->conns->prev = c;
-        s->conns = c;
-        s->n_conns++;
+        c->owned = 1;
         *ctx = c;
-        if (s->n_conns > s->cfg.max_connections)
-            evict(s, c);
+        srv_guard_add(s, c);
         return;
     }
     if (!c) /* MHD_CONNECTION_NOTIFY_CLOSED of an unguarded one */
         return;
     if (c->req)
         c->req->c = NULL;
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        s->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    s->n_conns--;
+    srv_guard_remove(s, c);
     free(c);
     *ctx = NULL;
 }
@@ -153,16 +185,35 @@ void srv_guard_end(srv_req *r)
     }
 }
 
+/* closed_log: one warning per door and cause of the sweep's closes. */
+static void closed_log(srv *s, const int n[2][2])
+{
+    static const char *door[2] = {"http", "grpc"};
+    static const char *what[2] = {"request head", "first call"};
+    static const char *part[2] = {"body", "message"};
+    int d;
+    for (d = 0; d < 2; d++) {
+        if (n[d][0])
+            srv_log(s, "warn", "%s: closed %d connection%s whose %s did not "
+                    "arrive within %lld s (header-timeout)", door[d], n[d][0],
+                    n[d][0] == 1 ? "" : "s", what[d], s->cfg.header_timeout_s);
+        if (n[d][1])
+            srv_log(s, "warn", "%s: closed %d connection%s whose %s came slower "
+                    "than %lld bytes/s (min-body-rate)", door[d], n[d][1],
+                    n[d][1] == 1 ? "" : "s", part[d], s->cfg.min_body_rate);
+    }
+}
+
 static void sweep(uv_timer_t *t)
 {
     srv *s = t->data;
     uint64_t now = srv_now_ns();
     uint64_t grace = (uint64_t)s->cfg.header_timeout_s * 1000000000ull;
-    int n_head = 0, n_body = 0;
+    int n[2][2] = {{0, 0}, {0, 0}}; /* [http, grpc][head, body] */
     srv_conn *c;
     if (s->n_evicted) {
-        srv_log(s, "warn", "http: %d connections over max-connections (%lld): "
-                "closed the ones waiting longest for a request head",
+        srv_log(s, "warn", "%d connections over max-connections (%lld): "
+                "closed the ones waiting longest for a request head or call",
                 s->n_evicted, s->cfg.max_connections);
         s->n_evicted = 0;
     }
@@ -172,10 +223,17 @@ static void sweep(uv_timer_t *t)
         srv_req *r = c->req;
         if (c->closing || c->fd < 0)
             continue;
-        if (!r) {
+        if (!busy(c)) {
+            if (c->grpc && c->served) /* between calls: connection-timeout */
+                continue;
             if (now - c->t_wait_ns <= grace || unread(c))
                 continue;
-            n_head++;
+            n[c->grpc][0]++;
+        } else if (!r) { /* gRPC calls: is a message coming too slowly? */
+            if (!s->cfg.min_body_rate || !c->slow || unread(c) ||
+                !c->slow(c, now, grace))
+                continue;
+            n[1][1]++;
         } else {
             /* receiving the body: the handler has not run, no answer yet */
             uint64_t dt = now - r->t0_ns;
@@ -183,20 +241,13 @@ static void sweep(uv_timer_t *t)
                 !s->cfg.min_body_rate ||
                 (double)r->body_seen * 1e9 >= (double)s->cfg.min_body_rate * (double)dt)
                 continue;
-            n_body++;
+            n[0][1]++;
         }
         c->closing = 1;
         shutdown(c->fd, SHUT_RDWR);
     }
-    if (n_head)
-        srv_log(s, "warn", "http: closed %d connection%s whose request head did "
-                "not arrive within %lld s (header-timeout)", n_head,
-                n_head == 1 ? "" : "s", s->cfg.header_timeout_s);
-    if (n_body)
-        srv_log(s, "warn", "http: closed %d connection%s whose body came slower "
-                "than %lld bytes/s (min-body-rate)", n_body, n_body == 1 ? "" : "s",
-                s->cfg.min_body_rate);
-    if (n_head || n_body)
+    closed_log(s, (const int (*)[2])n);
+    if (n[0][0] || n[0][1])
         srv_kick(s);
 }
 
@@ -214,7 +265,9 @@ void srv_guard_stop(srv *s)
     uv_close((uv_handle_t *)&s->guard_timer, NULL);
     for (c = s->conns; c; c = n) { /* MHD reported every close already */
         n = c->next;
-        free(c);
+        c->linked = 0; /* a gRPC one goes with its connection (grpc_conn.c) */
+        if (c->owned)
+            free(c);
     }
     s->conns = NULL;
     s->n_conns = 0;

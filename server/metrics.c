@@ -192,7 +192,7 @@ void srv_h_metrics(srv_req *r)
                 "# TYPE attnd_draining gauge\nattnd_draining %d\n"
                 "# HELP attnd_open_requests HTTP requests in progress.\n"
                 "# TYPE attnd_open_requests gauge\nattnd_open_requests %d\n"
-                "# HELP attnd_open_connections HTTP connections open.\n"
+                "# HELP attnd_open_connections Connections open (REST and gRPC).\n"
                 "# TYPE attnd_open_connections gauge\nattnd_open_connections %d\n"
                 "# HELP attnd_memory_budget_used_bytes Bytes of memory-budget "
                 "held by bodies, decoded requests and unsent answers.\n"

@@ -271,6 +271,29 @@ struct srv {
 int srv_mem_take(srv *s, size_t n);
 void srv_mem_hold(srv *s, size_t n);
 void srv_mem_give(srv *s, size_t n);
+/* One open connection of either door, on s->conns. */
+struct srv_conn {
+    int fd;
+    int closing;        /* shut down by the sweep or an eviction */
+    int owned;          /* allocated by srv_guard_notify (a REST one) */
+    int linked;         /* on s->conns */
+    int grpc;           /* a gRPC connection (grpc_conn.c) */
+    int calls;          /* gRPC: calls open (their HEADERS complete) */
+    uint64_t t_wait_ns; /* since when it waits for a request head */
+    srv_req *req;       /* REST: the request being received or served */
+    int served;         /* requests (calls) it began */
+    /* gRPC: 1 when one of its messages comes slower than min-body-rate
+     * once grace has passed since its first byte */
+    int (*slow)(srv_conn *c, uint64_t now, uint64_t grace);
+    srv_conn *prev, *next;
+};
+/* srv_guard_add: count c (fd set) and start its header-timeout; past
+ * max-connections evict a waiting one. srv_guard_remove: c closed. */
+void srv_guard_add(srv *s, srv_conn *c);
+void srv_guard_remove(srv *s, srv_conn *c);
+/* a gRPC call's HEADERS are complete / the call is gone */
+void srv_guard_call_begin(srv_conn *c);
+void srv_guard_call_end(srv_conn *c);
 void srv_guard_notify(void *cls, struct MHD_Connection *conn, void **ctx,
                       enum MHD_ConnectionNotificationCode toe);
 void srv_guard_begin(srv_req *r); /* r's head arrived */

@@ -1,10 +1,15 @@
 // guard.test.mjs - the gRPC door against clients that hold resources:
-// answers it does not read (memory-budget). Hand-built HTTP/2 with
-// node:http2.
+// answers they do not read (memory-budget), connections that never send a
+// call (header-timeout), messages that trickle in (min-body-rate),
+// connections past max-connections counted with REST's (eviction), and a
+// second attnd on the gRPC port (--reuse-port). Hand-built HTTP/2 with
+// node:http2 and raw sockets with node:net.
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import http2 from 'node:http2';
+import net from 'node:net';
 import { test } from 'node:test';
-import { REFS, fp32, infer, start } from '../server/helper.mjs';
+import { ATTND, REFS, fp32, infer, start } from '../server/helper.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const X = REFS.causal;
@@ -104,4 +109,114 @@ test('memory budget: a gRPC answer its client does not read counts until sent; a
     other.close();
     assert.equal((await d.stop()).code, 0, d.log());
   }
+});
+
+/** a raw TCP connection (no HTTP/2 preface: it never begins a call) */
+function rawConn(port) {
+  return new Promise((resolve, reject) => {
+    const s = net.connect(port, '127.0.0.1');
+    s.on('connect', () => resolve(s));
+    s.on('error', reject);
+  });
+}
+/** closedWithin(sock or session, ms): true when the server closes it in time */
+function closedWithin(x, ms) {
+  return new Promise((resolve) => {
+    if (x.destroyed || x.closed) return resolve(true);
+    const t = setTimeout(() => resolve(false), ms);
+    const done = () => { clearTimeout(t); resolve(true); };
+    x.on('close', done);
+    if (x.resume) x.resume(); // a socket: read, so that its end is seen
+  });
+}
+const openConns = async (d) => Number(/\nattnd_open_connections (\d+)\n/.exec(await (await fetch(`${d.url}/metrics`)).text())[1]);
+/** a session that has made one good call (ServerLive) */
+async function liveSession(port) {
+  const session = http2.connect(`http://127.0.0.1:${port}`);
+  session.on('error', () => {});
+  const r = await new Promise((res, rej) => {
+    const req = session.request({ ':method': 'POST', ':path': '/inference.GRPCInferenceService/ServerLive', 'content-type': 'application/grpc', te: 'trailers' });
+    let head = {};
+    req.on('response', (h) => { head = h; });
+    req.on('trailers', (t) => { head = { ...head, ...t }; });
+    req.on('data', () => {});
+    req.on('error', rej);
+    req.on('end', () => res(Number(head['grpc-status'])));
+    req.end(frame(Buffer.alloc(0)));
+  });
+  assert.equal(r, 0);
+  return session;
+}
+
+test('header-timeout: a gRPC connection that sends no call in time is closed; one between calls is not', async () => {
+  const d = await start({ grpc: true, args: ['--header-timeout', '1'] });
+  try {
+    const silent = await rawConn(d.grpcPort); // not even the preface
+    const idle = http2.connect(`http://127.0.0.1:${d.grpcPort}`); // preface and SETTINGS, no call
+    idle.on('error', () => {});
+    const served = await liveSession(d.grpcPort);
+    assert.ok(await closedWithin(silent, 4000), 'a connection with no preface is closed');
+    assert.ok(await closedWithin(idle, 4000), 'a session with no call is closed');
+    await sleep(500);
+    assert.ok(!served.closed && !served.destroyed, 'a served connection waits for its next call');
+    served.close();
+    assert.match(d.log(), /grpc: closed \d connections? whose first call did not arrive within 1 s \(header-timeout\)/);
+  } finally { assert.equal((await d.stop()).code, 0, d.log()); }
+});
+
+test('min-body-rate: a gRPC message that trickles in closes its connection', async () => {
+  const d = await start({ grpc: true, args: ['--header-timeout', '1', '--min-body-rate', '1000'] });
+  try {
+    const session = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
+    session.on('error', () => {});
+    const req = session.request({ ':method': 'POST', ':path': INFER, 'content-type': 'application/grpc', te: 'trailers' });
+    req.on('error', () => {});
+    const h = Buffer.alloc(5);
+    h.writeUInt32BE(100000, 1);
+    req.write(Buffer.concat([h, Buffer.from('0123456789')])); // 15 of 100005 bytes, then nothing
+    assert.ok(await closedWithin(session, 5000), 'closed once header-timeout passed at under 1000 bytes/s');
+    assert.match(d.log(), /grpc: closed 1 connection whose message came slower than 1000 bytes\/s \(min-body-rate\)/);
+    const ok = await liveSession(d.grpcPort); // attnd serves on
+    ok.close();
+  } finally { assert.equal((await d.stop()).code, 0, d.log()); }
+});
+
+test('max-connections counts both doors: a new gRPC connection evicts the one waiting longest for its first request', async () => {
+  const d = await start({ grpc: true, args: ['--max-connections', '3'] });
+  const socks = [];
+  try {
+    const rest = await rawConn(d.port); // the oldest: a REST connection with no request yet
+    await sleep(50);
+    const g1 = await rawConn(d.grpcPort);
+    await sleep(50);
+    const g2 = await rawConn(d.grpcPort);
+    socks.push(rest, g1, g2);
+    await sleep(100);
+    const s1 = await liveSession(d.grpcPort); // the fourth: served
+    assert.ok(await closedWithin(rest, 3000), 'the REST connection waiting longest is evicted');
+    const s2 = await liveSession(d.grpcPort);
+    assert.ok(await closedWithin(g1, 3000), 'then the gRPC one waiting longest');
+    assert.ok(!g2.destroyed && !s1.closed, 'the others stay');
+    assert.ok((await openConns(d)) >= 3);
+    for (let i = 0; i < 40 && !/over max-connections/.test(d.log()); i++) await sleep(50); // logged by the next sweep
+    assert.match(d.log(), /over max-connections \(3\): closed the ones waiting longest/);
+    s1.close();
+    s2.close();
+  } finally {
+    for (const s of socks) s.destroy();
+    assert.equal((await d.stop()).code, 0, d.log());
+  }
+});
+
+test('a second attnd on a used gRPC port exits with "address in use" unless both run with --reuse-port 1', async () => {
+  const a = await start({ grpc: true, args: ['--reuse-port', '1'] });
+  try {
+    const port = String(a.grpcPort);
+    const b = spawnSync(ATTND, ['--port', '0', '--grpc-port', port, '--models', a.dir], { encoding: 'utf8', timeout: 30000 });
+    assert.equal(b.status, 1, b.stderr);
+    assert.match(b.stderr, new RegExp(`--grpc-port ${port}: address in use`));
+    const c = await start({ grpc: true, args: ['--grpc-port', port, '--reuse-port', '1'] });
+    assert.equal(c.grpcPort, a.grpcPort);
+    assert.equal((await c.stop()).code, 0, c.log());
+  } finally { assert.equal((await a.stop()).code, 0, a.log()); }
 });
