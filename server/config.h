@@ -71,8 +71,8 @@
       "bytes/s a body must average once header-timeout has passed since "   \
       "its head (0 = none)")                                                  \
     X(memory_budget, "memory-budget", INT, 1024 * SRV_MiB, 0, 1LL << 44,      \
-      "bytes all buffered bodies and decoded requests may hold together; "  \
-      "past it 503 (0 = none)")                                               \
+      "bytes buffered bodies, decoded requests and unsent answers may hold " \
+      "together; past it 503 (0 = none)")                                               \
     X(reuse_port, "reuse-port", INT, 0, 0, 1,                                 \
       "1: share the port with other processes (SO_REUSEPORT); 0: refuse to "  \
       "start when it is in use")                                              \

@@ -89,7 +89,7 @@ static void pct(const char *s, char *out, size_t cap)
 
 static void free_req(srv *s, srv_req *r)
 {
-    srv_mem_give(s, r->mem);
+    srv_mem_give(s, r->mem + r->resp_mem);
     free(r->body);
     free(r->resp);
     free(r);
@@ -161,6 +161,7 @@ static ssize_t data_read(nghttp2_session *h2, int32_t id, uint8_t *buf,
         n += take;
         k->off += take;
         call->c->queued -= take;
+        srv_mem_give(call->c->g->s, take);
         if (k->off == k->end) {
             call->chead = k->next;
             if (!call->chead)
@@ -197,6 +198,7 @@ static void queue_chunk(gcall *call, char *buf, size_t off, size_t end)
     k->off = off;
     k->end = end;
     call->c->queued += end - off;
+    srv_mem_hold(call->c->g->s, end - off); /* until nghttp2 takes it */
     if (call->ctail)
         call->ctail->next = k;
     else
@@ -428,7 +430,7 @@ static void dispatch(gcall *call, char *msg, size_t len, size_t mem)
             r->deadline_ms = 1;
     }
     err[0] = 0;
-    h = call->m->start(r, msg, len, &code, err);
+    h = srv_grpc_handler(call->m, r, msg, len, &code, err);
     if (!h) {
         r->status = code == GRPC_NOT_FOUND ? 404 : 400;
         sl->code = code;
@@ -633,8 +635,8 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
             }
             if (srv_mem_take(s, mlen + 1u) < 0) {
                 snprintf(msg, sizeof msg, "server: the memory for request "
-                         "bodies (%lld bytes, memory-budget) is in use; retry "
-                         "shortly", s->cfg.memory_budget);
+                         "bodies and unsent answers (%lld bytes, memory-budget) "
+                         "is in use; retry shortly", s->cfg.memory_budget);
                 if (!call->m->stream) {
                     call_end(call, GRPC_UNAVAILABLE, msg);
                     break;
@@ -718,6 +720,7 @@ void srv_grpc__call_free(gcall *call)
         gchunk *k = call->chead;
         call->chead = k->next;
         c->queued -= k->end - k->off;
+        srv_mem_give(s, k->end - k->off);
         free(k->buf);
         free(k);
     }

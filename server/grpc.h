@@ -53,11 +53,12 @@ typedef struct grpc_method {
     const char *name; /* "ModelInfer": the path is /inference.GRPCInferenceService/<name> */
     int auth;         /* needs the API key when one is set */
     int stream;       /* ModelStreamInfer: many requests, many responses */
-    /* start: the REST handler that serves this call, with r's route
-     * arguments and body set from the request message msg (malloc'd; start
-     * takes it). NULL with *code and err when the message is bad. */
-    srv_handler (*start)(srv_req *r, char *msg, size_t len, int *code,
-                         char *err);
+    int rest_method;       /* the REST route that serves it: SRV_GET, ... */
+    const char *rest_path; /* its pattern in the route table (routes.c) */
+    /* start: r's route arguments and body from the request message msg
+     * (malloc'd; start takes it): 0, or -1 with *code and err when the
+     * message is bad. NULL: the message carries nothing (it is freed). */
+    int (*start)(srv_req *r, char *msg, size_t len, int *code, char *err);
     /* reply: from r's answer (any status), the response message, malloc'd
      * with OIP_PB_HEADROOM free bytes before it: GRPC_OK, or a status code
      * with err (the REST error's message). */
@@ -68,6 +69,10 @@ typedef struct grpc_method {
 
 /* srv_grpc_method: the method of a :path, or NULL. */
 const grpc_method *srv_grpc_method(const char *path);
+/* srv_grpc_handler: m's start on msg (taken), then the REST handler of m's
+ * route; NULL with *code and err when the message is bad. */
+srv_handler srv_grpc_handler(const grpc_method *m, srv_req *r, char *msg,
+                             size_t len, int *code, char *err);
 /* srv_grpc_code: the gRPC status of an HTTP status. */
 int srv_grpc_code(int http_status);
 /* srv_grpc_code_name: "INVALID_ARGUMENT", ... */

@@ -37,6 +37,7 @@ static void on_written(uv_write_t *req, int status)
     wreq *w = (wreq *)req;
     gconn *c = w->c;
     c->wpending -= w->len;
+    srv_mem_give(c->g->s, w->len);
     free(w->buf);
     free(w);
     if (status < 0)
@@ -112,8 +113,10 @@ static void flush(gconn *c)
         w->buf = buf;
         w->len = len;
         c->wpending += len;
+        srv_mem_hold(c->g->s, len); /* until written */
         if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_written) < 0) {
             c->wpending -= len;
+            srv_mem_give(c->g->s, len);
             free(buf);
             free(w);
             close_conn(c);

@@ -72,6 +72,16 @@ static srv_handler route(int method, const char *pattern)
     return NULL;
 }
 
+srv_handler srv_grpc_handler(const grpc_method *m, srv_req *r, char *msg,
+                             size_t len, int *code, char *err)
+{
+    if (!m->start)
+        free(msg);
+    else if (m->start(r, msg, len, code, err) < 0)
+        return NULL;
+    return route(m->rest_method, m->rest_path);
+}
+
 /* pack: a response message with OIP_PB_HEADROOM free bytes before it. */
 static int pack(const ProtobufCMessage *m, char **out, size_t *len, char *err)
 {
@@ -95,12 +105,14 @@ static json_t *answer_json(const srv_req *r, char *err)
     return o;
 }
 
+/* bad_message: -1 with the INVALID_ARGUMENT of a message that does not
+ * unpack. */
 static int bad_message(const char *what, int *code, char *err)
 {
     *code = GRPC_INVALID_ARGUMENT;
     snprintf(err, GRPC_ERRMAX, "request: not a valid %s (protobuf wire format)",
              what);
-    return 0;
+    return -1;
 }
 
 /* model_arg: name and version into r->arg[0] (REST's path capture); only
@@ -126,27 +138,11 @@ static int model_arg(srv_req *r, const char *name, const char *version,
 
 /* ---- health and metadata ------------------------------------------------------ */
 
-static srv_handler start_server_live(srv_req *r, char *msg, size_t len,
-                                     int *code, char *err)
-{
-    (void)r, (void)len, (void)code, (void)err;
-    free(msg);
-    return route(SRV_GET, "/v2/health/live");
-}
-
 static int reply_server_live(srv_req *r, char **out, size_t *len, char *err)
 {
     Inference__ServerLiveResponse m = INFERENCE__SERVER_LIVE_RESPONSE__INIT;
     m.live = r->status == 200;
     return pack(&m.base, out, len, err);
-}
-
-static srv_handler start_server_ready(srv_req *r, char *msg, size_t len,
-                                      int *code, char *err)
-{
-    (void)r, (void)len, (void)code, (void)err;
-    free(msg);
-    return route(SRV_GET, "/v2/health/ready");
 }
 
 /* not ready is an answer (ready false), not an error, as in Triton */
@@ -157,17 +153,17 @@ static int reply_server_ready(srv_req *r, char **out, size_t *len, char *err)
     return pack(&m.base, out, len, err);
 }
 
-static srv_handler start_model_ready(srv_req *r, char *msg, size_t len,
-                                     int *code, char *err)
+static int start_model_ready(srv_req *r, char *msg, size_t len, int *code,
+                             char *err)
 {
     Inference__ModelReadyRequest *m = inference__model_ready_request__unpack(NULL, len, (const uint8_t *)msg);
     int rc;
     free(msg);
     if (!m)
-        return bad_message("ModelReadyRequest", code, err), NULL;
+        return bad_message("ModelReadyRequest", code, err);
     rc = model_arg(r, m->name, m->version, code, err);
     protobuf_c_message_free_unpacked(&m->base, NULL);
-    return rc ? NULL : route(SRV_GET, "/v2/models/{}/ready");
+    return rc;
 }
 
 /* ready false for a known model that is loading or unloaded; NOT_FOUND
@@ -179,14 +175,6 @@ static int reply_model_ready(srv_req *r, char **out, size_t *len, char *err)
         return fail(r, err);
     m.ready = r->status == 200;
     return pack(&m.base, out, len, err);
-}
-
-static srv_handler start_server_meta(srv_req *r, char *msg, size_t len,
-                                     int *code, char *err)
-{
-    (void)r, (void)len, (void)code, (void)err;
-    free(msg);
-    return route(SRV_GET, "/v2");
 }
 
 static int reply_server_meta(srv_req *r, char **out, size_t *len, char *err)
@@ -216,17 +204,17 @@ static int reply_server_meta(srv_req *r, char **out, size_t *len, char *err)
     return rc;
 }
 
-static srv_handler start_model_meta(srv_req *r, char *msg, size_t len,
-                                    int *code, char *err)
+static int start_model_meta(srv_req *r, char *msg, size_t len, int *code,
+                            char *err)
 {
     Inference__ModelMetadataRequest *m = inference__model_metadata_request__unpack(NULL, len, (const uint8_t *)msg);
     int rc;
     free(msg);
     if (!m)
-        return bad_message("ModelMetadataRequest", code, err), NULL;
+        return bad_message("ModelMetadataRequest", code, err);
     rc = model_arg(r, m->name, m->version, code, err);
     protobuf_c_message_free_unpacked(&m->base, NULL);
-    return rc ? NULL : route(SRV_GET, "/v2/models/{}");
+    return rc;
 }
 
 typedef Inference__ModelMetadataResponse__TensorMetadata TensorMeta;
@@ -301,8 +289,8 @@ static int reply_model_meta(srv_req *r, char **out, size_t *len, char *err)
 
 /* The model comes from the message (the pool parses the rest): peek at
  * model_name/model_version; the message itself becomes the body. */
-static srv_handler start_infer(srv_req *r, char *msg, size_t len, int *code,
-                               char *err)
+static int start_infer(srv_req *r, char *msg, size_t len, int *code,
+                       char *err)
 {
     char name[sizeof r->arg[0]], version[64];
     if (oip_pb_peek_model(msg, len, name, version, sizeof version < sizeof name
@@ -311,16 +299,16 @@ static srv_handler start_infer(srv_req *r, char *msg, size_t len, int *code,
                           err) < 0) {
         free(msg);
         *code = GRPC_INVALID_ARGUMENT;
-        return NULL;
+        return -1;
     }
     if (model_arg(r, name, version, code, err) < 0) {
         free(msg);
-        return NULL;
+        return -1;
     }
     r->body = msg;
     r->body_len = r->body_cap = len;
     r->door = &pb_door;
-    return route(SRV_POST, "/v2/models/{}/infer");
+    return 0;
 }
 
 /* the pool encoded the ModelInferResponse already (oip_pb_encode) */
@@ -336,18 +324,18 @@ static int reply_infer(srv_req *r, char **out, size_t *len, char *err)
 
 /* ---- statistics --------------------------------------------------------------- */
 
-static srv_handler start_stats(srv_req *r, char *msg, size_t len, int *code,
-                               char *err)
+static int start_stats(srv_req *r, char *msg, size_t len, int *code,
+                       char *err)
 {
     Inference__ModelStatisticsRequest *m = inference__model_statistics_request__unpack(NULL, len, (const uint8_t *)msg);
     int rc = 0;
     free(msg);
     if (!m)
-        return bad_message("ModelStatisticsRequest", code, err), NULL;
+        return bad_message("ModelStatisticsRequest", code, err);
     if (m->name[0] || m->version[0])
         rc = model_arg(r, m->name, m->version, code, err);
     protobuf_c_message_free_unpacked(&m->base, NULL);
-    return rc ? NULL : route(SRV_GET, "/v2/models/stats");
+    return rc;
 }
 
 typedef Inference__StatisticDuration Dur;
@@ -450,22 +438,22 @@ done:
 
 /* ---- repository ------------------------------------------------------------------ */
 
-static srv_handler start_index(srv_req *r, char *msg, size_t len, int *code,
-                               char *err)
+static int start_index(srv_req *r, char *msg, size_t len, int *code,
+                       char *err)
 {
     Inference__RepositoryIndexRequest *m = inference__repository_index_request__unpack(NULL, len, (const uint8_t *)msg);
     free(msg);
     if (!m)
-        return bad_message("RepositoryIndexRequest", code, err), NULL;
+        return bad_message("RepositoryIndexRequest", code, err);
     if (m->ready && !(r->body = strdup("{\"ready\":true}"))) {
         protobuf_c_message_free_unpacked(&m->base, NULL);
         *code = GRPC_RESOURCE_EXHAUSTED;
         snprintf(err, GRPC_ERRMAX, "server: out of memory");
-        return NULL;
+        return -1;
     }
     r->body_len = r->body ? strlen(r->body) : 0;
     protobuf_c_message_free_unpacked(&m->base, NULL);
-    return route(SRV_POST, "/v2/repository/index");
+    return 0;
 }
 
 typedef Inference__RepositoryIndexResponse__ModelIndex ModelIndex;
@@ -580,8 +568,8 @@ static char *repo_params(Inference__ModelRepositoryParameter *const *vals,
     return text;
 }
 
-static srv_handler start_load(srv_req *r, char *msg, size_t len, int *code,
-                              char *err)
+static int start_load(srv_req *r, char *msg, size_t len, int *code,
+                      char *err)
 {
     Inference__RepositoryModelLoadRequest *m = inference__repository_model_load_request__unpack(NULL, len, (const uint8_t *)msg);
     Inference__ModelRepositoryParameter **vals = NULL;
@@ -590,7 +578,7 @@ static srv_handler start_load(srv_req *r, char *msg, size_t len, int *code,
     int rc;
     free(msg);
     if (!m)
-        return bad_message("RepositoryModelLoadRequest", code, err), NULL;
+        return bad_message("RepositoryModelLoadRequest", code, err);
     rc = model_arg(r, m->model_name, "", code, err);
     if (!rc && m->n_parameters) {
         vals = calloc(m->n_parameters, sizeof *vals);
@@ -608,7 +596,7 @@ static srv_handler start_load(srv_req *r, char *msg, size_t len, int *code,
     free(vals);
     free(keys);
     protobuf_c_message_free_unpacked(&m->base, NULL);
-    return rc ? NULL : route(SRV_POST, "/v2/repository/models/{}/load");
+    return rc;
 }
 
 static int reply_empty(srv_req *r, const ProtobufCMessage *m, char **out,
@@ -626,17 +614,17 @@ static int reply_load(srv_req *r, char **out, size_t *len, char *err)
     return reply_empty(r, &m.base, out, len, err);
 }
 
-static srv_handler start_unload(srv_req *r, char *msg, size_t len, int *code,
-                                char *err)
+static int start_unload(srv_req *r, char *msg, size_t len, int *code,
+                        char *err)
 {
     Inference__RepositoryModelUnloadRequest *m = inference__repository_model_unload_request__unpack(NULL, len, (const uint8_t *)msg);
     int rc;
     free(msg);
     if (!m)
-        return bad_message("RepositoryModelUnloadRequest", code, err), NULL;
+        return bad_message("RepositoryModelUnloadRequest", code, err);
     rc = model_arg(r, m->model_name, "", code, err);
     protobuf_c_message_free_unpacked(&m->base, NULL);
-    return rc ? NULL : route(SRV_POST, "/v2/repository/models/{}/unload");
+    return rc;
 }
 
 static int reply_unload(srv_req *r, char **out, size_t *len, char *err)
@@ -648,19 +636,30 @@ static int reply_unload(srv_req *r, char **out, size_t *len, char *err)
 
 /* ---- the table -------------------------------------------------------------------- */
 
+/* name, auth, stream, the REST route that serves it, start, reply */
 static const grpc_method methods[] = {
-    {"ServerLive", 0, 0, start_server_live, reply_server_live},
-    {"ServerReady", 0, 0, start_server_ready, reply_server_ready},
-    {"ModelReady", 0, 0, start_model_ready, reply_model_ready},
-    {"ServerMetadata", 0, 0, start_server_meta, reply_server_meta},
-    {"ModelMetadata", 0, 0, start_model_meta, reply_model_meta},
-    {"ModelInfer", 1, 0, start_infer, reply_infer},
-    {"ModelStreamInfer", 1, 1, start_infer, reply_infer},
-    {"ModelStatistics", 0, 0, start_stats, reply_stats},
-    {"RepositoryIndex", 1, 0, start_index, reply_index},
-    {"RepositoryModelLoad", 1, 0, start_load, reply_load},
-    {"RepositoryModelUnload", 1, 0, start_unload, reply_unload},
+    {"ServerLive", 0, 0, SRV_GET, "/v2/health/live", NULL, reply_server_live},
+    {"ServerReady", 0, 0, SRV_GET, "/v2/health/ready", NULL,
+     reply_server_ready},
+    {"ModelReady", 0, 0, SRV_GET, "/v2/models/{}/ready", start_model_ready,
+     reply_model_ready},
+    {"ServerMetadata", 0, 0, SRV_GET, "/v2", NULL, reply_server_meta},
+    {"ModelMetadata", 0, 0, SRV_GET, "/v2/models/{}", start_model_meta,
+     reply_model_meta},
+    {"ModelInfer", 1, 0, SRV_POST, "/v2/models/{}/infer", start_infer,
+     reply_infer},
+    {"ModelStreamInfer", 1, 1, SRV_POST, "/v2/models/{}/infer", start_infer,
+     reply_infer},
+    {"ModelStatistics", 0, 0, SRV_GET, "/v2/models/stats", start_stats,
+     reply_stats},
+    {"RepositoryIndex", 1, 0, SRV_POST, "/v2/repository/index", start_index,
+     reply_index},
+    {"RepositoryModelLoad", 1, 0, SRV_POST, "/v2/repository/models/{}/load",
+     start_load, reply_load},
+    {"RepositoryModelUnload", 1, 0, SRV_POST,
+     "/v2/repository/models/{}/unload", start_unload, reply_unload},
 };
+
 
 const grpc_method *srv_grpc_method(const char *path)
 {

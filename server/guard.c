@@ -18,6 +18,11 @@
  * Content-Length before a byte is read, or as a chunked body grows) and
  * decoded requests with their outputs (sched.c) against memory-budget;
  * past it a request gets 503 with Retry-After instead of more memory.
+ * Encoded answers count too (srv_mem_hold: they exist already, so they
+ * may take the total past the budget) until sent: a REST answer from
+ * srv_respond until MHD completes the request, a gRPC one while its bytes
+ * wait in a call's queue or in a write (grpc.c, grpc_conn.c), so clients
+ * that do not read their answers make new requests get 503, not memory.
  */
 #include "server/srv.h"
 
@@ -49,10 +54,16 @@ static int unread(const srv_conn *c)
 
 int srv_mem_take(srv *s, size_t n)
 {
-    if (s->cfg.memory_budget && n > (size_t)s->cfg.memory_budget - s->mem_used)
+    if (s->cfg.memory_budget && (s->mem_used >= (size_t)s->cfg.memory_budget ||
+                                 n > (size_t)s->cfg.memory_budget - s->mem_used))
         return -1;
     s->mem_used += n;
     return 0;
+}
+
+void srv_mem_hold(srv *s, size_t n)
+{
+    s->mem_used += n;
 }
 
 void srv_mem_give(srv *s, size_t n)

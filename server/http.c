@@ -80,6 +80,10 @@ void srv_respond(srv_req *r, int status, const char *ctype, char *body,
     r->ctype = ctype;
     r->resp = body;
     r->resp_len = len;
+    if (body && len) { /* held until sent (guard.c) */
+        r->resp_mem = len;
+        srv_mem_hold(r->s, len);
+    }
     if (r->on_answer) {
         r->on_answer(r);
         return;
@@ -330,9 +334,10 @@ static enum MHD_Result queue_response(srv_req *r)
 /* no_memory: 503 for a body that memory-budget cannot hold now. */
 static void no_memory(srv_req *r)
 {
-    srv_respond_error(r, 503, "server: the memory for request bodies and "
-                      "decoded requests (%lld bytes, memory-budget) is in use; "
-                      "retry shortly", r->s->cfg.memory_budget);
+    srv_respond_error(r, 503, "server: the memory for request bodies, "
+                      "decoded requests and unsent answers (%lld bytes, "
+                      "memory-budget) is in use; retry shortly",
+                      r->s->cfg.memory_budget);
 }
 
 /* body_check: the body r's route accepts (srv.h SRV_BODY_*) against the
@@ -536,7 +541,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (r->job)
         srv_sched_detach(r);
     srv_guard_end(r);
-    srv_mem_give(s, r->mem);
+    srv_mem_give(s, r->mem + r->resp_mem);
     if (r->waiting)
         srv_maps_wait_cancel(r);
     if (r->status >= 100 && r->status < 600)

@@ -195,7 +195,7 @@ void srv_h_metrics(srv_req *r)
                 "# HELP attnd_open_connections HTTP connections open.\n"
                 "# TYPE attnd_open_connections gauge\nattnd_open_connections %d\n"
                 "# HELP attnd_memory_budget_used_bytes Bytes of memory-budget "
-                "held by bodies and decoded requests.\n"
+                "held by bodies, decoded requests and unsent answers.\n"
                 "# TYPE attnd_memory_budget_used_bytes gauge\n"
                 "attnd_memory_budget_used_bytes %zu\n",
             s->draining, s->live_reqs, s->n_conns, s->mem_used);

@@ -250,7 +250,8 @@ static void decode_done(uv_work_t *w, int status)
     j->mem = 0;
     if (srv_mem_take(j->s, j->in.bytes + j->prep.bytes) < 0) {
         snprintf(j->err, sizeof j->err, "server: the memory for decoded "
-                 "requests (%lld bytes, memory-budget) is in use; retry shortly",
+                 "requests and unsent answers (%lld bytes, memory-budget) is in "
+                 "use; retry shortly",
                  j->s->cfg.memory_budget);
         srv__job_answer(j, 503, j->err);
         srv__job_end(j);

@@ -169,6 +169,7 @@ struct srv_req {
     uint64_t t0_ns;        /* its head arrived */
     srv_conn *c;           /* its connection's guard (guard.c), or NULL */
     size_t mem;            /* bytes it holds of memory-budget */
+    size_t resp_mem;       /* of which its answer's, until sent (http.c) */
     size_t expect;         /* Content-Length, 0 = unknown */
     int no_mem;            /* memory-budget ran out while buffering */
     int dispatched;        /* the body is complete: handler or answer */
@@ -264,8 +265,11 @@ struct srv {
 
 /* guard.c: connection deadlines and the memory budget (see its header).
  * srv_mem_take: reserve n bytes of memory-budget; -1 (nothing taken) when
- * they do not fit. */
+ * they do not fit. srv_mem_hold: count n bytes that exist already (an
+ * encoded answer until it is sent): they may take the total past the
+ * budget, and then every srv_mem_take fails until they are given back. */
 int srv_mem_take(srv *s, size_t n);
+void srv_mem_hold(srv *s, size_t n);
 void srv_mem_give(srv *s, size_t n);
 void srv_guard_notify(void *cls, struct MHD_Connection *conn, void **ctx,
                       enum MHD_ConnectionNotificationCode toe);

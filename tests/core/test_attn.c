@@ -21,8 +21,6 @@ enum { PATH_MAPS, PATH_FUSED, PATH_SCORES, PATH_EXEC, N_PATHS };
 static const char *path_name[N_PATHS] = {"maps", "fused", "scores-only",
                                          "fused-exec"};
 
-static attn_exec *g_ex; /* 2 threads, shared by the tests of one process */
-
 /* One head of raw SDPA on the given path; att/sc may be NULL except on
  * PATH_MAPS where att is required. */
 static void raw1(int dk, int dv, float scale, int t, int s, const float *q,
@@ -44,7 +42,7 @@ static void raw1(int dk, int dv, float scale, int t, int s, const float *q,
     if (path == PATH_SCORES)
         r.scores = sc;
     char err[ATTN_ERRMAX] = "";
-    int rc = attn_forward_raw(&c, &r, 1, path == PATH_EXEC ? g_ex : NULL, err);
+    int rc = attn_forward_raw(&c, &r, 1, path == PATH_EXEC ? tu_ex : NULL, err);
     ck_assert_msg(rc == 0, "attn_forward_raw: %s", err);
 }
 
@@ -174,7 +172,7 @@ START_TEST(seed_000_through_layer)
             s.attention = a;
         char err[ATTN_ERRMAX] = "";
         ck_assert_msg(attn_forward(&c, &w, &s, 1,
-                                   path == PATH_EXEC ? g_ex : NULL, err) == 0,
+                                   path == PATH_EXEC ? tu_ex : NULL, err) == 0,
                       "%s", err);
         for (int i = 0; i < 8; i++)
             tu_assert_printed(path_name[path], y[i], y4[i], 4);
@@ -390,7 +388,7 @@ static void run_case(const vcase *c, int path)
     }
     char err[ATTN_ERRMAX] = "", what[128];
     int rc = attn_forward(&cfg, &w, seqs, (int)B,
-                          path == PATH_EXEC ? g_ex : NULL, err);
+                          path == PATH_EXEC ? tu_ex : NULL, err);
     ck_assert_msg(rc == 0, "%s: %s", c->name, err);
 #define CMP(nm, got, ref, n)                                                   \
     do {                                                                       \
@@ -443,7 +441,7 @@ static void run_raw_case(const vcase *c, int path)
     if (path == PATH_MAPS || path == PATH_SCORES)
         r.scores = sc;
     char err[ATTN_ERRMAX] = "", what[128];
-    ck_assert_msg(attn_forward_raw(&cfg, &r, 1, path == PATH_EXEC ? g_ex : NULL,
+    ck_assert_msg(attn_forward_raw(&cfg, &r, 1, path == PATH_EXEC ? tu_ex : NULL,
                                    err) == 0,
                   "%s: %s", c->name, err);
     snprintf(what, sizeof what, "%s %s y", c->name, path_name[path]);
@@ -475,22 +473,11 @@ START_TEST(torch_vectors)
 }
 END_TEST
 
-static void setup(void)
-{
-    ck_assert_int_eq(attn_exec_create(&g_ex, 2), 0);
-}
-
-static void teardown(void)
-{
-    attn_exec_destroy(g_ex);
-    g_ex = NULL;
-}
-
 static Suite *attn_suite(void)
 {
     Suite *s = suite_create("attn");
     TCase *seeds = tcase_create("seeds");
-    tcase_add_checked_fixture(seeds, setup, teardown);
+    tcase_add_checked_fixture(seeds, tu_exec_setup, tu_exec_teardown);
     tcase_add_test(seeds, seed_000_t2_dk4);
     tcase_add_test(seeds, seed_000_exercise2);
     tcase_add_test(seeds, seed_001_three_tokens);
@@ -499,7 +486,7 @@ static Suite *attn_suite(void)
     tcase_add_test(seeds, seed_000_through_layer);
     suite_add_tcase(s, seeds);
     TCase *torch = tcase_create("torch");
-    tcase_add_checked_fixture(torch, setup, teardown);
+    tcase_add_checked_fixture(torch, tu_exec_setup, tu_exec_teardown);
     tcase_add_loop_test(torch, torch_vectors, 0, 2);
     suite_add_tcase(s, torch);
     return s;

@@ -15,19 +15,6 @@
 #include "testutil.h"
 #include "tests/check_main.h"
 
-static attn_exec *g_ex;
-
-static void setup(void)
-{
-    ck_assert_int_eq(attn_exec_create(&g_ex, 2), 0);
-}
-
-static void teardown(void)
-{
-    attn_exec_destroy(g_ex);
-    g_ex = NULL;
-}
-
 /* A random raw problem: H heads, t x s, with causal and a random mask
  * (about a quarter of the keys hidden). */
 typedef struct rawp {
@@ -91,7 +78,7 @@ START_TEST(prop_softmax_rows_and_convexity)
     int t = 70 + _i * 40, s = 90 + _i * 77;
     rawp_init(&p, &g, 3, t, s, 16, 8, _i & 1, 1, 1.0f);
     char err[ATTN_ERRMAX];
-    ck_assert_msg(attn_forward_raw(&p.c, &p.r, 1, g_ex, err) == 0, "%s", err);
+    ck_assert_msg(attn_forward_raw(&p.c, &p.r, 1, tu_ex, err) == 0, "%s", err);
     for (int h = 0; h < 3; h++)
         for (int i = 0; i < t; i++) {
             const float *a = p.a + ((size_t)h * t + i) * s;
@@ -149,7 +136,7 @@ START_TEST(prop_fused_equals_maps)
     attn_raw r2 = p.r;
     r2.attention = r2.scores = NULL;
     r2.y = y2;
-    ck_assert(attn_forward_raw(&p.c, &r2, 1, g_ex, err) == 0);
+    ck_assert(attn_forward_raw(&p.c, &r2, 1, tu_ex, err) == 0);
     for (size_t i = 0; i < (size_t)2 * t * 12; i++) {
         ck_assert(isfinite(p.y[i]) && isfinite(y2[i]));
         ck_assert_msg(fabsf(y2[i] - p.y[i]) <= 1e-5f + 1e-4f * fabsf(p.y[i]),
@@ -180,7 +167,7 @@ START_TEST(prop_permutation_equivariance)
     attn_seq s2 = s1;
     s2.x = xp, s2.y = yp;
     char err[ATTN_ERRMAX];
-    ck_assert(attn_forward(&L.c, &L.w, &s1, 1, g_ex, err) == 0);
+    ck_assert(attn_forward(&L.c, &L.w, &s1, 1, tu_ex, err) == 0);
     ck_assert(attn_forward(&L.c, &L.w, &s2, 1, NULL, err) == 0);
     for (int i = 0; i < t; i++)
         tu_assert_close("permuted y", yp + (size_t)i * 24,
@@ -219,7 +206,7 @@ START_TEST(prop_padding_and_batching)
                           .y = y + (size_t)b * t * 16,
                           .attention = a + (size_t)b * 2 * t * t};
     char err[ATTN_ERRMAX];
-    ck_assert(attn_forward(&L.c, &L.w, s, 3, g_ex, err) == 0);
+    ck_assert(attn_forward(&L.c, &L.w, s, 3, tu_ex, err) == 0);
     for (int b = 0; b < 3; b++) {
         for (int i = 0; i < t; i++) {
             int dead = i >= s[b].t_valid || (b == 2 && i == 3);
@@ -276,7 +263,7 @@ START_TEST(prop_overflow_is_flagged_per_item)
                                                 : NULL};
         attn_plan *p;
         ck_assert_int_eq(attn_plan_create(&p, &L.c, &L.w, s, 2, err), 0);
-        attn_plan_run(p, g_ex);
+        attn_plan_run(p, tu_ex);
         ck_assert_int_eq(attn_plan_nonfinite(p, 0), 0);
         ck_assert_int_eq(attn_plan_nonfinite(p, 1), 1);
         attn_plan_destroy(p);
@@ -390,7 +377,7 @@ START_TEST(executor_matches_inline)
     attn_plan *p;
     ck_assert(attn_plan_create(&p, &L.c, &L.w, s, 2, err) == 0);
     ck_assert(attn_plan_flops(p) > 1e7);
-    attn_plan_run(p, g_ex);
+    attn_plan_run(p, tu_ex);
     attn_plan_destroy(p);
     for (int b = 0; b < 2; b++)
         s[b].y = y2 + (size_t)b * t * 64;
@@ -405,7 +392,7 @@ static Suite *attn_props_suite(void)
 {
     Suite *s = suite_create("attn_props");
     TCase *tc = tcase_create("properties");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, tu_exec_setup, tu_exec_teardown);
     tcase_add_loop_test(tc, prop_softmax_rows_and_convexity, 0, 4);
     tcase_add_loop_test(tc, prop_fused_equals_maps, 0, 4);
     tcase_add_test(tc, prop_permutation_equivariance);

@@ -19,8 +19,6 @@
 #include "testutil.h"
 #include "tests/check_main.h"
 
-static attn_exec *g_ex;
-
 /* ---- the pool ---------------------------------------------------------- */
 
 START_TEST(pool_budget_reserve_trim_free)
@@ -151,7 +149,7 @@ static void chunks_equal_whole(layer *L, attn_kv_dtype dt, int page,
     char err[ATTN_ERRMAX];
     attn_seq whole = {.t = n, .s = n, .t_valid = n, .s_valid = n, .causal = 1,
                       .x = x, .y = y, .attention = a, .scores = sc};
-    ck_assert_msg(attn_forward(&L->c, &L->w, &whole, 1, g_ex, err) == 0, "%s",
+    ck_assert_msg(attn_forward(&L->c, &L->w, &whole, 1, tu_ex, err) == 0, "%s",
                   err);
     attn_kv_pool *p;
     ck_assert_int_eq(attn_kv_pool_create(&p, &L->c, dt, page, 1 << 26, err), 0);
@@ -171,7 +169,7 @@ static void chunks_equal_whole(layer *L, attn_kv_dtype dt, int page,
         if (path == P_SCORES)
             st.scores = ss;
         ck_assert_int_eq(attn_kv_reserve(&kv, t, err), 0);
-        ck_assert_msg(attn_forward(&L->c, &L->w, &st, 1, g_ex, err) == 0, "%s",
+        ck_assert_msg(attn_forward(&L->c, &L->w, &st, 1, tu_ex, err) == 0, "%s",
                       err);
         attn_kv_advance(&kv, t);
         char what[96];
@@ -305,7 +303,7 @@ START_TEST(batch_mixes_steps_and_stateless)
         if (i < 3)
             ck_assert_int_eq(attn_kv_reserve(&kv[i], t, err), 0);
     }
-    ck_assert_msg(attn_forward(&L.c, &L.w, b, 5, g_ex, err) == 0, "%s", err);
+    ck_assert_msg(attn_forward(&L.c, &L.w, b, 5, tu_ex, err) == 0, "%s", err);
     for (int i = 0; i < 5; i++) { /* each alone, from the same history */
         one[i] = b[i];
         one[i].y = y1[i];
@@ -378,7 +376,7 @@ START_TEST(torch_decoder_layer)
         attn_seq st = {.t = np, .s = np, .t_valid = np, .s_valid = np,
                        .causal = 1, .x = x, .y = y, .kv = &kv};
         ck_assert_int_eq(attn_kv_reserve(&kv, np, err), 0);
-        ck_assert_msg(attn_forward(&c, &w, &st, 1, g_ex, err) == 0, "%s", err);
+        ck_assert_msg(attn_forward(&c, &w, &st, 1, tu_ex, err) == 0, "%s", err);
         attn_kv_advance(&kv, np);
         tu_assert_close("prefill y", y, y0, (size_t)np * dm, 1e-5f, 1e-4f);
         for (int i = 0; i < ns; i++) {
@@ -390,7 +388,7 @@ START_TEST(torch_decoder_layer)
                             .y = y, .kv = &kv,
                             .attention = _i ? a : NULL};
             ck_assert_int_eq(attn_kv_reserve(&kv, 1, err), 0);
-            ck_assert_msg(attn_forward(&c, &w, &st, 1, g_ex, err) == 0, "%s",
+            ck_assert_msg(attn_forward(&c, &w, &st, 1, tu_ex, err) == 0, "%s",
                           err);
             attn_kv_advance(&kv, 1);
             char what[64];
@@ -466,22 +464,11 @@ START_TEST(step_arguments)
 }
 END_TEST
 
-static void setup(void)
-{
-    ck_assert_int_eq(attn_exec_create(&g_ex, 2), 0);
-}
-
-static void teardown(void)
-{
-    attn_exec_destroy(g_ex);
-    g_ex = NULL;
-}
-
 static Suite *kv_suite(void)
 {
     Suite *s = suite_create("kv");
     TCase *tc = tcase_create("kv");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, tu_exec_setup, tu_exec_teardown);
     tcase_add_test(tc, pool_budget_reserve_trim_free);
     tcase_add_test(tc, pool_half_roundtrip);
     tcase_add_loop_test(tc, steps_equal_whole_f32, 0, 9);

@@ -12,6 +12,23 @@
 #include <string.h>
 
 #include "core/attn.h"
+#include "core/exec.h"
+
+/* The executor of the suites that test the threaded path: 2 threads,
+ * made before each test and destroyed after it, in the test's own process
+ * (tcase_add_checked_fixture(tc, tu_exec_setup, tu_exec_teardown)). */
+static attn_exec *tu_ex __attribute__((unused));
+
+static inline void tu_exec_setup(void)
+{
+    ck_assert_int_eq(attn_exec_create(&tu_ex, 2), 0);
+}
+
+static inline void tu_exec_teardown(void)
+{
+    attn_exec_destroy(tu_ex);
+    tu_ex = NULL;
+}
 
 /* Deterministic xorshift generator; uniform floats in [-1, 1). */
 typedef struct tu_rng {

@@ -17,22 +17,16 @@
 //     replicas" says, and finishes exact,
 //   - the other sequences finish exact, on their own replicas.
 // Everything listens on 127.0.0.1 on ports picked here; nginx runs as a
-// non-daemon child with its prefix under a temp folder. Settings (env):
-// AFFINITY_SEQUENCES (24), AFFINITY_ROUNDS (8), NGINX (nginx),
-// AFFINITY_KEEP=1 keeps the folder. Prints `affinity: N passed, M failed`
+// non-daemon child with its prefix under a temp folder (replicas.mjs starts
+// them all). Settings (env): AFFINITY_SEQUENCES (24), AFFINITY_ROUNDS (8),
+// NGINX (nginx), AFFINITY_KEEP=1 keeps the folder. Prints `affinity: N passed, M failed`
 // (N: steps answered as expected, exact outputs or the expected 400) and
 // exits 1 if any step or check failed.
-import { spawn } from "node:child_process";
-import { chmodSync, cpSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
-import { tmpdir } from "node:os";
+import { cpSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { embed } from "../../server/web/embed.js";
+import { ROOT, freePorts, harness } from "./replicas.mjs";
 
-const ROOT = fileURLToPath(new URL("../../", import.meta.url));
-const BIN = process.env.ATTND_BIN;
-const NGINX = process.env.NGINX || "nginx";
 const NSEQ = Number(process.env.AFFINITY_SEQUENCES || 24);
 const ROUNDS = Number(process.env.AFFINITY_ROUNDS || 8);
 const KILL_AFTER = Math.floor(ROUNDS / 2); // rounds done before the kill
@@ -40,56 +34,8 @@ const PROMPT = 2;
 const MODEL = "tiny";
 const D = 8; // the fixture's d_model
 const HEADER = "Attnd-Sequence-Id";
-const T0 = Date.now();
-const say = (msg) => console.log(`affinity: [${((Date.now() - T0) / 1000).toFixed(1)}s] ${msg}`);
-
-if (!BIN) {
-  console.error("affinity: set ATTND_BIN to the attnd binary");
-  process.exit(2);
-}
-
-const dir = mkdtempSync(join(tmpdir(), "attnd-affinity-"));
-chmodSync(dir, 0o755); // nginx workers (nobody under root) reach its temp folders
-mkdirSync(join(dir, "logs"));
+const { T0, dir, say, check, failedChecks, exitWithin, startReplicas, startNginx, accessLog, finish } = harness("affinity");
 cpSync(join(ROOT, "tests/server/fixtures/models"), join(dir, "models"), { recursive: true });
-const children = [];
-let checksFailed = 0;
-const check = (ok, what) => {
-  if (!ok) checksFailed++;
-  say(`${ok ? "ok  " : "FAIL"} ${what}`);
-};
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-function start(name, cmd, args, env) {
-  const out = openSync(join(dir, "logs", `${name}.log`), "a");
-  const child = spawn(cmd, args, { env: { ...process.env, ...env }, stdio: ["ignore", out, out] });
-  const rec = { name, child, exit: null };
-  rec.exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve((rec.exit = { code, signal }))));
-  child.on("error", (e) => say(`${name}: ${e.message}`));
-  children.push(rec);
-  return rec;
-}
-
-async function waitReady(url, rec) {
-  const until = Date.now() + 30000;
-  while (Date.now() < until) {
-    if (rec.exit) throw new Error(`${rec.name} exited (${JSON.stringify(rec.exit)}); see ${dir}/logs`);
-    const r = await fetch(url, { signal: AbortSignal.timeout(2000) }).catch(() => null);
-    if (r && r.status === 200) return;
-    await new Promise((res) => setTimeout(res, 100));
-  }
-  throw new Error(`${url} not ready within 30 s; see ${dir}/logs`);
-}
 
 // post: one infer request; {status, json} or {status: 0, err}.
 async function post(base, body, headers = {}) {
@@ -124,35 +70,13 @@ function closeRows(got, ref, from, n) {
   return null;
 }
 
-// accessLog: nginx's lines as {seq, status, upstreams[]}.
-function accessLog() {
-  return readFileSync(join(dir, "logs", "access.log"), "utf8").split("\n").filter(Boolean).map((line) => ({
-    seq: /seq=(\S*)/.exec(line)?.[1],
-    status: Number(/" (\d{3}) rt=/.exec(line)?.[1]),
-    upstreams: (/upstream=(.*?) ustatus=/.exec(line)?.[1] ?? "").split(/[,:] /).map((s) => s.trim()).filter((s) => s && s !== "-"),
-  }));
-}
-
 async function main() {
-  const ports = [];
-  while (ports.length < 5) {
-    const p = await freePort();
-    if (!ports.includes(p)) ports.push(p);
-  }
-  const [lbPort, lbGrpcPort, ...replicaPorts] = ports;
-  const replicas = replicaPorts.map((port, i) => ({
-    port, addr: `127.0.0.1:${port}`,
-    rec: start(`attnd${i}`, BIN, [], {
-      ATTND_HOST: "127.0.0.1", ATTND_PORT: String(port), ATTND_MODELS: join(dir, "models"),
-      ATTND_THREADS: "1", ATTND_DRAIN_MS: "5000", ATTND_GRPC_PORT: "0",
-    }),
-  }));
-  for (const r of replicas) await waitReady(`http://${r.addr}/v2/health/ready`, r.rec);
-  say(`3 replicas ready on ${replicaPorts.join(", ")}`);
+  const [lbPort, lbGrpcPort, ...replicaPorts] = await freePorts(5);
+  const replicas = await startReplicas(replicaPorts, () => ({ ATTND_GRPC_PORT: "0" }));
   const v2 = await (await fetch(`http://${replicas[0].addr}/v2`)).json();
   if (!(v2.extensions || []).includes("sequences")) {
     console.log("affinity: skipped: this attnd has no sequences extension");
-    return "skip";
+    return true;
   }
 
   let conf = readFileSync(join(ROOT, "deploy", "nginx.conf"), "utf8");
@@ -162,11 +86,7 @@ async function main() {
   // the gRPC server block's port too (8001 may be any attnd's default)
   conf = conf.replace("listen 127.0.0.1:8001 http2;", `listen 127.0.0.1:${lbGrpcPort} http2;`);
   [8081, 8082, 8083].forEach((d, i) => { conf = conf.replaceAll(`server 127.0.0.1:${d} `, `server 127.0.0.1:${replicaPorts[i]} `); });
-  writeFileSync(join(dir, "nginx.conf"), conf);
-  const nginx = start("nginx", NGINX, ["-p", dir + "/", "-c", join(dir, "nginx.conf"), "-e", join(dir, "logs", "error.log"), "-g", "daemon off;"], {});
-  const base = `http://127.0.0.1:${lbPort}`;
-  await waitReady(`${base}/v2/health/ready`, nginx);
-  say(`nginx ready on ${lbPort} (prefix ${dir})`);
+  const base = await startNginx(conf, lbPort);
 
   // References: one-shot causal runs over each sequence's whole history, on
   // the first replica directly.
@@ -254,32 +174,11 @@ async function main() {
 
   for (const r of replicas) if (r !== victim) r.rec.child.kill("SIGTERM");
   for (const r of replicas) if (r !== victim) {
-    const ex = await Promise.race([r.rec.exited, new Promise((res) => setTimeout(() => res(null), 15000))]);
+    const ex = await exitWithin(r.rec, 15000);
     check(ex && ex.code === 0, `${r.addr} exit after SIGTERM: ${JSON.stringify(ex)}`);
   }
   console.log(`affinity: ${passed} passed, ${failed} failed`);
-  return failed === 0 && checksFailed === 0;
+  return failed === 0 && failedChecks() === 0;
 }
 
-for (const sig of ["SIGINT", "SIGTERM"]) {
-  process.on(sig, () => {
-    for (const c of children) if (!c.exit) c.child.kill("SIGTERM");
-    say(`${sig}: stopped; logs in ${dir}`);
-    process.exit(1);
-  });
-}
-
-let ok = false;
-try {
-  ok = await main();
-  if (ok === "skip") ok = true;
-} catch (e) {
-  say(`FAIL ${e.message}`);
-}
-for (const c of children) if (!c.exit) c.child.kill(c.name === "nginx" ? "SIGTERM" : "SIGKILL");
-const grace = setTimeout(() => children.forEach((c) => c.exit || c.child.kill("SIGKILL")), 5000);
-await Promise.all(children.map((c) => c.exited));
-clearTimeout(grace);
-if (ok && !process.env.AFFINITY_KEEP) rmSync(dir, { recursive: true, force: true });
-else say(`logs kept in ${dir}`);
-process.exit(ok ? 0 : 1);
+finish(main);

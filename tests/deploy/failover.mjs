@@ -5,7 +5,8 @@
 //   ATTND_BIN=build/default/attnd node tests/deploy/failover.mjs
 //
 // Everything listens on 127.0.0.1, on ports picked here; nginx runs as a
-// non-daemon child with its prefix, logs and temp files under a temp folder.
+// non-daemon child with its prefix, logs and temp files under a temp folder
+// (replicas.mjs starts them all).
 // Every load request is the seed-000 worked example with V scaled by a
 // per-request factor s (so output = s * the seed's output and a response
 // mixed up between requests is caught); each answer is checked. Then:
@@ -21,23 +22,17 @@
 // FAILOVER_TIME_CAP_S (120), NGINX (nginx), FAILOVER_KEEP=1 keeps the folder.
 // Prints `failover: N passed, M failed` (the load requests) and exits 1 if
 // any request or check failed.
-import { spawn } from "node:child_process";
 import http2 from "node:http2";
-import { mkdtempSync, mkdirSync, readFileSync, writeFileSync, chmodSync, rmSync, openSync } from "node:fs";
-import { createServer } from "node:net";
-import { tmpdir } from "node:os";
+import { mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { ROOT, freePorts, harness } from "./replicas.mjs";
 
-const ROOT = fileURLToPath(new URL("../../", import.meta.url));
-const BIN = process.env.ATTND_BIN;
-const NGINX = process.env.NGINX || "nginx";
 const REQUESTS = Number(process.env.FAILOVER_REQUESTS || 600);
 const CONCURRENCY = Number(process.env.FAILOVER_CONCURRENCY || 8);
 const TIME_CAP_MS = 1000 * Number(process.env.FAILOVER_TIME_CAP_S || 120);
 const KILL_AT = Math.floor(REQUESTS / 3);
-const T0 = Date.now();
-const say = (msg) => console.log(`failover: [${((Date.now() - T0) / 1000).toFixed(1)}s] ${msg}`);
+const { T0, dir, say, check, failedChecks, exitWithin, startReplicas, startNginx, accessLog, finish } = harness("failover");
+mkdirSync(join(dir, "models"));
 
 // Seed 000 worked example (T=2, d_k=4, d_v=2): weights and output.
 const Q = [2, 0, 2, 0, 0, 4, 0, 2];
@@ -46,46 +41,6 @@ const V = [1, 2, 3, 0];
 const WANT_ATTENTION = [0.880797, 0.119203, 0.119203, 0.880797];
 const WANT_OUTPUT = [1.238404, 1.761594, 2.761594, 0.238405];
 
-if (!BIN) {
-  console.error("failover: set ATTND_BIN to the attnd binary");
-  process.exit(2);
-}
-
-const dir = mkdtempSync(join(tmpdir(), "attnd-failover-"));
-// nginx workers run as nobody when the master is root: they need to reach
-// the temp folders nginx creates (and chowns) under the prefix.
-chmodSync(dir, 0o755);
-mkdirSync(join(dir, "logs"));
-mkdirSync(join(dir, "models"));
-const children = [];
-let checksFailed = 0;
-const check = (ok, what) => {
-  if (!ok) checksFailed++;
-  say(`${ok ? "ok  " : "FAIL"} ${what}`);
-};
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-function start(name, cmd, args, env) {
-  const out = openSync(join(dir, "logs", `${name}.log`), "a");
-  const child = spawn(cmd, args, { env: { ...process.env, ...env }, stdio: ["ignore", out, out] });
-  const rec = { name, child, exit: null };
-  rec.exited = new Promise((resolve) =>
-    child.on("exit", (code, signal) => resolve((rec.exit = { code, signal }))));
-  child.on("error", (e) => say(`${name}: ${e.message}`));
-  children.push(rec);
-  return rec;
-}
-
 async function get(url, headers = {}) {
   try {
     const r = await fetch(url, { headers, signal: AbortSignal.timeout(5000) });
@@ -93,16 +48,6 @@ async function get(url, headers = {}) {
   } catch (e) {
     return { status: 0, body: Buffer.from(String(e.cause?.code || e.message)) };
   }
-}
-
-async function waitReady(url, rec) {
-  const until = Date.now() + 30000;
-  while (Date.now() < until) {
-    if (rec.exit) throw new Error(`${rec.name} exited (${JSON.stringify(rec.exit)}); see ${dir}/logs`);
-    if ((await get(url)).status === 200) return;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`${url} not ready within 30 s; see ${dir}/logs`);
 }
 
 function inferBody(scale, parameters) {
@@ -184,43 +129,12 @@ async function grpcInfers(port, n) {
   return { ok, err };
 }
 
-// accessLog: nginx's log lines as {req, status, upstreams[], session}.
-function accessLog() {
-  return readFileSync(join(dir, "logs", "access.log"), "utf8").split("\n").filter(Boolean).map((line) => {
-    const up = /upstream=(.*?) ustatus=/.exec(line)?.[1] ?? "";
-    return {
-      line,
-      status: Number(/" (\d{3}) rt=/.exec(line)?.[1]),
-      upstreams: up.split(/[,:] /).map((s) => s.trim()).filter((s) => s && s !== "-"),
-      session: /session=(\S*)/.exec(line)?.[1],
-      req: /req=(\S*)/.exec(line)?.[1],
-    };
-  });
-}
-
 async function main() {
-  const ports = [];
-  while (ports.length < 8) {
-    const p = await freePort();
-    if (!ports.includes(p)) ports.push(p);
-  }
+  const ports = await freePorts(8);
   const [lbPort, lbGrpcPort] = ports;
   const replicaPorts = ports.slice(2, 5);
   const grpcPorts = ports.slice(5, 8);
-  const replicas = replicaPorts.map((port, i) => ({
-    port,
-    addr: `127.0.0.1:${port}`,
-    rec: start(`attnd${i}`, BIN, [], {
-      ATTND_HOST: "127.0.0.1",
-      ATTND_PORT: String(port),
-      ATTND_GRPC_PORT: String(grpcPorts[i]),
-      ATTND_MODELS: join(dir, "models"),
-      ATTND_THREADS: "1",
-      ATTND_DRAIN_MS: "5000",
-    }),
-  }));
-  for (const r of replicas) await waitReady(`http://${r.addr}/v2/health/ready`, r.rec);
-  say(`3 replicas ready on ${replicaPorts.join(", ")}`);
+  const replicas = await startReplicas(replicaPorts, (i) => ({ ATTND_GRPC_PORT: String(grpcPorts[i]) }));
 
   // deploy/nginx.conf as committed, with this run's ports.
   let conf = readFileSync(join(ROOT, "deploy", "nginx.conf"), "utf8");
@@ -238,11 +152,7 @@ async function main() {
   [9081, 9082, 9083].forEach((d, i) => {
     conf = conf.replaceAll(`server 127.0.0.1:${d} `, `server 127.0.0.1:${grpcPorts[i]} `);
   });
-  writeFileSync(join(dir, "nginx.conf"), conf);
-  const nginx = start("nginx", NGINX, ["-p", dir + "/", "-c", join(dir, "nginx.conf"), "-e", join(dir, "logs", "error.log"), "-g", "daemon off;"], {});
-  const base = `http://127.0.0.1:${lbPort}`;
-  await waitReady(`${base}/v2/health/ready`, nginx);
-  say(`nginx ready on ${lbPort} (prefix ${dir})`);
+  const base = await startNginx(conf, lbPort);
 
   // Sticky sessions: one replica per X-Attnd-Session, so retained maps are
   // found through nginx.
@@ -325,7 +235,7 @@ async function main() {
     drained.rec.child.kill("SIGTERM");
     say(`SIGTERM to ${drained.addr} with ${inFlight} requests in flight`);
   });
-  const ex = await Promise.race([drained.rec.exited, new Promise((res) => setTimeout(() => res(null), 15000))]);
+  const ex = await exitWithin(drained.rec, 15000);
   check(ex && ex.code === 0, `${drained.addr} exit after SIGTERM under load: ${JSON.stringify(ex)}`);
   // Requests that started once the drain had taken hold (a whole
   // concurrency window later) all went to the last replica.
@@ -335,36 +245,13 @@ async function main() {
   check(after2.length > 0 && count(after2)[last.addr] === after2.length, "the last replica answered everything after the drain");
 
   last.rec.child.kill("SIGTERM");
-  const ex2 = await Promise.race([last.rec.exited, new Promise((res) => setTimeout(() => res(null), 15000))]);
+  const ex2 = await exitWithin(last.rec, 15000);
   check(ex2 && ex2.code === 0, `${last.addr} exit after SIGTERM: ${JSON.stringify(ex2)}`);
   const passed = p1.passed + p2.passed;
   const failed = p1.failed + p2.failed;
   say(`${REQUESTS + n2} requests in ${((Date.now() - T0) / 1000).toFixed(1)} s`);
   console.log(`failover: ${passed} passed, ${failed} failed`);
-  return failed === 0 && checksFailed === 0;
+  return failed === 0 && failedChecks() === 0;
 }
 
-// Interrupted (timeout, Ctrl-C): take the replicas and nginx down too.
-for (const sig of ["SIGINT", "SIGTERM"]) {
-  process.on(sig, () => {
-    for (const c of children) if (!c.exit) c.child.kill("SIGTERM");
-    say(`${sig}: stopped; logs in ${dir}`);
-    process.exit(1);
-  });
-}
-
-let ok = false;
-try {
-  ok = await main();
-} catch (e) {
-  say(`FAIL ${e.message}`);
-}
-// nginx gets SIGTERM (a SIGKILLed master would orphan its workers); what
-// is still running 5 s later, SIGKILL.
-for (const c of children) if (!c.exit) c.child.kill(c.name === "nginx" ? "SIGTERM" : "SIGKILL");
-const grace = setTimeout(() => children.forEach((c) => c.exit || c.child.kill("SIGKILL")), 5000);
-await Promise.all(children.map((c) => c.exited));
-clearTimeout(grace);
-if (ok && !process.env.FAILOVER_KEEP) rmSync(dir, { recursive: true, force: true });
-else say(`logs kept in ${dir}`);
-process.exit(ok ? 0 : 1);
+finish(main);

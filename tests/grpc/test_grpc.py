@@ -404,9 +404,17 @@ class Unary(unittest.TestCase):
                 call(junk, timeout=30)
             self.assertEqual(e.exception.code(), C.INVALID_ARGUMENT)
             self.assertRegex(e.exception.details(), r"not a valid ModelInferRequest")
-        with self.assertRaises(grpc.RpcError) as e:
-            self.d.channel.unary_unary("/inference.GRPCInferenceService/ModelReady")(b"\x0a\xff", timeout=30)
-        self.assertEqual(e.exception.code(), C.INVALID_ARGUMENT)
+        # every method that reads its message names it (field 1, a length
+        # that runs past the end)
+        for method in ("ModelReady", "ModelMetadata", "ModelStatistics", "RepositoryIndex",
+                       "RepositoryModelLoad", "RepositoryModelUnload"):
+            with self.assertRaises(grpc.RpcError) as e:
+                self.d.channel.unary_unary(f"/inference.GRPCInferenceService/{method}")(b"\x0a\xff", timeout=30)
+            self.assertEqual(e.exception.code(), C.INVALID_ARGUMENT, method)
+            self.assertRegex(e.exception.details(), rf"not a valid {method}Request", method)
+        # the ones whose message carries nothing do not read it
+        live = self.d.channel.unary_unary("/inference.GRPCInferenceService/ServerLive")(b"\x0a\xff", timeout=30)
+        self.assertEqual(pb.ServerLiveResponse.FromString(live).live, True)
         self.assertTrue(self.s.ServerLive(pb.ServerLiveRequest()).live, "still serving")
 
     def test_not_found_unimplemented_too_large(self):

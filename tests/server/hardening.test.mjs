@@ -244,6 +244,52 @@ test('memory budget: a body that does not fit beside the others gets 503 + Retry
   assert.match(bad.stderr, /--memory-budget 1000: below --max-body/);
 });
 
+test('memory budget: answers a client does not read count until sent, so new requests get 503, not memory', async () => {
+  // a 24 KB request whose JSON answer (the 1000x1000 attention) is ~15 MB
+  const T = 1000;
+  const col = Array.from({ length: T }, (_, i) => (i % 8) / 8);
+  const body = JSON.stringify({ inputs: [fp32('q', [T, 1], col), fp32('k', [T, 1], col), fp32('v', [T, 1], col)], outputs: [{ name: 'attention' }] });
+  const head = `POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`;
+  const used = async (d) => Number(/\nattnd_memory_budget_used_bytes (\d+)\n/.exec(await (await fetch(`${d.url}/metrics`)).text())[1]);
+  /** a client that sends the request and reads only the first bytes of its answer */
+  const slowReader = (d) => new Promise((resolve, reject) => {
+    const sock = connect(d.port, '127.0.0.1');
+    const t = setTimeout(() => reject(new Error('no answer')), 30000);
+    sock.on('error', () => {});
+    sock.once('data', (chunk) => {
+      sock.pause();
+      clearTimeout(t);
+      resolve({ sock, status: Number(/^HTTP\/1\.1 (\d+)/.exec(chunk.toString())[1]) });
+    });
+    sock.write(head + body);
+  });
+  const lim = ['--memory-budget', '24000000', '--max-body', '1000000', '--max-json-body', '1000000', '--request-memory', '24000000'];
+  const d = await start({ args: lim });
+  const readers = [];
+  try {
+    for (let i = 0; i < 2; i++) { // the second fits beside the first's answer; then no more
+      const r = await slowReader(d);
+      readers.push(r.sock);
+      assert.equal(r.status, 200);
+    }
+    assert.ok(await used(d) > 24000000, 'two unsent answers hold more than the budget');
+    const third = await slowReader(d);
+    readers.push(third.sock);
+    assert.equal(third.status, 503);
+    const r = await infer(d, 'tiny', xreq('small'));
+    assert.equal(r.status, 503);
+    assert.ok(Number(r.headers.get('retry-after')) >= 1);
+    assert.match(r.json.error, /unsent answers .*memory-budget/);
+    for (const s of readers) s.destroy(); // the answers go with their connections
+    for (let i = 0; i < 100 && (await used(d)) > 0; i++) await sleep(20);
+    assert.equal(await used(d), 0, 'all given back');
+    assert.equal((await infer(d, 'tiny', xreq('small'))).status, 200);
+  } finally {
+    for (const s of readers) s.destroy();
+    assert.equal((await d.stop()).code, 0);
+  }
+});
+
 test('header-timeout and min-body-rate close slow clients', async () => {
   const d = await start({ args: ['--header-timeout', '1', '--min-body-rate', '1000'] });
   try {
