@@ -23,6 +23,7 @@
 #include "core/model.h"
 #include "core/st.h"
 #include "tests/check_main.h"
+#include "tests/tu_file.h"
 
 static const char *root(void)
 {
@@ -482,29 +483,15 @@ START_TEST(test_names)
 }
 END_TEST
 
-static char *slurp(const char *p, size_t *len)
-{
-    FILE *fp = fopen(p, "rb");
-    ck_assert_ptr_nonnull(fp);
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    ck_assert_uint_eq(fread(b, 1, (size_t)n, fp), (size_t)n);
-    fclose(fp);
-    *len = (size_t)n;
-    return b;
-}
-
 START_TEST(test_load_mem)
 {
     char err[ATTN_ERRMAX], p[1100];
     const char *d = path("model_fixtures", "mha");
     size_t sl, cl;
     snprintf(p, sizeof p, "%s/model.safetensors", d);
-    char *st = slurp(p, &sl);
+    char *st = tu_slurp(p, &sl);
     snprintf(p, sizeof p, "%s/config.json", d);
-    char *cfg = slurp(p, &cl);
+    char *cfg = tu_slurp(p, &cl);
     model *a, *b;
     ck_assert_int_eq(model_load(&a, d, err), 0);
     ck_assert_msg(model_load_mem(&b, "upload", cfg, cl, st, sl, err) == 0,
@@ -540,9 +527,9 @@ START_TEST(test_mutations)
     const char *d = path("model_corpus", "good");
     size_t sl, cl;
     snprintf(p, sizeof p, "%s/model.safetensors", d);
-    char *st = slurp(p, &sl), *c = malloc(sl);
+    char *st = tu_slurp(p, &sl), *c = malloc(sl);
     snprintf(p, sizeof p, "%s/config.json", d);
-    char *cfg = slurp(p, &cl), *cc = malloc(cl);
+    char *cfg = tu_slurp(p, &cl), *cc = malloc(cl);
     size_t hdr = 8 + (size_t)(unsigned char)st[0] +
                  256 * (size_t)(unsigned char)st[1];
     static const char vals[] = {'\0', '"', ',', '0', '9', ':', '[', ']',

@@ -16,6 +16,7 @@
 #include "core/attn.h"
 #include "core/st.h"
 #include "tests/check_main.h"
+#include "tests/tu_file.h"
 
 static char *data_path(const char *rel)
 {
@@ -24,21 +25,6 @@ static char *data_path(const char *rel)
     snprintf(buf, sizeof buf, "%s/core/st_corpus/%s", root ? root : "tests",
              rel);
     return buf;
-}
-
-static unsigned char *slurp(const char *path, size_t *len)
-{
-    FILE *fp = fopen(path, "rb");
-    ck_assert_msg(fp != NULL, "cannot open %s", path);
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)n + 1);
-    ck_assert(b != NULL);
-    ck_assert_uint_eq(fread(b, 1, (size_t)n, fp), (size_t)n);
-    fclose(fp);
-    *len = (size_t)n;
-    return b;
 }
 
 /* The corpus: file, and the exact message after "<path>: ". */
@@ -129,7 +115,7 @@ START_TEST(test_corpus_file)
 
     /* the same bytes from memory give the same message under a label */
     size_t len;
-    unsigned char *b = slurp(path, &len);
+    unsigned char *b = tu_slurp(path, &len);
     rc = st_parse(&f, b, len, "upload", err);
     ck_assert_int_eq(rc, ATTN_EFORMAT);
     snprintf(want, sizeof want, "upload: %s", corpus[_i].msg);
@@ -407,7 +393,7 @@ END_TEST
 START_TEST(test_truncations_and_flips)
 {
     size_t len;
-    unsigned char *b = slurp(data_path("ok_basic.safetensors"), &len);
+    unsigned char *b = tu_slurp(data_path("ok_basic.safetensors"), &len);
     unsigned char *c = malloc(len);
     char err[ATTN_ERRMAX];
     st_file *f;

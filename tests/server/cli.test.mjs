@@ -120,3 +120,22 @@ test('the daemon runs as "attnd" with one OpenBLAS thread (it re-executes itself
   assert.ok(environ.includes('OPENBLAS_NUM_THREADS=1'), 'OPENBLAS_NUM_THREADS=1 in its environment');
   await d.stop();
 });
+
+// README, "BLAS kernels": OpenBLAS 0.3.21 falls back to its Prescott (SSE3)
+// kernels on CPUs newer than it; attnd asks for ones this CPU has.
+const PRE_AVX2 = ['Prescott', 'Core2', 'Penryn', 'Dunnington', 'Nehalem', 'Atom', 'Katmai', 'Coppermine',
+  'Northwood', 'Banias', 'Athlon', 'Opteron', 'Opteron_SSE3', 'Barcelona', 'Bobcat', 'Bulldozer',
+  'Piledriver', 'Steamroller', 'Excavator', 'Sandybridge', 'Unknown'];
+test('OpenBLAS runs kernels this CPU has; OPENBLAS_CORETYPE set by the caller wins', (t) => {
+  const flags = (readFileSync('/proc/cpuinfo', 'utf8').match(/^flags\s*:(.*)$/m) || ['', ''])[1].trim().split(/\s+/);
+  const env = { ...process.env };
+  delete env.OPENBLAS_CORETYPE;
+  const r = spawnSync(ATTND, ['--version'], { encoding: 'utf8', env, timeout: 30000 });
+  assert.equal(r.status, 0);
+  const m = r.stdout.match(/OpenBLAS kernels (\w+)/);
+  assert.ok(m, `--version names the kernels: ${r.stdout}`);
+  if (!flags.includes('avx2') || !flags.includes('fma')) t.diagnostic('no AVX2+FMA here: any kernels do');
+  else assert.ok(!PRE_AVX2.includes(m[1]), `a CPU with AVX2 and FMA runs ${m[1]} kernels`);
+  // the caller's choice is kept (Prescott runs on every x86-64)
+  assert.match(run(['--version'], { OPENBLAS_CORETYPE: 'Prescott' }).stdout, /OpenBLAS kernels Prescott/);
+});

@@ -540,3 +540,29 @@ test('continuous batching: steps of different sequences and stateless requests s
     assert.deepEqual(await stats(), { 4: 1, 5: 1, 1: 1 });
   } finally { assert.equal((await d.stop()).code, 0); }
 });
+
+// README, "Batching steps": a sequence answered 200 is expected back; the
+// queue waits for expected sequences (at most --sequence-wait-us and the
+// last batch's run time), so lockstep clients' steps share a batch instead
+// of the first one back running alone.
+test('steps of sequences answered together wait for each other (sequence-wait-us), not with 0', async (t) => {
+  const P = 3000; // long prompts: the batch that answers them runs for tens of ms
+  for (const [wait, batches] of [['5000000', 1], ['0', 2]]) {
+    const d = await start({ t, dir: gqaModels(), args: ['--sequence-wait-us', wait, '--instances', '1'] });
+    const starts = await Promise.all(['wa', 'wb'].map((id, k) =>
+      infer(d, 'gqa', stepBody(id, tokens(P, 900 + k), { start: true, outputs: [{ name: 'y' }] }))));
+    for (const r of starts) assert.equal(r.status, 200, JSON.stringify(r.json));
+    const n0 = await metric(d, 'attnd_inference_batch_size_count');
+    // a's next step, then b's a moment later (well within the wait)
+    const a = infer(d, 'gqa', stepBody('wa', tokens(1, 910), { outputs: [{ name: 'y' }] }));
+    await sleep(5);
+    const b = infer(d, 'gqa', stepBody('wb', tokens(1, 911), { outputs: [{ name: 'y' }] }));
+    for (const r of await Promise.all([a, b])) {
+      assert.equal(r.status, 200, JSON.stringify(r.json));
+      assert.equal(r.json.parameters.sequence_length, P + 1);
+    }
+    assert.equal(await metric(d, 'attnd_inference_batch_size_count') - n0, batches,
+      `--sequence-wait-us ${wait}: the two steps ran in ${batches === 1 ? 'one batch' : 'two batches'}`);
+    await d.stop();
+  }
+});

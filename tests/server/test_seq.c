@@ -3,8 +3,8 @@
  * start / step / end / restart, the arrival order of steps, one step of a
  * sequence at a time, the K/V pages reserved at launch, advanced on success
  * and given back on failure, the limits (max-sequences, kv-bytes), idle
- * expiry, drops (DELETE, unload, reload), listing and the per-model
- * counters.
+ * expiry, drops (DELETE, unload, reload), listing, the per-model
+ * counters and the batcher's count of expected steps.
  *
  * Requests are real: JSON bodies through oip_decode and srv_seq_prepare
  * (seq_prep.c), so a step carries the prep and request seq.c binds. What
@@ -1061,6 +1061,54 @@ START_TEST(expire_fails_held_and_waiting)
 }
 END_TEST
 
+/* The batcher's hint (--sequence-wait-us, batch.c): a sequence answered
+ * 200 and going on is expected to send its next step soon; it counts in
+ * its model's seq_expected until that step arrives, it ends or goes. A
+ * step answered while the next one already waits, or a failed one, expects
+ * nothing. batch.c forgets every flag at once with a new generation; an
+ * old flag then counts no more, and a new one does. */
+START_TEST(expected_next_steps)
+{
+    char owner[SRV_NAME_MAX];
+    srv_job *a, *b;
+    go(M1, 2, "\"sequence_id\":\"p\",\"sequence_start\":true");
+    ck_assert_int_eq(M1->seq_expected, 1);
+    go(M1, 2, "\"sequence_id\":\"q\",\"sequence_start\":true");
+    ck_assert_int_eq(M1->seq_expected, 2);
+    a = job(M1, 1, "\"sequence_id\":\"p\"");
+    b = job(M1, 1, "\"sequence_id\":\"p\"");
+    submit(a);
+    ck_assert_int_eq(M1->seq_expected, 1); /* p's step came */
+    submit(b);
+    ck_assert_int_eq(run(a, 1), 0);
+    ck_assert_int_eq(M1->seq_expected, 1); /* its next one is there */
+    ck_assert_int_eq(run(b, 0), 0);
+    ck_assert_int_eq(M1->seq_expected, 1); /* failed: nothing expected */
+    go(M1, 1, "\"sequence_id\":\"p\",\"sequence_end\":true");
+    ck_assert_int_eq(M1->seq_expected, 1); /* ended */
+    ck_assert_int_eq(srv_seq_delete(&g_s, "q", owner), 0);
+    ck_assert_int_eq(M1->seq_expected, 0); /* gone */
+
+    go(M1, 1, "\"sequence_id\":\"r\",\"sequence_start\":true");
+    ck_assert_int_eq(M1->seq_expected, 1);
+    M1->expect_gen++, M1->seq_expected = 0; /* batch.c gives up on them */
+    go(M1, 1, "\"sequence_id\":\"s\",\"sequence_start\":true");
+    ck_assert_int_eq(M1->seq_expected, 1); /* s, of the new generation */
+    go(M1, 1, "\"sequence_id\":\"r\""); /* r's old flag is not s's */
+    ck_assert_int_eq(M1->seq_expected, 2);
+    /* a restart on m2: expected there, no longer on m1 */
+    go(M2, 1, "\"sequence_id\":\"r\",\"sequence_start\":true");
+    ck_assert_int_eq(M1->seq_expected, 1);
+    ck_assert_int_eq(M2->seq_expected, 1);
+    /* idle drops forget it too */
+    g_now += 40 * MS;
+    sweep();
+    ck_assert_int_eq(M1->seq_expected, 0);
+    ck_assert_int_eq(M2->seq_expected, 0);
+    job_free(a), job_free(b);
+}
+END_TEST
+
 /* srv_seq_list counts every live sequence and fills at most cap. */
 START_TEST(list_counts_past_cap)
 {
@@ -1115,6 +1163,7 @@ static Suite *seq_suite(void)
     tcase_add_test(tc, unload_and_reload);
     tcase_add_test(tc, idle_drop);
     tcase_add_test(tc, expire_fails_held_and_waiting);
+    tcase_add_test(tc, expected_next_steps);
     tcase_add_test(tc, list_counts_past_cap);
     tcase_add_test(tc, free_with_everything_live);
     suite_add_tcase(s, tc);

@@ -11,6 +11,7 @@
 
 #include "server/upload.h"
 #include "tests/check_main.h"
+#include "tests/tu_file.h"
 
 static char repo[256];
 static char *st_b64; /* the tiny fixture's model.safetensors, base64 */
@@ -105,23 +106,6 @@ static int install(const char *name, const char *body, char *err, model **m)
 {
     unsigned long long gen;
     return srv_upload_install(repo, name, body, strlen(body), m, &gen, err, 512);
-}
-
-static char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    char *b;
-    long len;
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    len = ftell(f);
-    rewind(f);
-    b = malloc((size_t)len + 1);
-    *n = fread(b, 1, (size_t)len, f);
-    b[*n] = 0;
-    fclose(f);
-    return b;
 }
 
 typedef struct racer {
@@ -249,11 +233,9 @@ START_TEST(concurrent_uploads_never_mix)
         pthread_barrier_wait(&go); /* both start */
         pthread_barrier_wait(&go); /* both done */
         snprintf(p, sizeof p, "%s/race/config.json", repo);
-        c = slurp(p, &nc);
+        c = tu_slurp(p, &nc);
         snprintf(p, sizeof p, "%s/race/model.safetensors", repo);
-        w = slurp(p, &nw);
-        ck_assert_ptr_nonnull(c);
-        ck_assert_ptr_nonnull(w);
+        w = tu_slurp(p, &nw);
         ck_assert_uint_eq(nw, st_n);
         if (memcmp(w, strstr(c, "\"A\"") ? st_a : st_b, st_n) != 0)
             mixed++;

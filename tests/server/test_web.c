@@ -9,28 +9,7 @@
 
 #include "server/web.h"
 #include "tests/check_main.h"
-
-/* The bytes of a file on disk, or NULL. */
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
-
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    rewind(f);
-    buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
-}
+#include "tests/tu_file.h"
 
 START_TEST(test_root_is_index)
 {
@@ -69,9 +48,7 @@ START_TEST(test_files_match_disk)
         a = web_asset_find(url);
         ck_assert_msg(a != NULL, "%s not embedded", url);
         ck_assert_str_eq(a->content_type, files[i][1]);
-        disk = slurp(path, &len);
-        ck_assert_msg(disk != NULL, "cannot read %s (run from the repo root)",
-                      path);
+        disk = tu_slurp(path, &len);
         ck_assert_uint_eq(a->len, len);
         ck_assert_mem_eq(a->data, disk, len);
         free(disk);
