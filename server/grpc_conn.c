@@ -420,13 +420,8 @@ int srv_grpc_start(srv *s, char *err)
         if (rc == 0)
             rc = uv_listen((uv_stream_t *)&g->listener, 511, on_connect);
         if (rc != 0) {
-            if (rc == UV_EADDRINUSE)
-                snprintf(err, SRV_ERRMAX, "--host %s --grpc-port %lld: address in "
-                         "use (another server listens there; --reuse-port 1 "
-                         "shares the port on purpose)", s->cfg.host, s->cfg.grpc_port);
-            else
-                snprintf(err, SRV_ERRMAX, "--host %s --grpc-port %lld: cannot "
-                         "listen (%s)", s->cfg.host, s->cfg.grpc_port, uv_strerror(rc));
+            srv_listen_err(s, err, "grpc-port", s->cfg.grpc_port,
+                           rc == UV_EADDRINUSE, uv_strerror(rc));
             uv_close((uv_handle_t *)&g->listener, NULL);
             nghttp2_session_callbacks_del(g->cbs);
             nghttp2_option_del(g->opt);

@@ -563,6 +563,19 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap)
     srv_log(cls, "warn", "http: %s", msg);
 }
 
+void srv_listen_err(const srv *s, char *err, const char *flag, long long port,
+                    int in_use, const char *why)
+{
+    if (in_use)
+        snprintf(err, SRV_ERRMAX, "--host %s --%s %lld: address in use (another "
+                 "server listens there; --reuse-port 1 shares the port on "
+                 "purpose)", s->cfg.host, flag, port);
+    else
+        snprintf(err, SRV_ERRMAX, "--host %s --%s %lld: cannot listen (%s; in "
+                 "use, or not an address of this machine)", s->cfg.host, flag,
+                 port, why);
+}
+
 /*
  * srv_http_start: bind host:port, start MHD in external-epoll mode and hook
  * its fd into the loop. Prints the bound address. 0 or -1 with err.
@@ -606,14 +619,7 @@ int srv_http_start(srv *s, char *err)
         (unsigned)1, MHD_OPTION_END);
     if (!s->mhd) {
         int e = errno;
-        if (e == EADDRINUSE)
-            snprintf(err, SRV_ERRMAX, "--host %s --port %lld: address in use "
-                     "(another server listens there; --reuse-port 1 shares "
-                     "the port on purpose)", s->cfg.host, s->cfg.port);
-        else
-            snprintf(err, SRV_ERRMAX, "--host %s --port %lld: cannot listen "
-                     "(%s; in use, or not an address of this machine)",
-                     s->cfg.host, s->cfg.port, strerror(e));
+        srv_listen_err(s, err, "port", s->cfg.port, e == EADDRINUSE, strerror(e));
         return -1;
     }
     info = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);

@@ -351,6 +351,10 @@ void srv_log(srv *s, const char *level, const char *fmt, ...)
 
 /* http.c */
 int srv_http_start(srv *s, char *err); /* -1 with err (SRV_ERRMAX) */
+/* srv_listen_err: err (SRV_ERRMAX) for a listener on --host and --<flag>
+ * port that could not start: in_use (EADDRINUSE), else why. */
+void srv_listen_err(const srv *s, char *err, const char *flag, long long port,
+                    int in_use, const char *why);
 void srv_http_stop(srv *s);
 
 /* healthcheck.c */

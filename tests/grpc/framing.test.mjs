@@ -11,6 +11,7 @@ import http2 from 'node:http2';
 import net from 'node:net';
 import { after, before, test } from 'node:test';
 import { start } from '../server/helper.mjs';
+import { frame, ld, packedF32, packedI64, str } from './wire.mjs';
 
 let d, session;
 before(async () => {
@@ -23,22 +24,6 @@ after(async () => {
   assert.equal(r.code, 0, d.log());
 });
 
-// ---- a protobuf writer, small and independent of protoc / protobufjs
-const varint = (n) => {
-  const b = [];
-  let v = BigInt.asUintN(64, BigInt(n));
-  do {
-    let x = Number(v & 0x7fn);
-    v >>= 7n;
-    if (v) x |= 0x80;
-    b.push(x);
-  } while (v);
-  return Buffer.from(b);
-};
-const ld = (field, bytes) => Buffer.concat([varint((field << 3) | 2), varint(bytes.length), bytes]);
-const str = (field, s) => ld(field, Buffer.from(s));
-const packedI64 = (field, a) => ld(field, Buffer.concat(a.map(varint)));
-const packedF32 = (field, a) => ld(field, Buffer.from(new Float32Array(a).buffer));
 /** ModelInferRequest for sdpa: the seed example, raw_input_contents */
 function seedMsg() {
   const t = [['q', [2, 4], [2, 0, 2, 0, 0, 4, 0, 2]], ['k', [2, 4], [1, 0, 1, 0, 0, 1, 0, 0]], ['v', [2, 2], [1, 2, 3, 0]]];
@@ -56,12 +41,6 @@ function seedTyped() {
     ...t.map(([n, s, v]) => ld(5, Buffer.concat([str(1, n), str(2, 'FP32'), packedI64(3, s), ld(5, packedF32(6, v))]))),
   ]);
 }
-const frame = (msg, flag = 0) => {
-  const h = Buffer.alloc(5);
-  h[0] = flag;
-  h.writeUInt32BE(msg.length, 1);
-  return Buffer.concat([h, msg]);
-};
 
 /** one raw call: {status (HTTP), grpcStatus, message, data} */
 function raw(path, body, headers = {}) {

@@ -10,39 +10,20 @@ import http2 from 'node:http2';
 import net from 'node:net';
 import { test } from 'node:test';
 import { ATTND, REFS, fp32, infer, start } from '../server/helper.mjs';
+import { frame, ld, packedI64, str } from './wire.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const X = REFS.causal;
 const xreq = (id) => ({ id, inputs: [fp32('x', X.shape, X.x)], parameters: { causal: true } });
 const used = async (d) => Number(/\nattnd_memory_budget_used_bytes (\d+)\n/.exec(await (await fetch(`${d.url}/metrics`)).text())[1]);
 
-// ---- a protobuf writer (as framing.test.mjs)
-const varint = (n) => {
-  const b = [];
-  let v = n;
-  do {
-    let x = v & 0x7f;
-    v = Math.floor(v / 128);
-    if (v) x |= 0x80;
-    b.push(x);
-  } while (v);
-  return Buffer.from(b);
-};
-const ld = (field, bytes) => Buffer.concat([varint((field << 3) | 2), varint(bytes.length), bytes]);
-const str = (field, s) => ld(field, Buffer.from(s));
-const packed = (field, a) => ld(field, Buffer.concat(a.map(varint)));
-const frame = (msg) => {
-  const h = Buffer.alloc(5);
-  h.writeUInt32BE(msg.length, 1);
-  return Buffer.concat([h, msg]);
-};
 const INFER = '/inference.GRPCInferenceService/ModelInfer';
 /** ModelInferRequest for sdpa: q, k, v [T, 1] raw, asking for the T x T attention */
 function bigAnswerMsg(T) {
   const col = Buffer.from(new Float32Array(Array.from({ length: T }, (_, i) => (i % 8) / 8)).buffer);
   return Buffer.concat([
     str(1, 'sdpa'),
-    ...['q', 'k', 'v'].map((n) => ld(5, Buffer.concat([str(1, n), str(2, 'FP32'), packed(3, [T, 1])]))),
+    ...['q', 'k', 'v'].map((n) => ld(5, Buffer.concat([str(1, n), str(2, 'FP32'), packedI64(3, [T, 1])]))),
     ld(6, str(1, 'attention')),
     ld(7, col), ld(7, col), ld(7, col),
   ]);
