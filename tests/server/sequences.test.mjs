@@ -553,9 +553,12 @@ test('steps of sequences answered together wait for each other (sequence-wait-us
       infer(d, 'gqa', stepBody(id, tokens(P, 900 + k), { start: true, outputs: [{ name: 'y' }] }))));
     for (const r of starts) assert.equal(r.status, 200, JSON.stringify(r.json));
     const n0 = await metric(d, 'attnd_inference_batch_size_count');
-    // a's next step, then b's a moment later (well within the wait)
+    // a's next step, then b's a moment later: well within the wait (the
+    // last batch ran for tens of ms, more under sanitizers), long enough
+    // for a alone to be decoded and launched without it (under TSan 5 ms
+    // was not: both were decoded and queued together)
     const a = infer(d, 'gqa', stepBody('wa', tokens(1, 910), { outputs: [{ name: 'y' }] }));
-    await sleep(5);
+    await sleep(5 * SLOW);
     const b = infer(d, 'gqa', stepBody('wb', tokens(1, 911), { outputs: [{ name: 'y' }] }));
     for (const r of await Promise.all([a, b])) {
       assert.equal(r.status, 200, JSON.stringify(r.json));
