@@ -1,0 +1,456 @@
+/*
+ * test_seq_drops.c - the server's sequence table (server/seq.c) on its
+ * own, part two: the limits (max-sequences, kv-bytes), steps on another
+ * model or instance, retain, drops (DELETE, unload, reload, idle), drain
+ * expiry, the batcher's count of expected steps, listing and freeing.
+ * Part one is test_seq.c; both share seq_fixture.h.
+ */
+#include "tests/server/seq_fixture.h"
+
+/* ---- limits ------------------------------------------------------------ */
+
+/* max-sequences 2 counts live sequences and starts on their way; a restart
+ * of a live one is not a new one; a start refused leaves nothing behind. */
+START_TEST(max_sequences)
+{
+    srv_job *b, *c, *d, *r;
+    g_s.cfg.max_sequences = 2;
+    go(M1, 1, "\"sequence_id\":\"a\",\"sequence_start\":true");
+    b = job(M2, 1, "\"sequence_id\":\"b\",\"sequence_start\":true");
+    submit(b);
+    ck_assert_int_eq(b->queued, 1); /* starting: counts */
+    c = job(M1, 1, "\"sequence_id\":\"c\",\"sequence_start\":true");
+    submit(c);
+    ck_assert_int_eq(c->queued, 0);
+    ck_assert_int_eq(c->status, 503);
+    ck_assert_str_eq(c->msg, "sequences: 2 live or starting (max-sequences 2); "
+                     "end some or retry later");
+    ck_assert_int_eq(info("c", NULL), 0);
+    r = job(M1, 1, "\"sequence_id\":\"a\",\"sequence_start\":true");
+    submit(r);
+    ck_assert_int_eq(r->queued, 1); /* a restart takes no new place */
+    ck_assert_int_eq(run(r, 1), 0);
+    ck_assert_int_eq(run(b, 0), 0); /* b fails: its place is free again */
+    d = job(M1, 1, "\"sequence_id\":\"d\",\"sequence_start\":true");
+    submit(d);
+    ck_assert_int_eq(d->queued, 1);
+    ck_assert_int_eq(run(d, 1), 0);
+    job_free(c);
+    c = job(M1, 1, "\"sequence_id\":\"c\",\"sequence_start\":true");
+    submit(c); /* a and d are live */
+    ck_assert_int_eq(c->status, 503);
+    go(M1, 1, "\"sequence_id\":\"d\",\"sequence_end\":true");
+    job_free(c);
+    c = job(M1, 1, "\"sequence_id\":\"c\",\"sequence_start\":true");
+    submit(c);
+    ck_assert_int_eq(c->queued, 1);
+    ck_assert_int_eq(run(c, 1), 0);
+    ck_assert_uint_eq(srv_seq_list(&g_s, NULL, 0), 2);
+
+    /* max-sequences 0: no start at all */
+    g_s.cfg.max_sequences = 0;
+    job_free(d);
+    d = job(M2, 1, "\"sequence_id\":\"e\",\"sequence_start\":true");
+    submit(d);
+    ck_assert_int_eq(d->status, 503);
+    ck_assert_str_eq(d->msg, "sequences: 2 live or starting (max-sequences 0); "
+                     "end some or retry later");
+    job_free(b), job_free(c), job_free(d), job_free(r);
+}
+END_TEST
+
+/* kv-bytes: a model without a cache refuses starts; a full cache refuses a
+ * start that does not fit and keeps the others. */
+START_TEST(kv_bytes)
+{
+    srv_job *a, *b;
+    srv_seq_info i;
+    M2->inst = &g_inst[3]; /* kv-bytes 0 */
+    a = job(M2, 1, "\"sequence_id\":1,\"sequence_start\":true");
+    submit(a);
+    ck_assert_int_eq(a->status, 400);
+    ck_assert_str_eq(a->msg, "sequences: model 'm2' keeps no K/V cache "
+                     "(kv-bytes 0)");
+    ck_assert_int_eq(info("1", NULL), 0);
+    M2->inst = &g_inst[1];
+
+    go(M1, 20, "\"sequence_id\":\"big\",\"sequence_start\":true"); /* 5 pages */
+    b = job(M1, 13, "\"sequence_id\":\"more\",\"sequence_start\":true");
+    submit(b);
+    ck_assert_int_eq(launch(b), 503); /* 4 pages: 9 > 8 */
+    ck_assert_str_eq(b->msg, "sequences: the K/V cache of model 'm1' is full "
+                     "(640 of 1024 bytes, kv-bytes) and cannot take 13 more "
+                     "tokens of sequence 'more'; end sequences or retry later");
+    ck_assert_int_eq(info("more", NULL), 0);
+    ck_assert_uint_eq(used(0), 5 * PAGE);
+    ck_assert_int_eq(info("big", &i), 1);
+    ck_assert_int_eq(i.length, 20);
+    /* each model's budget is its own: m2 takes 3 pages, m1 fills up */
+    go(M2, 12, "\"sequence_id\":\"more\",\"sequence_start\":true");
+    go(M1, 12, "\"sequence_id\":\"big2\",\"sequence_start\":true");
+    ck_assert_uint_eq(used(0), BUDGET);
+    ck_assert_uint_eq(used(1), 3 * PAGE);
+    job_free(a), job_free(b);
+}
+END_TEST
+
+/* ---- wrong model, retain ------------------------------------------------ */
+
+START_TEST(step_on_another_model_or_instance)
+{
+    srv_job *a, *b, *c;
+    go(M1, 2, "\"sequence_id\":\"w\",\"sequence_start\":true");
+    a = job(M2, 1, "\"sequence_id\":\"w\"");
+    submit(a);
+    ck_assert_int_eq(a->status, 400);
+    ck_assert_str_eq(a->msg, "parameters.sequence_id: sequence 'w' belongs to "
+                     "model 'm1'; send sequence_start: true to begin it on "
+                     "'m2'");
+    /* a step holding another instance of m1 than the sequence's */
+    b = job(M1, 1, "\"sequence_id\":\"w\"");
+    b->st.inst = &g_inst[2];
+    submit(b);
+    ck_assert_int_eq(b->status, 400);
+    ck_assert_str_eq(b->msg, "parameters.sequence_id: sequence 'w' belongs to "
+                     "model 'm1' as it was before a reload; send "
+                     "sequence_start: true to begin it on 'm1'");
+    ck_assert_int_eq(length("w"), 2);
+    /* a start on m2 moves it there */
+    c = job(M2, 3, "\"sequence_id\":\"w\",\"sequence_start\":true");
+    submit(c);
+    ck_assert_int_eq(run(c, 1), 0);
+    ck_assert_int_eq(g_inst[0].refs, 1);
+    ck_assert_int_eq(g_inst[1].refs, 2);
+    ck_assert_uint_eq(used(0), 0);
+    ck_assert_uint_eq(used(1), PAGE);
+    ck_assert_int_eq(M1->seq_stats.live, 0);
+    ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_RESTARTED], 1);
+    ck_assert_int_eq(M2->seq_stats.live, 1);
+    ck_assert_int_eq(M2->seq_stats.started, 1);
+    ck_assert_int_eq(info("w", NULL), 1);
+    job_free(a), job_free(b), job_free(c);
+}
+END_TEST
+
+/* retain is decided by the start: a retained sequence's steps grow its map
+ * (attention allocated even when not asked for); a step asking to retain
+ * on a sequence that keeps no map is refused; the map is forgotten with
+ * the sequence. */
+START_TEST(retain_follows_the_start)
+{
+    srv_job *a, *b, *c;
+    srv_seq_info i;
+    go(M1, 2, "\"sequence_id\":\"plain\",\"sequence_start\":true");
+    a = job(M1, 1, "\"sequence_id\":\"plain\",\"retain\":true");
+    submit(a);
+    ck_assert_int_eq(a->status, 400);
+    ck_assert_str_eq(a->msg, "parameters.retain: sequence 'plain' keeps no map "
+                     "(retain is decided by its sequence_start step)");
+    b = job(M1, 1, "\"sequence_id\":\"plain\"");
+    submit(b);
+    ck_assert_int_eq(launch(b), 0);
+    ck_assert_ptr_null(b->prep.out[SRV_O_ATT]); /* nobody wants it */
+    end(b, 1);
+
+    job_free(a);
+    a = job(M1, 2, "\"sequence_id\":\"kept\",\"sequence_start\":true,"
+                   "\"retain\":true");
+    submit(a);
+    ck_assert_int_eq(launch(a), 0);
+    ck_assert_ptr_nonnull(a->prep.out[SRV_O_ATT]);
+    snprintf(a->st.map_id, sizeof a->st.map_id, "map-k");
+    end(a, 1);
+    c = job(M1, 1, "\"sequence_id\":\"kept\",\"retain\":true");
+    submit(c);
+    ck_assert_str_eq(c->st.map_id, "map-k");
+    ck_assert_int_eq(launch(c), 0);
+    ck_assert_ptr_nonnull(c->prep.out[SRV_O_ATT]);
+    end(c, 1);
+    ck_assert_int_eq(info("kept", &i), 1);
+    ck_assert_str_eq(i.map_id, "map-k");
+    go(M1, 1, "\"sequence_id\":\"kept\",\"sequence_end\":true");
+    ck_assert_int_eq(info("kept", NULL), 0);
+    job_free(a), job_free(b), job_free(c);
+}
+END_TEST
+
+/* ---- drops --------------------------------------------------------------- */
+
+/* DELETE: unknown ids are -1; a live sequence goes at once (counted,
+ * logged) unless a bound step of it runs, then when that step ends; a step
+ * already on the model queue but not bound finds it gone at bind. */
+START_TEST(delete_now_or_after_the_running_step)
+{
+    char owner[SRV_NAME_MAX];
+    srv_job *a, *b;
+    ck_assert_int_eq(srv_seq_delete(&g_s, "nope", owner), -1);
+    go(M1, 3, "\"sequence_id\":\"d\",\"sequence_start\":true");
+    ck_assert_int_eq(srv_seq_delete(&g_s, "d", owner), 0);
+    ck_assert_str_eq(owner, "m1");
+    ck_assert_str_eq(g_log, "sequence 'd' of model 'm1' dropped (deleted, 3 "
+                     "tokens)");
+    ck_assert_int_eq(info("d", NULL), 0);
+    ck_assert_uint_eq(used(0), 0);
+    ck_assert_int_eq(g_inst[0].refs, 1);
+    ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_DELETED], 1);
+    ck_assert_int_eq(M1->seq_stats.live, 0);
+    ck_assert_int_eq(srv_seq_delete(&g_s, "d", owner), -1);
+
+    /* queued, not bound: dropped now, the step is refused at bind */
+    go(M1, 3, "\"sequence_id\":\"d\",\"sequence_start\":true");
+    a = job(M1, 1, "\"sequence_id\":\"d\"");
+    submit(a);
+    ck_assert_int_eq(a->queued, 1);
+    ck_assert_int_eq(srv_seq_delete(&g_s, "d", owner), 0);
+    ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_DELETED], 2);
+    ck_assert_uint_eq(used(0), 0);
+    ck_assert_int_eq(launch(a), 400);
+    ck_assert_str_eq(a->msg, "parameters.sequence_id: sequence 'd' was dropped "
+                     "(deleted, idle or model unloaded) before this step ran; "
+                     "send sequence_start: true with the whole history to "
+                     "begin it again");
+    ck_assert_int_eq(info("d", NULL), 0);
+
+    /* bound and running: it goes when the step ends, even a good one */
+    go(M1, 3, "\"sequence_id\":\"d\",\"sequence_start\":true");
+    b = job(M1, 2, "\"sequence_id\":\"d\"");
+    submit(b);
+    ck_assert_int_eq(launch(b), 0);
+    ck_assert_int_eq(srv_seq_delete(&g_s, "d", owner), 0);
+    ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_DELETED], 2);
+    ck_assert_int_eq(info("d", NULL), 0); /* not listed any more */
+    ck_assert_uint_eq(used(0), 2 * PAGE); /* its pages are in the plan */
+    end(b, 1);
+    ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_DELETED], 3);
+    ck_assert_int_eq(M1->seq_stats.live, 0);
+    ck_assert_uint_eq(used(0), 0);
+    ck_assert_int_eq(g_inst[0].refs, 1);
+    ck_assert_str_eq(g_log, "sequence 'd' of model 'm1' dropped (deleted, 5 "
+                     "tokens)");
+    job_free(a), job_free(b);
+}
+END_TEST
+
+/* Unload / reload (srv_seq_drop_model) drops the model's sequences, the
+ * other model's stay; one whose step is running goes when it ends; one
+ * whose step finished on the old instance after a reload goes too. */
+START_TEST(unload_and_reload)
+{
+    srv_job *a, *b;
+    go(M1, 1, "\"sequence_id\":\"u1\",\"sequence_start\":true");
+    go(M1, 1, "\"sequence_id\":\"u2\",\"sequence_start\":true");
+    go(M2, 1, "\"sequence_id\":\"v\",\"sequence_start\":true");
+    a = job(M1, 1, "\"sequence_id\":\"u2\"");
+    submit(a);
+    ck_assert_int_eq(launch(a), 0);
+    M1->inst = &g_inst[2]; /* reloaded */
+    srv_seq_drop_model(M1);
+    ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_UNLOADED], 1);
+    ck_assert_int_eq(info("u1", NULL), 0);
+    ck_assert_int_eq(info("u2", NULL), 0); /* going */
+    ck_assert_int_eq(length("v"), 1);
+    ck_assert_int_eq(g_inst[0].refs, 2);   /* u2 still holds it */
+    end(a, 1);
+    ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_UNLOADED], 2);
+    ck_assert_int_eq(M1->seq_stats.live, 0);
+    ck_assert_int_eq(g_inst[0].refs, 1);
+    ck_assert_uint_eq(used(0), 0);
+    ck_assert_int_eq(M2->seq_stats.live, 1);
+
+    /* a start running on the old instance when the model is reloaded
+     * (without a drop): it ends as the sequence's first step, and goes */
+    M1->inst = &g_inst[0];
+    b = job(M1, 2, "\"sequence_id\":\"late\",\"sequence_start\":true");
+    submit(b);
+    ck_assert_int_eq(launch(b), 0);
+    M1->inst = &g_inst[2];
+    end(b, 1);
+    ck_assert_int_eq(info("late", NULL), 0);
+    ck_assert_int_eq(M1->seq_stats.started, 3);
+    ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_UNLOADED], 3);
+    ck_assert_int_eq(g_inst[0].refs, 1);
+    ck_assert_uint_eq(used(0), 0);
+    /* the reloaded model takes new sequences */
+    go(M1, 2, "\"sequence_id\":\"late\",\"sequence_start\":true");
+    ck_assert_int_eq(g_inst[2].refs, 2);
+    ck_assert_uint_eq(used(2), PAGE);
+    job_free(a), job_free(b);
+}
+END_TEST
+
+/* Idle: a sequence with no step for sequence-idle-ms (40) is dropped by the
+ * sweep, not a moment before; never while a step of it is queued. */
+START_TEST(idle_drop)
+{
+    srv_job *a;
+    srv_seq_info i;
+    go(M1, 3, "\"sequence_id\":\"i\",\"sequence_start\":true");
+    g_now += 39 * MS;
+    sweep();
+    ck_assert_int_eq(info("i", &i), 1);
+    ck_assert_uint_eq(i.idle_ms, 39);
+    g_now += 1 * MS;
+    sweep();
+    ck_assert_int_eq(info("i", NULL), 0);
+    ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_IDLE], 1);
+    ck_assert_int_eq(M1->seq_stats.live, 0);
+    ck_assert_uint_eq(used(0), 0);
+    ck_assert_int_eq(g_inst[0].refs, 1);
+    ck_assert_str_eq(g_log, "sequence 'i' of model 'm1' dropped (idle, 3 "
+                     "tokens)");
+
+    /* a step restarts the clock; a queued step holds the sequence */
+    go(M1, 3, "\"sequence_id\":\"i\",\"sequence_start\":true");
+    g_now += 30 * MS;
+    go(M1, 1, "\"sequence_id\":\"i\"");
+    g_now += 30 * MS;
+    sweep();
+    ck_assert_int_eq(length("i"), 4);
+    a = job(M1, 1, "\"sequence_id\":\"i\"");
+    submit(a);
+    g_now += 1000 * MS;
+    sweep();
+    ck_assert_int_eq(length("i"), 4);
+    ck_assert_int_eq(launch(a), 0);
+    sweep();
+    end(a, 1); /* its end is the last step */
+    g_now += 39 * MS;
+    sweep();
+    ck_assert_int_eq(length("i"), 5);
+    g_now += 1 * MS;
+    sweep();
+    ck_assert_int_eq(info("i", NULL), 0);
+    ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_IDLE], 2);
+    job_free(a);
+}
+END_TEST
+
+/* Drain timeout (srv_seq_expire): held and waiting steps answer 503; the
+ * active one is left to its batch. */
+START_TEST(expire_fails_held_and_waiting)
+{
+    srv_job *x = job(M1, 1, "\"sequence_id\":\"plain\"");
+    srv_job *a = job(M1, 2, "\"sequence_id\":\"e\",\"sequence_start\":true");
+    srv_job *b = job(M1, 1, "\"sequence_id\":\"e\"");
+    srv_job *h = job(M1, 1, "\"sequence_id\":\"f\",\"sequence_start\":true");
+    submit(a);
+    submit(b);
+    srv_seq_arrive(&g_s, &x->st);
+    submit(h);
+    ck_assert_int_eq(b->st.where, SRV_STEP_WAITING);
+    ck_assert_int_eq(h->st.where, SRV_STEP_HELD);
+    srv_seq_expire(&g_s);
+    ck_assert_int_eq(b->status, 503);
+    ck_assert_str_eq(b->msg, "server: shut down before this request ran");
+    ck_assert_int_eq(h->status, 503);
+    ck_assert_str_eq(h->msg, "server: shut down before this request ran");
+    ck_assert_int_eq(a->status, 0);
+    ck_assert_int_eq(run(a, 1), 0);
+    ck_assert_int_eq(length("e"), 2);
+    srv_seq_decoded(&g_s, &x->st, 0);
+    ck_assert_int_eq(h->queued, 0);
+    job_free(x), job_free(a), job_free(b), job_free(h);
+}
+END_TEST
+
+/* The batcher's hint (--sequence-wait-us, batch.c): a sequence answered
+ * 200 and going on is expected to send its next step soon; it counts in
+ * its model's seq_expected until that step arrives, it ends or goes. A
+ * step answered while the next one already waits, or a failed one, expects
+ * nothing. batch.c forgets every flag at once with a new generation; an
+ * old flag then counts no more, and a new one does. */
+START_TEST(expected_next_steps)
+{
+    char owner[SRV_NAME_MAX];
+    srv_job *a, *b;
+    go(M1, 2, "\"sequence_id\":\"p\",\"sequence_start\":true");
+    ck_assert_int_eq(M1->seq_expected, 1);
+    go(M1, 2, "\"sequence_id\":\"q\",\"sequence_start\":true");
+    ck_assert_int_eq(M1->seq_expected, 2);
+    a = job(M1, 1, "\"sequence_id\":\"p\"");
+    b = job(M1, 1, "\"sequence_id\":\"p\"");
+    submit(a);
+    ck_assert_int_eq(M1->seq_expected, 1); /* p's step came */
+    submit(b);
+    ck_assert_int_eq(run(a, 1), 0);
+    ck_assert_int_eq(M1->seq_expected, 1); /* its next one is there */
+    ck_assert_int_eq(run(b, 0), 0);
+    ck_assert_int_eq(M1->seq_expected, 1); /* failed: nothing expected */
+    go(M1, 1, "\"sequence_id\":\"p\",\"sequence_end\":true");
+    ck_assert_int_eq(M1->seq_expected, 1); /* ended */
+    ck_assert_int_eq(srv_seq_delete(&g_s, "q", owner), 0);
+    ck_assert_int_eq(M1->seq_expected, 0); /* gone */
+
+    go(M1, 1, "\"sequence_id\":\"r\",\"sequence_start\":true");
+    ck_assert_int_eq(M1->seq_expected, 1);
+    M1->expect_gen++, M1->seq_expected = 0; /* batch.c gives up on them */
+    go(M1, 1, "\"sequence_id\":\"s\",\"sequence_start\":true");
+    ck_assert_int_eq(M1->seq_expected, 1); /* s, of the new generation */
+    go(M1, 1, "\"sequence_id\":\"r\""); /* r's old flag is not s's */
+    ck_assert_int_eq(M1->seq_expected, 2);
+    /* a restart on m2: expected there, no longer on m1 */
+    go(M2, 1, "\"sequence_id\":\"r\",\"sequence_start\":true");
+    ck_assert_int_eq(M1->seq_expected, 1);
+    ck_assert_int_eq(M2->seq_expected, 1);
+    /* idle drops forget it too */
+    g_now += 40 * MS;
+    sweep();
+    ck_assert_int_eq(M1->seq_expected, 0);
+    ck_assert_int_eq(M2->seq_expected, 0);
+    job_free(a), job_free(b);
+}
+END_TEST
+
+/* srv_seq_list counts every live sequence and fills at most cap. */
+START_TEST(list_counts_past_cap)
+{
+    srv_seq_info i[2];
+    go(M1, 1, "\"sequence_id\":1,\"sequence_start\":true");
+    go(M1, 1, "\"sequence_id\":2,\"sequence_start\":true");
+    go(M2, 1, "\"sequence_id\":3,\"sequence_start\":true");
+    memset(i, 0, sizeof i);
+    ck_assert_uint_eq(srv_seq_list(&g_s, i, 2), 3);
+    ck_assert_int_eq(i[0].length, 1);
+    ck_assert_int_eq(i[1].length, 1);
+    ck_assert_uint_eq(srv_seq_list(&g_s, NULL, 0), 3);
+}
+END_TEST
+
+/* The server stops with live sequences, an active (unbound) and a waiting
+ * step: srv_seq_free gives every page and reference back (teardown checks)
+ * and never touches the steps (freed here first: ASan would see it). */
+START_TEST(free_with_everything_live)
+{
+    srv_job *a = job(M1, 2, "\"sequence_id\":\"z\",\"sequence_start\":true");
+    srv_job *b = job(M1, 1, "\"sequence_id\":\"z\"");
+    go(M2, 9, "\"sequence_id\":\"y\",\"sequence_start\":true");
+    go(M1, 2, "\"sequence_id\":\"z\",\"sequence_start\":true");
+    submit(a);
+    submit(b);
+    ck_assert_int_eq(a->queued, 1);
+    ck_assert_int_eq(b->st.where, SRV_STEP_WAITING);
+    job_free(a), job_free(b);
+}
+END_TEST
+
+static Suite *seq_drops_suite(void)
+{
+    Suite *s = suite_create("seq_drops");
+    TCase *tc = tcase_create("seq_drops");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, max_sequences);
+    tcase_add_test(tc, kv_bytes);
+    tcase_add_test(tc, step_on_another_model_or_instance);
+    tcase_add_test(tc, retain_follows_the_start);
+    tcase_add_test(tc, delete_now_or_after_the_running_step);
+    tcase_add_test(tc, unload_and_reload);
+    tcase_add_test(tc, idle_drop);
+    tcase_add_test(tc, expire_fails_held_and_waiting);
+    tcase_add_test(tc, expected_next_steps);
+    tcase_add_test(tc, list_counts_past_cap);
+    tcase_add_test(tc, free_with_everything_live);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TU_MAIN(seq_drops_suite)
