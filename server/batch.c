@@ -159,8 +159,8 @@ static void batch_finish(batch *b, int status, const char *msg)
     if (b->whole)
         now = b->t_ran;
     if (!status) {
-        srv_stats_batch(&e->stats, b->n_seqs, now - b->jobs[0]->t_run);
         e->last_run_ns = now - b->jobs[0]->t_run;
+        srv_stats_batch(&e->stats, b->n_seqs, e->last_run_ns);
     }
     for (i = 0; i < b->n_jobs; i++) {
         srv_job *j = b->jobs[i];
