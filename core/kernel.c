@@ -22,6 +22,9 @@ static int imax(int a, int b)
 void attn__gemm(int trans_b, int m, int n, int k, float alpha, const float *a,
                 int lda, const float *b, int ldb, float beta, float *c, int ldc)
 {
+    if (!trans_b && alpha == 1.0f && beta == 0.0f &&
+        attn__skinny_gemm(m, n, k, a, lda, b, ldb, c, ldc))
+        return;
     cblas_sgemm(CblasRowMajor, CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b,
                 ldb, beta, c, ldc);

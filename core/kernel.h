@@ -73,7 +73,8 @@ void attn__rope_rows(float *x, size_t ld, int r0, int r1, int n_heads, int dk,
 
 /* attn__gemm: C (m, n) = alpha A (m, k) B + beta C, row-major, B (k, n) or,
  * when trans_b, B^T with B (n, k), through cblas_sgemm (OpenBLAS's own
- * small-matrix kernels beat plain loops even at 16 x 16 x 16). */
+ * small-matrix kernels beat plain loops even at 16 x 16 x 16), or through
+ * attn__skinny_gemm when it takes the shape (C = A B with few rows). */
 void attn__gemm(int trans_b, int m, int n, int k, float alpha, const float *a,
                 int lda, const float *b, int ldb, float beta, float *c,
                 int ldc);
@@ -90,5 +91,19 @@ void attn__rowops_portable(int on);
 /* attn__blas_single: ask OpenBLAS (when linked) for one thread, so GEMMs
  * inside tiles never oversubscribe the pool. Idempotent, any thread. */
 void attn__blas_single(void);
+
+/* attn__skinny_gemm (skinny.c): C (m, n) = A (m, k) B (k, n), row-major,
+ * without packing B, for SKINNY_MIN_ROWS <= m <= SKINNY_MAX_ROWS,
+ * k >= SKINNY_MIN_K and n a multiple of 32, on a CPU with AVX-512.
+ * Returns 1 when it computed C, 0 (touching nothing) when the shape or
+ * the CPU is not its own. From 2 to 48 rows it beat OpenBLAS's SkylakeX
+ * kernels on the decode layer's tiles (x 2048 x 256); at 64 it lost, and
+ * one row is OpenBLAS's GEMV, as fast. Below k = 128 the matrices sit in
+ * cache and OpenBLAS's small-matrix kernels are as fast. */
+#define SKINNY_MIN_ROWS 2
+#define SKINNY_MAX_ROWS 48
+#define SKINNY_MIN_K 128
+int attn__skinny_gemm(int m, int n, int k, const float *a, int lda,
+                      const float *b, int ldb, float *c, int ldc);
 
 #endif

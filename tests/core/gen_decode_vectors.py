@@ -93,7 +93,10 @@ def case(d_model, H, Hk, dk, dv, rot, theta, n_prompt, n_steps):
 
 with torch.no_grad():
     cases = [case(24, 4, 2, 8, 6, 4, 10000.0, 7, 6),   # GQA, partial RoPE
-             case(16, 4, 1, 8, 8, 8, 500.0, 70, 4)]    # MQA, full RoPE
+             case(16, 4, 1, 8, 8, 8, 500.0, 70, 4),    # MQA, full RoPE
+             # wide enough (k >= 128) that the 20-row prefill's
+             # projections take core/skinny.c's GEMM on AVX-512
+             case(128, 4, 2, 32, 32, 32, 10000.0, 20, 3)]
 with open(OUT, "wb") as f:
     f.write(struct.pack("<i", len(cases)))
     for c in cases:

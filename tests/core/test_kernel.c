@@ -135,12 +135,81 @@ START_TEST(kernel_block_edges)
 }
 END_TEST
 
+/* A CPU the skinny GEMM runs on (it declines elsewhere). */
+static int cpu_avx512(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+#else
+    return 0;
+#endif
+}
+
+START_TEST(skinny_gemm_matches_double)
+{
+    /* loop: rows at and around the micro-kernel's 12 and the limits,
+     * strided A, B and C (ld > width), k not a multiple of anything */
+    static const int shape[][3] = {/* m, n, k */
+                                   {2, 32, 128},  {3, 64, 131},
+                                   {12, 32, 200}, {13, 96, 128},
+                                   {25, 64, 257}, {32, 256, 300},
+                                   {48, 32, 129}};
+    int m = shape[_i][0], n = shape[_i][1], k = shape[_i][2];
+    int lda = k + 3, ldb = n + 40, ldc = n + 7;
+    tu_rng g = {77u + (unsigned)_i};
+    float *a = tu_randn(&g, (size_t)m * lda, 1.0f);
+    float *b = tu_randn(&g, (size_t)k * ldb, 1.0f);
+    float *c = tu_fill((size_t)m * ldc, NAN);
+    int took = attn__skinny_gemm(m, n, k, a, lda, b, ldb, c, ldc);
+    ck_assert_int_eq(took, cpu_avx512());
+    for (int i = 0; took && i < m; i++) {
+        for (int j = 0; j < n; j++) {
+            double want = 0, mag = 0;
+            for (int p = 0; p < k; p++) {
+                double t = (double)a[(size_t)i * lda + p] *
+                           (double)b[(size_t)p * ldb + j];
+                want += t;
+                mag += fabs(t);
+            }
+            float got = c[(size_t)i * ldc + j];
+            /* k roundings of at most half an ulp of the running sum */
+            ck_assert_msg(fabs(got - want) <= 1e-7 * k * mag + 1e-30,
+                          "m %d n %d k %d c[%d][%d] %.9g want %.9g", m, n, k,
+                          i, j, got, want);
+        }
+        for (int j = n; j < ldc; j++) /* the gap between rows untouched */
+            ck_assert(isnan(c[(size_t)i * ldc + j]));
+    }
+    free(a), free(b), free(c);
+}
+END_TEST
+
+START_TEST(skinny_gemm_declines)
+{
+    /* shapes it leaves to cblas_sgemm: C stays as it was */
+    static const int shape[][3] = {
+        {1, 64, 256}, {49, 64, 256}, {8, 48, 256}, {8, 16, 256}, {8, 64, 127}};
+    int m = shape[_i][0], n = shape[_i][1], k = shape[_i][2];
+    tu_rng g = {5u};
+    float *a = tu_randn(&g, (size_t)m * k, 1.0f);
+    float *b = tu_randn(&g, (size_t)k * n, 1.0f);
+    float *c = tu_fill((size_t)m * n, NAN);
+    ck_assert_int_eq(attn__skinny_gemm(m, n, k, a, k, b, n, c, n), 0);
+    for (size_t i = 0; i < (size_t)m * n; i++)
+        ck_assert(isnan(c[i]));
+    free(a), free(b), free(c);
+}
+END_TEST
+
 static Suite *kernel_suite(void)
 {
     Suite *s = suite_create("kernel");
     TCase *tc = tcase_create("kernel");
     tcase_add_test(tc, rope_known_rotation);
     tcase_add_loop_test(tc, kernel_block_edges, 0, 5);
+    tcase_add_loop_test(tc, skinny_gemm_matches_double, 0, 7);
+    tcase_add_loop_test(tc, skinny_gemm_declines, 0, 5);
     suite_add_tcase(s, tc);
     return s;
 }
