@@ -2,9 +2,9 @@
  * batch.c - batches, on the loop thread: a model's queue becomes a batch
  * (max_batch sequences, or the oldest waited batch_delay_us; the
  * microsecond timer is a timerfd polled by the loop), the batch's attn_plan
- * runs stage by stage with every tile of a stage on the pool (or, when
- * small, as one pool job that also encodes), and its jobs go on to be
- * encoded and answered. The life of one request around it is sched.c's.
+ * runs stage by stage with every tile of a stage on the pool, then the
+ * same pool jobs check and encode its requests (or, when small, one pool
+ * job does it all), and the loop answers them. The life of one request around it is sched.c's.
  */
 #include "server/srv.h"
 
@@ -24,6 +24,7 @@ typedef struct batch batch;
 typedef struct tile_work {
     uv_work_t work;
     batch *b;
+    uint64_t t_ran; /* when this job began checking and encoding */
 } tile_work;
 
 struct batch {
@@ -34,40 +35,31 @@ struct batch {
     attn_seq *seqs;
     attn_raw *raws;
     attn_plan *plan;
-    int stage, n_stages;
+    int stage, n_stages; /* stage n_stages: checking and encoding the jobs */
     size_t n_tiles;
     atomic_size_t next_tile;
+    atomic_int next_job; /* the next job to check and encode */
     int outstanding;   /* tile_work items on the pool */
     tile_work *workers; /* (s->threads) */
-    int whole;         /* small batch: one work item runs it all + encodes */
-    uint64_t t_ran;    /* compute end (whole batches) */
+    int whole;         /* small batch: one work item runs it all */
 };
-
-/* ---- encode --------------------------------------------------------------- */
-
-static void encode_work(uv_work_t *w) { srv__job_encode(w->data); }
-
-static void encode_done(uv_work_t *w, int status)
-{
-    srv_job *j = w->data;
-    (void)status;
-    srv__job_answer(j, j->status ? j->status : 200, j->err);
-    srv__job_end(j);
-}
 
 /* ---- batches -------------------------------------------------------------- */
 
-/* check_finite: after the plan ran, before it is freed: a job one of whose
- * sequences came out non-finite (its inputs overflow float32) gets a 400
- * instead of meaningless numbers; the other jobs of the batch are not
- * affected. Whichever thread owns the finished batch. */
-static void check_finite(batch *b)
+/* finish_jobs: after every stage ran, before the plan is freed, on the
+ * batch's pool jobs: each takes jobs in turn, gives one whose sequences
+ * came out non-finite (its inputs overflow float32) a 400 instead of
+ * meaningless numbers (the other jobs of the batch are not affected), and
+ * encodes its answer. Touches only the batch's own jobs. */
+static void finish_jobs(batch *b, tile_work *me)
 {
-    int i, k, n;
-    for (i = 0, k = 0; i < b->n_jobs; k += b->jobs[i]->prep.n, i++)
-        for (n = 0; n < b->jobs[i]->prep.n; n++)
-            if (attn_plan_nonfinite(b->plan, k + n)) {
-                srv_job *j = b->jobs[i];
+    int i, n;
+    me->t_ran = srv_now_ns();
+    /* (encoding frees a job's prep: the items' offsets were set before) */
+    while ((i = atomic_fetch_add(&b->next_job, 1)) < b->n_jobs) {
+        srv_job *j = b->jobs[i];
+        for (n = 0; n < j->prep.n; n++)
+            if (attn_plan_nonfinite(b->plan, j->item0 + n)) {
                 j->status = 400;
                 snprintf(j->err, sizeof j->err,
                          "inputs: a projection, score or output of sequence "
@@ -75,12 +67,20 @@ static void check_finite(batch *b)
                          "scale them down", n);
                 break;
             }
+        srv__job_encode(j);
+    }
 }
 
+/* tile_run: one of the batch's pool jobs for its current stage: takes
+ * that stage's tiles until none is left; after the last stage, its jobs. */
 static void tile_run(uv_work_t *w)
 {
     batch *b = ((tile_work *)w->data)->b;
     size_t i;
+    if (b->stage == b->n_stages) {
+        finish_jobs(b, w->data);
+        return;
+    }
     while ((i = atomic_fetch_add(&b->next_tile, 1)) < b->n_tiles)
         attn_plan_run_tile(b->plan, b->stage, i);
 }
@@ -88,21 +88,27 @@ static void tile_run(uv_work_t *w)
 static void batch_finish(batch *b, int status, const char *msg);
 static void tile_done(uv_work_t *w, int status);
 
-/* whole_run: a small batch on one pool thread: every stage in order, then
- * each request's encoding. Touches only the batch's own jobs. */
+static void batch_free(batch *b)
+{
+    free(b->jobs);
+    free(b->seqs);
+    free(b->raws);
+    free(b->workers);
+    free(b);
+}
+
+/* whole_run: a small batch on one pool job: every stage in order, then
+ * its jobs' checks and encodings. */
 static void whole_run(uv_work_t *w)
 {
     batch *b = ((tile_work *)w->data)->b;
-    int st, i;
+    int st;
     for (st = 0; st < b->n_stages; st++) {
         size_t t, n = attn_plan_n_tiles(b->plan, st);
         for (t = 0; t < n; t++)
             attn_plan_run_tile(b->plan, st, t);
     }
-    b->t_ran = srv_now_ns();
-    check_finite(b);
-    for (i = 0; i < b->n_jobs; i++)
-        srv__job_encode(b->jobs[i]);
+    finish_jobs(b, w->data);
 }
 
 static void whole_done(uv_work_t *w, int status)
@@ -111,8 +117,10 @@ static void whole_done(uv_work_t *w, int status)
     batch_finish(((tile_work *)w->data)->b, 0, NULL);
 }
 
-/* submit_stage: put the next non-empty stage's tiles on the pool, or
- * finish the batch when there is none. */
+/* submit_stage: put the next non-empty stage's tiles on the pool, one
+ * job per thread up to the number of tiles; after the last stage, jobs
+ * that check and encode the batch's requests (on the pool, so a stage's
+ * tiles never wait for each other and the loop thread never encodes). */
 static void submit_stage(batch *b)
 {
     int i, n;
@@ -121,10 +129,12 @@ static void submit_stage(batch *b)
         if (b->n_tiles)
             break;
     }
-    if (b->stage >= b->n_stages) {
+    if (b->stage > b->n_stages) {
         batch_finish(b, 0, NULL);
         return;
     }
+    if (b->stage == b->n_stages)
+        b->n_tiles = (size_t)b->n_jobs;
     atomic_store(&b->next_tile, 0);
     n = b->n_tiles < (size_t)b->s->threads ? (int)b->n_tiles : b->s->threads;
     b->outstanding = n;
@@ -150,40 +160,29 @@ static void tile_done(uv_work_t *w, int status)
 static void batch_finish(batch *b, int status, const char *msg)
 {
     srv_entry *e = b->e;
-    uint64_t now = srv_now_ns();
+    uint64_t now = 0;
     int i;
-    if (!status && !b->whole)
-        check_finite(b);
     attn_plan_destroy(b->plan);
     e->running--;
-    if (b->whole)
-        now = b->t_ran;
+    for (i = 0; i < b->s->threads; i++) /* the first job to see it done */
+        if (b->workers[i].t_ran && (!now || b->workers[i].t_ran < now))
+            now = b->workers[i].t_ran;
+    if (!now)
+        now = srv_now_ns();
     if (!status) {
         e->last_run_ns = now - b->jobs[0]->t_run;
         srv_stats_batch(&e->stats, b->n_seqs, e->last_run_ns);
     }
-    for (i = 0; i < b->n_jobs; i++) {
+    for (i = 0; i < b->n_jobs; i++) { /* computed and encoded, or failed */
         srv_job *j = b->jobs[i];
         j->t_ran = now;
-        if (b->whole && !status) { /* computed and encoded already */
+        if (status)
+            srv__job_answer(j, status, msg ? msg : "");
+        else
             srv__job_answer(j, j->status ? j->status : 200, j->err);
-            srv__job_end(j);
-            continue;
-        }
-        if (status || !j->req) {
-            srv__job_answer(j, status ? status : 500, msg ? msg : "");
-            srv__job_end(j);
-            continue;
-        }
-        j->state = J_ENCODE;
-        j->work.data = j;
-        uv_queue_work(b->s->loop, &j->work, encode_work, encode_done);
+        srv__job_end(j);
     }
-    free(b->jobs);
-    free(b->seqs);
-    free(b->raws);
-    free(b->workers);
-    free(b);
+    batch_free(b);
     srv__pump(e);
 }
 
@@ -248,13 +247,13 @@ static int launch(srv_entry *e)
         srv__job_end(j);
     }
     if (!b->n_jobs) {
-        free(b->jobs);
-        free(b->workers);
-        free(b);
+        batch_free(b);
         return 0;
     }
-    for (i = 0; i < b->n_jobs; i++)
+    for (i = 0, k = 0; i < b->n_jobs; k += b->jobs[i]->prep.n, i++) {
         b->jobs[i]->batch = b->n_seqs;
+        b->jobs[i]->item0 = k;
+    }
     if (h->prep.raw) {
         b->raws = malloc(sizeof *b->raws * (size_t)b->n_seqs);
         if (!b->raws)
@@ -296,11 +295,8 @@ oom_taken:
     batch_finish(b, 503, "server: out of memory");
     return 0;
 oom:
-    if (b) {
-        free(b->jobs);
-        free(b->workers);
-        free(b);
-    }
+    if (b)
+        batch_free(b);
     srv_log(s, "error", "model '%s': out of memory forming a batch", e->name);
     return -1;
 }

@@ -13,7 +13,7 @@
 #include "server/srv.h"
 
 /* J_HELD: a sequence step waiting for its turn (seq.c's lists). */
-enum { J_DECODE, J_HELD, J_QUEUED, J_RUN, J_ENCODE, J_DONE };
+enum { J_DECODE, J_HELD, J_QUEUED, J_RUN, J_DONE };
 
 struct srv_job {
     srv *s;
@@ -33,6 +33,7 @@ struct srv_job {
     char *resp;
     size_t resp_len, resp_hlen;
     int batch;         /* sequences in its batch */
+    int item0;         /* its first sequence's index in its batch's plan */
     int solo;          /* 1: decode+compute+encode in one pool job */
     int solo_ran;      /* solo job computed and encoded it */
     char id[64];       /* the request's id for the log (solo_ran) */

@@ -58,9 +58,9 @@ test('sdpa requests of the same head size batch too; mixed sizes stay apart', as
 });
 
 // A d_model 1024 layer whose answer is known without computing it: W_q =
-// W_k = 0 (every key weighs 1/T), W_v = W_o = I, so every row of y is the
-// mean of x's rows.
-function meanLayer(dir, dm) {
+// W_k = 0 (every key weighs 1/T), W_v = g I, W_o = I / g, so every row of y
+// is the mean of x's rows (and V = g x overflows float32 first when g > 1).
+function meanLayer(dir, dm, g = 1, name = 'mean') {
   const names = ['W_q', 'W_k', 'W_v', 'W_o'];
   const n = 4 * dm * dm;
   const header = {};
@@ -71,12 +71,12 @@ function meanLayer(dir, dm) {
   len.writeBigUInt64LE(BigInt(h.length));
   const data = Buffer.alloc(4 * n);
   for (let i = 0; i < dm; i++) {
-    data.writeFloatLE(1, 2 * n + 4 * (i * dm + i));
-    data.writeFloatLE(1, 3 * n + 4 * (i * dm + i));
+    data.writeFloatLE(g, 2 * n + 4 * (i * dm + i));
+    data.writeFloatLE(1 / g, 3 * n + 4 * (i * dm + i));
   }
-  mkdirSync(join(dir, 'mean'));
-  writeFileSync(join(dir, 'mean', 'model.safetensors'), Buffer.concat([len, Buffer.from(h), data]));
-  writeFileSync(join(dir, 'mean', 'config.json'), JSON.stringify({ n_heads: 8 }));
+  mkdirSync(join(dir, name));
+  writeFileSync(join(dir, name, 'model.safetensors'), Buffer.concat([len, Buffer.from(h), data]));
+  writeFileSync(join(dir, name, 'config.json'), JSON.stringify({ n_heads: 8 }));
 }
 
 test('no batch delay: a lone request runs at once, and one too large for a single pool job still answers', async (t) => {
@@ -102,6 +102,38 @@ test('no batch delay: a lone request runs at once, and one too large for a singl
       assert.ok(maxDiff(m.json.outputs[0].data, [...want, ...want]) < 1e-5);
     }
     assert.equal((await statsOf(d, 'mean')).inference_count, 2);
+    assert.equal((await d.stop()).code, 0);
+  } catch (e) { await d.stop('SIGKILL'); throw e; } finally { rmSync(dir, { recursive: true, force: true }); }
+});
+
+test('a batch run over the pool: each request is checked and encoded on its own; one that overflows gets 400, the others their answers', async (t) => {
+  const dir = modelsDir();
+  meanLayer(dir, 1024, 2, 'mean2');
+  // a long delay so the three meet; ~200 MFLOP, so the batch runs stage by stage
+  const d = await start({ t, dir, args: ['--max-batch', '16', '--batch-delay-us', '300000', '--instances', '1'] });
+  try {
+    const row = (k) => Array.from({ length: 1024 }, (_, i) => (((i + 7 * k) * 37) % 101) / 101 - 0.5);
+    const mean = (a, b) => a.map((v, i) => (v + b[i]) / 2);
+    // request 1's second sequence: 2e38 x 2 (W_v) is past float32's range
+    const huge = Array(1024).fill(2e38);
+    const bodies = [[row(0), row(1), row(2), row(3)], [row(4), row(5), huge, huge], [row(6), row(7)]];
+    const rs = await Promise.all(bodies.map((rows, i) => infer(d, 'mean2', {
+      id: `r${i}`, inputs: [fp32('x', [rows.length / 2, 2, 1024], rows.flat())] })));
+    assert.equal(rs[1].status, 400, JSON.stringify(rs[1].json));
+    assert.match(rs[1].json.error, /^inputs: a projection, score or output of sequence 1 is not finite/);
+    for (const i of [0, 2]) {
+      const r = rs[i], rows = bodies[i];
+      assert.equal(r.status, 200, JSON.stringify(r.json));
+      assert.equal(r.json.id, `r${i}`);
+      const want = [];
+      for (let b = 0; b < rows.length; b += 2) {
+        const m = mean(rows[b], rows[b + 1]);
+        want.push(...m, ...m);
+      }
+      assert.ok(maxDiff(r.json.outputs[0].data, want) < 1e-5, `request ${i}`);
+    }
+    const s = await statsOf(d, 'mean2');
+    assert.equal(s.execution_count, 1, 'the three requests ran as one batch');
     assert.equal((await d.stop()).code, 0);
   } catch (e) { await d.stop('SIGKILL'); throw e; } finally { rmSync(dir, { recursive: true, force: true }); }
 });
