@@ -24,7 +24,7 @@ typedef struct batch batch;
 typedef struct tile_work {
     uv_work_t work;
     batch *b;
-    uint64_t t_ran; /* when this job began checking and encoding */
+    int busy; /* loop: queued or running */
 } tile_work;
 
 struct batch {
@@ -35,54 +35,84 @@ struct batch {
     attn_seq *seqs;
     attn_raw *raws;
     attn_plan *plan;
-    int stage, n_stages; /* stage n_stages: checking and encoding the jobs */
-    size_t n_tiles;
-    atomic_size_t next_tile;
-    atomic_int next_job; /* the next job to check and encode */
-    int outstanding;   /* tile_work items on the pool */
-    tile_work *workers; /* (s->threads) */
-    int whole;         /* small batch: one work item runs it all */
+    int n_stages;
+    /* the phase being run: a stage, n_stages (checking and encoding the
+     * jobs) or n_stages + 1 (done); per phase, the next tile (or job) to
+     * take and the number finished (n_stages + 1 of each) */
+    atomic_int cur;
+    atomic_size_t *next, *done;
+    atomic_int want;     /* a new phase began: the loop adds pool jobs */
+    uint64_t t_ran;      /* the plan's end (written once, by a pool job) */
+    int outstanding;     /* loop: tile_work items queued or running */
+    tile_work *workers;  /* (s->threads) */
+    int whole;           /* small batch: one work item runs it all */
+    batch *next_running; /* loop: e's staged batches (e->staged) */
 };
 
 /* ---- batches -------------------------------------------------------------- */
 
-/* finish_jobs: after every stage ran, before the plan is freed, on the
- * batch's pool jobs: each takes jobs in turn, gives one whose sequences
- * came out non-finite (its inputs overflow float32) a 400 instead of
- * meaningless numbers (the other jobs of the batch are not affected), and
- * encodes its answer. Touches only the batch's own jobs. */
-static void finish_jobs(batch *b, tile_work *me)
+/* finish_job: after every stage ran, before the plan is freed, on a pool
+ * job: gives job i a 400 when one of its sequences came out non-finite
+ * (its inputs overflow float32; the other jobs of the batch are not
+ * affected) instead of meaningless numbers, and encodes its answer. */
+static void finish_job(batch *b, int i)
 {
-    int i, n;
-    me->t_ran = srv_now_ns();
+    srv_job *j = b->jobs[i];
     /* (encoding frees a job's prep: the items' offsets were set before) */
-    while ((i = atomic_fetch_add(&b->next_job, 1)) < b->n_jobs) {
-        srv_job *j = b->jobs[i];
-        for (n = 0; n < j->prep.n; n++)
-            if (attn_plan_nonfinite(b->plan, j->item0 + n)) {
-                j->status = 400;
-                snprintf(j->err, sizeof j->err,
-                         "inputs: a projection, score or output of sequence "
-                         "%d is not finite (the inputs overflow float32); "
-                         "scale them down", n);
-                break;
-            }
-        srv__job_encode(j);
-    }
+    for (int n = 0; n < j->prep.n; n++)
+        if (attn_plan_nonfinite(b->plan, j->item0 + n)) {
+            j->status = 400;
+            snprintf(j->err, sizeof j->err,
+                     "inputs: a projection, score or output of sequence "
+                     "%d is not finite (the inputs overflow float32); "
+                     "scale them down", n);
+            break;
+        }
+    srv__job_encode(j);
 }
 
-/* tile_run: one of the batch's pool jobs for its current stage: takes
- * that stage's tiles until none is left; after the last stage, its jobs. */
+/* The tiles (or, for the last phase, jobs) of phase ph. */
+static size_t phase_size(const batch *b, int ph)
+{
+    return ph < b->n_stages ? attn_plan_n_tiles(b->plan, ph) : (size_t)b->n_jobs;
+}
+
+/* tile_run: one of the batch's pool jobs. Takes the tiles of the current
+ * stage (after the last, the jobs to check and encode) until none is left.
+ * The job that finishes a phase's last one starts the next phase itself
+ * and asks the loop for more pool jobs to join it; one that finds nothing
+ * left while others still run the last ones ends. So no job ever waits
+ * for another, and only the start of each phase's extra jobs goes through
+ * the loop. */
 static void tile_run(uv_work_t *w)
 {
     batch *b = ((tile_work *)w->data)->b;
-    size_t i;
-    if (b->stage == b->n_stages) {
-        finish_jobs(b, w->data);
-        return;
+    int ph;
+    while ((ph = atomic_load(&b->cur)) <= b->n_stages) {
+        size_t i, n = phase_size(b, ph);
+        int moved = 0;
+        while (!moved && (i = atomic_fetch_add(&b->next[ph], 1)) < n) {
+            if (ph < b->n_stages)
+                attn_plan_run_tile(b->plan, ph, i);
+            else
+                finish_job(b, (int)i);
+            if (atomic_fetch_add(&b->done[ph], 1) + 1 < n)
+                continue;
+            int nx = ph + 1; /* this was the last: on to the next phase */
+            while (nx < b->n_stages && !phase_size(b, nx))
+                nx++;
+            if (nx == b->n_stages)
+                b->t_ran = srv_now_ns();
+            atomic_store(&b->cur, nx);
+            if (nx <= b->n_stages) {
+                atomic_store(&b->want, 1);
+                uv_async_send(&b->e->helpers);
+            }
+            moved = 1;
+        }
+        if (!moved)
+            return; /* the jobs running this phase's last ones go on */
     }
-    while ((i = atomic_fetch_add(&b->next_tile, 1)) < b->n_tiles)
-        attn_plan_run_tile(b->plan, b->stage, i);
 }
 
 static void batch_finish(batch *b, int status, const char *msg);
@@ -90,6 +120,8 @@ static void tile_done(uv_work_t *w, int status);
 
 static void batch_free(batch *b)
 {
+    free(b->next);
+    free(b->done);
     free(b->jobs);
     free(b->seqs);
     free(b->raws);
@@ -102,13 +134,15 @@ static void batch_free(batch *b)
 static void whole_run(uv_work_t *w)
 {
     batch *b = ((tile_work *)w->data)->b;
-    int st;
+    int st, i;
     for (st = 0; st < b->n_stages; st++) {
         size_t t, n = attn_plan_n_tiles(b->plan, st);
         for (t = 0; t < n; t++)
             attn_plan_run_tile(b->plan, st, t);
     }
-    finish_jobs(b, w->data);
+    b->t_ran = srv_now_ns();
+    for (i = 0; i < b->n_jobs; i++)
+        finish_job(b, i);
 }
 
 static void whole_done(uv_work_t *w, int status)
@@ -117,42 +151,49 @@ static void whole_done(uv_work_t *w, int status)
     batch_finish(((tile_work *)w->data)->b, 0, NULL);
 }
 
-/* submit_stage: put the next non-empty stage's tiles on the pool, one
- * job per thread up to the number of tiles; after the last stage, jobs
- * that check and encode the batch's requests (on the pool, so a stage's
- * tiles never wait for each other and the loop thread never encodes). */
-static void submit_stage(batch *b)
+/* add_workers: pool jobs for b's current phase, one per idle slot up to
+ * the tiles (or jobs) not yet taken. Loop thread. */
+static void add_workers(batch *b)
 {
-    int i, n;
-    for (; b->stage < b->n_stages; b->stage++) {
-        b->n_tiles = attn_plan_n_tiles(b->plan, b->stage);
-        if (b->n_tiles)
-            break;
-    }
-    if (b->stage > b->n_stages) {
-        batch_finish(b, 0, NULL);
+    int ph = atomic_load(&b->cur), i;
+    if (ph > b->n_stages)
         return;
+    size_t n = phase_size(b, ph), taken = atomic_load(&b->next[ph]);
+    size_t left = taken < n ? n - taken : 0;
+    for (i = 0; i < b->s->threads && left; i++) {
+        tile_work *tw = &b->workers[i];
+        if (tw->busy)
+            continue;
+        tw->busy = 1;
+        tw->b = b;
+        tw->work.data = tw;
+        b->outstanding++;
+        left--;
+        uv_queue_work(b->s->loop, &tw->work, tile_run, tile_done);
     }
-    if (b->stage == b->n_stages)
-        b->n_tiles = (size_t)b->n_jobs;
-    atomic_store(&b->next_tile, 0);
-    n = b->n_tiles < (size_t)b->s->threads ? (int)b->n_tiles : b->s->threads;
-    b->outstanding = n;
-    for (i = 0; i < n; i++) {
-        b->workers[i].b = b;
-        b->workers[i].work.data = &b->workers[i];
-        uv_queue_work(b->s->loop, &b->workers[i].work, tile_run, tile_done);
-    }
+}
+
+/* batch_helpers: e->helpers: a pool job began a new phase of one of e's
+ * staged batches; others may join it. Loop thread. */
+static void batch_helpers(uv_async_t *h)
+{
+    srv_entry *e = h->data;
+    for (batch *b = e->staged; b; b = b->next_running)
+        if (atomic_exchange(&b->want, 0))
+            add_workers(b);
 }
 
 static void tile_done(uv_work_t *w, int status)
 {
-    batch *b = ((tile_work *)w->data)->b;
+    tile_work *tw = w->data;
+    batch *b = tw->b;
     (void)status;
+    tw->busy = 0;
     if (--b->outstanding)
         return;
-    b->stage++;
-    submit_stage(b);
+    /* the last pool job ends only when every phase is done: the job that
+     * finishes a phase's last tile goes on to the next */
+    batch_finish(b, 0, NULL);
 }
 
 /* batch_finish: the plan ran (status 0) or could not start: hand every job
@@ -160,15 +201,15 @@ static void tile_done(uv_work_t *w, int status)
 static void batch_finish(batch *b, int status, const char *msg)
 {
     srv_entry *e = b->e;
-    uint64_t now = 0;
+    uint64_t now = b->t_ran ? b->t_ran : srv_now_ns();
     int i;
+    for (batch **pp = &e->staged; *pp; pp = &(*pp)->next_running)
+        if (*pp == b) {
+            *pp = b->next_running;
+            break;
+        }
     attn_plan_destroy(b->plan);
     e->running--;
-    for (i = 0; i < b->s->threads; i++) /* the first job to see it done */
-        if (b->workers[i].t_ran && (!now || b->workers[i].t_ran < now))
-            now = b->workers[i].t_ran;
-    if (!now)
-        now = srv_now_ns();
     if (!status) {
         e->last_run_ns = now - b->jobs[0]->t_run;
         srv_stats_batch(&e->stats, b->n_seqs, e->last_run_ns);
@@ -288,7 +329,23 @@ static int launch(srv_entry *e)
         uv_queue_work(s->loop, &b->workers[0].work, whole_run, whole_done);
         return 0;
     }
-    submit_stage(b);
+    b->next = calloc((size_t)b->n_stages + 1, sizeof *b->next);
+    b->done = calloc((size_t)b->n_stages + 1, sizeof *b->done);
+    if (!b->next || !b->done) {
+        batch_finish(b, 503, "server: out of memory");
+        return 0;
+    }
+    for (i = 0; i <= b->n_stages; i++) {
+        atomic_init(&b->next[i], 0);
+        atomic_init(&b->done[i], 0);
+    }
+    for (i = 0; i < b->n_stages && !phase_size(b, i); i++)
+        ;
+    atomic_init(&b->cur, i);
+    atomic_init(&b->want, 0);
+    b->next_running = e->staged;
+    e->staged = b;
+    add_workers(b);
     return 0;
 oom_taken:
     e->running++;
@@ -333,6 +390,8 @@ int srv_sched_entry_init(srv_entry *e)
     uv_poll_init(e->s->loop, &e->batch_poll, e->batch_fd);
     e->batch_poll.data = e;
     uv_poll_start(&e->batch_poll, UV_READABLE, on_batch_fd);
+    uv_async_init(e->s->loop, &e->helpers, batch_helpers);
+    e->helpers.data = e;
     return 0;
 }
 

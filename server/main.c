@@ -91,8 +91,10 @@ static void on_stop_timer(uv_timer_t *t)
     uv_close((uv_handle_t *)&s->stop_timer, NULL);
     srv_seq_stop(s);
     uv_close((uv_handle_t *)&s->maps_wait_timer, NULL);
-    for (e = s->models; e; e = e->next)
+    for (e = s->models; e; e = e->next) {
         uv_close((uv_handle_t *)&e->batch_poll, NULL);
+        uv_close((uv_handle_t *)&e->helpers, NULL);
+    }
 }
 
 /* srv_check_stop: once draining, stop when nothing is left; deferred to a
