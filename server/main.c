@@ -93,6 +93,7 @@ static void on_stop_timer(uv_timer_t *t)
     uv_close((uv_handle_t *)&s->maps_wait_timer, NULL);
     for (e = s->models; e; e = e->next) {
         uv_close((uv_handle_t *)&e->batch_poll, NULL);
+        uv_close((uv_handle_t *)&e->pump_idle, NULL);
         uv_close((uv_handle_t *)&e->helpers, NULL);
     }
 }

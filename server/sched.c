@@ -448,7 +448,7 @@ void srv__sched_queue(srv_job *j)
         e->qhead = j;
     e->qtail = j;
     e->q_seqs += j->prep.n;
-    srv__batch_wake(e, 1);
+    srv__pump_soon(e);
 }
 
 /* srv__sched_fail: a sequence step that cannot run answers status now. */

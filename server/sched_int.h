@@ -61,7 +61,9 @@ void srv__job_unqueue(srv_job *j);
 void srv__job_encode(srv_job *j);
 /* srv__pump: start batches while e may run more and its queue is ready. */
 void srv__pump(srv_entry *e);
-/* srv__batch_wake: pump e after ns nanoseconds (0: disarm). */
-void srv__batch_wake(srv_entry *e, uint64_t ns);
+/* srv__batch_wake_at: pump e at time `at` (srv_now_ns; 0: disarm). */
+void srv__batch_wake_at(srv_entry *e, uint64_t at);
+/* srv__pump_soon: pump e in the loop's next turn (not inside the caller). */
+void srv__pump_soon(srv_entry *e);
 
 #endif

@@ -103,6 +103,8 @@ struct srv_entry {
     int running;            /* batches on the pool */
     int batch_fd;           /* timerfd: wakes the loop, to the microsecond, */
     uv_poll_t batch_poll;   /* when the oldest has waited batch_delay_us */
+    uint64_t wake_at;       /* batch.c: batch_fd's deadline (srv_now_ns), 0: none */
+    uv_idle_t pump_idle;    /* batch.c: pumps the queue in the loop's next turn */
     uv_async_t helpers;     /* batch.c: a staged batch's next phase began */
     struct batch *staged;   /* batch.c: its batches run tile by tile */
     /* sequences answered 200 whose next step has not reached the queue
