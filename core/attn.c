@@ -246,9 +246,10 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
     p->qseq = (int *)carve(&f, T);
     p->kseq = (int *)carve(&f, Cn);
     p->live = (uint8_t *)carve(&f, T / sizeof(float) + 1);
-    if (rot) {
+    if (rot) { /* rows filled below, for the positions the batch has */
         p->rope = carve(&f, rope_floats);
-        attn__rope_table(p->rope, n_pos, rot, cfg->rope_theta);
+        for (int r = 0; r < n_pos; r++)
+            p->rope[(size_t)r * (size_t)rot] = NAN;
     }
     /* Rows of each sequence in the batch matrices, their positions and
      * their tiles. */
@@ -269,6 +270,13 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
             p->kpos[coff + r] = b->past + r;
             p->kseq[coff + r] = i;
         }
+        /* RoPE rows of positions [past, past + rows): decoder steps of
+         * many sequences share a few positions, and a step at position
+         * 4000 needs one row, not 4001 (NaN marks a row not made yet) */
+        for (int r = b->past, e = b->past + (q->t > b->crows ? q->t : b->crows);
+             rot && r < e; r++)
+            if (isnan(p->rope[(size_t)r * (size_t)rot]))
+                attn__rope_rows_table(p->rope, r, r + 1, rot, cfg->rope_theta);
         if (gather) {
             put_blocks(tt[0], &p->n_tiles[0], TILE_GATHER, i, 0, q->t,
                        PROJ_ROWS, 0);

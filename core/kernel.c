@@ -292,8 +292,13 @@ void attn__head_block(const attn__head *h, int i0, int i1)
 
 void attn__rope_table(float *cs, int n_pos, int rot, double theta)
 {
+    attn__rope_rows_table(cs, 0, n_pos, rot, theta);
+}
+
+void attn__rope_rows_table(float *cs, int p0, int p1, int rot, double theta)
+{
     int half = rot / 2;
-    for (int p = 0; p < n_pos; p++) {
+    for (int p = p0; p < p1; p++) {
         float *c = cs + (size_t)p * (size_t)rot;
         for (int i = 0; i < half; i++) {
             double freq = pow(theta, -2.0 * i / rot);

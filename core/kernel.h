@@ -62,6 +62,8 @@ int attn__all_finite(const float *x, size_t n);
 /* attn__rope_table: fills cs with n_pos rows of (rot/2 cos, rot/2 sin)
  * for freq_i = theta^(-2i/rot), angle = pos * freq_i, computed in double. */
 void attn__rope_table(float *cs, int n_pos, int rot, double theta);
+/* attn__rope_rows_table: rows [p0, p1) of the same table only. */
+void attn__rope_rows_table(float *cs, int p0, int p1, int rot, double theta);
 
 /* attn__rope_rows: rotate rows [r0, r1) of a (rows, n_heads * dk) matrix
  * at stride ld in place, each head's first rot dims, position pos[r] (the
