@@ -99,6 +99,8 @@
       "a sequence with no step for this long is dropped (ms)")               \
     X(sequence_wait_us, "sequence-wait-us", INT, 10000, 0, 10000000,          \
       "longest a batch waits for the sequences just answered to send their next step (us; at most the last batch's run time; 0 = never)") \
+    X(pool_spin_us, "pool-spin-us", INT, 500, 0, 100000,                      \
+      "how long a pool job that finds no tile left in its batch's stage spins for the next stage before it ends (us; a thread woken again may start a millisecond late in a VM; 0 = end at once)") \
     X(log_format, "log-format", STR, "text", 0, 0,                            \
       "request log format: text or json (one line per request, stderr)")
 

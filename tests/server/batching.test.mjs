@@ -106,11 +106,14 @@ test('no batch delay: a lone request runs at once, and one too large for a singl
   } catch (e) { await d.stop('SIGKILL'); throw e; } finally { rmSync(dir, { recursive: true, force: true }); }
 });
 
-test('a batch run over the pool: each request is checked and encoded on its own; one that overflows gets 400, the others their answers', async (t) => {
+// --pool-spin-us 0: every stage after the first is joined through the loop;
+// the default: pool jobs that ran out of tiles wait for the next stage
+for (const spin of ['0', '500'])
+test(`a batch run over the pool (--pool-spin-us ${spin}): each request is checked and encoded on its own; one that overflows gets 400, the others their answers`, async (t) => {
   const dir = modelsDir();
   meanLayer(dir, 1024, 2, 'mean2');
   // a long delay so the three meet; ~200 MFLOP, so the batch runs stage by stage
-  const d = await start({ t, dir, args: ['--max-batch', '16', '--batch-delay-us', '300000', '--instances', '1'] });
+  const d = await start({ t, dir, args: ['--max-batch', '16', '--batch-delay-us', '300000', '--instances', '1', '--pool-spin-us', spin] });
   try {
     const row = (k) => Array.from({ length: 1024 }, (_, i) => (((i + 7 * k) * 37) % 101) / 101 - 0.5);
     const mean = (a, b) => a.map((v, i) => (v + b[i]) / 2);
