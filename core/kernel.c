@@ -290,11 +290,6 @@ void attn__head_block(const attn__head *h, int i0, int i1)
         block_fused(h, r, imin(i1, r + ATTN__BQ));
 }
 
-void attn__rope_table(float *cs, int n_pos, int rot, double theta)
-{
-    attn__rope_rows_table(cs, 0, n_pos, rot, theta);
-}
-
 void attn__rope_rows_table(float *cs, int p0, int p1, int rot, double theta)
 {
     int half = rot / 2;

@@ -4,7 +4,8 @@
  * microsecond timer is a timerfd polled by the loop), the batch's attn_plan
  * runs stage by stage with every tile of a stage on the pool, then the
  * same pool jobs check and encode its requests (or, when small, one pool
- * job does it all), and the loop answers them. The life of one request around it is sched.c's.
+ * job does it all), and the loop answers them. The life of one request
+ * around it is sched.c's.
  */
 #include "server/srv.h"
 
@@ -45,7 +46,6 @@ struct batch {
     uint64_t t_ran;      /* the plan's end (written once, by a pool job) */
     int outstanding;     /* loop: tile_work items queued or running */
     tile_work *workers;  /* (s->threads) */
-    int whole;           /* small batch: one work item runs it all */
     batch *next_running; /* loop: e's staged batches (e->staged) */
 };
 
@@ -77,6 +77,15 @@ static size_t phase_size(const batch *b, int ph)
     return ph < b->n_stages ? attn_plan_n_tiles(b->plan, ph) : (size_t)b->n_jobs;
 }
 
+/* The first phase from ph on with something to do (stages may be empty;
+ * the jobs' phase, n_stages, never is). */
+static int first_phase(const batch *b, int ph)
+{
+    while (ph < b->n_stages && !phase_size(b, ph))
+        ph++;
+    return ph;
+}
+
 /* linger: a pool job found no tile left in phase ph while others run its
  * last ones. Rather than end and be queued again through the loop when
  * the next phase starts (a thread woken on an idle virtual CPU started up
@@ -103,9 +112,9 @@ static int linger(batch *b, int ph)
  * stage (after the last, the jobs to check and encode) until none is left.
  * The job that finishes a phase's last one starts the next phase itself
  * and asks the loop for more pool jobs to join it; one that finds nothing
- * left while others still run the last ones ends. So no job ever waits
- * for another, and only the start of each phase's extra jobs goes through
- * the loop. */
+ * left while others still run the last ones lingers for the next phase
+ * (at most --pool-spin-us), then ends. Only the start of a phase's extra
+ * jobs goes through the loop. */
 static void tile_run(uv_work_t *w)
 {
     batch *b = ((tile_work *)w->data)->b;
@@ -120,9 +129,7 @@ static void tile_run(uv_work_t *w)
                 finish_job(b, (int)i);
             if (atomic_fetch_add(&b->done[ph], 1) + 1 < n)
                 continue;
-            int nx = ph + 1; /* this was the last: on to the next phase */
-            while (nx < b->n_stages && !phase_size(b, nx))
-                nx++;
+            int nx = first_phase(b, ph + 1); /* this was the last */
             if (nx == b->n_stages)
                 b->t_ran = srv_now_ns();
             atomic_store(&b->cur, nx);
@@ -345,7 +352,6 @@ static int launch(srv_entry *e)
     }
     b->n_stages = attn_plan_n_stages(b->plan);
     if (attn_plan_flops(b->plan) < SMALL_BATCH_FLOPS) {
-        b->whole = 1;
         b->workers[0].b = b;
         b->workers[0].work.data = &b->workers[0];
         uv_queue_work(s->loop, &b->workers[0].work, whole_run, whole_done);
@@ -361,9 +367,7 @@ static int launch(srv_entry *e)
         atomic_init(&b->next[i], 0);
         atomic_init(&b->done[i], 0);
     }
-    for (i = 0; i < b->n_stages && !phase_size(b, i); i++)
-        ;
-    atomic_init(&b->cur, i);
+    atomic_init(&b->cur, first_phase(b, 0));
     atomic_init(&b->want, 0);
     b->next_running = e->staged;
     e->staged = b;

@@ -17,7 +17,7 @@ START_TEST(rope_known_rotation)
     /* theta 10000, rot 4: freq_0 = 1, freq_1 = 10000^(-1/2) = 0.01.
      * Pairs (0, 2) and (1, 3); dims past rot untouched. */
     float cs[3 * 4];
-    attn__rope_table(cs, 3, 4, 10000.0);
+    attn__rope_rows_table(cs, 0, 3, 4, 10000.0);
     ck_assert(fabsf(cs[0] - 1) < 1e-7f && fabsf(cs[2]) < 1e-7f); /* pos 0 */
     ck_assert(fabsf(cs[4 + 0] - cosf(1.0f)) < 1e-6f);
     ck_assert(fabsf(cs[4 + 1] - cosf(0.01f)) < 1e-6f);
