@@ -176,8 +176,10 @@ static void whole_run(uv_work_t *w)
 
 static void whole_done(uv_work_t *w, int status)
 {
+    batch *b = ((tile_work *)w->data)->b;
     (void)status;
-    batch_finish(((tile_work *)w->data)->b, 0, NULL);
+    srv_pool_done(b->s);
+    batch_finish(b, 0, NULL);
 }
 
 /* add_workers: pool jobs for b's current phase, one per idle slot up to
@@ -198,7 +200,7 @@ static void add_workers(batch *b)
         tw->work.data = tw;
         b->outstanding++;
         left--;
-        uv_queue_work(b->s->loop, &tw->work, tile_run, tile_done);
+        srv_pool_queue(b->s, &tw->work, tile_run, tile_done);
     }
 }
 
@@ -217,6 +219,7 @@ static void tile_done(uv_work_t *w, int status)
     tile_work *tw = w->data;
     batch *b = tw->b;
     (void)status;
+    srv_pool_done(b->s);
     tw->busy = 0;
     if (--b->outstanding)
         return;
@@ -354,7 +357,7 @@ static int launch(srv_entry *e)
     if (attn_plan_flops(b->plan) < SMALL_BATCH_FLOPS) {
         b->workers[0].b = b;
         b->workers[0].work.data = &b->workers[0];
-        uv_queue_work(s->loop, &b->workers[0].work, whole_run, whole_done);
+        srv_pool_queue(s, &b->workers[0].work, whole_run, whole_done);
         return 0;
     }
     b->next = calloc((size_t)b->n_stages + 1, sizeof *b->next);

@@ -244,6 +244,7 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
     }
     if (n == 0 || c->closing)
         return;
+    srv_busy_poll_touch(c->g->s);
     if (c->g->s->cfg.conn_timeout_s)
         uv_timer_start(&c->idle, on_idle_timeout,
                        (uint64_t)c->g->s->cfg.conn_timeout_s * 1000u, 0);

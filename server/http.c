@@ -50,6 +50,7 @@ static void on_mhd_poll(uv_poll_t *p, int status, int events)
 {
     (void)status;
     (void)events;
+    srv_busy_poll_touch(p->data);
     run_mhd(p->data);
 }
 

@@ -232,6 +232,7 @@ static void decode_done(uv_work_t *w, int status)
     srv_entry *e = j->e;
     int take = !j->status && j->req && j->step.is_step;
     (void)status;
+    srv_pool_done(j->s);
     if (j->req && j->in.id)
         snprintf(j->req->id, sizeof j->req->id, "%s", j->in.id);
     if (take) { /* a sequence step: seq.c queues it in its turn */
@@ -323,6 +324,8 @@ static void solo_done(uv_work_t *w, int status)
 {
     srv_job *j = w->data;
     srv_entry *e = j->e;
+    (void)status;
+    srv_pool_done(j->s);
     e->running--;
     if (j->solo_ran) {
         srv_stats_batch(&e->stats, j->batch, j->t_ran - j->t_run);
@@ -427,10 +430,10 @@ void srv_h_infer(srv_req *r)
     j->work.data = j;
     if (j->solo) {
         e->running++;
-        uv_queue_work(s->loop, &j->work, solo_work, solo_done);
+        srv_pool_queue(s, &j->work, solo_work, solo_done);
         return;
     }
-    uv_queue_work(s->loop, &j->work, decode_work, decode_done);
+    srv_pool_queue(s, &j->work, decode_work, decode_done);
 }
 
 /* srv__sched_queue: a sequence step's turn: onto its model's queue; the

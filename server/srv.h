@@ -261,6 +261,11 @@ struct srv {
     size_t mem_used;       /* of memory-budget */
     struct srv_grpc *grpc; /* grpc.c, NULL when off */
     int grpc_port;         /* bound gRPC port */
+    /* busy_poll.c */
+    int pool_jobs;         /* request work queued on the pool or running */
+    int cores;             /* online CPUs */
+    uv_idle_t busy_idle;   /* active: the loop polls without sleeping */
+    uint64_t busy_since;   /* srv_now_ns of the last activity */
 };
 
 /* MHD accepts this many connections past max-connections; guard.c then
@@ -317,6 +322,17 @@ void srv_maps_wait_cancel(srv_req *r);
 
 /* main.c: stop the loop once draining and nothing is left in flight. */
 void srv_check_stop(srv *s);
+
+/* busy_poll.c: the loop polls instead of sleeping for --busy-poll-us after
+ * activity (srv_busy_poll_touch: a network event, a finished pool job)
+ * while the pool leaves a core free. Request work goes to the pool
+ * through srv_pool_queue, and its after-work callback calls srv_pool_done
+ * first. Loop thread. */
+void srv_busy_poll_init(srv *s);
+void srv_busy_poll_touch(srv *s);
+void srv_busy_poll_close(srv *s);
+void srv_pool_queue(srv *s, uv_work_t *w, uv_work_cb work, uv_after_work_cb done);
+void srv_pool_done(srv *s);
 
 /* registry.c */
 /* srv_registry_start: sdpa + every repo folder; -1 with err (SRV_ERRMAX). */

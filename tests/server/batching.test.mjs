@@ -2,7 +2,8 @@
 // the scheduler really ran them in shared batches.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { REFS, fp32, infer, maxDiff, modelsDir, start } from './helper.mjs';
 
@@ -139,4 +140,46 @@ test(`a batch run over the pool (--pool-spin-us ${spin}): each request is checke
     assert.equal(s.execution_count, 1, 'the three requests ran as one batch');
     assert.equal((await d.stop()).code, 0);
   } catch (e) { await d.stop('SIGKILL'); throw e; } finally { rmSync(dir, { recursive: true, force: true }); }
+});
+
+// The loop's CPU time (utime + stime, ms at 100 ticks/s) from /proc.
+const cpuMs = (pid) => {
+  const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  return (Number(f[11]) + Number(f[12])) * 10;
+};
+// One request on a connection of its own that closes (no keep-alive
+// connection closing later, which is network activity too).
+const inferOnce = (d, body) => new Promise((res, rej) => {
+  const q = httpRequest(`${d.url}/v2/models/tiny/infer`, { method: 'POST', agent: false,
+    headers: { 'Content-Type': 'application/json' } }, (r) => {
+    let s = '';
+    r.on('data', (c) => { s += c; });
+    r.on('end', () => res({ status: r.statusCode, json: JSON.parse(s) }));
+  });
+  q.on('error', rej);
+  q.end(JSON.stringify(body));
+});
+const pause = (ms) => new Promise((r) => setTimeout(r, ms));
+
+test('--busy-poll-us: after a request the loop polls (takes CPU) for that long, then sleeps: an idle server takes none; 0 never polls', async (t) => {
+  const X = REFS.causal;
+  const body = { inputs: [fp32('x', X.shape, X.x)], parameters: { causal: true } };
+  for (const [us, polls] of [['100000', true], ['0', false]]) {
+    const d = await start({ t, args: ['--busy-poll-us', us] });
+    try {
+      await pause(300); // start-up activity over
+      const r = await inferOnce(d, body);
+      assert.equal(r.status, 200);
+      assert.ok(maxDiff(r.json.outputs[0].data, X.y) < 1e-5);
+      const c0 = cpuMs(d.proc.pid);
+      await pause(1000); // the poll's 100 ms are in here
+      const c1 = cpuMs(d.proc.pid);
+      await pause(1000); // nothing happens
+      const c2 = cpuMs(d.proc.pid);
+      if (polls) assert.ok(c1 - c0 >= 10, `--busy-poll-us ${us}: ${c1 - c0} ms of CPU after the request`);
+      else assert.ok(c1 - c0 <= 20, `--busy-poll-us ${us}: ${c1 - c0} ms of CPU after the request`);
+      assert.ok(c2 - c1 <= 20, `--busy-poll-us ${us}: idle, yet ${c2 - c1} ms of CPU in a second`);
+      assert.equal((await d.stop()).code, 0);
+    } catch (e) { await d.stop('SIGKILL'); throw e; }
+  }
 });
