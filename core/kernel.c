@@ -120,6 +120,26 @@ static span get_span(const attn__head *h, int j0, int max, int want_k,
     return sp;
 }
 
+/* The scaled scores of n rows of q against span sp into out (row stride
+ * ld): small_attn.c's kernel for a few rows, else BLAS. */
+static void span_scores(const attn__head *h, int n, const float *q,
+                        const span *sp, float *out, size_t ld)
+{
+    if (!attn__small_scores(n, sp->n, h->dk, h->scale, q, h->ldq, sp->k,
+                            sp->ldk, out, ld))
+        attn__gemm(1, n, sp->n, h->dk, h->scale, q, (int)h->ldq, sp->k,
+                   (int)sp->ldk, 0.0f, out, (int)ld);
+}
+
+/* o (n rows, stride ldo) += p (n x sp->n, stride ldp) times span sp's V. */
+static void span_pv(const attn__head *h, int n, const float *p, size_t ldp,
+                    const span *sp, float *o)
+{
+    if (!attn__small_pv(n, sp->n, h->dv, p, ldp, sp->v, sp->ldv, o, h->ldo))
+        attn__gemm(0, n, h->dv, sp->n, 1.0f, p, (int)ldp, sp->v, (int)sp->ldv,
+                   1.0f, o, (int)h->ldo);
+}
+
 /* Scaled scores of rows [i0, i0 + n) against keys [0, kend) into out (row
  * stride ld), span by span. */
 static void scores_rows(const attn__head *h, int i0, int n, int kend,
@@ -129,8 +149,7 @@ static void scores_rows(const attn__head *h, int i0, int n, int kend,
     for (int kb = 0; kb < kend; kb += kn) {
         span sp = get_span(h, kb, kend - kb, 1, 0, kbuf, vbuf);
         kn = sp.n;
-        attn__gemm(1, n, kn, h->dk, h->scale, h->q + (size_t)i0 * h->ldq,
-                   (int)h->ldq, sp.k, (int)sp.ldk, 0.0f, out + kb, (int)ld);
+        span_scores(h, n, h->q + (size_t)i0 * h->ldq, &sp, out + kb, ld);
     }
 }
 
@@ -181,11 +200,11 @@ static void block_maps(const attn__head *h, int i0, int i1)
         return;
     }
     int kn;
+    zero_rows(h->o, h->ldo, i0, i1, h->dv);
     for (int kb = 0; kb < kend; kb += kn) {
         span sp = get_span(h, kb, kend - kb, 0, 1, kbuf, vbuf);
         kn = sp.n;
-        attn__gemm(0, n, h->dv, kn, 1.0f, p + kb, h->s, sp.v, (int)sp.ldv,
-                   kb ? 1.0f : 0.0f, o, (int)h->ldo);
+        span_pv(h, n, p + kb, (size_t)h->s, &sp, o);
     }
     /* Dead rows have all-zero weights; make their output exactly 0 even if
      * V holds non-finite values. */
@@ -224,8 +243,7 @@ static void block_fused(const attn__head *h, int i0, int i1)
     for (int kb = 0; kb < kend; kb += kn) {
         span sp = get_span(h, kb, kend - kb, 1, 1, kbuf, vbuf);
         kn = sp.n;
-        attn__gemm(1, n, kn, h->dk, h->scale, h->q + (size_t)i0 * h->ldq,
-                   (int)h->ldq, sp.k, (int)sp.ldk, 0.0f, sblk, ATTN__BK);
+        span_scores(h, n, h->q + (size_t)i0 * h->ldq, &sp, sblk, ATTN__BK);
         for (int r = 0; r < n; r++) {
             int i = i0 + r, qi = qrow(h, i);
             float *row = sblk + (size_t)r * ATTN__BK;
@@ -254,8 +272,7 @@ static void block_fused(const attn__head *h, int i0, int i1)
                     orow[d] *= alpha;
             }
         }
-        attn__gemm(0, n, h->dv, kn, 1.0f, sblk, ATTN__BK, sp.v, (int)sp.ldv,
-                   1.0f, o, (int)h->ldo);
+        span_pv(h, n, sblk, ATTN__BK, &sp, o);
     }
     for (int r = 0; r < n; r++) {
         float *orow = o + (size_t)r * h->ldo;

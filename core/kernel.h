@@ -101,10 +101,26 @@ void attn__blas_single(void);
  * kernels on the decode layer's tiles (x 2048 x 256); at 64 it lost, and
  * one row is OpenBLAS's GEMV, as fast. Below k = 128 the matrices sit in
  * cache and OpenBLAS's small-matrix kernels are as fast. */
+/* attn__have_avx512: 1 when this CPU runs AVX-512F (skinny.c's and
+ * small_attn.c's kernels), 0 elsewhere. Any thread. */
+int attn__have_avx512(void);
 #define SKINNY_MIN_ROWS 2
 #define SKINNY_MAX_ROWS 48
 #define SKINNY_MIN_K 128
 int attn__skinny_gemm(int m, int n, int k, const float *a, int lda,
                       const float *b, int ldb, float *c, int ldc);
+
+/* small_attn.c: a few query rows (at most SMALL_ROWS) against one span of
+ * keys, without BLAS, on a CPU with AVX-512 and d_k (d_v) a multiple of
+ * 16. attn__small_scores: out[r][j] = alpha q_r . k_j for r < n, j < kn
+ * (rows ldq, ldk, ldo floats apart). attn__small_pv: o[r] += sum over
+ * j < kn of p[r][j] v_j. Each returns 1 when it computed, 0 (touching
+ * nothing) when the shape or the CPU is not its own. */
+#define SMALL_ROWS 8
+int attn__small_scores(int n, int kn, int dk, float alpha, const float *q,
+                       size_t ldq, const float *k, size_t ldk, float *out,
+                       size_t ldo);
+int attn__small_pv(int n, int kn, int dv, const float *p, size_t ldp,
+                   const float *v, size_t ldv, float *o, size_t ldo);
 
 #endif

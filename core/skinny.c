@@ -95,7 +95,7 @@ static block_fn *const blocks[MR + 1] = {
     NULL,   block1, block2, block3,  block4,  block5, block6,
     block7, block8, block9, block10, block11, block12};
 
-static int have_avx512(void)
+int attn__have_avx512(void)
 {
     static int have = -1; /* a benign race: every thread computes the same */
     int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
@@ -111,7 +111,7 @@ int attn__skinny_gemm(int m, int n, int k, const float *a, int lda,
                       const float *b, int ldb, float *c, int ldc)
 {
     if (m < SKINNY_MIN_ROWS || m > SKINNY_MAX_ROWS || k < SKINNY_MIN_K || n < 32 ||
-        n % 32 || !have_avx512())
+        n % 32 || !attn__have_avx512())
         return 0;
     for (int j = 0; j < n; j += 32)
         for (int i = 0; i < m; i += MR) {
@@ -124,6 +124,8 @@ int attn__skinny_gemm(int m, int n, int k, const float *a, int lda,
 }
 
 #else
+
+int attn__have_avx512(void) { return 0; }
 
 int attn__skinny_gemm(int m, int n, int k, const float *a, int lda,
                       const float *b, int ldb, float *c, int ldc)

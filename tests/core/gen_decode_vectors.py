@@ -96,7 +96,10 @@ with torch.no_grad():
              case(16, 4, 1, 8, 8, 8, 500.0, 70, 4),    # MQA, full RoPE
              # wide enough (k >= 128) that the 20-row prefill's
              # projections take core/skinny.c's GEMM on AVX-512
-             case(128, 4, 2, 32, 32, 32, 10000.0, 20, 3)]
+             case(128, 4, 2, 32, 32, 32, 10000.0, 20, 3),
+             # groups of 4 query heads of 64 (core/small_attn.c's 4 x 64
+             # blocks) over keys that cross a 64-token page
+             case(128, 8, 2, 64, 64, 64, 10000.0, 70, 3)]
 with open(OUT, "wb") as f:
     f.write(struct.pack("<i", len(cases)))
     for c in cases:

@@ -135,7 +135,7 @@ START_TEST(kernel_block_edges)
 }
 END_TEST
 
-/* A CPU the skinny GEMM runs on (it declines elsewhere). */
+/* A CPU the skinny GEMM and small_attn.c run on (they decline elsewhere). */
 static int cpu_avx512(void)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -202,6 +202,89 @@ START_TEST(skinny_gemm_declines)
 }
 END_TEST
 
+START_TEST(small_attn_matches_double)
+{
+    /* loop: rows 1 to SMALL_ROWS, keys around the 16-key blocks, d_k and
+     * d_v around the 64-column blocks; rows strided (ld > width) */
+    static const int shape[][4] = {/* n, kn, dk, dv */
+                                   {1, 64, 64, 64},  {4, 64, 64, 64},
+                                   {2, 23, 32, 32},  {3, 17, 16, 80},
+                                   {5, 1, 128, 48},  {8, 100, 80, 128},
+                                   {7, 15, 48, 16},  {4, 256, 64, 64}};
+    int n = shape[_i][0], kn = shape[_i][1], dk = shape[_i][2], dv = shape[_i][3];
+    size_t ldq = (size_t)dk + 5, ldk = (size_t)dk + 3, ldv = (size_t)dv + 9;
+    size_t lds = (size_t)kn + 2, ldo = (size_t)dv + 7;
+    tu_rng g = {91u + (unsigned)_i};
+    float *q = tu_randn(&g, (size_t)n * ldq, 1.0f);
+    float *k = tu_randn(&g, (size_t)kn * ldk, 1.0f);
+    float *v = tu_randn(&g, (size_t)kn * ldv, 1.0f);
+    float *sc = tu_fill((size_t)n * lds, NAN);
+    float *o = tu_randn(&g, (size_t)n * ldo, 1.0f);
+    float *o0 = tu_fill((size_t)n * ldo, 0.0f);
+    memcpy(o0, o, (size_t)n * ldo * sizeof(float));
+    for (size_t i = 0; i < (size_t)n * ldo; i++)
+        if (i % ldo >= (size_t)dv)
+            o[i] = o0[i] = NAN; /* the gaps must stay as they are */
+    int took = attn__small_scores(n, kn, dk, 0.3f, q, ldq, k, ldk, sc, lds);
+    ck_assert_int_eq(took, cpu_avx512());
+    ck_assert_int_eq(attn__small_pv(n, kn, dv, sc, lds, v, ldv, o, ldo), took);
+    for (int r = 0; took && r < n; r++) {
+        for (int j = 0; j < kn; j++) {
+            double want = 0, mag = 0;
+            for (int d = 0; d < dk; d++) {
+                double t = (double)q[r * ldq + d] * (double)k[j * ldk + d];
+                want += t;
+                mag += fabs(t);
+            }
+            want *= 0.3;
+            float got = sc[r * lds + j];
+            ck_assert_msg(fabs(got - want) <= 1e-7 * dk * 0.3 * mag + 1e-30,
+                          "n %d kn %d dk %d s[%d][%d] %.9g want %.9g", n, kn,
+                          dk, r, j, got, want);
+        }
+        ck_assert(isnan(sc[r * lds + kn]));
+        for (int c = 0; c < dv; c++) {
+            double want = o0[r * ldo + c], mag = fabs(want);
+            for (int j = 0; j < kn; j++) {
+                double t = (double)sc[r * lds + j] * (double)v[j * ldv + c];
+                want += t;
+                mag += fabs(t);
+            }
+            float got = o[r * ldo + c];
+            ck_assert_msg(fabs(got - want) <= 1e-7 * (kn + 1) * mag + 1e-30,
+                          "n %d kn %d dv %d o[%d][%d] %.9g want %.9g", n, kn,
+                          dv, r, c, got, want);
+        }
+        for (size_t c = (size_t)dv; c < ldo; c++)
+            ck_assert(isnan(o[r * ldo + c]));
+    }
+    free(q), free(k), free(v), free(sc), free(o), free(o0);
+}
+END_TEST
+
+START_TEST(small_attn_declines)
+{
+    /* shapes left to cblas_sgemm: out and o stay as they were */
+    static const int shape[][3] = {/* n, kn, d */
+                                   {9, 64, 64}, {0, 64, 64}, {4, 0, 64},
+                                   {4, 64, 8},  {4, 64, 24}};
+    int n = shape[_i][0], kn = shape[_i][1], d = shape[_i][2];
+    size_t rows = n > 0 ? (size_t)n : 1, keys = kn > 0 ? (size_t)kn : 1;
+    tu_rng g = {6u};
+    float *q = tu_randn(&g, rows * (size_t)d, 1.0f);
+    float *k = tu_randn(&g, keys * (size_t)d, 1.0f);
+    float *out = tu_fill(rows * keys, NAN);
+    float *o = tu_fill(rows * (size_t)d, NAN);
+    ck_assert_int_eq(attn__small_scores(n, kn, d, 1.0f, q, d, k, d, out, keys), 0);
+    ck_assert_int_eq(attn__small_pv(n, kn, d, out, keys, k, d, o, d), 0);
+    for (size_t i = 0; i < rows * keys; i++)
+        ck_assert(isnan(out[i]));
+    for (size_t i = 0; i < rows * (size_t)d; i++)
+        ck_assert(isnan(o[i]));
+    free(q), free(k), free(out), free(o);
+}
+END_TEST
+
 static Suite *kernel_suite(void)
 {
     Suite *s = suite_create("kernel");
@@ -210,6 +293,8 @@ static Suite *kernel_suite(void)
     tcase_add_loop_test(tc, kernel_block_edges, 0, 5);
     tcase_add_loop_test(tc, skinny_gemm_matches_double, 0, 7);
     tcase_add_loop_test(tc, skinny_gemm_declines, 0, 5);
+    tcase_add_loop_test(tc, small_attn_matches_double, 0, 8);
+    tcase_add_loop_test(tc, small_attn_declines, 0, 5);
     suite_add_tcase(s, tc);
     return s;
 }
