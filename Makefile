@@ -409,9 +409,9 @@ $(BARE_MHD): bench/bare_mhd.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(LDFLAGS_ALL) $(PKG_LIBS)
 .PHONY: bench-server
-bench-server: deps $(ATTND) $(BARE_MHD) $(STEP_CLIENT)
+bench-server: deps $(ATTND) $(BARE_MHD) $(STEP_CLIENT) $(DECODE_BIN)
 	@tools/install-deps.sh bench
-	python3 bench/http_bench.py --attnd $(ATTND) --bare $(BARE_MHD) --client $(STEP_CLIENT)
+	python3 bench/http_bench.py --attnd $(ATTND) --bare $(BARE_MHD) --client $(STEP_CLIENT) --engine $(DECODE_BIN)
 bench: bench-server
 # bench-path: where one small request goes (system calls, instructions by
 # place, heap calls, loop<->pool hand-offs), attnd next to bare_mhd.

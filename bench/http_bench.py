@@ -18,7 +18,11 @@ the same layer served by FastAPI/uvicorn + PyTorch.
    sequence (128-token prompt, 32 one-token steps; the clients are
    bench/step_client.c, C threads on keep-alive connections, so the figure
    is the server's and not the load generator's): steps/s, p50 and the
-   ratio, whose aim is >= 8x (the engine runs the 32 steps as one batch).
+   ratio, whose aim is >= 8x (the engine runs the 32 steps as one batch);
+   then bench/bench_decode.c (--engine) on the same layer, prompts and
+   steps without HTTP: the engine's own 1 and 32 steps/s and ratio (the
+   ceiling of attnd's on this machine), and the bytes read and FLOPs per
+   second against memcpy's and sgemm's rates measured in the same run.
 3. One large request: B=8, T=512, d_model=768 (a random 12-head weight set
    written to a temporary repository), JSON and binary: MB/s in and ms end
    to end (median of 3).
@@ -199,6 +203,33 @@ def decode_point(a, tmp, procs):
             print(f"  {who:>6}: 1 client {tps[who, 1]:.0f} steps/s (p50 {tps[who, 1, 'p50']:.1f} ms), "
                   f"32 clients {tps[who, 32]:.0f} steps/s (p50 {tps[who, 32, 'p50']:.1f} ms): {r:.1f}x"
                   + (f" (aim >= 8x: {'met' if r >= 8 else 'not met'})" if who == "attnd" else ""))
+    if a.engine:
+        engine_point(a, tps)
+
+
+def engine_point(a, tps):
+    """The engine alone (bench_decode, no HTTP) on the same layer, prompts
+    and steps, 2 threads: the ceiling of the decode point's ratio on this
+    machine, and the step's bytes and FLOPs against memcpy and sgemm."""
+    out = subprocess.run([a.engine, "--threads", str(a.threads or os.cpu_count() or 1), "--no-peer",
+                          "--n", "1,32", "--prompt", str(a.decode_prompt), "--steps", str(a.decode_steps)],
+                         capture_output=True, text=True, timeout=900)
+    eng = {}
+    for line in out.stdout.splitlines():
+        m = re.match(r"decode n=(\d+) (.*)", line)
+        if m:
+            eng[int(m.group(1))] = {k: float(v) for k, v in re.findall(r"(\w+)=([-\d.naif]+)", m.group(2))}
+    if 1 not in eng or 32 not in eng:
+        sys.exit(f"bench_decode gave no n=1 and n=32 lines:\n{out.stdout}{out.stderr}")
+    e1, e32 = eng[1]["engine_tps"], eng[32]["engine_tps"]
+    print(f"  engine: 1 sequence {e1:.0f} steps/s, 32 sequences {e32:.0f} steps/s: {e32 / e1:.1f}x "
+          f"(bench_decode, no HTTP, same layer and steps); attnd reaches "
+          f"{tps['attnd', 1] / e1:.2f} and {tps['attnd', 32] / e32:.2f} of it")
+    for n in (1, 32):
+        e = eng[n]
+        print(f"  engine at {n:>2}: reads {e['engine_gbps']:.1f} GB/s (weights + K/V), "
+              f"{e['bw_frac']:.2f} of memcpy's {e['memcpy_gbps']:.1f}; computes {e['step_gflops']:.0f} GFLOP/s, "
+              f"{e['step_gflops'] / e['sgemm_gflops']:.2f} of sgemm's {e['sgemm_gflops']:.0f}")
 
 
 def small_body():
@@ -214,6 +245,8 @@ def main():
     ap.add_argument("--bare", default=os.path.join(ROOT, "build/default/bench/bare_mhd"))
     ap.add_argument("--client", default=os.path.join(ROOT, "build/default/bench/step_client"),
                     help="bench/step_client.c, built: the decoder-step clients")
+    ap.add_argument("--engine", default=os.path.join(ROOT, "build/default/bench/bench_decode"),
+                    help="bench_decode: the engine alone on the decode point's layer and steps ('' skips)")
     ap.add_argument("--seconds", type=int, default=5, help="wrk duration per point")
     ap.add_argument("--threads", type=int, default=0, help="attnd --threads")
     ap.add_argument("--decode-prompt", type=int, default=128)
