@@ -102,7 +102,7 @@
     X(pool_spin_us, "pool-spin-us", INT, 500, 0, 100000,                      \
       "how long a pool job that finds no tile left in its batch's stage spins for the next stage before it ends (us; a thread woken again may start a millisecond late in a VM; 0 = end at once)") \
     X(busy_poll_us, "busy-poll-us", INT, 300, 0, 100000,                     \
-      "after network activity or a finished pool job, the loop thread polls instead of sleeping for this long while the pool leaves a core free, yielding to any other thread (us; a thread woken on an idle virtual CPU starts late; 0 = sleep at once)") \
+      "after network activity or a finished pool job, the loop thread polls instead of sleeping, and idle pool threads spin for new work, for this long while the pool leaves a core free, yielding to any other thread (us; a thread woken on an idle virtual CPU starts late; 0 = sleep at once)") \
     X(log_format, "log-format", STR, "text", 0, 0,                            \
       "request log format: text or json (one line per request, stderr)")
 

@@ -235,6 +235,7 @@ int main(int argc, char **argv)
         rc = 0;
     }
     uv_loop_close(s.loop);
+    srv_busy_poll_free(&s);
     srv_seq_free(&s); /* sequences hold instance references */
     srv_registry_free(&s);
     maps_store_destroy(s.maps);

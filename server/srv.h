@@ -18,6 +18,7 @@
 
 #include <microhttpd.h>
 #include <stddef.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <uv.h>
 
@@ -266,6 +267,10 @@ struct srv {
     int cores;             /* online CPUs */
     uv_idle_t busy_idle;   /* active: the loop polls without sleeping */
     uint64_t busy_since;   /* srv_now_ns of the last activity */
+    _Atomic uint64_t busy_at; /* the same, for warm pool jobs */
+    struct srv_warm *warm; /* (threads) jobs that keep idle pool threads awake */
+    int warm_live;         /* loop: warm jobs queued or running */
+    _Atomic int warm_want; /* request work queued for warm threads to take */
 };
 
 /* MHD accepts this many connections past max-connections; guard.c then
@@ -331,6 +336,7 @@ void srv_check_stop(srv *s);
 void srv_busy_poll_init(srv *s);
 void srv_busy_poll_touch(srv *s);
 void srv_busy_poll_close(srv *s);
+void srv_busy_poll_free(srv *s);
 void srv_pool_queue(srv *s, uv_work_t *w, uv_work_cb work, uv_after_work_cb done);
 void srv_pool_done(srv *s);
 

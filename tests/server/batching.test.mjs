@@ -161,7 +161,7 @@ const inferOnce = (d, body) => new Promise((res, rej) => {
 });
 const pause = (ms) => new Promise((r) => setTimeout(r, ms));
 
-test('--busy-poll-us: after a request the loop polls (takes CPU) for that long, then sleeps: an idle server takes none; 0 never polls', async (t) => {
+test('--busy-poll-us: after a request the loop polls and idle pool threads spin (take CPU) for that long, then sleep: an idle server takes none; 0 never polls', async (t) => {
   const X = REFS.causal;
   const body = { inputs: [fp32('x', X.shape, X.x)], parameters: { causal: true } };
   for (const [us, polls] of [['100000', true], ['0', false]]) {
