@@ -97,11 +97,7 @@ static int linger(batch *b, int ph)
 {
     uint64_t end = srv_now_ns() + (uint64_t)b->s->cfg.pool_spin_us * 1000u;
     while (atomic_load(&b->cur) == ph) {
-        for (int k = 0; k < 64; k++) {
-#if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause();
-#endif
-        }
+        srv_spin_pause();
         if (srv_now_ns() >= end)
             return atomic_load(&b->cur) != ph;
     }

@@ -49,7 +49,7 @@ static void on_busy_idle(uv_idle_t *h)
     sched_yield();
 }
 
-static void pause_a_while(void)
+void srv_spin_pause(void)
 {
     for (int k = 0; k < 64; k++) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -71,7 +71,7 @@ static void warm_run(uv_work_t *w)
             return;
         if (srv_now_ns() - atomic_load_explicit(&s->busy_at, memory_order_relaxed) > span)
             return;
-        pause_a_while();
+        srv_spin_pause();
         sched_yield();
     }
 }

@@ -339,6 +339,9 @@ void srv_busy_poll_close(srv *s);
 void srv_busy_poll_free(srv *s);
 void srv_pool_queue(srv *s, uv_work_t *w, uv_work_cb work, uv_after_work_cb done);
 void srv_pool_done(srv *s);
+/* srv_spin_pause: a few microseconds of a spinning thread's wait (64 CPU
+ * pause hints). Any thread. */
+void srv_spin_pause(void);
 
 /* registry.c */
 /* srv_registry_start: sdpa + every repo folder; -1 with err (SRV_ERRMAX). */
