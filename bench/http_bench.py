@@ -21,8 +21,9 @@ the same layer served by FastAPI/uvicorn + PyTorch.
    ratio, whose aim is >= 8x (the engine runs the 32 steps as one batch);
    then bench/bench_decode.c (--engine) on the same layer, prompts and
    steps without HTTP: the engine's own 1 and 32 steps/s and ratio (the
-   ceiling of attnd's on this machine), and the bytes read and FLOPs per
-   second against memcpy's and sgemm's rates measured in the same run.
+   ceiling of attnd's on this machine), the bytes read and FLOPs per
+   second against memcpy's and sgemm's rates measured in the same run,
+   and the memory roof: 32 steps whose bytes are all read at memcpy's rate.
 3. One large request: B=8, T=512, d_model=768 (a random 12-head weight set
    written to a temporary repository), JSON and binary: MB/s in and ms end
    to end (median of 3).
@@ -230,6 +231,10 @@ def engine_point(a, tps):
         print(f"  engine at {n:>2}: reads {e['engine_gbps']:.1f} GB/s (weights + K/V), "
               f"{e['bw_frac']:.2f} of memcpy's {e['memcpy_gbps']:.1f}; computes {e['step_gflops']:.0f} GFLOP/s, "
               f"{e['step_gflops'] / e['sgemm_gflops']:.2f} of sgemm's {e['sgemm_gflops']:.0f}")
+    roof = e32 / eng[32]["bw_frac"]
+    print(f"  memory roof at 32: every byte of a batch (weights, K/V) read at memcpy's rate gives "
+          f"{roof:.0f} steps/s, {roof / e1:.1f}x the engine's 1-sequence rate "
+          f"(which reads at {eng[1]['bw_frac']:.1f}x memcpy's rate: its bytes stay in cache)")
 
 
 def small_body():
