@@ -192,13 +192,16 @@ void srv_h_metrics(srv_req *r)
                 "# TYPE attnd_draining gauge\nattnd_draining %d\n"
                 "# HELP attnd_open_requests HTTP requests in progress.\n"
                 "# TYPE attnd_open_requests gauge\nattnd_open_requests %d\n"
+                "# HELP attnd_pool_jobs Request work queued on the compute "
+                "pool or running there.\n"
+                "# TYPE attnd_pool_jobs gauge\nattnd_pool_jobs %d\n"
                 "# HELP attnd_open_connections Connections open (REST and gRPC).\n"
                 "# TYPE attnd_open_connections gauge\nattnd_open_connections %d\n"
                 "# HELP attnd_memory_budget_used_bytes Bytes of memory-budget "
                 "held by bodies, decoded requests and unsent answers.\n"
                 "# TYPE attnd_memory_budget_used_bytes gauge\n"
                 "attnd_memory_budget_used_bytes %zu\n",
-            s->draining, s->live_reqs, s->n_conns, s->mem_used);
+            s->draining, s->live_reqs, s->pool_jobs, s->n_conns, s->mem_used);
     if (s->maps) {
         size_t used, max_bytes, n;
         uint64_t evicted;

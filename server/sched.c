@@ -224,15 +224,12 @@ static void decode_work(uv_work_t *w)
     j->decode_ns = srv_now_ns() - t0;
 }
 
-/* decode_done: loop thread. Answers a failed or abandoned request and
- * ends its job; otherwise appends it to the model's queue and pumps. */
-static void decode_done(uv_work_t *w, int status)
+/* decoded: loop thread. Answers a failed or abandoned request and ends
+ * its job; otherwise appends it to the model's queue and pumps. */
+static void decoded(srv_job *j)
 {
-    srv_job *j = w->data;
     srv_entry *e = j->e;
     int take = !j->status && j->req && j->step.is_step;
-    (void)status;
-    srv_pool_done(j->s);
     if (j->req && j->in.id)
         snprintf(j->req->id, sizeof j->req->id, "%s", j->in.id);
     if (take) { /* a sequence step: seq.c queues it in its turn */
@@ -268,6 +265,14 @@ static void decode_done(uv_work_t *w, int status)
     e->qtail = j;
     e->q_seqs += j->prep.n;
     srv__pump(e);
+}
+
+static void decode_done(uv_work_t *w, int status)
+{
+    srv_job *j = w->data;
+    (void)status;
+    srv_pool_done(j->s);
+    decoded(j);
 }
 
 /* solo_work: pool thread. decode_work, then, when the request is small
@@ -319,7 +324,7 @@ static void solo_work(uv_work_t *w)
 
 /* solo_done: loop thread. Gives the instance back; a computed job is
  * answered, a failed or abandoned one too, and one too large for a solo
- * run joins the queue as decode_done does. */
+ * run joins the queue as a decoded request does. */
 static void solo_done(uv_work_t *w, int status)
 {
     srv_job *j = w->data;
@@ -336,9 +341,9 @@ static void solo_done(uv_work_t *w, int status)
         srv__pump(e);
         return;
     }
-    decode_done(w, status);
-    srv__pump(e); /* the instance it held is free (decode_done pumps only when
-                it queued) */
+    decoded(j);
+    srv__pump(e); /* the instance it held is free (decoded pumps only when it
+                queued) */
 }
 
 /* solo_ok: may a job of len body bytes for e run solo? Loop thread. */

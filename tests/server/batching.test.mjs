@@ -103,6 +103,9 @@ test('no batch delay: a lone request runs at once, and one too large for a singl
       assert.ok(maxDiff(m.json.outputs[0].data, [...want, ...want]) < 1e-5);
     }
     assert.equal((await statsOf(d, 'mean')).inference_count, 2);
+    // every pool job of them came back, and was counted back once
+    const metrics = await (await fetch(`${d.url}/metrics`)).text();
+    assert.match(metrics, /^attnd_pool_jobs 0$/m);
     assert.equal((await d.stop()).code, 0);
   } catch (e) { await d.stop('SIGKILL'); throw e; } finally { rmSync(dir, { recursive: true, force: true }); }
 });
