@@ -23,7 +23,6 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 /* A warm job: holds an idle pool thread awake (spinning, yielding its CPU)
  * until request work is queued for it or the busy window ends. */
@@ -42,7 +41,8 @@ static void on_busy_idle(uv_idle_t *h)
 {
     srv *s = h->data;
     if (s->stopping || !pool_has_room(s) ||
-        srv_now_ns() - s->busy_since > (uint64_t)s->cfg.busy_poll_us * 1000u) {
+        srv_now_ns() - atomic_load_explicit(&s->busy_at, memory_order_relaxed) >
+            (uint64_t)s->cfg.busy_poll_us * 1000u) {
         uv_idle_stop(h);
         return;
     }
@@ -103,8 +103,6 @@ static void warm_up(srv *s)
 
 void srv_busy_poll_init(srv *s)
 {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    s->cores = n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
     uv_idle_init(s->loop, &s->busy_idle);
     s->busy_idle.data = s;
     s->warm = calloc((size_t)s->threads, sizeof *s->warm);
@@ -120,8 +118,7 @@ void srv_busy_poll_touch(srv *s)
 {
     if (!s->cfg.busy_poll_us || s->stopping)
         return;
-    s->busy_since = srv_now_ns();
-    atomic_store_explicit(&s->busy_at, s->busy_since, memory_order_relaxed);
+    atomic_store_explicit(&s->busy_at, srv_now_ns(), memory_order_relaxed);
     if (pool_has_room(s)) {
         uv_idle_start(&s->busy_idle, on_busy_idle); /* no-op when active */
         if (s->warm)

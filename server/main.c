@@ -189,7 +189,8 @@ int main(int argc, char **argv)
         break;
     }
     s.json_log = strcmp(s.cfg.log_format, "json") == 0;
-    s.threads = s.cfg.threads ? (int)s.cfg.threads : online_cores();
+    s.cores = online_cores();
+    s.threads = s.cfg.threads ? (int)s.cfg.threads : s.cores;
     /* The pool is sized before its first use; BLAS runs single-threaded
      * inside tiles so threads never oversubscribe the cores. */
     snprintf(num, sizeof num, "%d", s.threads);

@@ -264,10 +264,9 @@ struct srv {
     int grpc_port;         /* bound gRPC port */
     /* busy_poll.c */
     int pool_jobs;         /* request work queued on the pool or running */
-    int cores;             /* online CPUs */
+    int cores;             /* online CPUs (main.c) */
     uv_idle_t busy_idle;   /* active: the loop polls without sleeping */
-    uint64_t busy_since;   /* srv_now_ns of the last activity */
-    _Atomic uint64_t busy_at; /* the same, for warm pool jobs */
+    _Atomic uint64_t busy_at; /* srv_now_ns of the last activity */
     struct srv_warm *warm; /* (threads) jobs that keep idle pool threads awake */
     int warm_live;         /* loop: warm jobs queued or running */
     _Atomic int warm_want; /* request work queued for warm threads to take */
