@@ -81,7 +81,8 @@ static double run_ours(const bcase *c, int threads, int reps)
     attn_weights w = {rnd(dm * hq, a, &seed), rnd(dm * hk, a, &seed),
                       rnd(dm * hk, a, &seed), rnd(hq * dm, a, &seed),
                       rnd(hq, 0.1f, &seed),   rnd(hk, 0.1f, &seed),
-                      rnd(hk, 0.1f, &seed),   rnd(dm, 0.1f, &seed)};
+                      rnd(hk, 0.1f, &seed),   rnd(dm, 0.1f, &seed),
+                      ATTN_ROWS};
     float *x = rnd(bt * dm, 1.0f, &seed), *y = rnd(bt * dm, 0, &seed);
     float *att = NULL;
     size_t per = (size_t)c->h * c->t * c->t;

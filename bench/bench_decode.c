@@ -4,9 +4,11 @@
  *
  *   bench_decode [--threads T] [--peer bench/torch_decode_peer.py|--no-peer]
  *                [--n 1,8,32] [--prompt 1024] [--steps 64] [--http-tps CMD]
+ *                [--rows]
  *
  * A Llama-like layer (d_model 2048, 32 heads, 8 kv heads of 64, RoPE, no
- * biases). For each N: N sequences are prefilled with `prompt` tokens, then
+ * biases), its weights in column panels as attnd holds them (--rows: the
+ * row-major layout instead). For each N: N sequences are prefilled with `prompt` tokens, then
  * `steps` one-token steps run, each step one batch of the N sequences.
  * Prints one line per N:
  *   decode n=<N> engine_tps=<tokens/s> engine_gbps=<GB/s read>
@@ -181,6 +183,7 @@ int main(int argc, char **argv)
     attn_blas_reexec(argv); /* one BLAS thread, kernels for this CPU (the
                                peer inherits the kernels) */
     const char *http = NULL;
+    int rows = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = atoi(argv[++i]);
@@ -196,10 +199,13 @@ int main(int argc, char **argv)
             steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--http-tps") && i + 1 < argc)
             http = argv[++i];
+        else if (!strcmp(argv[i], "--rows"))
+            rows = 1;
         else {
             fprintf(stderr,
                     "usage: %s [--threads T] [--peer PY|--no-peer] "
-                    "[--n 1,8,32] [--prompt P] [--steps S] [--http-tps CMD]\n"
+                    "[--n 1,8,32] [--prompt P] [--steps S] [--http-tps CMD] "
+                    "[--rows]\n"
                     "  CMD is run with N appended and prints tps=<x>\n",
                     argv[0]);
             return 2;
@@ -216,7 +222,21 @@ int main(int argc, char **argv)
                       rnd((size_t)DM * HKV * DK, a, &seed),
                       rnd((size_t)DM * HKV * DK, a, &seed),
                       rnd((size_t)HQ * DK * DM, a, &seed),
-                      NULL, NULL, NULL, NULL};
+                      NULL, NULL, NULL, NULL, ATTN_ROWS};
+    if (!rows) { /* as core/model.c loads them */
+        float *tmp = malloc((size_t)DM * HQ * DK * sizeof(float));
+        float *m[4] = {(float *)w.w_q, (float *)w.w_k, (float *)w.w_v,
+                       (float *)w.w_o};
+        size_t in[4] = {DM, DM, DM, HQ * DK};
+        size_t out[4] = {HQ * DK, HKV * DK, HKV * DK, DM};
+        if (!tmp)
+            die("panels", "out of memory");
+        for (int k = 0; k < 4; k++)
+            attn_to_panels(m[k], in[k], out[k],
+                           (size_t)attn_panel_cols(&c, ATTN_W_Q + k), tmp);
+        free(tmp);
+        w.layout = ATTN_PANELS;
+    }
     size_t wbytes = ((size_t)DM * HQ * DK * 2 + (size_t)DM * HKV * DK * 2) * 4;
     size_t tokb = attn_kv_token_bytes(&c, ATTN_KV_F32);
     attn_exec *ex;
@@ -225,8 +245,9 @@ int main(int argc, char **argv)
     char err[ATTN_ERRMAX];
     printf("# layer d_model %d, %d heads, %d kv heads of %d, RoPE; %d-token "
            "prompts, %d one-token steps; %d threads each side; K/V %zu "
-           "bytes/token/sequence, weights %.1f MB; OpenBLAS kernels %s (both sides)\n",
+           "bytes/token/sequence, weights %.1f MB in %s; OpenBLAS kernels %s (both sides)\n",
            DM, HQ, HKV, DK, prompt, steps, threads, tokb, wbytes / 1e6,
+           rows ? "rows (--rows)" : "column panels",
            attn_blas_core() ? attn_blas_core() : "(not OpenBLAS)");
     fflush(stdout);
     for (const char *p = ns; *p;) {

@@ -20,12 +20,6 @@
  * several threads. */
 #define PROJ_ROWS 256
 
-/* Columns per projection tile (rounded to whole heads): a weight matrix is
- * cut into column blocks, so a batch of one-token steps (few rows) still
- * spreads over every thread while each tile reads only its own columns:
- * the whole matrix is read once per batch. */
-#define PROJ_COLS 256
-
 /* attn_plan_run runs plans under this many flops on the calling thread:
  * waking the executor's workers costs more than such a pass (the
  * b1_t16_d64_h4 bench case, 0.6 MFLOP, takes ~12 us inline, ~28 us on a
@@ -54,13 +48,6 @@ static void put_blocks(tile *t, size_t *k, int kind, int item, int head,
         x->r0 = r;
         x->r1 = rows - r < per ? rows : r + per;
     }
-}
-
-/* Columns per tile of a matrix of `width` columns made of heads of `dh`. */
-static int col_block(int width, int dh)
-{
-    int c = dh >= PROJ_COLS ? dh : PROJ_COLS / dh * dh;
-    return c < width ? c : width;
 }
 
 /* Append the (row block x column block) tiles of a (rows, width) GEMM. */
@@ -138,6 +125,10 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
                           : !w->w_k ? "w_k"
                           : !w->w_v ? "w_v"
                                     : "w_o");
+    if (w->layout != ATTN_ROWS && w->layout != ATTN_PANELS)
+        return attn__fail(err, ATTN_EINVAL,
+                          "weights.layout is %d (ATTN_ROWS or ATTN_PANELS)",
+                          w->layout);
     if (!seqs || n_seqs < 1)
         return attn__fail(err, ATTN_EINVAL,
                           "need at least one sequence (n_seqs = %d)", n_seqs);
@@ -177,8 +168,8 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
                           "the batch's scratch (%zu rows) overflows size_t", T);
     int H = cfg->n_heads, Hkv = cfg->n_kv_heads;
     int dk = cfg->head_dim, dv = cfg->v_head_dim;
-    int cbq = col_block(H * dk, dk), cbk = col_block(Hkv * dk, dk),
-        cbv = col_block(Hkv * dv, dv), cbo = col_block(dm, 1);
+    int cbq = attn_panel_cols(cfg, ATTN_W_Q), cbk = attn_panel_cols(cfg, ATTN_W_K),
+        cbv = attn_panel_cols(cfg, ATTN_W_V), cbo = attn_panel_cols(cfg, ATTN_W_O);
     size_t n0 = 0, n1, n2 = 0, n3;
     for (int i = 0; gather && i < n_seqs; i++)
         n0 += blocks(seqs[i].t, PROJ_ROWS) +

@@ -1,7 +1,9 @@
 /*
  * model.c - a weight set from a model folder: find the tensors of one of
  * three naming layouts, infer and cross-check the sizes, convert once to F32
- * in the seeds' orientation into one slab, unmap the file.
+ * in the seeds' orientation into one slab (each matrix in column panels,
+ * attn.h's ATTN_PANELS: what a batch of decoder steps reads fastest), unmap
+ * the file.
  *
  * Layouts (all under an optional name prefix):
  *   canonical  W_q (d_model, H*dk)  W_k (d_ctx, Hkv*dk)  W_v (d_ctx, Hkv*dv)
@@ -579,8 +581,19 @@ static int fill(model *m, const ctx *c, char *err)
                               isnan(p[i]) ? "NaN" : "Inf", at);
                 return ATTN_EFORMAT;
             }
+        if (r < R_BQ) {
+            size_t pw = (size_t)attn_panel_cols(&m->cfg, ATTN_W_Q + r);
+            float *tmp = pw < (size_t)s->out ? malloc(n * sizeof(float)) : NULL;
+            if (pw < (size_t)s->out && !tmp) {
+                model__seterr(err, "%s: out of memory", c->file);
+                return ATTN_ENOMEM;
+            }
+            attn_to_panels(p, (size_t)s->in, (size_t)s->out, pw, tmp);
+            free(tmp);
+        }
         *dst[r] = p;
     }
+    m->w.layout = ATTN_PANELS;
     return 0;
 }
 

@@ -11,9 +11,12 @@
  * Here B is read in place: a micro-kernel keeps a 12 x 32 block of C in
  * 24 AVX-512 registers and, for each k, loads 32 floats of B's row k,
  * broadcasts 12 values of A's column k and does 24 fused multiply-adds;
- * B's row k + PREFETCH_ROWS is asked for ahead, since its rows are a
- * whole matrix width apart and the hardware's own prefetcher does not
- * follow them. The same tile runs at ~95 GFLOP/s, 4 rows at ~50.
+ * B's row k + PREFETCH_ROWS is asked for ahead. The same tile runs at
+ * ~95 GFLOP/s, 4 rows at ~50. B's rows should be close together: the
+ * engine's weights are column panels (attn.h, ATTN_PANELS), ldb the
+ * panel's width; with ldb the width of a d_model 2048 matrix (8 KiB) all
+ * of B's rows fall in the same L1 sets and the rows prefetched ahead
+ * evict each other (48-53 GFLOP/s against 86-124 on 32 x 2048 x 5120).
  *
  * Each element of C is one chain of fused multiply-adds over k in order,
  * whatever the number of rows, so a step's projections do not depend on
@@ -29,7 +32,8 @@
 
 /* Rows of B ahead of the one being multiplied that are prefetched (~16
  * iterations of the micro-kernel, the memory latency; 4 and 48 were
- * slower on the 32 x 2048 x 256 tile). */
+ * slower on the 32 x 2048 x 256 tile, and on panels 4, 8 and 64 were
+ * slower, 32 the same). */
 #define PREFETCH_ROWS 16
 
 /* Rows of the micro-kernel's C block (a multiple of 4 up to 12; the last

@@ -52,6 +52,19 @@ static void tile_gather(attn_plan *p, const tile *tl)
     }
 }
 
+/* Columns [c0, c1) of weight matrix w ((k, width), laid out as p->w says):
+ * a tile's columns are exactly one panel (attn_panel_cols). Sets *ldb. */
+static const float *wcols(const attn_plan *p, const float *w, int k,
+                          int width, int c0, int c1, int *ldb)
+{
+    if (p->w.layout == ATTN_PANELS) {
+        *ldb = c1 - c0;
+        return w + (size_t)c0 * (size_t)k;
+    }
+    *ldb = width;
+    return w + c0;
+}
+
 /* The projection tile: rows [r0, r1) x columns [c0, c1) of Q, K or V
  * (columns are whole heads), then bias, RoPE, the finite check, the
  * per-head copies the caller asked for, and decoder steps' K/V pages. */
@@ -68,8 +81,10 @@ static void tile_proj(attn_plan *p, const tile *tl)
     float *out = m == MAT_Q ? p->Q : m == MAT_K ? p->K : p->V;
     const int *rseq = m == MAT_Q ? p->qseq : p->kseq;
     size_t ld = (size_t)width, n = (size_t)(c1 - c0);
+    int ldw;
+    const float *wc = wcols(p, w, k, width, c0, c1, &ldw);
     attn__gemm(0, r1 - r0, c1 - c0, k, 1.0f, in + (size_t)r0 * (size_t)k, k,
-               w + c0, width, 0.0f, out + (size_t)r0 * ld + c0, width);
+               wc, ldw, 0.0f, out + (size_t)r0 * ld + c0, width);
     if (bias)
         for (int r = r0; r < r1; r++) {
             float *restrict row = out + (size_t)r * ld + c0;
@@ -190,9 +205,10 @@ static void tile_out(attn_plan *p, const tile *tl)
     int r0 = tl->r0, r1 = tl->r1, c0 = tl->c0, c1 = tl->c1;
     int k = c->n_heads * c->v_head_dim, dm = c->d_model;
     size_t n = (size_t)(c1 - c0);
+    int ldw;
+    const float *wc = wcols(p, p->w.w_o, k, dm, c0, c1, &ldw);
     attn__gemm(0, r1 - r0, c1 - c0, k, 1.0f, p->O + (size_t)r0 * (size_t)k, k,
-               p->w.w_o + c0, dm, 0.0f, p->Y + (size_t)r0 * (size_t)dm + c0,
-               dm);
+               wc, ldw, 0.0f, p->Y + (size_t)r0 * (size_t)dm + c0, dm);
     for (int r = r0; r < r1; r++) {
         int item = p->qseq[r];
         float *row = p->Y + (size_t)r * (size_t)dm + c0;

@@ -61,7 +61,7 @@ START_TEST(bad_plan_arguments)
                      .n_kv_heads = 2,
                      .head_dim = 2,
                      .v_head_dim = 2};
-    attn_weights w = {buf, buf, buf, buf, NULL, NULL, NULL, NULL};
+    attn_weights w = {buf, buf, buf, buf, NULL, NULL, NULL, NULL, ATTN_ROWS};
     attn_seq ok = {
         .t = 2, .s = 2, .t_valid = 2, .s_valid = 2, .x = buf, .y = y};
     attn_plan *p = (attn_plan *)&c; /* must be reset to NULL on failure */

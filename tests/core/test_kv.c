@@ -103,7 +103,7 @@ START_TEST(pool_half_roundtrip)
             wi[i * 8 + i] = 1.0f;
         attn_config c8 = c;
         c8.d_model = 8;
-        attn_weights w = {wi, wi, wi, z, NULL, NULL, NULL, NULL};
+        attn_weights w = {wi, wi, wi, z, NULL, NULL, NULL, NULL, ATTN_ROWS};
         float y8[8];
         attn_seq s = {.t = 1, .s = 1, .t_valid = 1, .s_valid = 1,
                       .x = in, .y = y8, .kv = &kv};
@@ -364,7 +364,7 @@ START_TEST(torch_decoder_layer)
         float *bq = rd(f, (size_t)H * dk), *bk = rd(f, (size_t)Hk * dk);
         float *bv = rd(f, (size_t)Hk * dv), *bo = rd(f, (size_t)dm);
         float *x = rd(f, (size_t)(np + ns) * dm), *y0 = rd(f, (size_t)np * dm);
-        attn_weights w = {wq, wk, wv, wo, bq, bk, bv, bo};
+        attn_weights w = {wq, wk, wv, wo, bq, bk, bv, bo, ATTN_ROWS};
         char err[ATTN_ERRMAX];
         attn_kv_pool *p;
         ck_assert_int_eq(attn_kv_pool_create(&p, &c, ATTN_KV_F32, 0, 1 << 24,

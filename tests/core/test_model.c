@@ -10,7 +10,8 @@
  *   - a repository of broken folders beside good ones
  *     (tests/core/model_corpus/, made by make_model_corpus.py): the exact
  *     error for each, the good ones still load;
- *   - model names, loading from memory.
+ *   - model names, loading from memory;
+ *   - a wide layer's matrices in column panels (attn.h, ATTN_PANELS).
  */
 #include <check.h>
 #include <math.h>
@@ -518,6 +519,59 @@ START_TEST(test_load_mem)
 }
 END_TEST
 
+/* A layer wide enough for several column panels per matrix (d_model 300,
+ * 5 heads of 64): every weight lands where attn.h's ATTN_PANELS says. */
+START_TEST(test_wide_panels)
+{
+    enum { DM = 300, HD = 320 };
+    const char *names[4] = {"W_q", "W_k", "W_v", "W_o"};
+    size_t n = (size_t)DM * HD, at = 0;
+    char hdr[1024];
+    for (int r = 0; r < 4; r++)
+        at += (size_t)snprintf(hdr + at, sizeof hdr - at,
+                               "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%d,%d],"
+                               "\"data_offsets\":[%zu,%zu]}",
+                               r ? "," : "{", names[r], r < 3 ? DM : HD,
+                               r < 3 ? HD : DM, r * n * 4, (r + 1) * n * 4);
+    at += (size_t)snprintf(hdr + at, sizeof hdr - at, "}");
+    while (at % 8)
+        hdr[at++] = ' ';
+    size_t sl = 8 + at + 4 * n * sizeof(float);
+    unsigned char *st = malloc(sl);
+    ck_assert_ptr_nonnull(st);
+    for (int b = 0; b < 8; b++)
+        st[b] = (unsigned char)((uint64_t)at >> (8 * b));
+    memcpy(st + 8, hdr, at);
+    for (size_t i = 0; i < 4 * n; i++) {
+        float v = (float)((i / n) * 100000 + i % n); /* exact in F32 */
+        memcpy(st + 8 + at + i * sizeof(float), &v, sizeof v);
+    }
+    char err[ATTN_ERRMAX];
+    const char *cfg = "{\"n_heads\": 5}";
+    model *m;
+    ck_assert_msg(model_load_mem(&m, "wide", cfg, strlen(cfg), st, sl, err) ==
+                      0,
+                  "%s", err);
+    const attn_weights *w = model_weights(m);
+    const float *mat[4] = {w->w_q, w->w_k, w->w_v, w->w_o};
+    ck_assert_int_eq(w->layout, ATTN_PANELS);
+    for (int r = 0; r < 4; r++) {
+        size_t rows = r < 3 ? DM : HD, width = r < 3 ? HD : DM;
+        size_t pw = (size_t)attn_panel_cols(model_config(m), ATTN_W_Q + r);
+        ck_assert_msg(pw < width, "%s: one panel", names[r]);
+        for (size_t i = 0; i < rows; i++)
+            for (size_t j = 0; j < width; j++) {
+                size_t p0 = j - j % pw, pwj = width - p0 < pw ? width - p0 : pw;
+                float want = (float)((size_t)r * 100000 + i * width + j);
+                ck_assert_msg(mat[r][p0 * rows + i * pwj + j - p0] == want,
+                              "%s (%zu, %zu)", names[r], i, j);
+            }
+    }
+    model_destroy(m);
+    free(st);
+}
+END_TEST
+
 /* Every single-byte change to the header of a good model file (and to its
  * config) loads or fails with a message naming the upload; the sanitizers
  * catch anything worse. */
@@ -580,6 +634,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_repo);
     tcase_add_test(tc, test_names);
     tcase_add_test(tc, test_load_mem);
+    tcase_add_test(tc, test_wide_panels);
     tcase_add_test(tc, test_mutations);
     suite_add_tcase(s, tc);
     return s;

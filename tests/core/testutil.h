@@ -110,7 +110,8 @@ static inline void layer_init(layer *L, tu_rng *g, int dm, int H, int Hk, int dk
     L->bv = tu_randn(g, (size_t)Hk * dv, 0.1f);
     L->bo = tu_randn(g, (size_t)dm, 0.1f);
     L->w =
-        (attn_weights){L->wq, L->wk, L->wv, L->wo, L->bq, L->bk, L->bv, L->bo};
+        (attn_weights){L->wq, L->wk, L->wv, L->wo, L->bq, L->bk, L->bv, L->bo,
+                       ATTN_ROWS};
 }
 
 static inline void layer_free(layer *L)
