@@ -109,6 +109,19 @@ test('--log-format json: one JSON line per request with id, model, status, batch
   for (const k of ['queue_us', 'compute_us', 'total_us']) assert.equal(typeof l[k], 'number', k);
 });
 
+test('a request\'s log line reaches stderr while the daemon idles (stderr is buffered, flushed before the loop waits)', async (t) => {
+  const d = await start({ t, args: ['--log-format', 'json', '--busy-poll-us', '0'] });
+  try {
+    const c = REFS.causal;
+    for (const id of ['seen-1', 'seen-2']) {
+      await infer(d, 'tiny', { id, inputs: [fp32('x', c.shape, c.x)] });
+      const until = Date.now() + 3000;
+      while (!d.log().includes(`"id":"${id}"`) && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+      assert.ok(d.log().includes(`"id":"${id}"`), `no line for ${id} before the daemon stopped:\n${d.log()}`);
+    }
+  } finally { await d.stop(); }
+});
+
 test('the daemon runs as "attnd" with one OpenBLAS thread (it re-executes itself by its own path)', async (t) => {
   const saved = process.env.OPENBLAS_NUM_THREADS;
   delete process.env.OPENBLAS_NUM_THREADS;
