@@ -133,6 +133,11 @@ static void call_end(gcall *call, int code, const char *msg)
     srv_grpc__schedule(call->c);
 }
 
+void srv_grpc__call_end(gcall *call, int code, const char *msg)
+{
+    call_end(call, code, msg);
+}
+
 static void trailers(const gcall *call, nghttp2_nv *nv, char *num, char *msg)
 {
     snprintf(num, 8, "%d", call->code);
@@ -769,6 +774,24 @@ static int on_stream_close(nghttp2_session *h2, int32_t id, uint32_t code,
     return 0;
 }
 
+/* on_frame_send: a call's last HEADERS (trailers, END_STREAM) went out
+ * while its client may still send (the call ended early: an error, a
+ * message over max-body, min-body-rate): RST_STREAM NO_ERROR asks the
+ * client to stop (RFC 9113 8.1) and closes the stream now, so a client
+ * that sends nothing more cannot hold the call, and with it the
+ * connection, open. */
+static int on_frame_send(nghttp2_session *h2, const nghttp2_frame *f, void *ud)
+{
+    gcall *call;
+    (void)ud;
+    if (f->hd.type != NGHTTP2_HEADERS || !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
+        return 0;
+    call = nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
+    if (call && !call->half_closed)
+        nghttp2_submit_rst_stream(h2, NGHTTP2_FLAG_NONE, f->hd.stream_id,
+                                  NGHTTP2_NO_ERROR);
+    return 0;
+}
 
 void srv_grpc__callbacks(nghttp2_session_callbacks *cbs)
 {
@@ -777,4 +800,5 @@ void srv_grpc__callbacks(nghttp2_session_callbacks *cbs)
     nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
 }

@@ -284,25 +284,34 @@ static int per_ip_full(srv_grpc *g, gconn *c)
     return 0;
 }
 
-/* slow: guard.c's sweep asks whether a message of c's calls arrives slower
- * than min-body-rate once grace has passed since its first byte (or a
- * unary call's HEADERS). Not while attnd itself holds the window closed
- * (--grpc-buffer, queue-size). */
+/* slow: guard.c's sweep: end each of c's calls whose message arrives
+ * slower than min-body-rate once grace has passed since its first byte
+ * (or a unary call's HEADERS), with RESOURCE_EXHAUSTED; its stream is then
+ * reset (grpc.c, once the trailers are out) and the connection's other
+ * calls go on. Not while attnd itself holds the window closed
+ * (--grpc-buffer, queue-size). Returns the calls ended. */
 static int slow(srv_conn *sc, uint64_t now, uint64_t grace)
 {
     gconn *c = (gconn *)(void *)((char *)sc - offsetof(gconn, guard));
-    double rate = (double)c->g->s->cfg.min_body_rate;
+    long long rate = c->g->s->cfg.min_body_rate;
     gcall *call;
+    int n = 0;
     if (c->paused || c->closing)
         return 0;
     for (call = c->calls; call; call = call->next) {
         uint64_t dt = now - call->t_msg_ns;
+        char msg[200];
         if (!call->t_msg_ns || call->ending || call->hhead || dt <= grace)
             continue;
-        if ((double)call->msg_seen * 1e9 < rate * (double)dt)
-            return 1;
+        if ((double)call->msg_seen * 1e9 >= (double)rate * (double)dt)
+            continue;
+        snprintf(msg, sizeof msg, "message: %llu bytes in %.1f s, slower than "
+                 "%lld bytes/s (min-body-rate)",
+                 (unsigned long long)call->msg_seen, (double)dt / 1e9, rate);
+        srv_grpc__call_end(call, GRPC_RESOURCE_EXHAUSTED, msg);
+        n++;
     }
-    return 0;
+    return n;
 }
 
 static void on_connect(uv_stream_t *l, int status)

@@ -126,6 +126,9 @@ typedef struct wreq {
 void srv_grpc__schedule(gconn *c);
 /* grpc.c: deliver a call's answered slots, send headers, data, trailers. */
 void srv_grpc__pump(gcall *call);
+/* grpc.c: end a call with its final status (trailers after what is
+ * queued). Once. */
+void srv_grpc__call_end(gcall *call, int code, const char *msg);
 /* grpc.c: free a call; its unanswered requests detach or are orphaned. */
 void srv_grpc__call_free(gcall *call);
 /* grpc.c: the session callbacks that build calls. */

@@ -185,7 +185,8 @@ void srv_guard_end(srv_req *r)
     }
 }
 
-/* closed_log: one warning per door and cause of the sweep's closes. */
+/* closed_log: one warning per door and cause of the sweep's closes (of
+ * gRPC calls ended for min-body-rate: their connections stay). */
 static void closed_log(srv *s, const int n[2][2])
 {
     static const char *door[2] = {"http", "grpc"};
@@ -198,9 +199,10 @@ static void closed_log(srv *s, const int n[2][2])
                     "arrive within %lld s (header-timeout)", door[d], n[d][0],
                     n[d][0] == 1 ? "" : "s", what[d], s->cfg.header_timeout_s);
         if (n[d][1])
-            srv_log(s, "warn", "%s: closed %d connection%s whose %s came slower "
-                    "than %lld bytes/s (min-body-rate)", door[d], n[d][1],
-                    n[d][1] == 1 ? "" : "s", part[d], s->cfg.min_body_rate);
+            srv_log(s, "warn", "%s: %s %d %s%s whose %s came slower than %lld "
+                    "bytes/s (min-body-rate)", door[d], d ? "ended" : "closed",
+                    n[d][1], d ? "call" : "connection", n[d][1] == 1 ? "" : "s",
+                    part[d], s->cfg.min_body_rate);
     }
 }
 
@@ -229,11 +231,12 @@ static void sweep(uv_timer_t *t)
             if (now - c->t_wait_ns <= grace || unread(c))
                 continue;
             n[c->grpc][0]++;
-        } else if (!r) { /* gRPC calls: is a message coming too slowly? */
-            if (!s->cfg.min_body_rate || !c->slow || unread(c) ||
-                !c->slow(c, now, grace))
-                continue;
-            n[1][1]++;
+        } else if (!r) { /* gRPC: end the calls whose message comes too
+                             slowly; the connection and its other calls
+                             stay */
+            if (s->cfg.min_body_rate && c->slow && !unread(c))
+                n[1][1] += c->slow(c, now, grace);
+            continue;
         } else {
             /* receiving the body: the handler has not run, no answer yet */
             uint64_t dt = now - r->t0_ns;

@@ -296,8 +296,8 @@ struct srv_conn {
     uint64_t t_wait_ns; /* since when it waits for a request head */
     srv_req *req;       /* REST: the request being received or served */
     int served;         /* requests (calls) it began */
-    /* gRPC: 1 when one of its messages comes slower than min-body-rate
-     * once grace has passed since its first byte */
+    /* gRPC: ends the calls whose message comes slower than min-body-rate
+     * once grace has passed since its first byte; returns how many */
     int (*slow)(srv_conn *c, uint64_t now, uint64_t grace);
     srv_conn *prev, *next;
 };

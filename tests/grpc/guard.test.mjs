@@ -1,6 +1,8 @@
 // guard.test.mjs - the gRPC door against clients that hold resources:
 // answers they do not read (memory-budget), connections that never send a
-// call (header-timeout), messages that trickle in (min-body-rate),
+// call (header-timeout), messages that trickle in (min-body-rate: the
+// call ends, the connection stays), calls ended early and then left
+// silent (reset, so connection-timeout applies),
 // connections past max-connections counted with REST's (eviction), and a
 // second attnd on the gRPC port (--reuse-port). Hand-built HTTP/2 with
 // node:http2 and raw sockets with node:net.
@@ -147,23 +149,61 @@ test('header-timeout: a gRPC connection that sends no call in time is closed; on
   } finally { assert.equal((await d.stop()).code, 0, d.log()); }
 });
 
-test('min-body-rate: a gRPC message that trickles in closes its connection', async () => {
+/** a call that sends `bytes` and then nothing: {head (response headers and
+ * trailers), closed (resolves to the stream's RST_STREAM code)} */
+function stalled(session, bytes) {
+  const req = session.request({ ':method': 'POST', ':path': INFER, 'content-type': 'application/grpc', te: 'trailers' });
+  const out = { head: {} };
+  req.on('response', (h) => { out.head = { ...out.head, ...h }; });
+  req.on('trailers', (t) => { out.head = { ...out.head, ...t }; });
+  req.on('data', () => {});
+  req.on('error', () => {});
+  out.closed = new Promise((res) => req.on('close', () => res(req.rstCode)));
+  req.write(bytes);
+  return out;
+}
+
+test('min-body-rate: a gRPC message that trickles in ends its call (RESOURCE_EXHAUSTED, stream reset); its connection serves on', async () => {
   const d = await start({ grpc: true, args: ['--header-timeout', '1', '--min-body-rate', '1000'] });
+  const session = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
+  session.on('error', () => {});
   try {
-    const session = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
-    session.on('error', () => {});
-    const req = session.request({ ':method': 'POST', ':path': INFER, 'content-type': 'application/grpc', te: 'trailers' });
-    req.on('error', () => {});
     const h = Buffer.alloc(5);
     h.writeUInt32BE(100000, 1);
-    req.write(Buffer.concat([h, Buffer.from('0123456789')])); // 15 of 100005 bytes, then nothing
-    assert.ok(await closedWithin(session, 5000), 'closed once header-timeout passed at under 1000 bytes/s');
-    const why = /grpc: closed 1 connection whose message came slower than 1000 bytes\/s \(min-body-rate\)/;
-    await waitFor('the log line', () => why.test(d.log()), 3000).catch(() => {}); // stderr may come after the close
+    const slow = stalled(session, Buffer.concat([h, Buffer.from('0123456789')])); // 15 of 100005 bytes, then nothing
+    assert.equal((await call(session, bigAnswerMsg(8))).grpcStatus, 0, 'a call beside it is served');
+    const rst = await Promise.race([slow.closed, sleep(5000).then(() => 'still open')]);
+    assert.equal(rst, 0, 'reset (NO_ERROR) once header-timeout passed at under 1000 bytes/s');
+    assert.equal(slow.head['grpc-status'], '8', JSON.stringify(slow.head));
+    assert.match(decodeURIComponent(slow.head['grpc-message']), /^message: 15 bytes in \d+\.\d s, slower than 1000 bytes\/s \(min-body-rate\)$/);
+    assert.ok(!session.closed && !session.destroyed, 'its connection stays');
+    assert.equal((await call(session, bigAnswerMsg(8))).grpcStatus, 0, 'and serves the next call');
+    const why = /grpc: ended 1 call whose message came slower than 1000 bytes\/s \(min-body-rate\)/;
+    await waitFor('the log line', () => why.test(d.log()), 3000).catch(() => {});
     assert.match(d.log(), why);
-    const ok = await liveSession(d.grpcPort); // attnd serves on
-    ok.close();
-  } finally { assert.equal((await d.stop()).code, 0, d.log()); }
+  } finally {
+    session.close();
+    assert.equal((await d.stop()).code, 0, d.log());
+  }
+});
+
+test('a call ended before its client finished sending is reset, so a client that then sends nothing cannot hold its connection', async () => {
+  const d = await start({ grpc: true, args: ['--max-body', '2000', '--connection-timeout', '1'] });
+  const session = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
+  session.on('error', () => {});
+  try {
+    const h = Buffer.alloc(5);
+    h.writeUInt32BE(100000, 1); // over max-body: ended at its prefix
+    const big = stalled(session, h);
+    const rst = await Promise.race([big.closed, sleep(3000).then(() => 'still open')]);
+    assert.equal(rst, 0, 'reset (NO_ERROR) after its trailers');
+    assert.equal(big.head['grpc-status'], '8', JSON.stringify(big.head));
+    assert.match(decodeURIComponent(big.head['grpc-message']), /over the limit of 2000 \(max-body\)/);
+    assert.ok(await closedWithin(session, 4000), 'with no call left, connection-timeout (1 s) closes the connection');
+  } finally {
+    session.destroy();
+    assert.equal((await d.stop()).code, 0, d.log());
+  }
 });
 
 test('max-connections counts both doors: a new gRPC connection evicts the one waiting longest for its first request', async () => {
