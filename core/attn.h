@@ -87,20 +87,23 @@ typedef struct attn_weights {
     const float *b_k; /* (n_kv_heads * head_dim) or NULL */
     const float *b_v; /* (n_kv_heads * v_head_dim) or NULL */
     const float *b_o; /* (d_model) or NULL */
-    int layout;       /* ATTN_ROWS (0) or ATTN_PANELS, see below */
+    int layout;       /* ATTN_ROWS (0) or ATTN_PANELS, see below; zero-
+                         initialise the struct ({0} or designated fields)
+                         so that it is ATTN_ROWS unless you set it */
 } attn_weights;
 
 /*
  * How w_q, w_k, w_v and w_o are stored. ATTN_ROWS: row-major, the shapes
  * above. ATTN_PANELS: a matrix of `width` columns is cut into column panels
- * of attn_panel_cols(cfg, which, width) columns (the last one narrower when
- * they do not divide width), stored one after another, each row-major with
+ * of attn_panel_cols(cfg, which) columns (the last one narrower when they
+ * do not divide width), stored one after another, each row-major with
  * its own width as row stride: element (i, j) of a (rows, width) matrix
  * with panels of pw columns is at (j / pw) * pw * rows + i * w + j % pw,
  * w the width of j's panel. A batch's projections are tiles of exactly
  * these columns, and a tile of few rows (decoder steps) then reads its
  * weights in order instead of one short row every width * 4 bytes (every
- * such row falls in the same few cache sets). Same results either way.
+ * such row falls in the same few cache sets). Same results either way;
+ * panels of any other width give wrong results (nothing can check that).
  */
 enum { ATTN_ROWS = 0, ATTN_PANELS = 1 };
 enum { ATTN_W_Q, ATTN_W_K, ATTN_W_V, ATTN_W_O };
@@ -112,7 +115,8 @@ enum { ATTN_W_Q, ATTN_W_K, ATTN_W_V, ATTN_W_O };
 int attn_panel_cols(const attn_config *c, int which);
 
 /* attn_to_panels: m, a (rows, width) row-major matrix, rewritten in place
- * as panels of pw columns; tmp holds rows * width floats. */
+ * as panels of pw columns (pw >= 1; pw >= width leaves m as it is, one
+ * panel); tmp holds rows * width floats (unused then: may be NULL). */
 void attn_to_panels(float *m, size_t rows, size_t width, size_t pw,
                     float *tmp);
 

@@ -37,8 +37,8 @@ int attn_panel_cols(const attn_config *c, int which)
 void attn_to_panels(float *m, size_t rows, size_t width, size_t pw,
                     float *tmp)
 {
-    if (pw >= width)
-        return; /* one panel: the row-major matrix itself */
+    if (pw == 0 || pw >= width)
+        return; /* one panel: the row-major matrix itself (0: not a width) */
     memcpy(tmp, m, rows * width * sizeof(float));
     float *out = m;
     for (size_t j0 = 0; j0 < width; j0 += pw) {

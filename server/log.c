@@ -6,7 +6,8 @@
  * of 32 decoder steps leave in one pass, and their 32 lines in one
  * write(2) instead of 32 (each was ~5 us of the loop thread's time, in the
  * window where the clients wait for it). A line is never held while the
- * loop sleeps. */
+ * loop sleeps; warnings and errors are written at once, and main flushes
+ * once more after the loop ends. */
 #include "server/srv.h"
 
 #include <stdarg.h>
@@ -77,6 +78,8 @@ void srv_log(srv *s, const char *level, const char *fmt, ...)
     } else {
         fprintf(stderr, "%s %s attnd: %s\n", ts, level, msg);
     }
+    if (strcmp(level, "info")) /* warnings and errors: at once, whatever follows */
+        fflush(stderr);
 }
 
 void srv_log_request(srv *s, const srv_req *r)

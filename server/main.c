@@ -237,6 +237,7 @@ int main(int argc, char **argv)
         uv_run(s.loop, UV_RUN_DEFAULT);
         rc = 0;
     }
+    fflush(stderr); /* lines of the shutdown, after the flush handle closed */
     uv_loop_close(s.loop);
     srv_busy_poll_free(&s);
     srv_seq_free(&s); /* sequences hold instance references */

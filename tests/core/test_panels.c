@@ -4,7 +4,8 @@
  * (the formula of attn.h, computed here on its own), and the engine giving
  * bit for bit the same y from panels as from rows: a prompt (OpenBLAS), a
  * batch of decoder steps (the skinny GEMMs) and a lone step, on a layer
- * whose matrices all have several panels, the last one narrower.
+ * whose matrices all have several panels, the last one narrower, and a
+ * batch of cross-attention (W_k, W_v of d_model_ctx rows, d_v != d_k).
  */
 #include <check.h>
 #include <stdio.h>
@@ -73,7 +74,8 @@ typedef struct panelled {
 static void panel_copy(panelled *P, const layer *L)
 {
     const attn_config *c = &L->c;
-    size_t in[4] = {(size_t)c->d_model, (size_t)c->d_model, (size_t)c->d_model,
+    size_t ctx = (size_t)(c->d_model_ctx ? c->d_model_ctx : c->d_model);
+    size_t in[4] = {(size_t)c->d_model, ctx, ctx,
                     (size_t)c->n_heads * (size_t)c->v_head_dim};
     size_t out[4] = {(size_t)c->n_heads * (size_t)c->head_dim,
                      (size_t)c->n_kv_heads * (size_t)c->head_dim,
@@ -141,6 +143,64 @@ START_TEST(prompt_same_as_rows)
     ck_assert_int_eq(attn_forward(&L.c, &P.w, &s, 1, tu_ex, err), ATTN_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "weights.layout is 42"));
     free(x), free(ya), free(yb);
+    for (int k = 0; k < 4; k++)
+        free(P.m[k]);
+    layer_free(&L);
+}
+END_TEST
+
+/* Cross-attention, d_model 300 over a context of width 520, 6 heads of
+ * d_k 96 and d_v 160 over 3 kv heads: W_q 3 panels of 192, W_k (520 rows)
+ * 192 + 96, W_v (520 rows) 3 of 160, W_o 256 + 44. Two sequences (a
+ * gather), 40 and 7 query rows over 33 and 50 context rows. */
+START_TEST(cross_same_as_rows)
+{
+    tu_rng g = {0xc0ffeeu};
+    layer L;
+    panelled P;
+    const int dm = 300, dc = 520, H = 6, Hk = 3, dk = 96, dv = 160;
+    L.c = (attn_config){.d_model = dm, .d_model_ctx = dc, .n_heads = H,
+                        .n_kv_heads = Hk, .head_dim = dk, .v_head_dim = dv};
+    L.wq = tu_randn(&g, (size_t)dm * H * dk, 0.06f);
+    L.wk = tu_randn(&g, (size_t)dc * Hk * dk, 0.05f);
+    L.wv = tu_randn(&g, (size_t)dc * Hk * dv, 0.05f);
+    L.wo = tu_randn(&g, (size_t)H * dv * dm, 0.03f);
+    L.bq = tu_randn(&g, (size_t)H * dk, 0.1f);
+    L.bk = tu_randn(&g, (size_t)Hk * dk, 0.1f);
+    L.bv = tu_randn(&g, (size_t)Hk * dv, 0.1f);
+    L.bo = tu_randn(&g, (size_t)dm, 0.1f);
+    L.w = (attn_weights){.w_q = L.wq, .w_k = L.wk, .w_v = L.wv, .w_o = L.wo,
+                         .b_q = L.bq, .b_k = L.bk, .b_v = L.bv, .b_o = L.bo};
+    ck_assert_int_eq(attn_panel_cols(&L.c, ATTN_W_Q), 192);
+    ck_assert_int_eq(attn_panel_cols(&L.c, ATTN_W_K), 192);
+    ck_assert_int_eq(attn_panel_cols(&L.c, ATTN_W_V), 160);
+    panel_copy(&P, &L);
+    const int t[2] = {40, 7}, s[2] = {33, 50};
+    float *x[2], *c[2], *y[2][2];
+    attn_seq q[2];
+    for (int i = 0; i < 2; i++) {
+        x[i] = tu_randn(&g, (size_t)t[i] * dm, 1.0f);
+        c[i] = tu_randn(&g, (size_t)s[i] * dc, 1.0f);
+        for (int v = 0; v < 2; v++) {
+            y[v][i] = malloc((size_t)t[i] * dm * sizeof(float));
+            ck_assert_ptr_nonnull(y[v][i]);
+        }
+    }
+    char err[ATTN_ERRMAX];
+    const attn_weights *w[2] = {&L.w, &P.w};
+    for (int v = 0; v < 2; v++) {
+        for (int i = 0; i < 2; i++)
+            q[i] = (attn_seq){.t = t[i], .s = s[i], .t_valid = t[i],
+                              .s_valid = s[i], .x = x[i], .context = c[i],
+                              .y = y[v][i]};
+        ck_assert_msg(attn_forward(&L.c, w[v], q, 2, tu_ex, err) == 0, "%s",
+                      err);
+    }
+    for (int i = 0; i < 2; i++) {
+        same_bits(i ? "y of 7 rows" : "y of 40 rows", y[0][i], y[1][i],
+                  (size_t)t[i] * dm);
+        free(x[i]), free(c[i]), free(y[0][i]), free(y[1][i]);
+    }
     for (int k = 0; k < 4; k++)
         free(P.m[k]);
     layer_free(&L);
@@ -237,6 +297,7 @@ static Suite *panels_suite(void)
     tcase_add_test(tc, panel_widths);
     tcase_add_test(tc, to_panels_places);
     tcase_add_test(tc, prompt_same_as_rows);
+    tcase_add_test(tc, cross_same_as_rows);
     tcase_add_test(tc, batched_steps_same_as_rows);
     tcase_add_test(tc, lone_step_same_as_rows);
     suite_add_tcase(s, tc);
