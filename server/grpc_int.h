@@ -129,9 +129,15 @@ void srv_grpc__pump(gcall *call);
 /* grpc.c: end a call with its final status (trailers after what is
  * queued). Once. */
 void srv_grpc__call_end(gcall *call, int code, const char *msg);
+/* grpc.c: one complete request message of a call (msg malloc'd, taken,
+ * mem bytes of the budget) becomes a slot: an srv_req for the method. */
+void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem);
+/* grpc.c: a stream request answered with an error before it became an
+ * srv_req (its bytes were refused); it keeps its place in the order. */
+void srv_grpc__slot_error(gcall *call, int code, const char *msg);
 /* grpc.c: free a call; its unanswered requests detach or are orphaned. */
 void srv_grpc__call_free(gcall *call);
-/* grpc.c: the session callbacks that build calls. */
+/* grpc_h2.c: the session callbacks that build calls. */
 void srv_grpc__callbacks(nghttp2_session_callbacks *cbs);
 
 #endif

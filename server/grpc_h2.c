@@ -1,0 +1,351 @@
+/*
+ * grpc_h2.c - the nghttp2 session callbacks of the gRPC door: a call built
+ * from each request stream's HEADERS (method, authorization, grpc-timeout),
+ * its request messages read from DATA (5-byte prefix, then protobuf; each
+ * whole one dispatched as a slot, grpc.c), its half-close, the reset of a
+ * call ended while its client still sends, and its end with the stream.
+ * Loop thread only.
+ */
+#include "server/grpc_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* key_ok: constant-time check of an "authorization" value against the key. */
+static int key_ok(const char *key, const char *v, size_t m)
+{
+    size_t i, n = strlen(key);
+    unsigned char d = 0;
+    if (m < 7 || strncasecmp(v, "Bearer ", 7) != 0)
+        return 0;
+    v += 7;
+    m -= 7;
+    for (i = 0; i < n; i++)
+        d |= (unsigned char)(key[i] ^ (i < m ? v[i] : 0));
+    return d == 0 && m == n;
+}
+
+/* timeout_ms: a grpc-timeout value ("100m", "5S", at most 8 digits and a
+ * unit), rounded up to ms; -1 when malformed. */
+static long long timeout_ms(const char *v, size_t n)
+{
+    long long x = 0;
+    size_t i;
+    if (n < 2 || n > 9)
+        return -1;
+    for (i = 0; i + 1 < n; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return -1;
+        x = x * 10 + (v[i] - '0');
+    }
+    switch (v[n - 1]) {
+    case 'H': return x * 3600000;
+    case 'M': return x * 60000;
+    case 'S': return x * 1000;
+    case 'm': return x;
+    case 'u': return (x + 999) / 1000;
+    case 'n': return (x + 999999) / 1000000;
+    default: return -1;
+    }
+}
+
+static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f,
+                            void *ud)
+{
+    gconn *c = ud;
+    gcall *call;
+    if (f->hd.type != NGHTTP2_HEADERS ||
+        f->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    call = calloc(1, sizeof *call);
+    if (!call)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    call->c = c;
+    call->id = f->hd.stream_id;
+    call->next = c->calls;
+    if (c->calls)
+        c->calls->prev = call;
+    c->calls = call;
+    nghttp2_session_set_stream_user_data(h2, f->hd.stream_id, call);
+    return 0;
+}
+
+static int on_header(nghttp2_session *h2, const nghttp2_frame *f,
+                     const uint8_t *name, size_t nlen, const uint8_t *value,
+                     size_t vlen, uint8_t flags, void *ud)
+{
+    gconn *c = ud;
+    gcall *call = nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
+    const char *n = (const char *)name, *v = (const char *)value;
+    (void)flags;
+    if (!call || f->hd.type != NGHTTP2_HEADERS ||
+        f->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    if (nlen == 5 && !memcmp(n, ":path", 5)) {
+        if (vlen < sizeof call->path) {
+            memcpy(call->path, v, vlen);
+            call->path[vlen] = 0;
+        }
+    } else if (nlen == 12 && !memcmp(n, "content-type", 12)) {
+        if (vlen < 16 || memcmp(v, "application/grpc", 16) != 0 ||
+            (vlen > 16 && v[16] != '+' && v[16] != ';'))
+            call->http_status = 415;
+    } else if (nlen == 13 && !memcmp(n, "authorization", 13)) {
+        call->auth_ok = key_ok(c->g->s->cfg.api_key, v, vlen);
+    } else if (nlen == 12 && !memcmp(n, "grpc-timeout", 12)) {
+        call->timeout_ms = timeout_ms(v, vlen);
+    } else if (nlen == 13 && !memcmp(n, "grpc-encoding", 13)) {
+        call->compressed = !(vlen == 8 && !memcmp(v, "identity", 8));
+    }
+    return 0;
+}
+
+/* begin: the request headers are complete: method, auth, deadline. */
+static void begin(gcall *call)
+{
+    srv *s = call->c->g->s;
+    if (!call->counted) {
+        call->counted = 1;
+        srv_guard_call_begin(&call->c->guard);
+        call->t_msg_ns = srv_now_ns(); /* a unary call's message: from now */
+    }
+    if (call->http_status) {
+        srv_grpc__call_end(call, GRPC_INTERNAL, "content-type: expected application/grpc");
+        return;
+    }
+    call->m = srv_grpc_method(call->path);
+    if (!call->m) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "method %.160s: not served by attnd (see "
+                 "proto/kserve.proto)", call->path);
+        srv_grpc__call_end(call, GRPC_UNIMPLEMENTED, msg);
+        return;
+    }
+    if (call->m->stream) /* a stream may idle between its messages */
+        call->t_msg_ns = 0;
+    if (call->m->auth && s->cfg.api_key[0] && !call->auth_ok) {
+        srv_grpc__call_end(call, GRPC_UNAUTHENTICATED, "authorization: missing or wrong "
+                 "API key (send 'authorization: Bearer <key>' metadata)");
+        return;
+    }
+    if (call->timeout_ms < 0) {
+        srv_grpc__call_end(call, GRPC_INVALID_ARGUMENT, "grpc-timeout: malformed");
+        return;
+    }
+    if (call->timeout_ms > 0)
+        call->deadline_ns = srv_now_ns() + (uint64_t)call->timeout_ms * 1000000u;
+}
+
+/* half_close: the client sent END_STREAM. */
+static void half_close(gcall *call)
+{
+    call->half_closed = 1;
+    call->t_msg_ns = 0;
+    if (call->ending)
+        return;
+    if (call->hdr_got || call->msg) {
+        srv_grpc__call_end(call, GRPC_INVALID_ARGUMENT,
+                 "request: the stream ended inside a message");
+        return;
+    }
+    if (!call->m->stream) {
+        if (!call->unary) {
+            srv_grpc__call_end(call, GRPC_INVALID_ARGUMENT,
+                     "request: a unary call takes one message, got none");
+            return;
+        }
+        srv_grpc__dispatch(call, call->unary, call->unary_len, call->unary_mem);
+        call->unary = NULL;
+        call->unary_mem = 0;
+    }
+    srv_grpc__schedule(call->c);
+}
+
+static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *f, void *ud)
+{
+    gcall *call;
+    (void)ud;
+    if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA)
+        return 0;
+    call = nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
+    if (!call)
+        return 0;
+    if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST)
+        begin(call);
+    if ((f->hd.flags & NGHTTP2_FLAG_END_STREAM) && !call->half_closed)
+        half_close(call);
+    return 0;
+}
+
+/* on_data: request bytes: 5-byte prefix (compressed flag, length), then
+ * the message, repeatedly. */
+static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
+                   const uint8_t *data, size_t len, void *ud)
+{
+    gcall *call = nghttp2_session_get_stream_user_data(h2, id);
+    srv *s = ((gconn *)ud)->g->s;
+    (void)flags;
+    if (call)
+        call->unconsumed += len; /* given back to the window by flush */
+    else
+        ((gconn *)ud)->unconsumed += len;
+    while (call && !call->ending && call->m && len) {
+        if (call->hdr_got < 5) {
+            size_t take = 5 - (size_t)call->hdr_got;
+            uint32_t mlen;
+            char msg[200];
+            if (call->hdr_got == 0 && call->m->stream) { /* a message begins */
+                call->t_msg_ns = srv_now_ns();
+                call->msg_seen = 0;
+            }
+            if (take > len)
+                take = len;
+            call->msg_seen += take;
+            memcpy(call->hdr + call->hdr_got, data, take);
+            call->hdr_got += (int)take;
+            data += take;
+            len -= take;
+            if (call->hdr_got < 5)
+                break;
+            mlen = (uint32_t)call->hdr[1] << 24 | (uint32_t)call->hdr[2] << 16 |
+                   (uint32_t)call->hdr[3] << 8 | call->hdr[4];
+            if (call->hdr[0] > 1) {
+                srv_grpc__call_end(call, GRPC_INTERNAL, "message: bad compressed-flag byte");
+                break;
+            }
+            if (call->hdr[0] == 1) {
+                srv_grpc__call_end(call, GRPC_UNIMPLEMENTED, "message: compressed messages "
+                         "are not supported (grpc-encoding identity only)");
+                break;
+            }
+            if ((long long)mlen > s->cfg.max_body) {
+                snprintf(msg, sizeof msg, "message: %u bytes is over the limit "
+                         "of %lld (max-body)", mlen, s->cfg.max_body);
+                srv_grpc__call_end(call, GRPC_RESOURCE_EXHAUSTED, msg);
+                break;
+            }
+            if (!call->m->stream && call->n_msgs) {
+                srv_grpc__call_end(call, GRPC_INVALID_ARGUMENT,
+                         "request: a unary call takes one message");
+                break;
+            }
+            if (srv_mem_take(s, mlen + 1u) < 0) {
+                snprintf(msg, sizeof msg, "server: the memory for request "
+                         "bodies and unsent answers (%lld bytes, memory-budget) "
+                         "is in use; retry shortly", s->cfg.memory_budget);
+                if (!call->m->stream) {
+                    srv_grpc__call_end(call, GRPC_UNAVAILABLE, msg);
+                    break;
+                }
+                /* a stream: this request's error, its bytes dropped unread */
+                srv_grpc__slot_error(call, GRPC_UNAVAILABLE, msg);
+                call->skipping = 1;
+            } else {
+                call->msg_mem = mlen + 1u;
+                call->msg = malloc(mlen + 1u);
+                if (!call->msg) {
+                    srv_grpc__call_end(call, GRPC_RESOURCE_EXHAUSTED,
+                             "server: out of memory");
+                    break;
+                }
+            }
+            call->msg_len = mlen;
+            call->msg_got = 0;
+        }
+        {
+            size_t take = call->msg_len - call->msg_got;
+            if (take > len)
+                take = len;
+            if (!call->skipping)
+                memcpy(call->msg + call->msg_got, data, take);
+            call->msg_got += take;
+            call->msg_seen += take;
+            if (call->msg_got == call->msg_len) /* whole: no more rate */
+                call->t_msg_ns = 0;
+            data += take;
+            len -= take;
+        }
+        if (call->skipping && call->msg_got == call->msg_len) {
+            call->skipping = 0;
+            call->hdr_got = 0;
+            call->n_msgs++;
+        } else if (call->msg_got == call->msg_len) {
+            char *m = call->msg;
+            call->msg = NULL;
+            call->hdr_got = 0;
+            call->n_msgs++;
+            size_t mem = call->msg_mem;
+            call->msg_mem = 0;
+            if (call->m->stream && (call->c->paused || call->hhead ||
+                                    call->n_slots >= (int)s->cfg.queue_size)) {
+                /* held (its window kept closed) until answers drain:
+                 * queue-size in flight per stream, --grpc-buffer unsent */
+                ghold *hm = calloc(1, sizeof *hm);
+                if (!hm) {
+                    free(m);
+                    srv_mem_give(s, mem);
+                    srv_grpc__call_end(call, GRPC_RESOURCE_EXHAUSTED,
+                             "server: out of memory");
+                    break;
+                }
+                hm->msg = m, hm->len = call->msg_len, hm->mem = mem;
+                if (call->htail)
+                    call->htail->next = hm;
+                else
+                    call->hhead = hm;
+                call->htail = hm;
+            } else if (call->m->stream) {
+                srv_grpc__dispatch(call, m, call->msg_len, mem);
+            } else {
+                call->unary = m;
+                call->unary_len = call->msg_len;
+                call->unary_mem = mem;
+            }
+        }
+    }
+    return 0;
+}
+
+static int on_stream_close(nghttp2_session *h2, int32_t id, uint32_t code,
+                           void *ud)
+{
+    gcall *call = nghttp2_session_get_stream_user_data(h2, id);
+    (void)code;
+    (void)ud;
+    if (call) {
+        nghttp2_session_set_stream_user_data(h2, id, NULL);
+        srv_grpc__call_free(call);
+    }
+    return 0;
+}
+
+/* on_frame_send: a call's last HEADERS (trailers, END_STREAM) went out
+ * while its client may still send (the call ended early: an error, a
+ * message over max-body, min-body-rate): RST_STREAM NO_ERROR asks the
+ * client to stop (RFC 9113 8.1) and closes the stream now, so a client
+ * that sends nothing more cannot hold the call, and with it the
+ * connection, open. */
+static int on_frame_send(nghttp2_session *h2, const nghttp2_frame *f, void *ud)
+{
+    gcall *call;
+    (void)ud;
+    if (f->hd.type != NGHTTP2_HEADERS || !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
+        return 0;
+    call = nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
+    if (call && !call->half_closed)
+        nghttp2_submit_rst_stream(h2, NGHTTP2_FLAG_NONE, f->hd.stream_id,
+                                  NGHTTP2_NO_ERROR);
+    return 0;
+}
+
+void srv_grpc__callbacks(nghttp2_session_callbacks *cbs)
+{
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
+}
