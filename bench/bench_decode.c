@@ -224,17 +224,11 @@ int main(int argc, char **argv)
                       rnd((size_t)HQ * DK * DM, a, &seed),
                       NULL, NULL, NULL, NULL, ATTN_ROWS};
     if (!rows) { /* as core/model.c loads them */
-        float *tmp = malloc((size_t)DM * HQ * DK * sizeof(float));
-        float *m[4] = {(float *)w.w_q, (float *)w.w_k, (float *)w.w_v,
-                       (float *)w.w_o};
-        size_t in[4] = {DM, DM, DM, HQ * DK};
-        size_t out[4] = {HQ * DK, HKV * DK, HKV * DK, DM};
-        if (!tmp)
-            die("panels", "out of memory");
-        for (int k = 0; k < 4; k++)
-            attn_to_panels(m[k], in[k], out[k],
-                           (size_t)attn_panel_cols(&c, ATTN_W_Q + k), tmp);
-        free(tmp);
+        float *const m[4] = {(float *)w.w_q, (float *)w.w_k, (float *)w.w_v,
+                             (float *)w.w_o};
+        char perr[ATTN_ERRMAX];
+        if (attn_weights_to_panels(&c, m, perr))
+            die("panels", perr);
         w.layout = ATTN_PANELS;
     }
     size_t wbytes = ((size_t)DM * HQ * DK * 2 + (size_t)DM * HKV * DK * 2) * 4;

@@ -114,6 +114,14 @@ enum { ATTN_W_Q, ATTN_W_K, ATTN_W_V, ATTN_W_O };
  * attn_config_check. */
 int attn_panel_cols(const attn_config *c, int which);
 
+/* attn_weights_to_panels: the four matrices of a layer with configuration
+ * c (attn_config_check passed), row-major, m[ATTN_W_Q .. ATTN_W_O],
+ * rewritten in place as attn_panel_cols's panels; set layout = ATTN_PANELS
+ * in the attn_weights that points at them. Needs a temporary copy of the
+ * largest one: 0, or ATTN_ENOMEM (nothing changed). */
+int attn_weights_to_panels(const attn_config *c, float *const m[4],
+                           char *err);
+
 /* attn_to_panels: m, a (rows, width) row-major matrix, rewritten in place
  * as panels of pw columns (pw >= 1; pw >= width leaves m as it is, one
  * panel); tmp holds rows * width floats (unused then: may be NULL). */

@@ -581,17 +581,14 @@ static int fill(model *m, const ctx *c, char *err)
                               isnan(p[i]) ? "NaN" : "Inf", at);
                 return ATTN_EFORMAT;
             }
-        if (r < R_BQ) {
-            size_t pw = (size_t)attn_panel_cols(&m->cfg, ATTN_W_Q + r);
-            float *tmp = pw < (size_t)s->out ? malloc(n * sizeof(float)) : NULL;
-            if (pw < (size_t)s->out && !tmp) {
-                model__seterr(err, "%s: out of memory", c->file);
-                return ATTN_ENOMEM;
-            }
-            attn_to_panels(p, (size_t)s->in, (size_t)s->out, pw, tmp);
-            free(tmp);
-        }
         *dst[r] = p;
+    }
+    float *const mats[4] = {m->slab + off[R_WQ], m->slab + off[R_WK],
+                            m->slab + off[R_WV], m->slab + off[R_WO]};
+    char why[ATTN_ERRMAX];
+    if (attn_weights_to_panels(&m->cfg, mats, why)) {
+        model__seterr(err, "%s: %s", c->file, why);
+        return ATTN_ENOMEM;
     }
     m->w.layout = ATTN_PANELS;
     return 0;

@@ -5,7 +5,10 @@
  */
 #include "attn.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+#include "check.h"
 
 /* Columns per panel, and per projection tile (rounded to whole heads): a
  * weight matrix is cut into column blocks, so a batch of one-token steps
@@ -32,6 +35,32 @@ int attn_panel_cols(const attn_config *c, int which)
     default:
         return whole_heads(c->d_model, 1);
     }
+}
+
+int attn_weights_to_panels(const attn_config *c, float *const m[4],
+                           char *err)
+{
+    size_t ctx = (size_t)(c->d_model_ctx ? c->d_model_ctx : c->d_model);
+    size_t rows[4] = {(size_t)c->d_model, ctx, ctx,
+                      (size_t)c->n_heads * (size_t)c->v_head_dim};
+    size_t width[4] = {(size_t)c->n_heads * (size_t)c->head_dim,
+                       (size_t)c->n_kv_heads * (size_t)c->head_dim,
+                       (size_t)c->n_kv_heads * (size_t)c->v_head_dim,
+                       (size_t)c->d_model};
+    size_t most = 0;
+    for (int k = 0; k < 4; k++)
+        if (rows[k] * width[k] > most)
+            most = rows[k] * width[k];
+    float *tmp = malloc(most * sizeof(float));
+    if (!tmp)
+        return attn__fail(err, ATTN_ENOMEM,
+                          "out of memory for %zu bytes (weights to panels)",
+                          most * sizeof(float));
+    for (int k = 0; k < 4; k++)
+        attn_to_panels(m[k], rows[k], width[k],
+                       (size_t)attn_panel_cols(c, ATTN_W_Q + k), tmp);
+    free(tmp);
+    return 0;
 }
 
 void attn_to_panels(float *m, size_t rows, size_t width, size_t pw,

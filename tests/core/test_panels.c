@@ -82,18 +82,17 @@ static void panel_copy(panelled *P, const layer *L)
                      (size_t)c->n_kv_heads * (size_t)c->v_head_dim,
                      (size_t)c->d_model};
     const float *src[4] = {L->wq, L->wk, L->wv, L->wo};
+    char err[ATTN_ERRMAX];
     P->w = L->w;
     for (int k = 0; k < 4; k++) {
         size_t n = in[k] * out[k];
-        size_t pw = (size_t)attn_panel_cols(c, ATTN_W_Q + k);
-        float *tmp = malloc(n * sizeof(float));
         P->m[k] = malloc(n * sizeof(float));
-        ck_assert(tmp && P->m[k]);
-        ck_assert_msg(pw < out[k], "matrix %d has one panel", k);
+        ck_assert_ptr_nonnull(P->m[k]);
+        ck_assert_msg((size_t)attn_panel_cols(c, ATTN_W_Q + k) < out[k],
+                      "matrix %d has one panel", k);
         memcpy(P->m[k], src[k], n * sizeof(float));
-        attn_to_panels(P->m[k], in[k], out[k], pw, tmp);
-        free(tmp);
     }
+    ck_assert_msg(attn_weights_to_panels(c, P->m, err) == 0, "%s", err);
     P->w.w_q = P->m[0], P->w.w_k = P->m[1], P->w.w_v = P->m[2];
     P->w.w_o = P->m[3];
     P->w.layout = ATTN_PANELS;
