@@ -1,40 +1,11 @@
 /* log.c - one line per request and the daemon's own messages, on stderr,
- * as text or JSON lines (--log-format). Loop thread.
- *
- * stderr is fully buffered while the loop runs and flushed once per loop
- * iteration, just before the loop waits for I/O: the answers of one batch
- * of 32 decoder steps leave in one pass, and their 32 lines in one
- * write(2) instead of 32 (each was ~5 us of the loop thread's time, in the
- * window where the clients wait for it). A line is never held while the
- * loop sleeps; warnings and errors are written at once, and main flushes
- * once more after the loop ends. */
+ * as text or JSON lines (--log-format). Loop thread. */
 #include "server/srv.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
-
-static void on_log_flush(uv_prepare_t *h)
-{
-    (void)h;
-    fflush(stderr);
-}
-
-void srv_log_init(srv *s)
-{
-    static char buf[1 << 16];
-    setvbuf(stderr, buf, _IOFBF, sizeof buf);
-    uv_prepare_init(s->loop, &s->log_flush);
-    uv_prepare_start(&s->log_flush, on_log_flush);
-    uv_unref((uv_handle_t *)&s->log_flush); /* never keeps the loop alive */
-}
-
-void srv_log_close(srv *s)
-{
-    fflush(stderr);
-    uv_close((uv_handle_t *)&s->log_flush, NULL);
-}
 
 static void stamp(char *out, size_t n)
 {
@@ -78,8 +49,6 @@ void srv_log(srv *s, const char *level, const char *fmt, ...)
     } else {
         fprintf(stderr, "%s %s attnd: %s\n", ts, level, msg);
     }
-    if (strcmp(level, "info")) /* warnings and errors: at once, whatever follows */
-        fflush(stderr);
 }
 
 void srv_log_request(srv *s, const srv_req *r)

@@ -92,7 +92,6 @@ static void on_stop_timer(uv_timer_t *t)
     srv_seq_stop(s);
     uv_close((uv_handle_t *)&s->maps_wait_timer, NULL);
     srv_busy_poll_close(s);
-    srv_log_close(s);
     for (e = s->models; e; e = e->next) {
         uv_close((uv_handle_t *)&e->batch_poll, NULL);
         uv_close((uv_handle_t *)&e->pump_idle, NULL);
@@ -215,7 +214,6 @@ int main(int argc, char **argv)
     uv_async_init(s.loop, &s.sig_async, on_signal);
     s.sig_async.data = &s;
     srv_busy_poll_init(&s);
-    srv_log_init(&s);
     catch_signals(&s);
     if (srv_seq_init(&s) < 0) {
         fprintf(stderr, "attnd: out of memory\n");
@@ -237,7 +235,6 @@ int main(int argc, char **argv)
         uv_run(s.loop, UV_RUN_DEFAULT);
         rc = 0;
     }
-    fflush(stderr); /* lines of the shutdown, after the flush handle closed */
     uv_loop_close(s.loop);
     srv_busy_poll_free(&s);
     srv_seq_free(&s); /* sequences hold instance references */

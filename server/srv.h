@@ -245,7 +245,6 @@ struct srv {
     int live_jobs;         /* srv_job alive */
     int n_suspended;       /* connections parked by srv_suspend */
     int json_log;
-    uv_prepare_t log_flush; /* flushes stderr before the loop waits */
     srv_entry *models;     /* registry, in load order */
     oip_limits limits;
     maps_store *maps;      /* retained attention maps, NULL when off */
@@ -374,11 +373,6 @@ extern const srv_route srv_routes[];
 extern const size_t srv_n_routes;
 
 /* log.c */
-/* srv_log_init: stderr fully buffered, flushed once per loop iteration
- * (before the loop waits for I/O) and by srv_log_close, which closes the
- * handle (when stopping). Loop thread. */
-void srv_log_init(srv *s);
-void srv_log_close(srv *s);
 void srv_log_request(srv *s, const srv_req *r);
 void srv_log(srv *s, const char *level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
