@@ -68,7 +68,10 @@ deps:
 deps-test:
 	@tools/install-deps.sh test
 
-$(BUILD)/%.o: %.c
+# With make -j, deps runs beside the rest: nothing that compiles starts
+# before it has installed the compilers and headers (the pattern rules here
+# and below, and the explicit ones listed after the bench rules).
+$(BUILD)/%.o: %.c | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
@@ -105,7 +108,7 @@ LINK_LIBS = $(if $(SERVER_SRC),$(SERVER_LIB)) $(if $(PROTO_SRC),$(PROTO_LIB)) $(
 $(ATTND): $(BUILD)/server/main.o $(LINK_LIBS)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_ALL)
 
-$(BUILD)/tests/%: tests/%.c $(LINK_LIBS)
+$(BUILD)/tests/%: tests/%.c $(LINK_LIBS) | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(LINK_LIBS) $(CHECK_LIBS) \
 	    $(LDFLAGS_ALL) $(LIBS_ALL)
@@ -367,7 +370,7 @@ $(call obj,$(CORE_SRC)): CFLAGS_ALL += -fvect-cost-model=dynamic
 
 # ---- core: engine benchmark (bench/bench_attn.c + PyTorch peer) ----------
 BENCH_BIN := $(BUILD)/bench/bench_attn
-$(BUILD)/bench/%: bench/%.c $(CORE_LIB)
+$(BUILD)/bench/%: bench/%.c $(CORE_LIB) | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(CORE_LIB) $(LDFLAGS_ALL) $(LIBS_ALL)
 
@@ -413,6 +416,8 @@ bench-server: deps $(ATTND) $(BARE_MHD) $(STEP_CLIENT) $(DECODE_BIN)
 	@tools/install-deps.sh bench
 	python3 bench/http_bench.py --attnd $(ATTND) --bare $(BARE_MHD) --client $(STEP_CLIENT) --engine $(DECODE_BIN)
 bench: bench-server
+$(PB_GEN) $(PB_OBJ) $(EMBED) $(BUILD)/gen/web_assets.o $(STEP_CLIENT) $(BARE_MHD) \
+    $(BENCH_PROTO): | deps
 # bench-path: where one small request goes (system calls, instructions by
 # place, heap calls, loop<->pool hand-offs), attnd next to bare_mhd.
 .PHONY: bench-path
