@@ -115,6 +115,7 @@ static void tile_run(uv_work_t *w)
 {
     batch *b = ((tile_work *)w->data)->b;
     int ph;
+    srv_pool_thread_enter(b->s);
     while ((ph = atomic_load(&b->cur)) <= b->n_stages) {
         size_t i, n = phase_size(b, ph);
         int moved = 0;
@@ -160,6 +161,7 @@ static void whole_run(uv_work_t *w)
 {
     batch *b = ((tile_work *)w->data)->b;
     int st, i;
+    srv_pool_thread_enter(b->s);
     for (st = 0; st < b->n_stages; st++) {
         size_t t, n = attn_plan_n_tiles(b->plan, st);
         for (t = 0; t < n; t++)

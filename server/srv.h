@@ -270,6 +270,7 @@ struct srv {
     struct srv_warm *warm; /* (threads) jobs that keep idle pool threads awake */
     int warm_live;         /* loop: warm jobs queued or running */
     _Atomic int warm_want; /* request work queued for warm threads to take */
+    _Atomic int pool_sched_errno; /* a pool thread's SCHED_BATCH failed (-1: logged) */
 };
 
 /* MHD accepts this many connections past max-connections; guard.c then
@@ -338,6 +339,10 @@ void srv_busy_poll_close(srv *s);
 void srv_busy_poll_free(srv *s);
 void srv_pool_queue(srv *s, uv_work_t *w, uv_work_cb work, uv_after_work_cb done);
 void srv_pool_done(srv *s);
+/* srv_pool_thread_enter: the first call on a pool thread makes it a
+ * SCHED_BATCH thread (the rest return at once). Every pool job that runs
+ * request work calls it first. Pool thread. */
+void srv_pool_thread_enter(srv *s);
 /* srv_spin_pause: a few microseconds of a spinning thread's wait (64 CPU
  * pause hints). Any thread. */
 void srv_spin_pause(void);

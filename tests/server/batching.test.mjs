@@ -2,7 +2,7 @@
 // the scheduler really ran them in shared batches.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { REFS, fp32, infer, maxDiff, modelsDir, start } from './helper.mjs';
@@ -185,4 +185,28 @@ test('--busy-poll-us: after a request the loop polls and idle pool threads spin 
       assert.equal((await d.stop()).code, 0);
     } catch (e) { await d.stop('SIGKILL'); throw e; }
   }
+});
+
+// /proc/<pid>/task/<tid>/stat field 41: the thread's scheduling policy
+// (0 SCHED_OTHER, 3 SCHED_BATCH); fields are counted after comm's ')'.
+const policies = (pid) => Object.fromEntries(readdirSync(`/proc/${pid}/task`).map((tid) => {
+  const st = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+  return [tid, Number(st.slice(st.lastIndexOf(')') + 2).split(' ')[41 - 3])];
+}));
+
+test('pool threads that ran request work are SCHED_BATCH; the loop thread keeps the default policy', async (t) => {
+  const X = REFS.causal;
+  const body = { inputs: [fp32('x', X.shape, X.x)], parameters: { causal: true } };
+  const d = await start({ t, args: ['--threads', '2', '--busy-poll-us', '0'] });
+  try {
+    const before = policies(d.proc.pid);
+    assert.ok(!Object.values(before).includes(3), `before any request: ${JSON.stringify(before)}`);
+    const rs = await Promise.all([1, 2, 3, 4].map(() => inferOnce(d, body)));
+    for (const r of rs) assert.equal(r.status, 200);
+    const after = policies(d.proc.pid);
+    assert.equal(after[String(d.proc.pid)], 0, `loop thread: ${JSON.stringify(after)}`);
+    const batch = Object.keys(after).filter((tid) => after[tid] === 3);
+    assert.ok(batch.length >= 1 && batch.length <= 2, `SCHED_BATCH threads: ${JSON.stringify(after)}`);
+    assert.equal((await d.stop()).code, 0);
+  } catch (e) { await d.stop('SIGKILL'); throw e; }
 });
