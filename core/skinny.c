@@ -1,7 +1,7 @@
 /*
  * skinny.c - GEMMs of a few rows times a weight matrix (C = A B, A with
  * at most SKINNY_MAX_ROWS rows), the projections of a batch of decoder
- * steps, without packing B.
+ * steps or of one, without packing B.
  *
  * OpenBLAS copies ("packs") every block of B it multiplies into a buffer
  * first. For a tall A that copy is shared by many rows; for the 1 to 32
@@ -18,10 +18,17 @@
  * of B's rows fall in the same L1 sets and the rows prefetched ahead
  * evict each other (48-53 GFLOP/s against 86-124 on 32 x 2048 x 5120).
  *
+ * One row (a lone decoder step) takes a wide block instead: up to 256
+ * columns of C, a whole panel, in 16 registers, the rows of B ahead
+ * prefetched. OpenBLAS 0.3.21 multiplies one row as a GEMM too, packing
+ * B: on the decode layer's 1 x 2048 x 256 panels 14 GB/s with its
+ * Haswell kernels and 35 with its Cooperlake ones, 62-64 here.
+ *
  * Each element of C is one chain of fused multiply-adds over k in order,
- * whatever the number of rows, so a step's projections do not depend on
- * which batch it ran in. Without AVX-512 (or when the shape does not fit)
- * attn__skinny_gemm declines and the caller uses cblas_sgemm.
+ * whatever the number of rows (one included), so a step's projections do
+ * not depend on which batch it ran in, nor on whether it ran alone.
+ * Without AVX-512 (or when the shape does not fit) attn__skinny_gemm
+ * declines and the caller uses cblas_sgemm.
  */
 #include "kernel.h"
 
@@ -35,6 +42,10 @@
  * slower on the 32 x 2048 x 256 tile, and on panels 4, 8 and 64 were
  * slower, 32 the same). */
 #define PREFETCH_ROWS 16
+
+/* One row (a lone decoder step): rows of B ahead that are prefetched
+ * (8 and 16 ran alike, none at about half the speed). */
+#define ROW_PREFETCH 8
 
 /* Rows of the micro-kernel's C block (a multiple of 4 up to 12; the last
  * rows of A take the smaller kernels). 12 x 2 vectors = 24 accumulators,
@@ -95,6 +106,45 @@ BLOCK(10)
 BLOCK(11)
 BLOCK(12)
 
+/* C (1 x 16 nv) = a (1 x k) B (k x 16 nv): one row of A, so the block is
+ * wide instead (nv vectors of C, up to 256 columns, a whole panel) to give
+ * the fused multiply-adds nv independent chains; each element is still one
+ * chain over k in order, as in block(). */
+TGT __attribute__((always_inline)) static inline void
+row_block(const int nv, int k, const float *a, const float *b, size_t ldb,
+          float *c)
+{
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < nv; i++)
+        acc[i] = _mm512_setzero_ps();
+    for (int p = 0; p < k; p++) {
+        const float *bp = b + (size_t)p * ldb;
+        const char *ahead = (const char *)(bp + ROW_PREFETCH * ldb);
+#pragma GCC unroll 16
+        for (int i = 0; i < nv; i++)
+            _mm_prefetch(ahead + 64 * i, _MM_HINT_T0);
+        __m512 av = _mm512_set1_ps(a[p]);
+#pragma GCC unroll 16
+        for (int i = 0; i < nv; i++)
+            acc[i] = _mm512_fmadd_ps(av, _mm512_loadu_ps(bp + 16 * i), acc[i]);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < nv; i++)
+        _mm512_storeu_ps(c + 16 * i, acc[i]);
+}
+
+#define ROW(NV)                                                               \
+    TGT static void row##NV(int k, const float *a, const float *b,            \
+                            size_t ldb, float *c)                             \
+    {                                                                         \
+        row_block(NV, k, a, b, ldb, c);                                       \
+    }
+ROW(2)
+ROW(4)
+ROW(8)
+ROW(16)
+
 static block_fn *const blocks[MR + 1] = {
     NULL,   block1, block2, block3,  block4,  block5, block6,
     block7, block8, block9, block10, block11, block12};
@@ -117,6 +167,18 @@ int attn__skinny_gemm(int m, int n, int k, const float *a, int lda,
     if (m < SKINNY_MIN_ROWS || m > SKINNY_MAX_ROWS || k < SKINNY_MIN_K || n < 32 ||
         n % 32 || !attn__have_avx512())
         return 0;
+    if (m == 1) { /* 256 columns at a time, then 128, 64, 32 */
+        int j = 0;
+        for (; n - j >= 256; j += 256)
+            row16(k, a, b + j, (size_t)ldb, c + j);
+        if (n - j >= 128)
+            row8(k, a, b + j, (size_t)ldb, c + j), j += 128;
+        if (n - j >= 64)
+            row4(k, a, b + j, (size_t)ldb, c + j), j += 64;
+        if (n - j >= 32)
+            row2(k, a, b + j, (size_t)ldb, c + j);
+        return 1;
+    }
     for (int j = 0; j < n; j += 32)
         for (int i = 0; i < m; i += MR) {
             int r = m - i < MR ? m - i : MR;

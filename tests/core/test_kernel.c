@@ -148,13 +148,16 @@ static int cpu_avx512(void)
 
 START_TEST(skinny_gemm_matches_double)
 {
-    /* loop: rows at and around the micro-kernel's 12 and the limits,
-     * strided A, B and C (ld > width), k not a multiple of anything */
+    /* loop: rows at and around the micro-kernel's 12 and the limits, one
+     * row (480 columns: the 256, 128, 64 and 32-column blocks), strided A,
+     * B and C (ld > width), k not a multiple of anything, down to 16 */
     static const int shape[][3] = {/* m, n, k */
                                    {2, 32, 128},  {3, 64, 131},
                                    {12, 32, 200}, {13, 96, 128},
                                    {25, 64, 257}, {32, 256, 300},
-                                   {48, 32, 129}};
+                                   {48, 32, 129}, {1, 480, 130},
+                                   {1, 256, 16},  {1, 32, 17},
+                                   {16, 64, 64}};
     int m = shape[_i][0], n = shape[_i][1], k = shape[_i][2];
     int lda = k + 3, ldb = n + 40, ldc = n + 7;
     tu_rng g = {77u + (unsigned)_i};
@@ -185,11 +188,38 @@ START_TEST(skinny_gemm_matches_double)
 }
 END_TEST
 
+START_TEST(skinny_gemm_row_alone_same_bits)
+{
+    /* a decoder step's projection alone (one row) equals, bit for bit,
+     * the same row inside a batch of m rows */
+    static const int shape[][3] = {/* m, n, k */
+                                   {2, 480, 130}, {13, 256, 64},
+                                   {32, 96, 2048}, {48, 64, 16}};
+    int m = shape[_i][0], n = shape[_i][1], k = shape[_i][2];
+    tu_rng g = {31u + (unsigned)_i};
+    float *a = tu_randn(&g, (size_t)m * k, 1.0f);
+    float *b = tu_randn(&g, (size_t)k * n, 1.0f);
+    float *c = tu_fill((size_t)m * n, NAN), *c1 = tu_fill((size_t)n, NAN);
+    if (!cpu_avx512()) {
+        free(a), free(b), free(c), free(c1);
+        return;
+    }
+    ck_assert_int_eq(attn__skinny_gemm(m, n, k, a, k, b, n, c, n), 1);
+    for (int i = 0; i < m; i++) {
+        ck_assert_int_eq(attn__skinny_gemm(1, n, k, a + (size_t)i * k, k, b, n, c1, n), 1);
+        ck_assert_msg(memcmp(c1, c + (size_t)i * n, (size_t)n * sizeof *c1) == 0,
+                      "m %d n %d k %d: row %d alone differs from the batch's", m, n,
+                      k, i);
+    }
+    free(a), free(b), free(c), free(c1);
+}
+END_TEST
+
 START_TEST(skinny_gemm_declines)
 {
     /* shapes it leaves to cblas_sgemm: C stays as it was */
     static const int shape[][3] = {
-        {1, 64, 256}, {49, 64, 256}, {8, 48, 256}, {8, 16, 256}, {8, 64, 127}};
+        {1, 48, 256}, {49, 64, 256}, {8, 48, 256}, {8, 16, 256}, {8, 64, 15}};
     int m = shape[_i][0], n = shape[_i][1], k = shape[_i][2];
     tu_rng g = {5u};
     float *a = tu_randn(&g, (size_t)m * k, 1.0f);
@@ -291,7 +321,8 @@ static Suite *kernel_suite(void)
     TCase *tc = tcase_create("kernel");
     tcase_add_test(tc, rope_known_rotation);
     tcase_add_loop_test(tc, kernel_block_edges, 0, 5);
-    tcase_add_loop_test(tc, skinny_gemm_matches_double, 0, 7);
+    tcase_add_loop_test(tc, skinny_gemm_matches_double, 0, 11);
+    tcase_add_loop_test(tc, skinny_gemm_row_alone_same_bits, 0, 4);
     tcase_add_loop_test(tc, skinny_gemm_declines, 0, 5);
     tcase_add_loop_test(tc, small_attn_matches_double, 0, 8);
     tcase_add_loop_test(tc, small_attn_declines, 0, 5);
