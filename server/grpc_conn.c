@@ -235,6 +235,26 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     *buf = uv_buf_init(c->g->rbuf, READ_BUF);
 }
 
+void srv_grpc__h2_error(gconn *c, uint32_t code, const char *what)
+{
+    srv_grpc *g = c->g;
+    uint64_t now = srv_now_ns();
+    if (c->h2_error)
+        return;
+    c->h2_error = 1;
+    g->s->http.grpc_h2_errors++;
+    g->h2_unlogged++;
+    if (g->h2_logged_ns && now - g->h2_logged_ns < 1000000000ull)
+        return;
+    srv_log(g->s, "warn", "grpc: ended %llu connection%s for HTTP/2 errors since "
+            "the last such line (this one: %s%s); a client breaking the protocol "
+            "or resetting streams faster than the HTTP/2 layer allows",
+            (unsigned long long)g->h2_unlogged, g->h2_unlogged == 1 ? "" : "s",
+            what ? what : "GOAWAY ", what ? "" : nghttp2_http2_strerror(code));
+    g->h2_unlogged = 0;
+    g->h2_logged_ns = now;
+}
+
 static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 {
     gconn *c = st->data;
@@ -248,7 +268,9 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
     if (c->g->s->cfg.conn_timeout_s)
         uv_timer_start(&c->idle, on_idle_timeout,
                        (uint64_t)c->g->s->cfg.conn_timeout_s * 1000u, 0);
-    if (nghttp2_session_mem_recv(c->h2, (const uint8_t *)buf->base, (size_t)n) < 0) {
+    ssize_t rv = nghttp2_session_mem_recv(c->h2, (const uint8_t *)buf->base, (size_t)n);
+    if (rv < 0) {
+        srv_grpc__h2_error(c, 0, nghttp2_strerror((int)rv));
         close_conn(c);
         return;
     }

@@ -98,6 +98,7 @@ struct gconn {
     size_t unconsumed;   /* DATA bytes of streams gone, not yet given back */
     int paused;          /* queued + wpending over --grpc-buffer: no window
                             given back, stream messages held */
+    int h2_error;        /* srv_grpc__h2_error counted it */
 };
 
 typedef struct srv_grpc {
@@ -112,6 +113,8 @@ typedef struct srv_grpc {
     int handles;  /* the idle handle and the listener, until closed */
     int closing_conns; /* connections whose handles are closing */
     int stopped;  /* srv_grpc_stop ran: freed once everything closed */
+    uint64_t h2_unlogged;  /* srv_grpc__h2_error: counted, not yet logged */
+    uint64_t h2_logged_ns; /* when it last logged */
     char rbuf[READ_BUF];
 } srv_grpc;
 
@@ -137,6 +140,11 @@ void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem);
 void srv_grpc__slot_error(gcall *call, int code, const char *msg);
 /* grpc.c: free a call; its unanswered requests detach or are orphaned. */
 void srv_grpc__call_free(gcall *call);
+/* grpc_conn.c: the HTTP/2 layer ends c for an error (code: the GOAWAY's
+ * error code it sent, or 0 with what: why it refused c's input). Counted
+ * once per connection (attnd_grpc_connection_errors_total) and logged at
+ * most once a second, with how many since the last line. */
+void srv_grpc__h2_error(gconn *c, uint32_t code, const char *what);
 /* grpc_h2.c: the session callbacks that build calls. */
 void srv_grpc__callbacks(nghttp2_session_callbacks *cbs);
 

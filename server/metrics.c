@@ -181,6 +181,12 @@ void srv_h_metrics(srv_req *r)
         if (s->http.grpc_codes[i])
             bprintf(&b, "attnd_grpc_calls_total{code=\"%s\"} %llu\n",
                     srv_grpc_code_name(i), (unsigned long long)s->http.grpc_codes[i]);
+    bprintf(&b, "# HELP attnd_grpc_connection_errors_total gRPC connections "
+                "ended for HTTP/2 errors (protocol errors, stream resets over "
+                "the HTTP/2 layer's limit).\n"
+                "# TYPE attnd_grpc_connection_errors_total counter\n"
+                "attnd_grpc_connection_errors_total %llu\n",
+                (unsigned long long)s->http.grpc_h2_errors);
     bprintf(&b, "# HELP attnd_grpc_stream_responses_total ModelStreamInfer "
                 "responses by the status of the request they answer.\n"
                 "# TYPE attnd_grpc_stream_responses_total counter\n");

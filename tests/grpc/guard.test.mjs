@@ -3,7 +3,8 @@
 // call (header-timeout), messages that trickle in (min-body-rate: the
 // call ends, the connection stays), calls ended early and then left
 // silent (reset, so connection-timeout applies),
-// connections past max-connections counted with REST's (eviction), and a
+// connections past max-connections counted with REST's (eviction), streams
+// opened and reset in a flood (rapid reset: GOAWAY), and a
 // second attnd on the gRPC port (--reuse-port). Hand-built HTTP/2 with
 // node:http2 and raw sockets with node:net.
 import assert from 'node:assert/strict';
@@ -202,6 +203,36 @@ test('a call ended before its client finished sending is reset, so a client that
     assert.ok(await closedWithin(session, 4000), 'with no call left, connection-timeout (1 s) closes the connection');
   } finally {
     session.destroy();
+    assert.equal((await d.stop()).code, 0, d.log());
+  }
+});
+
+test('rapid reset (CVE-2023-44487): a client that opens and cancels streams in a flood gets GOAWAY; others are served, the drop is logged and counted', async () => {
+  const d = await start({ grpc: true });
+  const flood = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
+  const other = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
+  flood.on('error', () => {});
+  other.on('error', () => {});
+  try {
+    let goaway = null;
+    flood.on('goaway', (code) => { goaway = code; });
+    let sent = 0;
+    for (; sent < 5000 && goaway === null && !flood.destroyed; sent++) {
+      const req = flood.request({ ':method': 'POST', ':path': INFER, 'content-type': 'application/grpc' });
+      req.on('error', () => {});
+      req.close(http2.constants.NGHTTP2_CANCEL);
+      if (sent % 100 === 99) await sleep(0); // let the session write
+    }
+    await waitFor('GOAWAY to the flooding client', () => goaway !== null || flood.destroyed, 5000);
+    assert.ok(goaway !== null && goaway !== 0, `GOAWAY with an error after ${sent} reset streams (got ${goaway})`);
+    assert.equal((await call(other, bigAnswerMsg(8))).grpcStatus, 0, 'another connection is served');
+    const m = await (await fetch(`${d.url}/metrics`)).text();
+    assert.match(m, /\nattnd_grpc_connection_errors_total 1\n/);
+    assert.match(m, /\nattnd_pool_jobs 0\n/);
+    assert.match(d.log(), /warn attnd: grpc: ended 1 connection for HTTP\/2 errors since the last such line \(this one: GOAWAY [A-Z_]+\)/);
+  } finally {
+    flood.destroy();
+    other.close();
     assert.equal((await d.stop()).code, 0, d.log());
   }
 });
