@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
+import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { REFS, fp32, infer, maxDiff, modelsDir, start } from './helper.mjs';
 
@@ -207,6 +208,27 @@ test('pool threads that ran request work are SCHED_BATCH; the loop thread keeps 
     assert.equal(after[String(d.proc.pid)], 0, `loop thread: ${JSON.stringify(after)}`);
     const batch = Object.keys(after).filter((tid) => after[tid] === 3);
     assert.ok(batch.length >= 1 && batch.length <= 2, `SCHED_BATCH threads: ${JSON.stringify(after)}`);
+    assert.equal((await d.stop()).code, 0);
+  } catch (e) { await d.stop('SIGKILL'); throw e; }
+});
+
+test('--busy-poll-us: warm jobs spin on one core fewer than the machine has (the loop polls on one)', async (t) => {
+  const X = REFS.causal;
+  const body = { inputs: [fp32('x', X.shape, X.x)], parameters: { causal: true } };
+  const cores = availableParallelism();
+  const d = await start({ t, args: ['--threads', String(cores + 1), '--busy-poll-us', '100000'] });
+  try {
+    await pause(500); // start-up activity over
+    const tids = () => readdirSync(`/proc/${d.proc.pid}/task`).filter((tid) => tid !== String(d.proc.pid));
+    const cpu = (tid) => {
+      const f = readFileSync(`/proc/${d.proc.pid}/task/${tid}/stat`, 'utf8').split(') ')[1].split(' ');
+      return (Number(f[11]) + Number(f[12])) * 10;
+    };
+    const c0 = Object.fromEntries(tids().map((tid) => [tid, cpu(tid)]));
+    assert.equal((await inferOnce(d, body)).status, 200);
+    await pause(400); // the 100 ms window and then some
+    const spun = tids().filter((tid) => cpu(tid) - (c0[tid] || 0) >= 20);
+    assert.ok(spun.length <= Math.max(cores - 1, 0), `${spun.length} threads besides the loop took >= 20 ms of CPU on ${cores} cores`);
     assert.equal((await d.stop()).code, 0);
   } catch (e) { await d.stop('SIGKILL'); throw e; }
 });
