@@ -18,7 +18,8 @@ the same layer served by FastAPI/uvicorn + PyTorch.
    at 16 and 64 connections: the req/s of a server doing the bare
    server's work plus attnd's on every core, losing nothing between
    threads (cores / (work + bare's CPU + wrk's CPU per request)), as a
-   ratio to bare and the fraction of it attnd reaches.
+   ratio to bare and the fraction of it attnd reaches; at one connection
+   the latency roof, bare's p50 and round trip plus that work.
 2. Batched decoder steps: bench/decode_http.py's d_model 2048, 32 heads,
    8 kv heads layer, one client then 32 concurrent clients each stepping a
    sequence (128-token prompt, 32 one-token steps; the clients are
@@ -415,6 +416,14 @@ def main():
                                f"bare {points[c][1][5]:.1f} (wrk {points[c][1][6]:.1f})" for c in (1, 16, 64)))
         print(f"  attnd's own work at 1 connection (/metrics): decode {work[0]:.1f} + layer {work[1]:.1f} "
               f"+ encode {work[2]:.1f} = {w:.1f} us, {w / points[1][1][5]:.1f}x the bare server's whole request")
+        ra, rb, _ = points[1]
+        # one connection: each request waits for the one before, so the
+        # work adds to the bare server's round trip
+        lat = rb[1] + w / 1000
+        rps = 1 / (1 / rb[0] + w * 1e-6)
+        print(f"  latency roof at 1 connection: bare's p50 + that work = {lat:.3f} ms, {lat / rb[1]:.1f}x bare's "
+              f"(aim <= 2x; attnd {ra[1] / rb[1]:.1f}x); bare's round trip + the work = {rps:.0f} req/s, "
+              f"{rps / rb[0]:.2f}x bare (aim >= 0.6x; attnd reaches {ra[0] / rps:.2f} of it)")
         for c in (16, 64):
             ra, rb, _ = points[c]
             roof = cores / ((w + rb[5] + rb[6]) * 1e-6)
