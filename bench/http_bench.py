@@ -30,7 +30,8 @@ the same layer served by FastAPI/uvicorn + PyTorch.
    steps without HTTP: the engine's own 1 and 32 steps/s and ratio (the
    ceiling of attnd's on this machine), the bytes read and FLOPs per
    second against memcpy's and sgemm's rates measured in the same run,
-   and the memory roof: 32 steps whose bytes are all read at memcpy's rate.
+   the memory roof (32 steps whose bytes are all read at memcpy's rate)
+   and the compute roof (their FLOPs all at sgemm's rate).
 3. One large request: B=8, T=512, d_model=768 (a random 12-head weight set
    written to a temporary repository), JSON and binary: MB/s in and ms end
    to end (median of 3).
@@ -299,6 +300,10 @@ def engine_point(a, tps):
     print(f"  memory roof at 32: every byte of a batch (weights, K/V) read at memcpy's rate gives "
           f"{roof:.0f} steps/s, {roof / e1:.1f}x the engine's 1-sequence rate "
           f"(which reads at {eng[1]['bw_frac']:.1f}x memcpy's rate: its bytes stay in cache)")
+    croof = e32 * eng[32]["sgemm_gflops"] / eng[32]["step_gflops"]
+    print(f"  compute roof at 32: every FLOP of a batch at sgemm's rate (both threads) gives {croof:.0f} steps/s, "
+          f"{croof / e1:.1f}x the engine's 1-sequence rate; the lower roof, "
+          f"{min(roof, croof) / e1:.1f}x, bounds the ratio on this machine")
 
 
 def small_body():
