@@ -301,7 +301,8 @@ def engine_point(a, tps):
           f"{roof:.0f} steps/s, {roof / e1:.1f}x the engine's 1-sequence rate "
           f"(which reads at {eng[1]['bw_frac']:.1f}x memcpy's rate: its bytes stay in cache)")
     croof = e32 * eng[32]["sgemm_gflops"] / eng[32]["step_gflops"]
-    print(f"  compute roof at 32: every FLOP of a batch at sgemm's rate (both threads) gives {croof:.0f} steps/s, "
+    print(f"  compute roof at 32: every FLOP of a batch at sgemm's rate ({a.threads or os.cpu_count() or 1} threads) "
+          f"gives {croof:.0f} steps/s, "
           f"{croof / e1:.1f}x the engine's 1-sequence rate; the lower roof, "
           f"{min(roof, croof) / e1:.1f}x, bounds the ratio on this machine")
 

@@ -99,7 +99,7 @@ void attn__blas_single(void);
  * Returns 1 when it computed C, 0 (touching nothing) when the shape or
  * the CPU is not its own. From 2 to 48 rows it beat OpenBLAS's SkylakeX
  * kernels on the decode layer's tiles (x 2048 x 256), at 64 it lost; one
- * row ran at 62-64 GB/s against OpenBLAS's 14 (Haswell) and 35
+ * row ran at 62-64 GB/s against OpenBLAS's 14 (Haswell) and 35-37
  * (Cooperlake). With k down to 16 (the demo layer's 16 x 64 x 64 and
  * below) it matched OpenBLAS's SkylakeX kernels and ran 2.5-4x faster
  * than its Haswell ones. */

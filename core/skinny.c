@@ -22,7 +22,7 @@
  * columns of C, a whole panel, in 16 registers, the rows of B ahead
  * prefetched. OpenBLAS 0.3.21 multiplies one row as a GEMM too, packing
  * B: on the decode layer's 1 x 2048 x 256 panels 14 GB/s with its
- * Haswell kernels and 35 with its Cooperlake ones, 62-64 here.
+ * Haswell kernels and 35-37 with its Cooperlake ones, 62-64 here.
  *
  * Each element of C is one chain of fused multiply-adds over k in order,
  * whatever the number of rows (one included), so a step's projections do

@@ -18,8 +18,8 @@
  * only started for the threads request work leaves free, on one core
  * fewer than the machine has (the loop's poll takes one: with a warm job
  * on every core as well, two cores held three spinning threads, and on a
- * VM whose threads wake quickly a lone client's request took 102-155 us
- * at the median instead of 93-108). An idle server sleeps. Loop thread, except warm_run and srv_pool_thread_enter.
+ * VM whose threads wake quickly a lone client's request took 122-160 us
+ * at the median instead of 107-139). An idle server sleeps. Loop thread, except warm_run and srv_pool_thread_enter.
  *
  * Pool threads run under SCHED_BATCH (srv_pool_thread_enter): a woken
  * batch thread does not preempt the thread running on its CPU. Under load
@@ -168,8 +168,9 @@ void srv_pool_thread_enter(srv *s)
     if (entered)
         return;
     entered = 1;
+    int none = 0;
     if (sched_setscheduler(0, SCHED_BATCH, &sp) < 0) /* this thread only */
-        atomic_store(&s->pool_sched_errno, errno);
+        atomic_compare_exchange_strong(&s->pool_sched_errno, &none, errno);
 }
 
 void srv_pool_done(srv *s)

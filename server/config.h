@@ -22,7 +22,7 @@
 /* X(field, name, type, default, min, max, help)
  * type INT: default/min/max are integers (0 in min/max of a string = none).
  * type STR: default is a string, min/max unused.
- * threads default 0 = the number of online cores. */
+ * threads default 0 = the number of CPUs attnd may run on. */
 #define SRV_SETTINGS(X)                                                       \
     X(host, "host", STR, "127.0.0.1", 0, 0,                                   \
       "address to listen on (0.0.0.0 or :: for every interface)")             \
@@ -34,7 +34,7 @@
     X(models, "models", STR, "models", 0, 0,                                  \
       "model repository folder: <dir>/<name>/model.safetensors")              \
     X(threads, "threads", INT, 0, 0, 1024,                                    \
-      "compute pool threads (0 = online cores)")                              \
+      "compute pool threads (0 = the CPUs attnd may run on)")                              \
     X(max_batch, "max-batch", INT, 8, 1, 4096,                                \
       "most sequences one batch runs")                                        \
     X(batch_delay_us, "batch-delay-us", INT, 0, 0, 10000000,                  \
@@ -102,7 +102,7 @@
     X(pool_spin_us, "pool-spin-us", INT, 500, 0, 100000,                      \
       "how long a pool job that finds no tile left in its batch's stage spins for the next stage before it ends (us; a thread woken again may start a millisecond late in a VM; 0 = end at once)") \
     X(busy_poll_us, "busy-poll-us", INT, 300, 0, 100000,                     \
-      "after network activity or a finished pool job, the loop thread polls instead of sleeping, and idle pool threads spin for new work, for this long while the pool leaves a core free, yielding to any other thread (us; a thread woken on an idle virtual CPU starts late; 0 = sleep at once)") \
+      "after network activity or a finished pool job, the loop thread polls instead of sleeping, and idle pool threads on the other cores spin for new work, for this long while the pool leaves a core free, yielding to any other thread (us; a thread woken on an idle virtual CPU starts late; 0 = sleep at once)") \
     X(log_format, "log-format", STR, "text", 0, 0,                            \
       "request log format: text or json (one line per request, stderr)")
 

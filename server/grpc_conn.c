@@ -247,8 +247,9 @@ void srv_grpc__h2_error(gconn *c, uint32_t code, const char *what)
     if (g->h2_logged_ns && now - g->h2_logged_ns < 1000000000ull)
         return;
     srv_log(g->s, "warn", "grpc: ended %llu connection%s for HTTP/2 errors since "
-            "the last such line (this one: %s%s); a client breaking the protocol "
-            "or resetting streams faster than the HTTP/2 layer allows",
+            "the last such line (this one: %s%s): a client that broke the HTTP/2 "
+            "protocol (or sent something else) or reset streams faster than "
+            "the HTTP/2 layer allows",
             (unsigned long long)g->h2_unlogged, g->h2_unlogged == 1 ? "" : "s",
             what ? what : "GOAWAY ", what ? "" : nghttp2_http2_strerror(code));
     g->h2_unlogged = 0;

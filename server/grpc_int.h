@@ -143,7 +143,8 @@ void srv_grpc__call_free(gcall *call);
 /* grpc_conn.c: the HTTP/2 layer ends c for an error (code: the GOAWAY's
  * error code it sent, or 0 with what: why it refused c's input). Counted
  * once per connection (attnd_grpc_connection_errors_total) and logged at
- * most once a second, with how many since the last line. */
+ * most once a second, with how many since the last line (those after a
+ * burst's last line are only in the metric until the next one). */
 void srv_grpc__h2_error(gconn *c, uint32_t code, const char *what);
 /* grpc_h2.c: the session callbacks that build calls. */
 void srv_grpc__callbacks(nghttp2_session_callbacks *cbs);

@@ -20,6 +20,7 @@
 #include "server/seq.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -143,9 +144,13 @@ static void on_signal(uv_async_t *h)
     }
 }
 
+/* online_cores: the CPUs attnd may run on (its affinity mask: taskset,
+ * a container's cpuset), else the online ones. */
 static int online_cores(void)
 {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    long n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                         : sysconf(_SC_NPROCESSORS_ONLN);
     return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
 }
 
