@@ -546,7 +546,7 @@ test('continuous batching: steps of different sequences and stateless requests s
 // last batch's run time), so lockstep clients' steps share a batch instead
 // of the first one back running alone.
 test('steps of sequences answered together wait for each other (sequence-wait-us), not with 0', async (t) => {
-  const P = 3000; // long prompts: the batch that answers them runs for tens of ms
+  const P = 4500; // long prompts: the batch that answers them runs for tens of ms
   for (const [wait, batches] of [['5000000', 1], ['0', 2]]) {
     const d = await start({ t, dir: gqaModels(), args: ['--sequence-wait-us', wait, '--instances', '1'] });
     const starts = await Promise.all(['wa', 'wb'].map((id, k) =>
