@@ -390,9 +390,9 @@ def main():
               f"{'python req/s':>12} {'p50 ms':>7} {'p99 ms':>7} | {'attnd/bare':>10} {'python/bare':>11}")
         points = {}
         for c in (1, 16, 64):
-            w0 = demo_work(aport)
+            w0 = demo_work(aport) if c == 1 else None
             ra = wrk_cpu(f"http://127.0.0.1:{aport}/v2/models/demo/infer", c, a.seconds, lua, at.pid)
-            if c == 1:  # attnd's own work per request, nothing else running
+            if w0:  # attnd's own work per request, nothing else running
                 w1 = demo_work(aport)
                 work = [(u - v) / max(w1[0] - w0[0], 1) * 1e6 for u, v in zip(w1[1:], w0[1:])]
             rb = wrk_cpu(f"http://127.0.0.1:{bport}/v2/models/demo/infer", c, a.seconds, lua, bare.pid)

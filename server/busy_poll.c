@@ -19,7 +19,8 @@
  * fewer than the machine has (the loop's poll takes one: with a warm job
  * on every core as well, two cores held three spinning threads, and on a
  * VM whose threads wake quickly a lone client's request took 122-160 us
- * at the median instead of 107-139). An idle server sleeps. Loop thread, except warm_run and srv_pool_thread_enter.
+ * at the median instead of 107-139). An idle server sleeps. Loop thread,
+ * except warm_run and srv_pool_thread_enter.
  *
  * Pool threads run under SCHED_BATCH (srv_pool_thread_enter): a woken
  * batch thread does not preempt the thread running on its CPU. Under load

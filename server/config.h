@@ -34,7 +34,7 @@
     X(models, "models", STR, "models", 0, 0,                                  \
       "model repository folder: <dir>/<name>/model.safetensors")              \
     X(threads, "threads", INT, 0, 0, 1024,                                    \
-      "compute pool threads (0 = the CPUs attnd may run on)")                              \
+      "compute pool threads (0 = the CPUs attnd may run on)")                 \
     X(max_batch, "max-batch", INT, 8, 1, 4096,                                \
       "most sequences one batch runs")                                        \
     X(batch_delay_us, "batch-delay-us", INT, 0, 0, 10000000,                  \

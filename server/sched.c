@@ -197,9 +197,8 @@ static void decode_work(uv_work_t *w)
 {
     srv_job *j = w->data;
     srv *s = j->s;
-    uint64_t t0;
     srv_pool_thread_enter(s);
-    t0 = srv_now_ns();
+    uint64_t t0 = srv_now_ns();
     srv_infer_limits lim = {(size_t)s->cfg.request_memory, s->cfg.max_tokens,
                             s->maps};
     int rc = (j->door ? j->door->decode : oip_decode)(

@@ -146,11 +146,18 @@ test(`a batch run over the pool (--pool-spin-us ${spin}): each request is checke
   } catch (e) { await d.stop('SIGKILL'); throw e; } finally { rmSync(dir, { recursive: true, force: true }); }
 });
 
-// The loop's CPU time (utime + stime, ms at 100 ticks/s) from /proc.
-const cpuMs = (pid) => {
-  const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-  return (Number(f[11]) + Number(f[12])) * 10;
+// A /proc stat file's fields after the command name: [0] is field 3
+// (state), [11] and [12] utime and stime (ticks of 10 ms), [38] field 41,
+// the scheduling policy (0 SCHED_OTHER, 3 SCHED_BATCH).
+const statFields = (path) => {
+  const st = readFileSync(path, 'utf8');
+  return st.slice(st.lastIndexOf(')') + 2).split(' ');
 };
+const ticksMs = (f) => (Number(f[11]) + Number(f[12])) * 10;
+// The daemon's CPU time (all threads), and one thread's fields.
+const cpuMs = (pid) => ticksMs(statFields(`/proc/${pid}/stat`));
+const threadIds = (pid) => readdirSync(`/proc/${pid}/task`);
+const threadStat = (pid, tid) => statFields(`/proc/${pid}/task/${tid}/stat`);
 // One request on a connection of its own that closes (no keep-alive
 // connection closing later, which is network activity too).
 const inferOnce = (d, body) => new Promise((res, rej) => {
@@ -188,12 +195,7 @@ test('--busy-poll-us: after a request the loop polls and idle pool threads spin 
   }
 });
 
-// /proc/<pid>/task/<tid>/stat field 41: the thread's scheduling policy
-// (0 SCHED_OTHER, 3 SCHED_BATCH); fields are counted after comm's ')'.
-const policies = (pid) => Object.fromEntries(readdirSync(`/proc/${pid}/task`).map((tid) => {
-  const st = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
-  return [tid, Number(st.slice(st.lastIndexOf(')') + 2).split(' ')[41 - 3])];
-}));
+const policies = (pid) => Object.fromEntries(threadIds(pid).map((tid) => [tid, Number(threadStat(pid, tid)[38])]));
 
 test('pool threads that ran request work are SCHED_BATCH; the loop thread keeps the default policy', async (t) => {
   const X = REFS.causal;
@@ -219,11 +221,8 @@ test('--busy-poll-us: warm jobs spin on one core fewer than the machine has (the
   const d = await start({ t, args: ['--threads', String(cores + 1), '--busy-poll-us', '100000'] });
   try {
     await pause(500); // start-up activity over
-    const tids = () => readdirSync(`/proc/${d.proc.pid}/task`).filter((tid) => tid !== String(d.proc.pid));
-    const cpu = (tid) => {
-      const f = readFileSync(`/proc/${d.proc.pid}/task/${tid}/stat`, 'utf8').split(') ')[1].split(' ');
-      return (Number(f[11]) + Number(f[12])) * 10;
-    };
+    const tids = () => threadIds(d.proc.pid).filter((tid) => tid !== String(d.proc.pid));
+    const cpu = (tid) => ticksMs(threadStat(d.proc.pid, tid));
     const c0 = Object.fromEntries(tids().map((tid) => [tid, cpu(tid)]));
     assert.equal((await inferOnce(d, body)).status, 200);
     await pause(400); // the 100 ms window and then some
