@@ -133,14 +133,12 @@ static int put_data(oip__buf *b, const oip_output *o, size_t count,
     switch (o->dtype) {
     case OIP_FP32: {
         const float *d = o->data;
-        for (size_t i = 0; i < count; i++) {
+        for (size_t i = 0; i < count; i++)
             if (!isfinite(d[i])) {
                 *bad = i;
                 return -1;
             }
-            p += oip__fmt_float(d[i], p);
-            *p++ = ',';
-        }
+        p += oip__fmt_floats(d, count, p, 1);
         break;
     }
     case OIP_INT32: {

@@ -45,6 +45,82 @@ static double scale10(double d, int e)
     return e >= 0 ? d * p10[e] : d / p10[-e];
 }
 
+/* The two ASCII digits of v < 100, the first in the low byte. */
+static uint16_t pair(uint32_t v)
+{
+    uint16_t t;
+    memcpy(&t, digit_pairs + 2 * v, 2);
+    return t;
+}
+
+/* eight_digits: lo < 1e8 as eight ASCII digits in one word, the first in
+ * the lowest byte. */
+static uint64_t eight_digits(uint32_t lo)
+{
+    uint32_t a = lo / 10000u, b = lo % 10000u;
+    return (uint64_t)pair(a / 100) | (uint64_t)pair(a % 100) << 16 |
+           (uint64_t)pair(b / 100) << 32 | (uint64_t)pair(b % 100) << 48;
+}
+
+/* kept: of the nine digits d0 and w, how many remain once trailing zeros
+ * are dropped (at least one). */
+static int kept(uint64_t w)
+{
+    uint64_t z = w ^ 0x3030303030303030ULL; /* nonzero bytes: digits > 0 */
+    return z ? 9 - (__builtin_clzll(z) >> 3) : 1;
+}
+
+/*
+ * emit: writes the nine digits d0, w (nd kept) of a number whose first
+ * digit has decimal exponent k, after any sign; returns the end. The digits
+ * are stored as one word (the point and what follows overwrite the rest),
+ * so emit writes at most 16 bytes from the number's start, sign included,
+ * though it may return less.
+ */
+static char *emit(char *p, char d0, uint64_t w, int nd, int k)
+{
+    if (k >= 0 && k <= 8) { /* ddd[.ddd] */
+        *p++ = d0;
+        if (k > 0) {
+            memcpy(p, &w, 8);
+            p += k;
+        }
+        if (nd > k + 1) {
+            uint64_t fr = w >> (8 * k); /* k < 8 here */
+            *p++ = '.';
+            if (k <= 5) {
+                memcpy(p, &fr, 8); /* ends by byte 16 */
+                p += nd - k - 1;
+            } else {
+                for (int i = 0; i < nd - k - 1; i++, fr >>= 8)
+                    *p++ = (char)fr;
+            }
+        }
+    } else if (k < 0 && k >= -5) { /* 0.000ddd */
+        memcpy(p, "0.000000", 8); /* "0." and up to four zeros */
+        p += 1 - k;
+        *p++ = d0;
+        memcpy(p, &w, 8); /* ends by byte 16 */
+        p += nd - 1;
+    } else { /* d.ddde-x */
+        *p++ = d0;
+        if (nd > 1) {
+            *p++ = '.';
+            memcpy(p, &w, 8); /* the exponent overwrites the rest */
+            p += nd - 1;
+        }
+        *p++ = 'e';
+        if (k < 0) {
+            *p++ = '-';
+            k = -k;
+        }
+        if (k >= 10)
+            *p++ = (char)('0' + k / 10);
+        *p++ = (char)('0' + k % 10);
+    }
+    return p;
+}
+
 /*
  * oip__fmt_float: see oip_internal.h. k is first estimated from the binary
  * exponent (floor(log10 d) or one less), then corrected once from the
@@ -76,52 +152,178 @@ size_t oip__fmt_float(float f, char *out)
         s = scale10(d, 8 - k);
     }
     uint32_t n = (uint32_t)(s + 0.5); /* 9 digits: [1e8, 1e9) */
+    uint64_t w = eight_digits(n % 100000000u);
+    p = emit(p, (char)('0' + n / 100000000u), w, kept(w), k);
+    return (size_t)(p - out);
+}
 
-    /* digits, most significant first (one, then four pairs); drop
-     * trailing zeros */
-    char dg[10];
-    uint32_t lo = n % 100000000u, a = lo / 10000u, b = lo % 10000u;
-    dg[0] = (char)('0' + n / 100000000u);
-    memcpy(dg + 1, digit_pairs + 2 * (a / 100), 2);
-    memcpy(dg + 3, digit_pairs + 2 * (a % 100), 2);
-    memcpy(dg + 5, digit_pairs + 2 * (b / 100), 2);
-    memcpy(dg + 7, digit_pairs + 2 * (b % 100), 2);
-    int nd = 9;
-    while (nd > 1 && dg[nd - 1] == '0')
-        nd--;
-
-    if (k >= 0 && k <= 8) { /* ddd[.ddd] */
-        for (int i = 0; i <= k; i++)
-            *p++ = i < nd ? dg[i] : '0';
-        if (nd > k + 1) {
-            *p++ = '.';
-            memcpy(p, dg + k + 1, (size_t)(nd - k - 1));
-            p += nd - k - 1;
-        }
-    } else if (k < 0 && k >= -5) { /* 0.000ddd */
-        *p++ = '0';
-        *p++ = '.';
-        for (int i = 0; i < -k - 1; i++)
-            *p++ = '0';
-        memcpy(p, dg, 9); /* all nine: at most 16 bytes in all */
-        p += nd;
-    } else { /* d.ddde-x */
-        *p++ = dg[0];
-        if (nd > 1) {
-            *p++ = '.';
-            memcpy(p, dg + 1, 8); /* the exponent overwrites the rest */
-            p += nd - 1;
-        }
-        *p++ = 'e';
-        if (k < 0) {
-            *p++ = '-';
-            k = -k;
-        }
-        if (k >= 10)
-            *p++ = (char)('0' + k / 10);
-        *p++ = (char)('0' + k % 10);
+static size_t fmt_floats_scalar(const float *f, size_t n, char *out)
+{
+    char *p = out;
+    for (size_t i = 0; i < n; i++) {
+        p += oip__fmt_float(f[i], p);
+        *p++ = ',';
     }
     return (size_t)(p - out);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define AVX512 __attribute__((target("avx512f,avx512dq,avx512cd,avx512vl,avx512bw")))
+
+/* The fixed notations (k -5 .. 8) as byte shuffles of the 16 bytes d0,
+ * w's eight digits, '.', '0' (indices 0, 1-8, 9, 10; 128 gives a zero byte
+ * past the end): "0.000ddd" for k < 0, "ddd.ddd" for k >= 0. */
+static const uint8_t fixed_ctl[14][16] = {
+    {10, 9, 10, 10, 10, 10, 0, 1, 2, 3, 4, 5, 6, 7, 8, 128}, /* k -5 */
+    {10, 9, 10, 10, 10, 0, 1, 2, 3, 4, 5, 6, 7, 8, 128, 128}, /* k -4 */
+    {10, 9, 10, 10, 0, 1, 2, 3, 4, 5, 6, 7, 8, 128, 128, 128}, /* k -3 */
+    {10, 9, 10, 0, 1, 2, 3, 4, 5, 6, 7, 8, 128, 128, 128, 128}, /* k -2 */
+    {10, 9, 0, 1, 2, 3, 4, 5, 6, 7, 8, 128, 128, 128, 128, 128}, /* k -1 */
+    {0, 9, 1, 2, 3, 4, 5, 6, 7, 8, 128, 128, 128, 128, 128, 128}, /* k 0 */
+    {0, 1, 9, 2, 3, 4, 5, 6, 7, 8, 128, 128, 128, 128, 128, 128}, /* k 1 */
+    {0, 1, 2, 9, 3, 4, 5, 6, 7, 8, 128, 128, 128, 128, 128, 128}, /* k 2 */
+    {0, 1, 2, 3, 9, 4, 5, 6, 7, 8, 128, 128, 128, 128, 128, 128}, /* k 3 */
+    {0, 1, 2, 3, 4, 9, 5, 6, 7, 8, 128, 128, 128, 128, 128, 128}, /* k 4 */
+    {0, 1, 2, 3, 4, 5, 9, 6, 7, 8, 128, 128, 128, 128, 128, 128}, /* k 5 */
+    {0, 1, 2, 3, 4, 5, 6, 9, 7, 8, 128, 128, 128, 128, 128, 128}, /* k 6 */
+    {0, 1, 2, 3, 4, 5, 6, 7, 9, 8, 128, 128, 128, 128, 128, 128}, /* k 7 */
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 128, 128, 128, 128, 128, 128}, /* k 8 */
+};
+
+/* scale8: scale10 on eight lanes (the same multiply or divide, so the same
+ * doubles). AVX-512. */
+AVX512 static __m512d scale8(__m512d d, __m256i e)
+{
+    __m256i ae = _mm256_abs_epi32(e);
+    __m512d p = _mm512_i32gather_pd(ae, p10, 8);
+    __mmask8 neg = _mm256_cmpgt_epi32_mask(_mm256_setzero_si256(), e);
+    return _mm512_mask_div_pd(_mm512_mul_pd(d, p), neg, d, p);
+}
+
+/*
+ * fmt_floats_avx512: oip__fmt_float's arithmetic on eight floats at once,
+ * then each laid out by emit. Zeros are written here; a group with a
+ * subnormal goes to the scalar printer. The steps and constants are the
+ * scalar ones: n / 1e8 is (n * 1441151881) >> 57 and lo / 1e4 is
+ * (lo * 109951163) >> 40 (exact for n < 1e9 and lo < 1e8), and the eight
+ * low digits come from splitting lanes: two of four digits, then four of
+ * two ((x * 10486) >> 20 is x / 100 for x < 10^4), then eight of one
+ * ((x * 103) >> 10 is x / 10 for x < 100). AVX-512.
+ */
+AVX512 static size_t fmt_floats_avx512(const float *f, size_t n, char *out)
+{
+    char *p = out;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i bits = _mm256_loadu_si256((const __m256i *)(f + i));
+        __m256i ef = _mm256_and_si256(_mm256_srli_epi32(bits, 23), _mm256_set1_epi32(0xff));
+        __m256i mag = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
+        __mmask8 zero = _mm256_cmpeq_epi32_mask(mag, _mm256_setzero_si256());
+        __mmask8 sub = _mm256_cmpeq_epi32_mask(ef, _mm256_setzero_si256()) & (__mmask8)~zero;
+        if (sub) {
+            p += fmt_floats_scalar(f + i, 8, p);
+            continue;
+        }
+        __m512d d = _mm512_cvtps_pd(_mm256_castsi256_ps(mag));
+        __m256i e2m1 = _mm256_sub_epi32(ef, _mm256_set1_epi32(127));
+        __m256i k = _mm256_srai_epi32(_mm256_mullo_epi32(e2m1, _mm256_set1_epi32(78913)), 18);
+        k = _mm256_mask_mov_epi32(k, zero, _mm256_setzero_si256()); /* "0" */
+        __m512d s = scale8(d, _mm256_sub_epi32(_mm256_set1_epi32(8), k));
+        __mmask8 up = _mm512_cmp_pd_mask(s, _mm512_set1_pd(999999999.5), _CMP_GE_OQ);
+        if (up) {
+            __m256i k1 = _mm256_mask_add_epi32(k, up, k, _mm256_set1_epi32(1));
+            s = _mm512_mask_mov_pd(s, up, scale8(d, _mm256_sub_epi32(_mm256_set1_epi32(8), k1)));
+            k = k1;
+        }
+        __m512i nn = _mm512_cvtepu32_epi64(_mm512_cvttpd_epu32(_mm512_add_pd(s, _mm512_set1_pd(0.5))));
+        __m512i hi = _mm512_srli_epi64(_mm512_mul_epu32(nn, _mm512_set1_epi64(1441151881)), 57);
+        __m512i lo = _mm512_sub_epi64(nn, _mm512_mul_epu32(hi, _mm512_set1_epi64(100000000)));
+        __m512i a = _mm512_srli_epi64(_mm512_mul_epu32(lo, _mm512_set1_epi64(109951163)), 40);
+        __m512i b = _mm512_sub_epi64(lo, _mm512_mul_epu32(a, _mm512_set1_epi64(10000)));
+        __m512i w = _mm512_or_si512(a, _mm512_slli_epi64(b, 32));
+        __m512i q = _mm512_and_si512(_mm512_srli_epi64(_mm512_mullo_epi64(w, _mm512_set1_epi64(10486)), 20),
+                                     _mm512_set1_epi64(0x0000007F0000007FLL));
+        w = _mm512_or_si512(q, _mm512_slli_epi64(_mm512_sub_epi64(w, _mm512_mullo_epi64(q, _mm512_set1_epi64(100))), 16));
+        q = _mm512_and_si512(_mm512_srli_epi64(_mm512_mullo_epi64(w, _mm512_set1_epi64(103)), 10),
+                             _mm512_set1_epi64(0x000F000F000F000FLL));
+        w = _mm512_or_si512(q, _mm512_slli_epi64(_mm512_sub_epi64(w, _mm512_mullo_epi64(q, _mm512_set1_epi64(10))), 8));
+        w = _mm512_add_epi64(w, _mm512_set1_epi64(0x3030303030303030LL));
+        __m512i nd = _mm512_sub_epi64(_mm512_set1_epi64(9),
+                                      _mm512_srli_epi64(_mm512_lzcnt_epi64(_mm512_xor_si512(w, _mm512_set1_epi64(0x3030303030303030LL))), 3));
+        uint64_t wv[8], hv[8], ndv[8];
+        int32_t kv[8];
+        uint32_t bv[8];
+        _mm512_storeu_si512(wv, w);
+        _mm512_storeu_si512(hv, hi);
+        _mm512_storeu_si512(ndv, nd);
+        _mm256_storeu_si256((__m256i *)kv, k);
+        _mm256_storeu_si256((__m256i *)bv, bits);
+        for (int l = 0; l < 8; l++) {
+            int kl = kv[l], ndl = (int)ndv[l];
+            *p = '-';
+            p += bv[l] >> 31;
+            if ((unsigned)(kl + 5) <= 13) { /* one shuffle, one 16-byte store */
+                __m128i src = _mm_set_epi64x((long long)(wv[l] >> 56 | 0x302e00u),
+                                             (long long)(('0' + hv[l]) | wv[l] << 8));
+                _mm_storeu_si128((__m128i *)p,
+                                 _mm_shuffle_epi8(src, _mm_loadu_si128((const __m128i *)fixed_ctl[kl + 5])));
+                p += kl < 0 ? 1 - kl + ndl : ndl > kl + 1 ? ndl + 1 : kl + 1;
+            } else {
+                p = emit(p, (char)('0' + hv[l]), wv[l], ndl, kl);
+            }
+            *p++ = ',';
+        }
+    }
+    return (size_t)(p - out) + fmt_floats_scalar(f + i, n - i, p);
+}
+
+/* __builtin_cpu_supports also checks the OS saves the wide registers */
+static int have_avx512(void)
+{
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512bw");
+}
+#endif
+
+size_t oip__fmt_floats(const float *f, size_t n, char *out, int simd)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (simd && have_avx512())
+        return fmt_floats_avx512(f, n, out);
+#endif
+    (void)simd;
+    return fmt_floats_scalar(f, n, out);
+}
+
+size_t oip_json_floats(const float *f, size_t n, char *out)
+{
+    char *p = out;
+    size_t i = 0;
+    while (i < n) {
+        size_t j = i;
+        while (j < n && isfinite(f[j]))
+            j++;
+        p += oip__fmt_floats(f + i, j - i, p, 1);
+        if (j < n) {
+            memcpy(p, "null,", 5);
+            p += 5;
+            j++;
+        }
+        i = j;
+    }
+    return (size_t)(p - out);
+}
+
+int oip__fmt_floats_simd(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    return have_avx512();
+#else
+    return 0;
+#endif
 }
 
 size_t oip__fmt_i64(int64_t v, char *out)

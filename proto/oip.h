@@ -166,6 +166,15 @@ int oip_encode(const char *model_name, const char *id,
                const oip_output *outs, int n_outs, const char *extra_params,
                char **body, size_t *len, size_t *header_len, char *err);
 
+/*
+ * oip_json_floats: f[0..n) as JSON numbers, as oip_encode prints them (9
+ * significant digits that read back as the same float), each followed by
+ * ','; a NaN or infinity as null. out needs n * OIP_JSON_FLOAT_MAX bytes.
+ * Returns the bytes written. Any thread.
+ */
+#define OIP_JSON_FLOAT_MAX 17
+size_t oip_json_floats(const float *f, size_t n, char *out);
+
 /* oip_error_body: {"error": msg} as a malloc'd JSON string (escaped; bytes
  * that are not valid UTF-8 become U+FFFD). NULL only when out of memory. */
 char *oip_error_body(const char *msg);

@@ -12,6 +12,7 @@
 
 /* Longest text oip__fmt_float writes (no terminator): "-1.23456789e-38". */
 #define OIP__FLOAT_CHARS 16
+_Static_assert(OIP__FLOAT_CHARS + 1 == OIP_JSON_FLOAT_MAX, "oip.h's bound");
 
 /*
  * oip__fmt_float: writes f as a JSON number that parses back (correctly
@@ -21,6 +22,16 @@
  * OIP__FLOAT_CHARS); out is not terminated.
  */
 size_t oip__fmt_float(float f, char *out);
+
+/*
+ * oip__fmt_floats: f[0..n) as oip__fmt_float writes them, each followed by
+ * ','; every f must be finite. out needs n * (OIP__FLOAT_CHARS + 1) bytes.
+ * Returns the bytes written. With simd set and a CPU with AVX-512 (F, DQ,
+ * CD, VL, BW), eight floats at a time, else one by one: the same text.
+ * oip__fmt_floats_simd: 1 when simd would take the AVX-512 path.
+ */
+size_t oip__fmt_floats(const float *f, size_t n, char *out, int simd);
+int oip__fmt_floats_simd(void);
 
 /* oip__fmt_i64: decimal integer; returns the length (<= 20), unterminated. */
 size_t oip__fmt_i64(int64_t v, char *out);

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "core/attn.h"
+#include "proto/oip.h"
 #include "server/maps.h"
 #include "server/maps_int.h"
 
@@ -208,17 +209,6 @@ static int parse_int(const char *s, long lo, long hi, int *out)
     return 0;
 }
 
-/* Append f with 9 significant digits (always reads back as the same
- * float, as the infer responses print it); null for a non-finite value. */
-static size_t put_float(char *p, float f)
-{
-    if (f != f || f - f != 0.0f) {
-        memcpy(p, "null", 4);
-        return 4;
-    }
-    return (size_t)snprintf(p, 24, "%.9g", (double)f);
-}
-
 /* GET /v2/maps/{id}/attention?b=&h=&max=&format=: one [T, S] map (or its
  * max-pooled overview) as JSON with a flat row-major "data", or as raw FP32
  * with the shape in r->shape. Bad parameters are 400s naming themselves;
@@ -238,7 +228,7 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
     int values = 0;
     maps_what what = MAPS_WEIGHTS;
     maps_info info;
-    size_t i, cells, cap;
+    size_t cells, cap;
     char *p;
 
     if (sb && parse_int(sb, 0, 1 << 30, &b))
@@ -324,19 +314,16 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
     }
     if (hl < 0 || (size_t)hl >= sizeof(head))
         goto nomem;
-    /* Each float prints in at most 15 bytes ("-1.23456789e-38") plus a
-     * comma; snprintf gets 24 bytes of room, so keep 8 spare at the end. */
-    cap = (size_t)hl + cells * 16 + 32;
+    cap = (size_t)hl + cells * OIP_JSON_FLOAT_MAX + 3;
     r->body = malloc(cap);
     if (!r->body)
         goto nomem;
     memcpy(r->body, head, (size_t)hl);
     p = r->body + hl;
-    for (i = 0; i < cells; i++) {
-        if (i)
-            *p++ = ',';
-        p += put_float(p, map[i]);
-    }
+    /* as infer responses print floats; null for a non-finite score */
+    p += oip_json_floats(map, cells, p);
+    if (cells)
+        p--; /* the last comma */
     *p++ = ']';
     *p++ = '}';
     *p = '\0';

@@ -117,6 +117,93 @@ START_TEST(fmt_round_trip_random)
 }
 END_TEST
 
+/* One group of floats through oip__fmt_floats (simd on and off): the text
+ * must be oip__fmt_float's, each followed by ',', every number must read
+ * back to its float with strtof, and nothing may be written past
+ * n * (OIP__FLOAT_CHARS + 1) bytes. */
+static void check_floats(const float *f, size_t n)
+{
+    size_t cap = n * (OIP__FLOAT_CHARS + 1);
+    char *want = malloc(cap + 1), *got = malloc(cap + 32);
+    size_t wl = 0;
+    for (size_t i = 0; i < n; i++) {
+        wl += oip__fmt_float(f[i], want + wl);
+        want[wl++] = ',';
+    }
+    for (int simd = 0; simd < 2; simd++) {
+        memset(got, 0x7e, cap + 32);
+        size_t gl = oip__fmt_floats(f, n, got, simd);
+        for (size_t i = cap; i < cap + 32; i++)
+            if (got[i] != 0x7e)
+                ck_abort_msg("simd %d, %zu floats: byte %zu of a %zu-byte room written",
+                             simd, n, i, cap);
+        if (gl != wl || memcmp(got, want, wl)) {
+            size_t j = 0;
+            while (j < gl && j < wl && got[j] == want[j])
+                j++;
+            ck_abort_msg("simd %d, %zu floats: text differs at byte %zu: '%.24s' want '%.24s'",
+                         simd, n, j, got + j, want + j);
+        }
+        got[gl] = 0;
+        char *p = got;
+        for (size_t i = 0; i < n; i++) {
+            char *end;
+            float g = strtof(p, &end);
+            if (*end != ',' || fbits(g) != fbits(f[i]))
+                ck_abort_msg("simd %d: float %zu (%a) printed as '%.*s'", simd, i,
+                             (double)f[i], (int)(end - p), p);
+            p = end + 1;
+        }
+    }
+    free(want);
+    free(got);
+}
+
+START_TEST(fmt_floats_same_text)
+{
+    enum { N = 4096 };
+    static float f[N];
+    /* every notation: zeros, each fixed exponent and its neighbours, the
+     * exponent forms, subnormals, extremes, exact ties */
+    size_t n = 0;
+    static const uint32_t edges[] = {0x00000000, 0x80000000, 0x00000001, 0x807fffff,
+                                     0x00800000, 0x7f7fffff, 0xff7fffff, 0x3f494000,
+                                     0x4080d000, 0x3f800000, 0xbf7fffff};
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++)
+        f[n++] = bitsf(edges[i]);
+    for (int e = -45; e <= 38; e++) {
+        char s[16];
+        snprintf(s, sizeof s, "%se%d", e & 1 ? "-1" : "7.25", e);
+        float p = strtof(s, NULL), near[3] = {p, nextafterf(p, 0), nextafterf(p, INFINITY)};
+        for (int i = 0; i < 3; i++)
+            if (isfinite(near[i]))
+                f[n++] = near[i];
+    }
+    while (n < N) { /* random bit patterns, and outputs in [-2, 2] */
+        float v = bitsf(next32() ^ (next32() << 16));
+        if (n % 3 == 0)
+            v = (float)next32() / 4294967296.0f * 4 - 2;
+        if (isfinite(v))
+            f[n++] = v;
+    }
+    check_floats(f, N);
+    for (size_t len = 0; len <= 33; len++) /* the groups of eight and the tail */
+        check_floats(f + 7 * len, len);
+    for (int rep = 0; rep < 200; rep++) { /* more random groups, one subnormal in some */
+        for (size_t i = 0; i < 256; i++) {
+            float v;
+            do
+                v = bitsf(next32() ^ (next32() << 16));
+            while (!isfinite(v));
+            f[i] = v;
+        }
+        if (rep & 1)
+            f[next32() % 256] = bitsf(next32() & 0x807fffffu);
+        check_floats(f, 256);
+    }
+}
+END_TEST
+
 /* Random decimal text: our parser must agree with strtof bit for bit. */
 START_TEST(parse_matches_strtof)
 {
@@ -291,6 +378,7 @@ static Suite *numfmt_suite(void)
     tcase_add_test(tc, fmt_exact_strings);
     tcase_add_test(tc, fmt_round_trip_edges);
     tcase_add_test(tc, fmt_round_trip_random);
+    tcase_add_test(tc, fmt_floats_same_text);
     tcase_add_test(tc, parse_matches_strtof);
     tcase_add_test(tc, parse_near_midpoints);
     tcase_add_test(tc, parse_python_reprs);

@@ -536,6 +536,10 @@ START_TEST(test_mask_scores_values)
     const uint8_t mask[2 * 9] = {1, 1, 0, 1, 0, 1, 0, 1, 1,
                                  0, 1, 1, 0, 1, 1, 0, 1, 1};
     const int32_t tv[2] = {3, 2}, sv[2] = {3, 3};
+    /* b=0, h=0: a masked score, one in exponent form, one negative */
+    sc[1] = -INFINITY;
+    sc[2] = 1.25e-7f;
+    sc[3] = -0.7f;
     maps_put_args args = {.model = "demo", .b = 2, .h = 2, .t = 3, .s = 3,
                           .attention = a, .t_valid = tv, .s_valid = sv,
                           .mask = mask, .mask_planes = 2, .scores = sc,
@@ -608,6 +612,17 @@ START_TEST(test_mask_scores_values)
     for (i = 0; i < 9; i++)
         ck_assert_float_eq((float)json_number_value(json_array_get(data, i)),
                            want1[i]);
+    json_decref(o);
+    /* Scores as JSON: each float reads back as itself, -inf as null. */
+    o = get_json(st, path, (const char *[]){"b", "0", "h", "0", "what",
+                                            "scores", NULL}, 200);
+    data = json_object_get(o, "data");
+    ck_assert_uint_eq(json_array_size(data), 9);
+    ck_assert(json_is_null(json_array_get(data, 1)));
+    for (i = 0; i < 9; i++)
+        if (i != 1)
+            ck_assert_float_eq((float)json_number_value(json_array_get(data, i)),
+                               sc[i]);
     json_decref(o);
     o = get_json(st, path, (const char *[]){"b", "0", "h", "1", "what", "v",
                                             NULL}, 200);
