@@ -53,3 +53,28 @@ test('retain is refused when the store is off (--maps-bytes 0)', async (t) => {
     assert.equal((await fetch(`${d.url}/v2/maps`)).status, 404);
   } finally { assert.equal((await d.stop()).code, 0); }
 });
+
+test('a large map is sliced and printed on the pool: a request sent meanwhile is answered first', async (t) => {
+  const d = await start({ t });
+  try {
+    const T = 2048; // a 16 MiB map; max=1024 pools it and prints 1M cells
+    const col = Array.from({ length: T }, (_, i) => Math.sin(i));
+    const r = await infer(d, 'sdpa', {
+      inputs: [fp32('q', [T, 1], col), fp32('k', [T, 1], col), fp32('v', [T, 1], col)],
+      parameters: { retain: true },
+    });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    const id = r.json.parameters.map_id;
+    const order = []; // whose response head arrived first
+    const big = fetch(`${d.url}/v2/maps/${id}/attention?max=1024`)
+      .then((x) => { order.push('map'); return x.json(); });
+    await new Promise((res) => setTimeout(res, 2));
+    const live = fetch(`${d.url}/v2/health/live`).then((x) => { order.push('live'); return x.status; });
+    const [m, st] = await Promise.all([big, live]);
+    assert.deepEqual(m.shape, [1024, 1024]);
+    assert.equal(m.data.length, 1024 * 1024);
+    assert.equal(st, 200);
+    // on the loop, the map held the health check until it was printed
+    assert.deepEqual(order, ['live', 'map']);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
