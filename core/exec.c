@@ -6,6 +6,7 @@
 #include "exec.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -65,19 +66,26 @@ static void *worker(void *p)
     return NULL;
 }
 
+int attn_cpu_count(void)
+{
+    cpu_set_t set;
+    long n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                         : sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
+}
+
 /*
- * attn_exec_create: starts n_threads - 1 workers (n_threads 0 = online
- * cores). On failure every started worker is joined and nothing leaks.
+ * attn_exec_create: starts n_threads - 1 workers (n_threads 0 =
+ * attn_cpu_count()). On failure every started worker is joined and nothing
+ * leaks.
  */
 int attn_exec_create(attn_exec **out, int n_threads)
 {
     if (!out || n_threads < 0 || n_threads > 1024)
         return ATTN_EINVAL;
     *out = NULL;
-    if (n_threads == 0) {
-        long c = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = c < 1 ? 1 : c > 1024 ? 1024 : (int)c;
-    }
+    if (n_threads == 0)
+        n_threads = attn_cpu_count();
     attn_exec *ex = calloc(1, sizeof(*ex));
     if (!ex)
         return ATTN_ENOMEM;

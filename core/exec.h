@@ -15,8 +15,12 @@
 typedef struct attn_exec attn_exec;
 
 /* attn_exec_create: n_threads total threads including the caller (>= 1;
- * 0 means the number of online cores). Returns 0 or ATTN_ENOMEM/EINVAL. */
+ * 0 means attn_cpu_count()). Returns 0 or ATTN_ENOMEM/EINVAL. */
 int attn_exec_create(attn_exec **out, int n_threads);
+
+/* attn_cpu_count: the CPUs the calling thread may run on (its affinity
+ * mask: taskset, a container's cpuset), else the online ones; 1..1024. */
+int attn_cpu_count(void);
 void attn_exec_destroy(attn_exec *ex);
 int attn_exec_threads(const attn_exec *ex);
 void attn_exec_run(attn_exec *ex, size_t n, void (*fn)(void *arg, size_t i),

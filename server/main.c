@@ -16,6 +16,7 @@
  * signal to the process's end no SIGTERM/SIGINT can kill attnd.
  */
 #include "server/srv.h"
+#include "core/exec.h"
 #include "server/grpc.h"
 #include "server/seq.h"
 
@@ -144,16 +145,6 @@ static void on_signal(uv_async_t *h)
     }
 }
 
-/* online_cores: the CPUs attnd may run on (its affinity mask: taskset,
- * a container's cpuset), else the online ones. */
-static int online_cores(void)
-{
-    cpu_set_t set;
-    long n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
-                                                         : sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
-}
-
 int main(int argc, char **argv)
 {
     static srv s; /* static: lives as long as the process */
@@ -194,7 +185,7 @@ int main(int argc, char **argv)
         break;
     }
     s.json_log = strcmp(s.cfg.log_format, "json") == 0;
-    s.cores = online_cores();
+    s.cores = attn_cpu_count(); /* its affinity (taskset, cpuset), else online */
     s.threads = s.cfg.threads ? (int)s.cfg.threads : s.cores;
     /* The pool is sized before its first use; BLAS runs single-threaded
      * inside tiles so threads never oversubscribe the cores. */

@@ -4,6 +4,7 @@
  */
 #include <check.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -48,6 +49,29 @@ START_TEST(each_index_once)
 }
 END_TEST
 
+/* With the thread allowed one CPU (taskset, a container's cpuset), 0
+ * threads means one, whatever the machine has online. (On a one-CPU
+ * machine this cannot tell the two apart.) */
+START_TEST(zero_threads_follow_affinity)
+{
+    cpu_set_t saved, one;
+    attn_exec *ex;
+    int cpu;
+    ck_assert_int_eq(sched_getaffinity(0, sizeof saved, &saved), 0);
+    for (cpu = 0; cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &saved); cpu++)
+        ;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    ck_assert_int_eq(sched_setaffinity(0, sizeof one, &one), 0);
+    ck_assert_int_eq(attn_cpu_count(), 1);
+    ck_assert_int_eq(attn_exec_create(&ex, 0), 0);
+    ck_assert_int_eq(sched_setaffinity(0, sizeof saved, &saved), 0);
+    ck_assert_int_eq(attn_exec_threads(ex), 1);
+    attn_exec_destroy(ex);
+    ck_assert_int_eq(attn_cpu_count(), CPU_COUNT(&saved));
+}
+END_TEST
+
 START_TEST(null_executor_and_args)
 {
     counts c = {.caller = pthread_self()};
@@ -59,7 +83,7 @@ START_TEST(null_executor_and_args)
     ck_assert_int_eq(attn_exec_create(&ex, -1), ATTN_EINVAL);
     ck_assert_ptr_null(ex);
     ck_assert_int_eq(attn_exec_create(NULL, 2), ATTN_EINVAL);
-    ck_assert_int_eq(attn_exec_create(&ex, 0), 0); /* online cores */
+    ck_assert_int_eq(attn_exec_create(&ex, 0), 0); /* attn_cpu_count() */
     ck_assert_int_ge(attn_exec_threads(ex), 1);
     attn_exec_run(ex, 5, NULL, NULL); /* no fn: nothing runs */
     attn_exec_destroy(ex);
@@ -74,6 +98,7 @@ static Suite *exec_suite(void)
     TCase *tc = tcase_create("exec");
     tcase_add_loop_test(tc, each_index_once, 0, 4);
     tcase_add_test(tc, null_executor_and_args);
+    tcase_add_test(tc, zero_threads_follow_affinity);
     suite_add_tcase(s, tc);
     return s;
 }
