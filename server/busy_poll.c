@@ -166,7 +166,7 @@ void srv_pool_thread_enter(srv *s)
 {
     static _Thread_local int entered;
     struct sched_param sp = {0};
-    if (entered)
+    if (entered || !s->cfg.pool_batch)
         return;
     entered = 1;
     int none = 0;

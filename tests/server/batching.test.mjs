@@ -214,6 +214,19 @@ test('pool threads that ran request work are SCHED_BATCH; the loop thread keeps 
   } catch (e) { await d.stop('SIGKILL'); throw e; }
 });
 
+test('--pool-batch 0: pool threads keep the default policy', async (t) => {
+  const X = REFS.causal;
+  const body = { inputs: [fp32('x', X.shape, X.x)], parameters: { causal: true } };
+  const d = await start({ t, args: ['--threads', '2', '--busy-poll-us', '0', '--pool-batch', '0'] });
+  try {
+    const rs = await Promise.all([1, 2, 3, 4].map(() => inferOnce(d, body)));
+    for (const r of rs) assert.equal(r.status, 200);
+    const after = policies(d.proc.pid);
+    assert.ok(!Object.values(after).includes(3), `SCHED_BATCH threads: ${JSON.stringify(after)}`);
+    assert.equal((await d.stop()).code, 0);
+  } catch (e) { await d.stop('SIGKILL'); throw e; }
+});
+
 test('--busy-poll-us: warm jobs spin on one core fewer than the machine has (the loop polls on one)', async (t) => {
   const X = REFS.causal;
   const body = { inputs: [fp32('x', X.shape, X.x)], parameters: { causal: true } };
