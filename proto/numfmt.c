@@ -291,7 +291,7 @@ static int have_avx512(void)
 size_t oip__fmt_floats(const float *f, size_t n, char *out, int simd)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (simd && have_avx512())
+    if (simd && oip__fmt_floats_simd()) /* the test's question too */
         return fmt_floats_avx512(f, n, out);
 #endif
     (void)simd;

@@ -8,6 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
+
 #include "proto/oip_internal.h"
 #include "bits.h"
 #include "tests/check_main.h"
@@ -210,6 +214,28 @@ START_TEST(fmt_floats_same_text)
             f[next32() % 256] = bitsf(next32() & 0x807fffffu);
         check_floats(f, 256);
     }
+}
+END_TEST
+
+/* The eight-at-a-time path is taken exactly when the CPU has the AVX-512
+ * parts it needs and the OS saves their registers (so the comparison
+ * above really covered it on such a CPU), read here from CPUID and XCR0
+ * directly. */
+START_TEST(fmt_floats_simd_when_cpu_has_it)
+{
+    int want = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    unsigned a, b, c, d, lo, hi;
+    if (__get_cpuid(1, &a, &b, &c, &d) && (c & bit_OSXSAVE)) {
+        __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+        /* XCR0: SSE, AVX, opmask, upper ZMM halves, ZMM16-31 */
+        if ((lo & 0xe6) == 0xe6 && __get_cpuid_count(7, 0, &a, &b, &c, &d))
+            want = (b & bit_AVX512F) && (b & bit_AVX512DQ) && (b & bit_AVX512CD) &&
+                   (b & bit_AVX512VL) && (b & bit_AVX512BW);
+    }
+    (void)hi;
+#endif
+    ck_assert_int_eq(oip__fmt_floats_simd(), want);
 }
 END_TEST
 
@@ -420,6 +446,7 @@ static Suite *numfmt_suite(void)
     tcase_add_test(tc, fmt_round_trip_random);
     tcase_add_test(tc, fmt_floats_same_text);
     tcase_add_test(tc, json_floats_null);
+    tcase_add_test(tc, fmt_floats_simd_when_cpu_has_it);
     tcase_add_test(tc, parse_matches_strtof);
     tcase_add_test(tc, parse_near_midpoints);
     tcase_add_test(tc, parse_python_reprs);
