@@ -204,8 +204,9 @@ AVX512 static __m512d scale8(__m512d d, __m256i e)
 
 /*
  * fmt_floats_avx512: oip__fmt_float's arithmetic on eight floats at once,
- * then each laid out by emit. Zeros are written here; a group with a
- * subnormal goes to the scalar printer. The steps and constants are the
+ * then each laid out by one shuffle (fixed notation; a zero takes k 0 and
+ * prints "0") or by emit (exponent form); a group with a subnormal goes to
+ * the scalar printer. The steps and constants are the
  * scalar ones: n / 1e8 is (n * 1441151881) >> 57 and lo / 1e4 is
  * (lo * 109951163) >> 40 (exact for n < 1e9 and lo < 1e8), and the eight
  * low digits come from splitting lanes: two of four digits, then four of
@@ -279,13 +280,6 @@ AVX512 static size_t fmt_floats_avx512(const float *f, size_t n, char *out)
     return (size_t)(p - out) + fmt_floats_scalar(f + i, n - i, p);
 }
 
-/* __builtin_cpu_supports also checks the OS saves the wide registers */
-static int have_avx512(void)
-{
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512bw");
-}
 #endif
 
 size_t oip__fmt_floats(const float *f, size_t n, char *out, int simd)
@@ -320,7 +314,10 @@ size_t oip_json_floats(const float *f, size_t n, char *out)
 int oip__fmt_floats_simd(void)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-    return have_avx512();
+    /* __builtin_cpu_supports also checks the OS saves the wide registers */
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512bw");
 #else
     return 0;
 #endif

@@ -21,7 +21,6 @@
 #include "server/seq.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>

@@ -177,7 +177,7 @@ static void maps_answer(srv_req *r, int rc, maps_reply *rep)
  * new one renders on the loop at once, so that it cannot hold the stop. */
 typedef struct maps_job {
     uv_work_t work;
-    struct maps_job *next; /* waiting in s->maps_head */
+    struct maps_job *next; /* in s->maps_head's queue */
     srv_req *r;
     char *path;
     int n, cap;
@@ -235,14 +235,11 @@ static void maps_done(uv_work_t *w, int status)
     (void)status;
     srv_pool_done(s);
     maps_answer(mj->r, mj->rc, &mj->rep);
+    if (!(s->maps_head = mj->next)) /* mj was the head: the one rendering */
+        s->maps_tail = NULL;
     maps_job_free(mj);
-    s->maps_rendering = 0;
-    if ((mj = s->maps_head)) { /* the next in line */
-        if (!(s->maps_head = mj->next))
-            s->maps_tail = NULL;
-        s->maps_rendering = 1;
-        srv_pool_queue(s, &mj->work, maps_work, maps_done);
-    }
+    if (s->maps_head) /* the next in line */
+        srv_pool_queue(s, &s->maps_head->work, maps_work, maps_done);
 }
 
 /* maps_on_pool: queues r's map for the pool; 0, or -1 when out of memory.
@@ -265,15 +262,12 @@ static int maps_on_pool(srv_req *r)
         return -1;
     }
     srv_suspend(r);
-    if (r->s->maps_rendering) {
-        if (r->s->maps_tail)
-            r->s->maps_tail->next = mj;
-        else
-            r->s->maps_head = mj;
+    if (r->s->maps_tail) { /* one renders: wait behind it */
+        r->s->maps_tail->next = mj;
         r->s->maps_tail = mj;
         return 0;
     }
-    r->s->maps_rendering = 1;
+    r->s->maps_head = r->s->maps_tail = mj;
     srv_pool_queue(r->s, &mj->work, maps_work, maps_done);
     return 0;
 }

@@ -272,9 +272,9 @@ struct srv {
     int warm_live;         /* loop: warm jobs queued or running */
     _Atomic int warm_want; /* request work queued for warm threads to take */
     _Atomic int pool_sched_errno; /* a pool thread's SCHED_BATCH failed (-1: logged) */
-    /* routes.c: maps' cells rendered on the pool, one at a time */
-    int maps_rendering;
-    struct maps_job *maps_head, *maps_tail; /* waiting their turn */
+    /* routes.c: maps' cells rendered on the pool, one at a time: the
+     * head renders, the rest wait their turn */
+    struct maps_job *maps_head, *maps_tail;
 };
 
 /* MHD accepts this many connections past max-connections; guard.c then

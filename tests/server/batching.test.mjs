@@ -197,34 +197,24 @@ test('--busy-poll-us: after a request the loop polls and idle pool threads spin 
 
 const policies = (pid) => Object.fromEntries(threadIds(pid).map((tid) => [tid, Number(threadStat(pid, tid)[38])]));
 
-test('pool threads that ran request work are SCHED_BATCH; the loop thread keeps the default policy', async (t) => {
+test('pool threads that ran request work are SCHED_BATCH (--pool-batch 0: none is); the loop thread keeps the default policy', async (t) => {
   const X = REFS.causal;
   const body = { inputs: [fp32('x', X.shape, X.x)], parameters: { causal: true } };
-  const d = await start({ t, args: ['--threads', '2', '--busy-poll-us', '0'] });
-  try {
-    const before = policies(d.proc.pid);
-    assert.ok(!Object.values(before).includes(3), `before any request: ${JSON.stringify(before)}`);
-    const rs = await Promise.all([1, 2, 3, 4].map(() => inferOnce(d, body)));
-    for (const r of rs) assert.equal(r.status, 200);
-    const after = policies(d.proc.pid);
-    assert.equal(after[String(d.proc.pid)], 0, `loop thread: ${JSON.stringify(after)}`);
-    const batch = Object.keys(after).filter((tid) => after[tid] === 3);
-    assert.ok(batch.length >= 1 && batch.length <= 2, `SCHED_BATCH threads: ${JSON.stringify(after)}`);
-    assert.equal((await d.stop()).code, 0);
-  } catch (e) { await d.stop('SIGKILL'); throw e; }
-});
-
-test('--pool-batch 0: pool threads keep the default policy', async (t) => {
-  const X = REFS.causal;
-  const body = { inputs: [fp32('x', X.shape, X.x)], parameters: { causal: true } };
-  const d = await start({ t, args: ['--threads', '2', '--busy-poll-us', '0', '--pool-batch', '0'] });
-  try {
-    const rs = await Promise.all([1, 2, 3, 4].map(() => inferOnce(d, body)));
-    for (const r of rs) assert.equal(r.status, 200);
-    const after = policies(d.proc.pid);
-    assert.ok(!Object.values(after).includes(3), `SCHED_BATCH threads: ${JSON.stringify(after)}`);
-    assert.equal((await d.stop()).code, 0);
-  } catch (e) { await d.stop('SIGKILL'); throw e; }
+  for (const batch of ['1', '0']) {
+    const d = await start({ t, args: ['--threads', '2', '--busy-poll-us', '0', '--pool-batch', batch] });
+    try {
+      const before = policies(d.proc.pid);
+      assert.ok(!Object.values(before).includes(3), `before any request: ${JSON.stringify(before)}`);
+      const rs = await Promise.all([1, 2, 3, 4].map(() => inferOnce(d, body)));
+      for (const r of rs) assert.equal(r.status, 200);
+      const after = policies(d.proc.pid);
+      assert.equal(after[String(d.proc.pid)], 0, `loop thread: ${JSON.stringify(after)}`);
+      const n = Object.keys(after).filter((tid) => after[tid] === 3).length;
+      if (batch === '1') assert.ok(n >= 1 && n <= 2, `SCHED_BATCH threads: ${JSON.stringify(after)}`);
+      else assert.equal(n, 0, `--pool-batch 0, SCHED_BATCH threads: ${JSON.stringify(after)}`);
+      assert.equal((await d.stop()).code, 0);
+    } catch (e) { await d.stop('SIGKILL'); throw e; }
+  }
 });
 
 test('--busy-poll-us: warm jobs spin on one core fewer than the machine has (the loop polls on one)', async (t) => {
