@@ -106,7 +106,11 @@
     X(pool_batch, "pool-batch", INT, 1, 0, 1,                                 \
       "pool threads run as SCHED_BATCH: one woken does not preempt the thread on its CPU, such as the loop that woke it (1; 0 = the default policy, for a node where latency-sensitive processes share the CPUs)") \
     X(log_format, "log-format", STR, "text", 0, 0,                            \
-      "request log format: text or json (one line per request, stderr)")
+      "request log format: text or json (one line per request, stderr)")     \
+    X(log_flush_ms, "log-flush-ms", INT, 100, 0, 10000,                       \
+      "a request's log line waits up to this long to share one write with others (ms; a thread of its own writes stderr; daemon messages go at once; 0 = each line at once)") \
+    X(log_buffer, "log-buffer", INT, SRV_MiB, 16384, 1LL << 30,               \
+      "bytes of log lines waiting for stderr; when stderr does not keep up, lines past this are dropped and counted (attnd_log_lines_dropped_total), not waited for")
 
 typedef struct srv_config {
 #define SRV_CFG_FIELD_INT(f) long long f;

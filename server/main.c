@@ -224,12 +224,15 @@ int main(int argc, char **argv)
         uv_run(s.loop, UV_RUN_DEFAULT);
         rc = 1;
     } else {
+        if (srv_log_start(&s) < 0)
+            srv_log(&s, "warn", "no log writer thread: each line is written at once");
         srv_log(&s, "info", "attnd %s: %d threads, BLAS kernels %s, models from %s",
                 ATTND_VERSION, s.threads, attn_blas_core() ? attn_blas_core() : "(not OpenBLAS)",
                 s.cfg.models);
         uv_run(s.loop, UV_RUN_DEFAULT);
         rc = 0;
     }
+    srv_log_stop(&s);
     uv_loop_close(s.loop);
     srv_busy_poll_free(&s);
     srv_seq_free(&s); /* sequences hold instance references */

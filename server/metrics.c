@@ -187,6 +187,11 @@ void srv_h_metrics(srv_req *r)
                 "# TYPE attnd_grpc_connection_errors_total counter\n"
                 "attnd_grpc_connection_errors_total %llu\n",
                 (unsigned long long)s->http.grpc_h2_errors);
+    bprintf(&b, "# HELP attnd_log_lines_dropped_total Log lines dropped "
+                "because stderr did not keep up (--log-buffer).\n"
+                "# TYPE attnd_log_lines_dropped_total counter\n"
+                "attnd_log_lines_dropped_total %llu\n",
+                (unsigned long long)srv_log_dropped(s));
     bprintf(&b, "# HELP attnd_grpc_stream_responses_total ModelStreamInfer "
                 "responses by the status of the request they answer.\n"
                 "# TYPE attnd_grpc_stream_responses_total counter\n");

@@ -246,6 +246,7 @@ struct srv {
     int live_jobs;         /* srv_job alive */
     int n_suspended;       /* connections parked by srv_suspend */
     int json_log;
+    struct srv_logq *logq; /* log.c: the writer thread's buffer, NULL before and after */
     srv_entry *models;     /* registry, in load order */
     oip_limits limits;
     maps_store *maps;      /* retained attention maps, NULL when off */
@@ -382,6 +383,10 @@ extern const srv_route srv_routes[];
 extern const size_t srv_n_routes;
 
 /* log.c */
+typedef struct srv_logq srv_logq;
+int srv_log_start(srv *s); /* -1: lines stay written at once */
+void srv_log_stop(srv *s); /* writes what is left, joins the writer */
+uint64_t srv_log_dropped(srv *s);
 void srv_log_request(srv *s, const srv_req *r);
 void srv_log(srv *s, const char *level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

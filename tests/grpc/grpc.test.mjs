@@ -182,7 +182,8 @@ test('stream steps batch with REST requests (one scheduler)', async () => {
     const st = (await call(cc, 'ModelStatistics', { name: 'sdpa' })).model_stats[0];
     assert.deepEqual(st.batch_stats.map((b) => [b.batch_size, b.compute_infer.count]), [[2, 1]]);
     assert.equal(st.inference_stats.success.count, 2);
-    assert.match(e.log(), /POST \/inference\.GRPCInferenceService\/ModelStreamInfer 200 .*batch=2/);
+    const streamLine = /POST \/inference\.GRPCInferenceService\/ModelStreamInfer 200 .*batch=2/;
+    assert.match(await e.logged(streamLine), streamLine);
   } finally {
     cc.close();
     assert.equal((await e.stop()).code, 0, e.log());

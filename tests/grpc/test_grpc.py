@@ -111,6 +111,15 @@ class Attnd:
         for line in iter(self.proc.stderr.readline, b""):
             self.log += line.decode(errors="replace")
 
+    def logged(self, pattern, count=1, timeout=5):
+        """The log once pattern occurs count times in it, waiting up to
+        timeout s: request lines reach stderr up to --log-flush-ms after
+        the request ends (a writer thread)."""
+        deadline = time.time() + timeout * SLOW
+        while len(re.findall(pattern, self.log)) < count and time.time() < deadline:
+            time.sleep(0.02)
+        return self.log
+
     def rest(self, path, body=None):
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}",
                                      data=json.dumps(body).encode() if body is not None else None,
@@ -702,7 +711,8 @@ class Limits(unittest.TestCase):
             self.assertEqual(lengths, [(1, 1), (2, 2), (3, 3), (4, 4)])
             st = d.stub.ModelStatistics(pb.ModelStatisticsRequest(name="demo")).model_stats[0]
             self.assertEqual({(b.batch_size, b.compute_infer.count) for b in st.batch_stats}, {(2, 4)})
-            self.assertEqual(len(re.findall(r"ModelStreamInfer 200 .*batch=2", d.log)), 4)
+            line = r"ModelStreamInfer 200 .*batch=2"
+            self.assertEqual(len(re.findall(line, d.logged(line, 4))), 4)
         finally:
             self.assertEqual(d.stop(), 0, d.log)
 

@@ -122,6 +122,46 @@ test('a request\'s log line reaches stderr while the daemon idles', async (t) =>
   } finally { await d.stop(); }
 });
 
+// GET /v2/health/live n times, one after another, each bounded: a daemon
+// whose loop blocks on its stderr fails here instead of hanging the file.
+async function lives(d, n) {
+  for (let i = 0; i < n; i++) {
+    const r = await fetch(`${d.url}/v2/health/live`, { signal: AbortSignal.timeout(10000) });
+    assert.equal(r.status, 200);
+    await r.arrayBuffer();
+  }
+}
+
+test('a stderr nobody reads stops neither the requests nor the exit; lines past --log-buffer are counted and reported', async (t) => {
+  const d = await start({ t, args: ['--log-buffer', '16384', '--log-flush-ms', '5'] });
+  // ~100 bytes a line: 3000 lines fill node's buffer and the pipe (64 KiB)
+  // and leave the writer blocked with the 16 KiB buffer full
+  d.proc.stderr.pause();
+  await lives(d, 3000);
+  const m = await (await fetch(`${d.url}/metrics`, { signal: AbortSignal.timeout(10000) })).text();
+  const dropped = Number((/^attnd_log_lines_dropped_total (\d+)$/m.exec(m) || [])[1]);
+  assert.ok(dropped > 0, `attnd_log_lines_dropped_total ${dropped}`);
+  d.proc.stderr.resume();
+  const until = Date.now() + 10000;
+  while (!/ warn attnd: \d+ log lines? dropped: stderr did not keep up/.test(d.log()) && Date.now() < until)
+    await new Promise((r) => setTimeout(r, 20));
+  assert.match(d.log(), / warn attnd: \d+ log lines? dropped: stderr did not keep up/);
+  // every line written is whole
+  for (const l of d.log().trim().split('\n'))
+    assert.match(l, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (info|warn|error) /, l);
+  // blocked again, SIGTERM still ends it, within a few seconds, with 0
+  d.proc.stderr.pause();
+  await lives(d, 3000);
+  const t0 = Date.now();
+  d.proc.kill('SIGTERM');
+  const e = await Promise.race([d.exit, new Promise((r) => setTimeout(() => r(null), 15000))]);
+  assert.ok(e && e.code === 0, `exit ${JSON.stringify(e)} after ${Date.now() - t0} ms`);
+  const closed = new Promise((r) => d.proc.stderr.once('close', r));
+  d.proc.stderr.resume();
+  await closed;
+  await d.stop();
+});
+
 test('the daemon runs as "attnd" with one OpenBLAS thread (it re-executes itself by its own path)', async (t) => {
   const saved = process.env.OPENBLAS_NUM_THREADS;
   delete process.env.OPENBLAS_NUM_THREADS;

@@ -90,6 +90,16 @@ export async function start(opts = {}) {
     url, port, grpcPort, proc, dir, exit,
     log: () => log,
     /**
+     * logged(re, ms): the log once it matches re, waiting up to ms: request
+     * lines reach stderr up to --log-flush-ms after the request ends, and
+     * daemon messages a moment after they are made (a writer thread).
+     */
+    async logged(re, ms = 5000) {
+      const until = Date.now() + ms * SLOW;
+      while (!re.test(log) && Date.now() < until) await sleep(20);
+      return log;
+    },
+    /**
      * stop(signal): send it, wait for exit, return {code, sig}. Throws when
      * the daemon's stderr holds a sanitizer report (ASan, LeakSanitizer at
      * exit, UBSan, TSan), so every suite fails on one, whatever it asserts.
