@@ -8,8 +8,8 @@ bench/http_bench.py.
 Writes the benchmark's Llama-like layer (d_model 2048, 32 heads, 8 kv heads
 of 64, RoPE theta 10000, random F32 weights) to a temporary repository,
 starts ATTND on 127.0.0.1 (port 0, --max-batch >= N), then runs
-bench/step_client (C: N clients on their own threads and keep-alive
-connections, each driving one sequence: a start with the prompt, then
+bench/step_client (C: N keep-alive connections driven by one thread with
+epoll, each driving one sequence: a start with the prompt, then
 one-token steps, binary tensors and Triton's sequence parameters) and
 prints its `tps=<tokens/s> p50_ms=... p99_ms=... client_cpu_ms=...` (all
 clients together, prefill not timed). Bounded: every request has a

@@ -23,7 +23,7 @@ the same layer served by FastAPI/uvicorn + PyTorch.
 2. Batched decoder steps: bench/decode_http.py's d_model 2048, 32 heads,
    8 kv heads layer, one client then 32 concurrent clients each stepping a
    sequence (128-token prompt, 32 one-token steps; the clients are
-   bench/step_client.c, C threads on keep-alive connections, so the figure
+   bench/step_client.c, keep-alive connections on one epoll thread, so the figure
    is the server's and not the load generator's): steps/s, p50 and the
    ratio, whose aim is >= 8x (the engine runs the 32 steps as one batch);
    then bench/bench_decode.c (--engine) on the same layer, prompts and

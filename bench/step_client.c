@@ -1,18 +1,20 @@
 /*
  * step_client.c - the load generator of the decoder-step benchmarks: N
- * clients, each on its own thread and keep-alive connection, drive one
- * sequence each through an OIP server (attnd, or bench/fastapi_peer.py):
- * a start with a P-token prompt, then S one-token steps, every request
- * waiting for the answer to the one before (as a decoder does). Tensors go
- * in Triton's binary framing. Prints, all clients together:
+ * clients, each on its own keep-alive connection, drive one sequence each
+ * through an OIP server (attnd, or bench/fastapi_peer.py): a start with a
+ * P-token prompt, then S one-token steps, every request waiting for the
+ * answer to the one before (as a decoder does). Tensors go in Triton's
+ * binary framing. Prints, all clients together:
  *
  *   tps=<steps/s> p50_ms=<step latency> p99_ms=<...> client_cpu_ms=<...>
  *
  * The prefill is not timed: the clock starts when every client has its
- * prompt answered. A client in C costs tens of microseconds a step, so the
- * figure is the server's; bench/decode_http.py's Python threads spent
- * about a millisecond of CPU a step under one GIL, on the same two cores
- * as the server.
+ * prompt answered. All N connections are driven by one thread and epoll,
+ * as wrk drives its connections: the answers to a batch of steps arrive
+ * together, and one thread woken once sends the next steps of all of
+ * them. With a thread per client (as before), each answer woke its own
+ * thread, ~100 us of CPU a step at 32 clients on the server's two cores;
+ * now it costs tens of microseconds, so the figure is the server's.
  *
  *   step_client --port P --n N [--prompt 128] [--steps 32] [--model llama]
  *               [--d-model 2048] [--seq-base 1]
@@ -24,29 +26,33 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
+#define TIMEOUT_S 60.0
+
 static int port, n_clients, prompt = 128, steps = 32, dm = 2048, seq_base = 1;
 static const char *model = "llama";
-static pthread_barrier_t started;
 
 typedef struct client {
-    pthread_t th;
-    int id, fd, failed;
+    int id, fd;
     uint64_t seed;
-    char *buf;        /* request, then answer */
+    char *buf;        /* the request, then the answer */
     size_t cap;
+    size_t total, off; /* request bytes, sent */
+    size_t got, need;  /* answer bytes read, expected (0: head not in yet) */
+    int sending, done; /* done: with this phase (the prompt, the steps) */
+    int step;          /* the step out or last answered, -1 before the first */
+    double t_sent;
+    float *toks;      /* four tokens the steps cycle through */
     double *lat_ms;   /* per step */
-    double elapsed;   /* seconds for the steps */
 } client;
 
 static double now_s(void)
@@ -62,19 +68,17 @@ static float rnd(uint64_t *s) /* uniform in [-1, 1) */
     return (float)((double)(*s >> 40) / (double)(1ull << 23) - 1.0);
 }
 
-static int fail(client *c, const char *what)
+static int fail(const client *c, const char *what)
 {
     fprintf(stderr, "step_client: sequence %d: %s\n", seq_base + c->id, what);
-    c->failed = 1;
     return -1;
 }
 
 static int connect_to(client *c)
 {
     struct sockaddr_in a;
-    struct timeval tv = {60, 0};
     int one = 1;
-    c->fd = socket(AF_INET, SOCK_STREAM, 0);
+    c->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
     if (c->fd < 0)
         return fail(c, strerror(errno));
     memset(&a, 0, sizeof a);
@@ -82,11 +86,9 @@ static int connect_to(client *c)
     a.sin_port = htons((uint16_t)port);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    if (connect(c->fd, (struct sockaddr *)&a, sizeof a) < 0)
+    if (connect(c->fd, (struct sockaddr *)&a, sizeof a) < 0 && errno != EINPROGRESS)
         return fail(c, strerror(errno));
-    return 0;
+    return 0; /* the first send waits for EPOLLOUT */
 }
 
 static int reserve(client *c, size_t n)
@@ -101,9 +103,8 @@ static int reserve(client *c, size_t n)
     return 0;
 }
 
-/* call: one request of t new tokens (a start when start), answer read and
- * checked. */
-static int call(client *c, int t, int start, const float *x)
+/* request: c's next request (t new tokens x, a start when start) in c->buf. */
+static int request(client *c, int t, int start, const float *x)
 {
     char hdr[512], head[256];
     size_t xb = (size_t)t * (size_t)dm * sizeof(float);
@@ -118,27 +119,44 @@ static int call(client *c, int t, int start, const float *x)
                       "Content-Type: application/octet-stream\r\n"
                       "Inference-Header-Content-Length: %d\r\nContent-Length: %zu\r\n\r\n",
                       model, hl, (size_t)hl + xb);
-    size_t total = (size_t)rl + (size_t)hl + xb, off = 0, got = 0, need = 0, body = 0;
-    if (reserve(c, total + 1))
+    c->total = (size_t)rl + (size_t)hl + xb;
+    if (reserve(c, c->total + 1))
         return -1;
     memcpy(c->buf, head, (size_t)rl);
     memcpy(c->buf + rl, hdr, (size_t)hl);
     memcpy(c->buf + rl + hl, x, xb);
-    while (off < total) {
-        ssize_t k = send(c->fd, c->buf + off, total - off, MSG_NOSIGNAL);
+    c->off = c->got = c->need = 0;
+    c->sending = 1;
+    c->t_sent = now_s();
+    return 0;
+}
+
+/* pump: send what is left of the request, then read the answer. Returns
+ * 1 when the answer is complete, 0 when it waits for the socket, -1 on a
+ * failure (reported). */
+static int pump(client *c)
+{
+    while (c->sending) {
+        ssize_t k = send(c->fd, c->buf + c->off, c->total - c->off, MSG_NOSIGNAL);
+        if (k < 0 && (errno == EAGAIN || errno == EINTR))
+            return 0;
         if (k <= 0)
             return fail(c, k < 0 ? strerror(errno) : "connection closed");
-        off += (size_t)k;
+        c->off += (size_t)k;
+        if (c->off == c->total)
+            c->sending = 0;
     }
     for (;;) { /* the answer: headers, then Content-Length bytes */
-        if (reserve(c, got + 65536 + 1))
+        if (reserve(c, c->got + 65536 + 1))
             return -1;
-        ssize_t k = recv(c->fd, c->buf + got, c->cap - got - 1, 0);
+        ssize_t k = recv(c->fd, c->buf + c->got, c->cap - c->got - 1, 0);
+        if (k < 0 && (errno == EAGAIN || errno == EINTR))
+            return 0;
         if (k <= 0)
             return fail(c, k < 0 ? strerror(errno) : "connection closed mid-answer");
-        got += (size_t)k;
-        c->buf[got] = 0;
-        if (!need) {
+        c->got += (size_t)k;
+        c->buf[c->got] = 0;
+        if (!c->need) {
             char *end = strstr(c->buf, "\r\n\r\n"), *cl;
             if (!end)
                 continue;
@@ -151,59 +169,77 @@ static int call(client *c, int t, int start, const float *x)
             cl = strcasestr(c->buf, "\r\nContent-Length:");
             if (!cl)
                 return fail(c, "answer without Content-Length");
-            body = (size_t)strtoull(cl + 17, NULL, 10);
-            need = (size_t)(end + 4 - c->buf) + body;
+            c->need = (size_t)(end + 4 - c->buf) + (size_t)strtoull(cl + 17, NULL, 10);
             *end = '\r';
         }
-        if (got >= need)
-            return got == need ? 0 : fail(c, "more bytes than the answer");
+        if (c->got >= c->need)
+            return c->got == c->need ? 1 : fail(c, "more bytes than the answer");
     }
 }
 
-static void *run(void *arg)
+static int watch(int ep, client *c, int op)
 {
-    client *c = arg;
-    size_t pn = (size_t)prompt * (size_t)dm;
-    float *x = malloc(pn * sizeof(float));
-    float *toks = malloc(4 * (size_t)dm * sizeof(float));
-    int ok;
-    c->seed = 0x9e3779b97f4a7c15ull * (uint64_t)(seq_base + c->id);
-    ok = x && toks && connect_to(c) == 0;
-    for (size_t i = 0; ok && i < pn; i++)
-        x[i] = rnd(&c->seed);
-    /* the steps cycle through four tokens made before the clock starts */
-    for (size_t i = 0; ok && i < 4 * (size_t)dm; i++)
-        toks[i] = rnd(&c->seed);
-    ok = ok && call(c, prompt, 1, x) == 0;
-    if (!ok)
-        c->failed = 1;
-    pthread_barrier_wait(&started);
-    if (ok) {
-        /* the wait for the others' prompts may outlast the server's
-         * keep-alive (attnd's --header-timeout): if it closed the idle
-         * connection, open a new one (a peer with per-worker sequences
-         * keeps its connections, so this never moves a sequence) */
-        char b;
-        if (recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
-            close(c->fd);
-            ok = connect_to(c) == 0;
-        }
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLET, .data.ptr = c};
+    if (epoll_ctl(ep, op, c->fd, &ev) < 0)
+        return fail(c, strerror(errno));
+    return 0;
+}
+
+/* next: c's answer is in: time it and send c's next step, if any.
+ * Returns 1 when c is done with this phase, 0 when a request is out. */
+static int next(client *c, int stepping)
+{
+    if (stepping && c->step >= 0)
+        c->lat_ms[c->step] = 1e3 * (now_s() - c->t_sent);
+    if (!stepping || ++c->step >= steps)
+        return 1;
+    return request(c, 1, 0, c->toks + (size_t)(c->step % 4) * dm) < 0 ? -1 : 0;
+}
+
+/* drive: c's requests as far as its socket lets them go: 1 when c is
+ * done with this phase, 0 when it waits for the socket, -1 on failure. */
+static int drive(client *c, int stepping)
+{
+    int r;
+    while ((r = pump(c)) == 1 && (r = next(c, stepping)) == 0)
+        ;
+    c->done = r == 1;
+    return r;
+}
+
+/* run_phase: drive every client's outstanding request, and (stepping)
+ * its next steps, until all are done. */
+static int run_phase(int ep, client *cl, int stepping)
+{
+    int left = n_clients;
+    struct epoll_event evs[256];
+    for (int i = 0; i < n_clients; i++) {
+        int r = drive(&cl[i], stepping);
+        if (r < 0)
+            return -1;
+        left -= r;
     }
-    if (ok) {
-        double t0 = now_s();
-        for (int s = 0; s < steps; s++) {
-            double t = now_s();
-            if (call(c, 1, 0, toks + (size_t)(s % 4) * dm) < 0)
-                break;
-            c->lat_ms[s] = 1e3 * (now_s() - t);
+    while (left) {
+        int n = epoll_wait(ep, evs, 256, 1000);
+        if (n < 0 && errno != EINTR) {
+            perror("step_client: epoll_wait");
+            return -1;
         }
-        c->elapsed = now_s() - t0;
+        for (int e = 0; e < n; e++) {
+            client *c = evs[e].data.ptr;
+            if (c->done)
+                continue;
+            int r = drive(c, stepping);
+            if (r < 0)
+                return -1;
+            left -= r;
+        }
+        double t = now_s();
+        for (int i = 0; i < n_clients; i++)
+            if (!cl[i].done && t - cl[i].t_sent > TIMEOUT_S)
+                return fail(&cl[i], "no answer within 60 s");
     }
-    if (c->fd >= 0)
-        close(c->fd);
-    free(x);
-    free(toks);
-    return NULL;
+    return 0;
 }
 
 static int cmp(const void *a, const void *b)
@@ -243,35 +279,72 @@ int main(int argc, char **argv)
     }
     client *cl = calloc((size_t)n_clients, sizeof *cl);
     double *lat = calloc((size_t)n_clients * (size_t)steps, sizeof *lat);
-    if (!cl || !lat)
+    size_t pn = (size_t)prompt * (size_t)dm;
+    float *x = malloc(pn * sizeof(float));
+    int ep = epoll_create1(0), rc = 1;
+    if (!cl || !lat || !x || ep < 0)
         return 1;
-    pthread_barrier_init(&started, NULL, (unsigned)n_clients);
     for (int i = 0; i < n_clients; i++) {
-        cl[i].id = i;
-        cl[i].fd = -1;
-        cl[i].lat_ms = lat + (size_t)i * (size_t)steps;
-        pthread_create(&cl[i].th, NULL, run, &cl[i]);
+        client *c = &cl[i];
+        c->id = i;
+        c->fd = -1;
+        c->step = -1;
+        c->lat_ms = lat + (size_t)i * (size_t)steps;
+        c->seed = 0x9e3779b97f4a7c15ull * (uint64_t)(seq_base + i);
+        c->toks = malloc(4 * (size_t)dm * sizeof(float));
+        if (!c->toks)
+            goto out;
+        for (size_t k = 0; k < pn; k++)
+            x[k] = rnd(&c->seed);
+        /* the steps cycle through four tokens made before the clock starts */
+        for (size_t k = 0; k < 4 * (size_t)dm; k++)
+            c->toks[k] = rnd(&c->seed);
+        if (connect_to(c) < 0 || watch(ep, c, EPOLL_CTL_ADD) < 0 ||
+            request(c, prompt, 1, x) < 0)
+            goto out;
     }
-    double worst = 0;
-    int failed = 0;
+    if (run_phase(ep, cl, 0) < 0)
+        goto out;
     for (int i = 0; i < n_clients; i++) {
-        pthread_join(cl[i].th, NULL);
-        failed |= cl[i].failed;
-        if (cl[i].elapsed > worst)
-            worst = cl[i].elapsed;
-        free(cl[i].buf);
+        /* the wait for the others' prompts may outlast the server's
+         * keep-alive (attnd's --header-timeout): if it closed the idle
+         * connection, open a new one (a peer with per-worker sequences
+         * keeps its connections, so this never moves a sequence) */
+        client *c = &cl[i];
+        char b;
+        if (recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+            close(c->fd);
+            if (connect_to(c) < 0 || watch(ep, c, EPOLL_CTL_ADD) < 0)
+                goto out;
+        }
+        c->done = 0;
     }
-    if (failed || worst <= 0)
-        return 1;
+    double t0 = now_s();
+    for (int i = 0; i < n_clients; i++)
+        if (next(&cl[i], 1) < 0) /* step 0 */
+            goto out;
+    if (run_phase(ep, cl, 1) < 0)
+        goto out;
+    double elapsed = now_s() - t0;
     size_t n = (size_t)n_clients * (size_t)steps;
     qsort(lat, n, sizeof *lat, cmp);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("tps=%.2f p50_ms=%.3f p99_ms=%.3f client_cpu_ms=%.0f\n", (double)n / worst,
+    printf("tps=%.2f p50_ms=%.3f p99_ms=%.3f client_cpu_ms=%.0f\n", (double)n / elapsed,
            lat[n / 2], lat[n * 99 / 100],
            1e3 * ((double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec) +
                1e-3 * ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec));
+    rc = 0;
+out:
+    for (int i = 0; i < n_clients; i++) {
+        if (cl[i].fd >= 0)
+            close(cl[i].fd);
+        free(cl[i].buf);
+        free(cl[i].toks);
+    }
+    close(ep);
     free(cl);
     free(lat);
-    return 0;
+    free(x);
+    return rc;
 }
