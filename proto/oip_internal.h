@@ -66,6 +66,18 @@ float oip__num_to_float(const oip__num *n);
  * for any other shape or a value the general path must decide. */
 const char *oip__short_float(const char *p, const char *end, float *out);
 
+/*
+ * oip__short_floats8: eight numbers of that shape at p, each followed by
+ * ',' and the next starting right after it or after one space; out[0..8)
+ * gets what oip__short_float (or, for a zero, the general path) gives for
+ * each, and the position of the eighth ',' is returned. NULL, with out's
+ * contents meaningless, for any other text, fewer than OIP__FLOATS8_ROOM
+ * bytes to end, or a CPU without AVX-512 (F, DQ, CD, VL, BW; the test is
+ * oip__fmt_floats_simd's). Reads up to OIP__FLOATS8_ROOM bytes past p.
+ */
+#define OIP__FLOATS8_ROOM 144
+const char *oip__short_floats8(const char *p, const char *end, float *out);
+
 /* oip__num_to_i64: integer value of an is_int token; 0, or -1 when it does
  * not fit in int64_t. */
 int oip__num_to_i64(const oip__num *n, int64_t *out);

@@ -12,7 +12,8 @@
  *     error body is valid JSON;
  *   - every decoded float prints and parses back to the same bits, and the
  *     decoded tensors re-encode (JSON and binary) without error;
- *   - short inputs that lex as a JSON number parse exactly as strtof does.
+ *   - short inputs that lex as a JSON number parse exactly as strtof does,
+ *     and an input that is an array of numbers reads as strtof reads each.
  */
 #include <jansson.h>
 #include <math.h>
@@ -42,6 +43,39 @@ static void check_number(const uint8_t *data, size_t size)
         fprintf(stderr, "parse mismatch on %s: %a vs strtof %a\n", s,
                 (double)a, (double)b);
         abort();
+    }
+}
+
+/* check_run: an input that is a JSON array of numbers (flat or nested,
+ * as in "data") reads as strtof reads each of its numbers, eight at a time
+ * or not (proto/numscan.c). */
+static void check_run(const uint8_t *data, size_t size)
+{
+    enum { MAX = 8192 };
+    static float got[MAX];
+    static char s[65537];
+    size_t count = 1;
+    char err[OIP_ERRMAX];
+    if (size == 0 || size >= sizeof s || data[0] != '[')
+        return;
+    memcpy(s, data, size);
+    s[size] = 0;
+    for (size_t i = 0; i < size; i++)
+        count += s[i] == ',';
+    if (count > MAX || oip__read_data(s, size, OIP_FP32, got, count, "data", err))
+        return;
+    const char *p = s;
+    for (size_t i = 0; i < count; i++) {
+        while (*p && *p != '-' && (*p < '0' || *p > '9'))
+            p++;
+        char *end;
+        float want = strtof(p, &end);
+        if (end == p || memcmp(&want, &got[i], 4)) {
+            fprintf(stderr, "value %zu: %.*s read as %a, strtof %a\n", i,
+                    (int)(end - p), p, (double)got[i], (double)want);
+            abort();
+        }
+        p = end;
     }
 }
 
@@ -93,6 +127,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* the binary framing target (make fuzz-long): every input is two bytes
      * of Inference-Header-Content-Length, then the body */
     (void)check_number; /* the JSON target's */
+    (void)check_run;
     if (size < 2)
         return 0;
     hl = ((size_t)data[0] | (size_t)data[1] << 8) % (size - 2 + 1);
@@ -100,6 +135,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size -= 2;
 #else
     check_number(data, size);
+    check_run(data, size);
     if (size >= 3 && data[0] == 'B') {
         hl = ((size_t)data[1] | (size_t)data[2] << 8) % (size - 3 + 1);
         data += 3;
