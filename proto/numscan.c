@@ -27,10 +27,13 @@
 
 /* For a number of neg ('-' or not) and k fraction digits (1..7), the byte
  * shuffle that puts its 1 + k digit values right-aligned in bytes 0..7 of
- * its lane (128: a zero byte): the integer digit at byte neg, fraction
- * digit t at byte neg + 2 + t. */
-#define CTL(n, k, j) \
-    ((j) >= 8 || (j) < 7 - (k) ? 128 : (j) == 7 - (k) ? (n) : (n) + (j) + (k) - 6)
+ * its lane and its '.' in byte 8 (128: a zero byte): the integer digit is
+ * at byte neg, the '.' at neg + 1, fraction digit t at neg + 2 + t. */
+#define CTL(n, k, j)                                                        \
+    ((j) == 8 ? (n) + 1                                                     \
+     : (j) > 8 || (j) < 7 - (k) ? 128                                       \
+     : (j) == 7 - (k)           ? (n)                                       \
+                                : (n) + (j) + (k) - 6)
 #define CTL_ROW(n, k)                                                            \
     {CTL(n, k, 0),  CTL(n, k, 1),  CTL(n, k, 2),  CTL(n, k, 3), CTL(n, k, 4),    \
      CTL(n, k, 5),  CTL(n, k, 6),  CTL(n, k, 7),  CTL(n, k, 8), CTL(n, k, 9),    \
@@ -43,8 +46,9 @@ static const uint8_t ctl[2][8][16] = {CTL_NEG(0), CTL_NEG(1)};
 
 /*
  * oip__short_floats8 (AVX-512): see oip_internal.h. The checks per number
- * are exactly lex_short's grammar: bytes [s, s + len) before its comma
- * are '-'? digit '.' digit{1,7}.
+ * are exactly lex_short's grammar: the bytes before its comma are '-'?
+ * digit '.' digit{1,7} (the length fixes k, the shuffle then takes every
+ * byte after the '-').
  */
 AVX512 static const char *floats8(const char *p, float *out)
 {
@@ -54,7 +58,6 @@ AVX512 static const char *floats8(const char *p, float *out)
     int start[8], c = 0;
     uint32_t neg = 0;
     int32_t k[8];
-    uint64_t dig[2] = {0, 0}, lit[2] = {0, 0};
     __m512i lane[2], ctlv[2];
     int s = 0;
     for (int i = 0; i < 8; i++) {
@@ -67,16 +70,13 @@ AVX512 static const char *floats8(const char *p, float *out)
         } else {
             return NULL; /* long numbers: fewer than 8 in 128 bytes */
         }
-        int n = p[s] == '-', l = c - s, kk = l - n - 2;
-        if (kk < 1 || kk > 7)
+        /* the number is [s, c): '-'?, then 1 + 1 + k bytes */
+        int n = p[s] == '-', kk = c - s - n - 2;
+        if ((unsigned)(kk - 1) > 6)
             return NULL;
         start[i] = s;
         k[i] = kk;
         neg |= (uint32_t)n << i;
-        /* which bytes of the lane must be digits, and which '-' or '.' */
-        uint64_t lm = (n ? 1u : 0u) | 1u << (n + 1);
-        dig[i >> 2] |= (((1ull << l) - 1) & ~lm) << (16 * (i & 3));
-        lit[i >> 2] |= lm << (16 * (i & 3));
         s = c + 1;
         s += p[s] == ' ';
     }
@@ -96,21 +96,24 @@ AVX512 static const char *floats8(const char *p, float *out)
         lane[h] = v;
         ctlv[h] = t;
     }
-    /* '-' at byte 0, '.' at byte 1 or 2: whichever the masks ask for */
-    const __m512i marks = _mm512_broadcast_i32x4(_mm_setr_epi8('-', '.', '.', 0, 0, 0, 0, 0, 0,
-                                                                 0, 0, 0, 0, 0, 0, 0));
+    /* the '.' (byte 8, '.' - '0' after the subtraction) becomes 0 */
+    const __m512i dot = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0,
+                                                             (char)('.' - '0'), 0, 0, 0, 0, 0, 0, 0));
     const __m512i w10 = _mm512_broadcast_i32x4(_mm_setr_epi8(10, 1, 10, 1, 10, 1, 10, 1, 0, 0,
                                                              0, 0, 0, 0, 0, 0));
     const __m512i w100 = _mm512_broadcast_i32x4(_mm_setr_epi16(100, 1, 100, 1, 0, 0, 0, 0));
     const __m512i w10k = _mm512_broadcast_i32x4(_mm_setr_epi16(10000, 1, 0, 0, 0, 0, 0, 0));
+    const uint64_t dots = 0x0100010001000100ull; /* byte 8 of each lane */
     __m512i mant[2];
     for (int h = 0; h < 2; h++) {
+        /* every byte of the number but a leading '-' is in the shuffle:
+         * the digits must be 0..9 and the '.' a '.' (0 once xored; the
+         * bytes around '.' xor to 1..9 as well, hence its own test) */
         __m512i d = _mm512_sub_epi8(lane[h], _mm512_set1_epi8('0'));
-        uint64_t isdig = _mm512_cmple_epu8_mask(d, _mm512_set1_epi8(9));
-        uint64_t ismark = _mm512_cmpeq_epi8_mask(lane[h], marks);
-        if ((isdig & dig[h]) != dig[h] || (ismark & lit[h]) != lit[h])
+        __m512i x = _mm512_xor_si512(_mm512_shuffle_epi8(d, ctlv[h]), dot);
+        if (_mm512_cmpgt_epu8_mask(x, _mm512_set1_epi8(9)) ||
+            (_mm512_cmpeq_epi8_mask(x, _mm512_setzero_si512()) & dots) != dots)
             return NULL;
-        __m512i x = _mm512_shuffle_epi8(d, ctlv[h]);   /* 8 digit values */
         x = _mm512_maddubs_epi16(x, w10);               /* 4 of 2 digits */
         x = _mm512_madd_epi16(x, w100);                 /* 2 of 4 digits */
         x = _mm512_packus_epi32(x, x);
