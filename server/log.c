@@ -40,6 +40,13 @@ struct srv_logq {
     uint64_t unreported;   /* of them, not yet reported on stderr */
 };
 
+/* monotonic: CLOCK_MONOTONIC's ns (srv_now_ns) as a timespec, for the
+ * condition variables' timed waits. */
+static struct timespec monotonic(uint64_t ns)
+{
+    return (struct timespec){(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+}
+
 /* stamp: now as 2026-01-02T03:04:05.678Z; the date and time of day are
  * formatted once a second per thread. */
 static void stamp(char *out, size_t n)
@@ -130,8 +137,7 @@ static void *writer(void *arg)
         if (!q->len && !q->unreported)
             break; /* stopping, all written */
         /* a request's line waits for company, up to --log-flush-ms */
-        uint64_t due = q->first_ns + q->flush_ns;
-        struct timespec ts = {(time_t)(due / 1000000000u), (long)(due % 1000000000u)};
+        struct timespec ts = monotonic(q->first_ns + q->flush_ns);
         while (!q->urgent && !q->stop && q->len < q->cap / 2 &&
                pthread_cond_timedwait(&q->cv, &q->mu, &ts) != ETIMEDOUT)
             ;
@@ -196,6 +202,16 @@ static void emit(srv *s, const char *line, size_t n, int urgent)
         pthread_cond_signal(&q->cv);
 }
 
+static void logq_free(srv_logq *q)
+{
+    pthread_cond_destroy(&q->done_cv);
+    pthread_cond_destroy(&q->cv);
+    pthread_mutex_destroy(&q->mu);
+    free(q->buf);
+    free(q->spare);
+    free(q);
+}
+
 int srv_log_start(srv *s)
 {
     srv_logq *q = calloc(1, sizeof *q);
@@ -222,12 +238,7 @@ int srv_log_start(srv *s)
     ok = q->buf && q->spare && pthread_create(&q->th, NULL, writer, q) == 0;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (!ok) {
-        pthread_cond_destroy(&q->done_cv);
-        pthread_cond_destroy(&q->cv);
-        pthread_mutex_destroy(&q->mu);
-        free(q->buf);
-        free(q->spare);
-        free(q);
+        logq_free(q);
         return -1;
     }
     s->logq = q;
@@ -245,8 +256,7 @@ void srv_log_stop(srv *s)
     int done;
     if (!q)
         return;
-    uint64_t due = srv_now_ns() + LOG_EXIT_MS * 1000000ull;
-    struct timespec ts = {(time_t)(due / 1000000000u), (long)(due % 1000000000u)};
+    struct timespec ts = monotonic(srv_now_ns() + LOG_EXIT_MS * 1000000ull);
     pthread_mutex_lock(&q->mu);
     q->stop = 1;
     pthread_cond_signal(&q->cv);
@@ -260,12 +270,7 @@ void srv_log_stop(srv *s)
         return;
     }
     pthread_join(q->th, NULL);
-    pthread_cond_destroy(&q->done_cv);
-    pthread_cond_destroy(&q->cv);
-    pthread_mutex_destroy(&q->mu);
-    free(q->buf);
-    free(q->spare);
-    free(q);
+    logq_free(q);
 }
 
 uint64_t srv_log_dropped(srv *s)
