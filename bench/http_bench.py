@@ -314,6 +314,14 @@ def small_body():
                                    "data": [round(rnd.uniform(-1, 1), 6) for _ in range(16 * 64)]}]})
 
 
+def thp_tunables(t):
+    """GLIBC_TUNABLES t with glibc.malloc.hugetlb=1 added unless it names
+    that tunable, as attnd's attn_blas_reexec does for itself."""
+    if t and "glibc.malloc.hugetlb" in t:
+        return t
+    return (t + ":" if t else "") + "glibc.malloc.hugetlb=1"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--attnd", default=os.path.join(ROOT, "build/default/attnd"))
@@ -342,8 +350,12 @@ def main():
     m = re.search(r"OpenBLAS kernels (\w+)", ver)
     if m and "OPENBLAS_CORETYPE" not in os.environ:
         os.environ["OPENBLAS_CORETYPE"] = m.group(1)
+    # and the malloc setting attnd gives itself (README, "Eighth round"):
+    # every process of the run asks for transparent huge pages alike
+    os.environ["GLIBC_TUNABLES"] = thp_tunables(os.environ.get("GLIBC_TUNABLES"))
     print(f"{ver.strip()}; Python peers with OPENBLAS_CORETYPE="
-          f"{os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
+          f"{os.environ.get('OPENBLAS_CORETYPE', '(unset)')}, every process with "
+          f"GLIBC_TUNABLES={os.environ['GLIBC_TUNABLES']}")
     tmp = tempfile.mkdtemp(prefix="attnd-bench-")
     procs = []
     try:

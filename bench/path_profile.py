@@ -174,9 +174,10 @@ def main():
         shutil.copytree(os.path.join(ROOT, "models", "demo"), os.path.join(repo, "demo"))
         body = http_bench.small_body()
         attnd = [a.attnd, "--port", "0", "--grpc-port", "0", "--models", repo, "--threads", str(a.threads)]
-        # as attnd sets it for itself (by running itself again, which
+        # as attnd sets them for itself (by running itself again, which
         # valgrind would not follow)
-        env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1",
+                   GLIBC_TUNABLES=http_bench.thp_tunables(os.environ.get("GLIBC_TUNABLES")))
         n = a.requests
         print(f"path profile: demo T=16 JSON ({len(body)} B), one keep-alive connection, "
               f"attnd --threads {a.threads}; per request = (run with {a.warm}+{n} requests "

@@ -280,9 +280,11 @@ void attn_plan_run(attn_plan *p, struct attn_exec *ex);
  * and OPENBLAS_CORETYPE is not set (the caller's choice wins).
  * attn_blas_reexec: call first in main: when OPENBLAS_NUM_THREADS is unset
  * (OpenBLAS's own threads would spin beside the executor's) or a family is
- * wanted, sets them (1 thread; the family) and execs the program again by
- * its own path; returns only when there is nothing to do or the exec
- * failed. */
+ * wanted, sets them (1 thread; the family), adds glibc.malloc.hugetlb=1 to
+ * GLIBC_TUNABLES unless it names that tunable (malloc asks for transparent
+ * huge pages: large buffers fault in 2 MiB at a time), and execs the
+ * program again by its own path; returns only when there is nothing to do
+ * or the exec failed. */
 const char *attn_blas_core(void);
 const char *attn_blas_core_wanted(void);
 void attn_blas_reexec(char **argv);

@@ -13,6 +13,7 @@
 #include "attn.h"
 #include "kernel.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -67,13 +68,32 @@ const char *attn_blas_core_wanted(void)
     return NULL;
 }
 
+/* thp_tunables: GLIBC_TUNABLES with glibc.malloc.hugetlb=1 added (in
+ * out), or NULL when it names that tunable already (the caller's choice
+ * wins) or out is too small. With it glibc's malloc (2.35 and later; older
+ * ones ignore it) asks for transparent huge pages (MADV_HUGEPAGE) on what
+ * it maps: in a VM that faults each 4 KiB page in at ~3 us a KiB
+ * (README, "Eighth round"), a large request's buffers and the weights
+ * are faulted in 2 MiB at a time, and the weights take fewer TLB
+ * entries. */
+static const char *thp_tunables(char *out, size_t cap)
+{
+    const char *t = getenv("GLIBC_TUNABLES");
+    int n;
+    if (t && strstr(t, "glibc.malloc.hugetlb"))
+        return NULL;
+    n = snprintf(out, cap, "%s%sglibc.malloc.hugetlb=1", t ? t : "", t && *t ? ":" : "");
+    return n > 0 && (size_t)n < cap ? out : NULL;
+}
+
 void attn_blas_reexec(char **argv)
 {
-    char self[4096];
+    char self[4096], tun[1024];
     ssize_t n;
     const char *core = attn_blas_core_wanted();
+    const char *thp = thp_tunables(tun, sizeof tun);
     int threads = !getenv("OPENBLAS_NUM_THREADS");
-    if (!threads && !core)
+    if (!threads && !core && !thp)
         return;
     /* exec the binary's own path, not /proc/self/exe: the process name
      * (ps, pgrep, /proc/PID/comm) comes from the path's last part, and an
@@ -82,14 +102,23 @@ void attn_blas_reexec(char **argv)
     if (n <= 0 || (size_t)n >= sizeof self - 1)
         return;
     self[n] = 0;
+    const char *old_tun = getenv("GLIBC_TUNABLES");
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", old_tun ? old_tun : "");
     if (threads)
         setenv("OPENBLAS_NUM_THREADS", "1", 1);
     if (core)
         setenv("OPENBLAS_CORETYPE", core, 1);
+    if (thp)
+        setenv("GLIBC_TUNABLES", thp, 1);
     execv(self, argv);
     /* the exec failed: go on as we are */
     if (threads)
         unsetenv("OPENBLAS_NUM_THREADS");
     if (core)
         unsetenv("OPENBLAS_CORETYPE");
+    if (thp && old_tun)
+        setenv("GLIBC_TUNABLES", saved, 1);
+    else if (thp)
+        unsetenv("GLIBC_TUNABLES");
 }

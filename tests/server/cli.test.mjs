@@ -162,16 +162,37 @@ test('a stderr nobody reads stops neither the requests nor the exit; lines past 
   await d.stop();
 });
 
-test('the daemon runs as "attnd" with one OpenBLAS thread (it re-executes itself by its own path)', async (t) => {
-  const saved = process.env.OPENBLAS_NUM_THREADS;
-  delete process.env.OPENBLAS_NUM_THREADS;
-  const d = await start({ t });
-  if (saved !== undefined) process.env.OPENBLAS_NUM_THREADS = saved;
+// start a daemon with these variables set (a value) or unset (undefined)
+async function startWith(t, vars) {
+  const saved = {};
+  for (const [k, v] of Object.entries(vars)) {
+    saved[k] = process.env[k];
+    if (v === undefined) delete process.env[k];
+    else process.env[k] = v;
+  }
+  try {
+    return await start({ t });
+  } finally {
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+  }
+}
+const environOf = (d) => readFileSync(`/proc/${d.proc.pid}/environ`, 'utf8').split('\0');
+
+test('the daemon runs as "attnd" with one OpenBLAS thread and malloc on huge pages (it re-executes itself by its own path)', async (t) => {
+  const d = await startWith(t, { OPENBLAS_NUM_THREADS: undefined, GLIBC_TUNABLES: undefined });
   // ps, pgrep and container-test find the daemon by this name
   assert.equal(readFileSync(`/proc/${d.proc.pid}/comm`, 'utf8').trim(), 'attnd');
-  const environ = readFileSync(`/proc/${d.proc.pid}/environ`, 'utf8').split('\0');
+  const environ = environOf(d);
   assert.ok(environ.includes('OPENBLAS_NUM_THREADS=1'), 'OPENBLAS_NUM_THREADS=1 in its environment');
+  assert.ok(environ.includes('GLIBC_TUNABLES=glibc.malloc.hugetlb=1'), environ.filter((e) => e.startsWith('GLIBC')).join(' '));
   await d.stop();
+  // the caller's own choice stays
+  const e = await startWith(t, { GLIBC_TUNABLES: 'glibc.malloc.hugetlb=0' });
+  assert.ok(environOf(e).includes('GLIBC_TUNABLES=glibc.malloc.hugetlb=0'));
+  await e.stop();
 });
 
 // README, "BLAS kernels": OpenBLAS 0.3.21 falls back to its Prescott (SSE3)
