@@ -214,8 +214,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "attnd: out of memory\n");
         return 1;
     }
+    /* before any pool thread exists (model loads start the pool): s.logq
+     * is written here once, before every thread that reads it starts */
+    if (srv_log_start(&s) < 0)
+        srv_log(&s, "warn", "no log writer thread: each line is written at once");
     if (srv_registry_start(&s, err) < 0 || srv_http_start(&s, err) < 0 ||
         srv_grpc_start(&s, err) < 0) {
+        srv_log_stop(&s); /* the lines before it, then the error */
         fprintf(stderr, "attnd: %s\n", err);
         s.draining = 1;
         s.drain_expired = 1;
@@ -224,8 +229,6 @@ int main(int argc, char **argv)
         uv_run(s.loop, UV_RUN_DEFAULT);
         rc = 1;
     } else {
-        if (srv_log_start(&s) < 0)
-            srv_log(&s, "warn", "no log writer thread: each line is written at once");
         srv_log(&s, "info", "attnd %s: %d threads, BLAS kernels %s, models from %s",
                 ATTND_VERSION, s.threads, attn_blas_core() ? attn_blas_core() : "(not OpenBLAS)",
                 s.cfg.models);
