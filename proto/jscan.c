@@ -584,11 +584,11 @@ static int rd_run(reader *r)
     if (rc || r->dtype != OIP_FP32)
         return rc;
     float *out = r->out;
-    /* eight at a time where the CPU can; after a block that is not of
-     * that shape, the next numbers go one by one, 8 of them, twice as many
-     * after each block declined in a row, up to 512 (long numbers
-     * throughout cost a declined block in hundreds) */
-    int simd = oip__fmt_floats_simd(), one_by_one = 0, backoff = 8;
+    /* eight at a time where the CPU can; after a block declined (another
+     * shape, or no AVX-512), the next numbers go one by one, 8 of them,
+     * twice as many after each block declined in a row, up to 512 (long
+     * numbers throughout cost a declined block in hundreds) */
+    int one_by_one = 0, backoff = 8;
     for (;;) {
         const char *q = r->p + 1;
         if (r->end - r->p < 3 || r->p[0] != ',')
@@ -596,7 +596,7 @@ static int rd_run(reader *r)
         q += *q == ' ';
         if ((unsigned)(unsigned char)*q - '0' > 9 && *q != '-')
             break;
-        if (simd && !one_by_one && r->n + 8 <= r->count) {
+        if (!one_by_one && r->n + 8 <= r->count) {
             const char *e8 = oip__short_floats8(q, r->end, out + r->n);
             if (e8) {
                 r->n += 8;

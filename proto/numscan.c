@@ -10,10 +10,10 @@
  * go to one 128-bit lane, one shuffle per lane lines its digits up and
  * two multiply-adds make its integer, and the eight integers are divided
  * by their powers of ten as doubles (exact operands, one rounding) and
- * rounded to float, as oip__short_float does: the same floats. Anything else (a longer
- * number, an exponent, other spacing, fewer than eight commas in the 128
- * bytes) declines with nothing decided, and the caller goes on one number
- * at a time.
+ * rounded to float, as oip__short_float does: the same floats. Anything
+ * else (a longer number, an exponent, other spacing, fewer than eight
+ * commas in the 128 bytes, a CPU without AVX-512) declines with nothing
+ * decided, and the caller goes on one number at a time.
  */
 #include "proto/oip_internal.h"
 
@@ -138,7 +138,7 @@ AVX512 static const char *floats8(const char *p, float *out)
 
 const char *oip__short_floats8(const char *p, const char *end, float *out)
 {
-    if (end - p < OIP__FLOATS8_ROOM)
+    if (end - p < OIP__FLOATS8_ROOM || !oip__fmt_floats_simd())
         return NULL;
     return floats8(p, out);
 }
