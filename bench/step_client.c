@@ -177,10 +177,10 @@ static int pump(client *c)
     }
 }
 
-static int watch(int ep, client *c, int op)
+static int watch(int ep, client *c)
 {
     struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLET, .data.ptr = c};
-    if (epoll_ctl(ep, op, c->fd, &ev) < 0)
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev) < 0)
         return fail(c, strerror(errno));
     return 0;
 }
@@ -299,7 +299,7 @@ int main(int argc, char **argv)
         /* the steps cycle through four tokens made before the clock starts */
         for (size_t k = 0; k < 4 * (size_t)dm; k++)
             c->toks[k] = rnd(&c->seed);
-        if (connect_to(c) < 0 || watch(ep, c, EPOLL_CTL_ADD) < 0 ||
+        if (connect_to(c) < 0 || watch(ep, c) < 0 ||
             request(c, prompt, 1, x) < 0)
             goto out;
     }
@@ -314,7 +314,7 @@ int main(int argc, char **argv)
         char b;
         if (recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
             close(c->fd);
-            if (connect_to(c) < 0 || watch(ep, c, EPOLL_CTL_ADD) < 0)
+            if (connect_to(c) < 0 || watch(ep, c) < 0)
                 goto out;
         }
         c->done = 0;

@@ -115,9 +115,8 @@ test('a request\'s log line reaches stderr while the daemon idles', async (t) =>
     const c = REFS.causal;
     for (const id of ['seen-1', 'seen-2']) {
       await infer(d, 'tiny', { id, inputs: [fp32('x', c.shape, c.x)] });
-      const until = Date.now() + 3000;
-      while (!d.log().includes(`"id":"${id}"`) && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
-      assert.ok(d.log().includes(`"id":"${id}"`), `no line for ${id} before the daemon stopped:\n${d.log()}`);
+      const log = await d.logged(new RegExp(`"id":"${id}"`), 3000);
+      assert.ok(log.includes(`"id":"${id}"`), `no line for ${id} before the daemon stopped:\n${log}`);
     }
   } finally { await d.stop(); }
 });
@@ -142,10 +141,8 @@ test('a stderr nobody reads stops neither the requests nor the exit; lines past 
   const dropped = Number((/^attnd_log_lines_dropped_total (\d+)$/m.exec(m) || [])[1]);
   assert.ok(dropped > 0, `attnd_log_lines_dropped_total ${dropped}`);
   d.proc.stderr.resume();
-  const until = Date.now() + 10000;
-  while (!/ warn attnd: \d+ log lines? dropped: stderr did not keep up/.test(d.log()) && Date.now() < until)
-    await new Promise((r) => setTimeout(r, 20));
-  assert.match(d.log(), / warn attnd: \d+ log lines? dropped: stderr did not keep up/);
+  const notice = / warn attnd: \d+ log lines? dropped: stderr did not keep up/;
+  assert.match(await d.logged(notice, 10000), notice);
   // every line written is whole
   for (const l of d.log().trim().split('\n'))
     assert.match(l, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (info|warn|error) /, l);
