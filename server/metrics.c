@@ -79,6 +79,7 @@ typedef uint64_t (*stat_get)(const srv_stats *);
 GETTER(success)
 GETTER(inference_count)
 GETTER(exec_count)
+GETTER(inline_count)
 
 static void family(buf *b, srv *s, const char *name, const char *type,
                    const char *help, stat_get get, int ns)
@@ -129,6 +130,9 @@ void srv_h_metrics(srv_req *r)
            get_inference_count, 0);
     family(&b, s, "attnd_inference_exec_count_total", "counter",
            "Batches executed.", get_exec_count, 0);
+    family(&b, s, "attnd_inference_inline_count_total", "counter",
+           "Requests decoded, computed and encoded on the loop thread "
+           "(inline-conns), not on the pool.", get_inline_count, 0);
     family(&b, s, "attnd_inference_request_duration_seconds_total", "counter",
            "Arrival to answer of successful requests.", get_success_ns, 1);
     family(&b, s, "attnd_inference_queue_duration_seconds_total", "counter",

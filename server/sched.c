@@ -13,6 +13,14 @@
  * as above; when it turns out too large for one job (SMALL_BATCH_FLOPS) it
  * joins the queue after its decode like any other request.
  *
+ * Inline: while at most --inline-conns connections are open (1: a lone
+ * client), a solo request runs on the loop thread itself, inside its
+ * handler: no hand-off at all, and its connection is never suspended, so
+ * the answer goes out in the same MHD_run. Nothing else is waiting on the
+ * loop then, and the body and plan bounds of a solo job keep it short. It
+ * leaves the same way a solo job does (too large: it queues, and its
+ * connection is suspended then).
+ *
  * A job is freed when its pipeline is over and its HTTP request is gone or
  * answered; a deadline answers 504 at once and detaches the request, the
  * pipeline then ends on its own (a queued job leaves the queue at once, a
@@ -191,13 +199,12 @@ void srv__job_encode(srv_job *j)
 
 /* ---- admission and decode ------------------------------------------------- */
 
-/* decode_work: pool thread. Decodes the body (then frees it) and checks
- * and lays out the request for its model; sets j->status on failure. */
-static void decode_work(uv_work_t *w)
+/* decode_job: decodes the body (then frees it) and checks and lays out
+ * the request for its model; sets j->status on failure. A pool thread, or
+ * the loop for an inline request. */
+static void decode_job(srv_job *j)
 {
-    srv_job *j = w->data;
     srv *s = j->s;
-    srv_pool_thread_enter(s);
     uint64_t t0 = srv_now_ns();
     srv_infer_limits lim = {(size_t)s->cfg.request_memory, s->cfg.max_tokens,
                             s->maps};
@@ -223,6 +230,14 @@ static void decode_work(uv_work_t *w)
                                       model_causal(j->inst->m), 0, &lim, j->err);
     }
     j->decode_ns = srv_now_ns() - t0;
+}
+
+/* decode_work: pool thread. */
+static void decode_work(uv_work_t *w)
+{
+    srv_job *j = w->data;
+    srv_pool_thread_enter(j->s);
+    decode_job(j);
 }
 
 /* decoded: loop thread. Answers a failed or abandoned request and ends
@@ -276,16 +291,15 @@ static void decode_done(uv_work_t *w, int status)
     decoded(j);
 }
 
-/* solo_work: pool thread. decode_work, then, when the request is small
- * enough for one job, its plan, every stage, the finite check and the
- * encoding, all on this thread (j->solo_ran). */
-static void solo_work(uv_work_t *w)
+/* solo_run: decode_job, then, when the request is small enough for one
+ * job, its plan, every stage, the finite check and the encoding, all on
+ * this thread (j->solo_ran). A pool thread, or the loop (inline). */
+static void solo_run(srv_job *j)
 {
-    srv_job *j = w->data;
     attn_plan *plan = NULL;
     char err[ATTN_ERRMAX];
     int rc, st, n;
-    decode_work(w);
+    decode_job(j);
     if (j->status || j->step.is_step) /* a step takes its turn (seq.c) */
         return;
     if (j->prep.raw)
@@ -323,15 +337,20 @@ static void solo_work(uv_work_t *w)
     j->solo_ran = 1;
 }
 
-/* solo_done: loop thread. Gives the instance back; a computed job is
- * answered, a failed or abandoned one too, and one too large for a solo
- * run joins the queue as a decoded request does. */
-static void solo_done(uv_work_t *w, int status)
+/* solo_work: pool thread. */
+static void solo_work(uv_work_t *w)
 {
     srv_job *j = w->data;
+    srv_pool_thread_enter(j->s);
+    solo_run(j);
+}
+
+/* solo_finish: loop thread. Gives the instance back; a computed job is
+ * answered, a failed or abandoned one too, and one too large for a solo
+ * run joins the queue as a decoded request does. */
+static void solo_finish(srv_job *j)
+{
     srv_entry *e = j->e;
-    (void)status;
-    srv_pool_done(j->s);
     e->running--;
     if (j->solo_ran) {
         srv_stats_batch(&e->stats, j->batch, j->t_ran - j->t_run);
@@ -345,6 +364,15 @@ static void solo_done(uv_work_t *w, int status)
     decoded(j);
     srv__pump(e); /* the instance it held is free (decoded pumps only when it
                 queued) */
+}
+
+/* solo_done: loop thread, after solo_work. */
+static void solo_done(uv_work_t *w, int status)
+{
+    srv_job *j = w->data;
+    (void)status;
+    srv_pool_done(j->s);
+    solo_finish(j);
 }
 
 /* solo_ok: may a job of len body bytes for e run solo? Loop thread. */
@@ -432,8 +460,20 @@ void srv_h_infer(srv_req *r)
     j->step.in = &j->in;
     snprintf(j->step.hdr_id, sizeof j->step.hdr_id, "%s", hdr_id ? hdr_id : "");
     srv_seq_arrive(s, &j->step);
-    srv_suspend(r);
     j->work.data = j;
+    if (j->solo && s->n_conns <= (int)s->cfg.inline_conns) {
+        /* inline: the only connection's request, on this thread */
+        s->inline_last = 1;
+        e->running++;
+        solo_run(j);
+        e->stats.inline_count += (uint64_t)j->solo_ran;
+        solo_finish(j);
+        if (!r->have_resp) /* a larger plan or a sequence step: it queued */
+            srv_suspend(r);
+        return;
+    }
+    s->inline_last = 0;
+    srv_suspend(r);
     if (j->solo) {
         e->running++;
         srv_pool_queue(s, &j->work, solo_work, solo_done);

@@ -48,6 +48,7 @@ typedef struct srv_stats {
     uint64_t success, fail_bad, fail_rejected, fail_timeout, fail_other;
     uint64_t inference_count; /* sequences computed */
     uint64_t exec_count;      /* batches run */
+    uint64_t inline_count;    /* requests run on the loop thread (sched.c) */
     uint64_t success_ns, fail_ns, queue_ns;
     uint64_t input_ns, infer_ns, output_ns; /* decode, compute, encode */
     uint64_t last_inference_ms;             /* unix ms, 0 = never */
@@ -271,6 +272,7 @@ struct srv {
     _Atomic uint64_t busy_at; /* srv_now_ns of the last activity */
     struct srv_warm *warm; /* (threads) jobs that keep idle pool threads awake */
     int warm_live;         /* loop: warm jobs queued or running */
+    int inline_last;       /* loop: the last infer request ran inline (sched.c) */
     _Atomic int warm_want; /* request work queued for warm threads to take */
     _Atomic int pool_sched_errno; /* a pool thread's SCHED_BATCH failed (-1: logged) */
     /* routes.c: maps' cells rendered on the pool, one at a time: the

@@ -605,6 +605,27 @@ class Unary(unittest.TestCase):
         self.code(self.s.ModelInfer, req, C.INVALID_ARGUMENT, r"unknown sequence '4242'.*sequence_start")
 
 
+class Inline(unittest.TestCase):
+    def test_lone_grpc_client_runs_inline(self):
+        """With the gRPC channel the only connection, small requests run on
+        the loop thread (--inline-conns 1) and answer synchronously through
+        the door's on_answer: same numbers, every call counted."""
+        d = Attnd()
+        try:
+            c, k = REFS["sdpa"], REFS["self"]
+            for raw_form in (False, True):
+                r = d.stub.ModelInfer(want(sdpa_req(c, raw_form), "output"))
+                self.assertLess(max_diff(out(r, "output")[1], c["output"]), 1e-5)
+                r = d.stub.ModelInfer(want(tiny_x(k, raw_form), "y"))
+                self.assertLess(max_diff(out(r, "y")[1], k["y"]), 1e-5)
+            with urllib.request.urlopen(f"http://127.0.0.1:{d.port}/metrics") as r:
+                metrics = r.read().decode()
+            for m in ("sdpa", "tiny"):
+                self.assertRegex(metrics, r'attnd_inference_inline_count_total\{model="%s",version="1"\} 2\n' % m)
+        finally:
+            self.assertEqual(d.stop(), 0, d.log)
+
+
 class Limits(unittest.TestCase):
     """Auth, queue full, deadlines: servers with their own settings."""
 

@@ -1,0 +1,156 @@
+// inline.test.mjs - a lone client's small requests run on the loop thread
+// (--inline-conns) with the same answers as on the pool; a second open
+// connection, --inline-conns 0, or a plan too large for one job sends
+// them to the pool, and those answers are right too.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { Agent, request } from 'node:http';
+import { connect } from 'node:net';
+import { REFS, SLOW, fp32, maxDiff, start } from './helper.mjs';
+
+// Every request of a test goes through one keep-alive socket, so the
+// daemon sees exactly one connection (fetch's pool may open more).
+function client(port) {
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  const call = (method, path, body) => new Promise((res, rej) => {
+    const data = body === undefined ? null : Buffer.from(JSON.stringify(body));
+    const req = request({ host: '127.0.0.1', port, method, path, agent,
+      headers: data ? { 'Content-Type': 'application/json', 'Content-Length': data.length } : {} }, (r) => {
+      const parts = [];
+      r.on('data', (c) => parts.push(c));
+      r.on('end', () => {
+        const text = Buffer.concat(parts).toString();
+        let json = null;
+        try { json = JSON.parse(text); } catch { json = text; }
+        res({ status: r.statusCode, json, text });
+      });
+    });
+    req.on('error', rej);
+    req.end(data);
+  });
+  return { call, close: () => agent.destroy() };
+}
+
+async function ready(c) {
+  const until = Date.now() + 20000 * SLOW;
+  for (;;) {
+    const r = await c.call('GET', '/v2/health/ready').catch(() => null);
+    if (r && r.status === 200) return;
+    if (Date.now() > until) throw new Error('attnd not ready');
+    await new Promise((res) => setTimeout(res, 20));
+  }
+}
+
+async function metric(c, re) {
+  const m = re.exec((await c.call('GET', '/metrics')).text);
+  assert.ok(m, `${re} in /metrics`);
+  return Number(m[1]);
+}
+const inlineCount = (c, model) =>
+  metric(c, new RegExp(`^attnd_inference_inline_count_total\\{model="${model}",version="1"\\} (\\d+)$`, 'm'));
+const openConns = (c) => metric(c, /^attnd_open_connections (\d+)$/m);
+
+const sdpaInputs = (e) => [fp32('q', e.q_shape, e.q), fp32('k', e.k_shape, e.k), fp32('v', e.v_shape, e.v)];
+
+// The tiny model's PyTorch clients and both sdpa references, each checked.
+async function checkAll(c) {
+  for (const [i, cl] of REFS.clients.entries()) {
+    const r = await c.call('POST', '/v2/models/tiny/infer', { id: `c${i}`, inputs: [fp32('x', cl.shape, cl.x)] });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.id, `c${i}`);
+    assert.ok(maxDiff(r.json.outputs[0].data, cl.y) < 1e-5, `client ${i}`);
+  }
+  for (const [e, causal] of [[REFS.sdpa, false], [REFS.sdpa_causal, true]]) {
+    const r = await c.call('POST', '/v2/models/sdpa/infer', {
+      inputs: sdpaInputs(e), parameters: { causal }, outputs: [{ name: 'output' }, { name: 'attention' }],
+    });
+    assert.equal(r.status, 200, r.text);
+    assert.ok(maxDiff(r.json.outputs[0].data, e.output) < 1e-5);
+    assert.ok(maxDiff(r.json.outputs[1].data, e.attention) < 1e-5);
+  }
+  return REFS.clients.length;
+}
+
+test('a lone client\'s small requests run inline, with the PyTorch answers and failures as usual', async (t) => {
+  const d = await start({ t, ready: false });
+  const c = client(d.port);
+  try {
+    await ready(c);
+    assert.equal(await openConns(c), 1);
+    const n = await checkAll(c);
+    assert.equal(await inlineCount(c, 'tiny'), n);
+    assert.equal(await inlineCount(c, 'sdpa'), 2);
+    // a bad input and a non-finite result answer 400 on this path too
+    let r = await c.call('POST', '/v2/models/tiny/infer', { inputs: [fp32('x', [1, 2, 7], new Array(14).fill(0))] });
+    assert.equal(r.status, 400);
+    assert.match(r.json.error, /inputs\[x\]\.shape/);
+    r = await c.call('POST', '/v2/models/sdpa/infer', {
+      inputs: [fp32('q', [1, 2], [3e38, 3e38]), fp32('k', [1, 2], [3e38, 3e38]), fp32('v', [1, 2], [1, 1])],
+    });
+    assert.equal(r.status, 400);
+    assert.match(r.json.error, /not finite/);
+    // the log line of an inline request is written like any other
+    const log = await d.logged(/POST \/v2\/models\/tiny\/infer 200 id=c11/);
+    assert.match(log, /POST \/v2\/models\/tiny\/infer 200 id=c11 model=tiny batch=1/);
+    c.close();
+    assert.equal((await d.stop()).code, 0);
+  } catch (e) { c.close(); await d.stop('SIGKILL'); throw e; }
+});
+
+test('with a second connection open, or --inline-conns 0, requests go to the pool', async (t) => {
+  for (const args of [[], ['--inline-conns', '0']]) {
+    const d = await start({ t, ready: false, args });
+    const c = client(d.port);
+    const idle = connect(d.port, '127.0.0.1');
+    try {
+      await new Promise((res, rej) => { idle.once('connect', res); idle.once('error', rej); });
+      await ready(c);
+      assert.equal(await openConns(c), 2);
+      if (args.length) { // with 0, one connection is not enough either
+        idle.destroy();
+        const until = Date.now() + 5000 * SLOW;
+        while (await openConns(c) !== 1) {
+          assert.ok(Date.now() < until, 'the idle connection did not close');
+          await new Promise((res) => setTimeout(res, 20));
+        }
+      }
+      await checkAll(c);
+      assert.equal(await inlineCount(c, 'tiny'), 0, args.join(' '));
+      assert.equal(await inlineCount(c, 'sdpa'), 0);
+      idle.destroy();
+      c.close();
+      assert.equal((await d.stop()).code, 0);
+    } catch (e) { idle.destroy(); c.close(); await d.stop('SIGKILL'); throw e; }
+  }
+});
+
+test('a lone request too large for one job queues for the pool and is answered', async (t) => {
+  // sdpa with T = S = 2000, d_k = 1: a 24 kB body, 16 MFLOP (over one
+  // job's 8). q = 0 gives every key the same weight: output = mean of v.
+  const T = 2000;
+  const v = Array.from({ length: T }, (_, i) => ((i * 37) % 101) / 100);
+  const k = Array.from({ length: T }, (_, i) => ((i * 13) % 7) - 3);
+  const mean = v.reduce((a, b) => a + b, 0) / T;
+  const d = await start({ t, ready: false });
+  const c = client(d.port);
+  try {
+    await ready(c);
+    for (let round = 0; round < 3; round++) {
+      const r = await c.call('POST', '/v2/models/sdpa/infer', {
+        inputs: [fp32('q', [T, 1], new Array(T).fill(0)), fp32('k', [T, 1], k), fp32('v', [T, 1], v)],
+      });
+      assert.equal(r.status, 200, r.text);
+      assert.deepEqual(r.json.outputs[0].shape, [T, 1]);
+      assert.ok(maxDiff(r.json.outputs[0].data, new Array(T).fill(mean)) < 1e-5);
+    }
+    assert.equal(await inlineCount(c, 'sdpa'), 0);
+    // and the next small request is inline again
+    const e = REFS.sdpa;
+    const r = await c.call('POST', '/v2/models/sdpa/infer', { inputs: sdpaInputs(e) });
+    assert.equal(r.status, 200);
+    assert.ok(maxDiff(r.json.outputs[0].data, e.output) < 1e-5);
+    assert.equal(await inlineCount(c, 'sdpa'), 1);
+    c.close();
+    assert.equal((await d.stop()).code, 0);
+  } catch (e) { c.close(); await d.stop('SIGKILL'); throw e; }
+});
