@@ -14,12 +14,14 @@
  * joins the queue after its decode like any other request.
  *
  * Inline: while at most --inline-conns connections are open (1: a lone
- * client), a solo request runs on the loop thread itself, inside its
- * handler: no hand-off at all, and its connection is never suspended, so
- * the answer goes out in the same MHD_run. Nothing else is waiting on the
- * loop then, and the body and plan bounds of a solo job keep it short. It
- * leaves the same way a solo job does (too large: it queues, and its
- * connection is suspended then).
+ * client) and no other request is in progress (a gRPC connection's
+ * concurrent streams go to the pool), a solo request runs on the loop
+ * thread itself, inside its handler: no hand-off at all, and its
+ * connection is never suspended, so the answer goes out in the same
+ * MHD_run. Nothing else is waiting on the loop then, and the bounds of a
+ * solo job (body, plan) and INLINE_OUT_BYTES keep it short. It leaves the
+ * same way a solo job does (too large: it queues, and its connection is
+ * suspended then).
  *
  * A job is freed when its pipeline is over and its HTTP request is gone or
  * answered; a deadline answers 504 at once and detaches the request, the
@@ -28,6 +30,7 @@
  */
 #include "server/srv.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +43,9 @@
 /* A solo job's body is at most this long: a longer one would hold an
  * instance through a long decode. */
 #define SOLO_BODY_BYTES (64u << 10)
+/* An inline request's outputs are at most this long: their encoding holds
+ * the loop (~6 ns a float). */
+#define INLINE_OUT_BYTES (64u << 10)
 
 
 static uint64_t wall_ms(void)
@@ -292,15 +298,18 @@ static void decode_done(uv_work_t *w, int status)
 }
 
 /* solo_run: decode_job, then, when the request is small enough for one
- * job, its plan, every stage, the finite check and the encoding, all on
- * this thread (j->solo_ran). A pool thread, or the loop (inline). */
-static void solo_run(srv_job *j)
+ * job (a plan under SMALL_BATCH_FLOPS, outputs of at most max_out bytes),
+ * its plan, every stage, the finite check and the encoding, all on this
+ * thread (j->solo_ran). A pool thread, or the loop (inline). */
+static void solo_run(srv_job *j, size_t max_out)
 {
     attn_plan *plan = NULL;
     char err[ATTN_ERRMAX];
     int rc, st, n;
     decode_job(j);
     if (j->status || j->step.is_step) /* a step takes its turn (seq.c) */
+        return;
+    if (j->prep.bytes > max_out)
         return;
     if (j->prep.raw)
         rc = attn_plan_create_raw(&plan, &j->prep.cfg, j->prep.raws, j->prep.n, err);
@@ -342,7 +351,7 @@ static void solo_work(uv_work_t *w)
 {
     srv_job *j = w->data;
     srv_pool_thread_enter(j->s);
-    solo_run(j);
+    solo_run(j, SIZE_MAX);
 }
 
 /* solo_finish: loop thread. Gives the instance back; a computed job is
@@ -461,11 +470,11 @@ void srv_h_infer(srv_req *r)
     snprintf(j->step.hdr_id, sizeof j->step.hdr_id, "%s", hdr_id ? hdr_id : "");
     srv_seq_arrive(s, &j->step);
     j->work.data = j;
-    if (j->solo && s->n_conns <= (int)s->cfg.inline_conns) {
+    if (j->solo && s->n_conns <= (int)s->cfg.inline_conns && s->live_reqs <= 1) {
         /* inline: the only connection's request, on this thread */
         s->inline_last = 1;
         e->running++;
-        solo_run(j);
+        solo_run(j, INLINE_OUT_BYTES);
         e->stats.inline_count += (uint64_t)j->solo_ran;
         solo_finish(j);
         if (!r->have_resp) /* a larger plan or a sequence step: it queued */

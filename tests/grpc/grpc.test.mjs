@@ -167,6 +167,36 @@ test('ModelStreamInfer: in order, an error answers its request only', async () =
   });
 });
 
+test('a lone channel\'s calls in flight together go to the pool, not one by one inline', async (t) => {
+  // its own daemon, whose only connection is this channel (start's ready
+  // check would leave a REST connection open)
+  const e = await start({ grpc: true, ready: false, t });
+  const g = connect(e);
+  try {
+    for (let until = Date.now() + 20000; ;) {
+      const r = await call(g, 'ServerReady', {}).catch(() => null);
+      if (r && r.ready) break;
+      assert.ok(Date.now() < until, 'not ready');
+      await new Promise((res) => setTimeout(res, 20));
+    }
+    const x = REFS.self;
+    const got = await stream(g, Array.from({ length: 32 }, (_, i) => ({ ...tiny(x, true), id: `s${i}` })));
+    got.forEach((m, i) => {
+      assert.equal(m.error_message, '');
+      assert.equal(m.infer_response.id, `s${i}`);
+      assert.ok(maxDiff(out(m.infer_response, 'y').data, x.y) < 1e-5);
+    });
+    // one call alone on the channel runs inline
+    assert.ok(maxDiff(out(await call(g, 'ModelInfer', tiny(x)), 'y').data, x.y) < 1e-5);
+    const m = await (await fetch(`${e.url}/metrics`)).text();
+    const n = Number(/^attnd_inference_inline_count_total\{model="tiny",version="1"\} (\d+)$/m.exec(m)[1]);
+    assert.ok(n >= 1 && n < 33, `${n} of 33 calls ran inline`);
+  } finally {
+    g.close();
+    assert.equal((await e.stop()).code, 0);
+  }
+});
+
 test('stream steps batch with REST requests (one scheduler)', async () => {
   const e = await start({ grpc: true, args: ['--batch-delay-us', '400000', '--max-batch', '2'] });
   const cc = connect(e);

@@ -1,7 +1,7 @@
 // inline.test.mjs - a lone client's small requests run on the loop thread
 // (--inline-conns) with the same answers as on the pool; a second open
-// connection, --inline-conns 0, or a plan too large for one job sends
-// them to the pool, and those answers are right too.
+// connection, --inline-conns 0, a plan too large for one job or outputs
+// over 64 KiB send them to the pool, and those answers are right too.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Agent, request } from 'node:http';
@@ -124,7 +124,7 @@ test('with a second connection open, or --inline-conns 0, requests go to the poo
   }
 });
 
-test('a lone request too large for one job queues for the pool and is answered', async (t) => {
+test('a lone request too large for one job, or with large outputs, queues for the pool and is answered', async (t) => {
   // sdpa with T = S = 2000, d_k = 1: a 24 kB body, 16 MFLOP (over one
   // job's 8). q = 0 gives every key the same weight: output = mean of v.
   const T = 2000;
@@ -143,6 +143,16 @@ test('a lone request too large for one job queues for the pool and is answered',
       assert.deepEqual(r.json.outputs[0].shape, [T, 1]);
       assert.ok(maxDiff(r.json.outputs[0].data, new Array(T).fill(mean)) < 1e-5);
     }
+    // a small plan (0.3 MFLOP) whose outputs are over 64 KiB (attention
+    // [256, 256], 256 KiB): encoding them would hold the loop, so it queues
+    const S = 256;
+    const r2 = await c.call('POST', '/v2/models/sdpa/infer', {
+      inputs: [fp32('q', [S, 1], new Array(S).fill(0)), fp32('k', [S, 1], k.slice(0, S)), fp32('v', [S, 1], v.slice(0, S))],
+      outputs: [{ name: 'attention' }],
+    });
+    assert.equal(r2.status, 200, r2.text);
+    assert.deepEqual(r2.json.outputs[0].shape, [S, S]);
+    assert.ok(maxDiff(r2.json.outputs[0].data, new Array(S * S).fill(1 / S)) < 1e-6);
     assert.equal(await inlineCount(c, 'sdpa'), 0);
     // and the next small request is inline again
     const e = REFS.sdpa;
