@@ -138,7 +138,8 @@ void srv_busy_poll_touch(srv *s)
     atomic_store_explicit(&s->busy_at, srv_now_ns(), memory_order_relaxed);
     if (pool_has_room(s)) {
         uv_idle_start(&s->busy_idle, on_busy_idle); /* no-op when active */
-        if (s->warm && !s->inline_last) /* inline requests need no pool */
+        /* a lone client's inline requests need no pool */
+        if (s->warm && !(s->inline_last && s->n_conns <= s->cfg.inline_conns))
             warm_up(s);
     }
 }

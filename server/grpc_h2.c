@@ -156,9 +156,13 @@ static void half_close(gcall *call)
                      "request: a unary call takes one message, got none");
             return;
         }
-        srv_grpc__dispatch(call, call->unary, call->unary_len, call->unary_mem);
-        call->unary = NULL;
-        call->unary_mem = 0;
+        {   /* the call no longer holds it: dispatch frees it on failure */
+            char *m = call->unary;
+            size_t mem = call->unary_mem;
+            call->unary = NULL;
+            call->unary_mem = 0;
+            srv_grpc__dispatch(call, m, call->unary_len, mem);
+        }
     }
     srv_grpc__schedule(call->c);
 }

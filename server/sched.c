@@ -21,7 +21,8 @@
  * MHD_run. Nothing else is waiting on the loop then, and the bounds of a
  * solo job (body, plan) and INLINE_OUT_BYTES keep it short. It leaves the
  * same way a solo job does (too large: it queues, and its connection is
- * suspended then).
+ * suspended then). Its deadline timer cannot fire meanwhile: the deadline
+ * is checked when the work is done.
  *
  * A job is freed when its pipeline is over and its HTTP request is gone or
  * answered; a deadline answers 504 at once and detaches the request, the
@@ -472,10 +473,13 @@ void srv_h_infer(srv_req *r)
     j->work.data = j;
     if (j->solo && s->n_conns <= (int)s->cfg.inline_conns && s->live_reqs <= 1) {
         /* inline: the only connection's request, on this thread */
-        s->inline_last = 1;
         e->running++;
         solo_run(j, INLINE_OUT_BYTES);
+        s->inline_last = j->solo_ran;
         e->stats.inline_count += (uint64_t)j->solo_ran;
+        /* its deadline timer cannot fire inside this call */
+        if (srv_now_ns() - j->t_arrive >= (uint64_t)j->deadline_ms * 1000000u)
+            on_deadline(&j->deadline);
         solo_finish(j);
         if (!r->have_resp) /* a larger plan or a sequence step: it queued */
             srv_suspend(r);

@@ -164,3 +164,35 @@ test('a lone request too large for one job, or with large outputs, queues for th
     assert.equal((await d.stop()).code, 0);
   } catch (e) { c.close(); await d.stop('SIGKILL'); throw e; }
 });
+
+test('an inline request that outlasts its deadline answers 504, as on the pool', async (t) => {
+  // sdpa T = S = 700, d_k = 4: 7.8 MFLOP, one job's worth, a few ms here;
+  // with --deadline-ms 1 that is past the deadline when it is done
+  const T = 700, D = 4;
+  const rnd = (i) => (((i * 7919) % 1000) - 500) / 1000; // short decimals: a body under 64 KiB
+  const q = Array.from({ length: T * D }, (_, i) => rnd(i));
+  const k = Array.from({ length: T * D }, (_, i) => rnd(i + 17));
+  const v = Array.from({ length: T * D }, (_, i) => rnd(i + 31));
+  const d = await start({ t, ready: false, args: ['--deadline-ms', '1'] });
+  const c = client(d.port);
+  try {
+    await ready(c);
+    const statuses = [];
+    for (let i = 0; i < 5; i++) {
+      const r = await c.call('POST', '/v2/models/sdpa/infer', {
+        inputs: [fp32('q', [T, D], q), fp32('k', [T, D], k), fp32('v', [T, D], v)],
+      });
+      statuses.push(r.status);
+      if (r.status === 504) assert.match(r.json.error, /deadline: no answer within 1 ms \(deadline-ms\)/);
+      else assert.equal(r.status, 200, r.text);
+    }
+    assert.ok(statuses.includes(504), `statuses ${statuses}`);
+    assert.equal(await inlineCount(c, 'sdpa'), 5);
+    // the server goes on serving, within the deadline
+    const e = REFS.sdpa;
+    const r = await c.call('POST', '/v2/models/sdpa/infer', { inputs: sdpaInputs(e) });
+    assert.ok(r.status === 200 || r.status === 504, r.text);
+    c.close();
+    assert.equal((await d.stop()).code, 0);
+  } catch (e) { c.close(); await d.stop('SIGKILL'); throw e; }
+});
