@@ -14,7 +14,8 @@ the same layer served by FastAPI/uvicorn + PyTorch.
    stands (req/s >= 0.6x bare at every point, p50 at one connection <= 2x
    bare's). Then the CPU each server and wrk spent per request at each
    point (/proc times, RUSAGE_CHILDREN), attnd's own work per request
-   (decode, layer, encode: /metrics at one connection) and the work roof
+   (decode, layer, encode: /metrics at one connection), the share of
+   requests each point ran inline on the loop thread, and the work roof
    at 16 and 64 connections: the req/s of a server doing the bare
    server's work plus attnd's on every core, losing nothing between
    threads (cores / (work + bare's CPU + wrk's CPU per request)), as a
@@ -145,14 +146,25 @@ def wrk_cpu(url, conns, secs, script, pid):
 
 
 def demo_work(port):
-    """attnd's counters for `demo`: requests, and seconds spent decoding,
-    computing and encoding them (/metrics)."""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    c.request("GET", "/metrics")
-    text = c.getresponse().read().decode()
+    """attnd's counters for `demo`: requests, seconds spent decoding,
+    computing and encoding them, and requests run inline (/metrics). The
+    connection is closed before it returns: an open one would keep the
+    next point's lone client from running inline (--inline-conns)."""
+    for attempt in range(40):  # right after wrk -c64, its connections may
+        try:                   # still fill --max-connections-per-ip (64)
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            c.request("GET", "/metrics")
+            text = c.getresponse().read().decode()
+            c.close()
+            break
+        except (ConnectionError, http.client.HTTPException):
+            if attempt == 39:
+                raise
+            time.sleep(0.05)
     vals = []
     for name in ("count_total", "compute_input_duration_seconds_total",
-                 "compute_infer_duration_seconds_total", "compute_output_duration_seconds_total"):
+                 "compute_infer_duration_seconds_total", "compute_output_duration_seconds_total",
+                 "inline_count_total"):
         m = re.search(r'^attnd_inference_' + name + r'\{model="demo"[^}]*\} (\S+)$', text, re.M)
         if not m:
             sys.exit(f"attnd's /metrics has no attnd_inference_{name} for demo")
@@ -400,13 +412,14 @@ def main():
         print(f"{'conns':>5} | {'attnd req/s':>11} {'p50 ms':>7} {'p99 ms':>7} | "
               f"{'bare req/s':>10} {'p50 ms':>7} {'p99 ms':>7} | "
               f"{'python req/s':>12} {'p50 ms':>7} {'p99 ms':>7} | {'attnd/bare':>10} {'python/bare':>11}")
-        points = {}
+        points, inline = {}, {}
         for c in (1, 16, 64):
-            w0 = demo_work(aport) if c == 1 else None
+            w0 = demo_work(aport)
             ra = wrk_cpu(f"http://127.0.0.1:{aport}/v2/models/demo/infer", c, a.seconds, lua, at.pid)
-            if w0:  # attnd's own work per request, nothing else running
-                w1 = demo_work(aport)
-                work = [(u - v) / max(w1[0] - w0[0], 1) * 1e6 for u, v in zip(w1[1:], w0[1:])]
+            w1 = demo_work(aport)
+            inline[c] = (w1[4] - w0[4]) / max(w1[0] - w0[0], 1)
+            if c == 1:  # attnd's own work per request, nothing else running
+                work = [(u - v) / max(w1[0] - w0[0], 1) * 1e6 for u, v in zip(w1[1:4], w0[1:4])]
             rb = wrk_cpu(f"http://127.0.0.1:{bport}/v2/models/demo/infer", c, a.seconds, lua, bare.pid)
             rp = (wrk(f"http://127.0.0.1:{pyport}/v2/models/demo/infer", c, a.seconds, lua)
                   if pyport else (float("nan"),) * 3 + (0,))
@@ -434,6 +447,8 @@ def main():
                                f"bare {points[c][1][5]:.1f} (wrk {points[c][1][6]:.1f})" for c in (1, 16, 64)))
         print(f"  attnd's own work at 1 connection (/metrics): decode {work[0]:.1f} + layer {work[1]:.1f} "
               f"+ encode {work[2]:.1f} = {w:.1f} us, {w / points[1][1][5]:.1f}x the bare server's whole request")
+        print("  requests run inline on the loop thread (/metrics; the rest on the pool): " +
+              ", ".join(f"{inline[c]:.0%} at {c}" for c in (1, 16, 64)))
         ra, rb, _ = points[1]
         # one connection: each request waits for the one before, so the
         # work adds to the bare server's round trip
