@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import grpc from '@grpc/grpc-js';
 import protoLoader from '@grpc/proto-loader';
-import { REFS, ROOT, infer, maxDiff, start } from '../server/helper.mjs';
+import { REFS, ROOT, infer, maxDiff, start, waitReady } from '../server/helper.mjs';
 
 const def = protoLoader.loadSync(join(ROOT, 'proto', 'kserve.proto'), {
   keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true,
@@ -173,12 +173,7 @@ test('a lone channel\'s calls in flight together go to the pool, not one by one 
   const e = await start({ grpc: true, ready: false, t });
   const g = connect(e);
   try {
-    for (let until = Date.now() + 20000; ;) {
-      const r = await call(g, 'ServerReady', {}).catch(() => null);
-      if (r && r.ready) break;
-      assert.ok(Date.now() < until, 'not ready');
-      await new Promise((res) => setTimeout(res, 20));
-    }
+    await waitReady(e, async () => (await call(g, 'ServerReady', {}).catch(() => null))?.ready);
     const x = REFS.self;
     const got = await stream(g, Array.from({ length: 32 }, (_, i) => ({ ...tiny(x, true), id: `s${i}` })));
     got.forEach((m, i) => {

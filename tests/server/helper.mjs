@@ -115,15 +115,23 @@ export async function start(opts = {}) {
     },
   };
   if (opts.t) opts.t.after(() => { if (!exited) return d.stop('SIGKILL').catch(() => {}); });
-  if (opts.ready !== false) {
-    for (;;) {
-      const r = await fetch(`${url}/v2/health/ready`).catch(() => null);
-      if (r && r.status === 200) break;
-      if (Date.now() > deadline) { await d.stop('SIGKILL'); throw new Error(`attnd not ready:\n${log}`); }
-      await sleep(20);
-    }
-  }
+  if (opts.ready !== false)
+    await waitReady(d, async () => (await fetch(`${url}/v2/health/ready`).catch(() => null))?.status === 200);
   return d;
+}
+
+/**
+ * waitReady(d, probe): poll probe() (true once the daemon is ready) every
+ * 20 ms, for up to 20 s; past that, kill d and throw with its log. start()
+ * waits with fetch; a test that must hold the daemon's only connection
+ * starts it with ready: false and waits through that connection.
+ */
+export async function waitReady(d, probe) {
+  const until = Date.now() + 20000 * SLOW;
+  while (!(await probe())) {
+    if (Date.now() > until) { await d.stop('SIGKILL'); throw new Error(`attnd not ready:\n${d.log()}`); }
+    await sleep(20);
+  }
 }
 
 /** POST JSON, return {status, headers, json}. */

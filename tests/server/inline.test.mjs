@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Agent, request } from 'node:http';
 import { connect } from 'node:net';
-import { REFS, SLOW, fp32, maxDiff, start } from './helper.mjs';
+import { REFS, SLOW, fp32, maxDiff, start, waitReady } from './helper.mjs';
 
 // Every request of a test goes through one keep-alive socket, so the
 // daemon sees exactly one connection (fetch's pool may open more).
@@ -31,15 +31,8 @@ function client(port) {
   return { call, close: () => agent.destroy() };
 }
 
-async function ready(c) {
-  const until = Date.now() + 20000 * SLOW;
-  for (;;) {
-    const r = await c.call('GET', '/v2/health/ready').catch(() => null);
-    if (r && r.status === 200) return;
-    if (Date.now() > until) throw new Error('attnd not ready');
-    await new Promise((res) => setTimeout(res, 20));
-  }
-}
+// ready through the client's own connection, the daemon's only one
+const ready = (d, c) => waitReady(d, async () => (await c.call('GET', '/v2/health/ready').catch(() => null))?.status === 200);
 
 async function metric(c, re) {
   const m = re.exec((await c.call('GET', '/metrics')).text);
@@ -75,7 +68,7 @@ test('a lone client\'s small requests run inline, with the PyTorch answers and f
   const d = await start({ t, ready: false });
   const c = client(d.port);
   try {
-    await ready(c);
+    await ready(d, c);
     assert.equal(await openConns(c), 1);
     const n = await checkAll(c);
     assert.equal(await inlineCount(c, 'tiny'), n);
@@ -104,7 +97,7 @@ test('with a second connection open, or --inline-conns 0, requests go to the poo
     const idle = connect(d.port, '127.0.0.1');
     try {
       await new Promise((res, rej) => { idle.once('connect', res); idle.once('error', rej); });
-      await ready(c);
+      await ready(d, c);
       assert.equal(await openConns(c), 2);
       if (args.length) { // with 0, one connection is not enough either
         idle.destroy();
@@ -134,7 +127,7 @@ test('a lone request too large for one job, or with large outputs, queues for th
   const d = await start({ t, ready: false });
   const c = client(d.port);
   try {
-    await ready(c);
+    await ready(d, c);
     for (let round = 0; round < 3; round++) {
       const r = await c.call('POST', '/v2/models/sdpa/infer', {
         inputs: [fp32('q', [T, 1], new Array(T).fill(0)), fp32('k', [T, 1], k), fp32('v', [T, 1], v)],
@@ -176,7 +169,7 @@ test('an inline request that outlasts its deadline answers 504, as on the pool',
   const d = await start({ t, ready: false, args: ['--deadline-ms', '1'] });
   const c = client(d.port);
   try {
-    await ready(c);
+    await ready(d, c);
     const statuses = [];
     for (let i = 0; i < 5; i++) {
       const r = await c.call('POST', '/v2/models/sdpa/infer', {
