@@ -155,13 +155,11 @@ static void batch_free(batch *b)
     free(b);
 }
 
-/* whole_run: a small batch on one pool job: every stage in order, then
- * its jobs' checks and encodings. */
-static void whole_run(uv_work_t *w)
+/* run_whole: every stage of b in order, then its jobs' checks and
+ * encodings, on this thread. */
+static void run_whole(batch *b)
 {
-    batch *b = ((tile_work *)w->data)->b;
     int st, i;
-    srv_pool_thread_enter(b->s);
     for (st = 0; st < b->n_stages; st++) {
         size_t t, n = attn_plan_n_tiles(b->plan, st);
         for (t = 0; t < n; t++)
@@ -170,6 +168,14 @@ static void whole_run(uv_work_t *w)
     b->t_ran = srv_now_ns();
     for (i = 0; i < b->n_jobs; i++)
         finish_job(b, i);
+}
+
+/* whole_run: a small batch on one pool job. */
+static void whole_run(uv_work_t *w)
+{
+    batch *b = ((tile_work *)w->data)->b;
+    srv_pool_thread_enter(b->s);
+    run_whole(b);
 }
 
 static void whole_done(uv_work_t *w, int status)
@@ -352,6 +358,16 @@ static int launch(srv_entry *e)
         return 0;
     }
     b->n_stages = attn_plan_n_stages(b->plan);
+    if (attn_plan_flops(b->plan) < SMALL_BATCH_FLOPS && b->n_jobs == 1 &&
+        h->inline_batch && h->prep.bytes <= INLINE_OUT_BYTES) {
+        /* a lone client's sequence step, inside its handler (sched.c) */
+        run_whole(b);
+        s->inline_last = 1;
+        e->stats.inline_count++;
+        srv__job_late(h);
+        batch_finish(b, 0, NULL);
+        return 0;
+    }
     if (attn_plan_flops(b->plan) < SMALL_BATCH_FLOPS) {
         b->workers[0].b = b;
         b->workers[0].work.data = &b->workers[0];

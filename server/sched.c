@@ -21,8 +21,12 @@
  * MHD_run. Nothing else is waiting on the loop then, and the bounds of a
  * solo job (body, plan) and INLINE_OUT_BYTES keep it short. It leaves the
  * same way a solo job does (too large: it queues, and its connection is
- * suspended then). Its deadline timer cannot fire meanwhile: the deadline
- * is checked when the work is done.
+ * suspended then). A sequence step leaves after its decode too, but its
+ * turn comes at once (no other request is in progress), and its batch of
+ * one, when small, runs inline as well (batch.c, j->inline_batch). The
+ * steps a lone client's own sequences are expected to send do not hold
+ * its requests back (solo_ok). The deadline timer cannot fire meanwhile:
+ * the deadline is checked when the work is done (srv__job_late).
  *
  * A job is freed when its pipeline is over and its HTTP request is gone or
  * answered; a deadline answers 504 at once and detaches the request, the
@@ -44,9 +48,6 @@
 /* A solo job's body is at most this long: a longer one would hold an
  * instance through a long decode. */
 #define SOLO_BODY_BYTES (64u << 10)
-/* An inline request's outputs are at most this long: their encoding holds
- * the loop (~6 ns a float). */
-#define INLINE_OUT_BYTES (64u << 10)
 
 
 static uint64_t wall_ms(void)
@@ -163,6 +164,12 @@ static void on_deadline(uv_timer_t *t)
     } else if (j->state == J_DECODE) { /* later steps need not wait for it */
         srv_seq_abandon(j->s, &j->step);
     }
+}
+
+void srv__job_late(srv_job *j)
+{
+    if (j->req && srv_now_ns() - j->t_arrive >= (uint64_t)j->deadline_ms * 1000000u)
+        on_deadline(&j->deadline);
 }
 
 /* srv_sched_detach: r is being freed while its job runs (the connection
@@ -385,13 +392,16 @@ static void solo_done(uv_work_t *w, int status)
     solo_finish(j);
 }
 
-/* solo_ok: may a job of len body bytes for e run solo? Loop thread. */
-static int solo_ok(const srv_entry *e, size_t len)
+/* solo_ok: may a job of len body bytes for e run solo? A request waits
+ * for the sequence steps expected (batch.c), unless it is a lone client's
+ * (lone: the steps expected are its own, and cannot come before its
+ * answer). Loop thread. */
+static int solo_ok(const srv_entry *e, size_t len, int lone)
 {
     const srv *s = e->s;
     return !e->qhead && e->running < (int)s->cfg.instances &&
            s->cfg.batch_delay_us == 0 && len <= SOLO_BODY_BYTES &&
-           e->seq_expected <= 0; /* else it waits for them (batch.c) */
+           (lone || e->seq_expected <= 0);
 }
 
 /* srv_h_infer: POST /v2/models/{m}/infer. Admits the request (or answers
@@ -401,6 +411,7 @@ void srv_h_infer(srv_req *r)
     srv *s = r->s;
     srv_entry *e = srv_registry_find(s, r->arg[0]);
     srv_job *j;
+    int lone;
     const char *hdr_id = r->conn ? MHD_lookup_connection_value(
                                        r->conn, MHD_HEADER_KIND, "Attnd-Sequence-Id")
                                  : NULL;
@@ -456,7 +467,8 @@ void srv_h_infer(srv_req *r)
     j->deadline_ms = r->deadline_ms && r->deadline_ms < s->cfg.deadline_ms
                          ? r->deadline_ms : s->cfg.deadline_ms;
     j->state = J_DECODE;
-    j->solo = solo_ok(e, j->len);
+    lone = s->n_conns <= (int)s->cfg.inline_conns && s->live_reqs <= 1;
+    j->solo = solo_ok(e, j->len, lone);
     r->job = j;
     e->pending++;
     s->live_jobs++;
@@ -471,17 +483,20 @@ void srv_h_infer(srv_req *r)
     snprintf(j->step.hdr_id, sizeof j->step.hdr_id, "%s", hdr_id ? hdr_id : "");
     srv_seq_arrive(s, &j->step);
     j->work.data = j;
-    if (j->solo && s->n_conns <= (int)s->cfg.inline_conns && s->live_reqs <= 1) {
+    if (j->solo && lone) {
         /* inline: the only connection's request, on this thread */
         e->running++;
         solo_run(j, INLINE_OUT_BYTES);
         s->inline_last = j->solo_ran;
         e->stats.inline_count += (uint64_t)j->solo_ran;
-        /* its deadline timer cannot fire inside this call */
-        if (srv_now_ns() - j->t_arrive >= (uint64_t)j->deadline_ms * 1000000u)
-            on_deadline(&j->deadline);
+        srv__job_late(j); /* its deadline timer cannot fire inside this call */
+        /* a sequence step whose turn comes now (solo_finish pumps its
+         * model) runs here too when its batch is small (batch.c) */
+        j->inline_batch = 1;
         solo_finish(j);
-        if (!r->have_resp) /* a larger plan or a sequence step: it queued */
+        if (r->job == j)
+            j->inline_batch = 0;
+        if (!r->have_resp) /* a larger plan or step: it queued */
             srv_suspend(r);
         return;
     }

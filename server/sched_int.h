@@ -36,6 +36,8 @@ struct srv_job {
     int item0;         /* its first sequence's index in its batch's plan */
     int solo;          /* 1: decode+compute+encode in one pool job */
     int solo_ran;      /* solo job computed and encoded it */
+    int inline_batch;  /* a lone client's step: its batch may run on the
+                          loop, inside srv_h_infer (batch.c) */
     char id[64];       /* the request's id for the log (solo_ran) */
     uint64_t t_arrive, t_queued, t_run, t_ran, decode_ns, encode_ns;
     const srv_door *door; /* wire format, NULL = JSON (srv.h) */
@@ -50,11 +52,17 @@ struct srv_job {
  * batch over the pool, stage by stage through the loop thread, costs more
  * hand-offs than it saves (demo T=16 is 0.6 MFLOP). */
 #define SMALL_BATCH_FLOPS 8e6
+/* An inline request's outputs are at most this long: their encoding holds
+ * the loop (~6 ns a float). */
+#define INLINE_OUT_BYTES (64u << 10)
 
 /* srv__job_answer: give the job's request its answer and detach it. */
 void srv__job_answer(srv_job *j, int status, const char *msg);
 /* srv__job_end: the pipeline is over (answers 500 if nothing did). */
 void srv__job_end(srv_job *j);
+/* srv__job_late: run on the loop (inline), where its deadline timer could
+ * not fire: past the deadline, the job's request is answered 504 now. */
+void srv__job_late(srv_job *j);
 /* srv__job_unqueue: take a queued job out of its model's queue. */
 void srv__job_unqueue(srv_job *j);
 /* srv__job_encode: the response of a computed job (pool thread). */

@@ -189,6 +189,23 @@ export function f32bytes(arr) {
   return Buffer.from(new Float32Array(arr).buffer);
 }
 
+/** A safetensors file of F32 tensors {name: [shape, data]}. */
+export function safetensors(tensors) {
+  const header = {};
+  const bufs = [];
+  let off = 0;
+  for (const [name, [shape, data]] of Object.entries(tensors)) {
+    header[name] = { dtype: 'F32', shape, data_offsets: [off, off + data.length * 4] };
+    bufs.push(f32bytes(data));
+    off += data.length * 4;
+  }
+  let h = JSON.stringify(header);
+  while (h.length % 8) h += ' ';
+  const len = Buffer.alloc(8);
+  len.writeBigUInt64LE(BigInt(h.length));
+  return Buffer.concat([len, Buffer.from(h), ...bufs]);
+}
+
 export function promtool(text) {
   return spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
 }

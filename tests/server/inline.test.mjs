@@ -6,7 +6,9 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Agent, request } from 'node:http';
 import { connect } from 'node:net';
-import { REFS, SLOW, fp32, maxDiff, start, waitReady } from './helper.mjs';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { REFS, SLOW, fp32, maxDiff, modelsDir, safetensors, start, waitReady } from './helper.mjs';
 
 // Every request of a test goes through one keep-alive socket, so the
 // daemon sees exactly one connection (fetch's pool may open more).
@@ -185,6 +187,77 @@ test('an inline request that outlasts its deadline answers 504, as on the pool',
     const e = REFS.sdpa;
     const r = await c.call('POST', '/v2/models/sdpa/infer', { inputs: sdpaInputs(e) });
     assert.ok(r.status === 200 || r.status === 504, r.text);
+    c.close();
+    assert.equal((await d.stop()).code, 0);
+  } catch (e) { c.close(); await d.stop('SIGKILL'); throw e; }
+});
+
+// A step of a sequence, as tritonclient.http sends it.
+const step = (id, x, t, start, end) => ({
+  inputs: [fp32('x', [1, t, x.length / t], x)],
+  parameters: { sequence_id: id, sequence_start: start, sequence_end: end },
+});
+
+test('a lone client\'s sequence steps run inline too, each row PyTorch\'s causal one; with a second connection they go to the pool', async (t) => {
+  // REFS.causal: nn.MultiheadAttention(8, 2) over 4 tokens with a causal
+  // mask; stepping through them one at a time must give its rows
+  const ref = REFS.causal, D = ref.shape[2], T = ref.shape[1];
+  for (const second of [false, true]) {
+    const d = await start({ t, ready: false });
+    const c = client(d.port);
+    const idle = second ? connect(d.port, '127.0.0.1') : null;
+    try {
+      if (idle) await new Promise((res, rej) => { idle.once('connect', res); idle.once('error', rej); });
+      await ready(d, c);
+      assert.equal(await openConns(c), second ? 2 : 1);
+      for (let i = 0; i < T; i++) {
+        const r = await c.call('POST', '/v2/models/tiny/infer',
+          step('lone', ref.x.slice(i * D, (i + 1) * D), 1, i === 0, i === T - 1));
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.json.parameters.sequence_length, i + 1);
+        const diff = maxDiff(r.json.outputs[0].data, ref.y.slice(i * D, (i + 1) * D));
+        assert.ok(diff < 1e-5, `step ${i}: max |diff| ${diff}`);
+      }
+      assert.equal(await inlineCount(c, 'tiny'), second ? 0 : T);
+      if (idle) idle.destroy();
+      c.close();
+      assert.equal((await d.stop()).code, 0);
+    } catch (e) { if (idle) idle.destroy(); c.close(); await d.stop('SIGKILL'); throw e; }
+  }
+});
+
+test('an inline sequence step that outlasts its deadline answers 504, and the sequence did not start', async (t) => {
+  // a model of eight heads of one dimension: its attention is all
+  // softmax, slow for its flops. A 440-token prompt is 7.7 MFLOP, one
+  // job's worth, run on the loop; it takes 1.7-4 ms here, past
+  // --deadline-ms 1 when it is done
+  const T = 440, D = 8;
+  const dir = modelsDir();
+  const w = () => [[D, D], Array.from({ length: D * D }, (_, i) => (((i * 37) % 17) - 8) / 16)];
+  mkdirSync(join(dir, 'h1'));
+  writeFileSync(join(dir, 'h1', 'model.safetensors'), safetensors({ W_q: w(), W_k: w(), W_v: w(), W_o: w() }));
+  writeFileSync(join(dir, 'h1', 'config.json'), JSON.stringify({ n_heads: D, causal: true }));
+  const x = Array.from({ length: T * D }, (_, i) => (((i * 7919) % 1000) - 500) / 1000);
+  const d = await start({ t, dir, ready: false, args: ['--deadline-ms', '1'] });
+  const c = client(d.port);
+  try {
+    await ready(d, c);
+    const statuses = [];
+    for (let i = 0; i < 5; i++) {
+      const r = await c.call('POST', '/v2/models/h1/infer', step(`late${i}`, x, T, true, false));
+      statuses.push(r.status);
+      if (r.status === 504) {
+        assert.match(r.json.error, /deadline: no answer within 1 ms \(deadline-ms\)/);
+        // its start was not kept: the sequence does not exist
+        const next = await c.call('POST', '/v2/models/h1/infer', step(`late${i}`, x.slice(0, D), 1, false, true));
+        assert.equal(next.status, 400, next.text);
+        assert.match(next.json.error, /sequence_start/);
+      } else {
+        assert.equal(r.status, 200, r.text);
+      }
+    }
+    assert.ok(statuses.includes(504), `statuses ${statuses}`);
+    assert.equal(await inlineCount(c, 'h1'), 5);
     c.close();
     assert.equal((await d.stop()).code, 0);
   } catch (e) { c.close(); await d.stop('SIGKILL'); throw e; }

@@ -11,7 +11,7 @@ import http from 'node:http';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { SLOW, binaryRequest, f32bytes, fp32, infer, maxDiff, modelsDir, parseBinary, start } from './helper.mjs';
+import { SLOW, binaryRequest, f32bytes, fp32, infer, maxDiff, modelsDir, parseBinary, safetensors, start } from './helper.mjs';
 
 const D = 16, H = 4, HKV = 2, DK = 4;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -26,23 +26,6 @@ function rng(seed) {
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
     return ((t ^ (t >>> 14)) >>> 0) / 2147483648 - 1;
   };
-}
-
-/** A safetensors file of F32 tensors {name: [shape, data]}. */
-function safetensors(tensors) {
-  const header = {};
-  const bufs = [];
-  let off = 0;
-  for (const [name, [shape, data]] of Object.entries(tensors)) {
-    header[name] = { dtype: 'F32', shape, data_offsets: [off, off + data.length * 4] };
-    bufs.push(f32bytes(data));
-    off += data.length * 4;
-  }
-  let h = JSON.stringify(header);
-  while (h.length % 8) h += ' ';
-  const len = Buffer.alloc(8);
-  len.writeBigUInt64LE(BigInt(h.length));
-  return Buffer.concat([len, Buffer.from(h), ...bufs]);
 }
 
 /** A models folder with `gqa`: d_model 16, 4 query heads, 2 kv heads of 4,
