@@ -34,40 +34,42 @@ import time
 DM, H, HKV, DK = 2048, 32, 8, 64
 
 
-def write_layer(folder):
+def write_layer(folder, dm=DM, h=H, hkv=HKV, dk=DK):
+    """The layer (by default the benchmark's) in folder: GQA, RoPE, causal,
+    random F32 weights."""
     os.makedirs(folder)
     rnd = random.Random(7)
-    shapes = {"W_q": (DM, H * DK), "W_k": (DM, HKV * DK),
-              "W_v": (DM, HKV * DK), "W_o": (H * DK, DM)}
+    shapes = {"W_q": (dm, h * dk), "W_k": (dm, hkv * dk),
+              "W_v": (dm, hkv * dk), "W_o": (h * dk, dm)}
     header, off = {}, 0
     for n, (r, c) in shapes.items():
         header[n] = {"dtype": "F32", "shape": [r, c],
                      "data_offsets": [off, off + 4 * r * c]}
         off += 4 * r * c
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    scale = DM ** -0.5
+    hd = json.dumps(header).encode()
+    hd += b" " * ((8 - len(hd) % 8) % 8)
+    scale = dm ** -0.5
     with open(os.path.join(folder, "model.safetensors"), "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h)
+        f.write(struct.pack("<Q", len(hd)) + hd)
         for r, c in shapes.values():
             # one random row repeated: fast to write, same bytes to read
             row = struct.pack(f"<{c}f", *[rnd.uniform(-scale, scale)
                                           for _ in range(c)])
             f.write(row * r)
     with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump({"n_heads": H, "n_kv_heads": HKV, "head_dim": DK,
-                   "v_head_dim": DK, "causal": True,
+        json.dump({"n_heads": h, "n_kv_heads": hkv, "head_dim": dk,
+                   "v_head_dim": dk, "causal": True,
                    "rope": {"theta": 10000.0}}, f)
 
 
-def body(x, t, seq, start):
-    """A binary infer request: x (1, t, DM) and the sequence parameters."""
+def body(x, t, seq, start, dm=DM):
+    """A binary infer request: x (1, t, dm) and the sequence parameters."""
     params = {"sequence_id": seq, "binary_data_output": True}
     if start:
         params["sequence_start"] = True
     hdr = json.dumps({
         "parameters": params,
-        "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, t, DM],
+        "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, t, dm],
                     "parameters": {"binary_data_size": len(x)}}],
         "outputs": [{"name": "y", "parameters": {"binary_data": True}}],
     }).encode()

@@ -36,6 +36,11 @@ the same layer served by FastAPI/uvicorn + PyTorch.
 3. One large request: B=8, T=512, d_model=768 (a random 12-head weight set
    written to a temporary repository), JSON and binary: MB/s in and ms end
    to end (median of 3).
+   Then a small layer (d_model 64, 4 heads, 2 kv heads of 16: the size
+   the page's live view steps), one client stepping one sequence (16-token
+   prompt, 256 one-token steps), attnd and the Python peer taking turns:
+   steps/s, p50, their ratios, and the share of attnd's steps that ran
+   inline on the loop thread (a lone client's).
 The decode and engine points run --decode-runs times (3), 1 and 32 taking
 turns, and print the median and every run.
 Peak RSS of attnd (VmHWM) is printed at the end. Everything runs on
@@ -145,11 +150,12 @@ def wrk_cpu(url, conns, secs, script, pid):
     return r + ((s1 - s0) / n * 1e6, (w1 - w0) / n * 1e6)
 
 
-def demo_work(port):
-    """attnd's counters for `demo`: requests, seconds spent decoding,
-    computing and encoding them, and requests run inline (/metrics). The
-    connection is closed before it returns: an open one would keep the
-    next point's lone client from running inline (--inline-conns)."""
+def demo_work(port, model="demo"):
+    """attnd's counters for a model (`demo`): requests, seconds spent
+    decoding, computing and encoding them, and requests run inline
+    (/metrics). The connection is closed before it returns: an open one
+    would keep the next point's lone client from running inline
+    (--inline-conns)."""
     for attempt in range(40):  # right after wrk -c64, its connections may
         try:                   # still fill --max-connections-per-ip (64)
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
@@ -165,9 +171,9 @@ def demo_work(port):
     for name in ("count_total", "compute_input_duration_seconds_total",
                  "compute_infer_duration_seconds_total", "compute_output_duration_seconds_total",
                  "inline_count_total"):
-        m = re.search(r'^attnd_inference_' + name + r'\{model="demo"[^}]*\} (\S+)$', text, re.M)
+        m = re.search(r'^attnd_inference_' + name + r'\{model="' + model + r'"[^}]*\} (\S+)$', text, re.M)
         if not m:
-            sys.exit(f"attnd's /metrics has no attnd_inference_{name} for demo")
+            sys.exit(f"attnd's /metrics has no attnd_inference_{name} for {model}")
         vals.append(float(m.group(1)))
     return vals
 
@@ -191,15 +197,15 @@ def write_model(folder, d, heads):
         json.dump({"n_heads": heads}, f)
 
 
-def decode_y(port, steps):
+def decode_y(port, steps, model="llama", dm=2048):
     """A short sequence (steps: [(x bytes, rows)], the first one starts it)
-    on the llama layer; every answer's y as floats."""
+    on a decoder layer; every answer's y as floats."""
     import decode_http
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     ys = []
     for i, (x, t) in enumerate(steps):
-        b, hl = decode_http.body(x, t, 4242, i == 0)
-        c.request("POST", "/v2/models/llama/infer", b,
+        b, hl = decode_http.body(x, t, 4242, i == 0, dm)
+        c.request("POST", f"/v2/models/{model}/infer", b,
                   {"Inference-Header-Content-Length": str(hl),
                    "Content-Type": "application/octet-stream"})
         r = c.getresponse()
@@ -221,6 +227,7 @@ def decode_point(a, tmp, procs):
     repo = os.path.join(tmp, "decode")
     os.makedirs(repo)
     decode_http.write_layer(os.path.join(repo, "llama"))
+    decode_http.write_layer(os.path.join(repo, "small"), **SMALL)
     pyport = None
     if a.python:
         py, pyport = start([a.python, os.path.join(HERE, "fastapi_peer.py"), "--models", repo,
@@ -277,6 +284,65 @@ def decode_point(a, tmp, procs):
                   + (f"; runs {tps[who, 1, 'all']} and {tps[who, 32, 'all']}" if a.decode_runs > 1 else ""))
     if a.engine:
         engine_point(a, tps)
+    small_steps_point(a, repo, pyport, procs)
+
+
+# The small decoder layer: the page's live view steps a sequence of a model
+# this size, and its steps are a lone client's small requests.
+SMALL = {"dm": 64, "h": 4, "hkv": 2, "dk": 16}
+
+
+def small_steps_point(a, repo, pyport, procs):
+    """One client stepping one sequence of the small layer (16-token prompt,
+    then a.small_steps one-token steps, binary), attnd against the Python
+    peer, taking turns a.decode_runs times (median); the peer's y checked
+    equal to attnd's first. Prints steps/s, p50 and the share of attnd's
+    steps that ran inline on the loop thread."""
+    if not a.small_steps:
+        return
+    dm = SMALL["dm"]
+    at, aport = start([a.attnd, "--port", "0", "--grpc-port", "0", "--models", repo],
+                      r"listening on http://127\.0\.0\.1:(\d+)", "err")
+    procs.append(at)
+    wait_ready(aport)
+    diff = None
+    if pyport:
+        rnd = random.Random(6)
+        steps = [(struct.pack(f"<{t * dm}f", *[rnd.uniform(-1, 1) for _ in range(t * dm)]), t)
+                 for t in (16, 1, 1)]
+        ya, yp = decode_y(aport, steps, "small", dm), decode_y(pyport, steps, "small", dm)
+        diff = max(abs(u - v) for sa, sp in zip(ya, yp) for u, v in zip(sa, sp))
+        if any(len(sa) != len(sp) for sa, sp in zip(ya, yp)) or diff > 1e-5:
+            sys.exit(f"small steps check: the Python peer's y differs from attnd's (max |diff| {diff:g})")
+    w0 = demo_work(aport, "small")
+    runs = {}
+    for r in range(a.decode_runs):
+        for who, port in (("attnd", aport), ("python", pyport)):
+            if not port:
+                continue
+            out = subprocess.run([a.client, "--port", str(port), "--n", "1", "--prompt", "16",
+                                  "--steps", str(a.small_steps), "--model", "small", "--d-model", str(dm),
+                                  "--seq-base", str(1000 * (r + 1))],
+                                 capture_output=True, text=True, timeout=300)
+            m = re.search(r"tps=([\d.]+) p50_ms=([\d.]+)", out.stdout)
+            if out.returncode or not m:
+                sys.exit(f"step_client {who} (small): {out.stdout}{out.stderr}")
+            runs.setdefault(who, []).append((float(m.group(1)), float(m.group(2))))
+    w1 = demo_work(aport, "small")
+    at.terminate()
+    at.wait(timeout=30)
+    print(f"\nsmall decoder steps: d_model {dm}, H {SMALL['h']}, H_kv {SMALL['hkv']}, 16-token prompt, "
+          f"{a.small_steps} one-token steps, 1 client, binary, median of {a.decode_runs} runs"
+          + (f"; python peer's y equal to attnd's (max |diff| {diff:.1e})" if diff is not None else ""))
+    med = {who: sorted(v)[len(v) // 2] for who, v in runs.items()}
+    for who, (t, p50) in med.items():
+        print(f"  {who:>6}: {t:.0f} steps/s (p50 {p50:.3f} ms); runs "
+              + "/".join(f"{x:.0f}" for x, _ in runs[who]))
+    if "python" in med:
+        print(f"  attnd/python: {med['attnd'][0] / med['python'][0]:.1f}x the steps/s, "
+              f"{med['python'][1] / med['attnd'][1]:.1f}x lower p50")
+    print(f"  attnd's steps run inline on the loop thread (/metrics): "
+          f"{100 * (w1[4] - w0[4]) / max(w1[0] - w0[0], 1):.0f}%")
 
 
 def engine_point(a, tps):
@@ -346,6 +412,8 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="attnd --threads")
     ap.add_argument("--decode-prompt", type=int, default=128)
     ap.add_argument("--decode-steps", type=int, default=32, help="0 skips the decode point")
+    ap.add_argument("--small-steps", type=int, default=256,
+                    help="one-token steps of the small-layer point (0 skips it; needs --decode-steps)")
     ap.add_argument("--decode-runs", type=int, default=3,
                     help="runs of each decode and engine point (1 and 32 taking turns); the median "
                          "run counts (the upper middle one of an even number)")
