@@ -14,8 +14,9 @@
  * joins the queue after its decode like any other request.
  *
  * Inline: while at most --inline-conns connections are open (1: a lone
- * client) and no other request is in progress (a gRPC connection's
- * concurrent streams go to the pool), a solo request runs on the loop
+ * client; a page following a map in a long poll is not counted) and no
+ * other request is in progress (a gRPC connection's concurrent streams go
+ * to the pool), a solo request runs on the loop
  * thread itself, inside its handler: no hand-off at all, and its
  * connection is never suspended, so the answer goes out in the same
  * MHD_run. Nothing else is waiting on the loop then, and the bounds of a
@@ -467,7 +468,8 @@ void srv_h_infer(srv_req *r)
     j->deadline_ms = r->deadline_ms && r->deadline_ms < s->cfg.deadline_ms
                          ? r->deadline_ms : s->cfg.deadline_ms;
     j->state = J_DECODE;
-    lone = s->n_conns <= (int)s->cfg.inline_conns && s->live_reqs <= 1;
+    /* a page following a map (maps_wait.c) does not count */
+    lone = srv_few_conns(s) && s->live_reqs - s->n_waiters <= 1;
     j->solo = solo_ok(e, j->len, lone);
     r->job = j;
     e->pending++;
@@ -561,3 +563,8 @@ void srv_sched_expire(srv *s)
 }
 
 int srv_sched_idle(const srv *s) { return s->live_jobs == 0; }
+
+int srv_few_conns(const srv *s)
+{
+    return s->n_conns - s->n_waiters <= (int)s->cfg.inline_conns;
+}

@@ -374,6 +374,9 @@ void srv_sched_detach(srv_req *r); /* the request goes away (completion) */
 void srv_sched_drain(srv *s);      /* SIGTERM: flush queues now */
 void srv_sched_expire(srv *s);     /* drain timeout: fail the queued */
 int srv_sched_idle(const srv *s);
+/* srv_few_conns: at most --inline-conns connections open, not counting
+ * those parked in a maps long poll (they send nothing until answered) */
+int srv_few_conns(const srv *s);
 
 /* metrics.c */
 void srv_h_metrics(srv_req *r);

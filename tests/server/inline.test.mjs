@@ -226,6 +226,42 @@ test('a lone client\'s sequence steps run inline too, each row PyTorch\'s causal
   }
 });
 
+test('a page following the sequence\'s map (a long poll) does not take the steps off the loop, and sees them', async (t) => {
+  const ref = REFS.causal, D = ref.shape[2], T = ref.shape[1];
+  const d = await start({ t, ready: false });
+  const c = client(d.port);
+  try {
+    await ready(d, c);
+    const first = await c.call('POST', '/v2/models/tiny/infer', {
+      ...step('watched', ref.x.slice(0, D), 1, true, false), parameters: {
+        sequence_id: 'watched', sequence_start: true, sequence_end: false, retain: true } });
+    assert.equal(first.status, 200, first.text);
+    const id = first.json.parameters.map_id;
+    assert.ok(id, first.text);
+    // the page's follow mode: wait for rows other than 1, on its own connection
+    const waiter = fetch(`${d.url}/v2/maps/${id}?wait=1&timeout_ms=${20000 * SLOW}`).then(async (r) => ({ status: r.status, json: await r.json() }));
+    const until = Date.now() + 5000 * SLOW;
+    while (await metric(c, /^attnd_maps_waiters (\d+)$/m) !== 1) {
+      assert.ok(Date.now() < until, 'the long poll did not park');
+      await new Promise((res) => setTimeout(res, 20));
+    }
+    assert.equal(await openConns(c), 2);
+    for (let i = 1; i < T; i++) {
+      const r = await c.call('POST', '/v2/models/tiny/infer',
+        step('watched', ref.x.slice(i * D, (i + 1) * D), 1, false, false));
+      assert.equal(r.status, 200, r.text);
+      const diff = maxDiff(r.json.outputs[0].data, ref.y.slice(i * D, (i + 1) * D));
+      assert.ok(diff < 1e-5, `step ${i}: max |diff| ${diff}`);
+    }
+    assert.equal(await inlineCount(c, 'tiny'), T);
+    const w = await waiter;
+    assert.equal(w.status, 200, JSON.stringify(w.json));
+    assert.ok(w.json.shape[2] > 1, `the map grew: ${JSON.stringify(w.json.shape)}`);
+    c.close();
+    assert.equal((await d.stop()).code, 0);
+  } catch (e) { c.close(); await d.stop('SIGKILL'); throw e; }
+});
+
 test('an inline sequence step that outlasts its deadline answers 504, and the sequence did not start', async (t) => {
   // a model of eight heads of one dimension: its attention is all
   // softmax, slow for its flops. A 440-token prompt is 7.7 MFLOP, one
