@@ -359,11 +359,13 @@ static int launch(srv_entry *e)
     }
     b->n_stages = attn_plan_n_stages(b->plan);
     if (attn_plan_flops(b->plan) < SMALL_BATCH_FLOPS && b->n_jobs == 1 &&
-        h->inline_batch && h->prep.bytes <= INLINE_OUT_BYTES) {
+        h->inline_batch && h->prep.bytes <= INLINE_OUT_BYTES &&
+        srv_seq_map_bytes(&h->step) <= INLINE_MAP_BYTES) {
         /* a lone client's sequence step, inside its handler (sched.c) */
         run_whole(b);
         s->inline_last = 1;
         e->stats.inline_count++;
+        h->t_ran = b->t_ran; /* for the log, should it answer 504 now */
         srv__job_late(h);
         batch_finish(b, 0, NULL);
         return 0;
@@ -495,7 +497,9 @@ void srv__pump(srv_entry *e)
     while (e->qhead && e->running < (int)s->cfg.instances) {
         uint64_t waited = srv_now_ns() - e->qhead->t_queued;
         uint64_t delay = (uint64_t)s->cfg.batch_delay_us * 1000u;
-        uint64_t expect = expect_wait(e);
+        /* a lone client's step, pumped from its own handler, waits for
+         * no expected step: they are its own (srv__alone) */
+        uint64_t expect = e->qhead->inline_batch && srv__alone(s) ? 0 : expect_wait(e);
         if (expect > delay)
             delay = expect;
         if (e->q_seqs < (int)s->cfg.max_batch && waited < delay && !s->draining) {

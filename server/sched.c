@@ -394,15 +394,14 @@ static void solo_done(uv_work_t *w, int status)
 }
 
 /* solo_ok: may a job of len body bytes for e run solo? A request waits
- * for the sequence steps expected (batch.c), unless it is a lone client's
- * (lone: the steps expected are its own, and cannot come before its
- * answer). Loop thread. */
-static int solo_ok(const srv_entry *e, size_t len, int lone)
+ * for the sequence steps expected (batch.c), unless it is alone
+ * (srv__alone: they are its own). Loop thread. */
+static int solo_ok(const srv_entry *e, size_t len, int alone)
 {
     const srv *s = e->s;
     return !e->qhead && e->running < (int)s->cfg.instances &&
            s->cfg.batch_delay_us == 0 && len <= SOLO_BODY_BYTES &&
-           (lone || e->seq_expected <= 0);
+           (alone || e->seq_expected <= 0);
 }
 
 /* srv_h_infer: POST /v2/models/{m}/infer. Admits the request (or answers
@@ -470,7 +469,7 @@ void srv_h_infer(srv_req *r)
     j->state = J_DECODE;
     /* a page following a map (maps_wait.c) does not count */
     lone = srv_few_conns(s) && s->live_reqs - s->n_waiters <= 1;
-    j->solo = solo_ok(e, j->len, lone);
+    j->solo = solo_ok(e, j->len, srv__alone(s));
     r->job = j;
     e->pending++;
     s->live_jobs++;
@@ -567,4 +566,9 @@ int srv_sched_idle(const srv *s) { return s->live_jobs == 0; }
 int srv_few_conns(const srv *s)
 {
     return s->n_conns - s->n_waiters <= (int)s->cfg.inline_conns;
+}
+
+int srv__alone(const srv *s)
+{
+    return s->n_conns - s->n_waiters <= 1 && s->live_reqs - s->n_waiters <= 1;
 }

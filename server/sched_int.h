@@ -55,6 +55,9 @@ struct srv_job {
 /* An inline request's outputs are at most this long: their encoding holds
  * the loop (~6 ns a float). */
 #define INLINE_OUT_BYTES (64u << 10)
+/* The map an inline sequence step grows is at most this long: it is
+ * copied whole every step (memcpy's rate, ~100 us a MiB here). */
+#define INLINE_MAP_BYTES (1u << 20)
 
 /* srv__job_answer: give the job's request its answer and detach it. */
 void srv__job_answer(srv_job *j, int status, const char *msg);
@@ -63,6 +66,11 @@ void srv__job_end(srv_job *j);
 /* srv__job_late: run on the loop (inline), where its deadline timer could
  * not fire: past the deadline, the job's request is answered 504 now. */
 void srv__job_late(srv_job *j);
+/* srv__alone: the request being handled is the only one in progress and
+ * its connection the only one open (a page's long poll on a map aside):
+ * the sequence steps expected can only be its client's own, which cannot
+ * come before its answer. */
+int srv__alone(const srv *s);
 /* srv__job_unqueue: take a queued job out of its model's queue. */
 void srv__job_unqueue(srv_job *j);
 /* srv__job_encode: the response of a computed job (pool thread). */

@@ -140,6 +140,9 @@ int srv_seq_prepare(srv_step *st, srv_prep *p, const oip_request *req,
 /* srv_seq_alloc_maps: (loop, at bind) attention/scores for s keys. */
 int srv_seq_alloc_maps(srv_prep *p, const oip_request *req, int s,
                        int retain, size_t memory, char *err);
+/* srv_seq_map_bytes: (after bind) the bytes of the map st's encoding
+ * writes: a retained sequence's whole map, copied to grow it; 0 for none. */
+size_t srv_seq_map_bytes(const srv_step *st);
 /* srv_seq_encode: a computed step's answer: its outputs, parameters
  * sequence_length and (retained) map_id; grows or starts the map. */
 int srv_seq_encode(srv_step *st, const char *model_name, maps_store *maps,

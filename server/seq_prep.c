@@ -205,6 +205,20 @@ static void grow_map(srv_step *st, const char *model_name, maps_store *maps)
         st->map_id[0] = 0;
 }
 
+/* keeps_map: does st's encoding start or grow its sequence's map? */
+static int keeps_map(const srv_step *st)
+{
+    return st->prep->out[SRV_O_ATT] && (st->start ? st->retain : st->map_id[0] != 0);
+}
+
+size_t srv_seq_map_bytes(const srv_step *st)
+{
+    const srv_prep *p = st->prep;
+    if (!st->is_step || !keeps_map(st))
+        return 0;
+    return (size_t)p->maps_h * (size_t)p->maps_s * (size_t)p->maps_s * sizeof(float);
+}
+
 int srv_seq_encode(srv_step *st, const char *model_name, maps_store *maps,
                    int (*enc)(const char *, const char *, const oip_output *,
                               int, const char *, char **, size_t *, size_t *,
@@ -216,7 +230,7 @@ int srv_seq_encode(srv_step *st, const char *model_name, maps_store *maps,
     oip_output outs[SRV_O_N];
     char extra[MAPS_ID_MAX + 96];
     int rc, n = srv_prep_outputs(p, req, outs);
-    if (maps && p->out[SRV_O_ATT] && (st->start ? st->retain : st->map_id[0] != 0))
+    if (maps && keeps_map(st))
         grow_map(st, model_name, maps);
     else if (st->start)
         st->map_id[0] = 0;

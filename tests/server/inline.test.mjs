@@ -200,7 +200,9 @@ const step = (id, x, t, start, end) => ({
 
 test('a lone client\'s sequence steps run inline too, each row PyTorch\'s causal one; with a second connection they go to the pool', async (t) => {
   // REFS.causal: nn.MultiheadAttention(8, 2) over 4 tokens with a causal
-  // mask; stepping through them one at a time must give its rows
+  // mask; stepping through them one at a time must give its rows. Two
+  // sequences take turns: each step's other sequence is expected, and
+  // being the client's own it must not hold the step back.
   const ref = REFS.causal, D = ref.shape[2], T = ref.shape[1];
   for (const second of [false, true]) {
     const d = await start({ t, ready: false });
@@ -211,14 +213,16 @@ test('a lone client\'s sequence steps run inline too, each row PyTorch\'s causal
       await ready(d, c);
       assert.equal(await openConns(c), second ? 2 : 1);
       for (let i = 0; i < T; i++) {
-        const r = await c.call('POST', '/v2/models/tiny/infer',
-          step('lone', ref.x.slice(i * D, (i + 1) * D), 1, i === 0, i === T - 1));
-        assert.equal(r.status, 200, r.text);
-        assert.equal(r.json.parameters.sequence_length, i + 1);
-        const diff = maxDiff(r.json.outputs[0].data, ref.y.slice(i * D, (i + 1) * D));
-        assert.ok(diff < 1e-5, `step ${i}: max |diff| ${diff}`);
+        for (const id of ['lone', 'lone2']) {
+          const r = await c.call('POST', '/v2/models/tiny/infer',
+            step(id, ref.x.slice(i * D, (i + 1) * D), 1, i === 0, i === T - 1));
+          assert.equal(r.status, 200, r.text);
+          assert.equal(r.json.parameters.sequence_length, i + 1);
+          const diff = maxDiff(r.json.outputs[0].data, ref.y.slice(i * D, (i + 1) * D));
+          assert.ok(diff < 1e-5, `${id} step ${i}: max |diff| ${diff}`);
+        }
       }
-      assert.equal(await inlineCount(c, 'tiny'), second ? 0 : T);
+      assert.equal(await inlineCount(c, 'tiny'), second ? 0 : 2 * T);
       if (idle) idle.destroy();
       c.close();
       assert.equal((await d.stop()).code, 0);
@@ -226,37 +230,78 @@ test('a lone client\'s sequence steps run inline too, each row PyTorch\'s causal
   }
 });
 
-test('a page following the sequence\'s map (a long poll) does not take the steps off the loop, and sees them', async (t) => {
+test('a page parked in a long poll on a map does not take a lone client\'s steps off the loop', async (t) => {
   const ref = REFS.causal, D = ref.shape[2], T = ref.shape[1];
   const d = await start({ t, ready: false });
   const c = client(d.port);
+  let waiter = null;
   try {
     await ready(d, c);
-    const first = await c.call('POST', '/v2/models/tiny/infer', {
-      ...step('watched', ref.x.slice(0, D), 1, true, false), parameters: {
-        sequence_id: 'watched', sequence_start: true, sequence_end: false, retain: true } });
-    assert.equal(first.status, 200, first.text);
-    const id = first.json.parameters.map_id;
-    assert.ok(id, first.text);
-    // the page's follow mode: wait for rows other than 1, on its own connection
-    const waiter = fetch(`${d.url}/v2/maps/${id}?wait=1&timeout_ms=${20000 * SLOW}`).then(async (r) => ({ status: r.status, json: await r.json() }));
+    // a map that does not change (sdpa, 3 query rows), and a page
+    // following it from its own connection: parked until the daemon stops
+    const e = REFS.sdpa;
+    const kept = await c.call('POST', '/v2/models/sdpa/infer', { inputs: sdpaInputs(e), parameters: { retain: true } });
+    assert.equal(kept.status, 200, kept.text);
+    const rows = kept.json.outputs[0].shape.at(-2);
+    waiter = fetch(`${d.url}/v2/maps/${kept.json.parameters.map_id}?wait=${rows}&timeout_ms=${60000 * SLOW}`)
+      .then(async (r) => ({ status: r.status, json: await r.json() }), (err) => ({ err }));
     const until = Date.now() + 5000 * SLOW;
     while (await metric(c, /^attnd_maps_waiters (\d+)$/m) !== 1) {
       assert.ok(Date.now() < until, 'the long poll did not park');
       await new Promise((res) => setTimeout(res, 20));
     }
     assert.equal(await openConns(c), 2);
-    for (let i = 1; i < T; i++) {
-      const r = await c.call('POST', '/v2/models/tiny/infer',
-        step('watched', ref.x.slice(i * D, (i + 1) * D), 1, false, false));
+    // a retained sequence stepped token by token: every step inline, its
+    // rows PyTorch's, and the map grown to every token
+    let id = null;
+    for (let i = 0; i < T; i++) {
+      const body = step('watched', ref.x.slice(i * D, (i + 1) * D), 1, i === 0, false);
+      if (i === 0) body.parameters.retain = true;
+      const r = await c.call('POST', '/v2/models/tiny/infer', body);
       assert.equal(r.status, 200, r.text);
+      id = id || r.json.parameters.map_id;
+      assert.equal(r.json.parameters.map_id, id);
       const diff = maxDiff(r.json.outputs[0].data, ref.y.slice(i * D, (i + 1) * D));
       assert.ok(diff < 1e-5, `step ${i}: max |diff| ${diff}`);
     }
     assert.equal(await inlineCount(c, 'tiny'), T);
-    const w = await waiter;
-    assert.equal(w.status, 200, JSON.stringify(w.json));
-    assert.ok(w.json.shape[2] > 1, `the map grew: ${JSON.stringify(w.json.shape)}`);
+    assert.equal(await metric(c, /^attnd_maps_waiters (\d+)$/m), 1);
+    const m = await c.call('GET', `/v2/maps/${id}`);
+    assert.equal(m.status, 200, m.text);
+    assert.deepEqual(m.json.shape, [1, REFS.n_heads, T, T]);
+    c.close();
+    assert.equal((await d.stop()).code, 0);
+    assert.equal((await waiter).status, 200); // answered as the daemon stopped
+  } catch (err) { c.close(); await d.stop('SIGKILL'); await waiter; throw err; }
+});
+
+test('a lone client\'s step whose retained map is over 1 MiB runs on the pool, right', async (t) => {
+  // tiny (2 heads): a map of 371 x 371 rows is 1.1 MB, copied whole to
+  // grow it every step: too long for the loop. The 370-token start goes
+  // to the pool for its outputs (its attention rows), the next step for
+  // the map; both give the rows of one stateless causal request.
+  const D = REFS.d_model, T = 371;
+  const x = Array.from({ length: T * D }, (_, i) => (((i * 7919) % 1000) - 500) / 1000);
+  const d = await start({ t, ready: false });
+  const c = client(d.port);
+  try {
+    await ready(d, c);
+    const full = await c.call('POST', '/v2/models/tiny/infer', { inputs: [fp32('x', [1, T, D], x)], parameters: { causal: true } });
+    assert.equal(full.status, 200, full.text);
+    const base = await inlineCount(c, 'tiny'); // the stateless request's
+    const first = step('big', x.slice(0, (T - 1) * D), T - 1, true, false);
+    first.parameters.retain = true;
+    first.parameters.causal = true; // tiny is not causal by default
+    let r = await c.call('POST', '/v2/models/tiny/infer', first);
+    assert.equal(r.status, 200, r.text);
+    assert.ok(r.json.parameters.map_id, r.text);
+    const d0 = maxDiff(r.json.outputs[0].data, full.json.outputs[0].data.slice(0, (T - 1) * D));
+    assert.ok(d0 < 1e-5, `the start: max |diff| ${d0}`);
+    r = await c.call('POST', '/v2/models/tiny/infer', step('big', x.slice((T - 1) * D), 1, false, true));
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.parameters.sequence_length, T);
+    assert.ok(maxDiff(r.json.outputs[0].data, full.json.outputs[0].data.slice((T - 1) * D)) < 1e-5);
+    assert.equal(await inlineCount(c, 'tiny'), base);
     c.close();
     assert.equal((await d.stop()).code, 0);
   } catch (e) { c.close(); await d.stop('SIGKILL'); throw e; }
@@ -280,7 +325,8 @@ test('an inline sequence step that outlasts its deadline answers 504, and the se
     await ready(d, c);
     const statuses = [];
     for (let i = 0; i < 5; i++) {
-      const r = await c.call('POST', '/v2/models/h1/infer', step(`late${i}`, x, T, true, false));
+      // start and end in one step: an answered one leaves nothing expected
+      const r = await c.call('POST', '/v2/models/h1/infer', step(`late${i}`, x, T, true, true));
       statuses.push(r.status);
       if (r.status === 504) {
         assert.match(r.json.error, /deadline: no answer within 1 ms \(deadline-ms\)/);
@@ -293,10 +339,11 @@ test('an inline sequence step that outlasts its deadline answers 504, and the se
       }
     }
     assert.ok(statuses.includes(504), `statuses ${statuses}`);
-    // every batch ran inline; under a sanitizer the decode alone may pass
-    // 1 ms, and such a step is answered before its batch runs
-    const n = await inlineCount(c, 'h1');
-    assert.ok(n <= 5 && n >= (SLOW > 1 ? 0 : 5), `${n} of 5 ran inline`);
+    // each step answered 200 ran inline; at least one more ran inline and
+    // was answered 504 after it (under a sanitizer the decode alone may
+    // pass 1 ms, and such a step is answered before its batch runs)
+    const n = await inlineCount(c, 'h1'), ok = statuses.filter((st) => st === 200).length;
+    assert.ok(n <= 5 && n >= ok + (SLOW > 1 ? 0 : 1), `${n} of 5 ran inline, ${ok} answered 200`);
     c.close();
     assert.equal((await d.stop()).code, 0);
   } catch (e) { c.close(); await d.stop('SIGKILL'); throw e; }
