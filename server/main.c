@@ -21,6 +21,7 @@
 #include "server/seq.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -144,6 +145,27 @@ static void on_signal(uv_async_t *h)
     }
 }
 
+/* Freed memory up to MALLOC_KEEP_BYTES at the top of a malloc arena
+ * stays in the process, and blocks under MALLOC_MMAP_BYTES come from the
+ * arenas, not from mmap. Why: a retained sequence's map is allocated anew,
+ * larger, every step, on a pool thread, and glibc gave the old one back to
+ * the kernel (a thread's arena trims past twice its adaptive mmap
+ * threshold); every step then faulted its pages in again, ~3 us a KiB in
+ * the VM measured: 5-8 ms a step with a 1 MiB map, 0.3-0.7 ms with the
+ * memory kept (README, "Tenth round"). GLIBC_TUNABLES naming either
+ * threshold wins. */
+#define MALLOC_KEEP_BYTES (64 << 20)
+#define MALLOC_MMAP_BYTES (16 << 20)
+
+static void malloc_keep(void)
+{
+    const char *t = getenv("GLIBC_TUNABLES");
+    if (t && (strstr(t, "malloc.trim_threshold") || strstr(t, "malloc.mmap_threshold")))
+        return;
+    mallopt(M_TRIM_THRESHOLD, MALLOC_KEEP_BYTES);
+    mallopt(M_MMAP_THRESHOLD, MALLOC_MMAP_BYTES);
+}
+
 int main(int argc, char **argv)
 {
     static srv s; /* static: lives as long as the process */
@@ -152,6 +174,7 @@ int main(int argc, char **argv)
     char err[SRV_ERRMAX], num[16];
     int rc;
     attn_blas_reexec(argv); /* one BLAS thread, kernels for this CPU */
+    malloc_keep();
     if (srv_config_load(&s.cfg, argc, argv, &action, &arg, err) < 0) {
         fprintf(stderr, "attnd: %s\n", err);
         return 2;
