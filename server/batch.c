@@ -358,19 +358,18 @@ static int launch(srv_entry *e)
         return 0;
     }
     b->n_stages = attn_plan_n_stages(b->plan);
-    if (attn_plan_flops(b->plan) < SMALL_BATCH_FLOPS && b->n_jobs == 1 &&
-        h->inline_batch && h->prep.bytes <= INLINE_OUT_BYTES &&
-        srv_seq_map_bytes(&h->step) <= INLINE_MAP_BYTES) {
-        /* a lone client's sequence step, inside its handler (sched.c) */
-        run_whole(b);
-        s->inline_last = 1;
-        e->stats.inline_count++;
-        h->t_ran = b->t_ran; /* for the log, should it answer 504 now */
-        srv__job_late(h);
-        batch_finish(b, 0, NULL);
-        return 0;
-    }
     if (attn_plan_flops(b->plan) < SMALL_BATCH_FLOPS) {
+        if (b->n_jobs == 1 && h->inline_batch && h->prep.bytes <= INLINE_OUT_BYTES &&
+            srv_seq_map_bytes(&h->step) <= INLINE_MAP_BYTES) {
+            /* a lone client's sequence step, inside its handler (sched.c) */
+            run_whole(b);
+            s->inline_last = 1;
+            e->stats.inline_count++;
+            h->t_ran = b->t_ran; /* for the log, should it answer 504 now */
+            srv__job_late(h);
+            batch_finish(b, 0, NULL);
+            return 0;
+        }
         b->workers[0].b = b;
         b->workers[0].work.data = &b->workers[0];
         srv_pool_queue(s, &b->workers[0].work, whole_run, whole_done);

@@ -393,6 +393,15 @@ static void solo_done(uv_work_t *w, int status)
     solo_finish(j);
 }
 
+/* lone: at most conns connections open and no other request in progress,
+ * a page's long poll on a map aside (it sends nothing until answered) */
+static int lone(const srv *s, int conns)
+{
+    return s->n_conns - s->n_waiters <= conns && s->live_reqs - s->n_waiters <= 1;
+}
+
+int srv__alone(const srv *s) { return lone(s, 1); }
+
 /* solo_ok: may a job of len body bytes for e run solo? A request waits
  * for the sequence steps expected (batch.c), unless it is alone
  * (srv__alone: they are its own). Loop thread. */
@@ -411,7 +420,6 @@ void srv_h_infer(srv_req *r)
     srv *s = r->s;
     srv_entry *e = srv_registry_find(s, r->arg[0]);
     srv_job *j;
-    int lone;
     const char *hdr_id = r->conn ? MHD_lookup_connection_value(
                                        r->conn, MHD_HEADER_KIND, "Attnd-Sequence-Id")
                                  : NULL;
@@ -467,8 +475,6 @@ void srv_h_infer(srv_req *r)
     j->deadline_ms = r->deadline_ms && r->deadline_ms < s->cfg.deadline_ms
                          ? r->deadline_ms : s->cfg.deadline_ms;
     j->state = J_DECODE;
-    /* a page following a map (maps_wait.c) does not count */
-    lone = srv_few_conns(s) && s->live_reqs - s->n_waiters <= 1;
     j->solo = solo_ok(e, j->len, srv__alone(s));
     r->job = j;
     e->pending++;
@@ -484,7 +490,7 @@ void srv_h_infer(srv_req *r)
     snprintf(j->step.hdr_id, sizeof j->step.hdr_id, "%s", hdr_id ? hdr_id : "");
     srv_seq_arrive(s, &j->step);
     j->work.data = j;
-    if (j->solo && lone) {
+    if (j->solo && lone(s, (int)s->cfg.inline_conns)) {
         /* inline: the only connection's request, on this thread */
         e->running++;
         solo_run(j, INLINE_OUT_BYTES);
@@ -566,9 +572,4 @@ int srv_sched_idle(const srv *s) { return s->live_jobs == 0; }
 int srv_few_conns(const srv *s)
 {
     return s->n_conns - s->n_waiters <= (int)s->cfg.inline_conns;
-}
-
-int srv__alone(const srv *s)
-{
-    return s->n_conns - s->n_waiters <= 1 && s->live_reqs - s->n_waiters <= 1;
 }
