@@ -218,6 +218,20 @@ def decode_y(port, steps, model="llama", dm=2048):
     return ys
 
 
+def peer_y_diff(aport, pyport, model, dm, prompt, seed):
+    """attnd's and the Python peer's y for one sequence of `model` (a
+    `prompt`-token start, then two one-token steps, the same seeded x):
+    (max |diff|, largest |y| of attnd's); exits when their lengths differ."""
+    rnd = random.Random(seed)
+    steps = [(struct.pack(f"<{t * dm}f", *[rnd.uniform(-1, 1) for _ in range(t * dm)]), t)
+             for t in (prompt, 1, 1)]
+    ya, yp = decode_y(aport, steps, model, dm), decode_y(pyport, steps, model, dm)
+    if any(len(sa) != len(sp) for sa, sp in zip(ya, yp)):
+        sys.exit(f"{model} check: the Python peer's y is not as long as attnd's")
+    return (max(abs(u - v) for sa, sp in zip(ya, yp) for u, v in zip(sa, sp)),
+            max(abs(u) for sa in ya for u in sa))
+
+
 def decode_point(a, tmp, procs):
     """Batched decoder steps, 1 then 32 clients, attnd and the Python peer
     (its y checked equal to attnd's on a short sequence first)."""
@@ -237,14 +251,8 @@ def decode_point(a, tmp, procs):
                           r"listening on http://127\.0\.0\.1:(\d+)", "err")
         procs.append(at)
         wait_ready(aport)
-        rnd = random.Random(5)
-        steps = [(struct.pack(f"<{t * decode_http.DM}f",
-                              *[rnd.uniform(-1, 1) for _ in range(t * decode_http.DM)]), t)
-                 for t in (8, 1, 1)]
-        ya, yp = decode_y(aport, steps), decode_y(pyport, steps)
-        diff = max(abs(u - v) for sa, sp in zip(ya, yp) for u, v in zip(sa, sp))
-        scale = max(abs(u) for sa in ya for u in sa)
-        if any(len(sa) != len(sp) for sa, sp in zip(ya, yp)) or diff > 1e-4 * max(scale, 1):
+        diff, scale = peer_y_diff(aport, pyport, "llama", decode_http.DM, 8, 5)
+        if diff > 1e-4 * max(scale, 1):
             sys.exit(f"decode check: the Python peer's y differs from attnd's (max |diff| {diff:g})")
         at.terminate()
         at.wait(timeout=30)
@@ -307,12 +315,8 @@ def small_steps_point(a, repo, pyport, procs):
     wait_ready(aport)
     diff = None
     if pyport:
-        rnd = random.Random(6)
-        steps = [(struct.pack(f"<{t * dm}f", *[rnd.uniform(-1, 1) for _ in range(t * dm)]), t)
-                 for t in (16, 1, 1)]
-        ya, yp = decode_y(aport, steps, "small", dm), decode_y(pyport, steps, "small", dm)
-        diff = max(abs(u - v) for sa, sp in zip(ya, yp) for u, v in zip(sa, sp))
-        if any(len(sa) != len(sp) for sa, sp in zip(ya, yp)) or diff > 1e-5:
+        diff, _ = peer_y_diff(aport, pyport, "small", dm, 16, 6)
+        if diff > 1e-5:
             sys.exit(f"small steps check: the Python peer's y differs from attnd's (max |diff| {diff:g})")
     w0 = demo_work(aport, "small")
     runs = {}

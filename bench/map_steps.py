@@ -21,11 +21,12 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from http_bench import start  # noqa: E402
 
 
 def main():
@@ -35,16 +36,10 @@ def main():
     ap.add_argument("--tokens", default="370,700")
     ap.add_argument("extra", nargs="*", help="more attnd arguments (after --)")
     a = ap.parse_args()
-    p = subprocess.Popen([a.attnd, "--port", "0", "--grpc-port", "0", "--models",
-                          os.path.join(ROOT, "tests/server/fixtures/models")] + a.extra,
-                         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    p, port = start([a.attnd, "--port", "0", "--grpc-port", "0", "--models",
+                     os.path.join(ROOT, "tests/server/fixtures/models")] + a.extra,
+                    r"listening on http://127\.0\.0\.1:(\d+)", "err")
     try:
-        port, deadline = None, time.time() + 30
-        while port is None and time.time() < deadline:
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", p.stderr.readline())
-            port = int(m.group(1)) if m else None
-        if port is None:
-            sys.exit("map_steps: attnd did not start")
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
 
         def post(body):
