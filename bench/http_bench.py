@@ -40,7 +40,10 @@ the same layer served by FastAPI/uvicorn + PyTorch.
    the page's live view steps), one client stepping one sequence (16-token
    prompt, 256 one-token steps), attnd and the Python peer taking turns:
    steps/s, p50, their ratios, and the share of attnd's steps that ran
-   inline on the loop thread (a lone client's).
+   inline on the loop thread (a lone client's). Then attnd's client once
+   more with a second connection open and idle, as a metrics scraper
+   leaves it between scrapes, by default and with --inline-idle-ms 0
+   (every open connection counts): steps/s and the share inline.
 The decode and engine points run --decode-runs times (3), 1 and 32 taking
 turns, and print the median and every run.
 Peak RSS of attnd (VmHWM) is printed at the end. Everything runs on
@@ -347,6 +350,37 @@ def small_steps_point(a, repo, pyport, procs):
               f"{med['python'][1] / med['attnd'][1]:.1f}x lower p50")
     print(f"  attnd's steps run inline on the loop thread (/metrics): "
           f"{100 * (w1[4] - w0[4]) / max(w1[0] - w0[0], 1):.0f}%")
+    for args, what in (([], "default"), (["--inline-idle-ms", "0"], "--inline-idle-ms 0: every open connection counts")):
+        t, share = scraped_steps(a, repo, args, 1000 * (a.decode_runs + 2))
+        print(f"  attnd with a scraper's keep-alive open (one GET /metrics, then 1.2 s idle; {what}): "
+              f"{t:.0f} steps/s, {share:.0f}% inline")
+
+
+def scraped_steps(a, repo, args, seq_base):
+    """The small point's client once more, with a second connection open
+    and idle, as a metrics scraper leaves it between scrapes: steps/s and
+    the share run inline (--inline-idle-ms)."""
+    at, aport = start([a.attnd, "--port", "0", "--grpc-port", "0", "--models", repo] + args,
+                      r"listening on http://127\.0\.0\.1:(\d+)", "err")
+    try:
+        wait_ready(aport)
+        w0 = demo_work(aport, "small")
+        scraper = http.client.HTTPConnection("127.0.0.1", aport, timeout=30)
+        scraper.request("GET", "/metrics")
+        scraper.getresponse().read()
+        time.sleep(1.2)
+        out = subprocess.run([a.client, "--port", str(aport), "--n", "1", "--prompt", "16",
+                              "--steps", str(a.small_steps), "--model", "small", "--d-model", str(SMALL["dm"]),
+                              "--seq-base", str(seq_base)], capture_output=True, text=True, timeout=300)
+        scraper.close()
+        m = re.search(r"tps=([\d.]+)", out.stdout)
+        if out.returncode or not m:
+            sys.exit(f"step_client (small, scraper open): {out.stdout}{out.stderr}")
+        w1 = demo_work(aport, "small")
+        return float(m.group(1)), 100 * (w1[4] - w0[4]) / max(w1[0] - w0[0], 1)
+    finally:
+        at.terminate()
+        at.wait(timeout=30)
 
 
 def engine_point(a, tps):

@@ -104,7 +104,9 @@
     X(busy_poll_us, "busy-poll-us", INT, 300, 0, 100000,                     \
       "after network activity or a finished pool job, the loop thread polls instead of sleeping, and idle pool threads on the other cores spin for new work, for this long while the pool leaves a core free, yielding to any other thread (us; a thread woken on an idle virtual CPU starts late; 0 = sleep at once)") \
     X(inline_conns, "inline-conns", INT, 1, 0, 100000,                       \
-      "while at most this many connections are open (REST and gRPC; a page's long poll on a map not counted) and no other request is in progress, a small request to an idle model (body and outputs up to 64 KiB each, plan under 8 MFLOP), a sequence step too, is decoded, computed and encoded on the loop thread itself, with no hand-off to the pool (0 = always on the pool)") \
+      "while at most this many connections are open (REST and gRPC; a page's long poll on a map and a connection idle for inline-idle-ms not counted) and no other request is in progress, a small request to an idle model (body and outputs up to 64 KiB each, plan under 8 MFLOP), a sequence step too, is decoded, computed and encoded on the loop thread itself, with no hand-off to the pool (0 = always on the pool)") \
+    X(inline_idle_ms, "inline-idle-ms", INT, 1000, 0, 86400000,             \
+      "a connection with no request in progress and none answered for this long (a metrics scraper's or a browser's keep-alive) does not count against inline-conns (ms; 0 = every open connection counts)") \
     X(pool_batch, "pool-batch", INT, 1, 0, 1,                                 \
       "pool threads run as SCHED_BATCH: one woken does not preempt the thread on its CPU, such as the loop that woke it (1; 0 = the default policy, for a node where latency-sensitive processes share the CPUs)") \
     X(log_format, "log-format", STR, "text", 0, 0,                            \

@@ -75,6 +75,27 @@ static int busy(const srv_conn *c)
     return c->req || c->calls;
 }
 
+/* srv_active_conns: the open connections that may send a request soon,
+ * counted up to max + 1 (the caller asks "at most max?"): every one, less
+ * a page's long poll parked on a map (it sends nothing until answered)
+ * and, with inline-idle-ms, one with no request in progress that has had
+ * none for that long (a scraper's or a browser's keep-alive). Walks the
+ * list only when the open ones are more than max. */
+int srv_active_conns(const srv *s, int max)
+{
+    int n = s->n_conns - s->n_waiters;
+    uint64_t now, idle = (uint64_t)s->cfg.inline_idle_ms * 1000000u;
+    const srv_conn *c;
+    if (n <= max || !idle)
+        return n;
+    now = srv_now_ns();
+    n = 0;
+    for (c = s->conns; c && n <= max; c = c->next)
+        if (busy(c) ? !(c->req && c->req->waiting) : now - c->t_wait_ns < idle)
+            n++;
+    return n;
+}
+
 /* evict: the connection count passed max-connections with fresh: close
  * the one waiting longest for its first request head; else the idle
  * keep-alive one waiting longest (it has been served: likely a real

@@ -14,7 +14,8 @@
  * joins the queue after its decode like any other request.
  *
  * Inline: while at most --inline-conns connections are open (1: a lone
- * client; a page following a map in a long poll is not counted) and no
+ * client; a page following a map in a long poll is not counted, nor a
+ * connection idle for --inline-idle-ms, srv_active_conns) and no
  * other request is in progress (a gRPC connection's concurrent streams go
  * to the pool), a solo request runs on the loop
  * thread itself, inside its handler: no hand-off at all, and its
@@ -393,11 +394,12 @@ static void solo_done(uv_work_t *w, int status)
     solo_finish(j);
 }
 
-/* lone: at most conns connections open and no other request in progress,
- * a page's long poll on a map aside (it sends nothing until answered) */
+/* lone: at most conns connections that may send a request soon
+ * (srv_active_conns) and no other request in progress, a page's long poll
+ * on a map aside (it sends nothing until answered) */
 static int lone(const srv *s, int conns)
 {
-    return s->n_conns - s->n_waiters <= conns && s->live_reqs - s->n_waiters <= 1;
+    return s->live_reqs - s->n_waiters <= 1 && srv_active_conns(s, conns) <= conns;
 }
 
 int srv__alone(const srv *s) { return lone(s, 1); }
@@ -571,5 +573,5 @@ int srv_sched_idle(const srv *s) { return s->live_jobs == 0; }
 
 int srv_few_conns(const srv *s)
 {
-    return s->n_conns - s->n_waiters <= (int)s->cfg.inline_conns;
+    return srv_active_conns(s, (int)s->cfg.inline_conns) <= (int)s->cfg.inline_conns;
 }

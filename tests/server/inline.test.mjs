@@ -93,7 +93,8 @@ test('a lone client\'s small requests run inline, with the PyTorch answers and f
 });
 
 test('with a second connection open, or --inline-conns 0, requests go to the pool', async (t) => {
-  for (const args of [[], ['--inline-conns', '0']]) {
+  // the open connection counts however long it stays idle (inline-idle-ms 0)
+  for (const args of [['--inline-idle-ms', '0'], ['--inline-conns', '0']]) {
     const d = await start({ t, ready: false, args });
     const c = client(d.port);
     const idle = connect(d.port, '127.0.0.1');
@@ -101,7 +102,7 @@ test('with a second connection open, or --inline-conns 0, requests go to the poo
       await new Promise((res, rej) => { idle.once('connect', res); idle.once('error', rej); });
       await ready(d, c);
       assert.equal(await openConns(c), 2);
-      if (args.length) { // with 0, one connection is not enough either
+      if (args[0] === '--inline-conns') { // with 0, one connection is not enough either
         idle.destroy();
         const until = Date.now() + 5000 * SLOW;
         while (await openConns(c) !== 1) {
@@ -116,6 +117,32 @@ test('with a second connection open, or --inline-conns 0, requests go to the poo
       c.close();
       assert.equal((await d.stop()).code, 0);
     } catch (e) { idle.destroy(); c.close(); await d.stop('SIGKILL'); throw e; }
+  }
+});
+
+test('a keep-alive connection idle for --inline-idle-ms does not count against --inline-conns', async (t) => {
+  // a scraper's keep-alive (one request answered, then idle) and a socket
+  // that never sent a byte: open but idle longer than 300 ms, neither
+  // holds the lone client's requests on the pool; with 0 both count
+  for (const idleMs of ['300', '0']) {
+    const d = await start({ t, ready: false, args: ['--inline-idle-ms', idleMs] });
+    const c = client(d.port);
+    const scraper = client(d.port);
+    const silent = connect(d.port, '127.0.0.1');
+    try {
+      await new Promise((res, rej) => { silent.once('connect', res); silent.once('error', rej); });
+      await ready(d, c);
+      assert.equal((await scraper.call('GET', '/metrics')).status, 200);
+      assert.equal(await openConns(c), 3);
+      await new Promise((res) => setTimeout(res, 700));
+      const n = await checkAll(c);
+      assert.equal(await openConns(c), 3, 'the idle connections are still open');
+      assert.equal(await inlineCount(c, 'tiny'), idleMs === '0' ? 0 : n, `--inline-idle-ms ${idleMs}`);
+      silent.destroy();
+      scraper.close();
+      c.close();
+      assert.equal((await d.stop()).code, 0);
+    } catch (e) { silent.destroy(); scraper.close(); c.close(); await d.stop('SIGKILL'); throw e; }
   }
 });
 
