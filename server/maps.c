@@ -366,9 +366,10 @@ static int grown_args(const maps__entry *old, int t0, const maps_put_args *a,
         for (i = 0; i < t0; i++)
             memcpy(dst + (size_t)i * S, src + (size_t)i * (size_t)os,
                    (size_t)(os < a->s ? os : a->s) * sizeof(float));
-        memcpy(dst + (size_t)t0 * S,
-               a->attention + (size_t)k * (size_t)a->t * S,
-               (size_t)a->t * S * sizeof(float));
+        if (a->t)
+            memcpy(dst + (size_t)t0 * S,
+                   a->attention + (size_t)k * (size_t)a->t * S,
+                   (size_t)a->t * S * sizeof(float));
     }
     memset(g, 0, sizeof *g);
     g->model = old->info.model;
@@ -379,7 +380,7 @@ static int grown_args(const maps__entry *old, int t0, const maps_put_args *a,
     g->attention = *att;
     g->causal = old->info.causal;
     g->dk = old->info.dk;
-    if (old->n_labels == old->info.t || a->n_tokens == a->t) {
+    if (old->n_labels == old->info.t || (a->t && a->n_tokens == a->t)) {
         *labels = malloc(T * sizeof(char *));
         if (!*labels)
             return ATTN_ENOMEM;
@@ -410,8 +411,8 @@ int maps_grow(maps_store *st, const char *id, int t0, const maps_put_args *a,
         return ATTN_ENOTFOUND;
     }
     if (old->info.b != 1 || old->info.h != a->h || t0 < 0 ||
-        t0 > old->info.t || a->b != 1 || a->t < 1 ||
-        (long long)a->s != (long long)t0 + a->t || !a->attention ||
+        t0 > old->info.t || a->b != 1 || a->t < 0 ||
+        (long long)a->s != (long long)t0 + a->t || (a->t && !a->attention) ||
         (a->n_tokens != 0 && a->n_tokens != a->t)) {
         snprintf(err, ATTN_ERRMAX, "map %s: rows [%d, %d) x %d keys do not "
                  "extend a [%d, %d, %d, %d] map", id, t0, t0 + a->t, a->s,
@@ -448,6 +449,30 @@ int maps_grow(maps_store *st, const char *id, int t0, const maps_put_args *a,
     pthread_mutex_unlock(&st->lock);
     maps__release(old);
     return 0;
+}
+
+int maps_cut(maps_store *st, const char *id, int t0)
+{
+    maps_info info;
+    maps_put_args a;
+    if (maps_info_get(st, id, &info) != 0)
+        return ATTN_ENOTFOUND;
+    if (info.t == t0 && info.s == t0)
+        return 0;
+    memset(&a, 0, sizeof a);
+    a.b = 1, a.h = info.h, a.t = 0, a.s = t0;
+    return maps_grow(st, id, t0, &a, NULL);
+}
+
+void maps_drop(maps_store *st, const char *id)
+{
+    maps__entry *p;
+    pthread_mutex_lock(&st->lock);
+    for (p = st->newest; p && strcmp(p->info.id, id) != 0; p = p->older)
+        ;
+    if (p)
+        unlink_entry(st, p);
+    pthread_mutex_unlock(&st->lock);
 }
 
 int maps_put(maps_store *st, const maps_put_args *a, char *id_out,

@@ -111,6 +111,13 @@ int maps_put(maps_store *st, const maps_put_args *a, char *id_out,
 int maps_grow(maps_store *st, const char *id, int t0, const maps_put_args *a,
               char *err);
 
+/* maps_cut: id keeps its first t0 rows over t0 keys (those it had before
+ * a step that failed after growing it); maps_grow with no new rows, a
+ * no-op when it has just those. maps_drop: id leaves the store (a failed
+ * sequence start's new map). Any thread. */
+int maps_cut(maps_store *st, const char *id, int t0);
+void maps_drop(maps_store *st, const char *id);
+
 /* maps_stats: bytes in use, the budget, entries held, entries evicted so
  * far (for /metrics). Any of the pointers may be NULL. */
 void maps_stats(maps_store *st, size_t *used, size_t *max_bytes,

@@ -395,6 +395,15 @@ void srv_seq_step_end(srv_step *st, int ok)
             attn_kv_free(&st->fresh);
         else if (st->bound)
             attn_kv_trim(st->kv);
+        /* a step that failed after its encoding grew the map (a deadline
+         * while it ran): the map loses its rows too, so a page following
+         * it shows only steps that were answered */
+        if (st->bound && st->map_id[0] && q->s->maps) {
+            if (st->start)
+                maps_drop(q->s->maps, st->map_id);
+            else
+                maps_cut(q->s->maps, st->map_id, st->t0);
+        }
     } else {
         attn_kv_advance(st->kv, st->t);
         if (st->start) {

@@ -334,18 +334,23 @@ test('a lone client\'s step whose retained map is over 1 MiB runs on the pool, r
   } catch (e) { c.close(); await d.stop('SIGKILL'); throw e; }
 });
 
-test('an inline sequence step that outlasts its deadline answers 504, and the sequence did not start', async (t) => {
-  // a model of eight heads of one dimension: its attention is all
-  // softmax, slow for its flops. A 440-token prompt is 7.7 MFLOP, one
-  // job's worth, run on the loop; it takes 1.7-4 ms here, past
-  // --deadline-ms 1 when it is done
-  const T = 440, D = 8;
-  const dir = modelsDir();
+// A model of eight heads of one dimension ("h1"): its attention is all
+// softmax, slow for its flops. 440 tokens are 7.7 MFLOP, one job's worth,
+// and take 1.7-4 ms here: past --deadline-ms 1 when they are done.
+const H1_T = 440, H1_D = 8;
+function h1Dir() {
+  const D = H1_D, dir = modelsDir();
   const w = () => [[D, D], Array.from({ length: D * D }, (_, i) => (((i * 37) % 17) - 8) / 16)];
   mkdirSync(join(dir, 'h1'));
   writeFileSync(join(dir, 'h1', 'model.safetensors'), safetensors({ W_q: w(), W_k: w(), W_v: w(), W_o: w() }));
   writeFileSync(join(dir, 'h1', 'config.json'), JSON.stringify({ n_heads: D, causal: true }));
-  const x = Array.from({ length: T * D }, (_, i) => (((i * 7919) % 1000) - 500) / 1000);
+  return dir;
+}
+const h1X = (T) => Array.from({ length: T * H1_D }, (_, i) => (((i * 7919) % 1000) - 500) / 1000);
+
+test('an inline sequence step that outlasts its deadline answers 504, and the sequence did not start', async (t) => {
+  // a 440-token prompt on h1 runs on the loop
+  const T = H1_T, D = H1_D, dir = h1Dir(), x = h1X(T);
   const d = await start({ t, dir, ready: false, args: ['--deadline-ms', '1'] });
   const c = client(d.port);
   try {
@@ -371,6 +376,61 @@ test('an inline sequence step that outlasts its deadline answers 504, and the se
     // pass 1 ms, and such a step is answered before its batch runs)
     const n = await inlineCount(c, 'h1'), ok = statuses.filter((st) => st === 200).length;
     assert.ok(n <= 5 && n >= ok + (SLOW > 1 ? 0 : 1), `${n} of 5 ran inline, ${ok} answered 200`);
+    c.close();
+    assert.equal((await d.stop()).code, 0);
+  } catch (e) { c.close(); await d.stop('SIGKILL'); throw e; }
+});
+
+test('a retained step answered 504 after it ran takes its rows out of the map', async (t) => {
+  // a 1-token start keeps a map; a 440-token step on h1 (its map is over
+  // 1 MiB: the pool's) outlasts --deadline-ms 1, answers 504 while it
+  // runs, and then grows the map as it is encoded. Once it has ended the
+  // map has its start's row alone again, and the next step grows it from
+  // there: the map of one stateless causal request over the tokens kept.
+  const T = H1_T, D = H1_D, dir = h1Dir(), x = h1X(T + 2);
+  const d = await start({ t, dir, ready: false, args: ['--deadline-ms', '1'] });
+  const c = client(d.port);
+  const count = () => metric(c, /^attnd_inference_count_total\{model="h1",version="1"\} (\d+)$/m);
+  const shape = async (id) => (await c.call('GET', `/v2/maps/${id}`)).json.shape;
+  try {
+    await ready(d, c);
+    let cut = 0;
+    for (let i = 0; i < 8 && cut < 2; i++) {
+      const id = `cut${i}`, first = step(id, x.slice(0, D), 1, true, false);
+      first.parameters.retain = true;
+      const began = await c.call('POST', '/v2/models/h1/infer', first);
+      if (began.status !== 200) continue; // under a sanitizer even this may be late
+      const map = began.json.parameters.map_id;
+      assert.deepEqual(await shape(map), [1, D, 1, 1]);
+      const before = await count();
+      const big = await c.call('POST', '/v2/models/h1/infer', step(id, x.slice(D, (T + 1) * D), T, false, false));
+      if (big.status === 200) continue; // a machine fast enough for 1 ms
+      assert.equal(big.status, 504, big.text);
+      const until = Date.now() + 10000 * SLOW;
+      while (await metric(c, /^attnd_pool_jobs (\d+)$/m) !== 0) {
+        assert.ok(Date.now() < until, 'the late step never ended');
+        await new Promise((res) => setTimeout(res, 5));
+      }
+      if (await count() === before) continue; // late in its decode: never ran
+      cut++;
+      assert.deepEqual(await shape(map), [1, D, 1, 1], 'the late step\'s rows stayed in the map');
+      // the sequence goes on from its first token: row 1 of a stateless
+      // causal request over tokens 0 and 441
+      const x2 = [...x.slice(0, D), ...x.slice((T + 1) * D, (T + 2) * D)];
+      const next = await c.call('POST', '/v2/models/h1/infer', step(id, x2.slice(D), 1, false, true));
+      if (next.status !== 200) continue;
+      assert.deepEqual(await shape(map), [1, D, 2, 2]);
+      const ref = await c.call('POST', '/v2/models/h1/infer', {
+        inputs: [fp32('x', [1, 2, D], x2)], outputs: [{ name: 'attention' }] });
+      assert.equal(ref.status, 200, ref.text);
+      assert.deepEqual(ref.json.outputs[0].shape, [1, D, 2, 2]);
+      for (let h = 0; h < D; h++) {
+        const got = await c.call('GET', `/v2/maps/${map}/attention?b=0&h=${h}`);
+        assert.equal(got.status, 200, got.text);
+        assert.ok(maxDiff(got.json.data, ref.json.outputs[0].data.slice(h * 4, h * 4 + 4)) < 1e-6, `head ${h}`);
+      }
+    }
+    assert.ok(cut > 0, 'no late step ran (each was late in its decode or on time)');
     c.close();
     assert.equal((await d.stop()).code, 0);
   } catch (e) { c.close(); await d.stop('SIGKILL'); throw e; }

@@ -132,6 +132,38 @@ START_TEST(test_grow_sequence_map)
     ck_assert_int_eq(maps_grow(st, "m999-000000", 0, &a, err), ATTN_ENOTFOUND);
     ck_assert_int_eq(maps_info_get(st, id, &info), 0);
     ck_assert_int_eq(info.t, 5);
+    /* a step that failed after growing it: cut back to its first 3 rows
+     * over 3 keys, the cells and labels those rows had */
+    ck_assert_int_eq(maps_cut(st, id, 3), 0);
+    ck_assert_int_eq(maps_cut(st, id, 3), 0); /* nothing to cut */
+    ck_assert_int_eq(maps_info_get(st, id, &info), 0);
+    ck_assert_int_eq(info.t, 3);
+    ck_assert_int_eq(info.s, 3);
+    ck_assert_int_eq(info.causal, 1);
+    for (k = 0; k < 2; k++) {
+        ck_assert_int_eq(maps_slice(st, id, 0, k, 0, &out, &rows, &cols, NULL,
+                                    NULL, err), 0);
+        ck_assert_int_eq(rows, 3);
+        ck_assert_int_eq(cols, 3);
+        for (i = 0; i < 3; i++)
+            for (j = 0; j < 3; j++)
+                ck_assert_float_eq(out[i * 3 + j], j <= (i < 2 ? 1 : 2) ? CELL(k, i, j) : 0.0f);
+        free(out);
+    }
+    {
+        maps__entry *e = maps__acquire(st, id);
+        ck_assert_int_eq(e->n_labels, 3);
+        ck_assert_str_eq(e->labels + e->label_off[0], "a");
+        ck_assert_str_eq(e->labels + e->label_off[2], "");
+        maps__release(e);
+    }
+    ck_assert_int_eq(maps_cut(st, id, 4), ATTN_EINVAL); /* past its rows */
+    ck_assert_int_eq(maps_cut(st, "m999-000000", 1), ATTN_ENOTFOUND);
+    /* a failed start's map leaves the store; the other map stays */
+    maps_drop(st, id);
+    maps_drop(st, id);
+    ck_assert_int_eq(maps_info_get(st, id, &info), ATTN_ENOTFOUND);
+    ck_assert_int_eq(maps_info_get(st, id2, &info), 0);
 #undef CELL
     maps_store_destroy(st);
 }
