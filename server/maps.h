@@ -114,7 +114,8 @@ int maps_grow(maps_store *st, const char *id, int t0, const maps_put_args *a,
 /* maps_cut: id keeps its first t0 rows over t0 keys (those it had before
  * a step that failed after growing it); maps_grow with no new rows, a
  * no-op when it has just those. maps_drop: id leaves the store (a failed
- * sequence start's new map). Any thread. */
+ * sequence start's new map). Any thread, but not while the same id
+ * grows. */
 int maps_cut(maps_store *st, const char *id, int t0);
 void maps_drop(maps_store *st, const char *id);
 

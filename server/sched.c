@@ -158,6 +158,7 @@ static void on_deadline(uv_timer_t *t)
              j->deadline_ms, j->deadline_ms < j->s->cfg.deadline_ms
                                  ? "the client's deadline" : "deadline-ms");
     srv__job_answer(j, 504, msg);
+    atomic_store(&j->step.late, 1); /* a running step grows no map now */
     if (j->state == J_QUEUED) {
         srv__job_unqueue(j);
         srv__job_end(j);

@@ -396,8 +396,10 @@ void srv_seq_step_end(srv_step *st, int ok)
         else if (st->bound)
             attn_kv_trim(st->kv);
         /* a step that failed after its encoding grew the map (a deadline
-         * while it ran): the map loses its rows too, so a page following
-         * it shows only steps that were answered */
+         * that came when it was encoded; one that came before keeps the
+         * encoding from growing it, st->late): the map loses its rows
+         * too, so a page following it shows only steps that were
+         * answered */
         if (st->bound && st->map_id[0] && q->s->maps) {
             if (st->start)
                 maps_drop(q->s->maps, st->map_id);

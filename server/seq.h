@@ -79,6 +79,8 @@ typedef struct srv_step {
     int starting;            /* counted in n_starting (a new sequence) */
     int t0;                  /* tokens held before this step */
     char map_id[MAPS_ID_MAX]; /* the sequence's map; after encode, its id */
+    atomic_int late;         /* answered 504 (loop): its encoding (pool)
+                                grows no map */
     struct srv_step *prev, *next;
 } srv_step;
 

@@ -230,7 +230,7 @@ int srv_seq_encode(srv_step *st, const char *model_name, maps_store *maps,
     oip_output outs[SRV_O_N];
     char extra[MAPS_ID_MAX + 96];
     int rc, n = srv_prep_outputs(p, req, outs);
-    if (maps && keeps_map(st))
+    if (maps && keeps_map(st) && !atomic_load(&st->late))
         grow_map(st, model_name, maps);
     else if (st->start)
         st->map_id[0] = 0;

@@ -232,7 +232,8 @@ test('a lone client\'s sequence steps run inline too, each row PyTorch\'s causal
   // being the client's own it must not hold the step back.
   const ref = REFS.causal, D = ref.shape[2], T = ref.shape[1];
   for (const second of [false, true]) {
-    const d = await start({ t, ready: false });
+    // the second connection counts however long it stays idle
+    const d = await start({ t, ready: false, args: second ? ['--inline-idle-ms', '0'] : [] });
     const c = client(d.port);
     const idle = second ? connect(d.port, '127.0.0.1') : null;
     try {
@@ -383,10 +384,10 @@ test('an inline sequence step that outlasts its deadline answers 504, and the se
 
 test('a retained step answered 504 after it ran takes its rows out of the map', async (t) => {
   // a 1-token start keeps a map; a 440-token step on h1 (its map is over
-  // 1 MiB: the pool's) outlasts --deadline-ms 1, answers 504 while it
-  // runs, and then grows the map as it is encoded. Once it has ended the
-  // map has its start's row alone again, and the next step grows it from
-  // there: the map of one stateless causal request over the tokens kept.
+  // 1 MiB: the pool's) outlasts --deadline-ms 1 and answers 504 while it
+  // runs, and its encoding would grow the map. Once it has ended the map
+  // has its start's row alone, and the next step grows it from there:
+  // the map of one stateless causal request over the tokens kept.
   const T = H1_T, D = H1_D, dir = h1Dir(), x = h1X(T + 2);
   const d = await start({ t, dir, ready: false, args: ['--deadline-ms', '1'] });
   const c = client(d.port);
