@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 import unittest
+import http.client
 import urllib.request
 
 import grpc
@@ -624,6 +625,40 @@ class Inline(unittest.TestCase):
                 self.assertRegex(metrics, r'attnd_inference_inline_count_total\{model="%s",version="1"\} 2\n' % m)
         finally:
             self.assertEqual(d.stop(), 0, d.log)
+
+
+    def test_idle_channel_does_not_count(self):
+        """A gRPC channel with no call in flight for --inline-idle-ms does
+        not keep a lone REST client's requests off the loop thread: they
+        run inline beside it, with the right numbers. With 0 the channel
+        counts, as every open connection does, and they go to the pool."""
+        k = REFS["self"]
+        body = json.dumps({"inputs": [{"name": "x", "datatype": "FP32",
+                                       "shape": k["shape"], "data": k["x"]}]})
+        for idle_ms, want in (("300", 3), ("0", 0)):
+            d = Attnd("--inline-idle-ms", idle_ms)
+            try:
+                # one keep-alive REST connection beside the channel, whose
+                # last call (ServerReady) is then 0.6 s old
+                c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=30)
+                time.sleep(0.6)
+                for _ in range(3):
+                    c.request("POST", "/v2/models/tiny/infer", body,
+                              {"Content-Type": "application/json"})
+                    r = c.getresponse()
+                    self.assertEqual(r.status, 200)
+                    y = json.loads(r.read())["outputs"][0]["data"]
+                    self.assertLess(max_diff(y, k["y"]), 1e-5)
+                c.request("GET", "/metrics")
+                metrics = c.getresponse().read().decode()
+                c.close()
+                def value(name):
+                    return int(re.search(r"^%s (\d+)$" % name, metrics, re.M).group(1))
+                self.assertEqual(value("attnd_open_connections"), 2)
+                self.assertEqual(value(r'attnd_inference_inline_count_total\{model="tiny",version="1"\}'), want,
+                                 f"--inline-idle-ms {idle_ms}")
+            finally:
+                self.assertEqual(d.stop(), 0, d.log)
 
 
 class Limits(unittest.TestCase):
