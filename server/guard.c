@@ -89,11 +89,42 @@ int srv_active_conns(const srv *s, int max)
     if (n <= max || !idle)
         return n;
     now = srv_now_ns();
-    n = 0;
-    for (c = s->conns; c && n <= max; c = c->next)
-        if (busy(c) ? !(c->req && c->req->waiting) : now - c->t_wait_ns < idle)
-            n++;
+    n = s->n_busy - s->n_waiters;
+    /* the idle ones stand in the list newest first (to_head): past the
+     * first that has idled too long, all have */
+    for (c = s->conns; c && n <= max; c = c->next) {
+        if (busy(c))
+            continue;
+        if (now - c->t_wait_ns >= idle)
+            break;
+        n++;
+    }
     return n;
+}
+
+/* to_head: c has just become idle (t_wait_ns now): first in the list, so
+ * the list's idle connections stay in the order they became idle. */
+static void to_head(srv *s, srv_conn *c)
+{
+    if (!c->linked || s->conns == c)
+        return;
+    c->prev->next = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    c->prev = NULL;
+    c->next = s->conns;
+    s->conns->prev = c;
+    s->conns = c;
+}
+
+/* went_idle: c's last request or call is over */
+static void went_idle(srv_conn *c)
+{
+    c->t_wait_ns = srv_now_ns();
+    if (c->linked) {
+        c->s->n_busy--;
+        to_head(c->s, c);
+    }
 }
 
 /* evict: the connection count passed max-connections with fresh: close
@@ -121,6 +152,7 @@ static void evict(srv *s, srv_conn *fresh)
 
 void srv_guard_add(srv *s, srv_conn *c)
 {
+    c->s = s;
     c->t_wait_ns = srv_now_ns();
     c->prev = NULL;
     c->next = s->conns;
@@ -137,6 +169,7 @@ void srv_guard_remove(srv *s, srv_conn *c)
 {
     if (!c->linked) /* never added, or the list is gone (srv_guard_stop) */
         return;
+    s->n_busy -= busy(c);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -149,6 +182,8 @@ void srv_guard_remove(srv *s, srv_conn *c)
 
 void srv_guard_call_begin(srv_conn *c)
 {
+    if (!busy(c) && c->linked)
+        c->s->n_busy++;
     c->calls++;
     c->served++;
 }
@@ -156,7 +191,7 @@ void srv_guard_call_begin(srv_conn *c)
 void srv_guard_call_end(srv_conn *c)
 {
     if (--c->calls == 0)
-        c->t_wait_ns = srv_now_ns();
+        went_idle(c);
 }
 
 void srv_guard_notify(void *cls, struct MHD_Connection *conn, void **ctx,
@@ -191,6 +226,8 @@ void srv_guard_begin(srv_req *r)
         MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     srv_conn *c = ci ? ci->socket_context : NULL;
     if (c) {
+        if (!busy(c) && c->linked)
+            c->s->n_busy++;
         c->req = r;
         r->c = c;
     }
@@ -198,11 +235,13 @@ void srv_guard_begin(srv_req *r)
 
 void srv_guard_end(srv_req *r)
 {
-    if (r->c) {
-        r->c->req = NULL;
-        r->c->served++;
-        r->c->t_wait_ns = srv_now_ns();
+    srv_conn *c = r->c;
+    if (c) {
+        c->req = NULL;
+        c->served++;
         r->c = NULL;
+        if (!busy(c))
+            went_idle(c);
     }
 }
 
@@ -295,4 +334,5 @@ void srv_guard_stop(srv *s)
     }
     s->conns = NULL;
     s->n_conns = 0;
+    s->n_busy = 0;
 }

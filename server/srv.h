@@ -260,6 +260,7 @@ struct srv {
     /* guard.c */
     srv_conn *conns;       /* open connections */
     int n_conns;
+    int n_busy;            /* of them with a request or call in progress */
     int n_evicted;         /* since the last sweep (logged there) */
     uv_timer_t guard_timer;
     size_t mem_used;       /* of memory-budget */
@@ -306,6 +307,7 @@ struct srv_conn {
     /* gRPC: ends the calls whose message comes slower than min-body-rate
      * once grace has passed since its first byte; returns how many */
     int (*slow)(srv_conn *c, uint64_t now, uint64_t grace);
+    srv *s;             /* set by srv_guard_add */
     srv_conn *prev, *next;
 };
 /* srv_guard_add: count c (fd set) and start its header-timeout; past

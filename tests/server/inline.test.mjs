@@ -146,6 +146,44 @@ test('a keep-alive connection idle for --inline-idle-ms does not count against -
   }
 });
 
+test('an idle connection counts again once it is answered, wherever it stands among the idle ones', async (t) => {
+  // the scraper connects first and the silent socket after it; both idle
+  // past the window, then the scraper asks again: it counts (the lone
+  // client's request goes to the pool) until it has idled once more
+  const d = await start({ t, ready: false, args: ['--inline-idle-ms', '1500'] });
+  const c = client(d.port);
+  const scraper = client(d.port);
+  let silent = null;
+  const one = async () => {
+    const cl = REFS.clients[0];
+    const r = await c.call('POST', '/v2/models/tiny/infer', { inputs: [fp32('x', cl.shape, cl.x)] });
+    assert.equal(r.status, 200, r.text);
+    assert.ok(maxDiff(r.json.outputs[0].data, cl.y) < 1e-5);
+  };
+  const idle = () => new Promise((res) => setTimeout(res, 1700));
+  try {
+    await waitReady(d, async () => (await scraper.call('GET', '/v2/health/ready').catch(() => null))?.status === 200);
+    silent = connect(d.port, '127.0.0.1');
+    await new Promise((res, rej) => { silent.once('connect', res); silent.once('error', rej); });
+    await ready(d, c);
+    assert.equal(await openConns(c), 3);
+    await idle();
+    await one();
+    assert.equal(await inlineCount(c, 'tiny'), 1, 'both idle: inline');
+    await idle();
+    assert.equal((await scraper.call('GET', '/metrics')).status, 200);
+    await one();
+    assert.equal(await inlineCount(c, 'tiny'), 1, 'the scraper just answered: on the pool');
+    await idle();
+    await one();
+    assert.equal(await inlineCount(c, 'tiny'), 2, 'idle again: inline');
+    silent.destroy();
+    scraper.close();
+    c.close();
+    assert.equal((await d.stop()).code, 0);
+  } catch (e) { silent?.destroy(); scraper.close(); c.close(); await d.stop('SIGKILL'); throw e; }
+});
+
 test('a lone request too large for one job, or with large outputs, queues for the pool and is answered', async (t) => {
   // sdpa with T = S = 2000, d_k = 1: a 24 kB body, 16 MFLOP (over one
   // job's 8). q = 0 gives every key the same weight: output = mean of v.
