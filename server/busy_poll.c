@@ -139,7 +139,7 @@ void srv_busy_poll_touch(srv *s)
     if (pool_has_room(s)) {
         uv_idle_start(&s->busy_idle, on_busy_idle); /* no-op when active */
         /* a lone client's inline requests need no pool */
-        if (s->warm && !(s->inline_last && srv_few_conns(s)))
+        if (s->warm && !(s->inline_last && srv_conns_at_most(s, (int)s->cfg.inline_conns)))
             warm_up(s);
     }
 }

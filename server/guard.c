@@ -75,38 +75,49 @@ static int busy(const srv_conn *c)
     return c->req || c->calls;
 }
 
-/* srv_active_conns: the open connections that may send a request soon,
- * counted up to max + 1 (the caller asks "at most max?"): every one, less
- * a page's long poll parked on a map (it sends nothing until answered)
- * and, with inline-idle-ms, one with no request in progress that has had
- * none for that long (a scraper's or a browser's keep-alive). Walks the
- * list only when the open ones are more than max. */
-int srv_active_conns(const srv *s, int max)
+/* srv_conns_at_most: are at most max open connections likely to send a
+ * request soon? Every one counts but a page's long poll parked on a map
+ * (it sends nothing until answered) and, with inline-idle-ms, one with no
+ * request in progress that has had none for that long (a scraper's or a
+ * browser's keep-alive). Those in progress are counted (n_busy); the idle
+ * ones stand in the list newest first (went_idle), so only the fresh ones
+ * are walked, and only when more than max are open. */
+int srv_conns_at_most(const srv *s, int max)
 {
-    int n = s->n_conns - s->n_waiters;
     uint64_t now, idle = (uint64_t)s->cfg.inline_idle_ms * 1000000u;
+    int n = s->n_conns - s->n_waiters;
     const srv_conn *c;
     if (n <= max || !idle)
-        return n;
+        return n <= max;
     now = srv_now_ns();
     n = s->n_busy - s->n_waiters;
-    /* the idle ones stand in the list newest first (to_head): past the
-     * first that has idled too long, all have */
-    for (c = s->conns; c && n <= max; c = c->next) {
-        if (busy(c))
-            continue;
-        if (now - c->t_wait_ns >= idle)
-            break;
-        n++;
-    }
-    return n;
+    for (c = s->conns; c && n <= max; c = c->next)
+        if (!busy(c)) {
+            if (now - c->t_wait_ns >= idle)
+                break; /* and every idle one after it */
+            n++;
+        }
+    return n <= max;
 }
 
-/* to_head: c has just become idle (t_wait_ns now): first in the list, so
- * the list's idle connections stay in the order they became idle. */
-static void to_head(srv *s, srv_conn *c)
+/* went_busy: c's request or call begins; went_idle: its last one is
+ * over, and c moves to the front of the list, so the idle connections
+ * stand in the order they became idle. A connection off the list (after
+ * srv_guard_stop) is not counted. */
+static void went_busy(srv_conn *c)
 {
-    if (!c->linked || s->conns == c)
+    if (!busy(c) && c->linked)
+        c->s->n_busy++;
+}
+
+static void went_idle(srv_conn *c)
+{
+    srv *s = c->s;
+    c->t_wait_ns = srv_now_ns();
+    if (!c->linked)
+        return;
+    s->n_busy--;
+    if (s->conns == c)
         return;
     c->prev->next = c->next;
     if (c->next)
@@ -115,16 +126,6 @@ static void to_head(srv *s, srv_conn *c)
     c->next = s->conns;
     s->conns->prev = c;
     s->conns = c;
-}
-
-/* went_idle: c's last request or call is over */
-static void went_idle(srv_conn *c)
-{
-    c->t_wait_ns = srv_now_ns();
-    if (c->linked) {
-        c->s->n_busy--;
-        to_head(c->s, c);
-    }
 }
 
 /* evict: the connection count passed max-connections with fresh: close
@@ -182,8 +183,7 @@ void srv_guard_remove(srv *s, srv_conn *c)
 
 void srv_guard_call_begin(srv_conn *c)
 {
-    if (!busy(c) && c->linked)
-        c->s->n_busy++;
+    went_busy(c);
     c->calls++;
     c->served++;
 }
@@ -226,8 +226,7 @@ void srv_guard_begin(srv_req *r)
         MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     srv_conn *c = ci ? ci->socket_context : NULL;
     if (c) {
-        if (!busy(c) && c->linked)
-            c->s->n_busy++;
+        went_busy(c);
         c->req = r;
         r->c = c;
     }

@@ -15,7 +15,7 @@
  *
  * Inline: while at most --inline-conns connections are open (1: a lone
  * client; a page following a map in a long poll is not counted, nor a
- * connection idle for --inline-idle-ms, srv_active_conns) and no
+ * connection idle for --inline-idle-ms, srv_conns_at_most) and no
  * other request is in progress (a gRPC connection's concurrent streams go
  * to the pool), a solo request runs on the loop
  * thread itself, inside its handler: no hand-off at all, and its
@@ -396,11 +396,11 @@ static void solo_done(uv_work_t *w, int status)
 }
 
 /* lone: at most conns connections that may send a request soon
- * (srv_active_conns) and no other request in progress, a page's long poll
- * on a map aside (it sends nothing until answered) */
+ * (srv_conns_at_most) and no other request in progress, a page's long
+ * poll on a map aside (it sends nothing until answered) */
 static int lone(const srv *s, int conns)
 {
-    return s->live_reqs - s->n_waiters <= 1 && srv_active_conns(s, conns) <= conns;
+    return s->live_reqs - s->n_waiters <= 1 && srv_conns_at_most(s, conns);
 }
 
 int srv__alone(const srv *s) { return lone(s, 1); }
@@ -571,8 +571,3 @@ void srv_sched_expire(srv *s)
 }
 
 int srv_sched_idle(const srv *s) { return s->live_jobs == 0; }
-
-int srv_few_conns(const srv *s)
-{
-    return srv_active_conns(s, (int)s->cfg.inline_conns) <= (int)s->cfg.inline_conns;
-}

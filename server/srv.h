@@ -317,10 +317,9 @@ void srv_guard_remove(srv *s, srv_conn *c);
 /* a gRPC call's HEADERS are complete / the call is gone */
 void srv_guard_call_begin(srv_conn *c);
 void srv_guard_call_end(srv_conn *c);
-/* srv_active_conns: open connections that may send a request soon (not a
- * parked maps long poll, nor one idle for inline-idle-ms), counted up to
- * max + 1. */
-int srv_active_conns(const srv *s, int max);
+/* srv_conns_at_most: at most max open connections that may send a request
+ * soon (not a parked maps long poll, nor one idle for inline-idle-ms)? */
+int srv_conns_at_most(const srv *s, int max);
 void srv_guard_notify(void *cls, struct MHD_Connection *conn, void **ctx,
                       enum MHD_ConnectionNotificationCode toe);
 void srv_guard_begin(srv_req *r); /* r's head arrived */
@@ -380,9 +379,6 @@ void srv_sched_detach(srv_req *r); /* the request goes away (completion) */
 void srv_sched_drain(srv *s);      /* SIGTERM: flush queues now */
 void srv_sched_expire(srv *s);     /* drain timeout: fail the queued */
 int srv_sched_idle(const srv *s);
-/* srv_few_conns: at most --inline-conns connections that may send a
- * request soon (srv_active_conns) */
-int srv_few_conns(const srv *s);
 
 /* metrics.c */
 void srv_h_metrics(srv_req *r);
