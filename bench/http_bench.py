@@ -308,14 +308,13 @@ def small_steps_point(a, repo, pyport, procs):
     then a.small_steps one-token steps, binary), attnd against the Python
     peer, taking turns a.decode_runs times (median); the peer's y checked
     equal to attnd's first. Prints steps/s, p50 and the share of attnd's
-    steps that ran inline on the loop thread."""
+    steps that ran inline on the loop thread; then the same with a
+    scraper's idle connection open (scraped_steps)."""
     if not a.small_steps:
         return
     dm = SMALL["dm"]
-    at, aport = start([a.attnd, "--port", "0", "--grpc-port", "0", "--models", repo],
-                      r"listening on http://127\.0\.0\.1:(\d+)", "err")
+    at, aport = start_small(a, repo, [])
     procs.append(at)
-    wait_ready(aport)
     diff = None
     if pyport:
         diff, _ = peer_y_diff(aport, pyport, "small", dm, 16, 6)
@@ -325,17 +324,9 @@ def small_steps_point(a, repo, pyport, procs):
     runs = {}
     for r in range(a.decode_runs):
         for who, port in (("attnd", aport), ("python", pyport)):
-            if not port:
-                continue
-            out = subprocess.run([a.client, "--port", str(port), "--n", "1", "--prompt", "16",
-                                  "--steps", str(a.small_steps), "--model", "small", "--d-model", str(dm),
-                                  "--seq-base", str(1000 * (r + 1))],
-                                 capture_output=True, text=True, timeout=300)
-            m = re.search(r"tps=([\d.]+) p50_ms=([\d.]+)", out.stdout)
-            if out.returncode or not m:
-                sys.exit(f"step_client {who} (small): {out.stdout}{out.stderr}")
-            runs.setdefault(who, []).append((float(m.group(1)), float(m.group(2))))
-    w1 = demo_work(aport, "small")
+            if port:
+                runs.setdefault(who, []).append(small_client(a, port, 1000 * (r + 1), who))
+    share = inline_share(w0, demo_work(aport, "small"))
     at.terminate()
     at.wait(timeout=30)
     print(f"\nsmall decoder steps: d_model {dm}, H {SMALL['h']}, H_kv {SMALL['hkv']}, 16-token prompt, "
@@ -348,36 +339,52 @@ def small_steps_point(a, repo, pyport, procs):
     if "python" in med:
         print(f"  attnd/python: {med['attnd'][0] / med['python'][0]:.1f}x the steps/s, "
               f"{med['python'][1] / med['attnd'][1]:.1f}x lower p50")
-    print(f"  attnd's steps run inline on the loop thread (/metrics): "
-          f"{100 * (w1[4] - w0[4]) / max(w1[0] - w0[0], 1):.0f}%")
+    print(f"  attnd's steps run inline on the loop thread (/metrics): {share:.0f}%")
     for args, what in (([], "default"), (["--inline-idle-ms", "0"], "--inline-idle-ms 0: every open connection counts")):
         t, share = scraped_steps(a, repo, args, 1000 * (a.decode_runs + 2))
         print(f"  attnd with a scraper's keep-alive open (one GET /metrics, then 1.2 s idle; {what}): "
               f"{t:.0f} steps/s, {share:.0f}% inline")
 
 
+def start_small(a, repo, args):
+    """attnd on the small point's repository, ready: (process, port)."""
+    at, port = start([a.attnd, "--port", "0", "--grpc-port", "0", "--models", repo] + args,
+                     r"listening on http://127\.0\.0\.1:(\d+)", "err")
+    wait_ready(port)
+    return at, port
+
+
+def small_client(a, port, seq_base, who):
+    """step_client stepping one sequence of the small layer: (steps/s, p50 ms)."""
+    out = subprocess.run([a.client, "--port", str(port), "--n", "1", "--prompt", "16",
+                          "--steps", str(a.small_steps), "--model", "small", "--d-model", str(SMALL["dm"]),
+                          "--seq-base", str(seq_base)],
+                         capture_output=True, text=True, timeout=300)
+    m = re.search(r"tps=([\d.]+) p50_ms=([\d.]+)", out.stdout)
+    if out.returncode or not m:
+        sys.exit(f"step_client {who} (small): {out.stdout}{out.stderr}")
+    return float(m.group(1)), float(m.group(2))
+
+
+def inline_share(w0, w1):
+    """% of the requests between two demo_work readings that ran inline."""
+    return 100 * (w1[4] - w0[4]) / max(w1[0] - w0[0], 1)
+
+
 def scraped_steps(a, repo, args, seq_base):
     """The small point's client once more, with a second connection open
     and idle, as a metrics scraper leaves it between scrapes: steps/s and
     the share run inline (--inline-idle-ms)."""
-    at, aport = start([a.attnd, "--port", "0", "--grpc-port", "0", "--models", repo] + args,
-                      r"listening on http://127\.0\.0\.1:(\d+)", "err")
+    at, aport = start_small(a, repo, args)
     try:
-        wait_ready(aport)
         w0 = demo_work(aport, "small")
         scraper = http.client.HTTPConnection("127.0.0.1", aport, timeout=30)
         scraper.request("GET", "/metrics")
         scraper.getresponse().read()
         time.sleep(1.2)
-        out = subprocess.run([a.client, "--port", str(aport), "--n", "1", "--prompt", "16",
-                              "--steps", str(a.small_steps), "--model", "small", "--d-model", str(SMALL["dm"]),
-                              "--seq-base", str(seq_base)], capture_output=True, text=True, timeout=300)
+        t, _ = small_client(a, aport, seq_base, "attnd (scraper open)")
         scraper.close()
-        m = re.search(r"tps=([\d.]+)", out.stdout)
-        if out.returncode or not m:
-            sys.exit(f"step_client (small, scraper open): {out.stdout}{out.stderr}")
-        w1 = demo_work(aport, "small")
-        return float(m.group(1)), 100 * (w1[4] - w0[4]) / max(w1[0] - w0[0], 1)
+        return t, inline_share(w0, demo_work(aport, "small"))
     finally:
         at.terminate()
         at.wait(timeout=30)
@@ -523,7 +530,7 @@ def main():
             w0 = demo_work(aport)
             ra = wrk_cpu(f"http://127.0.0.1:{aport}/v2/models/demo/infer", c, a.seconds, lua, at.pid)
             w1 = demo_work(aport)
-            inline[c] = (w1[4] - w0[4]) / max(w1[0] - w0[0], 1)
+            inline[c] = inline_share(w0, w1)
             if c == 1:  # attnd's own work per request, nothing else running
                 work = [(u - v) / max(w1[0] - w0[0], 1) * 1e6 for u, v in zip(w1[1:4], w0[1:4])]
             rb = wrk_cpu(f"http://127.0.0.1:{bport}/v2/models/demo/infer", c, a.seconds, lua, bare.pid)
@@ -554,7 +561,7 @@ def main():
         print(f"  attnd's own work at 1 connection (/metrics): decode {work[0]:.1f} + layer {work[1]:.1f} "
               f"+ encode {work[2]:.1f} = {w:.1f} us, {w / points[1][1][5]:.1f}x the bare server's whole request")
         print("  requests run inline on the loop thread (/metrics; the rest on the pool): " +
-              ", ".join(f"{inline[c]:.0%} at {c}" for c in (1, 16, 64)))
+              ", ".join(f"{inline[c]:.0f}% at {c}" for c in (1, 16, 64)))
         ra, rb, _ = points[1]
         # one connection: each request waits for the one before, so the
         # work adds to the bare server's round trip
