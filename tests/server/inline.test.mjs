@@ -45,6 +45,19 @@ const inlineCount = (c, model) =>
   metric(c, new RegExp(`^attnd_inference_inline_count_total\\{model="${model}",version="1"\\} (\\d+)$`, 'm'));
 const openConns = (c) => metric(c, /^attnd_open_connections (\d+)$/m);
 
+// until: poll get() every 5 ms until it gives want, failing after ms.
+async function until(get, want, what, ms = 5000) {
+  const end = Date.now() + ms * SLOW;
+  while (await get() !== want) {
+    assert.ok(Date.now() < end, what);
+    await new Promise((res) => setTimeout(res, 5));
+  }
+}
+// opened: a socket connected (a client that never sends a byte).
+const opened = (sock) => new Promise((res, rej) => { sock.once('connect', res); sock.once('error', rej); });
+// short decimals in [-0.5, 0.5): bodies stay small
+const rnd = (i) => (((i * 7919) % 1000) - 500) / 1000;
+
 const sdpaInputs = (e) => [fp32('q', e.q_shape, e.q), fp32('k', e.k_shape, e.k), fp32('v', e.v_shape, e.v)];
 
 // The tiny model's PyTorch clients and both sdpa references, each checked.
@@ -99,16 +112,12 @@ test('with a second connection open, or --inline-conns 0, requests go to the poo
     const c = client(d.port);
     const idle = connect(d.port, '127.0.0.1');
     try {
-      await new Promise((res, rej) => { idle.once('connect', res); idle.once('error', rej); });
+      await opened(idle);
       await ready(d, c);
       assert.equal(await openConns(c), 2);
       if (args[0] === '--inline-conns') { // with 0, one connection is not enough either
         idle.destroy();
-        const until = Date.now() + 5000 * SLOW;
-        while (await openConns(c) !== 1) {
-          assert.ok(Date.now() < until, 'the idle connection did not close');
-          await new Promise((res) => setTimeout(res, 20));
-        }
+        await until(() => openConns(c), 1, 'the idle connection did not close');
       }
       await checkAll(c);
       assert.equal(await inlineCount(c, 'tiny'), 0, args.join(' '));
@@ -130,7 +139,7 @@ test('a keep-alive connection idle for --inline-idle-ms does not count against -
     const scraper = client(d.port);
     const silent = connect(d.port, '127.0.0.1');
     try {
-      await new Promise((res, rej) => { silent.once('connect', res); silent.once('error', rej); });
+      await opened(silent);
       await ready(d, c);
       assert.equal((await scraper.call('GET', '/metrics')).status, 200);
       assert.equal(await openConns(c), 3);
@@ -164,7 +173,7 @@ test('an idle connection counts again once it is answered, wherever it stands am
   try {
     await waitReady(d, async () => (await scraper.call('GET', '/v2/health/ready').catch(() => null))?.status === 200);
     silent = connect(d.port, '127.0.0.1');
-    await new Promise((res, rej) => { silent.once('connect', res); silent.once('error', rej); });
+    await opened(silent);
     await ready(d, c);
     assert.equal(await openConns(c), 3);
     await idle();
@@ -229,7 +238,6 @@ test('an inline request that outlasts its deadline answers 504, as on the pool',
   // sdpa T = S = 700, d_k = 4: 7.8 MFLOP, one job's worth, a few ms here;
   // with --deadline-ms 1 that is past the deadline when it is done
   const T = 700, D = 4;
-  const rnd = (i) => (((i * 7919) % 1000) - 500) / 1000; // short decimals: a body under 64 KiB
   const q = Array.from({ length: T * D }, (_, i) => rnd(i));
   const k = Array.from({ length: T * D }, (_, i) => rnd(i + 17));
   const v = Array.from({ length: T * D }, (_, i) => rnd(i + 31));
@@ -275,7 +283,7 @@ test('a lone client\'s sequence steps run inline too, each row PyTorch\'s causal
     const c = client(d.port);
     const idle = second ? connect(d.port, '127.0.0.1') : null;
     try {
-      if (idle) await new Promise((res, rej) => { idle.once('connect', res); idle.once('error', rej); });
+      if (idle) await opened(idle);
       await ready(d, c);
       assert.equal(await openConns(c), second ? 2 : 1);
       for (let i = 0; i < T; i++) {
@@ -311,11 +319,7 @@ test('a page parked in a long poll on a map does not take a lone client\'s steps
     const rows = kept.json.outputs[0].shape.at(-2);
     waiter = fetch(`${d.url}/v2/maps/${kept.json.parameters.map_id}?wait=${rows}&timeout_ms=${60000 * SLOW}`)
       .then(async (r) => ({ status: r.status, json: await r.json() }), (err) => ({ err }));
-    const until = Date.now() + 5000 * SLOW;
-    while (await metric(c, /^attnd_maps_waiters (\d+)$/m) !== 1) {
-      assert.ok(Date.now() < until, 'the long poll did not park');
-      await new Promise((res) => setTimeout(res, 20));
-    }
+    await until(() => metric(c, /^attnd_maps_waiters (\d+)$/m), 1, 'the long poll did not park');
     assert.equal(await openConns(c), 2);
     // a retained sequence stepped token by token: every step inline, its
     // rows PyTorch's, and the map grown to every token
@@ -347,7 +351,7 @@ test('a lone client\'s step whose retained map is over 1 MiB runs on the pool, r
   // to the pool for its outputs (its attention rows), the next step for
   // the map; both give the rows of one stateless causal request.
   const D = REFS.d_model, T = 371;
-  const x = Array.from({ length: T * D }, (_, i) => (((i * 7919) % 1000) - 500) / 1000);
+  const x = Array.from({ length: T * D }, (_, i) => rnd(i));
   const d = await start({ t, ready: false });
   const c = client(d.port);
   try {
@@ -385,7 +389,7 @@ function h1Dir() {
   writeFileSync(join(dir, 'h1', 'config.json'), JSON.stringify({ n_heads: D, causal: true }));
   return dir;
 }
-const h1X = (T) => Array.from({ length: T * H1_D }, (_, i) => (((i * 7919) % 1000) - 500) / 1000);
+const h1X = (T) => Array.from({ length: T * H1_D }, (_, i) => rnd(i));
 
 test('an inline sequence step that outlasts its deadline answers 504, and the sequence did not start', async (t) => {
   // a 440-token prompt on h1 runs on the loop
@@ -435,13 +439,7 @@ test('a retained step answered 504 after it ran takes its rows out of the map', 
   const c = client(d.port);
   const count = () => metric(c, /^attnd_inference_count_total\{model="h1",version="1"\} (\d+)$/m);
   const shape = async (id) => (await c.call('GET', `/v2/maps/${id}`)).json.shape;
-  const poolIdle = async () => {
-    const until = Date.now() + 10000 * SLOW;
-    while (await metric(c, /^attnd_pool_jobs (\d+)$/m) !== 0) {
-      assert.ok(Date.now() < until, 'the late step never ended');
-      await new Promise((res) => setTimeout(res, 5));
-    }
-  };
+  const poolIdle = () => until(() => metric(c, /^attnd_pool_jobs (\d+)$/m), 0, 'the late step never ended', 10000);
   const maps = async () => (await c.call('GET', '/v2/maps')).json.count;
   try {
     await ready(d, c);
