@@ -419,11 +419,13 @@ bench: bench-server
 $(PB_GEN) $(PB_OBJ) $(EMBED) $(BUILD)/gen/web_assets.o $(STEP_CLIENT) $(BARE_MHD) \
     $(BENCH_PROTO): | deps
 # bench-path: where one small request goes (system calls, instructions by
-# place, heap calls, loop<->pool hand-offs), attnd next to bare_mhd.
+# place, heap calls, loop<->pool hand-offs), attnd next to bare_mhd; then
+# the same request on the pool path (the path under load).
 .PHONY: bench-path
 bench-path: deps $(ATTND) $(BARE_MHD)
 	@tools/install-deps.sh bench
 	python3 bench/path_profile.py --attnd $(ATTND) --bare $(BARE_MHD)
+	python3 bench/path_profile.py --attnd $(ATTND) --bare '' --attnd-args '--inline-conns 0'
 
 # ---- weights: load benchmark; committed generated files match generators --
 LOAD_BENCH := $(BUILD)/bench/bench_load

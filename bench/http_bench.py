@@ -20,7 +20,12 @@ the same layer served by FastAPI/uvicorn + PyTorch.
    server's work plus attnd's on every core, losing nothing between
    threads (cores / (work + bare's CPU + wrk's CPU per request)), as a
    ratio to bare and the fraction of it attnd reaches; at one connection
-   the latency roof, bare's p50 and round trip plus that work.
+   the latency roof, bare's p50 and round trip plus that work. Then the
+   loop bound: attnd with every small request inline on its loop thread
+   (its cheapest path), one process and then two sharing the port
+   (--reuse-port: two loops sharing nothing, the most a second loop
+   thread could add) at 16 and 64 connections, and the CPU roof: the
+   cores spent on nothing but attnd's inline requests and wrk's.
 2. Batched decoder steps: bench/decode_http.py's d_model 2048, 32 heads,
    8 kv heads layer, one client then 32 concurrent clients each stepping a
    sequence (128-token prompt, 32 one-token steps; the clients are
@@ -56,6 +61,7 @@ import os
 import random
 import re
 import resource
+import socket
 import shutil
 import statistics
 import struct
@@ -140,17 +146,77 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def wrk_cpu(url, conns, secs, script, pid):
+def loop_seconds(pid):
+    """User + system CPU seconds of process pid's main thread (attnd's
+    loop thread) so far."""
+    with open(f"/proc/{pid}/task/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wrk_cpu(url, conns, secs, script, pids):
     """wrk's figures at one point, then the CPU per request (us) of the
-    server (pid) and of wrk itself (a waited-for child: RUSAGE_CHILDREN)."""
+    server (pids: one process or several sharing the port, summed), of wrk
+    itself (a waited-for child: RUSAGE_CHILDREN) and of the servers' main
+    threads (attnd's loop threads)."""
     def kids():
         r = resource.getrusage(resource.RUSAGE_CHILDREN)
         return r.ru_utime + r.ru_stime
-    s0, w0 = cpu_seconds(pid), kids()
+    pids = pids if isinstance(pids, list) else [pids]
+    def cpu():
+        return (sum(cpu_seconds(p) for p in pids), kids(), sum(loop_seconds(p) for p in pids))
+    c0 = cpu()
     r = wrk(url, conns, secs, script)
-    s1, w1 = cpu_seconds(pid), kids()
+    c1 = cpu()
     n = max(r[4], 1)
-    return r + ((s1 - s0) / n * 1e6, (w1 - w0) / n * 1e6)
+    return r + tuple((b - a) / n * 1e6 for a, b in zip(c0, c1))
+
+
+def free_port():
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        return sk.getsockname()[1]
+
+
+def loop_bound(a, repo, lua, bare_points):
+    """What more loop threads could give on this machine: attnd with every
+    small request inline on its loop thread (no hand-off, the cheapest
+    path), as one process, then as two sharing the port (--reuse-port:
+    two loops that share nothing, the most a second loop thread could
+    add), at 16 and 64 connections; then the CPU roof: the cores shared
+    with wrk, spent only on attnd's inline requests and wrk's."""
+    print("the loop bound: every small request inline on a loop thread (--inline-conns 100000), "
+          "one attnd, then two sharing the port (--reuse-port 1: two loops sharing nothing)")
+    got = {}
+    for procs in (1, 2):
+        port = free_port()
+        ps = [start([a.attnd, "--port", str(port), "--grpc-port", "0", "--models", repo,
+                     "--inline-conns", "100000", "--reuse-port", "1", "--queue-size", "1024"],
+                    r"listening on http://127\.0\.0\.1:(\d+)", "err")[0] for _ in range(procs)]
+        try:
+            for _ in range(10 * procs):  # each new connection may reach either process
+                wait_ready(port)
+            for c in (16, 64):
+                r = wrk_cpu(f"http://127.0.0.1:{port}/v2/models/demo/infer", c, a.seconds, lua,
+                            [p.pid for p in ps])
+                got[procs, c] = r
+                print(f"  {procs} process{'es' if procs > 1 else ''}, {c} conns: {r[0]:.0f} req/s, "
+                      f"{r[0] / bare_points[c][0]:.2f}x bare; CPU per request attnd {r[5]:.1f} us "
+                      f"(loop thread{'s' if procs > 1 else ''} {r[7]:.1f}), wrk {r[6]:.1f}"
+                      + (f"  ({r[3]} non-2xx!)" if r[3] else ""))
+        finally:
+            for p in ps:
+                p.terminate()
+                p.wait(timeout=30)
+    cores = len(os.sched_getaffinity(0))
+    for c in (16, 64):
+        r, b = got[1, c], bare_points[c]
+        # wrk spends less per request on the bare server's quicker answers:
+        # the roof takes that, the lower figure
+        roof = cores / ((r[5] + b[6]) * 1e-6)
+        print(f"  CPU roof at {c} connections: {cores} cores / (attnd's inline {r[5]:.1f} + wrk's {b[6]:.1f} us "
+              f"at bare's point) = {roof:.0f} req/s, {roof / b[0]:.2f}x bare: every cycle of both cores "
+              f"on these two, none idle or lost between threads")
 
 
 def demo_work(port, model="demo"):
@@ -558,6 +624,9 @@ def main():
         print("CPU per request, us (each server's /proc times over its point, and wrk's own, / requests):")
         print("  " + ", ".join(f"{c} conns: attnd {points[c][0][5]:.1f} (wrk {points[c][0][6]:.1f}), "
                                f"bare {points[c][1][5]:.1f} (wrk {points[c][1][6]:.1f})" for c in (1, 16, 64)))
+        print("  of attnd's, its loop thread: " + ", ".join(
+            f"{points[c][0][7]:.1f} at {c} ({points[c][0][7] * points[c][0][0] / 1e4:.0f}% of a core)"
+            for c in (1, 16, 64)) + "; the rest on the pool and the log writer")
         print(f"  attnd's own work at 1 connection (/metrics): decode {work[0]:.1f} + layer {work[1]:.1f} "
               f"+ encode {work[2]:.1f} = {w:.1f} us, {w / points[1][1][5]:.1f}x the bare server's whole request")
         print("  requests run inline on the loop thread (/metrics; the rest on the pool): " +
@@ -575,6 +644,8 @@ def main():
             roof = cores / ((w + rb[5] + rb[6]) * 1e-6)
             print(f"  work roof at {c} connections: {cores} cores / (that work + bare's {rb[5]:.1f} + wrk's "
                   f"{rb[6]:.1f} us) = {roof:.0f} req/s, {roof / rb[0]:.2f}x bare; attnd reaches {ra[0] / roof:.2f} of it")
+
+        loop_bound(a, repo, lua, {c: points[c][1] for c in (16, 64)})
 
         if a.decode_steps:
             decode_point(a, tmp, procs)

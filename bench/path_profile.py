@@ -2,6 +2,7 @@
 """Where a small request's time goes in attnd: counts per request.
 
     python3 bench/path_profile.py --attnd build/default/attnd [--requests 1000]
+        [--attnd-args '--inline-conns 0']   (the pool path, as under load)
 
 Serves `demo` T=16 JSON requests (the small request of bench/http_bench.py)
 one after another on one keep-alive connection, twice per tool: once with a
@@ -161,6 +162,8 @@ def main():
     ap.add_argument("--warm", type=int, default=100)
     ap.add_argument("--threads", type=int, default=2, help="attnd --threads")
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--attnd-args", default="",
+                    help="more attnd settings, e.g. '--inline-conns 0' for the pool path")
     ap.add_argument("--bare", default=os.path.join(ROOT, "build/default/bench/bare_mhd"),
                     help="bare_mhd, profiled the same way for comparison ('' skips it)")
     a = ap.parse_args()
@@ -173,14 +176,14 @@ def main():
         os.makedirs(repo)
         shutil.copytree(os.path.join(ROOT, "models", "demo"), os.path.join(repo, "demo"))
         body = http_bench.small_body()
-        attnd = [a.attnd, "--port", "0", "--grpc-port", "0", "--models", repo, "--threads", str(a.threads)]
+        attnd = [a.attnd, "--port", "0", "--grpc-port", "0", "--models", repo, "--threads", str(a.threads)] + a.attnd_args.split()
         # as attnd sets them for itself (by running itself again, which
         # valgrind would not follow)
         env = dict(os.environ, OPENBLAS_NUM_THREADS="1",
                    GLIBC_TUNABLES=http_bench.thp_tunables(os.environ.get("GLIBC_TUNABLES")))
         n = a.requests
         print(f"path profile: demo T=16 JSON ({len(body)} B), one keep-alive connection, "
-              f"attnd --threads {a.threads}; per request = (run with {a.warm}+{n} requests "
+              f"attnd --threads {a.threads} {a.attnd_args}; per request = (run with {a.warm}+{n} requests "
               f"- run with {a.warm}) / {n}")
 
         sc = []
