@@ -150,7 +150,14 @@ check-unit: deps $(UNIT_BIN)
 # --- server: the daemon's suites (node:test against a running attnd) -----
 # Each file starts its own attnd ($(ATTND)) on 127.0.0.1, port 0.
 SERVER_TESTS := $(sort $(wildcard tests/server/*.test.mjs))
-check-server: deps-test $(ATTND)
+# failalloc.test.mjs preloads it into the default build's attnd: its own
+# allocations fail on demand (built without a sanitizer, whose runtime
+# would replace malloc itself; the test skips sanitized builds).
+FAILALLOC := $(BUILD)/tests/server/failalloc.so
+$(FAILALLOC): tests/server/failalloc.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O2 $(WARN) -fPIC -shared -o $@ $<
+check-server: deps-test $(ATTND) $(FAILALLOC)
 	@echo "== node --test tests/server ($(ATTND))"
 	@ATTND_BIN=$(ATTND) node --test --test-concurrency=1 \
 	    --test-timeout=$(NODE_TEST_TIMEOUT) $(SERVER_TESTS)
@@ -180,7 +187,7 @@ $(GRPC_NPM): tests/grpc/package.json tests/grpc/package-lock.json
 	cd tests/grpc && npm ci --no-audit --no-fund --loglevel=error
 .PHONY: check-grpc
 GRPC_NODE_TESTS := $(sort $(wildcard tests/grpc/*.test.mjs))
-check-grpc: deps-test $(ATTND) $(GRPC_STUBS) $(if $(GRPC_NODE_TESTS),$(GRPC_NPM))
+check-grpc: deps-test $(ATTND) $(FAILALLOC) $(GRPC_STUBS) $(if $(GRPC_NODE_TESTS),$(GRPC_NPM))
 	@echo "== python3 tests/grpc/test_grpc.py ($(ATTND))"
 	@ATTND=$(ATTND) GRPC_STUBS=$(GRPC_PY) timeout -k 10 $(GRPC_PY_TIMEOUT) \
 	    /usr/bin/python3 -m unittest tests/grpc/test_grpc.py

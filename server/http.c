@@ -69,6 +69,10 @@ void srv_suspend(srv_req *r)
     }
 }
 
+/* The answer to a request whose answer, or the request itself, could not
+ * be allocated. */
+static const char OOM_ANSWER[] = "{\"error\": \"server: out of memory; retry shortly\"}";
+
 void srv_respond(srv_req *r, int status, const char *ctype, char *body,
                  size_t len)
 {
@@ -97,10 +101,21 @@ void srv_respond(srv_req *r, int status, const char *ctype, char *body,
     }
 }
 
+/* respond_body: a JSON answer with body b, or, when b could not be
+ * allocated, 503 with the fixed out-of-memory body (OOM_ANSWER). */
+static void respond_body(srv_req *r, int status, char *b)
+{
+    if (!b) {
+        status = 503;
+        r->retry_after = 1;
+        r->resp_oom = 1;
+    }
+    srv_respond(r, status, "application/json", b, b ? strlen(b) : 0);
+}
+
 void srv_respond_json(srv_req *r, int status, const char *json)
 {
-    char *b = strdup(json);
-    srv_respond(r, status, "application/json", b, b ? strlen(b) : 0);
+    respond_body(r, status, strdup(json));
 }
 
 void srv_respond_error(srv_req *r, int status, const char *fmt, ...)
@@ -114,7 +129,7 @@ void srv_respond_error(srv_req *r, int status, const char *fmt, ...)
     if (status == 503 && !r->retry_after)
         r->retry_after = 1;
     body = oip_error_body(msg);
-    srv_respond(r, status, "application/json", body, body ? strlen(body) : 0);
+    respond_body(r, status, body);
 }
 
 /* ---- CORS and auth ------------------------------------------------------ */
@@ -268,8 +283,11 @@ static enum MHD_Result queue_response(srv_req *r)
     struct MHD_Response *resp;
     enum MHD_Result ret;
     char num[32];
-    resp = MHD_create_response_from_buffer(r->resp_len, r->resp,
-                                           MHD_RESPMEM_MUST_FREE);
+    resp = r->resp_oom ? MHD_create_response_from_buffer(
+                             sizeof OOM_ANSWER - 1, (void *)OOM_ANSWER,
+                             MHD_RESPMEM_PERSISTENT)
+                       : MHD_create_response_from_buffer(
+                             r->resp_len, r->resp, MHD_RESPMEM_MUST_FREE);
     if (!resp)
         return MHD_NO;
     r->resp = NULL; /* MHD owns it now */
@@ -483,8 +501,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     (void)version;
     if (!r) {
         r = calloc(1, sizeof *r);
-        if (!r)
-            return MHD_NO;
+        if (!r) /* no request to log or count: the fixed answer, made at start */
+            return s->oom_resp ? MHD_queue_response(conn, 503, s->oom_resp) : MHD_NO;
         r->s = s;
         r->conn = conn;
         r->t0_ns = srv_now_ns();
@@ -632,6 +650,13 @@ int srv_http_start(srv *s, char *err)
         s->mhd = NULL;
         return -1;
     }
+    s->oom_resp = MHD_create_response_from_buffer(
+        sizeof OOM_ANSWER - 1, (void *)OOM_ANSWER, MHD_RESPMEM_PERSISTENT);
+    if (s->oom_resp) {
+        MHD_add_response_header(s->oom_resp, "Content-Type", "application/json");
+        MHD_add_response_header(s->oom_resp, "Retry-After", "1");
+        MHD_add_response_header(s->oom_resp, "Connection", "close");
+    }
     uv_timer_init(s->loop, &s->mhd_timer);
     s->mhd_timer.data = s;
     srv_guard_start(s);
@@ -655,5 +680,8 @@ void srv_http_stop(srv *s)
     uv_close((uv_handle_t *)&s->mhd_timer, NULL);
     MHD_stop_daemon(s->mhd);
     s->mhd = NULL;
+    if (s->oom_resp)
+        MHD_destroy_response(s->oom_resp);
+    s->oom_resp = NULL;
     srv_guard_stop(s);
 }

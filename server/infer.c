@@ -476,14 +476,22 @@ int srv_infer_encode(const srv_prep *p, const oip_request *req,
             a.dv = p->cfg.v_head_dim;
             a.dk = p->cfg.head_dim;
         }
-        if (maps_put(maps, &a, id, merr) < 0)
-            return ERR("parameters.retain: %.400s", merr);
+        rc = maps_put(maps, &a, id, merr);
+        if (rc < 0) { /* merr names parameters.retain */
+            snprintf(err, OIP_ERRMAX, "%.400s", merr);
+            return rc == ATTN_ENOMEM ? 503 : 400;
+        }
         snprintf(extra, sizeof extra, "{\"map_id\":\"%s\"}", id);
     }
     rc = (enc ? enc : oip_encode)(model_name, req->id, outs, n,
                                   extra[0] ? extra : NULL, body, len,
                                   header_len, err);
+    return srv_encode_status(rc);
+}
+
+int srv_encode_status(int rc)
+{
     /* a non-finite JSON output comes from the client's (finite, huge)
      * inputs: a bad request, not a server fault */
-    return rc == ATTN_EFORMAT ? 400 : rc < 0 ? 500 : 0;
+    return rc == ATTN_EFORMAT ? 400 : rc == ATTN_ENOMEM ? 503 : rc < 0 ? 500 : 0;
 }

@@ -69,4 +69,8 @@ int srv_infer_encode(const srv_prep *p, const oip_request *req,
                                 char *),
                      char **body, size_t *len, size_t *header_len, char *err);
 
+/* srv_encode_status: the HTTP status of an encoder's return code: 0, 400
+ * (a non-finite JSON output), 503 (out of memory) or 500. */
+int srv_encode_status(int rc);
+
 #endif

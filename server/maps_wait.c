@@ -53,7 +53,7 @@ static void answer(srv_req *r, const char *id)
     memset(&rep, 0, sizeof rep);
     snprintf(path, sizeof path, "/v2/maps/%s", id);
     if (maps_http_get(r->s->maps, path, NULL, NULL, &rep) < 0) {
-        srv_respond_error(r, 500, "maps: out of memory");
+        srv_respond_error(r, 503, "maps: out of memory");
         return;
     }
     srv_respond(r, rep.status, rep.content_type, rep.body, rep.len);

@@ -247,7 +247,7 @@ void srv_h_metrics(srv_req *r)
     }
     if (b.failed) {
         free(b.p);
-        srv_respond_error(r, 500, "metrics: out of memory");
+        srv_respond_error(r, 503, "metrics: out of memory");
         return;
     }
     srv_respond(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.p, b.len);
@@ -308,7 +308,7 @@ void srv_h_stats(srv_req *r)
     text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     if (!text)
-        srv_respond_error(r, 500, "stats: out of memory");
+        srv_respond_error(r, 503, "stats: out of memory");
     else
         srv_respond(r, 200, "application/json", text, strlen(text));
 }

@@ -320,7 +320,7 @@ static void index_answer(srv_req *r, int only_ready, char **names, int n)
     text = json_dumps(arr, JSON_COMPACT);
     json_decref(arr);
     if (!text)
-        srv_respond_error(r, 500, "index: out of memory");
+        srv_respond_error(r, 503, "index: out of memory");
     else
         srv_respond(r, 200, "application/json", text, strlen(text));
 }
@@ -365,7 +365,7 @@ void srv_h_index(srv_req *r)
     }
     ij = calloc(1, sizeof *ij);
     if (!ij) {
-        srv_respond_error(r, 500, "index: out of memory");
+        srv_respond_error(r, 503, "index: out of memory");
         return;
     }
     ij->work.data = ij;
@@ -403,7 +403,7 @@ void srv_h_load(srv_req *r)
     }
     snprintf(r->model, sizeof r->model, "%.128s", r->arg[0]);
     if (start_load(r->s, r->arg[0], r) < 0) {
-        srv_respond_error(r, 500, "load: out of memory");
+        srv_respond_error(r, 503, "load: out of memory");
         return;
     }
     srv_suspend(r);

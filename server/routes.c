@@ -159,7 +159,7 @@ static const char *query_arg(void *ctx, const char *key)
 static void maps_answer(srv_req *r, int rc, maps_reply *rep)
 {
     if (rc < 0) {
-        srv_respond_error(r, 500, "maps: out of memory");
+        srv_respond_error(r, 503, "maps: out of memory");
         return;
     }
     if (rep->shape[0])
@@ -288,7 +288,7 @@ static void h_maps(srv_req *r)
     }
     if (strcmp(r->route->path, "/v2/maps/{}/attention") == 0 && !r->s->draining) {
         if (maps_on_pool(r) < 0)
-            srv_respond_error(r, 500, "maps: out of memory");
+            srv_respond_error(r, 503, "maps: out of memory");
         return;
     }
     memset(&rep, 0, sizeof rep);
@@ -318,7 +318,7 @@ static void h_web(srv_req *r)
     }
     body = malloc(a->len + 1);
     if (!body) {
-        srv_respond_error(r, 500, "web: out of memory");
+        srv_respond_error(r, 503, "web: out of memory");
         return;
     }
     memcpy(body, a->data, a->len);

@@ -23,7 +23,7 @@ void srv_seq_h_list(srv_req *r)
     if (!info || !arr) {
         free(info);
         json_decref(arr);
-        srv_respond_error(r, 500, "sequences: out of memory");
+        srv_respond_error(r, 503, "sequences: out of memory");
         return;
     }
     n = srv_seq_list(r->s, info, CAP);
@@ -41,7 +41,7 @@ void srv_seq_h_list(srv_req *r)
     text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     if (!text) {
-        srv_respond_error(r, 500, "sequences: out of memory");
+        srv_respond_error(r, 503, "sequences: out of memory");
         return;
     }
     srv_respond(r, 200, "application/json", text, strlen(text));

@@ -241,5 +241,5 @@ int srv_seq_encode(srv_step *st, const char *model_name, maps_store *maps,
         snprintf(extra, sizeof extra, "{\"sequence_length\":%d}", p->maps_s);
     rc = (enc ? enc : oip_encode)(model_name, req->id, outs, n, extra, body, len,
                                   header_len, err);
-    return rc == ATTN_EFORMAT ? 400 : rc < 0 ? 500 : 0;
+    return srv_encode_status(rc);
 }

@@ -186,6 +186,8 @@ struct srv_req {
     /* the answer */
     int have_resp, status, retry_after;
     char *resp;            /* malloc'd, handed to MHD */
+    int resp_oom;          /* resp could not be allocated: http.c's fixed
+                              503 out-of-memory body instead */
     size_t resp_len, resp_header_len;
     const char *ctype;
     const char *allow;     /* Allow header for 405 */
@@ -232,6 +234,8 @@ struct srv {
     srv_config cfg;
     uv_loop_t *loop;
     struct MHD_Daemon *mhd;
+    struct MHD_Response *oom_resp; /* http.c: 503 when a request cannot be
+                                      allocated at all */
     uv_poll_t mhd_poll;
     uv_timer_t mhd_timer;
     uv_async_t sig_async;  /* main.c: SIGTERM/SIGINT reach the loop */

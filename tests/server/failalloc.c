@@ -1,0 +1,190 @@
+/*
+ * failalloc.c - an LD_PRELOAD library for tests/server/failalloc.test.mjs:
+ * makes attnd's own allocations fail on demand.
+ *
+ * SIGUSR1 arms it: from then on one in k of the malloc, calloc, realloc,
+ * posix_memalign and aligned_alloc calls made by the executable's own code
+ * (attnd with core/, proto/ and server/) returns NULL with ENOMEM, k the
+ * next of FAILALLOC_EVERY's comma-separated values (default 7) at each
+ * arming, cycling. Which ones is a hash of their order (a fixed pattern,
+ * but not a period: every k-th would fail the same allocation of each
+ * connection's set-up, when nothing else runs between). SIGUSR2 disarms
+ * it and writes to stderr
+ *
+ *   failalloc: F of N allocations failed (1 in k)
+ *
+ * FAILALLOC_TRACE=1 also writes each failed call site, as an offset into
+ * the executable (addr2line -e attnd 0x...).
+ *
+ * (N: attnd's own allocations while armed). The libraries' allocations
+ * (libc's strdup, libmicrohttpd, libuv, jansson, OpenBLAS, nghttp2) are
+ * left alone: their out-of-memory paths are theirs, and several abort by
+ * design. Only for the default build: a sanitizer's runtime replaces
+ * malloc itself.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <link.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+void *__libc_malloc(size_t n);
+void *__libc_calloc(size_t n, size_t size);
+void *__libc_realloc(void *p, size_t n);
+void *__libc_memalign(size_t align, size_t n);
+
+static uintptr_t code_lo, code_hi; /* the executable's code */
+static uintptr_t code_base;        /* where the executable is loaded */
+static int trace;                  /* FAILALLOC_TRACE=1: each call site */
+static atomic_int armed;
+static atomic_ulong seen, failed, every = 7;
+static unsigned long periods[16] = {7};
+static int n_periods = 1, next_period;
+
+/* the first object dl_iterate_phdr reports is the executable */
+static int find_code(struct dl_phdr_info *info, size_t size, void *data)
+{
+    int i;
+    (void)size;
+    (void)data;
+    for (i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+            code_base = info->dlpi_addr;
+            code_lo = info->dlpi_addr + ph->p_vaddr;
+            code_hi = code_lo + ph->p_memsz;
+        }
+    }
+    return 1;
+}
+
+/* put_num: n in decimal at the end of buf (async-signal-safe) */
+static char *put_num(char *end, unsigned long n)
+{
+    do {
+        *--end = (char)('0' + n % 10);
+        n /= 10;
+    } while (n);
+    return end;
+}
+
+/* put_str: s before end (async-signal-safe) */
+static char *put_str(char *end, const char *s, size_t n)
+{
+    while (n)
+        *--end = s[--n];
+    return end;
+}
+
+static void on_signal(int sig)
+{
+    char buf[128], *p = buf + sizeof buf;
+    static const char a[] = "failalloc: ", b[] = " of ",
+                      c[] = " allocations failed (1 in ", d[] = ")\n";
+    if (sig == SIGUSR1) {
+        if (!atomic_load(&armed)) { /* a new round: its period, counts afresh */
+            atomic_store(&seen, 0);
+            atomic_store(&failed, 0);
+            atomic_store(&every, periods[next_period]);
+            next_period = (next_period + 1) % n_periods;
+            atomic_store(&armed, 1);
+        }
+        return;
+    }
+    atomic_store(&armed, 0);
+    p = put_str(p, d, sizeof d - 1);
+    p = put_num(p, atomic_load(&every));
+    p = put_str(p, c, sizeof c - 1);
+    p = put_num(p, atomic_load(&seen));
+    p = put_str(p, b, sizeof b - 1);
+    p = put_num(p, atomic_load(&failed));
+    p = put_str(p, a, sizeof a - 1);
+    if (write(2, p, (size_t)(buf + sizeof buf - p)) < 0)
+        return;
+}
+
+__attribute__((constructor)) static void failalloc_init(void)
+{
+    struct sigaction sa = {0};
+    const char *e = getenv("FAILALLOC_EVERY");
+    int n = 0;
+    while (e && *e && n < 16) {
+        char *end;
+        unsigned long k = strtoul(e, &end, 10);
+        if (end == e)
+            break;
+        if (k > 0)
+            periods[n++] = k;
+        e = *end == ',' ? end + 1 : end;
+    }
+    if (n)
+        n_periods = n;
+    trace = getenv("FAILALLOC_TRACE") != NULL;
+    dl_iterate_phdr(find_code, NULL);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGUSR2, &sa, NULL);
+}
+
+/* fails: does the allocation called from ret fail? */
+static int fails(void *ret)
+{
+    uintptr_t at = (uintptr_t)ret;
+    if (!atomic_load_explicit(&armed, memory_order_relaxed) || at < code_lo ||
+        at >= code_hi)
+        return 0;
+    unsigned long k = atomic_load_explicit(&every, memory_order_relaxed);
+    uint64_t h = atomic_fetch_add(&seen, 1) + 0x9e3779b97f4a7c15u;
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9u; /* splitmix64's finaliser */
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebu;
+    if ((h ^ (h >> 31)) % k != 0)
+        return 0;
+    atomic_fetch_add(&failed, 1);
+    if (trace) { /* the call site, as an offset into the executable */
+        char buf[32], *p = buf + sizeof buf;
+        *--p = '\n';
+        p = put_num(p, (unsigned long)(at - code_base));
+        p = put_str(p, "failalloc at +", 14);
+        if (write(2, p, (size_t)(buf + sizeof buf - p)) < 0)
+            trace = 0;
+    }
+    errno = ENOMEM;
+    return 1;
+}
+
+void *malloc(size_t n)
+{
+    return fails(__builtin_return_address(0)) ? NULL : __libc_malloc(n);
+}
+
+void *calloc(size_t n, size_t size)
+{
+    return fails(__builtin_return_address(0)) ? NULL : __libc_calloc(n, size);
+}
+
+void *realloc(void *p, size_t n)
+{
+    return fails(__builtin_return_address(0)) ? NULL : __libc_realloc(p, n);
+}
+
+int posix_memalign(void **out, size_t align, size_t n)
+{
+    void *p;
+    if (fails(__builtin_return_address(0)))
+        return ENOMEM;
+    p = __libc_memalign(align, n);
+    if (!p)
+        return ENOMEM;
+    *out = p;
+    return 0;
+}
+
+void *aligned_alloc(size_t align, size_t n)
+{
+    return fails(__builtin_return_address(0)) ? NULL : __libc_memalign(align, n);
+}
