@@ -30,7 +30,8 @@ typedef Inference__ModelInferResponse__ParametersEntry RespParam;
  * the parse runs under the request's memory budget. */
 typedef struct budget {
     size_t used, cap;
-    int over;
+    int over;  /* the budget refused an allocation */
+    int nomem; /* malloc did */
 } budget;
 
 #define HDR 16 /* keeps max_align_t alignment */
@@ -44,8 +45,10 @@ static void *b_alloc(void *ud, size_t n)
         return NULL;
     }
     p = malloc(n + HDR);
-    if (!p)
+    if (!p) {
+        b->nomem = 1;
         return NULL;
+    }
     p[0] = n + HDR;
     b->used += n + HDR;
     return (char *)p + HDR;
@@ -374,7 +377,7 @@ int oip_pb_decode(oip_request *req, const char *body, size_t len,
                   size_t header_len, const oip_limits *lim, char *err)
 {
     oip_limits L;
-    budget bd = {0, 0, 0};
+    budget bd = {0, 0, 0, 0};
     ProtobufCAllocator al = {b_alloc, b_free, &bd};
     Req *m = NULL;
     size_t i, j, bytes = 0, tensor_bytes = 0, tree;
@@ -387,6 +390,8 @@ int oip_pb_decode(oip_request *req, const char *body, size_t len,
     if (!body && len)
         return oip__fail(err, ATTN_EINVAL, "request body: NULL");
     m = inference__model_infer_request__unpack(&al, len, (const uint8_t *)body);
+    if (!m && bd.nomem)
+        return oip__fail(err, ATTN_ENOMEM, "request: out of memory");
     if (!m)
         return bd.over ? oip__fail(err, ATTN_EOVERFLOW,
                                    "request: parsing the message takes more "

@@ -152,7 +152,7 @@ static void queue_chunk(gcall *call, char *buf, size_t off, size_t end)
     gchunk *k = calloc(1, sizeof *k);
     if (!k) {
         free(buf);
-        srv_grpc__call_end(call, GRPC_INTERNAL, "server: out of memory");
+        srv_grpc__call_end(call, GRPC_RESOURCE_EXHAUSTED, "server: out of memory");
         return;
     }
     k->buf = buf;
@@ -204,7 +204,7 @@ static void stream_msg(gcall *call, gslot *sl)
         unsigned char *b = malloc(cap);
         size_t v = n;
         if (!b) {
-            srv_grpc__call_end(call, GRPC_INTERNAL, "server: out of memory");
+            srv_grpc__call_end(call, GRPC_RESOURCE_EXHAUSTED, "server: out of memory");
             return;
         }
         b[5 + len++] = 0x0a; /* field 1, length-delimited */

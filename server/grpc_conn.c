@@ -337,6 +337,19 @@ static int slow(srv_conn *sc, uint64_t now, uint64_t grace)
     return n;
 }
 
+/* A connection that finds no memory for its state waits this long to be
+ * accepted again; meanwhile libuv holds it, and the ones after it wait in
+ * the listen backlog. */
+#define ACCEPT_RETRY_MS 10
+
+static void on_connect(uv_stream_t *l, int status);
+
+static void on_accept_retry(uv_timer_t *t)
+{
+    srv_grpc *g = t->data;
+    on_connect((uv_stream_t *)&g->listener, 0);
+}
+
 static void on_connect(uv_stream_t *l, int status)
 {
     srv_grpc *g = l->data;
@@ -347,8 +360,13 @@ static void on_connect(uv_stream_t *l, int status)
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW},
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, 65536},
     };
-    if (status < 0 || !(c = calloc(1, sizeof *c)))
+    if (status < 0)
         return;
+    if (!(c = calloc(1, sizeof *c))) {
+        /* not accepted, libuv stops listening until it is: later */
+        uv_timer_start(&g->accept_retry, on_accept_retry, ACCEPT_RETRY_MS, 0);
+        return;
+    }
     c->g = g;
     uv_tcp_init(s->loop, &c->tcp);
     c->tcp.data = c;
@@ -466,7 +484,9 @@ int srv_grpc_start(srv *s, char *err)
     }
     uv_idle_init(s->loop, &g->idle);
     g->idle.data = g;
-    g->handles = 2;
+    uv_timer_init(s->loop, &g->accept_retry);
+    g->accept_retry.data = g;
+    g->handles = 3;
     uv_tcp_getsockname(&g->listener, (struct sockaddr *)&ss, &len);
     s->grpc_port = ntohs(ss.ss_family == AF_INET6
                              ? ((struct sockaddr_in6 *)&ss)->sin6_port
@@ -532,6 +552,7 @@ void srv_grpc_stop(srv *s)
     uv_idle_stop(&g->idle);
     g->idle_on = 1; /* never restarted */
     uv_close((uv_handle_t *)&g->idle, on_handle_closed);
+    uv_close((uv_handle_t *)&g->accept_retry, on_handle_closed);
     s->grpc = NULL;
     uv_close((uv_handle_t *)&g->listener, on_handle_closed);
 }

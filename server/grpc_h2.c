@@ -60,8 +60,12 @@ static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f,
         f->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
     call = calloc(1, sizeof *call);
-    if (!call)
-        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    if (!call) { /* refused, not begun: the client may send it again */
+        nghttp2_submit_rst_stream(h2, NGHTTP2_FLAG_NONE, f->hd.stream_id,
+                                  NGHTTP2_REFUSED_STREAM);
+        srv_grpc__schedule(c);
+        return 0;
+    }
     call->c = c;
     call->id = f->hd.stream_id;
     call->next = c->calls;

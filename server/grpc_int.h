@@ -104,13 +104,16 @@ struct gconn {
 typedef struct srv_grpc {
     srv *s;
     uv_tcp_t listener;
+    uv_timer_t accept_retry; /* a connection that could not be accepted for
+                                want of memory is accepted again later */
     uv_idle_t idle;
     int idle_on;
     nghttp2_session_callbacks *cbs;
     nghttp2_option *opt;
     gconn *conns, *flush;
     int n_conns;
-    int handles;  /* the idle handle and the listener, until closed */
+    int handles;  /* the idle handle, the retry timer and the listener,
+                     until closed */
     int closing_conns; /* connections whose handles are closing */
     int stopped;  /* srv_grpc_stop ran: freed once everything closed */
     uint64_t h2_unlogged;  /* srv_grpc__h2_error: counted, not yet logged */

@@ -51,7 +51,10 @@ void srv_grpc_error_text(const srv_req *r, char *err)
 {
     json_t *o = r->resp ? json_loadb(r->resp, r->resp_len, 0, NULL) : NULL;
     const char *m = json_string_value(json_object_get(o, "error"));
-    snprintf(err, GRPC_ERRMAX, "%s", m ? m : "request failed");
+    /* no message: its body could not be allocated (http.c) or read */
+    snprintf(err, GRPC_ERRMAX, "%s",
+             m ? m : r->resp_oom || r->resp ? "server: out of memory; retry shortly"
+                                            : "request failed");
     json_decref(o);
 }
 

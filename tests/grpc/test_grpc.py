@@ -70,7 +70,7 @@ class Attnd:
     """attnd on 127.0.0.1 with free HTTP and gRPC ports and its own models
     folder (the fixtures plus models/demo)."""
 
-    def __init__(self, *args):
+    def __init__(self, *args, env=None):
         self.dir = tempfile.mkdtemp(prefix="attnd-grpc-")
         shutil.copytree(os.path.join(FIX, "models"), self.dir, dirs_exist_ok=True)
         demo = os.path.join(ROOT, "models", "demo")
@@ -79,7 +79,7 @@ class Attnd:
         self.proc = subprocess.Popen(
             [ATTND, "--host", "127.0.0.1", "--port", "0", "--grpc-port", "-1",
              "--models", self.dir, *args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
         LIVE.add(self)
         self.log = ""
         self._lines = []
@@ -659,6 +659,116 @@ class Inline(unittest.TestCase):
                                  f"--inline-idle-ms {idle_ms}")
             finally:
                 self.assertEqual(d.stop(), 0, d.log)
+
+
+# tests/server/failalloc.c, built beside the attnd under test (make check-server)
+FAILALLOC = os.path.join(os.path.dirname(ATTND), "tests", "server", "failalloc.so")
+
+
+@unittest.skipIf(SLOW > 1, "a sanitizer's runtime replaces malloc itself")
+class FailAlloc(unittest.TestCase):
+    def test_calls_answered_while_allocations_fail(self):
+        """attnd's own allocations fail (tests/server/failalloc.c: 1 in 5,
+        then 1 in 11, 29 and 97 while armed) under unary calls and
+        streams from four threads: each call ends OK with REFS' numbers,
+        with RESOURCE_EXHAUSTED and a message, or UNAVAILABLE (a
+        connection whose frames could not be buffered is closed: the
+        client reconnects, within 50 ms here), each stream response
+        likewise; the daemon stays up, and once the failures stop the
+        calls are right again, no memory-budget byte is held and SIGTERM
+        stops the daemon cleanly."""
+        self.assertTrue(os.path.exists(FAILALLOC), f"{FAILALLOC}: make check-server builds it")
+        d = Attnd(env={"LD_PRELOAD": FAILALLOC, "FAILALLOC_EVERY": "5,11,29,97",
+                       "OPENBLAS_NUM_THREADS": "1"})
+        k = REFS["self"]
+        lock = threading.Lock()
+        seen = {"ok": 0, "errors": 0, "closed": 0, "wrong": []}
+
+        def note(what, fine):
+            with lock:
+                if fine is True or fine is None or fine == "closed":
+                    seen[{True: "ok", None: "errors", "closed": "closed"}[fine]] += 1
+                else:
+                    seen["wrong"].append(f"{what}: {fine}")
+            return fine
+
+        def error(code, details):
+            """None for an answered error, "closed" for a closed
+            connection, else what is wrong with it"""
+            if code in (C.RESOURCE_EXHAUSTED, C.UNAVAILABLE) and "out of memory" in details:
+                return None
+            if code == C.UNAVAILABLE:
+                return "closed"
+            return f"{code} {details}"
+
+        def right(resp):
+            return True if max_diff(out(resp, "y")[1], k["y"]) < 1e-5 else "numbers"
+
+        # a channel per thread, a new one after its connection is closed
+        # (a closed channel would wait out its reconnect backoff)
+        chans = {}
+
+        def call(w, fn):
+            if w not in chans:
+                chans[w] = grpc.insecure_channel(f"127.0.0.1:{d.grpc_port}")
+            if fn(pbg.GRPCInferenceServiceStub(chans[w])) == "closed":
+                chans.pop(w).close()
+
+        def unary(stub, i):
+            try:
+                return note("unary", right(stub.ModelInfer(want(tiny_x(k, raw_form=i % 2 == 1), "y"),
+                                                           timeout=30)))
+            except grpc.RpcError as e:
+                return note("unary", error(e.code(), e.details()))
+
+        def stream(stub, i):
+            try:
+                for g in stub.ModelStreamInfer(iter([want(tiny_x(k, raw_form=j % 2 == 1), "y")
+                                                     for j in range(6)]), timeout=30):
+                    note("stream response", right(g.infer_response) if not g.error_message
+                         else None if "out of memory" in g.error_message else g.error_message)
+            except grpc.RpcError as e:
+                return note("stream", error(e.code(), e.details()))
+
+        try:
+            for rnd in range(1, 5):
+                d.proc.send_signal(signal.SIGUSR1)
+                end = time.time() + 0.7
+
+                def work(w):
+                    i = 0
+                    while time.time() < end:
+                        call(w, lambda stub: (stream if (i + w) % 3 == 0 else unary)(stub, i))
+                        i += 1
+                threads = [threading.Thread(target=work, args=(w,)) for w in range(4)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                d.proc.send_signal(signal.SIGUSR2)
+                lines = re.findall(r"failalloc: (\d+) of \d+ allocations failed",
+                                   d.logged(r"failalloc: \d+ of", count=rnd))
+                self.assertGreater(int(lines[rnd - 1]), 0, f"round {rnd}: the failures happened ({seen})")
+                self.assertIsNone(d.proc.poll(), "attnd is still running")
+                self.assertEqual(seen["wrong"], [])
+            self.assertGreater(seen["ok"], 20, seen)
+            self.assertGreater(seen["errors"], 20, seen)
+            # the failures stopped: right again, nothing held
+            closed = seen["closed"]
+            for w in list(chans):
+                chans.pop(w).close()
+            call(0, lambda stub: unary(stub, 0))
+            call(0, lambda stub: stream(stub, 0))
+            self.assertEqual(seen["wrong"], [])
+            self.assertEqual(seen["closed"], closed)
+            with urllib.request.urlopen(f"http://127.0.0.1:{d.port}/metrics") as r:
+                metrics = r.read().decode()
+            self.assertRegex(metrics, r"(?m)^attnd_memory_budget_used_bytes 0$")
+            self.assertRegex(metrics, r"(?m)^attnd_pool_jobs 0$")
+        finally:
+            for ch in chans.values():
+                ch.close()
+            self.assertEqual(d.stop(), 0, d.log[-3000:])
 
 
 class Limits(unittest.TestCase):
