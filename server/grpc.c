@@ -152,7 +152,7 @@ static void queue_chunk(gcall *call, char *buf, size_t off, size_t end)
     gchunk *k = calloc(1, sizeof *k);
     if (!k) {
         free(buf);
-        srv_grpc__call_end(call, GRPC_RESOURCE_EXHAUSTED, "server: out of memory");
+        srv_grpc__call_end(call, GRPC_UNAVAILABLE, GRPC_OOM_MSG);
         return;
     }
     k->buf = buf;
@@ -204,7 +204,7 @@ static void stream_msg(gcall *call, gslot *sl)
         unsigned char *b = malloc(cap);
         size_t v = n;
         if (!b) {
-            srv_grpc__call_end(call, GRPC_RESOURCE_EXHAUSTED, "server: out of memory");
+            srv_grpc__call_end(call, GRPC_UNAVAILABLE, GRPC_OOM_MSG);
             return;
         }
         b[5 + len++] = 0x0a; /* field 1, length-delimited */
@@ -351,13 +351,15 @@ void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem)
     srv_handler h;
     int code = GRPC_INTERNAL;
     uint64_t now = srv_now_ns();
-    if (!sl || !r) {
+    if (!sl || !r) { /* a stream: this request's error, in its place */
         free(sl);
         free(r);
         free(msg);
         srv_mem_give(s, mem);
-        srv_grpc__call_end(call, GRPC_RESOURCE_EXHAUSTED,
-                           "server: out of memory");
+        if (call->m->stream)
+            srv_grpc__slot_error(call, GRPC_UNAVAILABLE, GRPC_OOM_MSG);
+        else
+            srv_grpc__call_end(call, GRPC_UNAVAILABLE, GRPC_OOM_MSG);
         return;
     }
     r->s = s;
@@ -411,8 +413,8 @@ void srv_grpc__slot_error(gcall *call, int code, const char *msg)
     gslot *sl = calloc(1, sizeof *sl);
     if (!sl || !(sl->msg = strdup(msg))) {
         free(sl);
-        srv_grpc__call_end(call, GRPC_RESOURCE_EXHAUSTED,
-                           "server: out of memory");
+        srv_grpc__call_end(call, GRPC_UNAVAILABLE,
+                           GRPC_OOM_MSG);
         return;
     }
     sl->call = call;

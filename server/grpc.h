@@ -49,6 +49,10 @@ enum {
     GRPC_N_CODES = 17
 };
 
+/* Out of memory, whatever ran out: UNAVAILABLE with this message, as
+ * REST's 503 (the client may send it again). */
+#define GRPC_OOM_MSG "server: out of memory; retry shortly"
+
 typedef struct grpc_method {
     const char *name; /* "ModelInfer": the path is /inference.GRPCInferenceService/<name> */
     int auth;         /* needs the API key when one is set */

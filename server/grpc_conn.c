@@ -50,6 +50,14 @@ static void on_written(uv_write_t *req, int status)
         srv_grpc__schedule(c);
 }
 
+/* oom_close: c's frames could not be buffered: it is closed, and said so
+ * (its calls end UNAVAILABLE at the client). */
+static void oom_close(gconn *c)
+{
+    srv_log(c->g->s, "warn", "grpc: a connection closed: out of memory for its frames");
+    close_conn(c);
+}
+
 /* flush: deliver answers, then write what nghttp2 has (up to WRITE_HIGH
  * unwritten); close the connection when nghttp2 is done with it. */
 static void flush(gconn *c)
@@ -94,9 +102,9 @@ static void flush(gconn *c)
         if (len + (size_t)n > cap) {
             size_t nc = (len + (size_t)n) * 2;
             char *nb = realloc(buf, nc < 16384 ? 16384 : nc);
-            if (!nb) {
+            if (!nb) { /* nghttp2 counts the frame sent: the session is lost */
                 free(buf);
-                close_conn(c);
+                oom_close(c);
                 return;
             }
             buf = nb;
@@ -110,7 +118,7 @@ static void flush(gconn *c)
         uv_buf_t b = uv_buf_init(buf, (unsigned)len);
         if (!w) {
             free(buf);
-            close_conn(c);
+            oom_close(c);
             return;
         }
         w->c = c;

@@ -61,6 +61,7 @@ static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f,
         return 0;
     call = calloc(1, sizeof *call);
     if (!call) { /* refused, not begun: the client may send it again */
+        srv_log(c->g->s, "warn", "grpc: a stream refused: out of memory for its call");
         nghttp2_submit_rst_stream(h2, NGHTTP2_FLAG_NONE, f->hd.stream_id,
                                   NGHTTP2_REFUSED_STREAM);
         srv_grpc__schedule(c);
@@ -253,10 +254,15 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
             } else {
                 call->msg_mem = mlen + 1u;
                 call->msg = malloc(mlen + 1u);
-                if (!call->msg) {
-                    srv_grpc__call_end(call, GRPC_RESOURCE_EXHAUSTED,
-                             "server: out of memory");
+                if (!call->msg && !call->m->stream) {
+                    srv_grpc__call_end(call, GRPC_UNAVAILABLE, GRPC_OOM_MSG);
                     break;
+                }
+                if (!call->msg) { /* a stream: this request's error, as above */
+                    srv_mem_give(s, call->msg_mem);
+                    call->msg_mem = 0;
+                    srv_grpc__slot_error(call, GRPC_UNAVAILABLE, GRPC_OOM_MSG);
+                    call->skipping = 1;
                 }
             }
             call->msg_len = mlen;
@@ -294,8 +300,8 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
                 if (!hm) {
                     free(m);
                     srv_mem_give(s, mem);
-                    srv_grpc__call_end(call, GRPC_RESOURCE_EXHAUSTED,
-                             "server: out of memory");
+                    srv_grpc__call_end(call, GRPC_UNAVAILABLE,
+                             GRPC_OOM_MSG);
                     break;
                 }
                 hm->msg = m, hm->len = call->msg_len, hm->mem = mem;

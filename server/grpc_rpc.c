@@ -53,8 +53,7 @@ void srv_grpc_error_text(const srv_req *r, char *err)
     const char *m = json_string_value(json_object_get(o, "error"));
     /* no message: its body could not be allocated (http.c) or read */
     snprintf(err, GRPC_ERRMAX, "%s",
-             m ? m : r->resp_oom || r->resp ? "server: out of memory; retry shortly"
-                                            : "request failed");
+             m ? m : r->resp_oom || r->resp ? GRPC_OOM_MSG : "request failed");
     json_decref(o);
 }
 
@@ -91,8 +90,8 @@ static int pack(const ProtobufCMessage *m, char **out, size_t *len, char *err)
     size_t n = protobuf_c_message_get_packed_size(m);
     *out = malloc(n + OIP_PB_HEADROOM);
     if (!*out) {
-        snprintf(err, GRPC_ERRMAX, "server: out of memory");
-        return GRPC_RESOURCE_EXHAUSTED;
+        snprintf(err, GRPC_ERRMAX, GRPC_OOM_MSG);
+        return GRPC_UNAVAILABLE;
     }
     protobuf_c_message_pack(m, (uint8_t *)*out + OIP_PB_HEADROOM);
     *len = n + OIP_PB_HEADROOM;
@@ -277,8 +276,8 @@ static int reply_model_meta(srv_req *r, char **out, size_t *len, char *err)
     m.n_inputs = tensors(json_object_get(o, "inputs"), &m.inputs, &bi);
     m.n_outputs = tensors(json_object_get(o, "outputs"), &m.outputs, &bo);
     if (!bi || !bo) {
-        snprintf(err, GRPC_ERRMAX, "server: out of memory");
-        rc = GRPC_RESOURCE_EXHAUSTED;
+        snprintf(err, GRPC_ERRMAX, GRPC_OOM_MSG);
+        rc = GRPC_UNAVAILABLE;
     } else {
         rc = pack(&m.base, out, len, err);
     }
@@ -370,7 +369,7 @@ static int reply_stats(srv_req *r, char **out, size_t *len, char *err)
     stat_blk *sb = NULL;
     Inference__ModelStatistics **msp = NULL;
     size_t n, i, k;
-    int rc = GRPC_RESOURCE_EXHAUSTED;
+    int rc = GRPC_UNAVAILABLE; /* out of memory, unless set otherwise */
     if (r->status != 200)
         return fail(r, err);
     if (!(o = answer_json(r, err)))
@@ -426,8 +425,8 @@ static int reply_stats(srv_req *r, char **out, size_t *len, char *err)
     m.model_stats = msp;
     rc = pack(&m.base, out, len, err);
 done:
-    if (rc == GRPC_RESOURCE_EXHAUSTED)
-        snprintf(err, GRPC_ERRMAX, "server: out of memory");
+    if (rc == GRPC_UNAVAILABLE && !err[0])
+        snprintf(err, GRPC_ERRMAX, GRPC_OOM_MSG);
     for (i = 0; sb && i < n; i++) {
         free(sb[i].bs);
         free(sb[i].bsp);
@@ -450,8 +449,8 @@ static int start_index(srv_req *r, char *msg, size_t len, int *code,
         return bad_message("RepositoryIndexRequest", code, err);
     if (m->ready && !(r->body = strdup("{\"ready\":true}"))) {
         protobuf_c_message_free_unpacked(&m->base, NULL);
-        *code = GRPC_RESOURCE_EXHAUSTED;
-        snprintf(err, GRPC_ERRMAX, "server: out of memory");
+        *code = GRPC_UNAVAILABLE;
+        snprintf(err, GRPC_ERRMAX, GRPC_OOM_MSG);
         return -1;
     }
     r->body_len = r->body ? strlen(r->body) : 0;
@@ -477,8 +476,8 @@ static int reply_index(srv_req *r, char **out, size_t *len, char *err)
     mi = calloc(n + 1, sizeof *mi);
     mp = calloc(n + 1, sizeof *mp);
     if (!mi || !mp) {
-        snprintf(err, GRPC_ERRMAX, "server: out of memory");
-        rc = GRPC_RESOURCE_EXHAUSTED;
+        snprintf(err, GRPC_ERRMAX, GRPC_OOM_MSG);
+        rc = GRPC_UNAVAILABLE;
         goto done;
     }
     for (i = 0; i < n; i++) {
@@ -590,8 +589,8 @@ static int start_load(srv_req *r, char *msg, size_t len, int *code,
             vals[i] = m->parameters[i]->value, keys[i] = m->parameters[i]->key;
         r->body = vals && keys ? repo_params(vals, keys, m->n_parameters) : NULL;
         if (!r->body) {
-            *code = GRPC_RESOURCE_EXHAUSTED;
-            snprintf(err, GRPC_ERRMAX, "server: out of memory");
+            *code = GRPC_UNAVAILABLE;
+            snprintf(err, GRPC_ERRMAX, GRPC_OOM_MSG);
             rc = -1;
         }
         r->body_len = r->body ? strlen(r->body) : 0;

@@ -105,6 +105,10 @@ void srv_respond(srv_req *r, int status, const char *ctype, char *body,
  * allocated, 503 with the fixed out-of-memory body (OOM_ANSWER). */
 static void respond_body(srv_req *r, int status, char *b)
 {
+    if (r->have_resp) { /* answered already: srv_respond drops it */
+        free(b);
+        return;
+    }
     if (!b) {
         status = 503;
         r->retry_after = 1;
@@ -501,8 +505,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     (void)version;
     if (!r) {
         r = calloc(1, sizeof *r);
-        if (!r) /* no request to log or count: the fixed answer, made at start */
+        if (!r) { /* no request to log: the fixed answer, made at start */
+            s->http.by_status[503]++;
             return s->oom_resp ? MHD_queue_response(conn, 503, s->oom_resp) : MHD_NO;
+        }
         r->s = s;
         r->conn = conn;
         r->t0_ns = srv_now_ns();

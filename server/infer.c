@@ -477,8 +477,10 @@ int srv_infer_encode(const srv_prep *p, const oip_request *req,
             a.dk = p->cfg.head_dim;
         }
         rc = maps_put(maps, &a, id, merr);
-        if (rc < 0) { /* merr names parameters.retain */
-            snprintf(err, OIP_ERRMAX, "%.400s", merr);
+        if (rc < 0) { /* the field, once */
+            snprintf(err, OIP_ERRMAX, "%s%.400s",
+                     strncmp(merr, "parameters.retain", 17) ? "parameters.retain: " : "",
+                     merr);
             return rc == ATTN_ENOMEM ? 503 : 400;
         }
         snprintf(extra, sizeof extra, "{\"map_id\":\"%s\"}", id);

@@ -115,7 +115,8 @@ static void load_work(uv_work_t *w)
     lj->gen = srv_upload_generation();
     rc = model_load_repo(&lj->m, lj->repo, lj->name, err);
     if (rc < 0) {
-        lj->rc = rc == ATTN_ENOTFOUND || rc == ATTN_EIO ? 404 : 400;
+        lj->rc = rc == ATTN_ENOTFOUND || rc == ATTN_EIO ? 404
+                 : rc == ATTN_ENOMEM ? 503 : 400;
         snprintf(lj->err, sizeof lj->err, "model '%s': %.480s", lj->name, err);
     }
 }
@@ -154,8 +155,8 @@ static void load_done(uv_work_t *w, int status)
             snprintf(e->reason, sizeof e->reason, "%.500s", lj->err);
         srv_log(s, "error", "load: %s", lj->err);
         if (lj->req)
-            srv_respond_error(lj->req, lj->rc ? lj->rc : 500, "%s",
-                              e ? lj->err : "out of memory");
+            srv_respond_error(lj->req, lj->rc ? lj->rc : 503, "%s",
+                              e ? lj->err : "load: out of memory");
         model_destroy(lj->m);
     } else if (lj->gen < e->gen) {
         /* a later upload of this name was published (and installed) while
@@ -169,7 +170,7 @@ static void load_done(uv_work_t *w, int status)
             model_destroy(lj->m);
             e->state = e->inst ? SRV_READY : SRV_UNAVAILABLE;
             if (lj->req)
-                srv_respond_error(lj->req, 500, "model '%s': out of memory",
+                srv_respond_error(lj->req, 503, "model '%s': out of memory",
                                   lj->name);
         } else {
             in->m = lj->m;

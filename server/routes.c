@@ -127,7 +127,8 @@ static void h_model_meta(srv_req *r)
     text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     if (!text) {
-        srv_respond_error(r, 500, "model '%s': cannot build metadata", e->name);
+        srv_respond_error(r, 503, "model '%s': out of memory for its metadata",
+                          e->name);
         return;
     }
     srv_respond(r, 200, "application/json", text, strlen(text));

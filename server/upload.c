@@ -64,38 +64,39 @@ static int b64_val(int c)
     return -1;
 }
 
-/* b64_decode: standard or URL-safe base64, padding optional, no spaces.
- * Returns a malloc'd buffer and its length, or NULL when malformed. */
-static unsigned char *b64_decode(const char *in, size_t n, size_t *out_len)
+/* b64_decode: standard or URL-safe base64, padding optional, no spaces,
+ * into *out (malloc'd) and *out_len. 0, -1 when malformed, -2 when out of
+ * memory. */
+static int b64_decode(const char *in, size_t n, unsigned char **out,
+                      size_t *out_len)
 {
-    unsigned char *out;
+    unsigned char *b;
     size_t i, o = 0;
     uint32_t acc = 0;
     int bits = 0;
     while (n && in[n - 1] == '=')
         n--;
-    out = malloc(n / 4 * 3 + 3);
-    if (!out)
-        return NULL;
+    if (n % 4 == 1)
+        return -1;
+    b = malloc(n / 4 * 3 + 3);
+    if (!b)
+        return -2;
     for (i = 0; i < n; i++) {
         int v = b64_val((unsigned char)in[i]);
         if (v < 0) {
-            free(out);
-            return NULL;
+            free(b);
+            return -1;
         }
         acc = (acc << 6) | (uint32_t)v;
         bits += 6;
         if (bits >= 8) {
             bits -= 8;
-            out[o++] = (unsigned char)(acc >> bits);
+            b[o++] = (unsigned char)(acc >> bits);
         }
     }
-    if (n % 4 == 1) {
-        free(out);
-        return NULL;
-    }
+    *out = b;
     *out_len = o;
-    return out;
+    return 0;
 }
 
 /* write_file: path gets data (created exclusively, fsync'd). */
@@ -321,6 +322,7 @@ int srv_upload_parse(srv_upload *u, const char *body, size_t len, char *err,
     json_t *o, *p, *v;
     json_error_t je;
     const char *key;
+    int status = 400;
     memset(u, 0, sizeof *u);
     o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!json_is_object(o)) {
@@ -352,6 +354,7 @@ int srv_upload_parse(srv_upload *u, const char *body, size_t len, char *err,
             u->config = malloc(u->config_len + 1);
             if (!u->config) {
                 snprintf(err, errlen, "parameters.config: out of memory");
+                status = 503;
                 goto fail;
             }
             memcpy(u->config, json_string_value(v), u->config_len + 1);
@@ -361,11 +364,12 @@ int srv_upload_parse(srv_upload *u, const char *body, size_t len, char *err,
                                       "must be a base64 string");
                 goto fail;
             }
-            u->st = b64_decode(json_string_value(v), json_string_length(v),
-                               &u->st_len);
-            if (!u->st) {
-                snprintf(err, errlen, "parameters[\"file:model.safetensors\"]: "
-                                      "not valid base64");
+            int rc = b64_decode(json_string_value(v), json_string_length(v),
+                                &u->st, &u->st_len);
+            if (rc < 0) {
+                snprintf(err, errlen, "parameters[\"file:model.safetensors\"]: %s",
+                         rc == -2 ? "out of memory" : "not valid base64");
+                status = rc == -2 ? 503 : 400;
                 goto fail;
             }
         } else if (strncmp(key, FILE_PREFIX, 5) == 0) {
@@ -385,7 +389,7 @@ int srv_upload_parse(srv_upload *u, const char *body, size_t len, char *err,
 fail:
     json_decref(o);
     srv_upload_free(u);
-    return 400;
+    return status;
 }
 
 void srv_upload_free(srv_upload *u)

@@ -25,8 +25,9 @@ typedef struct srv_upload {
 
 /* srv_upload_parse: parameters.config (a JSON string holding a JSON
  * object, optional) and parameters["file:model.safetensors"] (base64,
- * required) of a load request body into u. Returns 0, or 400 with err
- * naming the parameter (u is then empty). Free with srv_upload_free. */
+ * required) of a load request body into u. Returns 0, or 400 (503 when
+ * out of memory) with err naming the parameter (u is then empty). Free
+ * with srv_upload_free. */
 int srv_upload_parse(srv_upload *u, const char *body, size_t len, char *err,
                      size_t errlen);
 void srv_upload_free(srv_upload *u);
