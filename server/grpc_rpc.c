@@ -109,8 +109,38 @@ static json_t *answer_json(const srv_req *r, char *err)
 
 /* bad_message: -1 with the INVALID_ARGUMENT of a message that does not
  * unpack. */
+/* The allocator of the calls' parses (ModelInfer's is proto/pb.c's):
+ * malloc and free, noting a malloc that failed, so that bad_message tells
+ * out of memory from a bad message. Loop thread. */
+static int unpack_oom;
+
+static void *unpack_alloc(void *ud, size_t n)
+{
+    void *p = malloc(n);
+    (void)ud;
+    if (!p)
+        unpack_oom = 1;
+    return p;
+}
+
+static void unpack_free(void *ud, void *p)
+{
+    (void)ud;
+    free(p);
+}
+
+static ProtobufCAllocator unpack_al = {unpack_alloc, unpack_free, NULL};
+
+/* bad_message: a request message that did not parse: INVALID_ARGUMENT,
+ * or UNAVAILABLE when the parse ran out of memory. */
 static int bad_message(const char *what, int *code, char *err)
 {
+    if (unpack_oom) {
+        unpack_oom = 0;
+        *code = GRPC_UNAVAILABLE;
+        snprintf(err, GRPC_ERRMAX, GRPC_OOM_MSG);
+        return -1;
+    }
     *code = GRPC_INVALID_ARGUMENT;
     snprintf(err, GRPC_ERRMAX, "request: not a valid %s (protobuf wire format)",
              what);
@@ -158,13 +188,13 @@ static int reply_server_ready(srv_req *r, char **out, size_t *len, char *err)
 static int start_model_ready(srv_req *r, char *msg, size_t len, int *code,
                              char *err)
 {
-    Inference__ModelReadyRequest *m = inference__model_ready_request__unpack(NULL, len, (const uint8_t *)msg);
+    Inference__ModelReadyRequest *m = inference__model_ready_request__unpack(&unpack_al, len, (const uint8_t *)msg);
     int rc;
     free(msg);
     if (!m)
         return bad_message("ModelReadyRequest", code, err);
     rc = model_arg(r, m->name, m->version, code, err);
-    protobuf_c_message_free_unpacked(&m->base, NULL);
+    protobuf_c_message_free_unpacked(&m->base, &unpack_al);
     return rc;
 }
 
@@ -209,13 +239,13 @@ static int reply_server_meta(srv_req *r, char **out, size_t *len, char *err)
 static int start_model_meta(srv_req *r, char *msg, size_t len, int *code,
                             char *err)
 {
-    Inference__ModelMetadataRequest *m = inference__model_metadata_request__unpack(NULL, len, (const uint8_t *)msg);
+    Inference__ModelMetadataRequest *m = inference__model_metadata_request__unpack(&unpack_al, len, (const uint8_t *)msg);
     int rc;
     free(msg);
     if (!m)
         return bad_message("ModelMetadataRequest", code, err);
     rc = model_arg(r, m->name, m->version, code, err);
-    protobuf_c_message_free_unpacked(&m->base, NULL);
+    protobuf_c_message_free_unpacked(&m->base, &unpack_al);
     return rc;
 }
 
@@ -329,14 +359,14 @@ static int reply_infer(srv_req *r, char **out, size_t *len, char *err)
 static int start_stats(srv_req *r, char *msg, size_t len, int *code,
                        char *err)
 {
-    Inference__ModelStatisticsRequest *m = inference__model_statistics_request__unpack(NULL, len, (const uint8_t *)msg);
+    Inference__ModelStatisticsRequest *m = inference__model_statistics_request__unpack(&unpack_al, len, (const uint8_t *)msg);
     int rc = 0;
     free(msg);
     if (!m)
         return bad_message("ModelStatisticsRequest", code, err);
     if (m->name[0] || m->version[0])
         rc = model_arg(r, m->name, m->version, code, err);
-    protobuf_c_message_free_unpacked(&m->base, NULL);
+    protobuf_c_message_free_unpacked(&m->base, &unpack_al);
     return rc;
 }
 
@@ -443,18 +473,18 @@ done:
 static int start_index(srv_req *r, char *msg, size_t len, int *code,
                        char *err)
 {
-    Inference__RepositoryIndexRequest *m = inference__repository_index_request__unpack(NULL, len, (const uint8_t *)msg);
+    Inference__RepositoryIndexRequest *m = inference__repository_index_request__unpack(&unpack_al, len, (const uint8_t *)msg);
     free(msg);
     if (!m)
         return bad_message("RepositoryIndexRequest", code, err);
     if (m->ready && !(r->body = strdup("{\"ready\":true}"))) {
-        protobuf_c_message_free_unpacked(&m->base, NULL);
+        protobuf_c_message_free_unpacked(&m->base, &unpack_al);
         *code = GRPC_UNAVAILABLE;
         snprintf(err, GRPC_ERRMAX, GRPC_OOM_MSG);
         return -1;
     }
     r->body_len = r->body ? strlen(r->body) : 0;
-    protobuf_c_message_free_unpacked(&m->base, NULL);
+    protobuf_c_message_free_unpacked(&m->base, &unpack_al);
     return 0;
 }
 
@@ -573,7 +603,7 @@ static char *repo_params(Inference__ModelRepositoryParameter *const *vals,
 static int start_load(srv_req *r, char *msg, size_t len, int *code,
                       char *err)
 {
-    Inference__RepositoryModelLoadRequest *m = inference__repository_model_load_request__unpack(NULL, len, (const uint8_t *)msg);
+    Inference__RepositoryModelLoadRequest *m = inference__repository_model_load_request__unpack(&unpack_al, len, (const uint8_t *)msg);
     Inference__ModelRepositoryParameter **vals = NULL;
     char **keys = NULL;
     size_t i;
@@ -597,7 +627,7 @@ static int start_load(srv_req *r, char *msg, size_t len, int *code,
     }
     free(vals);
     free(keys);
-    protobuf_c_message_free_unpacked(&m->base, NULL);
+    protobuf_c_message_free_unpacked(&m->base, &unpack_al);
     return rc;
 }
 
@@ -619,13 +649,13 @@ static int reply_load(srv_req *r, char **out, size_t *len, char *err)
 static int start_unload(srv_req *r, char *msg, size_t len, int *code,
                         char *err)
 {
-    Inference__RepositoryModelUnloadRequest *m = inference__repository_model_unload_request__unpack(NULL, len, (const uint8_t *)msg);
+    Inference__RepositoryModelUnloadRequest *m = inference__repository_model_unload_request__unpack(&unpack_al, len, (const uint8_t *)msg);
     int rc;
     free(msg);
     if (!m)
         return bad_message("RepositoryModelUnloadRequest", code, err);
     rc = model_arg(r, m->model_name, "", code, err);
-    protobuf_c_message_free_unpacked(&m->base, NULL);
+    protobuf_c_message_free_unpacked(&m->base, &unpack_al);
     return rc;
 }
 

@@ -669,9 +669,10 @@ FAILALLOC = os.path.join(os.path.dirname(ATTND), "tests", "server", "failalloc.s
 class FailAlloc(unittest.TestCase):
     def test_calls_answered_while_allocations_fail(self):
         """attnd's own allocations fail (tests/server/failalloc.c: 1 in 5,
-        then 1 in 11, 29 and 97 while armed) under unary calls and
-        streams from four threads: each call ends OK with REFS' numbers
-        (a stream with all six responses) or UNAVAILABLE naming the memory,
+        then 1 in 11, 29 and 97 while armed) under unary infer and
+        metadata calls and streams from four threads: each call ends OK
+        with REFS' numbers (a stream with all six responses, metadata
+        naming the model) or UNAVAILABLE naming the memory,
         each stream response likewise, or UNAVAILABLE at most as often as
         attnd logged closing a connection whose frames it could not
         buffer or refusing a stream; the daemon stays up, and once the
@@ -728,6 +729,13 @@ class FailAlloc(unittest.TestCase):
             except grpc.RpcError as e:
                 return note("unary", error(e.code(), e.details()))
 
+        def metadata(stub, i):
+            try:
+                m = stub.ModelMetadata(pb.ModelMetadataRequest(name="tiny"), timeout=30)
+                return note("metadata", True if m.name == "tiny" and m.inputs else f"metadata {m}")
+            except grpc.RpcError as e:
+                return note("metadata", error(e.code(), e.details()))
+
         def stream(stub, i):
             n = 0
             try:
@@ -749,7 +757,7 @@ class FailAlloc(unittest.TestCase):
                 def work(w):
                     i = 0
                     while time.time() < end:
-                        call(w, lambda stub: (stream if (i + w) % 3 == 0 else unary)(stub, i))
+                        call(w, lambda stub: (stream, metadata, unary)[(i + w) % 3](stub, i))
                         i += 1
                 threads = [threading.Thread(target=work, args=(w,)) for w in range(4)]
                 for t in threads:
