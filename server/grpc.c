@@ -413,8 +413,7 @@ void srv_grpc__slot_error(gcall *call, int code, const char *msg)
     gslot *sl = calloc(1, sizeof *sl);
     if (!sl || !(sl->msg = strdup(msg))) {
         free(sl);
-        srv_grpc__call_end(call, GRPC_UNAVAILABLE,
-                           GRPC_OOM_MSG);
+        srv_grpc__call_end(call, GRPC_UNAVAILABLE, GRPC_OOM_MSG);
         return;
     }
     sl->call = call;

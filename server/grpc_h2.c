@@ -205,6 +205,7 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
             size_t take = 5 - (size_t)call->hdr_got;
             uint32_t mlen;
             char msg[200];
+            const char *refused; /* why this message is not read */
             if (call->hdr_got == 0 && call->m->stream) { /* a message begins */
                 call->t_msg_ns = srv_now_ns();
                 call->msg_seen = 0;
@@ -240,30 +241,25 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
                          "request: a unary call takes one message");
                 break;
             }
+            refused = NULL;
             if (srv_mem_take(s, mlen + 1u) < 0) {
                 snprintf(msg, sizeof msg, "server: the memory for request "
                          "bodies and unsent answers (%lld bytes, memory-budget) "
                          "is in use; retry shortly", s->cfg.memory_budget);
-                if (!call->m->stream) {
-                    srv_grpc__call_end(call, GRPC_UNAVAILABLE, msg);
-                    break;
-                }
-                /* a stream: this request's error, its bytes dropped unread */
-                srv_grpc__slot_error(call, GRPC_UNAVAILABLE, msg);
-                call->skipping = 1;
+                refused = msg;
+            } else if (!(call->msg = malloc(mlen + 1u))) {
+                srv_mem_give(s, mlen + 1u);
+                refused = GRPC_OOM_MSG;
             } else {
                 call->msg_mem = mlen + 1u;
-                call->msg = malloc(mlen + 1u);
-                if (!call->msg && !call->m->stream) {
-                    srv_grpc__call_end(call, GRPC_UNAVAILABLE, GRPC_OOM_MSG);
-                    break;
-                }
-                if (!call->msg) { /* a stream: this request's error, as above */
-                    srv_mem_give(s, call->msg_mem);
-                    call->msg_mem = 0;
-                    srv_grpc__slot_error(call, GRPC_UNAVAILABLE, GRPC_OOM_MSG);
-                    call->skipping = 1;
-                }
+            }
+            if (refused && !call->m->stream) {
+                srv_grpc__call_end(call, GRPC_UNAVAILABLE, refused);
+                break;
+            }
+            if (refused) { /* a stream: this request's error, its bytes dropped unread */
+                srv_grpc__slot_error(call, GRPC_UNAVAILABLE, refused);
+                call->skipping = 1;
             }
             call->msg_len = mlen;
             call->msg_got = 0;
@@ -300,8 +296,7 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
                 if (!hm) {
                     free(m);
                     srv_mem_give(s, mem);
-                    srv_grpc__call_end(call, GRPC_UNAVAILABLE,
-                             GRPC_OOM_MSG);
+                    srv_grpc__call_end(call, GRPC_UNAVAILABLE, GRPC_OOM_MSG);
                     break;
                 }
                 hm->msg = m, hm->len = call->msg_len, hm->mem = mem;

@@ -107,8 +107,6 @@ static json_t *answer_json(const srv_req *r, char *err)
     return o;
 }
 
-/* bad_message: -1 with the INVALID_ARGUMENT of a message that does not
- * unpack. */
 /* The allocator of the calls' parses (ModelInfer's is proto/pb.c's):
  * malloc and free, noting a malloc that failed, so that bad_message tells
  * out of memory from a bad message. Loop thread. */

@@ -105,11 +105,7 @@ void srv_respond(srv_req *r, int status, const char *ctype, char *body,
  * allocated, 503 with the fixed out-of-memory body (OOM_ANSWER). */
 static void respond_body(srv_req *r, int status, char *b)
 {
-    if (r->have_resp) { /* answered already: srv_respond drops it */
-        free(b);
-        return;
-    }
-    if (!b) {
+    if (!b && !r->have_resp) { /* (a second answer srv_respond drops) */
         status = 503;
         r->retry_after = 1;
         r->resp_oom = 1;
