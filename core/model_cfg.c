@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "attn.h"
+#include "json_mem.h"
 #include "model_int.h"
 #include "st.h"
 
@@ -147,12 +148,18 @@ static int same(const json_t *a, const json_t *b)
 }
 
 /* metadata_value: a __metadata__ string as JSON ("4", "true",
- * "{\"theta\": 10000}"); prefix and description are taken as text. */
-static json_t *metadata_value(const char *key, const char *s)
+ * "{\"theta\": 10000}"); prefix and description are taken as text.
+ * NULL with *nomem set when memory ran out. */
+static json_t *metadata_value(const char *key, const char *s, int *nomem)
 {
-    if (strcmp(key, "prefix") == 0 || strcmp(key, "description") == 0)
-        return json_string(s);
-    return json_loads(s, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, NULL);
+    json_t *v;
+    if (strcmp(key, "prefix") == 0 || strcmp(key, "description") == 0) {
+        v = json_string(s);
+        *nomem = !v;
+        return v;
+    }
+    return attn_json_parse(s, strlen(s), JSON_DECODE_ANY | JSON_REJECT_DUPLICATES,
+                           NULL, nomem);
 }
 
 static void text_of(const json_t *v, char *buf, size_t cap)
@@ -176,7 +183,13 @@ int model__cfg_read(model__cfg *c, const char *config_label,
                           config_label, config_len, MAX_CONFIG_BYTES);
             goto fail;
         }
-        root = json_loadb(config, config_len, JSON_REJECT_DUPLICATES, &je);
+        int nomem;
+        root = attn_json_parse(config, config_len, JSON_REJECT_DUPLICATES, &je, &nomem);
+        if (nomem) {
+            model__seterr(err, "%s: out of memory reading it", config_label);
+            rc = ATTN_ENOMEM;
+            goto fail;
+        }
         if (!root) {
             model__seterr(err,
                           "%s: not valid JSON: %s (line %d, column %d)",
@@ -218,13 +231,18 @@ int model__cfg_read(model__cfg *c, const char *config_label,
             ok |= strcmp(k, known[j]) == 0;
         if (!ok)
             continue; /* writers add their own keys ("format": "pt") */
-        json_t *v = metadata_value(k, s);
+        int nomem;
+        json_t *v = metadata_value(k, s, &nomem);
+        if (nomem || (v && json_object_set_new(meta, k, v))) {
+            model__seterr(err, "%s: out of memory reading %s", mlabel, k);
+            rc = ATTN_ENOMEM;
+            goto fail;
+        }
         if (!v) {
             model__seterr(err, "%s: %s: '%.64s' is not a JSON value", mlabel,
                           k, s);
             goto fail;
         }
-        json_object_set_new(meta, k, v);
     }
     for (int i = 0; i < N_KNOWN; i++) {
         const json_t *a = root ? json_object_get(root, known[i]) : NULL;

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "attn.h"
+#include "json_mem.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "safetensors data is little-endian; add byte swaps for this host");
@@ -365,7 +366,12 @@ static int parse(st_file *f, char *err)
         return ATTN_EFORMAT;
     }
     json_error_t je;
-    f->root = json_loadb(hdr, (size_t)n, JSON_REJECT_DUPLICATES, &je);
+    int nomem;
+    f->root = attn_json_parse(hdr, (size_t)n, JSON_REJECT_DUPLICATES, &je, &nomem);
+    if (nomem) {
+        seterr(err, f->label, "out of memory reading the header");
+        return ATTN_ENOMEM;
+    }
     if (!f->root) {
         seterr(err, f->label,
                "header is not valid JSON: %s at byte %d (rule: header JSON, "

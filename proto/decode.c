@@ -11,6 +11,7 @@
 
 #include "core/attn.h"
 #include "oip_internal.h"
+#include "core/json_mem.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "proto/ assumes a little-endian host (binary tensors are little-endian)"
@@ -585,12 +586,14 @@ int oip_decode(oip_request *req, const char *body, size_t len,
         goto fail;
     }
     json_error_t jerr;
-    root = json_loadb(skel, skel_len, JSON_REJECT_DUPLICATES, &jerr);
+    int nomem;
+    root = attn_json_parse(skel, skel_len, JSON_REJECT_DUPLICATES, &jerr, &nomem);
     free(skel);
     skel = NULL;
     if (!root) {
-        rc = oip__fail(err, ATTN_EINVAL, "request body: invalid JSON: %s",
-                       jerr.text);
+        rc = nomem ? oip__fail(err, ATTN_ENOMEM, "request body: out of memory")
+                   : oip__fail(err, ATTN_EINVAL, "request body: invalid JSON: %s",
+                               jerr.text);
         goto fail;
     }
 

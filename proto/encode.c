@@ -13,6 +13,7 @@
 
 #include "core/attn.h"
 #include "oip_internal.h"
+#include "core/json_mem.h"
 
 static void put(oip__buf *b, const char *s, size_t n)
 {
@@ -203,13 +204,20 @@ int oip_encode(const char *model_name, const char *id,
         return oip__fail(err, ATTN_EINVAL, "oip_encode: bad arguments");
     if (extra_params) {
         json_error_t jerr;
-        extra = json_loads(extra_params, JSON_REJECT_DUPLICATES, &jerr);
+        int nomem;
+        unsigned long mark = attn_json_mark();
+        extra = attn_json_parse(extra_params, strlen(extra_params),
+                               JSON_REJECT_DUPLICATES, &jerr, &nomem);
+        if (nomem) {
+            rc = oip__fail(err, ATTN_ENOMEM, "oip_encode: out of memory");
+            goto fail;
+        }
         if (!extra || !json_is_object(extra)) {
             rc = oip__fail(err, ATTN_EINVAL,
                            "oip_encode: extra_params is not a JSON object");
             goto fail;
         }
-        if (!(extra_text = json_dumps(extra, JSON_COMPACT))) {
+        if (!(extra_text = attn_json_dumps(extra, JSON_COMPACT, mark))) {
             rc = oip__fail(err, ATTN_ENOMEM, "oip_encode: out of memory");
             goto fail;
         }

@@ -13,6 +13,7 @@
 
 #include "core/attn.h"
 #include "oip_internal.h"
+#include "core/json_mem.h"
 #include "proto/kserve.pb-c.h"
 
 typedef Inference__ModelInferRequest Req;
@@ -87,12 +88,15 @@ static int get_tokens(oip_request *req, const Param *v, int max_tokens,
     json_t *t;
     json_error_t je;
     size_t i, n;
-    int rc = 0;
+    int rc = 0, nomem;
     if (!v || v->parameter_choice_case !=
                   INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM)
         return oip__fail(err, ATTN_EINVAL, "parameters.tokens: expected a "
                          "string_param holding a JSON array of strings");
-    t = json_loads(v->string_param, JSON_REJECT_DUPLICATES, &je);
+    t = attn_json_parse(v->string_param, strlen(v->string_param),
+                       JSON_REJECT_DUPLICATES, &je, &nomem);
+    if (nomem)
+        return oip__fail(err, ATTN_ENOMEM, "parameters.tokens: out of memory");
     if (!json_is_array(t)) {
         json_decref(t);
         return oip__fail(err, ATTN_EINVAL,
@@ -576,12 +580,15 @@ static int resp_params(Resp *r, const char *extra, void **blk, char *err)
     const char *k;
     json_t *v;
     size_t n, i = 0, strbytes = 0;
+    int nomem;
     RespParam **ptrs, *ents;
     Param *vals;
     char *sp;
     if (!extra)
         return 0;
-    o = json_loads(extra, JSON_REJECT_DUPLICATES, &je);
+    o = attn_json_parse(extra, strlen(extra), JSON_REJECT_DUPLICATES, &je, &nomem);
+    if (nomem)
+        return oip__fail(err, ATTN_ENOMEM, "oip_pb_encode: out of memory");
     if (!json_is_object(o)) {
         json_decref(o);
         return oip__fail(err, ATTN_EINVAL,

@@ -88,7 +88,7 @@ void srv_grpc__call_end(gcall *call, int code, const char *msg)
         return;
     call->ending = 1;
     call->code = code;
-    call->end_msg = msg && *msg ? strdup(msg) : NULL;
+    snprintf(call->end_msg, sizeof call->end_msg, "%s", msg ? msg : "");
     drop_msgs(call);
     call->c->g->s->http.grpc_codes[code < GRPC_N_CODES ? code : GRPC_INTERNAL]++;
     srv_grpc__schedule(call->c);
@@ -97,7 +97,7 @@ void srv_grpc__call_end(gcall *call, int code, const char *msg)
 static void trailers(const gcall *call, nghttp2_nv *nv, char *num, char *msg)
 {
     snprintf(num, 8, "%d", call->code);
-    pct(call->end_msg ? call->end_msg : "", msg, GRPC_ERRMAX * 3);
+    pct(call->end_msg, msg, GRPC_ERRMAX * 3);
     nv[0] = (nghttp2_nv){(uint8_t *)"grpc-status", (uint8_t *)num, 11,
                          strlen(num), NGHTTP2_NV_FLAG_NONE};
     nv[1] = (nghttp2_nv){(uint8_t *)"grpc-message", (uint8_t *)msg, 12,
@@ -200,7 +200,7 @@ static void stream_msg(gcall *call, gslot *sl)
         queue_chunk(call, sl->out, frame(sl->out, at, len), at + len);
         sl->out = NULL;
     } else {
-        size_t n = strlen(sl->msg ? sl->msg : "error"), cap = n + 16, len = 0;
+        size_t n = strlen(sl->msg), cap = n + 16, len = 0;
         unsigned char *b = malloc(cap);
         size_t v = n;
         if (!b) {
@@ -212,7 +212,7 @@ static void stream_msg(gcall *call, gslot *sl)
             b[5 + len++] = (unsigned char)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
             v >>= 7;
         } while (v);
-        memcpy(b + 5 + len, sl->msg ? sl->msg : "error", n);
+        memcpy(b + 5 + len, sl->msg, n);
         len += n;
         queue_chunk(call, (char *)b, frame((char *)b, 5, len), 5 + len);
     }
@@ -260,7 +260,6 @@ void srv_grpc__pump(gcall *call)
             }
         }
         free(sl->out);
-        free(sl->msg);
         free(sl);
     }
     if (call->m && call->m->stream && !call->shead && !call->hhead &&
@@ -317,7 +316,7 @@ static void on_answer(srv_req *r)
     err[0] = 0;
     sl->code = sl->call->m->reply(r, &sl->out, &sl->out_len, err);
     if (sl->code != GRPC_OK)
-        sl->msg = strdup(err);
+        snprintf(sl->msg, sizeof sl->msg, "%s", err);
     sl->done = 1;
     srv_grpc__schedule(sl->call->c);
 }
@@ -337,7 +336,6 @@ static void slot_abandon(srv *s, gslot *sl)
         }
     }
     free(sl->out);
-    free(sl->msg);
     free(sl);
 }
 
@@ -384,7 +382,7 @@ void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem)
             free(msg);
             r->status = 504;
             sl->code = GRPC_DEADLINE_EXCEEDED;
-            sl->msg = strdup("deadline: the client's deadline passed");
+            snprintf(sl->msg, sizeof sl->msg, "deadline: the client's deadline passed");
             sl->done = 1;
             srv_grpc__schedule(call->c);
             return;
@@ -398,7 +396,7 @@ void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem)
     if (!h) {
         r->status = code == GRPC_NOT_FOUND ? 404 : 400;
         sl->code = code;
-        sl->msg = strdup(err);
+        snprintf(sl->msg, sizeof sl->msg, "%s", err);
         sl->done = 1;
         srv_grpc__schedule(call->c);
         return;
@@ -411,11 +409,11 @@ void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem)
 void srv_grpc__slot_error(gcall *call, int code, const char *msg)
 {
     gslot *sl = calloc(1, sizeof *sl);
-    if (!sl || !(sl->msg = strdup(msg))) {
-        free(sl);
+    if (!sl) {
         srv_grpc__call_end(call, GRPC_UNAVAILABLE, GRPC_OOM_MSG);
         return;
     }
+    snprintf(sl->msg, sizeof sl->msg, "%s", msg);
     sl->call = call;
     sl->code = code;
     sl->done = 1;
@@ -451,7 +449,6 @@ void srv_grpc__call_free(gcall *call)
     if (!call->ending) /* the client went away first */
         s->http.grpc_codes[GRPC_CANCELLED]++;
     drop_msgs(call);
-    free(call->end_msg);
     if (call->prev)
         call->prev->next = call->next;
     else

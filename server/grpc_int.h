@@ -42,7 +42,7 @@ typedef struct gslot {
     int done, code; /* answered: GRPC_OK with out, or an error with msg */
     char *out;      /* response message at out + OIP_PB_HEADROOM */
     size_t out_len;
-    char *msg;
+    char msg[GRPC_ERRMAX]; /* held, not allocated: an error always has its words */
 } gslot;
 
 struct gcall {
@@ -77,7 +77,7 @@ struct gcall {
     gchunk *chead, *ctail;
     int headers_sent, deferred, ending, ended;
     int code;            /* the final status once ending */
-    char *end_msg;
+    char end_msg[GRPC_ERRMAX];
 };
 
 struct gconn {

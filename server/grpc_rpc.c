@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "proto/kserve.pb-c.h"
+#include "core/json_mem.h"
 #include "proto/oip_pb.h"
 
 static const srv_door pb_door = {oip_pb_decode, oip_pb_encode};
@@ -49,7 +50,8 @@ const char *srv_grpc_code_name(int code)
 
 void srv_grpc_error_text(const srv_req *r, char *err)
 {
-    json_t *o = r->resp ? json_loadb(r->resp, r->resp_len, 0, NULL) : NULL;
+    int nomem;
+    json_t *o = r->resp ? attn_json_parse(r->resp, r->resp_len, 0, NULL, &nomem) : NULL;
     const char *m = json_string_value(json_object_get(o, "error"));
     /* no message: its body could not be allocated (http.c) or read */
     snprintf(err, GRPC_ERRMAX, "%s",
@@ -98,12 +100,19 @@ static int pack(const ProtobufCMessage *m, char **out, size_t *len, char *err)
     return GRPC_OK;
 }
 
-/* answer_json: r's 200 answer as JSON, or NULL (err says why). */
-static json_t *answer_json(const srv_req *r, char *err)
+/* answer_json: r's 200 answer as JSON; NULL with *code and err set when
+ * it cannot be read: out of memory (UNAVAILABLE) or a bug (INTERNAL). */
+static json_t *answer_json(const srv_req *r, int *code, char *err)
 {
-    json_t *o = r->resp ? json_loadb(r->resp, r->resp_len, 0, NULL) : NULL;
-    if (!o)
+    int nomem = 0;
+    json_t *o = r->resp ? attn_json_parse(r->resp, r->resp_len, 0, NULL, &nomem) : NULL;
+    if (!o && (nomem || r->resp_oom)) {
+        *code = GRPC_UNAVAILABLE;
+        snprintf(err, GRPC_ERRMAX, GRPC_OOM_MSG);
+    } else if (!o) {
+        *code = GRPC_INTERNAL;
         snprintf(err, GRPC_ERRMAX, "server: unreadable answer");
+    }
     return o;
 }
 
@@ -216,8 +225,8 @@ static int reply_server_meta(srv_req *r, char **out, size_t *len, char *err)
     int rc;
     if (r->status != 200)
         return fail(r, err);
-    if (!(o = answer_json(r, err)))
-        return GRPC_INTERNAL;
+    if (!(o = answer_json(r, &rc, err)))
+        return rc;
     m.name = (char *)json_string_value(json_object_get(o, "name"));
     m.version = (char *)json_string_value(json_object_get(o, "version"));
     ext = json_object_get(o, "extensions");
@@ -291,8 +300,8 @@ static int reply_model_meta(srv_req *r, char **out, size_t *len, char *err)
     int rc;
     if (r->status != 200)
         return fail(r, err);
-    if (!(o = answer_json(r, err)))
-        return GRPC_INTERNAL;
+    if (!(o = answer_json(r, &rc, err)))
+        return rc;
     m.name = (char *)json_string_value(json_object_get(o, "name"));
     m.platform = (char *)json_string_value(json_object_get(o, "platform"));
     if (!m.name)
@@ -400,8 +409,8 @@ static int reply_stats(srv_req *r, char **out, size_t *len, char *err)
     int rc = GRPC_UNAVAILABLE; /* out of memory, unless set otherwise */
     if (r->status != 200)
         return fail(r, err);
-    if (!(o = answer_json(r, err)))
-        return GRPC_INTERNAL;
+    if (!(o = answer_json(r, &rc, err)))
+        return rc;
     arr = json_object_get(o, "model_stats");
     n = json_array_size(arr);
     sb = calloc(n + 1, sizeof *sb);
@@ -498,8 +507,8 @@ static int reply_index(srv_req *r, char **out, size_t *len, char *err)
     int rc;
     if (r->status != 200)
         return fail(r, err);
-    if (!(o = answer_json(r, err)))
-        return GRPC_INTERNAL;
+    if (!(o = answer_json(r, &rc, err)))
+        return rc;
     n = json_array_size(o);
     mi = calloc(n + 1, sizeof *mi);
     mp = calloc(n + 1, sizeof *mp);
@@ -562,6 +571,7 @@ static char *base64(const uint8_t *p, size_t n)
 static char *repo_params(Inference__ModelRepositoryParameter *const *vals,
                          char *const *keys, size_t n)
 {
+    unsigned long mark = attn_json_mark();
     json_t *o = json_object(), *p = json_object();
     char *text;
     size_t i;
@@ -593,7 +603,7 @@ static char *repo_params(Inference__ModelRepositoryParameter *const *vals,
         if (j)
             json_object_set_new(p, keys[i], j);
     }
-    text = json_dumps(o, JSON_COMPACT);
+    text = attn_json_dumps(o, JSON_COMPACT, mark);
     json_decref(o);
     return text;
 }

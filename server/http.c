@@ -134,13 +134,13 @@ void srv_respond_error(srv_req *r, int status, const char *fmt, ...)
 
 /* ---- CORS and auth ------------------------------------------------------ */
 
-/* cors_match: copy origin into r->origin when the settings allow it. */
-static void cors_match(srv_req *r, const char *origin)
+/* origin_allowed: does --cors-origins (list) allow origin? */
+static int origin_allowed(const char *list, const char *origin)
 {
-    const char *list = r->s->cfg.cors_origins, *p;
+    const char *p;
     size_t n;
-    if (!origin || !*list || strlen(origin) >= sizeof r->origin)
-        return;
+    if (!origin || !*list)
+        return 0;
     n = strlen(origin);
     for (p = list; *p;) {
         const char *e = strchr(p, ',');
@@ -149,14 +149,21 @@ static void cors_match(srv_req *r, const char *origin)
             p++, len--;
         while (len && p[len - 1] == ' ')
             len--;
-        if ((len == 1 && *p == '*') || (len == n && memcmp(p, origin, n) == 0)) {
-            memcpy(r->origin, origin, n + 1);
-            return;
-        }
+        if ((len == 1 && *p == '*') || (len == n && memcmp(p, origin, n) == 0))
+            return 1;
         if (!e)
             break;
         p = e + 1;
     }
+    return 0;
+}
+
+/* cors_match: copy origin into r->origin when the settings allow it. */
+static void cors_match(srv_req *r, const char *origin)
+{
+    if (origin && strlen(origin) < sizeof r->origin &&
+        origin_allowed(r->s->cfg.cors_origins, origin))
+        memcpy(r->origin, origin, strlen(origin) + 1);
 }
 
 /* key_ok: constant-time comparison of the bearer token with the key. */
@@ -502,8 +509,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     if (!r) {
         r = calloc(1, sizeof *r);
         if (!r) { /* no request to log: the fixed answer, made at start */
+            struct MHD_Response *fixed = s->oom_resp[origin_allowed(
+                s->cfg.cors_origins,
+                MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"))];
             s->http.by_status[503]++;
-            return s->oom_resp ? MHD_queue_response(conn, 503, s->oom_resp) : MHD_NO;
+            return fixed ? MHD_queue_response(conn, 503, fixed) : MHD_NO;
         }
         r->s = s;
         r->conn = conn;
@@ -652,12 +662,20 @@ int srv_http_start(srv *s, char *err)
         s->mhd = NULL;
         return -1;
     }
-    s->oom_resp = MHD_create_response_from_buffer(
-        sizeof OOM_ANSWER - 1, (void *)OOM_ANSWER, MHD_RESPMEM_PERSISTENT);
-    if (s->oom_resp) {
-        MHD_add_response_header(s->oom_resp, "Content-Type", "application/json");
-        MHD_add_response_header(s->oom_resp, "Retry-After", "1");
-        MHD_add_response_header(s->oom_resp, "Connection", "close");
+    for (int i = 0; i < 2; i++) { /* [1]: for an allowed CORS origin */
+        struct MHD_Response *f = MHD_create_response_from_buffer(
+            sizeof OOM_ANSWER - 1, (void *)OOM_ANSWER, MHD_RESPMEM_PERSISTENT);
+        if (f) {
+            MHD_add_response_header(f, "Content-Type", "application/json");
+            MHD_add_response_header(f, "Retry-After", "1");
+            MHD_add_response_header(f, "Connection", "close");
+        }
+        if (f && i) { /* one answer for every allowed origin: '*' */
+            MHD_add_response_header(f, "Access-Control-Allow-Origin", "*");
+            MHD_add_response_header(f, "Vary", "Origin");
+            MHD_add_response_header(f, "Access-Control-Expose-Headers", "Retry-After");
+        }
+        s->oom_resp[i] = f;
     }
     uv_timer_init(s->loop, &s->mhd_timer);
     s->mhd_timer.data = s;
@@ -682,8 +700,10 @@ void srv_http_stop(srv *s)
     uv_close((uv_handle_t *)&s->mhd_timer, NULL);
     MHD_stop_daemon(s->mhd);
     s->mhd = NULL;
-    if (s->oom_resp)
-        MHD_destroy_response(s->oom_resp);
-    s->oom_resp = NULL;
+    for (int i = 0; i < 2; i++) {
+        if (s->oom_resp[i])
+            MHD_destroy_response(s->oom_resp[i]);
+        s->oom_resp[i] = NULL;
+    }
     srv_guard_stop(s);
 }

@@ -19,6 +19,7 @@
 #include "core/exec.h"
 #include "server/grpc.h"
 #include "server/seq.h"
+#include "core/json_mem.h"
 
 #include <errno.h>
 #include <malloc.h>
@@ -175,6 +176,7 @@ int main(int argc, char **argv)
     int rc;
     attn_blas_reexec(argv); /* one BLAS thread, kernels for this CPU */
     malloc_keep();
+    attn_json_init(); /* a parse out of memory answers 503, not 400 */
     if (srv_config_load(&s.cfg, argc, argv, &action, &arg, err) < 0) {
         fprintf(stderr, "attnd: %s\n", err);
         return 2;

@@ -178,6 +178,7 @@ typedef struct maps_reply {
     char *body;               /* malloc'd; the caller frees */
     size_t len;
     char shape[64];           /* "rows,cols" for format=f32, else "" */
+    unsigned long json_mark; /* attn_json_mark at the route's start */
 } maps_reply;
 
 /* Query-string lookup the router supplies: the value of key, or NULL. */

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "core/attn.h"
+#include "core/json_mem.h"
 #include "proto/oip.h"
 #include "server/maps.h"
 #include "server/maps_int.h"
@@ -29,7 +30,7 @@ static int reply_error(maps_reply *r, int status, const char *msg)
 
     r->status = status;
     r->content_type = "application/json";
-    r->body = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    r->body = attn_json_dumps(o, JSON_COMPACT, r->json_mark);
     json_decref(o);
     if (!r->body)
         return ATTN_ENOMEM;
@@ -42,7 +43,7 @@ static int reply_json(maps_reply *r, json_t *o)
 {
     r->status = 200;
     r->content_type = "application/json";
-    r->body = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    r->body = attn_json_dumps(o, JSON_COMPACT, r->json_mark);
     json_decref(o);
     if (!r->body)
         return ATTN_ENOMEM;
@@ -293,7 +294,7 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
     /* The model name may need escaping: let jansson render it. */
     {
         json_t *js = json_string(info.model);
-        char *mq = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
+        char *mq = attn_json_dumps(js, JSON_ENCODE_ANY, r->json_mark);
         json_decref(js);
         if (!mq)
             goto nomem;
@@ -362,6 +363,7 @@ int maps_http_get(maps_store *st, const char *path, maps_arg_fn arg,
     size_t n;
 
     memset(r, 0, sizeof(*r));
+    r->json_mark = attn_json_mark();
     if (strncmp(path, pre, sizeof(pre) - 1) != 0)
         return reply_error(r, 404, "no such route");
     rest = path + sizeof(pre) - 1;

@@ -5,6 +5,7 @@
  * counters are only touched there, so reading them needs no lock.
  */
 #include "server/srv.h"
+#include "core/json_mem.h"
 #include "server/grpc.h"
 #include "server/maps.h"
 #include "server/seq.h"
@@ -289,6 +290,7 @@ static json_t *model_stats(const srv_entry *e)
 /* GET /v2/models/stats and /v2/models/{m}/stats. */
 void srv_h_stats(srv_req *r)
 {
+    unsigned long mark = attn_json_mark();
     json_t *arr = json_array(), *o;
     srv_entry *e;
     char *text;
@@ -305,7 +307,7 @@ void srv_h_stats(srv_req *r)
             json_array_append_new(arr, model_stats(e));
     }
     o = json_pack("{s:o}", "model_stats", arr);
-    text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    text = attn_json_dumps(o, JSON_COMPACT, mark);
     json_decref(o);
     if (!text)
         srv_respond_error(r, 503, "stats: out of memory");

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/kv.h"
+#include "core/json_mem.h"
 #include "server/seq.h"
 #include "server/upload.h"
 
@@ -299,6 +300,7 @@ static void index_work(uv_work_t *w)
  * not in the registry, as UNAVAILABLE "not loaded". Loop thread. */
 static void index_answer(srv_req *r, int only_ready, char **names, int n)
 {
+    unsigned long mark = attn_json_mark();
     json_t *arr = json_array();
     srv_entry *e;
     char *text;
@@ -318,7 +320,7 @@ static void index_answer(srv_req *r, int only_ready, char **names, int n)
                                              names[i], "version", "1", "state",
                                              "UNAVAILABLE", "reason", "not loaded"));
     }
-    text = json_dumps(arr, JSON_COMPACT);
+    text = attn_json_dumps(arr, JSON_COMPACT, mark);
     json_decref(arr);
     if (!text)
         srv_respond_error(r, 503, "index: out of memory");
@@ -345,7 +347,13 @@ void srv_h_index(srv_req *r)
     index_job *ij;
     int only_ready = 0;
     if (r->body_len) {
-        req = json_loadb(r->body, r->body_len, JSON_REJECT_DUPLICATES, &je);
+        int nomem;
+        req = attn_json_parse(r->body, r->body_len, JSON_REJECT_DUPLICATES, &je,
+                             &nomem);
+        if (nomem) {
+            srv_respond_error(r, 503, "server: out of memory");
+            return;
+        }
         if (!json_is_object(req)) {
             json_decref(req);
             srv_respond_error(r, 400, "body: not a JSON object (%s)", je.text);

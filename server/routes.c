@@ -6,6 +6,7 @@
  * (srv_respond*) or suspend the request (infer, load, a map's cells).
  */
 #include "server/srv.h"
+#include "core/json_mem.h"
 #include "core/kv.h"
 #include "server/seq.h"
 #include "server/web.h"
@@ -64,6 +65,7 @@ static json_t *tensor_meta(const char *name, const char *dtype, int rank,
  * a ready model (sdpa included); 404 when it is unknown or not loaded. */
 static void h_model_meta(srv_req *r)
 {
+    unsigned long mark = attn_json_mark();
     srv_entry *e = entry_for(r);
     json_t *o, *in, *out;
     char *text;
@@ -124,7 +126,7 @@ static void h_model_meta(srv_req *r)
                                     e->inst->kv_pool)));
         }
     }
-    text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    text = attn_json_dumps(o, JSON_COMPACT, mark);
     json_decref(o);
     if (!text) {
         srv_respond_error(r, 503, "model '%s': out of memory for its metadata",

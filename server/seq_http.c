@@ -3,6 +3,7 @@
  * DELETE /v2/sequences/{id}) and its Prometheus metrics. Loop thread.
  */
 #include "server/seq.h"
+#include "core/json_mem.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 void srv_seq_h_list(srv_req *r)
 {
     enum { CAP = 4096 };
+    unsigned long mark = attn_json_mark();
     srv_seq_info *info = malloc(CAP * sizeof *info);
     json_t *arr = json_array(), *o;
     size_t n, i;
@@ -38,7 +40,7 @@ void srv_seq_h_list(srv_req *r)
     }
     free(info);
     o = json_pack("{s:o,s:I}", "sequences", arr, "count", (json_int_t)n);
-    text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    text = attn_json_dumps(o, JSON_COMPACT, mark);
     json_decref(o);
     if (!text) {
         srv_respond_error(r, 503, "sequences: out of memory");

@@ -234,8 +234,8 @@ struct srv {
     srv_config cfg;
     uv_loop_t *loop;
     struct MHD_Daemon *mhd;
-    struct MHD_Response *oom_resp; /* http.c: 503 when a request cannot be
-                                      allocated at all */
+    struct MHD_Response *oom_resp[2]; /* http.c: 503 when a request cannot
+                                         be allocated at all ([1]: with CORS) */
     uv_poll_t mhd_poll;
     uv_timer_t mhd_timer;
     uv_async_t sig_async;  /* main.c: SIGTERM/SIGINT reach the loop */

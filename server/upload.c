@@ -9,6 +9,7 @@
  * never a mix.
  */
 #include "server/upload.h"
+#include "core/json_mem.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -28,7 +29,8 @@
 
 int srv_upload_is_plain(const char *body, size_t len)
 {
-    json_t *o = json_loadb(body, len, 0, NULL), *p;
+    int nomem;
+    json_t *o = attn_json_parse(body, len, 0, NULL, &nomem), *p;
     const char *key;
     json_t *v;
     int plain = 1;
@@ -322,9 +324,14 @@ int srv_upload_parse(srv_upload *u, const char *body, size_t len, char *err,
     json_t *o, *p, *v;
     json_error_t je;
     const char *key;
-    int status = 400;
+    int status = 400, nomem;
     memset(u, 0, sizeof *u);
-    o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    o = attn_json_parse(body, len, JSON_REJECT_DUPLICATES, &je, &nomem);
+    if (nomem) {
+        snprintf(err, errlen, "server: out of memory");
+        status = 503;
+        goto fail;
+    }
     if (!json_is_object(o)) {
         snprintf(err, errlen, "body: not a JSON object (%s)", je.text);
         goto fail;
@@ -341,8 +348,13 @@ int srv_upload_parse(srv_upload *u, const char *body, size_t len, char *err,
                 snprintf(err, errlen, "parameters.config: must be a JSON string");
                 goto fail;
             }
-            c = json_loadb(json_string_value(v), json_string_length(v),
-                           JSON_REJECT_DUPLICATES, &je);
+            c = attn_json_parse(json_string_value(v), json_string_length(v),
+                               JSON_REJECT_DUPLICATES, &je, &nomem);
+            if (nomem) {
+                snprintf(err, errlen, "server: out of memory");
+                status = 503;
+                goto fail;
+            }
             if (!json_is_object(c)) {
                 json_decref(c);
                 snprintf(err, errlen, "parameters.config: not a JSON object (%s)",

@@ -3,8 +3,11 @@
  * makes attnd's own allocations fail on demand.
  *
  * SIGUSR1 arms it: from then on one in k of the malloc, calloc, realloc,
- * posix_memalign and aligned_alloc calls made by the executable's own code
- * (attnd with core/, proto/ and server/) returns NULL with ENOMEM, k the
+ * posix_memalign, aligned_alloc, strdup and strndup calls made by the
+ * executable's own code (attnd with core/, proto/ and server/) or by
+ * jansson (whose parses and dumps attnd asks for, and which answers a
+ * failed allocation with an error, never an abort) returns NULL with
+ * ENOMEM, k the
  * next of FAILALLOC_EVERY's comma-separated values (default 7) at each
  * arming, cycling. Which ones is a hash of their order (a fixed pattern,
  * but not a period: every k-th would fail the same allocation of each
@@ -14,13 +17,12 @@
  *   failalloc: F of N allocations failed (1 in k)
  *
  * FAILALLOC_TRACE=1 also writes each failed call site, as an offset into
- * the executable (addr2line -e attnd 0x...).
+ * the executable (addr2line -e attnd 0x...; jansson's as "jansson +0x...").
  *
- * (N: attnd's own allocations while armed). The libraries' allocations
- * (libc's strdup, libmicrohttpd, libuv, jansson, OpenBLAS, nghttp2) are
- * left alone: their out-of-memory paths are theirs, and several abort by
- * design. Only for the default build: a sanitizer's runtime replaces
- * malloc itself.
+ * (N: those allocations while armed). The other libraries' allocations
+ * (libmicrohttpd, libuv, OpenBLAS, nghttp2) are left alone: their
+ * out-of-memory paths are theirs, and several abort by design. Only for
+ * the default build: a sanitizer's runtime replaces malloc itself.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -30,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 void *__libc_malloc(size_t n);
@@ -37,8 +40,10 @@ void *__libc_calloc(size_t n, size_t size);
 void *__libc_realloc(void *p, size_t n);
 void *__libc_memalign(size_t align, size_t n);
 
-static uintptr_t code_lo, code_hi; /* the executable's code */
-static uintptr_t code_base;        /* where the executable is loaded */
+/* the code whose allocations may fail: [0] the executable, [1] jansson */
+static struct {
+    uintptr_t lo, hi, base;
+} code[2];
 static int trace;                  /* FAILALLOC_TRACE=1: each call site */
 static atomic_int armed;
 static atomic_ulong seen, failed, every = 7;
@@ -48,18 +53,20 @@ static int n_periods = 1, next_period;
 /* the first object dl_iterate_phdr reports is the executable */
 static int find_code(struct dl_phdr_info *info, size_t size, void *data)
 {
-    int i;
+    int i, *nth = data, which = *nth == 0 ? 0 : -1;
     (void)size;
-    (void)data;
-    for (i = 0; i < info->dlpi_phnum; i++) {
+    if (which < 0 && info->dlpi_name && strstr(info->dlpi_name, "/libjansson."))
+        which = 1;
+    ++*nth;
+    for (i = 0; which >= 0 && i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
-            code_base = info->dlpi_addr;
-            code_lo = info->dlpi_addr + ph->p_vaddr;
-            code_hi = code_lo + ph->p_memsz;
+            code[which].base = info->dlpi_addr;
+            code[which].lo = info->dlpi_addr + ph->p_vaddr;
+            code[which].hi = code[which].lo + ph->p_memsz;
         }
     }
-    return 1;
+    return 0;
 }
 
 /* put_num: n in decimal at the end of buf (async-signal-safe) */
@@ -111,7 +118,7 @@ __attribute__((constructor)) static void failalloc_init(void)
 {
     struct sigaction sa = {0};
     const char *e = getenv("FAILALLOC_EVERY");
-    int n = 0;
+    int n = 0, nth = 0;
     while (e && *e && n < 16) {
         char *end;
         unsigned long k = strtoul(e, &end, 10);
@@ -124,7 +131,7 @@ __attribute__((constructor)) static void failalloc_init(void)
     if (n)
         n_periods = n;
     trace = getenv("FAILALLOC_TRACE") != NULL;
-    dl_iterate_phdr(find_code, NULL);
+    dl_iterate_phdr(find_code, &nth);
     sa.sa_handler = on_signal;
     sa.sa_flags = SA_RESTART;
     sigaction(SIGUSR1, &sa, NULL);
@@ -135,8 +142,9 @@ __attribute__((constructor)) static void failalloc_init(void)
 static int fails(void *ret)
 {
     uintptr_t at = (uintptr_t)ret;
-    if (!atomic_load_explicit(&armed, memory_order_relaxed) || at < code_lo ||
-        at >= code_hi)
+    int w = at >= code[1].lo && at < code[1].hi;
+    if (!atomic_load_explicit(&armed, memory_order_relaxed) ||
+        (!w && (at < code[0].lo || at >= code[0].hi)))
         return 0;
     unsigned long k = atomic_load_explicit(&every, memory_order_relaxed);
     uint64_t h = atomic_fetch_add(&seen, 1) + 0x9e3779b97f4a7c15u;
@@ -145,11 +153,12 @@ static int fails(void *ret)
     if ((h ^ (h >> 31)) % k != 0)
         return 0;
     atomic_fetch_add(&failed, 1);
-    if (trace) { /* the call site, as an offset into the executable */
-        char buf[32], *p = buf + sizeof buf;
+    if (trace) { /* the call site, as an offset into its object */
+        char buf[48], *p = buf + sizeof buf;
         *--p = '\n';
-        p = put_num(p, (unsigned long)(at - code_base));
-        p = put_str(p, "failalloc at +", 14);
+        p = put_num(p, (unsigned long)(at - code[w].base));
+        p = w ? put_str(p, "failalloc at jansson +", 22)
+              : put_str(p, "failalloc at +", 14);
         if (write(2, p, (size_t)(buf + sizeof buf - p)) < 0)
             trace = 0;
     }
@@ -187,4 +196,25 @@ int posix_memalign(void **out, size_t align, size_t n)
 void *aligned_alloc(size_t align, size_t n)
 {
     return fails(__builtin_return_address(0)) ? NULL : __libc_memalign(align, n);
+}
+
+/* libc's own strdup allocates from inside libc, out of reach above */
+static char *dup_n(const char *s, size_t n)
+{
+    char *p = __libc_malloc(n + 1);
+    if (p) {
+        memcpy(p, s, n);
+        p[n] = '\0';
+    }
+    return p;
+}
+
+char *strdup(const char *s)
+{
+    return fails(__builtin_return_address(0)) ? NULL : dup_n(s, strlen(s));
+}
+
+char *strndup(const char *s, size_t n)
+{
+    return fails(__builtin_return_address(0)) ? NULL : dup_n(s, strnlen(s, n));
 }

@@ -17,16 +17,20 @@ import { ATTND, REFS, SLOW, binaryRequest, f32bytes, fp32, maxDiff, parseBinary,
 
 const SHIM = join(dirname(ATTND), 'tests', 'server', 'failalloc.so');
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const PERIODS = process.env.FAILALLOC_EVERY || '2,5,11,29';
+const PERIODS = process.env.FAILALLOC_EVERY || '2,5,11,29,97';
 
-// call: one request on a shared keep-alive pool; a dropped connection
-// resolves to {status: 0, error} so the test can count it.
+// the page's origin, allowed (--cors-origins): every answer must let it
+// read the answer, the 503 made at start included
+const ORIGIN = 'http://page.test';
+
+// call: one request on a shared keep-alive pool, from ORIGIN; a dropped
+// connection resolves to {status: 0, error} so the test can count it.
 function caller(port) {
   const agent = new Agent({ keepAlive: true, maxSockets: 8 });
   const call = (method, path, body, headers = {}) => new Promise((res) => {
     const data = body === undefined ? null : Buffer.isBuffer(body) ? body : Buffer.from(JSON.stringify(body));
     const req = request({ host: '127.0.0.1', port, method, path, agent,
-      headers: data ? { 'Content-Type': 'application/json', 'Content-Length': data.length, ...headers } : headers }, (r) => {
+      headers: { Origin: ORIGIN, ...(data ? { 'Content-Type': 'application/json', 'Content-Length': data.length } : {}), ...headers } }, (r) => {
       const parts = [];
       r.on('data', (c) => parts.push(c));
       r.on('end', () => {
@@ -50,14 +54,16 @@ const tinyStep = (id, x, d, start, end) => ({
 
 test('attnd\'s own allocations failing: every request answered, the daemon serving, nothing held after', { skip: SLOW > 1 && 'a sanitizer replaces malloc' }, async (t) => {
   assert.ok(existsSync(SHIM), `${SHIM} (make ${SHIM.slice(SHIM.indexOf('build/'))})`);
-  const d = await start({ t, env: { LD_PRELOAD: SHIM, FAILALLOC_EVERY: PERIODS, OPENBLAS_NUM_THREADS: '1' } });
+  const d = await start({ t, args: ['--cors-origins', ORIGIN], env: { LD_PRELOAD: SHIM, FAILALLOC_EVERY: PERIODS, OPENBLAS_NUM_THREADS: '1' } });
   const c = caller(d.port);
   const seen = { ok: 0, errors: {}, dropped: [], wrong: [] };
   // fine: 200 with the right numbers (check), or 503 with {"error": "..."}
   // and Retry-After (out of memory is no bug: 500 is for those); anything
   // else is recorded against the daemon
   const judge = (what, r, check) => {
-    if (r.status === 200) {
+    if (r.status && !['*', ORIGIN].includes(r.headers['access-control-allow-origin'])) {
+      seen.wrong.push(`${what}: ${r.status} without Access-Control-Allow-Origin`);
+    } else if (r.status === 200) {
       const bad = check ? check(r) : null;
       if (bad) seen.wrong.push(`${what}: ${bad}`);
       else seen.ok++;
