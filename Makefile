@@ -257,23 +257,23 @@ FUZZ_PB_GEN := build/fuzz/gen/proto/kserve.pb-c.c
 $(FUZZ_PB_GEN): proto/kserve.proto
 	@mkdir -p $(dir $@)
 	protoc-c --c_out=build/fuzz/gen proto/kserve.proto
-$(FUZZ_BIN): tests/proto/fuzz_oip.c $(PROTO_SRC) $(wildcard proto/*.h) $(FUZZ_PB_GEN)
+$(FUZZ_BIN): tests/proto/fuzz_oip.c $(PROTO_SRC) core/json_mem.c $(wildcard proto/*.h) $(FUZZ_PB_GEN)
 	@mkdir -p $(dir $@)
 	clang -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) \
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	    -I. -Ibuild/fuzz/gen $(shell pkg-config --cflags jansson libprotobuf-c) \
-	    -o $@ tests/proto/fuzz_oip.c $(PROTO_SRC) $(FUZZ_PB_GEN) \
+	    -o $@ tests/proto/fuzz_oip.c $(PROTO_SRC) core/json_mem.c $(FUZZ_PB_GEN) \
 	    $(shell pkg-config --libs jansson libprotobuf-c) -lm
 
 # make fuzz-pb: the gRPC message decoder (proto/pb.c), seeded with valid
 # ModelInferRequests from tests/proto/make_pb_corpus.py.
 FUZZ_PB_BIN := build/fuzz/fuzz_pb
-$(FUZZ_PB_BIN): tests/proto/fuzz_pb.c $(PROTO_SRC) $(wildcard proto/*.h) $(FUZZ_PB_GEN)
+$(FUZZ_PB_BIN): tests/proto/fuzz_pb.c $(PROTO_SRC) core/json_mem.c $(wildcard proto/*.h) $(FUZZ_PB_GEN)
 	@mkdir -p $(dir $@)
 	clang -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) \
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	    -I. -Ibuild/fuzz/gen $(shell pkg-config --cflags jansson libprotobuf-c) \
-	    -o $@ tests/proto/fuzz_pb.c $(PROTO_SRC) $(FUZZ_PB_GEN) \
+	    -o $@ tests/proto/fuzz_pb.c $(PROTO_SRC) core/json_mem.c $(FUZZ_PB_GEN) \
 	    $(shell pkg-config --libs jansson libprotobuf-c) -lm
 .PHONY: fuzz-pb
 fuzz-pb:
@@ -321,12 +321,12 @@ FUZZ_CC = clang -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I. \
     -Ibuild/fuzz/gen $(shell pkg-config --cflags jansson libprotobuf-c)
 FUZZ_LIBS = $(shell pkg-config --libs jansson libprotobuf-c) $(BLAS_LIBS) -lm -pthread
-build/fuzz/fuzz_json: tests/proto/fuzz_oip.c $(PROTO_SRC) $(wildcard proto/*.h) $(FUZZ_PB_GEN)
+build/fuzz/fuzz_json: tests/proto/fuzz_oip.c $(PROTO_SRC) core/json_mem.c $(wildcard proto/*.h) $(FUZZ_PB_GEN)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) -o $@ tests/proto/fuzz_oip.c $(PROTO_SRC) $(FUZZ_PB_GEN) $(FUZZ_LIBS)
-build/fuzz/fuzz_framing: tests/proto/fuzz_oip.c $(PROTO_SRC) $(wildcard proto/*.h) $(FUZZ_PB_GEN)
+	$(FUZZ_CC) -o $@ tests/proto/fuzz_oip.c $(PROTO_SRC) core/json_mem.c $(FUZZ_PB_GEN) $(FUZZ_LIBS)
+build/fuzz/fuzz_framing: tests/proto/fuzz_oip.c $(PROTO_SRC) core/json_mem.c $(wildcard proto/*.h) $(FUZZ_PB_GEN)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) -DFUZZ_FRAMING -o $@ tests/proto/fuzz_oip.c $(PROTO_SRC) \
+	$(FUZZ_CC) -DFUZZ_FRAMING -o $@ tests/proto/fuzz_oip.c $(PROTO_SRC) core/json_mem.c \
 	    $(FUZZ_PB_GEN) $(FUZZ_LIBS)
 build/fuzz/fuzz_st build/fuzz/fuzz_config: build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c \
         $(CORE_SRC) $(wildcard core/*.h)
@@ -361,9 +361,9 @@ fuzz-long:
 	    echo "fuzz_$(t): exit $$?, $$(grep -o 'number_of_executed_units: [0-9]*' build/fuzz/long/$(t).log | tail -1), $$(grep -o 'cov: [0-9]*' build/fuzz/long/$(t).log | tail -1) edges, $$(ls build/fuzz/crashes | grep -c '^$(t)-') crash files";)
 
 BENCH_PROTO := $(BUILD)/bench/bench_proto
-$(BENCH_PROTO): bench/bench_proto.c $(PROTO_LIB)
+$(BENCH_PROTO): bench/bench_proto.c $(PROTO_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ $< $(PROTO_LIB) $(LDFLAGS_ALL) $(LIBS_ALL)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(PROTO_LIB) $(CORE_LIB) $(LDFLAGS_ALL) $(LIBS_ALL)
 bench-proto: deps $(BENCH_PROTO)
 	$(BENCH_PROTO)
 bench: bench-proto

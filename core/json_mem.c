@@ -6,10 +6,11 @@
  * worse: it drops a byte it could not save and goes on, then walks past
  * its buffer or fails an assertion (akheron/jansson#362), which would take
  * attnd down with it. So, once attn_json_init has run, every allocation of
- * jansson's comes here, and inside attn_json_parse those of the parse are
- * noted (the thread's table): the first one that fails leaves the parse
- * at once (longjmp), everything the parse allocated is freed, and the
- * caller is told it was memory, not the client's text (503, not 400).
+ * jansson's comes here, and inside attn_json_parse the parse's allocations
+ * and frees are noted (the thread's lists): the first allocation that
+ * fails leaves the parse at once (longjmp), every block the parse still
+ * held is freed, and the caller is told it was memory, not the client's
+ * text (503, not 400).
  *
  * Outside a parse, a failure is counted for the thread: a document built
  * with json_pack, json_object_set_new and json_array_append_new lacks the
@@ -21,44 +22,82 @@
 #include "json_mem.h"
 
 #include <setjmp.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define NOTED_INLINE 64 /* a request's skeleton needs ~30 */
+/* A parse's allocations and frees, each appended as it happens (no search:
+ * a document nested 2,000 deep with a million values would make a search
+ * per free quadratic); only a parse that runs out of memory works out which
+ * blocks are still live: those allocated more often than freed. */
+#define LIST_INLINE 64 /* a request's skeleton makes ~30 */
+
+typedef struct plist {
+    void **v; /* inl, or the heap once it outgrew it */
+    size_t n, cap;
+    void *inl[LIST_INLINE];
+} plist;
 
 static _Thread_local jmp_buf *parse_out; /* set inside attn_json_parse */
-/* this parse's allocations: noted_inline, or noted_heap once it outgrew it */
-static _Thread_local void *noted_inline[NOTED_INLINE];
-static _Thread_local void **noted_heap;
-static _Thread_local size_t n_noted, noted_cap = NOTED_INLINE;
+static _Thread_local plist allocs, frees;
 static _Thread_local unsigned long failed; /* outside parses */
 
-static void **noted(void) { return noted_heap ? noted_heap : noted_inline; }
-
-/* note: p joins this parse's table; -1 when the table cannot grow */
-static int note(void *p)
+/* push: p onto l; -1 when l cannot grow */
+static int push(plist *l, void *p)
 {
-    if (n_noted == noted_cap) {
-        size_t cap = 2 * noted_cap;
-        void **t = malloc(cap * sizeof *t);
+    if (!l->v) {
+        l->v = l->inl;
+        l->cap = LIST_INLINE;
+    }
+    if (l->n == l->cap) {
+        void **t = l->cap <= SIZE_MAX / 2 / sizeof *t ? malloc(2 * l->cap * sizeof *t) : NULL;
         if (!t)
             return -1;
-        memcpy(t, noted(), n_noted * sizeof *t);
-        free(noted_heap);
-        noted_heap = t;
-        noted_cap = cap;
+        memcpy(t, l->v, l->n * sizeof *t);
+        if (l->v != l->inl)
+            free(l->v);
+        l->v = t;
+        l->cap *= 2;
     }
-    noted()[n_noted++] = p;
+    l->v[l->n++] = p;
     return 0;
 }
 
-/* forget: this parse's table, emptied (and back to its inline part) */
-static void forget(void)
+/* reset: l emptied, back to its inline part */
+static void reset(plist *l)
 {
-    free(noted_heap);
-    noted_heap = NULL;
-    noted_cap = NOTED_INLINE;
-    n_noted = 0;
+    if (l->v && l->v != l->inl)
+        free(l->v);
+    l->v = NULL;
+    l->n = l->cap = 0;
+}
+
+static int by_address(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t) * (void *const *)a, y = (uintptr_t) * (void *const *)b;
+    return (x > y) - (x < y);
+}
+
+/* free_live: frees the blocks allocs holds more often than frees does (an
+ * address malloc gave again after its free is in both) */
+static void free_live(void)
+{
+    size_t i = 0, j = 0;
+    if (!allocs.n)
+        return;
+    qsort(allocs.v, allocs.n, sizeof *allocs.v, by_address);
+    if (frees.n)
+        qsort(frees.v, frees.n, sizeof *frees.v, by_address);
+    while (i < allocs.n) {
+        uintptr_t a = (uintptr_t)allocs.v[i];
+        while (j < frees.n && (uintptr_t)frees.v[j] < a)
+            j++;
+        if (j < frees.n && (uintptr_t)frees.v[j] == a)
+            j++; /* this one was freed */
+        else
+            free(allocs.v[i]);
+        i++;
+    }
 }
 
 static void *json_malloc(size_t n)
@@ -68,7 +107,7 @@ static void *json_malloc(size_t n)
         failed += !p;
         return p;
     }
-    if (!p || note(p) < 0) {
+    if (!p || push(&allocs, p) < 0) {
         free(p);
         longjmp(*parse_out, 1);
     }
@@ -77,14 +116,8 @@ static void *json_malloc(size_t n)
 
 static void json_free(void *p)
 {
-    void **t = noted();
-    size_t i;
-    if (parse_out && p) /* the lexer frees what it outgrew: the newest */
-        for (i = n_noted; i-- > 0;)
-            if (t[i] == p) {
-                t[i] = t[--n_noted];
-                break;
-            }
+    if (parse_out && p && push(&frees, p) < 0)
+        longjmp(*parse_out, 1); /* p stays live: free_live frees it */
     free(p);
 }
 
@@ -110,15 +143,16 @@ json_t *attn_json_parse(const char *text, size_t len, size_t flags,
     *out_of_memory = 0;
     if (setjmp(out)) { /* an allocation failed: all of the parse goes */
         parse_out = NULL;
-        for (size_t i = 0; i < n_noted; i++)
-            free(noted()[i]);
-        forget();
+        free_live();
+        reset(&allocs);
+        reset(&frees);
         *out_of_memory = 1;
         return NULL;
     }
     parse_out = &out;
     o = json_loadb(text, len, flags, jerr);
     parse_out = NULL;
-    forget(); /* what it allocated is o's now */
+    reset(&allocs); /* what it allocated is o's now */
+    reset(&frees);
     return o;
 }

@@ -164,7 +164,7 @@ static json_t *metadata_value(const char *key, const char *s, int *nomem)
 
 static void text_of(const json_t *v, char *buf, size_t cap)
 {
-    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    char *s = attn_json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT, attn_json_mark());
     snprintf(buf, cap, "%s", s ? s : "?");
     free(s);
 }

@@ -81,7 +81,8 @@ srv_handler srv_grpc_handler(const grpc_method *m, srv_req *r, char *msg,
 int srv_grpc_code(int http_status);
 /* srv_grpc_code_name: "INVALID_ARGUMENT", ... */
 const char *srv_grpc_code_name(int code);
-/* srv_grpc_error_text: the message of r's JSON error body into err. */
-void srv_grpc_error_text(const srv_req *r, char *err);
+/* srv_grpc_error_text: the message of r's JSON error body into err; 1
+ * when it was lost to out of memory (err then says so), else 0. */
+int srv_grpc_error_text(const srv_req *r, char *err);
 
 #endif

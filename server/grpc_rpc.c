@@ -48,22 +48,24 @@ const char *srv_grpc_code_name(int code)
     return code >= 0 && code < GRPC_N_CODES ? names[code] : "UNKNOWN";
 }
 
-void srv_grpc_error_text(const srv_req *r, char *err)
+int srv_grpc_error_text(const srv_req *r, char *err)
 {
-    int nomem;
+    int nomem = 0, lost;
     json_t *o = r->resp ? attn_json_parse(r->resp, r->resp_len, 0, NULL, &nomem) : NULL;
     const char *m = json_string_value(json_object_get(o, "error"));
     /* no message: its body could not be allocated (http.c) or read */
+    lost = !m && (r->resp_oom || nomem);
     snprintf(err, GRPC_ERRMAX, "%s",
-             m ? m : r->resp_oom || r->resp ? GRPC_OOM_MSG : "request failed");
+             m ? m : lost || r->resp ? GRPC_OOM_MSG : "request failed");
     json_decref(o);
+    return lost;
 }
 
-/* fail: r's REST error as a gRPC status. */
+/* fail: r's REST error as a gRPC status (UNAVAILABLE when memory took its
+ * words: the status alone would misname the failure). */
 static int fail(const srv_req *r, char *err)
 {
-    srv_grpc_error_text(r, err);
-    return srv_grpc_code(r->status);
+    return srv_grpc_error_text(r, err) ? GRPC_UNAVAILABLE : srv_grpc_code(r->status);
 }
 
 /* route: the REST handler of (method, pattern) from the route table. */
@@ -567,9 +569,12 @@ static char *base64(const uint8_t *p, size_t n)
     return o;
 }
 
-/* repo_params: parameters as REST's load body {"parameters": {...}}. */
+/* repo_params: parameters as REST's load body {"parameters": {...}};
+ * NULL with *code and err set when one cannot be carried (its key or
+ * string is not UTF-8: INVALID_ARGUMENT) or memory ran out (UNAVAILABLE):
+ * a load without the parameter would load something else. */
 static char *repo_params(Inference__ModelRepositoryParameter *const *vals,
-                         char *const *keys, size_t n)
+                         char *const *keys, size_t n, int *code, char *err)
 {
     unsigned long mark = attn_json_mark();
     json_t *o = json_object(), *p = json_object();
@@ -593,19 +598,35 @@ static char *repo_params(Inference__ModelRepositoryParameter *const *vals,
             break;
         case INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_BYTES_PARAM: {
             char *b = base64(v->bytes_param.data, v->bytes_param.len);
-            j = b ? json_string(b) : NULL;
+            if (!b) {
+                json_decref(o);
+                goto nomem;
+            }
+            j = json_string(b);
             free(b);
             break;
         }
-        default:
-            break;
+        default: /* no value set */
+            continue;
         }
-        if (j)
-            json_object_set_new(p, keys[i], j);
+        if (!j || json_object_set_new(p, keys[i], j)) {
+            json_decref(o);
+            if (attn_json_mark() != mark)
+                goto nomem;
+            *code = GRPC_INVALID_ARGUMENT;
+            snprintf(err, GRPC_ERRMAX, "parameters: '%.64s': its key or its "
+                     "string value is not valid UTF-8", keys[i]);
+            return NULL;
+        }
     }
     text = attn_json_dumps(o, JSON_COMPACT, mark);
     json_decref(o);
-    return text;
+    if (text)
+        return text;
+nomem:
+    *code = GRPC_UNAVAILABLE;
+    snprintf(err, GRPC_ERRMAX, GRPC_OOM_MSG);
+    return NULL;
 }
 
 static int start_load(srv_req *r, char *msg, size_t len, int *code,
@@ -625,12 +646,14 @@ static int start_load(srv_req *r, char *msg, size_t len, int *code,
         keys = calloc(m->n_parameters, sizeof *keys);
         for (i = 0; vals && keys && i < m->n_parameters; i++)
             vals[i] = m->parameters[i]->value, keys[i] = m->parameters[i]->key;
-        r->body = vals && keys ? repo_params(vals, keys, m->n_parameters) : NULL;
-        if (!r->body) {
+        if (!vals || !keys) {
             *code = GRPC_UNAVAILABLE;
             snprintf(err, GRPC_ERRMAX, GRPC_OOM_MSG);
-            rc = -1;
+        } else {
+            r->body = repo_params(vals, keys, m->n_parameters, code, err);
         }
+        if (!r->body)
+            rc = -1;
         r->body_len = r->body ? strlen(r->body) : 0;
     }
     free(vals);

@@ -179,10 +179,11 @@ static int route_meta(maps_store *st, const char *id, maps_reply *r)
         k = json_array();
     }
     o = info_json(&e->info);
-    if (!o || !q || !k ||
-        json_object_set_new(o, "tokens", q) != 0 ||
-        json_object_set_new(o, "key_tokens", k) != 0 ||
-        json_object_set_new(o, "lengths", ints_json(e->t_valid, e->info.b)) ||
+    /* each set takes its value (NULL too) even when it fails, o NULL
+     * included: all of them run, so none is left held */
+    if ((o == NULL) | json_object_set_new(o, "tokens", q) |
+        json_object_set_new(o, "key_tokens", k) |
+        json_object_set_new(o, "lengths", ints_json(e->t_valid, e->info.b)) |
         json_object_set_new(o, "context_lengths",
                             ints_json(e->s_valid, e->info.b))) {
         json_decref(o);

@@ -295,6 +295,42 @@ static void index_work(uv_work_t *w)
     ij->n = model_repo_list(ij->repo, &ij->names, err);
 }
 
+/* utf8_mend: s with each byte that does not belong to a whole UTF-8
+ * sequence (a lead byte C2..F4 and its continuation bytes) made '?'; with
+ * ascii, every byte past 0x7f. */
+static void utf8_mend(char *s, int ascii)
+{
+    unsigned char *u = (unsigned char *)s;
+    while (*u) {
+        size_t n = ascii || *u < 0xc2 || *u > 0xf4 ? 1 : *u < 0xe0 ? 2 : *u < 0xf0 ? 3 : 4, i;
+        for (i = 1; i < n && (u[i] & 0xc0) == 0x80; i++)
+            ;
+        if (*u >= 0x80 && (n == 1 || i < n))
+            *u++ = '?';
+        else
+            u += n;
+    }
+}
+
+/* index_row: {"name", "version": "1", "state", "reason"}. A reason cut at
+ * a byte count (a load error quoting a file's text) may split a UTF-8
+ * character, and jansson refuses a string that is not UTF-8: the reason
+ * is mended rather than the model left out of the list. */
+static json_t *index_row(const char *name, const char *state, const char *reason)
+{
+    char mended[sizeof ((srv_entry *)0)->reason];
+    json_t *row = NULL;
+    for (int pass = 0; !row && pass < 3; pass++) {
+        if (pass) {
+            snprintf(mended, sizeof mended, "%s", reason);
+            utf8_mend(mended, pass == 2);
+        }
+        row = json_pack("{s:s,s:s,s:s,s:s}", "name", name, "version", "1", "state",
+                        state, "reason", pass ? mended : reason);
+    }
+    return row;
+}
+
 /* index_answer: the registry's models (only the ready ones when
  * only_ready), then the n folders of names that are valid model names and
  * not in the registry, as UNAVAILABLE "not loaded". Loop thread. */
@@ -308,17 +344,13 @@ static void index_answer(srv_req *r, int only_ready, char **names, int n)
     for (e = r->s->models; e; e = e->next) {
         if (only_ready && e->state != SRV_READY)
             continue;
-        json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:s}", "name", e->name,
-                                             "version", "1", "state",
-                                             state_name(e->state), "reason",
+        json_array_append_new(arr, index_row(e->name, state_name(e->state),
                                              e->state == SRV_READY ? "" : e->reason));
     }
     for (i = 0; i < n; i++) {
         if (!model_name_valid(names[i]) || srv_registry_find(r->s, names[i]))
             continue;
-        json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:s}", "name",
-                                             names[i], "version", "1", "state",
-                                             "UNAVAILABLE", "reason", "not loaded"));
+        json_array_append_new(arr, index_row(names[i], "UNAVAILABLE", "not loaded"));
     }
     text = attn_json_dumps(arr, JSON_COMPACT, mark);
     json_decref(arr);

@@ -573,6 +573,23 @@ class Unary(unittest.TestCase):
         self.assertLess(max_diff(out(self.s.ModelInfer(r), "y")[1], c["y"]), 1e-5)
 
 
+    def test_load_parameter_that_cannot_be_carried_is_refused(self):
+        """a load parameter whose string is not UTF-8 (protobuf-c does not
+        check; jansson refuses it) is refused by name, not dropped: the
+        load would otherwise go on without its config"""
+        with open(os.path.join(FIX, "models", "tiny", "model.safetensors"), "rb") as f:
+            st = f.read()
+        req = pb.RepositoryModelLoadRequest(model_name="tiny3")
+        req.parameters["config"].string_param = "@@NOT_UTF8@@"
+        req.parameters["file:model.safetensors"].bytes_param = st
+        msg = req.SerializeToString().replace(b"@@NOT_UTF8@@", b'{"x": "\xff\xfe"} ')
+        with self.assertRaises(grpc.RpcError) as e:
+            self.d.channel.unary_unary("/inference.GRPCInferenceService/RepositoryModelLoad")(msg, timeout=30)
+        self.assertEqual(e.exception.code(), C.INVALID_ARGUMENT, e.exception.details())
+        self.assertRegex(e.exception.details(), r"parameters: 'config': .*not valid UTF-8")
+        idx = self.s.RepositoryIndex(pb.RepositoryIndexRequest())
+        self.assertNotIn(("tiny3", "READY"), [(m.name, m.state) for m in idx.models])
+
     # -- sequences: Triton's gRPC sequence parameters (int64/string id, bool
     # start/end), steps equal to one causal request over the history
     def test_sequence_steps_equal_one_causal_request(self):

@@ -5,8 +5,9 @@
  * SIGUSR1 arms it: from then on one in k of the malloc, calloc, realloc,
  * posix_memalign, aligned_alloc, strdup and strndup calls made by the
  * executable's own code (attnd with core/, proto/ and server/) or by
- * jansson (whose parses and dumps attnd asks for, and which answers a
- * failed allocation with an error, never an abort) returns NULL with
+ * jansson (its parses and dumps for attnd: core/json_mem.c routes them
+ * through the executable's json_malloc, so they count as attnd's; the
+ * library's own range counts for a build without it) returns NULL with
  * ENOMEM, k the
  * next of FAILALLOC_EVERY's comma-separated values (default 7) at each
  * arming, cycling. Which ones is a hash of their order (a fixed pattern,

@@ -225,6 +225,26 @@ test('unload: in-flight requests finish, then 404; load brings it back', async (
   assert.equal((await d.stop()).code, 0);
 });
 
+test('index: a model whose load error is cut inside a UTF-8 character is still listed, with its reason', async (t) => {
+  const d = await start({ t });
+  try {
+    // the error quotes the key cut at 64 bytes: 'x' then 2-byte characters
+    // puts the cut inside one, and jansson refuses a string that is not UTF-8
+    mkdirSync(join(d.dir, 'bad'));
+    writeFileSync(join(d.dir, 'bad', 'model.safetensors'), readFileSync(join(d.dir, 'tiny', 'model.safetensors')));
+    writeFileSync(join(d.dir, 'bad', 'config.json'), JSON.stringify({ [`x${'\u00e9'.repeat(40)}`]: 1 }));
+    const load = await post(`${d.url}/v2/repository/models/bad/load`, '');
+    assert.ok(load.status >= 400 && load.status < 500, `${load.status} ${load.text}`);
+    const idx = await post(`${d.url}/v2/repository/index`, '');
+    assert.equal(idx.status, 200);
+    const bad = idx.json.find((m) => m.name === 'bad');
+    assert.ok(bad, `listed: ${JSON.stringify(idx.json)}`);
+    assert.equal(bad.state, 'UNAVAILABLE');
+    assert.match(bad.reason, /unknown key 'x\u00e9+/);
+    assert.ok(idx.json.find((m) => m.name === 'tiny' && m.state === 'READY'));
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
 test('index: a folder added after start is listed as not loaded; a stray file is not', async (t) => {
   const d = await start({ t });
   try {
