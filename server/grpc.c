@@ -137,6 +137,8 @@ static ssize_t data_read(nghttp2_session *h2, int32_t id, uint8_t *buf,
         trailers(call, nv, num, msg);
         *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
         nghttp2_submit_trailer(h2, id, nv, 2);
+        if (call->c->h2_nomem) /* the trailers are lost: flush closes it */
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
         call->ended = 1;
         return (ssize_t)n;
     }

@@ -50,12 +50,46 @@ static void on_written(uv_write_t *req, int status)
         srv_grpc__schedule(c);
 }
 
-/* oom_close: c's frames could not be buffered: it is closed, and said so
- * (its calls end UNAVAILABLE at the client). */
+/* oom_close: c's frames could not be buffered or made: it is closed, and
+ * said so (its calls end UNAVAILABLE at the client). */
 static void oom_close(gconn *c)
 {
     srv_log(c->g->s, "warn", "grpc: a connection closed: out of memory for its frames");
     close_conn(c);
+}
+
+/* nghttp2's allocations for a connection (its mem_user_data): malloc's,
+ * a failure noted on it. nghttp2 reports some (NGHTTP2_ERR_NOMEM) but not
+ * all: a submitted response can be lost, and a failure in its header
+ * compression later ends the session with INTERNAL_ERROR. */
+static void *h2_malloc(size_t n, void *ud)
+{
+    void *p = malloc(n);
+    if (!p)
+        ((gconn *)ud)->h2_nomem = 1;
+    return p;
+}
+
+static void h2_free(void *p, void *ud)
+{
+    (void)ud;
+    free(p);
+}
+
+static void *h2_calloc(size_t k, size_t n, void *ud)
+{
+    void *p = calloc(k, n);
+    if (!p)
+        ((gconn *)ud)->h2_nomem = 1;
+    return p;
+}
+
+static void *h2_realloc(void *q, size_t n, void *ud)
+{
+    void *p = realloc(q, n);
+    if (!p && n)
+        ((gconn *)ud)->h2_nomem = 1;
+    return p;
 }
 
 /* flush: deliver answers, then write what nghttp2 has (up to WRITE_HIGH
@@ -89,12 +123,19 @@ static void flush(gconn *c)
             c->unconsumed = 0;
         }
     }
+    if (c->h2_nomem) {
+        oom_close(c);
+        return;
+    }
     while (c->wpending + len < WRITE_HIGH) {
         const uint8_t *d;
         ssize_t n = nghttp2_session_mem_send(c->h2, &d);
-        if (n < 0) {
+        if (n < 0 || c->h2_nomem) {
             free(buf);
-            close_conn(c);
+            if (c->h2_nomem)
+                oom_close(c);
+            else
+                close_conn(c);
             return;
         }
         if (n == 0)
@@ -278,6 +319,10 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
         uv_timer_start(&c->idle, on_idle_timeout,
                        (uint64_t)c->g->s->cfg.conn_timeout_s * 1000u, 0);
     ssize_t rv = nghttp2_session_mem_recv(c->h2, (const uint8_t *)buf->base, (size_t)n);
+    if (rv < 0 && c->h2_nomem) {
+        oom_close(c);
+        return;
+    }
     if (rv < 0) {
         srv_grpc__h2_error(c, 0, nghttp2_strerror((int)rv));
         close_conn(c);
@@ -382,8 +427,13 @@ static void on_connect(uv_stream_t *l, int status)
      * too (every one busy) the new one is refused */
     if (uv_accept(l, (uv_stream_t *)&c->tcp) < 0 ||
         s->n_conns >= (int)s->cfg.max_connections + SRV_CONN_HEADROOM ||
-        per_ip_full(g, c) ||
-        nghttp2_session_server_new2(&c->h2, g->cbs, c, g->opt) != 0) {
+        per_ip_full(g, c)) {
+        close_handles(c);
+        return;
+    }
+    nghttp2_mem mem = {c, h2_malloc, h2_free, h2_calloc, h2_realloc};
+    if (nghttp2_session_server_new3(&c->h2, g->cbs, c, g->opt, &mem) != 0) {
+        srv_log(s, "warn", "grpc: a connection closed: out of memory for its session");
         close_handles(c);
         return;
     }

@@ -341,7 +341,8 @@ static int on_frame_send(nghttp2_session *h2, const nghttp2_frame *f, void *ud)
     gcall *call;
     /* a GOAWAY with an error is the HTTP/2 layer's (attnd's own say
      * NO_ERROR): e.g. nghttp2's limit on stream resets (CVE-2023-44487) */
-    if (f->hd.type == NGHTTP2_GOAWAY && f->goaway.error_code != NGHTTP2_NO_ERROR)
+    if (f->hd.type == NGHTTP2_GOAWAY && f->goaway.error_code != NGHTTP2_NO_ERROR &&
+        !((gconn *)ud)->h2_nomem) /* then flush says out of memory */
         srv_grpc__h2_error(ud, f->goaway.error_code, NULL);
     if (f->hd.type != NGHTTP2_HEADERS || !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
         return 0;

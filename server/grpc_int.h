@@ -99,6 +99,9 @@ struct gconn {
     int paused;          /* queued + wpending over --grpc-buffer: no window
                             given back, stream messages held */
     int h2_error;        /* srv_grpc__h2_error counted it */
+    int h2_nomem;        /* an allocation of nghttp2's failed: a frame (and
+                            maybe its HPACK state) is lost, so flush closes
+                            the connection; its GOAWAY is no client's fault */
 };
 
 typedef struct srv_grpc {

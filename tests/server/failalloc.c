@@ -20,10 +20,12 @@
  * FAILALLOC_TRACE=1 also writes each failed call site, as an offset into
  * the executable (addr2line -e attnd 0x...; jansson's as "jansson +0x...").
  *
- * (N: those allocations while armed). The other libraries' allocations
- * (libmicrohttpd, libuv, OpenBLAS, nghttp2) are left alone: their
- * out-of-memory paths are theirs, and several abort by design. Only for
- * the default build: a sanitizer's runtime replaces malloc itself.
+ * (N: those allocations while armed). nghttp2's allocations for gRPC
+ * connections count as attnd's too: they go through server/grpc_conn.c's
+ * h2_malloc. The other libraries' allocations (libmicrohttpd, libuv,
+ * OpenBLAS) are left alone: their out-of-memory paths are theirs, and
+ * several abort by design. Only for the default build: a sanitizer's
+ * runtime replaces malloc itself.
  */
 #define _GNU_SOURCE
 #include <errno.h>
