@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/model.h"
+#include "core/json_mem.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -44,6 +45,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    static int json_ready;
+    if (!json_ready) { /* jansson through core/json_mem.c, as attnd runs it */
+        json_ready = 1;
+        attn_json_init();
+    }
     model *m = NULL;
     char err[ATTN_ERRMAX] = "";
     int rc = model_load_mem(&m, "fuzz", (const char *)data, size, st, st_len, err);

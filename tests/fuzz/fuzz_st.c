@@ -10,11 +10,17 @@
 #include <string.h>
 
 #include "core/st.h"
+#include "core/json_mem.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    static int json_ready;
+    if (!json_ready) { /* jansson through core/json_mem.c, as attnd runs it */
+        json_ready = 1;
+        attn_json_init();
+    }
     st_file *f = NULL;
     char err[512] = "";
     int rc = st_parse(&f, data, size, "fuzz.safetensors", err);

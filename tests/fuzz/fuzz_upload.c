@@ -12,11 +12,17 @@
 
 #include "core/model.h"
 #include "server/upload.h"
+#include "core/json_mem.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    static int json_ready;
+    if (!json_ready) { /* jansson through core/json_mem.c, as attnd runs it */
+        json_ready = 1;
+        attn_json_init();
+    }
     srv_upload u;
     char err[512] = "";
     model *m = NULL;

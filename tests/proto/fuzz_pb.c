@@ -20,6 +20,7 @@
 #include "core/attn.h"
 #include "proto/kserve.pb-c.h"
 #include "proto/oip_pb.h"
+#include "core/json_mem.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -65,6 +66,11 @@ static void check_encode(const oip_request *r, int binary)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    static int json_ready;
+    if (!json_ready) { /* jansson through core/json_mem.c, as attnd runs it */
+        json_ready = 1;
+        attn_json_init();
+    }
     static const oip_limits lim = {.max_elements = 1 << 16,
                                    .memory_budget = 1 << 21,
                                    .max_inputs = 8, .max_outputs = 8,
