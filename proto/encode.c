@@ -55,6 +55,19 @@ static size_t utf8_len(const unsigned char *s, size_t n)
     return k;
 }
 
+void oip_utf8_mend(char *s)
+{
+    unsigned char *u = (unsigned char *)s;
+    size_t n = strlen(s), i = 0;
+    while (i < n) {
+        size_t k = utf8_len(u + i, n - i);
+        if (k)
+            i += k;
+        else
+            u[i++] = '?';
+    }
+}
+
 void oip__json_escape(oip__buf *b, const char *str, size_t n)
 {
     static const char hex[] = "0123456789abcdef";

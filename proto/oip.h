@@ -175,6 +175,10 @@ int oip_encode(const char *model_name, const char *id,
 #define OIP_JSON_FLOAT_MAX 17
 size_t oip_json_floats(const float *f, size_t n, char *out);
 
+/* oip_utf8_mend: s (NUL-terminated) with each byte that does not begin a
+ * valid UTF-8 sequence, as oip_error_body judges them, made '?'. */
+void oip_utf8_mend(char *s);
+
 /* oip_error_body: {"error": msg} as a malloc'd JSON string (escaped; bytes
  * that are not valid UTF-8 become U+FFFD). NULL only when out of memory. */
 char *oip_error_body(const char *msg);

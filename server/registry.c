@@ -295,23 +295,6 @@ static void index_work(uv_work_t *w)
     ij->n = model_repo_list(ij->repo, &ij->names, err);
 }
 
-/* utf8_mend: s with each byte that does not belong to a whole UTF-8
- * sequence (a lead byte C2..F4 and its continuation bytes) made '?'; with
- * ascii, every byte past 0x7f. */
-static void utf8_mend(char *s, int ascii)
-{
-    unsigned char *u = (unsigned char *)s;
-    while (*u) {
-        size_t n = ascii || *u < 0xc2 || *u > 0xf4 ? 1 : *u < 0xe0 ? 2 : *u < 0xf0 ? 3 : 4, i;
-        for (i = 1; i < n && (u[i] & 0xc0) == 0x80; i++)
-            ;
-        if (*u >= 0x80 && (n == 1 || i < n))
-            *u++ = '?';
-        else
-            u += n;
-    }
-}
-
 /* index_row: {"name", "version": "1", "state", "reason"}. A reason cut at
  * a byte count (a load error quoting a file's text) may split a UTF-8
  * character, and jansson refuses a string that is not UTF-8: the reason
@@ -319,16 +302,14 @@ static void utf8_mend(char *s, int ascii)
 static json_t *index_row(const char *name, const char *state, const char *reason)
 {
     char mended[sizeof ((srv_entry *)0)->reason];
-    json_t *row = NULL;
-    for (int pass = 0; !row && pass < 3; pass++) {
-        if (pass) {
-            snprintf(mended, sizeof mended, "%s", reason);
-            utf8_mend(mended, pass == 2);
-        }
-        row = json_pack("{s:s,s:s,s:s,s:s}", "name", name, "version", "1", "state",
-                        state, "reason", pass ? mended : reason);
-    }
-    return row;
+    json_t *row = json_pack("{s:s,s:s,s:s,s:s}", "name", name, "version", "1",
+                            "state", state, "reason", reason);
+    if (row)
+        return row;
+    snprintf(mended, sizeof mended, "%s", reason);
+    oip_utf8_mend(mended);
+    return json_pack("{s:s,s:s,s:s,s:s}", "name", name, "version", "1", "state",
+                     state, "reason", mended);
 }
 
 /* index_answer: the registry's models (only the ready ones when
