@@ -281,67 +281,93 @@ static int route(srv_req *r, const char *url)
 
 /* ---- MHD callbacks ------------------------------------------------------ */
 
-/* queue_response: hand r's answer to MHD (status, body, content type and
- * the headers it calls for: Inference-Header-Content-Length, Retry-After,
- * Allow, the web page's caching/security headers, CORS). MHD takes
- * r->resp. Once per request. */
-static enum MHD_Result queue_response(srv_req *r)
+/* add_headers: MHD_add_response_header for each name, value pair of h (n
+ * pairs); 0, or -1 when MHD could not store one (out of memory: MHD drops
+ * that header and goes on, so the answer would go out without it). */
+static int add_headers(struct MHD_Response *resp, const char *const *h, int n)
 {
-    struct MHD_Response *resp;
-    enum MHD_Result ret;
+    int ok = 1;
+    for (int i = 0; i < n; i++)
+        ok &= MHD_add_response_header(resp, h[2 * i], h[2 * i + 1]) == MHD_YES;
+    return ok ? 0 : -1;
+}
+
+/* fixed_503: the out-of-memory answer made at start (OOM_ANSWER), [1] with
+ * CORS for any allowed origin ('*': echoing the origin would need memory
+ * then); NULL when it cannot be made whole. */
+static struct MHD_Response *fixed_503(int cors)
+{
+    static const char *const base[] = {"Content-Type", "application/json",
+                                       "Retry-After", "1", "Connection", "close"};
+    static const char *const acao[] = {"Access-Control-Allow-Origin", "*", "Vary",
+                                       "Origin", "Access-Control-Expose-Headers",
+                                       "Retry-After"};
+    struct MHD_Response *f = MHD_create_response_from_buffer(
+        sizeof OOM_ANSWER - 1, (void *)OOM_ANSWER, MHD_RESPMEM_PERSISTENT);
+    if (f && (add_headers(f, base, 3) < 0 || (cors && add_headers(f, acao, 3) < 0))) {
+        MHD_destroy_response(f);
+        f = NULL;
+    }
+    return f;
+}
+
+/* queue_fixed_503: the answer made at start, for a request or an answer
+ * that memory cannot be found for now. */
+static enum MHD_Result queue_fixed_503(srv *s, struct MHD_Connection *conn, int cors)
+{
+    return MHD_queue_response(conn, 503, s->oom_resp[cors]);
+}
+
+/* add_answer_headers: the headers r's answer calls for
+ * (Inference-Header-Content-Length, Retry-After, Allow, the web page's
+ * caching/security headers, CORS, Keep-Alive); -1 when MHD had no memory
+ * for one of them (it drops that one and goes on). */
+static int add_answer_headers(srv_req *r, struct MHD_Response *resp)
+{
     char num[32];
-    resp = r->resp_oom ? MHD_create_response_from_buffer(
-                             sizeof OOM_ANSWER - 1, (void *)OOM_ANSWER,
-                             MHD_RESPMEM_PERSISTENT)
-                       : MHD_create_response_from_buffer(
-                             r->resp_len, r->resp, MHD_RESPMEM_MUST_FREE);
-    if (!resp)
-        return MHD_NO;
-    r->resp = NULL; /* MHD owns it now */
+    int lost = 0;
+#define ADD(name, value) (lost |= MHD_add_response_header(resp, name, value) != MHD_YES)
     if (r->ctype)
-        MHD_add_response_header(resp, "Content-Type", r->ctype);
+        ADD("Content-Type", r->ctype);
     if (r->resp_header_len) {
         snprintf(num, sizeof num, "%zu", r->resp_header_len);
-        MHD_add_response_header(resp, "Inference-Header-Content-Length", num);
+        ADD("Inference-Header-Content-Length", num);
     }
     if (r->retry_after) {
         snprintf(num, sizeof num, "%d", r->retry_after);
-        MHD_add_response_header(resp, "Retry-After", num);
+        ADD("Retry-After", num);
     }
     if (r->status == 401)
-        MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+        ADD("WWW-Authenticate", "Bearer");
     if (r->allow)
-        MHD_add_response_header(resp, "Allow", r->allow);
+        ADD("Allow", r->allow);
     if (r->extra_hdr[0]) {
         char *colon = strchr(r->extra_hdr, ':');
         if (colon) {
             *colon = 0;
-            MHD_add_response_header(resp, r->extra_hdr, colon + 2);
+            ADD(r->extra_hdr, colon + 2);
         }
     }
     if (r->web_etag) {
-        MHD_add_response_header(resp, "ETag", r->web_etag);
-        MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        MHD_add_response_header(resp, "Content-Security-Policy", WEB_CSP);
-        MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+        ADD("ETag", r->web_etag);
+        ADD("Cache-Control", "no-cache");
+        ADD("Content-Security-Policy", WEB_CSP);
+        ADD("X-Content-Type-Options", "nosniff");
     }
     if (r->origin[0]) {
-        MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->origin);
-        MHD_add_response_header(resp, "Vary", "Origin");
-        MHD_add_response_header(resp, "Access-Control-Expose-Headers",
-                                "Inference-Header-Content-Length, Retry-After");
+        ADD("Access-Control-Allow-Origin", r->origin);
+        ADD("Vary", "Origin");
+        ADD("Access-Control-Expose-Headers", "Inference-Header-Content-Length, Retry-After");
         if (r->method == SRV_OPTIONS) {
-            MHD_add_response_header(resp, "Access-Control-Allow-Methods",
-                                    r->allow ? r->allow : "GET, POST, OPTIONS");
-            MHD_add_response_header(
-                resp, "Access-Control-Allow-Headers",
+            ADD("Access-Control-Allow-Methods", r->allow ? r->allow : "GET, POST, OPTIONS");
+            ADD("Access-Control-Allow-Headers",
                 "Content-Type, Authorization, Inference-Header-Content-Length, "
                 "Attnd-Sequence-Id");
-            MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+            ADD("Access-Control-Max-Age", "600");
         }
     }
     if (r->s->draining) {
-        MHD_add_response_header(resp, "Connection", "close");
+        ADD("Connection", "close");
     } else if (r->s->cfg.header_timeout_s) {
         /* clients keep idle connections for less than the server does
          * (undici and browsers honour it; a quarter of margin for a busy
@@ -349,11 +375,48 @@ static enum MHD_Result queue_response(srv_req *r)
          * is closing */
         long long ka = r->s->cfg.header_timeout_s * 3 / 4;
         snprintf(num, sizeof num, "timeout=%lld", ka > 0 ? ka : 1);
-        MHD_add_response_header(resp, "Keep-Alive", num);
+        ADD("Keep-Alive", num);
     }
+#undef ADD
+    return lost ? -1 : 0;
+}
+
+/* queue_response: hand r's answer (status, body, content type, headers)
+ * to MHD, which takes r->resp. Once per request. When MHD has no memory
+ * for the answer or one of its headers (an answer without its
+ * Content-Type, its binary header's length or CORS would be read wrong):
+ * the fixed 503, or, for a POST or DELETE that succeeded (a sequence's
+ * step, a load, a deletion: a 503 would tell the client it changed
+ * nothing, and it would send it again), the connection closed, so that
+ * the client knows it does not know. */
+static enum MHD_Result queue_response(srv_req *r)
+{
+    struct MHD_Response *resp;
+    enum MHD_Result ret;
+    int lost;
+    resp = r->resp_oom ? MHD_create_response_from_buffer(
+                             sizeof OOM_ANSWER - 1, (void *)OOM_ANSWER,
+                             MHD_RESPMEM_PERSISTENT)
+                       : MHD_create_response_from_buffer(
+                             r->resp_len, r->resp, MHD_RESPMEM_MUST_FREE);
+    if (resp && !r->resp_oom)
+        r->resp = NULL; /* MHD owns it now */
+    lost = !resp || add_answer_headers(r, resp) < 0;
     r->queued = 1;
-    ret = MHD_queue_response(r->conn, (unsigned)r->status, resp);
-    MHD_destroy_response(resp);
+    if (lost && r->status < 400 &&
+        (r->method == SRV_POST || r->method == SRV_DELETE)) {
+        srv_log(r->s, "warn", "http: a %s answered %d, but libmicrohttpd had no "
+                "memory for its answer: connection closed (its access log line "
+                "follows)", r->method == SRV_POST ? "POST" : "DELETE", r->status);
+        ret = MHD_NO;
+    } else if (lost) {
+        r->status = 503;
+        ret = queue_fixed_503(r->s, r->conn, r->origin[0] != 0);
+    } else {
+        ret = MHD_queue_response(r->conn, (unsigned)r->status, resp);
+    }
+    if (resp)
+        MHD_destroy_response(resp);
     return ret;
 }
 
@@ -509,11 +572,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     if (!r) {
         r = calloc(1, sizeof *r);
         if (!r) { /* no request to log: the fixed answer, made at start */
-            struct MHD_Response *fixed = s->oom_resp[origin_allowed(
-                s->cfg.cors_origins,
-                MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"))];
             s->http.by_status[503]++;
-            return fixed ? MHD_queue_response(conn, 503, fixed) : MHD_NO;
+            return queue_fixed_503(s, conn, origin_allowed(
+                s->cfg.cors_origins,
+                MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin")));
         }
         r->s = s;
         r->conn = conn;
@@ -662,20 +724,17 @@ int srv_http_start(srv *s, char *err)
         s->mhd = NULL;
         return -1;
     }
-    for (int i = 0; i < 2; i++) { /* [1]: for an allowed CORS origin */
-        struct MHD_Response *f = MHD_create_response_from_buffer(
-            sizeof OOM_ANSWER - 1, (void *)OOM_ANSWER, MHD_RESPMEM_PERSISTENT);
-        if (f) {
-            MHD_add_response_header(f, "Content-Type", "application/json");
-            MHD_add_response_header(f, "Retry-After", "1");
-            MHD_add_response_header(f, "Connection", "close");
-        }
-        if (f && i) { /* one answer for every allowed origin: '*' */
-            MHD_add_response_header(f, "Access-Control-Allow-Origin", "*");
-            MHD_add_response_header(f, "Vary", "Origin");
-            MHD_add_response_header(f, "Access-Control-Expose-Headers", "Retry-After");
-        }
-        s->oom_resp[i] = f;
+    for (int i = 0; i < 2; i++) /* [1]: for an allowed CORS origin */
+        s->oom_resp[i] = fixed_503(i);
+    if (!s->oom_resp[0] || !s->oom_resp[1]) {
+        snprintf(err, SRV_ERRMAX, "out of memory for the fixed 503 answer");
+        for (int i = 0; i < 2; i++)
+            if (s->oom_resp[i])
+                MHD_destroy_response(s->oom_resp[i]);
+        s->oom_resp[0] = s->oom_resp[1] = NULL;
+        MHD_stop_daemon(s->mhd);
+        s->mhd = NULL;
+        return -1;
     }
     uv_timer_init(s->loop, &s->mhd_timer);
     s->mhd_timer.data = s;

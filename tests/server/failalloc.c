@@ -22,10 +22,11 @@
  *
  * (N: those allocations while armed). nghttp2's allocations for gRPC
  * connections count as attnd's too: they go through server/grpc_conn.c's
- * h2_malloc. The other libraries' allocations (libmicrohttpd, libuv,
- * OpenBLAS) are left alone: their out-of-memory paths are theirs, and
- * several abort by design. Only for the default build: a sanitizer's
- * runtime replaces malloc itself.
+ * h2_malloc. FAILALLOC_MHD=1 adds libmicrohttpd's (a connection's state,
+ * an answer and its headers; as "libmicrohttpd +0x..." in a trace). The
+ * other libraries' allocations (libuv, OpenBLAS) are left alone: their
+ * out-of-memory paths are theirs, and abort in places by design. Only for
+ * the default build: a sanitizer's runtime replaces malloc itself.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -43,10 +44,12 @@ void *__libc_calloc(size_t n, size_t size);
 void *__libc_realloc(void *p, size_t n);
 void *__libc_memalign(size_t align, size_t n);
 
-/* the code whose allocations may fail: [0] the executable, [1] jansson */
+/* the code whose allocations may fail: [0] the executable, [1] jansson,
+ * [2] libmicrohttpd when FAILALLOC_MHD=1 */
 static struct {
     uintptr_t lo, hi, base;
-} code[2];
+} code[3];
+static int with_mhd;
 static int trace;                  /* FAILALLOC_TRACE=1: each call site */
 static atomic_int armed;
 static atomic_ulong seen, failed, every = 7;
@@ -60,6 +63,9 @@ static int find_code(struct dl_phdr_info *info, size_t size, void *data)
     (void)size;
     if (which < 0 && info->dlpi_name && strstr(info->dlpi_name, "/libjansson."))
         which = 1;
+    if (which < 0 && with_mhd && info->dlpi_name &&
+        strstr(info->dlpi_name, "/libmicrohttpd."))
+        which = 2;
     ++*nth;
     for (i = 0; which >= 0 && i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
@@ -134,6 +140,7 @@ __attribute__((constructor)) static void failalloc_init(void)
     if (n)
         n_periods = n;
     trace = getenv("FAILALLOC_TRACE") != NULL;
+    with_mhd = getenv("FAILALLOC_MHD") != NULL;
     dl_iterate_phdr(find_code, &nth);
     sa.sa_handler = on_signal;
     sa.sa_flags = SA_RESTART;
@@ -145,9 +152,12 @@ __attribute__((constructor)) static void failalloc_init(void)
 static int fails(void *ret)
 {
     uintptr_t at = (uintptr_t)ret;
-    int w = at >= code[1].lo && at < code[1].hi;
-    if (!atomic_load_explicit(&armed, memory_order_relaxed) ||
-        (!w && (at < code[0].lo || at >= code[0].hi)))
+    int w = 0;
+    if (!atomic_load_explicit(&armed, memory_order_relaxed))
+        return 0;
+    while (w < 3 && (at < code[w].lo || at >= code[w].hi))
+        w++;
+    if (w == 3)
         return 0;
     unsigned long k = atomic_load_explicit(&every, memory_order_relaxed);
     uint64_t h = atomic_fetch_add(&seen, 1) + 0x9e3779b97f4a7c15u;
@@ -160,8 +170,9 @@ static int fails(void *ret)
         char buf[48], *p = buf + sizeof buf;
         *--p = '\n';
         p = put_num(p, (unsigned long)(at - code[w].base));
-        p = w ? put_str(p, "failalloc at jansson +", 22)
-              : put_str(p, "failalloc at +", 14);
+        p = w == 2 ? put_str(p, "failalloc at libmicrohttpd +", 28)
+            : w ? put_str(p, "failalloc at jansson +", 22)
+                : put_str(p, "failalloc at +", 14);
         if (write(2, p, (size_t)(buf + sizeof buf - p)) < 0)
             trace = 0;
     }
