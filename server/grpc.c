@@ -22,6 +22,7 @@
  */
 #include "server/grpc_int.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,6 +105,15 @@ static void trailers(const gcall *call, nghttp2_nv *nv, char *num, char *msg)
                          strlen(msg), NGHTTP2_NV_FLAG_NONE};
 }
 
+/* chunk_free: a sent (or abandoned) chunk and the slot it is part of */
+static void chunk_free(gchunk *k)
+{
+    gslot *sl = (gslot *)(void *)((char *)k - offsetof(gslot, chunk));
+    if (k->buf != (char *)sl->efr)
+        free(k->buf);
+    free(sl);
+}
+
 /* data_read: nghttp2 pulls the call's queued messages; past the last one
  * it sends the trailers (grpc-status, grpc-message). */
 static ssize_t data_read(nghttp2_session *h2, int32_t id, uint8_t *buf,
@@ -127,8 +137,7 @@ static ssize_t data_read(nghttp2_session *h2, int32_t id, uint8_t *buf,
             call->chead = k->next;
             if (!call->chead)
                 call->ctail = NULL;
-            free(k->buf);
-            free(k);
+            chunk_free(k);
         }
     }
     if (!call->chead && call->ending) {
@@ -149,14 +158,11 @@ static ssize_t data_read(nghttp2_session *h2, int32_t id, uint8_t *buf,
     return (ssize_t)n;
 }
 
-static void queue_chunk(gcall *call, char *buf, size_t off, size_t end)
+/* queue_chunk: sl's answer, buf[off, end), is sent next on its call; the
+ * chunk takes buf and the slot (chunk_free). */
+static void queue_chunk(gcall *call, gslot *sl, char *buf, size_t off, size_t end)
 {
-    gchunk *k = calloc(1, sizeof *k);
-    if (!k) {
-        free(buf);
-        srv_grpc__call_end(call, GRPC_UNAVAILABLE, GRPC_OOM_MSG);
-        return;
-    }
+    gchunk *k = &sl->chunk;
     k->buf = buf;
     k->off = off;
     k->end = end;
@@ -182,44 +188,36 @@ static size_t frame(char *buf, size_t at, size_t len)
     return at - 5;
 }
 
-/* stream_msg: a slot's answer as a ModelStreamInferResponse chunk: the
- * infer response becomes field 2 (written in the headroom in front of it),
- * an error field 1. */
+/* stream_msg: a slot's answer as a ModelStreamInferResponse chunk (which
+ * takes the slot): the infer response becomes field 2 (written in the
+ * headroom in front of it), an error field 1. */
 static void stream_msg(gcall *call, gslot *sl)
 {
+    unsigned char var[10];
+    size_t len, at, v;
+    int nv = 0;
     if (sl->code == GRPC_OK) {
-        size_t len = sl->out_len - OIP_PB_HEADROOM, at = OIP_PB_HEADROOM, v = len;
-        unsigned char var[10];
-        int nv = 0;
-        do {
-            var[nv++] = (unsigned char)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
-            v >>= 7;
-        } while (v);
-        at -= (size_t)nv;
-        memcpy(sl->out + at, var, (size_t)nv);
-        sl->out[--at] = 0x12; /* field 2, length-delimited */
-        len += (size_t)nv + 1;
-        queue_chunk(call, sl->out, frame(sl->out, at, len), at + len);
-        sl->out = NULL;
-    } else {
-        size_t n = strlen(sl->msg), cap = n + 16, len = 0;
-        unsigned char *b = malloc(cap);
-        size_t v = n;
-        if (!b) {
-            srv_grpc__call_end(call, GRPC_UNAVAILABLE, GRPC_OOM_MSG);
-            return;
-        }
-        b[5 + len++] = 0x0a; /* field 1, length-delimited */
-        do {
-            b[5 + len++] = (unsigned char)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
-            v >>= 7;
-        } while (v);
-        memcpy(b + 5 + len, sl->msg, n);
-        len += n;
-        queue_chunk(call, (char *)b, frame((char *)b, 5, len), 5 + len);
+        len = sl->out_len - OIP_PB_HEADROOM;
+        at = OIP_PB_HEADROOM;
+    } else { /* the message after room for the frame, the tag, its length */
+        len = strlen(sl->msg);
+        at = 16;
+        memcpy(sl->efr + at, sl->msg, len);
     }
+    v = len;
+    do {
+        var[nv++] = (unsigned char)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+        v >>= 7;
+    } while (v);
+    char *b = sl->code == GRPC_OK ? sl->out : (char *)sl->efr;
+    at -= (size_t)nv;
+    memcpy(b + at, var, (size_t)nv);
+    b[--at] = sl->code == GRPC_OK ? 0x12 : 0x0a; /* field 2 or 1, length-delimited */
+    len += (size_t)nv + 1;
+    if (sl->code == GRPC_OK)
+        sl->out = NULL; /* the chunk's now */
+    queue_chunk(call, sl, b, frame(b, at, len), at + len);
 }
-
 
 /* pump: hand held stream messages on (unless the connection is paused),
  * deliver the call's answered slots in order, then send headers, resume
@@ -246,17 +244,20 @@ void srv_grpc__pump(gcall *call)
         if (sl->r) {
             srv_log_request(s, sl->r);
             free_req(s, sl->r);
+            sl->r = NULL;
         }
         if (!call->ending) {
             if (call->m->stream) {
-                stream_msg(call, sl);
                 s->http.grpc_msgs[sl->code < GRPC_N_CODES ? sl->code : GRPC_INTERNAL]++;
+                stream_msg(call, sl);
+                continue;
             } else if (sl->code == GRPC_OK) {
-                size_t len = sl->out_len - OIP_PB_HEADROOM;
-                queue_chunk(call, sl->out,
-                            frame(sl->out, OIP_PB_HEADROOM, len), sl->out_len);
+                char *b = sl->out;
                 sl->out = NULL;
+                queue_chunk(call, sl, b, frame(b, OIP_PB_HEADROOM, sl->out_len - OIP_PB_HEADROOM),
+                            sl->out_len);
                 srv_grpc__call_end(call, GRPC_OK, NULL);
+                continue;
             } else {
                 srv_grpc__call_end(call, sl->code, sl->msg);
             }
@@ -442,8 +443,7 @@ void srv_grpc__call_free(gcall *call)
         call->chead = k->next;
         c->queued -= k->end - k->off;
         srv_mem_give(s, k->end - k->off);
-        free(k->buf);
-        free(k);
+        chunk_free(k);
     }
     c->unconsumed += call->unconsumed; /* its window is the connection's now */
     if (call->counted)

@@ -19,10 +19,11 @@
 typedef struct gconn gconn;
 typedef struct gcall gcall;
 
-/* One framed message (or part of one) waiting to be written. */
+/* One framed message (or part of one) waiting to be written: the answer
+ * of the slot it is part of (gslot.chunk), which lives until it is sent. */
 typedef struct gchunk {
     struct gchunk *next;
-    char *buf;
+    char *buf;      /* the slot's out, or its efr */
     size_t off, end;
 } gchunk;
 
@@ -43,6 +44,11 @@ typedef struct gslot {
     char *out;      /* response message at out + OIP_PB_HEADROOM */
     size_t out_len;
     char msg[GRPC_ERRMAX]; /* held, not allocated: an error always has its words */
+    /* its answer on the way out: queued without an allocation, so an
+     * answer made (a sequence's step done) is sent, or its connection
+     * closed, never replaced by an out-of-memory error */
+    gchunk chunk;
+    unsigned char efr[GRPC_ERRMAX + 16]; /* a stream response's error, framed */
 } gslot;
 
 struct gcall {

@@ -726,6 +726,41 @@ class FailAlloc(unittest.TestCase):
         def right(resp):
             return True if max_diff(out(resp, "y")[1], k["y"]) < 1e-5 else "numbers"
 
+        cz = REFS["causal"]
+        T, D = cz["shape"][1], cz["shape"][2]
+
+        def sequence(stub, i):
+            """a sequence token by token (unary calls), each answer's row
+            PyTorch's causal one and its sequence_length one more: a step
+            answered out of memory changed nothing and is sent again (one
+            that changed the sequence would show as a length one too far);
+            a closed connection leaves the step unknown: the sequence is
+            left there"""
+            sid, t, tries = f"g{threading.get_ident()}-{time.monotonic_ns()}", 0, 0
+            while t < T and tries < 40:
+                tries += 1
+                req = pb.ModelInferRequest(model_name="tiny")
+                typed(req, "x", "FP32", [1, 1, D], cz["x"][t * D:(t + 1) * D])
+                req.parameters["sequence_id"].string_param = sid
+                req.parameters["sequence_start"].bool_param = t == 0
+                req.parameters["sequence_end"].bool_param = t == T - 1
+                try:
+                    r = stub.ModelInfer(want(req, "y"), timeout=30)
+                except grpc.RpcError as e:
+                    fine = note("sequence step", error(e.code(), e.details()))
+                    if fine is None:
+                        continue
+                    return fine
+                n = r.parameters["sequence_length"].int64_param
+                if note("sequence step", f"step {t}: sequence_length {n}" if n != t + 1 else
+                        right_row(r, cz["y"][t * D:(t + 1) * D], t)) is not True:
+                    return "wrong"
+                t += 1
+            return True
+
+        def right_row(resp, row, t):
+            return True if max_diff(out(resp, "y")[1], row) < 1e-5 else f"step {t} numbers"
+
         # a channel per thread with a connection of its own (channels
         # share their connections by default), a new one after its
         # connection is closed (a closed channel waits out its reconnect
@@ -774,7 +809,7 @@ class FailAlloc(unittest.TestCase):
                 def work(w):
                     i = 0
                     while time.time() < end:
-                        call(w, lambda stub: (stream, metadata, unary)[(i + w) % 3](stub, i))
+                        call(w, lambda stub: (stream, metadata, unary, sequence)[(i + w) % 4](stub, i))
                         i += 1
                 threads = [threading.Thread(target=work, args=(w,)) for w in range(4)]
                 for t in threads:
