@@ -62,6 +62,11 @@ enum {
 /* attn_strerror: short fixed text for an error code; never NULL. */
 const char *attn_strerror(int code);
 
+/* attn_errno_code: the code for a failed open, read or map's errno e:
+ * ATTN_ENOTFOUND for a missing file, ATTN_ENOMEM when memory or file
+ * descriptors ran out (it may work later), else ATTN_EIO. */
+int attn_errno_code(int e);
+
 /* Hyper-parameters of one attention layer. */
 typedef struct attn_config {
     int d_model;     /* width of x rows and of y rows */

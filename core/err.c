@@ -1,6 +1,15 @@
 /* err.c - text for the engine's error codes. */
 #include "attn.h"
 
+#include <errno.h>
+
+int attn_errno_code(int e)
+{
+    return e == ENOENT ? ATTN_ENOTFOUND
+           : e == ENOMEM || e == EMFILE || e == ENFILE ? ATTN_ENOMEM
+                                                       : ATTN_EIO;
+}
+
 const char *attn_strerror(int code)
 {
     switch (code) {

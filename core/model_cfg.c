@@ -217,6 +217,7 @@ int model__cfg_read(model__cfg *c, const char *config_label,
     /* __metadata__ values for known keys, parsed as JSON */
     meta = json_object();
     if (!meta) {
+        model__seterr(err, "%s: out of memory reading it", config_label);
         rc = ATTN_ENOMEM;
         goto fail;
     }
@@ -292,7 +293,7 @@ int model__read_file(const char *path, size_t cap, char **out, size_t *len,
     if (!fp) {
         int e = errno;
         model__seterr(err, "%s: cannot open: %s", path, strerror(e));
-        return e == ENOENT ? ATTN_ENOTFOUND : ATTN_EIO;
+        return attn_errno_code(e);
     }
     char *buf = malloc(cap + 1);
     if (!buf) {

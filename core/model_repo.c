@@ -90,7 +90,7 @@ int model_repo_list(const char *repo, char ***names, char *err)
         int e = errno;
         model__seterr(err, "%s: cannot read the model repository: %s", repo,
                       strerror(e));
-        return e == ENOENT ? ATTN_ENOTFOUND : ATTN_EIO;
+        return attn_errno_code(e);
     }
     char **v = NULL;
     int n = 0, cap = 0, rc = 0;

@@ -479,7 +479,7 @@ int st_open(st_file **out, const char *path, char *err)
     }
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        rc = errno == ENOENT ? ATTN_ENOTFOUND : ATTN_EIO;
+        rc = attn_errno_code(errno);
         seterr(err, path, "cannot open: %s", strerror(errno));
         goto fail;
     }
@@ -503,9 +503,9 @@ int st_open(st_file **out, const char *path, char *err)
     if (f->len > 0) {
         void *m = mmap(NULL, f->len, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
+            rc = attn_errno_code(errno);
             seterr(err, path, "cannot map %zu bytes: %s", f->len,
                    strerror(errno));
-            rc = ATTN_EIO;
             goto fail;
         }
         f->map = m;
