@@ -209,7 +209,7 @@ static void stream_msg(gcall *call, gslot *sl)
         var[nv++] = (unsigned char)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
         v >>= 7;
     } while (v);
-    char *b = sl->code == GRPC_OK ? sl->out : (char *)sl->efr;
+    char *b = sl->code == GRPC_OK && sl->out ? sl->out : (char *)sl->efr;
     at -= (size_t)nv;
     memcpy(b + at, var, (size_t)nv);
     b[--at] = sl->code == GRPC_OK ? 0x12 : 0x0a; /* field 2 or 1, length-delimited */
@@ -252,7 +252,7 @@ void srv_grpc__pump(gcall *call)
                 stream_msg(call, sl);
                 continue;
             } else if (sl->code == GRPC_OK) {
-                char *b = sl->out;
+                char *b = sl->out ? sl->out : (char *)sl->efr; /* empty: pack() */
                 sl->out = NULL;
                 queue_chunk(call, sl, b, frame(b, OIP_PB_HEADROOM, sl->out_len - OIP_PB_HEADROOM),
                             sl->out_len);

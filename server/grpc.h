@@ -64,8 +64,9 @@ typedef struct grpc_method {
      * message is bad. NULL: the message carries nothing (it is freed). */
     int (*start)(srv_req *r, char *msg, size_t len, int *code, char *err);
     /* reply: from r's answer (any status), the response message, malloc'd
-     * with OIP_PB_HEADROOM free bytes before it: GRPC_OK, or a status code
-     * with err (the REST error's message). */
+     * with OIP_PB_HEADROOM free bytes before it (NULL, *len OIP_PB_HEADROOM:
+     * an empty message): GRPC_OK, or a status code with err (the REST
+     * error's message). */
     int (*reply)(srv_req *r, char **out, size_t *len, char *err);
 } grpc_method;
 

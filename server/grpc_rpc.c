@@ -92,13 +92,19 @@ srv_handler srv_grpc_handler(const grpc_method *m, srv_req *r, char *msg,
 static int pack(const ProtobufCMessage *m, char **out, size_t *len, char *err)
 {
     size_t n = protobuf_c_message_get_packed_size(m);
+    *len = n + OIP_PB_HEADROOM;
+    if (n == 0) { /* an empty message (a load's or unload's answer, made
+                   * after the load): no allocation, grpc.c frames it in the
+                   * slot's own room, so it cannot fail */
+        *out = NULL;
+        return GRPC_OK;
+    }
     *out = malloc(n + OIP_PB_HEADROOM);
     if (!*out) {
         snprintf(err, GRPC_ERRMAX, GRPC_OOM_MSG);
         return GRPC_UNAVAILABLE;
     }
     protobuf_c_message_pack(m, (uint8_t *)*out + OIP_PB_HEADROOM);
-    *len = n + OIP_PB_HEADROOM;
     return GRPC_OK;
 }
 
