@@ -220,9 +220,9 @@ int main(int argc, char **argv)
     s.limits.memory_budget = (size_t)s.cfg.request_memory;
     s.limits.max_inputs = 16;
     s.limits.max_outputs = 16;
-    if (s.cfg.maps_bytes && maps_store_create(&s.maps, (size_t)s.cfg.maps_bytes) < 0) {
-        fprintf(stderr, "attnd: --maps-bytes %lld: cannot create the store\n",
-                s.cfg.maps_bytes);
+    if (s.cfg.maps_bytes && (rc = maps_store_create(&s.maps, (size_t)s.cfg.maps_bytes)) < 0) {
+        fprintf(stderr, "attnd: --maps-bytes %lld: cannot create the store: %s\n",
+                s.cfg.maps_bytes, attn_strerror(rc));
         srv_config_free(&s.cfg);
         return 1;
     }

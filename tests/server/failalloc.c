@@ -17,6 +17,10 @@
  *
  *   failalloc: F of N allocations failed (1 in k)
  *
+ * FAILALLOC_AT_START=1 arms it from the first allocation (with the first
+ * period), for a start under memory pressure; FAILALLOC_SEED=n picks
+ * another pattern.
+ *
  * FAILALLOC_TRACE=1 also writes each failed call site, as an offset into
  * the executable (addr2line -e attnd 0x...; jansson's as "jansson +0x...").
  *
@@ -50,6 +54,7 @@ static struct {
     uintptr_t lo, hi, base;
 } code[3];
 static int with_mhd;
+static uint64_t seed = 0x9e3779b97f4a7c15u; /* FAILALLOC_SEED: another pattern */
 static int trace;                  /* FAILALLOC_TRACE=1: each call site */
 static atomic_int armed;
 static atomic_ulong seen, failed, every = 7;
@@ -141,6 +146,13 @@ __attribute__((constructor)) static void failalloc_init(void)
         n_periods = n;
     trace = getenv("FAILALLOC_TRACE") != NULL;
     with_mhd = getenv("FAILALLOC_MHD") != NULL;
+    if (getenv("FAILALLOC_SEED"))
+        seed += strtoull(getenv("FAILALLOC_SEED"), NULL, 10) * 0xbf58476d1ce4e5b9u;
+    if (getenv("FAILALLOC_AT_START")) { /* armed from the first allocation */
+        atomic_store(&every, periods[0]);
+        next_period = 1 % n_periods;
+        atomic_store(&armed, 1);
+    }
     dl_iterate_phdr(find_code, &nth);
     sa.sa_handler = on_signal;
     sa.sa_flags = SA_RESTART;
@@ -160,7 +172,7 @@ static int fails(void *ret)
     if (w == 3)
         return 0;
     unsigned long k = atomic_load_explicit(&every, memory_order_relaxed);
-    uint64_t h = atomic_fetch_add(&seen, 1) + 0x9e3779b97f4a7c15u;
+    uint64_t h = atomic_fetch_add(&seen, 1) * 0x9e3779b97f4a7c15u + seed;
     h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9u; /* splitmix64's finaliser */
     h = (h ^ (h >> 27)) * 0x94d049bb133111ebu;
     if ((h ^ (h >> 31)) % k != 0)

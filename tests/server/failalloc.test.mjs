@@ -10,14 +10,17 @@
 // libmicrohttpd's allocations failing too (FAILALLOC_MHD=1): a connection
 // it has no memory for is closed (by libmicrohttpd: there is nothing to
 // answer with), but every answer that does come is whole, its headers
-// included. The default build only: a sanitizer's runtime replaces malloc
-// itself.
+// included. Last, attnd started with its allocations failing from the
+// first one: it serves, or exits with a message naming the memory, never
+// crashes or hangs. The default build only: a sanitizer's runtime replaces
+// malloc itself.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Agent, request } from 'node:http';
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { ATTND, REFS, SLOW, binaryRequest, f32bytes, fp32, maxDiff, parseBinary, start } from './helper.mjs';
+import { spawn } from 'node:child_process';
+import { ATTND, REFS, ROOT, SLOW, binaryRequest, f32bytes, fp32, maxDiff, parseBinary, start, track } from './helper.mjs';
 
 const SHIM = join(dirname(ATTND), 'tests', 'server', 'failalloc.so');
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -202,4 +205,41 @@ for (const mode of MODES) test(mode.what, { skip: SLOW > 1 && 'a sanitizer repla
     await d.stop('SIGKILL');
     throw err;
   }
+});
+
+test('allocations failing from the start: attnd serves or exits saying so, never crashes', { skip: SLOW > 1 && 'a sanitizer replaces malloc' }, async (t) => {
+  const models = join(ROOT, 'tests', 'server', 'fixtures', 'models');
+  const seen = { served: 0, exited: {} };
+  for (const k of [3, 11, 97, 997]) {
+    for (let seed = 1; seed <= 6; seed++) {
+      const args = ['--host', '127.0.0.1', '--port', '0', '--grpc-port', '-1', '--models', models];
+      const proc = spawn(ATTND, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env,
+        LD_PRELOAD: SHIM, FAILALLOC_AT_START: '1', FAILALLOC_EVERY: String(k), FAILALLOC_SEED: String(seed),
+        FAILALLOC_MHD: '1', OPENBLAS_NUM_THREADS: '1' } });
+      let log = '';
+      proc.stdout.on('data', (c) => { log += c; });
+      proc.stderr.on('data', (c) => { log += c; });
+      track(proc, { args, log: () => log });
+      const exited = new Promise((res) => proc.on('exit', (code, signal) => res({ code, signal })));
+      const until = Date.now() + 10000;
+      while (proc.exitCode === null && proc.signalCode === null && !/listening on http/.test(log) && Date.now() < until) await sleep(20);
+      const listening = /listening on http/.test(log);
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
+      const stop = setTimeout(() => proc.kill('SIGKILL'), 30000);
+      const { code, signal } = await exited;
+      clearTimeout(stop);
+      const what = `1 in ${k}, seed ${seed}`;
+      assert.equal(signal, null, `${what}: killed by ${signal} (listening: ${listening}); its log ends:\n${log.slice(-1500)}`);
+      assert.ok([0, 1, 2].includes(code), `${what}: exit ${code}; its log ends:\n${log.slice(-1500)}`);
+      if (code !== 0) {
+        assert.match(log, /out of memory|Cannot allocate memory/, `${what}: exit ${code} without naming the memory:\n${log.slice(-1500)}`);
+        seen.exited[code] = (seen.exited[code] || 0) + 1;
+      } else {
+        assert.ok(listening, `${what}: exit 0 without ever listening:\n${log.slice(-1500)}`);
+        seen.served++;
+      }
+    }
+  }
+  t.diagnostic(`24 starts: ${seen.served} served, then stopped cleanly; exits ${JSON.stringify(seen.exited)}`);
+  assert.ok(seen.served > 0 && Object.keys(seen.exited).length > 0, JSON.stringify(seen));
 });
