@@ -3,9 +3,8 @@
  * allocation fails at any point reports out of memory, holds nothing
  * after, and never gives a document or a text with a part missing.
  *
- * This binary's own malloc and free (glibc lets the executable's win over
- * libc's, for jansson's calls too) fail the k-th allocation while armed and
- * count the blocks held. Every k within a parse or a dump is tried. The
+ * tests/fail_alloc.h fails the k-th allocation (for jansson's calls too)
+ * and counts the blocks held. Every k within a parse or a dump is tried. The
  * sanitizer builds replace malloc themselves: there the tests only check
  * the plain results.
  */
@@ -15,33 +14,7 @@
 
 #include "core/json_mem.h"
 #include "tests/check_main.h"
-
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-#define FAILING 1
-void *__libc_malloc(size_t n);
-void __libc_free(void *p);
-
-static long fail_at, calls, held; /* fail_at: the call to fail, 0 never */
-
-void *malloc(size_t n)
-{
-    void *p;
-    if (fail_at && ++calls == fail_at)
-        return NULL;
-    p = __libc_malloc(n);
-    held += p != NULL;
-    return p;
-}
-
-void free(void *p)
-{
-    held -= p != NULL;
-    __libc_free(p);
-}
-#else
-#define FAILING 0
-static long fail_at, calls, held;
-#endif
+#include "tests/fail_alloc.h"
 
 /* Texts whose lexing grows jansson's token buffer (strings and numbers
  * past 16 bytes: where 2.14 drops a byte it cannot save), escapes, nesting,

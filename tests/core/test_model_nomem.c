@@ -4,15 +4,13 @@
  * of its own (the daemon sends it to the client: a message left unwritten
  * went out as the bytes of an old stack), and holds nothing after.
  *
- * This binary's own allocation functions (the executable's win over
- * libc's, for jansson's calls and libc's strdup too) fail the k-th
- * allocation while armed and count the blocks held. Every k of a load of
+ * tests/fail_alloc.h fails the k-th allocation and counts the blocks held
+ * (for jansson's calls and libc's fopen too). Every k of a load of
  * each fixture model is tried, from its folder and from memory (as an
  * upload's). The sanitizer builds replace malloc
  * themselves: there the test only loads each model.
  */
 #include <check.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,72 +19,7 @@
 #include "core/json_mem.h"
 #include "core/model.h"
 #include "tests/check_main.h"
-
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-#define FAILING 1
-void *__libc_malloc(size_t n);
-void *__libc_calloc(size_t n, size_t size);
-void *__libc_realloc(void *p, size_t n);
-void *__libc_memalign(size_t align, size_t n);
-void __libc_free(void *p);
-
-static long fail_at, calls, held; /* fail_at: the call to fail, 0 never */
-
-static int fails(void)
-{
-    if (!fail_at || ++calls != fail_at)
-        return 0;
-    errno = ENOMEM; /* as glibc's */
-    return 1;
-}
-
-void *malloc(size_t n)
-{
-    void *p = fails() ? NULL : __libc_malloc(n);
-    held += p != NULL;
-    return p;
-}
-
-void *calloc(size_t n, size_t size)
-{
-    void *p = fails() ? NULL : __libc_calloc(n, size);
-    held += p != NULL;
-    return p;
-}
-
-void *realloc(void *q, size_t n)
-{
-    void *p = fails() ? NULL : __libc_realloc(q, n);
-    held += q == NULL && p != NULL;
-    return p;
-}
-
-void *aligned_alloc(size_t align, size_t n)
-{
-    void *p = fails() ? NULL : __libc_memalign(align, n);
-    held += p != NULL;
-    return p;
-}
-
-int posix_memalign(void **out, size_t align, size_t n)
-{
-    void *p = fails() ? NULL : __libc_memalign(align, n);
-    if (!p)
-        return ENOMEM;
-    held++;
-    *out = p;
-    return 0;
-}
-
-void free(void *p)
-{
-    held -= p != NULL;
-    __libc_free(p);
-}
-#else
-#define FAILING 0
-static long fail_at, calls, held;
-#endif
+#include "tests/fail_alloc.h"
 
 static const char *const fixtures[] = {"mha", "canonical", "gqa_rope", "cross",
                                        "f16", "bf16", "qproj", "mha_nested"};
