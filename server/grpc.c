@@ -105,13 +105,16 @@ static void trailers(const gcall *call, nghttp2_nv *nv, char *num, char *msg)
                          strlen(msg), NGHTTP2_NV_FLAG_NONE};
 }
 
-/* chunk_free: a sent (or abandoned) chunk and the slot it is part of */
-static void chunk_free(gchunk *k)
+/* chunk_free: a sent (or abandoned) chunk and the slot it is part of; the
+ * slot's own bytes are given back here, the chunk's as they are sent. */
+static void chunk_free(gconn *c, gchunk *k)
 {
     gslot *sl = (gslot *)(void *)((char *)k - offsetof(gslot, chunk));
-    if (k->buf != (char *)sl->efr)
+    if (k->buf != sl->msg)
         free(k->buf);
     free(sl);
+    c->queued -= sizeof *sl;
+    srv_mem_give(c->g->s, sizeof *sl);
 }
 
 /* data_read: nghttp2 pulls the call's queued messages; past the last one
@@ -137,7 +140,7 @@ static ssize_t data_read(nghttp2_session *h2, int32_t id, uint8_t *buf,
             call->chead = k->next;
             if (!call->chead)
                 call->ctail = NULL;
-            chunk_free(k);
+            chunk_free(call->c, k);
         }
     }
     if (!call->chead && call->ending) {
@@ -159,15 +162,16 @@ static ssize_t data_read(nghttp2_session *h2, int32_t id, uint8_t *buf,
 }
 
 /* queue_chunk: sl's answer, buf[off, end), is sent next on its call; the
- * chunk takes buf and the slot (chunk_free). */
+ * chunk takes buf and the slot (chunk_free). Both count in --grpc-buffer
+ * and memory-budget until then. */
 static void queue_chunk(gcall *call, gslot *sl, char *buf, size_t off, size_t end)
 {
     gchunk *k = &sl->chunk;
     k->buf = buf;
     k->off = off;
     k->end = end;
-    call->c->queued += end - off;
-    srv_mem_hold(call->c->g->s, end - off); /* until nghttp2 takes it */
+    call->c->queued += end - off + sizeof *sl;
+    srv_mem_hold(call->c->g->s, end - off + sizeof *sl); /* until sent */
     if (call->ctail)
         call->ctail->next = k;
     else
@@ -199,17 +203,18 @@ static void stream_msg(gcall *call, gslot *sl)
     if (sl->code == GRPC_OK) {
         len = sl->out_len - OIP_PB_HEADROOM;
         at = OIP_PB_HEADROOM;
-    } else { /* the message after room for the frame, the tag, its length */
-        len = strlen(sl->msg);
+    } else { /* the words moved on to leave room for the frame, the tag
+              * and its length in front of them */
+        len = strnlen(sl->msg, sizeof sl->msg - 16);
         at = 16;
-        memcpy(sl->efr + at, sl->msg, len);
+        memmove(sl->msg + at, sl->msg, len);
     }
     v = len;
     do {
         var[nv++] = (unsigned char)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
         v >>= 7;
     } while (v);
-    char *b = sl->code == GRPC_OK && sl->out ? sl->out : (char *)sl->efr;
+    char *b = sl->code == GRPC_OK && sl->out ? sl->out : sl->msg;
     at -= (size_t)nv;
     memcpy(b + at, var, (size_t)nv);
     b[--at] = sl->code == GRPC_OK ? 0x12 : 0x0a; /* field 2 or 1, length-delimited */
@@ -252,7 +257,7 @@ void srv_grpc__pump(gcall *call)
                 stream_msg(call, sl);
                 continue;
             } else if (sl->code == GRPC_OK) {
-                char *b = sl->out ? sl->out : (char *)sl->efr; /* empty: pack() */
+                char *b = sl->out ? sl->out : sl->msg; /* empty: pack() */
                 sl->out = NULL;
                 queue_chunk(call, sl, b, frame(b, OIP_PB_HEADROOM, sl->out_len - OIP_PB_HEADROOM),
                             sl->out_len);
@@ -443,7 +448,7 @@ void srv_grpc__call_free(gcall *call)
         call->chead = k->next;
         c->queued -= k->end - k->off;
         srv_mem_give(s, k->end - k->off);
-        chunk_free(k);
+        chunk_free(c, k);
     }
     c->unconsumed += call->unconsumed; /* its window is the connection's now */
     if (call->counted)

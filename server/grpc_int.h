@@ -23,7 +23,7 @@ typedef struct gcall gcall;
  * of the slot it is part of (gslot.chunk), which lives until it is sent. */
 typedef struct gchunk {
     struct gchunk *next;
-    char *buf;      /* the slot's out, or its efr */
+    char *buf;      /* the slot's out, or its msg */
     size_t off, end;
 } gchunk;
 
@@ -43,12 +43,14 @@ typedef struct gslot {
     int done, code; /* answered: GRPC_OK with out, or an error with msg */
     char *out;      /* response message at out + OIP_PB_HEADROOM */
     size_t out_len;
-    char msg[GRPC_ERRMAX]; /* held, not allocated: an error always has its words */
+    /* an error's words: held, not allocated, so an error always has them;
+     * room after them to frame them in place (stream_msg) */
+    char msg[GRPC_ERRMAX + 16];
     /* its answer on the way out: queued without an allocation, so an
      * answer made (a sequence's step done) is sent, or its connection
-     * closed, never replaced by an out-of-memory error */
+     * closed, never replaced by an out-of-memory error. The slot lives
+     * until the chunk is sent and is counted with it (queue_chunk). */
     gchunk chunk;
-    unsigned char efr[GRPC_ERRMAX + 16]; /* a stream response's error, framed */
 } gslot;
 
 struct gcall {

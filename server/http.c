@@ -292,24 +292,36 @@ static int add_headers(struct MHD_Response *resp, const char *const *h, int n)
     return ok ? 0 : -1;
 }
 
-/* fixed_503: the out-of-memory answer made at start (OOM_ANSWER), [1] with
- * CORS for any allowed origin ('*': echoing the origin would need memory
- * then); NULL when it cannot be made whole. */
-static struct MHD_Response *fixed_503(int cors)
+/* fixed_answer: an answer made at start, for when memory cannot be found
+ * for one: body (static), with CORS for any allowed origin when cors ('*':
+ * echoing the origin would need memory then), Retry-After when retry; NULL
+ * when it cannot be made whole. */
+static struct MHD_Response *fixed_answer(const char *body, size_t len, int cors,
+                                         int retry)
 {
     static const char *const base[] = {"Content-Type", "application/json",
-                                       "Retry-After", "1", "Connection", "close"};
+                                       "Connection", "close", "Retry-After", "1"};
     static const char *const acao[] = {"Access-Control-Allow-Origin", "*", "Vary",
                                        "Origin", "Access-Control-Expose-Headers",
                                        "Retry-After"};
-    struct MHD_Response *f = MHD_create_response_from_buffer(
-        sizeof OOM_ANSWER - 1, (void *)OOM_ANSWER, MHD_RESPMEM_PERSISTENT);
-    if (f && (add_headers(f, base, 3) < 0 || (cors && add_headers(f, acao, 3) < 0))) {
+    struct MHD_Response *f =
+        MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_PERSISTENT);
+    if (f && (add_headers(f, base, retry ? 3 : 2) < 0 ||
+              (cors && add_headers(f, acao, 3) < 0))) {
         MHD_destroy_response(f);
         f = NULL;
     }
     return f;
 }
+
+/* The answer to a POST or DELETE that was carried out (a sequence's step
+ * joined its cache, a model loaded) when libmicrohttpd has no memory for
+ * its own answer: a 503 would say it was not, and the client would send
+ * it again. */
+static const char LOST_ANSWER[] =
+    "{\"error\": \"server: the request was carried out, but there was no memory "
+    "for its answer; do not send it again as it was (a sequence's length is in "
+    "GET /v2/sequences)\"}";
 
 /* queue_fixed_503: the answer made at start, for a request or an answer
  * that memory cannot be found for now. */
@@ -385,15 +397,13 @@ static int add_answer_headers(srv_req *r, struct MHD_Response *resp)
  * to MHD, which takes r->resp. Once per request. When MHD has no memory
  * for the answer or one of its headers (an answer without its
  * Content-Type, its binary header's length or CORS would be read wrong):
- * the fixed 503, or, for a POST or DELETE that succeeded (a sequence's
- * step, a load, a deletion: a 503 would tell the client it changed
- * nothing, and it would send it again), the connection closed, so that
- * the client knows it does not know. */
+ * the fixed 503, or, for a POST or DELETE that was carried out, the fixed
+ * 500 that says so (LOST_ANSWER). */
 static enum MHD_Result queue_response(srv_req *r)
 {
     struct MHD_Response *resp;
     enum MHD_Result ret;
-    int lost;
+    int lost, cors = r->origin[0] != 0;
     resp = r->resp_oom ? MHD_create_response_from_buffer(
                              sizeof OOM_ANSWER - 1, (void *)OOM_ANSWER,
                              MHD_RESPMEM_PERSISTENT)
@@ -405,13 +415,14 @@ static enum MHD_Result queue_response(srv_req *r)
     r->queued = 1;
     if (lost && r->status < 400 &&
         (r->method == SRV_POST || r->method == SRV_DELETE)) {
-        srv_log(r->s, "warn", "http: a %s answered %d, but libmicrohttpd had no "
-                "memory for its answer: connection closed (its access log line "
-                "follows)", r->method == SRV_POST ? "POST" : "DELETE", r->status);
-        ret = MHD_NO;
+        srv_log(r->s, "warn", "http: a %s was carried out (%d), but libmicrohttpd "
+                "had no memory for its answer: 500, connection closed",
+                r->method == SRV_POST ? "POST" : "DELETE", r->status);
+        r->status = 500;
+        ret = MHD_queue_response(r->conn, 500, r->s->lost_resp[cors]);
     } else if (lost) {
         r->status = 503;
-        ret = queue_fixed_503(r->s, r->conn, r->origin[0] != 0);
+        ret = queue_fixed_503(r->s, r->conn, cors);
     } else {
         ret = MHD_queue_response(r->conn, (unsigned)r->status, resp);
     }
@@ -673,6 +684,17 @@ void srv_listen_err(const srv *s, char *err, const char *flag, long long port,
  * srv_http_start: bind host:port, start MHD in external-epoll mode and hook
  * its fd into the loop. Prints the bound address. 0 or -1 with err.
  */
+static void free_fixed(srv *s)
+{
+    for (int i = 0; i < 2; i++) {
+        if (s->oom_resp[i])
+            MHD_destroy_response(s->oom_resp[i]);
+        if (s->lost_resp[i])
+            MHD_destroy_response(s->lost_resp[i]);
+        s->oom_resp[i] = s->lost_resp[i] = NULL;
+    }
+}
+
 int srv_http_start(srv *s, char *err)
 {
     struct addrinfo hints, *ai = NULL;
@@ -724,17 +746,16 @@ int srv_http_start(srv *s, char *err)
         s->mhd = NULL;
         return -1;
     }
-    for (int i = 0; i < 2; i++) /* [1]: for an allowed CORS origin */
-        s->oom_resp[i] = fixed_503(i);
-    if (!s->oom_resp[0] || !s->oom_resp[1]) {
-        snprintf(err, SRV_ERRMAX, "out of memory for the fixed 503 answer");
-        for (int i = 0; i < 2; i++)
-            if (s->oom_resp[i])
-                MHD_destroy_response(s->oom_resp[i]);
-        s->oom_resp[0] = s->oom_resp[1] = NULL;
-        MHD_stop_daemon(s->mhd);
-        s->mhd = NULL;
-        return -1;
+    for (int i = 0; i < 2; i++) { /* [1]: for an allowed CORS origin */
+        s->oom_resp[i] = fixed_answer(OOM_ANSWER, sizeof OOM_ANSWER - 1, i, 1);
+        s->lost_resp[i] = fixed_answer(LOST_ANSWER, sizeof LOST_ANSWER - 1, i, 0);
+        if (!s->oom_resp[i] || !s->lost_resp[i]) {
+            snprintf(err, SRV_ERRMAX, "out of memory for the fixed answers");
+            free_fixed(s);
+            MHD_stop_daemon(s->mhd);
+            s->mhd = NULL;
+            return -1;
+        }
     }
     uv_timer_init(s->loop, &s->mhd_timer);
     s->mhd_timer.data = s;
@@ -759,10 +780,6 @@ void srv_http_stop(srv *s)
     uv_close((uv_handle_t *)&s->mhd_timer, NULL);
     MHD_stop_daemon(s->mhd);
     s->mhd = NULL;
-    for (int i = 0; i < 2; i++) {
-        if (s->oom_resp[i])
-            MHD_destroy_response(s->oom_resp[i]);
-        s->oom_resp[i] = NULL;
-    }
+    free_fixed(s);
     srv_guard_stop(s);
 }

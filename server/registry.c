@@ -239,6 +239,10 @@ int srv_registry_start(srv *s, char *err)
     if (srv_upload_sweep(s->cfg.models, lerr, sizeof lerr) > 0)
         srv_log(s, "warn", "%s", lerr);
     n = model_repo_list(s->cfg.models, &names, lerr);
+    if (n == ATTN_ENOMEM) { /* not "no folder": ready without its models */
+        snprintf(err, SRV_ERRMAX, "--models: %.400s", lerr);
+        return -1;
+    }
     if (n < 0) {
         srv_log(s, "warn", "--models: %s; serving only sdpa", lerr);
         return 0;

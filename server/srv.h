@@ -234,8 +234,10 @@ struct srv {
     srv_config cfg;
     uv_loop_t *loop;
     struct MHD_Daemon *mhd;
-    struct MHD_Response *oom_resp[2]; /* http.c: 503 when a request cannot
-                                         be allocated at all ([1]: with CORS) */
+    /* http.c's answers made at start ([1]: with CORS): 503 when a request
+     * or its answer cannot be allocated; 500 when a request was carried out
+     * but libmicrohttpd has no memory for its answer */
+    struct MHD_Response *oom_resp[2], *lost_resp[2];
     uv_poll_t mhd_poll;
     uv_timer_t mhd_timer;
     uv_async_t sig_async;  /* main.c: SIGTERM/SIGINT reach the loop */

@@ -418,7 +418,7 @@ int srv_upload_install(const char *repo, const char *name, const char *body,
     static atomic_uint seq;
     srv_upload u;
     char root[4200], stage[4400], dst[4400], a[4500], merr[ATTN_ERRMAX];
-    int status, staged = 0, tries;
+    int status, staged = 0, tries, rc;
     *out = NULL;
     *gen = 0;
     if (!model_name_valid(name) || name[0] == '.') {
@@ -459,8 +459,8 @@ int srv_upload_install(const char *repo, const char *name, const char *body,
         snprintf(err, errlen, "%s: write failed (%s)", a, strerror(errno));
         goto fail;
     }
-    if (model_load(out, stage, merr) < 0) {
-        status = 400;
+    if ((rc = model_load(out, stage, merr)) < 0) {
+        status = rc == ATTN_ENOMEM ? 503 : 400;
         snprintf(err, errlen, "upload of model '%s': %s", name, merr);
         goto fail;
     }
