@@ -324,7 +324,7 @@ static void on_answer(srv_req *r)
     err[0] = 0;
     sl->code = sl->call->m->reply(r, &sl->out, &sl->out_len, err);
     if (sl->code != GRPC_OK)
-        snprintf(sl->msg, sizeof sl->msg, "%s", err);
+        snprintf(sl->msg, GRPC_ERRMAX, "%s", err);
     sl->done = 1;
     srv_grpc__schedule(sl->call->c);
 }
@@ -390,7 +390,7 @@ void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem)
             free(msg);
             r->status = 504;
             sl->code = GRPC_DEADLINE_EXCEEDED;
-            snprintf(sl->msg, sizeof sl->msg, "deadline: the client's deadline passed");
+            snprintf(sl->msg, GRPC_ERRMAX, "deadline: the client's deadline passed");
             sl->done = 1;
             srv_grpc__schedule(call->c);
             return;
@@ -404,7 +404,7 @@ void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem)
     if (!h) {
         r->status = code == GRPC_NOT_FOUND ? 404 : 400;
         sl->code = code;
-        snprintf(sl->msg, sizeof sl->msg, "%s", err);
+        snprintf(sl->msg, GRPC_ERRMAX, "%s", err);
         sl->done = 1;
         srv_grpc__schedule(call->c);
         return;
@@ -421,7 +421,7 @@ void srv_grpc__slot_error(gcall *call, int code, const char *msg)
         srv_grpc__call_end(call, GRPC_UNAVAILABLE, GRPC_OOM_MSG);
         return;
     }
-    snprintf(sl->msg, sizeof sl->msg, "%s", msg);
+    snprintf(sl->msg, GRPC_ERRMAX, "%s", msg);
     sl->call = call;
     sl->code = code;
     sl->done = 1;

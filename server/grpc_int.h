@@ -102,7 +102,8 @@ struct gconn {
     gconn *fnext;        /* flush list */
     int in_flush, closing;
     size_t wpending;     /* bytes handed to uv_write, not yet written */
-    size_t queued;       /* answer bytes queued in its calls, not yet sent */
+    size_t queued;       /* answer bytes queued in its calls, not yet sent,
+                            and their slots' (queue_chunk) */
     size_t unconsumed;   /* DATA bytes of streams gone, not yet given back */
     int paused;          /* queued + wpending over --grpc-buffer: no window
                             given back, stream messages held */

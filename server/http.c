@@ -314,10 +314,10 @@ static struct MHD_Response *fixed_answer(const char *body, size_t len, int cors,
     return f;
 }
 
-/* The answer to a POST or DELETE that was carried out (a sequence's step
- * joined its cache, a model loaded) when libmicrohttpd has no memory for
- * its own answer: a 503 would say it was not, and the client would send
- * it again. */
+/* The answer to a request that changed the server's state (a sequence's
+ * step joined its cache, a model loaded) when libmicrohttpd has no memory
+ * for its own answer: a 503 would say it did not, and the client would
+ * send it again. */
 static const char LOST_ANSWER[] =
     "{\"error\": \"server: the request was carried out, but there was no memory "
     "for its answer; do not send it again as it was (a sequence's length is in "
@@ -397,8 +397,8 @@ static int add_answer_headers(srv_req *r, struct MHD_Response *resp)
  * to MHD, which takes r->resp. Once per request. When MHD has no memory
  * for the answer or one of its headers (an answer without its
  * Content-Type, its binary header's length or CORS would be read wrong):
- * the fixed 503, or, for a POST or DELETE that was carried out, the fixed
- * 500 that says so (LOST_ANSWER). */
+ * the fixed 503, or, for a request that changed the server's state
+ * (r->changed), the fixed 500 that says so (LOST_ANSWER). */
 static enum MHD_Result queue_response(srv_req *r)
 {
     struct MHD_Response *resp;
@@ -413,11 +413,10 @@ static enum MHD_Result queue_response(srv_req *r)
         r->resp = NULL; /* MHD owns it now */
     lost = !resp || add_answer_headers(r, resp) < 0;
     r->queued = 1;
-    if (lost && r->status < 400 &&
-        (r->method == SRV_POST || r->method == SRV_DELETE)) {
-        srv_log(r->s, "warn", "http: a %s was carried out (%d), but libmicrohttpd "
-                "had no memory for its answer: 500, connection closed",
-                r->method == SRV_POST ? "POST" : "DELETE", r->status);
+    if (lost && r->changed && r->status < 400) {
+        srv_log(r->s, "warn", "http: a request was carried out (%d), but "
+                "libmicrohttpd had no memory for its answer: 500, connection "
+                "closed", r->status);
         r->status = 500;
         ret = MHD_queue_response(r->conn, 500, r->s->lost_resp[cors]);
     } else if (lost) {

@@ -163,8 +163,10 @@ static void load_done(uv_work_t *w, int status)
         /* a later upload of this name was published (and installed) while
          * this one was read: the repository holds that one, so it stays */
         model_destroy(lj->m);
-        if (lj->req)
+        if (lj->req) {
+            lj->req->changed = 1; /* its upload was published */
             srv_respond(lj->req, 200, NULL, NULL, 0);
+        }
     } else {
         srv_inst *in = calloc(1, sizeof *in);
         if (!in) {
@@ -181,8 +183,10 @@ static void load_done(uv_work_t *w, int status)
             set_inst(e, in, SRV_READY, NULL);
             srv_log(s, "info", "model '%s' loaded (%zu weight bytes)", e->name,
                     model_bytes(lj->m));
-            if (lj->req)
+            if (lj->req) {
+                lj->req->changed = 1;
                 srv_respond(lj->req, 200, NULL, NULL, 0);
+            }
         }
     }
     srv_mem_give(s, lj->mem);
@@ -450,5 +454,6 @@ void srv_h_unload(srv_req *r)
     e->startup = 0;
     set_inst(e, NULL, SRV_UNAVAILABLE, "unloaded");
     snprintf(r->model, sizeof r->model, "%s", e->name);
+    r->changed = 1;
     srv_respond(r, 200, NULL, NULL, 0);
 }

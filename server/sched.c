@@ -81,6 +81,7 @@ void srv__job_answer(srv_job *j, int status, const char *msg)
         r->compute_us = (j->t_ran - j->t_run) / 1000;
     if (status == 200) {
         r->resp_header_len = j->resp_hlen;
+        r->changed = j->step.is_step;
         srv_respond(r, 200, j->resp_hlen ? "application/octet-stream"
                                          : "application/json",
                     j->resp, j->resp_len);

@@ -60,6 +60,7 @@ void srv_seq_h_delete(srv_req *r)
         return;
     }
     snprintf(r->model, sizeof r->model, "%s", name);
+    r->changed = 1;
     srv_respond(r, 200, NULL, NULL, 0);
 }
 

@@ -183,6 +183,10 @@ struct srv_req {
     int late;              /* its head came after SIGTERM (draining) */
     int suspended;
     int queued;            /* response handed to MHD */
+    int changed;           /* its success changed the server's state (a
+                              sequence's step, a load, an unload, a
+                              sequence ended): its answer, if lost, must not
+                              read as "nothing happened" (http.c) */
     /* the answer */
     int have_resp, status, retry_after;
     char *resp;            /* malloc'd, handed to MHD */

@@ -769,9 +769,6 @@ class FailAlloc(unittest.TestCase):
         with open(os.path.join(FIX, "models", "tiny", "model.safetensors"), "rb") as f:
             tiny_st = f.read()
 
-        with open(os.path.join(FIX, "models", "tiny", "model.safetensors"), "rb") as f:
-            tiny_st = f.read()
-
         def load(stub, i):
             """an upload under a name of its own: the name's answer is
             checked once the failures stop (a load done and then answered
