@@ -73,6 +73,11 @@ void srv_suspend(srv_req *r)
  * be allocated. */
 static const char OOM_ANSWER[] = "{\"error\": \"server: out of memory; retry shortly\"}";
 
+/* the request headers a page may send (CORS preflight) */
+#define CORS_ALLOW_HEADERS                                                     \
+    "Content-Type, Authorization, Inference-Header-Content-Length, "           \
+    "Attnd-Sequence-Id"
+
 void srv_respond(srv_req *r, int status, const char *ctype, char *body,
                  size_t len)
 {
@@ -314,6 +319,25 @@ static struct MHD_Response *fixed_answer(const char *body, size_t len, int cors,
     return f;
 }
 
+/* fixed_preflight: 204 to an allowed origin's CORS preflight when memory
+ * cannot be found for its own answer ('*', every method), so that the
+ * request it asks for is sent and gets an answer of its own (a 503 fails
+ * the preflight: the page would see a network error). */
+static struct MHD_Response *fixed_preflight(void)
+{
+    static const char *const h[] = {
+        "Access-Control-Allow-Origin", "*", "Vary", "Origin",
+        "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS",
+        "Access-Control-Allow-Headers", CORS_ALLOW_HEADERS,
+        "Access-Control-Max-Age", "600"};
+    struct MHD_Response *f = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (f && add_headers(f, h, 5) < 0) {
+        MHD_destroy_response(f);
+        f = NULL;
+    }
+    return f;
+}
+
 /* The answer to a request that changed the server's state (a sequence's
  * step joined its cache, a model loaded) when libmicrohttpd has no memory
  * for its own answer: a 503 would say it did not, and the client would
@@ -372,9 +396,7 @@ static int add_answer_headers(srv_req *r, struct MHD_Response *resp)
         ADD("Access-Control-Expose-Headers", "Inference-Header-Content-Length, Retry-After");
         if (r->method == SRV_OPTIONS) {
             ADD("Access-Control-Allow-Methods", r->allow ? r->allow : "GET, POST, OPTIONS");
-            ADD("Access-Control-Allow-Headers",
-                "Content-Type, Authorization, Inference-Header-Content-Length, "
-                "Attnd-Sequence-Id");
+            ADD("Access-Control-Allow-Headers", CORS_ALLOW_HEADERS);
             ADD("Access-Control-Max-Age", "600");
         }
     }
@@ -398,7 +420,8 @@ static int add_answer_headers(srv_req *r, struct MHD_Response *resp)
  * for the answer or one of its headers (an answer without its
  * Content-Type, its binary header's length or CORS would be read wrong):
  * the fixed 503, or, for a request that changed the server's state
- * (r->changed), the fixed 500 that says so (LOST_ANSWER). */
+ * (r->changed), the fixed 500 that says so (LOST_ANSWER), or, for an
+ * allowed origin's preflight, the fixed 204. */
 static enum MHD_Result queue_response(srv_req *r)
 {
     struct MHD_Response *resp;
@@ -419,6 +442,8 @@ static enum MHD_Result queue_response(srv_req *r)
                 "closed", r->status);
         r->status = 500;
         ret = MHD_queue_response(r->conn, 500, r->s->lost_resp[cors]);
+    } else if (lost && cors && r->method == SRV_OPTIONS && r->status == 204) {
+        ret = MHD_queue_response(r->conn, 204, r->s->preflight_resp);
     } else if (lost) {
         r->status = 503;
         ret = queue_fixed_503(r->s, r->conn, cors);
@@ -582,10 +607,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     if (!r) {
         r = calloc(1, sizeof *r);
         if (!r) { /* no request to log: the fixed answer, made at start */
+            int cors = origin_allowed(s->cfg.cors_origins, MHD_lookup_connection_value(
+                                                              conn, MHD_HEADER_KIND, "Origin"));
+            if (cors && parse_method(method) == SRV_OPTIONS) { /* a preflight */
+                s->http.by_status[204]++;
+                return MHD_queue_response(conn, 204, s->preflight_resp);
+            }
             s->http.by_status[503]++;
-            return queue_fixed_503(s, conn, origin_allowed(
-                s->cfg.cors_origins,
-                MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin")));
+            return queue_fixed_503(s, conn, cors);
         }
         r->s = s;
         r->conn = conn;
@@ -692,6 +721,9 @@ static void free_fixed(srv *s)
             MHD_destroy_response(s->lost_resp[i]);
         s->oom_resp[i] = s->lost_resp[i] = NULL;
     }
+    if (s->preflight_resp)
+        MHD_destroy_response(s->preflight_resp);
+    s->preflight_resp = NULL;
 }
 
 int srv_http_start(srv *s, char *err)
@@ -748,7 +780,9 @@ int srv_http_start(srv *s, char *err)
     for (int i = 0; i < 2; i++) { /* [1]: for an allowed CORS origin */
         s->oom_resp[i] = fixed_answer(OOM_ANSWER, sizeof OOM_ANSWER - 1, i, 1);
         s->lost_resp[i] = fixed_answer(LOST_ANSWER, sizeof LOST_ANSWER - 1, i, 0);
-        if (!s->oom_resp[i] || !s->lost_resp[i]) {
+        if (!i)
+            s->preflight_resp = fixed_preflight();
+        if (!s->oom_resp[i] || !s->lost_resp[i] || !s->preflight_resp) {
             snprintf(err, SRV_ERRMAX, "out of memory for the fixed answers");
             free_fixed(s);
             MHD_stop_daemon(s->mhd);

@@ -240,8 +240,9 @@ struct srv {
     struct MHD_Daemon *mhd;
     /* http.c's answers made at start ([1]: with CORS): 503 when a request
      * or its answer cannot be allocated; 500 when a request was carried out
-     * but libmicrohttpd has no memory for its answer */
-    struct MHD_Response *oom_resp[2], *lost_resp[2];
+     * but libmicrohttpd has no memory for its answer; 204 to an allowed
+     * origin's CORS preflight then */
+    struct MHD_Response *oom_resp[2], *lost_resp[2], *preflight_resp;
     uv_poll_t mhd_poll;
     uv_timer_t mhd_timer;
     uv_async_t sig_async;  /* main.c: SIGTERM/SIGINT reach the loop */
