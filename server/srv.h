@@ -417,6 +417,18 @@ void srv_listen_err(const srv *s, char *err, const char *flag, long long port,
                     int in_use, const char *why);
 void srv_http_stop(srv *s);
 
+/* http_answer.c, for http.c. srv_http__queue: hand r's answer to MHD
+ * (once); when MHD has no memory for it or a header, an answer made at
+ * start instead. srv_http__queue_fixed: the answer made at start for a
+ * request that could not be allocated at all (a 204 to an allowed
+ * origin's preflight, else 503). srv_http__answers_make: make those (-1:
+ * out of memory); srv_http__answers_free. */
+enum MHD_Result srv_http__queue(srv_req *r);
+enum MHD_Result srv_http__queue_fixed(srv *s, struct MHD_Connection *conn, int preflight,
+                                      int cors);
+int srv_http__answers_make(srv *s);
+void srv_http__answers_free(srv *s);
+
 /* healthcheck.c */
 int srv_health_check(const char *url, char *err); /* err: SRV_ERRMAX */
 

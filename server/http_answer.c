@@ -1,0 +1,230 @@
+/*
+ * http_answer.c - a request's answer handed to libmicrohttpd (its status,
+ * body and headers), and the answers made at start for when memory cannot
+ * be found for one: the 503, the 500 for a request carried out whose
+ * answer is lost, and the 204 to an allowed origin's CORS preflight.
+ * Loop thread.
+ */
+#include "server/srv.h"
+#include "server/web.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* The answer to a request whose answer, or the request itself, could not
+ * be allocated. */
+static const char OOM_ANSWER[] = "{\"error\": \"server: out of memory; retry shortly\"}";
+
+/* the request headers a page may send (CORS preflight) */
+#define CORS_ALLOW_HEADERS                                                     \
+    "Content-Type, Authorization, Inference-Header-Content-Length, "           \
+    "Attnd-Sequence-Id"
+
+/* add_headers: MHD_add_response_header for each name, value pair of h (n
+ * pairs); 0, or -1 when MHD could not store one (out of memory: MHD drops
+ * that header and goes on, so the answer would go out without it). */
+static int add_headers(struct MHD_Response *resp, const char *const *h, int n)
+{
+    int ok = 1;
+    for (int i = 0; i < n; i++)
+        ok &= MHD_add_response_header(resp, h[2 * i], h[2 * i + 1]) == MHD_YES;
+    return ok ? 0 : -1;
+}
+
+/* fixed_answer: an answer made at start, for when memory cannot be found
+ * for one: body (static), with CORS for any allowed origin when cors ('*':
+ * echoing the origin would need memory then), Retry-After when retry; NULL
+ * when it cannot be made whole. */
+static struct MHD_Response *fixed_answer(const char *body, size_t len, int cors,
+                                         int retry)
+{
+    static const char *const base[] = {"Content-Type", "application/json",
+                                       "Connection", "close", "Retry-After", "1"};
+    static const char *const acao[] = {"Access-Control-Allow-Origin", "*", "Vary",
+                                       "Origin", "Access-Control-Expose-Headers",
+                                       "Retry-After"};
+    struct MHD_Response *f =
+        MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_PERSISTENT);
+    if (f && (add_headers(f, base, retry ? 3 : 2) < 0 ||
+              (cors && add_headers(f, acao, 3) < 0))) {
+        MHD_destroy_response(f);
+        f = NULL;
+    }
+    return f;
+}
+
+/* fixed_preflight: 204 to an allowed origin's CORS preflight when memory
+ * cannot be found for its own answer ('*', every method), so that the
+ * request it asks for is sent and gets an answer of its own (a 503 fails
+ * the preflight: the page would see a network error). */
+static struct MHD_Response *fixed_preflight(void)
+{
+    static const char *const h[] = {
+        "Access-Control-Allow-Origin", "*", "Vary", "Origin",
+        "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS",
+        "Access-Control-Allow-Headers", CORS_ALLOW_HEADERS,
+        "Access-Control-Max-Age", "600"};
+    struct MHD_Response *f = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (f && add_headers(f, h, 5) < 0) {
+        MHD_destroy_response(f);
+        f = NULL;
+    }
+    return f;
+}
+
+/* The answer to a request that changed the server's state (a sequence's
+ * step joined its cache, a model loaded) when libmicrohttpd has no memory
+ * for its own answer: a 503 would say it did not, and the client would
+ * send it again. */
+static const char LOST_ANSWER[] =
+    "{\"error\": \"server: the request was carried out, but there was no memory "
+    "for its answer; do not send it again as it was (a sequence's length is in "
+    "GET /v2/sequences)\"}";
+
+/* queue_fixed_503: the answer made at start, for a request or an answer
+ * that memory cannot be found for now. */
+static enum MHD_Result queue_fixed_503(srv *s, struct MHD_Connection *conn, int cors)
+{
+    return MHD_queue_response(conn, 503, s->oom_resp[cors]);
+}
+
+enum MHD_Result srv_http__queue_fixed(srv *s, struct MHD_Connection *conn, int preflight,
+                                      int cors)
+{
+    if (cors && preflight) {
+        s->http.by_status[204]++;
+        return MHD_queue_response(conn, 204, s->preflight_resp);
+    }
+    s->http.by_status[503]++;
+    return queue_fixed_503(s, conn, cors);
+}
+
+/* add_answer_headers: the headers r's answer calls for
+ * (Inference-Header-Content-Length, Retry-After, Allow, the web page's
+ * caching/security headers, CORS, Keep-Alive); -1 when MHD had no memory
+ * for one of them (it drops that one and goes on). */
+static int add_answer_headers(srv_req *r, struct MHD_Response *resp)
+{
+    char num[32];
+    int lost = 0;
+#define ADD(name, value) (lost |= MHD_add_response_header(resp, name, value) != MHD_YES)
+    if (r->ctype)
+        ADD("Content-Type", r->ctype);
+    if (r->resp_header_len) {
+        snprintf(num, sizeof num, "%zu", r->resp_header_len);
+        ADD("Inference-Header-Content-Length", num);
+    }
+    if (r->retry_after) {
+        snprintf(num, sizeof num, "%d", r->retry_after);
+        ADD("Retry-After", num);
+    }
+    if (r->status == 401)
+        ADD("WWW-Authenticate", "Bearer");
+    if (r->allow)
+        ADD("Allow", r->allow);
+    if (r->extra_hdr[0]) {
+        char *colon = strchr(r->extra_hdr, ':');
+        if (colon) {
+            *colon = 0;
+            ADD(r->extra_hdr, colon + 2);
+        }
+    }
+    if (r->web_etag) {
+        ADD("ETag", r->web_etag);
+        ADD("Cache-Control", "no-cache");
+        ADD("Content-Security-Policy", WEB_CSP);
+        ADD("X-Content-Type-Options", "nosniff");
+    }
+    if (r->origin[0]) {
+        ADD("Access-Control-Allow-Origin", r->origin);
+        ADD("Vary", "Origin");
+        ADD("Access-Control-Expose-Headers", "Inference-Header-Content-Length, Retry-After");
+        if (r->method == SRV_OPTIONS) {
+            ADD("Access-Control-Allow-Methods", r->allow ? r->allow : "GET, POST, OPTIONS");
+            ADD("Access-Control-Allow-Headers", CORS_ALLOW_HEADERS);
+            ADD("Access-Control-Max-Age", "600");
+        }
+    }
+    if (r->s->draining) {
+        ADD("Connection", "close");
+    } else if (r->s->cfg.header_timeout_s) {
+        /* clients keep idle connections for less than the server does
+         * (undici and browsers honour it; a quarter of margin for a busy
+         * client), so none sends a request on a connection header-timeout
+         * is closing */
+        long long ka = r->s->cfg.header_timeout_s * 3 / 4;
+        snprintf(num, sizeof num, "timeout=%lld", ka > 0 ? ka : 1);
+        ADD("Keep-Alive", num);
+    }
+#undef ADD
+    return lost ? -1 : 0;
+}
+
+/* queue_response: hand r's answer (status, body, content type, headers)
+ * to MHD, which takes r->resp. Once per request. When MHD has no memory
+ * for the answer or one of its headers (an answer without its
+ * Content-Type, its binary header's length or CORS would be read wrong):
+ * the fixed 503, or, for a request that changed the server's state
+ * (r->changed), the fixed 500 that says so (LOST_ANSWER), or, for an
+ * allowed origin's preflight, the fixed 204. */
+enum MHD_Result srv_http__queue(srv_req *r)
+{
+    struct MHD_Response *resp;
+    enum MHD_Result ret;
+    int lost, cors = r->origin[0] != 0;
+    resp = r->resp_oom ? MHD_create_response_from_buffer(
+                             sizeof OOM_ANSWER - 1, (void *)OOM_ANSWER,
+                             MHD_RESPMEM_PERSISTENT)
+                       : MHD_create_response_from_buffer(
+                             r->resp_len, r->resp, MHD_RESPMEM_MUST_FREE);
+    if (resp && !r->resp_oom)
+        r->resp = NULL; /* MHD owns it now */
+    lost = !resp || add_answer_headers(r, resp) < 0;
+    r->queued = 1;
+    if (lost && r->changed && r->status < 400) {
+        srv_log(r->s, "warn", "http: a request was carried out (%d), but "
+                "libmicrohttpd had no memory for its answer: 500, connection "
+                "closed", r->status);
+        r->status = 500;
+        ret = MHD_queue_response(r->conn, 500, r->s->lost_resp[cors]);
+    } else if (lost && cors && r->method == SRV_OPTIONS && r->status == 204) {
+        ret = MHD_queue_response(r->conn, 204, r->s->preflight_resp);
+    } else if (lost) {
+        r->status = 503;
+        ret = queue_fixed_503(r->s, r->conn, cors);
+    } else {
+        ret = MHD_queue_response(r->conn, (unsigned)r->status, resp);
+    }
+    if (resp)
+        MHD_destroy_response(resp);
+    return ret;
+}
+
+void srv_http__answers_free(srv *s)
+{
+    for (int i = 0; i < 2; i++) {
+        if (s->oom_resp[i])
+            MHD_destroy_response(s->oom_resp[i]);
+        if (s->lost_resp[i])
+            MHD_destroy_response(s->lost_resp[i]);
+        s->oom_resp[i] = s->lost_resp[i] = NULL;
+    }
+    if (s->preflight_resp)
+        MHD_destroy_response(s->preflight_resp);
+    s->preflight_resp = NULL;
+}
+
+
+int srv_http__answers_make(srv *s)
+{
+    for (int i = 0; i < 2; i++) { /* [1]: for an allowed CORS origin */
+        s->oom_resp[i] = fixed_answer(OOM_ANSWER, sizeof OOM_ANSWER - 1, i, 1);
+        s->lost_resp[i] = fixed_answer(LOST_ANSWER, sizeof LOST_ANSWER - 1, i, 0);
+    }
+    s->preflight_resp = fixed_preflight();
+    if (s->oom_resp[0] && s->oom_resp[1] && s->lost_resp[0] && s->lost_resp[1] &&
+        s->preflight_resp)
+        return 0;
+    srv_http__answers_free(s);
+    return -1;
+}
