@@ -192,35 +192,46 @@ static size_t frame(char *buf, size_t at, size_t len)
     return at - 5;
 }
 
+/* take_out: the slot's answer message, which the chunk takes: out, or for
+ * an empty one (pack() gives NULL) the slot's own room */
+static char *take_out(gslot *sl)
+{
+    char *b = sl->out ? sl->out : sl->msg;
+    sl->out = NULL;
+    return b;
+}
+
 /* stream_msg: a slot's answer as a ModelStreamInferResponse chunk (which
  * takes the slot): the infer response becomes field 2 (written in the
- * headroom in front of it), an error field 1. */
+ * headroom in front of it), an error field 1 (its words moved on to leave
+ * room for the frame, the tag and the length in front of them). */
 static void stream_msg(gcall *call, gslot *sl)
 {
-    unsigned char var[10];
+    unsigned char var[10], tag;
     size_t len, at, v;
     int nv = 0;
+    char *b;
     if (sl->code == GRPC_OK) {
         len = sl->out_len - OIP_PB_HEADROOM;
         at = OIP_PB_HEADROOM;
-    } else { /* the words moved on to leave room for the frame, the tag
-              * and its length in front of them */
+        tag = 0x12; /* field 2, length-delimited */
+        b = take_out(sl);
+    } else {
         len = strnlen(sl->msg, sizeof sl->msg - 16);
         at = 16;
-        memmove(sl->msg + at, sl->msg, len);
+        tag = 0x0a; /* field 1, length-delimited */
+        b = sl->msg;
+        memmove(b + at, b, len);
     }
     v = len;
     do {
         var[nv++] = (unsigned char)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
         v >>= 7;
     } while (v);
-    char *b = sl->code == GRPC_OK && sl->out ? sl->out : sl->msg;
     at -= (size_t)nv;
     memcpy(b + at, var, (size_t)nv);
-    b[--at] = sl->code == GRPC_OK ? 0x12 : 0x0a; /* field 2 or 1, length-delimited */
+    b[--at] = (char)tag;
     len += (size_t)nv + 1;
-    if (sl->code == GRPC_OK)
-        sl->out = NULL; /* the chunk's now */
     queue_chunk(call, sl, b, frame(b, at, len), at + len);
 }
 
@@ -257,8 +268,7 @@ void srv_grpc__pump(gcall *call)
                 stream_msg(call, sl);
                 continue;
             } else if (sl->code == GRPC_OK) {
-                char *b = sl->out ? sl->out : sl->msg; /* empty: pack() */
-                sl->out = NULL;
+                char *b = take_out(sl);
                 queue_chunk(call, sl, b, frame(b, OIP_PB_HEADROOM, sl->out_len - OIP_PB_HEADROOM),
                             sl->out_len);
                 srv_grpc__call_end(call, GRPC_OK, NULL);
