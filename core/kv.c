@@ -228,6 +228,65 @@ void attn_kv_trim(attn_kv *kv)
     give_back(kv, (kv->len + page - 1) / page);
 }
 
+/* copy_rows: rows [r0, r1) of kv's pages to buf (out) or back (in). */
+static void copy_rows(const attn_kv *kv, int r0, int r1, char *buf, int out)
+{
+    const attn_kv_page_fmt *f = &kv->pool->fmt;
+    size_t e = elem_bytes(f->dtype);
+    for (int r = r0; r < r1; r++)
+        for (int h = 0; h < f->n_kv; h++)
+            for (int which = 0; which < 2; which++) {
+                size_t n = (size_t)(which ? f->dv : f->dk) * e;
+                char *row = attn__kv_row(f, kv->pages, which, h, r);
+                memcpy(out ? buf : row, out ? row : buf, n);
+                buf += n;
+            }
+}
+
+/* rewound_rows: the end of the rows a pass of t tokens from n overwrites. */
+static int rewound_rows(const attn_kv *kv, int n, int t)
+{
+    return t > kv->len - n ? kv->len : n + t;
+}
+
+size_t attn_kv_rewind_bytes(const attn_kv *kv, int n, int t)
+{
+    const attn_kv_page_fmt *f = &kv->pool->fmt;
+    if (n < 0 || n > kv->len || t < 0)
+        return 0;
+    return (size_t)(rewound_rows(kv, n, t) - n) * (size_t)f->n_kv *
+           (size_t)(f->dk + f->dv) * elem_bytes(f->dtype);
+}
+
+int attn_kv_rewind(attn_kv *kv, int n, int t, void *save, attn_kv_undo *u,
+                   char *err)
+{
+    memset(u, 0, sizeof *u);
+    if (n < 0 || n > kv->len || t < 0)
+        return attn__fail(err, ATTN_EINVAL, "rewind to %d of %d tokens", n,
+                          kv->len);
+    int r1 = rewound_rows(kv, n, t);
+    if (r1 > n && !save)
+        return attn__fail(err, ATTN_EINVAL, "no room to save %d tokens",
+                          r1 - n);
+    if (r1 > n)
+        copy_rows(kv, n, r1, save, 1);
+    *u = (attn_kv_undo){.held = 1, .len = kv->len, .r0 = n, .r1 = r1,
+                        .rows = save};
+    kv->len = n;
+    return 0;
+}
+
+void attn_kv_rewind_undo(attn_kv *kv, attn_kv_undo *u)
+{
+    if (!u->held)
+        return;
+    if (u->r1 > u->r0)
+        copy_rows(kv, u->r0, u->r1, u->rows, 0);
+    kv->len = u->len;
+    memset(u, 0, sizeof *u);
+}
+
 void attn_kv_free(attn_kv *kv)
 {
     attn_kv_pool *p = kv->pool;

@@ -105,6 +105,30 @@ void attn_kv_advance(attn_kv *kv, int t);
  * (after a failed step, or to shrink). */
 void attn_kv_trim(attn_kv *kv);
 
+/*
+ * A step that replaces a sequence's tail (the server's
+ * parameters.sequence_position): attn_kv_rewind(kv, n, t, save, u) makes
+ * the next pass write from row n (0 <= n <= len). The rows [n, min(len,
+ * n + t)) that a pass of t tokens overwrites are first copied, as stored,
+ * into save (attn_kv_rewind_bytes(kv, n, t) bytes, the caller's; NULL when
+ * that is 0), then len becomes n; reserve t tokens as for any step. After
+ * the pass: on success attn_kv_advance(kv, t) and attn_kv_trim(kv) (pages
+ * past the new end go back); on failure attn_kv_rewind_undo(kv, u) (the
+ * rows and len as they were) and attn_kv_trim(kv). The caller frees save
+ * after either. Returns 0, or ATTN_EINVAL with err, nothing changed. A
+ * zeroed u holds nothing: undo is then a no-op.
+ */
+typedef struct attn_kv_undo {
+    int held;   /* 1 after a rewind, until its undo */
+    int len;    /* len before the rewind */
+    int r0, r1; /* the rows saved */
+    void *rows; /* the caller's save */
+} attn_kv_undo;
+size_t attn_kv_rewind_bytes(const attn_kv *kv, int n, int t);
+int attn_kv_rewind(attn_kv *kv, int n, int t, void *save, attn_kv_undo *u,
+                   char *err);
+void attn_kv_rewind_undo(attn_kv *kv, attn_kv_undo *u);
+
 /* attn_kv_free: every page back to the pool; kv is empty (len 0) and may
  * be reused. */
 void attn_kv_free(attn_kv *kv);

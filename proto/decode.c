@@ -192,8 +192,24 @@ static int get_seq_id(json_t *p, const char *num, size_t num_len, char *out,
     return 0;
 }
 
+/* get_seq_pos: parameters.sequence_position, an integer 0 .. INT32_MAX. */
+static int get_seq_pos(json_t *p, oip_params *pr, char *err)
+{
+    json_t *v = json_object_get(p, "sequence_position");
+    if (!v)
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        json_integer_value(v) > INT32_MAX)
+        return oip__fail(err, ATTN_EINVAL, "parameters.sequence_position: "
+                         "expected an integer 0 .. %d (the tokens the "
+                         "sequence holds before this step)", INT32_MAX);
+    pr->has_seq_pos = 1;
+    pr->seq_pos = (int)json_integer_value(v);
+    return 0;
+}
+
 /* parameters: causal, retain, binary_data_output (booleans), Triton's
- * sequence_id / sequence_start / sequence_end, and tokens (at most
+ * sequence_id / sequence_start / sequence_end, sequence_position, and tokens (at most
  * max_tokens strings, each < OIP_MAX_TOKEN bytes, copied into req); other
  * keys are ignored. *bytes grows by what the copies take. */
 static int decode_params(oip_request *req, json_t *root, int max_tokens,
@@ -217,7 +233,8 @@ static int decode_params(oip_request *req, json_t *root, int max_tokens,
                        &pr->seq_start, err)) ||
         (rc = get_bool(p, "sequence_end", "parameters.sequence_end",
                        &pr->seq_end, err)) ||
-        (rc = get_seq_id(p, num, num_len, pr->seq_id, err)))
+        (rc = get_seq_id(p, num, num_len, pr->seq_id, err)) ||
+        (rc = get_seq_pos(p, pr, err)))
         return rc;
     json_t *t = json_object_get(p, "tokens");
     if (!t)

@@ -103,6 +103,10 @@ typedef struct oip_params {
      * string "7" name the same sequence. seq_id[0] == 0: no sequence. */
     char seq_id[OIP_MAX_SEQ_ID];
     int seq_start, seq_end; /* 0/1 (the daemon checks they come with an id) */
+    /* parameters.sequence_position (attnd's): the tokens the sequence holds
+     * before this step, 0 .. INT32_MAX; a step at a position below the
+     * sequence's length replaces the tokens from there on. */
+    int has_seq_pos, seq_pos;
 } oip_params;
 
 typedef struct oip_request {

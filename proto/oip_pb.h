@@ -13,7 +13,9 @@
  * what Triton's clients send; FP16 and BF16 only this way) or as typed
  * contents (fp32_contents, int_contents, int64_contents, bool_contents),
  * never both. Request parameters: causal, retain, binary_data_output
- * (bool_param), tokens (string_param holding a JSON array of strings).
+ * (bool_param), tokens (string_param holding a JSON array of strings),
+ * Triton's sequence_id (int64/uint64/string), sequence_start and
+ * sequence_end (bool), attnd's sequence_position (int64/uint64).
  * The protobuf parse itself runs under an allocator capped by the memory
  * budget.
  *

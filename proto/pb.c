@@ -174,6 +174,27 @@ static int get_seq_id(const Param *v, char *out, char *err)
     }
 }
 
+/* get_seq_pos: parameters.sequence_position, an int64 or uint64 param
+ * 0 .. INT32_MAX. */
+static int get_seq_pos(const Param *v, oip_params *pr, char *err)
+{
+    long long n = -1;
+    if (v && v->parameter_choice_case ==
+                 INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM)
+        n = v->int64_param;
+    else if (v && v->parameter_choice_case ==
+                      INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM)
+        n = v->uint64_param > INT32_MAX ? -1 : (long long)v->uint64_param;
+    if (n < 0 || n > INT32_MAX)
+        return oip__fail(err, ATTN_EINVAL, "parameters.sequence_position: "
+                         "expected an int64 or uint64 param 0 .. %d (the "
+                         "tokens the sequence holds before this step)",
+                         INT32_MAX);
+    pr->has_seq_pos = 1;
+    pr->seq_pos = (int)n;
+    return 0;
+}
+
 /* params: the request parameters attnd knows; others are ignored. *bin
  * is set when binary_data_output was given. */
 static int decode_params(oip_request *req, const Req *m, int max_tokens,
@@ -200,6 +221,8 @@ static int decode_params(oip_request *req, const Req *m, int max_tokens,
             rc = get_bool(v, "parameters.sequence_end", &pr->seq_end, err);
         } else if (!strcmp(k, "sequence_id")) {
             rc = get_seq_id(v, pr->seq_id, err);
+        } else if (!strcmp(k, "sequence_position")) {
+            rc = get_seq_pos(v, pr, err);
         } else if (!strcmp(k, "tokens")) {
             if (pr->tokens || pr->n_tokens)
                 return oip__fail(err, ATTN_EINVAL,

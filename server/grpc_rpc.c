@@ -30,6 +30,7 @@ int srv_grpc_code(int http_status)
     case 413: return GRPC_INVALID_ARGUMENT;
     case 401: return GRPC_UNAUTHENTICATED;
     case 404: return GRPC_NOT_FOUND;
+    case 409: return GRPC_FAILED_PRECONDITION;
     case 405: return GRPC_UNIMPLEMENTED;
     case 503: return GRPC_UNAVAILABLE;
     case 504: return GRPC_DEADLINE_EXCEEDED;

@@ -78,8 +78,9 @@ static struct MHD_Response *fixed_preflight(void)
  * send it again. */
 static const char LOST_ANSWER[] =
     "{\"error\": \"server: the request was carried out, but there was no memory "
-    "for its answer; do not send it again as it was (a sequence's length is in "
-    "GET /v2/sequences)\"}";
+    "for its answer; do not send it again as it was (a sequence's step may be "
+    "sent again with parameters.sequence_position, the length it was sent at; "
+    "a sequence's length is in GET /v2/sequences)\"}";
 
 /* queue_fixed_503: the answer made at start, for a request or an answer
  * that memory cannot be found for now. */

@@ -96,7 +96,7 @@ void srv__job_answer(srv_job *j, int status, const char *msg)
     }
     srv_respond_error(r, status, "%s", msg);
     st->fail_ns += dt;
-    if (status == 400 || status == 413)
+    if (status == 400 || status == 409 || status == 413)
         st->fail_bad++;
     else if (status == 503)
         st->fail_rejected++;

@@ -218,6 +218,16 @@ static void kick(srv_seqs *q, srv_seq *l)
                 fail(st, 400, msg);
                 continue;
             }
+            if (st->has_pos && st->pos > l->kv.len) {
+                snprintf(msg, sizeof msg, "parameters.sequence_position: %d "
+                         "is past the end of sequence '%s', which holds %d "
+                         "tokens; send its tokens from position %d first (a "
+                         "step at the length appends, one below it replaces "
+                         "the tokens from there on)", st->pos, st->id,
+                         l->kv.len, l->kv.len);
+                fail(st, 409, msg);
+                continue;
+            }
             st->kv = &l->kv;
             snprintf(st->map_id, sizeof st->map_id, "%s", l->map_id);
         }
@@ -318,6 +328,15 @@ void srv_seq_decoded(srv *s, srv_step *st, int take)
 
 /* ---- binding and ending ----------------------------------------------------- */
 
+/* unbind_rewind: a rewound step's cache as it was (rows, length); its
+ * saved rows freed. A no-op for any other step. */
+static void unbind_rewind(srv_step *st)
+{
+    attn_kv_rewind_undo(st->kv, &st->undo);
+    free(st->saved);
+    st->saved = NULL;
+}
+
 int srv_seq_bind(srv_step *st, char *err)
 {
     srv *s = st->e->s;
@@ -331,7 +350,27 @@ int srv_seq_bind(srv_step *st, char *err)
                  "begin it again", st->id);
         return 400;
     }
+    /* a step below the sequence's length replaces the tokens from its
+     * position on: the cache is rewound (what the pass overwrites saved,
+     * put back if the step fails) */
+    if (st->has_pos && !st->start && st->pos < st->kv->len) {
+        size_t nb = attn_kv_rewind_bytes(st->kv, st->pos, a->t);
+        if (nb && !(st->saved = malloc(nb))) {
+            snprintf(err, OIP_ERRMAX, "sequences: out of memory to keep the "
+                     "%zu bytes of K/V a step at sequence_position %d "
+                     "replaces", nb, st->pos);
+            return 503;
+        }
+        if ((rc = attn_kv_rewind(st->kv, st->pos, a->t, st->saved, &st->undo,
+                                 kerr))) {
+            unbind_rewind(st);
+            snprintf(err, OIP_ERRMAX, "sequences: %.400s", kerr);
+            return 400;
+        }
+    }
     rc = attn_kv_reserve(st->kv, a->t, kerr);
+    if (rc)
+        unbind_rewind(st);
     if (rc == ATTN_EFULL) {
         snprintf(err, OIP_ERRMAX, "sequences: the K/V cache of model '%s' is "
                  "full (%zu of %lld bytes, kv-bytes) and cannot take %d more "
@@ -349,6 +388,7 @@ int srv_seq_bind(srv_step *st, char *err)
                                 st->start ? st->retain : st->map_id[0] != 0,
                                 (size_t)s->cfg.request_memory, err);
     if (status) {
+        unbind_rewind(st);
         attn_kv_trim(st->kv);
         return status;
     }
@@ -391,23 +431,40 @@ void srv_seq_step_end(srv_step *st, int ok)
     q->n_starting -= st->starting;
     st->starting = 0;
     if (!ok || !st->bound) {
-        if (st->start)
+        int rewound = st->undo.held;
+        if (st->start) {
             attn_kv_free(&st->fresh);
-        else if (st->bound)
+        } else if (st->bound) {
+            unbind_rewind(st);
             attn_kv_trim(st->kv);
+        }
         /* a step that failed after its encoding grew the map (a deadline
          * that came when it was encoded; one that came before keeps the
          * encoding from growing it, st->late): the map loses its rows
          * too, so a page following it shows only steps that were
          * answered */
         if (st->bound && st->map_id[0] && q->s->maps) {
-            if (st->start)
+            if (st->start) {
                 maps_drop(q->s->maps, st->map_id);
-            else
+            } else if (rewound) {
+                /* the rows it replaced are not kept for the map: the
+                 * sequence goes on without one, as after an eviction */
+                maps_drop(q->s->maps, st->map_id);
+                l->map_id[0] = 0;
+            } else {
                 maps_cut(q->s->maps, st->map_id, st->t0);
+            }
         }
     } else {
         attn_kv_advance(st->kv, st->t);
+        if (st->undo.held) { /* the tokens past the new end are gone */
+            l->e->seq_stats.rewound++;
+            l->e->seq_stats.rewound_tokens += (uint64_t)(st->undo.len - st->t0);
+            attn_kv_trim(st->kv);
+            memset(&st->undo, 0, sizeof st->undo);
+            free(st->saved);
+            st->saved = NULL;
+        }
         if (st->start) {
             if (l->live) {
                 l->e->seq_stats.dropped[SRV_DROP_RESTARTED]++;

@@ -22,14 +22,18 @@
  *              still decoding, so steps leave in arrival order;
  *   waiting    in its sequence's queue, behind that sequence's earlier
  *              steps (one step of a sequence is in a batch at a time);
- *   active     checked against the sequence (unknown id, max-sequences),
- *              put on its model's queue; at launch (srv_seq_bind) its
- *              pages are reserved and the outputs that depend on the
- *              sequence length allocated; it batches with anything;
+ *   active     checked against the sequence (unknown id, max-sequences,
+ *              a sequence_position past its length), put on its model's
+ *              queue; at launch (srv_seq_bind) a step at a position below
+ *              the length rewinds the cache to it (the rows it replaces
+ *              saved), its pages are reserved and the outputs that depend
+ *              on the sequence length allocated; it batches with anything;
  *   end        srv_seq_step_end from job_end: answered 200 -> the cache
  *              advances (a start replaces the old cache, an end frees
- *              it); anything else -> the reserved pages go back
- *              (attn_kv_trim) and the sequence is exactly as before.
+ *              it, a rewound one gives back the pages past its new end);
+ *              anything else -> the replaced rows go back, then the
+ *              reserved pages (attn_kv_trim): the sequence is exactly as
+ *              before.
  *
  * Threads: everything here runs on the loop thread, except that
  * srv_seq_prepare and srv_seq_encode run on a pool thread on their own job
@@ -70,6 +74,7 @@ typedef struct srv_step {
     char hdr_id[OIP_MAX_SEQ_ID]; /* Attnd-Sequence-Id header, "" = none */
     char id[OIP_MAX_SEQ_ID];
     int start, end, retain;
+    int has_pos, pos;        /* parameters.sequence_position */
     /* set on the loop when the step becomes active / is bound */
     srv_seq *seq;
     attn_kv fresh;           /* a start's new cache */
@@ -78,6 +83,8 @@ typedef struct srv_step {
     int t;                   /* new tokens (kept past the prep's free) */
     int starting;            /* counted in n_starting (a new sequence) */
     int t0;                  /* tokens held before this step */
+    attn_kv_undo undo;       /* a rewound step's rewind (bound) */
+    void *saved;             /* the rows it replaces, as stored */
     char map_id[MAPS_ID_MAX]; /* the sequence's map; after encode, its id */
     atomic_int late;         /* answered 504 (loop): its encoding (pool)
                                 grows no map */

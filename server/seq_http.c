@@ -108,6 +108,19 @@ char *srv_seq_metrics_text(srv *s)
         if (!e->inst || !e->inst->builtin)
             fprintf(f, "attnd_sequences_ended_total{model=\"%s\",version=\"1\"} %llu\n",
                     e->name, (unsigned long long)e->seq_stats.ended);
+    FAMILY("attnd_sequence_rewinds_total", "counter",
+           "Steps answered 200 at a sequence_position below the sequence's "
+           "length (a step sent again, or a new branch).");
+    for (e = s->models; e; e = e->next)
+        if (!e->inst || !e->inst->builtin)
+            fprintf(f, "attnd_sequence_rewinds_total{model=\"%s\",version=\"1\"} %llu\n",
+                    e->name, (unsigned long long)e->seq_stats.rewound);
+    FAMILY("attnd_sequence_rewound_tokens_total", "counter",
+           "Tokens those steps replaced.");
+    for (e = s->models; e; e = e->next)
+        if (!e->inst || !e->inst->builtin)
+            fprintf(f, "attnd_sequence_rewound_tokens_total{model=\"%s\",version=\"1\"} %llu\n",
+                    e->name, (unsigned long long)e->seq_stats.rewound_tokens);
     FAMILY("attnd_sequences_dropped_total", "counter",
            "Sequences dropped: idle (sequence-idle-ms), deleted, unloaded "
            "(model unloaded or reloaded), restarted (a new sequence_start).");

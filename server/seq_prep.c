@@ -18,7 +18,7 @@ static const char *outs_names[SRV_O_N] = {"y", "attention", "scores", "q", "k", 
 int srv_seq_wants(const srv_step *st, const oip_request *req)
 {
     return st->hdr_id[0] || req->params.seq_id[0] || req->params.seq_start ||
-           req->params.seq_end;
+           req->params.seq_end || req->params.has_seq_pos;
 }
 
 /* size_of: bytes of output o with p's shape; 0 on overflow. */
@@ -68,9 +68,14 @@ int srv_seq_prepare(srv_step *st, srv_prep *p, const oip_request *req,
                    st->hdr_id, pr->seq_id);
     snprintf(st->id, sizeof st->id, "%s", pr->seq_id[0] ? pr->seq_id : st->hdr_id);
     if (!st->id[0])
-        return ERR("parameters.%s: true without parameters.sequence_id (or "
+        return ERR("parameters.%s: given without parameters.sequence_id (or "
                    "the Attnd-Sequence-Id header)",
-                   pr->seq_start ? "sequence_start" : "sequence_end");
+                   pr->seq_start ? "sequence_start"
+                   : pr->seq_end ? "sequence_end" : "sequence_position");
+    if (pr->seq_start && pr->has_seq_pos && pr->seq_pos != 0)
+        return ERR("parameters.sequence_position: %d with sequence_start; a "
+                   "start holds the whole history from position 0",
+                   pr->seq_pos);
     if (builtin)
         return ERR("parameters.sequence_id: model '%s' is the built-in sdpa, "
                    "which has no projections to cache; sequences need a "
@@ -152,6 +157,8 @@ int srv_seq_prepare(srv_step *st, srv_prep *p, const oip_request *req,
     st->start = pr->seq_start;
     st->end = pr->seq_end;
     st->retain = pr->retain;
+    st->has_pos = pr->has_seq_pos;
+    st->pos = pr->seq_pos;
     st->is_step = 1;
     return 0;
 }

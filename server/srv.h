@@ -65,6 +65,7 @@ enum { SRV_DROP_IDLE, SRV_DROP_DELETED, SRV_DROP_UNLOADED, SRV_DROP_RESTARTED,
 /* Counters of one model's sequences (seq.c; loop thread). */
 typedef struct srv_seq_stats {
     uint64_t started, ended, dropped[SRV_DROP_N];
+    uint64_t rewound, rewound_tokens; /* steps below the length, tokens replaced */
     int live;
 } srv_seq_stats;
 

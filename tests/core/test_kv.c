@@ -464,6 +464,139 @@ START_TEST(step_arguments)
 }
 END_TEST
 
+/* ---- rewinding: a step that replaces the sequence's tail ---------------- */
+
+/* step: t rows of x through kv as one decoder step (y: t rows, may be
+ * NULL for a scratch), rewinding to n first when n >= 0. */
+static void step(layer *L, attn_kv *kv, const float *x, int t, float *y, int n)
+{
+    char err[ATTN_ERRMAX];
+    attn_kv_undo u;
+    float *scratch = y ? NULL : tu_fill((size_t)t * L->c.d_model, 0);
+    void *save = NULL;
+    if (n >= 0) {
+        save = malloc(attn_kv_rewind_bytes(kv, n, t) + 1);
+        ck_assert_msg(attn_kv_rewind(kv, n, t, save, &u, err) == 0, "%s", err);
+    }
+    ck_assert_int_eq(attn_kv_reserve(kv, t, err), 0);
+    attn_seq s = {.t = t, .s = kv->len + t, .t_valid = t, .s_valid = kv->len + t,
+                  .causal = 1, .x = x, .y = y ? y : scratch, .kv = kv};
+    ck_assert_msg(attn_forward(&L->c, &L->w, &s, 1, tu_ex, err) == 0, "%s", err);
+    attn_kv_advance(kv, t);
+    attn_kv_trim(kv);
+    free(save);
+    free(scratch);
+}
+
+/* A sequence of 13 tokens rewound to n and given 3 others, then 1 more:
+ * each step's y equals the rows of one causal request over the history
+ * it now has (the first n tokens, then the new ones), so the keys and
+ * values past n were replaced and the positions (RoPE) start again at n;
+ * the pages past the new end went back to the pool. */
+START_TEST(rewind_equals_whole)
+{
+    static const int at[] = {0, 4, 7, 12, 13};
+    int n = at[_i], dm = 24;
+    layer L;
+    gqa_rope_layer(&L, 11);
+    tu_rng g = {400u + (unsigned)_i};
+    float *xa = tu_randn(&g, 13 * (size_t)dm, 1.0f);
+    float *xb = tu_randn(&g, 4 * (size_t)dm, 1.0f); /* 3 rows, then 1 */
+    float *h = tu_fill((size_t)(n + 4) * dm, 0);
+    memcpy(h, xa, (size_t)n * dm * sizeof(float));
+    memcpy(h + (size_t)n * dm, xb, 4 * (size_t)dm * sizeof(float));
+    float *want = tu_fill((size_t)(n + 4) * dm, NAN), yb[4 * 24];
+    char err[ATTN_ERRMAX];
+    attn_seq whole = {.t = n + 4, .s = n + 4, .t_valid = n + 4,
+                      .s_valid = n + 4, .causal = 1, .x = h, .y = want};
+    ck_assert_msg(attn_forward(&L.c, &L.w, &whole, 1, tu_ex, err) == 0, "%s",
+                  err);
+    attn_kv_pool *p;
+    ck_assert_int_eq(attn_kv_pool_create(&p, &L.c, ATTN_KV_F32, 4, 1 << 20, err),
+                     0);
+    attn_kv kv;
+    attn_kv_init(&kv, p);
+    step(&L, &kv, xa, 9, NULL, -1);
+    step(&L, &kv, xa + 9 * dm, 4, NULL, -1);
+    ck_assert_int_eq(kv.len, 13);
+    step(&L, &kv, xb, 3, yb, n);
+    ck_assert_int_eq(kv.len, n + 3);
+    ck_assert_int_eq(kv.n_pages, (n + 3 + 3) / 4);
+    ck_assert_uint_eq(attn_kv_pool_used(p), attn_kv_bytes(&kv));
+    step(&L, &kv, xb + 3 * dm, 1, yb + 3 * dm, -1);
+    ck_assert_int_eq(kv.len, n + 4);
+    tu_assert_close("rewound steps' y", yb, want + (size_t)n * dm,
+                    4 * (size_t)dm, 1e-5f, 1e-4f);
+    attn_kv_free(&kv);
+    attn_kv_pool_destroy(p);
+    free(xa), free(xb), free(h), free(want);
+    layer_free(&L);
+}
+END_TEST
+
+/* A rewound step that fails after its pass wrote the cache: undo puts
+ * back every row it overwrote, bit for bit, and len; trim gives back the
+ * pages it reserved past the old end. Each dtype (rows are copied as
+ * stored). */
+START_TEST(rewind_undo_restores)
+{
+    attn_kv_dtype dt = (attn_kv_dtype)(_i % 3);
+    int n = _i < 3 ? 5 : 12, t = _i < 3 ? 3 : 6, dm = 24, nk = 2, dk = 8;
+    layer L;
+    gqa_rope_layer(&L, 12);
+    tu_rng g = {500u + (unsigned)_i};
+    float *xa = tu_randn(&g, 13 * (size_t)dm, 1.0f);
+    float *xb = tu_randn(&g, (size_t)t * dm, 1.0f);
+    float *y = tu_fill((size_t)t * dm, 0);
+    float before[2][13 * 8], after[2][13 * 8];
+    char err[ATTN_ERRMAX];
+    attn_kv_pool *p;
+    ck_assert_int_eq(attn_kv_pool_create(&p, &L.c, dt, 4, 1 << 20, err), 0);
+    attn_kv kv;
+    attn_kv_init(&kv, p);
+    step(&L, &kv, xa, 13, NULL, -1);
+    size_t used = attn_kv_pool_used(p);
+    for (int hh = 0; hh < nk; hh++)
+        attn_kv_read(&kv, hh, 0, 13, before[hh], NULL);
+    attn_kv_undo u;
+    /* 2 kv heads x (8 + 6) floats a token, as stored */
+    size_t nb = attn_kv_rewind_bytes(&kv, n, t);
+    ck_assert_uint_eq(nb, (size_t)((n + t < 13 ? n + t : 13) - n) * 2 * 14 *
+                              (dt == ATTN_KV_F32 ? 4 : 2));
+    void *save = malloc(nb);
+    ck_assert_int_eq(attn_kv_rewind(&kv, n, t, save, &u, err), 0);
+    ck_assert_int_eq(kv.len, n);
+    ck_assert_int_eq(attn_kv_reserve(&kv, t, err), 0);
+    attn_seq s = {.t = t, .s = n + t, .t_valid = t, .s_valid = n + t,
+                  .causal = 1, .x = xb, .y = y, .kv = &kv};
+    ck_assert_msg(attn_forward(&L.c, &L.w, &s, 1, tu_ex, err) == 0, "%s", err);
+    attn_kv_read(&kv, 0, n, n + 1, after[0], NULL);
+    ck_assert_msg(memcmp(after[0], before[0] + n * dk, sizeof(float) * dk) != 0,
+                  "the pass did not overwrite row %d", n);
+    attn_kv_rewind_undo(&kv, &u); /* the step failed */
+    attn_kv_trim(&kv);
+    ck_assert_int_eq(kv.len, 13);
+    ck_assert_int_eq(kv.n_pages, 4);
+    ck_assert_uint_eq(attn_kv_pool_used(p), used);
+    for (int hh = 0; hh < nk; hh++) {
+        attn_kv_read(&kv, hh, 0, 13, after[hh], NULL);
+        ck_assert_msg(memcmp(after[hh], before[hh], sizeof before[hh]) == 0,
+                      "kv head %d differs after the undo", hh);
+    }
+    attn_kv_rewind_undo(&kv, &u); /* held nothing: no-op */
+    ck_assert_int_eq(kv.len, 13);
+    free(save);
+    ck_assert_int_eq(attn_kv_rewind(&kv, 14, 1, NULL, &u, err), ATTN_EINVAL);
+    ck_assert_int_eq(attn_kv_rewind(&kv, -1, 1, NULL, &u, err), ATTN_EINVAL);
+    ck_assert_int_eq(attn_kv_rewind(&kv, 3, 1, NULL, &u, err), ATTN_EINVAL);
+    ck_assert_int_eq(kv.len, 13);
+    attn_kv_free(&kv);
+    attn_kv_pool_destroy(p);
+    free(xa), free(xb), free(y);
+    layer_free(&L);
+}
+END_TEST
+
 static Suite *kv_suite(void)
 {
     Suite *s = suite_create("kv");
@@ -477,6 +610,8 @@ static Suite *kv_suite(void)
     tcase_add_test(tc, batch_mixes_steps_and_stateless);
     tcase_add_test(tc, step_arguments);
     tcase_add_loop_test(tc, torch_decoder_layer, 0, 2);
+    tcase_add_loop_test(tc, rewind_equals_whole, 0, 5);
+    tcase_add_loop_test(tc, rewind_undo_restores, 0, 6);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -121,10 +121,10 @@ class Attnd:
             time.sleep(0.02)
         return self.log
 
-    def rest(self, path, body=None):
+    def rest(self, path, body=None, method=None):
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}",
                                      data=json.dumps(body).encode() if body is not None else None,
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json"}, method=method)
         try:
             with urllib.request.urlopen(req, timeout=30) as r:
                 return r.status, json.loads(r.read() or b"null")
@@ -622,6 +622,42 @@ class Unary(unittest.TestCase):
         req.parameters["sequence_id"].int64_param = 4242
         self.code(self.s.ModelInfer, req, C.INVALID_ARGUMENT, r"unknown sequence '4242'.*sequence_start")
 
+    def test_sequence_position(self):
+        """parameters.sequence_position as an int64 or uint64 param: a step
+        sent again at its position gives the same rows and leaves the
+        sequence as if sent once; past the length, FAILED_PRECONDITION
+        and nothing changes."""
+        xs = [((i * 29) % 19) / 19.0 - 0.5 for i in range(4 * 8)]
+        st, ref = self.d.rest("/v2/models/tiny/infer", {
+            "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4, 8], "data": xs}],
+            "outputs": [{"name": "y"}], "parameters": {"causal": True}})
+        self.assertEqual(st, 200, ref)
+        y_ref = ref["outputs"][0]["data"]
+
+        def step(t0, t, pos, kind="int64_param"):
+            req = pb.ModelInferRequest(model_name="tiny")
+            typed(req, "x", "FP32", [1, t, 8], xs[t0 * 8:(t0 + t) * 8])
+            req.parameters["sequence_id"].string_param = "grpc-pos"
+            req.parameters["sequence_start"].bool_param = t0 == 0
+            req.parameters["causal"].bool_param = True
+            setattr(req.parameters["sequence_position"], kind, pos)
+            return want(req, "y")
+
+        for t0, t, kind in ((0, 2, "int64_param"), (2, 1, "uint64_param"), (2, 1, "int64_param"),
+                            (2, 1, "uint64_param"), (3, 1, "int64_param")):
+            r = self.s.ModelInfer(step(t0, t, t0, kind))
+            self.assertEqual(r.parameters["sequence_length"].int64_param, t0 + t)
+            self.assertLess(max_diff(out(r, "y")[1], y_ref[t0 * 8:(t0 + t) * 8]), 1e-5, (t0, kind))
+        self.code(self.s.ModelInfer, step(3, 1, 6), C.FAILED_PRECONDITION,
+                  r"sequence_position: 6 is past the end of sequence 'grpc-pos', which holds 4 tokens")
+        self.code(self.s.ModelInfer, step(3, 1, -1), C.INVALID_ARGUMENT, r"sequence_position: expected an int64")
+        bad = step(3, 1, 0)
+        bad.parameters["sequence_position"].string_param = "3"
+        self.code(self.s.ModelInfer, bad, C.INVALID_ARGUMENT, r"sequence_position: expected an int64")
+        st, seqs = self.d.rest("/v2/sequences")
+        self.assertIn(["grpc-pos", 4], [[q["id"], q["length"]] for q in seqs["sequences"]])
+        self.assertEqual(self.d.rest("/v2/sequences/grpc-pos", method="DELETE")[0], 200)
+
 
 class Inline(unittest.TestCase):
     def test_lone_grpc_client_runs_inline(self):
@@ -737,25 +773,36 @@ class FailAlloc(unittest.TestCase):
         cz = REFS["causal"]
         T, D = cz["shape"][1], cz["shape"][2]
 
+        held = {}  # thread -> (id, step) of a sequence whose connection closed
+
         def sequence(stub, i):
             """a sequence token by token (unary calls), each answer's row
-            PyTorch's causal one and its sequence_length one more: a step
-            answered out of memory changed nothing and is sent again (one
-            that changed the sequence would show as a length one too far);
-            a closed connection leaves the step unknown: the sequence is
-            left there"""
-            sid, t, tries = f"g{threading.get_ident()}-{time.monotonic_ns()}", 0, 0
-            while t < T and tries < 40:
-                tries += 1
+            PyTorch's causal one and its sequence_length one more. Every
+            step carries its sequence_position: a step answered out of
+            memory changed nothing and one done whose connection closed
+            before its answer came is replaced, so sent again either way
+            it joins the sequence once (a step applied twice would show
+            as a length one too far). A closed connection ends the call;
+            the thread's next sequence call, on a new one, sends that
+            step again (an end step's sequence may be gone: it starts
+            again)"""
+            me = threading.get_ident()
+            sid, t = held.pop(me, (f"g{me}-{time.monotonic_ns()}", 0))
+            for _ in range(40):
+                if t == T:
+                    return True
                 req = pb.ModelInferRequest(model_name="tiny")
                 typed(req, "x", "FP32", [1, 1, D], cz["x"][t * D:(t + 1) * D])
                 req.parameters["sequence_id"].string_param = sid
                 req.parameters["sequence_start"].bool_param = t == 0
                 req.parameters["sequence_end"].bool_param = t == T - 1
+                req.parameters["sequence_position"].int64_param = t
                 try:
                     r = stub.ModelInfer(want(req, "y"), timeout=30)
                 except grpc.RpcError as e:
                     fine = note("sequence step", error(e.code(), e.details()))
+                    if fine == "closed":
+                        held[me] = (sid, 0 if t == T - 1 else t)
                     if fine is None:
                         continue
                     return fine

@@ -1,0 +1,164 @@
+// seq_position.test.mjs - parameters.sequence_position: a step says how many
+// tokens its sequence holds before it. At the length it appends; below it,
+// the tokens from the position on are replaced (a step sent again after its
+// answer was lost, or a new branch); past it, 409 and nothing changes. The
+// reference is, as in sequences.test.mjs, one stateless causal request over
+// the history the sequence has after the step.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { fp32, infer, maxDiff, start } from './helper.mjs';
+import { ALL, D, H, checkStep, full, gqaModels, metric, stepBody, tokens } from './seq_helper.mjs';
+
+/** A step of rows xs at position pos (an end only when asked). */
+function at(id, xs, pos, opts = {}) {
+  return stepBody(id, xs, { ...opts, extra: { sequence_position: pos, ...(opts.extra || {}) } });
+}
+
+const rows = (xs, a, b) => xs.slice(a * D, b * D);
+
+async function length(d, id) {
+  const list = await (await fetch(`${d.url}/v2/sequences`)).json();
+  const s = list.sequences.find((x) => x.id === id);
+  return s ? s.length : null;
+}
+
+test('a step sent again at its position gives the same answer, the sequence as if sent once', async () => {
+  const d = await start({ dir: gqaModels() });
+  try {
+    const xs = tokens(6, 31);
+    const ref5 = await full(d, rows(xs, 0, 5)), ref6 = await full(d, xs);
+    checkStep(await infer(d, 'gqa', at('again', rows(xs, 0, 3), 0, { start: true })), ref5, 0, 3, 'start at 0');
+    checkStep(await infer(d, 'gqa', at('again', rows(xs, 3, 4), 3)), ref5, 3, 1, 'step at 3');
+    const first = await infer(d, 'gqa', at('again', rows(xs, 4, 5), 4));
+    checkStep(first, ref5, 4, 1, 'step at 4');
+    // its answer was lost: the client sends it again, twice, and once more
+    // together with a copy still in flight (they run in arrival order)
+    for (const k of [1, 2]) {
+      const r = await infer(d, 'gqa', at('again', rows(xs, 4, 5), 4));
+      checkStep(r, ref5, 4, 1, `sent again (${k})`);
+      assert.equal(maxDiff(r.json.outputs[0].data, first.json.outputs[0].data), 0, 'the same y as the first time');
+    }
+    const both = await Promise.all([0, 1].map(() => infer(d, 'gqa', at('again', rows(xs, 4, 5), 4))));
+    both.forEach((r, k) => checkStep(r, ref5, 4, 1, `in flight together (${k})`));
+    assert.equal(await length(d, 'again'), 5);
+    // the sequence goes on as if the step had been sent once
+    checkStep(await infer(d, 'gqa', at('again', rows(xs, 5, 6), 5, { end: true })), ref6, 5, 1, 'next step');
+    assert.equal(await metric(d, 'attnd_sequence_rewinds_total'), 4);
+    assert.equal(await metric(d, 'attnd_sequence_rewound_tokens_total'), 4);
+    assert.equal(await metric(d, 'attnd_kv_bytes'), 0);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+test('a step below the length branches: the tokens from its position on are replaced', async () => {
+  const d = await start({ dir: gqaModels() });
+  try {
+    const a = tokens(7, 32), b = tokens(3, 33), c = tokens(2, 34);
+    const refA = await full(d, a);
+    checkStep(await infer(d, 'gqa', stepBody('br', rows(a, 0, 4), { start: true })), refA, 0, 4, 'a 0..3');
+    checkStep(await infer(d, 'gqa', stepBody('br', rows(a, 4, 7))), refA, 4, 3, 'a 4..6');
+    // keep 2 tokens of a, then b: as if the history were a[0..1] b
+    const refB = await full(d, [...rows(a, 0, 2), ...b]);
+    checkStep(await infer(d, 'gqa', at('br', rows(b, 0, 2), 2)), refB, 2, 2, 'branch at 2');
+    assert.equal(await length(d, 'br'), 4);
+    // the next step may leave the position out: it appends
+    checkStep(await infer(d, 'gqa', stepBody('br', rows(b, 2, 3))), refB, 4, 1, 'append after the branch');
+    // position 0 without sequence_start replaces every token
+    checkStep(await infer(d, 'gqa', at('br', c, 0)), await full(d, c), 0, 2, 'branch at 0');
+    assert.equal(await length(d, 'br'), 2);
+    // a longer step past the old end (a new page is needed: 71 tokens
+    // over pages of 64)
+    const long = tokens(70, 35);
+    const refL = await full(d, [...c.slice(0, D), ...long]);
+    checkStep(await infer(d, 'gqa', at('br', long, 1)), refL, 1, 70, 'branch at 1 past a page');
+    assert.equal(await length(d, 'br'), 71);
+    assert.equal(await metric(d, 'attnd_sequence_rewinds_total'), 3);
+    assert.equal(await metric(d, 'attnd_sequence_rewound_tokens_total'), 5 + 5 + 1);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+test('sequence_position: past the end 409 and nothing changes; the rules', async () => {
+  const d = await start({ dir: gqaModels() });
+  try {
+    const xs = tokens(4, 36);
+    const ref = await full(d, xs);
+    checkStep(await infer(d, 'gqa', at('p', rows(xs, 0, 3), 0, { start: true })), ref, 0, 3, 'start');
+    const past = await infer(d, 'gqa', at('p', rows(xs, 3, 4), 5));
+    assert.equal(past.status, 409, JSON.stringify(past.json));
+    assert.match(past.json.error, /sequence_position: 5 is past the end of sequence 'p', which holds 3 tokens/);
+    assert.equal(await length(d, 'p'), 3);
+    checkStep(await infer(d, 'gqa', at('p', rows(xs, 3, 4), 3)), ref, 3, 1, 'after the 409');
+    assert.equal(await metric(d, 'attnd_inference_request_failure_total', 'gqa', ',reason="bad_request"'), 1);
+    // a start is the whole history: position 0 or none
+    const s = await infer(d, 'gqa', at('q', rows(xs, 0, 1), 2, { start: true }));
+    assert.equal(s.status, 400);
+    assert.match(s.json.error, /sequence_position: 2 with sequence_start/);
+    // a position needs a sequence
+    const none = await infer(d, 'gqa', { inputs: [fp32('x', [1, 1, D], rows(xs, 0, 1))], parameters: { sequence_position: 0 } });
+    assert.equal(none.status, 400);
+    assert.match(none.json.error, /sequence_position: given without parameters.sequence_id/);
+    for (const bad of [-1, '3', 1.5, 2 ** 31, true, null]) {
+      const r = await infer(d, 'gqa', at('p', rows(xs, 0, 1), bad));
+      assert.equal(r.status, 400, `${bad}: ${JSON.stringify(r.json)}`);
+      assert.match(r.json.error, /parameters.sequence_position: expected an integer 0 \.\. 2147483647/);
+    }
+    // an unknown sequence is the usual 400, whatever the position
+    const unk = await infer(d, 'gqa', at('nope', rows(xs, 0, 1), 0));
+    assert.equal(unk.status, 400);
+    assert.match(unk.json.error, /unknown sequence 'nope'/);
+    assert.equal(await length(d, 'p'), 4);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+test('a step below the length that fails leaves the sequence as it was', async () => {
+  const d = await start({ dir: gqaModels() });
+  try {
+    const xs = tokens(6, 37);
+    const ref = await full(d, xs);
+    checkStep(await infer(d, 'gqa', stepBody('f', rows(xs, 0, 5), { start: true })), ref, 0, 5, 'start');
+    // finite inputs whose projections overflow float32: the pass writes
+    // keys and values of infinities over rows 2..4 before the step is
+    // refused; they must be put back
+    const huge = new Array(3 * D).fill(3e38);
+    const r = await infer(d, 'gqa', at('f', huge, 2));
+    assert.equal(r.status, 400, JSON.stringify(r.json));
+    assert.match(r.json.error, /overflow float32/);
+    assert.equal(await length(d, 'f'), 5);
+    checkStep(await infer(d, 'gqa', at('f', rows(xs, 5, 6), 5)), ref, 5, 1, 'after the failed rewind');
+    assert.equal(await metric(d, 'attnd_sequence_rewinds_total'), 0);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+test('retain: a branch rewinds the map; a failed one ends it, the sequence goes on', async () => {
+  const d = await start({ dir: gqaModels() });
+  try {
+    const a = tokens(6, 38), b = tokens(2, 39);
+    const refA = await full(d, a);
+    const s0 = await infer(d, 'gqa', stepBody('rm', rows(a, 0, 4), { start: true, extra: { retain: true } }));
+    checkStep(s0, refA, 0, 4, 'start');
+    const id = s0.json.parameters.map_id;
+    checkStep(await infer(d, 'gqa', stepBody('rm', rows(a, 4, 6))), refA, 4, 2, 'a 4..5');
+    const refB = await full(d, [...rows(a, 0, 3), ...b]);
+    const br = await infer(d, 'gqa', at('rm', b, 3));
+    checkStep(br, refB, 3, 2, 'branch at 3');
+    assert.equal(br.json.parameters.map_id, id);
+    for (const h of [0, H - 1]) {
+      const m = await (await fetch(`${d.url}/v2/maps/${id}/attention?h=${h}`)).json();
+      assert.deepEqual(m.shape, [5, 5]);
+      const want = [];
+      for (let i = 0; i < 5; i++)
+        for (let j = 0; j < 5; j++) want.push(j <= i ? refB.attention[(h * 5 + i) * 5 + j] : 0);
+      assert.ok(maxDiff(m.data, want) <= 1e-5, `map head ${h} after the branch`);
+    }
+    // a branch that fails: the map cannot keep the rows it replaced, so
+    // the sequence goes on without one (as after an eviction)
+    const bad = await infer(d, 'gqa', at('rm', new Array(D).fill(3e38), 1));
+    assert.equal(bad.status, 400);
+    const list = await (await fetch(`${d.url}/v2/sequences`)).json();
+    assert.deepEqual(list.sequences.map((s) => [s.id, s.length, s.map_id]), [['rm', 5, undefined]]);
+    assert.equal((await fetch(`${d.url}/v2/maps/${id}`)).status, 404);
+    const refC = await full(d, [...rows(a, 0, 3), ...b, ...rows(a, 5, 6)]);
+    const next = await infer(d, 'gqa', stepBody('rm', rows(a, 5, 6), { outputs: ALL }));
+    checkStep(next, refC, 5, 1, 'after the failed branch');
+    assert.equal(next.json.parameters.map_id, undefined);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
