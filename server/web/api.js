@@ -313,7 +313,9 @@ export async function openMap(id) {
 export const SEQ_HEADER = 'Attnd-Sequence-Id';
 
 // seqStep: one step of sequence id on an attention model: words embedded
-// by the sample generator at their true positions pos0, pos0 + 1, ...;
+// by the sample generator at their true positions pos0, pos0 + 1, ...,
+// sent with sequence_position pos0 (a step below the sequence's length
+// replaces the words from pos0 on; one sent again is not applied twice);
 // start begins it (retained, so its map grows with every step). Returns
 // { length (the sequence's tokens now), mapId }. A failure throws the
 // daemon's error with err.status (400 for an unknown sequence, 503 with
@@ -321,7 +323,7 @@ export const SEQ_HEADER = 'Attnd-Sequence-Id';
 export async function seqStep(meta, id, words, pos0, { start = false, causal } = {}) {
   const d = (meta.parameters || {}).d_model;
   const x = embed(words, d, pos0);
-  const params = { sequence_id: id, retain: true, tokens: words };
+  const params = { sequence_id: id, retain: true, tokens: words, sequence_position: pos0 };
   if (start) params.sequence_start = true;
   if (causal !== undefined) params.causal = !!causal;
   const res = await fetch(`/v2/models/${encodeURIComponent(meta.name)}/infer`, {

@@ -4,7 +4,10 @@
 // sequence on the server (API.md "Sequences"; the prompt's words embedded
 // by the sample generator at positions 0..n-1); Step (or Enter in the
 // field) appends the next word(s) at their true positions (the sequence's
-// length, not 0); End frees it (DELETE /v2/sequences/{id}). After each step
+// length, not 0); Replace last sends them in place of the last step's (a
+// step at the position that step had: the server drops what followed, so
+// the sequence branches); End frees it (DELETE /v2/sequences/{id}). Every
+// step carries its sequence_position. After each step
 // the sequence's retained map is reopened: it has grown by the new rows,
 // the newest row is marked and is the step view's query, the zoom window
 // moves to it. Length and K/V bytes are shown; a sequence the server no
@@ -21,7 +24,7 @@ import * as api from './api.js';
 import { tokenize } from './embed.js';
 
 let ctx = null;    // app.js: { $, state, run, setStatus, askKey, showGrown, update }
-let seq = null;    // { id, meta, words[], length, mapId, live, causal }
+let seq = null;    // { id, meta, words[], length, last (words of the last step), mapId, live, causal }
 let followGen = 0; // bumps on every start/stop: a stale loop ends itself
 let followAbort = null;
 let busy = false;
@@ -63,6 +66,7 @@ function showPanel(note, gone = false) {
   info.classList.toggle('gone', gone);
   info.textContent = note;
   $('seq-step').disabled = $('seq-next').disabled = $('seq-end').disabled = !seq.live;
+  $('seq-replace').disabled = !seq.live || !(seq.last > 0);
 }
 
 // refreshInfo: length (from the last answer) and K/V bytes (GET
@@ -108,7 +112,7 @@ export async function startSequence(meta, words, causal) {
   try {
     const r = await api.seqStep(meta, id, words, 0, { start: true, causal });
     if (r.length === undefined) throw new Error(`${meta.name}: this attnd keeps no sequences (its answer has no sequence_length)`);
-    seq = { id, meta, words: [...words], length: r.length ?? words.length, mapId: r.mapId, live: true, causal };
+    seq = { id, meta, words: [...words], length: r.length ?? words.length, last: words.length, mapId: r.mapId, live: true, causal };
     if (!r.mapId) throw new Error('the server kept no map for this sequence (maps-bytes 0?)');
     ctx.state.q = null;
     await ctx.showGrown(r.mapId, `sequence ${id} started`, seq.words);
@@ -120,17 +124,21 @@ export async function startSequence(meta, words, causal) {
   }
 }
 
-async function step() {
+// step: Step (replace false) appends the typed words; Replace last
+// (replace true) sends them at the position of the last step's words.
+async function step(replace) {
   const $ = ctx.$;
-  if (!seq || !seq.live || busy) return;
+  if (!seq || !seq.live || busy || (replace && !(seq.last > 0))) return;
   const words = tokenize($('seq-next').value);
   if (!words.length) { ctx.setStatus('Next word(s): type at least one word', true); return; }
   busy = true;
   document.body.dataset.state = 'loading';
+  const pos0 = replace ? seq.length - seq.last : seq.length;
   try {
-    const r = await api.seqStep(seq.meta, seq.id, words, seq.length, { causal: seq.causal });
-    seq.words.push(...words);
-    seq.length = r.length ?? seq.length + words.length;
+    const r = await api.seqStep(seq.meta, seq.id, words, pos0, { causal: seq.causal });
+    seq.words = [...seq.words.slice(0, pos0), ...words];
+    seq.length = r.length ?? pos0 + words.length;
+    seq.last = words.length;
     $('seq-next').value = '';
     if (!r.mapId) { // the store dropped the map: the sequence goes on undrawn
       const had = seq.mapId;
@@ -143,7 +151,8 @@ async function step() {
     }
     seq.mapId = r.mapId;
     ctx.state.q = null; // the step view goes to the new token
-    await ctx.showGrown(seq.mapId, `sequence ${seq.id}: +${words.length} → ${seq.length} tokens`, seq.words);
+    await ctx.showGrown(seq.mapId, replace ? `sequence ${seq.id}: the last step replaced → ${seq.length} tokens`
+      : `sequence ${seq.id}: +${words.length} → ${seq.length} tokens`, seq.words);
     await refreshInfo();
   } catch (e) {
     failed(e);
@@ -235,9 +244,10 @@ async function follow(gen) {
 export function initLive(c) {
   ctx = c;
   const $ = c.$;
-  $('seq-step').addEventListener('click', step);
+  $('seq-step').addEventListener('click', () => step(false));
+  $('seq-replace').addEventListener('click', () => step(true));
   $('seq-end').addEventListener('click', end);
   $('seq-next').addEventListener('keydown', (e) => {
-    if (e.key === 'Enter') { e.preventDefault(); step(); }
+    if (e.key === 'Enter') { e.preventDefault(); step(false); }
   });
 }

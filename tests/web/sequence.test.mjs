@@ -114,6 +114,45 @@ test('sequence mode: Run, three Steps (button and Enter), each new row drawn as 
   await page.close();
 });
 
+test('Replace last: the last step\'s words swapped on the server, the rows as a one-shot run over the new words', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=the%20cat&causal=1&h=1`);
+  await page.check('#seq-mode');
+  await page.check('#causal');
+  await page.click('#run');
+  await page.waitForFunction(() => window.attnd.sequence && window.attnd.run.T === 2);
+  await waitDrawn(page);
+  await page.fill('#seq-next', 'sat on');
+  await page.click('#seq-step');
+  await page.waitForFunction(() => window.attnd.run.T === 4 && document.body.dataset.state === 'ready', null, { timeout: 10000 });
+  const { id, mapId } = await page.evaluate(() => window.attnd.sequence);
+  // fewer words, then more, in place of the last step's
+  for (const [next, words] of [['lay', ['the', 'cat', 'lay']], ['slept here', ['the', 'cat', 'slept', 'here']]]) {
+    await page.fill('#seq-next', next);
+    await page.click('#seq-replace');
+    await page.waitForFunction((n) => window.attnd.run.T === n && document.body.dataset.state === 'ready' &&
+      document.getElementById('seq-info').dataset.length === String(n), words.length, { timeout: 10000 });
+    const s = await page.evaluate(() => window.attnd.sequence);
+    assert.deepEqual(s.words, words);
+    assert.equal(s.mapId, mapId, 'the same retained map, rewound');
+    const live = (await (await fetch(`${daemon.url}/v2/sequences`)).json()).sequences.find((q) => q.id === id);
+    assert.equal(live.length, words.length, 'the server holds the replaced words only');
+    const shot = await oneShot(words);
+    const m = await f32map(mapId, 1);
+    assert.deepEqual([m.T, m.S], [words.length, words.length]);
+    for (const h of [1, 0]) {
+      if (h === 0) await page.click('.head[data-head="0"]');
+      for (let i = 2; i < words.length; i++) await checkRow(page, mapId, h, i, shot);
+      if (h === 0) await page.click('.head[data-head="1"]');
+    }
+  }
+  await page.click('#seq-end');
+  await page.waitForFunction(() => /ended/.test(document.getElementById('seq-info').textContent));
+  assert.equal(await page.isDisabled('#seq-replace'), true);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test('a long sequence: the zoom window follows the newest row', async (t) => {
   if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
   const prompt = Array.from({ length: 110 }, (_, i) => `w${i}`).join(' ');
