@@ -363,9 +363,12 @@ static int grown_args(const maps__entry *old, int t0, const maps_put_args *a,
     for (k = 0; k < a->h; k++) {
         float *dst = *att + (size_t)k * T * S;
         const float *src = old->attention + (size_t)k * old->info.t * (size_t)os;
+        /* the kept rows' weights on keys 0 .. t0-1: keys past t0 are the
+         * tokens a step that rewound the sequence replaced (or, growing,
+         * keys the rows never saw); they read 0 */
         for (i = 0; i < t0; i++)
             memcpy(dst + (size_t)i * S, src + (size_t)i * (size_t)os,
-                   (size_t)(os < a->s ? os : a->s) * sizeof(float));
+                   (size_t)(os < t0 ? os : t0) * sizeof(float));
         if (a->t)
             memcpy(dst + (size_t)t0 * S,
                    a->attention + (size_t)k * (size_t)a->t * S,

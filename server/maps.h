@@ -100,8 +100,10 @@ int maps_put(maps_store *st, const maps_put_args *a, char *id_out,
  * gets the rows of its next step. a gives the step's rows: a->t new query
  * rows over a->s = t0 + a->t keys, attention (1, h, a->t, a->s), labels
  * a->tokens (0 or a->t of them). The entry's first t0 rows are kept (rows
- * past t0, from a step that failed after it grew the map, are dropped),
- * widened to a->s keys with zeros (causal: they never saw later keys), and
+ * past t0, from a step that failed after it grew the map or replaced by a
+ * step that rewound the sequence, are dropped), with their weights on
+ * keys 0 .. t0-1 only, widened to a->s keys with zeros (causal: they never
+ * saw later keys; rewound: those keys are other tokens now), and
  * the new rows appended; the entry becomes the newest, with the same id.
  * Mask, scores and values are not kept for growing maps. Returns 0,
  * ATTN_ENOTFOUND (evicted), ATTN_EINVAL (h differs, t0 past the map, or

@@ -341,8 +341,9 @@ int srv_seq_bind(srv_step *st, char *err)
 {
     srv *s = st->e->s;
     attn_seq *a = &st->prep->seqs[0];
+    size_t memory = (size_t)s->cfg.request_memory, nb = 0;
     char kerr[ATTN_ERRMAX];
-    int rc, status;
+    int rc, status = 0, reserved = 0;
     if (!st->start && !st->seq->live) { /* dropped while it queued */
         snprintf(err, OIP_ERRMAX, "parameters.sequence_id: sequence '%s' was "
                  "dropped (deleted, idle or model unloaded) before this step "
@@ -350,11 +351,19 @@ int srv_seq_bind(srv_step *st, char *err)
                  "begin it again", st->id);
         return 400;
     }
-    /* a step below the sequence's length replaces the tokens from its
-     * position on: the cache is rewound (what the pass overwrites saved,
-     * put back if the step fails) */
-    if (st->has_pos && !st->start && st->pos < st->kv->len) {
-        size_t nb = attn_kv_rewind_bytes(st->kv, st->pos, a->t);
+    /* a step at a position other than the length (kick refused one past
+     * it) replaces the tokens from there on: the cache is rewound, what
+     * the pass overwrites kept (within request-memory) to be put back if
+     * the step fails */
+    if (st->has_pos && !st->start && st->pos != st->kv->len) {
+        nb = attn_kv_rewind_bytes(st->kv, st->pos, a->t);
+        if (st->in->bytes + st->prep->bytes + nb > memory) {
+            snprintf(err, OIP_ERRMAX, "parameters.sequence_position: this "
+                     "step replaces tokens whose %zu bytes of K/V are kept "
+                     "until it is answered, more than request-memory (%zu) "
+                     "allows with the request; send fewer tokens", nb, memory);
+            return 413;
+        }
         if (nb && !(st->saved = malloc(nb))) {
             snprintf(err, OIP_ERRMAX, "sequences: out of memory to keep the "
                      "%zu bytes of K/V a step at sequence_position %d "
@@ -363,40 +372,44 @@ int srv_seq_bind(srv_step *st, char *err)
         }
         if ((rc = attn_kv_rewind(st->kv, st->pos, a->t, st->saved, &st->undo,
                                  kerr))) {
-            unbind_rewind(st);
-            snprintf(err, OIP_ERRMAX, "sequences: %.400s", kerr);
-            return 400;
+            snprintf(err, OIP_ERRMAX, "parameters.sequence_position: %.400s",
+                     kerr);
+            status = 400;
+            goto fail;
         }
     }
     rc = attn_kv_reserve(st->kv, a->t, kerr);
-    if (rc)
-        unbind_rewind(st);
     if (rc == ATTN_EFULL) {
         snprintf(err, OIP_ERRMAX, "sequences: the K/V cache of model '%s' is "
                  "full (%zu of %lld bytes, kv-bytes) and cannot take %d more "
                  "tokens of sequence '%s'; end sequences or retry later",
                  st->e->name, attn_kv_pool_used(st->kv->pool),
                  s->cfg.kv_bytes, a->t, st->id);
-        return 503;
+        status = 503;
+        goto fail;
     }
     if (rc < 0) {
         snprintf(err, OIP_ERRMAX, "sequences: %.400s", kerr);
-        return rc == ATTN_ENOMEM ? 503 : 400;
+        status = rc == ATTN_ENOMEM ? 503 : 400;
+        goto fail;
     }
+    reserved = 1;
     st->t0 = st->kv->len;
     status = srv_seq_alloc_maps(st->prep, st->in, st->t0 + a->t,
                                 st->start ? st->retain : st->map_id[0] != 0,
-                                (size_t)s->cfg.request_memory, err);
-    if (status) {
-        unbind_rewind(st);
-        attn_kv_trim(st->kv);
-        return status;
-    }
+                                memory - nb, err);
+    if (status)
+        goto fail;
     a->s = a->s_valid = st->t0 + a->t;
     a->kv = st->kv;
     st->t = a->t;
     st->bound = 1;
     return 0;
+fail:
+    unbind_rewind(st);
+    if (reserved)
+        attn_kv_trim(st->kv);
+    return status;
 }
 
 void srv_seq_step_end(srv_step *st, int ok)
@@ -440,17 +453,21 @@ void srv_seq_step_end(srv_step *st, int ok)
         }
         /* a step that failed after its encoding grew the map (a deadline
          * that came when it was encoded; one that came before keeps the
-         * encoding from growing it, st->late): the map loses its rows
-         * too, so a page following it shows only steps that were
+         * encoding from growing it, st->late; a failure before encoding,
+         * such as a non-finite output, never grows it): the map loses its
+         * rows too, so a page following it shows only steps that were
          * answered */
         if (st->bound && st->map_id[0] && q->s->maps) {
             if (st->start) {
                 maps_drop(q->s->maps, st->map_id);
             } else if (rewound) {
-                /* the rows it replaced are not kept for the map: the
-                 * sequence goes on without one, as after an eviction */
-                maps_drop(q->s->maps, st->map_id);
-                l->map_id[0] = 0;
+                /* its encoding grew the map over the rows it replaced,
+                 * which the map does not keep: the sequence goes on
+                 * without one, as after an eviction */
+                if (st->grew) {
+                    maps_drop(q->s->maps, st->map_id);
+                    l->map_id[0] = 0;
+                }
             } else {
                 maps_cut(q->s->maps, st->map_id, st->t0);
             }
@@ -579,7 +596,10 @@ static void list_fn(srv_seqs *q, srv_seq *l, void *arg)
         o = &a->out[a->n];
         snprintf(o->id, sizeof o->id, "%s", l->id);
         snprintf(o->model, sizeof o->model, "%s", l->e->name);
-        o->length = l->kv.len;
+        /* a rewound step's cache holds its position until it ends: the
+         * sequence's length is still what it was */
+        o->length = l->active && l->active->undo.held ? l->active->undo.len
+                                                      : l->kv.len;
         o->bytes = attn_kv_bytes(&l->kv);
         o->idle_ms = l->active || l->qhead ? 0 : (a->now - l->last_ns) / 1000000u;
         snprintf(o->map_id, sizeof o->map_id, "%s", l->map_id);

@@ -116,7 +116,8 @@ char *srv_seq_metrics_text(srv *s)
             fprintf(f, "attnd_sequence_rewinds_total{model=\"%s\",version=\"1\"} %llu\n",
                     e->name, (unsigned long long)e->seq_stats.rewound);
     FAMILY("attnd_sequence_rewound_tokens_total", "counter",
-           "Tokens those steps replaced.");
+           "Tokens those steps took off their sequences' ends (the "
+           "steps' own tokens took their place).");
     for (e = s->models; e; e = e->next)
         if (!e->inst || !e->inst->builtin)
             fprintf(f, "attnd_sequence_rewound_tokens_total{model=\"%s\",version=\"1\"} %llu\n",

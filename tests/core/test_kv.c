@@ -548,7 +548,7 @@ START_TEST(rewind_undo_restores)
     float *xa = tu_randn(&g, 13 * (size_t)dm, 1.0f);
     float *xb = tu_randn(&g, (size_t)t * dm, 1.0f);
     float *y = tu_fill((size_t)t * dm, 0);
-    float before[2][13 * 8], after[2][13 * 8];
+    float before[2][13 * 8], after[2][13 * 8], vb[2][13 * 6], va[2][13 * 6];
     char err[ATTN_ERRMAX];
     attn_kv_pool *p;
     ck_assert_int_eq(attn_kv_pool_create(&p, &L.c, dt, 4, 1 << 20, err), 0);
@@ -557,7 +557,7 @@ START_TEST(rewind_undo_restores)
     step(&L, &kv, xa, 13, NULL, -1);
     size_t used = attn_kv_pool_used(p);
     for (int hh = 0; hh < nk; hh++)
-        attn_kv_read(&kv, hh, 0, 13, before[hh], NULL);
+        attn_kv_read(&kv, hh, 0, 13, before[hh], vb[hh]);
     attn_kv_undo u;
     /* 2 kv heads x (8 + 6) floats a token, as stored */
     size_t nb = attn_kv_rewind_bytes(&kv, n, t);
@@ -570,8 +570,9 @@ START_TEST(rewind_undo_restores)
     attn_seq s = {.t = t, .s = n + t, .t_valid = t, .s_valid = n + t,
                   .causal = 1, .x = xb, .y = y, .kv = &kv};
     ck_assert_msg(attn_forward(&L.c, &L.w, &s, 1, tu_ex, err) == 0, "%s", err);
-    attn_kv_read(&kv, 0, n, n + 1, after[0], NULL);
-    ck_assert_msg(memcmp(after[0], before[0] + n * dk, sizeof(float) * dk) != 0,
+    attn_kv_read(&kv, 0, n, n + 1, after[0], va[0]);
+    ck_assert_msg(memcmp(after[0], before[0] + n * dk, sizeof(float) * dk) != 0 &&
+                      memcmp(va[0], vb[0] + n * 6, sizeof(float) * 6) != 0,
                   "the pass did not overwrite row %d", n);
     attn_kv_rewind_undo(&kv, &u); /* the step failed */
     attn_kv_trim(&kv);
@@ -579,9 +580,11 @@ START_TEST(rewind_undo_restores)
     ck_assert_int_eq(kv.n_pages, 4);
     ck_assert_uint_eq(attn_kv_pool_used(p), used);
     for (int hh = 0; hh < nk; hh++) {
-        attn_kv_read(&kv, hh, 0, 13, after[hh], NULL);
+        attn_kv_read(&kv, hh, 0, 13, after[hh], va[hh]);
         ck_assert_msg(memcmp(after[hh], before[hh], sizeof before[hh]) == 0,
-                      "kv head %d differs after the undo", hh);
+                      "kv head %d: keys differ after the undo", hh);
+        ck_assert_msg(memcmp(va[hh], vb[hh], sizeof vb[hh]) == 0,
+                      "kv head %d: values differ after the undo", hh);
     }
     attn_kv_rewind_undo(&kv, &u); /* held nothing: no-op */
     ck_assert_int_eq(kv.len, 13);

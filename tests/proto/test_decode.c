@@ -406,6 +406,19 @@ START_TEST(sequence_params)
     oip_request_free(&r);
     ck_assert_int_eq(dec_lim(&r, "{'inputs':[" X2 "]}", NULL, err), 0);
     ck_assert_str_eq(r.params.seq_id, "");
+    ck_assert_int_eq(r.params.has_seq_pos, 0);
+    oip_request_free(&r);
+    /* attnd's sequence_position: 0 .. INT32_MAX */
+    ck_assert_int_eq(dec_lim(&r, "{'inputs':[" X2 "],'parameters':{"
+                     "'sequence_id':3,'sequence_position':2147483647}}", NULL,
+                     err), 0);
+    ck_assert_int_eq(r.params.has_seq_pos, 1);
+    ck_assert_int_eq(r.params.seq_pos, 2147483647);
+    oip_request_free(&r);
+    ck_assert_int_eq(dec_lim(&r, "{'inputs':[" X2 "],'parameters':{"
+                     "'sequence_position':0}}", NULL, err), 0);
+    ck_assert_int_eq(r.params.has_seq_pos, 1);
+    ck_assert_int_eq(r.params.seq_pos, 0);
     oip_request_free(&r);
     /* uint64 past INT64_MAX (jansson's integers stop there), before or
      * after the inputs' data, which still decodes */
@@ -426,6 +439,9 @@ START_TEST(sequence_params)
         "'sequence_id':''", "'sequence_id':'a/b'", "'sequence_id':'a b'",
         "'sequence_id':true", "'sequence_id':7,'sequence_start':1",
         "'sequence_id':7,'sequence_end':'yes'",
+        "'sequence_position':-1", "'sequence_position':2147483648",
+        "'sequence_position':1.5", "'sequence_position':'3'",
+        "'sequence_position':null",
     };
     for (size_t i = 0; i < sizeof bad_ids / sizeof bad_ids[0]; i++) {
         char body[256];

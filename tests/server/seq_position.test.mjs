@@ -128,7 +128,7 @@ test('a step below the length that fails leaves the sequence as it was', async (
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
-test('retain: a branch rewinds the map; a failed one ends it, the sequence goes on', async () => {
+test('retain: a branch rewinds the map; a failed one leaves it as it was', async () => {
   const d = await start({ dir: gqaModels() });
   try {
     const a = tokens(6, 38), b = tokens(2, 39);
@@ -149,16 +149,34 @@ test('retain: a branch rewinds the map; a failed one ends it, the sequence goes 
         for (let j = 0; j < 5; j++) want.push(j <= i ? refB.attention[(h * 5 + i) * 5 + j] : 0);
       assert.ok(maxDiff(m.data, want) <= 1e-5, `map head ${h} after the branch`);
     }
-    // a branch that fails: the map cannot keep the rows it replaced, so
-    // the sequence goes on without one (as after an eviction)
+    // a branch that fails before its answer is made (a non-finite
+    // output) never grew the map: map and sequence stay as they were
     const bad = await infer(d, 'gqa', at('rm', new Array(D).fill(3e38), 1));
     assert.equal(bad.status, 400);
     const list = await (await fetch(`${d.url}/v2/sequences`)).json();
-    assert.deepEqual(list.sequences.map((s) => [s.id, s.length, s.map_id]), [['rm', 5, undefined]]);
-    assert.equal((await fetch(`${d.url}/v2/maps/${id}`)).status, 404);
+    assert.deepEqual(list.sequences.map((s) => [s.id, s.length, s.map_id]), [['rm', 5, id]]);
     const refC = await full(d, [...rows(a, 0, 3), ...b, ...rows(a, 5, 6)]);
     const next = await infer(d, 'gqa', stepBody('rm', rows(a, 5, 6), { outputs: ALL }));
     checkStep(next, refC, 5, 1, 'after the failed branch');
-    assert.equal(next.json.parameters.map_id, undefined);
+    assert.equal(next.json.parameters.map_id, id);
+    const m = await (await fetch(`${d.url}/v2/maps/${id}/attention?h=2`)).json();
+    assert.deepEqual(m.shape, [6, 6]);
+    const want = [];
+    for (let i = 0; i < 6; i++)
+      for (let j = 0; j < 6; j++) want.push(j <= i ? refC.attention[(2 * 6 + i) * 6 + j] : 0);
+    assert.ok(maxDiff(m.data, want) <= 1e-5, 'map after the failed branch and a step');
+    // non-causal steps' rows weigh every key of their step: rewound into
+    // such a step, the kept rows' weights on the replaced keys read 0
+    const nc = await infer(d, 'gqa', stepBody('nc', rows(a, 0, 3), { start: true, extra: { retain: true, causal: false } }));
+    assert.equal(nc.status, 200, JSON.stringify(nc.json));
+    const ncId = nc.json.parameters.map_id;
+    const before = await (await fetch(`${d.url}/v2/maps/${ncId}/attention?h=0`)).json();
+    assert.ok(before.data[1 * 3 + 2] > 0, 'row 1 weighs key 2 (non-causal)');
+    const nb = await infer(d, 'gqa', at('nc', rows(b, 0, 1), 2, { extra: { causal: false } }));
+    assert.equal(nb.status, 200, JSON.stringify(nb.json));
+    const after = await (await fetch(`${d.url}/v2/maps/${ncId}/attention?h=0`)).json();
+    assert.deepEqual(after.shape, [3, 3]);
+    assert.equal(after.data[1 * 3 + 2], 0, 'row 1 no longer weighs the replaced key 2');
+    assert.equal(after.data[0 * 3 + 1], before.data[0 * 3 + 1], 'the kept rows keep their other weights');
   } finally { assert.equal((await d.stop()).code, 0); }
 });
