@@ -436,6 +436,7 @@ int maps_grow(maps_store *st, const char *id, int t0, const maps_put_args *a,
         return rc;
     }
     e->info.created_ms = old->info.created_ms;
+    e->info.version = old->info.version + 1;
     memcpy(e->info.id, old->info.id, sizeof e->info.id);
     pthread_mutex_lock(&st->lock);
     for (p = st->newest; p && p != old; p = p->older)

@@ -71,6 +71,8 @@ typedef struct maps_info {
     int has_scores;     /* scores retained */
     int kv_h, dv;       /* v retained as (b, kv_h, s, dv); 0 = none */
     int dk;             /* 0 = unknown */
+    unsigned version;   /* 0 when put; one more each time it grows or is cut
+                           (a sequence's step, also one that replaced rows) */
 } maps_info;
 
 /*

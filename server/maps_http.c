@@ -76,11 +76,11 @@ static json_t *info_json(const maps_info *in)
         goto fail;
     if (kept && in->kv_h > 0 && json_array_append_new(kept, json_string("v")))
         goto fail;
-    o = json_pack("{s:s, s:s, s:[i,i,i,i], s:s, s:I, s:b, s:b, s:o}", "id",
-                  in->id, "model", in->model, "shape", in->b, in->h, in->t,
-                  in->s, "created", when, "bytes", (json_int_t)in->bytes,
+    o = json_pack("{s:s, s:s, s:[i,i,i,i], s:s, s:I, s:b, s:b, s:o, s:I}",
+                  "id", in->id, "model", in->model, "shape", in->b, in->h,
+                  in->t, in->s, "created", when, "bytes", (json_int_t)in->bytes,
                   "causal", in->causal, "mask", in->mask_planes > 0,
-                  "retained", kept);
+                  "retained", kept, "version", (json_int_t)in->version);
     if (!o)
         return NULL;
     if ((in->kv_h > 0 &&

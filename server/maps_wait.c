@@ -1,11 +1,13 @@
 /*
  * maps_wait.c - the long poll behind the page's follow mode:
  *
- *   GET /v2/maps/{id}?wait=N[&timeout_ms=M]
+ *   GET /v2/maps/{id}?wait=N[&version=V][&timeout_ms=M]
  *
  * answers what GET /v2/maps/{id} answers (the map's metadata) as soon as
  * the map's query rows (shape[2]) differ from N - a sequence's map grows
- * by the new rows of every step - or the map is gone (404), or after the
+ * by the new rows of every step - or, with version=, its version differs
+ * from V (a step that replaced rows: the rows may be as many as before),
+ * or the map is gone (404), or after the
  * wait's timeout (the metadata unchanged: the client asks again), whichever
  * comes first. A map already different from N answers at once.
  *
@@ -77,6 +79,13 @@ static void unlink_waiter(srv_req *r)
         uv_timer_stop(&s->maps_wait_timer);
 }
 
+/* changed: does the map (info) differ from what r's client has? */
+static int changed(const srv_req *r, const maps_info *info)
+{
+    return info->t != r->wait_t ||
+           (r->wait_version >= 0 && info->version != r->wait_version);
+}
+
 /* on_tick: answer the waiters whose map changed, went away or whose time
  * is up. */
 static void on_tick(uv_timer_t *t)
@@ -88,7 +97,7 @@ static void on_tick(uv_timer_t *t)
     for (; r; r = next) {
         next = r->wait_next;
         if (maps_info_get(s->maps, r->wait_id, &info) == 0 &&
-            info.t == r->wait_t && now < r->wait_until_ns)
+            !changed(r, &info) && now < r->wait_until_ns)
             continue;
         unlink_waiter(r);
         answer(r, r->wait_id);
@@ -96,14 +105,20 @@ static void on_tick(uv_timer_t *t)
 }
 
 void srv_maps_wait(srv_req *r, const char *id, const char *wait,
-                   const char *timeout)
+                   const char *version, const char *timeout)
 {
     srv *s = r->s;
-    long long n, ms = s->cfg.maps_wait_ms;
+    long long n, v = -1, ms = s->cfg.maps_wait_ms;
     maps_info info;
     if (parse_ll(wait, 0, 1 << 30, &n) < 0) {
         srv_respond_error(r, 400, "wait: expected the number of query rows "
                                   "the client has (an integer >= 0)");
+        return;
+    }
+    if (version && parse_ll(version, 0, UINT32_MAX, &v) < 0) {
+        srv_respond_error(r, 400, "version: expected the map's version the "
+                                  "client has (an integer >= 0, from its "
+                                  "metadata)");
         return;
     }
     if (timeout && parse_ll(timeout, 0, 86400000, &ms) < 0) {
@@ -113,9 +128,11 @@ void srv_maps_wait(srv_req *r, const char *id, const char *wait,
     }
     if (ms > s->cfg.maps_wait_ms)
         ms = s->cfg.maps_wait_ms;
+    r->wait_t = (int)n;
+    r->wait_version = v;
     if (strlen(id) >= sizeof r->wait_id ||
-        maps_info_get(s->maps, id, &info) != 0 || info.t != n || ms == 0 ||
-        s->draining) {
+        maps_info_get(s->maps, id, &info) != 0 || changed(r, &info) ||
+        ms == 0 || s->draining) {
         answer(r, id); /* 404 for an unknown or malformed id */
         return;
     }
@@ -125,7 +142,6 @@ void srv_maps_wait(srv_req *r, const char *id, const char *wait,
         return;
     }
     memcpy(r->wait_id, id, strlen(id) + 1);
-    r->wait_t = (int)n;
     r->wait_until_ns = srv_now_ns() + (uint64_t)ms * 1000000u;
     r->wait_prev = NULL;
     r->wait_next = s->waiters;

@@ -286,6 +286,7 @@ static void h_maps(srv_req *r)
     if (strcmp(r->route->path, "/v2/maps/{}") == 0 &&
         query_arg(r->conn, "wait")) { /* /v2/maps/{}?wait=: follow mode */
         srv_maps_wait(r, r->arg[0], query_arg(r->conn, "wait"),
+                      query_arg(r->conn, "version"),
                       query_arg(r->conn, "timeout_ms"));
         return;
     }

@@ -202,6 +202,7 @@ struct srv_req {
     /* a long poll on a map (maps_wait.c), while waiting is set */
     int waiting;
     int wait_t;            /* the query rows the client has */
+    long long wait_version; /* the map version it has, -1 = not given */
     uint64_t wait_until_ns;
     char wait_id[MAPS_ID_MAX];
     srv_req *wait_prev, *wait_next;
@@ -339,13 +340,14 @@ void srv_guard_end(srv_req *r);   /* r is over: the connection waits again */
 void srv_guard_start(srv *s);
 void srv_guard_stop(srv *s);
 
-/* maps_wait.c: GET /v2/maps/{id}?wait=N (follow mode). srv_maps_wait
- * answers r at once or parks it until the map's rows differ from N, it goes
- * away, or the timeout (timeout_ms, at most maps-wait-ms) passes; at most
+/* maps_wait.c: GET /v2/maps/{id}?wait=N[&version=V] (follow mode).
+ * srv_maps_wait answers r at once or parks it until the map's rows differ
+ * from N (or its version from V), it goes away, or the timeout (timeout_ms,
+ * at most maps-wait-ms) passes; at most
  * maps-waiters wait at once (503 past that). srv_maps_wait_drain answers
  * every waiter (SIGTERM); srv_maps_wait_cancel forgets r (completion). */
 void srv_maps_wait(srv_req *r, const char *id, const char *wait,
-                   const char *timeout_ms);
+                   const char *version, const char *timeout_ms);
 void srv_maps_wait_drain(srv *s);
 void srv_maps_wait_cancel(srv_req *r);
 

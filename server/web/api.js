@@ -300,7 +300,7 @@ export async function openMap(id) {
     // A pooled cell is masked when every pair in its block is.
     poolMask: pooled ? { bt: Math.ceil(T / rows), bs: Math.ceil(S / cols), T, S } : null,
     attention: att, mask, scores, v, headDim: dk, vHeadDim: dv, nKvHeads: hkv, missing,
-    mapId: id, created: meta.created,
+    mapId: id, created: meta.created, version: meta.version,
     block: pooled ? [Math.ceil(T / rows), Math.ceil(S / cols)] : null,
     sourceShape: [T, S], shape: meta.shape,
   };
@@ -371,12 +371,14 @@ export async function liveSequenceOfMap(mapId) {
   return list.find((s) => s.map_id === mapId) || null;
 }
 
-// waitMap: GET /v2/maps/{id}?wait=rows - the long poll of follow mode:
-// resolves to { status, meta, retryAfter } once the map's query rows
-// differ from rows, it is gone (404), the server's wait times out (200,
+// waitMap: GET /v2/maps/{id}?wait=rows[&version=] - the long poll of follow
+// mode: resolves to { status, meta, retryAfter } once the map's query rows
+// differ from rows or its version from version (when given: a step that
+// replaced rows), it is gone (404), the server's wait times out (200,
 // unchanged) or it is busy (503). signal aborts it.
-export async function waitMap(id, rows, signal) {
-  const res = await fetch(`/v2/maps/${encodeURIComponent(id)}?wait=${rows}`,
+export async function waitMap(id, rows, signal, version) {
+  const v = Number.isInteger(version) ? `&version=${version}` : '';
+  const res = await fetch(`/v2/maps/${encodeURIComponent(id)}?wait=${rows}${v}`,
     { headers: headers({ Accept: 'application/json' }), signal });
   let body = null;
   try { body = await res.json(); } catch (_) { /* not JSON */ }

@@ -192,10 +192,11 @@ async function follow(gen) {
   while (gen === followGen && st.follow && st.map && ctx.run) {
     const id = st.map;
     const rows = ctx.run.sourceShape ? ctx.run.sourceShape[0] : ctx.run.T;
+    const version = ctx.run.version;
     followAbort = new AbortController();
     let r;
     try {
-      r = await api.waitMap(id, rows, followAbort.signal);
+      r = await api.waitMap(id, rows, followAbort.signal, version);
     } catch (e) {
       if (gen !== followGen) return;
       ctx.setStatus(`following map ${id}: ${e.message}; trying again`, true);
@@ -218,7 +219,7 @@ async function follow(gen) {
       ctx.setStatus(`following map ${id}: ${r.meta?.error || `HTTP ${r.status}`}`, true);
       return;
     }
-    if (r.meta.shape[2] !== rows) {
+    if (r.meta.shape[2] !== rows || (Number.isInteger(version) && r.meta.version !== version)) {
       quietNoted = false;
       try {
         st.q = null;

@@ -6,7 +6,7 @@
 // the history the sequence has after the step.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { fp32, infer, maxDiff, start } from './helper.mjs';
+import { SLOW, fp32, infer, maxDiff, start } from './helper.mjs';
 import { ALL, D, H, checkStep, full, gqaModels, metric, stepBody, tokens } from './seq_helper.mjs';
 
 /** A step of rows xs at position pos (an end only when asked). */
@@ -178,5 +178,36 @@ test('retain: a branch rewinds the map; a failed one leaves it as it was', async
     assert.deepEqual(after.shape, [3, 3]);
     assert.equal(after.data[1 * 3 + 2], 0, 'row 1 no longer weighs the replaced key 2');
     assert.equal(after.data[0 * 3 + 1], before.data[0 * 3 + 1], 'the kept rows keep their other weights');
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+test('follow: wait=N&version=V wakes at a branch that keeps the rows; wait=N alone waits it out', async () => {
+  const d = await start({ dir: gqaModels(), args: ['--maps-wait-ms', String(8000 * SLOW)] });
+  try {
+    const a = tokens(4, 40), b = tokens(1, 41);
+    const s0 = await infer(d, 'gqa', stepBody('fw', rows(a, 0, 3), { start: true, extra: { retain: true } }));
+    const id = s0.json.parameters.map_id;
+    const meta = async () => (await fetch(`${d.url}/v2/maps/${id}`)).json();
+    assert.equal((await meta()).version, 0);
+    assert.equal((await infer(d, 'gqa', stepBody('fw', rows(a, 3, 4)))).status, 200);
+    const m1 = await meta();
+    assert.deepEqual([m1.shape, m1.version], [[1, H, 4, 4], 1]);
+    const t0 = Date.now();
+    const waiting = (q) => fetch(`${d.url}/v2/maps/${id}?${q}`).then(async (r) => ({ status: r.status, ms: Date.now() - t0, json: await r.json() }));
+    const withV = waiting(`wait=4&version=1&timeout_ms=${8000 * SLOW}`);
+    const without = waiting('wait=4&timeout_ms=1500');
+    await new Promise((r) => setTimeout(r, 200));
+    assert.equal((await infer(d, 'gqa', at('fw', b, 3))).status, 200); // still 4 rows
+    const w = await withV, wo = await without;
+    assert.equal(w.status, 200);
+    assert.deepEqual([w.json.shape, w.json.version], [[1, H, 4, 4], 2]);
+    assert.ok(w.ms < 7000 * SLOW, `with version= answered ${w.ms} ms in, at the branch, not its timeout`);
+    assert.ok(wo.ms >= 1400, `without version= it waited out its timeout (${wo.ms} ms)`);
+    // a version already different answers at once; a bad one is named
+    const now = await waiting('wait=4&version=1');
+    assert.equal(now.json.version, 2);
+    const bad = await fetch(`${d.url}/v2/maps/${id}?wait=4&version=x`);
+    assert.equal(bad.status, 400);
+    assert.match((await bad.json()).error, /^version:/);
   } finally { assert.equal((await d.stop()).code, 0); }
 });

@@ -205,7 +205,7 @@ test('follow: a sequence this test steps over HTTP is drawn within a second of e
     const body = {
       inputs: [{ name: 'x', datatype: 'FP32', shape: [1, ws.length, D], data: Array.from(embed(ws, D, pos0)) }],
       outputs: [{ name: 'attention' }],
-      parameters: { sequence_id: id, causal: true, retain: true, tokens: ws, ...(start ? { sequence_start: true } : {}) },
+      parameters: { sequence_id: id, causal: true, retain: true, tokens: ws, sequence_position: pos0, ...(start ? { sequence_start: true } : {}) },
     };
     const r = await fetch(`${daemon.url}/v2/models/toy/infer`, {
       method: 'POST', body: JSON.stringify(body), headers: { 'Attnd-Sequence-Id': id },
@@ -228,6 +228,16 @@ test('follow: a sequence this test steps over HTTP is drawn within a second of e
     assert.equal(await page.getAttribute('#heatmap', 'data-newest'), String(words.length - 1));
     await checkRow(page, first.map_id, 1, words.length - 1, await oneShot(words));
   }
+  // another word in place of the last: as many rows as before, drawn anew
+  // (the follow waits on the map's version too)
+  const before = await page.evaluate(() => window.attnd.run.version);
+  await stepReq(['rug'], words.length - 1, false);
+  words[words.length - 1] = 'rug';
+  const t0 = Date.now();
+  await page.waitForFunction((v) => window.attnd.run.version === v + 1 && document.body.dataset.state === 'ready', before, { timeout: 1000 });
+  assert.ok(Date.now() - t0 <= 1000);
+  assert.equal(await page.evaluate(() => window.attnd.run.T), words.length);
+  await checkRow(page, first.map_id, 1, words.length - 1, await oneShot(words));
   assert.deepEqual(errors, []);
   await page.close();
 });
