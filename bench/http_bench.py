@@ -374,8 +374,10 @@ def small_steps_point(a, repo, pyport, procs):
     then a.small_steps one-token steps, binary), attnd against the Python
     peer, taking turns a.decode_runs times (median); the peer's y checked
     equal to attnd's first. Prints steps/s, p50 and the share of attnd's
-    steps that ran inline on the loop thread; then the same with a
-    scraper's idle connection open (scraped_steps)."""
+    steps that ran inline on the loop thread, the rate of steps each sent
+    twice at its sequence_position (step_client --resend: every second
+    request rewinds the sequence); then the same with a scraper's idle
+    connection open (scraped_steps)."""
     if not a.small_steps:
         return
     dm = SMALL["dm"]
@@ -387,11 +389,12 @@ def small_steps_point(a, repo, pyport, procs):
         if diff > 1e-5:
             sys.exit(f"small steps check: the Python peer's y differs from attnd's (max |diff| {diff:g})")
     w0 = demo_work(aport, "small")
-    runs = {}
+    runs, resent = {}, []
     for r in range(a.decode_runs):
         for who, port in (("attnd", aport), ("python", pyport)):
             if port:
                 runs.setdefault(who, []).append(small_client(a, port, 1000 * (r + 1), who))
+        resent.append(small_client(a, aport, 1000 * (r + 1) + 500, "attnd --resend", ["--resend"]))
     share = inline_share(w0, demo_work(aport, "small"))
     at.terminate()
     at.wait(timeout=30)
@@ -406,6 +409,10 @@ def small_steps_point(a, repo, pyport, procs):
         print(f"  attnd/python: {med['attnd'][0] / med['python'][0]:.1f}x the steps/s, "
               f"{med['python'][1] / med['attnd'][1]:.1f}x lower p50")
     print(f"  attnd's steps run inline on the loop thread (/metrics): {share:.0f}%")
+    rs = sorted(resent)[len(resent) // 2]
+    print(f"  attnd, each step sent twice at its sequence_position (the second replaces the first, as a "
+          f"client whose answer was lost sends it again): {rs[0]:.0f} requests/s (p50 {rs[1]:.3f} ms), "
+          f"{rs[0] / med['attnd'][0]:.2f} of the plain steps' rate; runs " + "/".join(f"{x:.0f}" for x, _ in resent))
     for args, what in (([], "default"), (["--inline-idle-ms", "0"], "--inline-idle-ms 0: every open connection counts")):
         t, share = scraped_steps(a, repo, args, 1000 * (a.decode_runs + 2))
         print(f"  attnd with a scraper's keep-alive open (one GET /metrics, then 1.2 s idle; {what}): "
@@ -420,11 +427,11 @@ def start_small(a, repo, args):
     return at, port
 
 
-def small_client(a, port, seq_base, who):
+def small_client(a, port, seq_base, who, extra=()):
     """step_client stepping one sequence of the small layer: (steps/s, p50 ms)."""
     out = subprocess.run([a.client, "--port", str(port), "--n", "1", "--prompt", "16",
                           "--steps", str(a.small_steps), "--model", "small", "--d-model", str(SMALL["dm"]),
-                          "--seq-base", str(seq_base)],
+                          "--seq-base", str(seq_base), *extra],
                          capture_output=True, text=True, timeout=300)
     m = re.search(r"tps=([\d.]+) p50_ms=([\d.]+)", out.stdout)
     if out.returncode or not m:

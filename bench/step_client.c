@@ -17,7 +17,11 @@
  * now it costs tens of microseconds, so the figure is the server's.
  *
  *   step_client --port P --n N [--prompt 128] [--steps 32] [--model llama]
- *               [--d-model 2048] [--seq-base 1]
+ *               [--d-model 2048] [--seq-base 1] [--resend]
+ *
+ * --resend: each step carries its sequence_position and is sent twice (as
+ * a client whose answer was lost sends it again): the second replaces the
+ * first on the server, and --steps counts both (tps is requests/s).
  *
  * Any answer other than 200, a short read or a timeout (60 s a request)
  * ends the run with a message and exit code 1.
@@ -38,7 +42,8 @@
 
 #define TIMEOUT_S 60.0
 
-static int port, n_clients, prompt = 128, steps = 32, dm = 2048, seq_base = 1;
+static int port, n_clients, prompt = 128, steps = 32, dm = 2048, seq_base = 1,
+           resend;
 static const char *model = "llama";
 
 typedef struct client {
@@ -103,17 +108,20 @@ static int reserve(client *c, size_t n)
     return 0;
 }
 
-/* request: c's next request (t new tokens x, a start when start) in c->buf. */
-static int request(client *c, int t, int start, const float *x)
+/* request: c's next request (t new tokens x, a start when start; at
+ * sequence_position pos when pos >= 0) in c->buf. */
+static int request(client *c, int t, int start, const float *x, int pos)
 {
-    char hdr[512], head[256];
+    char hdr[512], head[256], at[48] = "";
     size_t xb = (size_t)t * (size_t)dm * sizeof(float);
+    if (pos >= 0)
+        snprintf(at, sizeof at, ",\"sequence_position\":%d", pos);
     int hl = snprintf(hdr, sizeof hdr,
-                      "{\"parameters\":{\"sequence_id\":%d%s,\"binary_data_output\":true},"
+                      "{\"parameters\":{\"sequence_id\":%d%s%s,\"binary_data_output\":true},"
                       "\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1,%d,%d],"
                       "\"parameters\":{\"binary_data_size\":%zu}}],"
                       "\"outputs\":[{\"name\":\"y\",\"parameters\":{\"binary_data\":true}}]}",
-                      seq_base + c->id, start ? ",\"sequence_start\":true" : "", t, dm, xb);
+                      seq_base + c->id, start ? ",\"sequence_start\":true" : "", at, t, dm, xb);
     int rl = snprintf(head, sizeof head,
                       "POST /v2/models/%s/infer HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                       "Content-Type: application/octet-stream\r\n"
@@ -193,7 +201,9 @@ static int next(client *c, int stepping)
         c->lat_ms[c->step] = 1e3 * (now_s() - c->t_sent);
     if (!stepping || ++c->step >= steps)
         return 1;
-    return request(c, 1, 0, c->toks + (size_t)(c->step % 4) * dm) < 0 ? -1 : 0;
+    int k = resend ? c->step / 2 : c->step; /* the token this step sends */
+    return request(c, 1, 0, c->toks + (size_t)(k % 4) * dm,
+                   resend ? prompt + k : -1) < 0 ? -1 : 0;
 }
 
 /* drive: c's requests as far as its socket lets them go: 1 when c is
@@ -266,9 +276,12 @@ int main(int argc, char **argv)
             dm = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seq-base") && v)
             seq_base = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--resend"))
+            resend = 1;
         else {
             fprintf(stderr, "usage: %s --port P --n N [--prompt 128] [--steps 32] "
-                            "[--model llama] [--d-model 2048] [--seq-base 1]\n", argv[0]);
+                            "[--model llama] [--d-model 2048] [--seq-base 1] [--resend]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -300,7 +313,7 @@ int main(int argc, char **argv)
         for (size_t k = 0; k < 4 * (size_t)dm; k++)
             c->toks[k] = rnd(&c->seed);
         if (connect_to(c) < 0 || watch(ep, c) < 0 ||
-            request(c, prompt, 1, x) < 0)
+            request(c, prompt, 1, x, resend ? 0 : -1) < 0)
             goto out;
     }
     if (run_phase(ep, cl, 0) < 0)
