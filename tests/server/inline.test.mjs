@@ -495,3 +495,62 @@ test('a retained step answered 504 after it ran takes its rows out of the map', 
     assert.equal((await d.stop()).code, 0);
   } catch (e) { c.close(); await d.stop('SIGKILL'); throw e; }
 });
+
+test('a step at a sequence_position answered 504 after it ran leaves the sequence as it was', async (t) => {
+  // a retained 2-token sequence on h1; a 440-token step at position 1
+  // (it replaces token 1) outlasts --deadline-ms 1: its pass overwrote
+  // token 1's keys and values, which must be put back (the listing says
+  // 2 tokens; the next step's row is a stateless request's over tokens
+  // 0, 1 and the new one). The map keeps its 2 rows, unless the step's
+  // encoding grew it over the replaced row first (found late only when
+  // its work was done): then the sequence goes on without one.
+  const T = H1_T, D = H1_D, dir = h1Dir(), x = h1X(T + 3);
+  const d = await start({ t, dir, ready: false, args: ['--deadline-ms', '1'] });
+  const c = client(d.port);
+  const count = () => metric(c, /^attnd_inference_count_total\{model="h1",version="1"\} (\d+)$/m);
+  const poolIdle = () => until(() => metric(c, /^attnd_pool_jobs (\d+)$/m), 0, 'the late step never ended', 10000);
+  const at = (id, xs, t, pos) => {
+    const b = step(id, xs, t, pos === 0, false);
+    b.parameters.sequence_position = pos;
+    if (pos === 0) b.parameters.retain = true;
+    return b;
+  };
+  try {
+    await ready(d, c);
+    let late = 0;
+    for (let i = 0; i < 8 && late < 2; i++) {
+      const id = `rw${i}`;
+      const s0 = await c.call('POST', '/v2/models/h1/infer', at(id, x.slice(0, D), 1, 0));
+      const s1 = s0.status === 200 && await c.call('POST', '/v2/models/h1/infer', at(id, x.slice(D, 2 * D), 1, 1));
+      if (!s1 || s1.status !== 200) continue; // under a sanitizer even these may be late
+      const map = s0.json.parameters.map_id;
+      const before = await count();
+      const big = await c.call('POST', '/v2/models/h1/infer', at(id, x.slice(2 * D, (T + 2) * D), T, 1));
+      if (big.status === 200) continue; // a machine fast enough for 1 ms
+      assert.equal(big.status, 504, big.text);
+      await poolIdle();
+      if (await count() === before) continue; // late in its decode: never ran
+      late++;
+      const listed = (await c.call('GET', '/v2/sequences')).json.sequences.find((q) => q.id === id);
+      assert.equal(listed.length, 2, 'the late step changed the sequence\'s length');
+      const m = await c.call('GET', `/v2/maps/${map}`);
+      if (listed.map_id) {
+        assert.equal(listed.map_id, map);
+        assert.deepEqual(m.json.shape, [1, D, 2, 2], 'the late step changed the map');
+      } else {
+        assert.equal(m.status, 404, 'a map the sequence no longer keeps is still served');
+      }
+      const x3 = [...x.slice(0, 2 * D), ...x.slice((T + 2) * D, (T + 3) * D)];
+      const next = await c.call('POST', '/v2/models/h1/infer', at(id, x3.slice(2 * D), 1, 2));
+      if (next.status !== 200) continue;
+      assert.equal(next.json.parameters.sequence_length, 3);
+      const ref = await c.call('POST', '/v2/models/h1/infer', { inputs: [fp32('x', [1, 3, D], x3)] });
+      assert.equal(ref.status, 200, ref.text);
+      assert.ok(maxDiff(next.json.outputs[0].data, ref.json.outputs[0].data.slice(2 * D)) < 1e-5,
+        'the next step saw keys and values the late step wrote');
+    }
+    assert.ok(late > 0 || SLOW > 1, 'no late step ran');
+    c.close();
+    assert.equal((await d.stop()).code, 0);
+  } catch (e) { c.close(); await d.stop('SIGKILL'); throw e; }
+});

@@ -63,14 +63,21 @@ async function checkRow(page, mapId, h, i, shot) {
   await page.mouse.move(0, 0);
 }
 
-test('sequence mode: Run, three Steps (button and Enter), each new row drawn as the API kept it; End', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+// runSequence: a page that started a causal sequence of "the cat" on the
+// toy model (Run in sequence mode), drawn, head 1 shown.
+async function runSequence() {
   const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=the%20cat&causal=1&h=1`);
   await page.check('#seq-mode');
   await page.check('#causal');
   await page.click('#run');
   await page.waitForFunction(() => window.attnd.sequence && window.attnd.run.T === 2);
   await waitDrawn(page);
+  return { page, errors };
+}
+
+test('sequence mode: Run, three Steps (button and Enter), each new row drawn as the API kept it; End', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const { page, errors } = await runSequence();
   const words = ['the', 'cat'];
   const steps = [['sat', 'button'], ['on the', 'enter'], ['mat', 'enter']];
   for (const [next, how] of steps) {
@@ -116,12 +123,7 @@ test('sequence mode: Run, three Steps (button and Enter), each new row drawn as 
 
 test('Replace last: the last step\'s words swapped on the server, the rows as a one-shot run over the new words', async (t) => {
   if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
-  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=the%20cat&causal=1&h=1`);
-  await page.check('#seq-mode');
-  await page.check('#causal');
-  await page.click('#run');
-  await page.waitForFunction(() => window.attnd.sequence && window.attnd.run.T === 2);
-  await waitDrawn(page);
+  const { page, errors } = await runSequence();
   await page.fill('#seq-next', 'sat on');
   await page.click('#seq-step');
   await page.waitForFunction(() => window.attnd.run.T === 4 && document.body.dataset.state === 'ready', null, { timeout: 10000 });
