@@ -183,6 +183,9 @@ void srv_sched_detach(srv_req *r)
     srv_job *j = r->job;
     r->job = NULL;
     j->req = NULL;
+    /* it will not be answered 200: its encoding (if it has not begun)
+     * grows no sequence map, as for a deadline */
+    atomic_store(&j->step.late, 1);
     if (j->state == J_QUEUED) {
         srv__job_unqueue(j);
         srv__job_end(j);

@@ -395,9 +395,9 @@ int srv_seq_bind(srv_step *st, char *err)
     }
     reserved = 1;
     st->t0 = st->kv->len;
-    status = srv_seq_alloc_maps(st->prep, st->in, st->t0 + a->t,
+    status = srv_seq_alloc_maps(st->prep, st->in, st->t0 + a->t, nb,
                                 st->start ? st->retain : st->map_id[0] != 0,
-                                memory - nb, err);
+                                memory, err);
     if (status)
         goto fail;
     a->s = a->s_valid = st->t0 + a->t;

@@ -24,9 +24,10 @@
  *              steps (one step of a sequence is in a batch at a time);
  *   active     checked against the sequence (unknown id, max-sequences,
  *              a sequence_position past its length), put on its model's
- *              queue; at launch (srv_seq_bind) a step at a position below
- *              the length rewinds the cache to it (the rows it replaces
- *              saved), its pages are reserved and the outputs that depend
+ *              queue; at launch (srv_seq_bind) a step at a position other
+ *              than the length (below it) rewinds the cache to it (the
+ *              rows it replaces saved), its pages are reserved and the
+ *              outputs that depend
  *              on the sequence length allocated; it batches with anything;
  *   end        srv_seq_step_end from job_end: answered 200 -> the cache
  *              advances (a start replaces the old cache, an end frees
@@ -86,8 +87,8 @@ typedef struct srv_step {
     attn_kv_undo undo;       /* a rewound step's rewind (bound) */
     void *saved;             /* the rows it replaces, as stored */
     char map_id[MAPS_ID_MAX]; /* the sequence's map; after encode, its id */
-    atomic_int late;         /* answered 504 (loop): its encoding (pool)
-                                grows no map */
+    atomic_int late;         /* answered 504 or its client gone (loop):
+                                its encoding (pool) grows no map */
     int grew;                /* its encoding (pool) grew the map; read on
                                 the loop after the job came back */
     struct srv_step *prev, *next;
@@ -148,8 +149,9 @@ int srv_seq_prepare(srv_step *st, srv_prep *p, const oip_request *req,
                     const char *model_name, const attn_config *cfg,
                     int causal, int builtin, const srv_infer_limits *lim,
                     char *err);
-/* srv_seq_alloc_maps: (loop, at bind) attention/scores for s keys. */
-int srv_seq_alloc_maps(srv_prep *p, const oip_request *req, int s,
+/* srv_seq_alloc_maps: (loop, at bind) attention/scores for s keys, within
+ * memory with kept bytes already taken (a rewound step's saved rows). */
+int srv_seq_alloc_maps(srv_prep *p, const oip_request *req, int s, size_t kept,
                        int retain, size_t memory, char *err);
 /* srv_seq_map_bytes: (after bind) the bytes of the map st's encoding
  * writes: a retained sequence's whole map, copied to grow it; 0 for none. */

@@ -163,12 +163,12 @@ int srv_seq_prepare(srv_step *st, srv_prep *p, const oip_request *req,
     return 0;
 }
 
-int srv_seq_alloc_maps(srv_prep *p, const oip_request *req, int s, int retain,
-                       size_t memory, char *err)
+int srv_seq_alloc_maps(srv_prep *p, const oip_request *req, int s, size_t kept,
+                       int retain, size_t memory, char *err)
 {
     const attn_config *c = &p->cfg;
     int64_t T = p->shape[SRV_O_Y][1];
-    size_t total = req->bytes + p->bytes;
+    size_t total = req->bytes + p->bytes + kept;
     int rc;
     memcpy(p->shape[SRV_O_ATT], (int64_t[]){1, c->n_heads, T, s}, 4 * sizeof(int64_t));
     memcpy(p->shape[SRV_O_SCORES], p->shape[SRV_O_ATT], 4 * sizeof(int64_t));

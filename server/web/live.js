@@ -145,7 +145,7 @@ async function step(replace) {
       seq.mapId = null;
       await refreshInfo();
       ctx.setStatus(`sequence ${seq.id}: ${seq.length} tokens, but its map${had ? ` ${had}` : ''} is no longer ` +
-        'kept (evicted for newer maps, or grown past maps-bytes): the view shows its last retained state', true);
+        'kept (evicted for newer maps, grown past maps-bytes, or ended by a replace that failed): the view shows its last retained state', true);
       document.body.dataset.state = 'ready';
       return;
     }

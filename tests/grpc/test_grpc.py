@@ -939,6 +939,54 @@ class FailAlloc(unittest.TestCase):
 class Limits(unittest.TestCase):
     """Auth, queue full, deadlines: servers with their own settings."""
 
+    def test_cancelled_rewinding_step_changes_nothing(self):
+        """A retained sequence of 3 tokens on demo; a 1200-token step at
+        sequence_position 1 whose call is cancelled while it runs: the
+        step is answered to no one, so the sequence keeps its 3 tokens and
+        its map its 3 rows (its encoding grows no map once the call is
+        gone; it did, and the failed branch then ended the map)."""
+        d = Attnd("--max-body", "4000000")
+        try:
+            def metric(name):
+                with urllib.request.urlopen(f"http://127.0.0.1:{d.port}/metrics") as r:
+                    return int(re.search(r"(?m)^%s (\d+)$" % re.escape(name), r.read().decode()).group(1))
+
+            def step(sid, t, pos):
+                req = pb.ModelInferRequest(model_name="demo")
+                typed(req, "x", "FP32", [1, t, 64], [((i * 13) % 29) / 29.0 - 0.5 for i in range(t * 64)])
+                req.parameters["sequence_id"].string_param = sid
+                req.parameters["sequence_start"].bool_param = pos == 0
+                req.parameters["sequence_position"].int64_param = pos
+                req.parameters["retain"].bool_param = pos == 0
+                return want(req, "y")
+
+            ran = 0
+            for i in range(8):
+                sid = f"cx{i}"
+                first = d.stub.ModelInfer(step(sid, 2, 0))
+                map_id = first.parameters["map_id"].string_param
+                d.stub.ModelInfer(step(sid, 1, 2))
+                count = metric('attnd_inference_count_total{model="demo",version="1"}')
+                call = d.stub.ModelInfer.future(step(sid, 1200, 1))
+                time.sleep(0.002 * SLOW)
+                if not call.cancel():
+                    continue  # answered first: nothing to see
+                deadline = time.time() + 10 * SLOW
+                while metric("attnd_pool_jobs") and time.time() < deadline:
+                    time.sleep(0.005)
+                if metric('attnd_inference_count_total{model="demo",version="1"}') == count:
+                    continue  # cancelled before it ran
+                ran += 1
+                st, seqs = d.rest("/v2/sequences")
+                got = [[q["length"], q.get("map_id")] for q in seqs["sequences"] if q["id"] == sid]
+                self.assertEqual(got, [[3, map_id]], "the cancelled step changed its sequence")
+                st, meta = d.rest(f"/v2/maps/{map_id}")
+                self.assertEqual(meta["shape"], [1, 4, 3, 3])
+            # under a sanitizer the cancel may come before every step ran
+            self.assertTrue(ran > 0 or SLOW > 1, "no cancelled step ran")
+        finally:
+            self.assertEqual(d.stop(), 0, d.log[-3000:])
+
     def test_unauthenticated(self):
         d = Attnd("--api-key", "s3cret")
         try:
