@@ -15,7 +15,7 @@ import { after, before, test } from 'node:test';
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { SANITIZER_REPORT, SLOW, start } from './helper.mjs';
+import { SANITIZER_REPORT, SLOW, mulberry32, start } from './helper.mjs';
 
 const FIXTURES = join(dirname(fileURLToPath(import.meta.url)), 'fixtures', 'models', 'tiny');
 
@@ -36,18 +36,6 @@ after(async () => {
   assert.equal(r.code, 0, `exit ${JSON.stringify(r)}\n${d.log()}`);
   assert.doesNotMatch(d.log(), SANITIZER_REPORT, d.log());
 });
-
-/** mulberry32: a small seeded PRNG; rnd() in [0, 1). */
-function prng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /**
  * raw(port, bytes, {timeout, closeAfter}) -> {status, headers, body} or
@@ -601,7 +589,7 @@ test('regression: inputs that overflow FP32 give 400, not 500 or silent zeros', 
 
 test(`adversarial client: ${N} mutated requests (seed ${SEED})`, { timeout: (SECONDS + 120) * 1000 * SLOW }, async () => {
   console.log(`# adversarial seed ${SEED} (replay: ATTND_FUZZ_SEED=${SEED})`);
-  const rnd = prng(SEED);
+  const rnd = mulberry32(SEED);
   const meta = JSON.parse((await raw(d.port, request('GET', '/v2/models/demo'))).body.toString());
   const ctx = { dModel: meta.parameters.d_model,
     tinySt: readFileSync(join(FIXTURES, 'model.safetensors')), tinyCfg: readFileSync(join(FIXTURES, 'config.json'), 'utf8') };

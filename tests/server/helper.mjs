@@ -152,6 +152,18 @@ export function infer(d, model, body, headers) {
 }
 
 /** Largest |a - b| over two arrays of the same length. */
+/** mulberry32: a small seeded generator; each call gives a float in [0, 1). */
+export function mulberry32(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
 export function maxDiff(a, b) {
   if (a.length !== b.length) throw new Error(`length ${a.length} != ${b.length}`);
   let m = 0;

@@ -5,20 +5,15 @@
 import assert from 'node:assert/strict';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { fp32, infer, maxDiff, modelsDir, safetensors } from './helper.mjs';
+import { fp32, infer, maxDiff, modelsDir, mulberry32, safetensors } from './helper.mjs';
 
 export const D = 16, H = 4, HKV = 2, DK = 4;
 
-/** mulberry32: a seeded generator of floats in [-1, 1). */
+/** A seeded generator of floats in [-1, 1) (mulberry32's, exactly doubled
+ * and shifted). */
 export function rng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 2147483648 - 1;
-  };
+  const u = mulberry32(seed);
+  return () => 2 * u() - 1;
 }
 
 /** A models folder with `gqa`: d_model 16, 4 query heads, 2 kv heads of 4,
