@@ -254,8 +254,7 @@ size_t attn_kv_rewind_bytes(const attn_kv *kv, int n, int t)
     const attn_kv_page_fmt *f = &kv->pool->fmt;
     if (n < 0 || n > kv->len || t < 0)
         return 0;
-    return (size_t)(rewound_rows(kv, n, t) - n) * (size_t)f->n_kv *
-           (size_t)(f->dk + f->dv) * elem_bytes(f->dtype);
+    return (size_t)(rewound_rows(kv, n, t) - n) * (f->bytes / (size_t)f->page);
 }
 
 int attn_kv_rewind(attn_kv *kv, int n, int t, void *save, attn_kv_undo *u,

@@ -209,9 +209,10 @@ static int get_seq_pos(json_t *p, oip_params *pr, char *err)
 }
 
 /* parameters: causal, retain, binary_data_output (booleans), Triton's
- * sequence_id / sequence_start / sequence_end, sequence_position, and tokens (at most
- * max_tokens strings, each < OIP_MAX_TOKEN bytes, copied into req); other
- * keys are ignored. *bytes grows by what the copies take. */
+ * sequence_id / sequence_start / sequence_end, sequence_position, and
+ * tokens (at most max_tokens strings, each < OIP_MAX_TOKEN bytes, copied
+ * into req); other keys are ignored. *bytes grows by what the copies
+ * take. */
 static int decode_params(oip_request *req, json_t *root, int max_tokens,
                          const char *num, size_t num_len, size_t *bytes,
                          char *err)

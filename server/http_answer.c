@@ -82,22 +82,27 @@ static const char LOST_ANSWER[] =
     "sent again with parameters.sequence_position, the length it was sent at; "
     "a sequence's length is in GET /v2/sequences)\"}";
 
-/* queue_fixed_503: the answer made at start, for a request or an answer
- * that memory cannot be found for now. */
-static enum MHD_Result queue_fixed_503(srv *s, struct MHD_Connection *conn, int cors)
+/* fixed_status: which answer made at start goes to a request or an answer
+ * that memory cannot be found for now: 204 to an allowed origin's
+ * preflight, else 503. queue_fixed queues it. */
+static int fixed_status(int preflight, int cors)
 {
-    return MHD_queue_response(conn, 503, s->oom_resp[cors]);
+    return cors && preflight ? 204 : 503;
+}
+
+static enum MHD_Result queue_fixed(srv *s, struct MHD_Connection *conn, int status,
+                                   int cors)
+{
+    return MHD_queue_response(conn, (unsigned)status,
+                              status == 204 ? s->preflight_resp : s->oom_resp[cors]);
 }
 
 enum MHD_Result srv_http__queue_fixed(srv *s, struct MHD_Connection *conn, int preflight,
                                       int cors)
 {
-    if (cors && preflight) {
-        s->http.by_status[204]++;
-        return MHD_queue_response(conn, 204, s->preflight_resp);
-    }
-    s->http.by_status[503]++;
-    return queue_fixed_503(s, conn, cors);
+    int status = fixed_status(preflight, cors);
+    s->http.by_status[status]++;
+    return queue_fixed(s, conn, status, cors);
 }
 
 /* add_answer_headers: the headers r's answer calls for
@@ -188,11 +193,9 @@ enum MHD_Result srv_http__queue(srv_req *r)
                 "closed", r->status);
         r->status = 500;
         ret = MHD_queue_response(r->conn, 500, r->s->lost_resp[cors]);
-    } else if (lost && cors && r->method == SRV_OPTIONS && r->status == 204) {
-        ret = MHD_queue_response(r->conn, 204, r->s->preflight_resp);
     } else if (lost) {
-        r->status = 503;
-        ret = queue_fixed_503(r->s, r->conn, cors);
+        r->status = fixed_status(r->method == SRV_OPTIONS && r->status == 204, cors);
+        ret = queue_fixed(r->s, r->conn, r->status, cors);
     } else {
         ret = MHD_queue_response(r->conn, (unsigned)r->status, resp);
     }
@@ -214,7 +217,6 @@ void srv_http__answers_free(srv *s)
         MHD_destroy_response(s->preflight_resp);
     s->preflight_resp = NULL;
 }
-
 
 int srv_http__answers_make(srv *s)
 {

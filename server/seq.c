@@ -328,10 +328,15 @@ void srv_seq_decoded(srv *s, srv_step *st, int take)
 
 /* ---- binding and ending ----------------------------------------------------- */
 
-/* unbind_rewind: a rewound step's cache as it was (rows, length); its
- * saved rows freed. A no-op for any other step. */
-static void unbind_rewind(srv_step *st)
+/* end_rewind: a rewound step's rewind is over: kept (its pages past the
+ * new end given back) or undone (the cache's rows and length as they
+ * were); its saved rows freed. A no-op for any other step. */
+static void end_rewind(srv_step *st, int keep)
 {
+    if (keep && st->undo.held) {
+        attn_kv_trim(st->kv);
+        memset(&st->undo, 0, sizeof st->undo);
+    }
     attn_kv_rewind_undo(st->kv, &st->undo);
     free(st->saved);
     st->saved = NULL;
@@ -406,7 +411,7 @@ int srv_seq_bind(srv_step *st, char *err)
     st->bound = 1;
     return 0;
 fail:
-    unbind_rewind(st);
+    end_rewind(st, 0);
     if (reserved)
         attn_kv_trim(st->kv);
     return status;
@@ -448,7 +453,7 @@ void srv_seq_step_end(srv_step *st, int ok)
         if (st->start) {
             attn_kv_free(&st->fresh);
         } else if (st->bound) {
-            unbind_rewind(st);
+            end_rewind(st, 0);
             attn_kv_trim(st->kv);
         }
         /* a step that failed after its encoding grew the map (a deadline
@@ -460,16 +465,14 @@ void srv_seq_step_end(srv_step *st, int ok)
         if (st->bound && st->map_id[0] && q->s->maps) {
             if (st->start) {
                 maps_drop(q->s->maps, st->map_id);
-            } else if (rewound) {
+            } else if (!rewound) {
+                maps_cut(q->s->maps, st->map_id, st->t0);
+            } else if (st->grew) {
                 /* its encoding grew the map over the rows it replaced,
                  * which the map does not keep: the sequence goes on
                  * without one, as after an eviction */
-                if (st->grew) {
-                    maps_drop(q->s->maps, st->map_id);
-                    l->map_id[0] = 0;
-                }
-            } else {
-                maps_cut(q->s->maps, st->map_id, st->t0);
+                maps_drop(q->s->maps, st->map_id);
+                l->map_id[0] = 0;
             }
         }
     } else {
@@ -477,11 +480,8 @@ void srv_seq_step_end(srv_step *st, int ok)
         if (st->undo.held) { /* the tokens past the new end are gone */
             l->e->seq_stats.rewound++;
             l->e->seq_stats.rewound_tokens += (uint64_t)(st->undo.len - st->t0);
-            attn_kv_trim(st->kv);
-            memset(&st->undo, 0, sizeof st->undo);
-            free(st->saved);
-            st->saved = NULL;
         }
+        end_rewind(st, 1);
         if (st->start) {
             if (l->live) {
                 l->e->seq_stats.dropped[SRV_DROP_RESTARTED]++;

@@ -27,8 +27,8 @@
  *              queue; at launch (srv_seq_bind) a step at a position other
  *              than the length (below it) rewinds the cache to it (the
  *              rows it replaces saved), its pages are reserved and the
- *              outputs that depend
- *              on the sequence length allocated; it batches with anything;
+ *              outputs that depend on the sequence length allocated; it
+ *              batches with anything;
  *   end        srv_seq_step_end from job_end: answered 200 -> the cache
  *              advances (a start replaces the old cache, an end frees
  *              it, a rewound one gives back the pages past its new end);

@@ -96,32 +96,23 @@ char *srv_seq_metrics_text(srv *s)
         if (!e->inst || !e->inst->builtin)
             fprintf(f, "attnd_kv_bytes_limit{model=\"%s\",version=\"1\"} %lld\n",
                     e->name, s->cfg.kv_bytes);
-    FAMILY("attnd_sequences_started_total", "counter",
-           "Sequences begun by a step with sequence_start.");
-    for (e = s->models; e; e = e->next)
-        if (!e->inst || !e->inst->builtin)
-            fprintf(f, "attnd_sequences_started_total{model=\"%s\",version=\"1\"} %llu\n",
-                    e->name, (unsigned long long)e->seq_stats.started);
-    FAMILY("attnd_sequences_ended_total", "counter",
-           "Sequences ended by a step with sequence_end.");
-    for (e = s->models; e; e = e->next)
-        if (!e->inst || !e->inst->builtin)
-            fprintf(f, "attnd_sequences_ended_total{model=\"%s\",version=\"1\"} %llu\n",
-                    e->name, (unsigned long long)e->seq_stats.ended);
-    FAMILY("attnd_sequence_rewinds_total", "counter",
-           "Steps answered 200 at a sequence_position below the sequence's "
-           "length (a step sent again, or a new branch).");
-    for (e = s->models; e; e = e->next)
-        if (!e->inst || !e->inst->builtin)
-            fprintf(f, "attnd_sequence_rewinds_total{model=\"%s\",version=\"1\"} %llu\n",
-                    e->name, (unsigned long long)e->seq_stats.rewound);
-    FAMILY("attnd_sequence_rewound_tokens_total", "counter",
-           "Tokens those steps took off their sequences' ends (the "
-           "steps' own tokens took their place).");
-    for (e = s->models; e; e = e->next)
-        if (!e->inst || !e->inst->builtin)
-            fprintf(f, "attnd_sequence_rewound_tokens_total{model=\"%s\",version=\"1\"} %llu\n",
-                    e->name, (unsigned long long)e->seq_stats.rewound_tokens);
+#define COUNTER(metric, field, help)                                           \
+    FAMILY(metric, "counter", help);                                           \
+    for (e = s->models; e; e = e->next)                                        \
+        if (!e->inst || !e->inst->builtin)                                     \
+            fprintf(f, metric "{model=\"%s\",version=\"1\"} %llu\n", e->name,   \
+                    (unsigned long long)e->seq_stats.field)
+    COUNTER("attnd_sequences_started_total", started,
+            "Sequences begun by a step with sequence_start.");
+    COUNTER("attnd_sequences_ended_total", ended,
+            "Sequences ended by a step with sequence_end.");
+    COUNTER("attnd_sequence_rewinds_total", rewound,
+            "Steps answered 200 at a sequence_position below the sequence's "
+            "length (a step sent again, or a new branch).");
+    COUNTER("attnd_sequence_rewound_tokens_total", rewound_tokens,
+            "Tokens those steps took off their sequences' ends (the "
+            "steps' own tokens took their place).");
+#undef COUNTER
     FAMILY("attnd_sequences_dropped_total", "counter",
            "Sequences dropped: idle (sequence-idle-ms), deleted, unloaded "
            "(model unloaded or reloaded), restarted (a new sequence_start).");
