@@ -390,6 +390,17 @@ function h1Dir() {
   return dir;
 }
 const h1X = (T) => Array.from({ length: T * H1_D }, (_, i) => rnd(i));
+// a small request under --deadline-ms 1: a busy machine can hold even
+// a 3-token one past 1 ms now and then, so a 504 is tried again
+async function small(c, body) {
+  let r;
+  for (let i = 0; i < 20; i++) {
+    r = await c.call('POST', '/v2/models/h1/infer', body);
+    if (r.status !== 504) break;
+  }
+  assert.equal(r.status, 200, r.text);
+  return r;
+}
 
 test('an inline sequence step that outlasts its deadline answers 504, and the sequence did not start', async (t) => {
   // a 440-token prompt on h1 runs on the loop
@@ -478,9 +489,7 @@ test('a retained step answered 504 after it ran takes its rows out of the map', 
       const next = await c.call('POST', '/v2/models/h1/infer', step(id, x2.slice(D), 1, false, true));
       if (next.status !== 200) continue;
       assert.deepEqual(await shape(map), [1, D, 2, 2]);
-      const ref = await c.call('POST', '/v2/models/h1/infer', {
-        inputs: [fp32('x', [1, 2, D], x2)], outputs: [{ name: 'attention' }] });
-      assert.equal(ref.status, 200, ref.text);
+      const ref = await small(c, { inputs: [fp32('x', [1, 2, D], x2)], outputs: [{ name: 'attention' }] });
       assert.deepEqual(ref.json.outputs[0].shape, [1, D, 2, 2]);
       for (let h = 0; h < D; h++) {
         const got = await c.call('GET', `/v2/maps/${map}/attention?b=0&h=${h}`);
@@ -544,8 +553,7 @@ test('a step at a sequence_position answered 504 after it ran leaves the sequenc
       const next = await c.call('POST', '/v2/models/h1/infer', at(id, x3.slice(2 * D), 1, 2));
       if (next.status !== 200) continue;
       assert.equal(next.json.parameters.sequence_length, 3);
-      const ref = await c.call('POST', '/v2/models/h1/infer', { inputs: [fp32('x', [1, 3, D], x3)] });
-      assert.equal(ref.status, 200, ref.text);
+      const ref = await small(c, { inputs: [fp32('x', [1, 3, D], x3)] });
       assert.ok(maxDiff(next.json.outputs[0].data, ref.json.outputs[0].data.slice(2 * D)) < 1e-5,
         'the next step saw keys and values the late step wrote');
     }
