@@ -302,7 +302,7 @@ static int launch(srv_entry *e)
         }
         srv__job_unqueue(j);
         /* a sequence step takes its pages now; one that cannot leaves */
-        if (j->step.is_step && (j->status = srv_seq_bind(&j->step, j->err))) {
+        if (j->step.is_step && (j->status = srv_seq_bind(&j->step, &j->mem, j->err))) {
             j->next = failed;
             failed = j;
             continue;

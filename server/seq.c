@@ -342,11 +342,11 @@ static void end_rewind(srv_step *st, int keep)
     st->saved = NULL;
 }
 
-int srv_seq_bind(srv_step *st, char *err)
+int srv_seq_bind(srv_step *st, size_t *mem, char *err)
 {
     srv *s = st->e->s;
     attn_seq *a = &st->prep->seqs[0];
-    size_t memory = (size_t)s->cfg.request_memory, nb = 0;
+    size_t memory = (size_t)s->cfg.request_memory, nb = 0, need;
     char kerr[ATTN_ERRMAX];
     int rc, status = 0, reserved = 0;
     if (!st->start && !st->seq->live) { /* dropped while it queued */
@@ -405,6 +405,21 @@ int srv_seq_bind(srv_step *st, char *err)
                                 memory, err);
     if (status)
         goto fail;
+    /* its body is gone (decoded): what it holds now counts against
+     * memory-budget, as a stateless request's does from its decode */
+    need = st->in->bytes + st->prep->bytes + nb;
+    srv_mem_give(s, *mem);
+    *mem = 0;
+    if (srv_mem_take(s, need) < 0) {
+        snprintf(err, OIP_ERRMAX, "server: the memory for decoded requests "
+                 "and unsent answers (%lld bytes, memory-budget) is in use "
+                 "and cannot take this step's %zu (its request, its outputs "
+                 "and the K/V rows it replaces); retry shortly",
+                 s->cfg.memory_budget, need);
+        status = 503;
+        goto fail;
+    }
+    *mem = need;
     a->s = a->s_valid = st->t0 + a->t;
     a->kv = st->kv;
     st->t = a->t;

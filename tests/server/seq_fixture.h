@@ -50,6 +50,7 @@ struct srv_job {
     oip_request in;
     int queued;             /* srv__sched_queue calls */
     int status;             /* its answer from seq.c or a failed bind */
+    size_t mem;             /* its share of memory-budget (bind sets it) */
     char msg[OIP_ERRMAX];
 };
 
@@ -69,6 +70,18 @@ void srv_log(srv *s, const char *level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(g_log, sizeof g_log, fmt, ap);
     va_end(ap);
+}
+
+/* memory-budget as guard.c counts it, with no budget (g_s.cfg's 0) */
+int srv_mem_take(srv *s, size_t n)
+{
+    s->mem_used += n;
+    return 0;
+}
+
+void srv_mem_give(srv *s, size_t n)
+{
+    s->mem_used = n > s->mem_used ? 0 : s->mem_used - n;
 }
 
 void srv_inst_unref(srv_inst *in)
@@ -219,7 +232,7 @@ static inline int launch(srv_job *j)
     int status;
     ck_assert_int_eq(j->queued, 1);
     ck_assert_int_eq(j->st.where, SRV_STEP_ACTIVE);
-    status = srv_seq_bind(&j->st, err);
+    status = srv_seq_bind(&j->st, &j->mem, err);
     if (status) {
         j->status = status;
         snprintf(j->msg, sizeof j->msg, "%s", err);

@@ -5,6 +5,7 @@
 // reference is, as in sequences.test.mjs, one stateless causal request over
 // the history the sequence has after the step.
 import assert from 'node:assert/strict';
+import { connect } from 'node:net';
 import { test } from 'node:test';
 import { SLOW, fp32, infer, maxDiff, start } from './helper.mjs';
 import { ALL, D, H, checkStep, full, gqaModels, metric, stepBody, tokens } from './seq_helper.mjs';
@@ -210,4 +211,55 @@ test('follow: wait=N&version=V wakes at a branch that keeps the rows; wait=N alo
     assert.equal(bad.status, 400);
     assert.match((await bad.json()).error, /^version:/);
   } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+test('the rows a step replaces count against request-memory (413); a step\'s outputs against memory-budget (503)', async () => {
+  // gqa keeps 64 bytes of K/V per token (f32), as many as its x and y
+  // rows each: a 100-token step holds 12.8 KB with y, 6.4 KB more with
+  // the rows it replaces. With request-memory 16000 it appends, and
+  // replaces nothing.
+  const lim = ['--request-memory', '16000', '--max-json-body', '1000000'];
+  let d = await start({ dir: gqaModels(), args: lim });
+  try {
+    const xs = tokens(200, 42), y = [{ name: 'y' }];
+    assert.equal((await infer(d, 'gqa', at('rm', rows(xs, 0, 100), 0, { start: true, outputs: y }))).status, 200);
+    const r = await infer(d, 'gqa', at('rm', rows(xs, 100, 200), 0, { outputs: y }));
+    assert.equal(r.status, 413, JSON.stringify(r.json));
+    assert.match(r.json.error, /sequence_position: this step replaces tokens whose 6400 bytes of K\/V are kept until it is answered, more than request-memory \(16000\)/);
+    assert.equal(await length(d, 'rm'), 100);
+    assert.equal((await infer(d, 'gqa', at('rm', rows(xs, 100, 200), 100, { outputs: y }))).status, 200);
+    assert.equal(await length(d, 'rm'), 200);
+  } finally { assert.equal((await d.stop()).code, 0); }
+  // a step's outputs are allocated when its turn comes (their size needs
+  // the sequence's length): then they count against memory-budget, beside
+  // a body another client holds (2.5 MB reserved from its Content-Length).
+  // 100 tokens' attention and scores over 700 keys are 2.24 MB.
+  const budget = ['--memory-budget', '4000000', '--request-memory', '3000000', '--max-body', '3000000', '--max-json-body', '3000000'];
+  d = await start({ dir: gqaModels(), args: budget });
+  const used = async () => Number(/\nattnd_memory_budget_used_bytes (\d+)\n/.exec(await (await fetch(`${d.url}/metrics`)).text())[1]);
+  const held = connect(d.port, '127.0.0.1');
+  try {
+    const xs = tokens(700, 43), pick = [{ name: 'attention' }, { name: 'scores' }];
+    assert.equal((await infer(d, 'gqa', at('mb', rows(xs, 0, 600), 0, { start: true, outputs: [{ name: 'y' }] }))).status, 200);
+    held.write('POST /v2/models/gqa/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 2500000\r\n\r\n{');
+    for (let i = 0; i < 100 && await used() < 2500000; i++) await new Promise((res) => setTimeout(res, 20));
+    assert.equal(await used(), 2500001, 'the held body\'s reservation');
+    for (const [pos, what] of [[600, 'appending'], [550, 'replacing']]) {
+      const r = await infer(d, 'gqa', at('mb', rows(xs, pos, pos + 100), pos, { outputs: pick }));
+      assert.equal(r.status, 503, `${what}: ${r.json.error || 'answered'}`);
+      assert.equal(r.headers.get('retry-after'), '1');
+      assert.match(r.json.error, /memory for decoded requests and unsent answers \(4000000 bytes, memory-budget\) is in use and cannot take this step's \d+/);
+      assert.equal(await length(d, 'mb'), 600, `${what}: the sequence is as it was`);
+    }
+    // what a refused step took is given back; with the body gone, it fits
+    assert.equal(await used(), 2500001);
+    held.destroy();
+    for (let i = 0; i < 100 && await used() > 0; i++) await new Promise((res) => setTimeout(res, 20));
+    const ok = await infer(d, 'gqa', at('mb', rows(xs, 600, 700), 600, { outputs: pick }));
+    assert.equal(ok.status, 200, ok.json.error);
+    assert.deepEqual(ok.json.outputs.map((o) => o.shape), [[1, H, 100, 700], [1, H, 100, 700]]);
+    assert.equal(ok.json.parameters.sequence_length, 700);
+    await new Promise((res) => setTimeout(res, 50));
+    assert.equal(await used(), 0, 'all given back');
+  } finally { held.destroy(); assert.equal((await d.stop()).code, 0); }
 });
