@@ -52,9 +52,10 @@ obj = $(1:%.c=$(BUILD)/%.o)
 # past NODE_TEST_TIMEOUT ms (SIGTERM; tests/server/helper.mjs and
 # tests/web/harness.mjs then SIGKILL the daemons it started), Check a test
 # case past CK_TIMEOUT s, the failover and affinity scripts past
-# FAILOVER_TIMEOUT s and tests/grpc/test_grpc.py past GRPC_PY_TIMEOUT s (it
-# kills its daemons on SIGTERM too). A whole file takes 1-50 s today;
-# sanitized builds get more time, never looser assertions.
+# FAILOVER_TIMEOUT s and tests/grpc/test_grpc*.py past GRPC_PY_TIMEOUT s
+# (tests/grpc/grpc_helper.py kills their daemons on SIGTERM too). A whole
+# file takes 1-50 s today; sanitized builds get more time, never looser
+# assertions.
 NODE_TEST_TIMEOUT ?= $(if $(SANITIZER),600000,120000)
 CK_TIMEOUT ?= $(if $(SANITIZER),300,60)
 FAILOVER_TIMEOUT ?= $(if $(SANITIZER),900,300)
@@ -187,10 +188,13 @@ $(GRPC_NPM): tests/grpc/package.json tests/grpc/package-lock.json
 	cd tests/grpc && npm ci --no-audit --no-fund --loglevel=error
 .PHONY: check-grpc
 GRPC_NODE_TESTS := $(sort $(wildcard tests/grpc/*.test.mjs))
+# one unittest run (one summary) of every test_grpc*.py; they share
+# tests/grpc/grpc_helper.py, which each puts on sys.path itself
+GRPC_PY_TESTS := $(sort $(wildcard tests/grpc/test_grpc*.py))
 check-grpc: deps-test $(ATTND) $(FAILALLOC) $(GRPC_STUBS) $(if $(GRPC_NODE_TESTS),$(GRPC_NPM))
-	@echo "== python3 tests/grpc/test_grpc.py ($(ATTND))"
+	@echo "== python3 tests/grpc/test_grpc*.py ($(ATTND))"
 	@ATTND=$(ATTND) GRPC_STUBS=$(GRPC_PY) timeout -k 10 $(GRPC_PY_TIMEOUT) \
-	    /usr/bin/python3 -m unittest tests/grpc/test_grpc.py
+	    /usr/bin/python3 -m unittest $(GRPC_PY_TESTS)
 	$(if $(GRPC_NODE_TESTS),@echo "== node --test tests/grpc ($(ATTND))")
 	$(if $(GRPC_NODE_TESTS),@ATTND_BIN=$(ATTND) node --test \
 	    --test-concurrency=1 --test-timeout=$(NODE_TEST_TIMEOUT) \

@@ -1,6 +1,6 @@
 // grpc.test.mjs - gRPC door, client 2 of 2: Node's @grpc/grpc-js loading
 // proto/kserve.proto at run time with @grpc/proto-loader (an implementation
-// independent of test_grpc.py's grpcio + protoc stubs). Every RPC and
+// independent of test_grpc*.py's grpcio + protoc stubs). Every RPC and
 // status code, the seeds and the PyTorch vectors, streams, batching with
 // REST clients, auth, queue full, deadlines.
 import assert from 'node:assert/strict';

@@ -1,0 +1,309 @@
+#!/usr/bin/python3
+"""gRPC door, client 1 of 2 (grpcio; tests/grpc/grpc_helper.py starts the
+daemons): servers with their own settings. Inline: a lone gRPC client's
+requests run on the loop thread, an idle channel does not count. Limits:
+a cancelled rewinding step, auth, queue full, memory budget, sequence
+steps batched across doors, deadlines, drain.
+
+    ATTND=build/default/attnd GRPC_STUBS=build/default/grpc/py \
+        /usr/bin/python3 -m unittest -v tests/grpc/test_grpc_limits.py
+"""
+import json
+import queue
+import os
+import re
+import signal
+import socket
+import sys
+import time
+import unittest
+import http.client
+import urllib.request
+
+import grpc
+
+if os.path.dirname(os.path.abspath(__file__)) not in sys.path:  # grpc_helper, beside this file
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from grpc_helper import (  # noqa: E402
+    SLOW, REFS, C, pb, pbg, Attnd, f32, typed, raw, want, out, max_diff, seed1, sdpa_req, tiny_x)
+
+
+class Inline(unittest.TestCase):
+    def test_lone_grpc_client_runs_inline(self):
+        """With the gRPC channel the only connection, small requests run on
+        the loop thread (--inline-conns 1) and answer synchronously through
+        the door's on_answer: same numbers, every call counted."""
+        d = Attnd()
+        try:
+            c, k = REFS["sdpa"], REFS["self"]
+            for raw_form in (False, True):
+                r = d.stub.ModelInfer(want(sdpa_req(c, raw_form), "output"))
+                self.assertLess(max_diff(out(r, "output")[1], c["output"]), 1e-5)
+                r = d.stub.ModelInfer(want(tiny_x(k, raw_form), "y"))
+                self.assertLess(max_diff(out(r, "y")[1], k["y"]), 1e-5)
+            with urllib.request.urlopen(f"http://127.0.0.1:{d.port}/metrics") as r:
+                metrics = r.read().decode()
+            for m in ("sdpa", "tiny"):
+                self.assertRegex(metrics, r'attnd_inference_inline_count_total\{model="%s",version="1"\} 2\n' % m)
+        finally:
+            self.assertEqual(d.stop(), 0, d.log)
+
+
+    def test_idle_channel_does_not_count(self):
+        """A gRPC channel with no call in flight for --inline-idle-ms does
+        not keep a lone REST client's requests off the loop thread: they
+        run inline beside it, with the right numbers. With 0 the channel
+        counts, as every open connection does, and they go to the pool."""
+        k = REFS["self"]
+        body = json.dumps({"inputs": [{"name": "x", "datatype": "FP32",
+                                       "shape": k["shape"], "data": k["x"]}]})
+        for idle_ms, inlined in (("300", 3), ("0", 0)):
+            d = Attnd("--inline-idle-ms", idle_ms)
+            try:
+                # one keep-alive REST connection beside the channel, whose
+                # last call (ServerReady) is then 0.6 s old
+                c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=30)
+                time.sleep(0.6)
+                for _ in range(3):
+                    c.request("POST", "/v2/models/tiny/infer", body,
+                              {"Content-Type": "application/json"})
+                    r = c.getresponse()
+                    self.assertEqual(r.status, 200)
+                    y = json.loads(r.read())["outputs"][0]["data"]
+                    self.assertLess(max_diff(y, k["y"]), 1e-5)
+                c.request("GET", "/metrics")
+                metrics = c.getresponse().read().decode()
+                c.close()
+                def value(name):
+                    return int(re.search(r"^%s (\d+)$" % name, metrics, re.M).group(1))
+                self.assertEqual(value("attnd_open_connections"), 2)
+                self.assertEqual(value(r'attnd_inference_inline_count_total\{model="tiny",version="1"\}'), inlined,
+                                 f"--inline-idle-ms {idle_ms}")
+            finally:
+                self.assertEqual(d.stop(), 0, d.log)
+
+
+class Limits(unittest.TestCase):
+    """Auth, queue full, deadlines: servers with their own settings."""
+
+    def test_cancelled_rewinding_step_changes_nothing(self):
+        """A retained sequence of 3 tokens on demo; a 1200-token step at
+        sequence_position 1 whose call is cancelled while it runs: the
+        step is answered to no one, so the sequence keeps its 3 tokens and
+        its map its 3 rows (its encoding grows no map once the call is
+        gone; it did, and the failed branch then ended the map)."""
+        d = Attnd("--max-body", "4000000")
+        try:
+            def metric(name):
+                with urllib.request.urlopen(f"http://127.0.0.1:{d.port}/metrics") as r:
+                    return int(re.search(r"(?m)^%s (\d+)$" % re.escape(name), r.read().decode()).group(1))
+
+            def step(sid, t, pos):
+                req = pb.ModelInferRequest(model_name="demo")
+                typed(req, "x", "FP32", [1, t, 64], [((i * 13) % 29) / 29.0 - 0.5 for i in range(t * 64)])
+                req.parameters["sequence_id"].string_param = sid
+                req.parameters["sequence_start"].bool_param = pos == 0
+                req.parameters["sequence_position"].int64_param = pos
+                req.parameters["retain"].bool_param = pos == 0
+                return want(req, "y")
+
+            ran = 0
+            for i in range(8):
+                sid = f"cx{i}"
+                first = d.stub.ModelInfer(step(sid, 2, 0))
+                map_id = first.parameters["map_id"].string_param
+                d.stub.ModelInfer(step(sid, 1, 2))
+                count = metric('attnd_inference_count_total{model="demo",version="1"}')
+                call = d.stub.ModelInfer.future(step(sid, 1200, 1))
+                time.sleep(0.002 * SLOW)
+                if not call.cancel():
+                    continue  # answered first: nothing to see
+                deadline = time.time() + 10 * SLOW
+                while metric("attnd_pool_jobs") and time.time() < deadline:
+                    time.sleep(0.005)
+                if metric('attnd_inference_count_total{model="demo",version="1"}') == count:
+                    continue  # cancelled before it ran
+                ran += 1
+                st, seqs = d.rest("/v2/sequences")
+                got = [[q["length"], q.get("map_id")] for q in seqs["sequences"] if q["id"] == sid]
+                self.assertEqual(got, [[3, map_id]], "the cancelled step changed its sequence")
+                st, meta = d.rest(f"/v2/maps/{map_id}")
+                self.assertEqual(meta["shape"], [1, 4, 3, 3])
+            # under a sanitizer the cancel may come before every step ran
+            self.assertTrue(ran > 0 or SLOW > 1, "no cancelled step ran")
+        finally:
+            self.assertEqual(d.stop(), 0, d.log[-3000:])
+
+    def test_unauthenticated(self):
+        d = Attnd("--api-key", "s3cret")
+        try:
+            s = d.stub
+            self.assertTrue(s.ServerLive(pb.ServerLiveRequest()).live, "health needs no key")
+            for md in (None, [("authorization", "Bearer wrong")], [("authorization", "s3cret")]):
+                with self.assertRaises(grpc.RpcError) as e:
+                    s.ModelInfer(seed1(), metadata=md)
+                self.assertEqual(e.exception.code(), C.UNAUTHENTICATED)
+                self.assertRegex(e.exception.details(), r"authorization: missing or wrong API key")
+            with self.assertRaises(grpc.RpcError) as e:
+                list(s.ModelStreamInfer(iter([seed1()])))
+            self.assertEqual(e.exception.code(), C.UNAUTHENTICATED)
+            with self.assertRaises(grpc.RpcError) as e:
+                s.RepositoryIndex(pb.RepositoryIndexRequest())
+            self.assertEqual(e.exception.code(), C.UNAUTHENTICATED)
+            ok = [("authorization", "Bearer s3cret")]
+            self.assertEqual(s.ModelInfer(seed1(), metadata=ok).id, "seed1")
+            self.assertEqual(len(list(s.ModelStreamInfer(iter([seed1()]), metadata=ok))), 1)
+        finally:
+            self.assertEqual(d.stop(), 0, d.log)
+
+    def test_queue_full_is_unavailable(self):
+        # the first call waits out the batch delay in the queue (longer
+        # than the pause below, even on a sanitized build)
+        d = Attnd("--queue-size", "1", "--batch-delay-us", str(int(2e6 * SLOW)))
+        try:
+            first = d.stub.ModelInfer.future(seed1())
+            time.sleep(0.3 * SLOW)
+            with self.assertRaises(grpc.RpcError) as e:
+                d.stub.ModelInfer(seed1())
+            self.assertEqual(e.exception.code(), C.UNAVAILABLE)
+            self.assertRegex(e.exception.details(), r"queue: model 'sdpa' has 1 requests waiting \(queue-size\)")
+            self.assertEqual(first.result().id, "seed1", "the queued one still answers")
+        finally:
+            self.assertEqual(d.stop(), 0, d.log)
+
+    def test_memory_budget(self):
+        """A message counts against --memory-budget while it is buffered and
+        decoded, as a REST body does: past it UNAVAILABLE; the budget comes
+        back when calls end (no leak in the accounting)."""
+        d = Attnd("--memory-budget", "4000000", "--max-body", "2000000", "--max-json-body", "100000",
+                  "--request-memory", "4000000", "--batch-delay-us", str(int(1e6 * SLOW)))
+        try:
+            n = 25000  # one query over 25000 keys: 1.6 MB of k and v, little compute
+            big = pb.ModelInferRequest(model_name="sdpa", id="big")
+            raw(big, "q", "FP32", [1, 8], f32([0.1] * 8))
+            raw(big, "k", "FP32", [n, 8], b"\0" * (32 * n))
+            raw(big, "v", "FP32", [n, 8], b"\0" * (32 * n))
+            # two held by the batch delay take 3.2 MB; a third does not fit
+            first = [d.stub.ModelInfer.future(big) for _ in range(2)]
+            time.sleep(0.3 * SLOW)
+            with self.assertRaises(grpc.RpcError) as e:
+                d.stub.ModelInfer(big)
+            self.assertEqual(e.exception.code(), C.UNAVAILABLE, e.exception.details())
+            self.assertRegex(e.exception.details(), r"memory-budget")
+            self.assertEqual([f.result().id for f in first], ["big", "big"])
+            for _ in range(3):  # each returns what it took
+                self.assertEqual(d.stub.ModelInfer(big).id, "big")
+            # on a stream, the request that does not fit is that request's
+            # error (its bytes dropped unread) and the stream goes on
+            got = list(d.stub.ModelStreamInfer(iter([big] * 3 + [seed1()])))
+            self.assertEqual(len(got), 4)
+            self.assertRegex(got[2].error_message, r"memory-budget")
+            self.assertEqual([g.infer_response.id for g in got if not g.error_message][-1], "seed1")
+            self.assertEqual(got[0].infer_response.id, "big")
+        finally:
+            self.assertEqual(d.stop(), 0, d.log)
+
+    def test_sequence_steps_batch_across_doors(self):
+        """A sequence stepped on a gRPC stream and one stepped over REST, in
+        lock step: each pair of steps runs as one batch of 2 (one
+        scheduler), and both sequences' answers stay their own."""
+        d = Attnd("--batch-delay-us", str(int(300000 * SLOW)), "--max-batch", "2")
+        try:
+            rnd = __import__("random").Random(5)
+            xs = [[rnd.uniform(-1, 1) for _ in range(64)] for _ in range(4)]
+            q = queue.Queue()
+            stream = d.stub.ModelStreamInfer(iter(q.get, None))
+            lengths = []
+            for k, x in enumerate(xs):
+                r = pb.ModelInferRequest(model_name="demo", id=f"g{k}")
+                raw(r, "x", "FP32", [1, 1, 64], f32(x))
+                r.parameters["sequence_id"].string_param = "by-grpc"
+                r.parameters["sequence_start"].bool_param = k == 0
+                r.parameters["sequence_end"].bool_param = k == len(xs) - 1
+                q.put(r)
+                st, body = d.rest("/v2/models/demo/infer", {
+                    "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1, 64], "data": x}],
+                    "parameters": {"sequence_id": "by-rest", "sequence_start": k == 0,
+                                   "sequence_end": k == len(xs) - 1}})
+                g = next(stream)
+                self.assertEqual(st, 200, body)
+                self.assertEqual(g.error_message, "")
+                lengths.append((g.infer_response.parameters["sequence_length"].int64_param,
+                                body["parameters"]["sequence_length"]))
+                # the same rows in the same positions: the same y
+                self.assertLess(max_diff(out(g.infer_response, "y")[1], body["outputs"][0]["data"]), 1e-6)
+            q.put(None)
+            self.assertEqual(list(stream), [])
+            self.assertEqual(lengths, [(1, 1), (2, 2), (3, 3), (4, 4)])
+            st = d.stub.ModelStatistics(pb.ModelStatisticsRequest(name="demo")).model_stats[0]
+            self.assertEqual({(b.batch_size, b.compute_infer.count) for b in st.batch_stats}, {(2, 4)})
+            line = r"ModelStreamInfer 200 .*batch=2"
+            self.assertEqual(len(re.findall(line, d.logged(line, 4))), 4)
+        finally:
+            self.assertEqual(d.stop(), 0, d.log)
+
+    def test_deadlines(self):
+        d = Attnd("--deadline-ms", "300", "--batch-delay-us", "10000000", "--max-batch", "2")
+        try:
+            t0 = time.time()
+            with self.assertRaises(grpc.RpcError) as e:
+                d.stub.ModelInfer(seed1())
+            self.assertEqual(e.exception.code(), C.DEADLINE_EXCEEDED)
+            self.assertRegex(e.exception.details(), r"deadline: no answer within 300 ms \(deadline-ms\)")
+            self.assertLess(time.time() - t0, 5 * SLOW)
+            # the client's shorter grpc-timeout wins
+            t0 = time.time()
+            with self.assertRaises(grpc.RpcError) as e:
+                d.stub.ModelInfer(seed1(), timeout=0.1)
+            self.assertEqual(e.exception.code(), C.DEADLINE_EXCEEDED)
+            self.assertLess(time.time() - t0, 0.29)
+            # in a stream, a late request is that request's error
+            got = list(d.stub.ModelStreamInfer(iter([seed1()])))
+            self.assertRegex(got[0].error_message, r"deadline: no answer within 300 ms")
+            self.assertTrue(d.stub.ServerLive(pb.ServerLiveRequest()).live)
+        finally:
+            self.assertEqual(d.stop(), 0, d.log)
+
+    def test_drain(self):
+        """SIGTERM: calls in flight finish (a stream's too), ready turns
+        false, new work is UNAVAILABLE, and attnd exits 0 once the last
+        client is gone (a REST client stuck in its body holds the drain
+        open here, as in tests/server/lifecycle.test.mjs)."""
+        d = Attnd("--batch-delay-us", "10000000")
+        try:
+            inflight = d.stub.ModelInfer.future(seed1())
+            q = queue.Queue()
+            stream = d.stub.ModelStreamInfer(iter(q.get, None))
+            q.put(seed1())
+            time.sleep(0.2 * SLOW)
+            sock = socket.create_connection(("127.0.0.1", d.port))
+            sock.sendall(b"POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\n"
+                         b"Content-Length: 100\r\n\r\n{\"inp")
+            time.sleep(0.1 * SLOW)
+            t0 = time.time()
+            d.proc.send_signal(signal.SIGTERM)
+            self.assertEqual(inflight.result(timeout=10 * SLOW).id, "seed1", "in flight finishes")
+            self.assertEqual(next(stream).infer_response.id, "seed1", "so does the stream's")
+            self.assertLess(time.time() - t0, 5 * SLOW, "without the batch delay")
+            # the idle stream is ended: the server is going away
+            with self.assertRaises(grpc.RpcError) as e:
+                next(stream)
+            self.assertEqual(e.exception.code(), C.UNAVAILABLE)
+            q.put(None)
+            ch = grpc.insecure_channel(f"127.0.0.1:{d.grpc_port}")
+            s = pbg.GRPCInferenceServiceStub(ch)
+            self.assertFalse(s.ServerReady(pb.ServerReadyRequest(), timeout=10).ready)
+            self.assertTrue(s.ServerLive(pb.ServerLiveRequest(), timeout=10).live)
+            with self.assertRaises(grpc.RpcError) as e:
+                s.ModelInfer(seed1(), timeout=10)
+            self.assertEqual(e.exception.code(), C.UNAVAILABLE)
+            self.assertRegex(e.exception.details(), r"draining")
+            ch.close()
+            sock.close()
+            self.assertEqual(d.proc.wait(10 * SLOW), 0, "leaves by itself")
+        finally:
+            self.assertEqual(d.stop(), 0, d.log)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
