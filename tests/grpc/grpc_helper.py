@@ -61,8 +61,12 @@ def _kill_live():
 
 
 def _on_signal(sig, _frame):
+    # exit now: sys.exit would be a failure of the test running, and the
+    # next tests would start daemons that the runner's SIGKILL may orphan
     _kill_live()
-    sys.exit(128 + sig)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(128 + sig)
 
 
 atexit.register(_kill_live)
