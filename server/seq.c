@@ -11,8 +11,13 @@
 
 #define N_BUCKETS 1024
 
-/* One sequence id. It lives in the table while it is live or has steps;
- * its cache belongs to the instance it holds a reference on. */
+/* How a sequence that is no longer live went (its tombstone). */
+enum { GONE_NONE, GONE_ENDED, GONE_DROPPED };
+
+/* One sequence id. It lives in the table while it is live, has steps or
+ * is remembered as gone (a tombstone: at most max-sequences of them, each
+ * for sequence-idle-ms, so that a step to it is told how it went); its
+ * cache belongs to the instance it holds a reference on. */
 struct srv_seq {
     char id[OIP_MAX_SEQ_ID];
     srv_entry *e;        /* model of its cache */
@@ -28,6 +33,11 @@ struct srv_seq {
     int retained;        /* started with retain: true */
     int expected;        /* counted in e->seq_expected (if still expect_gen) */
     uint64_t expect_gen;
+    int gone;            /* GONE_*: a tombstone, in the tombs list */
+    int gone_reason;     /* GONE_DROPPED: SRV_DROP_* */
+    int gone_len;        /* tokens it held then */
+    uint64_t gone_ns;
+    srv_seq *tprev, *tnext; /* the tombs list, oldest first */
     srv_seq *hnext;
 };
 
@@ -38,12 +48,19 @@ struct srv_seqs {
     srv_step *dec_head, *dec_tail;  /* decoding, ticket order */
     srv_step *held_head, *held_tail; /* decoded steps, ticket order */
     int n_live, n_starting;
+    srv_seq *tomb_head, *tomb_tail;
+    int n_tombs;
+    int walking;         /* in each_seq: tombs over the cap wait for its end */
     uv_timer_t idle;
     int timer_on;
 };
 
 static const char *drop_name[SRV_DROP_N] = {"idle", "deleted", "unloaded",
                                             "restarted"};
+/* what a drop's reason means to a client */
+static const char *drop_why[SRV_DROP_N] = {
+    "idle past sequence-idle-ms", "deleted", "its model reloaded or unloaded",
+    "restarted"};
 
 static unsigned hash(const char *id)
 {
@@ -66,7 +83,7 @@ static srv_seq *find(srv_seqs *q, const char *id)
 static void gc(srv_seqs *q, srv_seq *l)
 {
     srv_seq **pp;
-    if (l->live || l->active || l->qhead)
+    if (l->live || l->active || l->qhead || l->gone)
         return;
     for (pp = &q->bucket[hash(l->id)]; *pp; pp = &(*pp)->hnext)
         if (*pp == l) {
@@ -74,6 +91,55 @@ static void gc(srv_seqs *q, srv_seq *l)
             break;
         }
     free(l);
+}
+
+/* unbury: l is no longer remembered as gone (live again, or forgotten). */
+static void unbury(srv_seqs *q, srv_seq *l)
+{
+    if (!l->gone)
+        return;
+    if (l->tprev)
+        l->tprev->tnext = l->tnext;
+    else
+        q->tomb_head = l->tnext;
+    if (l->tnext)
+        l->tnext->tprev = l->tprev;
+    else
+        q->tomb_tail = l->tprev;
+    l->tprev = l->tnext = NULL;
+    l->gone = GONE_NONE;
+    q->n_tombs--;
+}
+
+/* trim_tombs: forget the oldest tombstones past max-sequences (not while
+ * each_seq walks the table: it may hold the next one). */
+static void trim_tombs(srv_seqs *q)
+{
+    while (!q->walking && q->tomb_head &&
+           q->n_tombs > (int)q->s->cfg.max_sequences) {
+        srv_seq *l = q->tomb_head;
+        unbury(q, l);
+        gc(q, l);
+    }
+}
+
+/* bury: remember that l, which held len tokens, went (GONE_*; reason for
+ * a drop). */
+static void bury(srv_seqs *q, srv_seq *l, int gone, int reason, int len)
+{
+    unbury(q, l);
+    l->gone = gone;
+    l->gone_reason = reason;
+    l->gone_len = len;
+    l->gone_ns = srv_now_ns();
+    l->tprev = q->tomb_tail;
+    if (q->tomb_tail)
+        q->tomb_tail->tnext = l;
+    else
+        q->tomb_head = l;
+    q->tomb_tail = l;
+    q->n_tombs++;
+    trim_tombs(q);
 }
 
 /* expect: l's next step is (on) or is no longer (off) expected soon: its
@@ -110,6 +176,7 @@ static void release_cache(srv_seqs *q, srv_seq *l)
 /* drop: l goes away for reason (now, or when its running step ends). */
 static void drop(srv_seqs *q, srv_seq *l, int reason)
 {
+    int len = l->kv.len;
     if (!l->live)
         return;
     if (l->active && l->active->kv == &l->kv && l->active->bound) {
@@ -119,8 +186,9 @@ static void drop(srv_seqs *q, srv_seq *l, int reason)
     }
     l->e->seq_stats.dropped[reason]++;
     srv_log(q->s, "info", "sequence '%s' of model '%s' dropped (%s, %d tokens)",
-            l->id, l->e->name, drop_name[reason], l->kv.len);
+            l->id, l->e->name, drop_name[reason], len);
     release_cache(q, l);
+    bury(q, l, GONE_DROPPED, reason, len);
 }
 
 /* ---- the lists ------------------------------------------------------------ */
@@ -156,14 +224,39 @@ static void fail(srv_step *st, int status, const char *msg)
     srv__sched_fail(st->job, status, msg);
 }
 
-/* unknown_msg: the 400 of a step whose sequence is not live. */
-static void unknown_msg(char *msg, size_t n, const char *id)
+/* gone_msg: the 400 of a step whose sequence is not live (l: its
+ * tombstone, or NULL), or the 409 of one sent again at a position its
+ * ended sequence held; returns the status. */
+static int gone_msg(char *msg, size_t n, const char *id, const srv_seq *l,
+                    const srv_step *st)
 {
-    snprintf(msg, n, "parameters.sequence_id: unknown sequence '%s' (never "
-             "started, ended, idle past sequence-idle-ms, deleted, its model "
-             "reloaded, or held by another replica or a restarted server); "
-             "send sequence_start: true with the whole history to begin it "
-             "again", id);
+    double ago = l && l->gone ? (double)(srv_now_ns() - l->gone_ns) / 1e9 : 0;
+    if (!l || !l->gone) {
+        snprintf(msg, n, "parameters.sequence_id: unknown sequence '%s' (never "
+                 "started, ended, idle past sequence-idle-ms, deleted, its "
+                 "model reloaded, or held by another replica or a restarted "
+                 "server); send sequence_start: true with the whole history to "
+                 "begin it again", id);
+        return 400;
+    }
+    if (l->gone == GONE_ENDED && st->has_pos && st->pos < l->gone_len) {
+        snprintf(msg, n, "parameters.sequence_position: sequence '%s' ended "
+                 "%.1f s ago at %d tokens (a step with sequence_end was "
+                 "answered), so the step at %d was carried out; an ended "
+                 "sequence takes no step, and its last one cannot be sent "
+                 "again (for that, leave sequence_end off and DELETE "
+                 "/v2/sequences/{id} when done)", id, ago, l->gone_len,
+                 st->pos);
+        return 409;
+    }
+    snprintf(msg, n, "parameters.sequence_id: unknown sequence '%s' (%s %.1f "
+             "s ago at %d tokens%s%s); send sequence_start: true with the "
+             "whole history to begin it again", id,
+             l->gone == GONE_ENDED ? "ended" : "dropped", ago, l->gone_len,
+             l->gone == GONE_ENDED ? ": a step with sequence_end was answered"
+                                   : ": ",
+             l->gone == GONE_ENDED ? "" : drop_why[l->gone_reason]);
+    return 400;
 }
 
 /* kick: make l's next waiting step active (checked against l's state now
@@ -198,8 +291,7 @@ static void kick(srv_seqs *q, srv_seq *l)
             st->map_id[0] = 0;
         } else {
             if (!l->live) {
-                unknown_msg(msg, sizeof msg, st->id);
-                fail(st, 400, msg);
+                fail(st, gone_msg(msg, sizeof msg, st->id, l, st), msg);
                 continue;
             }
             if (l->e != st->e || l->inst != st->inst) {
@@ -245,8 +337,7 @@ static void route(srv_seqs *q, srv_step *st)
     srv_seq *l = find(q, st->id);
     char msg[512];
     if (!l && !st->start) {
-        unknown_msg(msg, sizeof msg, st->id);
-        fail(st, 400, msg);
+        fail(st, gone_msg(msg, sizeof msg, st->id, NULL, st), msg);
         return;
     }
     if (!l) {
@@ -351,9 +442,10 @@ int srv_seq_bind(srv_step *st, size_t *mem, char *err)
     int rc, status = 0, reserved = 0;
     if (!st->start && !st->seq->live) { /* dropped while it queued */
         snprintf(err, OIP_ERRMAX, "parameters.sequence_id: sequence '%s' was "
-                 "dropped (deleted, idle or model unloaded) before this step "
-                 "ran; send sequence_start: true with the whole history to "
-                 "begin it again", st->id);
+                 "dropped (%s) before this step ran; send sequence_start: true "
+                 "with the whole history to begin it again", st->id,
+                 st->seq->gone == GONE_DROPPED ? drop_why[st->seq->gone_reason]
+                                               : "deleted, idle or model unloaded");
         return 400;
     }
     /* a step at a position other than the length (kick refused one past
@@ -508,6 +600,7 @@ void srv_seq_step_end(srv_step *st, int ok)
             l->inst = st->inst;
             l->inst->refs++;
             l->live = 1;
+            unbury(q, l);
             l->retained = st->retain;
             q->n_live++;
             l->e->seq_stats.live++;
@@ -516,8 +609,10 @@ void srv_seq_step_end(srv_step *st, int ok)
         snprintf(l->map_id, sizeof l->map_id, "%s", st->map_id);
         l->last_ns = srv_now_ns();
         if (st->end) {
+            int len = l->kv.len;
             l->e->seq_stats.ended++;
             release_cache(q, l);
+            bury(q, l, GONE_ENDED, 0, len);
         } else if (l->inst != l->e->inst) { /* reloaded while it ran */
             l->kill = 1;
             l->kill_reason = SRV_DROP_UNLOADED;
@@ -542,6 +637,7 @@ static void each_seq(srv_seqs *q, void (*fn)(srv_seqs *, srv_seq *, void *),
                      void *arg)
 {
     int b;
+    q->walking = 1;
     for (b = 0; b < N_BUCKETS; b++) {
         srv_seq *l = q->bucket[b], *next;
         for (; l; l = next) {
@@ -549,6 +645,8 @@ static void each_seq(srv_seqs *q, void (*fn)(srv_seqs *, srv_seq *, void *),
             fn(q, l, arg);
         }
     }
+    q->walking = 0;
+    trim_tombs(q);
 }
 
 static void drop_model_fn(srv_seqs *q, srv_seq *l, void *arg)
@@ -572,6 +670,9 @@ static void idle_fn(srv_seqs *q, srv_seq *l, void *arg)
     if (l->live && !l->active && !l->qhead && now - l->last_ns >= idle) {
         drop(q, l, SRV_DROP_IDLE);
         gc(q, l);
+    } else if (l->gone && now - l->gone_ns >= idle) {
+        unbury(q, l); /* remembered long enough */
+        gc(q, l);
     }
 }
 
@@ -579,7 +680,7 @@ static void on_idle(uv_timer_t *t)
 {
     srv_seqs *q = t->data;
     uint64_t now = srv_now_ns();
-    if (q->n_live)
+    if (q->n_live || q->n_tombs)
         each_seq(q, idle_fn, &now);
 }
 
@@ -687,6 +788,7 @@ static void free_fn(srv_seqs *q, srv_seq *l, void *arg)
     l->active = NULL;
     l->qhead = l->qtail = NULL;
     release_cache(q, l);
+    unbury(q, l);
     gc(q, l);
 }
 

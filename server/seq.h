@@ -32,6 +32,9 @@
  *   end        srv_seq_step_end from job_end: answered 200 -> the cache
  *              advances (a start replaces the old cache, an end frees
  *              it, a rewound one gives back the pages past its new end);
+ *              a sequence that ends or is dropped is remembered without
+ *              its cache (a tombstone) so that a later step is told how
+ *              it went;
  *              anything else -> the replaced rows go back, then the
  *              reserved pages (attn_kv_trim): the sequence is exactly as
  *              before.

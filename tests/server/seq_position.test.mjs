@@ -110,6 +110,33 @@ test('sequence_position: past the end 409 and nothing changes; the rules', async
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
+test('an ended sequence\'s last step sent again is 409 (it was carried out); a step after the end says it ended', async () => {
+  const d = await start({ dir: gqaModels() });
+  try {
+    const xs = tokens(5, 44);
+    const ref = await full(d, xs);
+    checkStep(await infer(d, 'gqa', at('end', rows(xs, 0, 3), 0, { start: true })), ref, 0, 3, 'start');
+    checkStep(await infer(d, 'gqa', at('end', rows(xs, 3, 4), 3, { end: true })), ref, 3, 1, 'the last step');
+    assert.equal(await length(d, 'end'), null, 'ended: not listed');
+    const again = await infer(d, 'gqa', at('end', rows(xs, 3, 4), 3, { end: true }));
+    assert.equal(again.status, 409, JSON.stringify(again.json));
+    assert.match(again.json.error, /^parameters.sequence_position: sequence 'end' ended \d+\.\d s ago at 4 tokens \(a step with sequence_end was answered\), so the step at 3 was carried out; an ended sequence takes no step/);
+    const after = await infer(d, 'gqa', at('end', rows(xs, 4, 5), 4));
+    assert.equal(after.status, 400);
+    assert.match(after.json.error, /unknown sequence 'end' \(ended \d+\.\d s ago at 4 tokens: a step with sequence_end was answered\); send sequence_start: true/);
+    // deleted: a step is told so
+    checkStep(await infer(d, 'gqa', at('del', rows(xs, 0, 2), 0, { start: true })), ref, 0, 2, 'start del');
+    assert.equal((await fetch(`${d.url}/v2/sequences/del`, { method: 'DELETE' })).status, 200);
+    const gone = await infer(d, 'gqa', at('del', rows(xs, 2, 3), 2));
+    assert.equal(gone.status, 400);
+    assert.match(gone.json.error, /unknown sequence 'del' \(dropped \d+\.\d s ago at 2 tokens: deleted\)/);
+    // a restart begins it again
+    checkStep(await infer(d, 'gqa', at('end', rows(xs, 0, 4), 0, { start: true })), ref, 0, 4, 'restart');
+    checkStep(await infer(d, 'gqa', at('end', rows(xs, 4, 5), 4)), ref, 4, 1, 'after the restart');
+    assert.equal(await metric(d, 'attnd_kv_bytes') > 0, true);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
 test('a step below the length that fails leaves the sequence as it was', async () => {
   const d = await start({ dir: gqaModels() });
   try {

@@ -79,10 +79,9 @@ START_TEST(start_step_end)
     ck_assert_int_eq(d->queued, 0);
     ck_assert_int_eq(d->status, 400);
     ck_assert_str_eq(d->msg, "parameters.sequence_id: unknown sequence '42' "
-                     "(never started, ended, idle past sequence-idle-ms, "
-                     "deleted, its model reloaded, or held by another replica "
-                     "or a restarted server); send sequence_start: true with "
-                     "the whole history to begin it again");
+                     "(ended 0.0 s ago at 6 tokens: a step with sequence_end "
+                     "was answered); send sequence_start: true with the whole "
+                     "history to begin it again");
     ck_assert_int_eq(g_n_fail_ends, 1);
     job_free(a), job_free(b), job_free(c), job_free(d);
 }

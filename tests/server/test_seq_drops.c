@@ -206,9 +206,8 @@ START_TEST(delete_now_or_after_the_running_step)
     ck_assert_uint_eq(used(0), 0);
     ck_assert_int_eq(launch(a), 400);
     ck_assert_str_eq(a->msg, "parameters.sequence_id: sequence 'd' was dropped "
-                     "(deleted, idle or model unloaded) before this step ran; "
-                     "send sequence_start: true with the whole history to "
-                     "begin it again");
+                     "(deleted) before this step ran; send sequence_start: "
+                     "true with the whole history to begin it again");
     ck_assert_int_eq(info("d", NULL), 0);
 
     /* bound and running: it goes when the step ends, even a good one */
@@ -228,6 +227,96 @@ START_TEST(delete_now_or_after_the_running_step)
     ck_assert_str_eq(g_log, "sequence 'd' of model 'm1' dropped (deleted, 5 "
                      "tokens)");
     job_free(a), job_free(b);
+}
+END_TEST
+
+/* A sequence that went is remembered for sequence-idle-ms (40), at most
+ * max-sequences of them: a step to it is told how it went (ended; dropped
+ * and why), one sent again at a position its ended sequence held is 409
+ * (it was carried out); a restart, expiry or the cap forgets it. */
+START_TEST(gone_sequences_are_remembered)
+{
+    char owner[SRV_NAME_MAX];
+    srv_job *j;
+    const char *unknown_tail = "; send sequence_start: true with the whole "
+                               "history to begin it again";
+    char want[512];
+    g_s.cfg.max_sequences = 2;
+    go(M1, 3, "\"sequence_id\":\"e\",\"sequence_start\":true");
+    go(M1, 1, "\"sequence_id\":\"e\",\"sequence_end\":true,\"sequence_position\":3");
+    g_now += 1500 * MS;
+    /* its last step sent again */
+    j = job(M1, 1, "\"sequence_id\":\"e\",\"sequence_end\":true,\"sequence_position\":3");
+    submit(j);
+    ck_assert_int_eq(j->queued, 0);
+    ck_assert_int_eq(j->status, 409);
+    ck_assert_str_eq(j->msg, "parameters.sequence_position: sequence 'e' ended "
+                     "1.5 s ago at 4 tokens (a step with sequence_end was "
+                     "answered), so the step at 3 was carried out; an ended "
+                     "sequence takes no step, and its last one cannot be sent "
+                     "again (for that, leave sequence_end off and DELETE "
+                     "/v2/sequences/{id} when done)");
+    job_free(j);
+    /* a step past its end, or with no position */
+    for (int k = 0; k < 2; k++) {
+        j = job(M1, 1, k ? "\"sequence_id\":\"e\"" : "\"sequence_id\":\"e\",\"sequence_position\":4");
+        submit(j);
+        ck_assert_int_eq(j->status, 400);
+        snprintf(want, sizeof want, "parameters.sequence_id: unknown sequence "
+                 "'e' (ended 1.5 s ago at 4 tokens: a step with sequence_end "
+                 "was answered)%s", unknown_tail);
+        ck_assert_str_eq(j->msg, want);
+        job_free(j);
+    }
+    ck_assert_int_eq(info("e", NULL), 0);
+    ck_assert_uint_eq(used(0), 0);
+    /* deleted: dropped, and why */
+    go(M1, 2, "\"sequence_id\":\"d\",\"sequence_start\":true");
+    ck_assert_int_eq(srv_seq_delete(&g_s, "d", owner), 0);
+    ck_assert_int_eq(srv_seq_delete(&g_s, "d", owner), -1);
+    j = job(M1, 1, "\"sequence_id\":\"d\"");
+    submit(j);
+    snprintf(want, sizeof want, "parameters.sequence_id: unknown sequence 'd' "
+             "(dropped 0.0 s ago at 2 tokens: deleted)%s", unknown_tail);
+    ck_assert_str_eq(j->msg, want);
+    job_free(j);
+    /* a third one gone (max-sequences 2): the oldest, 'e', is forgotten */
+    go(M1, 1, "\"sequence_id\":\"f\",\"sequence_start\":true,\"sequence_end\":true");
+    j = job(M1, 1, "\"sequence_id\":\"e\",\"sequence_end\":true,\"sequence_position\":3");
+    submit(j);
+    ck_assert_int_eq(j->status, 400);
+    ck_assert_ptr_nonnull(strstr(j->msg, "unknown sequence 'e' (never started"));
+    job_free(j);
+    /* idle: 'g' goes in the sweep that forgets 'd' and 'f' (40 ms after) */
+    go(M1, 1, "\"sequence_id\":\"g\",\"sequence_start\":true");
+    g_now += 40 * MS;
+    sweep();
+    ck_assert_int_eq(info("g", NULL), 0);
+    j = job(M1, 1, "\"sequence_id\":\"g\"");
+    submit(j);
+    snprintf(want, sizeof want, "parameters.sequence_id: unknown sequence 'g' "
+             "(dropped 0.0 s ago at 1 tokens: idle past sequence-idle-ms)%s",
+             unknown_tail);
+    ck_assert_str_eq(j->msg, want);
+    job_free(j);
+    for (int k = 0; k < 2; k++) {
+        j = job(M1, 1, k ? "\"sequence_id\":\"f\"" : "\"sequence_id\":\"d\"");
+        submit(j);
+        ck_assert_ptr_nonnull(strstr(j->msg, "(never started"));
+        job_free(j);
+    }
+    /* a restart makes it live again; ending it remembers the new end */
+    go(M1, 2, "\"sequence_id\":\"g\",\"sequence_start\":true");
+    go(M1, 1, "\"sequence_id\":\"g\"");
+    ck_assert_int_eq(length("g"), 3);
+    go(M1, 1, "\"sequence_id\":\"g\",\"sequence_end\":true");
+    j = job(M1, 1, "\"sequence_id\":\"g\",\"sequence_position\":2");
+    submit(j);
+    ck_assert_int_eq(j->status, 409);
+    ck_assert_ptr_nonnull(strstr(j->msg, "ended 0.0 s ago at 4 tokens"));
+    job_free(j);
+    ck_assert_uint_eq(used(0), 0);
+    ck_assert_int_eq(M1->seq_stats.live, 0);
 }
 END_TEST
 
@@ -443,6 +532,7 @@ static Suite *seq_drops_suite(void)
     tcase_add_test(tc, step_on_another_model_or_instance);
     tcase_add_test(tc, retain_follows_the_start);
     tcase_add_test(tc, delete_now_or_after_the_running_step);
+    tcase_add_test(tc, gone_sequences_are_remembered);
     tcase_add_test(tc, unload_and_reload);
     tcase_add_test(tc, idle_drop);
     tcase_add_test(tc, expire_fails_held_and_waiting);
