@@ -55,8 +55,8 @@ struct srv_seqs {
     int timer_on;
 };
 
-static const char *drop_name[SRV_DROP_N] = {"idle", "deleted", "unloaded",
-                                            "restarted"};
+const char *const srv_drop_name[SRV_DROP_N] = {"idle", "deleted", "unloaded",
+                                              "restarted"};
 /* what a drop's reason means to a client */
 static const char *drop_why[SRV_DROP_N] = {
     "idle past sequence-idle-ms", "deleted", "its model reloaded or unloaded",
@@ -186,7 +186,7 @@ static void drop(srv_seqs *q, srv_seq *l, int reason)
     }
     l->e->seq_stats.dropped[reason]++;
     srv_log(q->s, "info", "sequence '%s' of model '%s' dropped (%s, %d tokens)",
-            l->id, l->e->name, drop_name[reason], len);
+            l->id, l->e->name, srv_drop_name[reason], len);
     release_cache(q, l);
     bury(q, l, GONE_DROPPED, reason, len);
 }

@@ -68,8 +68,6 @@ void srv_seq_h_delete(srv_req *r)
  * used and the budget, sequences started, ended, dropped by reason. */
 char *srv_seq_metrics_text(srv *s)
 {
-    static const char *reasons[SRV_DROP_N] = {"idle", "deleted", "unloaded",
-                                              "restarted"};
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
@@ -120,7 +118,7 @@ char *srv_seq_metrics_text(srv *s)
         if (!e->inst || !e->inst->builtin)
             for (i = 0; i < SRV_DROP_N; i++)
                 fprintf(f, "attnd_sequences_dropped_total{model=\"%s\",version=\"1\","
-                           "reason=\"%s\"} %llu\n", e->name, reasons[i],
+                           "reason=\"%s\"} %llu\n", e->name, srv_drop_name[i],
                         (unsigned long long)e->seq_stats.dropped[i]);
 #undef FAMILY
     if (fclose(f) != 0) {

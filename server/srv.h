@@ -58,9 +58,11 @@ typedef struct srv_stats {
     uint64_t size_count[SRV_BATCH_STATS], size_infer_ns[SRV_BATCH_STATS];
 } srv_stats;
 
-/* Why a sequence went away (metrics label; seq.h). */
+/* Why a sequence went away (seq.h); srv_drop_name: the metrics label and
+ * log word of each (seq.c). */
 enum { SRV_DROP_IDLE, SRV_DROP_DELETED, SRV_DROP_UNLOADED, SRV_DROP_RESTARTED,
        SRV_DROP_N };
+extern const char *const srv_drop_name[SRV_DROP_N];
 
 /* Counters of one model's sequences (seq.c; loop thread). */
 typedef struct srv_seq_stats {
