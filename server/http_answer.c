@@ -80,7 +80,7 @@ static const char LOST_ANSWER[] =
     "{\"error\": \"server: the request was carried out, but there was no memory "
     "for its answer; do not send it again as it was (a sequence's step may be "
     "sent again with parameters.sequence_position, the length it was sent at; "
-    "a sequence's length is in GET /v2/sequences)\"}";
+    "a sequence's length is in GET /v2/sequences/{id})\"}";
 
 /* fixed_status: which answer made at start goes to a request or an answer
  * that memory cannot be found for now: 204 to an allowed origin's

@@ -347,6 +347,7 @@ const srv_route srv_routes[] = {
     {SRV_GET, "/v2/maps/{}", h_maps, 1, SRV_BODY_NONE},
     {SRV_GET, "/v2/maps/{}/attention", h_maps, 1, SRV_BODY_NONE},
     {SRV_GET, "/v2/sequences", srv_seq_h_list, 1, SRV_BODY_NONE},
+    {SRV_GET, "/v2/sequences/{}", srv_seq_h_get, 1, SRV_BODY_NONE},
     {SRV_DELETE, "/v2/sequences/{}", srv_seq_h_delete, 1, SRV_BODY_NONE},
     {SRV_GET, "/", h_web, 0, SRV_BODY_NONE},
     {SRV_GET, "/web/{}", h_web, 0, SRV_BODY_NONE},

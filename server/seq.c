@@ -57,6 +57,10 @@ struct srv_seqs {
 
 const char *const srv_drop_name[SRV_DROP_N] = {"idle", "deleted", "unloaded",
                                               "restarted"};
+/* what a sequence no one remembers may be */
+#define UNKNOWN_WHY                                                            \
+    "never started, ended, idle past sequence-idle-ms, deleted, its model "    \
+    "reloaded, or held by another replica or a restarted server"
 /* what a drop's reason means to a client */
 static const char *drop_why[SRV_DROP_N] = {
     "idle past sequence-idle-ms", "deleted", "its model reloaded or unloaded",
@@ -224,38 +228,43 @@ static void fail(srv_step *st, int status, const char *msg)
     srv__sched_fail(st->job, status, msg);
 }
 
+/* gone_what: how tombstone l went: "ended 1.5 s ago at 4 tokens: ...". */
+static void gone_what(char *buf, size_t n, const srv_seq *l)
+{
+    double ago = (double)(srv_now_ns() - l->gone_ns) / 1e9;
+    if (l->gone == GONE_ENDED)
+        snprintf(buf, n, "ended %.1f s ago at %d tokens: a step with "
+                 "sequence_end was answered", ago, l->gone_len);
+    else
+        snprintf(buf, n, "dropped %.1f s ago at %d tokens: %s", ago,
+                 l->gone_len, drop_why[l->gone_reason]);
+}
+
 /* gone_msg: the 400 of a step whose sequence is not live (l: its
  * tombstone, or NULL), or the 409 of one sent again at a position its
  * ended sequence held; returns the status. */
 static int gone_msg(char *msg, size_t n, const char *id, const srv_seq *l,
                     const srv_step *st)
 {
-    double ago = l && l->gone ? (double)(srv_now_ns() - l->gone_ns) / 1e9 : 0;
+    char what[128];
     if (!l || !l->gone) {
-        snprintf(msg, n, "parameters.sequence_id: unknown sequence '%s' (never "
-                 "started, ended, idle past sequence-idle-ms, deleted, its "
-                 "model reloaded, or held by another replica or a restarted "
-                 "server); send sequence_start: true with the whole history to "
-                 "begin it again", id);
+        snprintf(msg, n, "parameters.sequence_id: unknown sequence '%s' (%s); "
+                 "send sequence_start: true with the whole history to begin "
+                 "it again", id, UNKNOWN_WHY);
         return 400;
     }
+    gone_what(what, sizeof what, l);
     if (l->gone == GONE_ENDED && st->has_pos && st->pos < l->gone_len) {
-        snprintf(msg, n, "parameters.sequence_position: sequence '%s' ended "
-                 "%.1f s ago at %d tokens (a step with sequence_end was "
-                 "answered), so the step at %d was carried out; an ended "
-                 "sequence takes no step, and its last one cannot be sent "
-                 "again (for that, leave sequence_end off and DELETE "
-                 "/v2/sequences/{id} when done)", id, ago, l->gone_len,
-                 st->pos);
+        snprintf(msg, n, "parameters.sequence_position: sequence '%s' %s; the "
+                 "step at %d was carried out, and an ended sequence takes no "
+                 "step: its last one cannot be sent again (for that, leave "
+                 "sequence_end off and DELETE /v2/sequences/{id} when done)",
+                 id, what, st->pos);
         return 409;
     }
-    snprintf(msg, n, "parameters.sequence_id: unknown sequence '%s' (%s %.1f "
-             "s ago at %d tokens%s%s); send sequence_start: true with the "
-             "whole history to begin it again", id,
-             l->gone == GONE_ENDED ? "ended" : "dropped", ago, l->gone_len,
-             l->gone == GONE_ENDED ? ": a step with sequence_end was answered"
-                                   : ": ",
-             l->gone == GONE_ENDED ? "" : drop_why[l->gone_reason]);
+    snprintf(msg, n, "parameters.sequence_id: unknown sequence '%s' (%s); "
+             "send sequence_start: true with the whole history to begin it "
+             "again", id, what);
     return 400;
 }
 
@@ -701,26 +710,46 @@ typedef struct list_arg {
     uint64_t now;
 } list_arg;
 
+/* fill_info: live l as listed at now. */
+static void fill_info(const srv_seq *l, uint64_t now, srv_seq_info *o)
+{
+    snprintf(o->id, sizeof o->id, "%s", l->id);
+    snprintf(o->model, sizeof o->model, "%s", l->e->name);
+    /* a rewound step's cache holds its position until it ends: the
+     * sequence's length is still what it was */
+    o->length = l->active && l->active->undo.held ? l->active->undo.len
+                                                  : l->kv.len;
+    o->bytes = attn_kv_bytes(&l->kv);
+    o->idle_ms = l->active || l->qhead ? 0 : (now - l->last_ns) / 1000000u;
+    snprintf(o->map_id, sizeof o->map_id, "%s", l->map_id);
+}
+
 static void list_fn(srv_seqs *q, srv_seq *l, void *arg)
 {
     list_arg *a = arg;
-    srv_seq_info *o;
     (void)q;
     if (!l->live || l->kill)
         return;
-    if (a->n < a->cap) {
-        o = &a->out[a->n];
-        snprintf(o->id, sizeof o->id, "%s", l->id);
-        snprintf(o->model, sizeof o->model, "%s", l->e->name);
-        /* a rewound step's cache holds its position until it ends: the
-         * sequence's length is still what it was */
-        o->length = l->active && l->active->undo.held ? l->active->undo.len
-                                                      : l->kv.len;
-        o->bytes = attn_kv_bytes(&l->kv);
-        o->idle_ms = l->active || l->qhead ? 0 : (a->now - l->last_ns) / 1000000u;
-        snprintf(o->map_id, sizeof o->map_id, "%s", l->map_id);
-    }
+    if (a->n < a->cap)
+        fill_info(l, a->now, &a->out[a->n]);
     a->n++;
+}
+
+int srv_seq_get(srv *s, const char *id, srv_seq_info *out, char *msg, size_t n)
+{
+    srv_seq *l = find(s->seqs, id);
+    char what[128];
+    if (l && l->live && !l->kill) {
+        fill_info(l, srv_now_ns(), out);
+        return 0;
+    }
+    if (l && l->gone) {
+        gone_what(what, sizeof what, l);
+        snprintf(msg, n, "sequence '%s' %s", id, what);
+    } else {
+        snprintf(msg, n, "unknown sequence '%s' (%s)", id, UNKNOWN_WHY);
+    }
+    return -1;
 }
 
 size_t srv_seq_list(srv *s, srv_seq_info *out, size_t cap)

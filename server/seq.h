@@ -136,6 +136,9 @@ typedef struct srv_seq_info {
     uint64_t idle_ms;
     char map_id[MAPS_ID_MAX];
 } srv_seq_info;
+/* srv_seq_get: live sequence id's info (0), or -1 with msg saying how it
+ * went (remembered) or that it is unknown. */
+int srv_seq_get(srv *s, const char *id, srv_seq_info *out, char *msg, size_t n);
 /* srv_seq_list: up to cap live sequences; returns the number of live ones
  * (may exceed cap). */
 size_t srv_seq_list(srv *s, srv_seq_info *out, size_t cap);
@@ -171,6 +174,7 @@ int srv_seq_encode(srv_step *st, const char *model_name, maps_store *maps,
 
 /* seq_http.c */
 void srv_seq_h_list(srv_req *r);
+void srv_seq_h_get(srv_req *r);
 void srv_seq_h_delete(srv_req *r);
 char *srv_seq_metrics_text(srv *s); /* malloc'd Prometheus text, or NULL */
 

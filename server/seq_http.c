@@ -12,16 +12,42 @@
 
 #include "core/kv.h"
 
-/* GET /v2/sequences: {"sequences": [{id, model, length, bytes, idle_ms,
- * map_id?}], "count"}; the first 4096 when there are more. */
+/* info_json: one sequence as listed: {id, model, length, bytes, idle_ms,
+ * map_id?}; NULL when out of memory. */
+static json_t *info_json(const srv_seq_info *i)
+{
+    json_t *o = json_pack("{s:s,s:s,s:i,s:I,s:I}", "id", i->id, "model",
+                          i->model, "length", i->length, "bytes",
+                          (json_int_t)i->bytes, "idle_ms", (json_int_t)i->idle_ms);
+    if (o && i->map_id[0] &&
+        json_object_set_new(o, "map_id", json_string(i->map_id)) < 0) {
+        json_decref(o);
+        o = NULL;
+    }
+    return o;
+}
+
+/* respond_json: o (its reference taken) as r's 200 answer. */
+static void respond_json(srv_req *r, json_t *o, unsigned long mark)
+{
+    char *text = o ? attn_json_dumps(o, JSON_COMPACT, mark) : NULL;
+    json_decref(o);
+    if (!text) {
+        srv_respond_error(r, 503, "sequences: out of memory");
+        return;
+    }
+    srv_respond(r, 200, "application/json", text, strlen(text));
+}
+
+/* GET /v2/sequences: {"sequences": [...], "count"}; the first 4096 when
+ * there are more. */
 void srv_seq_h_list(srv_req *r)
 {
     enum { CAP = 4096 };
     unsigned long mark = attn_json_mark();
     srv_seq_info *info = malloc(CAP * sizeof *info);
-    json_t *arr = json_array(), *o;
+    json_t *arr = json_array();
     size_t n, i;
-    char *text;
     if (!info || !arr) {
         free(info);
         json_decref(arr);
@@ -29,24 +55,25 @@ void srv_seq_h_list(srv_req *r)
         return;
     }
     n = srv_seq_list(r->s, info, CAP);
-    for (i = 0; i < n && i < CAP; i++) {
-        o = json_pack("{s:s,s:s,s:i,s:I,s:I}", "id", info[i].id, "model",
-                      info[i].model, "length", info[i].length, "bytes",
-                      (json_int_t)info[i].bytes, "idle_ms",
-                      (json_int_t)info[i].idle_ms);
-        if (o && info[i].map_id[0])
-            json_object_set_new(o, "map_id", json_string(info[i].map_id));
-        json_array_append_new(arr, o);
-    }
+    for (i = 0; i < n && i < CAP; i++)
+        json_array_append_new(arr, info_json(&info[i]));
     free(info);
-    o = json_pack("{s:o,s:I}", "sequences", arr, "count", (json_int_t)n);
-    text = attn_json_dumps(o, JSON_COMPACT, mark);
-    json_decref(o);
-    if (!text) {
-        srv_respond_error(r, 503, "sequences: out of memory");
+    respond_json(r, json_pack("{s:o,s:I}", "sequences", arr, "count", (json_int_t)n),
+                 mark);
+}
+
+/* GET /v2/sequences/{id}: the live sequence as listed; 404 saying how it
+ * went when it is remembered (ended, dropped), or that it is unknown. */
+void srv_seq_h_get(srv_req *r)
+{
+    unsigned long mark = attn_json_mark();
+    srv_seq_info info;
+    char msg[512];
+    if (srv_seq_get(r->s, r->arg[0], &info, msg, sizeof msg) < 0) {
+        srv_respond_error(r, 404, "%s", msg);
         return;
     }
-    srv_respond(r, 200, "application/json", text, strlen(text));
+    respond_json(r, info_json(&info), mark);
 }
 
 /* DELETE /v2/sequences/{id}: the sequence's pages go back now (or when its

@@ -115,12 +115,26 @@ test('an ended sequence\'s last step sent again is 409 (it was carried out); a s
   try {
     const xs = tokens(5, 44);
     const ref = await full(d, xs);
+    const one = async (id) => {
+      const r = await fetch(`${d.url}/v2/sequences/${id}`);
+      return { status: r.status, json: await r.json() };
+    };
     checkStep(await infer(d, 'gqa', at('end', rows(xs, 0, 3), 0, { start: true })), ref, 0, 3, 'start');
+    const live = await one('end');
+    assert.equal(live.status, 200);
+    assert.deepEqual([live.json.id, live.json.model, live.json.length], ['end', 'gqa', 3]);
+    assert.ok(live.json.bytes > 0 && live.json.idle_ms >= 0, JSON.stringify(live.json));
     checkStep(await infer(d, 'gqa', at('end', rows(xs, 3, 4), 3, { end: true })), ref, 3, 1, 'the last step');
     assert.equal(await length(d, 'end'), null, 'ended: not listed');
+    const ended = await one('end');
+    assert.equal(ended.status, 404);
+    assert.match(ended.json.error, /^sequence 'end' ended \d+\.\d s ago at 4 tokens: a step with sequence_end was answered$/);
+    const never = await one('never');
+    assert.equal(never.status, 404);
+    assert.match(never.json.error, /^unknown sequence 'never' \(never started, ended/);
     const again = await infer(d, 'gqa', at('end', rows(xs, 3, 4), 3, { end: true }));
     assert.equal(again.status, 409, JSON.stringify(again.json));
-    assert.match(again.json.error, /^parameters.sequence_position: sequence 'end' ended \d+\.\d s ago at 4 tokens \(a step with sequence_end was answered\), so the step at 3 was carried out; an ended sequence takes no step/);
+    assert.match(again.json.error, /^parameters.sequence_position: sequence 'end' ended \d+\.\d s ago at 4 tokens: a step with sequence_end was answered; the step at 3 was carried out, and an ended sequence takes no step/);
     const after = await infer(d, 'gqa', at('end', rows(xs, 4, 5), 4));
     assert.equal(after.status, 400);
     assert.match(after.json.error, /unknown sequence 'end' \(ended \d+\.\d s ago at 4 tokens: a step with sequence_end was answered\); send sequence_start: true/);
@@ -133,6 +147,7 @@ test('an ended sequence\'s last step sent again is 409 (it was carried out); a s
     // a restart begins it again
     checkStep(await infer(d, 'gqa', at('end', rows(xs, 0, 4), 0, { start: true })), ref, 0, 4, 'restart');
     checkStep(await infer(d, 'gqa', at('end', rows(xs, 4, 5), 4)), ref, 4, 1, 'after the restart');
+    assert.equal((await one('end')).json.length, 5);
     assert.equal(await metric(d, 'attnd_kv_bytes') > 0, true);
   } finally { assert.equal((await d.stop()).code, 0); }
 });

@@ -130,7 +130,10 @@ test('rules: B = 1, weight-set models only, only x, no k/v outputs', async () =>
     assert.equal(pre.status, 204);
     assert.match(pre.headers.get('access-control-allow-methods'), /DELETE/);
     assert.match(pre.headers.get('access-control-allow-headers'), /Attnd-Sequence-Id/);
-    assert.equal((await fetch(`${d.url}/v2/sequences/x`)).status, 405);
+    const unknown = await fetch(`${d.url}/v2/sequences/x`);
+    assert.equal(unknown.status, 404);
+    assert.match((await unknown.json()).error, /^unknown sequence 'x'/);
+    assert.equal((await fetch(`${d.url}/v2/sequences/x`, { method: 'POST' })).status, 405);
     const xs = tokens(4, 5);
     const b2 = await infer(d, 'gqa', { inputs: [fp32('x', [2, 2, D], xs)],
       parameters: { sequence_id: 1, sequence_start: true, sequence_end: false } });

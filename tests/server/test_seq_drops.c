@@ -251,9 +251,9 @@ START_TEST(gone_sequences_are_remembered)
     ck_assert_int_eq(j->queued, 0);
     ck_assert_int_eq(j->status, 409);
     ck_assert_str_eq(j->msg, "parameters.sequence_position: sequence 'e' ended "
-                     "1.5 s ago at 4 tokens (a step with sequence_end was "
-                     "answered), so the step at 3 was carried out; an ended "
-                     "sequence takes no step, and its last one cannot be sent "
+                     "1.5 s ago at 4 tokens: a step with sequence_end was "
+                     "answered; the step at 3 was carried out, and an ended "
+                     "sequence takes no step: its last one cannot be sent "
                      "again (for that, leave sequence_end off and DELETE "
                      "/v2/sequences/{id} when done)");
     job_free(j);
