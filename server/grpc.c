@@ -347,8 +347,10 @@ static void slot_abandon(srv *s, gslot *sl)
         if (r->job) {
             srv_sched_detach(r);
             free_req(s, r);
-        } else if (!r->have_resp) {
-            r->door_ctx = NULL; /* its handler still holds it */
+        } else if (!r->have_resp && !sl->done) {
+            /* its handler still holds it (a slot answered at dispatch, its
+             * deadline past or its message refused, has none) */
+            r->door_ctx = NULL;
         } else {
             free_req(s, r);
         }

@@ -266,11 +266,25 @@ static void decode_work(uv_work_t *w)
 static void decoded(srv_job *j)
 {
     srv_entry *e = j->e;
-    int take = !j->status && j->req && j->step.is_step;
     if (j->req && j->in.id)
         snprintf(j->req->id, sizeof j->req->id, "%s", j->in.id);
-    if (take) { /* a sequence step: seq.c queues it in its turn */
-        j->state = J_HELD;
+    if (!j->status && j->req) {
+        /* the body is gone: the decoded request and its outputs are held
+         * now (a step's attention and scores join them at its turn,
+         * srv_seq_bind, when their size is known) */
+        srv_mem_give(j->s, j->mem);
+        j->mem = 0;
+        if (srv_mem_take(j->s, j->in.bytes + j->prep.bytes) < 0) {
+            snprintf(j->err, sizeof j->err, "server: the memory for decoded "
+                     "requests and unsent answers (%lld bytes, memory-budget) "
+                     "is in use; retry shortly", j->s->cfg.memory_budget);
+            j->status = 503;
+        } else {
+            j->mem = j->in.bytes + j->prep.bytes;
+        }
+    }
+    if (!j->status && j->req && j->step.is_step) {
+        j->state = J_HELD; /* a sequence step: seq.c queues it in its turn */
         srv_seq_decoded(j->s, &j->step, 1);
         return;
     }
@@ -280,19 +294,6 @@ static void decoded(srv_job *j)
         srv__job_end(j);
         return;
     }
-    /* the body is gone: the decoded request and its outputs are held now */
-    srv_mem_give(j->s, j->mem);
-    j->mem = 0;
-    if (srv_mem_take(j->s, j->in.bytes + j->prep.bytes) < 0) {
-        snprintf(j->err, sizeof j->err, "server: the memory for decoded "
-                 "requests and unsent answers (%lld bytes, memory-budget) is in "
-                 "use; retry shortly",
-                 j->s->cfg.memory_budget);
-        srv__job_answer(j, 503, j->err);
-        srv__job_end(j);
-        return;
-    }
-    j->mem = j->in.bytes + j->prep.bytes;
     j->state = J_QUEUED;
     j->t_queued = srv_now_ns();
     if (e->qtail)

@@ -506,12 +506,12 @@ int srv_seq_bind(srv_step *st, size_t *mem, char *err)
                                 memory, err);
     if (status)
         goto fail;
-    /* its body is gone (decoded): what it holds now counts against
-     * memory-budget, as a stateless request's does from its decode */
+    /* what it holds now counts against memory-budget: *mem is its decoded
+     * request and outputs as its decode left them (sched.c) */
     need = st->in->bytes + st->prep->bytes + nb;
-    srv_mem_give(s, *mem);
-    *mem = 0;
-    if (srv_mem_take(s, need) < 0) {
+    if (need <= *mem) {
+        srv_mem_give(s, *mem - need);
+    } else if (srv_mem_take(s, need - *mem) < 0) {
         snprintf(err, OIP_ERRMAX, "server: the memory for decoded requests "
                  "and unsent answers (%lld bytes, memory-budget) is in use "
                  "and cannot take this step's %zu (its request, its outputs "

@@ -113,9 +113,9 @@ void srv_seq_decoded(srv *s, srv_step *st, int take);
 void srv_seq_abandon(srv *s, srv_step *st);
 /* srv_seq_bind: at launch, before the plan: reserve st's pages and
  * allocate its sequence-length outputs. *mem is the job's share of
- * memory-budget, its body's until now: it becomes what the step holds
- * (the decoded request, its outputs, the rows it replaces). 0, or an
- * HTTP status with err (nothing reserved then, *mem 0). */
+ * memory-budget (its decoded request and outputs so far): it becomes what
+ * the step holds (with its attention, scores and the rows it replaces).
+ * 0, or an HTTP status with err (nothing reserved then, *mem as it was). */
 int srv_seq_bind(srv_step *st, size_t *mem, char *err);
 /* srv_seq_step_end: st's job ends; ok = it was answered 200. */
 void srv_seq_step_end(srv_step *st, int ok);

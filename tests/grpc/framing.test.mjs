@@ -159,6 +159,31 @@ test('cancelled calls and garbage connections leave the server serving', async (
   assert.deepEqual(firstRawOutput(ok.data), SEED_OUT);
 });
 
+test('a stream message answered at once (garbage, past its deadline), its call then cancelled, is freed: memory-budget and open requests back to 0', async () => {
+  const gauge = async (name) => Number(new RegExp(`\\n${name} (\\d+)\\n`).exec(await (await fetch(`${d.url}/metrics`)).text())[1]);
+  const garbage = frame(Buffer.concat([Buffer.from([0x0a, 0xff, 0xff, 0xff, 0x0f]), Buffer.alloc(50000)]));
+  for (let i = 0; i < 20; i++) {
+    // odd: a good message whose 1 ms grpc-timeout passed before it came
+    const s = session.request({ ':method': 'POST', ':path': '/inference.GRPCInferenceService/ModelStreamInfer',
+      'content-type': 'application/grpc', te: 'trailers', ...(i % 2 ? { 'grpc-timeout': '1m' } : {}) });
+    s.on('error', () => {});
+    s.on('data', () => {});
+    await new Promise((res) => setTimeout(res, 10));
+    s.write(i % 2 ? frame(seedMsg()) : garbage);
+    s.close(http2.constants.NGHTTP2_CANCEL);
+  }
+  let used, open;
+  for (let k = 0; k < 100; k++) {
+    [used, open] = [await gauge('attnd_memory_budget_used_bytes'), await gauge('attnd_open_requests')];
+    if (!used && open <= 1) break; // (this GET /metrics is one)
+    await new Promise((res) => setTimeout(res, 50));
+  }
+  assert.equal(used, 0, 'memory-budget held by cancelled calls\' messages');
+  assert.ok(open <= 1, `${open} requests open`);
+  const ok = await raw(INFER, frame(seedMsg()));
+  assert.deepEqual(firstRawOutput(ok.data), SEED_OUT);
+});
+
 test('--connection-timeout: an idle connection gets GOAWAY and closes; an open stream keeps its connection', async () => {
   const e = await start({ grpc: true, args: ['--connection-timeout', '1'] });
   try {

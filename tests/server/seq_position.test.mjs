@@ -305,3 +305,29 @@ test('the rows a step replaces count against request-memory (413); a step\'s out
     assert.equal(await used(), 0, 'all given back');
   } finally { held.destroy(); assert.equal((await d.stop()).code, 0); }
 });
+
+test('steps waiting for their turn count their decoded request and outputs in memory-budget, not their bodies', async () => {
+  // the first step waits 1 s for company (batch-delay-us); the others
+  // are decoded and wait behind it. Each body writes a zero as "0" (2
+  // bytes a float with its comma); decoded, x and y are 4 bytes a float each.
+  const d = await start({ dir: gqaModels(), args: ['--batch-delay-us', String(1000000 * SLOW)] });
+  const used = async () => Number(/\nattnd_memory_budget_used_bytes (\d+)\n/.exec(await (await fetch(`${d.url}/metrics`)).text())[1]);
+  try {
+    const y = [{ name: 'y' }], T = 2000;
+    assert.equal((await infer(d, 'gqa', stepBody('w', new Array(D).fill(0), { start: true, outputs: y }))).status, 200);
+    const bodies = [0, 1, 2, 3].map(() => JSON.stringify(stepBody('w', new Array(T * D).fill(0), { outputs: y })));
+    const sent = bodies.map((b) => infer(d, 'gqa', b));
+    const bodyBytes = bodies.reduce((n, b) => n + b.length, 0), held = 4 * 2 * T * D * 4;
+    let u = 0;
+    for (let k = 0; k < 40 && u < held; k++) {
+      await new Promise((res) => setTimeout(res, 25));
+      u = await used();
+    }
+    assert.ok(u >= held, `memory-budget holds ${u} bytes for 4 steps whose x and y are ${held} (their bodies ${bodyBytes})`);
+    const answers = await Promise.all(sent);
+    answers.forEach((r) => assert.equal(r.status, 200, r.json.error));
+    assert.deepEqual(answers.map((r) => r.json.parameters.sequence_length).sort((a, b) => a - b), [2001, 4001, 6001, 8001]);
+    await new Promise((res) => setTimeout(res, 50));
+    assert.equal(await used(), 0, 'all given back');
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
