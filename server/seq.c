@@ -132,6 +132,8 @@ static void trim_tombs(srv_seqs *q)
 static void bury(srv_seqs *q, srv_seq *l, int gone, int reason, int len)
 {
     unbury(q, l);
+    if (q->s->cfg.max_sequences < 1)
+        return; /* none kept: trim_tombs would free l under its caller */
     l->gone = gone;
     l->gone_reason = reason;
     l->gone_len = len;
@@ -184,8 +186,9 @@ static void drop(srv_seqs *q, srv_seq *l, int reason)
     if (!l->live)
         return;
     if (l->active && l->active->kv == &l->kv && l->active->bound) {
+        if (!l->kill) /* the first reason stands */
+            l->kill_reason = reason;
         l->kill = 1; /* its pages are in a running plan */
-        l->kill_reason = reason;
         return;
     }
     l->e->seq_stats.dropped[reason]++;
@@ -623,8 +626,9 @@ void srv_seq_step_end(srv_step *st, int ok)
             release_cache(q, l);
             bury(q, l, GONE_ENDED, 0, len);
         } else if (l->inst != l->e->inst) { /* reloaded while it ran */
+            if (!l->kill)
+                l->kill_reason = SRV_DROP_UNLOADED;
             l->kill = 1;
-            l->kill_reason = SRV_DROP_UNLOADED;
         }
     }
     st->bound = 0;
@@ -743,7 +747,10 @@ int srv_seq_get(srv *s, const char *id, srv_seq_info *out, char *msg, size_t n)
         fill_info(l, srv_now_ns(), out);
         return 0;
     }
-    if (l && l->gone) {
+    if (l && l->live) { /* dropped; it goes when its running step ends */
+        snprintf(msg, n, "sequence '%s' is being dropped (%s): its cache "
+                 "goes when its running step ends", id, drop_why[l->kill_reason]);
+    } else if (l && l->gone) {
         gone_what(what, sizeof what, l);
         snprintf(msg, n, "sequence '%s' %s", id, what);
     } else {

@@ -307,10 +307,10 @@ test('the rows a step replaces count against request-memory (413); a step\'s out
 });
 
 test('steps waiting for their turn count their decoded request and outputs in memory-budget, not their bodies', async () => {
-  // the first step waits 1 s for company (batch-delay-us); the others
+  // the first step waits 1.5 s for company (batch-delay-us); the others
   // are decoded and wait behind it. Each body writes a zero as "0" (2
   // bytes a float with its comma); decoded, x and y are 4 bytes a float each.
-  const d = await start({ dir: gqaModels(), args: ['--batch-delay-us', String(1000000 * SLOW)] });
+  const d = await start({ dir: gqaModels(), args: ['--batch-delay-us', String(1500000 * SLOW)] });
   const used = async () => Number(/\nattnd_memory_budget_used_bytes (\d+)\n/.exec(await (await fetch(`${d.url}/metrics`)).text())[1]);
   try {
     const y = [{ name: 'y' }], T = 2000;

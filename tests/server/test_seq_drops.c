@@ -181,7 +181,8 @@ END_TEST
  * already on the model queue but not bound finds it gone at bind. */
 START_TEST(delete_now_or_after_the_running_step)
 {
-    char owner[SRV_NAME_MAX];
+    char owner[SRV_NAME_MAX], msg[512];
+    srv_seq_info i;
     srv_job *a, *b;
     ck_assert_int_eq(srv_seq_delete(&g_s, "nope", owner), -1);
     go(M1, 3, "\"sequence_id\":\"d\",\"sequence_start\":true");
@@ -210,17 +211,25 @@ START_TEST(delete_now_or_after_the_running_step)
                      "true with the whole history to begin it again");
     ck_assert_int_eq(info("d", NULL), 0);
 
-    /* bound and running: it goes when the step ends, even a good one */
+    /* bound and running: it goes when the step ends, even a good one;
+     * an unload meanwhile does not change why (the first reason stands) */
     go(M1, 3, "\"sequence_id\":\"d\",\"sequence_start\":true");
     b = job(M1, 2, "\"sequence_id\":\"d\"");
     submit(b);
     ck_assert_int_eq(launch(b), 0);
     ck_assert_int_eq(srv_seq_delete(&g_s, "d", owner), 0);
+    srv_seq_drop_model(M1);
     ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_DELETED], 2);
     ck_assert_int_eq(info("d", NULL), 0); /* not listed any more */
+    ck_assert_int_eq(srv_seq_get(&g_s, "d", &i, msg, sizeof msg), -1);
+    ck_assert_str_eq(msg, "sequence 'd' is being dropped (deleted): its cache "
+                     "goes when its running step ends");
     ck_assert_uint_eq(used(0), 2 * PAGE); /* its pages are in the plan */
     end(b, 1);
     ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_DELETED], 3);
+    ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_UNLOADED], 0);
+    ck_assert_int_eq(srv_seq_get(&g_s, "d", &i, msg, sizeof msg), -1);
+    ck_assert_str_eq(msg, "sequence 'd' dropped 0.0 s ago at 5 tokens: deleted");
     ck_assert_int_eq(M1->seq_stats.live, 0);
     ck_assert_uint_eq(used(0), 0);
     ck_assert_int_eq(g_inst[0].refs, 1);
