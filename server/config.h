@@ -94,9 +94,11 @@
     X(kv_dtype, "kv-dtype", STR, "f32", 0, 0,                                 \
       "K/V cache element type: f32, f16 or bf16 (half the bytes)")            \
     X(max_sequences, "max-sequences", INT, 1024, 0, 1000000,                  \
-      "live sequences (all models) before a start answers 503")              \
+      "live sequences (all models) before a start answers 503; as many "    \
+      "that went are remembered")                                             \
     X(sequence_idle_ms, "sequence-idle-ms", INT, 60000, 1, 86400000,          \
-      "a sequence with no step for this long is dropped (ms)")               \
+      "a sequence with no step for this long is dropped, and one that went " \
+      "is remembered this long (ms)")                                         \
     X(sequence_wait_us, "sequence-wait-us", INT, 10000, 0, 10000000,          \
       "longest a batch waits for the sequences just answered to send their next step (us; at most the last batch's run time; 0 = never)") \
     X(pool_spin_us, "pool-spin-us", INT, 500, 0, 100000,                      \
