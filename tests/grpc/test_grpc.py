@@ -430,7 +430,8 @@ class Unary(unittest.TestCase):
         """parameters.sequence_position as an int64 or uint64 param: a step
         sent again at its position gives the same rows and leaves the
         sequence as if sent once; past the length, FAILED_PRECONDITION
-        and nothing changes."""
+        and nothing changes; the last step of an ended sequence sent again,
+        FAILED_PRECONDITION too (it was carried out)."""
         xs = [((i * 29) % 19) / 19.0 - 0.5 for i in range(4 * 8)]
         st, ref = self.d.rest("/v2/models/tiny/infer", {
             "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4, 8], "data": xs}],
@@ -460,7 +461,16 @@ class Unary(unittest.TestCase):
         self.code(self.s.ModelInfer, bad, C.INVALID_ARGUMENT, r"sequence_position: expected an int64")
         st, seqs = self.d.rest("/v2/sequences")
         self.assertIn(["grpc-pos", 4], [[q["id"], q["length"]] for q in seqs["sequences"]])
-        self.assertEqual(self.d.rest("/v2/sequences/grpc-pos", method="DELETE")[0], 200)
+        self.assertEqual(self.d.rest("/v2/sequences/grpc-pos")[1]["length"], 4)
+        last = step(3, 1, 3)
+        last.parameters["sequence_end"].bool_param = True
+        self.assertEqual(self.s.ModelInfer(last).parameters["sequence_length"].int64_param, 4)
+        self.code(self.s.ModelInfer, last, C.FAILED_PRECONDITION,
+                  r"sequence 'grpc-pos' ended \d+\.\d s ago at 4 tokens: a step with sequence_end was "
+                  r"answered; the step at 3 was carried out")
+        st, gone = self.d.rest("/v2/sequences/grpc-pos")
+        self.assertEqual(st, 404)
+        self.assertRegex(gone["error"], r"^sequence 'grpc-pos' ended .* at 4 tokens")
 
 
 if __name__ == "__main__":
