@@ -9,9 +9,12 @@
  *   seq_prep.c    pool side: check a step request and lay it out, encode
  *                 its answer (sequence_length, the growing map);
  *   seq.c         loop side: ids, the order of steps, start / end /
- *                 restart, reserve-advance-trim around each step, idle
- *                 expiry, drops on unload and DELETE;
- *   seq_http.c    GET /v2/sequences, DELETE /v2/sequences/{id}, metrics.
+ *                 restart, reserve-advance-trim around each step;
+ *   seq_drops.c   loop side: drops on unload, DELETE and idle expiry, the
+ *                 sequences remembered as gone, the listing, set-up;
+ *   seq_int.h     the table the two share;
+ *   seq_http.c    GET /v2/sequences[/{id}], DELETE /v2/sequences/{id},
+ *                 metrics.
  *
  * The life of a step (every infer job carries an srv_step; only the ones
  * whose request names a sequence become steps):
@@ -53,8 +56,8 @@
 #include "server/infer.h"
 #include "server/srv.h"
 
-typedef struct srv_seq srv_seq;   /* one sequence id (seq.c) */
-typedef struct srv_seqs srv_seqs; /* the server's sequences (seq.c) */
+typedef struct srv_seq srv_seq;   /* one sequence id (seq_int.h) */
+typedef struct srv_seqs srv_seqs; /* the server's sequences (seq_int.h) */
 
 enum {
     SRV_STEP_NONE = 0, /* not (or no longer) in any list */
@@ -97,7 +100,7 @@ typedef struct srv_step {
     struct srv_step *prev, *next;
 } srv_step;
 
-/* seq.c (loop thread) */
+/* seq.c and seq_drops.c (loop thread) */
 int srv_seq_init(srv *s);  /* the table and the idle timer; -1 on failure */
 void srv_seq_stop(srv *s); /* close the idle timer (stopping) */
 void srv_seq_free(srv *s); /* every sequence's pages back; after the loop */

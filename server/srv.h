@@ -59,7 +59,7 @@ typedef struct srv_stats {
 } srv_stats;
 
 /* Why a sequence went away (seq.h); srv_drop_name: the metrics label and
- * log word of each (seq.c). */
+ * log word of each (seq_drops.c). */
 enum { SRV_DROP_IDLE, SRV_DROP_DELETED, SRV_DROP_UNLOADED, SRV_DROP_RESTARTED,
        SRV_DROP_N };
 extern const char *const srv_drop_name[SRV_DROP_N];

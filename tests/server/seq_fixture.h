@@ -1,7 +1,7 @@
 /*
- * seq_fixture.h - what test_seq.c and test_seq_drops.c share: seq.c's
- * stand-ins, the two models and their instances, jobs built from real
- * requests, and the helpers that drive them (header-only: each
+ * seq_fixture.h - what test_seq.c and test_seq_drops.c share: seq.c's and
+ * seq_drops.c's stand-ins, the two models and their instances, jobs built
+ * from real requests, and the helpers that drive them (header-only: each
  * tests/server/test_*.c is its own binary, so each gets its own copy).
  *
  * Requests are real: JSON bodies through oip_decode and srv_seq_prepare
@@ -15,8 +15,9 @@
  *                      does (srv_seq_step_end of a step seq.c let go);
  *   srv_now_ns         a clock the tests move by hand;
  *   srv_log            keeps the last line;
- *   srv_inst_unref     counts the reference down (instances are static).
- * The idle sweep is seq.c's own uv timer on a private loop: the tests set
+ *   srv_inst_unref     counts the reference down (instances are static);
+ *   srv_mem_take/give  memory-budget, counted with no budget.
+ * The idle sweep is seq_drops.c's own uv timer on a private loop: the tests set
  * the clock, then run the loop until the timer has fired once.
  *
  * Sizes: models "m1" and "m2" have d_model 8, 2 heads of 4, one kv head:

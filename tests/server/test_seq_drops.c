@@ -1,6 +1,6 @@
 /*
- * test_seq_drops.c - the server's sequence table (server/seq.c) on its
- * own, part two: the limits (max-sequences, kv-bytes), steps on another
+ * test_seq_drops.c - the server's sequence table (server/seq.c and
+ * server/seq_drops.c) on its own, part two: the limits (max-sequences, kv-bytes), steps on another
  * model or instance, retain, drops (DELETE, unload, reload, idle), drain
  * expiry, the batcher's count of expected steps, listing and freeing.
  * Part one is test_seq.c; both share seq_fixture.h.

@@ -1,0 +1,341 @@
+/*
+ * seq_drops.c - sequences that go: drops (DELETE, idle, a model unloaded),
+ * the sequences remembered as gone (tombstones: a step to one is told how
+ * it went), the idle sweep, the listing, and the table's set-up. Loop
+ * thread; seq.c has the steps.
+ */
+#include "server/seq_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const srv_drop_name[SRV_DROP_N] = {"idle", "deleted", "unloaded",
+                                              "restarted"};
+/* what a sequence no one remembers may be */
+#define UNKNOWN_WHY                                                            \
+    "never started, ended, idle past sequence-idle-ms, deleted, its model "    \
+    "reloaded, or held by another replica or a restarted server"
+/* what a drop's reason means to a client */
+const char *const srv__seq_drop_why[SRV_DROP_N] = {
+    "idle past sequence-idle-ms", "deleted", "its model reloaded or unloaded",
+    "restarted"};
+
+/* srv__seq_unbury: l is no longer remembered as gone (live again, or forgotten). */
+void srv__seq_unbury(srv_seqs *q, srv_seq *l)
+{
+    if (!l->gone)
+        return;
+    if (l->tprev)
+        l->tprev->tnext = l->tnext;
+    else
+        q->tomb_head = l->tnext;
+    if (l->tnext)
+        l->tnext->tprev = l->tprev;
+    else
+        q->tomb_tail = l->tprev;
+    l->tprev = l->tnext = NULL;
+    l->gone = GONE_NONE;
+    q->n_tombs--;
+}
+
+/* trim_tombs: forget the oldest tombstones past max-sequences (not while
+ * each_seq walks the table: it may hold the next one). */
+static void trim_tombs(srv_seqs *q)
+{
+    while (!q->walking && q->tomb_head &&
+           q->n_tombs > (int)q->s->cfg.max_sequences) {
+        srv_seq *l = q->tomb_head;
+        srv__seq_unbury(q, l);
+        srv__seq_gc(q, l);
+    }
+}
+
+/* srv__seq_bury: remember that l, which held len tokens, went (GONE_*; reason for
+ * a drop). */
+void srv__seq_bury(srv_seqs *q, srv_seq *l, int gone, int reason, int len)
+{
+    srv__seq_unbury(q, l);
+    if (q->s->cfg.max_sequences < 1)
+        return; /* none kept: trim_tombs would free l under its caller */
+    l->gone = gone;
+    l->gone_reason = reason;
+    l->gone_len = len;
+    l->gone_ns = srv_now_ns();
+    l->tprev = q->tomb_tail;
+    if (q->tomb_tail)
+        q->tomb_tail->tnext = l;
+    else
+        q->tomb_head = l;
+    q->tomb_tail = l;
+    q->n_tombs++;
+    trim_tombs(q);
+}
+
+/* srv__seq_release_cache: l's pages back to its pool, its instance reference
+ * dropped; l is no longer live. Never while a step of l runs. */
+void srv__seq_release_cache(srv_seqs *q, srv_seq *l)
+{
+    if (!l->live)
+        return;
+    srv__seq_expect(l, 0);
+    attn_kv_free(&l->kv);
+    srv_inst_unref(l->inst);
+    l->inst = NULL;
+    l->live = 0;
+    l->map_id[0] = 0;
+    q->n_live--;
+    l->e->seq_stats.live--;
+}
+
+/* srv__seq_drop: l goes away for reason (now, or when its running step ends). */
+void srv__seq_drop(srv_seqs *q, srv_seq *l, int reason)
+{
+    int len = l->kv.len;
+    if (!l->live)
+        return;
+    if (l->active && l->active->kv == &l->kv && l->active->bound) {
+        if (!l->kill) /* the first reason stands */
+            l->kill_reason = reason;
+        l->kill = 1; /* its pages are in a running plan */
+        return;
+    }
+    l->e->seq_stats.dropped[reason]++;
+    srv_log(q->s, "info", "sequence '%s' of model '%s' dropped (%s, %d tokens)",
+            l->id, l->e->name, srv_drop_name[reason], len);
+    srv__seq_release_cache(q, l);
+    srv__seq_bury(q, l, GONE_DROPPED, reason, len);
+}
+
+/* gone_what: how tombstone l went: "ended 1.5 s ago at 4 tokens: ...". */
+static void gone_what(char *buf, size_t n, const srv_seq *l)
+{
+    double ago = (double)(srv_now_ns() - l->gone_ns) / 1e9;
+    if (l->gone == GONE_ENDED)
+        snprintf(buf, n, "ended %.1f s ago at %d tokens: a step with "
+                 "sequence_end was answered", ago, l->gone_len);
+    else
+        snprintf(buf, n, "dropped %.1f s ago at %d tokens: %s", ago,
+                 l->gone_len, srv__seq_drop_why[l->gone_reason]);
+}
+
+/* srv__seq_gone_msg: the 400 of a step whose sequence is not live (l: its
+ * tombstone, or NULL), or the 409 of one sent again at a position its
+ * ended sequence held; returns the status. */
+int srv__seq_gone_msg(char *msg, size_t n, const char *id, const srv_seq *l,
+                    const srv_step *st)
+{
+    char what[128];
+    if (!l || !l->gone) {
+        snprintf(msg, n, "parameters.sequence_id: unknown sequence '%s' (%s); "
+                 "send sequence_start: true with the whole history to begin "
+                 "it again", id, UNKNOWN_WHY);
+        return 400;
+    }
+    gone_what(what, sizeof what, l);
+    if (l->gone == GONE_ENDED && st->has_pos && st->pos < l->gone_len) {
+        snprintf(msg, n, "parameters.sequence_position: sequence '%s' %s; the "
+                 "step at %d was carried out, and an ended sequence takes no "
+                 "step: its last one cannot be sent again (for that, leave "
+                 "sequence_end off and DELETE /v2/sequences/{id} when done)",
+                 id, what, st->pos);
+        return 409;
+    }
+    snprintf(msg, n, "parameters.sequence_id: unknown sequence '%s' (%s); "
+             "send sequence_start: true with the whole history to begin it "
+             "again", id, what);
+    return 400;
+}
+
+/* ---- drops, expiry, listing ------------------------------------------------- */
+
+static void each_seq(srv_seqs *q, void (*fn)(srv_seqs *, srv_seq *, void *),
+                     void *arg)
+{
+    int b;
+    q->walking = 1;
+    for (b = 0; b < N_BUCKETS; b++) {
+        srv_seq *l = q->bucket[b], *next;
+        for (; l; l = next) {
+            next = l->hnext;
+            fn(q, l, arg);
+        }
+    }
+    q->walking = 0;
+    trim_tombs(q);
+}
+
+static void drop_model_fn(srv_seqs *q, srv_seq *l, void *arg)
+{
+    if (l->e == arg && l->live) {
+        srv__seq_drop(q, l, SRV_DROP_UNLOADED);
+        srv__seq_gc(q, l);
+    }
+}
+
+void srv_seq_drop_model(srv_entry *e)
+{
+    if (e->s->seqs)
+        each_seq(e->s->seqs, drop_model_fn, e);
+}
+
+static void idle_fn(srv_seqs *q, srv_seq *l, void *arg)
+{
+    uint64_t now = *(uint64_t *)arg;
+    uint64_t idle = (uint64_t)q->s->cfg.sequence_idle_ms * 1000000u;
+    if (l->live && !l->active && !l->qhead && now - l->last_ns >= idle) {
+        srv__seq_drop(q, l, SRV_DROP_IDLE);
+        srv__seq_gc(q, l);
+    } else if (l->gone && now - l->gone_ns >= idle) {
+        srv__seq_unbury(q, l); /* remembered long enough */
+        srv__seq_gc(q, l);
+    }
+}
+
+static void on_idle(uv_timer_t *t)
+{
+    srv_seqs *q = t->data;
+    uint64_t now = srv_now_ns();
+    if (q->n_live || q->n_tombs)
+        each_seq(q, idle_fn, &now);
+}
+
+int srv_seq_delete(srv *s, const char *id, char *model_out)
+{
+    srv_seq *l = srv__seq_find(s->seqs, id);
+    if (!l || !l->live)
+        return -1;
+    snprintf(model_out, SRV_NAME_MAX, "%s", l->e->name);
+    srv__seq_drop(s->seqs, l, SRV_DROP_DELETED);
+    srv__seq_gc(s->seqs, l);
+    return 0;
+}
+
+typedef struct list_arg {
+    srv_seq_info *out;
+    size_t cap, n;
+    uint64_t now;
+} list_arg;
+
+/* fill_info: live l as listed at now. */
+static void fill_info(const srv_seq *l, uint64_t now, srv_seq_info *o)
+{
+    snprintf(o->id, sizeof o->id, "%s", l->id);
+    snprintf(o->model, sizeof o->model, "%s", l->e->name);
+    /* a rewound step's cache holds its position until it ends: the
+     * sequence's length is still what it was */
+    o->length = l->active && l->active->undo.held ? l->active->undo.len
+                                                  : l->kv.len;
+    o->bytes = attn_kv_bytes(&l->kv);
+    o->idle_ms = l->active || l->qhead ? 0 : (now - l->last_ns) / 1000000u;
+    snprintf(o->map_id, sizeof o->map_id, "%s", l->map_id);
+}
+
+static void list_fn(srv_seqs *q, srv_seq *l, void *arg)
+{
+    list_arg *a = arg;
+    (void)q;
+    if (!l->live || l->kill)
+        return;
+    if (a->n < a->cap)
+        fill_info(l, a->now, &a->out[a->n]);
+    a->n++;
+}
+
+int srv_seq_get(srv *s, const char *id, srv_seq_info *out, char *msg, size_t n)
+{
+    srv_seq *l = srv__seq_find(s->seqs, id);
+    char what[128];
+    if (l && l->live && !l->kill) {
+        fill_info(l, srv_now_ns(), out);
+        return 0;
+    }
+    if (l && l->live) { /* dropped; it goes when its running step ends */
+        snprintf(msg, n, "sequence '%s' is being dropped (%s): its cache "
+                 "goes when its running step ends", id, srv__seq_drop_why[l->kill_reason]);
+    } else if (l && l->gone) {
+        gone_what(what, sizeof what, l);
+        snprintf(msg, n, "sequence '%s' %s", id, what);
+    } else {
+        snprintf(msg, n, "unknown sequence '%s' (%s)", id, UNKNOWN_WHY);
+    }
+    return -1;
+}
+
+size_t srv_seq_list(srv *s, srv_seq_info *out, size_t cap)
+{
+    list_arg a = {out, cap, 0, srv_now_ns()};
+    each_seq(s->seqs, list_fn, &a);
+    return a.n;
+}
+
+static void expire_list(srv_step **head, srv_step **tail)
+{
+    while (*head) {
+        srv_step *st = *head;
+        srv__seq_list_remove(head, tail, st);
+        srv__seq_fail(st, 503, "server: shut down before this request ran");
+    }
+}
+
+static void expire_fn(srv_seqs *q, srv_seq *l, void *arg)
+{
+    (void)arg;
+    expire_list(&l->qhead, &l->qtail);
+    srv__seq_gc(q, l);
+}
+
+void srv_seq_expire(srv *s)
+{
+    srv_seqs *q = s->seqs;
+    expire_list(&q->held_head, &q->held_tail);
+    each_seq(q, expire_fn, NULL);
+}
+
+/* ---- set-up --------------------------------------------------------------- */
+
+int srv_seq_init(srv *s)
+{
+    srv_seqs *q = calloc(1, sizeof *q);
+    uint64_t period;
+    if (!q)
+        return -1;
+    q->s = s;
+    s->seqs = q;
+    uv_timer_init(s->loop, &q->idle);
+    q->idle.data = q;
+    /* sweep four times per idle period (at most once a second, at least
+     * every 10 ms): a sequence goes within 1.25 periods of its last step */
+    period = (uint64_t)s->cfg.sequence_idle_ms / 4;
+    period = period < 10 ? 10 : period > 1000 ? 1000 : period;
+    uv_timer_start(&q->idle, on_idle, period, period);
+    q->timer_on = 1;
+    return 0;
+}
+
+void srv_seq_stop(srv *s)
+{
+    if (s->seqs && s->seqs->timer_on) {
+        s->seqs->timer_on = 0;
+        uv_close((uv_handle_t *)&s->seqs->idle, NULL);
+    }
+}
+
+static void free_fn(srv_seqs *q, srv_seq *l, void *arg)
+{
+    (void)arg;
+    l->active = NULL;
+    l->qhead = l->qtail = NULL;
+    srv__seq_release_cache(q, l);
+    srv__seq_unbury(q, l);
+    srv__seq_gc(q, l);
+}
+
+void srv_seq_free(srv *s)
+{
+    if (!s->seqs)
+        return;
+    each_seq(s->seqs, free_fn, NULL);
+    free(s->seqs);
+    s->seqs = NULL;
+}
