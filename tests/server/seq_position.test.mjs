@@ -307,10 +307,11 @@ test('the rows a step replaces count against request-memory (413); a step\'s out
 });
 
 test('steps waiting for their turn count their decoded request and outputs in memory-budget, not their bodies', async () => {
-  // the first step waits 1.5 s for company (batch-delay-us); the others
+  // the first step waits 2 s for company (batch-delay-us; the same under
+  // a sanitizer, where four such waits would pass the deadline); the others
   // are decoded and wait behind it. Each body writes a zero as "0" (2
   // bytes a float with its comma); decoded, x and y are 4 bytes a float each.
-  const d = await start({ dir: gqaModels(), args: ['--batch-delay-us', String(1500000 * SLOW)] });
+  const d = await start({ dir: gqaModels(), args: ['--batch-delay-us', '2000000', '--deadline-ms', '120000'] });
   const used = async () => Number(/\nattnd_memory_budget_used_bytes (\d+)\n/.exec(await (await fetch(`${d.url}/metrics`)).text())[1]);
   try {
     const y = [{ name: 'y' }], T = 2000;
@@ -319,7 +320,7 @@ test('steps waiting for their turn count their decoded request and outputs in me
     const sent = bodies.map((b) => infer(d, 'gqa', b));
     const bodyBytes = bodies.reduce((n, b) => n + b.length, 0), held = 4 * 2 * T * D * 4;
     let u = 0;
-    for (let k = 0; k < 40 && u < held; k++) {
+    for (let k = 0; k < 60 && u < held; k++) {
       await new Promise((res) => setTimeout(res, 25));
       u = await used();
     }
