@@ -107,7 +107,7 @@ class Limits(unittest.TestCase):
                 req.parameters["retain"].bool_param = pos == 0
                 return want(req, "y")
 
-            ran = 0
+            ran = kept = 0
             for i in range(8):
                 sid = f"cx{i}"
                 first = d.stub.ModelInfer(step(sid, 2, 0))
@@ -126,11 +126,21 @@ class Limits(unittest.TestCase):
                 ran += 1
                 st, seqs = d.rest("/v2/sequences")
                 got = [[q["length"], q.get("map_id")] for q in seqs["sequences"] if q["id"] == sid]
-                self.assertEqual(got, [[3, map_id]], "the cancelled step changed its sequence")
+                self.assertEqual(got[0][0] if got else None, 3, "the cancelled step changed its sequence")
+                if got[0][1] is None:
+                    # the cancel came after its encoding had grown the map
+                    # (the answer done, not yet sent): the map ends, as
+                    # README says of a step that fails after that
+                    self.assertEqual(d.rest(f"/v2/maps/{map_id}")[0], 404)
+                    continue
+                kept += 1
+                self.assertEqual(got, [[3, map_id]], "the cancelled step changed its map")
                 st, meta = d.rest(f"/v2/maps/{map_id}")
                 self.assertEqual(meta["shape"], [1, 4, 3, 3])
-            # under a sanitizer the cancel may come before every step ran
-            self.assertTrue(ran > 0 or SLOW > 1, "no cancelled step ran")
+            # under a sanitizer the cancel may come before every step ran,
+            # or after every encoding; without the job's late mark, no map
+            # is ever kept
+            self.assertTrue(kept > 0 or SLOW > 1, f"no cancelled step kept its map ({ran} ran)")
         finally:
             self.assertEqual(d.stop(), 0, d.log[-3000:])
 
