@@ -41,8 +41,8 @@ void srv__seq_gc(srv_seqs *q, srv_seq *l)
     free(l);
 }
 
-/* srv__seq_expect: l's next step is (on) or is no longer (off) expected soon: its
- * last one was just answered. The batcher waits a little for expected
+/* srv__seq_expect: l's next step is (on) or is no longer (off) expected
+ * soon: its last one was just answered. The batcher waits a little for expected
  * steps (batch.c, --sequence-wait-us); it forgets them all at once by
  * moving to a new generation, so a flag of an old one counts no more. */
 void srv__seq_expect(srv_seq *l, int on)
@@ -89,6 +89,14 @@ void srv__seq_fail(srv_step *st, int status, const char *msg)
     srv__sched_fail(st->job, status, msg);
 }
 
+/* fail_gone: st's sequence is not live (l: its tombstone, or NULL): the
+ * 400 that says how it went, or the 409 of an ended one's step sent again. */
+static void fail_gone(srv_step *st, const srv_seq *l)
+{
+    char msg[512];
+    srv__seq_fail(st, srv__seq_gone_msg(msg, sizeof msg, st->id, l, st), msg);
+}
+
 /* kick: make l's next waiting step active (checked against l's state now
  * that every earlier step of l has ended), or fail it and try the next. */
 static void kick(srv_seqs *q, srv_seq *l)
@@ -121,7 +129,7 @@ static void kick(srv_seqs *q, srv_seq *l)
             st->map_id[0] = 0;
         } else {
             if (!l->live) {
-                srv__seq_fail(st, srv__seq_gone_msg(msg, sizeof msg, st->id, l, st), msg);
+                fail_gone(st, l);
                 continue;
             }
             if (l->e != st->e || l->inst != st->inst) {
@@ -165,9 +173,8 @@ static void kick(srv_seqs *q, srv_seq *l)
 static void route(srv_seqs *q, srv_step *st)
 {
     srv_seq *l = srv__seq_find(q, st->id);
-    char msg[512];
     if (!l && !st->start) {
-        srv__seq_fail(st, srv__seq_gone_msg(msg, sizeof msg, st->id, NULL, st), msg);
+        fail_gone(st, NULL);
         return;
     }
     if (!l) {
@@ -271,11 +278,12 @@ int srv_seq_bind(srv_step *st, size_t *mem, char *err)
     char kerr[ATTN_ERRMAX];
     int rc, status = 0, reserved = 0;
     if (!st->start && !st->seq->live) { /* dropped while it queued */
+        const srv_seq *l = st->seq;
         snprintf(err, OIP_ERRMAX, "parameters.sequence_id: sequence '%s' was "
                  "dropped (%s) before this step ran; send sequence_start: true "
                  "with the whole history to begin it again", st->id,
-                 st->seq->gone == GONE_DROPPED ? srv__seq_drop_why[st->seq->gone_reason]
-                                               : "deleted, idle or model unloaded");
+                 l->gone == GONE_DROPPED ? srv__seq_drop_why[l->gone_reason]
+                                         : "deleted, idle or model unloaded");
         return 400;
     }
     /* a step at a position other than the length (kick refused one past

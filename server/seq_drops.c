@@ -21,7 +21,8 @@ const char *const srv__seq_drop_why[SRV_DROP_N] = {
     "idle past sequence-idle-ms", "deleted", "its model reloaded or unloaded",
     "restarted"};
 
-/* srv__seq_unbury: l is no longer remembered as gone (live again, or forgotten). */
+/* srv__seq_unbury: l is no longer remembered as gone (live again, or
+ * forgotten). */
 void srv__seq_unbury(srv_seqs *q, srv_seq *l)
 {
     if (!l->gone)
@@ -51,8 +52,8 @@ static void trim_tombs(srv_seqs *q)
     }
 }
 
-/* srv__seq_bury: remember that l, which held len tokens, went (GONE_*; reason for
- * a drop). */
+/* srv__seq_bury: remember that l, which held len tokens, went (GONE_*;
+ * reason for a drop). */
 void srv__seq_bury(srv_seqs *q, srv_seq *l, int gone, int reason, int len)
 {
     srv__seq_unbury(q, l);
@@ -88,7 +89,8 @@ void srv__seq_release_cache(srv_seqs *q, srv_seq *l)
     l->e->seq_stats.live--;
 }
 
-/* srv__seq_drop: l goes away for reason (now, or when its running step ends). */
+/* srv__seq_drop: l goes away for reason (now, or when its running step
+ * ends). */
 void srv__seq_drop(srv_seqs *q, srv_seq *l, int reason)
 {
     int len = l->kv.len;
@@ -252,7 +254,8 @@ int srv_seq_get(srv *s, const char *id, srv_seq_info *out, char *msg, size_t n)
     }
     if (l && l->live) { /* dropped; it goes when its running step ends */
         snprintf(msg, n, "sequence '%s' is being dropped (%s): its cache "
-                 "goes when its running step ends", id, srv__seq_drop_why[l->kill_reason]);
+                 "goes when its running step ends", id,
+                 srv__seq_drop_why[l->kill_reason]);
     } else if (l && l->gone) {
         gone_what(what, sizeof what, l);
         snprintf(msg, n, "sequence '%s' %s", id, what);
