@@ -172,26 +172,6 @@ static size_t fmt_floats_scalar(const float *f, size_t n, char *out)
 
 #define AVX512 __attribute__((target("avx512f,avx512dq,avx512cd,avx512vl,avx512bw")))
 
-/* The fixed notations (k -5 .. 8) as byte shuffles of the 16 bytes d0,
- * w's eight digits, '.', '0' (indices 0, 1-8, 9, 10; 128 gives a zero byte
- * past the end): "0.000ddd" for k < 0, "ddd.ddd" for k >= 0. */
-static const uint8_t fixed_ctl[14][16] = {
-    {10, 9, 10, 10, 10, 10, 0, 1, 2, 3, 4, 5, 6, 7, 8, 128}, /* k -5 */
-    {10, 9, 10, 10, 10, 0, 1, 2, 3, 4, 5, 6, 7, 8, 128, 128}, /* k -4 */
-    {10, 9, 10, 10, 0, 1, 2, 3, 4, 5, 6, 7, 8, 128, 128, 128}, /* k -3 */
-    {10, 9, 10, 0, 1, 2, 3, 4, 5, 6, 7, 8, 128, 128, 128, 128}, /* k -2 */
-    {10, 9, 0, 1, 2, 3, 4, 5, 6, 7, 8, 128, 128, 128, 128, 128}, /* k -1 */
-    {0, 9, 1, 2, 3, 4, 5, 6, 7, 8, 128, 128, 128, 128, 128, 128}, /* k 0 */
-    {0, 1, 9, 2, 3, 4, 5, 6, 7, 8, 128, 128, 128, 128, 128, 128}, /* k 1 */
-    {0, 1, 2, 9, 3, 4, 5, 6, 7, 8, 128, 128, 128, 128, 128, 128}, /* k 2 */
-    {0, 1, 2, 3, 9, 4, 5, 6, 7, 8, 128, 128, 128, 128, 128, 128}, /* k 3 */
-    {0, 1, 2, 3, 4, 9, 5, 6, 7, 8, 128, 128, 128, 128, 128, 128}, /* k 4 */
-    {0, 1, 2, 3, 4, 5, 9, 6, 7, 8, 128, 128, 128, 128, 128, 128}, /* k 5 */
-    {0, 1, 2, 3, 4, 5, 6, 9, 7, 8, 128, 128, 128, 128, 128, 128}, /* k 6 */
-    {0, 1, 2, 3, 4, 5, 6, 7, 9, 8, 128, 128, 128, 128, 128, 128}, /* k 7 */
-    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 128, 128, 128, 128, 128, 128}, /* k 8 */
-};
-
 /* scale8: scale10 on eight lanes (the same multiply or divide, so the same
  * doubles). The powers come from two registers when all are below 10^16
  * (the common case: numbers of magnitude 1e-7 to 1e8), a gather otherwise
@@ -207,6 +187,36 @@ AVX512 static __m512d scale8(__m512d d, __m256i e)
         p = _mm512_i32gather_pd(ae, p10, 8);
     __mmask8 neg = _mm256_cmpgt_epi32_mask(_mm256_setzero_si256(), e);
     return _mm512_mask_div_pd(_mm512_mul_pd(d, p), neg, d, p);
+}
+
+/* lane: the l-th 128 bits of the two laid-out groups of four. */
+#define LANE(src, l) _mm512_extracti32x4_epi32((src)[(l) >> 2], (l) & 3)
+
+/* lanes: stores eight laid-out numbers (len bytes each in src's 128-bit
+ * lanes), each after its sign and followed by ','; the lanes in expo are
+ * laid out by emit from their digits instead. One 16-byte store a number,
+ * as emit's. AVX-512. */
+AVX512 static inline char *lanes(char *p, const __m512i src[2], const int32_t *len,
+                                 __m256i bits, __mmask8 expo, const uint64_t *wv,
+                                 const uint64_t *hv, const uint64_t *ndv,
+                                 const int32_t *kv)
+{
+    uint32_t neg = _mm256_movemask_ps(_mm256_castsi256_ps(bits));
+#define ONE(l)                                                                   \
+    do {                                                                         \
+        *p = '-';                                                                \
+        p += (neg >> (l)) & 1;                                                   \
+        if (expo >> (l) & 1) {                                                   \
+            p = emit(p, (char)('0' + hv[l]), wv[l], (int)ndv[l], kv[l]);         \
+        } else {                                                                 \
+            _mm_storeu_si128((__m128i *)p, LANE(src, l));                        \
+            p += len[l];                                                         \
+        }                                                                        \
+        *p++ = ',';                                                              \
+    } while (0)
+    ONE(0); ONE(1); ONE(2); ONE(3); ONE(4); ONE(5); ONE(6); ONE(7);
+#undef ONE
+    return p;
 }
 
 /*
@@ -260,28 +270,59 @@ AVX512 static size_t fmt_floats_avx512(const float *f, size_t n, char *out)
         w = _mm512_add_epi64(w, _mm512_set1_epi64(0x3030303030303030LL));
         __m512i nd = _mm512_sub_epi64(_mm512_set1_epi64(9),
                                       _mm512_srli_epi64(_mm512_lzcnt_epi64(_mm512_xor_si512(w, _mm512_set1_epi64(0x3030303030303030LL))), 3));
-        uint64_t wv[8], hv[8], ndv[8];
-        int32_t kv[8];
-        uint32_t bv[8];
-        _mm512_storeu_si512(wv, w);
-        _mm512_storeu_si512(hv, hi);
-        _mm512_storeu_si512(ndv, nd);
-        _mm256_storeu_si256((__m256i *)kv, k);
-        _mm256_storeu_si256((__m256i *)bv, bits);
-        for (int l = 0; l < 8; l++) {
-            int kl = kv[l], ndl = (int)ndv[l];
-            *p = '-';
-            p += bv[l] >> 31;
-            if ((unsigned)(kl + 5) <= 13) { /* one shuffle, one 16-byte store */
-                __m128i src = _mm_set_epi64x((long long)(wv[l] >> 56 | 0x302e00u),
-                                             (long long)(('0' + hv[l]) | wv[l] << 8));
-                _mm_storeu_si128((__m128i *)p,
-                                 _mm_shuffle_epi8(src, _mm_loadu_si128((const __m128i *)fixed_ctl[kl + 5])));
-                p += kl < 0 ? 1 - kl + ndl : ndl > kl + 1 ? ndl + 1 : kl + 1;
-            } else {
-                p = emit(p, (char)('0' + hv[l]), wv[l], ndl, kl);
-            }
-            *p++ = ',';
+        /* each lane's 16 source bytes: d0, the eight digits, '.', '0' */
+        __m512i lo8 = _mm512_or_si512(_mm512_add_epi64(hi, _mm512_set1_epi64('0')),
+                                      _mm512_slli_epi64(w, 8));
+        __m512i hi8 = _mm512_or_si512(_mm512_srli_epi64(w, 56), _mm512_set1_epi64(0x302e00));
+        __m512i src[2] = {
+            _mm512_permutex2var_epi64(lo8, _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11), hi8),
+            _mm512_permutex2var_epi64(lo8, _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15), hi8)};
+        /* each lane's k in every byte of its 128 bits */
+        __m512i kq = _mm512_cvtepi32_epi64(k);
+        __m512i kb[2] = {
+            _mm512_shuffle_epi8(_mm512_permutexvar_epi64(_mm512_setr_epi64(0, 0, 1, 1, 2, 2, 3, 3), kq),
+                                _mm512_setzero_si512()),
+            _mm512_shuffle_epi8(_mm512_permutexvar_epi64(_mm512_setr_epi64(4, 4, 5, 5, 6, 6, 7, 7), kq),
+                                _mm512_setzero_si512())};
+        /* the fixed notations' shuffles: output byte j is digit j before
+         * the point (k >= 0) or '0' (k < 0); the point at k + 1 (k >= 0)
+         * or 1; after it digit j - 1 (k >= 0) or j - (1 - k), '0' below 0 */
+        const __m512i j = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
+                                                               10, 11, 12, 13, 14, 15));
+        const __m512i one = _mm512_set1_epi8(1), ten = _mm512_set1_epi8(10);
+        __m512i ctl[2];
+        for (int h = 0; h < 2; h++) {
+            __mmask64 pos = _mm512_cmpgt_epi8_mask(kb[h], _mm512_set1_epi8(-1));
+            __m512i dot = _mm512_mask_add_epi8(one, pos, kb[h], one);
+            __m512i sh = _mm512_mask_mov_epi8(_mm512_sub_epi8(one, kb[h]), pos, one);
+            __m512i after = _mm512_min_epu8(_mm512_sub_epi8(j, sh), ten);
+            __m512i c = _mm512_mask_mov_epi8(after, _mm512_cmplt_epi8_mask(j, dot),
+                                             _mm512_mask_mov_epi8(ten, pos, j));
+            ctl[h] = _mm512_mask_mov_epi8(c, _mm512_cmpeq_epi8_mask(j, dot), _mm512_set1_epi8(9));
+            src[h] = _mm512_shuffle_epi8(src[h], ctl[h]);
+        }
+        /* lengths: 1 - k + nd (k < 0), nd + 1 when digits follow the
+         * point, else k + 1 */
+        __m256i ndd = _mm512_cvtepi64_epi32(nd), one32 = _mm256_set1_epi32(1);
+        __m256i k1 = _mm256_add_epi32(k, one32);
+        __m256i len = _mm256_mask_mov_epi32(k1, _mm256_cmpgt_epi32_mask(ndd, k1),
+                                            _mm256_add_epi32(ndd, one32));
+        len = _mm256_mask_sub_epi32(len, _mm256_cmpgt_epi32_mask(_mm256_setzero_si256(), k),
+                                    _mm256_add_epi32(ndd, one32), k);
+        __mmask8 expo = _mm256_cmpgt_epu32_mask(_mm256_add_epi32(k, _mm256_set1_epi32(5)),
+                                               _mm256_set1_epi32(13));
+        int32_t lv[8];
+        _mm256_storeu_si256((__m256i *)lv, len);
+        if (expo) { /* rare: a lane in exponent form, laid out by emit */
+            uint64_t wv[8], hv[8], ndv[8];
+            int32_t kv[8];
+            _mm512_storeu_si512(wv, w);
+            _mm512_storeu_si512(hv, hi);
+            _mm512_storeu_si512(ndv, nd);
+            _mm256_storeu_si256((__m256i *)kv, k);
+            p = lanes(p, src, lv, bits, expo, wv, hv, ndv, kv);
+        } else {
+            p = lanes(p, src, lv, bits, 0, NULL, NULL, NULL, NULL);
         }
     }
     return (size_t)(p - out) + fmt_floats_scalar(f + i, n - i, p);
