@@ -158,9 +158,14 @@ static int add_answer_headers(srv_req *r, struct MHD_Response *resp)
          * (undici and browsers honour it; a quarter of margin for a busy
          * client), so none sends a request on a connection header-timeout
          * is closing */
+        static _Thread_local long long ka_of = -1; /* formatted once */
+        static _Thread_local char ka_hdr[32];
         long long ka = r->s->cfg.header_timeout_s * 3 / 4;
-        snprintf(num, sizeof num, "timeout=%lld", ka > 0 ? ka : 1);
-        ADD("Keep-Alive", num);
+        if (ka != ka_of) {
+            snprintf(ka_hdr, sizeof ka_hdr, "timeout=%lld", ka > 0 ? ka : 1);
+            ka_of = ka;
+        }
+        ADD("Keep-Alive", ka_hdr);
     }
 #undef ADD
     return lost ? -1 : 0;

@@ -431,7 +431,9 @@ void srv_h_infer(srv_req *r)
     const char *hdr_id = r->conn ? MHD_lookup_connection_value(
                                        r->conn, MHD_HEADER_KIND, "Attnd-Sequence-Id")
                                  : NULL;
-    snprintf(r->model, sizeof r->model, "%.128s", r->arg[0]);
+    size_t mlen = strnlen(r->arg[0], sizeof r->model - 1); /* "%.128s" */
+    memcpy(r->model, r->arg[0], mlen);
+    r->model[mlen] = 0;
     if (hdr_id && !oip_sequence_id_valid(hdr_id, strlen(hdr_id))) {
         srv_respond_error(r, 400, "Attnd-Sequence-Id: '%.200s' is not a "
                           "sequence id (1 to %d bytes of printable ASCII "

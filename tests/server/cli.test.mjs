@@ -109,6 +109,45 @@ test('--log-format json: one JSON line per request with id, model, status, batch
   for (const k of ['queue_us', 'compute_us', 'total_us']) assert.equal(typeof l[k], 'number', k);
 });
 
+test('a request\'s text log line: time to the millisecond, method, path, status, id, model, batch, times', async (t) => {
+  const d = await start({ t });
+  const c = REFS.causal;
+  const t0 = Date.now();
+  await infer(d, 'tiny', { id: 'text-me', inputs: [fp32('x', c.shape, c.x)] });
+  const r = await fetch(`${d.url}/v2/models/nope/ready`);
+  assert.equal(r.status, 404);
+  await r.arrayBuffer();
+  const t1 = Date.now();
+  assert.equal((await d.stop()).code, 0);
+  const line = d.log().split('\n').find((l) => l.includes(' id=text-me '));
+  const m = /^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z info POST \/v2\/models\/tiny\/infer 200 id=text-me model=tiny batch=1 queue_us=(\d+) compute_us=(\d+) total_us=(\d+)$/.exec(line);
+  assert.ok(m, `${line}\n${d.log()}`);
+  const at = Date.parse(`${m[1]}Z`);
+  assert.ok(at >= t0 - 1000 && at <= t1 + 1000, `${m[1]} not between ${new Date(t0).toISOString()} and ${new Date(t1).toISOString()}`);
+  assert.ok(Number(m[4]) >= Number(m[2]) + Number(m[3]) - 1, line);
+  // no id, no model: '-'
+  assert.match(d.log(), /Z info GET \/v2\/models\/nope\/ready 404 id=- model=- batch=0 queue_us=0 compute_us=0 total_us=\d+$/m);
+});
+
+test('a JSON log line escapes what the client sent: id, path', async (t) => {
+  const d = await start({ t, args: ['--log-format', 'json'] });
+  const c = REFS.causal;
+  const id = 'q"uo\\te\u0001';
+  await infer(d, 'tiny', { id, inputs: [fp32('x', c.shape, c.x)] });
+  // a raw quote and backslash in the path (fetch would percent-encode them)
+  const { request } = await import('node:http');
+  await new Promise((res, rej) => request({ host: '127.0.0.1', port: new URL(d.url).port, path: '/no"pe\\' }, (r) => {
+    r.resume();
+    r.on('end', res);
+  }).on('error', rej).end());
+  assert.equal((await d.stop()).code, 0);
+  const lines = d.log().trim().split('\n').map((l) => JSON.parse(l));
+  const l = lines.find((o) => o.model === 'tiny');
+  assert.equal(l.id, id);
+  assert.match(l.ts, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+  assert.ok(lines.some((o) => o.path === '/no"pe\\'), d.log());
+});
+
 test('a request\'s log line reaches stderr while the daemon idles', async (t) => {
   const d = await start({ t, args: ['--log-format', 'json', '--busy-poll-us', '0'] });
   try {
