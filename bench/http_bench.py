@@ -49,6 +49,10 @@ the same layer served by FastAPI/uvicorn + PyTorch.
    more with a second connection open and idle, as a metrics scraper
    leaves it between scrapes, by default and with --inline-idle-ms 0
    (every open connection counts): steps/s and the share inline.
+The small-request points run attnd and bare --small-runs times (3), taking
+turns, and show the pair whose ratio is the median, with every pair's
+ratio: the machine's speed drifts by a quarter over minutes, and one run
+of each moved the 1-connection ratio from 0.59x to 0.72x between rounds.
 The decode and engine points run --decode-runs times (3), 1 and 32 taking
 turns, and print the median and every run.
 Peak RSS of attnd (VmHWM) is printed at the end. Everything runs on
@@ -527,6 +531,10 @@ def main():
     ap.add_argument("--engine", default=os.path.join(ROOT, "build/default/bench/bench_decode"),
                     help="bench_decode: the engine alone on the decode point's layer and steps ('' skips)")
     ap.add_argument("--seconds", type=int, default=5, help="wrk duration per point")
+    ap.add_argument("--small-runs", type=int, default=3,
+                    help="runs of attnd and bare at each small-request point, taking turns; the pair "
+                         "whose attnd/bare ratio is the median counts (the upper middle one of an even "
+                         "number)")
     ap.add_argument("--threads", type=int, default=0, help="attnd --threads")
     ap.add_argument("--decode-prompt", type=int, default=128)
     ap.add_argument("--decode-steps", type=int, default=32, help="0 skips the decode point")
@@ -538,8 +546,8 @@ def main():
     ap.add_argument("--python", default="/usr/bin/python3",
                     help="the Python with torch and fastapi for the peer ('' skips it)")
     a = ap.parse_args()
-    if a.decode_runs < 1:
-        ap.error("--decode-runs must be at least 1")
+    if a.decode_runs < 1 or a.small_runs < 1:
+        ap.error("--decode-runs and --small-runs must be at least 1")
     if not shutil.which("wrk"):
         sys.exit("wrk is missing: tools/install-deps.sh bench")
     # the Python peers call the same OpenBLAS as attnd (PyTorch 1.13 from
@@ -598,15 +606,23 @@ def main():
         print(f"{'conns':>5} | {'attnd req/s':>11} {'p50 ms':>7} {'p99 ms':>7} | "
               f"{'bare req/s':>10} {'p50 ms':>7} {'p99 ms':>7} | "
               f"{'python req/s':>12} {'p50 ms':>7} {'p99 ms':>7} | {'attnd/bare':>10} {'python/bare':>11}")
-        points, inline = {}, {}
+        points, inline, pair_runs = {}, {}, {}
         for c in (1, 16, 64):
-            w0 = demo_work(aport)
-            ra = wrk_cpu(f"http://127.0.0.1:{aport}/v2/models/demo/infer", c, a.seconds, lua, at.pid)
-            w1 = demo_work(aport)
+            # attnd and bare take turns a.small_runs times (the machine's
+            # speed drifts by a quarter over minutes); the pair whose ratio
+            # is the median counts, whole
+            pairs = []
+            for _ in range(a.small_runs):
+                w0 = demo_work(aport)
+                ra = wrk_cpu(f"http://127.0.0.1:{aport}/v2/models/demo/infer", c, a.seconds, lua, at.pid)
+                w1 = demo_work(aport)
+                rb = wrk_cpu(f"http://127.0.0.1:{bport}/v2/models/demo/infer", c, a.seconds, lua, bare.pid)
+                pairs.append((ra[0] / rb[0], ra, rb, w0, w1))
+            pair_runs[c] = "/".join(f"{x[0]:.2f}" for x in pairs)
+            _, ra, rb, w0, w1 = sorted(pairs, key=lambda x: x[0])[len(pairs) // 2]
             inline[c] = inline_share(w0, w1)
             if c == 1:  # attnd's own work per request, nothing else running
                 work = [(u - v) / max(w1[0] - w0[0], 1) * 1e6 for u, v in zip(w1[1:4], w0[1:4])]
-            rb = wrk_cpu(f"http://127.0.0.1:{bport}/v2/models/demo/infer", c, a.seconds, lua, bare.pid)
             rp = (wrk(f"http://127.0.0.1:{pyport}/v2/models/demo/infer", c, a.seconds, lua)
                   if pyport else (float("nan"),) * 3 + (0,))
             points[c] = (ra, rb, rp)
@@ -615,6 +631,10 @@ def main():
                   f"{rb[0]:>10.0f} {rb[1]:>7.2f} {rb[2]:>7.2f} | "
                   f"{rp[0]:>12.0f} {rp[1]:>7.2f} {rp[2]:>7.2f} | "
                   f"{ra[0] / rb[0]:>10.2f} {rp[0] / rb[0]:>11.2f}{note}")
+        if a.small_runs > 1:
+            print(f"attnd and bare took turns {a.small_runs} times at each point; the pair whose ratio is "
+                  f"the median is shown; every pair's attnd/bare: "
+                  + ", ".join(f"{pair_runs[c]} at {c}" for c in (1, 16, 64)))
         print("aims (small requests, vs the bare server):")
         for c in (1, 16, 64):
             ra, rb, rp = points[c]
