@@ -40,7 +40,10 @@
     X(batch_delay_us, "batch-delay-us", INT, 0, 0, 10000000,                  \
       "longest wait of a queued request for batch company (us)")              \
     X(instances, "instances", INT, 2, 1, 64,                                  \
-      "batches of one model that may run at once")                            \
+      "batches of one model that may run at once (a model under "           \
+      "solo-max-weights runs small requests beside them)")                   \
+    X(solo_max_weights, "solo-max-weights", INT, 256 * 1024, 0, 1LL << 40,    \
+      "a model whose weights take at most this many bytes (the built-in sdpa: none) does not hold a small request back for a batch while its instances are busy: its decode, compute and encode run as one pool job, as on an idle model (a batch would save reading weights that stay in cache, less than its two extra hand-offs cost; 0 = every request waits for an instance)") \
     X(queue_size, "queue-size", INT, 256, 1, 1000000,                         \
       "requests queued per model before 503")                                 \
     X(deadline_ms, "deadline-ms", INT, 30000, 1, 3600000,                     \

@@ -10,8 +10,11 @@
  * (and no batch delay to wait for company) is decoded, computed and encoded
  * by one pool job: one loop <-> pool hand-off instead of two. It holds an
  * instance from admission, so requests arriving meanwhile queue and batch
- * as above; when it turns out too large for one job (SMALL_BATCH_FLOPS) it
- * joins the queue after its decode like any other request.
+ * as above, unless the model is unbatched (weights under solo-max-weights:
+ * a batch would save less than its hand-offs cost), whose requests run
+ * solo beyond its instances while its queue is empty; when one turns out
+ * too large for one job (SMALL_BATCH_FLOPS) it joins the queue after its
+ * decode like any other request.
  *
  * Inline: while at most --inline-conns connections are open (1: a lone
  * client; a page following a map in a long poll is not counted, nor a
@@ -367,7 +370,10 @@ static void solo_work(uv_work_t *w)
 {
     srv_job *j = w->data;
     srv_pool_thread_enter(j->s);
-    solo_run(j, SIZE_MAX);
+    /* one beyond the model's instances keeps to small outputs: its
+     * decoded request and outputs are not counted against memory-budget
+     * (larger ones go back through decoded(), which counts them) */
+    solo_run(j, j->solo_over ? INLINE_OUT_BYTES : SIZE_MAX);
 }
 
 /* solo_finish: loop thread. Gives the instance back; a computed job is
@@ -410,13 +416,24 @@ static int lone(const srv *s, int conns)
 
 int srv__alone(const srv *s) { return lone(s, 1); }
 
-/* solo_ok: may a job of len body bytes for e run solo? A request waits
- * for the sequence steps expected (batch.c), unless it is alone
- * (srv__alone: they are its own). Loop thread. */
+/* unbatched: are e's weights small enough (solo-max-weights; the
+ * built-in sdpa has none) that a batch would save less by reading them
+ * once than its extra hand-offs cost? Loop thread. */
+static int unbatched(const srv_entry *e)
+{
+    long long max = e->s->cfg.solo_max_weights;
+    return max > 0 && (e->inst->builtin || model_bytes(e->inst->m) <= (size_t)max);
+}
+
+/* solo_ok: may a job of len body bytes for e run solo? Not while requests
+ * queue for a batch, nor, unless e is unbatched, while every instance is
+ * busy (those that come meanwhile queue and batch). A request waits for
+ * the sequence steps expected (batch.c), unless it is alone (srv__alone:
+ * they are its own). Loop thread. */
 static int solo_ok(const srv_entry *e, size_t len, int alone)
 {
     const srv *s = e->s;
-    return !e->qhead && e->running < (int)s->cfg.instances &&
+    return !e->qhead && (e->running < (int)s->cfg.instances || unbatched(e)) &&
            s->cfg.batch_delay_us == 0 && len <= SOLO_BODY_BYTES &&
            (alone || e->seq_expected <= 0);
 }
@@ -520,6 +537,7 @@ void srv_h_infer(srv_req *r)
     s->inline_last = 0;
     srv_suspend(r);
     if (j->solo) {
+        j->solo_over = e->running >= (int)s->cfg.instances;
         e->running++;
         srv_pool_queue(s, &j->work, solo_work, solo_done);
         return;

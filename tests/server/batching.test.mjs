@@ -111,6 +111,51 @@ test('no batch delay: a lone request runs at once, and one too large for a singl
   } catch (e) { await d.stop('SIGKILL'); throw e; } finally { rmSync(dir, { recursive: true, force: true }); }
 });
 
+// 48 requests at once, each checked against its reference; the model's stats after.
+async function burst(d, model, c, tag) {
+  const rs = await Promise.all(Array.from({ length: 48 }, (_, i) =>
+    infer(d, model, { id: `${tag}${i}`, inputs: [fp32('x', c.shape, c.x)] })));
+  rs.forEach((r, i) => {
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    assert.equal(r.json.id, `${tag}${i}`);
+    assert.ok(maxDiff(r.json.outputs[0].data, c.y) < 1e-5, `request ${i}`);
+  });
+  return statsOf(d, model);
+}
+
+test('--solo-max-weights: a model that small runs each request as one pool job while its instance is busy; with the limit a byte under its weights they queue for batches', async (t) => {
+  const c = REFS.self;
+  const d = await start({ t, args: ['--instances', '1'] });
+  let bytes;
+  try {
+    const loaded = /model 'tiny' loaded \((\d+) weight bytes\)/;
+    bytes = Number(loaded.exec(await d.logged(loaded))[1]);
+    assert.ok(bytes > 0 && bytes <= 256 * 1024, `tiny: ${bytes} weight bytes`);
+    let s;
+    for (let round = 0; round < 3; round++) s = await burst(d, 'tiny', c, `s${round}-`);
+    // every request its own batch: none waited in the queue for company
+    assert.equal(s.inference_count, 144 * c.shape[0]); // sequences
+    assert.equal(s.execution_count, 144);
+    assert.deepEqual(s.batch_stats.map((b) => b.batch_size), [c.shape[0]]);
+    assert.match(await (await fetch(`${d.url}/metrics`)).text(), /^attnd_pool_jobs 0$/m);
+    assert.equal((await d.stop()).code, 0);
+  } catch (e) { await d.stop('SIGKILL'); throw e; }
+  // the same bursts with the limit one byte under tiny's weights: requests
+  // that find the instance busy queue, and some leave together
+  const b = await start({ t, args: ['--instances', '1', '--solo-max-weights', String(bytes - 1)] });
+  try {
+    let s;
+    for (let round = 0; round < 10; round++) {
+      s = await burst(b, 'tiny', c, `b${round}-`);
+      if (s.execution_count * c.shape[0] < s.inference_count) break;
+    }
+    assert.ok(s.execution_count * c.shape[0] < s.inference_count,
+      `${s.execution_count} batches for ${s.inference_count / c.shape[0]} requests: none shared`);
+    assert.ok(s.batch_stats.some((x) => x.batch_size > c.shape[0]), JSON.stringify(s.batch_stats));
+    assert.equal((await b.stop()).code, 0);
+  } catch (e) { await b.stop('SIGKILL'); throw e; }
+});
+
 // --pool-spin-us 0: every stage after the first is joined through the loop;
 // the default: pool jobs that ran out of tiles wait for the next stage
 for (const spin of ['0', '500'])
