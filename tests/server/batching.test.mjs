@@ -156,6 +156,59 @@ test('--solo-max-weights: a model that small runs each request as one pool job w
   } catch (e) { await b.stop('SIGKILL'); throw e; }
 });
 
+// softmax(q k^T / sqrt(dk)) v for one head, in float64 (row-major arrays).
+function sdpaRef(q, k, v, T, S, dk, dv) {
+  const y = new Array(T * dv).fill(0);
+  for (let i = 0; i < T; i++) {
+    const w = [];
+    for (let j = 0; j < S; j++) {
+      let d = 0;
+      for (let c = 0; c < dk; c++) d += q[i * dk + c] * k[j * dk + c];
+      w.push(d / Math.sqrt(dk));
+    }
+    const m = Math.max(...w), e = w.map((x) => Math.exp(x - m)), z = e.reduce((a, b) => a + b, 0);
+    for (let j = 0; j < S; j++)
+      for (let c = 0; c < dv; c++) y[i * dv + c] += (e[j] / z) * v[j * dv + c];
+  }
+  return y;
+}
+
+test('--solo-max-weights: a request beyond the busy instances whose outputs pass 64 KiB goes back to the queue (counted against memory-budget) and batches', async (t) => {
+  // sdpa (no weights): 512 query rows against 8 keys, outputs 512 x 128
+  // floats (256 KiB) from ~2.6 MFLOP and a 47 kB body: small enough for a
+  // solo job, too large an output for one beyond the instances
+  const T = 512, S = 8, dk = 16, dv = 128;
+  const val = (i, m) => [0.25, -0.5, 0.75, -1, 0.5][(i * m) % 5];
+  const q = Array.from({ length: T * dk }, (_, i) => val(i, 7));
+  const k = Array.from({ length: S * dk }, (_, i) => val(i, 3));
+  const v = Array.from({ length: S * dv }, (_, i) => val(i, 11));
+  const want = sdpaRef(q, k, v, T, S, dk, dv);
+  const body = {
+    inputs: [fp32('q', [1, 1, T, dk], q), fp32('k', [1, 1, S, dk], k), fp32('v', [1, 1, S, dv], v)],
+    outputs: [{ name: 'output' }],
+  };
+  const d = await start({ t, args: ['--instances', '1'] });
+  try {
+    let s;
+    for (let round = 0; round < 10; round++) {
+      const rs = await Promise.all(Array.from({ length: 24 }, () => infer(d, 'sdpa', body)));
+      for (const r of rs) {
+        assert.equal(r.status, 200, JSON.stringify(r.json));
+        assert.ok(maxDiff(r.json.outputs[0].data, want) < 1e-5);
+      }
+      s = await statsOf(d, 'sdpa');
+      if (s.execution_count < s.inference_count) break;
+    }
+    // as solo jobs each would be a batch of its own
+    assert.ok(s.execution_count < s.inference_count,
+      `${s.execution_count} batches for ${s.inference_count} requests: none queued and shared`);
+    const m = await (await fetch(`${d.url}/metrics`)).text();
+    assert.match(m, /^attnd_memory_budget_used_bytes 0$/m);
+    assert.match(m, /^attnd_pool_jobs 0$/m);
+    assert.equal((await d.stop()).code, 0);
+  } catch (e) { await d.stop('SIGKILL'); throw e; }
+});
+
 // --pool-spin-us 0: every stage after the first is joined through the loop;
 // the default: pool jobs that ran out of tiles wait for the next stage
 for (const spin of ['0', '500'])
