@@ -1,9 +1,9 @@
 /*
  * decode.c - an infer request body (JSON, or JSON header + binary tensors)
- * to an oip_request. See oip.h for the contract and jscan.c for why the
- * data arrays are cut out before jansson sees the text.
+ * to an oip_request. See oip.h for the contract, jscan.c for why the
+ * data arrays are cut out before the rest is parsed and jtree.c for how
+ * that rest (the skeleton) is parsed.
  */
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,14 +11,15 @@
 
 #include "core/attn.h"
 #include "oip_internal.h"
-#include "core/json_mem.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "proto/ assumes a little-endian host (binary tensors are little-endian)"
 #endif
 
-/* Bytes a jansson value costs (json_t, hashtable/array slot, malloc
- * overhead): the estimate that bounds the skeleton before it is parsed. */
+/* Bytes a value of the skeleton costs once parsed, beyond its text (a
+ * jansson json_t with its hashtable or array slot and malloc overhead;
+ * jtree.c's node, slot and key take less): the estimate that bounds the
+ * skeleton before it is parsed. */
 #define JSON_VALUE_COST 96
 
 static const struct {
@@ -96,6 +97,8 @@ typedef struct in_meta {
     size_t bin_size;
 } in_meta;
 
+static int is(const oip__jv *v, oip__jtype t) { return v && v->type == t; }
+
 static int add_size(size_t *acc, size_t v)
 {
     if (*acc > SIZE_MAX - v)
@@ -113,33 +116,34 @@ static int mul_size(size_t a, size_t b, size_t *out)
 }
 
 /* get_name: o's "name", a string of 1 to OIP_MAX_NAME - 1 bytes, into dst
- * (OIP_MAX_NAME bytes); where ("inputs[2]") starts the messages. */
-static int get_name(json_t *o, const char *where, char *dst, char *err)
+ * (OIP_MAX_NAME bytes); list[i] ("inputs[2]") starts the messages. */
+static int get_name(const oip__jv *o, const char *list, size_t i, char *dst,
+                    char *err)
 {
-    json_t *name = json_object_get(o, "name");
+    const oip__jv *name = oip__jget(o, "name");
     if (!name)
-        return oip__fail(err, ATTN_EINVAL, "%s.name: missing", where);
-    if (!json_is_string(name))
-        return oip__fail(err, ATTN_EINVAL, "%s.name: expected a string",
-                         where);
-    size_t len = json_string_length(name);
+        return oip__fail(err, ATTN_EINVAL, "%s[%zu].name: missing", list, i);
+    if (!is(name, OIP__JSTR))
+        return oip__fail(err, ATTN_EINVAL, "%s[%zu].name: expected a string",
+                         list, i);
+    size_t len = name->len;
     if (len == 0 || len >= OIP_MAX_NAME)
-        return oip__fail(err, ATTN_EINVAL, "%s.name: must be 1 to %d bytes",
-                         where, OIP_MAX_NAME - 1);
-    memcpy(dst, json_string_value(name), len + 1);
+        return oip__fail(err, ATTN_EINVAL, "%s[%zu].name: must be 1 to %d bytes",
+                         list, i, OIP_MAX_NAME - 1);
+    memcpy(dst, name->str, len + 1);
     return 0;
 }
 
-static int get_bool(json_t *obj, const char *key, const char *field, int *out,
+static int get_bool(const oip__jv *obj, const char *key, const char *field, int *out,
                     char *err)
 {
-    json_t *v = json_object_get(obj, key);
+    const oip__jv *v = oip__jget(obj, key);
     if (!v)
         return 0;
-    if (!json_is_boolean(v))
+    if (!(is(v, OIP__JTRUE) || is(v, OIP__JFALSE)))
         return oip__fail(err, ATTN_EINVAL, "%s: expected true or false",
                          field);
-    *out = json_is_true(v);
+    *out = is(v, OIP__JTRUE);
     return 0;
 }
 
@@ -156,10 +160,10 @@ int oip_sequence_id_valid(const char *s, size_t len)
 
 /* get_seq_id: parameters.sequence_id (see oip_params) into out; a number
  * is read from its text num (the skeleton holds 0 in its place). */
-static int get_seq_id(json_t *p, const char *num, size_t num_len, char *out,
+static int get_seq_id(const oip__jv *p, const char *num, size_t num_len, char *out,
                       char *err)
 {
-    json_t *v = json_object_get(p, "sequence_id");
+    const oip__jv *v = oip__jget(p, "sequence_id");
     const char *f = "parameters.sequence_id";
     if (!v)
         return 0;
@@ -179,11 +183,11 @@ static int get_seq_id(json_t *p, const char *num, size_t num_len, char *out,
         snprintf(out, OIP_MAX_SEQ_ID, "%llu", (unsigned long long)n);
         return 0;
     }
-    if (!json_is_string(v))
+    if (!is(v, OIP__JSTR))
         return oip__fail(err, ATTN_EINVAL, "%s: expected an unsigned "
                          "integer or a string", f);
-    size_t len = json_string_length(v);
-    const char *s = json_string_value(v);
+    size_t len = v->len;
+    const char *s = v->str;
     if (!oip_sequence_id_valid(s, len))
         return oip__fail(err, ATTN_EINVAL, "%s: a string id is 1 to %d bytes "
                          "of printable ASCII other than space, '/', '\"' and "
@@ -193,18 +197,18 @@ static int get_seq_id(json_t *p, const char *num, size_t num_len, char *out,
 }
 
 /* get_seq_pos: parameters.sequence_position, an integer 0 .. INT32_MAX. */
-static int get_seq_pos(json_t *p, oip_params *pr, char *err)
+static int get_seq_pos(const oip__jv *p, oip_params *pr, char *err)
 {
-    json_t *v = json_object_get(p, "sequence_position");
+    const oip__jv *v = oip__jget(p, "sequence_position");
     if (!v)
         return 0;
-    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-        json_integer_value(v) > INT32_MAX)
+    if (!is(v, OIP__JINT) || v->num < 0 ||
+        v->num > INT32_MAX)
         return oip__fail(err, ATTN_EINVAL, "parameters.sequence_position: "
                          "expected an integer 0 .. %d (the tokens the "
                          "sequence holds before this step)", INT32_MAX);
     pr->has_seq_pos = 1;
-    pr->seq_pos = (int)json_integer_value(v);
+    pr->seq_pos = (int)v->num;
     return 0;
 }
 
@@ -213,17 +217,17 @@ static int get_seq_pos(json_t *p, oip_params *pr, char *err)
  * tokens (at most max_tokens strings, each < OIP_MAX_TOKEN bytes, copied
  * into req); other keys are ignored. *bytes grows by what the copies
  * take. */
-static int decode_params(oip_request *req, json_t *root, int max_tokens,
+static int decode_params(oip_request *req, const oip__jv *root, int max_tokens,
                          const char *num, size_t num_len, size_t *bytes,
                          char *err)
 {
     oip_params *pr = &req->params;
     int rc;
     pr->causal = -1;
-    json_t *p = json_object_get(root, "parameters");
+    const oip__jv *p = oip__jget(root, "parameters");
     if (!p)
         return 0;
-    if (!json_is_object(p))
+    if (!is(p, OIP__JOBJ))
         return oip__fail(err, ATTN_EINVAL, "parameters: expected an object");
     if ((rc = get_bool(p, "causal", "parameters.causal", &pr->causal, err)) ||
         (rc = get_bool(p, "retain", "parameters.retain", &pr->retain, err)) ||
@@ -237,23 +241,23 @@ static int decode_params(oip_request *req, json_t *root, int max_tokens,
         (rc = get_seq_id(p, num, num_len, pr->seq_id, err)) ||
         (rc = get_seq_pos(p, pr, err)))
         return rc;
-    json_t *t = json_object_get(p, "tokens");
+    const oip__jv *t = oip__jget(p, "tokens");
     if (!t)
         return 0;
-    if (!json_is_array(t))
+    if (!is(t, OIP__JARR))
         return oip__fail(err, ATTN_EINVAL,
                          "parameters.tokens: expected an array of strings");
-    size_t n = json_array_size(t);
+    size_t n = t->len;
     if (n > (size_t)max_tokens)
         return oip__fail(err, ATTN_EOVERFLOW,
                          "parameters.tokens: %zu entries, at most %d", n,
                          max_tokens);
     for (size_t i = 0; i < n; i++) {
-        json_t *s = json_array_get(t, i);
-        if (!json_is_string(s))
+        const oip__jv *s = oip__jat(t, i);
+        if (!is(s, OIP__JSTR))
             return oip__fail(err, ATTN_EINVAL,
                              "parameters.tokens[%zu]: expected a string", i);
-        if (json_string_length(s) >= OIP_MAX_TOKEN)
+        if (s->len >= OIP_MAX_TOKEN)
             return oip__fail(err, ATTN_EINVAL,
                              "parameters.tokens[%zu]: longer than %d bytes", i,
                              OIP_MAX_TOKEN - 1);
@@ -264,13 +268,13 @@ static int decode_params(oip_request *req, json_t *root, int max_tokens,
     if (!pr->tokens)
         return oip__fail(err, ATTN_ENOMEM, "parameters.tokens: out of memory");
     for (size_t i = 0; i < n; i++) {
-        json_t *s = json_array_get(t, i);
-        size_t len = json_string_length(s);
+        const oip__jv *s = oip__jat(t, i);
+        size_t len = s->len;
         pr->tokens[i] = malloc(len + 1);
         if (!pr->tokens[i])
             return oip__fail(err, ATTN_ENOMEM,
                              "parameters.tokens: out of memory");
-        memcpy(pr->tokens[i], json_string_value(s), len + 1);
+        memcpy(pr->tokens[i], s->str, len + 1);
         pr->n_tokens = (int)i + 1;
         *bytes += len + 1 + sizeof(char *);
     }
@@ -279,15 +283,15 @@ static int decode_params(oip_request *req, json_t *root, int max_tokens,
 
 /* outputs: [{name, parameters.binary_data}], names unique; an absent or
  * empty list leaves req->outputs NULL (the model's default outputs). */
-static int decode_outputs(oip_request *req, json_t *root, int max_outputs,
+static int decode_outputs(oip_request *req, const oip__jv *root, int max_outputs,
                           char *err)
 {
-    json_t *outs = json_object_get(root, "outputs");
+    const oip__jv *outs = oip__jget(root, "outputs");
     if (!outs)
         return 0;
-    if (!json_is_array(outs))
+    if (!is(outs, OIP__JARR))
         return oip__fail(err, ATTN_EINVAL, "outputs: expected an array");
-    size_t n = json_array_size(outs);
+    size_t n = outs->len;
     if (n > (size_t)max_outputs)
         return oip__fail(err, ATTN_EOVERFLOW,
                          "outputs: %zu entries, at most %d", n, max_outputs);
@@ -297,14 +301,12 @@ static int decode_outputs(oip_request *req, json_t *root, int max_outputs,
     if (!req->outputs)
         return oip__fail(err, ATTN_ENOMEM, "outputs: out of memory");
     for (size_t i = 0; i < n; i++) {
-        json_t *o = json_array_get(outs, i);
+        const oip__jv *o = oip__jat(outs, i);
         oip_output_req *r = &req->outputs[i];
-        if (!json_is_object(o))
+        if (!is(o, OIP__JOBJ))
             return oip__fail(err, ATTN_EINVAL,
                              "outputs[%zu]: expected an object", i);
-        char where[32];
-        snprintf(where, sizeof where, "outputs[%zu]", i);
-        int rc = get_name(o, where, r->name, err);
+        int rc = get_name(o, "outputs", i, r->name, err);
         if (rc)
             return rc;
         for (size_t j = 0; j < i; j++)
@@ -313,16 +315,17 @@ static int decode_outputs(oip_request *req, json_t *root, int max_outputs,
                                  "outputs[%zu].name: duplicate output \"%s\"",
                                  i, r->name);
         r->binary = -1;
-        json_t *p = json_object_get(o, "parameters");
-        if (p && !json_is_object(p))
+        const oip__jv *p = oip__jget(o, "parameters");
+        if (p && !is(p, OIP__JOBJ))
             return oip__fail(err, ATTN_EINVAL,
                              "outputs[%zu].parameters: expected an object", i);
         if (p) {
-            char field[64];
-            snprintf(field, sizeof field,
-                     "outputs[%zu].parameters.binary_data", i);
-            if ((rc = get_bool(p, "binary_data", field, &r->binary, err)))
-                return rc;
+            const oip__jv *b = oip__jget(p, "binary_data");
+            if (b && !is(b, OIP__JTRUE) && !is(b, OIP__JFALSE))
+                return oip__fail(err, ATTN_EINVAL, "outputs[%zu].parameters."
+                                 "binary_data: expected true or false", i);
+            if (b)
+                r->binary = is(b, OIP__JTRUE);
         }
         req->n_outputs = (int)i + 1;
     }
@@ -334,42 +337,40 @@ static int decode_outputs(oip_request *req, json_t *root, int max_outputs,
  * checked against the limits; fills t (without data) and m. *bin_total
  * accumulates binary sizes.
  */
-static int input_meta(json_t *in, int i, const oip__scan *sc, int has_binary,
+static int input_meta(const oip__jv *in, int i, const oip__scan *sc, int has_binary,
                       const oip_limits *lim, oip_tensor *t, in_meta *m,
                       size_t *bin_total, char *err)
 {
-    if (!json_is_object(in))
+    if (!is(in, OIP__JOBJ))
         return oip__fail(err, ATTN_EINVAL, "inputs[%d]: expected an object",
                          i);
     /* name */
-    char where[32];
-    snprintf(where, sizeof where, "inputs[%d]", i);
-    int rc = get_name(in, where, t->name, err);
+    int rc = get_name(in, "inputs", (size_t)i, t->name, err);
     if (rc)
         return rc;
 
     /* datatype */
-    json_t *dt = json_object_get(in, "datatype");
+    const oip__jv *dt = oip__jget(in, "datatype");
     if (!dt)
         return oip__fail(err, ATTN_EINVAL, "inputs[%d].datatype: missing", i);
-    if (!json_is_string(dt))
+    if (!is(dt, OIP__JSTR))
         return oip__fail(err, ATTN_EINVAL,
                          "inputs[%d].datatype: expected a string", i);
-    t->wire_dtype = oip_dtype_parse(json_string_value(dt));
+    t->wire_dtype = oip_dtype_parse(dt->str);
     if (t->wire_dtype == OIP_INVALID || t->wire_dtype == OIP_BYTES)
         return oip__fail(err, ATTN_EINVAL,
                          "inputs[%d].datatype: \"%.32s\" is not supported "
                          "(BOOL, INT32, INT64, FP16, BF16 or FP32)",
-                         i, json_string_value(dt));
+                         i, dt->str);
 
     /* shape */
-    json_t *shape = json_object_get(in, "shape");
+    const oip__jv *shape = oip__jget(in, "shape");
     if (!shape)
         return oip__fail(err, ATTN_EINVAL, "inputs[%d].shape: missing", i);
-    if (!json_is_array(shape))
+    if (!is(shape, OIP__JARR))
         return oip__fail(err, ATTN_EINVAL,
                          "inputs[%d].shape: expected an array of integers", i);
-    size_t rank = json_array_size(shape);
+    size_t rank = shape->len;
     if (rank == 0 || rank > OIP_MAX_RANK)
         return oip__fail(err, ATTN_EINVAL,
                          "inputs[%d].shape: rank %zu, must be 1 to %d", i,
@@ -377,12 +378,12 @@ static int input_meta(json_t *in, int i, const oip__scan *sc, int has_binary,
     t->rank = (int)rank;
     size_t count = 1;
     for (size_t d = 0; d < rank; d++) {
-        json_t *v = json_array_get(shape, d);
-        if (!json_is_integer(v))
+        const oip__jv *v = oip__jat(shape, d);
+        if (!is(v, OIP__JINT))
             return oip__fail(err, ATTN_EINVAL,
                              "inputs[%d].shape: dimension %zu is not an "
                              "integer", i, d);
-        json_int_t dim = json_integer_value(v);
+        long long dim = v->num;
         if (dim < 1)
             return oip__fail(err, ATTN_EINVAL,
                              "inputs[%d].shape: dimension %zu is %lld, must "
@@ -400,14 +401,14 @@ static int input_meta(json_t *in, int i, const oip__scan *sc, int has_binary,
 
     /* data or parameters.binary_data_size */
     m->span = sc->data[i];
-    json_t *p = json_object_get(in, "parameters");
-    if (p && !json_is_object(p))
+    const oip__jv *p = oip__jget(in, "parameters");
+    if (p && !is(p, OIP__JOBJ))
         return oip__fail(err, ATTN_EINVAL,
                          "inputs[%d].parameters: expected an object", i);
-    json_t *bs = p ? json_object_get(p, "binary_data_size") : NULL;
+    const oip__jv *bs = p ? oip__jget(p, "binary_data_size") : NULL;
     const char *dname = oip_dtype_name(t->wire_dtype);
     if (bs) {
-        if (!json_is_integer(bs) || json_integer_value(bs) < 0)
+        if (!is(bs, OIP__JINT) || bs->num < 0)
             return oip__fail(err, ATTN_EINVAL,
                              "inputs[%d].parameters.binary_data_size: "
                              "expected a non-negative integer", i);
@@ -421,7 +422,7 @@ static int input_meta(json_t *in, int i, const oip__scan *sc, int has_binary,
                              "request has no binary part "
                              "(Inference-Header-Content-Length missing)", i);
         size_t want = 0;
-        uint64_t got = (uint64_t)json_integer_value(bs);
+        uint64_t got = (uint64_t)bs->num;
         if (mul_size(count, oip_dtype_wire_size(t->wire_dtype), &want) ||
             got != want)
             return oip__fail(err, ATTN_EINVAL,
@@ -556,7 +557,7 @@ void oip__resolve_limits(oip_limits *L, const oip_limits *lim)
 
 /*
  * oip_decode: see oip.h. Steps: scan the JSON part (grammar, data spans);
- * bound the skeleton by the budget; parse it with jansson (duplicate keys
+ * bound the skeleton by the budget; parse it (jtree.c; duplicate keys
  * rejected); check id, parameters, outputs and every input's metadata;
  * check binary sizes against the body and the decoded total against the
  * budget; only then allocate and decode the tensors.
@@ -566,7 +567,8 @@ int oip_decode(oip_request *req, const char *body, size_t len,
 {
     oip_limits L;
     oip__scan sc = {0};
-    json_t *root = NULL;
+    oip__jtree tree = {0};
+    const oip__jv *root = NULL;
     in_meta *meta = NULL;
     char *skel = NULL;
     int rc;
@@ -597,33 +599,28 @@ int oip_decode(oip_request *req, const char *body, size_t len,
         goto fail;
     }
 
-    /* 2. the skeleton through jansson */
+    /* 2. the skeleton as a tree (jtree.c) */
     size_t skel_len;
     if (!(skel = skeleton(body, jlen, &sc, &skel_len))) {
         rc = oip__fail(err, ATTN_ENOMEM, "request body: out of memory");
         goto fail;
     }
-    json_error_t jerr;
-    int nomem;
-    root = attn_json_parse(skel, skel_len, JSON_REJECT_DUPLICATES, &jerr, &nomem);
+    rc = oip__jtree_parse(&tree, skel, skel_len, err);
     free(skel);
     skel = NULL;
-    if (!root) {
-        rc = nomem ? oip__fail(err, ATTN_ENOMEM, "request body: out of memory")
-                   : oip__fail(err, ATTN_EINVAL, "request body: invalid JSON: %s",
-                               jerr.text);
+    if (rc)
         goto fail;
-    }
+    root = tree.root;
 
     /* 3. id, parameters, outputs */
     size_t bytes = 0;
-    json_t *id = json_object_get(root, "id");
+    const oip__jv *id = oip__jget(root, "id");
     if (id) {
-        if (!json_is_string(id)) {
+        if (!is(id, OIP__JSTR)) {
             rc = oip__fail(err, ATTN_EINVAL, "id: expected a string");
             goto fail;
         }
-        size_t n = json_string_length(id);
+        size_t n = id->len;
         if (n >= OIP_MAX_ID) {
             rc = oip__fail(err, ATTN_EINVAL, "id: longer than %d bytes",
                            OIP_MAX_ID - 1);
@@ -633,7 +630,7 @@ int oip_decode(oip_request *req, const char *body, size_t len,
             rc = oip__fail(err, ATTN_ENOMEM, "id: out of memory");
             goto fail;
         }
-        memcpy(req->id, json_string_value(id), n + 1);
+        memcpy(req->id, id->str, n + 1);
         bytes += n + 1;
     }
     if ((rc = decode_params(req, root, L.max_tokens, body + sc.seq_id.off,
@@ -642,13 +639,13 @@ int oip_decode(oip_request *req, const char *body, size_t len,
         goto fail;
 
     /* 4. every input's metadata, before any tensor is allocated */
-    json_t *inputs = json_object_get(root, "inputs");
-    if (!inputs || !json_is_array(inputs)) {
+    const oip__jv *inputs = oip__jget(root, "inputs");
+    if (!inputs || !is(inputs, OIP__JARR)) {
         rc = oip__fail(err, ATTN_EINVAL, "inputs: %s",
                        inputs ? "expected an array" : "missing");
         goto fail;
     }
-    size_t n_in = json_array_size(inputs);
+    size_t n_in = inputs->len;
     if (n_in == 0) {
         rc = oip__fail(err, ATTN_EINVAL, "inputs: empty");
         goto fail;
@@ -667,7 +664,7 @@ int oip_decode(oip_request *req, const char *body, size_t len,
     size_t bin_total = 0, tensor_bytes = 0;
     for (size_t i = 0; i < n_in; i++) {
         oip_tensor *t = &req->inputs[i];
-        if ((rc = input_meta(json_array_get(inputs, i), (int)i, &sc,
+        if ((rc = input_meta(oip__jat(inputs, i), (int)i, &sc,
                              header_len != 0, &L, t, &meta[i], &bin_total,
                              err)))
             goto fail;
@@ -725,14 +722,14 @@ int oip_decode(oip_request *req, const char *body, size_t len,
             goto fail;
     }
     req->bytes = tensor_bytes + bytes;
-    json_decref(root);
+    oip__jtree_free(&tree);
     free(meta);
     free(sc.data);
     return 0;
 
 fail:
     free(skel);
-    json_decref(root);
+    oip__jtree_free(&tree);
     free(meta);
     free(sc.data);
     oip_request_free(req);

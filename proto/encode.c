@@ -215,7 +215,14 @@ int oip_encode(const char *model_name, const char *id,
     *header_len = 0;
     if (!model_name || n_outs < 0 || (n_outs && !outs))
         return oip__fail(err, ATTN_EINVAL, "oip_encode: bad arguments");
-    if (extra_params) {
+    if (extra_params &&
+        oip__json_compact_object(extra_params, strlen(extra_params))) {
+        /* as jansson would dump it (a step's {"sequence_length":N}) */
+        if (!(extra_text = strdup(extra_params))) {
+            rc = oip__fail(err, ATTN_ENOMEM, "oip_encode: out of memory");
+            goto fail;
+        }
+    } else if (extra_params) {
         json_error_t jerr;
         int nomem;
         unsigned long mark = attn_json_mark();

@@ -118,6 +118,52 @@ typedef struct oip__scan {
 int oip__scan_json(const char *js, size_t len, int max_inputs,
                    oip__scan *sc, char *err);
 
+/* The skeleton as a tree (jtree.c): a value's type, its string (NUL
+ * terminated) or integer, and an array's elements or an object's members
+ * (each with its key) in text order; len is the string's bytes or the
+ * number of elements or members. */
+typedef enum oip__jtype {
+    OIP__JNULL, OIP__JFALSE, OIP__JTRUE, OIP__JINT, OIP__JREAL, OIP__JSTR,
+    OIP__JARR, OIP__JOBJ
+} oip__jtype;
+
+typedef struct oip__jv {
+    oip__jtype type;
+    size_t len;
+    long long num;
+    const char *str;
+    const char *key; /* a member's, NUL terminated, klen bytes */
+    size_t klen;
+    struct oip__jv **kids;
+} oip__jv;
+
+typedef struct oip__jtree {
+    oip__jv *root;
+    struct block *blocks; /* the arena everything above is in */
+} oip__jtree;
+
+/*
+ * oip__jtree_parse: the JSON text [0, len), which oip__scan_json accepted,
+ * as a tree in t (free with oip__jtree_free, even on failure). Plain text
+ * is read in one pass; the rest through jansson (duplicate keys refused),
+ * whose messages it keeps. 0, ATTN_EINVAL or ATTN_ENOMEM with a message.
+ * oip__jtree_slow, set by tests, sends every text through jansson.
+ */
+int oip__jtree_parse(oip__jtree *t, const char *text, size_t len, char *err);
+void oip__jtree_free(oip__jtree *t);
+extern int oip__jtree_slow;
+
+/* oip__json_compact_object: 1 when text is a JSON object jansson would
+ * dump compact as the same bytes: no whitespace outside strings, ASCII
+ * strings without escapes, integers of at most 18 digits, no duplicate
+ * key (jtree.c's one pass reads it whole); else 0, whether valid or not. */
+int oip__json_compact_object(const char *text, size_t len);
+
+/* oip__jget: o's member key, or NULL (o NULL or not an object); oip__jat:
+ * a's element i, or NULL. */
+const oip__jv *oip__jget(const oip__jv *o, const char *key);
+const oip__jv *oip__jat(const oip__jv *a, size_t i);
+
 /*
  * oip__read_data: parses one data value (a JSON array, flat or nested,
  * row-major) into out: count elements of host type for dtype (FP32 ->

@@ -13,7 +13,11 @@
  *   - every decoded float prints and parses back to the same bits, and the
  *     decoded tensors re-encode (JSON and binary) without error;
  *   - short inputs that lex as a JSON number parse exactly as strtof does,
- *     and an input that is an array of numbers reads as strtof reads each.
+ *     and an input that is an array of numbers reads as strtof reads each;
+ *   - the skeleton read in jtree.c's one pass and through jansson gives the
+ *     same answer (status, message, request), and a text the one pass
+ *     calls a compact object is one jansson dumps compact as the same
+ *     bytes.
  */
 #include <jansson.h>
 #include <math.h>
@@ -80,6 +84,55 @@ static void check_run(const uint8_t *data, size_t size)
     }
 }
 
+/* check_compact: oip__json_compact_object against jansson */
+static void check_compact(const uint8_t *data, size_t size)
+{
+    static char s[65537];
+    if (size >= sizeof s || memchr(data, 0, size))
+        return;
+    memcpy(s, data, size);
+    s[size] = 0;
+    if (!oip__json_compact_object(s, size))
+        return;
+    json_error_t jerr;
+    json_t *j = json_loadb(s, size, JSON_REJECT_DUPLICATES, &jerr);
+    char *d = j && json_is_object(j) ? json_dumps(j, JSON_COMPACT) : NULL;
+    if (!d || strcmp(d, s)) {
+        fprintf(stderr, "compact object %s: jansson %s\n", s,
+                d ? d : jerr.text);
+        abort();
+    }
+    free(d);
+    json_decref(j);
+}
+
+/* same_request: the two decodes of one body agree */
+static void same_request(int rc, const char *err, const oip_request *a,
+                         int rc2, const char *err2, const oip_request *b)
+{
+    int same = rc == rc2 && !strcmp(err, err2) && a->n_inputs == b->n_inputs &&
+               a->n_outputs == b->n_outputs && !a->id == !b->id &&
+               (!a->id || !strcmp(a->id, b->id)) &&
+               a->params.n_tokens == b->params.n_tokens &&
+               a->params.causal == b->params.causal &&
+               a->params.has_seq_pos == b->params.has_seq_pos &&
+               a->params.seq_pos == b->params.seq_pos &&
+               !strcmp(a->params.seq_id, b->params.seq_id) && a->bytes == b->bytes;
+    for (int i = 0; same && i < a->n_inputs; i++)
+        same = !strcmp(a->inputs[i].name, b->inputs[i].name) &&
+               a->inputs[i].count == b->inputs[i].count &&
+               !memcmp(a->inputs[i].shape, b->inputs[i].shape, sizeof a->inputs[i].shape);
+    for (int i = 0; same && i < a->params.n_tokens; i++)
+        same = !strcmp(a->params.tokens[i], b->params.tokens[i]);
+    for (int i = 0; same && i < a->n_outputs; i++)
+        same = !strcmp(a->outputs[i].name, b->outputs[i].name) &&
+               a->outputs[i].binary == b->outputs[i].binary;
+    if (!same) {
+        fprintf(stderr, "one pass: %d '%s'; jansson: %d '%s'\n", rc, err, rc2, err2);
+        abort();
+    }
+}
+
 static void check_request(const oip_request *r)
 {
     oip_output outs[16];
@@ -134,6 +187,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
      * of Inference-Header-Content-Length, then the body */
     (void)check_number; /* the JSON target's */
     (void)check_run;
+    (void)check_compact;
     if (size < 2)
         return 0;
     hl = ((size_t)data[0] | (size_t)data[1] << 8) % (size - 2 + 1);
@@ -142,6 +196,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 #else
     check_number(data, size);
     check_run(data, size);
+    check_compact(data, size);
     if (size >= 3 && data[0] == 'B') {
         hl = ((size_t)data[1] | (size_t)data[2] << 8) % (size - 3 + 1);
         data += 3;
@@ -151,6 +206,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     oip_request r;
     char err[OIP_ERRMAX] = "";
     int rc = oip_decode(&r, (const char *)data, size, hl, &lim, err);
+    {
+        oip_request r2;
+        char err2[OIP_ERRMAX] = "";
+        oip__jtree_slow = 1;
+        int rc2 = oip_decode(&r2, (const char *)data, size, hl, &lim, err2);
+        oip__jtree_slow = 0;
+        same_request(rc, err, &r, rc2, err2, &r2);
+        oip_request_free(&r2);
+    }
     if (rc) {
         if (r.inputs || r.n_inputs || r.id || !err[0])
             abort();

@@ -10,6 +10,7 @@
 
 #include "core/attn.h"
 #include "proto/oip.h"
+#include "proto/oip_internal.h"
 #include "tests/check_main.h"
 
 /* Test JSON is written with ' for " to stay readable. */
@@ -718,10 +719,95 @@ START_TEST(dtype_names)
 }
 END_TEST
 
-static Suite *decode_suite(void)
+/* Skeletons at the edge of jtree.c's one pass: what it leaves to jansson
+ * (escapes, non-ASCII, reals, long integers, duplicates among more than
+ * eight members) decodes as jansson reads it, and a duplicate found by
+ * either way gets jansson's message. */
+START_TEST(skeleton_edges)
 {
-    Suite *s = suite_create("decode");
-    TCase *tc = tcase_create("decode");
+    oip_request r;
+    char err[OIP_ERRMAX] = "";
+    int rc = dec_lim(&r,
+        "{'id':'caf\\u00e9 \\\\ \\'q\\'','parameters':{'c\\u0061usal':true,"
+        "'temperature':0.5,'big':9223372036854775807,'n':-1234567890123456789,"
+        "'tokens':['\\u00fcber','\\ud83d\\ude00','a\\nb']},"
+        "'x':{'k0':0,'k1':1,'k2':2,'k3':3,'k4':4,'k5':5,'k6':6,'k7':7,'k8':8,"
+        "'k9':[null,false,{}]},"
+        "'inputs':[" X2 "],'outputs':[{'name':'\\u0079'}]}", NULL, err);
+    ck_assert_msg(rc == 0, "%s", err);
+    ck_assert_str_eq(r.id, "caf\xc3\xa9 \\ \"q\"");
+    ck_assert_int_eq(r.params.causal, 1);
+    ck_assert_int_eq(r.params.n_tokens, 3);
+    ck_assert_str_eq(r.params.tokens[0], "\xc3\xbc" "ber");
+    ck_assert_str_eq(r.params.tokens[1], "\xf0\x9f\x98\x80");
+    ck_assert_str_eq(r.params.tokens[2], "a\nb");
+    ck_assert_str_eq(r.outputs[0].name, "y");
+    oip_request_free(&r);
+    /* one escape alone in a request, each way it could be misread */
+    rc = dec_lim(&r, "{'parameters':{'c\\u0061usal':true},'inputs':[" X2 "]}",
+                 NULL, err);
+    ck_assert_msg(rc == 0, "%s", err);
+    ck_assert_int_eq(r.params.causal, 1);
+    oip_request_free(&r);
+    rc = dec_lim(&r, "{'parameters':{'tokens':['a\\nb','\\u00fc']},'inputs':["
+                     X2 "]}", NULL, err);
+    ck_assert_msg(rc == 0, "%s", err);
+    ck_assert_str_eq(r.params.tokens[0], "a\nb");
+    ck_assert_str_eq(r.params.tokens[1], "\xc3\xbc");
+    oip_request_free(&r);
+    rc = dec_lim(&r, "{'id':'\xc3\xa9','inputs':[" X2 "]}", NULL, err);
+    ck_assert_msg(rc == 0, "%s", err);
+    ck_assert_str_eq(r.id, "\xc3\xa9");
+    oip_request_free(&r);
+    rc = dec_lim(&r, "{'id':'\xff','inputs':[" X2 "]}", NULL, err);
+    ck_assert_int_eq(rc, ATTN_EINVAL); /* not UTF-8: jansson refuses it */
+    ck_assert_msg(!strncmp(err, "request body: invalid JSON: unable to decode "
+                                "byte 0xff", 50), "%s", err);
+
+    /* ten members, the duplicate last: found by sorting, told by jansson */
+    rc = dec_lim(&r, "{'x':{'k0':0,'k1':1,'k2':2,'k3':3,'k4':4,'k5':5,'k6':6,"
+                     "'k7':7,'k8':8,'k3':9},'inputs':[" X2 "]}", NULL, err);
+    ck_assert_int_eq(rc, ATTN_EINVAL);
+    ck_assert_str_eq(err, "request body: invalid JSON: duplicate object key "
+                          "near '\"k3\"'");
+    /* keys that share a start are not duplicates */
+    rc = dec_lim(&r, "{'x':{'k':0,'k0':1,'k00':2,'':3},'inputs':[" X2 "],"
+                     "'parameters':{'sequence_position':7,'sequence_id':'s'}}",
+                 NULL, err);
+    ck_assert_msg(rc == 0, "%s", err);
+    ck_assert_int_eq(r.params.seq_pos, 7);
+    ck_assert_str_eq(r.params.seq_id, "s");
+    oip_request_free(&r);
+    /* 18 digits in the one pass, 19 through jansson: the same integers */
+    rc = dec_lim(&r, "{'inputs':[{'name':'x','datatype':'FP32','shape':"
+                     "[000000000000000001],'data':[1]}]}", NULL, err);
+    ck_assert_int_eq(rc, ATTN_EINVAL); /* the scanner refuses leading zeros */
+    rc = dec_lim(&r, "{'inputs':[{'name':'x','datatype':'FP32','shape':[2],"
+                     "'parameters':{'binary_data_size':-999999999999999999}}]}",
+                 NULL, err);
+    ck_assert_int_eq(rc, ATTN_EINVAL);
+    ck_assert_str_eq(err, "inputs[0].parameters.binary_data_size: expected a "
+                          "non-negative integer");
+    rc = dec_lim(&r, "{'inputs':[{'name':'x','datatype':'FP32','shape':"
+                     "[1000000000000000000],'data':[1]}]}", NULL, err);
+    ck_assert_int_eq(rc, ATTN_EOVERFLOW);
+    ck_assert_str_eq(err, "inputs[0].shape: 1000000000000000000 elements, at "
+                          "most 67108864");
+    rc = dec_lim(&r, "{'inputs':[{'name':'x','datatype':'FP32','shape':"
+                     "[100000000000000000],'data':[1]}]}", NULL, err);
+    ck_assert_int_eq(rc, ATTN_EOVERFLOW);
+    ck_assert_str_eq(err, "inputs[0].shape: 100000000000000000 elements, at "
+                          "most 67108864");
+}
+END_TEST
+
+/* every case again with every skeleton through jansson (jtree.c's slow
+ * way): the one pass must read what jansson reads */
+static void slow_on(void) { oip__jtree_slow = 1; }
+static void slow_off(void) { oip__jtree_slow = 0; }
+
+static void add_cases(TCase *tc)
+{
     tcase_add_loop_test(tc, bad_request, 0, sizeof bad / sizeof bad[0]);
     tcase_add_test(tc, limits_from_struct);
     tcase_add_test(tc, long_strings);
@@ -735,7 +821,19 @@ static Suite *decode_suite(void)
     tcase_add_test(tc, binary_errors);
     tcase_add_test(tc, memory_budget);
     tcase_add_test(tc, dtype_names);
+    tcase_add_test(tc, skeleton_edges);
+}
+
+static Suite *decode_suite(void)
+{
+    Suite *s = suite_create("decode");
+    TCase *tc = tcase_create("decode");
+    TCase *slow = tcase_create("decode through jansson");
+    add_cases(tc);
+    tcase_add_checked_fixture(slow, slow_on, slow_off);
+    add_cases(slow);
     suite_add_tcase(s, tc);
+    suite_add_tcase(s, slow);
     return s;
 }
 

@@ -318,6 +318,57 @@ START_TEST(round_trip_binary)
 }
 END_TEST
 
+/* extra_params: a compact object goes out as it came (the one pass of
+ * jtree.c); anything else as jansson dumps it compact, and a text that
+ * is not one object is refused whichever way reads it. */
+START_TEST(extra_params_text)
+{
+    float y[1] = {1.0f};
+    oip_output o = {.name = "y", .dtype = OIP_FP32, .rank = 1, .shape = {1},
+                    .data = y};
+    static const struct {
+        const char *in, *out; /* out NULL: refused */
+    } c[] = {
+        {"{\"sequence_length\":7,\"map_id\":\"m-1\"}",
+         "{\"sequence_length\":7,\"map_id\":\"m-1\"}"},
+        {"{}", "{}"},
+        {"{\"a\":[1,-2,{\"b\":true,\"c\":null}],\"d\":false}",
+         "{\"a\":[1,-2,{\"b\":true,\"c\":null}],\"d\":false}"},
+        {"{ \"a\" : 1 }", "{\"a\":1}"},
+        {"{\"a\":\"x y\",\"b\":[ ]}", "{\"a\":\"x y\",\"b\":[]}"},
+        {"{\"a\":\"\\u0041/\"}", "{\"a\":\"A/\"}"},
+        {"{\"a\":1.5}", "{\"a\":1.5}"},
+        {"{\"a\":1,}", NULL},
+        {"{\"a\" 1}", NULL},
+        {"{\"a\":1 \"b\":2}", NULL},
+        {"{\"a\":1\"b\":2}", NULL},
+        {"{\"a\"x1}", NULL},
+        {"{\"a\":1}x", NULL},
+        {"{\"a\":01}", NULL},
+        {"{\"a\":-}", NULL},
+        {"{\"a\":tru}", NULL},
+        {"{\"a\":1,\"a\":2}", NULL},
+        {"{\"a\":[1,]}", NULL},
+        {"[1]", NULL},
+        {"7", NULL},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        char *body = NULL, err[OIP_ERRMAX] = "", want[256];
+        size_t n, hl;
+        int rc = oip_encode("m", NULL, &o, 1, c[i].in, &body, &n, &hl, err);
+        if (!c[i].out) {
+            ck_assert_msg(rc == ATTN_EINVAL, "%s: %d", c[i].in, rc);
+            ck_assert_str_eq(err, "oip_encode: extra_params is not a JSON object");
+            continue;
+        }
+        ck_assert_msg(rc == 0, "%s: %s", c[i].in, err);
+        snprintf(want, sizeof want, ",\"parameters\":%s,\"outputs\"", c[i].out);
+        ck_assert_msg(strstr(body, want), "%s: %s", c[i].in, body);
+        free(body);
+    }
+}
+END_TEST
+
 static Suite *encode_suite(void)
 {
     Suite *s = suite_create("encode");
@@ -327,6 +378,7 @@ static Suite *encode_suite(void)
     tcase_add_test(tc, binary_outputs);
     tcase_add_test(tc, escaping);
     tcase_add_test(tc, encode_errors);
+    tcase_add_test(tc, extra_params_text);
     tcase_add_test(tc, round_trip_json);
     tcase_add_test(tc, round_trip_binary);
     suite_add_tcase(s, tc);
