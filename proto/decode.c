@@ -180,7 +180,12 @@ static int get_seq_id(const oip__jv *p, const char *num, size_t num_len, char *o
                              "1 .. 18446744073709551615 or a non-empty string "
                              "(0 means no sequence in Triton)", f,
                              (int)(num_len > 40 ? 40 : num_len), num);
-        snprintf(out, OIP_MAX_SEQ_ID, "%llu", (unsigned long long)n);
+        char d[24], *q = d + sizeof d; /* "%llu", without printf */
+        *--q = 0;
+        do
+            *--q = (char)('0' + n % 10);
+        while (n /= 10);
+        memcpy(out, q, (size_t)(d + sizeof d - q));
         return 0;
     }
     if (!is(v, OIP__JSTR))

@@ -111,18 +111,16 @@ enum MHD_Result srv_http__queue_fixed(srv *s, struct MHD_Connection *conn, int p
  * for one of them (it drops that one and goes on). */
 static int add_answer_headers(srv_req *r, struct MHD_Response *resp)
 {
-    char num[32];
+    char num[24];
     int lost = 0;
 #define ADD(name, value) (lost |= MHD_add_response_header(resp, name, value) != MHD_YES)
     if (r->ctype)
         ADD("Content-Type", r->ctype);
     if (r->resp_header_len) {
-        snprintf(num, sizeof num, "%zu", r->resp_header_len);
-        ADD("Inference-Header-Content-Length", num);
+        ADD("Inference-Header-Content-Length", srv_fmt_u(num, r->resp_header_len));
     }
     if (r->retry_after) {
-        snprintf(num, sizeof num, "%d", r->retry_after);
-        ADD("Retry-After", num);
+        ADD("Retry-After", srv_fmt_u(num, (unsigned long long)r->retry_after));
     }
     if (r->status == 401)
         ADD("WWW-Authenticate", "Bearer");

@@ -320,12 +320,8 @@ static void put(linebuf *b, const char *s)
 
 static void put_u(linebuf *b, unsigned long long v)
 {
-    char d[24], *q = d + sizeof d;
-    *--q = 0;
-    do
-        *--q = (char)('0' + v % 10);
-    while (v /= 10);
-    put(b, q);
+    char d[24];
+    put(b, srv_fmt_u(d, v));
 }
 
 static void put_i(linebuf *b, int v)

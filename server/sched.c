@@ -270,7 +270,7 @@ static void decoded(srv_job *j)
 {
     srv_entry *e = j->e;
     if (j->req && j->in.id)
-        snprintf(j->req->id, sizeof j->req->id, "%s", j->in.id);
+        srv_copy(j->req->id, sizeof j->req->id, j->in.id);
     if (!j->status && j->req) {
         /* the body is gone: the decoded request and its outputs are held
          * now (a step's attention and scores join them at its turn,
@@ -360,7 +360,7 @@ static void solo_run(srv_job *j, size_t max_out)
     attn_plan_destroy(plan);
     j->batch = j->prep.n;
     if (j->in.id) /* the log's copy: encoding frees the request */
-        snprintf(j->id, sizeof j->id, "%s", j->in.id);
+        srv_copy(j->id, sizeof j->id, j->in.id);
     srv__job_encode(j);
     j->solo_ran = 1;
 }
@@ -514,7 +514,7 @@ void srv_h_infer(srv_req *r)
     j->step.inst = j->inst;
     j->step.prep = &j->prep;
     j->step.in = &j->in;
-    snprintf(j->step.hdr_id, sizeof j->step.hdr_id, "%s", hdr_id ? hdr_id : "");
+    srv_copy(j->step.hdr_id, sizeof j->step.hdr_id, hdr_id ? hdr_id : "");
     srv_seq_arrive(s, &j->step);
     j->work.data = j;
     if (j->solo && lone(s, (int)s->cfg.inline_conns)) {

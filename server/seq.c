@@ -159,7 +159,7 @@ static void kick(srv_seqs *q, srv_seq *l)
                 continue;
             }
             st->kv = &l->kv;
-            snprintf(st->map_id, sizeof st->map_id, "%s", l->map_id);
+            srv_copy(st->map_id, sizeof st->map_id, l->map_id);
         }
         st->t0 = st->kv->len;
         l->active = st;
@@ -184,7 +184,7 @@ static void route(srv_seqs *q, srv_step *st)
             srv__seq_fail(st, 503, "sequences: out of memory");
             return;
         }
-        snprintf(l->id, sizeof l->id, "%s", st->id);
+        srv_copy(l->id, sizeof l->id, st->id);
         l->e = st->e;
         l->hnext = q->bucket[h];
         q->bucket[h] = l;
@@ -444,7 +444,7 @@ void srv_seq_step_end(srv_step *st, int ok)
             l->e->seq_stats.live++;
             l->e->seq_stats.started++;
         }
-        snprintf(l->map_id, sizeof l->map_id, "%s", st->map_id);
+        srv_copy(l->map_id, sizeof l->map_id, st->map_id);
         l->last_ns = srv_now_ns();
         if (st->end) {
             int len = l->kv.len;

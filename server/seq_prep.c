@@ -66,7 +66,7 @@ int srv_seq_prepare(srv_step *st, srv_prep *p, const oip_request *req,
         return ERR("Attnd-Sequence-Id: header '%s' and parameters.sequence_id "
                    "'%s' differ; send the same id in both, or only one",
                    st->hdr_id, pr->seq_id);
-    snprintf(st->id, sizeof st->id, "%s", pr->seq_id[0] ? pr->seq_id : st->hdr_id);
+    srv_copy(st->id, sizeof st->id, pr->seq_id[0] ? pr->seq_id : st->hdr_id);
     if (!st->id[0])
         return ERR("parameters.%s: given without parameters.sequence_id (or "
                    "the Attnd-Sequence-Id header)",
@@ -243,11 +243,11 @@ int srv_seq_encode(srv_step *st, const char *model_name, maps_store *maps,
         grow_map(st, model_name, maps);
     else if (st->start)
         st->map_id[0] = 0;
+    char d[24], *w = stpcpy(extra, "{\"sequence_length\":"); /* no printf: a step's */
+    w = stpcpy(w, srv_fmt_u(d, (unsigned long long)p->maps_s));
     if (st->map_id[0])
-        snprintf(extra, sizeof extra, "{\"sequence_length\":%d,\"map_id\":\"%s\"}",
-                 p->maps_s, st->map_id);
-    else
-        snprintf(extra, sizeof extra, "{\"sequence_length\":%d}", p->maps_s);
+        w = stpcpy(stpcpy(stpcpy(w, ",\"map_id\":\""), st->map_id), "\"");
+    stpcpy(w, "}");
     rc = (enc ? enc : oip_encode)(model_name, req->id, outs, n, extra, body, len,
                                   header_len, err);
     return srv_encode_status(rc);

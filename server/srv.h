@@ -414,6 +414,14 @@ void srv_log_request(srv *s, const srv_req *r);
 void srv_log(srv *s, const char *level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* text.c: for the request path, without printf's format machinery
+ * (~1,000 instructions a call): srv_copy puts src in dst (cap bytes), cut
+ * to fit and terminated, as snprintf "%s" does; srv_fmt_u writes v in
+ * decimal at the end of d and returns where its digits start
+ * (terminated). Any thread. */
+void srv_copy(char *dst, size_t cap, const char *src);
+const char *srv_fmt_u(char d[24], unsigned long long v);
+
 /* http.c */
 int srv_http_start(srv *s, char *err); /* -1 with err (SRV_ERRMAX) */
 /* srv_listen_err: err (SRV_ERRMAX) for a listener on --host and --<flag>
