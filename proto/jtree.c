@@ -12,7 +12,9 @@
  * escape, a non-ASCII byte, a longer integer, a real, a duplicate key)
  * goes to jansson as before, whose tree is then copied into the same
  * shape: the text jansson accepts, and its messages for the text it
- * refuses, stay jansson's.
+ * refuses, stay jansson's. That way holds jansson's tree and the copy at
+ * once, until the copy is made: up to about twice the estimate that
+ * bounds a skeleton (JSON_VALUE_COST in decode.c), for a moment.
  */
 #include <jansson.h>
 #include <stdlib.h>
@@ -29,21 +31,34 @@
 typedef struct block {
     struct block *next;
     size_t used, cap;
-    char data[]; /* 8-byte aligned: nothing in a tree needs more */
+    _Alignas(8) char data[]; /* nothing in a tree needs more */
 } block;
 
+/* take: n bytes of t's arena. Small pieces come from the head block; a
+ * piece over BLOCK_BYTES / 8 that does not fit gets a block of its own,
+ * kept behind the head, so a block is never left more than an eighth
+ * unused (one block each for a run of 2 KiB strings would be twice the
+ * estimate that bounds the tree, JSON_VALUE_COST in decode.c). */
 static void *take(oip__jtree *t, size_t n)
 {
     block *b = t->blocks;
     n = (n + 7) & ~(size_t)7;
     if (!b || b->cap - b->used < n) {
-        size_t cap = n > BLOCK_BYTES ? n : BLOCK_BYTES;
-        if (!(b = malloc(sizeof *b + cap)))
+        int own = b && n > BLOCK_BYTES / 8;
+        size_t cap = own || n > BLOCK_BYTES ? n : BLOCK_BYTES;
+        block *nb = malloc(sizeof *nb + cap);
+        if (!nb)
             return NULL;
-        b->used = 0;
-        b->cap = cap;
-        b->next = t->blocks;
-        t->blocks = b;
+        nb->used = 0;
+        nb->cap = cap;
+        if (own) { /* behind the head, full */
+            nb->next = b->next;
+            b->next = nb;
+            nb->used = n;
+            return nb->data;
+        }
+        nb->next = b;
+        t->blocks = b = nb;
     }
     void *p = b->data + b->used;
     b->used += n;
@@ -259,8 +274,10 @@ static int value(pass *p, oip__jv *v)
         while (q < p->end && *q >= '0' && *q <= '9')
             q++;
         if (q == d0 || q - d0 > 18 || (*d0 == '0' && q - d0 > 1) ||
+            (neg && *d0 == '0') ||
             (q < p->end && (*q == '.' || *q == 'e' || *q == 'E')))
-            return SLOW; /* a real, an integer jansson bounds, or no number */
+            return SLOW; /* a real, an integer jansson bounds or writes
+                            otherwise (-0 is 0), or no number */
         for (const char *d = d0; d < q; d++)
             x = 10 * x + (*d - '0');
         v->type = OIP__JINT;
