@@ -356,16 +356,18 @@ test('SIGTERM finishes the steps in flight, then the sequences are gone', async 
 test('a step past its deadline (504) leaves the sequence as it was', async () => {
   // One instance of the model, held by a long stateless request (a running
   // batch is never interrupted, so it holds the instance past its own 504):
-  // the steps sent meanwhile wait in the queue past their deadline. This
-  // depends on compute time, not on how fast a body decodes (which the
-  // number reader keeps making faster); the compute is ~17 GFLOP, seconds
-  // on two cores and slower still under the sanitizers.
+  // the steps sent meanwhile wait in the queue past their deadline. The
+  // steps go once its batch runs (its two stage jobs on the pool, where
+  // its decode was one) and the batch must outlast their deadline: ~39
+  // GFLOP, seconds on two cores. (A fixed wait and 17 GFLOP once failed:
+  // the batch had ended before the steps came.)
   // (--solo-max-weights 0: gqa's weights are small enough that a stateless
   // request would run beside the busy instance, and the probe for its
   // return below would answer at once)
   const d = await start({
     dir: gqaModels(),
-    args: ['--deadline-ms', String(100 * SLOW), '--instances', '1', '--solo-max-weights', '0'],
+    args: ['--deadline-ms', String(100 * SLOW), '--instances', '1', '--solo-max-weights', '0',
+      '--threads', '2'],
   });
   try {
     // token 0, then the same token r at every later position, so the
@@ -376,12 +378,14 @@ test('a step past its deadline (504) leaves the sequence as it was', async () =>
     const refs = [];
     for (let n = 2; n <= 5; n++) refs[n] = await full(d, hist(n));
     checkStep(await infer(d, 'gqa', stepBody('dl', x0, { start: true })), refs[2], 0, 1, 'start');
-    const T = 16384;
+    const T = 24576;
     const big = send(`${d.url}/v2/models/gqa/infer`, JSON.stringify({
       inputs: [fp32('x', [1, T, D], Array.from({ length: T * D }, (_, k) => ((k * 7919) % 200) / 100 - 1))],
       parameters: { causal: false },
     }));
-    await sleep(100 * SLOW); // decoded and running
+    const running = async () => /^attnd_pool_jobs ([2-9]|\d\d+)$/m.test(await (await fetch(`${d.url}/metrics`)).text());
+    for (let i = 0; i < 4000 && !(await running()); i++) await sleep(5);
+    assert.ok(await running(), "the long request's batch never ran");
     const got = await Promise.all([1, 2, 3].map(() => infer(d, 'gqa', stepBody('dl', r))));
     let ran = 0;
     for (const g of got) {
