@@ -3,11 +3,13 @@
 bench/http_bench.py.
 
     python3 bench/decode_http.py [--client STEP_CLIENT] ATTND N [--prompt 1024]
-                                 [--steps 64] [--port P]
+                                 [--steps 64] [--port P] [--d-model 2048]
+                                 [--max-batch B]
 
 Writes the benchmark's Llama-like layer (d_model 2048, 32 heads, 8 kv heads
-of 64, RoPE theta 10000, random F32 weights) to a temporary repository,
-starts ATTND on 127.0.0.1 (port 0, --max-batch >= N), then runs
+of 64, RoPE theta 10000, random F32 weights; --d-model D: D/64 heads, a
+quarter of them kv heads) to a temporary repository, starts ATTND on
+127.0.0.1 (port 0, --max-batch B, by default N and at least 8), then runs
 bench/step_client (C: N keep-alive connections driven by one thread with
 epoll, each driving one sequence: a start with the prompt, then
 one-token steps, binary tensors and Triton's sequence parameters) and
@@ -83,20 +85,26 @@ def main():
     ap.add_argument("--prompt", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--port", type=int, default=0, help="drive this server instead")
+    ap.add_argument("--d-model", type=int, default=DM, help="a multiple of 64")
+    ap.add_argument("--max-batch", type=int, default=0, help="0: N, at least 8")
     ap.add_argument("--client", default=os.path.join(
         os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
         "build/default/bench/step_client"), help="bench/step_client.c, built")
     a = ap.parse_args()
+    if a.d_model < DK or a.d_model % DK:
+        sys.exit(f"decode_http: --d-model {a.d_model} is not a positive multiple of {DK}")
     tmp = tempfile.mkdtemp(prefix="attnd-decode-")
     p = None
     try:
         repo = os.path.join(tmp, "models")
         os.makedirs(repo)
         if not a.port:
-            write_layer(os.path.join(repo, "llama"))
+            h = a.d_model // DK
+            write_layer(os.path.join(repo, "llama"), a.d_model, h, max(1, h // 4))
         p = None if a.port else subprocess.Popen(
             [a.attnd, "--port", "0", "--grpc-port", "0", "--models", repo,
-             "--max-batch", str(max(a.n, 8)), "--max-body", str(64 << 20),
+             "--max-batch", str(a.max_batch or max(a.n, 8)),
+             "--max-body", str(64 << 20),
              # N prompts of 1024 tokens may form one batch of N x 1024 rows:
              # far past the default deadline on two cores (not timed here)
              "--deadline-ms", "1800000",
@@ -128,7 +136,7 @@ def main():
             time.sleep(0.1)
         r = subprocess.run([a.client, "--port", str(port), "--n", str(a.n),
                             "--prompt", str(a.prompt), "--steps", str(a.steps),
-                            "--d-model", str(DM)],
+                            "--d-model", str(a.d_model)],
                            capture_output=True, text=True, timeout=1800)
         if r.returncode or "tps=" not in r.stdout:
             sys.exit(f"decode_http: the clients failed: {r.stderr.strip()[-500:]}")
