@@ -129,36 +129,15 @@ void srv_respond_error(srv_req *r, int status, const char *fmt, ...)
 
 /* ---- CORS and auth ------------------------------------------------------ */
 
-/* origin_allowed: does --cors-origins (list) allow origin? */
-static int origin_allowed(const char *list, const char *origin)
-{
-    const char *p;
-    size_t n;
-    if (!origin || !*list)
-        return 0;
-    n = strlen(origin);
-    for (p = list; *p;) {
-        const char *e = strchr(p, ',');
-        size_t len = e ? (size_t)(e - p) : strlen(p);
-        while (len && *p == ' ')
-            p++, len--;
-        while (len && p[len - 1] == ' ')
-            len--;
-        if ((len == 1 && *p == '*') || (len == n && memcmp(p, origin, n) == 0))
-            return 1;
-        if (!e)
-            break;
-        p = e + 1;
-    }
-    return 0;
-}
-
-/* cors_match: copy origin into r->origin when the settings allow it. */
+/* cors_match: copy origin into r->origin when the settings allow it, and
+ * note which of their entries does (r->cors). */
 static void cors_match(srv_req *r, const char *origin)
 {
-    if (origin && strlen(origin) < sizeof r->origin &&
-        origin_allowed(r->s->cfg.cors_origins, origin))
+    int i;
+    if ((i = srv_cors_index(r->s->cfg.cors_origins, origin))) {
         memcpy(r->origin, origin, strlen(origin) + 1);
+        r->cors = i;
+    }
 }
 
 /* key_ok: constant-time comparison of the bearer token with the key. */
@@ -429,7 +408,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         r = calloc(1, sizeof *r);
         if (!r) /* no request to log: an answer made at start */
             return srv_http__queue_fixed(s, conn, parse_method(method) == SRV_OPTIONS,
-                                         origin_allowed(s->cfg.cors_origins,
+                                         srv_cors_index(s->cfg.cors_origins,
                                                         MHD_lookup_connection_value(
                                                             conn, MHD_HEADER_KIND, "Origin")));
         r->s = s;

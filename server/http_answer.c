@@ -9,6 +9,7 @@
 #include "server/web.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The answer to a request whose answer, or the request itself, could not
@@ -31,36 +32,68 @@ static int add_headers(struct MHD_Response *resp, const char *const *h, int n)
     return ok ? 0 : -1;
 }
 
+/* cors_entry: the i-th entry (1-based) of --cors-origins list, its
+ * spaces trimmed, in *p and *len; 0 when it has fewer. */
+static int cors_entry(const char *list, int i, const char **p, size_t *len)
+{
+    const char *e;
+    for (*p = list; **p; *p = e + 1) {
+        e = strchr(*p, ',');
+        *len = e ? (size_t)(e - *p) : strlen(*p);
+        while (*len && **p == ' ')
+            ++*p, --*len;
+        while (*len && (*p)[*len - 1] == ' ')
+            --*len;
+        if (--i == 0)
+            return 1;
+        if (!e)
+            break;
+    }
+    return 0;
+}
+
+int srv_cors_index(const char *list, const char *origin)
+{
+    const char *p;
+    size_t len, n;
+    if (!origin || !(n = strlen(origin)) || n >= SRV_ORIGIN_MAX)
+        return 0; /* r->origin cannot hold it: no CORS */
+    for (int i = 1; cors_entry(list, i, &p, &len); i++)
+        if ((len == 1 && *p == '*') || (len == n && memcmp(p, origin, n) == 0))
+            return i;
+    return 0;
+}
+
 /* fixed_answer: an answer made at start, for when memory cannot be found
- * for one: body (static), with CORS for any allowed origin when cors ('*':
- * echoing the origin would need memory then), Retry-After when retry; NULL
- * when it cannot be made whole. */
-static struct MHD_Response *fixed_answer(const char *body, size_t len, int cors,
-                                         int retry)
+ * for one: body (static), with CORS for origin when not NULL (the entry of
+ * cors-origins that allows the request's: the origin itself, or '*'),
+ * Retry-After when retry; NULL when it cannot be made whole. */
+static struct MHD_Response *fixed_answer(const char *body, size_t len,
+                                         const char *origin, int retry)
 {
     static const char *const base[] = {"Content-Type", "application/json",
                                        "Connection", "close", "Retry-After", "1"};
-    static const char *const acao[] = {"Access-Control-Allow-Origin", "*", "Vary",
-                                       "Origin", "Access-Control-Expose-Headers",
-                                       "Retry-After"};
+    const char *const acao[] = {"Access-Control-Allow-Origin", origin, "Vary",
+                                "Origin", "Access-Control-Expose-Headers",
+                                "Retry-After"};
     struct MHD_Response *f =
         MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_PERSISTENT);
     if (f && (add_headers(f, base, retry ? 3 : 2) < 0 ||
-              (cors && add_headers(f, acao, 3) < 0))) {
+              (origin && add_headers(f, acao, 3) < 0))) {
         MHD_destroy_response(f);
         f = NULL;
     }
     return f;
 }
 
-/* fixed_preflight: 204 to an allowed origin's CORS preflight when memory
- * cannot be found for its own answer ('*', every method), so that the
- * request it asks for is sent and gets an answer of its own (a 503 fails
- * the preflight: the page would see a network error). */
-static struct MHD_Response *fixed_preflight(void)
+/* fixed_preflight: 204 to a CORS preflight from origin (as fixed_answer's)
+ * when memory cannot be found for its own answer (every method), so that
+ * the request it asks for is sent and gets an answer of its own (a 503
+ * fails the preflight: the page would see a network error). */
+static struct MHD_Response *fixed_preflight(const char *origin)
 {
-    static const char *const h[] = {
-        "Access-Control-Allow-Origin", "*", "Vary", "Origin",
+    const char *const h[] = {
+        "Access-Control-Allow-Origin", origin, "Vary", "Origin",
         "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS",
         "Access-Control-Allow-Headers", CORS_ALLOW_HEADERS,
         "Access-Control-Max-Age", "600"};
@@ -93,8 +126,9 @@ static int fixed_status(int preflight, int cors)
 static enum MHD_Result queue_fixed(srv *s, struct MHD_Connection *conn, int status,
                                    int cors)
 {
+    const struct srv_fixed *f = &s->fixed[cors];
     return MHD_queue_response(conn, (unsigned)status,
-                              status == 204 ? s->preflight_resp : s->oom_resp[cors]);
+                              status == 204 ? f->preflight : f->oom);
 }
 
 enum MHD_Result srv_http__queue_fixed(srv *s, struct MHD_Connection *conn, int preflight,
@@ -180,7 +214,7 @@ enum MHD_Result srv_http__queue(srv_req *r)
 {
     struct MHD_Response *resp;
     enum MHD_Result ret;
-    int lost, cors = r->origin[0] != 0;
+    int lost, cors = r->origin[0] ? r->cors : 0;
     resp = r->resp_oom ? MHD_create_response_from_buffer(
                              sizeof OOM_ANSWER - 1, (void *)OOM_ANSWER,
                              MHD_RESPMEM_PERSISTENT)
@@ -195,7 +229,7 @@ enum MHD_Result srv_http__queue(srv_req *r)
                 "libmicrohttpd had no memory for its answer: 500, connection "
                 "closed", r->status);
         r->status = 500;
-        ret = MHD_queue_response(r->conn, 500, r->s->lost_resp[cors]);
+        ret = MHD_queue_response(r->conn, 500, r->s->fixed[cors].lost);
     } else if (lost) {
         r->status = fixed_status(r->method == SRV_OPTIONS && r->status == 204, cors);
         ret = queue_fixed(r->s, r->conn, r->status, cors);
@@ -209,27 +243,47 @@ enum MHD_Result srv_http__queue(srv_req *r)
 
 void srv_http__answers_free(srv *s)
 {
-    for (int i = 0; i < 2; i++) {
-        if (s->oom_resp[i])
-            MHD_destroy_response(s->oom_resp[i]);
-        if (s->lost_resp[i])
-            MHD_destroy_response(s->lost_resp[i]);
-        s->oom_resp[i] = s->lost_resp[i] = NULL;
+    for (int i = 0; s->fixed && i < s->n_fixed; i++) {
+        struct srv_fixed *f = &s->fixed[i];
+        if (f->oom)
+            MHD_destroy_response(f->oom);
+        if (f->lost)
+            MHD_destroy_response(f->lost);
+        if (f->preflight)
+            MHD_destroy_response(f->preflight);
     }
-    if (s->preflight_resp)
-        MHD_destroy_response(s->preflight_resp);
-    s->preflight_resp = NULL;
+    free(s->fixed);
+    s->fixed = NULL;
+    s->n_fixed = 0;
 }
 
 int srv_http__answers_make(srv *s)
 {
-    for (int i = 0; i < 2; i++) { /* [1]: for an allowed CORS origin */
-        s->oom_resp[i] = fixed_answer(OOM_ANSWER, sizeof OOM_ANSWER - 1, i, 1);
-        s->lost_resp[i] = fixed_answer(LOST_ANSWER, sizeof LOST_ANSWER - 1, i, 0);
+    const char *list = s->cfg.cors_origins, *p;
+    char origin[SRV_ORIGIN_MAX]; /* no longer one is allowed */
+    size_t len;
+    int n = 1, ok = 1;
+    while (cors_entry(list, n, &p, &len))
+        n++;
+    if (!(s->fixed = calloc((size_t)n, sizeof *s->fixed)))
+        return -1;
+    s->n_fixed = n;
+    for (int i = 0; i < n && ok; i++) {
+        struct srv_fixed *f = &s->fixed[i];
+        const char *o = NULL;
+        if (i) { /* MHD copies header values */
+            cors_entry(list, i, &p, &len);
+            len = len < sizeof origin ? len : sizeof origin - 1;
+            memcpy(origin, p, len);
+            origin[len] = 0;
+            o = origin;
+        }
+        f->oom = fixed_answer(OOM_ANSWER, sizeof OOM_ANSWER - 1, o, 1);
+        f->lost = fixed_answer(LOST_ANSWER, sizeof LOST_ANSWER - 1, o, 0);
+        f->preflight = i ? fixed_preflight(o) : NULL;
+        ok = f->oom && f->lost && (!i || f->preflight);
     }
-    s->preflight_resp = fixed_preflight();
-    if (s->oom_resp[0] && s->oom_resp[1] && s->lost_resp[0] && s->lost_resp[1] &&
-        s->preflight_resp)
+    if (ok)
         return 0;
     srv_http__answers_free(s);
     return -1;

@@ -30,6 +30,7 @@
 
 #define ATTND_VERSION "0.1.0"
 #define SRV_NAME_MAX 129 /* model names: 1..128 chars + NUL */
+#define SRV_ORIGIN_MAX 256 /* longest CORS Origin echoed, with its NUL */
 
 typedef struct srv srv;
 typedef struct srv_req srv_req;
@@ -175,7 +176,8 @@ struct srv_req {
     int too_large;         /* body passed body_limit; rest discarded */
     size_t body_seen;      /* bytes received, kept or not */
     size_t header_len;     /* Inference-Header-Content-Length, 0 = none */
-    char origin[256];      /* allowed CORS origin to echo, "" = none */
+    char origin[SRV_ORIGIN_MAX]; /* allowed CORS origin to echo, "" = none */
+    int cors;              /* the cors-origins entry that allows it, 1-based */
     uint64_t t0_ns;        /* its head arrived */
     srv_conn *c;           /* its connection's guard (guard.c), or NULL */
     size_t mem;            /* bytes it holds of memory-budget */
@@ -242,11 +244,15 @@ struct srv {
     srv_config cfg;
     uv_loop_t *loop;
     struct MHD_Daemon *mhd;
-    /* http.c's answers made at start ([1]: with CORS): 503 when a request
-     * or its answer cannot be allocated; 500 when a request was carried out
+    /* http.c's answers made at start, [0] without CORS and [i] with the
+     * i-th entry of cors-origins (n_fixed of them): 503 when a request or
+     * its answer cannot be allocated; 500 when a request was carried out
      * but libmicrohttpd has no memory for its answer; 204 to an allowed
-     * origin's CORS preflight then */
-    struct MHD_Response *oom_resp[2], *lost_resp[2], *preflight_resp;
+     * origin's CORS preflight then (none at [0]) */
+    struct srv_fixed {
+        struct MHD_Response *oom, *lost, *preflight;
+    } *fixed;
+    int n_fixed;
     uv_poll_t mhd_poll;
     uv_timer_t mhd_timer;
     uv_async_t sig_async;  /* main.c: SIGTERM/SIGINT reach the loop */
@@ -430,12 +436,15 @@ void srv_listen_err(const srv *s, char *err, const char *flag, long long port,
                     int in_use, const char *why);
 void srv_http_stop(srv *s);
 
-/* http_answer.c, for http.c. srv_http__queue: hand r's answer to MHD
- * (once); when MHD has no memory for it or a header, an answer made at
- * start instead. srv_http__queue_fixed: the answer made at start for a
- * request that could not be allocated at all (a 204 to an allowed
- * origin's preflight, else 503). srv_http__answers_make: make those (-1:
- * out of memory); srv_http__answers_free. */
+/* http_answer.c, for http.c. srv_cors_index: which entry of
+ * --cors-origins (list) allows origin, 1-based; 0 when none does.
+ * srv_http__queue: hand r's answer to MHD (once); when MHD has no memory
+ * for it or a header, an answer made at start instead.
+ * srv_http__queue_fixed: the answer made at start for a request that could
+ * not be allocated at all (a 204 to an allowed origin's preflight, else
+ * 503; cors: srv_cors_index's). srv_http__answers_make: make those, for
+ * every entry of cors-origins (-1: out of memory); srv_http__answers_free. */
+int srv_cors_index(const char *list, const char *origin);
 enum MHD_Result srv_http__queue(srv_req *r);
 enum MHD_Result srv_http__queue_fixed(srv *s, struct MHD_Connection *conn, int preflight,
                                       int cors);
