@@ -396,16 +396,17 @@ static int grown_args(const maps__entry *old, int t0, const maps_put_args *a,
     return 0;
 }
 
-int maps_grow(maps_store *st, const char *id, int t0, const maps_put_args *a,
-              char *err)
+int maps_grow_make(maps_store *st, const char *id, int t0,
+                   const maps_put_args *a, maps_grown **out, char *err)
 {
     char scratch[ATTN_ERRMAX];
-    maps__entry *old, *e = NULL, *p;
+    maps__entry *old, *e = NULL;
     maps_put_args g;
     float *att = NULL;
     const char **labels = NULL;
     int rc;
 
+    *out = NULL;
     if (!err)
         err = scratch;
     old = maps__acquire(st, id);
@@ -431,41 +432,47 @@ int maps_grow(maps_store *st, const char *id, int t0, const maps_put_args *a,
     if (rc)
         free(att); /* else the entry holds it */
     free(labels);
-    if (rc) {
-        maps__release(old);
-        return rc;
+    if (!rc) {
+        e->info.created_ms = old->info.created_ms;
+        memcpy(e->info.id, old->info.id, sizeof e->info.id);
+        *out = e;
     }
-    e->info.created_ms = old->info.created_ms;
-    e->info.version = old->info.version + 1;
-    memcpy(e->info.id, old->info.id, sizeof e->info.id);
+    maps__release(old);
+    return rc;
+}
+
+int maps_grow_put(maps_store *st, maps_grown *g)
+{
+    maps__entry *p;
     pthread_mutex_lock(&st->lock);
-    for (p = st->newest; p && p != old; p = p->older)
+    for (p = st->newest; p && strcmp(p->info.id, g->info.id) != 0; p = p->older)
         ;
     if (!p) { /* evicted meanwhile */
         pthread_mutex_unlock(&st->lock);
-        maps__release(old);
-        entry_free(e);
-        snprintf(err, ATTN_ERRMAX, "map %s: evicted", id);
+        entry_free(g);
         return ATTN_ENOTFOUND;
     }
-    unlink_entry(st, old);
-    link_newest(st, e);
+    g->info.version = p->info.version + 1;
+    unlink_entry(st, p);
+    link_newest(st, g);
     pthread_mutex_unlock(&st->lock);
-    maps__release(old);
     return 0;
 }
 
-int maps_cut(maps_store *st, const char *id, int t0)
+void maps_grown_free(maps_grown *g)
 {
-    maps_info info;
-    maps_put_args a;
-    if (maps_info_get(st, id, &info) != 0)
-        return ATTN_ENOTFOUND;
-    if (info.t == t0 && info.s == t0)
-        return 0;
-    memset(&a, 0, sizeof a);
-    a.b = 1, a.h = info.h, a.t = 0, a.s = t0;
-    return maps_grow(st, id, t0, &a, NULL);
+    if (g)
+        entry_free(g);
+}
+
+int maps_grow(maps_store *st, const char *id, int t0, const maps_put_args *a,
+              char *err)
+{
+    maps_grown *g;
+    int rc = maps_grow_make(st, id, t0, a, &g, err);
+    if (!rc && (rc = maps_grow_put(st, g)) && err)
+        snprintf(err, ATTN_ERRMAX, "map %s: evicted", id);
+    return rc;
 }
 
 void maps_drop(maps_store *st, const char *id)

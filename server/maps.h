@@ -102,8 +102,7 @@ int maps_put(maps_store *st, const maps_put_args *a, char *id_out,
  * gets the rows of its next step. a gives the step's rows: a->t new query
  * rows over a->s = t0 + a->t keys, attention (1, h, a->t, a->s), labels
  * a->tokens (0 or a->t of them). The entry's first t0 rows are kept (rows
- * past t0, from a step that failed after it grew the map or replaced by a
- * step that rewound the sequence, are dropped), with their weights on
+ * past t0, replaced by a step that rewound the sequence, are dropped), with their weights on
  * keys 0 .. t0-1 only, widened to a->s keys with zeros (causal: they never
  * saw later keys; rewound: those keys are other tokens now), and
  * the new rows appended; the entry becomes the newest, with the same id.
@@ -111,16 +110,24 @@ int maps_put(maps_store *st, const maps_put_args *a, char *id_out,
  * ATTN_ENOTFOUND (evicted), ATTN_EINVAL (h differs, t0 past the map, or
  * the map outgrew the store) or ATTN_ENOMEM; the old entry stays on
  * failure (except when evicted). Any thread.
+ *
+ * In two parts, so that a step's map changes only once the step has been
+ * answered: maps_grow_make builds the grown entry (the copy: the work) in
+ * *out and leaves the store as it was; maps_grow_put puts it in place of
+ * its id's entry, whatever that became (0), or frees it when that was
+ * evicted meanwhile (ATTN_ENOTFOUND); maps_grown_free frees one not put
+ * (NULL is fine). maps_grow does both.
  */
+typedef struct maps__entry maps_grown;
 int maps_grow(maps_store *st, const char *id, int t0, const maps_put_args *a,
               char *err);
+int maps_grow_make(maps_store *st, const char *id, int t0,
+                   const maps_put_args *a, maps_grown **out, char *err);
+int maps_grow_put(maps_store *st, maps_grown *g);
+void maps_grown_free(maps_grown *g);
 
-/* maps_cut: id keeps its first t0 rows over t0 keys (those it had before
- * a step that failed after growing it); maps_grow with no new rows, a
- * no-op when it has just those. maps_drop: id leaves the store (a failed
- * sequence start's new map). Any thread, but not while the same id
- * grows. */
-int maps_cut(maps_store *st, const char *id, int t0);
+/* maps_drop: id leaves the store (a failed sequence start's new map).
+ * Any thread. */
 void maps_drop(maps_store *st, const char *id);
 
 /* maps_stats: bytes in use, the budget, entries held, entries evicted so

@@ -394,32 +394,19 @@ void srv_seq_step_end(srv_step *st, int ok)
     q->n_starting -= st->starting;
     st->starting = 0;
     if (!ok || !st->bound) {
-        int rewound = st->undo.held;
         if (st->start) {
             attn_kv_free(&st->fresh);
         } else if (st->bound) {
             end_rewind(st, 0);
             attn_kv_trim(st->kv);
         }
-        /* a step that failed after its encoding grew the map (a deadline
-         * that came when it was encoded; one that came before keeps the
-         * encoding from growing it, st->late; a failure before encoding,
-         * such as a non-finite output, never grows it): the map loses its
-         * rows too, so a page following it shows only steps that were
-         * answered */
-        if (st->bound && st->map_id[0] && q->s->maps) {
-            if (st->start) {
-                maps_drop(q->s->maps, st->map_id);
-            } else if (!rewound) {
-                maps_cut(q->s->maps, st->map_id, st->t0);
-            } else if (st->grew) {
-                /* its encoding grew the map over the rows it replaced,
-                 * which the map does not keep: the sequence goes on
-                 * without one, as after an eviction */
-                maps_drop(q->s->maps, st->map_id);
-                l->map_id[0] = 0;
-            }
-        }
+        /* a failed start's new map goes; a step's grown map was never put
+         * in the store (below), so a page following the map shows only
+         * steps that were answered */
+        if (st->bound && st->start && st->map_id[0] && q->s->maps)
+            maps_drop(q->s->maps, st->map_id);
+        maps_grown_free(st->grown);
+        st->grown = NULL;
     } else {
         attn_kv_advance(st->kv, st->t);
         if (st->undo.held) { /* the tokens past the new end are gone */
@@ -444,6 +431,11 @@ void srv_seq_step_end(srv_step *st, int ok)
             l->e->seq_stats.live++;
             l->e->seq_stats.started++;
         }
+        /* answered: its grown map replaces the map (before any reader
+         * that its answer sends can look) */
+        if (st->grown && maps_grow_put(q->s->maps, st->grown) < 0)
+            st->map_id[0] = 0; /* evicted meanwhile: it goes on without one */
+        st->grown = NULL;
         srv_copy(l->map_id, sizeof l->map_id, st->map_id);
         l->last_ns = srv_now_ns();
         if (st->end) {

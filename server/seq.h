@@ -95,8 +95,8 @@ typedef struct srv_step {
     char map_id[MAPS_ID_MAX]; /* the sequence's map; after encode, its id */
     atomic_int late;         /* answered 504 or its client gone (loop):
                                 its encoding (pool) grows no map */
-    int grew;                /* its encoding (pool) grew the map; read on
-                                the loop after the job came back */
+    maps_grown *grown;       /* its encoding's (pool) grown map, put in
+                                the store once it is answered (loop) */
     struct srv_step *prev, *next;
 } srv_step;
 

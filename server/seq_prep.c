@@ -208,10 +208,8 @@ static void grow_map(srv_step *st, const char *model_name, maps_store *maps)
             st->map_id[0] = 0;
         return;
     }
-    if (maps_grow(maps, st->map_id, st->t0, &a, merr) < 0)
+    if (maps_grow_make(maps, st->map_id, st->t0, &a, &st->grown, merr) < 0)
         st->map_id[0] = 0;
-    else
-        st->grew = 1;
 }
 
 /* keeps_map: does st's encoding start or grow its sequence's map? */

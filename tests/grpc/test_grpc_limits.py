@@ -91,7 +91,7 @@ class Limits(unittest.TestCase):
         sequence_position 1 whose call is cancelled while it runs: the
         step is answered to no one, so the sequence keeps its 3 tokens and
         its map its 3 rows (its encoding grows no map once the call is
-        gone; it did, and the failed branch then ended the map). A call
+        gone, and a map it grew before is never put in place). A call
         whose answer was already on its way when cancel() came was carried
         out whole."""
         d = Attnd("--max-body", "4000000")
@@ -133,13 +133,10 @@ class Limits(unittest.TestCase):
                     # answer was on its way, cancel() still true): carried
                     # out whole, its map with it (CI saw this under UBSan)
                     continue
+                # also when the cancel came after its encoding had grown
+                # the map (the answer done, not yet sent): a grown map is
+                # put in place only once its step is answered
                 self.assertEqual(got[0][0] if got else None, 3, "the cancelled step changed its sequence")
-                if got[0][1] is None:
-                    # the cancel came after its encoding had grown the map
-                    # (the answer done, not yet sent): the map ends, as
-                    # README says of a step that fails after that
-                    self.assertEqual(d.rest(f"/v2/maps/{map_id}")[0], 404)
-                    continue
                 kept += 1
                 self.assertEqual(got, [[3, map_id]], "the cancelled step changed its map")
                 st, meta = d.rest(f"/v2/maps/{map_id}")

@@ -132,33 +132,67 @@ START_TEST(test_grow_sequence_map)
     ck_assert_int_eq(maps_grow(st, "m999-000000", 0, &a, err), ATTN_ENOTFOUND);
     ck_assert_int_eq(maps_info_get(st, id, &info), 0);
     ck_assert_int_eq(info.t, 5);
-    /* a step that failed after growing it: cut back to its first 3 rows
-     * over 3 keys, the cells and labels those rows had */
-    ck_assert_int_eq(maps_cut(st, id, 3), 0);
-    ck_assert_int_eq(maps_cut(st, id, 3), 0); /* nothing to cut */
-    ck_assert_int_eq(maps_info_get(st, id, &info), 0);
-    ck_assert_int_eq(info.t, 3);
-    ck_assert_int_eq(info.s, 3);
-    ck_assert_int_eq(info.causal, 1);
-    for (k = 0; k < 2; k++) {
-        ck_assert_int_eq(maps_slice(st, id, 0, k, 0, &out, &rows, &cols, NULL,
-                                    NULL, err), 0);
-        ck_assert_int_eq(rows, 3);
-        ck_assert_int_eq(cols, 3);
-        for (i = 0; i < 3; i++)
-            for (j = 0; j < 3; j++)
-                ck_assert_float_eq(out[i * 3 + j], j <= (i < 2 ? 1 : 2) ? CELL(k, i, j) : 0.0f);
-        free(out);
-    }
+    /* in two parts: a step's grown map (here one that rewound to 3 and
+     * brings row 3 anew) changes nothing until it is put; freed instead
+     * (the step failed), the map stays as it was */
     {
-        maps__entry *e = maps__acquire(st, id);
-        ck_assert_int_eq(e->n_labels, 3);
-        ck_assert_str_eq(e->labels + e->label_off[0], "a");
-        ck_assert_str_eq(e->labels + e->label_off[2], "");
-        maps__release(e);
+        float row3[8];
+        maps_grown *g;
+        uint64_t v0 = info.version;
+        for (k = 0; k < 2; k++)
+            for (j = 0; j < 4; j++)
+                row3[k * 4 + j] = 100.0f + (float)(10 * k + j);
+        a = (maps_put_args){.model = "m", .b = 1, .h = 2, .t = 1, .s = 4,
+                            .attention = row3};
+        ck_assert_int_eq(maps_grow_make(st, id, 3, &a, &g, err), 0);
+        ck_assert_ptr_nonnull(g);
+        ck_assert_int_eq(maps_info_get(st, id, &info), 0);
+        ck_assert_int_eq(info.t, 5);
+        ck_assert_uint_eq(info.version, v0);
+        maps_grown_free(g);
+        maps_grown_free(NULL);
+        ck_assert_int_eq(maps_info_get(st, id, &info), 0);
+        ck_assert_int_eq(info.t, 5);
+        ck_assert_uint_eq(info.version, v0);
+        /* put (the step answered): rows 0-2 as they were on keys 0-2,
+         * row 3 the new one, labels a, b, "" and none */
+        ck_assert_int_eq(maps_grow_make(st, id, 3, &a, &g, err), 0);
+        ck_assert_int_eq(maps_grow_put(st, g), 0);
+        ck_assert_int_eq(maps_info_get(st, id, &info), 0);
+        ck_assert_int_eq(info.t, 4);
+        ck_assert_int_eq(info.s, 4);
+        ck_assert_uint_eq(info.version, v0 + 1);
+        for (k = 0; k < 2; k++) {
+            ck_assert_int_eq(maps_slice(st, id, 0, k, 0, &out, &rows, &cols,
+                                        NULL, NULL, err), 0);
+            ck_assert_int_eq(rows, 4);
+            ck_assert_int_eq(cols, 4);
+            for (i = 0; i < 3; i++)
+                for (j = 0; j < 4; j++)
+                    ck_assert_float_eq(out[i * 4 + j],
+                                       j <= (i < 2 ? 1 : 2) ? CELL(k, i, j) : 0.0f);
+            for (j = 0; j < 4; j++)
+                ck_assert_float_eq(out[12 + j], row3[k * 4 + j]);
+            free(out);
+        }
+        {
+            maps__entry *e = maps__acquire(st, id);
+            ck_assert_int_eq(e->n_labels, 4);
+            ck_assert_str_eq(e->labels + e->label_off[0], "a");
+            ck_assert_str_eq(e->labels + e->label_off[3], "");
+            maps__release(e);
+        }
+        /* a grown map whose map was evicted before it is put is freed
+         * (ASan: no leak) and says so */
+        ck_assert_int_eq(maps_grow_make(st, id, 4, &(maps_put_args){
+                             .model = "m", .b = 1, .h = 2, .t = 0, .s = 4},
+                                        &g, err), 0);
+        maps_drop(st, id);
+        ck_assert_int_eq(maps_grow_put(st, g), ATTN_ENOTFOUND);
+        ck_assert_int_eq(maps_info_get(st, id, &info), ATTN_ENOTFOUND);
+        ck_assert_int_eq(maps_grow_make(st, id, 0, &a, &g, err), ATTN_ENOTFOUND);
+        ck_assert_ptr_null(g);
     }
-    ck_assert_int_eq(maps_cut(st, id, 4), ATTN_EINVAL); /* past its rows */
-    ck_assert_int_eq(maps_cut(st, "m999-000000", 1), ATTN_ENOTFOUND);
     /* a failed start's map leaves the store; the other map stays */
     maps_drop(st, id);
     maps_drop(st, id);
