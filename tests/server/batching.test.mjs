@@ -277,12 +277,19 @@ test('--busy-poll-us: after a request the loop polls and idle pool threads spin 
     const d = await start({ t, args: ['--busy-poll-us', us] });
     try {
       await pause(300); // start-up activity over
-      const r = await inferOnce(d, body);
-      assert.equal(r.status, 200);
-      assert.ok(maxDiff(r.json.outputs[0].data, X.y) < 1e-5);
-      const c0 = cpuMs(d.proc.pid);
-      await pause(1000); // the poll's 100 ms are in here
-      const c1 = cpuMs(d.proc.pid);
+      // the poll yields its core to any other runnable thread, so another
+      // process busy on both cores can take all of its 100 ms: up to
+      // three tries to see it
+      let c0, c1;
+      for (let i = 0; i < (polls ? 3 : 1); i++) {
+        const r = await inferOnce(d, body);
+        assert.equal(r.status, 200);
+        assert.ok(maxDiff(r.json.outputs[0].data, X.y) < 1e-5);
+        c0 = cpuMs(d.proc.pid);
+        await pause(1000); // the poll's 100 ms are in here
+        c1 = cpuMs(d.proc.pid);
+        if (c1 - c0 >= 10) break;
+      }
       await pause(1000); // nothing happens
       const c2 = cpuMs(d.proc.pid);
       if (polls) assert.ok(c1 - c0 >= 10, `--busy-poll-us ${us}: ${c1 - c0} ms of CPU after the request`);
