@@ -48,6 +48,32 @@ srv_entry *srv_registry_add(srv *s, const char *name)
     return e;
 }
 
+/* entry_closed: one of a dropped entry's handles closed; the last frees
+ * it. */
+static void entry_closed(uv_handle_t *h)
+{
+    srv_entry *e = h->data;
+    if (--e->closing == 0) {
+        srv_sched_entry_free(e); /* its timerfd, once its poll is closed */
+        free(e);
+    }
+}
+
+/* drop_entry: e, which never had an instance (so no job, sequence or
+ * statistic refers to it), leaves the registry. */
+static void drop_entry(srv *s, srv_entry *e)
+{
+    srv_entry **p;
+    for (p = &s->models; *p && *p != e; p = &(*p)->next)
+        ;
+    if (*p)
+        *p = e->next;
+    e->closing = 3;
+    uv_close((uv_handle_t *)&e->batch_poll, entry_closed);
+    uv_close((uv_handle_t *)&e->pump_idle, entry_closed);
+    uv_close((uv_handle_t *)&e->helpers, entry_closed);
+}
+
 void srv_inst_unref(srv_inst *in)
 {
     if (in && --in->refs == 0) {
@@ -64,6 +90,7 @@ static void set_inst(srv_entry *e, srv_inst *in, int state, const char *reason)
     srv_inst *old = e->inst;
     if (old)
         srv_seq_drop_model(e);
+    e->ever |= in != NULL;
     e->inst = in;
     e->state = state;
     snprintf(e->reason, sizeof e->reason, "%s", reason ? reason : "");
@@ -96,8 +123,18 @@ typedef struct load_job {
     unsigned long long gen; /* repository generation it was read at */
     size_t mem;         /* the body's share of memory-budget */
     int rc;             /* 0, or the HTTP status of the failure */
+    int in_repo;        /* failed, but repo/name is a folder */
     char err[ATTN_ERRMAX + 128];
 } load_job;
+
+/* in_repo: is repo/name a folder? Pool thread. */
+static int in_repo(const char *repo, const char *name)
+{
+    char path[4096];
+    struct stat st;
+    return snprintf(path, sizeof path, "%s/%s", repo, name) < (int)sizeof path &&
+           stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
 
 /* load_work: pool thread. An upload body installs the model into the
  * repository (srv_upload_install); no body, or one without upload
@@ -111,6 +148,7 @@ static void load_work(uv_work_t *w)
         rc = srv_upload_install(lj->repo, lj->name, lj->body, lj->body_len,
                                 &lj->m, &lj->gen, lj->err, sizeof lj->err);
         lj->rc = rc;
+        lj->in_repo = rc && in_repo(lj->repo, lj->name);
         return;
     }
     lj->gen = srv_upload_generation();
@@ -119,6 +157,7 @@ static void load_work(uv_work_t *w)
         lj->rc = rc == ATTN_ENOTFOUND || rc == ATTN_EIO ? 404
                  : rc == ATTN_ENOMEM ? 503 : 400;
         snprintf(lj->err, sizeof lj->err, "model '%s': %.480s", lj->name, err);
+        lj->in_repo = in_repo(lj->repo, lj->name);
     }
 }
 
@@ -145,20 +184,27 @@ static void load_done(uv_work_t *w, int status)
 {
     load_job *lj = w->data;
     srv *s = lj->s;
-    srv_entry *e = srv_registry_add(s, lj->name);
+    srv_entry *e = srv_registry_find(s, lj->name); /* start_load's */
     (void)status;
     if (!lj->req)
         s->startup_loads--;
-    if (!e || lj->rc) {
-        if (e && e->state == SRV_LOADING)
+    e->loads--;
+    if (lj->rc) {
+        if (e->state == SRV_LOADING && !e->loads)
             e->state = e->inst ? SRV_READY : SRV_UNAVAILABLE;
-        if (e && !e->inst)
+        if (!e->inst)
             snprintf(e->reason, sizeof e->reason, "%.500s", lj->err);
         srv_log(s, "error", "load: %s", lj->err);
         if (lj->req)
-            srv_respond_error(lj->req, lj->rc ? lj->rc : 503, "%s",
-                              e ? lj->err : "load: out of memory");
+            srv_respond_error(lj->req, lj->rc, "%s", lj->err);
         model_destroy(lj->m);
+        /* a name that never loaded and has no folder in the repository
+         * (a load of a name that is not there, a failed upload) leaves
+         * nothing behind: such names would pile up in the index and in
+         * /metrics. A folder that failed keeps its entry, and the index
+         * its reason. */
+        if (!e->ever && !e->startup && !e->loads && !lj->in_repo)
+            drop_entry(s, e);
     } else if (lj->gen < e->gen) {
         /* a later upload of this name was published (and installed) while
          * this one was read: the repository holds that one, so it stays */
@@ -216,6 +262,7 @@ static int start_load(srv *s, const char *name, srv_req *req)
         lj->mem = req->mem; /* and its share of memory-budget */
         req->mem = 0;
     }
+    e->loads++;
     if (e->state != SRV_READY)
         e->state = SRV_LOADING;
     if (!req) {

@@ -101,6 +101,9 @@ struct srv_entry {
     srv_inst *inst; /* current instance, NULL when not loaded */
     int state;      /* SRV_UNAVAILABLE / LOADING / READY */
     int startup;    /* loaded at startup: counts for /v2/health/ready */
+    int loads;      /* loads of it in flight (registry.c) */
+    int ever;       /* it has had an instance */
+    int closing;    /* handles still closing, once dropped (registry.c) */
     char reason[ATTN_ERRMAX];
     unsigned long long gen; /* repository generation of inst (upload.h) */
     /* scheduling (sched.c, batch.c) */

@@ -196,6 +196,20 @@ test('bad uploads and loads: status and the parameter named; nothing written', a
   assert.deepEqual(readdirSync(d.dir).filter((f) => f.startsWith('.')), []);
   const s = await (await fetch(`${d.url}/v2/models/absent/ready`));
   assert.equal(s.status, 404);
+  // names that never loaded and have no folder leave nothing behind: not
+  // in the index, no statistics, no series in /metrics, however many
+  const metrics = async () => (await fetch(`${d.url}/metrics`)).text();
+  const before = (await metrics()).length;
+  for (let i = 0; i < 40; i++) assert.equal((await L(`ghost${i}`, {})).status, 404);
+  // loads of one name in flight at once: the last to fail drops it
+  for (const r of await Promise.all([0, 1, 2, 3, 4].map(() => L('ghost0', {})))) assert.equal(r.status, 404);
+  const idx = await post(`${d.url}/v2/repository/index`, '');
+  const names = idx.json.map((m) => m.name);
+  for (const n of ['absent', 'ghost0', 'ghost39', 'bad1', 'bad2', 'bad3', 'bad4', 'bad5']) assert.ok(!names.includes(n), `${n} in the index: ${names}`);
+  assert.equal((await fetch(`${d.url}/v2/models/ghost0/stats`)).status, 404);
+  const m = await metrics();
+  assert.ok(!/model="(ghost|absent|bad)/.test(m), 'a name that never loaded has series in /metrics');
+  assert.ok(m.length <= before + 200, `/metrics grew from ${before} to ${m.length} bytes`);
   assert.equal((await d.stop()).code, 0);
 });
 
