@@ -267,6 +267,32 @@ static void no_memory(srv_req *r)
 /* body_check: the body r's route accepts (srv.h SRV_BODY_*) against the
  * headers, before any of it is read: sets r->body_limit and r->limit_name,
  * or answers 400/413 (then MHD never reads the body) and returns -1. */
+/* count_cl: MHD_get_connection_values' iterator, counting Content-Length
+ * fields in *cls. */
+static enum MHD_Result count_cl(void *cls, enum MHD_ValueKind kind,
+                                const char *key, const char *value)
+{
+    (void)kind, (void)value;
+    if (strcasecmp(key, "Content-Length") == 0)
+        ++*(int *)cls;
+    return MHD_YES;
+}
+
+/* framed_twice: does r give its body's length two ways (RFC 9112 6.1,
+ * 6.3)? 1: Content-Length more than once, 2: beside Transfer-Encoding;
+ * 0: no. What follows the body as MHD reads it could be read as another
+ * request (request smuggling). */
+static int framed_twice(srv_req *r)
+{
+    int n_cl = 0;
+    if (!MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length"))
+        return 0;
+    if (MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Transfer-Encoding"))
+        return 2;
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_cl, &n_cl);
+    return n_cl > 1;
+}
+
 static int body_check(srv_req *r)
 {
     srv *s = r->s;
@@ -342,8 +368,18 @@ static void first_call(srv_req *r, const char *url)
 {
     srv *s = r->s;
     cors_match(r, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin"));
+    int twice = framed_twice(r);
+    r->close = twice != 0; /* whatever it is answered */
     if (route(r, url) < 0)
         return;
+    if (twice) {
+        srv_respond_error(r, 400, "%s: the body's length is given %s; send "
+                          "one Content-Length or Transfer-Encoding: chunked",
+                          twice == 2 ? "Content-Length and Transfer-Encoding"
+                                     : "Content-Length",
+                          twice == 2 ? "twice" : "more than once");
+        return;
+    }
     if (r->route->auth && s->cfg.api_key[0] &&
         !key_ok(s->cfg.api_key, MHD_lookup_connection_value(
                                     r->conn, MHD_HEADER_KIND, "Authorization"))) {

@@ -183,7 +183,7 @@ static int add_answer_headers(srv_req *r, struct MHD_Response *resp)
             ADD("Access-Control-Max-Age", "600");
         }
     }
-    if (r->s->draining) {
+    if (r->s->draining || r->close) {
         ADD("Connection", "close");
     } else if (r->s->cfg.header_timeout_s) {
         /* clients keep idle connections for less than the server does

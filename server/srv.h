@@ -177,6 +177,7 @@ struct srv_req {
     size_t body_len, body_cap, body_limit;
     const char *limit_name; /* the setting body_limit comes from */
     int too_large;         /* body passed body_limit; rest discarded */
+    int close;             /* its connection closes after the answer */
     size_t body_seen;      /* bytes received, kept or not */
     size_t header_len;     /* Inference-Header-Content-Length, 0 = none */
     char origin[SRV_ORIGIN_MAX]; /* allowed CORS origin to echo, "" = none */

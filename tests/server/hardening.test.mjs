@@ -85,6 +85,45 @@ test('a route that takes no body answers 413 from the headers, without reading o
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
+// untilClosed: everything the server sends on one connection until it
+// closes it (rejects when it keeps it open past ms)
+function untilClosed(port, text, ms = 5000) {
+  return new Promise((resolve, reject) => {
+    const sock = connect({ port, host: '127.0.0.1' });
+    let buf = '';
+    const t = setTimeout(() => { sock.destroy(); reject(new Error(`kept open past ${ms} ms: ${buf.slice(0, 300)}`)); }, ms);
+    sock.on('data', (d) => { buf += d; });
+    sock.on('error', () => {});
+    sock.on('close', () => { clearTimeout(t); resolve(buf); });
+    sock.write(text);
+  });
+}
+
+test('a body framed two ways (two Content-Lengths, or one beside Transfer-Encoding) is 400 and the connection closes: no smuggled request runs', async () => {
+  const d = await start();
+  try {
+    // what follows the first length's body would be read as a second
+    // request: an unload of tiny
+    const unload = 'POST /v2/repository/models/tiny/unload HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n';
+    const cases = [
+      `POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: ${2 + unload.length}\r\n\r\n{}${unload}`,
+      `POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}${unload}`,
+      `POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n${unload}`,
+      // answered by its route (404), and closed all the same
+      `POST /no/such/route HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n${unload}`,
+    ];
+    for (const text of cases) {
+      const got = await untilClosed(d.port, text);
+      const what = text.split('\r\n\r\n')[0];
+      assert.equal((got.match(/HTTP\/1\.1 \d{3}/g) || []).length, 1, `${what}: ${got}`);
+      assert.match(got, /\r\nConnection: close\r\n/i, what);
+      if (what.includes('/no/such/route')) assert.match(got, /^HTTP\/1\.1 404 /, what);
+      else assert.match(got, /^HTTP\/1\.1 400 [^]*the body's length is given (more than once|twice); send one Content-Length or Transfer-Encoding: chunked/, what);
+      assert.equal((await fetch(`${d.url}/v2/models/tiny/ready`)).status, 200, `${what}: the smuggled unload ran`);
+    }
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
 test('the index body has a small limit (max-small-body), checked before reading it', async () => {
   const d = await start({ args: ['--max-small-body', '4096'] });
   try {
