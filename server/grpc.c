@@ -385,6 +385,7 @@ void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem)
     r->t0_ns = now;
     r->late = s->draining; /* new work after SIGTERM is refused (sched.c) */
     r->method = SRV_POST;
+    memcpy(r->method_name, "POST", 5);
     snprintf(r->path, sizeof r->path, "%s", call->path);
     r->on_answer = on_answer;
     r->door_ctx = sl;

@@ -159,6 +159,17 @@ static int key_ok(const char *key, const char *auth)
 
 /* ---- routing ------------------------------------------------------------ */
 
+/* name_method: m into out (16 bytes) for logs and messages: its letters,
+ * or "OTHER" when it has anything else or is longer. */
+static void name_method(char *out, const char *m)
+{
+    size_t n = strspn(m, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz");
+    if (n && !m[n] && n < 16)
+        memcpy(out, m, n + 1);
+    else
+        memcpy(out, "OTHER", 6);
+}
+
 static int parse_method(const char *m)
 {
     if (strcmp(m, "GET") == 0)
@@ -247,9 +258,7 @@ static int route(srv_req *r, const char *url)
     r->allow = allowed & SRV_DELETE ? "DELETE"
                : allowed & SRV_POST ? (allowed & SRV_GET ? "GET, POST" : "POST") : "GET";
     srv_respond_error(r, 405, "method: %s is not allowed on %s (allowed: %s)",
-                      r->method == SRV_OTHER ? "this method" :
-                      r->method == SRV_POST ? "POST" :
-                      r->method == SRV_DELETE ? "DELETE" : "GET", r->path, r->allow);
+                      r->method_name, r->path, r->allow);
     return -1;
 }
 
@@ -451,6 +460,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         r->conn = conn;
         r->t0_ns = srv_now_ns();
         r->method = parse_method(method);
+        name_method(r->method_name, method);
         r->late = s->draining;
         *con_cls = r;
         s->live_reqs++;
@@ -497,10 +507,15 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     srv *s = cls;
     srv_req *r = *con_cls;
     (void)conn;
-    (void)code;
     if (!r)
         return;
     *con_cls = NULL;
+    if (r->changed && r->status && r->status < 400 &&
+        code != MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        srv_log(s, "warn", "http: %s %s was carried out (%d), but its client "
+                "went before the answer was sent (libmicrohttpd takes a "
+                "half-closed connection for one that went)",
+                r->method_name, r->path, r->status);
     if (r->job)
         srv_sched_detach(r);
     srv_guard_end(r);

@@ -337,9 +337,7 @@ static void put_i(linebuf *b, int v)
 void srv_log_request(srv *s, const srv_req *r)
 {
     char ts[100], id[140], mdl[280], path[2100], line[3200];
-    static const char *methods[] = {"", "GET", "POST", "", "OPTIONS", "", "", "",
-                                    "HEAD"};
-    const char *m = r->method < 9 ? methods[r->method] : "OTHER";
+    const char *m = r->method_name[0] ? r->method_name : "OTHER";
     uint64_t us = (srv_now_ns() - r->t0_ns) / 1000;
     linebuf b = {line, line + sizeof line - 1};
     stamp(ts, sizeof ts);

@@ -170,6 +170,7 @@ struct srv_req {
     srv *s;
     struct MHD_Connection *conn;
     int method;
+    char method_name[16];  /* as sent, letters only (else "OTHER"): logs, 405 */
     char path[1024];       /* URL path, version alias removed */
     const srv_route *route;
     char arg[2][SRV_NAME_MAX + 32]; /* path captures */

@@ -83,6 +83,17 @@ test('wrong method: 405 with Allow', async () => {
   assert.equal(r.headers.get('allow'), 'GET');
   r = await fetch(d.url + '/v2/models/tiny', { method: 'DELETE' });
   assert.equal(r.status, 405);
+  assert.match((await r.json()).error, /method: DELETE is not allowed on \/v2\/models\/tiny/);
+  // any other method is named as sent, in the answer and in the log
+  r = await fetch(d.url + '/v2/models/tiny/infer', { method: 'PUT' });
+  assert.equal(r.status, 405);
+  assert.match((await r.json()).error, /method: PUT is not allowed on \/v2\/models\/tiny\/infer \(allowed: POST\)/);
+  r = await fetch(d.url + '/v2/sequences/no-such-seq', { method: 'DELETE' });
+  assert.equal(r.status, 404);
+  const log = await d.logged(/ PUT \/v2\/models\/tiny\/infer 405/);
+  assert.match(log, / PUT \/v2\/models\/tiny\/infer 405/);
+  assert.match(await d.logged(/ DELETE \/v2\/sequences\/no-such-seq 404/), / DELETE \/v2\/sequences\/no-such-seq 404/);
+  assert.match(await d.logged(/ DELETE \/v2\/models\/tiny 405/), / DELETE \/v2\/models\/tiny 405/);
 });
 
 test('repository index lists loaded models with their state', async () => {
