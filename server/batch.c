@@ -247,8 +247,11 @@ static void batch_finish(batch *b, int status, const char *msg)
     attn_plan_destroy(b->plan);
     e->running--;
     if (!status) {
+        int ok = 0;
+        for (i = 0; i < b->n_jobs; i++)
+            ok += b->jobs[i]->status ? 0 : b->jobs[i]->seqs;
         e->last_run_ns = now - b->jobs[0]->t_run;
-        srv_stats_batch(&e->stats, b->n_seqs, e->last_run_ns);
+        srv_stats_batch(&e->stats, b->n_seqs, ok, e->last_run_ns);
     }
     for (i = 0; i < b->n_jobs; i++) { /* computed and encoded, or failed */
         srv_job *j = b->jobs[i];
@@ -310,6 +313,7 @@ static int launch(srv_entry *e)
         if (!b->n_jobs)
             h = j;
         b->jobs[b->n_jobs++] = j;
+        j->seqs = j->prep.n;
         b->n_seqs += j->prep.n;
         j->state = J_RUN;
         j->t_run = now;

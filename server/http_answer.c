@@ -176,7 +176,7 @@ static int add_answer_headers(srv_req *r, struct MHD_Response *resp)
     if (r->origin[0]) {
         ADD("Access-Control-Allow-Origin", r->origin);
         ADD("Vary", "Origin");
-        ADD("Access-Control-Expose-Headers", "Inference-Header-Content-Length, Retry-After");
+        ADD("Access-Control-Expose-Headers", "Inference-Header-Content-Length, Retry-After, Map-Shape");
         if (r->method == SRV_OPTIONS) {
             ADD("Access-Control-Allow-Methods", r->allow ? r->allow : "GET, POST, OPTIONS");
             ADD("Access-Control-Allow-Headers", CORS_ALLOW_HEADERS);

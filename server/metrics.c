@@ -18,11 +18,15 @@
 
 static const int bucket_le[SRV_BATCH_BUCKETS] = {1, 2, 4, 8, 16, 32, 64, 0};
 
-void srv_stats_batch(srv_stats *st, int n_seqs, uint64_t infer_ns)
+void srv_stats_batch(srv_stats *st, int n_seqs, int n_ok, uint64_t infer_ns)
 {
     int i, k = n_seqs < SRV_BATCH_STATS ? n_seqs - 1 : SRV_BATCH_STATS - 1;
+    /* Triton counts successful inferences and executions: a batch whose
+     * every request failed (a non-finite output) counts for neither */
+    if (n_ok < 1)
+        return;
     st->exec_count++;
-    st->inference_count += (uint64_t)n_seqs;
+    st->inference_count += (uint64_t)n_ok;
     st->infer_ns += infer_ns;
     st->size_count[k]++;
     st->size_infer_ns[k] += infer_ns;
@@ -127,10 +131,12 @@ void srv_h_metrics(srv_req *r)
                     e->name, reasons[i], (unsigned long long)v[i]);
     }
     family(&b, s, "attnd_inference_count_total", "counter",
-           "Sequences computed (a request of batch B counts B).",
+           "Sequences computed whose request did not fail (a request of "
+           "batch B counts B).",
            get_inference_count, 0);
     family(&b, s, "attnd_inference_exec_count_total", "counter",
-           "Batches executed.", get_exec_count, 0);
+           "Batches executed with a request that did not fail.",
+           get_exec_count, 0);
     family(&b, s, "attnd_inference_inline_count_total", "counter",
            "Requests decoded, computed and encoded on the loop thread "
            "(inline-conns), not on the pool.", get_inline_count, 0);
@@ -268,13 +274,16 @@ static json_t *model_stats(const srv_entry *e)
     uint64_t fail = st->fail_bad + st->fail_rejected + st->fail_timeout + st->fail_other;
     json_t *bs = json_array();
     int k;
-    /* Triton's batch_stats; compute_input/output are per request here
-     * (inference_stats), so only compute_infer is per batch size */
+    /* Triton's batch_stats; a request's decode and encode are its own
+     * (inference_stats), not its batch's, so only compute_infer is
+     * measured per batch size: compute_input/output are there, at 0 */
     for (k = 0; bs && k < SRV_BATCH_STATS; k++)
         if (st->size_count[k])
-            json_array_append_new(bs, json_pack("{s:i,s:o}", "batch_size", k + 1,
-                                                "compute_infer",
-                                                dur(st->size_count[k], st->size_infer_ns[k])));
+            json_array_append_new(
+                bs, json_pack("{s:i,s:o,s:o,s:o}", "batch_size", k + 1,
+                              "compute_input", dur(0, 0), "compute_infer",
+                              dur(st->size_count[k], st->size_infer_ns[k]),
+                              "compute_output", dur(0, 0)));
     return json_pack(
         "{s:s,s:s,s:I,s:I,s:I,s:{s:o,s:o,s:o,s:o,s:o,s:o},s:o}", "name", e->name,
         "version", "1", "last_inference", (json_int_t)st->last_inference_ms,

@@ -358,7 +358,7 @@ static void solo_run(srv_job *j, size_t max_out)
             break;
         }
     attn_plan_destroy(plan);
-    j->batch = j->prep.n;
+    j->batch = j->seqs = j->prep.n;
     if (j->in.id) /* the log's copy: encoding frees the request */
         srv_copy(j->id, sizeof j->id, j->in.id);
     srv__job_encode(j);
@@ -384,7 +384,8 @@ static void solo_finish(srv_job *j)
     srv_entry *e = j->e;
     e->running--;
     if (j->solo_ran) {
-        srv_stats_batch(&e->stats, j->batch, j->t_ran - j->t_run);
+        srv_stats_batch(&e->stats, j->batch, j->status ? 0 : j->seqs,
+                        j->t_ran - j->t_run);
         if (j->req)
             memcpy(j->req->id, j->id, sizeof j->id);
         srv__job_answer(j, j->status ? j->status : 200, j->err);

@@ -33,6 +33,7 @@ struct srv_job {
     char *resp;
     size_t resp_len, resp_hlen;
     int batch;         /* sequences in its batch */
+    int seqs;          /* its own sequences (rows of x's batch) */
     int item0;         /* its first sequence's index in its batch's plan */
     int solo;          /* 1: decode+compute+encode in one pool job */
     int solo_ran;      /* solo job computed and encoded it */

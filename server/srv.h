@@ -410,7 +410,7 @@ int srv_sched_idle(const srv *s);
 /* metrics.c */
 void srv_h_metrics(srv_req *r);
 void srv_h_stats(srv_req *r);
-void srv_stats_batch(srv_stats *st, int n_seqs, uint64_t infer_ns);
+void srv_stats_batch(srv_stats *st, int n_seqs, int n_ok, uint64_t infer_ns);
 
 /* routes.c */
 extern const srv_route srv_routes[];

@@ -575,6 +575,15 @@ test('regression: inputs that overflow FP32 give 400, not 500 or silent zeros', 
   assert.equal(r.status, 400, r.body.toString());
   assert.match(JSON.parse(r.body.toString()).error, overflow);
   const x = { inputs: [{ name: 'x', datatype: 'FP32', shape: [1, 1, 64], data: Array(64).fill(3e38) }], outputs: [{ name: 'attention' }] };
+  // failed requests are not counted as inferences or executions (Triton's
+  // statistics count successful ones), however many of x's rows
+  const demoStats = async () => (await (await fetch(`http://127.0.0.1:${d.port}/v2/models/demo/stats`)).json()).model_stats[0];
+  const s0 = await demoStats();
+  r = await raw(d.port, request('POST', '/v2/models/demo/infer', JSON.stringify({ inputs: [{ name: 'x', datatype: 'FP32', shape: [2, 2, 64], data: Array(256).fill(3e38) }] }), { 'Content-Type': 'application/json' }));
+  assert.equal(r.status, 400, r.body.toString());
+  const s1 = await demoStats();
+  assert.deepEqual([s1.inference_count, s1.execution_count, s1.inference_stats.fail.count],
+    [s0.inference_count, s0.execution_count, s0.inference_stats.fail.count + 1], JSON.stringify(s1));
   for (const outputs of [[{ name: 'attention' }], [{ name: 'q' }], [{ name: 'q', parameters: { binary_data: true } }], undefined]) {
     if (outputs) x.outputs = outputs; else delete x.outputs;
     r = await raw(d.port, request('POST', '/v2/models/demo/infer', JSON.stringify(x), { 'Content-Type': 'application/json' }));

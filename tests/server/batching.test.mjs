@@ -29,6 +29,8 @@ test('concurrent clients of different T share batches and get their own answers'
     assert.equal(s.batch_stats.reduce((n, b) => n + b.compute_infer.count, 0), s.execution_count);
     assert.equal(s.batch_stats.reduce((n, b) => n + b.batch_size * b.compute_infer.count, 0), clients.length);
     assert.ok(s.batch_stats.some((b) => b.batch_size > 1));
+    for (const b of s.batch_stats) // Triton's three durations, input and output not per batch
+      assert.deepEqual([b.compute_input, b.compute_output], [{ count: 0, ns: 0 }, { count: 0, ns: 0 }], JSON.stringify(b));
     assert.ok(s.execution_count < clients.length, `${s.execution_count} batches for ${clients.length} requests`);
     const m = await (await fetch(`${d.url}/metrics`)).text();
     const big = /attnd_inference_batch_size_bucket\{model="tiny",version="1",le="1"\} (\d+)/.exec(m);
