@@ -60,22 +60,12 @@ static json_t *tensor_meta(const char *name, const char *dtype, int rank,
 
 #define DIMS(...) ((const long long[]){__VA_ARGS__})
 
-/* h_model_meta: GET /v2/models/{m}: name, versions, platform, the inputs
- * and outputs with their shapes (-1 = any) and the model's parameters, for
- * a ready model (sdpa included); 404 when it is unknown or not loaded. */
-static void h_model_meta(srv_req *r)
+/* model_meta: a ready model's metadata (sdpa included): name, versions,
+ * platform, the inputs and outputs with their shapes (-1 = any) and the
+ * model's parameters; NULL when out of memory. */
+static json_t *model_meta(const srv_entry *e)
 {
-    unsigned long mark = attn_json_mark();
-    srv_entry *e = entry_for(r);
     json_t *o, *in, *out;
-    char *text;
-    if (!e)
-        return;
-    if (e->state != SRV_READY || !e->inst) {
-        srv_respond_error(r, 404, "model '%s': not loaded (%s)", e->name,
-                          e->reason[0] ? e->reason : "unloaded");
-        return;
-    }
     in = json_array();
     out = json_array();
     if (e->inst->builtin) {
@@ -126,14 +116,102 @@ static void h_model_meta(srv_req *r)
                                     e->inst->kv_pool)));
         }
     }
-    text = attn_json_dumps(o, JSON_COMPACT, mark);
+    return o;
+}
+
+/* ready_entry: the ready model r names, or NULL after a 404. */
+static srv_entry *ready_entry(srv_req *r)
+{
+    srv_entry *e = entry_for(r);
+    if (e && (e->state != SRV_READY || !e->inst)) {
+        srv_respond_error(r, 404, "model '%s': not loaded (%s)", e->name,
+                          e->reason[0] ? e->reason : "unloaded");
+        return NULL;
+    }
+    return e;
+}
+
+/* answer_json: o (taken) as r's 200, or 503 when out of memory. */
+static void answer_json(srv_req *r, json_t *o, unsigned long mark, const char *what)
+{
+    char *text = o ? attn_json_dumps(o, JSON_COMPACT, mark) : NULL;
     json_decref(o);
     if (!text) {
-        srv_respond_error(r, 503, "model '%s': out of memory for its metadata",
-                          e->name);
+        srv_respond_error(r, 503, "model '%s': out of memory for its %s",
+                          r->arg[0], what);
         return;
     }
     srv_respond(r, 200, "application/json", text, strlen(text));
+}
+
+/* h_model_meta: GET /v2/models/{m}: model_meta; 404 when the model is
+ * unknown or not loaded. */
+static void h_model_meta(srv_req *r)
+{
+    unsigned long mark = attn_json_mark();
+    srv_entry *e = ready_entry(r);
+    if (e)
+        answer_json(r, model_meta(e), mark, "metadata");
+}
+
+/* triton_tensors: metadata tensors ({name, datatype, shape}) as Triton's
+ * model configuration has them ({name, data_type: TYPE_..., dims}). */
+static json_t *triton_tensors(const json_t *meta)
+{
+    json_t *a = json_array(), *t;
+    size_t i;
+    char type[32];
+    json_array_foreach(meta, i, t) {
+        snprintf(type, sizeof type, "TYPE_%s",
+                 json_string_value(json_object_get(t, "datatype")));
+        json_array_append_new(a, json_pack("{s:O,s:s,s:O}", "name",
+                                           json_object_get(t, "name"), "data_type",
+                                           type, "dims", json_object_get(t, "shape")));
+    }
+    return a;
+}
+
+/* h_model_config: GET /v2/models/{m}/config, Triton's model configuration
+ * (what tritonclient's get_model_config and perf_analyzer read): the
+ * metadata's inputs and outputs with their full shapes (max_batch_size 0:
+ * the batch dimension is in dims, as -1) and its parameters as strings. */
+static void h_model_config(srv_req *r)
+{
+    unsigned long mark = attn_json_mark();
+    srv_entry *e = ready_entry(r);
+    json_t *meta, *o, *params, *v;
+    const char *k;
+    char text[64];
+    if (!e)
+        return;
+    if (!(meta = model_meta(e))) {
+        answer_json(r, NULL, mark, "configuration");
+        return;
+    }
+    params = json_object();
+    json_object_foreach(json_object_get(meta, "parameters"), k, v) {
+        const char *str = json_string_value(v);
+        if (!str) {
+            if (json_is_boolean(v))
+                str = json_is_true(v) ? "true" : "false";
+            else if (json_is_integer(v))
+                snprintf(text, sizeof text, "%lld", (long long)json_integer_value(v));
+            else
+                snprintf(text, sizeof text, "%g", json_number_value(v));
+            str = str ? str : text;
+        }
+        json_object_set_new(params, k, json_pack("{s:s}", "string_value", str));
+    }
+    o = json_pack("{s:O,s:O,s:s,s:i,s:{s:{s:i}},s:o,s:o,s:o}", "name",
+                  json_object_get(meta, "name"), "platform",
+                  json_object_get(meta, "platform"), "backend", "attnd",
+                  "max_batch_size", 0, "version_policy", "latest",
+                  "num_versions", 1, "input",
+                  triton_tensors(json_object_get(meta, "inputs")), "output",
+                  triton_tensors(json_object_get(meta, "outputs")), "parameters",
+                  params);
+    json_decref(meta);
+    answer_json(r, o, mark, "configuration");
 }
 
 static void h_model_ready(srv_req *r)
@@ -337,6 +415,7 @@ const srv_route srv_routes[] = {
     {SRV_GET, "/v2/models/stats", srv_h_stats, 0, SRV_BODY_NONE},
     {SRV_GET, "/v2/models/{}", h_model_meta, 0, SRV_BODY_NONE},
     {SRV_GET, "/v2/models/{}/ready", h_model_ready, 0, SRV_BODY_NONE},
+    {SRV_GET, "/v2/models/{}/config", h_model_config, 0, SRV_BODY_NONE},
     {SRV_GET, "/v2/models/{}/stats", srv_h_stats, 0, SRV_BODY_NONE},
     {SRV_POST, "/v2/models/{}/infer", srv_h_infer, 1, SRV_BODY_INFER},
     {SRV_POST, "/v2/repository/index", srv_h_index, 1, SRV_BODY_SMALL},

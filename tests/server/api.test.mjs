@@ -41,6 +41,30 @@ test('model metadata: inputs, outputs and parameters of a loaded model', async (
   assert.deepEqual(s.outputs.map((t) => t.name), ['output', 'attention', 'scores']);
 });
 
+test('model configuration (Triton\'s, for tritonclient\'s get_model_config and perf_analyzer): the metadata\'s tensors and parameters', async () => {
+  for (const name of ['tiny', 'sdpa']) {
+    const meta = await (await get(`/v2/models/${name}`)).json();
+    for (const path of [`/v2/models/${name}/config`, `/v2/models/${name}/versions/1/config`]) {
+      const r = await get(path);
+      assert.equal(r.status, 200, path);
+      const c = await r.json();
+      assert.equal(c.name, name);
+      assert.equal(c.platform, meta.platform);
+      assert.equal(c.max_batch_size, 0, 'the batch dimension is in dims');
+      const tensors = (ts) => ts.map((t) => ({ name: t.name, data_type: `TYPE_${t.datatype}`, dims: t.shape }));
+      assert.deepEqual(c.input, tensors(meta.inputs));
+      assert.deepEqual(c.output, tensors(meta.outputs));
+      assert.deepEqual(Object.keys(c.parameters).sort(), Object.keys(meta.parameters).sort());
+      for (const [k, v] of Object.entries(meta.parameters))
+        assert.deepEqual(c.parameters[k], { string_value: String(v) }, k);
+    }
+  }
+  assert.deepEqual((await (await get('/v2/models/tiny/config')).json()).input[0], { name: 'x', data_type: 'TYPE_FP32', dims: [-1, -1, 8] });
+  const r = await get('/v2/models/nope/config');
+  assert.equal(r.status, 404);
+  assert.match((await r.json()).error, /model 'nope': not found/);
+});
+
 test('versioned paths are aliases of version 1; other versions are 404', async () => {
   assert.equal((await get('/v2/models/tiny/versions/1')).status, 200);
   assert.equal((await get('/v2/models/tiny/versions/1/ready')).status, 200);
