@@ -66,7 +66,7 @@ static int get_lengths(const oip_request *req, const char *name, int64_t b,
     if (!t)
         return 0;
     if (t->wire_dtype != OIP_INT32 && t->wire_dtype != OIP_INT64)
-        return ERR("inputs[%s].datatype: %s; expected INT32", name,
+        return ERR("inputs[%s].datatype: %s; expected INT32 (or INT64)", name,
                    oip_dtype_name(t->wire_dtype));
     if (t->rank != 1 || t->shape[0] != b)
         return ERR("inputs[%s].shape: expected [%lld] (one length per sequence)",

@@ -184,6 +184,7 @@ const bad = [
   ['unknown datatype', 'tiny', { inputs: [{ name: 'x', datatype: 'FP99', shape: [1], data: [1] }] }, 400, /inputs\[0\]\.datatype/],
   ['INT32 embeddings', 'tiny', { inputs: [{ name: 'x', datatype: 'INT32', shape: X.shape, data: X.x.map(() => 1) }] }, 400, /inputs\[x\]\.datatype/],
   ['lengths out of range', 'tiny', { inputs: [x, { name: 'lengths', datatype: 'INT32', shape: [1], data: [9] }] }, 400, /inputs\[lengths\]\[0\]: 9/],
+  ['lengths FP32', 'tiny', { inputs: [x, fp32('lengths', [1], [4])] }, 400, /inputs\[lengths\]\.datatype: FP32; expected INT32 \(or INT64\)/],
   ['lengths wrong shape', 'tiny', { inputs: [x, { name: 'lengths', datatype: 'INT32', shape: [2], data: [1, 1] }] }, 400, /inputs\[lengths\]\.shape/],
   ['mask wrong shape', 'tiny', { inputs: [x, { name: 'mask', datatype: 'BOOL', shape: [3, 3], data: new Array(9).fill(true) }] }, 400, /inputs\[mask\]\.shape/],
   ['mask not BOOL', 'tiny', { inputs: [x, fp32('mask', [4, 4], new Array(16).fill(1))] }, 400, /inputs\[mask\]\.datatype/],
