@@ -399,7 +399,7 @@ static int input_meta(const oip__jv *in, int i, const oip__scan *sc, int has_bin
                              "inputs[%d].shape: element count overflows", i);
     }
     if (count > lim->max_elements)
-        return oip__fail(err, ATTN_EOVERFLOW,
+        return oip__fail(err, ATTN_EFULL,
                          "inputs[%d].shape: %zu elements, at most %zu", i,
                          count, lim->max_elements);
     t->count = count;
@@ -597,7 +597,7 @@ int oip_decode(oip_request *req, const char *body, size_t len,
     size_t est;
     if (mul_size(sc.n_values, JSON_VALUE_COST, &est) ||
         add_size(&est, jlen - sc.data_bytes) || est > L.memory_budget) {
-        rc = oip__fail(err, ATTN_EOVERFLOW,
+        rc = oip__fail(err, ATTN_EFULL,
                        "request body: %zu JSON values outside inputs[].data "
                        "exceed the memory budget of %zu bytes",
                        sc.n_values, L.memory_budget);
@@ -697,7 +697,7 @@ int oip_decode(oip_request *req, const char *body, size_t len,
     size_t need = tensor_bytes;
     if (add_size(&need, bytes) || add_size(&need, est) ||
         need > L.memory_budget) {
-        rc = oip__fail(err, ATTN_EOVERFLOW,
+        rc = oip__fail(err, ATTN_EFULL,
                        "request: decoded tensors need %zu bytes, over the "
                        "memory budget of %zu bytes", tensor_bytes,
                        L.memory_budget);

@@ -336,7 +336,7 @@ static int input_meta(const InTensor *in, int i, const oip_limits *L,
                              "inputs[%d].shape: element count overflows", i);
     }
     if (count > L->max_elements)
-        return oip__fail(err, ATTN_EOVERFLOW,
+        return oip__fail(err, ATTN_EFULL,
                          "inputs[%d].shape: %zu elements, at most %zu", i,
                          count, L->max_elements);
     t->count = count;
@@ -420,7 +420,7 @@ int oip_pb_decode(oip_request *req, const char *body, size_t len,
     if (!m && bd.nomem)
         return oip__fail(err, ATTN_ENOMEM, "request: out of memory");
     if (!m)
-        return bd.over ? oip__fail(err, ATTN_EOVERFLOW,
+        return bd.over ? oip__fail(err, ATTN_EFULL,
                                    "request: parsing the message takes more "
                                    "than the memory budget of %zu bytes",
                                    L.memory_budget)
@@ -494,7 +494,7 @@ int oip_pb_decode(oip_request *req, const char *body, size_t len,
     }
     if (tensor_bytes > L.memory_budget ||
         bytes + tree > L.memory_budget - tensor_bytes) {
-        rc = oip__fail(err, ATTN_EOVERFLOW,
+        rc = oip__fail(err, ATTN_EFULL,
                        "request: decoded tensors need %zu bytes, over the "
                        "memory budget of %zu bytes", tensor_bytes,
                        L.memory_budget);

@@ -237,7 +237,10 @@ static void decode_job(srv_job *j)
     free(j->body);
     j->body = NULL;
     if (rc < 0) {
-        j->status = rc == ATTN_ENOMEM ? 503 : 400;
+        /* ATTN_EFULL: over request-memory, as a request's outputs are */
+        j->status = rc == ATTN_ENOMEM ? 503 : rc == ATTN_EFULL ? 413 : 400;
+        if (rc == ATTN_EFULL && strlen(j->err) + 20 < sizeof j->err)
+            strcat(j->err, " (request-memory)");
     } else if (srv_seq_wants(&j->step, &j->in)) {
         j->status = srv_seq_prepare(&j->step, &j->prep, &j->in, j->e->name,
                                     j->inst->builtin ? NULL : model_config(j->inst->m),

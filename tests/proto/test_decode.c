@@ -105,7 +105,7 @@ static const struct bad {
      ",'data':[1]}]}", ATTN_EINVAL, "request body: invalid JSON: too big "
                                    "integer near '99999999999999999999'"},
     {"{'inputs':[{'name':'x','datatype':'FP32','shape':[1000000000,100],"
-     "'data':[1]}]}", ATTN_EOVERFLOW,
+     "'data':[1]}]}", ATTN_EFULL,
      "inputs[0].shape: 100000000000 elements, at most 67108864"},
     {"{'inputs':[{'name':'x','datatype':'FP32','shape':[3,4],"
      "'data':[1,2,3,4,5,6,7,8,9,10,11]}]}", ATTN_EINVAL,
@@ -243,7 +243,7 @@ START_TEST(limits_from_struct)
     ck_assert_str_eq(err, "parameters.tokens: 3 entries, at most 2");
     ck_assert_int_eq(dec_lim(&r, "{'inputs':[{'name':'x','datatype':'FP32',"
                                  "'shape':[5],'data':[1,2,3,4,5]}]}", &lim,
-                             err), ATTN_EOVERFLOW);
+                             err), ATTN_EFULL);
     ck_assert_str_eq(err, "inputs[0].shape: 5 elements, at most 4");
 }
 END_TEST
@@ -468,7 +468,7 @@ START_TEST(memory_budget)
      * data is read (the data here is short) */
     ck_assert_int_eq(dec_lim(&r, "{'inputs':[{'name':'x','datatype':'FP32',"
                                  "'shape':[10,100],'data':[1]}]}", &lim, err),
-                     ATTN_EOVERFLOW);
+                     ATTN_EFULL);
     ck_assert_str_eq(err, "request: decoded tensors need 4000 bytes, over the "
                           "memory budget of 3000 bytes");
     /* a skeleton with many values outside data is refused before jansson */
@@ -477,7 +477,7 @@ START_TEST(memory_budget)
     for (int i = 0; i < 5000; i++)
         strcat(js + strlen(js) - 2, ",0");
     strcat(js, "],'inputs':[" X2 "]}");
-    ck_assert_int_eq(dec_lim(&r, js, &lim, err), ATTN_EOVERFLOW);
+    ck_assert_int_eq(dec_lim(&r, js, &lim, err), ATTN_EFULL);
     ck_assert_str_eq(err, "request body: 5015 JSON values outside "
                           "inputs[].data exceed the memory budget of 3000 "
                           "bytes");
@@ -585,12 +585,12 @@ START_TEST(skeleton_edges)
                           "non-negative integer");
     rc = dec_lim(&r, "{'inputs':[{'name':'x','datatype':'FP32','shape':"
                      "[1000000000000000000],'data':[1]}]}", NULL, err);
-    ck_assert_int_eq(rc, ATTN_EOVERFLOW);
+    ck_assert_int_eq(rc, ATTN_EFULL);
     ck_assert_str_eq(err, "inputs[0].shape: 1000000000000000000 elements, at "
                           "most 67108864");
     rc = dec_lim(&r, "{'inputs':[{'name':'x','datatype':'FP32','shape':"
                      "[100000000000000000],'data':[1]}]}", NULL, err);
-    ck_assert_int_eq(rc, ATTN_EOVERFLOW);
+    ck_assert_int_eq(rc, ATTN_EFULL);
     ck_assert_str_eq(err, "inputs[0].shape: 100000000000000000 elements, at "
                           "most 67108864");
 }
