@@ -23,10 +23,12 @@
  *
  * Error codes (the daemon maps them to HTTP statuses):
  *   ATTN_EINVAL    malformed request: JSON, field type, shape, data      400
- *   ATTN_EOVERFLOW over a limit: max_elements/inputs/outputs/tokens, the
- *                  memory budget, or a size product that overflows       400
- *                  (413 is also defensible for the budget; Triton: 400)
- *   ATTN_ENOMEM    allocation failed                                    500
+ *   ATTN_EOVERFLOW over a limit: inputs/outputs/tokens, or a size
+ *                  product that overflows                                400
+ *   ATTN_EFULL     over the memory budget: a tensor of more than
+ *                  max_elements, decoded tensors or a skeleton past it   413
+ *                  (the daemon's request-memory, as its outputs are)
+ *   ATTN_ENOMEM    allocation failed                                    503
  */
 #ifndef ATTN_OIP_H
 #define ATTN_OIP_H

@@ -33,7 +33,8 @@ static int add_headers(struct MHD_Response *resp, const char *const *h, int n)
 }
 
 /* cors_entry: the i-th entry (1-based) of --cors-origins list, its
- * spaces trimmed, in *p and *len; 0 when it has fewer. */
+ * spaces trimmed, in *p and *len; 0 when it has fewer. Empty entries
+ * ("a,,b", a trailing comma) are not entries. */
 static int cors_entry(const char *list, int i, const char **p, size_t *len)
 {
     const char *e;
@@ -44,7 +45,7 @@ static int cors_entry(const char *list, int i, const char **p, size_t *len)
             ++*p, --*len;
         while (*len && (*p)[*len - 1] == ' ')
             --*len;
-        if (--i == 0)
+        if (*len && --i == 0)
             return 1;
         if (!e)
             break;

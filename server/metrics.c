@@ -22,7 +22,8 @@ void srv_stats_batch(srv_stats *st, int n_seqs, int n_ok, uint64_t infer_ns)
 {
     int i, k = n_seqs < SRV_BATCH_STATS ? n_seqs - 1 : SRV_BATCH_STATS - 1;
     /* Triton counts successful inferences and executions: a batch whose
-     * every request failed (a non-finite output) counts for neither */
+     * every request failed on its outputs (non-finite) counts for neither;
+     * one answered 504 while it ran, or whose client went, still counts */
     if (n_ok < 1)
         return;
     st->exec_count++;
@@ -131,11 +132,12 @@ void srv_h_metrics(srv_req *r)
                     e->name, reasons[i], (unsigned long long)v[i]);
     }
     family(&b, s, "attnd_inference_count_total", "counter",
-           "Sequences computed whose request did not fail (a request of "
-           "batch B counts B).",
+           "Sequences computed, but not those of a request its outputs "
+           "failed (a request of batch B counts B).",
            get_inference_count, 0);
     family(&b, s, "attnd_inference_exec_count_total", "counter",
-           "Batches executed with a request that did not fail.",
+           "Batches executed, but not those whose every request its "
+           "outputs failed.",
            get_exec_count, 0);
     family(&b, s, "attnd_inference_inline_count_total", "counter",
            "Requests decoded, computed and encoded on the loop thread "

@@ -203,7 +203,8 @@ static void load_done(uv_work_t *w, int status)
          * nothing behind: such names would pile up in the index and in
          * /metrics. A folder that failed keeps its entry, and the index
          * its reason. */
-        if (!e->ever && !e->startup && !e->loads && !lj->in_repo)
+        if (!e->ever && !e->startup && !e->loads && !lj->in_repo &&
+            !s->stopping) /* stopping closed its handles: freed at exit */
             drop_entry(s, e);
     } else if (lj->gen < e->gen) {
         /* a later upload of this name was published (and installed) while

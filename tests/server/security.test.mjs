@@ -120,7 +120,8 @@ test('ATTND_API_KEY is the same setting; the flag wins over it', async (t) => {
 });
 
 test('--cors-origins: only an exact listed origin is allowed; look-alikes are not', async (t) => {
-  const d = await start({ t, args: ['--cors-origins', 'http://a.example, https://b.example:8443', '--api-key', KEY] });
+  // empty entries (a doubled or trailing comma) are no entries
+  const d = await start({ t, args: ['--cors-origins', 'http://a.example, ,https://b.example:8443,', '--api-key', KEY] });
   const acao = async (origin, path = '/v2', init = {}) =>
     (await fetch(d.url + path, { ...init, headers: { ...(init.headers || {}), Origin: origin } })).headers.get('access-control-allow-origin');
   for (const o of ['http://a.example', 'https://b.example:8443']) {
