@@ -197,7 +197,7 @@ static void h_model_config(srv_req *r)
             else if (json_is_integer(v))
                 snprintf(text, sizeof text, "%lld", (long long)json_integer_value(v));
             else
-                snprintf(text, sizeof text, "%g", json_number_value(v));
+                snprintf(text, sizeof text, "%.9g", json_number_value(v));
             str = str ? str : text;
         }
         json_object_set_new(params, k, json_pack("{s:s}", "string_value", str));
