@@ -134,7 +134,7 @@ void srv_respond_error(srv_req *r, int status, const char *fmt, ...)
 static void cors_match(srv_req *r, const char *origin)
 {
     int i;
-    if ((i = srv_cors_index(r->s->cfg.cors_origins, origin))) {
+    if ((i = srv_cors_index(r->s, origin))) {
         memcpy(r->origin, origin, strlen(origin) + 1);
         r->cors = i;
     }
@@ -273,9 +273,6 @@ static void no_memory(srv_req *r)
                       r->s->cfg.memory_budget);
 }
 
-/* body_check: the body r's route accepts (srv.h SRV_BODY_*) against the
- * headers, before any of it is read: sets r->body_limit and r->limit_name,
- * or answers 400/413 (then MHD never reads the body) and returns -1. */
 /* count_cl: MHD_get_connection_values' iterator, counting Content-Length
  * fields in *cls. */
 static enum MHD_Result count_cl(void *cls, enum MHD_ValueKind kind,
@@ -302,6 +299,9 @@ static int framed_twice(srv_req *r)
     return n_cl > 1;
 }
 
+/* body_check: the body r's route accepts (srv.h SRV_BODY_*) against the
+ * headers, before any of it is read: sets r->body_limit and r->limit_name,
+ * or answers 400/413 (then MHD never reads the body) and returns -1. */
 static int body_check(srv_req *r)
 {
     srv *s = r->s;
@@ -453,9 +453,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         r = calloc(1, sizeof *r);
         if (!r) /* no request to log: an answer made at start */
             return srv_http__queue_fixed(s, conn, parse_method(method) == SRV_OPTIONS,
-                                         srv_cors_index(s->cfg.cors_origins,
-                                                        MHD_lookup_connection_value(
-                                                            conn, MHD_HEADER_KIND, "Origin")));
+                                         srv_cors_index(s, MHD_lookup_connection_value(
+                                                               conn, MHD_HEADER_KIND, "Origin")));
         r->s = s;
         r->conn = conn;
         r->t0_ns = srv_now_ns();

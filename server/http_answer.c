@@ -53,15 +53,17 @@ static int cors_entry(const char *list, int i, const char **p, size_t *len)
     return 0;
 }
 
-int srv_cors_index(const char *list, const char *origin)
+int srv_cors_index(const srv *s, const char *origin)
 {
-    const char *p;
-    size_t len, n;
+    size_t n;
     if (!origin || !(n = strlen(origin)) || n >= SRV_ORIGIN_MAX)
         return 0; /* r->origin cannot hold it: no CORS */
-    for (int i = 1; cors_entry(list, i, &p, &len); i++)
-        if ((len == 1 && *p == '*') || (len == n && memcmp(p, origin, n) == 0))
+    for (int i = 1; i < s->n_fixed; i++) {
+        const struct srv_fixed *f = &s->fixed[i];
+        if ((f->len == 1 && f->origin[0] == '*') ||
+            (f->len == n && memcmp(f->origin, origin, n) == 0))
             return i;
+    }
     return 0;
 }
 
@@ -261,7 +263,6 @@ void srv_http__answers_free(srv *s)
 int srv_http__answers_make(srv *s)
 {
     const char *list = s->cfg.cors_origins, *p;
-    char origin[SRV_ORIGIN_MAX]; /* no longer one is allowed */
     size_t len;
     int n = 1, ok = 1;
     while (cors_entry(list, n, &p, &len))
@@ -272,12 +273,10 @@ int srv_http__answers_make(srv *s)
     for (int i = 0; i < n && ok; i++) {
         struct srv_fixed *f = &s->fixed[i];
         const char *o = NULL;
-        if (i) { /* MHD copies header values */
-            cors_entry(list, i, &p, &len);
-            len = len < sizeof origin ? len : sizeof origin - 1;
-            memcpy(origin, p, len);
-            origin[len] = 0;
-            o = origin;
+        if (i) { /* the entry, for srv_cors_index and the headers */
+            cors_entry(list, i, &p, &f->len);
+            memcpy(f->origin, p, f->len < SRV_ORIGIN_MAX ? f->len : SRV_ORIGIN_MAX - 1);
+            o = f->origin; /* one longer than SRV_ORIGIN_MAX - 1 is never matched */
         }
         f->oom = fixed_answer(OOM_ANSWER, sizeof OOM_ANSWER - 1, o, 1);
         f->lost = fixed_answer(LOST_ANSWER, sizeof LOST_ANSWER - 1, o, 0);

@@ -256,6 +256,8 @@ struct srv {
      * origin's CORS preflight then (none at [0]) */
     struct srv_fixed {
         struct MHD_Response *oom, *lost, *preflight;
+        char origin[SRV_ORIGIN_MAX]; /* the entry (cut; len is whole) */
+        size_t len;
     } *fixed;
     int n_fixed;
     uv_poll_t mhd_poll;
@@ -442,14 +444,15 @@ void srv_listen_err(const srv *s, char *err, const char *flag, long long port,
 void srv_http_stop(srv *s);
 
 /* http_answer.c, for http.c. srv_cors_index: which entry of
- * --cors-origins (list) allows origin, 1-based; 0 when none does.
+ * --cors-origins allows origin, 1-based; 0 when none does (the entries
+ * srv_http__answers_make read at start).
  * srv_http__queue: hand r's answer to MHD (once); when MHD has no memory
  * for it or a header, an answer made at start instead.
  * srv_http__queue_fixed: the answer made at start for a request that could
  * not be allocated at all (a 204 to an allowed origin's preflight, else
  * 503; cors: srv_cors_index's). srv_http__answers_make: make those, for
  * every entry of cors-origins (-1: out of memory); srv_http__answers_free. */
-int srv_cors_index(const char *list, const char *origin);
+int srv_cors_index(const srv *s, const char *origin);
 enum MHD_Result srv_http__queue(srv_req *r);
 enum MHD_Result srv_http__queue_fixed(srv *s, struct MHD_Connection *conn, int preflight,
                                       int cors);
