@@ -465,16 +465,6 @@ void maps_grown_free(maps_grown *g)
         entry_free(g);
 }
 
-int maps_grow(maps_store *st, const char *id, int t0, const maps_put_args *a,
-              char *err)
-{
-    maps_grown *g;
-    int rc = maps_grow_make(st, id, t0, a, &g, err);
-    if (!rc && (rc = maps_grow_put(st, g)) && err)
-        snprintf(err, ATTN_ERRMAX, "map %s: evicted", id);
-    return rc;
-}
-
 void maps_drop(maps_store *st, const char *id)
 {
     maps__entry *p;

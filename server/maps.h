@@ -11,8 +11,9 @@
  * /v2/maps/{id}/attention) take a reference on an entry, so an entry
  * evicted while being rendered stays alive until its last reader lets go;
  * an evicted id answers 404 from then on. Entries are immutable once put;
- * a sequence's map grows (maps_grow) by replacing its entry with a larger
- * one under the same id, so a reader always sees one whole version.
+ * a sequence's map grows (maps_grow_make, maps_grow_put) by replacing its
+ * entry with a larger one under the same id, so a reader always sees one
+ * whole version.
  *
  * Thread-safety: every function may be called from any thread at any time
  * (one mutex guards the list; rendering happens outside it).
@@ -98,29 +99,25 @@ int maps_put(maps_store *st, const maps_put_args *a, char *id_out,
              char *err);
 
 /*
- * maps_grow: a sequence's map (b == 1, square: t == s == tokens so far)
- * gets the rows of its next step. a gives the step's rows: a->t new query
- * rows over a->s = t0 + a->t keys, attention (1, h, a->t, a->s), labels
- * a->tokens (0 or a->t of them). The entry's first t0 rows are kept (rows
- * past t0, replaced by a step that rewound the sequence, are dropped), with their weights on
- * keys 0 .. t0-1 only, widened to a->s keys with zeros (causal: they never
- * saw later keys; rewound: those keys are other tokens now), and
- * the new rows appended; the entry becomes the newest, with the same id.
+ * A sequence's map (b == 1, square: t == s == tokens so far) grows by the
+ * rows of its next step, in two parts, so that it changes only once the
+ * step has been answered. maps_grow_make builds the grown entry (the
+ * copy: the work) in *out and leaves the store as it was: a gives the
+ * step's rows, a->t new query rows over a->s = t0 + a->t keys, attention
+ * (1, h, a->t, a->s), labels a->tokens (0 or a->t of them); the entry's
+ * first t0 rows are kept (rows past t0, replaced by a step that rewound
+ * the sequence, are dropped), with their weights on keys 0 .. t0-1 only,
+ * widened to a->s keys with zeros (causal: they never saw later keys;
+ * rewound: those keys are other tokens now), and the new rows appended.
  * Mask, scores and values are not kept for growing maps. Returns 0,
  * ATTN_ENOTFOUND (evicted), ATTN_EINVAL (h differs, t0 past the map, or
- * the map outgrew the store) or ATTN_ENOMEM; the old entry stays on
- * failure (except when evicted). Any thread.
- *
- * In two parts, so that a step's map changes only once the step has been
- * answered: maps_grow_make builds the grown entry (the copy: the work) in
- * *out and leaves the store as it was; maps_grow_put puts it in place of
- * its id's entry, whatever that became (0), or frees it when that was
- * evicted meanwhile (ATTN_ENOTFOUND); maps_grown_free frees one not put
- * (NULL is fine). maps_grow does both.
+ * the map outgrew the store) or ATTN_ENOMEM. maps_grow_put puts it in
+ * place of its id's entry, whatever that became, as the newest with the
+ * same id and the next version (0), or frees it when that was evicted
+ * meanwhile (ATTN_ENOTFOUND); maps_grown_free frees one not put (NULL is
+ * fine). Any thread.
  */
 typedef struct maps__entry maps_grown;
-int maps_grow(maps_store *st, const char *id, int t0, const maps_put_args *a,
-              char *err);
 int maps_grow_make(maps_store *st, const char *id, int t0,
                    const maps_put_args *a, maps_grown **out, char *err);
 int maps_grow_put(maps_store *st, maps_grown *g);

@@ -38,6 +38,15 @@ static int put(maps_store *st, const char *model, const float *a, int b,
 }
 
 /* The bytes one [1, 1, 4, 4] entry without labels counts. */
+/* grow: a sequence map's next step made and put at once. */
+static int grow(maps_store *st, const char *id, int t0, const maps_put_args *a,
+                char *err)
+{
+    maps_grown *g;
+    int rc = maps_grow_make(st, id, t0, a, &g, err);
+    return rc ? rc : maps_grow_put(st, g);
+}
+
 static size_t entry_bytes(void)
 {
     return 16 * sizeof(float) + sizeof(maps__entry) + 2 * sizeof(int32_t);
@@ -83,13 +92,13 @@ START_TEST(test_grow_sequence_map)
     old = maps__acquire(st, id);
     a = (maps_put_args){.model = "m", .b = 1, .h = 2, .t = 1, .s = 3,
                         .attention = step1};
-    ck_assert_int_eq(maps_grow(st, id, 2, &a, err), 0);
+    ck_assert_int_eq(grow(st, id, 2, &a, err), 0);
     a = (maps_put_args){.model = "m", .b = 1, .h = 2, .t = 1, .s = 4,
                         .attention = bad};
-    ck_assert_int_eq(maps_grow(st, id, 3, &a, err), 0);
+    ck_assert_int_eq(grow(st, id, 3, &a, err), 0);
     a = (maps_put_args){.model = "m", .b = 1, .h = 2, .t = 2, .s = 5,
                         .attention = step3, .tokens = lab3, .n_tokens = 2};
-    ck_assert_int_eq(maps_grow(st, id, 3, &a, err), 0);
+    ck_assert_int_eq(grow(st, id, 3, &a, err), 0);
     ck_assert_int_eq(maps_info_get(st, id, &info), 0);
     ck_assert_int_eq(info.t, 5);
     ck_assert_int_eq(info.s, 5);
@@ -124,12 +133,12 @@ START_TEST(test_grow_sequence_map)
     /* mismatched steps are refused and change nothing */
     a = (maps_put_args){.model = "m", .b = 1, .h = 3, .t = 1, .s = 6,
                         .attention = step3};
-    ck_assert_int_eq(maps_grow(st, id, 5, &a, err), ATTN_EINVAL);
+    ck_assert_int_eq(grow(st, id, 5, &a, err), ATTN_EINVAL);
     a.h = 2, a.s = 7;
-    ck_assert_int_eq(maps_grow(st, id, 5, &a, err), ATTN_EINVAL);
+    ck_assert_int_eq(grow(st, id, 5, &a, err), ATTN_EINVAL);
     a.s = 7;
-    ck_assert_int_eq(maps_grow(st, id, 6, &a, err), ATTN_EINVAL);
-    ck_assert_int_eq(maps_grow(st, "m999-000000", 0, &a, err), ATTN_ENOTFOUND);
+    ck_assert_int_eq(grow(st, id, 6, &a, err), ATTN_EINVAL);
+    ck_assert_int_eq(grow(st, "m999-000000", 0, &a, err), ATTN_ENOTFOUND);
     ck_assert_int_eq(maps_info_get(st, id, &info), 0);
     ck_assert_int_eq(info.t, 5);
     /* in two parts: a step's grown map (here one that rewound to 3 and
