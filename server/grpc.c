@@ -1,7 +1,8 @@
 /*
  * grpc.c - the gRPC door's calls: HTTP/2 streams (nghttp2), message
  * framing, answers in order, status and trailers. See grpc.h for why
- * nghttp2; grpc_rpc.c has the methods, grpc_conn.c the sockets.
+ * nghttp2; grpc_rpc.c and grpc_meta.c have the methods, grpc_conn.c the
+ * sockets.
  *
  * A connection (grpc_conn.c) is a uv_tcp_t and an nghttp2 server session:
  * bytes read go into nghttp2_session_mem_recv, whose callbacks (grpc_h2.c)

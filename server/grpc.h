@@ -15,8 +15,8 @@
  * Every RPC becomes an srv_req with no MHD connection (srv.h: door,
  * on_answer) and runs the REST handler of the same operation (route table
  * entries), so the checks, messages, limits, statistics and metrics are
- * the REST ones; grpc_rpc.c turns the message into the handler's input and
- * the handler's answer into the response message.
+ * the REST ones; grpc_rpc.c and grpc_meta.c turn the message into the
+ * handler's input and the handler's answer into the response message.
  */
 #ifndef ATTND_GRPC_H
 #define ATTND_GRPC_H
@@ -32,7 +32,7 @@ void srv_grpc_drain(srv *s);
 /* srv_grpc_stop: final GOAWAY, close every connection and the listener. */
 void srv_grpc_stop(srv *s);
 
-/* ---- grpc_rpc.c: the methods ---------------------------------------------- */
+/* ---- grpc_rpc.c, grpc_meta.c: the methods --------------------------------- */
 
 /* gRPC status codes used here. */
 enum {

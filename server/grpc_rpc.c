@@ -5,9 +5,10 @@
  * message. ModelInfer's messages go to the pool as they are (the request's
  * door is proto/oip_pb.h), every other answer is REST's JSON read back
  * with jansson: small, rare, and then the two doors cannot disagree.
+ * Health, metadata and the model configuration are grpc_meta.c's.
  * Loop thread.
  */
-#include "server/grpc.h"
+#include "server/grpc_rpc_int.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -62,9 +63,9 @@ int srv_grpc_error_text(const srv_req *r, char *err)
     return lost;
 }
 
-/* fail: r's REST error as a gRPC status (UNAVAILABLE when memory took its
- * words: the status alone would misname the failure). */
-static int fail(const srv_req *r, char *err)
+/* UNAVAILABLE when memory took the error's words: the status alone would
+ * misname the failure. */
+int srv_grpc__fail(const srv_req *r, char *err)
 {
     return srv_grpc_error_text(r, err) ? GRPC_UNAVAILABLE : srv_grpc_code(r->status);
 }
@@ -89,8 +90,7 @@ srv_handler srv_grpc_handler(const grpc_method *m, srv_req *r, char *msg,
     return route(m->rest_method, m->rest_path);
 }
 
-/* pack: a response message with OIP_PB_HEADROOM free bytes before it. */
-static int pack(const ProtobufCMessage *m, char **out, size_t *len, char *err)
+int srv_grpc__pack(const ProtobufCMessage *m, char **out, size_t *len, char *err)
 {
     size_t n = protobuf_c_message_get_packed_size(m);
     *len = n + OIP_PB_HEADROOM;
@@ -109,12 +109,16 @@ static int pack(const ProtobufCMessage *m, char **out, size_t *len, char *err)
     return GRPC_OK;
 }
 
-/* answer_json: r's 200 answer as JSON; NULL with *code and err set when
- * it cannot be read: out of memory (UNAVAILABLE) or a bug (INTERNAL). */
-static json_t *answer_json(const srv_req *r, int *code, char *err)
+/* Not read: out of memory (UNAVAILABLE) or a bug (INTERNAL). */
+json_t *srv_grpc__answer_json(const srv_req *r, int *code, char *err)
 {
     int nomem = 0;
-    json_t *o = r->resp ? attn_json_parse(r->resp, r->resp_len, 0, NULL, &nomem) : NULL;
+    json_t *o;
+    if (r->status != 200) {
+        *code = srv_grpc__fail(r, err);
+        return NULL;
+    }
+    o = r->resp ? attn_json_parse(r->resp, r->resp_len, 0, NULL, &nomem) : NULL;
     if (!o && (nomem || r->resp_oom)) {
         *code = GRPC_UNAVAILABLE;
         snprintf(err, GRPC_ERRMAX, GRPC_OOM_MSG);
@@ -125,9 +129,7 @@ static json_t *answer_json(const srv_req *r, int *code, char *err)
     return o;
 }
 
-/* The allocator of the calls' parses (ModelInfer's is proto/pb.c's):
- * malloc and free, noting a malloc that failed, so that bad_message tells
- * out of memory from a bad message. Loop thread. */
+/* The allocator of the calls' parses (ModelInfer's is proto/pb.c's). */
 static int unpack_oom;
 
 static void *unpack_alloc(void *ud, size_t n)
@@ -145,11 +147,9 @@ static void unpack_free(void *ud, void *p)
     free(p);
 }
 
-static ProtobufCAllocator unpack_al = {unpack_alloc, unpack_free, NULL};
+ProtobufCAllocator srv_grpc__unpack_al = {unpack_alloc, unpack_free, NULL};
 
-/* bad_message: a request message that did not parse: INVALID_ARGUMENT,
- * or UNAVAILABLE when the parse ran out of memory. */
-static int bad_message(const char *what, int *code, char *err)
+int srv_grpc__bad_message(const char *what, int *code, char *err)
 {
     if (unpack_oom) {
         unpack_oom = 0;
@@ -163,10 +163,8 @@ static int bad_message(const char *what, int *code, char *err)
     return -1;
 }
 
-/* model_arg: name and version into r->arg[0] (REST's path capture); only
- * version "" or "1" exists. 0, or -1 with *code and err. */
-static int model_arg(srv_req *r, const char *name, const char *version,
-                     int *code, char *err)
+int srv_grpc__model_arg(srv_req *r, const char *name, const char *version,
+                        int *code, char *err)
 {
     if (!name[0] || strlen(name) >= sizeof r->arg[0]) {
         *code = GRPC_INVALID_ARGUMENT;
@@ -182,155 +180,6 @@ static int model_arg(srv_req *r, const char *name, const char *version,
     }
     snprintf(r->arg[0], sizeof r->arg[0], "%s", name);
     return 0;
-}
-
-/* ---- health and metadata ------------------------------------------------------ */
-
-static int reply_server_live(srv_req *r, char **out, size_t *len, char *err)
-{
-    Inference__ServerLiveResponse m = INFERENCE__SERVER_LIVE_RESPONSE__INIT;
-    m.live = r->status == 200;
-    return pack(&m.base, out, len, err);
-}
-
-/* not ready is an answer (ready false), not an error, as in Triton */
-static int reply_server_ready(srv_req *r, char **out, size_t *len, char *err)
-{
-    Inference__ServerReadyResponse m = INFERENCE__SERVER_READY_RESPONSE__INIT;
-    m.ready = r->status == 200;
-    return pack(&m.base, out, len, err);
-}
-
-static int start_model_ready(srv_req *r, char *msg, size_t len, int *code,
-                             char *err)
-{
-    Inference__ModelReadyRequest *m = inference__model_ready_request__unpack(&unpack_al, len, (const uint8_t *)msg);
-    int rc;
-    free(msg);
-    if (!m)
-        return bad_message("ModelReadyRequest", code, err);
-    rc = model_arg(r, m->name, m->version, code, err);
-    protobuf_c_message_free_unpacked(&m->base, &unpack_al);
-    return rc;
-}
-
-/* ready false for a known model that is loading or unloaded; NOT_FOUND
- * for a name the server does not know */
-static int reply_model_ready(srv_req *r, char **out, size_t *len, char *err)
-{
-    Inference__ModelReadyResponse m = INFERENCE__MODEL_READY_RESPONSE__INIT;
-    if (r->status == 404 && !srv_registry_find(r->s, r->arg[0]))
-        return fail(r, err);
-    m.ready = r->status == 200;
-    return pack(&m.base, out, len, err);
-}
-
-static int reply_server_meta(srv_req *r, char **out, size_t *len, char *err)
-{
-    Inference__ServerMetadataResponse m = INFERENCE__SERVER_METADATA_RESPONSE__INIT;
-    json_t *o, *ext;
-    char *names[16];
-    size_t i;
-    int rc;
-    if (r->status != 200)
-        return fail(r, err);
-    if (!(o = answer_json(r, &rc, err)))
-        return rc;
-    m.name = (char *)json_string_value(json_object_get(o, "name"));
-    m.version = (char *)json_string_value(json_object_get(o, "version"));
-    ext = json_object_get(o, "extensions");
-    for (i = 0; i < json_array_size(ext) && i < 16; i++)
-        names[i] = (char *)json_string_value(json_array_get(ext, i));
-    m.n_extensions = i;
-    m.extensions = names;
-    if (!m.name)
-        m.name = "";
-    if (!m.version)
-        m.version = "";
-    rc = pack(&m.base, out, len, err);
-    json_decref(o);
-    return rc;
-}
-
-static int start_model_meta(srv_req *r, char *msg, size_t len, int *code,
-                            char *err)
-{
-    Inference__ModelMetadataRequest *m = inference__model_metadata_request__unpack(&unpack_al, len, (const uint8_t *)msg);
-    int rc;
-    free(msg);
-    if (!m)
-        return bad_message("ModelMetadataRequest", code, err);
-    rc = model_arg(r, m->name, m->version, code, err);
-    protobuf_c_message_free_unpacked(&m->base, &unpack_al);
-    return rc;
-}
-
-typedef Inference__ModelMetadataResponse__TensorMetadata TensorMeta;
-
-/* tensors: a JSON array of {name, datatype, shape} as TensorMetadata,
- * allocated in *blk (freed by the caller). */
-static size_t tensors(json_t *a, TensorMeta ***out, void **blk)
-{
-    size_t n = json_array_size(a), i, j, dims = 0;
-    TensorMeta *t, **p;
-    int64_t *sh;
-    for (i = 0; i < n; i++)
-        dims += json_array_size(json_object_get(json_array_get(a, i), "shape"));
-    *blk = calloc(1, n * (sizeof *t + sizeof *p) + dims * sizeof *sh + 1);
-    if (!*blk)
-        return 0;
-    t = *blk;
-    p = (TensorMeta **)(t + n);
-    sh = (int64_t *)(p + n);
-    for (i = 0; i < n; i++) {
-        json_t *e = json_array_get(a, i), *s = json_object_get(e, "shape");
-        TensorMeta init = INFERENCE__MODEL_METADATA_RESPONSE__TENSOR_METADATA__INIT;
-        const char *nm = json_string_value(json_object_get(e, "name"));
-        const char *dt = json_string_value(json_object_get(e, "datatype"));
-        t[i] = init;
-        t[i].name = (char *)(nm ? nm : "");
-        t[i].datatype = (char *)(dt ? dt : "");
-        t[i].shape = sh;
-        t[i].n_shape = json_array_size(s);
-        for (j = 0; j < t[i].n_shape; j++)
-            *sh++ = json_integer_value(json_array_get(s, j));
-        p[i] = &t[i];
-    }
-    *out = p;
-    return n;
-}
-
-static int reply_model_meta(srv_req *r, char **out, size_t *len, char *err)
-{
-    Inference__ModelMetadataResponse m = INFERENCE__MODEL_METADATA_RESPONSE__INIT;
-    json_t *o;
-    void *bi = NULL, *bo = NULL;
-    char *versions[1] = {"1"};
-    int rc;
-    if (r->status != 200)
-        return fail(r, err);
-    if (!(o = answer_json(r, &rc, err)))
-        return rc;
-    m.name = (char *)json_string_value(json_object_get(o, "name"));
-    m.platform = (char *)json_string_value(json_object_get(o, "platform"));
-    if (!m.name)
-        m.name = "";
-    if (!m.platform)
-        m.platform = "";
-    m.n_versions = 1;
-    m.versions = versions;
-    m.n_inputs = tensors(json_object_get(o, "inputs"), &m.inputs, &bi);
-    m.n_outputs = tensors(json_object_get(o, "outputs"), &m.outputs, &bo);
-    if (!bi || !bo) {
-        snprintf(err, GRPC_ERRMAX, GRPC_OOM_MSG);
-        rc = GRPC_UNAVAILABLE;
-    } else {
-        rc = pack(&m.base, out, len, err);
-    }
-    free(bi);
-    free(bo);
-    json_decref(o);
-    return rc;
 }
 
 /* ---- inference ------------------------------------------------------------------ */
@@ -349,7 +198,7 @@ static int start_infer(srv_req *r, char *msg, size_t len, int *code,
         *code = GRPC_INVALID_ARGUMENT;
         return -1;
     }
-    if (model_arg(r, name, version, code, err) < 0) {
+    if (srv_grpc__model_arg(r, name, version, code, err) < 0) {
         free(msg);
         return -1;
     }
@@ -363,7 +212,7 @@ static int start_infer(srv_req *r, char *msg, size_t len, int *code,
 static int reply_infer(srv_req *r, char **out, size_t *len, char *err)
 {
     if (r->status != 200)
-        return fail(r, err);
+        return srv_grpc__fail(r, err);
     *out = r->resp;
     *len = r->resp_len;
     r->resp = NULL;
@@ -375,14 +224,14 @@ static int reply_infer(srv_req *r, char **out, size_t *len, char *err)
 static int start_stats(srv_req *r, char *msg, size_t len, int *code,
                        char *err)
 {
-    Inference__ModelStatisticsRequest *m = inference__model_statistics_request__unpack(&unpack_al, len, (const uint8_t *)msg);
+    Inference__ModelStatisticsRequest *m = inference__model_statistics_request__unpack(&srv_grpc__unpack_al, len, (const uint8_t *)msg);
     int rc = 0;
     free(msg);
     if (!m)
-        return bad_message("ModelStatisticsRequest", code, err);
+        return srv_grpc__bad_message("ModelStatisticsRequest", code, err);
     if (m->name[0] || m->version[0])
-        rc = model_arg(r, m->name, m->version, code, err);
-    protobuf_c_message_free_unpacked(&m->base, &unpack_al);
+        rc = srv_grpc__model_arg(r, m->name, m->version, code, err);
+    protobuf_c_message_free_unpacked(&m->base, &srv_grpc__unpack_al);
     return rc;
 }
 
@@ -416,9 +265,7 @@ static int reply_stats(srv_req *r, char **out, size_t *len, char *err)
     Inference__ModelStatistics **msp = NULL;
     size_t n, i, k;
     int rc = GRPC_UNAVAILABLE; /* out of memory, unless set otherwise */
-    if (r->status != 200)
-        return fail(r, err);
-    if (!(o = answer_json(r, &rc, err)))
+    if (!(o = srv_grpc__answer_json(r, &rc, err)))
         return rc;
     arr = json_object_get(o, "model_stats");
     n = json_array_size(arr);
@@ -469,7 +316,7 @@ static int reply_stats(srv_req *r, char **out, size_t *len, char *err)
     }
     m.n_model_stats = n;
     m.model_stats = msp;
-    rc = pack(&m.base, out, len, err);
+    rc = srv_grpc__pack(&m.base, out, len, err);
 done:
     if (rc == GRPC_UNAVAILABLE && !err[0])
         snprintf(err, GRPC_ERRMAX, GRPC_OOM_MSG);
@@ -489,18 +336,18 @@ done:
 static int start_index(srv_req *r, char *msg, size_t len, int *code,
                        char *err)
 {
-    Inference__RepositoryIndexRequest *m = inference__repository_index_request__unpack(&unpack_al, len, (const uint8_t *)msg);
+    Inference__RepositoryIndexRequest *m = inference__repository_index_request__unpack(&srv_grpc__unpack_al, len, (const uint8_t *)msg);
     free(msg);
     if (!m)
-        return bad_message("RepositoryIndexRequest", code, err);
+        return srv_grpc__bad_message("RepositoryIndexRequest", code, err);
     if (m->ready && !(r->body = strdup("{\"ready\":true}"))) {
-        protobuf_c_message_free_unpacked(&m->base, &unpack_al);
+        protobuf_c_message_free_unpacked(&m->base, &srv_grpc__unpack_al);
         *code = GRPC_UNAVAILABLE;
         snprintf(err, GRPC_ERRMAX, GRPC_OOM_MSG);
         return -1;
     }
     r->body_len = r->body ? strlen(r->body) : 0;
-    protobuf_c_message_free_unpacked(&m->base, &unpack_al);
+    protobuf_c_message_free_unpacked(&m->base, &srv_grpc__unpack_al);
     return 0;
 }
 
@@ -514,9 +361,7 @@ static int reply_index(srv_req *r, char **out, size_t *len, char *err)
     ModelIndex **mp;
     size_t n, i;
     int rc;
-    if (r->status != 200)
-        return fail(r, err);
-    if (!(o = answer_json(r, &rc, err)))
+    if (!(o = srv_grpc__answer_json(r, &rc, err)))
         return rc;
     n = json_array_size(o);
     mi = calloc(n + 1, sizeof *mi);
@@ -543,7 +388,7 @@ static int reply_index(srv_req *r, char **out, size_t *len, char *err)
     }
     m.n_models = n;
     m.models = mp;
-    rc = pack(&m.base, out, len, err);
+    rc = srv_grpc__pack(&m.base, out, len, err);
 done:
     free(mi);
     free(mp);
@@ -639,15 +484,15 @@ nomem:
 static int start_load(srv_req *r, char *msg, size_t len, int *code,
                       char *err)
 {
-    Inference__RepositoryModelLoadRequest *m = inference__repository_model_load_request__unpack(&unpack_al, len, (const uint8_t *)msg);
+    Inference__RepositoryModelLoadRequest *m = inference__repository_model_load_request__unpack(&srv_grpc__unpack_al, len, (const uint8_t *)msg);
     Inference__ModelRepositoryParameter **vals = NULL;
     char **keys = NULL;
     size_t i;
     int rc;
     free(msg);
     if (!m)
-        return bad_message("RepositoryModelLoadRequest", code, err);
-    rc = model_arg(r, m->model_name, "", code, err);
+        return srv_grpc__bad_message("RepositoryModelLoadRequest", code, err);
+    rc = srv_grpc__model_arg(r, m->model_name, "", code, err);
     if (!rc && m->n_parameters) {
         vals = calloc(m->n_parameters, sizeof *vals);
         keys = calloc(m->n_parameters, sizeof *keys);
@@ -665,7 +510,7 @@ static int start_load(srv_req *r, char *msg, size_t len, int *code,
     }
     free(vals);
     free(keys);
-    protobuf_c_message_free_unpacked(&m->base, &unpack_al);
+    protobuf_c_message_free_unpacked(&m->base, &srv_grpc__unpack_al);
     return rc;
 }
 
@@ -673,8 +518,8 @@ static int reply_empty(srv_req *r, const ProtobufCMessage *m, char **out,
                        size_t *len, char *err)
 {
     if (r->status != 200)
-        return fail(r, err);
-    return pack(m, out, len, err);
+        return srv_grpc__fail(r, err);
+    return srv_grpc__pack(m, out, len, err);
 }
 
 static int reply_load(srv_req *r, char **out, size_t *len, char *err)
@@ -687,13 +532,13 @@ static int reply_load(srv_req *r, char **out, size_t *len, char *err)
 static int start_unload(srv_req *r, char *msg, size_t len, int *code,
                         char *err)
 {
-    Inference__RepositoryModelUnloadRequest *m = inference__repository_model_unload_request__unpack(&unpack_al, len, (const uint8_t *)msg);
+    Inference__RepositoryModelUnloadRequest *m = inference__repository_model_unload_request__unpack(&srv_grpc__unpack_al, len, (const uint8_t *)msg);
     int rc;
     free(msg);
     if (!m)
-        return bad_message("RepositoryModelUnloadRequest", code, err);
-    rc = model_arg(r, m->model_name, "", code, err);
-    protobuf_c_message_free_unpacked(&m->base, &unpack_al);
+        return srv_grpc__bad_message("RepositoryModelUnloadRequest", code, err);
+    rc = srv_grpc__model_arg(r, m->model_name, "", code, err);
+    protobuf_c_message_free_unpacked(&m->base, &srv_grpc__unpack_al);
     return rc;
 }
 
@@ -706,16 +551,9 @@ static int reply_unload(srv_req *r, char **out, size_t *len, char *err)
 
 /* ---- the table -------------------------------------------------------------------- */
 
-/* name, auth, stream, the REST route that serves it, start, reply */
+/* name, auth, stream, the REST route that serves it, start, reply (the
+ * rest are grpc_meta.c's) */
 static const grpc_method methods[] = {
-    {"ServerLive", 0, 0, SRV_GET, "/v2/health/live", NULL, reply_server_live},
-    {"ServerReady", 0, 0, SRV_GET, "/v2/health/ready", NULL,
-     reply_server_ready},
-    {"ModelReady", 0, 0, SRV_GET, "/v2/models/{}/ready", start_model_ready,
-     reply_model_ready},
-    {"ServerMetadata", 0, 0, SRV_GET, "/v2", NULL, reply_server_meta},
-    {"ModelMetadata", 0, 0, SRV_GET, "/v2/models/{}", start_model_meta,
-     reply_model_meta},
     {"ModelInfer", 1, 0, SRV_POST, "/v2/models/{}/infer", start_infer,
      reply_infer},
     {"ModelStreamInfer", 1, 1, SRV_POST, "/v2/models/{}/infer", start_infer,
@@ -730,7 +568,6 @@ static const grpc_method methods[] = {
      "/v2/repository/models/{}/unload", start_unload, reply_unload},
 };
 
-
 const grpc_method *srv_grpc_method(const char *path)
 {
     static const char prefix[] = "/inference.GRPCInferenceService/";
@@ -741,5 +578,8 @@ const grpc_method *srv_grpc_method(const char *path)
     for (i = 0; i < sizeof methods / sizeof methods[0]; i++)
         if (!strcmp(methods[i].name, path))
             return &methods[i];
+    for (i = 0; i < srv_grpc__n_meta_methods; i++)
+        if (!strcmp(srv_grpc__meta_methods[i].name, path))
+            return &srv_grpc__meta_methods[i];
     return NULL;
 }

@@ -97,7 +97,7 @@ test('HTTP/2 and gRPC framing errors', async () => {
     ['two messages', Buffer.concat([frame(seedMsg()), frame(seedMsg())]), {}, 3, /takes one message/],
     ['over max-body', Buffer.concat([Buffer.from([0, 0, 2, 0, 0])]), {}, 8, /131072 bytes is over the limit of 100000 \(max-body\)/],
     ['bad grpc-timeout', frame(seedMsg()), { 'grpc-timeout': '12x' }, 3, /grpc-timeout/],
-    ['unknown method', frame(seedMsg()), {}, 12, /not served/, 200, '/inference.GRPCInferenceService/ModelConfig'],
+    ['unknown method', frame(seedMsg()), {}, 12, /not served/, 200, '/inference.GRPCInferenceService/TraceSetting'],
     ['unknown service', frame(Buffer.alloc(0)), {}, 12, /not served/, 200, '/grpc.health.v1.Health/Check'],
   ];
   for (const [what, body, headers, grpcStatus, pattern, http = 200, path = INFER] of cases) {

@@ -9,6 +9,7 @@ import { after, before, test } from 'node:test';
 import grpc from '@grpc/grpc-js';
 import protoLoader from '@grpc/proto-loader';
 import { REFS, ROOT, infer, maxDiff, start, waitReady } from '../server/helper.mjs';
+import { fields, str, unpackI64 } from './wire.mjs';
 
 const def = protoLoader.loadSync(join(ROOT, 'proto', 'kserve.proto'), {
   keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true,
@@ -94,6 +95,50 @@ test('health and metadata RPCs', async () => {
   assert.deepEqual(mm.inputs[0].shape, [-1, -1]);
   assert.deepEqual(mm.versions, ['1']);
   await code(call(c, 'ModelMetadata', { name: 'sdpa', version: '3' }), S.NOT_FOUND, /only version 1 exists/);
+});
+
+/** A unary call's response bytes, made and read without kserve.proto. */
+function rawCall(method, msg) {
+  const raw = new grpc.Client(`127.0.0.1:${d.grpcPort}`, grpc.credentials.createInsecure());
+  return new Promise((res, rej) => raw.makeUnaryRequest(`/inference.GRPCInferenceService/${method}`, (x) => x, (x) => x,
+    msg, (e, r) => (e ? rej(e) : res(r)))).finally(() => raw.close());
+}
+
+test('ModelConfig: REST\'s /config as Triton\'s ModelConfig message (the wire read with the numbers of Triton\'s model_config.proto)', async () => {
+  // model_config.proto: DataType TYPE_BOOL 1, TYPE_INT32 8, TYPE_FP32 11;
+  // ModelConfig name 1, platform 2, version_policy 3 (latest 1: num_versions 1),
+  // max_batch_size 4, input 5 (name 1, data_type 2, dims 4), output 6 (name 1,
+  // data_type 2, dims 3), parameters 14 (map entry key 1, value 2: string_value 1),
+  // backend 17; ModelConfigResponse config 1; ModelConfigRequest name 1, version 2
+  const TYPE = { TYPE_BOOL: 1n, TYPE_INT32: 8n, TYPE_FP32: 11n };
+  const text = (b) => (b ? b[0].toString() : '');
+  for (const [name, version] of [['tiny', ''], ['sdpa', '1']]) {
+    const rest = await (await fetch(`${d.url}/v2/models/${name}/config`)).json();
+    const req = Buffer.concat([str(1, name), version ? str(2, version) : Buffer.alloc(0)]);
+    const resp = fields(await rawCall('ModelConfig', req));
+    assert.deepEqual(Object.keys(resp), ['1'], 'ModelConfigResponse holds config only');
+    const cfg = fields(resp[1][0]);
+    assert.equal(text(cfg[1]), name);
+    assert.equal(text(cfg[2]), rest.platform);
+    assert.equal(text(cfg[17]), 'attnd');
+    assert.equal(cfg[4], undefined, 'max_batch_size 0: the batch dimension is in dims');
+    assert.equal(fields(fields(cfg[3][0])[1][0])[1][0], 1n, 'version_policy latest num_versions 1');
+    const tensors = (list, dimsField) => (list || []).map((b) => {
+      const t = fields(b);
+      return { name: text(t[1]), data_type: t[2][0], dims: unpackI64(t[dimsField][0]) };
+    });
+    const want = (ts) => ts.map((t) => ({ name: t.name, data_type: TYPE[t.data_type], dims: t.dims }));
+    assert.deepEqual(tensors(cfg[5], 4), want(rest.input));
+    assert.deepEqual(tensors(cfg[6], 3), want(rest.output));
+    const params = Object.fromEntries((cfg[14] || []).map((b) => {
+      const e = fields(b);
+      return [text(e[1]), { string_value: text(fields(e[2][0])[1]) }];
+    }));
+    assert.deepEqual(params, rest.parameters);
+  }
+  await code(call(c, 'ModelConfig', { name: 'nope' }), S.NOT_FOUND, /model 'nope': not found/);
+  await code(call(c, 'ModelConfig', { name: 'tiny', version: '2' }), S.NOT_FOUND, /only version 1 exists/);
+  await code(rawCall('ModelConfig', Buffer.from([0x0a, 0xff])), S.INVALID_ARGUMENT, /not a valid ModelConfigRequest/);
 });
 
 test('the seed example through sdpa, typed and raw', async () => {

@@ -70,6 +70,23 @@ class Unary(unittest.TestCase):
         self.assertEqual(list(m.inputs[0].shape), [-1, -1, 8])
         self.code(self.s.ModelMetadata, pb.ModelMetadataRequest(name="nope"), C.NOT_FOUND, r"not found")
 
+    def test_model_config_matches_rest(self):
+        for name in ("tiny", "sdpa"):
+            c = self.s.ModelConfig(pb.ModelConfigRequest(name=name)).config
+            st, rest = self.d.rest(f"/v2/models/{name}/config")
+            self.assertEqual(st, 200)
+            self.assertEqual((c.name, c.platform, c.backend, c.max_batch_size),
+                             (rest["name"], rest["platform"], rest["backend"], 0))
+            self.assertEqual(c.version_policy.latest.num_versions, 1)
+            for got, want in ((c.input, rest["input"]), (c.output, rest["output"])):
+                self.assertEqual([(t.name, pb.DataType.Name(t.data_type), list(t.dims)) for t in got],
+                                 [(t["name"], t["data_type"], t["dims"]) for t in want])
+            self.assertEqual({k: v.string_value for k, v in c.parameters.items()},
+                             {k: v["string_value"] for k, v in rest["parameters"].items()})
+        self.assertEqual(list(self.s.ModelConfig(pb.ModelConfigRequest(name="tiny", version="1")).config.input[0].dims),
+                         [-1, -1, 8])
+        self.code(self.s.ModelConfig, pb.ModelConfigRequest(name="nope"), C.NOT_FOUND, r"not found")
+
     # -- numbers
     def test_seed_example_typed_and_raw(self):
         e2 = 2.718281828459045 ** 2
@@ -220,8 +237,8 @@ class Unary(unittest.TestCase):
             self.assertRegex(e.exception.details(), r"not a valid ModelInferRequest")
         # every method that reads its message names it (field 1, a length
         # that runs past the end)
-        for method in ("ModelReady", "ModelMetadata", "ModelStatistics", "RepositoryIndex",
-                       "RepositoryModelLoad", "RepositoryModelUnload"):
+        for method in ("ModelReady", "ModelMetadata", "ModelConfig", "ModelStatistics",
+                       "RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload"):
             with self.assertRaises(grpc.RpcError) as e:
                 self.d.channel.unary_unary(f"/inference.GRPCInferenceService/{method}")(b"\x0a\xff", timeout=30)
             self.assertEqual(e.exception.code(), C.INVALID_ARGUMENT, method)
@@ -237,7 +254,7 @@ class Unary(unittest.TestCase):
         req.model_version = "7"
         self.code(self.s.ModelInfer, req, C.NOT_FOUND, r"version '7' not found")
         with self.assertRaises(grpc.RpcError) as e:
-            self.d.channel.unary_unary("/inference.GRPCInferenceService/ModelConfig")(b"", timeout=30)
+            self.d.channel.unary_unary("/inference.GRPCInferenceService/SystemSharedMemoryStatus")(b"", timeout=30)
         self.assertEqual(e.exception.code(), C.UNIMPLEMENTED)
         big = pb.ModelInferRequest(model_name="sdpa")
         raw(big, "q", "FP32", [1000, 100], b"\0" * 400000)

@@ -33,8 +33,8 @@ FAILALLOC = os.path.join(os.path.dirname(ATTND), "tests", "server", "failalloc.s
 class FailAlloc(unittest.TestCase):
     def test_calls_answered_while_allocations_fail(self):
         """attnd's own allocations fail (tests/server/failalloc.c: 1 in 5,
-        then 1 in 11, 29 and 97 while armed) under unary infer and
-        metadata calls and streams from four threads: each call ends OK
+        then 1 in 11, 29 and 97 while armed) under unary infer,
+        metadata and configuration calls and streams from four threads: each call ends OK
         with REFS' numbers (a stream with all six responses, metadata
         naming the model) or UNAVAILABLE naming the memory,
         each stream response likewise, or UNAVAILABLE at most as often as
@@ -173,8 +173,12 @@ class FailAlloc(unittest.TestCase):
             except grpc.RpcError as e:
                 return note("unary", error(e.code(), e.details()))
 
-        def metadata(stub, i):
+        def metadata(stub, i):  # ModelMetadata and ModelConfig in turn
             try:
+                if i % 2:
+                    m = stub.ModelConfig(pb.ModelConfigRequest(name="tiny"), timeout=30).config
+                    return note("metadata", True if m.name == "tiny" and len(m.input) == 5
+                                and m.parameters["n_heads"].string_value == "2" else f"config {m}")
                 m = stub.ModelMetadata(pb.ModelMetadataRequest(name="tiny"), timeout=30)
                 return note("metadata", True if m.name == "tiny" and m.inputs else f"metadata {m}")
             except grpc.RpcError as e:

@@ -27,3 +27,48 @@ export const frame = (msg, flag = 0) => {
   h.writeUInt32BE(msg.length, 1);
   return Buffer.concat([h, msg]);
 };
+
+/** A message's fields as {number: [value, ...]}: a varint as a BigInt, a
+ * length-delimited field as a Buffer (fixed32/64 as 4/8-byte Buffers). */
+export const fields = (buf) => {
+  const out = {};
+  let i = 0;
+  const next = () => {
+    let v = 0n, s = 0n, b;
+    do {
+      if (i >= buf.length) throw new Error('message ends inside a varint');
+      b = buf[i++];
+      v |= BigInt(b & 0x7f) << s;
+      s += 7n;
+    } while (b & 0x80);
+    return v;
+  };
+  while (i < buf.length) {
+    const key = Number(next()), n = key >> 3, wt = key & 7;
+    let v;
+    if (wt === 0) v = next();
+    else if (wt === 1 || wt === 2 || wt === 5) {
+      const len = wt === 2 ? Number(next()) : wt === 1 ? 8 : 4;
+      if (i + len > buf.length) throw new Error(`field ${n} runs past the message`);
+      v = buf.subarray(i, i + len);
+      i += len;
+    } else throw new Error(`field ${n}: wire type ${wt}`);
+    (out[n] ||= []).push(v);
+  }
+  return out;
+};
+/** A packed repeated int64 field's numbers (signed). */
+export const unpackI64 = (buf) => {
+  const a = [];
+  let v = 0n, s = 0n;
+  for (const b of buf) {
+    v |= BigInt(b & 0x7f) << s;
+    s += 7n;
+    if (!(b & 0x80)) {
+      a.push(Number(BigInt.asIntN(64, v)));
+      v = 0n;
+      s = 0n;
+    }
+  }
+  return a;
+};
