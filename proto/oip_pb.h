@@ -60,9 +60,10 @@ int oip_pb_encode(const char *model_name, const char *id,
 /*
  * oip_pb_peek_model: model_name and model_version of a ModelInferRequest
  * without parsing the rest (the server needs the model before it hands the
- * message to the pool). name and version get at most cap - 1 bytes. 0, or
- * ATTN_EINVAL when the top-level wire format is broken or a field is too
- * long (err says which).
+ * message to the pool). name and version get at most cap - 1 bytes (a
+ * longer version is cut there: it names no version either way). 0, or
+ * ATTN_EINVAL when the top-level wire format is broken or the name is
+ * longer (err says which).
  */
 int oip_pb_peek_model(const char *msg, size_t len, char *name, char *version,
                       size_t cap, char *err);

@@ -571,14 +571,14 @@ int oip_pb_peek_model(const char *msg, size_t len, char *name, char *version,
         case 2:
             if (varint(&p, end, &v) < 0 || v > (uint64_t)(end - p))
                 goto broken;
+            if ((key >> 3) == 1 && v >= cap)
+                return oip__fail(err, ATTN_EINVAL, "model_name: longer than "
+                                 "%zu bytes", cap - 1);
             if ((key >> 3) == 1 || (key >> 3) == 2) {
+                size_t n = v < cap ? (size_t)v : cap - 1;
                 char *dst = (key >> 3) == 1 ? name : version;
-                if (v >= cap)
-                    return oip__fail(err, ATTN_EINVAL, "%s: longer than %zu "
-                                     "bytes", (key >> 3) == 1 ? "model_name" :
-                                     "model_version", cap - 1);
-                memcpy(dst, p, (size_t)v);
-                dst[v] = 0;
+                memcpy(dst, p, n);
+                dst[n] = 0;
             }
             p += v;
             break;

@@ -166,10 +166,10 @@ int srv_grpc__bad_message(const char *what, int *code, char *err)
 int srv_grpc__model_arg(srv_req *r, const char *name, const char *version,
                         int *code, char *err)
 {
-    if (!name[0] || strlen(name) >= sizeof r->arg[0]) {
+    if (!name[0] || strlen(name) >= SRV_NAME_MAX) {
         *code = GRPC_INVALID_ARGUMENT;
         snprintf(err, GRPC_ERRMAX, "name: must be 1 to %d bytes",
-                 (int)sizeof r->arg[0] - 1);
+                 SRV_NAME_MAX - 1);
         return -1;
     }
     if (version[0] && strcmp(version, "1") != 0) {
@@ -189,11 +189,8 @@ int srv_grpc__model_arg(srv_req *r, const char *name, const char *version,
 static int start_infer(srv_req *r, char *msg, size_t len, int *code,
                        char *err)
 {
-    char name[sizeof r->arg[0]], version[64];
-    if (oip_pb_peek_model(msg, len, name, version, sizeof version < sizeof name
-                                                       ? sizeof version
-                                                       : sizeof name,
-                          err) < 0) {
+    char name[SRV_NAME_MAX], version[SRV_NAME_MAX];
+    if (oip_pb_peek_model(msg, len, name, version, SRV_NAME_MAX, err) < 0) {
         free(msg);
         *code = GRPC_INVALID_ARGUMENT;
         return -1;

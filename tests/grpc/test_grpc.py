@@ -12,6 +12,7 @@ test_grpc_failalloc.py hold the classes with servers of their own settings.
 import base64
 import json
 import os
+import shutil
 import struct
 import sys
 import unittest
@@ -378,6 +379,29 @@ class Unary(unittest.TestCase):
                   C.NOT_FOUND, r"model 'missing'")
         self.code(self.s.RepositoryModelUnload, pb.RepositoryModelUnloadRequest(model_name="sdpa"),
                   C.INVALID_ARGUMENT, r"built in")
+
+    def test_names_up_to_128_bytes_any_version_length(self):
+        name = "m" * 128  # the longest model name
+        shutil.copytree(os.path.join(self.d.dir, "tiny"), os.path.join(self.d.dir, name))
+        self.s.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name=name))
+        self.assertTrue(self.s.ModelReady(pb.ModelReadyRequest(name=name)).ready)
+        c = REFS["self"]
+        req = want(tiny_x(c, raw_form=True), "y")
+        req.model_name = name
+        self.assertLess(max_diff(out(self.s.ModelInfer(req), "y")[1], c["y"]), 1e-5)
+        self.assertEqual(self.s.ModelConfig(pb.ModelConfigRequest(name=name)).config.name, name)
+        req.model_version = "1" * 200  # no such version (REST: 404), however long
+        self.code(self.s.ModelInfer, req, C.NOT_FOUND, r"version '1{64}' not found")
+        self.code(self.s.ModelReady, pb.ModelReadyRequest(name=name, version="2" * 200), C.NOT_FOUND,
+                  r"not found: only version 1 exists")
+        req.model_version = ""
+        req.model_name = name + "m"
+        self.code(self.s.ModelInfer, req, C.INVALID_ARGUMENT, r"^model_name: longer than 128 bytes$")
+        self.code(self.s.ModelReady, pb.ModelReadyRequest(name=name + "m"), C.INVALID_ARGUMENT,
+                  r"^name: must be 1 to 128 bytes$")
+        self.code(self.s.ModelReady, pb.ModelReadyRequest(name=""), C.INVALID_ARGUMENT,
+                  r"^name: must be 1 to 128 bytes$")
+        self.s.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name=name))
 
     def test_upload_through_load_parameters(self):
         with open(os.path.join(FIX, "models", "tiny", "model.safetensors"), "rb") as f:
