@@ -84,10 +84,48 @@ static void drop_msgs(gcall *call)
 
 /* call_end: the call's final status; trailers follow the queued messages
  * (pump sends them). Once. */
+/* http_status: the REST status a call's own end is logged with (a
+ * request's line has its handler's). */
+static int http_status(const gcall *call, int code)
+{
+    switch (code) {
+    case GRPC_CANCELLED: return 499;
+    case GRPC_INVALID_ARGUMENT: return 400;
+    case GRPC_DEADLINE_EXCEEDED: return 504;
+    case GRPC_NOT_FOUND:
+    case GRPC_UNIMPLEMENTED: return 404;
+    case GRPC_RESOURCE_EXHAUSTED: return 413;
+    case GRPC_FAILED_PRECONDITION: return 409;
+    case GRPC_UNAVAILABLE: return 503;
+    case GRPC_UNAUTHENTICATED: return 401;
+    default: return call->http_status ? call->http_status : 500;
+    }
+}
+
+/* log_call: the log line of a call or request with no answer of its own to
+ * log (one ended before its message became a request: refused key,
+ * unknown method, bad framing; or a request whose call went: 499), as
+ * REST logs every request. */
+static void log_call(gcall *call, srv_req *r, int status)
+{
+    srv_req tmp;
+    if (!r) {
+        memset(&tmp, 0, sizeof tmp);
+        memcpy(tmp.method_name, "POST", 5);
+        snprintf(tmp.path, sizeof tmp.path, "%s", call->path);
+        tmp.t0_ns = call->t0_ns;
+        r = &tmp;
+    }
+    r->status = status;
+    srv_log_request(call->c->g->s, r);
+}
+
 void srv_grpc__call_end(gcall *call, int code, const char *msg)
 {
     if (call->ending)
         return;
+    if (code != GRPC_OK && !call->answered)
+        log_call(call, NULL, http_status(call, code));
     call->ending = 1;
     call->code = code;
     snprintf(call->end_msg, sizeof call->end_msg, "%s", msg ? msg : "");
@@ -275,6 +313,7 @@ void srv_grpc__pump(gcall *call)
                 srv_grpc__call_end(call, GRPC_OK, NULL);
                 continue;
             } else {
+                call->answered = 1;
                 srv_grpc__call_end(call, sl->code, sl->msg);
             }
         }
@@ -328,7 +367,9 @@ static void on_answer(srv_req *r)
 {
     gslot *sl = r->door_ctx;
     char err[GRPC_ERRMAX];
-    if (!sl) { /* the call went away first */
+    if (!sl) { /* the call went away first: logged as answered, as REST's
+                * request of a client that went */
+        srv_log_request(r->s, r);
         free_req(r->s, r);
         return;
     }
@@ -345,14 +386,18 @@ static void slot_abandon(srv *s, gslot *sl)
 {
     srv_req *r = sl->r;
     if (r) {
-        if (r->job) {
+        if (r->job) { /* its work goes on unanswered: 499, as nginx logs a
+                       * client that closed first */
             srv_sched_detach(r);
+            log_call(sl->call, r, 499);
             free_req(s, r);
         } else if (!r->have_resp && !sl->done) {
             /* its handler still holds it (a slot answered at dispatch, its
-             * deadline past or its message refused, has none) */
+             * deadline past or its message refused, has none); on_answer
+             * logs it */
             r->door_ctx = NULL;
         } else {
+            log_call(sl->call, r, r->status);
             free_req(s, r);
         }
     }

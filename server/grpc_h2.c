@@ -13,20 +13,6 @@
 #include <string.h>
 #include <strings.h>
 
-/* key_ok: constant-time check of an "authorization" value against the key. */
-static int key_ok(const char *key, const char *v, size_t m)
-{
-    size_t i, n = strlen(key);
-    unsigned char d = 0;
-    if (m < 7 || strncasecmp(v, "Bearer ", 7) != 0)
-        return 0;
-    v += 7;
-    m -= 7;
-    for (i = 0; i < n; i++)
-        d |= (unsigned char)(key[i] ^ (i < m ? v[i] : 0));
-    return d == 0 && m == n;
-}
-
 /* timeout_ms: a grpc-timeout value ("100m", "5S", at most 8 digits and a
  * unit), rounded up to ms; -1 when malformed. */
 static long long timeout_ms(const char *v, size_t n)
@@ -69,6 +55,7 @@ static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f,
     }
     call->c = c;
     call->id = f->hd.stream_id;
+    call->t0_ns = srv_now_ns();
     call->next = c->calls;
     if (c->calls)
         c->calls->prev = call;
@@ -98,9 +85,10 @@ static int on_header(nghttp2_session *h2, const nghttp2_frame *f,
             (vlen > 16 && v[16] != '+' && v[16] != ';'))
             call->http_status = 415;
     } else if (nlen == 13 && !memcmp(n, "authorization", 13)) {
-        call->auth_ok = key_ok(c->g->s->cfg.api_key, v, vlen);
+        call->auth_ok = srv_key_ok(c->g->s->cfg.api_key, v, vlen);
     } else if (nlen == 12 && !memcmp(n, "grpc-timeout", 12)) {
         call->timeout_ms = timeout_ms(v, vlen);
+        call->has_timeout = 1;
     } else if (nlen == 13 && !memcmp(n, "grpc-encoding", 13)) {
         call->compressed = !(vlen == 8 && !memcmp(v, "identity", 8));
     }
@@ -139,7 +127,7 @@ static void begin(gcall *call)
         srv_grpc__call_end(call, GRPC_INVALID_ARGUMENT, "grpc-timeout: malformed");
         return;
     }
-    if (call->timeout_ms > 0)
+    if (call->has_timeout) /* 0 has passed already: answered at once */
         call->deadline_ns = srv_now_ns() + (uint64_t)call->timeout_ms * 1000000u;
 }
 

@@ -62,6 +62,9 @@ struct gcall {
     int http_status;     /* 415 for a wrong content-type, else 0 */
     int auth_ok, compressed;
     long long timeout_ms;
+    int has_timeout;     /* grpc-timeout came (0 included) */
+    uint64_t t0_ns;      /* its HEADERS began (the log's total_us) */
+    int answered;        /* ended by its one message's answer (logged) */
     uint64_t deadline_ns;
     /* incoming messages */
     unsigned char hdr[5];

@@ -140,21 +140,20 @@ static void cors_match(srv_req *r, const char *origin)
     }
 }
 
-/* key_ok: constant-time comparison of the bearer token with the key. */
-static int key_ok(const char *key, const char *auth)
+int srv_key_ok(const char *key, const char *v, size_t len)
 {
-    size_t i, n = strlen(key), m;
+    size_t i, n = strlen(key);
     unsigned char d = 0;
     /* the scheme name is case-insensitive (RFC 9110 11.1) */
-    if (!auth || strncasecmp(auth, "Bearer ", 7) != 0)
+    if (!v || len < 7 || strncasecmp(v, "Bearer ", 7) != 0)
         return 0;
-    auth += 7;
-    while (*auth == ' ')
-        auth++;
-    m = strlen(auth);
+    v += 7;
+    len -= 7;
+    while (len && *v == ' ')
+        v++, len--;
     for (i = 0; i < n; i++)
-        d |= (unsigned char)(key[i] ^ (i < m ? auth[i] : 0));
-    return d == 0 && m == n;
+        d |= (unsigned char)(key[i] ^ (i < len ? v[i] : 0));
+    return d == 0 && len == n;
 }
 
 /* ---- routing ------------------------------------------------------------ */
@@ -376,8 +375,10 @@ static int body_check(srv_req *r)
 static void first_call(srv_req *r, const char *url)
 {
     srv *s = r->s;
+    const char *auth;
+    int twice;
     cors_match(r, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin"));
-    int twice = framed_twice(r);
+    twice = framed_twice(r);
     r->close = twice != 0; /* whatever it is answered */
     if (route(r, url) < 0)
         return;
@@ -389,9 +390,9 @@ static void first_call(srv_req *r, const char *url)
                           twice == 2 ? "twice" : "more than once");
         return;
     }
+    auth = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
     if (r->route->auth && s->cfg.api_key[0] &&
-        !key_ok(s->cfg.api_key, MHD_lookup_connection_value(
-                                    r->conn, MHD_HEADER_KIND, "Authorization"))) {
+        !srv_key_ok(s->cfg.api_key, auth, auth ? strlen(auth) : 0)) {
         srv_respond_error(r, 401, "Authorization: missing or wrong API key "
                                   "(send 'Authorization: Bearer <key>')");
         return;

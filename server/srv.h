@@ -233,6 +233,10 @@ struct srv_req {
  * ownership of body (malloc'd, may be NULL). Loop thread. */
 void srv_respond(srv_req *r, int status, const char *ctype, char *body,
                  size_t len);
+/* srv_key_ok: an Authorization value (len bytes; NULL: none) names the API
+ * key: "Bearer", any case, spaces, then the key; compared in constant time.
+ * REST and gRPC both. */
+int srv_key_ok(const char *key, const char *v, size_t len);
 /* srv_respond_error: {"error": msg} with status (503 adds Retry-After). */
 void srv_respond_error(srv_req *r, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -97,6 +97,8 @@ test('HTTP/2 and gRPC framing errors', async () => {
     ['two messages', Buffer.concat([frame(seedMsg()), frame(seedMsg())]), {}, 3, /takes one message/],
     ['over max-body', Buffer.concat([Buffer.from([0, 0, 2, 0, 0])]), {}, 8, /131072 bytes is over the limit of 100000 \(max-body\)/],
     ['bad grpc-timeout', frame(seedMsg()), { 'grpc-timeout': '12x' }, 3, /grpc-timeout/],
+    ['zero grpc-timeout (already past)', frame(seedMsg()), { 'grpc-timeout': '0m' }, 4, /deadline: the client's deadline passed/],
+    ['zero grpc-timeout in ns', frame(seedMsg()), { 'grpc-timeout': '0n' }, 4, /deadline: the client's deadline passed/],
     ['unknown method', frame(seedMsg()), {}, 12, /not served/, 200, '/inference.GRPCInferenceService/TraceSetting'],
     ['unknown service', frame(Buffer.alloc(0)), {}, 12, /not served/, 200, '/grpc.health.v1.Health/Check'],
   ];

@@ -166,7 +166,31 @@ class Limits(unittest.TestCase):
             self.assertEqual(e.exception.code(), C.UNAUTHENTICATED)
             ok = [("authorization", "Bearer s3cret")]
             self.assertEqual(s.ModelInfer(seed1(), metadata=ok).id, "seed1")
+            # as over REST: the scheme in any case, any spaces before the key
+            self.assertEqual(s.ModelInfer(seed1(), metadata=[("authorization", "bEARER   s3cret")]).id, "seed1")
+            # every refused call has its log line, as a REST 401 has
+            pat = r"info POST /inference\.GRPCInferenceService/(\w+) 401 "
+            log = d.logged(pat, 5)
+            self.assertEqual(re.findall(pat, log), ["ModelInfer"] * 3 + ["ModelStreamInfer", "RepositoryIndex"], log)
             self.assertEqual(len(list(s.ModelStreamInfer(iter([seed1()]), metadata=ok))), 1)
+        finally:
+            self.assertEqual(d.stop(), 0, d.log)
+
+    def test_every_call_logged(self):
+        """A call that ends before its message is a request (an unserved
+        RPC; a refused key: test_unauthenticated) and a request whose call is cancelled
+        while it waits (499, as nginx logs a client that closed first)
+        get their log line, as every REST request does."""
+        d = Attnd("--batch-delay-us", str(int(2e6 * SLOW)), "--max-batch", "4")
+        try:
+            with self.assertRaises(grpc.RpcError):
+                d.channel.unary_unary("/inference.GRPCInferenceService/TraceSetting")(b"", timeout=30)
+            call = d.stub.ModelInfer.future(seed1())
+            time.sleep(0.3 * SLOW)  # queued: waiting out the batch delay
+            self.assertTrue(call.cancel())
+            log = d.logged(r"ModelInfer 499 ", 1)
+            self.assertRegex(log, r"info POST /inference\.GRPCInferenceService/TraceSetting 404 ")
+            self.assertRegex(log, r"info POST /inference\.GRPCInferenceService/ModelInfer 499 id=seed1 model=sdpa ")
         finally:
             self.assertEqual(d.stop(), 0, d.log)
 
