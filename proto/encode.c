@@ -55,6 +55,14 @@ static size_t utf8_len(const unsigned char *s, size_t n)
     return k;
 }
 
+int oip__utf8_valid(const char *s, size_t n)
+{
+    size_t i = 0, k;
+    while (i < n && (k = utf8_len((const unsigned char *)s + i, n - i)))
+        i += k;
+    return i == n;
+}
+
 void oip_utf8_mend(char *s)
 {
     unsigned char *u = (unsigned char *)s;

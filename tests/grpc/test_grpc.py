@@ -236,6 +236,16 @@ class Unary(unittest.TestCase):
                 call(junk, timeout=30)
             self.assertEqual(e.exception.code(), C.INVALID_ARGUMENT)
             self.assertRegex(e.exception.details(), r"not a valid ModelInferRequest")
+        # a string field must be UTF-8 (protobuf's rule; REST's JSON's too):
+        # an id that is not is refused, not echoed into an answer that
+        # clients then cannot parse
+        for bad in (b"\xc3\x28", b"ok\xff", b"\xed\xa0\x80"):
+            with self.assertRaises(grpc.RpcError) as e:
+                call(seed1().SerializeToString() + b"\x1a" + bytes([len(bad)]) + bad, timeout=30)
+            self.assertEqual(e.exception.code(), C.INVALID_ARGUMENT, bad)
+            self.assertRegex(e.exception.details(), r"^id: not valid UTF-8", bad)
+        good = pb.ModelInferResponse.FromString(call(seed1().SerializeToString() + b"\x1a\x03\xc3\xa9!", timeout=30))
+        self.assertEqual(good.id, "\u00e9!")
         # every method that reads its message names it (field 1, a length
         # that runs past the end)
         for method in ("ModelReady", "ModelMetadata", "ModelConfig", "ModelStatistics",

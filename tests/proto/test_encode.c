@@ -11,6 +11,7 @@
 
 #include "core/attn.h"
 #include "proto/oip.h"
+#include "proto/oip_internal.h"
 #include "bits.h"
 #include "tests/check_main.h"
 
@@ -370,6 +371,28 @@ START_TEST(extra_params_text)
 }
 END_TEST
 
+/* the UTF-8 rules (RFC 3629): what a protobuf string may hold */
+START_TEST(utf8_valid)
+{
+    static const struct { const char *s; int ok; } cases[] = {
+        {"", 1}, {"plain", 1}, {"\xc3\xa9", 1}, {"\xe2\x82\xac", 1},
+        {"\xf0\x9f\x98\x80", 1}, {"\xf4\x8f\xbf\xbf", 1},
+        {"\xc3\x28", 0},          /* a lead byte without its continuation */
+        {"ok\xff", 0},             /* never in UTF-8 */
+        {"\xc0\xaf", 0},          /* overlong '/' */
+        {"\xe0\x80\xaf", 0},      /* overlong, three bytes */
+        {"\xed\xa0\x80", 0},      /* a surrogate, U+D800 */
+        {"\xf4\x90\x80\x80", 0},  /* past U+10FFFF */
+        {"\xe2\x82", 0},          /* cut short */
+        {"\x80", 0},               /* a lone continuation byte */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        ck_assert_msg(oip__utf8_valid(cases[i].s, strlen(cases[i].s)) == cases[i].ok,
+                      "case %zu", i);
+    ck_assert(oip__utf8_valid("a\0b", 3)); /* NUL is a character */
+}
+END_TEST
+
 static Suite *encode_suite(void)
 {
     Suite *s = suite_create("encode");
@@ -382,6 +405,7 @@ static Suite *encode_suite(void)
     tcase_add_test(tc, extra_params_text);
     tcase_add_test(tc, round_trip_json);
     tcase_add_test(tc, round_trip_binary);
+    tcase_add_test(tc, utf8_valid);
     suite_add_tcase(s, tc);
     return s;
 }
