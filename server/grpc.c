@@ -522,4 +522,6 @@ void srv_grpc__call_free(gcall *call)
     if (call->next)
         call->next->prev = call->prev;
     free(call);
+    if (s->draining) /* the drain may wait for this call */
+        srv_check_stop(s);
 }

@@ -29,6 +29,9 @@ int srv_grpc_start(srv *s, char *err);
 /* srv_grpc_drain: SIGTERM: tell clients (GOAWAY notice) and refuse new
  * calls; calls in flight finish; idle streams end with UNAVAILABLE. */
 void srv_grpc_drain(srv *s);
+/* srv_grpc_busy: a connection has a call open or bytes not yet written
+ * (the drain waits for them: an answer made is an answer sent). */
+int srv_grpc_busy(const srv *s);
 /* srv_grpc_stop: final GOAWAY, close every connection and the listener. */
 void srv_grpc_stop(srv *s);
 

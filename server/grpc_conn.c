@@ -48,6 +48,8 @@ static void on_written(uv_write_t *req, int status)
         close_conn(c);
     else
         srv_grpc__schedule(c);
+    if (c->g->s->draining) /* the drain may wait for these bytes */
+        srv_check_stop(c->g->s);
 }
 
 /* oom_close: c's frames could not be buffered or made: it is closed, and
@@ -587,6 +589,17 @@ static void on_handle_closed(uv_handle_t *h)
     srv_grpc *g = h->data;
     g->handles--;
     release(g);
+}
+
+int srv_grpc_busy(const srv *s)
+{
+    const gconn *c;
+    if (!s->grpc)
+        return 0;
+    for (c = s->grpc->conns; c; c = c->next)
+        if (!c->closing && (c->calls || c->wpending))
+            return 1;
+    return 0;
 }
 
 void srv_grpc_stop(srv *s)

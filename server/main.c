@@ -76,14 +76,14 @@ static void ignore_signals(srv *s)
 }
 
 /* on_stop_timer: once no job, parked connection or (before the drain
- * timeout) request is left, close the listener, the signal handlers, the
+ * timeout) request or gRPC call or unsent gRPC byte is left, close the listener, the signal handlers, the
  * timers and the batch polls, so that uv_run returns. Loop thread. */
 static void on_stop_timer(uv_timer_t *t)
 {
     srv *s = t->data;
     srv_entry *e;
     if (s->stopping || s->live_jobs || s->n_suspended ||
-        (s->live_reqs && !s->drain_expired))
+        ((s->live_reqs || srv_grpc_busy(s)) && !s->drain_expired))
         return;
     s->stopping = 1;
     srv_log(s, "info", "drained; stopping");

@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import sys
 import time
 import unittest
@@ -338,6 +339,35 @@ class Limits(unittest.TestCase):
             self.assertRegex(e.exception.details(), r"draining")
             ch.close()
             sock.close()
+            self.assertEqual(d.proc.wait(10 * SLOW), 0, "leaves by itself")
+        finally:
+            self.assertEqual(d.stop(), 0, d.log)
+
+    def test_drain_sends_large_answers_whole(self):
+        """An answer far larger than one write (a 1200 x 1200 attention
+        map, 5.8 MB) of a call in flight at SIGTERM reaches its client
+        whole, to a client that reads slowly too, before attnd exits."""
+        d = Attnd("--batch-delay-us", "10000000")
+        t = 1200
+        try:
+            ch = grpc.insecure_channel(f"127.0.0.1:{d.grpc_port}", options=[
+                ("grpc.max_receive_message_length", -1),
+                # a small window: the answer goes out as the client reads
+                ("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 65536)])
+            stub = pbg.GRPCInferenceServiceStub(ch)
+            req = pb.ModelInferRequest(model_name="sdpa", id="big")
+            for n in "qkv":
+                raw(req, n, "FP32", [t, 4], f32([(i % 7) * 0.1 for i in range(t * 4)]))
+            call = stub.ModelInfer.future(want(req, "attention"))
+            time.sleep(0.3 * SLOW)  # queued: waiting out the batch delay
+            d.proc.send_signal(signal.SIGTERM)
+            r = call.result(timeout=30 * SLOW)
+            self.assertEqual(r.id, "big")
+            self.assertEqual(list(r.outputs[0].shape), [t, t])
+            self.assertEqual(len(r.raw_output_contents[0]), t * t * 4)
+            row = struct.unpack(f"<{t}f", r.raw_output_contents[0][-t * 4:])
+            self.assertAlmostEqual(sum(row), 1.0, places=4)
+            ch.close()
             self.assertEqual(d.proc.wait(10 * SLOW), 0, "leaves by itself")
         finally:
             self.assertEqual(d.stop(), 0, d.log)
