@@ -433,6 +433,8 @@ void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem)
     r->method = SRV_POST;
     memcpy(r->method_name, "POST", 5);
     snprintf(r->path, sizeof r->path, "%s", call->path);
+    if ((r->has_seq_hdr = call->has_seq_hdr))
+        memcpy(r->seq_hdr, call->seq_hdr, sizeof r->seq_hdr);
     r->on_answer = on_answer;
     r->door_ctx = sl;
     s->live_reqs++;

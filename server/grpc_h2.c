@@ -89,6 +89,11 @@ static int on_header(nghttp2_session *h2, const nghttp2_frame *f,
     } else if (nlen == 12 && !memcmp(n, "grpc-timeout", 12)) {
         call->timeout_ms = timeout_ms(v, vlen);
         call->has_timeout = 1;
+    } else if (nlen == 17 && !memcmp(n, "attnd-sequence-id", 17)) {
+        size_t k = vlen < sizeof call->seq_hdr ? vlen : sizeof call->seq_hdr - 1;
+        memcpy(call->seq_hdr, v, k);
+        call->seq_hdr[k] = 0;
+        call->has_seq_hdr = 1;
     } else if (nlen == 13 && !memcmp(n, "grpc-encoding", 13)) {
         call->compressed = !(vlen == 8 && !memcmp(v, "identity", 8));
     }

@@ -65,6 +65,8 @@ struct gcall {
     int has_timeout;     /* grpc-timeout came (0 included) */
     uint64_t t0_ns;      /* its HEADERS began (the log's total_us) */
     int answered;        /* ended by its one message's answer (logged) */
+    int has_seq_hdr;     /* attnd-sequence-id metadata, for its requests */
+    char seq_hdr[OIP_MAX_SEQ_ID + 1];
     uint64_t deadline_ns;
     /* incoming messages */
     unsigned char hdr[5];

@@ -451,7 +451,7 @@ void srv_h_infer(srv_req *r)
     srv_job *j;
     const char *hdr_id = r->conn ? MHD_lookup_connection_value(
                                        r->conn, MHD_HEADER_KIND, "Attnd-Sequence-Id")
-                                 : NULL;
+                         : r->has_seq_hdr ? r->seq_hdr : NULL;
     size_t mlen = strnlen(r->arg[0], sizeof r->model - 1); /* "%.128s" */
     memcpy(r->model, r->arg[0], mlen);
     r->model[mlen] = 0;

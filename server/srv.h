@@ -227,6 +227,10 @@ struct srv_req {
     void (*on_answer)(srv_req *r);
     void *door_ctx;
     long long deadline_ms; /* shorter deadline than --deadline-ms, or 0 */
+    /* the door's attnd-sequence-id metadata (REST's is read from conn);
+     * one too long to be an id is cut past OIP_MAX_SEQ_ID - 1 bytes */
+    int has_seq_hdr;
+    char seq_hdr[OIP_MAX_SEQ_ID + 1];
 };
 
 /* srv_respond: set r's answer and, if r is suspended, resume it. Takes

@@ -260,6 +260,25 @@ test('stream steps batch with REST requests (one scheduler)', async () => {
   }
 });
 
+test('the Attnd-Sequence-Id metadata is the sequence id, as REST\'s header: alone, beside the same parameter, or refused when they differ', async () => {
+  const x = (t) => ({ name: 'x', datatype: 'FP32', shape: [1, t, 8], contents: { fp32_contents: Array.from({ length: t * 8 }, (_, i) => (i % 5) * 0.1) } });
+  const step = (t, params, md = {}) => call(c, 'ModelInfer', { model_name: 'tiny', inputs: [x(t)], parameters: params }, { metadata: md });
+  const len = (r) => Number(r.parameters.sequence_length.int64_param);
+  // the metadata alone makes a step of sequence md-a
+  let r = await step(2, { sequence_start: { bool_param: true } }, { 'attnd-sequence-id': 'md-a' });
+  assert.equal(len(r), 2);
+  r = await step(1, { sequence_id: { string_param: 'md-a' } }, { 'attnd-sequence-id': 'md-a' });
+  assert.equal(len(r), 3, 'the same id in both');
+  r = await step(1, {}, { 'attnd-sequence-id': 'md-a' });
+  assert.equal(len(r), 4, 'the metadata alone steps it');
+  await code(step(1, { sequence_id: { string_param: 'md-b' } }, { 'attnd-sequence-id': 'md-a' }), S.INVALID_ARGUMENT,
+    /^Attnd-Sequence-Id: header 'md-a' and parameters\.sequence_id 'md-b' differ/);
+  await code(step(1, {}, { 'attnd-sequence-id': 'a b' }), S.INVALID_ARGUMENT, /^Attnd-Sequence-Id: 'a b' is not a sequence id/);
+  await code(step(1, {}, { 'attnd-sequence-id': 'm'.repeat(300) }), S.INVALID_ARGUMENT, /is not a sequence id \(1 to 128 bytes/);
+  r = await step(1, { sequence_end: { bool_param: true } }, { 'attnd-sequence-id': 'md-a' });
+  assert.equal(len(r), 5);
+});
+
 test('statistics and repository RPCs', async () => {
   const idx = await call(c, 'RepositoryIndex', {});
   assert.ok(idx.models.some((m) => m.name === 'tiny' && m.state === 'READY'));
