@@ -15,7 +15,10 @@
 //     sequence" from the replica they now reach (a survivor); each is then
 //     restarted there with its history, as README "Sequences across
 //     replicas" says, and finishes exact,
-//   - the other sequences finish exact, on their own replicas.
+//   - the other sequences finish exact, on their own replicas;
+//   - first, sequences stepped over gRPC (unary ModelInfer through nginx's
+//     gRPC port, the id in the attnd-sequence-id metadata) keep to one
+//     replica too.
 // Everything listens on 127.0.0.1 on ports picked here; nginx runs as a
 // non-daemon child with its prefix under a temp folder (replicas.mjs starts
 // them all). Settings (env): AFFINITY_SEQUENCES (24), AFFINITY_ROUNDS (8),
@@ -23,8 +26,10 @@
 // (N: steps answered as expected, exact outputs or the expected 400) and
 // exits 1 if any step or check failed.
 import { cpSync, readFileSync } from "node:fs";
+import http2 from "node:http2";
 import { join } from "node:path";
 import { embed } from "../../server/web/embed.js";
+import { fields, frame, ld, packedI64, str, varint } from "../grpc/wire.mjs";
 import { ROOT, freePorts, harness } from "./replicas.mjs";
 
 const NSEQ = Number(process.env.AFFINITY_SEQUENCES || 24);
@@ -70,9 +75,44 @@ function closeRows(got, ref, from, n) {
   return null;
 }
 
+// grpcStep: one ModelInfer call through nginx's gRPC port (protobuf written
+// by hand, tests/grpc/wire.mjs), the sequence id in the attnd-sequence-id
+// metadata only; {status, length} (grpc-status, the answer's
+// sequence_length) or {err}.
+function grpcStep(session, id, words, pos0, start) {
+  const param = (key, value) => ld(4, Buffer.concat([str(1, key), ld(2, value)]));
+  const msg = Buffer.concat([str(1, MODEL),
+    param("causal", Buffer.concat([varint(1 << 3), varint(1)])),
+    ...(start ? [param("sequence_start", Buffer.concat([varint(1 << 3), varint(1)]))] : []),
+    ld(5, Buffer.concat([str(1, "x"), str(2, "FP32"), packedI64(3, [1, words.length, D])])),
+    ld(7, Buffer.from(embed(words, D, pos0).buffer))]);
+  return new Promise((resolve) => {
+    const req = session.request({ ":method": "POST", ":path": "/inference.GRPCInferenceService/ModelInfer",
+      "content-type": "application/grpc", te: "trailers", "attnd-sequence-id": id });
+    let status, message;
+    const chunks = [];
+    req.on("response", (h) => { status = h["grpc-status"] ?? status; message = h["grpc-message"] ?? message; });
+    req.on("trailers", (h) => { status = h["grpc-status"]; message = h["grpc-message"]; });
+    req.on("data", (c) => chunks.push(c));
+    req.on("error", (e) => resolve({ err: e.message }));
+    req.on("end", () => {
+      const body = Buffer.concat(chunks);
+      if (status !== "0" || body.length < 5) return resolve({ err: `grpc-status ${status}: ${decodeURIComponent(message ?? "")}` });
+      let length;
+      for (const e of fields(body.subarray(5))[4] || []) { // parameters: {key 1, value 2}
+        const f = fields(e);
+        if (f[1][0].toString() === "sequence_length") length = Number(fields(f[2][0])[2][0]); // int64_param
+      }
+      resolve({ status, length });
+    });
+    req.end(frame(msg));
+  });
+}
+
 async function main() {
-  const [lbPort, lbGrpcPort, ...replicaPorts] = await freePorts(5);
-  const replicas = await startReplicas(replicaPorts, () => ({ ATTND_GRPC_PORT: "0" }));
+  const [lbPort, lbGrpcPort, ...ports] = await freePorts(8);
+  const replicaPorts = ports.slice(0, 3), grpcPorts = ports.slice(3, 6);
+  const replicas = await startReplicas(replicaPorts, (i) => ({ ATTND_GRPC_PORT: String(grpcPorts[i]) }));
   const v2 = await (await fetch(`http://${replicas[0].addr}/v2`)).json();
   if (!(v2.extensions || []).includes("sequences")) {
     console.log("affinity: skipped: this attnd has no sequences extension");
@@ -86,7 +126,40 @@ async function main() {
   // the gRPC server block's port too (8001 may be any attnd's default)
   conf = conf.replace("listen 127.0.0.1:8001 http2;", `listen 127.0.0.1:${lbGrpcPort} http2;`);
   [8081, 8082, 8083].forEach((d, i) => { conf = conf.replaceAll(`server 127.0.0.1:${d} `, `server 127.0.0.1:${replicaPorts[i]} `); });
+  [9081, 9082, 9083].forEach((d, i) => { conf = conf.replaceAll(`server 127.0.0.1:${d} `, `server 127.0.0.1:${grpcPorts[i]} `); });
   const base = await startNginx(conf, lbPort);
+
+  // gRPC: sequences stepped by unary calls carrying only the
+  // attnd-sequence-id metadata reach their replica every time (a step on
+  // any other answers "unknown sequence"): nginx hashes the metadata.
+  {
+    const session = http2.connect(`http://127.0.0.1:${lbGrpcPort}`);
+    session.on("error", () => {});
+    const G = 12, STEPS = 4; // 12: all on one replica by chance has odds ~1e-5
+    const ids = Array.from({ length: G }, (_, g) => `aff-grpc-${g}-${T0.toString(36)}`);
+    const bad = [];
+    for (let k = 0; k <= STEPS; k++) {
+      // each round in another order: least_conn (no hash) would then give a
+      // sequence another replica than its last
+      const order = ids.map((_, i) => (i * 5 + k * 7) % G);
+      const got = Array(G);
+      await Promise.all(order.map(async (g) => {
+        const id = ids[g];
+        const words = wordsOf(100 + g);
+        got[g] = await (k === 0 ? grpcStep(session, id, words.slice(0, PROMPT), 0, true)
+          : grpcStep(session, id, words.slice(PROMPT + k - 1, PROMPT + k), PROMPT + k - 1, false));
+      }));
+      got.forEach((r, g) => { if (r.err || r.length !== PROMPT + k) bad.push(`${ids[g]} step ${k}: ${r.err ?? `sequence_length ${r.length}`}`); });
+    }
+    session.close();
+    check(bad.length === 0, `gRPC: ${G} sequences x ${STEPS + 1} calls with attnd-sequence-id through nginx, every one answered on its sequence${bad.length ? `: ${bad.slice(0, 3).join("; ")}` : ""}`);
+    const at = new Map(); // sequence id -> the replicas that answered it
+    for (const l of accessLog()) if (ids.includes(l.seq)) at.set(l.seq, (at.get(l.seq) ?? new Set()).add(l.upstreams.at(-1)));
+    const used = new Set([...at.values()].flatMap((set) => [...set]));
+    // spread over the replicas (least_conn sent them all to one), each on one
+    check(at.size === G && [...at.values()].every((set) => set.size === 1) && used.size > 1,
+      `gRPC: each sequence's calls reached one replica, the sequences ${used.size} replicas`);
+  }
 
   // References: one-shot causal runs over each sequence's whole history, on
   // the first replica directly.

@@ -146,8 +146,8 @@ async function main() {
   defaults.forEach((d, i) => {
     conf = conf.replaceAll(`server 127.0.0.1:${d} `, `server 127.0.0.1:${replicaPorts[i]} `);
   });
-  if (!conf.includes("listen 127.0.0.1:8001 http2;") || (conf.match(/server 127\.0\.0\.1:908[123] /g) || []).length !== 3)
-    throw new Error("deploy/nginx.conf no longer has the gRPC listen line and the 3 gRPC server lines this test fills in");
+  if (!conf.includes("listen 127.0.0.1:8001 http2;") || (conf.match(/server 127\.0\.0\.1:908[123] /g) || []).length !== 6)
+    throw new Error("deploy/nginx.conf no longer has the gRPC listen line and the 2 x 3 gRPC server lines this test fills in");
   conf = conf.replace("listen 127.0.0.1:8001 http2;", `listen 127.0.0.1:${lbGrpcPort} http2;`);
   [9081, 9082, 9083].forEach((d, i) => {
     conf = conf.replaceAll(`server 127.0.0.1:${d} `, `server 127.0.0.1:${grpcPorts[i]} `);
