@@ -17,15 +17,22 @@
  * connection costs no thread: it is suspended (MHD) and one loop timer,
  * running only while someone waits, looks up each waiter's map every
  * TICK_MS (one lookup under the store's mutex per waiter; the map is
- * rendered only when it is answered). On SIGTERM every waiter is answered
- * at once and a new wait= answers at once, so the drain never waits on a
- * watcher.
+ * rendered only when it is answered). The same tick lets go of a waiter
+ * whose client went: MHD does not read a suspended connection's socket, so
+ * one poll(2) per waiter (no wait) looks for its end (a FIN, closed or
+ * half-closed, or a reset; bytes of a pipelined next request are not an
+ * end); such a waiter is answered like one whose time is up, and MHD, now
+ * reading again, closes the connection. Without this a page that reloads
+ * held its slot in maps-waiters and its connection (max-connections-per-ip)
+ * until the wait's timeout. On SIGTERM every waiter is answered at once and
+ * a new wait= answers at once, so the drain never waits on a watcher.
  *
  * Loop thread only.
  */
 #include "server/srv.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,8 +93,19 @@ static int changed(const srv_req *r, const maps_info *info)
            (r->wait_version >= 0 && info->version != r->wait_version);
 }
 
+/* gone: has r's client closed its end of the connection (FIN: closed or
+ * half-closed) or reset it? Bytes it sent (a pipelined request) are not
+ * an end; a FIN behind them is. */
+static int gone(const srv_req *r)
+{
+    struct pollfd p = {.fd = r->wait_fd, .events = POLLIN | POLLRDHUP};
+    if (r->wait_fd < 0 || poll(&p, 1, 0) <= 0)
+        return 0;
+    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
 /* on_tick: answer the waiters whose map changed, went away or whose time
- * is up. */
+ * is up, and those whose client went (MHD then closes them). */
 static void on_tick(uv_timer_t *t)
 {
     srv *s = t->data;
@@ -97,7 +115,7 @@ static void on_tick(uv_timer_t *t)
     for (; r; r = next) {
         next = r->wait_next;
         if (maps_info_get(s->maps, r->wait_id, &info) == 0 &&
-            !changed(r, &info) && now < r->wait_until_ns)
+            !changed(r, &info) && now < r->wait_until_ns && !gone(r))
             continue;
         unlink_waiter(r);
         answer(r, r->wait_id);
@@ -109,6 +127,7 @@ void srv_maps_wait(srv_req *r, const char *id, const char *wait,
 {
     srv *s = r->s;
     long long n, v = -1, ms = s->cfg.maps_wait_ms;
+    const union MHD_ConnectionInfo *ci;
     maps_info info;
     if (parse_ll(wait, 0, 1 << 30, &n) < 0) {
         srv_respond_error(r, 400, "wait: expected the number of query rows "
@@ -141,6 +160,8 @@ void srv_maps_wait(srv_req *r, const char *id, const char *wait,
                           "(maps-waiters); ask again later", s->n_waiters);
         return;
     }
+    ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    r->wait_fd = ci ? ci->connect_fd : -1; /* open while r is suspended */
     memcpy(r->wait_id, id, strlen(id) + 1);
     r->wait_until_ns = srv_now_ns() + (uint64_t)ms * 1000000u;
     r->wait_prev = NULL;

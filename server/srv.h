@@ -214,6 +214,7 @@ struct srv_req {
     long long wait_version; /* the map version it has, -1 = not given */
     uint64_t wait_until_ns;
     char wait_id[MAPS_ID_MAX];
+    int wait_fd;           /* its socket, watched for the client's end */
     srv_req *wait_prev, *wait_next;
     /* for the log line */
     char model[SRV_NAME_MAX];
@@ -365,8 +366,8 @@ void srv_guard_stop(srv *s);
 
 /* maps_wait.c: GET /v2/maps/{id}?wait=N[&version=V] (follow mode).
  * srv_maps_wait answers r at once or parks it until the map's rows differ
- * from N (or its version from V), it goes away, or the timeout (timeout_ms,
- * at most maps-wait-ms) passes; at most
+ * from N (or its version from V), it goes away, its client goes, or the
+ * timeout (timeout_ms, at most maps-wait-ms) passes; at most
  * maps-waiters wait at once (503 past that). srv_maps_wait_drain answers
  * every waiter (SIGTERM); srv_maps_wait_cancel forgets r (completion). */
 void srv_maps_wait(srv_req *r, const char *id, const char *wait,

@@ -2,9 +2,11 @@
 // GET /v2/maps/{id}?wait=N answers once the map's query rows differ from
 // N, once it is gone, or after its timeout; bounded by maps-waiters (503
 // past it) and maps-wait-ms; waiting blocks neither the loop nor inference;
-// SIGTERM answers every waiter at once. (A sequence's growing map wakes a
-// waiter: tests/web/sequence.test.mjs, once sequences exist.)
+// SIGTERM answers every waiter at once; a waiter whose client went gives
+// back its slot and its connection within a tick. (A sequence's growing
+// map wakes a waiter: tests/web/sequence.test.mjs, once sequences exist.)
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import { test } from 'node:test';
 import { SLOW, fp32, infer, start } from './helper.mjs';
 
@@ -115,5 +117,133 @@ test('at most maps-waiters wait; inference and other requests go on meanwhile; S
     assert.ok(Date.now() - t0 < 15000 * SLOW, `exit took ${Date.now() - t0} ms`);
   } finally {
     if (!stopped) await d.stop();
+  }
+});
+
+// ---- waiters whose clients went --------------------------------------------
+// A parked waiter is suspended: libmicrohttpd does not read its socket, so
+// only maps_wait.c sees that its client went. These use raw sockets, to
+// close them in each way a client can and to know which connections are
+// open (fetch keeps its own).
+
+const sleep = (ms) => new Promise((res) => setTimeout(res, ms));
+/** p, or nothing once ms have passed (the timer does not outlive it). */
+function within(p, ms) {
+  let t;
+  return Promise.race([p, new Promise((res) => { t = setTimeout(res, ms); })]).finally(() => clearTimeout(t));
+}
+const head = (path, close = false) =>
+  `GET ${path} HTTP/1.1\r\nHost: t\r\n${close ? 'Connection: close\r\n' : ''}\r\n`;
+
+/** A raw connection that sent `text`; c.data collects what comes back,
+ * c.done resolves when it is closed. */
+function rawOpen(port, text) {
+  const s = net.connect(port, '127.0.0.1');
+  const c = { s, data: '', closed: false };
+  c.done = new Promise((res) => s.on('close', () => { c.closed = true; res(); }));
+  s.on('data', (b) => { c.data += b; });
+  s.on('error', () => {});
+  s.write(text);
+  return c;
+}
+
+/** GET path on a connection of its own (closed after the answer):
+ * {status (0: closed or reset with no answer), body, ms}. */
+async function rawGet(port, path) {
+  const t0 = Date.now();
+  const c = rawOpen(port, head(path, true));
+  await c.done;
+  const m = /^HTTP\/1\.1 (\d{3})/.exec(c.data);
+  const at = c.data.indexOf('\r\n\r\n');
+  return { status: m ? Number(m[1]) : 0, body: at < 0 ? '' : c.data.slice(at + 4), ms: Date.now() - t0 };
+}
+
+async function metric(port, name) {
+  const r = await rawGet(port, '/metrics');
+  const m = new RegExp(`^${name} (\\d+)$`, 'm').exec(r.body);
+  assert.ok(m, `no ${name} in /metrics (status ${r.status})`);
+  return Number(m[1]);
+}
+
+/** Poll ok() every 50 ms; fail with why past ms. */
+async function until(ok, ms, why) {
+  const t0 = Date.now();
+  while (!(await ok())) {
+    assert.ok(Date.now() - t0 < ms, `${why} after ${Date.now() - t0} ms`);
+    await sleep(50);
+  }
+  return Date.now() - t0;
+}
+
+test('a waiter whose client went (closed, reset or half-closed) frees its maps-waiters slot and its connection at once', async () => {
+  const d = await start({ args: ['--maps-waiters', '4', '--maps-wait-ms', '20000'] });
+  try {
+    const id = await retain(d, 1);
+    // Open now: fetch's keep-alive and the /metrics request itself.
+    const base = await metric(d.port, 'attnd_open_connections');
+    const w = [0, 1, 2, 3].map(() => rawOpen(d.port, head(`/v2/maps/${id}?wait=${T}`)));
+    await until(async () => (await metric(d.port, 'attnd_maps_waiters')) === 4, 5000 * SLOW,
+      'attnd_maps_waiters never reached 4');
+    assert.equal((await rawGet(d.port, `/v2/maps/${id}?wait=${T}`)).status, 503);
+    // Two clients close (FIN), one resets (RST), one half-closes
+    // (shutdown(SHUT_WR)): all four went, as libmicrohttpd sees it.
+    w[0].s.destroy();
+    w[1].s.destroy();
+    w[2].s.resetAndDestroy();
+    w[3].s.end();
+    // Let go within a tick or two, not at the end of their 20 s wait.
+    const ms = await until(async () => (await metric(d.port, 'attnd_maps_waiters')) === 0 &&
+      (await metric(d.port, 'attnd_open_connections')) <= base, 2000 * SLOW,
+    'the waiters whose clients went still hold their slots or connections');
+    assert.ok(ms < 2000 * SLOW, `let go after ${ms} ms`);
+    // The half-closed one is closed by attnd, with the map's metadata
+    // (unchanged) when libmicrohttpd still sends it, or none.
+    await within(w[3].done, 2000 * SLOW);
+    assert.ok(w[3].closed, 'the half-closed waiter was not closed');
+    assert.ok(w[3].data === '' || /^HTTP\/1\.1 200 /.test(w[3].data), w[3].data.slice(0, 100));
+    // A new wait is taken (and answered at its timeout), not 503.
+    const r = await rawGet(d.port, `/v2/maps/${id}?wait=${T}&timeout_ms=300`);
+    assert.equal(r.status, 200, r.body);
+    assert.ok(r.ms >= 250, `answered after ${r.ms} ms, before its timeout`);
+    assert.deepEqual(JSON.parse(r.body).shape, [1, 1, T, T]);
+  } finally {
+    assert.equal((await d.stop()).code, 0);
+  }
+});
+
+test('waiters whose clients went no longer fill max-connections-per-ip (new connections were reset)', async () => {
+  const d = await start({ args: ['--max-connections-per-ip', '6', '--maps-wait-ms', '20000'] });
+  try {
+    const id = await retain(d, 1);
+    // Fill the address's connections with waiters (fetch may keep one).
+    const n = 6 - ((await metric(d.port, 'attnd_open_connections')) - 1);
+    const w = Array.from({ length: n }, () => rawOpen(d.port, head(`/v2/maps/${id}?wait=${T}`)));
+    await sleep(500);
+    assert.ok(w.every((c) => !c.closed && c.data === ''), 'a waiter was answered or refused');
+    for (const c of w) c.s.destroy();
+    // n new connections at once are served within a tick or two (while
+    // the waiters held them, every new one was reset).
+    await until(async () => (await Promise.all(Array.from({ length: n },
+      () => rawGet(d.port, '/v2/health/live')))).every((r) => r.status === 200), 2000 * SLOW,
+    'new connections still refused');
+  } finally {
+    assert.equal((await d.stop()).code, 0);
+  }
+});
+
+test('a request pipelined behind a wait is not taken for a client that went', async () => {
+  const d = await start({ args: ['--maps-wait-ms', '20000'] });
+  try {
+    const id = await retain(d, 1);
+    const t0 = Date.now();
+    const c = rawOpen(d.port, head(`/v2/maps/${id}?wait=${T}&timeout_ms=800`) +
+      head('/v2/health/live', true));
+    await within(c.done, 10000 * SLOW);
+    const ms = Date.now() - t0;
+    assert.ok(c.closed, 'no answer to the pipelined request');
+    assert.equal(c.data.match(/HTTP\/1\.1 200 /g)?.length, 2, c.data);
+    assert.ok(ms >= 700, `the wait answered after ${ms} ms, before its timeout`);
+  } finally {
+    assert.equal((await d.stop()).code, 0);
   }
 });
