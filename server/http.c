@@ -211,7 +211,9 @@ static int route(srv_req *r, const char *url)
     size_t i;
     int allowed = 0;
     const char *v;
-    size_t len = strcspn(url, "?");
+    /* url is MHD's path: the query already taken off and the rest
+     * %-decoded, so a '?' in it came as %3F (a sequence id may hold one) */
+    size_t len = strlen(url);
     if (len >= sizeof r->path) {
         /* logged cut, with its length */
         snprintf(r->path, sizeof r->path, "%.200s... (%zu bytes)", url, len);

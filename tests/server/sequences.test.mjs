@@ -110,6 +110,16 @@ test('two interleaved sequences never see each other; restart; unknown ids', asy
     assert.match(g.json.error, /'B'.*sequence_start/);
     assert.equal((await fetch(`${d.url}/v2/sequences/B`, { method: 'DELETE' })).status, 404);
     assert.equal(await metric(d, 'attnd_sequences_dropped_total', 'gqa', ',reason="deleted"'), 1);
+    // an id with '?', '#' or '%' (printable ASCII: allowed) is addressed
+    // percent-encoded in the path
+    for (const id of ['a?b', 'c#d', 'e%f']) {
+      assert.equal((await infer(d, 'gqa', stepBody(id, xa.slice(0, D), { start: true }))).status, 200, id);
+      const p = `${d.url}/v2/sequences/${encodeURIComponent(id)}`;
+      const one = await fetch(p);
+      assert.equal(one.status, 200, `GET ${id}`);
+      assert.equal((await one.json()).id, id);
+      assert.equal((await fetch(p, { method: 'DELETE' })).status, 200, `DELETE ${id}`);
+    }
     // unloading the model drops its sequences
     assert.equal((await fetch(`${d.url}/v2/repository/models/gqa/unload`, { method: 'POST' })).status, 200);
     assert.equal((await (await fetch(`${d.url}/v2/sequences`)).json()).count, 0);
