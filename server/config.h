@@ -75,7 +75,7 @@
       "has passed since its head (0 = none)")                                 \
     X(memory_budget, "memory-budget", INT, 1024 * SRV_MiB, 0, 1LL << 44,      \
       "bytes buffered bodies, decoded requests and unsent answers may hold " \
-      "together; past it 503 (0 = none)")                                               \
+      "together; past it 503 (0 = no budget: unlimited)")                     \
     X(reuse_port, "reuse-port", INT, 0, 0, 1,                                 \
       "1: share the ports (REST and gRPC) with other processes "             \
       "(SO_REUSEPORT); 0: refuse to start when one is in use")                \
@@ -93,12 +93,13 @@
     X(maps_bytes, "maps-bytes", INT, 256 * SRV_MiB, 0, 1LL << 40,             \
       "memory for retained attention maps (0 = retain refused)")              \
     X(kv_bytes, "kv-bytes", INT, 4096 * SRV_MiB, 0, 1LL << 42,                \
-      "K/V cache budget of each weight-set model's sequences (0 = none)")     \
+      "K/V cache budget of each weight-set model's sequences (0 = no "       \
+      "sequences: a start answers 400)")                                      \
     X(kv_dtype, "kv-dtype", STR, "f32", 0, 0,                                 \
       "K/V cache element type: f32, f16 or bf16 (half the bytes)")            \
     X(max_sequences, "max-sequences", INT, 1024, 0, 1000000,                  \
       "live sequences (all models) before a start answers 503; as many "    \
-      "that went are remembered")                                             \
+      "that went are remembered (0 = no sequences: a start answers 400)")     \
     X(sequence_idle_ms, "sequence-idle-ms", INT, 60000, 1, 86400000,          \
       "a sequence with no step for this long is dropped, and one that went " \
       "is remembered this long (ms)")                                         \

@@ -32,6 +32,7 @@
 #include "server/srv.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,9 +141,10 @@ void srv_maps_wait(srv_req *r, const char *id, const char *wait,
                                   "metadata)");
         return;
     }
-    if (timeout && parse_ll(timeout, 0, 86400000, &ms) < 0) {
+    if (timeout && parse_ll(timeout, 0, LLONG_MAX, &ms) < 0) {
         srv_respond_error(r, 400, "timeout_ms: expected milliseconds (an "
-                                  "integer >= 0)");
+                                  "integer >= 0; more than maps-wait-ms "
+                                  "waits maps-wait-ms)");
         return;
     }
     if (ms > s->cfg.maps_wait_ms)

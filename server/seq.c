@@ -108,9 +108,13 @@ static void kick(srv_seqs *q, srv_seq *l)
         st->where = SRV_STEP_NONE;
         st->seq = l;
         if (st->start) {
-            if (!st->inst->kv_pool) {
-                snprintf(msg, sizeof msg, "sequences: model '%s' keeps no "
-                         "K/V cache (kv-bytes 0)", st->e->name);
+            if (!st->inst->kv_pool || q->s->cfg.max_sequences < 1) {
+                /* off: a retry would never do better, so not a 503 */
+                if (st->inst->kv_pool)
+                    snprintf(msg, sizeof msg, "sequences: off (max-sequences 0)");
+                else
+                    snprintf(msg, sizeof msg, "sequences: model '%s' keeps no "
+                             "K/V cache (kv-bytes 0)", st->e->name);
                 srv__seq_fail(st, 400, msg);
                 continue;
             }

@@ -266,6 +266,20 @@ test('the K/V budget: 503 with Retry-After naming it, the sequence intact', asyn
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
+test('--max-sequences 0 and --kv-bytes 0 turn sequences off: a start is 400 (a retry would not help), stateless requests work', async () => {
+  for (const [flag, why] of [['--max-sequences', /^sequences: off \(max-sequences 0\)$/], ['--kv-bytes', /keeps no K\/V cache \(kv-bytes 0\)/]]) {
+    const d = await start({ dir: gqaModels(), args: [flag, '0'] });
+    try {
+      const x = tokens(2, 1);
+      const r = await infer(d, 'gqa', stepBody('off', x, { start: true }));
+      assert.equal(r.status, 400, flag);
+      assert.match(r.json.error, why, flag);
+      assert.equal(r.headers.get('retry-after'), null, flag);
+      assert.equal((await full(d, x)).n, 2, `${flag}: stateless`);
+    } finally { assert.equal((await d.stop()).code, 0); }
+  }
+});
+
 test('an idle sequence is dropped after --sequence-idle-ms', async () => {
   const d = await start({ dir: gqaModels(), args: ['--sequence-idle-ms', '200'] });
   try {
