@@ -280,6 +280,26 @@ test('--max-sequences 0 and --kv-bytes 0 turn sequences off: a start is 400 (a r
   }
 });
 
+test('a step\'s tokens label its new rows: one per row of x or none, as a stateless request\'s (400 otherwise, not dropped)', async () => {
+  const d = await start({ dir: gqaModels() });
+  try {
+    const xs = tokens(3, 9);
+    for (const [extra, start] of [[{ retain: true, tokens: ['a', 'b'] }, true], [{ tokens: ['a', 'b', 'c', 'd'] }, true]]) {
+      const r = await infer(d, 'gqa', stepBody('lab', xs.slice(0, 3 * D), { start, extra }));
+      assert.equal(r.status, 400, JSON.stringify(extra));
+      assert.match(r.json.error, new RegExp(`^parameters\\.tokens: ${extra.tokens.length} labels for 3 new tokens`));
+    }
+    let r = await infer(d, 'gqa', stepBody('lab', xs.slice(0, 2 * D), { start: true, extra: { retain: true, tokens: ['a', 'b'] } }));
+    assert.equal(r.status, 200);
+    r = await infer(d, 'gqa', stepBody('lab', xs.slice(2 * D), { extra: { tokens: ['c', 'd'] } }));
+    assert.equal(r.status, 400, 'a later step too');
+    r = await infer(d, 'gqa', stepBody('lab', xs.slice(2 * D), { extra: { tokens: ['c'] } }));
+    assert.equal(r.status, 200);
+    const m = await (await fetch(`${d.url}/v2/maps/${r.json.parameters.map_id}`)).json();
+    assert.deepEqual(m.tokens, ['a', 'b', 'c']);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
 test('an idle sequence is dropped after --sequence-idle-ms', async () => {
   const d = await start({ dir: gqaModels(), args: ['--sequence-idle-ms', '200'] });
   try {
