@@ -47,14 +47,13 @@ START_TEST(max_sequences)
     ck_assert_int_eq(run(c, 1), 0);
     ck_assert_uint_eq(srv_seq_list(&g_s, NULL, 0), 2);
 
-    /* max-sequences 0: no start at all */
+    /* max-sequences 0: sequences are off, and no retry would help: 400 */
     g_s.cfg.max_sequences = 0;
     job_free(d);
     d = job(M2, 1, "\"sequence_id\":\"e\",\"sequence_start\":true");
     submit(d);
-    ck_assert_int_eq(d->status, 503);
-    ck_assert_str_eq(d->msg, "sequences: 2 live or starting (max-sequences 0); "
-                     "end some or retry later");
+    ck_assert_int_eq(d->status, 400);
+    ck_assert_str_eq(d->msg, "sequences: off (max-sequences 0)");
     job_free(b), job_free(c), job_free(d), job_free(r);
 }
 END_TEST
