@@ -1,7 +1,8 @@
 /*
  * maps.c - the retained-map store: a byte-bounded list of immutable,
  * reference-counted entries, newest at the head, oldest evicted first.
- * The HTTP rendering of its contents lives in maps_http.c.
+ * The HTTP rendering of its contents lives in maps_http.c, the building
+ * of a sequence's grown map in maps_grow.c.
  */
 #include "maps.h"
 
@@ -67,7 +68,7 @@ int maps_store_create(maps_store **out, size_t max_bytes)
     return 0;
 }
 
-static void entry_free(maps__entry *e)
+void maps__entry_free(maps__entry *e)
 {
     if (!e)
         return;
@@ -85,7 +86,7 @@ static void entry_free(maps__entry *e)
 void maps__release(maps__entry *e)
 {
     if (e && __atomic_sub_fetch(&e->refs, 1, __ATOMIC_ACQ_REL) == 0)
-        entry_free(e);
+        maps__entry_free(e);
 }
 
 void maps_store_destroy(maps_store *st)
@@ -164,7 +165,7 @@ overflow:
 
 /* copy_extras: copy a's optional mask (packed to bits), scores and values
  * into e with the sizes extras_size counted. 0, or -1 when out of memory
- * (e keeps what it got; entry_free frees it). */
+ * (e keeps what it got; maps__entry_free frees it). */
 static int copy_extras(maps__entry *e, const maps_put_args *a, size_t mbits,
                        size_t mbytes, size_t sbytes, size_t vbytes)
 {
@@ -198,14 +199,9 @@ static int copy_extras(maps__entry *e, const maps_put_args *a, size_t mbits,
     return 0;
 }
 
-/*
- * Check a's shape and labels and build an unlinked entry holding copies of
- * everything (refs = 1, id not yet assigned). 0 or a negative code with
- * err naming the field. adopt: a malloc'd copy of a->attention that the
- * entry takes instead of copying it (on success only), or NULL.
- */
-static int entry_build(const maps_put_args *a, size_t max_bytes,
-                       float *adopt, maps__entry **out, char *err)
+/* maps__entry_build: see maps_int.h. */
+int maps__entry_build(const maps_put_args *a, size_t max_bytes, float *adopt,
+                      maps__entry **out, char *err)
 {
     maps__entry *e = NULL;
     size_t cells, nbytes, lab_bytes = 0, total, mbits = 0, mbytes = 0;
@@ -320,7 +316,7 @@ static int entry_build(const maps_put_args *a, size_t max_bytes,
 nomem:
     if (e && adopt && e->attention == adopt)
         e->attention = NULL; /* the caller's still */
-    entry_free(e);
+    maps__entry_free(e);
     snprintf(err, ATTN_ERRMAX, "parameters.retain: out of memory");
     return ATTN_ENOMEM;
 }
@@ -344,103 +340,6 @@ static void link_newest(maps_store *st, maps__entry *e)
     st->n++;
 }
 
-/* grown_args: the whole map after a step: the first t0 rows of old
- * (widened to a->s keys) then a's rows, into *att (malloc'd) and *labels
- * (malloc'd array of pointers into old's labels and a's, or NULL). */
-static int grown_args(const maps__entry *old, int t0, const maps_put_args *a,
-                      maps_put_args *g, float **att, const char ***labels)
-{
-    size_t S = (size_t)a->s, T = (size_t)t0 + (size_t)a->t, n;
-    int k, i, os = old->info.s;
-    *att = NULL;
-    *labels = NULL;
-    if (mul_size(T, S, &n) || mul_size(n, (size_t)a->h, &n) ||
-        mul_size(n, sizeof(float), &n))
-        return ATTN_EOVERFLOW;
-    *att = calloc(1, n ? n : 1);
-    if (!*att)
-        return ATTN_ENOMEM;
-    for (k = 0; k < a->h; k++) {
-        float *dst = *att + (size_t)k * T * S;
-        const float *src = old->attention + (size_t)k * old->info.t * (size_t)os;
-        /* the kept rows' weights on keys 0 .. t0-1: keys past t0 are the
-         * tokens a step that rewound the sequence replaced (or, growing,
-         * keys the rows never saw); they read 0 */
-        for (i = 0; i < t0; i++)
-            memcpy(dst + (size_t)i * S, src + (size_t)i * (size_t)os,
-                   (size_t)(os < t0 ? os : t0) * sizeof(float));
-        if (a->t)
-            memcpy(dst + (size_t)t0 * S,
-                   a->attention + (size_t)k * (size_t)a->t * S,
-                   (size_t)a->t * S * sizeof(float));
-    }
-    memset(g, 0, sizeof *g);
-    g->model = old->info.model;
-    g->b = 1;
-    g->h = a->h;
-    g->t = (int)T;
-    g->s = a->s;
-    g->attention = *att;
-    g->causal = old->info.causal;
-    g->dk = old->info.dk;
-    if (old->n_labels == old->info.t || (a->t && a->n_tokens == a->t)) {
-        *labels = malloc(T * sizeof(char *));
-        if (!*labels)
-            return ATTN_ENOMEM;
-        for (i = 0; i < (int)T; i++)
-            (*labels)[i] = i < t0 ? (old->n_labels ? old->labels + old->label_off[i] : "")
-                                  : (a->n_tokens ? a->tokens[i - t0] : "");
-        g->tokens = *labels;
-        g->n_tokens = (int)T;
-    }
-    return 0;
-}
-
-int maps_grow_make(maps_store *st, const char *id, int t0,
-                   const maps_put_args *a, maps_grown **out, char *err)
-{
-    char scratch[ATTN_ERRMAX];
-    maps__entry *old, *e = NULL;
-    maps_put_args g;
-    float *att = NULL;
-    const char **labels = NULL;
-    int rc;
-
-    *out = NULL;
-    if (!err)
-        err = scratch;
-    old = maps__acquire(st, id);
-    if (!old) {
-        snprintf(err, ATTN_ERRMAX, "map %s: evicted", id ? id : "(null)");
-        return ATTN_ENOTFOUND;
-    }
-    if (old->info.b != 1 || old->info.h != a->h || t0 < 0 ||
-        t0 > old->info.t || a->b != 1 || a->t < 0 ||
-        (long long)a->s != (long long)t0 + a->t || (a->t && !a->attention) ||
-        (a->n_tokens != 0 && a->n_tokens != a->t)) {
-        snprintf(err, ATTN_ERRMAX, "map %s: rows [%d, %d) x %d keys do not "
-                 "extend a [%d, %d, %d, %d] map", id, t0, t0 + a->t, a->s,
-                 old->info.b, old->info.h, old->info.t, old->info.s);
-        maps__release(old);
-        return ATTN_EINVAL;
-    }
-    rc = grown_args(old, t0, a, &g, &att, &labels);
-    if (!rc)
-        rc = entry_build(&g, st->max_bytes, att, &e, err);
-    else
-        snprintf(err, ATTN_ERRMAX, "map %s: out of memory", id);
-    if (rc)
-        free(att); /* else the entry holds it */
-    free(labels);
-    if (!rc) {
-        e->info.created_ms = old->info.created_ms;
-        memcpy(e->info.id, old->info.id, sizeof e->info.id);
-        *out = e;
-    }
-    maps__release(old);
-    return rc;
-}
-
 int maps_grow_put(maps_store *st, maps_grown *g)
 {
     maps__entry *p;
@@ -449,7 +348,7 @@ int maps_grow_put(maps_store *st, maps_grown *g)
         ;
     if (!p) { /* evicted meanwhile */
         pthread_mutex_unlock(&st->lock);
-        entry_free(g);
+        maps__entry_free(g);
         return ATTN_ENOTFOUND;
     }
     g->info.version = p->info.version + 1;
@@ -457,12 +356,6 @@ int maps_grow_put(maps_store *st, maps_grown *g)
     link_newest(st, g);
     pthread_mutex_unlock(&st->lock);
     return 0;
-}
-
-void maps_grown_free(maps_grown *g)
-{
-    if (g)
-        entry_free(g);
 }
 
 void maps_drop(maps_store *st, const char *id)
@@ -486,7 +379,7 @@ int maps_put(maps_store *st, const maps_put_args *a, char *id_out,
     if (!err)
         err = scratch;
     err[0] = '\0';
-    rc = entry_build(a, st->max_bytes, NULL, &e, err);
+    rc = maps__entry_build(a, st->max_bytes, NULL, &e, err);
     if (rc)
         return rc;
     pthread_mutex_lock(&st->lock);
@@ -697,7 +590,7 @@ int maps_slice_of(maps_store *st, const char *id, maps_what what, int b,
         rc = ATTN_EINVAL;
         goto fail;
     }
-    /* entry_build checked b*h*t*s*4 for overflow, so t*s is safe. */
+    /* maps__entry_build checked b*h*t*s*4 for overflow, so t*s is safe. */
     ts = (size_t)e->info.t * (size_t)e->info.s;
     plane = calloc(ts, sizeof(float));
     if (!plane)
@@ -755,7 +648,7 @@ int maps_values(maps_store *st, const char *id, int b, int h, float **out,
         return ATTN_EINVAL;
     }
     kvh = h / (e->info.h / e->info.kv_h);
-    n = (size_t)e->info.s * (size_t)e->info.dv; /* counted in entry_build */
+    n = (size_t)e->info.s * (size_t)e->info.dv; /* counted in maps__entry_build */
     *out = malloc(n * sizeof(float));
     if (!*out) {
         snprintf(err, ATTN_ERRMAX, "out of memory");

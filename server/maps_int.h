@@ -1,6 +1,7 @@
 /*
- * maps_int.h - the retained-map entry, shared by maps.c (the store) and
- * maps_http.c (its HTTP rendering). Not for use outside those two files.
+ * maps_int.h - the retained-map entry, shared by maps.c (the store),
+ * maps_grow.c (a sequence's grown map) and maps_http.c (the HTTP
+ * rendering). Not for use outside those files.
  */
 #ifndef ATTN_MAPS_INT_H
 #define ATTN_MAPS_INT_H
@@ -32,6 +33,18 @@ typedef struct maps__entry {
  * maps__release drops a reference (NULL is fine); the last one frees. */
 maps__entry *maps__acquire(maps_store *st, const char *id);
 void maps__release(maps__entry *e);
+
+/*
+ * maps__entry_build: check a's shape and labels and build an unlinked
+ * entry holding copies of everything (refs = 1, id not yet assigned), of
+ * at most max_bytes. 0 or a negative code with err naming the field.
+ * adopt: a malloc'd copy of a->attention that the entry takes instead of
+ * copying it (on success only), or NULL. maps__entry_free frees an entry
+ * that was never put (NULL is fine). Any thread.
+ */
+int maps__entry_build(const maps_put_args *a, size_t max_bytes, float *adopt,
+                      maps__entry **out, char *err);
+void maps__entry_free(maps__entry *e);
 
 /* maps__allowed: 1 when query i may attend key j in (b, h) of e (causal
  * flag, lengths and the explicit mask all agree), else 0. */

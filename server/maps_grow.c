@@ -1,0 +1,118 @@
+/*
+ * maps_grow.c - a sequence's retained map grown by the rows of its next
+ * step (maps_grow_make; maps_grow_put, in maps.c, puts it in the store
+ * once the step has been answered). See maps.h.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/attn.h"
+#include "server/maps.h"
+#include "server/maps_int.h"
+
+/* grown_args: the whole map after a step: the first t0 rows of old
+ * (widened to a->s keys) then a's rows, into *att (malloc'd) and *labels
+ * (malloc'd array of pointers into old's labels and a's, or NULL). */
+static int grown_args(const maps__entry *old, int t0, const maps_put_args *a,
+                      maps_put_args *g, float **att, const char ***labels)
+{
+    size_t S = (size_t)a->s, T = (size_t)t0 + (size_t)a->t, n;
+    int k, i, os = old->info.s;
+    *att = NULL;
+    *labels = NULL;
+    if (__builtin_mul_overflow(T, S, &n) ||
+        __builtin_mul_overflow(n, (size_t)a->h, &n) ||
+        __builtin_mul_overflow(n, sizeof(float), &n))
+        return ATTN_EOVERFLOW;
+    *att = calloc(1, n ? n : 1);
+    if (!*att)
+        return ATTN_ENOMEM;
+    for (k = 0; k < a->h; k++) {
+        float *dst = *att + (size_t)k * T * S;
+        const float *src = old->attention + (size_t)k * old->info.t * (size_t)os;
+        /* the kept rows' weights on keys 0 .. t0-1: keys past t0 are the
+         * tokens a step that rewound the sequence replaced (or, growing,
+         * keys the rows never saw); they read 0 */
+        for (i = 0; i < t0; i++)
+            memcpy(dst + (size_t)i * S, src + (size_t)i * (size_t)os,
+                   (size_t)(os < t0 ? os : t0) * sizeof(float));
+        if (a->t)
+            memcpy(dst + (size_t)t0 * S,
+                   a->attention + (size_t)k * (size_t)a->t * S,
+                   (size_t)a->t * S * sizeof(float));
+    }
+    memset(g, 0, sizeof *g);
+    g->model = old->info.model;
+    g->b = 1;
+    g->h = a->h;
+    g->t = (int)T;
+    g->s = a->s;
+    g->attention = *att;
+    g->causal = old->info.causal;
+    g->dk = old->info.dk;
+    if (old->n_labels == old->info.t || (a->t && a->n_tokens == a->t)) {
+        *labels = malloc(T * sizeof(char *));
+        if (!*labels)
+            return ATTN_ENOMEM;
+        for (i = 0; i < (int)T; i++)
+            (*labels)[i] = i < t0 ? (old->n_labels ? old->labels + old->label_off[i] : "")
+                                  : (a->n_tokens ? a->tokens[i - t0] : "");
+        g->tokens = *labels;
+        g->n_tokens = (int)T;
+    }
+    return 0;
+}
+
+int maps_grow_make(maps_store *st, const char *id, int t0,
+                   const maps_put_args *a, maps_grown **out, char *err)
+{
+    char scratch[ATTN_ERRMAX];
+    maps__entry *old, *e = NULL;
+    maps_put_args g;
+    float *att = NULL;
+    const char **labels = NULL;
+    size_t max_bytes;
+    int rc;
+
+    *out = NULL;
+    if (!err)
+        err = scratch;
+    old = maps__acquire(st, id);
+    if (!old) {
+        snprintf(err, ATTN_ERRMAX, "map %s: evicted", id ? id : "(null)");
+        return ATTN_ENOTFOUND;
+    }
+    if (old->info.b != 1 || old->info.h != a->h || t0 < 0 ||
+        t0 > old->info.t || a->b != 1 || a->t < 0 ||
+        (long long)a->s != (long long)t0 + a->t || (a->t && !a->attention) ||
+        (a->n_tokens != 0 && a->n_tokens != a->t)) {
+        snprintf(err, ATTN_ERRMAX, "map %s: rows [%d, %d) x %d keys do not "
+                 "extend a [%d, %d, %d, %d] map", id, t0, t0 + a->t, a->s,
+                 old->info.b, old->info.h, old->info.t, old->info.s);
+        maps__release(old);
+        return ATTN_EINVAL;
+    }
+    maps_stats(st, NULL, &max_bytes, NULL, NULL);
+    rc = grown_args(old, t0, a, &g, &att, &labels);
+    if (!rc)
+        rc = maps__entry_build(&g, max_bytes, att, &e, err);
+    else
+        snprintf(err, ATTN_ERRMAX, "map %s: out of memory", id);
+    if (rc)
+        free(att); /* else the entry holds it */
+    free(labels);
+    if (!rc) {
+        e->info.created_ms = old->info.created_ms;
+        memcpy(e->info.id, old->info.id, sizeof e->info.id);
+        *out = e;
+    }
+    maps__release(old);
+    return rc;
+}
+
+void maps_grown_free(maps_grown *g)
+{
+    if (g)
+        maps__entry_free(g);
+}

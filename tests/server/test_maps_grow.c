@@ -1,0 +1,202 @@
+/* test_maps_grow.c - a sequence's retained map grown step by step
+ * (server/maps_grow.c, and maps_grow_put in server/maps.c). Expected values
+ * are worked by hand in the comments, never produced by the code under
+ * test. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/attn.h"
+#include "server/maps.h"
+#include "server/maps_int.h"
+#include "tests/check_main.h"
+
+static int put(maps_store *st, const char *model, const float *a, int b,
+               int h, int t, int s, char *id)
+{
+    maps_put_args args = {.model = model, .b = b, .h = h, .t = t, .s = s,
+                          .attention = a};
+    char err[ATTN_ERRMAX];
+    return maps_put(st, &args, id, err);
+}
+
+/* grow: a sequence map's next step made and put at once. */
+static int grow(maps_store *st, const char *id, int t0, const maps_put_args *a,
+                char *err)
+{
+    maps_grown *g;
+    int rc = maps_grow_make(st, id, t0, a, &g, err);
+    return rc ? rc : maps_grow_put(st, g);
+}
+
+/* A sequence's map grows: a start of 2 tokens, then 1, then a step whose
+ * rows were grown but that failed (dropped by the next grow at t0 = 3),
+ * then 2 more at t0 = 3. Every row keeps its values, later keys are 0,
+ * the id stays, labels are kept ("" where a step sent none), the entry is
+ * the newest, and a reader holding the old version still sees it whole. */
+START_TEST(test_grow_sequence_map)
+{
+    maps_store *st;
+    char id[MAPS_ID_MAX], id2[MAPS_ID_MAX], err[ATTN_ERRMAX];
+    /* head 0 cell (i, j) = 10 i + j + 1, head 1 = -(10 i + j + 1) */
+    float start[2 * 2 * 2], step1[2 * 1 * 3], bad[2 * 1 * 4], step3[2 * 2 * 5];
+    const char *lab0[] = {"a", "b"}, *lab3[] = {"d", "e"};
+    maps_put_args a = {.model = "m", .b = 1, .h = 2, .t = 2, .s = 2,
+                       .attention = start, .causal = 1, .tokens = lab0,
+                       .n_tokens = 2};
+    maps_info info;
+    maps__entry *old;
+    float *out;
+    int rows, cols, i, j, k;
+
+#define CELL(k, i, j) ((k) ? -1.0f : 1.0f) * (float)(10 * (i) + (j) + 1)
+    for (k = 0; k < 2; k++)
+        for (i = 0; i < 2; i++)
+            for (j = 0; j < 2; j++)
+                start[(k * 2 + i) * 2 + j] = CELL(k, i, j);
+    for (k = 0; k < 2; k++)
+        for (j = 0; j < 3; j++)
+            step1[k * 3 + j] = CELL(k, 2, j);
+    for (k = 0; k < 8; k++)
+        bad[k] = 99.0f;
+    for (k = 0; k < 2; k++)
+        for (i = 3; i < 5; i++)
+            for (j = 0; j < 5; j++)
+                step3[(k * 2 + i - 3) * 5 + j] = CELL(k, i, j);
+    ck_assert_int_eq(maps_store_create(&st, 1 << 20), 0);
+    ck_assert_int_eq(maps_put(st, &a, id, err), 0);
+    ck_assert_int_eq(put(st, "other", start, 1, 1, 2, 2, id2), 0);
+    old = maps__acquire(st, id);
+    a = (maps_put_args){.model = "m", .b = 1, .h = 2, .t = 1, .s = 3,
+                        .attention = step1};
+    ck_assert_int_eq(grow(st, id, 2, &a, err), 0);
+    a = (maps_put_args){.model = "m", .b = 1, .h = 2, .t = 1, .s = 4,
+                        .attention = bad};
+    ck_assert_int_eq(grow(st, id, 3, &a, err), 0);
+    a = (maps_put_args){.model = "m", .b = 1, .h = 2, .t = 2, .s = 5,
+                        .attention = step3, .tokens = lab3, .n_tokens = 2};
+    ck_assert_int_eq(grow(st, id, 3, &a, err), 0);
+    ck_assert_int_eq(maps_info_get(st, id, &info), 0);
+    ck_assert_int_eq(info.t, 5);
+    ck_assert_int_eq(info.s, 5);
+    ck_assert_int_eq(info.causal, 1);
+    for (k = 0; k < 2; k++) {
+        ck_assert_int_eq(maps_slice(st, id, 0, k, 0, &out, &rows, &cols, NULL,
+                                    NULL, err), 0);
+        ck_assert_int_eq(rows, 5);
+        ck_assert_int_eq(cols, 5);
+        for (i = 0; i < 5; i++)
+            for (j = 0; j < 5; j++) {
+                int seen = i < 2 ? j < 2 : i == 2 ? j < 3 : 1;
+                ck_assert_float_eq(out[i * 5 + j], seen ? CELL(k, i, j) : 0.0f);
+            }
+        free(out);
+    }
+    { /* labels: a, b, "", d, e; the newest entry is the grown one */
+        maps__entry *e = maps__acquire(st, id);
+        maps_info list[4];
+        ck_assert_int_eq(e->n_labels, 5);
+        ck_assert_str_eq(e->labels + e->label_off[1], "b");
+        ck_assert_str_eq(e->labels + e->label_off[2], "");
+        ck_assert_str_eq(e->labels + e->label_off[4], "e");
+        maps__release(e);
+        ck_assert_uint_eq(maps_list(st, list, 4), 2);
+        ck_assert_str_eq(list[0].id, id);
+    }
+    /* the reader of the first version still has it, whole */
+    ck_assert_int_eq(old->info.t, 2);
+    ck_assert_float_eq(old->attention[3], CELL(0, 1, 1));
+    maps__release(old);
+    /* mismatched steps are refused and change nothing */
+    a = (maps_put_args){.model = "m", .b = 1, .h = 3, .t = 1, .s = 6,
+                        .attention = step3};
+    ck_assert_int_eq(grow(st, id, 5, &a, err), ATTN_EINVAL);
+    a.h = 2, a.s = 7;
+    ck_assert_int_eq(grow(st, id, 5, &a, err), ATTN_EINVAL);
+    a.s = 7;
+    ck_assert_int_eq(grow(st, id, 6, &a, err), ATTN_EINVAL);
+    ck_assert_int_eq(grow(st, "m999-000000", 0, &a, err), ATTN_ENOTFOUND);
+    ck_assert_int_eq(maps_info_get(st, id, &info), 0);
+    ck_assert_int_eq(info.t, 5);
+    /* in two parts: a step's grown map (here one that rewound to 3 and
+     * brings row 3 anew) changes nothing until it is put; freed instead
+     * (the step failed), the map stays as it was */
+    {
+        float row3[8];
+        maps_grown *g;
+        uint64_t v0 = info.version;
+        for (k = 0; k < 2; k++)
+            for (j = 0; j < 4; j++)
+                row3[k * 4 + j] = 100.0f + (float)(10 * k + j);
+        a = (maps_put_args){.model = "m", .b = 1, .h = 2, .t = 1, .s = 4,
+                            .attention = row3};
+        ck_assert_int_eq(maps_grow_make(st, id, 3, &a, &g, err), 0);
+        ck_assert_ptr_nonnull(g);
+        ck_assert_int_eq(maps_info_get(st, id, &info), 0);
+        ck_assert_int_eq(info.t, 5);
+        ck_assert_uint_eq(info.version, v0);
+        maps_grown_free(g);
+        maps_grown_free(NULL);
+        ck_assert_int_eq(maps_info_get(st, id, &info), 0);
+        ck_assert_int_eq(info.t, 5);
+        ck_assert_uint_eq(info.version, v0);
+        /* put (the step answered): rows 0-2 as they were on keys 0-2,
+         * row 3 the new one, labels a, b, "" and none */
+        ck_assert_int_eq(maps_grow_make(st, id, 3, &a, &g, err), 0);
+        ck_assert_int_eq(maps_grow_put(st, g), 0);
+        ck_assert_int_eq(maps_info_get(st, id, &info), 0);
+        ck_assert_int_eq(info.t, 4);
+        ck_assert_int_eq(info.s, 4);
+        ck_assert_uint_eq(info.version, v0 + 1);
+        for (k = 0; k < 2; k++) {
+            ck_assert_int_eq(maps_slice(st, id, 0, k, 0, &out, &rows, &cols,
+                                        NULL, NULL, err), 0);
+            ck_assert_int_eq(rows, 4);
+            ck_assert_int_eq(cols, 4);
+            for (i = 0; i < 3; i++)
+                for (j = 0; j < 4; j++)
+                    ck_assert_float_eq(out[i * 4 + j],
+                                       j <= (i < 2 ? 1 : 2) ? CELL(k, i, j) : 0.0f);
+            for (j = 0; j < 4; j++)
+                ck_assert_float_eq(out[12 + j], row3[k * 4 + j]);
+            free(out);
+        }
+        {
+            maps__entry *e = maps__acquire(st, id);
+            ck_assert_int_eq(e->n_labels, 4);
+            ck_assert_str_eq(e->labels + e->label_off[0], "a");
+            ck_assert_str_eq(e->labels + e->label_off[3], "");
+            maps__release(e);
+        }
+        /* a grown map whose map was evicted before it is put is freed
+         * (ASan: no leak) and says so */
+        ck_assert_int_eq(maps_grow_make(st, id, 4, &(maps_put_args){
+                             .model = "m", .b = 1, .h = 2, .t = 0, .s = 4},
+                                        &g, err), 0);
+        maps_drop(st, id);
+        ck_assert_int_eq(maps_grow_put(st, g), ATTN_ENOTFOUND);
+        ck_assert_int_eq(maps_info_get(st, id, &info), ATTN_ENOTFOUND);
+        ck_assert_int_eq(maps_grow_make(st, id, 0, &a, &g, err), ATTN_ENOTFOUND);
+        ck_assert_ptr_null(g);
+    }
+    /* a failed start's map leaves the store; the other map stays */
+    maps_drop(st, id);
+    maps_drop(st, id);
+    ck_assert_int_eq(maps_info_get(st, id, &info), ATTN_ENOTFOUND);
+    ck_assert_int_eq(maps_info_get(st, id2, &info), 0);
+#undef CELL
+    maps_store_destroy(st);
+}
+END_TEST
+
+static Suite *maps_grow_suite(void)
+{
+    Suite *s = suite_create("maps_grow");
+    TCase *tc = tcase_create("grow");
+
+    tcase_add_test(tc, test_grow_sequence_map);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TU_MAIN(maps_grow_suite)
