@@ -77,6 +77,7 @@ void maps__entry_free(maps__entry *e)
     free(e->label_off);
     free(e->t_valid);
     free(e->s_valid);
+    free(e->row_end);
     free(e->mask);
     free(e->scores);
     free(e->v);
@@ -205,7 +206,7 @@ int maps__entry_build(const maps_put_args *a, size_t max_bytes, float *adopt,
 {
     maps__entry *e = NULL;
     size_t cells, nbytes, lab_bytes = 0, total, mbits = 0, mbytes = 0;
-    size_t sbytes = 0, vbytes = 0;
+    size_t sbytes = 0, vbytes = 0, ebytes = 0;
     int i, rc;
 
     *out = NULL;
@@ -250,13 +251,24 @@ int maps__entry_build(const maps_put_args *a, size_t max_bytes, float *adopt,
     }
     if ((rc = extras_size(a, &mbits, &mbytes, &sbytes, &vbytes, err)))
         return rc;
+    if (a->row_end) { /* b * t <= b * h * t * s: no overflow */
+        size_t k, n = (size_t)a->b * (size_t)a->t;
+        ebytes = n * sizeof(int32_t);
+        for (k = 0; k < n; k++)
+            if (a->row_end[k] < 0 || a->row_end[k] > a->s) {
+                snprintf(err, ATTN_ERRMAX, "row_end[%zu]: %d is out of "
+                         "range [0, %d]", k, (int)a->row_end[k], a->s);
+                return ATTN_EINVAL;
+            }
+    }
     total = nbytes + lab_bytes + sizeof(*e) +
             (size_t)a->n_tokens * sizeof(size_t) +
             2 * (size_t)a->b * sizeof(int32_t);
     if (total < nbytes ||
         __builtin_add_overflow(total, mbytes, &total) ||
         __builtin_add_overflow(total, sbytes, &total) ||
-        __builtin_add_overflow(total, vbytes, &total) || total > max_bytes) {
+        __builtin_add_overflow(total, vbytes, &total) ||
+        __builtin_add_overflow(total, ebytes, &total) || total > max_bytes) {
         snprintf(err, ATTN_ERRMAX,
                  "parameters.retain: these maps need %zu bytes, more than "
                  "the whole retained-map store (%zu bytes, setting "
@@ -287,8 +299,12 @@ int maps__entry_build(const maps_put_args *a, size_t max_bytes, float *adopt,
     e->attention = adopt ? adopt : malloc(nbytes);
     e->t_valid = malloc((size_t)a->b * sizeof(int32_t));
     e->s_valid = malloc((size_t)a->b * sizeof(int32_t));
-    if (!e->attention || !e->t_valid || !e->s_valid)
+    e->row_end = ebytes ? malloc(ebytes) : NULL;
+    if (!e->attention || !e->t_valid || !e->s_valid ||
+        (ebytes && !e->row_end))
         goto nomem;
+    if (ebytes)
+        memcpy(e->row_end, a->row_end, ebytes);
     if (!adopt)
         memcpy(e->attention, a->attention, nbytes);
     if (copy_extras(e, a, mbits, mbytes, sbytes, vbytes))
@@ -497,7 +513,10 @@ int maps__allowed(const maps__entry *e, int b, int h, int i, int j)
     const maps_info *in = &e->info;
     size_t plane, k;
 
-    if (i >= e->t_valid[b] || j >= e->s_valid[b] || (in->causal && j > i))
+    if (i >= e->t_valid[b] || j >= e->s_valid[b])
+        return 0;
+    if (e->row_end ? j >= e->row_end[(size_t)b * (size_t)in->t + (size_t)i]
+                   : in->causal && j > i)
         return 0;
     if (!e->mask)
         return 1;

@@ -38,9 +38,13 @@ typedef struct maps_put_args {
     const char *model;        /* model name, 1..128 bytes */
     int b, h, t, s;           /* batch, heads, query rows, key rows */
     const float *attention;   /* (b, h, t, s) softmax weights */
-    int causal;               /* the request's causal flag (for display) */
+    int causal;               /* the request's causal flag */
     const int32_t *t_valid;   /* (b) valid query rows, or NULL = all t */
     const int32_t *s_valid;   /* (b) valid key rows, or NULL = all s */
+    /* (b, t) row i of item b attended keys 0 .. row_end - 1 (0 .. s; the
+     * rows of a sequence's grown map, each from its own step), or NULL:
+     * the causal flag says (keys 0 .. i, or all) */
+    const int32_t *row_end;
     const char *const *tokens; /* labels, or NULL: see maps_put */
     int n_tokens;
     /* Optional, for the page's mask drawing and step view (NULL/0 = not
@@ -65,7 +69,8 @@ typedef struct maps_info {
     char id[MAPS_ID_MAX];
     char model[MAPS_NAME_MAX];
     int b, h, t, s;
-    int causal;
+    int causal;         /* the retaining request's flag (a sequence's map:
+                           its start's; each row's own are in its mask) */
     int64_t created_ms; /* Unix time, milliseconds */
     size_t bytes;       /* what the entry counts against the budget */
     int mask_planes;    /* explicit mask planes kept (0 = none sent) */
@@ -107,9 +112,12 @@ int maps_put(maps_store *st, const maps_put_args *a, char *id_out,
  * (1, h, a->t, a->s), labels a->tokens (0 or a->t of them); the entry's
  * first t0 rows are kept (rows past t0, replaced by a step that rewound
  * the sequence, are dropped), with their weights on keys 0 .. t0-1 only,
- * widened to a->s keys with zeros (causal: they never saw later keys;
- * rewound: those keys are other tokens now), and the new rows appended.
- * Mask, scores and values are not kept for growing maps. Returns 0,
+ * widened to a->s keys with zeros (they never saw later keys; rewound:
+ * those keys are other tokens now), and the new rows appended. Each row
+ * keeps the keys it attended, for the mask (maps__allowed): a kept row
+ * its own (cut at t0), a new row at t0 + r the keys 0 .. t0 + r under
+ * a->causal, else all a->s. Explicit masks, scores and values are not
+ * kept for growing maps. Returns 0,
  * ATTN_ENOTFOUND (evicted), ATTN_EINVAL (h differs, t0 past the map, or
  * the map outgrew the store) or ATTN_ENOMEM. maps_grow_put puts it in
  * place of its id's entry, whatever that became, as the newest with the
@@ -157,7 +165,8 @@ int maps_slice(maps_store *st, const char *id, int b, int h, int max_n,
  * maps_slice_of: maps_slice for what: the weights (as maps_slice), the
  * scores (ATTN_EINVAL naming `what` when none were retained; h == -1 is
  * their mean), or the allowed cells as 1.0 / 0.0 from the request's causal
- * flag, lengths and explicit mask (h == -1: allowed by any head). Pooling
+ * flag (or each row's end, row_end), lengths and explicit mask (h == -1:
+ * allowed by any head). Pooling
  * takes the block maximum, so a pooled allowed-cell is 0 only when every
  * pair in its block was masked.
  */

@@ -11,25 +11,41 @@
 #include "server/maps.h"
 #include "server/maps_int.h"
 
-/* grown_args: the whole map after a step: the first t0 rows of old
- * (widened to a->s keys) then a's rows, into *att (malloc'd) and *labels
- * (malloc'd array of pointers into old's labels and a's, or NULL). */
+/* What a grown map's arguments point into (malloc'd; the entry adopts att,
+ * the rest are freed once it is built). */
+typedef struct grown_bufs {
+    float *att;          /* (h, T, S) */
+    int32_t *ends;       /* (T) keys 0 .. ends[i] - 1 row i attended */
+    const char **labels; /* (T) into old's labels and a's, or NULL */
+} grown_bufs;
+
+/* old_end: the keys 0 .. old_end - 1 row i of old attended. */
+static int old_end(const maps__entry *old, int i)
+{
+    if (old->row_end)
+        return old->row_end[i];
+    return old->info.causal ? i + 1 : old->info.s;
+}
+
+/* grown_args: the whole map after a step, into g and buf: the first t0
+ * rows of old (widened to a->s keys) then a's rows; each row's end. 0,
+ * ATTN_EOVERFLOW or ATTN_ENOMEM (buf holds what was allocated). */
 static int grown_args(const maps__entry *old, int t0, const maps_put_args *a,
-                      maps_put_args *g, float **att, const char ***labels)
+                      maps_put_args *g, grown_bufs *buf)
 {
     size_t S = (size_t)a->s, T = (size_t)t0 + (size_t)a->t, n;
     int k, i, os = old->info.s;
-    *att = NULL;
-    *labels = NULL;
+    memset(buf, 0, sizeof *buf);
     if (__builtin_mul_overflow(T, S, &n) ||
         __builtin_mul_overflow(n, (size_t)a->h, &n) ||
         __builtin_mul_overflow(n, sizeof(float), &n))
         return ATTN_EOVERFLOW;
-    *att = calloc(1, n ? n : 1);
-    if (!*att)
+    buf->att = calloc(1, n ? n : 1);
+    buf->ends = malloc(T ? T * sizeof(int32_t) : 1);
+    if (!buf->att || !buf->ends)
         return ATTN_ENOMEM;
     for (k = 0; k < a->h; k++) {
-        float *dst = *att + (size_t)k * T * S;
+        float *dst = buf->att + (size_t)k * T * S;
         const float *src = old->attention + (size_t)k * old->info.t * (size_t)os;
         /* the kept rows' weights on keys 0 .. t0-1: keys past t0 are the
          * tokens a step that rewound the sequence replaced (or, growing,
@@ -42,23 +58,31 @@ static int grown_args(const maps__entry *old, int t0, const maps_put_args *a,
                    a->attention + (size_t)k * (size_t)a->t * S,
                    (size_t)a->t * S * sizeof(float));
     }
+    /* a kept row attended what it did, on keys that are still the same
+     * tokens; a new row at position t0 + i the keys up to itself
+     * (causal) or every key */
+    for (i = 0; i < t0; i++)
+        buf->ends[i] = old_end(old, i) < t0 ? old_end(old, i) : t0;
+    for (i = 0; i < a->t; i++)
+        buf->ends[t0 + i] = a->causal ? t0 + i + 1 : a->s;
     memset(g, 0, sizeof *g);
     g->model = old->info.model;
     g->b = 1;
     g->h = a->h;
     g->t = (int)T;
     g->s = a->s;
-    g->attention = *att;
+    g->attention = buf->att;
+    g->row_end = buf->ends;
     g->causal = old->info.causal;
     g->dk = old->info.dk;
     if (old->n_labels == old->info.t || (a->t && a->n_tokens == a->t)) {
-        *labels = malloc(T * sizeof(char *));
-        if (!*labels)
+        buf->labels = malloc(T * sizeof(char *));
+        if (!buf->labels)
             return ATTN_ENOMEM;
         for (i = 0; i < (int)T; i++)
-            (*labels)[i] = i < t0 ? (old->n_labels ? old->labels + old->label_off[i] : "")
-                                  : (a->n_tokens ? a->tokens[i - t0] : "");
-        g->tokens = *labels;
+            buf->labels[i] = i < t0 ? (old->n_labels ? old->labels + old->label_off[i] : "")
+                                    : (a->n_tokens ? a->tokens[i - t0] : "");
+        g->tokens = buf->labels;
         g->n_tokens = (int)T;
     }
     return 0;
@@ -70,8 +94,7 @@ int maps_grow_make(maps_store *st, const char *id, int t0,
     char scratch[ATTN_ERRMAX];
     maps__entry *old, *e = NULL;
     maps_put_args g;
-    float *att = NULL;
-    const char **labels = NULL;
+    grown_bufs buf;
     size_t max_bytes;
     int rc;
 
@@ -94,14 +117,15 @@ int maps_grow_make(maps_store *st, const char *id, int t0,
         return ATTN_EINVAL;
     }
     maps_stats(st, NULL, &max_bytes, NULL, NULL);
-    rc = grown_args(old, t0, a, &g, &att, &labels);
+    rc = grown_args(old, t0, a, &g, &buf);
     if (!rc)
-        rc = maps__entry_build(&g, max_bytes, att, &e, err);
+        rc = maps__entry_build(&g, max_bytes, buf.att, &e, err);
     else
         snprintf(err, ATTN_ERRMAX, "map %s: out of memory", id);
     if (rc)
-        free(att); /* else the entry holds it */
-    free(labels);
+        free(buf.att); /* else the entry holds it */
+    free(buf.ends);
+    free(buf.labels);
     if (!rc) {
         e->info.created_ms = old->info.created_ms;
         memcpy(e->info.id, old->info.id, sizeof e->info.id);

@@ -19,6 +19,8 @@ typedef struct maps__entry {
     float *attention;  /* (b, h, t, s) */
     int32_t *t_valid;  /* (b) */
     int32_t *s_valid;  /* (b) */
+    int32_t *row_end;  /* (b, t) keys 0 .. row_end - 1 each row attended (a
+                          sequence's grown map), or NULL: info.causal says */
     uint8_t *mask;     /* bits of (info.mask_planes, t, s), 1 = may attend;
                           bit k is mask[k >> 3] >> (k & 7) & 1; or NULL */
     float *scores;     /* (b, h, t, s) or NULL */
@@ -46,8 +48,9 @@ int maps__entry_build(const maps_put_args *a, size_t max_bytes, float *adopt,
                       maps__entry **out, char *err);
 void maps__entry_free(maps__entry *e);
 
-/* maps__allowed: 1 when query i may attend key j in (b, h) of e (causal
- * flag, lengths and the explicit mask all agree), else 0. */
+/* maps__allowed: 1 when query i attended key j in (b, h) of e (its row's
+ * end or the causal flag, lengths and the explicit mask all agree), else
+ * 0. */
 int maps__allowed(const maps__entry *e, int b, int h, int i, int j);
 
 #endif

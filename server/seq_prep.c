@@ -226,7 +226,9 @@ size_t srv_seq_map_bytes(const srv_step *st)
     const srv_prep *p = st->prep;
     if (!st->is_step || !keeps_map(st))
         return 0;
-    return (size_t)p->maps_h * (size_t)p->maps_s * (size_t)p->maps_s * sizeof(float);
+    /* its weights, and each row's end (the keys it attended) */
+    return (size_t)p->maps_h * (size_t)p->maps_s * (size_t)p->maps_s * sizeof(float) +
+           (size_t)p->maps_s * sizeof(int32_t);
 }
 
 int srv_seq_encode(srv_step *st, const char *model_name, maps_store *maps,

@@ -350,6 +350,60 @@ test('retain: one map that grows with every step, same id, readable meanwhile', 
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
+// README, "Retained map": what=mask says, per row, which keys that row
+// attended. A row of a step at positions p..p+n-1 attended keys 0..p+n-1
+// (not causal) or 0..its own position (causal); the keys that came after
+// its step did not exist for it. The weights are the stateless requests'
+// over the tokens each step saw.
+test('retain: a grown map\'s mask is what each row attended, whatever each step\'s causal flag', async () => {
+  const d = await start({ dir: gqaModels() });
+  try {
+    const xs = tokens(6, 15);
+    const get = async (id, q) => (await fetch(`${d.url}/v2/maps/${id}/attention?${q}`)).json();
+    const over = async (n, causal) => {
+      const r = await infer(d, 'gqa', { inputs: [fp32('x', [1, n, D], xs.slice(0, n * D))],
+        outputs: [{ name: 'attention' }], parameters: { causal } });
+      assert.equal(r.status, 200, JSON.stringify(r.json));
+      return r.json.outputs[0].data; // [1, H, n, n]
+    };
+    // a: a non-causal sequence (as on the non-causal demo model); b: a
+    // causal start, then a step sent with "causal": false
+    for (const [name, c0, c1] of [['a', false, false], ['b', true, false]]) {
+      const id0 = `mask-${name}`;
+      const r0 = await infer(d, 'gqa', stepBody(id0, xs.slice(0, 3 * D),
+        { start: true, outputs: [{ name: 'y' }], extra: { retain: true, causal: c0 } }));
+      assert.equal(r0.status, 200, JSON.stringify(r0.json));
+      const r1 = await infer(d, 'gqa', stepBody(id0, xs.slice(3 * D, 6 * D),
+        { outputs: [{ name: 'y' }], extra: { causal: c1 } }));
+      assert.equal(r1.status, 200, JSON.stringify(r1.json));
+      const id = r0.json.parameters.map_id;
+      assert.equal(r1.json.parameters.map_id, id);
+      const end = (i) => (i < 3 ? (c0 ? i + 1 : 3) : (c1 ? i + 1 : 6)); // keys 0 .. end-1
+      const a3 = await over(3, c0), a6 = await over(6, c1);
+      const wantMask = [];
+      for (let i = 0; i < 6; i++) for (let j = 0; j < 6; j++) wantMask.push(j < end(i) ? 1 : 0);
+      for (let h = 0; h < H; h++) {
+        const wantAtt = [];
+        for (let i = 0; i < 6; i++)
+          for (let j = 0; j < 6; j++)
+            wantAtt.push(i < 3 ? (j < 3 ? a3[(h * 3 + i) * 3 + j] : 0) : a6[(h * 6 + i) * 6 + j]);
+        const w = await get(id, `h=${h}`);
+        assert.ok(maxDiff(w.data, wantAtt) <= 1e-5, `${name} h=${h}: weights`);
+        // where the mask says 0 the weight is exactly 0
+        for (let k = 0; k < 36; k++) if (!wantMask[k]) assert.equal(w.data[k], 0, `${name} cell ${k}`);
+        assert.deepEqual((await get(id, `h=${h}&what=mask`)).data, wantMask, `${name} h=${h}: mask`);
+      }
+      assert.deepEqual((await get(id, 'h=mean&what=mask')).data, wantMask, `${name} h=mean: mask`);
+      // pooled 2 x 2 blocks: 0 only where the whole block was not attended
+      const pooled = [];
+      for (let r = 0; r < 3; r++)
+        for (let c = 0; c < 3; c++)
+          pooled.push([0, 1].some((di) => [0, 1].some((dj) => wantMask[(2 * r + di) * 6 + 2 * c + dj])) ? 1 : 0);
+      assert.deepEqual((await get(id, 'h=0&what=mask&max=3')).data, pooled, `${name} pooled mask`);
+    }
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
 for (const [dtype, tol] of [['f16', 2e-3], ['bf16', 2e-2]])
   test(`--kv-dtype ${dtype}: half the bytes, within ${tol} of FP32`, async () => {
     const d = await start({ dir: gqaModels(), args: ['--kv-dtype', dtype] });

@@ -189,12 +189,81 @@ START_TEST(test_grow_sequence_map)
 }
 END_TEST
 
+/* check_allowed: what=mask of every head of id, and of their mean, is 1
+ * exactly on the keys j < ends[i] of each row i (n x n). */
+static void check_allowed(maps_store *st, const char *id, int h, int n,
+                          const int *ends)
+{
+    char err[ATTN_ERRMAX];
+    float *out;
+    int rows, cols, i, j, k;
+
+    for (k = -1; k < h; k++) {
+        ck_assert_int_eq(maps_slice_of(st, id, MAPS_ALLOWED, 0, k, 0, &out,
+                                       &rows, &cols, NULL, NULL, err), 0);
+        ck_assert_int_eq(rows, n);
+        ck_assert_int_eq(cols, n);
+        for (i = 0; i < n; i++)
+            for (j = 0; j < n; j++)
+                ck_assert_msg(out[i * n + j] == (j < ends[i] ? 1.0f : 0.0f),
+                              "head %d cell (%d, %d): %g", k, i, j,
+                              (double)out[i * n + j]);
+        free(out);
+    }
+}
+
+/* The mask of a sequence's map says, per row, which keys that row
+ * attended. A causal start of 2 rows (row i saw keys 0..i), a non-causal
+ * step of 2 (rows 2-3 saw keys 0-3), a causal step of 1 (row 4 saw 0-4):
+ * rows end at 1, 2, 4, 4, 5. A non-causal step that rewinds to 3 with 2
+ * rows cuts row 2 at 3 (key 3 is another token now): 1, 2, 3, 5, 5. The
+ * flag of the start alone (causal: j > i) would say 1, 2, 3, 4, 5 both
+ * times. Each row's end counts against the store: 4 bytes a row. */
+START_TEST(test_grow_mask_per_row)
+{
+    maps_store *st;
+    char id[MAPS_ID_MAX], err[ATTN_ERRMAX];
+    float w[2 * 2 * 5];
+    const int ends1[5] = {1, 2, 4, 4, 5}, ends2[5] = {1, 2, 3, 5, 5};
+    maps_put_args a = {.model = "m", .b = 1, .h = 2, .t = 2, .s = 2,
+                       .attention = w, .causal = 1};
+    maps_info info;
+    size_t used;
+    int k;
+
+    for (k = 0; k < 20; k++)
+        w[k] = 0.25f;
+    ck_assert_int_eq(maps_store_create(&st, 1 << 20), 0);
+    ck_assert_int_eq(maps_put(st, &a, id, err), 0);
+    a = (maps_put_args){.model = "m", .b = 1, .h = 2, .t = 2, .s = 4,
+                        .attention = w, .causal = 0};
+    ck_assert_int_eq(grow(st, id, 2, &a, err), 0);
+    a = (maps_put_args){.model = "m", .b = 1, .h = 2, .t = 1, .s = 5,
+                        .attention = w, .causal = 1};
+    ck_assert_int_eq(grow(st, id, 4, &a, err), 0);
+    check_allowed(st, id, 2, 5, ends1);
+    /* 2 heads of 5 x 5 floats, the entry, its 2 lengths, 5 row ends */
+    ck_assert_int_eq(maps_info_get(st, id, &info), 0);
+    ck_assert_uint_eq(info.bytes, 2 * 25 * sizeof(float) + sizeof(maps__entry) +
+                                      2 * sizeof(int32_t) +
+                                      5 * sizeof(int32_t));
+    maps_stats(st, &used, NULL, NULL, NULL);
+    ck_assert_uint_eq(used, info.bytes);
+    a = (maps_put_args){.model = "m", .b = 1, .h = 2, .t = 2, .s = 5,
+                        .attention = w, .causal = 0};
+    ck_assert_int_eq(grow(st, id, 3, &a, err), 0);
+    check_allowed(st, id, 2, 5, ends2);
+    maps_store_destroy(st);
+}
+END_TEST
+
 static Suite *maps_grow_suite(void)
 {
     Suite *s = suite_create("maps_grow");
     TCase *tc = tcase_create("grow");
 
     tcase_add_test(tc, test_grow_sequence_map);
+    tcase_add_test(tc, test_grow_mask_per_row);
     suite_add_tcase(s, tc);
     return s;
 }
