@@ -436,10 +436,16 @@ void srv_seq_step_end(srv_step *st, int ok)
             l->e->seq_stats.started++;
         }
         /* answered: its grown map replaces the map (before any reader
-         * that its answer sends can look) */
+         * that its answer sends can look); a map that could not take its
+         * rows ends (404 from now on, its waiters answered): it goes on
+         * without one */
         if (st->grown && maps_grow_put(q->s->maps, st->grown) < 0)
-            st->map_id[0] = 0; /* evicted meanwhile: it goes on without one */
+            st->map_id[0] = 0; /* evicted meanwhile */
         st->grown = NULL;
+        if (st->map_ends && st->map_id[0]) {
+            maps_drop(q->s->maps, st->map_id);
+            st->map_id[0] = 0;
+        }
         srv_copy(l->map_id, sizeof l->map_id, st->map_id);
         l->last_ns = srv_now_ns();
         if (st->end) {

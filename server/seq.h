@@ -97,6 +97,9 @@ typedef struct srv_step {
                                 its encoding (pool) grows no map */
     maps_grown *grown;       /* its encoding's (pool) grown map, put in
                                 the store once it is answered (loop) */
+    int map_ends;            /* its encoding could not grow the map (too
+                                big for maps-bytes, out of memory): the
+                                map ends once the step is answered */
     struct srv_step *prev, *next;
 } srv_step;
 

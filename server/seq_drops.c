@@ -219,9 +219,12 @@ typedef struct list_arg {
     uint64_t now;
 } list_arg;
 
-/* fill_info: live l as listed at now. */
-static void fill_info(const srv_seq *l, uint64_t now, srv_seq_info *o)
+/* fill_info: live l as listed at now (its map only while the store holds
+ * it: other maps may have evicted it since its last step). */
+static void fill_info(const srv_seq *l, uint64_t now, maps_store *maps,
+                      srv_seq_info *o)
 {
+    maps_info mi;
     snprintf(o->id, sizeof o->id, "%s", l->id);
     snprintf(o->model, sizeof o->model, "%s", l->e->name);
     /* a rewound step's cache holds its position until it ends: the
@@ -230,17 +233,18 @@ static void fill_info(const srv_seq *l, uint64_t now, srv_seq_info *o)
                                                   : l->kv.len;
     o->bytes = attn_kv_bytes(&l->kv);
     o->idle_ms = l->active || l->qhead ? 0 : (now - l->last_ns) / 1000000u;
-    snprintf(o->map_id, sizeof o->map_id, "%s", l->map_id);
+    o->map_id[0] = 0;
+    if (l->map_id[0] && maps && maps_info_get(maps, l->map_id, &mi) == 0)
+        snprintf(o->map_id, sizeof o->map_id, "%s", l->map_id);
 }
 
 static void list_fn(srv_seqs *q, srv_seq *l, void *arg)
 {
     list_arg *a = arg;
-    (void)q;
     if (!l->live || l->kill)
         return;
     if (a->n < a->cap)
-        fill_info(l, a->now, &a->out[a->n]);
+        fill_info(l, a->now, q->s->maps, &a->out[a->n]);
     a->n++;
 }
 
@@ -249,7 +253,7 @@ int srv_seq_get(srv *s, const char *id, srv_seq_info *out, char *msg, size_t n)
     srv_seq *l = srv__seq_find(s->seqs, id);
     char what[128];
     if (l && l->live && !l->kill) {
-        fill_info(l, srv_now_ns(), out);
+        fill_info(l, srv_now_ns(), s->maps, out);
         return 0;
     }
     if (l && l->live) { /* dropped; it goes when its running step ends */

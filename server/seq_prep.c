@@ -189,13 +189,16 @@ int srv_seq_alloc_maps(srv_prep *p, const oip_request *req, int s, size_t kept,
 }
 
 /* grow_map: start (t0 == 0 on a start) or extend the sequence's map with
- * this step's rows; st->map_id becomes "" when the map is gone (evicted,
- * or too big for the store): the sequence stops retaining. */
+ * this step's rows. st->map_id becomes "" when the map is gone (evicted,
+ * or a start's too big for the store); a map that cannot take the rows
+ * (too big for the store now, out of memory) sets st->map_ends: it cannot
+ * go on without them, so it ends once the step is answered (seq.c). */
 static void grow_map(srv_step *st, const char *model_name, maps_store *maps)
 {
     const srv_prep *p = st->prep;
     maps_put_args a;
     char merr[ATTN_ERRMAX];
+    int rc;
     memset(&a, 0, sizeof a);
     a.model = model_name;
     a.b = 1, a.h = p->maps_h, a.t = p->maps_t, a.s = p->maps_s;
@@ -211,8 +214,11 @@ static void grow_map(srv_step *st, const char *model_name, maps_store *maps)
             st->map_id[0] = 0;
         return;
     }
-    if (maps_grow_make(maps, st->map_id, st->t0, &a, &st->grown, merr) < 0)
+    rc = maps_grow_make(maps, st->map_id, st->t0, &a, &st->grown, merr);
+    if (rc == ATTN_ENOTFOUND)
         st->map_id[0] = 0;
+    else if (rc < 0)
+        st->map_ends = 1;
 }
 
 /* keeps_map: does st's encoding start or grow its sequence's map? */
@@ -248,7 +254,7 @@ int srv_seq_encode(srv_step *st, const char *model_name, maps_store *maps,
         st->map_id[0] = 0;
     char d[24], *w = stpcpy(extra, "{\"sequence_length\":"); /* no printf: a step's */
     w = stpcpy(w, srv_fmt_u(d, (unsigned long long)p->maps_s));
-    if (st->map_id[0])
+    if (st->map_id[0] && !st->map_ends)
         w = stpcpy(stpcpy(stpcpy(w, ",\"map_id\":\""), st->map_id), "\"");
     stpcpy(w, "}");
     rc = (enc ? enc : oip_encode)(model_name, req->id, outs, n, extra, body, len,

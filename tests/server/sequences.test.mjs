@@ -404,6 +404,65 @@ test('retain: a grown map\'s mask is what each row attended, whatever each step\
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
+// README, "Retained map": a map that can no longer grow (too big for
+// --maps-bytes) ends: 404 from then on, a follower's long poll is told at
+// once, the sequence goes on without one and no longer lists it; nor does
+// the listing name a map that other maps evicted.
+test('retain: a sequence\'s map that outgrows --maps-bytes ends (404, its follower told), the sequence goes on', async () => {
+  // 4 heads: a T-token map holds 4 x T x T floats, 18,496 bytes at 34
+  // tokens, 20,736 at 36
+  const d = await start({ dir: gqaModels(), args: ['--maps-bytes', '20000'] });
+  try {
+    const xs = tokens(40, 16);
+    const y = [{ name: 'y' }];
+    const r0 = await infer(d, 'gqa', stepBody('big', xs.slice(0, 34 * D), { start: true, outputs: y, extra: { retain: true } }));
+    assert.equal(r0.status, 200, JSON.stringify(r0.json));
+    const id = r0.json.parameters.map_id;
+    assert.ok(id, 'a 34-token map fits');
+    let n = 34, ended = false;
+    while (n < 39 && !ended) {
+      const waiter = fetch(`${d.url}/v2/maps/${id}?wait=${n}&timeout_ms=${5000 * SLOW}`);
+      const r = await infer(d, 'gqa', stepBody('big', xs.slice(n * D, (n + 1) * D), { outputs: y }));
+      assert.equal(r.status, 200, JSON.stringify(r.json));
+      n++;
+      const w = await waiter;
+      if (r.json.parameters.map_id) {
+        assert.equal(r.json.parameters.map_id, id);
+        assert.equal(w.status, 200);
+        assert.equal((await w.json()).shape[2], n);
+        continue;
+      }
+      ended = true;
+      assert.equal(w.status, 404, `the follower was not told the map ended: ${await w.text()}`);
+      assert.equal((await fetch(`${d.url}/v2/maps/${id}`)).status, 404);
+      assert.equal((await fetch(`${d.url}/v2/maps/${id}/attention?h=0`)).status, 404);
+      const seq = await (await fetch(`${d.url}/v2/sequences/big`)).json();
+      assert.equal(seq.length, n);
+      assert.equal(seq.map_id, undefined, JSON.stringify(seq));
+    }
+    // 34 tokens and their row ends fit in 20,000 bytes, 36 do not
+    assert.ok(ended && n >= 35 && n <= 36, `the map ended at ${n} tokens`);
+    // the sequence goes on without a map
+    const r = await infer(d, 'gqa', stepBody('big', xs.slice(n * D, (n + 1) * D), { outputs: y }));
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    assert.equal(r.json.parameters.sequence_length, n + 1);
+    assert.equal(r.json.parameters.map_id, undefined);
+    // a sequence's map that other maps evicted is not listed either
+    const s0 = await infer(d, 'gqa', stepBody('small', xs.slice(0, 2 * D), { start: true, outputs: y, extra: { retain: true } }));
+    const small = s0.json.parameters.map_id;
+    assert.equal((await (await fetch(`${d.url}/v2/sequences/small`)).json()).map_id, small);
+    // two 34-token maps: the second evicts the oldest ones, small first
+    for (let k = 0; k < 2; k++) {
+      const kept = await infer(d, 'gqa', { inputs: [fp32('x', [1, 34, D], xs.slice(0, 34 * D))], parameters: { retain: true } });
+      assert.equal(kept.status, 200, JSON.stringify(kept.json));
+    }
+    assert.equal((await fetch(`${d.url}/v2/maps/${small}`)).status, 404, 'the small map was not evicted');
+    assert.equal((await (await fetch(`${d.url}/v2/sequences/small`)).json()).map_id, undefined);
+    const listed = await (await fetch(`${d.url}/v2/sequences`)).json();
+    assert.deepEqual(listed.sequences.filter((q) => q.map_id), [], JSON.stringify(listed));
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
 for (const [dtype, tol] of [['f16', 2e-3], ['bf16', 2e-2]])
   test(`--kv-dtype ${dtype}: half the bytes, within ${tol} of FP32`, async () => {
     const d = await start({ dir: gqaModels(), args: ['--kv-dtype', dtype] });

@@ -1,13 +1,16 @@
 /*
  * test_seq.c - the server's sequence table (server/seq.c) on its own, part
  * one: ids, start / step / end / restart, the arrival order of steps, one
- * step of a sequence at a time, and failures that change nothing (the K/V
- * pages reserved at launch, advanced on success, given back on failure).
+ * step of a sequence at a time, failures that change nothing (the K/V
+ * pages reserved at launch, advanced on success, given back on failure),
+ * and the retained map that ends when it can no longer grow.
  * Part two (limits, other models, drops, expiry, listing, the batcher's
  * count of expected steps) is test_seq_drops.c; both share
  * seq_fixture.h (the stand-ins, the models, the helpers).
  */
 #include "tests/server/seq_fixture.h"
+
+#include "server/maps_int.h"
 
 /* ---- start, steps, end -------------------------------------------------- */
 
@@ -267,22 +270,27 @@ START_TEST(failed_step_changes_nothing)
                             "\"retain\":true");
     srv_job *b, *c, *d, *f;
     snap before, after;
+    float w[2 * 5 * 5] = {0};
+    maps_put_args m = {.model = "m1", .b = 1, .h = 2, .t = 5, .s = 5,
+                       .attention = w};
+    char id[MAPS_ID_MAX];
     submit(a);
     ck_assert_int_eq(launch(a), 0);
     ck_assert_ptr_nonnull(a->prep.out[SRV_O_ATT]); /* retained: the map */
-    snprintf(a->st.map_id, sizeof a->st.map_id, "map-s"); /* srv_seq_encode */
+    ck_assert_int_eq(maps_put(g_s.maps, &m, id, NULL), 0); /* srv_seq_encode */
+    snprintf(a->st.map_id, sizeof a->st.map_id, "%s", id);
     end(a, 1);
     g_now += 7 * MS;
     before = take_snap("s", M1, 0);
     ck_assert_int_eq(before.info.length, 5);
     ck_assert_uint_eq(before.info.bytes, 2 * PAGE);
-    ck_assert_str_eq(before.info.map_id, "map-s");
+    ck_assert_str_eq(before.info.map_id, id);
     ck_assert_uint_eq(before.info.idle_ms, 7);
 
     /* the computation fails after the reservation */
     b = job(M1, 4, "\"sequence_id\":\"s\"");
     submit(b);
-    ck_assert_str_eq(b->st.map_id, "map-s"); /* the map it would grow */
+    ck_assert_str_eq(b->st.map_id, id); /* the map it would grow */
     ck_assert_int_eq(launch(b), 0);
     ck_assert_uint_eq(used(0), 3 * PAGE);
     ck_assert_ptr_nonnull(b->prep.out[SRV_O_ATT]);
@@ -334,7 +342,7 @@ START_TEST(failed_step_changes_nothing)
     end(b, 1);
     ck_assert_int_eq(length("s"), 7);
     ck_assert_int_eq(info("s", &after.info), 1);
-    ck_assert_str_eq(after.info.map_id, "map-s");
+    ck_assert_str_eq(after.info.map_id, id);
     ck_assert_uint_eq(after.info.idle_ms, 0);
     job_free(a), job_free(b), job_free(c), job_free(d), job_free(f);
 }
@@ -402,6 +410,103 @@ START_TEST(failed_start_then_step_is_unknown)
 }
 END_TEST
 
+/* ---- the retained map ---------------------------------------------------- */
+
+/* g_extra: the answer parameters srv_seq_encode gave keep_extra, its
+ * encoder (the outputs themselves are not encoded here). */
+static char g_extra[256];
+
+static int keep_extra(const char *name, const char *id, const oip_output *o,
+                      int n, const char *extra, char **body, size_t *len,
+                      size_t *header_len, char *err)
+{
+    (void)name, (void)id, (void)o, (void)n, (void)err;
+    snprintf(g_extra, sizeof g_extra, "%s", extra ? extra : "");
+    *body = NULL;
+    *len = *header_len = 0;
+    return 0;
+}
+
+/* encode: j, launched, computed (its outputs zeros) and encoded as the
+ * pool does: its map started or grown; g_extra holds its parameters. */
+static void encode(srv_job *j)
+{
+    char err[OIP_ERRMAX], *body;
+    size_t len, hl;
+    int s = j->st.t0 + j->st.t;
+    memset(j->prep.out[SRV_O_Y], 0, (size_t)j->st.t * 8 * sizeof(float));
+    if (j->prep.out[SRV_O_ATT])
+        memset(j->prep.out[SRV_O_ATT], 0, 2 * (size_t)j->st.t * (size_t)s * sizeof(float));
+    ck_assert_int_eq(srv_seq_encode(&j->st, "m1", g_s.maps, keep_extra, &body,
+                                    &len, &hl, err), 0);
+}
+
+/* A retained sequence's map that can no longer grow ends. With maps-bytes
+ * room for a map of 4 tokens but not 5 (2 heads: 8 T^2 bytes of weights,
+ * 4 T of row ends, the entry and its 2 lengths: 152 + entry at 4 tokens,
+ * 228 + entry at 5), the step to 5 answers without map_id; if it fails the
+ * map stays as it was (4 rows, listed); answered, the map leaves the store
+ * (its readers and waiters get 404) and the listing no longer names it.
+ * The sequence goes on without one. */
+START_TEST(map_that_cannot_grow_ends)
+{
+    srv_job *a, *b, *c, *d, *e;
+    srv_seq_info i;
+    maps_info mi;
+    char id[MAPS_ID_MAX];
+    maps_store_destroy(g_s.maps);
+    ck_assert_int_eq(maps_store_create(&g_s.maps, 200 + sizeof(maps__entry)), 0);
+    a = job(M1, 3, "\"sequence_id\":\"g\",\"sequence_start\":true,\"retain\":true");
+    submit(a);
+    ck_assert_int_eq(launch(a), 0);
+    encode(a);
+    ck_assert_ptr_nonnull(strstr(g_extra, "\"map_id\":\"m1-"));
+    snprintf(id, sizeof id, "%s", a->st.map_id);
+    end(a, 1);
+    b = job(M1, 1, "\"sequence_id\":\"g\"");
+    submit(b);
+    ck_assert_int_eq(launch(b), 0);
+    encode(b);
+    ck_assert_ptr_nonnull(strstr(g_extra, id));
+    end(b, 1);
+    ck_assert_int_eq(maps_info_get(g_s.maps, id, &mi), 0);
+    ck_assert_int_eq(mi.t, 4);
+    /* 5 tokens do not fit: no map_id; the step fails, the map stays */
+    c = job(M1, 1, "\"sequence_id\":\"g\"");
+    submit(c);
+    ck_assert_int_eq(launch(c), 0);
+    encode(c);
+    ck_assert_str_eq(g_extra, "{\"sequence_length\":5}");
+    end(c, 0);
+    ck_assert_int_eq(maps_info_get(g_s.maps, id, &mi), 0);
+    ck_assert_int_eq(mi.t, 4);
+    ck_assert_int_eq(info("g", &i), 1);
+    ck_assert_str_eq(i.map_id, id);
+    /* sent again and answered: the map ends */
+    d = job(M1, 1, "\"sequence_id\":\"g\"");
+    submit(d);
+    ck_assert_int_eq(launch(d), 0);
+    encode(d);
+    ck_assert_str_eq(g_extra, "{\"sequence_length\":5}");
+    end(d, 1);
+    ck_assert_int_eq(maps_info_get(g_s.maps, id, &mi), ATTN_ENOTFOUND);
+    ck_assert_int_eq(info("g", &i), 1);
+    ck_assert_str_eq(i.map_id, "");
+    ck_assert_int_eq(i.length, 5);
+    /* and goes on without one (no attention: nobody asked for it) */
+    e = job(M1, 1, "\"sequence_id\":\"g\"");
+    submit(e);
+    ck_assert_str_eq(e->st.map_id, "");
+    ck_assert_int_eq(launch(e), 0);
+    ck_assert_ptr_null(e->prep.out[SRV_O_ATT]);
+    encode(e);
+    ck_assert_str_eq(g_extra, "{\"sequence_length\":6}");
+    end(e, 1);
+    ck_assert_int_eq(length("g"), 6);
+    job_free(a), job_free(b), job_free(c), job_free(d), job_free(e);
+}
+END_TEST
+
 static Suite *seq_suite(void)
 {
     Suite *s = suite_create("seq");
@@ -416,6 +521,7 @@ static Suite *seq_suite(void)
     tcase_add_test(tc, failed_step_changes_nothing);
     tcase_add_test(tc, failed_restart_keeps_the_old_one);
     tcase_add_test(tc, failed_start_then_step_is_unknown);
+    tcase_add_test(tc, map_that_cannot_grow_ends);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -133,12 +133,17 @@ END_TEST
 
 /* retain is decided by the start: a retained sequence's steps grow its map
  * (attention allocated even when not asked for); a step asking to retain
- * on a sequence that keeps no map is refused; the map is forgotten with
- * the sequence. */
+ * on a sequence that keeps no map is refused; the listing names the map
+ * only while the store holds it (not once other maps evicted it); the map
+ * is forgotten with the sequence. */
 START_TEST(retain_follows_the_start)
 {
     srv_job *a, *b, *c;
     srv_seq_info i;
+    float w[2 * 2 * 2] = {0};
+    maps_put_args m = {.model = "m1", .b = 1, .h = 2, .t = 2, .s = 2,
+                       .attention = w};
+    char id[MAPS_ID_MAX];
     go(M1, 2, "\"sequence_id\":\"plain\",\"sequence_start\":true");
     a = job(M1, 1, "\"sequence_id\":\"plain\",\"retain\":true");
     submit(a);
@@ -157,16 +162,20 @@ START_TEST(retain_follows_the_start)
     submit(a);
     ck_assert_int_eq(launch(a), 0);
     ck_assert_ptr_nonnull(a->prep.out[SRV_O_ATT]);
-    snprintf(a->st.map_id, sizeof a->st.map_id, "map-k");
+    ck_assert_int_eq(maps_put(g_s.maps, &m, id, NULL), 0); /* srv_seq_encode */
+    snprintf(a->st.map_id, sizeof a->st.map_id, "%s", id);
     end(a, 1);
     c = job(M1, 1, "\"sequence_id\":\"kept\",\"retain\":true");
     submit(c);
-    ck_assert_str_eq(c->st.map_id, "map-k");
+    ck_assert_str_eq(c->st.map_id, id);
     ck_assert_int_eq(launch(c), 0);
     ck_assert_ptr_nonnull(c->prep.out[SRV_O_ATT]);
     end(c, 1);
     ck_assert_int_eq(info("kept", &i), 1);
-    ck_assert_str_eq(i.map_id, "map-k");
+    ck_assert_str_eq(i.map_id, id);
+    maps_drop(g_s.maps, id); /* evicted by other maps */
+    ck_assert_int_eq(info("kept", &i), 1);
+    ck_assert_str_eq(i.map_id, "");
     go(M1, 1, "\"sequence_id\":\"kept\",\"sequence_end\":true");
     ck_assert_int_eq(info("kept", NULL), 0);
     job_free(a), job_free(b), job_free(c);
