@@ -164,11 +164,13 @@ overflow:
     return ATTN_EOVERFLOW;
 }
 
-/* copy_extras: copy a's optional mask (packed to bits), scores and values
- * into e with the sizes extras_size counted. 0, or -1 when out of memory
- * (e keeps what it got; maps__entry_free frees it). */
-static int copy_extras(maps__entry *e, const maps_put_args *a, size_t mbits,
-                       size_t mbytes, size_t sbytes, size_t vbytes)
+/* copy_extras: copy a's optional mask (packed to bits), scores (or take
+ * adopt_scores, a copy of them) and values into e with the sizes
+ * extras_size counted. 0, or -1 when out of memory (e keeps what it got;
+ * maps__entry_free frees it). */
+static int copy_extras(maps__entry *e, const maps_put_args *a,
+                       float *adopt_scores, size_t mbits, size_t mbytes,
+                       size_t sbytes, size_t vbytes)
 {
     size_t k;
 
@@ -182,10 +184,11 @@ static int copy_extras(maps__entry *e, const maps_put_args *a, size_t mbits,
         e->info.mask_planes = a->mask_planes;
     }
     if (a->scores) {
-        e->scores = malloc(sbytes);
+        e->scores = adopt_scores ? adopt_scores : malloc(sbytes);
         if (!e->scores)
             return -1;
-        memcpy(e->scores, a->scores, sbytes);
+        if (!adopt_scores)
+            memcpy(e->scores, a->scores, sbytes);
         e->info.has_scores = 1;
     }
     if (a->v) {
@@ -202,7 +205,7 @@ static int copy_extras(maps__entry *e, const maps_put_args *a, size_t mbits,
 
 /* maps__entry_build: see maps_int.h. */
 int maps__entry_build(const maps_put_args *a, size_t max_bytes, float *adopt,
-                      maps__entry **out, char *err)
+                      float *adopt_scores, maps__entry **out, char *err)
 {
     maps__entry *e = NULL;
     size_t cells, nbytes, lab_bytes = 0, total, mbits = 0, mbytes = 0;
@@ -307,7 +310,7 @@ int maps__entry_build(const maps_put_args *a, size_t max_bytes, float *adopt,
         memcpy(e->row_end, a->row_end, ebytes);
     if (!adopt)
         memcpy(e->attention, a->attention, nbytes);
-    if (copy_extras(e, a, mbits, mbytes, sbytes, vbytes))
+    if (copy_extras(e, a, adopt_scores, mbits, mbytes, sbytes, vbytes))
         goto nomem;
     for (i = 0; i < a->b; i++) {
         e->t_valid[i] = a->t_valid ? a->t_valid[i] : a->t;
@@ -332,6 +335,8 @@ int maps__entry_build(const maps_put_args *a, size_t max_bytes, float *adopt,
 nomem:
     if (e && adopt && e->attention == adopt)
         e->attention = NULL; /* the caller's still */
+    if (e && adopt_scores && e->scores == adopt_scores)
+        e->scores = NULL;
     maps__entry_free(e);
     snprintf(err, ATTN_ERRMAX, "parameters.retain: out of memory");
     return ATTN_ENOMEM;
@@ -395,7 +400,7 @@ int maps_put(maps_store *st, const maps_put_args *a, char *id_out,
     if (!err)
         err = scratch;
     err[0] = '\0';
-    rc = maps__entry_build(a, st->max_bytes, NULL, &e, err);
+    rc = maps__entry_build(a, st->max_bytes, NULL, NULL, &e, err);
     if (rc)
         return rc;
     pthread_mutex_lock(&st->lock);
@@ -604,8 +609,9 @@ int maps_slice_of(maps_store *st, const char *id, maps_what what, int b,
         return rc;
     if (what == MAPS_SCORES && !e->scores) {
         snprintf(err, ATTN_ERRMAX, "what: map %s was retained without "
-                 "scores (kept only when the retaining request computed "
-                 "them)", id);
+                 "scores (kept only when the retaining request asked for "
+                 "the scores output; a sequence's map, when its "
+                 "sequence_start step did)", id);
         rc = ATTN_EINVAL;
         goto fail;
     }

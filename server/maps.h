@@ -116,9 +116,11 @@ int maps_put(maps_store *st, const maps_put_args *a, char *id_out,
  * those keys are other tokens now), and the new rows appended. Each row
  * keeps the keys it attended, for the mask (maps__allowed): a kept row
  * its own (cut at t0), a new row at t0 + r the keys 0 .. t0 + r under
- * a->causal, else all a->s. Explicit masks, scores and values are not
- * kept for growing maps. Returns 0,
- * ATTN_ENOTFOUND (evicted), ATTN_EINVAL (h differs, t0 past the map, or
+ * a->causal, else all a->s. A map that kept scores grows them the same
+ * way: the step gives its rows' a->scores (1, h, a->t, a->s), else
+ * ATTN_EINVAL (a map without scores ignores a step's). Explicit masks and
+ * values are not kept for growing maps. Returns 0, ATTN_ENOTFOUND
+ * (evicted), ATTN_EINVAL (h differs, t0 past the map, scores missing, or
  * the map outgrew the store) or ATTN_ENOMEM. maps_grow_put puts it in
  * place of its id's entry, whatever that became, as the newest with the
  * same id and the next version (0), or frees it when that was evicted

@@ -11,10 +11,11 @@
 #include "server/maps.h"
 #include "server/maps_int.h"
 
-/* What a grown map's arguments point into (malloc'd; the entry adopts att,
- * the rest are freed once it is built). */
+/* What a grown map's arguments point into (malloc'd; the entry adopts att
+ * and sc, the rest are freed once it is built). */
 typedef struct grown_bufs {
     float *att;          /* (h, T, S) */
+    float *sc;           /* (h, T, S) scores, when old keeps them; or NULL */
     int32_t *ends;       /* (T) keys 0 .. ends[i] - 1 row i attended */
     const char **labels; /* (T) into old's labels and a's, or NULL */
 } grown_bufs;
@@ -27,36 +28,49 @@ static int old_end(const maps__entry *old, int i)
     return old->info.causal ? i + 1 : old->info.s;
 }
 
+/* keep_rows: head k of (old's plane from, a's rows new) into dst (h, T,
+ * S): the first t0 rows of old on keys 0 .. t0-1 (keys past t0 are the
+ * tokens a step that rewound the sequence replaced, or, growing, keys the
+ * rows never saw: they read 0, dst being zeroed), then a's rows. */
+static void keep_rows(float *dst, const float *from, const float *new_rows,
+                      const maps__entry *old, int t0, const maps_put_args *a,
+                      int k)
+{
+    size_t S = (size_t)a->s, T = (size_t)t0 + (size_t)a->t;
+    int i, os = old->info.s;
+    const float *src = from + (size_t)k * (size_t)old->info.t * (size_t)os;
+    dst += (size_t)k * T * S;
+    for (i = 0; i < t0; i++)
+        memcpy(dst + (size_t)i * S, src + (size_t)i * (size_t)os,
+               (size_t)(os < t0 ? os : t0) * sizeof(float));
+    if (a->t)
+        memcpy(dst + (size_t)t0 * S, new_rows + (size_t)k * (size_t)a->t * S,
+               (size_t)a->t * S * sizeof(float));
+}
+
 /* grown_args: the whole map after a step, into g and buf: the first t0
- * rows of old (widened to a->s keys) then a's rows; each row's end. 0,
- * ATTN_EOVERFLOW or ATTN_ENOMEM (buf holds what was allocated). */
+ * rows of old (widened to a->s keys) then a's rows, weights and (when old
+ * keeps them) scores; each row's end. 0, ATTN_EOVERFLOW or ATTN_ENOMEM
+ * (buf holds what was allocated). */
 static int grown_args(const maps__entry *old, int t0, const maps_put_args *a,
                       maps_put_args *g, grown_bufs *buf)
 {
     size_t S = (size_t)a->s, T = (size_t)t0 + (size_t)a->t, n;
-    int k, i, os = old->info.s;
+    int k, i;
     memset(buf, 0, sizeof *buf);
     if (__builtin_mul_overflow(T, S, &n) ||
         __builtin_mul_overflow(n, (size_t)a->h, &n) ||
         __builtin_mul_overflow(n, sizeof(float), &n))
         return ATTN_EOVERFLOW;
     buf->att = calloc(1, n ? n : 1);
+    buf->sc = old->scores ? calloc(1, n ? n : 1) : NULL;
     buf->ends = malloc(T ? T * sizeof(int32_t) : 1);
-    if (!buf->att || !buf->ends)
+    if (!buf->att || (old->scores && !buf->sc) || !buf->ends)
         return ATTN_ENOMEM;
     for (k = 0; k < a->h; k++) {
-        float *dst = buf->att + (size_t)k * T * S;
-        const float *src = old->attention + (size_t)k * old->info.t * (size_t)os;
-        /* the kept rows' weights on keys 0 .. t0-1: keys past t0 are the
-         * tokens a step that rewound the sequence replaced (or, growing,
-         * keys the rows never saw); they read 0 */
-        for (i = 0; i < t0; i++)
-            memcpy(dst + (size_t)i * S, src + (size_t)i * (size_t)os,
-                   (size_t)(os < t0 ? os : t0) * sizeof(float));
-        if (a->t)
-            memcpy(dst + (size_t)t0 * S,
-                   a->attention + (size_t)k * (size_t)a->t * S,
-                   (size_t)a->t * S * sizeof(float));
+        keep_rows(buf->att, old->attention, a->attention, old, t0, a, k);
+        if (buf->sc)
+            keep_rows(buf->sc, old->scores, a->scores, old, t0, a, k);
     }
     /* a kept row attended what it did, on keys that are still the same
      * tokens; a new row at position t0 + i the keys up to itself
@@ -72,6 +86,7 @@ static int grown_args(const maps__entry *old, int t0, const maps_put_args *a,
     g->t = (int)T;
     g->s = a->s;
     g->attention = buf->att;
+    g->scores = buf->sc;
     g->row_end = buf->ends;
     g->causal = old->info.causal;
     g->dk = old->info.dk;
@@ -116,14 +131,22 @@ int maps_grow_make(maps_store *st, const char *id, int t0,
         maps__release(old);
         return ATTN_EINVAL;
     }
+    if (old->scores && a->t && !a->scores) {
+        snprintf(err, ATTN_ERRMAX, "map %s keeps scores: rows [%d, %d) "
+                 "came without them", id, t0, t0 + a->t);
+        maps__release(old);
+        return ATTN_EINVAL;
+    }
     maps_stats(st, NULL, &max_bytes, NULL, NULL);
     rc = grown_args(old, t0, a, &g, &buf);
     if (!rc)
-        rc = maps__entry_build(&g, max_bytes, buf.att, &e, err);
+        rc = maps__entry_build(&g, max_bytes, buf.att, buf.sc, &e, err);
     else
         snprintf(err, ATTN_ERRMAX, "map %s: out of memory", id);
-    if (rc)
-        free(buf.att); /* else the entry holds it */
+    if (rc) { /* else the entry holds them */
+        free(buf.att);
+        free(buf.sc);
+    }
     free(buf.ends);
     free(buf.labels);
     if (!rc) {

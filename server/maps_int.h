@@ -40,12 +40,13 @@ void maps__release(maps__entry *e);
  * maps__entry_build: check a's shape and labels and build an unlinked
  * entry holding copies of everything (refs = 1, id not yet assigned), of
  * at most max_bytes. 0 or a negative code with err naming the field.
- * adopt: a malloc'd copy of a->attention that the entry takes instead of
- * copying it (on success only), or NULL. maps__entry_free frees an entry
- * that was never put (NULL is fine). Any thread.
+ * adopt, adopt_scores: malloc'd copies of a->attention and a->scores that
+ * the entry takes instead of copying them (on success only), or NULL.
+ * maps__entry_free frees an entry that was never put (NULL is fine). Any
+ * thread.
  */
 int maps__entry_build(const maps_put_args *a, size_t max_bytes, float *adopt,
-                      maps__entry **out, char *err);
+                      float *adopt_scores, maps__entry **out, char *err);
 void maps__entry_free(maps__entry *e);
 
 /* maps__allowed: 1 when query i attended key j in (b, h) of e (its row's

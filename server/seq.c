@@ -131,6 +131,7 @@ static void kick(srv_seqs *q, srv_seq *l)
             attn_kv_init(&st->fresh, st->inst->kv_pool);
             st->kv = &st->fresh;
             st->map_id[0] = 0;
+            st->map_scores = 0;
         } else {
             if (!l->live) {
                 fail_gone(st, l);
@@ -164,6 +165,7 @@ static void kick(srv_seqs *q, srv_seq *l)
             }
             st->kv = &l->kv;
             srv_copy(st->map_id, sizeof st->map_id, l->map_id);
+            st->map_scores = l->map_scores;
         }
         st->t0 = st->kv->len;
         l->active = st;
@@ -336,6 +338,7 @@ int srv_seq_bind(srv_step *st, size_t *mem, char *err)
     st->t0 = st->kv->len;
     status = srv_seq_alloc_maps(st->prep, st->in, st->t0 + a->t, nb,
                                 st->start ? st->retain : st->map_id[0] != 0,
+                                !st->start && st->map_id[0] && st->map_scores,
                                 memory, err);
     if (status)
         goto fail;
@@ -447,6 +450,7 @@ void srv_seq_step_end(srv_step *st, int ok)
             st->map_id[0] = 0;
         }
         srv_copy(l->map_id, sizeof l->map_id, st->map_id);
+        l->map_scores = st->map_id[0] && st->map_scores;
         l->last_ns = srv_now_ns();
         if (st->end) {
             int len = l->kv.len;

@@ -93,6 +93,8 @@ typedef struct srv_step {
     attn_kv_undo undo;       /* a rewound step's rewind (bound) */
     void *saved;             /* the rows it replaces, as stored */
     char map_id[MAPS_ID_MAX]; /* the sequence's map; after encode, its id */
+    int map_scores;          /* the map keeps scores (a start: after encode,
+                                it asked for them and kept them) */
     atomic_int late;         /* answered 504 or its client gone (loop):
                                 its encoding (pool) grows no map */
     maps_grown *grown;       /* its encoding's (pool) grown map, put in
@@ -164,9 +166,11 @@ int srv_seq_prepare(srv_step *st, srv_prep *p, const oip_request *req,
                     int causal, int builtin, const srv_infer_limits *lim,
                     char *err);
 /* srv_seq_alloc_maps: (loop, at bind) attention/scores for s keys, within
- * memory with kept bytes already taken (a rewound step's saved rows). */
+ * memory with kept bytes already taken (a rewound step's saved rows):
+ * attention when asked for or retain (the step starts or grows a map),
+ * scores when asked for or retain_scores (the map it grows keeps them). */
 int srv_seq_alloc_maps(srv_prep *p, const oip_request *req, int s, size_t kept,
-                       int retain, size_t memory, char *err);
+                       int retain, int retain_scores, size_t memory, char *err);
 /* srv_seq_map_bytes: (after bind) the bytes of the map st's encoding
  * writes: a retained sequence's whole map, copied to grow it; 0 for none. */
 size_t srv_seq_map_bytes(const srv_step *st);

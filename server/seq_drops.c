@@ -85,6 +85,7 @@ void srv__seq_release_cache(srv_seqs *q, srv_seq *l)
     l->inst = NULL;
     l->live = 0;
     l->map_id[0] = 0;
+    l->map_scores = 0;
     q->n_live--;
     l->e->seq_stats.live--;
 }

@@ -29,6 +29,7 @@ struct srv_seq {
     srv_step *qhead, *qtail; /* waiting steps, arrival order */
     uint64_t last_ns;    /* end of its last step (or start) */
     char map_id[MAPS_ID_MAX]; /* its growing map, "" = none (or evicted) */
+    int map_scores;      /* the map keeps scores: each step computes them */
     int retained;        /* started with retain: true */
     int expected;        /* counted in e->seq_expected (if still expect_gen) */
     uint64_t expect_gen;

@@ -167,7 +167,7 @@ int srv_seq_prepare(srv_step *st, srv_prep *p, const oip_request *req,
 }
 
 int srv_seq_alloc_maps(srv_prep *p, const oip_request *req, int s, size_t kept,
-                       int retain, size_t memory, char *err)
+                       int retain, int retain_scores, size_t memory, char *err)
 {
     const attn_config *c = &p->cfg;
     int64_t T = p->shape[SRV_O_Y][1];
@@ -181,7 +181,8 @@ int srv_seq_alloc_maps(srv_prep *p, const oip_request *req, int s, size_t kept,
     p->out[SRV_O_ATT] = p->out[SRV_O_SCORES] = NULL;
     if (((p->want[SRV_O_ATT] || retain) &&
          (rc = alloc(p, SRV_O_ATT, &total, memory, err))) ||
-        (p->want[SRV_O_SCORES] && (rc = alloc(p, SRV_O_SCORES, &total, memory, err))))
+        ((p->want[SRV_O_SCORES] || retain_scores) &&
+         (rc = alloc(p, SRV_O_SCORES, &total, memory, err))))
         return rc;
     p->seqs[0].attention = p->out[SRV_O_ATT];
     p->seqs[0].scores = p->out[SRV_O_SCORES];
@@ -189,10 +190,12 @@ int srv_seq_alloc_maps(srv_prep *p, const oip_request *req, int s, size_t kept,
 }
 
 /* grow_map: start (t0 == 0 on a start) or extend the sequence's map with
- * this step's rows. st->map_id becomes "" when the map is gone (evicted,
- * or a start's too big for the store); a map that cannot take the rows
- * (too big for the store now, out of memory) sets st->map_ends: it cannot
- * go on without them, so it ends once the step is answered (seq.c). */
+ * this step's rows: weights, and scores when the start asked for them (it
+ * sets st->map_scores; every later step computes them for the map).
+ * st->map_id becomes "" when the map is gone (evicted, or a start's too
+ * big for the store); a map that cannot take the rows (too big for the
+ * store now, out of memory) sets st->map_ends: it cannot go on without
+ * them, so it ends once the step is answered (seq.c). */
 static void grow_map(srv_step *st, const char *model_name, maps_store *maps)
 {
     const srv_prep *p = st->prep;
@@ -203,6 +206,8 @@ static void grow_map(srv_step *st, const char *model_name, maps_store *maps)
     a.model = model_name;
     a.b = 1, a.h = p->maps_h, a.t = p->maps_t, a.s = p->maps_s;
     a.attention = p->out[SRV_O_ATT];
+    /* a start allocated scores only when asked for them */
+    a.scores = st->start || st->map_scores ? p->out[SRV_O_SCORES] : NULL;
     a.causal = p->causal;
     a.dk = p->cfg.head_dim;
     if (st->in->params.n_tokens == a.t) {
@@ -212,6 +217,7 @@ static void grow_map(srv_step *st, const char *model_name, maps_store *maps)
     if (st->start) {
         if (maps_put(maps, &a, st->map_id, merr) < 0)
             st->map_id[0] = 0;
+        st->map_scores = st->map_id[0] && a.scores;
         return;
     }
     rc = maps_grow_make(maps, st->map_id, st->t0, &a, &st->grown, merr);
@@ -230,11 +236,15 @@ static int keeps_map(const srv_step *st)
 size_t srv_seq_map_bytes(const srv_step *st)
 {
     const srv_prep *p = st->prep;
+    size_t plane;
+    int scores;
     if (!st->is_step || !keeps_map(st))
         return 0;
-    /* its weights, and each row's end (the keys it attended) */
-    return (size_t)p->maps_h * (size_t)p->maps_s * (size_t)p->maps_s * sizeof(float) +
-           (size_t)p->maps_s * sizeof(int32_t);
+    /* its weights, its scores when it keeps them (a start: when it asked
+     * for them), each row's end (the keys it attended) */
+    plane = (size_t)p->maps_h * (size_t)p->maps_s * (size_t)p->maps_s * sizeof(float);
+    scores = st->start ? p->out[SRV_O_SCORES] != NULL : st->map_scores;
+    return plane * (scores ? 2 : 1) + (size_t)p->maps_s * sizeof(int32_t);
 }
 
 int srv_seq_encode(srv_step *st, const char *model_name, maps_store *maps,

@@ -463,6 +463,59 @@ test('retain: a sequence\'s map that outgrows --maps-bytes ends (404, its follow
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
+// README, "Retained map": a start that retains and asks for `scores` keeps
+// them, and every later step grows them (computed for the map even when the
+// step does not ask for the output). A row's scores are its step's (the
+// stateless causal request's over the same tokens); on keys that came after
+// its step, or that a rewind replaced, they read 0.
+test('retain with scores: the map keeps them and grows them with every step, rewinds too', async () => {
+  const d = await start({ dir: gqaModels() });
+  try {
+    const xs = tokens(7, 17), other = tokens(1, 18);
+    const ref = await full(d, xs);
+    const y = [{ name: 'y' }];
+    const check = async (id, seen, r, what) => {
+      const n = seen.length;
+      const meta = await (await fetch(`${d.url}/v2/maps/${id}`)).json();
+      assert.deepEqual(meta.retained, ['attention', 'mask', 'scores'], what);
+      assert.deepEqual(meta.shape, [1, H, n, n], what);
+      for (let h = 0; h < H; h++) {
+        const m = await (await fetch(`${d.url}/v2/maps/${id}/attention?h=${h}&what=scores`)).json();
+        assert.ok(m.data, `${what}: ${JSON.stringify(m)}`);
+        const want = [];
+        for (let i = 0; i < n; i++)
+          for (let j = 0; j < n; j++) want.push(j < seen[i] ? r.scores[(h * r.n + i) * r.n + j] : 0);
+        assert.ok(maxDiff(m.data, want) <= 1e-5, `${what} h=${h}: max |diff| ${maxDiff(m.data, want)}`);
+      }
+    };
+    const r0 = await infer(d, 'gqa', stepBody('sc', xs.slice(0, 3 * D), { start: true, extra: { retain: true } }));
+    checkStep(r0, ref, 0, 3, 'start');
+    const id = r0.json.parameters.map_id;
+    await check(id, [3, 3, 3], ref, 'start');
+    const r1 = await infer(d, 'gqa', stepBody('sc', xs.slice(3 * D, 4 * D), { outputs: y }));
+    assert.deepEqual(r1.json.outputs.map((o) => o.name), ['y']);
+    await check(id, [3, 3, 3, 4], ref, 'step 1');
+    const r2 = await infer(d, 'gqa', stepBody('sc', xs.slice(4 * D, 7 * D), { outputs: y }));
+    assert.equal(r2.json.parameters.map_id, id);
+    await check(id, [3, 3, 3, 4, 7, 7, 7], ref, 'step 3');
+    // back to 5 with another token: rows 0-4 kept on keys 0-4, row 5 new
+    const xs2 = xs.slice(0, 5 * D).concat(other);
+    const ref2 = await full(d, xs2);
+    const r3 = await infer(d, 'gqa', stepBody('sc', other, { outputs: y, extra: { sequence_position: 5 } }));
+    assert.equal(r3.status, 200, JSON.stringify(r3.json));
+    await check(id, [3, 3, 3, 4, 5, 6], ref2, 'rewound');
+    // a start that did not ask for scores keeps none, whatever later steps ask
+    const p0 = await infer(d, 'gqa', stepBody('nosc', xs.slice(0, 2 * D), { start: true, outputs: y, extra: { retain: true } }));
+    const p1 = await infer(d, 'gqa', stepBody('nosc', xs.slice(2 * D, 3 * D)));
+    checkStep(p1, ref, 2, 1, 'nosc step');
+    const pid = p0.json.parameters.map_id;
+    assert.deepEqual((await (await fetch(`${d.url}/v2/maps/${pid}`)).json()).retained, ['attention', 'mask']);
+    const no = await fetch(`${d.url}/v2/maps/${pid}/attention?what=scores`);
+    assert.equal(no.status, 400);
+    assert.match((await no.json()).error, /sequence_start|start/);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
 for (const [dtype, tol] of [['f16', 2e-3], ['bf16', 2e-2]])
   test(`--kv-dtype ${dtype}: half the bytes, within ${tol} of FP32`, async () => {
     const d = await start({ dir: gqaModels(), args: ['--kv-dtype', dtype] });

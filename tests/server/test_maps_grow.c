@@ -257,6 +257,88 @@ START_TEST(test_grow_mask_per_row)
 }
 END_TEST
 
+/* A sequence's map keeps the scores its start retained and grows them
+ * with each step's: a start of 2 rows over 2 keys, a step of 2 rows over
+ * 4 keys, then a step that rewinds to 3 with 1 row over 4 keys. Scores of
+ * head k, row i, key j are k * 100 + 10 i + j + 1 + 0.5 * (the step's
+ * number); rows 0-1 keep theirs on keys 0-1 (keys 2-3 came later: 0), row
+ * 2 its own on keys 0-2 (key 3 was replaced: 0), row 3 is the last step's.
+ * Weights and scores both count. A step without scores cannot grow such a
+ * map (refused, nothing changes); a map without scores grows without
+ * them whatever the step gives. */
+START_TEST(test_grow_scores)
+{
+    maps_store *st;
+    char id[MAPS_ID_MAX], id2[MAPS_ID_MAX], err[ATTN_ERRMAX];
+    float w[2 * 2 * 4], sc[3][2 * 2 * 4], *out;
+    const int t_of[3] = {2, 2, 1}, s_of[3] = {2, 4, 4}, row0[3] = {0, 2, 3};
+    maps_put_args a;
+    maps_info info;
+    int n, k, i, j, rows, cols;
+
+    for (k = 0; k < 16; k++)
+        w[k] = 0.25f;
+    for (n = 0; n < 3; n++)
+        for (k = 0; k < 2; k++)
+            for (i = 0; i < t_of[n]; i++)
+                for (j = 0; j < s_of[n]; j++)
+                    sc[n][(k * t_of[n] + i) * s_of[n] + j] =
+                        (float)(k * 100 + 10 * (row0[n] + i) + j + 1) + 0.5f * (float)n;
+    ck_assert_int_eq(maps_store_create(&st, 1 << 20), 0);
+    a = (maps_put_args){.model = "m", .b = 1, .h = 2, .t = 2, .s = 2,
+                        .attention = w, .scores = sc[0]};
+    ck_assert_int_eq(maps_put(st, &a, id, err), 0);
+    a = (maps_put_args){.model = "m", .b = 1, .h = 2, .t = 2, .s = 4,
+                        .attention = w, .scores = sc[1]};
+    ck_assert_int_eq(grow(st, id, 2, &a, err), 0);
+    a = (maps_put_args){.model = "m", .b = 1, .h = 2, .t = 1, .s = 4,
+                        .attention = w, .scores = sc[2]};
+    ck_assert_int_eq(grow(st, id, 3, &a, err), 0);
+    for (k = 0; k < 2; k++) {
+        ck_assert_int_eq(maps_slice_of(st, id, MAPS_SCORES, 0, k, 0, &out,
+                                       &rows, &cols, NULL, NULL, err), 0);
+        ck_assert_int_eq(rows, 4);
+        ck_assert_int_eq(cols, 4);
+        for (i = 0; i < 4; i++)
+            for (j = 0; j < 4; j++) {
+                /* the step row i came from, and the keys it keeps */
+                int from = i < 2 ? 0 : i < 3 ? 1 : 2, upto = i < 2 ? 2 : i < 3 ? 3 : 4;
+                float want = j < upto ? (float)(k * 100 + 10 * i + j + 1) +
+                                            0.5f * (float)from
+                                      : 0.0f;
+                ck_assert_msg(out[i * 4 + j] == want, "head %d (%d, %d): %g, "
+                              "expected %g", k, i, j, (double)out[i * 4 + j],
+                              (double)want);
+            }
+        free(out);
+    }
+    ck_assert_int_eq(maps_info_get(st, id, &info), 0);
+    ck_assert_int_eq(info.has_scores, 1);
+    ck_assert_uint_eq(info.bytes, 2 * 2 * 16 * sizeof(float) +
+                                      sizeof(maps__entry) +
+                                      2 * sizeof(int32_t) +
+                                      4 * sizeof(int32_t));
+    /* a step without scores: refused, naming them; nothing changes */
+    a = (maps_put_args){.model = "m", .b = 1, .h = 2, .t = 1, .s = 5,
+                        .attention = w};
+    ck_assert_int_eq(grow(st, id, 4, &a, err), ATTN_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "scores"));
+    ck_assert_int_eq(maps_info_get(st, id, &info), 0);
+    ck_assert_int_eq(info.t, 4);
+    /* a map without scores grows without them */
+    a = (maps_put_args){.model = "m", .b = 1, .h = 2, .t = 2, .s = 2,
+                        .attention = w};
+    ck_assert_int_eq(maps_put(st, &a, id2, err), 0);
+    a = (maps_put_args){.model = "m", .b = 1, .h = 2, .t = 2, .s = 4,
+                        .attention = w, .scores = sc[1]};
+    ck_assert_int_eq(grow(st, id2, 2, &a, err), 0);
+    ck_assert_int_eq(maps_info_get(st, id2, &info), 0);
+    ck_assert_int_eq(info.t, 4);
+    ck_assert_int_eq(info.has_scores, 0);
+    maps_store_destroy(st);
+}
+END_TEST
+
 static Suite *maps_grow_suite(void)
 {
     Suite *s = suite_create("maps_grow");
@@ -264,6 +346,7 @@ static Suite *maps_grow_suite(void)
 
     tcase_add_test(tc, test_grow_sequence_map);
     tcase_add_test(tc, test_grow_mask_per_row);
+    tcase_add_test(tc, test_grow_scores);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -415,13 +415,15 @@ END_TEST
 /* g_extra: the answer parameters srv_seq_encode gave keep_extra, its
  * encoder (the outputs themselves are not encoded here). */
 static char g_extra[256];
+static int g_n_outs; /* and how many outputs it was given */
 
 static int keep_extra(const char *name, const char *id, const oip_output *o,
                       int n, const char *extra, char **body, size_t *len,
                       size_t *header_len, char *err)
 {
-    (void)name, (void)id, (void)o, (void)n, (void)err;
+    (void)name, (void)id, (void)o, (void)err;
     snprintf(g_extra, sizeof g_extra, "%s", extra ? extra : "");
+    g_n_outs = n;
     *body = NULL;
     *len = *header_len = 0;
     return 0;
@@ -437,6 +439,8 @@ static void encode(srv_job *j)
     memset(j->prep.out[SRV_O_Y], 0, (size_t)j->st.t * 8 * sizeof(float));
     if (j->prep.out[SRV_O_ATT])
         memset(j->prep.out[SRV_O_ATT], 0, 2 * (size_t)j->st.t * (size_t)s * sizeof(float));
+    if (j->prep.out[SRV_O_SCORES])
+        memset(j->prep.out[SRV_O_SCORES], 0, 2 * (size_t)j->st.t * (size_t)s * sizeof(float));
     ck_assert_int_eq(srv_seq_encode(&j->st, "m1", g_s.maps, keep_extra, &body,
                                     &len, &hl, err), 0);
 }
@@ -507,6 +511,62 @@ START_TEST(map_that_cannot_grow_ends)
 }
 END_TEST
 
+/* A start that retains and asks for scores keeps them in its map, and its
+ * later steps compute them for the map (allocated at bind, counted in
+ * the map's bytes) even when they ask only for y, which is all they
+ * answer. A start that retains without scores keeps none: its steps
+ * compute none for the map. */
+START_TEST(map_keeps_scores)
+{
+    srv_job *a, *b, *c, *d;
+    maps_info mi;
+    char id[MAPS_ID_MAX];
+    a = jobo(M1, 2, "[{\"name\":\"y\"},{\"name\":\"scores\"}]",
+             "\"sequence_id\":\"sc\",\"sequence_start\":true,\"retain\":true");
+    submit(a);
+    ck_assert_int_eq(launch(a), 0);
+    encode(a);
+    ck_assert_int_eq(g_n_outs, 2);
+    snprintf(id, sizeof id, "%s", a->st.map_id);
+    end(a, 1);
+    ck_assert_int_eq(maps_info_get(g_s.maps, id, &mi), 0);
+    ck_assert_int_eq(mi.has_scores, 1);
+    b = job(M1, 1, "\"sequence_id\":\"sc\"");
+    submit(b);
+    ck_assert_int_eq(launch(b), 0);
+    ck_assert_ptr_nonnull(b->prep.out[SRV_O_SCORES]);
+    /* weights and scores of 2 heads x 3 x 3, and 3 row ends */
+    ck_assert_uint_eq(srv_seq_map_bytes(&b->st), 2 * 2 * 9 * sizeof(float) +
+                                                     3 * sizeof(int32_t));
+    encode(b);
+    ck_assert_int_eq(g_n_outs, 1); /* y */
+    ck_assert_ptr_nonnull(strstr(g_extra, id));
+    end(b, 1);
+    ck_assert_int_eq(maps_info_get(g_s.maps, id, &mi), 0);
+    ck_assert_int_eq(mi.t, 3);
+    ck_assert_int_eq(mi.has_scores, 1);
+
+    c = job(M1, 2, "\"sequence_id\":\"nsc\",\"sequence_start\":true,"
+                   "\"retain\":true");
+    submit(c);
+    ck_assert_int_eq(launch(c), 0);
+    ck_assert_ptr_null(c->prep.out[SRV_O_SCORES]);
+    encode(c);
+    snprintf(id, sizeof id, "%s", c->st.map_id);
+    end(c, 1);
+    d = job(M1, 1, "\"sequence_id\":\"nsc\"");
+    submit(d);
+    ck_assert_int_eq(launch(d), 0);
+    ck_assert_ptr_null(d->prep.out[SRV_O_SCORES]);
+    encode(d);
+    end(d, 1);
+    ck_assert_int_eq(maps_info_get(g_s.maps, id, &mi), 0);
+    ck_assert_int_eq(mi.t, 3);
+    ck_assert_int_eq(mi.has_scores, 0);
+    job_free(a), job_free(b), job_free(c), job_free(d);
+}
+END_TEST
+
 static Suite *seq_suite(void)
 {
     Suite *s = suite_create("seq");
@@ -522,6 +582,7 @@ static Suite *seq_suite(void)
     tcase_add_test(tc, failed_restart_keeps_the_old_one);
     tcase_add_test(tc, failed_start_then_step_is_unknown);
     tcase_add_test(tc, map_that_cannot_grow_ends);
+    tcase_add_test(tc, map_keeps_scores);
     suite_add_tcase(s, tc);
     return s;
 }
