@@ -233,7 +233,9 @@ const POOL_N = 512;
 
 // openMap: a retained map as a run: every head's weights fetched as raw
 // FP32, max-pooled to 512 x 512 when T x S is large; the masked cells
-// (what=mask) when the request sent an explicit mask; its scores and
+// (what=mask) when the request sent an explicit mask or the map is a
+// sequence's that grew (version > 0: each row attended the keys its own
+// step held, which the start's causal flag cannot say); its scores and
 // values (what=scores, what=v) when they were retained and the map is
 // not pooled, for the step view.
 export async function openMap(id) {
@@ -264,9 +266,11 @@ export async function openMap(id) {
     return out;
   };
   const att = await perHead('attention', Float32Array);
-  // An explicit mask may differ per item and head: ask the server which
-  // cells it masked (causal and lengths included).
-  const mask = meta.mask ? { planes: B * H, data: await perHead('mask', Uint8Array) } : null;
+  // An explicit mask may differ per item and head, and a grown sequence
+  // map's rows each have their own: ask the server which cells it masked
+  // (causal and lengths included).
+  const grown = meta.version > 0;
+  const mask = meta.mask || grown ? { planes: B * H, data: await perHead('mask', Uint8Array) } : null;
   let scores = null, v = null, missing = null;
   const dk = meta.d_k || null;
   let dv = null, hkv = H;
@@ -294,7 +298,7 @@ export async function openMap(id) {
   }
   return {
     source: 'map', model: meta.model, B, H, T: rows, S: cols, tokens, keyTokens,
-    causal: !!meta.causal,
+    causal: !!meta.causal && !grown, // a grown map's mask says it per row
     tValid: meta.lengths || Array(B).fill(T),
     sValid: meta.context_lengths || Array(B).fill(S),
     // A pooled cell is masked when every pair in its block is.

@@ -155,6 +155,46 @@ test('Replace last: the last step\'s words swapped on the server, the rows as a 
   await page.close();
 });
 
+// A sequence's map that grew (README, "Retained map"): each row attended
+// the keys its own step held. Opened by id (another client's non-causal
+// sequence, retained with scores), the keys that came after a row's step
+// are drawn as masks, not as weights of 0, and the step view's softmax of
+// an earlier row runs over the keys it saw only.
+test('a grown non-causal sequence map: later keys drawn as masks, the step view over the keys each row saw', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const step = async (words, pos0) => {
+    const body = {
+      inputs: [{ name: 'x', datatype: 'FP32', shape: [1, words.length, D], data: Array.from(embed(words, D, pos0)) }],
+      outputs: [{ name: 'attention' }, { name: 'scores' }],
+      parameters: { sequence_id: 'nc', sequence_start: pos0 === 0, retain: true, causal: false, tokens: words },
+    };
+    const r = await fetch(`${daemon.url}/v2/models/toy/infer`, { method: 'POST', body: JSON.stringify(body) });
+    assert.equal(r.status, 200, await r.clone().text());
+    return (await r.json()).parameters.map_id;
+  };
+  const id = await step(['the', 'cat'], 0);
+  assert.equal(await step(['sat'], 2), id);
+  const sc = await (await fetch(`${daemon.url}/v2/maps/${id}/attention?h=0&what=scores`)).json();
+  const { page, errors } = await openPage(browser, `${daemon.url}/#map=${id}&h=0&q=0`);
+  const isGrey = ([r, g, b]) => Math.abs(r - g) <= 12 && Math.abs(g - b) <= 12;
+  for (let i = 0; i < 3; i++)
+    for (let j = 0; j < 3; j++) {
+      const px = await pixel(page, i, j);
+      if (i < 2 && j === 2) {
+        assert.ok(isGrey(px), `cell (${i},${j}): key 2 came after row ${i}'s step, drawn ${px}, not the mask grey`);
+        assert.ok(!near(px, viridis(0), 20), `cell (${i},${j}) drew the colour of weight 0`);
+      } else {
+        assert.ok(!isGrey(px), `cell (${i},${j}) was attended, drawn ${px} as a mask`);
+      }
+    }
+  // row 0 saw keys 0 and 1: the sum of exp(s - max) over those two
+  const s0 = sc.data.slice(0, 2), mx = Math.max(...s0);
+  const sum = s0.reduce((a, x) => a + Math.exp(x - mx), 0);
+  assert.match(await page.textContent('#steps'), new RegExp(`sum of the exponentials is ${sum.toFixed(4).replace('.', '\\.')}`));
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test('a long sequence: the zoom window follows the newest row', async (t) => {
   if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
   const prompt = Array.from({ length: 110 }, (_, i) => `w${i}`).join(' ');
