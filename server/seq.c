@@ -322,10 +322,10 @@ int srv_seq_bind(srv_step *st, size_t *mem, char *err)
     rc = attn_kv_reserve(st->kv, a->t, kerr);
     if (rc == ATTN_EFULL) {
         snprintf(err, OIP_ERRMAX, "sequences: the K/V cache of model '%s' is "
-                 "full (%zu of %lld bytes, kv-bytes) and cannot take %d more "
-                 "tokens of sequence '%s'; end sequences or retry later",
+                 "full (%zu of %lld bytes, kv-bytes) and cannot take sequence "
+                 "'%s' from %d to %d tokens; end sequences or retry later",
                  st->e->name, attn_kv_pool_used(st->kv->pool),
-                 s->cfg.kv_bytes, a->t, st->id);
+                 s->cfg.kv_bytes, st->id, st->kv->len, st->kv->len + a->t);
         status = 503;
         goto fail;
     }

@@ -137,11 +137,11 @@ int srv__seq_gone_msg(char *msg, size_t n, const char *id, const srv_seq *l,
     }
     gone_what(what, sizeof what, l);
     if (l->gone == GONE_ENDED && st->has_pos && st->pos < l->gone_len) {
-        snprintf(msg, n, "parameters.sequence_position: sequence '%s' %s; the "
-                 "step at %d was carried out, and an ended sequence takes no "
-                 "step: its last one cannot be sent again (for that, leave "
-                 "sequence_end off and DELETE /v2/sequences/{id} when done)",
-                 id, what, st->pos);
+        snprintf(msg, n, "parameters.sequence_position: sequence '%s' %s; "
+                 "position %d was in it (its steps were carried out), and an "
+                 "ended sequence takes no step: its last one cannot be sent "
+                 "again (for that, leave sequence_end off and DELETE "
+                 "/v2/sequences/{id} when done)", id, what, st->pos);
         return 409;
     }
     snprintf(msg, n, "parameters.sequence_id: unknown sequence '%s' (%s); "

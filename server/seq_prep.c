@@ -38,9 +38,10 @@ static int alloc(srv_prep *p, int o, size_t *total, size_t memory, char *err)
 {
     size_t n = size_of(p, o);
     if (!n || __builtin_add_overflow(*total, n, total) || *total > memory) {
-        snprintf(err, OIP_ERRMAX, "outputs.%s: this step needs more than %zu "
-                 "bytes with its outputs (request-memory); ask for fewer "
-                 "outputs or send fewer tokens", outs_names[o], memory);
+        snprintf(err, OIP_ERRMAX, "outputs.%s%s: this step needs more than "
+                 "%zu bytes with its outputs (request-memory); ask for fewer "
+                 "outputs or send fewer tokens", outs_names[o],
+                 p->want[o] ? "" : " (computed for the retained map)", memory);
         return 413;
     }
     p->out[o] = malloc(n);

@@ -518,7 +518,7 @@ class Unary(unittest.TestCase):
         self.assertEqual(self.s.ModelInfer(last).parameters["sequence_length"].int64_param, 4)
         self.code(self.s.ModelInfer, last, C.FAILED_PRECONDITION,
                   r"sequence 'grpc-pos' ended \d+\.\d s ago at 4 tokens: a step with sequence_end was "
-                  r"answered; the step at 3 was carried out")
+                  r"answered; position 3 was in it \(its steps were carried out\)")
         st, gone = self.d.rest("/v2/sequences/grpc-pos")
         self.assertEqual(st, 404)
         self.assertRegex(gone["error"], r"^sequence 'grpc-pos' ended .* at 4 tokens")

@@ -134,7 +134,7 @@ test('an ended sequence\'s last step sent again is 409 (it was carried out); a s
     assert.match(never.json.error, /^unknown sequence 'never' \(never started, ended/);
     const again = await infer(d, 'gqa', at('end', rows(xs, 3, 4), 3, { end: true }));
     assert.equal(again.status, 409, JSON.stringify(again.json));
-    assert.match(again.json.error, /^parameters.sequence_position: sequence 'end' ended \d+\.\d s ago at 4 tokens: a step with sequence_end was answered; the step at 3 was carried out, and an ended sequence takes no step/);
+    assert.match(again.json.error, /^parameters.sequence_position: sequence 'end' ended \d+\.\d s ago at 4 tokens: a step with sequence_end was answered; position 3 was in it \(its steps were carried out\), and an ended sequence takes no step/);
     const after = await infer(d, 'gqa', at('end', rows(xs, 4, 5), 4));
     assert.equal(after.status, 400);
     assert.match(after.json.error, /unknown sequence 'end' \(ended \d+\.\d s ago at 4 tokens: a step with sequence_end was answered\); send sequence_start: true/);

@@ -300,6 +300,15 @@ test('a step\'s tokens label its new rows: one per row of x or none, as a statel
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
+test('a retained start over request-memory names the map\'s part it did not ask for', async () => {
+  const d = await start({ dir: gqaModels(), args: ['--request-memory', '6000'] });
+  try {
+    const r = await infer(d, 'gqa', stepBody('big', tokens(16, 4), { start: true, outputs: [{ name: 'y' }], extra: { retain: true } }));
+    assert.equal(r.status, 413);
+    assert.match(r.json.error, /^outputs\.attention \(computed for the retained map\): this step needs more than 6000 bytes/);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
 test('an idle sequence is dropped after --sequence-idle-ms', async () => {
   const d = await start({ dir: gqaModels(), args: ['--sequence-idle-ms', '200'] });
   try {

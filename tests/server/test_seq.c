@@ -327,8 +327,8 @@ START_TEST(failed_step_changes_nothing)
     submit(f);
     ck_assert_int_eq(launch(f), 503);
     ck_assert_str_eq(f->msg, "sequences: the K/V cache of model 'm1' is full "
-                     "(256 of 1024 bytes, kv-bytes) and cannot take 28 more "
-                     "tokens of sequence 's'; end sequences or retry later");
+                     "(256 of 1024 bytes, kv-bytes) and cannot take sequence "
+                     "'s' from 5 to 33 tokens; end sequences or retry later");
     after = take_snap("s", M1, 0);
     assert_same(&before, &after);
 

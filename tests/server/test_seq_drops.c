@@ -78,8 +78,8 @@ START_TEST(kv_bytes)
     submit(b);
     ck_assert_int_eq(launch(b), 503); /* 4 pages: 9 > 8 */
     ck_assert_str_eq(b->msg, "sequences: the K/V cache of model 'm1' is full "
-                     "(640 of 1024 bytes, kv-bytes) and cannot take 13 more "
-                     "tokens of sequence 'more'; end sequences or retry later");
+                     "(640 of 1024 bytes, kv-bytes) and cannot take sequence "
+                     "'more' from 0 to 13 tokens; end sequences or retry later");
     ck_assert_int_eq(info("more", NULL), 0);
     ck_assert_uint_eq(used(0), 5 * PAGE);
     ck_assert_int_eq(info("big", &i), 1);
@@ -269,10 +269,11 @@ START_TEST(gone_sequences_are_remembered)
     ck_assert_int_eq(j->status, 409);
     ck_assert_str_eq(j->msg, "parameters.sequence_position: sequence 'e' ended "
                      "1.5 s ago at 4 tokens: a step with sequence_end was "
-                     "answered; the step at 3 was carried out, and an ended "
-                     "sequence takes no step: its last one cannot be sent "
-                     "again (for that, leave sequence_end off and DELETE "
-                     "/v2/sequences/{id} when done)");
+                     "answered; position 3 was in it (its steps were "
+                     "carried out), and an ended sequence takes no step: its "
+                     "last one cannot be sent again (for that, leave "
+                     "sequence_end off and DELETE /v2/sequences/{id} when "
+                     "done)");
     job_free(j);
     /* a step past its end, or with no position */
     for (int k = 0; k < 2; k++) {
