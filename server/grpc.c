@@ -82,8 +82,6 @@ static void drop_msgs(gcall *call)
     call->msg_mem = call->unary_mem = 0;
 }
 
-/* call_end: the call's final status; trailers follow the queued messages
- * (pump sends them). Once. */
 /* http_status: the REST status a call's own end is logged with (a
  * request's line has its handler's). */
 static int http_status(const gcall *call, int code)
@@ -120,6 +118,8 @@ static void log_call(gcall *call, srv_req *r, int status)
     srv_log_request(call->c->g->s, r);
 }
 
+/* call_end: the call's final status; trailers follow the queued messages
+ * (pump sends them). Once. */
 void srv_grpc__call_end(gcall *call, int code, const char *msg)
 {
     if (call->ending)
@@ -256,6 +256,10 @@ static void stream_msg(gcall *call, gslot *sl)
         tag = 0x12; /* field 2, length-delimited */
         b = take_out(sl);
     } else {
+        /* error_message is a protobuf string: UTF-8, or a client's
+         * parser refuses the whole stream (a message may quote bytes a
+         * client sent, or be cut inside a character) */
+        oip_utf8_mend(sl->msg);
         len = strnlen(sl->msg, sizeof sl->msg - 16);
         at = 16;
         tag = 0x0a; /* field 1, length-delimited */

@@ -89,7 +89,8 @@ static int on_header(nghttp2_session *h2, const nghttp2_frame *f,
     } else if (nlen == 12 && !memcmp(n, "grpc-timeout", 12)) {
         call->timeout_ms = timeout_ms(v, vlen);
         call->has_timeout = 1;
-    } else if (nlen == 17 && !memcmp(n, "attnd-sequence-id", 17)) {
+    } else if (nlen == 17 && !memcmp(n, "attnd-sequence-id", 17) &&
+               !call->has_seq_hdr) { /* the first, as REST reads it */
         size_t k = vlen < sizeof call->seq_hdr ? vlen : sizeof call->seq_hdr - 1;
         memcpy(call->seq_hdr, v, k);
         call->seq_hdr[k] = 0;

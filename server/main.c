@@ -76,8 +76,9 @@ static void ignore_signals(srv *s)
 }
 
 /* on_stop_timer: once no job, parked connection or (before the drain
- * timeout) request or gRPC call or unsent gRPC byte is left, close the listener, the signal handlers, the
- * timers and the batch polls, so that uv_run returns. Loop thread. */
+ * timeout) request, gRPC call or unsent gRPC byte is left, close the
+ * listener, the signal handlers, the timers and the batch polls, so that
+ * uv_run returns. Loop thread. */
 static void on_stop_timer(uv_timer_t *t)
 {
     srv *s = t->data;

@@ -142,10 +142,14 @@ void srv_maps_wait(srv_req *r, const char *id, const char *wait,
         return;
     }
     if (timeout && parse_ll(timeout, 0, LLONG_MAX, &ms) < 0) {
-        srv_respond_error(r, 400, "timeout_ms: expected milliseconds (an "
-                                  "integer >= 0; more than maps-wait-ms "
-                                  "waits maps-wait-ms)");
-        return;
+        /* digits past what a long long holds: more than maps-wait-ms */
+        if (!timeout[0] || timeout[strspn(timeout, "0123456789")]) {
+            srv_respond_error(r, 400, "timeout_ms: expected milliseconds (an "
+                                      "integer >= 0; more than maps-wait-ms "
+                                      "waits maps-wait-ms)");
+            return;
+        }
+        ms = s->cfg.maps_wait_ms;
     }
     if (ms > s->cfg.maps_wait_ms)
         ms = s->cfg.maps_wait_ms;

@@ -446,6 +446,8 @@ void srv_seq_step_end(srv_step *st, int ok)
             st->map_id[0] = 0; /* evicted meanwhile */
         st->grown = NULL;
         if (st->map_ends && st->map_id[0]) {
+            srv_log(q->s, "info", "sequence '%s': its map %s ends: %s", st->id,
+                    st->map_id, st->map_end_why);
             maps_drop(q->s->maps, st->map_id);
             st->map_id[0] = 0;
         }

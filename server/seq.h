@@ -100,8 +100,10 @@ typedef struct srv_step {
     maps_grown *grown;       /* its encoding's (pool) grown map, put in
                                 the store once it is answered (loop) */
     int map_ends;            /* its encoding could not grow the map (too
-                                big for maps-bytes, out of memory): the
-                                map ends once the step is answered */
+                                big for maps-bytes or the labels' cap, out
+                                of memory): the map ends once the step is
+                                answered, and the log says why */
+    char map_end_why[160];
     struct srv_step *prev, *next;
 } srv_step;
 

@@ -224,8 +224,10 @@ static void grow_map(srv_step *st, const char *model_name, maps_store *maps)
     rc = maps_grow_make(maps, st->map_id, st->t0, &a, &st->grown, merr);
     if (rc == ATTN_ENOTFOUND)
         st->map_id[0] = 0;
-    else if (rc < 0)
+    else if (rc < 0) {
         st->map_ends = 1;
+        srv_copy(st->map_end_why, sizeof st->map_end_why, merr);
+    }
 }
 
 /* keeps_map: does st's encoding start or grow its sequence's map? */

@@ -275,8 +275,14 @@ test('the Attnd-Sequence-Id metadata is the sequence id, as REST\'s header: alon
     /^Attnd-Sequence-Id: header 'md-a' and parameters\.sequence_id 'md-b' differ/);
   await code(step(1, {}, { 'attnd-sequence-id': 'a b' }), S.INVALID_ARGUMENT, /^Attnd-Sequence-Id: 'a b' is not a sequence id/);
   await code(step(1, {}, { 'attnd-sequence-id': 'm'.repeat(300) }), S.INVALID_ARGUMENT, /is not a sequence id \(1 to 128 bytes/);
+  // sent twice: the first, as REST reads a repeated header
+  const md = new grpc.Metadata();
+  md.add('attnd-sequence-id', 'md-a');
+  md.add('attnd-sequence-id', 'md-z');
+  r = await new Promise((res, rej) => c.ModelInfer({ model_name: 'tiny', inputs: [x(1)] }, md, (e, v) => (e ? rej(e) : res(v))));
+  assert.equal(len(r), 5, 'stepped md-a');
   r = await step(1, { sequence_end: { bool_param: true } }, { 'attnd-sequence-id': 'md-a' });
-  assert.equal(len(r), 5);
+  assert.equal(len(r), 6);
 });
 
 test('statistics and repository RPCs', async () => {

@@ -294,6 +294,14 @@ class Unary(unittest.TestCase):
         got = list(self.s.ModelStreamInfer(iter([pb.ModelInferRequest(model_name="nope"), seed1()])))
         self.assertRegex(got[0].error_message, r"model 'nope': not found")
         self.assertEqual(got[1].infer_response.id, "seed1")
+        # an error that quotes the client's bytes is still UTF-8 (cut
+        # inside a character at 64 bytes here), or grpcio could not parse
+        # the stream's response at all
+        odd = seed1()
+        odd.model_version = "x" + "\u00e9" * 40
+        got = list(self.s.ModelStreamInfer(iter([odd, seed1()]), timeout=30))
+        self.assertRegex(got[0].error_message, r"^version 'x(\u00e9)+\?' not found")
+        self.assertEqual(got[1].infer_response.id, "seed1")
         # an empty stream ends OK with no responses
         self.assertEqual(list(self.s.ModelStreamInfer(iter([]))), [])
 

@@ -448,6 +448,8 @@ test('retain: a sequence\'s map that outgrows --maps-bytes ends (404, its follow
       const seq = await (await fetch(`${d.url}/v2/sequences/big`)).json();
       assert.equal(seq.length, n);
       assert.equal(seq.map_id, undefined, JSON.stringify(seq));
+      const why = new RegExp(`info attnd: sequence 'big': its map ${id} ends: .*more than the whole retained-map store`);
+      assert.match(await d.logged(why), why, 'the log says why the map ended');
     }
     // 34 tokens and their row ends fit in 20,000 bytes, 36 do not
     assert.ok(ended && n >= 35 && n <= 36, `the map ended at ${n} tokens`);
