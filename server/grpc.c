@@ -82,24 +82,6 @@ static void drop_msgs(gcall *call)
     call->msg_mem = call->unary_mem = 0;
 }
 
-/* http_status: the REST status a call's own end is logged with (a
- * request's line has its handler's). */
-static int http_status(const gcall *call, int code)
-{
-    switch (code) {
-    case GRPC_CANCELLED: return 499;
-    case GRPC_INVALID_ARGUMENT: return 400;
-    case GRPC_DEADLINE_EXCEEDED: return 504;
-    case GRPC_NOT_FOUND:
-    case GRPC_UNIMPLEMENTED: return 404;
-    case GRPC_RESOURCE_EXHAUSTED: return 413;
-    case GRPC_FAILED_PRECONDITION: return 409;
-    case GRPC_UNAVAILABLE: return 503;
-    case GRPC_UNAUTHENTICATED: return 401;
-    default: return call->http_status ? call->http_status : 500;
-    }
-}
-
 /* log_call: the log line of a call or request with no answer of its own to
  * log (one ended before its message became a request: refused key,
  * unknown method, bad framing; or a request whose call went: 499), as
@@ -124,8 +106,9 @@ void srv_grpc__call_end(gcall *call, int code, const char *msg)
 {
     if (call->ending)
         return;
-    if (code != GRPC_OK && !call->answered)
-        log_call(call, NULL, http_status(call, code));
+    if (code != GRPC_OK && !call->answered) /* (a wrong content-type: 415) */
+        log_call(call, NULL, call->http_status ? call->http_status
+                                               : srv_grpc_http_status(code));
     call->ending = 1;
     call->code = code;
     snprintf(call->end_msg, sizeof call->end_msg, "%s", msg ? msg : "");

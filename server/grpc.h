@@ -84,6 +84,9 @@ srv_handler srv_grpc_handler(const grpc_method *m, srv_req *r, char *msg,
                              size_t len, int *code, char *err);
 /* srv_grpc_code: the gRPC status of an HTTP status. */
 int srv_grpc_code(int http_status);
+/* srv_grpc_http_status: back the other way, for the log line of a call
+ * that ends with no request's status to log (CANCELLED: 499, as nginx). */
+int srv_grpc_http_status(int code);
 /* srv_grpc_code_name: "INVALID_ARGUMENT", ... */
 const char *srv_grpc_code_name(int code);
 /* srv_grpc_error_text: the message of r's JSON error body into err; 1

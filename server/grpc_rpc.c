@@ -39,6 +39,23 @@ int srv_grpc_code(int http_status)
     }
 }
 
+int srv_grpc_http_status(int code)
+{
+    switch (code) {
+    case GRPC_OK: return 200;
+    case GRPC_CANCELLED: return 499;
+    case GRPC_INVALID_ARGUMENT: return 400;
+    case GRPC_DEADLINE_EXCEEDED: return 504;
+    case GRPC_NOT_FOUND:
+    case GRPC_UNIMPLEMENTED: return 404;
+    case GRPC_RESOURCE_EXHAUSTED: return 413;
+    case GRPC_FAILED_PRECONDITION: return 409;
+    case GRPC_UNAVAILABLE: return 503;
+    case GRPC_UNAUTHENTICATED: return 401;
+    default: return 500;
+    }
+}
+
 const char *srv_grpc_code_name(int code)
 {
     static const char *const names[GRPC_N_CODES] = {

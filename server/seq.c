@@ -338,7 +338,7 @@ int srv_seq_bind(srv_step *st, size_t *mem, char *err)
     st->t0 = st->kv->len;
     status = srv_seq_alloc_maps(st->prep, st->in, st->t0 + a->t, nb,
                                 st->start ? st->retain : st->map_id[0] != 0,
-                                !st->start && st->map_id[0] && st->map_scores,
+                                st->map_scores, /* 0 on a start (kick) */
                                 memory, err);
     if (status)
         goto fail;
