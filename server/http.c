@@ -524,6 +524,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     srv_mem_give(s, r->mem + r->resp_mem);
     if (r->waiting)
         srv_maps_wait_cancel(r);
+    if (r->went)
+        r->status = 499;
     if (r->status >= 100 && r->status < 600)
         s->http.by_status[r->status]++;
     if (r->route || r->status)

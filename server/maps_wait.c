@@ -21,8 +21,9 @@
  * whose client went: MHD does not read a suspended connection's socket, so
  * one poll(2) per waiter (no wait) looks for its end (a FIN, closed or
  * half-closed, or a reset; bytes of a pipelined next request are not an
- * end); such a waiter is answered like one whose time is up, and MHD, now
- * reading again, closes the connection. Without this a page that reloads
+ * end); such a waiter is answered like one whose time is up (a half-closed
+ * client reads it), logged and counted 499 as nginx logs a client that
+ * went, and MHD, now reading again, closes the connection. Without this a page that reloads
  * held its slot in maps-waiters and its connection (max-connections-per-ip)
  * until the wait's timeout. On SIGTERM every waiter is answered at once and
  * a new wait= answers at once, so the drain never waits on a watcher.
@@ -115,11 +116,13 @@ static void on_tick(uv_timer_t *t)
     maps_info info;
     for (; r; r = next) {
         next = r->wait_next;
+        int went = 0;
         if (maps_info_get(s->maps, r->wait_id, &info) == 0 &&
-            !changed(r, &info) && now < r->wait_until_ns && !gone(r))
+            !changed(r, &info) && now < r->wait_until_ns && !(went = gone(r)))
             continue;
         unlink_waiter(r);
         answer(r, r->wait_id);
+        r->went = went;
     }
 }
 

@@ -203,6 +203,13 @@ test('a waiter whose client went (closed, reset or half-closed) frees its maps-w
     await within(w[3].done, 2000 * SLOW);
     assert.ok(w[3].closed, 'the half-closed waiter was not closed');
     assert.ok(w[3].data === '' || /^HTTP\/1\.1 200 /.test(w[3].data), w[3].data.slice(0, 100));
+    // Each is logged and counted 499 (a client that went, as nginx logs
+    // it), not 200: the log's answers are those their clients waited for.
+    // (The fifth wait, refused, is the 503.)
+    const lines = (log) => [...log.matchAll(new RegExp(`GET /v2/maps/${id} (\\d+) `, 'g'))].map((m) => m[1]);
+    await d.logged({ test: (log) => lines(log).length >= 5 }, 3000 * SLOW);
+    assert.deepEqual(lines(d.log()), ['503', '499', '499', '499', '499'], 'the waits, as logged');
+    assert.equal(await metric(d.port, 'attnd_http_responses_total\\{code="499"\\}'), 4);
     // A new wait is taken (and answered at its timeout), not 503.
     const r = await rawGet(d.port, `/v2/maps/${id}?wait=${T}&timeout_ms=300`);
     assert.equal(r.status, 200, r.body);
