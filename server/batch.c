@@ -43,6 +43,8 @@ struct batch {
     atomic_int cur;
     atomic_size_t *next, *done;
     atomic_int want;     /* a new phase began: the loop adds pool jobs */
+    atomic_int dead;     /* no job left to answer: skip the rest (loop sets) */
+    atomic_int skipped;  /* a tile was skipped for it (pool sets) */
     uint64_t t_ran;      /* the plan's end (written once, by a pool job) */
     int outstanding;     /* loop: tile_work items queued or running */
     tile_work *workers;  /* (s->threads) */
@@ -58,6 +60,8 @@ struct batch {
 static void finish_job(batch *b, int i)
 {
     srv_job *j = b->jobs[i];
+    if (atomic_load_explicit(&b->dead, memory_order_relaxed))
+        return; /* answered already (504) or gone: nothing to encode */
     /* (encoding frees a job's prep: the items' offsets were set before) */
     for (int n = 0; n < j->prep.n; n++)
         if (attn_plan_nonfinite(b->plan, j->item0 + n)) {
@@ -120,9 +124,12 @@ static void tile_run(uv_work_t *w)
         size_t i, n = phase_size(b, ph);
         int moved = 0;
         while (!moved && (i = atomic_fetch_add(&b->next[ph], 1)) < n) {
-            if (ph < b->n_stages)
-                attn_plan_run_tile(b->plan, ph, i);
-            else
+            if (ph < b->n_stages) {
+                if (!atomic_load_explicit(&b->dead, memory_order_relaxed))
+                    attn_plan_run_tile(b->plan, ph, i);
+                else
+                    atomic_store_explicit(&b->skipped, 1, memory_order_relaxed);
+            } else
                 finish_job(b, (int)i);
             if (atomic_fetch_add(&b->done[ph], 1) + 1 < n)
                 continue;
@@ -246,7 +253,9 @@ static void batch_finish(batch *b, int status, const char *msg)
         }
     attn_plan_destroy(b->plan);
     e->running--;
-    if (!status) {
+    if (atomic_load(&b->skipped)) {
+        e->stats.abandoned++; /* not computed: no execution, no inference */
+    } else if (!status) {
         int ok = 0;
         for (i = 0; i < b->n_jobs; i++)
             ok += b->jobs[i]->status ? 0 : b->jobs[i]->seqs;
@@ -255,6 +264,7 @@ static void batch_finish(batch *b, int status, const char *msg)
     }
     for (i = 0; i < b->n_jobs; i++) { /* computed and encoded, or failed */
         srv_job *j = b->jobs[i];
+        j->in_batch = NULL;
         j->t_ran = now;
         if (status)
             srv__job_answer(j, status, msg ? msg : "");
@@ -264,6 +274,27 @@ static void batch_finish(batch *b, int status, const char *msg)
     }
     batch_free(b);
     srv__pump(e);
+}
+
+/* srv__batch_job_gone: j's request went while j ran. When its batch has
+ * no request left to answer and no sequence step (whose K/V and position
+ * the batch moves on; a step's batch always runs to its end), the tiles
+ * not yet begun are skipped: a large request answered 504 at its deadline,
+ * or whose gRPC call was cancelled (a REST client that went is seen only
+ * at its answer), stops taking the pool within a tile's time instead of
+ * running to its end (T = 65536 on sdpa: 12 s of both cores). A tile
+ * already begun ends as usual; the batch then counts as abandoned, not
+ * as an execution (batch_finish). Loop thread. */
+void srv__batch_job_gone(srv_job *j)
+{
+    batch *b = j->in_batch;
+    int i;
+    if (!b)
+        return;
+    for (i = 0; i < b->n_jobs; i++)
+        if (b->jobs[i]->req || b->jobs[i]->step.is_step)
+            return;
+    atomic_store(&b->dead, 1);
 }
 
 /* compatible: may job j share a batch with the head h? */
@@ -391,6 +422,10 @@ static int launch(srv_entry *e)
     }
     atomic_init(&b->cur, first_phase(b, 0));
     atomic_init(&b->want, 0);
+    atomic_init(&b->dead, 0);
+    atomic_init(&b->skipped, 0);
+    for (i = 0; i < b->n_jobs; i++)
+        b->jobs[i]->in_batch = b;
     b->next_running = e->staged;
     e->staged = b;
     add_workers(b);

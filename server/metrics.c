@@ -86,6 +86,7 @@ GETTER(success)
 GETTER(inference_count)
 GETTER(exec_count)
 GETTER(inline_count)
+GETTER(abandoned)
 
 static void family(buf *b, srv *s, const char *name, const char *type,
                    const char *help, stat_get get, int ns)
@@ -142,6 +143,10 @@ void srv_h_metrics(srv_req *r)
     family(&b, s, "attnd_inference_inline_count_total", "counter",
            "Requests decoded, computed and encoded on the loop thread "
            "(inline-conns), not on the pool.", get_inline_count, 0);
+    family(&b, s, "attnd_inference_batches_abandoned_total", "counter",
+           "Batches whose remaining tiles were skipped: each of their "
+           "requests had been answered 504 or its client had gone.",
+           get_abandoned, 0);
     family(&b, s, "attnd_inference_request_duration_seconds_total", "counter",
            "Arrival to answer of successful requests.", get_success_ns, 1);
     family(&b, s, "attnd_inference_queue_duration_seconds_total", "counter",

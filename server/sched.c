@@ -35,8 +35,10 @@
  *
  * A job is freed when its pipeline is over and its HTTP request is gone or
  * answered; a deadline answers 504 at once and detaches the request, the
- * pipeline then ends on its own (a queued job leaves the queue at once, a
- * running batch is never interrupted: no tile ever waits or is cancelled).
+ * pipeline then ends on its own (a queued job leaves the queue at once; a
+ * running batch is never interrupted inside a tile, but one left with no
+ * request to answer and no sequence step skips its remaining tiles:
+ * batch.c, srv__batch_job_gone).
  */
 #include "server/srv.h"
 
@@ -170,6 +172,8 @@ static void on_deadline(uv_timer_t *t)
         srv__job_end(j);
     } else if (j->state == J_DECODE) { /* later steps need not wait for it */
         srv_seq_abandon(j->s, &j->step);
+    } else if (j->state == J_RUN) {
+        srv__batch_job_gone(j);
     }
 }
 
@@ -196,6 +200,8 @@ void srv_sched_detach(srv_req *r)
         srv__job_end(j);
     } else if (j->state == J_DECODE) {
         srv_seq_abandon(j->s, &j->step);
+    } else if (j->state == J_RUN) {
+        srv__batch_job_gone(j);
     }
 }
 

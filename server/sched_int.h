@@ -45,6 +45,7 @@ struct srv_job {
     const srv_door *door; /* wire format, NULL = JSON (srv.h) */
     long long deadline_ms;
     int answered;      /* status its request was answered with, 0 = none */
+    struct batch *in_batch; /* the tiled batch it runs in (J_RUN), or NULL */
     srv_step step;     /* sequence state (seq.h) */
     srv_job *next;     /* queue link */
 };
@@ -65,6 +66,10 @@ struct srv_job {
 void srv__job_answer(srv_job *j, int status, const char *msg);
 /* srv__job_end: the pipeline is over (answers 500 if nothing did). */
 void srv__job_end(srv_job *j);
+/* srv__batch_job_gone: j's request went (deadline answered, client gone)
+ * while j runs: when no job of its batch is left to answer and none is a
+ * sequence step, the batch's remaining tiles are skipped. */
+void srv__batch_job_gone(srv_job *j);
 /* srv__job_late: run on the loop (inline), where its deadline timer could
  * not fire: past the deadline, the job's request is answered 504 now. */
 void srv__job_late(srv_job *j);

@@ -177,6 +177,48 @@ class Limits(unittest.TestCase):
         finally:
             self.assertEqual(d.stop(), 0, d.log)
 
+    def test_cancelled_large_call_abandons_its_batch(self):
+        """A large sdpa call (T = 65536, d 64: 8-25 s of both cores here)
+        cancelled while its batch runs: no request is left to answer, so
+        the batch's remaining tiles are skipped (counted in
+        attnd_inference_batches_abandoned_total) and the pool is free
+        again; the next call is served, right."""
+        d = Attnd("--threads", "2")
+        try:
+            def metric(name):
+                with urllib.request.urlopen(f"http://127.0.0.1:{d.port}/metrics") as r:
+                    return int(re.search(r"(?m)^%s (\d+)$" % re.escape(name), r.read().decode()).group(1))
+
+            t, dk = 65536, 64
+            rows = struct.pack("<%df" % (t * dk), *(((i * 7919) % 1000) / 1000 for i in range(t * dk)))
+            req = pb.ModelInferRequest(model_name="sdpa")
+            for n in "qkv":
+                raw(req, n, "FP32", [t, dk], rows)
+            call = d.stub.ModelInfer.future(req)
+            # its batch runs once both pool threads have a job (its decode
+            # was one)
+            deadline = time.time() + 20 * SLOW
+            while metric("attnd_pool_jobs") < 2:
+                self.assertLess(time.time(), deadline, "the large call's batch never ran")
+                time.sleep(0.01)
+            self.assertTrue(call.cancel())
+            name = 'attnd_inference_batches_abandoned_total{model="sdpa",version="1"}'
+            deadline = time.time() + 10 * SLOW
+            while metric(name) != 1:
+                self.assertLess(time.time(), deadline, "the cancelled call's batch was not abandoned")
+                time.sleep(0.05)
+            deadline = time.time() + 3 * SLOW  # the tiles begun (~10 ms each)
+            while metric("attnd_pool_jobs"):
+                self.assertLess(time.time(), deadline, "the pool is still busy with the abandoned batch after 3 s")
+                time.sleep(0.05)
+            self.assertRegex(d.logged(r"ModelInfer 499 ", 1), r"info POST /inference\.GRPCInferenceService/ModelInfer 499 ")
+            shape, got = out(d.stub.ModelInfer(seed1(), timeout=30 * SLOW), "output")
+            self.assertEqual(shape, [2, 2])
+            self.assertLess(max_diff(got, [1.2384058237075806, 1.7615940570831299,
+                                           2.761593818664551, 0.23840582370758057]), 1e-6)
+        finally:
+            self.assertEqual(d.stop(), 0, d.log)
+
     def test_every_call_logged(self):
         """A call that ends before its message is a request (an unserved
         RPC; a refused key: test_unauthenticated) and a request whose call is cancelled

@@ -6,7 +6,7 @@ import { connect } from 'node:net';
 import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { REFS, fp32, infer, maxDiff, post, start } from './helper.mjs';
+import { REFS, SLOW, binaryRequest, fp32, infer, maxDiff, post, start } from './helper.mjs';
 
 const X = REFS.causal;
 const xreq = (id) => ({ id, inputs: [fp32('x', X.shape, X.x)], parameters: { causal: true } });
@@ -49,6 +49,53 @@ test('deadline: 504 naming it, then the server still serves', async (t) => {
   const m = await (await fetch(`${d.url}/metrics`)).text();
   assert.match(m, /attnd_inference_request_failure_total\{model="tiny",version="1",reason="timeout"\} 1/);
   assert.equal(await pending(d, 'tiny'), 0);
+  assert.equal((await d.stop()).code, 0);
+});
+
+// A large sdpa request (T = 65536, max-tokens' default, d 64: ~1.1
+// TFLOP, 8-25 s of both cores here) answered 504 while its batch ran: no request is left to answer,
+// so its remaining tiles are skipped. (A cancelled gRPC call: the same,
+// test_grpc_limits.py.)
+function bigSdpa() {
+  const T = 65536, D = 64;
+  const rows = Buffer.alloc(T * D * 4);
+  for (let i = 0; i < T * D; i++) rows.writeFloatLE(((i * 7919) % 1000) / 1000, i * 4);
+  const { body, headerLen } = binaryRequest({
+    inputs: ['q', 'k', 'v'].map((name) => ({ name, datatype: 'FP32', shape: [T, D], parameters: { binary_data_size: T * D * 4 } })),
+    outputs: [{ name: 'output', parameters: { binary_data: true } }],
+  }, [rows, rows, rows]);
+  return fetch(`${this.url}/v2/models/sdpa/infer`, {
+    method: 'POST', body,
+    headers: { 'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': String(headerLen) },
+  });
+}
+async function metricOf(d, re) {
+  const m = re.exec(await (await fetch(`${d.url}/metrics`)).text());
+  assert.ok(m, `no ${re} in /metrics`);
+  return Number(m[1]);
+}
+const abandoned = (d) => metricOf(d, /^attnd_inference_batches_abandoned_total\{model="sdpa",version="1"\} (\d+)$/m);
+const poolJobs = (d) => metricOf(d, /^attnd_pool_jobs (\d+)$/m);
+
+test('a large request answered 504 stops taking the pool: its remaining tiles are skipped', async (t) => {
+  // (the deadline falls inside the batch: past the body's decode, ~0.1 s)
+  const ms = 1500 * SLOW;
+  const d = await start({ t, args: ['--deadline-ms', String(ms)] });
+  // 504 at the deadline while its batch runs; the batch is abandoned.
+  const r = await bigSdpa.call(d);
+  const text = await r.text();
+  assert.equal(r.status, 504, text);
+  assert.match(text, new RegExp(`deadline: no answer within ${ms} ms`));
+  // Free within the tiles begun (~10 ms each), not seconds later; the
+  // batch counted as abandoned once its pool jobs end.
+  for (let i = 0; (await poolJobs(d)) !== 0 || (await abandoned(d)) !== 1; i++) {
+    assert.ok(i < 60 * SLOW, `after 3 s: pool jobs ${await poolJobs(d)}, abandoned batches ${await abandoned(d)} (want 0 and 1)`);
+    await sleep(50);
+  }
+  // The server serves the next request, right.
+  const ok = await infer(d, 'tiny', xreq('after'));
+  assert.equal(ok.status, 200);
+  assert.ok(maxDiff(ok.json.outputs[0].data, X.y) < 1e-5);
   assert.equal((await d.stop()).code, 0);
 });
 

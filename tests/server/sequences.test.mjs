@@ -575,8 +575,9 @@ test('SIGTERM finishes the steps in flight, then the sequences are gone', async 
 });
 
 test('a step past its deadline (504) leaves the sequence as it was', async () => {
-  // One instance of the model, held by a long stateless request (a running
-  // batch is never interrupted, so it holds the instance past its own 504):
+  // One instance of the model, held by a long start of another sequence
+  // (a batch with a sequence step runs to its end, so it holds the
+  // instance past its own 504; a stateless request's would be abandoned):
   // the steps sent meanwhile wait in the queue past their deadline. The
   // steps go once its batch runs (its two stage jobs on the pool, where
   // its decode was one) and the batch must outlast their deadline: ~39
@@ -602,7 +603,8 @@ test('a step past its deadline (504) leaves the sequence as it was', async () =>
     const T = 24576;
     const big = send(`${d.url}/v2/models/gqa/infer`, JSON.stringify({
       inputs: [fp32('x', [1, T, D], Array.from({ length: T * D }, (_, k) => ((k * 7919) % 200) / 100 - 1))],
-      parameters: { causal: false },
+      outputs: [{ name: 'y' }],
+      parameters: { sequence_id: 'hold', sequence_start: true, causal: false },
     }));
     const running = async () => /^attnd_pool_jobs ([2-9]|\d\d+)$/m.test(await (await fetch(`${d.url}/metrics`)).text());
     // seen once is enough: a second look may fall where one of the two
