@@ -50,13 +50,18 @@ obj = $(1:%.c=$(BUILD)/%.o)
 
 # Every runner fails fast instead of hanging: node --test stops a test file
 # past NODE_TEST_TIMEOUT ms (SIGTERM; tests/server/helper.mjs and
-# tests/web/harness.mjs then SIGKILL the daemons it started), Check a test
+# tests/web/harness.mjs then SIGKILL the daemons it started; with Debian 12's
+# own node 18, which has no --test-timeout, tools/node-test.sh stops the
+# whole run past NODE_SUITE_TIMEOUT s instead), Check a test
 # case past CK_TIMEOUT s, the failover and affinity scripts past
 # FAILOVER_TIMEOUT s and tests/grpc/test_grpc*.py past GRPC_PY_TIMEOUT s
 # (tests/grpc/grpc_helper.py kills their daemons on SIGTERM too). A whole
 # file takes 1-50 s today; sanitized builds get more time, never looser
 # assertions.
 NODE_TEST_TIMEOUT ?= $(if $(SANITIZER),600000,120000)
+NODE_SUITE_TIMEOUT ?= $(if $(SANITIZER),7200,1800)
+NODE_TEST = NODE_TEST_TIMEOUT=$(NODE_TEST_TIMEOUT) \
+    NODE_SUITE_TIMEOUT=$(NODE_SUITE_TIMEOUT) $(abspath tools/node-test.sh)
 CK_TIMEOUT ?= $(if $(SANITIZER),300,60)
 FAILOVER_TIMEOUT ?= $(if $(SANITIZER),900,300)
 GRPC_PY_TIMEOUT ?= $(if $(SANITIZER),900,300)
@@ -138,9 +143,8 @@ tests/web/node_modules/playwright-core/package.json: tests/web/package.json \
 	cd tests/web && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 check-web: deps-test all tests/web/node_modules/playwright-core/package.json
-	@cd tests/web && ATTND=$(abspath $(ATTND)) node --test \
-	    --test-concurrency=1 --test-reporter=tap \
-	    --test-timeout=$(NODE_TEST_TIMEOUT)
+	@cd tests/web && ATTND=$(abspath $(ATTND)) $(NODE_TEST) \
+	    --test-concurrency=1 --test-reporter=tap
 
 # Each Check binary prints its own summary; the loop fails if any fails.
 check-unit: deps $(UNIT_BIN)
@@ -160,8 +164,7 @@ $(FAILALLOC): tests/server/failalloc.c
 	$(CC) -std=c11 -O2 $(WARN) -fPIC -shared -o $@ $<
 check-server: deps-test $(ATTND) $(FAILALLOC)
 	@echo "== node --test tests/server ($(ATTND))"
-	@ATTND_BIN=$(ATTND) node --test --test-concurrency=1 \
-	    --test-timeout=$(NODE_TEST_TIMEOUT) $(SERVER_TESTS)
+	@ATTND_BIN=$(ATTND) $(NODE_TEST) --test-concurrency=1 $(SERVER_TESTS)
 
 test: deps-test
 	@$(MAKE) --no-print-directory all
@@ -196,9 +199,8 @@ check-grpc: deps-test $(ATTND) $(FAILALLOC) $(GRPC_STUBS) $(if $(GRPC_NODE_TESTS
 	@ATTND=$(ATTND) GRPC_STUBS=$(GRPC_PY) timeout -k 10 $(GRPC_PY_TIMEOUT) \
 	    /usr/bin/python3 -m unittest $(GRPC_PY_TESTS)
 	$(if $(GRPC_NODE_TESTS),@echo "== node --test tests/grpc ($(ATTND))")
-	$(if $(GRPC_NODE_TESTS),@ATTND_BIN=$(ATTND) node --test \
-	    --test-concurrency=1 --test-timeout=$(NODE_TEST_TIMEOUT) \
-	    $(GRPC_NODE_TESTS))
+	$(if $(GRPC_NODE_TESTS),@ATTND_BIN=$(ATTND) $(NODE_TEST) \
+	    --test-concurrency=1 $(GRPC_NODE_TESTS))
 
 # bench-grpc: the REST bench's points over both doors of one attnd (wrk for
 # REST, bench/bench_grpc.c, an nghttp2 client, for gRPC unary and streams),
@@ -225,7 +227,7 @@ $(DEPLOY_NPM): tests/deploy/package.json tests/deploy/package-lock.json
 HAVE_ATTND := $(wildcard server/main.c)
 check-deploy: deps-test $(DEPLOY_NPM) $(if $(HAVE_ATTND),$(ATTND))
 	cd tests/deploy && $(if $(HAVE_ATTND),ATTND_BIN=$(abspath $(ATTND))) \
-	    node --test --test-timeout=$(NODE_TEST_TIMEOUT) validate-k8s.test.mjs
+	    $(NODE_TEST) validate-k8s.test.mjs
 	$(if $(HAVE_ATTND),ATTND_BIN=$(ATTND) timeout -k 10 $(FAILOVER_TIMEOUT) \
 	    node tests/deploy/failover.mjs,\
 	    @echo "check-deploy: no server/main.c yet, failover test not run")
