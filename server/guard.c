@@ -9,7 +9,10 @@
  * request head has not arrived within header-timeout seconds of its
  * opening or of its previous answer, and one whose body arrives slower
  * than min-body-rate bytes/s on average once header-timeout has passed
- * since its head. A gRPC connection has header-timeout seconds from its
+ * since its head. The same sweep asks the socket of each REST request
+ * whose work waits or runs (its connection suspended: MHD does not read
+ * it) whether its client went, and if so drops that work (sched.c,
+ * srv_sched_client_went). A gRPC connection has header-timeout seconds from its
  * opening to complete the HTTP/2 preface and the HEADERS of its first call
  * (between calls --connection-timeout rules, grpc_conn.c), and a message
  * must arrive at min-body-rate once header-timeout has passed since its
@@ -271,6 +274,7 @@ static void sweep(uv_timer_t *t)
     uint64_t now = srv_now_ns();
     uint64_t grace = (uint64_t)s->cfg.header_timeout_s * 1000000000ull;
     int n[2][2] = {{0, 0}, {0, 0}}; /* [http, grpc][head, body] */
+    int went = 0;
     srv_conn *c;
     if (s->n_evicted) {
         srv_log(s, "warn", "%d connections over max-connections (%lld): "
@@ -278,11 +282,16 @@ static void sweep(uv_timer_t *t)
                 s->n_evicted, s->cfg.max_connections);
         s->n_evicted = 0;
     }
-    if (!grace)
-        return;
     for (c = s->conns; c; c = c->next) {
         srv_req *r = c->req;
         if (c->closing || c->fd < 0)
+            continue;
+        if (r && r->job && r->suspended && srv_client_went(c->fd)) {
+            srv_sched_client_went(r); /* MHD, reading again, closes it */
+            went++;
+            continue;
+        }
+        if (!grace)
             continue;
         if (!busy(c)) {
             if (c->grpc && c->served) /* between calls: connection-timeout */
@@ -309,7 +318,7 @@ static void sweep(uv_timer_t *t)
         shutdown(c->fd, SHUT_RDWR);
     }
     closed_log(s, (const int (*)[2])n);
-    if (n[0][0] || n[0][1])
+    if (n[0][0] || n[0][1] || went)
         srv_kick(s);
 }
 

@@ -15,6 +15,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +58,14 @@ void srv_kick(srv *s)
 {
     if (s->mhd)
         uv_timer_start(&s->mhd_timer, on_mhd_timer, 0, 0);
+}
+
+int srv_client_went(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+    if (fd < 0 || poll(&p, 1, 0) <= 0)
+        return 0;
+    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
 void srv_suspend(srv_req *r)

@@ -34,7 +34,6 @@
 
 #include <errno.h>
 #include <limits.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,17 +94,6 @@ static int changed(const srv_req *r, const maps_info *info)
            (r->wait_version >= 0 && info->version != r->wait_version);
 }
 
-/* gone: has r's client closed its end of the connection (FIN: closed or
- * half-closed) or reset it? Bytes it sent (a pipelined request) are not
- * an end; a FIN behind them is. */
-static int gone(const srv_req *r)
-{
-    struct pollfd p = {.fd = r->wait_fd, .events = POLLIN | POLLRDHUP};
-    if (r->wait_fd < 0 || poll(&p, 1, 0) <= 0)
-        return 0;
-    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
-}
-
 /* on_tick: answer the waiters whose map changed, went away or whose time
  * is up, and those whose client went (MHD then closes them). */
 static void on_tick(uv_timer_t *t)
@@ -118,7 +106,7 @@ static void on_tick(uv_timer_t *t)
         next = r->wait_next;
         int went = 0;
         if (maps_info_get(s->maps, r->wait_id, &info) == 0 &&
-            !changed(r, &info) && now < r->wait_until_ns && !(went = gone(r)))
+            !changed(r, &info) && now < r->wait_until_ns && !(went = srv_client_went(r->wait_fd)))
             continue;
         unlink_waiter(r);
         answer(r, r->wait_id);

@@ -156,6 +156,27 @@ void srv__job_unqueue(srv_job *j)
     j->next = NULL;
 }
 
+/* cut: j's request was answered early (a deadline, a client that went) or
+ * is gone: its pipeline ends on its own, without it. A queued or held job
+ * ends now; one being decoded lets the steps after it go (seq.c); a
+ * running one's batch skips its rest when no one else waits for it
+ * (batch.c); a step answered so grows no map and leaves its K/V as they
+ * were. */
+static void cut(srv_job *j)
+{
+    atomic_store(&j->step.late, 1);
+    if (j->state == J_QUEUED) {
+        srv__job_unqueue(j);
+        srv__job_end(j);
+    } else if (j->state == J_HELD) {
+        srv__job_end(j);
+    } else if (j->state == J_DECODE) {
+        srv_seq_abandon(j->s, &j->step);
+    } else if (j->state == J_RUN) {
+        srv__batch_job_gone(j);
+    }
+}
+
 static void on_deadline(uv_timer_t *t)
 {
     srv_job *j = t->data;
@@ -164,17 +185,7 @@ static void on_deadline(uv_timer_t *t)
              j->deadline_ms, j->deadline_ms < j->s->cfg.deadline_ms
                                  ? "the client's deadline" : "deadline-ms");
     srv__job_answer(j, 504, msg);
-    atomic_store(&j->step.late, 1); /* a running step grows no map now */
-    if (j->state == J_QUEUED) {
-        srv__job_unqueue(j);
-        srv__job_end(j);
-    } else if (j->state == J_HELD) {
-        srv__job_end(j);
-    } else if (j->state == J_DECODE) { /* later steps need not wait for it */
-        srv_seq_abandon(j->s, &j->step);
-    } else if (j->state == J_RUN) {
-        srv__batch_job_gone(j);
-    }
+    cut(j);
 }
 
 void srv__job_late(srv_job *j)
@@ -190,19 +201,15 @@ void srv_sched_detach(srv_req *r)
     srv_job *j = r->job;
     r->job = NULL;
     j->req = NULL;
-    /* it will not be answered 200: its encoding (if it has not begun)
-     * grows no sequence map, as for a deadline */
-    atomic_store(&j->step.late, 1);
-    if (j->state == J_QUEUED) {
-        srv__job_unqueue(j);
-        srv__job_end(j);
-    } else if (j->state == J_HELD) {
-        srv__job_end(j);
-    } else if (j->state == J_DECODE) {
-        srv_seq_abandon(j->s, &j->step);
-    } else if (j->state == J_RUN) {
-        srv__batch_job_gone(j);
-    }
+    cut(j);
+}
+
+void srv_sched_client_went(srv_req *r)
+{
+    srv_job *j = r->job;
+    r->went = 1; /* logged and counted 499 (http.c), as nginx logs it */
+    srv__job_answer(j, 499, "client: closed its connection before the answer");
+    cut(j);
 }
 
 /* ---- encode --------------------------------------------------------------- */

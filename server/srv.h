@@ -253,6 +253,12 @@ void srv_respond_json(srv_req *r, int status, const char *json);
 void srv_suspend(srv_req *r);
 /* srv_kick: run MHD soon (after a resume). */
 void srv_kick(srv *s);
+/* srv_client_went: has the client of socket fd closed its end (FIN:
+ * closed or half-closed) or reset it? Bytes it sent (a pipelined request)
+ * are not an end; a FIN behind them is. One poll(2), no wait. MHD does not
+ * read a suspended connection, so this is how a request parked on the loop
+ * (a long poll, work queued or running) learns that its client went. */
+int srv_client_went(int fd);
 uint64_t srv_now_ns(void);
 
 /* ---- the server --------------------------------------------------------- */
@@ -417,6 +423,9 @@ int srv_sched_entry_init(srv_entry *e); /* its batch timer; -1 on failure */
 void srv_sched_entry_free(srv_entry *e); /* after its handle was closed */
 void srv_h_infer(srv_req *r);
 void srv_sched_detach(srv_req *r); /* the request goes away (completion) */
+/* srv_sched_client_went: r's client went while its job waits or runs
+ * (guard.c's sweep): answered 499, its job dropped as at a deadline. */
+void srv_sched_client_went(srv_req *r);
 void srv_sched_drain(srv *s);      /* SIGTERM: flush queues now */
 void srv_sched_expire(srv *s);     /* drain timeout: fail the queued */
 int srv_sched_idle(const srv *s);

@@ -53,10 +53,10 @@ test('deadline: 504 naming it, then the server still serves', async (t) => {
 });
 
 // A large sdpa request (T = 65536, max-tokens' default, d 64: ~1.1
-// TFLOP, 8-25 s of both cores here) answered 504 while its batch ran: no request is left to answer,
-// so its remaining tiles are skipped. (A cancelled gRPC call: the same,
-// test_grpc_limits.py.)
-function bigSdpa() {
+// TFLOP, 8-25 s of both cores here) answered 504, or whose client went,
+// while its batch ran: no request is left to answer, so its remaining
+// tiles are skipped. (A cancelled gRPC call: the same, test_grpc_limits.py.)
+function bigSdpa(signal) {
   const T = 65536, D = 64;
   const rows = Buffer.alloc(T * D * 4);
   for (let i = 0; i < T * D; i++) rows.writeFloatLE(((i * 7919) % 1000) / 1000, i * 4);
@@ -65,7 +65,7 @@ function bigSdpa() {
     outputs: [{ name: 'output', parameters: { binary_data: true } }],
   }, [rows, rows, rows]);
   return fetch(`${this.url}/v2/models/sdpa/infer`, {
-    method: 'POST', body,
+    method: 'POST', body, signal,
     headers: { 'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': String(headerLen) },
   });
 }
@@ -93,6 +93,49 @@ test('a large request answered 504 stops taking the pool: its remaining tiles ar
     await sleep(50);
   }
   // The server serves the next request, right.
+  const ok = await infer(d, 'tiny', xreq('after'));
+  assert.equal(ok.status, 200);
+  assert.ok(maxDiff(ok.json.outputs[0].data, X.y) < 1e-5);
+  assert.equal((await d.stop()).code, 0);
+});
+
+test('REST clients that close their connections: a queued request leaves the queue, a running one\'s batch is abandoned, both logged 499', async (t) => {
+  // Queued: waiting out a 10 s batch delay; its client goes and it leaves
+  // the queue within a sweep (250 ms), not at the delay's end.
+  const q = await start({ t, args: ['--batch-delay-us', '10000000', '--max-batch', '64'] });
+  const acQ = new AbortController();
+  const queued = fetch(`${q.url}/v2/models/tiny/infer`, {
+    method: 'POST', body: JSON.stringify(xreq('gone')), signal: acQ.signal,
+    headers: { 'Content-Type': 'application/json' },
+  }).catch((e) => e);
+  await waitPending(q, 'tiny', 1);
+  const t0 = Date.now();
+  acQ.abort();
+  assert.equal((await queued).name, 'AbortError');
+  for (let i = 0; (await pending(q, 'tiny')) !== 0; i++) {
+    assert.ok(i < 60 * SLOW, 'the queued request whose client went is still pending after 3 s');
+    await sleep(50);
+  }
+  assert.ok(Date.now() - t0 < 8000, 'left the queue only at the batch delay');
+  assert.match(await q.logged(/tiny\/infer 499 /), /POST \/v2\/models\/tiny\/infer 499 id=gone /);
+  assert.equal((await q.stop()).code, 0);
+  // Running: a large request's batch holds both pool threads; its client
+  // goes and the batch skips its rest.
+  const d = await start({ t, args: ['--threads', '2', '--deadline-ms', '600000'] });
+  const ac = new AbortController();
+  const a = bigSdpa.call(d, ac.signal).catch((e) => e);
+  for (let i = 0; (await poolJobs(d)) < 2; i++) {
+    assert.ok(i < 400 * SLOW, "the large request's batch never ran");
+    await sleep(10);
+  }
+  ac.abort();
+  assert.equal((await a).name, 'AbortError');
+  for (let i = 0; (await poolJobs(d)) !== 0 || (await abandoned(d)) !== 1; i++) {
+    assert.ok(i < 60 * SLOW, `after 3 s: pool jobs ${await poolJobs(d)}, abandoned batches ${await abandoned(d)} (want 0 and 1)`);
+    await sleep(50);
+  }
+  assert.match(await d.logged(/sdpa\/infer 499 /), /POST \/v2\/models\/sdpa\/infer 499 /);
+  assert.equal(await metricOf(d, /^attnd_http_responses_total\{code="499"\} (\d+)$/m), 1);
   const ok = await infer(d, 'tiny', xreq('after'));
   assert.equal(ok.status, 200);
   assert.ok(maxDiff(ok.json.outputs[0].data, X.y) < 1e-5);
