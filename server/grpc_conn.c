@@ -415,8 +415,24 @@ static void on_connect(uv_stream_t *l, int status)
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW},
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, 65536},
     };
-    if (status < 0)
+    if (status < 0) {
+        /* libuv could not accept. On EMFILE/ENFILE it first accepts and
+         * closes the waiting connections with a descriptor it keeps for
+         * that (their clients see the end at once), silently; we hear of
+         * the ones it could not so close. At most one line a second. */
+        uint64_t now = srv_now_ns();
+        g->accept_errs++;
+        if (now - g->accept_logged_ns >= 1000000000ull) {
+            srv_log(s, "warn", "grpc: cannot accept a connection: %s (failed "
+                    "accepts since the last line: %llu; connections open, "
+                    "REST and gRPC: %d)%s", uv_strerror(status), g->accept_errs,
+                    s->n_conns, status == UV_EMFILE || status == UV_ENFILE
+                    ? " (raise ulimit -n, or lower --max-connections)" : "");
+            g->accept_logged_ns = now;
+            g->accept_errs = 0;
+        }
         return;
+    }
     if (!(c = calloc(1, sizeof *c))) {
         /* not accepted, libuv stops listening until it is: later */
         uv_timer_start(&g->accept_retry, on_accept_retry, ACCEPT_RETRY_MS, 0);

@@ -123,6 +123,8 @@ typedef struct srv_grpc {
     uv_tcp_t listener;
     uv_timer_t accept_retry; /* a connection that could not be accepted for
                                 want of memory is accepted again later */
+    unsigned long long accept_errs; /* failed accepts not yet logged */
+    uint64_t accept_logged_ns;      /* when one was last logged */
     uv_idle_t idle;
     int idle_on;
     nghttp2_session_callbacks *cbs;

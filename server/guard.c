@@ -221,6 +221,7 @@ void srv_guard_notify(void *cls, struct MHD_Connection *conn, void **ctx,
     srv_guard_remove(s, c);
     free(c);
     *ctx = NULL;
+    srv_http__accept_room(s);
 }
 
 void srv_guard_begin(srv_req *r)

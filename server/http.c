@@ -22,6 +22,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 uint64_t srv_now_ns(void)
 {
@@ -568,15 +569,16 @@ void srv_listen_err(const srv *s, char *err, const char *flag, long long port,
 }
 
 /*
- * srv_http_start: bind host:port, start MHD in external-epoll mode and hook
- * its fd into the loop. Prints the bound address. 0 or -1 with err.
+ * srv_http_start: bind host:port (http_accept.c accepts on it), start MHD
+ * in external-epoll mode with no listener of its own and hook its fd into
+ * the loop. Prints the bound address. 0 or -1 with err.
  */
 int srv_http_start(srv *s, char *err)
 {
     struct addrinfo hints, *ai = NULL;
-    struct sockaddr_storage ss;
     const union MHD_DaemonInfo *info;
-    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+                     MHD_USE_NO_LISTEN_SOCKET;
     char portstr[16];
     int rc;
     memset(&hints, 0, sizeof hints);
@@ -590,43 +592,30 @@ int srv_http_start(srv *s, char *err)
                  gai_strerror(rc));
         return -1;
     }
-    memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    rc = srv_http__listen(s, ai->ai_addr, ai->ai_addrlen, err);
     freeaddrinfo(ai);
+    if (rc < 0)
+        return -1;
     s->mhd = MHD_start_daemon(
-        flags, (uint16_t)s->cfg.port, NULL, NULL, on_request, s,
+        flags, 0, NULL, NULL, on_request, s,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, s,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)(s->cfg.max_connections + SRV_CONN_HEADROOM),
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.conn_timeout_s,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg.max_conn_per_ip,
-        MHD_OPTION_NOTIFY_CONNECTION, srv_guard_notify, s,
-        /* SO_REUSEPORT only when asked: otherwise a second attnd on the
-         * port would silently take half of the connections */
-        s->cfg.reuse_port ? MHD_OPTION_LISTENING_ADDRESS_REUSE : MHD_OPTION_END,
-        (unsigned)1, MHD_OPTION_END);
-    if (!s->mhd) {
-        int e = errno;
-        srv_listen_err(s, err, "port", s->cfg.port, e == EADDRINUSE, strerror(e));
-        return -1;
-    }
-    info = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = info ? info->port : (int)s->cfg.port;
-    info = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+        MHD_OPTION_NOTIFY_CONNECTION, srv_guard_notify, s, MHD_OPTION_END);
+    info = s->mhd ? MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_EPOLL_FD) : NULL;
     if (!info) {
-        snprintf(err, SRV_ERRMAX, "libmicrohttpd has no epoll support");
-        MHD_stop_daemon(s->mhd);
-        s->mhd = NULL;
-        return -1;
+        snprintf(err, SRV_ERRMAX, "libmicrohttpd did not start (%s)",
+                 s->mhd ? "no epoll support" : strerror(errno));
+        goto fail;
     }
     if (srv_http__answers_make(s) < 0) {
         snprintf(err, SRV_ERRMAX, "out of memory for the fixed answers");
-        MHD_stop_daemon(s->mhd);
-        s->mhd = NULL;
-        return -1;
+        goto fail;
     }
     uv_timer_init(s->loop, &s->mhd_timer);
     s->mhd_timer.data = s;
@@ -634,10 +623,18 @@ int srv_http_start(srv *s, char *err)
     uv_poll_init(s->loop, &s->mhd_poll, info->epoll_fd);
     s->mhd_poll.data = s;
     uv_poll_start(&s->mhd_poll, UV_READABLE, on_mhd_poll);
+    srv_http__accept_start(s);
     srv_kick(s);
     srv_log(s, "info", "listening on http://%s%s%s:%d", strchr(s->cfg.host, ':') ? "[" : "",
             s->cfg.host, strchr(s->cfg.host, ':') ? "]" : "", s->port);
     return 0;
+fail:
+    if (s->mhd)
+        MHD_stop_daemon(s->mhd);
+    s->mhd = NULL;
+    close(s->listen_fd);
+    s->listen_fd = -1;
+    return -1;
 }
 
 /* srv_http_stop: close the listener and every connection. Every suspended
@@ -646,6 +643,7 @@ void srv_http_stop(srv *s)
 {
     if (!s->mhd)
         return;
+    srv_http__accept_stop(s);
     uv_poll_stop(&s->mhd_poll);
     uv_close((uv_handle_t *)&s->mhd_poll, NULL);
     uv_close((uv_handle_t *)&s->mhd_timer, NULL);

@@ -280,6 +280,15 @@ struct srv {
     int n_fixed;
     uv_poll_t mhd_poll;
     uv_timer_t mhd_timer;
+    /* http_accept.c: the REST listener (-1 before and after), polled on
+     * the loop; a failed accept pauses it (listen_retry) */
+    int listen_fd;
+    uv_poll_t listen_poll;
+    uv_timer_t listen_retry;
+    unsigned long long accept_fails;    /* in a row, since the last accept */
+    unsigned long long accept_unlogged; /* of them, since the last log line */
+    uint64_t accept_logged_ns;
+    int accept_full;                    /* paused: MHD at its limit */
     uv_async_t sig_async;  /* main.c: SIGTERM/SIGINT reach the loop */
     uv_timer_t drain_timer;
     uv_timer_t stop_timer;
@@ -463,6 +472,18 @@ int srv_http_start(srv *s, char *err); /* -1 with err (SRV_ERRMAX) */
 void srv_listen_err(const srv *s, char *err, const char *flag, long long port,
                     int in_use, const char *why);
 void srv_http_stop(srv *s);
+
+/* http_accept.c, for http.c. srv_http__listen: a listening socket on sa
+ * (s->listen_fd, s->port), -1 with err; srv_http__accept_start: accept on
+ * it on the loop, each connection to MHD; srv_http__accept_stop: stop and
+ * close it. Loop thread. */
+int srv_http__listen(srv *s, const struct sockaddr *sa, socklen_t salen,
+                     char *err);
+void srv_http__accept_start(srv *s);
+void srv_http__accept_stop(srv *s);
+/* srv_http__accept_room: a REST connection closed: a listener paused for
+ * MHD's connection limit accepts again. */
+void srv_http__accept_room(srv *s);
 
 /* http_answer.c, for http.c. srv_cors_index: which entry of
  * --cors-origins allows origin, 1-based; 0 when none does (the entries

@@ -53,8 +53,10 @@ for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP'])
   process.on(sig, () => { killAll(`${sig} (the test runner's timeout?)`); process.exit(1); });
 
 /**
- * start({args, env, dir, ready, t, grpc}) -> {url, port, grpcPort, proc, dir, log(), stop()}
- * args are extra flags; dir reuses a models folder (for restarts); t, a
+ * start({args, env, dir, ready, t, grpc, wrap}) -> {url, port, grpcPort, proc, dir, log(), stop()}
+ * args are extra flags; dir reuses a models folder (for restarts); wrap, a
+ * command and its arguments that run attnd (e.g. ['prlimit',
+ * '--nofile=64']: it must exec it, so that proc.pid is attnd's); t, a
  * test context: t.after stops the daemon (SIGKILL) if the test did not.
  * gRPC is off (--grpc-port 0: parallel suites must not fight over 8001)
  * unless grpc is true (a free port, d.grpcPort).
@@ -63,7 +65,8 @@ export async function start(opts = {}) {
   const dir = opts.dir || modelsDir();
   const args = ['--port', '0', '--host', '127.0.0.1', '--models', dir,
     '--grpc-port', opts.grpc ? '-1' : '0', ...(opts.args || [])];
-  const proc = spawn(ATTND, args, {
+  const cmd = opts.wrap ? [...opts.wrap, ATTND, ...args] : [ATTND, ...args];
+  const proc = spawn(cmd[0], cmd.slice(1), {
     env: { ...process.env, ...(opts.env || {}) },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
