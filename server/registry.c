@@ -7,6 +7,7 @@
  */
 #include "server/srv.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,8 +27,9 @@ srv_entry *srv_registry_find(srv *s, const char *name)
     return NULL;
 }
 
-/* srv_registry_add: the entry for name, created UNAVAILABLE if new. NULL on
- * out of memory. */
+/* srv_registry_add: the entry for name, created UNAVAILABLE if new. NULL
+ * with errno when it cannot be made: ENOMEM, or EMFILE/ENFILE (its batch
+ * timer is a timerfd). */
 srv_entry *srv_registry_add(srv *s, const char *name)
 {
     srv_entry *e = srv_registry_find(s, name), **tail;
@@ -39,7 +41,9 @@ srv_entry *srv_registry_add(srv *s, const char *name)
     e->s = s;
     snprintf(e->name, sizeof e->name, "%s", name);
     if (srv_sched_entry_init(e) < 0) {
+        int err = errno;
         free(e);
+        errno = err;
         return NULL;
     }
     for (tail = &s->models; *tail; tail = &(*tail)->next)
@@ -241,14 +245,25 @@ static void load_done(uv_work_t *w, int status)
     free(lj);
 }
 
-/* start_load: queue a load of name (body: an upload request, or NULL). */
+/* start_error: why start_load failed (its negated errno), for an answer or
+ * a log line. */
+static const char *start_error(int e)
+{
+    return e == EMFILE || e == ENFILE
+               ? "cannot start: out of file descriptors (raise ulimit -n)"
+               : e == ENOMEM ? "out of memory" : strerror(e);
+}
+
+/* start_load: queue a load of name (body: an upload request, or NULL). 0,
+ * or a negated errno (ENOMEM; EMFILE, ENFILE: a new name's batch timer). */
 static int start_load(srv *s, const char *name, srv_req *req)
 {
     load_job *lj = calloc(1, sizeof *lj);
-    srv_entry *e = srv_registry_add(s, name);
-    if (!lj || !e) {
+    srv_entry *e = lj ? srv_registry_add(s, name) : NULL;
+    if (!e) {
+        int err = lj ? errno : ENOMEM;
         free(lj);
-        return -1;
+        return -err;
     }
     lj->work.data = lj;
     lj->s = s;
@@ -307,8 +322,9 @@ int srv_registry_start(srv *s, char *err)
                     "ignored", s->cfg.models);
             continue;
         }
-        if (start_load(s, names[i], NULL) < 0) {
-            snprintf(err, SRV_ERRMAX, "out of memory");
+        if ((rc = start_load(s, names[i], NULL)) < 0) {
+            snprintf(err, SRV_ERRMAX, "model '%s': %s", names[i],
+                     start_error(-rc));
             rc = -1;
         }
     }
@@ -473,6 +489,7 @@ static int name_ok(srv_req *r)
  * body (parameters.config, parameters["file:model.safetensors"]). */
 void srv_h_load(srv_req *r)
 {
+    int rc;
     if (!name_ok(r))
         return;
     if (r->s->draining && r->late) { /* begun before the signal: served */
@@ -480,8 +497,9 @@ void srv_h_load(srv_req *r)
         return;
     }
     snprintf(r->model, sizeof r->model, "%.128s", r->arg[0]);
-    if (start_load(r->s, r->arg[0], r) < 0) {
-        srv_respond_error(r, 503, "load: out of memory");
+    if ((rc = start_load(r->s, r->arg[0], r)) < 0) {
+        srv_respond_error(r, 503, "load of model '%s': %s", r->arg[0],
+                          start_error(-rc));
         return;
     }
     srv_suspend(r);

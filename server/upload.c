@@ -121,10 +121,13 @@ static int write_file(const char *path, const void *data, size_t n)
     if (fsync(fd) < 0)
         goto fail;
     return close(fd);
-fail:
+fail: {
+    int e = errno; /* the write's or fsync's, for the message */
     close(fd);
     unlink(path);
+    errno = e;
     return -1;
+}
 }
 
 static int fsync_dir(const char *dir)
@@ -428,8 +431,11 @@ int srv_upload_install(const char *repo, const char *name, const char *body,
     status = srv_upload_parse(&u, body, len, err, errlen);
     if (status)
         return status;
-    /* stage: a complete folder in the staging area, validated there */
-    status = 500;
+    /* stage: a complete folder in the staging area, validated there. A
+     * failure of the repository's disk (full, read-only, not attnd's to
+     * write) or of descriptors is the server's state, not a bug (500):
+     * 503, the message naming it */
+    status = 503;
     staging_root(repo, root, sizeof root);
     snprintf(stage, sizeof stage, "%s/%s~%ld~%u", root, name, (long)getpid(),
              atomic_fetch_add(&seq, 1u));

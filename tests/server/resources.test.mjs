@@ -4,9 +4,11 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { connect } from 'node:net';
-import { readFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { test } from 'node:test';
-import { SLOW, start } from './helper.mjs';
+import { SLOW, post, start } from './helper.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const HAVE_PRLIMIT = spawnSync('prlimit', ['--version']).status === 0;
@@ -102,4 +104,126 @@ test('descriptors run out while a keep-alive REST client stays: the door opens a
     ka.destroy();
   }
   assert.equal((await d.stop()).code, 0);
+});
+
+const tinyDir = join(import.meta.dirname || new URL('.', import.meta.url).pathname, 'fixtures', 'models', 'tiny');
+const tinyUpload = () => JSON.stringify({
+  parameters: {
+    config: readFileSync(join(tinyDir, 'config.json'), 'utf8'),
+    'file:model.safetensors': readFileSync(join(tinyDir, 'model.safetensors')).toString('base64'),
+  },
+});
+
+/** keepAlive(port): one connection for requests in turn, opened now (a
+ * test that then takes every descriptor still talks to attnd through it).
+ * send(method, path, body) resolves with {status, text}. */
+async function keepAlive(port) {
+  const sock = connect({ port, host: '127.0.0.1' });
+  await new Promise((r, j) => { sock.once('connect', r); sock.once('error', j); });
+  let buf = Buffer.alloc(0);
+  let waiting = null;
+  sock.on('data', (d) => {
+    buf = Buffer.concat([buf, d]);
+    const end = buf.indexOf('\r\n\r\n');
+    if (end < 0 || !waiting) return;
+    const head = buf.subarray(0, end).toString();
+    const len = Number(/content-length: *(\d+)/i.exec(head)?.[1] || 0);
+    if (buf.length < end + 4 + len) return;
+    const text = buf.subarray(end + 4, end + 4 + len).toString();
+    buf = buf.subarray(end + 4 + len);
+    const w = waiting;
+    waiting = null;
+    w({ status: Number(/^HTTP\/1\.1 (\d+)/.exec(head)[1]), text });
+  });
+  return {
+    send(method, path, body = '') {
+      return new Promise((r) => {
+        waiting = r;
+        sock.write(`${method} ${path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n` +
+          `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+      });
+    },
+    close: () => sock.destroy(),
+  };
+}
+
+test('out of descriptors: a load and an upload answer 503 naming them, and work once descriptors are back', {
+  skip: !HAVE_PRLIMIT && 'needs prlimit (util-linux)',
+}, async (t) => {
+  const d = await start({ t, grpc: true, wrap: ['prlimit', '--nofile=64'] });
+  const c = await keepAlive(d.port);
+  try {
+    assert.equal((await c.send('POST', '/v2/repository/models/tiny/unload')).status, 200);
+    const socks = await hold(d.grpcPort, 80);
+    await sleep(300);
+    let r = await c.send('POST', '/v2/repository/models/tiny/load');
+    assert.equal(r.status, 503, r.text);
+    assert.match(r.text, /Too many open files/);
+    // a new name's entry needs a descriptor (its batch timer): this said
+    // "load: out of memory"
+    r = await c.send('POST', '/v2/repository/models/up1/load', tinyUpload());
+    assert.equal(r.status, 503, r.text);
+    assert.match(r.text, /file descriptors/);
+    assert.doesNotMatch(r.text, /memory/);
+    for (const s of socks) s.destroy();
+    await sleep(300);
+    assert.equal((await c.send('POST', '/v2/repository/models/tiny/load')).status, 200);
+    r = await c.send('POST', '/v2/repository/models/up1/load', tinyUpload());
+    assert.equal(r.status, 200, r.text);
+  } finally {
+    c.close();
+  }
+  assert.equal((await d.stop()).code, 0);
+});
+
+/** safetensors(d): a canonical F32 weight set of d_model d, 4 heads,
+ * zeros: 16 d^2 bytes of tensors. */
+function safetensors(dm) {
+  const n = dm * dm * 4;
+  const head = {};
+  ['W_q', 'W_k', 'W_v', 'W_o'].forEach((k, i) => {
+    head[k] = { dtype: 'F32', shape: [dm, dm], data_offsets: [i * n, (i + 1) * n] };
+  });
+  let h = JSON.stringify(head);
+  h += ' '.repeat((8 - (h.length % 8)) % 8);
+  const len = Buffer.alloc(8);
+  len.writeBigUInt64LE(BigInt(h.length));
+  return Buffer.concat([len, Buffer.from(h), Buffer.alloc(4 * n)]);
+}
+
+const ROOT_ONLY = process.getuid?.() !== 0 ? 'needs root (mounts a 1 MiB tmpfs as the repository)' : false;
+
+test('a repository disk that is full or read-only: an upload answers 503 naming it, leaves nothing, and attnd serves on', {
+  skip: ROOT_ONLY,
+}, async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'attnd-tmpfs-'));
+  const sh = (...a) => {
+    const r = spawnSync(a[0], a.slice(1));
+    assert.equal(r.status, 0, `${a.join(' ')}: ${r.stderr}`);
+  };
+  sh('mount', '-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', dir);
+  try {
+    cpSync(tinyDir, join(dir, 'tiny'), { recursive: true });
+    const d = await start({ t, dir });
+    const before = readdirSync(dir).sort();
+    const big = JSON.stringify({
+      parameters: { config: '{"n_heads": 4}', 'file:model.safetensors': safetensors(256).toString('base64') },
+    });
+    let r = await post(`${d.url}/v2/repository/models/big/load`, big);
+    assert.equal(r.status, 503, JSON.stringify(r.json));
+    assert.match(r.json.error, /No space left on device/);
+    assert.deepEqual(readdirSync(dir).sort(), before, 'nothing left in the repository');
+    const idx = await post(`${d.url}/v2/repository/index`, '');
+    assert.equal(idx.json.find((m) => m.name === 'big'), undefined, 'no trace of the name');
+    assert.equal((await fetch(`${d.url}/v2/models/tiny/ready`)).status, 200);
+    sh('mount', '-o', 'remount,ro', dir);
+    r = await post(`${d.url}/v2/repository/models/up1/load`, tinyUpload());
+    assert.equal(r.status, 503, JSON.stringify(r.json));
+    assert.match(r.json.error, /Read-only file system/);
+    assert.equal((await fetch(`${d.url}/v2/health/ready`)).status, 200);
+    assert.equal((await d.stop()).code, 0);
+  } finally {
+    spawnSync('umount', [dir]);
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
