@@ -53,6 +53,7 @@ enum {
     ATTN_ENOTFOUND = -6, /* missing file, tensor or key */
     ATTN_ERANGE = -7,    /* a result is not finite: inputs overflow float32 */
     ATTN_EFULL = -8,     /* a byte budget (the K/V pool's, a request's) cannot take it */
+    ATTN_ECHANGED = -9,  /* a mapped file was truncated while being read */
 };
 
 /* Callers pass a buffer of ATTN_ERRMAX bytes (or NULL) to receive a message

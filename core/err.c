@@ -31,6 +31,8 @@ const char *attn_strerror(int code)
         return "result not finite";
     case ATTN_EFULL:
         return "budget full";
+    case ATTN_ECHANGED:
+        return "file changed while being read";
     }
     return "unknown error";
 }

@@ -513,6 +513,54 @@ static int infer(const ctx *c, const model__cfg *k, attn_config *cfg,
 
 #define ALIGN_FLOATS 16 /* 64 bytes */
 
+/* copy_in: each role's tensor from the file to its place in m's slab (off:
+ * in floats), as F32 and checked finite. *tmp holds a scratch buffer while
+ * one is allocated (fill frees it when a read faults). */
+static int copy_in(model *m, const ctx *c, const size_t *off,
+                   float *volatile *tmp, char *err)
+{
+    const float **dst[N_ROLES] = {&m->w.w_q, &m->w.w_k, &m->w.w_v, &m->w.w_o,
+                                  &m->w.b_q, &m->w.b_k, &m->w.b_v, &m->w.b_o};
+    for (int r = 0; r < N_ROLES; r++) {
+        const src *s = &c->s[r];
+        if (!s->t)
+            continue;
+        float *p = m->slab + off[r];
+        size_t n = r < R_BQ ? (size_t)(s->in * s->out) : (size_t)s->out;
+        if (r < R_BQ) {
+            st_rows_to_f32(s->t, s->r0, s->nr, s->transpose, p);
+        } else if (s->r0 == 0 && s->nr == s->t->count) {
+            st_to_f32(s->t, p);
+        } else { /* a third of in_proj_bias */
+            if (!(*tmp = malloc((size_t)s->t->count * sizeof(float)))) {
+                model__seterr(err, "%s: out of memory", c->file);
+                return ATTN_ENOMEM;
+            }
+            st_to_f32(s->t, *tmp);
+            memcpy(p, *tmp + s->r0, n * sizeof(float));
+            free(*tmp);
+            *tmp = NULL;
+        }
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(p[i])) {
+                char at[64];
+                if (r < R_BQ)
+                    snprintf(at, sizeof at, "[%zu][%zu]",
+                             i / (size_t)s->out, i % (size_t)s->out);
+                else
+                    snprintf(at, sizeof at, "[%zu]", i);
+                model__seterr(err,
+                              "%s: %s (from '%.80s') has a non-finite value "
+                              "(%s) at %s; weights must be finite",
+                              c->file, role_name[r], s->t->name,
+                              isnan(p[i]) ? "NaN" : "Inf", at);
+                return ATTN_EFORMAT;
+            }
+        *dst[r] = p;
+    }
+    return 0;
+}
+
 /* fill: allocate the slab and convert every role into it, checking that
  * every value is finite. */
 static int fill(model *m, const ctx *c, char *err)
@@ -544,45 +592,22 @@ static int fill(model *m, const ctx *c, char *err)
                       c->file, m->slab_bytes);
         return ATTN_ENOMEM;
     }
-    const float **dst[N_ROLES] = {&m->w.w_q, &m->w.w_k, &m->w.w_v, &m->w.w_o,
-                                  &m->w.b_q, &m->w.b_k, &m->w.b_v, &m->w.b_o};
-    for (int r = 0; r < N_ROLES; r++) {
-        const src *s = &c->s[r];
-        if (!s->t)
-            continue;
-        float *p = m->slab + off[r];
-        size_t n = r < R_BQ ? (size_t)(s->in * s->out) : (size_t)s->out;
-        if (r < R_BQ) {
-            st_rows_to_f32(s->t, s->r0, s->nr, s->transpose, p);
-        } else if (s->r0 == 0 && s->nr == s->t->count) {
-            st_to_f32(s->t, p);
-        } else { /* a third of in_proj_bias */
-            float *tmp = malloc((size_t)s->t->count * sizeof(float));
-            if (!tmp) {
-                model__seterr(err, "%s: out of memory", c->file);
-                return ATTN_ENOMEM;
-            }
-            st_to_f32(s->t, tmp);
-            memcpy(p, tmp + s->r0, n * sizeof(float));
-            free(tmp);
-        }
-        for (size_t i = 0; i < n; i++)
-            if (!isfinite(p[i])) {
-                char at[64];
-                if (r < R_BQ)
-                    snprintf(at, sizeof at, "[%zu][%zu]",
-                             i / (size_t)s->out, i % (size_t)s->out);
-                else
-                    snprintf(at, sizeof at, "[%zu]", i);
-                model__seterr(err,
-                              "%s: %s (from '%.80s') has a non-finite value "
-                              "(%s) at %s; weights must be finite",
-                              c->file, role_name[r], s->t->name,
-                              isnan(p[i]) ? "NaN" : "Inf", at);
-                return ATTN_EFORMAT;
-            }
-        *dst[r] = p;
+    /* the reads of the file's mapping under a guard: a file truncated
+     * meanwhile faults (SIGBUS), and the load fails instead of attnd */
+    st_guard g;
+    float *volatile tmp = NULL;
+    int rc;
+    if (ST_GUARD(g, c->f)) {
+        free(tmp);
+        model__seterr(err, "%s: the file changed while it was read (it is "
+                      "shorter now: written over in place?); write a new "
+                      "file and rename it over the old one", c->file);
+        return ATTN_ECHANGED;
     }
+    rc = copy_in(m, c, off, &tmp, err);
+    st_guard_end(&g);
+    if (rc < 0)
+        return rc;
     float *const mats[4] = {m->slab + off[R_WQ], m->slab + off[R_WK],
                             m->slab + off[R_WV], m->slab + off[R_WO]};
     char why[ATTN_ERRMAX];

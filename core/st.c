@@ -10,6 +10,7 @@
 #include "st.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
@@ -33,6 +34,9 @@ struct st_file {
     size_t len;              /* bytes at base */
     void *map;               /* mmap'd region (st_open) or NULL */
     size_t map_len;
+    unsigned char *head;     /* st_open: the length and header, read() (a
+                                file truncated meanwhile would fault in the
+                                JSON parser, past any guard); else NULL */
     json_t *root;            /* header; owns names and metadata strings */
     st_tensor *tensors;      /* (n_tensors) sorted by data offset */
     size_t n_tensors;
@@ -332,9 +336,11 @@ static int check_layout(st_file *f, uint64_t data, char *err)
     return 0;
 }
 
-/* parse: validate f->base/f->len and build the tensor table. */
+/* parse: validate f->base/f->len and build the tensor table; the length
+ * and header come from f->head when st_open read them. */
 static int parse(st_file *f, char *err)
 {
+    const unsigned char *b = f->head ? f->head : f->base;
     if (f->len < 8) {
         seterr(err, f->label,
                "file is %zu bytes, too short for the 8-byte header length "
@@ -342,7 +348,7 @@ static int parse(st_file *f, char *err)
                f->len);
         return ATTN_EFORMAT;
     }
-    uint64_t n = rd_u64le(f->base);
+    uint64_t n = rd_u64le(b);
     if (n > ST_MAX_HEADER) {
         seterr(err, f->label,
                "header length %llu exceeds the limit of %llu bytes (rule: "
@@ -358,7 +364,7 @@ static int parse(st_file *f, char *err)
                (unsigned long long)n, f->len - 8);
         return ATTN_EFORMAT;
     }
-    const char *hdr = (const char *)f->base + 8;
+    const char *hdr = (const char *)b + 8;
     if (n == 0 || hdr[0] != '{') {
         seterr(err, f->label,
                "header does not start with '{' (rule: header is a JSON "
@@ -468,6 +474,62 @@ fail:
     return rc;
 }
 
+/* pread_full: n bytes of fd at off into buf; the count read (short at
+ * the end of the file), -1 on error. */
+static ssize_t pread_full(int fd, void *buf, size_t n, off_t off)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, (char *)buf + got, n - got, off + (off_t)got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -1;
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    return (ssize_t)got;
+}
+
+/* read_head: f->head gets the file's length field and, when the length is
+ * within the limits parse checks, the header after it (parse reports the
+ * rest). ATTN_ECHANGED when the file is shorter now than when mapped. */
+static int read_head(st_file *f, int fd, char *err)
+{
+    unsigned char lenb[8];
+    uint64_t n = 0;
+    ssize_t got;
+    if (f->len < 8)
+        return 0;
+    if ((got = pread_full(fd, lenb, 8, 0)) < 0) {
+        seterr(err, f->label, "cannot read: %s", strerror(errno));
+        return attn_errno_code(errno);
+    }
+    if (got == 8) {
+        n = rd_u64le(lenb);
+        if (n > ST_MAX_HEADER || n > f->len - 8)
+            n = 0;
+        if (!(f->head = malloc(8 + (size_t)n))) {
+            seterr(err, f->label, "out of memory for a %llu-byte header",
+                   (unsigned long long)n);
+            return ATTN_ENOMEM;
+        }
+        memcpy(f->head, lenb, 8);
+        if (n && (got = pread_full(fd, f->head + 8, (size_t)n, 8)) < 0) {
+            seterr(err, f->label, "cannot read: %s", strerror(errno));
+            return attn_errno_code(errno);
+        }
+    }
+    if ((uint64_t)got < (n ? n : 8)) {
+        seterr(err, f->label, "the file changed while it was read (%zu "
+               "bytes when opened, fewer now): was it written over in place? "
+               "Write a new file and rename it over the old one", f->len);
+        return ATTN_ECHANGED;
+    }
+    return 0;
+}
+
 int st_open(st_file **out, const char *path, char *err)
 {
     *out = NULL;
@@ -514,6 +576,8 @@ int st_open(st_file **out, const char *path, char *err)
     } else {
         f->base = (const unsigned char *)"";
     }
+    if ((rc = read_head(f, fd, err)) < 0)
+        goto fail;
     close(fd);
     fd = -1;
     if ((rc = parse(f, err)) < 0)
@@ -533,6 +597,7 @@ void st_close(st_file *f)
         return;
     if (f->map)
         munmap(f->map, f->map_len);
+    free(f->head);
     json_decref(f->root);
     free(f->tensors);
     free(f->shapes);
@@ -722,4 +787,47 @@ int st_rows_to_f32(const st_tensor *t, uint64_t r0, uint64_t nr,
         }
     }
     return 0;
+}
+
+/* The SIGBUS guard (st.h). One guard stack per thread; the handler leaves
+ * through the innermost guard whose mapping holds the faulting address. */
+static _Thread_local st_guard *guard_top;
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+    st_guard *g = guard_top;
+    const unsigned char *a = si->si_addr;
+    (void)sig;
+    (void)uc;
+    if (g && a >= g->lo && a < g->hi) {
+        guard_top = g->prev;
+        siglongjmp(g->jb, 1);
+    }
+    /* not a guarded read: back to the default, and the access faults again
+     * and kills, as it would have */
+    signal(SIGBUS, SIG_DFL);
+}
+
+void st_guard_install(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, NULL);
+}
+
+void st__guard_push(st_guard *g, const st_file *f)
+{
+    g->lo = f ? f->map : NULL;
+    g->hi = f && f->map ? (const unsigned char *)f->map + f->map_len : NULL;
+    g->prev = guard_top;
+    guard_top = g;
+}
+
+void st_guard_end(st_guard *g)
+{
+    if (guard_top == g)
+        guard_top = g->prev;
 }

@@ -29,6 +29,7 @@
 #ifndef ATTN_ST_H
 #define ATTN_ST_H
 
+#include <setjmp.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -135,5 +136,28 @@ void st__f16_scalar(const unsigned char *p, size_t n, float *dst);
 /* Single-element conversions (exact; NaN and Inf are preserved). */
 float st_f16_to_f32(uint16_t h);
 float st_bf16_to_f32(uint16_t b);
+
+/*
+ * Reads of a mapped file that another process truncates meanwhile (a `cp`
+ * over model.safetensors while it loads) fault with SIGBUS, which kills the
+ * process. st_guard_install (once, at start, before threads: the daemon's
+ * main) installs a SIGBUS handler; code that reads a file's mapping opens a
+ * guard with ST_GUARD(g, f), which is 0 at once and non-zero when such a
+ * read faulted inside f's mapping on this thread (the guard is then closed:
+ * free what the reads held and fail with ATTN_ECHANGED), and closes it with
+ * st_guard_end(&g) on every path. A SIGBUS anywhere else, or without the
+ * handler, still kills. Variables changed inside the guard and read after a
+ * fault must be volatile. The file's header is read(), not mapped (st_open),
+ * so only tensor data needs a guard.
+ */
+typedef struct st_guard {
+    sigjmp_buf jb;
+    const unsigned char *lo, *hi; /* the mapping */
+    struct st_guard *prev;        /* this thread's enclosing guard */
+} st_guard;
+void st_guard_install(void);
+void st__guard_push(st_guard *g, const st_file *f);
+void st_guard_end(st_guard *g);
+#define ST_GUARD(g, f) (st__guard_push(&(g), (f)), sigsetjmp((g).jb, 1))
 
 #endif

@@ -16,6 +16,7 @@
  * signal to the process's end no SIGTERM/SIGINT can kill attnd.
  */
 #include "server/srv.h"
+#include "core/st.h"
 #include "core/exec.h"
 #include "server/grpc.h"
 #include "server/seq.h"
@@ -218,6 +219,7 @@ int main(int argc, char **argv)
     snprintf(num, sizeof num, "%d", s.threads);
     setenv("UV_THREADPOOL_SIZE", num, 1);
     signal(SIGPIPE, SIG_IGN);
+    st_guard_install(); /* a weight file truncated while it loads fails that load */
     s.limits.max_elements = (size_t)s.cfg.request_memory / 4;
     s.limits.memory_budget = (size_t)s.cfg.request_memory;
     s.limits.max_inputs = 16;

@@ -159,7 +159,7 @@ static void load_work(uv_work_t *w)
     rc = model_load_repo(&lj->m, lj->repo, lj->name, err);
     if (rc < 0) {
         lj->rc = rc == ATTN_ENOTFOUND || rc == ATTN_EIO ? 404
-                 : rc == ATTN_ENOMEM ? 503 : 400;
+                 : rc == ATTN_ENOMEM || rc == ATTN_ECHANGED ? 503 : 400;
         snprintf(lj->err, sizeof lj->err, "model '%s': %.480s", lj->name, err);
         lj->in_repo = in_repo(lj->repo, lj->name);
     }

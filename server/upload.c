@@ -466,7 +466,7 @@ int srv_upload_install(const char *repo, const char *name, const char *body,
         goto fail;
     }
     if ((rc = model_load(out, stage, merr)) < 0) {
-        status = rc == ATTN_ENOMEM ? 503 : 400;
+        status = rc == ATTN_ENOMEM || rc == ATTN_ECHANGED ? 503 : 400;
         snprintf(err, errlen, "upload of model '%s': %s", name, merr);
         goto fail;
     }

@@ -10,8 +10,9 @@ START_TEST(distinct_texts)
 {
     static const int codes[] = {ATTN_OK,        ATTN_EINVAL,  ATTN_ENOMEM,
                                 ATTN_EOVERFLOW, ATTN_EFORMAT, ATTN_EIO,
-                                ATTN_ENOTFOUND};
-    for (size_t i = 0; i < 7; i++) {
+                                ATTN_ENOTFOUND, ATTN_ERANGE,  ATTN_EFULL,
+                                ATTN_ECHANGED};
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
         const char *a = attn_strerror(codes[i]);
         ck_assert(a && *a);
         ck_assert_str_ne(a, "unknown error");

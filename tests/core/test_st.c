@@ -11,7 +11,10 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
+#include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/attn.h"
 #include "core/st.h"
@@ -443,6 +446,76 @@ START_TEST(test_shape_str)
 }
 END_TEST
 
+/* truncated_file: a file with tensor 'a', F32 [16384] (64 KiB: pages past
+ * the header), opened, then cut to 4 KiB as a `cp` over it would. */
+static st_file *truncated_file(char *path)
+{
+    static const char head[] =
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[16384],\"data_offsets\":[0,65536]}}";
+    uint64_t n = sizeof head - 1;
+    char err[ATTN_ERRMAX];
+    st_file *f = NULL;
+    float *zeros = calloc(16384, sizeof *zeros);
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_ptr_nonnull(zeros);
+    ck_assert_int_eq(write(fd, &n, 8), 8); /* little-endian host (st.c) */
+    ck_assert_int_eq(write(fd, head, n), (ssize_t)n);
+    ck_assert_int_eq(write(fd, zeros, 65536), 65536);
+    close(fd);
+    free(zeros);
+    ck_assert_int_eq(st_open(&f, path, err), 0);
+    ck_assert_int_eq(truncate(path, 4096), 0);
+    return f;
+}
+
+START_TEST(test_guard_truncated)
+{
+    char path[] = "/tmp/attn-st-guard-XXXXXX";
+    st_file *f;
+    float *dst = malloc(16384 * sizeof *dst);
+    volatile int faulted = 0;
+    st_guard g;
+    ck_assert_ptr_nonnull(dst);
+    st_guard_install();
+    f = truncated_file(path);
+    if (ST_GUARD(g, f)) {
+        faulted = 1;
+    } else {
+        st_to_f32(st_find(f, "a"), dst);
+        st_guard_end(&g);
+    }
+    ck_assert_int_eq(faulted, 1);
+    /* the guard is closed: a second one works the same */
+    faulted = 0;
+    if (ST_GUARD(g, f))
+        faulted = 1;
+    else {
+        st_to_f32(st_find(f, "a"), dst);
+        st_guard_end(&g);
+    }
+    ck_assert_int_eq(faulted, 1);
+    st_close(f);
+    unlink(path);
+    free(dst);
+}
+END_TEST
+
+/* without a guard the fault still kills (Check expects SIGBUS) */
+START_TEST(test_guard_unguarded_dies)
+{
+    char path[] = "/tmp/attn-st-guard-XXXXXX";
+    float *dst = malloc(16384 * sizeof *dst);
+    st_file *f;
+    st_guard_install();
+    f = truncated_file(path);
+    unlink(path);
+    st_to_f32(st_find(f, "a"), dst);
+    st_close(f);
+    free(dst);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("st");
@@ -457,6 +530,8 @@ static Suite *suite(void)
     tcase_add_test(tc, test_wrong_dtype_convert);
     tcase_add_test(tc, test_truncations_and_flips);
     tcase_add_test(tc, test_shape_str);
+    tcase_add_test(tc, test_guard_truncated);
+    tcase_add_test_raise_signal(tc, test_guard_unguarded_dies, SIGBUS);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -4,11 +4,11 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { connect } from 'node:net';
-import { cpSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { SLOW, post, start } from './helper.mjs';
+import { SLOW, mulberry32, post, start } from './helper.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const HAVE_PRLIMIT = spawnSync('prlimit', ['--version']).status === 0;
@@ -226,4 +226,34 @@ test('a repository disk that is full or read-only: an upload answers 503 naming 
     spawnSync('umount', [dir]);
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test('a weight file cut short while it loads fails that load with 503; attnd lives and keeps the model it had', async (t) => {
+  const d = await start({ t });
+  const file = join(d.dir, 'big', 'model.safetensors');
+  const whole = safetensors(1024); // 16 MiB: a load long enough to cut into
+  mkdirSync(join(d.dir, 'big'));
+  writeFileSync(join(d.dir, 'big', 'config.json'), '{"n_heads": 4}');
+  writeFileSync(file, whole);
+  assert.equal((await post(`${d.url}/v2/repository/models/big/load`, '')).status, 200);
+  const rnd = mulberry32(7);
+  let cut = 0;
+  for (let i = 0; i < 80 && cut < 3; i++) {
+    writeFileSync(file, whole);
+    const load = post(`${d.url}/v2/repository/models/big/load`, '');
+    await sleep(rnd() * 40 * SLOW);
+    truncateSync(file, 4096); // what `cp new old` does first
+    const r = await load;
+    if (r.status === 503) {
+      assert.match(r.json.error, /the file changed while it was read/);
+      cut++;
+    } else {
+      // done before the cut (200) or opened after it (400: the file is short)
+      assert.ok(r.status === 200 || r.status === 400, `${r.status} ${JSON.stringify(r.json)}`);
+    }
+  }
+  // a SIGBUS killed attnd here before: the first cut that hit a load
+  assert.ok(cut > 0, 'no cut fell inside a load');
+  assert.equal((await fetch(`${d.url}/v2/models/big/ready`)).status, 200, 'the model loaded before stays');
+  assert.equal((await d.stop()).code, 0);
 });
