@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 /* The signal handler's state: signals caught and not yet seen by the loop
@@ -74,6 +75,34 @@ static void ignore_signals(srv *s)
     while (atomic_load(&sig_busy)) /* a handler on another thread */
         ;
     uv_close((uv_handle_t *)&s->sig_async, NULL);
+}
+
+/* raise_nofile: the descriptor soft limit up to the hard one (each
+ * connection takes a descriptor; the loop and the pool use epoll and poll,
+ * never select, so a high limit costs nothing; Debian's soft default is
+ * 1024, under --max-connections' default and the rest), and a warning when
+ * --max-connections does not fit under it: past the limit new connections
+ * wait (http_accept.c), and loads and uploads answer 503. At start, before
+ * any thread. */
+static void raise_nofile(srv *s)
+{
+    struct rlimit rl;
+    unsigned long long need = (unsigned long long)s->cfg.max_connections +
+                              2 * SRV_CONN_HEADROOM + 64;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        struct rlimit up = {rl.rlim_max, rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+            rl = up;
+    }
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need)
+        srv_log(s, "warn", "descriptor limit (ulimit -n) %llu is below the "
+                "%llu that --max-connections %lld needs (both doors' "
+                "connections, their headroom, loads, the log): past it new "
+                "connections wait and loads answer 503; raise the hard limit "
+                "or lower --max-connections", (unsigned long long)rl.rlim_cur,
+                need, s->cfg.max_connections);
 }
 
 /* on_stop_timer: once no job, parked connection or (before the drain
@@ -247,6 +276,7 @@ int main(int argc, char **argv)
      * is written here once, before every thread that reads it starts */
     if (srv_log_start(&s) < 0)
         srv_log(&s, "warn", "no log writer thread: each line is written at once");
+    raise_nofile(&s);
     if (srv_registry_start(&s, err) < 0 || srv_http_start(&s, err) < 0 ||
         srv_grpc_start(&s, err) < 0) {
         srv_log_stop(&s); /* the lines before it, then the error */

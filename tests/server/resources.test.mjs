@@ -257,3 +257,16 @@ test('a weight file cut short while it loads fails that load with 503; attnd liv
   assert.equal((await fetch(`${d.url}/v2/models/big/ready`)).status, 200, 'the model loaded before stays');
   assert.equal((await d.stop()).code, 0);
 });
+
+test('at start the descriptor soft limit rises to the hard one, and one under --max-connections is logged', {
+  skip: !HAVE_PRLIMIT && 'needs prlimit (util-linux)',
+}, async (t) => {
+  const openFiles = (pid) => /Max open files\s+(\d+)\s+(\d+)/.exec(readFileSync(`/proc/${pid}/limits`, 'utf8')).slice(1).map(Number);
+  let d = await start({ t, wrap: ['prlimit', '--nofile=100:4096'] });
+  assert.deepEqual(openFiles(d.proc.pid), [4096, 4096]);
+  assert.doesNotMatch(d.log(), /descriptor limit \(ulimit -n\)/);
+  assert.equal((await d.stop()).code, 0);
+  d = await start({ t, wrap: ['prlimit', '--nofile=64'], args: ['--max-connections', '100'] });
+  assert.match(d.log(), /descriptor limit \(ulimit -n\) 64 is below the 292 that --max-connections 100 needs/);
+  assert.equal((await d.stop()).code, 0);
+});
