@@ -109,7 +109,7 @@ typedef struct srv_step {
 
 /* seq.c and seq_drops.c (loop thread) */
 int srv_seq_init(srv *s);  /* the table and the idle timer; -1 on failure */
-void srv_seq_stop(srv *s); /* close the idle timer (stopping) */
+void srv_seq_stop(srv *s); /* close the idle timer, log the live ones (stopping) */
 void srv_seq_free(srv *s); /* every sequence's pages back; after the loop */
 /* srv_seq_arrive: a new infer job (ticket, decoding list). */
 void srv_seq_arrive(srv *s, srv_step *st);

@@ -323,6 +323,10 @@ int srv_seq_init(srv *s)
 
 void srv_seq_stop(srv *s)
 {
+    if (s->seqs && s->seqs->n_live) /* what their clients must start again */
+        srv_log(s, "info", "exit: %d live sequence%s dropped (their keys and "
+                "values were memory state)", s->seqs->n_live,
+                s->seqs->n_live == 1 ? "" : "s");
     if (s->seqs && s->seqs->timer_on) {
         s->seqs->timer_on = 0;
         uv_close((uv_handle_t *)&s->seqs->idle, NULL);

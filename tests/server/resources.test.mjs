@@ -270,3 +270,23 @@ test('at start the descriptor soft limit rises to the hard one, and one under --
   assert.match(d.log(), /descriptor limit \(ulimit -n\) 64 is below the 292 that --max-connections 100 needs/);
   assert.equal((await d.stop()).code, 0);
 });
+
+test('SIGTERM with a live sequence and a long poll on its map: the poll is answered at once, the exit says the sequence is dropped', async (t) => {
+  const d = await start({ t });
+  const x = (n) => ({ name: 'x', datatype: 'FP32', shape: [1, n, 8], data: Array.from({ length: 8 * n }, (_, i) => (i % 7) / 10) });
+  const r = await post(`${d.url}/v2/models/tiny/infer`, {
+    inputs: [x(3)], parameters: { sequence_id: 9, sequence_start: true, retain: true },
+  });
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  const id = r.json.parameters.map_id;
+  const t0 = Date.now();
+  const wait = fetch(`${d.url}/v2/maps/${id}?wait=3&timeout_ms=20000`);
+  await sleep(300);
+  d.proc.kill('SIGTERM');
+  const w = await wait;
+  assert.equal(w.status, 200);
+  assert.deepEqual((await w.json()).shape.slice(2), [3, 3]);
+  assert.ok(Date.now() - t0 < 10000, 'the waiter was not held to its timeout');
+  assert.equal((await d.stop()).code, 0);
+  assert.match(d.log(), /exit: 1 live sequence dropped/);
+});
