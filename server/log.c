@@ -11,7 +11,9 @@
  * "Eighth round"), and a stderr that blocks (a full pipe to a stalled log
  * collector) must not stop the loop: past --log-buffer bytes waiting,
  * lines are dropped, counted (attnd_log_lines_dropped_total) and reported
- * once the writer catches up. Any thread may log.
+ * once the writer catches up. Lines that stderr refuses (a pipe whose
+ * reader went, a log file on a full disk) are counted there too. Any
+ * thread may log.
  */
 #include "server/srv.h"
 
@@ -119,8 +121,9 @@ static size_t message(int json, char *out, size_t cap, const char *level,
 }
 
 /* write_all: p[0..n) to stderr; on an error other than an interruption or
- * a full non-blocking pipe, the rest is lost (nowhere left to report it). */
-static void write_all(const char *p, size_t n)
+ * a full non-blocking pipe (a closed pipe, a full disk) the rest is lost:
+ * returns how many lines were (a line cut by it included), 0 when all went. */
+static uint64_t write_all(const char *p, size_t n)
 {
     while (n) {
         ssize_t k = write(STDERR_FILENO, p, n);
@@ -131,9 +134,13 @@ static void write_all(const char *p, size_t n)
             struct pollfd pf = {STDERR_FILENO, POLLOUT, 0};
             poll(&pf, 1, 100);
         } else if (k == 0 || errno != EINTR) {
-            return;
+            uint64_t lines = 0;
+            for (; n; n--)
+                lines += *p++ == '\n';
+            return lines;
         }
     }
+    return 0;
 }
 
 static void *writer(void *arg)
@@ -152,22 +159,25 @@ static void *writer(void *arg)
             ;
         char *b = q->buf;
         size_t n = q->len;
-        uint64_t lost = q->unreported;
+        uint64_t lost = q->unreported, failed;
         q->buf = q->spare;
         q->spare = b;
         q->len = 0;
         q->urgent = 0;
         q->unreported = 0;
         pthread_mutex_unlock(&q->mu);
-        write_all(b, n);
+        /* lines stderr refused count as dropped; not reported, as stderr
+         * is where the report would go */
+        failed = write_all(b, n);
         if (lost) {
             char msg[160], line[512];
             snprintf(msg, sizeof msg,
                      "%llu log line%s dropped: stderr did not keep up "
                      "(--log-buffer)", (unsigned long long)lost, lost == 1 ? "" : "s");
-            write_all(line, message(q->json, line, sizeof line, "warn", msg));
+            failed += write_all(line, message(q->json, line, sizeof line, "warn", msg));
         }
         pthread_mutex_lock(&q->mu);
+        q->dropped += failed;
     }
     q->done = 1;
     pthread_cond_signal(&q->done_cv);

@@ -206,7 +206,8 @@ void srv_h_metrics(srv_req *r)
                 "attnd_grpc_connection_errors_total %llu\n",
                 (unsigned long long)s->http.grpc_h2_errors);
     bprintf(&b, "# HELP attnd_log_lines_dropped_total Log lines dropped "
-                "because stderr did not keep up (--log-buffer).\n"
+                "because stderr did not keep up (--log-buffer) or refused "
+                "them (a closed pipe, a full disk).\n"
                 "# TYPE attnd_log_lines_dropped_total counter\n"
                 "attnd_log_lines_dropped_total %llu\n",
                 (unsigned long long)srv_log_dropped(s));

@@ -290,3 +290,15 @@ test('SIGTERM with a live sequence and a long poll on its map: the poll is answe
   assert.equal((await d.stop()).code, 0);
   assert.match(d.log(), /exit: 1 live sequence dropped/);
 });
+
+test('a stderr whose reader went: requests go on, and the lines lost count in attnd_log_lines_dropped_total', async (t) => {
+  const d = await start({ t });
+  d.proc.stderr.destroy(); // the log collector died: writes get EPIPE
+  await sleep(100);
+  for (let i = 0; i < 40; i++) assert.equal((await fetch(`${d.url}/v2/health/live`)).status, 200);
+  await sleep(600 * SLOW); // past --log-flush-ms: the writer has tried
+  const m = await (await fetch(`${d.url}/metrics`)).text();
+  const dropped = Number(/^attnd_log_lines_dropped_total (\d+)/m.exec(m)[1]);
+  assert.ok(dropped >= 40, `attnd_log_lines_dropped_total ${dropped}`);
+  assert.equal((await d.stop()).code, 0);
+});
