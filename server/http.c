@@ -1,7 +1,8 @@
 /*
  * http.c - libmicrohttpd on the libuv loop: one thread for both.
  *
- * MHD runs with MHD_USE_EPOLL and no thread of its own; its epoll fd is
+ * MHD runs with MHD_USE_EPOLL, no thread and no listener of its own
+ * (http_accept.c accepts and hands it each connection); its epoll fd is
  * polled by a uv_poll handle and MHD_run() is called from the loop whenever
  * it is readable, when MHD's timeout falls due, and right after a suspended
  * connection was resumed (srv_kick). Each request gets one srv_req, created
