@@ -24,6 +24,7 @@
 
 #include <errno.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -103,6 +104,54 @@ static void raise_nofile(srv *s)
                 "connections wait and loads answer 503; raise the hard limit "
                 "or lower --max-connections", (unsigned long long)rl.rlim_cur,
                 need, s->cfg.max_connections);
+}
+
+/* probe_threads: can the compute pool's s->threads threads be made?
+ * libuv aborts, without a word, when it cannot create them (at the first
+ * queued work: the startup loads); a process or pids-cgroup limit
+ * (ulimit -u, a container's pids.max) did that. Here as many threads are
+ * created, held alive together, and joined first, so such a limit ends
+ * the start with a message. 0, or -1 with err. At start. */
+struct probe {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int go;
+};
+
+static void *probe_thread(void *arg)
+{
+    struct probe *p = arg;
+    pthread_mutex_lock(&p->mu);
+    while (!p->go)
+        pthread_cond_wait(&p->cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static int probe_threads(srv *s, char *err)
+{
+    struct probe p = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+    pthread_t *t = calloc((size_t)s->threads, sizeof *t);
+    int n = 0, rc = 0;
+    if (!t) {
+        snprintf(err, SRV_ERRMAX, "out of memory");
+        return -1;
+    }
+    while (n < s->threads && (rc = pthread_create(&t[n], NULL, probe_thread, &p)) == 0)
+        n++;
+    pthread_mutex_lock(&p.mu);
+    p.go = 1;
+    pthread_cond_broadcast(&p.cv);
+    pthread_mutex_unlock(&p.mu);
+    while (n > 0)
+        pthread_join(t[--n], NULL);
+    free(t);
+    if (rc)
+        snprintf(err, SRV_ERRMAX, "cannot start %d compute threads (--threads): "
+                 "%s; the process's thread limit is reached (ulimit -u, or a "
+                 "container's pids limit): raise it or lower --threads",
+                 s->threads, strerror(rc));
+    return rc ? -1 : 0;
 }
 
 /* on_stop_timer: once no job, parked connection or (before the drain
@@ -277,7 +326,8 @@ int main(int argc, char **argv)
     if (srv_log_start(&s) < 0)
         srv_log(&s, "warn", "no log writer thread: each line is written at once");
     raise_nofile(&s);
-    if (srv_registry_start(&s, err) < 0 || srv_http_start(&s, err) < 0 ||
+    if (probe_threads(&s, err) < 0 ||
+        srv_registry_start(&s, err) < 0 || srv_http_start(&s, err) < 0 ||
         srv_grpc_start(&s, err) < 0) {
         srv_log_stop(&s); /* the lines before it, then the error */
         fprintf(stderr, "attnd: %s\n", err);

@@ -8,7 +8,7 @@ import { cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, trun
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { SLOW, mulberry32, post, start } from './helper.mjs';
+import { ATTND, SLOW, mulberry32, post, start } from './helper.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const HAVE_PRLIMIT = spawnSync('prlimit', ['--version']).status === 0;
@@ -106,7 +106,8 @@ test('descriptors run out while a keep-alive REST client stays: the door opens a
   assert.equal((await d.stop()).code, 0);
 });
 
-const tinyDir = join(import.meta.dirname || new URL('.', import.meta.url).pathname, 'fixtures', 'models', 'tiny');
+const here = import.meta.dirname || new URL('.', import.meta.url).pathname;
+const tinyDir = join(here, 'fixtures', 'models', 'tiny');
 const tinyUpload = () => JSON.stringify({
   parameters: {
     config: readFileSync(join(tinyDir, 'config.json'), 'utf8'),
@@ -301,4 +302,19 @@ test('a stderr whose reader went: requests go on, and the lines lost count in at
   const dropped = Number(/^attnd_log_lines_dropped_total (\d+)/m.exec(m)[1]);
   assert.ok(dropped >= 40, `attnd_log_lines_dropped_total ${dropped}`);
   assert.equal((await d.stop()).code, 0);
+});
+
+test('a thread limit too low for --threads ends the start with a message, not a silent abort', {
+  skip: process.getuid?.() !== 0 ? 'needs root (runs attnd as nobody: root is exempt from ulimit -u)'
+    : spawnSync('setpriv', ['--version']).status !== 0 && 'needs setpriv (util-linux)',
+}, () => {
+  // main + log writer = 2 threads: the pool's 2 do not fit under 3
+  const r = spawnSync('setpriv', ['--reuid=nobody', '--regid=nogroup', '--clear-groups',
+    'prlimit', '--nproc=3:3', ATTND, '--port', '0', '--grpc-port', '0', '--host', '127.0.0.1',
+    '--models', join(here, 'fixtures', 'models'), '--threads', '2'], { timeout: 20000 * SLOW });
+  const err = r.stderr.toString();
+  // libuv aborted (SIGABRT, exit 134) when its first work found no thread
+  assert.equal(r.signal, null, `killed by ${r.signal}: ${err}`);
+  assert.equal(r.status, 1, err);
+  assert.match(err, /cannot start 2 compute threads \(--threads\): Resource temporarily unavailable; .*ulimit -u/);
 });
