@@ -141,9 +141,12 @@ static int fsync_dir(const char *dir)
 }
 
 /* rm_tree: remove dir and what it holds (a model folder is flat; a few
- * levels are followed, symbolic links are removed, never followed). */
-static void rm_tree(const char *dir, int depth)
+ * levels are followed, symbolic links are removed, never followed). 0 when
+ * dir is gone, else -1 with errno (the first failure's: a read-only
+ * repository's EROFS rather than rmdir's ENOTEMPTY). */
+static int rm_tree(const char *dir, int depth)
 {
+    int first = 0;
     DIR *d = opendir(dir);
     struct dirent *de;
     char p[4200];
@@ -153,14 +156,20 @@ static void rm_tree(const char *dir, int depth)
             if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
                 continue;
             snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-            if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode) && depth < 4)
-                rm_tree(p, depth + 1);
-            else
-                unlink(p);
+            if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode) && depth < 4) {
+                if (rm_tree(p, depth + 1) < 0 && !first)
+                    first = errno;
+            } else if (unlink(p) < 0 && !first) {
+                first = errno;
+            }
         }
         closedir(d);
     }
-    rmdir(dir);
+    if (rmdir(dir) == 0)
+        return 0;
+    if (first)
+        errno = first;
+    return -1;
 }
 
 /* Publishing is serialised in the process, so that the generations handed
@@ -252,7 +261,7 @@ int srv_upload_sweep(const char *repo, char *note, size_t notelen)
     char root[4200], p[4600], dst[4600];
     DIR *d;
     struct dirent *de;
-    int n = 0;
+    int n = 0, failed = 0, why = 0;
     note[0] = 0;
     /* attnd 0.1.0 staged in the repository itself: .upload-<name>-<pid>-<n> */
     if ((d = opendir(repo)) != NULL) {
@@ -272,8 +281,10 @@ int srv_upload_sweep(const char *repo, char *note, size_t notelen)
             if (pid_alive(pid))
                 continue;
             snprintf(p, sizeof p, "%s/%s", repo, de->d_name);
-            rm_tree(p, 0);
-            n++;
+            if (rm_tree(p, 0) == 0)
+                n++;
+            else if (!failed++)
+                why = errno;
         }
         closedir(d);
     }
@@ -308,17 +319,24 @@ int srv_upload_sweep(const char *repo, char *note, size_t notelen)
                     continue;
                 }
             }
-            rm_tree(p, 0);
-            n++;
+            if (rm_tree(p, 0) == 0)
+                n++;
+            else if (!failed++)
+                why = errno;
         }
         closedir(d);
         rmdir(root); /* when empty */
     }
-    if (n)
+    if (failed)
+        snprintf(note, notelen, "%s: could not remove %d staging folder%s "
+                 "left by an interrupted upload (%s; removed %d): remove %s "
+                 "by hand", repo, failed, failed == 1 ? "" : "s",
+                 strerror(why), n, root);
+    else if (n)
         snprintf(note, notelen, "%s: removed %d staging folder%s left by an "
                  "interrupted upload", repo, n, n == 1 ? "" : "s");
     fsync_dir(repo);
-    return n;
+    return n + failed;
 }
 
 int srv_upload_parse(srv_upload *u, const char *body, size_t len, char *err,

@@ -60,8 +60,9 @@ unsigned long long srv_upload_generation(void);
  * srv_upload_sweep: at start-up, remove what interrupted uploads left: the
  * staging area's folders whose process is gone (and attnd 0.1.0's
  * "<repo>/.upload-*" folders); a folder set aside by a two-rename publish
- * goes back to its name if that is empty. Returns how many were removed,
- * with a line for the log in note ("" when none).
+ * goes back to its name if that is empty. Returns how many it found, with
+ * a line for the log in note ("" when none) that says how many it could
+ * not remove (a read-only repository) and why.
  */
 int srv_upload_sweep(const char *repo, char *note, size_t notelen);
 

@@ -223,6 +223,16 @@ test('a repository disk that is full or read-only: an upload answers 503 naming 
     assert.match(r.json.error, /Read-only file system/);
     assert.equal((await fetch(`${d.url}/v2/health/ready`)).status, 200);
     assert.equal((await d.stop()).code, 0);
+    // what a crashed upload left, on a repository now read-only: the start
+    // said it had removed it
+    sh('mount', '-o', 'remount,rw', dir);
+    mkdirSync(join(dir, '.attnd-staging', 'tiny~999999999~1'), { recursive: true });
+    writeFileSync(join(dir, '.attnd-staging', 'tiny~999999999~1', 'model.safetensors'), 'partial');
+    sh('mount', '-o', 'remount,ro', dir);
+    const d2 = await start({ t, dir });
+    assert.match(d2.log(), /could not remove 1 staging folder left by an interrupted upload \(Read-only file system; removed 0\)/);
+    assert.doesNotMatch(d2.log(), /removed 1 staging folder/);
+    assert.equal((await d2.stop()).code, 0);
   } finally {
     spawnSync('umount', [dir]);
     rmSync(dir, { recursive: true, force: true });
