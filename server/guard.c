@@ -277,6 +277,7 @@ static void sweep(uv_timer_t *t)
     int n[2][2] = {{0, 0}, {0, 0}}; /* [http, grpc][head, body] */
     int went = 0;
     srv_conn *c;
+    srv_http_log_flush(s, 0);
     if (s->n_evicted) {
         srv_log(s, "warn", "%d connections over max-connections (%lld): "
                 "closed the ones waiting longest for a request head or call",

@@ -548,12 +548,37 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     srv_check_stop(s);
 }
 
+/* mhd_logger: libmicrohttpd's messages, as warnings. One that repeats
+ * within a second of its last line is counted instead (a client opening
+ * connections past a limit got a line each: "Server reached connection
+ * limit", thousands a second); srv_http_log_flush writes the count. Loop
+ * thread. */
 static void mhd_logger(void *cls, const char *fmt, va_list ap)
 {
-    char msg[512];
+    srv *s = cls;
+    char msg[sizeof s->mhd_last];
+    uint64_t now = srv_now_ns();
     vsnprintf(msg, sizeof msg, fmt, ap);
     msg[strcspn(msg, "\n")] = 0;
-    srv_log(cls, "warn", "http: %s", msg);
+    if (strcmp(msg, s->mhd_last) == 0 && now - s->mhd_last_ns < 1000000000ull) {
+        s->mhd_repeats++;
+        return;
+    }
+    srv_http_log_flush(s, 1);
+    srv_log(s, "warn", "http: %s", msg);
+    memcpy(s->mhd_last, msg, sizeof msg);
+    s->mhd_last_ns = now;
+}
+
+void srv_http_log_flush(srv *s, int now_too)
+{
+    uint64_t now = srv_now_ns();
+    if (!s->mhd_repeats || (!now_too && now - s->mhd_last_ns < 1000000000ull))
+        return;
+    srv_log(s, "warn", "http: %s (%llu more times in %.1f s)", s->mhd_last,
+            s->mhd_repeats, (double)(now - s->mhd_last_ns) / 1e9);
+    s->mhd_repeats = 0;
+    s->mhd_last_ns = now;
 }
 
 void srv_listen_err(const srv *s, char *err, const char *flag, long long port,
@@ -650,6 +675,7 @@ void srv_http_stop(srv *s)
     uv_close((uv_handle_t *)&s->mhd_timer, NULL);
     MHD_stop_daemon(s->mhd);
     s->mhd = NULL;
+    srv_http_log_flush(s, 1);
     srv_http__answers_free(s);
     srv_guard_stop(s);
 }

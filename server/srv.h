@@ -289,6 +289,11 @@ struct srv {
     unsigned long long accept_unlogged; /* of them, since the last log line */
     uint64_t accept_logged_ns;
     int accept_full;                    /* paused: MHD at its limit */
+    /* http.c: libmicrohttpd's last message, and how often it came again
+     * within a second of its last line (not logged yet) */
+    char mhd_last[256];
+    uint64_t mhd_last_ns;
+    unsigned long long mhd_repeats;
     uv_async_t sig_async;  /* main.c: SIGTERM/SIGINT reach the loop */
     uv_timer_t drain_timer;
     uv_timer_t stop_timer;
@@ -472,6 +477,10 @@ int srv_http_start(srv *s, char *err); /* -1 with err (SRV_ERRMAX) */
 void srv_listen_err(const srv *s, char *err, const char *flag, long long port,
                     int in_use, const char *why);
 void srv_http_stop(srv *s);
+/* srv_http_log_flush: log how often libmicrohttpd's last message came
+ * again unlogged, once a second has passed since its line (now_too: at
+ * once). Loop thread (guard.c's sweep; before another message). */
+void srv_http_log_flush(srv *s, int now_too);
 
 /* http_accept.c, for http.c. srv_http__listen: a listening socket on sa
  * (s->listen_fd, s->port), -1 with err; srv_http__accept_start: accept on

@@ -328,3 +328,17 @@ test('a thread limit too low for --threads ends the start with a message, not a 
   assert.equal(r.status, 1, err);
   assert.match(err, /cannot start 2 compute threads \(--threads\): Resource temporarily unavailable; .*ulimit -u/);
 });
+
+test("libmicrohttpd's repeated messages are counted, not logged one a connection", async (t) => {
+  const d = await start({ t, args: ['--max-connections-per-ip', '4'] });
+  const socks = await hold(d.port, 100);
+  await sleep(300);
+  const log = await d.logged(/Closing inbound connection\. \(\d+ more times in/, 3000);
+  for (const s of socks) s.destroy();
+  const lines = (log.match(/http: Server reached connection limit\. Closing inbound connection\./g) || []).length;
+  // a line each before: 96 here, thousands a second from a client in a loop
+  assert.ok(lines <= 3, `${lines} lines`);
+  const more = /Closing inbound connection\. \((\d+) more times in/.exec(log);
+  assert.ok(more && Number(more[1]) >= 50, log.slice(-600));
+  assert.equal((await d.stop()).code, 0);
+});
