@@ -56,6 +56,8 @@ FILES = {
     "too_short.safetensors": b"\x10\x00\x00",
     "header_too_large.safetensors": raw(b"{}", length=100000001),
     "header_past_eof.safetensors": raw(b'{"a":1}', length=64),
+    # the length one byte more than the bytes that follow it
+    "header_one_past_eof.safetensors": raw(b'{"a":1}', length=8),
     "header_not_object_start.safetensors": raw(b' {}'),
     "header_bad_json.safetensors": raw(b'{"a": {"dtype": "F32",'),
     "header_bad_utf8.safetensors": raw(b'{"\xff\xfe": 1}'),

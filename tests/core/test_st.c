@@ -45,6 +45,10 @@ static const struct {
      "header length 64 runs past the end of the file (7 bytes follow the "
      "length) (rule: header inside the file); the file is truncated or not "
      "safetensors"},
+    {"header_one_past_eof.safetensors",
+     "header length 8 runs past the end of the file (7 bytes follow the "
+     "length) (rule: header inside the file); the file is truncated or not "
+     "safetensors"},
     {"header_not_object_start.safetensors",
      "header does not start with '{' (rule: header is a JSON object)"},
     {"header_bad_json.safetensors",
