@@ -87,8 +87,13 @@ test('sequence_position: past the end 409 and nothing changes; the rules', async
     assert.equal(past.status, 409, JSON.stringify(past.json));
     assert.match(past.json.error, /sequence_position: 5 is past the end of sequence 'p', which holds 3 tokens/);
     assert.equal(await length(d, 'p'), 3);
-    checkStep(await infer(d, 'gqa', at('p', rows(xs, 3, 4), 3)), ref, 3, 1, 'after the 409');
-    assert.equal(await metric(d, 'attnd_inference_request_failure_total', 'gqa', ',reason="bad_request"'), 1);
+    // one past the end is past it too (the first position it does not hold)
+    const next = await infer(d, 'gqa', at('p', rows(xs, 3, 4), 4));
+    assert.equal(next.status, 409, JSON.stringify(next.json));
+    assert.match(next.json.error, /sequence_position: 4 is past the end of sequence 'p', which holds 3 tokens/);
+    assert.equal(await length(d, 'p'), 3);
+    checkStep(await infer(d, 'gqa', at('p', rows(xs, 3, 4), 3)), ref, 3, 1, 'after the 409s');
+    assert.equal(await metric(d, 'attnd_inference_request_failure_total', 'gqa', ',reason="bad_request"'), 2);
     // a start is the whole history: position 0 or none
     const s = await infer(d, 'gqa', at('q', rows(xs, 0, 1), 2, { start: true }));
     assert.equal(s.status, 400);
