@@ -78,14 +78,18 @@ START_TEST(pool_half_roundtrip)
 {
     attn_config c = {.d_model = 4, .n_heads = 1, .n_kv_heads = 1,
                      .head_dim = 8, .v_head_dim = 8};
-    /* value, as FP16, as BF16 (both exactly representable after rounding) */
-    const float in[8] = {1.0f, -2.5f, 65504.0f, 1e-8f,
-                         1.0f + 1.0f / 4096, /* f16 tie -> 1.0 */
-                         3.14159265f, 70000.0f, -3.0f};
-    const float f16[8] = {1.0f, -2.5f, 65504.0f, 0.0f, 1.0f, 3.140625f,
-                          INFINITY, -3.0f};
-    const float bf16[8] = {1.0f, -2.5f, 65536.0f, 1.0011717e-08f, 1.0f,
-                           3.140625f, 70144.0f, -3.0f};
+    /* value, as FP16, as BF16 (both exactly representable after rounding).
+     * Ties round to even (IEEE 754; Python's struct 'e' agrees for FP16):
+     * FP16 keeps 10 fraction bits (ulp 2^-10 at 1), BF16 7 (ulp 2^-7). */
+    const float in[8] = {1.0f + 3.0f / 256, /* bf16 tie: 1+2^-7 odd -> 1+2^-6 */
+                         -2.5f, 65504.0f, 1e-8f,
+                         1.0f + 1.0f / 2048, /* f16 tie: 1 even -> 1 */
+                         3.14159265f, 70000.0f,
+                         -(1.0f + 3.0f / 2048)}; /* f16 tie: -> -(1 + 2^-9) */
+    const float f16[8] = {1.01171875f, -2.5f, 65504.0f, 0.0f, 1.0f,
+                          3.140625f, INFINITY, -1.001953125f};
+    const float bf16[8] = {1.015625f, -2.5f, 65536.0f, 1.0011717e-08f, 1.0f,
+                           3.140625f, 70144.0f, -1.0f};
     for (int k = 0; k < 2; k++) {
         attn_kv_pool *p;
         char err[ATTN_ERRMAX];
