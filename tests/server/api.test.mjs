@@ -1,7 +1,10 @@
 // api.test.mjs - every endpoint of API.md and its error codes.
 import assert from 'node:assert/strict';
+import { cpSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { REFS, fp32, infer, post, promtool, start } from './helper.mjs';
+import { REFS, ROOT, fp32, infer, post, promtool, start } from './helper.mjs';
+import { D, DK, H, HKV, gqaModels } from './seq_helper.mjs';
 
 let d;
 before(async () => { d = await start(); });
@@ -63,6 +66,33 @@ test('model configuration (Triton\'s, for tritonclient\'s get_model_config and p
   const r = await get('/v2/models/nope/config');
   assert.equal(r.status, 404);
   assert.match((await r.json()).error, /model 'nope': not found/);
+});
+
+test('model metadata has each model\'s own dimensions: a cross-attention model\'s context width, a GQA model\'s kv heads', async () => {
+  // cross: tests/core/gen_model_fixtures.py's nn.MultiheadAttention(32, 4,
+  // kdim = vdim = 24); gqa: seq_helper.mjs's D, H, HKV, DK
+  const dir = gqaModels();
+  mkdirSync(join(dir, 'cross'));
+  for (const f of ['config.json', 'model.safetensors'])
+    cpSync(join(ROOT, 'tests', 'core', 'model_fixtures', 'cross', f), join(dir, 'cross', f));
+  const e = await start({ dir });
+  try {
+    const shapes = async (name) => {
+      const j = await (await fetch(`${e.url}/v2/models/${name}`)).json();
+      return Object.fromEntries([...j.inputs, ...j.outputs].map((t) => [t.name, t.shape]));
+    };
+    const c = await shapes('cross');
+    assert.deepEqual(c.x, [-1, -1, 32]);
+    assert.deepEqual(c.context, [-1, -1, 24]);
+    assert.deepEqual(c.y, [-1, -1, 32]);
+    assert.deepEqual(c.k, [-1, 4, -1, 8]);
+    const g = await shapes('gqa');
+    assert.deepEqual(g.context, [-1, -1, D]);
+    assert.deepEqual(g.attention, [-1, H, -1, -1]);
+    assert.deepEqual(g.q, [-1, H, -1, DK]);
+    assert.deepEqual(g.k, [-1, HKV, -1, DK]);
+    assert.deepEqual(g.v, [-1, HKV, -1, DK]);
+  } finally { assert.equal((await e.stop()).code, 0, e.log()); }
 });
 
 test('versioned paths are aliases of version 1; other versions are 404', async () => {
