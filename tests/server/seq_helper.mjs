@@ -79,6 +79,9 @@ export function checkStep(r, ref, t0, t, what = '') {
   assert.equal(r.status, 200, `${what}: ${JSON.stringify(r.json)}`);
   assert.equal(r.json.parameters.sequence_length, t0 + t, what);
   const e = expectRows(ref, t0, t);
+  // every step asks for at least y: an answer without outputs must not
+  // pass the loop below by checking nothing
+  assert.ok(r.json.outputs.length > 0, `${what}: no outputs`);
   for (const o of r.json.outputs) {
     if (o.name === 'attention' || o.name === 'scores') assert.deepEqual(o.shape, [1, H, t, t0 + t], what);
     if (o.name === 'y') assert.deepEqual(o.shape, [1, t, D], what);

@@ -381,6 +381,7 @@ typedef struct worker_arg {
     maps_store *st;
     int seed;
     int bad;
+    int checked; /* slices compared (an evicted map is skipped) */
 } worker_arg;
 
 static void *worker(void *p)
@@ -399,6 +400,7 @@ static void *worker(void *p)
             for (i = 0; i < 64; i++)
                 if (out[i] != base + (float)i)
                     w->bad++;
+            w->checked++;
             free(out);
         }
         free(a);
@@ -424,6 +426,8 @@ START_TEST(test_threads)
     for (i = 0; i < 4; i++) {
         pthread_join(th[i], NULL);
         ck_assert_int_eq(wa[i].bad, 0);
+        /* a thread whose every slice failed would have compared nothing */
+        ck_assert_int_gt(wa[i].checked, 0);
     }
     ck_assert_uint_le(maps_list(st, list, 64), 6);
     maps_store_destroy(st);

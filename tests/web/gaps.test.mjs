@@ -124,6 +124,7 @@ test('a retained causal map: the server\'s what=mask agrees with the page\'s dra
   // q = 0: every score 0, so the weights are 1/(i+1) on keys 0..i (worked
   // out here, not read back from the page or the inline answer).
   const a = await (await fetch(`${daemon.url}/v2/maps/${id}/attention`)).json();
+  assert.equal(a.data.length, T * T, 'one weight per cell'); // else the loop checks nothing
   a.data.forEach((w, k) => {
     const i = Math.floor(k / T), j = k % T;
     assert.ok(Math.abs(w - (j <= i ? 1 / (i + 1) : 0)) < 1e-7, `weight (${i},${j}) = ${w}`);
@@ -157,10 +158,14 @@ test('the step view of a retained map: the numbers when scores were kept, else w
   for (const outputs of [null, ['output', 'attention', 'scores']]) {
     const id = await retain({}, outputs);
     const meta = await (await fetch(`${daemon.url}/v2/maps/${id}`)).json();
+    // README: a retained request keeps its scores when it asked for the
+    // scores output; both branches below must run, one per request
+    const kept = (meta.retained || []).includes('scores');
+    assert.equal(kept, outputs !== null, `retained ${JSON.stringify(meta.retained)} for outputs ${outputs}`);
     const { page, errors } = await openPage(browser, `${daemon.url}/#map=${id}&h=0&q=1`);
     const steps = await page.textContent('#steps');
     assert.match(steps, /query “t1” \(#1\)/);
-    if ((meta.retained || []).includes('scores')) {
+    if (kept) {
       // K rows [i, 1 - i], q = 0: every scaled score 0, exp 1, sum 4.
       assert.match(steps, /√d_k = 1\.4142/);
       assert.match(steps, /sum of the exponentials is 4\.0000/);
