@@ -522,6 +522,11 @@ class Unary(unittest.TestCase):
         self.code(self.s.ModelInfer, step(3, 1, 6), C.FAILED_PRECONDITION,
                   r"sequence_position: 6 is past the end of sequence 'grpc-pos', which holds 4 tokens")
         self.code(self.s.ModelInfer, step(3, 1, -1), C.INVALID_ARGUMENT, r"sequence_position: expected an int64")
+        # past INT32_MAX, as REST refuses 2 ** 31: not cut to an int (2 ** 32 + 3
+        # would be a step at 3)
+        for pos, kind in ((2 ** 31, "int64_param"), (2 ** 32 + 3, "int64_param"), (2 ** 32 + 3, "uint64_param")):
+            self.code(self.s.ModelInfer, step(3, 1, pos, kind), C.INVALID_ARGUMENT,
+                      r"sequence_position: expected an int64 or uint64 param 0 \.\. 2147483647")
         bad = step(3, 1, 0)
         bad.parameters["sequence_position"].string_param = "3"
         self.code(self.s.ModelInfer, bad, C.INVALID_ARGUMENT, r"sequence_position: expected an int64")
