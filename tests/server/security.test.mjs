@@ -225,6 +225,12 @@ test('--max-tokens: batch x tokens up to the limit runs, one row more is 400 nam
     assert.equal(r.status, 400, `${B}x${T}`);
     assert.match(r.json.error, /max-tokens/);
   }
+  // a sequence's step too: a start of 6 tokens runs, one of 7 is 400
+  const seqStart = (id, T) => ({ inputs: [fp32('x', [1, T, 8], new Array(T * 8).fill(0.25))], parameters: { sequence_id: id, sequence_start: true, sequence_end: true } });
+  assert.equal((await infer(d, 'tiny', seqStart('s6', 6))).status, 200);
+  const s7 = await infer(d, 'tiny', seqStart('s7', 7));
+  assert.equal(s7.status, 400, JSON.stringify(s7.json));
+  assert.match(s7.json.error, /max-tokens/);
   const q = (lead, T) => {
     const n = lead.reduce((a, b) => a * b, 1) * T * 2;
     return { inputs: ['q', 'k', 'v'].map((nm) => fp32(nm, [...lead, T, 2], new Array(n).fill(0.5))) };
