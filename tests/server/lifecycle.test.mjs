@@ -77,6 +77,21 @@ async function metricOf(d, re) {
 const abandoned = (d) => metricOf(d, /^attnd_inference_batches_abandoned_total\{model="sdpa",version="1"\} (\d+)$/m);
 const poolJobs = (d) => metricOf(d, /^attnd_pool_jobs (\d+)$/m);
 
+/** The batch is abandoned (counted once its pool jobs end) and the pool
+ * free within the tiles begun (~10 ms each), not seconds later. */
+async function abandonedOne(d) {
+  for (let i = 0; (await poolJobs(d)) !== 0 || (await abandoned(d)) !== 1; i++) {
+    assert.ok(i < 60 * SLOW, `after 3 s: pool jobs ${await poolJobs(d)}, abandoned batches ${await abandoned(d)} (want 0 and 1)`);
+    await sleep(50);
+  }
+}
+/** The server serves the next request, right. */
+async function servesRight(d) {
+  const ok = await infer(d, 'tiny', xreq('after'));
+  assert.equal(ok.status, 200);
+  assert.ok(maxDiff(ok.json.outputs[0].data, X.y) < 1e-5);
+}
+
 test('a large request answered 504 stops taking the pool: its remaining tiles are skipped', async (t) => {
   // (the deadline falls inside the batch: past the body's decode, ~0.1 s)
   const ms = 1500 * SLOW;
@@ -86,16 +101,8 @@ test('a large request answered 504 stops taking the pool: its remaining tiles ar
   const text = await r.text();
   assert.equal(r.status, 504, text);
   assert.match(text, new RegExp(`deadline: no answer within ${ms} ms`));
-  // Free within the tiles begun (~10 ms each), not seconds later; the
-  // batch counted as abandoned once its pool jobs end.
-  for (let i = 0; (await poolJobs(d)) !== 0 || (await abandoned(d)) !== 1; i++) {
-    assert.ok(i < 60 * SLOW, `after 3 s: pool jobs ${await poolJobs(d)}, abandoned batches ${await abandoned(d)} (want 0 and 1)`);
-    await sleep(50);
-  }
-  // The server serves the next request, right.
-  const ok = await infer(d, 'tiny', xreq('after'));
-  assert.equal(ok.status, 200);
-  assert.ok(maxDiff(ok.json.outputs[0].data, X.y) < 1e-5);
+  await abandonedOne(d);
+  await servesRight(d);
   assert.equal((await d.stop()).code, 0);
 });
 
@@ -130,15 +137,10 @@ test('REST clients that close their connections: a queued request leaves the que
   }
   ac.abort();
   assert.equal((await a).name, 'AbortError');
-  for (let i = 0; (await poolJobs(d)) !== 0 || (await abandoned(d)) !== 1; i++) {
-    assert.ok(i < 60 * SLOW, `after 3 s: pool jobs ${await poolJobs(d)}, abandoned batches ${await abandoned(d)} (want 0 and 1)`);
-    await sleep(50);
-  }
+  await abandonedOne(d);
   assert.match(await d.logged(/sdpa\/infer 499 /), /POST \/v2\/models\/sdpa\/infer 499 /);
   assert.equal(await metricOf(d, /^attnd_http_responses_total\{code="499"\} (\d+)$/m), 1);
-  const ok = await infer(d, 'tiny', xreq('after'));
-  assert.equal(ok.status, 200);
-  assert.ok(maxDiff(ok.json.outputs[0].data, X.y) < 1e-5);
+  await servesRight(d);
   assert.equal((await d.stop()).code, 0);
 });
 
