@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { connect } from 'node:net';
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { chmodSync, cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -318,10 +318,21 @@ test('a thread limit too low for --threads ends the start with a message, not a 
   skip: process.getuid?.() !== 0 ? 'needs root (runs attnd as nobody: root is exempt from ulimit -u)'
     : spawnSync('setpriv', ['--version']).status !== 0 && 'needs setpriv (util-linux)',
 }, () => {
+  // nobody may not reach the checkout (a clone under /root, mode 700): the
+  // binary and the models go to a folder of their own it can read
+  const box = mkdtempSync(join(tmpdir(), 'attnd-nproc-'));
+  chmodSync(box, 0o755);
+  cpSync(ATTND, join(box, 'attnd'));
+  cpSync(join(here, 'fixtures', 'models'), join(box, 'models'), { recursive: true });
   // main + log writer = 2 threads: the pool's 2 do not fit under 3
-  const r = spawnSync('setpriv', ['--reuid=nobody', '--regid=nogroup', '--clear-groups',
-    'prlimit', '--nproc=3:3', ATTND, '--port', '0', '--grpc-port', '0', '--host', '127.0.0.1',
-    '--models', join(here, 'fixtures', 'models'), '--threads', '2'], { timeout: 20000 * SLOW });
+  let r;
+  try {
+    r = spawnSync('setpriv', ['--reuid=nobody', '--regid=nogroup', '--clear-groups',
+      'prlimit', '--nproc=3:3', join(box, 'attnd'), '--port', '0', '--grpc-port', '0', '--host', '127.0.0.1',
+      '--models', join(box, 'models'), '--threads', '2'], { timeout: 20000 * SLOW });
+  } finally {
+    rmSync(box, { recursive: true, force: true });
+  }
   const err = r.stderr.toString();
   // libuv aborted (SIGABRT, exit 134) when its first work found no thread
   assert.equal(r.signal, null, `killed by ${r.signal}: ${err}`);
