@@ -202,7 +202,13 @@ test('a repository disk that is full or read-only: an upload answers 503 naming 
     const r = spawnSync(a[0], a.slice(1));
     assert.equal(r.status, 0, `${a.join(' ')}: ${r.stderr}`);
   };
-  sh('mount', '-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', dir);
+  // root without the right to mount (a container's): nothing to test here
+  const m = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', dir]);
+  if (m.status !== 0) {
+    rmSync(dir, { recursive: true, force: true });
+    t.skip(`cannot mount a tmpfs here: ${m.stderr}`);
+    return;
+  }
   try {
     cpSync(tinyDir, join(dir, 'tiny'), { recursive: true });
     const d = await start({ t, dir });
