@@ -289,22 +289,19 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 void srv_grpc__h2_error(gconn *c, uint32_t code, const char *what)
 {
     srv_grpc *g = c->g;
-    uint64_t now = srv_now_ns();
+    unsigned long long n;
     if (c->h2_error)
         return;
     c->h2_error = 1;
     g->s->http.grpc_h2_errors++;
-    g->h2_unlogged++;
-    if (g->h2_logged_ns && now - g->h2_logged_ns < 1000000000ull)
+    if (!(n = srv_every_due(&g->h2_log, srv_now_ns())))
         return;
     srv_log(g->s, "warn", "grpc: ended %llu connection%s for HTTP/2 errors since "
             "the last such line (this one: %s%s): a client that broke the HTTP/2 "
             "protocol (or sent something else) or reset streams faster than "
             "the HTTP/2 layer allows",
-            (unsigned long long)g->h2_unlogged, g->h2_unlogged == 1 ? "" : "s",
+            n, n == 1 ? "" : "s",
             what ? what : "GOAWAY ", what ? "" : nghttp2_http2_strerror(code));
-    g->h2_unlogged = 0;
-    g->h2_logged_ns = now;
 }
 
 static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
@@ -420,17 +417,13 @@ static void on_connect(uv_stream_t *l, int status)
          * closes the waiting connections with a descriptor it keeps for
          * that (their clients see the end at once), silently; we hear of
          * the ones it could not so close. At most one line a second. */
-        uint64_t now = srv_now_ns();
-        g->accept_errs++;
-        if (now - g->accept_logged_ns >= 1000000000ull) {
+        unsigned long long n = srv_every_due(&g->accept_log, srv_now_ns());
+        if (n)
             srv_log(s, "warn", "grpc: cannot accept a connection: %s (failed "
                     "accepts since the last line: %llu; connections open, "
-                    "REST and gRPC: %d)%s", uv_strerror(status), g->accept_errs,
+                    "REST and gRPC: %d)%s", uv_strerror(status), n,
                     s->n_conns, status == UV_EMFILE || status == UV_ENFILE
                     ? " (raise ulimit -n, or lower --max-connections)" : "");
-            g->accept_logged_ns = now;
-            g->accept_errs = 0;
-        }
         return;
     }
     if (!(c = calloc(1, sizeof *c))) {

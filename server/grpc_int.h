@@ -123,8 +123,7 @@ typedef struct srv_grpc {
     uv_tcp_t listener;
     uv_timer_t accept_retry; /* a connection that could not be accepted for
                                 want of memory is accepted again later */
-    unsigned long long accept_errs; /* failed accepts not yet logged */
-    uint64_t accept_logged_ns;      /* when one was last logged */
+    srv_every accept_log;           /* failed accepts' log lines */
     uv_idle_t idle;
     int idle_on;
     nghttp2_session_callbacks *cbs;
@@ -135,8 +134,7 @@ typedef struct srv_grpc {
                      until closed */
     int closing_conns; /* connections whose handles are closing */
     int stopped;  /* srv_grpc_stop ran: freed once everything closed */
-    uint64_t h2_unlogged;  /* srv_grpc__h2_error: counted, not yet logged */
-    uint64_t h2_logged_ns; /* when it last logged */
+    srv_every h2_log;      /* srv_grpc__h2_error's log lines */
     char rbuf[READ_BUF];
 } srv_grpc;
 

@@ -63,11 +63,10 @@ void srv_http__accept_room(srv *s)
  * line a second with the count since the last line. */
 static void accept_failed(srv *s, int e)
 {
-    uint64_t now = srv_now_ns();
     struct rlimit rl;
+    unsigned long long n;
     s->accept_fails++;
-    s->accept_unlogged++;
-    if (s->accept_fails > 1 && now - s->accept_logged_ns < 1000000000ull)
+    if (!(n = srv_every_due(&s->accept_log, srv_now_ns())))
         return;
     if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
         rl.rlim_cur = RLIM_INFINITY;
@@ -75,13 +74,11 @@ static void accept_failed(srv *s, int e)
             "accepts since the last line: %llu; connections open, REST and "
             "gRPC: %d; descriptor limit %lld): accepting again every %d ms%s",
             strerror(e),
-            (unsigned long long)s->accept_unlogged, s->n_conns,
+            n, s->n_conns,
             rl.rlim_cur == RLIM_INFINITY ? -1LL : (long long)rl.rlim_cur,
             ACCEPT_RETRY_MS,
             e == EMFILE || e == ENFILE ? " (raise ulimit -n, or lower "
             "--max-connections)" : "");
-    s->accept_logged_ns = now;
-    s->accept_unlogged = 0;
 }
 
 static int mhd_full(srv *s)
@@ -123,7 +120,9 @@ static void on_listen(uv_poll_t *p, int status, int events)
         if (s->accept_fails) {
             srv_log(s, "info", "http: accepting again (%llu accepts had failed)",
                     (unsigned long long)s->accept_fails);
-            s->accept_fails = s->accept_unlogged = 0;
+            s->accept_fails = 0;
+            /* the next run's first failure gets its line at once */
+            memset(&s->accept_log, 0, sizeof s->accept_log);
         }
         /* MHD owns fd from here, and closes it itself on failure (its
          * connection or per-address limit, memory: it logs why) */

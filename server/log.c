@@ -304,6 +304,18 @@ uint64_t srv_log_dropped(srv *s)
     return n;
 }
 
+unsigned long long srv_every_due(srv_every *e, uint64_t now)
+{
+    unsigned long long n;
+    e->n++;
+    if (e->last_ns && now - e->last_ns < 1000000000ull)
+        return 0;
+    n = e->n;
+    e->n = 0;
+    e->last_ns = now;
+    return n;
+}
+
 void srv_log(srv *s, const char *level, const char *fmt, ...)
 {
     char msg[1024], line[3200];

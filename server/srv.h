@@ -73,6 +73,15 @@ typedef struct srv_seq_stats {
     int live;
 } srv_seq_stats;
 
+/* srv_every: events logged at most one line a second, with their count.
+ * srv_every_due (log.c) counts one more at now; it returns the events since the
+ * last line when a line is due (none in the last second: the caller
+ * writes it now), else 0 (kept for the next line). */
+typedef struct srv_every {
+    uint64_t last_ns;
+    unsigned long long n;
+} srv_every;
+
 /* HTTP answers by status class for attnd_http_responses_total. */
 typedef struct srv_http_stats {
     uint64_t by_status[600];
@@ -286,8 +295,7 @@ struct srv {
     uv_poll_t listen_poll;
     uv_timer_t listen_retry;
     unsigned long long accept_fails;    /* in a row, since the last accept */
-    unsigned long long accept_unlogged; /* of them, since the last log line */
-    uint64_t accept_logged_ns;
+    srv_every accept_log;               /* their log lines */
     int accept_full;                    /* paused: MHD at its limit */
     /* http.c: libmicrohttpd's last message, and how often it came again
      * within a second of its last line (not logged yet) */
@@ -461,6 +469,8 @@ uint64_t srv_log_dropped(srv *s);
 void srv_log_request(srv *s, const srv_req *r);
 void srv_log(srv *s, const char *level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* srv_every_due: srv_every (above), one event more; the count to log or 0. */
+unsigned long long srv_every_due(srv_every *e, uint64_t now);
 
 /* text.c: for the request path, without printf's format machinery
  * (~1,000 instructions a call): srv_copy puts src in dst (cap bytes), cut
