@@ -660,19 +660,23 @@ test('continuous batching: steps of different sequences and stateless requests s
 // last batch's run time), so lockstep clients' steps share a batch instead
 // of the first one back running alone.
 test('steps of sequences answered together wait for each other (sequence-wait-us), not with 0', async (t) => {
-  const P = 4500; // long prompts: the batch that answers them runs for tens of ms
+  // long prompts: the batch that answers them runs for hundreds of ms (more
+  // under sanitizers), so the wait for expected steps is far longer than
+  // the gap between a's step and b's, and that gap far longer than a alone
+  // takes to be decoded and launched, on a loaded machine too (with 4500
+  // tokens and a 5 ms gap, the run with 0 once saw one batch with three
+  // suites running at once)
+  const P = 16000;
   for (const [wait, batches] of [['5000000', 1], ['0', 2]]) {
     const d = await start({ t, dir: gqaModels(), args: ['--sequence-wait-us', wait, '--instances', '1'] });
     const starts = await Promise.all(['wa', 'wb'].map((id, k) =>
       infer(d, 'gqa', stepBody(id, tokens(P, 900 + k), { start: true, outputs: [{ name: 'y' }] }))));
     for (const r of starts) assert.equal(r.status, 200, JSON.stringify(r.json));
     const n0 = await metric(d, 'attnd_inference_batch_size_count');
-    // a's next step, then b's a moment later: well within the wait (the
-    // last batch ran for tens of ms, more under sanitizers), long enough
-    // for a alone to be decoded and launched without it (under TSan 5 ms
-    // was not: both were decoded and queued together)
+    // a's next step, then b's a moment later: well within the wait,
+    // long enough for a alone to be decoded and launched without it
     const a = infer(d, 'gqa', stepBody('wa', tokens(1, 910), { outputs: [{ name: 'y' }] }));
-    await sleep(5 * SLOW);
+    await sleep(50 * SLOW);
     const b = infer(d, 'gqa', stepBody('wb', tokens(1, 911), { outputs: [{ name: 'y' }] }));
     for (const r of await Promise.all([a, b])) {
       assert.equal(r.status, 200, JSON.stringify(r.json));
