@@ -87,6 +87,7 @@ GETTER(inference_count)
 GETTER(exec_count)
 GETTER(inline_count)
 GETTER(abandoned)
+GETTER(undecoded)
 
 static void family(buf *b, srv *s, const char *name, const char *type,
                    const char *help, stat_get get, int ns)
@@ -147,6 +148,10 @@ void srv_h_metrics(srv_req *r)
            "Batches whose remaining tiles were skipped: each of their "
            "requests had been answered 504 or its client had gone.",
            get_abandoned, 0);
+    family(&b, s, "attnd_inference_requests_undecoded_total", "counter",
+           "Requests answered 504, or whose client had gone, while they "
+           "waited for a pool thread to decode their body: not decoded.",
+           get_undecoded, 0);
     family(&b, s, "attnd_inference_request_duration_seconds_total", "counter",
            "Arrival to answer of successful requests.", get_success_ns, 1);
     family(&b, s, "attnd_inference_queue_duration_seconds_total", "counter",

@@ -245,7 +245,19 @@ static void decode_job(srv_job *j)
     uint64_t t0 = srv_now_ns();
     srv_infer_limits lim = {(size_t)s->cfg.request_memory, s->cfg.max_tokens,
                             s->maps};
-    int rc = (j->door ? j->door->decode : oip_decode)(
+    int rc;
+    if (atomic_load(&j->step.late)) {
+        /* answered already (its deadline, its client gone) while it waited
+         * for a pool thread: a body no one will see the answer to is not
+         * decoded; decoded() ends the job */
+        free(j->body);
+        j->body = NULL;
+        j->undecoded = 1;
+        j->status = 499;
+        snprintf(j->err, sizeof j->err, "answered before its decode");
+        return;
+    }
+    rc = (j->door ? j->door->decode : oip_decode)(
         &j->in, j->body, j->len, j->header_len, &s->limits, j->err);
     free(j->body);
     j->body = NULL;
@@ -285,6 +297,7 @@ static void decode_work(uv_work_t *w)
 static void decoded(srv_job *j)
 {
     srv_entry *e = j->e;
+    e->stats.undecoded += (uint64_t)j->undecoded;
     if (j->req && j->in.id)
         srv_copy(j->req->id, sizeof j->req->id, j->in.id);
     if (!j->status && j->req) {

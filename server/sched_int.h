@@ -37,6 +37,8 @@ struct srv_job {
     int item0;         /* its first sequence's index in its batch's plan */
     int solo;          /* 1: decode+compute+encode in one pool job */
     int solo_ran;      /* solo job computed and encoded it */
+    int undecoded;     /* answered before a pool thread took its body: not
+                        * decoded (decode_job) */
     int solo_over;     /* solo beyond the model's instances (unbatched) */
     int inline_batch;  /* a lone client's step: its batch may run on the
                           loop, inside srv_h_infer (batch.c) */

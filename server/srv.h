@@ -51,6 +51,7 @@ typedef struct srv_stats {
     uint64_t exec_count;      /* batches run */
     uint64_t inline_count;    /* requests run on the loop thread (sched.c) */
     uint64_t abandoned;       /* batches whose rest was skipped (batch.c) */
+    uint64_t undecoded;       /* requests answered before their decode (sched.c) */
     uint64_t success_ns, fail_ns, queue_ns;
     uint64_t input_ns, infer_ns, output_ns; /* decode, compute, encode */
     uint64_t last_inference_ms;             /* unix ms, 0 = never */

@@ -144,6 +144,42 @@ test('REST clients that close their connections: a queued request leaves the que
   assert.equal((await d.stop()).code, 0);
 });
 
+test('a request answered while it waits for a pool thread to decode it is not decoded', async (t) => {
+  // one pool thread, held by a large request's batch: a second request's
+  // decode waits behind it; its client goes (499 within a sweep), then the
+  // large one's; the pool drops the second body undecoded
+  const d = await start({ t, args: ['--threads', '1', '--deadline-ms', '600000'] });
+  const undecoded = () => metricOf(d, /^attnd_inference_requests_undecoded_total\{model="tiny",version="1"\} (\d+)$/m);
+  const acA = new AbortController();
+  const a = bigSdpa.call(d, acA.signal).catch((e) => e);
+  // decoded, its inputs and output held (4 x 16 MiB): its batch launched
+  const held = () => metricOf(d, /^attnd_memory_budget_used_bytes (\d+)$/m);
+  for (let i = 0; (await held()) < 4 * 65536 * 64 * 4; i++) {
+    assert.ok(i < 400 * SLOW, "the large request's batch never ran");
+    await sleep(10);
+  }
+  const acB = new AbortController();
+  const b = fetch(`${d.url}/v2/models/tiny/infer`, {
+    method: 'POST', body: JSON.stringify(xreq('waits')), signal: acB.signal,
+    headers: { 'Content-Type': 'application/json' },
+  }).catch((e) => e);
+  for (let i = 0; (await poolJobs(d)) < 2; i++) {
+    assert.ok(i < 400 * SLOW, "the second request's decode never queued");
+    await sleep(10);
+  }
+  acB.abort();
+  assert.equal((await b).name, 'AbortError');
+  assert.match(await d.logged(/tiny\/infer 499 /), /POST \/v2\/models\/tiny\/infer 499 /);
+  assert.equal(await undecoded(), 0, 'counted before the pool reached it');
+  acA.abort();
+  assert.equal((await a).name, 'AbortError');
+  await abandonedOne(d);
+  assert.equal(await undecoded(), 1);
+  await servesRight(d);
+  assert.equal(await undecoded(), 1);
+  assert.equal((await d.stop()).code, 0);
+});
+
 test('SIGTERM with requests in flight: all complete, exit code 0', async (t) => {
   // 10 s batch delay: the requests are queued when the signal comes; the
   // drain runs them at once
