@@ -156,7 +156,7 @@ static int add_answer_headers(srv_req *r, struct MHD_Response *resp)
     if (r->resp_header_len) {
         ADD("Inference-Header-Content-Length", srv_fmt_u(num, r->resp_header_len));
     }
-    if (r->retry_after) {
+    if (r->retry_after > 0) {
         ADD("Retry-After", srv_fmt_u(num, (unsigned long long)r->retry_after));
     }
     if (r->status == 401)

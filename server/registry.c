@@ -128,6 +128,8 @@ typedef struct load_job {
     size_t mem;         /* the body's share of memory-budget */
     int rc;             /* 0, or the HTTP status of the failure */
     int in_repo;        /* failed, but repo/name is a folder */
+    int lasting;        /* the failure is the repository disk's state: no
+                           Retry-After (srv_upload_install) */
     char err[ATTN_ERRMAX + 128];
 } load_job;
 
@@ -150,7 +152,8 @@ static void load_work(uv_work_t *w)
     int rc;
     if (lj->body_len && !srv_upload_is_plain(lj->body, lj->body_len)) {
         rc = srv_upload_install(lj->repo, lj->name, lj->body, lj->body_len,
-                                &lj->m, &lj->gen, lj->err, sizeof lj->err);
+                                &lj->m, &lj->gen, &lj->lasting, lj->err,
+                                sizeof lj->err);
         lj->rc = rc;
         lj->in_repo = rc && in_repo(lj->repo, lj->name);
         return;
@@ -199,8 +202,11 @@ static void load_done(uv_work_t *w, int status)
         if (!e->inst)
             snprintf(e->reason, sizeof e->reason, "%.500s", lj->err);
         srv_log(s, "error", "load: %s", lj->err);
-        if (lj->req)
+        if (lj->req) {
+            if (lj->lasting) /* a retry in a second would fail the same */
+                lj->req->retry_after = -1;
             srv_respond_error(lj->req, lj->rc, "%s", lj->err);
+        }
         model_destroy(lj->m);
         /* a name that never loaded and has no folder in the repository
          * (a load of a name that is not there, a failed upload) leaves

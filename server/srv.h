@@ -209,7 +209,8 @@ struct srv_req {
                               sequence ended): its answer, if lost, must not
                               read as "nothing happened" (http.c) */
     /* the answer */
-    int have_resp, status, retry_after;
+    int have_resp, status;
+    int retry_after;       /* seconds; 0: 1 on a 503; -1: none */
     char *resp;            /* malloc'd, handed to MHD */
     int resp_oom;          /* resp could not be allocated: http.c's fixed
                               503 out-of-memory body instead */

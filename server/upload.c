@@ -432,9 +432,22 @@ void srv_upload_free(srv_upload *u)
     memset(u, 0, sizeof *u);
 }
 
+/* disk_failed: err says what failed on the repository's disk, errno why;
+ * *lasting when that is the disk's state (full, read-only, not attnd's to
+ * write), which no retry changes until someone acts, rather than a want of
+ * descriptors or memory. */
+static void disk_failed(char *err, size_t errlen, int *lasting,
+                        const char *what, const char *path, const char *how)
+{
+    int e = errno;
+    snprintf(err, errlen, "%s%s: %s (%s)", what, path, how, strerror(e));
+    *lasting = e != EMFILE && e != ENFILE && e != ENOMEM && e != EAGAIN &&
+               e != EINTR;
+}
+
 int srv_upload_install(const char *repo, const char *name, const char *body,
                        size_t len, model **out, unsigned long long *gen,
-                       char *err, size_t errlen)
+                       int *lasting, char *err, size_t errlen)
 {
     static atomic_uint seq;
     srv_upload u;
@@ -442,6 +455,7 @@ int srv_upload_install(const char *repo, const char *name, const char *body,
     int status, staged = 0, tries, rc;
     *out = NULL;
     *gen = 0;
+    *lasting = 0;
     if (!model_name_valid(name) || name[0] == '.') {
         snprintf(err, errlen, "model name '%.128s': not a valid name", name);
         return 400;
@@ -460,27 +474,25 @@ int srv_upload_install(const char *repo, const char *name, const char *body,
     for (tries = 0;; tries++) { /* another upload may remove an empty root */
         if ((mkdir(repo, 0755) < 0 && errno != EEXIST) ||
             (mkdir(root, 0755) < 0 && errno != EEXIST)) {
-            snprintf(err, errlen, "repository %s: cannot create (%s)", root,
-                     strerror(errno));
+            disk_failed(err, errlen, lasting, "repository ", root, "cannot create");
             goto fail;
         }
         if (mkdir(stage, 0755) == 0)
             break;
         if (errno != ENOENT || tries == 8) {
-            snprintf(err, errlen, "repository %s: cannot write (%s)", repo,
-                     strerror(errno));
+            disk_failed(err, errlen, lasting, "repository ", repo, "cannot write");
             goto fail;
         }
     }
     staged = 1;
     snprintf(a, sizeof a, "%s/model.safetensors", stage);
     if (write_file(a, u.st, u.st_len) < 0) {
-        snprintf(err, errlen, "%s: write failed (%s)", a, strerror(errno));
+        disk_failed(err, errlen, lasting, "", a, "write failed");
         goto fail;
     }
     snprintf(a, sizeof a, "%s/config.json", stage);
     if (u.config && write_file(a, u.config, u.config_len) < 0) {
-        snprintf(err, errlen, "%s: write failed (%s)", a, strerror(errno));
+        disk_failed(err, errlen, lasting, "", a, "write failed");
         goto fail;
     }
     if ((rc = model_load(out, stage, merr)) < 0) {
@@ -492,7 +504,7 @@ int srv_upload_install(const char *repo, const char *name, const char *body,
     /* publish: one atomic step, then make the repository durable */
     snprintf(dst, sizeof dst, "%s/%s", repo, name);
     if (publish(stage, dst, gen) < 0) {
-        snprintf(err, errlen, "%s: cannot replace (%s)", dst, strerror(errno));
+        disk_failed(err, errlen, lasting, "", dst, "cannot replace");
         goto fail;
     }
     rmdir(root); /* when no other upload is staged */

@@ -46,11 +46,14 @@ void srv_upload_free(srv_upload *u);
  * name shows the old or the new model, complete, whatever crashes or
  * concurrent uploads happen. On success *out is the loaded model and *gen
  * the publish's generation (a later publish of any model has a larger one).
- * Returns 0, or the HTTP status (400, 500) with err naming the parameter.
+ * Returns 0, or the HTTP status with err naming why: 400 (the request, the
+ * parameter named), 503 (the host: memory, descriptors, the repository's
+ * disk; *lasting when it is the disk's state, full or read-only, which a
+ * retry does not change until someone acts).
  */
 int srv_upload_install(const char *repo, const char *name, const char *body,
                        size_t len, model **out, unsigned long long *gen,
-                       char *err, size_t errlen);
+                       int *lasting, char *err, size_t errlen);
 
 /* srv_upload_generation: the generation of the latest publish (a load read
  * from the folder after this call sees that publish or a later one). */

@@ -117,7 +117,7 @@ const tinyUpload = () => JSON.stringify({
 
 /** keepAlive(port): one connection for requests in turn, opened now (a
  * test that then takes every descriptor still talks to attnd through it).
- * send(method, path, body) resolves with {status, text}. */
+ * send(method, path, body) resolves with {status, head, text}. */
 async function keepAlive(port) {
   const sock = connect({ port, host: '127.0.0.1' });
   await new Promise((r, j) => { sock.once('connect', r); sock.once('error', j); });
@@ -134,7 +134,7 @@ async function keepAlive(port) {
     buf = buf.subarray(end + 4 + len);
     const w = waiting;
     waiting = null;
-    w({ status: Number(/^HTTP\/1\.1 (\d+)/.exec(head)[1]), text });
+    w({ status: Number(/^HTTP\/1\.1 (\d+)/.exec(head)[1]), head, text });
   });
   return {
     send(method, path, body = '') {
@@ -160,6 +160,8 @@ test('out of descriptors: a load and an upload answer 503 naming them, and work 
     let r = await c.send('POST', '/v2/repository/models/tiny/load');
     assert.equal(r.status, 503, r.text);
     assert.match(r.text, /Too many open files/);
+    // (descriptors come back: a retry soon may succeed)
+    assert.match(r.head, /\r\nRetry-After: 1\r\n/i);
     // a new name's entry needs a descriptor (its batch timer): this said
     // "load: out of memory"
     r = await c.send('POST', '/v2/repository/models/up1/load', tinyUpload());
@@ -219,6 +221,8 @@ test('a repository disk that is full or read-only: an upload answers 503 naming 
     let r = await post(`${d.url}/v2/repository/models/big/load`, big);
     assert.equal(r.status, 503, JSON.stringify(r.json));
     assert.match(r.json.error, /No space left on device/);
+    // the disk's state: a retry in a second fails the same until someone acts
+    assert.equal(r.headers.get('retry-after'), null);
     assert.deepEqual(readdirSync(dir).sort(), before, 'nothing left in the repository');
     const idx = await post(`${d.url}/v2/repository/index`, '');
     assert.equal(idx.json.find((m) => m.name === 'big'), undefined, 'no trace of the name');
@@ -227,6 +231,7 @@ test('a repository disk that is full or read-only: an upload answers 503 naming 
     r = await post(`${d.url}/v2/repository/models/up1/load`, tinyUpload());
     assert.equal(r.status, 503, JSON.stringify(r.json));
     assert.match(r.json.error, /Read-only file system/);
+    assert.equal(r.headers.get('retry-after'), null);
     assert.equal((await fetch(`${d.url}/v2/health/ready`)).status, 200);
     assert.equal((await d.stop()).code, 0);
     // what a crashed upload left, on a repository now read-only: the start

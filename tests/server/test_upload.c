@@ -105,7 +105,9 @@ static void entries(const char *dir, char *out, size_t n)
 static int install(const char *name, const char *body, char *err, model **m)
 {
     unsigned long long gen;
-    return srv_upload_install(repo, name, body, strlen(body), m, &gen, err, 512);
+    int lasting;
+    return srv_upload_install(repo, name, body, strlen(body), m, &gen, &lasting,
+                              err, 512);
 }
 
 typedef struct racer {
@@ -123,9 +125,10 @@ static void *race(void *arg)
         char err[512];
         model *m = NULL;
         unsigned long long gen = 0;
+        int lasting;
         pthread_barrier_wait(r->go);
         if (srv_upload_install(repo, "race", r->body, strlen(r->body), &m, &gen,
-                               err, sizeof err) != 0)
+                               &lasting, err, sizeof err) != 0)
             r->fails++;
         else if (gen <= r->last_gen)
             r->fails++; /* generations grow */
