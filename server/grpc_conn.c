@@ -1,9 +1,12 @@
 /*
- * grpc_conn.c - the gRPC door's connections on the loop: accept (counted
- * with REST's by guard.c, which times and evicts them), read into nghttp2, write what it produces (at most
- * WRITE_HIGH bytes unwritten per connection), flush once per loop turn
- * from an idle handle, close; start, drain (GOAWAY notice) and stop (final
- * GOAWAY, shutdown after the last write). grpc.c handles the calls.
+ * grpc_conn.c - the gRPC door's connections on the loop: accept (attnd's
+ * own, accept.c, as the REST door's: out of descriptors the listener
+ * pauses and connections wait in the backlog; counted with REST's by
+ * guard.c, which times and evicts them), read into nghttp2, write what it
+ * produces (at most WRITE_HIGH bytes unwritten per connection), flush once
+ * per loop turn from an idle handle, close; start, drain (GOAWAY notice)
+ * and stop (final GOAWAY, shutdown after the last write). grpc.c handles
+ * the calls.
  * Loop thread only.
  */
 #include "server/grpc_int.h"
@@ -207,6 +210,7 @@ static void release(srv_grpc *g)
         return;
     nghttp2_session_callbacks_del(g->cbs);
     nghttp2_option_del(g->opt);
+    free(g->spare);
     free(g);
 }
 
@@ -349,9 +353,8 @@ static int same_host(const struct sockaddr_storage *a, const struct sockaddr_sto
 static int per_ip_full(srv_grpc *g, gconn *c)
 {
     long long limit = g->s->cfg.max_conn_per_ip, n = 0;
-    int len = (int)sizeof c->peer;
     gconn *o;
-    if (!limit || uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&c->peer, &len) < 0)
+    if (!limit)
         return 0;
     for (o = g->conns; o; o = o->next)
         if (same_host(&o->peer, &c->peer) && ++n >= limit)
@@ -390,55 +393,46 @@ static int slow(srv_conn *sc, uint64_t now, uint64_t grace)
 }
 
 /* A connection that finds no memory for its state waits this long to be
- * accepted again; meanwhile libuv holds it, and the ones after it wait in
- * the listen backlog. */
-#define ACCEPT_RETRY_MS 10
+ * accepted; meanwhile it and the ones after it wait in the listen
+ * backlog. */
+#define ACCEPT_OOM_MS 10
 
-static void on_connect(uv_stream_t *l, int status);
-
-static void on_accept_retry(uv_timer_t *t)
+/* room: a connection's state (g->spare), allocated before it is accepted
+ * (accept.c); with no memory for it the listener rests ACCEPT_OOM_MS. */
+static int room(void *data)
 {
-    srv_grpc *g = t->data;
-    on_connect((uv_stream_t *)&g->listener, 0);
+    srv_grpc *g = data;
+    if (g->spare || (g->spare = calloc(1, sizeof *g->spare)))
+        return 1;
+    srv_accept_pause(&g->accept, ACCEPT_OOM_MS);
+    return 0;
 }
 
-static void on_connect(uv_stream_t *l, int status)
+/* take: the connection on fd, just accepted from peer, in g->spare (room):
+ * an nghttp2 session, its idle timer, counted and guarded (guard.c),
+ * reading. Past max-connections guard.c evicts a waiting one; past the
+ * headroom too (every one busy) the new one is closed, as it is past
+ * max-connections-per-ip, or with no memory for its session. */
+static void take(void *data, int fd, const struct sockaddr_storage *peer,
+                 socklen_t len)
 {
-    srv_grpc *g = l->data;
+    srv_grpc *g = data;
     srv *s = g->s;
-    gconn *c;
+    gconn *c = g->spare;
     nghttp2_settings_entry iv[3] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, MAX_STREAMS},
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW},
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, 65536},
     };
-    if (status < 0) {
-        /* libuv could not accept. On EMFILE/ENFILE it first accepts and
-         * closes the waiting connections with a descriptor it keeps for
-         * that (their clients see the end at once), silently; we hear of
-         * the ones it could not so close. At most one line a second. */
-        unsigned long long n = srv_every_due(&g->accept_log, srv_now_ns());
-        if (n)
-            srv_log(s, "warn", "grpc: cannot accept a connection: %s (failed "
-                    "accepts since the last line: %llu; connections open, "
-                    "REST and gRPC: %d)%s", uv_strerror(status), n,
-                    s->n_conns, status == UV_EMFILE || status == UV_ENFILE
-                    ? " (raise ulimit -n, or lower --max-connections)" : "");
-        return;
-    }
-    if (!(c = calloc(1, sizeof *c))) {
-        /* not accepted, libuv stops listening until it is: later */
-        uv_timer_start(&g->accept_retry, on_accept_retry, ACCEPT_RETRY_MS, 0);
-        return;
-    }
+    (void)len;
+    g->spare = NULL;
     c->g = g;
     uv_tcp_init(s->loop, &c->tcp);
     c->tcp.data = c;
-    /* past max-connections guard.c evicts a waiting one; past the headroom
-     * too (every one busy) the new one is refused */
-    if (uv_accept(l, (uv_stream_t *)&c->tcp) < 0 ||
-        s->n_conns >= (int)s->cfg.max_connections + SRV_CONN_HEADROOM ||
-        per_ip_full(g, c)) {
+    c->peer = *peer;
+    if (s->n_conns >= (int)s->cfg.max_connections + SRV_CONN_HEADROOM ||
+        per_ip_full(g, c) || uv_tcp_open(&c->tcp, fd) < 0) {
+        close(fd);
         close_handles(c);
         return;
     }
@@ -458,11 +452,7 @@ static void on_connect(uv_stream_t *l, int status)
         g->conns->prev = c;
     g->conns = c;
     g->n_conns++;
-    {
-        uv_os_fd_t fd = -1;
-        uv_fileno((uv_handle_t *)&c->tcp, &fd);
-        c->guard.fd = fd;
-    }
+    c->guard.fd = fd;
     c->guard.grpc = 1;
     c->guard.slow = slow;
     srv_guard_add(s, &c->guard);
@@ -475,35 +465,9 @@ static void on_connect(uv_stream_t *l, int status)
 
 /* ---- start, drain, stop ----------------------------------------------------- */
 
-/* listen_socket: a socket bound to ai for l: SO_REUSEADDR as libuv sets
- * it, SO_REUSEPORT only with --reuse-port 1 (as REST's: otherwise a second
- * attnd on the port would silently take half of the connections). 0 or a
- * libuv error (UV_EADDRINUSE when the port is taken). */
-static int listen_socket(srv *s, const struct addrinfo *ai, uv_tcp_t *l)
-{
-    int one = 1, rc;
-    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0)
-        return uv_translate_sys_error(errno);
-    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
-        (s->cfg.reuse_port &&
-         setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0) ||
-        bind(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
-        rc = uv_translate_sys_error(errno);
-        close(fd);
-        return rc;
-    }
-    rc = uv_tcp_open(l, fd);
-    if (rc < 0)
-        close(fd);
-    return rc;
-}
-
 int srv_grpc_start(srv *s, char *err)
 {
     srv_grpc *g;
-    struct sockaddr_storage ss;
-    int len = sizeof ss;
     if (!s->cfg.grpc_port)
         return 0;
     if (!(g = calloc(1, sizeof *g)) ||
@@ -533,33 +497,21 @@ int srv_grpc_start(srv *s, char *err)
                      s->cfg.host, gai_strerror(rc));
             goto fail;
         }
-        uv_tcp_init(s->loop, &g->listener);
-        g->listener.data = g;
-        rc = listen_socket(s, ai, &g->listener);
+        srv_accept_init(&g->accept, s, "grpc");
+        /* IPV6_V6ONLY as the system has it (libuv's did not set it) */
+        rc = srv_accept_listen(&g->accept, ai->ai_addr, ai->ai_addrlen, 0,
+                               &s->grpc_port);
         freeaddrinfo(ai);
-        if (rc == 0)
-            rc = uv_listen((uv_stream_t *)&g->listener, 511, on_connect);
-        if (rc != 0) {
+        if (rc < 0) {
             srv_listen_err(s, err, "grpc-port", s->cfg.grpc_port,
-                           rc == UV_EADDRINUSE, uv_strerror(rc));
-            uv_close((uv_handle_t *)&g->listener, NULL);
-            nghttp2_session_callbacks_del(g->cbs);
-            nghttp2_option_del(g->opt);
-            free(g);
-            /* the listener's memory is freed before its close callback runs
-             * only because none is given and the loop never ran it */
-            return -1;
+                           rc == -EADDRINUSE, strerror(-rc));
+            goto fail;
         }
     }
     uv_idle_init(s->loop, &g->idle);
     g->idle.data = g;
-    uv_timer_init(s->loop, &g->accept_retry);
-    g->accept_retry.data = g;
+    srv_accept_start(&g->accept, g, room, take);
     g->handles = 3;
-    uv_tcp_getsockname(&g->listener, (struct sockaddr *)&ss, &len);
-    s->grpc_port = ntohs(ss.ss_family == AF_INET6
-                             ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                             : ((struct sockaddr_in *)&ss)->sin_port);
     s->grpc = g;
     srv_log(s, "info", "listening on grpc://%s%s%s:%d", strchr(s->cfg.host, ':') ? "[" : "",
             s->cfg.host, strchr(s->cfg.host, ':') ? "]" : "", s->grpc_port);
@@ -632,7 +584,6 @@ void srv_grpc_stop(srv *s)
     uv_idle_stop(&g->idle);
     g->idle_on = 1; /* never restarted */
     uv_close((uv_handle_t *)&g->idle, on_handle_closed);
-    uv_close((uv_handle_t *)&g->accept_retry, on_handle_closed);
     s->grpc = NULL;
-    uv_close((uv_handle_t *)&g->listener, on_handle_closed);
+    srv_accept_stop(&g->accept, on_handle_closed);
 }

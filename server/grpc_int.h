@@ -120,18 +120,17 @@ struct gconn {
 
 typedef struct srv_grpc {
     srv *s;
-    uv_tcp_t listener;
-    uv_timer_t accept_retry; /* a connection that could not be accepted for
-                                want of memory is accepted again later */
-    srv_every accept_log;           /* failed accepts' log lines */
+    srv_accept accept;  /* the listener (accept.c; its handles' data: g) */
+    gconn *spare;       /* the next connection's state, made before its
+                           accept (room, grpc_conn.c) */
     uv_idle_t idle;
     int idle_on;
     nghttp2_session_callbacks *cbs;
     nghttp2_option *opt;
     gconn *conns, *flush;
     int n_conns;
-    int handles;  /* the idle handle, the retry timer and the listener,
-                     until closed */
+    int handles;  /* the idle handle and the listener's poll and retry
+                     timer, until closed */
     int closing_conns; /* connections whose handles are closing */
     int stopped;  /* srv_grpc_stop ran: freed once everything closed */
     srv_every h2_log;      /* srv_grpc__h2_error's log lines */

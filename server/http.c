@@ -620,10 +620,13 @@ int srv_http_start(srv *s, char *err)
     }
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    rc = srv_http__listen(s, ai->ai_addr, ai->ai_addrlen, err);
+    rc = srv_accept_listen(&s->accept, ai->ai_addr, ai->ai_addrlen,
+                           1 /* as libmicrohttpd did: IPv6 only */, &s->port);
     freeaddrinfo(ai);
-    if (rc < 0)
+    if (rc < 0) {
+        srv_listen_err(s, err, "port", s->cfg.port, rc == -EADDRINUSE, strerror(-rc));
         return -1;
+    }
     s->mhd = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, s,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, s,
@@ -658,8 +661,8 @@ fail:
     if (s->mhd)
         MHD_stop_daemon(s->mhd);
     s->mhd = NULL;
-    close(s->listen_fd);
-    s->listen_fd = -1;
+    close(s->accept.fd);
+    s->accept.fd = -1;
     return -1;
 }
 

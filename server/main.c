@@ -289,7 +289,7 @@ int main(int argc, char **argv)
         break;
     }
     s.json_log = strcmp(s.cfg.log_format, "json") == 0;
-    s.listen_fd = -1;
+    srv_accept_init(&s.accept, &s, "http");
     s.cores = attn_cpu_count(); /* its affinity (taskset, cpuset), else online */
     s.threads = s.cfg.threads ? (int)s.cfg.threads : s.cores;
     /* The pool is sized before its first use; BLAS runs single-threaded

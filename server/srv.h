@@ -83,6 +83,25 @@ typedef struct srv_every {
     unsigned long long n;
 } srv_every;
 
+/* srv_accept (accept.c): a door's listening socket, polled on the loop
+ * and accepted by attnd itself (not libmicrohttpd's accept, not libuv's
+ * uv_listen). Its poll and retry timer carry the door's data. */
+typedef struct srv_accept {
+    srv *s;
+    const char *door;         /* "http", "grpc": its log lines' prefix */
+    int fd;                   /* the listening socket (-1 before and after) */
+    uv_poll_t poll;           /* readable: accept what waits */
+    uv_timer_t retry;         /* a paused listener polled again */
+    /* the door's, given its handles' data: room: it can take one more
+     * now (else it has paused the listener: srv_accept_pause); take: fd,
+     * just accepted from peer (len bytes), is its now */
+    int (*room)(void *data);
+    void (*take)(void *data, int fd, const struct sockaddr_storage *peer,
+                 socklen_t len);
+    unsigned long long fails; /* in a row, since the last accept */
+    srv_every log;            /* their log lines */
+} srv_accept;
+
 /* HTTP answers by status class for attnd_http_responses_total. */
 typedef struct srv_http_stats {
     uint64_t by_status[600];
@@ -291,13 +310,8 @@ struct srv {
     int n_fixed;
     uv_poll_t mhd_poll;
     uv_timer_t mhd_timer;
-    /* http_accept.c: the REST listener (-1 before and after), polled on
-     * the loop; a failed accept pauses it (listen_retry) */
-    int listen_fd;
-    uv_poll_t listen_poll;
-    uv_timer_t listen_retry;
-    unsigned long long accept_fails;    /* in a row, since the last accept */
-    srv_every accept_log;               /* their log lines */
+    /* http_accept.c: the REST listener (accept.c) */
+    srv_accept accept;
     int accept_full;                    /* paused: MHD at its limit */
     /* http.c: libmicrohttpd's last message, and how often it came again
      * within a second of its last line (not logged yet) */
@@ -494,12 +508,38 @@ void srv_http_stop(srv *s);
  * once). Loop thread (guard.c's sweep; before another message). */
 void srv_http_log_flush(srv *s, int now_too);
 
-/* http_accept.c, for http.c. srv_http__listen: a listening socket on sa
- * (s->listen_fd, s->port), -1 with err; srv_http__accept_start: accept on
- * it on the loop, each connection to MHD; srv_http__accept_stop: stop and
- * close it. Loop thread. */
-int srv_http__listen(srv *s, const struct sockaddr *sa, socklen_t salen,
-                     char *err);
+/* accept.c: a door's listener (srv_accept, above). Loop thread.
+ * srv_accept_init: none yet (fd -1), for s's door named door (static).
+ * srv_accept_listen: a listening socket on sa (SO_REUSEADDR; SO_REUSEPORT
+ * with --reuse-port 1; v6only: IPV6_V6ONLY on an IPv6 address), its bound
+ * port in *port; 0 or -errno (nothing open).
+ * srv_accept_start: poll it; each time it is readable, accept up to a
+ * bounded number of connections (non-blocking, close-on-exec), each
+ * after room said yes, each to take (the door closes it). An accept that
+ * fails for want of descriptors or kernel memory is logged (a run's first
+ * at once, then at most a line a second with the count: "<door>: cannot
+ * accept a connection: ...") and pauses the listener SRV_ACCEPT_RETRY_MS,
+ * its connections waiting in the listen backlog; "<door>: accepting
+ * again" once one succeeds. data: the handles' data (on_closed's too).
+ * srv_accept_pause: stop polling for ms (a door without room for more);
+ * srv_accept_resume: poll again now.
+ * srv_accept_stop: close the socket and both handles (on_closed for each;
+ * nothing when it never listened). */
+#define SRV_ACCEPT_RETRY_MS 100 /* a failed accept waits this long (nginx: 500) */
+void srv_accept_init(srv_accept *a, srv *s, const char *door);
+int srv_accept_listen(srv_accept *a, const struct sockaddr *sa, socklen_t salen,
+                      int v6only, int *port);
+void srv_accept_start(srv_accept *a, void *data, int (*room)(void *data),
+                      void (*take)(void *data, int fd,
+                                   const struct sockaddr_storage *peer,
+                                   socklen_t len));
+void srv_accept_pause(srv_accept *a, unsigned ms);
+void srv_accept_resume(srv_accept *a);
+void srv_accept_stop(srv_accept *a, uv_close_cb on_closed);
+
+/* http_accept.c, for http.c. srv_http__accept_start: accept on s->accept
+ * (listening) on the loop, each connection to MHD; srv_http__accept_stop:
+ * stop and close it. Loop thread. */
 void srv_http__accept_start(srv *s);
 void srv_http__accept_stop(srv *s);
 /* srv_http__accept_room: a REST connection closed: a listener paused for

@@ -3,11 +3,13 @@
 // crash leaves. Memory is failalloc.test.mjs's.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import http2 from 'node:http2';
 import { connect } from 'node:net';
 import { chmodSync, cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import { frame } from '../grpc/wire.mjs';
 import { ATTND, SLOW, mulberry32, post, start } from './helper.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -103,6 +105,52 @@ test('descriptors run out while a keep-alive REST client stays: the door opens a
     clearInterval(tick);
     ka.destroy();
   }
+  assert.equal((await d.stop()).code, 0);
+});
+
+/** serverLive(session, ms): one ServerLive call on session; resolves with
+ * its grpc-status, or -1 when it did not end within ms. */
+function serverLive(session, ms) {
+  return new Promise((resolve) => {
+    const req = session.request({ ':method': 'POST', ':path': '/inference.GRPCInferenceService/ServerLive', 'content-type': 'application/grpc', te: 'trailers' });
+    let head = {};
+    const t = setTimeout(() => { req.close(); resolve(-1); }, ms);
+    req.on('response', (h) => { head = h; });
+    req.on('trailers', (tr) => { head = { ...head, ...tr }; });
+    req.on('data', () => {});
+    req.on('error', () => { clearTimeout(t); resolve(-1); });
+    req.on('end', () => { clearTimeout(t); resolve(Number(head['grpc-status'])); });
+    req.end(frame(Buffer.alloc(0)));
+  });
+}
+
+const grpcAcceptLines = (log) => (log.match(/grpc: cannot accept a connection: Too many open files/g) || []).length;
+
+test('descriptors run out: a gRPC connection opened meanwhile waits, and is served once they are free', {
+  skip: !HAVE_PRLIMIT && 'needs prlimit (util-linux)',
+}, async (t) => {
+  const d = await start({ t, grpc: true, wrap: ['prlimit', '--nofile=64'] });
+  const socks = await hold(d.grpcPort, 80);
+  await sleep(300);
+  // a gRPC client connecting now: libuv's accept (uv_listen) accepted it
+  // with a descriptor it kept for that and closed it at once, and said
+  // nothing of it
+  const session = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
+  let ended = null;
+  session.on('error', (e) => { ended ||= e.code || String(e); });
+  session.on('close', () => { ended ||= 'closed'; });
+  await sleep(1500);
+  assert.equal(ended, null, 'the connection waits in the backlog while descriptors are out');
+  const log = await d.logged(/grpc: cannot accept a connection: Too many open files/);
+  assert.ok(grpcAcceptLines(log) >= 1 && grpcAcceptLines(log) <= 4, `${grpcAcceptLines(log)} lines about failed gRPC accepts`);
+  assert.match(log, /grpc: cannot accept a connection: .*descriptor limit 64.*accepting again every 100 ms/);
+  for (const s of socks) s.destroy();
+  try {
+    assert.equal(await serverLive(session, 5000 * SLOW), 0, 'the connection that waited is served');
+  } finally {
+    session.destroy();
+  }
+  assert.match(await d.logged(/grpc: accepting again/), /grpc: accepting again \(\d+ accepts had failed\)/);
   assert.equal((await d.stop()).code, 0);
 });
 
