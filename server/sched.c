@@ -77,13 +77,18 @@ void srv__job_answer(srv_job *j, int status, const char *msg)
     j->answered = status;
     r->job = NULL;
     j->req = NULL;
-    r->batch = j->batch;
-    if (j->t_run)
-        r->queue_us = (j->t_run - j->t_queued) / 1000;
-    else if (j->t_queued) /* still queued (deadline, drain timeout) */
-        r->queue_us = (srv_now_ns() - j->t_queued) / 1000;
-    if (j->t_ran)
-        r->compute_us = (j->t_ran - j->t_run) / 1000;
+    /* a solo job's pool thread writes its times and batch while it runs
+     * (solo_run): answered meanwhile (a deadline, a client that went), it
+     * has neither queued nor run as far as the log knows */
+    if (!j->solo_pooled) {
+        r->batch = j->batch;
+        if (j->t_run)
+            r->queue_us = (j->t_run - j->t_queued) / 1000;
+        else if (j->t_queued) /* still queued (deadline, drain timeout) */
+            r->queue_us = (srv_now_ns() - j->t_queued) / 1000;
+        if (j->t_ran)
+            r->compute_us = (j->t_ran - j->t_run) / 1000;
+    }
     if (status == 200) {
         r->resp_header_len = j->resp_hlen;
         r->changed = j->step.is_step;
@@ -433,6 +438,7 @@ static void solo_done(uv_work_t *w, int status)
     srv_job *j = w->data;
     (void)status;
     srv_pool_done(j->s);
+    j->solo_pooled = 0;
     solo_finish(j);
 }
 
@@ -569,6 +575,7 @@ void srv_h_infer(srv_req *r)
     if (j->solo) {
         j->solo_over = e->running >= (int)s->cfg.instances;
         e->running++;
+        j->solo_pooled = 1;
         srv_pool_queue(s, &j->work, solo_work, solo_done);
         return;
     }

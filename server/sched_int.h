@@ -37,6 +37,9 @@ struct srv_job {
     int item0;         /* its first sequence's index in its batch's plan */
     int solo;          /* 1: decode+compute+encode in one pool job */
     int solo_ran;      /* solo job computed and encoded it */
+    int solo_pooled;   /* loop: a solo job on the pool (solo_work to
+                        * solo_done): its t_queued, t_run, t_ran, batch and
+                        * seqs are that thread's until then */
     int undecoded;     /* answered before a pool thread took its body: not
                         * decoded (decode_job) */
     int solo_over;     /* solo beyond the model's instances (unbatched) */

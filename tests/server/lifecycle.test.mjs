@@ -52,6 +52,31 @@ test('deadline: 504 naming it, then the server still serves', async (t) => {
   assert.equal((await d.stop()).code, 0);
 });
 
+// A solo job (decode, plan and encoding on one pool job) whose deadline
+// passes while its pool thread runs it: the loop answers 504 without
+// reading the times and batch size that thread writes (a data race that
+// ThreadSanitizer reports; stop() fails on the report). --inline-conns 0:
+// every request goes to the pool; 16 at once, each `demo` T = 64 (a
+// solo job of ~0.3 ms: 3 MFLOP, 4096 numbers each way), queue behind one
+// another on the 2 cores, so a 2 ms deadline passes inside many runs.
+test('deadline inside a solo job on the pool: 504, the server still serves, no race', async (t) => {
+  const d = await start({ t, args: ['--deadline-ms', '2', '--inline-conns', '0'] });
+  const x = Array.from({ length: 64 * 64 }, (_, i) => ((i * 7919) % 1000) / 1000 - 0.5);
+  const seen = {};
+  for (let round = 0; round < 30 && !(seen[504] >= 20 && seen[200]); round++) {
+    const rs = await Promise.all(Array.from({ length: 16 }, (_, i) =>
+      infer(d, 'demo', { id: `s${round}.${i}`, inputs: [fp32('x', [1, 64, 64], x)] })));
+    for (const r of rs) {
+      seen[r.status] = (seen[r.status] || 0) + 1;
+      if (r.status === 504) assert.match(r.json.error, /deadline: no answer within 2 ms/);
+      else assert.equal(r.status, 200, JSON.stringify(r.json));
+    }
+  }
+  assert.ok(seen[504] > 0, JSON.stringify(seen));
+  assert.equal(await pending(d, 'demo'), 0);
+  assert.equal((await d.stop()).code, 0);
+});
+
 // A large sdpa request (T = 65536, max-tokens' default, d 64: ~1.1
 // TFLOP, 8-25 s of both cores here) answered 504, or whose client went,
 // while its batch ran: no request is left to answer, so its remaining
