@@ -660,13 +660,13 @@ test('continuous batching: steps of different sequences and stateless requests s
 // last batch's run time), so lockstep clients' steps share a batch instead
 // of the first one back running alone.
 test('steps of sequences answered together wait for each other (sequence-wait-us), not with 0', async (t) => {
-  // long prompts: the batch that answers them runs for hundreds of ms (more
-  // under sanitizers), so the wait for expected steps is far longer than
-  // the gap between a's step and b's, and that gap far longer than a alone
-  // takes to be decoded and launched, on a loaded machine too (with 4500
-  // tokens and a 5 ms gap, the run with 0 once saw one batch with three
-  // suites running at once)
-  const P = 16000;
+  // long prompts: the batch that answers them runs for ~0.5 s (10 s under
+  // TSan), so the wait for expected steps is far longer than the gap
+  // between a's step and b's, and that gap far longer than a alone takes
+  // to be decoded and launched, on a loaded machine too (with 4500 tokens
+  // and a 5 ms gap, the run with 0 once saw one batch with three suites
+  // running at once)
+  const P = 9000;
   for (const [wait, batches] of [['5000000', 1], ['0', 2]]) {
     const d = await start({ t, dir: gqaModels(), args: ['--sequence-wait-us', wait, '--instances', '1'] });
     const starts = await Promise.all(['wa', 'wb'].map((id, k) =>
