@@ -660,12 +660,13 @@ test('continuous batching: steps of different sequences and stateless requests s
 // last batch's run time), so lockstep clients' steps share a batch instead
 // of the first one back running alone.
 test('steps of sequences answered together wait for each other (sequence-wait-us), not with 0', async (t) => {
-  // long prompts: the batch that answers them runs for ~0.5 s (10 s under
-  // TSan), so the wait for expected steps is far longer than the gap
-  // between a's step and b's, and that gap far longer than a alone takes
-  // to be decoded and launched, on a loaded machine too (with 4500 tokens
-  // and a 5 ms gap, the run with 0 once saw one batch with three suites
-  // running at once)
+  // long prompts: the batches that answer them run for ~0.3 s each (more
+  // under sanitizers), and the gap between a's step and b's is a quarter
+  // of that, as measured: well within the wait for expected steps (the
+  // last batch's run time), far longer than a alone takes to be decoded
+  // and launched. (Fixed gaps failed on a loaded machine: 5 ms with 4500
+  // tokens saw one batch with --sequence-wait-us 0; 250 ms under UBSan,
+  // whose batches are hardly slower, saw two with the wait.)
   const P = 9000;
   for (const [wait, batches] of [['5000000', 1], ['0', 2]]) {
     const d = await start({ t, dir: gqaModels(), args: ['--sequence-wait-us', wait, '--instances', '1'] });
@@ -673,17 +674,20 @@ test('steps of sequences answered together wait for each other (sequence-wait-us
       infer(d, 'gqa', stepBody(id, tokens(P, 900 + k), { start: true, outputs: [{ name: 'y' }] }))));
     for (const r of starts) assert.equal(r.status, 200, JSON.stringify(r.json));
     const n0 = await metric(d, 'attnd_inference_batch_size_count');
-    // a's next step, then b's a moment later: well within the wait,
-    // long enough for a alone to be decoded and launched without it
+    const runs = (await (await fetch(`${d.url}/v2/models/gqa/stats`)).json()).model_stats[0].batch_stats;
+    const runMs = runs.reduce((x, r) => x + r.compute_infer.ns, 0) / 1e6 / n0;
+    const gap = runMs / 4;
+    // a's next step, then b's a moment later
     const a = infer(d, 'gqa', stepBody('wa', tokens(1, 910), { outputs: [{ name: 'y' }] }));
-    await sleep(50 * SLOW);
+    await sleep(gap);
     const b = infer(d, 'gqa', stepBody('wb', tokens(1, 911), { outputs: [{ name: 'y' }] }));
     for (const r of await Promise.all([a, b])) {
       assert.equal(r.status, 200, JSON.stringify(r.json));
       assert.equal(r.json.parameters.sequence_length, P + 1);
     }
     assert.equal(await metric(d, 'attnd_inference_batch_size_count') - n0, batches,
-      `--sequence-wait-us ${wait}: the two steps ran in ${batches === 1 ? 'one batch' : 'two batches'}`);
+      `--sequence-wait-us ${wait}: the two steps ran in ${batches === 1 ? 'one batch' : 'two batches'} ` +
+      `(the starts' batches ran ${runMs.toFixed(0)} ms each; b came ${gap.toFixed(0)} ms after a)`);
     await d.stop();
   }
 });
