@@ -304,8 +304,12 @@ fuzz:
 # ---- soak (issue 11): make soak [SOAK_SECONDS=300], not in CI -------------
 # Mixed traffic against one attnd (tests/server/soak.mjs: small and large
 # infers, retains and map reads, uploads and unloads, bad requests, slow and
-# vanishing clients), RSS and fds sampled every SOAK_SAMPLE_MS; fails on a
-# 5xx other than 503, a sanitizer report (make SANITIZER=address soak), fds
+# vanishing clients, sequence steps over REST and gRPC with rewinds, lost
+# answers, ends, DELETEs and abandons, long polls on a growing map, gRPC
+# calls cancelled or cut), RSS and fds sampled every SOAK_SAMPLE_MS; fails on
+# a 5xx other than 503, a wrong sequence_length, a sanitizer report (make
+# SANITIZER=address soak), sequences at the end other than those the soak
+# holds or abandoned (which must expire), memory-budget not back to 0, fds
 # not back to where they were, or RSS not flat (see the script's header).
 SOAK_SECONDS ?= 300
 .PHONY: soak

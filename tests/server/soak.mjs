@@ -2,32 +2,67 @@
 // SOAK_SECONDS (default 300), sampling its RSS and open fds every
 // SOAK_SAMPLE_MS (2000). Traffic: small and large infers (JSON and binary),
 // retains with map reads (a 4 MiB store, so it fills early), uploads and
-// unloads, bad requests, slow clients
-// (cut by --header-timeout) and clients that vanish mid-body.
+// unloads, bad requests, slow clients (cut by --header-timeout) and clients
+// that vanish mid-body; sequences on the `gqa` model (seq_helper.mjs): a
+// start, 1-token and several-token steps (REST JSON, REST binary, gRPC),
+// steps sent again at their sequence_position or further back (rewinds),
+// steps whose client vanishes with half the body sent or right after the
+// whole of it, or gives up after a few ms (each sent again at its position,
+// which README says is right either way), gRPC steps with a 1-3 ms
+// grpc-timeout (DEADLINE_EXCEEDED changes nothing: the next step that
+// appends goes without sequence_position), then an end, a DELETE, an
+// abandon (it must expire: --sequence-idle-ms SOAK_SEQ_IDLE_MS, 4000) or
+// an end followed by a step to the ended sequence (must be 400 or 409);
+// retained sequences stepped slowly while a page-like follower long-polls
+// their map (?wait=N, sometimes &version=V, then a pooled /attention),
+// some followers leaving mid-wait; gRPC calls (ModelInfer, checked against
+// the seed's answer; calls cancelled with RST_STREAM mid-call; connections
+// destroyed mid-message; ModelStreamInfer streams, some cancelled; short
+// grpc-timeouts). SOAK_SEED (printed) seeds the choices.
 // Passes when: no answer is a 5xx other than 503 (and no connection of a
-// well-formed request fails), the daemon exits 0 without a sanitizer report
-// (run it on build/address/attnd: make SANITIZER=address soak), open fds
-// once the traffic stopped equal those before it (+- SOAK_FD_TOL, 4), and
-// RSS is flat: the largest sample of the last quarter is at most the
+// well-formed request fails; over gRPC: no INTERNAL, UNKNOWN or DATA_LOSS,
+// no call without a status), every answered step's sequence_length is the
+// one the client expects (and a quarter of the steps' y match a stateless
+// causal request over the client's history within 1e-4), the daemon exits
+// 0 without a sanitizer report (run it on build/address/attnd: make
+// SANITIZER=address soak), every sequence the soak left running is listed
+// by GET /v2/sequences at its expected length (or went idle: its last step
+// sent sequence-idle-ms before the list, GET /v2/sequences/{id} saying so)
+// and nothing else is but abandoned ones, which are gone within
+// SOAK_SEQ_IDLE_MS + a sweep once the soak deleted its own, and
+// attnd_memory_budget_used_bytes is back to 0 once the traffic stopped; open
+// fds once the traffic stopped equal those before it (+- SOAK_FD_TOL, 4),
+// and RSS is flat: the largest sample of the last quarter is at most the
 // largest of the first quarter (after warm-up) times 1 + SOAK_RSS_PCT/100
 // (10) plus SOAK_RSS_MB (16) MiB. Prints the samples and a summary.
 import assert from 'node:assert/strict';
+import http2 from 'node:http2';
 import { connect } from 'node:net';
-import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { REFS, ROOT, SLOW, binaryRequest, f32bytes, fp32, start } from './helper.mjs';
+import { REFS, ROOT, SLOW, binaryRequest, f32bytes, fp32, maxDiff, mulberry32, parseBinary, start } from './helper.mjs';
+import { D as SD, gqaModels, tokens } from './seq_helper.mjs';
+import { fields, frame, ld, packedI64, str, varint } from '../grpc/wire.mjs';
 
 const SECONDS = Number(process.env.SOAK_SECONDS || 300);
 const SAMPLE_MS = Number(process.env.SOAK_SAMPLE_MS || 2000);
 const FD_TOL = Number(process.env.SOAK_FD_TOL || 4);
 const RSS_PCT = Number(process.env.SOAK_RSS_PCT || 10);
 const RSS_MB = Number(process.env.SOAK_RSS_MB || 16);
+const IDLE_MS = Number(process.env.SOAK_SEQ_IDLE_MS || 4000);
+const SEED = Number(process.env.SOAK_SEED || Date.now() % 2 ** 31);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const rnd = mulberry32(SEED);
+const pick = (n) => Math.floor(rnd() * n);
+const chance = (p) => rnd() < p;
 
 // Every client here is 127.0.0.1 (undici's pool grows with the load):
-// --max-connections-per-ip 0, as behind a proxy. SOAK_ARGS adds flags.
-const d = await start({ args: ['--header-timeout', '5', '--min-body-rate', '1000', '--batch-delay-us', '500',
-  '--maps-bytes', '4194304', '--max-connections-per-ip', '0', ...(process.env.SOAK_ARGS || '').split(' ').filter(Boolean)] });
+// --max-connections-per-ip 0, as behind a proxy. SOAK_ARGS adds flags. The
+// models folder: the fixtures, demo and gqa (seq_helper.mjs).
+const dir = gqaModels();
+const d = await start({ dir, grpc: true, args: ['--header-timeout', '5', '--min-body-rate', '1000', '--batch-delay-us', '500',
+  '--maps-bytes', '4194304', '--max-connections-per-ip', '0', '--sequence-idle-ms', String(IDLE_MS),
+  ...(process.env.SOAK_ARGS || '').split(' ').filter(Boolean)] });
 const pid = d.proc.pid;
 const rss = () => Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))[1]) * 1024;
 const fds = () => readdirSync(`/proc/${pid}/fd`).length;
@@ -36,10 +71,10 @@ const status = new Map();
 const kinds = new Map();
 const failures = [];
 function note(kind) { kinds.set(kind, (kinds.get(kind) || 0) + 1); }
-function count(kind, st) {
+function count(kind, st, deadline = false) { // deadline: the client asked for a short one, 504 is its answer
   status.set(st, (status.get(st) || 0) + 1);
   note(kind);
-  if (st >= 500 && st !== 503) failures.push(`${kind}: ${st}`);
+  if (st >= 500 && st !== 503 && !(deadline && st === 504)) failures.push(`${kind}: ${st}`);
 }
 async function req(kind, path, init = {}) {
   try {
@@ -66,6 +101,351 @@ const bigX = f32bytes(Array.from({ length: T * 64 }, (_, i) => Math.sin(i) * 0.5
 const bigReq = binaryRequest({ inputs: [{ name: 'x', datatype: 'FP32', shape: [1, T, 64], parameters: { binary_data_size: bigX.length } }],
   outputs: [{ name: 'y', parameters: { binary_data: true } }, { name: 'attention', parameters: { binary_data: true } }] }, [bigX]);
 const sdpa = (n) => ({ inputs: [fp32('q', [n, 4], Array(n * 4).fill(0.5)), fp32('k', [n, 4], Array(n * 4).fill(0.25)), fp32('v', [n, 4], Array(n * 4).fill(1))] });
+
+// ---- sequences on gqa (d_model SD = 16) ----------------------------------
+// A sequence as the soak holds it: its id, the length it expects and the
+// rows it sent (the history a stateless request checks a step's y against).
+const seqLive = new Map(); // id -> sequence the soak believes live
+const seqLeft = new Map(); // id -> length: abandoned, left to expire
+let seqN = 0, ySeen = 0, yWorst = 0;
+const fail = (what) => failures.push(`${what} at ${new Date().toISOString()}`);
+
+/** The step's request: all three parameters as tritonclient sends them,
+ * sequence_position on every step (0 or absent on a start). */
+function stepParams(s, pos, o) {
+  const p = { sequence_id: s.id, sequence_start: !!o.start, sequence_end: !!o.end };
+  if ((!o.start || s.n % 2) && !o.noPos) p.sequence_position = pos;
+  if (o.retain) p.retain = true;
+  return p;
+}
+function stepJson(s, pos, xs, o) {
+  return JSON.stringify({ inputs: [fp32('x', [1, xs.length / SD, SD], xs)], outputs: [{ name: 'y' }], parameters: stepParams(s, pos, o) });
+}
+const stepHeaders = (s) => ({ 'Content-Type': 'application/json', ...(s.header ? { 'Attnd-Sequence-Id': String(s.id) } : {}) });
+
+/** A protobuf InferParameter map entry (field 4 of a request). */
+function pbParam(key, v) {
+  const val = typeof v === 'boolean' ? Buffer.concat([varint(1 << 3), varint(v ? 1 : 0)])
+    : typeof v === 'string' ? str(3, v) : Buffer.concat([varint(2 << 3), varint(v)]);
+  return ld(4, Buffer.concat([str(1, key), ld(2, val)]));
+}
+/** A ModelInferResponse's int64 parameter and first raw output. */
+function pbAnswer(msg) {
+  const f = fields(msg);
+  const out = { params: {}, raw: f[6] ? f[6][0] : null };
+  for (const e of f[4] || []) {
+    const kv = fields(e), v = fields(kv[2][0]);
+    out.params[kv[1][0].toString()] = v[2] ? Number(v[2][0]) : v[5] ? Number(v[5][0]) : v[3] ? v[3][0].toString() : v[1] ? Number(v[1][0]) : null;
+  }
+  return out;
+}
+const GRPC_STATUS = { 0: 200, 3: 400, 4: 504, 5: 404, 8: 413, 9: 409, 14: 503, 16: 401 };
+
+/** One gRPC call on session: messages written, then the stream's answers.
+ * {grpcStatus, message, msgs: [Buffer]}; grpcStatus null when the call
+ * ended without one (cancelled, its connection gone). cancelMs cancels it
+ * (RST_STREAM CANCEL) that long after it was sent. */
+function grpcCall(session, path, msgs, { timeout, cancelMs, half } = {}) {
+  return new Promise((res) => {
+    let req;
+    try {
+      req = session.request({ ':method': 'POST', ':path': path, 'content-type': 'application/grpc', te: 'trailers',
+        ...(timeout ? { 'grpc-timeout': timeout } : {}) });
+    } catch (e) { res({ grpcStatus: null, message: e.code || e.message, msgs: [] }); return; }
+    let head = {};
+    const chunks = [];
+    req.on('response', (h) => { head = h; });
+    req.on('trailers', (t) => { head = { ...head, ...t }; });
+    req.on('data', (c) => chunks.push(c));
+    const done = (err) => {
+      const body = Buffer.concat(chunks), out = [];
+      for (let i = 0; i + 5 <= body.length && i + 5 + body.readUInt32BE(i + 1) <= body.length; i += 5 + body.readUInt32BE(i + 1))
+        out.push(body.subarray(i + 5, i + 5 + body.readUInt32BE(i + 1)));
+      const g = head['grpc-status'];
+      res({ grpcStatus: g === undefined ? null : Number(g), message: err ? err.code || err.message : decodeURIComponent(head['grpc-message'] || ''), msgs: out });
+    };
+    req.on('error', done);
+    req.on('close', () => done(null));
+    const all = Buffer.concat(msgs.map((m) => frame(m)));
+    if (half) req.write(all.subarray(0, all.length >> 1));
+    else req.end(all);
+    if (cancelMs !== undefined) setTimeout(() => { if (!req.closed) req.close(http2.constants.NGHTTP2_CANCEL); }, cancelMs);
+  });
+}
+function grpcCount(kind, r, { cancelled = false, deadline = false } = {}) {
+  const st = r.grpcStatus === null ? (cancelled ? 499 : 0) : GRPC_STATUS[r.grpcStatus] ?? 500 + r.grpcStatus;
+  count(kind, st, deadline);
+  if (st === 0) fail(`${kind}: no gRPC status (${r.message})`);
+  return st;
+}
+let seqSession = null;
+const grpcSession = (old) => {
+  if (old && !old.closed && !old.destroyed) return old;
+  const s = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
+  s.on('error', () => {});
+  return s;
+};
+
+/**
+ * send(s, pos, xs, o, how): one step of s at pos with rows xs, over 'json',
+ * 'binary', 'grpc' or 'grpcshort' (a 1-3 ms grpc-timeout; REST's status
+ * either way), or 'vanish' (the whole
+ * body, then the socket destroyed at once), 'half' (half the body, then
+ * destroyed) or 'short' (a client deadline of a few ms): -1 when the
+ * client went first. {status, len, y, message}.
+ */
+async function send(s, pos, xs, o, how) {
+  const kind = `seq ${how}`;
+  s.maxSent = Math.max(s.maxSent || 0, pos + xs.length / SD);
+  s.sentAt = Date.now();
+  if (how === 'vanish' || how === 'half') {
+    const body = Buffer.from(stepJson(s, pos, xs, o));
+    await new Promise((res) => {
+      const c = connect(d.port, '127.0.0.1');
+      c.on('error', () => {});
+      c.on('close', res);
+      c.on('connect', () => {
+        c.write(`POST /v2/models/gqa/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`);
+        c.write(how === 'half' ? body.subarray(0, body.length >> 1) : body, () => setTimeout(() => c.destroy(), how === 'half' ? 20 : pick(3)));
+      });
+    });
+    note(kind);
+    return { status: -1 };
+  }
+  if (how === 'grpc' || how === 'grpcshort') {
+    const p = stepParams(s, pos, o);
+    const msg = Buffer.concat([str(1, 'gqa'), ...Object.entries(p).map(([k, v]) => pbParam(k, v)),
+      ld(5, Buffer.concat([str(1, 'x'), str(2, 'FP32'), packedI64(3, [1, xs.length / SD, SD])])),
+      ld(6, str(1, 'y')), ld(7, f32bytes(xs))]);
+    seqSession = grpcSession(seqSession);
+    const r = await grpcCall(seqSession, '/inference.GRPCInferenceService/ModelInfer', [msg],
+      { timeout: how === 'grpc' ? `${30 * SLOW}S` : `${1 + pick(3)}m` });
+    const st = grpcCount(kind, r, { deadline: how === 'grpcshort' });
+    if (st !== 200) return { status: st, message: r.message };
+    const a = pbAnswer(r.msgs[0]);
+    return { status: 200, len: a.params.sequence_length, y: a.raw && Array.from(new Float32Array(a.raw.buffer.slice(a.raw.byteOffset, a.raw.byteOffset + a.raw.length))) };
+  }
+  const init = how === 'binary'
+    ? (() => {
+      const b = binaryRequest({ inputs: [{ name: 'x', datatype: 'FP32', shape: [1, xs.length / SD, SD], parameters: { binary_data_size: xs.length * 4 } }],
+        outputs: [{ name: 'y', parameters: { binary_data: true } }], parameters: stepParams(s, pos, o) }, [f32bytes(xs)]);
+      return { body: b.body, headers: { 'Inference-Header-Content-Length': String(b.headerLen), ...(s.header ? { 'Attnd-Sequence-Id': String(s.id) } : {}) } };
+    })()
+    : { body: stepJson(s, pos, xs, o), headers: stepHeaders(s) };
+  try {
+    const r = await fetch(`${d.url}/v2/models/gqa/infer`, { method: 'POST', ...init,
+      signal: AbortSignal.timeout(how === 'short' ? 1 + pick(8) : 30000 * SLOW) });
+    const buf = Buffer.from(await r.arrayBuffer());
+    count(kind, r.status);
+    if (r.status !== 200) return { status: r.status, message: buf.toString().slice(0, 300) };
+    const hl = r.headers.get('inference-header-content-length');
+    if (hl) {
+      const { head, raw } = parseBinary(buf, Number(hl));
+      return { status: 200, len: head.parameters.sequence_length, y: raw.y };
+    }
+    const j = JSON.parse(buf);
+    return { status: 200, len: j.parameters.sequence_length, y: j.outputs.find((x) => x.name === 'y').data, mapId: j.parameters.map_id };
+  } catch (e) {
+    if (how === 'short' && e.name === 'TimeoutError') { note('seq short gave up'); return { status: -1 }; }
+    count(kind, 0);
+    fail(`${kind}: ${e.cause?.code || e.message}`);
+    return { status: 0 };
+  }
+}
+
+/** A stateless causal request over rows: the y a step's rows must match. */
+async function checkY(s, pos, t, y) {
+  const n = s.hist.length / SD;
+  const r = await req('seq reference', '/v2/models/gqa/infer', json({ inputs: [fp32('x', [1, n, SD], s.hist)], parameters: { causal: true } }));
+  if (r.status !== 200) return;
+  const ref = JSON.parse(r.body).outputs[0].data.slice(pos * SD, (pos + t) * SD);
+  const diff = maxDiff(y, ref);
+  ySeen++;
+  yWorst = Math.max(yWorst, diff);
+  if (!(diff <= 1e-4)) fail(`sequence '${s.id}' step at ${pos} (+${t}): y differs from a stateless request over its ${n} tokens by ${diff}`);
+}
+
+/**
+ * step(s, pos, t, o, how): send a step and settle what the soak knows of s.
+ * A step whose client went (vanish, short) is sent again, whole, at its
+ * position: right whether or not it was carried out (README, "Sending a
+ * step again"); half a body changes nothing, so the sequence stays as it
+ * was. A 503 or 504 changes nothing either: sent again after a moment, up
+ * to 5 times; but a step its gRPC deadline cut (504) is left, and the
+ * next step that appends goes without sequence_position, so that a step
+ * the deadline did not undo shows as a wrong length. Returns true while s
+ * lives (false: ended, or given up).
+ */
+async function step(s, pos, t, o = {}, how = 'json') {
+  const xs = tokens(t, SEED + ++s.k * 7919 + s.n);
+  if (s.noPos && pos === s.len && (how === 'json' || how === 'binary')) o = { ...o, noPos: true };
+  if (how !== 'grpcshort') s.noPos = false;
+  let r = await send(s, pos, xs, o, how);
+  if (how === 'half') return true;
+  if (how === 'grpcshort' && r.status === 504) { s.noPos = true; note('seq deadline: left as it was'); return true; }
+  o = { ...o, noPos: false };
+  for (let tries = 0; r.status === -1 || ((r.status === 503 || r.status === 504) && tries < 5); tries++) {
+    await sleep(r.status === -1 ? 20 : 200);
+    r = await send(s, pos, xs, o, chance(0.5) ? 'json' : 'binary');
+    // an end sent again after the first was carried out: it was done
+    if (r.status === -1 || !o.end || !(r.status === 400 || r.status === 409) || !/ended/.test(r.message)) continue;
+    note('seq end already carried out');
+    return drop(s);
+  }
+  if (r.status !== 200) {
+    if (r.status) fail(`sequence '${s.id}' step at ${pos} (+${t}${o.start ? ', start' : ''}${o.end ? ', end' : ''}, ${how}): ${r.status} ${r.message || ''}`);
+    if (!o.start || seqLive.has(String(s.id))) await req('seq delete', `/v2/sequences/${encodeURIComponent(s.id)}`, { method: 'DELETE' });
+    return drop(s);
+  }
+  if (r.len !== pos + t) fail(`sequence '${s.id}' step at ${pos} (+${t}, ${how}): sequence_length ${r.len}, expected ${pos + t}`);
+  s.len = pos + t;
+  s.hist = [...s.hist.slice(0, pos * SD), ...xs];
+  s.last = { pos, t };
+  s.at = s.sentAt; // the server saw it no earlier: idle for less than now - s.at
+  if (r.mapId) s.mapId = r.mapId;
+  if (o.end) return drop(s);
+  seqLive.set(String(s.id), s);
+  if (r.y && chance(0.25)) await checkY(s, pos, t, r.y);
+  return true;
+}
+function drop(s) { seqLive.delete(String(s.id)); s.gone = true; return false; }
+
+/** A new sequence's record: numbers and strings as ids, sometimes also
+ * in the Attnd-Sequence-Id header. */
+function newSeq() {
+  const n = ++seqN;
+  return { n, id: n % 3 ? `soak-${SEED}-${n}` : SEED * 1000 + n, len: 0, hist: [], k: 0, header: chance(0.2) };
+}
+
+/** Steps: mostly one token, sometimes several; sometimes over gRPC or the
+ * binary framing, sent again (at the last step's position or further
+ * back), with a vanishing client or a short client deadline. */
+async function stepSome(s, steps, o = {}) {
+  for (let k = 0; k < steps && !s.gone && Date.now() < end; k++) {
+    const t = chance(0.8) ? 1 : 2 + pick(6), r = rnd();
+    if (r < 0.1) await step(s, s.last.pos, chance(0.5) ? s.last.t : t, o, 'json'); // the last step again
+    else if (r < 0.15 && s.len > 1) await step(s, 1 + pick(s.len - 1), t, o, 'json'); // back further
+    else if (r < 0.2) await step(s, s.len, t, o, 'vanish');
+    else if (r < 0.25) await step(s, s.len, t, o, 'half');
+    else if (r < 0.3) await step(s, s.len, t, o, 'short');
+    else if (r < 0.37) await step(s, s.len, t, o, 'grpc');
+    else if (r < 0.42) await step(s, s.len, t, o, 'grpcshort');
+    else await step(s, s.len, t, o, chance(0.7) ? 'json' : 'binary');
+    if (o.gap) await sleep(o.gap());
+  }
+}
+
+/** How a sequence ends: a step with sequence_end, a DELETE, abandoned (it
+ * must expire), or ended and then stepped again (must be 400 or 409). */
+async function finish(s) {
+  if (s.gone || Date.now() >= end) return; // at the end: left live, accounted for
+  const r = rnd();
+  if (r < 0.25) { await step(s, s.len, 1, { end: true }, ['json', 'binary', 'vanish', 'short'][pick(4)]); return; }
+  if (r < 0.5) {
+    const x = await req('seq delete', `/v2/sequences/${encodeURIComponent(s.id)}`, { method: 'DELETE' });
+    if (x.status !== 200) fail(`DELETE of live sequence '${s.id}': ${x.status}`);
+    drop(s);
+    return;
+  }
+  if (r < 0.75) { seqLeft.set(String(s.id), s.len); drop(s); note('seq abandoned'); return; }
+  await step(s, s.len, 1, { end: true }, 'json');
+  if (!s.gone) return;
+  const pos = chance(0.5) ? s.len : s.last.pos;
+  const x = await req('seq step after end', '/v2/models/gqa/infer',
+    { method: 'POST', headers: stepHeaders(s), body: stepJson(s, pos, tokens(1, s.n), {}) });
+  if (x.status !== 400 && x.status !== 409) fail(`a step to ended sequence '${s.id}' at ${pos}: ${x.status}, expected 400 or 409`);
+}
+
+/** A page following a retained sequence's map: one long poll at a time
+ * (?wait=rows, or &version=V), the focused head pooled after each change;
+ * sometimes it leaves mid-wait (its socket destroyed). */
+async function follow(s, stop) {
+  let rows = 0, version = -1;
+  const leave = chance(0.25) ? Date.now() + pick(3000) : Infinity;
+  while (!stop.done && Date.now() < leave) {
+    if (!s.mapId) { await sleep(20); continue; }
+    const q = version >= 0 && chance(0.3) ? `wait=${rows}&version=${version}` : `wait=${rows}`;
+    const ac = new AbortController();
+    const cut = leave < Infinity ? setTimeout(() => ac.abort(), Math.max(0, leave - Date.now())) : null;
+    let r;
+    try {
+      r = await fetch(`${d.url}/v2/maps/${s.mapId}?${q}&timeout_ms=${300 + pick(1000)}`, { signal: ac.signal });
+    } catch (e) {
+      if (ac.signal.aborted) { note('map follower left mid-wait'); return; }
+      count('map wait', 0);
+      fail(`map wait: ${e.cause?.code || e.message}`);
+      return;
+    } finally { if (cut) clearTimeout(cut); }
+    const body = await r.text();
+    count('map wait', r.status);
+    if (r.status === 404) return; // evicted (a 4 MiB store), or it could no longer grow
+    if (r.status !== 200) { await sleep(100); continue; }
+    const m = JSON.parse(body);
+    if (m.shape[2] > s.maxSent) fail(`map ${s.mapId} of '${s.id}': ${m.shape[2]} rows, the sequence was sent at most ${s.maxSent}`);
+    if (m.shape[2] !== rows || m.version !== version) await req('map render', `/v2/maps/${s.mapId}/attention?h=${pick(4)}&max=16`);
+    rows = m.shape[2];
+    version = m.version;
+  }
+}
+
+// ---- gRPC ---------------------------------------------------------------
+const INFER = '/inference.GRPCInferenceService/ModelInfer';
+const STREAM = '/inference.GRPCInferenceService/ModelStreamInfer';
+const seedT = [['q', [2, 4], [2, 0, 2, 0, 0, 4, 0, 2]], ['k', [2, 4], [1, 0, 1, 0, 0, 1, 0, 0]], ['v', [2, 2], [1, 2, 3, 0]]];
+const seedMsg = Buffer.concat([str(1, 'sdpa'),
+  ...seedT.map(([n, s]) => ld(5, Buffer.concat([str(1, n), str(2, 'FP32'), packedI64(3, s)]))),
+  ...seedT.map(([, , v]) => ld(7, f32bytes(v)))]);
+const SEED_OUT = f32bytes([1.2384058237075806, 1.7615940570831299, 2.761593818664551, 0.23840582370758057]);
+// demo over t tokens (long enough enough to be cancelled while it runs)
+const demoMsg = (t) => Buffer.concat([str(1, 'demo'), ld(5, Buffer.concat([str(1, 'x'), str(2, 'FP32'), packedI64(3, [1, t, 64])])),
+  ld(6, str(1, 'attention')), ld(7, f32bytes(Array.from({ length: t * 64 }, (_, i) => Math.cos(i) * 0.5)))]);
+const seedOk = (kind, m) => { if (!m || !pbAnswer(m).raw?.equals(SEED_OUT)) fail(`${kind}: not the seed's answer`); };
+
+/** gRPC clients, one kind after another: a unary call checked against the
+ * seed's answer; a demo call cancelled (RST_STREAM) 0-20 ms after it was
+ * sent; a connection destroyed with half a message sent, or right after a
+ * whole one; a stream of 2-6 calls whose answers all come, in order; a
+ * stream cancelled after its first answer; a call with a 1-3 ms
+ * grpc-timeout (its answer or DEADLINE_EXCEEDED). */
+let gSession = null;
+async function grpcClient(i) {
+  gSession = grpcSession(gSession);
+  switch (i % 6) {
+    case 0: {
+      const r = await grpcCall(gSession, INFER, [seedMsg]);
+      if (grpcCount('grpc infer', r) === 200) seedOk('grpc infer', r.msgs[0]);
+      break;
+    }
+    case 1: grpcCount('grpc cancelled', await grpcCall(gSession, INFER, [demoMsg(64 + pick(192))], { cancelMs: pick(20) }), { cancelled: true }); break;
+    case 2: {
+      const s = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
+      s.on('error', () => {});
+      const half = chance(0.5), p = grpcCall(s, chance(0.5) ? INFER : STREAM, [demoMsg(128)], { half });
+      await sleep(half ? 20 : pick(5));
+      s.destroy();
+      await p;
+      note('grpc connection destroyed');
+      break;
+    }
+    case 3: {
+      const n = 2 + pick(5), r = await grpcCall(gSession, STREAM, Array.from({ length: n }, () => seedMsg));
+      if (grpcCount('grpc stream', r) !== 200) break;
+      if (r.msgs.length !== n) fail(`grpc stream: ${r.msgs.length} answers to ${n} requests`);
+      for (const m of r.msgs) {
+        const f = fields(m);
+        const err = f[1] ? f[1][0].toString() : '';
+        if (err && !/memory|queue/.test(err)) fail(`grpc stream: '${err}'`);
+        else if (!err) seedOk('grpc stream', f[2][0]);
+      }
+      break;
+    }
+    case 4: grpcCount('grpc stream cancelled', await grpcCall(gSession, STREAM, [seedMsg, demoMsg(256), seedMsg], { cancelMs: 1 + pick(10) }), { cancelled: true }); break;
+    default: {
+      const r = await grpcCall(gSession, INFER, [demoMsg(256)], { timeout: `${1 + pick(3)}m` });
+      grpcCount('grpc short deadline', r, { deadline: true });
+    }
+  }
+}
 
 const workers = {
   async small() { await req('small infer', '/v2/models/tiny/infer', json({ inputs: [fp32('x', X.shape, X.x)], parameters: { causal: true } })); },
@@ -118,6 +498,22 @@ const workers = {
       });
     });
   },
+  async seq() { // one sequence, start to finish
+    const s = newSeq();
+    if (!await step(s, 0, 1 + pick(8), { start: true }, ['json', 'binary', 'grpc', 'vanish', 'short'][pick(5)])) return;
+    await stepSome(s, 1 + pick(12));
+    await finish(s);
+  },
+  async seqmap() { // a retained sequence stepped at a decoder's pace, a page following its map
+    const s = newSeq(), stop = { done: false };
+    if (!await step(s, 0, 1 + pick(8), { start: true, retain: true }, 'json')) return;
+    const f = follow(s, stop);
+    await stepSome(s, 3 + pick(10), { gap: () => 20 + pick(200) });
+    stop.done = true;
+    await f;
+    await finish(s);
+  },
+  grpc: grpcClient,
 };
 
 const fd0 = fds();
@@ -125,16 +521,64 @@ const samples = [];
 const t0 = Date.now();
 const end = t0 + SECONDS * 1000;
 const sampler = setInterval(() => { samples.push({ t: (Date.now() - t0) / 1000, rss: rss(), fds: fds() }); }, SAMPLE_MS);
-const loops = Object.entries({ small: 4, large: 1, retain: 2, upload: 1, bad: 2, slow: 2, vanish: 1 }).flatMap(([name, n]) =>
-  Array.from({ length: n }, async (_, w) => {
+const loops = Object.entries({ small: 3, large: 1, retain: 2, upload: 1, bad: 1, slow: 2, vanish: 1, seq: 3, seqmap: 1, grpc: 2 }).map(([name, n]) =>
+  [name, Array.from({ length: n }, async (_, w) => {
     for (let i = w; Date.now() < end; i += n) await workers[name](i);
-  }));
-await Promise.all(loops);
+  })]);
+await Promise.all(loops.filter(([name]) => name.startsWith('seq')).flatMap(([, l]) => l));
+
+// ---- what the traffic left: sequences, memory ---------------------------
+// As soon as the sequence clients stopped (the last slow clients take up
+// to header-timeout more): every sequence the soak holds is listed at its
+// length (or, sent its last step at least sequence-idle-ms ago, is gone
+// for that), nothing else is but abandoned ones; once the soak deleted its
+// own, the abandoned ones expire (idle past --sequence-idle-ms, a sweep
+// every quarter of it) and memory-budget, K/V and live sequences go back
+// to 0 once every client stopped.
+seqSession?.close();
+const listed = async () => JSON.parse((await req('seq list', '/v2/sequences')).body || '{"sequences":[]}').sequences;
+const gauge = async (re) => Number(re.exec((await req('metrics', '/metrics')).body.toString())?.[1]);
+const atEnd = { live: seqLive.size, abandoned: 0, expired: 0 };
+const first = await listed(), listedAt = Date.now();
+for (const x of first) {
+  const s = seqLive.get(x.id), a = seqLeft.get(x.id);
+  if (s && x.length !== s.len) fail(`sequence '${x.id}' at the end: length ${x.length}, the soak expects ${s.len}`);
+  else if (!s && a === undefined) fail(`sequence '${x.id}' (length ${x.length}) at the end: the soak holds no such sequence`);
+  else if (a !== undefined && x.length !== a) fail(`abandoned sequence '${x.id}': length ${x.length}, left at ${a}`);
+  if (a !== undefined) atEnd.abandoned++;
+}
+const ids = new Set(first.map((x) => x.id));
+for (const [id, s] of seqLive) {
+  if (!ids.has(id)) {
+    const g = await req('seq get', `/v2/sequences/${encodeURIComponent(id)}`);
+    if (listedAt - s.at >= IDLE_MS && g.status === 404 && /idle/.test(g.body)) { atEnd.expired++; continue; }
+    fail(`sequence '${id}' (length ${s.len}, last step sent ${listedAt - s.at} ms before the list) the soak holds is not listed at the end: ${g.status} ${g.body}`);
+  }
+  const x = await req('seq delete', `/v2/sequences/${encodeURIComponent(id)}`, { method: 'DELETE' });
+  if (x.status !== 200 && ids.has(id)) fail(`DELETE of live sequence '${id}' at the end: ${x.status}`);
+}
+await Promise.all(loops.flatMap(([, l]) => l));
 clearInterval(sampler);
+gSession?.close();
+const expiry = Date.now() + IDLE_MS * 1.25 + 5000 * SLOW;
+let stuck;
+while ((stuck = await listed()).length && Date.now() < expiry) await sleep(250);
+if (stuck.length) fail(`${stuck.length} sequences still listed ${IDLE_MS * 1.25 + 5000 * SLOW} ms after the traffic: ${JSON.stringify(stuck.slice(0, 5))}`);
+let used, kv, liveSeqs;
+for (let k = 0; k < 100; k++) {
+  used = await gauge(/^attnd_memory_budget_used_bytes (\d+)$/m);
+  kv = await gauge(/^attnd_kv_bytes\{model="gqa",version="1"\} (\d+)$/m);
+  liveSeqs = await gauge(/^attnd_sequences_live\{model="gqa",version="1"\} (\d+)$/m);
+  if (!used && !kv && !liveSeqs) break;
+  await sleep(100);
+}
+if (used !== 0) fail(`attnd_memory_budget_used_bytes ${used} once the traffic stopped`);
+if (kv !== 0 || liveSeqs !== 0) fail(`gqa: attnd_kv_bytes ${kv}, attnd_sequences_live ${liveSeqs} once every sequence went`);
 await sleep(8000); // the last slow clients are cut (header-timeout 5 s), keep-alives idle
 samples.push({ t: (Date.now() - t0) / 1000, rss: rss(), fds: fds() });
 const fd1 = fds();
 const e = await d.stop();
+rmSync(dir, { recursive: true, force: true });
 
 if (process.env.SOAK_LOG) writeFileSync(process.env.SOAK_LOG, d.log()); // attnd's whole log
 const mb = (b) => (b / 1048576).toFixed(1);
@@ -146,7 +590,9 @@ const lastMax = Math.max(...samples.slice(-q).map((s) => s.rss));
 const limit = firstMax * (1 + RSS_PCT / 100) + RSS_MB * 1048576;
 console.log(`soak: ${SECONDS} s, ${[...kinds.values()].reduce((a, b) => a + b, 0)} operations: ` +
   [...kinds].map(([k, n]) => `${k} ${n}`).join(', '));
-console.log(`soak: statuses ${[...status].sort((a, b) => a[0] - b[0]).map(([k, n]) => `${k}:${n}`).join(' ')}`);
+console.log(`soak: ${seqN} sequences; at the end ${atEnd.live} live (listed at their lengths, then deleted; ${atEnd.expired} of them idle past sequence-idle-ms, gone), ${atEnd.abandoned} abandoned ones not yet expired (gone within ${IDLE_MS * 1.25} ms); ` +
+  `${ySeen} steps' y checked against a stateless request (worst |diff| ${yWorst.toExponential(1)}); memory-budget used ${used}, gqa K/V ${kv}`);
+console.log(`soak: seed ${SEED}; statuses ${[...status].sort((a, b) => a[0] - b[0]).map(([k, n]) => `${k}:${n}`).join(' ')}`);
 console.log(`soak: RSS first quarter max ${mb(firstMax)} MiB, last quarter max ${mb(lastMax)} MiB (limit ${mb(limit)}); fds before ${fd0}, after ${fd1} (tolerance ${FD_TOL})`);
 assert.equal(e.code, 0, d.log().slice(-3000));
 if (failures.length) console.log(`soak: ${failures.length} failures; attnd's warnings:\n${d.log().split('\n').filter((l) => / (warn|error) /.test(l)).slice(-30).join('\n')}`);
