@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { ATTND, ROOT, REFS, fp32, infer, start } from './helper.mjs';
+import { gqaModels } from './seq_helper.mjs';
 
 const run = (args, env = {}) => spawnSync(ATTND, args, { encoding: 'utf8', env: { ...process.env, ...env }, timeout: 30000 });
 
@@ -30,6 +31,30 @@ test('README settings table is the --help table', () => {
   const help = run(['--help']).stdout.split('\n').filter((l) => l.startsWith('--'));
   const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
   for (const l of help) assert.ok(readme.includes(l), `README lacks: ${l}`);
+});
+
+test('README metrics table is /metrics\' families: name, type and help, in order, none more', async (t) => {
+  const d = await start({ t, dir: gqaModels(), grpc: true });
+  const text = await (await fetch(`${d.url}/metrics`)).text();
+  assert.equal((await d.stop()).code, 0);
+  const fams = [];
+  for (const l of text.split('\n')) {
+    let m;
+    if ((m = /^# HELP (\S+) (.*)$/.exec(l))) fams.push({ name: m[1], help: m[2] });
+    else if ((m = /^# TYPE (\S+) (\S+)$/.exec(l))) {
+      assert.equal(m[1], fams.at(-1).name, `# TYPE ${m[1]} follows its # HELP`);
+      fams.at(-1).type = m[2];
+    }
+  }
+  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+  const block = /\n### Metrics\n[^]*?\n```\n(metric +type +meaning\n[^]*?)```\n/.exec(readme);
+  assert.ok(block, 'README has a ### Metrics section with the table');
+  const rows = block[1].trimEnd().split('\n').slice(1).map((l) => {
+    const m = /^(\S+) +(\S+) +(.*)$/.exec(l);
+    assert.ok(m, `README metrics row: ${l}`);
+    return { name: m[1], type: m[2], help: m[3] };
+  });
+  assert.deepEqual(rows, fams);
 });
 
 test('--version', () => {
