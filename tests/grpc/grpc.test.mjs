@@ -4,12 +4,13 @@
 // status code, the seeds and the PyTorch vectors, streams, batching with
 // REST clients, auth, queue full, deadlines.
 import assert from 'node:assert/strict';
+import http2 from 'node:http2';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import grpc from '@grpc/grpc-js';
 import protoLoader from '@grpc/proto-loader';
 import { REFS, ROOT, infer, maxDiff, start, waitReady } from '../server/helper.mjs';
-import { fields, str, unpackI64 } from './wire.mjs';
+import { fields, frame, ld, packedI64, str, unpackI64 } from './wire.mjs';
 
 const def = protoLoader.loadSync(join(ROOT, 'proto', 'kserve.proto'), {
   keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true,
@@ -212,27 +213,65 @@ test('ModelStreamInfer: in order, an error answers its request only', async () =
   });
 });
 
+/** One call on session h2 whose request messages go in a single write,
+ * so that they reach attnd together (grpc-js's stream writes may arrive
+ * one by one, each answered before the next comes): {status, msgs}, msgs
+ * the fields of each response message. */
+function rawCall2(h2, method, msgs) {
+  return new Promise((res, rej) => {
+    const req = h2.request({ ':method': 'POST', ':path': `/inference.GRPCInferenceService/${method}`,
+      'content-type': 'application/grpc', te: 'trailers' });
+    const chunks = [];
+    let status;
+    req.on('data', (b) => chunks.push(b));
+    req.on('trailers', (t) => { status = Number(t['grpc-status']); });
+    req.on('error', rej);
+    req.on('end', () => {
+      const all = Buffer.concat(chunks), got = [];
+      for (let i = 0; i + 5 <= all.length; i += 5 + all.readUInt32BE(i + 1))
+        got.push(fields(all.subarray(i + 5, i + 5 + all.readUInt32BE(i + 1))));
+      res({ status, msgs: got });
+    });
+    req.end(Buffer.concat(msgs.map((m) => frame(m))));
+  });
+}
+/** A raw ModelInferRequest for tiny: x as raw_input_contents. */
+const tinyRaw = (x, id) => Buffer.concat([str(1, 'tiny'), str(3, id),
+  ld(5, Buffer.concat([str(1, 'x'), str(2, 'FP32'), packedI64(3, x.shape)])), ld(7, f32(x.x))]);
+/** y of a raw ModelInferResponse's fields (raw_output_contents[0]) */
+const rawY = (f) => unf32(f[6][0]);
+
 test('a lone channel\'s calls in flight together go to the pool, not one by one inline', async (t) => {
-  // its own daemon, whose only connection is this channel (start's ready
-  // check would leave a REST connection open)
+  // its own daemon, whose only connection is this HTTP/2 session (start's
+  // ready check would leave a REST connection open)
   const e = await start({ grpc: true, ready: false, t });
-  const g = connect(e);
+  const h2 = http2.connect(`http://127.0.0.1:${e.grpcPort}`);
+  h2.on('error', () => {});
   try {
-    await waitReady(e, async () => (await call(g, 'ServerReady', {}).catch(() => null))?.ready);
+    await waitReady(e, async () => {
+      const r = await rawCall2(h2, 'ServerReady', [Buffer.alloc(0)]).catch(() => null);
+      return r?.status === 0 && r.msgs[0]?.[1]?.[0] === 1n;
+    });
     const x = REFS.self;
-    const got = await stream(g, Array.from({ length: 32 }, (_, i) => ({ ...tiny(x, true), id: `s${i}` })));
-    got.forEach((m, i) => {
-      assert.equal(m.error_message, '');
-      assert.equal(m.infer_response.id, `s${i}`);
-      assert.ok(maxDiff(out(m.infer_response, 'y').data, x.y) < 1e-5);
+    // 32 stream requests in one write: in flight together
+    const got = await rawCall2(h2, 'ModelStreamInfer', Array.from({ length: 32 }, (_, i) => tinyRaw(x, `s${i}`)));
+    assert.equal(got.status, 0);
+    assert.equal(got.msgs.length, 32);
+    got.msgs.forEach((m, i) => {
+      assert.equal(m[1], undefined, m[1] && m[1][0].toString());
+      const r = fields(m[2][0]);
+      assert.equal(r[3][0].toString(), `s${i}`);
+      assert.ok(maxDiff(rawY(r), x.y) < 1e-5);
     });
     // one call alone on the channel runs inline
-    assert.ok(maxDiff(out(await call(g, 'ModelInfer', tiny(x)), 'y').data, x.y) < 1e-5);
+    const one = await rawCall2(h2, 'ModelInfer', [tinyRaw(x, 'one')]);
+    assert.equal(one.status, 0);
+    assert.ok(maxDiff(rawY(one.msgs[0]), x.y) < 1e-5);
     const m = await (await fetch(`${e.url}/metrics`)).text();
     const n = Number(/^attnd_inference_inline_count_total\{model="tiny",version="1"\} (\d+)$/m.exec(m)[1]);
     assert.ok(n >= 1 && n < 33, `${n} of 33 calls ran inline`);
   } finally {
-    g.close();
+    h2.close();
     assert.equal((await e.stop()).code, 0);
   }
 });
