@@ -254,12 +254,12 @@ static void decode_job(srv_job *j)
     if (atomic_load(&j->step.late)) {
         /* answered already (its deadline, its client gone) while it waited
          * for a pool thread: a body no one will see the answer to is not
-         * decoded; decoded() ends the job */
+         * decoded; decoded() ends the job (a status, no request: nothing
+         * more is said) */
         free(j->body);
         j->body = NULL;
         j->undecoded = 1;
         j->status = 499;
-        snprintf(j->err, sizeof j->err, "answered before its decode");
         return;
     }
     rc = (j->door ? j->door->decode : oip_decode)(
