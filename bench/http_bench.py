@@ -556,7 +556,8 @@ def main():
     m = re.search(r"OpenBLAS kernels (\w+)", ver)
     if m and "OPENBLAS_CORETYPE" not in os.environ:
         os.environ["OPENBLAS_CORETYPE"] = m.group(1)
-    # and the malloc setting attnd gives itself (README, "Eighth round"):
+    # and the malloc setting attnd gives itself (bench/ROUNDS.md, "Eighth
+    # round"):
     # every process of the run asks for transparent huge pages alike
     os.environ["GLIBC_TUNABLES"] = thp_tunables(os.environ.get("GLIBC_TUNABLES"))
     print(f"{ver.strip()}; Python peers with OPENBLAS_CORETYPE="

@@ -73,7 +73,7 @@ const char *attn_blas_core_wanted(void)
  * wins) or out is too small. With it glibc's malloc (2.35 and later; older
  * ones ignore it) asks for transparent huge pages (MADV_HUGEPAGE) on what
  * it maps: in a VM that faults each 4 KiB page in at ~3 us a KiB
- * (README, "Eighth round"), a large request's buffers and the weights
+ * (bench/ROUNDS.md, "Eighth round"), a large request's buffers and the weights
  * are faulted in 2 MiB at a time, and the weights take fewer TLB
  * entries. */
 static const char *thp_tunables(char *out, size_t cap)

@@ -27,7 +27,7 @@
  * (16-64 connections of small requests on two cores) the loop thread was
  * preempted 0.7-0.8 times a request by the pool threads it had just
  * woken, each switch costly in a VM; as batch threads they wait for the
- * loop to sleep or its slice to end (README, "Sixth round").
+ * loop to sleep or its slice to end (bench/ROUNDS.md, "Sixth round").
  */
 #include "server/srv.h"
 

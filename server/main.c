@@ -233,7 +233,7 @@ static void on_signal(uv_async_t *h)
  * the kernel (a thread's arena trims past twice its adaptive mmap
  * threshold); every step then faulted its pages in again, ~3 us a KiB in
  * the VM measured: 5-8 ms a step with a 1 MiB map, 0.3-0.7 ms with the
- * memory kept (README, "Tenth round"). GLIBC_TUNABLES naming either
+ * memory kept (bench/ROUNDS.md, "Tenth round"). GLIBC_TUNABLES naming either
  * threshold wins. */
 #define MALLOC_KEEP_BYTES (64 << 20)
 #define MALLOC_MMAP_BYTES (16 << 20)
