@@ -182,14 +182,6 @@ static void on_stop_timer(uv_timer_t *t)
     }
 }
 
-/* srv_check_stop: once draining, stop when nothing is left; deferred to a
- * timer so that it never runs inside an MHD callback. */
-void srv_check_stop(srv *s)
-{
-    if (s->draining && !s->stopping)
-        uv_timer_start(&s->stop_timer, on_stop_timer, 0, 0);
-}
-
 static void on_drain_timeout(uv_timer_t *t)
 {
     srv *s = t->data;
@@ -311,6 +303,7 @@ int main(int argc, char **argv)
     s.loop = uv_default_loop();
     uv_timer_init(s.loop, &s.drain_timer);
     uv_timer_init(s.loop, &s.stop_timer);
+    s.on_stop = on_stop_timer;
     uv_timer_init(s.loop, &s.maps_wait_timer);
     s.drain_timer.data = s.stop_timer.data = s.maps_wait_timer.data = &s;
     uv_async_init(s.loop, &s.sig_async, on_signal);

@@ -289,6 +289,7 @@ void srv_kick(srv *s);
  * read a suspended connection, so this is how a request parked on the loop
  * (a long poll, work queued or running) learns that its client went. */
 int srv_client_went(int fd);
+/* clock.c: CLOCK_MONOTONIC in ns, every layer's clock. Any thread. */
 uint64_t srv_now_ns(void);
 
 /* ---- the server --------------------------------------------------------- */
@@ -321,6 +322,7 @@ struct srv {
     uv_async_t sig_async;  /* main.c: SIGTERM/SIGINT reach the loop */
     uv_timer_t drain_timer;
     uv_timer_t stop_timer;
+    uv_timer_cb on_stop;   /* main.c: its callback, set at start */
     int threads;           /* pool size */
     int port;              /* bound port */
     int draining;          /* SIGTERM seen */
@@ -422,8 +424,14 @@ void srv_maps_wait(srv_req *r, const char *id, const char *wait,
 void srv_maps_wait_drain(srv *s);
 void srv_maps_wait_cancel(srv_req *r);
 
-/* main.c: stop the loop once draining and nothing is left in flight. */
-void srv_check_stop(srv *s);
+/* srv_check_stop: once draining, stop when nothing is left in flight
+ * (main.c's on_stop, deferred to a timer so that it never runs inside an
+ * MHD callback). Every layer whose work ends calls it; none names main.c. */
+static inline void srv_check_stop(srv *s)
+{
+    if (s->draining && !s->stopping)
+        uv_timer_start(&s->stop_timer, s->on_stop, 0, 0);
+}
 
 /* busy_poll.c: the loop polls instead of sleeping for --busy-poll-us after
  * activity (srv_busy_poll_touch: a network event, a finished pool job)
