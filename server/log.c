@@ -8,12 +8,12 @@
  * its write; a daemon message, or a buffer half full, wakes the writer at
  * once. Why: a write(2) per request on the loop thread, with the line's
  * formatting, was ~5 us of its ~45 a request at 16 connections
- * (bench/ROUNDS.md, "Eighth round"), and a stderr that blocks (a full pipe to a stalled log
- * collector) must not stop the loop: past --log-buffer bytes waiting,
- * lines are dropped, counted (attnd_log_lines_dropped_total) and reported
- * once the writer catches up. Lines that stderr refuses (a pipe whose
- * reader went, a log file on a full disk) are counted there too. Any
- * thread may log.
+ * (bench/ROUNDS.md, "Eighth round"), and a stderr that blocks (a full pipe
+ * to a stalled log collector) must not stop the loop: past --log-buffer
+ * bytes waiting, lines are dropped, counted (attnd_log_lines_dropped_total)
+ * and reported once the writer catches up. Lines that stderr refuses (a
+ * pipe whose reader went, a log file on a full disk) are counted there
+ * too. Any thread may log.
  */
 #include "server/srv.h"
 
