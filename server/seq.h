@@ -134,7 +134,9 @@ void srv_seq_expire(srv *s);
 /* srv_seq_drop_model: e's instance changes (unload, reload): its sequences
  * are dropped ("unloaded"). */
 void srv_seq_drop_model(srv_entry *e);
-/* srv_seq_delete: DELETE /v2/sequences/{id}: 0, or -1 when not live. */
+/* srv_seq_delete: DELETE /v2/sequences/{id}: 0, or -1 when not live (nor
+ * when already being dropped behind its running step: the first reason
+ * stands, this DELETE would drop nothing; srv_seq_get says how it went). */
 int srv_seq_delete(srv *s, const char *id, char *model_out);
 
 /* One live sequence for listings. */

@@ -206,7 +206,7 @@ static void on_idle(uv_timer_t *t)
 int srv_seq_delete(srv *s, const char *id, char *model_out)
 {
     srv_seq *l = srv__seq_find(s->seqs, id);
-    if (!l || !l->live)
+    if (!l || !l->live || l->kill) /* being dropped: as GET and the list */
         return -1;
     snprintf(model_out, SRV_NAME_MAX, "%s", l->e->name);
     srv__seq_drop(s->seqs, l, SRV_DROP_DELETED);

@@ -77,13 +77,15 @@ void srv_seq_h_get(srv_req *r)
 }
 
 /* DELETE /v2/sequences/{id}: the sequence's pages go back now (or when its
- * running step ends); its later steps answer 400 unknown. */
+ * running step ends); its later steps answer 400 unknown. 404 saying how
+ * it went (as GET) when it is not live or already being dropped. */
 void srv_seq_h_delete(srv_req *r)
 {
-    char name[SRV_NAME_MAX];
+    char name[SRV_NAME_MAX], msg[512];
+    srv_seq_info info;
     if (srv_seq_delete(r->s, r->arg[0], name) < 0) {
-        srv_respond_error(r, 404, "sequence '%s': not live (unknown, ended "
-                          "or expired)", r->arg[0]);
+        srv_seq_get(r->s, r->arg[0], &info, msg, sizeof msg);
+        srv_respond_error(r, 404, "%s", msg);
         return;
     }
     snprintf(r->model, sizeof r->model, "%s", name);

@@ -631,6 +631,46 @@ test('a step past its deadline (504) leaves the sequence as it was', async () =>
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
+test('a sequence being dropped behind its running step is not live to a DELETE either: 404 saying so, as GET', async () => {
+  // A step of many tokens holds the one instance (as in the deadline test
+  // above) while its sequence is deleted, or its model reloaded: the
+  // sequence goes when the step ends, and meanwhile GET is 404 "is being
+  // dropped". A DELETE then used to be 200 although it dropped nothing
+  // (the first reason stands): a second DELETE, or one after the reload,
+  // answered 200 and attnd_sequences_dropped_total{reason="deleted"} did
+  // not count it. (--threads 3: the reload's load needs a pool thread
+  // beside the step's batch.)
+  const d = await start({ dir: gqaModels(), args: ['--instances', '1', '--solo-max-weights', '0', '--threads', '3'] });
+  try {
+    const T = 16384, big = Array.from({ length: T * D }, (_, k) => ((k * 7919) % 200) / 100 - 1);
+    const running = async () => /^attnd_pool_jobs ([2-9]|\d\d+)$/m.test(await (await fetch(`${d.url}/metrics`)).text());
+    const del = async (id) => { const r = await fetch(`${d.url}/v2/sequences/${id}`, { method: 'DELETE' }); return { status: r.status, text: await r.text() }; };
+    for (const [id, first, why] of [['twice', 'delete', 'deleted'], ['reloaded', 'reload', 'its model reloaded or unloaded']]) {
+      assert.equal((await infer(d, 'gqa', stepBody(id, tokens(1, 40), { start: true }))).status, 200);
+      const step = send(`${d.url}/v2/models/gqa/infer`, JSON.stringify({
+        inputs: [fp32('x', [1, T, D], big)], outputs: [{ name: 'y' }], parameters: { sequence_id: id, causal: false } }));
+      let seen = false;
+      for (let i = 0; i < 4000 && !(seen = await running()); i++) await sleep(5);
+      assert.ok(seen, `${id}: the long step's batch never ran`);
+      if (first === 'delete') assert.equal((await del(id)).status, 200);
+      else assert.equal((await fetch(`${d.url}/v2/repository/models/gqa/load`, { method: 'POST' })).status, 200);
+      const g = await fetch(`${d.url}/v2/sequences/${id}`);
+      assert.equal(g.status, 404);
+      assert.match(await g.text(), new RegExp(`is being dropped \\(${why}\\)`), `${id}: the step ended before the ${first}`);
+      const again = await del(id);
+      assert.equal(again.status, 404, `${id}: DELETE after the ${first}: ${again.text}`);
+      assert.match(again.text, new RegExp(`sequence '${id}' is being dropped \\(${why}\\)`));
+      const r = await step;
+      assert.equal(r.status, 200, JSON.stringify(r.json).slice(0, 300));
+      assert.equal(r.json.parameters.sequence_length, 1 + T);
+      assert.match(await (await fetch(`${d.url}/v2/sequences/${id}`)).text(), new RegExp(`at ${1 + T} tokens: ${why}`));
+    }
+    assert.equal(await metric(d, 'attnd_sequences_dropped_total', 'gqa', ',reason="deleted"'), 1);
+    assert.equal(await metric(d, 'attnd_sequences_dropped_total', 'gqa', ',reason="unloaded"'), 1);
+    assert.equal((await del('twice')).status, 404);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
 test('continuous batching: steps of different sequences and stateless requests share a batch, two of one never', async () => {
   const delay = 300000 * SLOW; // us: long enough for every request below to arrive
   const d = await start({ dir: gqaModels(), args: ['--batch-delay-us', String(delay), '--max-batch', '8'] });

@@ -227,6 +227,8 @@ START_TEST(delete_now_or_after_the_running_step)
     ck_assert_int_eq(launch(b), 0);
     ck_assert_int_eq(srv_seq_delete(&g_s, "d", owner), 0);
     srv_seq_drop_model(M1);
+    /* being dropped: not live to a second DELETE either (as to GET) */
+    ck_assert_int_eq(srv_seq_delete(&g_s, "d", owner), -1);
     ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_DELETED], 2);
     ck_assert_int_eq(info("d", NULL), 0); /* not listed any more */
     ck_assert_int_eq(srv_seq_get(&g_s, "d", &i, msg, sizeof msg), -1);
