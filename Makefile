@@ -305,9 +305,11 @@ fuzz:
 # Mixed traffic against one attnd (tests/server/soak.mjs: small and large
 # infers, retains and map reads, uploads and unloads, bad requests, slow and
 # vanishing clients, sequence steps over REST and gRPC with rewinds, lost
-# answers, ends, DELETEs and abandons, long polls on a growing map, gRPC
-# calls cancelled or cut), RSS and fds sampled every SOAK_SAMPLE_MS; fails on
-# a 5xx other than 503, a wrong sequence_length, a sanitizer report (make
+# answers, ends, DELETEs and abandons, DELETEs and model reloads racing
+# steps in flight, long polls on a growing map, gRPC calls cancelled or
+# cut), RSS and fds sampled every SOAK_SAMPLE_MS; fails on a 5xx other than
+# 503, a wrong sequence_length, a race outcome README does not list, drop
+# counters that do not add up, a sanitizer report (make
 # SANITIZER=address soak), sequences at the end other than those the soak
 # holds or abandoned (which must expire), memory-budget not back to 0, fds
 # not back to where they were, or RSS not flat (see the script's header).

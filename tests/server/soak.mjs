@@ -13,6 +13,11 @@
 // appends goes without sequence_position), then an end, a DELETE, an
 // abandon (it must expire: --sequence-idle-ms SOAK_SEQ_IDLE_MS, 4000) or
 // an end followed by a step to the ended sequence (must be 400 or 409);
+// races (README, Sequences, "Races"): a DELETE (sometimes two) against a
+// step of its sequence in flight, and a reload (or an unload and a load)
+// of gqar, a copy of gqa only that race uses, against steps of its
+// sequences and a start, each step's answer and the sequence's end
+// (GET, a further step: how it went, at how many tokens) checked;
 // retained sequences stepped slowly while a page-like follower long-polls
 // their map (?wait=N, sometimes &version=V, then a pooled /attention),
 // some followers leaving mid-wait; gRPC calls (ModelInfer, checked against
@@ -30,7 +35,10 @@
 // sent sequence-idle-ms before the list, GET /v2/sequences/{id} saying so)
 // and nothing else is but abandoned ones, which are gone within
 // SOAK_SEQ_IDLE_MS + a sweep once the soak deleted its own, and
-// attnd_memory_budget_used_bytes is back to 0 once the traffic stopped; open
+// attnd_memory_budget_used_bytes is back to 0 once the traffic stopped
+// (gqa's and gqar's K/V and live sequences too), started = ended +
+// dropped for both models, the "deleted" and "unloaded" drops are those
+// the soak saw (and every count of gqar's is); open
 // fds once the traffic stopped equal those before it (+- SOAK_FD_TOL, 4),
 // and RSS is flat: the largest sample of the last quarter is at most the
 // largest of the first quarter (after warm-up) times 1 + SOAK_RSS_PCT/100
@@ -38,7 +46,7 @@
 import assert from 'node:assert/strict';
 import http2 from 'node:http2';
 import { connect } from 'node:net';
-import { readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { REFS, ROOT, SLOW, binaryRequest, f32bytes, fp32, maxDiff, mulberry32, parseBinary, start } from './helper.mjs';
 import { D as SD, gqaModels, tokens } from './seq_helper.mjs';
@@ -58,8 +66,12 @@ const chance = (p) => rnd() < p;
 
 // Every client here is 127.0.0.1 (undici's pool grows with the load):
 // --max-connections-per-ip 0, as behind a proxy. SOAK_ARGS adds flags. The
-// models folder: the fixtures, demo and gqa (seq_helper.mjs).
+// models folder: the fixtures, demo and gqa (seq_helper.mjs), and RM, a
+// copy of gqa that only the reload race uses (reloading gqa would drop
+// every other client's sequences).
 const dir = gqaModels();
+const RM = 'gqar';
+cpSync(join(dir, 'gqa'), join(dir, RM), { recursive: true });
 const d = await start({ dir, grpc: true, args: ['--header-timeout', '5', '--min-body-rate', '1000', '--batch-delay-us', '500',
   '--maps-bytes', '4194304', '--max-connections-per-ip', '0', '--sequence-idle-ms', String(IDLE_MS),
   ...(process.env.SOAK_ARGS || '').split(' ').filter(Boolean)] });
@@ -205,7 +217,7 @@ async function send(s, pos, xs, o, how) {
       c.on('error', () => {});
       c.on('close', res);
       c.on('connect', () => {
-        c.write(`POST /v2/models/gqa/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`);
+        c.write(`POST /v2/models/${s.model}/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`);
         c.write(how === 'half' ? body.subarray(0, body.length >> 1) : body, () => setTimeout(() => c.destroy(), how === 'half' ? 20 : pick(3)));
       });
     });
@@ -214,7 +226,7 @@ async function send(s, pos, xs, o, how) {
   }
   if (how === 'grpc' || how === 'grpcshort') {
     const p = stepParams(s, pos, o);
-    const msg = Buffer.concat([str(1, 'gqa'), ...Object.entries(p).map(([k, v]) => pbParam(k, v)),
+    const msg = Buffer.concat([str(1, s.model), ...Object.entries(p).map(([k, v]) => pbParam(k, v)),
       ld(5, Buffer.concat([str(1, 'x'), str(2, 'FP32'), packedI64(3, [1, xs.length / SD, SD])])),
       ld(6, str(1, 'y')), ld(7, f32bytes(xs))]);
     seqSession = grpcSession(seqSession);
@@ -233,7 +245,7 @@ async function send(s, pos, xs, o, how) {
     })()
     : { body: stepJson(s, pos, xs, o), headers: stepHeaders(s) };
   try {
-    const r = await fetch(`${d.url}/v2/models/gqa/infer`, { method: 'POST', ...init,
+    const r = await fetch(`${d.url}/v2/models/${s.model}/infer`, { method: 'POST', ...init,
       signal: AbortSignal.timeout(how === 'short' ? 1 + pick(8) : 30000 * SLOW) });
     const buf = Buffer.from(await r.arrayBuffer());
     count(kind, r.status);
@@ -256,7 +268,7 @@ async function send(s, pos, xs, o, how) {
 /** A stateless causal request over rows: the y a step's rows must match. */
 async function checkY(s, pos, t, y) {
   const n = s.hist.length / SD;
-  const r = await req('seq reference', '/v2/models/gqa/infer', json({ inputs: [fp32('x', [1, n, SD], s.hist)], parameters: { causal: true } }));
+  const r = await req('seq reference', `/v2/models/${s.model}/infer`, json({ inputs: [fp32('x', [1, n, SD], s.hist)], parameters: { causal: true } }));
   if (r.status !== 200) return;
   const ref = JSON.parse(r.body).outputs[0].data.slice(pos * SD, (pos + t) * SD);
   const diff = maxDiff(y, ref);
@@ -290,11 +302,12 @@ async function step(s, pos, t, o = {}, how = 'json') {
     // an end sent again after the first was carried out: it was done
     if (r.status === -1 || !o.end || !(r.status === 400 || r.status === 409) || !/ended/.test(r.message)) continue;
     note('seq end already carried out');
+    seen(s).ended++;
     return drop(s);
   }
   if (r.status !== 200) {
     if (r.status) fail(`sequence '${s.id}' step at ${pos} (+${t}${o.start ? ', start' : ''}${o.end ? ', end' : ''}, ${how}): ${r.status} ${r.message || ''}`);
-    if (!o.start || seqLive.has(String(s.id))) await req('seq delete', `/v2/sequences/${encodeURIComponent(s.id)}`, { method: 'DELETE' });
+    if (!o.start || seqLive.has(String(s.id))) await del(s);
     return drop(s);
   }
   if (r.len !== pos + t) fail(`sequence '${s.id}' step at ${pos} (+${t}, ${how}): sequence_length ${r.len}, expected ${pos + t}`);
@@ -303,7 +316,8 @@ async function step(s, pos, t, o = {}, how = 'json') {
   s.last = { pos, t };
   s.at = s.sentAt; // the server saw it no earlier: idle for less than now - s.at
   if (r.mapId) s.mapId = r.mapId;
-  if (o.end) return drop(s);
+  if (o.start) seen(s).started++;
+  if (o.end) { seen(s).ended++; return drop(s); }
   seqLive.set(String(s.id), s);
   if (r.y && chance(0.25)) await checkY(s, pos, t, r.y);
   return true;
@@ -311,10 +325,25 @@ async function step(s, pos, t, o = {}, how = 'json') {
 function drop(s) { seqLive.delete(String(s.id)); s.gone = true; return false; }
 
 /** A new sequence's record: numbers and strings as ids, sometimes also
- * in the Attnd-Sequence-Id header. */
-function newSeq() {
+ * in the Attnd-Sequence-Id header; on gqa unless told. */
+function newSeq(model = 'gqa') {
   const n = ++seqN;
-  return { n, id: n % 3 ? `soak-${SEED}-${n}` : SEED * 1000 + n, len: 0, hist: [], k: 0, header: chance(0.2) };
+  return { n, id: n % 3 ? `soak-${SEED}-${n}` : SEED * 1000 + n, model, len: 0, hist: [], k: 0, header: chance(0.2) };
+}
+
+/** What the soak saw happen to its sequences, per model, to hold
+ * attnd_sequences_*_total to at the end: starts and ends answered 200,
+ * drops it knows the reason of (a DELETE answered 200 is one "deleted"
+ * drop, but for a racing end step carried out first: see seqdelete). */
+const SEEN = new Map();
+const seen = (s) => {
+  if (!SEEN.has(s.model)) SEEN.set(s.model, { started: 0, ended: 0, deleted: 0, unloaded: 0 });
+  return SEEN.get(s.model);
+};
+async function del(s, kind = 'seq delete') {
+  const x = await req(kind, `/v2/sequences/${encodeURIComponent(s.id)}`, { method: 'DELETE' });
+  if (x.status === 200) seen(s).deleted++;
+  return x;
 }
 
 /** Steps: mostly one token, sometimes several; sometimes over gRPC or the
@@ -342,7 +371,7 @@ async function finish(s) {
   const r = rnd();
   if (r < 0.25) { await step(s, s.len, 1, { end: true }, ['json', 'binary', 'vanish', 'short'][pick(4)]); return; }
   if (r < 0.5) {
-    const x = await req('seq delete', `/v2/sequences/${encodeURIComponent(s.id)}`, { method: 'DELETE' });
+    const x = await del(s);
     if (x.status !== 200) fail(`DELETE of live sequence '${s.id}': ${x.status}`);
     drop(s);
     return;
@@ -351,9 +380,178 @@ async function finish(s) {
   await step(s, s.len, 1, { end: true }, 'json');
   if (!s.gone) return;
   const pos = chance(0.5) ? s.len : s.last.pos;
-  const x = await req('seq step after end', '/v2/models/gqa/infer',
+  const x = await req('seq step after end', `/v2/models/${s.model}/infer`,
     { method: 'POST', headers: stepHeaders(s), body: stepJson(s, pos, tokens(1, s.n), {}) });
   if (x.status !== 400 && x.status !== 409) fail(`a step to ended sequence '${s.id}' at ${pos}: ${x.status}, expected 400 or 409`);
+}
+
+// ---- races: a DELETE, and a reload, against steps in flight -------------
+// README, "Sequences", Races: what a client may see. Every outcome is
+// tallied in RACES (printed in the summary).
+const RACES = { del: 0, delRan: 0, delBefore: 0, delEnded: 0, delEnded404: 0, del503: 0,
+  reload: 0, unload: 0, relRan: 0, relBefore: 0, relAway: 0, freshOld: 0, freshNew: 0, freshAway: 0 };
+const stepHow = () => ['json', 'binary', 'grpc'][pick(3)];
+const UNLOADED = 'its model reloaded or unloaded';
+const ENDED = 'a step with sequence_end was answered';
+
+/** After a race: s is gone, remembered at n tokens for why (a drop's
+ * reason as the daemon words it, or ENDED): GET /v2/sequences/{id} is 404
+ * and a further step at n is 400, both saying so. */
+async function goneAs(s, n, why, what) {
+  const at = new RegExp(`at ${n} tokens: ${why}`);
+  const g = await req('seq race get', `/v2/sequences/${encodeURIComponent(s.id)}`);
+  if (g.status !== 404 || !at.test(g.body)) fail(`${what}: GET /v2/sequences/${s.id}: ${g.status} ${g.body.toString().slice(0, 200)}, expected 404 '... at ${n} tokens: ${why}'`);
+  const x = await send(s, n, tokens(1, s.n), {}, stepHow());
+  if (x.status !== 400 || !at.test(x.message)) fail(`${what}: a further step at ${n}: ${x.status} ${x.message}, expected 400 '... at ${n} tokens: ${why}'`);
+  drop(s);
+}
+
+/**
+ * A DELETE racing a step of its sequence: a sequence of a few steps,
+ * then a step (t tokens at its length, sometimes further back, a quarter
+ * of them with sequence_end) and a DELETE sent 0-3 ms apart, either
+ * first. The DELETE is 200, or 404 once an end step was carried out; the
+ * step 200 at pos + t (it ran before the DELETE came, or while it came),
+ * 400 saying "deleted" (it came to its sequence after the DELETE) or 503
+ * (it changed nothing). Then the sequence is gone at pos + t tokens if
+ * the step was carried out, else at the length before: "deleted", or
+ * "ended" when the step that was carried out had sequence_end (a DELETE
+ * that came while it ran is then 200 and changes nothing).
+ */
+async function deleteRace() {
+  const s = newSeq();
+  if (!await step(s, 0, 1 + pick(8), { start: true }, 'json')) return;
+  for (let k = pick(3); k > 0 && !s.gone; k--) await step(s, s.len, 1 + pick(3), {}, stepHow());
+  if (s.gone || Date.now() >= end) return;
+  const L = s.len, t = 1 + pick(8), pos = chance(0.3) && L > 1 ? 1 + pick(L - 1) : L, endIt = chance(0.25);
+  const xs = tokens(t, SEED + ++s.k * 7919 + s.n), lead = pick(6) - 2; // ms the DELETE follows the step (< 0: precedes)
+  const deleting = (ms) => (async () => { await sleep(ms); return req('seq race delete', `/v2/sequences/${encodeURIComponent(s.id)}`, { method: 'DELETE' }); })();
+  const [r, x, x2] = await Promise.all([
+    (async () => { if (lead < 0) await sleep(-lead); return send(s, pos, xs, { end: endIt }, stepHow()); })(),
+    deleting(Math.max(0, lead)),
+    chance(0.3) ? deleting(Math.max(0, lead) + pick(3)) : { status: 404 }, // a second DELETE: 404 (gone, or being dropped)
+  ]);
+  const what = `DELETE racing a step at ${pos} (+${t}${endIt ? ', end' : ''}) of '${s.id}' (${L} tokens)`;
+  const ran = r.status === 200, ended = ran && endIt, oks = [x, x2].filter((y) => y.status === 200).length;
+  if (ran && r.len !== pos + t) fail(`${what}: sequence_length ${r.len}, expected ${pos + t}`);
+  if (!ran && !(r.status === 400 && /deleted/.test(r.message)) && r.status !== 503) fail(`${what}: the step ${r.status} ${r.message}`);
+  if ([x, x2].some((y) => y.status !== 200 && y.status !== 404) || oks > 1 || (oks === 0 && !ended)) fail(`${what}: the DELETEs ${x.status} ${x.body}, ${x2.status} ${x2.body || ''}`);
+  RACES.del++;
+  RACES[ended ? (oks ? 'delEnded' : 'delEnded404') : ran ? 'delRan' : r.status === 503 ? 'del503' : 'delBefore']++;
+  if (ended) seen(s).ended++;
+  else seen(s).deleted++;
+  if (ran) {
+    s.hist = [...s.hist.slice(0, pos * SD), ...xs];
+    if (r.y && chance(0.25)) await checkY(s, pos, t, r.y);
+  }
+  await goneAs(s, ran ? pos + t : L, ended ? ENDED : 'deleted', what);
+}
+
+/** Is r the answer of a request that came while RM was unloaded (404) or
+ * loading again (503)? */
+const away = (r) => (r.status === 404 && /not loaded/.test(r.message)) || (r.status === 503 && /still loading/.test(r.message));
+
+/**
+ * A model reloaded (or unloaded, then loaded) while steps of its
+ * sequences are in flight, on RM, which no other client uses (so every
+ * count of its sequences is known): 2-6 sequences started and stepped a
+ * little; then each sends a step (at its length, sometimes further
+ * back), sometimes a new sequence its start, and the model is reloaded,
+ * all 0-3 ms apart. A step is 200 at pos + t (it ran on the old weights
+ * before the reload, or while it came), 400 saying "its model reloaded or
+ * unloaded" (it came to its sequence after), 503 (it changed nothing),
+ * or, with an unload, 404 "not loaded" or 503 "still loading" (it came
+ * while there was no model); every such sequence is then gone,
+ * "unloaded", at pos + t tokens or at its length before. The new start
+ * is 200 (or 404 / 503 so), and a further step says whether it began on
+ * the old weights (400: gone, "unloaded", at its tokens) or the new
+ * (200). Some gone sequences begin again (sequence_start); every live one
+ * then ends or is deleted.
+ */
+async function reloadRace() {
+  const ss = Array.from({ length: 2 + pick(5) }, () => newSeq(RM));
+  await Promise.all(ss.map(async (s) => {
+    if (!await step(s, 0, 1 + pick(8), { start: true }, stepHow())) return;
+    for (let k = pick(3); k > 0 && !s.gone; k--) await step(s, s.len, 1 + pick(3), {}, stepHow());
+  }));
+  const live = ss.filter((s) => !s.gone), unload = chance(0.4), fresh = chance(0.5) ? newSeq(RM) : null;
+  const racing = live.map(async (s) => {
+    const L = s.len, t = 1 + pick(8), pos = chance(0.3) && L > 1 ? 1 + pick(L - 1) : L;
+    const xs = tokens(t, SEED + ++s.k * 7919 + s.n);
+    await sleep(pick(4));
+    return { s, L, t, pos, xs, r: await send(s, pos, xs, {}, stepHow()) };
+  });
+  const starting = fresh && (async () => {
+    const t = 1 + pick(8), xs = tokens(t, SEED + ++fresh.k * 7919 + fresh.n);
+    await sleep(pick(4));
+    return { t, xs, r: await send(fresh, 0, xs, { start: true }, stepHow()) };
+  })();
+  const reloading = (async () => {
+    await sleep(pick(4));
+    if (unload) {
+      const u = await req('seq race unload', `/v2/repository/models/${RM}/unload`, { method: 'POST' });
+      if (u.status !== 200) fail(`unload of ${RM} mid-sequence: ${u.status} ${u.body}`);
+      await sleep(pick(3));
+    }
+    const l = await req('seq race load', `/v2/repository/models/${RM}/load`, { method: 'POST' });
+    if (l.status !== 200) fail(`load of ${RM} mid-sequence: ${l.status} ${l.body}`);
+    // its sequences are gone, or being dropped behind a running step: a
+    // DELETE now is 404 (one used to be 200 then, and dropped nothing)
+    if (live.length && chance(0.5)) {
+      const s = live[pick(live.length)], x = await req('seq race delete', `/v2/sequences/${encodeURIComponent(s.id)}`, { method: 'DELETE' });
+      if (x.status !== 404 || !x.body.includes(UNLOADED)) fail(`DELETE of '${s.id}' once ${RM} was ${unload ? 'unloaded and loaded' : 'reloaded'}: ${x.status} ${x.body}`);
+    }
+  })();
+  const raced = await Promise.all(racing), f = fresh && await starting;
+  await reloading;
+  RACES[unload ? 'unload' : 'reload']++;
+  const how = unload ? 'unload and load' : 'reload';
+  for (const { s, L, t, pos, xs, r } of raced) {
+    const what = `${how} of ${RM} racing a step at ${pos} (+${t}) of '${s.id}' (${L} tokens)`;
+    const ran = r.status === 200, gap = unload && away(r);
+    if (ran && r.len !== pos + t) fail(`${what}: sequence_length ${r.len}, expected ${pos + t}`);
+    if (!ran && !gap && !(r.status === 400 && r.message.includes(UNLOADED)) && r.status !== 503) fail(`${what}: ${r.status} ${r.message}`);
+    if (ran) s.hist = [...s.hist.slice(0, pos * SD), ...xs];
+    RACES[ran ? 'relRan' : gap ? 'relAway' : 'relBefore']++;
+    seen(s).unloaded++;
+    await goneAs(s, ran ? pos + t : L, UNLOADED, what);
+  }
+  const back = [];
+  if (f) {
+    const what = `a start of '${fresh.id}' racing the ${how} of ${RM}`;
+    if (f.r.status === 200) {
+      if (f.r.len !== f.t) fail(`${what}: sequence_length ${f.r.len}, expected ${f.t}`);
+      seen(fresh).started++;
+      Object.assign(fresh, { len: f.t, hist: f.xs, last: { pos: 0, t: f.t }, at: Date.now() });
+      const xs = tokens(1, SEED + ++fresh.k * 7919 + fresh.n), x = await send(fresh, f.t, xs, {}, stepHow());
+      if (x.status === 200 && x.len === f.t + 1) {
+        RACES.freshNew++;
+        Object.assign(fresh, { len: f.t + 1, hist: [...f.xs, ...xs], last: { pos: f.t, t: 1 } });
+        seqLive.set(String(fresh.id), fresh);
+        back.push(fresh);
+      } else if (x.status === 400 && new RegExp(`at ${f.t} tokens: ${UNLOADED}`).test(x.message)) {
+        RACES.freshOld++;
+        seen(fresh).unloaded++;
+        drop(fresh);
+      } else {
+        fail(`${what}: 200, then a step at ${f.t}: ${x.status} ${x.message || `sequence_length ${x.len}`}`);
+      }
+    } else if (!(unload && away(f.r)) && f.r.status !== 503) {
+      fail(`${what}: ${f.r.status} ${f.r.message}`);
+    } else {
+      RACES.freshAway++;
+    }
+  }
+  for (const { s } of raced) {
+    if (!chance(0.3)) continue;
+    Object.assign(s, { gone: false, len: 0, hist: [] }); // begun again on the new weights
+    if (await step(s, 0, 1 + pick(8), { start: true }, stepHow())) back.push(s);
+  }
+  for (const s of back) {
+    if (chance(0.5)) await step(s, s.len, 1, { end: true }, stepHow());
+    else if ((await del(s)).status !== 200) fail(`DELETE of live sequence '${s.id}' of ${RM}: not 200`);
+    else drop(s);
+  }
 }
 
 /** A page following a retained sequence's map: one long poll at a time
@@ -514,6 +712,8 @@ const workers = {
     await finish(s);
   },
   grpc: grpcClient,
+  seqdelete: deleteRace,
+  seqreload: reloadRace,
 };
 
 const fd0 = fds();
@@ -521,7 +721,7 @@ const samples = [];
 const t0 = Date.now();
 const end = t0 + SECONDS * 1000;
 const sampler = setInterval(() => { samples.push({ t: (Date.now() - t0) / 1000, rss: rss(), fds: fds() }); }, SAMPLE_MS);
-const loops = Object.entries({ small: 3, large: 1, retain: 2, upload: 1, bad: 1, slow: 2, vanish: 1, seq: 3, seqmap: 1, grpc: 2 }).map(([name, n]) =>
+const loops = Object.entries({ small: 3, large: 1, retain: 2, upload: 1, bad: 1, slow: 2, vanish: 1, seq: 3, seqmap: 1, seqdelete: 1, seqreload: 1, grpc: 2 }).map(([name, n]) =>
   [name, Array.from({ length: n }, async (_, w) => {
     for (let i = w; Date.now() < end; i += n) await workers[name](i);
   })]);
@@ -554,7 +754,7 @@ for (const [id, s] of seqLive) {
     if (listedAt - s.at >= IDLE_MS && g.status === 404 && /idle/.test(g.body)) { atEnd.expired++; continue; }
     fail(`sequence '${id}' (length ${s.len}, last step sent ${listedAt - s.at} ms before the list) the soak holds is not listed at the end: ${g.status} ${g.body}`);
   }
-  const x = await req('seq delete', `/v2/sequences/${encodeURIComponent(id)}`, { method: 'DELETE' });
+  const x = await del(s);
   if (x.status !== 200 && ids.has(id)) fail(`DELETE of live sequence '${id}' at the end: ${x.status}`);
 }
 await Promise.all(loops.flatMap(([, l]) => l));
@@ -564,16 +764,32 @@ const expiry = Date.now() + IDLE_MS * 1.25 + 5000 * SLOW;
 let stuck;
 while ((stuck = await listed()).length && Date.now() < expiry) await sleep(250);
 if (stuck.length) fail(`${stuck.length} sequences still listed ${IDLE_MS * 1.25 + 5000 * SLOW} ms after the traffic: ${JSON.stringify(stuck.slice(0, 5))}`);
-let used, kv, liveSeqs;
+let used, kv, liveSeqs, text;
+const metric = (name, model, reason) => Number(new RegExp(`^${name}\\{model="${model}",version="1"${reason ? `,reason="${reason}"` : ''}\\} (\\d+)$`, 'm').exec(text)?.[1]);
+const kvOf = (m) => `${metric('attnd_kv_bytes', m)}/${metric('attnd_sequences_live', m)}`;
 for (let k = 0; k < 100; k++) {
-  used = await gauge(/^attnd_memory_budget_used_bytes (\d+)$/m);
-  kv = await gauge(/^attnd_kv_bytes\{model="gqa",version="1"\} (\d+)$/m);
-  liveSeqs = await gauge(/^attnd_sequences_live\{model="gqa",version="1"\} (\d+)$/m);
+  text = (await req('metrics', '/metrics')).body.toString();
+  used = Number(/^attnd_memory_budget_used_bytes (\d+)$/m.exec(text)?.[1]);
+  kv = metric('attnd_kv_bytes', 'gqa') + metric('attnd_kv_bytes', RM);
+  liveSeqs = metric('attnd_sequences_live', 'gqa') + metric('attnd_sequences_live', RM);
   if (!used && !kv && !liveSeqs) break;
   await sleep(100);
 }
 if (used !== 0) fail(`attnd_memory_budget_used_bytes ${used} once the traffic stopped`);
-if (kv !== 0 || liveSeqs !== 0) fail(`gqa: attnd_kv_bytes ${kv}, attnd_sequences_live ${liveSeqs} once every sequence went`);
+if (kv !== 0 || liveSeqs !== 0) fail(`attnd_kv_bytes/attnd_sequences_live: gqa ${kvOf('gqa')}, ${RM} ${kvOf(RM)} once every sequence went`);
+// Every sequence went one way: started = ended + dropped (any reason) per
+// model; the DELETEs answered 200 are the "deleted" drops, but for those
+// that came while an end step ran (then it ended); no gqa sequence was
+// unloaded; RM's counts are all the soak's (only the reload race used it).
+const counts = {};
+for (const m of ['gqa', RM]) {
+  const c = counts[m] = { started: metric('attnd_sequences_started_total', m), ended: metric('attnd_sequences_ended_total', m) };
+  for (const why of ['idle', 'deleted', 'unloaded', 'restarted']) c[why] = metric('attnd_sequences_dropped_total', m, why);
+  const v = SEEN.get(m) || { started: 0, ended: 0, deleted: 0, unloaded: 0 };
+  if (c.started !== c.ended + c.idle + c.deleted + c.unloaded + c.restarted) fail(`${m}: ${JSON.stringify(c)}: started is not ended + dropped`);
+  if (c.deleted !== v.deleted || c.unloaded !== v.unloaded) fail(`${m}: ${JSON.stringify(c)}, the soak saw ${v.deleted} deleted, ${v.unloaded} unloaded`);
+  if (m === RM && (c.started !== v.started || c.ended !== v.ended || c.idle || c.restarted)) fail(`${m}: ${JSON.stringify(c)}, the soak saw ${JSON.stringify(v)}`);
+}
 await sleep(8000); // the last slow clients are cut (header-timeout 5 s), keep-alives idle
 samples.push({ t: (Date.now() - t0) / 1000, rss: rss(), fds: fds() });
 const fd1 = fds();
@@ -591,7 +807,11 @@ const limit = firstMax * (1 + RSS_PCT / 100) + RSS_MB * 1048576;
 console.log(`soak: ${SECONDS} s, ${[...kinds.values()].reduce((a, b) => a + b, 0)} operations: ` +
   [...kinds].map(([k, n]) => `${k} ${n}`).join(', '));
 console.log(`soak: ${seqN} sequences; at the end ${atEnd.live} live (listed at their lengths, then deleted; ${atEnd.expired} of them idle past sequence-idle-ms, gone), ${atEnd.abandoned} abandoned ones not yet expired (gone within ${IDLE_MS * 1.25} ms); ` +
-  `${ySeen} steps' y checked against a stateless request (worst |diff| ${yWorst.toExponential(1)}); memory-budget used ${used}, gqa K/V ${kv}`);
+  `${ySeen} steps' y checked against a stateless request (worst |diff| ${yWorst.toExponential(1)}); memory-budget used ${used}, gqa and ${RM} K/V ${kv}`);
+console.log(`soak: races: ${RACES.del} DELETEs racing a step (the step carried out ${RACES.delRan}, an end step carried out ${RACES.delEnded} with the DELETE 200 and ${RACES.delEnded404} with it 404, ` +
+  `the step after the DELETE ${RACES.delBefore}, 503 ${RACES.del503}); ${RACES.reload} reloads and ${RACES.unload} unloads + loads of ${RM} racing steps (carried out ${RACES.relRan}, ` +
+  `after the drop ${RACES.relBefore}, while it was not loaded ${RACES.relAway}) and starts (on the old weights ${RACES.freshOld}, the new ${RACES.freshNew}, while not loaded ${RACES.freshAway}); ` +
+  `counts ${JSON.stringify(counts)}`);
 console.log(`soak: seed ${SEED}; statuses ${[...status].sort((a, b) => a[0] - b[0]).map(([k, n]) => `${k}:${n}`).join(' ')}`);
 console.log(`soak: RSS first quarter max ${mb(firstMax)} MiB, last quarter max ${mb(lastMax)} MiB (limit ${mb(limit)}); fds before ${fd0}, after ${fd1} (tolerance ${FD_TOL})`);
 assert.equal(e.code, 0, d.log().slice(-3000));
