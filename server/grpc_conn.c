@@ -225,13 +225,35 @@ static void on_conn_closed(uv_handle_t *h)
     release(g);
 }
 
+#if defined(__SANITIZE_THREAD__)
+/* ThreadSanitizer does not see libuv close a descriptor (Debian's libuv
+ * 1.44 calls syscall(SYS_close)), so a socket closed here and a file a
+ * pool thread opened later under the same number looked to it like one
+ * object used by two threads without order ("data race ... closedir" in
+ * `make SANITIZER=thread soak`). Its close-syscall hooks tell it, after
+ * uv_close (which closes the socket at once, after an epoll_ctl on it),
+ * as a libuv built with ThreadSanitizer does itself. */
+void __sanitizer_syscall_pre_impl_close(long fd);
+void __sanitizer_syscall_post_impl_close(long res, long fd);
+#endif
+
 /* close_handles: close c's tcp (and idle timer once it exists); c goes
  * when both have closed. */
 static void close_handles(gconn *c)
 {
+#if defined(__SANITIZE_THREAD__)
+    uv_os_fd_t fd = -1;
+    uv_fileno((uv_handle_t *)&c->tcp, &fd);
+#endif
     c->g->closing_conns++;
     c->handles = c->idle.data ? 2 : 1;
-    uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+    uv_close((uv_handle_t *)&c->tcp, on_conn_closed); /* closes the socket now */
+#if defined(__SANITIZE_THREAD__)
+    if (fd >= 0) { /* after uv_close's own epoll_ctl on it */
+        __sanitizer_syscall_pre_impl_close(fd);
+        __sanitizer_syscall_post_impl_close(0, fd);
+    }
+#endif
     if (c->idle.data)
         uv_close((uv_handle_t *)&c->idle, on_conn_closed);
 }
