@@ -119,7 +119,7 @@ static void tile_run(uv_work_t *w)
 {
     batch *b = ((tile_work *)w->data)->b;
     int ph;
-    srv_pool_thread_enter(b->s);
+    srv_pool_thread_enter(b->s, "running a batch", b->e->name);
     while ((ph = atomic_load(&b->cur)) <= b->n_stages) {
         size_t i, n = phase_size(b, ph);
         int moved = 0;
@@ -181,7 +181,7 @@ static void run_whole(batch *b)
 static void whole_run(uv_work_t *w)
 {
     batch *b = ((tile_work *)w->data)->b;
-    srv_pool_thread_enter(b->s);
+    srv_pool_thread_enter(b->s, "running a batch", b->e->name);
     run_whole(b);
 }
 

@@ -77,7 +77,7 @@ void srv_spin_pause(void)
 static void warm_run(uv_work_t *w)
 {
     srv *s = ((struct srv_warm *)w->data)->s;
-    srv_pool_thread_enter(s);
+    srv_pool_thread_enter(s, NULL, NULL); /* waiting is no job */
     uint64_t span = (uint64_t)s->cfg.busy_poll_us * 1000u;
     for (;;) {
         int want = atomic_load(&s->warm_want);
@@ -163,10 +163,23 @@ void srv_pool_queue(srv *s, uv_work_t *w, uv_work_cb work, uv_after_work_cb done
         atomic_fetch_add(&s->warm_want, 1); /* a warm thread takes it */
 }
 
-void srv_pool_thread_enter(srv *s)
+void srv_pool_job(const char *what, const char *name)
+{
+    static _Thread_local int named;
+    if (what)
+        srv_crash_job(what, name);
+    if (named)
+        return;
+    named = 1;
+    srv_crash_role("a pool thread");
+    pthread_setname_np(pthread_self(), "attnd-pool"); /* top -H, gdb, perf */
+}
+
+void srv_pool_thread_enter(srv *s, const char *what, const char *name)
 {
     static _Thread_local int entered;
     struct sched_param sp = {0};
+    srv_pool_job(what, name);
     if (entered || !s->cfg.pool_batch)
         return;
     entered = 1;

@@ -146,6 +146,8 @@ static uint64_t write_all(const char *p, size_t n)
 static void *writer(void *arg)
 {
     srv_logq *q = arg;
+    srv_crash_role("the log writer");
+    pthread_setname_np(pthread_self(), "attnd-log");
     pthread_mutex_lock(&q->mu);
     for (;;) {
         while (!q->len && !q->unreported && !q->stop)
@@ -290,6 +292,14 @@ void srv_log_stop(srv *s)
     }
     pthread_join(q->th, NULL);
     logq_free(q);
+}
+
+void srv_log_crash_flush(srv *s)
+{
+    srv_logq *q = s ? s->logq : NULL;
+    size_t n = q ? q->len : 0;
+    if (n && n <= q->cap)
+        write_all(q->buf, n);
 }
 
 uint64_t srv_log_dropped(srv *s)

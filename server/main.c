@@ -318,6 +318,7 @@ int main(int argc, char **argv)
      * is written here once, before every thread that reads it starts */
     if (srv_log_start(&s) < 0)
         srv_log(&s, "warn", "no log writer thread: each line is written at once");
+    srv_crash_init(&s);
     raise_nofile(&s);
     if (probe_threads(&s, err) < 0 ||
         srv_registry_start(&s, err) < 0 || srv_http_start(&s, err) < 0 ||

@@ -150,6 +150,7 @@ static void load_work(uv_work_t *w)
     load_job *lj = w->data;
     char err[ATTN_ERRMAX];
     int rc;
+    srv_pool_job("loading", lj->name);
     if (lj->body_len && !srv_upload_is_plain(lj->body, lj->body_len)) {
         rc = srv_upload_install(lj->repo, lj->name, lj->body, lj->body_len,
                                 &lj->m, &lj->gen, &lj->lasting, lj->err,
@@ -370,6 +371,7 @@ static void index_work(uv_work_t *w)
 {
     index_job *ij = w->data;
     char err[ATTN_ERRMAX];
+    srv_pool_job("listing the model repository", NULL);
     ij->n = model_repo_list(ij->repo, &ij->names, err);
 }
 

@@ -305,7 +305,7 @@ static void maps_job_free(maps_job *mj)
 static void maps_work(uv_work_t *w)
 {
     maps_job *mj = w->data;
-    srv_pool_thread_enter(mj->r->s);
+    srv_pool_thread_enter(mj->r->s, "reading a retained map", NULL);
     mj->rc = maps_http_get(mj->r->s->maps, mj->path, job_arg, mj, &mj->rep);
 }
 

@@ -293,7 +293,7 @@ static void decode_job(srv_job *j)
 static void decode_work(uv_work_t *w)
 {
     srv_job *j = w->data;
-    srv_pool_thread_enter(j->s);
+    srv_pool_thread_enter(j->s, "decoding a request", j->e->name);
     decode_job(j);
 }
 
@@ -403,7 +403,7 @@ static void solo_run(srv_job *j, size_t max_out)
 static void solo_work(uv_work_t *w)
 {
     srv_job *j = w->data;
-    srv_pool_thread_enter(j->s);
+    srv_pool_thread_enter(j->s, "running a request", j->e->name);
     /* one beyond the model's instances keeps to small outputs: its
      * decoded request and outputs are not counted against memory-budget
      * (larger ones go back through decoded(), which counts them) */
@@ -556,6 +556,7 @@ void srv_h_infer(srv_req *r)
     if (j->solo && lone(s, (int)s->cfg.inline_conns)) {
         /* inline: the only connection's request, on this thread */
         e->running++;
+        srv_crash_job("running a request inline", e->name);
         solo_run(j, INLINE_OUT_BYTES);
         s->inline_last = j->solo_ran;
         e->stats.inline_count += (uint64_t)j->solo_ran;
@@ -566,6 +567,7 @@ void srv_h_infer(srv_req *r)
         solo_finish(j);
         if (r->job == j)
             j->inline_batch = 0;
+        srv_crash_job(NULL, NULL);
         if (!r->have_resp) /* a larger plan or step: it queued */
             srv_suspend(r);
         return;

@@ -444,13 +444,27 @@ void srv_busy_poll_close(srv *s);
 void srv_busy_poll_free(srv *s);
 void srv_pool_queue(srv *s, uv_work_t *w, uv_work_cb work, uv_after_work_cb done);
 void srv_pool_done(srv *s);
-/* srv_pool_thread_enter: the first call on a pool thread makes it a
- * SCHED_BATCH thread (the rest return at once). Every pool job that runs
- * request work calls it first. Pool thread. */
-void srv_pool_thread_enter(srv *s);
+/* srv_pool_job: a pool job begins what (for model name, may be NULL; what
+ * NULL: a warm job's wait, no job) as far as a crash report goes; the
+ * first call on a pool thread names it (attnd-pool). Every pool job calls
+ * it first, or srv_pool_thread_enter, which calls it and, the first time
+ * on a thread, makes it a SCHED_BATCH thread: request work (not loads).
+ * Pool thread. */
+void srv_pool_job(const char *what, const char *name);
+void srv_pool_thread_enter(srv *s, const char *what, const char *name);
 /* srv_spin_pause: a few microseconds of a spinning thread's wait (64 CPU
  * pause hints). Any thread. */
 void srv_spin_pause(void);
+
+/* crash.c: a report on stderr when a thread faults or aborts (see its
+ * header). srv_crash_init: installs it; at start, on the loop thread,
+ * after st_guard_install (whose handler it calls first).
+ * srv_crash_role: how a report names this thread (a string that lasts).
+ * srv_crash_job: the work this thread begins (what: a string that lasts;
+ * name copied, may be NULL); what NULL: none. Any thread. */
+void srv_crash_init(srv *s);
+void srv_crash_role(const char *role);
+void srv_crash_job(const char *what, const char *name);
 
 /* registry.c */
 /* srv_registry_start: sdpa + every repo folder; -1 with err (SRV_ERRMAX). */
@@ -490,6 +504,9 @@ typedef struct srv_logq srv_logq;
 int srv_log_start(srv *s); /* -1: lines stay written at once */
 void srv_log_stop(srv *s); /* writes what is left, joins the writer */
 uint64_t srv_log_dropped(srv *s);
+/* srv_log_crash_flush: the lines waiting for the writer, to stderr at once,
+ * without its lock (crash.c's signal handler; the process ends after). */
+void srv_log_crash_flush(srv *s);
 void srv_log_request(srv *s, const srv_req *r);
 void srv_log(srv *s, const char *level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -1,0 +1,355 @@
+/*
+ * crash.c - a report on stderr when attnd dies of a fault or an abort.
+ *
+ * A thread that faults (SIGSEGV, SIGBUS, SIGFPE, SIGILL) or aborts
+ * (SIGABRT: a failed assert, glibc finding its heap corrupted), or a
+ * process sent one of those signals, writes with write(2) alone:
+ *   - the signal, its code and the faulting address (or the pid that sent
+ *     it), the thread (the loop, the log writer, a pool thread, or one
+ *     attnd did not make: OpenBLAS's, libuv's), and the last job that
+ *     thread began (what, for which model, how long before);
+ *   - the log lines still waiting for the writer (a request's line waits
+ *     up to --log-flush-ms): the requests answered just before;
+ *   - the stack, one frame a line, and the addr2line command that turns
+ *     the daemon's frames into functions and lines (the binary keeps its
+ *     symbols: built with -g, installed unstripped);
+ * in --log-format's form (JSON: a "fatal" object a line). Then the signal's
+ * default action runs, so the exit status (killed by that signal) and a
+ * core dump are what they would have been without the report.
+ *
+ * A handler installed before it (core/st.c's SIGBUS guard of reads of a
+ * weight file that may be cut short, whose fault fails the load) runs
+ * first; the report follows when it returns. ASan and TSan builds keep
+ * their sanitizer's own report: nothing here is installed. A thread that faults while another writes the report waits
+ * for that one to end the process; a fault inside the report ends it at
+ * once (every signal is blocked while the handler runs, and the kernel
+ * ends a process whose thread faults with the signal blocked).
+ */
+#include "server/srv.h"
+
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define CRASH_REPORT 0
+#else
+#define CRASH_REPORT 1
+#endif
+
+#define MAX_FRAMES 64
+#define MODEL_CHARS 96
+
+/* what a thread's report says of it (srv_crash_role, srv_crash_job) */
+static _Thread_local const char *t_role;
+static _Thread_local const char *t_what;
+static _Thread_local char t_model[MODEL_CHARS];
+static _Thread_local uint64_t t_at;
+
+static srv *c_srv;
+static pid_t c_loop_tid;
+static uint64_t c_start_ns;
+static char c_exe[1024];  /* /proc/self/exe at start */
+static void *c_exe_base;  /* where it is mapped */
+static atomic_int c_reporter; /* tid writing the report, 0 = none */
+
+static const int fatal_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+#define N_FATAL (sizeof fatal_signals / sizeof *fatal_signals)
+/* the SIGBUS handler installed before (core/st.c's guard), run first */
+static struct sigaction c_bus_prev;
+
+void srv_crash_role(const char *role)
+{
+    t_role = role;
+}
+
+void srv_crash_job(const char *what, const char *name)
+{
+    size_t i = 0;
+    t_what = what;
+    if (!what)
+        return;
+    for (; name && name[i] && i + 1 < MODEL_CHARS; i++)
+        t_model[i] = name[i];
+    t_model[i] = 0;
+    t_at = srv_now_ns();
+}
+
+/* ---- a line, built without malloc or stdio ------------------------------- */
+
+typedef struct {
+    char b[1024];
+    size_t n;
+} line;
+
+static void put(line *l, const char *s)
+{
+    for (; s && *s && l->n + 1 < sizeof l->b; s++)
+        l->b[l->n++] = *s;
+}
+
+static void put_uint(line *l, uint64_t v, int min_digits)
+{
+    char d[24];
+    int k = 0;
+    do {
+        d[k++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v || k < min_digits);
+    while (k && l->n + 1 < sizeof l->b)
+        l->b[l->n++] = d[--k];
+}
+
+static void put_hex(line *l, uintptr_t v)
+{
+    char d[2 * sizeof v];
+    int k = 0;
+    do {
+        d[k++] = "0123456789abcdef"[v & 15];
+        v >>= 4;
+    } while (v);
+    put(l, "0x");
+    while (k && l->n + 1 < sizeof l->b)
+        l->b[l->n++] = d[--k];
+}
+
+static void write_fd2(const char *p, size_t n)
+{
+    while (n) {
+        ssize_t k = write(STDERR_FILENO, p, n);
+        if (k <= 0)
+            return;
+        p += k;
+        n -= (size_t)k;
+    }
+}
+
+/* stamp: now as log.c writes it, 2026-01-02T03:04:05.678Z (the civil date
+ * from the day count, as gmtime_r would, which a handler may not call). */
+static void stamp(line *l)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t days = ts.tv_sec / 86400, sec = ts.tv_sec % 86400;
+    int64_t z = days + 719468, era = z / 146097;
+    int64_t doe = z - era * 146097;
+    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    int64_t mp = (5 * doy + 2) / 153;
+    int64_t d = doy - (153 * mp + 2) / 5 + 1, m = mp < 10 ? mp + 3 : mp - 9;
+    put_uint(l, (uint64_t)(yoe + era * 400 + (m <= 2)), 4);
+    put(l, "-");
+    put_uint(l, (uint64_t)m, 2);
+    put(l, "-");
+    put_uint(l, (uint64_t)d, 2);
+    put(l, "T");
+    put_uint(l, (uint64_t)(sec / 3600), 2);
+    put(l, ":");
+    put_uint(l, (uint64_t)(sec / 60 % 60), 2);
+    put(l, ":");
+    put_uint(l, (uint64_t)(sec % 60), 2);
+    put(l, ".");
+    put_uint(l, (uint64_t)(ts.tv_nsec / 1000000), 3);
+    put(l, "Z");
+}
+
+/* emit: msg as one "fatal" line of the log's format. */
+static void emit(const line *msg)
+{
+    line out = {.n = 0};
+    if (c_srv->json_log) {
+        put(&out, "{\"ts\":\"");
+        stamp(&out);
+        put(&out, "\",\"level\":\"fatal\",\"msg\":\"");
+        for (size_t i = 0; i < msg->n && out.n + 8 < sizeof out.b; i++) {
+            unsigned char c = (unsigned char)msg->b[i];
+            if (c == '"' || c == '\\')
+                out.b[out.n++] = '\\', out.b[out.n++] = (char)c;
+            else if (c < 0x20) {
+                put(&out, "\\u00");
+                out.b[out.n++] = "0123456789abcdef"[c >> 4];
+                out.b[out.n++] = "0123456789abcdef"[c & 15];
+            } else
+                out.b[out.n++] = (char)c;
+        }
+        put(&out, "\"}");
+    } else {
+        stamp(&out);
+        put(&out, " fatal attnd: ");
+        for (size_t i = 0; i < msg->n && out.n + 1 < sizeof out.b; i++)
+            out.b[out.n++] = msg->b[i];
+    }
+    out.b[out.n++] = '\n';
+    write_fd2(out.b, out.n);
+}
+
+static const char *signal_name(int sig)
+{
+    switch (sig) {
+    case SIGSEGV: return "SIGSEGV";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGILL: return "SIGILL";
+    default: return "SIGABRT";
+    }
+}
+
+/* cause: what si_code says of a fault, or "" */
+static const char *cause(const siginfo_t *si)
+{
+    switch (si->si_signo) {
+    case SIGSEGV:
+        return si->si_code == SEGV_MAPERR   ? "address not mapped"
+               : si->si_code == SEGV_ACCERR ? "no permission for the access"
+                                            : "";
+    case SIGBUS:
+        return si->si_code == BUS_ADRERR ? "no such physical address (a mapped "
+                                           "file truncated?)"
+               : si->si_code == BUS_ADRALN ? "misaligned address"
+                                           : "";
+    case SIGFPE:
+        return si->si_code == FPE_INTDIV ? "integer division by zero" : "";
+    case SIGILL:
+        return si->si_code == ILL_ILLOPC ? "illegal opcode" : "";
+    }
+    return "";
+}
+
+/* report: everything above the re-raise. */
+static void report(int sig, const siginfo_t *si, pid_t tid)
+{
+    line l = {.n = 0};
+    put(&l, "crashed: ");
+    put(&l, signal_name(sig));
+    if (si->si_code <= 0) { /* kill(2), tgkill(2), raise(3), abort(3) */
+        put(&l, " sent by pid ");
+        put_uint(&l, (uint64_t)si->si_pid, 1);
+        if (si->si_pid == getpid())
+            put(&l, " (attnd itself: an abort or a failed check)");
+    } else {
+        const char *why = cause(si);
+        put(&l, " at ");
+        put_hex(&l, (uintptr_t)si->si_addr);
+        if (*why) {
+            put(&l, " (");
+            put(&l, why);
+            put(&l, ")");
+        }
+    }
+    put(&l, " on ");
+    put(&l, tid == c_loop_tid ? "the loop thread" : t_role ? t_role : "a thread attnd did not start (OpenBLAS's or libuv's)");
+    put(&l, " (tid ");
+    put_uint(&l, (uint64_t)tid, 1);
+    put(&l, "); attnd " ATTND_VERSION ", up ");
+    put_uint(&l, (srv_now_ns() - c_start_ns) / 1000000000u, 1);
+    put(&l, " s");
+    emit(&l);
+    if (t_what) {
+        l.n = 0;
+        put(&l, "its last job: ");
+        put(&l, t_what);
+        if (t_model[0]) {
+            put(&l, ", model '");
+            put(&l, t_model);
+            put(&l, "'");
+        }
+        uint64_t us = (srv_now_ns() - t_at) / 1000u;
+        put(&l, ", begun ");
+        put_uint(&l, us / 1000u, 1);
+        put(&l, ".");
+        put_uint(&l, us % 1000u, 3);
+        put(&l, " ms before");
+        emit(&l);
+    }
+    l.n = 0;
+    put(&l, "log lines not yet written, if any, follow; then the stack");
+    emit(&l);
+    srv_log_crash_flush(c_srv);
+
+    void *frames[MAX_FRAMES];
+    int n = backtrace(frames, MAX_FRAMES);
+    line cmd = {.n = 0};
+    put(&cmd, "for the daemon's frames' functions and lines: addr2line -f -C -i -e ");
+    put(&cmd, c_exe);
+    size_t cmd_head = cmd.n;
+    for (int i = 0; i < n; i++) {
+        Dl_info info;
+        uintptr_t pc = (uintptr_t)frames[i], off = pc;
+        int known = dladdr(frames[i], &info) && info.dli_fbase;
+        l.n = 0;
+        put(&l, "  #");
+        put_uint(&l, (uint64_t)i, 1);
+        put(&l, " ");
+        if (known) {
+            off = pc - (uintptr_t)info.dli_fbase;
+            put(&l, info.dli_fbase == c_exe_base ? c_exe : info.dli_fname);
+            put(&l, "(+");
+            put_hex(&l, off);
+            put(&l, ")");
+            if (info.dli_sname) {
+                put(&l, " ");
+                put(&l, info.dli_sname);
+                put(&l, "+");
+                put_hex(&l, pc - (uintptr_t)info.dli_saddr);
+            }
+            if (info.dli_fbase == c_exe_base) {
+                put(&cmd, " ");
+                put_hex(&cmd, off);
+            }
+        } else
+            put_hex(&l, pc);
+        emit(&l);
+    }
+    if (cmd.n > cmd_head)
+        emit(&cmd);
+}
+
+static void on_fatal(int sig, siginfo_t *si, void *uc)
+{
+    int tid = (int)syscall(SYS_gettid), none = 0;
+    /* st.c's guard leaves through a guarded read's sigsetjmp, else returns */
+    if (sig == SIGBUS && (c_bus_prev.sa_flags & SA_SIGINFO))
+        c_bus_prev.sa_sigaction(sig, si, uc);
+    if (!atomic_compare_exchange_strong(&c_reporter, &none, tid))
+        for (;;) /* another thread reports, then ends the process */
+            pause();
+    report(sig, si, tid);
+    signal(sig, SIG_DFL);
+    /* blocked while this handler runs: taken with the default action on
+     * return (a fault's instruction also runs again and faults again) */
+    raise(sig);
+}
+
+void srv_crash_init(srv *s)
+{
+    static char altstack[64 << 10];
+    void *warm[2];
+    Dl_info info;
+    if (!CRASH_REPORT)
+        return;
+    c_srv = s;
+    c_loop_tid = (pid_t)syscall(SYS_gettid);
+    c_start_ns = srv_now_ns();
+    ssize_t k = readlink("/proc/self/exe", c_exe, sizeof c_exe - 1);
+    c_exe[k > 0 ? k : 0] = 0;
+    if (dladdr((void *)srv_crash_init, &info))
+        c_exe_base = info.dli_fbase;
+    backtrace(warm, 2); /* loads libgcc's unwinder now, not in the handler */
+    /* the loop thread's own stack for the handler: one that overflowed
+     * could not run it */
+    stack_t ss = {.ss_sp = altstack, .ss_size = sizeof altstack};
+    sigaltstack(&ss, NULL);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fatal;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigfillset(&sa.sa_mask);
+    for (size_t i = 0; i < N_FATAL; i++)
+        sigaction(fatal_signals[i], &sa,
+                  fatal_signals[i] == SIGBUS ? &c_bus_prev : NULL);
+}

@@ -1,0 +1,74 @@
+// crash.test.mjs - what attnd leaves on stderr when it dies of a fault or
+// an abort (server/crash.c): the report, the log lines that were still
+// waiting for the writer, the stack and the addr2line command, then death
+// by the same signal. The faults are sent (kill, tgkill): a real one would
+// need a bug. ASan and TSan builds keep their sanitizer's own report.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { readFileSync, readdirSync } from 'node:fs';
+import { test } from 'node:test';
+import { fp32, infer, start } from './helper.mjs';
+
+const SANITIZED = /address|thread/.test(process.env.ATTND_BIN || '') && 'an ASan or TSan build keeps its own report';
+const HAVE_ADDR2LINE = spawnSync('addr2line', ['--version']).status === 0;
+const x = (t) => ({ inputs: [fp32('x', [1, t, 64], Array.from({ length: t * 64 }, (_, i) => Math.sin(i)))] });
+
+/** threads(pid): [{tid, comm}] of the process. */
+function threads(pid) {
+  return readdirSync(`/proc/${pid}/task`).map((tid) => ({ tid: Number(tid), comm: readFileSync(`/proc/${pid}/task/${tid}/comm`, 'utf8').trim() }));
+}
+
+/** tgkill(pid, tid, sig): sig to one thread (node's kill is the process's). */
+function tgkill(pid, tid, sig) {
+  const r = spawnSync('python3', ['-c', `import ctypes, os, signal
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.syscall(234, ${pid}, ${tid}, signal.${sig}) != 0: raise OSError(ctypes.get_errno(), "tgkill")`]);
+  assert.equal(r.status, 0, `tgkill: ${r.stderr}`);
+}
+
+test('a fault on the loop thread: the report, the log lines still waiting, the stack, then death by that signal', { skip: SANITIZED }, async (t) => {
+  // a request's line would wait 10 s for company: only the report writes it
+  const d = await start({ t, args: ['--log-flush-ms', '10000', '--inline-conns', '1'] });
+  const r = await infer(d, 'demo', x(3));
+  assert.equal(r.status, 200);
+  const { sig } = await d.stop('SIGSEGV');
+  const log = d.log();
+  assert.equal(sig, 'SIGSEGV', log);
+  assert.match(log, /fatal attnd: crashed: SIGSEGV sent by pid \d+ on the loop thread \(tid \d+\); attnd [\d.]+, up \d+ s\n/);
+  const report = log.slice(log.indexOf('fatal attnd: crashed'));
+  assert.match(report, / info POST \/v2\/models\/demo\/infer 200 /, 'the request line waiting for the writer is in the report');
+  assert.match(report, /fatal attnd: {3}#0 \S+attnd\(\+0x[0-9a-f]+\)/);
+  assert.match(report, /libuv\.so\S* uv_run\+0x/, 'the loop thread is in libuv\'s loop');
+  const cmd = /for the daemon's frames' functions and lines: (addr2line -f -C -i -e \S+(?: 0x[0-9a-f]+)+)\n/.exec(report);
+  assert.ok(cmd, report);
+  if (HAVE_ADDR2LINE) {
+    const out = spawnSync('sh', ['-c', cmd[1]]).stdout.toString();
+    assert.match(out, /^on_fatal$/m, out);
+    assert.match(out, /^main$/m, out);
+    assert.match(out, /server\/main\.c:\d+/, out);
+  }
+});
+
+test('a fault on a pool thread names the thread and its last job; an abort too; JSON logs stay JSON', { skip: SANITIZED }, async (t) => {
+  const d = await start({ t, args: ['--threads', '1', '--inline-conns', '0', '--log-format', 'json'] });
+  const r = await infer(d, 'demo', x(2));
+  assert.equal(r.status, 200);
+  const pool = threads(d.proc.pid).filter((th) => th.comm === 'attnd-pool');
+  assert.equal(pool.length, 1, JSON.stringify(threads(d.proc.pid)));
+  assert.ok(threads(d.proc.pid).some((th) => th.comm === 'attnd-log'));
+  tgkill(d.proc.pid, pool[0].tid, 'SIGBUS');
+  const { sig } = await d.stop('SIGBUS');
+  const lines = d.log().trim().split('\n').map((l) => JSON.parse(l));
+  assert.equal(sig, 'SIGBUS', d.log());
+  const fatal = lines.filter((l) => l.level === 'fatal').map((l) => l.msg);
+  assert.match(fatal[0], new RegExp(`^crashed: SIGBUS sent by pid \\d+ on a pool thread \\(tid ${pool[0].tid}\\)`));
+  // its last job was the request's (decoded, then run, on the one thread)
+  assert.match(fatal[1], /^its last job: (decoding|running) a request, model 'demo', begun \d+\.\d{3} ms before$/);
+  assert.ok(fatal.some((m) => /^ {2}#\d+ /.test(m)));
+  assert.ok(lines.every((l) => typeof l.ts === 'string' && /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/.test(l.ts)), 'every line keeps the log\'s timestamp');
+
+  const a = await start({ t, args: ['--threads', '1'] });
+  a.proc.kill('SIGABRT');
+  assert.equal((await a.stop('SIGABRT')).sig, 'SIGABRT');
+  assert.match(a.log(), /fatal attnd: crashed: SIGABRT sent by pid \d+ on the loop thread/);
+});
