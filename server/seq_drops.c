@@ -103,6 +103,13 @@ void srv__seq_drop(srv_seqs *q, srv_seq *l, int reason)
         l->kill = 1; /* its pages are in a running plan */
         return;
     }
+    /* a restart on its way (kick let it in as no new sequence: l was
+     * live) would make l live again once answered: from now on it is a
+     * new one, and takes its place under max-sequences as one */
+    if (l->active && l->active->start && !l->active->starting) {
+        l->active->starting = 1;
+        q->n_starting++;
+    }
     l->e->seq_stats.dropped[reason]++;
     srv_log(q->s, "info", "sequence '%s' of model '%s' dropped (%s, %d tokens)",
             l->id, l->e->name, srv_drop_name[reason], len);

@@ -249,6 +249,59 @@ START_TEST(delete_now_or_after_the_running_step)
 }
 END_TEST
 
+/* DELETE while a restart (sequence_start on a live id) is on its way
+ * (README "Races"): the old sequence goes at once and the restart, once
+ * answered 200, holds the id again. Meanwhile that restart is a new
+ * sequence on its way and counts as one under max-sequences: with
+ * max-sequences 1 another start is refused (503) until it ends, and a
+ * failed one gives its place back. */
+START_TEST(delete_during_a_restart)
+{
+    char owner[SRV_NAME_MAX];
+    srv_job *a, *b, *c, *d, *e;
+    g_s.cfg.max_sequences = 1;
+    go(M1, 3, "\"sequence_id\":\"r\",\"sequence_start\":true");
+    /* bound and running */
+    a = job(M1, 2, "\"sequence_id\":\"r\",\"sequence_start\":true");
+    submit(a);
+    ck_assert_int_eq(launch(a), 0);
+    ck_assert_int_eq(srv_seq_delete(&g_s, "r", owner), 0);
+    ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_DELETED], 1);
+    ck_assert_int_eq(M1->seq_stats.live, 0);
+    b = job(M1, 1, "\"sequence_id\":\"n\",\"sequence_start\":true");
+    submit(b);
+    ck_assert_int_eq(b->status, 503); /* r's restart takes the place */
+    ck_assert_str_eq(b->msg, "sequences: 1 live or starting (max-sequences 1); "
+                     "end some or retry later");
+    end(a, 1);
+    ck_assert_int_eq(length("r"), 2);
+    ck_assert_int_eq(M1->seq_stats.live, 1);
+    ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_RESTARTED], 0);
+    c = job(M1, 1, "\"sequence_id\":\"n\",\"sequence_start\":true");
+    submit(c);
+    ck_assert_int_eq(c->status, 503); /* r is live */
+    ck_assert_uint_eq(srv_seq_list(&g_s, NULL, 0), 1);
+
+    /* on the model queue, not bound yet, and then failing: its place is
+     * free again */
+    d = job(M1, 2, "\"sequence_id\":\"r\",\"sequence_start\":true");
+    submit(d);
+    ck_assert_int_eq(d->queued, 1);
+    ck_assert_int_eq(srv_seq_delete(&g_s, "r", owner), 0);
+    ck_assert_int_eq(M1->seq_stats.live, 0);
+    ck_assert_int_eq(run(d, 0), 0);
+    ck_assert_int_eq(info("r", NULL), 0);
+    ck_assert_uint_eq(used(0), 0);
+    ck_assert_int_eq(g_inst[0].refs, 1);
+    e = job(M1, 1, "\"sequence_id\":\"n\",\"sequence_start\":true");
+    submit(e);
+    ck_assert_int_eq(e->queued, 1);
+    ck_assert_int_eq(run(e, 1), 0);
+    ck_assert_uint_eq(srv_seq_list(&g_s, NULL, 0), 1);
+    job_free(a), job_free(b), job_free(c), job_free(d), job_free(e);
+}
+END_TEST
+
 /* A sequence that went is remembered for sequence-idle-ms (40), at most
  * max-sequences of them: a step to it is told how it went (ended; dropped
  * and why), one sent again at a position its ended sequence held is 409
@@ -552,6 +605,7 @@ static Suite *seq_drops_suite(void)
     tcase_add_test(tc, step_on_another_model_or_instance);
     tcase_add_test(tc, retain_follows_the_start);
     tcase_add_test(tc, delete_now_or_after_the_running_step);
+    tcase_add_test(tc, delete_during_a_restart);
     tcase_add_test(tc, gone_sequences_are_remembered);
     tcase_add_test(tc, unload_and_reload);
     tcase_add_test(tc, idle_drop);
