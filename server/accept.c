@@ -148,6 +148,10 @@ static void on_ready(uv_poll_t *p, int status, int events)
             /* the next run's first failure gets its line at once */
             memset(&a->log, 0, sizeof a->log);
         }
+        if (srv_guard_per_ip_full(a->s, &ss)) {
+            close(fd); /* its client sees the end at once */
+            continue;
+        }
         a->take(p->data, fd, &ss, len);
     }
 }

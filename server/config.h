@@ -65,8 +65,8 @@
     X(conn_timeout_s, "connection-timeout", INT, 60, 0, 86400,                \
       "idle connection timeout (s; 0 = none)")                                \
     X(max_conn_per_ip, "max-connections-per-ip", INT, 64, 0, 100000,          \
-      "open connections one client address may hold (0 = no limit; raise " \
-      "it behind a proxy)")                                                   \
+      "open connections one client address may hold, REST and gRPC "       \
+      "together (0 = no limit; raise it behind a proxy)")                    \
     X(header_timeout_s, "header-timeout", INT, 20, 0, 86400,                  \
       "seconds a connection gets to send a request head (gRPC: its first "  \
       "call), from its opening or its previous answer (0 = none)")           \

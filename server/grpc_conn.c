@@ -356,34 +356,6 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
     flush(c);
 }
 
-/* same_host: a and b are the same client address (port aside). */
-static int same_host(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
-{
-    if (a->ss_family != b->ss_family)
-        return 0;
-    if (a->ss_family == AF_INET)
-        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
-               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
-    if (a->ss_family == AF_INET6)
-        return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
-                       &((const struct sockaddr_in6 *)b)->sin6_addr, 16);
-    return 0;
-}
-
-/* per_ip_full: c's address already holds max-connections-per-ip gRPC
- * connections (0 = no limit). */
-static int per_ip_full(srv_grpc *g, gconn *c)
-{
-    long long limit = g->s->cfg.max_conn_per_ip, n = 0;
-    gconn *o;
-    if (!limit)
-        return 0;
-    for (o = g->conns; o; o = o->next)
-        if (same_host(&o->peer, &c->peer) && ++n >= limit)
-            return 1;
-    return 0;
-}
-
 /* slow: guard.c's sweep: end each of c's calls whose message arrives
  * slower than min-body-rate once grace has passed since its first byte
  * (or a unary call's HEADERS), with RESOURCE_EXHAUSTED; its stream is then
@@ -433,8 +405,9 @@ static int room(void *data)
 /* take: the connection on fd, just accepted from peer, in g->spare (room):
  * an nghttp2 session, its idle timer, counted and guarded (guard.c),
  * reading. Past max-connections guard.c evicts a waiting one; past the
- * headroom too (every one busy) the new one is closed, as it is past
- * max-connections-per-ip, or with no memory for its session. */
+ * headroom too (every one busy) the new one is closed, as it is with no
+ * memory for its session (accept.c closed it already if it was past
+ * max-connections-per-ip). */
 static void take(void *data, int fd, const struct sockaddr_storage *peer,
                  socklen_t len)
 {
@@ -451,9 +424,9 @@ static void take(void *data, int fd, const struct sockaddr_storage *peer,
     c->g = g;
     uv_tcp_init(s->loop, &c->tcp);
     c->tcp.data = c;
-    c->peer = *peer;
+    c->guard.peer = *peer;
     if (s->n_conns >= (int)s->cfg.max_connections + SRV_CONN_HEADROOM ||
-        per_ip_full(g, c) || uv_tcp_open(&c->tcp, fd) < 0) {
+        uv_tcp_open(&c->tcp, fd) < 0) {
         close(fd);
         close_handles(c);
         return;

@@ -97,7 +97,6 @@ struct gconn {
     srv_conn guard;      /* on s->conns (guard.c): counted, timed, evictable */
     struct srv_grpc *g;
     uv_tcp_t tcp;
-    struct sockaddr_storage peer; /* for max-connections-per-ip */
     uv_timer_t idle;     /* --connection-timeout with no call open */
     int handles;         /* tcp and idle, until closed; then c is freed */
     uv_shutdown_t shut;

@@ -17,8 +17,9 @@
  * (between calls --connection-timeout rules, grpc_conn.c), and a message
  * must arrive at min-body-rate once header-timeout has passed since its
  * first byte (a unary call's: since its HEADERS; srv_conn.slow asks
- * grpc_conn.c). MHD and grpc_conn.c limit connections per client address
- * (max-connections-per-ip); each door accepts up to max-connections + a
+ * grpc_conn.c). A connection accepted from an address that holds
+ * max-connections-per-ip already, both doors' together, is closed at once
+ * (accept.c asks srv_guard_per_ip_full); each door accepts up to max-connections + a
  * small headroom, and a connection that takes the total of both past
  * max-connections evicts the one that has waited longest for its first
  * request (a slow client; idle keep-alive connections of served clients go
@@ -154,6 +155,35 @@ static void evict(srv *s, srv_conn *fresh)
     srv_kick(s);
 }
 
+/* same_host: a and b are the same client address (port aside). */
+static int same_host(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return 0;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->ss_family == AF_INET6)
+        return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                       &((const struct sockaddr_in6 *)b)->sin6_addr, 16);
+    return 0;
+}
+
+int srv_guard_per_ip_full(srv *s, const struct sockaddr_storage *peer)
+{
+    long long limit = s->cfg.max_conn_per_ip, n = 0;
+    srv_conn *c;
+    if (!limit)
+        return 0;
+    for (c = s->conns; c; c = c->next)
+        if (!c->closing && same_host(&c->peer, peer) && ++n >= limit) {
+            s->n_ip_refused++;
+            s->ip_refused = *peer;
+            return 1;
+        }
+    return 0;
+}
+
 void srv_guard_add(srv *s, srv_conn *c)
 {
     c->s = s;
@@ -205,10 +235,17 @@ void srv_guard_notify(void *cls, struct MHD_Connection *conn, void **ctx,
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *ai =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         c = calloc(1, sizeof *c);
         if (!c)
             return; /* unguarded: MHD's idle timeout still applies */
         c->fd = ci ? ci->connect_fd : -1;
+        if (ai && ai->client_addr)
+            memcpy(&c->peer, ai->client_addr,
+                   ai->client_addr->sa_family == AF_INET6
+                       ? sizeof(struct sockaddr_in6)
+                       : sizeof(struct sockaddr_in));
         c->owned = 1;
         *ctx = c;
         srv_guard_add(s, c);
@@ -283,6 +320,20 @@ static void sweep(uv_timer_t *t)
                 "closed the ones waiting longest for a request head or call",
                 s->n_evicted, s->cfg.max_connections);
         s->n_evicted = 0;
+    }
+    if (s->n_ip_refused) {
+        char host[INET6_ADDRSTRLEN] = "?";
+        const struct sockaddr_storage *a = &s->ip_refused;
+        inet_ntop(a->ss_family,
+                  a->ss_family == AF_INET6
+                      ? (const void *)&((const struct sockaddr_in6 *)a)->sin6_addr
+                      : (const void *)&((const struct sockaddr_in *)a)->sin_addr,
+                  host, sizeof host);
+        srv_log(s, "warn", "%d new connections closed at once: their address "
+                "held max-connections-per-ip (%lld) already, REST and gRPC "
+                "together (the last from %s; behind a proxy raise it or set 0)",
+                s->n_ip_refused, s->cfg.max_conn_per_ip, host);
+        s->n_ip_refused = 0;
     }
     for (c = s->conns; c; c = c->next) {
         srv_req *r = c->req;

@@ -540,37 +540,56 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     srv_check_stop(s);
 }
 
+/* repeats_line: m's count of unlogged repeats, logged. */
+static void repeats_line(srv *s, struct srv_mhd_msg *m, uint64_t now)
+{
+    if (!m->repeats)
+        return;
+    srv_log(s, "warn", "http: %s (%llu more times in %.1f s)", m->text,
+            m->repeats, (double)(now - m->last_ns) / 1e9);
+    m->repeats = 0;
+    m->last_ns = now;
+}
+
 /* mhd_logger: libmicrohttpd's messages, as warnings. One that repeats
- * within a second of its last line is counted instead (a client opening
- * connections past a limit got a line each: "Server reached connection
- * limit", thousands a second); srv_http_log_flush writes the count. Loop
- * thread. */
+ * within a second of its last line is counted instead (a client sending
+ * malformed requests in a loop got two lines each, thousands a second:
+ * "Failed to parse `Content-Length' header", then "Error processing
+ * request"); srv_http_log_flush writes the counts. The last SRV_MHD_MSGS
+ * different messages are told apart; a new one takes the place of the
+ * one logged longest ago, whose count is logged first. Loop thread. */
 static void mhd_logger(void *cls, const char *fmt, va_list ap)
 {
     srv *s = cls;
-    char msg[sizeof s->mhd_last];
+    struct srv_mhd_msg *m = s->mhd_msgs, *old = m;
+    char msg[sizeof m->text];
     uint64_t now = srv_now_ns();
     vsnprintf(msg, sizeof msg, fmt, ap);
     msg[strcspn(msg, "\n")] = 0;
-    if (strcmp(msg, s->mhd_last) == 0 && now - s->mhd_last_ns < 1000000000ull) {
-        s->mhd_repeats++;
-        return;
+    for (; m < s->mhd_msgs + SRV_MHD_MSGS; m++) {
+        if (strcmp(msg, m->text) == 0) {
+            if (now - m->last_ns < 1000000000ull) {
+                m->repeats++;
+                return;
+            }
+            old = m;
+            break;
+        }
+        if (m->last_ns < old->last_ns)
+            old = m;
     }
-    srv_http_log_flush(s, 1);
+    repeats_line(s, old, now);
     srv_log(s, "warn", "http: %s", msg);
-    memcpy(s->mhd_last, msg, sizeof msg);
-    s->mhd_last_ns = now;
+    memcpy(old->text, msg, sizeof msg);
+    old->last_ns = now;
 }
 
 void srv_http_log_flush(srv *s, int now_too)
 {
     uint64_t now = srv_now_ns();
-    if (!s->mhd_repeats || (!now_too && now - s->mhd_last_ns < 1000000000ull))
-        return;
-    srv_log(s, "warn", "http: %s (%llu more times in %.1f s)", s->mhd_last,
-            s->mhd_repeats, (double)(now - s->mhd_last_ns) / 1e9);
-    s->mhd_repeats = 0;
-    s->mhd_last_ns = now;
+    for (int i = 0; i < SRV_MHD_MSGS; i++)
+        if (now_too || now - s->mhd_msgs[i].last_ns >= 1000000000ull)
+            repeats_line(s, &s->mhd_msgs[i], now);
 }
 
 void srv_listen_err(const srv *s, char *err, const char *flag, long long port,
@@ -626,7 +645,6 @@ int srv_http_start(srv *s, char *err)
         MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)(s->cfg.max_connections + SRV_CONN_HEADROOM),
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.conn_timeout_s,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg.max_conn_per_ip,
         MHD_OPTION_NOTIFY_CONNECTION, srv_guard_notify, s, MHD_OPTION_END);
     info = s->mhd ? MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_EPOLL_FD) : NULL;
     if (!info) {

@@ -43,7 +43,7 @@ static int room(void *data)
 }
 
 /* take: MHD owns fd from here, and closes it itself on failure (its
- * connection or per-address limit, memory: it logs why). */
+ * connection limit, memory: it logs why). */
 static void take(void *data, int fd, const struct sockaddr_storage *peer,
                  socklen_t len)
 {

@@ -31,6 +31,9 @@
 #define ATTND_VERSION "0.1.0"
 #define SRV_NAME_MAX 129 /* model names: 1..128 chars + NUL */
 #define SRV_ORIGIN_MAX 256 /* longest CORS Origin echoed, with its NUL */
+/* libmicrohttpd messages told apart when they repeat (a malformed request
+ * gives two, one after the other) */
+#define SRV_MHD_MSGS 4
 
 typedef struct srv srv;
 typedef struct srv_req srv_req;
@@ -314,11 +317,13 @@ struct srv {
     /* http_accept.c: the REST listener (accept.c) */
     srv_accept accept;
     int accept_full;                    /* paused: MHD at its limit */
-    /* http.c: libmicrohttpd's last message, and how often it came again
-     * within a second of its last line (not logged yet) */
-    char mhd_last[256];
-    uint64_t mhd_last_ns;
-    unsigned long long mhd_repeats;
+    /* http.c: libmicrohttpd's last messages, each with when its last line
+     * was and how often it came again since (not logged yet) */
+    struct srv_mhd_msg {
+        char text[256];
+        uint64_t last_ns;
+        unsigned long long repeats;
+    } mhd_msgs[SRV_MHD_MSGS];
     uv_async_t sig_async;  /* main.c: SIGTERM/SIGINT reach the loop */
     uv_timer_t drain_timer;
     uv_timer_t stop_timer;
@@ -348,6 +353,8 @@ struct srv {
     int n_conns;
     int n_busy;            /* of them with a request or call in progress */
     int n_evicted;         /* since the last sweep (logged there) */
+    int n_ip_refused;      /* likewise: connections past max-connections-per-ip */
+    struct sockaddr_storage ip_refused; /* the last one's address */
     uv_timer_t guard_timer;
     size_t mem_used;       /* of memory-budget */
     struct srv_grpc *grpc; /* grpc.c, NULL when off */
@@ -390,6 +397,7 @@ struct srv_conn {
     uint64_t t_wait_ns; /* since when it waits for a request head */
     srv_req *req;       /* REST: the request being received or served */
     int served;         /* requests (calls) it began */
+    struct sockaddr_storage peer; /* its client, for max-connections-per-ip */
     /* gRPC: ends the calls whose message comes slower than min-body-rate
      * once grace has passed since its first byte; returns how many */
     int (*slow)(srv_conn *c, uint64_t now, uint64_t grace);
@@ -399,6 +407,10 @@ struct srv_conn {
 /* srv_guard_add: count c (fd set) and start its header-timeout; past
  * max-connections evict a waiting one. srv_guard_remove: c closed. */
 void srv_guard_add(srv *s, srv_conn *c);
+/* srv_guard_per_ip_full: a connection just accepted from peer would take
+ * its address past max-connections-per-ip (both doors' connections count
+ * together; the caller closes it; counted and logged by the sweep). */
+int srv_guard_per_ip_full(srv *s, const struct sockaddr_storage *peer);
 void srv_guard_remove(srv *s, srv_conn *c);
 /* a gRPC call's HEADERS are complete / the call is gone */
 void srv_guard_call_begin(srv_conn *c);
@@ -528,9 +540,9 @@ int srv_http_start(srv *s, char *err); /* -1 with err (SRV_ERRMAX) */
 void srv_listen_err(const srv *s, char *err, const char *flag, long long port,
                     int in_use, const char *why);
 void srv_http_stop(srv *s);
-/* srv_http_log_flush: log how often libmicrohttpd's last message came
- * again unlogged, once a second has passed since its line (now_too: at
- * once). Loop thread (guard.c's sweep; before another message). */
+/* srv_http_log_flush: log how often each of libmicrohttpd's last messages
+ * came again unlogged, once a second has passed since its line (now_too:
+ * at once). Loop thread (guard.c's sweep; at stop). */
 void srv_http_log_flush(srv *s, int now_too);
 
 /* accept.c: a door's listener (srv_accept, above). Loop thread.

@@ -278,17 +278,33 @@ test('--grpc-buffer: a stream whose client stops reading stops being served, the
   }
 });
 
+// The raw connections below come from 127.0.0.2: the helper's readiness
+// probe (fetch) keeps a connection of 127.0.0.1's open, which counts too.
+/** openGrpc(port): a raw connection that sends the HTTP/2 preface: resolves
+ * to whether the server answered with its SETTINGS (1) or closed it
+ * unanswered (0). */
+const openGrpc = (port) => new Promise((res) => {
+  const s = net.connect({ port, host: '127.0.0.1', localAddress: '127.0.0.2' }, () => s.write(Buffer.concat([
+    Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), Buffer.from([0, 0, 0, 4, 0, 0, 0, 0, 0])])));
+  s.on('data', () => res({ s, ok: 1 }));
+  s.on('error', () => res({ s, ok: 0 }));
+  s.on('close', () => res({ s, ok: 0 }));
+});
+
+/** openRest(port): a raw REST connection that sends half a request head:
+ * resolves after 300 ms to whether it is still open (1) or was closed (0). */
+const openRest = (port) => new Promise((res) => {
+  const s = net.connect({ port, host: '127.0.0.1', localAddress: '127.0.0.2' }, () => s.write('GET /v2/health/live HTTP/1.1\r\n'));
+  let closed = 0;
+  s.on('error', () => { closed = 1; });
+  s.on('close', () => { closed = 1; });
+  s.on('end', () => { closed = 1; });
+  setTimeout(() => res({ s, ok: closed ? 0 : 1 }), 300);
+});
+
 test('--max-connections-per-ip counts gRPC connections too', async () => {
   const e = await start({ grpc: true, args: ['--max-connections-per-ip', '2'] });
-  /** A raw connection that sends the HTTP/2 preface: resolves to whether the
-   * server answered with its SETTINGS (1) or closed it unanswered (0). */
-  const open = () => new Promise((res) => {
-    const s = net.connect(e.grpcPort, '127.0.0.1', () => s.write(Buffer.concat([
-      Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), Buffer.from([0, 0, 0, 4, 0, 0, 0, 0, 0])])));
-    s.on('data', () => res({ s, ok: 1 }));
-    s.on('error', () => res({ s, ok: 0 }));
-    s.on('close', () => res({ s, ok: 0 }));
-  });
+  const open = () => openGrpc(e.grpcPort);
   try {
     const a = await open();
     const b = await open();
@@ -300,6 +316,28 @@ test('--max-connections-per-ip counts gRPC connections too', async () => {
     assert.equal(d2.ok, 1, 'a place freed is taken again');
     for (const x of [b, c, d2]) x.s.destroy();
   } finally {
+    assert.equal((await e.stop()).code, 0, e.log());
+  }
+});
+
+test('--max-connections-per-ip counts REST and gRPC connections together', async () => {
+  const e = await start({ grpc: true, args: ['--max-connections-per-ip', '3'] });
+  const held = [];
+  try {
+    // REST, gRPC, REST: the address's three; a fourth of either door is closed
+    for (const [door, want] of [['rest', 1], ['grpc', 1], ['rest', 1], ['grpc', 0], ['rest', 0]]) {
+      const c = door === 'rest' ? await openRest(e.port) : await openGrpc(e.grpcPort);
+      held.push(c.s);
+      assert.equal(c.ok, want, `${door} connection ${held.length}: ${want ? 'open' : 'closed'} expected`);
+    }
+    assert.match(await e.logged(/new connections closed at once/), /\d+ new connections closed at once: their address held max-connections-per-ip \(3\) already, REST and gRPC together \(the last from 127\.0\.0\.2;/);
+    held[1].destroy(); // the gRPC one goes: a REST one takes its place
+    await new Promise((r) => setTimeout(r, 200));
+    const again = await openRest(e.port);
+    held.push(again.s);
+    assert.equal(again.ok, 1, 'a place freed by one door is taken by the other');
+  } finally {
+    for (const x of held) x.destroy();
     assert.equal((await e.stop()).code, 0, e.log());
   }
 });
