@@ -12,7 +12,16 @@
  * since its head. The same sweep asks the socket of each REST request
  * whose work waits or runs (its connection suspended: MHD does not read
  * it) whether its client went, and if so drops that work (sched.c,
- * srv_sched_client_went). A gRPC connection has header-timeout seconds from its
+ * srv_sched_client_went). It also asks, one poll(2) for up to PEEK_MAX
+ * of them, the REST connections that MHD reads but that may hold an end
+ * it missed (libmicrohttpd's edge-triggered epoll does not see a FIN that
+ * arrives with the last data): those whose request's body is still coming
+ * and those with no request (idle, or a head coming), once a sweep old.
+ * One whose client closed or reset it, every byte it sent read, can send
+ * no more: it is closed, a request on it logged 499 (its body can never be
+ * complete) and its Content-Length reservation given back, instead of all
+ * that waiting for header-timeout or min-body-rate. A gRPC connection has
+ * header-timeout seconds from its
  * opening to complete the HTTP/2 preface and the HEADERS of its first call
  * (between calls --connection-timeout rules, grpc_conn.c), and a message
  * must arrive at min-body-rate once header-timeout has passed since its
@@ -42,10 +51,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #define SWEEP_MS 250
+#define PEEK_MAX 64
 
 /* unread: 1 when bytes wait in c's socket that MHD has not read yet (the
  * loop was busy): its state here is stale, so it is not judged now. */
@@ -306,6 +317,65 @@ static void closed_log(srv *s, const int n[2][2])
     }
 }
 
+/* peek: REST connections whose client may have gone unseen, asked in
+ * batches of one poll(2) each (peek_add, peek_flush). */
+typedef struct {
+    struct pollfd p[PEEK_MAX];
+    srv_conn *c[PEEK_MAX];
+    int n;
+    int cut;    /* requests cut short (logged 499) */
+    int closed; /* connections closed, with or without a request */
+} peek;
+
+/* unseen_end: may c hold an end MHD missed? Its request's body is still
+ * coming (no handler, no answer yet), or it has none (idle, or a head
+ * coming); and it has been so for a sweep at least (a request that goes
+ * as it should is never asked). Work that waits or runs, a long poll, an
+ * answer being sent: not here (their connections are asked elsewhere, or
+ * MHD writes to them). */
+static int unseen_end(const srv_conn *c, uint64_t now)
+{
+    const srv_req *r = c->req;
+    const uint64_t sweep_ns = SWEEP_MS * 1000000ull;
+    if (c->grpc || c->calls)
+        return 0;
+    if (!r)
+        return now - c->t_wait_ns >= sweep_ns;
+    return !r->dispatched && !r->have_resp && !r->suspended &&
+           now - r->t0_ns >= sweep_ns;
+}
+
+static void peek_flush(peek *k)
+{
+    int i, n = k->n;
+    k->n = 0;
+    if (!n || poll(k->p, (nfds_t)n, 0) <= 0)
+        return;
+    for (i = 0; i < n; i++) {
+        srv_conn *c = k->c[i];
+        if (!(k->p[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) ||
+            c->closing || unread(c))
+            continue;
+        if (c->req) { /* its body can never be complete */
+            c->req->went = 1; /* logged and counted 499 (http.c) */
+            k->cut++;
+        }
+        k->closed++;
+        c->closing = 1;
+        shutdown(c->fd, SHUT_RDWR);
+    }
+}
+
+static void peek_add(peek *k, srv_conn *c)
+{
+    k->p[k->n].fd = c->fd;
+    k->p[k->n].events = POLLRDHUP;
+    k->p[k->n].revents = 0;
+    k->c[k->n++] = c;
+    if (k->n == PEEK_MAX)
+        peek_flush(k);
+}
+
 static void sweep(uv_timer_t *t)
 {
     srv *s = t->data;
@@ -313,7 +383,9 @@ static void sweep(uv_timer_t *t)
     uint64_t grace = (uint64_t)s->cfg.header_timeout_s * 1000000000ull;
     int n[2][2] = {{0, 0}, {0, 0}}; /* [http, grpc][head, body] */
     int went = 0;
+    peek k;
     srv_conn *c;
+    k.n = k.cut = k.closed = 0;
     srv_http_log_flush(s, 0);
     if (s->n_evicted) {
         srv_log(s, "warn", "%d connections over max-connections (%lld): "
@@ -344,6 +416,8 @@ static void sweep(uv_timer_t *t)
             went++;
             continue;
         }
+        if (unseen_end(c, now))
+            peek_add(&k, c);
         if (!grace)
             continue;
         if (!busy(c)) {
@@ -370,8 +444,13 @@ static void sweep(uv_timer_t *t)
         c->closing = 1;
         shutdown(c->fd, SHUT_RDWR);
     }
+    peek_flush(&k);
     closed_log(s, (const int (*)[2])n);
-    if (n[0][0] || n[0][1] || went)
+    if (k.cut)
+        srv_log(s, "warn", "http: closed %d connection%s whose client went "
+                "before its request's body was complete (logged 499)", k.cut,
+                k.cut == 1 ? "" : "s");
+    if (n[0][0] || n[0][1] || went || k.closed)
         srv_kick(s);
 }
 

@@ -527,8 +527,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     srv_mem_give(s, r->mem + r->resp_mem);
     if (r->waiting)
         srv_maps_wait_cancel(r);
-    if (r->went)
-        r->status = 499;
+    if (r->went || (code == MHD_REQUEST_TERMINATED_CLIENT_ABORT && !r->dispatched &&
+                    !r->have_resp))
+        r->status = 499; /* its client went, before its body was complete
+                            (MHD saw the end, or the guard's sweep did) or
+                            while it waited or ran */
     if (r->status >= 100 && r->status < 600)
         s->http.by_status[r->status]++;
     if (r->route || r->status)

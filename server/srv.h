@@ -249,7 +249,8 @@ struct srv_req {
     uint64_t wait_until_ns;
     char wait_id[MAPS_ID_MAX];
     int wait_fd;           /* its socket, watched for the client's end */
-    int went;              /* its client went while it waited: logged and
+    int went;              /* its client went while it waited, or before
+                              its body was complete: logged and
                               counted 499 (as nginx), whatever it was sent */
     srv_req *wait_prev, *wait_next;
     /* for the log line */

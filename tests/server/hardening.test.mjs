@@ -8,7 +8,7 @@ import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { ATTND, REFS, fp32, infer, maxDiff, modelsDir, post, start } from './helper.mjs';
+import { ATTND, REFS, SLOW, fp32, infer, maxDiff, modelsDir, post, start } from './helper.mjs';
 
 const X = REFS.causal;
 const xreq = (id) => ({ id, inputs: [fp32('x', X.shape, X.x)], parameters: { causal: true } });
@@ -351,6 +351,77 @@ test('header-timeout and min-body-rate close slow clients', async () => {
     assert.equal(ok.status, 200);
     h.destroy(); b.destroy(); idle.destroy();
   } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+test('a client that closes before its body is complete (FIN with its last bytes) frees its connection, request and reservation at once, logged 499', async () => {
+  // Head (Content-Length 1 MB) then none or part of the body, and the FIN
+  // at once: libmicrohttpd misses an end that comes with the last data
+  // (likely with hundreds of KB: read in many 32 KB turns, the last one
+  // after the FIN came),
+  // so attnd's sweep asks; before, all three stayed until header-timeout
+  // (20 s) / min-body-rate. So did a connection cut inside its head, and
+  // an idle one half-closed with its (answered) request.
+  // (--inline-conns 4: w's request below runs on the loop and is answered;
+  // --drain-ms 2000: a stop with requests left open still ends soon)
+  const d = await start({ args: ['--inline-conns', '4', '--drain-ms', '2000'] });
+  const socks = [];
+  let err = null;
+  try {
+    const gauges = async () => {
+      const m = await (await fetch(`${d.url}/metrics`)).text();
+      const g = (name) => Number(new RegExp(`\\n${name} (\\d+)\\n`).exec(m)[1]);
+      return { conns: g('attnd_open_connections'), reqs: g('attnd_open_requests'), used: g('attnd_memory_budget_used_bytes'), gone: Number(/\nattnd_http_responses_total\{code="499"\} (\d+)\n/.exec(m)?.[1] ?? 0) };
+    };
+    await gauges(); // the metrics fetch's own keep-alive connection
+    const base = await gauges();
+    assert.equal(base.used, 0);
+    // a whole request, then a half-close: still answered (README)
+    const w = await open(d.port);
+    socks.push(w);
+    const answer = new Promise((resolve) => {
+      let buf = '';
+      const t = setTimeout(() => resolve(buf), 3000 * SLOW);
+      const done = () => { clearTimeout(t); resolve(buf); };
+      w.on('data', (c) => { buf += c; if (/\r\n\r\n/.test(buf)) done(); });
+      w.on('end', done);
+      w.on('error', done);
+    });
+    const wb = JSON.stringify(xreq('whole'));
+    w.end(`POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: ${wb.length}\r\n\r\n${wb}`);
+    assert.match(await answer, /^HTTP\/1\.1 200 /, 'a half-close after the whole request: answered');
+    const head = 'POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n';
+    const cuts = [0, 1000, 300000, 500000, 700000, 999999];
+    for (const n of cuts) {
+      const s = await open(d.port);
+      s.on('error', () => {});
+      s.end(head + '{'.padEnd(n, ' ').slice(0, n)); // data and FIN together
+      socks.push(s);
+    }
+    const h = await open(d.port);
+    h.on('error', () => {});
+    h.end('POST /v2/models/tiny/infer HTTP/1.1\r\nHo'); // a head cut short
+    socks.push(h);
+    // (until all six are counted 499 too: the first look may come before
+    // attnd has read any of them)
+    let g = await gauges();
+    for (const until = Date.now() + 2000 * SLOW; Date.now() < until &&
+         (g.conns !== base.conns || g.reqs !== base.reqs || g.used !== 0 ||
+          g.gone - base.gone < cuts.length);) {
+      await sleep(50);
+      g = await gauges();
+    }
+    assert.equal(g.used, 0, 'every Content-Length reservation given back');
+    assert.equal(g.reqs, base.reqs, 'no request left open');
+    assert.equal(g.conns, base.conns, 'no connection left open (CLOSE-WAIT)');
+    assert.equal(g.gone - base.gone, cuts.length, 'each logged and counted 499, a client that went');
+    assert.equal((await infer(d, 'tiny', xreq('after'))).status, 200);
+  } catch (e) {
+    err = e;
+  }
+  for (const s of socks) s.destroy();
+  const st = await d.stop();
+  if (err) throw err;
+  assert.equal(st.code, 0);
 });
 
 test('max-connections-per-ip: one address cannot take every slot', async () => {
