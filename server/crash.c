@@ -20,10 +20,11 @@
  * A handler installed before it (core/st.c's SIGBUS guard of reads of a
  * weight file that may be cut short, whose fault fails the load) runs
  * first; the report follows when it returns. ASan and TSan builds keep
- * their sanitizer's own report: nothing here is installed. A thread that faults while another writes the report waits
- * for that one to end the process; a fault inside the report ends it at
- * once (every signal is blocked while the handler runs, and the kernel
- * ends a process whose thread faults with the signal blocked).
+ * their sanitizer's own report: nothing here is installed. A thread that faults
+ * while another writes the report waits for that one to end the process; a
+ * fault inside the report ends it at once (every signal is blocked while the
+ * handler runs, and the kernel ends a process whose thread faults with the
+ * signal blocked).
  */
 #include "server/srv.h"
 
@@ -54,8 +55,8 @@ static _Thread_local uint64_t t_at;
 static srv *c_srv;
 static pid_t c_loop_tid;
 static uint64_t c_start_ns;
-static char c_exe[1024];  /* /proc/self/exe at start */
-static void *c_exe_base;  /* where it is mapped */
+static char c_exe[1024];      /* /proc/self/exe at start */
+static void *c_exe_base;      /* where it is mapped */
 static atomic_int c_reporter; /* tid writing the report, 0 = none */
 
 static const int fatal_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
@@ -188,17 +189,6 @@ static void emit(const line *msg)
     write_fd2(out.b, out.n);
 }
 
-static const char *signal_name(int sig)
-{
-    switch (sig) {
-    case SIGSEGV: return "SIGSEGV";
-    case SIGBUS: return "SIGBUS";
-    case SIGFPE: return "SIGFPE";
-    case SIGILL: return "SIGILL";
-    default: return "SIGABRT";
-    }
-}
-
 /* cause: what si_code says of a fault, or "" */
 static const char *cause(const siginfo_t *si)
 {
@@ -224,9 +214,9 @@ static const char *cause(const siginfo_t *si)
 static void report(int sig, const siginfo_t *si, pid_t tid)
 {
     line l = {.n = 0};
-    put(&l, "crashed: ");
-    put(&l, signal_name(sig));
-    if (si->si_code <= 0) { /* kill(2), tgkill(2), raise(3), abort(3) */
+    put(&l, "crashed: SIG");
+    put(&l, sigabbrev_np(sig)); /* a table's entry: no locale, no lock */
+    if (si->si_code <= 0) {     /* kill(2), tgkill(2), raise(3), abort(3) */
         put(&l, " sent by pid ");
         put_uint(&l, (uint64_t)si->si_pid, 1);
         if (si->si_pid == getpid())
@@ -242,7 +232,9 @@ static void report(int sig, const siginfo_t *si, pid_t tid)
         }
     }
     put(&l, " on ");
-    put(&l, tid == c_loop_tid ? "the loop thread" : t_role ? t_role : "a thread attnd did not start (OpenBLAS's or libuv's)");
+    put(&l, tid == c_loop_tid ? "the loop thread"
+            : t_role          ? t_role
+                     : "a thread attnd did not start (OpenBLAS's or libuv's)");
     put(&l, " (tid ");
     put_uint(&l, (uint64_t)tid, 1);
     put(&l, "); attnd " ATTND_VERSION ", up ");
@@ -274,7 +266,8 @@ static void report(int sig, const siginfo_t *si, pid_t tid)
     void *frames[MAX_FRAMES];
     int n = backtrace(frames, MAX_FRAMES);
     line cmd = {.n = 0};
-    put(&cmd, "for the daemon's frames' functions and lines: addr2line -f -C -i -e ");
+    put(&cmd,
+        "for the daemon's frames' functions and lines: addr2line -f -C -i -e ");
     put(&cmd, c_exe);
     size_t cmd_head = cmd.n;
     for (int i = 0; i < n; i++) {
