@@ -393,7 +393,7 @@ static void sweep(uv_timer_t *t)
                 s->n_evicted, s->cfg.max_connections);
         s->n_evicted = 0;
     }
-    if (s->n_ip_refused) {
+    if (s->n_ip_refused && now - s->ip_refused_ns >= 1000000000ull) {
         char host[INET6_ADDRSTRLEN] = "?";
         const struct sockaddr_storage *a = &s->ip_refused;
         inet_ntop(a->ss_family,
@@ -406,6 +406,7 @@ static void sweep(uv_timer_t *t)
                 "together (the last from %s; behind a proxy raise it or set 0)",
                 s->n_ip_refused, s->cfg.max_conn_per_ip, host);
         s->n_ip_refused = 0;
+        s->ip_refused_ns = now;
     }
     for (c = s->conns; c; c = c->next) {
         srv_req *r = c->req;

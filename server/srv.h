@@ -354,7 +354,9 @@ struct srv {
     int n_conns;
     int n_busy;            /* of them with a request or call in progress */
     int n_evicted;         /* since the last sweep (logged there) */
-    int n_ip_refused;      /* likewise: connections past max-connections-per-ip */
+    int n_ip_refused;      /* connections past max-connections-per-ip, not
+                              logged yet (a line a second at most) */
+    uint64_t ip_refused_ns; /* when their last line was */
     struct sockaddr_storage ip_refused; /* the last one's address */
     uv_timer_t guard_timer;
     size_t mem_used;       /* of memory-budget */
