@@ -563,6 +563,126 @@ START_TEST(expected_next_steps)
 }
 END_TEST
 
+/* says: a plain step to id is refused (400) with a message holding what. */
+static void says(const char *id, const char *what)
+{
+    char params[128];
+    srv_job *j;
+    snprintf(params, sizeof params, "\"sequence_id\":\"%s\"", id);
+    j = job(M1, 1, params);
+    submit(j);
+    ck_assert_int_eq(j->queued, 0);
+    ck_assert_int_eq(j->status, 400);
+    ck_assert_msg(strstr(j->msg, what), "%s: %s", id, j->msg);
+    job_free(j);
+}
+
+/* The tombstones' bounds: max-sequences (2) of them are all kept, the
+ * oldest goes with one more; a sweep before sequence-idle-ms (40) keeps
+ * them, one at 40 ms forgets them even with no live sequence left; a
+ * sequence started again is no longer one (it takes no place among them). */
+START_TEST(tombstones_kept_up_to_the_cap_and_the_idle_time)
+{
+    g_s.cfg.max_sequences = 2;
+    go(M1, 1, "\"sequence_id\":\"x\",\"sequence_start\":true,\"sequence_end\":true");
+    go(M1, 2, "\"sequence_id\":\"a\",\"sequence_start\":true,\"sequence_end\":true");
+    /* two gone, two kept */
+    says("x", "(ended 0.0 s ago at 1 tokens");
+    says("a", "(ended 0.0 s ago at 2 tokens");
+    /* a started again and ended again: still two, x kept */
+    go(M1, 3, "\"sequence_id\":\"a\",\"sequence_start\":true");
+    go(M1, 1, "\"sequence_id\":\"b\",\"sequence_start\":true,\"sequence_end\":true");
+    says("x", "(ended 0.0 s ago at 1 tokens");
+    says("b", "(ended 0.0 s ago at 1 tokens");
+    go(M1, 1, "\"sequence_id\":\"a\",\"sequence_end\":true");
+    says("x", "(never started"); /* the oldest of three */
+    says("b", "(ended 0.0 s ago at 1 tokens");
+    says("a", "(ended 0.0 s ago at 4 tokens");
+    /* no live sequence: the sweep still forgets them, not before 40 ms */
+    ck_assert_uint_eq(srv_seq_list(&g_s, NULL, 0), 0);
+    g_now += 39 * MS;
+    sweep();
+    says("a", "(ended 0.0 s ago at 4 tokens"); /* 0.039 s */
+    says("b", "(ended 0.0 s ago at 1 tokens");
+    g_now += 1 * MS;
+    sweep();
+    says("a", "(never started");
+    says("b", "(never started");
+}
+END_TEST
+
+/* An unload dropping more sequences than there is room for tombstones
+ * (max-sequences 3: an ended one and three live) keeps the newest 3 once
+ * it is over (not only at the next sequence to go). */
+START_TEST(unload_keeps_at_most_max_sequences_tombstones)
+{
+    g_s.cfg.max_sequences = 3;
+    go(M1, 1, "\"sequence_id\":\"x\",\"sequence_start\":true,\"sequence_end\":true");
+    go(M1, 1, "\"sequence_id\":\"u1\",\"sequence_start\":true");
+    go(M1, 1, "\"sequence_id\":\"u2\",\"sequence_start\":true");
+    go(M1, 1, "\"sequence_id\":\"u3\",\"sequence_start\":true");
+    says("x", "(ended 0.0 s ago at 1 tokens");
+    srv_seq_drop_model(M1);
+    ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_UNLOADED], 3);
+    says("x", "(never started");
+    says("u1", "(dropped 0.0 s ago at 1 tokens: its model reloaded or unloaded)");
+    says("u2", "(dropped 0.0 s ago at 1 tokens: its model reloaded or unloaded)");
+    says("u3", "(dropped 0.0 s ago at 1 tokens: its model reloaded or unloaded)");
+}
+END_TEST
+
+/* A sequence unloaded behind its running step is being dropped for that:
+ * GET says why; a DELETE that came first keeps its reason even when the
+ * model is reloaded (its instance changes) before the step ends. */
+START_TEST(being_dropped_says_why)
+{
+    char owner[SRV_NAME_MAX], msg[512];
+    srv_seq_info i;
+    srv_job *a, *b;
+    go(M1, 1, "\"sequence_id\":\"u\",\"sequence_start\":true");
+    a = job(M1, 1, "\"sequence_id\":\"u\"");
+    submit(a);
+    ck_assert_int_eq(launch(a), 0);
+    srv_seq_drop_model(M1);
+    ck_assert_int_eq(srv_seq_get(&g_s, "u", &i, msg, sizeof msg), -1);
+    ck_assert_str_eq(msg, "sequence 'u' is being dropped (its model reloaded "
+                     "or unloaded): its cache goes when its running step ends");
+    end(a, 1);
+    ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_UNLOADED], 1);
+
+    go(M1, 1, "\"sequence_id\":\"d\",\"sequence_start\":true");
+    b = job(M1, 1, "\"sequence_id\":\"d\"");
+    submit(b);
+    ck_assert_int_eq(launch(b), 0);
+    ck_assert_int_eq(srv_seq_delete(&g_s, "d", owner), 0);
+    M1->inst = &g_inst[2]; /* reloaded while the step runs */
+    end(b, 1);
+    ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_DELETED], 1);
+    ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_UNLOADED], 1);
+    ck_assert_int_eq(srv_seq_get(&g_s, "d", &i, msg, sizeof msg), -1);
+    ck_assert_str_eq(msg, "sequence 'd' dropped 0.0 s ago at 2 tokens: deleted");
+    ck_assert_int_eq(g_inst[0].refs, 1);
+    job_free(a), job_free(b);
+}
+END_TEST
+
+/* A step at a position below the length rewinds the cache while it runs:
+ * the listing shows the length the sequence still has until the step is
+ * answered. */
+START_TEST(list_during_a_rewinding_step)
+{
+    srv_job *a;
+    go(M1, 3, "\"sequence_id\":\"r\",\"sequence_start\":true");
+    a = job(M1, 1, "\"sequence_id\":\"r\",\"sequence_position\":1");
+    submit(a);
+    ck_assert_int_eq(launch(a), 0);
+    ck_assert_int_eq(length("r"), 3);
+    end(a, 1);
+    ck_assert_int_eq(length("r"), 2);
+    job_free(a);
+}
+END_TEST
+
 /* srv_seq_list counts every live sequence and fills at most cap. */
 START_TEST(list_counts_past_cap)
 {
@@ -611,6 +731,10 @@ static Suite *seq_drops_suite(void)
     tcase_add_test(tc, idle_drop);
     tcase_add_test(tc, expire_fails_held_and_waiting);
     tcase_add_test(tc, expected_next_steps);
+    tcase_add_test(tc, tombstones_kept_up_to_the_cap_and_the_idle_time);
+    tcase_add_test(tc, unload_keeps_at_most_max_sequences_tombstones);
+    tcase_add_test(tc, being_dropped_says_why);
+    tcase_add_test(tc, list_during_a_rewinding_step);
     tcase_add_test(tc, list_counts_past_cap);
     tcase_add_test(tc, free_with_everything_live);
     suite_add_tcase(s, tc);
