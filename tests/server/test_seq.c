@@ -410,6 +410,29 @@ START_TEST(failed_start_then_step_is_unknown)
 }
 END_TEST
 
+/* A retained start that fails after its encode put its map: the map goes
+ * (nothing answered ever named it, and it would hold maps-bytes). */
+START_TEST(failed_retained_start_drops_its_map)
+{
+    float w[2 * 2 * 2] = {0};
+    maps_put_args m = {.model = "m1", .b = 1, .h = 2, .t = 2, .s = 2,
+                       .attention = w};
+    maps_info mi;
+    char id[MAPS_ID_MAX];
+    srv_job *a = job(M1, 2, "\"sequence_id\":\"k\",\"sequence_start\":true,"
+                            "\"retain\":true");
+    submit(a);
+    ck_assert_int_eq(launch(a), 0);
+    ck_assert_int_eq(maps_put(g_s.maps, &m, id, NULL), 0); /* srv_seq_encode */
+    snprintf(a->st.map_id, sizeof a->st.map_id, "%s", id);
+    ck_assert_int_eq(maps_info_get(g_s.maps, id, &mi), 0);
+    end(a, 0);
+    ck_assert_int_ne(maps_info_get(g_s.maps, id, &mi), 0);
+    ck_assert_int_eq(info("k", NULL), 0);
+    job_free(a);
+}
+END_TEST
+
 /* ---- the retained map ---------------------------------------------------- */
 
 /* g_extra: the answer parameters srv_seq_encode gave keep_extra, its
@@ -581,6 +604,7 @@ static Suite *seq_suite(void)
     tcase_add_test(tc, failed_step_changes_nothing);
     tcase_add_test(tc, failed_restart_keeps_the_old_one);
     tcase_add_test(tc, failed_start_then_step_is_unknown);
+    tcase_add_test(tc, failed_retained_start_drops_its_map);
     tcase_add_test(tc, map_that_cannot_grow_ends);
     tcase_add_test(tc, map_keeps_scores);
     suite_add_tcase(s, tc);

@@ -7,6 +7,9 @@
  */
 #include "tests/server/seq_fixture.h"
 
+#include "tests/fail_alloc.h" /* held: the blocks live (none counted under
+                                 * a sanitizer, whose leak check does it) */
+
 /* ---- limits ------------------------------------------------------------ */
 
 /* max-sequences 2 counts live sequences and starts on their way; a restart
@@ -683,6 +686,50 @@ START_TEST(list_during_a_rewinding_step)
 }
 END_TEST
 
+/* A start refused at once (max-sequences, or sequences off) leaves no
+ * block behind: a client sending starts with new ids to a full server
+ * does not grow it. */
+START_TEST(refused_starts_leave_no_memory)
+{
+    srv_job *j;
+    long before;
+    g_s.cfg.max_sequences = 1;
+    go(M1, 1, "\"sequence_id\":\"a\",\"sequence_start\":true");
+    for (int k = 0; k < 2; k++) {
+        j = job(M1, 1, "\"sequence_id\":\"b\",\"sequence_start\":true");
+        if (k)
+            g_s.cfg.max_sequences = 0;
+        before = held;
+        submit(j);
+        ck_assert_int_eq(j->status, k ? 400 : 503);
+        if (FAILING)
+            ck_assert_int_eq(held, before);
+        job_free(j);
+    }
+}
+END_TEST
+
+/* srv_seq_free frees the tombstones too: with two sequences remembered as
+ * gone (ended, deleted) and none live, it frees exactly their two records
+ * and the table. */
+START_TEST(free_forgets_tombstones)
+{
+    char owner[SRV_NAME_MAX];
+    long before;
+    go(M1, 1, "\"sequence_id\":\"x\",\"sequence_start\":true,\"sequence_end\":true");
+    go(M1, 1, "\"sequence_id\":\"y\",\"sequence_start\":true");
+    ck_assert_int_eq(srv_seq_delete(&g_s, "y", owner), 0);
+    says("x", "(ended");
+    says("y", "(dropped");
+    srv_seq_stop(&g_s);
+    uv_run(&g_loop, UV_RUN_DEFAULT);
+    before = held;
+    srv_seq_free(&g_s);
+    if (FAILING)
+        ck_assert_int_eq(before - held, 3);
+}
+END_TEST
+
 /* srv_seq_list counts every live sequence and fills at most cap. */
 START_TEST(list_counts_past_cap)
 {
@@ -735,6 +782,8 @@ static Suite *seq_drops_suite(void)
     tcase_add_test(tc, unload_keeps_at_most_max_sequences_tombstones);
     tcase_add_test(tc, being_dropped_says_why);
     tcase_add_test(tc, list_during_a_rewinding_step);
+    tcase_add_test(tc, refused_starts_leave_no_memory);
+    tcase_add_test(tc, free_forgets_tombstones);
     tcase_add_test(tc, list_counts_past_cap);
     tcase_add_test(tc, free_with_everything_live);
     suite_add_tcase(s, tc);
