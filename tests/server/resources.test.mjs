@@ -108,6 +108,36 @@ test('descriptors run out while a keep-alive REST client stays: the door opens a
   assert.equal((await d.stop()).code, 0);
 });
 
+test('descriptors run out twice: each run is logged at once with its count from 1, its end once, with the hint; a backlog emptied is no failure', {
+  skip: !HAVE_PRLIMIT && 'needs prlimit (util-linux)',
+}, async (t) => {
+  const d = await start({ t, grpc: true, wrap: ['prlimit', '--nofile=64'] });
+  const count = (re) => (d.log().match(re) || []).length;
+  const again = /http: accepting again \(\d+ accepts had failed\)/g;
+  for (let run = 1; run <= 2; run++) {
+    const socks = await hold(d.grpcPort, 80);
+    await sleep(300);
+    const before = d.log().length;
+    const pending = ask(d.port, 20000 * SLOW); // waits in the listen backlog
+    for (let i = 0; i < 250 * SLOW && !/http: cannot accept/.test(d.log().slice(before)); i++) await sleep(20);
+    // each run's first failure is logged at once (not held back by the
+    // last run's line a second), counting itself alone
+    const first = /http: cannot accept a connection: [^\n]*/.exec(d.log().slice(before))?.[0] || '';
+    assert.match(first, /Too many open files \(failed accepts since the last line: 1; .*descriptor limit 64\): accepting again every 100 ms \(raise ulimit -n, or lower --max-connections\)/, `run ${run}`);
+    await sleep(300); // more failures, each retry, unlogged within the second
+    for (const s of socks) s.destroy();
+    assert.equal(await pending, 200, `run ${run}: the connection that waited is served`);
+    for (let i = 0; i < 3; i++) assert.equal(await ask(d.port, 5000 * SLOW), 200);
+    await d.logged(new RegExp(`(http: accepting again[^]*){${run}}`));
+    await sleep(200); // a line each accept made would be there by now
+    assert.equal(count(again), run, `one "accepting again" a run:\n${d.log()}`);
+  }
+  // every failed accept was one for want of descriptors (an empty backlog,
+  // EAGAIN, ends a turn of accepts: it is no failure, and pauses nothing)
+  assert.doesNotMatch(d.log(), /cannot accept a connection: (?!Too many open files)/);
+  assert.equal((await d.stop()).code, 0);
+});
+
 /** serverLive(session, ms): one ServerLive call on session; resolves with
  * its grpc-status, or -1 when it did not end within ms. */
 function serverLive(session, ms) {
