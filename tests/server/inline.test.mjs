@@ -92,11 +92,17 @@ test('a lone client\'s small requests run inline, with the PyTorch answers and f
     let r = await c.call('POST', '/v2/models/tiny/infer', { inputs: [fp32('x', [1, 2, 7], new Array(14).fill(0))] });
     assert.equal(r.status, 400);
     assert.match(r.json.error, /inputs\[x\]\.shape/);
+    // computed inline but failed on its outputs: counted as neither an
+    // inference nor an execution (as on the pool), though it ran inline
+    const sdpaCount = (name) => metric(c, new RegExp(`^${name}\\{model="sdpa",version="1"\\} (\\d+)$`, 'm'));
+    const counted = [await sdpaCount('attnd_inference_count_total'), await sdpaCount('attnd_inference_exec_count_total')];
     r = await c.call('POST', '/v2/models/sdpa/infer', {
       inputs: [fp32('q', [1, 2], [3e38, 3e38]), fp32('k', [1, 2], [3e38, 3e38]), fp32('v', [1, 2], [1, 1])],
     });
     assert.equal(r.status, 400);
     assert.match(r.json.error, /not finite/);
+    assert.equal(await inlineCount(c, 'sdpa'), 3);
+    assert.deepEqual([await sdpaCount('attnd_inference_count_total'), await sdpaCount('attnd_inference_exec_count_total')], counted);
     // the log line of an inline request is written like any other
     const log = await d.logged(/POST \/v2\/models\/tiny\/infer 200 id=c11/);
     assert.match(log, /POST \/v2\/models\/tiny\/infer 200 id=c11 model=tiny batch=1/);

@@ -31,6 +31,12 @@ test('queue full: 503 with Retry-After at once; the queued request still answers
   const ra = await a;
   assert.equal(ra.status, 200);
   assert.ok(maxDiff(ra.json.outputs[0].data, X.y) < 1e-5);
+  // the 503 counts as rejected; a waited the batch delay (1.5 s) in the queue
+  const m = await (await fetch(`${d.url}/metrics`)).text();
+  assert.match(m, /^attnd_inference_request_failure_total\{model="tiny",version="1",reason="rejected"\} 1$/m);
+  assert.match(m, /^attnd_inference_request_failure_total\{model="tiny",version="1",reason="other"\} 0$/m);
+  const queued = Number(/^attnd_inference_queue_duration_seconds_total\{model="tiny",version="1"\} ([\d.e+-]+)$/m.exec(m)?.[1]);
+  assert.ok(queued >= 1.4, `queue duration ${queued} s`);
   assert.equal((await d.stop()).code, 0);
 });
 
@@ -241,6 +247,8 @@ test('while draining: ready is 503, new work 503, and attnd exits 0 when the las
   assert.equal(r.status, 503);
   assert.ok(r.headers.get('retry-after'));
   assert.match(r.json.error, /draining/);
+  const m = await (await fetch(`${d.url}/metrics`)).text();
+  assert.match(m, /^attnd_inference_request_failure_total\{model="tiny",version="1",reason="rejected"\} 1$/m);
   sock.destroy();
   const e = await d.exit; // no second signal: it leaves by itself
   assert.equal(e.code, 0, d.log());

@@ -263,6 +263,11 @@ test('the K/V budget: 503 with Retry-After naming it, the sequence intact', asyn
     const third = await infer(d, 'gqa', stepBody('s3', xs.slice(0, D), { start: true }));
     assert.equal(third.status, 503);
     assert.match(third.json.error, /max-sequences/);
+    // the four 503s (kv-bytes at a step's turn and at starts, max-sequences)
+    // count as rejected, the non-finite step as a bad request
+    assert.equal(await metric(d, 'attnd_inference_request_failure_total', 'gqa', ',reason="rejected"'), 4);
+    assert.equal(await metric(d, 'attnd_inference_request_failure_total', 'gqa', ',reason="bad_request"'), 1);
+    assert.equal(await metric(d, 'attnd_inference_request_failure_total', 'gqa', ',reason="other"'), 0);
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
