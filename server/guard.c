@@ -12,27 +12,28 @@
  * since its head. The same sweep asks the socket of each REST request
  * whose work waits or runs (its connection suspended: MHD does not read
  * it) whether its client went, and if so drops that work (sched.c,
- * srv_sched_client_went). It also asks, one poll(2) for up to PEEK_MAX
- * of them, the REST connections that MHD reads but that may hold an end
- * it missed (libmicrohttpd's edge-triggered epoll does not see a FIN that
+ * srv_sched_client_went). It also asks, one poll(2) for up to PEEK_MAX of
+ * them, the REST connections that MHD reads but that may hold an end it
+ * missed (libmicrohttpd's edge-triggered epoll does not see a FIN that
  * arrives with the last data): those whose request's body is still coming
- * and those with no request (idle, or a head coming), once a sweep old.
- * One whose client closed or reset it, every byte it sent read, can send
- * no more: it is closed, a request on it logged 499 (its body can never be
+ * and those with no request (idle, or a head coming), once a sweep old. One
+ * whose client closed or reset it, every byte it sent read, can send no
+ * more: it is closed, a request on it logged 499 (its body can never be
  * complete) and its Content-Length reservation given back, instead of all
  * that waiting for header-timeout or min-body-rate. A gRPC connection has
  * header-timeout seconds from its opening to complete the HTTP/2 preface
  * and the HEADERS of its first call (between calls --connection-timeout
- * rules, grpc_conn.c), and a message must arrive at min-body-rate once header-timeout has passed since its
- * first byte (a unary call's: since its HEADERS; srv_conn.slow asks
- * grpc_conn.c). A connection accepted from an address that holds
- * max-connections-per-ip already, both doors' together, is closed at once
- * (accept.c asks srv_guard_per_ip_full); each door accepts up to
- * max-connections + a small headroom, and a connection that takes the
- * total of both past max-connections evicts the one that has waited longest for its first
- * request (a slow client; idle keep-alive connections of served clients go
- * after those), so slow clients cannot lock out new ones. Closing is
- * shutdown(2) for both: MHD or libuv then sees the end and cleans up.
+ * rules, grpc_conn.c), and a message must arrive at min-body-rate once
+ * header-timeout has passed since its first byte (a unary call's: since its
+ * HEADERS; srv_conn.slow asks grpc_conn.c). A connection accepted from an
+ * address that holds max-connections-per-ip already, both doors' together,
+ * is closed at once (accept.c asks srv_guard_per_ip_full); each door
+ * accepts up to max-connections + a small headroom, and a connection that
+ * takes the total of both past max-connections evicts the one that has
+ * waited longest for its first request (a slow client; idle keep-alive
+ * connections of served clients go after those), so slow clients cannot
+ * lock out new ones. Closing is shutdown(2) for both: MHD or libuv then
+ * sees the end and cleans up.
  *
  * Memory: srv_mem_take/srv_mem_give count buffered bodies (reserved from
  * Content-Length before a byte is read, or as a chunked body grows) and
