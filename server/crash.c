@@ -19,20 +19,25 @@
  *
  * A handler installed before it (core/st.c's SIGBUS guard of reads of a
  * weight file that may be cut short, whose fault fails the load) runs
- * first; the report follows when it returns. ASan and TSan builds keep
- * their sanitizer's own report: nothing here is installed. A thread that faults
- * while another writes the report waits for that one to end the process; a
- * fault inside the report ends it at once (every signal is blocked while the
- * handler runs, and the kernel ends a process whose thread faults with the
- * signal blocked).
+ * first; the report follows when it returns. Each thread attnd starts (the
+ * loop, the log writer, the pool's) runs the handler on a stack of its own,
+ * so an overflow of its stack is reported too; a thread attnd did not start
+ * (OpenBLAS's) has none, and its overflow ends the process without a
+ * report. ASan and TSan builds keep their sanitizer's own report: nothing
+ * here is installed. A thread that faults while another writes the report
+ * waits for that one to end the process; a fault inside the report ends it
+ * at once (every signal is blocked while the handler runs, and the kernel
+ * ends a process whose thread faults with the signal blocked).
  */
 #include "server/srv.h"
 
 #include <dlfcn.h>
 #include <execinfo.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,6 +49,10 @@
 #endif
 
 #define MAX_FRAMES 64
+#define ALT_STACK (64 << 10) /* a thread's stack for the handler */
+/* how far below its stack a fault still counts as the stack's overflow: a
+ * frame larger than the guard page steps over it */
+#define OVERFLOW_REACH (64 << 10)
 #define MODEL_CHARS 96
 
 /* what a thread's report says of it (srv_crash_role, srv_crash_job) */
@@ -51,6 +60,7 @@ static _Thread_local const char *t_role;
 static _Thread_local const char *t_what;
 static _Thread_local char t_model[MODEL_CHARS];
 static _Thread_local uint64_t t_at;
+static _Thread_local uintptr_t t_stack_lo, t_stack_hi; /* 0: not known */
 
 static srv *c_srv;
 static pid_t c_loop_tid;
@@ -64,9 +74,46 @@ static const int fatal_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 /* the SIGBUS handler installed before (core/st.c's guard), run first */
 static struct sigaction c_bus_prev;
 
+/* srv_crash_role also gives the thread what a report needs: a stack of its
+ * own for the handler (one that overflowed could not run it; the loop
+ * thread's is srv_crash_init's), kept for the thread's life, and the faults
+ * let through (the log writer blocks every signal, and the kernel ends a
+ * process whose thread faults with the signal blocked, before any handler
+ * runs). */
+/* note_stack: this thread's stack bounds, for overflowed() */
+static void note_stack(void)
+{
+    pthread_attr_t a;
+    void *lo;
+    size_t n;
+    if (pthread_getattr_np(pthread_self(), &a) != 0)
+        return;
+    if (pthread_attr_getstack(&a, &lo, &n) == 0) {
+        t_stack_lo = (uintptr_t)lo;
+        t_stack_hi = (uintptr_t)lo + n;
+    }
+    pthread_attr_destroy(&a);
+}
+
 void srv_crash_role(const char *role)
 {
+    static _Thread_local int ready;
     t_role = role;
+    if (!CRASH_REPORT || ready)
+        return;
+    ready = 1;
+    note_stack();
+    stack_t ss = {.ss_size = ALT_STACK};
+    ss.ss_sp = mmap(NULL, ss.ss_size, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (ss.ss_sp != MAP_FAILED)
+        sigaltstack(&ss, NULL);
+    sigset_t faults;
+    sigemptyset(&faults);
+    for (size_t i = 0; i < N_FATAL; i++)
+        if (fatal_signals[i] != SIGABRT) /* abort(3) unblocks its own */
+            sigaddset(&faults, fatal_signals[i]);
+    pthread_sigmask(SIG_UNBLOCK, &faults, NULL);
 }
 
 void srv_crash_job(const char *what, const char *name)
@@ -189,6 +236,15 @@ static void emit(const line *msg)
     write_fd2(out.b, out.n);
 }
 
+/* overflowed: whether a fault's address is at the low end of this thread's
+ * stack (its guard page, or just past it) */
+static int overflowed(const siginfo_t *si)
+{
+    uintptr_t a = (uintptr_t)si->si_addr;
+    return si->si_signo == SIGSEGV && t_stack_lo &&
+           a + OVERFLOW_REACH >= t_stack_lo && a < t_stack_lo + 4096;
+}
+
 /* cause: what si_code says of a fault, or "" */
 static const char *cause(const siginfo_t *si)
 {
@@ -225,9 +281,15 @@ static void report(int sig, const siginfo_t *si, pid_t tid)
         const char *why = cause(si);
         put(&l, " at ");
         put_hex(&l, (uintptr_t)si->si_addr);
-        if (*why) {
+        if (*why || overflowed(si)) {
             put(&l, " (");
             put(&l, why);
+            if (overflowed(si)) {
+                put(&l, *why ? ": " : "");
+                put(&l, "the thread's stack of ");
+                put_uint(&l, (t_stack_hi - t_stack_lo) >> 10, 1);
+                put(&l, " KiB overflowed");
+            }
             put(&l, ")");
         }
     }
@@ -320,13 +382,14 @@ static void on_fatal(int sig, siginfo_t *si, void *uc)
 
 void srv_crash_init(srv *s)
 {
-    static char altstack[64 << 10];
+    static char altstack[ALT_STACK];
     void *warm[2];
     Dl_info info;
     if (!CRASH_REPORT)
         return;
     c_srv = s;
     c_loop_tid = (pid_t)syscall(SYS_gettid);
+    note_stack();
     c_start_ns = srv_now_ns();
     ssize_t k = readlink("/proc/self/exe", c_exe, sizeof c_exe - 1);
     c_exe[k > 0 ? k : 0] = 0;

@@ -474,7 +474,9 @@ void srv_spin_pause(void);
 /* crash.c: a report on stderr when a thread faults or aborts (see its
  * header). srv_crash_init: installs it; at start, on the loop thread,
  * after st_guard_install (whose handler it calls first).
- * srv_crash_role: how a report names this thread (a string that lasts).
+ * srv_crash_role: how a report names this thread (a string that lasts);
+ * the first call on a thread also gives it a stack for the handler and
+ * unblocks the fault signals.
  * srv_crash_job: the work this thread begins (what: a string that lasts;
  * name copied, may be NULL); what NULL: none. Any thread. */
 void srv_crash_init(srv *s);
