@@ -292,6 +292,41 @@ test('--max-connections: a connection past the limit closes the one waiting long
   assert.equal((await d.stop()).code, 0);
 });
 
+test('--max-connections: a client never served goes before an idle keep-alive one that was, however long that one waited', async (t) => {
+  const d = await start({ t, args: ['--max-connections', '2'], ready: false });
+  const open = async (text) => {
+    const s = connect(d.port, '127.0.0.1');
+    await new Promise((r, j) => { s.on('connect', r); s.on('error', j); });
+    let got = '';
+    let closed = false;
+    s.on('data', (c) => { got += c; });
+    s.on('close', () => { closed = true; });
+    s.on('error', () => {});
+    s.write(text);
+    return { s, got: () => got, closed: () => closed };
+  };
+  // the served one: a whole request answered, then idle on keep-alive,
+  // and waiting longer than the other when the third comes
+  const served = await open('GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n');
+  for (let i = 0; i < 100 * SLOW && !served.got().includes('\r\n\r\n'); i++) await sleep(20);
+  assert.match(served.got(), /^HTTP\/1\.1 200 /);
+  await sleep(300);
+  const slow = await open('GET /v2/health/live HTTP/1.1\r\nHost: x\r\n'); // head not finished
+  await sleep(200);
+  const probe = await open('GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+  for (let i = 0; i < 100 * SLOW && !probe.got().includes('\r\n\r\n'); i++) await sleep(50);
+  assert.match(probe.got(), /^HTTP\/1\.1 200 /, 'the third connection is served');
+  for (let i = 0; i < 40 && !slow.closed(); i++) await sleep(50);
+  assert.ok(slow.closed(), 'the never-served connection was closed');
+  assert.ok(!served.closed(), 'the served keep-alive one, though it waited longer, is still open');
+  served.s.write('GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+  for (let i = 0; i < 100 * SLOW && !/\r\n\r\n[^]*HTTP\/1\.1 200 /.test(served.got()); i++) await sleep(20);
+  assert.match(served.got(), /\r\n\r\n[^]*HTTP\/1\.1 200 /, 'and it is served again');
+  served.s.destroy();
+  probe.s.destroy();
+  assert.equal((await d.stop()).code, 0);
+});
+
 test('--connection-timeout: an idle connection is closed by the server', async (t) => {
   const d = await start({ t, args: ['--connection-timeout', '1'] });
   const s = connect(d.port, '127.0.0.1');
