@@ -291,10 +291,17 @@ static enum MHD_Result count_cl(void *cls, enum MHD_ValueKind kind,
 /* framed_twice: does r give its body's length two ways (RFC 9112 6.1,
  * 6.3)? 1: Content-Length more than once, 2: beside Transfer-Encoding;
  * 0: no. What follows the body as MHD reads it could be read as another
- * request (request smuggling). */
+ * request (request smuggling). 3: a Transfer-Encoding other than chunked
+ * alone ("gzip", "gzip, chunked", "chunked " with a space, ""): MHD reads
+ * such a body until the connection closes, so the request would never be
+ * answered (RFC 9112 6.3 asks for a 400 and a close). */
 static int framed_twice(srv_req *r)
 {
     int n_cl = 0;
+    const char *te = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                                 "Transfer-Encoding");
+    if (te && strcasecmp(te, "chunked") != 0)
+        return 3;
     if (!MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length"))
         return 0;
     if (MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Transfer-Encoding"))
@@ -387,6 +394,13 @@ static void first_call(srv_req *r, const char *url)
     r->close = twice != 0; /* whatever it is answered */
     if (route(r, url) < 0)
         return;
+    if (twice == 3) {
+        srv_respond_error(r, 400, "Transfer-Encoding: '%.64s' is not chunked; "
+                          "send one Content-Length or Transfer-Encoding: chunked",
+                          MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                                      "Transfer-Encoding"));
+        return;
+    }
     if (twice) {
         srv_respond_error(r, 400, "%s: the body's length is given %s; send "
                           "one Content-Length or Transfer-Encoding: chunked",

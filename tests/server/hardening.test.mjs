@@ -124,6 +124,28 @@ test('a body framed two ways (two Content-Lengths, or one beside Transfer-Encodi
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
+test('a Transfer-Encoding other than chunked alone is 400 and the connection closes, not a request read until the client goes', async () => {
+  const d = await start();
+  try {
+    // libmicrohttpd reads such a body until the connection closes: no
+    // answer would ever come (RFC 9112 6.3: 400, then close)
+    const unload = 'POST /v2/repository/models/tiny/unload HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n';
+    for (const te of ['gzip', 'gzip, chunked', 'chunked, gzip', 'identity', 'chunked ', 'chunked;q=1', '']) {
+      for (const body of ['2\r\n{}\r\n0\r\n\r\n', '{}']) {
+        const what = `Transfer-Encoding: '${te}', body ${JSON.stringify(body)}`;
+        const got = await untilClosed(d.port, `POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: ${te}\r\n\r\n${body}${unload}`)
+          .catch((e) => assert.fail(`${what}: ${e.message}`));
+        assert.equal((got.match(/HTTP\/1\.1 \d{3}/g) || []).length, 1, `${what}: ${got}`);
+        assert.match(got, /^HTTP\/1\.1 400 [^]*is not chunked; send one Content-Length or Transfer-Encoding: chunked/, what);
+        assert.match(got, /\r\nConnection: close\r\n/i, what);
+        assert.equal((await fetch(`${d.url}/v2/models/tiny/ready`)).status, 200, `${what}: the unload after it ran`);
+      }
+    }
+    const ok = await untilClosed(d.port, 'POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\nConnection: close\r\n\r\n2\r\n{}\r\n0\r\n\r\n');
+    assert.match(ok, /^HTTP\/1\.1 200 /, 'chunked, in any case, is served');
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
 test('the index body has a small limit (max-small-body), checked before reading it', async () => {
   const d = await start({ args: ['--max-small-body', '4096'] });
   try {
