@@ -259,22 +259,26 @@ test('--max-batch: concurrent requests share batches of at most max-batch sequen
   assert.equal((await d.stop()).code, 0);
 });
 
+/** openSending(port, text): a raw connection that has sent text, with
+ * what it got back and whether it closed. */
+async function openSending(port, text) {
+  const s = connect(port, '127.0.0.1');
+  await new Promise((r, j) => { s.on('connect', r); s.on('error', j); });
+  let got = '';
+  let closed = false;
+  s.on('data', (c) => { got += c; });
+  s.on('close', () => { closed = true; });
+  s.on('error', () => {});
+  s.write(text);
+  return { s, got: () => got, closed: () => closed };
+}
+
 test('--max-connections: a connection past the limit closes the one waiting longest for its request head', async (t) => {
   // ready: false: no pooled keep-alive connection of the helper's own.
   // Slow clients must not lock out new ones (issue 11): past the limit the
   // connection that has waited longest for its first head is closed.
   const d = await start({ t, args: ['--max-connections', '2'], ready: false });
-  const open = async (text) => {
-    const s = connect(d.port, '127.0.0.1');
-    await new Promise((r, j) => { s.on('connect', r); s.on('error', j); });
-    let got = '';
-    let closed = false;
-    s.on('data', (c) => { got += c; });
-    s.on('close', () => { closed = true; });
-    s.on('error', () => {});
-    s.write(text);
-    return { s, got: () => got, closed: () => closed };
-  };
+  const open = (text) => openSending(d.port, text);
   const partial = 'GET /v2/health/live HTTP/1.1\r\nHost: x\r\n'; // headers not finished
   const held = [await open(partial)];
   await sleep(100);
@@ -294,17 +298,7 @@ test('--max-connections: a connection past the limit closes the one waiting long
 
 test('--max-connections: a client never served goes before an idle keep-alive one that was, however long that one waited', async (t) => {
   const d = await start({ t, args: ['--max-connections', '2'], ready: false });
-  const open = async (text) => {
-    const s = connect(d.port, '127.0.0.1');
-    await new Promise((r, j) => { s.on('connect', r); s.on('error', j); });
-    let got = '';
-    let closed = false;
-    s.on('data', (c) => { got += c; });
-    s.on('close', () => { closed = true; });
-    s.on('error', () => {});
-    s.write(text);
-    return { s, got: () => got, closed: () => closed };
-  };
+  const open = (text) => openSending(d.port, text);
   // the served one: a whole request answered, then idle on keep-alive,
   // and waiting longer than the other when the third comes
   const served = await open('GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n');
