@@ -25,8 +25,23 @@
 #include <unistd.h>
 
 static void on_mhd_timer(uv_timer_t *t);
+static void on_mhd_idle(uv_idle_t *h);
 
-/* run_mhd: let MHD do its work, then re-arm its timeout. Loop thread. */
+/* MHD runs again at once (its timeout 0) at most this many times in a row
+ * before the loop polls for I/O. */
+#define MHD_RUNS_AT_ONCE 64
+
+/* run_mhd: let MHD do its work, then re-arm its timeout. Loop thread.
+ * A timeout of 0 (more to do at once: the next of pipelined requests, a
+ * resumed connection) runs MHD again from the timer, in the same turn of
+ * the loop, up to MHD_RUNS_AT_ONCE times in a row; then from an idle
+ * handle, in the next turn, after the loop has polled for I/O. libuv 1.44
+ * (Debian 12) runs a timer re-armed at 0 from its own callback again
+ * before it polls (libuv issue 4245), and MHD 0.9.75 says 0 for as long
+ * as a connection it cannot move stays ready (a chunk-size line longer
+ * than its buffer): with the timer alone, the loop served nothing else,
+ * signals and the guard's sweep included, until that connection's
+ * connection-timeout. */
 static void run_mhd(srv *s)
 {
     MHD_UNSIGNED_LONG_LONG ms = 0;
@@ -35,17 +50,34 @@ static void run_mhd(srv *s)
     MHD_run(s->mhd);
     if (MHD_get_timeout(s->mhd, &ms) != MHD_YES || ms > 1000)
         ms = 1000;
+    if (ms == 0 && s->mhd_runs_at_once >= MHD_RUNS_AT_ONCE) {
+        uv_timer_stop(&s->mhd_timer);
+        uv_idle_start(&s->mhd_idle, on_mhd_idle); /* no-op when active */
+        return;
+    }
+    s->mhd_runs_at_once = ms == 0 ? s->mhd_runs_at_once + 1 : 0;
     uv_timer_start(&s->mhd_timer, on_mhd_timer, ms, 0);
 }
 
 static void on_mhd_timer(uv_timer_t *t) { run_mhd(t->data); }
 
+/* on_mhd_idle: the loop has polled since MHD_RUNS_AT_ONCE runs in a row. */
+static void on_mhd_idle(uv_idle_t *h)
+{
+    srv *s = h->data;
+    uv_idle_stop(h);
+    s->mhd_runs_at_once = 0;
+    run_mhd(s);
+}
+
 static void on_mhd_poll(uv_poll_t *p, int status, int events)
 {
+    srv *s = p->data;
     (void)status;
     (void)events;
-    srv_busy_poll_touch(p->data);
-    run_mhd(p->data);
+    srv_busy_poll_touch(s);
+    s->mhd_runs_at_once = 0; /* the loop polled */
+    run_mhd(s);
 }
 
 void srv_kick(srv *s)
@@ -675,6 +707,8 @@ int srv_http_start(srv *s, char *err)
     }
     uv_timer_init(s->loop, &s->mhd_timer);
     s->mhd_timer.data = s;
+    uv_idle_init(s->loop, &s->mhd_idle);
+    s->mhd_idle.data = s;
     srv_guard_start(s);
     uv_poll_init(s->loop, &s->mhd_poll, info->epoll_fd);
     s->mhd_poll.data = s;
@@ -703,6 +737,7 @@ void srv_http_stop(srv *s)
     uv_poll_stop(&s->mhd_poll);
     uv_close((uv_handle_t *)&s->mhd_poll, NULL);
     uv_close((uv_handle_t *)&s->mhd_timer, NULL);
+    uv_close((uv_handle_t *)&s->mhd_idle, NULL);
     MHD_stop_daemon(s->mhd);
     s->mhd = NULL;
     srv_http_log_flush(s, 1);

@@ -315,6 +315,8 @@ struct srv {
     int n_fixed;
     uv_poll_t mhd_poll;
     uv_timer_t mhd_timer;
+    uv_idle_t mhd_idle;   /* MHD's timeout of 0 once the loop must poll */
+    int mhd_runs_at_once; /* MHD runs at timeout 0 since the loop polled */
     /* http_accept.c: the REST listener (accept.c) */
     srv_accept accept;
     int accept_full;                    /* paused: MHD at its limit */

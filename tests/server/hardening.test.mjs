@@ -375,6 +375,32 @@ test('header-timeout and min-body-rate close slow clients', async () => {
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
+test('a chunk-size line longer than libmicrohttpd\'s buffer does not stop the loop: others are served, min-body-rate closes it', async () => {
+  // libmicrohttpd 0.9.75 cannot move such a connection and asks to be run
+  // again at once for as long as it is open; attnd re-armed a 0 ms timer
+  // from that timer's callback, which libuv 1.44 runs again before polling:
+  // no connection was served, no signal seen, until connection-timeout (60 s)
+  const d = await start({ args: ['--header-timeout', '1'] });
+  const stuck = connect({ port: d.port, host: '127.0.0.1' });
+  stuck.on('error', () => {});
+  let code;
+  try {
+    await new Promise((res) => stuck.on('connect', res));
+    stuck.write(`POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n10;${'a'.repeat(40000)}`);
+    await sleep(300);
+    for (let i = 0; i < 3; i++) {
+      const r = await fetch(`${d.url}/v2/health/live`, { signal: AbortSignal.timeout(3000 * SLOW) })
+        .catch((e) => assert.fail(`request ${i} beside the stuck connection: ${e.message}`));
+      assert.equal(r.status, 200);
+    }
+    assert.match(await d.logged(/slower than 1024 bytes\/s \(min-body-rate\)/), /closed 1 connection whose body came slower than 1024 bytes\/s/);
+  } finally {
+    stuck.destroy();
+    code = (await d.stop()).code;
+  }
+  assert.equal(code, 0);
+});
+
 test('a client that closes before its body is complete (FIN with its last bytes) frees its connection, request and reservation at once, logged 499', async () => {
   // Head (Content-Length 1 MB) then none or part of the body, and the FIN
   // at once: libmicrohttpd misses an end that comes with the last data
