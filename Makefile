@@ -18,8 +18,9 @@ PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null)
 BLAS_LIBS = $(or $(shell pkg-config --libs openblas 2>/dev/null),-lopenblas)
 
+# WERROR=1 (.ci/run): a warning fails the build
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
-        -Wformat=2 -Wvla
+        -Wformat=2 -Wvla $(if $(WERROR),-Werror)
 SAN_address := -fsanitize=address -fno-omit-frame-pointer
 SAN_undefined := -fsanitize=undefined -fno-sanitize-recover=all
 SAN_thread := -fsanitize=thread
