@@ -49,7 +49,8 @@
     X(deadline_ms, "deadline-ms", INT, 30000, 1, 3600000,                     \
       "request deadline from arrival to answer (ms); past it 504")            \
     X(drain_ms, "drain-ms", INT, 30000, 0, 3600000,                           \
-      "on SIGTERM/SIGINT, time queued and running work gets to finish (ms)")  \
+      "on SIGTERM/SIGINT/SIGHUP, time queued and running work gets to "       \
+      "finish (ms)")                                                           \
     X(max_body, "max-body", INT, 64 * SRV_MiB, 1024, 1LL << 40,               \
       "largest request body in bytes (413 past it)")                          \
     X(max_json_body, "max-json-body", INT, 16 * SRV_MiB, 1024, 1LL << 40,     \

@@ -1,19 +1,22 @@
 /*
  * main.c - attnd: settings, the loop, signals and a graceful stop.
  *
- * SIGTERM/SIGINT: ready turns 503 and new infer requests get 503 (the
- * listener stays open so probes see it; a request whose head came before
- * the signal is still served, r->late), queued work runs at once, and
- * when nothing is in flight any more (or drain-ms has passed: what is still
- * queued gets 503) every connection is closed and attnd exits 0. A second
- * signal cuts the drain short.
+ * SIGTERM/SIGINT/SIGHUP (a terminal that closed under a foreground attnd:
+ * its default would end attnd at once, answers in flight lost): ready turns
+ * 503 and new infer requests get 503 (the listener stays open so probes see
+ * it; a request whose head came before the signal is still served,
+ * r->late), queued work runs at once, and when nothing is in flight any
+ * more (or drain-ms has passed: what is still queued gets 503) every
+ * connection is closed and attnd exits 0. A second signal cuts the drain
+ * short.
+ * SIGHUP ignored when attnd starts (nohup) stays ignored.
  *
  * The signals are caught by attnd's own handler, not uv_signal: libuv puts
  * back SIG_DFL when its last signal handle closes, and a signal landing
  * between that and a later SIG_IGN killed attnd during its exit. The
  * handler counts the signal and wakes the loop (uv_async_send is
  * async-signal-safe); at the stop SIG_IGN replaces it, so from the first
- * signal to the process's end no SIGTERM/SIGINT can kill attnd.
+ * signal to the process's end none of the three can kill attnd.
  */
 #include "server/srv.h"
 #include "core/st.h"
@@ -33,17 +36,21 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-/* The signal handler's state: signals caught and not yet seen by the loop
- * (SIGTERM, SIGINT), handlers running, and whether the async handle is
- * gone. */
+/* The signals that stop attnd, and the handler's state: those caught and
+ * not yet seen by the loop (per signal), handlers running, and whether the
+ * async handle is gone. */
+static const int stop_signals[] = {SIGTERM, SIGINT, SIGHUP};
+#define N_STOP (sizeof stop_signals / sizeof *stop_signals)
 static srv *sig_srv;
-static atomic_int sig_count[2], sig_busy, sig_closed;
+static atomic_int sig_count[N_STOP], sig_busy, sig_closed;
 
 static void on_raw_signal(int signum)
 {
     int e = errno;
     atomic_fetch_add(&sig_busy, 1);
-    atomic_fetch_add(&sig_count[signum == SIGINT], 1);
+    for (size_t i = 0; i < N_STOP; i++)
+        if (stop_signals[i] == signum)
+            atomic_fetch_add(&sig_count[i], 1);
     if (!atomic_load(&sig_closed))
         uv_async_send(&sig_srv->sig_async);
     atomic_fetch_sub(&sig_busy, 1);
@@ -58,11 +65,16 @@ static void catch_signals(srv *s)
     sigfillset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
     sig_srv = s;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
+    for (size_t i = 0; i < N_STOP; i++) {
+        struct sigaction was;
+        if (stop_signals[i] == SIGHUP && sigaction(SIGHUP, NULL, &was) == 0 &&
+            was.sa_handler == SIG_IGN)
+            continue; /* nohup: a hangup is not a stop */
+        sigaction(stop_signals[i], &sa, NULL);
+    }
 }
 
-/* ignore_signals: SIGTERM/SIGINT are ignored for the rest of the process
+/* ignore_signals: the stop signals are ignored for the rest of the process
  * (set before the handle closes, never SIG_DFL in between); once no
  * handler is still inside uv_async_send the handle may close. */
 static void ignore_signals(srv *s)
@@ -70,8 +82,8 @@ static void ignore_signals(srv *s)
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = SIG_IGN;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
+    for (size_t i = 0; i < N_STOP; i++)
+        sigaction(stop_signals[i], &sa, NULL);
     atomic_store(&sig_closed, 1);
     while (atomic_load(&sig_busy)) /* a handler on another thread */
         ;
@@ -196,15 +208,19 @@ static void on_drain_timeout(uv_timer_t *t)
 static void on_signal(uv_async_t *h)
 {
     srv *s = h->data;
-    int n_term = atomic_exchange(&sig_count[0], 0);
-    int n_int = atomic_exchange(&sig_count[1], 0);
-    int n = n_term + n_int;
+    int n = 0, first = -1;
+    for (size_t i = 0; i < N_STOP; i++) {
+        int k = atomic_exchange(&sig_count[i], 0);
+        n += k;
+        if (k && first < 0)
+            first = stop_signals[i];
+    }
     if (!n || s->stopping)
         return;
     if (!s->draining) {
         s->draining = 1;
-        srv_log(s, "info", "%s: draining (%d requests in flight, up to %lld ms)",
-                n_term ? "SIGTERM" : "SIGINT", s->live_jobs, s->cfg.drain_ms);
+        srv_log(s, "info", "SIG%s: draining (%d requests in flight, up to %lld ms)",
+                sigabbrev_np(first), s->live_jobs, s->cfg.drain_ms);
         srv_sched_drain(s);
         srv_grpc_drain(s);
         srv_maps_wait_drain(s);

@@ -223,7 +223,7 @@ void srv_h_metrics(srv_req *r)
         if (s->http.grpc_msgs[i])
             bprintf(&b, "attnd_grpc_stream_responses_total{code=\"%s\"} %llu\n",
                     srv_grpc_code_name(i), (unsigned long long)s->http.grpc_msgs[i]);
-    bprintf(&b, "# HELP attnd_draining 1 after SIGTERM/SIGINT.\n"
+    bprintf(&b, "# HELP attnd_draining 1 after SIGTERM/SIGINT/SIGHUP.\n"
                 "# TYPE attnd_draining gauge\nattnd_draining %d\n"
                 "# HELP attnd_open_requests HTTP requests in progress.\n"
                 "# TYPE attnd_open_requests gauge\nattnd_open_requests %d\n"

@@ -230,6 +230,21 @@ test('SIGTERM with requests in flight: all complete, exit code 0', async (t) => 
   assert.match(d.log(), /SIGTERM: draining/);
 });
 
+test('SIGHUP (a terminal that closed) drains as SIGTERM does; under nohup it changes nothing', async (t) => {
+  const d = await start({ t });
+  assert.equal((await infer(d, 'tiny', xreq('h'))).status, 200);
+  const e = await d.stop('SIGHUP');
+  assert.deepEqual(e, { code: 0, sig: null }, d.log());
+  assert.match(d.log(), /SIGHUP: draining/);
+  const n = await start({ t, wrap: ['nohup'] });
+  n.proc.kill('SIGHUP');
+  await sleep(300);
+  assert.equal((await fetch(`${n.url}/v2/health/ready`)).status, 200, 'still ready after a SIGHUP under nohup');
+  assert.doesNotMatch(n.log(), /draining/);
+  const e2 = await n.stop('SIGTERM');
+  assert.equal(e2.code, 0, n.log());
+});
+
 test('while draining: ready is 503, new work 503, and attnd exits 0 when the last client leaves', async (t) => {
   const d = await start({ t });
   // a client in the middle of sending its body keeps the drain waiting
