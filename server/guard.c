@@ -9,7 +9,7 @@
  * request head has not arrived within header-timeout seconds of its
  * opening or of its previous answer, and one whose body arrives slower
  * than min-body-rate bytes/s on average once header-timeout has passed
- * since its head. The same sweep asks the socket of each REST request
+ * since its head (its request logged and counted 408, http.c). The same sweep asks the socket of each REST request
  * whose work waits or runs (its connection suspended: MHD does not read
  * it) whether its client went, and if so drops that work (sched.c,
  * srv_sched_client_went). It also asks, one poll(2) for up to PEEK_MAX of
@@ -311,9 +311,9 @@ static void closed_log(srv *s, const int n[2][2])
                     n[d][0] == 1 ? "" : "s", what[d], s->cfg.header_timeout_s);
         if (n[d][1])
             srv_log(s, "warn", "%s: %s %d %s%s whose %s came slower than %lld "
-                    "bytes/s (min-body-rate)", door[d], d ? "ended" : "closed",
+                    "bytes/s (min-body-rate)%s", door[d], d ? "ended" : "closed",
                     n[d][1], d ? "call" : "connection", n[d][1] == 1 ? "" : "s",
-                    part[d], s->cfg.min_body_rate);
+                    part[d], s->cfg.min_body_rate, d ? "" : "; logged 408");
     }
 }
 
@@ -440,6 +440,7 @@ static void sweep(uv_timer_t *t)
                 !s->cfg.min_body_rate ||
                 (double)r->body_seen * 1e9 >= (double)s->cfg.min_body_rate * (double)dt)
                 continue;
+            r->too_slow = 1; /* logged and counted 408 (http.c) */
             n[0][1]++;
         }
         c->closing = 1;

@@ -414,6 +414,52 @@ static int body_check(srv_req *r)
     return 0;
 }
 
+/* has_token: does one of conn's fields named key hold token among its
+ * comma-separated values (case aside, RFC 9110 5.6.1)? */
+struct token_find {
+    const char *key, *token;
+    int found;
+};
+
+static enum MHD_Result find_token(void *cls, enum MHD_ValueKind kind,
+                                  const char *key, const char *value)
+{
+    struct token_find *f = cls;
+    size_t n = strlen(f->token);
+    (void)kind;
+    if (strcasecmp(key, f->key) != 0 || !value)
+        return MHD_YES;
+    for (const char *p = value; *p;) {
+        size_t len;
+        p += strspn(p, " \t,");
+        len = strcspn(p, " \t,");
+        if (len == n && strncasecmp(p, f->token, n) == 0) {
+            f->found = 1;
+            return MHD_NO;
+        }
+        p += len;
+    }
+    return MHD_YES;
+}
+
+static int has_token(struct MHD_Connection *conn, const char *key, const char *token)
+{
+    struct token_find f = {key, token, 0};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, find_token, &f);
+    return f.found;
+}
+
+/* client_closes: will MHD close the connection after this request
+ * whatever it is answered, as its client asked (RFC 9112 9.3)? HTTP/1.1
+ * with Connection: close; HTTP/1.0 without Connection: keep-alive. */
+static int client_closes(struct MHD_Connection *conn, const char *version)
+{
+    if (has_token(conn, "Connection", "close"))
+        return 1;
+    return version && strcmp(version, MHD_HTTP_VERSION_1_0) == 0 &&
+           !has_token(conn, "Connection", "keep-alive");
+}
+
 /* first_call: set up r, route it, check auth, then the body its route
  * accepts. May answer at once (the body is then never read). */
 static void first_call(srv_req *r, const char *url)
@@ -500,7 +546,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 {
     srv *s = cls;
     srv_req *r = *con_cls;
-    (void)version;
     if (!r) {
         r = calloc(1, sizeof *r);
         if (!r) /* no request to log: an answer made at start */
@@ -513,6 +558,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         r->method = parse_method(method);
         name_method(r->method_name, method);
         r->late = s->draining;
+        r->client_closes = client_closes(conn, version);
         *con_cls = r;
         s->live_reqs++;
         srv_guard_begin(r);
@@ -573,8 +619,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     srv_mem_give(s, r->mem + r->resp_mem);
     if (r->waiting)
         srv_maps_wait_cancel(r);
-    if (r->went || (code == MHD_REQUEST_TERMINATED_CLIENT_ABORT && !r->dispatched &&
-                    !r->have_resp))
+    if (r->too_slow) /* the guard closed it: its body came too slowly */
+        r->status = 408;
+    else if (r->went || (code == MHD_REQUEST_TERMINATED_CLIENT_ABORT &&
+                         !r->dispatched && !r->have_resp))
         r->status = 499; /* its client went, before its body was complete
                             (MHD saw the end, or the guard's sweep did) or
                             while it waited or ran */

@@ -188,7 +188,7 @@ static int add_answer_headers(srv_req *r, struct MHD_Response *resp)
     }
     if (r->s->draining || r->close) {
         ADD("Connection", "close");
-    } else if (r->s->cfg.header_timeout_s) {
+    } else if (r->s->cfg.header_timeout_s && !r->client_closes) {
         /* clients keep idle connections for less than the server does
          * (undici and browsers honour it; a quarter of margin for a busy
          * client), so none sends a request on a connection header-timeout

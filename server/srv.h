@@ -252,6 +252,11 @@ struct srv_req {
     int went;              /* its client went while it waited, or before
                               its body was complete: logged and
                               counted 499 (as nginx), whatever it was sent */
+    int client_closes;     /* its client asked to close after it: no
+                              Keep-Alive in the answer */
+    int too_slow;          /* its body came slower than min-body-rate and
+                              the guard closed its connection: logged and
+                              counted 408 (as nginx logs a body timeout) */
     srv_req *wait_prev, *wait_next;
     /* for the log line */
     char model[SRV_NAME_MAX];

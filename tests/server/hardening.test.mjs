@@ -367,7 +367,11 @@ test('header-timeout and min-body-rate close slow clients', async () => {
     assert.ok(cb, 'a body under min-body-rate is cut');
     assert.ok(ci, 'an idle connection is closed at header-timeout');
     assert.match(await d.logged(/request head did not arrive within 1 s \(header-timeout\)/), /request head did not arrive within 1 s \(header-timeout\)/);
-    assert.match(await d.logged(/slower than 1000 bytes\/s \(min-body-rate\)/), /slower than 1000 bytes\/s \(min-body-rate\)/);
+    assert.match(await d.logged(/slower than 1000 bytes\/s \(min-body-rate\)/), /closed 1 connection whose body came slower than 1000 bytes\/s \(min-body-rate\); logged 408/);
+    // the request cut short is logged and counted 408, as a timeout
+    assert.match(await d.logged(/POST \/v2\/models\/tiny\/infer \d+ /), /POST \/v2\/models\/tiny\/infer 408 /);
+    const m = await (await fetch(`${d.url}/metrics`)).text();
+    assert.match(m, /\nattnd_http_responses_total\{code="408"\} 1\n/);
     // a client that sends its head and body promptly is not touched
     const ok = await raw(d.port, 'GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n');
     assert.equal(ok.status, 200);
@@ -557,5 +561,15 @@ test('answers tell clients to keep idle connections less than header-timeout (Ke
   try {
     const r = await raw(d.port, 'GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n');
     assert.match(r.text, /\r\nKeep-Alive: timeout=6\r\n/i);
+    const k10 = await raw(d.port, 'GET /v2/health/live HTTP/1.0\r\nConnection: keep-alive\r\n\r\n');
+    assert.match(k10.text, /\r\nKeep-Alive: timeout=6\r\n/i, 'HTTP/1.0 asking to keep it');
+    // a connection that closes after its answer gets no promise to keep it
+    for (const head of ['HTTP/1.1\r\nHost: x\r\nConnection: close', 'HTTP/1.1\r\nHost: x\r\nConnection: TE, Close',
+      'HTTP/1.0']) {
+      const c = await untilClosed(d.port, `GET /v2/health/live ${head}\r\n\r\n`);
+      assert.match(c, /^HTTP\/1\.1 200 /, head);
+      assert.match(c, /\r\nConnection: close\r\n/i, head);
+      assert.doesNotMatch(c, /\r\nKeep-Alive:/i, head);
+    }
   } finally { assert.equal((await d.stop()).code, 0); }
 });
