@@ -239,6 +239,15 @@ function closedWithin(sock, ms) {
   });
 }
 
+// untilUsed: attnd_memory_budget_used_bytes once it is n, or what it is
+// after 5 s (x SLOW)
+const used = async (d) => Number(/\nattnd_memory_budget_used_bytes (\d+)\n/.exec(await (await fetch(`${d.url}/metrics`)).text())[1]);
+async function untilUsed(d, n) {
+  let u = await used(d);
+  for (const until = Date.now() + 5000 * SLOW; u !== n && Date.now() < until; u = await used(d)) await sleep(20);
+  return u;
+}
+
 test('SIGTERM: a request whose head came before the signal is served, its body finishing after it', async () => {
   const d = await start();
   const body = JSON.stringify(xreq('pre'));
@@ -246,9 +255,9 @@ test('SIGTERM: a request whose head came before the signal is served, its body f
   let text = '';
   sock.on('data', (b) => { text += b; });
   sock.write(`POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 20)}`);
-  await sleep(200);
+  assert.equal(await untilUsed(d, body.length + 1), body.length + 1, 'its head was read: its body reserved');
   const exit = d.stop('SIGTERM');
-  await sleep(300);
+  assert.match(await d.logged(/SIGTERM: draining/), /SIGTERM: draining/);
   // a new request is refused meanwhile
   const late = await infer(d, 'tiny', xreq('late'));
   assert.equal(late.status, 503);
@@ -268,7 +277,7 @@ test('memory budget: a body that does not fit beside the others gets 503 + Retry
     // A holds 600001 bytes of the budget while its body trickles in
     const a = await open(d.port);
     a.write('POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 600000\r\n\r\n{');
-    await sleep(100);
+    assert.equal(await untilUsed(d, 600001), 600001, 'A\'s head was read');
     const b = await raw(d.port, 'POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 500000\r\n\r\n');
     assert.equal(b.status, 503);
     assert.match(b.text, /retry-after: \d+/i);
@@ -293,11 +302,10 @@ test('memory budget: a body that does not fit beside the others gets 503 + Retry
     assert.equal(c.status, 503);
     assert.match(c.text, /memory-budget/);
     a.destroy(); // its reservation is given back
-    await sleep(100);
+    assert.equal(await untilUsed(d, 0), 0, 'A\'s reservation given back');
     r = await infer(d, 'sdpa', big);
     assert.equal(r.status, 200);
-    await sleep(50);
-    assert.match(await (await fetch(`${d.url}/metrics`)).text(), /\nattnd_memory_budget_used_bytes 0\n/, 'all given back');
+    assert.equal(await untilUsed(d, 0), 0, 'all given back');
   } finally { assert.equal((await d.stop()).code, 0); }
   const bad = spawnSync(ATTND, ['--memory-budget', '1000', '--max-body', '2000'], { encoding: 'utf8' });
   assert.equal(bad.status, 2);
@@ -310,7 +318,6 @@ test('memory budget: answers a client does not read count until sent, so new req
   const col = Array.from({ length: T }, (_, i) => (i % 8) / 8);
   const body = JSON.stringify({ inputs: [fp32('q', [T, 1], col), fp32('k', [T, 1], col), fp32('v', [T, 1], col)], outputs: [{ name: 'attention' }] });
   const head = `POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`;
-  const used = async (d) => Number(/\nattnd_memory_budget_used_bytes (\d+)\n/.exec(await (await fetch(`${d.url}/metrics`)).text())[1]);
   /** a client that sends the request and reads only the first bytes of its answer */
   const slowReader = (d) => new Promise((resolve, reject) => {
     const sock = connect(d.port, '127.0.0.1');
@@ -341,8 +348,7 @@ test('memory budget: answers a client does not read count until sent, so new req
     assert.ok(Number(r.headers.get('retry-after')) >= 1);
     assert.match(r.json.error, /unsent answers .*memory-budget/);
     for (const s of readers) s.destroy(); // the answers go with their connections
-    for (let i = 0; i < 100 && (await used(d)) > 0; i++) await sleep(20);
-    assert.equal(await used(d), 0, 'all given back');
+    assert.equal(await untilUsed(d, 0), 0, 'all given back');
     assert.equal((await infer(d, 'tiny', xreq('small'))).status, 200);
   } finally {
     for (const s of readers) s.destroy();
