@@ -30,6 +30,8 @@ static void on_mhd_idle(uv_idle_t *h);
 /* MHD runs again at once (its timeout 0) at most this many times in a row
  * before the loop polls for I/O. */
 #define MHD_RUNS_AT_ONCE 64
+#define MHD_STILL_RUNS 4096 /* then a stuck connection: MHD_STUCK_MS apart */
+#define MHD_STUCK_MS 1
 
 /* run_mhd: let MHD do its work, then re-arm its timeout. Loop thread.
  * A timeout of 0 (more to do at once: the next of pipelined requests, a
@@ -41,15 +43,25 @@ static void on_mhd_idle(uv_idle_t *h);
  * as a connection it cannot move stays ready (a chunk-size line longer
  * than its buffer): with the timer alone, the loop served nothing else,
  * signals and the guard's sweep included, until that connection's
- * connection-timeout. */
+ * connection-timeout. Even so the loop spun, a core's worth, until
+ * min-body-rate closed that connection (header-timeout, 20 s, after its
+ * head): after MHD_STILL_RUNS runs at 0 in a row with no I/O event, no
+ * call of a handler and no kick (nothing moved; ~0.1 s here), MHD runs
+ * MHD_STUCK_MS apart until something does. */
 static void run_mhd(srv *s)
 {
     MHD_UNSIGNED_LONG_LONG ms = 0;
+    uint64_t calls;
     if (!s->mhd)
         return;
+    calls = s->mhd_calls;
     MHD_run(s->mhd);
     if (MHD_get_timeout(s->mhd, &ms) != MHD_YES || ms > 1000)
         ms = 1000;
+    if (ms || s->mhd_calls != calls)
+        s->mhd_still_runs = 0;
+    else if (++s->mhd_still_runs >= MHD_STILL_RUNS)
+        ms = MHD_STUCK_MS; /* nothing moved: a stuck connection */
     if (ms == 0 && s->mhd_runs_at_once >= MHD_RUNS_AT_ONCE) {
         uv_timer_stop(&s->mhd_timer);
         uv_idle_start(&s->mhd_idle, on_mhd_idle); /* no-op when active */
@@ -77,11 +89,13 @@ static void on_mhd_poll(uv_poll_t *p, int status, int events)
     (void)events;
     srv_busy_poll_touch(s);
     s->mhd_runs_at_once = 0; /* the loop polled */
+    s->mhd_still_runs = 0;   /* and I/O came */
     run_mhd(s);
 }
 
 void srv_kick(srv *s)
 {
+    s->mhd_still_runs = 0;
     if (s->mhd)
         uv_timer_start(&s->mhd_timer, on_mhd_timer, 0, 0);
 }
@@ -546,6 +560,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 {
     srv *s = cls;
     srv_req *r = *con_cls;
+    s->mhd_calls++;
     if (!r) {
         r = calloc(1, sizeof *r);
         if (!r) /* no request to log: an answer made at start */

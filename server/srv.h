@@ -322,6 +322,9 @@ struct srv {
     uv_timer_t mhd_timer;
     uv_idle_t mhd_idle;   /* MHD's timeout of 0 once the loop must poll */
     int mhd_runs_at_once; /* MHD runs at timeout 0 since the loop polled */
+    int mhd_still_runs;   /* runs at timeout 0 in a row with nothing
+                             moved (http.c run_mhd) */
+    uint64_t mhd_calls;   /* MHD's calls of on_request */
     /* http_accept.c: the REST listener (accept.c) */
     srv_accept accept;
     int accept_full;                    /* paused: MHD at its limit */

@@ -411,6 +411,34 @@ test('a chunk-size line longer than libmicrohttpd\'s buffer does not stop the lo
   assert.equal(code, 0);
 });
 
+test('a connection libmicrohttpd cannot move does not keep the loop busy while it waits for min-body-rate', async () => {
+  // the same stuck connection at the default header-timeout (20 s): the
+  // loop ran libmicrohttpd at once, again and again, half a core or more
+  // here, until min-body-rate closed it; now 1 ms apart once nothing moves
+  const d = await start();
+  const stuck = connect({ port: d.port, host: '127.0.0.1' });
+  stuck.on('error', () => {});
+  const cpu = () => { // the daemon's user + system time, in s
+    const f = readFileSync(`/proc/${d.proc.pid}/stat`, 'utf8').split(') ')[1].split(' ');
+    return (Number(f[11]) + Number(f[12])) / 100;
+  };
+  let code;
+  try {
+    await new Promise((res) => stuck.on('connect', res));
+    stuck.write(`POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n10;${'a'.repeat(40000)}`);
+    await sleep(500);
+    const c0 = cpu(), t0 = Date.now();
+    await sleep(2000);
+    const share = (cpu() - c0) / ((Date.now() - t0) / 1000);
+    assert.ok(share < 0.25, `the daemon used ${share.toFixed(2)} of a core beside the stuck connection`);
+    assert.equal((await fetch(`${d.url}/v2/health/live`, { signal: AbortSignal.timeout(3000 * SLOW) })).status, 200);
+  } finally {
+    stuck.destroy();
+    code = (await d.stop()).code;
+  }
+  assert.equal(code, 0);
+});
+
 test('a client that closes before its body is complete (FIN with its last bytes) frees its connection, request and reservation at once, logged 499', async () => {
   // Head (Content-Length 1 MB) then none or part of the body, and the FIN
   // at once: libmicrohttpd misses an end that comes with the last data
