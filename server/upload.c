@@ -66,30 +66,65 @@ static int b64_val(int c)
     return -1;
 }
 
-/* b64_decode: standard or URL-safe base64, padding optional, no spaces,
- * into *out (malloc'd) and *out_len. 0, -1 when malformed, -2 when out of
- * memory. */
+/* b64_decode: standard or URL-safe base64 (one alphabet, not both), no
+ * spaces, padded to a multiple of 4 with the '=' it needs or not at all,
+ * the bits past the data 0 (RFC 4648 3.5): one text per byte string. Into
+ * *out (malloc'd) and *out_len: 0; -2 when out of memory; -1 when malformed,
+ * why (whylen bytes) then says where ("character 7 ('*') is not ..."). */
 static int b64_decode(const char *in, size_t n, unsigned char **out,
-                      size_t *out_len)
+                      size_t *out_len, char *why, size_t whylen)
 {
     unsigned char *b;
-    size_t i, o = 0;
+    size_t i, o = 0, pad = 0;
     uint32_t acc = 0;
-    int bits = 0;
-    while (n && in[n - 1] == '=')
-        n--;
-    if (n % 4 == 1)
+    int bits = 0, url = 0, std = 0;
+    while (pad < n && in[n - 1 - pad] == '=')
+        pad++;
+    n -= pad;
+    if (n % 4 == 1) {
+        snprintf(why, whylen, "%zu characters of data (not counting '=') "
+                 "cannot be base64: one is left over (a length of 4k+1)", n);
         return -1;
+    }
+    if (pad && (n % 4 == 0 || (n + pad) % 4 != 0)) {
+        snprintf(why, whylen, "%zu '=' after %zu characters of data; padding "
+                 "is %s", pad, n, n % 4 == 0 ? "none after a multiple of 4"
+                 : n % 4 == 2 ? "'==' (or none) after 4k+2" : "'=' (or none) after 4k+3");
+        return -1;
+    }
+    for (i = 0; i < n; i++) {
+        int v = b64_val((unsigned char)in[i]);
+        if (v < 0) {
+            unsigned char c = (unsigned char)in[i];
+            if (c == '=')
+                snprintf(why, whylen, "character %zu is '=' (padding) before "
+                         "the end of the data", i);
+            else if (c > ' ' && c < 127)
+                snprintf(why, whylen, "character %zu ('%c') is not in the "
+                         "base64 alphabet", i, c);
+            else
+                snprintf(why, whylen, "character %zu (byte 0x%02x) is not in "
+                         "the base64 alphabet", i, c);
+            return -1;
+        }
+        url |= in[i] == '-' || in[i] == '_';
+        std |= in[i] == '+' || in[i] == '/';
+    }
+    if (url && std) {
+        snprintf(why, whylen, "mixes the standard ('+', '/') and the URL-safe "
+                 "('-', '_') alphabets");
+        return -1;
+    }
+    if (n % 4 && (b64_val((unsigned char)in[n - 1]) & (n % 4 == 2 ? 15 : 3))) {
+        snprintf(why, whylen, "its last character ('%c') has bits set past "
+                 "the data (not the base64 of any bytes)", in[n - 1]);
+        return -1;
+    }
     b = malloc(n / 4 * 3 + 3);
     if (!b)
         return -2;
     for (i = 0; i < n; i++) {
-        int v = b64_val((unsigned char)in[i]);
-        if (v < 0) {
-            free(b);
-            return -1;
-        }
-        acc = (acc << 6) | (uint32_t)v;
+        acc = (acc << 6) | (uint32_t)b64_val((unsigned char)in[i]);
         bits += 6;
         if (bits >= 8) {
             bits -= 8;
@@ -397,11 +432,13 @@ int srv_upload_parse(srv_upload *u, const char *body, size_t len, char *err,
                                       "must be a base64 string");
                 goto fail;
             }
+            char why[160] = "";
             int rc = b64_decode(json_string_value(v), json_string_length(v),
-                                &u->st, &u->st_len);
+                                &u->st, &u->st_len, why, sizeof why);
             if (rc < 0) {
-                snprintf(err, errlen, "parameters[\"file:model.safetensors\"]: %s",
-                         rc == -2 ? "out of memory" : "not valid base64");
+                snprintf(err, errlen, "parameters[\"file:model.safetensors\"]: %s%s",
+                         rc == -2 ? "out of memory" : "not valid base64: ",
+                         rc == -2 ? "" : why);
                 status = rc == -2 ? 503 : 400;
                 goto fail;
             }

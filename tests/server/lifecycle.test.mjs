@@ -346,6 +346,10 @@ test('bad uploads and loads: status and the parameter named; nothing written', a
   let r = await L('bad1', { parameters: { 'file:model.safetensors': '!!!' } });
   assert.equal(r.status, 400);
   assert.match(r.json.error, /parameters\["file:model\.safetensors"\]: not valid base64/);
+  // valid weights with one '=' too many: padding past what the length needs
+  r = await L('bad1b', { parameters: { ...upload().parameters, 'file:model.safetensors': upload().parameters['file:model.safetensors'] + '=' } });
+  assert.equal(r.status, 400, JSON.stringify(r.json));
+  assert.match(r.json.error, /not valid base64: \d '=' after \d+ characters of data; padding is/);
   r = await L('bad2', { parameters: { 'file:model.safetensors': Buffer.from('garbage!').toString('base64') } });
   assert.equal(r.status, 400);
   assert.match(r.json.error, /upload of model 'bad2'/);

@@ -191,7 +191,8 @@ START_TEST(bad_parameters_are_named)
     ck_assert_int_eq(install("a", "{\"parameters\":{\"config\":\"[1]\"}}", err, &m), 400);
     ck_assert_ptr_nonnull(strstr(err, "parameters.config: not a JSON object"));
     ck_assert_int_eq(install("a", "{\"parameters\":{\"file:model.safetensors\":\"a*b\"}}", err, &m), 400);
-    ck_assert_str_eq(err, "parameters[\"file:model.safetensors\"]: not valid base64");
+    ck_assert_str_eq(err, "parameters[\"file:model.safetensors\"]: not valid base64: "
+                          "character 1 ('*') is not in the base64 alphabet");
     ck_assert_int_eq(install("a", "{\"parameters\":{\"file:model.safetensors\":\"abcde\"}}", err, &m), 400);
     ck_assert_int_eq(install("a", "{\"parameters\":{\"file:x.bin\":\"AAAA\"}}", err, &m), 400);
     ck_assert_ptr_nonnull(strstr(err, "file:x.bin"));
@@ -203,6 +204,58 @@ START_TEST(bad_parameters_are_named)
         char list[512];
         entries(repo, list, sizeof list);
         ck_assert_str_eq(list, ""); /* nothing written, nothing staged */
+    }
+}
+END_TEST
+
+/* parse_b64: parse {"parameters":{"file:model.safetensors":"<text>"}} into u;
+ * srv_upload_parse's status, err holding its message. */
+static int parse_b64(const char *text, srv_upload *u, char *err)
+{
+    char body[256];
+    snprintf(body, sizeof body, "{\"parameters\":{\"file:model.safetensors\":\"%s\"}}",
+             text);
+    return srv_upload_parse(u, body, strlen(body), err, 512);
+}
+
+/* One text per byte string: the padding a length needs or none, nothing
+ * after it, one alphabet, no bits past the data. "AAAA=" and "AA===" were
+ * taken (the '=' at the end were all stripped, however many). */
+START_TEST(base64_is_strict)
+{
+    static const struct { const char *text, *why; } bad[] = {
+        {"AAAA=", "1 '=' after 4 characters of data; padding is none after a multiple of 4"},
+        {"AAAA==", "2 '=' after 4 characters of data; padding is none after a multiple of 4"},
+        {"AAA==", "2 '=' after 3 characters of data; padding is '=' (or none) after 4k+3"},
+        {"AA=", "1 '=' after 2 characters of data; padding is '==' (or none) after 4k+2"},
+        {"AA===", "3 '=' after 2 characters of data; padding is '==' (or none) after 4k+2"},
+        {"====", "4 '=' after 0 characters of data; padding is none after a multiple of 4"},
+        {"AA==AA==", "character 2 is '=' (padding) before the end of the data"},
+        {"AAAAA", "5 characters of data (not counting '=') cannot be base64: one is left over (a length of 4k+1)"},
+        {"AB==", "its last character ('B') has bits set past the data (not the base64 of any bytes)"},
+        {"AAB", "its last character ('B') has bits set past the data (not the base64 of any bytes)"},
+        {"A+_A", "mixes the standard ('+', '/') and the URL-safe ('-', '_') alphabets"},
+        {"AA A", "character 2 (byte 0x20) is not in the base64 alphabet"},
+    };
+    static const struct { const char *text; size_t len; unsigned char last; } good[] = {
+        {"", 0, 0}, {"AA==", 1, 0}, {"AA", 1, 0}, {"AAE=", 2, 1}, {"AAE", 2, 1},
+        {"+/+/", 3, 0xbf}, {"-_-_", 3, 0xbf}, {"AAAA", 3, 0},
+    };
+    char err[512], want[512];
+    srv_upload u;
+    size_t i;
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_msg(parse_b64(bad[i].text, &u, err) == 400, "'%s' was taken", bad[i].text);
+        snprintf(want, sizeof want, "parameters[\"file:model.safetensors\"]: not "
+                 "valid base64: %s", bad[i].why);
+        ck_assert_str_eq(err, want);
+    }
+    for (i = 0; i < sizeof good / sizeof good[0]; i++) {
+        ck_assert_msg(parse_b64(good[i].text, &u, err) == 0, "'%s': %s", good[i].text, err);
+        ck_assert_uint_eq(u.st_len, good[i].len);
+        if (u.st_len)
+            ck_assert_uint_eq(u.st[u.st_len - 1], good[i].last);
+        srv_upload_free(&u);
     }
 }
 END_TEST
@@ -311,6 +364,7 @@ static Suite *upload_suite(void)
     tcase_add_test(tc, plain_bodies);
     tcase_add_test(tc, publishes_atomically);
     tcase_add_test(tc, bad_parameters_are_named);
+    tcase_add_test(tc, base64_is_strict);
     tcase_add_test(tc, concurrent_uploads_never_mix);
     tcase_add_test(tc, sweep_and_hidden_names);
     suite_add_tcase(s, tc);
