@@ -15,6 +15,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -323,15 +324,34 @@ static void no_memory(srv_req *r)
                       r->s->cfg.memory_budget);
 }
 
-/* count_cl: MHD_get_connection_values' iterator, counting Content-Length
- * fields in *cls. */
-static enum MHD_Result count_cl(void *cls, enum MHD_ValueKind kind,
-                                const char *key, const char *value)
+/* Header lines of one name: how many, and their values joined by ", "
+ * (cut at all's size), the one field RFC 9110 5.3 makes of them. */
+typedef struct fields {
+    const char *name;
+    int n;
+    char all[128];
+} fields;
+
+/* add_field: MHD_get_connection_values' iterator filling the fields *cls. */
+static enum MHD_Result add_field(void *cls, enum MHD_ValueKind kind,
+                                 const char *key, const char *value)
 {
-    (void)kind, (void)value;
-    if (strcasecmp(key, "Content-Length") == 0)
-        ++*(int *)cls;
+    fields *f = cls;
+    size_t len = strlen(f->all);
+    (void)kind;
+    if (strcasecmp(key, f->name) == 0)
+        snprintf(f->all + len, sizeof f->all - len, "%s%s", f->n++ ? ", " : "",
+                 value ? value : "");
     return MHD_YES;
+}
+
+/* get_fields: r's header lines called name into *f. */
+static void get_fields(srv_req *r, const char *name, fields *f)
+{
+    f->name = name;
+    f->n = 0;
+    f->all[0] = 0;
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, add_field, f);
 }
 
 /* framed_twice: does r give its body's length two ways (RFC 9112 6.1,
@@ -343,7 +363,7 @@ static enum MHD_Result count_cl(void *cls, enum MHD_ValueKind kind,
  * answered (RFC 9112 6.3 asks for a 400 and a close). */
 static int framed_twice(srv_req *r)
 {
-    int n_cl = 0;
+    fields cl;
     const char *te = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
                                                  "Transfer-Encoding");
     if (te && strcasecmp(te, "chunked") != 0)
@@ -352,8 +372,27 @@ static int framed_twice(srv_req *r)
         return 0;
     if (MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Transfer-Encoding"))
         return 2;
-    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_cl, &n_cl);
-    return n_cl > 1;
+    get_fields(r, "Content-Length", &cl);
+    return cl.n > 1;
+}
+
+/* parse_count: a header's byte count, 1*DIGIT as Content-Length's (RFC
+ * 9110 8.6): no sign, space, "0x" or exponent, which strtoull would let
+ * through or read otherwise ("+12", " -1" as 2^64 - 1). Saturates at
+ * ULLONG_MAX (over any limit). 0, or -1 when v is not that. */
+static int parse_count(const char *v, unsigned long long *out)
+{
+    unsigned long long n = 0;
+    if (!*v)
+        return -1;
+    for (; *v; v++) {
+        unsigned d = (unsigned)(*v - '0');
+        if (d > 9)
+            return -1;
+        n = n > (ULLONG_MAX - d) / 10 ? ULLONG_MAX : n * 10 + d;
+    }
+    *out = n;
+    return 0;
 }
 
 /* body_check: the body r's route accepts (srv.h SRV_BODY_*) against the
@@ -394,17 +433,24 @@ static int body_check(srv_req *r)
         v = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
                                         "Inference-Header-Content-Length");
         if (v) {
-            char *end;
-            unsigned long long h = strtoull(v, &end, 10);
-            if (!*v || *end || v[0] == '-') {
-                srv_respond_error(r, 400, "Inference-Header-Content-Length: '%s' "
-                                          "is not a byte count", v);
+            unsigned long long h;
+            fields ih;
+            get_fields(r, "Inference-Header-Content-Length", &ih);
+            if (ih.n > 1) {
+                srv_respond_error(r, 400, "Inference-Header-Content-Length: given "
+                                  "%d times ('%.96s'); send it once", ih.n, ih.all);
+                return -1;
+            }
+            if (parse_count(v, &h) < 0) {
+                srv_respond_error(r, 400, "Inference-Header-Content-Length: '%.64s' "
+                                          "is not a byte count (decimal digits "
+                                          "only)", v);
                 return -1;
             }
             if (h > (unsigned long long)s->cfg.max_json_body) {
-                srv_respond_error(r, 413, "Inference-Header-Content-Length: %llu "
+                srv_respond_error(r, 413, "Inference-Header-Content-Length: %.64s "
                                   "bytes of JSON is over the limit of %lld "
-                                  "(max-json-body)", h, s->cfg.max_json_body);
+                                  "(max-json-body)", v, s->cfg.max_json_body);
                 return -1;
             }
             r->header_len = (size_t)h;

@@ -1,6 +1,7 @@
 // infer.test.mjs - numbers (seeds, PyTorch), output selection, binary
 // tensors, FP16/BF16, and every bad input with its status and field.
 import assert from 'node:assert/strict';
+import { request } from 'node:http';
 import { after, before, test } from 'node:test';
 import { REFS, binaryRequest, f32bytes, fp32, infer, maxDiff, parseBinary, start } from './helper.mjs';
 
@@ -222,6 +223,28 @@ test('binary framing errors name the header or the size', async () => {
   r = await send(body, 'abc');
   assert.equal(r.status, 400);
   assert.match((await r.json()).error, /Inference-Header-Content-Length/);
+  // decimal digits only, as Content-Length: strtoull took a sign ('+N' was
+  // served) and read ' -1' as 2^64 - 1
+  for (const h of [`+${headerLen}`, `-${headerLen}`, `0x${headerLen.toString(16)}`, `${headerLen}.0`, '1e2', `${headerLen} x`]) {
+    r = await send(body, h);
+    assert.equal(r.status, 400, h);
+    assert.equal((await r.json()).error, `Inference-Header-Content-Length: '${h}' is not a byte count (decimal digits only)`);
+  }
+  r = await send(body, '99999999999999999999999'); // past 2^64: over the limit, as it says
+  assert.equal(r.status, 413);
+  assert.match((await r.json()).error, /^Inference-Header-Content-Length: 99999999999999999999999 bytes of JSON is over the limit/);
+  r = await send(body, `00${headerLen}`); // leading zeros are digits
+  assert.equal(r.status, 200, `00${headerLen}`);
+  // two header lines: which one splits JSON from tensors is ambiguous
+  const twice = await new Promise((resolve, reject) => {
+    const q = request(`${d.url}/v2/models/tiny/infer`, {
+      method: 'POST', headers: { 'Inference-Header-Content-Length': [String(headerLen), String(headerLen)] },
+    }, (res) => { let t = ''; res.on('data', (c) => { t += c; }); res.on('end', () => resolve({ status: res.statusCode, text: t })); });
+    q.on('error', reject);
+    q.end(body);
+  });
+  assert.equal(twice.status, 400, twice.text);
+  assert.equal(JSON.parse(twice.text).error, `Inference-Header-Content-Length: given 2 times ('${headerLen}, ${headerLen}'); send it once`);
   const hdr2 = { inputs: [{ name: 'x', datatype: 'FP32', shape: c.shape, parameters: { binary_data_size: 12 } }] };
   const b2 = binaryRequest(hdr2, [Buffer.alloc(12)]);
   r = await send(b2.body, String(b2.headerLen)); // size != shape x 4
