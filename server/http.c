@@ -354,23 +354,49 @@ static void get_fields(srv_req *r, const char *name, fields *f)
     MHD_get_connection_values(r->conn, MHD_HEADER_KIND, add_field, f);
 }
 
+/* chunked_only: the number of codings in the list te ("chunked, chunked"
+ * is 2) when every one is chunked, else 0. */
+static int chunked_only(const char *te)
+{
+    int n = 0;
+    for (;;) {
+        size_t len;
+        while (*te == ' ' || *te == '\t')
+            te++;
+        len = strcspn(te, ",");
+        while (len && (te[len - 1] == ' ' || te[len - 1] == '\t'))
+            len--;
+        if (len != 7 || strncasecmp(te, "chunked", 7) != 0)
+            return 0;
+        n++;
+        te += strcspn(te, ",");
+        if (!*te++)
+            return n;
+    }
+}
+
 /* framed_twice: does r give its body's length two ways (RFC 9112 6.1,
  * 6.3)? 1: Content-Length more than once, 2: beside Transfer-Encoding;
  * 0: no. What follows the body as MHD reads it could be read as another
  * request (request smuggling). 3: a Transfer-Encoding other than chunked
- * alone ("gzip", "gzip, chunked", "chunked " with a space, ""): MHD reads
- * such a body until the connection closes, so the request would never be
- * answered (RFC 9112 6.3 asks for a 400 and a close). */
-static int framed_twice(srv_req *r)
+ * alone ("gzip", "gzip, chunked", "chunked " with a space, "", or a line
+ * "chunked" and one "gzip"): MHD reads such a body until the connection
+ * closes, or decodes it as chunked though another coding comes last, so
+ * the request would never be answered or be misread (RFC 9112 6.3 asks
+ * for a 400 and a close). 4: chunked more than once ("chunked, chunked",
+ * or two lines "chunked"; RFC 9112 6.1 forbids it): MHD would undo one
+ * and take the other for the body. te gets the Transfer-Encoding lines. */
+static int framed_twice(srv_req *r, fields *te)
 {
     fields cl;
-    const char *te = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
-                                                 "Transfer-Encoding");
-    if (te && strcasecmp(te, "chunked") != 0)
+    get_fields(r, "Transfer-Encoding", te);
+    if (te->n && chunked_only(te->all) > 1)
+        return 4;
+    if (te->n && strcasecmp(te->all, "chunked") != 0)
         return 3;
     if (!MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length"))
         return 0;
-    if (MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Transfer-Encoding"))
+    if (te->n)
         return 2;
     get_fields(r, "Content-Length", &cl);
     return cl.n > 1;
@@ -526,17 +552,19 @@ static void first_call(srv_req *r, const char *url)
 {
     srv *s = r->s;
     const char *auth;
+    fields te;
     int twice;
     cors_match(r, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin"));
-    twice = framed_twice(r);
+    twice = framed_twice(r, &te);
     r->close = twice != 0; /* whatever it is answered */
     if (route(r, url) < 0)
         return;
-    if (twice == 3) {
-        srv_respond_error(r, 400, "Transfer-Encoding: '%.64s' is not chunked; "
-                          "send one Content-Length or Transfer-Encoding: chunked",
-                          MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
-                                                      "Transfer-Encoding"));
+    if (twice >= 3) {
+        srv_respond_error(r, 400, "Transfer-Encoding: '%.64s'%s %s; send one "
+                          "Content-Length or Transfer-Encoding: chunked", te.all,
+                          te.n > 1 ? " (its lines joined)" : "",
+                          twice == 4 ? "applies chunked more than once, which "
+                                       "cannot be decoded" : "is not chunked");
         return;
     }
     if (twice) {

@@ -146,6 +146,43 @@ test('a Transfer-Encoding other than chunked alone is 400 and the connection clo
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
+test('chunked more than once (two Transfer-Encoding lines, or "chunked, chunked") or beside another coding is 400 and the connection closes', async () => {
+  const d = await start();
+  try {
+    // RFC 9112 6.1: chunked is applied at most once, and two lines are one
+    // list. libmicrohttpd looks at the first line only: two "chunked" lines
+    // (or "chunked" then "gzip") were served, the body decoded once
+    const unload = 'POST /v2/repository/models/tiny/unload HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n';
+    const once = '2\r\n{}\r\n0\r\n\r\n';
+    const twice = `${once.length.toString(16)}\r\n${once}\r\n0\r\n\r\n`;
+    const cases = [
+      [['chunked', 'chunked'], /'chunked, chunked' \(its lines joined\) applies chunked more than once, which cannot be decoded/],
+      [['Chunked', 'chunked'], /'Chunked, chunked' \(its lines joined\) applies chunked more than once/],
+      [['chunked, chunked'], /'chunked, chunked' applies chunked more than once/],
+      [['chunked', 'gzip'], /'chunked, gzip' \(its lines joined\) is not chunked/],
+      [['gzip', 'chunked'], /'gzip, chunked' \(its lines joined\) is not chunked/],
+    ];
+    for (const [lines, re] of cases) {
+      for (const body of [once, twice]) {
+        const what = `${lines.map((l) => `Transfer-Encoding: ${l}`).join(' / ')}, body chunked ${body === once ? 'once' : 'twice'}`;
+        const te = lines.map((l) => `Transfer-Encoding: ${l}\r\n`).join('');
+        const got = await untilClosed(d.port, `POST /v2/repository/index HTTP/1.1\r\nHost: x\r\n${te}\r\n${body}${unload}`)
+          .catch((e) => assert.fail(`${what}: ${e.message}`));
+        assert.equal((got.match(/HTTP\/1\.1 \d{3}/g) || []).length, 1, `${what}: ${got}`);
+        assert.match(got, /^HTTP\/1\.1 400 /, `${what}: ${got}`);
+        assert.match(got, re, what);
+        assert.match(got, /send one Content-Length or Transfer-Encoding: chunked/, what);
+        assert.match(got, /\r\nConnection: close\r\n/i, what);
+        assert.equal((await fetch(`${d.url}/v2/models/tiny/ready`)).status, 200, `${what}: the unload after it ran`);
+      }
+    }
+    // one chunked line: served, and the connection goes on to the next request
+    const ok = await untilClosed(d.port, `POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n${once}` +
+      'GET /v2/models/tiny/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+    assert.deepEqual(ok.match(/HTTP\/1\.1 \d{3}/g), ['HTTP/1.1 200', 'HTTP/1.1 200'], ok);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
 test('the index body has a small limit (max-small-body), checked before reading it', async () => {
   const d = await start({ args: ['--max-small-body', '4096'] });
   try {
