@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -105,6 +106,56 @@ static int syntax(scanner *z, const char *what)
     return oip__fail(z->err, ATTN_EINVAL,
                      "request body: invalid JSON at byte %zu: %s", z->pos,
                      what);
+}
+
+static int is_alpha(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+/* is_word: a letter, digit or '_', what the words of bad_word are made of */
+static int is_word(char c)
+{
+    return is_alpha(c) || (c >= '0' && c <= '9') || c == '_';
+}
+
+/* bad_word: when p (before end) starts a word, which no JSON value does
+ * but its literals, says what it is into buf (cap bytes) for a message:
+ * "'nan' (JSON has no NaN or infinity)", also with a sign ("-Infinity"),
+ * or "'None' (not a JSON value)" (the word cut at 32 bytes). NULL when p
+ * starts no word (a stray ',', a malformed number such as "-x" or "1.":
+ * the byte offset says enough). */
+static const char *bad_word(const char *p, const char *end, char *buf,
+                            size_t cap)
+{
+    const char *w = p + (p < end && (*p == '-' || *p == '+'));
+    size_t n = 0, k;
+    while (w + n < end && is_word(w[n]))
+        n++;
+    if (!n || !is_alpha(*w))
+        return NULL;
+    k = (size_t)(w - p) + n;
+    if ((n == 3 && (!strncasecmp(w, "nan", 3) || !strncasecmp(w, "inf", 3))) ||
+        (n == 8 && !strncasecmp(w, "infinity", 8)))
+        snprintf(buf, cap, "'%.*s' (JSON has no NaN or infinity)", (int)k, p);
+    else if (w != p)
+        return NULL;
+    else
+        snprintf(buf, cap, "'%.*s%s' (not a JSON value)", k > 32 ? 32 : (int)k,
+                 p, k > 32 ? "..." : "");
+    return buf;
+}
+
+/* bad_value: syntax's "unexpected character" at z->pos, naming the word
+ * there if it is one ("unexpected 'nan' (JSON has no NaN or infinity)"). */
+static int bad_value(scanner *z)
+{
+    char buf[80], what[96];
+    const char *w = bad_word(z->s + z->pos, z->s + z->len, buf, sizeof buf);
+    if (!w)
+        return syntax(z, "unexpected character");
+    snprintf(what, sizeof what, "unexpected %s", w);
+    return syntax(z, what);
 }
 
 static void skip_ws(scanner *z)
@@ -399,7 +450,7 @@ static int literal(scanner *z, const char *word)
 {
     size_t n = strlen(word);
     if (z->len - z->pos < n || memcmp(z->s + z->pos, word, n))
-        return syntax(z, "unexpected character");
+        return bad_value(z);
     z->pos += n;
     return 0;
 }
@@ -432,7 +483,7 @@ static int scan_value(scanner *z, int depth, enum role role, int index)
         oip__num n;
         const char *e = oip__lex_number(z->s + z->pos, z->s + z->len, &n);
         if (!e)
-            return syntax(z, "unexpected character");
+            return bad_value(z);
         z->pos = (size_t)(e - z->s);
         return 0;
     }
@@ -506,10 +557,19 @@ static const char *want_of(oip_dtype t)
            : t == OIP_FP32 ? "a number" : "an integer";
 }
 
+/* literal_at: does the word at p (before end) read word exactly? */
+static int literal_at(const char *p, const char *end, const char *word)
+{
+    size_t n = strlen(word);
+    return (size_t)(end - p) >= n && !memcmp(p, word, n) &&
+           (p + n == end || !is_word(p[n]));
+}
+
 /* One scalar element at r->p. */
 static int rd_scalar(reader *r)
 {
     char c = *r->p;
+    char word[80];
     size_t i = r->n;
     if (r->dtype == OIP_BOOL) {
         int v;
@@ -528,6 +588,8 @@ static int rd_scalar(reader *r)
         goto wrong_kind;
     oip__num num;
     const char *e = oip__lex_number(r->p, r->end, &num);
+    if (!e && bad_word(r->p, r->end, word, sizeof word))
+        goto wrong_kind; /* "-nan", "-Infinity" */
     if (!e)
         return rd_syntax(r, "malformed number");
     ptrdiff_t tlen = e - r->p;
@@ -564,6 +626,13 @@ static int rd_scalar(reader *r)
     r->n++;
     return 0;
 wrong_kind:
+    /* a word but the literal its first letter starts ("nan", "tru") is
+     * named as it is, not as null or a boolean */
+    if (bad_word(r->p, r->end, word, sizeof word) &&
+        !literal_at(r->p, r->end, "null") && !literal_at(r->p, r->end, "true") &&
+        !literal_at(r->p, r->end, "false"))
+        return oip__fail(r->err, ATTN_EINVAL, "%s[%zu]: expected %s, got %s",
+                         r->field, i, want_of(r->dtype), word);
     if (c == 't' || c == 'f' || c == 'n' || c == '"' || c == '{' ||
         c == '-' || (c >= '0' && c <= '9'))
         return oip__fail(r->err, ATTN_EINVAL, "%s[%zu]: expected %s, got %s",

@@ -26,7 +26,9 @@ static const struct bad {
     {"{} x", ATTN_EINVAL, "request body: invalid JSON at byte 3: data after "
                           "the JSON object"},
     {"{'a':tru}", ATTN_EINVAL, "request body: invalid JSON at byte 5: "
-                               "unexpected character"},
+                               "unexpected 'tru' (not a JSON value)"},
+    {"{'a':NaN}", ATTN_EINVAL, "request body: invalid JSON at byte 5: "
+                               "unexpected 'NaN' (JSON has no NaN or infinity)"},
     {"{'a':'\x01'}", ATTN_EINVAL, "request body: invalid JSON at byte 6: "
                                   "control character in string"},
     {"{'a':'\\x'}", ATTN_EINVAL, "request body: invalid JSON at byte 7: bad "
@@ -120,12 +122,20 @@ static const struct bad {
      ATTN_EINVAL, "inputs[0].data[1]: expected a number, got a string"},
     {"{'inputs':[{'name':'x','datatype':'FP32','shape':[2],'data':[1,null]}]}",
      ATTN_EINVAL, "inputs[0].data[1]: expected a number, got null"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[2],'data':[1,nan]}]}",
+     ATTN_EINVAL, "inputs[0].data[1]: expected a number, got 'nan' (JSON has "
+                  "no NaN or infinity)"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[2],'data':[-Infinity,1]}]}",
+     ATTN_EINVAL, "inputs[0].data[0]: expected a number, got '-Infinity' (JSON "
+                  "has no NaN or infinity)"},
     {"{'inputs':[{'name':'x','datatype':'FP32','shape':[2],'data':[{},1]}]}",
      ATTN_EINVAL, "inputs[0].data[0]: expected a number, got an object"},
     {"{'inputs':[{'name':'x','datatype':'FP32','shape':[2],'data':[1,true]}]}",
      ATTN_EINVAL, "inputs[0].data[1]: expected a number, got a boolean"},
     {"{'inputs':[{'name':'x','datatype':'FP32','shape':[2],'data':[1e39,1]}]}",
      ATTN_EINVAL, "inputs[0].data[0]: 1e39 is out of FP32 range"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[2],'data':[1,-1e999]}]}",
+     ATTN_EINVAL, "inputs[0].data[1]: -1e999 is out of FP32 range"},
     {"{'inputs':[{'name':'x','datatype':'FP32','shape':[2],'data':[1,2]x}]}",
       ATTN_EINVAL, "request body: invalid JSON at byte 65: expected ',' or "
                   "'}'"},

@@ -1,6 +1,7 @@
 /* test_jscan.c - proto/jscan.c: the scanner's spans and counts, and the
  * data reader on its own. */
 #include <check.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +93,15 @@ START_TEST(scan_errors)
         {"{\"inputs\":[{\"data\":[\"]", ATTN_EINVAL,
          "request body: invalid JSON at byte 22: unterminated string"},
         {"{\"a\":nul}", ATTN_EINVAL,
+         "request body: invalid JSON at byte 5: unexpected 'nul' (not a JSON "
+         "value)"},
+        /* what was sent is named: NaN and infinity (with a sign too) */
+        {"{\"a\":NaN}", ATTN_EINVAL, "request body: invalid JSON at byte 5: "
+                                    "unexpected 'NaN' (JSON has no NaN or infinity)"},
+        {"{\"a\":[1,-Infinity]}", ATTN_EINVAL,
+         "request body: invalid JSON at byte 8: unexpected '-Infinity' (JSON "
+         "has no NaN or infinity)"},
+        {"{\"a\":-x}", ATTN_EINVAL,
          "request body: invalid JSON at byte 5: unexpected character"},
         {"  ", ATTN_EINVAL, "request body: expected a JSON object"},
     };
@@ -146,10 +156,14 @@ START_TEST(reader)
     ck_assert_int_eq(oip__read_data(s, strlen(s), OIP_BOOL, b, 2, "d", err),
                      0);
     ck_assert(b[0] == 0 && b[1] == 1);
-    s = "[tru]";
+    s = "[tru]"; /* a word, not the boolean its first letter starts */
     ck_assert_int_eq(oip__read_data(s, strlen(s), OIP_BOOL, b, 1, "d", err),
                      ATTN_EINVAL);
-    ck_assert_str_eq(err, "d[0]: expected true or false, got a boolean");
+    ck_assert_str_eq(err, "d[0]: expected true or false, got 'tru' (not a JSON value)");
+    s = "[null]";
+    ck_assert_int_eq(oip__read_data(s, strlen(s), OIP_BOOL, b, 1, "d", err),
+                     ATTN_EINVAL);
+    ck_assert_str_eq(err, "d[0]: expected true or false, got null");
     s = "[1,2,3]";
     ck_assert_int_eq(oip__read_data(s, strlen(s), OIP_FP32, f, 2, "d", err),
                      ATTN_EINVAL);
@@ -169,7 +183,41 @@ START_TEST(reader)
     s = "[x]";
     ck_assert_int_eq(oip__read_data(s, strlen(s), OIP_FP32, f, 1, "d", err),
                      ATTN_EINVAL);
+    ck_assert_str_eq(err, "d[0]: expected a number, got 'x' (not a JSON value)");
+    s = "[,]";
+    ck_assert_int_eq(oip__read_data(s, strlen(s), OIP_FP32, f, 1, "d", err),
+                     ATTN_EINVAL);
     ck_assert_str_eq(err, "d: invalid JSON at byte 1: unexpected character");
+    /* NaN and infinity are named as sent, not as null (a 'n' was taken
+     * for null), in every spelling and after a flat run too */
+    {
+        static const struct { const char *js, *msg; oip_dtype t; } nf[] = {
+            {"[nan]", "d[0]: expected a number, got 'nan' (JSON has no NaN or infinity)", OIP_FP32},
+            {"[1, NaN]", "d[1]: expected a number, got 'NaN' (JSON has no NaN or infinity)", OIP_FP32},
+            {"[1,2,3,4,5,6,7,8,9,-nan]", "d[9]: expected a number, got '-nan' (JSON has no NaN or infinity)", OIP_FP32},
+            {"[Infinity]", "d[0]: expected a number, got 'Infinity' (JSON has no NaN or infinity)", OIP_FP32},
+            {"[[-Infinity]]", "d[0]: expected a number, got '-Infinity' (JSON has no NaN or infinity)", OIP_FP32},
+            {"[+inf]", "d[0]: expected a number, got '+inf' (JSON has no NaN or infinity)", OIP_FP32},
+            {"[nullx]", "d[0]: expected a number, got 'nullx' (not a JSON value)", OIP_FP32},
+            {"[null]", "d[0]: expected a number, got null", OIP_FP32},
+            {"[true]", "d[0]: expected a number, got a boolean", OIP_FP32},
+            {"[inf]", "d[0]: expected an integer, got 'inf' (JSON has no NaN or infinity)", OIP_INT32},
+            {"[NaN]", "d[0]: expected true or false, got 'NaN' (JSON has no NaN or infinity)", OIP_BOOL},
+            /* past FP32's range: refused, not rounded to infinity */
+            {"[1e999]", "d[0]: 1e999 is out of FP32 range", OIP_FP32},
+            {"[-1e999]", "d[0]: -1e999 is out of FP32 range", OIP_FP32},
+        };
+        float big[10];
+        for (size_t k = 0; k < sizeof nf / sizeof nf[0]; k++) {
+            ck_assert_int_eq(oip__read_data(nf[k].js, strlen(nf[k].js), nf[k].t,
+                                            big, 10, "d", err), ATTN_EINVAL);
+            ck_assert_str_eq(err, nf[k].msg);
+        }
+    }
+    /* -0 is IEEE -0; below FP32's smallest subnormal rounds to 0 */
+    s = "[-0, 1e-999]";
+    ck_assert_int_eq(oip__read_data(s, strlen(s), OIP_FP32, f, 2, "d", err), 0);
+    ck_assert(f[0] == 0.0f && signbit(f[0]) && f[1] == 0.0f && !signbit(f[1]));
     s = "";
     ck_assert_int_eq(oip__read_data(s, 0, OIP_FP32, f, 1, "d", err),
                      ATTN_EINVAL);

@@ -171,6 +171,8 @@ for (const dt of ['fp16', 'bf16']) {
 // Each bad request: [what, model, body, status, /message naming the field/]
 const X = REFS.causal;
 const x = fp32('x', X.shape, X.x);
+const nfBody = (v) => `{"inputs":[{"name":"q","datatype":"FP32","shape":[1,2],"data":[1,${v}]},` +
+  '{"name":"k","datatype":"FP32","shape":[1,2],"data":[1,2]},{"name":"v","datatype":"FP32","shape":[1,1],"data":[1]}]}';
 const bad = [
   ['not JSON', 'tiny', '{"inputs": [', 400, /./],
   ['no inputs', 'tiny', { inputs: [] }, 400, /inputs/],
@@ -192,6 +194,11 @@ const bad = [
   ['context wrong batch', 'tiny', { inputs: [x, fp32('context', [2, 3, 8], new Array(48).fill(0))] }, 400, /inputs\[context\]\.shape/],
   ['unknown output', 'tiny', { inputs: [x], outputs: [{ name: 'nope' }] }, 400, /outputs\[0\]\.name: .*'nope'/],
   ['output twice', 'tiny', { inputs: [x], outputs: [{ name: 'y' }, { name: 'y' }] }, 400, /outputs\[1\]\.name: duplicate output "y"/],
+  // JSON has no NaN or infinity (Python's json.dumps writes NaN, Infinity): named as sent, not as null
+  ['NaN in data', 'sdpa', nfBody('NaN'), 400, /^inputs\[0\]\.data\[1\]: expected a number, got 'NaN' \(JSON has no NaN or infinity\)$/],
+  ['nan in data', 'sdpa', nfBody('nan'), 400, /^inputs\[0\]\.data\[1\]: expected a number, got 'nan' \(JSON has no NaN or infinity\)$/],
+  ['-Infinity in data', 'sdpa', nfBody('-Infinity'), 400, /^inputs\[0\]\.data\[1\]: expected a number, got '-Infinity' \(JSON has no NaN or infinity\)$/],
+  ['1e999 in data', 'sdpa', nfBody('1e999'), 400, /^inputs\[0\]\.data\[1\]: 1e999 is out of FP32 range$/],
   ['causal not bool', 'tiny', { inputs: [x], parameters: { causal: 'yes' } }, 400, /parameters\.causal/],
   ['too many tokens', 'tiny', { inputs: [fp32('x', [1, 4097, 8], new Array(4097 * 8).fill(0))] }, 400, /max-tokens/],
   ['sdpa without v', 'sdpa', { inputs: [fp32('q', [2, 2], [1, 2, 3, 4]), fp32('k', [2, 2], [1, 2, 3, 4])] }, 400, /'v' is required/],
