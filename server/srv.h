@@ -598,6 +598,15 @@ void srv_http__accept_stop(srv *s);
  * MHD's connection limit accepts again. */
 void srv_http__accept_room(srv *s);
 
+/* http_head.c, for http.c. srv_http__first_call: r's method name, route,
+ * CORS origin, framing, API key and body limit from its head (answers at
+ * once when one is wrong). srv_http__method: SRV_GET... of a method.
+ * srv_http__no_memory: 503 for a body that memory-budget cannot hold now. */
+void srv_http__first_call(srv_req *r, const char *url, const char *method,
+                          const char *version);
+int srv_http__method(const char *m);
+void srv_http__no_memory(srv_req *r);
+
 /* http_answer.c, for http.c. srv_cors_index: which entry of
  * --cors-origins allows origin, 1-based; 0 when none does (the entries
  * srv_http__answers_make read at start).

@@ -1,0 +1,425 @@
+/*
+ * http_head.c - what a REST request's head asks, checked before its body
+ * is read: its method and route, CORS origin, API key, how its body is
+ * framed (RFC 9112: one Content-Length or Transfer-Encoding: chunked, else
+ * 400 and a close), the body's limit and memory-budget reservation, and
+ * whether its client will close after the answer. http.c calls
+ * srv_http__first_call on MHD's first call for each request; it may
+ * answer at once (the body is then never read). Loop thread.
+ */
+#include "server/srv.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* ---- CORS and auth ------------------------------------------------------ */
+
+/* cors_match: copy origin into r->origin when the settings allow it, and
+ * note which of their entries does (r->cors). */
+static void cors_match(srv_req *r, const char *origin)
+{
+    int i;
+    if ((i = srv_cors_index(r->s, origin))) {
+        memcpy(r->origin, origin, strlen(origin) + 1);
+        r->cors = i;
+    }
+}
+
+int srv_key_ok(const char *key, const char *v, size_t len)
+{
+    size_t i, n = strlen(key);
+    unsigned char d = 0;
+    /* the scheme name is case-insensitive (RFC 9110 11.1) */
+    if (!v || len < 7 || strncasecmp(v, "Bearer ", 7) != 0)
+        return 0;
+    v += 7;
+    len -= 7;
+    while (len && *v == ' ')
+        v++, len--;
+    for (i = 0; i < n; i++)
+        d |= (unsigned char)(key[i] ^ (i < len ? v[i] : 0));
+    return d == 0 && len == n;
+}
+
+/* ---- routing ------------------------------------------------------------ */
+
+/* name_method: m into out (16 bytes) for logs and messages: its letters,
+ * or "OTHER" when it has anything else or is longer. */
+static void name_method(char *out, const char *m)
+{
+    size_t n = strspn(m, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz");
+    if (n && !m[n] && n < 16)
+        memcpy(out, m, n + 1);
+    else
+        memcpy(out, "OTHER", 6);
+}
+
+int srv_http__method(const char *m)
+{
+    if (strcmp(m, "GET") == 0)
+        return SRV_GET;
+    if (strcmp(m, "POST") == 0)
+        return SRV_POST;
+    if (strcmp(m, "OPTIONS") == 0)
+        return SRV_OPTIONS;
+    if (strcmp(m, "HEAD") == 0)
+        return SRV_HEAD;
+    if (strcmp(m, "DELETE") == 0)
+        return SRV_DELETE;
+    return SRV_OTHER;
+}
+
+/* match: path against pattern; captures "{}" segments into arg. */
+static int match(const char *pat, const char *path, char arg[2][SRV_NAME_MAX + 32])
+{
+    int n = 0;
+    while (*pat && *path) {
+        if (pat[0] == '{' && pat[1] == '}') {
+            size_t len = strcspn(path, "/");
+            if (len == 0 || len >= SRV_NAME_MAX + 32 || n >= 2)
+                return 0;
+            memcpy(arg[n], path, len);
+            arg[n++][len] = 0;
+            path += len;
+            pat += 2;
+        } else if (*pat++ != *path++) {
+            return 0;
+        }
+    }
+    return *pat == 0 && *path == 0;
+}
+
+/* route: find r's route; on failure answer 404/405 and return -1. The
+ * versioned alias /v2/models/{m}/versions/1/... is folded first. */
+static int route(srv_req *r, const char *url)
+{
+    size_t i;
+    int allowed = 0;
+    const char *v;
+    /* url is MHD's path: the query already taken off and the rest
+     * %-decoded, so a '?' in it came as %3F (a sequence id may hold one) */
+    size_t len = strlen(url);
+    if (len >= sizeof r->path) {
+        /* logged cut, with its length */
+        snprintf(r->path, sizeof r->path, "%.200s... (%zu bytes)", url, len);
+        srv_respond_error(r, 414, "path: %zu bytes, over the limit of %zu",
+                          len, sizeof r->path - 1);
+        return -1;
+    }
+    memcpy(r->path, url, len);
+    r->path[len] = 0;
+    if (strncmp(r->path, "/v2/models/", 11) == 0 &&
+        (v = strstr(r->path + 11, "/versions/")) != NULL) {
+        char *vs = (char *)v + 10;
+        size_t vlen = strcspn(vs, "/");
+        if (vlen != 1 || vs[0] != '1') {
+            srv_respond_error(r, 404, "version '%.*s' not found: only version 1 exists",
+                              (int)vlen, vs);
+            return -1;
+        }
+        memmove((char *)v, vs + vlen, strlen(vs + vlen) + 1);
+    }
+    for (i = 0; i < srv_n_routes; i++) {
+        char arg[2][SRV_NAME_MAX + 32] = {{0}, {0}};
+        if (!match(srv_routes[i].path, r->path, arg))
+            continue;
+        allowed |= srv_routes[i].method;
+        if (srv_routes[i].method == r->method ||
+            (r->method == SRV_HEAD && srv_routes[i].method == SRV_GET)) {
+            r->route = &srv_routes[i];
+            memcpy(r->arg, arg, sizeof arg);
+            return 0;
+        }
+    }
+    if (!allowed) {
+        srv_respond_error(r, 404, "path: no endpoint %s", r->path);
+        return -1;
+    }
+    if (r->method == SRV_OPTIONS) { /* CORS preflight */
+        r->allow = allowed & SRV_DELETE ? "DELETE, OPTIONS"
+                   : allowed & SRV_POST ? "GET, POST, OPTIONS" : "GET, OPTIONS";
+        srv_respond(r, 204, NULL, NULL, 0);
+        return -1;
+    }
+    r->allow = allowed & SRV_DELETE ? "DELETE"
+               : allowed & SRV_POST ? (allowed & SRV_GET ? "GET, POST" : "POST") : "GET";
+    srv_respond_error(r, 405, "method: %s is not allowed on %s (allowed: %s)",
+                      r->method_name, r->path, r->allow);
+    return -1;
+}
+
+/* ---- MHD callbacks ------------------------------------------------------ */
+
+void srv_http__no_memory(srv_req *r)
+{
+    srv_respond_error(r, 503, "server: the memory for request bodies, "
+                      "decoded requests and unsent answers (%lld bytes, "
+                      "memory-budget) is in use; retry shortly",
+                      r->s->cfg.memory_budget);
+}
+
+/* Header lines of one name: how many, and their values joined by ", "
+ * (cut at all's size), the one field RFC 9110 5.3 makes of them. */
+typedef struct fields {
+    const char *name;
+    int n;
+    char all[128];
+} fields;
+
+/* add_field: MHD_get_connection_values' iterator filling the fields *cls. */
+static enum MHD_Result add_field(void *cls, enum MHD_ValueKind kind,
+                                 const char *key, const char *value)
+{
+    fields *f = cls;
+    size_t len = strlen(f->all);
+    (void)kind;
+    if (strcasecmp(key, f->name) == 0)
+        snprintf(f->all + len, sizeof f->all - len, "%s%s", f->n++ ? ", " : "",
+                 value ? value : "");
+    return MHD_YES;
+}
+
+/* get_fields: r's header lines called name into *f. */
+static void get_fields(srv_req *r, const char *name, fields *f)
+{
+    f->name = name;
+    f->n = 0;
+    f->all[0] = 0;
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, add_field, f);
+}
+
+/* chunked_only: the number of codings in the list te ("chunked, chunked"
+ * is 2) when every one is chunked, else 0. */
+static int chunked_only(const char *te)
+{
+    int n = 0;
+    for (;;) {
+        size_t len;
+        while (*te == ' ' || *te == '\t')
+            te++;
+        len = strcspn(te, ",");
+        while (len && (te[len - 1] == ' ' || te[len - 1] == '\t'))
+            len--;
+        if (len != 7 || strncasecmp(te, "chunked", 7) != 0)
+            return 0;
+        n++;
+        te += strcspn(te, ",");
+        if (!*te++)
+            return n;
+    }
+}
+
+/* framed_twice: does r give its body's length two ways (RFC 9112 6.1,
+ * 6.3)? 1: Content-Length more than once, 2: beside Transfer-Encoding;
+ * 0: no. What follows the body as MHD reads it could be read as another
+ * request (request smuggling). 3: a Transfer-Encoding other than chunked
+ * alone ("gzip", "gzip, chunked", "chunked " with a space, "", or a line
+ * "chunked" and one "gzip"): MHD reads such a body until the connection
+ * closes, or decodes it as chunked though another coding comes last, so
+ * the request would never be answered or be misread (RFC 9112 6.3 asks
+ * for a 400 and a close). 4: chunked more than once ("chunked, chunked",
+ * or two lines "chunked"; RFC 9112 6.1 forbids it): MHD would undo one
+ * and take the other for the body. te gets the Transfer-Encoding lines. */
+static int framed_twice(srv_req *r, fields *te)
+{
+    fields cl;
+    get_fields(r, "Transfer-Encoding", te);
+    if (te->n && chunked_only(te->all) > 1)
+        return 4;
+    if (te->n && strcasecmp(te->all, "chunked") != 0)
+        return 3;
+    if (!MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length"))
+        return 0;
+    if (te->n)
+        return 2;
+    get_fields(r, "Content-Length", &cl);
+    return cl.n > 1;
+}
+
+/* parse_count: a header's byte count, 1*DIGIT as Content-Length's (RFC
+ * 9110 8.6): no sign, space, "0x" or exponent, which strtoull would let
+ * through or read otherwise ("+12", " -1" as 2^64 - 1). Saturates at
+ * ULLONG_MAX (over any limit). 0, or -1 when v is not that. */
+static int parse_count(const char *v, unsigned long long *out)
+{
+    unsigned long long n = 0;
+    if (!*v)
+        return -1;
+    for (; *v; v++) {
+        unsigned d = (unsigned)(*v - '0');
+        if (d > 9)
+            return -1;
+        n = n > (ULLONG_MAX - d) / 10 ? ULLONG_MAX : n * 10 + d;
+    }
+    *out = n;
+    return 0;
+}
+
+/* body_check: the body r's route accepts (srv.h SRV_BODY_*) against the
+ * headers, before any of it is read: sets r->body_limit and r->limit_name,
+ * or answers 400/413 (then MHD never reads the body) and returns -1. */
+static int body_check(srv_req *r)
+{
+    srv *s = r->s;
+    const char *v, *te;
+    unsigned long long cl = 0;
+    int has_cl;
+    v = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
+    te = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Transfer-Encoding");
+    has_cl = v != NULL;
+    if (v)
+        cl = strtoull(v, NULL, 10); /* MHD checked its syntax */
+    r->expect = (size_t)cl;
+    switch (r->route->body) {
+    case SRV_BODY_NONE:
+        if ((has_cl && cl > 0) || te) {
+            srv_respond_error(r, 413, "body: %s %s takes no body",
+                              r->method == SRV_POST ? "POST" : "GET", r->path);
+            return -1;
+        }
+        r->body_limit = 0;
+        return 0;
+    case SRV_BODY_SMALL:
+        r->body_limit = (size_t)s->cfg.max_small_body;
+        r->limit_name = "max-small-body";
+        break;
+    case SRV_BODY_UPLOAD:
+        r->body_limit = (size_t)s->cfg.max_body;
+        r->limit_name = "max-body";
+        break;
+    default: /* SRV_BODY_INFER */
+        r->body_limit = (size_t)s->cfg.max_json_body; /* all JSON */
+        r->limit_name = "max-json-body";
+        v = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                        "Inference-Header-Content-Length");
+        if (v) {
+            unsigned long long h;
+            fields ih;
+            get_fields(r, "Inference-Header-Content-Length", &ih);
+            if (ih.n > 1) {
+                srv_respond_error(r, 400, "Inference-Header-Content-Length: given "
+                                  "%d times ('%.96s'); send it once", ih.n, ih.all);
+                return -1;
+            }
+            if (parse_count(v, &h) < 0) {
+                srv_respond_error(r, 400, "Inference-Header-Content-Length: '%.64s' "
+                                          "is not a byte count (decimal digits "
+                                          "only)", v);
+                return -1;
+            }
+            if (h > (unsigned long long)s->cfg.max_json_body) {
+                srv_respond_error(r, 413, "Inference-Header-Content-Length: %.64s "
+                                  "bytes of JSON is over the limit of %lld "
+                                  "(max-json-body)", v, s->cfg.max_json_body);
+                return -1;
+            }
+            r->header_len = (size_t)h;
+            r->body_limit = (size_t)s->cfg.max_body;
+            r->limit_name = "max-body";
+        }
+        break;
+    }
+    if (has_cl && cl > r->body_limit) {
+        srv_respond_error(r, 413, "Content-Length: %llu bytes is over the limit "
+                          "of %zu (%s)", cl, r->body_limit, r->limit_name);
+        return -1;
+    }
+    /* the whole announced body is reserved before a byte of it is read */
+    if (cl && srv_mem_take(s, (size_t)cl + 1) < 0) {
+        srv_http__no_memory(r);
+        return -1;
+    }
+    if (cl)
+        r->mem = (size_t)cl + 1;
+    return 0;
+}
+
+/* has_token: does one of conn's fields named key hold token among its
+ * comma-separated values (case aside, RFC 9110 5.6.1)? */
+struct token_find {
+    const char *key, *token;
+    int found;
+};
+
+static enum MHD_Result find_token(void *cls, enum MHD_ValueKind kind,
+                                  const char *key, const char *value)
+{
+    struct token_find *f = cls;
+    size_t n = strlen(f->token);
+    (void)kind;
+    if (strcasecmp(key, f->key) != 0 || !value)
+        return MHD_YES;
+    for (const char *p = value; *p;) {
+        size_t len;
+        p += strspn(p, " \t,");
+        len = strcspn(p, " \t,");
+        if (len == n && strncasecmp(p, f->token, n) == 0) {
+            f->found = 1;
+            return MHD_NO;
+        }
+        p += len;
+    }
+    return MHD_YES;
+}
+
+static int has_token(struct MHD_Connection *conn, const char *key, const char *token)
+{
+    struct token_find f = {key, token, 0};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, find_token, &f);
+    return f.found;
+}
+
+/* client_closes: will MHD close the connection after this request
+ * whatever it is answered, as its client asked (RFC 9112 9.3)? HTTP/1.1
+ * with Connection: close; HTTP/1.0 without Connection: keep-alive. */
+static int client_closes(struct MHD_Connection *conn, const char *version)
+{
+    if (has_token(conn, "Connection", "close"))
+        return 1;
+    return version && strcmp(version, MHD_HTTP_VERSION_1_0) == 0 &&
+           !has_token(conn, "Connection", "keep-alive");
+}
+
+void srv_http__first_call(srv_req *r, const char *url, const char *method,
+                          const char *version)
+{
+    srv *s = r->s;
+    const char *auth;
+    fields te;
+    int twice;
+    name_method(r->method_name, method);
+    r->client_closes = client_closes(r->conn, version);
+    cors_match(r, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin"));
+    twice = framed_twice(r, &te);
+    r->close = twice != 0; /* whatever it is answered */
+    if (route(r, url) < 0)
+        return;
+    if (twice >= 3) {
+        srv_respond_error(r, 400, "Transfer-Encoding: '%.64s'%s %s; send one "
+                          "Content-Length or Transfer-Encoding: chunked", te.all,
+                          te.n > 1 ? " (its lines joined)" : "",
+                          twice == 4 ? "applies chunked more than once, which "
+                                       "cannot be decoded" : "is not chunked");
+        return;
+    }
+    if (twice) {
+        srv_respond_error(r, 400, "%s: the body's length is given %s; send "
+                          "one Content-Length or Transfer-Encoding: chunked",
+                          twice == 2 ? "Content-Length and Transfer-Encoding"
+                                     : "Content-Length",
+                          twice == 2 ? "twice" : "more than once");
+        return;
+    }
+    auth = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
+    if (r->route->auth && s->cfg.api_key[0] &&
+        !srv_key_ok(s->cfg.api_key, auth, auth ? strlen(auth) : 0)) {
+        srv_respond_error(r, 401, "Authorization: missing or wrong API key "
+                                  "(send 'Authorization: Bearer <key>')");
+        return;
+    }
+    if (body_check(r) < 0)
+        return;
+}
