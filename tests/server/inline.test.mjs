@@ -377,6 +377,24 @@ async function small(c, body) {
   return r;
 }
 
+// lateCalls: five calls of body(i) on h1 under --deadline-ms 1, each
+// answered 200 or 504 (late(r) checks a 504 further); one at least 504.
+async function lateCalls(c, body, late = async () => {}) {
+  const statuses = [];
+  for (let i = 0; i < 5; i++) {
+    const r = await c.call('POST', '/v2/models/h1/infer', body(i));
+    statuses.push(r.status);
+    if (r.status === 504) {
+      assert.match(r.json.error, /deadline: no answer within 1 ms \(deadline-ms\)/);
+      await late(r);
+    } else {
+      assert.equal(r.status, 200, r.text);
+    }
+  }
+  assert.ok(statuses.includes(504), `statuses ${statuses}`);
+  return statuses;
+}
+
 test('an inline request that outlasts its deadline answers 504, as on the pool', async (t) => {
   // a 440-token request on h1: one job's worth, past --deadline-ms 1 when
   // it is done (sdpa T = 700, d_k = 4, took under 1 ms on a faster machine)
@@ -385,14 +403,7 @@ test('an inline request that outlasts its deadline answers 504, as on the pool',
   const c = client(d.port);
   try {
     await ready(d, c);
-    const statuses = [];
-    for (let i = 0; i < 5; i++) {
-      const r = await c.call('POST', '/v2/models/h1/infer', { inputs: [fp32('x', [1, T, D], x)] });
-      statuses.push(r.status);
-      if (r.status === 504) assert.match(r.json.error, /deadline: no answer within 1 ms \(deadline-ms\)/);
-      else assert.equal(r.status, 200, r.text);
-    }
-    assert.ok(statuses.includes(504), `statuses ${statuses}`);
+    await lateCalls(c, () => ({ inputs: [fp32('x', [1, T, D], x)] }));
     assert.equal(await inlineCount(c, 'h1'), 5);
     // the server goes on serving, within the deadline
     const e = REFS.sdpa;
@@ -410,23 +421,14 @@ test('an inline sequence step that outlasts its deadline answers 504, and the se
   const c = client(d.port);
   try {
     await ready(d, c);
-    const statuses = [];
-    for (let i = 0; i < 5; i++) {
-      // start and end in one step: an answered one leaves nothing expected
-      const r = await c.call('POST', '/v2/models/h1/infer', step(`late${i}`, x, T, true, true));
-      statuses.push(r.status);
-      if (r.status === 504) {
-        assert.match(r.json.error, /deadline: no answer within 1 ms \(deadline-ms\)/);
-        // its start was not kept: the sequence does not exist (listed, not
-        // stepped: under a sanitizer a step may pass 1 ms itself)
-        const list = await c.call('GET', '/v2/sequences');
-        assert.equal(list.status, 200, list.text);
-        assert.equal(list.json.count, 0, list.text);
-      } else {
-        assert.equal(r.status, 200, r.text);
-      }
-    }
-    assert.ok(statuses.includes(504), `statuses ${statuses}`);
+    // start and end in one step: an answered one leaves nothing expected
+    const statuses = await lateCalls(c, (i) => step(`late${i}`, x, T, true, true), async () => {
+      // its start was not kept: the sequence does not exist (listed, not
+      // stepped: under a sanitizer a step may pass 1 ms itself)
+      const list = await c.call('GET', '/v2/sequences');
+      assert.equal(list.status, 200, list.text);
+      assert.equal(list.json.count, 0, list.text);
+    });
     // only the starts answered 200 began a sequence
     assert.equal(await metric(c, /^attnd_sequences_started_total\{model="h1",version="1"\} (\d+)$/m),
       statuses.filter((st) => st === 200).length);
