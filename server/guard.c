@@ -137,28 +137,61 @@ static void went_idle(srv_conn *c)
     c->prev->next = c->next;
     if (c->next)
         c->next->prev = c->prev;
+    else
+        s->conns_tail = c->prev;
     c->prev = NULL;
     c->next = s->conns;
     s->conns->prev = c;
     s->conns = c;
 }
 
+/* candidate: c may be closed to make room for fresh, judged on its fields
+ * alone: not fresh, no request or call in progress, not closing already. */
+static int candidate(const srv_conn *c, const srv_conn *fresh)
+{
+    return c != fresh && !busy(c) && !c->closing && c->fd >= 0;
+}
+
 /* evict: the connection count passed max-connections with fresh: close
  * the one waiting longest for its first request head; else the idle
  * keep-alive one waiting longest (it has been served: likely a real
- * client). When every other one is busy with a request, nothing is
- * closed: fresh is served when one finishes. */
+ * client). One with bytes waiting that MHD has not read (unread: its state
+ * here is stale) is not judged now: the next one in that order goes
+ * instead. When every other one is busy with a request or has bytes
+ * waiting, nothing is closed: fresh is served when one finishes.
+ *
+ * Cost: with the busy ones left out, s->conns stands newest first by
+ * t_wait_ns (srv_guard_add and went_idle put a connection at the front as
+ * they set it), so the walk starts at the oldest end (s->conns_tail) and
+ * stops at the first never-served candidate without bytes waiting; the
+ * first served one it passed is where a second walk starts, only when no
+ * never-served one will do. On the way it steps over the connections
+ * evicted and not reaped by MHD yet, the busy ones and the served idle
+ * ones: a few dozen in a flood, not the whole list. unread (an ioctl) is
+ * asked only of the one the walk would close, then of the next when that
+ * one has bytes waiting: one call, plus one per better-ranked candidate
+ * whose client sent since MHD last read it. At worst (the loop fell behind
+ * reading every candidate) one call per candidate and two walks: linear
+ * per accept, as evict's one walk asking every candidate was on every
+ * accept before. Of two with the same t_wait_ns the one on the list longer
+ * goes. */
 static void evict(srv *s, srv_conn *fresh)
 {
-    srv_conn *c, *old = NULL;
-    for (c = s->conns; c; c = c->next)
-        if (c != fresh && !busy(c) && !c->closing && c->fd >= 0 && !unread(c) &&
-            (!old || (c->served == 0 && old->served > 0) ||
-             ((c->served == 0) == (old->served == 0) &&
-              c->t_wait_ns < old->t_wait_ns)))
+    srv_conn *c, *old = NULL, *served = NULL;
+    for (c = s->conns_tail; c && !old; c = c->prev)
+        if (candidate(c, fresh)) {
+            if (c->served) {
+                if (!served)
+                    served = c;
+            } else if (!unread(c)) {
+                old = c;
+            }
+        }
+    for (c = served; c && !old; c = c->prev)
+        if (candidate(c, fresh) && c->served && !unread(c))
             old = c;
-    if (!old) /* all busy: fresh waits its turn (MHD's headroom, then the
-                 listen backlog) */
+    if (!old) /* all busy, or with bytes waiting: fresh waits its turn
+                 (MHD's headroom, then the listen backlog) */
         return;
     old->closing = 1;
     shutdown(old->fd, SHUT_RDWR);
@@ -203,6 +236,8 @@ void srv_guard_add(srv *s, srv_conn *c)
     c->next = s->conns;
     if (s->conns)
         s->conns->prev = c;
+    else
+        s->conns_tail = c;
     s->conns = c;
     c->linked = 1;
     s->n_conns++;
@@ -221,6 +256,8 @@ void srv_guard_remove(srv *s, srv_conn *c)
         s->conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
+    else
+        s->conns_tail = c->prev;
     c->linked = 0;
     s->n_conns--;
 }
@@ -474,7 +511,7 @@ void srv_guard_stop(srv *s)
         if (c->owned)
             free(c);
     }
-    s->conns = NULL;
+    s->conns = s->conns_tail = NULL;
     s->n_conns = 0;
     s->n_busy = 0;
 }

@@ -360,7 +360,11 @@ struct srv {
     srv_http_stats http;
     uint64_t started_ms;
     /* guard.c */
-    srv_conn *conns;       /* open connections */
+    srv_conn *conns;       /* open connections; those with no request or
+                              call in progress stand newest first by
+                              t_wait_ns (guard.c's evict and
+                              srv_conns_at_most rely on it) */
+    srv_conn *conns_tail;  /* its last: the oldest end */
     int n_conns;
     int n_busy;            /* of them with a request or call in progress */
     int n_evicted;         /* since the last sweep (logged there) */

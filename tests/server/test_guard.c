@@ -7,10 +7,12 @@
  * real socketpairs: the never-served one that waited longest goes, before
  * any served idle one; one with bytes its reader has not taken yet is
  * passed over (its state is stale) and the next-best goes instead, however
- * many better-ranked ones have bytes waiting; busy ones never go; when
- * every candidate has bytes waiting, none goes. This file's srv_now_ns is
- * a clock the tests move by hand (it stands in for clock.c's at link time),
- * so that ranks never tie. */
+ * many better-ranked ones have bytes waiting, served or not; busy ones
+ * never go; when every candidate is busy or has bytes waiting, none goes.
+ * After every step the list is checked as evict relies on it: linked both
+ * ways, ending at s->conns_tail, the idle ones newest first.
+ * This file's srv_now_ns is a clock the tests move by hand (it stands in
+ * for clock.c's at link time), so that ranks never tie. */
 #include <check.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -75,6 +77,26 @@ typedef struct {
     int peer;
 } conn;
 
+/* check_list: s->conns is linked both ways, ends at s->conns_tail, holds
+ * n_conns, and the idle ones in it stand newest first (evict walks it
+ * from the tail on that promise). */
+static void check_list(const srv *s)
+{
+    const srv_conn *c, *last = NULL;
+    uint64_t t = UINT64_MAX;
+    int n = 0;
+    for (c = s->conns; c; last = c, c = c->next) {
+        ck_assert_ptr_eq(c->prev, last);
+        if (!c->req && !c->calls) {
+            ck_assert_uint_le(c->t_wait_ns, t);
+            t = c->t_wait_ns;
+        }
+        n++;
+    }
+    ck_assert_ptr_eq(s->conns_tail, last);
+    ck_assert_int_eq(n, s->n_conns);
+}
+
 /* open_conn: a socketpair added to s's list a millisecond after the last
  * one (so it has waited less than every one before it). */
 static void open_conn(srv *s, conn *k)
@@ -85,6 +107,7 @@ static void open_conn(srv *s, conn *k)
     k->peer = sv[1];
     g_now += 1000000;
     srv_guard_add(s, &k->c);
+    check_list(s);
 }
 
 /* serve: one whole request on k, over a millisecond from now: k is served
@@ -94,6 +117,7 @@ static void serve(conn *k)
     srv_guard_call_begin(&k->c);
     g_now += 1000000;
     srv_guard_call_end(&k->c);
+    check_list(k->c.s);
 }
 
 /* pending: the client sends a byte its reader has not taken yet. */
@@ -117,9 +141,12 @@ static void close_all(srv *s, conn *k, int n)
     int i;
     for (i = 0; i < n; i++) {
         srv_guard_remove(s, &k[i].c);
+        check_list(s);
         close(k[i].c.fd);
         close(k[i].peer);
     }
+    ck_assert_ptr_null(s->conns);
+    ck_assert_ptr_null(s->conns_tail);
 }
 
 START_TEST(evicts_the_longest_waiting_without_bytes_waiting)
@@ -215,6 +242,31 @@ START_TEST(busy_or_bytes_waiting_everywhere_closes_none)
 }
 END_TEST
 
+START_TEST(a_served_one_with_bytes_waiting_is_passed_over_too)
+{
+    static srv s;
+    static conn k[5];
+    s.cfg.max_connections = 3;
+    open_conn(&s, &k[0]);
+    open_conn(&s, &k[1]);
+    open_conn(&s, &k[2]);
+    serve(&k[0]); /* from the oldest end to the front */
+    serve(&k[1]); /* k[0] waited longer: 1 ms more */
+    pending(&k[2]);
+    pending(&k[0]); /* its next request coming */
+    open_conn(&s, &k[3]);
+    ck_assert(shut(&k[1]));
+    ck_assert(!k[0].c.closing && !k[2].c.closing && !k[3].c.closing);
+    srv_guard_remove(&s, &k[1].c); /* MHD reaps it */
+    check_list(&s);
+    open_conn(&s, &k[4]); /* k[3], never served, no bytes: before k[0] */
+    ck_assert(shut(&k[3]));
+    ck_assert(!k[0].c.closing && !k[2].c.closing && !k[4].c.closing);
+    ck_assert_int_eq(s.n_evicted, 2);
+    close_all(&s, k, 5);
+}
+END_TEST
+
 static Suite *guard_suite(void)
 {
     Suite *s = suite_create("guard");
@@ -228,6 +280,7 @@ static Suite *guard_suite(void)
     tcase_add_test(tc, many_better_ranked_with_bytes_waiting);
     tcase_add_test(tc, never_served_before_served_unless_bytes_wait);
     tcase_add_test(tc, busy_or_bytes_waiting_everywhere_closes_none);
+    tcase_add_test(tc, a_served_one_with_bytes_waiting_is_passed_over_too);
     suite_add_tcase(s, tc);
     return s;
 }
