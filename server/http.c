@@ -430,11 +430,16 @@ int srv_http_start(srv *s, char *err)
         snprintf(err, SRV_ERRMAX, "out of memory for the fixed answers");
         goto fail;
     }
+    if (srv_guard_start(s) < 0) {
+        snprintf(err, SRV_ERRMAX, "out of memory for the table of "
+                 "connections per address (lower max-connections)");
+        srv_http__answers_free(s);
+        goto fail;
+    }
     uv_timer_init(s->loop, &s->mhd_timer);
     s->mhd_timer.data = s;
     uv_idle_init(s->loop, &s->mhd_idle);
     s->mhd_idle.data = s;
-    srv_guard_start(s);
     uv_poll_init(s->loop, &s->mhd_poll, info->epoll_fd);
     s->mhd_poll.data = s;
     uv_poll_start(&s->mhd_poll, UV_READABLE, on_mhd_poll);

@@ -372,6 +372,14 @@ struct srv {
                               logged yet (a line a second at most) */
     uint64_t ip_refused_ns; /* when their last line was */
     struct sockaddr_storage ip_refused; /* the last one's address */
+    struct srv_ip *ips;    /* open, not closing connections per client
+                              address (max-connections-per-ip): an open-
+                              addressing table, at most half full, made by
+                              srv_guard_start; NULL before and after, and
+                              when max-connections-per-ip is 0 */
+    size_t ips_mask;       /* its slots - 1 (a power of two - 1) */
+    size_t ips_used;       /* its addresses */
+    uint64_t ips_seed;     /* its hash's key, random at start */
     uv_timer_t guard_timer;
     size_t mem_used;       /* of memory-budget */
     struct srv_grpc *grpc; /* grpc.c, NULL when off */
@@ -407,6 +415,7 @@ void srv_mem_give(srv *s, size_t n);
 struct srv_conn {
     int fd;
     int closing;        /* shut down by the sweep or an eviction */
+    int ip_counted;     /* counted in s->ips: linked, not closing */
     int owned;          /* allocated by srv_guard_notify (a REST one) */
     int linked;         /* on s->conns */
     int grpc;           /* a gRPC connection (grpc_conn.c) */
@@ -428,6 +437,11 @@ void srv_guard_add(srv *s, srv_conn *c);
  * its address past max-connections-per-ip (both doors' connections count
  * together; the caller closes it; counted and logged by the sweep). */
 int srv_guard_per_ip_full(srv *s, const struct sockaddr_storage *peer);
+/* srv_guard__ip_count: peer's open, not closing connections (tests);
+ * srv_guard__ip_home: the slot of s->ips its search starts at (tests force
+ * collisions with it). */
+long long srv_guard__ip_count(const srv *s, const struct sockaddr_storage *peer);
+size_t srv_guard__ip_home(const srv *s, const struct sockaddr_storage *peer);
 void srv_guard_remove(srv *s, srv_conn *c);
 /* a gRPC call's HEADERS are complete / the call is gone */
 void srv_guard_call_begin(srv_conn *c);
@@ -439,7 +453,10 @@ void srv_guard_notify(void *cls, struct MHD_Connection *conn, void **ctx,
                       enum MHD_ConnectionNotificationCode toe);
 void srv_guard_begin(srv_req *r); /* r's head arrived */
 void srv_guard_end(srv_req *r);   /* r is over: the connection waits again */
-void srv_guard_start(srv *s);
+/* srv_guard_start: the sweep timer and the per-address table (sized from
+ * max-connections); -1 (nothing started) when the table finds no memory.
+ * srv_guard_stop: forget every connection, free the table. */
+int srv_guard_start(srv *s);
 void srv_guard_stop(srv *s);
 
 /* maps_wait.c: GET /v2/maps/{id}?wait=N[&version=V] (follow mode).

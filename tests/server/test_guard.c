@@ -11,10 +11,22 @@
  * never go; when every candidate is busy or has bytes waiting, none goes.
  * After every step the list is checked as evict relies on it: linked both
  * ways, ending at s->conns_tail, the idle ones newest first.
+ * Connections per address (max-connections-per-ip, srv_guard_per_ip_full
+ * and the table under it): the limit is reached at exactly its count,
+ * port aside; 0 is no limit; a connection shut by an eviction no longer
+ * counts, nor does it count twice when it is removed; a removed one frees
+ * its place; an IPv4 address and the IPv6 one with the same first bytes
+ * are different clients; addresses whose searches start at the same slot
+ * (found by srv_guard__ip_home) are all found after the first goes; and a
+ * random run of adds, evictions and removals agrees, address by address,
+ * with the walk of the list it replaced.
  * This file's srv_now_ns is a clock the tests move by hand (it stands in
  * for clock.c's at link time), so that ranks never tie. */
+#include <arpa/inet.h>
 #include <check.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -267,6 +279,285 @@ START_TEST(a_served_one_with_bytes_waiting_is_passed_over_too)
 }
 END_TEST
 
+/* Connections per address: s started as http.c starts it (the sweep's
+ * timer on a loop never run, and the table), stopped at the end. */
+static uv_loop_t g_loop;
+
+static void ip_start(srv *s, long long max_conns, long long per_ip)
+{
+    ck_assert_int_eq(uv_loop_init(&g_loop), 0);
+    s->loop = &g_loop;
+    s->cfg.max_connections = max_conns;
+    s->cfg.max_conn_per_ip = per_ip;
+    ck_assert_int_eq(srv_guard_start(s), 0);
+}
+
+static void ip_stop(srv *s)
+{
+    srv_guard_stop(s);
+    ck_assert_ptr_null(s->ips);
+    uv_run(&g_loop, UV_RUN_NOWAIT);
+    ck_assert_int_eq(uv_loop_close(&g_loop), 0);
+}
+
+static struct sockaddr_storage v4(const char *a, int port)
+{
+    struct sockaddr_storage ss;
+    struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+    memset(&ss, 0, sizeof ss);
+    in->sin_family = AF_INET;
+    in->sin_port = htons((uint16_t)port);
+    ck_assert_int_eq(inet_pton(AF_INET, a, &in->sin_addr), 1);
+    return ss;
+}
+
+static struct sockaddr_storage v6(const char *a, int port)
+{
+    struct sockaddr_storage ss;
+    struct sockaddr_in6 *in = (struct sockaddr_in6 *)&ss;
+    memset(&ss, 0, sizeof ss);
+    in->sin6_family = AF_INET6;
+    in->sin6_port = htons((uint16_t)port);
+    ck_assert_int_eq(inet_pton(AF_INET6, a, &in->sin6_addr), 1);
+    return ss;
+}
+
+/* open_from: open_conn from peer */
+static void open_from(srv *s, conn *k, struct sockaddr_storage peer)
+{
+    k->c.peer = peer;
+    open_conn(s, k);
+}
+
+/* walk_count: peer's connections as srv_guard_per_ip_full counted them
+ * before the table: a walk of the list comparing addresses. */
+static long long walk_count(const srv *s, const struct sockaddr_storage *peer)
+{
+    const srv_conn *c;
+    long long n = 0;
+    for (c = s->conns; c; c = c->next) {
+        const struct sockaddr_storage *a = &c->peer;
+        if (c->closing || a->ss_family != peer->ss_family)
+            continue;
+        if (a->ss_family == AF_INET)
+            n += ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+                 ((const struct sockaddr_in *)peer)->sin_addr.s_addr;
+        else if (a->ss_family == AF_INET6)
+            n += !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                         &((const struct sockaddr_in6 *)peer)->sin6_addr, 16);
+    }
+    return n;
+}
+
+START_TEST(per_ip_limit_reached_port_aside)
+{
+    static srv s;
+    static conn k[4];
+    struct sockaddr_storage a = v4("192.0.2.7", 1000), b = v4("192.0.2.8", 1000);
+    int i;
+    ip_start(&s, 100, 3);
+    for (i = 0; i < 3; i++) {
+        ck_assert_int_eq(srv_guard_per_ip_full(&s, &a), 0);
+        open_from(&s, &k[i], v4("192.0.2.7", 2000 + i));
+    }
+    ck_assert_int_eq(srv_guard__ip_count(&s, &a), 3);
+    ck_assert_int_eq(srv_guard_per_ip_full(&s, &a), 1);
+    ck_assert_int_eq(s.n_ip_refused, 1);
+    ck_assert(!memcmp(&s.ip_refused, &a, sizeof a));
+    ck_assert_int_eq(srv_guard_per_ip_full(&s, &b), 0); /* another client */
+    open_from(&s, &k[3], b);
+    ck_assert_int_eq(srv_guard_per_ip_full(&s, &a), 1);
+    ck_assert_int_eq(s.n_ip_refused, 2);
+    ck_assert_int_eq(srv_guard__ip_count(&s, &b), 1);
+    /* one goes: its place is free again, once */
+    srv_guard_remove(&s, &k[1].c);
+    ck_assert_int_eq(srv_guard_per_ip_full(&s, &a), 0);
+    open_from(&s, &k[1], a);
+    ck_assert_int_eq(srv_guard_per_ip_full(&s, &a), 1);
+    ck_assert_int_eq(s.n_ip_refused, 3);
+    close_all(&s, k, 4);
+    ck_assert_int_eq(srv_guard__ip_count(&s, &a), 0);
+    ck_assert_int_eq(srv_guard__ip_count(&s, &b), 0);
+    ip_stop(&s);
+}
+END_TEST
+
+START_TEST(per_ip_zero_is_no_limit)
+{
+    static srv s;
+    static conn k[5];
+    struct sockaddr_storage a = v4("192.0.2.7", 1);
+    int i;
+    ip_start(&s, 100, 0);
+    ck_assert_ptr_null(s.ips); /* nothing to count for */
+    for (i = 0; i < 5; i++) {
+        ck_assert_int_eq(srv_guard_per_ip_full(&s, &a), 0);
+        open_from(&s, &k[i], a);
+    }
+    ck_assert_int_eq(s.n_ip_refused, 0);
+    close_all(&s, k, 5);
+    ip_stop(&s);
+}
+END_TEST
+
+START_TEST(per_ip_a_closing_one_does_not_count)
+{
+    static srv s;
+    static conn k[4];
+    struct sockaddr_storage a = v6("2001:db8::1", 1);
+    ip_start(&s, 3, 3);
+    open_from(&s, &k[0], a);
+    open_from(&s, &k[1], a);
+    open_from(&s, &k[2], a);
+    ck_assert_int_eq(srv_guard_per_ip_full(&s, &a), 1);
+    /* a fourth (from another address) takes the total past
+     * max-connections: the longest waiting one is evicted, and its
+     * address may open one more at once */
+    open_from(&s, &k[3], v6("2001:db8::2", 1));
+    ck_assert(shut(&k[0]));
+    ck_assert_int_eq(srv_guard__ip_count(&s, &a), 2);
+    ck_assert_int_eq(srv_guard_per_ip_full(&s, &a), 0);
+    /* MHD reaps it: not counted a second time */
+    srv_guard_remove(&s, &k[0].c);
+    ck_assert_int_eq(srv_guard__ip_count(&s, &a), 2);
+    ck_assert_int_eq(srv_guard__ip_count(&s, &k[3].c.peer), 1);
+    close_all(&s, k + 1, 3);
+    close(k[0].c.fd);
+    close(k[0].peer);
+    ip_stop(&s);
+}
+END_TEST
+
+START_TEST(per_ip_ipv4_and_ipv6_are_different_clients)
+{
+    static srv s;
+    static conn k[4];
+    /* the same first four bytes; the mapped form is IPv6 too */
+    struct sockaddr_storage a4 = v4("1.2.3.4", 1), a6 = v6("102:304::", 1),
+                            m6 = v6("::ffff:1.2.3.4", 1);
+    ip_start(&s, 100, 2);
+    open_from(&s, &k[0], a4);
+    open_from(&s, &k[1], a4);
+    open_from(&s, &k[2], a6);
+    open_from(&s, &k[3], m6);
+    ck_assert_int_eq(srv_guard_per_ip_full(&s, &a4), 1);
+    ck_assert_int_eq(srv_guard_per_ip_full(&s, &a6), 0);
+    ck_assert_int_eq(srv_guard_per_ip_full(&s, &m6), 0);
+    ck_assert_int_eq(srv_guard__ip_count(&s, &a6), 1);
+    ck_assert_int_eq(srv_guard__ip_count(&s, &m6), 1);
+    close_all(&s, k, 4);
+    ip_stop(&s);
+}
+END_TEST
+
+/* Three addresses: a and b start their searches at one slot, c at the
+ * next (where b stands once a is in). a goes: b and c move back, and
+ * every search still finds them; then the same with b going first. */
+START_TEST(per_ip_colliding_addresses)
+{
+    static srv s;
+    static conn k[6];
+    struct sockaddr_storage p[3], q;
+    size_t h = 0, mask;
+    char txt[32];
+    int i, n = 0;
+    ip_start(&s, 1, 10); /* the smallest table: collisions are found soon */
+    s.cfg.max_connections = 100; /* no eviction */
+    mask = s.ips_mask;
+    for (i = 0; n < 3 && i < 200000; i++) {
+        snprintf(txt, sizeof txt, "10.%d.%d.%d", i >> 16, (i >> 8) & 255, i & 255);
+        q = v4(txt, 1);
+        if (n == 0) {
+            p[n++] = q;
+            h = srv_guard__ip_home(&s, &q);
+        } else if (srv_guard__ip_home(&s, &q) == (n == 1 ? h : (h + 1) & mask)) {
+            p[n++] = q;
+        }
+    }
+    ck_assert_int_eq(n, 3);
+    for (i = 0; i < 3; i++)
+        open_from(&s, &k[i], p[i]);
+    for (i = 0; i < 3; i++)
+        open_from(&s, &k[3 + i], p[i]);
+    ck_assert_uint_eq(s.ips_used, 3);
+    for (i = 0; i < 3; i++)
+        ck_assert_int_eq(srv_guard__ip_count(&s, &p[i]), 2);
+    srv_guard_remove(&s, &k[0].c);
+    srv_guard_remove(&s, &k[3].c); /* a's slot frees */
+    ck_assert_uint_eq(s.ips_used, 2);
+    ck_assert_int_eq(srv_guard__ip_count(&s, &p[0]), 0);
+    ck_assert_int_eq(srv_guard__ip_count(&s, &p[1]), 2);
+    ck_assert_int_eq(srv_guard__ip_count(&s, &p[2]), 2);
+    /* a again (now after b), then b goes: a and c still found */
+    srv_guard_add(&s, &k[0].c);
+    srv_guard_remove(&s, &k[1].c);
+    srv_guard_remove(&s, &k[4].c);
+    ck_assert_int_eq(srv_guard__ip_count(&s, &p[0]), 1);
+    ck_assert_int_eq(srv_guard__ip_count(&s, &p[1]), 0);
+    ck_assert_int_eq(srv_guard__ip_count(&s, &p[2]), 2);
+    srv_guard_remove(&s, &k[0].c);
+    srv_guard_remove(&s, &k[2].c);
+    srv_guard_remove(&s, &k[5].c);
+    ck_assert_uint_eq(s.ips_used, 0);
+    ck_assert_ptr_null(s.conns);
+    for (i = 0; i < 6; i++) {
+        close(k[i].c.fd);
+        close(k[i].peer);
+    }
+    ip_stop(&s);
+}
+END_TEST
+
+/* A random run: adds (an eviction past max-connections shuts one), the
+ * sweep's shutting stood in for by an eviction, removals; after every step
+ * each address's count is the old walk's. */
+START_TEST(per_ip_agrees_with_the_walk)
+{
+    enum { CONNS = 90, ADDRS = 24, STEPS = 3000 };
+    static srv s;
+    static conn k[CONNS];
+    static struct sockaddr_storage a[ADDRS];
+    int open[CONNS] = {0};
+    char txt[64];
+    int i, j, step;
+    srand(7);
+    for (i = 0; i < ADDRS; i++) {
+        if (i % 2) {
+            snprintf(txt, sizeof txt, "2001:db8::%x", i);
+            a[i] = v6(txt, 1);
+        } else {
+            snprintf(txt, sizeof txt, "198.51.100.%d", i);
+            a[i] = v4(txt, 1);
+        }
+    }
+    ip_start(&s, 30, 1000);
+    for (step = 0; step < STEPS; step++) {
+        i = rand() % CONNS;
+        if (!open[i]) {
+            open_from(&s, &k[i], a[rand() % ADDRS]);
+            open[i] = 1;
+        } else {
+            srv_guard_remove(&s, &k[i].c);
+            close(k[i].c.fd);
+            close(k[i].peer);
+            memset(&k[i], 0, sizeof k[i]);
+            open[i] = 0;
+        }
+        for (j = 0; j < ADDRS; j++)
+            ck_assert_int_eq(srv_guard__ip_count(&s, &a[j]), walk_count(&s, &a[j]));
+    }
+    ck_assert_int_gt(s.n_evicted, 0);
+    for (i = 0; i < CONNS; i++)
+        if (open[i]) {
+            srv_guard_remove(&s, &k[i].c);
+            close(k[i].c.fd);
+            close(k[i].peer);
+        }
+    ck_assert_uint_eq(s.ips_used, 0);
+    ip_stop(&s);
+}
+END_TEST
+
 static Suite *guard_suite(void)
 {
     Suite *s = suite_create("guard");
@@ -281,6 +572,14 @@ static Suite *guard_suite(void)
     tcase_add_test(tc, never_served_before_served_unless_bytes_wait);
     tcase_add_test(tc, busy_or_bytes_waiting_everywhere_closes_none);
     tcase_add_test(tc, a_served_one_with_bytes_waiting_is_passed_over_too);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("per-ip");
+    tcase_add_test(tc, per_ip_limit_reached_port_aside);
+    tcase_add_test(tc, per_ip_zero_is_no_limit);
+    tcase_add_test(tc, per_ip_a_closing_one_does_not_count);
+    tcase_add_test(tc, per_ip_ipv4_and_ipv6_are_different_clients);
+    tcase_add_test(tc, per_ip_colliding_addresses);
+    tcase_add_test(tc, per_ip_agrees_with_the_walk);
     suite_add_tcase(s, tc);
     return s;
 }
