@@ -621,6 +621,7 @@ test('answers tell clients to keep idle connections less than header-timeout (Ke
     assert.match(k10.text, /\r\nKeep-Alive: timeout=6\r\n/i, 'HTTP/1.0 asking to keep it');
     // a connection that closes after its answer gets no promise to keep it
     for (const head of ['HTTP/1.1\r\nHost: x\r\nConnection: close', 'HTTP/1.1\r\nHost: x\r\nConnection: TE, Close',
+      'HTTP/1.1\r\nHost: x\r\nConnection: close,TE',
       'HTTP/1.0']) {
       const c = await untilClosed(d.port, `GET /v2/health/live ${head}\r\n\r\n`);
       assert.match(c, /^HTTP\/1\.1 200 /, head);
