@@ -163,7 +163,8 @@ void srv_h_metrics(srv_req *r)
     family(&b, s, "attnd_inference_compute_output_duration_seconds_total",
            "counter", "Encoding responses (pool).", get_output_ns, 1);
     bprintf(&b, "# HELP attnd_inference_pending_requests Requests admitted "
-                "and not yet answered.\n"
+                "and not yet ended (one answered 504, or whose client went, "
+                "counts until its work stops).\n"
                 "# TYPE attnd_inference_pending_requests gauge\n");
     for (e = s->models; e; e = e->next)
         bprintf(&b, "attnd_inference_pending_requests{model=\"%s\",version=\"1\"} %d\n",

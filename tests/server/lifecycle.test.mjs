@@ -15,8 +15,9 @@ async function pending(d, m) {
   const t = await (await fetch(`${d.url}/metrics`)).text();
   return Number(new RegExp(`attnd_inference_pending_requests\\{model="${m}",version="1"\\} (\\d+)`).exec(t)[1]);
 }
+// waitPending: until m's pending requests are n (5 s x SLOW at most)
 async function waitPending(d, m, n) {
-  for (let i = 0; i < 500 && (await pending(d, m)) < n; i++) await sleep(10);
+  for (let i = 0; i < 500 * SLOW && (await pending(d, m)) !== n; i++) await sleep(10);
   assert.equal(await pending(d, m), n);
 }
 
@@ -79,7 +80,9 @@ test('deadline inside a solo job on the pool: 504, the server still serves, no r
     }
   }
   assert.ok(seen[504] > 0, JSON.stringify(seen));
-  assert.equal(await pending(d, 'demo'), 0);
+  // a job answered 504 ends when its pool thread is done with it, maybe
+  // after the answer (a sanitizer's slow pool: 3 still running once)
+  await waitPending(d, 'demo', 0);
   assert.equal((await d.stop()).code, 0);
 });
 
