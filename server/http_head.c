@@ -191,25 +191,46 @@ static void get_fields(srv_req *r, const char *name, fields *f)
     MHD_get_connection_values(r->conn, MHD_HEADER_KIND, add_field, f);
 }
 
+/* list_item: the item of a comma-separated field value (RFC 9110 5.6.1)
+ * that starts at *p, the spaces around it dropped: its start returned, its
+ * length in *len (0 for an empty one); *p moves past its comma, or becomes
+ * NULL after the last item. */
+static const char *list_item(const char **p, size_t *len)
+{
+    const char *item = *p + strspn(*p, " \t");
+    size_t n = strcspn(item, ",");
+    *p = item[n] ? item + n + 1 : NULL;
+    while (n && (item[n - 1] == ' ' || item[n - 1] == '\t'))
+        n--;
+    *len = n;
+    return item;
+}
+
+/* list_has: is token (case aside) one of list's items? */
+static int list_has(const char *list, const char *token)
+{
+    size_t n = strlen(token), len;
+    while (list) {
+        const char *item = list_item(&list, &len);
+        if (len == n && strncasecmp(item, token, n) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 /* chunked_only: the number of codings in the list te ("chunked, chunked"
  * is 2) when every one is chunked, else 0. */
 static int chunked_only(const char *te)
 {
     int n = 0;
-    for (;;) {
+    while (te) {
         size_t len;
-        while (*te == ' ' || *te == '\t')
-            te++;
-        len = strcspn(te, ",");
-        while (len && (te[len - 1] == ' ' || te[len - 1] == '\t'))
-            len--;
-        if (len != 7 || strncasecmp(te, "chunked", 7) != 0)
+        const char *item = list_item(&te, &len);
+        if (len != 7 || strncasecmp(item, "chunked", 7) != 0)
             return 0;
         n++;
-        te += strcspn(te, ",");
-        if (!*te++)
-            return n;
     }
+    return n;
 }
 
 /* framed_twice: does r give its body's length two ways (RFC 9112 6.1,
@@ -337,50 +358,17 @@ static int body_check(srv_req *r)
     return 0;
 }
 
-/* has_token: does one of conn's fields named key hold token among its
- * comma-separated values (case aside, RFC 9110 5.6.1)? */
-struct token_find {
-    const char *key, *token;
-    int found;
-};
-
-static enum MHD_Result find_token(void *cls, enum MHD_ValueKind kind,
-                                  const char *key, const char *value)
-{
-    struct token_find *f = cls;
-    size_t n = strlen(f->token);
-    (void)kind;
-    if (strcasecmp(key, f->key) != 0 || !value)
-        return MHD_YES;
-    for (const char *p = value; *p;) {
-        size_t len;
-        p += strspn(p, " \t,");
-        len = strcspn(p, " \t,");
-        if (len == n && strncasecmp(p, f->token, n) == 0) {
-            f->found = 1;
-            return MHD_NO;
-        }
-        p += len;
-    }
-    return MHD_YES;
-}
-
-static int has_token(struct MHD_Connection *conn, const char *key, const char *token)
-{
-    struct token_find f = {key, token, 0};
-    MHD_get_connection_values(conn, MHD_HEADER_KIND, find_token, &f);
-    return f.found;
-}
-
 /* client_closes: will MHD close the connection after this request
  * whatever it is answered, as its client asked (RFC 9112 9.3)? HTTP/1.1
  * with Connection: close; HTTP/1.0 without Connection: keep-alive. */
-static int client_closes(struct MHD_Connection *conn, const char *version)
+static int client_closes(srv_req *r, const char *version)
 {
-    if (has_token(conn, "Connection", "close"))
+    fields conn;
+    get_fields(r, "Connection", &conn);
+    if (list_has(conn.all, "close"))
         return 1;
     return version && strcmp(version, MHD_HTTP_VERSION_1_0) == 0 &&
-           !has_token(conn, "Connection", "keep-alive");
+           !list_has(conn.all, "keep-alive");
 }
 
 void srv_http__first_call(srv_req *r, const char *url, const char *method,
@@ -391,7 +379,7 @@ void srv_http__first_call(srv_req *r, const char *url, const char *method,
     fields te;
     int twice;
     name_method(r->method_name, method);
-    r->client_closes = client_closes(r->conn, version);
+    r->client_closes = client_closes(r, version);
     cors_match(r, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin"));
     twice = framed_twice(r, &te);
     r->close = twice != 0; /* whatever it is answered */
