@@ -92,10 +92,13 @@ static int b64_decode(const char *in, size_t n, unsigned char **out,
                  : n % 4 == 2 ? "'==' (or none) after 4k+2" : "'=' (or none) after 4k+3");
         return -1;
     }
+    b = malloc(n / 4 * 3 + 3);
+    if (!b)
+        return -2;
     for (i = 0; i < n; i++) {
-        int v = b64_val((unsigned char)in[i]);
+        unsigned char c = (unsigned char)in[i];
+        int v = b64_val(c);
         if (v < 0) {
-            unsigned char c = (unsigned char)in[i];
             if (c == '=')
                 snprintf(why, whylen, "character %zu is '=' (padding) before "
                          "the end of the data", i);
@@ -105,35 +108,33 @@ static int b64_decode(const char *in, size_t n, unsigned char **out,
             else
                 snprintf(why, whylen, "character %zu (byte 0x%02x) is not in "
                          "the base64 alphabet", i, c);
-            return -1;
+            goto bad;
         }
-        url |= in[i] == '-' || in[i] == '_';
-        std |= in[i] == '+' || in[i] == '/';
-    }
-    if (url && std) {
-        snprintf(why, whylen, "mixes the standard ('+', '/') and the URL-safe "
-                 "('-', '_') alphabets");
-        return -1;
-    }
-    if (n % 4 && (b64_val((unsigned char)in[n - 1]) & (n % 4 == 2 ? 15 : 3))) {
-        snprintf(why, whylen, "its last character ('%c') has bits set past "
-                 "the data (not the base64 of any bytes)", in[n - 1]);
-        return -1;
-    }
-    b = malloc(n / 4 * 3 + 3);
-    if (!b)
-        return -2;
-    for (i = 0; i < n; i++) {
-        acc = (acc << 6) | (uint32_t)b64_val((unsigned char)in[i]);
+        url |= c == '-' || c == '_';
+        std |= c == '+' || c == '/';
+        acc = (acc << 6) | (uint32_t)v;
         bits += 6;
         if (bits >= 8) {
             bits -= 8;
             b[o++] = (unsigned char)(acc >> bits);
         }
     }
+    if (url && std) {
+        snprintf(why, whylen, "mixes the standard ('+', '/') and the URL-safe "
+                 "('-', '_') alphabets");
+        goto bad;
+    }
+    if (acc & ((1u << bits) - 1)) { /* the last character's spare bits */
+        snprintf(why, whylen, "its last character ('%c') has bits set past "
+                 "the data (not the base64 of any bytes)", in[n - 1]);
+        goto bad;
+    }
     *out = b;
     *out_len = o;
     return 0;
+bad:
+    free(b);
+    return -1;
 }
 
 /* write_file: path gets data (created exclusively, fsync'd). */
