@@ -148,15 +148,20 @@ static int shut(const conn *k)
     return 1;
 }
 
+/* drop: k goes (MHD reaps it) and both its ends are closed. */
+static void drop(srv *s, conn *k)
+{
+    srv_guard_remove(s, &k->c);
+    check_list(s);
+    close(k->c.fd);
+    close(k->peer);
+}
+
 static void close_all(srv *s, conn *k, int n)
 {
     int i;
-    for (i = 0; i < n; i++) {
-        srv_guard_remove(s, &k[i].c);
-        check_list(s);
-        close(k[i].c.fd);
-        close(k[i].peer);
-    }
+    for (i = 0; i < n; i++)
+        drop(s, &k[i]);
     ck_assert_ptr_null(s->conns);
     ck_assert_ptr_null(s->conns_tail);
 }
@@ -537,9 +542,7 @@ START_TEST(per_ip_agrees_with_the_walk)
             open_from(&s, &k[i], a[rand() % ADDRS]);
             open[i] = 1;
         } else {
-            srv_guard_remove(&s, &k[i].c);
-            close(k[i].c.fd);
-            close(k[i].peer);
+            drop(&s, &k[i]);
             memset(&k[i], 0, sizeof k[i]);
             open[i] = 0;
         }
@@ -548,11 +551,8 @@ START_TEST(per_ip_agrees_with_the_walk)
     }
     ck_assert_int_gt(s.n_evicted, 0);
     for (i = 0; i < CONNS; i++)
-        if (open[i]) {
-            srv_guard_remove(&s, &k[i].c);
-            close(k[i].c.fd);
-            close(k[i].peer);
-        }
+        if (open[i])
+            drop(&s, &k[i]);
     ck_assert_uint_eq(s.ips_used, 0);
     ip_stop(&s);
 }
