@@ -4,14 +4,14 @@
  * Connections of both doors share one list and one set of rules. MHD tells
  * us when a REST one opens and closes (srv_guard_notify); grpc_conn.c adds
  * and removes its own (srv_guard_add/srv_guard_remove, an srv_conn inside
- * its connection). A sweep timer closes
- * (shutdown(2): MHD then sees the end and cleans up) a connection whose
- * request head has not arrived within header-timeout seconds of its
- * opening or of its previous answer, and one whose body arrives slower
- * than min-body-rate bytes/s on average once header-timeout has passed
- * since its head (its request logged and counted 408, http.c). The same sweep asks the socket of each REST request
- * whose work waits or runs (its connection suspended: MHD does not read
- * it) whether its client went, and if so drops that work (sched.c,
+ * its connection). A sweep timer closes (shutdown(2): MHD then sees the end
+ * and cleans up) a connection whose request head has not arrived within
+ * header-timeout seconds of its opening or of its previous answer, and one
+ * whose body arrives slower than min-body-rate bytes/s on average once
+ * header-timeout has passed since its head (its request logged and counted
+ * 408, http.c). The same sweep asks the socket of each REST request whose
+ * work waits or runs (its connection suspended: MHD does not read it)
+ * whether its client went, and if so drops that work (sched.c,
  * srv_sched_client_went). It also asks, one poll(2) for up to PEEK_MAX of
  * them, the REST connections that MHD reads but that may hold an end it
  * missed (libmicrohttpd's edge-triggered epoll does not see a FIN that
@@ -28,15 +28,15 @@
  * HEADERS; srv_conn.slow asks grpc_conn.c). A connection accepted from an
  * address that holds max-connections-per-ip already, both doors' together,
  * is closed at once (accept.c asks srv_guard_per_ip_full, which looks the
- * address up in s->ips: one count per address of its open connections
- * that are not closing, kept as they are added, shut down and removed, so
- * an accept costs a hash, not a walk of every connection); each door
- * accepts up to max-connections + a small headroom, and a connection that
- * takes the total of both past max-connections evicts the one that has
- * waited longest for its first request (a slow client; idle keep-alive
- * connections of served clients go after those), so slow clients cannot
- * lock out new ones. Closing is shutdown(2) for both: MHD or libuv then
- * sees the end and cleans up.
+ * address up in s->ips: one count per address of its open connections that
+ * are not closing, kept as they are added, shut down and removed, so an
+ * accept costs a hash, not a walk of every connection); each door accepts
+ * up to max-connections + a small headroom, and a connection that takes the
+ * total of both past max-connections evicts the one that has waited longest
+ * for its first request (a slow client; idle keep-alive connections of
+ * served clients go after those), so slow clients cannot lock out new ones.
+ * Closing is shutdown(2) for both: MHD or libuv then sees the end and
+ * cleans up.
  *
  * Memory: srv_mem_take/srv_mem_give count buffered bodies (reserved from
  * Content-Length before a byte is read, or as a chunked body grows) and

@@ -7,10 +7,10 @@
  * it is readable, when MHD's timeout falls due, and right after a suspended
  * connection was resumed (srv_kick). Each request gets one srv_req, created
  * on MHD's first call (http_head.c checks its head then) and freed in the
- * completion callback; the body is
- * buffered up to a limit (413 before reading on a Content-Length over it,
- * and a chunked body is cut at the limit). Then the route's handler runs and
- * either answers at once or suspends the connection until srv_respond.
+ * completion callback; the body is buffered up to a limit (413 before
+ * reading on a Content-Length over it, and a chunked body is cut at the
+ * limit). Then the route's handler runs and either answers at once or
+ * suspends the connection until srv_respond.
  */
 #include "server/srv.h"
 
@@ -214,9 +214,9 @@ static void add_body(srv_req *r, const char *data, size_t n)
 
 /* on_request: MHD's access handler, called repeatedly per request (loop
  * thread). The first call allocates r (srv_http__first_call, http_head.c:
- * route, framing, auth; may answer at once); the next ones collect the body (past its limit it is
- * discarded and the answer is 413); the last one runs the route's handler,
- * which answers or suspends the connection. */
+ * route, framing, auth; may answer at once); the next ones collect the
+ * body (past its limit it is discarded and the answer is 413); the last
+ * one runs the route's handler, which answers or suspends the connection. */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
                                   const char *url, const char *method,
                                   const char *version, const char *upload,
@@ -228,9 +228,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     if (!r) {
         r = calloc(1, sizeof *r);
         if (!r) /* no request to log: an answer made at start */
-            return srv_http__queue_fixed(s, conn, srv_http__method(method) == SRV_OPTIONS,
-                                         srv_cors_index(s, MHD_lookup_connection_value(
-                                                               conn, MHD_HEADER_KIND, "Origin")));
+            return srv_http__queue_fixed(
+                s, conn, srv_http__method(method) == SRV_OPTIONS,
+                srv_cors_index(s, MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                              "Origin")));
         r->s = s;
         r->conn = conn;
         r->t0_ns = srv_now_ns();
