@@ -13,6 +13,7 @@
 #ifndef ATTN_MODEL_H
 #define ATTN_MODEL_H
 
+#include <dirent.h>
 #include <stdio.h>
 
 #include "attn.h"
@@ -61,6 +62,14 @@ void model_summary(const model *m, char *buf, size_t cap);
  * Returns the count, or a negative code with a message in err. */
 int model_repo_list(const char *repo, char ***names, char *err);
 void model_repo_list_free(char **names, int n);
+
+/* model_opendir: opendir(path) by open(2) and fdopendir(3), for threads
+ * other than the loop: ThreadSanitizer sees open(2) make a descriptor but
+ * not opendir's, nor libuv's syscall(SYS_close) of a socket, so a
+ * directory a pool thread opened under a socket's freed number looked to
+ * it like one object used by two threads ("data race ... closedir" in
+ * `make SANITIZER=thread soak`). NULL with errno set on failure. */
+DIR *model_opendir(const char *path);
 
 /* model_name_valid: 1 when name is a safe folder name: 1..128 chars of
  * [A-Za-z0-9._-], not starting with '.' (hidden folders, the upload

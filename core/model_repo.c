@@ -4,10 +4,12 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "model.h"
 #include "model_int.h"
@@ -82,10 +84,22 @@ void model_repo_list_free(char **names, int n)
     free(names);
 }
 
+DIR *model_opendir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd < 0 ? NULL : fdopendir(fd);
+    if (fd >= 0 && !d) {
+        int e = errno;
+        close(fd);
+        errno = e;
+    }
+    return d;
+}
+
 int model_repo_list(const char *repo, char ***names, char *err)
 {
     *names = NULL;
-    DIR *d = opendir(repo);
+    DIR *d = model_opendir(repo);
     if (!d) {
         int e = errno;
         model__seterr(err, "%s: cannot read the model repository: %s", repo,

@@ -232,7 +232,9 @@ static void on_conn_closed(uv_handle_t *h)
  * object used by two threads without order ("data race ... closedir" in
  * `make SANITIZER=thread soak`). Its close-syscall hooks tell it, after
  * uv_close (which closes the socket at once, after an epoll_ctl on it),
- * as a libuv built with ThreadSanitizer does itself. */
+ * as a libuv built with ThreadSanitizer does itself. A pool thread can
+ * take the number in between: its directories are opened with
+ * model_opendir, whose open(2) ThreadSanitizer sees, for that. */
 void __sanitizer_syscall_pre_impl_close(long fd);
 void __sanitizer_syscall_post_impl_close(long res, long fd);
 #endif

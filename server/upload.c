@@ -183,7 +183,7 @@ static int fsync_dir(const char *dir)
 static int rm_tree(const char *dir, int depth)
 {
     int first = 0;
-    DIR *d = opendir(dir);
+    DIR *d = model_opendir(dir); /* on the pool too */
     struct dirent *de;
     char p[4200];
     if (d) {
