@@ -163,6 +163,13 @@ FAILALLOC := $(BUILD)/tests/server/failalloc.so
 $(FAILALLOC): tests/server/failalloc.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O2 $(WARN) -fPIC -shared -o $@ $<
+# test_crash dlopens it: a library whose constructor holds the dynamic
+# loader's lock for good (a crash report must not wait for that lock).
+DLHOLD := $(BUILD)/tests/server/dlhold.so
+$(DLHOLD): tests/server/dlhold.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O2 $(WARN) -fPIC -shared -o $@ $<
+$(BUILD)/tests/server/test_crash: | $(DLHOLD)
 check-server: deps-test $(ATTND) $(FAILALLOC)
 	@echo "== node --test tests/server ($(ATTND))"
 	@ATTND_BIN=$(ATTND) $(NODE_TEST) --test-concurrency=1 $(SERVER_TESTS)

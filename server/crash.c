@@ -8,11 +8,15 @@
  *     it), the thread (the loop, the log writer, a pool thread, or one
  *     attnd did not make: OpenBLAS's, libuv's), and the last job that
  *     thread began (what, for which model, how long before);
- *   - the log lines still waiting for the writer (a request's line waits
- *     up to --log-flush-ms): the requests answered just before;
- *   - the stack, one frame a line, and the addr2line command that turns
- *     the daemon's frames into functions and lines (the binary keeps its
- *     symbols: built with -g, installed unstripped);
+ *   - the log lines the writer had taken and not yet written (from the
+ *     first line its write had not finished; it may still be writing
+ *     them, so they may appear twice), then those still waiting for it (a
+ *     request's line waits up to --log-flush-ms): the requests answered
+ *     just before;
+ *   - the stack, one frame a line, each named by its object, its offset
+ *     there and the exported function holding it, and the addr2line
+ *     command that turns the daemon's frames into functions and lines (the
+ *     binary keeps its symbols: built with -g, installed unstripped);
  * in --log-format's form (JSON: a "fatal" object a line). Then the signal's
  * default action runs, so the exit status (killed by that signal) and a
  * core dump are what they would have been without the report.
@@ -28,10 +32,17 @@
  * waits for that one to end the process; a fault inside the report ends it
  * at once (every signal is blocked while the handler runs, and the kernel
  * ends a process whose thread faults with the signal blocked).
+ *
+ * Nothing the handler calls takes a lock another thread could hold: the
+ * frames are named from crash_objs.c's table of the objects loaded at
+ * start, not by dladdr (which takes the dynamic loader's lock; a frame in
+ * an object loaded later is said to be in none), backtrace's unwinder
+ * finds objects with glibc's lock-free _dl_find_object (libgcc 12 on glibc
+ * 2.35 or later), and the log's lines are read without its lock.
  */
 #include "server/srv.h"
+#include "server/crash_int.h"
 
-#include <dlfcn.h>
 #include <execinfo.h>
 #include <pthread.h>
 #include <signal.h>
@@ -66,7 +77,6 @@ static srv *c_srv;
 static pid_t c_loop_tid;
 static uint64_t c_start_ns;
 static char c_exe[1024];      /* /proc/self/exe at start */
-static void *c_exe_base;      /* where it is mapped */
 static atomic_int c_reporter; /* tid writing the report, 0 = none */
 
 static const int fatal_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
@@ -320,10 +330,20 @@ static void report(int sig, const siginfo_t *si, pid_t tid)
         put(&l, " ms before");
         emit(&l);
     }
+    const char *hand, *queued;
+    size_t n_hand, n_queued;
+    srv_log_crash_lines(c_srv, &hand, &n_hand, &queued, &n_queued);
+    if (n_hand) {
+        l.n = 0;
+        put(&l, "log lines the writer had taken and not yet written follow "
+                "(it may be writing them still: some may appear twice)");
+        emit(&l);
+        write_fd2(hand, n_hand);
+    }
     l.n = 0;
     put(&l, "log lines not yet written, if any, follow; then the stack");
     emit(&l);
-    srv_log_crash_flush(c_srv);
+    write_fd2(queued, n_queued);
 
     void *frames[MAX_FRAMES];
     int n = backtrace(frames, MAX_FRAMES);
@@ -333,31 +353,32 @@ static void report(int sig, const siginfo_t *si, pid_t tid)
     put(&cmd, c_exe);
     size_t cmd_head = cmd.n;
     for (int i = 0; i < n; i++) {
-        Dl_info info;
-        uintptr_t pc = (uintptr_t)frames[i], off = pc;
-        int known = dladdr(frames[i], &info) && info.dli_fbase;
+        srv__place at;
+        uintptr_t pc = (uintptr_t)frames[i];
         l.n = 0;
         put(&l, "  #");
         put_uint(&l, (uint64_t)i, 1);
         put(&l, " ");
-        if (known) {
-            off = pc - (uintptr_t)info.dli_fbase;
-            put(&l, info.dli_fbase == c_exe_base ? c_exe : info.dli_fname);
-            put(&l, "(+");
-            put_hex(&l, off);
-            put(&l, ")");
-            if (info.dli_sname) {
-                put(&l, " ");
-                put(&l, info.dli_sname);
-                put(&l, "+");
-                put_hex(&l, pc - (uintptr_t)info.dli_saddr);
-            }
-            if (info.dli_fbase == c_exe_base) {
-                put(&cmd, " ");
-                put_hex(&cmd, off);
-            }
-        } else
+        if (srv__objs_find(pc, &at) < 0) {
             put_hex(&l, pc);
+            put(&l, " (in no object loaded at start)");
+            emit(&l);
+            continue;
+        }
+        put(&l, at.object);
+        put(&l, "(+");
+        put_hex(&l, at.offset);
+        put(&l, ")");
+        if (at.symbol) {
+            put(&l, " ");
+            put(&l, at.symbol);
+            put(&l, "+");
+            put_hex(&l, at.symbol_offset);
+        }
+        if (at.is_exe) {
+            put(&cmd, " ");
+            put_hex(&cmd, at.offset);
+        }
         emit(&l);
     }
     if (cmd.n > cmd_head)
@@ -384,7 +405,6 @@ void srv_crash_init(srv *s)
 {
     static char altstack[ALT_STACK];
     void *warm[2];
-    Dl_info info;
     if (!CRASH_REPORT)
         return;
     c_srv = s;
@@ -393,9 +413,8 @@ void srv_crash_init(srv *s)
     c_start_ns = srv_now_ns();
     ssize_t k = readlink("/proc/self/exe", c_exe, sizeof c_exe - 1);
     c_exe[k > 0 ? k : 0] = 0;
-    if (dladdr((void *)srv_crash_init, &info))
-        c_exe_base = info.dli_fbase;
     backtrace(warm, 2); /* loads libgcc's unwinder now, not in the handler */
+    srv__objs_record(c_exe); /* after it: libgcc_s is in the table */
     /* the loop thread's own stack for the handler: one that overflowed
      * could not run it */
     stack_t ss = {.ss_sp = altstack, .ss_size = sizeof altstack};

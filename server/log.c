@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,11 @@ struct srv_logq {
     int urgent, stop, done, json;
     uint64_t dropped;      /* lines dropped, ever */
     uint64_t unreported;   /* of them, not yet reported on stderr */
+    /* the batch the writer has taken and is writing, for a crash report
+     * (srv_log_crash_lines): NULL when none; hand_done of its hand_len
+     * bytes written so far. Written by the writer alone, without mu. */
+    _Atomic(const char *) hand;
+    atomic_size_t hand_len, hand_done;
 };
 
 /* monotonic: CLOCK_MONOTONIC's ns (srv_now_ns) as a timespec, for the
@@ -122,14 +128,19 @@ static size_t message(int json, char *out, size_t cap, const char *level,
 
 /* write_all: p[0..n) to stderr; on an error other than an interruption or
  * a full non-blocking pipe (a closed pipe, a full disk) the rest is lost:
- * returns how many lines were (a line cut by it included), 0 when all went. */
-static uint64_t write_all(const char *p, size_t n)
+ * returns how many lines were (a line cut by it included), 0 when all went.
+ * done, when not NULL, follows how many bytes went. */
+static uint64_t write_all(const char *p, size_t n, atomic_size_t *done)
 {
+    size_t went = 0;
     while (n) {
         ssize_t k = write(STDERR_FILENO, p, n);
         if (k > 0) {
             p += k;
             n -= (size_t)k;
+            went += (size_t)k;
+            if (done)
+                atomic_store_explicit(done, went, memory_order_release);
         } else if (k < 0 && errno == EAGAIN) {
             struct pollfd pf = {STDERR_FILENO, POLLOUT, 0};
             poll(&pf, 1, 100);
@@ -168,15 +179,22 @@ static void *writer(void *arg)
         q->urgent = 0;
         q->unreported = 0;
         pthread_mutex_unlock(&q->mu);
+        /* in hand from here to its write's end: a crash report prints
+         * what of it is not yet written */
+        atomic_store_explicit(&q->hand_len, n, memory_order_relaxed);
+        atomic_store_explicit(&q->hand_done, 0, memory_order_relaxed);
+        atomic_store_explicit(&q->hand, b, memory_order_release);
         /* lines stderr refused count as dropped; not reported, as stderr
          * is where the report would go */
-        failed = write_all(b, n);
+        failed = write_all(b, n, &q->hand_done);
+        atomic_store_explicit(&q->hand, NULL, memory_order_release);
         if (lost) {
             char msg[160], line[512];
             snprintf(msg, sizeof msg,
                      "%llu log line%s dropped: stderr did not keep up "
                      "(--log-buffer)", (unsigned long long)lost, lost == 1 ? "" : "s");
-            failed += write_all(line, message(q->json, line, sizeof line, "warn", msg));
+            size_t k = message(q->json, line, sizeof line, "warn", msg);
+            failed += write_all(line, k, NULL);
         }
         pthread_mutex_lock(&q->mu);
         q->dropped += failed;
@@ -195,13 +213,13 @@ static void emit(srv *s, const char *line, size_t n, int urgent)
     if (!n)
         return;
     if (!q) {
-        write_all(line, n);
+        write_all(line, n, NULL);
         return;
     }
     pthread_mutex_lock(&q->mu);
     if (q->stop) { /* srv_log_stop is flushing: after those lines */
         pthread_mutex_unlock(&q->mu);
-        write_all(line, n);
+        write_all(line, n, NULL);
         return;
     }
     if (q->len + n > q->cap) {
@@ -294,12 +312,35 @@ void srv_log_stop(srv *s)
     logq_free(q);
 }
 
-void srv_log_crash_flush(srv *s)
+/* Without mu, the writer's and other threads' stores may be half seen;
+ * each answer stays inside one of the two buffers (cap bytes each, freed
+ * only after the writer ends), whatever was read of which. */
+void srv_log_crash_lines(srv *s, const char **hand, size_t *n_hand,
+                         const char **queued, size_t *n_queued)
 {
     srv_logq *q = s ? s->logq : NULL;
-    size_t n = q ? q->len : 0;
-    if (n && n <= q->cap)
-        write_all(q->buf, n);
+    const char *h = NULL;
+    size_t n = 0, done = 0;
+    *hand = *queued = NULL;
+    *n_hand = *n_queued = 0;
+    if (!q)
+        return;
+    h = atomic_load_explicit(&q->hand, memory_order_acquire);
+    if (h) {
+        n = atomic_load_explicit(&q->hand_len, memory_order_relaxed);
+        done = atomic_load_explicit(&q->hand_done, memory_order_relaxed);
+    }
+    if (h && n <= q->cap && done < n) {
+        while (done && h[done - 1] != '\n') /* from the line's start */
+            done--;
+        *hand = h + done;
+        *n_hand = n - done;
+    }
+    n = q->len;
+    if (n && n <= q->cap) {
+        *queued = q->buf;
+        *n_queued = n;
+    }
 }
 
 uint64_t srv_log_dropped(srv *s)

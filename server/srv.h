@@ -552,9 +552,13 @@ typedef struct srv_logq srv_logq;
 int srv_log_start(srv *s); /* -1: lines stay written at once */
 void srv_log_stop(srv *s); /* writes what is left, joins the writer */
 uint64_t srv_log_dropped(srv *s);
-/* srv_log_crash_flush: the lines waiting for the writer, to stderr at once,
- * without its lock (crash.c's signal handler; the process ends after). */
-void srv_log_crash_flush(srv *s);
+/* srv_log_crash_lines: for crash.c's signal handler (no lock taken, nothing
+ * written): the lines the writer has taken and not yet written whole
+ * (*hand, *n_hand: from the start of the first line not written whole;
+ * the writer may be writing them as the handler reads), then the lines
+ * waiting for it (*queued, *n_queued); NULL, 0 when none. */
+void srv_log_crash_lines(srv *s, const char **hand, size_t *n_hand,
+                         const char **queued, size_t *n_queued);
 void srv_log_request(srv *s, const srv_req *r);
 void srv_log(srv *s, const char *level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
