@@ -727,41 +727,44 @@ test('continuous batching: steps of different sequences and stateless requests s
 // last batch's run time), so lockstep clients' steps share a batch instead
 // of the first one back running alone.
 test('steps of sequences answered together wait for each other (sequence-wait-us), not with 0', async (t) => {
-  // long prompts: the batches that answer them run for ~0.3 s each (more
-  // under sanitizers), and the gap between a's step and b's is a quarter
-  // of that, as measured: well within the wait for expected steps (the
-  // last batch's run time), far longer than a alone takes to be decoded
-  // and launched. (Fixed gaps failed on a loaded machine: 5 ms with 4500
-  // tokens saw one batch with --sequence-wait-us 0; 250 ms under UBSan,
-  // whose batches are hardly slower, saw two with the wait.)
+  // long prompts: the batch that answers the last start runs for ~0.1-0.5 s
+  // (more under sanitizers), and b's step comes a quarter of that (or of
+  // the wait's 5 s cap, if less: TSan on a busy machine ran 27 s) after
+  // a's: well within the wait (that batch's run time, read from its log
+  // line), far longer than a alone takes to be decoded and launched.
+  //
+  // The two starts, sent together, mostly run as two batches (the first one
+  // decoded runs at once). The second then waits for the first's next step,
+  // which this client sends only when both are answered, and as it does not
+  // come, the first is no longer expected ("until answered again"). So a is
+  // the step of the start answered first: it waits for the other, which is
+  // expected. A step of the start answered second finds no other expected
+  // and runs at once, whatever the gap: CI under UBSan saw two batches so,
+  // with the wait, when wb's start happened to be decoded first.
   const P = 9000;
-  for (const [wait, batches] of [['5000000', 1], ['0', 2]]) {
-    const d = await start({ t, dir: gqaModels(), args: ['--sequence-wait-us', wait, '--instances', '1'] });
+  const CAP_US = 5000000;
+  for (const [wait, batches] of [[CAP_US, 1], [0, 2]]) {
+    const d = await start({ t, dir: gqaModels(), args: ['--sequence-wait-us', String(wait), '--instances', '1'] });
+    const answered = [];
     const starts = await Promise.all(['wa', 'wb'].map((id, k) =>
-      infer(d, 'gqa', stepBody(id, tokens(P, 900 + k), { start: true, outputs: [{ name: 'y' }] }))));
+      infer(d, 'gqa', stepBody(id, tokens(P, 900 + k), { start: true, outputs: [{ name: 'y' }] }))
+        .then((r) => { answered.push(id); return r; })));
     for (const r of starts) assert.equal(r.status, 200, JSON.stringify(r.json));
+    const runs = (await d.logged(/(POST \/v2\/models\/gqa\/infer 200 [^\n]*compute_us=\d+[^]*){2}/))
+      .match(/(?<=POST \/v2\/models\/gqa\/infer 200 [^\n]*compute_us=)\d+/g).map((us) => us / 1000);
+    const gap = Math.min(runs.at(-1), CAP_US / 1000) / 4;
     const n0 = await metric(d, 'attnd_inference_batch_size_count');
-    const runs = (await (await fetch(`${d.url}/v2/models/gqa/stats`)).json()).model_stats[0].batch_stats;
-    const runMs = runs.reduce((x, r) => x + r.compute_infer.ns, 0) / 1e6 / n0;
-    const gap = runMs / 4;
-    // a's next step, then b's a moment later; up to 3 tries (each a step
-    // further), as a busy machine (UBSan in CI, once) can hold b past the
-    // wait: without the wait, or with it at 0, every try fails
-    const seen = [];
-    for (let k = 1; k <= 3 && seen.at(-1) !== batches; k++) {
-      const n1 = await metric(d, 'attnd_inference_batch_size_count');
-      const a = infer(d, 'gqa', stepBody('wa', tokens(1, 910 + 2 * k), { outputs: [{ name: 'y' }] }));
-      await sleep(gap);
-      const b = infer(d, 'gqa', stepBody('wb', tokens(1, 911 + 2 * k), { outputs: [{ name: 'y' }] }));
-      for (const r of await Promise.all([a, b])) {
-        assert.equal(r.status, 200, JSON.stringify(r.json));
-        assert.equal(r.json.parameters.sequence_length, P + k);
-      }
-      seen.push(await metric(d, 'attnd_inference_batch_size_count') - n1);
+    const a = infer(d, 'gqa', stepBody(answered[0], tokens(1, 910), { outputs: [{ name: 'y' }] }));
+    await sleep(gap);
+    const b = infer(d, 'gqa', stepBody(answered[1], tokens(1, 911), { outputs: [{ name: 'y' }] }));
+    for (const r of await Promise.all([a, b])) {
+      assert.equal(r.status, 200, JSON.stringify(r.json));
+      assert.equal(r.json.parameters.sequence_length, P + 1);
     }
-    assert.equal(seen.at(-1), batches,
+    assert.equal(await metric(d, 'attnd_inference_batch_size_count') - n0, batches,
       `--sequence-wait-us ${wait}: the two steps ran in ${batches === 1 ? 'one batch' : 'two batches'} ` +
-      `(the starts' batches ran ${runMs.toFixed(0)} ms each; b came ${gap.toFixed(0)} ms after a; batches per try ${seen})`);
+      `(the starts ran ${runs.map((ms) => ms.toFixed(0)).join(' and ')} ms, answered ${answered}; ` +
+      `${answered[1]}'s step came ${gap.toFixed(0)} ms after ${answered[0]}'s)`);
     await d.stop();
   }
 });
