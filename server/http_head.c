@@ -92,6 +92,22 @@ static int match(const char *pat, const char *path, char arg[2][SRV_NAME_MAX + 3
     return *pat == 0 && *path == 0;
 }
 
+/* allow_list: the Allow header of a path whose routes take the methods
+ * in allowed (SRV_GET | SRV_POST | SRV_DELETE), OPTIONS added for a
+ * preflight's answer. A static string. */
+static const char *allow_list(int allowed, int options)
+{
+    static const char *const lists[2][8] = {
+        {"", "GET", "POST", "GET, POST", "DELETE", "GET, DELETE", "POST, DELETE",
+         "GET, POST, DELETE"},
+        {"OPTIONS", "GET, OPTIONS", "POST, OPTIONS", "GET, POST, OPTIONS",
+         "DELETE, OPTIONS", "GET, DELETE, OPTIONS", "POST, DELETE, OPTIONS",
+         "GET, POST, DELETE, OPTIONS"}};
+    int i = (allowed & SRV_GET ? 1 : 0) | (allowed & SRV_POST ? 2 : 0) |
+            (allowed & SRV_DELETE ? 4 : 0);
+    return lists[options ? 1 : 0][i];
+}
+
 /* route: find r's route; on failure answer 404/405 and return -1. The
  * versioned alias /v2/models/{m}/versions/1/... is folded first. */
 static int route(srv_req *r, const char *url)
@@ -138,14 +154,11 @@ static int route(srv_req *r, const char *url)
         srv_respond_error(r, 404, "path: no endpoint %s", r->path);
         return -1;
     }
+    r->allow = allow_list(allowed, r->method == SRV_OPTIONS);
     if (r->method == SRV_OPTIONS) { /* CORS preflight */
-        r->allow = allowed & SRV_DELETE ? "DELETE, OPTIONS"
-                   : allowed & SRV_POST ? "GET, POST, OPTIONS" : "GET, OPTIONS";
         srv_respond(r, 204, NULL, NULL, 0);
         return -1;
     }
-    r->allow = allowed & SRV_DELETE ? "DELETE"
-               : allowed & SRV_POST ? (allowed & SRV_GET ? "GET, POST" : "POST") : "GET";
     srv_respond_error(r, 405, "method: %s is not allowed on %s (allowed: %s)",
                       r->method_name, r->path, r->allow);
     return -1;

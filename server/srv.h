@@ -238,7 +238,7 @@ struct srv_req {
                               503 out-of-memory body instead */
     size_t resp_len, resp_header_len;
     const char *ctype;
-    const char *allow;     /* Allow header for 405 */
+    const char *allow;     /* Allow header for 405 and OPTIONS */
     char extra_hdr[96];    /* one more "Name: value" header, or "" */
     const char *web_etag;  /* static; set for the visualiser's files */
     srv_job *job;          /* infer in progress, NULL otherwise */

@@ -150,6 +150,22 @@ test('wrong method: 405 with Allow', async () => {
   assert.match(await d.logged(/ DELETE \/v2\/models\/tiny 405/), / DELETE \/v2\/models\/tiny 405/);
 });
 
+test('Allow (405 and OPTIONS) names every method of the path, and only those', async () => {
+  // /v2/sequences/{id} takes GET and DELETE: a 405 naming DELETE alone
+  // sent a user who had PUT it away from the GET that works
+  const cases = [['/v2/sequences/s1', 'GET, DELETE'], ['/v2/sequences', 'GET'],
+    ['/v2/models/tiny/infer', 'POST'], ['/v2/repository/index', 'POST'], ['/v2/maps', 'GET']];
+  for (const [p, allow] of cases) {
+    let r = await fetch(d.url + p, { method: 'PUT' });
+    assert.equal(r.status, 405, p);
+    assert.equal(r.headers.get('allow'), allow, p);
+    assert.match((await r.json()).error, new RegExp(`\\(allowed: ${allow}\\)$`), p);
+    r = await fetch(d.url + p, { method: 'OPTIONS' });
+    assert.equal(r.status, 204, p);
+    assert.equal(r.headers.get('allow'), `${allow}, OPTIONS`, p);
+  }
+});
+
 test('repository index lists loaded models with their state', async () => {
   const r = await post(`${d.url}/v2/repository/index`, '');
   assert.equal(r.status, 200);
