@@ -57,20 +57,36 @@ static const oip_tensor *float_input(const oip_request *req, const char *name,
     return t;
 }
 
+/* shape_text: t's shape as "[1, 2, 64]" in buf (n bytes), for messages
+ * that say what came beside what was expected. Returns buf. */
+static const char *shape_text(const oip_tensor *t, char *buf, size_t n)
+{
+    size_t at = 0;
+    int i;
+    buf[0] = 0;
+    for (i = 0; i < t->rank && at < n; i++)
+        at += (size_t)snprintf(buf + at, n - at, "%s%lld", i ? ", " : "[",
+                               (long long)t->shape[i]);
+    if (at < n)
+        snprintf(buf + at, n - at, "]");
+    return buf;
+}
+
 /* get_lengths: an optional INT32/INT64 [B] input with values in [0, max]. */
 static int get_lengths(const oip_request *req, const char *name, int64_t b,
                        int64_t max, int *out, char *err)
 {
     const oip_tensor *t = oip_find_input(req, name);
     int64_t i;
+    char got[OIP_MAX_RANK * 22 + 4];
     if (!t)
         return 0;
     if (t->wire_dtype != OIP_INT32 && t->wire_dtype != OIP_INT64)
         return ERR("inputs[%s].datatype: %s; expected INT32 (or INT64)", name,
                    oip_dtype_name(t->wire_dtype));
     if (t->rank != 1 || t->shape[0] != b)
-        return ERR("inputs[%s].shape: expected [%lld] (one length per sequence)",
-                   name, (long long)b);
+        return ERR("inputs[%s].shape: %s; expected [%lld] (one length per sequence)",
+                   name, shape_text(t, got, sizeof got), (long long)b);
     for (i = 0; i < b; i++) {
         int64_t v = t->wire_dtype == OIP_INT32 ? ((const int32_t *)t->data)[i]
                                                : ((const int64_t *)t->data)[i];
@@ -163,6 +179,7 @@ static int prepare_model(srv_prep *p, const oip_request *req, const char *name,
     int64_t B, T, S, b;
     int rc, *len = NULL, *clen = NULL;
     size_t rows = 1;
+    char got[OIP_MAX_RANK * 22 + 4];
     if ((rc = check_names(req, names, 5, name,
                           "x, context, lengths, context_lengths, mask", err)))
         return rc;
@@ -172,8 +189,8 @@ static int prepare_model(srv_prep *p, const oip_request *req, const char *name,
     if (!x)
         return ERR("inputs: 'x' is required (FP32 [B, T, %d])", c->d_model);
     if (x->rank != 3 || x->shape[2] != c->d_model)
-        return ERR("inputs[x].shape: expected [B, T, %d] for model '%s'",
-                   c->d_model, name);
+        return ERR("inputs[x].shape: %s; expected [B, T, %d] for model '%s'",
+                   shape_text(x, got, sizeof got), c->d_model, name);
     B = x->shape[0];
     T = x->shape[1];
     if (!mul(&rows, B) || !mul(&rows, T) || rows > (size_t)lim->max_tokens)
@@ -186,8 +203,8 @@ static int prepare_model(srv_prep *p, const oip_request *req, const char *name,
         return ERR("inputs: 'context' is required: model '%s' is cross-attention "
                    "(FP32 [B, S, %d])", name, c->d_model_ctx);
     if (ctx && (ctx->rank != 3 || ctx->shape[0] != B || ctx->shape[2] != c->d_model_ctx))
-        return ERR("inputs[context].shape: expected [%lld, S, %d]", (long long)B,
-                   c->d_model_ctx);
+        return ERR("inputs[context].shape: %s; expected [%lld, S, %d]",
+                   shape_text(ctx, got, sizeof got), (long long)B, c->d_model_ctx);
     S = ctx ? ctx->shape[1] : T;
     if (!ctx && oip_find_input(req, "context_lengths"))
         return ERR("inputs[context_lengths]: only with a 'context' input");
@@ -198,9 +215,9 @@ static int prepare_model(srv_prep *p, const oip_request *req, const char *name,
     if (mask && !((mask->rank == 3 && mask->shape[0] == B && mask->shape[1] == T &&
                    mask->shape[2] == S) ||
                   (mask->rank == 2 && mask->shape[0] == T && mask->shape[1] == S)))
-        return ERR("inputs[mask].shape: expected [%lld, %lld, %lld] or [%lld, %lld]",
-                   (long long)B, (long long)T, (long long)S, (long long)T,
-                   (long long)S);
+        return ERR("inputs[mask].shape: %s; expected [%lld, %lld, %lld] or [%lld, %lld]",
+                   shape_text(mask, got, sizeof got), (long long)B, (long long)T,
+                   (long long)S, (long long)T, (long long)S);
     p->cfg = *c;
     p->n = (int)B;
     p->rank[SRV_O_Y] = 3;
@@ -285,6 +302,7 @@ static int prepare_sdpa(srv_prep *p, const oip_request *req,
     int rc, r, d, lead;
     int64_t T, S, dk, dv, i, n = 1;
     size_t rows = 1;
+    char got[OIP_MAX_RANK * 22 + 4];
     if ((rc = check_names(req, names, 4, "sdpa", "q, k, v, mask", err)))
         return rc;
     q = float_input(req, "q", &rc, err);
@@ -340,9 +358,9 @@ static int prepare_sdpa(srv_prep *p, const oip_request *req,
         for (d = 0; ok && mask->rank == r && d < lead; d++)
             ok = mask->shape[d] == q->shape[d];
         if (!ok)
-            return ERR("inputs[mask].shape: expected [%lld, %lld] or q's leading "
-                       "dimensions then [%lld, %lld]", (long long)T, (long long)S,
-                       (long long)T, (long long)S);
+            return ERR("inputs[mask].shape: %s; expected [%lld, %lld] or q's leading "
+                       "dimensions then [%lld, %lld]", shape_text(mask, got, sizeof got),
+                       (long long)T, (long long)S, (long long)T, (long long)S);
     }
     p->raw = 1;
     p->causal = req->params.causal > 0;
