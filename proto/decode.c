@@ -592,8 +592,15 @@ int oip_decode(oip_request *req, const char *body, size_t len,
     }
 
     /* 1. grammar and data spans; the skeleton's size against the budget */
-    if ((rc = oip__scan_json(body, jlen, L.max_inputs, &sc, err)))
+    if ((rc = oip__scan_json(body, jlen, L.max_inputs, &sc, err))) {
+        if (!header_len && sc.json_end) /* binary data sent without its header? */
+            rc = oip__fail(err, ATTN_EINVAL,
+                           "request body: invalid JSON at byte %zu: data after the "
+                           "JSON object (binary tensors after a JSON header need "
+                           "the Inference-Header-Content-Length header: %zu for "
+                           "this one)", sc.json_end, sc.json_end);
         goto fail;
+    }
     size_t est;
     if (mul_size(sc.n_values, JSON_VALUE_COST, &est) ||
         add_size(&est, jlen - sc.data_bytes) || est > L.memory_budget) {

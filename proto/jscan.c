@@ -509,8 +509,10 @@ int oip__scan_json(const char *js, size_t len, int max_inputs, oip__scan *sc,
                        "request body: expected a JSON object");
     else if (!(rc = scan_value(z, 1, R_ROOT, 0))) {
         skip_ws(z);
-        if (z->pos != len)
+        if (z->pos != len) {
+            sc->json_end = z->pos;
             rc = syntax(z, "data after the JSON object");
+        }
     }
     free(z);
     return rc;

@@ -108,6 +108,9 @@ typedef struct oip__scan {
     oip__span seq_id;  /* root.parameters.sequence_id when it is a number
                           (len 0: not one): read from the text, since a
                           uint64 id past INT64_MAX does not fit jansson */
+    size_t json_end;   /* when data follows the root object: where it ends
+                          (so the message can name the header length a
+                          binary request left out); 0 otherwise */
 } oip__scan;
 
 /*

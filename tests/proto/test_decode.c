@@ -24,7 +24,9 @@ static const struct bad {
     {"{", ATTN_EINVAL, "request body: invalid JSON at byte 1: expected a "
                        "string key"},
     {"{} x", ATTN_EINVAL, "request body: invalid JSON at byte 3: data after "
-                          "the JSON object"},
+                          "the JSON object (binary tensors after a JSON header "
+                          "need the Inference-Header-Content-Length header: 3 "
+                          "for this one)"},
     {"{'a':tru}", ATTN_EINVAL, "request body: invalid JSON at byte 5: "
                                "unexpected 'tru' (not a JSON value)"},
     {"{'a':NaN}", ATTN_EINVAL, "request body: invalid JSON at byte 5: "
