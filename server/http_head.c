@@ -395,7 +395,10 @@ void srv_http__first_call(srv_req *r, const char *url, const char *method,
     r->client_closes = client_closes(r, version);
     cors_match(r, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin"));
     twice = framed_twice(r, &te);
-    r->close = twice != 0; /* whatever it is answered */
+    /* an answer made here, from the head alone, is queued before the body:
+     * MHD closes its connection after it, so it says Connection: close, not
+     * Keep-Alive; one made later closes only for a body framed twice */
+    r->close = 1;
     if (route(r, url) < 0)
         return;
     if (twice >= 3) {
@@ -423,4 +426,5 @@ void srv_http__first_call(srv_req *r, const char *url, const char *method,
     }
     if (body_check(r) < 0)
         return;
+    r->close = 0; /* answered after its body: the connection stays */
 }

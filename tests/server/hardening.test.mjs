@@ -628,5 +628,17 @@ test('answers tell clients to keep idle connections less than header-timeout (Ke
       assert.match(c, /\r\nConnection: close\r\n/i, head);
       assert.doesNotMatch(c, /\r\nKeep-Alive:/i, head);
     }
+    // nor does an answer made from the request's head alone (a route's
+    // 404 or 405, a preflight, a body over its route's limit): libmicrohttpd
+    // closes the connection of a response queued before the body
+    for (const [req, status] of [['GET /v2/nope', 404], ['PUT /v2/health/live', 405],
+      ['OPTIONS /v2/models/tiny/infer', 204],
+      ['POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nContent-Length: 70000\r\n\r\n', 413]]) {
+      const text = req.includes('\r\n') ? req : `${req} HTTP/1.1\r\nHost: x\r\n\r\n`;
+      const c = await untilClosed(d.port, text);
+      assert.match(c, new RegExp(`^HTTP/1\\.1 ${status} `), req);
+      assert.match(c, /\r\nConnection: close\r\n/i, req);
+      assert.doesNotMatch(c, /\r\nKeep-Alive:/i, req);
+    }
   } finally { assert.equal((await d.stop()).code, 0); }
 });
