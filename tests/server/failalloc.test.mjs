@@ -221,6 +221,7 @@ for (const mode of MODES) test(mode.what, { skip: SLOW > 1 && 'a sanitizer repla
 });
 
 test('allocations failing from the start: attnd serves or exits saying so, never crashes', { skip: SLOW > 1 && 'a sanitizer replaces malloc' }, async (t) => {
+  assert.ok(existsSync(SHIM), `${SHIM} (make ${SHIM.slice(SHIM.indexOf('build/'))})`);
   const models = join(ROOT, 'tests', 'server', 'fixtures', 'models');
   const seen = { served: 0, exited: {} };
   for (const k of [3, 11, 97, 997]) {
