@@ -495,9 +495,10 @@ int srv_infer_encode(const srv_prep *p, const oip_request *req,
             a.dk = p->cfg.head_dim;
         }
         rc = maps_put(maps, &a, id, merr);
-        if (rc < 0) { /* the field, once */
+        if (rc < 0) { /* the field, once: a message naming a parameter
+                       * (retain, tokens) says which already */
             snprintf(err, OIP_ERRMAX, "%s%.400s",
-                     strncmp(merr, "parameters.retain", 17) ? "parameters.retain: " : "",
+                     strncmp(merr, "parameters.", 11) ? "parameters.retain: " : "",
                      merr);
             return rc == ATTN_ENOMEM ? 503 : 400;
         }
