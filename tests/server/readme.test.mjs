@@ -3,10 +3,12 @@
 // daemon, starts attnd as `make run` does (build/default/attnd, defaults,
 // `models/` of the working directory) but on a free loopback port, rewrites
 // localhost:8080 / 127.0.0.1:8080 in the commands to that port (the only
-// rewrite), and runs each block with bash -e -o pipefail in a scratch copy
-// of the repo's models/ (the examples upload models/demo2 and write map.f32
-// there). Each command must succeed and print no {"error": ...} and no HTTP
-// 4xx/5xx status line; a result the README states in a comment must show:
+// rewrite; 127.0.0.1:8001 likewise to its gRPC port), and runs each block
+// with bash -e -o pipefail in a scratch copy of the repo's models/ and
+// proto/kserve.proto (the examples upload models/demo2, write map.f32 there
+// and generate the gRPC stubs from the .proto). Each command must succeed
+// and print no {"error": ...} and no HTTP 4xx/5xx status line; a result the
+// README states in a comment (in a here-document too) must show:
 //   `cmd   # 200 when ready`          the output has a line "200"
 //   `# ...: weights [[a,b],[c,d]]`    the next command's JSON has those
 //                                     values (to the digits given)
@@ -35,10 +37,15 @@ const SKIP = {
   'Sequences across replicas': 'through the nginx of the section above, with x elided; make check-deploy checks the routing',
   'Engine (`core/`)': 'make targets and PyTorch: part of make test / make bench themselves',
   'Protocol details (proto/)': 'make fuzz / make bench-proto: clang and long runs',
-  gRPC: 'needs the gRPC port and generated stubs; make check-grpc makes the same calls (tests/grpc)',
 };
 // Sections whose blocks are run against the daemon, in README order.
 const RUN = ['API', 'Retained attention maps', 'Sequences (decoder steps over a server-held K/V cache)'];
+// The gRPC example needs what its comment names (Debian: python3-grpcio
+// protobuf-compiler protobuf-compiler-grpc); without them it is skipped.
+const has = (cmd, args) => spawnSync(cmd, args, { stdio: 'ignore' }).status === 0;
+if (has('protoc', ['--version']) && has('sh', ['-c', 'command -v grpc_python_plugin']) &&
+    has('/usr/bin/python3', ['-c', 'import grpc, google.protobuf'])) RUN.push('gRPC');
+else SKIP.gRPC = 'needs protoc, grpc_python_plugin and python3-grpcio (make check-grpc makes the same calls)';
 
 /** The README's ```sh blocks as [{section, code}] (section = nearest heading). */
 function shBlocks(text) {
@@ -63,6 +70,8 @@ function shBlocks(text) {
  * and $( ), and not after a backslash, | or &&. Returns [{cmd, comment, before}] where comment
  * is the trailing "# ..." of its last line and before the comment-only lines
  * just above it; a trailing "# -> ..." line becomes after of the previous.
+ * A here-document (<<'TAG' ... TAG) belongs to its command, and a "# -> ..."
+ * line inside it is an after of that command.
  */
 function commands(code) {
   const cmds = [];
@@ -70,7 +79,15 @@ function commands(code) {
   let quote = null;
   let depth = 0;
   let pending = [];
+  let heredoc = null; // the closing tag of a here-document being read
   for (const line of code.split('\n')) {
+    if (heredoc) {
+      cur += '\n' + line;
+      const arrow = /^#\s*->\s*(.*)$/.exec(line.trim());
+      if (arrow) cmds[cmds.length - 1].after.push(arrow[1]);
+      if (line === heredoc) { cmds[cmds.length - 1].cmd = cur; cur = ''; heredoc = null; }
+      continue;
+    }
     if (!quote && !depth && !cur) {
       const t = line.trim();
       if (t === '') { pending = []; continue; }
@@ -96,20 +113,23 @@ function commands(code) {
     const code = comment ? line.slice(0, line.lastIndexOf('#')) : line;
     if (!quote && !depth && !/(\\|\||&&)\s*$/.test(code)) {
       cmds.push({ cmd: cur, comment, before: pending, after: [] });
-      cur = '';
+      const doc = /<<-?\s*(['"]?)(\w+)\1\s*$/.exec(code);
+      if (doc) heredoc = doc[2]; // cur goes on to the closing tag
+      else cur = '';
       pending = [];
     }
   }
-  assert.ok(quote === null && depth === 0 && !cur, `unterminated command in:\n${code}`);
+  assert.ok(quote === null && depth === 0 && !cur && !heredoc, `unterminated command in:\n${code}`);
   return cmds;
 }
 
 const PORT_RE = /\b(localhost|127\.0\.0\.1):8080\b/g;
+const GRPC_PORT_RE = /\b(localhost|127\.0\.0\.1):8001\b/g;
 const MARK = '@@readme-cmd';
 
 /** Run a block's commands as one bash -e -o pipefail script; outputs by command. */
-function runBlock(cmds, port, cwd) {
-  const script = cmds.map((c, i) => `printf '\\n${MARK} %d\\n' ${i}\n${c.cmd.replace(PORT_RE, `$1:${port}`)}`)
+function runBlock(cmds, port, grpcPort, cwd) {
+  const script = cmds.map((c, i) => `printf '\\n${MARK} %d\\n' ${i}\n${c.cmd.replace(PORT_RE, `$1:${port}`).replace(GRPC_PORT_RE, `$1:${grpcPort}`)}`)
     .join('\n') + `\nprintf '\\n${MARK} end\\n'\n`;
   // python3 as on a fresh Debian 12: /usr/bin first (pyenv shims need a
   // shell setup the examples should not depend on).
@@ -193,16 +213,18 @@ before(async () => {
   // `make run` in a scratch folder: the default --models is ./models.
   work = mkdtempSync(join(tmpdir(), 'attnd-readme-'));
   cpSync(join(ROOT, 'models'), join(work, 'models'), { recursive: true });
-  const proc = spawn(ATTND, ['--port', '0', '--grpc-port', '0'], { cwd: work, stdio: ['ignore', 'ignore', 'pipe'] });
+  cpSync(join(ROOT, 'proto', 'kserve.proto'), join(work, 'proto', 'kserve.proto')); // the gRPC example's protoc
+  const proc = spawn(ATTND, ['--port', '0', '--grpc-port', '-1'], { cwd: work, stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   proc.stderr.on('data', (d) => { log += d; });
   const exit = new Promise((res) => proc.on('exit', res));
   daemon = { proc, exit, log: () => log };
   track(proc, { args: ['--port', '0'], dir: work, log: daemon.log });
   const deadline = Date.now() + 20000 * SLOW;
-  while (!daemon.port) {
+  while (!daemon.port || !daemon.grpcPort) {
     const m = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(log);
-    if (m) daemon.port = Number(m[1]);
+    const g = /listening on grpc:\/\/127\.0\.0\.1:(\d+)/.exec(log);
+    if (m && g) daemon.port = Number(m[1]), daemon.grpcPort = Number(g[1]);
     else if (proc.exitCode !== null || Date.now() > deadline) throw new Error(`attnd did not start:\n${log}`);
     else await new Promise((r) => setTimeout(r, 20));
   }
@@ -230,7 +252,7 @@ for (const [n, b] of blocks.entries()) {
       assert.ok(i < 500 * SLOW, `attnd not ready:\n${daemon.log()}`);
       spawnSync('sleep', ['0.02']);
     }
-    const r = runBlock(cmds, daemon.port, work);
+    const r = runBlock(cmds, daemon.port, daemon.grpcPort, work);
     const failed = r.reached >= 0 && r.reached < cmds.length ? cmds[r.reached].cmd : '(none)';
     assert.equal(r.status, 0, `bash exit ${r.status} ${r.signal || ''} at:\n$ ${failed}\n${r.outs[r.reached] || ''}\nstderr:\n${r.stderr}`);
     assert.equal(r.reached, cmds.length, 'the block did not run to its end');
