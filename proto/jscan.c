@@ -490,6 +490,38 @@ static int scan_value(scanner *z, int depth, enum role role, int index)
     }
 }
 
+/* not_object: the message for a body (s, n: from its first non-blank
+ * byte) that does not open a JSON object, naming what came instead: its
+ * first bytes (printable ASCII, others as '.'), or what users send by
+ * mistake (a form upload, a gzip file, a UTF-8 byte-order mark). */
+static int not_object(const char *s, size_t n, char *err)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    char shown[33];
+    size_t i, k = n < sizeof shown - 1 ? n : sizeof shown - 1;
+    if (n == 0)
+        return oip__fail(err, ATTN_EINVAL,
+                         "request body: empty; expected a JSON object");
+    if (n >= 2 && u[0] == 0x1f && u[1] == 0x8b)
+        return oip__fail(err, ATTN_EINVAL,
+                         "request body: expected a JSON object, got "
+                         "gzip-compressed data: send it uncompressed");
+    if (n >= 3 && u[0] == 0xef && u[1] == 0xbb && u[2] == 0xbf)
+        return oip__fail(err, ATTN_EINVAL,
+                         "request body: expected a JSON object, got a UTF-8 "
+                         "byte-order mark: send the JSON without it");
+    for (i = 0; i < k; i++)
+        shown[i] = u[i] >= 0x20 && u[i] < 0x7f ? s[i] : '.';
+    shown[k] = 0;
+    return oip__fail(err, ATTN_EINVAL,
+                     "request body: expected a JSON object, got '%s'%s%s", shown,
+                     n > k ? "..." : "",
+                     n >= 2 && s[0] == '-' && s[1] == '-'
+                         ? ": a form upload (curl -F)? send the JSON itself "
+                           "(curl -d @file)"
+                         : "");
+}
+
 int oip__scan_json(const char *js, size_t len, int max_inputs, oip__scan *sc,
                    char *err)
 {
@@ -505,8 +537,7 @@ int oip__scan_json(const char *js, size_t len, int max_inputs, oip__scan *sc,
     int rc = 0;
     skip_ws(z);
     if (z->pos >= len || js[z->pos] != '{')
-        rc = oip__fail(err, ATTN_EINVAL,
-                       "request body: expected a JSON object");
+        rc = not_object(js + z->pos, len - z->pos, err);
     else if (!(rc = scan_value(z, 1, R_ROOT, 0))) {
         skip_ws(z);
         if (z->pos != len) {

@@ -18,9 +18,20 @@ static const struct bad {
     int code;
     const char *msg;
 } bad[] = {
-    {"hello", ATTN_EINVAL, "request body: expected a JSON object"},
-    {"[1]", ATTN_EINVAL, "request body: expected a JSON object"},
-    {"", ATTN_EINVAL, "request body: expected a JSON object"},
+    {"hello", ATTN_EINVAL, "request body: expected a JSON object, got 'hello'"},
+    {"[1]", ATTN_EINVAL, "request body: expected a JSON object, got '[1]'"},
+    {"", ATTN_EINVAL, "request body: empty; expected a JSON object"},
+    /* what users send by mistake is named: curl -F, a gzip file, a BOM */
+    {"--------------------------4f3a\r\nContent-Disposition: form-data",
+     ATTN_EINVAL, "request body: expected a JSON object, got "
+                  "'--------------------------4f3a..'...: a form upload "
+                  "(curl -F)? send the JSON itself (curl -d @file)"},
+    {"\x1f\x8b\x08\x00", ATTN_EINVAL, "request body: expected a JSON object, "
+                                    "got gzip-compressed data: send it "
+                                    "uncompressed"},
+    {"\xef\xbb\xbf{}", ATTN_EINVAL, "request body: expected a JSON object, got "
+                                  "a UTF-8 byte-order mark: send the JSON "
+                                  "without it"},
     {"{", ATTN_EINVAL, "request body: invalid JSON at byte 1: expected a "
                        "string key"},
     {"{} x", ATTN_EINVAL, "request body: invalid JSON at byte 3: data after "

@@ -103,7 +103,7 @@ START_TEST(scan_errors)
          "has no NaN or infinity)"},
         {"{\"a\":-x}", ATTN_EINVAL,
          "request body: invalid JSON at byte 5: unexpected character"},
-        {"  ", ATTN_EINVAL, "request body: expected a JSON object"},
+        {"  ", ATTN_EINVAL, "request body: empty; expected a JSON object"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         oip__scan sc;
