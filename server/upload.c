@@ -474,6 +474,34 @@ void srv_upload_free(srv_upload *u)
  * *lasting when that is the disk's state (full, read-only, not attnd's to
  * write), which no retry changes until someone acts, rather than a want of
  * descriptors or memory. */
+/* as_sent: msg (a load's message about the staging folder stage) in the
+ * terms of the upload's request: its files are the parameters they came
+ * in, and the folder, a name the client never chose, is left out. */
+static void as_sent(char *msg, size_t cap, const char *stage)
+{
+    static const char *const from[] = {"/config.json", "/model.safetensors", "/", ""};
+    static const char *const to[] = {"parameters.config",
+                                     "parameters[\"file:model.safetensors\"]", "",
+                                     "the upload"};
+    char out[ATTN_ERRMAX];
+    size_t n = strlen(stage), at = 0, i;
+    const char *p = msg;
+    while (*p && at + 1 < sizeof out) {
+        if (strncmp(p, stage, n) == 0) {
+            for (i = 0; strncmp(p + n, from[i], strlen(from[i])) != 0; i++)
+                ; /* "" matches: the folder itself */
+            at += (size_t)snprintf(out + at, sizeof out - at, "%s", to[i]);
+            p += n + strlen(from[i]);
+        } else {
+            out[at++] = *p++;
+        }
+        if (at >= sizeof out)
+            at = sizeof out - 1;
+    }
+    out[at] = 0;
+    snprintf(msg, cap, "%s", out);
+}
+
 static void disk_failed(char *err, size_t errlen, int *lasting,
                         const char *what, const char *path, const char *how)
 {
@@ -535,6 +563,7 @@ int srv_upload_install(const char *repo, const char *name, const char *body,
     }
     if ((rc = model_load(out, stage, merr)) < 0) {
         status = rc == ATTN_ENOMEM || rc == ATTN_ECHANGED ? 503 : 400;
+        as_sent(merr, sizeof merr, stage);
         snprintf(err, errlen, "upload of model '%s': %s", name, merr);
         goto fail;
     }

@@ -168,7 +168,14 @@ START_TEST(publishes_atomically)
     /* a second upload without config drops the old config.json */
     sprintf(body, "{\"parameters\":{\"file:model.safetensors\":\"%s\"}}", st_b64);
     ck_assert_int_eq(install("up", body, err, &m), 400); /* n_heads unknown */
-    ck_assert_ptr_nonnull(strstr(err, "upload of model 'up'"));
+    /* in the request's terms: no staging folder, the parameters named */
+    {
+        const char *want = "upload of model 'up': parameters.config: missing, and "
+                           "parameters[\"file:model.safetensors\"] __metadata__ "
+                           "has no n_heads; ";
+        ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "%s", err);
+    }
+    ck_assert_ptr_null(strstr(err, ".attnd-staging"));
     ck_assert_ptr_null(m);
     entries(path, list, sizeof list); /* the failed upload changed nothing */
     ck_assert_str_eq(list, "config.json,model.safetensors");
