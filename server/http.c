@@ -214,7 +214,8 @@ static void add_body(srv_req *r, const char *data, size_t n)
 
 /* on_request: MHD's access handler, called repeatedly per request (loop
  * thread). The first call allocates r (srv_http__first_call, http_head.c:
- * route, framing, auth; may answer at once); the next ones collect the
+ * route, framing, auth; may answer, at once or, for a request without a
+ * body, at the next call); the next ones collect the
  * body (past its limit it is discarded and the answer is 413); the last
  * one runs the route's handler, which answers or suspends the connection. */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
@@ -241,7 +242,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         s->live_reqs++;
         srv_guard_begin(r);
         srv_http__first_call(r, url, method, version);
-        return r->have_resp ? srv_http__queue(r) : MHD_YES;
+        /* an answer to a request without a body waits for the next call:
+         * one queued now would close the connection (r->close) */
+        return r->have_resp && r->close ? srv_http__queue(r) : MHD_YES;
     }
     if (r->queued)
         return MHD_YES;

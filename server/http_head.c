@@ -384,6 +384,15 @@ static int client_closes(srv_req *r, const char *version)
            !list_has(conn.all, "keep-alive");
 }
 
+/* bodyless: does r come without a body (no Transfer-Encoding, no or a
+ * zero Content-Length)? */
+static int bodyless(srv_req *r)
+{
+    const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
+    return !MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Transfer-Encoding") &&
+           (!cl || strtoull(cl, NULL, 10) == 0); /* MHD checked its syntax */
+}
+
 void srv_http__first_call(srv_req *r, const char *url, const char *method,
                           const char *version)
 {
@@ -395,10 +404,13 @@ void srv_http__first_call(srv_req *r, const char *url, const char *method,
     r->client_closes = client_closes(r, version);
     cors_match(r, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin"));
     twice = framed_twice(r, &te);
-    /* an answer made here, from the head alone, is queued before the body:
-     * MHD closes its connection after it, so it says Connection: close, not
-     * Keep-Alive; one made later closes only for a body framed twice */
-    r->close = 1;
+    /* an answer made here, from the head alone: for a request with a body,
+     * MHD would close its connection after one queued before that body, so
+     * it is queued now and says Connection: close; for one without (no
+     * Transfer-Encoding, no or a zero Content-Length), on_request queues
+     * it at the next call, once MHD has the whole request, and the
+     * connection stays. A body framed twice closes whatever is answered. */
+    r->close = twice || !bodyless(r);
     if (route(r, url) < 0)
         return;
     if (twice >= 3) {

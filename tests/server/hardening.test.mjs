@@ -613,7 +613,7 @@ test('a legitimate client is served while 2000 slow connections are open or tryi
 });
 
 test('answers tell clients to keep idle connections less than header-timeout (Keep-Alive: timeout=3/4 of it)', async () => {
-  const d = await start({ args: ['--header-timeout', '8'] });
+  const d = await start({ args: ['--header-timeout', '8', '--api-key', 'k'] });
   try {
     const r = await raw(d.port, 'GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n');
     assert.match(r.text, /\r\nKeep-Alive: timeout=6\r\n/i);
@@ -628,14 +628,28 @@ test('answers tell clients to keep idle connections less than header-timeout (Ke
       assert.match(c, /\r\nConnection: close\r\n/i, head);
       assert.doesNotMatch(c, /\r\nKeep-Alive:/i, head);
     }
-    // nor does an answer made from the request's head alone (a route's
-    // 404 or 405, a preflight, a body over its route's limit): libmicrohttpd
-    // closes the connection of a response queued before the body
+    // an answer made from the request's head alone (a route's 404 or 405,
+    // a preflight, a wrong API key) keeps the connection when the request
+    // has no body: a second request on it is answered too
+    const next = 'GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n';
     for (const [req, status] of [['GET /v2/nope', 404], ['PUT /v2/health/live', 405],
-      ['OPTIONS /v2/models/tiny/infer', 204],
-      ['POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nContent-Length: 70000\r\n\r\n', 413]]) {
+      ['OPTIONS /v2/models/tiny/infer', 204], ['POST /v2/nope HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n', 404],
+      ['POST /v2/repository/models/tiny/unload', 401]]) {
       const text = req.includes('\r\n') ? req : `${req} HTTP/1.1\r\nHost: x\r\n\r\n`;
-      const c = await untilClosed(d.port, text);
+      const c = await untilClosed(d.port, text + next);
+      assert.match(c, new RegExp(`^HTTP/1\\.1 ${status} `), req);
+      const first = c.slice(0, c.indexOf('\r\n\r\n'));
+      assert.doesNotMatch(first, /\r\nConnection: close/i, req);
+      assert.match(first, /\r\nKeep-Alive: timeout=6/i, req);
+      assert.match(c, /\r\n\r\n[^]*HTTP\/1\.1 200 /, `${req}: the next request on the connection was answered`);
+    }
+    // with a body it does not: libmicrohttpd closes the connection of an
+    // answer queued before the body, which it then does not read
+    for (const [req, status] of [['POST /v2/nope', 404], ['POST /v2/repository/models/tiny/unload', 401],
+      ['POST /v2/repository/index', 413]]) {
+      const len = status === 413 ? 70000 : 2;
+      const auth = status === 413 ? 'Authorization: Bearer k\r\n' : '';
+      const c = await untilClosed(d.port, `${req} HTTP/1.1\r\nHost: x\r\n${auth}Content-Length: ${len}\r\n\r\n{}`);
       assert.match(c, new RegExp(`^HTTP/1\\.1 ${status} `), req);
       assert.match(c, /\r\nConnection: close\r\n/i, req);
       assert.doesNotMatch(c, /\r\nKeep-Alive:/i, req);
