@@ -230,11 +230,12 @@ static void on_conn_closed(uv_handle_t *h)
  * 1.44 calls syscall(SYS_close)), so a socket closed here and a file a
  * pool thread opened later under the same number looked to it like one
  * object used by two threads without order ("data race ... closedir" in
- * `make SANITIZER=thread soak`). Its close-syscall hooks tell it, after
- * uv_close (which closes the socket at once, after an epoll_ctl on it),
- * as a libuv built with ThreadSanitizer does itself. A pool thread can
- * take the number in between: its directories are opened with
- * model_opendir, whose open(2) ThreadSanitizer sees, for that. */
+ * `make SANITIZER=thread soak`). Its close-syscall hooks tell it, before
+ * uv_close: told after, a pool thread could open the freed number in
+ * between, and the late close then met that open. uv_close's own
+ * epoll_ctl on the socket, after the hooks, is forgotten when the number
+ * is next opened (open(2) starts it afresh; hence model_opendir for the
+ * pool's folders: opendir's own open is not seen). */
 void __sanitizer_syscall_pre_impl_close(long fd);
 void __sanitizer_syscall_post_impl_close(long res, long fd);
 #endif
@@ -245,17 +246,14 @@ static void close_handles(gconn *c)
 {
 #if defined(__SANITIZE_THREAD__)
     uv_os_fd_t fd = -1;
-    uv_fileno((uv_handle_t *)&c->tcp, &fd);
-#endif
-    c->g->closing_conns++;
-    c->handles = c->idle.data ? 2 : 1;
-    uv_close((uv_handle_t *)&c->tcp, on_conn_closed); /* closes the socket now */
-#if defined(__SANITIZE_THREAD__)
-    if (fd >= 0) { /* after uv_close's own epoll_ctl on it */
+    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 && fd >= 0) {
         __sanitizer_syscall_pre_impl_close(fd);
         __sanitizer_syscall_post_impl_close(0, fd);
     }
 #endif
+    c->g->closing_conns++;
+    c->handles = c->idle.data ? 2 : 1;
+    uv_close((uv_handle_t *)&c->tcp, on_conn_closed); /* closes the socket now */
     if (c->idle.data)
         uv_close((uv_handle_t *)&c->idle, on_conn_closed);
 }
