@@ -2,8 +2,10 @@
  * http_head.c - what a REST request's head asks, checked before its body
  * is read: its method and route, CORS origin, API key, how its body is
  * framed (RFC 9112: one Content-Length or Transfer-Encoding: chunked, else
- * 400 and a close), the body's limit and memory-budget reservation, and
- * whether its client will close after the answer. http.c calls
+ * 400 and a close), the query of our extension's routes (only the
+ * parameters each reads, each once), the body's limit and memory-budget
+ * reservation, and whether its client will close after the answer.
+ * http.c calls
  * srv_http__first_call on MHD's first call for each request; it may
  * answer at once (the body is then never read). Loop thread.
  */
@@ -371,6 +373,95 @@ static int body_check(srv_req *r)
     return 0;
 }
 
+/* ---- the query ---------------------------------------------------------- */
+
+/* What query_pair found: the first parameter the route refuses, and why. */
+typedef struct query_scan {
+    const char *accepted; /* the route's list, space-separated */
+    unsigned seen;        /* bit i: its i-th name was given */
+    const char *key;      /* the refused one (NULL: none yet) */
+    int why;              /* 1 unknown, 2 given twice, 3 without a value */
+} query_scan;
+
+/* accepted_index: key's place in the space-separated list, or -1. */
+static int accepted_index(const char *list, const char *key)
+{
+    size_t n = strlen(key), len;
+    int i;
+    for (i = 0; *list; i++) {
+        len = strcspn(list, " ");
+        if (len == n && n && strncmp(list, key, n) == 0)
+            return i;
+        list += len;
+        list += *list == ' ';
+    }
+    return -1;
+}
+
+/* query_pair: MHD_get_connection_values' iterator over the query's pairs,
+ * in their order; stops at the first the route refuses. */
+static enum MHD_Result query_pair(void *cls, enum MHD_ValueKind kind,
+                                  const char *key, const char *value)
+{
+    query_scan *q = cls;
+    int i;
+    (void)kind;
+    key = key ? key : "";
+    i = accepted_index(q->accepted, key);
+    if (i < 0 || i >= 32)
+        q->why = 1;
+    else if (q->seen & 1u << i)
+        q->why = 2;
+    else if (!value) /* "?h", not "?h=" */
+        q->why = 3;
+    else {
+        q->seen |= 1u << i;
+        return MHD_YES;
+    }
+    q->key = key;
+    return MHD_NO;
+}
+
+/* query_check: our extension's routes (r->route->query set) read their
+ * query strictly: a parameter they do not read, one given twice or one
+ * without '=' answers 400 naming it (and, for the first, the ones the
+ * route reads), so that a mistyped ?head=1 is not quietly head 0. -1 when
+ * answered. The KServe and Triton routes' queries are not looked at. */
+static int query_check(srv_req *r)
+{
+    query_scan q = {r->route->query, 0, NULL, 0};
+    char list[128];
+    size_t i, n = 0;
+    if (!q.accepted)
+        return 0;
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, query_pair, &q);
+    if (!q.key)
+        return 0;
+    if (q.why == 2) {
+        srv_respond_error(r, 400, "query: '%.64s' given twice; give each "
+                                  "parameter once", q.key);
+        return -1;
+    }
+    if (q.why == 3) {
+        srv_respond_error(r, 400, "query: '%.64s' has no value (%.64s=...)",
+                          q.key, q.key);
+        return -1;
+    }
+    for (i = 0; q.accepted[i] && n + 3 < sizeof list; i++) {
+        if (q.accepted[i] == ' ')
+            list[n++] = ',';
+        list[n++] = q.accepted[i];
+    }
+    list[n] = 0;
+    if (n)
+        srv_respond_error(r, 400, "query: unknown parameter '%.64s'; %.200s "
+                                  "takes %s", q.key, r->path, list);
+    else
+        srv_respond_error(r, 400, "query: unknown parameter '%.64s'; %.200s "
+                                  "takes no parameters", q.key, r->path);
+    return -1;
+}
+
 /* client_closes: will MHD close the connection after this request
  * whatever it is answered, as its client asked (RFC 9112 9.3)? HTTP/1.1
  * with Connection: close; HTTP/1.0 without Connection: keep-alive. */
@@ -436,6 +527,8 @@ void srv_http__first_call(srv_req *r, const char *url, const char *method,
                                   "(send 'Authorization: Bearer <key>')");
         return;
     }
+    if (query_check(r) < 0)
+        return;
     if (body_check(r) < 0)
         return;
     r->close = 0; /* answered after its body: the connection stays */

@@ -211,7 +211,9 @@ typedef const char *(*maps_arg_fn)(void *ctx, const char *key);
  *   /v2/maps/{id}                  metadata, tokens, lengths
  *   /v2/maps/{id}/attention        ?b=&h=&max=&format=json|f32
  *                                  &what=attention|scores|mask|v
- * arg looks up query parameters (may be NULL when there are none). Errors
+ * arg looks up query parameters (may be NULL when there are none); the
+ * router has refused names this route does not read and names given twice
+ * (http_head.c), so what arg does not return was not sent. Errors
  * become {"error": "..."} replies naming the parameter. Returns 0 when r
  * holds a reply, or ATTN_ENOMEM (r->body NULL; answer 500). Any thread.
  */

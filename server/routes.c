@@ -282,8 +282,8 @@ static enum MHD_Result copy_arg(void *cls, enum MHD_ValueKind kind,
     return MHD_YES;
 }
 
-/* job_arg: the first value of key, as MHD_lookup_connection_value. Pool
- * thread. */
+/* job_arg: the value of key (given once: http_head.c checked), as
+ * MHD_lookup_connection_value. Pool thread. */
 static const char *job_arg(void *ctx, const char *key)
 {
     const maps_job *mj = ctx;
@@ -361,12 +361,21 @@ static void h_maps(srv_req *r)
         srv_respond_error(r, 404, "maps: this server keeps no maps (maps-bytes 0)");
         return;
     }
-    if (strcmp(r->route->path, "/v2/maps/{}") == 0 &&
-        query_arg(r->conn, "wait")) { /* /v2/maps/{}?wait=: follow mode */
-        srv_maps_wait(r, r->arg[0], query_arg(r->conn, "wait"),
-                      query_arg(r->conn, "version"),
-                      query_arg(r->conn, "timeout_ms"));
-        return;
+    if (strcmp(r->route->path, "/v2/maps/{}") == 0) {
+        /* the query's names were checked (http_head.c): each at most once */
+        const char *wait = query_arg(r->conn, "wait");
+        const char *version = query_arg(r->conn, "version");
+        const char *timeout = query_arg(r->conn, "timeout_ms");
+        if (wait) { /* /v2/maps/{}?wait=: follow mode */
+            srv_maps_wait(r, r->arg[0], wait, version, timeout);
+            return;
+        }
+        if (version || timeout) {
+            srv_respond_error(r, 400, "%s: only with wait= (the long poll "
+                              "GET /v2/maps/{id}?wait=N)",
+                              version ? "version" : "timeout_ms");
+            return;
+        }
     }
     if (strcmp(r->route->path, "/v2/maps/{}/attention") == 0 && !r->s->draining) {
         if (maps_on_pool(r) < 0)
@@ -407,28 +416,29 @@ static void h_web(srv_req *r)
     srv_respond(r, 200, a->content_type, body, a->len);
 }
 
-/* method, path, handler, needs the key, body accepted (srv.h) */
+/* method, path, handler, needs the key, body accepted, query parameters
+ * read (NULL: the query is not checked) (srv.h) */
 const srv_route srv_routes[] = {
-    {SRV_GET, "/v2/health/live", h_live, 0, SRV_BODY_NONE},
-    {SRV_GET, "/v2/health/ready", h_ready, 0, SRV_BODY_NONE},
-    {SRV_GET, "/v2", h_server_meta, 0, SRV_BODY_NONE},
-    {SRV_GET, "/v2/models/stats", srv_h_stats, 0, SRV_BODY_NONE},
-    {SRV_GET, "/v2/models/{}", h_model_meta, 0, SRV_BODY_NONE},
-    {SRV_GET, "/v2/models/{}/ready", h_model_ready, 0, SRV_BODY_NONE},
-    {SRV_GET, "/v2/models/{}/config", h_model_config, 0, SRV_BODY_NONE},
-    {SRV_GET, "/v2/models/{}/stats", srv_h_stats, 0, SRV_BODY_NONE},
-    {SRV_POST, "/v2/models/{}/infer", srv_h_infer, 1, SRV_BODY_INFER},
-    {SRV_POST, "/v2/repository/index", srv_h_index, 1, SRV_BODY_SMALL},
-    {SRV_POST, "/v2/repository/models/{}/load", srv_h_load, 1, SRV_BODY_UPLOAD},
-    {SRV_POST, "/v2/repository/models/{}/unload", srv_h_unload, 1, SRV_BODY_SMALL},
-    {SRV_GET, "/metrics", srv_h_metrics, 0, SRV_BODY_NONE},
-    {SRV_GET, "/v2/maps", h_maps, 1, SRV_BODY_NONE},
-    {SRV_GET, "/v2/maps/{}", h_maps, 1, SRV_BODY_NONE},
-    {SRV_GET, "/v2/maps/{}/attention", h_maps, 1, SRV_BODY_NONE},
-    {SRV_GET, "/v2/sequences", srv_seq_h_list, 1, SRV_BODY_NONE},
-    {SRV_GET, "/v2/sequences/{}", srv_seq_h_get, 1, SRV_BODY_NONE},
-    {SRV_DELETE, "/v2/sequences/{}", srv_seq_h_delete, 1, SRV_BODY_NONE},
-    {SRV_GET, "/", h_web, 0, SRV_BODY_NONE},
-    {SRV_GET, "/web/{}", h_web, 0, SRV_BODY_NONE},
+    {SRV_GET, "/v2/health/live", h_live, 0, SRV_BODY_NONE, NULL},
+    {SRV_GET, "/v2/health/ready", h_ready, 0, SRV_BODY_NONE, NULL},
+    {SRV_GET, "/v2", h_server_meta, 0, SRV_BODY_NONE, NULL},
+    {SRV_GET, "/v2/models/stats", srv_h_stats, 0, SRV_BODY_NONE, NULL},
+    {SRV_GET, "/v2/models/{}", h_model_meta, 0, SRV_BODY_NONE, NULL},
+    {SRV_GET, "/v2/models/{}/ready", h_model_ready, 0, SRV_BODY_NONE, NULL},
+    {SRV_GET, "/v2/models/{}/config", h_model_config, 0, SRV_BODY_NONE, NULL},
+    {SRV_GET, "/v2/models/{}/stats", srv_h_stats, 0, SRV_BODY_NONE, NULL},
+    {SRV_POST, "/v2/models/{}/infer", srv_h_infer, 1, SRV_BODY_INFER, NULL},
+    {SRV_POST, "/v2/repository/index", srv_h_index, 1, SRV_BODY_SMALL, NULL},
+    {SRV_POST, "/v2/repository/models/{}/load", srv_h_load, 1, SRV_BODY_UPLOAD, NULL},
+    {SRV_POST, "/v2/repository/models/{}/unload", srv_h_unload, 1, SRV_BODY_SMALL, NULL},
+    {SRV_GET, "/metrics", srv_h_metrics, 0, SRV_BODY_NONE, NULL},
+    {SRV_GET, "/v2/maps", h_maps, 1, SRV_BODY_NONE, ""},
+    {SRV_GET, "/v2/maps/{}", h_maps, 1, SRV_BODY_NONE, "wait version timeout_ms"},
+    {SRV_GET, "/v2/maps/{}/attention", h_maps, 1, SRV_BODY_NONE, "b h max format what"},
+    {SRV_GET, "/v2/sequences", srv_seq_h_list, 1, SRV_BODY_NONE, ""},
+    {SRV_GET, "/v2/sequences/{}", srv_seq_h_get, 1, SRV_BODY_NONE, ""},
+    {SRV_DELETE, "/v2/sequences/{}", srv_seq_h_delete, 1, SRV_BODY_NONE, ""},
+    {SRV_GET, "/", h_web, 0, SRV_BODY_NONE, NULL},
+    {SRV_GET, "/web/{}", h_web, 0, SRV_BODY_NONE, NULL},
 };
 const size_t srv_n_routes = sizeof srv_routes / sizeof srv_routes[0];

@@ -195,6 +195,10 @@ typedef struct srv_route {
     srv_handler fn;
     int auth;           /* 1: needs the API key when one is set */
     int body;           /* SRV_BODY_* */
+    /* the query parameters it reads, space-separated ("" none): any other,
+     * one given twice or one without '=' answers 400 (http_head.c); NULL
+     * for the KServe and Triton routes, whose queries are not checked */
+    const char *query;
 } srv_route;
 
 /* One HTTP request. Allocated on MHD's first call for it, freed in exactly

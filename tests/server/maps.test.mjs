@@ -85,3 +85,52 @@ test('large maps are sliced and printed on the pool, one at a time: a request se
     assert.equal(order[0], 'live', order.join());
   } finally { assert.equal((await d.stop()).code, 0); }
 });
+
+test('the extension routes read their query strictly: an unknown parameter, one given twice or without a value is a 400 naming it', async (t) => {
+  const d = await start({ t });
+  try {
+    const c = REFS.self;
+    const r = await infer(d, 'tiny', { inputs: [fp32('x', c.shape, c.x)], parameters: { retain: true } });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    const id = r.json.parameters.map_id;
+    const get = async (p, method = 'GET') => {
+      const res = await fetch(d.url + p, { method });
+      return { status: res.status, error: (await res.json().catch(() => ({}))).error };
+    };
+    // a mistyped head (the parameter is h) was head 0, answered 200
+    let g = await get(`/v2/maps/${id}/attention?head=1`);
+    assert.equal(g.status, 400);
+    assert.equal(g.error, `query: unknown parameter 'head'; /v2/maps/${id}/attention takes b, h, max, format, what`);
+    // the first of two was taken
+    g = await get(`/v2/maps/${id}/attention?h=0&h=1`);
+    assert.equal(g.status, 400);
+    assert.equal(g.error, "query: 'h' given twice; give each parameter once");
+    // "?h" (no '=') was no h at all
+    g = await get(`/v2/maps/${id}/attention?b=0&h`);
+    assert.equal(g.status, 400);
+    assert.equal(g.error, "query: 'h' has no value (h=...)");
+    g = await get(`/v2/maps/${id}?wait=0&wait=1`);
+    assert.equal(g.status, 400);
+    assert.match(g.error, /^query: 'wait' given twice/);
+    g = await get(`/v2/maps/${id}?wiat=0`);
+    assert.equal(g.status, 400);
+    assert.match(g.error, /^query: unknown parameter 'wiat'; .* takes wait, version, timeout_ms$/);
+    // version= and timeout_ms= belong to the long poll
+    for (const q of ['version=0', 'timeout_ms=10']) {
+      g = await get(`/v2/maps/${id}?${q}`);
+      assert.equal(g.status, 400, q);
+      assert.match(g.error, new RegExp(`^${q.split('=')[0]}: only with wait=`), q);
+    }
+    for (const [p, method] of [['/v2/maps?limit=5', 'GET'], ['/v2/sequences?model=tiny', 'GET'],
+      ['/v2/sequences/s1?x=1', 'GET'], ['/v2/sequences/s1?x=1', 'DELETE']]) {
+      g = await get(p, method);
+      assert.equal(g.status, 400, `${method} ${p}`);
+      assert.match(g.error, /^query: unknown parameter '(limit|model|x)'; \/v2\/\S+ takes no parameters$/, `${method} ${p}`);
+    }
+    // what the page and README send is still answered
+    for (const p of [`/v2/maps/${id}/attention?b=0&h=1&what=attention&format=f32&max=2`, `/v2/maps/${id}?wait=0&version=0&timeout_ms=10`,
+      `/v2/maps/${id}`, '/v2/maps', '/v2/sequences']) assert.equal((await fetch(d.url + p)).status, 200, p);
+    // the KServe routes' queries are not ours to check
+    assert.equal((await fetch(`${d.url}/v2/models/tiny?x=1&x=2`)).status, 200);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
