@@ -147,9 +147,10 @@ static int kv_check(const attn_config *c, const attn_seq *q, int i, char *err)
     if (f->n_kv != c->n_kv_heads || f->dk != c->head_dim ||
         f->dv != c->v_head_dim)
         return attn__fail(err, ATTN_EINVAL,
-                          "seqs[%d].kv: its pool holds %d kv heads of %d/%d, "
+                          "seqs[%d].kv: its pool holds %d kv head%s of %d/%d, "
                           "the layer has %d of %d/%d",
-                          i, f->n_kv, f->dk, f->dv, c->n_kv_heads,
+                          i, f->n_kv, f->n_kv == 1 ? "" : "s", f->dk, f->dv,
+                          c->n_kv_heads,
                           c->head_dim, c->v_head_dim);
     if (q->context)
         return attn__fail(err, ATTN_EINVAL,

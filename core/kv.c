@@ -193,8 +193,9 @@ int attn_kv_reserve(attn_kv *kv, int t, char *err)
         pthread_mutex_unlock(&p->mu);
         return attn__fail(err, ATTN_EFULL,
                           "the K/V budget (kv-bytes = %zu) holds %zu bytes; "
-                          "%d more tokens need %zu more",
-                          p->budget, used, t, more);
+                          "%d more token%s need%s %zu more",
+                          p->budget, used, t, t == 1 ? "" : "s",
+                          t == 1 ? "s" : "", more);
     }
     p->used += more;
     while (kv->n_pages < need && p->n_free > 0)
@@ -262,12 +263,12 @@ int attn_kv_rewind(attn_kv *kv, int n, int t, void *save, attn_kv_undo *u,
 {
     memset(u, 0, sizeof *u);
     if (n < 0 || n > kv->len || t < 0)
-        return attn__fail(err, ATTN_EINVAL, "rewind to %d of %d tokens", n,
-                          kv->len);
+        return attn__fail(err, ATTN_EINVAL, "rewind to %d of %d token%s", n,
+                          kv->len, kv->len == 1 ? "" : "s");
     int r1 = rewound_rows(kv, n, t);
     if (r1 > n && !save)
-        return attn__fail(err, ATTN_EINVAL, "no room to save %d tokens",
-                          r1 - n);
+        return attn__fail(err, ATTN_EINVAL, "no room to save %d token%s",
+                          r1 - n, r1 - n == 1 ? "" : "s");
     if (r1 > n)
         copy_rows(kv, n, r1, save, 1);
     *u = (attn_kv_undo){.held = 1, .len = kv->len, .r0 = n, .r1 = r1,

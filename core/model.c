@@ -67,6 +67,12 @@ typedef struct ctx {
 
 #define QN 120
 
+/* s_: the plural ending of a count in a message ("1 output", "2 outputs"). */
+static const char *s_(uint64_t n)
+{
+    return n == 1 ? "" : "s";
+}
+
 static const st_tensor *get(const ctx *c, const char *name)
 {
     char full[1200];
@@ -389,17 +395,18 @@ static int infer(const ctx *c, const model__cfg *k, attn_config *cfg,
     desc(s[R_WQ].t, d, sizeof d);
     if (!fits_int(D) || !fits_int(qo) || qo % H) {
         model__seterr(err,
-                      "%s: W_q (from %s) has %llu outputs, not a positive "
+                      "%s: W_q (from %s) has %llu output%s, not a positive "
                       "multiple of n_heads %llu",
-                      f, d, (unsigned long long)qo, (unsigned long long)H);
+                      f, d, (unsigned long long)qo, s_(qo),
+                      (unsigned long long)H);
         return ATTN_EFORMAT;
     }
     uint64_t dk = qo / H;
     if (k->head_dim && (uint64_t)k->head_dim != dk) {
         model__seterr(err,
                       "%s: head_dim is %d in the config but W_q (from %s) "
-                      "has %llu outputs / n_heads %llu = %llu",
-                      f, k->head_dim, d, (unsigned long long)qo,
+                      "has %llu output%s / n_heads %llu = %llu",
+                      f, k->head_dim, d, (unsigned long long)qo, s_(qo),
                       (unsigned long long)H, (unsigned long long)dk);
         return ATTN_EFORMAT;
     }
@@ -408,9 +415,9 @@ static int infer(const ctx *c, const model__cfg *k, attn_config *cfg,
     desc(s[R_WV].t, e, sizeof e);
     if (s[R_WV].in != Dc) {
         model__seterr(err,
-                      "%s: W_k (from %s) takes %llu inputs but W_v (from %s) "
-                      "takes %llu; keys and values read the same context",
-                      f, d, (unsigned long long)Dc, e,
+                      "%s: W_k (from %s) takes %llu input%s but W_v (from "
+                      "%s) takes %llu; keys and values read the same context",
+                      f, d, (unsigned long long)Dc, s_(Dc), e,
                       (unsigned long long)s[R_WV].in);
         return ATTN_EFORMAT;
     }
@@ -420,8 +427,8 @@ static int infer(const ctx *c, const model__cfg *k, attn_config *cfg,
         if (ko != Hkv * dk) {
             model__seterr(err,
                           "%s: n_kv_heads is %d in the config but W_k (from "
-                          "%s) has %llu outputs / head_dim %llu = %s%llu",
-                          f, k->n_kv_heads, d, (unsigned long long)ko,
+                          "%s) has %llu output%s / head_dim %llu = %s%llu",
+                          f, k->n_kv_heads, d, (unsigned long long)ko, s_(ko),
                           (unsigned long long)dk, ko % dk ? "~" : "",
                           (unsigned long long)(ko / dk));
             return ATTN_EFORMAT;
@@ -429,9 +436,9 @@ static int infer(const ctx *c, const model__cfg *k, attn_config *cfg,
     } else {
         if (ko == 0 || ko % dk) {
             model__seterr(err,
-                          "%s: W_k (from %s) has %llu outputs, not a multiple "
-                          "of head_dim %llu",
-                          f, d, (unsigned long long)ko,
+                          "%s: W_k (from %s) has %llu output%s, not a "
+                          "multiple of head_dim %llu",
+                          f, d, (unsigned long long)ko, s_(ko),
                           (unsigned long long)dk);
             return ATTN_EFORMAT;
         }
@@ -447,17 +454,18 @@ static int infer(const ctx *c, const model__cfg *k, attn_config *cfg,
     uint64_t vo = s[R_WV].out;
     if (vo == 0 || vo % Hkv || !fits_int(Dc)) {
         model__seterr(err,
-                      "%s: W_v (from %s) has %llu outputs, not a multiple of "
-                      "n_kv_heads %llu",
-                      f, e, (unsigned long long)vo, (unsigned long long)Hkv);
+                      "%s: W_v (from %s) has %llu output%s, not a multiple "
+                      "of n_kv_heads %llu",
+                      f, e, (unsigned long long)vo, s_(vo),
+                      (unsigned long long)Hkv);
         return ATTN_EFORMAT;
     }
     uint64_t dv = vo / Hkv;
     if (k->v_head_dim && (uint64_t)k->v_head_dim != dv) {
         model__seterr(err,
                       "%s: v_head_dim is %d in the config but W_v (from %s) "
-                      "has %llu outputs / n_kv_heads %llu = %llu",
-                      f, k->v_head_dim, e, (unsigned long long)vo,
+                      "has %llu output%s / n_kv_heads %llu = %llu",
+                      f, k->v_head_dim, e, (unsigned long long)vo, s_(vo),
                       (unsigned long long)Hkv, (unsigned long long)dv);
         return ATTN_EFORMAT;
     }
@@ -475,10 +483,10 @@ static int infer(const ctx *c, const model__cfg *k, attn_config *cfg,
     for (int r = R_BQ; r <= R_BO; r++)
         if (s[r].t && s[r].out != blen[r - R_BQ]) {
             model__seterr(err,
-                          "%s: %s (from %s) has %llu elements but must have "
+                          "%s: %s (from %s) has %llu element%s but must have "
                           "%llu (the outputs of %s)",
                           f, role_name[r], desc(s[r].t, d, sizeof d),
-                          (unsigned long long)s[r].out,
+                          (unsigned long long)s[r].out, s_(s[r].out),
                           (unsigned long long)blen[r - R_BQ],
                           role_name[r - R_BQ]);
             return ATTN_EFORMAT;

@@ -60,8 +60,10 @@ void model_summary(const model *m, char *buf, size_t cap)
                       c->d_model_ctx);
     if (n >= 0 && (size_t)n < cap)
         n += snprintf(buf + n, cap - (size_t)n,
-                      ", %d heads x %d, %d kv heads, v_head_dim %d", c->n_heads,
-                      c->head_dim, c->n_kv_heads, c->v_head_dim);
+                      ", %d head%s x %d, %d kv head%s, v_head_dim %d",
+                      c->n_heads, c->n_heads == 1 ? "" : "s", c->head_dim,
+                      c->n_kv_heads, c->n_kv_heads == 1 ? "" : "s",
+                      c->v_head_dim);
     if (c->rope_theta > 0 && n >= 0 && (size_t)n < cap)
         n += snprintf(buf + n, cap - (size_t)n, ", rope %g/%d", c->rope_theta,
                       c->rope_dims ? c->rope_dims : c->head_dim);

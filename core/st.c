@@ -318,9 +318,10 @@ static int check_layout(st_file *f, uint64_t data, char *err)
         if (t->end > data) {
             seterr(err, f->label,
                    "tensor '%s': data_offsets end at %llu but the file has "
-                   "only %llu data bytes; the file is truncated (rule: "
+                   "only %llu data byte%s; the file is truncated (rule: "
                    "tensors inside the file)",
-                   q, (unsigned long long)t->end, (unsigned long long)data);
+                   q, (unsigned long long)t->end, (unsigned long long)data,
+                   data == 1 ? "" : "s");
             return ATTN_EFORMAT;
         }
         at = t->end;
@@ -328,10 +329,10 @@ static int check_layout(st_file *f, uint64_t data, char *err)
     if (at != data) {
         seterr(err, f->label,
                "tensors end at byte %llu of the data but the file has %llu "
-               "data bytes (%llu trailing) (rule: last tensor ends at end of "
+               "data byte%s (%llu trailing) (rule: last tensor ends at end of "
                "file)",
                (unsigned long long)at, (unsigned long long)data,
-               (unsigned long long)(data - at));
+               data == 1 ? "" : "s", (unsigned long long)(data - at));
         return ATTN_EFORMAT;
     }
     return 0;
@@ -344,9 +345,9 @@ static int parse(st_file *f, char *err)
     const unsigned char *b = f->head ? f->head : f->base;
     if (f->len < 8) {
         seterr(err, f->label,
-               "file is %zu bytes, too short for the 8-byte header length "
+               "file is %zu byte%s, too short for the 8-byte header length "
                "(rule: header length); is this a safetensors file?",
-               f->len);
+               f->len, f->len == 1 ? "" : "s");
         return ATTN_EFORMAT;
     }
     uint64_t n = rd_u64le(b);
@@ -359,10 +360,11 @@ static int parse(st_file *f, char *err)
     }
     if (n > f->len - 8) {
         seterr(err, f->label,
-               "header length %llu runs past the end of the file (%zu bytes "
-               "follow the length) (rule: header inside the file); the file "
+               "header length %llu runs past the end of the file (%zu %s "
+               "the length) (rule: header inside the file); the file "
                "is truncated or not safetensors",
-               (unsigned long long)n, f->len - 8);
+               (unsigned long long)n, f->len - 8,
+               f->len - 8 == 1 ? "byte follows" : "bytes follow");
         return ATTN_EFORMAT;
     }
     const char *hdr = (const char *)b + 8;

@@ -432,8 +432,9 @@ static int input_meta(const oip__jv *in, int i, const oip__scan *sc, int has_bin
             got != want)
             return oip__fail(err, ATTN_EINVAL,
                              "inputs[%d].parameters.binary_data_size: %llu "
-                             "bytes, expected %zu (%zu %s values)",
-                             i, (unsigned long long)got, want, count, dname);
+                             "byte%s, expected %zu (%zu %s value%s)",
+                             i, (unsigned long long)got, got == 1 ? "" : "s",
+                             want, count, dname, count == 1 ? "" : "s");
         m->binary = 1;
         m->bin_off = *bin_total;
         m->bin_size = want;
@@ -587,7 +588,8 @@ int oip_decode(oip_request *req, const char *body, size_t len,
         if (header_len > len)
             return oip__fail(err, ATTN_EINVAL,
                              "Inference-Header-Content-Length: %zu is larger "
-                             "than the body (%zu bytes)", header_len, len);
+                             "than the body (%zu byte%s)", header_len, len,
+                             len == 1 ? "" : "s");
         jlen = header_len;
     }
 
@@ -697,8 +699,9 @@ int oip_decode(oip_request *req, const char *body, size_t len,
     }
     if (bin_total != len - jlen) {
         rc = oip__fail(err, ATTN_EINVAL,
-                       "binary data: inputs declare %zu bytes, the body has "
-                       "%zu after the JSON header", bin_total, len - jlen);
+                       "binary data: inputs declare %zu byte%s, the body has "
+                       "%zu after the JSON header", bin_total,
+                       bin_total == 1 ? "" : "s", len - jlen);
         goto fail;
     }
     size_t need = tensor_bytes;

@@ -786,7 +786,7 @@ int oip__read_data(const char *s, size_t len, oip_dtype dtype, void *out,
     }
 done:
     if (r.n != count)
-        return oip__fail(err, ATTN_EINVAL, "%s: expected %zu values, got %zu",
-                         field, count, r.n);
+        return oip__fail(err, ATTN_EINVAL, "%s: expected %zu value%s, got %zu",
+                         field, count, count == 1 ? "" : "s", r.n);
     return 0;
 }

@@ -351,8 +351,10 @@ static int input_data(const Req *m, const InTensor *in, int i, int raw,
         size_t want = n * oip_dtype_wire_size(t->wire_dtype);
         if (b->len != want)
             return oip__fail(err, ATTN_EINVAL,
-                             "raw_input_contents[%d]: %zu bytes, expected %zu "
-                             "(%zu %s values)", i, b->len, want, n, dname);
+                             "raw_input_contents[%d]: %zu byte%s, expected %zu "
+                             "(%zu %s value%s)", i, b->len,
+                             b->len == 1 ? "" : "s", want, n, dname,
+                             n == 1 ? "" : "s");
         return oip__decode_binary(t, b->data, i, err);
     }
     if (t->wire_dtype == OIP_FP16 || t->wire_dtype == OIP_BF16)
@@ -371,8 +373,8 @@ static int input_data(const Req *m, const InTensor *in, int i, int raw,
                              dname, typed_field(t->wire_dtype));
         if (got != n)
             return oip__fail(err, ATTN_EINVAL,
-                             "inputs[%d].contents: expected %zu values, got %zu",
-                             i, n, got);
+                             "inputs[%d].contents: expected %zu value%s, got "
+                             "%zu", i, n, n == 1 ? "" : "s", got);
     }
     switch (t->wire_dtype) {
     case OIP_FP32:
@@ -460,9 +462,11 @@ int oip_pb_decode(oip_request *req, const char *body, size_t len,
     }
     raw = m->n_raw_input_contents != 0;
     if (raw && m->n_raw_input_contents != m->n_inputs) {
-        rc = oip__fail(err, ATTN_EINVAL, "raw_input_contents: %zu entries for "
-                       "%zu inputs (one per input, in order)",
-                       m->n_raw_input_contents, m->n_inputs);
+        rc = oip__fail(err, ATTN_EINVAL, "raw_input_contents: %zu entr%s for "
+                       "%zu input%s (one per input, in order)",
+                       m->n_raw_input_contents,
+                       m->n_raw_input_contents == 1 ? "y" : "ies", m->n_inputs,
+                       m->n_inputs == 1 ? "" : "s");
         goto fail;
     }
     if (!(req->inputs = calloc(m->n_inputs, sizeof *req->inputs))) {

@@ -142,8 +142,8 @@ static void on_ready(uv_poll_t *p, int status, int events)
             break;
         }
         if (a->fails) {
-            srv_log(a->s, "info", "%s: accepting again (%llu accepts had failed)",
-                    a->door, a->fails);
+            srv_log(a->s, "info", "%s: accepting again (%llu accept%s had failed)",
+                    a->door, a->fails, a->fails == 1 ? "" : "s");
             a->fails = 0;
             /* the next run's first failure gets its line at once */
             memset(&a->log, 0, sizeof a->log);

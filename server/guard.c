@@ -573,9 +573,10 @@ static void sweep(uv_timer_t *t)
     k.n = k.cut = k.closed = 0;
     srv_http_log_flush(s, 0);
     if (s->n_evicted) {
-        srv_log(s, "warn", "%d connections over max-connections (%lld): "
-                "closed the ones waiting longest for a request head or call",
-                s->n_evicted, s->cfg.max_connections);
+        srv_log(s, "warn", "%d connection%s over max-connections (%lld): "
+                "closed the %s waiting longest for a request head or call",
+                s->n_evicted, s->n_evicted == 1 ? "" : "s",
+                s->cfg.max_connections, s->n_evicted == 1 ? "one" : "ones");
         s->n_evicted = 0;
     }
     if (s->n_ip_refused && now - s->ip_refused_ns >= 1000000000ull) {
@@ -586,10 +587,12 @@ static void sweep(uv_timer_t *t)
                       ? (const void *)&((const struct sockaddr_in6 *)a)->sin6_addr
                       : (const void *)&((const struct sockaddr_in *)a)->sin_addr,
                   host, sizeof host);
-        srv_log(s, "warn", "%d new connections closed at once: their address "
+        srv_log(s, "warn", "%d new connection%s closed at once: %s address "
                 "held max-connections-per-ip (%lld) already, REST and gRPC "
                 "together (the last from %s; behind a proxy raise it or set 0)",
-                s->n_ip_refused, s->cfg.max_conn_per_ip, host);
+                s->n_ip_refused, s->n_ip_refused == 1 ? "" : "s",
+                s->n_ip_refused == 1 ? "its" : "their", s->cfg.max_conn_per_ip,
+                host);
         s->n_ip_refused = 0;
         s->ip_refused_ns = now;
     }

@@ -323,8 +323,9 @@ static void repeats_line(srv *s, struct srv_mhd_msg *m, uint64_t now)
 {
     if (!m->repeats)
         return;
-    srv_log(s, "warn", "http: %s (%llu more times in %.1f s)", m->text,
-            m->repeats, (double)(now - m->last_ns) / 1e9);
+    srv_log(s, "warn", "http: %s (%llu more time%s in %.1f s)", m->text,
+            m->repeats, m->repeats == 1 ? "" : "s",
+            (double)(now - m->last_ns) / 1e9);
     m->repeats = 0;
     m->last_ns = now;
 }

@@ -341,8 +341,9 @@ static int prepare_sdpa(srv_prep *p, const oip_request *req,
         return ERR("inputs[k].shape: last dimension %lld differs from q's d_k %lld",
                    (long long)k->shape[r - 1], (long long)dk);
     if (v->shape[r - 2] != S)
-        return ERR("inputs[v].shape: %lld rows; k has S = %lld",
-                   (long long)v->shape[r - 2], (long long)S);
+        return ERR("inputs[v].shape: %lld row%s; k has S = %lld",
+                   (long long)v->shape[r - 2], v->shape[r - 2] == 1 ? "" : "s",
+                   (long long)S);
     if (dk > 1 << 20 || dv > 1 << 20 || T > 1 << 30 || S > 1 << 30)
         return ERR("inputs[q].shape: dimensions too large");
     if (!mul(&rows, n) || !mul(&rows, T) || rows > (size_t)lim->max_tokens)

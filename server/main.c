@@ -159,10 +159,10 @@ static int probe_threads(srv *s, char *err)
         pthread_join(t[--n], NULL);
     free(t);
     if (rc)
-        snprintf(err, SRV_ERRMAX, "cannot start %d compute threads (--threads): "
+        snprintf(err, SRV_ERRMAX, "cannot start %d compute thread%s (--threads): "
                  "%s; the process's thread limit is reached (ulimit -u, or a "
                  "container's pids limit): raise it or lower --threads",
-                 s->threads, strerror(rc));
+                 s->threads, s->threads == 1 ? "" : "s", strerror(rc));
     return rc ? -1 : 0;
 }
 
@@ -198,7 +198,8 @@ static void on_drain_timeout(uv_timer_t *t)
 {
     srv *s = t->data;
     s->drain_expired = 1;
-    srv_log(s, "warn", "drain timeout: failing %d unfinished requests", s->live_jobs);
+    srv_log(s, "warn", "drain timeout: failing %d unfinished request%s",
+            s->live_jobs, s->live_jobs == 1 ? "" : "s");
     srv_sched_expire(s);
     srv_check_stop(s);
 }
@@ -219,8 +220,9 @@ static void on_signal(uv_async_t *h)
         return;
     if (!s->draining) {
         s->draining = 1;
-        srv_log(s, "info", "SIG%s: draining (%d requests in flight, up to %lld ms)",
-                sigabbrev_np(first), s->live_jobs, s->cfg.drain_ms);
+        srv_log(s, "info", "SIG%s: draining (%d request%s in flight, up to %lld ms)",
+                sigabbrev_np(first), s->live_jobs, s->live_jobs == 1 ? "" : "s",
+                s->cfg.drain_ms);
         srv_sched_drain(s);
         srv_grpc_drain(s);
         srv_maps_wait_drain(s);
@@ -348,8 +350,9 @@ int main(int argc, char **argv)
         uv_run(s.loop, UV_RUN_DEFAULT);
         rc = 1;
     } else {
-        srv_log(&s, "info", "attnd %s: %d threads, BLAS kernels %s, models from %s",
-                ATTND_VERSION, s.threads, attn_blas_core() ? attn_blas_core() : "(not OpenBLAS)",
+        srv_log(&s, "info", "attnd %s: %d thread%s, BLAS kernels %s, models from %s",
+                ATTND_VERSION, s.threads, s.threads == 1 ? "" : "s",
+                attn_blas_core() ? attn_blas_core() : "(not OpenBLAS)",
                 s.cfg.models);
         uv_run(s.loop, UV_RUN_DEFAULT);
         rc = 0;

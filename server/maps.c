@@ -134,8 +134,9 @@ static int extras_size(const maps_put_args *a, size_t *mbits, size_t *mbytes,
     if (a->mask) {
         if (a->mask_planes != 1 && a->mask_planes != a->b &&
             (long long)a->mask_planes != (long long)a->b * a->h) {
-            snprintf(err, ATTN_ERRMAX, "inputs[mask]: %d planes; expected "
-                     "1, %d or %d", a->mask_planes, a->b, a->b * a->h);
+            snprintf(err, ATTN_ERRMAX, "inputs[mask]: %d plane%s; expected "
+                     "1, %d or %d", a->mask_planes,
+                     a->mask_planes == 1 ? "" : "s", a->b, a->b * a->h);
             return ATTN_EINVAL;
         }
         if (mul_size(ts, (size_t)a->mask_planes, mbits))
@@ -147,8 +148,9 @@ static int extras_size(const maps_put_args *a, size_t *mbits, size_t *mbytes,
         goto overflow;
     if (a->v) {
         if (a->kv_h < 1 || a->h % a->kv_h != 0 || a->dv < 1) {
-            snprintf(err, ATTN_ERRMAX, "outputs.v: %d kv heads of width %d "
-                     "do not fit %d heads", a->kv_h, a->dv, a->h);
+            snprintf(err, ATTN_ERRMAX, "outputs.v: %d kv head%s of width %d "
+                     "do%s not fit %d head%s", a->kv_h, a->kv_h == 1 ? "" : "s",
+                     a->dv, a->kv_h == 1 ? "es" : "", a->h, a->h == 1 ? "" : "s");
             return ATTN_EINVAL;
         }
         if (mul_size((size_t)a->b, (size_t)a->kv_h, vbytes) ||
@@ -234,9 +236,10 @@ int maps__entry_build(const maps_put_args *a, size_t max_bytes, float *adopt,
     if (a->n_tokens != 0 && a->n_tokens != a->t &&
         ((long long)a->n_tokens != (long long)a->t + a->s || a->s == a->t)) {
         snprintf(err, ATTN_ERRMAX,
-                 "parameters.tokens: %d labels, expected %d (one per query "
+                 "parameters.tokens: %d label%s, expected %d (one per query "
                  "token)%s",
-                 a->n_tokens, a->t, a->s != a->t ? " or T + S" : "");
+                 a->n_tokens, a->n_tokens == 1 ? "" : "s", a->t,
+                 a->s != a->t ? " or T + S" : "");
         return ATTN_EINVAL;
     }
     for (i = 0; i < a->n_tokens; i++) {

@@ -125,9 +125,10 @@ int maps_grow_make(maps_store *st, const char *id, int t0,
         t0 > old->info.t || a->b != 1 || a->t < 0 ||
         (long long)a->s != (long long)t0 + a->t || (a->t && !a->attention) ||
         (a->n_tokens != 0 && a->n_tokens != a->t)) {
-        snprintf(err, ATTN_ERRMAX, "map %s: rows [%d, %d) x %d keys do not "
-                 "extend a [%d, %d, %d, %d] map", id, t0, t0 + a->t, a->s,
-                 old->info.b, old->info.h, old->info.t, old->info.s);
+        snprintf(err, ATTN_ERRMAX, "map %s: rows [%d, %d) x %d key%s do "
+                 "not extend a [%d, %d, %d, %d] map", id, t0, t0 + a->t, a->s,
+                 a->s == 1 ? "" : "s", old->info.b, old->info.h, old->info.t,
+                 old->info.s);
         maps__release(old);
         return ATTN_EINVAL;
     }

@@ -153,8 +153,10 @@ void srv_maps_wait(srv_req *r, const char *id, const char *wait,
         return;
     }
     if (s->n_waiters >= s->cfg.maps_waiters) {
-        srv_respond_error(r, 503, "wait: %d connections already wait on maps "
-                          "(maps-waiters); ask again later", s->n_waiters);
+        srv_respond_error(r, 503, "wait: %d connection%s already wait%s on "
+                          "maps (maps-waiters); ask again later", s->n_waiters,
+                          s->n_waiters == 1 ? "" : "s",
+                          s->n_waiters == 1 ? "s" : "");
         return;
     }
     ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);

@@ -156,10 +156,10 @@ static void kick(srv_seqs *q, srv_seq *l)
             if (st->has_pos && st->pos > l->kv.len) {
                 snprintf(msg, sizeof msg, "parameters.sequence_position: %d "
                          "is past the end of sequence '%s', which holds %d "
-                         "tokens; send its tokens from position %d first (a "
+                         "token%s; send its tokens from position %d first (a "
                          "step at the length appends, one below it replaces "
                          "the tokens from there on)", st->pos, st->id,
-                         l->kv.len, l->kv.len);
+                         l->kv.len, l->kv.len == 1 ? "" : "s", l->kv.len);
                 srv__seq_fail(st, 409, msg);
                 continue;
             }
@@ -323,9 +323,10 @@ int srv_seq_bind(srv_step *st, size_t *mem, char *err)
     if (rc == ATTN_EFULL) {
         snprintf(err, OIP_ERRMAX, "sequences: the K/V cache of model '%s' is "
                  "full (%zu of %lld bytes, kv-bytes) and cannot take sequence "
-                 "'%s' from %d to %d tokens; end sequences or retry later",
+                 "'%s' from %d to %d token%s; end sequences or retry later",
                  st->e->name, attn_kv_pool_used(st->kv->pool),
-                 s->cfg.kv_bytes, st->id, st->kv->len, st->kv->len + a->t);
+                 s->cfg.kv_bytes, st->id, st->kv->len, st->kv->len + a->t,
+                 st->kv->len + a->t == 1 ? "" : "s");
         status = 503;
         goto fail;
     }

@@ -111,8 +111,8 @@ void srv__seq_drop(srv_seqs *q, srv_seq *l, int reason)
         q->n_starting++;
     }
     l->e->seq_stats.dropped[reason]++;
-    srv_log(q->s, "info", "sequence '%s' of model '%s' dropped (%s, %d tokens)",
-            l->id, l->e->name, srv_drop_name[reason], len);
+    srv_log(q->s, "info", "sequence '%s' of model '%s' dropped (%s, %d token%s)",
+            l->id, l->e->name, srv_drop_name[reason], len, len == 1 ? "" : "s");
     srv__seq_release_cache(q, l);
     srv__seq_bury(q, l, GONE_DROPPED, reason, len);
 }
@@ -122,11 +122,13 @@ static void gone_what(char *buf, size_t n, const srv_seq *l)
 {
     double ago = (double)(srv_now_ns() - l->gone_ns) / 1e9;
     if (l->gone == GONE_ENDED)
-        snprintf(buf, n, "ended %.1f s ago at %d tokens: a step with "
-                 "sequence_end was answered", ago, l->gone_len);
+        snprintf(buf, n, "ended %.1f s ago at %d token%s: a step with "
+                 "sequence_end was answered", ago, l->gone_len,
+                 l->gone_len == 1 ? "" : "s");
     else
-        snprintf(buf, n, "dropped %.1f s ago at %d tokens: %s", ago,
-                 l->gone_len, srv__seq_drop_why[l->gone_reason]);
+        snprintf(buf, n, "dropped %.1f s ago at %d token%s: %s", ago,
+                 l->gone_len, l->gone_len == 1 ? "" : "s",
+                 srv__seq_drop_why[l->gone_reason]);
 }
 
 /* srv__seq_gone_msg: the 400 of a step whose sequence is not live (l: its

@@ -112,8 +112,9 @@ int srv_seq_prepare(srv_step *st, srv_prep *p, const oip_request *req,
     if (pr->retain && !lim->maps)
         return ERR("parameters.retain: this server keeps no maps (maps-bytes 0)");
     if (pr->n_tokens && pr->n_tokens != T) /* they label the map's new rows */
-        return ERR("parameters.tokens: %d labels for %lld new tokens; send one "
-                   "per row of x, or none", pr->n_tokens, (long long)T);
+        return ERR("parameters.tokens: %d label%s for %lld new token%s; send "
+                   "one per row of x, or none", pr->n_tokens,
+                   pr->n_tokens == 1 ? "" : "s", (long long)T, T == 1 ? "" : "s");
     for (i = 0; i < req->n_outputs; i++) {
         for (o = 0; o < SRV_O_N; o++)
             if (strcmp(req->outputs[i].name, outs_names[o]) == 0)

@@ -82,8 +82,9 @@ static int b64_decode(const char *in, size_t n, unsigned char **out,
         pad++;
     n -= pad;
     if (n % 4 == 1) {
-        snprintf(why, whylen, "%zu characters of data (not counting '=') "
-                 "cannot be base64: one is left over (a length of 4k+1)", n);
+        snprintf(why, whylen, "%zu character%s of data (not counting '=') "
+                 "cannot be base64: one is left over (a length of 4k+1)", n,
+                 n == 1 ? "" : "s");
         return -1;
     }
     if (pad && (n % 4 == 0 || (n + pad) % 4 != 0)) {

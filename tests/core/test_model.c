@@ -456,7 +456,7 @@ START_TEST(test_repo)
     ck_assert_int_eq(lines, n);
     ck_assert_int_eq(oks, 3);
     ck_assert_ptr_nonnull(strstr(out, "good_gqa: ok (d_model 8, 2 heads x "
-                                      "4, 1 kv heads, v_head_dim 4, "
+                                      "4, 1 kv head, v_head_dim 4, "
                                       "canonical, 0.8 KiB)\n"));
     ck_assert_ptr_nonnull(strstr(out, "\nbad@name: invalid model name"));
     free(out);

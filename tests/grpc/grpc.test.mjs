@@ -183,7 +183,7 @@ test('INVALID_ARGUMENT carries REST\'s message; NOT_FOUND, UNIMPLEMENTED, RESOUR
   await code(call(c, 'ModelInfer', { ...tiny(REFS.self), inputs: [{ ...typed('x', [1, 1, 8], [1]) }] }),
     S.INVALID_ARGUMENT, /inputs\[0\]\.contents: expected 8 values, got 1/);
   await code(call(c, 'ModelInfer', { ...seed(true), raw_input_contents: [f32([1])] }), S.INVALID_ARGUMENT,
-    /raw_input_contents: 1 entries for 3 inputs/);
+    /raw_input_contents: 1 entry for 3 inputs/);
   await code(call(c, 'ModelInfer', { model_name: 'nope', inputs: [] }), S.NOT_FOUND, /model 'nope': not found/);
   const raw = new grpc.Client(`127.0.0.1:${d.grpcPort}`, grpc.credentials.createInsecure());
   await code(new Promise((res, rej) => raw.makeUnaryRequest('/inference.GRPCInferenceService/Trace', (x) => x, (x) => x,
@@ -359,7 +359,7 @@ test('UNAVAILABLE on a full queue, DEADLINE_EXCEEDED from either deadline', asyn
   try {
     const first = call(cc, 'ModelInfer', seed());
     await new Promise((r) => setTimeout(r, 200));
-    await code(call(cc, 'ModelInfer', seed()), S.UNAVAILABLE, /queue: model 'sdpa' has 1 requests waiting \(queue-size\)/);
+    await code(call(cc, 'ModelInfer', seed()), S.UNAVAILABLE, /queue: model 'sdpa' has 1 request waiting \(queue-size\)/);
     assert.equal((await first).id, 'seed');
     // the client's deadline (grpc-timeout) is shorter than --deadline-ms
     const t0 = Date.now();

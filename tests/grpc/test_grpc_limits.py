@@ -247,7 +247,7 @@ class Limits(unittest.TestCase):
             with self.assertRaises(grpc.RpcError) as e:
                 d.stub.ModelInfer(seed1())
             self.assertEqual(e.exception.code(), C.UNAVAILABLE)
-            self.assertRegex(e.exception.details(), r"queue: model 'sdpa' has 1 requests waiting \(queue-size\)")
+            self.assertRegex(e.exception.details(), r"queue: model 'sdpa' has 1 request waiting \(queue-size\)")
             self.assertEqual(first.result().id, "seed1", "the queued one still answers")
         finally:
             self.assertEqual(d.stop(), 0, d.log)

@@ -28,7 +28,7 @@ test('queue full: 503 with Retry-After at once; the queued request still answers
   const b = await infer(d, 'tiny', xreq('b'));
   assert.equal(b.status, 503);
   assert.ok(Number(b.headers.get('retry-after')) >= 1);
-  assert.match(b.json.error, /queue: model 'tiny' has 1 requests waiting \(queue-size\)/);
+  assert.match(b.json.error, /queue: model 'tiny' has 1 request waiting \(queue-size\)/);
   const ra = await a;
   assert.equal(ra.status, 200);
   assert.ok(maxDiff(ra.json.outputs[0].data, X.y) < 1e-5);

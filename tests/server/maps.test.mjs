@@ -39,7 +39,7 @@ test('retain: map_id in the response, the same maps from /v2/maps', async (t) =>
     // bad labels are refused naming the parameter
     const r3 = await infer(d, 'tiny', { inputs: [fp32('x', c.shape, c.x)], parameters: { retain: true, tokens: ['only-one'] } });
     assert.equal(r3.status, 400);
-    assert.match(r3.json.error, /^parameters\.tokens: 1 labels, expected 5 \(one per query token\)$/);
+    assert.match(r3.json.error, /^parameters\.tokens: 1 label, expected 5 \(one per query token\)$/);
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 

@@ -290,7 +290,7 @@ test('--max-connections: a connection past the limit closes the one waiting long
   assert.ok(held[0].closed(), 'the oldest slow connection was closed');
   assert.ok(!held[1].closed(), 'the younger one is still open');
   for (let i = 0; i < 40 && !/over max-connections/.test(d.log()); i++) await sleep(50); // logged by the next sweep
-  assert.match(d.log(), /over max-connections \(2\): closed the ones waiting longest/);
+  assert.match(d.log(), /\b1 connection over max-connections \(2\): closed the one waiting longest/);
   held[1].s.destroy();
   probe.s.destroy();
   assert.equal((await d.stop()).code, 0);

@@ -94,6 +94,11 @@ test('sequence_position: past the end 409 and nothing changes; the rules', async
     assert.equal(await length(d, 'p'), 3);
     checkStep(await infer(d, 'gqa', at('p', rows(xs, 3, 4), 3)), ref, 3, 1, 'after the 409s');
     assert.equal(await metric(d, 'attnd_inference_request_failure_total', 'gqa', ',reason="bad_request"'), 2);
+    // a count of one reads in the singular
+    assert.equal((await infer(d, 'gqa', at('one', rows(xs, 0, 1), 0, { start: true }))).status, 200);
+    const one = await infer(d, 'gqa', at('one', rows(xs, 1, 2), 2));
+    assert.equal(one.status, 409, JSON.stringify(one.json));
+    assert.match(one.json.error, /past the end of sequence 'one', which holds 1 token; send its tokens from position 1 first/);
     // a start is the whole history: position 0 or none
     const s = await infer(d, 'gqa', at('q', rows(xs, 0, 1), 2, { start: true }));
     assert.equal(s.status, 400);

@@ -371,7 +371,7 @@ START_TEST(gone_sequences_are_remembered)
     j = job(M1, 1, "\"sequence_id\":\"g\"");
     submit(j);
     snprintf(want, sizeof want, "parameters.sequence_id: unknown sequence 'g' "
-             "(dropped 0.0 s ago at 1 tokens: idle past sequence-idle-ms)%s",
+             "(dropped 0.0 s ago at 1 token: idle past sequence-idle-ms)%s",
              unknown_tail);
     ck_assert_str_eq(j->msg, want);
     job_free(j);
@@ -590,23 +590,23 @@ START_TEST(tombstones_kept_up_to_the_cap_and_the_idle_time)
     go(M1, 1, "\"sequence_id\":\"x\",\"sequence_start\":true,\"sequence_end\":true");
     go(M1, 2, "\"sequence_id\":\"a\",\"sequence_start\":true,\"sequence_end\":true");
     /* two gone, two kept */
-    says("x", "(ended 0.0 s ago at 1 tokens");
+    says("x", "(ended 0.0 s ago at 1 token");
     says("a", "(ended 0.0 s ago at 2 tokens");
     /* a started again and ended again: still two, x kept */
     go(M1, 3, "\"sequence_id\":\"a\",\"sequence_start\":true");
     go(M1, 1, "\"sequence_id\":\"b\",\"sequence_start\":true,\"sequence_end\":true");
-    says("x", "(ended 0.0 s ago at 1 tokens");
-    says("b", "(ended 0.0 s ago at 1 tokens");
+    says("x", "(ended 0.0 s ago at 1 token");
+    says("b", "(ended 0.0 s ago at 1 token");
     go(M1, 1, "\"sequence_id\":\"a\",\"sequence_end\":true");
     says("x", "(never started"); /* the oldest of three */
-    says("b", "(ended 0.0 s ago at 1 tokens");
+    says("b", "(ended 0.0 s ago at 1 token");
     says("a", "(ended 0.0 s ago at 4 tokens");
     /* no live sequence: the sweep still forgets them, not before 40 ms */
     ck_assert_uint_eq(srv_seq_list(&g_s, NULL, 0), 0);
     g_now += 39 * MS;
     sweep();
     says("a", "(ended 0.0 s ago at 4 tokens"); /* 0.039 s */
-    says("b", "(ended 0.0 s ago at 1 tokens");
+    says("b", "(ended 0.0 s ago at 1 token");
     g_now += 1 * MS;
     sweep();
     says("a", "(never started");
@@ -624,13 +624,13 @@ START_TEST(unload_keeps_at_most_max_sequences_tombstones)
     go(M1, 1, "\"sequence_id\":\"u1\",\"sequence_start\":true");
     go(M1, 1, "\"sequence_id\":\"u2\",\"sequence_start\":true");
     go(M1, 1, "\"sequence_id\":\"u3\",\"sequence_start\":true");
-    says("x", "(ended 0.0 s ago at 1 tokens");
+    says("x", "(ended 0.0 s ago at 1 token");
     srv_seq_drop_model(M1);
     ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_UNLOADED], 3);
     says("x", "(never started");
-    says("u1", "(dropped 0.0 s ago at 1 tokens: its model reloaded or unloaded)");
-    says("u2", "(dropped 0.0 s ago at 1 tokens: its model reloaded or unloaded)");
-    says("u3", "(dropped 0.0 s ago at 1 tokens: its model reloaded or unloaded)");
+    says("u1", "(dropped 0.0 s ago at 1 token: its model reloaded or unloaded)");
+    says("u2", "(dropped 0.0 s ago at 1 token: its model reloaded or unloaded)");
+    says("u3", "(dropped 0.0 s ago at 1 token: its model reloaded or unloaded)");
 }
 END_TEST
 
