@@ -185,6 +185,27 @@ static void kv_pool(srv *s, srv_inst *in, const char *name)
     }
 }
 
+/* set_reason: e's reason from a load's error, without the model's name
+ * the error opens with ("model 'x': ", "upload of model 'x': "): the index
+ * row and "model 'x': not loaded (...)" name it already. */
+static void set_reason(srv_entry *e, const char *err)
+{
+    char pre[SRV_NAME_MAX + 32];
+    size_t n;
+    snprintf(pre, sizeof pre, "model '%s': ", e->name);
+    n = strlen(pre);
+    if (strncmp(err, pre, n) == 0) {
+        snprintf(e->reason, sizeof e->reason, "%.500s", err + n);
+        return;
+    }
+    snprintf(pre, sizeof pre, "upload of model '%s': ", e->name);
+    n = strlen(pre);
+    if (strncmp(err, pre, n) == 0)
+        snprintf(e->reason, sizeof e->reason, "upload: %.500s", err + n);
+    else
+        snprintf(e->reason, sizeof e->reason, "%.500s", err);
+}
+
 /* load_done: loop thread. Makes the loaded model the entry's current
  * instance (the old one goes when its last job ends), or records why it
  * failed; answers the load request if there is one; frees lj. */
@@ -201,7 +222,7 @@ static void load_done(uv_work_t *w, int status)
         if (e->state == SRV_LOADING && !e->loads)
             e->state = e->inst ? SRV_READY : SRV_UNAVAILABLE;
         if (!e->inst)
-            snprintf(e->reason, sizeof e->reason, "%.500s", lj->err);
+            set_reason(e, lj->err);
         srv_log(s, "error", "load: %s", lj->err);
         if (lj->req) {
             if (lj->lasting) /* a retry in a second would fail the same */
@@ -392,9 +413,30 @@ static json_t *index_row(const char *name, const char *state, const char *reason
                      state, "reason", mended);
 }
 
+/* in_names: is name one of the n sorted folder names? */
+static int in_names(char **names, int n, const char *name)
+{
+    int lo = 0, hi = n - 1, mid, c;
+    while (lo <= hi) {
+        mid = lo + (hi - lo) / 2;
+        c = strcmp(names[mid], name);
+        if (c == 0)
+            return 1;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
+    return 0;
+}
+
 /* index_answer: the registry's models (only the ready ones when
  * only_ready), then the n folders of names that are valid model names and
- * not in the registry, as UNAVAILABLE "not loaded". Loop thread. */
+ * not in the registry, as UNAVAILABLE "not loaded". As Triton's index, it
+ * lists what the repository holds: a model that is neither loaded nor
+ * loading (unloaded, or its load failed) is left out when its folder is
+ * not among the n listed (removed since); when the folder could not be
+ * listed (n < 0) it stays. Loop thread. */
 static void index_answer(srv_req *r, int only_ready, char **names, int n)
 {
     unsigned long mark = attn_json_mark();
@@ -404,6 +446,9 @@ static void index_answer(srv_req *r, int only_ready, char **names, int n)
     int i;
     for (e = r->s->models; e; e = e->next) {
         if (only_ready && e->state != SRV_READY)
+            continue;
+        if (!only_ready && n >= 0 && e->state == SRV_UNAVAILABLE &&
+            !in_names(names, n, e->name))
             continue;
         json_array_append_new(arr, index_row(e->name, state_name(e->state),
                                              e->state == SRV_READY ? "" : e->reason));

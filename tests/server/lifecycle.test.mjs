@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { connect } from 'node:net';
-import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { REFS, SLOW, binaryRequest, fp32, infer, maxDiff, post, start } from './helper.mjs';
@@ -454,6 +454,36 @@ test('index: a folder added after start is listed as not loaded; a stray file is
     assert.ok(idx.json.find((m) => m.name === 'tiny' && m.state === 'READY'));
     const ready = await post(`${d.url}/v2/repository/index`, '{"ready": true}');
     assert.equal(ready.json.find((m) => m.name === 'later'), undefined);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+test('index: a model unloaded (or failed) whose folder is then removed is no longer listed; its reason names it once', async (t) => {
+  const d = await start({ t });
+  try {
+    cpSync(join(d.dir, 'tiny'), join(d.dir, 'tiny2'), { recursive: true });
+    assert.equal((await post(`${d.url}/v2/repository/models/tiny2/load`, '')).status, 200);
+    assert.equal((await post(`${d.url}/v2/repository/models/tiny2/unload`, '')).status, 200);
+    const names = async () => (await post(`${d.url}/v2/repository/index`, '')).json.map((m) => m.name);
+    assert.ok((await names()).includes('tiny2'), 'unloaded, its folder still there: listed');
+    rmSync(join(d.dir, 'tiny2'), { recursive: true });
+    assert.deepEqual((await names()).filter((n) => n.startsWith('tiny')), ['tiny']);
+    // a load now fails (404, naming the model once) and the reason is kept
+    // for the metadata, without the name a second time
+    const load = await post(`${d.url}/v2/repository/models/tiny2/load`, '');
+    assert.equal(load.status, 404);
+    assert.match(load.json.error, /^model 'tiny2': \S+\/tiny2: not a folder/);
+    assert.deepEqual((await names()).filter((n) => n.startsWith('tiny')), ['tiny']);
+    const meta = await fetch(`${d.url}/v2/models/tiny2`);
+    assert.equal(meta.status, 404);
+    assert.match((await meta.json()).error, /^model 'tiny2': not loaded \(\S+\/tiny2: not a folder; a model is a folder/);
+    // its statistics stay (it had loaded): the index is what the repository holds
+    assert.equal((await fetch(`${d.url}/v2/models/tiny2/stats`)).status, 200);
+    // loaded models stay listed whatever happens to their folder
+    cpSync(join(d.dir, 'tiny'), join(d.dir, 'tiny3'), { recursive: true });
+    assert.equal((await post(`${d.url}/v2/repository/models/tiny3/load`, '')).status, 200);
+    rmSync(join(d.dir, 'tiny3'), { recursive: true });
+    const idx = (await post(`${d.url}/v2/repository/index`, '')).json;
+    assert.deepEqual(idx.find((m) => m.name === 'tiny3'), { name: 'tiny3', version: '1', state: 'READY', reason: '' });
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
