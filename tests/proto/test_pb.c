@@ -1,0 +1,415 @@
+/*
+ * test_pb.c - proto/pb.c, the gRPC binding's ModelInferRequest decoder:
+ * what a client can get wrong that the gRPC suites (tests/grpc) do not
+ * send, each refused with the field named and the request left empty:
+ *   - inputs: contents and raw_input_contents both, a name twice, empty
+ *     or too long names, element counts that overflow or pass
+ *     max-elements, more inputs than max-inputs, tensors over the memory
+ *     budget, values in another datatype's contents field;
+ *   - outputs: a name twice, an empty name, more than max-outputs,
+ *     binary_data that is not a bool;
+ *   - parameters: sequence_id as uint64 (Triton's clients send it so) and
+ *     of no id kind, tokens in each wrong form, an id too long;
+ *   - oip_pb_peek_model on a message cut inside a fixed-width field.
+ * And INT64 typed contents and per-output binary_data decode as sent.
+ */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/attn.h"
+#include "proto/kserve.pb-c.h"
+#include "proto/oip_pb.h"
+#include "tests/check_main.h"
+
+typedef Inference__ModelInferRequest Req;
+typedef Inference__ModelInferRequest__InferInputTensor In;
+typedef Inference__ModelInferRequest__InferRequestedOutputTensor Out;
+typedef Inference__ModelInferRequest__ParametersEntry PEntry;
+typedef Inference__ModelInferRequest__InferRequestedOutputTensor__ParametersEntry
+    OEntry;
+typedef Inference__InferParameter Param;
+typedef Inference__InferTensorContents Contents;
+
+enum { N = 4 };
+
+/* msg: one request under construction, every part in fixed slots. */
+typedef struct msg {
+    Req m;
+    In in[N], *inp[N];
+    int64_t shape[N][2];
+    Contents c[N];
+    float f[N][4];
+    int64_t i64[N][4];
+    int32_t i32[N][4];
+    ProtobufCBinaryData raw[N];
+    Out out[N], *outp[N];
+    OEntry oe[N], *oep[N];
+    Param ov[N];
+    PEntry pe[N], *pep[N];
+    Param pv[N];
+} msg;
+
+static void msg_init(msg *g)
+{
+    memset(g, 0, sizeof *g);
+    inference__model_infer_request__init(&g->m);
+    g->m.model_name = "m";
+    g->m.inputs = g->inp;
+    g->m.outputs = g->outp;
+    g->m.parameters = g->pep;
+}
+
+/* add_fp32: an FP32 [n] input called name with typed contents 1..n. */
+static In *add_fp32(msg *g, const char *name, int n)
+{
+    size_t i = g->m.n_inputs++;
+    In *t = &g->in[i];
+    inference__model_infer_request__infer_input_tensor__init(t);
+    inference__infer_tensor_contents__init(&g->c[i]);
+    t->name = (char *)name;
+    t->datatype = "FP32";
+    g->shape[i][0] = n;
+    t->shape = g->shape[i];
+    t->n_shape = 1;
+    for (int k = 0; k < n && k < 4; k++)
+        g->f[i][k] = (float)(k + 1);
+    g->c[i].fp32_contents = g->f[i];
+    g->c[i].n_fp32_contents = (size_t)n;
+    t->contents = &g->c[i];
+    g->inp[i] = t;
+    return t;
+}
+
+static void add_output(msg *g, const char *name)
+{
+    size_t i = g->m.n_outputs++;
+    inference__model_infer_request__infer_requested_output_tensor__init(&g->out[i]);
+    g->out[i].name = (char *)name;
+    g->outp[i] = &g->out[i];
+}
+
+/* add_param: request parameter key; returns its value to fill in. */
+static Param *add_param(msg *g, const char *key)
+{
+    size_t i = g->m.n_parameters++;
+    inference__model_infer_request__parameters_entry__init(&g->pe[i]);
+    inference__infer_parameter__init(&g->pv[i]);
+    g->pe[i].key = (char *)key;
+    g->pe[i].value = &g->pv[i];
+    g->pep[i] = &g->pe[i];
+    return &g->pv[i];
+}
+
+static void str_param(Param *p, const char *s)
+{
+    p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
+    p->string_param = (char *)s;
+}
+
+/* dec: g packed and decoded under lim; a failure must leave r empty. */
+static int dec(msg *g, const oip_limits *lim, oip_request *r, char *err)
+{
+    size_t n = inference__model_infer_request__get_packed_size(&g->m);
+    uint8_t *b = malloc(n + 1);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_uint_eq(inference__model_infer_request__pack(&g->m, b), n);
+    err[0] = 0;
+    int rc = oip_pb_decode(r, (const char *)b, n, 0, lim, err);
+    free(b);
+    if (rc) {
+        ck_assert_int_eq(r->n_inputs, 0);
+        ck_assert_ptr_null(r->inputs);
+        ck_assert_msg(err[0], "failed (%d) without a message", rc);
+    }
+    return rc;
+}
+
+/* refused: g fails with code and an error starting with want. */
+static void refused(msg *g, const oip_limits *lim, int code, const char *want)
+{
+    oip_request r;
+    char err[OIP_ERRMAX];
+    int rc = dec(g, lim, &r, err);
+    ck_assert_msg(rc == code, "rc %d (want %d): %s", rc, code, err);
+    ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "error '%s', want '%s...'",
+                  err, want);
+    oip_request_free(&r);
+}
+
+START_TEST(inputs_refused)
+{
+    msg g;
+    oip_limits lim;
+    uint8_t four[16] = {0};
+
+    /* raw_input_contents for every input, and contents on one as well */
+    msg_init(&g);
+    add_fp32(&g, "x", 4);
+    g.raw[0].data = four;
+    g.raw[0].len = sizeof four;
+    g.m.raw_input_contents = g.raw;
+    g.m.n_raw_input_contents = 1;
+    refused(&g, NULL, ATTN_EINVAL,
+            "inputs[0]: both contents and raw_input_contents given");
+
+    msg_init(&g);
+    add_fp32(&g, "x", 2);
+    add_fp32(&g, "x", 2);
+    refused(&g, NULL, ATTN_EINVAL, "inputs[1].name: duplicate input \"x\"");
+
+    msg_init(&g);
+    add_fp32(&g, "", 2);
+    refused(&g, NULL, ATTN_EINVAL, "inputs[0].name: must be 1 to 63 bytes");
+    msg_init(&g);
+    add_fp32(&g, "nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn", 2);
+    refused(&g, NULL, ATTN_EINVAL, "inputs[0].name: must be 1 to 63 bytes");
+
+    /* 2^40 x 2^40 elements: the product overflows size_t */
+    msg_init(&g);
+    In *t = add_fp32(&g, "x", 1);
+    g.shape[0][0] = g.shape[0][1] = (int64_t)1 << 40;
+    t->n_shape = 2;
+    refused(&g, NULL, ATTN_EOVERFLOW, "inputs[0].shape: element count overflows");
+
+    memset(&lim, 0, sizeof lim);
+    lim.max_elements = 3;
+    msg_init(&g);
+    add_fp32(&g, "x", 4);
+    refused(&g, &lim, ATTN_EFULL, "inputs[0].shape: 4 elements, at most 3");
+
+    memset(&lim, 0, sizeof lim);
+    lim.max_inputs = 2;
+    msg_init(&g);
+    add_fp32(&g, "a", 1);
+    add_fp32(&g, "b", 1);
+    add_fp32(&g, "c", 1);
+    refused(&g, &lim, ATTN_EOVERFLOW, "inputs: more than 2 entries");
+
+    /* a shape of 100000 floats sent with no values: the decoded size is
+     * refused against the budget before anything is allocated for it */
+    memset(&lim, 0, sizeof lim);
+    lim.memory_budget = 65536;
+    msg_init(&g);
+    t = add_fp32(&g, "x", 1);
+    g.shape[0][0] = 100000;
+    t->contents = NULL;
+    refused(&g, &lim, ATTN_EFULL, "request: decoded tensors need 400000 bytes");
+
+    /* FP32 declared, the values in int_contents */
+    msg_init(&g);
+    t = add_fp32(&g, "x", 2);
+    g.c[0].n_fp32_contents = 0;
+    g.c[0].int_contents = g.i32[0];
+    g.c[0].n_int_contents = 2;
+    refused(&g, NULL, ATTN_EINVAL,
+            "inputs[0].contents: FP32 values go in fp32_contents only");
+}
+END_TEST
+
+START_TEST(outputs_refused)
+{
+    msg g;
+    oip_limits lim;
+
+    msg_init(&g);
+    add_fp32(&g, "x", 1);
+    add_output(&g, "y");
+    add_output(&g, "y");
+    refused(&g, NULL, ATTN_EINVAL, "outputs[1].name: duplicate output \"y\"");
+
+    msg_init(&g);
+    add_fp32(&g, "x", 1);
+    add_output(&g, "");
+    refused(&g, NULL, ATTN_EINVAL, "outputs[0].name: must be 1 to 63 bytes");
+
+    memset(&lim, 0, sizeof lim);
+    lim.max_outputs = 1;
+    msg_init(&g);
+    add_fp32(&g, "x", 1);
+    add_output(&g, "y");
+    add_output(&g, "attention");
+    refused(&g, &lim, ATTN_EOVERFLOW, "outputs: 2 entries, at most 1");
+
+    /* binary_data as an int64: refused, not read as true */
+    msg_init(&g);
+    add_fp32(&g, "x", 1);
+    add_output(&g, "y");
+    inference__model_infer_request__infer_requested_output_tensor__parameters_entry__init(
+        &g.oe[0]);
+    inference__infer_parameter__init(&g.ov[0]);
+    g.oe[0].key = "binary_data";
+    g.oe[0].value = &g.ov[0];
+    g.ov[0].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+    g.ov[0].int64_param = 1;
+    g.oep[0] = &g.oe[0];
+    g.out[0].parameters = g.oep;
+    g.out[0].n_parameters = 1;
+    refused(&g, NULL, ATTN_EINVAL,
+            "outputs[0].parameters.binary_data: expected true or false");
+}
+END_TEST
+
+/* binary_data per output and INT64 typed contents decode as sent. */
+START_TEST(outputs_and_int64_decode)
+{
+    msg g;
+    oip_request r;
+    char err[OIP_ERRMAX];
+    msg_init(&g);
+    add_fp32(&g, "x", 2);
+    In *t = add_fp32(&g, "lengths", 2);
+    t->datatype = "INT64";
+    g.c[1].n_fp32_contents = 0;
+    g.i64[1][0] = 5;
+    g.i64[1][1] = INT64_MAX;
+    g.c[1].int64_contents = g.i64[1];
+    g.c[1].n_int64_contents = 2;
+    add_output(&g, "y");
+    add_output(&g, "attention");
+    inference__model_infer_request__infer_requested_output_tensor__parameters_entry__init(
+        &g.oe[0]);
+    inference__infer_parameter__init(&g.ov[0]);
+    g.oe[0].key = "binary_data";
+    g.oe[0].value = &g.ov[0];
+    g.ov[0].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+    g.ov[0].bool_param = 1;
+    g.oep[0] = &g.oe[0];
+    g.out[1].parameters = g.oep;
+    g.out[1].n_parameters = 1;
+    Param *p = add_param(&g, "binary_data_output");
+    p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+    p->bool_param = 0;
+    ck_assert_msg(dec(&g, NULL, &r, err) == 0, "%s", err);
+    ck_assert_int_eq(r.n_outputs, 2);
+    ck_assert_int_eq(r.outputs[0].binary, -1); /* the request's default */
+    ck_assert_int_eq(r.outputs[1].binary, 1);
+    ck_assert_int_eq(r.params.binary_data_output, 0);
+    const oip_tensor *l = oip_find_input(&r, "lengths");
+    ck_assert_ptr_nonnull(l);
+    ck_assert_int_eq(l->wire_dtype, OIP_INT64);
+    ck_assert(((const int64_t *)l->data)[0] == 5);
+    ck_assert(((const int64_t *)l->data)[1] == INT64_MAX);
+    oip_request_free(&r);
+}
+END_TEST
+
+START_TEST(sequence_id_kinds)
+{
+    msg g;
+    oip_request r;
+    char err[OIP_ERRMAX];
+    Param *p;
+
+    msg_init(&g);
+    add_fp32(&g, "x", 1);
+    p = add_param(&g, "sequence_id");
+    p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM;
+    p->uint64_param = UINT64_MAX;
+    ck_assert_msg(dec(&g, NULL, &r, err) == 0, "%s", err);
+    ck_assert_str_eq(r.params.seq_id, "18446744073709551615");
+    oip_request_free(&r);
+
+    p->uint64_param = 7; /* the same sequence as int64 7 and "7" */
+    ck_assert_msg(dec(&g, NULL, &r, err) == 0, "%s", err);
+    ck_assert_str_eq(r.params.seq_id, "7");
+    oip_request_free(&r);
+
+    p->uint64_param = 0;
+    refused(&g, NULL, ATTN_EINVAL, "parameters.sequence_id: 0; expected >= 1");
+
+    p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_DOUBLE_PARAM;
+    p->double_param = 7.0;
+    refused(&g, NULL, ATTN_EINVAL,
+            "parameters.sequence_id: expected an int64, uint64 or string param");
+
+    /* an id of 256 bytes (at most 255) */
+    char id[257];
+    memset(id, 'i', 256);
+    id[256] = 0;
+    msg_init(&g);
+    add_fp32(&g, "x", 1);
+    g.m.id = id;
+    refused(&g, NULL, ATTN_EINVAL, "id: longer than 255 bytes");
+}
+END_TEST
+
+START_TEST(tokens_refused)
+{
+    msg g;
+    oip_limits lim;
+    oip_request r;
+    char err[OIP_ERRMAX], longtok[300];
+    Param *p;
+
+    msg_init(&g);
+    add_fp32(&g, "x", 1);
+    p = add_param(&g, "tokens");
+    p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+    p->bool_param = 1;
+    refused(&g, NULL, ATTN_EINVAL, "parameters.tokens: expected a string_param");
+
+    str_param(p, "{\"a\": \"b\"}");
+    refused(&g, NULL, ATTN_EINVAL, "parameters.tokens: expected an array of strings");
+    str_param(p, "not json");
+    refused(&g, NULL, ATTN_EINVAL, "parameters.tokens: expected an array of strings");
+    str_param(p, "[\"a\", 1]");
+    refused(&g, NULL, ATTN_EINVAL, "parameters.tokens[1]: expected a string");
+
+    snprintf(longtok, sizeof longtok, "[\"%0256d\"]", 0);
+    str_param(p, longtok);
+    refused(&g, NULL, ATTN_EINVAL, "parameters.tokens[0]: longer than 255 bytes");
+
+    memset(&lim, 0, sizeof lim);
+    lim.max_tokens = 2;
+    str_param(p, "[\"a\", \"b\", \"c\"]");
+    refused(&g, &lim, ATTN_EOVERFLOW, "parameters.tokens: 3 entries, at most 2");
+
+    /* within the limit it decodes; the same key again is refused */
+    str_param(p, "[\"a\", \"b\"]");
+    ck_assert_msg(dec(&g, &lim, &r, err) == 0, "%s", err);
+    ck_assert_int_eq(r.params.n_tokens, 2);
+    ck_assert_str_eq(r.params.tokens[1], "b");
+    oip_request_free(&r);
+    str_param(add_param(&g, "tokens"), "[\"c\"]");
+    refused(&g, NULL, ATTN_EINVAL, "parameters.tokens: given twice");
+}
+END_TEST
+
+/* A message cut inside a fixed64 or fixed32 field is broken for the peek
+ * (it reads only the top level, before the whole message is parsed). */
+START_TEST(peek_cut_fixed)
+{
+    char name[64], version[64], err[OIP_ERRMAX];
+    /* field 1 "m", then field 3 as fixed64 with 7 of its 8 bytes */
+    const char f64[] = {0x0a, 0x01, 'm', 0x19, 1, 2, 3, 4, 5, 6, 7};
+    const char f32[] = {0x0a, 0x01, 'm', 0x1d, 1, 2, 3};
+    const char f32ok[] = {0x0a, 0x01, 'm', 0x1d, 1, 2, 3, 4};
+    ck_assert_int_eq(oip_pb_peek_model(f64, sizeof f64, name, version, 64, err),
+                     ATTN_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "not a valid ModelInferRequest"));
+    ck_assert_int_eq(oip_pb_peek_model(f32, sizeof f32, name, version, 64, err),
+                     ATTN_EINVAL);
+    ck_assert_int_eq(oip_pb_peek_model(f32ok, sizeof f32ok, name, version, 64, err),
+                     0);
+    ck_assert_str_eq(name, "m");
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("pb");
+    TCase *tc = tcase_create("decode");
+    tcase_add_test(tc, inputs_refused);
+    tcase_add_test(tc, outputs_refused);
+    tcase_add_test(tc, outputs_and_int64_decode);
+    tcase_add_test(tc, sequence_id_kinds);
+    tcase_add_test(tc, tokens_refused);
+    tcase_add_test(tc, peek_cut_fixed);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TU_MAIN(suite)
