@@ -1,9 +1,11 @@
 // infer.test.mjs - numbers (seeds, PyTorch), output selection, binary
 // tensors, FP16/BF16, and every bad input with its status and field.
 import assert from 'node:assert/strict';
+import { cpSync, mkdirSync } from 'node:fs';
 import { request } from 'node:http';
+import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { REFS, binaryRequest, f32bytes, fp32, infer, maxDiff, parseBinary, start } from './helper.mjs';
+import { REFS, ROOT, binaryRequest, f32bytes, fp32, infer, maxDiff, modelsDir, parseBinary, start } from './helper.mjs';
 
 let d;
 before(async () => { d = await start({ args: ['--max-json-body', '200000', '--max-body', '400000', '--max-tokens', '4096'] }); });
@@ -98,6 +100,34 @@ test('cross-attention: context, context_lengths and a [B, T, S] mask match PyTor
   assert.deepEqual(out(r, 'k').shape, [2, 2, 5, 4]);
   assert.ok(maxDiff(out(r, 'y').data, c.y) < 1e-5);
   assert.ok(maxDiff(out(r, 'attention').data, c.attention) < 1e-6);
+});
+
+// tests/core/model_fixtures/cross: nn.MultiheadAttention(32, 4, kdim =
+// vdim = 24). Its keys cannot come from x (32 wide): a request without a
+// context is refused, and so is a sequence (whose keys are its own x).
+test('a cross-attention model: no context is 400 naming it, a sequence on it 400; with one it answers', async () => {
+  const dir = modelsDir();
+  mkdirSync(join(dir, 'cross'));
+  for (const f of ['config.json', 'model.safetensors'])
+    cpSync(join(ROOT, 'tests', 'core', 'model_fixtures', 'cross', f), join(dir, 'cross', f));
+  const e = await start({ dir });
+  try {
+    const x = fp32('x', [1, 2, 32], new Array(64).fill(0.5));
+    let r = await infer(e, 'cross', { inputs: [x] });
+    assert.equal(r.status, 400, JSON.stringify(r.json));
+    assert.equal(r.json.error, "inputs: 'context' is required: model 'cross' is cross-attention (FP32 [B, S, 24])");
+    r = await infer(e, 'cross', { inputs: [x], parameters: { sequence_id: 'c1', sequence_start: true } });
+    assert.equal(r.status, 400, JSON.stringify(r.json));
+    assert.match(r.json.error, /^parameters\.sequence_id: model 'cross' is cross-attention; sequences need a self-attention model$/);
+    assert.equal((await (await fetch(`${e.url}/v2/sequences`)).json()).count, 0);
+    // three equal context rows: every query weighs them alike
+    r = await infer(e, 'cross', { inputs: [x, fp32('context', [1, 3, 24], new Array(72).fill(0.25))],
+      outputs: [{ name: 'y' }, { name: 'attention' }] });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    assert.deepEqual(out(r, 'y').shape, [1, 2, 32]);
+    assert.deepEqual(out(r, 'attention').shape, [1, 4, 2, 3]);
+    assert.ok(maxDiff(out(r, 'attention').data, new Array(24).fill(1 / 3)) < 1e-6);
+  } finally { assert.equal((await e.stop()).code, 0, e.log()); }
 });
 
 test('a large request (run stage by stage over the pool) matches PyTorch', async () => {
@@ -206,6 +236,10 @@ const bad = [
   ['sdpa S mismatch', 'sdpa', { inputs: [fp32('q', [2, 2], [1, 2, 3, 4]), fp32('k', [2, 2], [1, 2, 3, 4]), fp32('v', [3, 1], [1, 2, 3])] }, 400, /inputs\[v\]\.shape/],
   ['sdpa rank 1', 'sdpa', { inputs: [fp32('q', [2], [1, 2]), fp32('k', [2], [1, 2]), fp32('v', [2], [1, 2])] }, 400, /inputs\[q\]\.shape: rank 1/],
   ['sdpa lead dims differ', 'sdpa', { inputs: [fp32('q', [2, 1, 1], [1, 2]), fp32('k', [3, 1, 1], [1, 2, 3]), fp32('v', [3, 1, 1], [1, 2, 3])] }, 400, /inputs\[k\]\.shape: dimension 0/],
+  // k and v are read as FP32 and a mask as bytes: other datatypes would be misread (or read past)
+  ['sdpa k INT32', 'sdpa', { inputs: [fp32('q', [2, 2], [1, 2, 3, 4]), { name: 'k', datatype: 'INT32', shape: [2, 2], data: [1, 2, 3, 4] }, fp32('v', [2, 1], [1, 2])] }, 400, /^inputs\[k\]\.datatype: INT32; expected FP32/],
+  ['sdpa v BOOL', 'sdpa', { inputs: [fp32('q', [2, 2], [1, 2, 3, 4]), fp32('k', [2, 2], [1, 2, 3, 4]), { name: 'v', datatype: 'BOOL', shape: [2, 1], data: [true, false] }] }, 400, /^inputs\[v\]\.datatype: BOOL; expected FP32/],
+  ['sdpa mask FP32', 'sdpa', { inputs: [...sdpaInputs(REFS.sdpa_causal), fp32('mask', [5, 5], new Array(25).fill(1))] }, 400, /^inputs\[mask\]\.datatype: FP32; expected BOOL$/],
   ['sdpa output of a model', 'sdpa', { inputs: sdpaInputs(REFS.sdpa_causal), outputs: [{ name: 'y' }] }, 400, /outputs\[0\]\.name/],
 ];
 for (const [what, model, body, status, re] of bad) {

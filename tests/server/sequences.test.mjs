@@ -179,6 +179,35 @@ test('rules: B = 1, weight-set models only, only x, no k/v outputs', async () =>
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
+// A step's x is read as FP32 [1, T, d_model] straight into the K/V cache:
+// another datatype or width would be misread (or read past its end).
+test('a step with a wrong x, an unknown output or retain without maps is 400 naming it; the sequence is as it was', async () => {
+  const d = await start({ dir: gqaModels(), args: ['--maps-bytes', '0'] });
+  try {
+    const xs = tokens(5, 11);
+    const ref = await full(d, xs);
+    checkStep(await infer(d, 'gqa', stepBody('w', xs.slice(0, 3 * D), { start: true })), ref, 0, 3, 'start');
+    const one = xs.slice(3 * D, 4 * D);
+    const bad = [
+      [{ inputs: [{ name: 'x', datatype: 'INT32', shape: [1, 1, D], data: one.map(() => 1) }] }, /^inputs\[x\]\.datatype: INT32; expected FP32/],
+      [{ inputs: [{ name: 'x', datatype: 'BOOL', shape: [1, 1, D], data: one.map(() => true) }] }, /^inputs\[x\]\.datatype: BOOL; expected FP32/],
+      [{ inputs: [fp32('x', [1, 2, D / 2], one)] }, new RegExp(`^inputs\\[x\\]\\.shape: expected \\[1, T, ${D}\\] for model 'gqa'$`)],
+      [{ inputs: [fp32('x', [1, D], one)] }, /^inputs\[x\]\.shape: expected \[1, T, 16\]/],
+      [{ inputs: [fp32('x', [1, 1, D], one)], outputs: [{ name: 'nope' }] }, /^outputs\[0\]\.name: model 'gqa' has no output 'nope' \(a sequence step gives y, attention, scores, q\)$/],
+      [{ inputs: [fp32('x', [1, 1, D], one)], extra: { retain: true } }, /^parameters\.retain: this server keeps no maps \(maps-bytes 0\)$/],
+    ];
+    for (const [b, re] of bad) {
+      const body = { inputs: b.inputs, outputs: b.outputs || ALL, parameters: { sequence_id: 'w', ...(b.extra || {}) } };
+      const r = await infer(d, 'gqa', body);
+      assert.equal(r.status, 400, JSON.stringify(r.json));
+      assert.match(r.json.error, re);
+    }
+    const seq = await (await fetch(`${d.url}/v2/sequences/w`)).json();
+    assert.equal(seq.length, 3);
+    checkStep(await infer(d, 'gqa', stepBody('w', xs.slice(3 * D), { end: true })), ref, 3, 2, 'after the refused steps');
+  } finally { assert.equal((await d.stop()).code, 0, d.log()); }
+});
+
 /** POST one step with node:http on its own connection; the promise of
  * its answer. */
 function send(url, body) {
