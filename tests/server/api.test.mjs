@@ -178,6 +178,11 @@ test('repository index lists loaded models with their state', async () => {
   const bad = await post(`${d.url}/v2/repository/index`, '{"ready": 3}');
   assert.equal(bad.status, 400);
   assert.match(bad.json.error, /ready/);
+  for (const body of ['[]', '{"ready": tru']) {
+    const nobj = await post(`${d.url}/v2/repository/index`, body);
+    assert.equal(nobj.status, 400, body);
+    assert.match(nobj.json.error, /^body: not a JSON object/, body);
+  }
 });
 
 test('statistics: Triton extension shape, counting requests', async () => {

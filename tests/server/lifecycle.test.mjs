@@ -260,6 +260,9 @@ test('while draining: ready is 503, new work 503, and attnd exits 0 when the las
   const ready = await fetch(`${d.url}/v2/health/ready`);
   assert.equal(ready.status, 503);
   assert.match((await ready.json()).error, /draining/);
+  const mready = await fetch(`${d.url}/v2/models/tiny/ready`);
+  assert.equal(mready.status, 503);
+  assert.match((await mready.json()).error, /draining/);
   assert.equal((await fetch(`${d.url}/v2/health/live`)).status, 200);
   const r = await infer(d, 'tiny', xreq('late'));
   assert.equal(r.status, 503);
@@ -365,6 +368,12 @@ test('bad uploads and loads: status and the parameter named; nothing written', a
   r = await L('bad5', { parameters: { 'file:other.bin': 'AAAA' } });
   assert.equal(r.status, 400);
   assert.match(r.json.error, /file:other\.bin/);
+  r = await L('bad6', { parameters: { 'file:model.safetensors': 5 } });
+  assert.equal(r.status, 400);
+  assert.equal(r.json.error, 'parameters["file:model.safetensors"]: must be a base64 string');
+  r = await L('bad7', { parameters: 5 });
+  assert.equal(r.status, 400);
+  assert.equal(r.json.error, 'parameters: must be an object');
   r = await L('..', {});
   assert.equal(r.status, 404); // fetch normalises '..' away: no such route
   r = await L('a%20b', {});
@@ -375,7 +384,7 @@ test('bad uploads and loads: status and the parameter named; nothing written', a
   assert.match(r.json.error, /model 'absent'/);
   r = await L('sdpa', {});
   assert.equal(r.status, 400);
-  for (const n of ['bad1', 'bad2', 'bad3', 'bad4', 'bad5']) assert.equal(existsSync(join(d.dir, n)), false, n);
+  for (const n of ['bad1', 'bad2', 'bad3', 'bad4', 'bad5', 'bad6', 'bad7']) assert.equal(existsSync(join(d.dir, n)), false, n);
   assert.deepEqual(readdirSync(d.dir).filter((f) => f.startsWith('.')), []);
   const s = await (await fetch(`${d.url}/v2/models/absent/ready`));
   assert.equal(s.status, 404);
@@ -410,6 +419,12 @@ test('unload: in-flight requests finish, then 404; load brings it back', async (
   assert.match(r.json.error, /model 'tiny': not loaded/);
   assert.equal((await fetch(`${d.url}/v2/models/tiny/ready`)).status, 404);
   assert.equal((await fetch(`${d.url}/v2/health/ready`)).status, 200, 'an unloaded model is not expected');
+  // its metadata and configuration name it as not loaded, not as unknown
+  for (const p of ['', '/config']) {
+    const m = await fetch(`${d.url}/v2/models/tiny${p}`);
+    assert.equal(m.status, 404, p);
+    assert.equal((await m.json()).error, "model 'tiny': not loaded (unloaded)", p);
+  }
   const idx = await post(`${d.url}/v2/repository/index`, '');
   assert.deepEqual(idx.json.find((m) => m.name === 'tiny'), { name: 'tiny', version: '1', state: 'UNAVAILABLE', reason: 'unloaded' });
   assert.equal((await post(`${d.url}/v2/repository/models/tiny/unload`, '')).status, 404);
