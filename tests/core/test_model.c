@@ -634,6 +634,86 @@ START_TEST(test_wide_panels)
 }
 END_TEST
 
+/* st_f32: a safetensors file of the four canonical matrices, F32, shapes
+ * (in, out) from dims[r] (W_q, W_k, W_v, W_o), values small and seeded;
+ * malloc'd, its length in *len. */
+static unsigned char *st_f32(const int dims[4][2], size_t *len)
+{
+    static const char *names[4] = {"W_q", "W_k", "W_v", "W_o"};
+    char hdr[512];
+    size_t at = 0, off = 0, n = 0;
+    for (int r = 0; r < 4; r++) {
+        size_t c = (size_t)dims[r][0] * (size_t)dims[r][1];
+        at += (size_t)snprintf(hdr + at, sizeof hdr - at,
+                               "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%d,%d],"
+                               "\"data_offsets\":[%zu,%zu]}",
+                               r ? "," : "{", names[r], dims[r][0], dims[r][1],
+                               off * 4, (off + c) * 4);
+        off += c;
+    }
+    n = off;
+    at += (size_t)snprintf(hdr + at, sizeof hdr - at, "}");
+    while (at % 8)
+        hdr[at++] = ' ';
+    *len = 8 + at + n * sizeof(float);
+    unsigned char *st = malloc(*len);
+    ck_assert_ptr_nonnull(st);
+    for (int b = 0; b < 8; b++)
+        st[b] = (unsigned char)((uint64_t)at >> (8 * b));
+    memcpy(st + 8, hdr, at);
+    for (size_t i = 0; i < n; i++) {
+        float v = (float)((int)(i * 7919 % 13) - 6) / 16;
+        memcpy(st + 8 + at + i * sizeof(float), &v, sizeof v);
+    }
+    return st;
+}
+
+/* The projections' widths against the heads, as an upload can get them
+ * wrong: W_k not whole heads, W_v not a multiple of the kv heads, a
+ * config's v_head_dim that W_v does not have. Each is refused naming the
+ * matrix and the numbers (the engine would read past a head otherwise);
+ * a v_head_dim that does match loads with it. */
+START_TEST(test_head_widths)
+{
+    static const struct {
+        int dims[4][2];
+        const char *cfg, *want;
+    } bad[] = {
+        {{{8, 8}, {8, 6}, {8, 8}, {8, 8}}, "{\"n_heads\": 2}",
+         "up/model.safetensors: W_k (from 'W_k' [8, 6]) has 6 outputs, not a "
+         "multiple of head_dim 4"},
+        {{{8, 8}, {8, 8}, {8, 5}, {8, 8}}, "{\"n_heads\": 2}",
+         "up/model.safetensors: W_v (from 'W_v' [8, 5]) has 5 outputs, not a "
+         "multiple of n_kv_heads 2"},
+        {{{8, 8}, {8, 8}, {8, 8}, {8, 8}}, "{\"n_heads\": 2, \"v_head_dim\": 3}",
+         "up/model.safetensors: v_head_dim is 3 in the config but W_v (from "
+         "'W_v' [8, 8]) has 8 outputs / n_kv_heads 2 = 4"},
+    };
+    char err[ATTN_ERRMAX];
+    size_t len;
+    model *m;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        unsigned char *st = st_f32(bad[i].dims, &len);
+        int rc = model_load_mem(&m, "up", bad[i].cfg, strlen(bad[i].cfg), st,
+                                len, err);
+        ck_assert_msg(rc == ATTN_EFORMAT, "case %zu: rc %d (%s)", i, rc,
+                      rc ? err : "loaded");
+        ck_assert_str_eq(err, bad[i].want);
+        free(st);
+    }
+    /* 2 heads whose values are 6 wide: W_v (8, 12), W_o (12, 8) */
+    const int ok[4][2] = {{8, 8}, {8, 8}, {8, 12}, {12, 8}};
+    const char *cfg = "{\"n_heads\": 2, \"v_head_dim\": 6}";
+    unsigned char *st = st_f32(ok, &len);
+    ck_assert_msg(model_load_mem(&m, "up", cfg, strlen(cfg), st, len, err) == 0,
+                  "%s", err);
+    ck_assert_int_eq(model_config(m)->v_head_dim, 6);
+    ck_assert_int_eq(model_config(m)->head_dim, 4);
+    model_destroy(m);
+    free(st);
+}
+END_TEST
+
 /* Every single-byte change to the header of a good model file (and to its
  * config) loads or fails with a message naming the upload; the sanitizers
  * catch anything worse. */
@@ -698,6 +778,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_names);
     tcase_add_test(tc, test_load_mem);
     tcase_add_test(tc, test_wide_panels);
+    tcase_add_test(tc, test_head_widths);
     tcase_add_test(tc, test_mutations);
     suite_add_tcase(s, tc);
     return s;
