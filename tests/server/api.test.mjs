@@ -142,12 +142,19 @@ test('wrong method: 405 with Allow', async () => {
   r = await fetch(d.url + '/v2/models/tiny/infer', { method: 'PUT' });
   assert.equal(r.status, 405);
   assert.match((await r.json()).error, /method: PUT is not allowed on \/v2\/models\/tiny\/infer \(allowed: POST\)/);
+  // one with more than letters (or longer than 15) is named OTHER
+  for (const method of ['M-SEARCH', 'VERYLONGMETHODNAME']) {
+    r = await fetch(d.url + '/v2/models/tiny/infer', { method });
+    assert.equal(r.status, 405, method);
+    assert.equal((await r.json()).error, 'method: OTHER is not allowed on /v2/models/tiny/infer (allowed: POST)', method);
+  }
   r = await fetch(d.url + '/v2/sequences/no-such-seq', { method: 'DELETE' });
   assert.equal(r.status, 404);
   const log = await d.logged(/ PUT \/v2\/models\/tiny\/infer 405/);
   assert.match(log, / PUT \/v2\/models\/tiny\/infer 405/);
   assert.match(await d.logged(/ DELETE \/v2\/sequences\/no-such-seq 404/), / DELETE \/v2\/sequences\/no-such-seq 404/);
   assert.match(await d.logged(/ DELETE \/v2\/models\/tiny 405/), / DELETE \/v2\/models\/tiny 405/);
+  assert.match(await d.logged(/ OTHER \/v2\/models\/tiny\/infer 405/), / OTHER \/v2\/models\/tiny\/infer 405/);
 });
 
 test('Allow (405 and OPTIONS) names every method of the path, and only those', async () => {

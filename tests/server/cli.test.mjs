@@ -1,12 +1,12 @@
 // cli.test.mjs - the command line: --help from the settings table, env
 // variables, --version, --check-models, --health-check, JSON log lines.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { ATTND, ROOT, REFS, fp32, infer, start } from './helper.mjs';
+import { ATTND, ROOT, REFS, SLOW, fp32, infer, modelsDir, start, track } from './helper.mjs';
 import { gqaModels } from './seq_helper.mjs';
 
 const run = (args, env = {}) => spawnSync(ATTND, args, { encoding: 'utf8', env: { ...process.env, ...env }, timeout: 30000 });
@@ -82,6 +82,41 @@ test('bad settings exit 2 naming the flag or the variable', () => {
   r = run(['--port']);
   assert.equal(r.status, 2);
   assert.match(r.stderr, /--port needs a value/);
+});
+
+test('--host: an IPv6 address serves, bracketed in its listening line; an address not of this machine exits 1 saying so', async (t) => {
+  const r = run(['--host', '192.0.2.1', '--port', '0', '--grpc-port', '0', '--models', join(ROOT, 'tests/server/fixtures/models')]);
+  assert.equal(r.status, 1, r.stderr);
+  assert.match(r.stderr, /--host 192\.0\.2\.1 --port 0: cannot listen \(.+; in use, or not an address of this machine\)/);
+  const dir = modelsDir();
+  const args = ['--host', '::1', '--port', '0', '--grpc-port', '0', '--models', dir];
+  const proc = spawn(ATTND, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  proc.stderr.on('data', (c) => { log += c; });
+  track(proc, { args, dir, log: () => log });
+  const exit = new Promise((res) => proc.on('exit', (code, signal) => res({ code, signal })));
+  let m;
+  for (const until = Date.now() + 20000 * SLOW; !(m = /listening on http:\/\/\[::1\]:(\d+)/.exec(log)) && proc.exitCode === null && Date.now() < until;)
+    await new Promise((res) => setTimeout(res, 20));
+  if (!m && /cannot listen \(Cannot assign requested address/.test(log)) {
+    proc.kill('SIGKILL');
+    await exit;
+    rmSync(dir, { recursive: true, force: true });
+    t.skip('no IPv6 loopback here');
+    return;
+  }
+  assert.ok(m, log);
+  const d = { url: `http://[::1]:${m[1]}` };
+  const x = REFS.causal;
+  for (const until = Date.now() + 20000 * SLOW; (await fetch(`${d.url}/v2/health/ready`).catch(() => null))?.status !== 200;) {
+    assert.ok(Date.now() < until, log);
+    await new Promise((res) => setTimeout(res, 20));
+  }
+  const a = await infer(d, 'tiny', { inputs: [fp32('x', x.shape, x.x)] });
+  assert.equal(a.status, 200, JSON.stringify(a.json));
+  proc.kill('SIGTERM');
+  assert.equal((await exit).code, 0, log);
+  rmSync(dir, { recursive: true, force: true });
 });
 
 test('--check-models: 0 when every folder loads, 1 naming a broken one', () => {
