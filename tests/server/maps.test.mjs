@@ -43,6 +43,29 @@ test('retain: map_id in the response, the same maps from /v2/maps', async (t) =>
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
+test('retain on cross-attention: T + S labels name the queries and the keys apart; other counts are 400', async (t) => {
+  const d = await start({ t });
+  try {
+    const c = REFS.cross; // x [2, 3, 8], context [2, 5, 8]
+    const body = (tokens) => ({ inputs: [fp32('x', c.shape, c.x), fp32('context', c.context_shape, c.context)],
+      parameters: { retain: true, tokens } });
+    const q = ['q0', 'q1', 'q2'], k = ['k0', 'k1', 'k2', 'k3', 'k4'];
+    const r = await infer(d, 'tiny', body([...q, ...k]));
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    const meta = await (await fetch(`${d.url}/v2/maps/${r.json.parameters.map_id}`)).json();
+    assert.deepEqual(meta.tokens, q);
+    assert.deepEqual(meta.key_tokens, k);
+    // T labels: the keys (from another sequence) get none
+    const r2 = await infer(d, 'tiny', body(q));
+    assert.equal(r2.status, 200, JSON.stringify(r2.json));
+    const meta2 = await (await fetch(`${d.url}/v2/maps/${r2.json.parameters.map_id}`)).json();
+    assert.deepEqual([meta2.tokens, meta2.key_tokens], [q, []]);
+    const r3 = await infer(d, 'tiny', body([...q, 'k0']));
+    assert.equal(r3.status, 400);
+    assert.match(r3.json.error, /parameters\.tokens: 4 labels, expected 3 \(one per query token\) or T \+ S$/);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
 test('retain is refused when the store is off (--maps-bytes 0)', async (t) => {
   const d = await start({ t, args: ['--maps-bytes', '0'] });
   try {
@@ -83,6 +106,16 @@ test('large maps are sliced and printed on the pool, one at a time: a request se
     assert.equal(st, 200);
     // on the loop, the maps held the health check until they were printed
     assert.equal(order[0], 'live', order.join());
+    // unpooled, 4M cells would be ~40 MB of JSON: refused, saying what to ask
+    const whole = await fetch(`${d.url}/v2/maps/${id}/attention?h=0`);
+    assert.equal(whole.status, 400);
+    assert.equal((await whole.json()).error, 'max: a 2048 x 2048 map is too large for JSON; ask for max=1024 or format=f32');
+    assert.equal((await fetch(`${d.url}/v2/maps/${id}/attention?h=0&max=4096`)).status, 400);
+    const f32 = await fetch(`${d.url}/v2/maps/${id}/attention?h=0&format=f32`);
+    assert.equal(f32.status, 200);
+    assert.equal(f32.headers.get('map-shape'), '2048,2048');
+    assert.equal((await f32.arrayBuffer()).byteLength, T * T * 4);
+    assert.equal((await fetch(`${d.url}/v2/health/live`)).status, 200);
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
