@@ -6,7 +6,7 @@ import { connect } from 'node:net';
 import { cpSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { REFS, SLOW, binaryRequest, fp32, infer, maxDiff, post, start } from './helper.mjs';
+import { REFS, SLOW, binaryRequest, fp32, infer, maxDiff, post, safetensors, start } from './helper.mjs';
 
 const X = REFS.causal;
 const xreq = (id) => ({ id, inputs: [fp32('x', X.shape, X.x)], parameters: { causal: true } });
@@ -344,6 +344,38 @@ test('upload a model, restart the daemon, the model is still there', async (t) =
     assert.equal(y.status, 200);
     assert.ok(maxDiff(y.json.outputs[0].data, X.y) < 1e-5);
   } finally { assert.equal((await d2.stop()).code, 0); }
+});
+
+// A reload of a folder that an upload of the same name replaces while it
+// is read: whichever finishes last, the model served must be the one the
+// repository holds (the upload's), or a restart would serve another.
+test('a folder reload racing an upload of its name: the model served is the one the repository holds', async (t) => {
+  const d = await start({ t });
+  try {
+    const N = 512; // d_model 512: a folder read for a while (4 MiB)
+    const m = () => [[N, N], new Array(N * N).fill(0.001)];
+    const big = safetensors({ W_q: m(), W_k: m(), W_v: m(), W_o: m() });
+    const L = (b) => post(`${d.url}/v2/repository/models/race/load`, b);
+    const seen = {};
+    for (let round = 0; round < 6; round++) {
+      rmSync(join(d.dir, 'race'), { recursive: true, force: true });
+      mkdirSync(join(d.dir, 'race'));
+      writeFileSync(join(d.dir, 'race', 'model.safetensors'), big);
+      writeFileSync(join(d.dir, 'race', 'config.json'), '{"n_heads": 8}');
+      const [p, u] = await Promise.all([L(''), L(upload())]);
+      assert.equal(u.status, 200, JSON.stringify(u.json));
+      // the reload read the big folder, the tiny one, or one swapped under it (503)
+      assert.ok([200, 503].includes(p.status), JSON.stringify(p.json));
+      seen[p.status] = (seen[p.status] || 0) + 1;
+      const meta = await (await fetch(`${d.url}/v2/models/race`)).json();
+      assert.equal(meta.parameters.d_model, 8, `round ${round}: the served model is not the repository's (reload ${p.status})`);
+      assert.equal(readFileSync(join(d.dir, 'race', 'config.json'), 'utf8'), upload().parameters.config);
+    }
+    t.diagnostic(`reloads answered: ${JSON.stringify(seen)}`);
+    const y = await infer(d, 'race', xreq('r'));
+    assert.equal(y.status, 200);
+    assert.ok(maxDiff(y.json.outputs[0].data, X.y) < 1e-5);
+  } finally { assert.equal((await d.stop()).code, 0, d.log()); }
 });
 
 test('bad uploads and loads: status and the parameter named; nothing written', async (t) => {
