@@ -3,6 +3,7 @@
 #   make test                every test suite (installs missing packages)
 #   make bench               benchmarks with their peers (PyTorch, bare HTTP)
 #   make SANITIZER=address|undefined|thread test
+#   make coverage            the suites on a gcov build: % of lines run per file
 # Sources are found by folder: core/*.c -> libattn_core.a, proto/*.c ->
 # libattn_proto.a, server/*.c -> attnd; tests/<layer>/test_*.c are Check
 # binaries, one per source file.
@@ -325,6 +326,31 @@ SOAK_SECONDS ?= 300
 .PHONY: soak
 soak: deps-test $(ATTND)
 	ATTND_BIN=$(ATTND) SOAK_SECONDS=$(SOAK_SECONDS) node tests/server/soak.mjs
+
+# ---- coverage: make coverage, not in CI -----------------------------------
+# The unit, server, gRPC and page suites against build/cov (gcc --coverage, -O0;
+# the other builds are untouched), then one line per source file: lines,
+# the % of them run. A suite's failure is reported and the table printed
+# all the same (at -O0 a few timing tests may miss their window, and
+# failalloc's start with no memory kills gcov's own exit). The lines none
+# runs: gcov -t -o build/cov/server server/http.c | grep -n '#####'
+COV := build/cov
+COV_MAKE = $(MAKE) --no-print-directory BUILD=$(COV) OPT='-O0 -g --coverage' \
+    LDFLAGS=--coverage NODE_TEST_TIMEOUT=600000
+.PHONY: coverage coverage-table
+coverage: deps-test
+	@find $(COV) -name '*.gcda' -delete 2>/dev/null; true
+	@$(COV_MAKE) check-unit || echo "coverage: check-unit failed"
+	@$(COV_MAKE) check-server || echo "coverage: check-server failed"
+	@$(COV_MAKE) check-grpc || echo "coverage: check-grpc failed"
+	@$(COV_MAKE) check-web || echo "coverage: check-web failed"
+	@$(MAKE) --no-print-directory coverage-table
+coverage-table:
+	@printf '%-24s %6s %6s\n' file lines run; for f in $(CORE_SRC) $(PROTO_SRC) \
+	    $(SERVER_SRC) server/main.c; do gcov -n -o $(COV)/$$(dirname $$f) $$f \
+	    2>/dev/null | awk -v f=$$f '$$0 == "File '\''" f "'\''" { t = 1; next } \
+	    t && /^Lines/ { split($$0, a, /:|% of /); \
+	    printf "%-24s %6d %5.1f%%\n", f, a[3], a[2]; exit }'; done
 
 # ---- fuzzing at depth (issue 11): make fuzz-long, not in CI --------------
 #   make fuzz-long [FUZZ_LONG_RUNS=10000000] [FUZZ_LONG_SECONDS=3600]
