@@ -6,7 +6,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { ATTND, ROOT, REFS, SLOW, fp32, infer, modelsDir, start, track } from './helper.mjs';
+import { ATTND, ROOT, REFS, SANITIZER_REPORT, SLOW, fp32, infer, modelsDir, start, track } from './helper.mjs';
 import { gqaModels } from './seq_helper.mjs';
 
 const run = (args, env = {}) => spawnSync(ATTND, args, { encoding: 'utf8', env: { ...process.env, ...env }, timeout: 30000 });
@@ -116,6 +116,7 @@ test('--host: an IPv6 address serves, bracketed in its listening line; an addres
   assert.equal(a.status, 200, JSON.stringify(a.json));
   proc.kill('SIGTERM');
   assert.equal((await exit).code, 0, log);
+  assert.doesNotMatch(log, SANITIZER_REPORT);
   rmSync(dir, { recursive: true, force: true });
 });
 
