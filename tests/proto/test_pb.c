@@ -103,6 +103,21 @@ static Param *add_param(msg *g, const char *key)
     return &g->pv[i];
 }
 
+/* out_binary_data: output o's one parameter, binary_data; returns its value
+ * to fill in. */
+static Param *out_binary_data(msg *g, int o)
+{
+    inference__model_infer_request__infer_requested_output_tensor__parameters_entry__init(
+        &g->oe[0]);
+    inference__infer_parameter__init(&g->ov[0]);
+    g->oe[0].key = "binary_data";
+    g->oe[0].value = &g->ov[0];
+    g->oep[0] = &g->oe[0];
+    g->out[o].parameters = g->oep;
+    g->out[o].n_parameters = 1;
+    return &g->ov[0];
+}
+
 static void str_param(Param *p, const char *s)
 {
     p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
@@ -237,16 +252,9 @@ START_TEST(outputs_refused)
     msg_init(&g);
     add_fp32(&g, "x", 1);
     add_output(&g, "y");
-    inference__model_infer_request__infer_requested_output_tensor__parameters_entry__init(
-        &g.oe[0]);
-    inference__infer_parameter__init(&g.ov[0]);
-    g.oe[0].key = "binary_data";
-    g.oe[0].value = &g.ov[0];
-    g.ov[0].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
-    g.ov[0].int64_param = 1;
-    g.oep[0] = &g.oe[0];
-    g.out[0].parameters = g.oep;
-    g.out[0].n_parameters = 1;
+    Param *bd = out_binary_data(&g, 0);
+    bd->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+    bd->int64_param = 1;
     refused(&g, NULL, ATTN_EINVAL,
             "outputs[0].parameters.binary_data: expected true or false");
 }
@@ -269,16 +277,9 @@ START_TEST(outputs_and_int64_decode)
     g.c[1].n_int64_contents = 2;
     add_output(&g, "y");
     add_output(&g, "attention");
-    inference__model_infer_request__infer_requested_output_tensor__parameters_entry__init(
-        &g.oe[0]);
-    inference__infer_parameter__init(&g.ov[0]);
-    g.oe[0].key = "binary_data";
-    g.oe[0].value = &g.ov[0];
-    g.ov[0].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
-    g.ov[0].bool_param = 1;
-    g.oep[0] = &g.oe[0];
-    g.out[1].parameters = g.oep;
-    g.out[1].n_parameters = 1;
+    Param *bd = out_binary_data(&g, 1);
+    bd->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+    bd->bool_param = 1;
     Param *p = add_param(&g, "binary_data_output");
     p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
     p->bool_param = 0;
