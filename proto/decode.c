@@ -568,6 +568,23 @@ void oip__resolve_limits(oip_limits *L, const oip_limits *lim)
  * check binary sizes against the body and the decoded total against the
  * budget; only then allocate and decode the tensors.
  */
+/* binary_tail: does the data after a JSON object (body[end..len)) look
+ * like binary tensors sent without Inference-Header-Content-Length: the
+ * JSON names a binary_data_size, or the data's first bytes are not text?
+ * (A stray '}' or a second object is a JSON mistake, not that.) */
+static int binary_tail(const char *body, size_t len, size_t end)
+{
+    static const char key[] = "\"binary_data_size\"";
+    if (memmem(body, end, key, sizeof key - 1))
+        return 1;
+    for (size_t i = end; i < len && i < end + 64; i++) {
+        unsigned char c = (unsigned char)body[i];
+        if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c > 0x7e)
+            return 1;
+    }
+    return 0;
+}
+
 int oip_decode(oip_request *req, const char *body, size_t len,
                size_t header_len, const oip_limits *lim, char *err)
 {
@@ -595,10 +612,10 @@ int oip_decode(oip_request *req, const char *body, size_t len,
 
     /* 1. grammar and data spans; the skeleton's size against the budget */
     if ((rc = oip__scan_json(body, jlen, L.max_inputs, &sc, err))) {
-        if (!header_len && sc.json_end) /* binary data sent without its header? */
+        if (!header_len && sc.json_end && binary_tail(body, jlen, sc.json_end))
             rc = oip__fail(err, ATTN_EINVAL,
-                           "request body: invalid JSON at byte %zu: data after the "
-                           "JSON object (binary tensors after a JSON header need "
+                           "request body: data after the JSON object, which ends "
+                           "at byte %zu (binary tensors after a JSON header need "
                            "the Inference-Header-Content-Length header: %zu for "
                            "this one)", sc.json_end, sc.json_end);
         goto fail;

@@ -539,9 +539,10 @@ int oip__scan_json(const char *js, size_t len, int max_inputs, oip__scan *sc,
     if (z->pos >= len || js[z->pos] != '{')
         rc = not_object(js + z->pos, len - z->pos, err);
     else if (!(rc = scan_value(z, 1, R_ROOT, 0))) {
+        size_t end = z->pos; /* binary data may begin with a blank byte */
         skip_ws(z);
         if (z->pos != len) {
-            sc->json_end = z->pos;
+            sc->json_end = end;
             rc = syntax(z, "data after the JSON object");
         }
     }

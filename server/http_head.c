@@ -5,9 +5,10 @@
  * 400 and a close), the query of our extension's routes (only the
  * parameters each reads, each once), the body's limit and memory-budget
  * reservation, and whether its client will close after the answer.
- * http.c calls
- * srv_http__first_call on MHD's first call for each request; it may
- * answer at once (the body is then never read). Loop thread.
+ * http.c calls srv_http__first_call on MHD's first call for each request;
+ * it may answer from the head: at once, with Connection: close, for a
+ * request with a body (which is then never read), at MHD's next call for
+ * one without (the connection stays). Loop thread.
  */
 #include "server/srv.h"
 
@@ -480,8 +481,9 @@ static int client_closes(srv_req *r, const char *version)
 static int bodyless(srv_req *r)
 {
     const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
+    unsigned long long n = 0;
     return !MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Transfer-Encoding") &&
-           (!cl || strtoull(cl, NULL, 10) == 0); /* MHD checked its syntax */
+           (!cl || (parse_count(cl, &n) == 0 && n == 0));
 }
 
 void srv_http__first_call(srv_req *r, const char *url, const char *method,

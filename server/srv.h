@@ -215,7 +215,8 @@ struct srv_req {
     size_t body_len, body_cap, body_limit;
     const char *limit_name; /* the setting body_limit comes from */
     int too_large;         /* body passed body_limit; rest discarded */
-    int close;             /* its connection closes after the answer */
+    int close;             /* its connection closes after the answer (one made
+                              from the head is then queued at once: http.c) */
     size_t body_seen;      /* bytes received, kept or not */
     size_t header_len;     /* Inference-Header-Content-Length, 0 = none */
     char origin[SRV_ORIGIN_MAX]; /* allowed CORS origin to echo, "" = none */
@@ -628,8 +629,8 @@ void srv_http__accept_stop(srv *s);
 void srv_http__accept_room(srv *s);
 
 /* http_head.c, for http.c. srv_http__first_call: r's method name, route,
- * CORS origin, framing, API key and body limit from its head (answers at
- * once when one is wrong). srv_http__method: SRV_GET... of a method.
+ * CORS origin, framing, API key, query and body limit from its head (when
+ * one is wrong it answers: r->close set, at once; else at the next call). srv_http__method: SRV_GET... of a method.
  * srv_http__no_memory: 503 for a body that memory-budget cannot hold now. */
 void srv_http__first_call(srv_req *r, const char *url, const char *method,
                           const char *version);

@@ -35,9 +35,17 @@ static const struct bad {
     {"{", ATTN_EINVAL, "request body: invalid JSON at byte 1: expected a "
                        "string key"},
     {"{} x", ATTN_EINVAL, "request body: invalid JSON at byte 3: data after "
-                          "the JSON object (binary tensors after a JSON header "
-                          "need the Inference-Header-Content-Length header: 3 "
-                          "for this one)"},
+                          "the JSON object"},
+    /* binary tensors sent without their header: the length to send is the
+     * JSON's, not counting the data's first bytes though blank (0x20) */
+    {"{} \x01\x02", ATTN_EINVAL, "request body: data after the JSON object, "
+                               "which ends at byte 2 (binary tensors after a "
+                               "JSON header need the Inference-Header-Content-"
+                               "Length header: 2 for this one)"},
+    {"{'inputs':[{'parameters':{'binary_data_size':4}}]}abcd", ATTN_EINVAL,
+     "request body: data after the JSON object, which ends at byte 50 (binary "
+     "tensors after a JSON header need the Inference-Header-Content-Length "
+     "header: 50 for this one)"},
     {"{'a':tru}", ATTN_EINVAL, "request body: invalid JSON at byte 5: "
                                "unexpected 'tru' (not a JSON value)"},
     {"{'a':NaN}", ATTN_EINVAL, "request body: invalid JSON at byte 5: "

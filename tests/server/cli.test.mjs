@@ -98,7 +98,7 @@ test('--host: an IPv6 address serves, bracketed in its listening line; an addres
   let m;
   for (const until = Date.now() + 20000 * SLOW; !(m = /listening on http:\/\/\[::1\]:(\d+)/.exec(log)) && proc.exitCode === null && Date.now() < until;)
     await new Promise((res) => setTimeout(res, 20));
-  if (!m && /cannot listen \(Cannot assign requested address/.test(log)) {
+  if (!m && /cannot listen \((Cannot assign requested address|Address family not supported)/.test(log)) {
     proc.kill('SIGKILL');
     await exit;
     rmSync(dir, { recursive: true, force: true });

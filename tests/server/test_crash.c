@@ -285,10 +285,12 @@ static void crash_mid_write(void *arg)
         _exit(5);
     srv_crash_init(&s);
     srv_log(&s, "info", "the line in the writer's hands");
-    for (int i = 0; i < 2000 && !nh; i++) {
+    for (int i = 0; i < 10000 && !nh; i++) {
         usleep(1000);
         srv_log_crash_lines(&s, &h, &nh, &q, &nq);
     }
+    if (!nh) /* the writer never took the line: say so, not "order" */
+        _exit(7);
     srv_log(&s, "info", "the line waiting for the writer");
     pid_t tid = writer_tid();
     if (!tid || syscall(SYS_tgkill, getpid(), tid, SIGBUS) != 0)
