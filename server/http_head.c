@@ -96,16 +96,16 @@ static int match(const char *pat, const char *path, char arg[2][SRV_NAME_MAX + 3
 }
 
 /* allow_list: the Allow header of a path whose routes take the methods
- * in allowed (SRV_GET | SRV_POST | SRV_DELETE), OPTIONS added for a
- * preflight's answer. A static string. */
+ * in allowed (SRV_GET | SRV_POST | SRV_DELETE; a GET route serves HEAD
+ * too), OPTIONS added for a preflight's answer. A static string. */
 static const char *allow_list(int allowed, int options)
 {
     static const char *const lists[2][8] = {
-        {"", "GET", "POST", "GET, POST", "DELETE", "GET, DELETE", "POST, DELETE",
-         "GET, POST, DELETE"},
-        {"OPTIONS", "GET, OPTIONS", "POST, OPTIONS", "GET, POST, OPTIONS",
-         "DELETE, OPTIONS", "GET, DELETE, OPTIONS", "POST, DELETE, OPTIONS",
-         "GET, POST, DELETE, OPTIONS"}};
+        {"", "GET, HEAD", "POST", "GET, HEAD, POST", "DELETE", "GET, HEAD, DELETE",
+         "POST, DELETE", "GET, HEAD, POST, DELETE"},
+        {"OPTIONS", "GET, HEAD, OPTIONS", "POST, OPTIONS", "GET, HEAD, POST, OPTIONS",
+         "DELETE, OPTIONS", "GET, HEAD, DELETE, OPTIONS", "POST, DELETE, OPTIONS",
+         "GET, HEAD, POST, DELETE, OPTIONS"}};
     int i = (allowed & SRV_GET ? 1 : 0) | (allowed & SRV_POST ? 2 : 0) |
             (allowed & SRV_DELETE ? 4 : 0);
     return lists[options ? 1 : 0][i];

@@ -134,7 +134,7 @@ test('wrong method: 405 with Allow', async () => {
   assert.match((await r.json()).error, /method: GET/);
   r = await fetch(d.url + '/v2/health/live', { method: 'POST' });
   assert.equal(r.status, 405);
-  assert.equal(r.headers.get('allow'), 'GET');
+  assert.equal(r.headers.get('allow'), 'GET, HEAD');
   r = await fetch(d.url + '/v2/models/tiny', { method: 'DELETE' });
   assert.equal(r.status, 405);
   assert.match((await r.json()).error, /method: DELETE is not allowed on \/v2\/models\/tiny/);
@@ -160,8 +160,9 @@ test('wrong method: 405 with Allow', async () => {
 test('Allow (405 and OPTIONS) names every method of the path, and only those', async () => {
   // /v2/sequences/{id} takes GET and DELETE: a 405 naming DELETE alone
   // sent a user who had PUT it away from the GET that works
-  const cases = [['/v2/sequences/s1', 'GET, DELETE'], ['/v2/sequences', 'GET'],
-    ['/v2/models/tiny/infer', 'POST'], ['/v2/repository/index', 'POST'], ['/v2/maps', 'GET']];
+  // (a GET route serves HEAD too: it is named with it)
+  const cases = [['/v2/sequences/s1', 'GET, HEAD, DELETE'], ['/v2/sequences', 'GET, HEAD'],
+    ['/v2/models/tiny/infer', 'POST'], ['/v2/repository/index', 'POST'], ['/v2/maps', 'GET, HEAD']];
   for (const [p, allow] of cases) {
     let r = await fetch(d.url + p, { method: 'PUT' });
     assert.equal(r.status, 405, p);
@@ -170,6 +171,10 @@ test('Allow (405 and OPTIONS) names every method of the path, and only those', a
     r = await fetch(d.url + p, { method: 'OPTIONS' });
     assert.equal(r.status, 204, p);
     assert.equal(r.headers.get('allow'), `${allow}, OPTIONS`, p);
+    if (allow.includes('HEAD')) {
+      r = await fetch(d.url + p, { method: 'HEAD' });
+      assert.notEqual(r.status, 405, `${p}: HEAD, as Allow says`);
+    }
   }
 });
 
