@@ -246,6 +246,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
          * one queued now would close the connection (r->close) */
         return r->have_resp && r->close ? srv_http__queue(r) : MHD_YES;
     }
+    /* MHD 0.9.75 also calls with upload set and 0 bytes: after its 100
+     * Continue to a request with Expect: 100-continue and no body, when
+     * the next pipelined request is in its buffer (upload points at it).
+     * That is not the last call (upload is NULL in it): a handler run or
+     * an answer queued now is refused by MHD, which then closes the
+     * connection, the request carried out and unanswered. */
+    if (upload && !*upload_size)
+        return MHD_YES;
     if (r->queued)
         return MHD_YES;
     if (r->have_resp)

@@ -656,3 +656,22 @@ test('answers tell clients to keep idle connections less than header-timeout (Ke
     }
   } finally { assert.equal((await d.stop()).code, 0); }
 });
+
+test('a request with Expect: 100-continue and no body, the next one pipelined behind it: both answered', async () => {
+  // libmicrohttpd 0.9.75 sends 100 Continue, then calls with the next
+  // request in upload and 0 bytes; taken for the last call, the request
+  // was carried out (an unload) and its connection closed, unanswered
+  const d = await start({ args: ['--api-key', 'k'] });
+  try {
+    const next = 'GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n';
+    for (const [req, status] of [['GET /v2/health/live', 200], ['GET /v2/nope', 404],
+      ['DELETE /v2/sequences/none HTTP/1.1\r\nAuthorization: Bearer k', 404], ['POST /v2/repository/models/tiny/unload', 401],
+      ['POST /v2/repository/models/tiny/unload HTTP/1.1\r\nAuthorization: Bearer k\r\nContent-Length: 0', 200]]) {
+      const line = req.includes('\r\n') ? req : `${req} HTTP/1.1`;
+      const c = await untilClosed(d.port, `${line}\r\nHost: x\r\nExpect: 100-continue\r\n\r\n${next}`);
+      const finals = c.match(/HTTP\/1\.1 [2-5]\d\d /g) || [];
+      assert.deepEqual(finals, [`HTTP/1.1 ${status} `, 'HTTP/1.1 200 '], `${req}: ${c}`);
+    }
+    assert.doesNotMatch(d.log(), /internal error/, 'libmicrohttpd closed a connection');
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
