@@ -171,6 +171,14 @@ $(DLHOLD): tests/server/dlhold.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O2 $(WARN) -fPIC -shared -o $@ $<
 $(BUILD)/tests/server/test_crash: | $(DLHOLD)
+# test_crash_objs dlopens both: one library with only a GNU hash table,
+# one with only a SysV one, each with the symbols dladdr's choice turns on.
+OBJS_FIXTURE := $(BUILD)/tests/server/objs_gnu.so \
+                $(BUILD)/tests/server/objs_sysv.so
+$(BUILD)/tests/server/objs_%.so: tests/server/objs_fixture.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O2 $(WARN) -fPIC -shared -Wl,--hash-style=$* -o $@ $<
+$(BUILD)/tests/server/test_crash_objs: | $(OBJS_FIXTURE)
 check-server: deps-test $(ATTND) $(FAILALLOC)
 	@echo "== node --test tests/server ($(ATTND))"
 	@ATTND_BIN=$(ATTND) $(NODE_TEST) --test-concurrency=1 $(SERVER_TESTS)
