@@ -398,7 +398,7 @@ const ENDED = 'a step with sequence_end was answered';
  * reason as the daemon words it, or ENDED): GET /v2/sequences/{id} is 404
  * and a further step at n is 400, both saying so. */
 async function goneAs(s, n, why, what) {
-  const at = new RegExp(`at ${n} tokens: ${why}`);
+  const at = new RegExp(`at ${n} tokens?: ${why}`); // '1 token' since 4ed44c1
   const g = await req('seq race get', `/v2/sequences/${encodeURIComponent(s.id)}`);
   if (g.status !== 404 || !at.test(g.body)) fail(`${what}: GET /v2/sequences/${s.id}: ${g.status} ${g.body.toString().slice(0, 200)}, expected 404 '... at ${n} tokens: ${why}'`);
   const x = await send(s, n, tokens(1, s.n), {}, stepHow());
@@ -529,7 +529,7 @@ async function reloadRace() {
         Object.assign(fresh, { len: f.t + 1, hist: [...f.xs, ...xs], last: { pos: f.t, t: 1 } });
         seqLive.set(String(fresh.id), fresh);
         back.push(fresh);
-      } else if (x.status === 400 && new RegExp(`at ${f.t} tokens: ${UNLOADED}`).test(x.message)) {
+      } else if (x.status === 400 && new RegExp(`at ${f.t} tokens?: ${UNLOADED}`).test(x.message)) {
         RACES.freshOld++;
         seen(fresh).unloaded++;
         drop(fresh);
