@@ -413,21 +413,11 @@ static json_t *index_row(const char *name, const char *state, const char *reason
                      state, "reason", mended);
 }
 
-/* in_names: is name one of the n sorted folder names? */
-static int in_names(char **names, int n, const char *name)
+/* by_name: bsearch's order of the folder names (model_repo_list sorts
+ * them with strcmp). */
+static int by_name(const void *key, const void *name)
 {
-    int lo = 0, hi = n - 1, mid, c;
-    while (lo <= hi) {
-        mid = lo + (hi - lo) / 2;
-        c = strcmp(names[mid], name);
-        if (c == 0)
-            return 1;
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid - 1;
-    }
-    return 0;
+    return strcmp(key, *(char *const *)name);
 }
 
 /* index_answer: the registry's models (only the ready ones when
@@ -448,7 +438,7 @@ static void index_answer(srv_req *r, int only_ready, char **names, int n)
         if (only_ready && e->state != SRV_READY)
             continue;
         if (!only_ready && n >= 0 && e->state == SRV_UNAVAILABLE &&
-            !in_names(names, n, e->name))
+            !(n > 0 && bsearch(e->name, names, (size_t)n, sizeof *names, by_name)))
             continue;
         json_array_append_new(arr, index_row(e->name, state_name(e->state),
                                              e->state == SRV_READY ? "" : e->reason));
