@@ -244,13 +244,15 @@ void __sanitizer_syscall_post_impl_close(long res, long fd);
  * when both have closed. */
 static void close_handles(gconn *c)
 {
-#if defined(__SANITIZE_THREAD__)
     uv_os_fd_t fd = -1;
     if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 && fd >= 0) {
+        if (!c->guard.closing) /* the guard's shut it already */
+            srv_linger_close(c->g->s, fd);
+#if defined(__SANITIZE_THREAD__)
         __sanitizer_syscall_pre_impl_close(fd);
         __sanitizer_syscall_post_impl_close(0, fd);
-    }
 #endif
+    }
     c->g->closing_conns++;
     c->handles = c->idle.data ? 2 : 1;
     uv_close((uv_handle_t *)&c->tcp, on_conn_closed); /* closes the socket now */

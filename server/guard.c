@@ -452,6 +452,8 @@ void srv_guard_notify(void *cls, struct MHD_Connection *conn, void **ctx,
         return;
     if (c->req)
         c->req->c = NULL;
+    if (!c->closing) /* MHD closes it next; the guard's shut it already */
+        srv_linger_close(s, c->fd);
     srv_guard_remove(s, c);
     free(c);
     *ctx = NULL;

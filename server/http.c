@@ -449,6 +449,12 @@ int srv_http_start(srv *s, char *err)
         srv_http__answers_free(s);
         goto fail;
     }
+    if (srv_linger_start(s) < 0) {
+        snprintf(err, SRV_ERRMAX, "out of memory for lingering closes");
+        srv_guard_stop(s);
+        srv_http__answers_free(s);
+        goto fail;
+    }
     uv_timer_init(s->loop, &s->mhd_timer);
     s->mhd_timer.data = s;
     uv_idle_init(s->loop, &s->mhd_idle);
@@ -481,6 +487,7 @@ void srv_http_stop(srv *s)
     uv_close((uv_handle_t *)&s->mhd_poll, NULL);
     uv_close((uv_handle_t *)&s->mhd_timer, NULL);
     uv_close((uv_handle_t *)&s->mhd_idle, NULL);
+    srv_linger_stop(s); /* and MHD's closes below do not linger */
     MHD_stop_daemon(s->mhd);
     s->mhd = NULL;
     srv_http_log_flush(s, 1);

@@ -100,7 +100,8 @@ static void ignore_signals(srv *s)
 static void raise_nofile(srv *s)
 {
     struct rlimit rl;
-    unsigned long long need = (unsigned long long)s->cfg.max_connections +
+    unsigned long long need = (unsigned long long)s->cfg.max_connections *
+                                  (s->cfg.linger_ms ? 2 : 1) + /* lingering */
                               2 * SRV_CONN_HEADROOM + 64;
     if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
         return;
@@ -112,7 +113,8 @@ static void raise_nofile(srv *s)
     if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need)
         srv_log(s, "warn", "descriptor limit (ulimit -n) %llu is below the "
                 "%llu that --max-connections %lld needs (both doors' "
-                "connections, their headroom, loads, the log): past it new "
+                "connections, their headroom, as many lingering closes, "
+                "loads, the log): past it new "
                 "connections wait and loads answer 503; raise the hard limit "
                 "or lower --max-connections", (unsigned long long)rl.rlim_cur,
                 need, s->cfg.max_connections);

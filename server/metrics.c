@@ -238,6 +238,22 @@ void srv_h_metrics(srv_req *r)
                 "# TYPE attnd_memory_budget_used_bytes gauge\n"
                 "attnd_memory_budget_used_bytes %zu\n",
             s->draining, s->live_reqs, s->pool_jobs, s->n_conns, s->mem_used);
+    {
+        int lingering;
+        unsigned long long kept, cut;
+        srv_linger_counts(s, &lingering, &kept, &cut);
+        bprintf(&b, "# HELP attnd_lingering_connections Connections attnd "
+                    "closed whose last bytes it still reads (linger-ms).\n"
+                    "# TYPE attnd_lingering_connections gauge\n"
+                    "attnd_lingering_connections %d\n"
+                    "# HELP attnd_lingered_connections_total Connections closed "
+                    "while their client could still send, read until it ended "
+                    "its side (end) or linger-ms passed (timeout).\n"
+                    "# TYPE attnd_lingered_connections_total counter\n"
+                    "attnd_lingered_connections_total{end=\"client\"} %llu\n"
+                    "attnd_lingered_connections_total{end=\"timeout\"} %llu\n",
+                lingering, kept - cut - (unsigned long long)lingering, cut);
+    }
     if (s->maps) {
         size_t used, max_bytes, n;
         uint64_t evicted;

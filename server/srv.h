@@ -26,6 +26,7 @@
 #include "core/model.h"
 #include "proto/oip.h"
 #include "server/config.h"
+#include "server/linger.h"
 #include "server/maps.h"
 
 #define ATTND_VERSION "0.1.0"
@@ -386,6 +387,7 @@ struct srv {
     size_t ips_used;       /* its addresses */
     uint64_t ips_seed;     /* its hash's key, random at start */
     uv_timer_t guard_timer;
+    struct srv_linger *linger; /* linger.c; NULL when linger-ms is 0 */
     size_t mem_used;       /* of memory-budget */
     struct srv_grpc *grpc; /* grpc.c, NULL when off */
     int grpc_port;         /* bound gRPC port */

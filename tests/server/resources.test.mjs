@@ -367,6 +367,9 @@ test('at start the descriptor soft limit rises to the hard one, and one under --
   assert.doesNotMatch(d.log(), /descriptor limit \(ulimit -n\)/);
   assert.equal((await d.stop()).code, 0);
   d = await start({ t, wrap: ['prlimit', '--nofile=64'], args: ['--max-connections', '100'] });
+  assert.match(d.log(), /descriptor limit \(ulimit -n\) 64 is below the 392 that --max-connections 100 needs \(both doors. connections, their headroom, as many lingering closes/);
+  assert.equal((await d.stop()).code, 0);
+  d = await start({ t, wrap: ['prlimit', '--nofile=64'], args: ['--max-connections', '100', '--linger-ms', '0'] });
   assert.match(d.log(), /descriptor limit \(ulimit -n\) 64 is below the 292 that --max-connections 100 needs/);
   assert.equal((await d.stop()).code, 0);
 });

@@ -1,0 +1,223 @@
+/*
+ * linger.c - a closed connection's last bytes: read, not reset.
+ *
+ * When a process closes a TCP socket with bytes it has not read, the
+ * kernel answers with a reset instead of the end of the stream, drops what
+ * of its own answer is still queued to go, and the client's kernel may drop
+ * what came but was not read yet. attnd closes connections whose client may
+ * still send: after a Connection: close or HTTP/1.0 request with more
+ * pipelined behind it, after an answer from the head of a request whose
+ * body was not read (401, 404, 413, ...), at connection-timeout. Its
+ * client then lost the answer (a 2.4 MB answer behind 600 KB of pipelined
+ * requests: 128 KB of it came, then ECONNRESET).
+ *
+ * So the socket lingers, as Apache's and nginx's do: when MHD (or libuv,
+ * for the gRPC door) is about to close a connection whose client has not
+ * ended its side, srv_linger_close dups the socket, sends its end (shutdown
+ * SHUT_WR, after every byte already queued) and reads and discards what
+ * comes until the client ends its side too, or linger-ms passes, and then
+ * closes it. At most max-connections sockets linger at once; past that one
+ * closes as before. A socket whose client had ended its side (the usual
+ * close of a keep-alive connection), or that the guard shut down, is not
+ * kept: one recv(MSG_PEEK) tells. Loop thread.
+ */
+#include "server/linger.h"
+#include "server/srv.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* reads of one readable event, at most (then the loop serves others; the
+ * poll is level-triggered and comes back) */
+#define LINGER_READS 16
+
+typedef struct lg lg;
+struct lg {
+    uv_poll_t poll;
+    int fd;
+    uint64_t until_ns;
+    srv_linger *set;
+    lg *prev, *next;
+};
+
+struct srv_linger {
+    uv_timer_t timer;
+    lg *head, *tail; /* by until_ns: every socket gets the same time */
+    int n;           /* on the list */
+    int handles;     /* open uv handles, the timer included */
+    int stopping;
+    unsigned long long kept, cut; /* lingered; ended by linger-ms */
+};
+
+/* one buffer for every discarded byte: the loop thread alone reads */
+static char scratch[65536];
+
+static void set_closed(uv_handle_t *h)
+{
+    srv_linger *set = h->data;
+    if (--set->handles == 0 && set->stopping)
+        free(set);
+}
+
+static void lg_closed(uv_handle_t *h)
+{
+    lg *l = h->data;
+    srv_linger *set = l->set;
+    free(l);
+    if (--set->handles == 0 && set->stopping)
+        free(set);
+}
+
+/* drain: read what waits now; 1 when the client ended its side or the
+ * socket failed (nothing more can come), 0 when it would block */
+static int drain(int fd, int reads)
+{
+    while (reads-- > 0) {
+        ssize_t n = read(fd, scratch, sizeof scratch);
+        if (n > 0)
+            continue;
+        if (n == 0)
+            return 1;
+        if (errno == EINTR)
+            continue;
+        return errno != EAGAIN && errno != EWOULDBLOCK;
+    }
+    return 0;
+}
+
+/* finish: take l off the list and close its socket, read empty first so
+ * that the close is an end, not a reset, unless more comes later */
+static void finish(lg *l)
+{
+    srv_linger *set = l->set;
+    (void)drain(l->fd, LINGER_READS);
+    if (l->prev)
+        l->prev->next = l->next;
+    else
+        set->head = l->next;
+    if (l->next)
+        l->next->prev = l->prev;
+    else
+        set->tail = l->prev;
+    set->n--;
+    uv_close((uv_handle_t *)&l->poll, lg_closed); /* stops the poll */
+    close(l->fd);
+}
+
+static void on_timer(uv_timer_t *t);
+
+/* arm: the timer at the oldest socket's end (rounded up: a timer re-armed
+ * at 0 from its own callback runs again before the loop polls) */
+static void arm(srv_linger *set)
+{
+    uint64_t now, ms = 1;
+    if (!set->head) {
+        uv_timer_stop(&set->timer);
+        return;
+    }
+    now = srv_now_ns();
+    if (set->head->until_ns > now)
+        ms = (set->head->until_ns - now + 999999) / 1000000;
+    uv_timer_start(&set->timer, on_timer, ms, 0);
+}
+
+static void on_timer(uv_timer_t *t)
+{
+    srv_linger *set = t->data;
+    uint64_t now = srv_now_ns();
+    while (set->head && set->head->until_ns <= now) {
+        set->cut++;
+        finish(set->head);
+    }
+    arm(set);
+}
+
+static void on_readable(uv_poll_t *p, int status, int events)
+{
+    lg *l = p->data;
+    (void)events;
+    if (status < 0 || drain(l->fd, LINGER_READS))
+        finish(l);
+}
+
+int srv_linger_start(srv *s)
+{
+    srv_linger *set;
+    if (!s->cfg.linger_ms)
+        return 0;
+    set = calloc(1, sizeof *set);
+    if (!set)
+        return -1;
+    uv_timer_init(s->loop, &set->timer);
+    set->timer.data = set;
+    set->handles = 1;
+    s->linger = set;
+    return 0;
+}
+
+void srv_linger_close(srv *s, int fd)
+{
+    srv_linger *set = s->linger;
+    char b;
+    ssize_t n;
+    lg *l;
+    int dup_fd;
+    if (!set || set->stopping || fd < 0 || set->n >= s->cfg.max_connections)
+        return;
+    /* 0: the client ended its side (or the guard shut this one down);
+     * an error: it is gone. Only "would block" or bytes waiting linger. */
+    n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+        return;
+    l = calloc(1, sizeof *l);
+    if (!l)
+        return;
+    dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (dup_fd < 0 || uv_poll_init(s->loop, &l->poll, dup_fd) < 0) {
+        if (dup_fd >= 0)
+            close(dup_fd);
+        free(l);
+        return;
+    }
+    shutdown(dup_fd, SHUT_WR);
+    l->fd = dup_fd;
+    l->set = set;
+    l->poll.data = l;
+    l->until_ns = srv_now_ns() + (uint64_t)s->cfg.linger_ms * 1000000u;
+    l->prev = set->tail;
+    if (set->tail)
+        set->tail->next = l;
+    else
+        set->head = l;
+    set->tail = l;
+    set->n++;
+    set->handles++;
+    set->kept++;
+    uv_poll_start(&l->poll, UV_READABLE | UV_DISCONNECT, on_readable);
+    if (set->head == l)
+        arm(set);
+}
+
+void srv_linger_stop(srv *s)
+{
+    srv_linger *set = s->linger;
+    if (!set)
+        return;
+    set->stopping = 1;
+    while (set->head)
+        finish(set->head);
+    uv_close((uv_handle_t *)&set->timer, set_closed);
+    s->linger = NULL;
+}
+
+void srv_linger_counts(const srv *s, int *now, unsigned long long *kept,
+                       unsigned long long *cut)
+{
+    const srv_linger *set = s->linger;
+    *now = set ? set->n : 0;
+    *kept = set ? set->kept : 0;
+    *cut = set ? set->cut : 0;
+}

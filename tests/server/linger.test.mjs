@@ -1,0 +1,204 @@
+// linger.test.mjs - a connection attnd closes while its client may still
+// send is read until the client ends it (linger-ms), so the client gets
+// its answer whole instead of a reset (server/linger.c).
+import assert from 'node:assert/strict';
+import { connect } from 'node:net';
+import { test } from 'node:test';
+import { SLOW, start } from './helper.mjs';
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** the demo request whose answer (y and 4 heads' 256 x 256 maps, as JSON)
+ * is 2.4 MB: more than the socket buffers hold while its client waits */
+function bigRequest() {
+  const T = 256;
+  return JSON.stringify({
+    inputs: [{ name: 'x', datatype: 'FP32', shape: [1, T, 64], data: Array.from({ length: T * 64 }, (_, i) => 0.01 * (i % 97)) }],
+    outputs: [{ name: 'y' }, { name: 'attention' }],
+  });
+}
+
+/**
+ * exchange(port, chunks, pauseMs): connect, write each chunk (waiting for
+ * each write to be taken by the kernel), read nothing for pauseMs, then read
+ * until the end. Resolves { status, length (Content-Length), got (body bytes
+ * received), wrote (every chunk written), error (a socket error's code) }.
+ */
+function exchange(port, chunks, pauseMs = 0) {
+  return new Promise((resolve) => {
+    const sock = connect({ port, host: '127.0.0.1' });
+    const parts = [];
+    let wrote = false;
+    let error = null;
+    sock.pause();
+    sock.on('data', (b) => parts.push(b));
+    sock.on('error', (e) => { error = e.code || String(e); });
+    sock.on('close', () => {
+      const buf = Buffer.concat(parts);
+      const end = buf.indexOf('\r\n\r\n');
+      const head = end < 0 ? buf.toString('latin1') : buf.subarray(0, end).toString('latin1');
+      const st = /^HTTP\/1\.[01] (\d+)/.exec(head);
+      const cl = /\r\ncontent-length: *(\d+)/i.exec(head);
+      resolve({ status: st ? Number(st[1]) : 0, length: cl ? Number(cl[1]) : -1,
+        got: end < 0 ? 0 : buf.length - end - 4, wrote, error, text: head });
+    });
+    sock.on('connect', async () => {
+      for (const c of chunks) {
+        const ok = await new Promise((res) => sock.write(c, (e) => res(!e)));
+        if (!ok) break;
+      }
+      wrote = !error;
+      await sleep(pauseMs);
+      sock.resume();
+      if (!sock.destroyed) sock.end();
+    });
+  });
+}
+
+const metric = async (d, re) => Number(re.exec(await (await fetch(`${d.url}/metrics`)).text())?.[1]);
+const lingered = (d, end) => metric(d, new RegExp(`\\nattnd_lingered_connections_total\\{end="${end}"\\} (\\d+)\\n`));
+const lingering = (d) => metric(d, /\nattnd_lingering_connections (\d+)\n/);
+
+function pipelinedBehindClose(port) {
+  const body = bigRequest();
+  const head = `POST /v2/models/demo/infer HTTP/1.1\r\nHost: x\r\nConnection: close\r\n` +
+    `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n`;
+  // 600 KB of requests pipelined behind it: more than libmicrohttpd reads
+  // ahead, so bytes wait unread in the socket when it closes
+  return exchange(port, [head + body + 'GET /v2 HTTP/1.1\r\nHost: x\r\n\r\n'.repeat(20000)], 500);
+}
+
+test('an answer before Connection: close arrives whole though requests were pipelined behind it; with linger-ms 0 a reset cuts it', async (t) => {
+  const d = await start({ t });
+  try {
+    for (let i = 0; i < 3; i++) {
+      const r = await pipelinedBehindClose(d.port);
+      assert.equal(r.status, 200, r.text);
+      assert.ok(r.length > 2e6, r.text);
+      assert.equal(r.got, r.length, `try ${i}: ${r.got} of ${r.length} bytes came (error ${r.error})`);
+      assert.equal(r.error, null);
+    }
+    assert.equal(await lingered(d, 'client'), 3);
+    assert.equal(await lingering(d), 0);
+  } finally {
+    assert.equal((await d.stop()).code, 0);
+  }
+  // the behaviour this guards against: without lingering the client's
+  // kernel gets a reset and the answer's tail is lost
+  const z = await start({ t, args: ['--linger-ms', '0'] });
+  try {
+    const r = await pipelinedBehindClose(z.port);
+    assert.equal(r.status, 200, r.text);
+    assert.ok(r.got < r.length, `${r.got} of ${r.length} bytes came`);
+    assert.equal(await lingered(z, 'client'), 0);
+  } finally {
+    assert.equal((await z.stop()).code, 0);
+  }
+});
+
+test('a client whose 8 MB body is refused from the head (401) finishes writing it and reads the 401', async (t) => {
+  const d = await start({ t, env: { ATTND_API_KEY: 'k' } });
+  try {
+    const n = 8 << 20;
+    const head = `POST /v2/models/demo/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${n}\r\n\r\n`;
+    const r = await exchange(d.port, [head, Buffer.alloc(n, 0x20)], 100);
+    assert.equal(r.wrote, true, `the body's write failed: ${r.error}`);
+    assert.equal(r.status, 401, r.text);
+    assert.equal(r.got, r.length);
+    assert.equal(r.error, null);
+    assert.equal(await lingered(d, 'client'), 1);
+  } finally {
+    assert.equal((await d.stop()).code, 0);
+  }
+});
+
+test('a client that never stops sending is closed after linger-ms; the server serves on', async (t) => {
+  const d = await start({ t, env: { ATTND_API_KEY: 'k' }, args: ['--linger-ms', '300'] });
+  try {
+    // allowHalfOpen: the client's side stays open after attnd's end
+    const sock = connect({ port: d.port, host: '127.0.0.1', allowHalfOpen: true });
+    await new Promise((r) => sock.on('connect', r));
+    let answer = '';
+    let closedAt = 0;
+    sock.on('data', (b) => { answer += b; });
+    sock.on('error', () => {});
+    const closed = new Promise((r) => sock.on('close', () => { closedAt = Date.now(); r(); }));
+    sock.write(`POST /v2/models/demo/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n`);
+    const t0 = Date.now();
+    const junk = Buffer.alloc(16384, 0x61);
+    const feed = setInterval(() => { if (!sock.destroyed) sock.write(junk); }, 5);
+    await Promise.race([closed, sleep(10000 * SLOW)]);
+    clearInterval(feed);
+    assert.ok(closedAt, 'the connection was not closed within 10 s');
+    assert.ok(closedAt - t0 >= 250, `closed after ${closedAt - t0} ms, before linger-ms`);
+    assert.match(answer, /^HTTP\/1\.1 401 /);
+    assert.equal(await lingered(d, 'timeout'), 1);
+    assert.equal(await lingering(d), 0);
+    assert.equal((await fetch(`${d.url}/v2/health/ready`)).status, 200);
+  } finally {
+    assert.equal((await d.stop()).code, 0);
+  }
+});
+
+test('a connection whose client ended it first does not linger; lingering sockets are capped at max-connections; SIGTERM does not wait for them', async (t) => {
+  const d = await start({ t, args: ['--max-connections', '2', '--linger-ms', '600000'] });
+  try {
+    // a keep-alive request, then the client ends: nothing to linger for
+    let r = await exchange(d.port, ['GET /v2 HTTP/1.1\r\nHost: x\r\n\r\n']);
+    assert.equal(r.status, 200);
+    // HTTP/1.0 (attnd closes) from clients that keep their side open
+    const held = [];
+    for (let i = 0; i < 4; i++) {
+      const s = connect({ port: d.port, host: '127.0.0.1', allowHalfOpen: true });
+      s.on('error', () => {});
+      s.on('data', () => {});
+      await new Promise((res) => s.on('connect', res));
+      s.write('GET /v2 HTTP/1.0\r\n\r\n');
+      await new Promise((res) => s.on('end', res));
+      held.push(s);
+    }
+    assert.equal(await lingering(d), 2, 'at most max-connections linger');
+    assert.equal(await lingered(d, 'client'), 0, 'the first client ended its side: not lingered');
+    // their clients end: the sockets go at once
+    for (const s of held) s.end();
+    for (let i = 0; i < 50 && (await lingering(d)) !== 0; i++) await sleep(20);
+    assert.equal(await lingering(d), 0);
+    assert.equal(await lingered(d, 'client'), 2);
+    // one held at SIGTERM: the exit does not wait for linger-ms
+    const s = connect({ port: d.port, host: '127.0.0.1', allowHalfOpen: true });
+    s.on('error', () => {});
+    s.on('data', () => {});
+    await new Promise((res) => s.on('connect', res));
+    s.write('GET /v2 HTTP/1.0\r\n\r\n');
+    await new Promise((res) => s.on('end', res));
+    assert.equal(await lingering(d), 1);
+    const t0 = Date.now();
+    assert.equal((await d.stop()).code, 0);
+    assert.ok(Date.now() - t0 < 5000 * SLOW, `exit took ${Date.now() - t0} ms`);
+    s.destroy();
+  } finally {
+    if (d.proc.exitCode === null) await d.stop('SIGKILL');
+  }
+});
+
+test('the gRPC door lingers too: a client that sent it HTTP/1.1 and more gets the end, not a reset', async (t) => {
+  const d = await start({ t, grpc: true });
+  try {
+    const s = connect({ port: d.grpcPort, host: '127.0.0.1', allowHalfOpen: true });
+    await new Promise((r) => s.on('connect', r));
+    let error = null;
+    s.on('error', (e) => { error = e.code; });
+    s.on('data', () => {});
+    const ended = new Promise((r) => { s.on('end', r); s.on('close', r); });
+    // not the HTTP/2 preface: attnd ends the connection with 100 KB unread
+    s.write('GET / HTTP/1.1\r\nHost: x\r\n\r\n' + 'x'.repeat(100000));
+    await ended;
+    assert.equal(error, null);
+    assert.equal(await lingering(d), 1);
+    s.end();
+    for (let i = 0; i < 50 && (await lingering(d)) !== 0; i++) await sleep(20);
+    assert.equal(await lingered(d, 'client'), 1);
+  } finally {
+    assert.equal((await d.stop()).code, 0);
+  }
+});
