@@ -20,10 +20,11 @@
 // (GET, a further step: how it went, at how many tokens) checked;
 // retained sequences stepped slowly while a page-like follower long-polls
 // their map (?wait=N, sometimes &version=V, then a pooled /attention),
-// some followers leaving mid-wait; gRPC calls (ModelInfer, checked against
-// the seed's answer; calls cancelled with RST_STREAM mid-call; connections
-// destroyed mid-message; ModelStreamInfer streams, some cancelled; short
-// grpc-timeouts). SOAK_SEED (printed) seeds the choices.
+// some followers leaving mid-wait; gRPC calls (soak_grpc.mjs: ModelInfer,
+// checked against the seed's answer; calls cancelled with RST_STREAM
+// mid-call; connections destroyed mid-message; ModelStreamInfer streams,
+// some cancelled; short grpc-timeouts). SOAK_SEED (printed) seeds the
+// choices.
 // Passes when: no answer is a 5xx other than 503 (and no connection of a
 // well-formed request fails; over gRPC: no INTERNAL, UNKNOWN or DATA_LOSS,
 // no call without a status), every answered step's sequence_length is the
@@ -44,13 +45,13 @@
 // largest of the first quarter (after warm-up) times 1 + SOAK_RSS_PCT/100
 // (10) plus SOAK_RSS_MB (16) MiB. Prints the samples and a summary.
 import assert from 'node:assert/strict';
-import http2 from 'node:http2';
 import { connect } from 'node:net';
 import { cpSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { REFS, ROOT, SLOW, binaryRequest, f32bytes, fp32, maxDiff, mulberry32, parseBinary, start } from './helper.mjs';
 import { D as SD, gqaModels, tokens } from './seq_helper.mjs';
-import { fields, frame, ld, packedI64, str, varint } from '../grpc/wire.mjs';
+import { ld, packedI64, str } from '../grpc/wire.mjs';
+import { INFER, grpcCall, grpcSoak, pbAnswer, pbParam } from './soak_grpc.mjs';
 
 const SECONDS = Number(process.env.SOAK_SECONDS || 300);
 const SAMPLE_MS = Number(process.env.SOAK_SAMPLE_MS || 2000);
@@ -135,68 +136,10 @@ function stepJson(s, pos, xs, o) {
 }
 const stepHeaders = (s) => ({ 'Content-Type': 'application/json', ...(s.header ? { 'Attnd-Sequence-Id': String(s.id) } : {}) });
 
-/** A protobuf InferParameter map entry (field 4 of a request). */
-function pbParam(key, v) {
-  const val = typeof v === 'boolean' ? Buffer.concat([varint(1 << 3), varint(v ? 1 : 0)])
-    : typeof v === 'string' ? str(3, v) : Buffer.concat([varint(2 << 3), varint(v)]);
-  return ld(4, Buffer.concat([str(1, key), ld(2, val)]));
-}
-/** A ModelInferResponse's int64 parameter and first raw output. */
-function pbAnswer(msg) {
-  const f = fields(msg);
-  const out = { params: {}, raw: f[6] ? f[6][0] : null };
-  for (const e of f[4] || []) {
-    const kv = fields(e), v = fields(kv[2][0]);
-    out.params[kv[1][0].toString()] = v[2] ? Number(v[2][0]) : v[5] ? Number(v[5][0]) : v[3] ? v[3][0].toString() : v[1] ? Number(v[1][0]) : null;
-  }
-  return out;
-}
-const GRPC_STATUS = { 0: 200, 3: 400, 4: 504, 5: 404, 8: 413, 9: 409, 14: 503, 16: 401 };
-
-/** One gRPC call on session: messages written, then the stream's answers.
- * {grpcStatus, message, msgs: [Buffer]}; grpcStatus null when the call
- * ended without one (cancelled, its connection gone). cancelMs cancels it
- * (RST_STREAM CANCEL) that long after it was sent. */
-function grpcCall(session, path, msgs, { timeout, cancelMs, half } = {}) {
-  return new Promise((res) => {
-    let req;
-    try {
-      req = session.request({ ':method': 'POST', ':path': path, 'content-type': 'application/grpc', te: 'trailers',
-        ...(timeout ? { 'grpc-timeout': timeout } : {}) });
-    } catch (e) { res({ grpcStatus: null, message: e.code || e.message, msgs: [] }); return; }
-    let head = {};
-    const chunks = [];
-    req.on('response', (h) => { head = h; });
-    req.on('trailers', (t) => { head = { ...head, ...t }; });
-    req.on('data', (c) => chunks.push(c));
-    const done = (err) => {
-      const body = Buffer.concat(chunks), out = [];
-      for (let i = 0; i + 5 <= body.length && i + 5 + body.readUInt32BE(i + 1) <= body.length; i += 5 + body.readUInt32BE(i + 1))
-        out.push(body.subarray(i + 5, i + 5 + body.readUInt32BE(i + 1)));
-      const g = head['grpc-status'];
-      res({ grpcStatus: g === undefined ? null : Number(g), message: err ? err.code || err.message : decodeURIComponent(head['grpc-message'] || ''), msgs: out });
-    };
-    req.on('error', done);
-    req.on('close', () => done(null));
-    const all = Buffer.concat(msgs.map((m) => frame(m)));
-    if (half) req.write(all.subarray(0, all.length >> 1));
-    else req.end(all);
-    if (cancelMs !== undefined) setTimeout(() => { if (!req.closed) req.close(http2.constants.NGHTTP2_CANCEL); }, cancelMs);
-  });
-}
-function grpcCount(kind, r, { cancelled = false, deadline = false } = {}) {
-  const st = r.grpcStatus === null ? (cancelled ? 499 : 0) : GRPC_STATUS[r.grpcStatus] ?? 500 + r.grpcStatus;
-  count(kind, st, deadline);
-  if (st === 0) fail(`${kind}: no gRPC status (${r.message})`);
-  return st;
-}
+// gRPC (soak_grpc.mjs): sequence steps over it use its calls and sessions,
+// its clients are a traffic kind of their own.
+const { grpcCount, grpcSession, grpcClient, close: grpcClose } = grpcSoak({ d, count, note, fail, pick, chance, sleep });
 let seqSession = null;
-const grpcSession = (old) => {
-  if (old && !old.closed && !old.destroyed) return old;
-  const s = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
-  s.on('error', () => {});
-  return s;
-};
 
 /**
  * send(s, pos, xs, o, how): one step of s at pos with rows xs, over 'json',
@@ -230,7 +173,7 @@ async function send(s, pos, xs, o, how) {
       ld(5, Buffer.concat([str(1, 'x'), str(2, 'FP32'), packedI64(3, [1, xs.length / SD, SD])])),
       ld(6, str(1, 'y')), ld(7, f32bytes(xs))]);
     seqSession = grpcSession(seqSession);
-    const r = await grpcCall(seqSession, '/inference.GRPCInferenceService/ModelInfer', [msg],
+    const r = await grpcCall(seqSession, INFER, [msg],
       { timeout: how === 'grpc' ? `${30 * SLOW}S` : `${1 + pick(3)}m` });
     const st = grpcCount(kind, r, { deadline: how === 'grpcshort' });
     if (st !== 200) return { status: st, message: r.message };
@@ -586,65 +529,6 @@ async function follow(s, stop) {
   }
 }
 
-// ---- gRPC ---------------------------------------------------------------
-const INFER = '/inference.GRPCInferenceService/ModelInfer';
-const STREAM = '/inference.GRPCInferenceService/ModelStreamInfer';
-const seedT = [['q', [2, 4], [2, 0, 2, 0, 0, 4, 0, 2]], ['k', [2, 4], [1, 0, 1, 0, 0, 1, 0, 0]], ['v', [2, 2], [1, 2, 3, 0]]];
-const seedMsg = Buffer.concat([str(1, 'sdpa'),
-  ...seedT.map(([n, s]) => ld(5, Buffer.concat([str(1, n), str(2, 'FP32'), packedI64(3, s)]))),
-  ...seedT.map(([, , v]) => ld(7, f32bytes(v)))]);
-const SEED_OUT = f32bytes([1.2384058237075806, 1.7615940570831299, 2.761593818664551, 0.23840582370758057]);
-// demo over t tokens (long enough enough to be cancelled while it runs)
-const demoMsg = (t) => Buffer.concat([str(1, 'demo'), ld(5, Buffer.concat([str(1, 'x'), str(2, 'FP32'), packedI64(3, [1, t, 64])])),
-  ld(6, str(1, 'attention')), ld(7, f32bytes(Array.from({ length: t * 64 }, (_, i) => Math.cos(i) * 0.5)))]);
-const seedOk = (kind, m) => { if (!m || !pbAnswer(m).raw?.equals(SEED_OUT)) fail(`${kind}: not the seed's answer`); };
-
-/** gRPC clients, one kind after another: a unary call checked against the
- * seed's answer; a demo call cancelled (RST_STREAM) 0-20 ms after it was
- * sent; a connection destroyed with half a message sent, or right after a
- * whole one; a stream of 2-6 calls whose answers all come, in order; a
- * stream cancelled after its first answer; a call with a 1-3 ms
- * grpc-timeout (its answer or DEADLINE_EXCEEDED). */
-let gSession = null;
-async function grpcClient(i) {
-  gSession = grpcSession(gSession);
-  switch (i % 6) {
-    case 0: {
-      const r = await grpcCall(gSession, INFER, [seedMsg]);
-      if (grpcCount('grpc infer', r) === 200) seedOk('grpc infer', r.msgs[0]);
-      break;
-    }
-    case 1: grpcCount('grpc cancelled', await grpcCall(gSession, INFER, [demoMsg(64 + pick(192))], { cancelMs: pick(20) }), { cancelled: true }); break;
-    case 2: {
-      const s = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
-      s.on('error', () => {});
-      const half = chance(0.5), p = grpcCall(s, chance(0.5) ? INFER : STREAM, [demoMsg(128)], { half });
-      await sleep(half ? 20 : pick(5));
-      s.destroy();
-      await p;
-      note('grpc connection destroyed');
-      break;
-    }
-    case 3: {
-      const n = 2 + pick(5), r = await grpcCall(gSession, STREAM, Array.from({ length: n }, () => seedMsg));
-      if (grpcCount('grpc stream', r) !== 200) break;
-      if (r.msgs.length !== n) fail(`grpc stream: ${r.msgs.length} answers to ${n} requests`);
-      for (const m of r.msgs) {
-        const f = fields(m);
-        const err = f[1] ? f[1][0].toString() : '';
-        if (err && !/memory|queue/.test(err)) fail(`grpc stream: '${err}'`);
-        else if (!err) seedOk('grpc stream', f[2][0]);
-      }
-      break;
-    }
-    case 4: grpcCount('grpc stream cancelled', await grpcCall(gSession, STREAM, [seedMsg, demoMsg(256), seedMsg], { cancelMs: 1 + pick(10) }), { cancelled: true }); break;
-    default: {
-      const r = await grpcCall(gSession, INFER, [demoMsg(256)], { timeout: `${1 + pick(3)}m` });
-      grpcCount('grpc short deadline', r, { deadline: true });
-    }
-  }
-}
-
 const workers = {
   async small() { await req('small infer', '/v2/models/tiny/infer', json({ inputs: [fp32('x', X.shape, X.x)], parameters: { causal: true } })); },
   async large() {
@@ -759,7 +643,7 @@ for (const [id, s] of seqLive) {
 }
 await Promise.all(loops.flatMap(([, l]) => l));
 clearInterval(sampler);
-gSession?.close();
+grpcClose();
 const expiry = Date.now() + IDLE_MS * 1.25 + 5000 * SLOW;
 let stuck;
 while ((stuck = await listed()).length && Date.now() < expiry) await sleep(250);
