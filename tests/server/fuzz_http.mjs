@@ -18,7 +18,7 @@
 // It prints its seed, and each finding with the bytes sent (JSON-quoted);
 // ATTND_FUZZ_SHOW=503 prints the bodies of the answers of that status.
 import net from 'node:net';
-import { mulberry32, start } from './helper.mjs';
+import { mulberry32, sanitizerReport, start } from './helper.mjs';
 import { D, gqaModels } from './seq_helper.mjs';
 
 const env = process.env;
@@ -243,7 +243,7 @@ for (; batches < N && Date.now() < UNTIL; batches++) {
 let r;
 // attnd's access handler returned MHD_NO (nothing here sends a body far past its limit)
 if (/internal error/.test(d.log())) findings.push(`libmicrohttpd closed connections: ${d.log().match(/.*internal error.*/g).join('; ')}`);
-try { r = await d.stop('SIGTERM'); } catch (e) { findings.push(`stop: ${e.message.slice(0, 4000)}`); }
+try { r = await d.stop('SIGTERM'); } catch (e) { findings.push(`stop: ${sanitizerReport(d.log()) || e.message.slice(0, 4000)}`); }
 if (r && r.code !== 0) findings.push(`exit ${JSON.stringify(r)}`);
 console.log(`fuzz_http: seed ${SEED}, ${batches} batches, ${cases} cases, statuses ${JSON.stringify(seen)}, ${findings.length} findings${findings.length ? ':\n' + findings.join('\n') : ''}`);
 process.exit(findings.length ? 1 : 0);

@@ -29,6 +29,15 @@ export function modelsDir() {
 
 /** A sanitizer's report in the daemon's stderr. */
 export const SANITIZER_REPORT = /(ERROR|WARNING): (Address|Leak|Thread|UndefinedBehavior)Sanitizer|runtime error: /;
+/** The first sanitizer report in log, from the line it starts on, up to
+ * max characters ('' when there is none): what a long run prints rather
+ * than the whole log, a line per request. */
+export function sanitizerReport(log, max = 8000) {
+  const m = SANITIZER_REPORT.exec(log);
+  if (!m) return '';
+  const from = log.lastIndexOf('\n', m.index) + 1;
+  return log.slice(from, from + max);
+}
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
