@@ -318,7 +318,7 @@ fuzz:
 	    -artifact_prefix=build/fuzz/crashes/ build/fuzz/corpus \
 	    tests/proto/fuzz_corpus
 
-# ---- soak (issue 11): make soak [SOAK_SECONDS=300], not in CI -------------
+# ---- soak (issue 11): make soak [SOAK_SECONDS=300]; CI: make soak-ci -----
 # Mixed traffic against one attnd (tests/server/soak.mjs: small and large
 # infers, retains and map reads, uploads and unloads, bad requests, slow and
 # vanishing clients, sequence steps over REST and gRPC with rewinds, lost
@@ -329,11 +329,48 @@ fuzz:
 # counters that do not add up, a sanitizer report (make
 # SANITIZER=address soak), sequences at the end other than those the soak
 # holds or abandoned (which must expire), memory-budget not back to 0, fds
-# not back to where they were, or RSS not flat (see the script's header).
+# not back to where they were, or RSS not flat (see the script's header;
+# the gRPC clients are in tests/server/soak_grpc.mjs). SOAK_TIMEOUT=N
+# stops a run still going N s after it began and fails it (coreutils
+# timeout, SIGTERM: helper.mjs kills its attnd); soak-ci sets it, make soak
+# has none (timeout's process group would keep Ctrl-C from the run).
 SOAK_SECONDS ?= 300
+SOAK_TIMEOUT ?=
 .PHONY: soak
 soak: deps-test $(ATTND)
-	ATTND_BIN=$(ATTND) SOAK_SECONDS=$(SOAK_SECONDS) node tests/server/soak.mjs
+	ATTND_BIN=$(ATTND) SOAK_SECONDS=$(SOAK_SECONDS) \
+	    $(if $(SOAK_TIMEOUT),timeout -k 10 $(SOAK_TIMEOUT) )node tests/server/soak.mjs
+
+# ---- the soak and the HTTP fuzzer in CI (.ci/run, after the sanitizer loop)
+#   make soak-ci [SOAK_CI_SECONDS=120]
+#   make fuzz-http [FUZZ_HTTP_SEED=7] [FUZZ_HTTP_SECONDS=90]
+# Both run on the ASan build (build/address/attnd, whatever SANITIZER is
+# given) and build what they need when it is missing (deps-test, the
+# binary), so they start on a clean clone: 2-3 and 1.5 min. soak-ci is
+# make soak for SOAK_CI_SECONDS, stopped and failed past SOAK_CI_SECONDS +
+# 600 s (its checks at the end take under a minute); its seed is new each
+# run, printed: SOAK_SEED=N replays its choices, not their timing.
+# fuzz-http runs tests/server/fuzz_http.mjs from a fixed seed for
+# FUZZ_HTTP_SECONDS, stopped and failed past FUZZ_HTTP_SECONDS + 300 s;
+# its four clients share the seeded generator, so the cases still vary
+# with timing (a finding prints the bytes it sent). Each prints its
+# summary (operations or cases, statuses, the seed) and exits non-zero on
+# a finding.
+SOAK_CI_SECONDS ?= 120
+FUZZ_HTTP_SEED ?= 7
+FUZZ_HTTP_SECONDS ?= 90
+.PHONY: soak-ci fuzz-http
+soak-ci:
+	@$(MAKE) --no-print-directory SANITIZER=address SOAK_SECONDS=$(SOAK_CI_SECONDS) \
+	    SOAK_TIMEOUT=$$(($(SOAK_CI_SECONDS) + 600)) soak
+ifeq ($(SANITIZER),address)
+fuzz-http: deps-test $(ATTND)
+	ATTND_BIN=$(ATTND) ATTND_FUZZ_SEED=$(FUZZ_HTTP_SEED) ATTND_FUZZ_SECONDS=$(FUZZ_HTTP_SECONDS) \
+	    timeout -k 10 $$(($(FUZZ_HTTP_SECONDS) + 300)) node tests/server/fuzz_http.mjs
+else
+fuzz-http:
+	@$(MAKE) --no-print-directory SANITIZER=address fuzz-http
+endif
 
 # ---- coverage: make coverage, not in CI -----------------------------------
 # The unit, server, gRPC and page suites against build/cov (gcc --coverage, -O0;

@@ -1,5 +1,6 @@
 // fuzz_http.mjs - a bounded, seeded HTTP fuzzer for attnd's REST door; not
-// part of `make test`. It starts one attnd (ATTND_BIN, e.g.
+// part of `make test` (CI runs it: make fuzz-http, the ASan build, seed 7,
+// 90 s). It starts one attnd (ATTND_BIN, e.g.
 // build/address/attnd; --api-key and --cors-origins set so 401s and CORS
 // answers come too) and, for ATTND_FUZZ_N batches (default no limit) or
 // ATTND_FUZZ_SECONDS (default 600), whichever ends first, sends raw-socket

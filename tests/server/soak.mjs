@@ -1,4 +1,4 @@
-// soak.mjs - make soak (not in CI): mixed traffic against one attnd for
+// soak.mjs - make soak (CI: make soak-ci): mixed traffic against one attnd for
 // SOAK_SECONDS (default 300), sampling its RSS and open fds every
 // SOAK_SAMPLE_MS (2000). Traffic: small and large infers (JSON and binary),
 // retains with map reads (a 4 MiB store, so it fills early), uploads and
