@@ -17,6 +17,7 @@
  */
 #include "model.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -676,7 +677,16 @@ int model_load(model **out, const char *dir, char *err)
     snprintf(stp, sizeof stp, "%s/model.safetensors", dir);
     snprintf(cfp, sizeof cfp, "%s/config.json", dir);
     struct stat sb;
-    if (stat(dir, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
+    int st_rc = stat(dir, &sb);
+    if (st_rc < 0 && errno != ENOENT && errno != ENOTDIR) {
+        /* there, maybe, but not attnd's to read (EACCES, ELOOP, EIO...):
+         * "not a folder" would send the operator looking for the wrong
+         * thing */
+        int e = errno;
+        model__seterr(err, "%s: cannot read: %s", dir, strerror(e));
+        return attn_errno_code(e);
+    }
+    if (st_rc < 0 || !S_ISDIR(sb.st_mode)) {
         model__seterr(err, "%s: not a folder; a model is a folder holding "
                            "model.safetensors (+ optional config.json)",
                       dir);

@@ -44,7 +44,9 @@ int model_load_mem(model **out, const char *label, const char *config,
 
 /* model_load_repo: load <repo>/<name> after checking name with
  * model_name_valid (ATTN_EINVAL otherwise), so no name reaches outside the
- * repository. */
+ * repository. A repository that is missing or not a folder is named as
+ * such ("<repo>: cannot read the model repository: ...", ATTN_ENOTFOUND),
+ * not as a model folder that is not there. */
 int model_load_repo(model **out, const char *repo, const char *name,
                     char *err);
 

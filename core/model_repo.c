@@ -48,6 +48,15 @@ int model_load_repo(model **out, const char *repo, const char *name,
         model__seterr(err, "%s: repository path too long", repo);
         return ATTN_EINVAL;
     }
+    /* a repository that is missing or a file: say so, as the listing
+     * does, rather than "<repo>/<name>: not a folder" */
+    struct stat sb;
+    int e = stat(repo, &sb) < 0 ? errno : S_ISDIR(sb.st_mode) ? 0 : ENOTDIR;
+    if (e) {
+        model__seterr(err, "%s: cannot read the model repository: %s", repo,
+                      strerror(e));
+        return e == ENOTDIR ? ATTN_ENOTFOUND : attn_errno_code(e);
+    }
     return model_load(out, dir, err);
 }
 

@@ -427,6 +427,20 @@ START_TEST(test_repo)
     ck_assert_int_eq(model_load_repo(&m, repo, "bad@name", err), ATTN_EINVAL);
     ck_assert_int_eq(model_load_repo(&m, repo, "../model_fixtures/mha", err),
                      ATTN_EINVAL);
+    /* a repository that is missing or a file is named, not the model's
+     * folder in it ("<repo>/good: not a folder") */
+    const char *gone = path("no_such_repo", NULL);
+    ck_assert_int_eq(model_load_repo(&m, gone, "good", err), ATTN_ENOTFOUND);
+    char want[1200];
+    snprintf(want, sizeof want, "%s: cannot read the model repository: No "
+             "such file or directory", gone);
+    ck_assert_str_eq(err, want);
+    const char *file = path("model_corpus", "good/model.safetensors");
+    ck_assert_int_eq(model_load_repo(&m, file, "good", err), ATTN_ENOTFOUND);
+    snprintf(want, sizeof want, "%s: cannot read the model repository: Not "
+             "a directory", file);
+    ck_assert_str_eq(err, want);
+    ck_assert_ptr_null(m);
 
     char **names;
     int n = model_repo_list(repo, &names, err);

@@ -1,0 +1,126 @@
+// repository.test.mjs - the model repository in the states an operator
+// gets it into: a --models folder that is missing, a file or unreadable, a
+// folder named like the built-in sdpa, and models whose load is still
+// running when requests for them (infer, a sequence start, metadata, an
+// unload) arrive. What attnd says, that it starts and serves on, and that
+// the index and loads answer naming the cause.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { chmodSync, closeSync, constants, cpSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { test } from 'node:test';
+import { ATTND, REFS, fp32, infer, maxDiff, post, start } from './helper.mjs';
+
+const TINY = join(dirname(fileURLToPath(import.meta.url)), 'fixtures', 'models', 'tiny');
+const TINY_CONFIG = readFileSync(join(TINY, 'config.json'), 'utf8');
+const upload = () => ({
+  parameters: {
+    config: TINY_CONFIG,
+    'file:model.safetensors': readFileSync(join(TINY, 'model.safetensors')).toString('base64'),
+  },
+});
+const X = REFS.causal;
+const xreq = (extra = {}) => ({ inputs: [fp32('x', X.shape, X.x)], parameters: { causal: true, ...extra } });
+const SEED = {
+  inputs: [fp32('q', [2, 4], [2, 0, 2, 0, 0, 4, 0, 2]), fp32('k', [2, 4], [1, 0, 1, 0, 0, 1, 0, 0]), fp32('v', [2, 2], [1, 2, 3, 0])],
+};
+const index = async (d) => {
+  const r = await post(`${d.url}/v2/repository/index`, '');
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  return r.json;
+};
+const load = (d, m, body = '') => post(`${d.url}/v2/repository/models/${m}/load`, body);
+const unload = (d, m) => post(`${d.url}/v2/repository/models/${m}/unload`, '');
+const status = async (url) => (await fetch(url)).status;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** scratch(t): a fresh folder, removed after the test. */
+function scratch(t) {
+  const dir = mkdtempSync(join(tmpdir(), 'attnd-repo-'));
+  t.after(() => {
+    spawnSync('chmod', ['-R', 'u+rwx', dir]); // a test that failed with a folder locked
+    rmSync(dir, { recursive: true, force: true });
+  });
+  return dir;
+}
+
+test('a --models folder that does not exist: attnd says so and serves sdpa; a load names the repository; an upload creates it', async (t) => {
+  const repo = join(scratch(t), 'absent');
+  const d = await start({ t, dir: repo });
+  assert.match(d.log(), /warn attnd: --models: \S+\/absent: cannot read the model repository: No such file or directory; serving only sdpa/);
+  assert.equal(await status(`${d.url}/v2/health/ready`), 200, 'no model is expected: ready');
+  assert.deepEqual(await index(d), [{ name: 'sdpa', version: '1', state: 'READY', reason: '' }]);
+  let r = await infer(d, 'sdpa', SEED);
+  assert.equal(r.status, 200);
+  // the cause is the repository, not the model's folder
+  r = await load(d, 'tiny');
+  assert.equal(r.status, 404, JSON.stringify(r.json));
+  assert.match(r.json.error, /^model 'tiny': \S+\/absent: cannot read the model repository: No such file or directory$/);
+  assert.deepEqual((await index(d)).map((m) => m.name), ['sdpa'], 'a failed load leaves no trace');
+  // an upload makes the repository, and the model is there to stay
+  r = await load(d, 'up1', upload());
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  assert.ok(existsSync(join(repo, 'up1', 'model.safetensors')));
+  r = await infer(d, 'up1', xreq());
+  assert.equal(r.status, 200);
+  assert.ok(maxDiff(r.json.outputs[0].data, X.y) < 1e-5);
+  assert.deepEqual((await index(d)).find((m) => m.name === 'up1'), { name: 'up1', version: '1', state: 'READY', reason: '' });
+  assert.equal((await d.stop()).code, 0);
+});
+
+test('a --models path that is a file: attnd says so and serves sdpa; a load and an upload answer naming it', async (t) => {
+  const file = join(scratch(t), 'models.txt');
+  writeFileSync(file, 'not a folder\n');
+  const d = await start({ t, dir: file });
+  assert.match(d.log(), /warn attnd: --models: \S+\/models\.txt: cannot read the model repository: Not a directory; serving only sdpa/);
+  assert.equal(await status(`${d.url}/v2/health/ready`), 200);
+  assert.deepEqual(await index(d), [{ name: 'sdpa', version: '1', state: 'READY', reason: '' }]);
+  let r = await load(d, 'tiny');
+  assert.equal(r.status, 404, JSON.stringify(r.json));
+  assert.match(r.json.error, /^model 'tiny': \S+\/models\.txt: cannot read the model repository: Not a directory$/);
+  // the repository's state, not a passing one: no Retry-After
+  r = await load(d, 'up1', upload());
+  assert.equal(r.status, 503, JSON.stringify(r.json));
+  assert.match(r.json.error, /\/models\.txt\/\.attnd-staging: cannot create \(Not a directory\)/);
+  assert.equal(r.headers.get('retry-after'), null);
+  assert.equal(readFileSync(file, 'utf8'), 'not a folder\n', 'the file is left as it was');
+  assert.equal((await infer(d, 'sdpa', SEED)).status, 200);
+  assert.deepEqual((await index(d)).map((m) => m.name), ['sdpa']);
+  assert.equal((await d.stop()).code, 0);
+});
+
+// Root reads any folder (CAP_DAC_OVERRIDE): as root, attnd runs without
+// that capability (setpriv), as any other user would.
+const AS_USER = process.getuid?.() !== 0 ? [] : ['setpriv', '--bounding-set=-dac_override,-dac_read_search'];
+const HAVE_SETPRIV = spawnSync('setpriv', ['--version']).status === 0;
+
+test('a --models folder attnd may not read: attnd says so and serves sdpa; loads and uploads name the cause; once readable it serves its models', {
+  skip: AS_USER.length && !HAVE_SETPRIV && 'needs setpriv (util-linux) to drop root\'s right to read any folder',
+}, async (t) => {
+  const repo = join(scratch(t), 'models');
+  cpSync(join(TINY, '..'), repo, { recursive: true });
+  chmodSync(repo, 0);
+  const d = await start({ t, dir: repo, wrap: AS_USER.length ? AS_USER : undefined });
+  assert.match(d.log(), /warn attnd: --models: \S+\/models: cannot read the model repository: Permission denied; serving only sdpa/);
+  assert.equal(await status(`${d.url}/v2/health/ready`), 200);
+  assert.deepEqual(await index(d), [{ name: 'sdpa', version: '1', state: 'READY', reason: '' }]);
+  // tiny is a folder: saying it is not one sends the operator looking
+  // for the wrong thing
+  let r = await load(d, 'tiny');
+  assert.equal(r.status, 404, JSON.stringify(r.json));
+  assert.match(r.json.error, /^model 'tiny': \S+\/models\/tiny: cannot read: Permission denied$/);
+  assert.doesNotMatch(r.json.error, /not a folder/);
+  r = await load(d, 'up1', upload());
+  assert.equal(r.status, 503, JSON.stringify(r.json));
+  assert.match(r.json.error, /\/models\/\.attnd-staging: cannot create \(Permission denied\)/);
+  assert.equal(r.headers.get('retry-after'), null);
+  assert.equal((await infer(d, 'sdpa', SEED)).status, 200);
+  // the operator fixes the mode: no restart needed
+  chmodSync(repo, 0o755);
+  assert.deepEqual((await index(d)).find((m) => m.name === 'tiny'), { name: 'tiny', version: '1', state: 'UNAVAILABLE', reason: 'not loaded' });
+  assert.equal((await load(d, 'tiny')).status, 200);
+  assert.equal((await infer(d, 'tiny', xreq())).status, 200);
+  assert.equal((await d.stop()).code, 0);
+});
