@@ -80,8 +80,11 @@ int model_name_valid(const char *name);
 
 /* model_check_repo: validate every model folder under repo (as listed by
  * model_repo_list), print one line per model to out ("<name>: ok (<summary>)"
- * or "<name>: <reason>"). Returns the number of broken models, or a negative
- * code if repo cannot be read (with a line saying why). */
-int model_check_repo(const char *repo, FILE *out);
+ * or "<name>: <reason>"). builtin (NULL: none) is the name of a model built
+ * into the caller, which a folder cannot take: its folder is not served,
+ * and is reported and counted as broken. Returns the number of broken
+ * models, or a negative code if repo cannot be read (with a line saying
+ * why). */
+int model_check_repo(const char *repo, FILE *out, const char *builtin);
 
 #endif

@@ -159,7 +159,7 @@ fail:
     return rc;
 }
 
-int model_check_repo(const char *repo, FILE *out)
+int model_check_repo(const char *repo, FILE *out, const char *builtin)
 {
     char err[ATTN_ERRMAX];
     char **names;
@@ -171,6 +171,12 @@ int model_check_repo(const char *repo, FILE *out)
     int broken = 0;
     for (int i = 0; i < n; i++) {
         model *m;
+        if (builtin && strcmp(names[i], builtin) == 0) {
+            fprintf(out, "%s: not served: '%s' is the built-in model (rename "
+                         "the folder to serve it)\n", names[i], builtin);
+            broken++;
+            continue;
+        }
         if (model_load_repo(&m, repo, names[i], err) < 0) {
             fprintf(out, "%s: %s\n", names[i], err);
             broken++;

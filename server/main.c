@@ -286,7 +286,7 @@ int main(int argc, char **argv)
         srv_config_free(&s.cfg);
         return 0;
     case SRV_CHECK_MODELS:
-        rc = model_check_repo(arg, stdout);
+        rc = model_check_repo(arg, stdout, "sdpa"); /* the built-in model */
         srv_config_free(&s.cfg);
         if (rc < 0)
             fprintf(stderr, "attnd: --check-models %s: cannot read the folder\n", arg);

@@ -347,7 +347,7 @@ int srv_registry_start(srv *s, char *err)
             continue;
         if (strcmp(names[i], "sdpa") == 0) {
             srv_log(s, "warn", "%s/sdpa: 'sdpa' is the built-in model; folder "
-                    "ignored", s->cfg.models);
+                    "ignored (rename it to serve it)", s->cfg.models);
             continue;
         }
         if ((rc = start_load(s, names[i], NULL)) < 0) {

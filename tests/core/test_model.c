@@ -459,7 +459,7 @@ START_TEST(test_repo)
     char *out = NULL;
     size_t len = 0;
     FILE *fp = open_memstream(&out, &len);
-    int bad = model_check_repo(repo, fp);
+    int bad = model_check_repo(repo, fp, NULL);
     fclose(fp);
     ck_assert_int_eq(bad, n - 3);
     int lines = 0, oks = 0;
@@ -474,8 +474,18 @@ START_TEST(test_repo)
                                       "canonical, 0.8 KiB)\n"));
     ck_assert_ptr_nonnull(strstr(out, "\nbad@name: invalid model name"));
     free(out);
+    /* a folder with the caller's built-in model's name is not served:
+     * reported and counted, whatever it holds */
     fp = open_memstream(&out, &len);
-    ck_assert_int_eq(model_check_repo(path("no_such_repo", NULL), fp),
+    ck_assert_int_eq(model_check_repo(repo, fp, "good"), n - 3 + 1);
+    fclose(fp);
+    ck_assert_ptr_nonnull(strstr(out, "\ngood: not served: 'good' is the "
+                                      "built-in model (rename the folder to "
+                                      "serve it)\n"));
+    ck_assert_ptr_null(strstr(out, "\ngood: ok"));
+    free(out);
+    fp = open_memstream(&out, &len);
+    ck_assert_int_eq(model_check_repo(path("no_such_repo", NULL), fp, NULL),
                      ATTN_ENOTFOUND);
     fclose(fp);
     ck_assert_ptr_nonnull(strstr(out, "no_such_repo: cannot read the model "

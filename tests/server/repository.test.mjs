@@ -124,3 +124,36 @@ test('a --models folder attnd may not read: attnd says so and serves sdpa; loads
   assert.equal((await infer(d, 'tiny', xreq())).status, 200);
   assert.equal((await d.stop()).code, 0);
 });
+
+test('a folder named sdpa: the built-in model keeps the name, the start says how to serve the folder, and --check-models flags it', async (t) => {
+  const repo = join(scratch(t), 'models');
+  mkdirSync(repo);
+  cpSync(TINY, join(repo, 'tiny'), { recursive: true });
+  cpSync(TINY, join(repo, 'sdpa'), { recursive: true });
+  const d = await start({ t, dir: repo });
+  assert.match(d.log(), /warn attnd: \S+\/models\/sdpa: 'sdpa' is the built-in model; folder ignored \(rename it to serve it\)/);
+  assert.equal(await status(`${d.url}/v2/health/ready`), 200, 'the folder is not a model that failed');
+  // listed once, as the built-in
+  const idx = await index(d);
+  assert.deepEqual(idx.filter((m) => m.name === 'sdpa'), [{ name: 'sdpa', version: '1', state: 'READY', reason: '' }]);
+  assert.ok(idx.find((m) => m.name === 'tiny' && m.state === 'READY'));
+  const meta = await (await fetch(`${d.url}/v2/models/sdpa`)).json();
+  assert.equal(meta.platform, 'attnd_sdpa');
+  // the seeds' first example through the built-in, not the folder's weights
+  let r = await infer(d, 'sdpa', { ...SEED, outputs: [{ name: 'attention' }] });
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  assert.ok(maxDiff(r.json.outputs[0].data, [0.881, 0.119, 0.119, 0.881]) < 1e-3);
+  for (const [what, call] of [['load', () => load(d, 'sdpa')], ['upload', () => load(d, 'sdpa', upload())], ['unload', () => unload(d, 'sdpa')]]) {
+    r = await call();
+    assert.equal(r.status, 400, `${what}: ${JSON.stringify(r.json)}`);
+    assert.equal(r.json.error, "model 'sdpa': built in; it cannot be loaded or unloaded", what);
+  }
+  assert.equal(readFileSync(join(repo, 'sdpa', 'config.json'), 'utf8'), TINY_CONFIG, 'the upload wrote nothing');
+  assert.equal((await infer(d, 'sdpa', SEED)).status, 200);
+  assert.equal((await d.stop()).code, 0);
+  // --check-models said "sdpa: ok" and 0, and attnd then did not serve it
+  const c = spawnSync(ATTND, ['--check-models', repo], { encoding: 'utf8' });
+  assert.equal(c.status, 1, c.stdout + c.stderr);
+  assert.match(c.stdout, /^sdpa: not served: 'sdpa' is the built-in model \(rename the folder to serve it\)$/m);
+  assert.match(c.stdout, /^tiny: ok /m);
+});
