@@ -119,10 +119,16 @@ static json_t *model_meta(const srv_entry *e)
     return o;
 }
 
-/* ready_entry: the ready model r names, or NULL after a 404. */
+/* ready_entry: the ready model r names, or NULL after a 404 (a 503 with
+ * Retry-After while its first load runs, as infer answers). */
 static srv_entry *ready_entry(srv_req *r)
 {
     srv_entry *e = entry_for(r);
+    if (e && !e->inst && e->state == SRV_LOADING) {
+        srv_respond_error(r, 503, "model '%s': still loading; retry shortly",
+                          e->name);
+        return NULL;
+    }
     if (e && (e->state != SRV_READY || !e->inst)) {
         srv_respond_error(r, 404, "model '%s': not loaded (%s)", e->name,
                           e->reason[0] ? e->reason : "unloaded");

@@ -157,3 +157,112 @@ test('a folder named sdpa: the built-in model keeps the name, the start says how
   assert.match(c.stdout, /^sdpa: not served: 'sdpa' is the built-in model \(rename the folder to serve it\)$/m);
   assert.match(c.stdout, /^tiny: ok /m);
 });
+
+/**
+ * slowFolder(dir, name): a model folder whose config.json is a FIFO, so
+ * that a load of it stays in progress (its pool thread blocked reading the
+ * config) until release() writes the config: a slow disk, without timing.
+ * reading() resolves once a load has opened the FIFO (it then holds the
+ * write end open: the load waits in its read). release() is safe when no
+ * load waits, and settle() puts a plain config.json in its place.
+ */
+function slowFolder(dir, name) {
+  const folder = join(dir, name);
+  mkdirSync(folder, { recursive: true });
+  cpSync(join(TINY, 'model.safetensors'), join(folder, 'model.safetensors'));
+  const fifo = join(folder, 'config.json');
+  rmSync(fifo, { force: true });
+  assert.equal(spawnSync('mkfifo', [fifo]).status, 0, 'mkfifo');
+  let fd = null;
+  // opens only while a reader waits (a load): never blocks
+  const tryOpen = () => {
+    try {
+      fd = openSync(fifo, constants.O_WRONLY | constants.O_NONBLOCK);
+      return true;
+    } catch (e) {
+      if (e.code === 'ENXIO' || e.code === 'ENOENT') return false;
+      throw e;
+    }
+  };
+  return {
+    async reading() {
+      for (let i = 0; i < 1000 && fd === null && !tryOpen(); i++) await sleep(20);
+      assert.notEqual(fd, null, `no load of ${name} opened its config.json`);
+    },
+    release() {
+      if (fd === null && !tryOpen()) return false;
+      writeSync(fd, TINY_CONFIG);
+      closeSync(fd);
+      fd = null;
+      return true;
+    },
+    settle() {
+      rmSync(fifo, { force: true });
+      writeFileSync(fifo, TINY_CONFIG);
+    },
+  };
+}
+
+/** json(r): a fetch Response as post() answers: {status, headers, json}. */
+const json = async (r) => {
+  const text = await r.text();
+  return { status: r.status, headers: r.headers, json: text ? JSON.parse(text) : null };
+};
+
+/** refused(d, m): every request for m while its first load runs gets 503
+ * saying it is loading, with Retry-After; nothing hangs or crashes. */
+async function refused(d, m) {
+  const want = `model '${m}': still loading; retry shortly`;
+  const calls = {
+    infer: () => infer(d, m, xreq()),
+    'sequence start': () => infer(d, m, xreq({ sequence_id: 'seq-1', sequence_start: true })),
+    'sequence step': () => infer(d, m, xreq({ sequence_id: 'seq-1' })),
+    metadata: async () => json(await fetch(`${d.url}/v2/models/${m}`)),
+    config: async () => json(await fetch(`${d.url}/v2/models/${m}/config`)),
+  };
+  for (const [what, call] of Object.entries(calls)) {
+    const r = await call();
+    assert.equal(r.status, 503, `${what}: ${JSON.stringify(r.json)}`);
+    assert.equal(r.json.error, want, what);
+    assert.equal(r.headers.get('retry-after'), '1', what);
+  }
+  const ready = await json(await fetch(`${d.url}/v2/models/${m}/ready`));
+  assert.equal(ready.status, 503);
+  assert.equal(ready.json.error, `model '${m}': loading`);
+  assert.deepEqual((await index(d)).find((e) => e.name === m), { name: m, version: '1', state: 'LOADING', reason: '' });
+}
+
+test('requests for a model whose first load is still running (at start, then a POST load): 503 saying it is loading; then it serves', async (t) => {
+  const repo = join(scratch(t), 'models');
+  cpSync(join(TINY, '..'), repo, { recursive: true });
+  const slow = slowFolder(repo, 'slow');
+  t.after(() => slow.release());
+  // two pool threads: one held by the slow load, one for the rest
+  const d = await start({ t, dir: repo, ready: false, args: ['--threads', '2'] });
+  await slow.reading();
+  assert.equal(await status(`${d.url}/v2/health/ready`), 503, 'a model found at start is loading');
+  await refused(d, 'slow');
+  assert.equal((await infer(d, 'tiny', xreq())).status, 200, 'the other models serve meanwhile');
+  assert.equal((await infer(d, 'sdpa', SEED)).status, 200);
+  assert.ok(slow.release());
+  for (let i = 0; i < 500 && (await status(`${d.url}/v2/health/ready`)) !== 200; i++) await sleep(20);
+  let r = await infer(d, 'slow', xreq());
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  assert.ok(maxDiff(r.json.outputs[0].data, X.y) < 1e-5);
+  assert.equal((await fetch(`${d.url}/v2/models/slow`)).status, 200);
+
+  // a POST load of a new folder, with requests for it meanwhile
+  const slow2 = slowFolder(repo, 'slow2');
+  t.after(() => slow2.release());
+  const pending = load(d, 'slow2');
+  await slow2.reading();
+  await refused(d, 'slow2');
+  assert.equal(await status(`${d.url}/v2/health/ready`), 200, 'a model loaded on request does not make the server unready');
+  assert.ok(slow2.release());
+  r = await pending;
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  r = await infer(d, 'slow2', xreq({ sequence_id: 'seq-2', sequence_start: true }));
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  assert.equal(r.json.parameters.sequence_length, X.shape[1]);
+  assert.equal((await d.stop()).code, 0);
+});
