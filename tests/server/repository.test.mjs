@@ -266,3 +266,48 @@ test('requests for a model whose first load is still running (at start, then a P
   assert.equal(r.json.parameters.sequence_length, X.shape[1]);
   assert.equal((await d.stop()).code, 0);
 });
+
+test('an unload while the model loads wins: the load answers, and the model stays unloaded (first load and reload)', async (t) => {
+  const repo = join(scratch(t), 'models');
+  cpSync(join(TINY, '..'), repo, { recursive: true });
+  const d = await start({ t, dir: repo, args: ['--threads', '2'] });
+  const unloaded = async (m) => {
+    const ready = await json(await fetch(`${d.url}/v2/models/${m}/ready`));
+    assert.equal(ready.status, 404, `${m}: the unload that came after the load was lost`);
+    assert.equal(ready.json.error, `model '${m}': not loaded (unloaded)`);
+    const r = await infer(d, m, xreq());
+    assert.equal(r.status, 404, JSON.stringify(r.json));
+    assert.deepEqual((await index(d)).find((e) => e.name === m), { name: m, version: '1', state: 'UNAVAILABLE', reason: 'unloaded' });
+  };
+  // a first load
+  const slow = slowFolder(repo, 'slow');
+  t.after(() => slow.release());
+  let pending = load(d, 'slow');
+  await slow.reading();
+  let r = await unload(d, 'slow');
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  assert.ok(slow.release());
+  r = await pending;
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  await unloaded('slow');
+  assert.match(await d.logged(/model 'slow': an unload came while it loaded/), /model 'slow': an unload came while it loaded: left unloaded/);
+  // a load after the unload is not affected
+  slow.settle();
+  assert.equal((await load(d, 'slow')).status, 200);
+  assert.equal((await infer(d, 'slow', xreq())).status, 200);
+
+  // a reload of a ready model: the old weights serve until the unload,
+  // which then holds
+  const tiny = slowFolder(repo, 'tiny');
+  t.after(() => tiny.release());
+  pending = load(d, 'tiny');
+  await tiny.reading();
+  assert.equal((await infer(d, 'tiny', xreq())).status, 200, 'a reload serves the old weights meanwhile');
+  assert.equal((await unload(d, 'tiny')).status, 200);
+  assert.equal((await infer(d, 'tiny', xreq())).status, 404);
+  assert.ok(tiny.release());
+  r = await pending;
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  await unloaded('tiny');
+  assert.equal((await d.stop()).code, 0);
+});
