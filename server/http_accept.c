@@ -13,7 +13,9 @@
  * limit (max-connections + headroom; it would close each new one) the
  * listener rests until one of its connections closes
  * (srv_http__accept_room, as libmicrohttpd's own accept did), so
- * evictions (guard.c) make room at once.
+ * evictions (guard.c) make room at once. That rest is logged (a line a
+ * second at most): connections that wait without a word look like a
+ * server that hangs.
  *
  * Loop thread only.
  */
@@ -28,15 +30,24 @@ void srv_http__accept_room(srv *s)
 }
 
 /* room: MHD is under its connection limit; else the listener rests until
- * one of its connections closes (guard.c), as MHD did. */
+ * one of its connections closes (guard.c), as MHD did, and the first rest
+ * of a second is logged. */
 static int room(void *data)
 {
     srv *s = data;
     const union MHD_DaemonInfo *i =
         MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    unsigned long long n;
     if (!i || i->num_connections <
                   (unsigned)(s->cfg.max_connections + SRV_CONN_HEADROOM))
         return 1;
+    if (!s->accept_full && (n = srv_every_due(&s->accept_full_log, srv_now_ns())))
+        srv_log(s, "warn", "http: every connection is busy (max-connections "
+                "%lld + %d headroom, none that can be closed: each has a "
+                "request in progress or bytes not read yet; %llu time%s "
+                "since the last such line): new connections wait in the "
+                "listen backlog until one closes; raise --max-connections",
+                s->cfg.max_connections, SRV_CONN_HEADROOM, n, n == 1 ? "" : "s");
     s->accept_full = 1;
     srv_accept_pause(&s->accept, SRV_ACCEPT_RETRY_MS);
     return 0;

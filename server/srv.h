@@ -336,6 +336,7 @@ struct srv {
     /* http_accept.c: the REST listener (accept.c) */
     srv_accept accept;
     int accept_full;                    /* paused: MHD at its limit */
+    srv_every accept_full_log;          /* http_accept.c: its lines */
     /* http.c: libmicrohttpd's last messages, each with when its last line
      * was and how often it came again since (not logged yet) */
     struct srv_mhd_msg {

@@ -321,6 +321,60 @@ test('--max-connections: a client never served goes before an idle keep-alive on
   assert.equal((await d.stop()).code, 0);
 });
 
+// MHD takes max-connections + 64 (headroom: a connection past the limit
+// is accepted, then one waiting for its head is closed). When every one
+// of them has a request in progress nothing can be closed: the listener
+// rests, new connections wait in the listen backlog (not closed, not
+// reset), and each is served once a connection closes.
+test('--max-connections with every connection busy: new ones wait, said once in the log, and are served as connections free', async (t) => {
+  const HEADROOM = 64;
+  const d = await start({ t, args: ['--max-connections', '1', '--max-connections-per-ip', '0', '--min-body-rate', '0', '--connection-timeout', '0'] });
+  const open = (text) => openSending(d.port, text);
+  const body = JSON.stringify(SEED);
+  // a request in progress: its head read (100 Continue says so), its body not sent
+  const head = `POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n`;
+  const busy = [];
+  t.after(() => { for (const c of busy) c.s.destroy(); });
+  for (let i = 0; i < 1 + HEADROOM; i++) {
+    const c = await open(head);
+    for (let k = 0; k < 250 * SLOW && !c.got().includes('100 Continue') && !c.closed(); k++) await sleep(20);
+    assert.match(c.got(), /^HTTP\/1\.1 100 Continue/, `connection ${i}: its request is in progress`);
+    busy.push(c);
+  }
+  // keep-alive: a connection served stays open, so one frees one place
+  const live = 'GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n';
+  const waiting = [await open(live), await open(live)];
+  await sleep(1000);
+  for (const w of waiting) {
+    assert.equal(w.got(), '', 'a connection past the limit waits for one to close');
+    assert.ok(!w.closed(), 'it is not closed or reset');
+  }
+  assert.ok(busy.every((c) => !c.closed()), 'no busy connection was closed to make room');
+  // the operator is told, once: not a line each retry (every 100 ms) of the
+  // listener resting meanwhile
+  const full = /warn attnd: http: every connection is busy \(max-connections 1 \+ 64 headroom, none that can be closed: each has a request in progress or bytes not read yet; 1 time since the last such line\): new connections wait in the listen backlog until one closes; raise --max-connections/g;
+  const log = await d.logged(full);
+  assert.equal(log.match(full)?.length, 1, log);
+  // a request finished (Connection: close): its connection closes, one waiting is served
+  busy[0].s.write(body);
+  for (let k = 0; k < 250 * SLOW && !/\r\n\r\n\{/.test(busy[0].got()); k++) await sleep(20);
+  assert.match(busy[0].got(), /HTTP\/1\.1 200 OK/);
+  for (let k = 0; k < 250 * SLOW && !waiting.some((w) => w.got()); k++) await sleep(20);
+  await sleep(300); // a second one served would be by now
+  assert.equal(waiting.filter((w) => /^HTTP\/1\.1 200 /.test(w.got())).length, 1, 'one waiting connection served');
+  assert.equal(waiting.filter((w) => w.got() === '' && !w.closed()).length, 1, 'the other still waits');
+  // a client that goes: its connection closes too, and the other is served
+  busy[1].s.destroy();
+  for (let k = 0; k < 250 * SLOW && !waiting.every((w) => w.got()); k++) await sleep(20);
+  for (const w of waiting) assert.match(w.got(), /^HTTP\/1\.1 200 /);
+  // every request that was held is carried out once its body comes
+  for (const c of busy.slice(2)) c.s.write(body);
+  for (let k = 0; k < 250 * SLOW && !busy.slice(2).every((c) => /\r\n\r\n\{/.test(c.got())); k++) await sleep(20);
+  for (const c of busy.slice(2)) assert.match(c.got(), /^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 200 OK/);
+  assert.equal((await fetch(`${d.url}/v2/health/live`)).status, 200);
+  assert.equal((await d.stop()).code, 0);
+});
+
 test('--connection-timeout: an idle connection is closed by the server', async (t) => {
   const d = await start({ t, args: ['--connection-timeout', '1'] });
   const s = connect(d.port, '127.0.0.1');
