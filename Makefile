@@ -164,6 +164,12 @@ FAILALLOC := $(BUILD)/tests/server/failalloc.so
 $(FAILALLOC): tests/server/failalloc.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O2 $(WARN) -fPIC -shared -o $@ $<
+# upload_faults.test.mjs preloads it (any build): the repository's
+# filesystem fails on demand where an upload writes and publishes.
+FSFAULT := $(BUILD)/tests/server/fsfault.so
+$(FSFAULT): tests/server/fsfault.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O2 $(WARN) -fPIC -shared -o $@ $<
 # test_crash dlopens it: a library whose constructor holds the dynamic
 # loader's lock for good (a crash report must not wait for that lock).
 DLHOLD := $(BUILD)/tests/server/dlhold.so
@@ -179,7 +185,7 @@ $(BUILD)/tests/server/objs_%.so: tests/server/objs_fixture.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O2 $(WARN) -fPIC -shared -Wl,--hash-style=$* -o $@ $<
 $(BUILD)/tests/server/test_crash_objs: | $(OBJS_FIXTURE)
-check-server: deps-test $(ATTND) $(FAILALLOC)
+check-server: deps-test $(ATTND) $(FAILALLOC) $(FSFAULT)
 	@echo "== node --test tests/server ($(ATTND))"
 	@ATTND_BIN=$(ATTND) $(NODE_TEST) --test-concurrency=1 $(SERVER_TESTS)
 

@@ -1,0 +1,150 @@
+// upload_faults.test.mjs - an upload (POST .../load with the files in its
+// body) on a repository whose filesystem fails the ways real ones do:
+// without renameat2's RENAME_EXCHANGE and RENAME_NOREPLACE (the two-rename
+// publish), a rename that fails half-way through it, a disk that fills
+// during a write, fsync failing on a file or a folder. Made by
+// tests/server/fsfault.c, preloaded (no root, no special mount; its faults
+// change while attnd runs through the file FSFAULT_CTL names). What the
+// client is told, that the repository holds one complete model under the
+// name (old or new), that nothing is left behind, and that attnd serves on.
+import assert from 'node:assert/strict';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { test } from 'node:test';
+import { ATTND, REFS, fp32, infer, maxDiff, post, safetensors, start } from './helper.mjs';
+
+const SHIM = join(dirname(ATTND), 'tests', 'server', 'fsfault.so');
+const TINY = join(dirname(fileURLToPath(import.meta.url)), 'fixtures', 'models', 'tiny');
+const TINY_CONFIG = readFileSync(join(TINY, 'config.json'), 'utf8');
+const TINY_ST = readFileSync(join(TINY, 'model.safetensors'));
+const X = REFS.causal;
+const xreq = () => ({ inputs: [fp32('x', X.shape, X.x)], parameters: { causal: true } });
+
+// a second model, told apart from tiny by its d_model (16)
+const D16_CONFIG = '{"n_heads": 4, "description": "d16"}';
+const D16_ST = (() => {
+  const m = (k) => [[16, 16], Array.from({ length: 256 }, (_, i) => ((i * k) % 7) / 70)];
+  return safetensors({ W_q: m(1), W_k: m(2), W_v: m(3), W_o: m(5) });
+})();
+const body = (config, st) => ({ parameters: { config, 'file:model.safetensors': st.toString('base64') } });
+const TINY_UP = body(TINY_CONFIG, TINY_ST);
+const D16_UP = body(D16_CONFIG, D16_ST);
+
+/** faulty(t, args): attnd with fsfault.so preloaded; d.faults(words) sets them. */
+async function faulty(t, opts = {}) {
+  assert.ok(existsSync(SHIM), `${SHIM} (make ${SHIM.slice(SHIM.indexOf('build/'))})`);
+  const scratch = mkdtempSync(join(tmpdir(), 'attnd-fsfault-'));
+  t.after(() => rmSync(scratch, { recursive: true, force: true }));
+  const ctl = join(scratch, 'ctl');
+  writeFileSync(ctl, '');
+  // a sanitizer's runtime must come first in the library list; the shim
+  // only wraps libc's calls, so the order does not matter to it
+  const asan = [process.env.ASAN_OPTIONS, 'verify_asan_link_order=0'].filter(Boolean).join(':');
+  const d = await start({ t, ...opts, env: { LD_PRELOAD: SHIM, FSFAULT_CTL: ctl, ASAN_OPTIONS: asan } });
+  d.faults = (words) => writeFileSync(ctl, words);
+  return d;
+}
+
+const load = (d, m, b) => post(`${d.url}/v2/repository/models/${m}/load`, b);
+const dModel = async (d, m) => {
+  const r = await fetch(`${d.url}/v2/models/${m}`);
+  assert.equal(r.status, 200, m);
+  return (await r.json()).parameters.d_model;
+};
+const names = async (d) => (await post(`${d.url}/v2/repository/index`, '')).json.map((m) => m.name);
+/** hidden(d): what the repository holds under a dot name (the staging area: what an upload left). */
+const hidden = (d) => readdirSync(d.dir).filter((f) => f.startsWith('.'));
+
+test('a filesystem without RENAME_EXCHANGE or RENAME_NOREPLACE: uploads publish by renames, new names and replaced ones; nothing left behind', async (t) => {
+  const d = await faulty(t);
+  d.faults('no-rename-flags');
+  // a new name: no exchange (nothing there), no no-replace: a plain rename
+  let r = await load(d, 'up1', TINY_UP);
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  assert.match(d.log(), /fsfault: renameat2\(RENAME_NOREPLACE\) \S+\/up1: EINVAL/);
+  assert.equal(await dModel(d, 'up1'), 8);
+  // a name that exists: the old folder aside, the new one in, the old removed
+  r = await load(d, 'up1', D16_UP);
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  assert.match(d.log(), /fsfault: renameat2\(RENAME_EXCHANGE\) \S+\/up1: EINVAL/);
+  assert.equal(await dModel(d, 'up1'), 16);
+  assert.deepEqual(readdirSync(join(d.dir, 'up1')).sort(), ['config.json', 'model.safetensors']);
+  assert.equal(readFileSync(join(d.dir, 'up1', 'config.json'), 'utf8'), D16_CONFIG);
+  // a model loaded from its folder at start, replaced the same way
+  r = await load(d, 'tiny', D16_UP);
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  assert.equal(await dModel(d, 'tiny'), 16);
+  assert.ok(readFileSync(join(d.dir, 'tiny', 'model.safetensors')).equals(D16_ST));
+  assert.deepEqual(hidden(d), [], 'no staging folder or old folder left');
+  assert.equal((await d.stop('SIGTERM', true)).code, 0);
+  // a restart (no faults) serves what the repository holds
+  t.after(() => rmSync(d.dir, { recursive: true, force: true }));
+  const d2 = await start({ t, dir: d.dir });
+  assert.equal(await dModel(d2, 'up1'), 16);
+  assert.equal(await dModel(d2, 'tiny'), 16);
+  assert.equal((await d2.stop()).code, 0);
+});
+
+test('the two-rename publish failing half-way: 503 naming it, the old model back under its name and served; a new name leaves no trace', async (t) => {
+  const d = await faulty(t);
+  d.faults('no-rename-flags rename-in=EIO');
+  let r = await load(d, 'tiny', D16_UP);
+  assert.equal(r.status, 503, JSON.stringify(r.json));
+  assert.match(r.json.error, /\/tiny: cannot replace \(Input\/output error\)$/);
+  assert.equal(r.headers.get('retry-after'), null, 'the disk\'s state: a retry in a second fails the same');
+  assert.match(d.log(), /fsfault: rename \S+\/tiny: EIO/);
+  // the old folder went aside and came back: the name holds it, whole
+  assert.equal(readFileSync(join(d.dir, 'tiny', 'config.json'), 'utf8'), TINY_CONFIG);
+  assert.ok(readFileSync(join(d.dir, 'tiny', 'model.safetensors')).equals(TINY_ST));
+  assert.deepEqual(hidden(d), []);
+  assert.equal(await dModel(d, 'tiny'), 8, 'the model loaded before still serves');
+  r = await infer(d, 'tiny', xreq());
+  assert.equal(r.status, 200);
+  assert.ok(maxDiff(r.json.outputs[0].data, X.y) < 1e-5);
+  // a new name: the rename that publishes it fails
+  r = await load(d, 'up2', TINY_UP);
+  assert.equal(r.status, 503, JSON.stringify(r.json));
+  assert.match(r.json.error, /\/up2: cannot replace \(Input\/output error\)$/);
+  assert.ok(!existsSync(join(d.dir, 'up2')));
+  assert.ok(!(await names(d)).includes('up2'), 'a failed upload leaves no trace of the name');
+  assert.deepEqual(hidden(d), []);
+  // the disk mended: the same uploads go through
+  d.faults('no-rename-flags');
+  assert.equal((await load(d, 'tiny', D16_UP)).status, 200);
+  assert.equal(await dModel(d, 'tiny'), 16);
+  assert.equal((await load(d, 'up2', TINY_UP)).status, 200);
+  assert.deepEqual(hidden(d), []);
+  assert.equal((await d.stop()).code, 0);
+});
+
+// Each fault while the files are written: the upload fails before it is
+// published, with 503 naming the file and the cause (the disk's state: no
+// Retry-After), nothing in the repository, no trace of the name.
+const WRITE_FAULTS = [
+  ['write=ENOSPC', 'write', /\/\.attnd-staging\/up3~\d+~\d+\/model\.safetensors: write failed \(No space left on device\)$/],
+  ['fsync=EIO', 'fsync', /\/\.attnd-staging\/up3~\d+~\d+\/model\.safetensors: write failed \(Input\/output error\)$/],
+];
+
+test('the disk fills, or fsync fails, while an upload is written: 503 naming the file, nothing published or left, attnd serves on', async (t) => {
+  const d = await faulty(t);
+  for (const [words, call, want] of WRITE_FAULTS) {
+    d.faults(words);
+    const r = await load(d, 'up3', TINY_UP);
+    assert.equal(r.status, 503, `${words}: ${JSON.stringify(r.json)}`);
+    assert.match(r.json.error, want, words);
+    assert.equal(r.headers.get('retry-after'), null, words);
+    assert.match(d.log(), new RegExp(`fsfault: ${call} `), words);
+    assert.ok(!existsSync(join(d.dir, 'up3')), words);
+    assert.deepEqual(hidden(d), [], `${words}: the staging folder is removed`);
+    assert.ok(!(await names(d)).includes('up3'), words);
+    assert.equal((await fetch(`${d.url}/v2/health/ready`)).status, 200, words);
+    assert.equal((await infer(d, 'tiny', xreq())).status, 200, words);
+  }
+  d.faults('');
+  assert.equal((await load(d, 'up3', TINY_UP)).status, 200, 'the disk mended: the same upload goes through');
+  assert.equal((await infer(d, 'up3', xreq())).status, 200);
+  assert.deepEqual(hidden(d), []);
+  assert.equal((await d.stop()).code, 0);
+});
