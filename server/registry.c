@@ -223,6 +223,8 @@ static void load_done(uv_work_t *w, int status)
     if (!lj->req)
         s->startup_loads--;
     e->loads--;
+    if (!lj->rc && lj->err[0]) /* an upload's note (srv_upload_install) */
+        srv_log(s, "warn", "load: %s", lj->err);
     if (lj->rc) {
         if (e->state == SRV_LOADING && !e->loads)
             e->state = e->inst ? SRV_READY : SRV_UNAVAILABLE;

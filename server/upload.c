@@ -167,13 +167,20 @@ fail: {
 }
 }
 
+/* fsync_dir: dir's entries to disk. 0, or -1 with errno; a filesystem
+ * that cannot sync a folder at all (EINVAL) counts as done, as there is
+ * nothing more to do on it. */
 static int fsync_dir(const char *dir)
 {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc, e;
     if (fd < 0)
         return -1;
     rc = fsync(fd);
+    e = errno;
     close(fd);
+    if (rc < 0 && e == EINVAL)
+        return 0;
+    errno = e;
     return rc;
 }
 
@@ -523,6 +530,7 @@ int srv_upload_install(const char *repo, const char *name, const char *body,
     *out = NULL;
     *gen = 0;
     *lasting = 0;
+    err[0] = 0;
     if (!model_name_valid(name) || name[0] == '.') {
         snprintf(err, errlen, "model name '%.128s': not a valid name", name);
         return 400;
@@ -568,7 +576,12 @@ int srv_upload_install(const char *repo, const char *name, const char *body,
         snprintf(err, errlen, "upload of model '%s': %s", name, merr);
         goto fail;
     }
-    fsync_dir(stage);
+    /* the files' entries in the folder: without them on disk a crash
+     * could leave the published name without its files */
+    if (fsync_dir(stage) < 0) {
+        disk_failed(err, errlen, lasting, "", stage, "cannot sync the folder");
+        goto fail;
+    }
     /* publish: one atomic step, then make the repository durable */
     snprintf(dst, sizeof dst, "%s/%s", repo, name);
     if (publish(stage, dst, gen) < 0) {
@@ -576,7 +589,11 @@ int srv_upload_install(const char *repo, const char *name, const char *body,
         goto fail;
     }
     rmdir(root); /* when no other upload is staged */
-    fsync_dir(repo);
+    if (fsync_dir(repo) < 0) /* published and loaded: a note, not a failure */
+        snprintf(err, errlen, "upload of model '%s': published, but the "
+                 "repository %s could not be synced (%s): after a crash of "
+                 "the host the folder may be missing or old", name, repo,
+                 strerror(errno));
     srv_upload_free(&u);
     return 0;
 fail:

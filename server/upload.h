@@ -48,8 +48,11 @@ void srv_upload_free(srv_upload *u);
  * the publish's generation (a later publish of any model has a larger one).
  * Returns 0, or the HTTP status with err naming why: 400 (the request, the
  * parameter named), 503 (the host: memory, descriptors, the repository's
- * disk; *lasting when it is the disk's state, full or read-only, which a
- * retry does not change until someone acts).
+ * disk, a file or the folder that cannot be synced; *lasting when it is
+ * the disk's state, full or read-only, which a retry does not change until
+ * someone acts). On success err is "", or a note for the log when the
+ * repository could not be synced after the publish (the model is in; a
+ * crash of the host may lose it).
  */
 int srv_upload_install(const char *repo, const char *name, const char *body,
                        size_t len, model **out, unsigned long long *gen,
