@@ -246,8 +246,7 @@ static void close_handles(gconn *c)
 {
     uv_os_fd_t fd = -1;
     if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 && fd >= 0) {
-        if (!c->guard.closing) /* the guard's shut it already */
-            srv_linger_close(c->g->s, fd);
+        srv_linger_close(c->g->s, fd, &c->guard); /* before libuv closes fd */
 #if defined(__SANITIZE_THREAD__)
         __sanitizer_syscall_pre_impl_close(fd);
         __sanitizer_syscall_post_impl_close(0, fd);

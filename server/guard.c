@@ -205,6 +205,25 @@ static void ip_uncount(srv *s, srv_conn *c)
         ip_free(s, i);
 }
 
+int srv_guard_ip_take(srv *s, const struct sockaddr_storage *peer)
+{
+    srv_conn c = {.peer = *peer};
+    struct srv_ip k;
+    if (!s->ips || !ip_key(peer, &k))
+        return 0;
+    if (s->ips[ip_find(s, &k)].n >= (uint32_t)s->cfg.max_conn_per_ip)
+        return -1;
+    ip_count(s, &c);
+    return c.ip_counted;
+}
+
+void srv_guard_ip_give(srv *s, const struct sockaddr_storage *peer)
+{
+    srv_conn c = {.peer = *peer, .ip_counted = 1};
+    if (s->ips)
+        ip_uncount(s, &c);
+}
+
 /* ips_make: s->ips, empty, for max-connections; none when
  * max-connections-per-ip is 0 (nothing to count for). */
 static int ips_make(srv *s)
@@ -452,9 +471,8 @@ void srv_guard_notify(void *cls, struct MHD_Connection *conn, void **ctx,
         return;
     if (c->req)
         c->req->c = NULL;
-    if (!c->closing) /* MHD closes it next; the guard's shut it already */
-        srv_linger_close(s, c->fd);
     srv_guard_remove(s, c);
+    srv_linger_close(s, c->fd, c); /* MHD closes the socket after this returns */
     free(c);
     *ctx = NULL;
     srv_http__accept_room(s);

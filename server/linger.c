@@ -15,11 +15,17 @@
  * for the gRPC door) is about to close a connection whose client has not
  * ended its side, srv_linger_close dups the socket, sends its end (shutdown
  * SHUT_WR, after every byte already queued) and reads and discards what
- * comes until the client ends its side too, or linger-ms passes, and then
- * closes it. At most max-connections sockets linger at once; past that one
- * closes as before. A socket whose client had ended its side (the usual
- * close of a keep-alive connection), or that the guard shut down, is not
- * kept: one recv(MSG_PEEK) tells. Loop thread.
+ * comes until the client ends its side too, and then closes it. A client
+ * cannot make that cost more than a body attnd would read: a socket
+ * lingers for linger-ms at most and discards at most max-body bytes (then
+ * it closes, reset or not), one read (64 KiB) a readable event, so the
+ * loop serves others in between; at most max-connections sockets linger at
+ * once, and they count against their client's max-connections-per-ip (one
+ * address past it: its sockets close as before, and it cannot open new
+ * connections meanwhile). A socket whose client had ended its side (the
+ * usual close of a keep-alive connection), or that the guard shut down
+ * (header-timeout, min-body-rate, an eviction), is not kept: one
+ * recv(MSG_PEEK) tells, or the guard's own flag. Loop thread.
  */
 #include "server/linger.h"
 #include "server/srv.h"
@@ -30,26 +36,27 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* reads of one readable event, at most (then the loop serves others; the
- * poll is level-triggered and comes back) */
-#define LINGER_READS 16
 
 typedef struct lg lg;
 struct lg {
     uv_poll_t poll;
     int fd;
+    int ip_counted;          /* counted against peer (srv_guard_ip_take) */
     uint64_t until_ns;
+    unsigned long long left; /* bytes it may still discard (max-body) */
+    struct sockaddr_storage peer;
     srv_linger *set;
     lg *prev, *next;
 };
 
 struct srv_linger {
+    srv *s;
     uv_timer_t timer;
     lg *head, *tail; /* by until_ns: every socket gets the same time */
     int n;           /* on the list */
     int handles;     /* open uv handles, the timer included */
     int stopping;
-    unsigned long long kept, cut; /* lingered; ended by linger-ms */
+    unsigned long long kept, cut; /* lingered; ended by linger-ms or max-body */
 };
 
 /* one buffer for every discarded byte: the loop thread alone reads */
@@ -71,29 +78,10 @@ static void lg_closed(uv_handle_t *h)
         free(set);
 }
 
-/* drain: read what waits now; 1 when the client ended its side or the
- * socket failed (nothing more can come), 0 when it would block */
-static int drain(int fd, int reads)
-{
-    while (reads-- > 0) {
-        ssize_t n = read(fd, scratch, sizeof scratch);
-        if (n > 0)
-            continue;
-        if (n == 0)
-            return 1;
-        if (errno == EINTR)
-            continue;
-        return errno != EAGAIN && errno != EWOULDBLOCK;
-    }
-    return 0;
-}
-
-/* finish: take l off the list and close its socket, read empty first so
- * that the close is an end, not a reset, unless more comes later */
+/* finish: take l off the list and close its socket */
 static void finish(lg *l)
 {
     srv_linger *set = l->set;
-    (void)drain(l->fd, LINGER_READS);
     if (l->prev)
         l->prev->next = l->next;
     else
@@ -103,6 +91,8 @@ static void finish(lg *l)
     else
         set->tail = l->prev;
     set->n--;
+    if (l->ip_counted)
+        srv_guard_ip_give(set->s, &l->peer);
     uv_close((uv_handle_t *)&l->poll, lg_closed); /* stops the poll */
     close(l->fd);
 }
@@ -135,12 +125,27 @@ static void on_timer(uv_timer_t *t)
     arm(set);
 }
 
+/* on_readable: one read (level-triggered: the rest comes at the next
+ * turn of the loop); the client's end, an error or max-body spent ends it */
 static void on_readable(uv_poll_t *p, int status, int events)
 {
     lg *l = p->data;
+    ssize_t n;
     (void)events;
-    if (status < 0 || drain(l->fd, LINGER_READS))
+    if (status < 0) {
         finish(l);
+        return;
+    }
+    n = read(l->fd, scratch, sizeof scratch);
+    if (n > 0 && (unsigned long long)n < l->left) {
+        l->left -= (unsigned long long)n;
+        return;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    if (n > 0)
+        l->set->cut++;
+    finish(l);
 }
 
 int srv_linger_start(srv *s)
@@ -153,19 +158,21 @@ int srv_linger_start(srv *s)
         return -1;
     uv_timer_init(s->loop, &set->timer);
     set->timer.data = set;
+    set->s = s;
     set->handles = 1;
     s->linger = set;
     return 0;
 }
 
-void srv_linger_close(srv *s, int fd)
+void srv_linger_close(srv *s, int fd, const srv_conn *c)
 {
     srv_linger *set = s->linger;
     char b;
     ssize_t n;
     lg *l;
-    int dup_fd;
-    if (!set || set->stopping || fd < 0 || set->n >= s->cfg.max_connections)
+    int dup_fd, counted;
+    if (!set || set->stopping || fd < 0 || c->closing ||
+        set->n >= s->cfg.max_connections)
         return;
     /* 0: the client ended its side (or the guard shut this one down);
      * an error: it is gone. Only "would block" or bytes waiting linger. */
@@ -175,15 +182,25 @@ void srv_linger_close(srv *s, int fd)
     l = calloc(1, sizeof *l);
     if (!l)
         return;
+    counted = srv_guard_ip_take(s, &c->peer);
+    if (counted < 0) {
+        free(l);
+        return;
+    }
     dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (dup_fd < 0 || uv_poll_init(s->loop, &l->poll, dup_fd) < 0) {
         if (dup_fd >= 0)
             close(dup_fd);
+        if (counted)
+            srv_guard_ip_give(s, &c->peer);
         free(l);
         return;
     }
     shutdown(dup_fd, SHUT_WR);
     l->fd = dup_fd;
+    l->ip_counted = counted;
+    l->peer = c->peer;
+    l->left = (unsigned long long)s->cfg.max_body;
     l->set = set;
     l->poll.data = l;
     l->until_ns = srv_now_ns() + (uint64_t)s->cfg.linger_ms * 1000000u;

@@ -247,11 +247,12 @@ void srv_h_metrics(srv_req *r)
                     "# TYPE attnd_lingering_connections gauge\n"
                     "attnd_lingering_connections %d\n"
                     "# HELP attnd_lingered_connections_total Connections closed "
-                    "while their client could still send, read until it ended "
-                    "its side (end) or linger-ms passed (timeout).\n"
+                    "while their client could still send, read until the client "
+                    "ended its side or reset it (client) or linger-ms or max-body "
+                    "was reached (limit).\n"
                     "# TYPE attnd_lingered_connections_total counter\n"
                     "attnd_lingered_connections_total{end=\"client\"} %llu\n"
-                    "attnd_lingered_connections_total{end=\"timeout\"} %llu\n",
+                    "attnd_lingered_connections_total{end=\"limit\"} %llu\n",
                 lingering, kept - cut - (unsigned long long)lingering, cut);
     }
     if (s->maps) {

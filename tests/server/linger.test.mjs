@@ -2,11 +2,14 @@
 // send is read until the client ends it (linger-ms), so the client gets
 // its answer whole instead of a reset (server/linger.c).
 import assert from 'node:assert/strict';
+import http from 'node:http';
 import { connect } from 'node:net';
 import { test } from 'node:test';
 import { SLOW, start } from './helper.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+// a bound on a wait: unref'd, so a test that ends sooner does not wait it out
+const bound = (ms) => new Promise((r) => setTimeout(r, ms).unref());
 
 /** the demo request whose answer (y and 4 heads' 256 x 256 maps, as JSON)
  * is 2.4 MB: more than the socket buffers hold while its client waits */
@@ -24,9 +27,9 @@ function bigRequest() {
  * until the end. Resolves { status, length (Content-Length), got (body bytes
  * received), wrote (every chunk written), error (a socket error's code) }.
  */
-function exchange(port, chunks, pauseMs = 0) {
+function exchange(port, chunks, pauseMs = 0, from = '127.0.0.1') {
   return new Promise((resolve) => {
-    const sock = connect({ port, host: '127.0.0.1' });
+    const sock = connect({ port, host: '127.0.0.1', localAddress: from });
     const parts = [];
     let wrote = false;
     let error = null;
@@ -55,9 +58,40 @@ function exchange(port, chunks, pauseMs = 0) {
   });
 }
 
-const metric = async (d, re) => Number(re.exec(await (await fetch(`${d.url}/metrics`)).text())?.[1]);
-const lingered = (d, end) => metric(d, new RegExp(`\\nattnd_lingered_connections_total\\{end="${end}"\\} (\\d+)\\n`));
-const lingering = (d) => metric(d, /\nattnd_lingering_connections (\d+)\n/);
+/** metric(d, re, from): re's number in /metrics, asked from local address
+ * from on a connection of its own that the client ends (attnd keeps it
+ * open: asking does not make a socket linger) */
+function metric(d, re, from = '127.0.0.1') {
+  return new Promise((resolve, reject) => {
+    let sock = null;
+    http.get({ host: '127.0.0.1', port: d.port, path: '/metrics', localAddress: from, agent: false,
+      headers: { Connection: 'keep-alive' } }, (res) => {
+      let text = '';
+      res.on('data', (b) => { text += b; });
+      res.on('end', () => { sock.destroy(); resolve(Number(re.exec(text)?.[1])); });
+    }).on('socket', (s) => { sock = s; }).on('error', reject);
+  });
+}
+const lingered = (d, end, from) => metric(d, new RegExp(`\\nattnd_lingered_connections_total\\{end="${end}"\\} (\\d+)\\n`), from);
+const lingering = (d, from) => metric(d, /\nattnd_lingering_connections (\d+)\n/, from);
+/** until(f, want): f() once it is want, or what it is after 5 s (x SLOW) */
+async function until(f, want) {
+  let v = await f();
+  for (const end = Date.now() + 5000 * SLOW; v !== want && Date.now() < end; v = await f()) await sleep(20);
+  return v;
+}
+/** halfOpen(port, from): a connection from local address from that sends
+ * an HTTP/1.0 request (attnd closes after its answer) and keeps its own
+ * side open; resolves once attnd's end came */
+async function halfOpen(port, from = '127.0.0.1') {
+  const s = connect({ port, host: '127.0.0.1', localAddress: from, allowHalfOpen: true });
+  s.on('error', () => {});
+  s.on('data', () => {});
+  await new Promise((res) => s.on('connect', res));
+  s.write('GET /v2 HTTP/1.0\r\n\r\n');
+  await new Promise((res) => { s.on('end', res); s.on('close', res); });
+  return s;
+}
 
 function pipelinedBehindClose(port) {
   const body = bigRequest();
@@ -127,12 +161,12 @@ test('a client that never stops sending is closed after linger-ms; the server se
     const t0 = Date.now();
     const junk = Buffer.alloc(16384, 0x61);
     const feed = setInterval(() => { if (!sock.destroyed) sock.write(junk); }, 5);
-    await Promise.race([closed, sleep(10000 * SLOW)]);
+    await Promise.race([closed, bound(10000 * SLOW)]);
     clearInterval(feed);
     assert.ok(closedAt, 'the connection was not closed within 10 s');
     assert.ok(closedAt - t0 >= 250, `closed after ${closedAt - t0} ms, before linger-ms`);
     assert.match(answer, /^HTTP\/1\.1 401 /);
-    assert.equal(await lingered(d, 'timeout'), 1);
+    assert.equal(await lingered(d, 'limit'), 1);
     assert.equal(await lingering(d), 0);
     assert.equal((await fetch(`${d.url}/v2/health/ready`)).status, 200);
   } finally {
@@ -144,33 +178,19 @@ test('a connection whose client ended it first does not linger; lingering socket
   const d = await start({ t, args: ['--max-connections', '2', '--linger-ms', '600000'] });
   try {
     // a keep-alive request, then the client ends: nothing to linger for
-    let r = await exchange(d.port, ['GET /v2 HTTP/1.1\r\nHost: x\r\n\r\n']);
+    const r = await exchange(d.port, ['GET /v2 HTTP/1.1\r\nHost: x\r\n\r\n']);
     assert.equal(r.status, 200);
     // HTTP/1.0 (attnd closes) from clients that keep their side open
     const held = [];
-    for (let i = 0; i < 4; i++) {
-      const s = connect({ port: d.port, host: '127.0.0.1', allowHalfOpen: true });
-      s.on('error', () => {});
-      s.on('data', () => {});
-      await new Promise((res) => s.on('connect', res));
-      s.write('GET /v2 HTTP/1.0\r\n\r\n');
-      await new Promise((res) => s.on('end', res));
-      held.push(s);
-    }
+    for (let i = 0; i < 4; i++) held.push(await halfOpen(d.port));
     assert.equal(await lingering(d), 2, 'at most max-connections linger');
     assert.equal(await lingered(d, 'client'), 0, 'the first client ended its side: not lingered');
     // their clients end: the sockets go at once
     for (const s of held) s.end();
-    for (let i = 0; i < 50 && (await lingering(d)) !== 0; i++) await sleep(20);
-    assert.equal(await lingering(d), 0);
+    assert.equal(await until(() => lingering(d), 0), 0);
     assert.equal(await lingered(d, 'client'), 2);
     // one held at SIGTERM: the exit does not wait for linger-ms
-    const s = connect({ port: d.port, host: '127.0.0.1', allowHalfOpen: true });
-    s.on('error', () => {});
-    s.on('data', () => {});
-    await new Promise((res) => s.on('connect', res));
-    s.write('GET /v2 HTTP/1.0\r\n\r\n');
-    await new Promise((res) => s.on('end', res));
+    const s = await halfOpen(d.port);
     assert.equal(await lingering(d), 1);
     const t0 = Date.now();
     assert.equal((await d.stop()).code, 0);
@@ -178,6 +198,48 @@ test('a connection whose client ended it first does not linger; lingering socket
     s.destroy();
   } finally {
     if (d.proc.exitCode === null) await d.stop('SIGKILL');
+  }
+});
+
+test('lingering sockets count against max-connections-per-ip: past it they close as before, and the address opens no new connection until they go', async (t) => {
+  const d = await start({ t, args: ['--max-connections-per-ip', '2', '--linger-ms', '600000'] });
+  try {
+    const held = [];
+    for (let i = 0; i < 3; i++) held.push(await halfOpen(d.port, '127.0.0.3'));
+    assert.equal(await lingering(d, '127.0.0.2'), 2);
+    // 127.0.0.3 holds 2 sockets: a new connection of its own is closed unanswered
+    const r = await exchange(d.port, ['GET /v2 HTTP/1.1\r\nHost: x\r\n\r\n'], 0, '127.0.0.3');
+    assert.equal(r.status, 0, r.text);
+    for (const s of held) s.end();
+    assert.equal(await until(() => lingering(d, '127.0.0.2'), 0), 0);
+    assert.equal((await exchange(d.port, ['GET /v2 HTTP/1.1\r\nHost: x\r\n\r\n'], 0, '127.0.0.3')).status, 200);
+  } finally {
+    assert.equal((await d.stop()).code, 0);
+  }
+});
+
+test('a lingering socket discards at most max-body bytes, then closes', async (t) => {
+  const d = await start({ t, env: { ATTND_API_KEY: 'k' }, args: ['--linger-ms', '600000', '--max-body', '1048576'] });
+  try {
+    const sock = connect({ port: d.port, host: '127.0.0.1', allowHalfOpen: true });
+    await new Promise((r) => sock.on('connect', r));
+    let answer = '';
+    let sent = 0;
+    sock.on('data', (b) => { answer += b; });
+    sock.on('error', () => {});
+    const closed = new Promise((r) => sock.on('close', r));
+    sock.write('POST /v2/models/demo/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n');
+    const junk = Buffer.alloc(16384, 0x61);
+    const feed = setInterval(() => { if (!sock.destroyed) { sock.write(junk); sent += junk.length; } }, 2);
+    await Promise.race([closed, bound(30000 * SLOW)]);
+    clearInterval(feed);
+    assert.ok(sock.destroyed, `still open after ${sent} bytes sent`);
+    assert.match(answer, /^HTTP\/1\.1 401 /);
+    assert.ok(sent >= 1048576, `closed after ${sent} bytes sent`);
+    assert.equal(await lingered(d, 'limit'), 1);
+    assert.equal(await lingering(d), 0);
+  } finally {
+    assert.equal((await d.stop()).code, 0);
   }
 });
 
@@ -196,7 +258,7 @@ test('the gRPC door lingers too: a client that sent it HTTP/1.1 and more gets th
     assert.equal(error, null);
     assert.equal(await lingering(d), 1);
     s.end();
-    for (let i = 0; i < 50 && (await lingering(d)) !== 0; i++) await sleep(20);
+    assert.equal(await until(() => lingering(d), 0), 0);
     assert.equal(await lingered(d, 'client'), 1);
   } finally {
     assert.equal((await d.stop()).code, 0);
