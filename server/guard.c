@@ -205,25 +205,6 @@ static void ip_uncount(srv *s, srv_conn *c)
         ip_free(s, i);
 }
 
-int srv_guard_ip_take(srv *s, const struct sockaddr_storage *peer)
-{
-    srv_conn c = {.peer = *peer};
-    struct srv_ip k;
-    if (!s->ips || !ip_key(peer, &k))
-        return 0;
-    if (s->ips[ip_find(s, &k)].n >= (uint32_t)s->cfg.max_conn_per_ip)
-        return -1;
-    ip_count(s, &c);
-    return c.ip_counted;
-}
-
-void srv_guard_ip_give(srv *s, const struct sockaddr_storage *peer)
-{
-    srv_conn c = {.peer = *peer, .ip_counted = 1};
-    if (s->ips)
-        ip_uncount(s, &c);
-}
-
 /* ips_make: s->ips, empty, for max-connections; none when
  * max-connections-per-ip is 0 (nothing to count for). */
 static int ips_make(srv *s)

@@ -19,11 +19,13 @@
  * cannot make that cost more than a body attnd would read: a socket
  * lingers for linger-ms at most and discards at most max-body bytes (then
  * it closes, reset or not), one read (64 KiB) a readable event, so the
- * loop serves others in between; at most max-connections sockets linger at
- * once, and they count against their client's max-connections-per-ip (one
- * address past it: its sockets close as before, and it cannot open new
- * connections meanwhile). A socket whose client had ended its side (the
- * usual close of a keep-alive connection), or that the guard shut down
+ * loop serves others in between. At most max-connections sockets linger
+ * at once, and at most max-connections-per-ip of one client address; past
+ * either a socket closes as before. Lingering sockets do not count against
+ * their client's new connections: one that closes a connection as its
+ * answer ends and opens the next would find it refused until the loop had
+ * read that end. A socket whose client had ended its side (the usual close
+ * of a keep-alive connection), or that the guard shut down
  * (header-timeout, min-body-rate, an eviction), is not kept: one
  * recv(MSG_PEEK) tells, or the guard's own flag. Loop thread.
  */
@@ -32,7 +34,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -41,7 +45,6 @@ typedef struct lg lg;
 struct lg {
     uv_poll_t poll;
     int fd;
-    int ip_counted;          /* counted against peer (srv_guard_ip_take) */
     uint64_t until_ns;
     unsigned long long left; /* bytes it may still discard (max-body) */
     struct sockaddr_storage peer;
@@ -91,10 +94,35 @@ static void finish(lg *l)
     else
         set->tail = l->prev;
     set->n--;
-    if (l->ip_counted)
-        srv_guard_ip_give(set->s, &l->peer);
     uv_close((uv_handle_t *)&l->poll, lg_closed); /* stops the poll */
     close(l->fd);
+}
+
+/* same_client: a and b are one client address (port aside), as
+ * max-connections-per-ip counts them */
+static int same_client(const struct sockaddr_storage *a,
+                       const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return 0;
+    if (a->ss_family == AF_INET)
+        return !memcmp(&((const struct sockaddr_in *)a)->sin_addr,
+                       &((const struct sockaddr_in *)b)->sin_addr, 4);
+    if (a->ss_family == AF_INET6)
+        return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                       &((const struct sockaddr_in6 *)b)->sin6_addr, 16);
+    return 0;
+}
+
+/* lingering_of: peer's sockets lingering now (a walk: at most
+ * max-connections, and only when a close would linger) */
+static long long lingering_of(const srv_linger *set,
+                              const struct sockaddr_storage *peer)
+{
+    long long n = 0;
+    for (const lg *l = set->head; l; l = l->next)
+        n += same_client(&l->peer, peer);
+    return n;
 }
 
 static void on_timer(uv_timer_t *t);
@@ -170,9 +198,11 @@ void srv_linger_close(srv *s, int fd, const srv_conn *c)
     char b;
     ssize_t n;
     lg *l;
-    int dup_fd, counted;
+    int dup_fd;
     if (!set || set->stopping || fd < 0 || c->closing ||
-        set->n >= s->cfg.max_connections)
+        set->n >= s->cfg.max_connections ||
+        (s->cfg.max_conn_per_ip &&
+         lingering_of(set, &c->peer) >= s->cfg.max_conn_per_ip))
         return;
     /* 0: the client ended its side (or the guard shut this one down);
      * an error: it is gone. Only "would block" or bytes waiting linger. */
@@ -182,23 +212,15 @@ void srv_linger_close(srv *s, int fd, const srv_conn *c)
     l = calloc(1, sizeof *l);
     if (!l)
         return;
-    counted = srv_guard_ip_take(s, &c->peer);
-    if (counted < 0) {
-        free(l);
-        return;
-    }
     dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (dup_fd < 0 || uv_poll_init(s->loop, &l->poll, dup_fd) < 0) {
         if (dup_fd >= 0)
             close(dup_fd);
-        if (counted)
-            srv_guard_ip_give(s, &c->peer);
         free(l);
         return;
     }
     shutdown(dup_fd, SHUT_WR);
     l->fd = dup_fd;
-    l->ip_counted = counted;
     l->peer = c->peer;
     l->left = (unsigned long long)s->cfg.max_body;
     l->set = set;

@@ -453,13 +453,6 @@ int srv_guard_per_ip_full(srv *s, const struct sockaddr_storage *peer);
 long long srv_guard__ip_count(const srv *s, const struct sockaddr_storage *peer);
 size_t srv_guard__ip_home(const srv *s, const struct sockaddr_storage *peer);
 void srv_guard_remove(srv *s, srv_conn *c);
-/* srv_guard_ip_take: one more socket of peer's (a lingering close's,
- * linger.c) counts against max-connections-per-ip: 1 counted, 0 nothing to
- * count (no limit, or a family that counts nowhere), -1 (nothing counted)
- * when peer holds that many already. srv_guard_ip_give: a counted one
- * went (nothing once srv_guard_stop has run). */
-int srv_guard_ip_take(srv *s, const struct sockaddr_storage *peer);
-void srv_guard_ip_give(srv *s, const struct sockaddr_storage *peer);
 /* a gRPC call's HEADERS are complete / the call is gone */
 void srv_guard_call_begin(srv_conn *c);
 void srv_guard_call_end(srv_conn *c);
