@@ -358,8 +358,10 @@ soak: deps-test $(ATTND)
 # run, printed: SOAK_SEED=N replays its choices, not their timing.
 # fuzz-http runs tests/server/fuzz_http.mjs from a fixed seed for
 # FUZZ_HTTP_SECONDS, stopped and failed past FUZZ_HTTP_SECONDS + 300 s;
-# its four clients share the seeded generator, so the cases still vary
-# with timing (a finding prints the bytes it sent). Each prints its
+# each case draws from a generator seeded from the seed and its place, so
+# a seed sends the same bytes in every run (the summary's digest says so;
+# the daemon's state between cases still depends on timing), and a finding
+# prints its case's place and the bytes it sent. Each prints its
 # summary (operations or cases, statuses, the seed) and exits non-zero on
 # a finding.
 SOAK_CI_SECONDS ?= 120

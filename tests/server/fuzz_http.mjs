@@ -16,8 +16,13 @@
 // Connection: close. After each batch /v2/health/live must answer 200; at
 // the end SIGTERM must give exit 0 and no sanitizer report.
 //   ATTND_BIN=build/address/attnd ATTND_FUZZ_SEED=7 node tests/server/fuzz_http.mjs
-// It prints its seed, and each finding with the bytes sent (JSON-quoted);
+// Each case draws from a generator seeded from the seed and its place
+// (batch, client, case): a seed sends the same bytes in every run (the
+// summary's digest of them shows it), though the daemon's state between
+// cases depends on timing. It prints its seed, and each finding with its
+// case's place and the bytes sent (JSON-quoted);
 // ATTND_FUZZ_SHOW=503 prints the bodies of the answers of that status.
+import { createHash } from 'node:crypto';
 import net from 'node:net';
 import { mulberry32, sanitizerReport, start } from './helper.mjs';
 import { D, gqaModels } from './seq_helper.mjs';
@@ -28,7 +33,8 @@ const N = Number(env.ATTND_FUZZ_N || 1e6);
 const UNTIL = Date.now() + 1000 * Number(env.ATTND_FUZZ_SECONDS || 600);
 const HANG = Number(env.ATTND_FUZZ_HANG_MS || 10000);
 const KEY = 'fuzz-key-1', ORIGIN = 'http://ok.example';
-const rnd = mulberry32(SEED);
+// the generator of the case being built (runCase); SEED's own first
+let rnd = mulberry32(SEED);
 const int = (n) => Math.floor(rnd() * n), pick = (a) => a[int(a.length)];
 const findings = [], seen = {};
 console.log(`fuzz_http: seed ${SEED}, up to ${N} batches, ${process.env.ATTND_BIN || 'build/default/attnd'}`);
@@ -37,8 +43,8 @@ console.log(`fuzz_http: seed ${SEED}, up to ${N} batches, ${process.env.ATTND_BI
 const vec = (n) => Array.from({ length: n }, () => Math.round((rnd() * 2 - 1) * 100) / 100);
 const j = (o) => Buffer.from(JSON.stringify(o));
 const seqIds = ['s1', 's2', '7', 'a%3Fb'];
-let TAG = 'x'; // the daemon's map ids are m<n>-TAG
-const mapId = () => `m${1 + int(40)}-${TAG}`;
+let TAG = 'x'; // the daemon's map ids are m<n>-TAG (random at its start)
+const mapId = () => `m${1 + int(40)}-@TAG@`; // TAG goes in as the case is sent
 function seqStep(id, t, o = {}) {
   return j({ inputs: [{ name: 'x', datatype: 'FP32', shape: [1, t, D], data: vec(t * D) }],
     outputs: [{ name: 'y' }], parameters: { sequence_id: id, ...o } });
@@ -168,7 +174,7 @@ function parse(buf, methods) {
 // exchange: write parts (paced, or then closed or reset when abort), read
 // answers until all n came or the server closed; the first expect are
 // owed within HANG ms (hung when not), the rest get 500 ms more.
-function exchange(parts, methods, n, expect, { abort = false, pace = 0 } = {}) {
+function exchange(parts, methods, n, expect, { abort = false, pace = 0, rand }) {
   return new Promise((resolve) => {
     const sock = net.connect(PORT, '127.0.0.1');
     let buf = Buffer.alloc(0), closed = false, timer, got = 0, grace = null;
@@ -178,8 +184,8 @@ function exchange(parts, methods, n, expect, { abort = false, pace = 0 } = {}) {
     sock.on('error', () => {});
     sock.on('close', () => { closed = true; finish(); });
     sock.on('connect', async () => {
-      for (const p of parts) { if (closed) break; sock.write(p); if (pace) await new Promise((r) => setTimeout(r, int(pace))); }
-      if (abort) setTimeout(() => (rnd() < 0.5 ? sock.resetAndDestroy() : sock.end()), int(30));
+      for (const p of parts) { if (closed) break; sock.write(p); if (pace) await new Promise((r) => setTimeout(r, Math.floor(rand() * pace))); }
+      if (abort) { const reset = rand() < 0.5; setTimeout(() => (reset ? sock.resetAndDestroy() : sock.end()), Math.floor(rand() * 30)); }
       timer = setTimeout(finish, abort ? 200 : HANG);
       if (got >= expect) rest();
     });
@@ -190,7 +196,10 @@ function report(kind, what, bytes, res) {
   findings.push(f);
   console.log(`FINDING ${f}\n  answers: ${res.map((x) => x.head.split('\r\n')[0]).join(' | ')}`);
 }
-async function runCase() {
+const sent = []; // each case's bytes' digest, by its place
+async function runCase(place) {
+  rnd = mulberry32((SEED ^ Math.imul(place + 1, 0x9e3779b1)) >>> 0);
+  const rand = rnd; // runCase's draws before its first await are its own; exchange's later ones use rand
   const kind = pick(['mutated', 'mutated', 'pipeline', 'half', 'sequence', 'valid']);
   let reqs;
   if (kind === 'sequence') {
@@ -212,20 +221,23 @@ async function runCase() {
   const half = kind === 'half';
   if (half) { const b = parts[0]; parts = [b.subarray(0, int(b.length))]; expect = 0; }
   else if (rnd() < 0.3) parts = Buffer.concat(parts).toString('latin1').match(/[\s\S]{1,97}/g).map((s) => Buffer.from(s, 'latin1'));
-  const { res, closed, hung } = await exchange(parts, enc.map((e) => e.method), half ? 0 : enc.length, expect, { abort: half, pace: rnd() < 0.2 ? 20 : 0 });
+  sent[place] = createHash('sha1').update(Buffer.concat(parts)).digest('hex');
+  parts = parts.map((b) => Buffer.from(b.toString('latin1').split('@TAG@').join(TAG), 'latin1'));
+  const where = `case ${place} (batch ${Math.floor(place / 20)})`;
+  const { res, closed, hung } = await exchange(parts, enc.map((e) => e.method), half ? 0 : enc.length, expect, { abort: half, pace: rnd() < 0.2 ? 20 : 0, rand });
   for (const x of res) {
     seen[x.st] = (seen[x.st] || 0) + 1;
     if (String(x.st) === env.ATTND_FUZZ_SHOW) console.log(`${x.st}: ${x.body.subarray(0, 300)}`);
   }
-  for (const x of res) if (x.st < 0 || (x.st >= 500 && x.st !== 503 && x.st !== 505)) report(kind, `status ${x.st}`, parts, res);
-  if (hung) report(kind, `${res.length} of ${expect} answered in ${HANG} ms`, parts, res);
+  for (const x of res) if (x.st < 0 || (x.st >= 500 && x.st !== 503 && x.st !== 505)) report(`${kind}, ${where}`, `status ${x.st}`, parts, res);
+  if (hung) report(`${kind}, ${where}`, `${res.length} of ${expect} answered in ${HANG} ms`, parts, res);
   // a connection closed before the answers owed, after one that did not say Connection: close
   const last = res[res.length - 1];
   // (bytes left unread at a close - a body answered from its head, requests pipelined behind
   // one that closes - no longer excuse it: attnd lingers, server/linger.c)
   if (!hung && closed && res.length < expect && !half &&
       (!last || !/\r\nconnection: *close/i.test(last.head)))
-    report(kind, `closed after ${res.length} of ${expect} answers without Connection: close`, parts, res);
+    report(`${kind}, ${where}`, `closed after ${res.length} of ${expect} answers without Connection: close`, parts, res);
 }
 
 const d = await start({ dir: gqaModels(), args: ['--api-key', KEY, '--cors-origins', ORIGIN, '--maps-wait-ms', '1000'] });
@@ -235,7 +247,7 @@ TAG = (await (await fetch(`${d.url}/v2/models/sdpa/infer`, { method: 'POST', hea
     parameters: { retain: true } }) })).json()).parameters.map_id.split('-')[1];
 let batches = 0, cases = 0;
 for (; batches < N && Date.now() < UNTIL; batches++) {
-  await Promise.all(Array.from({ length: 4 }, async () => { for (let k = 0; k < 5; k++, cases++) await runCase(); }));
+  await Promise.all(Array.from({ length: 4 }, async (_, c) => { for (let k = 0; k < 5; k++, cases++) await runCase(batches * 20 + c * 5 + k); }));
   const live = await fetch(`${d.url}/v2/health/live`).then((r) => r.status, (e) => String(e));
   if (live !== 200) { findings.push(`batch ${batches}: /v2/health/live gave ${live}`); console.log(`FINDING live ${live}\n${d.log().slice(-3000)}`); break; }
   if (batches % 200 === 0) console.log(`batch ${batches}, ${cases} cases, ${findings.length} findings`);
@@ -245,5 +257,5 @@ let r;
 if (/internal error/.test(d.log())) findings.push(`libmicrohttpd closed connections: ${d.log().match(/.*internal error.*/g).join('; ')}`);
 try { r = await d.stop('SIGTERM'); } catch (e) { findings.push(`stop: ${sanitizerReport(d.log()) || e.message.slice(0, 4000)}`); }
 if (r && r.code !== 0) findings.push(`exit ${JSON.stringify(r)}`);
-console.log(`fuzz_http: seed ${SEED}, ${batches} batches, ${cases} cases, statuses ${JSON.stringify(seen)}, ${findings.length} findings${findings.length ? ':\n' + findings.join('\n') : ''}`);
+console.log(`fuzz_http: seed ${SEED}, ${batches} batches, ${cases} cases (their bytes' digest ${createHash('sha1').update(sent.join('')).digest('hex').slice(0, 12)}: the same for the same seed and batches), statuses ${JSON.stringify(seen)}, ${findings.length} findings${findings.length ? ':\n' + findings.join('\n') : ''}`);
 process.exit(findings.length ? 1 : 0);
