@@ -40,7 +40,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-
 typedef struct lg lg;
 struct lg {
     uv_poll_t poll;
@@ -53,7 +52,6 @@ struct lg {
 };
 
 struct srv_linger {
-    srv *s;
     uv_timer_t timer;
     lg *head, *tail; /* by until_ns: every socket gets the same time */
     int n;           /* on the list */
@@ -186,7 +184,6 @@ int srv_linger_start(srv *s)
         return -1;
     uv_timer_init(s->loop, &set->timer);
     set->timer.data = set;
-    set->s = s;
     set->handles = 1;
     s->linger = set;
     return 0;
@@ -200,14 +197,15 @@ void srv_linger_close(srv *s, int fd, const srv_conn *c)
     lg *l;
     int dup_fd;
     if (!set || set->stopping || fd < 0 || c->closing ||
-        set->n >= s->cfg.max_connections ||
-        (s->cfg.max_conn_per_ip &&
-         lingering_of(set, &c->peer) >= s->cfg.max_conn_per_ip))
+        set->n >= s->cfg.max_connections)
         return;
     /* 0: the client ended its side (or the guard shut this one down);
      * an error: it is gone. Only "would block" or bytes waiting linger. */
     n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+        return;
+    if (s->cfg.max_conn_per_ip &&
+        lingering_of(set, &c->peer) >= s->cfg.max_conn_per_ip)
         return;
     l = calloc(1, sizeof *l);
     if (!l)
