@@ -125,7 +125,6 @@ typedef struct load_job {
     size_t body_len;
     model *m;           /* result */
     unsigned long long gen; /* repository generation it was read at */
-    unsigned unloads;   /* the entry's unloads when it began */
     size_t mem;         /* the body's share of memory-budget */
     int rc;             /* 0, or the HTTP status of the failure */
     int in_repo;        /* failed, but repo/name is a folder */
@@ -209,16 +208,12 @@ static void set_reason(srv_entry *e, const char *err)
 
 /* load_done: loop thread. Makes the loaded model the entry's current
  * instance (the old one goes when its last job ends), or records why it
- * failed; answers the load request if there is one; frees lj. Requests
- * take effect in the order they came, as Triton's: an unload that came
- * while the load ran is the later one, so the model stays unloaded (the
- * load is answered as done: it was, and then unloaded). */
+ * failed; answers the load request if there is one; frees lj. */
 static void load_done(uv_work_t *w, int status)
 {
     load_job *lj = w->data;
     srv *s = lj->s;
     srv_entry *e = srv_registry_find(s, lj->name); /* start_load's */
-    int unloaded = lj->unloads != e->unloads; /* since it began */
     (void)status;
     if (!lj->req)
         s->startup_loads--;
@@ -228,7 +223,7 @@ static void load_done(uv_work_t *w, int status)
     if (lj->rc) {
         if (e->state == SRV_LOADING && !e->loads)
             e->state = e->inst ? SRV_READY : SRV_UNAVAILABLE;
-        if (!e->inst && !unloaded) /* else the reason stays "unloaded" */
+        if (!e->inst)
             set_reason(e, lj->err);
         srv_log(s, "error", "load: %s", lj->err);
         if (lj->req) {
@@ -245,16 +240,6 @@ static void load_done(uv_work_t *w, int status)
         if (!e->ever && !e->startup && !e->loads && !lj->in_repo &&
             !s->stopping) /* stopping closed its handles: freed at exit */
             drop_entry(s, e);
-    } else if (unloaded) {
-        model_destroy(lj->m);
-        if (e->state == SRV_LOADING && !e->loads) /* a later load failed */
-            e->state = e->inst ? SRV_READY : SRV_UNAVAILABLE;
-        srv_log(s, "info", "model '%s': an unload came while it loaded: left "
-                "unloaded", e->name);
-        if (lj->req) {
-            lj->req->changed = lj->body_len != 0; /* an upload was published */
-            srv_respond(lj->req, 200, NULL, NULL, 0);
-        }
     } else if (lj->gen < e->gen) {
         /* a later upload of this name was published (and installed) while
          * this one was read: the repository holds that one, so it stays */
@@ -323,7 +308,6 @@ static int start_load(srv *s, const char *name, srv_req *req)
         lj->mem = req->mem; /* and its share of memory-budget */
         req->mem = 0;
     }
-    lj->unloads = e->unloads;
     e->loads++;
     if (e->state != SRV_READY)
         e->state = SRV_LOADING;
@@ -579,7 +563,6 @@ void srv_h_unload(srv_req *r)
         return;
     }
     e->startup = 0;
-    e->unloads++; /* the loads running now leave it unloaded */
     set_inst(e, NULL, SRV_UNAVAILABLE, "unloaded");
     snprintf(r->model, sizeof r->model, "%s", e->name);
     r->changed = 1;

@@ -137,8 +137,6 @@ struct srv_entry {
     int startup;    /* loaded at startup: counts for /v2/health/ready */
     int loads;      /* loads of it in flight (registry.c) */
     int ever;       /* it has had an instance */
-    unsigned unloads; /* unloads of it so far: a load begun before the
-                         last one does not undo it (registry.c) */
     int closing;    /* handles still closing, once dropped (registry.c) */
     char reason[ATTN_ERRMAX];
     unsigned long long gen; /* repository generation of inst (upload.h) */
