@@ -300,6 +300,7 @@ static void went_idle(srv_conn *c)
     if (!c->linked)
         return;
     s->n_busy--;
+    srv_http__accept_room(s); /* a resting listener may evict c now */
     if (s->conns == c)
         return;
     c->prev->next = c->next;
@@ -352,7 +353,7 @@ static int candidate(const srv_conn *c, const srv_conn *fresh)
  * per accept, as evict's one walk asking every candidate was on every
  * accept before. Of two with the same t_wait_ns the one on the list longer
  * goes. */
-static void evict(srv *s, srv_conn *fresh)
+static int evict(srv *s, srv_conn *fresh, int served_only)
 {
     srv_conn *c, *old = NULL, *served = NULL;
     for (c = s->conns_tail; c && !old; c = c->prev)
@@ -360,7 +361,7 @@ static void evict(srv *s, srv_conn *fresh)
             if (c->served) {
                 if (!served)
                     served = c;
-            } else if (!unread(c)) {
+            } else if (!served_only && !unread(c)) {
                 old = c;
             }
         }
@@ -369,10 +370,19 @@ static void evict(srv *s, srv_conn *fresh)
             old = c;
     if (!old) /* all busy, or with bytes waiting: fresh waits its turn
                  (MHD's headroom, then the listen backlog) */
-        return;
+        return 0;
     shut(old);
     s->n_evicted++;
     srv_kick(s);
+    return 1;
+}
+
+/* The never-served ones were asked at each accept after theirs; the last
+ * one accepted was not, but it has had no time to send its head: a
+ * connection goes idle after it was passed over only once served. */
+int srv_guard_make_room(srv *s)
+{
+    return s->n_conns > s->cfg.max_connections && evict(s, NULL, 1);
 }
 
 void srv_guard_add(srv *s, srv_conn *c)
@@ -390,7 +400,7 @@ void srv_guard_add(srv *s, srv_conn *c)
     s->n_conns++;
     ip_count(s, c);
     if (s->n_conns > s->cfg.max_connections)
-        evict(s, c);
+        (void)evict(s, c, 0);
 }
 
 void srv_guard_remove(srv *s, srv_conn *c)
@@ -429,6 +439,9 @@ void srv_guard_notify(void *cls, struct MHD_Connection *conn, void **ctx,
 {
     srv *s = cls;
     srv_conn *c = *ctx;
+    if (toe == MHD_CONNECTION_NOTIFY_CLOSED)
+        srv_http__accept_room(s); /* resumes after this returns: MHD's
+                                     count is one less then */
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -456,7 +469,6 @@ void srv_guard_notify(void *cls, struct MHD_Connection *conn, void **ctx,
     srv_linger_close(s, c->fd, c); /* MHD closes the socket after this returns */
     free(c);
     *ctx = NULL;
-    srv_http__accept_room(s);
 }
 
 void srv_guard_begin(srv_req *r)

@@ -11,11 +11,12 @@
  * given their descriptors back). accept.c pauses the listener instead and
  * logs the failures, as for the gRPC door. When MHD holds its connection
  * limit (max-connections + headroom; it would close each new one) the
- * listener rests until one of its connections closes
- * (srv_http__accept_room, as libmicrohttpd's own accept did), so
- * evictions (guard.c) make room at once. That rest is logged (a line a
- * second at most): connections that wait without a word look like a
- * server that hangs.
+ * listener first closes an idle keep-alive one (guard.c's eviction: a
+ * connection that went idle after the accepts that filled the limit was
+ * not asked then), then rests until one of its connections closes
+ * (srv_http__accept_room, as libmicrohttpd's own accept did) or one goes
+ * idle. A rest with nothing to close is logged (a line a second at most):
+ * connections that wait without a word look like a server that hangs.
  *
  * Loop thread only.
  */
@@ -29,9 +30,10 @@ void srv_http__accept_room(srv *s)
     }
 }
 
-/* room: MHD is under its connection limit; else the listener rests until
- * one of its connections closes (guard.c), as MHD did, and the first rest
- * of a second is logged. */
+/* room: MHD is under its connection limit; else an idle keep-alive
+ * connection, which became idle after the accepts that filled the limit,
+ * is closed (guard.c), and the listener rests until one closes (guard.c), as
+ * MHD did. A rest with none to close is logged, a line a second at most. */
 static int room(void *data)
 {
     srv *s = data;
@@ -41,12 +43,14 @@ static int room(void *data)
     if (!i || i->num_connections <
                   (unsigned)(s->cfg.max_connections + SRV_CONN_HEADROOM))
         return 1;
-    if (!s->accept_full && (n = srv_every_due(&s->accept_full_log, srv_now_ns())))
+    if (!srv_guard_make_room(s) && !s->accept_full &&
+        (n = srv_every_due(&s->accept_full_log, srv_now_ns())))
         srv_log(s, "warn", "http: every connection is busy (max-connections "
                 "%lld + %d headroom, none that can be closed: each has a "
-                "request in progress or bytes not read yet; %llu time%s "
-                "since the last such line): new connections wait in the "
-                "listen backlog until one closes; raise --max-connections",
+                "request in progress or bytes not read yet; the listener "
+                "rested %llu time%s since the last such line): new "
+                "connections wait in the listen backlog until one closes; "
+                "raise --max-connections",
                 s->cfg.max_connections, SRV_CONN_HEADROOM, n, n == 1 ? "" : "s");
     s->accept_full = 1;
     srv_accept_pause(&s->accept, SRV_ACCEPT_RETRY_MS);

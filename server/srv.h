@@ -451,6 +451,10 @@ int srv_guard_per_ip_full(srv *s, const struct sockaddr_storage *peer);
 long long srv_guard__ip_count(const srv *s, const struct sockaddr_storage *peer);
 size_t srv_guard__ip_home(const srv *s, const struct sockaddr_storage *peer);
 void srv_guard_remove(srv *s, srv_conn *c);
+/* srv_guard_make_room: past max-connections, close (shutdown) the served
+ * idle keep-alive connection that has waited longest, as an accept past
+ * it would; 1 if one was. */
+int srv_guard_make_room(srv *s);
 /* a gRPC call's HEADERS are complete / the call is gone */
 void srv_guard_call_begin(srv_conn *c);
 void srv_guard_call_end(srv_conn *c);
@@ -627,8 +631,9 @@ void srv_accept_stop(srv_accept *a, uv_close_cb on_closed);
  * stop and close it. Loop thread. */
 void srv_http__accept_start(srv *s);
 void srv_http__accept_stop(srv *s);
-/* srv_http__accept_room: a REST connection closed: a listener paused for
- * MHD's connection limit accepts again. */
+/* srv_http__accept_room: a REST connection closed, or a connection went
+ * idle (it may be closed to make room): a listener paused for MHD's
+ * connection limit asks room() again. */
 void srv_http__accept_room(srv *s);
 
 /* http_head.c, for http.c. srv_http__first_call: r's method name, route,

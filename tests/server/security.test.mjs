@@ -352,26 +352,67 @@ test('--max-connections with every connection busy: new ones wait, said once in 
   assert.ok(busy.every((c) => !c.closed()), 'no busy connection was closed to make room');
   // the operator is told, once: not a line each retry (every 100 ms) of the
   // listener resting meanwhile
-  const full = /warn attnd: http: every connection is busy \(max-connections 1 \+ 64 headroom, none that can be closed: each has a request in progress or bytes not read yet; 1 time since the last such line\): new connections wait in the listen backlog until one closes; raise --max-connections/g;
+  const full = /warn attnd: http: every connection is busy \(max-connections 1 \+ 64 headroom, none that can be closed: each has a request in progress or bytes not read yet; the listener rested 1 time since the last such line\): new connections wait in the listen backlog until one closes; raise --max-connections/g;
   const log = await d.logged(full);
   assert.equal(log.match(full)?.length, 1, log);
-  // a request finished (Connection: close): its connection closes, one waiting is served
+  // a request finished (Connection: close): its connection closes, one
+  // waiting is served; that one, keep-alive and idle, is then closed for
+  // the other (a connection gone idle makes room, as at an accept)
   busy[0].s.write(body);
   for (let k = 0; k < 250 * SLOW && !/\r\n\r\n\{/.test(busy[0].got()); k++) await sleep(20);
   assert.match(busy[0].got(), /HTTP\/1\.1 200 OK/);
-  for (let k = 0; k < 250 * SLOW && !waiting.some((w) => w.got()); k++) await sleep(20);
-  await sleep(300); // a second one served would be by now
-  assert.equal(waiting.filter((w) => /^HTTP\/1\.1 200 /.test(w.got())).length, 1, 'one waiting connection served');
-  assert.equal(waiting.filter((w) => w.got() === '' && !w.closed()).length, 1, 'the other still waits');
-  // a client that goes: its connection closes too, and the other is served
-  busy[1].s.destroy();
   for (let k = 0; k < 250 * SLOW && !waiting.every((w) => w.got()); k++) await sleep(20);
   for (const w of waiting) assert.match(w.got(), /^HTTP\/1\.1 200 /);
+  for (let k = 0; k < 250 * SLOW && !waiting.some((w) => w.closed()); k++) await sleep(20);
+  assert.equal(waiting.filter((w) => w.closed()).length, 1, 'the first served, idle, was closed for the second');
+  assert.ok(busy.slice(1).every((c) => !c.closed()), 'no busy connection was closed to make room');
+  // a client that goes: its connection closes, and a new one is served
+  busy[1].s.destroy();
+  const late = await open('GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+  for (let k = 0; k < 250 * SLOW && !late.got(); k++) await sleep(20);
+  assert.match(late.got(), /^HTTP\/1\.1 200 /);
   // every request that was held is carried out once its body comes
   for (const c of busy.slice(2)) c.s.write(body);
   for (let k = 0; k < 250 * SLOW && !busy.slice(2).every((c) => /\r\n\r\n\{/.test(c.got())); k++) await sleep(20);
   for (const c of busy.slice(2)) assert.match(c.got(), /^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 200 OK/);
   assert.equal((await fetch(`${d.url}/v2/health/live`)).status, 200);
+  assert.equal((await d.stop()).code, 0);
+});
+
+// A connection that goes idle while the listener rests at the limit is
+// closed to make room, as it would be at an accept: the accepts that
+// filled the limit found every connection busy, and the one that went idle
+// afterwards is not otherwise asked (it would hold its place until
+// header-timeout).
+test('--max-connections with every connection busy: one that goes idle (keep-alive) is closed for a waiting one', async (t) => {
+  const HEADROOM = 64;
+  const d = await start({ t, args: ['--max-connections', '1', '--max-connections-per-ip', '0', '--min-body-rate', '0', '--connection-timeout', '0', '--header-timeout', '300'] });
+  const open = (text) => openSending(d.port, text);
+  const body = JSON.stringify(SEED);
+  const head = `POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nExpect: 100-continue\r\n\r\n`;
+  const busy = [];
+  t.after(() => { for (const c of busy) c.s.destroy(); });
+  for (let i = 0; i < 1 + HEADROOM; i++) {
+    const c = await open(head);
+    for (let k = 0; k < 250 * SLOW && !c.got().includes('100 Continue') && !c.closed(); k++) await sleep(20);
+    assert.match(c.got(), /^HTTP\/1\.1 100 Continue/, `connection ${i}: its request is in progress`);
+    busy.push(c);
+  }
+  const live = 'GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n';
+  const waiting = [await open(live), await open(live)];
+  await d.logged(/every connection is busy/);
+  await sleep(300);
+  for (const w of waiting) assert.equal(w.got(), '', 'a connection past the limit waits');
+  // busy[0]'s request is answered and its connection stays open
+  // (keep-alive): idle, it is closed, and the waiting ones are served (each
+  // closes after its answer: Connection: close)
+  busy[0].s.write(body);
+  for (let k = 0; k < 250 * SLOW && !(waiting.every((w) => w.got()) && busy[0].closed()); k++) await sleep(20);
+  assert.match(busy[0].got(), /^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 200 OK[^]*\r\n\r\n\{"model_name"/, 'busy[0] was answered whole');
+  assert.ok(busy[0].closed(), 'busy[0], idle, was closed to make room');
+  for (const w of waiting) assert.match(w.got(), /^HTTP\/1\.1 200 /);
+  assert.ok(busy.slice(1).every((c) => !c.closed()), 'no connection with a request in progress was closed');
+  for (const c of busy) c.s.destroy(); // not to make the drain wait for their bodies
   assert.equal((await d.stop()).code, 0);
 });
 
