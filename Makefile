@@ -350,12 +350,15 @@ soak: deps-test $(ATTND)
 # ---- the soak and the HTTP fuzzer in CI (.ci/run, after the sanitizer loop)
 #   make soak-ci [SOAK_CI_SECONDS=120]
 #   make fuzz-http [FUZZ_HTTP_SEED=7] [FUZZ_HTTP_SECONDS=90]
+#   make fuzz-grpc [FUZZ_GRPC_SEED=7] [FUZZ_GRPC_SECONDS=60]
 # Both run on the ASan build (build/address/attnd, whatever SANITIZER is
 # given) and build what they need when it is missing (deps-test, the
 # binary), so they start on a clean clone: 2-3 and 1.5 min. soak-ci is
 # make soak for SOAK_CI_SECONDS, stopped and failed past SOAK_CI_SECONDS +
 # 600 s (its checks at the end take under a minute); its seed is new each
 # run, printed: SOAK_SEED=N replays its choices, not their timing.
+# fuzz-grpc does the same with tests/grpc/fuzz_grpc.mjs (the gRPC door,
+# HTTP/2 frames built by hand) for FUZZ_GRPC_SECONDS.
 # fuzz-http runs tests/server/fuzz_http.mjs from a fixed seed for
 # FUZZ_HTTP_SECONDS, stopped and failed past FUZZ_HTTP_SECONDS + 300 s;
 # each case draws from a generator seeded from the seed and its place, so
@@ -367,7 +370,9 @@ soak: deps-test $(ATTND)
 SOAK_CI_SECONDS ?= 120
 FUZZ_HTTP_SEED ?= 7
 FUZZ_HTTP_SECONDS ?= 90
-.PHONY: soak-ci fuzz-http
+FUZZ_GRPC_SEED ?= 7
+FUZZ_GRPC_SECONDS ?= 60
+.PHONY: soak-ci fuzz-http fuzz-grpc
 soak-ci:
 	@$(MAKE) --no-print-directory SANITIZER=address SOAK_SECONDS=$(SOAK_CI_SECONDS) \
 	    SOAK_TIMEOUT=$$(($(SOAK_CI_SECONDS) + 600)) soak
@@ -375,9 +380,12 @@ ifeq ($(SANITIZER),address)
 fuzz-http: deps-test $(ATTND)
 	ATTND_BIN=$(ATTND) ATTND_FUZZ_SEED=$(FUZZ_HTTP_SEED) ATTND_FUZZ_SECONDS=$(FUZZ_HTTP_SECONDS) \
 	    timeout -k 10 $$(($(FUZZ_HTTP_SECONDS) + 300)) node tests/server/fuzz_http.mjs
+fuzz-grpc: deps-test $(ATTND)
+	ATTND_BIN=$(ATTND) ATTND_FUZZ_SEED=$(FUZZ_GRPC_SEED) ATTND_FUZZ_SECONDS=$(FUZZ_GRPC_SECONDS) \
+	    timeout -k 10 $$(($(FUZZ_GRPC_SECONDS) + 300)) node tests/grpc/fuzz_grpc.mjs
 else
-fuzz-http:
-	@$(MAKE) --no-print-directory SANITIZER=address fuzz-http
+fuzz-http fuzz-grpc:
+	@$(MAKE) --no-print-directory SANITIZER=address $@
 endif
 
 # ---- coverage: make coverage, not in CI -----------------------------------
