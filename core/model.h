@@ -44,9 +44,12 @@ int model_load_mem(model **out, const char *label, const char *config,
 
 /* model_load_repo: load <repo>/<name> after checking name with
  * model_name_valid (ATTN_EINVAL otherwise), so no name reaches outside the
- * repository. A repository that is missing or not a folder is named as
- * such ("<repo>: cannot read the model repository: ...", ATTN_ENOTFOUND),
- * not as a model folder that is not there. */
+ * repository. A repository that is missing, not a folder, or that attnd
+ * may not search is named as such, with what to do ("<repo>: cannot read
+ * the model repository: Permission denied; give attnd's user ..."), not
+ * as a model folder that is not there or cannot be read: ATTN_ENOTFOUND
+ * when missing or not a folder (nothing in it to load), else as
+ * attn_errno_code (ATTN_EIO for EACCES). */
 int model_load_repo(model **out, const char *repo, const char *name,
                     char *err);
 
@@ -61,7 +64,10 @@ void model_summary(const model *m, char *buf, size_t cap);
 /* model_repo_list: the sub-folders of repo (names not starting with '.'),
  * sorted; valid or not (check each with model_name_valid). *names is a
  * malloc'd array of malloc'd strings; free with model_repo_list_free.
- * Returns the count, or a negative code with a message in err. */
+ * Returns the count, or a negative code with a message in err saying what
+ * to do, codes as model_load_repo's for the repository (a repository
+ * attnd may read but not search, mode 0600, is an error, not an empty
+ * one). */
 int model_repo_list(const char *repo, char ***names, char *err);
 void model_repo_list_free(char **names, int n);
 

@@ -32,6 +32,28 @@ int model_name_valid(const char *name)
     return 1;
 }
 
+/* repo_failed: err says that repo cannot be read (errno e) and what the
+ * operator does about it; the code for it: ATTN_ENOTFOUND when there is no
+ * repository (missing, or a file: nothing in it to load), else as
+ * attn_errno_code (EACCES, EIO...: ATTN_EIO). */
+static int repo_failed(char *err, const char *repo, int e)
+{
+    const char *todo =
+        e == ENOENT    ? "create it, or point --models at the repository (an "
+                         "upload creates it)"
+        : e == ENOTDIR ? "point --models at a folder of model folders"
+        : e == EACCES || e == EPERM
+            ? "give attnd's user read and search (r-x) permission on it, or "
+              "point --models elsewhere"
+        : e == ENOMEM ? "retry shortly"
+        : e == EMFILE || e == ENFILE
+            ? "raise the descriptor limit (ulimit -n), or retry shortly"
+            : "check the disk it is on and --models";
+    model__seterr(err, "%s: cannot read the model repository: %s; %s", repo,
+                  strerror(e), todo);
+    return e == ENOENT || e == ENOTDIR ? ATTN_ENOTFOUND : attn_errno_code(e);
+}
+
 int model_load_repo(model **out, const char *repo, const char *name,
                     char *err)
 {
@@ -48,15 +70,17 @@ int model_load_repo(model **out, const char *repo, const char *name,
         model__seterr(err, "%s: repository path too long", repo);
         return ATTN_EINVAL;
     }
-    /* a repository that is missing or a file: say so, as the listing
-     * does, rather than "<repo>/<name>: not a folder" */
+    /* a repository that is missing, a file, or that attnd may not search
+     * (no x permission: nothing in it can be opened): say so, as the
+     * listing does, rather than "<repo>/<name>: not a folder" or
+     * "<repo>/<name>: cannot read" */
     struct stat sb;
-    int e = stat(repo, &sb) < 0 ? errno : S_ISDIR(sb.st_mode) ? 0 : ENOTDIR;
-    if (e) {
-        model__seterr(err, "%s: cannot read the model repository: %s", repo,
-                      strerror(e));
-        return e == ENOTDIR ? ATTN_ENOTFOUND : attn_errno_code(e);
-    }
+    int e = stat(repo, &sb) < 0      ? errno
+            : !S_ISDIR(sb.st_mode)   ? ENOTDIR
+            : access(repo, X_OK) < 0 ? errno
+                                     : 0;
+    if (e)
+        return repo_failed(err, repo, e);
     return model_load(out, dir, err);
 }
 
@@ -111,11 +135,14 @@ int model_repo_list(const char *repo, char ***names, char *err)
 {
     *names = NULL;
     DIR *d = model_opendir(repo);
-    if (!d) {
+    if (!d)
+        return repo_failed(err, repo, errno);
+    /* readable but not searchable (mode 0600): its names can be read, but
+     * not one of its folders, and each would look like a stray file */
+    if (access(repo, X_OK) < 0) {
         int e = errno;
-        model__seterr(err, "%s: cannot read the model repository: %s", repo,
-                      strerror(e));
-        return attn_errno_code(e);
+        closedir(d);
+        return repo_failed(err, repo, e);
     }
     char **v = NULL;
     int n = 0, cap = 0, rc = 0;

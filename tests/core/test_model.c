@@ -426,12 +426,13 @@ START_TEST(test_repo)
     ck_assert_int_eq(model_load_repo(&m, gone, "good", err), ATTN_ENOTFOUND);
     char want[1200];
     snprintf(want, sizeof want, "%s: cannot read the model repository: No "
-             "such file or directory", gone);
+             "such file or directory; create it, or point --models at the "
+             "repository (an upload creates it)", gone);
     ck_assert_str_eq(err, want);
     const char *file = path("model_corpus", "good/model.safetensors");
     ck_assert_int_eq(model_load_repo(&m, file, "good", err), ATTN_ENOTFOUND);
     snprintf(want, sizeof want, "%s: cannot read the model repository: Not "
-             "a directory", file);
+             "a directory; point --models at a folder of model folders", file);
     ck_assert_str_eq(err, want);
     ck_assert_ptr_null(m);
 
@@ -483,7 +484,9 @@ START_TEST(test_repo)
     fclose(fp);
     ck_assert_ptr_nonnull(strstr(out, "no_such_repo: cannot read the model "
                                       "repository: No such file or "
-                                      "directory\n"));
+                                      "directory; create it, or point "
+                                      "--models at the repository (an upload "
+                                      "creates it)\n"));
     free(out);
 }
 END_TEST

@@ -4,12 +4,15 @@
  *   - model_name_valid: the names a repository serves and those it refuses;
  *   - model_opendir: a folder's stream, close-on-exec, and under
  *     ThreadSanitizer a number libuv closed unseen, opened again by another
- *     thread.
+ *     thread;
+ *   - a repository attnd may not read or search: named, with what to do,
+ *     by a load, the listing and --check-models.
  */
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -17,6 +20,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -110,12 +114,76 @@ START_TEST(test_names)
 }
 END_TEST
 
+/* as_user: this process loses, for good, what lets root read and search
+ * any folder (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH), as attnd run by
+ * another user has neither. Check runs each test in a child of its own,
+ * so only that test loses them; with CK_FORK=no it would be every test
+ * after it: -1 then (and when they cannot be dropped), 0 otherwise. */
+static int as_user(void)
+{
+    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct c[_LINUX_CAPABILITY_U32S_3];
+    const char *fork = getenv("CK_FORK");
+    unsigned drop = CAP_TO_MASK(CAP_DAC_OVERRIDE) |
+                    CAP_TO_MASK(CAP_DAC_READ_SEARCH);
+    if (geteuid() != 0)
+        return 0;
+    if ((fork && strcmp(fork, "no") == 0) || syscall(SYS_capget, &h, c) < 0)
+        return -1;
+    c[0].effective &= ~drop; /* both below 32: the first word */
+    c[0].permitted &= ~drop;
+    c[0].inheritable &= ~drop;
+    return syscall(SYS_capset, &h, c) < 0 ? -1 : 0;
+}
+
+/* A repository attnd may not read (mode 0) or only read, not search (0600:
+ * its names, but nothing in them): a load, the listing and --check-models
+ * name the repository and what to do, not a model's folder ("<repo>/good:
+ * cannot read") nor, for 0600, an empty repository (each folder, which
+ * stat cannot reach, taken for a stray file). */
+START_TEST(test_unreadable)
+{
+    static const mode_t modes[] = {0, 0600};
+    char repo[] = "/tmp/attn_denied_repo_XXXXXX", sub[64], err[ATTN_ERRMAX],
+         want[ATTN_ERRMAX];
+    if (as_user() < 0)
+        return; /* root's rights stay: nothing would be denied */
+    ck_assert_ptr_nonnull(mkdtemp(repo));
+    snprintf(sub, sizeof sub, "%s/good", repo);
+    ck_assert_int_eq(mkdir(sub, 0755), 0);
+    snprintf(want, sizeof want, "%s: cannot read the model repository: "
+             "Permission denied; give attnd's user read and search (r-x) "
+             "permission on it, or point --models elsewhere", repo);
+    for (size_t i = 0; i < sizeof modes / sizeof *modes; i++) {
+        model *m = NULL;
+        char **names = NULL, *out = NULL;
+        size_t len = 0;
+        ck_assert_int_eq(chmod(repo, modes[i]), 0);
+        ck_assert_int_eq(model_load_repo(&m, repo, "good", err), ATTN_EIO);
+        ck_assert_ptr_null(m);
+        ck_assert_str_eq(err, want);
+        ck_assert_int_eq(model_repo_list(repo, &names, err), ATTN_EIO);
+        ck_assert_ptr_null(names);
+        ck_assert_str_eq(err, want);
+        FILE *fp = open_memstream(&out, &len);
+        ck_assert_int_eq(model_check_repo(repo, fp, NULL), ATTN_EIO);
+        fclose(fp);
+        ck_assert_ptr_nonnull(strstr(out, want));
+        free(out);
+    }
+    ck_assert_int_eq(chmod(repo, 0700), 0);
+    ck_assert_int_eq(rmdir(sub), 0);
+    ck_assert_int_eq(rmdir(repo), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("model_repo");
     TCase *tc = tcase_create("model_repo");
     tcase_add_test(tc, test_opendir);
     tcase_add_test(tc, test_names);
+    tcase_add_test(tc, test_unreadable);
     suite_add_tcase(s, tc);
     return s;
 }

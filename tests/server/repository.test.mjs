@@ -49,7 +49,7 @@ function scratch(t) {
 test('a --models folder that does not exist: attnd says so and serves sdpa; a load names the repository; an upload creates it', async (t) => {
   const repo = join(scratch(t), 'absent');
   const d = await start({ t, dir: repo });
-  assert.match(d.log(), /warn attnd: --models: \S+\/absent: cannot read the model repository: No such file or directory; serving only sdpa/);
+  assert.match(d.log(), /warn attnd: --models: \S+\/absent: cannot read the model repository: No such file or directory; create it, or point --models at the repository \(an upload creates it\); serving only sdpa/);
   assert.equal(await status(`${d.url}/v2/health/ready`), 200, 'no model is expected: ready');
   assert.deepEqual(await index(d), [{ name: 'sdpa', version: '1', state: 'READY', reason: '' }]);
   let r = await infer(d, 'sdpa', SEED);
@@ -57,7 +57,7 @@ test('a --models folder that does not exist: attnd says so and serves sdpa; a lo
   // the cause is the repository, not the model's folder
   r = await load(d, 'tiny');
   assert.equal(r.status, 404, JSON.stringify(r.json));
-  assert.match(r.json.error, /^model 'tiny': \S+\/absent: cannot read the model repository: No such file or directory$/);
+  assert.match(r.json.error, /^model 'tiny': \S+\/absent: cannot read the model repository: No such file or directory; create it, or point --models at the repository \(an upload creates it\)$/);
   assert.deepEqual((await index(d)).map((m) => m.name), ['sdpa'], 'a failed load leaves no trace');
   // an upload makes the repository, and the model is there to stay
   r = await load(d, 'up1', upload());
@@ -74,12 +74,12 @@ test('a --models path that is a file: attnd says so and serves sdpa; a load and 
   const file = join(scratch(t), 'models.txt');
   writeFileSync(file, 'not a folder\n');
   const d = await start({ t, dir: file });
-  assert.match(d.log(), /warn attnd: --models: \S+\/models\.txt: cannot read the model repository: Not a directory; serving only sdpa/);
+  assert.match(d.log(), /warn attnd: --models: \S+\/models\.txt: cannot read the model repository: Not a directory; point --models at a folder of model folders; serving only sdpa/);
   assert.equal(await status(`${d.url}/v2/health/ready`), 200);
   assert.deepEqual(await index(d), [{ name: 'sdpa', version: '1', state: 'READY', reason: '' }]);
   let r = await load(d, 'tiny');
   assert.equal(r.status, 404, JSON.stringify(r.json));
-  assert.match(r.json.error, /^model 'tiny': \S+\/models\.txt: cannot read the model repository: Not a directory$/);
+  assert.match(r.json.error, /^model 'tiny': \S+\/models\.txt: cannot read the model repository: Not a directory; point --models at a folder of model folders$/);
   // the repository's state, not a passing one: no Retry-After
   r = await load(d, 'up1', upload());
   assert.equal(r.status, 503, JSON.stringify(r.json));
@@ -96,34 +96,40 @@ test('a --models path that is a file: attnd says so and serves sdpa; a load and 
 const AS_USER = process.getuid?.() !== 0 ? [] : ['setpriv', '--bounding-set=-dac_override,-dac_read_search'];
 const HAVE_SETPRIV = spawnSync('setpriv', ['--version']).status === 0;
 
-test('a --models folder attnd may not read: attnd says so and serves sdpa; loads and uploads name the cause; once readable it serves its models', {
-  skip: AS_USER.length && !HAVE_SETPRIV && 'needs setpriv (util-linux) to drop root\'s right to read any folder',
-}, async (t) => {
-  const repo = join(scratch(t), 'models');
-  cpSync(join(TINY, '..'), repo, { recursive: true });
-  chmodSync(repo, 0);
-  const d = await start({ t, dir: repo, wrap: AS_USER.length ? AS_USER : undefined });
-  assert.match(d.log(), /warn attnd: --models: \S+\/models: cannot read the model repository: Permission denied; serving only sdpa/);
-  assert.equal(await status(`${d.url}/v2/health/ready`), 200);
-  assert.deepEqual(await index(d), [{ name: 'sdpa', version: '1', state: 'READY', reason: '' }]);
-  // tiny is a folder: saying it is not one sends the operator looking
-  // for the wrong thing
-  let r = await load(d, 'tiny');
-  assert.equal(r.status, 404, JSON.stringify(r.json));
-  assert.match(r.json.error, /^model 'tiny': \S+\/models\/tiny: cannot read: Permission denied$/);
-  assert.doesNotMatch(r.json.error, /not a folder/);
-  r = await load(d, 'up1', upload());
-  assert.equal(r.status, 503, JSON.stringify(r.json));
-  assert.match(r.json.error, /\/models\/\.attnd-staging: cannot create \(Permission denied\)/);
-  assert.equal(r.headers.get('retry-after'), null);
-  assert.equal((await infer(d, 'sdpa', SEED)).status, 200);
-  // the operator fixes the mode: no restart needed
-  chmodSync(repo, 0o755);
-  assert.deepEqual((await index(d)).find((m) => m.name === 'tiny'), { name: 'tiny', version: '1', state: 'UNAVAILABLE', reason: 'not loaded' });
-  assert.equal((await load(d, 'tiny')).status, 200);
-  assert.equal((await infer(d, 'tiny', xreq())).status, 200);
-  assert.equal((await d.stop()).code, 0);
-});
+// The repository's own mode (0: nothing; 0600: its names, but none of its
+// folders) is named, not the model folder a load asks for.
+const DENIED = "Permission denied; give attnd's user read and search \\(r-x\\) permission on it, or point --models elsewhere";
+for (const mode of [0o000, 0o600]) {
+  test(`a --models folder attnd may not read (mode ${mode.toString(8).padStart(4, '0')}): attnd says so and serves sdpa; loads and uploads name the cause; once readable it serves its models`, {
+    skip: AS_USER.length && !HAVE_SETPRIV && 'needs setpriv (util-linux) to drop root\'s right to read any folder',
+  }, async (t) => {
+    const repo = join(scratch(t), 'models');
+    cpSync(join(TINY, '..'), repo, { recursive: true });
+    chmodSync(repo, mode);
+    const d = await start({ t, dir: repo, wrap: AS_USER.length ? AS_USER : undefined });
+    assert.match(d.log(), new RegExp(`warn attnd: --models: \\S+/models: cannot read the model repository: ${DENIED}; serving only sdpa`));
+    assert.equal(await status(`${d.url}/v2/health/ready`), 200);
+    assert.deepEqual(await index(d), [{ name: 'sdpa', version: '1', state: 'READY', reason: '' }]);
+    // tiny is a folder, and the repository is what attnd may not read:
+    // "not a folder", or tiny's folder named, would send the operator
+    // looking for the wrong thing
+    let r = await load(d, 'tiny');
+    assert.equal(r.status, 404, JSON.stringify(r.json));
+    assert.match(r.json.error, new RegExp(`^model 'tiny': \\S+/models: cannot read the model repository: ${DENIED}$`));
+    assert.doesNotMatch(r.json.error, /not a folder|models\/tiny/);
+    r = await load(d, 'up1', upload());
+    assert.equal(r.status, 503, JSON.stringify(r.json));
+    assert.match(r.json.error, /\/models\/\.attnd-staging: cannot (create|write) \(Permission denied\)/);
+    assert.equal(r.headers.get('retry-after'), null);
+    assert.equal((await infer(d, 'sdpa', SEED)).status, 200);
+    // the operator fixes the mode: no restart needed
+    chmodSync(repo, 0o755);
+    assert.deepEqual((await index(d)).find((m) => m.name === 'tiny'), { name: 'tiny', version: '1', state: 'UNAVAILABLE', reason: 'not loaded' });
+    assert.equal((await load(d, 'tiny')).status, 200);
+    assert.equal((await infer(d, 'tiny', xreq())).status, 200);
+    assert.equal((await d.stop()).code, 0);
+  });
+}
 
 test('a folder named sdpa: the built-in model keeps the name, the start says how to serve the folder, and --check-models flags it', async (t) => {
   const repo = join(scratch(t), 'models');
