@@ -478,10 +478,6 @@ void srv_upload_free(srv_upload *u)
     memset(u, 0, sizeof *u);
 }
 
-/* disk_failed: err says what failed on the repository's disk, errno why;
- * *lasting when that is the disk's state (full, read-only, not attnd's to
- * write), which no retry changes until someone acts, rather than a want of
- * descriptors or memory. */
 /* as_sent: msg (a load's message about the staging folder stage) in the
  * terms of the upload's request: its files are the parameters they came
  * in, and the folder, a name the client never chose, is left out. */
@@ -510,11 +506,51 @@ static void as_sent(char *msg, size_t cap, const char *stage)
     snprintf(msg, cap, "%s", out);
 }
 
+/* disk_todo: what the operator does about errno e from the repository's
+ * disk. */
+static const char *disk_todo(int e)
+{
+    switch (e) {
+    case ENOSPC:
+        return "free space on the repository's disk";
+    case EDQUOT:
+        return "free space under attnd's user's disk quota, or raise it";
+    case EROFS:
+        return "check the repository's mount (remount it read-write), or "
+               "point --models at a writable folder";
+    case EACCES:
+    case EPERM:
+        return "give attnd's user write and search (rwx) permission on the "
+               "repository";
+    case EIO:
+        return "the disk reported an error: check it (dmesg) before "
+               "uploading again";
+    case EMFILE:
+    case ENFILE:
+        return "raise the descriptor limit (ulimit -n), or retry shortly";
+    case ENOMEM:
+    case EAGAIN:
+    case EINTR:
+        return "retry shortly";
+    case ENOENT:
+        return "create the repository's parent folder, or correct --models";
+    case ENOTDIR:
+        return "point --models at a folder of model folders";
+    default:
+        return "check the repository's disk and --models";
+    }
+}
+
+/* disk_failed: err says what failed on the repository's disk, errno why,
+ * and what to do about it; *lasting when that is the disk's state (full,
+ * read-only, not attnd's to write), which no retry changes until someone
+ * acts, rather than a want of descriptors or memory. */
 static void disk_failed(char *err, size_t errlen, int *lasting,
                         const char *what, const char *path, const char *how)
 {
     int e = errno;
-    snprintf(err, errlen, "%s%s: %s (%s)", what, path, how, strerror(e));
+    snprintf(err, errlen, "%s%s: %s (%s); %s", what, path, how, strerror(e),
+             disk_todo(e));
     *lasting = e != EMFILE && e != ENFILE && e != ENOMEM && e != EAGAIN &&
                e != EINTR;
 }
@@ -589,11 +625,13 @@ int srv_upload_install(const char *repo, const char *name, const char *body,
         goto fail;
     }
     rmdir(root); /* when no other upload is staged */
-    if (fsync_dir(repo) < 0) /* published and loaded: a note, not a failure */
+    if (fsync_dir(repo) < 0) { /* published and loaded: a note, not a failure */
+        int e = errno;
         snprintf(err, errlen, "upload of model '%s': published, but the "
                  "repository %s could not be synced (%s): after a crash of "
-                 "the host the folder may be missing or old", name, repo,
-                 strerror(errno));
+                 "the host the folder may be missing or old; %s", name, repo,
+                 strerror(e), disk_todo(e));
+    }
     srv_upload_free(&u);
     return 0;
 fail:

@@ -83,7 +83,7 @@ test('a --models path that is a file: attnd says so and serves sdpa; a load and 
   // the repository's state, not a passing one: no Retry-After
   r = await load(d, 'up1', upload());
   assert.equal(r.status, 503, JSON.stringify(r.json));
-  assert.match(r.json.error, /\/models\.txt\/\.attnd-staging: cannot create \(Not a directory\)/);
+  assert.match(r.json.error, /\/models\.txt\/\.attnd-staging: cannot create \(Not a directory\); point --models at a folder of model folders$/);
   assert.equal(r.headers.get('retry-after'), null);
   assert.equal(readFileSync(file, 'utf8'), 'not a folder\n', 'the file is left as it was');
   assert.equal((await infer(d, 'sdpa', SEED)).status, 200);
@@ -119,7 +119,7 @@ for (const mode of [0o000, 0o600]) {
     assert.doesNotMatch(r.json.error, /not a folder|models\/tiny/);
     r = await load(d, 'up1', upload());
     assert.equal(r.status, 503, JSON.stringify(r.json));
-    assert.match(r.json.error, /\/models\/\.attnd-staging: cannot (create|write) \(Permission denied\)/);
+    assert.match(r.json.error, /\/models\/\.attnd-staging: cannot (create|write) \(Permission denied\); give attnd's user write and search \(rwx\) permission on the repository$/);
     assert.equal(r.headers.get('retry-after'), null);
     assert.equal((await infer(d, 'sdpa', SEED)).status, 200);
     // the operator fixes the mode: no restart needed

@@ -298,7 +298,7 @@ test('a repository disk that is full or read-only: an upload answers 503 naming 
     });
     let r = await post(`${d.url}/v2/repository/models/big/load`, big);
     assert.equal(r.status, 503, JSON.stringify(r.json));
-    assert.match(r.json.error, /No space left on device/);
+    assert.match(r.json.error, /No space left on device\); free space on the repository's disk$/);
     // the disk's state: a retry in a second fails the same until someone acts
     assert.equal(r.headers.get('retry-after'), null);
     assert.deepEqual(readdirSync(dir).sort(), before, 'nothing left in the repository');
@@ -308,7 +308,7 @@ test('a repository disk that is full or read-only: an upload answers 503 naming 
     sh('mount', '-o', 'remount,ro', dir);
     r = await post(`${d.url}/v2/repository/models/up1/load`, tinyUpload());
     assert.equal(r.status, 503, JSON.stringify(r.json));
-    assert.match(r.json.error, /Read-only file system/);
+    assert.match(r.json.error, /Read-only file system\); check the repository's mount \(remount it read-write\), or point --models at a writable folder$/);
     assert.equal(r.headers.get('retry-after'), null);
     assert.equal((await fetch(`${d.url}/v2/health/ready`)).status, 200);
     assert.equal((await d.stop()).code, 0);

@@ -92,7 +92,7 @@ test('the two-rename publish failing half-way: 503 naming it, the old model back
   d.faults('no-rename-flags rename-in=EIO');
   let r = await load(d, 'tiny', D16_UP);
   assert.equal(r.status, 503, JSON.stringify(r.json));
-  assert.match(r.json.error, /\/tiny: cannot replace \(Input\/output error\)$/);
+  assert.match(r.json.error, /\/tiny: cannot replace \(Input\/output error\); the disk reported an error: check it \(dmesg\) before uploading again$/);
   assert.equal(r.headers.get('retry-after'), null, 'the disk\'s state: a retry in a second fails the same');
   assert.match(d.log(), /fsfault: rename \S+\/tiny: EIO/);
   // the old folder went aside and came back: the name holds it, whole
@@ -106,7 +106,7 @@ test('the two-rename publish failing half-way: 503 naming it, the old model back
   // a new name: the rename that publishes it fails
   r = await load(d, 'up2', TINY_UP);
   assert.equal(r.status, 503, JSON.stringify(r.json));
-  assert.match(r.json.error, /\/up2: cannot replace \(Input\/output error\)$/);
+  assert.match(r.json.error, /\/up2: cannot replace \(Input\/output error\); the disk reported an error: check it \(dmesg\) before uploading again$/);
   assert.ok(!existsSync(join(d.dir, 'up2')));
   assert.ok(!(await names(d)).includes('up2'), 'a failed upload leaves no trace of the name');
   assert.deepEqual(hidden(d), []);
@@ -123,11 +123,11 @@ test('the two-rename publish failing half-way: 503 naming it, the old model back
 // published, with 503 naming the file and the cause (the disk's state: no
 // Retry-After), nothing in the repository, no trace of the name.
 const WRITE_FAULTS = [
-  ['write=ENOSPC', 'write', /\/\.attnd-staging\/up3~\d+~\d+\/model\.safetensors: write failed \(No space left on device\)$/],
-  ['fsync=EIO', 'fsync', /\/\.attnd-staging\/up3~\d+~\d+\/model\.safetensors: write failed \(Input\/output error\)$/],
+  ['write=ENOSPC', 'write', /\/\.attnd-staging\/up3~\d+~\d+\/model\.safetensors: write failed \(No space left on device\); free space on the repository's disk$/],
+  ['fsync=EIO', 'fsync', /\/\.attnd-staging\/up3~\d+~\d+\/model\.safetensors: write failed \(Input\/output error\); the disk reported an error: check it \(dmesg\) before uploading again$/],
   // the folder's entries not on disk: a crash could lose the files the
   // published name points to (this answered 200)
-  ['fsync-dir=EIO', 'fsync-dir', /\/\.attnd-staging\/up3~\d+~\d+: cannot sync the folder \(Input\/output error\)$/],
+  ['fsync-dir=EIO', 'fsync-dir', /\/\.attnd-staging\/up3~\d+~\d+: cannot sync the folder \(Input\/output error\); the disk reported an error: check it \(dmesg\) before uploading again$/],
 ];
 
 test('the disk fills, or fsync fails, while an upload is written: 503 naming the file, nothing published or left, attnd serves on', async (t) => {
@@ -154,7 +154,7 @@ test('the disk fills, or fsync fails, while an upload is written: 503 naming the
   d.faults('fsync-repo=EIO');
   r = await load(d, 'up4', TINY_UP);
   assert.equal(r.status, 200, JSON.stringify(r.json));
-  assert.match(await d.logged(/could not be synced/), /warn attnd: load: upload of model 'up4': published, but the repository \S+ could not be synced \(Input\/output error\): after a crash of the host the folder may be missing or old/);
+  assert.match(await d.logged(/could not be synced/), /warn attnd: load: upload of model 'up4': published, but the repository \S+ could not be synced \(Input\/output error\): after a crash of the host the folder may be missing or old; the disk reported an error: check it \(dmesg\) before uploading again/);
   d.faults('');
   assert.equal((await infer(d, 'up4', xreq())).status, 200);
   assert.deepEqual(hidden(d), []);
