@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "model_int.h"
 #include "st.h"
@@ -662,6 +663,23 @@ fail:
     return rc;
 }
 
+/* unreadable: err says that the model folder dir is there but cannot be
+ * read (errno e), and what to do; the code for it (attn_errno_code). */
+static int unreadable(char *err, const char *dir, int e)
+{
+    const char *todo =
+        e == EACCES || e == EPERM
+            ? "give attnd's user read and search (r-x) permission on the "
+              "folder"
+        : e == ELOOP ? "mend the symbolic link"
+        : e == ENOMEM ? "retry shortly"
+        : e == EMFILE || e == ENFILE
+            ? "raise the descriptor limit (ulimit -n), or retry shortly"
+            : "check the disk it is on";
+    model__seterr(err, "%s: cannot read: %s; %s", dir, strerror(e), todo);
+    return attn_errno_code(e);
+}
+
 int model_load(model **out, const char *dir, char *err)
 {
     char stp[4096], cfp[4096];
@@ -678,20 +696,21 @@ int model_load(model **out, const char *dir, char *err)
     snprintf(cfp, sizeof cfp, "%s/config.json", dir);
     struct stat sb;
     int st_rc = stat(dir, &sb);
-    if (st_rc < 0 && errno != ENOENT && errno != ENOTDIR) {
+    if (st_rc < 0 && errno != ENOENT && errno != ENOTDIR)
         /* there, maybe, but not attnd's to read (EACCES, ELOOP, EIO...):
          * "not a folder" would send the operator looking for the wrong
          * thing */
-        int e = errno;
-        model__seterr(err, "%s: cannot read: %s", dir, strerror(e));
-        return attn_errno_code(e);
-    }
+        return unreadable(err, dir, errno);
     if (st_rc < 0 || !S_ISDIR(sb.st_mode)) {
         model__seterr(err, "%s: not a folder; a model is a folder holding "
                            "model.safetensors (+ optional config.json)",
                       dir);
         return ATTN_ENOTFOUND;
     }
+    /* a folder attnd may not search: its files cannot be opened, and
+     * "model.safetensors: cannot open" would blame the file */
+    if (access(dir, X_OK) < 0)
+        return unreadable(err, dir, errno);
     if ((rc = st_open(&f, stp, err)) < 0) {
         if (rc == ATTN_ENOTFOUND)
             model__seterr(err,

@@ -292,7 +292,10 @@ int model__read_file(const char *path, size_t cap, char **out, size_t *len,
     FILE *fp = fopen(path, "rb");
     if (!fp) {
         int e = errno;
-        model__seterr(err, "%s: cannot open: %s", path, strerror(e));
+        model__seterr(err, "%s: cannot open: %s%s", path, strerror(e),
+                      e == EACCES || e == EPERM
+                          ? "; give attnd's user read permission on it"
+                          : "");
         return attn_errno_code(e);
     }
     char *buf = malloc(cap + 1);
@@ -301,12 +304,19 @@ int model__read_file(const char *path, size_t cap, char **out, size_t *len,
         model__seterr(err, "%s: out of memory", path);
         return ATTN_ENOMEM;
     }
+    errno = 0;
     size_t n = fread(buf, 1, cap + 1, fp);
-    int bad = ferror(fp);
+    int bad = ferror(fp), e = errno;
     fclose(fp);
+    if (bad && e == EISDIR) { /* fopen opens a folder; reading it fails */
+        free(buf);
+        model__seterr(err, "%s: a folder, not a file", path);
+        return ATTN_EFORMAT;
+    }
     if (bad) {
         free(buf);
-        model__seterr(err, "%s: read error", path);
+        model__seterr(err, "%s: cannot read: %s; check the disk it is on",
+                      path, e ? strerror(e) : "read error");
         return ATTN_EIO;
     }
     if (n > cap) {

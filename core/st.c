@@ -544,8 +544,12 @@ int st_open(st_file **out, const char *path, char *err)
     }
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        rc = attn_errno_code(errno);
-        seterr(err, path, "cannot open: %s", strerror(errno));
+        int e = errno;
+        rc = attn_errno_code(e);
+        seterr(err, path, "cannot open: %s%s", strerror(e),
+               e == EACCES || e == EPERM
+                   ? "; give attnd's user read permission on it"
+                   : "");
         goto fail;
     }
     struct stat st;
@@ -554,9 +558,10 @@ int st_open(st_file **out, const char *path, char *err)
         rc = ATTN_EIO;
         goto fail;
     }
-    if (!S_ISREG(st.st_mode)) {
+    if (!S_ISREG(st.st_mode)) { /* a folder, a FIFO: the file is wrong,
+                                    not the disk */
         seterr(err, path, "not a regular file");
-        rc = ATTN_EIO;
+        rc = ATTN_EFORMAT;
         goto fail;
     }
     if ((uint64_t)st.st_size > SIZE_MAX) {

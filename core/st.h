@@ -72,8 +72,10 @@ size_t st_dtype_size(st_dtype t);
 
 /*
  * st_open: map the file at path read-only and validate it. On success *out
- * owns the mapping (released by st_close). Returns 0, ATTN_EIO (cannot open,
- * stat or map), ATTN_EFORMAT (a rule above is broken), ATTN_ENOMEM; err
+ * owns the mapping (released by st_close). Returns 0, ATTN_ENOTFOUND (no
+ * such file), ATTN_EIO (cannot open, stat or map: not attnd's to read, a
+ * failing disk), ATTN_EFORMAT (not a regular file, or a rule above is
+ * broken), ATTN_ENOMEM (memory or descriptors); err
  * (ATTN_ERRMAX bytes, may be NULL) starts with path. Nothing is left
  * allocated on failure. Any thread.
  */

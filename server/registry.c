@@ -162,8 +162,14 @@ static void load_work(uv_work_t *w)
     lj->gen = srv_upload_generation();
     rc = model_load_repo(&lj->m, lj->repo, lj->name, err);
     if (rc < 0) {
-        lj->rc = rc == ATTN_ENOTFOUND || rc == ATTN_EIO ? 404
-                 : rc == ATTN_ENOMEM || rc == ATTN_ECHANGED ? 503 : 400;
+        /* not there: 404; there but not attnd's to read, or a failing
+         * disk (ATTN_EIO): 503 without Retry-After, as an upload to a
+         * repository attnd may not write, until someone acts */
+        lj->rc = rc == ATTN_ENOTFOUND ? 404
+                 : rc == ATTN_ENOMEM || rc == ATTN_ECHANGED || rc == ATTN_EIO
+                     ? 503
+                     : 400;
+        lj->lasting = rc == ATTN_EIO;
         snprintf(lj->err, sizeof lj->err, "model '%s': %.480s", lj->name, err);
         lj->in_repo = in_repo(lj->repo, lj->name);
     }
@@ -388,14 +394,14 @@ typedef struct index_job {
     const char *repo;
     char **names; /* folders, sorted (model_repo_list) */
     int n;        /* their count, or negative: none could be listed */
+    char err[ATTN_ERRMAX]; /* why, when n < 0 */
 } index_job;
 
 static void index_work(uv_work_t *w)
 {
     index_job *ij = w->data;
-    char err[ATTN_ERRMAX];
     srv_pool_job("listing the model repository", NULL);
-    ij->n = model_repo_list(ij->repo, &ij->names, err);
+    ij->n = model_repo_list(ij->repo, &ij->names, ij->err);
 }
 
 /* index_row: {"name", "version": "1", "state", "reason"}. A reason cut at
@@ -427,8 +433,7 @@ static int by_name(const void *key, const void *name)
  * not in the registry, as UNAVAILABLE "not loaded". As Triton's index, it
  * lists what the repository holds: a model that is neither loaded nor
  * loading (unloaded, or its load failed) is left out when its folder is
- * not among the n listed (removed since); when the folder could not be
- * listed (n < 0) it stays. Loop thread. */
+ * not among the n listed (removed since). Loop thread. */
 static void index_answer(srv_req *r, int only_ready, char **names, int n)
 {
     unsigned long mark = attn_json_mark();
@@ -439,7 +444,7 @@ static void index_answer(srv_req *r, int only_ready, char **names, int n)
     for (e = r->s->models; e; e = e->next) {
         if (only_ready && e->state != SRV_READY)
             continue;
-        if (!only_ready && n >= 0 && e->state == SRV_UNAVAILABLE &&
+        if (!only_ready && e->state == SRV_UNAVAILABLE &&
             !(n > 0 && bsearch(e->name, names, (size_t)n, sizeof *names, by_name)))
             continue;
         json_array_append_new(arr, index_row(e->name, state_name(e->state),
@@ -458,12 +463,27 @@ static void index_answer(srv_req *r, int only_ready, char **names, int n)
         srv_respond(r, 200, "application/json", text, strlen(text));
 }
 
+/* index_done: loop thread. A repository that is missing or a file holds
+ * no folder: the index lists what is loaded. One that is there but cannot
+ * be read (not attnd's to read, a failing disk) answers 503 saying why and
+ * what to do (without Retry-After: it stays so until someone acts; with it
+ * when memory or descriptors ran out), as Triton's index fails when a
+ * repository cannot be listed: a list of the loaded models alone would
+ * say the repository holds nothing else. */
 static void index_done(uv_work_t *w, int status)
 {
     index_job *ij = w->data;
     (void)status;
-    index_answer(ij->req, 0, ij->names, ij->n);
-    model_repo_list_free(ij->names, ij->n);
+    if (ij->n == ATTN_ENOTFOUND) {
+        index_answer(ij->req, 0, NULL, 0);
+    } else if (ij->n < 0) {
+        if (ij->n != ATTN_ENOMEM)
+            ij->req->retry_after = -1;
+        srv_respond_error(ij->req, 503, "index: %s", ij->err);
+    } else {
+        index_answer(ij->req, 0, ij->names, ij->n);
+        model_repo_list_free(ij->names, ij->n);
+    }
     free(ij);
 }
 

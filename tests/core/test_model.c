@@ -15,10 +15,12 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/attn.h"
@@ -392,6 +394,29 @@ START_TEST(test_broken_special)
     ck_assert_int_eq(model_load(&m, path("model_corpus", "nope"), err),
                      ATTN_ENOTFOUND);
     ck_assert_ptr_nonnull(strstr(err, "not a folder"));
+
+    /* a folder where a file belongs is the model's fault (ATTN_EFORMAT:
+     * 400), not the disk's or the permissions' (ATTN_EIO: 503) */
+    char tmp[] = "/tmp/attn_model_dirs_XXXXXX", p[1200], good[PATH_MAX];
+    ck_assert_ptr_nonnull(mkdtemp(tmp));
+    snprintf(p, sizeof p, "%s/model.safetensors", tmp);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    ck_assert_int_eq(model_load(&m, tmp, err), ATTN_EFORMAT);
+    snprintf(want, sizeof want, "%s: not a regular file", p);
+    ck_assert_str_eq(err, want);
+    ck_assert_int_eq(rmdir(p), 0);
+    ck_assert_ptr_nonnull(realpath(path("model_corpus", "good/model.safetensors"),
+                                   good));
+    ck_assert_int_eq(symlink(good, p), 0);
+    snprintf(p, sizeof p, "%s/config.json", tmp);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    ck_assert_int_eq(model_load(&m, tmp, err), ATTN_EFORMAT);
+    snprintf(want, sizeof want, "%s: a folder, not a file", p);
+    ck_assert_str_eq(err, want);
+    ck_assert_int_eq(rmdir(p), 0);
+    snprintf(p, sizeof p, "%s/model.safetensors", tmp);
+    ck_assert_int_eq(unlink(p), 0);
+    ck_assert_int_eq(rmdir(tmp), 0);
 }
 END_TEST
 

@@ -203,7 +203,7 @@ START_TEST(test_open_errors)
     ck_assert_int_eq(st_open(&f, missing, err), ATTN_ENOTFOUND);
     ck_assert_ptr_nonnull(strstr(err, "no_such_file.safetensors: cannot "
                                       "open: No such file or directory"));
-    ck_assert_int_eq(st_open(&f, data_path(""), err), ATTN_EIO);
+    ck_assert_int_eq(st_open(&f, data_path(""), err), ATTN_EFORMAT);
     ck_assert_ptr_nonnull(strstr(err, "not a regular file"));
     /* a NULL err is allowed */
     ck_assert_int_eq(st_open(&f, missing, NULL), ATTN_ENOTFOUND);

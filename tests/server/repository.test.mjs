@@ -67,6 +67,11 @@ test('a --models folder that does not exist: attnd says so and serves sdpa; a lo
   assert.equal(r.status, 200);
   assert.ok(maxDiff(r.json.outputs[0].data, X.y) < 1e-5);
   assert.deepEqual((await index(d)).find((m) => m.name === 'up1'), { name: 'up1', version: '1', state: 'READY', reason: '' });
+  // unloaded, then the repository removed: its folder is gone with it, so
+  // the index no longer lists it (a missing repository holds no folder)
+  assert.equal((await unload(d, 'up1')).status, 200);
+  rmSync(repo, { recursive: true });
+  assert.deepEqual((await index(d)).map((m) => m.name), ['sdpa']);
   assert.equal((await d.stop()).code, 0);
 });
 
@@ -109,14 +114,23 @@ for (const mode of [0o000, 0o600]) {
     const d = await start({ t, dir: repo, wrap: AS_USER.length ? AS_USER : undefined });
     assert.match(d.log(), new RegExp(`warn attnd: --models: \\S+/models: cannot read the model repository: ${DENIED}; serving only sdpa`));
     assert.equal(await status(`${d.url}/v2/health/ready`), 200);
-    assert.deepEqual(await index(d), [{ name: 'sdpa', version: '1', state: 'READY', reason: '' }]);
+    // the index says it cannot list the repository (a list of sdpa alone
+    // said the repository held nothing); the repository's state, not a
+    // passing one: no Retry-After
+    let r = await post(`${d.url}/v2/repository/index`, '');
+    assert.equal(r.status, 503, JSON.stringify(r.json));
+    assert.match(r.json.error, new RegExp(`^index: \\S+/models: cannot read the model repository: ${DENIED}$`));
+    assert.equal(r.headers.get('retry-after'), null);
+    assert.deepEqual((await post(`${d.url}/v2/repository/index`, '{"ready": true}')).json.map((m) => m.name), ['sdpa'],
+      'the ready models are listed from memory');
     // tiny is a folder, and the repository is what attnd may not read:
-    // "not a folder", or tiny's folder named, would send the operator
-    // looking for the wrong thing
-    let r = await load(d, 'tiny');
-    assert.equal(r.status, 404, JSON.stringify(r.json));
+    // "not a folder", "not found" or tiny's folder named would send the
+    // operator looking for the wrong thing
+    r = await load(d, 'tiny');
+    assert.equal(r.status, 503, JSON.stringify(r.json));
     assert.match(r.json.error, new RegExp(`^model 'tiny': \\S+/models: cannot read the model repository: ${DENIED}$`));
     assert.doesNotMatch(r.json.error, /not a folder|models\/tiny/);
+    assert.equal(r.headers.get('retry-after'), null);
     r = await load(d, 'up1', upload());
     assert.equal(r.status, 503, JSON.stringify(r.json));
     assert.match(r.json.error, /\/models\/\.attnd-staging: cannot (create|write) \(Permission denied\); give attnd's user write and search \(rwx\) permission on the repository$/);
@@ -130,6 +144,50 @@ for (const mode of [0o000, 0o600]) {
     assert.equal((await d.stop()).code, 0);
   });
 }
+
+test('a model folder, or its weights, attnd may not read: a load answers 503 naming it and what to do, not 404; the index gives the reason; once readable it loads', {
+  skip: AS_USER.length && !HAVE_SETPRIV && 'needs setpriv (util-linux) to drop root\'s right to read any folder',
+}, async (t) => {
+  const repo = join(scratch(t), 'models');
+  cpSync(join(TINY, '..'), repo, { recursive: true });
+  cpSync(TINY, join(repo, 'late'), { recursive: true });
+  cpSync(TINY, join(repo, 'sealed'), { recursive: true });
+  chmodSync(join(repo, 'tiny'), 0);
+  chmodSync(join(repo, 'sealed', 'model.safetensors'), 0);
+  const d = await start({ t, dir: repo, ready: false, wrap: AS_USER.length ? AS_USER : undefined });
+  const folder = "cannot read: Permission denied; give attnd's user read and search \\(r-x\\) permission on the folder";
+  const file = "cannot open: Permission denied; give attnd's user read permission on it";
+  // found at start: failed, with the reason, and ready says so
+  assert.match(await d.logged(/load: model 'tiny'/), new RegExp(`error attnd: load: model 'tiny': \\S+/models/tiny: ${folder}`));
+  for (let i = 0; i < 250 && !(await index(d)).find((m) => m.name === 'sealed' && m.state === 'UNAVAILABLE'); i++) await sleep(20);
+  const idx = await index(d);
+  assert.match(idx.find((m) => m.name === 'tiny').reason, new RegExp(`^\\S+/models/tiny: ${folder}$`));
+  assert.match(idx.find((m) => m.name === 'sealed').reason, new RegExp(`^\\S+/models/sealed/model\\.safetensors: ${file}$`));
+  assert.equal(await status(`${d.url}/v2/health/ready`), 503, 'a model found at start failed to load');
+  // a load: 503 without Retry-After (the folder's state, until someone
+  // acts), not 404 (it is there)
+  for (const [m, want] of [['tiny', `/models/tiny: ${folder}`], ['sealed', `/models/sealed/model\\.safetensors: ${file}`]]) {
+    const r = await load(d, m);
+    assert.equal(r.status, 503, `${m}: ${JSON.stringify(r.json)}`);
+    assert.match(r.json.error, new RegExp(`^model '${m}': \\S+${want}$`), m);
+    assert.equal(r.headers.get('retry-after'), null, m);
+  }
+  // a folder that was readable and loaded at start, then closed: its
+  // load fails the same way, and the weights loaded before serve on
+  chmodSync(join(repo, 'late'), 0);
+  let r = await load(d, 'late');
+  assert.equal(r.status, 503, JSON.stringify(r.json));
+  assert.match(r.json.error, new RegExp(`^model 'late': \\S+/models/late: ${folder}$`));
+  assert.equal((await infer(d, 'late', xreq())).status, 200);
+  // the operator fixes the modes: no restart needed
+  chmodSync(join(repo, 'tiny'), 0o755);
+  chmodSync(join(repo, 'late'), 0o755);
+  chmodSync(join(repo, 'sealed', 'model.safetensors'), 0o644);
+  for (const m of ['tiny', 'late', 'sealed']) assert.equal((await load(d, m)).status, 200, m);
+  assert.equal(await status(`${d.url}/v2/health/ready`), 200);
+  assert.equal((await infer(d, 'sealed', xreq())).status, 200);
+  assert.equal((await d.stop()).code, 0);
+});
 
 test('a folder named sdpa: the built-in model keeps the name, the start says how to serve the folder, and --check-models flags it', async (t) => {
   const repo = join(scratch(t), 'models');
