@@ -27,13 +27,20 @@
  * Each fault it makes is written to stderr as "fsfault: <call> <path>:
  * <errno name>", so a test can tell that the fault happened (and a shim
  * not loaded from a test that passes for nothing).
+ *
+ * It follows descriptors through open, open64, openat and openat64 (a
+ * path relative to a staged folder is staged), and forgets them at close
+ * and closedir (which closes its descriptor inside libc). opendir's own
+ * descriptor is opened inside libc and not followed: upload.c syncs only
+ * folders it opens with open(2).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,29 +51,60 @@
 #define MAX_FD 65536
 
 /* what each descriptor opened in the staging area (or the repository's
- * folder) may be made to do: */
+ * folder) may be made to do. Atomics, not a lock: write and close run in
+ * signal handlers too (attnd's crash report writes to stderr from one),
+ * where a lock held by the interrupted thread would never be given back. */
 enum { F_FILE = 1, F_DIR = 2, F_REPO_DIR = 4, F_HALF = 8 };
-static unsigned char fds[MAX_FD];
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic unsigned char fds[MAX_FD];
 
-static int (*real_open)(const char *, int, ...);
-static int (*real_open64)(const char *, int, ...);
-static int (*real_close)(int);
-static ssize_t (*real_write)(int, const void *, size_t);
-static int (*real_fsync)(int);
-static int (*real_rename)(const char *, const char *);
-static int (*real_renameat2)(int, const char *, int, const char *, unsigned);
+typedef int open_fn(const char *, int, ...);
+typedef int openat_fn(int, const char *, int, ...);
+typedef int close_fn(int);
+typedef int closedir_fn(DIR *);
+typedef ssize_t write_fn(int, const void *, size_t);
+typedef int fsync_fn(int);
+typedef int rename_fn(const char *, const char *);
+typedef int renameat2_fn(int, const char *, int, const char *, unsigned);
 
-__attribute__((constructor)) static void init(void)
+/* next(slot, name): the definition of name after this library's (libc's),
+ * looked up at its first call rather than in a constructor: the dynamic
+ * loader runs the constructors of libraries loaded after this one (another
+ * preloaded library, a dependency of attnd's) before this library's, and
+ * a call of theirs would find a pointer not yet set (with a constructor
+ * here, a library opening a file in its own constructor crashed attnd at
+ * start). NULL when there is none. */
+static void *next(_Atomic(void *) *slot, const char *name)
 {
-    real_open = (int (*)(const char *, int, ...))dlsym(RTLD_NEXT, "open");
-    real_open64 = (int (*)(const char *, int, ...))dlsym(RTLD_NEXT, "open64");
-    real_close = (int (*)(int))dlsym(RTLD_NEXT, "close");
-    real_write = (ssize_t(*)(int, const void *, size_t))dlsym(RTLD_NEXT, "write");
-    real_fsync = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
-    real_rename = (int (*)(const char *, const char *))dlsym(RTLD_NEXT, "rename");
-    real_renameat2 = (int (*)(int, const char *, int, const char *, unsigned))dlsym(
-        RTLD_NEXT, "renameat2");
+    void *f = atomic_load_explicit(slot, memory_order_acquire);
+    if (!f) {
+        f = dlsym(RTLD_NEXT, name); /* every thread finds the same one */
+        atomic_store_explicit(slot, f, memory_order_release);
+    }
+    return f;
+}
+#define NEXT(type, name)                                                       \
+    static type *real_##name(void)                                             \
+    {                                                                          \
+        static _Atomic(void *) slot;                                           \
+        return (type *)next(&slot, #name);                                     \
+    }
+NEXT(open_fn, open)
+NEXT(open_fn, open64)
+NEXT(openat_fn, openat)
+NEXT(openat_fn, openat64)
+NEXT(close_fn, close)
+NEXT(closedir_fn, closedir)
+NEXT(write_fn, write)
+NEXT(fsync_fn, fsync)
+NEXT(rename_fn, rename)
+NEXT(renameat2_fn, renameat2)
+
+/* needs_mode: does an open with flags take a mode argument? O_TMPFILE
+ * holds O_DIRECTORY, so "flags & O_TMPFILE" is true of every folder's
+ * open, whose caller passed no mode (glibc's __OPEN_NEEDS_MODE). */
+static int needs_mode(int flags)
+{
+    return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE;
 }
 
 static const struct {
@@ -84,10 +122,10 @@ static int fault(const char *key)
     size_t kl = strlen(key);
     ssize_t n;
     int fd;
-    if (!ctl || (fd = real_open(ctl, O_RDONLY | O_CLOEXEC)) < 0)
+    if (!ctl || (fd = real_open()(ctl, O_RDONLY | O_CLOEXEC)) < 0)
         return 0;
     n = read(fd, buf, sizeof buf - 1);
-    real_close(fd);
+    real_close()(fd);
     if (n <= 0)
         return 0;
     buf[n] = 0;
@@ -116,74 +154,115 @@ static int told(const char *call, const char *path, int e)
             name = errnos[i].name;
     n = snprintf(line, sizeof line, "fsfault: %s %s: %s\n", call, path, name);
     if (n > 0)
-        real_write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+        real_write()(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
     errno = e;
     return -1;
 }
 
-static void note_open(int fd, const char *path, int flags)
+/* note_open: what fd, just opened at path (relative to the folder at, or
+ * to the working folder: AT_FDCWD) with flags, may be made to do. A file
+ * or folder in the staging area: its path says so, or it is relative to a
+ * staged folder; a folder elsewhere: the repository's (or another whose
+ * fsync no upload checks). O_TMPFILE makes a file, though it holds
+ * O_DIRECTORY. */
+static void note_open(int fd, int at, const char *path, int flags)
 {
-    unsigned char what = 0;
+    unsigned char what = 0, where;
+    int dir = (flags & O_DIRECTORY) && (flags & O_TMPFILE) != O_TMPFILE;
+    int file = !dir && (flags & (O_WRONLY | O_RDWR)) != 0;
     if (fd < 0 || fd >= MAX_FD)
         return;
-    if (strstr(path, STAGING))
-        what = flags & O_DIRECTORY ? F_DIR : flags & (O_WRONLY | O_RDWR) ? F_FILE : 0;
-    else if (flags & O_DIRECTORY)
+    where = path[0] != '/' && at >= 0 && at < MAX_FD
+                ? atomic_load_explicit(&fds[at], memory_order_relaxed)
+                : 0;
+    if (strstr(path, STAGING) || (where & F_DIR) ||
+        ((where & F_REPO_DIR) && strncmp(path, STAGING + 1, sizeof STAGING - 2) == 0))
+        what = dir ? F_DIR : file ? F_FILE : 0;
+    else if (dir)
         what = F_REPO_DIR;
-    pthread_mutex_lock(&mu);
-    fds[fd] = what;
-    pthread_mutex_unlock(&mu);
+    atomic_store_explicit(&fds[fd], what, memory_order_relaxed);
 }
 
 static unsigned char fd_what(int fd)
 {
-    unsigned char w;
     if (fd < 0 || fd >= MAX_FD)
         return 0;
-    pthread_mutex_lock(&mu);
-    w = fds[fd];
-    pthread_mutex_unlock(&mu);
-    return w;
+    return atomic_load_explicit(&fds[fd], memory_order_relaxed);
 }
+
+static void forget(int fd)
+{
+    if (fd >= 0 && fd < MAX_FD)
+        atomic_store_explicit(&fds[fd], 0, memory_order_relaxed);
+}
+
+/* MODE_ARG: the mode an open's caller passed, when flags say it passed
+ * one (reading one that was not passed is undefined). */
+#define MODE_ARG(flags, last, mode)                                            \
+    do {                                                                       \
+        if (needs_mode(flags)) {                                               \
+            va_list ap;                                                        \
+            va_start(ap, last);                                                \
+            (mode) = (mode_t)va_arg(ap, int);                                  \
+            va_end(ap);                                                        \
+        }                                                                      \
+    } while (0)
 
 int open(const char *path, int flags, ...)
 {
     mode_t mode = 0;
     int fd;
-    if (flags & (O_CREAT | O_TMPFILE)) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = (mode_t)va_arg(ap, int);
-        va_end(ap);
-    }
-    fd = real_open(path, flags, mode);
-    note_open(fd, path, flags);
+    MODE_ARG(flags, flags, mode);
+    fd = real_open()(path, flags, mode);
+    note_open(fd, AT_FDCWD, path, flags);
     return fd;
 }
 
 int open64(const char *path, int flags, ...)
 {
     mode_t mode = 0;
+    open_fn *f = real_open64();
     int fd;
-    if (flags & (O_CREAT | O_TMPFILE)) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = (mode_t)va_arg(ap, int);
-        va_end(ap);
-    }
-    fd = (real_open64 ? real_open64 : real_open)(path, flags, mode);
-    note_open(fd, path, flags);
+    MODE_ARG(flags, flags, mode);
+    fd = (f ? f : real_open())(path, flags, mode);
+    note_open(fd, AT_FDCWD, path, flags);
+    return fd;
+}
+
+int openat(int at, const char *path, int flags, ...)
+{
+    mode_t mode = 0;
+    int fd;
+    MODE_ARG(flags, flags, mode);
+    fd = real_openat()(at, path, flags, mode);
+    note_open(fd, at, path, flags);
+    return fd;
+}
+
+int openat64(int at, const char *path, int flags, ...)
+{
+    mode_t mode = 0;
+    openat_fn *f = real_openat64();
+    int fd;
+    MODE_ARG(flags, flags, mode);
+    fd = (f ? f : real_openat())(at, path, flags, mode);
+    note_open(fd, at, path, flags);
     return fd;
 }
 
 int close(int fd)
 {
-    if (fd >= 0 && fd < MAX_FD) {
-        pthread_mutex_lock(&mu);
-        fds[fd] = 0;
-        pthread_mutex_unlock(&mu);
-    }
-    return real_close(fd);
+    forget(fd);
+    return real_close()(fd);
+}
+
+/* closedir closes its descriptor inside libc, past close above: without
+ * this, the number of a folder model_opendir opened (rm_tree's, on a
+ * staged folder) kept its mark for whatever took the number next. */
+int closedir(DIR *d)
+{
+    forget(dirfd(d));
+    return real_closedir()(d);
 }
 
 ssize_t write(int fd, const void *buf, size_t n)
@@ -191,12 +270,11 @@ ssize_t write(int fd, const void *buf, size_t n)
     unsigned char w = fd_what(fd);
     int e;
     if (!(w & F_FILE) || !(e = fault("write")))
-        return real_write(fd, buf, n);
+        return real_write()(fd, buf, n);
     if (!(w & F_HALF) && n > 1) { /* half fits, then the disk is full */
-        pthread_mutex_lock(&mu);
-        fds[fd] |= F_HALF;
-        pthread_mutex_unlock(&mu);
-        return real_write(fd, buf, n / 2);
+        atomic_fetch_or_explicit(&fds[fd], (unsigned char)F_HALF,
+                                 memory_order_relaxed);
+        return real_write()(fd, buf, n / 2);
     }
     return told("write", "(a staged file)", e);
 }
@@ -208,7 +286,7 @@ int fsync(int fd)
                       : w & F_REPO_DIR ? "fsync-repo" : NULL;
     int e;
     if (!key || (e = fault(key)) <= 1)
-        return real_fsync(fd);
+        return real_fsync()(fd);
     return told(key, w & F_FILE ? "(a staged file)" : w & F_DIR ? "(a staged folder)"
                                                                 : "(the repository)", e);
 }
@@ -235,7 +313,11 @@ int renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpa
                                             : "renameat2(RENAME_NOREPLACE)",
                     newpath, EINVAL);
     }
-    return real_renameat2(olddirfd, oldpath, newdirfd, newpath, flags);
+    if (!real_renameat2()) { /* a libc without it */
+        errno = ENOSYS;
+        return -1;
+    }
+    return real_renameat2()(olddirfd, oldpath, newdirfd, newpath, flags);
 }
 
 int rename(const char *oldpath, const char *newpath)
@@ -245,5 +327,5 @@ int rename(const char *oldpath, const char *newpath)
     if (strstr(oldpath, STAGING) && !strstr(newpath, STAGING) &&
         !(n > 4 && strcmp(oldpath + n - 4, "~old") == 0) && (e = fault("rename-in")) > 1)
         return told("rename", newpath, e);
-    return real_rename(oldpath, newpath);
+    return real_rename()(oldpath, newpath);
 }

@@ -102,14 +102,18 @@ export async function start(opts = {}) {
     url, port, grpcPort, proc, dir, exit,
     log: () => log,
     /**
-     * logged(re, ms): the log once it matches re, waiting up to ms: request
-     * lines reach stderr up to --log-flush-ms after the request ends, and
-     * daemon messages a moment after they are made (a writer thread).
+     * logged(re, ms, from): the log once it matches re, waiting up to ms:
+     * request lines reach stderr up to --log-flush-ms after the request
+     * ends, daemon messages a moment after they are made (a writer
+     * thread), and anything written to stderr (a preloaded library's
+     * line) may come after the answer it belongs to. With from (a
+     * d.log().length taken before a request), only the log past it: a
+     * line of an earlier request does not count.
      */
-    async logged(re, ms = 5000) {
+    async logged(re, ms = 5000, from = 0) {
       const until = Date.now() + ms * SLOW;
-      while (!re.test(log) && Date.now() < until) await sleep(20);
-      return log;
+      while (!re.test(log.slice(from)) && Date.now() < until) await sleep(20);
+      return log.slice(from);
     },
     /**
      * stop(signal): send it, wait for exit, return {code, sig}. Throws when

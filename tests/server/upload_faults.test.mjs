@@ -32,8 +32,11 @@ const body = (config, st) => ({ parameters: { config, 'file:model.safetensors': 
 const TINY_UP = body(TINY_CONFIG, TINY_ST);
 const D16_UP = body(D16_CONFIG, D16_ST);
 
-/** faulty(t, args): attnd with fsfault.so preloaded; d.faults(words) sets them. */
-async function faulty(t, opts = {}) {
+/**
+ * faulty(t, {after, env, ...start's}): attnd with fsfault.so preloaded
+ * (then the libraries of after); d.faults(words) sets them.
+ */
+async function faulty(t, { after = [], env = {}, ...opts } = {}) {
   assert.ok(existsSync(SHIM), `${SHIM} (make ${SHIM.slice(SHIM.indexOf('build/'))})`);
   const scratch = mkdtempSync(join(tmpdir(), 'attnd-fsfault-'));
   t.after(() => rmSync(scratch, { recursive: true, force: true }));
@@ -42,7 +45,10 @@ async function faulty(t, opts = {}) {
   // a sanitizer's runtime must come first in the library list; the shim
   // only wraps libc's calls, so the order does not matter to it
   const asan = [process.env.ASAN_OPTIONS, 'verify_asan_link_order=0'].filter(Boolean).join(':');
-  const d = await start({ t, ...opts, env: { LD_PRELOAD: SHIM, FSFAULT_CTL: ctl, ASAN_OPTIONS: asan } });
+  const d = await start({
+    t, ...opts,
+    env: { ...env, LD_PRELOAD: [SHIM, ...after].join(' '), FSFAULT_CTL: ctl, ASAN_OPTIONS: asan },
+  });
   d.faults = (words) => writeFileSync(ctl, words);
   return d;
 }
@@ -63,12 +69,12 @@ test('a filesystem without RENAME_EXCHANGE or RENAME_NOREPLACE: uploads publish 
   // a new name: no exchange (nothing there), no no-replace: a plain rename
   let r = await load(d, 'up1', TINY_UP);
   assert.equal(r.status, 200, JSON.stringify(r.json));
-  assert.match(d.log(), /fsfault: renameat2\(RENAME_NOREPLACE\) \S+\/up1: EINVAL/);
+  assert.match(await d.logged(/fsfault: renameat2\(RENAME_NOREPLACE\)/), /fsfault: renameat2\(RENAME_NOREPLACE\) \S+\/up1: EINVAL/);
   assert.equal(await dModel(d, 'up1'), 8);
   // a name that exists: the old folder aside, the new one in, the old removed
   r = await load(d, 'up1', D16_UP);
   assert.equal(r.status, 200, JSON.stringify(r.json));
-  assert.match(d.log(), /fsfault: renameat2\(RENAME_EXCHANGE\) \S+\/up1: EINVAL/);
+  assert.match(await d.logged(/fsfault: renameat2\(RENAME_EXCHANGE\)/), /fsfault: renameat2\(RENAME_EXCHANGE\) \S+\/up1: EINVAL/);
   assert.equal(await dModel(d, 'up1'), 16);
   assert.deepEqual(readdirSync(join(d.dir, 'up1')).sort(), ['config.json', 'model.safetensors']);
   assert.equal(readFileSync(join(d.dir, 'up1', 'config.json'), 'utf8'), D16_CONFIG);
@@ -94,7 +100,7 @@ test('the two-rename publish failing half-way: 503 naming it, the old model back
   assert.equal(r.status, 503, JSON.stringify(r.json));
   assert.match(r.json.error, /\/tiny: cannot replace \(Input\/output error\); the disk reported an error: check it \(dmesg\) before uploading again$/);
   assert.equal(r.headers.get('retry-after'), null, 'the disk\'s state: a retry in a second fails the same');
-  assert.match(d.log(), /fsfault: rename \S+\/tiny: EIO/);
+  assert.match(await d.logged(/fsfault: rename /), /fsfault: rename \S+\/tiny: EIO/);
   // the old folder went aside and came back: the name holds it, whole
   assert.equal(readFileSync(join(d.dir, 'tiny', 'config.json'), 'utf8'), TINY_CONFIG);
   assert.ok(readFileSync(join(d.dir, 'tiny', 'model.safetensors')).equals(TINY_ST));
@@ -134,21 +140,34 @@ test('the disk fills, or fsync fails, while an upload is written: 503 naming the
   const d = await faulty(t);
   for (const [words, call, want] of WRITE_FAULTS) {
     d.faults(words);
+    const mark = d.log().length;
     const r = await load(d, 'up3', TINY_UP);
     assert.equal(r.status, 503, `${words}: ${JSON.stringify(r.json)}`);
     assert.match(r.json.error, want, words);
     assert.equal(r.headers.get('retry-after'), null, words);
-    assert.match(d.log(), new RegExp(`fsfault: ${call} `), words);
+    const fault = new RegExp(`fsfault: ${call} `);
+    assert.match(await d.logged(fault, 5000, mark), fault, words);
     assert.ok(!existsSync(join(d.dir, 'up3')), words);
     assert.deepEqual(hidden(d), [], `${words}: the staging folder is removed`);
     assert.ok(!(await names(d)).includes('up3'), words);
     assert.equal((await fetch(`${d.url}/v2/health/ready`)).status, 200, words);
     assert.equal((await infer(d, 'tiny', xreq())).status, 200, words);
   }
-  // a filesystem that cannot sync a folder at all (EINVAL) is no failure
+  // a filesystem that cannot sync a folder at all (EINVAL) is no failure:
+  // the staged folder's fsync fails so, and the upload is published,
+  // listed and served
   d.faults('fsync-dir=EINVAL');
+  const mark = d.log().length;
   let r = await load(d, 'up3', TINY_UP);
   assert.equal(r.status, 200, JSON.stringify(r.json));
+  assert.match(await d.logged(/fsfault: fsync-dir /, 5000, mark), /fsfault: fsync-dir \(a staged folder\): EINVAL/,
+    'the staged folder\'s fsync was made to fail');
+  assert.deepEqual(readdirSync(join(d.dir, 'up3')).sort(), ['config.json', 'model.safetensors']);
+  assert.deepEqual(hidden(d), []);
+  assert.ok((await names(d)).includes('up3'));
+  r = await infer(d, 'up3', xreq());
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  assert.ok(maxDiff(r.json.outputs[0].data, X.y) < 1e-5);
   // the repository's own sync failing after the publish: the model is in
   // (answered 200), and the log says it may not survive a crash
   d.faults('fsync-repo=EIO');
@@ -158,5 +177,32 @@ test('the disk fills, or fsync fails, while an upload is written: 503 naming the
   d.faults('');
   assert.equal((await infer(d, 'up4', xreq())).status, 200);
   assert.deepEqual(hidden(d), []);
+  assert.equal((await d.stop()).code, 0);
+});
+
+// glibc's libpcprofile.so opens PCPROFILE_OUTPUT in its constructor; the
+// dynamic loader runs that constructor before the shim's (a library
+// preloaded after it), so its open() is the shim's before the shim has
+// done anything. The shim set libc's functions in a constructor then, and
+// attnd died of SIGSEGV at start.
+const TRIPLET = { x64: 'x86_64-linux-gnu', arm64: 'aarch64-linux-gnu' }[process.arch];
+const PCPROFILE = [`/usr/lib/${TRIPLET}`, `/lib/${TRIPLET}`, '/usr/lib64', '/lib64']
+  .map((dir) => join(dir, 'libpcprofile.so')).find((p) => TRIPLET && existsSync(p));
+
+test('a library whose constructor opens a file before the shim\'s runs: attnd starts, and the faults apply', {
+  skip: !PCPROFILE && 'needs glibc\'s libpcprofile.so (libc6)',
+}, async (t) => {
+  const out = join(mkdtempSync(join(tmpdir(), 'attnd-pcprofile-')), 'pc.out');
+  t.after(() => rmSync(dirname(out), { recursive: true, force: true }));
+  const d = await faulty(t, { after: [PCPROFILE], env: { PCPROFILE_OUTPUT: out } });
+  assert.ok(existsSync(out), 'libpcprofile\'s constructor opened its file (through the shim)');
+  d.faults('write=ENOSPC');
+  const r = await load(d, 'up5', TINY_UP);
+  assert.equal(r.status, 503, JSON.stringify(r.json));
+  assert.match(r.json.error, /write failed \(No space left on device\)/);
+  assert.match(await d.logged(/fsfault: write /), /fsfault: write \(a staged file\): ENOSPC/);
+  d.faults('');
+  assert.equal((await load(d, 'up5', TINY_UP)).status, 200);
+  assert.equal((await infer(d, 'up5', xreq())).status, 200);
   assert.equal((await d.stop()).code, 0);
 });
