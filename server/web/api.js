@@ -61,10 +61,12 @@ async function postJSON(url, body) {
 }
 
 // listModels: names of the loaded models (repository index), sdpa first.
+// {ready: true}: the ready ones alone, listed even when the repository
+// folder cannot be read (the full index then answers 503).
 export async function listModels() {
   let names = [];
   try {
-    const idx = await postJSON('/v2/repository/index', {});
+    const idx = await postJSON('/v2/repository/index', { ready: true });
     names = idx.filter((m) => !m.state || m.state === 'READY').map((m) => m.name);
   } catch (e) {
     if (e.status === 401) throw e;
