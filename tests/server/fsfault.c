@@ -23,6 +23,13 @@
  *   fsync-dir=E      fsync of a folder in the staging area fails
  *   fsync-repo=E     fsync of a folder outside the staging area (the
  *                    repository) fails
+ *   hold-publish=G   the first upload to sync its staged folder (its last
+ *                    step before the publish, outside upload.c's publish
+ *                    lock) once the file G exists waits there until G is
+ *                    removed, then goes on; it claims the hold by creating
+ *                    "G.held", so later uploads pass (a test removes both
+ *                    to hold another). Written to stderr as "fsfault:
+ *                    hold-publish <G>: held", then "...: released".
  *
  * Each fault it makes is written to stderr as "fsfault: <call> <path>:
  * <errno name>", so a test can tell that the fault happened (and a shim
@@ -45,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define STAGING "/.attnd-staging/"
@@ -113,22 +121,31 @@ static const struct {
 } errnos[] = {{"EIO", EIO}, {"ENOSPC", ENOSPC}, {"EDQUOT", EDQUOT},
               {"EROFS", EROFS}, {"EINVAL", EINVAL}, {"EACCES", EACCES}};
 
+/* read_ctl: the control file's text into buf (n bytes); 0 when there is
+ * none or it is empty. */
+static int read_ctl(char *buf, size_t n)
+{
+    const char *ctl = getenv("FSFAULT_CTL");
+    ssize_t got;
+    int fd;
+    if (!ctl || (fd = real_open()(ctl, O_RDONLY | O_CLOEXEC)) < 0)
+        return 0;
+    got = read(fd, buf, n - 1);
+    real_close()(fd);
+    if (got <= 0)
+        return 0;
+    buf[got] = 0;
+    return 1;
+}
+
 /* fault: the errno the control file gives key ("key=E"), 1 for a bare
  * word key, 0 when it says nothing of it. */
 static int fault(const char *key)
 {
-    const char *ctl = getenv("FSFAULT_CTL");
     char buf[512], *p, *save;
     size_t kl = strlen(key);
-    ssize_t n;
-    int fd;
-    if (!ctl || (fd = real_open()(ctl, O_RDONLY | O_CLOEXEC)) < 0)
+    if (!read_ctl(buf, sizeof buf))
         return 0;
-    n = read(fd, buf, sizeof buf - 1);
-    real_close()(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
     for (p = strtok_r(buf, " \t\n", &save); p; p = strtok_r(NULL, " \t\n", &save)) {
         if (strncmp(p, key, kl) != 0)
             continue;
@@ -140,6 +157,20 @@ static int fault(const char *key)
             if (strcmp(p + kl + 1, errnos[i].name) == 0)
                 return errnos[i].e;
     }
+    return 0;
+}
+
+/* fault_path: the path the control file gives key ("key=PATH") in out (n
+ * bytes); 0 when it gives none. */
+static int fault_path(const char *key, char *out, size_t n)
+{
+    char buf[512], *p, *save;
+    size_t kl = strlen(key);
+    if (!read_ctl(buf, sizeof buf))
+        return 0;
+    for (p = strtok_r(buf, " \t\n", &save); p; p = strtok_r(NULL, " \t\n", &save))
+        if (strncmp(p, key, kl) == 0 && p[kl] == '=' && p[kl + 1])
+            return snprintf(out, n, "%s", p + kl + 1) < (int)n;
     return 0;
 }
 
@@ -279,22 +310,51 @@ ssize_t write(int fd, const void *buf, size_t n)
     return told("write", "(a staged file)", e);
 }
 
+static int exists(const char *path)
+{
+    struct stat sb;
+    return lstat(path, &sb) == 0;
+}
+
+/* say: a line on stderr, as told's. */
+static void say(const char *what, const char *path)
+{
+    char line[4300];
+    int n = snprintf(line, sizeof line, "fsfault: hold-publish %s: %s\n", path, what);
+    if (n > 0)
+        real_write()(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+}
+
+/* hold: hold-publish (above), at a staged folder's fsync. */
+static void hold(void)
+{
+    char gate[4096], claim[4200];
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    int fd;
+    if (!fault_path("hold-publish", gate, sizeof gate) || !exists(gate))
+        return;
+    snprintf(claim, sizeof claim, "%s.held", gate);
+    if ((fd = real_open()(claim, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) < 0)
+        return; /* another upload holds it, or held it */
+    real_close()(fd);
+    say("held", gate);
+    while (exists(gate))
+        nanosleep(&ts, NULL);
+    say("released", gate);
+}
+
 int fsync(int fd)
 {
     unsigned char w = fd_what(fd);
     const char *key = w & F_FILE ? "fsync" : w & F_DIR ? "fsync-dir"
                       : w & F_REPO_DIR ? "fsync-repo" : NULL;
     int e;
+    if (w & F_DIR)
+        hold();
     if (!key || (e = fault(key)) <= 1)
         return real_fsync()(fd);
     return told(key, w & F_FILE ? "(a staged file)" : w & F_DIR ? "(a staged folder)"
                                                                 : "(the repository)", e);
-}
-
-static int exists(const char *path)
-{
-    struct stat sb;
-    return lstat(path, &sb) == 0;
 }
 
 int renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,

@@ -6,15 +6,13 @@
 // the index and loads answer naming the cause.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { chmodSync, closeSync, constants, cpSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { test } from 'node:test';
 import { ATTND, REFS, fp32, infer, maxDiff, post, start } from './helper.mjs';
+import { TINY, TINY_CONFIG, slowFolder } from './repo_helper.mjs';
 
-const TINY = join(dirname(fileURLToPath(import.meta.url)), 'fixtures', 'models', 'tiny');
-const TINY_CONFIG = readFileSync(join(TINY, 'config.json'), 'utf8');
 const upload = () => ({
   parameters: {
     config: TINY_CONFIG,
@@ -221,51 +219,6 @@ test('a folder named sdpa: the built-in model keeps the name, the start says how
   assert.match(c.stdout, /^sdpa: not served: 'sdpa' is the built-in model \(rename the folder to serve it\)$/m);
   assert.match(c.stdout, /^tiny: ok /m);
 });
-
-/**
- * slowFolder(dir, name): a model folder whose config.json is a FIFO, so
- * that a load of it stays in progress (its pool thread blocked reading the
- * config) until release() writes the config: a slow disk, without timing.
- * reading() resolves once a load has opened the FIFO (it then holds the
- * write end open: the load waits in its read). release() is safe when no
- * load waits, and settle() puts a plain config.json in its place.
- */
-function slowFolder(dir, name) {
-  const folder = join(dir, name);
-  mkdirSync(folder, { recursive: true });
-  cpSync(join(TINY, 'model.safetensors'), join(folder, 'model.safetensors'));
-  const fifo = join(folder, 'config.json');
-  rmSync(fifo, { force: true });
-  assert.equal(spawnSync('mkfifo', [fifo]).status, 0, 'mkfifo');
-  let fd = null;
-  // opens only while a reader waits (a load): never blocks
-  const tryOpen = () => {
-    try {
-      fd = openSync(fifo, constants.O_WRONLY | constants.O_NONBLOCK);
-      return true;
-    } catch (e) {
-      if (e.code === 'ENXIO' || e.code === 'ENOENT') return false;
-      throw e;
-    }
-  };
-  return {
-    async reading() {
-      for (let i = 0; i < 1000 && fd === null && !tryOpen(); i++) await sleep(20);
-      assert.notEqual(fd, null, `no load of ${name} opened its config.json`);
-    },
-    release() {
-      if (fd === null && !tryOpen()) return false;
-      writeSync(fd, TINY_CONFIG);
-      closeSync(fd);
-      fd = null;
-      return true;
-    },
-    settle() {
-      rmSync(fifo, { force: true });
-      writeFileSync(fifo, TINY_CONFIG);
-    },
-  };
-}
 
 /** json(r): a fetch Response as post() answers: {status, headers, json}. */
 const json = async (r) => {

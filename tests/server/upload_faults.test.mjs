@@ -8,50 +8,19 @@
 // client is told, that the repository holds one complete model under the
 // name (old or new), that nothing is left behind, and that attnd serves on.
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
-import { ATTND, REFS, fp32, infer, maxDiff, post, safetensors, start } from './helper.mjs';
+import { REFS, fp32, infer, maxDiff, post, start } from './helper.mjs';
+import { D16_CONFIG, D16_ST, TINY, TINY_CONFIG, body, faulty } from './repo_helper.mjs';
 
-const SHIM = join(dirname(ATTND), 'tests', 'server', 'fsfault.so');
-const TINY = join(dirname(fileURLToPath(import.meta.url)), 'fixtures', 'models', 'tiny');
-const TINY_CONFIG = readFileSync(join(TINY, 'config.json'), 'utf8');
 const TINY_ST = readFileSync(join(TINY, 'model.safetensors'));
 const X = REFS.causal;
 const xreq = () => ({ inputs: [fp32('x', X.shape, X.x)], parameters: { causal: true } });
 
-// a second model, told apart from tiny by its d_model (16)
-const D16_CONFIG = '{"n_heads": 4, "description": "d16"}';
-const D16_ST = (() => {
-  const m = (k) => [[16, 16], Array.from({ length: 256 }, (_, i) => ((i * k) % 7) / 70)];
-  return safetensors({ W_q: m(1), W_k: m(2), W_v: m(3), W_o: m(5) });
-})();
-const body = (config, st) => ({ parameters: { config, 'file:model.safetensors': st.toString('base64') } });
 const TINY_UP = body(TINY_CONFIG, TINY_ST);
 const D16_UP = body(D16_CONFIG, D16_ST);
-
-/**
- * faulty(t, {after, env, ...start's}): attnd with fsfault.so preloaded
- * (then the libraries of after); d.faults(words) sets them.
- */
-async function faulty(t, { after = [], env = {}, ...opts } = {}) {
-  assert.ok(existsSync(SHIM), `${SHIM} (make ${SHIM.slice(SHIM.indexOf('build/'))})`);
-  const scratch = mkdtempSync(join(tmpdir(), 'attnd-fsfault-'));
-  t.after(() => rmSync(scratch, { recursive: true, force: true }));
-  const ctl = join(scratch, 'ctl');
-  writeFileSync(ctl, '');
-  // a sanitizer's runtime must come first in the library list; the shim
-  // only wraps libc's calls, so the order does not matter to it
-  const asan = [process.env.ASAN_OPTIONS, 'verify_asan_link_order=0'].filter(Boolean).join(':');
-  const d = await start({
-    t, ...opts,
-    env: { ...env, LD_PRELOAD: [SHIM, ...after].join(' '), FSFAULT_CTL: ctl, ASAN_OPTIONS: asan },
-  });
-  d.faults = (words) => writeFileSync(ctl, words);
-  return d;
-}
 
 const load = (d, m, b) => post(`${d.url}/v2/repository/models/${m}/load`, b);
 const dModel = async (d, m) => {
