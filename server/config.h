@@ -46,6 +46,9 @@
       "a model whose weights take at most this many bytes (the built-in sdpa: none) does not hold a small request back for a batch while its instances are busy: its decode, compute and encode run as one pool job, as on an idle model (a batch would save reading weights that stay in cache, less than its two extra hand-offs cost; 0 = every request waits for an instance)") \
     X(queue_size, "queue-size", INT, 256, 1, 1000000,                         \
       "requests queued per model before 503")                                 \
+    X(repository_waiters, "repository-waiters", INT, 16, 1, 100000,           \
+      "repository calls (load, upload, unload) of one model that may wait "  \
+      "at once while a load of it runs (503 past)")                          \
     X(deadline_ms, "deadline-ms", INT, 30000, 1, 3600000,                     \
       "request deadline from arrival to answer (ms); past it 504")            \
     X(drain_ms, "drain-ms", INT, 30000, 0, 3600000,                           \

@@ -203,6 +203,7 @@ static void on_drain_timeout(uv_timer_t *t)
     srv_log(s, "warn", "drain timeout: failing %d unfinished request%s",
             s->live_jobs, s->live_jobs == 1 ? "" : "s");
     srv_sched_expire(s);
+    srv_registry_expire(s);
     srv_check_stop(s);
 }
 

@@ -4,6 +4,15 @@
  * (/v2/repository/...). Loading (file I/O, conversion) runs on the pool; the
  * registry itself is loop-thread state. Instances are reference counted so
  * an unload or reload lets in-flight requests finish on the old weights.
+ *
+ * The loads (plain or uploads) and unloads of one model take effect one at
+ * a time, in the order they came, as Triton applies them: a call that
+ * comes while a load of its model runs waits (its connection suspended)
+ * until that load and the calls before it have ended, then runs. So once
+ * every call is answered, what is served is what the last one made it:
+ * the model its folder holds, or none after an unload; never weights read
+ * before an upload published others, and never a load ending after an
+ * unload that came later. Calls for other names do not wait.
  */
 #include "server/srv.h"
 
@@ -124,7 +133,6 @@ typedef struct load_job {
                            one without upload parameters loads the folder */
     size_t body_len;
     model *m;           /* result */
-    unsigned long long gen; /* repository generation it was read at */
     size_t mem;         /* the body's share of memory-budget */
     int rc;             /* 0, or the HTTP status of the failure */
     int in_repo;        /* failed, but repo/name is a folder */
@@ -153,13 +161,11 @@ static void load_work(uv_work_t *w)
     srv_pool_job("loading", lj->name);
     if (lj->body_len && !srv_upload_is_plain(lj->body, lj->body_len)) {
         rc = srv_upload_install(lj->repo, lj->name, lj->body, lj->body_len,
-                                &lj->m, &lj->gen, &lj->lasting, lj->err,
-                                sizeof lj->err);
+                                &lj->m, &lj->lasting, lj->err, sizeof lj->err);
         lj->rc = rc;
         lj->in_repo = rc && in_repo(lj->repo, lj->name);
         return;
     }
-    lj->gen = srv_upload_generation();
     rc = model_load_repo(&lj->m, lj->repo, lj->name, err);
     if (rc < 0) {
         /* not there: 404; there but not attnd's to read, or a failing
@@ -212,22 +218,26 @@ static void set_reason(srv_entry *e, const char *err)
         snprintf(e->reason, sizeof e->reason, "%.500s", err);
 }
 
+static void next_turn(srv_entry *e);
+
 /* load_done: loop thread. Makes the loaded model the entry's current
  * instance (the old one goes when its last job ends), or records why it
- * failed; answers the load request if there is one; frees lj. */
+ * failed; answers the load request if there is one; frees lj. Then the
+ * calls of the model that waited for it run (next_turn). */
 static void load_done(uv_work_t *w, int status)
 {
     load_job *lj = w->data;
     srv *s = lj->s;
     srv_entry *e = srv_registry_find(s, lj->name); /* start_load's */
+    int drop = 0;
     (void)status;
     if (!lj->req)
         s->startup_loads--;
-    e->loads--;
+    e->busy = 0;
     if (!lj->rc && lj->err[0]) /* an upload's note (srv_upload_install) */
         srv_log(s, "warn", "load: %s", lj->err);
     if (lj->rc) {
-        if (e->state == SRV_LOADING && !e->loads)
+        if (e->state == SRV_LOADING)
             e->state = e->inst ? SRV_READY : SRV_UNAVAILABLE;
         if (!e->inst)
             set_reason(e, lj->err);
@@ -242,18 +252,8 @@ static void load_done(uv_work_t *w, int status)
          * (a load of a name that is not there, a failed upload) leaves
          * nothing behind: such names would pile up in the index and in
          * /metrics. A folder that failed keeps its entry, and the index
-         * its reason. */
-        if (!e->ever && !e->startup && !e->loads && !lj->in_repo &&
-            !s->stopping) /* stopping closed its handles: freed at exit */
-            drop_entry(s, e);
-    } else if (lj->gen < e->gen) {
-        /* a later upload of this name was published (and installed) while
-         * this one was read: the repository holds that one, so it stays */
-        model_destroy(lj->m);
-        if (lj->req) {
-            lj->req->changed = 1; /* its upload was published */
-            srv_respond(lj->req, 200, NULL, NULL, 0);
-        }
+         * its reason. Not while calls wait for it: they run first */
+        drop = !lj->in_repo;
     } else {
         srv_inst *in = calloc(1, sizeof *in);
         if (!in) {
@@ -266,7 +266,6 @@ static void load_done(uv_work_t *w, int status)
             in->m = lj->m;
             in->refs = 1;
             kv_pool(s, in, e->name);
-            e->gen = lj->gen;
             set_inst(e, in, SRV_READY, NULL);
             srv_log(s, "info", "model '%s' loaded (%zu weight bytes)", e->name,
                     model_bytes(lj->m));
@@ -279,6 +278,9 @@ static void load_done(uv_work_t *w, int status)
     srv_mem_give(s, lj->mem);
     free(lj->body);
     free(lj);
+    next_turn(e);
+    if (drop && !e->ever && !e->startup && !e->busy && !s->stopping)
+        drop_entry(s, e); /* stopping closed its handles: freed at exit */
 }
 
 /* start_error: why start_load failed (its negated errno), for an answer or
@@ -290,8 +292,9 @@ static const char *start_error(int e)
                : e == ENOMEM ? "out of memory" : strerror(e);
 }
 
-/* start_load: queue a load of name (body: an upload request, or NULL). 0,
- * or a negated errno (ENOMEM; EMFILE, ENFILE: a new name's batch timer). */
+/* start_load: queue a load of name (body: an upload request, or NULL),
+ * which no load of name may be running (e->busy). 0, or a negated errno
+ * (ENOMEM; EMFILE, ENFILE: a new name's batch timer). */
 static int start_load(srv *s, const char *name, srv_req *req)
 {
     load_job *lj = calloc(1, sizeof *lj);
@@ -314,7 +317,7 @@ static int start_load(srv *s, const char *name, srv_req *req)
         lj->mem = req->mem; /* and its share of memory-budget */
         req->mem = 0;
     }
-    e->loads++;
+    e->busy = 1;
     if (e->state != SRV_READY)
         e->state = SRV_LOADING;
     if (!req) {
@@ -550,11 +553,107 @@ static int name_ok(srv_req *r)
     return 1;
 }
 
+/* ---- one call at a time per model -------------------------------------- */
+
+/* wait_turn: r, a load (unload 0) or an unload of e, came while a load of
+ * e runs: it waits, suspended, for its turn (next_turn), or answers 503
+ * when repository-waiters calls wait already or the drain timeout has
+ * passed. */
+static void wait_turn(srv_req *r, srv_entry *e, int unload)
+{
+    srv *s = r->s;
+    if (s->drain_expired) { /* nothing runs any more: it would wait for good */
+        srv_respond_error(r, 503, "server: draining (shutting down)");
+        return;
+    }
+    if (e->n_turns >= s->cfg.repository_waiters) {
+        srv_respond_error(r, 503, "model '%s': %d repository calls wait already "
+                          "for the load of it that runs (repository-waiters); "
+                          "retry once they are answered", e->name, e->n_turns);
+        return;
+    }
+    r->turn_unload = unload;
+    r->turn_next = NULL;
+    if (e->turn_tail)
+        e->turn_tail->turn_next = r;
+    else
+        e->turn_head = r;
+    e->turn_tail = r;
+    e->n_turns++;
+    srv_log(s, "info", "model '%s': %s waits for its turn (%d call%s before it)",
+            e->name, unload ? "unload" : r->body_len ? "load with a body" : "load",
+            e->n_turns, e->n_turns == 1 ? "" : "s");
+    srv_suspend(r);
+}
+
+/* unload_now: r unloads e (no load of it runs): the model stops taking
+ * requests at once; those already admitted finish on its weights. */
+static void unload_now(srv_req *r, srv_entry *e)
+{
+    if (!e->inst) {
+        srv_respond_error(r, 404, "model '%s': not loaded", e->name);
+        return;
+    }
+    e->startup = 0;
+    set_inst(e, NULL, SRV_UNAVAILABLE, "unloaded");
+    r->changed = 1;
+    srv_respond(r, 200, NULL, NULL, 0);
+}
+
+/* load_now: r loads (or uploads) name (no load of it runs); suspended
+ * until load_done answers it. */
+static void load_now(srv_req *r, const char *name)
+{
+    int rc = start_load(r->s, name, r);
+    if (rc < 0) {
+        srv_respond_error(r, 503, "load of model '%s': %s", name,
+                          start_error(-rc));
+        return;
+    }
+    srv_suspend(r);
+}
+
+/* next_turn: e's load ended: the calls that waited run in the order they
+ * came, each unload at once, until one starts a load (the rest wait for
+ * that one) or none is left. */
+static void next_turn(srv_entry *e)
+{
+    srv_req *r;
+    while (!e->busy && (r = e->turn_head)) {
+        e->turn_head = r->turn_next;
+        if (!e->turn_head)
+            e->turn_tail = NULL;
+        r->turn_next = NULL;
+        e->n_turns--;
+        if (r->turn_unload)
+            unload_now(r, e);
+        else
+            load_now(r, e->name);
+    }
+}
+
+void srv_registry_expire(srv *s)
+{
+    srv_entry *e;
+    srv_req *r;
+    for (e = s->models; e; e = e->next) {
+        while ((r = e->turn_head)) {
+            e->turn_head = r->turn_next;
+            r->turn_next = NULL;
+            e->n_turns--;
+            srv_respond_error(r, 503, "server: draining (shutting down): the "
+                              "drain timeout passed before its turn; not done");
+        }
+        e->turn_tail = NULL;
+    }
+}
+
 /* POST /v2/repository/models/{m}/load: from the folder, or an upload in the
- * body (parameters.config, parameters["file:model.safetensors"]). */
+ * body (parameters.config, parameters["file:model.safetensors"]); after
+ * the calls of the model before it (wait_turn). */
 void srv_h_load(srv_req *r)
 {
-    int rc;
+    srv_entry *e;
     if (!name_ok(r))
         return;
     if (r->s->draining && r->late) { /* begun before the signal: served */
@@ -562,29 +661,29 @@ void srv_h_load(srv_req *r)
         return;
     }
     snprintf(r->model, sizeof r->model, "%.128s", r->arg[0]);
-    if ((rc = start_load(r->s, r->arg[0], r)) < 0) {
-        srv_respond_error(r, 503, "load of model '%s': %s", r->arg[0],
-                          start_error(-rc));
-        return;
-    }
-    srv_suspend(r);
+    e = srv_registry_find(r->s, r->arg[0]);
+    if (e && e->busy)
+        wait_turn(r, e, 0);
+    else
+        load_now(r, r->arg[0]);
 }
 
-/* POST /v2/repository/models/{m}/unload: the model stops taking requests
- * at once; those already admitted finish on its weights. */
+/* POST /v2/repository/models/{m}/unload: after the calls of the model
+ * before it (wait_turn), the model stops taking requests; those already
+ * admitted finish on its weights. */
 void srv_h_unload(srv_req *r)
 {
     srv_entry *e;
     if (!name_ok(r))
         return;
     e = srv_registry_find(r->s, r->arg[0]);
-    if (!e || (!e->inst && e->state != SRV_LOADING)) {
+    if (!e) {
         srv_respond_error(r, 404, "model '%s': not loaded", r->arg[0]);
         return;
     }
-    e->startup = 0;
-    set_inst(e, NULL, SRV_UNAVAILABLE, "unloaded");
     snprintf(r->model, sizeof r->model, "%s", e->name);
-    r->changed = 1;
-    srv_respond(r, 200, NULL, NULL, 0);
+    if (e->busy)
+        wait_turn(r, e, 1);
+    else
+        unload_now(r, e);
 }

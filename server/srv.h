@@ -135,11 +135,15 @@ struct srv_entry {
     srv_inst *inst; /* current instance, NULL when not loaded */
     int state;      /* SRV_UNAVAILABLE / LOADING / READY */
     int startup;    /* loaded at startup: counts for /v2/health/ready */
-    int loads;      /* loads of it in flight (registry.c) */
+    /* registry.c: its loads, uploads and unloads take effect one at a
+     * time, in the order they came: busy while a load or upload of it
+     * runs; the calls that came meanwhile wait (suspended), oldest first */
+    int busy;
+    srv_req *turn_head, *turn_tail;
+    int n_turns;    /* calls waiting (at most repository-waiters) */
     int ever;       /* it has had an instance */
     int closing;    /* handles still closing, once dropped (registry.c) */
     char reason[ATTN_ERRMAX];
-    unsigned long long gen; /* repository generation of inst (upload.h) */
     /* scheduling (sched.c, batch.c) */
     srv_job *qhead, *qtail; /* decoded requests waiting for a batch */
     int q_seqs;             /* sequences in the queue */
@@ -264,6 +268,9 @@ struct srv_req {
                               the guard closed its connection: logged and
                               counted 408 (as nginx logs a body timeout) */
     srv_req *wait_prev, *wait_next;
+    /* a repository call waiting for its model's turn (registry.c) */
+    srv_req *turn_next;
+    int turn_unload;       /* it is an unload (else a load or upload) */
     /* for the log line */
     char model[SRV_NAME_MAX];
     char id[64];
@@ -537,6 +544,9 @@ void srv_registry_free(srv *s);
 void srv_h_index(srv_req *r);
 void srv_h_load(srv_req *r);
 void srv_h_unload(srv_req *r);
+/* srv_registry_expire: the drain timeout passed: the repository calls
+ * still waiting for their turn answer 503, not carried out. */
+void srv_registry_expire(srv *s);
 
 /* sched.c */
 int srv_sched_entry_init(srv_entry *e); /* its batch timer; -1 on failure */

@@ -216,16 +216,11 @@ static int rm_tree(const char *dir, int depth)
     return -1;
 }
 
-/* Publishing is serialised in the process, so that the generations handed
- * out follow the order of the renames (a later generation is what the
- * repository holds). */
+/* Publishing is serialised in the process: the two-rename publish (below)
+ * is not safe against another publish of the same name at the same time.
+ * (The registry never runs two uploads of one name at once; nothing here
+ * relies on that.) */
 static pthread_mutex_t publish_mu = PTHREAD_MUTEX_INITIALIZER;
-static atomic_ullong generation = 1;
-
-unsigned long long srv_upload_generation(void)
-{
-    return atomic_load(&generation);
-}
 
 /* publish: make stage (a complete model folder) repo/name in one step. An
  * existing folder is exchanged with it (renameat2 RENAME_EXCHANGE) and then
@@ -233,8 +228,8 @@ unsigned long long srv_upload_generation(void)
  * folder, old or new, also after a crash. Filesystems without
  * RENAME_EXCHANGE get two renames; a crash between them leaves the old
  * folder as "<stage>~old", which srv_upload_sweep puts back. 0 or -1 with
- * errno; *gen is the publish's generation. */
-static int publish(const char *stage, const char *dst, unsigned long long *gen)
+ * errno. */
+static int publish(const char *stage, const char *dst)
 {
     char old[4500];
     int rc = -1, tries;
@@ -278,8 +273,6 @@ static int publish(const char *stage, const char *dst, unsigned long long *gen)
         rc = 0;
         break;
     }
-    if (rc == 0)
-        *gen = atomic_fetch_add(&generation, 1ull) + 1;
     pthread_mutex_unlock(&publish_mu);
     return rc;
 }
@@ -556,15 +549,14 @@ static void disk_failed(char *err, size_t errlen, int *lasting,
 }
 
 int srv_upload_install(const char *repo, const char *name, const char *body,
-                       size_t len, model **out, unsigned long long *gen,
-                       int *lasting, char *err, size_t errlen)
+                       size_t len, model **out, int *lasting, char *err,
+                       size_t errlen)
 {
     static atomic_uint seq;
     srv_upload u;
     char root[4200], stage[4400], dst[4400], a[4500], merr[ATTN_ERRMAX];
     int status, staged = 0, tries, rc;
     *out = NULL;
-    *gen = 0;
     *lasting = 0;
     err[0] = 0;
     if (!model_name_valid(name) || name[0] == '.') {
@@ -620,7 +612,7 @@ int srv_upload_install(const char *repo, const char *name, const char *body,
     }
     /* publish: one atomic step, then make the repository durable */
     snprintf(dst, sizeof dst, "%s/%s", repo, name);
-    if (publish(stage, dst, gen) < 0) {
+    if (publish(stage, dst) < 0) {
         disk_failed(err, errlen, lasting, "", dst, "cannot replace");
         goto fail;
     }

@@ -44,8 +44,7 @@ void srv_upload_free(srv_upload *u);
  * and validate it there, then publish it as repo/name in one rename (an
  * atomic exchange when repo/name exists) and fsync the repository: the
  * name shows the old or the new model, complete, whatever crashes or
- * concurrent uploads happen. On success *out is the loaded model and *gen
- * the publish's generation (a later publish of any model has a larger one).
+ * concurrent uploads happen. On success *out is the loaded model.
  * Returns 0, or the HTTP status with err naming why: 400 (the request, the
  * parameter named), 503 (the host: memory, descriptors, the repository's
  * disk, a file or the folder that cannot be synced; *lasting when it is
@@ -55,12 +54,8 @@ void srv_upload_free(srv_upload *u);
  * crash of the host may lose it).
  */
 int srv_upload_install(const char *repo, const char *name, const char *body,
-                       size_t len, model **out, unsigned long long *gen,
-                       int *lasting, char *err, size_t errlen);
-
-/* srv_upload_generation: the generation of the latest publish (a load read
- * from the folder after this call sees that publish or a later one). */
-unsigned long long srv_upload_generation(void);
+                       size_t len, model **out, int *lasting, char *err,
+                       size_t errlen);
 
 /*
  * srv_upload_sweep: at start-up, remove what interrupted uploads left: the

@@ -1,0 +1,343 @@
+// repository_order.test.mjs - loads, uploads and unloads of one model take
+// effect one at a time, in the order they came: a call that comes while a
+// load of its model runs waits for it (and for the calls before it), so
+// that once all are answered the model served is the one its folder holds,
+// or none when the last call was an unload. Loads are held half-way with
+// a FIFO config.json (a plain load) or fsfault.so's hold-publish (an
+// upload, just before its publish); the log line of each call that waits
+// tells the test it has arrived.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import http2 from 'node:http2';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { REFS, SLOW, fp32, infer, post, start } from './helper.mjs';
+import { D16_CONFIG, D16_ST, TINY, TINY_CONFIG, body, faulty, slowFolder } from './repo_helper.mjs';
+import { grpcCall } from './soak_grpc.mjs';
+import { str } from '../grpc/wire.mjs';
+
+const X = REFS.causal;
+const xreq = () => ({ inputs: [fp32('x', X.shape, X.x)], parameters: { causal: true } });
+const TINY_ST = readFileSync(join(TINY, 'model.safetensors'));
+const D16_UP = body(D16_CONFIG, D16_ST);
+const load = (d, m, b = '') => post(`${d.url}/v2/repository/models/${m}/load`, b);
+const unload = (d, m) => post(`${d.url}/v2/repository/models/${m}/unload`, '');
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** scratch(t): a fresh folder, removed after the test. */
+function scratch(t) {
+  const dir = mkdtempSync(join(tmpdir(), 'attnd-order-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/** repo(t): a models folder holding the fixtures (tiny). */
+function repo(t) {
+  const dir = join(scratch(t), 'models');
+  cpSync(join(TINY, '..'), dir, { recursive: true });
+  return dir;
+}
+
+/** tracked(p): {p, done}: done turns true once p has settled. */
+function tracked(p) {
+  const o = { done: false };
+  o.p = p.finally(() => { o.done = true; });
+  return o;
+}
+
+/** logged(d, re, n): the log once it holds n lines matching re (re has
+ * no g flag); fails naming re when it does not within 5 s (x SLOW). */
+async function logged(d, re, n = 1) {
+  const g = new RegExp(re.source, 'g');
+  const count = () => (d.log().match(g) || []).length;
+  for (let i = 0; i < 250 * SLOW && count() < n; i++) await sleep(20);
+  assert.ok(count() >= n, `the log has ${count()} of ${n} lines like ${re}:\n${d.log().slice(-3000)}`);
+}
+
+/** waits(d, m, what, before, n): the n-th "<what> waits for its turn
+ * (<before> calls before it)" line of model m. */
+const waits = (d, m, what, before, n = 1) =>
+  logged(d, new RegExp(`model '${m}': ${what} waits for its turn \\(${before} calls? before it\\)`), n);
+
+const status = async (url) => (await fetch(url)).status;
+const dModel = async (d, m) => {
+  const r = await fetch(`${d.url}/v2/models/${m}`);
+  assert.equal(r.status, 200, m);
+  return (await r.json()).parameters.d_model;
+};
+const indexRow = async (d, m) => (await post(`${d.url}/v2/repository/index`, '')).json.find((e) => e.name === m);
+
+/** unloaded(d, m): m is not served, and says it was unloaded. */
+async function unloaded(d, m) {
+  const r = await fetch(`${d.url}/v2/models/${m}/ready`);
+  assert.equal(r.status, 404, `${m}: served after an unload that came after its load`);
+  assert.equal((await r.json()).error, `model '${m}': not loaded (unloaded)`);
+  assert.equal((await infer(d, m, xreq())).status, 404);
+  assert.deepEqual(await indexRow(d, m), { name: m, version: '1', state: 'UNAVAILABLE', reason: 'unloaded' });
+}
+
+test('an unload that comes while its model loads waits for the load, then unloads: the model ends unloaded (a first load, then a reload)', async (t) => {
+  const dir = repo(t);
+  // two pool threads: one held by the slow load, one for the rest
+  const d = await start({ t, dir, args: ['--threads', '2'] });
+  const slow = slowFolder(dir, 'slow');
+  t.after(() => slow.release());
+  const l = tracked(load(d, 'slow'));
+  await slow.reading();
+  const u = tracked(unload(d, 'slow'));
+  await waits(d, 'slow', 'unload', 1);
+  assert.equal(u.done, false, 'the unload answered before the load it came after');
+  assert.deepEqual(await indexRow(d, 'slow'), { name: 'slow', version: '1', state: 'LOADING', reason: '' });
+  slow.settle();
+  assert.ok(slow.release());
+  let r = await l.p;
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  r = await u.p;
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  await unloaded(d, 'slow');
+  // a load after the unload brings it back
+  assert.equal((await load(d, 'slow')).status, 200);
+  assert.equal((await infer(d, 'slow', xreq())).status, 200);
+
+  // a reload of a ready model: it serves its loaded weights until the
+  // unload's turn comes, after the reload
+  const tiny = slowFolder(dir, 'tiny');
+  t.after(() => tiny.release());
+  const l2 = tracked(load(d, 'tiny'));
+  await tiny.reading();
+  const u2 = tracked(unload(d, 'tiny'));
+  await waits(d, 'tiny', 'unload', 1);
+  assert.equal((await infer(d, 'tiny', xreq())).status, 200, 'a reload serves the loaded weights meanwhile');
+  assert.equal(u2.done, false);
+  tiny.settle();
+  assert.ok(tiny.release());
+  assert.equal((await l2.p).status, 200);
+  assert.equal((await u2.p).status, 200);
+  await unloaded(d, 'tiny');
+  assert.equal((await d.stop()).code, 0);
+});
+
+test('load, load, unload sent while the first load runs: each waits its turn, and the model ends unloaded', async (t) => {
+  const dir = repo(t);
+  const d = await start({ t, dir, args: ['--threads', '2'] });
+  const slow = slowFolder(dir, 'slow');
+  t.after(() => slow.release());
+  const l1 = tracked(load(d, 'slow'));
+  await slow.reading();
+  const l2 = tracked(load(d, 'slow'));
+  await waits(d, 'slow', 'load', 1);
+  const u = tracked(unload(d, 'slow'));
+  await waits(d, 'slow', 'unload', 2);
+  assert.ok(!l1.done && !l2.done && !u.done, 'a call answered before the load it came after ended');
+  slow.settle(); // the second load reads a plain config.json
+  assert.ok(slow.release());
+  for (const [what, c] of [['first load', l1], ['second load', l2], ['unload', u]]) {
+    const r = await c.p;
+    assert.equal(r.status, 200, `${what}: ${JSON.stringify(r.json)}`);
+  }
+  await unloaded(d, 'slow');
+  // an unload that waited for a first load that fails: nothing to unload
+  const bad = slowFolder(dir, 'bad');
+  t.after(() => bad.release());
+  const lb = tracked(load(d, 'bad'));
+  await bad.reading();
+  const ub = tracked(unload(d, 'bad'));
+  await waits(d, 'bad', 'unload', 1);
+  assert.ok(bad.release('not json'));
+  let r = await lb.p;
+  assert.equal(r.status, 400, JSON.stringify(r.json));
+  r = await ub.p;
+  assert.equal(r.status, 404, JSON.stringify(r.json));
+  assert.equal(r.json.error, "model 'bad': not loaded");
+  assert.equal((await indexRow(d, 'bad')).state, 'UNAVAILABLE');
+  assert.equal((await d.stop()).code, 0);
+});
+
+test('an upload held before its publish, then an unload and a load of the folder: they run after it, and the model served is the one its folder holds', async (t) => {
+  // review of a551019: the unload "held" and the folder's load installed
+  // the old weights (d8) while the folder then got the upload's (d16)
+  const d = await faulty(t, { args: ['--threads', '2'] });
+  const gate = join(d.scratch, 'gate');
+  writeFileSync(gate, '');
+  d.faults(`hold-publish=${gate}`);
+  t.after(() => rmSync(gate, { force: true }));
+  const up = tracked(load(d, 'tiny', D16_UP));
+  await logged(d, /fsfault: hold-publish \S+: held/);
+  const u = tracked(unload(d, 'tiny'));
+  await waits(d, 'tiny', 'unload', 1);
+  const l = tracked(load(d, 'tiny'));
+  await waits(d, 'tiny', 'load', 2);
+  assert.equal(await dModel(d, 'tiny'), 8, 'the model loaded before the upload serves meanwhile');
+  assert.ok(!up.done && !u.done && !l.done);
+  rmSync(gate);
+  for (const [what, c] of [['upload', up], ['unload', u], ['load', l]]) {
+    const r = await c.p;
+    assert.equal(r.status, 200, `${what}: ${JSON.stringify(r.json)}`);
+  }
+  assert.equal(await dModel(d, 'tiny'), 16, 'the served model is not the one the folder holds');
+  assert.equal(readFileSync(join(d.dir, 'tiny', 'config.json'), 'utf8'), D16_CONFIG);
+  assert.equal((await d.stop('SIGTERM', true)).code, 0);
+  // a restart serves what it served
+  t.after(() => rmSync(d.dir, { recursive: true, force: true }));
+  const d2 = await start({ t, dir: d.dir });
+  assert.equal(await dModel(d2, 'tiny'), 16);
+  assert.equal((await d2.stop()).code, 0);
+});
+
+test('upload A held before its publish, an unload, then upload B: B runs last, and B is both served and in the folder', async (t) => {
+  const d = await faulty(t, { args: ['--threads', '2'] });
+  const gate = join(d.scratch, 'gate');
+  writeFileSync(gate, '');
+  d.faults(`hold-publish=${gate}`);
+  t.after(() => rmSync(gate, { force: true }));
+  const B_CONFIG = JSON.stringify({ ...JSON.parse(TINY_CONFIG), description: 'B' });
+  const a = tracked(load(d, 'tiny', D16_UP));
+  await logged(d, /fsfault: hold-publish \S+: held/);
+  const u = tracked(unload(d, 'tiny'));
+  await waits(d, 'tiny', 'unload', 1);
+  const b = tracked(load(d, 'tiny', body(B_CONFIG, TINY_ST)));
+  await waits(d, 'tiny', 'load with a body', 2);
+  assert.ok(!a.done && !u.done && !b.done);
+  rmSync(gate);
+  for (const [what, c] of [['upload A', a], ['unload', u], ['upload B', b]]) {
+    const r = await c.p;
+    assert.equal(r.status, 200, `${what}: ${JSON.stringify(r.json)}`);
+  }
+  assert.equal(readFileSync(join(d.dir, 'tiny', 'config.json'), 'utf8'), B_CONFIG, 'the folder holds upload B');
+  assert.equal(await dModel(d, 'tiny'), 8, 'upload B (d_model 8) is served, not A (16)');
+  assert.equal((await d.stop()).code, 0);
+});
+
+test('calls for other models do not wait for a model\'s load', async (t) => {
+  const dir = repo(t);
+  const d = await start({ t, dir, args: ['--threads', '2'] });
+  const slow = slowFolder(dir, 'slow');
+  t.after(() => slow.release());
+  const l = tracked(load(d, 'slow'));
+  await slow.reading();
+  assert.equal((await unload(d, 'tiny')).status, 200);
+  assert.equal((await load(d, 'tiny')).status, 200);
+  const up = await load(d, 'up1', body(TINY_CONFIG, TINY_ST));
+  assert.equal(up.status, 200, JSON.stringify(up.json));
+  assert.equal((await infer(d, 'up1', xreq())).status, 200);
+  assert.equal((await unload(d, 'up1')).status, 200);
+  assert.equal(l.done, false, 'the slow load is still held');
+  assert.doesNotMatch(d.log(), /waits for its turn/);
+  slow.settle();
+  assert.ok(slow.release());
+  assert.equal((await l.p).status, 200);
+  assert.equal((await d.stop()).code, 0);
+});
+
+test('at most repository-waiters calls wait for one model: the next answers 503 saying so; the others run', async (t) => {
+  const dir = repo(t);
+  const d = await start({ t, dir, args: ['--threads', '2', '--repository-waiters', '2'] });
+  const slow = slowFolder(dir, 'slow');
+  t.after(() => slow.release());
+  const l = tracked(load(d, 'slow'));
+  await slow.reading();
+  const w1 = tracked(load(d, 'slow'));
+  await waits(d, 'slow', 'load', 1);
+  const w2 = tracked(unload(d, 'slow'));
+  await waits(d, 'slow', 'unload', 2);
+  for (const r of [await unload(d, 'slow'), await load(d, 'slow', body(TINY_CONFIG, TINY_ST))]) {
+    assert.equal(r.status, 503, JSON.stringify(r.json));
+    assert.equal(r.json.error, "model 'slow': 2 repository calls wait already for the load of it that runs (repository-waiters); retry once they are answered");
+    assert.equal(r.headers.get('retry-after'), '1');
+  }
+  assert.equal((await unload(d, 'tiny')).status, 200, 'another model is not limited');
+  slow.settle();
+  assert.ok(slow.release());
+  for (const c of [l, w1, w2]) assert.equal((await c.p).status, 200);
+  await unloaded(d, 'slow');
+  assert.equal((await d.stop()).code, 0);
+});
+
+test('SIGTERM: the calls that wait still run in their turn; past drain-ms they answer 503, not done', async (t) => {
+  const dir = repo(t);
+  let d = await start({ t, dir, args: ['--threads', '2'] });
+  let slow = slowFolder(dir, 'slow');
+  t.after(() => slow.release());
+  let l = tracked(load(d, 'slow'));
+  await slow.reading();
+  let u = tracked(unload(d, 'slow'));
+  await waits(d, 'slow', 'unload', 1);
+  d.proc.kill('SIGTERM');
+  await logged(d, /draining/);
+  assert.equal(u.done, false);
+  slow.settle();
+  assert.ok(slow.release());
+  assert.equal((await l.p).status, 200);
+  assert.equal((await u.p).status, 200);
+  assert.equal((await d.stop()).code, 0);
+
+  // a drain timeout while the load is held: the unload never ran
+  d = await start({ t, dir, args: ['--threads', '2', '--drain-ms', '300'] });
+  slow = slowFolder(dir, 'slow');
+  l = tracked(load(d, 'slow'));
+  await slow.reading();
+  u = tracked(unload(d, 'slow'));
+  await waits(d, 'slow', 'unload', 1);
+  d.proc.kill('SIGTERM');
+  const r = await u.p;
+  assert.equal(r.status, 503, JSON.stringify(r.json));
+  assert.equal(r.json.error, 'server: draining (shutting down): the drain timeout passed before its turn; not done');
+  assert.equal(l.done, false, 'the running load is not cut short');
+  slow.settle();
+  assert.ok(slow.release());
+  assert.equal((await l.p).status, 200);
+  assert.equal((await d.stop()).code, 0);
+});
+
+test('an unload whose client goes while it waits is still carried out in its turn', async (t) => {
+  const dir = repo(t);
+  const d = await start({ t, dir, args: ['--threads', '2'] });
+  const slow = slowFolder(dir, 'slow');
+  t.after(() => slow.release());
+  const l = tracked(load(d, 'slow'));
+  await slow.reading();
+  const sock = connect(d.port, '127.0.0.1');
+  await new Promise((res) => sock.on('connect', res));
+  sock.write('POST /v2/repository/models/slow/unload HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n');
+  await waits(d, 'slow', 'unload', 1);
+  sock.destroy();
+  slow.settle();
+  assert.ok(slow.release());
+  assert.equal((await l.p).status, 200);
+  await logged(d, /http: POST \/v2\/repository\/models\/slow\/unload was carried out \(200\), but its client went/);
+  await unloaded(d, 'slow');
+  assert.equal(await status(`${d.url}/v2/health/ready`), 200);
+  assert.equal((await d.stop()).code, 0);
+});
+
+test('gRPC: RepositoryModelUnload waits its turn as REST\'s unload does; a call cancelled while it waits is still carried out', async (t) => {
+  const dir = repo(t);
+  const d = await start({ t, dir, grpc: true, args: ['--threads', '2'] });
+  const slow = slowFolder(dir, 'slow');
+  t.after(() => slow.release());
+  const session = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
+  t.after(() => session.close());
+  const UNLOAD = '/inference.GRPCInferenceService/RepositoryModelUnload';
+  const LOAD = '/inference.GRPCInferenceService/RepositoryModelLoad';
+  const l = tracked(grpcCall(session, LOAD, [str(2, 'slow')]));
+  await slow.reading();
+  const u = tracked(grpcCall(session, UNLOAD, [str(2, 'slow')]));
+  await waits(d, 'slow', 'unload', 1);
+  // a load whose call is cancelled while it waits: it runs in its turn
+  const gone = await grpcCall(session, LOAD, [str(2, 'slow')], { cancelMs: 0 });
+  await waits(d, 'slow', 'load', 2);
+  assert.equal(gone.grpcStatus, null, JSON.stringify(gone));
+  assert.equal(u.done, false);
+  slow.settle();
+  assert.ok(slow.release());
+  assert.equal((await l.p).grpcStatus, 0, JSON.stringify(await l.p));
+  assert.equal((await u.p).grpcStatus, 0, JSON.stringify(await u.p));
+  // the cancelled load came last: the model is loaded again
+  for (let i = 0; i < 250 * SLOW && (await status(`${d.url}/v2/models/slow/ready`)) !== 200; i++) await sleep(20);
+  assert.equal(await status(`${d.url}/v2/models/slow/ready`), 200);
+  session.close();
+  assert.equal((await d.stop()).code, 0);
+});
