@@ -120,6 +120,25 @@ test('an unload that comes while its model loads waits for the load, then unload
   assert.equal((await d.stop()).code, 0);
 });
 
+test('an unload that comes while a model loads at start waits for that load: the model ends unloaded and the server ready', async (t) => {
+  const dir = repo(t);
+  const slow = slowFolder(dir, 'slow');
+  t.after(() => slow.release());
+  const d = await start({ t, dir, ready: false, args: ['--threads', '2'] });
+  await slow.reading();
+  assert.equal(await status(`${d.url}/v2/health/ready`), 503, 'a model found at start is loading');
+  const u = tracked(unload(d, 'slow'));
+  await waits(d, 'slow', 'unload', 1);
+  assert.equal(u.done, false);
+  slow.settle();
+  assert.ok(slow.release());
+  const r = await u.p;
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  await unloaded(d, 'slow');
+  assert.equal(await status(`${d.url}/v2/health/ready`), 200, 'an unloaded model is not expected');
+  assert.equal((await d.stop()).code, 0);
+});
+
 test('load, load, unload sent while the first load runs: each waits its turn, and the model ends unloaded', async (t) => {
   const dir = repo(t);
   const d = await start({ t, dir, args: ['--threads', '2'] });
