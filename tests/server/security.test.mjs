@@ -321,26 +321,32 @@ test('--max-connections: a client never served goes before an idle keep-alive on
   assert.equal((await d.stop()).code, 0);
 });
 
+/** fillBusy(t, d, head): max-connections (1) + MHD's 64 of headroom
+ * connections, each with a request in progress: head read (100 Continue
+ * says so), its body not sent. */
+async function fillBusy(t, d, head) {
+  const busy = [];
+  t.after(() => { for (const c of busy) c.s.destroy(); });
+  for (let i = 0; i < 1 + 64; i++) {
+    const c = await openSending(d.port, head);
+    for (let k = 0; k < 250 * SLOW && !c.got().includes('100 Continue') && !c.closed(); k++) await sleep(20);
+    assert.match(c.got(), /^HTTP\/1\.1 100 Continue/, `connection ${i}: its request is in progress`);
+    busy.push(c);
+  }
+  return busy;
+}
+
 // MHD takes max-connections + 64 (headroom: a connection past the limit
 // is accepted, then one waiting for its head is closed). When every one
 // of them has a request in progress nothing can be closed: the listener
 // rests, new connections wait in the listen backlog (not closed, not
 // reset), and each is served once a connection closes.
 test('--max-connections with every connection busy: new ones wait, said once in the log, and are served as connections free', async (t) => {
-  const HEADROOM = 64;
   const d = await start({ t, args: ['--max-connections', '1', '--max-connections-per-ip', '0', '--min-body-rate', '0', '--connection-timeout', '0'] });
   const open = (text) => openSending(d.port, text);
   const body = JSON.stringify(SEED);
-  // a request in progress: its head read (100 Continue says so), its body not sent
   const head = `POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n`;
-  const busy = [];
-  t.after(() => { for (const c of busy) c.s.destroy(); });
-  for (let i = 0; i < 1 + HEADROOM; i++) {
-    const c = await open(head);
-    for (let k = 0; k < 250 * SLOW && !c.got().includes('100 Continue') && !c.closed(); k++) await sleep(20);
-    assert.match(c.got(), /^HTTP\/1\.1 100 Continue/, `connection ${i}: its request is in progress`);
-    busy.push(c);
-  }
+  const busy = await fillBusy(t, d, head);
   // keep-alive: a connection served stays open, so one frees one place
   const live = 'GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n';
   const waiting = [await open(live), await open(live)];
@@ -385,19 +391,11 @@ test('--max-connections with every connection busy: new ones wait, said once in 
 // afterwards is not otherwise asked (it would hold its place until
 // header-timeout).
 test('--max-connections with every connection busy: one that goes idle (keep-alive) is closed for a waiting one', async (t) => {
-  const HEADROOM = 64;
   const d = await start({ t, args: ['--max-connections', '1', '--max-connections-per-ip', '0', '--min-body-rate', '0', '--connection-timeout', '0', '--header-timeout', '300'] });
   const open = (text) => openSending(d.port, text);
   const body = JSON.stringify(SEED);
   const head = `POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nExpect: 100-continue\r\n\r\n`;
-  const busy = [];
-  t.after(() => { for (const c of busy) c.s.destroy(); });
-  for (let i = 0; i < 1 + HEADROOM; i++) {
-    const c = await open(head);
-    for (let k = 0; k < 250 * SLOW && !c.got().includes('100 Continue') && !c.closed(); k++) await sleep(20);
-    assert.match(c.got(), /^HTTP\/1\.1 100 Continue/, `connection ${i}: its request is in progress`);
-    busy.push(c);
-  }
+  const busy = await fillBusy(t, d, head);
   const live = 'GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n';
   const waiting = [await open(live), await open(live)];
   await d.logged(/every connection is busy/);
