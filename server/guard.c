@@ -300,7 +300,9 @@ static void went_idle(srv_conn *c)
     if (!c->linked)
         return;
     s->n_busy--;
-    srv_http__accept_room(s); /* a resting listener may evict c now */
+    if (!c->grpc) /* a resting REST listener may evict c now (a gRPC one
+                     makes no room in MHD: srv_guard_make_room) */
+        srv_http__accept_room(s);
     if (s->conns == c)
         return;
     c->prev->next = c->next;
@@ -324,10 +326,13 @@ static void shut(srv_conn *c)
 }
 
 /* candidate: c may be closed to make room for fresh, judged on its fields
- * alone: not fresh, no request or call in progress, not closing already. */
-static int candidate(const srv_conn *c, const srv_conn *fresh)
+ * alone: not fresh, no request or call in progress, not closing already;
+ * with rest_only (room in MHD, srv_guard_make_room) not a gRPC one, whose
+ * close would make none. */
+static int candidate(const srv_conn *c, const srv_conn *fresh, int rest_only)
 {
-    return c != fresh && !busy(c) && !c->closing && c->fd >= 0;
+    return c != fresh && !busy(c) && !c->closing && c->fd >= 0 &&
+           !(rest_only && c->grpc);
 }
 
 /* evict: the connection count passed max-connections with fresh: close
@@ -357,7 +362,7 @@ static int evict(srv *s, srv_conn *fresh, int served_only)
 {
     srv_conn *c, *old = NULL, *served = NULL;
     for (c = s->conns_tail; c && !old; c = c->prev)
-        if (candidate(c, fresh)) {
+        if (candidate(c, fresh, served_only)) {
             if (c->served) {
                 if (!served)
                     served = c;
@@ -366,7 +371,7 @@ static int evict(srv *s, srv_conn *fresh, int served_only)
             }
         }
     for (c = served; c && !old; c = c->prev)
-        if (candidate(c, fresh) && c->served && !unread(c))
+        if (candidate(c, fresh, served_only) && c->served && !unread(c))
             old = c;
     if (!old) /* all busy, or with bytes waiting: fresh waits its turn
                  (MHD's headroom, then the listen backlog) */
@@ -379,7 +384,10 @@ static int evict(srv *s, srv_conn *fresh, int served_only)
 
 /* The never-served ones were asked at each accept after theirs; the last
  * one accepted was not, but it has had no time to send its head: a
- * connection goes idle after it was passed over only once served. */
+ * connection goes idle after it was passed over only once served. Only a
+ * REST one: the listener that asks waits for room in MHD, which closing a
+ * gRPC connection does not make (each would go, one per retry, for
+ * nothing). */
 int srv_guard_make_room(srv *s)
 {
     return s->n_conns > s->cfg.max_connections && evict(s, NULL, 1);

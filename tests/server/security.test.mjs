@@ -4,6 +4,7 @@
 // than the key, an Origin that merely starts with an allowed one, a body one
 // byte past a limit, a model name one character too long.
 import assert from 'node:assert/strict';
+import http2 from 'node:http2';
 import { connect } from 'node:net';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -411,6 +412,59 @@ test('--max-connections with every connection busy: one that goes idle (keep-ali
   for (const w of waiting) assert.match(w.got(), /^HTTP\/1\.1 200 /);
   assert.ok(busy.slice(1).every((c) => !c.closed()), 'no connection with a request in progress was closed');
   for (const c of busy) c.s.destroy(); // not to make the drain wait for their bodies
+  assert.equal((await d.stop()).code, 0);
+});
+
+// The REST listener resting at MHD's limit closes an idle REST keep-alive
+// to make room, never a gRPC connection: its close leaves MHD as full as
+// it was (the listener would close one each time it asks again, every
+// retry and each time a gRPC call ends, and admit no one).
+test('--max-connections: a REST listener at its limit does not close idle gRPC connections for room they cannot make', async (t) => {
+  const HEADROOM = 64;
+  const d = await start({ t, grpc: true, args: ['--max-connections', '1', '--max-connections-per-ip', '0', '--min-body-rate', '0', '--connection-timeout', '0', '--header-timeout', '300'] });
+  // a gRPC connection with a call in progress (a stream left open): busy
+  // while the REST connections fill MHD's limit, so none of their accepts
+  // closes it
+  const g = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
+  let gClosed = false;
+  g.on('close', () => { gClosed = true; });
+  g.on('error', () => {});
+  const call = g.request({ ':method': 'POST', ':path': '/inference.GRPCInferenceService/ModelStreamInfer', 'content-type': 'application/grpc', te: 'trailers' });
+  let status = null;
+  call.on('response', (h) => { if (h['grpc-status'] !== undefined) status = h['grpc-status']; }); // trailers-only
+  call.on('trailers', (h) => { status = h['grpc-status']; });
+  call.on('error', () => {});
+  call.resume();
+  call.write(Buffer.alloc(0));
+  await sleep(300);
+  const body = JSON.stringify(SEED);
+  const head = `POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nExpect: 100-continue\r\n\r\n`;
+  const busy = [];
+  t.after(() => { for (const c of busy) c.s.destroy(); g.destroy(); });
+  for (let i = 0; i < 1 + HEADROOM; i++) {
+    const c = await openSending(d.port, head);
+    for (let k = 0; k < 250 * SLOW && !c.got().includes('100 Continue') && !c.closed(); k++) await sleep(20);
+    assert.match(c.got(), /^HTTP\/1\.1 100 Continue/, `connection ${i}: its request is in progress`);
+    busy.push(c);
+  }
+  const waiting = await openSending(d.port, 'GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+  await d.logged(/every connection is busy/);
+  // the gRPC call ends: its connection goes idle, and stays open through
+  // several of the listener's retries (100 ms)
+  call.end();
+  for (let k = 0; k < 250 * SLOW && status === null; k++) await sleep(20);
+  assert.equal(status, '0', 'the gRPC call ended');
+  await sleep(1000);
+  assert.ok(!gClosed, 'the idle gRPC connection was closed for the REST listener');
+  assert.equal(waiting.got(), '', 'the REST connection past the limit still waits');
+  // a REST request ends: its connection, idle, makes room for the waiting
+  // one (whose accept, past max-connections, may close the idle gRPC one:
+  // the limit is both doors')
+  busy[0].s.write(body);
+  for (let k = 0; k < 250 * SLOW && !waiting.got(); k++) await sleep(20);
+  assert.match(waiting.got(), /^HTTP\/1\.1 200 /);
+  for (const c of busy) c.s.destroy();
+  g.destroy();
   assert.equal((await d.stop()).code, 0);
 });
 
