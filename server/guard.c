@@ -119,6 +119,14 @@ static int ip_key(const struct sockaddr_storage *peer, struct srv_ip *k)
     return 1;
 }
 
+int srv_guard_same_client(const struct sockaddr_storage *a,
+                          const struct sockaddr_storage *b)
+{
+    struct srv_ip ka, kb;
+    return ip_key(a, &ka) && ip_key(b, &kb) && ka.family == kb.family &&
+           !memcmp(ka.addr, kb.addr, sizeof ka.addr);
+}
+
 /* mix: murmur3's 64-bit finalizer */
 static uint64_t mix(uint64_t h)
 {
@@ -327,12 +335,12 @@ static void shut(srv_conn *c)
 
 /* candidate: c may be closed to make room for fresh, judged on its fields
  * alone: not fresh, no request or call in progress, not closing already;
- * with rest_only (room in MHD, srv_guard_make_room) not a gRPC one, whose
+ * for room in MHD (mhd_room: srv_guard_make_room) not a gRPC one, whose
  * close would make none. */
-static int candidate(const srv_conn *c, const srv_conn *fresh, int rest_only)
+static int candidate(const srv_conn *c, const srv_conn *fresh, int mhd_room)
 {
     return c != fresh && !busy(c) && !c->closing && c->fd >= 0 &&
-           !(rest_only && c->grpc);
+           !(mhd_room && c->grpc);
 }
 
 /* evict: the connection count passed max-connections with fresh: close
@@ -357,21 +365,22 @@ static int candidate(const srv_conn *c, const srv_conn *fresh, int rest_only)
  * reading every candidate) one call per candidate and two walks: linear
  * per accept, as evict's one walk asking every candidate was on every
  * accept before. Of two with the same t_wait_ns the one on the list longer
- * goes. */
-static int evict(srv *s, srv_conn *fresh, int served_only)
+ * goes. With mhd_room (srv_guard_make_room) only a served REST one goes.
+ * 1 when one was closed. */
+static int evict(srv *s, srv_conn *fresh, int mhd_room)
 {
     srv_conn *c, *old = NULL, *served = NULL;
     for (c = s->conns_tail; c && !old; c = c->prev)
-        if (candidate(c, fresh, served_only)) {
+        if (candidate(c, fresh, mhd_room)) {
             if (c->served) {
                 if (!served)
                     served = c;
-            } else if (!served_only && !unread(c)) {
+            } else if (!mhd_room && !unread(c)) {
                 old = c;
             }
         }
     for (c = served; c && !old; c = c->prev)
-        if (candidate(c, fresh, served_only) && c->served && !unread(c))
+        if (candidate(c, fresh, mhd_room) && c->served && !unread(c))
             old = c;
     if (!old) /* all busy, or with bytes waiting: fresh waits its turn
                  (MHD's headroom, then the listen backlog) */

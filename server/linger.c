@@ -34,7 +34,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -96,22 +95,6 @@ static void finish(lg *l)
     close(l->fd);
 }
 
-/* same_client: a and b are one client address (port aside), as
- * max-connections-per-ip counts them */
-static int same_client(const struct sockaddr_storage *a,
-                       const struct sockaddr_storage *b)
-{
-    if (a->ss_family != b->ss_family)
-        return 0;
-    if (a->ss_family == AF_INET)
-        return !memcmp(&((const struct sockaddr_in *)a)->sin_addr,
-                       &((const struct sockaddr_in *)b)->sin_addr, 4);
-    if (a->ss_family == AF_INET6)
-        return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
-                       &((const struct sockaddr_in6 *)b)->sin6_addr, 16);
-    return 0;
-}
-
 /* lingering_of: peer's sockets lingering now (a walk: at most
  * max-connections, and only when a close would linger) */
 static long long lingering_of(const srv_linger *set,
@@ -119,7 +102,7 @@ static long long lingering_of(const srv_linger *set,
 {
     long long n = 0;
     for (const lg *l = set->head; l; l = l->next)
-        n += same_client(&l->peer, peer);
+        n += srv_guard_same_client(&l->peer, peer);
     return n;
 }
 

@@ -613,18 +613,28 @@ static void load_now(srv_req *r, const char *name)
     srv_suspend(r);
 }
 
+/* pop_turn: the call that has waited longest for e's turn, off the
+ * queue; NULL when none waits. */
+static srv_req *pop_turn(srv_entry *e)
+{
+    srv_req *r = e->turn_head;
+    if (!r)
+        return NULL;
+    e->turn_head = r->turn_next;
+    if (!e->turn_head)
+        e->turn_tail = NULL;
+    r->turn_next = NULL;
+    e->n_turns--;
+    return r;
+}
+
 /* next_turn: e's load ended: the calls that waited run in the order they
  * came, each unload at once, until one starts a load (the rest wait for
  * that one) or none is left. */
 static void next_turn(srv_entry *e)
 {
     srv_req *r;
-    while (!e->busy && (r = e->turn_head)) {
-        e->turn_head = r->turn_next;
-        if (!e->turn_head)
-            e->turn_tail = NULL;
-        r->turn_next = NULL;
-        e->n_turns--;
+    while (!e->busy && (r = pop_turn(e))) {
         if (r->turn_unload)
             unload_now(r, e);
         else
@@ -636,16 +646,10 @@ void srv_registry_expire(srv *s)
 {
     srv_entry *e;
     srv_req *r;
-    for (e = s->models; e; e = e->next) {
-        while ((r = e->turn_head)) {
-            e->turn_head = r->turn_next;
-            r->turn_next = NULL;
-            e->n_turns--;
+    for (e = s->models; e; e = e->next)
+        while ((r = pop_turn(e)))
             srv_respond_error(r, 503, "server: draining (shutting down): the "
                               "drain timeout passed before its turn; not done");
-        }
-        e->turn_tail = NULL;
-    }
 }
 
 /* POST /v2/repository/models/{m}/load: from the folder, or an upload in the

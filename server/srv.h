@@ -452,6 +452,10 @@ void srv_guard_add(srv *s, srv_conn *c);
  * its address past max-connections-per-ip (both doors' connections count
  * together; the caller closes it; counted and logged by the sweep). */
 int srv_guard_per_ip_full(srv *s, const struct sockaddr_storage *peer);
+/* srv_guard_same_client: a and b are one client address (port aside) as
+ * max-connections-per-ip counts them; 0 for a family it does not count */
+int srv_guard_same_client(const struct sockaddr_storage *a,
+                          const struct sockaddr_storage *b);
 /* srv_guard__ip_count: peer's open, not closing connections (tests);
  * srv_guard__ip_home: the slot of s->ips its search starts at (tests force
  * collisions with it). */
