@@ -11,7 +11,7 @@ import http2 from 'node:http2';
 import net from 'node:net';
 import { after, before, test } from 'node:test';
 import { start } from '../server/helper.mjs';
-import { frame, ld, packedF32, packedI64, str } from './wire.mjs';
+import { SEED_OUT, firstRawOutput, frame, ld, packedF32, packedI64, seedMsg, str } from './wire.mjs';
 
 let d, session;
 before(async () => {
@@ -24,15 +24,6 @@ after(async () => {
   assert.equal(r.code, 0, d.log());
 });
 
-/** ModelInferRequest for sdpa: the seed example, raw_input_contents */
-function seedMsg() {
-  const t = [['q', [2, 4], [2, 0, 2, 0, 0, 4, 0, 2]], ['k', [2, 4], [1, 0, 1, 0, 0, 1, 0, 0]], ['v', [2, 2], [1, 2, 3, 0]]];
-  return Buffer.concat([
-    str(1, 'sdpa'),
-    ...t.map(([n, s]) => ld(5, Buffer.concat([str(1, n), str(2, 'FP32'), packedI64(3, s)]))),
-    ...t.map(([, , v]) => ld(7, Buffer.from(new Float32Array(v).buffer))),
-  ]);
-}
 /** the same with typed contents (InferTensorContents.fp32_contents) */
 function seedTyped() {
   const t = [['q', [2, 4], [2, 0, 2, 0, 0, 4, 0, 2]], ['k', [2, 4], [1, 0, 1, 0, 0, 1, 0, 0]], ['v', [2, 2], [1, 2, 3, 0]]];
@@ -63,20 +54,6 @@ function raw(path, body, headers = {}) {
 }
 const INFER = '/inference.GRPCInferenceService/ModelInfer';
 
-/** the output floats of a framed ModelInferResponse (raw_output_contents[0]) */
-function firstRawOutput(data) {
-  const msg = data.subarray(5, 5 + data.readUInt32BE(1));
-  for (let i = 0; i < msg.length;) {
-    let key = 0, shift = 0, b;
-    do { b = msg[i++]; key |= (b & 0x7f) << shift; shift += 7; } while (b & 0x80);
-    let len = 0; shift = 0;
-    do { b = msg[i++]; len |= (b & 0x7f) << shift; shift += 7; } while (b & 0x80);
-    if (key === ((6 << 3) | 2)) return Array.from(new Float32Array(msg.buffer.slice(msg.byteOffset + i, msg.byteOffset + i + len)));
-    i += len;
-  }
-  return null;
-}
-const SEED_OUT = [1.2384058237075806, 1.7615940570831299, 2.761593818664551, 0.23840582370758057];
 
 test('a hand-built request works, raw and typed', async () => {
   let r = await raw(INFER, frame(seedMsg()));

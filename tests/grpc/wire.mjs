@@ -72,3 +72,29 @@ export const unpackI64 = (buf) => {
   }
   return a;
 };
+
+/** ModelInferRequest for sdpa: the seed example, raw_input_contents */
+export function seedMsg() {
+  const t = [['q', [2, 4], [2, 0, 2, 0, 0, 4, 0, 2]], ['k', [2, 4], [1, 0, 1, 0, 0, 1, 0, 0]], ['v', [2, 2], [1, 2, 3, 0]]];
+  return Buffer.concat([
+    str(1, 'sdpa'),
+    ...t.map(([n, s]) => ld(5, Buffer.concat([str(1, n), str(2, 'FP32'), packedI64(3, s)]))),
+    ...t.map(([, , v]) => ld(7, Buffer.from(new Float32Array(v).buffer))),
+  ]);
+}
+/** its output (the seed's worked numbers, float32) */
+export const SEED_OUT = [1.2384058237075806, 1.7615940570831299, 2.761593818664551, 0.23840582370758057];
+
+/** the output floats of a framed ModelInferResponse (raw_output_contents[0]) */
+export function firstRawOutput(data) {
+  const msg = data.subarray(5, 5 + data.readUInt32BE(1));
+  for (let i = 0; i < msg.length;) {
+    let key = 0, shift = 0, b;
+    do { b = msg[i++]; key |= (b & 0x7f) << shift; shift += 7; } while (b & 0x80);
+    let len = 0; shift = 0;
+    do { b = msg[i++]; len |= (b & 0x7f) << shift; shift += 7; } while (b & 0x80);
+    if (key === ((6 << 3) | 2)) return Array.from(new Float32Array(msg.buffer.slice(msg.byteOffset + i, msg.byteOffset + i + len)));
+    i += len;
+  }
+  return null;
+}
