@@ -4,15 +4,8 @@
  * (/v2/repository/...). Loading (file I/O, conversion) runs on the pool; the
  * registry itself is loop-thread state. Instances are reference counted so
  * an unload or reload lets in-flight requests finish on the old weights.
- *
- * The loads (plain or uploads) and unloads of one model take effect one at
- * a time, in the order they came, as Triton applies them: a call that
- * comes while a load of its model runs waits (its connection suspended)
- * until that load and the calls before it have ended, then runs. So once
- * every call is answered, what is served is what the last one made it:
- * the model its folder holds, or none after an unload; never weights read
- * before an upload published others, and never a load ending after an
- * unload that came later. Calls for other names do not wait.
+ * The load and unload calls themselves, one at a time per model, are
+ * registry_queue.c's.
  */
 #include "server/srv.h"
 
@@ -24,6 +17,7 @@
 
 #include "core/kv.h"
 #include "core/json_mem.h"
+#include "server/registry_int.h"
 #include "server/seq.h"
 #include "server/upload.h"
 
@@ -108,6 +102,12 @@ static void set_inst(srv_entry *e, srv_inst *in, int state, const char *reason)
     e->state = state;
     snprintf(e->reason, sizeof e->reason, "%s", reason ? reason : "");
     srv_inst_unref(old);
+}
+
+void srv_registry__unload(srv_entry *e)
+{
+    e->startup = 0;
+    set_inst(e, NULL, SRV_UNAVAILABLE, "unloaded");
 }
 
 int srv_registry_ready(const srv *s)
@@ -218,17 +218,15 @@ static void set_reason(srv_entry *e, const char *err)
         snprintf(e->reason, sizeof e->reason, "%.500s", err);
 }
 
-static void next_turn(srv_entry *e);
-
 /* load_done: loop thread. Makes the loaded model the entry's current
  * instance (the old one goes when its last job ends), or records why it
  * failed; answers the load request if there is one; frees lj. Then the
- * calls of the model that waited for it run (next_turn). */
+ * calls of the model that waited for it run (srv_registry__next_turn). */
 static void load_done(uv_work_t *w, int status)
 {
     load_job *lj = w->data;
     srv *s = lj->s;
-    srv_entry *e = srv_registry_find(s, lj->name); /* start_load's */
+    srv_entry *e = srv_registry_find(s, lj->name); /* its start made it */
     int drop = 0;
     (void)status;
     if (!lj->req)
@@ -278,24 +276,19 @@ static void load_done(uv_work_t *w, int status)
     srv_mem_give(s, lj->mem);
     free(lj->body);
     free(lj);
-    next_turn(e);
+    srv_registry__next_turn(e);
     if (drop && !e->ever && !e->startup && !e->busy && !s->stopping)
         drop_entry(s, e); /* stopping closed its handles: freed at exit */
 }
 
-/* start_error: why start_load failed (its negated errno), for an answer or
- * a log line. */
-static const char *start_error(int e)
+const char *srv_registry__start_error(int e)
 {
     return e == EMFILE || e == ENFILE
                ? "cannot start: out of file descriptors (raise ulimit -n)"
                : e == ENOMEM ? "out of memory" : strerror(e);
 }
 
-/* start_load: queue a load of name (body: an upload request, or NULL),
- * which no load of name may be running (e->busy). 0, or a negated errno
- * (ENOMEM; EMFILE, ENFILE: a new name's batch timer). */
-static int start_load(srv *s, const char *name, srv_req *req)
+int srv_registry__start_load(srv *s, const char *name, srv_req *req)
 {
     load_job *lj = calloc(1, sizeof *lj);
     srv_entry *e = lj ? srv_registry_add(s, name) : NULL;
@@ -361,9 +354,9 @@ int srv_registry_start(srv *s, char *err)
                     "ignored (rename it to serve it)", s->cfg.models);
             continue;
         }
-        if ((rc = start_load(s, names[i], NULL)) < 0) {
+        if ((rc = srv_registry__start_load(s, names[i], NULL)) < 0) {
             snprintf(err, SRV_ERRMAX, "model '%s': %s", names[i],
-                     start_error(-rc));
+                     srv_registry__start_error(-rc));
             rc = -1;
         }
     }
@@ -535,159 +528,4 @@ void srv_h_index(srv_req *r)
     ij->repo = r->s->cfg.models;
     srv_suspend(r);
     uv_queue_work(r->s->loop, &ij->work, index_work, index_done);
-}
-
-static int name_ok(srv_req *r)
-{
-    if (!model_name_valid(r->arg[0])) {
-        srv_respond_error(r, 400, "model name '%s': use 1-128 characters of "
-                          "[A-Za-z0-9._-], not starting with '.', without '..'",
-                          r->arg[0]);
-        return 0;
-    }
-    if (strcmp(r->arg[0], "sdpa") == 0) {
-        srv_respond_error(r, 400, "model 'sdpa': built in; it cannot be "
-                                  "loaded or unloaded");
-        return 0;
-    }
-    return 1;
-}
-
-/* ---- one call at a time per model -------------------------------------- */
-
-/* wait_turn: r, a load (unload 0) or an unload of e, came while a load of
- * e runs: it waits, suspended, for its turn (next_turn), or answers 503
- * when repository-waiters calls wait already or the drain timeout has
- * passed. */
-static void wait_turn(srv_req *r, srv_entry *e, int unload)
-{
-    srv *s = r->s;
-    if (s->drain_expired) { /* nothing runs any more: it would wait for good */
-        srv_respond_error(r, 503, "server: draining (shutting down)");
-        return;
-    }
-    if (e->n_turns >= s->cfg.repository_waiters) {
-        srv_respond_error(r, 503, "model '%s': %d repository calls wait already "
-                          "for the load of it that runs (repository-waiters); "
-                          "retry once they are answered", e->name, e->n_turns);
-        return;
-    }
-    r->turn_unload = unload;
-    r->turn_next = NULL;
-    if (e->turn_tail)
-        e->turn_tail->turn_next = r;
-    else
-        e->turn_head = r;
-    e->turn_tail = r;
-    e->n_turns++;
-    srv_log(s, "info", "model '%s': %s waits for its turn (%d call%s before it)",
-            e->name, unload ? "unload" : r->body_len ? "load with a body" : "load",
-            e->n_turns, e->n_turns == 1 ? "" : "s");
-    srv_suspend(r);
-}
-
-/* unload_now: r unloads e (no load of it runs): the model stops taking
- * requests at once; those already admitted finish on its weights. */
-static void unload_now(srv_req *r, srv_entry *e)
-{
-    if (!e->inst) {
-        srv_respond_error(r, 404, "model '%s': not loaded", e->name);
-        return;
-    }
-    e->startup = 0;
-    set_inst(e, NULL, SRV_UNAVAILABLE, "unloaded");
-    r->changed = 1;
-    srv_respond(r, 200, NULL, NULL, 0);
-}
-
-/* load_now: r loads (or uploads) name (no load of it runs); suspended
- * until load_done answers it. */
-static void load_now(srv_req *r, const char *name)
-{
-    int rc = start_load(r->s, name, r);
-    if (rc < 0) {
-        srv_respond_error(r, 503, "load of model '%s': %s", name,
-                          start_error(-rc));
-        return;
-    }
-    srv_suspend(r);
-}
-
-/* pop_turn: the call that has waited longest for e's turn, off the
- * queue; NULL when none waits. */
-static srv_req *pop_turn(srv_entry *e)
-{
-    srv_req *r = e->turn_head;
-    if (!r)
-        return NULL;
-    e->turn_head = r->turn_next;
-    if (!e->turn_head)
-        e->turn_tail = NULL;
-    r->turn_next = NULL;
-    e->n_turns--;
-    return r;
-}
-
-/* next_turn: e's load ended: the calls that waited run in the order they
- * came, each unload at once, until one starts a load (the rest wait for
- * that one) or none is left. */
-static void next_turn(srv_entry *e)
-{
-    srv_req *r;
-    while (!e->busy && (r = pop_turn(e))) {
-        if (r->turn_unload)
-            unload_now(r, e);
-        else
-            load_now(r, e->name);
-    }
-}
-
-void srv_registry_expire(srv *s)
-{
-    srv_entry *e;
-    srv_req *r;
-    for (e = s->models; e; e = e->next)
-        while ((r = pop_turn(e)))
-            srv_respond_error(r, 503, "server: draining (shutting down): the "
-                              "drain timeout passed before its turn; not done");
-}
-
-/* POST /v2/repository/models/{m}/load: from the folder, or an upload in the
- * body (parameters.config, parameters["file:model.safetensors"]); after
- * the calls of the model before it (wait_turn). */
-void srv_h_load(srv_req *r)
-{
-    srv_entry *e;
-    if (!name_ok(r))
-        return;
-    if (r->s->draining && r->late) { /* begun before the signal: served */
-        srv_respond_error(r, 503, "server: draining (shutting down)");
-        return;
-    }
-    snprintf(r->model, sizeof r->model, "%.128s", r->arg[0]);
-    e = srv_registry_find(r->s, r->arg[0]);
-    if (e && e->busy)
-        wait_turn(r, e, 0);
-    else
-        load_now(r, r->arg[0]);
-}
-
-/* POST /v2/repository/models/{m}/unload: after the calls of the model
- * before it (wait_turn), the model stops taking requests; those already
- * admitted finish on its weights. */
-void srv_h_unload(srv_req *r)
-{
-    srv_entry *e;
-    if (!name_ok(r))
-        return;
-    e = srv_registry_find(r->s, r->arg[0]);
-    if (!e) {
-        srv_respond_error(r, 404, "model '%s': not loaded", r->arg[0]);
-        return;
-    }
-    snprintf(r->model, sizeof r->model, "%s", e->name);
-    if (e->busy)
-        wait_turn(r, e, 1);
-    else
-        unload_now(r, e);
 }

@@ -135,7 +135,7 @@ struct srv_entry {
     srv_inst *inst; /* current instance, NULL when not loaded */
     int state;      /* SRV_UNAVAILABLE / LOADING / READY */
     int startup;    /* loaded at startup: counts for /v2/health/ready */
-    /* registry.c: its loads, uploads and unloads take effect one at a
+    /* registry_queue.c: its loads, uploads and unloads take effect one at a
      * time, in the order they came: busy while a load or upload of it
      * runs; the calls that came meanwhile wait (suspended), oldest first */
     int busy;
@@ -268,7 +268,7 @@ struct srv_req {
                               the guard closed its connection: logged and
                               counted 408 (as nginx logs a body timeout) */
     srv_req *wait_prev, *wait_next;
-    /* a repository call waiting for its model's turn (registry.c) */
+    /* a repository call waiting for its model's turn (registry_queue.c) */
     srv_req *turn_next;
     int turn_unload;       /* it is an unload (else a load or upload) */
     /* for the log line */
@@ -546,6 +546,7 @@ void srv_inst_unref(srv_inst *in);
 int srv_registry_ready(const srv *s);
 void srv_registry_free(srv *s);
 void srv_h_index(srv_req *r);
+/* registry_queue.c: the load and unload calls, one at a time per model */
 void srv_h_load(srv_req *r);
 void srv_h_unload(srv_req *r);
 /* srv_registry_expire: the drain timeout passed: the repository calls
