@@ -48,7 +48,8 @@
       "requests queued per model before 503")                                 \
     X(repository_waiters, "repository-waiters", INT, 16, 1, 100000,           \
       "repository calls (load, upload, unload) of one model that may wait "  \
-      "at once while a load of it runs (503 past)")                          \
+      "at once while a load of it runs (503 past; a call identical to the "  \
+      "last one waiting joins it and takes no place)")                       \
     X(deadline_ms, "deadline-ms", INT, 30000, 1, 3600000,                     \
       "request deadline from arrival to answer (ms); past it 504")            \
     X(drain_ms, "drain-ms", INT, 30000, 0, 3600000,                           \

@@ -220,8 +220,9 @@ static void set_reason(srv_entry *e, const char *err)
 
 /* load_done: loop thread. Makes the loaded model the entry's current
  * instance (the old one goes when its last job ends), or records why it
- * failed; answers the load request if there is one; frees lj. Then the
- * calls of the model that waited for it run (srv_registry__next_turn). */
+ * failed; answers the load request if there is one, and the calls that
+ * joined it (srv_registry__answer); frees lj. Then the calls of the model
+ * that waited for it run (srv_registry__next_turn). */
 static void load_done(uv_work_t *w, int status)
 {
     load_job *lj = w->data;
@@ -243,7 +244,7 @@ static void load_done(uv_work_t *w, int status)
         if (lj->req) {
             if (lj->lasting) /* a retry in a second would fail the same */
                 lj->req->retry_after = -1;
-            srv_respond_error(lj->req, lj->rc, "%s", lj->err);
+            srv_registry__answer(lj->req, lj->rc, lj->err);
         }
         model_destroy(lj->m);
         /* a name that never loaded and has no folder in the repository
@@ -257,9 +258,11 @@ static void load_done(uv_work_t *w, int status)
         if (!in) {
             model_destroy(lj->m);
             e->state = e->inst ? SRV_READY : SRV_UNAVAILABLE;
-            if (lj->req)
-                srv_respond_error(lj->req, 503, "model '%s': out of memory",
-                                  lj->name);
+            if (lj->req) {
+                char msg[SRV_NAME_MAX + 32];
+                snprintf(msg, sizeof msg, "model '%s': out of memory", lj->name);
+                srv_registry__answer(lj->req, 503, msg);
+            }
         } else {
             in->m = lj->m;
             in->refs = 1;
@@ -267,10 +270,8 @@ static void load_done(uv_work_t *w, int status)
             set_inst(e, in, SRV_READY, NULL);
             srv_log(s, "info", "model '%s' loaded (%zu weight bytes)", e->name,
                     model_bytes(lj->m));
-            if (lj->req) {
-                lj->req->changed = 1;
-                srv_respond(lj->req, 200, NULL, NULL, 0);
-            }
+            if (lj->req)
+                srv_registry__answer(lj->req, 200, NULL);
         }
     }
     srv_mem_give(s, lj->mem);

@@ -10,7 +10,8 @@
 
 /* srv_registry__start_load (registry.c): queue a load of name on the pool
  * (req: the load or upload call, whose body and share of memory-budget
- * the load takes, answered by it; NULL at start), which no load of name may be running (e->busy). 0, or a negated
+ * the load takes, answered by it with the calls that joined it; NULL at
+ * start), which no load of name may be running (e->busy). 0, or a negated
  * errno (ENOMEM; EMFILE, ENFILE: a new name's batch timer). */
 int srv_registry__start_load(srv *s, const char *name, srv_req *req);
 /* srv_registry__start_error: why srv_registry__start_load failed (its
@@ -20,6 +21,10 @@ const char *srv_registry__start_error(int e);
  * once; those already admitted finish on its weights. */
 void srv_registry__unload(srv_entry *e);
 
+/* srv_registry__answer (registry_queue.c): answer r, and each call that
+ * joined it, status with {"error": msg}, or 200 without a body when msg is
+ * NULL (the call changed the model). */
+void srv_registry__answer(srv_req *r, int status, const char *msg);
 /* srv_registry__next_turn (registry_queue.c): e's load ended: the calls
  * that waited run in the order they came, each unload at once, until one
  * starts a load (the rest wait for that one) or none is left. */

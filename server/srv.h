@@ -269,8 +269,13 @@ struct srv_req {
                               counted 408 (as nginx logs a body timeout) */
     srv_req *wait_prev, *wait_next;
     /* a repository call waiting for its model's turn (registry_queue.c) */
-    srv_req *turn_next;
+    srv_req *turn_next;    /* the next in its model's queue, or the next
+                              call that joined the same one */
     int turn_unload;       /* it is an unload (else a load or upload) */
+    srv_req *joined;       /* the calls identical to it that came while it
+                              waited, answered with it (turn_next links
+                              them), and their count */
+    int n_joined;
     /* for the log line */
     char model[SRV_NAME_MAX];
     char id[64];
@@ -550,7 +555,8 @@ void srv_h_index(srv_req *r);
 void srv_h_load(srv_req *r);
 void srv_h_unload(srv_req *r);
 /* srv_registry_expire: the drain timeout passed: the repository calls
- * still waiting for their turn answer 503, not carried out. */
+ * still waiting for their turn, and those that joined them, answer 503,
+ * not carried out. */
 void srv_registry_expire(srv *s);
 
 /* sched.c */

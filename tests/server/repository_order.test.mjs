@@ -62,6 +62,22 @@ async function logged(d, re, n = 1) {
 const waits = (d, m, what, before, n = 1) =>
   logged(d, new RegExp(`model '${m}': ${what} waits for its turn \\(${before} calls? before it\\)`), n);
 
+/** joins(d, m, what, nth, n): the n-th "<what> joins the identical one
+ * waiting (its <nth> caller)" line of model m. */
+const joins = (d, m, what, nth, n = 1) => {
+  const th = nth % 100 >= 11 && nth % 100 <= 13 ? 'th' : ['th', 'st', 'nd', 'rd'][nth % 10] || 'th';
+  return logged(d, new RegExp(`model '${m}': ${what} joins the identical one waiting \\(its ${nth}${th} caller\\)`), n);
+};
+
+/** loaded(d, m, n, why): the log says n times that model m was loaded
+ * (once every call is answered; a line may reach the log after the
+ * answer of its load), and no more. */
+async function loaded(d, m, n, why) {
+  const re = new RegExp(`model '${m}' loaded \\(`);
+  await logged(d, re, n);
+  assert.equal((d.log().match(new RegExp(re.source, 'g')) || []).length, n, why);
+}
+
 const status = async (url) => (await fetch(url)).status;
 const dModel = async (d, m) => {
   const r = await fetch(`${d.url}/v2/models/${m}`);
@@ -262,15 +278,19 @@ test('at most repository-waiters calls wait for one model: the next answers 503 
   await waits(d, 'slow', 'load', 1);
   const w2 = tracked(unload(d, 'slow'));
   await waits(d, 'slow', 'unload', 2);
-  for (const r of [await unload(d, 'slow'), await load(d, 'slow', body(TINY_CONFIG, TINY_ST))]) {
+  // a load (not the unload waiting last) and an upload: no place left
+  for (const r of [await load(d, 'slow'), await load(d, 'slow', body(TINY_CONFIG, TINY_ST))]) {
     assert.equal(r.status, 503, JSON.stringify(r.json));
     assert.equal(r.json.error, "model 'slow': 2 repository calls wait already for the load of it that runs (repository-waiters); retry once they are answered");
     assert.equal(r.headers.get('retry-after'), '1');
   }
+  // an unload, the same as the last one waiting, joins it: it takes no place
+  const w3 = tracked(unload(d, 'slow'));
+  await joins(d, 'slow', 'unload', 2);
   assert.equal((await unload(d, 'tiny')).status, 200, 'another model is not limited');
   slow.settle();
   assert.ok(slow.release());
-  for (const c of [l, w1, w2]) assert.equal((await c.p).status, 200);
+  for (const c of [l, w1, w2, w3]) assert.equal((await c.p).status, 200);
   await unloaded(d, 'slow');
   assert.equal((await d.stop()).code, 0);
 });
@@ -357,6 +377,175 @@ test('gRPC: RepositoryModelUnload waits its turn as REST\'s unload does; a call 
   // the cancelled load came last: the model is loaded again
   for (let i = 0; i < 250 * SLOW && (await status(`${d.url}/v2/models/slow/ready`)) !== 200; i++) await sleep(20);
   assert.equal(await status(`${d.url}/v2/models/slow/ready`), 200);
+  session.close();
+  assert.equal((await d.stop()).code, 0);
+});
+
+test('twenty identical loads while one runs: the first waits its turn, the others join it; none answers 503, and the folder is read twice, not twenty-one times', async (t) => {
+  // review: a client retrying a slow load filled the 16 places with the
+  // same load, got 503, and each was run again, one after another
+  const dir = repo(t);
+  const d = await start({ t, dir, args: ['--threads', '2'] });
+  const slow = slowFolder(dir, 'slow');
+  t.after(() => slow.release());
+  const l = tracked(load(d, 'slow'));
+  await slow.reading();
+  // the same as the load that runs: it waits (that one may have read the
+  // folder before a change), and does not join it
+  const calls = [tracked(load(d, 'slow'))];
+  await waits(d, 'slow', 'load', 1);
+  for (let i = 0; i < 19; i++) calls.push(tracked(load(d, 'slow')));
+  // until the last has joined, or one is answered (503 past 16 waiting)
+  for (let i = 0; i < 250 * SLOW && !calls.some((c) => c.done) && !/\(its 20th caller\)/.test(d.log()); i++) await sleep(20);
+  const early = await Promise.all(calls.filter((c) => c.done).map((c) => c.p));
+  assert.deepEqual(early.map((r) => `${r.status} ${r.json?.error}`), [], 'loads answered before the load they came after ended');
+  await joins(d, 'slow', 'load', 20);
+  slow.settle();
+  assert.ok(slow.release());
+  for (const c of [l, ...calls]) {
+    const r = await c.p;
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+  }
+  await loaded(d, 'slow', 2, 'the folder was loaded once for the twenty identical loads');
+  assert.equal((await infer(d, 'slow', xreq())).status, 200);
+  assert.equal((await d.stop()).code, 0);
+});
+
+test('calls that differ do not join: load, unload, load, a load with other parameters, uploads each wait their turn; an unload the same as the one before it, and the same parameters spaced otherwise, join', async (t) => {
+  const dir = repo(t);
+  const d = await start({ t, dir, args: ['--threads', '2'] });
+  const slow = slowFolder(dir, 'slow');
+  t.after(() => slow.release());
+  const l0 = tracked(load(d, 'slow'));
+  await slow.reading();
+  const l1 = tracked(load(d, 'slow'));
+  await waits(d, 'slow', 'load', 1);
+  const u1 = tracked(unload(d, 'slow'));
+  await waits(d, 'slow', 'unload', 2);
+  const u2 = tracked(unload(d, 'slow'));
+  await joins(d, 'slow', 'unload', 2);
+  const l2 = tracked(load(d, 'slow'));
+  await waits(d, 'slow', 'load', 3);
+  const l3 = tracked(load(d, 'slow', '{"parameters":{"note":"x","n":1}}'));
+  await waits(d, 'slow', 'load with a body', 4);
+  const l4 = tracked(load(d, 'slow', '{ "parameters" : { "n" : 1, "note" : "x" } }'));
+  await joins(d, 'slow', 'load', 2);
+  const up1 = tracked(load(d, 'slow', D16_UP));
+  await waits(d, 'slow', 'load with a body', 5);
+  const up2 = tracked(load(d, 'slow', D16_UP)); // the same bytes: an upload never joins
+  await waits(d, 'slow', 'load with a body', 6);
+  assert.doesNotMatch(d.log(), /joins the identical one waiting \(its 3rd caller\)/);
+  slow.settle();
+  assert.ok(slow.release());
+  for (const [what, c] of [['load', l0], ['load', l1], ['unload', u1], ['the unload that joined it', u2], ['load', l2],
+    ['load with parameters', l3], ['the load that joined it', l4], ['upload', up1], ['the same upload', up2]]) {
+    const r = await c.p;
+    assert.equal(r.status, 200, `${what}: ${JSON.stringify(r.json)}`);
+  }
+  // l0, l1, l2, l3 read the folder; each upload loads its staged folder
+  await loaded(d, 'slow', 6);
+  assert.equal(await dModel(d, 'slow'), 16, 'the last call, an upload, is served');
+  assert.equal((await d.stop()).code, 0);
+});
+
+test('a call that joined another, whose client goes while it waits: the other is answered, both are carried out once; and the other\'s client going leaves it answered', async (t) => {
+  const dir = repo(t);
+  const d = await start({ t, dir, args: ['--threads', '2'] });
+  const slow = slowFolder(dir, 'slow');
+  t.after(() => slow.release());
+  const raw = async (what) => {
+    const sock = connect(d.port, '127.0.0.1');
+    await new Promise((res) => sock.on('connect', res));
+    sock.on('error', () => {});
+    sock.write(`POST /v2/repository/models/slow/${what} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n`);
+    return sock;
+  };
+  const l = tracked(load(d, 'slow'));
+  await slow.reading();
+  // a load whose client goes (it waits), a load that joins it, another
+  // whose client goes that joins it too
+  const first = await raw('load');
+  await waits(d, 'slow', 'load', 1);
+  const joined = tracked(load(d, 'slow'));
+  await joins(d, 'slow', 'load', 2);
+  const gone = await raw('load');
+  await joins(d, 'slow', 'load', 3);
+  first.destroy();
+  gone.destroy();
+  slow.settle();
+  assert.ok(slow.release());
+  assert.equal((await l.p).status, 200);
+  const r = await joined.p;
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  await logged(d, /http: POST \/v2\/repository\/models\/slow\/load was carried out \(200\), but its client went/, 2);
+  await loaded(d, 'slow', 2);
+  assert.equal(await status(`${d.url}/v2/models/slow/ready`), 200);
+  assert.equal((await d.stop()).code, 0);
+});
+
+test('SIGTERM: a call that joined another is answered with it in its turn; past drain-ms both answer 503, not done', async (t) => {
+  const dir = repo(t);
+  let d = await start({ t, dir, args: ['--threads', '2'] });
+  let slow = slowFolder(dir, 'slow');
+  t.after(() => slow.release());
+  let l = tracked(load(d, 'slow'));
+  await slow.reading();
+  let u1 = tracked(unload(d, 'slow'));
+  await waits(d, 'slow', 'unload', 1);
+  let u2 = tracked(unload(d, 'slow'));
+  await joins(d, 'slow', 'unload', 2);
+  d.proc.kill('SIGTERM');
+  await logged(d, /draining/);
+  assert.ok(!u1.done && !u2.done);
+  slow.settle();
+  assert.ok(slow.release());
+  for (const c of [l, u1, u2]) assert.equal((await c.p).status, 200);
+  assert.equal((await d.stop()).code, 0);
+
+  d = await start({ t, dir, args: ['--threads', '2', '--drain-ms', '300'] });
+  slow = slowFolder(dir, 'slow');
+  l = tracked(load(d, 'slow'));
+  await slow.reading();
+  u1 = tracked(unload(d, 'slow'));
+  await waits(d, 'slow', 'unload', 1);
+  u2 = tracked(unload(d, 'slow'));
+  await joins(d, 'slow', 'unload', 2);
+  d.proc.kill('SIGTERM');
+  for (const c of [u1, u2]) {
+    const r = await c.p;
+    assert.equal(r.status, 503, JSON.stringify(r.json));
+    assert.equal(r.json.error, 'server: draining (shutting down): the drain timeout passed before its turn; not done');
+  }
+  assert.equal(l.done, false, 'the running load is not cut short');
+  slow.settle();
+  assert.ok(slow.release());
+  assert.equal((await l.p).status, 200);
+  assert.equal((await d.stop()).code, 0);
+});
+
+test('gRPC: RepositoryModelLoad joins an identical REST load waiting; a joined call cancelled while it waits is dropped, the others answered', async (t) => {
+  const dir = repo(t);
+  const d = await start({ t, dir, grpc: true, args: ['--threads', '2'] });
+  const slow = slowFolder(dir, 'slow');
+  t.after(() => slow.release());
+  const session = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
+  t.after(() => session.close());
+  const LOAD = '/inference.GRPCInferenceService/RepositoryModelLoad';
+  const l = tracked(load(d, 'slow'));
+  await slow.reading();
+  const rest = tracked(load(d, 'slow'));
+  await waits(d, 'slow', 'load', 1);
+  const g = tracked(grpcCall(session, LOAD, [str(2, 'slow')]));
+  await joins(d, 'slow', 'load', 2);
+  const gone = await grpcCall(session, LOAD, [str(2, 'slow')], { cancelMs: 0 });
+  await joins(d, 'slow', 'load', 3);
+  assert.equal(gone.grpcStatus, null, JSON.stringify(gone));
+  slow.settle();
+  assert.ok(slow.release());
+  assert.equal((await l.p).status, 200);
+  assert.equal((await rest.p).status, 200);
+  assert.equal((await g.p).grpcStatus, 0, JSON.stringify(await g.p));
+  await loaded(d, 'slow', 2);
   session.close();
   assert.equal((await d.stop()).code, 0);
 });
