@@ -193,6 +193,14 @@ void srv_h_metrics(srv_req *r)
     for (e = s->models; e; e = e->next)
         bprintf(&b, "attnd_model_ready{model=\"%s\",version=\"1\"} %d\n", e->name,
                 e->state == SRV_READY);
+    bprintf(&b, "# HELP attnd_repository_calls_waiting Load, upload and "
+                "unload calls of the model waiting while a load of it runs: "
+                "those queued (at most repository-waiters) and those that "
+                "joined an identical one queued.\n"
+                "# TYPE attnd_repository_calls_waiting gauge\n");
+    for (e = s->models; e; e = e->next)
+        bprintf(&b, "attnd_repository_calls_waiting{model=\"%s\",version=\"1\"} "
+                    "%d\n", e->name, e->n_turns + e->n_joined);
     bprintf(&b, "# HELP attnd_http_responses_total HTTP answers by status code.\n"
                 "# TYPE attnd_http_responses_total counter\n");
     for (i = 100; i < 600; i++)

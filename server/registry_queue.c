@@ -145,6 +145,7 @@ static int join_tail(srv_req *r, srv_entry *e, int unload)
     r->turn_next = t->joined; /* they are answered together: any order */
     t->joined = r;
     t->n_joined++;
+    e->n_joined++;
     srv_log(r->s, "info", "model '%s': %s joins the identical one waiting "
             "(its %d%s caller)", e->name, unload ? "unload" : "load",
             t->n_joined + 1, ordinal(t->n_joined + 1));
@@ -225,6 +226,7 @@ static srv_req *pop_turn(srv_entry *e)
         e->turn_tail = NULL;
     r->turn_next = NULL;
     e->n_turns--;
+    e->n_joined -= r->n_joined; /* they run with it */
     return r;
 }
 

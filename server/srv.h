@@ -141,6 +141,8 @@ struct srv_entry {
     int busy;
     srv_req *turn_head, *turn_tail;
     int n_turns;    /* calls waiting (at most repository-waiters) */
+    int n_joined;   /* calls that joined one of them, identical to it (not
+                       counted in n_turns) */
     int ever;       /* it has had an instance */
     int closing;    /* handles still closing, once dropped (registry.c) */
     char reason[ATTN_ERRMAX];

@@ -69,6 +69,14 @@ const joins = (d, m, what, nth, n = 1) => {
   return logged(d, new RegExp(`model '${m}': ${what} joins the identical one waiting \\(its ${nth}${th} caller\\)`), n);
 };
 
+/** waiting(d, m): attnd_repository_calls_waiting of model m. */
+async function waiting(d, m) {
+  const text = await (await fetch(`${d.url}/metrics`)).text();
+  const g = new RegExp(`^attnd_repository_calls_waiting\\{model="${m}",version="1"\\} (\\d+)$`, 'm').exec(text);
+  assert.ok(g, `/metrics has no attnd_repository_calls_waiting of ${m}`);
+  return Number(g[1]);
+}
+
 /** loaded(d, m, n, why): the log says n times that model m was loaded
  * (once every call is answered; a line may reach the log after the
  * answer of its load), and no more. */
@@ -400,6 +408,8 @@ test('twenty identical loads while one runs: the first waits its turn, the other
   const early = await Promise.all(calls.filter((c) => c.done).map((c) => c.p));
   assert.deepEqual(early.map((r) => `${r.status} ${r.json?.error}`), [], 'loads answered before the load they came after ended');
   await joins(d, 'slow', 'load', 20);
+  assert.equal(await waiting(d, 'slow'), 20, 'attnd_repository_calls_waiting: one queued, 19 joined');
+  assert.equal(await waiting(d, 'tiny'), 0);
   slow.settle();
   assert.ok(slow.release());
   for (const c of [l, ...calls]) {
@@ -407,6 +417,7 @@ test('twenty identical loads while one runs: the first waits its turn, the other
     assert.equal(r.status, 200, JSON.stringify(r.json));
   }
   await loaded(d, 'slow', 2, 'the folder was loaded once for the twenty identical loads');
+  assert.equal(await waiting(d, 'slow'), 0);
   assert.equal((await infer(d, 'slow', xreq())).status, 200);
   assert.equal((await d.stop()).code, 0);
 });
@@ -434,6 +445,7 @@ test('calls that differ do not join: load, unload, load, a load with other param
   await waits(d, 'slow', 'load with a body', 5);
   const up2 = tracked(load(d, 'slow', D16_UP)); // the same bytes: an upload never joins
   await waits(d, 'slow', 'load with a body', 6);
+  assert.equal(await waiting(d, 'slow'), 8, 'attnd_repository_calls_waiting: six queued, two joined');
   assert.doesNotMatch(d.log(), /joins the identical one waiting \(its 3rd caller\)/);
   slow.settle();
   assert.ok(slow.release());
@@ -444,6 +456,7 @@ test('calls that differ do not join: load, unload, load, a load with other param
   }
   // l0, l1, l2, l3 read the folder; each upload loads its staged folder
   await loaded(d, 'slow', 6);
+  assert.equal(await waiting(d, 'slow'), 0);
   assert.equal(await dModel(d, 'slow'), 16, 'the last call, an upload, is served');
   assert.equal((await d.stop()).code, 0);
 });
@@ -472,6 +485,7 @@ test('a call that joined another, whose client goes while it waits: the other is
   await joins(d, 'slow', 'load', 3);
   first.destroy();
   gone.destroy();
+  assert.equal(await waiting(d, 'slow'), 3);
   slow.settle();
   assert.ok(slow.release());
   assert.equal((await l.p).status, 200);
@@ -479,6 +493,7 @@ test('a call that joined another, whose client goes while it waits: the other is
   assert.equal(r.status, 200, JSON.stringify(r.json));
   await logged(d, /http: POST \/v2\/repository\/models\/slow\/load was carried out \(200\), but its client went/, 2);
   await loaded(d, 'slow', 2);
+  assert.equal(await waiting(d, 'slow'), 0);
   assert.equal(await status(`${d.url}/v2/models/slow/ready`), 200);
   assert.equal((await d.stop()).code, 0);
 });
@@ -540,12 +555,14 @@ test('gRPC: RepositoryModelLoad joins an identical REST load waiting; a joined c
   const gone = await grpcCall(session, LOAD, [str(2, 'slow')], { cancelMs: 0 });
   await joins(d, 'slow', 'load', 3);
   assert.equal(gone.grpcStatus, null, JSON.stringify(gone));
+  assert.equal(await waiting(d, 'slow'), 3);
   slow.settle();
   assert.ok(slow.release());
   assert.equal((await l.p).status, 200);
   assert.equal((await rest.p).status, 200);
   assert.equal((await g.p).grpcStatus, 0, JSON.stringify(await g.p));
   await loaded(d, 'slow', 2);
+  assert.equal(await waiting(d, 'slow'), 0);
   session.close();
   assert.equal((await d.stop()).code, 0);
 });
