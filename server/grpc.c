@@ -52,6 +52,10 @@ static void pct(const char *s, char *out, size_t cap)
 
 static void free_req(srv *s, srv_req *r)
 {
+    if (r->suspended) { /* unanswered: its call went while its job ran */
+        r->suspended = 0;
+        s->n_suspended--;
+    }
     srv_mem_give(s, r->mem + r->resp_mem);
     free(r->body);
     free(r->resp);

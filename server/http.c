@@ -110,11 +110,12 @@ int srv_client_went(int fd)
 
 void srv_suspend(srv_req *r)
 {
-    if (r->conn && !r->suspended) {
+    if (r->suspended)
+        return;
+    if (r->conn)
         MHD_suspend_connection(r->conn);
-        r->suspended = 1;
-        r->s->n_suspended++;
-    }
+    r->suspended = 1;
+    r->s->n_suspended++;
 }
 
 void srv_respond(srv_req *r, int status, const char *ctype, char *body,
@@ -133,16 +134,16 @@ void srv_respond(srv_req *r, int status, const char *ctype, char *body,
         r->resp_mem = len;
         srv_mem_hold(r->s, len);
     }
-    if (r->on_answer) {
-        r->on_answer(r);
-        return;
-    }
     if (r->suspended) {
         r->suspended = 0;
         r->s->n_suspended--;
-        MHD_resume_connection(r->conn);
-        srv_kick(r->s);
+        if (r->conn) {
+            MHD_resume_connection(r->conn);
+            srv_kick(r->s);
+        }
     }
+    if (r->on_answer)
+        r->on_answer(r);
 }
 
 /* respond_body: a JSON answer with body b, or, when b could not be

@@ -168,8 +168,9 @@ static int probe_threads(srv *s, char *err)
     return rc ? -1 : 0;
 }
 
-/* on_stop_timer: once no job, parked connection or (before the drain
- * timeout) request, gRPC call or unsent gRPC byte is left, close the
+/* on_stop_timer: once no job, parked request (srv_suspend: a load, of
+ * either door) or (before the drain timeout) request, gRPC call or unsent
+ * gRPC byte is left, close the
  * listener, the signal handlers, the timers and the batch polls, so that
  * uv_run returns. Loop thread. */
 static void on_stop_timer(uv_timer_t *t)

@@ -284,7 +284,8 @@ struct srv_req {
     int batch;
     uint64_t queue_us, compute_us;
     /* A request that came in by another door (grpc.c) has conn NULL:
-     * srv_suspend does nothing and srv_respond calls on_answer, which owns
+     * srv_suspend only counts it (n_suspended: the stop waits for it as
+     * for a parked connection) and srv_respond calls on_answer, which owns
      * r from then on (the door frees it). */
     const srv_door *door;            /* infer wire format; NULL = JSON */
     void (*on_answer)(srv_req *r);
@@ -308,7 +309,8 @@ int srv_key_ok(const char *key, const char *v, size_t len);
 void srv_respond_error(srv_req *r, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void srv_respond_json(srv_req *r, int status, const char *json);
-/* srv_suspend: park r's connection until srv_respond. */
+/* srv_suspend: r's handler keeps it until srv_respond: its connection is
+ * parked (REST), and it counts in n_suspended (both doors). */
 void srv_suspend(srv_req *r);
 /* srv_kick: run MHD soon (after a resume). */
 void srv_kick(srv *s);
@@ -368,7 +370,7 @@ struct srv {
     int startup_loads;     /* startup loads still running */
     int live_reqs;         /* srv_req alive */
     int live_jobs;         /* srv_job alive */
-    int n_suspended;       /* connections parked by srv_suspend */
+    int n_suspended;       /* requests parked by srv_suspend (either door) */
     int json_log;
     struct srv_logq *logq; /* log.c: the writer thread's buffer, NULL before and after */
     srv_entry *models;     /* registry, in load order */
