@@ -571,6 +571,12 @@ void srv_grpc_stop(srv *s)
         flush(c);
         if (c->closing)
             continue;
+        /* bytes libuv could not write yet (a client that does not read):
+         * a shutdown would wait for them, and the exit with it, for good */
+        if (uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp)) {
+            close_conn(c);
+            continue;
+        }
         uv_read_stop((uv_stream_t *)&c->tcp);
         c->shut.data = c;
         if (uv_shutdown(&c->shut, (uv_stream_t *)&c->tcp, on_shutdown) < 0)

@@ -8,13 +8,14 @@
 import assert from 'node:assert/strict';
 import { cpSync, mkdtempSync, rmSync } from 'node:fs';
 import http2 from 'node:http2';
+import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { SLOW, start } from './helper.mjs';
+import { SLOW, f32bytes, start } from './helper.mjs';
 import { TINY, slowFolder } from './repo_helper.mjs';
-import { grpcCall } from './soak_grpc.mjs';
-import { str } from '../grpc/wire.mjs';
+import { INFER, grpcCall } from './soak_grpc.mjs';
+import { frame, ld, packedI64, str } from '../grpc/wire.mjs';
 
 const LOAD = '/inference.GRPCInferenceService/RepositoryModelLoad';
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -89,5 +90,69 @@ test('gRPC: a load waiting for its turn answers UNAVAILABLE "not done" at the cu
   assert.ok(slow.release());
   assert.equal((await l.p).grpcStatus, 0, JSON.stringify(await l.p));
   assert.deepEqual(await d.exit, { code: 0, sig: null }, d.log());
+  await d.stop();
+});
+
+/** h2frame(type, flags, stream, payload): one HTTP/2 frame. */
+function h2frame(type, flags, id, payload = Buffer.alloc(0)) {
+  const h = Buffer.alloc(9);
+  h.writeUIntBE(payload.length, 0, 3);
+  h[3] = type;
+  h[4] = flags;
+  h.writeUInt32BE(id, 5);
+  return Buffer.concat([h, payload]);
+}
+/** HPACK: a literal header, not indexed, no Huffman (names and values
+ * under 127 bytes). */
+const lit = (n, v) => Buffer.concat([Buffer.from([0, n.length]), Buffer.from(n), Buffer.from([v.length]), Buffer.from(v)]);
+
+/**
+ * deaf(port, path, msg, window): a raw HTTP/2 client that sends one gRPC
+ * call (msg, framed, in DATA frames of 16 KiB) with window as its stream
+ * and connection receive windows, then reads nothing: its socket is
+ * paused, and no WINDOW_UPDATE or SETTINGS ACK ever comes from it.
+ */
+function deaf(port, path, msg, window) {
+  const s = net.connect(port, '127.0.0.1');
+  const settings = Buffer.alloc(6);
+  settings.writeUInt16BE(4, 0); // SETTINGS_INITIAL_WINDOW_SIZE
+  settings.writeUInt32BE(window, 2);
+  const more = Buffer.alloc(4);
+  more.writeUInt32BE(window - 65535, 0);
+  const head = Buffer.concat([lit(':method', 'POST'), lit(':scheme', 'http'), lit(':path', path),
+    lit(':authority', 'x'), lit('content-type', 'application/grpc'), lit('te', 'trailers')]);
+  const body = frame(msg), data = [];
+  for (let i = 0; i < body.length; i += 16384)
+    data.push(h2frame(0, i + 16384 >= body.length ? 1 : 0, 1, body.subarray(i, i + 16384)));
+  s.on('connect', () => s.write(Buffer.concat([Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'),
+    h2frame(4, 0, 0, settings), ...(window > 65535 ? [h2frame(8, 0, 0, more)] : []),
+    h2frame(1, 4, 1, head), ...data])));
+  s.pause();
+  s.on('error', () => {});
+  return s;
+}
+
+/** attention(t): an sdpa ModelInferRequest over t tokens (d 1) asking
+ * for the attention map: a t x t FP32 answer. */
+function attention(t) {
+  const x = f32bytes(Array.from({ length: t }, (_, i) => (i % 7) * 0.1));
+  return Buffer.concat([str(1, 'sdpa'),
+    ...['q', 'k', 'v'].map((n) => ld(5, Buffer.concat([str(1, n), str(2, 'FP32'), packedI64(3, [t, 1])]))),
+    ld(6, str(1, 'attention')), ld(7, x), ld(7, x), ld(7, x)]);
+}
+
+test('gRPC: a client that reads nothing of a large answer does not hold the exit after the cut', async (t) => {
+  // 9 MB of answer: more than the socket buffers hold, so some of it
+  // waits in attnd's own writes
+  const d = await start({ t, grpc: true });
+  const s = deaf(d.grpcPort, INFER, attention(1500), 0x7fffffff);
+  t.after(() => s.destroy());
+  assert.match(await d.logged(/ModelInfer 200/), /ModelInfer 200/);
+  await sleep(200 * SLOW); // its writes fill the buffers
+  const t0 = Date.now();
+  await cut(d);
+  const e = await Promise.race([d.exit, sleep(5000 * SLOW).then(() => null)]);
+  assert.deepEqual(e, { code: 0, sig: null }, `no exit within 5 s of the cut:\n${d.log()}`);
+  assert.ok(Date.now() - t0 < 3000 * SLOW, `exit ${Date.now() - t0} ms after the cut`);
   await d.stop();
 });
