@@ -32,7 +32,19 @@ void srv_grpc_drain(srv *s);
 /* srv_grpc_busy: a connection has a call open or bytes not yet written
  * (the drain waits for them: an answer made is an answer sent). */
 int srv_grpc_busy(const srv *s);
-/* srv_grpc_stop: final GOAWAY, close every connection and the listener. */
+/* srv_grpc_finish: the drain was cut short (a second signal, drain-ms)
+ * and nothing runs any more: every call still open without an answer (its
+ * message not whole yet) ends UNAVAILABLE, and each connection gets its
+ * final GOAWAY (the last call it took: nghttp2 ignores later ones, and
+ * the connection closes once its calls are done). The answers then go
+ * out; srv_grpc_unsent says while some are left. */
+void srv_grpc_finish(srv *s);
+/* srv_grpc_unsent: the calls whose answer (or status) nghttp2 has not
+ * taken whole yet; *conns, the connections with such calls or with bytes
+ * not yet written; *bytes, those bytes (answers queued, frames unwritten). */
+int srv_grpc_unsent(const srv *s, int *conns, size_t *bytes);
+/* srv_grpc_stop: final GOAWAY, close every connection and the listener:
+ * at once one whose writes are stuck (a client that does not read). */
 void srv_grpc_stop(srv *s);
 
 /* ---- grpc_rpc.c, grpc_meta.c: the methods --------------------------------- */

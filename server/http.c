@@ -126,6 +126,8 @@ void srv_respond(srv_req *r, int status, const char *ctype, char *body,
         return;
     }
     r->have_resp = 1;
+    if (r->conn)
+        r->s->n_answered++; /* until on_completed */
     r->status = status;
     r->ctype = ctype;
     r->resp = body;
@@ -305,6 +307,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                 r->method_name, r->path, r->status);
     if (r->job)
         srv_sched_detach(r);
+    if (r->have_resp)
+        s->n_answered--;
     srv_guard_end(r);
     srv_mem_give(s, r->mem + r->resp_mem);
     if (r->waiting)

@@ -6,9 +6,20 @@
  * 503 and new infer requests get 503 (the listener stays open so probes see
  * it; a request whose head came before the signal is still served,
  * r->late), queued work runs at once, and when nothing is in flight any
- * more (or drain-ms has passed: what is still queued gets 503) every
- * connection is closed and attnd exits 0. A second signal cuts the drain
- * short.
+ * more every connection is closed and attnd exits 0.
+ *
+ * A second signal cuts the drain short, as drain-ms passing does
+ * (on_drain_timeout): what is still queued, or waits for its model's
+ * turn, gets 503 / UNAVAILABLE; what runs (a job, a load: parked by
+ * srv_suspend, on either door) ends and answers. Then (on_stop_timer)
+ * the answers made, those included, get STOP_FLUSH_MS to be written whole
+ * (gRPC: open calls with no answer end UNAVAILABLE and each connection
+ * gets its final GOAWAY first, srv_grpc_finish); what a client has not
+ * read by then is cut, and logged. The two doors differ in one thing: a
+ * REST request whose body is still coming at the stop is closed without
+ * an answer (libmicrohttpd's stop shuts every connection down), where a
+ * gRPC call whose message is not whole gets UNAVAILABLE.
+ *
  * SIGHUP ignored when attnd starts (nohup) stays ignored.
  *
  * The signals are caught by attnd's own handler, not uv_signal: libuv puts
@@ -168,18 +179,52 @@ static int probe_threads(srv *s, char *err)
     return rc ? -1 : 0;
 }
 
+/* After the drain is cut short (a second signal, or drain-ms passed) and
+ * nothing runs any more, the answers made (those of the requests that
+ * ended, and the 503s / UNAVAILABLEs of the cut itself) get this long to
+ * be written whole before the stop closes their connections: a client
+ * that reads its answer gets it, and one that does not read cannot hold
+ * the exit past it. */
+#define STOP_FLUSH_MS 1000
+
+static void on_flush_timeout(uv_timer_t *t)
+{
+    srv *s = t->data;
+    s->flush_expired = 1;
+    srv_check_stop(s);
+}
+
 /* on_stop_timer: once no job, parked request (srv_suspend: a load, of
  * either door) or (before the drain timeout) request, gRPC call or unsent
- * gRPC byte is left, close the
- * listener, the signal handlers, the timers and the batch polls, so that
- * uv_run returns. Loop thread. */
+ * gRPC byte is left, and (after it) the answers made are sent or
+ * STOP_FLUSH_MS have passed for them, close the listener, the signal
+ * handlers, the timers and the batch polls, so that uv_run returns. The
+ * flush runs on the spent drain timer. Loop thread. */
 static void on_stop_timer(uv_timer_t *t)
 {
     srv *s = t->data;
     srv_entry *e;
+    int calls, conns;
+    size_t bytes;
     if (s->stopping || s->live_jobs || s->n_suspended ||
         ((s->live_reqs || srv_grpc_busy(s)) && !s->drain_expired))
         return;
+    if (s->drain_expired && !s->flushing) {
+        s->flushing = 1;
+        srv_grpc_finish(s);
+        uv_timer_start(&s->drain_timer, on_flush_timeout, STOP_FLUSH_MS, 0);
+    }
+    calls = srv_grpc_unsent(s, &conns, &bytes);
+    if (s->drain_expired && (conns || s->n_answered)) {
+        if (!s->flush_expired)
+            return;
+        srv_log(s, "warn", "stop: answers still unsent %d ms after the drain "
+                "ended (clients that do not read them), cut: gRPC %d call%s "
+                "and %zu byte%s on %d connection%s, REST %d request%s",
+                STOP_FLUSH_MS, calls, calls == 1 ? "" : "s", bytes,
+                bytes == 1 ? "" : "s", conns, conns == 1 ? "" : "s",
+                s->n_answered, s->n_answered == 1 ? "" : "s");
+    }
     s->stopping = 1;
     srv_log(s, "info", "drained; stopping");
     srv_http_stop(s);

@@ -366,11 +366,16 @@ struct srv {
     int port;              /* bound port */
     int draining;          /* SIGTERM seen */
     int drain_expired;     /* drain timeout passed: fail what is left */
+    int flushing;          /* since: nothing runs any more, the answers
+                              made go out (main.c, STOP_FLUSH_MS) */
+    int flush_expired;     /* that flush's time is up: stop, cut the rest */
     int stopping;          /* everything finished: closing handles */
     int startup_loads;     /* startup loads still running */
     int live_reqs;         /* srv_req alive */
     int live_jobs;         /* srv_job alive */
     int n_suspended;       /* requests parked by srv_suspend (either door) */
+    int n_answered;        /* REST requests answered, not yet completed
+                              (their answers not yet sent whole) */
     int json_log;
     struct srv_logq *logq; /* log.c: the writer thread's buffer, NULL before and after */
     srv_entry *models;     /* registry, in load order */

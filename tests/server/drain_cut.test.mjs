@@ -117,8 +117,8 @@ function deaf(port, path, msg, window) {
   const settings = Buffer.alloc(6);
   settings.writeUInt16BE(4, 0); // SETTINGS_INITIAL_WINDOW_SIZE
   settings.writeUInt32BE(window, 2);
-  const more = Buffer.alloc(4);
-  more.writeUInt32BE(window - 65535, 0);
+  const more = Buffer.alloc(4); // the connection's window, past its 65535
+  more.writeUInt32BE(Math.max(window - 65535, 1), 0);
   const head = Buffer.concat([lit(':method', 'POST'), lit(':scheme', 'http'), lit(':path', path),
     lit(':authority', 'x'), lit('content-type', 'application/grpc'), lit('te', 'trailers')]);
   const body = frame(msg), data = [];
@@ -141,18 +141,90 @@ function attention(t) {
     ld(6, str(1, 'attention')), ld(7, x), ld(7, x), ld(7, x)]);
 }
 
-test('gRPC: a client that reads nothing of a large answer does not hold the exit after the cut', async (t) => {
-  // 9 MB of answer: more than the socket buffers hold, so some of it
-  // waits in attnd's own writes
+/** restAttention(t): attention(t) as a REST request (HTTP/1.1), the map
+ * as a binary output. */
+function restAttention(t) {
+  const x = Array.from({ length: t }, (_, i) => (i % 7) * 0.1);
+  const body = JSON.stringify({
+    inputs: ['q', 'k', 'v'].map((n) => ({ name: n, datatype: 'FP32', shape: [t, 1], data: x })),
+    outputs: [{ name: 'attention', parameters: { binary_data: true } }],
+  });
+  return `POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n` +
+    `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+}
+
+test('gRPC and REST: clients that read nothing of their answers hold the exit no longer than the flush (1 s) after the cut; the log says what was cut', async (t) => {
   const d = await start({ t, grpc: true });
-  const s = deaf(d.grpcPort, INFER, attention(1500), 0x7fffffff);
-  t.after(() => s.destroy());
+  // one with a 1-byte window: its answer cannot go out
+  const small = deaf(d.grpcPort, INFER, attention(50), 1);
+  t.after(() => small.destroy());
   assert.match(await d.logged(/ModelInfer 200/), /ModelInfer 200/);
-  await sleep(200 * SLOW); // its writes fill the buffers
+  // one that reads nothing of 9 MB: more than the socket buffers hold, so
+  // some of it waits in attnd's own writes
+  const big = deaf(d.grpcPort, INFER, attention(1500), 0x7fffffff);
+  t.after(() => big.destroy());
+  const from = d.log().length;
+  assert.match(await d.logged(/ModelInfer 200/, 5000, from), /ModelInfer 200/);
+  // and a REST client that reads nothing of its 9 MB
+  const rest = net.connect(d.port, '127.0.0.1');
+  rest.on('error', () => {});
+  t.after(() => rest.destroy());
+  rest.write(restAttention(1500));
+  await new Promise((res) => rest.once('data', () => { rest.pause(); res(); }));
+  await sleep(200 * SLOW); // the writes fill the buffers
   const t0 = Date.now();
   await cut(d);
   const e = await Promise.race([d.exit, sleep(5000 * SLOW).then(() => null)]);
+  const took = Date.now() - t0;
   assert.deepEqual(e, { code: 0, sig: null }, `no exit within 5 s of the cut:\n${d.log()}`);
-  assert.ok(Date.now() - t0 < 3000 * SLOW, `exit ${Date.now() - t0} ms after the cut`);
+  assert.ok(took >= 900 && took < 3000 * SLOW, `exit ${took} ms after the cut`);
+  assert.match(d.log(), /stop: answers still unsent 1000 ms after the drain ended \(clients that do not read them\), cut: gRPC 2 calls and \d+ bytes on 2 connections, REST 1 request\n/);
+  await d.stop();
+});
+
+test('gRPC: a client that reads its large answer slowly across the cut gets it whole, with its status', async (t) => {
+  const d = await start({ t, grpc: true });
+  const s = session(t, d);
+  const req = s.request({ ':method': 'POST', ':path': INFER, 'content-type': 'application/grpc', te: 'trailers' });
+  req.end(frame(attention(1500)));
+  let head = {}, got = 0;
+  req.on('response', (h) => { head = h; });
+  req.on('trailers', (h) => { head = { ...head, ...h }; });
+  const begun = new Promise((res) => req.once('data', (c) => { got += c.length; req.pause(); res(); }));
+  const ended = new Promise((res) => { req.on('close', res); req.on('error', res); });
+  await begun; // paused: its window closes after the first 64 KiB
+  await cut(d);
+  await sleep(300 * SLOW);
+  req.on('data', (c) => { got += c.length; });
+  req.resume();
+  await ended;
+  assert.equal(head['grpc-status'], '0', JSON.stringify(head));
+  // the message: 5-byte prefix, the response's fields, 1500 x 1500 FP32
+  assert.ok(got > 1500 * 1500 * 4, `${got} bytes`);
+  assert.deepEqual(await d.exit, { code: 0, sig: null }, d.log());
+  await d.stop();
+});
+
+test('REST: a client that reads its large answer slowly across the cut gets it whole', async (t) => {
+  const d = await start({ t });
+  const sock = net.connect(d.port, '127.0.0.1');
+  sock.on('error', () => {});
+  t.after(() => sock.destroy());
+  sock.write(restAttention(1500));
+  const chunks = [];
+  await new Promise((res) => sock.once('data', (c) => { chunks.push(c); sock.pause(); res(); }));
+  const ended = new Promise((res) => sock.on('close', res));
+  await cut(d);
+  await sleep(300 * SLOW);
+  sock.on('data', (c) => chunks.push(c));
+  sock.resume();
+  await ended;
+  const all = Buffer.concat(chunks), at = all.indexOf('\r\n\r\n');
+  const headers = all.subarray(0, at).toString();
+  assert.match(headers, /^HTTP\/1\.1 200/);
+  const len = Number(/^content-length: (\d+)/im.exec(headers)[1]);
+  assert.ok(len > 1500 * 1500 * 4, headers);
+  assert.equal(all.length - at - 4, len, 'the answer came whole');
+  assert.deepEqual(await d.exit, { code: 0, sig: null }, d.log());
   await d.stop();
 });
