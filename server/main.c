@@ -15,10 +15,13 @@
  * the answers made, those included, get STOP_FLUSH_MS to be written whole
  * (gRPC: open calls with no answer end UNAVAILABLE and each connection
  * gets its final GOAWAY first, srv_grpc_finish); what a client has not
- * read by then is cut, and logged. The two doors differ in one thing: a
- * REST request whose body is still coming at the stop is closed without
- * an answer (libmicrohttpd's stop shuts every connection down), where a
- * gRPC call whose message is not whole gets UNAVAILABLE.
+ * read by then is cut, and logged. Nothing new starts after the cut (a
+ * request begun before the signal whose body ends after it gets 503).
+ * The two doors differ: a REST request whose body is still coming at the
+ * stop is closed without an answer (libmicrohttpd's stop shuts every
+ * connection down), where a gRPC call whose message is not whole gets
+ * UNAVAILABLE; and a gRPC call counts as begun (r->late) when its message
+ * is whole, a REST request when its head has come.
  *
  * SIGHUP ignored when attnd starts (nohup) stays ignored.
  *

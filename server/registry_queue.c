@@ -277,7 +277,9 @@ void srv_h_load(srv_req *r)
     srv_entry *e;
     if (!name_ok(r))
         return;
-    if (r->s->draining && r->late) { /* begun before the signal: served */
+    /* one begun before the signal is served, until the drain is cut short:
+     * from then on nothing new runs (the stop would wait for it) */
+    if (r->s->draining && (r->late || r->s->drain_expired)) {
         srv_respond_error(r, 503, "server: draining (shutting down)");
         return;
     }

@@ -504,7 +504,9 @@ void srv_h_infer(srv_req *r)
                           !e ? "not found" : "not loaded");
         return;
     }
-    if (s->draining && r->late) { /* begun before the signal: served */
+    /* one begun before the signal is served, until the drain is cut short:
+     * from then on nothing new runs (the stop would wait for it) */
+    if (s->draining && (r->late || s->drain_expired)) {
         srv_respond_error(r, 503, "server: draining (shutting down); retry "
                                   "on another replica");
         e->stats.fail_rejected++;

@@ -2,18 +2,19 @@
 // --drain-ms passed): every call that has an answer, or gets one from the
 // cut itself (503 / UNAVAILABLE "draining"), has it written before its
 // connection closes, on both doors, within a short flush; a call still
-// running (a model load) holds the stop until it ends, and then answers.
-// A client that does not read cannot hold the exit past the flush.
+// running (a model load) holds the stop until it ends, and then answers;
+// nothing new starts after the cut. A client that does not read cannot
+// hold the exit past the flush.
 // Loads are held half-way with a FIFO config.json (repo_helper.mjs).
 import assert from 'node:assert/strict';
-import { cpSync, mkdtempSync, rmSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import http2 from 'node:http2';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { SLOW, f32bytes, start } from './helper.mjs';
-import { TINY, slowFolder } from './repo_helper.mjs';
+import { SLOW, f32bytes, post, start } from './helper.mjs';
+import { TINY, TINY_CONFIG, body, slowFolder } from './repo_helper.mjs';
 import { INFER, grpcCall } from './soak_grpc.mjs';
 import { frame, ld, packedI64, str } from '../grpc/wire.mjs';
 
@@ -225,6 +226,52 @@ test('REST: a client that reads its large answer slowly across the cut gets it w
   const len = Number(/^content-length: (\d+)/im.exec(headers)[1]);
   assert.ok(len > 1500 * 1500 * 4, headers);
   assert.equal(all.length - at - 4, len, 'the answer came whole');
+  assert.deepEqual(await d.exit, { code: 0, sig: null }, d.log());
+  await d.stop();
+});
+
+/** halfSent(d, path, text): a REST request whose head and half its body
+ * are sent; {rest(): sends the other half, answer: its raw answer}. */
+async function halfSent(t, d, path, text) {
+  const sock = net.connect(d.port, '127.0.0.1');
+  sock.on('error', () => {});
+  t.after(() => sock.destroy());
+  await new Promise((res) => sock.on('connect', res));
+  const b = Buffer.from(text), half = b.length >> 1;
+  sock.write(`POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${b.length}\r\n\r\n`);
+  sock.write(b.subarray(0, half));
+  const chunks = [];
+  sock.on('data', (c) => chunks.push(c));
+  const answer = new Promise((res) => sock.on('close', () => res(Buffer.concat(chunks).toString())));
+  return { rest: () => sock.write(b.subarray(half)), answer };
+}
+
+test('REST: a request whose body ends after the cut (its head came before the signal) answers 503 and starts nothing, an upload neither', async (t) => {
+  // a load held running keeps the stop waiting meanwhile
+  const dir = repo(t);
+  const d = await start({ t, dir, args: ['--threads', '2'] });
+  const slow = slowFolder(dir, 'slow');
+  t.after(() => slow.release());
+  const l = tracked(post(`${d.url}/v2/repository/models/slow/load`, ''));
+  await slow.reading();
+  const x = Array.from({ length: 8 }, (_, i) => i * 0.1);
+  const inf = await halfSent(t, d, '/v2/models/sdpa/infer', JSON.stringify({
+    inputs: ['q', 'k', 'v'].map((n) => ({ name: n, datatype: 'FP32', shape: [2, 4], data: x })) }));
+  const up = await halfSent(t, d, '/v2/repository/models/up/load',
+    JSON.stringify(body(TINY_CONFIG, readFileSync(join(TINY, 'model.safetensors')))));
+  await sleep(100 * SLOW);
+  await cut(d);
+  inf.rest();
+  up.rest();
+  for (const a of [await inf.answer, await up.answer]) {
+    assert.match(a, /^HTTP\/1\.1 503/, a);
+    assert.match(a, /"error":"server: draining \(shutting down\)/, a);
+  }
+  assert.doesNotMatch(d.log(), /model 'up'/, 'the upload did not start a load');
+  assert.equal(l.done, false);
+  slow.settle();
+  assert.ok(slow.release());
+  assert.equal((await l.p).status, 200);
   assert.deepEqual(await d.exit, { code: 0, sig: null }, d.log());
   await d.stop();
 });
