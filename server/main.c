@@ -212,21 +212,24 @@ static void on_stop_timer(uv_timer_t *t)
     if (s->stopping || s->live_jobs || s->n_suspended ||
         ((s->live_reqs || srv_grpc_busy(s)) && !s->drain_expired))
         return;
-    if (s->drain_expired && !s->flushing) {
-        s->flushing = 1;
-        srv_grpc_finish(s);
-        uv_timer_start(&s->drain_timer, on_flush_timeout, STOP_FLUSH_MS, 0);
-    }
-    calls = srv_grpc_unsent(s, &conns, &bytes);
-    if (s->drain_expired && (conns || s->n_answered)) {
-        if (!s->flush_expired)
-            return;
-        srv_log(s, "warn", "stop: answers still unsent %d ms after the drain "
-                "ended (clients that do not read them), cut: gRPC %d call%s "
-                "and %zu byte%s on %d connection%s, REST %d request%s",
-                STOP_FLUSH_MS, calls, calls == 1 ? "" : "s", bytes,
-                bytes == 1 ? "" : "s", conns, conns == 1 ? "" : "s",
-                s->n_answered, s->n_answered == 1 ? "" : "s");
+    if (s->drain_expired) {
+        if (!s->flushing) {
+            s->flushing = 1;
+            srv_grpc_finish(s);
+            uv_timer_start(&s->drain_timer, on_flush_timeout, STOP_FLUSH_MS, 0);
+        }
+        calls = srv_grpc_unsent(s, &conns, &bytes);
+        if (conns || s->n_answered) {
+            if (!s->flush_expired)
+                return;
+            srv_log(s, "warn", "stop: %d ms after the drain was cut short and "
+                    "its work ended, answers are still unsent (clients that do "
+                    "not read them); cut: gRPC %d call%s and %zu byte%s on %d "
+                    "connection%s, REST %d request%s", STOP_FLUSH_MS, calls,
+                    calls == 1 ? "" : "s", bytes, bytes == 1 ? "" : "s", conns,
+                    conns == 1 ? "" : "s", s->n_answered,
+                    s->n_answered == 1 ? "" : "s");
+        }
     }
     s->stopping = 1;
     srv_log(s, "info", "drained; stopping");
