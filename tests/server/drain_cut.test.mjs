@@ -189,6 +189,8 @@ test('gRPC and REST: clients that read nothing of their answers hold the exit no
 test('gRPC: a client that reads its large answer slowly across the cut gets it whole, with its status', async (t) => {
   const d = await start({ t, grpc: true });
   const s = session(t, d);
+  const goaways = [];
+  s.on('goaway', (code, last) => goaways.push([code, last]));
   const req = s.request({ ':method': 'POST', ':path': INFER, 'content-type': 'application/grpc', te: 'trailers' });
   req.end(frame(attention(300))); // 360 KB of answer
   let head = {}, got = 0, len = 0;
@@ -210,6 +212,9 @@ test('gRPC: a client that reads its large answer slowly across the cut gets it w
   assert.equal(head['grpc-status'], '0', JSON.stringify(head));
   assert.ok(len > 300 * 300 * 4, `a message of ${len} bytes`);
   assert.equal(got, len, 'the answer came whole');
+  // the drain's notice (last stream 2^31-1), then the final one: stream 1
+  // (this call) was taken, none after it
+  assert.deepEqual(goaways.slice(0, 2), [[0, 2 ** 31 - 1], [0, 1]]);
   assert.deepEqual(await d.exit, { code: 0, sig: null }, d.log());
   await d.stop();
 });
