@@ -67,7 +67,8 @@ void model_summary(const model *m, char *buf, size_t cap);
  * Returns the count, or a negative code with a message in err saying what
  * to do, codes as model_load_repo's for the repository (a repository
  * attnd may read but not search, mode 0600, is an error, not an empty
- * one). */
+ * one; so is a folder whose reading fails part way, not a shorter list).
+ * No cap on the count: as many as the folder holds. */
 int model_repo_list(const char *repo, char ***names, char *err);
 void model_repo_list_free(char **names, int n);
 

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,6 @@
 #include "model_int.h"
 
 #define MAX_NAME 128
-#define MAX_MODELS 4096 /* folders listed from one repository */
 
 int model_name_valid(const char *name)
 {
@@ -145,9 +145,9 @@ int model_repo_list(const char *repo, char ***names, char *err)
         return repo_failed(err, repo, e);
     }
     char **v = NULL;
-    int n = 0, cap = 0, rc = 0;
+    int n = 0, cap = 0;
     struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
+    for (errno = 0; (de = readdir(d)) != NULL; errno = 0) {
         if (de->d_name[0] == '.')
             continue;
         char path[4096];
@@ -155,13 +155,9 @@ int model_repo_list(const char *repo, char ***names, char *err)
         snprintf(path, sizeof path, "%s/%s", repo, de->d_name);
         if (stat(path, &sb) < 0 || !S_ISDIR(sb.st_mode))
             continue; /* stray files (README, ...) are not models */
-        if (n == MAX_MODELS) {
-            model__seterr(err, "%s: more than %d model folders", repo,
-                          MAX_MODELS);
-            rc = ATTN_EINVAL;
-            goto fail;
-        }
-        if (n == cap) {
+        if (n == cap) { /* as many as the folder holds: no cap of ours */
+            if (cap > INT_MAX / 2)
+                goto nomem;
             cap = cap ? cap * 2 : 16;
             char **nv = realloc(v, (size_t)cap * sizeof *v);
             if (!nv)
@@ -172,6 +168,12 @@ int model_repo_list(const char *repo, char ***names, char *err)
             goto nomem;
         n++;
     }
+    if (errno) { /* the folder failed part way (EIO): not a shorter list */
+        int e = errno;
+        closedir(d);
+        model_repo_list_free(v, n);
+        return repo_failed(err, repo, e);
+    }
     closedir(d);
     if (n > 1) /* an empty repository has no array to sort */
         qsort(v, (size_t)n, sizeof *v, by_name);
@@ -179,11 +181,9 @@ int model_repo_list(const char *repo, char ***names, char *err)
     return n;
 nomem:
     model__seterr(err, "%s: out of memory", repo);
-    rc = ATTN_ENOMEM;
-fail:
     closedir(d);
     model_repo_list_free(v, n);
-    return rc;
+    return ATTN_ENOMEM;
 }
 
 int model_check_repo(const char *repo, FILE *out, const char *builtin)

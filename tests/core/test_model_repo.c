@@ -6,7 +6,8 @@
  *     ThreadSanitizer a number libuv closed unseen, opened again by another
  *     thread;
  *   - a repository attnd may not read or search: named, with what to do,
- *     by a load, the listing and --check-models.
+ *     by a load, the listing and --check-models;
+ *   - the listing of a large repository: every folder, sorted.
  */
 #include <check.h>
 #include <dirent.h>
@@ -177,6 +178,44 @@ START_TEST(test_unreadable)
 }
 END_TEST
 
+/* A repository of more folders than any fixed table of ours held (4096
+ * once: the index then answered 503): every folder is listed, in strcmp
+ * order, and the stray file and the dot folder are not. */
+START_TEST(test_many)
+{
+    enum { N = 5000 };
+    char repo[] = "/tmp/attn_many_repo_XXXXXX", sub[64];
+    char err[ATTN_ERRMAX], **names = NULL;
+    ck_assert_ptr_nonnull(mkdtemp(repo));
+    for (int i = N - 1; i >= 0; i--) { /* made backwards: the sort shows */
+        snprintf(sub, sizeof sub, "%s/m%05d", repo, i);
+        ck_assert_int_eq(mkdir(sub, 0755), 0);
+    }
+    snprintf(sub, sizeof sub, "%s/.hidden", repo);
+    ck_assert_int_eq(mkdir(sub, 0755), 0);
+    snprintf(sub, sizeof sub, "%s/README", repo);
+    FILE *f = fopen(sub, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    int n = model_repo_list(repo, &names, err);
+    ck_assert_msg(n == N, "%d folders listed: %s", n, n < 0 ? err : "");
+    for (int i = 0; i < N; i++) {
+        char want[16];
+        snprintf(want, sizeof want, "m%05d", i);
+        ck_assert_str_eq(names[i], want);
+    }
+    model_repo_list_free(names, n);
+    ck_assert_int_eq(unlink(sub), 0);
+    snprintf(sub, sizeof sub, "%s/.hidden", repo);
+    ck_assert_int_eq(rmdir(sub), 0);
+    for (int i = 0; i < N; i++) {
+        snprintf(sub, sizeof sub, "%s/m%05d", repo, i);
+        ck_assert_int_eq(rmdir(sub), 0);
+    }
+    ck_assert_int_eq(rmdir(repo), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("model_repo");
@@ -184,6 +223,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_opendir);
     tcase_add_test(tc, test_names);
     tcase_add_test(tc, test_unreadable);
+    tcase_add_test(tc, test_many);
     suite_add_tcase(s, tc);
     return s;
 }
