@@ -23,22 +23,8 @@
 /* GET /v2/maps lists at most this many (newest); "count" gives them all. */
 #define MAPS_LIST_MAX 1024
 
-/* Fill r with a JSON error body; 0 or ATTN_ENOMEM. */
-static int reply_error(maps_reply *r, int status, const char *msg)
-{
-    json_t *o = json_pack("{s:s}", "error", msg);
-
-    r->status = status;
-    r->content_type = "application/json";
-    r->body = attn_json_dumps(o, JSON_COMPACT, r->json_mark);
-    json_decref(o);
-    if (!r->body)
-        return ATTN_ENOMEM;
-    r->len = strlen(r->body);
-    return 0;
-}
-
-/* Fill r with o dumped compactly (steals o); 0 or ATTN_ENOMEM. */
+/* Fill r with o dumped compactly (steals o), status 200; 0 or
+ * ATTN_ENOMEM. */
 static int reply_json(maps_reply *r, json_t *o)
 {
     r->status = 200;
@@ -49,6 +35,14 @@ static int reply_json(maps_reply *r, json_t *o)
         return ATTN_ENOMEM;
     r->len = strlen(r->body);
     return 0;
+}
+
+/* Fill r with a JSON error body; 0 or ATTN_ENOMEM. */
+static int reply_error(maps_reply *r, int status, const char *msg)
+{
+    int rc = reply_json(r, json_pack("{s:s}", "error", msg));
+    r->status = status;
+    return rc;
 }
 
 /* RFC 3339 UTC with milliseconds, e.g. 2026-11-29T08:10:00.123Z. */

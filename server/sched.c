@@ -297,6 +297,21 @@ static void decode_work(uv_work_t *w)
     decode_job(j);
 }
 
+/* enqueue: j at the end of its model's queue. Loop thread. */
+static void enqueue(srv_job *j)
+{
+    srv_entry *e = j->e;
+    j->state = J_QUEUED;
+    j->t_queued = srv_now_ns();
+    j->next = NULL;
+    if (e->qtail)
+        e->qtail->next = j;
+    else
+        e->qhead = j;
+    e->qtail = j;
+    e->q_seqs += j->prep.n;
+}
+
 /* decoded: loop thread. Answers a failed or abandoned request and ends
  * its job; otherwise appends it to the model's queue and pumps. */
 static void decoded(srv_job *j)
@@ -331,14 +346,7 @@ static void decoded(srv_job *j)
         srv__job_end(j);
         return;
     }
-    j->state = J_QUEUED;
-    j->t_queued = srv_now_ns();
-    if (e->qtail)
-        e->qtail->next = j;
-    else
-        e->qhead = j;
-    e->qtail = j;
-    e->q_seqs += j->prep.n;
+    enqueue(j);
     srv__pump(e);
 }
 
@@ -592,17 +600,8 @@ void srv_h_infer(srv_req *r)
  * be forming or finishing a batch). */
 void srv__sched_queue(srv_job *j)
 {
-    srv_entry *e = j->e;
-    j->state = J_QUEUED;
-    j->t_queued = srv_now_ns();
-    j->next = NULL;
-    if (e->qtail)
-        e->qtail->next = j;
-    else
-        e->qhead = j;
-    e->qtail = j;
-    e->q_seqs += j->prep.n;
-    srv__pump_soon(e);
+    enqueue(j);
+    srv__pump_soon(j->e);
 }
 
 /* srv__sched_fail: a sequence step that cannot run answers status now. */
