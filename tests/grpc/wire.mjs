@@ -1,6 +1,7 @@
-// wire.mjs - a protobuf and gRPC-message writer for the hand-built tests
-// (framing.test.mjs, guard.test.mjs), small and independent of protoc and
-// protobufjs: what the bytes are is spelled out here, not generated.
+// wire.mjs - a protobuf, gRPC-message and HTTP/2-frame writer for the
+// hand-built tests (framing.test.mjs, guard.test.mjs, the raw clients of
+// tests/server), small and independent of protoc and protobufjs: what the
+// bytes are is spelled out here, not generated.
 
 /** A base-128 varint of n (up to 2^64 - 1; negative numbers as uint64). */
 export const varint = (n) => {
@@ -27,6 +28,20 @@ export const frame = (msg, flag = 0) => {
   h.writeUInt32BE(msg.length, 1);
   return Buffer.concat([h, msg]);
 };
+
+/** h2frame(type, flags, stream, payload): one HTTP/2 frame, for the raw
+ * HTTP/2 clients (tests/server/drain_cut.test.mjs, drain_begun.test.mjs). */
+export function h2frame(type, flags, id, payload = Buffer.alloc(0)) {
+  const h = Buffer.alloc(9);
+  h.writeUIntBE(payload.length, 0, 3);
+  h[3] = type;
+  h[4] = flags;
+  h.writeUInt32BE(id, 5);
+  return Buffer.concat([h, payload]);
+}
+/** HPACK: a literal header, not indexed, no Huffman (names and values
+ * under 127 bytes). */
+export const lit = (n, v) => Buffer.concat([Buffer.from([0, n.length]), Buffer.from(n), Buffer.from([v.length]), Buffer.from(v)]);
 
 /** A message's fields as {number: [value, ...]}: a varint as a BigInt, a
  * length-delimited field as a Buffer (fixed32/64 as 4/8-byte Buffers). */

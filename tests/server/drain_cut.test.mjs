@@ -16,7 +16,7 @@ import { test } from 'node:test';
 import { SLOW, f32bytes, post, start } from './helper.mjs';
 import { TINY, TINY_CONFIG, body, slowFolder } from './repo_helper.mjs';
 import { INFER, grpcCall } from './soak_grpc.mjs';
-import { frame, ld, packedI64, str } from '../grpc/wire.mjs';
+import { frame, h2frame, ld, lit, packedI64, str } from '../grpc/wire.mjs';
 
 const LOAD = '/inference.GRPCInferenceService/RepositoryModelLoad';
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -96,19 +96,6 @@ test('gRPC: a load waiting for its turn answers UNAVAILABLE "not done" at the cu
   assert.deepEqual(await d.exit, { code: 0, sig: null }, d.log());
   await d.stop();
 });
-
-/** h2frame(type, flags, stream, payload): one HTTP/2 frame. */
-function h2frame(type, flags, id, payload = Buffer.alloc(0)) {
-  const h = Buffer.alloc(9);
-  h.writeUIntBE(payload.length, 0, 3);
-  h[3] = type;
-  h[4] = flags;
-  h.writeUInt32BE(id, 5);
-  return Buffer.concat([h, payload]);
-}
-/** HPACK: a literal header, not indexed, no Huffman (names and values
- * under 127 bytes). */
-const lit = (n, v) => Buffer.concat([Buffer.from([0, n.length]), Buffer.from(n), Buffer.from([v.length]), Buffer.from(v)]);
 
 /**
  * deaf(port, path, msg, window): a raw HTTP/2 client that sends one gRPC
