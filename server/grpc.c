@@ -278,7 +278,7 @@ void srv_grpc__pump(gcall *call)
         call->hhead = h->next;
         if (!call->hhead)
             call->htail = NULL;
-        srv_grpc__dispatch(call, h->msg, h->len, h->mem);
+        srv_grpc__dispatch(call, h->msg, h->len, h->mem, h->late);
         free(h);
     }
     while (call->shead && call->shead->done) {
@@ -315,7 +315,9 @@ void srv_grpc__pump(gcall *call)
         !call->ending) {
         if (call->half_closed)
             srv_grpc__call_end(call, GRPC_OK, NULL);
-        else if (s->draining)
+        else if (s->draining && !(call->hdr_got && !call->late))
+            /* nothing in flight, nor a message begun before the signal
+             * still coming (it is served first) */
             srv_grpc__call_end(call, GRPC_UNAVAILABLE,
                                "server: draining (shutting down); retry on "
                                "another replica");
@@ -396,8 +398,10 @@ static void slot_abandon(srv *s, gslot *sl)
     free(sl);
 }
 
-/* dispatch: one complete request message (msg malloc'd, taken). */
-void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem)
+/* dispatch: one complete request message (msg malloc'd, taken; late: it
+ * began after SIGTERM, so it is refused as new work is). */
+void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem,
+                        int late)
 {
     srv *s = call->c->g->s;
     gslot *sl = calloc(1, sizeof *sl);
@@ -420,7 +424,7 @@ void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem)
     r->s = s;
     r->mem = mem; /* the message's share of memory-budget goes with it */
     r->t0_ns = now;
-    r->late = s->draining; /* new work after SIGTERM is refused (sched.c) */
+    r->late = late; /* new work after SIGTERM is refused (sched.c) */
     r->method = SRV_POST;
     memcpy(r->method_name, "POST", 5);
     snprintf(r->path, sizeof r->path, "%s", call->path);

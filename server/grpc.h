@@ -27,7 +27,10 @@
  * the bound address. 0 or -1 with err (SRV_ERRMAX). Loop thread. */
 int srv_grpc_start(srv *s, char *err);
 /* srv_grpc_drain: SIGTERM: tell clients (GOAWAY notice) and refuse new
- * calls; calls in flight finish; idle streams end with UNAVAILABLE. */
+ * calls; calls begun (their HEADERS came before it) finish, their
+ * messages still coming included, and so do a stream's messages begun
+ * (their first byte came); a stream with none in flight ends with
+ * UNAVAILABLE. */
 void srv_grpc_drain(srv *s);
 /* srv_grpc_busy: a connection has a call open or bytes not yet written
  * (the drain waits for them: an answer made is an answer sent). */

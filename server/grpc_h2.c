@@ -109,6 +109,7 @@ static void begin(gcall *call)
         call->counted = 1;
         srv_guard_call_begin(&call->c->guard);
         call->t_msg_ns = srv_now_ns(); /* a unary call's message: from now */
+        call->late = s->draining; /* begun before the signal: served */
     }
     if (call->http_status) {
         srv_grpc__call_end(call, GRPC_INTERNAL, "content-type: expected application/grpc");
@@ -160,7 +161,7 @@ static void half_close(gcall *call)
             size_t mem = call->unary_mem;
             call->unary = NULL;
             call->unary_mem = 0;
-            srv_grpc__dispatch(call, m, call->unary_len, mem);
+            srv_grpc__dispatch(call, m, call->unary_len, mem, call->late);
         }
     }
     srv_grpc__schedule(call->c);
@@ -203,6 +204,7 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
             if (call->hdr_got == 0 && call->m->stream) { /* a message begins */
                 call->t_msg_ns = srv_now_ns();
                 call->msg_seen = 0;
+                call->late = s->draining;
             }
             if (take > len)
                 take = len;
@@ -294,13 +296,14 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
                     break;
                 }
                 hm->msg = m, hm->len = call->msg_len, hm->mem = mem;
+                hm->late = call->late;
                 if (call->htail)
                     call->htail->next = hm;
                 else
                     call->hhead = hm;
                 call->htail = hm;
             } else if (call->m->stream) {
-                srv_grpc__dispatch(call, m, call->msg_len, mem);
+                srv_grpc__dispatch(call, m, call->msg_len, mem, call->late);
             } else {
                 call->unary = m;
                 call->unary_len = call->msg_len;

@@ -33,6 +33,7 @@ typedef struct ghold {
     struct ghold *next;
     char *msg;
     size_t len, mem;
+    int late;       /* it began after SIGTERM (gcall.late) */
 } ghold;
 
 /* One request message and its answer. */
@@ -78,6 +79,10 @@ struct gcall {
     size_t unary_len;
     size_t msg_mem, unary_mem; /* their shares of memory-budget */
     int skipping;        /* a stream message refused unread: drop its bytes */
+    int late;            /* the message arriving began after SIGTERM, so
+                            its request is refused (r->late): a unary
+                            call's when its HEADERS did (REST: its head),
+                            a stream's each when its first byte did */
     int counted;         /* its HEADERS came: one of its connection's calls */
     uint64_t t_msg_ns;   /* a message is arriving since (min-body-rate) */
     size_t msg_seen;     /* bytes of it so far */
@@ -151,8 +156,10 @@ void srv_grpc__pump(gcall *call);
  * queued). Once. */
 void srv_grpc__call_end(gcall *call, int code, const char *msg);
 /* grpc.c: one complete request message of a call (msg malloc'd, taken,
- * mem bytes of the budget) becomes a slot: an srv_req for the method. */
-void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem);
+ * mem bytes of the budget; late: it began after SIGTERM) becomes a slot:
+ * an srv_req for the method. */
+void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem,
+                        int late);
 /* grpc.c: a stream request answered with an error before it became an
  * srv_req (its bytes were refused); it keeps its place in the order. */
 void srv_grpc__slot_error(gcall *call, int code, const char *msg);

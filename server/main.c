@@ -4,9 +4,11 @@
  * SIGTERM/SIGINT/SIGHUP (a terminal that closed under a foreground attnd:
  * its default would end attnd at once, answers in flight lost): ready turns
  * 503 and new infer requests get 503 (the listener stays open so probes see
- * it; a request whose head came before the signal is still served,
- * r->late), queued work runs at once, and when nothing is in flight any
- * more every connection is closed and attnd exits 0.
+ * it; a request begun before the signal is still served, r->late: a REST
+ * request whose head came, a gRPC call whose HEADERS came, a stream's
+ * message whose first byte came), queued work runs at once, and when
+ * nothing is in flight any more every connection is closed and attnd
+ * exits 0.
  *
  * A second signal cuts the drain short, as drain-ms passing does
  * (on_drain_timeout): what is still queued, or waits for its model's
@@ -17,11 +19,10 @@
  * gets its final GOAWAY first, srv_grpc_finish); what a client has not
  * read by then is cut, and logged. Nothing new starts after the cut (a
  * request begun before the signal whose body ends after it gets 503).
- * The two doors differ: a REST request whose body is still coming at the
- * stop is closed without an answer (libmicrohttpd's stop shuts every
- * connection down), where a gRPC call whose message is not whole gets
- * UNAVAILABLE; and a gRPC call counts as begun (r->late) when its message
- * is whole, a REST request when its head has come.
+ * The two doors differ in one thing: a REST request whose body is still
+ * coming at the stop is closed without an answer (libmicrohttpd's stop
+ * shuts every connection down), where a gRPC call whose message is not
+ * whole gets UNAVAILABLE.
  *
  * SIGHUP ignored when attnd starts (nohup) stays ignored.
  *

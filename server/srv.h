@@ -235,7 +235,9 @@ struct srv_req {
     size_t expect;         /* Content-Length, 0 = unknown */
     int no_mem;            /* memory-budget ran out while buffering */
     int dispatched;        /* the body is complete: handler or answer */
-    int late;              /* its head came after SIGTERM (draining) */
+    int late;              /* it began after SIGTERM (draining): its head
+                              came after it (gRPC: its call's HEADERS, a
+                              stream message's first byte) */
     int suspended;
     int queued;            /* response handed to MHD */
     int changed;           /* its success changed the server's state (a
