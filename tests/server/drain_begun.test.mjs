@@ -5,15 +5,18 @@
 // answers UNAVAILABLE. On a stream each message is a request: one whose
 // first byte came before the signal is served, one begun after it answers
 // UNAVAILABLE in its place, and the stream ends UNAVAILABLE once nothing
-// begun before the signal is left. (The drain cut short: drain_cut.test.mjs.)
+// begun before the signal is left. Once the drain is cut short nothing
+// new starts, a call begun before the signal neither (the rest of the
+// cut: drain_cut.test.mjs).
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import http2 from 'node:http2';
 import net from 'node:net';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { SLOW, f32bytes, start } from './helper.mjs';
-import { TINY, TINY_CONFIG } from './repo_helper.mjs';
+import { TINY, TINY_CONFIG, slowFolder } from './repo_helper.mjs';
 import { INFER, grpcCall } from './soak_grpc.mjs';
 import { SEED_OUT, fields, frame, h2frame, ld, lit, packedI64, seedMsg, str } from '../grpc/wire.mjs';
 
@@ -235,5 +238,44 @@ test('gRPC: a stream\'s messages whole before SIGTERM but held (queue-size of it
     assert.deepEqual(Array.from(new Float32Array(new Uint8Array(fields(g[2][0])[6][0]).buffer)), SEED_OUT);
   }
   assert.deepEqual(await d.exit, { code: 0, sig: null }, d.log());
+  await d.stop();
+});
+
+test('gRPC: a call begun before SIGTERM whose message ends after the cut answers UNAVAILABLE and starts nothing, an upload neither', async (t) => {
+  // a load held running keeps the stop waiting meanwhile (as REST's test
+  // in drain_cut.test.mjs)
+  const top = mkdtempSync(join(tmpdir(), 'attnd-begun-'));
+  t.after(() => rmSync(top, { recursive: true, force: true }));
+  const dir = join(top, 'models');
+  cpSync(join(TINY, '..'), dir, { recursive: true });
+  const d = await start({ t, dir, grpc: true, args: ['--threads', '2'] });
+  const slow = slowFolder(dir, 'slow');
+  t.after(() => slow.release());
+  const s = session(t, d);
+  const l = open(s, LOAD);
+  l.end(frame(str(2, 'slow')));
+  await slow.reading();
+  const inf = frame(sdpa(8, 4)), up = frame(upload('up'));
+  const a = open(s, INFER), b = open(s, LOAD);
+  const u = await metric(d, 'attnd_memory_budget_used_bytes', () => true);
+  a.send(inf.subarray(0, inf.length >> 1));
+  b.send(up.subarray(0, up.length >> 1));
+  const n = u + inf.length - 4 + up.length - 4; // both reserved: their prefixes read
+  assert.equal(await used(d, n), n);
+  await sigterm(d);
+  d.proc.kill('SIGTERM');
+  assert.match(await d.logged(/drain timeout/), /drain timeout/);
+  a.end(inf.subarray(inf.length >> 1));
+  b.end(up.subarray(up.length >> 1));
+  // whole, and refused by its handler (sched.c, registry_queue.c), not
+  // ended unwhole at the stop
+  const ra = await a.answer, rb = await b.answer;
+  assert.deepEqual([ra.grpcStatus, ra.message], [14, 'server: draining (shutting down); retry on another replica']);
+  assert.deepEqual([rb.grpcStatus, rb.message], [14, 'server: draining (shutting down)']);
+  slow.settle();
+  assert.ok(slow.release());
+  assert.equal((await l.answer).grpcStatus, 0);
+  assert.deepEqual(await d.exit, { code: 0, sig: null }, d.log());
+  assert.doesNotMatch(d.log(), /model 'up'/, 'the upload did not start a load');
   await d.stop();
 });
