@@ -32,7 +32,7 @@ import http2 from 'node:http2';
 import net from 'node:net';
 import { mulberry32, sanitizerReport, start } from '../server/helper.mjs';
 import { D, gqaModels } from '../server/seq_helper.mjs';
-import { SEED_OUT, firstRawOutput, frame as grpcMsg, ld, packedI64, seedMsg, str, varint } from './wire.mjs';
+import { SEED_OUT, firstRawOutput, frame as grpcMsg, h2frame, ld, lit as hpackLit, packedI64, seedMsg, str, varint } from './wire.mjs';
 
 const env = process.env;
 const SEED = Number(env.ATTND_FUZZ_SEED || Date.now() % 1e9);
@@ -94,26 +94,7 @@ function mutateMsg(m) {
 // ---- HTTP/2 frames (RFC 9113) and HPACK literals (RFC 7541, no Huffman) ------
 const DATA = 0, HEADERS = 1, PRIORITY = 2, RST = 3, SETTINGS = 4, PUSH = 5, PING = 6, GOAWAY = 7, WINDOW = 8, CONT = 9;
 const END_STREAM = 1, END_HEADERS = 4, PADDED = 8, PRIO = 0x20;
-function h2frame(type, flags, id, payload = Buffer.alloc(0)) {
-  const h = Buffer.alloc(9);
-  h.writeUIntBE(payload.length, 0, 3);
-  h[3] = type;
-  h[4] = flags;
-  h.writeUInt32BE(id >>> 0, 5);
-  return Buffer.concat([h, payload]);
-}
 const u32 = (n) => { const b = Buffer.alloc(4); b.writeUInt32BE(n >>> 0); return b; };
-function hpackInt(n, prefixBits, first) {
-  const max = (1 << prefixBits) - 1;
-  if (n < max) return [first | n];
-  const b = [first | max];
-  for (n -= max; n >= 128; n = Math.floor(n / 128)) b.push((n % 128) | 128);
-  b.push(n);
-  return b;
-}
-// a literal header field without indexing, new name
-const hpackLit = (k, v) => Buffer.concat([Buffer.from([0]), Buffer.from(hpackInt(Buffer.byteLength(k), 7, 0)), Buffer.from(k),
-  Buffer.from(hpackInt(Buffer.byteLength(v), 7, 0)), Buffer.from(v)]);
 const settings = (pairs) => h2frame(SETTINGS, 0, 0, Buffer.concat(pairs.map(([k, v]) => { const b = Buffer.alloc(6); b.writeUInt16BE(k); b.writeUInt32BE(v >>> 0, 2); return b; })));
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
 

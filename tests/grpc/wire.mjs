@@ -29,19 +29,31 @@ export const frame = (msg, flag = 0) => {
   return Buffer.concat([h, msg]);
 };
 
-/** h2frame(type, flags, stream, payload): one HTTP/2 frame, for the raw
- * HTTP/2 clients (tests/server/drain_cut.test.mjs, drain_begun.test.mjs). */
+/** h2frame(type, flags, stream, payload): one HTTP/2 frame (RFC 9113),
+ * for the raw HTTP/2 clients (tests/server/drain_cut.test.mjs,
+ * drain_begun.test.mjs, fuzz_grpc.mjs: its stream id as 32 bits, the
+ * reserved one too). */
 export function h2frame(type, flags, id, payload = Buffer.alloc(0)) {
   const h = Buffer.alloc(9);
   h.writeUIntBE(payload.length, 0, 3);
   h[3] = type;
   h[4] = flags;
-  h.writeUInt32BE(id, 5);
+  h.writeUInt32BE(id >>> 0, 5);
   return Buffer.concat([h, payload]);
 }
-/** HPACK: a literal header, not indexed, no Huffman (names and values
- * under 127 bytes). */
-export const lit = (n, v) => Buffer.concat([Buffer.from([0, n.length]), Buffer.from(n), Buffer.from([v.length]), Buffer.from(v)]);
+/** hpackInt(n, prefixBits, first): an HPACK integer (RFC 7541 5.1), its
+ * first byte's high bits from first. */
+function hpackInt(n, prefixBits, first) {
+  const max = (1 << prefixBits) - 1;
+  if (n < max) return [first | n];
+  const b = [first | max];
+  for (n -= max; n >= 128; n = Math.floor(n / 128)) b.push((n % 128) | 128);
+  b.push(n);
+  return b;
+}
+/** HPACK: a literal header field without indexing, new name, no Huffman. */
+export const lit = (k, v) => Buffer.concat([Buffer.from([0]), Buffer.from(hpackInt(Buffer.byteLength(k), 7, 0)), Buffer.from(k),
+  Buffer.from(hpackInt(Buffer.byteLength(v), 7, 0)), Buffer.from(v)]);
 
 /** A message's fields as {number: [value, ...]}: a varint as a BigInt, a
  * length-delimited field as a Buffer (fixed32/64 as 4/8-byte Buffers). */
