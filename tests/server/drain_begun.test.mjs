@@ -9,28 +9,20 @@
 // new starts, a call begun before the signal neither (the rest of the
 // cut: drain_cut.test.mjs).
 import assert from 'node:assert/strict';
-import { cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import http2 from 'node:http2';
+import { readFileSync } from 'node:fs';
 import net from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { SLOW, f32bytes, start } from './helper.mjs';
-import { TINY, TINY_CONFIG, slowFolder } from './repo_helper.mjs';
-import { INFER, grpcCall } from './soak_grpc.mjs';
+import { TINY, TINY_CONFIG, fixtureRepo, slowFolder } from './repo_helper.mjs';
+import { INFER, grpcCall, grpcSession } from './soak_grpc.mjs';
 import { SEED_OUT, fields, frame, h2frame, ld, lit, packedI64, seedMsg, str } from '../grpc/wire.mjs';
 
 const LOAD = '/inference.GRPCInferenceService/RepositoryModelLoad';
 const STREAM = '/inference.GRPCInferenceService/ModelStreamInfer';
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-/** session(t, d): an HTTP/2 connection to d's gRPC port. */
-function session(t, d) {
-  const s = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
-  s.on('error', () => {}); // the server's close at its exit
-  t.after(() => s.destroy());
-  return s;
-}
+const session = grpcSession;
 
 /** metric(d, name, ok): the value of /metrics' line name (a series, its
  * labels included) once ok(value), or what it is after 5 s. */
@@ -244,10 +236,7 @@ test('gRPC: a stream\'s messages whole before SIGTERM but held (queue-size of it
 test('gRPC: a call begun before SIGTERM whose message ends after the cut answers UNAVAILABLE and starts nothing, an upload neither', async (t) => {
   // a load held running keeps the stop waiting meanwhile (as REST's test
   // in drain_cut.test.mjs)
-  const top = mkdtempSync(join(tmpdir(), 'attnd-begun-'));
-  t.after(() => rmSync(top, { recursive: true, force: true }));
-  const dir = join(top, 'models');
-  cpSync(join(TINY, '..'), dir, { recursive: true });
+  const dir = fixtureRepo(t, 'begun');
   const d = await start({ t, dir, grpc: true, args: ['--threads', '2'] });
   const slow = slowFolder(dir, 'slow');
   t.after(() => slow.release());

@@ -7,15 +7,13 @@
 // hold the exit past the flush.
 // Loads are held half-way with a FIFO config.json (repo_helper.mjs).
 import assert from 'node:assert/strict';
-import { cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import http2 from 'node:http2';
+import { readFileSync } from 'node:fs';
 import net from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { SLOW, f32bytes, post, start } from './helper.mjs';
-import { TINY, TINY_CONFIG, body, slowFolder } from './repo_helper.mjs';
-import { INFER, grpcCall } from './soak_grpc.mjs';
+import { TINY, TINY_CONFIG, body, fixtureRepo, slowFolder, tracked } from './repo_helper.mjs';
+import { INFER, grpcCall, grpcSession } from './soak_grpc.mjs';
 import { frame, h2frame, ld, lit, packedI64, str } from '../grpc/wire.mjs';
 
 const LOAD = '/inference.GRPCInferenceService/RepositoryModelLoad';
@@ -24,29 +22,9 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 // get after it, in a sanitized build too (not scaled by SLOW)
 const PAUSE_MS = 200;
 
-/** repo(t): a fresh models folder holding the fixtures (tiny). */
-function repo(t) {
-  const top = mkdtempSync(join(tmpdir(), 'attnd-cut-'));
-  t.after(() => rmSync(top, { recursive: true, force: true }));
-  const dir = join(top, 'models');
-  cpSync(join(TINY, '..'), dir, { recursive: true });
-  return dir;
-}
+const repo = (t) => fixtureRepo(t, 'cut');
 
-/** tracked(p): {p, done}: done turns true once p has settled. */
-function tracked(p) {
-  const o = { done: false };
-  o.p = p.finally(() => { o.done = true; });
-  return o;
-}
-
-/** session(t, d): an HTTP/2 connection to d's gRPC port. */
-function session(t, d) {
-  const s = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
-  s.on('error', () => {}); // the server's close at its exit
-  t.after(() => s.destroy());
-  return s;
-}
+const session = grpcSession;
 
 /** cut(d): SIGTERM, then a second one once the drain has begun. */
 async function cut(d) {

@@ -24,6 +24,32 @@ export const D16_ST = (() => {
 export const body = (config, st) => ({ parameters: { config, 'file:model.safetensors': st.toString('base64') } });
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+/** scratch(t, name): a fresh folder (attnd-<name>-...), removed after the
+ * test, even one a failed test left locked. */
+export function scratch(t, name = 'repo') {
+  const dir = mkdtempSync(join(tmpdir(), `attnd-${name}-`));
+  t.after(() => {
+    spawnSync('chmod', ['-R', 'u+rwx', dir]);
+    rmSync(dir, { recursive: true, force: true });
+  });
+  return dir;
+}
+
+/** fixtureRepo(t, name): a models folder holding the fixtures (tiny), in
+ * a scratch folder. */
+export function fixtureRepo(t, name) {
+  const dir = join(scratch(t, name), 'models');
+  cpSync(join(TINY, '..'), dir, { recursive: true });
+  return dir;
+}
+
+/** tracked(p): {p, done}: done turns true once p has settled. */
+export function tracked(p) {
+  const o = { done: false };
+  o.p = p.finally(() => { o.done = true; });
+  return o;
+}
+
 /**
  * slowFolder(dir, name): a model folder whose config.json is a FIFO, so
  * that a load of it stays in progress (its pool thread blocked reading the

@@ -6,12 +6,11 @@
 // the index and loads answer naming the cause.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { chmodSync, cpSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { ATTND, REFS, fp32, infer, maxDiff, post, start } from './helper.mjs';
-import { TINY, TINY_CONFIG, slowFolder } from './repo_helper.mjs';
+import { TINY, TINY_CONFIG, scratch, slowFolder } from './repo_helper.mjs';
 
 const upload = () => ({
   parameters: {
@@ -34,15 +33,6 @@ const unload = (d, m) => post(`${d.url}/v2/repository/models/${m}/unload`, '');
 const status = async (url) => (await fetch(url)).status;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-/** scratch(t): a fresh folder, removed after the test. */
-function scratch(t) {
-  const dir = mkdtempSync(join(tmpdir(), 'attnd-repo-'));
-  t.after(() => {
-    spawnSync('chmod', ['-R', 'u+rwx', dir]); // a test that failed with a folder locked
-    rmSync(dir, { recursive: true, force: true });
-  });
-  return dir;
-}
 
 test('a --models folder that does not exist: attnd says so and serves sdpa; a load names the repository; an upload creates it', async (t) => {
   const repo = join(scratch(t), 'absent');

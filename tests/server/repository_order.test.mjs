@@ -7,15 +7,13 @@
 // upload, just before its publish); the log line of each call that waits
 // tells the test it has arrived.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http2 from 'node:http2';
 import { connect } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { REFS, SLOW, fp32, infer, post, start } from './helper.mjs';
-import { D16_CONFIG, D16_ST, TINY, TINY_CONFIG, body, faulty, slowFolder } from './repo_helper.mjs';
+import { D16_CONFIG, D16_ST, TINY, TINY_CONFIG, body, faulty, fixtureRepo, slowFolder, tracked } from './repo_helper.mjs';
 import { grpcCall } from './soak_grpc.mjs';
 import { str } from '../grpc/wire.mjs';
 
@@ -27,26 +25,7 @@ const load = (d, m, b = '') => post(`${d.url}/v2/repository/models/${m}/load`, b
 const unload = (d, m) => post(`${d.url}/v2/repository/models/${m}/unload`, '');
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-/** scratch(t): a fresh folder, removed after the test. */
-function scratch(t) {
-  const dir = mkdtempSync(join(tmpdir(), 'attnd-order-'));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
-
-/** repo(t): a models folder holding the fixtures (tiny). */
-function repo(t) {
-  const dir = join(scratch(t), 'models');
-  cpSync(join(TINY, '..'), dir, { recursive: true });
-  return dir;
-}
-
-/** tracked(p): {p, done}: done turns true once p has settled. */
-function tracked(p) {
-  const o = { done: false };
-  o.p = p.finally(() => { o.done = true; });
-  return o;
-}
+const repo = (t) => fixtureRepo(t, 'order');
 
 /** logged(d, re, n): the log once it holds n lines matching re (re has
  * no g flag); fails naming re when it does not within 5 s (x SLOW). */

@@ -26,6 +26,14 @@ export function pbAnswer(msg) {
   }
   return out;
 }
+/** grpcSession(t, d): an HTTP/2 connection to d's gRPC port, destroyed
+ * after the test t; the server's close at its exit is not an error. */
+export function grpcSession(t, d) {
+  const s = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
+  s.on('error', () => {});
+  t.after(() => s.destroy());
+  return s;
+}
 const GRPC_STATUS = { 0: 200, 3: 400, 4: 504, 5: 404, 8: 413, 9: 409, 14: 503, 16: 401 };
 
 /** One gRPC call on session: messages written, then the stream's answers.
