@@ -27,6 +27,19 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 const repo = (t) => fixtureRepo(t, 'order');
 
+/** held(t, args): attnd (two pool threads, then args) on a fixtures
+ * repository with a slowFolder 'slow' whose load l runs, held reading its
+ * config until slow.release(): {dir, d, slow, l}. */
+async function held(t, args = []) {
+  const dir = repo(t);
+  const d = await start({ t, dir, args: ['--threads', '2', ...args] });
+  const slow = slowFolder(dir, 'slow');
+  t.after(() => slow.release());
+  const l = tracked(load(d, 'slow'));
+  await slow.reading();
+  return { dir, d, slow, l };
+}
+
 /** logged(d, re, n): the log once it holds n lines matching re (re has
  * no g flag); fails naming re when it does not within 5 s (x SLOW). */
 async function logged(d, re, n = 1) {
@@ -143,12 +156,7 @@ test('an unload that comes while a model loads at start waits for that load: the
 });
 
 test('load, load, unload sent while the first load runs: each waits its turn, and the model ends unloaded', async (t) => {
-  const dir = repo(t);
-  const d = await start({ t, dir, args: ['--threads', '2'] });
-  const slow = slowFolder(dir, 'slow');
-  t.after(() => slow.release());
-  const l1 = tracked(load(d, 'slow'));
-  await slow.reading();
+  const { dir, d, slow, l: l1 } = await held(t);
   const l2 = tracked(load(d, 'slow'));
   await waits(d, 'slow', 'load', 1);
   const u = tracked(unload(d, 'slow'));
@@ -234,12 +242,7 @@ test('upload A held before its publish, an unload, then upload B: B runs last, a
 });
 
 test('calls for other models do not wait for a model\'s load', async (t) => {
-  const dir = repo(t);
-  const d = await start({ t, dir, args: ['--threads', '2'] });
-  const slow = slowFolder(dir, 'slow');
-  t.after(() => slow.release());
-  const l = tracked(load(d, 'slow'));
-  await slow.reading();
+  const { dir, d, slow, l } = await held(t);
   assert.equal((await unload(d, 'tiny')).status, 200);
   assert.equal((await load(d, 'tiny')).status, 200);
   const up = await load(d, 'up1', body(TINY_CONFIG, TINY_ST));
@@ -255,12 +258,7 @@ test('calls for other models do not wait for a model\'s load', async (t) => {
 });
 
 test('at most repository-waiters calls wait for one model: the next answers 503 saying so; the others run', async (t) => {
-  const dir = repo(t);
-  const d = await start({ t, dir, args: ['--threads', '2', '--repository-waiters', '2'] });
-  const slow = slowFolder(dir, 'slow');
-  t.after(() => slow.release());
-  const l = tracked(load(d, 'slow'));
-  await slow.reading();
+  const { dir, d, slow, l } = await held(t, ['--repository-waiters', '2']);
   const w1 = tracked(load(d, 'slow'));
   await waits(d, 'slow', 'load', 1);
   const w2 = tracked(unload(d, 'slow'));
@@ -319,12 +317,7 @@ test('SIGTERM: the calls that wait still run in their turn; past drain-ms they a
 });
 
 test('an unload whose client goes while it waits is still carried out in its turn', async (t) => {
-  const dir = repo(t);
-  const d = await start({ t, dir, args: ['--threads', '2'] });
-  const slow = slowFolder(dir, 'slow');
-  t.after(() => slow.release());
-  const l = tracked(load(d, 'slow'));
-  await slow.reading();
+  const { dir, d, slow, l } = await held(t);
   const sock = connect(d.port, '127.0.0.1');
   await new Promise((res) => sock.on('connect', res));
   sock.write('POST /v2/repository/models/slow/unload HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n');
@@ -371,12 +364,7 @@ test('gRPC: RepositoryModelUnload waits its turn as REST\'s unload does; a call 
 test('twenty identical loads while one runs: the first waits its turn, the others join it; none answers 503, and the folder is read twice, not twenty-one times', async (t) => {
   // review: a client retrying a slow load filled the 16 places with the
   // same load, got 503, and each was run again, one after another
-  const dir = repo(t);
-  const d = await start({ t, dir, args: ['--threads', '2'] });
-  const slow = slowFolder(dir, 'slow');
-  t.after(() => slow.release());
-  const l = tracked(load(d, 'slow'));
-  await slow.reading();
+  const { dir, d, slow, l } = await held(t);
   // the same as the load that runs: it waits (that one may have read the
   // folder before a change), and does not join it
   const calls = [tracked(load(d, 'slow'))];
@@ -402,12 +390,7 @@ test('twenty identical loads while one runs: the first waits its turn, the other
 });
 
 test('calls that differ do not join: load, unload, load, a load with other parameters, uploads each wait their turn; an unload the same as the one before it, and the same parameters spaced otherwise, join', async (t) => {
-  const dir = repo(t);
-  const d = await start({ t, dir, args: ['--threads', '2'] });
-  const slow = slowFolder(dir, 'slow');
-  t.after(() => slow.release());
-  const l0 = tracked(load(d, 'slow'));
-  await slow.reading();
+  const { dir, d, slow, l: l0 } = await held(t);
   const l1 = tracked(load(d, 'slow'));
   await waits(d, 'slow', 'load', 1);
   const u1 = tracked(unload(d, 'slow'));
