@@ -18,7 +18,8 @@
  * (gRPC: open calls with no answer end UNAVAILABLE and each connection
  * gets its final GOAWAY first, srv_grpc_finish); what a client has not
  * read by then is cut, and logged. Nothing new starts after the cut (a
- * request begun before the signal whose body ends after it gets 503).
+ * request begun before the signal whose body ends after it gets 503, as
+ * does an index that would read the folder on the pool).
  * The two doors differ in one thing: a REST request whose body is still
  * coming at the stop is closed without an answer (libmicrohttpd's stop
  * shuts every connection down), where a gRPC call whose message is not

@@ -486,7 +486,8 @@ static void index_done(uv_work_t *w, int status)
 
 /* POST /v2/repository/index: loaded models plus the repository's other
  * folders (read on the pool: the folder may be on a slow volume);
- * {"ready": true} lists only the ready ones, at once. */
+ * {"ready": true} lists only the ready ones, at once. Once the drain is
+ * cut short the folder is not read: 503. */
 void srv_h_index(srv_req *r)
 {
     json_t *req, *v;
@@ -517,6 +518,12 @@ void srv_h_index(srv_req *r)
     }
     if (only_ready) {
         index_answer(r, 1, NULL, 0);
+        return;
+    }
+    /* after the drain is cut short nothing new runs on the pool (the stop
+     * would wait for the listing) */
+    if (r->s->drain_expired) {
+        srv_respond_error(r, 503, "server: draining (shutting down)");
         return;
     }
     ij = calloc(1, sizeof *ij);

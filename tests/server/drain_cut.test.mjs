@@ -17,6 +17,7 @@ import { INFER, grpcCall, grpcSession } from './soak_grpc.mjs';
 import { frame, h2frame, ld, lit, packedI64, str } from '../grpc/wire.mjs';
 
 const LOAD = '/inference.GRPCInferenceService/RepositoryModelLoad';
+const INDEX = '/inference.GRPCInferenceService/RepositoryIndex';
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 // a slow reader's pause across the cut: well inside the 1 s the answers
 // get after it, in a sanitized build too (not scaled by SLOW)
@@ -71,6 +72,36 @@ test('gRPC: a load waiting for its turn answers UNAVAILABLE "not done" at the cu
   slow.settle();
   assert.ok(slow.release());
   assert.equal((await l.p).grpcStatus, 0, JSON.stringify(await l.p));
+  assert.deepEqual(await d.exit, { code: 0, sig: null }, d.log());
+  await d.stop();
+});
+
+test('an index asked after the cut answers 503 / UNAVAILABLE: it lists no folder on the pool for the stop to wait for; {"ready": true} is still answered', async (t) => {
+  // review: the index was the one request that still started pool work
+  // after the cut (parked by srv_suspend, so the stop waited for it; a
+  // gRPC one too since gRPC requests count in n_suspended): a client
+  // polling it held the stop, and a slow repository volume for as long
+  // as each listing took. A held load keeps the stop waiting meanwhile.
+  const dir = repo(t);
+  const d = await start({ t, dir, grpc: true, args: ['--threads', '2'] });
+  const slow = slowFolder(dir, 'slow');
+  t.after(() => slow.release());
+  const l = tracked(post(`${d.url}/v2/repository/models/slow/load`, ''));
+  await slow.reading();
+  await cut(d);
+  const r = await post(`${d.url}/v2/repository/index`, '');
+  assert.equal(r.status, 503, JSON.stringify(r.json));
+  assert.equal(r.json.error, 'server: draining (shutting down)');
+  const g = await grpcCall(session(t, d), INDEX, [Buffer.alloc(0)]);
+  assert.equal(g.grpcStatus, 14, JSON.stringify(g));
+  assert.equal(g.message, 'server: draining (shutting down)');
+  // the loaded models alone, from memory at once: nothing to wait for
+  const ready = await post(`${d.url}/v2/repository/index`, '{"ready": true}');
+  assert.equal(ready.status, 200, JSON.stringify(ready.json));
+  assert.equal(l.done, false);
+  slow.settle();
+  assert.ok(slow.release());
+  assert.equal((await l.p).status, 200);
   assert.deepEqual(await d.exit, { code: 0, sig: null }, d.log());
   await d.stop();
 });
