@@ -225,8 +225,8 @@ static void on_stop_timer(uv_timer_t *t)
             if (!s->flush_expired)
                 return;
             srv_log(s, "warn", "stop: %d ms after the drain was cut short and "
-                    "its work ended, answers are still unsent (clients that do "
-                    "not read them); cut: gRPC %d call%s and %zu byte%s on %d "
+                    "its work ended, answers are still unsent (their clients "
+                    "read too slowly or not at all); cut: gRPC %d call%s and %zu byte%s on %d "
                     "connection%s, REST %d request%s", STOP_FLUSH_MS, calls,
                     calls == 1 ? "" : "s", bytes, bytes == 1 ? "" : "s", conns,
                     conns == 1 ? "" : "s", s->n_answered,

@@ -178,7 +178,7 @@ test('gRPC and REST: clients that read nothing of their answers hold the exit no
   const took = Date.now() - t0;
   assert.deepEqual(e, { code: 0, sig: null }, `no exit within 5 s of the cut:\n${d.log()}`);
   assert.ok(took >= 900 && took < 3000 * SLOW, `exit ${took} ms after the cut`);
-  assert.match(d.log(), /stop: 1000 ms after the drain was cut short and its work ended, answers are still unsent \(clients that do not read them\); cut: gRPC 2 calls and \d+ bytes on 2 connections, REST 1 request\n/);
+  assert.match(d.log(), /stop: 1000 ms after the drain was cut short and its work ended, answers are still unsent \(their clients read too slowly or not at all\); cut: gRPC 2 calls and \d+ bytes on 2 connections, REST 1 request\n/);
   await d.stop();
 });
 
