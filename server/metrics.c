@@ -200,7 +200,7 @@ void srv_h_metrics(srv_req *r)
                 "# TYPE attnd_repository_calls_waiting gauge\n");
     for (e = s->models; e; e = e->next)
         bprintf(&b, "attnd_repository_calls_waiting{model=\"%s\",version=\"1\"} "
-                    "%d\n", e->name, e->n_turns + e->n_joined);
+                    "%d\n", e->name, srv_registry_waiting(e));
     bprintf(&b, "# HELP attnd_http_responses_total HTTP answers by status code.\n"
                 "# TYPE attnd_http_responses_total counter\n");
     for (i = 100; i < 600; i++)

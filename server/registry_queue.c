@@ -145,7 +145,6 @@ static int join_tail(srv_req *r, srv_entry *e, int unload)
     r->turn_next = t->joined; /* they are answered together: any order */
     t->joined = r;
     t->n_joined++;
-    e->n_joined++;
     srv_log(r->s, "info", "model '%s': %s joins the identical one waiting "
             "(its %d%s caller)", e->name, unload ? "unload" : "load",
             t->n_joined + 1, ordinal(t->n_joined + 1));
@@ -226,8 +225,16 @@ static srv_req *pop_turn(srv_entry *e)
         e->turn_tail = NULL;
     r->turn_next = NULL;
     e->n_turns--;
-    e->n_joined -= r->n_joined; /* they run with it */
     return r;
+}
+
+int srv_registry_waiting(const srv_entry *e)
+{
+    const srv_req *r;
+    int n = 0;
+    for (r = e->turn_head; r; r = r->turn_next)
+        n += 1 + r->n_joined;
+    return n;
 }
 
 void srv_registry__next_turn(srv_entry *e)

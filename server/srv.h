@@ -140,9 +140,9 @@ struct srv_entry {
      * runs; the calls that came meanwhile wait (suspended), oldest first */
     int busy;
     srv_req *turn_head, *turn_tail;
-    int n_turns;    /* calls waiting (at most repository-waiters) */
-    int n_joined;   /* calls that joined one of them, identical to it (not
-                       counted in n_turns) */
+    int n_turns;    /* calls waiting (at most repository-waiters); those
+                       that joined one of them are not counted
+                       (srv_registry_waiting counts them all) */
     int ever;       /* it has had an instance */
     int closing;    /* handles still closing, once dropped (registry.c) */
     char reason[ATTN_ERRMAX];
@@ -569,6 +569,9 @@ void srv_h_unload(srv_req *r);
  * still waiting for their turn, and those that joined them, answer 503,
  * not carried out. */
 void srv_registry_expire(srv *s);
+/* srv_registry_waiting: e's repository calls waiting for its turn, those
+ * that joined one of them included (the metrics' gauge). */
+int srv_registry_waiting(const srv_entry *e);
 
 /* sched.c */
 int srv_sched_entry_init(srv_entry *e); /* its batch timer; -1 on failure */
