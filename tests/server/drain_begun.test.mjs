@@ -14,7 +14,7 @@ import net from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { SLOW, f32bytes, start } from './helper.mjs';
-import { TINY, TINY_CONFIG, fixtureRepo, slowFolder } from './repo_helper.mjs';
+import { TINY, TINY_CONFIG, slowStart } from './repo_helper.mjs';
 import { INFER, grpcCall, grpcSession } from './soak_grpc.mjs';
 import { SEED_OUT, fields, frame, h2frame, ld, lit, packedI64, seedMsg, str } from '../grpc/wire.mjs';
 
@@ -236,10 +236,7 @@ test('gRPC: a stream\'s messages whole before SIGTERM but held (queue-size of it
 test('gRPC: a call begun before SIGTERM whose message ends after the cut answers UNAVAILABLE and starts nothing, an upload neither', async (t) => {
   // a load held running keeps the stop waiting meanwhile (as REST's test
   // in drain_cut.test.mjs)
-  const dir = fixtureRepo(t, 'begun');
-  const d = await start({ t, dir, grpc: true, args: ['--threads', '2'] });
-  const slow = slowFolder(dir, 'slow');
-  t.after(() => slow.release());
+  const { d, slow } = await slowStart(t, 'begun', { grpc: true });
   const s = session(t, d);
   const l = open(s, LOAD);
   l.end(frame(str(2, 'slow')));

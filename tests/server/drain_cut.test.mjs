@@ -12,7 +12,7 @@ import net from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { SLOW, f32bytes, post, start } from './helper.mjs';
-import { TINY, TINY_CONFIG, body, fixtureRepo, slowFolder, tracked } from './repo_helper.mjs';
+import { TINY, TINY_CONFIG, body, slowStart, tracked } from './repo_helper.mjs';
 import { INFER, grpcCall, grpcSession } from './soak_grpc.mjs';
 import { frame, h2frame, ld, lit, packedI64, str } from '../grpc/wire.mjs';
 
@@ -22,8 +22,6 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 // a slow reader's pause across the cut: well inside the 1 s the answers
 // get after it, in a sanitized build too (not scaled by SLOW)
 const PAUSE_MS = 200;
-
-const repo = (t) => fixtureRepo(t, 'cut');
 
 const session = grpcSession;
 
@@ -36,10 +34,7 @@ async function cut(d) {
 }
 
 test('gRPC: a load running when the drain is cut short holds the stop, and its call answers OK when it ends; exit 0', async (t) => {
-  const dir = repo(t);
-  const d = await start({ t, dir, grpc: true, args: ['--threads', '2'] });
-  const slow = slowFolder(dir, 'slow');
-  t.after(() => slow.release());
+  const { d, slow } = await slowStart(t, 'cut', { grpc: true });
   const l = tracked(grpcCall(session(t, d), LOAD, [str(2, 'slow')]));
   await slow.reading();
   await cut(d);
@@ -55,10 +50,7 @@ test('gRPC: a load running when the drain is cut short holds the stop, and its c
 });
 
 test('gRPC: a load waiting for its turn answers UNAVAILABLE "not done" at the cut, not a torn connection; the running one still answers OK', async (t) => {
-  const dir = repo(t);
-  const d = await start({ t, dir, grpc: true, args: ['--threads', '2'] });
-  const slow = slowFolder(dir, 'slow');
-  t.after(() => slow.release());
+  const { d, slow } = await slowStart(t, 'cut', { grpc: true });
   const s = session(t, d);
   const l = tracked(grpcCall(s, LOAD, [str(2, 'slow')]));
   await slow.reading();
@@ -82,10 +74,7 @@ test('an index asked after the cut answers 503 / UNAVAILABLE: it lists no folder
   // gRPC one too since gRPC requests count in n_suspended): a client
   // polling it held the stop, and a slow repository volume for as long
   // as each listing took. A held load keeps the stop waiting meanwhile.
-  const dir = repo(t);
-  const d = await start({ t, dir, grpc: true, args: ['--threads', '2'] });
-  const slow = slowFolder(dir, 'slow');
-  t.after(() => slow.release());
+  const { d, slow } = await slowStart(t, 'cut', { grpc: true });
   const l = tracked(post(`${d.url}/v2/repository/models/slow/load`, ''));
   await slow.reading();
   await cut(d);
@@ -258,10 +247,7 @@ async function halfSent(t, d, path, text) {
 
 test('REST: a request whose body ends after the cut (its head came before the signal) answers 503 and starts nothing, an upload neither', async (t) => {
   // a load held running keeps the stop waiting meanwhile
-  const dir = repo(t);
-  const d = await start({ t, dir, args: ['--threads', '2'] });
-  const slow = slowFolder(dir, 'slow');
-  t.after(() => slow.release());
+  const { d, slow } = await slowStart(t, 'cut');
   const l = tracked(post(`${d.url}/v2/repository/models/slow/load`, ''));
   await slow.reading();
   const x = Array.from({ length: 8 }, (_, i) => i * 0.1);

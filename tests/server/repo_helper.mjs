@@ -43,6 +43,17 @@ export function fixtureRepo(t, name) {
   return dir;
 }
 
+/** slowStart(t, name, opts): attnd (start's opts, two pool threads) on a
+ * fixtures repository (fixtureRepo(t, name)) that also holds
+ * slowFolder 'slow', released after the test: {dir, d, slow}. */
+export async function slowStart(t, name, { args = [], ...opts } = {}) {
+  const dir = fixtureRepo(t, name);
+  const d = await start({ t, dir, ...opts, args: ['--threads', '2', ...args] });
+  const slow = slowFolder(dir, 'slow');
+  t.after(() => slow.release());
+  return { dir, d, slow };
+}
+
 /** tracked(p): {p, done}: done turns true once p has settled. */
 export function tracked(p) {
   const o = { done: false };

@@ -13,7 +13,7 @@ import { connect } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { REFS, SLOW, fp32, infer, post, start } from './helper.mjs';
-import { D16_CONFIG, D16_ST, TINY, TINY_CONFIG, body, faulty, fixtureRepo, slowFolder, tracked } from './repo_helper.mjs';
+import { D16_CONFIG, D16_ST, TINY, TINY_CONFIG, body, faulty, fixtureRepo, slowFolder, slowStart, tracked } from './repo_helper.mjs';
 import { grpcCall } from './soak_grpc.mjs';
 import { str } from '../grpc/wire.mjs';
 
@@ -31,10 +31,7 @@ const repo = (t) => fixtureRepo(t, 'order');
  * repository with a slowFolder 'slow' whose load l runs, held reading its
  * config until slow.release(): {dir, d, slow, l}. */
 async function held(t, args = []) {
-  const dir = repo(t);
-  const d = await start({ t, dir, args: ['--threads', '2', ...args] });
-  const slow = slowFolder(dir, 'slow');
-  t.after(() => slow.release());
+  const { dir, d, slow } = await slowStart(t, 'order', { args });
   const l = tracked(load(d, 'slow'));
   await slow.reading();
   return { dir, d, slow, l };
