@@ -209,6 +209,15 @@ test('every README sh block is either run here or skipped with a reason', () => 
   for (const s of RUN) assert.ok(blocks.some((b) => b.section === s), `README has no sh block under "${s}"`);
 });
 
+test('README "How it got here" lists every round of bench/ROUNDS.md, in order', () => {
+  const rounds = [...readFileSync(join(ROOT, 'bench', 'ROUNDS.md'), 'utf8').matchAll(/^## (.+)$/gm)].map((m) => m[1]);
+  const from = readme.indexOf('### How it got here');
+  assert.ok(from >= 0 && rounds.length > 0, 'README has no "How it got here" or ROUNDS.md no rounds');
+  const section = readme.slice(from, readme.indexOf('\n## ', from));
+  const listed = [...section.matchAll(/^- (.+)$/gm)].map((m) => m[1]);
+  assert.deepEqual(listed, rounds);
+});
+
 before(async () => {
   // `make run` in a scratch folder: the default --models is ./models.
   work = mkdtempSync(join(tmpdir(), 'attnd-readme-'));
