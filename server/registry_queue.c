@@ -93,7 +93,7 @@ static int plain_load(const srv_req *r)
 /* same_params: do a's and b's bodies hold the same parameters? The same
  * bytes, or the same JSON value (jansson's json_equal: the same keys with
  * equal values, in any order or spacing; no body reads as {}): what
- * attnd reads of a plain load's or an unload's body. A body that is not a
+ * attnd reads of a plain load's body. A body that is not a
  * JSON object, holds a key twice or is past max-small-body matches only
  * its own bytes; 0 when memory runs out. */
 static int same_params(const srv_req *a, const srv_req *b)
@@ -127,8 +127,9 @@ static const char *ordinal(int n)
 }
 
 /* join_tail: when r, a call of e that came while e's calls wait, is the
- * same as the last of them (the tail): both unloads, or both loads of the
- * folder (never an upload: each publishes its own body), with the same
+ * same as the last of them (the tail): both unloads (whatever their
+ * bodies: attnd reads nothing of an unload's), or both loads of the folder
+ * (never an upload: each publishes its own body) with the same
  * parameters, r takes no place in the queue (nor one of
  * repository-waiters): it waits, suspended, to be answered what the tail
  * is (srv_registry__answer), and 1 is returned; else 0, r untouched. Only
@@ -139,7 +140,7 @@ static int join_tail(srv_req *r, srv_entry *e, int unload)
 {
     srv_req *t = e->turn_tail;
     if (!t || t->turn_unload != unload ||
-        (!unload && (!plain_load(t) || !plain_load(r))) || !same_params(t, r))
+        (!unload && (!plain_load(t) || !plain_load(r) || !same_params(t, r))))
         return 0;
     r->turn_unload = unload;
     r->turn_next = t->joined; /* they are answered together: any order */

@@ -22,7 +22,7 @@ const xreq = () => ({ inputs: [fp32('x', X.shape, X.x)], parameters: { causal: t
 const TINY_ST = readFileSync(join(TINY, 'model.safetensors'));
 const D16_UP = body(D16_CONFIG, D16_ST);
 const load = (d, m, b = '') => post(`${d.url}/v2/repository/models/${m}/load`, b);
-const unload = (d, m) => post(`${d.url}/v2/repository/models/${m}/unload`, '');
+const unload = (d, m, b = '') => post(`${d.url}/v2/repository/models/${m}/unload`, b);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 const repo = (t) => fixtureRepo(t, 'order');
@@ -386,7 +386,7 @@ test('twenty identical loads while one runs: the first waits its turn, the other
   assert.equal((await d.stop()).code, 0);
 });
 
-test('calls that differ do not join: load, unload, load, a load with other parameters, uploads each wait their turn; an unload the same as the one before it, and the same parameters spaced otherwise, join', async (t) => {
+test('calls that differ do not join: load, unload, load, a load with other parameters, uploads each wait their turn; unloads (whatever their bodies) and the same load parameters spaced otherwise join', async (t) => {
   const { dir, d, slow, l: l0 } = await held(t);
   const l1 = tracked(load(d, 'slow'));
   await waits(d, 'slow', 'load', 1);
@@ -394,6 +394,9 @@ test('calls that differ do not join: load, unload, load, a load with other param
   await waits(d, 'slow', 'unload', 2);
   const u2 = tracked(unload(d, 'slow'));
   await joins(d, 'slow', 'unload', 2);
+  // attnd reads nothing of an unload's body: other parameters join too
+  const u3 = tracked(unload(d, 'slow', '{"parameters":{"unload_dependents":true}}'));
+  await joins(d, 'slow', 'unload', 3);
   const l2 = tracked(load(d, 'slow'));
   await waits(d, 'slow', 'load', 3);
   const l3 = tracked(load(d, 'slow', '{"parameters":{"note":"x","n":1}}'));
@@ -404,11 +407,11 @@ test('calls that differ do not join: load, unload, load, a load with other param
   await waits(d, 'slow', 'load with a body', 5);
   const up2 = tracked(load(d, 'slow', D16_UP)); // the same bytes: an upload never joins
   await waits(d, 'slow', 'load with a body', 6);
-  assert.equal(await waiting(d, 'slow'), 8, 'attnd_repository_calls_waiting: six queued, two joined');
-  assert.doesNotMatch(d.log(), /joins the identical one waiting \(its 3rd caller\)/);
+  assert.equal(await waiting(d, 'slow'), 9, 'attnd_repository_calls_waiting: six queued, three joined');
+  assert.doesNotMatch(d.log(), /': load joins the identical one waiting \(its 3rd caller\)/);
   slow.settle();
   assert.ok(slow.release());
-  for (const [what, c] of [['load', l0], ['load', l1], ['unload', u1], ['the unload that joined it', u2], ['load', l2],
+  for (const [what, c] of [['load', l0], ['load', l1], ['unload', u1], ['the unload that joined it', u2], ['the unload with parameters that joined it', u3], ['load', l2],
     ['load with parameters', l3], ['the load that joined it', l4], ['upload', up1], ['the same upload', up2]]) {
     const r = await c.p;
     assert.equal(r.status, 200, `${what}: ${JSON.stringify(r.json)}`);
