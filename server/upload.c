@@ -185,15 +185,22 @@ static int fsync_dir(const char *dir)
 }
 
 /* rm_tree: remove dir and what it holds (a model folder is flat; a few
- * levels are followed, symbolic links are removed, never followed). 0 when
- * dir is gone, else -1 with errno (the first failure's: a read-only
- * repository's EROFS rather than rmdir's ENOTEMPTY). */
+ * levels are followed, symbolic links are removed, never followed). dir
+ * itself may be no folder: what an upload exchanged out of the name, a
+ * link (whose target is not the repository's to remove) or a stray file,
+ * goes as the file it is. 0 when dir is gone, else -1 with errno (the
+ * first failure's: a read-only repository's EROFS rather than rmdir's
+ * ENOTEMPTY). */
 static int rm_tree(const char *dir, int depth)
 {
     int first = 0;
-    DIR *d = model_opendir(dir); /* on the pool too */
+    DIR *d;
     struct dirent *de;
+    struct stat lk;
     char p[4200];
+    if (lstat(dir, &lk) == 0 && !S_ISDIR(lk.st_mode))
+        return unlink(dir);
+    d = model_opendir(dir); /* on the pool too */
     if (d) {
         while ((de = readdir(d)) != NULL) {
             struct stat sb;

@@ -357,6 +357,74 @@ START_TEST(sweep_and_hidden_names)
 }
 END_TEST
 
+/* A model folder that is a symbolic link (an alias, latest -> v3, or one
+ * to a folder outside the repository) is replaced by an upload: the link
+ * goes, what it points to is left as it was. The old folder, exchanged
+ * into the staging area, was removed through the link: v3's files were
+ * deleted, and the link stayed behind in .attnd-staging (removed again,
+ * through it, at each start); a stray file of the name stayed there too. */
+START_TEST(upload_over_a_symlink_keeps_its_target)
+{
+    char *body = malloc(strlen(st_b64) + 200), err[512], list[512], p[700];
+    char v3[300];
+    model *m = NULL;
+    struct stat sb;
+    FILE *f;
+    snprintf(v3, sizeof v3, "%s/v3", repo);
+    ck_assert_int_eq(mkdir(v3, 0755), 0);
+    snprintf(p, sizeof p, "%s/model.safetensors", v3);
+    ck_assert_ptr_nonnull(f = fopen(p, "wb"));
+    ck_assert_uint_eq(fwrite(st_a, 1, st_n, f), st_n);
+    fclose(f);
+    snprintf(p, sizeof p, "%s/config.json", v3);
+    ck_assert_ptr_nonnull(f = fopen(p, "w"));
+    fputs("{\"n_heads\": 2}", f);
+    fclose(f);
+    snprintf(p, sizeof p, "%s/latest", repo);
+    ck_assert_int_eq(symlink(v3, p), 0); /* ln -s "$PWD/v3" latest */
+    sprintf(body, "{\"parameters\":{\"config\":\"{\\\"n_heads\\\": 2}\","
+                  "\"file:model.safetensors\":\"%s\"}}", st_b64b);
+    ck_assert_int_eq(install("latest", body, err, &m), 0);
+    model_destroy(m);
+    entries(v3, list, sizeof list); /* the link's target: untouched */
+    ck_assert_str_eq(list, "config.json,model.safetensors");
+    snprintf(p, sizeof p, "%s/latest", repo); /* a folder of its own now */
+    ck_assert_int_eq(lstat(p, &sb), 0);
+    ck_assert(S_ISDIR(sb.st_mode));
+    entries(repo, list, sizeof list); /* nothing left staged */
+    ck_assert_str_eq(list, "latest,v3");
+    /* a relative link: the same */
+    snprintf(p, sizeof p, "%s/alias", repo);
+    ck_assert_int_eq(symlink("v3", p), 0);
+    ck_assert_int_eq(install("alias", body, err, &m), 0);
+    model_destroy(m);
+    entries(v3, list, sizeof list);
+    ck_assert_str_eq(list, "config.json,model.safetensors");
+    entries(repo, list, sizeof list);
+    ck_assert_str_eq(list, "alias,latest,v3");
+    /* a stray file of the name: replaced, and not left staged either */
+    snprintf(p, sizeof p, "%s/notes", repo);
+    ck_assert_ptr_nonnull(f = fopen(p, "w"));
+    fclose(f);
+    ck_assert_int_eq(install("notes", body, err, &m), 0);
+    model_destroy(m);
+    entries(repo, list, sizeof list);
+    ck_assert_str_eq(list, "alias,latest,notes,v3");
+    /* a link such an upload left staged is removed at start, not what it
+     * points to */
+    snprintf(p, sizeof p, "%s/" SRV_STAGING_DIR, repo);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/" SRV_STAGING_DIR "/old~%ld~0", repo, (long)getpid());
+    ck_assert_int_eq(symlink(v3, p), 0);
+    ck_assert_int_eq(srv_upload_sweep(repo, err, sizeof err), 1);
+    entries(v3, list, sizeof list);
+    ck_assert_str_eq(list, "config.json,model.safetensors");
+    entries(repo, list, sizeof list);
+    ck_assert_str_eq(list, "alias,latest,notes,v3");
+    free(body);
+}
+END_TEST
+
 static Suite *upload_suite(void)
 {
     Suite *s = suite_create("upload");
@@ -368,6 +436,7 @@ static Suite *upload_suite(void)
     tcase_add_test(tc, base64_is_strict);
     tcase_add_test(tc, concurrent_uploads_never_mix);
     tcase_add_test(tc, sweep_and_hidden_names);
+    tcase_add_test(tc, upload_over_a_symlink_keeps_its_target);
     suite_add_tcase(s, tc);
     return s;
 }
