@@ -76,24 +76,27 @@ static int apply(model__cfg *c, const char *key, const json_t *v,
         }
         c->causal = json_is_true(v);
     } else if (strcmp(key, "scale") == 0) {
-        double s = json_number_value(v);
-        if (!json_is_number(v) || !(s > 0) || !isfinite((float)s)) {
-            model__seterr(err, "%s: scale must be a positive number", src);
+        /* checked as the float it is kept as: 1e-50 is 0 there, which
+         * means the default */
+        float s = (float)json_number_value(v);
+        if (!json_is_number(v) || !(s > 0) || !isfinite(s)) {
+            model__seterr(err, "%s: scale must be a positive number that "
+                          "a float holds (1.4e-45 to 3.4e38)", src);
             return ATTN_EFORMAT;
         }
-        c->scale = (float)s;
+        c->scale = s;
     } else if (strcmp(key, "rope") == 0) {
         if (json_is_null(v) || json_is_false(v))
             return 0;
         json_t *th = json_object_get(v, "theta"), *dm = json_object_get(v,
                                                                  "dims");
-        double t = json_number_value(th);
+        float t = (float)json_number_value(th); /* 0 would be no RoPE */
         if (!json_is_object(v) || !json_is_number(th) || !(t > 0) ||
-            !isfinite((float)t)) {
+            !isfinite(t)) {
             model__seterr(err,
                           "%s: rope must be an object {\"theta\": "
-                          "<positive number>, \"dims\": <even integer, "
-                          "optional>} or null",
+                          "<positive number that a float holds>, \"dims\": "
+                          "<even integer, optional>} or null",
                           src);
             return ATTN_EFORMAT;
         }
@@ -109,7 +112,7 @@ static int apply(model__cfg *c, const char *key, const json_t *v,
                 return ATTN_EFORMAT;
             }
         }
-        c->rope_theta = (float)t;
+        c->rope_theta = t;
         if (dm && (!json_is_integer(dm) || json_integer_value(dm) < 0 ||
                    json_integer_value(dm) % 2 ||
                    json_integer_value(dm) > 1 << 24)) {

@@ -293,7 +293,8 @@ static const struct {
                     "elements but must have 8 (the outputs of W_q)"},
     {"config_bad_type", "/config.json: n_heads must be a positive integer "
                         "(at most 16777216)"},
-    {"config_bad_scale", "/config.json: scale must be a positive number"},
+    {"config_bad_scale", "/config.json: scale must be a positive number "
+                         "that a float holds (1.4e-45 to 3.4e38)"},
     {"config_bad_causal", "/config.json: causal must be true or false"},
     {"config_bad_rope", "/config.json: rope: unknown key 'base' (known: "
                         "theta, dims)"},
@@ -684,6 +685,32 @@ START_TEST(test_head_widths)
 }
 END_TEST
 
+/* A scale or a rope theta that is positive as written but 0 as a float
+ * (below 1.4e-45) was taken, and 0 means "the default" (1/sqrt(head_dim))
+ * and "no RoPE": the model served other numbers than its config asked
+ * for, silently. Refused, as is one past float's range. */
+START_TEST(test_float_range)
+{
+    static const char *const bad[] = {
+        "{\"n_heads\": 2, \"scale\": 1e-50}",
+        "{\"n_heads\": 2, \"scale\": 1e39}",
+        "{\"n_heads\": 2, \"rope\": {\"theta\": 1e-50}}",
+    };
+    const int dims[4][2] = {{8, 8}, {8, 8}, {8, 8}, {8, 8}};
+    char err[ATTN_ERRMAX];
+    size_t len;
+    model *m;
+    unsigned char *st = st_f32(dims, &len);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = model_load_mem(&m, "up", bad[i], strlen(bad[i]), st, len, err);
+        ck_assert_msg(rc == ATTN_EFORMAT, "%s: rc %d (%s)", bad[i], rc,
+                      rc ? err : "loaded");
+        ck_assert_msg(strstr(err, "a float holds"), "%s: %s", bad[i], err);
+    }
+    free(st);
+}
+END_TEST
+
 /* Every single-byte change to the header of a good model file (and to its
  * config) loads or fails with a message naming the upload; the sanitizers
  * catch anything worse. */
@@ -747,6 +774,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_load_mem);
     tcase_add_test(tc, test_wide_panels);
     tcase_add_test(tc, test_head_widths);
+    tcase_add_test(tc, test_float_range);
     tcase_add_test(tc, test_mutations);
     suite_add_tcase(s, tc);
     return s;
