@@ -196,6 +196,8 @@ static void route(srv_seqs *q, srv_step *st)
         q->bucket[h] = l;
     }
     srv__seq_expect(l, 0); /* it came */
+    if (l->live) /* a step came: not idle, whatever its answer will be */
+        l->last_ns = srv_now_ns();
     st->where = SRV_STEP_WAITING;
     st->seq = l;
     list_append(&l->qhead, &l->qtail, st);
@@ -401,6 +403,9 @@ void srv_seq_step_end(srv_step *st, int ok)
     l->active = NULL;
     q->n_starting -= st->starting;
     st->starting = 0;
+    /* the sequence is idle from its last step's end, answered 200 or not
+     * (a client retrying a 503 as told is not idle) */
+    l->last_ns = srv_now_ns();
     if (!ok || !st->bound) {
         if (st->start) {
             attn_kv_free(&st->fresh);
@@ -454,7 +459,6 @@ void srv_seq_step_end(srv_step *st, int ok)
         }
         srv_copy(l->map_id, sizeof l->map_id, st->map_id);
         l->map_scores = st->map_id[0] && st->map_scores;
-        l->last_ns = srv_now_ns();
         if (st->end) {
             int len = l->kv.len;
             l->e->seq_stats.ended++;

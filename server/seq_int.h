@@ -27,7 +27,7 @@ struct srv_seq {
     int kill_reason;
     srv_step *active;    /* on the model queue or in a batch */
     srv_step *qhead, *qtail; /* waiting steps, arrival order */
-    uint64_t last_ns;    /* end of its last step (or start) */
+    uint64_t last_ns;    /* its last step's arrival at it or end (any answer) */
     char map_id[MAPS_ID_MAX]; /* its growing map, "" = none (or evicted) */
     int map_scores;      /* the map keeps scores: each step computes them */
     int retained;        /* started with retain: true */

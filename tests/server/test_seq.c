@@ -348,6 +348,43 @@ START_TEST(failed_step_changes_nothing)
 }
 END_TEST
 
+/* A step that fails still came: its sequence is not idle. A client that
+ * retries a 503 (the K/V budget full) as it says, or sends a step past the
+ * end, keeps its sequence; one that sends nothing for sequence-idle-ms
+ * (40 ms) loses it. */
+START_TEST(failed_steps_are_not_idle)
+{
+    srv_job *a;
+    int i;
+    go(M1, 32, "\"sequence_id\":\"s\",\"sequence_start\":true"); /* 8 pages */
+    ck_assert_uint_eq(used(0), BUDGET);
+    for (i = 0; i < 3; i++) { /* 90 ms of steps 30 ms apart */
+        g_now += 30 * MS;
+        a = job(M1, 1, "\"sequence_id\":\"s\"");
+        submit(a);
+        ck_assert_int_eq(launch(a), 503); /* a 9th page */
+        job_free(a);
+        sweep();
+        ck_assert_int_eq(length("s"), 32);
+    }
+    g_now += 30 * MS;
+    a = job(M1, 1, "\"sequence_id\":\"s\",\"sequence_position\":33");
+    submit(a);
+    ck_assert_int_eq(a->status, 409); /* at its turn */
+    job_free(a);
+    sweep();
+    ck_assert_int_eq(length("s"), 32);
+    g_now += 39 * MS;
+    sweep();
+    ck_assert_int_eq(length("s"), 32);
+    g_now += 1 * MS;
+    sweep();
+    ck_assert_int_eq(info("s", NULL), 0);
+    ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_IDLE], 1);
+    ck_assert_uint_eq(used(0), 0);
+}
+END_TEST
+
 /* A restart (sequence_start on a live id) that fails, at bind or after,
  * keeps the old sequence whole; one that succeeds replaces it (counted as
  * dropped "restarted" and started again, still one live sequence). */
@@ -602,6 +639,7 @@ static Suite *seq_suite(void)
     tcase_add_test(tc, held_until_earlier_arrivals_decode);
     tcase_add_test(tc, steps_that_end_early_leave_no_trace);
     tcase_add_test(tc, failed_step_changes_nothing);
+    tcase_add_test(tc, failed_steps_are_not_idle);
     tcase_add_test(tc, failed_restart_keeps_the_old_one);
     tcase_add_test(tc, failed_start_then_step_is_unknown);
     tcase_add_test(tc, failed_retained_start_drops_its_map);

@@ -1,0 +1,58 @@
+// seq_idle.test.mjs - --sequence-idle-ms as a client sees it: a sequence
+// with no step for that long is dropped, and a step that fails is still a
+// step. The client the 503 of a full K/V budget tells to "retry later"
+// keeps its sequence while it retries (README, Sequences, "Lifetime").
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { SLOW, infer, start } from './helper.mjs';
+import { D, checkStep, full, gqaModels, metric, stepBody, tokens } from './seq_helper.mjs';
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const IDLE = 800;
+
+test('a client retrying a 503 (K/V budget full) as told keeps its sequence; one that sends nothing loses it', async () => {
+  // a page is 64 tokens x 2 kv heads x (4 + 4) floats = 4096 bytes: the
+  // start's 64 tokens fill --kv-bytes, its 65th needs a second page
+  const d = await start({ dir: gqaModels(), args: ['--kv-bytes', '4096', '--sequence-idle-ms', String(IDLE)] });
+  try {
+    const xs = tokens(65, 11);
+    const ref = await full(d, xs);
+    const y = [{ name: 'y' }];
+    checkStep(await infer(d, 'gqa', stepBody('r', xs.slice(0, 64 * D), { start: true, outputs: y })), ref, 0, 64, 'start');
+    // a step every 100 ms for 2.5 idle periods: each one 503, none 400
+    const until = Date.now() + 2.5 * IDLE;
+    let n = 0;
+    while (Date.now() < until) {
+      const r = await infer(d, 'gqa', stepBody('r', xs.slice(64 * D), { outputs: y }));
+      assert.equal(r.status, 503, `retry ${n}: ${JSON.stringify(r.json)}`);
+      assert.match(r.json.error, /kv-bytes\) and cannot take sequence 'r' from 64 to 65 tokens; end sequences or retry later/);
+      n++;
+      await sleep(100);
+    }
+    const g = await fetch(`${d.url}/v2/sequences/r`);
+    const body = await g.text();
+    assert.equal(g.status, 200, body);
+    assert.equal(JSON.parse(body).length, 64);
+    assert.equal(await metric(d, 'attnd_sequences_dropped_total', 'gqa', ',reason="idle"'), 0);
+    // steps past its end (409) are steps too
+    const until2 = Date.now() + 1.5 * IDLE;
+    while (Date.now() < until2) {
+      const r = await infer(d, 'gqa', stepBody('r', xs.slice(64 * D), { outputs: y, extra: { sequence_position: 65 } }));
+      assert.equal(r.status, 409, JSON.stringify(r.json));
+      await sleep(100);
+    }
+    assert.equal((await fetch(`${d.url}/v2/sequences/r`)).status, 200);
+    // nothing for the idle period (and a sweep): gone, saying so (GET is
+    // not a step; the one that went is remembered for the idle period)
+    const t0 = Date.now();
+    let gone;
+    while ((gone = await fetch(`${d.url}/v2/sequences/r`)).status === 200) {
+      assert.ok(Date.now() - t0 < 10 * IDLE * SLOW, 'still live');
+      await sleep(50);
+    }
+    assert.equal(gone.status, 404);
+    assert.match(await gone.text(), /at 64 tokens: idle past sequence-idle-ms/);
+    assert.equal(await metric(d, 'attnd_sequences_dropped_total', 'gqa', ',reason="idle"'), 1);
+    assert.equal(await metric(d, 'attnd_kv_bytes'), 0);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
