@@ -270,6 +270,42 @@ static int detect_mha(ctx *c, char *err)
     return 0;
 }
 
+/* twins: two names of one layout for the same role. Both are allowed names,
+ * so check_unexpected passes them, and detect would serve one and silently
+ * ignore the other; check_twins refuses the pair instead. */
+#define MHA_KEEP                                                               \
+    "layout: the packed in_proj_weight, or q_proj_weight, k_proj_weight and " \
+    "v_proj_weight"
+static const struct {
+    int layout, role;
+    const char *a, *b, *keep;
+} twins[] = {
+    {L_MHA, R_WQ, "in_proj_weight", "q_proj_weight", MHA_KEEP},
+    {L_MHA, R_WK, "in_proj_weight", "k_proj_weight", MHA_KEEP},
+    {L_MHA, R_WV, "in_proj_weight", "v_proj_weight", MHA_KEEP},
+    {L_QPROJ, R_WO, "o_proj.weight", "out_proj.weight",
+     "name: o_proj.weight or out_proj.weight"},
+    {L_QPROJ, R_BO, "o_proj.bias", "out_proj.bias",
+     "name: o_proj.bias or out_proj.bias"},
+};
+
+/* check_twins: 0, or ATTN_EFORMAT naming both tensors and what to keep. */
+static int check_twins(const ctx *c, char *err)
+{
+    for (size_t i = 0; i < sizeof twins / sizeof twins[0]; i++) {
+        const st_tensor *a, *b;
+        if (twins[i].layout != c->layout || !(a = get(c, twins[i].a)) ||
+            !(b = get(c, twins[i].b)))
+            continue;
+        model__seterr(err, "%s: both '%.80s' and '%.80s' given for %s; keep "
+                      "one %s",
+                      c->file, a->name, b->name, role_name[twins[i].role],
+                      twins[i].keep);
+        return ATTN_EFORMAT;
+    }
+    return 0;
+}
+
 /* detect: choose the layout and fill c->s. */
 static int detect(ctx *c, int prefix_given, char *err)
 {
@@ -302,6 +338,8 @@ static int detect(ctx *c, int prefix_given, char *err)
         return ATTN_EFORMAT;
     }
     c->layout = canon ? L_CANON : mha ? L_MHA : L_QPROJ;
+    if ((rc = check_twins(c, err)) < 0)
+        return rc;
     if (canon) {
         for (int r = 0; r < 4; r++)
             if ((rc = weight(c, r, get(c, role_name[r]), 0, 0, 0, err)) < 0)
