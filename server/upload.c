@@ -30,7 +30,10 @@
 int srv_upload_is_plain(const char *body, size_t len)
 {
     int nomem;
-    json_t *o = attn_json_parse(body, len, 0, NULL, &nomem), *p;
+    /* a key twice is not plain: srv_upload_parse refuses it (the last
+     * "parameters" would otherwise decide, and drop an upload before it) */
+    json_t *o = attn_json_parse(body, len, JSON_REJECT_DUPLICATES, NULL,
+                                &nomem), *p;
     const char *key;
     json_t *v;
     int plain = 1;
@@ -383,6 +386,62 @@ int srv_upload_sweep(const char *repo, char *note, size_t notelen)
     return n + failed;
 }
 
+/* key_at: the JSON string s[a, b] (quotes included) decoded into out, or
+ * its text as written when it does not decode (a NUL in it). */
+static void key_at(const char *s, size_t a, size_t b, char *out, size_t cap)
+{
+    int nomem;
+    json_t *k = attn_json_parse(s + a, b + 1 - a, JSON_DECODE_ANY, NULL, &nomem);
+    if (json_is_string(k))
+        snprintf(out, cap, "%s", json_string_value(k));
+    else
+        snprintf(out, cap, "%.*s", (int)(b - a - 1), s + a + 1);
+    json_decref(k);
+}
+
+/* dup_key: err for the key a JSON_REJECT_DUPLICATES parse of s found twice
+ * (je->position is just past the key's closing quote), worded as the infer
+ * path's: 'request body: duplicate key "k"' at the top, 'parameters: ...'
+ * inside "parameters", jansson's text elsewhere. */
+static void dup_key(const char *s, size_t len, const json_error_t *je,
+                    char *err, size_t errlen)
+{
+    size_t pos = (size_t)je->position, i, a = 0, b = 0;
+    int depth = 0, in = 0, esc = 0, params = 0;
+    char key[128], parent[16];
+    if (pos < 2 || pos > len || s[pos - 1] != '"') {
+        snprintf(err, errlen, "request body: invalid JSON: %s", je->text);
+        return;
+    }
+    for (i = 0; i < pos; i++) { /* depth, and the string last closed */
+        if (in) {
+            if (esc)
+                esc = 0;
+            else if (s[i] == '\\')
+                esc = 1;
+            else if (s[i] == '"')
+                in = 0, b = i;
+        } else if (s[i] == '"') {
+            in = 1, a = i;
+        } else if (s[i] == '{' || s[i] == '[') {
+            if (++depth == 2) { /* b > a: a key was read before it */
+                parent[0] = 0;
+                if (s[i] == '{' && b > a)
+                    key_at(s, a, b, parent, sizeof parent);
+                params = strcmp(parent, "parameters") == 0;
+            }
+        } else if (s[i] == '}' || s[i] == ']') {
+            depth--;
+        }
+    }
+    key_at(s, a, b, key, sizeof key);
+    if (depth == 1 || (depth == 2 && params))
+        snprintf(err, errlen, "%s: duplicate key \"%s\"",
+                 depth == 1 ? "request body" : "parameters", key);
+    else
+        snprintf(err, errlen, "request body: invalid JSON: %s", je->text);
+}
+
 int srv_upload_parse(srv_upload *u, const char *body, size_t len, char *err,
                      size_t errlen)
 {
@@ -395,6 +454,10 @@ int srv_upload_parse(srv_upload *u, const char *body, size_t len, char *err,
     if (nomem) {
         snprintf(err, errlen, "server: out of memory");
         status = 503;
+        goto fail;
+    }
+    if (!o && json_error_code(&je) == json_error_duplicate_key) {
+        dup_key(body, len, &je, err, errlen);
         goto fail;
     }
     if (!json_is_object(o)) {

@@ -11,8 +11,8 @@
 
 /* srv_upload_is_plain: 1 when body is a load request without files or
  * config ({} or parameters without "config"/"file:..."), i.e. "load the
- * folder". 0 otherwise (including bodies that are not JSON: those fail in
- * srv_upload_install with a message). */
+ * folder". 0 otherwise (including bodies that are not JSON or hold a key
+ * twice: those fail in srv_upload_install with a message). */
 int srv_upload_is_plain(const char *body, size_t len);
 
 /* An upload's files, decoded from a load request body. */
@@ -26,8 +26,8 @@ typedef struct srv_upload {
 /* srv_upload_parse: parameters.config (a JSON string holding a JSON
  * object, optional) and parameters["file:model.safetensors"] (base64,
  * required) of a load request body into u. Returns 0, or 400 (503 when
- * out of memory) with err naming the parameter (u is then empty). Free
- * with srv_upload_free. */
+ * out of memory) with err naming the parameter, or a key given twice (u
+ * is then empty). Free with srv_upload_free. */
 int srv_upload_parse(srv_upload *u, const char *body, size_t len, char *err,
                      size_t errlen);
 void srv_upload_free(srv_upload *u);

@@ -10,7 +10,7 @@ import { chmodSync, cpSync, existsSync, mkdirSync, readFileSync, rmSync, writeFi
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { ATTND, REFS, fp32, infer, maxDiff, post, start } from './helper.mjs';
-import { TINY, TINY_CONFIG, scratch, slowFolder } from './repo_helper.mjs';
+import { D16_CONFIG, D16_ST, TINY, TINY_CONFIG, body, fixtureRepo, scratch, slowFolder } from './repo_helper.mjs';
 
 const upload = () => ({
   parameters: {
@@ -272,4 +272,39 @@ test('requests for a model whose first load is still running (at start, then a P
   assert.equal(r.status, 200, JSON.stringify(r.json));
   assert.equal(r.json.parameters.sequence_length, X.shape[1]);
   assert.equal((await d.stop()).code, 0);
+});
+
+test('a load body with a key twice: 400 naming the key (the upload in one copy of "parameters" was dropped for the folder, or taken); nothing loaded or written', async (t) => {
+  const repo = fixtureRepo(t, 'dupkeys');
+  const d = await start({ t, dir: repo });
+  // a folder attnd did not load at start: a load of it would serve tiny
+  cpSync(TINY, join(repo, 'later'), { recursive: true });
+  const up = JSON.stringify(body(D16_CONFIG, D16_ST).parameters);
+  const b64 = JSON.stringify(D16_ST.toString('base64'));
+  const cases = [
+    [`{"parameters": ${up}, "parameters": {}}`, 'request body: duplicate key "parameters"'],
+    [`{"parameters": {}, "parameters": ${up}}`, 'request body: duplicate key "parameters"'],
+    [`{"a": 1, "parameters": {}, "a": 1}`, 'request body: duplicate key "a"'],
+    ['{"parameters": {"x": 1, "x": 1}}', 'parameters: duplicate key "x"'],
+    [`{"parameters": {"config": ${JSON.stringify(D16_CONFIG)}, "config": "{}", "file:model.safetensors": ${b64}}}`, 'parameters: duplicate key "config"'],
+    [`{"parameters": {"file:model.safetensors": ${b64}, "file:model.safetensors": ${b64}}}`, 'parameters: duplicate key "file:model.safetensors"'],
+    // an escape spells the same key
+    ['{"parameters": {"c\\u0061usal": true, "causal": true}}', 'parameters: duplicate key "causal"'],
+  ];
+  for (const [text, want] of cases) {
+    for (const m of ['later', 'fresh']) {
+      const r = await load(d, m, text);
+      assert.equal(r.status, 400, `${m} ${text.slice(0, 80)}: ${JSON.stringify(r.json)}`);
+      assert.equal(r.json.error, want, text.slice(0, 80));
+    }
+    assert.equal(await status(`${d.url}/v2/models/later/ready`) === 200, false, 'nothing loaded');
+  }
+  assert.equal(readFileSync(join(repo, 'later', 'config.json'), 'utf8'), TINY_CONFIG, 'nothing written');
+  assert.equal(existsSync(join(repo, 'fresh')), false);
+  assert.deepEqual((await index(d)).map((m) => m.name).sort(), ['later', 'sdpa', 'tiny'], 'no trace of fresh');
+  // the same bodies with the key once load as they say
+  assert.equal((await load(d, 'later', '{"parameters": {}}')).status, 200);
+  assert.equal((await load(d, 'fresh', `{"parameters": ${up}}`)).status, 200);
+  assert.equal((await (await fetch(`${d.url}/v2/models/fresh`)).json()).parameters.d_model, 16);
+  assert.equal((await d.stop()).code, 0, d.log());
 });

@@ -140,6 +140,38 @@ START_TEST(plain_bodies)
     ck_assert_int_eq(srv_upload_is_plain("{\"parameters\":{\"config\":\"{}\"}}", 30), 0);
     ck_assert_int_eq(srv_upload_is_plain("{\"parameters\":{\"file:a\":\"\"}}", 28), 0);
     ck_assert_int_eq(srv_upload_is_plain("nope", 4), 0);
+    /* a key twice: an upload, refused (keys_twice), not the last copy */
+    ck_assert_int_eq(srv_upload_is_plain("{\"parameters\":{\"x\":1,\"x\":1}}", 30), 0);
+}
+END_TEST
+
+/* A key twice is named with where it is, as the infer path words it;
+ * strings holding brackets, quotes and escapes do not mislead the count. */
+START_TEST(keys_twice)
+{
+    static const char *const cases[][2] = {
+        {"{\"parameters\":{\"file:model.safetensors\":\"QQ==\"},\"parameters\":{}}",
+         "request body: duplicate key \"parameters\""},
+        {"{\"a\":\"{[\\\"\",\"parameters\":{\"x\":\"}\",\"c\\u0061usal\":1,"
+         "\"causal\":2}}",
+         "parameters: duplicate key \"causal\""},
+        {"{\"p\":{\"x\":[1]},\"parameters\":{\"y\":{},\"y\":1}}",
+         "parameters: duplicate key \"y\""},
+        {"{\"parameters\":[{\"y\":1,\"y\":1}]}",
+         "request body: invalid JSON: duplicate object key near '\"y\"'"},
+        {"{\"parameters\":{\"o\":{\"y\":1,\"y\":1}}}",
+         "request body: invalid JSON: duplicate object key near '\"y\"'"},
+        {"{\"other\":{\"y\":1,\"y\":1}}",
+         "request body: invalid JSON: duplicate object key near '\"y\"'"},
+    };
+    char err[512];
+    model *m = NULL;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ck_assert_int_eq(srv_upload_is_plain(cases[i][0], strlen(cases[i][0])), 0);
+        ck_assert_int_eq(install("a", cases[i][0], err, &m), 400);
+        ck_assert_str_eq(err, cases[i][1]);
+        ck_assert_ptr_null(m);
+    }
 }
 END_TEST
 
@@ -433,6 +465,7 @@ static Suite *upload_suite(void)
     tcase_add_test(tc, plain_bodies);
     tcase_add_test(tc, publishes_atomically);
     tcase_add_test(tc, bad_parameters_are_named);
+    tcase_add_test(tc, keys_twice);
     tcase_add_test(tc, base64_is_strict);
     tcase_add_test(tc, concurrent_uploads_never_mix);
     tcase_add_test(tc, sweep_and_hidden_names);
