@@ -27,6 +27,7 @@
 #include "core/model.h"
 #include "core/st.h"
 #include "tests/check_main.h"
+#include "tests/core/st_build.h"
 #include "tests/tu_file.h"
 
 static const char *root(void)
@@ -605,38 +606,15 @@ START_TEST(test_wide_panels)
 }
 END_TEST
 
-/* st_f32: a safetensors file of the four canonical matrices, F32, shapes
- * (in, out) from dims[r] (W_q, W_k, W_v, W_o), values small and seeded;
- * malloc'd, its length in *len. */
+/* st_f32: a safetensors file of the four canonical matrices (st_build),
+ * shapes (in, out) from dims[r] (W_q, W_k, W_v, W_o). */
 static unsigned char *st_f32(const int dims[4][2], size_t *len)
 {
-    static const char *names[4] = {"W_q", "W_k", "W_v", "W_o"};
-    char hdr[512];
-    size_t at = 0, off = 0, n = 0;
-    for (int r = 0; r < 4; r++) {
-        size_t c = (size_t)dims[r][0] * (size_t)dims[r][1];
-        at += (size_t)snprintf(hdr + at, sizeof hdr - at,
-                               "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%d,%d],"
-                               "\"data_offsets\":[%zu,%zu]}",
-                               r ? "," : "{", names[r], dims[r][0], dims[r][1],
-                               off * 4, (off + c) * 4);
-        off += c;
-    }
-    n = off;
-    at += (size_t)snprintf(hdr + at, sizeof hdr - at, "}");
-    while (at % 8)
-        hdr[at++] = ' ';
-    *len = 8 + at + n * sizeof(float);
-    unsigned char *st = malloc(*len);
-    ck_assert_ptr_nonnull(st);
-    for (int b = 0; b < 8; b++)
-        st[b] = (unsigned char)((uint64_t)at >> (8 * b));
-    memcpy(st + 8, hdr, at);
-    for (size_t i = 0; i < n; i++) {
-        float v = (float)((int)(i * 7919 % 13) - 6) / 16;
-        memcpy(st + 8 + at + i * sizeof(float), &v, sizeof v);
-    }
-    return st;
+    spec t[MAX_T] = {{"W_q", dims[0][0], dims[0][1]},
+                     {"W_k", dims[1][0], dims[1][1]},
+                     {"W_v", dims[2][0], dims[2][1]},
+                     {"W_o", dims[3][0], dims[3][1]}};
+    return st_build(t, len);
 }
 
 /* The projections' widths against the heads, as an upload can get them
