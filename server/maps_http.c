@@ -208,7 +208,8 @@ static int parse_int(const char *s, long lo, long hi, int *out)
 /* GET /v2/maps/{id}/attention?b=&h=&max=&format=: one [T, S] map (or its
  * max-pooled overview) as JSON with a flat row-major "data", or as raw FP32
  * with the shape in r->shape. Bad parameters are 400s naming themselves;
- * JSON above MAPS_JSON_MAX_CELLS cells is refused (ask for max= or f32).
+ * JSON above MAPS_JSON_MAX_CELLS cells is refused (ask for max= or f32;
+ * for what=v the cells are the value rows, S x d_v: f32).
  * 0, or ATTN_ENOMEM. */
 static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
                            void *ctx, maps_reply *r)
@@ -260,7 +261,14 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
     if (maps_info_get(st, id, &info) == 0 && !f32) {
         int pr = max_n > 0 && info.t > max_n ? max_n : info.t;
         int pc = max_n > 0 && info.s > max_n ? max_n : info.s;
-        if ((size_t)pr * (size_t)pc > MAPS_JSON_MAX_CELLS) {
+        /* what=v prints the value rows [S, d_v] (never pooled) */
+        if (values && (size_t)info.s * (size_t)info.dv > MAPS_JSON_MAX_CELLS) {
+            snprintf(err, sizeof(err),
+                     "what: %d x %d value rows are too large for JSON; ask "
+                     "for format=f32", info.s, info.dv);
+            return reply_error(r, 400, err);
+        }
+        if (!values && (size_t)pr * (size_t)pc > MAPS_JSON_MAX_CELLS) {
             snprintf(err, sizeof(err),
                      "max: a %d x %d map is too large for JSON; ask for "
                      "max=1024 or format=f32", info.t, info.s);

@@ -572,6 +572,52 @@ START_TEST(test_mask_scores_values)
 }
 END_TEST
 
+/* what=v as JSON is limited by its own cells, the value rows [S, d_v],
+ * not by the weights' [T, S]: 1025 x 1025 weights with values [1025, 1]
+ * are 1025 cells of JSON (before: 400, "ask for max=1024", which what=v
+ * refuses); 1 x 1100 weights with values [1100, 1000] are 1.1M cells,
+ * past the 1M a JSON map may have (before: printed, ~19 MB). */
+START_TEST(test_values_json_limit)
+{
+    const int n = 1025, s2 = 1100, dv2 = 1000;
+    float *a = calloc((size_t)n * n, sizeof(float));
+    float *v = calloc((size_t)s2 * dv2, sizeof(float));
+    maps_put_args args = {.model = "sdpa", .b = 1, .h = 1, .t = n, .s = n,
+                          .attention = a, .v = v, .kv_h = 1, .dv = 1};
+    char id[MAPS_ID_MAX], err[ATTN_ERRMAX], path[96];
+    const char *kv[] = {"h", "0", "what", "v", NULL};
+    maps_store *st;
+    json_t *o;
+    const char *msg;
+
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(v);
+    v[n - 1] = 7.0f;
+    ck_assert_int_eq(maps_store_create(&st, 64 << 20), 0);
+    ck_assert_int_eq(maps_put(st, &args, id, err), 0);
+    snprintf(path, sizeof(path), "/v2/maps/%s/attention", id);
+    o = get_json(st, path, kv, 200);
+    ck_assert_int_eq(json_integer_value(json_array_get(
+                         json_object_get(o, "shape"), 0)), n);
+    ck_assert_uint_eq(json_array_size(json_object_get(o, "data")), (size_t)n);
+    ck_assert_float_eq(json_number_value(json_array_get(
+                           json_object_get(o, "data"), n - 1)), 7.0);
+    json_decref(o);
+
+    args.t = 1, args.s = s2, args.dv = dv2;
+    ck_assert_int_eq(maps_put(st, &args, id, err), 0);
+    snprintf(path, sizeof(path), "/v2/maps/%s/attention", id);
+    o = get_json(st, path, kv, 400);
+    msg = json_string_value(json_object_get(o, "error"));
+    ck_assert_ptr_nonnull(strstr(msg, "format=f32"));
+    ck_assert_ptr_null(strstr(msg, "max="));
+    json_decref(o);
+    free(a);
+    free(v);
+    maps_store_destroy(st);
+}
+END_TEST
+
 static Suite *maps_suite(void)
 {
     Suite *s = suite_create("maps");
@@ -586,6 +632,7 @@ static Suite *maps_suite(void)
     tcase_add_test(tc, test_http_routes);
     tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_mask_scores_values);
+    tcase_add_test(tc, test_values_json_limit);
     suite_add_tcase(s, tc);
     return s;
 }
