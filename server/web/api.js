@@ -239,9 +239,32 @@ const POOL_N = 512;
 // sequence's that grew (version > 0: each row attended the keys its own
 // step held, which the start's causal flag cannot say); its scores and
 // values (what=scores, what=v) when they were retained and the map is
-// not pooled, for the step view.
+// not pooled, for the step view. A sequence's map may be stepped while
+// its planes are read one request at a time: the metadata is read again
+// after them, and when the version changed (a map's version only grows,
+// so an unchanged one means every plane came from it) it is read anew,
+// rather than drawing heads of two versions or failing on a plane of
+// the new size.
+const OPEN_TRIES = 4;
 export async function openMap(id) {
-  const meta = await getJSON(`/v2/maps/${encodeURIComponent(id)}`);
+  const metaUrl = `/v2/maps/${encodeURIComponent(id)}`;
+  let meta = await getJSON(metaUrl);
+  for (let k = 1; ; k++) {
+    let run = null, err = null;
+    try { run = await readMap(id, meta); } catch (e) { err = e; }
+    const now = await getJSON(metaUrl);
+    if (now.version === meta.version && String(now.shape) === String(meta.shape)) {
+      if (err) throw err;
+      return run;
+    }
+    if (k === OPEN_TRIES)
+      throw new Error(`map ${id}: it changed ${k} times while it was read (a sequence stepping fast); open it again`);
+    meta = now;
+  }
+}
+
+// readMap: openMap's reads for the map that meta describes.
+async function readMap(id, meta) {
   const [B, H, T, S] = meta.shape;
   const kept = meta.retained || ['attention'];
   const pooled = T * S > FULL_MAP_CELLS;

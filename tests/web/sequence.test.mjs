@@ -309,3 +309,58 @@ test('a sequence whose map no longer fits the store goes on, and the page says w
     await small.stop();
   }
 });
+
+test('a map stepped while the page reads it, head by head, opens as one version, not heads of two', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const id = `midopen-${Date.now()}`;
+  const step = async (ws, pos0, start) => {
+    const body = {
+      inputs: [{ name: 'x', datatype: 'FP32', shape: [1, ws.length, D], data: Array.from(embed(ws, D, pos0)) }],
+      outputs: [{ name: 'attention' }],
+      parameters: { sequence_id: id, causal: true, retain: true, tokens: ws, sequence_position: pos0, ...(start ? { sequence_start: true } : {}) },
+    };
+    const r = await fetch(`${daemon.url}/v2/models/toy/infer`, {
+      method: 'POST', body: JSON.stringify(body), headers: { 'Attnd-Sequence-Id': id },
+    });
+    assert.equal(r.status, 200, await r.clone().text());
+    return (await r.json()).parameters;
+  };
+  const mapId = (await step(['the', 'cat', 'sat'], 0, true)).map_id;
+  // Another client steps the sequence just as the page asks for head 1's
+  // weights (head 0's already read): first a step that replaces the last
+  // word (as many rows, the next version), on the next open one that
+  // appends (a row more).
+  let onHead1 = null;
+  const page = await browser.newPage({ viewport: { width: 1400, height: 1000 }, deviceScaleFactor: 1 });
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  await page.route(/\/attention\?b=0&h=1&what=attention/, async (route) => {
+    const f = onHead1;
+    onHead1 = null;
+    if (f) await f();
+    await route.continue();
+  });
+  const current = async () => {
+    const meta = await (await fetch(`${daemon.url}/v2/maps/${mapId}`)).json();
+    return { meta, heads: [(await f32map(mapId, 0)).data, (await f32map(mapId, 1)).data] };
+  };
+  const sameAsServer = async () => {
+    const run = await page.evaluate(() => ({ version: window.attnd.run.version, T: window.attnd.run.T, att: Array.from(window.attnd.run.attention) }));
+    const now = await current();
+    const want = [...now.heads[0], ...now.heads[1]];
+    assert.equal(run.att.length, want.length);
+    run.att.forEach((w, k) => assert.ok(Math.abs(w - want[k]) < 1e-6, `cell ${k}: page ${w}, server ${want[k]}`));
+    assert.equal(run.version, now.meta.version);
+    assert.equal(run.T, now.meta.shape[2]);
+  };
+  onHead1 = () => step(['mat'], 2, false);
+  await page.goto(`${daemon.url}/#map=${mapId}&h=0`);
+  await waitDrawn(page);
+  await sameAsServer();
+  onHead1 = () => step(['down'], 3, false);
+  await page.reload();
+  await waitDrawn(page);
+  await sameAsServer();
+  assert.deepEqual(errors, []);
+  await page.close();
+});
