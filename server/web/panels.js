@@ -64,7 +64,10 @@ export function renderSteps(box, run, state, qi, v) {
     }
   }
   const live = row.filter((j) => !v.masked(qi, j));
-  const mx = live.length ? Math.max(...live.map((j) => scaled[j])) : 0;
+  // a loop, not Math.max(...row): a row of ~125k keys or more overflows
+  // the call stack as arguments
+  let mx = live.length ? -Infinity : 0;
+  for (const j of live) if (scaled[j] > mx) mx = scaled[j];
   const ex = new Float64Array(S);
   let sum = 0;
   for (const j of live) { ex[j] = Math.exp(scaled[j] - mx); sum += ex[j]; }

@@ -129,3 +129,22 @@ test('the step view opens on the strongest off-diagonal row, and follows the hov
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+test('a map of one query over 140000 keys (1 x 140000 cells, not pooled) opens, step view included', async () => {
+  // the step view's row maximum was Math.max(...row): past ~125k
+  // arguments V8 throws "Maximum call stack size exceeded"
+  const S = 140000;
+  const t = (name, shape, data) => ({ name, datatype: 'FP32', shape, data });
+  const k = Array.from({ length: S }, (_, j) => (j % 7) / 7);
+  const body = { inputs: [t('q', [1, 1], [1]), t('k', [S, 1], k), t('v', [S, 1], Array(S).fill(1))],
+    parameters: { retain: true } };
+  const res = await fetch(`${daemon.url}/v2/models/sdpa/infer`, { method: 'POST', body: JSON.stringify(body) });
+  assert.equal(res.status, 200, (await res.clone().text()).slice(0, 300));
+  const id = (await res.json()).parameters.map_id;
+  const { page, errors } = await openPage(browser, `${daemon.url}/#map=${id}&h=0`);
+  assert.equal(await page.evaluate(() => window.attnd.run.S), S);
+  assert.match(await page.textContent('#steps h2'), /query .* \(#0\)/);
+  assert.match(await page.textContent('#steps'), /Showing the 16 keys with the largest weights of 140000/);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
