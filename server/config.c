@@ -209,6 +209,14 @@ int srv_config_load(srv_config *cfg, int argc, char **argv,
     }
     if (cfg->api_key_file[0] && load_key_file(cfg, err) < 0)
         goto fail;
+    /* one port for both doors: with --reuse-port 1 the kernel would share
+     * its connections between the REST and the gRPC listener */
+    if (cfg->port > 0 && cfg->grpc_port == cfg->port) {
+        snprintf(err, SRV_ERRMAX, "--port %lld, --grpc-port %lld: the REST "
+                 "and gRPC doors need a port each (--grpc-port 0: no gRPC)",
+                 cfg->port, cfg->grpc_port);
+        goto fail;
+    }
     if (cfg->memory_budget && (cfg->memory_budget < cfg->max_body ||
                                cfg->memory_budget < cfg->max_json_body ||
                                cfg->memory_budget < cfg->request_memory)) {

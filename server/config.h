@@ -28,7 +28,7 @@
       "address to listen on (0.0.0.0 or :: for every interface)")             \
     X(port, "port", INT, 8080, 0, 65535, "TCP port (0 picks a free one)")    \
     X(grpc_port, "grpc-port", INT, 8001, -1, 65535,                           \
-      "gRPC port (inference.GRPCInferenceService; 0 = off, -1 picks a free one)") \
+      "gRPC port (inference.GRPCInferenceService; 0 = off, -1 picks a free one; not port's)") \
     X(grpc_buffer, "grpc-buffer", INT, 64 * SRV_MiB, 65536, 1LL << 40,        \
       "unsent gRPC answer bytes one connection may hold; past it its streams' requests wait") \
     X(models, "models", STR, "models", 0, 0,                                  \

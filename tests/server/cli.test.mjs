@@ -82,6 +82,11 @@ test('bad settings exit 2 naming the flag or the variable', () => {
   r = run(['--port']);
   assert.equal(r.status, 2);
   assert.match(r.stderr, /--port needs a value/);
+  // one port for both doors (ATTND_PORT at gRPC's default 8001): not
+  // "address in use (another server listens there; --reuse-port 1 ...)"
+  r = run(['--models', join(ROOT, 'tests/server/fixtures/models')], { ATTND_PORT: '8001' });
+  assert.equal(r.status, 2, r.stderr);
+  assert.match(r.stderr, /--port 8001, --grpc-port 8001: the REST and gRPC doors need a port each/);
 });
 
 test('--host: an IPv6 address serves, bracketed in its listening line; an address not of this machine exits 1 saying so', async (t) => {

@@ -102,6 +102,33 @@ START_TEST(errors_name_the_setting)
 }
 END_TEST
 
+/* one port for both doors: without --reuse-port the gRPC bind failed
+ * saying another server held it and advising --reuse-port 1; with it,
+ * the kernel split one port's connections between the REST and the gRPC
+ * listener (most REST requests then failed) */
+START_TEST(doors_need_their_own_ports)
+{
+    srv_config c;
+    srv_action act;
+    const char *arg;
+    char err[SRV_ERRMAX];
+    char *a1[] = {"attnd", "--port", "9000", "--grpc-port", "9000",
+                  "--reuse-port", "1", NULL};
+    char *a2[] = {"attnd", "--port", "8001", NULL}; /* gRPC's default */
+    char *a3[] = {"attnd", "--port", "0", "--grpc-port", "0", NULL};
+    char *a4[] = {"attnd", "--port", "0", "--grpc-port", "-1", NULL};
+    ck_assert_int_eq(load(&c, &act, &arg, err, 7, a1), -1);
+    ck_assert_str_eq(err, "--port 9000, --grpc-port 9000: the REST and gRPC "
+                          "doors need a port each (--grpc-port 0: no gRPC)");
+    ck_assert_int_eq(load(&c, &act, &arg, err, 3, a2), -1);
+    ck_assert_ptr_nonnull(strstr(err, "--grpc-port 8001: the REST and gRPC"));
+    ck_assert_int_eq(load(&c, &act, &arg, err, 5, a3), 0); /* free; off */
+    srv_config_free(&c);
+    ck_assert_int_eq(load(&c, &act, &arg, err, 5, a4), 0); /* two free */
+    srv_config_free(&c);
+}
+END_TEST
+
 START_TEST(actions)
 {
     srv_config c;
@@ -152,6 +179,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, defaults);
     tcase_add_test(tc, env_then_flags);
     tcase_add_test(tc, errors_name_the_setting);
+    tcase_add_test(tc, doors_need_their_own_ports);
     tcase_add_test(tc, actions);
     tcase_add_test(tc, help_has_every_row);
     suite_add_tcase(s, tc);
