@@ -39,7 +39,7 @@ void srv_accept_init(srv_accept *a, srv *s, const char *door)
 }
 
 int srv_accept_listen(srv_accept *a, const struct sockaddr *sa, socklen_t salen,
-                      int v6only, int *port)
+                      int *port)
 {
     int one = 1, fd, e;
     struct sockaddr_storage ss;
@@ -53,8 +53,6 @@ int srv_accept_listen(srv_accept *a, const struct sockaddr *sa, socklen_t salen,
     if (a->s->cfg.reuse_port &&
         setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0)
         goto fail;
-    if (v6only && sa->sa_family == AF_INET6)
-        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
     if (bind(fd, sa, salen) < 0 || listen(fd, SOMAXCONN) < 0 ||
         getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
         goto fail;

@@ -25,7 +25,7 @@
  * threads default 0 = the number of CPUs attnd may run on. */
 #define SRV_SETTINGS(X)                                                       \
     X(host, "host", STR, "127.0.0.1", 0, 0,                                   \
-      "address to listen on (0.0.0.0 or :: for every interface)")             \
+      "address to listen on (0.0.0.0 or :: for every interface; :: takes IPv4 clients too, unless net.ipv6.bindv6only is set)") \
     X(port, "port", INT, 8080, 0, 65535, "TCP port (0 picks a free one)")    \
     X(grpc_port, "grpc-port", INT, 8001, -1, 65535,                           \
       "gRPC port (inference.GRPCInferenceService; 0 = off, -1 picks a free one; not port's)") \

@@ -495,8 +495,7 @@ int srv_grpc_start(srv *s, char *err)
             goto fail;
         }
         srv_accept_init(&g->accept, s, "grpc");
-        /* IPV6_V6ONLY as the system has it (libuv's did not set it) */
-        rc = srv_accept_listen(&g->accept, ai->ai_addr, ai->ai_addrlen, 0,
+        rc = srv_accept_listen(&g->accept, ai->ai_addr, ai->ai_addrlen,
                                &s->grpc_port);
         freeaddrinfo(ai);
         if (rc < 0) {

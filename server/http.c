@@ -423,8 +423,7 @@ int srv_http_start(srv *s, char *err)
     }
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    rc = srv_accept_listen(&s->accept, ai->ai_addr, ai->ai_addrlen,
-                           1 /* as libmicrohttpd did: IPv6 only */, &s->port);
+    rc = srv_accept_listen(&s->accept, ai->ai_addr, ai->ai_addrlen, &s->port);
     freeaddrinfo(ai);
     if (rc < 0) {
         srv_listen_err(s, err, "port", s->cfg.port, rc == -EADDRINUSE, strerror(-rc));

@@ -635,8 +635,9 @@ void srv_http_log_flush(srv *s, int now_too);
 /* accept.c: a door's listener (srv_accept, above). Loop thread.
  * srv_accept_init: none yet (fd -1), for s's door named door (static).
  * srv_accept_listen: a listening socket on sa (SO_REUSEADDR; SO_REUSEPORT
- * with --reuse-port 1; v6only: IPV6_V6ONLY on an IPv6 address), its bound
- * port in *port; 0 or -errno (nothing open).
+ * with --reuse-port 1; on an IPv6 address IPV6_V6ONLY as the system has
+ * it: "::" takes IPv4 clients too, as 0.0.0.0 its own), its bound port
+ * in *port; 0 or -errno (nothing open).
  * srv_accept_start: poll it; each time it is readable, accept up to a
  * bounded number of connections (non-blocking, close-on-exec), each
  * after room said yes, each to take (the door closes it). An accept that
@@ -652,7 +653,7 @@ void srv_http_log_flush(srv *s, int now_too);
 #define SRV_ACCEPT_RETRY_MS 100 /* a failed accept waits this long (nginx: 500) */
 void srv_accept_init(srv_accept *a, srv *s, const char *door);
 int srv_accept_listen(srv_accept *a, const struct sockaddr *sa, socklen_t salen,
-                      int v6only, int *port);
+                      int *port);
 void srv_accept_start(srv_accept *a, void *data, int (*room)(void *data),
                       void (*take)(void *data, int fd,
                                    const struct sockaddr_storage *peer,

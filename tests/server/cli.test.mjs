@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { connect } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { ATTND, ROOT, REFS, SANITIZER_REPORT, SLOW, fp32, infer, modelsDir, start, track } from './helper.mjs';
@@ -123,6 +124,47 @@ test('--host: an IPv6 address serves, bracketed in its listening line; an addres
   assert.equal((await exit).code, 0, log);
   assert.doesNotMatch(log, SANITIZER_REPORT);
   rmSync(dir, { recursive: true, force: true });
+});
+
+test('--host ::: both doors take IPv4 clients too, as on Linux by default (REST took only IPv6 ones: 127.0.0.1 was refused)', async (t) => {
+  const dir = modelsDir();
+  const args = ['--host', '::', '--port', '0', '--grpc-port', '-1', '--models', dir];
+  const proc = spawn(ATTND, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  proc.stderr.on('data', (c) => { log += c; });
+  track(proc, { args, dir, log: () => log });
+  const exit = new Promise((res) => proc.on('exit', (code, signal) => res({ code, signal })));
+  t.after(() => {
+    if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+  });
+  let m, g;
+  for (const until = Date.now() + 20000 * SLOW; !((m = /listening on http:\/\/\[::\]:(\d+)/.exec(log)) &&
+    (g = /listening on grpc:\/\/\[::\]:(\d+)/.exec(log))) && proc.exitCode === null && Date.now() < until;)
+    await new Promise((res) => setTimeout(res, 20));
+  if (!m && /cannot listen \((Cannot assign requested address|Address family not supported)/.test(log)) {
+    proc.kill('SIGKILL');
+    await exit;
+    t.skip('no IPv6 here');
+    return;
+  }
+  assert.ok(m && g, log);
+  if (readFileSync('/proc/sys/net/ipv6/bindv6only', 'utf8').trim() !== '0') {
+    proc.kill('SIGKILL');
+    await exit;
+    t.skip('net.ipv6.bindv6only is set: :: is IPv6 only on this system');
+    return;
+  }
+  const live = await fetch(`http://127.0.0.1:${m[1]}/v2/health/live`).catch((e) => e);
+  assert.equal(live.status, 200, `REST over IPv4: ${live.cause?.code || live.status}`);
+  const grpc = await new Promise((res) => {
+    const s = connect(Number(g[1]), '127.0.0.1', () => { s.destroy(); res('connected'); });
+    s.on('error', (e) => res(e.code));
+  });
+  assert.equal(grpc, 'connected', 'gRPC over IPv4');
+  proc.kill('SIGTERM');
+  assert.equal((await exit).code, 0, log);
+  assert.doesNotMatch(log, SANITIZER_REPORT);
 });
 
 test('--check-models: 0 when every folder loads, 1 naming a broken one', () => {
