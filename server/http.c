@@ -397,6 +397,38 @@ void srv_listen_err(const srv *s, char *err, const char *flag, long long port,
                  port, why);
 }
 
+/* hexval: the value of hex digit c, or -1. */
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/* unescape: libmicrohttpd's %XX decoding of the path and of each query key
+ * and value, in place, but "%00" stays as written: decoded, its NUL would
+ * end the string, so "/v2/health/live%00junk" was served as
+ * "/v2/health/live" (and a proxy's rules had seen another path). Left as
+ * written it matches no route (404) and no name. The new length. */
+static size_t unescape(void *cls, struct MHD_Connection *c, char *s)
+{
+    char *w = s;
+    int hi, lo;
+    (void)cls, (void)c;
+    for (const char *r = s; *r; r++) {
+        if (r[0] == '%' && (hi = hexval(r[1])) >= 0 &&
+            (lo = hexval(r[2])) >= 0 && (hi | lo)) {
+            *w++ = (char)(hi << 4 | lo);
+            r += 2;
+        } else {
+            *w++ = *r;
+        }
+    }
+    *w = 0;
+    return (size_t)(w - s);
+}
+
 /*
  * srv_http_start: bind host:port (http_accept.c accepts on it), start MHD
  * in external-epoll mode with no listener of its own and hook its fd into
@@ -436,7 +468,8 @@ int srv_http_start(srv *s, char *err)
         MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)(s->cfg.max_connections + SRV_CONN_HEADROOM),
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.conn_timeout_s,
-        MHD_OPTION_NOTIFY_CONNECTION, srv_guard_notify, s, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_CONNECTION, srv_guard_notify, s,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_END);
     info = s->mhd ? MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_EPOLL_FD) : NULL;
     if (!info) {
         snprintf(err, SRV_ERRMAX, "libmicrohttpd did not start (%s)",

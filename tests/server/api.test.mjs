@@ -127,6 +127,25 @@ test('unknown model and unknown path: 404 naming them', async () => {
   assert.match((await r.json()).error, /\/v3\/whatever/);
 });
 
+test('a %00 in a path or a query is never decoded: it cuts nothing off (404 / 400), where other %XX decode as before', async () => {
+  // decoded, its NUL ended the string: /v2/health/live%00junk was served
+  // as /v2/health/live
+  for (const p of ['/v2/health/live%00', '/v2/health/live%00junk', '/v2/models/sdpa/ready%00/x', '/v2/models/sdpa%00x']) {
+    const r = await get(p);
+    assert.equal(r.status, 404, p);
+    assert.match((await r.json()).error, /%00/, p);
+  }
+  const x = REFS.causal;
+  const p = await post(`${d.url}/v2/models/tiny/infer%00/../x`, { inputs: [fp32('x', x.shape, x.x)] });
+  assert.equal(p.status, 404, JSON.stringify(p.json));
+  // decoded, format=f32%00 read as f32, and the unknown map was 404
+  const q = await get('/v2/maps/m1-abc/attention?format=f32%00');
+  assert.equal(q.status, 400);
+  assert.equal((await q.json()).error, 'format: expected json or f32');
+  assert.equal((await get('/v2/health/%6Cive')).status, 200, '%6C is l');
+  assert.equal((await get('/v2/models/sdpa%2Dx/ready')).status, 404, '%2D is -: the model sdpa-x');
+});
+
 test('wrong method: 405 with Allow', async () => {
   let r = await get('/v2/models/tiny/infer');
   assert.equal(r.status, 405);
