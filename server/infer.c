@@ -464,12 +464,13 @@ int srv_infer_encode(const srv_prep *p, const oip_request *req,
                      int (*enc)(const char *, const char *, const oip_output *,
                                 int, const char *, char **, size_t *, size_t *,
                                 char *),
-                     char **body, size_t *len, size_t *header_len, char *err)
+                     char **body, size_t *len, size_t *header_len,
+                     char *map_id, char *err)
 {
     oip_output outs[SRV_O_N];
     char extra[MAPS_ID_MAX + 32], id[MAPS_ID_MAX];
     int rc, n = srv_prep_outputs(p, req, outs);
-    extra[0] = 0;
+    extra[0] = map_id[0] = 0;
     if (req->params.retain && maps) {
         char merr[512];
         maps_put_args a;
@@ -508,6 +509,10 @@ int srv_infer_encode(const srv_prep *p, const oip_request *req,
     rc = (enc ? enc : oip_encode)(model_name, req->id, outs, n,
                                   extra[0] ? extra : NULL, body, len,
                                   header_len, err);
+    if (extra[0] && rc < 0) /* no answer carries its id */
+        maps_drop(maps, id);
+    else if (extra[0])
+        memcpy(map_id, id, MAPS_ID_MAX);
     return srv_encode_status(rc);
 }
 

@@ -60,14 +60,18 @@ int srv_prep_outputs(const srv_prep *p, const oip_request *req,
  * srv_infer_encode: the response of a computed request (and its retained
  * map, when asked), written by enc (oip_encode's contract; NULL =
  * oip_encode, JSON). Returns 0 or an HTTP status with err; *body is
- * malloc'd.
+ * malloc'd. map_id (MAPS_ID_MAX bytes) receives the id of the map put in
+ * the store, "" when none was: a status leaves none (a map put before
+ * the encoding failed is dropped). The map is the caller's to drop when
+ * the body never reaches its client (sched.c: any answer but 200).
  */
 int srv_infer_encode(const srv_prep *p, const oip_request *req,
                      const char *model_name, maps_store *maps,
                      int (*enc)(const char *, const char *, const oip_output *,
                                 int, const char *, char **, size_t *, size_t *,
                                 char *),
-                     char **body, size_t *len, size_t *header_len, char *err);
+                     char **body, size_t *len, size_t *header_len,
+                     char *map_id, char *err);
 
 /* srv_encode_status: the HTTP status of an encoder's return code: 0, 400
  * (a non-finite JSON output), 503 (out of memory) or 500. */

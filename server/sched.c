@@ -125,13 +125,19 @@ static void job_closed(uv_handle_t *h)
     srv_check_stop(s);
 }
 
-/* job_end: the pipeline is over. Loop thread. */
+/* job_end: the pipeline is over (any encoding of it done). Loop thread. */
 void srv__job_end(srv_job *j)
 {
     srv_entry *e = j->e;
     if (j->req)
         srv__job_answer(j, 500, "internal: request ended without an answer");
     srv_seq_step_end(&j->step, j->answered == 200);
+    /* a map whose id no answer carried (a deadline or a client gone while
+     * it ran, an answer other than its encoding's) leaves the store, as a
+     * failed sequence start's does (seq.c): no one can read it, and it
+     * would hold maps-bytes and evict others' maps */
+    if (j->map_id[0] && j->answered != 200)
+        maps_drop(j->s->maps, j->map_id);
     j->state = J_DONE;
     e->pending--;
     srv_inst_unref(j->inst);
@@ -232,7 +238,7 @@ void srv__job_encode(srv_job *j)
         j->status = srv_infer_encode(&j->prep, &j->in, j->e->name, j->s->maps,
                                      j->door ? j->door->encode : NULL,
                                      &j->resp, &j->resp_len, &j->resp_hlen,
-                                     j->err);
+                                     j->map_id, j->err);
     srv_prep_free(&j->prep);
     oip_request_free(&j->in);
     j->encode_ns = srv_now_ns() - t0;

@@ -32,6 +32,9 @@ struct srv_job {
     char err[OIP_ERRMAX];
     char *resp;
     size_t resp_len, resp_hlen;
+    char map_id[MAPS_ID_MAX]; /* its retained map, "" = none (the pool
+                               * thread that encodes it writes it): dropped
+                               * at its end unless it was answered 200 */
     int batch;         /* sequences in its batch */
     int seqs;          /* its own sequences (rows of x's batch) */
     int item0;         /* its first sequence's index in its batch's plan */

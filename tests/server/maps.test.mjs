@@ -3,7 +3,7 @@
 // /v2/maps routes serve them (the store itself is tested in test_maps.c).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { REFS, fp32, infer, maxDiff, start } from './helper.mjs';
+import { REFS, SLOW, binaryRequest, fp32, infer, maxDiff, start } from './helper.mjs';
 
 test('retain: map_id in the response, the same maps from /v2/maps', async (t) => {
   const d = await start({ t });
@@ -165,5 +165,114 @@ test('the extension routes read their query strictly: an unknown parameter, one 
       `/v2/maps/${id}`, '/v2/maps', '/v2/sequences']) assert.equal((await fetch(d.url + p)).status, 200, p);
     // the KServe routes' queries are not ours to check
     assert.equal((await fetch(`${d.url}/v2/models/tiny?x=1&x=2`)).status, 200);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+// A retained request answered anything but 200 keeps no map: its id went
+// to no one, yet the map would count against --maps-bytes, evict other
+// clients' maps and show in the listing and the gauges.
+const sleep = (ms) => new Promise((res) => setTimeout(res, ms));
+async function metricOf(d, re) {
+  const m = re.exec(await (await fetch(`${d.url}/metrics`)).text());
+  assert.ok(m, `no ${re} in /metrics`);
+  return Number(m[1]);
+}
+const sdpaMetric = (d, name) => metricOf(d, new RegExp(`^attnd_inference_${name}\\{model="sdpa",version="1"\\} (\\d+)$`, 'm'));
+// ended: until no sdpa request is pending (a job answered early ends once
+// its pool thread is done with it) and the pool is idle
+async function ended(d) {
+  for (let i = 0; (await sdpaMetric(d, 'pending_requests')) !== 0 ||
+    (await metricOf(d, /^attnd_pool_jobs (\d+)$/m)) !== 0; i++) {
+    assert.ok(i < 200 * SLOW, 'a request never ended');
+    await sleep(50);
+  }
+}
+// sdpa q, k, v [T, D] in binary form, the same rows for each
+function sdpaBinary(T, D, parameters) {
+  const rows = Buffer.alloc(T * D * 4);
+  for (let i = 0; i < T * D; i++) rows.writeFloatLE(((i * 7919) % 1000) / 1000 - 0.5, i * 4);
+  return binaryRequest({
+    inputs: ['q', 'k', 'v'].map((name) => ({ name, datatype: 'FP32', shape: [T, D], parameters: { binary_data_size: T * D * 4 } })),
+    outputs: [{ name: 'output', parameters: { binary_data: true } }],
+    ...(parameters ? { parameters } : {}),
+  }, [rows, rows, rows]);
+}
+const postBinary = (d, { body, headerLen }, signal) => fetch(`${d.url}/v2/models/sdpa/infer`, {
+  method: 'POST', body, signal,
+  headers: { 'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': String(headerLen) },
+});
+// held: the maps the listing and the gauges say the store holds
+async function held(d) {
+  const list = await (await fetch(`${d.url}/v2/maps`)).json();
+  const gauge = await metricOf(d, /^attnd_maps_retained (\d+)$/m);
+  const bytes = await metricOf(d, /^attnd_maps_bytes (\d+)$/m);
+  assert.equal(gauge, list.count);
+  assert.equal(bytes, list.bytes_used);
+  return list;
+}
+
+test('a retained request answered 504 once its solo job on the pool ran keeps no map; one answered 200 keeps its own', async (t) => {
+  // --inline-conns 0: a solo job on the pool, whose thread decodes,
+  // computes and encodes it (the map put) while the loop answers 504 at
+  // --deadline-ms 1: sdpa T = 1000, d 1 (4 MFLOP, one job's worth) has
+  // a million weights to take the softmax of and copy into the store
+  const d = await start({ t, args: ['--deadline-ms', '1', '--inline-conns', '0'] });
+  try {
+    const body = sdpaBinary(1000, 1, { retain: true });
+    const kept = [];
+    let late = 0;
+    for (let i = 0; i < 20 && late < 3; i++) {
+      const ran = await sdpaMetric(d, 'count_total');
+      const r = await postBinary(d, body);
+      const head = await r.arrayBuffer().then((b) => Buffer.from(b));
+      await ended(d);
+      if (r.status === 200) { // a machine fast enough for 1 ms
+        kept.push(JSON.parse(head.subarray(0, Number(r.headers.get('inference-header-content-length')))).parameters.map_id);
+        continue;
+      }
+      assert.equal(r.status, 504, head.toString());
+      if (await sdpaMetric(d, 'count_total') === ran) continue; // late before its pool thread took it
+      late++;
+      const list = await held(d);
+      assert.deepEqual(list.maps.map((m) => m.id).sort(), [...kept].sort(), `the map of a request answered 504 stayed (${late} late that ran)`);
+    }
+    assert.ok(late > 0, 'no request answered 504 ran');
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+test('a retained request whose client went while it ran in a shared batch (499) keeps no map', async (t) => {
+  // a: a small retained request, queued (the batch waits for a second
+  // sequence, --max-batch 2); b: a large one (T = 32768, d 64: ~275
+  // GFLOP, seconds of both cores) joins it. a's client goes while the
+  // batch runs; the guard's sweep answers it 499, and since b still waits
+  // for its answer the batch runs on and encodes a's answer too.
+  const d = await start({ t, args: ['--batch-delay-us', '10000000', '--max-batch', '2', '--threads', '2'] });
+  try {
+    const ac = new AbortController();
+    const a = postBinary(d, sdpaBinary(4, 64, { retain: true }), ac.signal).catch((e) => e);
+    for (let i = 0; (await sdpaMetric(d, 'pending_requests')) !== 1; i++) {
+      assert.ok(i < 200 * SLOW, 'a never queued');
+      await sleep(10);
+    }
+    let bDone = false;
+    const b = postBinary(d, sdpaBinary(32768, 64)).then(async (r) => { await r.arrayBuffer(); bDone = true; return r.status; });
+    for (let i = 0; (await metricOf(d, /^attnd_pool_jobs (\d+)$/m)) < 2; i++) {
+      assert.ok(i < 400 * SLOW, 'the batch never ran');
+      await sleep(10);
+    }
+    ac.abort();
+    assert.equal((await a).name, 'AbortError');
+    // (the line is there once a request was answered 499)
+    const gone = async () => Number(/^attnd_http_responses_total\{code="499"\} (\d+)$/m.exec(await (await fetch(`${d.url}/metrics`)).text())?.[1] ?? 0);
+    for (let i = 0; (await gone()) !== 1; i++) {
+      assert.ok(i < 200 * SLOW, 'a was never answered 499');
+      await sleep(20);
+    }
+    assert.ok(!bDone, 'b was answered before a\'s 499: the batch was too short for this test');
+    assert.equal(await b, 200);
+    await ended(d);
+    assert.match(d.log(), /sdpa\/infer 499 .*batch=2/);
+    const list = await held(d);
+    assert.equal(list.count, 0, `a map of a request answered 499 stayed: ${JSON.stringify(list.maps)}`);
   } finally { assert.equal((await d.stop()).code, 0); }
 });
