@@ -42,6 +42,37 @@ static void env_name(const setting *s, char *out, size_t n)
 }
 
 /* set_value: parse text into the field of s; -1 with err naming where. */
+/* key_len: the length of an API key without the white space after it (a
+ * Kubernetes secret made from a file keeps the file's newline, which no
+ * Authorization header can carry: every request would be 401). */
+static size_t key_len(const char *k)
+{
+    size_t n = strlen(k);
+    while (n && strchr(" \t\r\n", k[n - 1]))
+        n--;
+    return n;
+}
+
+/* key_check: 0, or -1 with err when the key (where: the flag or variable
+ * it came from) is only white space, which would turn the key off, or
+ * holds a control character no header can carry. */
+static int key_check(const char *k, const char *where, char *err)
+{
+    size_t n = key_len(k);
+    if (!n && k[0]) {
+        snprintf(err, SRV_ERRMAX, "%s: only white space; set a key or leave "
+                 "it empty (no key)", where);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)k[i] < 0x20 || k[i] == 0x7f) {
+            snprintf(err, SRV_ERRMAX, "%s: a control character at byte %zu, "
+                     "which no Authorization header can carry", where, i);
+            return -1;
+        }
+    return 0;
+}
+
 static int set_value(srv_config *cfg, const setting *s, const char *text,
                      const char *where, char *err)
 {
@@ -62,8 +93,11 @@ static int set_value(srv_config *cfg, const setting *s, const char *text,
                      where, text);
             return -1;
         }
+        if (strcmp(s->name, "api-key") == 0 && key_check(text, where, err) < 0)
+            return -1;
         free(*sp);
-        *sp = strdup(text);
+        *sp = strcmp(s->name, "api-key") == 0 ? strndup(text, key_len(text))
+                                               : strdup(text);
         if (!*sp) {
             snprintf(err, SRV_ERRMAX, "%s: out of memory", where);
             return -1;
@@ -97,7 +131,7 @@ static const setting *find(const char *name, size_t len)
 
 /* load_key_file: api_key from the first line of api_key_file (trailing
  * spaces and CR dropped); -1 with err when unreadable, empty, or when
- * --api-key is set too. */
+ * --api-key (or ATTND_API_KEY) is set too. */
 static int load_key_file(srv_config *cfg, char *err)
 {
     char buf[4096 + 2];
@@ -105,8 +139,8 @@ static int load_key_file(srv_config *cfg, char *err)
     FILE *f;
     char *k;
     if (cfg->api_key[0]) {
-        snprintf(err, SRV_ERRMAX, "--api-key-file %s: --api-key is set too; "
-                 "use one", cfg->api_key_file);
+        snprintf(err, SRV_ERRMAX, "--api-key-file %s: --api-key (or "
+                 "ATTND_API_KEY) is set too; use one", cfg->api_key_file);
         return -1;
     }
     f = fopen(cfg->api_key_file, "r");

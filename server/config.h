@@ -88,8 +88,8 @@
       "(SO_REUSEPORT); 0: refuse to start when one is in use")                \
     X(api_key, "api-key", STR, "", 0, 0,                                      \
       "when set, infer, repository, maps, sequences need "                   \
-      "'Authorization: Bearer <key>' (a flag shows in ps: prefer "           \
-      "ATTND_API_KEY or --api-key-file)")                                    \
+      "'Authorization: Bearer <key>' (white space after it dropped; a "     \
+      "flag shows in ps: prefer ATTND_API_KEY or --api-key-file)")           \
     X(api_key_file, "api-key-file", STR, "", 0, 0,                            \
       "read the API key from this file (its first line; instead of --api-key)") \
     X(cors_origins, "cors-origins", STR, "", 0, 0,                            \

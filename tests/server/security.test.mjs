@@ -103,12 +103,13 @@ test('--api-key: every route README says needs the key refuses every wrong Autho
   assert.equal((await d.stop()).code, 0);
 });
 
-test('ATTND_API_KEY is the same setting; the flag wins over it', async (t) => {
+test('ATTND_API_KEY is the same setting (the white space after it dropped); the flag wins over it', async (t) => {
   const d = await start({ t, env: { ATTND_API_KEY: 'from-env' }, args: ['--api-key', KEY] });
   assert.equal((await infer(d, 'sdpa', SEED, { Authorization: 'Bearer from-env' })).status, 401);
   assert.equal((await infer(d, 'sdpa', SEED, GOOD)).status, 200);
   assert.equal((await d.stop()).code, 0);
-  const e = await start({ t, env: { ATTND_API_KEY: 'from-env' } });
+  // as a Kubernetes secret made from a file gives it: the newline is dropped
+  const e = await start({ t, env: { ATTND_API_KEY: 'from-env\n' } });
   assert.equal((await infer(e, 'sdpa', SEED)).status, 401);
   assert.equal((await call(e, 'GET', '/v2/maps')).status, 401);
   assert.equal((await infer(e, 'sdpa', SEED, { Authorization: 'Bearer from-env' })).status, 200);

@@ -129,6 +129,42 @@ START_TEST(doors_need_their_own_ports)
 }
 END_TEST
 
+/* The API key as a secret's file leaves it (a Kubernetes secret made from
+ * a file keeps its newline): the white space after it is dropped, from the
+ * variable and the flag; one of only white space, which would turn the
+ * key off, or with a control character inside is refused naming where it
+ * came from. */
+START_TEST(api_key_trimmed)
+{
+    srv_config c;
+    srv_action act;
+    const char *arg;
+    char err[SRV_ERRMAX], *argv[] = {"attnd", NULL, NULL};
+    setenv("ATTND_API_KEY", "s3cret\n", 1);
+    ck_assert_int_eq(load(&c, &act, &arg, err, 1, argv), 0);
+    ck_assert_str_eq(c.api_key, "s3cret");
+    srv_config_free(&c);
+    unsetenv("ATTND_API_KEY");
+    argv[1] = "--api-key=k \t\r\n";
+    ck_assert_int_eq(load(&c, &act, &arg, err, 2, argv), 0);
+    ck_assert_str_eq(c.api_key, "k");
+    srv_config_free(&c);
+    setenv("ATTND_API_KEY", "\n", 1);
+    ck_assert_int_lt(load(&c, &act, &arg, err, 1, argv), 0);
+    ck_assert_str_eq(err, "ATTND_API_KEY: only white space; set a key or "
+                          "leave it empty (no key)");
+    setenv("ATTND_API_KEY", "", 1); /* empty: no key, as before */
+    ck_assert_int_eq(load(&c, &act, &arg, err, 1, argv), 0);
+    ck_assert_str_eq(c.api_key, "");
+    srv_config_free(&c);
+    unsetenv("ATTND_API_KEY");
+    argv[1] = "--api-key=a\nb";
+    ck_assert_int_lt(load(&c, &act, &arg, err, 2, argv), 0);
+    ck_assert_str_eq(err, "--api-key: a control character at byte 1, which "
+                          "no Authorization header can carry");
+}
+END_TEST
+
 START_TEST(actions)
 {
     srv_config c;
@@ -180,6 +216,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, env_then_flags);
     tcase_add_test(tc, errors_name_the_setting);
     tcase_add_test(tc, doors_need_their_own_ports);
+    tcase_add_test(tc, api_key_trimmed);
     tcase_add_test(tc, actions);
     tcase_add_test(tc, help_has_every_row);
     suite_add_tcase(s, tc);
