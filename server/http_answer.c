@@ -185,6 +185,10 @@ static int add_answer_headers(srv_req *r, struct MHD_Response *resp)
             ADD("Access-Control-Allow-Headers", CORS_ALLOW_HEADERS);
             ADD("Access-Control-Max-Age", "600");
         }
+    } else if (r->s->n_fixed > 1) {
+        /* not for this origin (or none), but for others: a cache must
+         * not give this answer, without CORS, to a listed origin */
+        ADD("Vary", "Origin");
     }
     if (r->s->draining || r->close) {
         ADD("Connection", "close");

@@ -139,6 +139,10 @@ test('--cors-origins: only an exact listed origin is allowed; look-alikes are no
     'https://a.example', 'http://a.example:80', 'http://a.example/', 'http://a.example, http://evil.example', 'https://b.example',
     'https://b.example:84430', 'https://b.example:844', 'http://b.example:8443', 'null', '*', '', 'http://evil.example'])
     assert.equal(await acao(o), null, `Origin ${JSON.stringify(o)} must not be allowed`);
+  // an answer without CORS still varies by Origin: a cache must not give
+  // it to a listed origin (one without Origin too)
+  for (const h of [{ Origin: 'http://evil.example' }, {}])
+    assert.equal((await fetch(`${d.url}/v2`, { headers: h })).headers.get('vary'), 'Origin', JSON.stringify(h));
   // preflight: allowed origin answered with methods and headers, a look-alike not
   const pre = (o) => fetch(`${d.url}/v2/models/sdpa/infer`, {
     method: 'OPTIONS', headers: { Origin: o, 'Access-Control-Request-Method': 'POST', 'Access-Control-Request-Headers': 'authorization, content-type' },
@@ -159,7 +163,10 @@ test('--cors-origins: only an exact listed origin is allowed; look-alikes are no
   assert.equal((await d.stop()).code, 0);
 });
 
-test('--cors-origins "*" allows any origin; ATTND_CORS_ORIGINS is the same setting', async (t) => {
+test('--cors-origins "*" allows any origin; ATTND_CORS_ORIGINS is the same setting; without it no answer varies by Origin', async (t) => {
+  const n = await start({ t });
+  assert.equal((await fetch(`${n.url}/v2`, { headers: { Origin: 'http://a.example' } })).headers.get('vary'), null);
+  assert.equal((await n.stop()).code, 0);
   const d = await start({ t, args: ['--cors-origins', '*'] });
   for (const o of ['http://anything.example', 'https://x.test:1'])
     assert.equal((await fetch(`${d.url}/v2`, { headers: { Origin: o } })).headers.get('access-control-allow-origin'), o);
