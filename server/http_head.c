@@ -112,7 +112,9 @@ static const char *allow_list(int allowed, int options)
 }
 
 /* route: find r's route; on failure answer 404/405 and return -1. The
- * versioned alias /v2/models/{m}/versions/1/... is folded first. */
+ * versioned alias /v2/models/{m}/versions/1/... is folded first (right
+ * after the model's name only: /v2/models/{m}/ready/versions/1 is no
+ * endpoint). */
 static int route(srv_req *r, const char *url)
 {
     size_t i;
@@ -131,7 +133,8 @@ static int route(srv_req *r, const char *url)
     memcpy(r->path, url, len);
     r->path[len] = 0;
     if (strncmp(r->path, "/v2/models/", 11) == 0 &&
-        (v = strstr(r->path + 11, "/versions/")) != NULL) {
+        (v = strchr(r->path + 11, '/')) != NULL &&
+        strncmp(v, "/versions/", 10) == 0) {
         char *vs = (char *)v + 10;
         size_t vlen = strcspn(vs, "/");
         if (vlen != 1 || vs[0] != '1') {

@@ -105,6 +105,12 @@ test('versioned paths are aliases of version 1; other versions are 404', async (
   const p = await post(`${d.url}/v2/models/tiny/versions/1/infer`, { inputs: [fp32('x', x.shape, x.x)] });
   assert.equal(p.status, 200);
   assert.equal(p.json.model_name, 'tiny');
+  // the alias only right after the model's name
+  for (const path of ['/v2/models/tiny/ready/versions/1', '/v2/models/tiny/config/versions/1', '/v2/models/tiny/stats/versions/1/x']) {
+    const n = await get(path);
+    assert.equal(n.status, 404, path);
+    assert.match((await n.json()).error, /no endpoint/, path);
+  }
 });
 
 test('model ready: 200 for loaded models, 404 for unknown ones', async () => {
