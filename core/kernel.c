@@ -286,13 +286,18 @@ static void block_fused(const attn__head *h, int i0, int i1)
     }
 }
 
-/* Scores only (the fused path asked for scores but not weights). */
+/* Scores only (the fused path asked for scores but not weights), checked
+ * as the materialised path checks them: the fused kernel checks only the
+ * keys some row of its block may see, and a score that overflows at a
+ * key none sees (causal with t < s, padding) would otherwise go out as
+ * an Inf in the scores output. */
 static __attribute__((noinline)) void block_scores(const attn__head *h, int i0,
                                                    int i1)
 {
     float kbuf[SPAN_FLOATS], vbuf[SPAN_FLOATS];
-    scores_rows(h, i0, i1 - i0, h->s, h->sc + (size_t)i0 * h->s, (size_t)h->s,
-                kbuf, vbuf);
+    float *sc = h->sc + (size_t)i0 * h->s;
+    scores_rows(h, i0, i1 - i0, h->s, sc, (size_t)h->s, kbuf, vbuf);
+    check_scores(h, sc, (size_t)(i1 - i0) * (size_t)h->s);
 }
 
 void attn__head_block(const attn__head *h, int i0, int i1)

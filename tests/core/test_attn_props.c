@@ -297,6 +297,35 @@ START_TEST(prop_overflow_is_flagged_per_item)
 }
 END_TEST
 
+/* A score that overflows at a key no query sees (causal, t < s; the same
+ * holds for padded keys): the fused path never needs it, but a scores
+ * output asked for holds it, so the item is flagged there as on the
+ * materialised path, not answered with an Inf inside ("scores ... always
+ * finite"). Without scores or weights nothing computed holds it: y is
+ * v's first row, as PyTorch gives it. */
+START_TEST(prop_overflow_in_scores_output_is_flagged)
+{
+    tu_rng g = {78};
+    char err[ATTN_ERRMAX];
+    for (int want = 0; want < 3; want++) { /* scores; scores + weights; y */
+        rawp r;
+        rawp_init(&r, &g, 1, 1, 2, 2, 1, 1, 0, 1.0f);
+        r.q[0] = r.q[1] = 1e30f;
+        r.k[0] = r.k[1] = 1.0f;     /* key 0: the one query 0 sees */
+        r.k[2] = r.k[3] = 1e30f;    /* key 1: hidden by causal, q.k = 2e60 */
+        if (want != 1)
+            r.r.attention = NULL;
+        if (want == 2)
+            r.r.scores = NULL;
+        ck_assert_int_eq(attn_forward_raw(&r.c, &r.r, 1, NULL, err),
+                         want == 2 ? 0 : ATTN_ERANGE);
+        if (want == 2)
+            ck_assert(r.y[0] == r.v[0]);
+        rawp_free(&r);
+    }
+}
+END_TEST
+
 /* The plan API: tiles of a stage may run in any order; the fused path's
  * scratch grows linearly with T (no T x S buffer). */
 START_TEST(plan_tiles_any_order_and_linear_memory)
@@ -398,6 +427,7 @@ static Suite *attn_props_suite(void)
     tcase_add_test(tc, prop_permutation_equivariance);
     tcase_add_test(tc, prop_padding_and_batching);
     tcase_add_test(tc, prop_overflow_is_flagged_per_item);
+    tcase_add_test(tc, prop_overflow_in_scores_output_is_flagged);
     tcase_add_test(tc, plan_tiles_any_order_and_linear_memory);
     tcase_add_test(tc, executor_matches_inline);
     suite_add_tcase(s, tc);

@@ -582,6 +582,25 @@ test('regression: inputs that overflow FP32 give 400, not 500 or silent zeros', 
   r = await raw(d.port, request('POST', '/v2/models/sdpa/infer', JSON.stringify(big), { 'Content-Type': 'application/json' }));
   assert.equal(r.status, 400, r.body.toString());
   assert.match(JSON.parse(r.body.toString()).error, overflow);
+  // the overflowing score is at a key no query sees (causal, T < S): asked
+  // for as binary, scores came back 200 with an Inf in them (as JSON, 400
+  // advising binary_data); without scores, y needs none of it: PyTorch's v[0]
+  const hidden = { inputs: [
+    { name: 'q', datatype: 'FP32', shape: [1, 2], data: [1e30, 1e30] },
+    { name: 'k', datatype: 'FP32', shape: [2, 2], data: [1, 1, 1e30, 1e30] },
+    { name: 'v', datatype: 'FP32', shape: [2, 1], data: [1, 2] }], parameters: { causal: true } };
+  for (const outputs of [[{ name: 'scores', parameters: { binary_data: true } }], [{ name: 'scores' }], undefined]) {
+    if (outputs) hidden.outputs = outputs; else delete hidden.outputs;
+    r = await raw(d.port, request('POST', '/v2/models/sdpa/infer', JSON.stringify(hidden), { 'Content-Type': 'application/json' }));
+    const what = `${JSON.stringify(outputs)}: ${r.body.toString('latin1')}`;
+    if (!outputs) {
+      assert.equal(r.status, 200, what);
+      assert.deepEqual(JSON.parse(r.body.toString()).outputs[0].data, [1]);
+      continue;
+    }
+    assert.equal(r.status, 400, what);
+    assert.match(JSON.parse(r.body.toString()).error, overflow);
+  }
   const x = { inputs: [{ name: 'x', datatype: 'FP32', shape: [1, 1, 64], data: Array(64).fill(3e38) }], outputs: [{ name: 'attention' }] };
   // failed requests are not counted as inferences or executions (Triton's
   // statistics count successful ones), however many of x's rows
