@@ -344,8 +344,13 @@ static int prepare_sdpa(srv_prep *p, const oip_request *req,
         return ERR("inputs[v].shape: %lld row%s; k has S = %lld",
                    (long long)v->shape[r - 2], v->shape[r - 2] == 1 ? "" : "s",
                    (long long)S);
-    if (dk > 1 << 20 || dv > 1 << 20 || T > 1 << 30 || S > 1 << 30)
-        return ERR("inputs[q].shape: dimensions too large");
+    if (dk > 1 << 20 || T > 1 << 30)
+        return ERR("inputs[q].shape: dimensions too large (T at most 2^30, "
+                   "d_k 2^20)");
+    if (S > 1 << 30)
+        return ERR("inputs[k].shape: dimensions too large (S at most 2^30)");
+    if (dv > 1 << 20)
+        return ERR("inputs[v].shape: dimensions too large (d_v at most 2^20)");
     if (!mul(&rows, n) || !mul(&rows, T) || rows > (size_t)lim->max_tokens)
         return ERR("inputs[q].shape: %lld query rows is over max-tokens %lld",
                    (long long)(n * T), lim->max_tokens);

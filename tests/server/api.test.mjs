@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { cpSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { REFS, ROOT, fp32, infer, post, promtool, start } from './helper.mjs';
+import { REFS, ROOT, binaryRequest, fp32, infer, post, promtool, start } from './helper.mjs';
 import { D, DK, H, HKV, gqaModels } from './seq_helper.mjs';
 
 let d;
@@ -150,6 +150,22 @@ test('a %00 in a path or a query is never decoded: it cuts nothing off (404 / 40
   assert.equal((await q.json()).error, 'format: expected json or f32');
   assert.equal((await get('/v2/health/%6Cive')).status, 200, '%6C is l');
   assert.equal((await get('/v2/models/sdpa%2Dx/ready')).status, 404, '%2D is -: the model sdpa-x');
+});
+
+test('sdpa: a d_k or d_v over 2^20 is 400 naming the input that has it', async () => {
+  // binary zeros: 4-8 MB, inside the default --max-body
+  const big = 2 ** 20 + 1;
+  const send = async (shapes) => {
+    const { body, headerLen } = binaryRequest({
+      inputs: Object.entries(shapes).map(([name, shape]) => ({ name, datatype: 'FP32', shape, parameters: { binary_data_size: shape[0] * shape[1] * 4 } })),
+    }, Object.values(shapes).map((shape) => Buffer.alloc(shape[0] * shape[1] * 4)));
+    const r = await fetch(`${d.url}/v2/models/sdpa/infer`, { method: 'POST', body, headers: { 'Inference-Header-Content-Length': String(headerLen) } });
+    return [r.status, (await r.json()).error];
+  };
+  assert.deepEqual(await send({ q: [1, 1], k: [1, 1], v: [1, big] }),
+    [400, 'inputs[v].shape: dimensions too large (d_v at most 2^20)']);
+  assert.deepEqual(await send({ q: [1, big], k: [1, big], v: [1, 1] }),
+    [400, 'inputs[q].shape: dimensions too large (T at most 2^30, d_k 2^20)']);
 });
 
 test('wrong method: 405 with Allow', async () => {
