@@ -17,7 +17,8 @@
  * Triton's sequence_id (int64/uint64/string), sequence_start and
  * sequence_end (bool), attnd's sequence_position (int64/uint64).
  * The protobuf parse itself runs under an allocator capped by the memory
- * budget.
+ * budget. A string field holding a NUL byte is refused
+ * (oip_pb_check_strings).
  *
  * Encoding (oip_pb_encode) writes a ModelInferResponse: outputs as
  * raw_output_contents when any output asks for binary (the decoder sets
@@ -67,5 +68,20 @@ int oip_pb_encode(const char *model_name, const char *id,
  */
 int oip_pb_peek_model(const char *msg, size_t len, char *name, char *version,
                       size_t cap, char *err);
+
+/*
+ * oip_pb_check_strings: does no string field of the message at msg (len
+ * bytes; d its descriptor, e.g. &inference__model_ready_request__descriptor),
+ * nor of a message inside it, hold a NUL byte? protobuf-c hands strings
+ * over NUL-terminated, so one inside would cut a name, id or key there
+ * ("demo\0x" naming demo, "causal\0x" read as causal), where REST's JSON
+ * refuses \u0000 and Triton compares the whole string. 0, or ATTN_EINVAL
+ * with err (OIP_ERRMAX) naming the field by its path ("inputs.name",
+ * "parameters.key"). A wire format it cannot walk is the parse's to
+ * refuse: 0. oip_pb_decode and oip_pb_peek_model check this themselves.
+ */
+struct ProtobufCMessageDescriptor;
+int oip_pb_check_strings(const struct ProtobufCMessageDescriptor *d,
+                         const char *msg, size_t len, char *err);
 
 #endif

@@ -415,6 +415,9 @@ int oip_pb_decode(oip_request *req, const char *body, size_t len,
     bd.cap = L.memory_budget;
     if (!body && len)
         return oip__fail(err, ATTN_EINVAL, "request body: NULL");
+    if ((rc = oip_pb_check_strings(&inference__model_infer_request__descriptor,
+                                   body, len, err)))
+        return rc;
     m = inference__model_infer_request__unpack(&al, len, (const uint8_t *)body);
     if (!m && bd.nomem)
         return oip__fail(err, ATTN_ENOMEM, "request: out of memory");
@@ -534,6 +537,8 @@ fail:
 
 /* ---- peek ----------------------------------------------------------------- */
 
+#define NUL_MSG "contains a NUL byte (no name, id, key or string parameter may)"
+
 /* varint: reads one at *p (< end); -1 when truncated or over 10 bytes. */
 static int varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
 {
@@ -580,6 +585,9 @@ int oip_pb_peek_model(const char *msg, size_t len, char *name, char *version,
             if ((key >> 3) == 1 && v >= cap)
                 return oip__fail(err, ATTN_EINVAL, "model_name: longer than "
                                  "%zu bytes", cap - 1);
+            if (((key >> 3) == 1 || (key >> 3) == 2) && memchr(p, 0, v))
+                return oip__fail(err, ATTN_EINVAL, "%s: " NUL_MSG,
+                                 (key >> 3) == 1 ? "model_name" : "model_version");
             if ((key >> 3) == 1 || (key >> 3) == 2) {
                 size_t n = v < cap ? (size_t)v : cap - 1;
                 char *dst = (key >> 3) == 1 ? name : version;
@@ -596,4 +604,69 @@ int oip_pb_peek_model(const char *msg, size_t len, char *name, char *version,
 broken:
     return oip__fail(err, ATTN_EINVAL, "request: not a valid ModelInferRequest "
                      "(protobuf wire format)");
+}
+
+/* ---- NUL bytes in strings --------------------------------------------------- */
+
+/* strings: oip_pb_check_strings over [p, end) of a message of d; path
+ * (cap bytes) names the fields it is inside, plen bytes of it. */
+static int strings(const ProtobufCMessageDescriptor *d, const uint8_t *p,
+                   const uint8_t *end, char *path, size_t plen, size_t cap,
+                   char *err)
+{
+    while (p < end) {
+        const ProtobufCFieldDescriptor *f;
+        uint64_t key, v;
+        int rc;
+        if (varint(&p, end, &key) < 0)
+            return 0;
+        switch (key & 7) {
+        case 0:
+            if (varint(&p, end, &v) < 0)
+                return 0;
+            continue;
+        case 1:
+            if (end - p < 8)
+                return 0;
+            p += 8;
+            continue;
+        case 5:
+            if (end - p < 4)
+                return 0;
+            p += 4;
+            continue;
+        case 2:
+            break;
+        default: /* groups: the parse refuses them */
+            return 0;
+        }
+        if (varint(&p, end, &v) < 0 || v > (uint64_t)(end - p))
+            return 0;
+        f = (key >> 3) <= UINT32_MAX
+                ? protobuf_c_message_descriptor_get_field(d, (unsigned)(key >> 3))
+                : NULL;
+        if (f && (f->type == PROTOBUF_C_TYPE_STRING ||
+                  f->type == PROTOBUF_C_TYPE_MESSAGE)) {
+            snprintf(path + plen, cap - plen, "%s%s", plen ? "." : "", f->name);
+            if (f->type == PROTOBUF_C_TYPE_STRING && memchr(p, 0, v))
+                return oip__fail(err, ATTN_EINVAL, "%s: " NUL_MSG, path);
+            if (f->type == PROTOBUF_C_TYPE_MESSAGE &&
+                strlen(path) < cap - 1 && /* bounds the depth too */
+                (rc = strings(f->descriptor, p, p + v, path, strlen(path), cap,
+                              err)))
+                return rc;
+            path[plen] = 0;
+        }
+        p += v;
+    }
+    return 0;
+}
+
+int oip_pb_check_strings(const ProtobufCMessageDescriptor *d, const char *msg,
+                         size_t len, char *err)
+{
+    char path[128];
+    const uint8_t *p = (const uint8_t *)msg;
+    path[0] = 0;
+    return p ? strings(d, p, p + len, path, 0, sizeof path, err) : 0;
 }

@@ -21,13 +21,11 @@ static char *text(json_t *o, const char *key)
 static int start_named(const ProtobufCMessageDescriptor *d, srv_req *r,
                        char *msg, size_t len, int *code, char *err)
 {
-    ProtobufCMessage *m = protobuf_c_message_unpack(d, &srv_grpc__unpack_al, len,
-                                                    (const uint8_t *)msg);
+    ProtobufCMessage *m = srv_grpc__unpack(d, msg, len, code, err);
     const ProtobufCFieldDescriptor *name, *version;
     int rc;
-    free(msg);
     if (!m)
-        return srv_grpc__bad_message(d->short_name, code, err);
+        return -1;
     name = protobuf_c_message_descriptor_get_field(d, 1);
     version = protobuf_c_message_descriptor_get_field(d, 2);
     rc = srv_grpc__model_arg(r, *(char **)((char *)m + name->offset),

@@ -180,6 +180,19 @@ int srv_grpc__bad_message(const char *what, int *code, char *err)
     return -1;
 }
 
+ProtobufCMessage *srv_grpc__unpack(const ProtobufCMessageDescriptor *d,
+                                   char *msg, size_t len, int *code, char *err)
+{
+    ProtobufCMessage *m = NULL;
+    if (oip_pb_check_strings(d, msg, len, err))
+        *code = GRPC_INVALID_ARGUMENT;
+    else if (!(m = protobuf_c_message_unpack(d, &srv_grpc__unpack_al, len,
+                                             (const uint8_t *)msg)))
+        srv_grpc__bad_message(d->short_name, code, err);
+    free(msg);
+    return m;
+}
+
 int srv_grpc__model_arg(srv_req *r, const char *name, const char *version,
                         int *code, char *err)
 {
@@ -238,11 +251,11 @@ static int reply_infer(srv_req *r, char **out, size_t *len, char *err)
 static int start_stats(srv_req *r, char *msg, size_t len, int *code,
                        char *err)
 {
-    Inference__ModelStatisticsRequest *m = inference__model_statistics_request__unpack(&srv_grpc__unpack_al, len, (const uint8_t *)msg);
+    Inference__ModelStatisticsRequest *m = (Inference__ModelStatisticsRequest *)srv_grpc__unpack(
+        &inference__model_statistics_request__descriptor, msg, len, code, err);
     int rc = 0;
-    free(msg);
     if (!m)
-        return srv_grpc__bad_message("ModelStatisticsRequest", code, err);
+        return -1;
     if (m->name[0] || m->version[0])
         rc = srv_grpc__model_arg(r, m->name, m->version, code, err);
     protobuf_c_message_free_unpacked(&m->base, &srv_grpc__unpack_al);
@@ -350,10 +363,10 @@ done:
 static int start_index(srv_req *r, char *msg, size_t len, int *code,
                        char *err)
 {
-    Inference__RepositoryIndexRequest *m = inference__repository_index_request__unpack(&srv_grpc__unpack_al, len, (const uint8_t *)msg);
-    free(msg);
+    Inference__RepositoryIndexRequest *m = (Inference__RepositoryIndexRequest *)srv_grpc__unpack(
+        &inference__repository_index_request__descriptor, msg, len, code, err);
     if (!m)
-        return srv_grpc__bad_message("RepositoryIndexRequest", code, err);
+        return -1;
     if (m->ready && !(r->body = strdup("{\"ready\":true}"))) {
         protobuf_c_message_free_unpacked(&m->base, &srv_grpc__unpack_al);
         *code = GRPC_UNAVAILABLE;
@@ -498,14 +511,14 @@ nomem:
 static int start_load(srv_req *r, char *msg, size_t len, int *code,
                       char *err)
 {
-    Inference__RepositoryModelLoadRequest *m = inference__repository_model_load_request__unpack(&srv_grpc__unpack_al, len, (const uint8_t *)msg);
+    Inference__RepositoryModelLoadRequest *m = (Inference__RepositoryModelLoadRequest *)srv_grpc__unpack(
+        &inference__repository_model_load_request__descriptor, msg, len, code, err);
     Inference__ModelRepositoryParameter **vals = NULL;
     char **keys = NULL;
     size_t i;
     int rc;
-    free(msg);
     if (!m)
-        return srv_grpc__bad_message("RepositoryModelLoadRequest", code, err);
+        return -1;
     rc = srv_grpc__model_arg(r, m->model_name, "", code, err);
     if (!rc && m->n_parameters) {
         vals = calloc(m->n_parameters, sizeof *vals);
@@ -546,11 +559,11 @@ static int reply_load(srv_req *r, char **out, size_t *len, char *err)
 static int start_unload(srv_req *r, char *msg, size_t len, int *code,
                         char *err)
 {
-    Inference__RepositoryModelUnloadRequest *m = inference__repository_model_unload_request__unpack(&srv_grpc__unpack_al, len, (const uint8_t *)msg);
+    Inference__RepositoryModelUnloadRequest *m = (Inference__RepositoryModelUnloadRequest *)srv_grpc__unpack(
+        &inference__repository_model_unload_request__descriptor, msg, len, code, err);
     int rc;
-    free(msg);
     if (!m)
-        return srv_grpc__bad_message("RepositoryModelUnloadRequest", code, err);
+        return -1;
     rc = srv_grpc__model_arg(r, m->model_name, "", code, err);
     protobuf_c_message_free_unpacked(&m->base, &srv_grpc__unpack_al);
     return rc;

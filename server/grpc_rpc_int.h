@@ -29,6 +29,12 @@ json_t *srv_grpc__answer_json(const srv_req *r, int *code, char *err);
  * parse: -1 with *code and err (INVALID_ARGUMENT, or UNAVAILABLE when the
  * parse ran out of memory). */
 int srv_grpc__bad_message(const char *what, int *code, char *err);
+/* srv_grpc__unpack: msg (len bytes; freed here) as a message of d with
+ * srv_grpc__unpack_al, its strings free of NUL bytes
+ * (oip_pb_check_strings); NULL with *code and err when it is not one
+ * (srv_grpc__bad_message, or INVALID_ARGUMENT naming the string). */
+ProtobufCMessage *srv_grpc__unpack(const ProtobufCMessageDescriptor *d,
+                                   char *msg, size_t len, int *code, char *err);
 /* srv_grpc__model_arg: name and version into r->arg[0] (REST's path
  * capture); only version "" or "1" exists. 0, or -1 with *code and err. */
 int srv_grpc__model_arg(srv_req *r, const char *name, const char *version,

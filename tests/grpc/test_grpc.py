@@ -460,6 +460,51 @@ class Unary(unittest.TestCase):
         idx = self.s.RepositoryIndex(pb.RepositoryIndexRequest())
         self.assertNotIn(("tiny3", "READY"), [(m.name, m.state) for m in idx.models])
 
+    def test_nul_byte_in_a_string_is_refused(self):
+        """attnd's names, ids and keys are C strings: a NUL inside a
+        protobuf string would cut it there ("demo\\0x" naming demo), where
+        REST's JSON refuses \\u0000 (400) and Triton compares the whole
+        string; every RPC refuses it, naming the field"""
+        cases = []
+        r = seed1()
+        r.model_name = "sdpa\0nope"
+        cases.append((r, r"^model_name: contains a NUL byte"))
+        r = seed1()
+        r.parameters["causal\0x"].bool_param = True
+        cases.append((r, r"^parameters\.key: contains a NUL byte"))
+        r = seed1()
+        r.inputs[0].name = "q\0junk"
+        cases.append((r, r"^inputs\.name: contains a NUL byte"))
+        r = seed1()
+        r.id = "a\0b"
+        cases.append((r, r"^id: contains a NUL byte"))
+        r = seed1()
+        r.parameters["tokens"].string_param = '["a", "b"]\0junk'
+        cases.append((r, r"^parameters\.value\.string_param: contains a NUL byte"))
+        for req, pattern in cases:
+            self.code(self.s.ModelInfer, req, C.INVALID_ARGUMENT, pattern)
+        got = list(self.s.ModelStreamInfer(iter([cases[0][0], seed1()]), timeout=30))
+        self.assertRegex(got[0].error_message, r"^model_name: contains a NUL byte")
+        self.assertEqual(got[1].infer_response.id, "seed1")
+        st, body = self.d.rest("/v2/models/sdpa/infer", {"parameters": {"causal\0x": True}, "inputs": []})
+        self.assertEqual(st, 400, body)
+        self.code(self.s.ModelReady, pb.ModelReadyRequest(name="tiny\0x"), C.INVALID_ARGUMENT,
+                  r"^name: contains a NUL byte")
+        self.code(self.s.ModelMetadata, pb.ModelMetadataRequest(name="tiny\0x"), C.INVALID_ARGUMENT,
+                  r"^name: contains a NUL byte")
+        self.code(self.s.ModelStatistics, pb.ModelStatisticsRequest(name="tiny\0x"), C.INVALID_ARGUMENT,
+                  r"^name: contains a NUL byte")
+        try:  # not demo's unload
+            self.code(self.s.RepositoryModelUnload, pb.RepositoryModelUnloadRequest(model_name="demo\0x"),
+                      C.INVALID_ARGUMENT, r"^model_name: contains a NUL byte")
+            self.assertTrue(self.s.ModelReady(pb.ModelReadyRequest(name="demo")).ready)
+        finally:
+            self.s.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="demo"))
+        req = pb.RepositoryModelLoadRequest(model_name="tiny4")
+        req.parameters["config"].string_param = "{}\0"
+        self.code(self.s.RepositoryModelLoad, req, C.INVALID_ARGUMENT,
+                  r"^parameters\.value\.string_param: contains a NUL byte")
+
     # -- sequences: Triton's gRPC sequence parameters (int64/string id, bool
     # start/end), steps equal to one causal request over the history
     def test_sequence_steps_equal_one_causal_request(self):

@@ -10,7 +10,9 @@
  *     binary_data that is not a bool;
  *   - parameters: sequence_id as uint64 (Triton's clients send it so) and
  *     of no id kind, tokens in each wrong form, an id too long;
- *   - oip_pb_peek_model on a message cut inside a fixed-width field.
+ *   - oip_pb_peek_model on a message cut inside a fixed-width field;
+ *   - a NUL byte inside a string (a nested one too), which protobuf-c
+ *     would hand over cut there; not in bytes nor unknown fields.
  * And INT64 typed contents and per-output binary_data decode as sent.
  */
 #include <check.h>
@@ -399,6 +401,36 @@ START_TEST(peek_cut_fixed)
 }
 END_TEST
 
+/* A string holding a NUL byte is refused by its field's path (protobuf-c
+ * would hand "x\0y" over as "x"); bytes and unknown fields may hold one. */
+START_TEST(nul_in_strings)
+{
+    char name[64], version[64], err[OIP_ERRMAX];
+    oip_request r;
+    /* model_name "m", inputs[0] {name "x\0y", datatype "FP32"} */
+    const char in[] = {0x0a, 1, 'm', 0x2a, 11, 0x0a, 3, 'x', 0, 'y',
+                       0x12, 4, 'F', 'P', '3', '2'};
+    const char name_nul[] = {0x0a, 3, 'm', 0, 'x'};
+    const char ver_nul[] = {0x0a, 1, 'm', 0x12, 2, '1', 0};
+    /* raw_input_contents (bytes) and an unknown field 15 with NUL bytes */
+    const char ok[] = {0x0a, 1, 'm', 0x3a, 2, 0, 0, 0x7a, 2, 'a', 0};
+    ck_assert_int_eq(oip_pb_decode(&r, in, sizeof in, 0, NULL, err), ATTN_EINVAL);
+    ck_assert_msg(!strncmp(err, "inputs.name: contains a NUL byte", 32), "%s", err);
+    ck_assert_ptr_null(r.inputs);
+    ck_assert_int_eq(oip_pb_check_strings(&inference__model_infer_request__descriptor,
+                                          in, sizeof in, err), ATTN_EINVAL);
+    ck_assert_int_eq(oip_pb_peek_model(name_nul, sizeof name_nul, name, version, 64, err),
+                     ATTN_EINVAL);
+    ck_assert_msg(!strncmp(err, "model_name: contains a NUL byte", 31), "%s", err);
+    ck_assert_int_eq(oip_pb_peek_model(ver_nul, sizeof ver_nul, name, version, 64, err),
+                     ATTN_EINVAL);
+    ck_assert_msg(!strncmp(err, "model_version: contains a NUL byte", 34), "%s", err);
+    ck_assert_int_eq(oip_pb_check_strings(&inference__model_infer_request__descriptor,
+                                          ok, sizeof ok, err), 0);
+    ck_assert_int_eq(oip_pb_peek_model(ok, sizeof ok, name, version, 64, err), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("pb");
@@ -409,6 +441,7 @@ static Suite *suite(void)
     tcase_add_test(tc, sequence_id_kinds);
     tcase_add_test(tc, tokens_refused);
     tcase_add_test(tc, peek_cut_fixed);
+    tcase_add_test(tc, nul_in_strings);
     suite_add_tcase(s, tc);
     return s;
 }
