@@ -13,11 +13,17 @@
 #include <string.h>
 #include <strings.h>
 
+/* A grpc-timeout longer than this (about 31 years; 99999999H is 11,000)
+ * is taken as this: no deadline attnd keeps is longer (deadline-ms is at
+ * most an hour), and in ns beside the monotonic clock it cannot pass 2^64,
+ * which wrapped a deadline of centuries to one already past. */
+#define TIMEOUT_MAX_MS 1000000000000LL
+
 /* timeout_ms: a grpc-timeout value ("100m", "5S", at most 8 digits and a
- * unit), rounded up to ms; -1 when malformed. */
+ * unit), rounded up to ms, at most TIMEOUT_MAX_MS; -1 when malformed. */
 static long long timeout_ms(const char *v, size_t n)
 {
-    long long x = 0;
+    long long x = 0, ms;
     size_t i;
     if (n < 2 || n > 9)
         return -1;
@@ -27,14 +33,15 @@ static long long timeout_ms(const char *v, size_t n)
         x = x * 10 + (v[i] - '0');
     }
     switch (v[n - 1]) {
-    case 'H': return x * 3600000;
-    case 'M': return x * 60000;
-    case 'S': return x * 1000;
-    case 'm': return x;
-    case 'u': return (x + 999) / 1000;
-    case 'n': return (x + 999999) / 1000000;
+    case 'H': ms = x * 3600000; break;
+    case 'M': ms = x * 60000; break;
+    case 'S': ms = x * 1000; break;
+    case 'm': ms = x; break;
+    case 'u': ms = (x + 999) / 1000; break;
+    case 'n': ms = (x + 999999) / 1000000; break;
     default: return -1;
     }
+    return ms < TIMEOUT_MAX_MS ? ms : TIMEOUT_MAX_MS;
 }
 
 static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f,

@@ -63,6 +63,17 @@ test('a hand-built request works, raw and typed', async () => {
   assert.equal(r.grpcStatus, 0, r.message);
 });
 
+test('a grpc-timeout of centuries (up to 8 digits of hours, as gRPC allows) is served, not expired', async () => {
+  // in ns, added to the monotonic clock, each of the first two passed
+  // 2^64: the deadline wrapped to 547 s (10248191H) or 2074 s (5124095H)
+  // before now, DEADLINE_EXCEEDED at once on a host up longer than that
+  for (const t of ['10248191H', '5124095H', '99999999H', '99999999S']) {
+    const r = await raw(INFER, frame(seedMsg()), { 'grpc-timeout': t });
+    assert.equal(r.grpcStatus, 0, `${t}: ${r.message}`);
+    assert.deepEqual(firstRawOutput(r.data), SEED_OUT, t);
+  }
+});
+
 test('HTTP/2 and gRPC framing errors', async () => {
   const cases = [
     ['wrong content-type', frame(seedMsg()), { 'content-type': 'application/json' }, null, /content-type/, 415],
