@@ -66,6 +66,24 @@ static uint64_t wall_ms(void)
 
 /* ---- answering and ending ------------------------------------------------ */
 
+/* count_failure: j's request failed with status (not 200), dt ns after it
+ * arrived: its model's failure by reason (400, 409 and 413 bad_request, 503
+ * rejected, 504 timeout, anything else, a client that went among them,
+ * other) and the statistics' fail duration. */
+static void count_failure(srv_job *j, int status, uint64_t dt)
+{
+    srv_stats *st = &j->e->stats;
+    st->fail_ns += dt;
+    if (status == 400 || status == 409 || status == 413)
+        st->fail_bad++;
+    else if (status == 503)
+        st->fail_rejected++;
+    else if (status == 504)
+        st->fail_timeout++;
+    else
+        st->fail_other++;
+}
+
 /* answer: give the job's request its answer and detach it. */
 void srv__job_answer(srv_job *j, int status, const char *msg)
 {
@@ -105,15 +123,7 @@ void srv__job_answer(srv_job *j, int status, const char *msg)
         return;
     }
     srv_respond_error(r, status, "%s", msg);
-    st->fail_ns += dt;
-    if (status == 400 || status == 409 || status == 413)
-        st->fail_bad++;
-    else if (status == 503)
-        st->fail_rejected++;
-    else if (status == 504)
-        st->fail_timeout++;
-    else
-        st->fail_other++;
+    count_failure(j, status, dt);
 }
 
 static void job_closed(uv_handle_t *h)
@@ -205,13 +215,15 @@ void srv__job_late(srv_job *j)
         on_deadline(&j->deadline);
 }
 
-/* srv_sched_detach: r is being freed while its job runs (the connection
- * went away): the job finishes without it. */
+/* srv_sched_detach: r is being freed while its job runs, unanswered (its
+ * gRPC call was cancelled, its connection went away): the job finishes
+ * without it. Its request failed as one whose client went (499) does. */
 void srv_sched_detach(srv_req *r)
 {
     srv_job *j = r->job;
     r->job = NULL;
     j->req = NULL;
+    count_failure(j, 499, srv_now_ns() - j->t_arrive);
     cut(j);
 }
 

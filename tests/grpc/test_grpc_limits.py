@@ -2,8 +2,9 @@
 """gRPC door, client 1 of 2 (grpcio; tests/grpc/grpc_helper.py starts the
 daemons): servers with their own settings. Inline: a lone gRPC client's
 requests run on the loop thread, an idle channel does not count. Limits:
-a cancelled rewinding step, auth, queue full, memory budget, sequence
-steps batched across doors, deadlines, drain.
+a cancelled rewinding step, cancelled calls counted as failures, auth,
+queue full, memory budget, sequence steps batched across doors,
+deadlines, drain.
 
     ATTND=build/default/attnd GRPC_STUBS=build/default/grpc/py \
         /usr/bin/python3 -m unittest -v tests/grpc/test_grpc_limits.py
@@ -234,6 +235,40 @@ class Limits(unittest.TestCase):
             log = d.logged(r"ModelInfer 499 ", 1)
             self.assertRegex(log, r"info POST /inference\.GRPCInferenceService/TraceSetting 404 ")
             self.assertRegex(log, r"info POST /inference\.GRPCInferenceService/ModelInfer 499 id=seed1 model=sdpa ")
+        finally:
+            self.assertEqual(d.stop(), 0, d.log)
+
+    def test_cancelled_call_counts_as_failure(self):
+        """A request whose call is cancelled while it waits (a unary call,
+        a stream's request) counts as a failure of its model
+        (reason="other"), as a REST request whose client went (499) does:
+        in /metrics and in the statistics alike; none is left pending."""
+        d = Attnd("--batch-delay-us", str(int(2e6 * SLOW)), "--max-batch", "4")
+        try:
+            def get(path):
+                with urllib.request.urlopen(f"http://127.0.0.1:{d.port}{path}") as r:
+                    return r.read().decode()
+
+            def metric(text, name, labels=""):
+                return int(re.search(r'(?m)^%s\{model="sdpa",version="1"%s\} (\d+)$'
+                                     % (name, labels), text).group(1))
+
+            call = d.stub.ModelInfer.future(seed1())
+            q = queue.Queue()
+            stream = d.stub.ModelStreamInfer(iter(q.get, None))
+            q.put(seed1())
+            time.sleep(0.3 * SLOW)  # both queued: waiting out the batch delay
+            self.assertTrue(call.cancel())
+            self.assertTrue(stream.cancel())
+            log = d.logged(r"Model(Stream)?Infer 499 ", 2)
+            self.assertEqual(len(re.findall(r"Model(?:Stream)?Infer 499 ", log)), 2, log)
+            metrics = get("/metrics")
+            self.assertEqual([metric(metrics, "attnd_inference_request_failure_total", ',reason="other"'),
+                              metric(metrics, "attnd_inference_request_success_total"),
+                              metric(metrics, "attnd_inference_pending_requests")], [2, 0, 0], metrics)
+            st = json.loads(get("/v2/models/sdpa/stats"))["model_stats"][0]["inference_stats"]
+            self.assertEqual([st["success"]["count"], st["fail"]["count"]], [0, 2], st)
+            self.assertGreater(st["fail"]["ns"], 0, st)
         finally:
             self.assertEqual(d.stop(), 0, d.log)
 
