@@ -528,10 +528,17 @@ static uint64_t expect_wait(const srv_entry *e)
 
 /* pump: start batches while e may run more and its queue is ready: full
  * (max_batch sequences), old enough (batch_delay_us, or the wait for
- * expected sequence steps), or draining. */
+ * expected sequence steps), or draining. Once the drain is cut short
+ * nothing starts: what reaches the queue then (a request decoded after
+ * the cut, a step whose turn came) answers 503 as the queued ones did. */
 void srv__pump(srv_entry *e)
 {
     srv *s = e->s;
+    if (s->drain_expired) {
+        srv__batch_wake_at(e, 0);
+        srv__sched_expire_queue(e);
+        return;
+    }
     while (e->qhead && e->running < (int)s->cfg.instances) {
         uint64_t waited = srv_now_ns() - e->qhead->t_queued;
         uint64_t delay = (uint64_t)s->cfg.batch_delay_us * 1000u;

@@ -639,6 +639,19 @@ void srv_sched_drain(srv *s)
         srv__pump(e);
 }
 
+/* srv__sched_expire_queue: the drain was cut short: every request in e's
+ * queue gets 503 now (the pump sends those that reach it later here too:
+ * decoded after the cut, or a sequence step whose turn came). */
+void srv__sched_expire_queue(srv_entry *e)
+{
+    while (e->qhead) {
+        srv_job *j = e->qhead;
+        srv__job_unqueue(j);
+        srv__job_answer(j, 503, "server: shut down before this request ran");
+        srv__job_end(j);
+    }
+}
+
 /* srv_sched_expire: the drain timeout passed: every request still waiting
  * gets 503 now; running batches finish unobserved. */
 void srv_sched_expire(srv *s)
@@ -646,12 +659,7 @@ void srv_sched_expire(srv *s)
     srv_entry *e;
     srv_seq_expire(s);
     for (e = s->models; e; e = e->next)
-        while (e->qhead) {
-            srv_job *j = e->qhead;
-            srv__job_unqueue(j);
-            srv__job_answer(j, 503, "server: shut down before this request ran");
-            srv__job_end(j);
-        }
+        srv__sched_expire_queue(e);
 }
 
 int srv_sched_idle(const srv *s) { return s->live_jobs == 0; }

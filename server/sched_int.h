@@ -90,6 +90,9 @@ int srv__alone(const srv *s);
 void srv__job_unqueue(srv_job *j);
 /* srv__job_encode: the response of a computed job (pool thread). */
 void srv__job_encode(srv_job *j);
+/* srv__sched_expire_queue: the drain was cut short: e's queued requests
+ * answer 503 (none of them starts). */
+void srv__sched_expire_queue(srv_entry *e);
 /* srv__pump: start batches while e may run more and its queue is ready. */
 void srv__pump(srv_entry *e);
 /* srv__batch_wake_at: pump e at time `at` (srv_now_ns; 0: disarm). */

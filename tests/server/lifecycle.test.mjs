@@ -214,6 +214,42 @@ test('a request answered while it waits for a pool thread to decode it is not de
   assert.equal((await d.stop()).code, 0);
 });
 
+test('a request decoded after the drain was cut short answers 503 and starts nothing', async (t) => {
+  // one pool thread and one instance, held by a large request's batch: a
+  // second request's decode waits behind it (not solo: the instance is
+  // busy, --solo-max-weights 0). The drain is cut short (two SIGTERMs);
+  // then the large one's client goes and its batch is skipped. The second
+  // is decoded after the cut: it answers 503 as a queued one does, and no
+  // batch of it runs for the stop to wait for.
+  const d = await start({ t, args: ['--threads', '1', '--instances', '1', '--solo-max-weights', '0', '--deadline-ms', '600000'] });
+  const acA = new AbortController();
+  const a = bigSdpa.call(d, acA.signal).catch((e) => e);
+  const held = () => metricOf(d, /^attnd_memory_budget_used_bytes (\d+)$/m);
+  for (let i = 0; (await held()) < 4 * 65536 * 64 * 4; i++) {
+    assert.ok(i < 400 * SLOW, "the large request's batch never ran");
+    await sleep(10);
+  }
+  const x = Array.from({ length: 8 }, (_, i) => i * 0.1);
+  const b = post(`${d.url}/v2/models/sdpa/infer`, JSON.stringify({
+    inputs: ['q', 'k', 'v'].map((n) => ({ name: n, datatype: 'FP32', shape: [2, 4], data: x })) }));
+  for (let i = 0; (await poolJobs(d)) < 2; i++) {
+    assert.ok(i < 400 * SLOW, "the second request's decode never queued");
+    await sleep(10);
+  }
+  d.proc.kill('SIGTERM');
+  await d.logged(/draining/);
+  d.proc.kill('SIGTERM');
+  await d.logged(/drain timeout/);
+  acA.abort();
+  assert.equal((await a).name, 'AbortError');
+  const rb = await b;
+  assert.equal(rb.status, 503, JSON.stringify(rb.json));
+  assert.match(rb.json.error, /shut down before this request ran/);
+  assert.deepEqual(await d.exit, { code: 0, sig: null }, d.log());
+  assert.doesNotMatch(d.log(), /sdpa\/infer 200 /, 'no answer computed after the cut');
+  await d.stop();
+});
+
 test('SIGTERM with requests in flight: all complete, exit code 0', async (t) => {
   // 10 s batch delay: the requests are queued when the signal comes; the
   // drain runs them at once
