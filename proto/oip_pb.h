@@ -70,6 +70,46 @@ int oip_pb_peek_model(const char *msg, size_t len, char *name, char *version,
                       size_t cap, char *err);
 
 /*
+ * The echo of a stream's failed request: Triton's server answers a
+ * ModelStreamInfer request that fails with a ModelStreamInferResponse
+ * whose error_message is set and whose infer_response carries the
+ * request's id (and, for one that failed once issued, its model_name and
+ * model_version) "so that client knows which request failed". attnd
+ * echoes all three whenever it could read them. Fields 1-3 of
+ * ModelInferRequest and of ModelInferResponse are the same three strings,
+ * so OIP_PB_ECHO_MAX bytes hold them either way: the echo at its longest,
+ * and the start of a request that holds them first (every protobuf
+ * serializer writes fields in number order).
+ */
+#define OIP_PB_ECHO_NAME 129 /* model_name, model_version: < this many bytes
+                                (the server's model names, SRV_NAME_MAX) */
+#define OIP_PB_ECHO_MAX (3 * 3 + 2 * (OIP_PB_ECHO_NAME - 1) + OIP_MAX_ID - 1)
+
+typedef struct oip_pb_echo {
+    char model_name[OIP_PB_ECHO_NAME];
+    char model_version[OIP_PB_ECHO_NAME];
+    char id[OIP_MAX_ID];
+} oip_pb_echo;
+
+/*
+ * oip_pb_peek_echo: e from the top-level model_name, model_version and id
+ * of a ModelInferRequest (msg, len bytes: the message, or only its first
+ * bytes), read off the wire as oip_pb_peek_model reads, without a parse.
+ * The last of a field counts, as in the parse; one that could not go back
+ * in a protobuf string whole (a NUL byte, not UTF-8, longer than its
+ * buffer) is "". Reading stops where the wire format breaks (or the bytes
+ * end), keeping what came before. Never fails; any thread.
+ */
+void oip_pb_peek_echo(const char *msg, size_t len, oip_pb_echo *e);
+
+/*
+ * oip_pb_echo_encode: e as a ModelInferResponse (its fields model_name,
+ * model_version and id, those not "") into out, OIP_PB_ECHO_MAX bytes;
+ * returns the bytes written (0: nothing to echo, an empty message).
+ */
+size_t oip_pb_echo_encode(const oip_pb_echo *e, char *out);
+
+/*
  * oip_pb_check_strings: does no string field of the message at msg (len
  * bytes; d its descriptor, e.g. &inference__model_ready_request__descriptor),
  * nor of a message inside it, hold a NUL byte? protobuf-c hands strings

@@ -555,55 +555,106 @@ static int varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
     return -1;
 }
 
+/* field: steps *p (< end) over the next top-level field: its key (number
+ * << 3 | wire type) in *key and, when it is length-delimited, its bytes in
+ * [*val, *val + *n). -1 when the wire format breaks there (a group too:
+ * the parse refuses them). */
+static int field(const uint8_t **p, const uint8_t *end, uint64_t *key,
+                 const uint8_t **val, uint64_t *n)
+{
+    uint64_t v;
+    *val = NULL;
+    *n = 0;
+    if (varint(p, end, key) < 0)
+        return -1;
+    switch (*key & 7) {
+    case 0:
+        return varint(p, end, &v);
+    case 1:
+        if (end - *p < 8)
+            return -1;
+        *p += 8;
+        return 0;
+    case 5:
+        if (end - *p < 4)
+            return -1;
+        *p += 4;
+        return 0;
+    case 2:
+        if (varint(p, end, n) < 0 || *n > (uint64_t)(end - *p))
+            return -1;
+        *val = *p;
+        *p += *n;
+        return 0;
+    default:
+        return -1;
+    }
+}
+
 int oip_pb_peek_model(const char *msg, size_t len, char *name, char *version,
                       size_t cap, char *err)
 {
-    const uint8_t *p = (const uint8_t *)msg, *end = p + len;
+    const uint8_t *p = (const uint8_t *)msg, *end = p + len, *v;
     name[0] = version[0] = 0;
     while (p < end) {
-        uint64_t key, v;
-        if (varint(&p, end, &key) < 0)
-            goto broken;
-        switch (key & 7) {
-        case 0:
-            if (varint(&p, end, &v) < 0)
-                goto broken;
-            break;
-        case 1:
-            if (end - p < 8)
-                goto broken;
-            p += 8;
-            break;
-        case 5:
-            if (end - p < 4)
-                goto broken;
-            p += 4;
-            break;
-        case 2:
-            if (varint(&p, end, &v) < 0 || v > (uint64_t)(end - p))
-                goto broken;
-            if ((key >> 3) == 1 && v >= cap)
-                return oip__fail(err, ATTN_EINVAL, "model_name: longer than "
-                                 "%zu bytes", cap - 1);
-            if (((key >> 3) == 1 || (key >> 3) == 2) && memchr(p, 0, v))
-                return oip__fail(err, ATTN_EINVAL, "%s: " NUL_MSG,
-                                 (key >> 3) == 1 ? "model_name" : "model_version");
-            if ((key >> 3) == 1 || (key >> 3) == 2) {
-                size_t n = v < cap ? (size_t)v : cap - 1;
-                char *dst = (key >> 3) == 1 ? name : version;
-                memcpy(dst, p, n);
-                dst[n] = 0;
-            }
-            p += v;
-            break;
-        default:
-            goto broken;
-        }
+        uint64_t key, n, f;
+        char *dst;
+        if (field(&p, end, &key, &v, &n) < 0)
+            return oip__fail(err, ATTN_EINVAL, "request: not a valid "
+                             "ModelInferRequest (protobuf wire format)");
+        f = (key & 7) == 2 ? key >> 3 : 0;
+        if (f != 1 && f != 2)
+            continue;
+        if (f == 1 && n >= cap)
+            return oip__fail(err, ATTN_EINVAL, "model_name: longer than "
+                             "%zu bytes", cap - 1);
+        if (memchr(v, 0, n))
+            return oip__fail(err, ATTN_EINVAL, "%s: " NUL_MSG,
+                             f == 1 ? "model_name" : "model_version");
+        dst = f == 1 ? name : version;
+        if (n >= cap) /* a version: cut, it names none either way */
+            n = cap - 1;
+        memcpy(dst, v, n);
+        dst[n] = 0;
     }
     return 0;
-broken:
-    return oip__fail(err, ATTN_EINVAL, "request: not a valid ModelInferRequest "
-                     "(protobuf wire format)");
+}
+
+void oip_pb_peek_echo(const char *msg, size_t len, oip_pb_echo *e)
+{
+    const uint8_t *p = (const uint8_t *)msg, *end, *v;
+    e->model_name[0] = e->model_version[0] = e->id[0] = 0;
+    if (!p)
+        return;
+    end = p + len;
+    while (p < end) {
+        uint64_t key, n;
+        char *dst;
+        size_t cap;
+        if (field(&p, end, &key, &v, &n) < 0)
+            return; /* what came before the break stays */
+        switch ((key & 7) == 2 ? key >> 3 : 0) {
+        case 1:
+            dst = e->model_name, cap = sizeof e->model_name;
+            break;
+        case 2:
+            dst = e->model_version, cap = sizeof e->model_version;
+            break;
+        case 3:
+            dst = e->id, cap = sizeof e->id;
+            break;
+        default:
+            continue;
+        }
+        /* the last one counts, as in the parse; one that could not go
+         * back as a protobuf string, or only cut, is none */
+        if (n < cap && !memchr(v, 0, n) && oip__utf8_valid((const char *)v, n)) {
+            memcpy(dst, v, n);
+            dst[n] = 0;
+        } else {
+            dst[0] = 0;
+        }
+    }
 }
 
 /* ---- NUL bytes in strings --------------------------------------------------- */
@@ -616,48 +667,28 @@ static int strings(const ProtobufCMessageDescriptor *d, const uint8_t *p,
 {
     while (p < end) {
         const ProtobufCFieldDescriptor *f;
-        uint64_t key, v;
+        const uint8_t *v;
+        uint64_t key, n;
         int rc;
-        if (varint(&p, end, &key) < 0)
+        if (field(&p, end, &key, &v, &n) < 0)
             return 0;
-        switch (key & 7) {
-        case 0:
-            if (varint(&p, end, &v) < 0)
-                return 0;
+        if ((key & 7) != 2)
             continue;
-        case 1:
-            if (end - p < 8)
-                return 0;
-            p += 8;
-            continue;
-        case 5:
-            if (end - p < 4)
-                return 0;
-            p += 4;
-            continue;
-        case 2:
-            break;
-        default: /* groups: the parse refuses them */
-            return 0;
-        }
-        if (varint(&p, end, &v) < 0 || v > (uint64_t)(end - p))
-            return 0;
         f = (key >> 3) <= UINT32_MAX
                 ? protobuf_c_message_descriptor_get_field(d, (unsigned)(key >> 3))
                 : NULL;
         if (f && (f->type == PROTOBUF_C_TYPE_STRING ||
                   f->type == PROTOBUF_C_TYPE_MESSAGE)) {
             snprintf(path + plen, cap - plen, "%s%s", plen ? "." : "", f->name);
-            if (f->type == PROTOBUF_C_TYPE_STRING && memchr(p, 0, v))
+            if (f->type == PROTOBUF_C_TYPE_STRING && memchr(v, 0, n))
                 return oip__fail(err, ATTN_EINVAL, "%s: " NUL_MSG, path);
             if (f->type == PROTOBUF_C_TYPE_MESSAGE &&
                 strlen(path) < cap - 1 && /* bounds the depth too */
-                (rc = strings(f->descriptor, p, p + v, path, strlen(path), cap,
+                (rc = strings(f->descriptor, v, v + n, path, strlen(path), cap,
                               err)))
                 return rc;
             path[plen] = 0;
         }
-        p += v;
     }
     return 0;
 }

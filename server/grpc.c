@@ -227,15 +227,26 @@ static char *take_out(gslot *sl)
     return b;
 }
 
+/* put_varint: v as a protobuf varint at p; its length (at most 10). */
+static size_t put_varint(unsigned char *p, size_t v)
+{
+    size_t n = 0;
+    for (; v > 0x7f; v >>= 7)
+        p[n++] = (unsigned char)(v | 0x80);
+    p[n++] = (unsigned char)v;
+    return n;
+}
+
 /* stream_msg: a slot's answer as a ModelStreamInferResponse chunk (which
  * takes the slot): the infer response becomes field 2 (written in the
  * headroom in front of it), an error field 1 (its words moved on to leave
- * room for the frame, the tag and the length in front of them). */
+ * room for the frame, the tag and the length in front of them), then its
+ * request's echo as field 2 (moved up from SLOT_ECHO_AT to follow them;
+ * present even when empty, as Triton's is). */
 static void stream_msg(gcall *call, gslot *sl)
 {
     unsigned char var[10], tag;
-    size_t len, at, v;
-    int nv = 0;
+    size_t len, at, nv, tail = 0;
     char *b;
     if (sl->code == GRPC_OK) {
         len = sl->out_len - OIP_PB_HEADROOM;
@@ -247,21 +258,21 @@ static void stream_msg(gcall *call, gslot *sl)
          * parser refuses the whole stream (a message may quote bytes a
          * client sent, or be cut inside a character) */
         oip_utf8_mend(sl->msg);
-        len = strnlen(sl->msg, sizeof sl->msg - 16);
+        len = strnlen(sl->msg, GRPC_ERRMAX - 1);
         at = 16;
         tag = 0x0a; /* field 1, length-delimited */
         b = sl->msg;
         memmove(b + at, b, len);
+        b[at + len] = 0x12; /* infer_response: field 2, length-delimited */
+        tail = 1 + put_varint((unsigned char *)b + at + len + 1, sl->echo_len);
+        memmove(b + at + len + tail, b + SLOT_ECHO_AT, sl->echo_len);
+        tail += sl->echo_len;
     }
-    v = len;
-    do {
-        var[nv++] = (unsigned char)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
-        v >>= 7;
-    } while (v);
-    at -= (size_t)nv;
-    memcpy(b + at, var, (size_t)nv);
+    nv = put_varint(var, len);
+    at -= nv;
+    memcpy(b + at, var, nv);
     b[--at] = (char)tag;
-    len += (size_t)nv + 1;
+    len += nv + 1 + tail;
     queue_chunk(call, sl, b, frame(b, at, len), at + len);
 }
 
@@ -398,6 +409,15 @@ static void slot_abandon(srv *s, gslot *sl)
     free(sl);
 }
 
+/* echo: what the error answer of sl, a stream's request, echoes of it
+ * (req, len bytes: its message or their start). */
+static void echo(gslot *sl, const char *req, size_t len)
+{
+    oip_pb_echo e;
+    oip_pb_peek_echo(req, len, &e);
+    sl->echo_len = oip_pb_echo_encode(&e, sl->msg + SLOT_ECHO_AT);
+}
+
 /* dispatch: one complete request message (msg malloc'd, taken; late: it
  * began after SIGTERM, so it is refused as new work is). */
 void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem,
@@ -413,14 +433,16 @@ void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem,
     if (!sl || !r) { /* a stream: this request's error, in its place */
         free(sl);
         free(r);
-        free(msg);
-        srv_mem_give(s, mem);
         if (call->m->stream)
-            srv_grpc__slot_error(call, GRPC_UNAVAILABLE, GRPC_OOM_MSG);
+            srv_grpc__slot_error(call, GRPC_UNAVAILABLE, GRPC_OOM_MSG, msg, len);
         else
             srv_grpc__call_end(call, GRPC_UNAVAILABLE, GRPC_OOM_MSG);
+        free(msg);
+        srv_mem_give(s, mem);
         return;
     }
+    if (call->m->stream) /* for its error answer, if it gets one */
+        echo(sl, msg, len);
     r->s = s;
     r->mem = mem; /* the message's share of memory-budget goes with it */
     r->t0_ns = now;
@@ -470,24 +492,33 @@ void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem,
 
 /* slot_error: a stream request answered with an error before it became
  * an srv_req (its bytes were refused); it keeps its place in the order. */
-void srv_grpc__slot_error(gcall *call, int code, const char *msg)
+gslot *srv_grpc__slot_error(gcall *call, int code, const char *msg,
+                            const char *req, size_t len)
 {
     gslot *sl = calloc(1, sizeof *sl);
     if (!sl) {
         srv_grpc__call_end(call, GRPC_UNAVAILABLE, GRPC_OOM_MSG);
-        return;
+        return NULL;
     }
     snprintf(sl->msg, GRPC_ERRMAX, "%s", msg);
     sl->call = call;
     sl->code = code;
-    sl->done = 1;
     if (call->stail)
         call->stail->next = sl;
     else
         call->shead = sl;
     call->stail = sl;
     call->n_slots++;
-    srv_grpc__schedule(call->c);
+    if (req)
+        srv_grpc__slot_echo(sl, req, len);
+    return sl;
+}
+
+void srv_grpc__slot_echo(gslot *sl, const char *req, size_t len)
+{
+    echo(sl, req, len);
+    sl->done = 1;
+    srv_grpc__schedule(sl->call->c);
 }
 
 void srv_grpc__call_free(gcall *call)

@@ -260,8 +260,11 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
                 srv_grpc__call_end(call, GRPC_UNAVAILABLE, refused);
                 break;
             }
-            if (refused) { /* a stream: this request's error, its bytes dropped unread */
-                srv_grpc__slot_error(call, GRPC_UNAVAILABLE, refused);
+            if (refused) { /* a stream: this request's error, its bytes
+                            * dropped unread but their start kept for the
+                            * echo (answered once they have passed) */
+                call->skipped = srv_grpc__slot_error(call, GRPC_UNAVAILABLE,
+                                                     refused, NULL, 0);
                 call->skipping = 1;
             }
             call->msg_len = mlen;
@@ -273,6 +276,10 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
                 take = len;
             if (!call->skipping)
                 memcpy(call->msg + call->msg_got, data, take);
+            else if (call->msg_got < sizeof call->head)
+                memcpy(call->head + call->msg_got, data,
+                       take < sizeof call->head - call->msg_got
+                           ? take : sizeof call->head - call->msg_got);
             call->msg_got += take;
             call->msg_seen += take;
             if (call->msg_got == call->msg_len) /* whole: no more rate */
@@ -284,6 +291,11 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
             call->skipping = 0;
             call->hdr_got = 0;
             call->n_msgs++;
+            if (call->skipped)
+                srv_grpc__slot_echo(call->skipped, call->head,
+                                    call->msg_len < sizeof call->head
+                                        ? call->msg_len : sizeof call->head);
+            call->skipped = NULL;
         } else if (call->msg_got == call->msg_len) {
             char *m = call->msg;
             call->msg = NULL;

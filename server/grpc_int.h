@@ -8,6 +8,7 @@
 
 #include <nghttp2/nghttp2.h>
 
+#include "proto/oip_pb.h"
 #include "server/grpc.h"
 
 #define READ_BUF 65536
@@ -15,6 +16,9 @@
 #define STREAM_WINDOW (1 << 20) /* per-stream receive window */
 #define CONN_WINDOW (16 << 20)  /* per-connection receive window */
 #define MAX_STREAMS 128         /* concurrent calls per connection */
+/* where a slot's msg holds its request's echo: past its words, the room
+ * stream_msg moves them into and an infer_response field's header */
+#define SLOT_ECHO_AT (16 + GRPC_ERRMAX + 3)
 
 typedef struct gconn gconn;
 typedef struct gcall gcall;
@@ -45,8 +49,11 @@ typedef struct gslot {
     char *out;      /* response message at out + OIP_PB_HEADROOM */
     size_t out_len;
     /* an error's words: held, not allocated, so an error always has them;
-     * room after them to frame them in place (stream_msg) */
-    char msg[GRPC_ERRMAX + 16];
+     * room after them to frame them in place (stream_msg). On a stream,
+     * its request's echo (oip_pb_echo_encode, echo_len bytes) waits at
+     * SLOT_ECHO_AT: the error answer's infer_response. */
+    char msg[SLOT_ECHO_AT + OIP_PB_ECHO_MAX];
+    size_t echo_len;
     /* its answer on the way out: queued without an allocation, so an
      * answer made (a sequence's step done) is sent, or its connection
      * closed, never replaced by an out-of-memory error. The slot lives
@@ -79,6 +86,8 @@ struct gcall {
     size_t unary_len;
     size_t msg_mem, unary_mem; /* their shares of memory-budget */
     int skipping;        /* a stream message refused unread: drop its bytes */
+    struct gslot *skipped; /* its error, answered once they have passed */
+    char head[OIP_PB_ECHO_MAX]; /* its first bytes, for the echo */
     int late;            /* the message arriving began after SIGTERM, so
                             its request is refused (r->late): a unary
                             call's when its HEADERS did (REST: its head),
@@ -161,8 +170,15 @@ void srv_grpc__call_end(gcall *call, int code, const char *msg);
 void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem,
                         int late);
 /* grpc.c: a stream request answered with an error before it became an
- * srv_req (its bytes were refused); it keeps its place in the order. */
-void srv_grpc__slot_error(gcall *call, int code, const char *msg);
+ * srv_req (its bytes were refused); it keeps its place in the order, and
+ * echoes req (its message, len bytes; NULL: its bytes are still coming,
+ * and srv_grpc__slot_echo answers it once they have passed). The slot, or
+ * NULL when there was no memory for one (the call is ended). */
+gslot *srv_grpc__slot_error(gcall *call, int code, const char *msg,
+                            const char *req, size_t len);
+/* grpc.c: a slot_error whose request's bytes have passed now echoes req
+ * (len bytes: their start) and is answered. */
+void srv_grpc__slot_echo(gslot *sl, const char *req, size_t len);
 /* grpc.c: free a call; its unanswered requests detach or are orphaned. */
 void srv_grpc__call_free(gcall *call);
 /* grpc_conn.c: the HTTP/2 layer ends c for an error (code: the GOAWAY's

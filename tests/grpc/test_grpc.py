@@ -312,6 +312,43 @@ class Unary(unittest.TestCase):
         # an empty stream ends OK with no responses
         self.assertEqual(list(self.s.ModelStreamInfer(iter([]))), [])
 
+    def test_stream_error_answers_name_their_request(self):
+        """A failed request's answer on a stream carries, beside its
+        error_message, its id, model_name and model_version in
+        infer_response, as Triton's server fills them "so that client
+        knows which request failed" (a client matching answers to
+        requests by id): whether it failed before its message was decoded
+        (a bad version, an id holding a NUL byte), at the decode (a bad
+        shape) or once routed (an unknown model); good ones between go on."""
+        def named(rid, model="sdpa", version=""):
+            r = seed1()
+            r.id, r.model_name, r.model_version = rid, model, version
+            return r
+        shape = named("bad-shape", version="1")
+        shape.inputs[0].shape[1] = -3
+        nul = named("x\0y")
+        long_id = named("L" * 300)  # over 255 bytes: refused, not echoed cut
+        reqs = [named("ok-0"), shape, named("no-model", "nope", "1"), named("ok-1"),
+                named("bad-version", "sdpa", "7"), nul, long_id, named("\u00e9t\u00e9", "tiny"),
+                named("ok-2")]
+        got = list(self.s.ModelStreamInfer(iter(reqs), timeout=60))
+        self.assertEqual(len(got), len(reqs))
+        errors = {"bad-shape": r"^inputs\[0\]\.shape: dimension 1 is -3",
+                  "no-model": r"model 'nope': not found", "bad-version": r"^version '7' not found",
+                  "x\0y": r"^id: contains a NUL byte", "L" * 300: r"^id: longer than 255 bytes",
+                  "\u00e9t\u00e9": r"."}
+        for req, g in zip(reqs, got):
+            if req.id.startswith("ok-"):
+                self.assertEqual((g.error_message, g.infer_response.id), ("", req.id))
+                continue
+            self.assertRegex(g.error_message, errors[req.id])
+            self.assertTrue(g.HasField("infer_response"), req.id)
+            echoed = "" if req.id in ("x\0y", "L" * 300) else req.id  # no string could hold it
+            self.assertEqual((g.infer_response.id, g.infer_response.model_name,
+                              g.infer_response.model_version),
+                             (echoed, req.model_name, req.model_version), req.id)
+            self.assertEqual(len(g.infer_response.outputs), 0)
+
     def test_stream_equals_unary(self):
         c = REFS["sdpa"]
         unary = self.s.ModelInfer(want(sdpa_req(c), "output"))

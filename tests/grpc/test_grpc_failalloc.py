@@ -186,12 +186,19 @@ class FailAlloc(unittest.TestCase):
 
         def stream(stub, i):
             n = 0
+            reqs = [want(tiny_x(k, raw_form=j % 2 == 1), "y") for j in range(6)]
+            for j, r in enumerate(reqs):
+                r.id = f"s{j}"
             try:
-                for g in stub.ModelStreamInfer(iter([want(tiny_x(k, raw_form=j % 2 == 1), "y")
-                                                     for j in range(6)]), timeout=30):
+                for g in stub.ModelStreamInfer(iter(reqs), timeout=30):
                     n += 1
-                    note("stream response", right(g.infer_response) if not g.error_message
-                         else None if "out of memory" in g.error_message else g.error_message)
+                    if not g.error_message:
+                        fine = right(g.infer_response)
+                    elif g.infer_response.id != f"s{n - 1}":  # an error names its request too
+                        fine = f"{g.error_message}: named {g.infer_response.id!r}"
+                    else:
+                        fine = None if "out of memory" in g.error_message else g.error_message
+                    note("stream response", fine)
             except grpc.RpcError as e:
                 return note("stream", error(e.code(), e.details()))
             # ended OK: every request answered, each in its place

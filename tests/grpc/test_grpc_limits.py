@@ -283,6 +283,10 @@ class Limits(unittest.TestCase):
                 d.stub.ModelInfer(seed1())
             self.assertEqual(e.exception.code(), C.UNAVAILABLE)
             self.assertRegex(e.exception.details(), r"queue: model 'sdpa' has 1 request waiting \(queue-size\)")
+            # on a stream, that request's error, naming it (its id, model)
+            [g] = list(d.stub.ModelStreamInfer(iter([seed1()])))
+            self.assertRegex(g.error_message, r"queue: model 'sdpa' has 1 request waiting")
+            self.assertEqual((g.infer_response.id, g.infer_response.model_name), ("seed1", "sdpa"))
             self.assertEqual(first.result().id, "seed1", "the queued one still answers")
         finally:
             self.assertEqual(d.stop(), 0, d.log)
@@ -314,6 +318,8 @@ class Limits(unittest.TestCase):
             got = list(d.stub.ModelStreamInfer(iter([big] * 3 + [seed1()])))
             self.assertEqual(len(got), 4)
             self.assertRegex(got[2].error_message, r"memory-budget")
+            # named by its first bytes (its id, model), read as they passed
+            self.assertEqual((got[2].infer_response.id, got[2].infer_response.model_name), ("big", "sdpa"))
             self.assertEqual([g.infer_response.id for g in got if not g.error_message][-1], "seed1")
             self.assertEqual(got[0].infer_response.id, "big")
         finally:
@@ -376,6 +382,7 @@ class Limits(unittest.TestCase):
             # in a stream, a late request is that request's error
             got = list(d.stub.ModelStreamInfer(iter([seed1()])))
             self.assertRegex(got[0].error_message, r"deadline: no answer within 300 ms")
+            self.assertEqual((got[0].infer_response.id, got[0].infer_response.model_name), ("seed1", "sdpa"))
             self.assertTrue(d.stub.ServerLive(pb.ServerLiveRequest()).live)
         finally:
             self.assertEqual(d.stop(), 0, d.log)

@@ -6,7 +6,8 @@
  * tests/proto/fuzz_pb_corpus holds valid ones, raw and typed). Properties
  * checked beyond "no crash, no leak, no UB":
  *   - oip_pb_peek_model agrees with the full parse on model_name whenever
- *     both accept the message;
+ *     both accept the message, and oip_pb_peek_echo with the decode on
+ *     the id whenever the decode accepts it;
  *   - a failed decode leaves the request empty and names its cause;
  *   - a decoded request's tensors re-encode as a ModelInferResponse (raw
  *     and typed) that protobuf-c parses back with the same shapes and,
@@ -85,6 +86,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         oip_request_free(&r);
         return 0;
+    }
+    {
+        oip_pb_echo e;
+        oip_pb_peek_echo((const char *)data, size, &e);
+        if (strcmp(e.id, r.id ? r.id : "") != 0)
+            abort();
     }
     if (peek == 0) {
         Inference__ModelInferRequest *m =

@@ -12,7 +12,10 @@
  *     of no id kind, tokens in each wrong form, an id too long;
  *   - oip_pb_peek_model on a message cut inside a fixed-width field;
  *   - a NUL byte inside a string (a nested one too), which protobuf-c
- *     would hand over cut there; not in bytes nor unknown fields.
+ *     would hand over cut there; not in bytes nor unknown fields;
+ *   - oip_pb_peek_echo (a stream error's echo of its request): the last
+ *     of a field, none for one no string could hold, what came before a
+ *     break; oip_pb_echo_encode of it, read back by protobuf-c.
  * And INT64 typed contents and per-output binary_data decode as sent.
  */
 #include <check.h>
@@ -431,6 +434,58 @@ START_TEST(nul_in_strings)
 }
 END_TEST
 
+/* The echo of a stream's failed request: id, model_name, model_version as
+ * the request's top level holds them, read without a parse. */
+START_TEST(peek_echo)
+{
+    oip_pb_echo e;
+    char out[OIP_PB_ECHO_MAX], big[OIP_PB_ECHO_MAX + 8];
+    Inference__ModelInferResponse *m;
+    size_t n;
+    /* model_name "m", id "a" then id "b" (the last counts), version "1",
+     * an input (skipped), then a field cut short */
+    const char two[] = {0x0a, 1, 'm', 0x1a, 1, 'a', 0x1a, 1, 'b', 0x12, 1, '1',
+                        0x2a, 2, 0x0a, 0, 0x1a, 5, 'z'};
+    /* an id with a NUL byte, a version that is not UTF-8: none */
+    const char bad[] = {0x0a, 1, 'm', 0x12, 1, (char)0xff, 0x1a, 2, 'x', 0};
+    oip_pb_peek_echo(two, sizeof two, &e);
+    ck_assert_str_eq(e.model_name, "m");
+    ck_assert_str_eq(e.model_version, "1");
+    ck_assert_str_eq(e.id, "b");
+    oip_pb_peek_echo(bad, sizeof bad, &e);
+    ck_assert_str_eq(e.model_name, "m");
+    ck_assert_str_eq(e.model_version, "");
+    ck_assert_str_eq(e.id, "");
+    oip_pb_peek_echo(NULL, 0, &e);
+    ck_assert_str_eq(e.id, "");
+    /* an id of OIP_MAX_ID bytes is refused by the decode: none, not cut */
+    big[0] = 0x1a, big[1] = (char)(OIP_MAX_ID | 0x80), big[2] = OIP_MAX_ID >> 7;
+    memset(big + 3, 'i', OIP_MAX_ID);
+    oip_pb_peek_echo(big, 3 + OIP_MAX_ID, &e);
+    ck_assert_str_eq(e.id, "");
+    /* the longest echo fits OIP_PB_ECHO_MAX and reads back */
+    memset(e.model_name, 'n', sizeof e.model_name - 1);
+    e.model_name[sizeof e.model_name - 1] = 0;
+    memset(e.model_version, 'v', sizeof e.model_version - 1);
+    e.model_version[sizeof e.model_version - 1] = 0;
+    memset(e.id, 'i', sizeof e.id - 1);
+    e.id[sizeof e.id - 1] = 0;
+    n = oip_pb_echo_encode(&e, out);
+    ck_assert_uint_eq(n, OIP_PB_ECHO_MAX);
+    m = inference__model_infer_response__unpack(NULL, n, (const uint8_t *)out);
+    ck_assert_ptr_nonnull(m);
+    ck_assert_str_eq(m->model_name, e.model_name);
+    ck_assert_str_eq(m->model_version, e.model_version);
+    ck_assert_str_eq(m->id, e.id);
+    inference__model_infer_response__free_unpacked(m, NULL);
+    /* and is what a request holding them first starts with */
+    oip_pb_peek_echo(out, n, &e);
+    ck_assert_uint_eq(strlen(e.id), OIP_MAX_ID - 1);
+    e.model_name[0] = e.model_version[0] = e.id[0] = 0;
+    ck_assert_uint_eq(oip_pb_echo_encode(&e, out), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("pb");
@@ -442,6 +497,7 @@ static Suite *suite(void)
     tcase_add_test(tc, tokens_refused);
     tcase_add_test(tc, peek_cut_fixed);
     tcase_add_test(tc, nul_in_strings);
+    tcase_add_test(tc, peek_echo);
     suite_add_tcase(s, tc);
     return s;
 }
