@@ -51,7 +51,7 @@
       "at once while a load of it runs (503 past; a call identical to the "  \
       "last one waiting joins it and takes no place)")                       \
     X(deadline_ms, "deadline-ms", INT, 30000, 1, 3600000,                     \
-      "request deadline from arrival to answer (ms); past it 504")            \
+      "request deadline from the request whole (its body read) to its answer (ms); past it 504")            \
     X(drain_ms, "drain-ms", INT, 30000, 0, 3600000,                           \
       "on SIGTERM/SIGINT/SIGHUP, time queued and running work gets to "       \
       "finish (ms)")                                                           \

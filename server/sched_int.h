@@ -50,6 +50,7 @@ struct srv_job {
                           loop, inside srv_h_infer (batch.c) */
     char id[64];       /* the request's id for the log (solo_ran) */
     uint64_t t_arrive, t_queued, t_run, t_ran, decode_ns, encode_ns;
+    uint64_t t_admit;  /* its deadline counts from here: its body whole */
     const srv_door *door; /* wire format, NULL = JSON (srv.h) */
     long long deadline_ms;
     int answered;      /* status its request was answered with, 0 = none */

@@ -414,6 +414,31 @@ test('an inline request that outlasts its deadline answers 504, as on the pool',
   } catch (e) { c.close(); await d.stop('SIGKILL'); throw e; }
 });
 
+test('a deadline counts from the body whole, inline as on the pool: a body slow to come is not 504 for it', async (t) => {
+  // inline, the deadline was counted from the request's head: a body that
+  // took longer than --deadline-ms to arrive answered 504, on the pool 200
+  const e = REFS.sdpa, body = Buffer.from(JSON.stringify({ inputs: sdpaInputs(e) }));
+  for (const args of [[], ['--inline-conns', '0']]) {
+    // the start's ready probe's keep-alive is idle past --inline-idle-ms
+    // once the request comes: it is the lone connection
+    const d = await start({ t, args: ['--deadline-ms', '300', '--inline-idle-ms', '50', ...args] });
+    await new Promise((r) => setTimeout(r, 200));
+    const sock = connect(d.port, '127.0.0.1');
+    t.after(() => sock.destroy());
+    let text = '';
+    sock.on('data', (b) => { text += b; });
+    sock.write(`POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`);
+    sock.write(body.subarray(0, 10));
+    await new Promise((r) => setTimeout(r, 600));
+    sock.write(body.subarray(10));
+    await new Promise((r) => sock.on('close', r));
+    assert.match(text, /^HTTP\/1\.1 200/, `${args.join(' ') || 'inline'}: ${text.slice(0, 300)}`);
+    const m = /^attnd_inference_inline_count_total\{model="sdpa",version="1"\} (\d+)$/m.exec(await (await fetch(`${d.url}/metrics`)).text());
+    assert.equal(Number(m?.[1] ?? 0), args.length ? 0 : 1, 'inline, or on the pool');
+    assert.equal((await d.stop()).code, 0);
+  }
+});
+
 test('an inline sequence step that outlasts its deadline answers 504, and the sequence did not start', async (t) => {
   // a 440-token prompt on h1 runs on the loop
   const T = H1_T, D = H1_D, dir = h1Dir(), x = h1X(T);
