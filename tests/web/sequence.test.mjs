@@ -46,6 +46,25 @@ async function oneShot(words) {
 
 // checkRow: row i of the focused head is drawn as the API's numbers say,
 // the hover readout says the same weight, and both equal the one-shot run.
+/** stepper(id): step(ws, pos0, start) sends the words ws of sequence id
+ * at pos0 (causal, retained, with their tokens; start: its first step)
+ * and returns the answer's parameters once it is 200. */
+function stepper(id) {
+  return async (ws, pos0, start) => {
+    const body = {
+      inputs: [{ name: 'x', datatype: 'FP32', shape: [1, ws.length, D], data: Array.from(embed(ws, D, pos0)) }],
+      outputs: [{ name: 'attention' }],
+      parameters: { sequence_id: id, causal: true, retain: true, tokens: ws, sequence_position: pos0, ...(start ? { sequence_start: true } : {}) },
+    };
+    const r = await fetch(`${daemon.url}/v2/models/toy/infer`, {
+      method: 'POST', body: JSON.stringify(body), headers: { 'Attnd-Sequence-Id': id },
+    });
+    const j = await r.json();
+    assert.equal(r.status, 200, JSON.stringify(j));
+    return j.parameters;
+  };
+}
+
 async function checkRow(page, mapId, h, i, shot) {
   const m = await f32map(mapId, h);
   for (let j = 0; j <= i; j++) {
@@ -243,19 +262,7 @@ test('follow: a sequence this test steps over HTTP is drawn within a second of e
   if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
   const id = `follow-${Date.now()}`;
   const words = ['the', 'cat', 'sat'];
-  const stepReq = async (ws, pos0, start) => {
-    const body = {
-      inputs: [{ name: 'x', datatype: 'FP32', shape: [1, ws.length, D], data: Array.from(embed(ws, D, pos0)) }],
-      outputs: [{ name: 'attention' }],
-      parameters: { sequence_id: id, causal: true, retain: true, tokens: ws, sequence_position: pos0, ...(start ? { sequence_start: true } : {}) },
-    };
-    const r = await fetch(`${daemon.url}/v2/models/toy/infer`, {
-      method: 'POST', body: JSON.stringify(body), headers: { 'Attnd-Sequence-Id': id },
-    });
-    const j = await r.json();
-    assert.equal(r.status, 200, JSON.stringify(j));
-    return j.parameters;
-  };
+  const stepReq = stepper(id);
   const first = await stepReq(words, 0, true);
   const { page, errors } = await openPage(browser, `${daemon.url}/#map=${first.map_id}&follow=1&h=1`);
   assert.equal(await page.evaluate(() => window.attnd.run.T), 3);
@@ -313,18 +320,7 @@ test('a sequence whose map no longer fits the store goes on, and the page says w
 test('a map stepped while the page reads it, head by head, opens as one version, not heads of two', async (t) => {
   if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
   const id = `midopen-${Date.now()}`;
-  const step = async (ws, pos0, start) => {
-    const body = {
-      inputs: [{ name: 'x', datatype: 'FP32', shape: [1, ws.length, D], data: Array.from(embed(ws, D, pos0)) }],
-      outputs: [{ name: 'attention' }],
-      parameters: { sequence_id: id, causal: true, retain: true, tokens: ws, sequence_position: pos0, ...(start ? { sequence_start: true } : {}) },
-    };
-    const r = await fetch(`${daemon.url}/v2/models/toy/infer`, {
-      method: 'POST', body: JSON.stringify(body), headers: { 'Attnd-Sequence-Id': id },
-    });
-    assert.equal(r.status, 200, await r.clone().text());
-    return (await r.json()).parameters;
-  };
+  const step = stepper(id);
   const mapId = (await step(['the', 'cat', 'sat'], 0, true)).map_id;
   // Another client steps the sequence just as the page asks for head 1's
   // weights (head 0's already read): first a step that replaces the last
