@@ -103,6 +103,15 @@ function bigSdpa(signal) {
     headers: { 'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': String(headerLen) },
   });
 }
+/** bigRunning(d): once bigSdpa's batch runs on d (decoded: its inputs and
+ * output held, 4 x 16 MiB of the memory budget). */
+async function bigRunning(d) {
+  const held = () => metricOf(d, /^attnd_memory_budget_used_bytes (\d+)$/m);
+  for (let i = 0; (await held()) < 4 * 65536 * 64 * 4; i++) {
+    assert.ok(i < 400 * SLOW, "the large request's batch never ran");
+    await sleep(10);
+  }
+}
 async function metricOf(d, re) {
   const m = re.exec(await (await fetch(`${d.url}/metrics`)).text());
   assert.ok(m, `no ${re} in /metrics`);
@@ -186,12 +195,7 @@ test('a request answered while it waits for a pool thread to decode it is not de
   const undecoded = () => metricOf(d, /^attnd_inference_requests_undecoded_total\{model="tiny",version="1"\} (\d+)$/m);
   const acA = new AbortController();
   const a = bigSdpa.call(d, acA.signal).catch((e) => e);
-  // decoded, its inputs and output held (4 x 16 MiB): its batch launched
-  const held = () => metricOf(d, /^attnd_memory_budget_used_bytes (\d+)$/m);
-  for (let i = 0; (await held()) < 4 * 65536 * 64 * 4; i++) {
-    assert.ok(i < 400 * SLOW, "the large request's batch never ran");
-    await sleep(10);
-  }
+  await bigRunning(d);
   const acB = new AbortController();
   const b = fetch(`${d.url}/v2/models/tiny/infer`, {
     method: 'POST', body: JSON.stringify(xreq('waits')), signal: acB.signal,
@@ -224,11 +228,7 @@ test('a request decoded after the drain was cut short answers 503 and starts not
   const d = await start({ t, args: ['--threads', '1', '--instances', '1', '--solo-max-weights', '0', '--deadline-ms', '600000'] });
   const acA = new AbortController();
   const a = bigSdpa.call(d, acA.signal).catch((e) => e);
-  const held = () => metricOf(d, /^attnd_memory_budget_used_bytes (\d+)$/m);
-  for (let i = 0; (await held()) < 4 * 65536 * 64 * 4; i++) {
-    assert.ok(i < 400 * SLOW, "the large request's batch never ran");
-    await sleep(10);
-  }
+  await bigRunning(d);
   const x = Array.from({ length: 8 }, (_, i) => i * 0.1);
   const b = post(`${d.url}/v2/models/sdpa/infer`, JSON.stringify({
     inputs: ['q', 'k', 'v'].map((n) => ({ name: n, datatype: 'FP32', shape: [2, 4], data: x })) }));
