@@ -212,6 +212,43 @@ test("Services: each selects the pods and targets a container port", () => {
   }
 });
 
+test("HPA: scales the Deployment on CPU, which has a CPU request", () => {
+  const hpa = one("HorizontalPodAutoscaler");
+  assert.equal(hpa.spec.scaleTargetRef.kind, "Deployment");
+  assert.equal(hpa.spec.scaleTargetRef.name, dep.metadata.name);
+  assert.ok(hpa.spec.metrics.some((m) => m.resource?.name === "cpu"));
+  assert.ok(ctr.resources.requests.cpu);
+  assert.ok(hpa.spec.minReplicas >= dep.spec.replicas);
+});
+
+test("PDB: selects the pods and leaves room for a disruption", () => {
+  const pdb = one("PodDisruptionBudget");
+  assert.ok(matches(pdb.spec.selector.matchLabels, dep.spec.template.metadata.labels));
+  assert.ok(pdb.spec.minAvailable < one("HorizontalPodAutoscaler").spec.minReplicas);
+});
+
+// The daemon ignores an ATTND_* variable it does not know (a misspelt
+// setting silently keeps its default), so every one the deployment files
+// name must be a row of `attnd --help`.
+const HELP = process.env.ATTND_BIN ? execFileSync(process.env.ATTND_BIN, ["--help"], { encoding: "utf8" }) : null;
+const NO_BIN = !HELP && "ATTND_BIN not set";
+const helpSettings = (help) => new Map([...help.matchAll(/^--\S+\s+(ATTND_[A-Z0-9_]+)\s+(\S+)/gm)].map((m) => [m[1], m[2]]));
+const deployText = () => [ROOT + "Dockerfile", ROOT + "deploy/nginx.conf",
+  ...readdirSync(K8S).filter((f) => f.endsWith(".yaml")).map((f) => K8S + f)]
+  .map((f) => readFileSync(f, "utf8")).join("\n");
+function unknownSettings(names, help) {
+  const known = helpSettings(help);
+  return [...new Set(names)].filter((n) => !known.has(n));
+}
+
+test("every ATTND_* variable is a daemon setting", { skip: NO_BIN }, () => {
+  const names = [...Object.keys(cm.data), ...deployText().matchAll(/\bATTND_[A-Z0-9_]+/g)].map((x) => (Array.isArray(x) ? x[0] : x));
+  assert.ok(names.length > 5);
+  assert.deepEqual(unknownSettings(names, HELP), []);
+  // A misspelt name, or the prefix of a real one, is caught.
+  assert.deepEqual(unknownSettings(["ATTND_DRAIN_MSS", "ATTND_MAX_BATC", "ATTND_PORT"], HELP), ["ATTND_DRAIN_MSS", "ATTND_MAX_BATC"]);
+});
+
 test("Service attnd: keeps a client on one replica", () => {
   assert.equal(named("Service", "attnd").spec.sessionAffinity, "ClientIP");
 });
