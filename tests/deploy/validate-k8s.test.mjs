@@ -11,8 +11,9 @@
 // 3. The objects agree with each other and with the daemon: selectors match
 //    the pod labels, ports and names resolve, probes hit the right health
 //    endpoints, the grace period outlasts the drain, the HPA has CPU requests
-//    to scale on, every ATTND_* variable is one `attnd --help` knows
-//    (when ATTND_BIN names the binary).
+//    to scale on, every ATTND_* variable is one `attnd --help` knows and the
+//    daemon's memory budgets fit the memory limit (when ATTND_BIN names the
+//    binary).
 // 4. Sequences across replicas: the ingress-nginx variant (ingress.yaml)
 //    sends requests with an Attnd-Sequence-Id header to a canary Ingress
 //    that hashes on that header, as deploy/nginx.conf does.
@@ -247,6 +248,37 @@ test("every ATTND_* variable is a daemon setting", { skip: NO_BIN }, () => {
   assert.deepEqual(unknownSettings(names, HELP), []);
   // A misspelt name, or the prefix of a real one, is caught.
   assert.deepEqual(unknownSettings(["ATTND_DRAIN_MSS", "ATTND_MAX_BATC", "ATTND_PORT"], HELP), ["ATTND_DRAIN_MSS", "ATTND_MAX_BATC"]);
+});
+
+// The memory the daemon may hold by its own budgets, with the ConfigMap's
+// settings over --help's defaults, for one weight-set model (kv-bytes is per
+// model): the bodies/requests/answers budget, the retained maps and the K/V
+// cache, plus 256 MiB for the code, threads, BLAS buffers and weights. Past
+// the container's memory limit the kernel OOM-kills the replica (every
+// sequence and map on it lost) where attnd would have answered 503.
+const HEADROOM = 256 * 2 ** 20;
+function quantity(q) {
+  const m = /^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$/.exec(String(q));
+  assert.ok(m, `memory quantity ${q}`);
+  const mult = { Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40, k: 1e3, M: 1e6, G: 1e9, T: 1e12 }[m[2]] ?? 1;
+  return Number(m[1]) * mult;
+}
+function budgetOverLimit(data, limit, help) {
+  const defaults = helpSettings(help);
+  const v = (n) => Number(data[n] ?? defaults.get(n));
+  const parts = { ATTND_MEMORY_BUDGET: v("ATTND_MEMORY_BUDGET"), ATTND_MAPS_BYTES: v("ATTND_MAPS_BYTES"), ATTND_KV_BYTES: v("ATTND_KV_BYTES") };
+  for (const [n, x] of Object.entries(parts)) assert.ok(Number.isFinite(x), `${n}: ${x}`);
+  const total = Object.values(parts).reduce((a, b) => a + b, 0) + HEADROOM;
+  const lim = quantity(limit);
+  return total > lim ? `${Object.entries(parts).map(([n, x]) => `${n} ${x}`).join(" + ")} + headroom ${HEADROOM} = ${total} > limits.memory ${limit} (${lim})` : null;
+}
+
+test("Deployment: the daemon's memory budgets fit the container's memory limit", { skip: NO_BIN }, () => {
+  assert.equal(budgetOverLimit(cm.data, ctr.resources.limits.memory, HELP), null);
+  // The K/V default (4 GiB per model) alone is past a 2Gi limit.
+  const d = { ...cm.data };
+  delete d.ATTND_KV_BYTES;
+  assert.match(budgetOverLimit(d, "2Gi", HELP) ?? "", /ATTND_KV_BYTES 4294967296/);
 });
 
 test("Service attnd: keeps a client on one replica", () => {
