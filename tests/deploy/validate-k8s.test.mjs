@@ -181,6 +181,12 @@ test("Deployment: grace period outlasts preStop + drain", () => {
     `terminationGracePeriodSeconds ${grace} <= drain ${drainMs} ms + preStop ${preS} s`);
 });
 
+test("Deployment: no service links, which would put the Services' ATTND_* variables beside the daemon's", () => {
+  // a Service named attnd injects ATTND_PORT=tcp://<ip>:<port> and more
+  assert.ok(byKind("Service").some((s) => s.metadata.name.toUpperCase().replace(/-/g, "_").startsWith("ATTND")));
+  assert.equal(pod.enableServiceLinks, false);
+});
+
 test("Deployment: non-root, requests and limits", () => {
   const sc = { ...pod.securityContext, ...ctr.securityContext };
   assert.equal(sc.runAsNonRoot, true);
