@@ -359,7 +359,7 @@ async function doRun() {
     }
     live.forget();
     state.map = null;
-    state.follow = false;
+    live.setFollow(false); // a wait still pending draws nothing now
     finishRun(run.mapId ? `retained as map ${run.mapId}` : '');
   } catch (e) {
     setStatus(e.message, true);
@@ -391,6 +391,9 @@ async function openMap(id) {
     run.live = state.follow;
     showMapModel(id);
     finishRun(run.created ? `retained ${when(run.created)}` : '');
+    // Following goes on with this map: the wait on the one shown before
+    // ends, its answer draws nothing.
+    if (state.follow) live.setFollow(true);
   } catch (e) {
     setStatus(e.message, true);
     askKey(e);
@@ -401,10 +404,12 @@ async function openMap(id) {
 // showGrown: redraw map id after it grew (a sequence's step, followed or
 // driven here): the newest row becomes the step view's query unless one
 // was picked, the zoom window keeps its size and moves to the newest row,
-// head and batch item stay. tokens (optional) label the rows. Throws the
-// daemon's error.
-async function showGrown(id, note, tokens) {
+// head and batch item stay. tokens (optional) label the rows; wanted
+// (optional) says, once the map is read, whether it is still to be drawn
+// (the page may show another one by then). Throws the daemon's error.
+async function showGrown(id, note, tokens, wanted) {
   const next = await api.openMap(id);
+  if (wanted && !wanted()) return;
   if (tokens && tokens.length === next.T && !next.block) next.tokens = next.keyTokens = tokens;
   next.live = true;
   const n = state.win && state.win.n;
@@ -652,7 +657,6 @@ async function start() {
   document.body.dataset.state = 'loading';
   live.setFollow(false);
   const fromUrl = readHash();
-  const follow = state.follow;
   const models = await api.listModels().catch((e) => { askKey(e); setStatus(e.message, true); return ['sdpa']; });
   const sel = $('model');
   sel.textContent = '';
@@ -675,8 +679,7 @@ async function start() {
     return;
   }
   Object.assign(state, keep);
-  update();
-  if (follow && state.map && run && run.mapId === state.map) live.setFollow(true);
+  update(); // (openMap started following when the link asks)
 }
 
 main();

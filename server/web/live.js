@@ -204,6 +204,7 @@ async function follow(gen) {
       continue;
     }
     if (gen !== followGen) return;
+    if (st.map !== id) continue; // another map is shown now
     if (r.status === 404) {
       st.follow = false;
       ctx.update();
@@ -223,7 +224,8 @@ async function follow(gen) {
       quietNoted = false;
       try {
         st.q = null;
-        await ctx.showGrown(id, `following map ${id}: ${r.meta.shape[2]} rows`);
+        await ctx.showGrown(id, `following map ${id}: ${r.meta.shape[2]} rows`, undefined,
+          () => gen === followGen && st.map === id);
       } catch (e) {
         if (gen !== followGen) return;
         ctx.setStatus(`following map ${id}: ${e.message}`, true);

@@ -5,6 +5,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { launch, openPage, startAttnd } from './harness.mjs';
+import { embed } from '../../server/web/embed.js';
 
 let daemon, browser;
 // Room for one [1, 1, 3, 3] sdpa map with its bookkeeping, not two.
@@ -72,4 +73,70 @@ test('a run that is no retained map offers no Follow box', async () => {
   assert.equal(await page.isVisible('#follow-wrap'), false);
   assert.deepEqual(errors, []);
   await page.close();
+});
+
+// A daemon with room for sequences' maps, and a sequence on its toy model
+// that this test steps over HTTP: step(words, pos0, start) -> parameters.
+async function withSequence(t, extra, body) {
+  const d = await startAttnd(extra);
+  try {
+    const v2 = await (await fetch(`${d.url}/v2`)).json();
+    if (!(v2.extensions || []).includes('sequences')) { t.skip('this attnd has no sequences extension'); return; }
+    const id = `f-${Date.now()}`;
+    const step = async (ws, pos0, start = false) => {
+      const r = await fetch(`${d.url}/v2/models/toy/infer`, {
+        method: 'POST', headers: { 'Attnd-Sequence-Id': id },
+        body: JSON.stringify({
+          inputs: [{ name: 'x', datatype: 'FP32', shape: [1, ws.length, 16], data: Array.from(embed(ws, 16, pos0)) }],
+          outputs: [{ name: 'attention' }],
+          parameters: { sequence_id: id, causal: true, retain: true, tokens: ws, sequence_position: pos0, ...(start ? { sequence_start: true } : {}) },
+        }),
+      });
+      assert.equal(r.status, 200, await r.clone().text());
+      return (await r.json()).parameters;
+    };
+    await body(d, step);
+  } finally {
+    await d.stop();
+  }
+}
+
+test('another map opened while following: the old map growing never draws over it', async (t) => {
+  await withSequence(t, [], async (d, step) => {
+    const a = (await step(['the', 'cat'], 0, true)).map_id;
+    const { page, errors } = await openPage(browser, `${d.url}/#map=${a}&follow=1&h=0`);
+    const t3 = (q) => ({ name: q, datatype: 'FP32', shape: [2, 2], data: [1, 0, 0, 1] });
+    const res = await fetch(`${d.url}/v2/models/sdpa/infer`, { method: 'POST',
+      body: JSON.stringify({ inputs: ['q', 'k', 'v'].map(t3), parameters: { retain: true } }) });
+    const b = (await res.json()).parameters.map_id;
+    await page.click('#tab-maps');
+    await page.click(`#maps button:has-text("${b}")`);
+    await page.waitForFunction((m) => window.attnd.run.mapId === m && document.body.dataset.state === 'ready', b);
+    // The followed map grows while its wait is still pending.
+    await step(['sat'], 2);
+    await page.waitForTimeout(1000);
+    assert.equal(await page.evaluate(() => window.attnd.run.mapId), b, 'the map opened last is the one shown');
+    assert.equal(await page.evaluate(() => window.attnd.state.map), b);
+    assert.match(await page.evaluate(() => location.hash), new RegExp(`map=${b}`));
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
+});
+
+test('a Run while following: the followed map growing never draws over the run', async (t) => {
+  await withSequence(t, [], async (d, step) => {
+    const a = (await step(['the', 'cat'], 0, true)).map_id;
+    const { page, errors } = await openPage(browser, `${d.url}/#map=${a}&follow=1&h=0`);
+    await page.click('#tab-words');
+    await page.fill('#text', 'one two three four');
+    await page.click('#run');
+    await page.waitForFunction(() => window.attnd.run.source === 'model' && document.body.dataset.state === 'ready');
+    await step(['sat'], 2);
+    await page.waitForTimeout(1000);
+    assert.equal(await page.evaluate(() => window.attnd.run.source), 'model');
+    assert.equal(await page.evaluate(() => window.attnd.run.T), 4);
+    assert.equal(await page.evaluate(() => window.attnd.state.map), null);
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
 });
