@@ -194,6 +194,7 @@ async function follow(gen) {
     const rows = ctx.run.sourceShape ? ctx.run.sourceShape[0] : ctx.run.T;
     const version = ctx.run.version;
     followAbort = new AbortController();
+    const t0 = Date.now();
     let r;
     try {
       r = await api.waitMap(id, rows, followAbort.signal, version);
@@ -233,6 +234,10 @@ async function follow(gen) {
       }
       continue;
     }
+    // Nothing new. Answered at once (a draining server answers every wait
+    // so, as does --maps-wait-ms 0): ask again after a second, not at once.
+    if (Date.now() - t0 < 1000) await sleep(1000 - (Date.now() - t0));
+    if (gen !== followGen) return;
     // The wait timed out with nothing new: say whether anyone still writes it.
     if (!quietNoted) {
       quietNoted = true;

@@ -4,6 +4,7 @@
 // a sequence as a client steps it: sequence.test.mjs.)
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import { launch, openPage, startAttnd } from './harness.mjs';
 import { embed } from '../../server/web/embed.js';
 
@@ -137,6 +138,28 @@ test('a Run while following: the followed map growing never draws over the run',
     assert.equal(await page.evaluate(() => window.attnd.run.T), 4);
     assert.equal(await page.evaluate(() => window.attnd.state.map), null);
     assert.deepEqual(errors, []);
+    await page.close();
+  });
+});
+
+test('a draining server answers waits at once: the page does not ask again in a busy loop', async (t) => {
+  await withSequence(t, ['--drain-ms', '4000'], async (d, step) => {
+    const a = (await step(['the', 'cat'], 0, true)).map_id;
+    const { page } = await openPage(browser, `${d.url}/#map=${a}&follow=1&h=0`);
+    const waits = [];
+    page.on('request', (r) => { if (/[?&]wait=/.test(r.url())) waits.push(Date.now()); });
+    // A request whose body is still coming holds the drain open.
+    const { port } = new URL(d.url);
+    const sock = net.connect(Number(port), '127.0.0.1');
+    await new Promise((res) => sock.once('connect', res));
+    sock.write('POST /v2/models/toy/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{');
+    sock.on('error', () => {});
+    await page.waitForTimeout(300);
+    d.signal('SIGTERM');
+    await page.waitForTimeout(2000);
+    const n = waits.length;
+    sock.destroy();
+    assert.ok(n <= 4, `${n} wait requests in 2 s of drain`);
     await page.close();
   });
 });

@@ -63,7 +63,9 @@ for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP'])
   process.on(sig, () => { killAll(`${sig} (the test runner's timeout?)`); process.exit(1); });
 
 // startAttnd: run the daemon on 127.0.0.1, port 0 (it picks a free one and
-// logs it). Resolves to { url, stop(), log() } once it listens and is ready.
+// logs it). Resolves to { url, stop(), log(), signal(sig) } once it listens
+// and is ready (signal: e.g. SIGTERM to start its drain; stop() then cuts it
+// short).
 export async function startAttnd(extra = []) {
   if (!fs.existsSync(ATTND)) throw new Error(`${ATTND}: not built (make all)`);
   const models = modelsDir();
@@ -91,6 +93,7 @@ export async function startAttnd(extra = []) {
   return {
     url,
     log: () => out,
+    signal: (sig) => proc.kill(sig),
     stop: async () => {
       if (proc.exitCode !== null) return;
       const done = new Promise((res) => proc.once('exit', res));
