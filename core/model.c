@@ -1,9 +1,9 @@
 /*
  * model.c - a weight set from a model folder: find the tensors of one of
- * three naming layouts, infer and cross-check the sizes, convert once to F32
- * in the seeds' orientation into one slab (each matrix in column panels,
- * attn.h's ATTN_PANELS: what a batch of decoder steps reads fastest), unmap
- * the file.
+ * three naming layouts (model_layout.c), infer and cross-check the sizes,
+ * convert once to F32 in the seeds' orientation into one slab (each matrix in
+ * column panels, attn.h's ATTN_PANELS: what a batch of decoder steps reads
+ * fastest), unmap the file.
  *
  * Layouts (all under an optional name prefix):
  *   canonical  W_q (d_model, H*dk)  W_k (d_ctx, Hkv*dk)  W_v (d_ctx, Hkv*dv)
@@ -29,16 +29,6 @@
 #include "model_int.h"
 #include "st.h"
 
-enum { R_WQ, R_WK, R_WV, R_WO, R_BQ, R_BK, R_BV, R_BO, N_ROLES };
-static const char *const role_name[N_ROLES] = {
-    "W_q", "W_k", "W_v", "W_o", "b_q", "b_k", "b_v", "b_o",
-};
-
-enum { L_CANON, L_MHA, L_QPROJ };
-static const char *const layout_name[] = {
-    "canonical", "nn.MultiheadAttention", "q_proj",
-};
-
 struct model {
     attn_config cfg;
     attn_weights w;
@@ -49,376 +39,19 @@ struct model {
     size_t slab_bytes;
 };
 
-/* Where one role's values come from: rows [r0, r0 + nr) of t (elements for
- * a bias), transposed or not; (in, out) is the oriented shape of a weight,
- * out the length of a bias. */
-typedef struct src {
-    const st_tensor *t;
-    uint64_t r0, nr;
-    int transpose;
-    uint64_t in, out;
-} src;
-
-typedef struct ctx {
-    const st_file *f;
-    const char *file; /* label for messages */
-    char prefix[1025];
-    int layout;
-    src s[N_ROLES];
-} ctx;
-
-#define QN 120
-
-/* s_: the plural ending of a count in a message ("1 output", "2 outputs"). */
-static const char *s_(uint64_t n)
-{
-    return n == 1 ? "" : "s";
-}
-
-static const st_tensor *get(const ctx *c, const char *name)
-{
-    char full[1200];
-    snprintf(full, sizeof full, "%s%s", c->prefix, name);
-    return st_find(c->f, full);
-}
-
-/* desc: "'in_proj_weight' [192, 64]" for messages. */
-static const char *desc(const st_tensor *t, char *buf, size_t cap)
-{
-    size_t n = (size_t)snprintf(buf, cap, "'%.80s' ", t->name);
-    if (n < cap)
-        st_shape_str(t, buf + n, cap - n);
-    return buf;
-}
-
-/* weight: role r from t, stored (in, out) when !transpose, else (out, in);
- * rows [r0, r0 + nr) of the stored matrix (nr 0 = all). */
-static int weight(ctx *c, int r, const st_tensor *t, int transpose,
-                  uint64_t r0, uint64_t nr, char *err)
-{
-    char d[QN];
-    if (!t)
-        return 0;
-    if (t->rank != 2) {
-        model__seterr(err, "%s: tensor %s must have 2 dimensions for %s",
-                      c->file, desc(t, d, sizeof d), role_name[r]);
-        return ATTN_EFORMAT;
-    }
-    if (!nr)
-        nr = t->shape[0];
-    c->s[r] = (src){t, r0, nr, transpose, transpose ? t->shape[1] : nr,
-                    transpose ? nr : t->shape[1]};
-    return 0;
-}
-
-static int bias(ctx *c, int r, const st_tensor *t, uint64_t r0, uint64_t nr,
-                char *err)
-{
-    char d[QN];
-    if (!t)
-        return 0;
-    if (t->rank != 1) {
-        model__seterr(err, "%s: tensor %s must have 1 dimension for %s",
-                      c->file, desc(t, d, sizeof d), role_name[r]);
-        return ATTN_EFORMAT;
-    }
-    if (!nr)
-        nr = t->shape[0];
-    c->s[r] = (src){t, r0, nr, 0, 0, nr};
-    return 0;
-}
-
-/* names of each layout (after the prefix), for detection and for the
- * unexpected-tensor check */
-static const char *const names_canon[] = {"W_q", "W_k", "W_v", "W_o", "b_q",
-                                          "b_k", "b_v", "b_o", NULL};
-static const char *const names_mha[] = {
-    "in_proj_weight", "in_proj_bias",    "q_proj_weight", "k_proj_weight",
-    "v_proj_weight",  "out_proj.weight", "out_proj.bias", NULL};
-static const char *const names_qproj[] = {
-    "q_proj.weight",   "k_proj.weight", "v_proj.weight", "o_proj.weight",
-    "out_proj.weight", "q_proj.bias",   "k_proj.bias",   "v_proj.bias",
-    "o_proj.bias",     "out_proj.bias", NULL};
-static const char *const *const layout_names[] = {names_canon, names_mha,
-                                                  names_qproj};
-static const char *const layout_help[] = {
-    "W_q, W_k, W_v, W_o (+ optional b_q, b_k, b_v, b_o)",
-    "in_proj_weight or q_proj_weight/k_proj_weight/v_proj_weight, "
-    "out_proj.weight (+ optional in_proj_bias, out_proj.bias)",
-    "q_proj.weight, k_proj.weight, v_proj.weight, o_proj.weight (+ optional "
-    ".bias of each)",
-};
-
-static int has_any(const ctx *c, const char *const *names, int n)
-{
-    for (int i = 0; names[i] && i < n; i++)
-        if (get(c, names[i]))
-            return 1;
-    return 0;
-}
-
-/* find_prefix: when no layout matches at the given (empty) prefix, look for
- * one layer of a bigger checkpoint: a unique P with P + "W_q",
- * P + "in_proj_weight", P + "q_proj_weight" or P + "q_proj.weight". Sets
- * c->prefix, or says which prefixes there are (set "prefix" to pick one). */
-static int find_prefix(ctx *c, char *err)
-{
-    static const char *const marks[] = {"W_q", "in_proj_weight",
-                                        "q_proj_weight", "q_proj.weight"};
-    size_t n = 0;
-    char first[3][200];
-    for (size_t i = 0; i < st_count(c->f); i++) {
-        const char *name = st_tensor_at(c->f, i)->name;
-        size_t ln = strlen(name);
-        for (int m = 0; m < 4; m++) {
-            size_t lm = strlen(marks[m]);
-            if (ln > lm && strcmp(name + ln - lm, marks[m]) == 0 &&
-                ln - lm < sizeof c->prefix) {
-                if (n > 0 && strlen(c->prefix) == ln - lm &&
-                    strncmp(c->prefix, name, ln - lm) == 0)
-                    continue; /* the same layer under another layout */
-                if (n < 3)
-                    snprintf(first[n], sizeof first[n], "%.*s",
-                             (int)(ln - lm), name);
-                if (n == 0) {
-                    memcpy(c->prefix, name, ln - lm);
-                    c->prefix[ln - lm] = 0;
-                }
-                n++;
-            }
-        }
-    }
-    if (n == 1)
-        return 0;
-    c->prefix[0] = 0;
-    if (n == 0)
-        model__seterr(err,
-                      "%s: no attention weights found; expected one of: %s; "
-                      "or %s (nn.MultiheadAttention); or %s",
-                      c->file, layout_help[0], layout_help[1],
-                      layout_help[2]);
-    else
-        model__seterr(err,
-                      "%s: no attention weights at the top level but %zu "
-                      "layers inside (prefixes '%s', '%s'%s); set \"prefix\" "
-                      "in config.json to the one to serve, e.g. {\"prefix\": "
-                      "\"%s\"}",
-                      c->file, n, first[0], first[1], n > 2 ? ", ..." : "",
-                      first[0]);
-    return ATTN_ENOTFOUND;
-}
-
-/* detect_mha: nn.MultiheadAttention's state dict: packed in_proj_weight
- * (3D, D) split in three, or q/k/v_proj_weight when kdim/vdim differ. */
-static int detect_mha(ctx *c, char *err)
-{
-    char d[QN];
-    int rc;
-    const st_tensor *in = get(c, "in_proj_weight"),
-                    *ib = get(c, "in_proj_bias"),
-                    *ow = get(c, "out_proj.weight"),
-                    *ob = get(c, "out_proj.bias");
-    if (get(c, "bias_k") || get(c, "bias_v")) {
-        model__seterr(err,
-                      "%s: tensors bias_k/bias_v found: nn.MultiheadAttention "
-                      "with add_bias_kv=True is not supported",
-                      c->file);
-        return ATTN_EFORMAT;
-    }
-    if (!ow) {
-        model__seterr(err,
-                      "%s: missing tensor '%.80sout_proj.weight' (the "
-                      "nn.MultiheadAttention layout needs %s)",
-                      c->file, c->prefix, layout_help[L_MHA]);
-        return ATTN_ENOTFOUND;
-    }
-    if (in) {
-        if (in->rank != 2 || in->shape[0] != 3 * in->shape[1]) {
-            model__seterr(err,
-                          "%s: tensor %s must be (3 * embed_dim, embed_dim)",
-                          c->file, desc(in, d, sizeof d));
-            return ATTN_EFORMAT;
-        }
-        uint64_t D = in->shape[1];
-        for (int r = 0; r < 3; r++)
-            if ((rc = weight(c, r, in, 1, r * D, D, err)) < 0)
-                return rc;
-    } else {
-        static const char *const w[] = {"q_proj_weight", "k_proj_weight",
-                                        "v_proj_weight"};
-        for (int r = 0; r < 3; r++)
-            if ((rc = weight(c, r, get(c, w[r]), 1, 0, 0, err)) < 0)
-                return rc;
-    }
-    if ((rc = weight(c, R_WO, ow, 1, 0, 0, err)) < 0 ||
-        (rc = bias(c, R_BO, ob, 0, 0, err)) < 0)
-        return rc;
-    if (ib) {
-        uint64_t D = ow->rank == 2 ? ow->shape[0] : 0;
-        if (ib->rank != 1 || ib->shape[0] != 3 * D) {
-            model__seterr(err,
-                          "%s: tensor %s must have 3 * embed_dim = %llu "
-                          "elements",
-                          c->file, desc(ib, d, sizeof d),
-                          (unsigned long long)(3 * D));
-            return ATTN_EFORMAT;
-        }
-        for (int r = 0; r < 3; r++)
-            if ((rc = bias(c, R_BQ + r, ib, r * D, D, err)) < 0)
-                return rc;
-    }
-    return 0;
-}
-
-/* twins: two names of one layout for the same role. Both are allowed names,
- * so check_unexpected passes them, and detect would serve one and silently
- * ignore the other; check_twins refuses the pair instead. */
-#define MHA_KEEP                                                               \
-    "layout: the packed in_proj_weight, or q_proj_weight, k_proj_weight and " \
-    "v_proj_weight"
-static const struct {
-    int layout, role;
-    const char *a, *b, *keep;
-} twins[] = {
-    {L_MHA, R_WQ, "in_proj_weight", "q_proj_weight", MHA_KEEP},
-    {L_MHA, R_WK, "in_proj_weight", "k_proj_weight", MHA_KEEP},
-    {L_MHA, R_WV, "in_proj_weight", "v_proj_weight", MHA_KEEP},
-    {L_QPROJ, R_WO, "o_proj.weight", "out_proj.weight",
-     "name: o_proj.weight or out_proj.weight"},
-    {L_QPROJ, R_BO, "o_proj.bias", "out_proj.bias",
-     "name: o_proj.bias or out_proj.bias"},
-};
-
-/* check_twins: 0, or ATTN_EFORMAT naming both tensors and what to keep. */
-static int check_twins(const ctx *c, char *err)
-{
-    for (size_t i = 0; i < sizeof twins / sizeof twins[0]; i++) {
-        const st_tensor *a, *b;
-        if (twins[i].layout != c->layout || !(a = get(c, twins[i].a)) ||
-            !(b = get(c, twins[i].b)))
-            continue;
-        model__seterr(err, "%s: both '%.80s' and '%.80s' given for %s; keep "
-                      "one %s",
-                      c->file, a->name, b->name, role_name[twins[i].role],
-                      twins[i].keep);
-        return ATTN_EFORMAT;
-    }
-    return 0;
-}
-
-/* detect: choose the layout and fill c->s. */
-static int detect(ctx *c, int prefix_given, char *err)
-{
-    int rc;
-    int canon = has_any(c, names_canon, 99);
-    int mha = has_any(c, names_mha, 5); /* without out_proj.* */
-    int qp = has_any(c, names_qproj, 4);
-    if (!canon && !mha && !qp && get(c, "out_proj.weight"))
-        mha = 1;
-    if (!canon && !mha && !qp) {
-        if (prefix_given) {
-            model__seterr(err,
-                          "%s: no attention weights under prefix '%.80s'; "
-                          "expected %s, %s or %s after it",
-                          c->file, c->prefix, "W_q...", "in_proj_weight...",
-                          "q_proj.weight...");
-            return ATTN_ENOTFOUND;
-        }
-        if ((rc = find_prefix(c, err)) < 0)
-            return rc;
-        return detect(c, 1, err);
-    }
-    if (canon + mha + qp > 1) {
-        model__seterr(err,
-                      "%s: tensors of more than one naming layout (%s%s%s); "
-                      "a weight set uses one",
-                      c->file, canon ? "W_q... " : "",
-                      mha ? "in_proj_weight... " : "",
-                      qp ? "q_proj.weight..." : "");
-        return ATTN_EFORMAT;
-    }
-    c->layout = canon ? L_CANON : mha ? L_MHA : L_QPROJ;
-    if ((rc = check_twins(c, err)) < 0)
-        return rc;
-    if (canon) {
-        for (int r = 0; r < 4; r++)
-            if ((rc = weight(c, r, get(c, role_name[r]), 0, 0, 0, err)) < 0)
-                return rc;
-        for (int r = 4; r < N_ROLES; r++)
-            if ((rc = bias(c, r, get(c, role_name[r]), 0, 0, err)) < 0)
-                return rc;
-    } else if (qp) {
-        static const char *const w[] = {"q_proj.weight", "k_proj.weight",
-                                        "v_proj.weight", "o_proj.weight"};
-        static const char *const b[] = {"q_proj.bias", "k_proj.bias",
-                                        "v_proj.bias", "o_proj.bias"};
-        for (int r = 0; r < 4; r++) {
-            const st_tensor *t = get(c, w[r]), *tb = get(c, b[r]);
-            if (r == 3 && !t)
-                t = get(c, "out_proj.weight");
-            if (r == 3 && !tb)
-                tb = get(c, "out_proj.bias");
-            if ((rc = weight(c, r, t, 1, 0, 0, err)) < 0 ||
-                (rc = bias(c, 4 + r, tb, 0, 0, err)) < 0)
-                return rc;
-        }
-    } else {
-        return detect_mha(c, err);
-    }
-    return 0;
-}
-
-/* check_unexpected: every tensor under the prefix belongs to the layout
- * (with no prefix: every tensor of the file). A stray tensor would silently
- * change nothing while its author meant something, so it is an error.
- * Rotary caches (names ending in "inv_freq") are ignored. */
-static int check_unexpected(const ctx *c, char *err)
-{
-    size_t lp = strlen(c->prefix);
-    for (size_t i = 0; i < st_count(c->f); i++) {
-        const char *name = st_tensor_at(c->f, i)->name;
-        if (strncmp(name, c->prefix, lp) != 0)
-            continue;
-        size_t ln = strlen(name);
-        if (ln >= 8 && strcmp(name + ln - 8, "inv_freq") == 0)
-            continue;
-        int ok = 0;
-        for (const char *const *n = layout_names[c->layout]; *n; n++)
-            ok |= strcmp(name + lp, *n) == 0;
-        if (!ok) {
-            model__seterr(err,
-                          "%s: unexpected tensor '%.80s' (the %s layout "
-                          "uses %s); remove it, or set \"prefix\" to "
-                          "serve one layer of a bigger file",
-                          c->file, name, layout_name[c->layout],
-                          layout_help[c->layout]);
-            return ATTN_EFORMAT;
-        }
-    }
-    return 0;
-}
-
 /* fits_int: a size the engine takes as int. */
-static int fits_int(uint64_t v) { return v >= 1 && v <= INT_MAX; }
+static int fits_int(uint64_t v)
+{
+    return v >= 1 && v <= INT_MAX;
+}
 
 /* infer: sizes from the shapes, cross-checked with what the config says. */
-static int infer(const ctx *c, const model__cfg *k, attn_config *cfg,
+static int infer(const model__ctx *c, const model__cfg *k, attn_config *cfg,
                  char *err)
 {
     char d[QN], e[QN];
-    const src *s = c->s;
+    const model__src *s = c->s;
     const char *f = c->file;
-    for (int r = 0; r < 4; r++)
-        if (!s[r].t) {
-            model__seterr(err,
-                          "%s: missing tensor for %s; the %s layout needs "
-                          "%s%s%s",
-                          f, role_name[r], layout_name[c->layout],
-                          layout_help[c->layout],
-                          c->prefix[0] ? " under the prefix " : "",
-                          c->prefix);
-            return ATTN_ENOTFOUND;
-        }
     for (int r = 0; r < N_ROLES; r++) {
         const st_tensor *t = s[r].t;
         if (t && t->dtype != ST_F32 && t->dtype != ST_F16 &&
@@ -432,12 +65,12 @@ static int infer(const ctx *c, const model__cfg *k, attn_config *cfg,
         }
     }
     uint64_t H = (uint64_t)k->n_heads, D = s[R_WQ].in, qo = s[R_WQ].out;
-    desc(s[R_WQ].t, d, sizeof d);
+    model__desc(s[R_WQ].t, d, sizeof d);
     if (!fits_int(D) || !fits_int(qo) || qo % H) {
         model__seterr(err,
                       "%s: W_q (from %s) has %llu output%s, not a positive "
                       "multiple of n_heads %llu",
-                      f, d, (unsigned long long)qo, s_(qo),
+                      f, d, (unsigned long long)qo, model__s(qo),
                       (unsigned long long)H);
         return ATTN_EFORMAT;
     }
@@ -446,18 +79,18 @@ static int infer(const ctx *c, const model__cfg *k, attn_config *cfg,
         model__seterr(err,
                       "%s: head_dim is %d in the config but W_q (from %s) "
                       "has %llu output%s / n_heads %llu = %llu",
-                      f, k->head_dim, d, (unsigned long long)qo, s_(qo),
+                      f, k->head_dim, d, (unsigned long long)qo, model__s(qo),
                       (unsigned long long)H, (unsigned long long)dk);
         return ATTN_EFORMAT;
     }
     uint64_t Dc = s[R_WK].in, ko = s[R_WK].out;
-    desc(s[R_WK].t, d, sizeof d);
-    desc(s[R_WV].t, e, sizeof e);
+    model__desc(s[R_WK].t, d, sizeof d);
+    model__desc(s[R_WV].t, e, sizeof e);
     if (s[R_WV].in != Dc) {
         model__seterr(err,
                       "%s: W_k (from %s) takes %llu input%s but W_v (from "
                       "%s) takes %llu; keys and values read the same context",
-                      f, d, (unsigned long long)Dc, s_(Dc), e,
+                      f, d, (unsigned long long)Dc, model__s(Dc), e,
                       (unsigned long long)s[R_WV].in);
         return ATTN_EFORMAT;
     }
@@ -468,9 +101,9 @@ static int infer(const ctx *c, const model__cfg *k, attn_config *cfg,
             model__seterr(err,
                           "%s: n_kv_heads is %d in the config but W_k (from "
                           "%s) has %llu output%s / head_dim %llu = %s%llu",
-                          f, k->n_kv_heads, d, (unsigned long long)ko, s_(ko),
-                          (unsigned long long)dk, ko % dk ? "~" : "",
-                          (unsigned long long)(ko / dk));
+                          f, k->n_kv_heads, d, (unsigned long long)ko,
+                          model__s(ko), (unsigned long long)dk,
+                          ko % dk ? "~" : "", (unsigned long long)(ko / dk));
             return ATTN_EFORMAT;
         }
     } else {
@@ -478,7 +111,7 @@ static int infer(const ctx *c, const model__cfg *k, attn_config *cfg,
             model__seterr(err,
                           "%s: W_k (from %s) has %llu output%s, not a "
                           "multiple of head_dim %llu",
-                          f, d, (unsigned long long)ko, s_(ko),
+                          f, d, (unsigned long long)ko, model__s(ko),
                           (unsigned long long)dk);
             return ATTN_EFORMAT;
         }
@@ -496,7 +129,7 @@ static int infer(const ctx *c, const model__cfg *k, attn_config *cfg,
         model__seterr(err,
                       "%s: W_v (from %s) has %llu output%s, not a multiple "
                       "of n_kv_heads %llu",
-                      f, e, (unsigned long long)vo, s_(vo),
+                      f, e, (unsigned long long)vo, model__s(vo),
                       (unsigned long long)Hkv);
         return ATTN_EFORMAT;
     }
@@ -505,11 +138,11 @@ static int infer(const ctx *c, const model__cfg *k, attn_config *cfg,
         model__seterr(err,
                       "%s: v_head_dim is %d in the config but W_v (from %s) "
                       "has %llu output%s / n_kv_heads %llu = %llu",
-                      f, k->v_head_dim, e, (unsigned long long)vo, s_(vo),
+                      f, k->v_head_dim, e, (unsigned long long)vo, model__s(vo),
                       (unsigned long long)Hkv, (unsigned long long)dv);
         return ATTN_EFORMAT;
     }
-    desc(s[R_WO].t, d, sizeof d);
+    model__desc(s[R_WO].t, d, sizeof d);
     if (s[R_WO].in != H * dv || s[R_WO].out != D) {
         model__seterr(err,
                       "%s: W_o (from %s) is (%llu, %llu) but must be "
@@ -522,13 +155,13 @@ static int infer(const ctx *c, const model__cfg *k, attn_config *cfg,
     const uint64_t blen[4] = {qo, ko, vo, D};
     for (int r = R_BQ; r <= R_BO; r++)
         if (s[r].t && s[r].out != blen[r - R_BQ]) {
-            model__seterr(err,
-                          "%s: %s (from %s) has %llu element%s but must have "
-                          "%llu (the outputs of %s)",
-                          f, role_name[r], desc(s[r].t, d, sizeof d),
-                          (unsigned long long)s[r].out, s_(s[r].out),
-                          (unsigned long long)blen[r - R_BQ],
-                          role_name[r - R_BQ]);
+            model__seterr(
+                err,
+                "%s: %s (from %s) has %llu element%s but must have "
+                "%llu (the outputs of %s)",
+                f, model__role_name[r], model__desc(s[r].t, d, sizeof d),
+                (unsigned long long)s[r].out, model__s(s[r].out),
+                (unsigned long long)blen[r - R_BQ], model__role_name[r - R_BQ]);
             return ATTN_EFORMAT;
         }
     if (k->rope_theta > 0 &&
@@ -564,13 +197,13 @@ static int infer(const ctx *c, const model__cfg *k, attn_config *cfg,
 /* copy_in: each role's tensor from the file to its place in m's slab (off:
  * in floats), as F32 and checked finite. *tmp holds a scratch buffer while
  * one is allocated (fill frees it when a read faults). */
-static int copy_in(model *m, const ctx *c, const size_t *off,
+static int copy_in(model *m, const model__ctx *c, const size_t *off,
                    float *volatile *tmp, char *err)
 {
     const float **dst[N_ROLES] = {&m->w.w_q, &m->w.w_k, &m->w.w_v, &m->w.w_o,
                                   &m->w.b_q, &m->w.b_k, &m->w.b_v, &m->w.b_o};
     for (int r = 0; r < N_ROLES; r++) {
-        const src *s = &c->s[r];
+        const model__src *s = &c->s[r];
         if (!s->t)
             continue;
         float *p = m->slab + off[r];
@@ -593,14 +226,14 @@ static int copy_in(model *m, const ctx *c, const size_t *off,
             if (!isfinite(p[i])) {
                 char at[64];
                 if (r < R_BQ)
-                    snprintf(at, sizeof at, "[%zu][%zu]",
-                             i / (size_t)s->out, i % (size_t)s->out);
+                    snprintf(at, sizeof at, "[%zu][%zu]", i / (size_t)s->out,
+                             i % (size_t)s->out);
                 else
                     snprintf(at, sizeof at, "[%zu]", i);
                 model__seterr(err,
                               "%s: %s (from '%.80s') has a non-finite value "
                               "(%s) at %s; weights must be finite",
-                              c->file, role_name[r], s->t->name,
+                              c->file, model__role_name[r], s->t->name,
                               isnan(p[i]) ? "NaN" : "Inf", at);
                 return ATTN_EFORMAT;
             }
@@ -611,19 +244,19 @@ static int copy_in(model *m, const ctx *c, const size_t *off,
 
 /* fill: allocate the slab and convert every role into it, checking that
  * every value is finite. */
-static int fill(model *m, const ctx *c, char *err)
+static int fill(model *m, const model__ctx *c, char *err)
 {
     size_t off[N_ROLES], total = 0;
     for (int r = 0; r < N_ROLES; r++) {
-        const src *s = &c->s[r];
+        const model__src *s = &c->s[r];
         size_t n = 0;
         off[r] = total;
         if (!s->t)
             continue;
-        if (r < R_BQ ? __builtin_mul_overflow((size_t)s->in, (size_t)s->out,
-                                              &n)
+        if (r < R_BQ ? __builtin_mul_overflow((size_t)s->in, (size_t)s->out, &n)
                      : (n = (size_t)s->out, 0)) {
-            model__seterr(err, "%s: %s is too large", c->file, role_name[r]);
+            model__seterr(err, "%s: %s is too large", c->file,
+                          model__role_name[r]);
             return ATTN_EOVERFLOW;
         }
         n = (n + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS;
@@ -647,9 +280,11 @@ static int fill(model *m, const ctx *c, char *err)
     int rc;
     if (ST_GUARD(g, c->f)) {
         free(tmp);
-        model__seterr(err, "%s: the file changed while it was read (it is "
+        model__seterr(err,
+                      "%s: the file changed while it was read (it is "
                       "shorter now: written over in place?); write a new "
-                      "file and rename it over the old one", c->file);
+                      "file and rename it over the old one",
+                      c->file);
         return ATTN_ECHANGED;
     }
     rc = copy_in(m, c, off, &tmp, err);
@@ -672,7 +307,7 @@ static int build(model **out, const st_file *f, const char *cfg_label,
                  const char *config, size_t config_len, char *err)
 {
     model__cfg k;
-    ctx c;
+    model__ctx c;
     int rc;
     model *m = NULL;
     memset(&c, 0, sizeof c);
@@ -681,8 +316,7 @@ static int build(model **out, const st_file *f, const char *cfg_label,
     if ((rc = model__cfg_read(&k, cfg_label, config, config_len, f, err)) < 0)
         goto fail;
     memcpy(c.prefix, k.prefix, sizeof c.prefix);
-    if ((rc = detect(&c, k.has_prefix, err)) < 0 ||
-        (rc = check_unexpected(&c, err)) < 0)
+    if ((rc = model__layout(&c, k.has_prefix, err)) < 0)
         goto fail;
     rc = ATTN_ENOMEM;
     m = calloc(1, sizeof *m);
@@ -709,7 +343,7 @@ static int unreadable(char *err, const char *dir, int e)
         e == EACCES || e == EPERM
             ? "give attnd's user read and search (r-x) permission on the "
               "folder"
-        : e == ELOOP ? "mend the symbolic link"
+        : e == ELOOP  ? "mend the symbolic link"
         : e == ENOMEM ? "retry shortly"
         : e == EMFILE || e == ENFILE
             ? "raise the descriptor limit (ulimit -n), or retry shortly"
@@ -740,8 +374,9 @@ int model_load(model **out, const char *dir, char *err)
          * thing */
         return unreadable(err, dir, errno);
     if (st_rc < 0 || !S_ISDIR(sb.st_mode)) {
-        model__seterr(err, "%s: not a folder; a model is a folder holding "
-                           "model.safetensors (+ optional config.json)",
+        model__seterr(err,
+                      "%s: not a folder; a model is a folder holding "
+                      "model.safetensors (+ optional config.json)",
                       dir);
         return ATTN_ENOTFOUND;
     }
@@ -757,8 +392,8 @@ int model_load(model **out, const char *dir, char *err)
                           dir, dir, dir);
         return rc;
     }
-    rc = model__read_file(cfp, model__max_config_bytes(), &config,
-                          &config_len, err);
+    rc = model__read_file(cfp, model__max_config_bytes(), &config, &config_len,
+                          err);
     if (rc < 0 && rc != ATTN_ENOTFOUND)
         goto done;
     rc = build(out, f, cfp, config, config_len, err);
@@ -769,8 +404,7 @@ done:
 }
 
 int model_load_mem(model **out, const char *label, const char *config,
-                   size_t config_len, const void *st, size_t st_len,
-                   char *err)
+                   size_t config_len, const void *st, size_t st_len, char *err)
 {
     char stl[512], cfl[512];
     st_file *f = NULL;
@@ -794,9 +428,27 @@ void model_destroy(model *m)
     free(m);
 }
 
-const attn_config *model_config(const model *m) { return &m->cfg; }
-const attn_weights *model_weights(const model *m) { return &m->w; }
-int model_causal(const model *m) { return m->causal; }
-const char *model_description(const model *m) { return m->description; }
-size_t model_bytes(const model *m) { return m->slab_bytes; }
-const char *model_layout(const model *m) { return layout_name[m->layout]; }
+const attn_config *model_config(const model *m)
+{
+    return &m->cfg;
+}
+const attn_weights *model_weights(const model *m)
+{
+    return &m->w;
+}
+int model_causal(const model *m)
+{
+    return m->causal;
+}
+const char *model_description(const model *m)
+{
+    return m->description;
+}
+size_t model_bytes(const model *m)
+{
+    return m->slab_bytes;
+}
+const char *model_layout(const model *m)
+{
+    return model__layout_name[m->layout];
+}
