@@ -31,6 +31,7 @@
 #define ATTN_OIP_PB_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "proto/oip.h"
 
@@ -108,6 +109,10 @@ void oip_pb_peek_echo(const char *msg, size_t len, oip_pb_echo *e);
  * returns the bytes written (0: nothing to echo, an empty message).
  */
 size_t oip_pb_echo_encode(const oip_pb_echo *e, char *out);
+
+/* oip_pb_put_varint: v as a protobuf varint at out; its length (at most
+ * 10 bytes). */
+size_t oip_pb_put_varint(unsigned char *out, uint64_t v);
 
 /*
  * oip_pb_check_strings: does no string field of the message at msg (len

@@ -222,17 +222,24 @@ done:
     return rc;
 }
 
+size_t oip_pb_put_varint(unsigned char *out, uint64_t v)
+{
+    size_t n = 0;
+    for (; v > 0x7f; v >>= 7)
+        out[n++] = (unsigned char)(v | 0x80);
+    out[n++] = (unsigned char)v;
+    return n;
+}
+
 size_t oip_pb_echo_encode(const oip_pb_echo *e, char *out)
 {
     const char *f[3] = {e->model_name, e->model_version, e->id};
-    size_t at = 0, i, n, v;
+    size_t at = 0, i, n;
     for (i = 0; i < 3; i++) {
         if (!(n = strnlen(f[i], i < 2 ? OIP_PB_ECHO_NAME - 1 : OIP_MAX_ID - 1)))
             continue;
         out[at++] = (char)((i + 1) << 3 | 2); /* field i + 1, length-delimited */
-        for (v = n; v > 0x7f; v >>= 7)
-            out[at++] = (char)(v | 0x80);
-        out[at++] = (char)v;
+        at += oip_pb_put_varint((unsigned char *)out + at, n);
         memcpy(out + at, f[i], n);
         at += n;
     }

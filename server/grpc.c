@@ -227,16 +227,6 @@ static char *take_out(gslot *sl)
     return b;
 }
 
-/* put_varint: v as a protobuf varint at p; its length (at most 10). */
-static size_t put_varint(unsigned char *p, size_t v)
-{
-    size_t n = 0;
-    for (; v > 0x7f; v >>= 7)
-        p[n++] = (unsigned char)(v | 0x80);
-    p[n++] = (unsigned char)v;
-    return n;
-}
-
 /* stream_msg: a slot's answer as a ModelStreamInferResponse chunk (which
  * takes the slot): the infer response becomes field 2 (written in the
  * headroom in front of it), an error field 1 (its words moved on to leave
@@ -264,11 +254,12 @@ static void stream_msg(gcall *call, gslot *sl)
         b = sl->msg;
         memmove(b + at, b, len);
         b[at + len] = 0x12; /* infer_response: field 2, length-delimited */
-        tail = 1 + put_varint((unsigned char *)b + at + len + 1, sl->echo_len);
+        tail = 1 + oip_pb_put_varint((unsigned char *)b + at + len + 1,
+                                     sl->echo_len);
         memmove(b + at + len + tail, b + SLOT_ECHO_AT, sl->echo_len);
         tail += sl->echo_len;
     }
-    nv = put_varint(var, len);
+    nv = oip_pb_put_varint(var, len);
     at -= nv;
     memcpy(b + at, var, nv);
     b[--at] = (char)tag;
