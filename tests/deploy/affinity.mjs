@@ -18,7 +18,13 @@
 //   - the other sequences finish exact, on their own replicas;
 //   - first, sequences stepped over gRPC (unary ModelInfer through nginx's
 //     gRPC port, the id in the attnd-sequence-id metadata) keep to one
-//     replica too.
+//     replica too;
+//   - and retained maps through the Kubernetes session door
+//     (deploy/k8s/ingress.yaml's `attnd-sessions`, rendered as
+//     ingress-nginx writes its location: the regex path, the rewrite, a
+//     hash on its upstream-hash-by; nginx's own consistent hash stands in
+//     for ingress-nginx's Lua one) are found again by every fetch, where
+//     through a round-robin location most fetches miss.
 // Everything listens on 127.0.0.1 on ports picked here; nginx runs as a
 // non-daemon child with its prefix under a temp folder (replicas.mjs starts
 // them all). Settings (env): AFFINITY_SEQUENCES (24), AFFINITY_ROUNDS (8),
@@ -26,6 +32,7 @@
 // (N: steps answered as expected, exact outputs or the expected 400) and
 // exits 1 if any step or check failed.
 import { cpSync, readFileSync } from "node:fs";
+import { parseAllDocuments } from "yaml";
 import http2 from "node:http2";
 import { join } from "node:path";
 import { embed } from "../../server/web/embed.js";
@@ -109,8 +116,66 @@ function grpcStep(session, id, words, pos0, start) {
   });
 }
 
+// sessionDoor: an nginx server on port with the Ingress attnd-sessions as
+// ingress-nginx renders it (location ~* "^<path>", rewrite "(?i)<path>"
+// <rewrite-target> break, the upstream balanced by upstream-hash-by), and
+// beside it the main Ingress's path / balanced round robin (its default).
+// The upstreams' servers are 8081-8083, filled in with the rest.
+function sessionDoor(port) {
+  const A = "nginx.ingress.kubernetes.io/";
+  const ings = parseAllDocuments(readFileSync(join(ROOT, "deploy/k8s/ingress.yaml"), "utf8")).map((d) => d.toJS());
+  const door = ings.find((i) => i.metadata.name === "attnd-sessions");
+  if (!door) throw new Error("deploy/k8s/ingress.yaml has no Ingress attnd-sessions");
+  const a = (k) => door.metadata.annotations?.[A + k];
+  if (a("use-regex") !== "true" || !a("rewrite-target") || !a("upstream-hash-by"))
+    throw new Error("attnd-sessions no longer has use-regex, rewrite-target and upstream-hash-by");
+  const servers = [8081, 8082, 8083].map((p) => `        server 127.0.0.1:${p} max_fails=1 fail_timeout=10s;\n`).join("");
+  const locs = door.spec.rules.flatMap((r) => r.http.paths).map((p) => `
+        location ~* "^${p.path}" {
+            rewrite "(?i)${p.path}" ${a("rewrite-target")} break;
+            proxy_pass http://ingress_sessions;
+        }`).join("");
+  return `
+    upstream ingress_sessions {
+        hash ${a("upstream-hash-by")} consistent;
+${servers}    }
+    upstream ingress_spread {
+${servers}    }
+    server {
+        listen 127.0.0.1:${port};
+        proxy_http_version 1.1;
+        proxy_set_header Connection "";
+${locs}
+        location / {
+            proxy_pass http://ingress_spread;
+        }
+    }
+`;
+}
+
+// sdpaRetain: the README's retained-map example through base (with
+// headers); the map's id, or null.
+async function sdpaRetain(base, headers) {
+  const body = { inputs: [
+    { name: "q", datatype: "FP32", shape: [2, 4], data: [2, 0, 2, 0, 0, 4, 0, 2] },
+    { name: "k", datatype: "FP32", shape: [2, 4], data: [1, 0, 1, 0, 0, 1, 0, 0] },
+    { name: "v", datatype: "FP32", shape: [2, 2], data: [1, 2, 3, 0] }],
+  parameters: { retain: true } };
+  const r = await fetch(`${base}/v2/models/sdpa/infer`, { method: "POST", headers: { "Content-Type": "application/json", ...headers },
+    body: JSON.stringify(body), signal: AbortSignal.timeout(30000) }).catch(() => null);
+  if (!r || r.status !== 200) return null;
+  return (await r.json()).parameters?.map_id ?? null;
+}
+
+// fetchStatus: GET url's status (0 when it could not be sent).
+const fetchStatus = async (url, headers) => {
+  const r = await fetch(url, { headers, signal: AbortSignal.timeout(30000) }).catch(() => null);
+  if (r) await r.arrayBuffer();
+  return r ? r.status : 0;
+};
+
 async function main() {
-  const [lbPort, lbGrpcPort, ...ports] = await freePorts(8);
+  const [lbPort, lbGrpcPort, ...ports] = await freePorts(9);
   const replicaPorts = ports.slice(0, 3), grpcPorts = ports.slice(3, 6);
   const replicas = await startReplicas(replicaPorts, (i) => ({ ATTND_GRPC_PORT: String(grpcPorts[i]) }));
   const v2 = await (await fetch(`http://${replicas[0].addr}/v2`)).json();
@@ -123,6 +188,8 @@ async function main() {
   if (!conf.includes("hash $http_attnd_sequence_id consistent;") || !/listen 127\.0\.0\.1:8080;/.test(conf))
     throw new Error("deploy/nginx.conf no longer hashes on $http_attnd_sequence_id or listens on 127.0.0.1:8080");
   conf = conf.replace("listen 127.0.0.1:8080;", `listen 127.0.0.1:${lbPort};`);
+  const doorPort = ports[6];
+  conf = conf.replace(/\}\s*$/, `${sessionDoor(doorPort)}}\n`);
   // the gRPC server block's port too (8001 may be any attnd's default)
   conf = conf.replace("listen 127.0.0.1:8001 http2;", `listen 127.0.0.1:${lbGrpcPort} http2;`);
   [8081, 8082, 8083].forEach((d, i) => { conf = conf.replaceAll(`server 127.0.0.1:${d} `, `server 127.0.0.1:${replicaPorts[i]} `); });
@@ -159,6 +226,41 @@ async function main() {
     // spread over the replicas (least_conn sent them all to one), each on one
     check(at.size === G && [...at.values()].every((set) => set.size === 1) && used.size > 1,
       `gRPC: each sequence's calls reached one replica, the sequences ${used.size} replicas`);
+  }
+
+  // Retained maps through the session door: each client's infer and every
+  // fetch of its map under /session with one X-Attnd-Session value reach
+  // the replica that holds the map (ids carry a per-process tag, so any
+  // other answers 404). The control, the same through the round-robin /,
+  // shows the fetches would miss without it.
+  {
+    const door = `http://127.0.0.1:${doorPort}`;
+    const N = 12, FETCHES = 3; // 12: all on one replica by chance ~2e-5
+    const miss = [];
+    let found = 0;
+    for (let c = 0; c < N; c++) {
+      const h = { "X-Attnd-Session": `aff-session-${c}-${T0.toString(36)}` };
+      const id = await sdpaRetain(`${door}/session`, h);
+      if (!id) { miss.push(`client ${c}: no map id`); continue; }
+      for (let f = 0; f < FETCHES; f++) {
+        for (const path of [`/v2/maps/${id}`, `/v2/maps/${id}/attention?b=0&h=0&max=64`]) {
+          const st = await fetchStatus(`${door}/session${path}`, h);
+          if (st === 200) found++; else miss.push(`client ${c}: ${path} -> ${st}`);
+        }
+      }
+    }
+    check(miss.length === 0, `session door: ${N} clients' maps fetched ${found} times under /session with X-Attnd-Session${miss.length ? `; missed: ${miss.slice(0, 3).join("; ")}` : ""}`);
+    const at = new Map(); // session -> the replicas that answered it
+    for (const l of accessLog()) if (l.session?.startsWith("aff-session-")) at.set(l.session, (at.get(l.session) ?? new Set()).add(l.upstreams.at(-1)));
+    const used = new Set([...at.values()].flatMap((set) => [...set]));
+    check(at.size === N && [...at.values()].every((set) => set.size === 1) && used.size > 1,
+      `session door: each client's requests reached one replica, the clients ${used.size} replicas`);
+    let control404 = 0;
+    for (let c = 0; c < N; c++) {
+      const id = await sdpaRetain(door, {});
+      for (let f = 0; f < FETCHES; f++) if (id && (await fetchStatus(`${door}/v2/maps/${id}`, {})) === 404) control404++;
+    }
+    check(control404 > 0, `control: through / (round robin) ${control404} of ${N * FETCHES} fetches of a map missed it`);
   }
 
   // References: one-shot causal runs over each sequence's whole history, on

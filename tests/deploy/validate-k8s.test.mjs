@@ -14,9 +14,11 @@
 //    to scale on, every ATTND_* variable is one `attnd --help` knows and the
 //    daemon's memory budgets fit the memory limit (when ATTND_BIN names the
 //    binary).
-// 4. Sequences across replicas: the ingress-nginx variant (ingress.yaml)
-//    sends requests with an Attnd-Sequence-Id header to a canary Ingress
-//    that hashes on that header, as deploy/nginx.conf does.
+// 4. Sequences and retained maps across replicas: the ingress-nginx
+//    variant (ingress.yaml) sends requests with an Attnd-Sequence-Id header
+//    to a canary Ingress that hashes on that header, and requests under
+//    /session/ to an Ingress that strips the prefix and hashes on
+//    X-Attnd-Session, as deploy/nginx.conf does with both headers.
 // Negative cases show each kind of check can fail.
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -298,30 +300,49 @@ const SEQ_HEADER = "Attnd-Sequence-Id";
 const SEQ_VAR = "$http_" + SEQ_HEADER.toLowerCase().replaceAll("-", "_");
 const A = "nginx.ingress.kubernetes.io/";
 
+// The header a client that retains maps outside a sequence sends with the
+// infer request and the map's fetches (deploy/nginx.conf, README "Several
+// replicas behind nginx").
+const SESSION_HEADER = "X-Attnd-Session";
+const SESSION_VAR = "$http_" + SESSION_HEADER.toLowerCase().replaceAll("-", "_");
+const ann = (i, k) => i.metadata.annotations?.[A + k];
+const routes = (i) => i.spec.rules.flatMap((r) => r.http.paths.map((p) => ({
+  key: `${r.host ?? "*"} ${p.path} ${p.pathType}`, host: r.host ?? "*", path: p.path, pathType: p.pathType, svc: p.backend.service })));
+
+// ingressRoles: the main Ingress (neither canary nor hashing), the canary
+// and the session door (an Ingress of its own that hashes); throws unless
+// there is one of each.
+function ingressRoles(ings) {
+  const canary = ings.filter((i) => ann(i, "canary") === "true");
+  const rest = ings.filter((i) => ann(i, "canary") !== "true");
+  const main = rest.filter((i) => ann(i, "upstream-hash-by") === undefined);
+  const door = rest.filter((i) => ann(i, "upstream-hash-by") !== undefined);
+  if (main.length !== 1 || canary.length !== 1 || door.length !== 1)
+    throw new Error(`expected one main Ingress, one canary and one session door (an Ingress that hashes), got ${main.length}, ${canary.length} and ${door.length}`);
+  return { main: main[0], canary: canary[0], door: door[0] };
+}
+
+// checkBackends: every path of i names a Service that exists, has that
+// port and selects the attnd pods.
+function checkBackends(i, svcs) {
+  for (const { svc } of routes(i)) {
+    const s = svcs.find((x) => x.metadata.name === svc?.name);
+    if (!s) throw new Error(`Ingress ${i.metadata.name}: no Service ${svc?.name}`);
+    const port = s.spec.ports.find((p) => (svc.port.name !== undefined ? p.name === svc.port.name : p.port === svc.port.number));
+    if (!port) throw new Error(`Ingress ${i.metadata.name}: Service ${s.metadata.name} has no port ${JSON.stringify(svc.port)}`);
+    if (!matches(s.spec.selector, dep.spec.template.metadata.labels))
+      throw new Error(`Ingress ${i.metadata.name}: Service ${s.metadata.name} does not select the attnd pods`);
+  }
+}
+
 // checkIngress: throws unless the Ingresses are the ingress-nginx variant:
 // one main Ingress and one canary that mirrors its rules (ingress-nginx
 // pairs them by host and path) onto another Service over the same pods;
 // the canary takes every request with a non-empty Attnd-Sequence-Id and
 // balances by a consistent hash of it; no 503 is passed to another pod.
 function checkIngress(ings, svcs) {
-  const ann = (i, k) => i.metadata.annotations?.[A + k];
-  const main = ings.filter((i) => ann(i, "canary") !== "true");
-  const canary = ings.filter((i) => ann(i, "canary") === "true");
-  if (main.length !== 1 || canary.length !== 1)
-    throw new Error(`expected one main and one canary Ingress, got ${main.length} and ${canary.length}`);
-  const [m, c] = [main[0], canary[0]];
-  const routes = (i) => i.spec.rules.flatMap((r) => r.http.paths.map((p) => ({
-    key: `${r.host ?? "*"} ${p.path} ${p.pathType}`, svc: p.backend.service })));
-  for (const i of [m, c]) {
-    for (const { svc } of routes(i)) {
-      const s = svcs.find((x) => x.metadata.name === svc?.name);
-      if (!s) throw new Error(`Ingress ${i.metadata.name}: no Service ${svc?.name}`);
-      const port = s.spec.ports.find((p) => (svc.port.name !== undefined ? p.name === svc.port.name : p.port === svc.port.number));
-      if (!port) throw new Error(`Ingress ${i.metadata.name}: Service ${s.metadata.name} has no port ${JSON.stringify(svc.port)}`);
-      if (!matches(s.spec.selector, dep.spec.template.metadata.labels))
-        throw new Error(`Ingress ${i.metadata.name}: Service ${s.metadata.name} does not select the attnd pods`);
-    }
-  }
+  const { main: m, canary: c } = ingressRoles(ings);
+  for (const i of [m, c]) checkBackends(i, svcs);
   const keys = (i) => routes(i).map((r) => r.key).sort().join(", ");
   if (keys(m) !== keys(c)) throw new Error(`the canary's rules (${keys(c)}) differ from the main Ingress's (${keys(m)})`);
   if (m.spec.ingressClassName !== c.spec.ingressClassName) throw new Error("the two Ingresses have different classes");
@@ -339,28 +360,127 @@ function checkIngress(ings, svcs) {
     throw new Error(`the canary hashes by ${ann(c, "upstream-hash-by")}, not ${SEQ_VAR}`);
   const retry = ann(m, "proxy-next-upstream") ?? "error timeout";
   if (/http_503/.test(retry)) throw new Error(`proxy-next-upstream "${retry}" would send a sequence's 503 to a pod without it`);
+  // A request with the main Ingress's affinity cookie ignores the canary.
+  if (ann(m, "affinity") !== undefined) throw new Error(`affinity "${ann(m, "affinity")}" on the main Ingress would keep a sequence step that carries its cookie from the canary`);
+}
+
+// nginxRewrite: where a request for uri (path and query) goes through the
+// Ingress i's path p, as ingress-nginx writes it: with use-regex,
+// `location ~* "^<path>"` and `rewrite "(?i)<path>" <rewrite-target>
+// break;` (the whole path becomes the target, $n its groups; the query is
+// kept); without, a Prefix path matches whole segments. null: not matched.
+function nginxRewrite(i, p, uri) {
+  const [path, query] = uri.split(/\?(.*)/s);
+  const q = query !== undefined ? `?${query}` : "";
+  if (ann(i, "use-regex") !== "true") {
+    const pre = p.path.replace(/\/$/, "");
+    if (!(path === pre || path.startsWith(pre + "/"))) return null;
+    return (ann(i, "rewrite-target") ?? path) + q;
+  }
+  if (!new RegExp("^" + p.path, "i").test(path)) return null;
+  const target = ann(i, "rewrite-target");
+  if (target === undefined) return path + q;
+  const g = new RegExp(p.path, "i").exec(path);
+  return target.replace(/\$(\d)/g, (_, n) => g[n] ?? "") + q;
+}
+
+// Where a client that retains maps outside a sequence sends its requests
+// through the session door, and the paths attnd must see.
+const SESSION_PATHS = [
+  ["/session/v2/models/sdpa/infer", "/v2/models/sdpa/infer"],
+  ["/session/v2/maps/m1-7cda4b", "/v2/maps/m1-7cda4b"],
+  ["/session/v2/maps/m1-7cda4b/attention?b=0&h=mean&max=64", "/v2/maps/m1-7cda4b/attention?b=0&h=mean&max=64"],
+  ["/session/v2/maps/m1-7cda4b?wait=2&timeout_ms=500", "/v2/maps/m1-7cda4b?wait=2&timeout_ms=500"],
+  ["/session/v2/maps", "/v2/maps"],
+  ["/session", "/"],
+];
+
+// checkSessionDoor: throws unless the session door keeps a client's
+// retained maps on one pod: it hashes on X-Attnd-Session, over a Service
+// of its own (ingress-nginx keeps one upstream-hash-by per Service port,
+// the first Ingress's), for the main Ingress's hosts and class, with the
+// /session prefix stripped from every path and the rest of the API left to
+// the main Ingress; as a standalone Ingress it repeats the main one's body
+// size and timeouts, and passes no 503 on.
+function checkSessionDoor(ings, svcs) {
+  const { main: m, canary: c, door: d } = ingressRoles(ings);
+  checkBackends(d, svcs);
+  if (ann(d, "upstream-hash-by") !== SESSION_VAR)
+    throw new Error(`the session door hashes by ${ann(d, "upstream-hash-by")}, not ${SESSION_VAR}`);
+  const others = new Set([...routes(m), ...routes(c)].map((r) => r.svc.name));
+  if (routes(d).some((r) => others.has(r.svc.name)))
+    throw new Error("the session door must name a Service of its own (ingress-nginx keeps one upstream-hash-by per Service port)");
+  if (d.spec.ingressClassName !== m.spec.ingressClassName) throw new Error("the session door has another class than the main Ingress");
+  const hosts = (i) => [...new Set(routes(i).map((r) => r.host))].sort().join(", ");
+  if (hosts(d) !== hosts(m)) throw new Error(`the session door serves hosts ${hosts(d)}, the main Ingress ${hosts(m)}`);
+  const through = (uri) => routes(d).map((p) => nginxRewrite(d, p, uri)).find((x) => x !== null) ?? null;
+  for (const [uri, want] of SESSION_PATHS) {
+    const got = through(uri);
+    if (got !== want) throw new Error(`the session door sends ${uri} to attnd as ${got}, not ${want}`);
+  }
+  for (const uri of ["/v2/models/sdpa/infer", "/v2/maps/m1-7cda4b", "/sessions/v2/maps", "/v2/session"])
+    if (through(uri) !== null) throw new Error(`the session door takes ${uri}, which is the main Ingress's`);
+  for (const k of ["proxy-body-size", "proxy-read-timeout", "proxy-send-timeout"])
+    if (ann(d, k) !== ann(m, k)) throw new Error(`the session door's ${k} is ${ann(d, k)}, the main Ingress's ${ann(m, k)}`);
+  const retry = ann(d, "proxy-next-upstream") ?? "error timeout";
+  if (/http_503/.test(retry)) throw new Error(`proxy-next-upstream "${retry}" on the session door would retain a map on another pod than the session's`);
 }
 
 test("Ingress: sequences by a consistent hash of Attnd-Sequence-Id, the rest spread", () => {
   checkIngress(byKind("Ingress"), byKind("Service"));
 });
 
+test("Ingress: a client's retained maps stay on one pod (X-Attnd-Session under /session)", () => {
+  checkSessionDoor(byKind("Ingress"), byKind("Service"));
+});
+
+const ingNamed = (ings, n) => ings.find((i) => i.metadata.name === n);
+
 test("checkIngress rejects what would break a sequence's routing", () => {
+  const C = "attnd-sequences";
   const cases = [
-    ["hash by another header", (ings) => { ings[1].metadata.annotations[A + "upstream-hash-by"] = "$http_x_attnd_session"; }, /hashes by/],
-    ["canary by another header", (ings) => { ings[1].metadata.annotations[A + "canary-by-header"] = "X-Sequence"; }, /canary-by-header/],
-    ["no pattern", (ings) => { delete ings[1].metadata.annotations[A + "canary-by-header-pattern"]; }, /pattern/],
-    ["a pattern that misses ids", (ings) => { ings[1].metadata.annotations[A + "canary-by-header-pattern"] = "^seq-"; }, /does not match/],
-    ["the main Service", (ings) => { ings[1].spec.rules[0].http.paths[0].backend.service.name = "attnd"; }, /another Service/],
-    ["a missing Service", (ings) => { ings[1].spec.rules[0].http.paths[0].backend.service.name = "nope"; }, /no Service nope/],
-    ["another path", (ings) => { ings[1].spec.rules[0].http.paths[0].path = "/v2"; }, /differ/],
-    ["retry on 503", (ings) => { ings[0].metadata.annotations[A + "proxy-next-upstream"] = "error timeout http_503"; }, /503/],
-    ["no canary", (ings) => { ings[1].metadata.annotations[A + "canary"] = "false"; }, /one main and one canary/],
+    ["hash by another header", (ings) => { ingNamed(ings, C).metadata.annotations[A + "upstream-hash-by"] = "$http_x_attnd_session"; }, /hashes by/],
+    ["canary by another header", (ings) => { ingNamed(ings, C).metadata.annotations[A + "canary-by-header"] = "X-Sequence"; }, /canary-by-header/],
+    ["no pattern", (ings) => { delete ingNamed(ings, C).metadata.annotations[A + "canary-by-header-pattern"]; }, /pattern/],
+    ["a pattern that misses ids", (ings) => { ingNamed(ings, C).metadata.annotations[A + "canary-by-header-pattern"] = "^seq-"; }, /does not match/],
+    ["the main Service", (ings) => { ingNamed(ings, C).spec.rules[0].http.paths[0].backend.service.name = "attnd"; }, /another Service/],
+    ["a missing Service", (ings) => { ingNamed(ings, C).spec.rules[0].http.paths[0].backend.service.name = "nope"; }, /no Service nope/],
+    ["another path", (ings) => { ingNamed(ings, C).spec.rules[0].http.paths[0].path = "/v2"; }, /differ/],
+    ["retry on 503", (ings) => { ingNamed(ings, "attnd").metadata.annotations[A + "proxy-next-upstream"] = "error timeout http_503"; }, /503/],
+    ["cookie affinity on the main Ingress", (ings) => { ingNamed(ings, "attnd").metadata.annotations[A + "affinity"] = "cookie"; }, /affinity/],
+    ["no canary", (ings) => { ingNamed(ings, C).metadata.annotations[A + "canary"] = "false"; }, /one main Ingress, one canary/],
   ];
   for (const [what, change, err] of cases) {
-    const ings = structuredClone(byKind("Ingress")).sort((x, y) => (x.metadata.annotations?.[A + "canary"] === "true") - (y.metadata.annotations?.[A + "canary"] === "true"));
+    const ings = structuredClone(byKind("Ingress"));
     change(ings);
     assert.throws(() => checkIngress(ings, byKind("Service")), err, what);
+  }
+});
+
+test("checkSessionDoor rejects what would lose a client's retained maps", () => {
+  const D = "attnd-sessions";
+  const set = (k, v) => (ings) => { const a = ingNamed(ings, D).metadata.annotations; if (v === undefined) delete a[A + k]; else a[A + k] = v; };
+  const path = (v) => (ings) => { ingNamed(ings, D).spec.rules[0].http.paths[0].path = v; };
+  const cases = [
+    ["no session door", (ings) => ings.splice(ings.indexOf(ingNamed(ings, D)), 1), /session door/],
+    ["hash by another header", set("upstream-hash-by", "$http_x_session"), /hashes by/],
+    ["hash by the client address", set("upstream-hash-by", "$remote_addr"), /hashes by/],
+    ["the main Service", (ings) => { ingNamed(ings, D).spec.rules[0].http.paths[0].backend.service.name = "attnd"; }, /Service of its own/],
+    ["the canary's Service", (ings) => { ingNamed(ings, D).spec.rules[0].http.paths[0].backend.service.name = "attnd-sequences"; }, /Service of its own/],
+    ["no rewrite", set("rewrite-target", undefined), /as \/session\/v2/],
+    ["the wrong group", set("rewrite-target", "/$1"), /not \/v2\/models/],
+    ["no use-regex", set("use-regex", undefined), /sends/],
+    ["a prefix that takes the API", path("/(session/?)?(.*)"), /takes \/v2/],
+    ["a prefix without its boundary", path("/session/?()(.*)"), /takes \/sessions/],
+    ["a shorter read timeout", set("proxy-read-timeout", "60"), /proxy-read-timeout/],
+    ["the default body size", set("proxy-body-size", undefined), /proxy-body-size/],
+    ["retry on 503", set("proxy-next-upstream", "error timeout http_503"), /503/],
+    ["another host", (ings) => { ingNamed(ings, D).spec.rules[0].host = "maps.example.com"; }, /hosts/],
+  ];
+  for (const [what, change, err] of cases) {
+    const ings = structuredClone(byKind("Ingress"));
+    change(ings);
+    assert.throws(() => checkSessionDoor(ings, byKind("Service")), err, what);
   }
 });
 
@@ -376,4 +496,11 @@ test("deploy/nginx.conf hashes on the same header, and passes no 503 on", () => 
   // Requests with the header, and only those, go there.
   assert.ok(conf.includes(`if (${SEQ_VAR}) {`), `no if (${SEQ_VAR})`);
   assert.ok(conf.includes(`error_page 418 = ${loc[1]};`), `no error_page 418 = ${loc[1]}`);
+});
+
+test("deploy/nginx.conf keeps a session on one replica by the header the session door hashes on", () => {
+  const conf = readFileSync(ROOT + "deploy/nginx.conf", "utf8").replace(/#.*$/gm, "");
+  assert.match(conf, new RegExp(`upstream \\w+ \\{\\s*hash \\${SESSION_VAR} consistent;`));
+  assert.match(conf, new RegExp(`map \\${SESSION_VAR} \\$\\w+ \\{`));
+  assert.equal(ann(ingressRoles(byKind("Ingress")).door, "upstream-hash-by"), SESSION_VAR);
 });
