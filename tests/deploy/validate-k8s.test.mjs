@@ -309,10 +309,20 @@ const ann = (i, k) => i.metadata.annotations?.[A + k];
 const routes = (i) => i.spec.rules.flatMap((r) => r.http.paths.map((p) => ({
   key: `${r.host ?? "*"} ${p.path} ${p.pathType}`, host: r.host ?? "*", path: p.path, pathType: p.pathType, svc: p.backend.service })));
 
+// The gRPC Ingresses (ingress-grpc.yaml): those with backend-protocol GRPC
+// and the canaries on their rules; the REST ones are the rest.
+const isGrpc = (i) => ann(i, "backend-protocol") === "GRPC";
+const ruleKeys = (i) => routes(i).map((r) => r.key).sort().join(", ");
+const restIngresses = (ings) => {
+  const g = new Set(ings.filter(isGrpc).map(ruleKeys));
+  return ings.filter((i) => !isGrpc(i) && !(ann(i, "canary") === "true" && g.has(ruleKeys(i))));
+};
+
 // ingressRoles: the main Ingress (neither canary nor hashing), the canary
-// and the session door (an Ingress of its own that hashes); throws unless
-// there is one of each.
-function ingressRoles(ings) {
+// and the session door (an Ingress of its own that hashes) of the REST
+// door; throws unless there is one of each.
+function ingressRoles(allIngs) {
+  const ings = restIngresses(allIngs);
   const canary = ings.filter((i) => ann(i, "canary") === "true");
   const rest = ings.filter((i) => ann(i, "canary") !== "true");
   const main = rest.filter((i) => ann(i, "upstream-hash-by") === undefined);
@@ -432,6 +442,92 @@ test("Ingress: sequences by a consistent hash of Attnd-Sequence-Id, the rest spr
 
 test("Ingress: a client's retained maps stay on one pod (X-Attnd-Session under /session)", () => {
   checkSessionDoor(byKind("Ingress"), byKind("Service"));
+});
+
+// ingress-nginx (1.12 and later: strict-validate-path-type, on by default)
+// refuses an Exact or Prefix path with other characters than these; a
+// regular expression needs ImplementationSpecific.
+const STRICT_PATH = /^\/[A-Za-z0-9_\-/]*$/;
+
+// checkGrpcIngress: throws unless gRPC reaches the pods through
+// ingress-nginx: one main Ingress with backend-protocol GRPC on a host of
+// its own (the REST Ingress holds / on every host) that TLS covers
+// (ingress-nginx speaks HTTP/2 to clients only over TLS), over a Service
+// port that reaches the container's gRPC port (ATTND_GRPC_PORT); a canary
+// on the same rules that takes calls with attnd-sequence-id metadata to
+// another Service and hashes on it; stream-long timeouts; the body limit.
+function checkGrpcIngress(ings, svcs) {
+  const main = ings.filter((i) => isGrpc(i) && ann(i, "canary") !== "true");
+  if (main.length !== 1) throw new Error(`expected one gRPC Ingress (backend-protocol GRPC), got ${main.length}`);
+  const m = main[0];
+  if (routes(m).some((r) => r.host === "*")) throw new Error("the gRPC Ingress needs a host: without one its / is the REST Ingress's");
+  const canary = ings.filter((i) => ann(i, "canary") === "true" && ruleKeys(i) === ruleKeys(m));
+  if (canary.length !== 1) throw new Error(`expected one canary on the gRPC Ingress's rules (${ruleKeys(m)}), got ${canary.length}`);
+  const c = canary[0];
+  const grpcPort = Number(cm.data.ATTND_GRPC_PORT ?? 8001);
+  for (const i of [m, c]) {
+    checkBackends(i, svcs);
+    for (const { svc } of routes(i)) {
+      const s = svcs.find((x) => x.metadata.name === svc.name);
+      const port = s.spec.ports.find((p) => (svc.port.name !== undefined ? p.name === svc.port.name : p.port === svc.port.number));
+      const cp = ctr.ports.find((p) => p.name === port.targetPort || p.containerPort === port.targetPort);
+      if (cp?.containerPort !== grpcPort)
+        throw new Error(`Ingress ${i.metadata.name}: Service ${s.metadata.name} port ${port.name} reaches container port ${cp?.containerPort}, not ATTND_GRPC_PORT ${grpcPort}`);
+    }
+  }
+  const restHosts = new Set(restIngresses(ings).flatMap((i) => routes(i).map((r) => r.host)));
+  for (const r of routes(m)) {
+    if (restHosts.has(r.host)) throw new Error(`the gRPC Ingress's host ${r.host} is a REST Ingress's too`);
+    if (!(m.spec.tls ?? []).some((t) => t.secretName && (t.hosts ?? []).includes(r.host)))
+      throw new Error(`no TLS for the gRPC host ${r.host}: ingress-nginx speaks HTTP/2 (gRPC) to clients only over TLS`);
+  }
+  if (c.spec.ingressClassName !== m.spec.ingressClassName) throw new Error("the gRPC canary has another class");
+  const mainSvcs = new Set(routes(m).map((r) => r.svc.name));
+  if (routes(c).some((r) => mainSvcs.has(r.svc.name))) throw new Error("the gRPC canary must name another Service than the gRPC Ingress");
+  if ((ann(c, "canary-by-header") ?? "").toLowerCase() !== SEQ_HEADER.toLowerCase())
+    throw new Error(`the gRPC canary-by-header is ${ann(c, "canary-by-header")}, not ${SEQ_HEADER.toLowerCase()}`);
+  const pattern = ann(c, "canary-by-header-pattern");
+  if (pattern === undefined || ann(c, "canary-by-header-value") !== undefined || !["1", "seq-7", "never"].every((id) => new RegExp(pattern).test(id)))
+    throw new Error(`the gRPC canary's pattern ${pattern} does not take every sequence id`);
+  if (ann(c, "upstream-hash-by") !== SEQ_VAR) throw new Error(`the gRPC canary hashes by ${ann(c, "upstream-hash-by")}, not ${SEQ_VAR}`);
+  if (ann(m, "proxy-body-size") !== "64m") throw new Error(`the gRPC Ingress's proxy-body-size is ${ann(m, "proxy-body-size")}, not attnd's 64m`);
+  for (const k of ["proxy-read-timeout", "proxy-send-timeout"])
+    if (!(Number(ann(m, k) ?? 60) >= 3600)) throw new Error(`the gRPC Ingress's ${k} is ${ann(m, k) ?? "60 (the default)"}: a stream would be cut within the hour nginx.conf gives it`);
+}
+
+test("Ingress: gRPC over TLS to the pods' gRPC port, sequences by a hash of attnd-sequence-id", () => {
+  checkGrpcIngress(byKind("Ingress"), byKind("Service"));
+});
+
+test("checkGrpcIngress rejects what would break gRPC through the Ingress", () => {
+  const G = "attnd-grpc", GC = "attnd-grpc-sequences";
+  const backend = (n) => (ings) => ingNamed(ings, n).spec.rules[0].http.paths[0].backend.service;
+  const cases = [
+    ["no gRPC Ingress", (ings) => ings.splice(ings.indexOf(ingNamed(ings, G)), 1), /one gRPC Ingress/],
+    ["the REST port", (ings) => { backend(G)(ings).port.name = "http"; }, /not ATTND_GRPC_PORT 8001/],
+    ["the canary on the REST port", (ings) => { backend(GC)(ings).port.name = "http"; }, /not ATTND_GRPC_PORT/],
+    ["no TLS", (ings) => { delete ingNamed(ings, G).spec.tls; }, /TLS/],
+    ["TLS for another host", (ings) => { ingNamed(ings, G).spec.tls[0].hosts = ["other.example.com"]; }, /TLS/],
+    ["no host", (ings) => { for (const n of [G, GC]) delete ingNamed(ings, n).spec.rules[0].host; }, /needs a host/],
+    ["no canary", (ings) => ings.splice(ings.indexOf(ingNamed(ings, GC)), 1), /one canary/],
+    ["the main Service", (ings) => { backend(GC)(ings).name = "attnd"; }, /another Service/],
+    ["hash by another header", (ings) => { ingNamed(ings, GC).metadata.annotations[A + "upstream-hash-by"] = "$http_x_attnd_session"; }, /hashes by/],
+    ["a single id", (ings) => { const a = ingNamed(ings, GC).metadata.annotations; delete a[A + "canary-by-header-pattern"]; a[A + "canary-by-header-value"] = "1"; }, /pattern/],
+    ["streams cut at 60 s", (ings) => { delete ingNamed(ings, G).metadata.annotations[A + "proxy-read-timeout"]; }, /proxy-read-timeout is 60/],
+    ["the default body size", (ings) => { delete ingNamed(ings, G).metadata.annotations[A + "proxy-body-size"]; }, /proxy-body-size/],
+  ];
+  for (const [what, change, err] of cases) {
+    const ings = structuredClone(byKind("Ingress"));
+    change(ings);
+    assert.throws(() => checkGrpcIngress(ings, byKind("Service")), err, what);
+  }
+});
+
+test("Ingress: every Exact and Prefix path passes ingress-nginx's strict path check", () => {
+  const bad = byKind("Ingress").flatMap((i) => routes(i).filter((r) => r.pathType !== "ImplementationSpecific" && !STRICT_PATH.test(r.path)).map((r) => `${i.metadata.name} ${r.path}`));
+  assert.deepEqual(bad, []);
+  assert.ok(!STRICT_PATH.test("/inference.GRPCInferenceService/"));
+  assert.ok(!STRICT_PATH.test("/session(/|$)(.*)"));
 });
 
 const ingNamed = (ings, n) => ings.find((i) => i.metadata.name === n);
