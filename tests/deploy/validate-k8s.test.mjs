@@ -199,6 +199,21 @@ test("Deployment: non-root, requests and limits", () => {
   }
 });
 
+// A replica may grow to its limit by its own budgets (the test below). A
+// memory request under the limit lets the scheduler fill a node on the
+// request's count, and when the node runs short the kubelet evicts first
+// the pods above their request: a replica inside every budget, with its
+// sequences and maps, would go. So the request is the limit.
+test("Deployment: memory request equals the limit the daemon's budgets fill", () => {
+  const { requests, limits } = ctr.resources;
+  assert.equal(quantity(requests.memory), quantity(limits.memory),
+    `requests.memory ${requests.memory} < limits.memory ${limits.memory}: a replica within its budgets is evicted first under node pressure`);
+});
+
+test("Deployment: no service account token in the pods (attnd never calls the API server)", () => {
+  assert.equal(pod.automountServiceAccountToken, false);
+});
+
 test("Deployment: its ConfigMap and models volume exist", () => {
   const refs = (ctr.envFrom ?? []).map((e) => e.configMapRef?.name);
   assert.ok(refs.includes(cm.metadata.name));
