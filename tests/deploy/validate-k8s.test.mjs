@@ -245,10 +245,24 @@ test("HPA: scales the Deployment on CPU, which has a CPU request", () => {
   assert.ok(hpa.spec.minReplicas >= dep.spec.replicas);
 });
 
-test("PDB: selects the pods and leaves room for a disruption", () => {
+// pdbAllows: how many of n ready replicas voluntary disruptions (node
+// drains) may take down at once under the budget's integer fields.
+function pdbAllows(spec, n) {
+  if (spec.maxUnavailable !== undefined) return Math.min(n, Number(spec.maxUnavailable));
+  return Math.max(0, n - Number(spec.minAvailable ?? 0));
+}
+
+// A replica evicted takes its sequences and maps with it and its share of
+// the load goes to the others: one at a time, at any size the HPA scales
+// to (minAvailable 1 let a drain take 7 of 8 at once, the last one then
+// carrying what the HPA had scaled out for).
+test("PDB: selects the pods and lets drains take one replica at a time, at any scale", () => {
   const pdb = one("PodDisruptionBudget");
+  const hpa = one("HorizontalPodAutoscaler");
   assert.ok(matches(pdb.spec.selector.matchLabels, dep.spec.template.metadata.labels));
-  assert.ok(pdb.spec.minAvailable < one("HorizontalPodAutoscaler").spec.minReplicas);
+  for (let n = hpa.spec.minReplicas; n <= hpa.spec.maxReplicas; n++)
+    assert.equal(pdbAllows(pdb.spec, n), 1, `with ${n} replicas the budget lets ${pdbAllows(pdb.spec, n)} go at once`);
+  assert.equal(pdbAllows({ minAvailable: 1 }, 8), 7);
 });
 
 // The daemon ignores an ATTND_* variable it does not know (a misspelt
