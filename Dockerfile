@@ -28,9 +28,13 @@ RUN apt-get update \
  && apt-get clean && rm -rf /var/lib/apt/lists/* /var/log/apt /var/log/dpkg.log \
  && groupadd --system --gid 10001 attnd \
  && useradd --system --uid 10001 --gid 10001 --no-create-home \
-        --home-dir /nonexistent --shell /usr/sbin/nologin attnd
+        --home-dir /nonexistent --shell /usr/sbin/nologin attnd \
+ && install -d -o 10001 -g 10001 -m 0755 /models
 COPY --from=build /out/usr/local/bin/attnd /usr/local/bin/attnd
-COPY --from=build /out/models /models
+# The daemon's own, as the volume a plain `docker run` makes of it: an
+# upload (POST /v2/repository/models/<name>/load with the files) writes
+# there. A repository mounted over it keeps its own owner.
+COPY --from=build --chown=10001:10001 /out/models /models
 RUN ldd /usr/local/bin/attnd | awk '/not found/ {bad=1; print} END {exit bad}'
 
 # Settings are ATTND_* variables (see attnd --help); these differ from the

@@ -9,8 +9,8 @@
 #      a second run skips this; ATTND_CT_REBUILD_BASE=1 redoes it)
 #   2. buildah bud the Dockerfile (ATTND_CT_LAYERS=1 caches layers: fast
 #      reruns, but vfs storage makes them big)
-#   3. inspect the image: non-root user, entrypoint, healthcheck, and no
-#      compiler, headers or curl in it
+#   3. inspect the image: non-root user, entrypoint, healthcheck, /models
+#      the daemon's user's, and no compiler, headers or curl in it
 #   4. run the image's own entrypoint on a free loopback port with a model
 #      folder of ours mounted at /models, wait for readiness, run real
 #      inferences (the seeds' worked example, on the built-in sdpa model and
@@ -183,6 +183,11 @@ done
     bad "image holds what it should not:$extra"
 [ -x "$mnt/usr/local/bin/attnd" ] && ok "/usr/local/bin/attnd present" || bad "no attnd binary"
 log "  /models holds: $(cd "$mnt/models" 2>/dev/null && find . -mindepth 1 -maxdepth 2 | tr '\n' ' ')"
+# The volume a plain `docker run` makes of /models starts as the image's,
+# owner included: the daemon's user must own it for an upload to write.
+foreign=$(find "$mnt/models" ! -user "${user%%:*}" -printf '/models/%P ' 2>/dev/null || echo "(find failed)")
+[ -z "$foreign" ] && ok "/models and all in it belong to user ${user%%:*} (uploads can write)" ||
+    bad "in /models, not user ${user%%:*}'s: $foreign"
 bah umount "$run_ctr" >/dev/null
 # The models shipped in the image load (the daemon's own validator).
 if bah run --isolation chroot "$run_ctr" -- "${entry[0]}" --check-models /models \

@@ -287,6 +287,29 @@ test("every ATTND_* variable is a daemon setting", { skip: NO_BIN }, () => {
   assert.deepEqual(unknownSettings(["ATTND_DRAIN_MSS", "ATTND_MAX_BATC", "ATTND_PORT"], HELP), ["ATTND_DRAIN_MSS", "ATTND_MAX_BATC"]);
 });
 
+// dockerfileModelsOwner: throws unless the image's /models (the volume a
+// plain `docker run` makes, where uploads write) is the daemon's user's:
+// created with that owner and every COPY into it --chown'ed to it.
+function dockerfileModelsOwner(text) {
+  const t = text.replace(/\\\n/g, " ");
+  const user = /^USER\s+(\S+)/m.exec(t)?.[1];
+  if (!user) throw new Error("no USER in the Dockerfile");
+  const [uid, gid = uid] = user.split(":");
+  const copies = [...t.matchAll(/^COPY\s+(.*)\s(\/models\/?)\s*$/gm)].map((m) => m[1]);
+  if (!copies.length) throw new Error("no COPY into /models");
+  for (const c of copies)
+    if (!new RegExp(`--chown=${uid}:${gid}(\\s|$)`).test(c)) throw new Error(`COPY ${c} /models: not --chown=${uid}:${gid}, so root owns what the daemon (user ${user}) must write`);
+  if (!new RegExp(`install -d -o ${uid} -g ${gid}\\b[^\\n]*\\s/models(\\s|$)`).test(t))
+    throw new Error(`/models is not created owned by ${uid}:${gid} (install -d -o ${uid} -g ${gid} ... /models)`);
+}
+
+test("Dockerfile: the daemon's user owns /models, where an upload writes", () => {
+  const text = readFileSync(ROOT + "Dockerfile", "utf8");
+  dockerfileModelsOwner(text);
+  assert.throws(() => dockerfileModelsOwner(text.replace(/--chown=\S+ /, "")), /not --chown/);
+  assert.throws(() => dockerfileModelsOwner(text.replace(/install -d -o \d+ -g \d+/, "install -d")), /not created owned/);
+});
+
 // The memory the daemon may hold by its own budgets, with the ConfigMap's
 // settings over --help's defaults, for one weight-set model (kv-bytes is per
 // model): the bodies/requests/answers budget, the retained maps and the K/V
