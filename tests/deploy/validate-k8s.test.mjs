@@ -224,6 +224,34 @@ test("Deployment: its ConfigMap and models volume exist", () => {
   assert.ok(pvcs.includes(vol.persistentVolumeClaim?.claimName));
 });
 
+// checkModelsClaim: throws unless the models claim can be filled and every
+// replica reads it: replicas spread over nodes, so the claim needs a
+// many-node mode; a ReadOnlyMany claim with no dataSource starts empty and
+// nothing can write it (GKE's persistent disks mount it read-only
+// everywhere), so the writable many-node mode, ReadWriteMany, and the
+// replicas mount it read-only.
+function checkModelsClaim(pvc, vol, mount) {
+  const modes = pvc.spec.accessModes ?? [];
+  if (!modes.some((m) => m === "ReadWriteMany" || m === "ReadOnlyMany"))
+    throw new Error(`claim ${pvc.metadata.name}: ${modes.join(", ")}: replicas on several nodes cannot all mount it`);
+  if (!modes.includes("ReadWriteMany") && !pvc.spec.dataSource && !pvc.spec.dataSourceRef)
+    throw new Error(`claim ${pvc.metadata.name}: ${modes.join(", ")} with no dataSource starts empty, and nothing can write the models into it`);
+  if (vol.persistentVolumeClaim.readOnly !== true || mount.readOnly !== true)
+    throw new Error(`claim ${pvc.metadata.name}: the replicas mount it writable`);
+}
+
+test("models claim: can be filled, and the replicas read it", () => {
+  const mount = ctr.volumeMounts.find((m) => m.mountPath === cm.data.ATTND_MODELS);
+  const vol = pod.volumes.find((v) => v.name === mount.name);
+  const pvc = named("PersistentVolumeClaim", vol.persistentVolumeClaim.claimName);
+  checkModelsClaim(pvc, vol, mount);
+  const with_ = (modes, extra = {}) => ({ ...pvc, spec: { ...pvc.spec, accessModes: modes, ...extra } });
+  assert.throws(() => checkModelsClaim(with_(["ReadOnlyMany"]), vol, mount), /starts empty/);
+  assert.throws(() => checkModelsClaim(with_(["ReadWriteOnce"]), vol, mount), /several nodes/);
+  checkModelsClaim(with_(["ReadOnlyMany"], { dataSource: { kind: "VolumeSnapshot", name: "m", apiGroup: "snapshot.storage.k8s.io" } }), vol, mount);
+  assert.throws(() => checkModelsClaim(pvc, vol, { ...mount, readOnly: false }), /writable/);
+});
+
 test("ConfigMap: listens on every interface, on the container port", () => {
   assert.equal(cm.data.ATTND_HOST, "0.0.0.0");
   assert.ok(portNamed(Number(cm.data.ATTND_PORT)));
