@@ -24,7 +24,10 @@
 //     ingress-nginx writes its location: the regex path, the rewrite, a
 //     hash on its upstream-hash-by; nginx's own consistent hash stands in
 //     for ingress-nginx's Lua one) are found again by every fetch, where
-//     through a round-robin location most fetches miss.
+//     through a round-robin location most fetches miss;
+//   - and deploy/nginx.conf passes a session's 503 (its replica's one map
+//     waiter place taken: ATTND_MAPS_WAITERS 1) back to the client, not to
+//     a replica that never saw the map.
 // Everything listens on 127.0.0.1 on ports picked here; nginx runs as a
 // non-daemon child with its prefix under a temp folder (replicas.mjs starts
 // them all). Settings (env): AFFINITY_SEQUENCES (24), AFFINITY_ROUNDS (8),
@@ -177,7 +180,8 @@ const fetchStatus = async (url, headers) => {
 async function main() {
   const [lbPort, lbGrpcPort, ...ports] = await freePorts(9);
   const replicaPorts = ports.slice(0, 3), grpcPorts = ports.slice(3, 6);
-  const replicas = await startReplicas(replicaPorts, (i) => ({ ATTND_GRPC_PORT: String(grpcPorts[i]) }));
+  // one map waiter a replica: a second wait answers 503 (the session test)
+  const replicas = await startReplicas(replicaPorts, (i) => ({ ATTND_GRPC_PORT: String(grpcPorts[i]), ATTND_MAPS_WAITERS: "1" }));
   const v2 = await (await fetch(`http://${replicas[0].addr}/v2`)).json();
   if (!(v2.extensions || []).includes("sequences")) {
     console.log("affinity: skipped: this attnd has no sequences extension");
@@ -261,6 +265,27 @@ async function main() {
       for (let f = 0; f < FETCHES; f++) if (id && (await fetchStatus(`${door}/v2/maps/${id}`, {})) === 404) control404++;
     }
     check(control404 > 0, `control: through / (round robin) ${control404} of ${N * FETCHES} fetches of a map missed it`);
+  }
+
+  // deploy/nginx.conf's sessions: a 503 from the session's replica (its one
+  // map waiter place taken) reaches the client as it is, with Retry-After;
+  // passed on to another replica, which never saw the map, it became a 404
+  // (the map gone: a follower stops).
+  {
+    const h = { "X-Attnd-Session": `aff-wait-${T0.toString(36)}` };
+    const id = await sdpaRetain(base, h);
+    const ctl = new AbortController();
+    // the map has 2 query rows: wait=2 waits for more, until its timeout
+    const held = fetch(`${base}/v2/maps/${id}?wait=2&timeout_ms=5000`, { headers: h, signal: ctl.signal }).then((r) => r.arrayBuffer()).catch(() => null);
+    await new Promise((res) => setTimeout(res, 300));
+    const r = await fetch(`${base}/v2/maps/${id}?wait=2&timeout_ms=1000`, { headers: h, signal: AbortSignal.timeout(10000) }).catch(() => null);
+    if (r) await r.arrayBuffer();
+    ctl.abort();
+    await held;
+    check(id && r?.status === 503 && r.headers.get("retry-after") !== null,
+      `nginx.conf session: a second wait on the session's replica -> ${r?.status} (Retry-After ${r?.headers.get("retry-after")}), its 503, not another replica's answer`);
+    const m = await fetchStatus(`${base}/v2/maps/${id}`, h);
+    check(m === 200, `nginx.conf session: the map is still found after it -> ${m}`);
   }
 
   // References: one-shot causal runs over each sequence's whole history, on

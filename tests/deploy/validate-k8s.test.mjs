@@ -674,9 +674,17 @@ test("deploy/nginx.conf hashes on the same header, and passes no 503 on", () => 
   assert.ok(conf.includes(`error_page 418 = ${loc[1]};`), `no error_page 418 = ${loc[1]}`);
 });
 
-test("deploy/nginx.conf keeps a session on one replica by the header the session door hashes on", () => {
+test("deploy/nginx.conf keeps a session on one replica by the header the session door hashes on, and passes no 503 on", () => {
   const conf = readFileSync(ROOT + "deploy/nginx.conf", "utf8").replace(/#.*$/gm, "");
-  assert.match(conf, new RegExp(`upstream \\w+ \\{\\s*hash \\${SESSION_VAR} consistent;`));
-  assert.match(conf, new RegExp(`map \\${SESSION_VAR} \\$\\w+ \\{`));
+  const ups = [...conf.matchAll(/upstream (\w+) \{([^}]*)\}/g)];
+  const sess = ups.find(([, , body]) => body.includes(`hash ${SESSION_VAR} consistent;`));
+  assert.ok(sess, `no upstream with hash ${SESSION_VAR} consistent`);
+  const loc = new RegExp(`location (@?\\w+) \\{\\s*proxy_pass http://${sess[1]};([^}]*)\\}`).exec(conf);
+  assert.ok(loc, `no location proxies to ${sess[1]}`);
+  assert.match(loc[2], /proxy_next_upstream error timeout/);
+  assert.doesNotMatch(loc[2], /http_503/);
+  const code = new RegExp(`error_page (\\d+) = ${loc[1]};`).exec(conf);
+  assert.ok(code, `no error_page = ${loc[1]}`);
+  assert.match(conf, new RegExp(`if \\(\\${SESSION_VAR}\\) \\{\\s*return ${code[1]};`));
   assert.equal(ann(ingressRoles(byKind("Ingress")).door, "upstream-hash-by"), SESSION_VAR);
 });
