@@ -157,9 +157,19 @@ const portNamed = (name) =>
     ? ctr.ports.some((p) => p.containerPort === name)
     : ctr.ports.some((p) => p.name === name);
 
-test("Deployment: 2 replicas, selector matches its pods", () => {
-  assert.equal(dep.spec.replicas, 2);
+test("Deployment: selector matches its pods", () => {
   assert.ok(matches(dep.spec.selector.matchLabels, dep.spec.template.metadata.labels));
+});
+
+// With an HPA on the Deployment, a replica count in its manifest is reset
+// by every `kubectl apply` of it (the three-way merge sets the field back):
+// a replay of these files while the HPA had scaled to 6 cut the Deployment
+// to 2 at once, 4 pods and their sequences and maps gone, until the HPA
+// scaled out again. The count is the HPA's alone.
+test("Deployment: leaves its replica count to the HPA", () => {
+  const hpa = one("HorizontalPodAutoscaler");
+  assert.equal(hpa.spec.scaleTargetRef.name, dep.metadata.name);
+  assert.equal(dep.spec.replicas, undefined, `spec.replicas ${dep.spec.replicas}: each kubectl apply would set it back over the HPA's count`);
 });
 
 test("Deployment: probes on the health endpoints", () => {
@@ -270,7 +280,7 @@ test("HPA: scales the Deployment on CPU, which has a CPU request", () => {
   assert.equal(hpa.spec.scaleTargetRef.name, dep.metadata.name);
   assert.ok(hpa.spec.metrics.some((m) => m.resource?.name === "cpu"));
   assert.ok(ctr.resources.requests.cpu);
-  assert.ok(hpa.spec.minReplicas >= dep.spec.replicas);
+  assert.ok(hpa.spec.minReplicas >= 2, "at least 2 replicas, so that one can go");
 });
 
 // pdbAllows: how many of n ready replicas voluntary disruptions (node
