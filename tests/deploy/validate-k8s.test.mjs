@@ -262,6 +262,20 @@ test("models claim: can be filled, and the replicas read it", () => {
   assert.throws(() => checkModelsClaim(pvc, vol, { ...mount, readOnly: false }), /writable/);
 });
 
+// An API key (ATTND_API_KEY) is a secret: the ConfigMap is plain text to
+// anyone who may read ConfigMaps, and a setting added to the Deployment by
+// hand (kubectl patch/set env) is undone by its next kubectl apply. So the
+// Deployment reads an optional Secret after the ConfigMap (later entries
+// win), which the operator creates when wanted.
+test("Deployment: secret settings (ATTND_API_KEY) come from an optional Secret, never the ConfigMap", () => {
+  const from = ctr.envFrom ?? [];
+  const sec = from.findIndex((e) => e.secretRef);
+  assert.ok(sec >= 0, "no secretRef in envFrom: an API key could only go in the ConfigMap");
+  assert.equal(from[sec].secretRef.optional, true, "the Secret must be optional: without it no pod would start");
+  assert.ok(sec > from.findIndex((e) => e.configMapRef), "the Secret must come after the ConfigMap, so that it wins");
+  assert.equal(cm.data.ATTND_API_KEY, undefined);
+});
+
 test("ConfigMap: listens on every interface, on the container port", () => {
   assert.equal(cm.data.ATTND_HOST, "0.0.0.0");
   assert.ok(portNamed(Number(cm.data.ATTND_PORT)));
