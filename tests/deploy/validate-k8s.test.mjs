@@ -13,12 +13,17 @@
 //    endpoints, the grace period outlasts the drain, the HPA has CPU requests
 //    to scale on, every ATTND_* variable is one `attnd --help` knows and the
 //    daemon's memory budgets fit the memory limit (when ATTND_BIN names the
-//    binary).
+//    binary), which is requested whole; the replica count is the HPA's and
+//    the PDB lets one replica go at a time; the models claim can be
+//    filled; secrets come from a Secret; the Dockerfile's /models is the
+//    daemon's user's.
 // 4. Sequences and retained maps across replicas: the ingress-nginx
 //    variant (ingress.yaml) sends requests with an Attnd-Sequence-Id header
 //    to a canary Ingress that hashes on that header, and requests under
 //    /session/ to an Ingress that strips the prefix and hashes on
-//    X-Attnd-Session, as deploy/nginx.conf does with both headers.
+//    X-Attnd-Session, as deploy/nginx.conf does with both headers; gRPC
+//    (ingress-grpc.yaml) has TLS on a host of its own, the pods' gRPC port
+//    and the same sequence canary.
 // Negative cases show each kind of check can fail.
 import { test } from "node:test";
 import assert from "node:assert/strict";
