@@ -240,8 +240,9 @@ all: $(BENCH_GRPC)
 # check-deploy: the manifests against the Kubernetes schemas (offline, npm
 # kubernetes-models, pinned by tests/deploy/package-lock.json), then three
 # replicas behind deploy/nginx.conf with one killed under load (failover.mjs),
-# then 24 sequences across three replicas with one killed mid-way
-# (affinity.mjs; skipped by an attnd without the sequences extension).
+# then 24 sequences across three replicas with one killed mid-way, and
+# retained maps through nginx.conf's sessions and the Ingress's session
+# door (affinity.mjs; skipped by an attnd without the sequences extension).
 # container-test: build the Dockerfile with buildah and test the image.
 DEPLOY_NPM := tests/deploy/node_modules/.package-lock.json
 $(DEPLOY_NPM): tests/deploy/package.json tests/deploy/package-lock.json
