@@ -16,10 +16,12 @@
  * be allocated. */
 static const char OOM_ANSWER[] = "{\"error\": \"server: out of memory; retry shortly\"}";
 
-/* the request headers a page may send (CORS preflight) */
+/* the request headers a page may send (CORS preflight): X-Attnd-Session
+ * is read by the proxies in deploy/ (a session's retained maps on one
+ * replica), not by attnd */
 #define CORS_ALLOW_HEADERS                                                     \
     "Content-Type, Authorization, Inference-Header-Content-Length, "           \
-    "Attnd-Sequence-Id"
+    "Attnd-Sequence-Id, X-Attnd-Session"
 
 /* add_headers: MHD_add_response_header for each name, value pair of h (n
  * pairs); 0, or -1 when MHD could not store one (out of memory: MHD drops

@@ -152,6 +152,8 @@ test('--cors-origins: only an exact listed origin is allowed; look-alikes are no
   assert.equal(r.headers.get('access-control-allow-origin'), 'http://a.example');
   assert.match(r.headers.get('access-control-allow-headers'), /Authorization/);
   assert.match(r.headers.get('access-control-allow-headers'), /Content-Type/);
+  // deploy/'s proxies keep a session's maps on one replica by this header
+  assert.match(r.headers.get('access-control-allow-headers'), /X-Attnd-Session/);
   r = await pre('http://a.example.evil');
   assert.equal(r.headers.get('access-control-allow-origin'), null);
   assert.equal(r.headers.get('access-control-allow-methods'), null);
