@@ -277,8 +277,8 @@ int maps__entry_build(const maps_put_args *a, size_t max_bytes, float *adopt,
         __builtin_add_overflow(total, ebytes, &total) || total > max_bytes) {
         snprintf(err, ATTN_ERRMAX,
                  "parameters.retain: these maps need %zu bytes, more than "
-                 "the whole retained-map store (%zu bytes, setting "
-                 "maps_bytes); ask for fewer tokens or heads",
+                 "the whole retained-map store (%zu bytes, maps-bytes); "
+                 "ask for fewer tokens or heads",
                  total, max_bytes);
         return ATTN_EINVAL;
     }

@@ -2,7 +2,7 @@
 // variables, --version, --check-models, --health-check, JSON log lines.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { connect } from 'node:net';
 import { join } from 'node:path';
@@ -32,6 +32,27 @@ test('README settings table is the --help table', () => {
   const help = run(['--help']).stdout.split('\n').filter((l) => l.startsWith('--'));
   const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
   for (const l of help) assert.ok(readme.includes(l), `README lacks: ${l}`);
+});
+
+// A message that names a setting names it as --help does: a flag it lists
+// (`--max-body`), or its name (`maps-bytes`), never the C field under it
+// (`maps_bytes`, which no flag, variable or README line has).
+test('the server\'s messages name settings as --help does', () => {
+  const names = run(['--help']).stdout.split('\n').map((l) => /^--(\S+)/.exec(l)?.[1]).filter(Boolean);
+  const flags = new Set([...names, 'check-models', 'health-check', 'help', 'version', 'setting']);
+  const bad = [];
+  for (const dir of ['server', 'core', 'proto'])
+    for (const f of readdirSync(join(ROOT, dir)).filter((n) => /\.[ch]$/.test(n))) {
+      const src = readFileSync(join(ROOT, dir, f), 'utf8').replace(/\/\*[^]*?\*\//g, '').replace(/'(\\.|[^'\\])'/g, '');
+      for (const [, lit] of src.matchAll(/"((?:\\.|[^"\\\n])*)"/g)) {
+        for (const [, flag] of lit.matchAll(/--([a-z][a-z0-9-]*)/g))
+          if (!flags.has(flag)) bad.push(`${dir}/${f}: --${flag} is no flag: "${lit}"`);
+        for (const n of names)
+          if (n.includes('-') && new RegExp(`\\b${n.replaceAll('-', '_')}\\b`).test(lit))
+            bad.push(`${dir}/${f}: ${n.replaceAll('-', '_')} for the setting ${n}: "${lit}"`);
+      }
+    }
+  assert.deepEqual(bad, []);
 });
 
 test('README metrics table is /metrics\' families: name, type and help, in order, none more', async (t) => {

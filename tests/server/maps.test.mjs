@@ -77,6 +77,19 @@ test('retain is refused when the store is off (--maps-bytes 0)', async (t) => {
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
+test('a map larger than the whole store is refused, naming the setting as --help does', async (t) => {
+  const d = await start({ t, args: ['--maps-bytes', '1024'] });
+  try {
+    const col = Array.from({ length: 32 }, (_, i) => i / 32);
+    const r = await infer(d, 'sdpa', {
+      inputs: [fp32('q', [32, 1], col), fp32('k', [32, 1], col), fp32('v', [32, 1], col)],
+      parameters: { retain: true },
+    });
+    assert.equal(r.status, 400);
+    assert.match(r.json.error, /^parameters\.retain: these maps need \d+ bytes, more than the whole retained-map store \(1024 bytes, maps-bytes\); ask for fewer tokens or heads$/);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
 test('large maps are sliced and printed on the pool, one at a time: a request sent meanwhile is answered first', async (t) => {
   const d = await start({ t });
   try {

@@ -140,7 +140,7 @@ START_TEST(test_too_large_refused)
     /* 2*8*8 floats = 512 bytes > the whole store: refused, nothing
      * evicted. */
     ck_assert_int_eq(maps_put(st, &args, id2, err), ATTN_EINVAL);
-    ck_assert_ptr_nonnull(strstr(err, "maps_bytes"));
+    ck_assert_ptr_nonnull(strstr(err, "bytes, maps-bytes)"));
     maps_stats(st, NULL, NULL, &n, NULL);
     ck_assert_uint_eq(n, 1);
     /* Bad shapes and label counts name the field. */
