@@ -177,6 +177,7 @@ int srv_config_load(srv_config *cfg, int argc, char **argv,
     size_t i;
     int a;
     char env[96], where[128];
+    unsigned char flagged[N_SETTINGS] = {0}; /* given as a flag */
     memset(cfg, 0, sizeof *cfg);
     *action = SRV_RUN;
     *arg = NULL;
@@ -187,13 +188,10 @@ int srv_config_load(srv_config *cfg, int argc, char **argv,
         else if (set_value(cfg, s, s->def_str, s->name, err) < 0)
             goto fail;
     }
-    for (i = 0; i < N_SETTINGS; i++) {
-        const char *v;
-        env_name(&settings[i], env, sizeof env);
-        v = getenv(env);
-        if (v && set_value(cfg, &settings[i], v, env, err) < 0)
-            goto fail;
-    }
+    /* flags first, then the variables of the settings no flag gave: a flag
+     * wins without its variable being read (a Service link's
+     * ATTND_PORT=tcp://... under a --port), and --help and --version read
+     * none */
     for (a = 1; a < argc; a++) {
         const char *f = argv[a], *eq, *val;
         const setting *s;
@@ -238,8 +236,18 @@ int srv_config_load(srv_config *cfg, int argc, char **argv,
         snprintf(where, sizeof where, "--%s", s->name);
         if (set_value(cfg, s, val, where, err) < 0)
             goto fail;
+        flagged[s - settings] = 1;
         if (!eq)
             a++;
+    }
+    for (i = 0; i < N_SETTINGS; i++) {
+        const char *v;
+        if (flagged[i])
+            continue;
+        env_name(&settings[i], env, sizeof env);
+        v = getenv(env);
+        if (v && set_value(cfg, &settings[i], v, env, err) < 0)
+            goto fail;
     }
     if (cfg->api_key_file[0] && load_key_file(cfg, err) < 0)
         goto fail;

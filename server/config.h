@@ -148,8 +148,10 @@ typedef enum srv_action {
 } srv_action;
 
 /*
- * srv_config_load: fill cfg from defaults, then ATTND_* variables, then argv.
- * Sets *action (and *arg for --check-models/--health-check). Returns 0, or -1
+ * srv_config_load: fill cfg from defaults, then argv, then the ATTND_*
+ * variables of the settings argv did not give (flags win; a variable under
+ * a flag is not read, and --help and --version read none). Sets *action
+ * (and *arg for --check-models/--health-check). Returns 0, or -1
  * with a message naming the flag or variable in err (SRV_ERRMAX bytes).
  * Strings in cfg are malloc'd; free with srv_config_free.
  */

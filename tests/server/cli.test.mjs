@@ -111,6 +111,27 @@ test('bad settings exit 2 naming the flag or the variable', () => {
   assert.match(r.stderr, /--port 8001, --grpc-port 8001: the REST and gRPC doors need a port each/);
 });
 
+// README, "Settings": flags win. So the variable of a setting given as a
+// flag is not read at all: a Kubernetes Service named attnd injects
+// ATTND_PORT=tcp://<ip>:80 into a pod that does not turn service links
+// off, and a --port on the command line must still start the daemon; and
+// --help and --version read no variable.
+test('flags win: a setting given as a flag ignores its variable, even a bad one; --help and --version read none', async (t) => {
+  const env = { ATTND_PORT: 'tcp://10.96.0.1:80', ATTND_GRPC_PORT: 'tcp://10.96.0.1:8001', ATTND_LOG_FORMAT: 'xml' };
+  for (const a of ['--help', '--version']) {
+    const r = run([a], env);
+    assert.equal(r.status, 0, `${a}: ${r.stderr}`);
+    assert.equal(r.stderr, '');
+  }
+  const d = await start({ t, env, args: ['--log-format=text'] });
+  try {
+    assert.equal((await fetch(`${d.url}/v2/health/live`)).status, 200);
+  } finally { assert.equal((await d.stop()).code, 0); }
+  const r = run(['--port', '0'], { ATTND_GRPC_PORT: 'tcp://10.96.0.1:8001' });
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /ATTND_GRPC_PORT: 'tcp:\/\/10\.96\.0\.1:8001' is not an integer/);
+});
+
 test('--host: an IPv6 address serves, bracketed in its listening line; an address not of this machine exits 1 saying so', async (t) => {
   const r = run(['--host', '192.0.2.1', '--port', '0', '--grpc-port', '0', '--models', join(ROOT, 'tests/server/fixtures/models')]);
   assert.equal(r.status, 1, r.stderr);

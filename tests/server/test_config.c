@@ -56,6 +56,12 @@ START_TEST(env_then_flags)
     ck_assert_int_eq(c.max_batch, 3);
     ck_assert_str_eq(c.models, "/m");
     srv_config_free(&c);
+    /* a variable under a flag is not read: a Service link's value, which
+     * no setting takes, does not stop the start */
+    setenv("ATTND_PORT", "tcp://10.96.0.1:80", 1);
+    ck_assert_int_eq(load(&c, &act, &arg, err, 4, argv), 0);
+    ck_assert_int_eq(c.port, 9001);
+    srv_config_free(&c);
     unsetenv("ATTND_PORT");
     unsetenv("ATTND_HOST");
     unsetenv("ATTND_MAX_BATCH");
