@@ -62,6 +62,23 @@ void srv_seq_h_list(srv_req *r)
                  mark);
 }
 
+/* header_differs: does r carry an Attnd-Sequence-Id header other than
+ * the path's id? Then it is answered 400: a proxy routed it by the header
+ * (README, "Sequences across replicas"), to the replica of another
+ * sequence, as a step's header and parameters.sequence_id must agree. */
+static int header_differs(srv_req *r)
+{
+    const char *h = r->conn ? MHD_lookup_connection_value(
+                                  r->conn, MHD_HEADER_KIND, "Attnd-Sequence-Id")
+                            : NULL;
+    if (!h || strcmp(h, r->arg[0]) == 0)
+        return 0;
+    srv_respond_error(r, 400, "Attnd-Sequence-Id: header '%.200s' and the "
+                      "path's sequence '%.200s' differ; send the same id in "
+                      "both, or only one", h, r->arg[0]);
+    return 1;
+}
+
 /* GET /v2/sequences/{id}: the live sequence as listed; 404 saying how it
  * went when it is remembered (ended, dropped), or that it is unknown. */
 void srv_seq_h_get(srv_req *r)
@@ -69,6 +86,8 @@ void srv_seq_h_get(srv_req *r)
     unsigned long mark = attn_json_mark();
     srv_seq_info info;
     char msg[512];
+    if (header_differs(r))
+        return;
     if (srv_seq_get(r->s, r->arg[0], &info, msg, sizeof msg) < 0) {
         srv_respond_error(r, 404, "%s", msg);
         return;
@@ -83,6 +102,8 @@ void srv_seq_h_delete(srv_req *r)
 {
     char name[SRV_NAME_MAX], msg[512];
     srv_seq_info info;
+    if (header_differs(r))
+        return;
     if (srv_seq_delete(r->s, r->arg[0], name) < 0) {
         srv_seq_get(r->s, r->arg[0], &info, msg, sizeof msg);
         srv_respond_error(r, 404, "%s", msg);

@@ -75,6 +75,18 @@ test('Triton binary form (as tritonclient.http sends it), ids in the header', as
     const bad = await infer(d, 'gqa', stepBody('x', xs.slice(0, D)), { 'Attnd-Sequence-Id': 'a/b' });
     assert.equal(bad.status, 400);
     assert.match(bad.json.error, /Attnd-Sequence-Id/);
+    // and the id of GET and DELETE /v2/sequences/{id}, which README says
+    // to send the header with: a proxy routed it by the header, so a
+    // disagreeing one is 400, nothing deleted
+    for (const method of ['GET', 'DELETE']) {
+      const r = await fetch(`${d.url}/v2/sequences/hdr-only`, { method, headers: { 'Attnd-Sequence-Id': 'other' } });
+      assert.equal(r.status, 400, method);
+      assert.match((await r.json()).error, /^Attnd-Sequence-Id: header 'other' and the path's sequence 'hdr-only' differ; send the same id in both, or only one$/);
+    }
+    const same = await fetch(`${d.url}/v2/sequences/hdr-only`, { headers: { 'Attnd-Sequence-Id': 'hdr-only' } });
+    assert.equal((await same.json()).length, 3);
+    const del = await fetch(`${d.url}/v2/sequences/hdr-only`, { method: 'DELETE', headers: { 'Attnd-Sequence-Id': 'hdr-only' } });
+    assert.equal(del.status, 200);
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
