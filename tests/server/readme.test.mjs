@@ -18,10 +18,12 @@
 //   `cmd   # ... "key" ...`           the output contains "key"
 // Blocks that need PyTorch, Docker, kubectl, a cluster or their own fixed
 // ports are skipped by name, with the reason printed (SKIP below).
-// README_TEST_VERBOSE=1 prints every command with its output.
+// README_TEST_VERBOSE=1 prints every command with its output. The
+// "Engine" section's C example is compiled with the project's warnings
+// and run.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
@@ -216,6 +218,37 @@ test('README "How it got here" lists every round of bench/ROUNDS.md, in order', 
   const section = readme.slice(from, readme.indexOf('\n## ', from));
   const listed = [...section.matchAll(/^- (.+)$/gm)].map((m) => m[1]);
   assert.deepEqual(listed, rounds);
+});
+
+// The "Engine" section's C example, as a user pastes it into a program of
+// theirs built with this project's own warnings: its includes on top, the
+// rest in main() after the buffers it names (zeroed weights; no biases).
+test('README "Engine" C example compiles with the project\'s warnings and runs', (t) => {
+  const lib = join(ROOT, 'build', 'default', 'libattn_core.a');
+  if (!existsSync(lib)) return t.skip('no build/default/libattn_core.a (make builds it)');
+  const from = readme.indexOf('\n## Engine (`core/`)');
+  const block = /\n```c\n([^]*?)```\n/.exec(readme.slice(from));
+  assert.ok(from >= 0 && block, 'README has no C example under "Engine"');
+  const lines = block[1].split('\n');
+  const src = [
+    '#include <stdio.h>', '#include <stdlib.h>', ...lines.filter((l) => l.startsWith('#include')),
+    'int main(void)', '{', '    enum { T = 5, D = 768 };',
+    ...['w_q', 'w_k', 'w_v', 'w_o'].map((n) => `    float *${n} = calloc(D * D, sizeof(float));`),
+    '    float *b_q = NULL, *b_k = NULL, *b_v = NULL, *b_o = NULL;',
+    '    float *x = calloc(T * D, sizeof(float)), *y = calloc(T * D, sizeof(float));',
+    ...lines.filter((l) => !l.startsWith('#include')), '    return 0;', '}', ''].join('\n');
+  const dir = mkdtempSync(join(tmpdir(), 'attnd-readme-c-'));
+  try {
+    writeFileSync(join(dir, 'ex.c'), src);
+    const blas = spawnSync('pkg-config', ['--libs', 'openblas'], { encoding: 'utf8' }).stdout?.trim().split(/\s+/).filter(Boolean) || [];
+    const cc = spawnSync('cc', ['-std=c11', '-D_GNU_SOURCE', '-pthread', '-Wall', '-Wextra', '-Wshadow', '-Wstrict-prototypes',
+      '-Wmissing-prototypes', '-Wformat=2', '-Wvla', '-Werror', `-I${ROOT}`, '-o', join(dir, 'ex'), join(dir, 'ex.c'), lib,
+      ...(blas.length ? blas : ['-lopenblas']), '-lm'], { encoding: 'utf8' });
+    assert.equal(cc.status, 0, `${src}\n${cc.stderr}`);
+    const r = spawnSync(join(dir, 'ex'), [], { encoding: 'utf8', timeout: 30000 * SLOW });
+    assert.equal(r.status, 0, r.stderr);
+    assert.equal(r.stderr, '', 'attn_forward refused the example');
+  } finally { rmSync(dir, { recursive: true, force: true }); }
 });
 
 before(async () => {
