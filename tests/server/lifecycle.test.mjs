@@ -306,6 +306,15 @@ test('while draining: ready is 503, new work 503, and attnd exits 0 when the las
   assert.match(r.json.error, /draining/);
   const m = await (await fetch(`${d.url}/metrics`)).text();
   assert.match(m, /^attnd_inference_request_failure_total\{model="tiny",version="1",reason="rejected"\} 1$/m);
+  // README: only new work is refused (inference, loads); reads and the
+  // calls that start nothing on the pool are answered as usual
+  const load = await fetch(`${d.url}/v2/repository/models/tiny/load`, { method: 'POST' });
+  assert.equal(load.status, 503);
+  assert.match((await load.json()).error, /draining/);
+  for (const u of ['/v2', '/v2/models/tiny', '/v2/models/stats', '/v2/maps', '/v2/sequences'])
+    assert.equal((await fetch(`${d.url}${u}`)).status, 200, u);
+  assert.equal((await fetch(`${d.url}/v2/repository/index`, { method: 'POST' })).status, 200);
+  assert.equal((await fetch(`${d.url}/v2/repository/models/tiny/unload`, { method: 'POST' })).status, 200);
   sock.destroy();
   const e = await d.exit; // no second signal: it leaves by itself
   assert.equal(e.code, 0, d.log());
