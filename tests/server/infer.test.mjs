@@ -177,6 +177,16 @@ test('binary request and binary response give the same numbers as JSON', async (
   const hl2 = Number(r2.headers.get('inference-header-content-length'));
   const p2 = parseBinary(Buffer.from(await r2.arrayBuffer()), hl2);
   assert.deepEqual(p2.raw.y, out(j0, 'y').data.map(Math.fround));
+  // ... but an output's own binary_data: false wins, as in Triton (README,
+  // "Protocol details"): that one comes as JSON, the others binary
+  const r3 = await fetch(`${d.url}/v2/models/tiny/infer`, {
+    method: 'POST', body: JSON.stringify({ inputs: [fp32('x', c.shape, c.x)], parameters: { binary_data_output: true },
+      outputs: [{ name: 'y', parameters: { binary_data: false } }, { name: 'attention' }] }),
+  });
+  const p3 = parseBinary(Buffer.from(await r3.arrayBuffer()), Number(r3.headers.get('inference-header-content-length')));
+  assert.deepEqual(p3.head.outputs.map((o) => [o.name, 'data' in o, o.parameters?.binary_data_size > 0]),
+    [['y', true, false], ['attention', false, true]]);
+  assert.deepEqual(p3.head.outputs[0].data, out(j, 'y').data);
 });
 
 for (const dt of ['fp16', 'bf16']) {
