@@ -64,7 +64,8 @@
     X(request_memory, "request-memory", INT, 512 * SRV_MiB, 1024, 1LL << 42,  \
       "bytes one decoded request with its outputs may occupy")                \
     X(max_tokens, "max-tokens", INT, 65536, 1, 1LL << 30,                     \
-      "most query rows (batch x tokens) in one request")                      \
+      "most query rows (batch x tokens; sdpa: q's rows, every head's) in "     \
+      "one request")                                                          \
     X(max_connections, "max-connections", INT, 1024, 1, 100000,               \
       "open connection limit, REST and gRPC together")                       \
     X(conn_timeout_s, "connection-timeout", INT, 60, 0, 86400,                \
