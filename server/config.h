@@ -45,7 +45,8 @@
     X(solo_max_weights, "solo-max-weights", INT, 256 * 1024, 0, 1LL << 40,    \
       "a model whose weights take at most this many bytes (the built-in sdpa: none) does not hold a small request back for a batch while its instances are busy: its decode, compute and encode run as one pool job, as on an idle model (a batch would save reading weights that stay in cache, less than its two extra hand-offs cost; 0 = every request waits for an instance)") \
     X(queue_size, "queue-size", INT, 256, 1, 1000000,                         \
-      "requests queued per model before 503")                                 \
+      "requests one model may have in progress (queued, being decoded or "    \
+      "running: attnd_inference_pending_requests) before 503")                \
     X(repository_waiters, "repository-waiters", INT, 16, 1, 100000,           \
       "repository calls (load, upload, unload) of one model that may wait "  \
       "at once while a load of it runs (503 past; a call identical to the "  \

@@ -539,8 +539,8 @@ void srv_h_infer(srv_req *r)
         return;
     }
     if (e->pending >= (int)s->cfg.queue_size) {
-        srv_respond_error(r, 503, "queue: model '%s' has %d request%s waiting "
-                          "(queue-size); retry later", e->name, e->pending,
+        srv_respond_error(r, 503, "queue: model '%s' has %d request%s in "
+                          "progress (queue-size); retry later", e->name, e->pending,
                           e->pending == 1 ? "" : "s");
         e->stats.fail_rejected++;
         return;

@@ -359,7 +359,7 @@ test('UNAVAILABLE on a full queue, DEADLINE_EXCEEDED from either deadline', asyn
   try {
     const first = call(cc, 'ModelInfer', seed());
     await new Promise((r) => setTimeout(r, 200));
-    await code(call(cc, 'ModelInfer', seed()), S.UNAVAILABLE, /queue: model 'sdpa' has 1 request waiting \(queue-size\)/);
+    await code(call(cc, 'ModelInfer', seed()), S.UNAVAILABLE, /queue: model 'sdpa' has 1 request in progress \(queue-size\)/);
     assert.equal((await first).id, 'seed');
     // the client's deadline (grpc-timeout) is shorter than --deadline-ms
     const t0 = Date.now();

@@ -282,10 +282,10 @@ class Limits(unittest.TestCase):
             with self.assertRaises(grpc.RpcError) as e:
                 d.stub.ModelInfer(seed1())
             self.assertEqual(e.exception.code(), C.UNAVAILABLE)
-            self.assertRegex(e.exception.details(), r"queue: model 'sdpa' has 1 request waiting \(queue-size\)")
+            self.assertRegex(e.exception.details(), r"queue: model 'sdpa' has 1 request in progress \(queue-size\)")
             # on a stream, that request's error, naming it (its id, model)
             [g] = list(d.stub.ModelStreamInfer(iter([seed1()])))
-            self.assertRegex(g.error_message, r"queue: model 'sdpa' has 1 request waiting")
+            self.assertRegex(g.error_message, r"queue: model 'sdpa' has 1 request in progress")
             self.assertEqual((g.infer_response.id, g.infer_response.model_name), ("seed1", "sdpa"))
             self.assertEqual(first.result().id, "seed1", "the queued one still answers")
         finally:

@@ -28,7 +28,7 @@ test('queue full: 503 with Retry-After at once; the queued request still answers
   const b = await infer(d, 'tiny', xreq('b'));
   assert.equal(b.status, 503);
   assert.ok(Number(b.headers.get('retry-after')) >= 1);
-  assert.match(b.json.error, /queue: model 'tiny' has 1 request waiting \(queue-size\)/);
+  assert.match(b.json.error, /^queue: model 'tiny' has 1 request in progress \(queue-size\); retry later$/);
   const ra = await a;
   assert.equal(ra.status, 200);
   assert.ok(maxDiff(ra.json.outputs[0].data, X.y) < 1e-5);
@@ -146,6 +146,22 @@ test('a large request answered 504 stops taking the pool: its remaining tiles ar
   assert.match(text, new RegExp(`deadline: no answer within ${ms} ms`));
   await abandonedOne(d);
   await servesRight(d);
+  assert.equal((await d.stop()).code, 0);
+});
+
+// --queue-size bounds the requests a model has in progress, those that run
+// among them (README's settings table), not only the queued ones: the
+// 503 said "1 request waiting" of one that ran.
+test('queue-size counts a running request: the next one is 503 saying so', async (t) => {
+  const ms = 1500 * SLOW;
+  const d = await start({ t, args: ['--queue-size', '1', '--deadline-ms', String(ms)] });
+  const big = bigSdpa.call(d);
+  await bigRunning(d);
+  const b = await infer(d, 'sdpa', { inputs: ['q', 'k', 'v'].map((n) => fp32(n, [1, 1], [1])) });
+  assert.equal(b.status, 503);
+  assert.match(b.json.error, /^queue: model 'sdpa' has 1 request in progress \(queue-size\); retry later$/);
+  assert.equal((await big).status, 504);
+  await abandonedOne(d);
   assert.equal((await d.stop()).code, 0);
 });
 
