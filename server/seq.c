@@ -278,6 +278,14 @@ static void end_rewind(srv_step *st, int keep)
     st->saved = NULL;
 }
 
+/* kv_need: the bytes of pages kv holds once t more tokens are in it. */
+static size_t kv_need(const attn_kv *kv, int t)
+{
+    size_t page = (size_t)attn_kv_page_tokens(kv->pool);
+    return ((size_t)kv->len + (size_t)t + page - 1) / page *
+           attn_kv_page_bytes(kv->pool);
+}
+
 int srv_seq_bind(srv_step *st, size_t *mem, char *err)
 {
     srv *s = st->e->s;
@@ -322,6 +330,18 @@ int srv_seq_bind(srv_step *st, size_t *mem, char *err)
         }
     }
     rc = attn_kv_reserve(st->kv, a->t, kerr);
+    if (rc == ATTN_EFULL && (need = kv_need(st->kv, a->t)) >
+                                attn_kv_pool_budget(st->kv->pool)) {
+        /* more than the whole cache: no sequence's end makes room */
+        snprintf(err, OIP_ERRMAX, "sequences: sequence '%s' from %d to %d "
+                 "token%s would need %zu bytes of K/V, more than the whole K/V "
+                 "cache of model '%s' (%zu bytes, kv-bytes): no retry can take "
+                 "it; send fewer tokens", st->id, st->kv->len,
+                 st->kv->len + a->t, st->kv->len + a->t == 1 ? "" : "s", need,
+                 st->e->name, attn_kv_pool_budget(st->kv->pool));
+        status = 400;
+        goto fail;
+    }
     if (rc == ATTN_EFULL) {
         snprintf(err, OIP_ERRMAX, "sequences: the K/V cache of model '%s' is "
                  "full (%zu of %lld bytes, kv-bytes) and cannot take sequence "

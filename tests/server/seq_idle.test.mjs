@@ -12,13 +12,17 @@ const IDLE = 800;
 
 test('a client retrying a 503 (K/V budget full) as told keeps its sequence; one that sends nothing loses it', async () => {
   // a page is 64 tokens x 2 kv heads x (4 + 4) floats = 4096 bytes: the
-  // start's 64 tokens fill --kv-bytes, its 65th needs a second page
-  const d = await start({ dir: gqaModels(), args: ['--kv-bytes', '4096', '--sequence-idle-ms', String(IDLE)] });
+  // start's 64 tokens fill a page, its 65th needs a second one, which
+  // another sequence, f, holds (a step the whole budget could never take
+  // is 400, not "retry later"); f's steps past its end keep it live
+  const d = await start({ dir: gqaModels(), args: ['--kv-bytes', '8192', '--sequence-idle-ms', String(IDLE)] });
   try {
     const xs = tokens(65, 11);
     const ref = await full(d, xs);
     const y = [{ name: 'y' }];
     checkStep(await infer(d, 'gqa', stepBody('r', xs.slice(0, 64 * D), { start: true, outputs: y })), ref, 0, 64, 'start');
+    checkStep(await infer(d, 'gqa', stepBody('f', xs.slice(0, 64 * D), { start: true, outputs: y })), ref, 0, 64, 'f');
+    const keepF = async () => assert.equal((await infer(d, 'gqa', stepBody('f', xs.slice(64 * D), { outputs: y, extra: { sequence_position: 65 } }))).status, 409);
     // a step every 100 ms for 2.5 idle periods: each one 503, none 400
     const until = Date.now() + 2.5 * IDLE;
     let n = 0;
@@ -26,6 +30,7 @@ test('a client retrying a 503 (K/V budget full) as told keeps its sequence; one 
       const r = await infer(d, 'gqa', stepBody('r', xs.slice(64 * D), { outputs: y }));
       assert.equal(r.status, 503, `retry ${n}: ${JSON.stringify(r.json)}`);
       assert.match(r.json.error, /kv-bytes\) and cannot take sequence 'r' from 64 to 65 tokens; end sequences or retry later/);
+      await keepF();
       n++;
       await sleep(100);
     }
@@ -39,9 +44,11 @@ test('a client retrying a 503 (K/V budget full) as told keeps its sequence; one 
     while (Date.now() < until2) {
       const r = await infer(d, 'gqa', stepBody('r', xs.slice(64 * D), { outputs: y, extra: { sequence_position: 65 } }));
       assert.equal(r.status, 409, JSON.stringify(r.json));
+      await keepF();
       await sleep(100);
     }
     assert.equal((await fetch(`${d.url}/v2/sequences/r`)).status, 200);
+    assert.equal((await fetch(`${d.url}/v2/sequences/f`, { method: 'DELETE' })).status, 200);
     // nothing for the idle period (and a sweep): gone, saying so (GET is
     // not a step; the one that went is remembered for the idle period)
     const t0 = Date.now();

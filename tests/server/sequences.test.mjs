@@ -270,16 +270,19 @@ test('steps of one sequence run in arrival order while several are in flight', a
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
-test('the K/V budget: 503 with Retry-After naming it, the sequence intact', async () => {
+test('the K/V budget: 503 with Retry-After naming it (400 past the whole budget), the sequence intact', async () => {
   // a page is 64 tokens x 2 kv heads x (4 + 4) floats = 4096 bytes
   const d = await start({ dir: gqaModels(), args: ['--kv-bytes', '8192', '--max-sequences', '2'] });
   try {
     const xs = tokens(130, 7);
     const ref = await full(d, xs.slice(0, 120 * D));
     checkStep(await infer(d, 'gqa', stepBody('big', xs.slice(0, 100 * D), { start: true, outputs: [{ name: 'y' }] })), ref, 0, 100, 'start');
+    // 130 tokens need 3 pages, more than the whole budget: no retry (503)
+    // could ever take them, so 400 without Retry-After
     const full3 = await infer(d, 'gqa', stepBody('big', xs.slice(100 * D, 130 * D), { outputs: [{ name: 'y' }] }));
-    assert.equal(full3.status, 503);
-    assert.match(full3.json.error, /kv-bytes/);
+    assert.equal(full3.status, 400);
+    assert.equal(full3.headers.get('retry-after'), null);
+    assert.match(full3.json.error, /^sequences: sequence 'big' from 100 to 130 tokens would need 12288 bytes of K\/V, more than the whole K\/V cache of model 'gqa' \(8192 bytes, kv-bytes\): no retry can take it; send fewer tokens$/);
     const other = await infer(d, 'gqa', stepBody('other', xs.slice(0, D), { start: true }));
     assert.equal(other.status, 503);
     assert.match(other.json.error, /kv-bytes/);
@@ -304,10 +307,11 @@ test('the K/V budget: 503 with Retry-After naming it, the sequence intact', asyn
     const third = await infer(d, 'gqa', stepBody('s3', xs.slice(0, D), { start: true }));
     assert.equal(third.status, 503);
     assert.match(third.json.error, /max-sequences/);
-    // the four 503s (kv-bytes at a step's turn and at starts, max-sequences)
-    // count as rejected, the non-finite step as a bad request
-    assert.equal(await metric(d, 'attnd_inference_request_failure_total', 'gqa', ',reason="rejected"'), 4);
-    assert.equal(await metric(d, 'attnd_inference_request_failure_total', 'gqa', ',reason="bad_request"'), 1);
+    // the three 503s (kv-bytes at starts, max-sequences) count as
+    // rejected, the step past the whole budget and the non-finite one as
+    // bad requests
+    assert.equal(await metric(d, 'attnd_inference_request_failure_total', 'gqa', ',reason="rejected"'), 3);
+    assert.equal(await metric(d, 'attnd_inference_request_failure_total', 'gqa', ',reason="bad_request"'), 2);
     assert.equal(await metric(d, 'attnd_inference_request_failure_total', 'gqa', ',reason="other"'), 0);
   } finally { assert.equal((await d.stop()).code, 0); }
 });

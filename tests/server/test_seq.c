@@ -322,13 +322,15 @@ START_TEST(failed_step_changes_nothing)
     assert_same(&before, &after);
     g_s.cfg.request_memory = 1 << 20;
 
-    /* refused at bind: 5 + 28 tokens need 9 pages of a budget of 8 */
+    /* refused at bind: 5 + 28 tokens need 9 pages of a budget of 8, more
+     * than the whole cache: 400, as no retry (503) could ever take them */
     f = job(M1, 28, "\"sequence_id\":\"s\"");
     submit(f);
-    ck_assert_int_eq(launch(f), 503);
-    ck_assert_str_eq(f->msg, "sequences: the K/V cache of model 'm1' is full "
-                     "(256 of 1024 bytes, kv-bytes) and cannot take sequence "
-                     "'s' from 5 to 33 tokens; end sequences or retry later");
+    ck_assert_int_eq(launch(f), 400);
+    ck_assert_str_eq(f->msg, "sequences: sequence 's' from 5 to 33 tokens "
+                     "would need 1152 bytes of K/V, more than the whole K/V "
+                     "cache of model 'm1' (1024 bytes, kv-bytes): no retry "
+                     "can take it; send fewer tokens");
     after = take_snap("s", M1, 0);
     assert_same(&before, &after);
 
@@ -348,39 +350,53 @@ START_TEST(failed_step_changes_nothing)
 }
 END_TEST
 
+/* past_end: a step of id past its end (409 at once), which is a step. */
+static void past_end(const char *id, int len)
+{
+    char p[96];
+    srv_job *a;
+    snprintf(p, sizeof p, "\"sequence_id\":\"%s\",\"sequence_position\":%d",
+             id, len + 1);
+    a = job(M1, 1, p);
+    submit(a);
+    ck_assert_int_eq(a->status, 409); /* at its turn */
+    job_free(a);
+}
+
 /* A step that fails still came: its sequence is not idle. A client that
- * retries a 503 (the K/V budget full) as it says, or sends a step past the
- * end, keeps its sequence; one that sends nothing for sequence-idle-ms
- * (40 ms) loses it. */
+ * retries a 503 (the K/V budget full: another sequence holds the rest) as
+ * it says, or sends a step past the end, keeps its sequence; one that
+ * sends nothing for sequence-idle-ms (40 ms) loses it. */
 START_TEST(failed_steps_are_not_idle)
 {
     srv_job *a;
     int i;
-    go(M1, 32, "\"sequence_id\":\"s\",\"sequence_start\":true"); /* 8 pages */
+    go(M1, 16, "\"sequence_id\":\"s\",\"sequence_start\":true"); /* 4 pages */
+    go(M1, 16, "\"sequence_id\":\"f\",\"sequence_start\":true"); /* 4 more */
     ck_assert_uint_eq(used(0), BUDGET);
     for (i = 0; i < 3; i++) { /* 90 ms of steps 30 ms apart */
         g_now += 30 * MS;
         a = job(M1, 1, "\"sequence_id\":\"s\"");
         submit(a);
-        ck_assert_int_eq(launch(a), 503); /* a 9th page */
+        ck_assert_int_eq(launch(a), 503); /* a 9th page: f holds it */
         job_free(a);
+        past_end("f", 16); /* f stays too */
         sweep();
-        ck_assert_int_eq(length("s"), 32);
+        ck_assert_int_eq(length("s"), 16);
     }
     g_now += 30 * MS;
-    a = job(M1, 1, "\"sequence_id\":\"s\",\"sequence_position\":33");
-    submit(a);
-    ck_assert_int_eq(a->status, 409); /* at its turn */
-    job_free(a);
+    past_end("s", 16);
+    past_end("f", 16);
     sweep();
-    ck_assert_int_eq(length("s"), 32);
+    ck_assert_int_eq(length("s"), 16);
     g_now += 39 * MS;
     sweep();
-    ck_assert_int_eq(length("s"), 32);
+    ck_assert_int_eq(length("s"), 16);
     g_now += 1 * MS;
     sweep();
     ck_assert_int_eq(info("s", NULL), 0);
-    ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_IDLE], 1);
+    ck_assert_int_eq(info("f", NULL), 0);
+    ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_IDLE], 2);
     ck_assert_uint_eq(used(0), 0);
 }
 END_TEST
