@@ -56,6 +56,20 @@ static size_t key_len(const char *k)
 /* key_check: 0, or -1 with err when the key (where: the flag or variable
  * it came from) is only white space, which would turn the key off, or
  * holds a control character no header can carry. */
+/* key_bytes_check: 0, or -1 with err when the n bytes of k hold a control
+ * character (a NUL among them), which no Authorization header can carry. */
+static int key_bytes_check(const char *k, size_t n, const char *where,
+                           char *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)k[i] < 0x20 || k[i] == 0x7f) {
+            snprintf(err, SRV_ERRMAX, "%s: a control character at byte %zu, "
+                     "which no Authorization header can carry", where, i);
+            return -1;
+        }
+    return 0;
+}
+
 static int key_check(const char *k, const char *where, char *err)
 {
     size_t n = key_len(k);
@@ -64,13 +78,7 @@ static int key_check(const char *k, const char *where, char *err)
                  "it empty (no key)", where);
         return -1;
     }
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)k[i] < 0x20 || k[i] == 0x7f) {
-            snprintf(err, SRV_ERRMAX, "%s: a control character at byte %zu, "
-                     "which no Authorization header can carry", where, i);
-            return -1;
-        }
-    return 0;
+    return key_bytes_check(k, n, where, err);
 }
 
 static int set_value(srv_config *cfg, const setting *s, const char *text,
@@ -130,11 +138,13 @@ static const setting *find(const char *name, size_t len)
 }
 
 /* load_key_file: api_key from the first line of api_key_file (trailing
- * spaces and CR dropped); -1 with err when unreadable, empty, or when
- * --api-key (or ATTND_API_KEY) is set too. */
+ * spaces and CR dropped); -1 with err when unreadable, empty, holding a
+ * control character (a NUL would have cut it short), or when --api-key (or
+ * ATTND_API_KEY) is set too. */
 static int load_key_file(srv_config *cfg, char *err)
 {
-    char buf[4096 + 2];
+    char buf[4096 + 2], where[SRV_ERRMAX / 2];
+    const char *nl;
     size_t n;
     FILE *f;
     char *k;
@@ -151,9 +161,9 @@ static int load_key_file(srv_config *cfg, char *err)
     }
     n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
+    if ((nl = memchr(buf, '\n', n)))
+        n = (size_t)(nl - buf);
     buf[n] = 0;
-    buf[strcspn(buf, "\n")] = 0;
-    n = strlen(buf);
     while (n && (buf[n - 1] == ' ' || buf[n - 1] == '\r' || buf[n - 1] == '\t'))
         buf[--n] = 0;
     if (n == 0 || n > 4096) {
@@ -161,6 +171,9 @@ static int load_key_file(srv_config *cfg, char *err)
                  n ? "key longer than 4096 bytes" : "no key on its first line");
         return -1;
     }
+    snprintf(where, sizeof where, "--api-key-file %s", cfg->api_key_file);
+    if (key_bytes_check(buf, n, where, err) < 0)
+        return -1;
     k = strdup(buf);
     if (!k) {
         snprintf(err, SRV_ERRMAX, "--api-key-file: out of memory");

@@ -252,6 +252,14 @@ test('Bearer is case-insensitive; --api-key-file; a path over 1 KiB is 414, logg
   r = spawnSync(ATTND, ['--api-key-file', kf], { encoding: 'utf8' });
   assert.equal(r.status, 2);
   assert.match(r.stderr, /no key on its first line/);
+  // a byte no Authorization header can carry is refused, as --api-key's
+  // are (a NUL byte cut the key short, to what came before it)
+  for (const [key, at] of [['ab\x01c\n', 2], ['abc\x00def\n', 3], ['a\tb\n', 1]]) {
+    writeFileSync(kf, key);
+    r = spawnSync(ATTND, ['--api-key-file', kf, '--port', '0', '--grpc-port', '0'], { encoding: 'utf8', timeout: 10000 });
+    assert.equal(r.status, 2, JSON.stringify(key) + r.stderr);
+    assert.match(r.stderr, new RegExp(`--api-key-file .*key: a control character at byte ${at}, which no Authorization header can carry`));
+  }
   r = spawnSync(ATTND, ['--help'], { encoding: 'utf8' });
   assert.match(r.stdout, /prefer ATTND_API_KEY or --api-key-file/);
   rmSync(dir, { recursive: true, force: true });
