@@ -132,6 +132,15 @@ test('two interleaved sequences never see each other; restart; unknown ids', asy
       assert.equal((await one.json()).id, id);
       assert.equal((await fetch(p, { method: 'DELETE' })).status, 200, `DELETE ${id}`);
     }
+    // a string id is 1 to 128 bytes (README)
+    const id128 = 'i'.repeat(128);
+    assert.equal((await infer(d, 'gqa', stepBody(id128, xa.slice(0, D), { start: true }))).status, 200);
+    assert.equal((await fetch(`${d.url}/v2/sequences/${id128}`, { method: 'DELETE' })).status, 200);
+    for (const id of [`${id128}i`, '']) {
+      const r = await infer(d, 'gqa', stepBody(id, xa.slice(0, D), { start: true }));
+      assert.equal(r.status, 400, `${id.length} bytes`);
+      assert.match(r.json.error, /^parameters\.sequence_id: a string id is 1 to 128 bytes of printable ASCII/);
+    }
     // unloading the model drops its sequences
     assert.equal((await fetch(`${d.url}/v2/repository/models/gqa/unload`, { method: 'POST' })).status, 200);
     assert.equal((await (await fetch(`${d.url}/v2/sequences`)).json()).count, 0);
