@@ -138,10 +138,11 @@ static const setting *find(const char *name, size_t len)
 }
 
 /* load_key_file: api_key from the first line of api_key_file (trailing
- * spaces and CR dropped); -1 with err when unreadable, empty, holding a
- * control character (a NUL would have cut it short), or when --api-key (or
+ * spaces and CR dropped); -1 with err, naming from (the flag or the
+ * variable that gave the path), when unreadable, empty, holding a control
+ * character (a NUL would have cut it short), or when --api-key (or
  * ATTND_API_KEY) is set too. */
-static int load_key_file(srv_config *cfg, char *err)
+static int load_key_file(srv_config *cfg, const char *from, char *err)
 {
     char buf[4096 + 2], where[SRV_ERRMAX / 2];
     const char *nl;
@@ -149,13 +150,13 @@ static int load_key_file(srv_config *cfg, char *err)
     FILE *f;
     char *k;
     if (cfg->api_key[0]) {
-        snprintf(err, SRV_ERRMAX, "--api-key-file %s: --api-key (or "
-                 "ATTND_API_KEY) is set too; use one", cfg->api_key_file);
+        snprintf(err, SRV_ERRMAX, "%s %s: --api-key (or ATTND_API_KEY) is "
+                 "set too; use one", from, cfg->api_key_file);
         return -1;
     }
     f = fopen(cfg->api_key_file, "r");
     if (!f) {
-        snprintf(err, SRV_ERRMAX, "--api-key-file %s: cannot read (%s)",
+        snprintf(err, SRV_ERRMAX, "%s %s: cannot read (%s)", from,
                  cfg->api_key_file, strerror(errno));
         return -1;
     }
@@ -167,16 +168,16 @@ static int load_key_file(srv_config *cfg, char *err)
     while (n && (buf[n - 1] == ' ' || buf[n - 1] == '\r' || buf[n - 1] == '\t'))
         buf[--n] = 0;
     if (n == 0 || n > 4096) {
-        snprintf(err, SRV_ERRMAX, "--api-key-file %s: %s", cfg->api_key_file,
+        snprintf(err, SRV_ERRMAX, "%s %s: %s", from, cfg->api_key_file,
                  n ? "key longer than 4096 bytes" : "no key on its first line");
         return -1;
     }
-    snprintf(where, sizeof where, "--api-key-file %s", cfg->api_key_file);
+    snprintf(where, sizeof where, "%s %s", from, cfg->api_key_file);
     if (key_bytes_check(buf, n, where, err) < 0)
         return -1;
     k = strdup(buf);
     if (!k) {
-        snprintf(err, SRV_ERRMAX, "--api-key-file: out of memory");
+        snprintf(err, SRV_ERRMAX, "%s: out of memory", from);
         return -1;
     }
     free(cfg->api_key);
@@ -262,8 +263,13 @@ int srv_config_load(srv_config *cfg, int argc, char **argv,
         if (v && set_value(cfg, &settings[i], v, env, err) < 0)
             goto fail;
     }
-    if (cfg->api_key_file[0] && load_key_file(cfg, err) < 0)
-        goto fail;
+    if (cfg->api_key_file[0]) {
+        const setting *kf = find("api-key-file", strlen("api-key-file"));
+        if (load_key_file(cfg, kf && flagged[kf - settings] ? "--api-key-file"
+                                                          : "ATTND_API_KEY_FILE",
+                          err) < 0)
+            goto fail;
+    }
     /* one port for both doors: with --reuse-port 1 the kernel would share
      * its connections between the REST and the gRPC listener */
     if (cfg->port > 0 && cfg->grpc_port == cfg->port) {

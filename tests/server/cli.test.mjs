@@ -101,6 +101,13 @@ test('bad settings exit 2 naming the flag or the variable', () => {
   r = run(['--nope']);
   assert.equal(r.status, 2);
   assert.match(r.stderr, /--nope: unknown flag/);
+  // the key file's errors name where its path came from
+  r = run([], { ATTND_API_KEY_FILE: '/nonexistent/key' });
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /^attnd: ATTND_API_KEY_FILE \/nonexistent\/key: cannot read \(No such file or directory\)$/m);
+  r = run(['--api-key-file', '/nonexistent/key']);
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /^attnd: --api-key-file \/nonexistent\/key: cannot read/m);
   r = run(['--port']);
   assert.equal(r.status, 2);
   assert.match(r.stderr, /--port needs a value/);
