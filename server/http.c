@@ -56,6 +56,7 @@ static void run_mhd(srv *s)
         return;
     calls = s->mhd_calls;
     MHD_run(s->mhd);
+    s->mhd_quiet = 0; /* MHD logs at once, in the run, or not at all */
     if (MHD_get_timeout(s->mhd, &ms) != MHD_YES || ms > 1000)
         ms = 1000;
     if (ms || s->mhd_calls != calls)
@@ -249,6 +250,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
          * one queued now would close the connection (r->close) */
         return r->have_resp && r->close ? srv_http__queue(r) : MHD_YES;
     }
+    if (r->cut_sent) { /* answered on its socket at the cut (srv_http_cut) */
+        if (!upload) { /* its body ended: MHD has no answer to send */
+            s->mhd_quiet = 1; /* not an error of attnd's */
+            return MHD_NO;
+        }
+        r->body_seen += *upload_size;
+        *upload_size = 0;
+        return MHD_YES;
+    }
     /* MHD 0.9.75 also calls with upload set and 0 bytes: after its 100
      * Continue to a request with Expect: 100-continue and no body, when
      * the next pipelined request is in its buffer (upload points at it).
@@ -307,7 +317,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                 r->method_name, r->path, r->status);
     if (r->job)
         srv_sched_detach(r);
-    if (r->have_resp)
+    if (r->cut_sent > 0)
+        s->n_cut_open--;
+    else if (r->have_resp)
         s->n_answered--;
     srv_guard_end(r);
     srv_mem_give(s, r->mem + r->resp_mem);
@@ -358,6 +370,11 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap)
     uint64_t now = srv_now_ns();
     vsnprintf(msg, sizeof msg, fmt, ap);
     msg[strcspn(msg, "\n")] = 0;
+    if (s->mhd_quiet &&
+        strncmp(msg, "Application reported internal error", 35) == 0) {
+        s->mhd_quiet = 0;
+        return;
+    }
     for (; m < s->mhd_msgs + SRV_MHD_MSGS; m++) {
         if (strcmp(msg, m->text) == 0) {
             if (now - m->last_ns < 1000000000ull) {

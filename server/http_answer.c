@@ -2,8 +2,9 @@
  * http_answer.c - a request's answer handed to libmicrohttpd (its status,
  * body and headers), and the answers made at start for when memory cannot
  * be found for one: the 503, the 500 for a request carried out whose
- * answer is lost, and the 204 to an allowed origin's CORS preflight.
- * Loop thread.
+ * answer is lost, and the 204 to an allowed origin's CORS preflight; and
+ * the 503 at the drain's cut to a request whose body is still coming,
+ * written on its socket (srv_http_cut). Loop thread.
  */
 #include "server/srv.h"
 #include "server/web.h"
@@ -11,6 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
 
 /* The answer to a request whose answer, or the request itself, could not
  * be allocated. */
@@ -248,6 +252,91 @@ enum MHD_Result srv_http__queue(srv_req *r)
     if (resp)
         MHD_destroy_response(resp);
     return ret;
+}
+
+/* ---- the drain's cut --------------------------------------------------- */
+
+/* cut_write: r's answer (a 503 that says Connection: close) as
+ * libmicrohttpd would write it, head and body, written on its socket fd
+ * at once, without waiting; 0 when all of it went, else -1. Why not MHD:
+ * 0.9.75 refuses an answer queued while the body comes (MHD_queue_response
+ * says MHD_NO, and the connection is closed unanswered). Nothing else of
+ * r's exchange can be half written: MHD writes no more than the 100
+ * Continue before the body, and the answer of the request before r on a
+ * kept connection went whole before r's head was read. */
+static int cut_write(const srv_req *r, int fd)
+{
+    char head[512 + SRV_ORIGIN_MAX], date[64], num[24];
+    const int oom = r->resp_oom || !r->resp;
+    struct iovec v[2];
+    struct msghdr m;
+    struct tm tm;
+    time_t now = time(NULL);
+    ssize_t sent;
+    int n;
+    if (!gmtime_r(&now, &tm) ||
+        !strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", &tm))
+        date[0] = 0;
+    v[1].iov_base = oom ? (void *)OOM_ANSWER : r->resp;
+    v[1].iov_len = oom ? sizeof OOM_ANSWER - 1 : r->resp_len;
+    n = snprintf(head, sizeof head,
+                 "HTTP/1.1 503 Service Unavailable\r\n%s%s%s"
+                 "Connection: close\r\nContent-Type: application/json\r\n"
+                 "Retry-After: %s\r\n%s%s%s%s"
+                 "Content-Length: %zu\r\n\r\n",
+                 date[0] ? "Date: " : "", date, date[0] ? "\r\n" : "",
+                 srv_fmt_u(num, (unsigned long long)(r->retry_after > 0
+                                                         ? r->retry_after : 1)),
+                 r->origin[0] ? "Access-Control-Allow-Origin: " : "", r->origin,
+                 r->origin[0] ? "\r\nAccess-Control-Expose-Headers: "
+                                "Inference-Header-Content-Length, "
+                                "Retry-After, Map-Shape\r\n" : "",
+                 r->origin[0] || r->s->n_fixed > 1 ? "Vary: Origin\r\n" : "",
+                 v[1].iov_len);
+    if (n < 0 || (size_t)n >= sizeof head)
+        return -1;
+    v[0].iov_base = head;
+    v[0].iov_len = (size_t)n;
+    memset(&m, 0, sizeof m);
+    m.msg_iov = v;
+    m.msg_iovlen = 2;
+    sent = sendmsg(fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+    return sent == (ssize_t)(v[0].iov_len + v[1].iov_len) ? 0 : -1;
+}
+
+/* srv_http_cut (srv.h): each REST request whose body is still coming (its
+ * handler not run, no answer, not parked) gets its 503, as a gRPC call
+ * whose message is not whole gets UNAVAILABLE (srv_grpc_finish): written
+ * now (cut_write), then the end of the stream (shutdown SHUT_WR). Its
+ * connection stays open for the stop's flush (n_cut_open counts it until
+ * MHD completes it; n_answered, as unsent, one not written whole): what
+ * more of the body comes is read and dropped (http.c), so the answer is
+ * read, not lost to a reset, and MHD completes the request when its client
+ * closes or its body ends. Loop thread. */
+void srv_http_cut(srv *s)
+{
+    int lost = 0;
+    for (srv_conn *c = s->conns; c; c = c->next) {
+        srv_req *r = c->req;
+        if (c->grpc || !r || c->closing || c->fd < 0 || r->dispatched ||
+            r->have_resp || r->suspended)
+            continue;
+        srv_respond_error(r, 503, "server: draining (shutting down): the "
+                          "drain timeout passed before its body was whole; "
+                          "not done");
+        r->cut_sent = cut_write(r, c->fd) < 0 ? -1 : 1;
+        shutdown(c->fd, SHUT_WR);
+        if (r->cut_sent > 0) { /* sent: the flush waits, as for no unsent */
+            s->n_answered--;
+            s->n_cut_open++;
+        } else {
+            lost++;
+        }
+    }
+    if (lost)
+        srv_log(s, "warn", "http: the 503 of %d request%s whose body was still "
+                "coming at the cut could not be written whole (its client "
+                "reads too slowly)", lost, lost == 1 ? "" : "s");
 }
 
 void srv_http__answers_free(srv *s)

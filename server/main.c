@@ -19,11 +19,10 @@
  * gets its final GOAWAY first, srv_grpc_finish); what a client has not
  * read by then is cut, and logged. Nothing new starts after the cut (a
  * request begun before the signal whose body ends after it gets 503, as
- * does an index that would read the folder on the pool).
- * The two doors differ in one thing: a REST request whose body is still
- * coming at the stop is closed without an answer (libmicrohttpd's stop
- * shuts every connection down), where a gRPC call whose message is not
- * whole gets UNAVAILABLE.
+ * does an index that would read the folder on the pool). A REST request
+ * whose body is still coming at the cut gets its 503 at once, written on
+ * its socket (srv_http_cut), as a gRPC call whose message is not whole
+ * gets UNAVAILABLE; the flush gives its client time to read it.
  *
  * SIGHUP ignored when attnd starts (nohup) stays ignored.
  *
@@ -221,6 +220,8 @@ static void on_stop_timer(uv_timer_t *t)
             uv_timer_start(&s->drain_timer, on_flush_timeout, STOP_FLUSH_MS, 0);
         }
         calls = srv_grpc_unsent(s, &conns, &bytes);
+        if (!s->flush_expired && s->n_cut_open)
+            return; /* 503s written at the cut: their clients read */
         if (conns || s->n_answered) {
             if (!s->flush_expired)
                 return;
@@ -258,6 +259,7 @@ static void on_drain_timeout(uv_timer_t *t)
             s->live_jobs, s->live_jobs == 1 ? "" : "s");
     srv_sched_expire(s);
     srv_registry_expire(s);
+    srv_http_cut(s);
     srv_check_stop(s);
 }
 

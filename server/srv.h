@@ -240,6 +240,10 @@ struct srv_req {
                               stream message's first byte) */
     int suspended;
     int queued;            /* response handed to MHD */
+    int cut_sent;          /* its 503 was written at the drain's cut, its
+                              body still coming (srv_http_cut): 1 whole, -1
+                              not (counted in n_cut_open, n_answered); what
+                              more comes is dropped, MHD never answers it */
     int changed;           /* its success changed the server's state (a
                               sequence's step, a load, an unload, a
                               sequence ended): its answer, if lost, must not
@@ -349,6 +353,9 @@ struct srv {
     int mhd_still_runs;   /* runs at timeout 0 in a row with nothing
                              moved (http.c run_mhd) */
     uint64_t mhd_calls;   /* MHD's calls of on_request */
+    int mhd_quiet;        /* MHD's next "Application reported internal
+                             error" line is not logged: on_request ended a
+                             request answered at the cut (srv_http_cut) */
     /* http_accept.c: the REST listener (accept.c) */
     srv_accept accept;
     int accept_full;                    /* paused: MHD at its limit */
@@ -378,6 +385,10 @@ struct srv {
     int n_suspended;       /* requests parked by srv_suspend (either door) */
     int n_answered;        /* REST requests answered, not yet completed
                               (their answers not yet sent whole) */
+    int n_cut_open;        /* REST requests answered 503 on their sockets
+                              at the cut (srv_http_cut), their answers
+                              written whole, not yet completed: the flush
+                              gives their clients time to read and close */
     int json_log;
     struct srv_logq *logq; /* log.c: the writer thread's buffer, NULL before and after */
     srv_entry *models;     /* registry, in load order */
@@ -627,6 +638,9 @@ int srv_http_start(srv *s, char *err); /* -1 with err (SRV_ERRMAX) */
 void srv_listen_err(const srv *s, char *err, const char *flag, long long port,
                     int in_use, const char *why);
 void srv_http_stop(srv *s);
+/* srv_http_cut: the drain was cut short: each REST request whose body is
+ * still coming is answered 503 on its socket at once (http_answer.c). */
+void srv_http_cut(srv *s);
 /* srv_http_log_flush: log how often each of libmicrohttpd's last messages
  * came again unlogged, once a second has passed since its line (now_too:
  * at once). Loop thread (guard.c's sweep; at stop). */

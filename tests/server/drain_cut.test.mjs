@@ -271,3 +271,45 @@ test('REST: a request whose body ends after the cut (its head came before the si
   assert.deepEqual(await d.exit, { code: 0, sig: null }, d.log());
   await d.stop();
 });
+
+test('REST: a request whose body is still coming at the cut answers 503 "not done" at once, as gRPC answers UNAVAILABLE; a client still sending its body reads it too; exit 0', async (t) => {
+  // review: nothing else held the stop, so the cut closed both
+  // connections at once without a byte of answer
+  const d = await start({ t, args: ['--cors-origins', 'http://page.example'] });
+  const x = Array.from({ length: 8 }, (_, i) => i * 0.1);
+  const stalled = await halfSent(t, d, '/v2/models/sdpa/infer', JSON.stringify({
+    inputs: ['q', 'k', 'v'].map((n) => ({ name: n, datatype: 'FP32', shape: [2, 4], data: x })) }));
+  // a chunked upload that goes on sending after the cut, 4 KiB every 10 ms
+  const sending = net.connect(d.port, '127.0.0.1');
+  sending.on('error', () => {});
+  t.after(() => sending.destroy());
+  await new Promise((res) => sending.on('connect', res));
+  sending.write('POST /v2/repository/models/up/load HTTP/1.1\r\nHost: x\r\n' +
+    'Origin: http://page.example\r\nTransfer-Encoding: chunked\r\n\r\n');
+  const chunk = `1000\r\n${'x'.repeat(4096)}\r\n`;
+  const pump = setInterval(() => sending.write(chunk), 10);
+  t.after(() => clearInterval(pump));
+  const got = [];
+  sending.on('data', (c) => got.push(c));
+  const sent = new Promise((res) => sending.on('close', () => res(Buffer.concat(got).toString())));
+  await sleep(200 * SLOW);
+  const t0 = Date.now();
+  await cut(d);
+  for (const a of [await stalled.answer, await sent]) {
+    assert.match(a, /^HTTP\/1\.1 503 Service Unavailable\r\n/, a);
+    assert.match(a, /\r\nConnection: close\r\n/i, a);
+    assert.match(a, /\r\nRetry-After: 1\r\n/i, a);
+    const at = a.indexOf('\r\n\r\n'), len = Number(/\r\ncontent-length: (\d+)/i.exec(a)[1]);
+    assert.equal(Buffer.byteLength(a) - at - 4, len, a);
+    assert.deepEqual(JSON.parse(a.slice(at + 4)), { error: 'server: draining (shutting down): ' +
+      'the drain timeout passed before its body was whole; not done' });
+  }
+  assert.match(await sent, /\r\nAccess-Control-Allow-Origin: http:\/\/page\.example\r\n/);
+  assert.doesNotMatch(await stalled.answer, /Access-Control-Allow-Origin/);
+  clearInterval(pump);
+  assert.deepEqual(await d.exit, { code: 0, sig: null }, d.log());
+  assert.doesNotMatch(d.log(), /internal error|answers are still unsent/);
+  assert.ok(Date.now() - t0 < 3000 * SLOW, `exit ${Date.now() - t0} ms after the cut`);
+  assert.match(d.log(), /POST \/v2\/models\/sdpa\/infer 503/);
+  await d.stop();
+});
