@@ -8,8 +8,8 @@
  * connection was resumed (srv_kick). Each request gets one srv_req, created
  * on MHD's first call (http_head.c checks its head then) and freed in the
  * completion callback; the body is buffered up to a limit (413 before
- * reading on a Content-Length over it, and a chunked body is cut at the
- * limit). Then the route's handler runs and either answers at once or
+ * reading on a Content-Length over it, and a chunked body answered 413 as
+ * it passes the limit, the connection closed). Then the route's handler runs and either answers at once or
  * suspends the connection until srv_respond.
  */
 #include "server/srv.h"
@@ -180,8 +180,9 @@ void srv_respond_error(srv_req *r, int status, const char *fmt, ...)
     respond_body(r, status, body);
 }
 
-/* add_body: buffer a chunk, up to body_limit; past it the rest is counted
- * and dropped, and the request answers 413 when the body ends. */
+/* add_body: buffer a chunk, up to body_limit; past it too_large is set
+ * (and no_mem when memory-budget cannot hold it): on_request refuses the
+ * body then (refuse_body). */
 static void add_body(srv_req *r, const char *data, size_t n)
 {
     if (r->too_large || r->no_mem)
@@ -216,11 +217,38 @@ static void add_body(srv_req *r, const char *data, size_t n)
     r->body[r->body_len] = 0;
 }
 
+/* refuse_body: r's chunked body passed its limit (a Content-Length over
+ * it was answered from the head), or memory-budget ran out for it: 413
+ * (503) now, written on the socket (srv_http__send_now) while the body
+ * comes, and MHD closes the connection (MHD_NO, its line not logged); the
+ * rest of the body is read and dropped (linger.c), so a client that reads
+ * its answer only once its body is sent gets it rather than a reset, and
+ * one that reads as it sends (curl, fetch) stops sending. Before, the body
+ * was read to its end for an answer after it, and one past twice its
+ * limit was cut off unanswered. */
+static enum MHD_Result refuse_body(srv_req *r)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    r->dispatched = 1;
+    if (r->no_mem)
+        srv_http__no_memory(r);
+    else
+        srv_respond_error(r, 413, "body: over the limit of %zu bytes (%s)",
+                          r->body_limit, r->limit_name);
+    if (!ci || srv_http__send_now(r, ci->connect_fd) < 0)
+        srv_log(r->s, "warn", "http: the %d answer to %s %s could not be "
+                "written (its client reads nothing); connection closed",
+                r->status, r->method_name, r->path);
+    r->s->mhd_quiet = 1; /* MHD's "internal error": a close, as meant */
+    return MHD_NO;
+}
+
 /* on_request: MHD's access handler, called repeatedly per request (loop
  * thread). The first call allocates r (srv_http__first_call, http_head.c:
  * route, framing, auth; may answer, at once or, for a request without a
  * body, at the next call); the next ones collect the
- * body (past its limit it is discarded and the answer is 413); the last
+ * body (past its limit the answer is 413 at once: refuse_body); the last
  * one runs the route's handler, which answers or suspends the connection. */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
                                   const char *url, const char *method,
@@ -275,25 +303,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         add_body(r, upload, *upload_size);
         r->body_seen += *upload_size;
         *upload_size = 0;
-        /* a client that keeps sending far past the limit is cut off */
-        return (r->too_large || r->no_mem) && r->body_seen / 2 > r->body_limit + 4096
-                   ? MHD_NO : MHD_YES;
+        return r->too_large || r->no_mem ? refuse_body(r) : MHD_YES;
     }
     if (r->suspended)
         return MHD_YES;
     r->dispatched = 1;
-    if (r->no_mem) {
-        srv_http__no_memory(r);
-        return srv_http__queue(r);
-    }
-    if (r->too_large) {
-        if (r->body_limit == 0)
-            srv_respond_error(r, 413, "body: %s takes no body", r->path);
-        else
-            srv_respond_error(r, 413, "body: over the limit of %zu bytes (%s)",
-                              r->body_limit, r->limit_name);
-        return srv_http__queue(r);
-    }
     r->route->fn(r);
     return r->have_resp ? srv_http__queue(r) : MHD_YES;
 }

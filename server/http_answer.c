@@ -254,20 +254,20 @@ enum MHD_Result srv_http__queue(srv_req *r)
     return ret;
 }
 
-/* ---- the drain's cut --------------------------------------------------- */
+/* ---- answers written before the body is whole ------------------------- */
 
-/* cut_write: r's answer (a 503 that says Connection: close) as
- * libmicrohttpd would write it, head and body, written on its socket fd
- * at once, without waiting; 0 when all of it went, else -1. Why not MHD:
- * 0.9.75 refuses an answer queued while the body comes (MHD_queue_response
- * says MHD_NO, and the connection is closed unanswered). Nothing else of
- * r's exchange can be half written: MHD writes no more than the 100
- * Continue before the body, and the answer of the request before r on a
- * kept connection went whole before r's head was read. */
-static int cut_write(const srv_req *r, int fd)
+/* srv_http__send_now (srv.h): libmicrohttpd 0.9.75 refuses an answer
+ * queued while the body comes (MHD_queue_response says MHD_NO, and the
+ * connection is then closed unanswered), so this one is written here, as
+ * MHD would write it. Nothing else of r's exchange can be half written:
+ * MHD writes no more than the 100 Continue before the body, and the answer
+ * of the request before r on a kept connection went whole before r's head
+ * was read. */
+int srv_http__send_now(const srv_req *r, int fd)
 {
     char head[512 + SRV_ORIGIN_MAX], date[64], num[24];
     const int oom = r->resp_oom || !r->resp;
+    const char *reason = MHD_get_reason_phrase_for((unsigned)r->status);
     struct iovec v[2];
     struct msghdr m;
     struct tm tm;
@@ -280,13 +280,16 @@ static int cut_write(const srv_req *r, int fd)
     v[1].iov_base = oom ? (void *)OOM_ANSWER : r->resp;
     v[1].iov_len = oom ? sizeof OOM_ANSWER - 1 : r->resp_len;
     n = snprintf(head, sizeof head,
-                 "HTTP/1.1 503 Service Unavailable\r\n%s%s%s"
+                 "HTTP/1.1 %d %s\r\n%s%s%s"
                  "Connection: close\r\nContent-Type: application/json\r\n"
-                 "Retry-After: %s\r\n%s%s%s%s"
+                 "%s%s%s%s%s%s%s"
                  "Content-Length: %zu\r\n\r\n",
-                 date[0] ? "Date: " : "", date, date[0] ? "\r\n" : "",
-                 srv_fmt_u(num, (unsigned long long)(r->retry_after > 0
-                                                         ? r->retry_after : 1)),
+                 r->status, reason ? reason : "", date[0] ? "Date: " : "",
+                 date, date[0] ? "\r\n" : "",
+                 r->retry_after > 0 ? "Retry-After: " : "",
+                 r->retry_after > 0 ? srv_fmt_u(num, (unsigned long long)r->retry_after)
+                                    : "",
+                 r->retry_after > 0 ? "\r\n" : "",
                  r->origin[0] ? "Access-Control-Allow-Origin: " : "", r->origin,
                  r->origin[0] ? "\r\nAccess-Control-Expose-Headers: "
                                 "Inference-Header-Content-Length, "
@@ -307,7 +310,7 @@ static int cut_write(const srv_req *r, int fd)
 /* srv_http_cut (srv.h): each REST request whose body is still coming (its
  * handler not run, no answer, not parked) gets its 503, as a gRPC call
  * whose message is not whole gets UNAVAILABLE (srv_grpc_finish): written
- * now (cut_write), then the end of the stream (shutdown SHUT_WR). Its
+ * now (srv_http__send_now), then the end of the stream (shutdown SHUT_WR). Its
  * connection stays open for the stop's flush (n_cut_open counts it until
  * MHD completes it; n_answered, as unsent, one not written whole): what
  * more of the body comes is read and dropped (http.c), so the answer is
@@ -324,7 +327,7 @@ void srv_http_cut(srv *s)
         srv_respond_error(r, 503, "server: draining (shutting down): the "
                           "drain timeout passed before its body was whole; "
                           "not done");
-        r->cut_sent = cut_write(r, c->fd) < 0 ? -1 : 1;
+        r->cut_sent = srv_http__send_now(r, c->fd) < 0 ? -1 : 1;
         shutdown(c->fd, SHUT_WR);
         if (r->cut_sent > 0) { /* sent: the flush waits, as for no unsent */
             s->n_answered--;

@@ -363,6 +363,11 @@ static int body_check(srv_req *r)
         break;
     }
     if (has_cl && cl > r->body_limit) {
+        /* its client may read this only once its body is sent (node:http,
+         * Python's requests): the lingering close reads all of it, not
+         * max-body alone, within linger-ms (linger.c) */
+        if (r->c)
+            r->c->body_unread = cl;
         srv_respond_error(r, 413, "Content-Length: %llu bytes is over the limit "
                           "of %zu (%s)", cl, r->body_limit, r->limit_name);
         return -1;

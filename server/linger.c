@@ -17,8 +17,11 @@
  * SHUT_WR, after every byte already queued) and reads and discards what
  * comes until the client ends its side too, and then closes it. A client
  * cannot make that cost more than a body attnd would read: a socket
- * lingers for linger-ms at most and discards at most max-body bytes (then
- * it closes, reset or not), one read (64 KiB) a readable event, so the
+ * lingers for linger-ms at most and discards at most max-body bytes, or
+ * the Content-Length of a body answered 413 from its head when that is
+ * more (its client may read the 413 only once the body is sent: node:http,
+ * Python's requests; a 401 does not earn it), then it closes, reset or
+ * not; one read (64 KiB) a readable event, so the
  * loop serves others in between. At most max-connections sockets linger
  * at once, and at most max-connections-per-ip of one client address; past
  * either a socket closes as before. Lingering sockets do not count against
@@ -204,6 +207,8 @@ void srv_linger_close(srv *s, int fd, const srv_conn *c)
     l->fd = dup_fd;
     l->peer = c->peer;
     l->left = (unsigned long long)s->cfg.max_body;
+    if (c->body_unread > l->left) /* the body a 413 from its head left */
+        l->left = c->body_unread;
     l->set = set;
     l->poll.data = l;
     l->until_ns = srv_now_ns() + (uint64_t)s->cfg.linger_ms * 1000000u;

@@ -464,6 +464,9 @@ struct srv_conn {
     int calls;          /* gRPC: calls open (their HEADERS complete) */
     uint64_t t_wait_ns; /* since when it waits for a request head */
     srv_req *req;       /* REST: the request being received or served */
+    unsigned long long body_unread; /* REST: a Content-Length over its
+                                       limit, answered 413 from the head:
+                                       a lingering close reads up to it */
     int served;         /* requests (calls) it began */
     struct sockaddr_storage peer; /* its client, for max-connections-per-ip */
     /* gRPC: ends the calls whose message comes slower than min-body-rate
@@ -706,6 +709,10 @@ void srv_http__no_memory(srv_req *r);
  * every entry of cors-origins (-1: out of memory); srv_http__answers_free. */
 int srv_cors_index(const srv *s, const char *origin);
 enum MHD_Result srv_http__queue(srv_req *r);
+/* srv_http__send_now: r's answer (an error: JSON, Connection: close,
+ * Retry-After, CORS) written on its socket fd at once, without waiting,
+ * while its body still comes; 0 when all of it went, else -1. */
+int srv_http__send_now(const srv_req *r, int fd);
 enum MHD_Result srv_http__queue_fixed(srv *s, struct MHD_Connection *conn, int preflight,
                                       int cors);
 int srv_http__answers_make(srv *s);
