@@ -44,7 +44,8 @@ static void answer_one(srv_req *r, int status, const char *msg)
 }
 
 /* srv_registry__answer (registry_int.h): answer_one to r and to each
- * call that joined it (join_tail); they take r's choice of Retry-After.
+ * call that joined it (join_tail), in the order they came (before, newest
+ * first); they take r's choice of Retry-After.
  * Each next call is read before the answer of the one before: a gRPC
  * request may be freed by its answer (grpc.c's on_answer, once its call
  * is gone), and r's list is emptied first, so that none is answered
@@ -53,7 +54,7 @@ void srv_registry__answer(srv_req *r, int status, const char *msg)
 {
     srv_req *j = r->joined, *next;
     int retry_after = r->retry_after;
-    r->joined = NULL;
+    r->joined = r->joined_last = NULL;
     r->n_joined = 0;
     answer_one(r, status, msg);
     for (; j; j = next) {
@@ -143,8 +144,12 @@ static int join_tail(srv_req *r, srv_entry *e, int unload)
         (!unload && (!plain_load(t) || !plain_load(r) || !same_params(t, r))))
         return 0;
     r->turn_unload = unload;
-    r->turn_next = t->joined; /* they are answered together: any order */
-    t->joined = r;
+    r->turn_next = NULL; /* answered after t, in the order they came */
+    if (t->joined)
+        t->joined_last->turn_next = r;
+    else
+        t->joined = r;
+    t->joined_last = r;
     t->n_joined++;
     srv_log(r->s, "info", "model '%s': %s joins the identical one waiting "
             "(its %d%s caller)", e->name, unload ? "unload" : "load",

@@ -282,7 +282,9 @@ struct srv_req {
     int turn_unload;       /* it is an unload (else a load or upload) */
     srv_req *joined;       /* the calls identical to it that came while it
                               waited, answered with it (turn_next links
-                              them), and their count */
+                              them, oldest first; joined_last the newest),
+                              and their count */
+    srv_req *joined_last;
     int n_joined;
     /* for the log line */
     char model[SRV_NAME_MAX];
