@@ -111,6 +111,22 @@ static const char *allow_list(int allowed, int options)
     return lists[options ? 1 : 0][i];
 }
 
+/* origin_form: the path of a request target: url itself, or, for one in
+ * absolute form ("http://host:port/path", what a client sends a proxy;
+ * RFC 9112 3.2.2: a server must accept it), what follows its authority
+ * ("/" when nothing does). The authority is not checked against Host:
+ * attnd serves one origin whatever a client calls it. */
+static const char *origin_form(const char *url)
+{
+    size_t n = strncasecmp(url, "http://", 7) == 0    ? 7
+               : strncasecmp(url, "https://", 8) == 0 ? 8
+                                                      : 0;
+    if (!n)
+        return url;
+    url += n + strcspn(url + n, "/");
+    return *url ? url : "/";
+}
+
 /* route: find r's route; on failure answer 404/405 and return -1. The
  * versioned alias /v2/models/{m}/versions/1/... is folded first (right
  * after the model's name only: /v2/models/{m}/ready/versions/1 is no
@@ -122,7 +138,9 @@ static int route(srv_req *r, const char *url)
     const char *v;
     /* url is MHD's path: the query already taken off and the rest
      * %-decoded, so a '?' in it came as %3F (a sequence id may hold one) */
-    size_t len = strlen(url);
+    size_t len;
+    url = origin_form(url);
+    len = strlen(url);
     if (len >= sizeof r->path) {
         /* logged cut, with its length */
         snprintf(r->path, sizeof r->path, "%.200s... (%zu bytes)", url, len);

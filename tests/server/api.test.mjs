@@ -1,6 +1,7 @@
 // api.test.mjs - every endpoint of API.md and its error codes.
 import assert from 'node:assert/strict';
 import { cpSync, mkdirSync } from 'node:fs';
+import { connect } from 'node:net';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { REFS, ROOT, binaryRequest, fp32, infer, post, promtool, start } from './helper.mjs';
@@ -150,6 +151,34 @@ test('a %00 in a path or a query is never decoded: it cuts nothing off (404 / 40
   assert.equal((await q.json()).error, 'format: expected json or f32');
   assert.equal((await get('/v2/health/%6Cive')).status, 200, '%6C is l');
   assert.equal((await get('/v2/models/sdpa%2Dx/ready')).status, 404, '%2D is -: the model sdpa-x');
+});
+
+test('a request target in absolute form (http://host/path, RFC 9112 3.2.2) is served as its path', async () => {
+  // review: 'GET http://host/v2/health/ready' answered 404 "no endpoint
+  // http://host/v2/health/ready"; a server must accept the absolute form
+  const answer = (req) => new Promise((res, rej) => {
+    const s = connect(d.port, '127.0.0.1');
+    let text = '';
+    s.on('data', (b) => { text += b; });
+    s.on('end', () => res(text));
+    s.on('error', rej);
+    s.write(req); // not end(): MHD takes a half-closed connection for a gone client
+  });
+  const host = `127.0.0.1:${d.port}`;
+  let a = await answer(`GET http://${host}/v2/health/ready HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
+  assert.match(a, /^HTTP\/1\.1 200 /, a);
+  a = await answer(`GET HTTP://${host}/v2/models/sdpa/versions/1?x=1 HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
+  assert.match(a, /^HTTP\/1\.1 200 /, a);
+  assert.match(a, /"name":"sdpa"/, a);
+  const body = JSON.stringify({ inputs: [fp32('q', [1, 2], [1, 0]), fp32('k', [1, 2], [1, 0]), fp32('v', [1, 2], [3, 4])] });
+  a = await answer(`POST https://elsewhere.example:9/v2/models/sdpa/infer HTTP/1.1\r\nHost: ${host}\r\n` +
+    `Content-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`);
+  assert.match(a, /^HTTP\/1\.1 200 /, a);
+  a = await answer(`GET http://${host} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
+  assert.match(a, /^HTTP\/1\.1 200 /, a); // nothing after the authority: "/", the page
+  assert.match(a, /\r\nContent-Type: text\/html/, a);
+  // a path that merely starts so is no absolute form
+  assert.equal((await get('/http://x/v2/health/ready')).status, 404);
 });
 
 test('sdpa: a d_k or d_v over 2^20 is 400 naming the input that has it', async () => {
