@@ -270,6 +270,25 @@ static int chunked_only(const char *te)
     return n;
 }
 
+/* bad_name: MHD_get_connection_values' iterator: stops at the first
+ * header field name that is not a token (RFC 9110 5.1, 5.6.2), its name
+ * into *cls. libmicrohttpd keeps "Transfer-Encoding " (a space before
+ * the colon) as a name of its own, so the body would be framed by the
+ * other header, where a proxy that trims the space frames it chunked
+ * (request smuggling; RFC 9112 5.1 asks for a 400). */
+static enum MHD_Result bad_name(void *cls, enum MHD_ValueKind kind,
+                                const char *key, const char *value)
+{
+    (void)kind, (void)value;
+    if (!*key || key[strspn(key, "!#$%&'*+-.^_`|~0123456789"
+                                 "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                 "abcdefghijklmnopqrstuvwxyz")]) {
+        *(const char **)cls = key;
+        return MHD_NO;
+    }
+    return MHD_YES;
+}
+
 /* framed_twice: does r give its body's length two ways (RFC 9112 6.1,
  * 6.3)? 1: Content-Length more than once, 2: beside Transfer-Encoding;
  * 0: no. What follows the body as MHD reads it could be read as another
@@ -517,21 +536,30 @@ void srv_http__first_call(srv_req *r, const char *url, const char *method,
 {
     srv *s = r->s;
     const char *auth;
+    const char *name = NULL;
     fields te;
     int twice;
     name_method(r->method_name, method);
     r->client_closes = client_closes(r, version);
     cors_match(r, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin"));
     twice = framed_twice(r, &te);
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, bad_name, &name);
     /* an answer made here, from the head alone: for a request with a body,
      * MHD would close its connection after one queued before that body, so
      * it is queued now and says Connection: close; for one without (no
      * Transfer-Encoding, no or a zero Content-Length), on_request queues
      * it at the next call, once MHD has the whole request, and the
-     * connection stays. A body framed twice closes whatever is answered. */
-    r->close = twice || !bodyless(r);
+     * connection stays. A body framed twice, or a header name that is
+     * not one, closes whatever is answered. */
+    r->close = twice || name || !bodyless(r);
     if (route(r, url) < 0)
         return;
+    if (name) {
+        srv_respond_error(r, 400, "header: field name '%.64s' is not a token "
+                          "(white space before its colon, or in it: RFC 9112 "
+                          "5.1); the request cannot be framed safely", name);
+        return;
+    }
     if (twice >= 3) {
         srv_respond_error(r, 400, "Transfer-Encoding: '%.64s'%s %s; send one "
                           "Content-Length or Transfer-Encoding: chunked", te.all,
