@@ -14,6 +14,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static void h_live(srv_req *r) { srv_respond(r, 200, NULL, NULL, 0); }
 
@@ -392,13 +393,51 @@ static void h_maps(srv_req *r)
     maps_answer(r, maps_http_get(r->s->maps, r->path, query_arg, r->conn, &rep), &rep);
 }
 
-/* GET / and /web/{}: the visualiser's files, compiled in (web.h). A
- * matching If-None-Match answers 304; http.c adds ETag, Cache-Control and
- * the page's Content-Security-Policy when r->web_etag is set. */
+/* etag_listed: does the If-None-Match value v list etag (a strong tag,
+ * quoted)? RFC 9110 13.1.2: "*", or any entity-tag of the list by weak
+ * comparison (its W/ aside: a proxy that compresses weakens tags, as
+ * nginx's gzip does). A list that stops being one stops the search. */
+static int etag_listed(const char *v, const char *etag)
+{
+    size_t n = strlen(etag);
+    for (;;) {
+        const char *end;
+        v += strspn(v, " \t,");
+        if (*v == '*')
+            return 1;
+        if (v[0] == 'W' && v[1] == '/')
+            v += 2;
+        if (*v != '"' || !(end = strchr(v + 1, '"')))
+            return 0;
+        if ((size_t)(end + 1 - v) == n && memcmp(v, etag, n) == 0)
+            return 1;
+        v = end + 1;
+    }
+}
+
+/* inm_line: MHD_get_connection_values' iterator: an If-None-Match line
+ * (there may be several: one list) that lists the etag in *cls clears it. */
+static enum MHD_Result inm_line(void *cls, enum MHD_ValueKind kind,
+                                const char *key, const char *value)
+{
+    const char **etag = cls;
+    (void)kind;
+    if (strcasecmp(key, "If-None-Match") == 0 && value &&
+        etag_listed(value, *etag)) {
+        *etag = NULL;
+        return MHD_NO;
+    }
+    return MHD_YES;
+}
+
+/* GET / and /web/{}: the visualiser's files, compiled in (web.h). An
+ * If-None-Match that lists its ETag answers 304; http.c adds ETag,
+ * Cache-Control and the page's Content-Security-Policy when r->web_etag
+ * is set. */
 static void h_web(srv_req *r)
 {
     const web_asset *a = web_asset_find(r->path);
-    const char *inm;
+    const char *unmatched;
     char *body;
 
     if (!a) {
@@ -406,10 +445,9 @@ static void h_web(srv_req *r)
                           r->path);
         return;
     }
-    r->web_etag = a->etag;
-    inm = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
-                                      "If-None-Match");
-    if (inm && strcmp(inm, a->etag) == 0) {
+    r->web_etag = unmatched = a->etag;
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, inm_line, &unmatched);
+    if (!unmatched) {
         srv_respond(r, 304, NULL, NULL, 0);
         return;
     }
