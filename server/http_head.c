@@ -354,7 +354,7 @@ static int body_check(srv_req *r)
     case SRV_BODY_NONE:
         if ((has_cl && cl > 0) || te) {
             srv_respond_error(r, 413, "body: %s %s takes no body",
-                              r->method == SRV_POST ? "POST" : "GET", r->path);
+                              r->method_name, r->path);
             return -1;
         }
         r->body_limit = 0;

@@ -80,6 +80,12 @@ test('a route that takes no body answers 413 from the headers, without reading o
     assert.match(r.text, /GET \/v2\/health\/live takes no body/);
     const c = await raw(d.port, 'GET /v2 HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n');
     assert.equal(c.status, 413);
+    // named by its own method (a DELETE's and a HEAD's said GET)
+    for (const [method, path] of [['DELETE', '/v2/sequences/abc'], ['HEAD', '/v2/health/live']]) {
+      const b = await raw(d.port, `${method} ${path} HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}`);
+      assert.equal(b.status, 413);
+      if (method !== 'HEAD') assert.equal(JSON.parse(b.text.slice(b.text.indexOf('\r\n\r\n') + 4)).error, `body: ${method} ${path} takes no body`);
+    }
     const m = await raw(d.port, 'GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n');
     assert.equal(m.status, 200, 'an empty body is no body');
     assert.equal((await fetch(`${d.url}/v2/health/live`)).status, 200);
