@@ -3,8 +3,9 @@
  * is read: its method and route, CORS origin, API key, how its body is
  * framed (RFC 9112: one Content-Length or Transfer-Encoding: chunked, else
  * 400 and a close), the query of our extension's routes (only the
- * parameters each reads, each once), the body's limit and memory-budget
- * reservation, and whether its client will close after the answer.
+ * parameters each reads, each once), an infer or load begun while
+ * draining (503), the body's limit and memory-budget reservation, and
+ * whether its client will close after the answer.
  * http.c calls srv_http__first_call on MHD's first call for each request;
  * it may answer from the head: at once, with Connection: close, for a
  * request with a body (which is then never read), at MHD's next call for
@@ -531,6 +532,26 @@ static int bodyless(srv_req *r)
            (!cl || (parse_count(cl, &n) == 0 && n == 0));
 }
 
+/* late_refused: r began after the signal (r->late), with a body, on a
+ * route that refuses such a request (infer and load: sched.c and
+ * registry_queue.c answer it 503 once its body is whole): 503 now, from
+ * its head, with their message and count, its body never read. Before,
+ * such a body (a slow one, an upload) was read whole to be refused, and
+ * the exit waited for it until drain-ms passed. 1 when answered. */
+static int late_refused(srv_req *r)
+{
+    int infer = r->route->body == SRV_BODY_INFER;
+    srv_entry *e;
+    if (!r->late || bodyless(r) || (!infer && r->route->body != SRV_BODY_UPLOAD))
+        return 0;
+    snprintf(r->model, sizeof r->model, "%.128s", r->arg[0]);
+    if (infer && (e = srv_registry_find(r->s, r->arg[0])) && e->inst)
+        e->stats.fail_rejected++;
+    srv_respond_error(r, 503, "server: draining (shutting down)%s",
+                      infer ? "; retry on another replica" : "");
+    return 1;
+}
+
 void srv_http__first_call(srv_req *r, const char *url, const char *method,
                           const char *version)
 {
@@ -583,7 +604,7 @@ void srv_http__first_call(srv_req *r, const char *url, const char *method,
                                   "(send 'Authorization: Bearer <key>')");
         return;
     }
-    if (query_check(r) < 0)
+    if (query_check(r) < 0 || late_refused(r))
         return;
     if (body_check(r) < 0)
         return;

@@ -3,7 +3,8 @@
  *
  * SIGTERM/SIGINT/SIGHUP (a terminal that closed under a foreground attnd:
  * its default would end attnd at once, answers in flight lost): ready turns
- * 503 and new infer requests get 503 (the listener stays open so probes see
+ * 503 and new infer requests get 503 (a REST one with a body from its head,
+ * http_head.c; the listener stays open so probes see
  * it; a request begun before the signal is still served, r->late: a REST
  * request whose head came, a gRPC call whose HEADERS came, a stream's
  * message whose first byte came), queued work runs at once, and when

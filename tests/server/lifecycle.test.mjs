@@ -337,6 +337,49 @@ test('while draining: ready is 503, new work 503, and attnd exits 0 when the las
   await d.stop();
 });
 
+test('while draining: an infer or load begun after the signal answers 503 from its head, its body unread, and does not hold the exit', async (t) => {
+  // review: such a request was refused only once its body was whole, so
+  // one whose body came slowly (or an upload) held the exit until
+  // drain-ms passed, though nothing of it would run
+  const d = await start({ t, args: ['--drain-ms', '20000'] });
+  const open = async (head) => {
+    const sock = connect(d.port, '127.0.0.1');
+    t.after(() => sock.destroy());
+    sock.on('error', () => {});
+    await new Promise((r) => sock.on('connect', r));
+    let text = '';
+    sock.on('data', (b) => { text += b; });
+    const closed = new Promise((r) => sock.on('close', () => r(text)));
+    sock.write(head);
+    return { sock, closed };
+  };
+  // a request begun before the signal, its body still coming, holds the drain
+  const before = await open('POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"inp');
+  await sleep(100);
+  d.proc.kill('SIGTERM');
+  assert.match(await d.logged(/draining/), /draining/);
+  const inf = await open('POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{"in');
+  const up = await open('POST /v2/repository/models/up/load HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{"\r\n');
+  const bound = sleep(3000 * SLOW).then(() => 'no answer within 3 s');
+  const a = await Promise.race([inf.closed, bound]);
+  assert.match(a, /^HTTP\/1\.1 503 /, a);
+  assert.match(a, /\r\nRetry-After: 1\r\n/i, a);
+  assert.match(a, /"error":"server: draining \(shutting down\); retry on another replica"/, a);
+  const b = await Promise.race([up.closed, bound]);
+  assert.match(b, /^HTTP\/1\.1 503 /, b);
+  assert.match(b, /"error":"server: draining \(shutting down\)"/, b);
+  const m = await (await fetch(`${d.url}/metrics`)).text();
+  assert.match(m, /^attnd_inference_request_failure_total\{model="tiny",version="1",reason="rejected"\} 1$/m);
+  // the one begun before goes: nothing is left, attnd exits at once
+  before.sock.destroy();
+  const t0 = Date.now();
+  const e = await Promise.race([d.exit, sleep(5000 * SLOW).then(() => null)]);
+  assert.deepEqual(e, { code: 0, sig: null }, d.log());
+  assert.ok(Date.now() - t0 < 2000 * SLOW, `exit ${Date.now() - t0} ms after the last request went`);
+  assert.doesNotMatch(d.log(), /drain timeout/);
+  await d.stop();
+});
+
 test('drain timeout: what is still queued gets 503, exit 0', async (t) => {
   const d = await start({ t, args: ['--drain-ms', '200'] });
   const sock = connect(d.port, '127.0.0.1');
