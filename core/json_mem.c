@@ -156,3 +156,24 @@ json_t *attn_json_parse(const char *text, size_t len, size_t flags,
     reset(&frees);
     return o;
 }
+
+const char *attn_json_kind(const json_t *j)
+{
+    switch (json_typeof(j)) {
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+    case JSON_REAL:
+        return "a number";
+    case JSON_TRUE:
+        return "true";
+    case JSON_FALSE:
+        return "false";
+    default:
+        return "null";
+    }
+}

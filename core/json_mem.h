@@ -26,4 +26,9 @@ unsigned long attn_json_mark(void);
  * building o or dumping it: the text would lack that part. */
 char *attn_json_dumps(const json_t *o, size_t flags, unsigned long mark);
 
+/* attn_json_kind: what j is, for "expected a JSON object, got ...":
+ * "an object", "an array", "a string", "a number", "true", "false",
+ * "null". Any thread. */
+const char *attn_json_kind(const json_t *j);
+
 #endif

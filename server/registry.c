@@ -503,8 +503,12 @@ void srv_h_index(srv_req *r)
             return;
         }
         if (!json_is_object(req)) {
+            if (req) /* JSON, of another kind: je says nothing of it */
+                srv_respond_error(r, 400, "body: expected a JSON object, got %s",
+                                  attn_json_kind(req));
+            else
+                srv_respond_error(r, 400, "body: not a JSON object (%s)", je.text);
             json_decref(req);
-            srv_respond_error(r, 400, "body: not a JSON object (%s)", je.text);
             return;
         }
         v = json_object_get(req, "ready");

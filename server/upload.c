@@ -461,7 +461,11 @@ int srv_upload_parse(srv_upload *u, const char *body, size_t len, char *err,
         goto fail;
     }
     if (!json_is_object(o)) {
-        snprintf(err, errlen, "body: not a JSON object (%s)", je.text);
+        if (o) /* JSON, of another kind: je says nothing of it */
+            snprintf(err, errlen, "body: expected a JSON object, got %s",
+                     attn_json_kind(o));
+        else
+            snprintf(err, errlen, "body: not a JSON object (%s)", je.text);
         goto fail;
     }
     p = json_object_get(o, "parameters");
@@ -484,9 +488,13 @@ int srv_upload_parse(srv_upload *u, const char *body, size_t len, char *err,
                 goto fail;
             }
             if (!json_is_object(c)) {
+                if (c)
+                    snprintf(err, errlen, "parameters.config: expected a JSON "
+                             "object, got %s", attn_json_kind(c));
+                else
+                    snprintf(err, errlen, "parameters.config: not a JSON "
+                             "object (%s)", je.text);
                 json_decref(c);
-                snprintf(err, errlen, "parameters.config: not a JSON object (%s)",
-                         je.text);
                 goto fail;
             }
             json_decref(c);

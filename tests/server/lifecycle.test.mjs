@@ -503,6 +503,18 @@ test('bad uploads and loads: status and the parameter named; nothing written', a
   r = await L('bad5', { parameters: { 'file:other.bin': 'AAAA' } });
   assert.equal(r.status, 400);
   assert.match(r.json.error, /file:other\.bin/);
+  // an array (JSON, but not an object): named, not 'not a JSON object ()'
+  // (jansson parsed it: its error text is empty)
+  r = await L('bad5b', []);
+  assert.equal(r.status, 400);
+  assert.equal(r.json.error, 'body: expected a JSON object, got an array');
+  r = await L('bad5b', 7); // not parsed at all: jansson says why
+  assert.equal(r.json.error, "body: not a JSON object ('[' or '{' expected near '7')");
+  r = await L('bad5c', { parameters: { config: '[1]', 'file:model.safetensors': 'AAAA' } });
+  assert.equal(r.json.error, 'parameters.config: expected a JSON object, got an array');
+  r = await post(`${d.url}/v2/repository/index`, '[]');
+  assert.equal(r.status, 400);
+  assert.equal(r.json.error, 'body: expected a JSON object, got an array');
   r = await L('bad6', { parameters: { 'file:model.safetensors': 5 } });
   assert.equal(r.status, 400);
   assert.equal(r.json.error, 'parameters["file:model.safetensors"]: must be a base64 string');
