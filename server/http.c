@@ -9,8 +9,9 @@
  * on MHD's first call (http_head.c checks its head then) and freed in the
  * completion callback; the body is buffered up to a limit (413 before
  * reading on a Content-Length over it, and a chunked body answered 413 as
- * it passes the limit, the connection closed). Then the route's handler runs and either answers at once or
- * suspends the connection until srv_respond.
+ * it passes the limit, the connection closed). Then the route's handler
+ * runs and either answers at once or suspends the connection until
+ * srv_respond.
  */
 #include "server/srv.h"
 

@@ -287,8 +287,9 @@ int srv_http__send_now(const srv_req *r, int fd)
                  r->status, reason ? reason : "", date[0] ? "Date: " : "",
                  date, date[0] ? "\r\n" : "",
                  r->retry_after > 0 ? "Retry-After: " : "",
-                 r->retry_after > 0 ? srv_fmt_u(num, (unsigned long long)r->retry_after)
-                                    : "",
+                 r->retry_after > 0
+                     ? srv_fmt_u(num, (unsigned long long)r->retry_after)
+                     : "",
                  r->retry_after > 0 ? "\r\n" : "",
                  r->origin[0] ? "Access-Control-Allow-Origin: " : "", r->origin,
                  r->origin[0] ? "\r\nAccess-Control-Expose-Headers: "

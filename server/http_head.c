@@ -542,7 +542,8 @@ static int late_refused(srv_req *r)
 {
     int infer = r->route->body == SRV_BODY_INFER;
     srv_entry *e;
-    if (!r->late || bodyless(r) || (!infer && r->route->body != SRV_BODY_UPLOAD))
+    if (!r->late || bodyless(r) ||
+        (!infer && r->route->body != SRV_BODY_UPLOAD))
         return 0;
     snprintf(r->model, sizeof r->model, "%.128s", r->arg[0]);
     if (infer && (e = srv_registry_find(r->s, r->arg[0])) && e->inst)

@@ -504,10 +504,11 @@ void srv_h_index(srv_req *r)
         }
         if (!json_is_object(req)) {
             if (req) /* JSON, of another kind: je says nothing of it */
-                srv_respond_error(r, 400, "body: expected a JSON object, got %s",
-                                  attn_json_kind(req));
+                srv_respond_error(r, 400, "body: expected a JSON object, "
+                                  "got %s", attn_json_kind(req));
             else
-                srv_respond_error(r, 400, "body: not a JSON object (%s)", je.text);
+                srv_respond_error(r, 400, "body: not a JSON object (%s)",
+                                  je.text);
             json_decref(req);
             return;
         }
