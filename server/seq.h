@@ -75,6 +75,8 @@ typedef struct srv_step {
     srv_prep *prep;          /* the job's laid-out request */
     const oip_request *in;   /* the job's decoded request */
     uint64_t ticket;         /* arrival order */
+    uint64_t t_head;         /* its request's head came (REST; gRPC: its
+                                message): the idle sweep's step time */
     int where;               /* SRV_STEP_* */
     /* set by srv_seq_prepare (pool), read by the loop afterwards */
     int is_step;

@@ -191,11 +191,47 @@ void srv_seq_drop_model(srv_entry *e)
         each_seq(e->s->seqs, drop_model_fn, e);
 }
 
+/* step_coming: may a step of l whose request's head came before `before`
+ * still be on its way to l: a REST body still coming to l's model's
+ * infer, or a request being decoded, neither with another id in its
+ * Attnd-Sequence-Id header, or a decoded step of l waiting for earlier
+ * arrivals? (Until decoded, a request's sequence id is not known.) */
+static int step_coming(srv_seqs *q, const srv_seq *l, uint64_t before)
+{
+    const srv_step *st;
+    const srv_conn *c;
+    for (st = q->dec_head; st; st = st->next)
+        if (st->t_head < before && st->e == l->e &&
+            (!st->hdr_id[0] || strcmp(st->hdr_id, l->id) == 0))
+            return 1;
+    for (st = q->held_head; st; st = st->next)
+        if (st->t_head < before && strcmp(st->id, l->id) == 0)
+            return 1;
+    for (c = q->s->conns; c; c = c->next) {
+        const srv_req *r = c->req;
+        const char *hdr;
+        if (c->grpc || !r || !r->conn || !r->route ||
+            r->route->body != SRV_BODY_INFER || r->dispatched || r->have_resp ||
+            r->t0_ns >= before || strcmp(r->arg[0], l->e->name) != 0)
+            continue;
+        hdr = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                          "Attnd-Sequence-Id");
+        if (!hdr || strcmp(hdr, l->id) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* idle_fn: l goes once no step came for sequence-idle-ms, unless a step
+ * that came before that (its request's head) is still on its way
+ * (step_coming: its body coming, decoding), for at most one more period. */
 static void idle_fn(srv_seqs *q, srv_seq *l, void *arg)
 {
     uint64_t now = *(uint64_t *)arg;
     uint64_t idle = (uint64_t)q->s->cfg.sequence_idle_ms * 1000000u;
-    if (l->live && !l->active && !l->qhead && now - l->last_ns >= idle) {
+    if (l->live && !l->active && !l->qhead && now - l->last_ns >= idle &&
+        (now - l->last_ns >= 2 * idle ||
+         !step_coming(q, l, l->last_ns + idle))) {
         srv__seq_drop(q, l, SRV_DROP_IDLE);
         srv__seq_gc(q, l);
     } else if (l->gone && now - l->gone_ns >= idle) {

@@ -3,6 +3,7 @@
 // step. The client the 503 of a full K/V budget tells to "retry later"
 // keeps its sequence while it retries (README, Sequences, "Lifetime").
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import { test } from 'node:test';
 import { SLOW, infer, start } from './helper.mjs';
 import { D, checkStep, full, gqaModels, metric, stepBody, tokens } from './seq_helper.mjs';
@@ -61,5 +62,58 @@ test('a client retrying a 503 (K/V budget full) as told keeps its sequence; one 
     assert.match(await gone.text(), /at 64 tokens: idle past sequence-idle-ms/);
     assert.equal(await metric(d, 'attnd_sequences_dropped_total', 'gqa', ',reason="idle"'), 1);
     assert.equal(await metric(d, 'attnd_kv_bytes'), 0);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+/** POST body to path on d, its head and first `split` bytes now, the rest
+ * when rest() is called; done resolves {status, json} once answered. */
+function slowPost(d, path, body, split) {
+  const s = net.connect(d.port, '127.0.0.1');
+  const b = Buffer.from(JSON.stringify(body));
+  let got = Buffer.alloc(0);
+  const done = new Promise((resolve, reject) => {
+    s.on('data', (x) => { got = Buffer.concat([got, x]); });
+    s.on('error', reject);
+    s.on('close', () => {
+      const text = got.toString();
+      const i = text.indexOf('\r\n\r\n');
+      let json = null;
+      try { json = JSON.parse(text.slice(i + 4)); } catch { json = text; }
+      resolve({ status: Number(text.slice(9, 12)), json });
+    });
+  });
+  s.write(`POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n` +
+    `Content-Length: ${b.length}\r\nConnection: close\r\n\r\n`);
+  s.write(b.subarray(0, split));
+  return { rest: () => s.write(b.subarray(split)), done };
+}
+
+test('a step whose request came before the idle deadline keeps its sequence while its body still comes', async () => {
+  // sweeps every idle / 4: the step's head comes half a period after the
+  // start's answer, the rest of its body half a period past its deadline,
+  // two sweeps after it passed
+  const idle = 1000 * SLOW;
+  const d = await start({ dir: gqaModels(), args: ['--sequence-idle-ms', String(idle)] });
+  try {
+    const xs = tokens(4, 12);
+    const ref = await full(d, xs);
+    checkStep(await infer(d, 'gqa', stepBody('slow', xs.slice(0, 3 * D), { start: true })), ref, 0, 3, 'start');
+    const t0 = Date.now();
+    await sleep(idle / 2);
+    const p = slowPost(d, '/v2/models/gqa/infer', stepBody('slow', xs.slice(3 * D)), 40);
+    await sleep(t0 + 1.5 * idle - Date.now());
+    // its step is on its way: not dropped (it was, before: 404 idle)
+    const g = await fetch(`${d.url}/v2/sequences/slow`);
+    assert.equal(g.status, 200, await g.text());
+    p.rest();
+    checkStep(await p.done, ref, 3, 1, 'the slow step');
+    assert.equal(await metric(d, 'attnd_sequences_dropped_total', 'gqa', ',reason="idle"'), 0);
+    // and with no step coming it still goes
+    const t1 = Date.now();
+    while ((await fetch(`${d.url}/v2/sequences/slow`)).status === 200) {
+      assert.ok(Date.now() - t1 < 10 * idle, 'still live');
+      await sleep(50);
+    }
+    assert.equal(await metric(d, 'attnd_sequences_dropped_total', 'gqa', ',reason="idle"'), 1);
   } finally { assert.equal((await d.stop()).code, 0); }
 });

@@ -643,6 +643,68 @@ START_TEST(map_keeps_scores)
 }
 END_TEST
 
+/* The idle sweep and a step on its way: a request whose head came before
+ * its sequence's deadline (sequence-idle-ms, 40) but is still decoding,
+ * or decoded and held behind an earlier arrival, when the sweep runs
+ * keeps the sequence: it may be its step (its id is not known before its
+ * decode). For at most one more period; one that names another sequence
+ * in its header, or came after the deadline, keeps nothing. */
+START_TEST(idle_waits_for_a_step_on_its_way)
+{
+    srv_job *a, *b, *o, *late;
+    go(M1, 3, "\"sequence_id\":\"w\",\"sequence_start\":true");
+    g_now += 30 * MS;
+    o = make(M1, 1, "other", NULL, "");
+    o->st.t_head = g_now;
+    srv_seq_arrive(&g_s, &o->st); /* another id's, by its header */
+    a = job(M1, 1, "\"sequence_id\":\"w\"");
+    a->st.t_head = g_now;
+    srv_seq_arrive(&g_s, &a->st); /* decoding */
+    g_now += 20 * MS;             /* 50 ms since the start */
+    sweep();
+    ck_assert_int_eq(length("w"), 3);
+    srv_seq_decoded(&g_s, &a->st, 1); /* held behind o */
+    ck_assert_int_eq(a->st.where, SRV_STEP_HELD);
+    sweep();
+    ck_assert_int_eq(length("w"), 3);
+    srv_seq_decoded(&g_s, &o->st, 0); /* a's turn: its sequence is there */
+    ck_assert_int_eq(a->queued, 1);
+    ck_assert_int_eq(run(a, 1), 0);
+    ck_assert_int_eq(length("w"), 4);
+    ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_IDLE], 0);
+
+    /* a request that may be its step: for one more period at most */
+    b = job(M1, 1, "\"sequence_id\":\"w\"");
+    g_now += 39 * MS;
+    b->st.t_head = g_now;
+    srv_seq_arrive(&g_s, &b->st);
+    g_now += 40 * MS; /* 79 */
+    sweep();
+    ck_assert_int_eq(length("w"), 4);
+    g_now += 1 * MS; /* 80: two periods */
+    sweep();
+    ck_assert_int_eq(info("w", NULL), 0);
+    ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_IDLE], 1);
+    srv_seq_decoded(&g_s, &b->st, 1);
+    ck_assert_int_eq(b->status, 400); /* unknown: dropped (idle) */
+
+    /* one naming another id, or come after the deadline, keeps nothing */
+    go(M1, 3, "\"sequence_id\":\"w\",\"sequence_start\":true");
+    o->st.where = SRV_STEP_NONE;
+    srv_seq_arrive(&g_s, &o->st);
+    g_now += 40 * MS;
+    late = job(M1, 1, "\"sequence_id\":\"w\"");
+    late->st.t_head = g_now;
+    srv_seq_arrive(&g_s, &late->st);
+    sweep();
+    ck_assert_int_eq(info("w", NULL), 0);
+    srv_seq_decoded(&g_s, &o->st, 0);
+    srv_seq_decoded(&g_s, &late->st, 1);
+    ck_assert_int_eq(late->status, 400);
+    job_free(a), job_free(b), job_free(o), job_free(late);
+}
+END_TEST
+
 static Suite *seq_suite(void)
 {
     Suite *s = suite_create("seq");
@@ -661,6 +723,7 @@ static Suite *seq_suite(void)
     tcase_add_test(tc, failed_retained_start_drops_its_map);
     tcase_add_test(tc, map_that_cannot_grow_ends);
     tcase_add_test(tc, map_keeps_scores);
+    tcase_add_test(tc, idle_waits_for_a_step_on_its_way);
     suite_add_tcase(s, tc);
     return s;
 }
