@@ -157,8 +157,8 @@ check-unit: deps $(UNIT_BIN)
 # --- server: the daemon's suites (node:test against a running attnd) -----
 # Each file starts its own attnd ($(ATTND)) on 127.0.0.1, port 0.
 SERVER_TESTS := $(sort $(wildcard tests/server/*.test.mjs))
-# failalloc.test.mjs preloads it into the default build's attnd: its own
-# allocations fail on demand (built without a sanitizer, whose runtime
+# failalloc.test.mjs (and batching.test.mjs's plan test) preloads it into
+# the default build's attnd: its own allocations fail on demand (built without a sanitizer, whose runtime
 # would replace malloc itself; the test skips sanitized builds).
 FAILALLOC := $(BUILD)/tests/server/failalloc.so
 $(FAILALLOC): tests/server/failalloc.c

@@ -308,6 +308,64 @@ static int compatible(const srv_job *h, const srv_job *j)
     return 1;
 }
 
+/* plan_jobs: b's plan for its jobs as they are now (their items laid out
+ * one after the other). 0, or an ATTN_ error with err (ATTN_ENOMEM when
+ * the items' array or the plan had no memory). */
+static int plan_jobs(batch *b, srv_job *h, char *err)
+{
+    int i, k;
+    free(b->seqs);
+    free(b->raws);
+    b->seqs = NULL;
+    b->raws = NULL;
+    for (i = 0, k = 0; i < b->n_jobs; k += b->jobs[i]->prep.n, i++) {
+        b->jobs[i]->batch = b->n_seqs;
+        b->jobs[i]->item0 = k;
+    }
+    if (h->prep.raw) {
+        b->raws = malloc(sizeof *b->raws * (size_t)b->n_seqs);
+        if (!b->raws)
+            return snprintf(err, ATTN_ERRMAX, "out of memory"), ATTN_ENOMEM;
+        for (i = 0, k = 0; i < b->n_jobs; k += b->jobs[i]->prep.n, i++)
+            memcpy(b->raws + k, b->jobs[i]->prep.raws,
+                   sizeof *b->raws * (size_t)b->jobs[i]->prep.n);
+        return attn_plan_create_raw(&b->plan, &h->prep.cfg, b->raws,
+                                    b->n_seqs, err);
+    }
+    b->seqs = malloc(sizeof *b->seqs * (size_t)b->n_seqs);
+    if (!b->seqs)
+        return snprintf(err, ATTN_ERRMAX, "out of memory"), ATTN_ENOMEM;
+    for (i = 0, k = 0; i < b->n_jobs; k += b->jobs[i]->prep.n, i++)
+        memcpy(b->seqs + k, b->jobs[i]->prep.seqs,
+               sizeof *b->seqs * (size_t)b->jobs[i]->prep.n);
+    return attn_plan_create(&b->plan, model_config(h->inst->m),
+                            model_weights(h->inst->m), b->seqs, b->n_seqs, err);
+}
+
+/* requeue_half: b's plan had no memory: the later half of its jobs goes
+ * back to its model's queue, in its place (a step keeps its pages: bound,
+ * it is not bound again), for a later batch; b tries again with the rest. */
+static void requeue_half(batch *b)
+{
+    srv_entry *e = b->e;
+    int keep = b->n_jobs / 2;
+    while (b->n_jobs > keep) {
+        srv_job *j = b->jobs[--b->n_jobs], **pp;
+        b->n_seqs -= j->prep.n;
+        for (pp = &e->qhead; *pp && (*pp)->t_queued <= j->t_queued;
+             pp = &(*pp)->next)
+            ;
+        j->next = *pp;
+        *pp = j;
+        if (!j->next)
+            e->qtail = j;
+        e->q_seqs += j->prep.n;
+        j->state = J_QUEUED;
+        j->t_run = 0;
+        j->batch = j->item0 = 0;
+    }
+}
+
 /* launch: take a batch off e's queue (head first, then every compatible
  * job that still fits in max_batch) and start its plan. Returns -1 when
  * out of memory before anything left the queue (nothing changed). */
@@ -317,7 +375,7 @@ static int launch(srv_entry *e)
     srv_job *h = e->qhead, **pp, *failed = NULL;
     batch *b = calloc(1, sizeof *b);
     char err[ATTN_ERRMAX];
-    int i, k, rc, max = (int)s->cfg.max_batch;
+    int i, rc, max = (int)s->cfg.max_batch;
     uint64_t now = srv_now_ns();
     if (!b)
         goto oom;
@@ -335,8 +393,11 @@ static int launch(srv_entry *e)
             continue;
         }
         srv__job_unqueue(j);
-        /* a sequence step takes its pages now; one that cannot leaves */
-        if (j->step.is_step && (j->status = srv_seq_bind(&j->step, &j->mem, j->err))) {
+        /* a sequence step takes its pages now (unless it kept them from a
+         * batch whose plan had no memory: requeue_half); one that cannot
+         * leaves */
+        if (j->step.is_step && !j->step.bound &&
+            (j->status = srv_seq_bind(&j->step, &j->mem, j->err))) {
             j->next = failed;
             failed = j;
             continue;
@@ -362,27 +423,13 @@ static int launch(srv_entry *e)
         batch_free(b);
         return 0;
     }
-    for (i = 0, k = 0; i < b->n_jobs; k += b->jobs[i]->prep.n, i++) {
-        b->jobs[i]->batch = b->n_seqs;
-        b->jobs[i]->item0 = k;
-    }
-    if (h->prep.raw) {
-        b->raws = malloc(sizeof *b->raws * (size_t)b->n_seqs);
-        if (!b->raws)
-            goto oom_taken;
-        for (i = 0, k = 0; i < b->n_jobs; k += b->jobs[i]->prep.n, i++)
-            memcpy(b->raws + k, b->jobs[i]->prep.raws,
-                   sizeof *b->raws * (size_t)b->jobs[i]->prep.n);
-        rc = attn_plan_create_raw(&b->plan, &h->prep.cfg, b->raws, b->n_seqs, err);
-    } else {
-        b->seqs = malloc(sizeof *b->seqs * (size_t)b->n_seqs);
-        if (!b->seqs)
-            goto oom_taken;
-        for (i = 0, k = 0; i < b->n_jobs; k += b->jobs[i]->prep.n, i++)
-            memcpy(b->seqs + k, b->jobs[i]->prep.seqs,
-                   sizeof *b->seqs * (size_t)b->jobs[i]->prep.n);
-        rc = attn_plan_create(&b->plan, model_config(h->inst->m),
-                              model_weights(h->inst->m), b->seqs, b->n_seqs, err);
+    /* a batch whose plan has no memory runs as smaller ones: only a
+     * request that cannot get it alone fails (503) */
+    while ((rc = plan_jobs(b, h, err)) == ATTN_ENOMEM && b->n_jobs > 1) {
+        srv_log(s, "warn", "model '%s': no memory for the plan of a batch of "
+                "%d requests (%s); it runs as smaller batches", e->name,
+                b->n_jobs, err);
+        requeue_half(b);
     }
     e->running++;
     if (rc < 0) {
@@ -429,10 +476,6 @@ static int launch(srv_entry *e)
     b->next_running = e->staged;
     e->staged = b;
     add_workers(b);
-    return 0;
-oom_taken:
-    e->running++;
-    batch_finish(b, 503, "server: out of memory");
     return 0;
 oom:
     if (b)

@@ -5,8 +5,11 @@ import { test } from 'node:test';
 import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { availableParallelism } from 'node:os';
-import { join } from 'node:path';
-import { REFS, fp32, infer, maxDiff, modelsDir, start } from './helper.mjs';
+import { dirname, join } from 'node:path';
+import { ATTND, REFS, SLOW, binaryRequest, f32bytes, fp32, infer, maxDiff, modelsDir, parseBinary, start } from './helper.mjs';
+import { D, gqaModels, tokens } from './seq_helper.mjs';
+
+const SHIM = join(dirname(ATTND), 'tests', 'server', 'failalloc.so');
 
 const statsOf = async (d, m) => (await (await fetch(`${d.url}/v2/models/${m}/stats`)).json()).model_stats[0];
 
@@ -340,4 +343,64 @@ test('--busy-poll-us: warm jobs spin on one core fewer than the machine has (the
     assert.ok(spun.length <= Math.max(cores - 1, 0), `${spun.length} threads besides the loop took >= 20 ms of CPU on ${cores} cores`);
     assert.equal((await d.stop()).code, 0);
   } catch (e) { await d.stop('SIGKILL'); throw e; }
+});
+
+/** A causal request of x [1, n, D] (binary in and out) to gqa with the
+ * given parameters: {status, y} (200) or {status, error}. */
+async function binInfer(d, xs, parameters) {
+  const n = xs.length / D;
+  const { body, headerLen } = binaryRequest({
+    inputs: [{ name: 'x', datatype: 'FP32', shape: [1, n, D], parameters: { binary_data_size: xs.length * 4 } }],
+    outputs: [{ name: 'y', parameters: { binary_data: true } }], parameters,
+  }, [f32bytes(xs)]);
+  const r = await fetch(`${d.url}/v2/models/gqa/infer`, {
+    method: 'POST', body, headers: { 'Inference-Header-Content-Length': String(headerLen) },
+  });
+  const buf = Buffer.from(await r.arrayBuffer());
+  if (r.status !== 200) return { status: r.status, error: JSON.parse(buf.toString()).error };
+  return { status: 200, y: parseBinary(buf, Number(r.headers.get('inference-header-content-length'))).raw.y };
+}
+
+test('a batch whose plan has no memory runs as smaller batches: only a request that cannot get it alone fails', { skip: SLOW > 1 && 'a sanitizer replaces malloc' }, async () => {
+  // failalloc's FAILALLOC_OVER stands in for a memory limit once armed: an
+  // allocation of attnd's over 800 kB fails. One request of 2000 tokens has a plan of
+  // about 450 kB (Q, K, V, O and positions: ~56 floats a token); two
+  // together gather their rows too (1.4 MB), and 6000 tokens alone need
+  // about 1.3 MB. The three meet in one batch (a long batch delay).
+  const T = 2000;
+  const d = await start({ dir: gqaModels(), env: { LD_PRELOAD: SHIM, FAILALLOC_OVER: '800000' },
+    args: ['--max-batch', '8', '--batch-delay-us', '400000', '--instances', '1'] });
+  try {
+    d.proc.kill('SIGUSR1'); // the limit from now on (started and loaded)
+    await new Promise((r) => setTimeout(r, 100));
+    const xs = tokens(3 + T, 5), ys = tokens(T, 6), big = tokens(3 * T, 7);
+    // references, each alone: the sequence's rows as one request, ys
+    const refX = await binInfer(d, xs, { causal: true });
+    const refY = await binInfer(d, ys, { causal: true });
+    assert.equal(refX.status, 200, refX.error);
+    assert.equal(refY.status, 200, refY.error);
+    const s0 = await binInfer(d, xs.slice(0, 3 * D), { sequence_id: 'b', sequence_start: true });
+    assert.equal(s0.status, 200, s0.error);
+    // queued in this order (50 ms apart, within the batch delay): the
+    // step is bound (its pages taken) in the first batch and goes back to
+    // the queue with them, then runs in the next
+    const later = (ms, f) => new Promise((r) => setTimeout(r, ms)).then(f);
+    const [b, step, c] = await Promise.all([
+      binInfer(d, ys, { causal: true }),
+      later(50, () => binInfer(d, xs.slice(3 * D), { sequence_id: 'b' })),
+      later(100, () => binInfer(d, big, { causal: true })),
+    ]);
+    assert.equal(step.status, 200, step.error); // (503 before, all three)
+    assert.ok(maxDiff(step.y, refX.y.slice(3 * D)) < 1e-5, 'the step\'s rows');
+    assert.equal(b.status, 200, b.error);
+    assert.ok(maxDiff(b.y, refY.y) < 1e-5, 'the stateless request');
+    assert.equal(c.status, 503);
+    assert.match(c.error, /^engine: out of memory allocating \d+ bytes of scratch/);
+    assert.match(d.log(), /no memory for the plan of a batch of 3 requests \(out of memory allocating \d+ bytes of scratch\); it runs as smaller batches/);
+    const g = await (await fetch(`${d.url}/v2/sequences/b`)).json();
+    assert.equal(g.length, 3 + T);
+    assert.equal(g.bytes, Math.ceil((3 + T) / 64) * 64 * 2 * 2 * 4 * 4); // pages of 64 tokens, 2 kv heads of 4, K and V
+    const stats = await statsOf(d, 'gqa');
+    assert.equal(stats.inference_count, 5); // the two references, the start, step and b
+  } finally { assert.equal((await d.stop()).code, 0); }
 });

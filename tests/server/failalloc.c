@@ -21,6 +21,11 @@
  * period), for a start under memory pressure; FAILALLOC_SEED=n picks
  * another pattern.
  *
+ * FAILALLOC_OVER=n changes what arming does: from then on every
+ * allocation of the executable's own code of more than n bytes fails,
+ * and no other (a memory limit a test can set once attnd has started,
+ * e.g. for a batch's plan whose scratch outgrows what one request needs).
+ *
  * FAILALLOC_TRACE=1 also writes each failed call site, as an offset into
  * the executable (addr2line -e attnd 0x...; jansson's as "jansson +0x...").
  *
@@ -58,6 +63,7 @@ static uint64_t seed = 0x9e3779b97f4a7c15u; /* FAILALLOC_SEED: another pattern *
 static int trace;                  /* FAILALLOC_TRACE=1: each call site */
 static atomic_int armed;
 static atomic_ulong seen, failed, every = 7;
+static size_t over; /* FAILALLOC_OVER: larger ones fail, 0 = none */
 static unsigned long periods[16] = {7};
 static int n_periods = 1, next_period;
 
@@ -148,6 +154,8 @@ __attribute__((constructor)) static void failalloc_init(void)
     with_mhd = getenv("FAILALLOC_MHD") != NULL;
     if (getenv("FAILALLOC_SEED"))
         seed += strtoull(getenv("FAILALLOC_SEED"), NULL, 10) * 0xbf58476d1ce4e5b9u;
+    if (getenv("FAILALLOC_OVER"))
+        over = strtoull(getenv("FAILALLOC_OVER"), NULL, 10);
     if (getenv("FAILALLOC_AT_START")) { /* armed from the first allocation */
         atomic_store(&every, periods[0]);
         next_period = 1 % n_periods;
@@ -160,12 +168,25 @@ __attribute__((constructor)) static void failalloc_init(void)
     sigaction(SIGUSR2, &sa, NULL);
 }
 
+/* too_big: is the allocation of n bytes called from ret one that
+ * FAILALLOC_OVER fails? */
+static int too_big(void *ret, size_t n)
+{
+    uintptr_t at = (uintptr_t)ret;
+    if (!over || n <= over || at < code[0].lo || at >= code[0].hi ||
+        !atomic_load_explicit(&armed, memory_order_relaxed))
+        return 0;
+    atomic_fetch_add(&failed, 1);
+    errno = ENOMEM;
+    return 1;
+}
+
 /* fails: does the allocation called from ret fail? */
 static int fails(void *ret)
 {
     uintptr_t at = (uintptr_t)ret;
     int w = 0;
-    if (!atomic_load_explicit(&armed, memory_order_relaxed))
+    if (over || !atomic_load_explicit(&armed, memory_order_relaxed))
         return 0;
     while (w < 3 && (at < code[w].lo || at >= code[w].hi))
         w++;
@@ -194,23 +215,28 @@ static int fails(void *ret)
 
 void *malloc(size_t n)
 {
-    return fails(__builtin_return_address(0)) ? NULL : __libc_malloc(n);
+    void *ret = __builtin_return_address(0);
+    return too_big(ret, n) || fails(ret) ? NULL : __libc_malloc(n);
 }
 
 void *calloc(size_t n, size_t size)
 {
-    return fails(__builtin_return_address(0)) ? NULL : __libc_calloc(n, size);
+    void *ret = __builtin_return_address(0);
+    size_t bytes = size && n > SIZE_MAX / size ? SIZE_MAX : n * size;
+    return too_big(ret, bytes) || fails(ret) ? NULL : __libc_calloc(n, size);
 }
 
 void *realloc(void *p, size_t n)
 {
-    return fails(__builtin_return_address(0)) ? NULL : __libc_realloc(p, n);
+    void *ret = __builtin_return_address(0);
+    return too_big(ret, n) || fails(ret) ? NULL : __libc_realloc(p, n);
 }
 
 int posix_memalign(void **out, size_t align, size_t n)
 {
     void *p;
-    if (fails(__builtin_return_address(0)))
+    void *ret = __builtin_return_address(0);
+    if (too_big(ret, n) || fails(ret))
         return ENOMEM;
     p = __libc_memalign(align, n);
     if (!p)
@@ -221,7 +247,8 @@ int posix_memalign(void **out, size_t align, size_t n)
 
 void *aligned_alloc(size_t align, size_t n)
 {
-    return fails(__builtin_return_address(0)) ? NULL : __libc_memalign(align, n);
+    void *ret = __builtin_return_address(0);
+    return too_big(ret, n) || fails(ret) ? NULL : __libc_memalign(align, n);
 }
 
 /* libc's own strdup allocates from inside libc, out of reach above */
