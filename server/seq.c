@@ -258,6 +258,13 @@ void srv_seq_decoded(srv *s, srv_step *st, int take)
         else
             q->held_head = st;
         st->where = SRV_STEP_HELD;
+    } else if (st->is_step) {
+        /* a step that failed after its decode (no memory-budget for it:
+         * 503 "retry shortly"; or answered already): a step all the same,
+         * so its live sequence is not idle (route's rule) */
+        srv_seq *l = srv__seq_find(q, st->id);
+        if (l && l->live)
+            l->last_ns = srv_now_ns();
     }
     release(q);
 }

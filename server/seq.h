@@ -117,7 +117,9 @@ void srv_seq_free(srv *s); /* every sequence's pages back; after the loop */
 void srv_seq_arrive(srv *s, srv_step *st);
 /* srv_seq_decoded: st's job finished decoding; take != 0 when it is a good
  * step (the job is then the sequence machinery's until it is queued or
- * failed). Releases the held steps that may go. */
+ * failed); a step not taken (failed after its decode) still counts as a
+ * step of its live sequence for the idle sweep. Releases the held steps
+ * that may go. */
 void srv_seq_decoded(srv *s, srv_step *st, int take);
 /* srv_seq_abandon: st's job was answered (deadline) or lost its client
  * while decoding: it will never be a step, so the steps that arrived after

@@ -364,9 +364,10 @@ static void past_end(const char *id, int len)
 }
 
 /* A step that fails still came: its sequence is not idle. A client that
- * retries a 503 (the K/V budget full: another sequence holds the rest) as
- * it says, or sends a step past the end, keeps its sequence; one that
- * sends nothing for sequence-idle-ms (40 ms) loses it. */
+ * retries a 503 (the K/V budget full: another sequence holds the rest, or
+ * memory-budget once decoded) as it says, or sends a step past the end,
+ * keeps its sequence; one that sends nothing for sequence-idle-ms (40 ms)
+ * loses it. */
 START_TEST(failed_steps_are_not_idle)
 {
     srv_job *a;
@@ -389,6 +390,18 @@ START_TEST(failed_steps_are_not_idle)
     past_end("f", 16);
     sweep();
     ck_assert_int_eq(length("s"), 16);
+    /* one decoded that fails before its turn (sched.c's decoded: no
+     * memory-budget for it, 503 "retry shortly"; or answered already) */
+    for (i = 0; i < 2; i++) {
+        g_now += 30 * MS;
+        a = job(M1, 1, "\"sequence_id\":\"s\"");
+        srv_seq_arrive(&g_s, &a->st);
+        srv_seq_decoded(&g_s, &a->st, 0);
+        job_free(a);
+        past_end("f", 16);
+        sweep();
+        ck_assert_int_eq(length("s"), 16);
+    }
     g_now += 39 * MS;
     sweep();
     ck_assert_int_eq(length("s"), 16);
