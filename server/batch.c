@@ -425,12 +425,13 @@ static int launch(srv_entry *e)
     }
     /* a batch whose plan has no memory runs as smaller ones: only a
      * request that cannot get it alone fails (503) */
-    while ((rc = plan_jobs(b, h, err)) == ATTN_ENOMEM && b->n_jobs > 1) {
-        srv_log(s, "warn", "model '%s': no memory for the plan of a batch of "
-                "%d requests (%s); it runs as smaller batches", e->name,
-                b->n_jobs, err);
+    i = b->n_jobs;
+    while ((rc = plan_jobs(b, h, err)) == ATTN_ENOMEM && b->n_jobs > 1)
         requeue_half(b);
-    }
+    if (b->n_jobs < i)
+        srv_log(s, "warn", "model '%s': no memory for the plan of a batch of "
+                "%d requests (%s); it runs as smaller batches (%d now)",
+                e->name, i, err, b->n_jobs);
     e->running++;
     if (rc < 0) {
         char msg[ATTN_ERRMAX + 32];
@@ -574,7 +575,7 @@ static uint64_t expect_wait(const srv_entry *e)
  * expected sequence steps), or draining. Once the drain is cut short
  * nothing starts: what reaches the queue then (a request decoded after
  * the cut, a step whose turn came) answers 503 as the queued ones did. */
-void srv__pump(srv_entry *e)
+static void pump(srv_entry *e)
 {
     srv *s = e->s;
     if (s->drain_expired) {
@@ -607,4 +608,19 @@ void srv__pump(srv_entry *e)
             return;
         }
     }
+}
+
+/* srv__pump: pump, never inside itself: a batch that ends inside launch
+ * (its plan failed, or it ran inline) pumps again from batch_finish, and
+ * each such level would hold a stack frame of launch's until the queue
+ * was done (a thousand queued requests whose plans found no memory, one
+ * level each, overflowed a 400 KiB stack); the loop already under way
+ * goes on instead. */
+void srv__pump(srv_entry *e)
+{
+    if (e->pumping)
+        return;
+    e->pumping = 1;
+    pump(e);
+    e->pumping = 0;
 }

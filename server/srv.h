@@ -155,6 +155,8 @@ struct srv_entry {
     uv_poll_t batch_poll;   /* when the oldest has waited batch_delay_us */
     uint64_t wake_at;       /* batch.c: batch_fd's deadline (srv_now_ns), 0: none */
     uv_idle_t pump_idle;    /* batch.c: pumps the queue in the loop's next turn */
+    int pumping;            /* batch.c: in srv__pump (a pump from inside it,
+                               a batch that ended at once, is its loop's) */
     uv_async_t helpers;     /* batch.c: a staged batch's next phase began */
     struct batch *staged;   /* batch.c: its batches run tile by tile */
     /* sequences answered 200 whose next step has not reached the queue

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { request as httpRequest } from 'node:http';
+import { Agent, request as httpRequest } from 'node:http';
 import { availableParallelism } from 'node:os';
 import { dirname, join } from 'node:path';
 import { ATTND, REFS, SLOW, binaryRequest, f32bytes, fp32, infer, maxDiff, modelsDir, parseBinary, start } from './helper.mjs';
@@ -396,11 +396,47 @@ test('a batch whose plan has no memory runs as smaller batches: only a request t
     assert.ok(maxDiff(b.y, refY.y) < 1e-5, 'the stateless request');
     assert.equal(c.status, 503);
     assert.match(c.error, /^engine: out of memory allocating \d+ bytes of scratch/);
-    assert.match(d.log(), /no memory for the plan of a batch of 3 requests \(out of memory allocating \d+ bytes of scratch\); it runs as smaller batches/);
+    assert.match(d.log(), /no memory for the plan of a batch of 3 requests \(out of memory allocating \d+ bytes of scratch\); it runs as smaller batches \(1 now\)/);
     const g = await (await fetch(`${d.url}/v2/sequences/b`)).json();
     assert.equal(g.length, 3 + T);
     assert.equal(g.bytes, Math.ceil((3 + T) / 64) * 64 * 2 * 2 * 4 * 4); // pages of 64 tokens, 2 kv heads of 4, K and V
     const stats = await statsOf(d, 'gqa');
     assert.equal(stats.inference_count, 5); // the two references, the start, step and b
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+test('a thousand queued requests whose plans find no memory are each answered 503 from one pump, not a stack frame each', { skip: SLOW > 1 && 'a sanitizer replaces malloc' }, async () => {
+  // one batch of all of them (max-batch 4096, a 2 s batch delay), every
+  // plan over FAILALLOC_OVER (2000 tokens: ~450 kB), even alone: each
+  // fails alone in turn. A batch that ended inside its launch pumped the
+  // queue again from there, one level of launch's frame per request: with
+  // a 400 KiB stack, a SIGSEGV
+  const N = 1000, T = 2000;
+  const d = await start({ dir: gqaModels(), wrap: ['sh', '-c', 'ulimit -s 400 && exec "$0" "$@"'],
+    env: { LD_PRELOAD: SHIM, FAILALLOC_OVER: '300000' },
+    args: ['--max-batch', '4096', '--batch-delay-us', '2000000', '--queue-size', String(N + 10),
+      '--max-connections', String(N + 50), '--max-connections-per-ip', '0'] });
+  try {
+    d.proc.kill('SIGUSR1');
+    await new Promise((r) => setTimeout(r, 100));
+    const xs = tokens(T, 3);
+    const { body, headerLen } = binaryRequest({
+      inputs: [{ name: 'x', datatype: 'FP32', shape: [1, T, D], parameters: { binary_data_size: xs.length * 4 } }],
+      outputs: [{ name: 'y', parameters: { binary_data: true } }] }, [f32bytes(xs)]);
+    const agent = new Agent({ keepAlive: false, maxSockets: N });
+    const one = () => new Promise((res) => {
+      const r = httpRequest({ host: '127.0.0.1', port: d.port, method: 'POST', path: '/v2/models/gqa/infer', agent,
+        headers: { 'Inference-Header-Content-Length': String(headerLen), 'Content-Length': body.length } }, (resp) => {
+        let text = '';
+        resp.on('data', (c) => { text += c; });
+        resp.on('end', () => res({ status: resp.statusCode, text }));
+      });
+      r.on('error', (e) => res({ status: 0, text: e.code }));
+      r.end(body);
+    });
+    const rs = await Promise.all(Array.from({ length: N }, one));
+    const bad = rs.filter((r) => r.status !== 503 || !/engine: out of memory allocating/.test(r.text));
+    assert.equal(bad.length, 0, JSON.stringify(bad.slice(0, 3)));
+    assert.equal((await fetch(`${d.url}/v2/health/live`)).status, 200);
   } finally { assert.equal((await d.stop()).code, 0); }
 });
