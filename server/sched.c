@@ -543,6 +543,8 @@ void srv_h_infer(srv_req *r)
                           "progress (queue-size); retry later", e->name, e->pending,
                           e->pending == 1 ? "" : "s");
         e->stats.fail_rejected++;
+        if (hdr_id) /* a step, retried as told: its sequence is not idle */
+            srv_seq_touch(s, hdr_id);
         return;
     }
     j = calloc(1, sizeof *j);

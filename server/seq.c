@@ -260,13 +260,17 @@ void srv_seq_decoded(srv *s, srv_step *st, int take)
         st->where = SRV_STEP_HELD;
     } else if (st->is_step) {
         /* a step that failed after its decode (no memory-budget for it:
-         * 503 "retry shortly"; or answered already): a step all the same,
-         * so its live sequence is not idle (route's rule) */
-        srv_seq *l = srv__seq_find(q, st->id);
-        if (l && l->live)
-            l->last_ns = srv_now_ns();
+         * 503 "retry shortly"; or answered already) */
+        srv_seq_touch(s, st->id);
     }
     release(q);
+}
+
+void srv_seq_touch(srv *s, const char *id)
+{
+    srv_seq *l = s->seqs ? srv__seq_find(s->seqs, id) : NULL;
+    if (l && l->live) /* a step all the same: not idle (route's rule) */
+        l->last_ns = srv_now_ns();
 }
 
 /* ---- binding and ending ----------------------------------------------------- */
