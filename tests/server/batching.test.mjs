@@ -369,7 +369,7 @@ test('a batch whose plan has no memory runs as smaller batches: only a request t
   // about 1.3 MB. The three meet in one batch (a long batch delay).
   const T = 2000;
   const d = await start({ dir: gqaModels(), env: { LD_PRELOAD: SHIM, FAILALLOC_OVER: '800000' },
-    args: ['--max-batch', '8', '--batch-delay-us', '400000', '--instances', '1'] });
+    args: ['--max-batch', '8', '--batch-delay-us', '1500000', '--instances', '1'] });
   try {
     d.proc.kill('SIGUSR1'); // the limit from now on (started and loaded)
     await new Promise((r) => setTimeout(r, 100));
@@ -381,14 +381,14 @@ test('a batch whose plan has no memory runs as smaller batches: only a request t
     assert.equal(refY.status, 200, refY.error);
     const s0 = await binInfer(d, xs.slice(0, 3 * D), { sequence_id: 'b', sequence_start: true });
     assert.equal(s0.status, 200, s0.error);
-    // queued in this order (50 ms apart, within the batch delay): the
+    // queued in this order (100 ms apart, within the batch delay): the
     // step is bound (its pages taken) in the first batch and goes back to
     // the queue with them, then runs in the next
     const later = (ms, f) => new Promise((r) => setTimeout(r, ms)).then(f);
     const [b, step, c] = await Promise.all([
       binInfer(d, ys, { causal: true }),
-      later(50, () => binInfer(d, xs.slice(3 * D), { sequence_id: 'b' })),
-      later(100, () => binInfer(d, big, { causal: true })),
+      later(100, () => binInfer(d, xs.slice(3 * D), { sequence_id: 'b' })),
+      later(200, () => binInfer(d, big, { causal: true })),
     ]);
     assert.equal(step.status, 200, step.error); // (503 before, all three)
     assert.ok(maxDiff(step.y, refX.y.slice(3 * D)) < 1e-5, 'the step\'s rows');
