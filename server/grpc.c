@@ -454,19 +454,23 @@ void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem,
         call->shead = sl;
     call->stail = sl;
     call->n_slots++;
-    if (call->deadline_ns) {
-        if (now >= call->deadline_ns) {
-            free(msg);
-            r->status = 504;
-            sl->code = GRPC_DEADLINE_EXCEEDED;
-            snprintf(sl->msg, GRPC_ERRMAX, "deadline: the client's deadline passed");
-            sl->done = 1;
-            srv_grpc__schedule(call->c);
-            return;
-        }
+    if (call->deadline_ns && now < call->deadline_ns) {
         r->deadline_ms = (long long)((call->deadline_ns - now) / 1000000u);
         if (r->deadline_ms < 1)
             r->deadline_ms = 1;
+    } else if (call->deadline_ns && call->m->rest_path &&
+               !strcmp(call->m->rest_path, "/v2/models/{}/infer")) {
+        /* passed: an inference is answered by srv_h_infer once its model
+         * is known, and counted there as that model's timeout */
+        r->expired = 1;
+    } else if (call->deadline_ns) {
+        free(msg);
+        r->status = 504;
+        sl->code = GRPC_DEADLINE_EXCEEDED;
+        snprintf(sl->msg, GRPC_ERRMAX, "deadline: the client's deadline passed");
+        sl->done = 1;
+        srv_grpc__schedule(call->c);
+        return;
     }
     err[0] = 0;
     h = srv_grpc_handler(call->m, r, msg, len, &code, err);

@@ -530,6 +530,13 @@ void srv_h_infer(srv_req *r)
                           !e ? "not found" : "not loaded");
         return;
     }
+    /* a gRPC call whose deadline had passed when its message came: the
+     * model's timeout, as one that passes while it waits */
+    if (r->expired) {
+        srv_respond_error(r, 504, "deadline: the client's deadline passed");
+        e->stats.fail_timeout++;
+        return;
+    }
     /* one begun before the signal is served, until the drain is cut short:
      * from then on nothing new runs (the stop would wait for it) */
     if (s->draining && (r->late || s->drain_expired)) {

@@ -301,6 +301,9 @@ struct srv_req {
     void (*on_answer)(srv_req *r);
     void *door_ctx;
     long long deadline_ms; /* shorter deadline than --deadline-ms, or 0 */
+    int expired;           /* its client's deadline had passed when it
+                              came (gRPC): srv_h_infer answers 504 once
+                              its model is known, counted as a timeout */
     /* the door's attnd-sequence-id metadata (REST's is read from conn);
      * one too long to be an id is cut past OIP_MAX_SEQ_ID - 1 bytes */
     int has_seq_hdr;

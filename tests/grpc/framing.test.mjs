@@ -107,6 +107,26 @@ test('HTTP/2 and gRPC framing errors', async () => {
   assert.deepEqual(firstRawOutput(ok.data), SEED_OUT, 'still serving');
 });
 
+test('a call whose grpc-timeout passed before it came is its model\'s timeout in /metrics and stats, as REST counts one', async () => {
+  const timeouts = async () => Number(/\nattnd_inference_request_failure_total\{model="sdpa",version="1",reason="timeout"\} (\d+)\n/
+    .exec(await (await fetch(`${d.url}/metrics`)).text())[1]);
+  const fails = async () => (await (await fetch(`${d.url}/v2/models/sdpa/stats`)).json())
+    .model_stats[0].inference_stats.fail.count;
+  const [t0, f0] = [await timeouts(), await fails()];
+  let r = await raw(INFER, frame(seedMsg()), { 'grpc-timeout': '0m' });
+  assert.equal(r.grpcStatus, 4, r.message);
+  // on a stream, each of its messages once the stream's deadline passed
+  r = await raw('/inference.GRPCInferenceService/ModelStreamInfer', Buffer.concat([frame(seedMsg()), frame(seedMsg())]),
+    { 'grpc-timeout': '0n' });
+  assert.equal(r.grpcStatus, 0, r.message);
+  assert.equal((r.data.toString().match(/the client's deadline passed/g) || []).length, 2);
+  assert.equal(await timeouts(), t0 + 3);
+  assert.equal(await fails(), f0 + 3);
+  // an unknown model is REST's 404, counted in no model
+  r = await raw(INFER, frame(Buffer.concat([str(1, 'nope'), seedMsg().subarray(6)])), { 'grpc-timeout': '0m' });
+  assert.equal(r.grpcStatus, 5, r.message);
+});
+
 test('seeded mutations of a ModelInferRequest: every answer a status, known-good exact', async () => {
   let seed = Number(process.env.ATTND_FUZZ_SEED || 20261130) >>> 0;
   const rnd = () => { seed ^= seed << 13; seed >>>= 0; seed ^= seed >>> 17; seed ^= seed << 5; seed >>>= 0; return seed / 2 ** 32; };
