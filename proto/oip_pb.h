@@ -76,37 +76,45 @@ int oip_pb_peek_model(const char *msg, size_t len, char *name, char *version,
  * whose error_message is set and whose infer_response carries the
  * request's id (and, for one that failed once issued, its model_name and
  * model_version) "so that client knows which request failed". attnd
- * echoes all three whenever it could read them. Fields 1-3 of
+ * echoes all three, whole, whenever it could read them. Fields 1-3 of
  * ModelInferRequest and of ModelInferResponse are the same three strings,
- * so OIP_PB_ECHO_MAX bytes hold them either way: the echo at its longest,
- * and the start of a request that holds them first (every protobuf
- * serializer writes fields in number order).
+ * so an echo is as long as the request's own fields. OIP_PB_ECHO_MAX
+ * bytes hold the echo of any request attnd could serve (names up to the
+ * server's 128 bytes, an id up to OIP_MAX_ID - 1), and are the start of
+ * a request that holds them first (every protobuf serializer writes
+ * fields in number order); a longer one (a request refused for it) needs
+ * oip_pb_echo_size bytes.
  */
 #define OIP_PB_ECHO_NAME 129 /* model_name, model_version: < this many bytes
                                 (the server's model names, SRV_NAME_MAX) */
 #define OIP_PB_ECHO_MAX (3 * 3 + 2 * (OIP_PB_ECHO_NAME - 1) + OIP_MAX_ID - 1)
 
+/* model_name, model_version and id (in field order): each n[i] bytes at
+ * f[i], inside the message read (not NUL-terminated; n[i] 0: none). */
 typedef struct oip_pb_echo {
-    char model_name[OIP_PB_ECHO_NAME];
-    char model_version[OIP_PB_ECHO_NAME];
-    char id[OIP_MAX_ID];
+    const char *f[3];
+    size_t n[3];
 } oip_pb_echo;
 
 /*
  * oip_pb_peek_echo: e from the top-level model_name, model_version and id
  * of a ModelInferRequest (msg, len bytes: the message, or only its first
- * bytes), read off the wire as oip_pb_peek_model reads, without a parse.
- * The last of a field counts, as in the parse; one that could not go back
- * in a protobuf string whole (a NUL byte, not UTF-8, longer than its
- * buffer) is "". Reading stops where the wire format breaks (or the bytes
- * end), keeping what came before. Never fails; any thread.
+ * bytes), read off the wire as oip_pb_peek_model reads, without a parse;
+ * e points into msg. The last of a field counts, as in the parse; one
+ * that could not go back in a protobuf string (not UTF-8) is none, a NUL
+ * byte and any length go back as they came. Reading stops where the wire
+ * format breaks (or the bytes end, a field cut there included), keeping
+ * what came before. Never fails; any thread.
  */
 void oip_pb_peek_echo(const char *msg, size_t len, oip_pb_echo *e);
 
+/* oip_pb_echo_size: the bytes oip_pb_echo_encode writes for e. */
+size_t oip_pb_echo_size(const oip_pb_echo *e);
+
 /*
  * oip_pb_echo_encode: e as a ModelInferResponse (its fields model_name,
- * model_version and id, those not "") into out, OIP_PB_ECHO_MAX bytes;
- * returns the bytes written (0: nothing to echo, an empty message).
+ * model_version and id, those not empty) into out, oip_pb_echo_size(e)
+ * bytes; returns them (0: nothing to echo, an empty message).
  */
 size_t oip_pb_echo_encode(const oip_pb_echo *e, char *out);
 

@@ -623,36 +623,24 @@ int oip_pb_peek_model(const char *msg, size_t len, char *name, char *version,
 void oip_pb_peek_echo(const char *msg, size_t len, oip_pb_echo *e)
 {
     const uint8_t *p = (const uint8_t *)msg, *end, *v;
-    e->model_name[0] = e->model_version[0] = e->id[0] = 0;
+    memset(e, 0, sizeof *e);
     if (!p)
         return;
     end = p + len;
     while (p < end) {
-        uint64_t key, n;
-        char *dst;
-        size_t cap;
+        uint64_t key, n, f;
         if (field(&p, end, &key, &v, &n) < 0)
             return; /* what came before the break stays */
-        switch ((key & 7) == 2 ? key >> 3 : 0) {
-        case 1:
-            dst = e->model_name, cap = sizeof e->model_name;
-            break;
-        case 2:
-            dst = e->model_version, cap = sizeof e->model_version;
-            break;
-        case 3:
-            dst = e->id, cap = sizeof e->id;
-            break;
-        default:
+        f = (key & 7) == 2 ? key >> 3 : 0;
+        if (f < 1 || f > 3)
             continue;
-        }
         /* the last one counts, as in the parse; one that could not go
-         * back as a protobuf string, or only cut, is none */
-        if (n < cap && !memchr(v, 0, n) && oip__utf8_valid((const char *)v, n)) {
-            memcpy(dst, v, n);
-            dst[n] = 0;
+         * back as a protobuf string is none */
+        if (oip__utf8_valid((const char *)v, (size_t)n)) {
+            e->f[f - 1] = (const char *)v;
+            e->n[f - 1] = (size_t)n;
         } else {
-            dst[0] = 0;
+            e->n[f - 1] = 0;
         }
     }
 }

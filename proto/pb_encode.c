@@ -231,17 +231,34 @@ size_t oip_pb_put_varint(unsigned char *out, uint64_t v)
     return n;
 }
 
+/* varint_len: the bytes of v as a protobuf varint. */
+static size_t varint_len(uint64_t v)
+{
+    size_t n = 1;
+    for (; v > 0x7f; v >>= 7)
+        n++;
+    return n;
+}
+
+size_t oip_pb_echo_size(const oip_pb_echo *e)
+{
+    size_t at = 0, i;
+    for (i = 0; i < 3; i++)
+        if (e->n[i])
+            at += 1 + varint_len(e->n[i]) + e->n[i];
+    return at;
+}
+
 size_t oip_pb_echo_encode(const oip_pb_echo *e, char *out)
 {
-    const char *f[3] = {e->model_name, e->model_version, e->id};
-    size_t at = 0, i, n;
+    size_t at = 0, i;
     for (i = 0; i < 3; i++) {
-        if (!(n = strnlen(f[i], i < 2 ? OIP_PB_ECHO_NAME - 1 : OIP_MAX_ID - 1)))
+        if (!e->n[i])
             continue;
         out[at++] = (char)((i + 1) << 3 | 2); /* field i + 1, length-delimited */
-        at += oip_pb_put_varint((unsigned char *)out + at, n);
-        memcpy(out + at, f[i], n);
-        at += n;
+        at += oip_pb_put_varint((unsigned char *)out + at, e->n[i]);
+        memcpy(out + at, e->f[i], e->n[i]);
+        at += e->n[i];
     }
     return at;
 }

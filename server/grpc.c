@@ -24,6 +24,7 @@
 #include "server/grpc_int.h"
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,15 @@ static void free_req(srv *s, srv_req *r)
     free(r);
     s->live_reqs--;
     srv_check_stop(s);
+}
+
+/* slot_free: a slot that was never queued (chunk_free frees those). */
+static void slot_free(srv *s, gslot *sl)
+{
+    free(sl->out);
+    free(sl->big);
+    srv_mem_give(s, sl->big_mem);
+    free(sl);
 }
 
 /* ---- ending a call ---------------------------------------------------------- */
@@ -138,6 +148,8 @@ static void chunk_free(gconn *c, gchunk *k)
     gslot *sl = (gslot *)(void *)((char *)k - offsetof(gslot, chunk));
     if (k->buf != sl->msg)
         free(k->buf);
+    free(sl->big); /* (none: stream_msg took it) */
+    srv_mem_give(c->g->s, sl->big_mem);
     free(sl);
     c->queued -= sizeof *sl;
     srv_mem_give(c->g->s, sizeof *sl);
@@ -251,8 +263,15 @@ static void stream_msg(gcall *call, gslot *sl)
         len = strnlen(sl->msg, GRPC_ERRMAX - 1);
         at = 16;
         tag = 0x0a; /* field 1, length-delimited */
-        b = sl->msg;
-        memmove(b + at, b, len);
+        if ((b = sl->big)) { /* a long echo: the answer is written there */
+            sl->big = NULL;
+            srv_mem_give(call->c->g->s, sl->big_mem); /* queue_chunk holds it */
+            sl->big_mem = 0;
+            memcpy(b + at, sl->msg, len);
+        } else {
+            b = sl->msg;
+            memmove(b + at, b, len);
+        }
         b[at + len] = 0x12; /* infer_response: field 2, length-delimited */
         tail = 1 + oip_pb_put_varint((unsigned char *)b + at + len + 1,
                                      sl->echo_len);
@@ -310,8 +329,7 @@ void srv_grpc__pump(gcall *call)
                 srv_grpc__call_end(call, sl->code, sl->msg);
             }
         }
-        free(sl->out);
-        free(sl);
+        slot_free(s, sl);
     }
     if (call->m && call->m->stream && !call->shead && !call->hhead &&
         !call->ending) {
@@ -396,17 +414,35 @@ static void slot_abandon(srv *s, gslot *sl)
             free_req(s, r);
         }
     }
-    free(sl->out);
-    free(sl);
+    slot_free(s, sl);
 }
 
+/* The longest echo: its answer's frame length must fit 32 bits. */
+#define ECHO_LONGEST (UINT32_MAX - SLOT_ECHO_BIG(0) - 32)
+
 /* echo: what the error answer of sl, a stream's request, echoes of it
- * (req, len bytes: its message or their start). */
+ * (req, len bytes: its message or their start): in the slot, or when it
+ * is longer (an id over 255 bytes) in its own buffer, counted against
+ * memory-budget; with no memory for that, nothing (the error still goes). */
 static void echo(gslot *sl, const char *req, size_t len)
 {
+    srv *s = sl->call->c->g->s;
     oip_pb_echo e;
+    size_t n;
     oip_pb_peek_echo(req, len, &e);
-    sl->echo_len = oip_pb_echo_encode(&e, sl->msg + SLOT_ECHO_AT);
+    n = oip_pb_echo_size(&e);
+    if (n <= OIP_PB_ECHO_MAX) {
+        sl->echo_len = oip_pb_echo_encode(&e, sl->msg + SLOT_ECHO_AT);
+        return;
+    }
+    if (n > ECHO_LONGEST || srv_mem_take(s, SLOT_ECHO_BIG(n)) < 0)
+        return;
+    if (!(sl->big = malloc(SLOT_ECHO_BIG(n)))) {
+        srv_mem_give(s, SLOT_ECHO_BIG(n));
+        return;
+    }
+    sl->big_mem = SLOT_ECHO_BIG(n);
+    sl->echo_len = oip_pb_echo_encode(&e, sl->big + SLOT_ECHO_AT);
 }
 
 /* dispatch: one complete request message (msg malloc'd, taken; late: it
@@ -432,6 +468,7 @@ void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem,
         srv_mem_give(s, mem);
         return;
     }
+    sl->call = call;
     if (call->m->stream) /* for its error answer, if it gets one */
         echo(sl, msg, len);
     r->s = s;
@@ -446,7 +483,6 @@ void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem,
     r->on_answer = on_answer;
     r->door_ctx = sl;
     s->live_reqs++;
-    sl->call = call;
     sl->r = r;
     if (call->stail)
         call->stail->next = sl;

@@ -19,6 +19,9 @@
 /* where a slot's msg holds its request's echo: past its words, the room
  * stream_msg moves them into and an infer_response field's header */
 #define SLOT_ECHO_AT (16 + GRPC_ERRMAX + 3)
+/* the bytes of a slot's big for an echo of n: the echo's field header may
+ * take up to 11 bytes where an inline echo's takes 3 */
+#define SLOT_ECHO_BIG(n) (SLOT_ECHO_AT + 8 + (n))
 
 typedef struct gconn gconn;
 typedef struct gcall gcall;
@@ -54,6 +57,12 @@ typedef struct gslot {
      * SLOT_ECHO_AT: the error answer's infer_response. */
     char msg[SLOT_ECHO_AT + OIP_PB_ECHO_MAX];
     size_t echo_len;
+    /* an echo longer than OIP_PB_ECHO_MAX (an id over 255 bytes: a
+     * request refused for it) waits at SLOT_ECHO_AT of big instead, room
+     * for the whole error answer (SLOT_ECHO_BIG), big_mem bytes of
+     * memory-budget until it is queued */
+    char *big;
+    size_t big_mem;
     /* its answer on the way out: queued without an allocation, so an
      * answer made (a sequence's step done) is sent, or its connection
      * closed, never replaced by an out-of-memory error. The slot lives

@@ -90,7 +90,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     {
         oip_pb_echo e;
         oip_pb_peek_echo((const char *)data, size, &e);
-        if (strcmp(e.id, r.id ? r.id : "") != 0)
+        if (e.n[2] != (r.id ? strlen(r.id) : 0) ||
+            (e.n[2] && memcmp(e.f[2], r.id, e.n[2]) != 0))
             abort();
     }
     if (peek == 0) {

@@ -14,8 +14,9 @@
  *   - a NUL byte inside a string (a nested one too), which protobuf-c
  *     would hand over cut there; not in bytes nor unknown fields;
  *   - oip_pb_peek_echo (a stream error's echo of its request): the last
- *     of a field, none for one no string could hold, what came before a
- *     break; oip_pb_echo_encode of it, read back by protobuf-c.
+ *     of a field, none for one no string could hold (not UTF-8), a NUL
+ *     byte and an id of any length whole, what came before a break;
+ *     oip_pb_echo_encode of it, read back by protobuf-c.
  * And INT64 typed contents and per-output binary_data decode as sent.
  */
 #include <check.h>
@@ -436,52 +437,75 @@ END_TEST
 
 /* The echo of a stream's failed request: id, model_name, model_version as
  * the request's top level holds them, read without a parse. */
+static int echoed(const oip_pb_echo *e, int i, const char *want, size_t n)
+{
+    return e->n[i] == n && (!n || !memcmp(e->f[i], want, n));
+}
+
 START_TEST(peek_echo)
 {
     oip_pb_echo e;
-    char out[OIP_PB_ECHO_MAX], big[OIP_PB_ECHO_MAX + 8];
+    char out[OIP_PB_ECHO_MAX], *big, *out_big;
     Inference__ModelInferResponse *m;
-    size_t n;
+    size_t n, id_len = 100000;
     /* model_name "m", id "a" then id "b" (the last counts), version "1",
      * an input (skipped), then a field cut short */
     const char two[] = {0x0a, 1, 'm', 0x1a, 1, 'a', 0x1a, 1, 'b', 0x12, 1, '1',
                         0x2a, 2, 0x0a, 0, 0x1a, 5, 'z'};
-    /* an id with a NUL byte, a version that is not UTF-8: none */
-    const char bad[] = {0x0a, 1, 'm', 0x12, 1, (char)0xff, 0x1a, 2, 'x', 0};
+    /* a version that is not UTF-8: none; an id with a NUL byte: whole (a
+     * protobuf string may hold one) */
+    const char bad[] = {0x0a, 1, 'm', 0x12, 1, (char)0xff, 0x1a, 3, 'x', 0, 'y'};
     oip_pb_peek_echo(two, sizeof two, &e);
-    ck_assert_str_eq(e.model_name, "m");
-    ck_assert_str_eq(e.model_version, "1");
-    ck_assert_str_eq(e.id, "b");
+    ck_assert(echoed(&e, 0, "m", 1));
+    ck_assert(echoed(&e, 1, "1", 1));
+    ck_assert(echoed(&e, 2, "b", 1));
     oip_pb_peek_echo(bad, sizeof bad, &e);
-    ck_assert_str_eq(e.model_name, "m");
-    ck_assert_str_eq(e.model_version, "");
-    ck_assert_str_eq(e.id, "");
-    oip_pb_peek_echo(NULL, 0, &e);
-    ck_assert_str_eq(e.id, "");
-    /* an id of OIP_MAX_ID bytes is refused by the decode: none, not cut */
-    big[0] = 0x1a, big[1] = (char)(OIP_MAX_ID | 0x80), big[2] = OIP_MAX_ID >> 7;
-    memset(big + 3, 'i', OIP_MAX_ID);
-    oip_pb_peek_echo(big, 3 + OIP_MAX_ID, &e);
-    ck_assert_str_eq(e.id, "");
-    /* the longest echo fits OIP_PB_ECHO_MAX and reads back */
-    memset(e.model_name, 'n', sizeof e.model_name - 1);
-    e.model_name[sizeof e.model_name - 1] = 0;
-    memset(e.model_version, 'v', sizeof e.model_version - 1);
-    e.model_version[sizeof e.model_version - 1] = 0;
-    memset(e.id, 'i', sizeof e.id - 1);
-    e.id[sizeof e.id - 1] = 0;
+    ck_assert(echoed(&e, 0, "m", 1));
+    ck_assert(echoed(&e, 1, "", 0));
+    ck_assert(echoed(&e, 2, "x\0y", 3));
     n = oip_pb_echo_encode(&e, out);
-    ck_assert_uint_eq(n, OIP_PB_ECHO_MAX);
+    ck_assert_uint_eq(n, oip_pb_echo_size(&e));
     m = inference__model_infer_response__unpack(NULL, n, (const uint8_t *)out);
     ck_assert_ptr_nonnull(m);
-    ck_assert_str_eq(m->model_name, e.model_name);
-    ck_assert_str_eq(m->model_version, e.model_version);
-    ck_assert_str_eq(m->id, e.id);
+    ck_assert_str_eq(m->model_version, "");
+    ck_assert_str_eq(m->id, "x"); /* protobuf-c hands it over cut */
     inference__model_infer_response__free_unpacked(m, NULL);
-    /* and is what a request holding them first starts with */
-    oip_pb_peek_echo(out, n, &e);
-    ck_assert_uint_eq(strlen(e.id), OIP_MAX_ID - 1);
-    e.model_name[0] = e.model_version[0] = e.id[0] = 0;
+    oip_pb_peek_echo(NULL, 0, &e);
+    ck_assert(echoed(&e, 2, "", 0));
+    /* an id far over OIP_MAX_ID bytes (refused by the decode) whole, and
+     * the names up to the server's longest: the echo reads back */
+    big = malloc(3 * 3 + 2 * 128 + id_len + 8);
+    out_big = malloc(3 * 3 + 2 * 128 + id_len + 8);
+    ck_assert(big && out_big);
+    n = 0;
+    big[n++] = 0x0a, big[n++] = (char)0x80, big[n++] = 1; /* 128 */
+    memset(big + n, 'n', 128), n += 128;
+    big[n++] = 0x12, big[n++] = (char)0x80, big[n++] = 1;
+    memset(big + n, 'v', 128), n += 128;
+    big[n++] = 0x1a;
+    n += oip_pb_put_varint((unsigned char *)big + n, id_len);
+    memset(big + n, 'i', id_len), n += id_len;
+    oip_pb_peek_echo(big, n, &e);
+    ck_assert_uint_eq(e.n[2], id_len);
+    ck_assert_uint_eq(oip_pb_echo_size(&e), n);
+    ck_assert_uint_eq(oip_pb_echo_encode(&e, out_big), n);
+    ck_assert(!memcmp(out_big, big, n)); /* as a request holding them first */
+    m = inference__model_infer_response__unpack(NULL, n, (const uint8_t *)out_big);
+    ck_assert_ptr_nonnull(m);
+    ck_assert_uint_eq(strlen(m->model_name), 128);
+    ck_assert_uint_eq(strlen(m->model_version), 128);
+    ck_assert_uint_eq(strlen(m->id), id_len);
+    inference__model_infer_response__free_unpacked(m, NULL);
+    /* the same cut inside its id: the names, no id */
+    oip_pb_peek_echo(big, OIP_PB_ECHO_MAX, &e);
+    ck_assert_uint_eq(e.n[0] + e.n[1], 256);
+    ck_assert_uint_eq(e.n[2], 0);
+    /* the echo of any request attnd could serve fits OIP_PB_ECHO_MAX */
+    e.n[2] = OIP_MAX_ID - 1;
+    ck_assert_uint_eq(oip_pb_echo_size(&e), OIP_PB_ECHO_MAX);
+    free(big);
+    free(out_big);
+    memset(&e, 0, sizeof e);
     ck_assert_uint_eq(oip_pb_echo_encode(&e, out), 0);
 }
 END_TEST
