@@ -262,7 +262,7 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
             }
             if (refused) { /* a stream: this request's error, its bytes
                             * dropped unread but their start kept for the
-                            * echo (answered once they have passed) */
+                            * echo (answered once it has come) */
                 call->skipped = srv_grpc__slot_error(call, GRPC_UNAVAILABLE,
                                                      refused, NULL, 0);
                 call->skipping = 1;
@@ -287,15 +287,20 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
             data += take;
             len -= take;
         }
+        if (call->skipping && call->skipped &&
+            (call->msg_got >= sizeof call->head ||
+             call->msg_got == call->msg_len)) {
+            /* its echo is all in: answered now, its place in the order
+             * kept, while the rest of its bytes are still skipped */
+            srv_grpc__slot_echo(call->skipped, call->head,
+                                call->msg_got < sizeof call->head
+                                    ? call->msg_got : sizeof call->head);
+            call->skipped = NULL;
+        }
         if (call->skipping && call->msg_got == call->msg_len) {
             call->skipping = 0;
             call->hdr_got = 0;
             call->n_msgs++;
-            if (call->skipped)
-                srv_grpc__slot_echo(call->skipped, call->head,
-                                    call->msg_len < sizeof call->head
-                                        ? call->msg_len : sizeof call->head);
-            call->skipped = NULL;
         } else if (call->msg_got == call->msg_len) {
             char *m = call->msg;
             call->msg = NULL;

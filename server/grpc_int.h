@@ -95,8 +95,9 @@ struct gcall {
     size_t unary_len;
     size_t msg_mem, unary_mem; /* their shares of memory-budget */
     int skipping;        /* a stream message refused unread: drop its bytes */
-    struct gslot *skipped; /* its error, answered once they have passed */
-    char head[OIP_PB_ECHO_MAX]; /* its first bytes, for the echo */
+    struct gslot *skipped; /* its error, answered once head is full */
+    char head[OIP_PB_ECHO_MAX]; /* its first bytes, for the echo (or
+                                   all of a shorter one) */
     int late;            /* the message arriving began after SIGTERM, so
                             its request is refused (r->late): a unary
                             call's when its HEADERS did (REST: its head),
@@ -181,12 +182,13 @@ void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem,
 /* grpc.c: a stream request answered with an error before it became an
  * srv_req (its bytes were refused); it keeps its place in the order, and
  * echoes req (its message, len bytes; NULL: its bytes are still coming,
- * and srv_grpc__slot_echo answers it once they have passed). The slot, or
- * NULL when there was no memory for one (the call is ended). */
+ * and srv_grpc__slot_echo answers it once the first OIP_PB_ECHO_MAX of
+ * them, where its id is, have come). The slot, or NULL when there was no
+ * memory for one (the call is ended). */
 gslot *srv_grpc__slot_error(gcall *call, int code, const char *msg,
                             const char *req, size_t len);
-/* grpc.c: a slot_error whose request's bytes have passed now echoes req
- * (len bytes: their start) and is answered. */
+/* grpc.c: a slot_error whose request's first bytes have come now echoes
+ * req (len bytes: their start) and is answered. */
 void srv_grpc__slot_echo(gslot *sl, const char *req, size_t len);
 /* grpc.c: free a call; its unanswered requests detach or are orphaned. */
 void srv_grpc__call_free(gcall *call);

@@ -13,7 +13,7 @@ import http2 from 'node:http2';
 import net from 'node:net';
 import { test } from 'node:test';
 import { ATTND, REFS, fp32, infer, start } from '../server/helper.mjs';
-import { frame, ld, packedI64, str } from './wire.mjs';
+import { fields, frame, ld, packedI64, seedMsg, str } from './wire.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const X = REFS.causal;
@@ -88,6 +88,45 @@ test('memory budget: a gRPC answer its client does not read counts until sent; a
     session.destroy(); // the answer goes with its connection
     await waitFor('the budget back to 0', async () => (await used(d)) === 0, 5000);
     assert.equal((await call(other, bigAnswerMsg(1500))).grpcStatus, 0);
+  } finally {
+    session.destroy();
+    other.close();
+    assert.equal((await d.stop()).code, 0, d.log());
+  }
+});
+
+test('memory budget: a stream message that does not fit is answered once its id has come, while the rest of it is still skipped; the stream goes on', async () => {
+  const d = await start({ grpc: true, args: ['--memory-budget', '9600000', '--max-body', '1000000',
+    '--max-json-body', '1000000', '--request-memory', '9600000'] });
+  const session = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
+  session.on('error', () => {});
+  const other = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
+  try {
+    unread(session, bigAnswerMsg(1500)); // 9 MB held: under 0.6 MB left
+    await waitFor('the answer held', async () => (await used(d)) > 8000000);
+    const st = other.request({ ':method': 'POST', ':path': '/inference.GRPCInferenceService/ModelStreamInfer',
+      'content-type': 'application/grpc', te: 'trailers' });
+    st.on('error', () => {});
+    let data = Buffer.alloc(0);
+    const trailers = new Promise((res) => st.on('trailers', res));
+    st.on('data', (c) => { data = Buffer.concat([data, c]); });
+    // 999000 bytes: its id and model, then a field that runs on; only
+    // the first 4000 bytes are sent
+    const msg = Buffer.concat([str(1, 'sdpa'), str(3, 'early'), ld(9, Buffer.alloc(999000 - 17, 0x61))]);
+    assert.equal(msg.length, 999000);
+    st.write(frame(msg).subarray(0, 4000));
+    await waitFor('the error answer before the rest of the message', async () => data.length >= 5, 5000);
+    const ans = fields(data.subarray(5, 5 + data.readUInt32BE(1)));
+    assert.match(ans[1][0].toString(), /memory-budget/);
+    assert.equal(fields(ans[2][0])[3][0].toString(), 'early');
+    // the rest is skipped as its message, and the next one is served
+    data = Buffer.alloc(0);
+    st.end(Buffer.concat([frame(msg).subarray(4000), frame(Buffer.concat([str(3, 'next'), seedMsg()]))]));
+    const t = await trailers;
+    assert.equal(t['grpc-status'], '0', decodeURIComponent(t['grpc-message'] || ''));
+    const next = fields(data.subarray(5, 5 + data.readUInt32BE(1)));
+    assert.equal(next[1], undefined, next[1] && next[1][0].toString());
+    assert.equal(fields(next[2][0])[3][0].toString(), 'next');
   } finally {
     session.destroy();
     other.close();
