@@ -70,7 +70,7 @@ static void slot_free(srv *s, gslot *sl)
 {
     free(sl->out);
     free(sl->big);
-    srv_mem_give(s, sl->big_mem);
+    srv_mem_give(s, sl->mem);
     free(sl);
 }
 
@@ -149,7 +149,6 @@ static void chunk_free(gconn *c, gchunk *k)
     if (k->buf != sl->msg)
         free(k->buf);
     free(sl->big); /* (none: stream_msg took it) */
-    srv_mem_give(c->g->s, sl->big_mem);
     free(sl);
     c->queued -= sizeof *sl;
     srv_mem_give(c->g->s, sizeof *sl);
@@ -209,6 +208,8 @@ static void queue_chunk(gcall *call, gslot *sl, char *buf, size_t off, size_t en
     k->off = off;
     k->end = end;
     call->c->queued += end - off + sizeof *sl;
+    srv_mem_give(call->c->g->s, sl->mem); /* (counted again just below) */
+    sl->mem = 0;
     srv_mem_hold(call->c->g->s, end - off + sizeof *sl); /* until sent */
     if (call->ctail)
         call->ctail->next = k;
@@ -265,8 +266,6 @@ static void stream_msg(gcall *call, gslot *sl)
         tag = 0x0a; /* field 1, length-delimited */
         if ((b = sl->big)) { /* a long echo: the answer is written there */
             sl->big = NULL;
-            srv_mem_give(call->c->g->s, sl->big_mem); /* queue_chunk holds it */
-            sl->big_mem = 0;
             memcpy(b + at, sl->msg, len);
         } else {
             b = sl->msg;
@@ -441,7 +440,7 @@ static void echo(gslot *sl, const char *req, size_t len)
         srv_mem_give(s, SLOT_ECHO_BIG(n));
         return;
     }
-    sl->big_mem = SLOT_ECHO_BIG(n);
+    sl->mem += SLOT_ECHO_BIG(n);
     sl->echo_len = oip_pb_echo_encode(&e, sl->big + SLOT_ECHO_AT);
 }
 
@@ -526,11 +525,21 @@ void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem,
 gslot *srv_grpc__slot_error(gcall *call, int code, const char *msg,
                             const char *req, size_t len)
 {
-    gslot *sl = calloc(1, sizeof *sl);
-    if (!sl) {
+    srv *s = call->c->g->s;
+    gslot *sl;
+    /* counted from now: a stream's refused messages are not held back as
+     * the others are (a paused connection's, queue-size), so the budget
+     * is what bounds them; with no room, the stream ends with the error */
+    if (srv_mem_take(s, sizeof *sl) < 0) {
+        srv_grpc__call_end(call, code, msg);
+        return NULL;
+    }
+    if (!(sl = calloc(1, sizeof *sl))) {
+        srv_mem_give(s, sizeof *sl);
         srv_grpc__call_end(call, GRPC_UNAVAILABLE, GRPC_OOM_MSG);
         return NULL;
     }
+    sl->mem = sizeof *sl;
     snprintf(sl->msg, GRPC_ERRMAX, "%s", msg);
     sl->call = call;
     sl->code = code;

@@ -245,16 +245,16 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
                 break;
             }
             refused = NULL;
-            if (srv_mem_take(s, mlen + 1u) < 0) {
+            if (srv_mem_take(s, mlen + 1u + MSG_COST) < 0) {
                 snprintf(msg, sizeof msg, "server: the memory for request "
                          "bodies and unsent answers (%lld bytes, memory-budget) "
                          "is in use; retry shortly", s->cfg.memory_budget);
                 refused = msg;
             } else if (!(call->msg = malloc(mlen + 1u))) {
-                srv_mem_give(s, mlen + 1u);
+                srv_mem_give(s, mlen + 1u + MSG_COST);
                 refused = GRPC_OOM_MSG;
             } else {
-                call->msg_mem = mlen + 1u;
+                call->msg_mem = mlen + 1u + MSG_COST;
             }
             if (refused && !call->m->stream) {
                 srv_grpc__call_end(call, GRPC_UNAVAILABLE, refused);

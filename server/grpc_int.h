@@ -16,6 +16,11 @@
 #define STREAM_WINDOW (1 << 20) /* per-stream receive window */
 #define CONN_WINDOW (16 << 20)  /* per-connection receive window */
 #define MAX_STREAMS 128         /* concurrent calls per connection */
+/* a message's bookkeeping, counted against memory-budget with its bytes
+ * (README): the ghold it may wait in and two allocations' headers fit (a
+ * flood of empty messages held behind a paused connection cost 16 times
+ * what it counted) */
+#define MSG_COST 128
 /* where a slot's msg holds its request's echo: past its words, the room
  * stream_msg moves them into and an infer_response field's header */
 #define SLOT_ECHO_AT (16 + GRPC_ERRMAX + 3)
@@ -42,6 +47,7 @@ typedef struct ghold {
     size_t len, mem;
     int late;       /* it began after SIGTERM (gcall.late) */
 } ghold;
+_Static_assert(sizeof(ghold) + 32 <= MSG_COST, "MSG_COST holds a ghold");
 
 /* One request message and its answer. */
 typedef struct gslot {
@@ -59,10 +65,11 @@ typedef struct gslot {
     size_t echo_len;
     /* an echo longer than OIP_PB_ECHO_MAX (an id over 255 bytes: a
      * request refused for it) waits at SLOT_ECHO_AT of big instead, room
-     * for the whole error answer (SLOT_ECHO_BIG), big_mem bytes of
-     * memory-budget until it is queued */
+     * for the whole error answer (SLOT_ECHO_BIG) */
     char *big;
-    size_t big_mem;
+    /* memory-budget it holds until queued (queue_chunk counts it then):
+     * big's bytes, and the slot's own when it came from slot_error */
+    size_t mem;
     /* its answer on the way out: queued without an allocation, so an
      * answer made (a sequence's step done) is sent, or its connection
      * closed, never replaced by an out-of-memory error. The slot lives

@@ -134,6 +134,41 @@ test('memory budget: a stream message that does not fit is answered once its id 
   }
 });
 
+test('memory budget: a flood of empty stream messages behind a paused connection counts what it holds and stays within the budget; the stream ends UNAVAILABLE', async () => {
+  const budget = 9100000;
+  const d = await start({ grpc: true, args: ['--memory-budget', String(budget), '--max-body', '1000000',
+    '--max-json-body', '1000000', '--request-memory', String(budget), '--grpc-buffer', '65536'] });
+  const session = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
+  session.on('error', () => {});
+  // a connection window the unread stream cannot fill: only its own
+  // window's worth is sent, and the stream beside it is answered
+  session.on('connect', () => session.setLocalWindowSize(64 << 20));
+  try {
+    unread(session, bigAnswerMsg(1500)); // 9 MB unread: the connection pauses
+    await waitFor('the answer held', async () => (await used(d)) > 8000000);
+    const st = session.request({ ':method': 'POST', ':path': '/inference.GRPCInferenceService/ModelStreamInfer',
+      'content-type': 'application/grpc', te: 'trailers' });
+    st.on('error', () => {});
+    st.on('data', () => {});
+    let t = {};
+    st.on('response', (h) => { t = { ...t, ...h }; });
+    st.on('trailers', (h) => { t = { ...t, ...h }; });
+    const closed = new Promise((res) => st.on('close', res));
+    st.write(Buffer.alloc(5 * 200000)); // 200000 empty messages: 1 MB, the stream's window
+    await Promise.race([closed, sleep(5000)]);
+    assert.equal(t['grpc-status'], '14');
+    assert.match(decodeURIComponent(t['grpc-message']), /memory-budget/);
+    // held messages and their refusals were each a few hundred bytes to
+    // two kilobytes of the server's memory: counted, within the budget
+    assert.ok((await used(d)) <= budget, `${await used(d)} bytes used`);
+    session.destroy();
+    await waitFor('the budget back to 0', async () => (await used(d)) === 0, 5000);
+  } finally {
+    session.destroy();
+    assert.equal((await d.stop()).code, 0, d.log());
+  }
+});
+
 /** a raw TCP connection (no HTTP/2 preface: it never begins a call) */
 function rawConn(port) {
   return new Promise((resolve, reject) => {
