@@ -282,7 +282,11 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
                            ? take : sizeof call->head - call->msg_got);
             call->msg_got += take;
             call->msg_seen += take;
-            if (call->msg_got == call->msg_len) /* whole: no more rate */
+            /* whole: no more rate; a unary call's message ends at its
+             * END_STREAM, as REST's body at its last byte: until then it
+             * is held, and a client that never sends it must not hold it
+             * for good */
+            if (call->msg_got == call->msg_len && call->m->stream)
                 call->t_msg_ns = 0;
             data += take;
             len -= take;

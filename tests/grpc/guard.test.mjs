@@ -262,6 +262,24 @@ test('min-body-rate: a gRPC message that trickles in ends its call (RESOURCE_EXH
   }
 });
 
+test('min-body-rate: a unary call whose message came whole but whose END_STREAM never does ends too (its message held until then)', async () => {
+  const d = await start({ grpc: true, args: ['--header-timeout', '1', '--min-body-rate', '1000'] });
+  const session = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
+  session.on('error', () => {});
+  try {
+    const held = stalled(session, frame(bigAnswerMsg(8))); // whole, no END_STREAM
+    const rst = await Promise.race([held.closed, sleep(5000).then(() => 'still open')]);
+    assert.equal(rst, 0, 'reset (NO_ERROR) once header-timeout passed at under 1000 bytes/s');
+    assert.equal(held.head['grpc-status'], '8', JSON.stringify(held.head));
+    assert.match(decodeURIComponent(held.head['grpc-message']), /slower than 1000 bytes\/s \(min-body-rate\)$/);
+    assert.equal(await used(d), 0, 'its message given back');
+    assert.equal((await call(session, bigAnswerMsg(8))).grpcStatus, 0, 'the connection serves on');
+  } finally {
+    session.close();
+    assert.equal((await d.stop()).code, 0, d.log());
+  }
+});
+
 test('a call ended before its client finished sending is reset, so a client that then sends nothing cannot hold its connection', async () => {
   const d = await start({ grpc: true, args: ['--max-body', '2000', '--connection-timeout', '1'] });
   const session = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
