@@ -483,6 +483,11 @@ void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem,
     r->door_ctx = sl;
     s->live_reqs++;
     sl->r = r;
+    /* the slot and its request count from now, as its answer does once
+     * queued (queue_chunk gives this back): a stream's answered requests
+     * wait behind one still running, up to queue-size of them */
+    sl->mem += sizeof *sl + sizeof *r;
+    srv_mem_hold(s, sizeof *sl + sizeof *r);
     if (call->stail)
         call->stail->next = sl;
     else

@@ -68,7 +68,8 @@ typedef struct gslot {
      * for the whole error answer (SLOT_ECHO_BIG) */
     char *big;
     /* memory-budget it holds until queued (queue_chunk counts it then):
-     * big's bytes, and the slot's own when it came from slot_error */
+     * big's bytes, and the slot's own size (with its srv_req's, when it
+     * has one) */
     size_t mem;
     /* its answer on the way out: queued without an allocation, so an
      * answer made (a sequence's step done) is sent, or its connection

@@ -169,6 +169,31 @@ test('memory budget: a flood of empty stream messages behind a paused connection
   }
 });
 
+test('memory budget: a stream\'s answered requests waiting in order behind one still running count what they hold', async () => {
+  const d = await start({ grpc: true, args: ['--queue-size', '4000', '--batch-delay-us', '3000000'] });
+  const session = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
+  session.on('error', () => {});
+  try {
+    const st = session.request({ ':method': 'POST', ':path': '/inference.GRPCInferenceService/ModelStreamInfer',
+      'content-type': 'application/grpc', te: 'trailers' });
+    st.on('error', () => {});
+    let n = 0;
+    st.on('data', (c) => { n += c.length; });
+    const closed = new Promise((res) => st.on('close', res));
+    // a request the batch delay holds 3 s, then 3000 refused at once (no
+    // model named): their answers wait in order behind it
+    st.write(Buffer.concat([frame(seedMsg()), Buffer.alloc(5 * 3000)]));
+    await waitFor('the 3000 answered', async () => (await used(d)) > 3000 * 1500, 2000);
+    assert.equal(n, 0, 'none sent before the first');
+    st.end();
+    await closed;
+    assert.equal(await used(d), 0);
+  } finally {
+    session.close();
+    assert.equal((await d.stop()).code, 0, d.log());
+  }
+});
+
 /** a raw TCP connection (no HTTP/2 preface: it never begins a call) */
 function rawConn(port) {
   return new Promise((resolve, reject) => {
