@@ -404,9 +404,12 @@ export async function liveSequenceOfMap(mapId) {
 // mode: resolves to { status, meta, retryAfter } once the map's query rows
 // differ from rows or its version from version (when given: a step that
 // replaced rows), it is gone (404), the server's wait times out (200,
-// unchanged) or it is busy (503). signal aborts it.
-export async function waitMap(id, rows, signal, version) {
-  const v = Number.isInteger(version) ? `&version=${version}` : '';
+// unchanged) or it is busy (503). timeoutMs (optional) asks the server
+// to answer an unchanged map sooner than its --maps-wait-ms. signal
+// aborts it.
+export async function waitMap(id, rows, signal, version, timeoutMs) {
+  let v = Number.isInteger(version) ? `&version=${version}` : '';
+  if (timeoutMs > 0) v += `&timeout_ms=${timeoutMs}`;
   const res = await fetch(`/v2/maps/${encodeURIComponent(id)}?wait=${rows}${v}`,
     { headers: headers({ Accept: 'application/json' }), signal });
   let body = null;

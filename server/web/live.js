@@ -185,10 +185,19 @@ export function setFollow(on) {
 }
 
 // follow: the long-poll loop. One request at a time; each asks the server
-// to answer when the map has other than the rows drawn now.
+// to answer when the map has other than the rows drawn now. A wait that
+// fails (no connection, 503 past --maps-waiters, another 5xx) says so in
+// red and that it tries again; the next one asks for a short answer
+// (timeout_ms), so that the first good answer, grown or not, clears the
+// red line within seconds, not at the map's next step. A 401 asks for the
+// key and stops the loop with following still on (the link keeps
+// follow=1): the key's start() opens the map and follows again.
+const RETRY_WAIT_MS = 1500;
+
 async function follow(gen) {
   const st = ctx.state;
   let quietNoted = false;
+  let troubled = false; // a red "trying again" is shown
   while (gen === followGen && st.follow && st.map && ctx.run) {
     const id = st.map;
     const rows = ctx.run.sourceShape ? ctx.run.sourceShape[0] : ctx.run.T;
@@ -197,10 +206,11 @@ async function follow(gen) {
     const t0 = Date.now();
     let r;
     try {
-      r = await api.waitMap(id, rows, followAbort.signal, version);
+      r = await api.waitMap(id, rows, followAbort.signal, version, troubled ? RETRY_WAIT_MS : 0);
     } catch (e) {
       if (gen !== followGen) return;
-      ctx.setStatus(`following map ${id}: ${e.message}; trying again`, true);
+      troubled = true;
+      ctx.setStatus(`following map ${id}: no answer from the server (${e.message}); trying again in 1 s`, true);
       await sleep(1000);
       continue;
     }
@@ -213,8 +223,20 @@ async function follow(gen) {
         'the store evicted it for newer maps, or the server restarted; it will not grow any more.', true);
       return;
     }
-    if (r.status === 401) { ctx.askKey({ status: 401 }); st.follow = false; ctx.update(); return; }
-    if (r.status === 503 || r.status >= 500) { await sleep(1000 * Math.min(30, r.retryAfter)); continue; }
+    if (r.status === 401) {
+      ctx.askKey({ status: 401 });
+      ctx.setStatus(`following map ${id}: the server wants its API key (${r.meta?.error || 'HTTP 401'}); ` +
+        'give it above and following goes on', true);
+      return;
+    }
+    if (r.status >= 500) {
+      const s = Math.min(30, r.retryAfter);
+      troubled = true;
+      ctx.setStatus(`following map ${id}: the server answered ${r.meta?.error ? `${r.meta.error} (HTTP ${r.status})`
+        : `HTTP ${r.status}`}; trying again in ${s} s`, true);
+      await sleep(1000 * s);
+      continue;
+    }
     if (r.status !== 200 || !r.meta || !Array.isArray(r.meta.shape)) {
       st.follow = false;
       ctx.update();
@@ -223,16 +245,22 @@ async function follow(gen) {
     }
     if (r.meta.shape[2] !== rows || (Number.isInteger(version) && r.meta.version !== version)) {
       quietNoted = false;
+      troubled = false; // showGrown's note replaces the red line
       try {
         st.q = null;
         await ctx.showGrown(id, `following map ${id}: ${r.meta.shape[2]} rows`, undefined,
           () => gen === followGen && st.map === id);
       } catch (e) {
         if (gen !== followGen) return;
-        ctx.setStatus(`following map ${id}: ${e.message}`, true);
+        troubled = true;
+        ctx.setStatus(`following map ${id}: ${e.message}; trying again in 1 s`, true);
         await sleep(1000);
       }
       continue;
+    }
+    if (troubled) {
+      troubled = false;
+      ctx.setStatus(`following map ${id}: the server answers again; ${rows} rows, waiting for more`);
     }
     // Nothing new. Answered at once (a draining server answers every wait
     // so, as does --maps-wait-ms 0): ask again after a second, not at once.

@@ -78,15 +78,17 @@ test('a run that is no retained map offers no Follow box', async () => {
 
 // A daemon with room for sequences' maps, and a sequence on its toy model
 // that this test steps over HTTP: step(words, pos0, start) -> parameters.
-async function withSequence(t, extra, body) {
-  const d = await startAttnd(extra);
+// key: the daemon's --api-key, sent with the test's own requests.
+async function withSequence(t, extra, body, key = '') {
+  const d = await startAttnd(key ? [...extra, '--api-key', key] : extra);
+  const auth = key ? { Authorization: `Bearer ${key}` } : {};
   try {
-    const v2 = await (await fetch(`${d.url}/v2`)).json();
+    const v2 = await (await fetch(`${d.url}/v2`, { headers: auth })).json();
     if (!(v2.extensions || []).includes('sequences')) { t.skip('this attnd has no sequences extension'); return; }
     const id = `f-${Date.now()}`;
     const step = async (ws, pos0, start = false) => {
       const r = await fetch(`${d.url}/v2/models/toy/infer`, {
-        method: 'POST', headers: { 'Attnd-Sequence-Id': id },
+        method: 'POST', headers: { 'Attnd-Sequence-Id': id, ...auth },
         body: JSON.stringify({
           inputs: [{ name: 'x', datatype: 'FP32', shape: [1, ws.length, 16], data: Array.from(embed(ws, 16, pos0)) }],
           outputs: [{ name: 'attention' }],
@@ -162,4 +164,90 @@ test('a draining server answers waits at once: the page does not ask again in a 
     assert.ok(n <= 4, `${n} wait requests in 2 s of drain`);
     await page.close();
   });
+});
+
+// statusOf: the status line's text and whether it is shown as an error.
+const statusOf = (page) => page.evaluate(() => {
+  const s = document.getElementById('status');
+  return { text: s.textContent, error: s.classList.contains('error'), role: s.getAttribute('role') };
+});
+
+test('a wait answered 503 (maps-waiters full) says so and that it tries again; the first good answer clears it', async (t) => {
+  await withSequence(t, ['--maps-waiters', '1'], async (d, step) => {
+    const a = (await step(['the', 'cat'], 0, true)).map_id;
+    // Another watcher holds the one place to wait.
+    const other = new AbortController();
+    const held = fetch(`${d.url}/v2/maps/${a}?wait=2`, { signal: other.signal }).catch(() => null);
+    await new Promise((res) => setTimeout(res, 300));
+    const { page, errors } = await openPage(browser, `${d.url}/#map=${a}&follow=1&h=0`);
+    await page.waitForFunction(() => /503/.test(document.getElementById('status').textContent), null, { timeout: 3000 });
+    let st = await statusOf(page);
+    assert.match(st.text, new RegExp(`following map ${a}`));
+    assert.match(st.text, /maps-waiters/);
+    assert.match(st.text, /trying again in 1 s/);
+    assert.equal(st.error, true);
+    assert.equal(st.role, 'alert');
+    // The other watcher goes: the next wait is answered normally (nothing
+    // new), and the red line goes with it, before the map grows.
+    other.abort();
+    await held;
+    await page.waitForFunction(() => !document.getElementById('status').classList.contains('error'), null, { timeout: 5000 });
+    st = await statusOf(page);
+    assert.doesNotMatch(st.text, /trying again/);
+    assert.match(st.text, new RegExp(`following map ${a}`));
+    assert.equal(await page.evaluate(() => window.attnd.run.T), 2);
+    // Following goes on: a step is drawn.
+    await step(['sat'], 2);
+    await page.waitForFunction(() => window.attnd.run.T === 3, null, { timeout: 5000 });
+    assert.match(await page.evaluate(() => location.hash), /follow=1/);
+    assert.deepEqual(errors.filter((e) => !/status of 503/.test(e)), []);
+    await page.close();
+  });
+});
+
+test('a wait that fails to connect says it tries again; the first good answer clears the red line', async (t) => {
+  await withSequence(t, [], async (d, step) => {
+    const a = (await step(['the', 'cat'], 0, true)).map_id;
+    const page = await browser.newPage();
+    let cut = 1;
+    await page.route(/[?&]wait=/, (r) => (cut-- > 0 ? r.abort('connectionreset') : r.continue()));
+    await page.goto(`${d.url}/#map=${a}&follow=1&h=0`);
+    await page.waitForFunction(() => /trying again/.test(document.getElementById('status').textContent), null, { timeout: 3000 });
+    assert.equal((await statusOf(page)).error, true);
+    await page.waitForFunction(() => !document.getElementById('status').classList.contains('error'), null, { timeout: 5000 });
+    assert.doesNotMatch((await statusOf(page)).text, /trying again/);
+    await step(['sat'], 2);
+    await page.waitForFunction(() => window.attnd.run.T === 3, null, { timeout: 5000 });
+    await page.close();
+  });
+});
+
+test('a wait answered 401: the key is asked for, the link keeps follow=1, and following resumes with the key', async (t) => {
+  const KEY = 'follow-key';
+  await withSequence(t, [], async (d, step) => {
+    const a = (await step(['the', 'cat'], 0, true)).map_id;
+    const page = await browser.newPage();
+    await page.addInitScript((k) => sessionStorage.setItem('attnd.apiKey', k), KEY);
+    // The key the tab had stops working (the daemon restarted with a new
+    // one, say): the first wait is refused.
+    let refuse = 1;
+    await page.route(/[?&]wait=/, (r) => (refuse-- > 0
+      ? r.fulfill({ status: 401, contentType: 'application/json', body: '{"error":"Authorization: missing or wrong API key"}' })
+      : r.continue()));
+    await page.goto(`${d.url}/#map=${a}&follow=1&h=0`);
+    await page.waitForFunction(() => !document.getElementById('auth').hidden, null, { timeout: 5000 });
+    const st = await statusOf(page);
+    assert.match(st.text, /API key/);
+    assert.equal(st.error, true);
+    assert.match(await page.evaluate(() => location.hash), /follow=1/);
+    await page.fill('#api-key', KEY);
+    await page.click('#auth button');
+    await page.waitForFunction(() => document.getElementById('auth').hidden && document.body.dataset.state === 'ready');
+    assert.equal(await page.isChecked('#follow'), true);
+    assert.match(await page.evaluate(() => location.hash), /follow=1/);
+    await step(['sat'], 2);
+    await page.waitForFunction(() => window.attnd.run.T === 3, null, { timeout: 5000 });
+    assert.match(await page.evaluate(() => location.hash), /follow=1/);
+    await page.close();
+  }, KEY);
 });
