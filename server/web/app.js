@@ -322,7 +322,16 @@ function parseJSONInput() {
   return spec;
 }
 
+// viewGen: bumps with every Run and every map opened; an answer that
+// comes back after a newer one was asked for (a slow Run overtaken by the
+// next, a map clicked and then a Run) is dropped, its error too, so the
+// page never draws other than what its input and its link say.
+let viewGen = 0;
+
+// doRun: Run the input. Returns its generation once drawn (viewGen while
+// it is the one shown), null when it failed.
 async function doRun() {
+  const g = ++viewGen;
   document.body.dataset.state = 'loading';
   setStatus('running…');
   state.causal = $('causal').checked;
@@ -331,9 +340,10 @@ async function doRun() {
   state.json = $('json').value;
   try {
     const opts = { causal: state.causal, retain: state.retain };
+    let r;
     if (state.model === 'sdpa') {
       if (state.tab !== 'json') selectTab('json');
-      run = await api.inferSdpa(parseJSONInput(), opts);
+      r = await api.inferSdpa(parseJSONInput(), opts);
     } else if (state.tab === 'json') {
       const spec = parseJSONInput();
       if (!spec.x) throw new Error('JSON input: "x" missing');
@@ -347,25 +357,31 @@ async function doRun() {
         ctx = { shape: cfull, data: Float32Array.from(spec.context.flat(Infinity)),
           tokens: spec.key_tokens || Array.from({ length: cfull[1] }, (_, j) => `c${j}`) };
       }
-      run = await api.inferX(meta, full, Float32Array.from(spec.x.flat(Infinity)), toks, opts, ctx, spec.mask);
+      r = await api.inferX(meta, full, Float32Array.from(spec.x.flat(Infinity)), toks, opts, ctx, spec.mask);
     } else {
       const words = tokenize(state.text);
       if (!words.length) throw new Error('Tokens: type at least one word');
       if ($('seq-mode').checked) { // a retained sequence, stepped below
         await live.startSequence(meta, words, state.causal);
-        return;
+        return g;
       }
-      run = await api.inferWords(meta, words, opts);
+      r = await api.inferWords(meta, words, opts);
     }
+    if (g !== viewGen) return g;
+    run = r;
     live.forget();
     state.map = null;
     live.setFollow(false); // a wait still pending draws nothing now
     finishRun(run.mapId ? `retained as map ${run.mapId}` : '');
   } catch (e) {
-    setStatus(e.message, true);
-    askKey(e);
-    document.body.dataset.state = 'error';
+    if (g === viewGen) {
+      setStatus(e.message, true);
+      askKey(e);
+      document.body.dataset.state = 'error';
+    }
+    return null;
   }
+  return g;
 }
 
 function finishRun(note) {
@@ -382,11 +398,15 @@ function finishRun(note) {
   update();
 }
 
+// openMap: show retained map id. Returns as doRun does.
 async function openMap(id) {
+  const g = ++viewGen;
   document.body.dataset.state = 'loading';
   setStatus(`opening map ${id}…`);
   try {
-    run = await api.openMap(id);
+    const r = await api.openMap(id);
+    if (g !== viewGen) return g;
+    run = r;
     state.map = id;
     run.live = state.follow;
     showMapModel(id);
@@ -395,10 +415,14 @@ async function openMap(id) {
     // ends, its answer draws nothing.
     if (state.follow) live.setFollow(true);
   } catch (e) {
-    setStatus(e.message, true);
-    askKey(e);
-    document.body.dataset.state = 'error';
+    if (g === viewGen) {
+      setStatus(e.message, true);
+      askKey(e);
+      document.body.dataset.state = 'error';
+    }
+    return null;
   }
+  return g;
 }
 
 // showGrown: redraw map id after it grew (a sequence's step, followed or
@@ -406,10 +430,12 @@ async function openMap(id) {
 // was picked, the zoom window keeps its size and moves to the newest row,
 // head and batch item stay. tokens (optional) label the rows; wanted
 // (optional) says, once the map is read, whether it is still to be drawn
-// (the page may show another one by then). Throws the daemon's error.
+// (the page may show another one by then; a Run or a map opened meanwhile
+// always wins). Throws the daemon's error.
 async function showGrown(id, note, tokens, wanted) {
+  const g = viewGen;
   const next = await api.openMap(id);
-  if (wanted && !wanted()) return;
+  if (g !== viewGen || (wanted && !wanted())) return;
   if (tokens && tokens.length === next.T && !next.block) next.tokens = next.keyTokens = tokens;
   next.live = true;
   const n = state.win && state.win.n;
@@ -669,15 +695,17 @@ async function start() {
   selectTab(state.tab);
   try { await loadMeta(state.model, !fromUrl); } catch (e) { setStatus(e.message, true); askKey(e); }
   const keep = { b: state.b, h: state.h, q: state.q };
-  if (state.map) await openMap(state.map);
+  let g;
+  if (state.map) g = await openMap(state.map);
   else if (fromUrl) {
     $('causal').checked = state.causal;
-    await doRun();
+    g = await doRun();
   } else {
     document.body.dataset.state = 'idle';
     setStatus('Choose a model and press Run.');
     return;
   }
+  if (g !== viewGen) return; // it failed, or was overtaken
   Object.assign(state, keep);
   update(); // (openMap started following when the link asks)
 }

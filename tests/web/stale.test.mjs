@@ -1,0 +1,101 @@
+// stale.test.mjs - an answer the page no longer waits for never draws: a
+// Run (or a map opened from the list) that is slow to answer, overtaken
+// by a newer Run or map, is dropped, its result and its error alike, so
+// the page shows what its input and link say.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { launch, openPage, startAttnd } from './harness.mjs';
+
+let daemon, browser;
+before(async () => {
+  daemon = await startAttnd();
+  browser = await launch();
+});
+after(async () => {
+  if (browser) await browser.close();
+  if (daemon) await daemon.stop();
+});
+
+// slowFirst: the page's first request matching re is held ms, then sent
+// (fail: answered with that HTTP status instead); { passed } resolves
+// once its answer has reached the page.
+async function slowFirst(page, re, ms, fail = 0) {
+  let first = true;
+  let done;
+  const passed = new Promise((res) => { done = res; });
+  await page.route(re, async (r) => {
+    if (!first) return r.continue();
+    first = false;
+    await new Promise((res) => setTimeout(res, ms));
+    if (fail) await r.fulfill({ status: fail, contentType: 'application/json', body: '{"error":"slow and failed"}' });
+    else await r.continue();
+    setTimeout(done, 300); // its answer has reached the page
+  });
+  return { passed };
+}
+
+const state = (page) => page.evaluate(() => ({
+  T: window.attnd.run.T, source: window.attnd.run.source, map: window.attnd.state.map,
+  body: document.body.dataset.state, status: document.getElementById('status').textContent,
+  error: document.getElementById('status').classList.contains('error'), hash: location.hash,
+}));
+
+test('a slow Run overtaken by a newer Run: the newer one stays drawn, as the words and the link say', async () => {
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=a%20b%20c&h=0`);
+  const { passed } = await slowFirst(page, /\/infer$/, 1200);
+  await page.fill('#text', 'one two three four five');
+  await page.click('#run');
+  await page.waitForTimeout(100);
+  await page.fill('#text', 'x y');
+  await page.click('#run');
+  await page.waitForFunction(() => window.attnd.run.T === 2 && document.body.dataset.state === 'ready');
+  await passed;
+  const s = await state(page);
+  assert.equal(s.T, 2);
+  assert.equal(s.body, 'ready');
+  assert.match(s.hash, /text=x\+y/);
+  assert.match(s.status, /T=2/);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('a slow Run that fails after a newer Run drew: no error over the newer one', async () => {
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=a%20b%20c&h=0`);
+  const { passed } = await slowFirst(page, /\/infer$/, 1200, 503);
+  await page.fill('#text', 'one two three four five');
+  await page.click('#run');
+  await page.waitForTimeout(100);
+  await page.fill('#text', 'x y');
+  await page.click('#run');
+  await page.waitForFunction(() => window.attnd.run.T === 2 && document.body.dataset.state === 'ready');
+  await passed;
+  const s = await state(page);
+  assert.equal(s.body, 'ready');
+  assert.equal(s.error, false, s.status);
+  assert.deepEqual(errors.filter((e) => !/status of 503/.test(e)), []);
+  await page.close();
+});
+
+test('a map from the list slow to open, then a Run: the Run stays drawn, the link names no map', async () => {
+  const t3 = (q) => ({ name: q, datatype: 'FP32', shape: [3, 2], data: [1, 0, 0, 1, 1, 1] });
+  const res = await fetch(`${daemon.url}/v2/models/sdpa/infer`, { method: 'POST',
+    body: JSON.stringify({ inputs: ['q', 'k', 'v'].map(t3), parameters: { retain: true } }) });
+  const id = (await res.json()).parameters.map_id;
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=a%20b%20c%20d&h=0`);
+  await page.click('#tab-maps');
+  const { passed } = await slowFirst(page, new RegExp(`/v2/maps/${id}$`), 1200);
+  await page.click(`#maps button:has-text("${id}")`);
+  await page.waitForTimeout(100);
+  await page.click('#tab-words');
+  await page.fill('#text', 'x y');
+  await page.click('#run');
+  await page.waitForFunction(() => window.attnd.run.T === 2 && document.body.dataset.state === 'ready');
+  await passed;
+  const s = await state(page);
+  assert.equal(s.source, 'model');
+  assert.equal(s.T, 2);
+  assert.equal(s.map, null);
+  assert.doesNotMatch(s.hash, /map=/);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
