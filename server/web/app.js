@@ -35,9 +35,16 @@ let hoverRow = null; // query row under the pointer
 const meanCache = new Map();
 const autoCache = new Map(); // (b, h) -> row of the strongest off-diagonal weight
 
-// askKey: on a 401, show the API-key form (and say why).
-function askKey(e) {
+// askKey: on a 401, show the API-key form (and say why). retry
+// (optional) is what the key then does: the action the user asked for
+// that was refused (a Run, a map, a step), with what they typed; without
+// one, or when the page could not even list the models, start() draws
+// what the link says.
+let afterKey = null;
+let listed = false; // the models were listed (the key, if any, was good)
+function askKey(e, retry) {
   if (e && e.status === 401) {
+    if (retry) afterKey = retry;
     $('auth').hidden = false;
     $('api-key').focus();
   }
@@ -376,7 +383,7 @@ async function doRun() {
   } catch (e) {
     if (g === viewGen) {
       setStatus(e.message, true);
-      askKey(e);
+      askKey(e, () => doRun());
       document.body.dataset.state = 'error';
     }
     return null;
@@ -417,7 +424,7 @@ async function openMap(id) {
   } catch (e) {
     if (g === viewGen) {
       setStatus(e.message, true);
-      askKey(e);
+      askKey(e, () => openMap(id));
       document.body.dataset.state = 'error';
     }
     return null;
@@ -487,7 +494,7 @@ async function refreshMaps() {
       li.append(b);
       ul.append(li);
     }
-  } catch (e) { setStatus(e.message, true); askKey(e); }
+  } catch (e) { setStatus(e.message, true); askKey(e, refreshMaps); }
 }
 
 const TABS = ['words', 'json', 'maps'];
@@ -672,7 +679,10 @@ async function main() {
     e.preventDefault();
     api.setApiKey($('api-key').value);
     $('auth').hidden = true;
-    start();
+    const retry = listed && afterKey;
+    afterKey = null;
+    if (retry) retry();
+    else start();
   });
   await start();
 }
@@ -682,8 +692,15 @@ async function main() {
 async function start() {
   document.body.dataset.state = 'loading';
   live.setFollow(false);
+  afterKey = null;
   const fromUrl = readHash();
-  const models = await api.listModels().catch((e) => { askKey(e); setStatus(e.message, true); return ['sdpa']; });
+  listed = true;
+  const models = await api.listModels().catch((e) => {
+    listed = e.status !== 401;
+    askKey(e);
+    setStatus(e.message, true);
+    return ['sdpa'];
+  });
   const sel = $('model');
   sel.textContent = '';
   for (const m of models) sel.append(new Option(m, m));

@@ -85,9 +85,10 @@ async function refreshInfo() {
 
 // failed: a step or start that did not work. An unknown sequence (the
 // server dropped it: idle, restarted, another replica) ends sequence mode
-// with the server's words; a full K/V budget asks to wait.
-function failed(e) {
-  ctx.askKey(e);
+// with the server's words; a full K/V budget asks to wait; a 401 asks for
+// the key, which then does retry (the same start, step or end).
+function failed(e, retry) {
+  ctx.askKey(e, retry);
   if (seq && e.status === 400 && /sequence/i.test(e.message) && /unknown|expired|sequence_start/i.test(e.message)) {
     seq.live = false;
     showPanel(`Sequence ${seq.id} is gone: the server no longer holds it (${e.message}). ` +
@@ -119,7 +120,7 @@ export async function startSequence(meta, words, causal) {
     await refreshInfo();
     ctx.$('seq-next').focus();
   } catch (e) {
-    failed(e);
+    failed(e, () => startSequence(meta, words, causal));
     document.body.dataset.state = 'error';
   }
 }
@@ -155,7 +156,7 @@ async function step(replace) {
       : `sequence ${seq.id}: +${words.length} → ${seq.length} tokens`, seq.words);
     await refreshInfo();
   } catch (e) {
-    failed(e);
+    failed(e, () => step(replace));
     document.body.dataset.state = 'ready';
   } finally {
     busy = false;
@@ -170,7 +171,7 @@ async function end() {
     showPanel(`Sequence ${seq.id} ended: its keys and values are freed; its map ${seq.mapId} stays retained.`);
     ctx.setStatus(`sequence ${seq.id} ended`);
     ctx.update(); // the link stops following
-  } catch (e) { failed(e); }
+  } catch (e) { failed(e, end); }
 }
 
 // setFollow: start or stop following the retained map the page shows.
@@ -191,7 +192,7 @@ export function setFollow(on) {
 // (timeout_ms), so that the first good answer, grown or not, clears the
 // red line within seconds, not at the map's next step. A 401 asks for the
 // key and stops the loop with following still on (the link keeps
-// follow=1): the key's start() opens the map and follows again.
+// follow=1): the key starts it again.
 const RETRY_WAIT_MS = 1500;
 
 async function follow(gen) {
@@ -224,7 +225,7 @@ async function follow(gen) {
       return;
     }
     if (r.status === 401) {
-      ctx.askKey({ status: 401 });
+      ctx.askKey({ status: 401 }, () => { if (st.follow && st.map === id) setFollow(true); });
       ctx.setStatus(`following map ${id}: the server wants its API key (${r.meta?.error || 'HTTP 401'}); ` +
         'give it above and following goes on', true);
       return;

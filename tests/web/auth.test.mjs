@@ -48,3 +48,55 @@ test('retained maps need the key too', async () => {
   // The page itself loads without a key (it holds no data).
   assert.equal((await fetch(`${daemon.url}/`)).status, 200);
 });
+
+// keyGoesStale: the page's next request matching re is refused with 401,
+// as when the daemon restarted with another key while the tab was open.
+async function keyGoesStale(page, re) {
+  let refuse = 1;
+  await page.route(re, (r) => (refuse-- > 0
+    ? r.fulfill({ status: 401, contentType: 'application/json', body: '{"error":"Authorization: missing or wrong API key"}' })
+    : r.continue()));
+}
+
+test('a Run refused for its key: with the key given, the words typed run, not the link\'s', async () => {
+  const page = await browser.newPage();
+  await page.addInitScript((k) => sessionStorage.setItem('attnd.apiKey', k), KEY);
+  await page.goto(`${daemon.url}/#model=toy&text=a%20b%20c&h=0`);
+  await waitDrawn(page);
+  assert.equal(await page.evaluate(() => window.attnd.run.T), 3);
+  await keyGoesStale(page, /\/infer$/);
+  await page.fill('#text', 'one two three four five');
+  await page.click('#run');
+  await page.waitForFunction(() => !document.getElementById('auth').hidden);
+  assert.match(await page.textContent('#status'), /API key/);
+  await page.fill('#api-key', KEY);
+  await page.click('#auth button');
+  await page.waitForFunction(() => document.getElementById('auth').hidden && document.body.dataset.state === 'ready');
+  assert.equal(await page.inputValue('#text'), 'one two three four five');
+  assert.equal(await page.evaluate(() => window.attnd.run.T), 5);
+  assert.match(await page.evaluate(() => location.hash), /text=one\+two\+three\+four\+five/);
+  await page.close();
+});
+
+test('a sequence Step refused for its key: with the key given, the step is sent, not the link opened again', async () => {
+  const page = await browser.newPage();
+  await page.addInitScript((k) => sessionStorage.setItem('attnd.apiKey', k), KEY);
+  await page.goto(`${daemon.url}/#model=toy&text=the%20cat&h=0`);
+  await waitDrawn(page);
+  const v2 = await (await fetch(`${daemon.url}/v2`, { headers: { Authorization: `Bearer ${KEY}` } })).json();
+  if (!(v2.extensions || []).includes('sequences')) return;
+  await page.check('#seq-mode');
+  await page.click('#run');
+  await page.waitForFunction(() => window.attnd.sequence && window.attnd.run.T === 2 && document.body.dataset.state === 'ready');
+  await keyGoesStale(page, /\/infer$/);
+  await page.fill('#seq-next', 'sat');
+  await page.click('#seq-step');
+  await page.waitForFunction(() => !document.getElementById('auth').hidden);
+  await page.fill('#api-key', KEY);
+  await page.click('#auth button');
+  await page.waitForFunction(() => window.attnd.run.T === 3 && document.body.dataset.state === 'ready',
+    null, { timeout: 5000 });
+  assert.equal(await page.evaluate(() => window.attnd.sequence.words.join(' ')), 'the cat sat');
+  assert.equal(await page.inputValue('#seq-next'), '');
+  await page.close();
+});
