@@ -704,13 +704,22 @@ async function start() {
   const sel = $('model');
   sel.textContent = '';
   for (const m of models) sel.append(new Option(m, m));
-  if (!models.includes(state.model)) state.model = models.includes('demo') ? 'demo' : models[0];
+  // A link's model that is not listed (unknown, still loading, another
+  // server's) is kept and its error shown: never another model's map in
+  // its place.
+  const unlisted = fromUrl && !state.map && !models.includes(state.model);
+  if (unlisted) sel.append(new Option(state.model, state.model));
+  else if (!models.includes(state.model)) state.model = models.includes('demo') ? 'demo' : models[0];
   sel.value = state.model;
   if (state.text) $('text').value = state.text;
   $('json').value = state.json || JSON.stringify(SEED_SDPA);
   $('causal').checked = state.causal;
   selectTab(state.tab);
-  try { await loadMeta(state.model, !fromUrl); } catch (e) { setStatus(e.message, true); askKey(e); }
+  try { await loadMeta(state.model, !fromUrl); } catch (e) {
+    setStatus(e.message, true);
+    askKey(e);
+    if (unlisted) { document.body.dataset.state = 'error'; return; }
+  }
   const keep = { b: state.b, h: state.h, q: state.q };
   let g;
   if (state.map) g = await openMap(state.map);

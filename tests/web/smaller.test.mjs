@@ -2,7 +2,8 @@
 // page, one test each (each fails on the page before the fix): a link
 // pasted into an open tab, a retained sdpa map naming its own model, the
 // step view of a map kept without scores, the status line's time, the
-// table's rounding, the row the step view opens on.
+// table's rounding, the row the step view opens on; a link to a model
+// the server has not loaded.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { launch, openPage, sdpaHash, startAttnd, waitDrawn } from './harness.mjs';
@@ -146,5 +147,24 @@ test('a map of one query over 140000 keys (1 x 140000 cells, not pooled) opens, 
   assert.match(await page.textContent('#steps h2'), /query .* \(#0\)/);
   assert.match(await page.textContent('#steps'), /Showing the 16 keys with the largest weights of 140000/);
   assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('a link naming a model the server has not loaded says so and runs no other model in its place', async () => {
+  const page = await browser.newPage();
+  await page.goto(`${daemon.url}/#model=nope&text=a%20b&h=0`);
+  await page.waitForFunction(() => document.body.dataset.state !== 'loading', null, { timeout: 10000 });
+  assert.equal(await page.evaluate(() => document.body.dataset.state), 'error');
+  assert.match(await page.textContent('#status'), /model 'nope'.*(not found|not loaded)/);
+  assert.equal(await page.getAttribute('#status', 'role'), 'alert');
+  assert.equal(await page.evaluate(() => window.attnd.run), null);
+  assert.equal(await page.inputValue('#model'), 'nope');
+  // The link stays as given, to reload once the model is there.
+  assert.match(await page.evaluate(() => location.hash), /model=nope/);
+  // Choosing a model the server has runs it.
+  await page.selectOption('#model', 'toy');
+  await page.click('#run');
+  await waitDrawn(page);
+  assert.equal(await page.evaluate(() => window.attnd.run.model), 'toy');
   await page.close();
 });
