@@ -27,6 +27,7 @@ let ctx = null;    // app.js: { $, state, run, setStatus, askKey, showGrown, upd
 let seq = null;    // { id, meta, words[], length, last (words of the last step), mapId, live, causal }
 let followGen = 0; // bumps on every start/stop: a stale loop ends itself
 let followAbort = null;
+let trouble = null; // the map whose follow shows a red "trying again"
 let busy = false;
 
 const sleep = (ms) => new Promise((res) => setTimeout(res, ms));
@@ -180,6 +181,9 @@ export function setFollow(on) {
   followGen++;
   if (followAbort) followAbort.abort();
   followAbort = null;
+  // Its red "trying again" would stay, and nothing tries any more.
+  if (trouble && !on) ctx.setStatus(`stopped following map ${trouble}`);
+  trouble = null;
   st.follow = !!on && !!st.map;
   if (ctx.run && !(seq && seq.live && seq.mapId === st.map)) ctx.run.live = st.follow;
   if (st.follow) follow(followGen);
@@ -198,7 +202,6 @@ const RETRY_WAIT_MS = 1500;
 async function follow(gen) {
   const st = ctx.state;
   let quietNoted = false;
-  let troubled = false; // a red "trying again" is shown
   while (gen === followGen && st.follow && st.map && ctx.run) {
     const id = st.map;
     const rows = ctx.run.sourceShape ? ctx.run.sourceShape[0] : ctx.run.T;
@@ -207,10 +210,10 @@ async function follow(gen) {
     const t0 = Date.now();
     let r;
     try {
-      r = await api.waitMap(id, rows, followAbort.signal, version, troubled ? RETRY_WAIT_MS : 0);
+      r = await api.waitMap(id, rows, followAbort.signal, version, trouble ? RETRY_WAIT_MS : 0);
     } catch (e) {
       if (gen !== followGen) return;
-      troubled = true;
+      trouble = id;
       ctx.setStatus(`following map ${id}: no answer from the server (${e.message}); trying again in 1 s`, true);
       await sleep(1000);
       continue;
@@ -232,7 +235,7 @@ async function follow(gen) {
     }
     if (r.status >= 500) {
       const s = Math.min(30, r.retryAfter);
-      troubled = true;
+      trouble = id;
       ctx.setStatus(`following map ${id}: the server answered ${r.meta?.error ? `${r.meta.error} (HTTP ${r.status})`
         : `HTTP ${r.status}`}; trying again in ${s} s`, true);
       await sleep(1000 * s);
@@ -246,21 +249,21 @@ async function follow(gen) {
     }
     if (r.meta.shape[2] !== rows || (Number.isInteger(version) && r.meta.version !== version)) {
       quietNoted = false;
-      troubled = false; // showGrown's note replaces the red line
+      trouble = null; // showGrown's note replaces the red line
       try {
         st.q = null;
         await ctx.showGrown(id, `following map ${id}: ${r.meta.shape[2]} rows`, undefined,
           () => gen === followGen && st.map === id);
       } catch (e) {
         if (gen !== followGen) return;
-        troubled = true;
+        trouble = id;
         ctx.setStatus(`following map ${id}: ${e.message}; trying again in 1 s`, true);
         await sleep(1000);
       }
       continue;
     }
-    if (troubled) {
-      troubled = false;
+    if (trouble) {
+      trouble = null;
       ctx.setStatus(`following map ${id}: the server answers again; ${rows} rows, waiting for more`);
     }
     // Nothing new. Answered at once (a draining server answers every wait

@@ -251,3 +251,26 @@ test('a wait answered 401: the key is asked for, the link keeps follow=1, and fo
     await page.close();
   }, KEY);
 });
+
+test('Follow unticked while a wait is being tried again: the red "trying again" goes, nothing is tried again', async (t) => {
+  await withSequence(t, ['--maps-waiters', '1'], async (d, step) => {
+    const a = (await step(['the', 'cat'], 0, true)).map_id;
+    const other = new AbortController();
+    const held = fetch(`${d.url}/v2/maps/${a}?wait=2`, { signal: other.signal }).catch(() => null);
+    await new Promise((res) => setTimeout(res, 300));
+    const { page } = await openPage(browser, `${d.url}/#map=${a}&follow=1&h=0`);
+    await page.waitForFunction(() => /trying again/.test(document.getElementById('status').textContent), null, { timeout: 3000 });
+    await page.uncheck('#follow');
+    const waits = [];
+    page.on('request', (r) => { if (/[?&]wait=/.test(r.url())) waits.push(r.url()); });
+    await page.waitForTimeout(1500);
+    const st = await statusOf(page);
+    assert.doesNotMatch(st.text, /trying again/);
+    assert.equal(st.error, false, st.text);
+    assert.match(st.text, new RegExp(`stopped following map ${a}`));
+    assert.deepEqual(waits, []);
+    other.abort();
+    await held;
+    await page.close();
+  });
+});
