@@ -1,6 +1,7 @@
 // api.js - the daemon's own HTTP API, nothing else: model metadata,
 // inference, retained maps. Every function throws an Error whose message
-// is the daemon's {"error": ...} text (or the HTTP status) on failure.
+// is the daemon's {"error": ...} text (or the HTTP status) on failure,
+// or says that the server did not answer at all (send).
 //
 // A "run" is what the page shows, whatever its source:
 //   { source: 'model'|'sdpa'|'map', model, B, H, T, S,
@@ -31,6 +32,21 @@ function headers(h = {}) {
   return h;
 }
 
+// send: fetch, with a request that got no answer at all (refused,
+// reset, no network: fetch's bare "Failed to fetch") said as such, with
+// status 0. An abort stays an AbortError.
+async function send(url, opts) {
+  try {
+    return await fetch(url, opts);
+  } catch (e) {
+    if (e.name === 'AbortError') throw e;
+    const err = new Error(`no answer from the server (${e.message}): it stopped or restarted, ` +
+      'or the network to it is down');
+    err.status = 0;
+    throw err;
+  }
+}
+
 // fail: throw the daemon's error; err.status is the HTTP status (401 asks
 // the page for a key).
 async function fail(res) {
@@ -45,13 +61,13 @@ async function fail(res) {
 }
 
 export async function getJSON(url) {
-  const res = await fetch(url, { headers: headers({ Accept: 'application/json' }) });
+  const res = await send(url, { headers: headers({ Accept: 'application/json' }) });
   if (!res.ok) await fail(res);
   return res.json();
 }
 
 async function postJSON(url, body) {
-  const res = await fetch(url, {
+  const res = await send(url, {
     method: 'POST',
     headers: headers({ 'Content-Type': 'application/json', Accept: 'application/json' }),
     body: JSON.stringify(body),
@@ -270,7 +286,7 @@ async function readMap(id, meta) {
   const pooled = T * S > FULL_MAP_CELLS;
   const q = pooled ? `&max=${POOL_N}` : '';
   const fetchF32 = async (b, h, what) => {
-    const res = await fetch(`/v2/maps/${encodeURIComponent(id)}/attention?b=${b}&h=${h}&what=${what}&format=f32${what === 'v' ? '' : q}`,
+    const res = await send(`/v2/maps/${encodeURIComponent(id)}/attention?b=${b}&h=${h}&what=${what}&format=f32${what === 'v' ? '' : q}`,
       { headers: headers() });
     if (!res.ok) await fail(res);
     return new Float32Array(await res.arrayBuffer());
@@ -355,7 +371,7 @@ export async function seqStep(meta, id, words, pos0, { start = false, causal } =
   const params = { sequence_id: id, retain: true, tokens: words, sequence_position: pos0 };
   if (start) params.sequence_start = true;
   if (causal !== undefined) params.causal = !!causal;
-  const res = await fetch(`/v2/models/${encodeURIComponent(meta.name)}/infer`, {
+  const res = await send(`/v2/models/${encodeURIComponent(meta.name)}/infer`, {
     method: 'POST',
     headers: headers({ 'Content-Type': 'application/json', Accept: 'application/json', [SEQ_HEADER]: id }),
     body: JSON.stringify({
@@ -375,7 +391,7 @@ export async function seqStep(meta, id, words, pos0, { start = false, causal } =
 
 // endSequence: DELETE /v2/sequences/{id} (frees its keys and values).
 export async function endSequence(id) {
-  const res = await fetch(`/v2/sequences/${encodeURIComponent(id)}`, {
+  const res = await send(`/v2/sequences/${encodeURIComponent(id)}`, {
     method: 'DELETE', headers: headers({ [SEQ_HEADER]: id }),
   });
   if (!res.ok) await fail(res);
@@ -410,7 +426,7 @@ export async function liveSequenceOfMap(mapId) {
 export async function waitMap(id, rows, signal, version, timeoutMs) {
   let v = Number.isInteger(version) ? `&version=${version}` : '';
   if (timeoutMs > 0) v += `&timeout_ms=${timeoutMs}`;
-  const res = await fetch(`/v2/maps/${encodeURIComponent(id)}?wait=${rows}${v}`,
+  const res = await send(`/v2/maps/${encodeURIComponent(id)}?wait=${rows}${v}`,
     { headers: headers({ Accept: 'application/json' }), signal });
   let body = null;
   try { body = await res.json(); } catch (_) { /* not JSON */ }

@@ -214,7 +214,7 @@ async function follow(gen) {
     } catch (e) {
       if (gen !== followGen) return;
       trouble = id;
-      ctx.setStatus(`following map ${id}: no answer from the server (${e.message}); trying again in 1 s`, true);
+      ctx.setStatus(`following map ${id}: ${e.message}; trying again in 1 s`, true);
       await sleep(1000);
       continue;
     }

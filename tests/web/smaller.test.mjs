@@ -168,3 +168,15 @@ test('a link naming a model the server has not loaded says so and runs no other 
   assert.equal(await page.evaluate(() => window.attnd.run.model), 'toy');
   await page.close();
 });
+
+test('a Run the server never answers (connection refused) says the server did not answer, not "Failed to fetch"', async () => {
+  const { page } = await openPage(browser, `${daemon.url}/#model=toy&text=a%20b&h=0`);
+  await page.route(/\/infer$/, (r) => r.abort('connectionrefused'));
+  await page.click('#run');
+  await page.waitForFunction(() => document.body.dataset.state === 'error', null, { timeout: 5000 });
+  const text = await page.textContent('#status');
+  assert.match(text, /no answer from the server/);
+  assert.match(text, /stopped|restarted|network/);
+  assert.equal(await page.getAttribute('#status', 'role'), 'alert');
+  await page.close();
+});
