@@ -169,8 +169,21 @@ function view() {
 
 // ---- rendering ---------------------------------------------------------
 
+// renderHeads: the head grid. Its thumbnails go over every cell of every
+// head (millions on a long map), so they are drawn again only when what
+// they show changes (another run or map, batch item, scale); moving the
+// cursor or picking a head only marks the pressed one.
+let runSeq = 0;      // bumps with every run drawn (finishRun)
+let headsDrawn = ''; // what the head grid's thumbnails show now
 function renderHeads() {
   const box = $('heads');
+  const key = `${runSeq}/${state.b}/${state.scale}/${state.auto}`;
+  if (key === headsDrawn) {
+    for (const btn of box.children)
+      btn.setAttribute('aria-pressed', String(String(state.h) === btn.dataset.head));
+    return;
+  }
+  headsDrawn = key;
   box.textContent = '';
   const heads = [...Array(run.H).keys()];
   if (run.H > 1) heads.push('mean');
@@ -392,6 +405,7 @@ async function doRun() {
 }
 
 function finishRun(note) {
+  runSeq++;
   meanCache.clear();
   autoCache.clear();
   state.win = null;

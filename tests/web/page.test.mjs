@@ -119,6 +119,37 @@ test('[ and ] on the map step through the heads and the mean', async () => {
   await page.close();
 });
 
+test('the head grid is not drawn again for every key on the map, only when what it shows changes', async () => {
+  // Each thumbnail goes over every cell of its head: on a long map with
+  // many heads, drawing them all again for every arrow key made the
+  // cursor lag by a second.
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=${encodeURIComponent(SENTENCE)}&h=0`);
+  const mark = () => page.evaluate(() => { for (const c of document.querySelectorAll('#heads canvas')) c.dataset.mark = '1'; });
+  const marked = () => page.evaluate(() => [...document.querySelectorAll('#heads canvas')].filter((c) => c.dataset.mark).length);
+  await mark();
+  await page.focus('#heatmap');
+  for (const key of ['ArrowDown', 'ArrowRight', 'Enter', ']']) await page.keyboard.press(key);
+  await page.click('.head[data-head="mean"]');
+  assert.equal(await marked(), 3, 'the thumbnails were drawn again');
+  assert.equal(await page.getAttribute('.head[data-head="mean"]', 'aria-pressed'), 'true');
+  assert.equal(await page.getAttribute('.head[data-head="1"]', 'aria-pressed'), 'false');
+  assert.match(await page.textContent('#focus-title'), /^Mean over heads/);
+  // A head picked by keyboard keeps the focus (its button is not replaced).
+  await page.focus('.head[data-head="0"]');
+  await page.keyboard.press('Enter');
+  assert.match(await page.textContent('#focus-title'), /^Head 0/);
+  assert.equal(await page.evaluate(() => document.activeElement.dataset.head), '0');
+  // A new scale changes what they show: drawn again.
+  await page.selectOption('#scale', 'log');
+  assert.equal(await marked(), 0);
+  await mark();
+  await page.click('#run');
+  await waitDrawn(page);
+  assert.equal(await marked(), 0, 'a new run draws its own');
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test('a shared link reopens the same view, drawn the same', async () => {
   const url = `${daemon.url}/#model=toy&text=${encodeURIComponent(SENTENCE)}&causal=0`;
   const { page, errors } = await openPage(browser, url);
