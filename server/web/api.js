@@ -47,6 +47,21 @@ async function send(url, opts) {
   }
 }
 
+// readJSON: res's body as JSON; an answer that is not (a proxy's login
+// or error page in the way) throws an error that says what came instead.
+async function readJSON(res) {
+  const text = await res.text();
+  try {
+    return JSON.parse(text);
+  } catch (_) {
+    const type = res.headers.get('Content-Type') || 'no Content-Type';
+    const start = text.replace(/<[^>]*>/g, ' ').replace(/\s+/g, ' ').trim().slice(0, 80);
+    const where = res.url ? new URL(res.url).pathname : 'the server';
+    throw new Error(`${where}: the answer (HTTP ${res.status}, ${type}) is not JSON` +
+      `${start ? `: “${start}”` : ''}; a proxy or login page in the way?`);
+  }
+}
+
 // fail: throw the daemon's error; err.status is the HTTP status (401 asks
 // the page for a key).
 async function fail(res) {
@@ -63,7 +78,7 @@ async function fail(res) {
 export async function getJSON(url) {
   const res = await send(url, { headers: headers({ Accept: 'application/json' }) });
   if (!res.ok) await fail(res);
-  return res.json();
+  return readJSON(res);
 }
 
 async function postJSON(url, body) {
@@ -73,7 +88,7 @@ async function postJSON(url, body) {
     body: JSON.stringify(body),
   });
   if (!res.ok) await fail(res);
-  return res.json();
+  return readJSON(res);
 }
 
 // listModels: names of the loaded models (repository index), sdpa first.
@@ -384,7 +399,7 @@ export async function seqStep(meta, id, words, pos0, { start = false, causal } =
     const ra = Number(res.headers.get('Retry-After'));
     try { await fail(res); } catch (e) { if (ra > 0) e.retryAfter = ra; throw e; }
   }
-  const j = await res.json();
+  const j = await readJSON(res);
   const p = j.parameters || {};
   return { length: p.sequence_length, mapId: p.map_id };
 }

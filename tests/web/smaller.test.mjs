@@ -180,3 +180,18 @@ test('a Run the server never answers (connection refused) says the server did no
   assert.equal(await page.getAttribute('#status', 'role'), 'alert');
   await page.close();
 });
+
+test('an answer that is not JSON (a proxy\'s login page) is named as such, not as a JSON parse error', async () => {
+  const { page } = await openPage(browser, `${daemon.url}/#model=toy&text=a%20b&h=0`);
+  await page.route(/\/infer$/, (r) => r.fulfill({ status: 200, contentType: 'text/html',
+    body: '<!doctype html><title>Sign in</title><p>Please sign in</p>' }));
+  await page.click('#run');
+  await page.waitForFunction(() => document.body.dataset.state === 'error', null, { timeout: 5000 });
+  const text = await page.textContent('#status');
+  assert.match(text, /not JSON/);
+  assert.match(text, /text\/html/);
+  assert.match(text, /Sign in/);
+  assert.doesNotMatch(text, /Unexpected token/);
+  assert.match(text, /^\/v2\/models\/toy\/infer: /);
+  await page.close();
+});
