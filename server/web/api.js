@@ -275,14 +275,15 @@ const POOL_N = 512;
 // after them, and when the version changed (a map's version only grows,
 // so an unchanged one means every plane came from it) it is read anew,
 // rather than drawing heads of two versions or failing on a plane of
-// the new size.
+// the new size. progress (optional) hears "n of N planes" after each
+// plane read: a map of many heads takes as many requests.
 const OPEN_TRIES = 4;
-export async function openMap(id) {
+export async function openMap(id, progress) {
   const metaUrl = `/v2/maps/${encodeURIComponent(id)}`;
   let meta = await getJSON(metaUrl);
   for (let k = 1; ; k++) {
     let run = null, err = null;
-    try { run = await readMap(id, meta); } catch (e) { err = e; }
+    try { run = await readMap(id, meta, progress); } catch (e) { err = e; }
     const now = await getJSON(metaUrl);
     if (now.version === meta.version && String(now.shape) === String(meta.shape)) {
       if (err) throw err;
@@ -295,16 +296,23 @@ export async function openMap(id) {
 }
 
 // readMap: openMap's reads for the map that meta describes.
-async function readMap(id, meta) {
+async function readMap(id, meta, progress) {
   const [B, H, T, S] = meta.shape;
   const kept = meta.retained || ['attention'];
   const pooled = T * S > FULL_MAP_CELLS;
+  const grown = meta.version > 0;
   const q = pooled ? `&max=${POOL_N}` : '';
+  const withV = !pooled && kept.includes('v') && Array.isArray(meta.v_shape);
+  const planes = B * H * (1 + (meta.mask || grown ? 1 : 0) + (!pooled && kept.includes('scores') ? 1 : 0)) +
+    (withV ? B * meta.v_shape[1] : 0);
+  let read = 0;
   const fetchF32 = async (b, h, what) => {
     const res = await send(`/v2/maps/${encodeURIComponent(id)}/attention?b=${b}&h=${h}&what=${what}&format=f32${what === 'v' ? '' : q}`,
       { headers: headers() });
     if (!res.ok) await fail(res);
-    return new Float32Array(await res.arrayBuffer());
+    const a = new Float32Array(await res.arrayBuffer());
+    if (progress) progress(`${++read} of ${planes} planes`);
+    return a;
   };
   let rows = T, cols = S;
   if (pooled) {
@@ -325,7 +333,6 @@ async function readMap(id, meta) {
   // An explicit mask may differ per item and head, and a grown sequence
   // map's rows each have their own: ask the server which cells it masked
   // (causal and lengths included).
-  const grown = meta.version > 0;
   const mask = meta.mask || grown ? { planes: B * H, data: await perHead('mask', Uint8Array) } : null;
   let scores = null, v = null, missing = null;
   const dk = meta.d_k || null;
@@ -333,7 +340,7 @@ async function readMap(id, meta) {
   if (pooled) missing = 'this map is max-pooled for the browser, and steps need single cells';
   else {
     if (kept.includes('scores')) scores = await perHead('scores', Float32Array);
-    if (kept.includes('v') && meta.v_shape) {
+    if (withV) {
       [, hkv, , dv] = meta.v_shape;
       v = new Float32Array(B * hkv * S * dv);
       for (let b = 0; b < B; b++)

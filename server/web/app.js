@@ -425,7 +425,7 @@ async function openMap(id) {
   document.body.dataset.state = 'loading';
   setStatus(`opening map ${id}…`);
   try {
-    const r = await api.openMap(id);
+    const r = await api.openMap(id, (p) => { if (g === viewGen) setStatus(`opening map ${id}: ${p}…`); });
     if (g !== viewGen) return g;
     run = r;
     state.map = id;

@@ -195,3 +195,28 @@ test('an answer that is not JSON (a proxy\'s login page) is named as such, not a
   assert.match(text, /^\/v2\/models\/toy\/infer: /);
   await page.close();
 });
+
+test('a map of many heads opening says how far it is, plane by plane', async () => {
+  const H = 8, T = 3;
+  const t = (name, d) => ({ name, datatype: 'FP32', shape: [1, H, T, d],
+    data: Array.from({ length: H * T * d }, (_, i) => Math.sin(i)) });
+  const res = await fetch(`${daemon.url}/v2/models/sdpa/infer`, { method: 'POST',
+    body: JSON.stringify({ inputs: [t('q', 2), t('k', 2), t('v', 2)], parameters: { retain: true } }) });
+  const id = (await res.json()).parameters.map_id;
+  const page = await browser.newPage();
+  await page.route(/\/attention\?/, async (r) => { await new Promise((res) => setTimeout(res, 40)); await r.continue(); });
+  await page.addInitScript(() => {
+    window.seen = [];
+    new MutationObserver(() => window.seen.push(document.getElementById('status').textContent))
+      .observe(document, { subtree: true, childList: true, characterData: true });
+  });
+  await page.goto(`${daemon.url}/#map=${id}&h=0`);
+  await waitDrawn(page);
+  const seen = await page.evaluate(() => window.seen);
+  const planes = seen.filter((s) => /opening map .*: \d+ of \d+ planes/.test(s));
+  // 8 heads' weights and 8 heads' value rows (no scores kept).
+  assert.ok(planes.some((s) => s.includes(`opening map ${id}: 1 of 16 planes`)), seen.join('\n'));
+  assert.ok(planes.some((s) => s.includes('16 of 16 planes')), seen.join('\n'));
+  assert.equal(await page.evaluate(() => window.attnd.run.H), H);
+  await page.close();
+});
