@@ -439,18 +439,19 @@ export async function liveSequenceOfMap(mapId) {
 }
 
 // waitMap: GET /v2/maps/{id}?wait=rows[&version=] - the long poll of follow
-// mode: resolves to { status, meta, retryAfter } once the map's query rows
+// mode: resolves to { status, meta, retryAfter, notJSON } once the map's query rows
 // differ from rows or its version from version (when given: a step that
 // replaced rows), it is gone (404), the server's wait times out (200,
 // unchanged) or it is busy (503). timeoutMs (optional) asks the server
 // to answer an unchanged map sooner than its --maps-wait-ms. signal
-// aborts it.
+// aborts it. An answer that is not JSON has meta null and notJSON saying
+// what came (readJSON's message).
 export async function waitMap(id, rows, signal, version, timeoutMs) {
   let v = Number.isInteger(version) ? `&version=${version}` : '';
   if (timeoutMs > 0) v += `&timeout_ms=${timeoutMs}`;
   const res = await send(`/v2/maps/${encodeURIComponent(id)}?wait=${rows}${v}`,
     { headers: headers({ Accept: 'application/json' }), signal });
-  let body = null;
-  try { body = await res.json(); } catch (_) { /* not JSON */ }
-  return { status: res.status, meta: body, retryAfter: Number(res.headers.get('Retry-After')) || 1 };
+  let body = null, notJSON = null;
+  try { body = await readJSON(res); } catch (e) { notJSON = e.message; }
+  return { status: res.status, meta: body, notJSON, retryAfter: Number(res.headers.get('Retry-After')) || 1 };
 }

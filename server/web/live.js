@@ -244,7 +244,7 @@ async function follow(gen) {
     if (r.status !== 200 || !r.meta || !Array.isArray(r.meta.shape)) {
       st.follow = false;
       ctx.update();
-      ctx.setStatus(`following map ${id}: ${r.meta?.error || `HTTP ${r.status}`}`, true);
+      ctx.setStatus(`following map ${id}: ${r.meta?.error || r.notJSON || `HTTP ${r.status}`}`, true);
       return;
     }
     if (r.meta.shape[2] !== rows || (Number.isInteger(version) && r.meta.version !== version)) {

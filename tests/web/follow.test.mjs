@@ -274,3 +274,19 @@ test('Follow unticked while a wait is being tried again: the red "trying again" 
     await page.close();
   });
 });
+
+test('a wait answered by something that is not the daemon (a proxy\'s sign-in page) says what came, and stops', async (t) => {
+  await withSequence(t, [], async (d, step) => {
+    const a = (await step(['the', 'cat'], 0, true)).map_id;
+    const page = await browser.newPage();
+    await page.route(/[?&]wait=/, (r) => r.fulfill({ status: 200, contentType: 'text/html',
+      body: '<!doctype html><title>Sign in</title><p>Your session has expired</p>' }));
+    await page.goto(`${d.url}/#map=${a}&follow=1&h=0`);
+    await page.waitForFunction(() => /not JSON/.test(document.getElementById('status').textContent), null, { timeout: 5000 });
+    const st = await statusOf(page);
+    assert.match(st.text, new RegExp(`following map ${a}: .*text/html.*session has expired`));
+    assert.equal(st.error, true);
+    assert.equal(await page.isChecked('#follow'), false);
+    await page.close();
+  });
+});
