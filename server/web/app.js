@@ -404,12 +404,14 @@ async function doRun() {
   return g;
 }
 
-function finishRun(note) {
+// finishRun: draw the new run. keep (optional): a keyboard cursor that
+// stays on its cell (a map that grew still has it).
+function finishRun(note, keep = null) {
   runSeq++;
   meanCache.clear();
   autoCache.clear();
   state.win = null;
-  cursor = null;
+  cursor = keep && keep.i < run.T && keep.j < run.S ? keep : null;
   hoverRow = null;
   const bs = $('batch');
   bs.textContent = '';
@@ -448,8 +450,10 @@ async function openMap(id) {
 
 // showGrown: redraw map id after it grew (a sequence's step, followed or
 // driven here): the newest row becomes the step view's query unless one
-// was picked, the zoom window keeps its size and moves to the newest row,
-// head and batch item stay. tokens (optional) label the rows; wanted
+// was picked (a step driven here drops the pick first), the zoom window
+// keeps its size and moves to the newest row unless a row is picked or a
+// keyboard cursor is on the map (it stays, as does the cursor), head and
+// batch item stay. tokens (optional) label the rows; wanted
 // (optional) says, once the map is read, whether it is still to be drawn
 // (the page may show another one by then; a Run or a map opened meanwhile
 // always wins). Throws the daemon's error.
@@ -459,13 +463,15 @@ async function showGrown(id, note, tokens, wanted) {
   if (g !== viewGen || (wanted && !wanted())) return;
   if (tokens && tokens.length === next.T && !next.block) next.tokens = next.keyTokens = tokens;
   next.live = true;
-  const n = state.win && state.win.n;
+  const win = state.win && { ...state.win };
+  const keep = cursor && !cursor.mouse ? cursor : null;
+  const studied = state.q != null || keep;
   run = next;
   state.map = id;
   if (state.model !== run.model) showMapModel(id);
-  finishRun(note);
-  if (n && state.win) { // keep the zoom, at the newest row and key
-    state.win = { n, r0: run.T - n, c0: run.S - n };
+  finishRun(note, keep);
+  if (win && state.win) { // keep the zoom, at the newest row and key
+    state.win = studied ? win : { n: win.n, r0: run.T - win.n, c0: run.S - win.n };
     update();
   }
 }

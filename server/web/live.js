@@ -250,8 +250,7 @@ async function follow(gen) {
     if (r.meta.shape[2] !== rows || (Number.isInteger(version) && r.meta.version !== version)) {
       quietNoted = false;
       trouble = null; // showGrown's note replaces the red line
-      try {
-        st.q = null;
+      try { // (a query row the watcher picked stays picked)
         await ctx.showGrown(id, `following map ${id}: ${r.meta.shape[2]} rows`, undefined,
           () => gen === followGen && st.map === id);
       } catch (e) {

@@ -290,3 +290,29 @@ test('a wait answered by something that is not the daemon (a proxy\'s sign-in pa
     await page.close();
   });
 });
+
+test('following, a picked query row and the keyboard cursor stay where the user put them as the map grows', async (t) => {
+  await withSequence(t, [], async (d, step) => {
+    const a = (await step(['the', 'cat'], 0, true)).map_id;
+    const { page, errors } = await openPage(browser, `${d.url}/#map=${a}&follow=1&h=0`);
+    assert.match(await page.textContent('#steps h2'), /\(#1\)/); // the newest row
+    await page.focus('#heatmap');
+    await page.keyboard.press('ArrowUp'); // (0, 0)
+    await page.keyboard.press('Enter'); // query 0 picked
+    await page.keyboard.press('ArrowRight'); // (0, 1)
+    assert.match(await page.textContent('#steps h2'), /\(#0\)/);
+    await step(['sat'], 2);
+    await page.waitForFunction(() => window.attnd.run.T === 3 && document.body.dataset.state === 'ready', null, { timeout: 5000 });
+    assert.equal(await page.getAttribute('#heatmap', 'data-newest'), '2');
+    assert.equal(await page.evaluate(() => window.attnd.state.q), 0);
+    assert.match(await page.textContent('#steps h2'), /\(#0\)/);
+    assert.match(await page.evaluate(() => location.hash), /[#&]q=0(&|$)/);
+    assert.match(await page.textContent('#readout [data-field="query"]'), /\(#0\)/);
+    assert.match(await page.textContent('#readout [data-field="key"]'), /\(#1\)/);
+    // The cursor goes on from where it was.
+    await page.keyboard.press('ArrowDown');
+    assert.match(await page.textContent('#readout [data-field="query"]'), /\(#1\)/);
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
+});
