@@ -5,7 +5,7 @@
 import * as api from './api.js';
 import { tokenize } from './embed.js';
 import { makeScale } from './colormap.js';
-import { drawHeatmap, drawLegend, drawThumb, hit } from './heatmap.js';
+import { drawHeatmap, drawLegend, drawThumb, hit, paintThumb, thumbImage } from './heatmap.js';
 import { renderSteps, renderTable, renderLines, fmt } from './panels.js';
 import * as live from './live.js';
 
@@ -175,6 +175,7 @@ function view() {
 // cursor or picking a head only marks the pressed one.
 let runSeq = 0;      // bumps with every run drawn (finishRun)
 let headsDrawn = ''; // what the head grid's thumbnails show now
+const overview = { key: '', t: null }; // the overview's image and what it shows
 function renderHeads() {
   const box = $('heads');
   const key = `${runSeq}/${state.b}/${state.scale}/${state.auto}`;
@@ -247,7 +248,11 @@ function renderFocus() {
   const ow = $('overview-wrap');
   ow.hidden = !state.win;
   if (state.win) {
-    drawThumb($('overview'), v, 220, win);
+    // Its image goes over every cell: made again only when what it shows
+    // changes, not for every cursor move or hover.
+    const key = `${runSeq}/${state.b}/${state.h}/${state.scale}/${state.auto}`;
+    if (overview.key !== key) Object.assign(overview, { key, t: thumbImage(v, 220) });
+    paintThumb($('overview'), overview.t, win);
     $('zoom-info').textContent = `rows ${win.r0}–${win.r0 + win.rows - 1}, keys ${win.c0}–${win.c0 + win.cols - 1} of ${run.T} × ${run.S}`;
     $('overview-note').textContent = run.block ? `(server max-pooled ${run.block[0]}×${run.block[1]} blocks of ${run.sourceShape.join(' × ')})` : '(max-pooled)';
   }

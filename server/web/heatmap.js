@@ -149,8 +149,18 @@ export function hit(g, x, y) {
 
 // drawThumb(canvas, v, px): the whole map at most px CSS pixels a side,
 // max-pooled when larger than px (so a strong weight never vanishes);
-// window {r0, c0, rows, cols} outlined when given.
+// window {r0, c0, rows, cols} outlined when given. Returns the thumbnail
+// (thumbImage), which paintThumb draws again with another window without
+// going over the map's cells again.
 export function drawThumb(canvas, v, px, win) {
+  const t = thumbImage(v, px);
+  paintThumb(canvas, t, win);
+  return t;
+}
+
+// thumbImage(v, px): drawThumb's pooled image, one pixel per block:
+// { off (canvas), px, bt, bs, rows, cols }. Goes over every cell of v.
+export function thumbImage(v, px) {
   const bt = Math.max(1, Math.ceil(v.T / px)), bs = Math.max(1, Math.ceil(v.S / px));
   const rows = Math.ceil(v.T / bt), cols = Math.ceil(v.S / bs);
   const off = document.createElement('canvas');
@@ -171,6 +181,13 @@ export function drawThumb(canvas, v, px, win) {
       img.data[o] = rgb[0]; img.data[o + 1] = rgb[1]; img.data[o + 2] = rgb[2]; img.data[o + 3] = 255;
     }
   g.putImageData(img, 0, 0);
+  return { off, px, bt, bs, rows, cols };
+}
+
+// paintThumb(canvas, t, win): thumbnail t (thumbImage) into canvas, window
+// win outlined when given.
+export function paintThumb(canvas, t, win) {
+  const { off, px, bt, bs, rows, cols } = t;
   const k = Math.max(1, Math.floor(px / Math.max(rows, cols)));
   const ctx = prepare(canvas, cols * k, rows * k);
   ctx.imageSmoothingEnabled = false;
@@ -181,7 +198,6 @@ export function drawThumb(canvas, v, px, win) {
     ctx.strokeRect((win.c0 / bs) * k + 1, (win.r0 / bt) * k + 1,
       Math.max(3, (win.cols / bs) * k - 2), Math.max(3, (win.rows / bt) * k - 2));
   }
-  return { k, bt, bs, rows, cols };
 }
 
 // drawLegend(canvas, scale, width): the colour bar; tick labels are DOM.

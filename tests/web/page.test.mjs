@@ -150,6 +150,40 @@ test('the head grid is not drawn again for every key on the map, only when what 
   await page.close();
 });
 
+test('the overview of a long map is not made again for every cursor move or hover', async () => {
+  // Its image goes over every cell of the map (1M here): made for every
+  // arrow key and every cell the pointer crossed, hovering lagged.
+  const words = Array.from({ length: 1000 }, (_, i) => `w${i}`).join(' ');
+  const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  await page.addInitScript(() => {
+    window.overviewImages = 0; // the overview of 1000 x 1000: 200 x 200 pooled
+    const orig = CanvasRenderingContext2D.prototype.createImageData;
+    CanvasRenderingContext2D.prototype.createImageData = function (w, h) {
+      if (w === 200 && h === 200) window.overviewImages++;
+      return orig.call(this, w, h);
+    };
+  });
+  await page.goto(`${daemon.url}/#model=toy&text=${encodeURIComponent(words)}&h=0`);
+  await waitDrawn(page);
+  assert.equal(await page.isVisible('#overview-wrap'), true);
+  const made = await page.evaluate(() => window.overviewImages);
+  assert.ok(made >= 1);
+  await page.focus('#heatmap');
+  for (const key of ['ArrowDown', 'ArrowRight', 'ArrowDown', 'Enter']) await page.keyboard.press(key);
+  for (let k = 0; k < 4; k++) {
+    const c = await page.evaluate((j) => window.attnd.cellCenter(j, j), k + 5);
+    await page.mouse.move(c.pageX, c.pageY);
+  }
+  await page.click('#zoom-in');
+  assert.equal(await page.evaluate(() => window.overviewImages), made, 'the overview was made again');
+  assert.match(await page.textContent('#zoom-info'), /of 1000 × 1000/);
+  // Another head shows another map: made again.
+  await page.focus('#heatmap');
+  await page.keyboard.press(']');
+  assert.equal(await page.evaluate(() => window.overviewImages), made + 1);
+  await page.close();
+});
+
 test('a shared link reopens the same view, drawn the same', async () => {
   const url = `${daemon.url}/#model=toy&text=${encodeURIComponent(SENTENCE)}&causal=0`;
   const { page, errors } = await openPage(browser, url);
