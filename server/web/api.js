@@ -137,6 +137,17 @@ export function shapeOf(a, field) {
   return shape;
 }
 
+// labels: pasted labels (tokens, key_tokens) for n rows or keys ([one,
+// many]: what they label), as strings; absent: dflt(i) for each. Labels that do not fit are refused,
+// naming the field, rather than drawn as "undefined" or cut.
+export function labels(a, n, field, [one, many], dflt) {
+  if (a === undefined || a === null) return Array.from({ length: n }, (_, i) => dflt(i));
+  if (!Array.isArray(a)) throw new Error(`${field}: expected a list of ${n} labels, one per ${one}`);
+  if (a.length !== n)
+    throw new Error(`${field}: ${a.length} label${a.length === 1 ? '' : 's'} for ${n} ${n === 1 ? one : many}`);
+  return a.map(String);
+}
+
 // parseMask: a pasted "mask" (nested true/false or 1/0) checked against
 // the shapes the daemon takes: [T, S], or lead + [T, S] where lead is
 // [B] for attention models and q's leading dimensions for sdpa. Returns
@@ -231,8 +242,9 @@ export async function inferSdpa(spec, { causal, retain }) {
   const T = qs[qs.length - 2], S = ks[ks.length - 2], dk = qs[qs.length - 1];
   const dv = vs[vs.length - 1];
   const B = lead.length >= 1 ? lead[0] : 1, H = lead.length === 2 ? lead[1] : 1;
-  const tok = spec.tokens || Array.from({ length: T }, (_, i) => `q${i}`);
-  const keyTok = spec.key_tokens || (S === T && spec.tokens ? spec.tokens : Array.from({ length: S }, (_, j) => `k${j}`));
+  const tok = labels(spec.tokens, T, 'tokens', ['query', 'queries'], (i) => `q${i}`);
+  const keyTok = spec.key_tokens !== undefined || !(S === T && spec.tokens)
+    ? labels(spec.key_tokens, S, 'key_tokens', ['key', 'keys'], (j) => `k${j}`) : tok;
   const params = { causal: !!causal };
   if (retain) { params.retain = true; params.tokens = S === T ? tok : tok.concat(keyTok); }
   const mk = parseMask(spec.mask, lead, T, S);

@@ -374,13 +374,13 @@ async function doRun() {
       if (!spec.x) throw new Error('JSON input: "x" missing');
       const shape = api.shapeOf(spec.x, 'x');
       const full = shape.length === 2 ? [1, ...shape] : shape;
-      const toks = spec.tokens || Array.from({ length: full[1] }, (_, i) => `t${i}`);
+      const toks = api.labels(spec.tokens, full[1], 'tokens', ['query', 'queries'], (i) => `t${i}`);
       let ctx = null;
       if (spec.context) { // cross-attention: keys and values from context
         const cs = api.shapeOf(spec.context, 'context');
         const cfull = cs.length === 2 ? [1, ...cs] : cs;
         ctx = { shape: cfull, data: Float32Array.from(spec.context.flat(Infinity)),
-          tokens: spec.key_tokens || Array.from({ length: cfull[1] }, (_, j) => `c${j}`) };
+          tokens: api.labels(spec.key_tokens, cfull[1], 'key_tokens', ['key', 'keys'], (j) => `c${j}`) };
       }
       r = await api.inferX(meta, full, Float32Array.from(spec.x.flat(Infinity)), toks, opts, ctx, spec.mask);
     } else {

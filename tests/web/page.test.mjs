@@ -331,6 +331,26 @@ test('exports: .npy and JSON hold the focused map\'s numbers', async () => {
   await page.close();
 });
 
+test('pasted labels that do not fit (too few tokens, too many key_tokens, not a list) are refused, naming the field', async () => {
+  const SPEC = { q: [[2, 0, 2, 0], [0, 4, 0, 2]], k: [[1, 0, 1, 0], [0, 1, 0, 0], [1, 1, 0, 0]], v: [[1, 2], [3, 0], [1, 1]] };
+  const row = (i) => Array.from({ length: 16 }, (_, d) => Math.sin(i * 3 + d));
+  const cases = [
+    ['sdpa', { ...SPEC, tokens: ['a'] }, /tokens: 1 label for 2 queries/],
+    ['sdpa', { ...SPEC, key_tokens: ['a', 'b', 'c', 'd'] }, /key_tokens: 4 labels for 3 keys/],
+    ['sdpa', { ...SPEC, tokens: 'ab' }, /tokens: expected a list/],
+    ['toy', { x: [0, 1, 2].map(row), tokens: ['a', 'b'] }, /tokens: 2 labels for 3 queries/],
+    ['toy', { x: [0, 1].map(row), context: [5, 6, 7].map(row), key_tokens: ['a'] }, /key_tokens: 1 label for 3 keys/],
+  ];
+  for (const [model, spec, want] of cases) {
+    const page = await browser.newPage();
+    await page.goto(`${daemon.url}/#model=${model}&json=${encodeURIComponent(JSON.stringify(spec))}&h=0`);
+    await page.waitForFunction(() => ['ready', 'error'].includes(document.body.dataset.state), null, { timeout: 10000 });
+    assert.equal(await page.evaluate(() => document.body.dataset.state), 'error', JSON.stringify(spec));
+    assert.match(await page.textContent('#status'), want);
+    await page.close();
+  }
+});
+
 test('pasted JSON with a context runs cross-attention: T queries by S keys', async () => {
   const row = (i) => Array.from({ length: 16 }, (_, d) => Math.sin(i * 3 + d));
   const spec = { x: [0, 1, 2].map(row), context: [5, 6, 7, 8, 9].map(row), tokens: ['a', 'b', 'c'] };
