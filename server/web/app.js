@@ -702,6 +702,13 @@ async function main() {
   });
   $('auth').addEventListener('submit', (e) => {
     e.preventDefault();
+    // A header carries printable ASCII only: fetch would refuse the
+    // request before sending it.
+    if (/[^\x20-\x7e]/.test($('api-key').value)) {
+      setStatus('API key: it has characters a request header cannot carry (printable ASCII only); check what was pasted', true);
+      $('api-key').focus();
+      return;
+    }
     api.setApiKey($('api-key').value);
     $('auth').hidden = true;
     const retry = listed && afterKey;

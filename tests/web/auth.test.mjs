@@ -100,3 +100,21 @@ test('a sequence Step refused for its key: with the key given, the step is sent,
   assert.equal(await page.inputValue('#seq-next'), '');
   await page.close();
 });
+
+test('a key that cannot go in a header (not ASCII) is refused at the form, not sent as "no answer from the server"', async () => {
+  const page = await browser.newPage();
+  await page.goto(daemon.url + sdpaHash(SEED, '&h=0'));
+  await page.waitForFunction(() => document.body.dataset.state === 'error');
+  await page.fill('#api-key', 'clé-secrète');
+  await page.click('#auth button');
+  await page.waitForTimeout(300);
+  assert.equal(await page.isVisible('#auth'), true);
+  const text = await page.textContent('#status');
+  assert.match(text, /API key: .*ASCII/);
+  assert.doesNotMatch(text, /no answer from the server/);
+  // The right key then works.
+  await page.fill('#api-key', KEY);
+  await page.click('#auth button');
+  await waitDrawn(page);
+  await page.close();
+});
