@@ -330,7 +330,9 @@ function update() {
 // loadMeta: fetch and show the model's metadata; applyDefault sets the
 // causal box to the model's default (not when the URL says otherwise).
 async function loadMeta(name, applyDefault) {
-  meta = await api.modelMeta(name);
+  const m = await api.modelMeta(name);
+  if (name !== state.model) return m; // another model was chosen meanwhile
+  meta = m;
   const p = meta.parameters || {};
   $('model-info').textContent = name === 'sdpa'
     ? 'sdpa: raw scaled dot-product attention on Q, K, V you give.'
@@ -364,6 +366,9 @@ async function doRun() {
   state.text = $('text').value;
   state.json = $('json').value;
   try {
+    // The model chosen a moment ago may still be loading its metadata (or
+    // failed to): not the previous model's, nor none.
+    if (state.model !== 'sdpa' && meta?.name !== state.model) await loadMeta(state.model, false);
     const opts = { causal: state.causal, retain: state.retain };
     let r;
     if (state.model === 'sdpa') {

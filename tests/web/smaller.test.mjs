@@ -161,7 +161,9 @@ test('a link naming a model the server has not loaded says so and runs no other 
   assert.equal(await page.inputValue('#model'), 'nope');
   // The link stays as given, to reload once the model is there.
   assert.match(await page.evaluate(() => location.hash), /model=nope/);
-  // Choosing a model the server has runs it.
+  // Choosing a model the server has runs it, even with Run pressed while
+  // its metadata is still on its way.
+  await page.route(/\/v2\/models\/toy$/, async (r) => { await new Promise((res) => setTimeout(res, 800)); await r.continue(); });
   await page.selectOption('#model', 'toy');
   await page.click('#run');
   await waitDrawn(page);
