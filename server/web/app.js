@@ -64,8 +64,10 @@ function writeHash() {
   if (state.map) p.set('map', state.map);
   else {
     p.set('model', state.model);
-    if (state.tab === 'json' && state.json.length <= JSON_IN_URL_MAX) p.set('json', state.json);
-    else p.set('text', state.text);
+    if (state.tab !== 'json') p.set('text', state.text);
+    // Too large for a link: an empty json= says so when it is reopened
+    // (not the words or the seed in its place).
+    else p.set('json', state.json.length <= JSON_IN_URL_MAX ? state.json : '');
     p.set('causal', state.causal ? '1' : '0');
   }
   if (state.b) p.set('b', String(state.b));
@@ -749,7 +751,8 @@ async function start() {
   else if (!models.includes(state.model)) state.model = models.includes('demo') ? 'demo' : models[0];
   sel.value = state.model;
   if (state.text) $('text').value = state.text;
-  $('json').value = state.json || JSON.stringify(SEED_SDPA);
+  const noInput = fromUrl && !state.map && state.tab === 'json' && !state.json;
+  $('json').value = noInput ? '' : state.json || JSON.stringify(SEED_SDPA);
   $('causal').checked = state.causal;
   selectTab(state.tab);
   try { await loadMeta(state.model, !fromUrl); } catch (e) {
@@ -760,7 +763,12 @@ async function start() {
   const keep = { b: state.b, h: state.h, q: state.q };
   let g;
   if (state.map) g = await openMap(state.map);
-  else if (fromUrl) {
+  else if (noInput) {
+    document.body.dataset.state = 'idle';
+    setStatus('This link has no input: the JSON was too large to keep in a link. Paste it again, ' +
+      'or tick “retain on the server”, run, and link to the map.', true);
+    return;
+  } else if (fromUrl) {
     $('causal').checked = state.causal;
     g = await doRun();
   } else {

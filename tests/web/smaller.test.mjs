@@ -222,3 +222,22 @@ test('a map of many heads opening says how far it is, plane by plane', async () 
   assert.equal(await page.evaluate(() => window.attnd.run.H), H);
   await page.close();
 });
+
+test('a pasted JSON too large for the link: reopened, the link says it has no input, and runs nothing else', async () => {
+  const T = 120, d = 16;
+  const m = (f) => Array.from({ length: T }, (_, i) => Array.from({ length: d }, (_, j) => Number(Math.sin(f * i + j).toFixed(6))));
+  const spec = { q: m(1), k: m(2), v: m(3) };
+  assert.ok(JSON.stringify(spec).length > 16384);
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=sdpa&json=${encodeURIComponent(JSON.stringify(SEED))}&h=0`);
+  await page.fill('#json', JSON.stringify(spec));
+  await page.click('#run');
+  await page.waitForFunction(() => window.attnd.run.T === 120 && document.body.dataset.state === 'ready');
+  await page.reload();
+  await page.waitForFunction(() => document.body.dataset.state !== 'loading', null, { timeout: 10000 });
+  assert.notEqual(await page.evaluate(() => document.body.dataset.state), 'ready');
+  assert.equal(await page.evaluate(() => window.attnd.run), null, 'another input was run in its place');
+  assert.match(await page.textContent('#status'), /too large to keep in a link/);
+  assert.equal(await page.inputValue('#json'), '');
+  assert.deepEqual(errors, []);
+  await page.close();
+});
