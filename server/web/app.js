@@ -1,6 +1,6 @@
 // app.js - the visualiser: input, head grid, focused heatmap, readout,
-// line view, step view, exports, and the page state kept in the URL hash
-// (#model=demo&text=...&h=2&q=5 reopens the same view).
+// line view, step view, and the page state kept in the URL hash
+// (#model=demo&text=...&h=2&q=5 reopens the same view). Exports: export.js.
 
 import * as api from './api.js';
 import { tokenize } from './embed.js';
@@ -8,6 +8,7 @@ import { makeScale } from './colormap.js';
 import { drawHeatmap, drawLegend, drawThumb, hit, paintThumb, thumbImage } from './heatmap.js';
 import { renderSteps, renderTable, renderLines, fmt } from './panels.js';
 import * as live from './live.js';
+import { initExport } from './export.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -585,30 +586,6 @@ function onKey(e) {
   update();
 }
 
-function download(name, blob) {
-  const a = document.createElement('a');
-  a.href = URL.createObjectURL(blob);
-  a.download = name;
-  document.body.append(a);
-  a.click();
-  setTimeout(() => { URL.revokeObjectURL(a.href); a.remove(); }, 1000);
-}
-
-function baseName() {
-  return `attnd-${run.mapId || run.model}-b${state.b}-h${state.h}`;
-}
-
-// A .npy file (format 1.0): magic, header dict padded to 64 bytes, data.
-function npy(data, shape) {
-  let hdr = `{'descr': '<f4', 'fortran_order': False, 'shape': (${shape.join(', ')}), }`;
-  const total = 10 + hdr.length + 1;
-  hdr += ' '.repeat((64 - (total % 64)) % 64) + '\n';
-  const head = new Uint8Array(10 + hdr.length);
-  head.set([0x93, 78, 85, 77, 80, 89, 1, 0, hdr.length & 255, hdr.length >> 8]);
-  head.set(new TextEncoder().encode(hdr), 10);
-  return new Blob([head, new Float32Array(data)], { type: 'application/octet-stream' });
-}
-
 function wire() {
   $('tab-words').addEventListener('click', () => selectTab('words'));
   $('tab-json').addEventListener('click', () => selectTab('json'));
@@ -662,18 +639,6 @@ function wire() {
   });
   $('zoom-in').addEventListener('click', () => { state.win.n >>= 1; update(); });
   $('zoom-out').addEventListener('click', () => { state.win.n <<= 1; update(); });
-  $('export-png').addEventListener('click', () =>
-    $('heatmap').toBlob((b) => download(`${baseName()}.png`, b), 'image/png'));
-  $('export-json').addEventListener('click', () => {
-    const map = headMap(state.b, state.h);
-    download(`${baseName()}.json`, new Blob([JSON.stringify({
-      model: run.model, map_id: run.mapId || null, b: state.b, h: state.h,
-      tokens: run.tokens, key_tokens: run.keyTokens, shape: [run.T, run.S],
-      causal: run.causal, data: Array.from(map),
-    })], { type: 'application/json' }));
-  });
-  $('export-npy').addEventListener('click', () =>
-    download(`${baseName()}.npy`, npy(headMap(state.b, state.h), [run.T, run.S])));
   $('copy-link').addEventListener('click', async () => {
     writeHash();
     if (state.tab === 'json' && !state.map && state.json.length > JSON_IN_URL_MAX) {
@@ -707,6 +672,7 @@ async function main() {
     $, state, setStatus, askKey, showGrown, update,
     get run() { return run; },
   });
+  initExport({ $, state, headMap, get run() { return run; } });
   $('auth').addEventListener('submit', (e) => {
     e.preventDefault();
     // A header carries printable ASCII only: fetch would refuse the

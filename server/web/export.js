@@ -1,0 +1,47 @@
+// export.js - the focused map as files: PNG (the canvas as drawn), JSON
+// (its numbers with their labels) and .npy (float32 [T, S], for numpy),
+// named for the map (or model), batch item and head.
+
+let ctx = null; // app.js: { $, state, run, headMap(b, h) }
+
+function download(name, blob) {
+  const a = document.createElement('a');
+  a.href = URL.createObjectURL(blob);
+  a.download = name;
+  document.body.append(a);
+  a.click();
+  setTimeout(() => { URL.revokeObjectURL(a.href); a.remove(); }, 1000);
+}
+
+function baseName() {
+  return `attnd-${ctx.run.mapId || ctx.run.model}-b${ctx.state.b}-h${ctx.state.h}`;
+}
+
+// A .npy file (format 1.0): magic, header dict padded to 64 bytes, data.
+function npy(data, shape) {
+  let hdr = `{'descr': '<f4', 'fortran_order': False, 'shape': (${shape.join(', ')}), }`;
+  const total = 10 + hdr.length + 1;
+  hdr += ' '.repeat((64 - (total % 64)) % 64) + '\n';
+  const head = new Uint8Array(10 + hdr.length);
+  head.set([0x93, 78, 85, 77, 80, 89, 1, 0, hdr.length & 255, hdr.length >> 8]);
+  head.set(new TextEncoder().encode(hdr), 10);
+  return new Blob([head, new Float32Array(data)], { type: 'application/octet-stream' });
+}
+
+// initExport: wire the PNG, JSON and .npy buttons.
+export function initExport(c) {
+  ctx = c;
+  const { $ } = c;
+  $('export-png').addEventListener('click', () =>
+    $('heatmap').toBlob((b) => download(`${baseName()}.png`, b), 'image/png'));
+  $('export-json').addEventListener('click', () => {
+    const map = ctx.headMap(ctx.state.b, ctx.state.h);
+    download(`${baseName()}.json`, new Blob([JSON.stringify({
+      model: ctx.run.model, map_id: ctx.run.mapId || null, b: ctx.state.b, h: ctx.state.h,
+      tokens: ctx.run.tokens, key_tokens: ctx.run.keyTokens, shape: [ctx.run.T, ctx.run.S],
+      causal: ctx.run.causal, data: Array.from(map),
+    })], { type: 'application/json' }));
+  });
+  $('export-npy').addEventListener('click', () =>
+    download(`${baseName()}.npy`, npy(ctx.headMap(ctx.state.b, ctx.state.h), [ctx.run.T, ctx.run.S])));
+}
