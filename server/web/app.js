@@ -260,7 +260,7 @@ function renderFocus() {
     $('overview-note').textContent = run.block ? `(server max-pooled ${run.block[0]}×${run.block[1]} blocks of ${run.sourceShape.join(' × ')})` : '(max-pooled)';
   }
   $('heatmap').setAttribute('aria-label',
-    `${title}: ${run.T} queries by ${run.S} keys. Arrow keys move the cursor; Enter selects the query row; [ and ] change the head.`);
+    `${title}: ${run.T} queries by ${run.S} keys. Arrow keys move the cursor (Page Up/Down, Home/End farther); Enter selects the query row; [ and ] change the head.`);
 }
 
 function renderReadout() {
@@ -564,7 +564,11 @@ function onMove(e) {
 
 function onKey(e) {
   if (!run) return;
-  const d = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] }[e.key];
+  // Arrows by one cell; PageUp/PageDown by a window's rows (8 unzoomed);
+  // Home/End to the row's first/last key, with Ctrl to the first/last row.
+  const pg = state.win ? state.win.n : 8, far = 1 << 30, ctl = e.ctrlKey || e.metaKey;
+  const d = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1],
+    PageUp: [-pg, 0], PageDown: [pg, 0], Home: [ctl ? -far : 0, -far], End: [ctl ? far : 0, far] }[e.key];
   if (d) {
     e.preventDefault();
     const c = cursor || { i: selQ(), j: 0 };

@@ -184,6 +184,33 @@ test('the overview of a long map is not made again for every cursor move or hove
   await page.close();
 });
 
+test('a long map by keyboard: Page Up/Down by a window, Home/End to the row\'s ends, Ctrl+Home/End to the map\'s', async () => {
+  // With the arrows alone, row 150 of 200 took 150 key presses.
+  const words = Array.from({ length: 200 }, (_, i) => `w${i}`).join(' ');
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=${encodeURIComponent(words)}&h=0&q=10`);
+  const at = async () => [await page.textContent('#readout [data-field="query"]'), await page.textContent('#readout [data-field="key"]')]
+    .map((t) => Number(t.match(/\(#(\d+)\)/)[1]));
+  await page.focus('#heatmap');
+  await page.keyboard.press('ArrowDown'); // (11, 0)
+  assert.deepEqual(await at(), [11, 0]);
+  await page.keyboard.press('End');
+  assert.deepEqual(await at(), [11, 199]);
+  await page.keyboard.press('PageDown');
+  assert.deepEqual(await at(), [75, 199]); // a window of 64 rows
+  await page.keyboard.press('Home');
+  assert.deepEqual(await at(), [75, 0]);
+  await page.keyboard.press('PageUp');
+  assert.deepEqual(await at(), [11, 0]);
+  await page.keyboard.press('Control+End');
+  assert.deepEqual(await at(), [199, 199]);
+  assert.match(await page.textContent('#zoom-info'), /rows 136–199, keys 136–199 of 200 × 200/);
+  await page.keyboard.press('Control+Home');
+  assert.deepEqual(await at(), [0, 0]);
+  assert.match(await page.textContent('#zoom-info'), /rows 0–63, keys 0–63/);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test('a shared link reopens the same view, drawn the same', async () => {
   const url = `${daemon.url}/#model=toy&text=${encodeURIComponent(SENTENCE)}&causal=0`;
   const { page, errors } = await openPage(browser, url);
