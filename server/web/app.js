@@ -703,6 +703,7 @@ async function start() {
   live.setFollow(false);
   afterKey = null;
   const fromUrl = readHash();
+  setStatus('asking the server for its models…');
   listed = true;
   const models = await api.listModels().catch((e) => {
     listed = e.status !== 401;

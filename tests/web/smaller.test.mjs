@@ -241,3 +241,14 @@ test('a pasted JSON too large for the link: reopened, the link says it has no in
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+test('while the server is slow to list its models, the status line says what the page waits for', async () => {
+  const page = await browser.newPage();
+  await page.route(/\/v2\/repository\/index$/, async (r) => { await new Promise((res) => setTimeout(res, 1500)); await r.continue(); });
+  await page.goto(`${daemon.url}/#model=toy&text=a%20b&h=0`);
+  await page.waitForTimeout(500);
+  assert.equal(await page.evaluate(() => document.body.dataset.state), 'loading');
+  assert.match(await page.textContent('#status'), /asking the server for its models/);
+  await waitDrawn(page);
+  await page.close();
+});
