@@ -42,10 +42,12 @@ const autoCache = new Map(); // (b, h) -> row of the strongest off-diagonal weig
 // one, or when the page could not even list the models, start() draws
 // what the link says.
 let afterKey = null;
+let keyFrom = null;  // what had the focus when the form took it
 let listed = false; // the models were listed (the key, if any, was good)
 function askKey(e, retry) {
   if (e && e.status === 401) {
     if (retry) afterKey = retry;
+    if ($('auth').hidden && document.activeElement !== document.body) keyFrom = document.activeElement;
     $('auth').hidden = false;
     $('api-key').focus();
   }
@@ -688,6 +690,10 @@ async function main() {
     }
     api.setApiKey($('api-key').value);
     $('auth').hidden = true;
+    // The focus goes back where the refused action came from, not to the
+    // top of the page with the hidden form.
+    if (keyFrom && keyFrom.isConnected) keyFrom.focus();
+    keyFrom = null;
     const retry = listed && afterKey;
     afterKey = null;
     if (retry) retry();

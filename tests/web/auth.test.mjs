@@ -74,6 +74,8 @@ test('a Run refused for its key: with the key given, the words typed run, not th
   await page.waitForFunction(() => document.getElementById('auth').hidden && document.body.dataset.state === 'ready');
   assert.equal(await page.inputValue('#text'), 'one two three four five');
   assert.equal(await page.evaluate(() => window.attnd.run.T), 5);
+  // The focus is back on Run, where the keyboard user was.
+  assert.equal(await page.evaluate(() => document.activeElement.id), 'run');
   assert.match(await page.evaluate(() => location.hash), /text=one\+two\+three\+four\+five/);
   await page.close();
 });
@@ -90,7 +92,7 @@ test('a sequence Step refused for its key: with the key given, the step is sent,
   await page.waitForFunction(() => window.attnd.sequence && window.attnd.run.T === 2 && document.body.dataset.state === 'ready');
   await keyGoesStale(page, /\/infer$/);
   await page.fill('#seq-next', 'sat');
-  await page.click('#seq-step');
+  await page.press('#seq-next', 'Enter');
   await page.waitForFunction(() => !document.getElementById('auth').hidden);
   await page.fill('#api-key', KEY);
   await page.click('#auth button');
@@ -98,6 +100,7 @@ test('a sequence Step refused for its key: with the key given, the step is sent,
     null, { timeout: 5000 });
   assert.equal(await page.evaluate(() => window.attnd.sequence.words.join(' ')), 'the cat sat');
   assert.equal(await page.inputValue('#seq-next'), '');
+  assert.equal(await page.evaluate(() => document.activeElement.id), 'seq-next');
   await page.close();
 });
 
