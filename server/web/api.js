@@ -212,7 +212,9 @@ export async function inferX(meta, shape, x, tokens, { causal, retain }, ctx = n
   if (mk) inputs.push(mk.input);
   const body = {
     inputs,
-    outputs: ['attention', 'scores', 'q', 'k', 'v', 'y'].map((name) => ({ name })),
+    // Scores only for the store (a retained map has no q, k): the page
+    // works them out from q and k, and they were as large as the weights.
+    outputs: ['attention', ...(retain ? ['scores'] : []), 'q', 'k', 'v', 'y'].map((name) => ({ name })),
     parameters: params,
   };
   const resp = await postJSON(`/v2/models/${encodeURIComponent(meta.name)}/infer`, body);
@@ -253,7 +255,7 @@ export async function inferSdpa(spec, { causal, retain }) {
   if (mk) inputs.push(mk.input);
   const resp = await postJSON('/v2/models/sdpa/infer', {
     inputs,
-    outputs: ['output', 'attention', 'scores'].map((name) => ({ name })),
+    outputs: ['output', 'attention', ...(retain ? ['scores'] : [])].map((name) => ({ name })),
     parameters: params,
   });
   const o = outputsByName(resp);

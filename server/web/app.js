@@ -265,6 +265,19 @@ function renderFocus() {
     `${title}: ${run.T} queries by ${run.S} keys. Arrow keys move the cursor (Page Up/Down, Home/End farther); Enter selects the query row; [ and ] change the head.`);
 }
 
+// scoreAt: the scaled score q·k/√d_k of cell (i, j) of head h, item b:
+// the server's (a retained map's), else from q and k (a run's: it is not
+// asked for the scores, as large as the weights), else null.
+function scoreAt(b, h, i, j) {
+  if (run.scores) return run.scores[((b * run.H + h) * run.T + i) * run.S + j];
+  const dk = run.headDim, hkv = run.nKvHeads || run.H;
+  if (!run.q || !run.k || !dk) return null;
+  const qo = ((b * run.H + h) * run.T + i) * dk, ko = ((b * hkv + Math.floor(h / (run.H / hkv))) * run.S + j) * dk;
+  let s = 0;
+  for (let d = 0; d < dk; d++) s += run.q[qo + d] * run.k[ko + d];
+  return s / Math.sqrt(dk);
+}
+
 function renderReadout() {
   const r = $('readout');
   const c = cursor;
@@ -275,9 +288,7 @@ function renderReadout() {
   const v = view();
   const w = v.map[c.i * run.S + c.j];
   const masked = v.masked(c.i, c.j);
-  const ts = run.T * run.S;
-  let score = null;
-  if (run.scores && state.h !== 'mean') score = run.scores[(state.b * run.H + state.h) * ts + c.i * run.S + c.j];
+  const score = state.h === 'mean' ? null : scoreAt(state.b, state.h, c.i, c.j);
   const sq = run.headDim ? Math.sqrt(run.headDim) : null;
   const rows = [
     ['query', `${run.tokens[c.i]} (#${c.i})`],

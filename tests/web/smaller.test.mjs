@@ -252,3 +252,27 @@ test('while the server is slow to list its models, the status line says what the
   await waitDrawn(page);
   await page.close();
 });
+
+test('a long run the server could send without the scores is drawn, its readout working the score out from q and k', async () => {
+  // 1000 words on the toy: weights and scores do not fit in 12 MB of
+  // request memory, the weights alone do; a run need not ask for the scores.
+  const d = await startAttnd(['--request-memory', '12000000']);
+  try {
+    const words = Array.from({ length: 1000 }, (_, i) => `w${i}`).join(' ');
+    const { page, errors } = await openPage(browser, `${d.url}/#model=toy&text=${encodeURIComponent(words)}&h=1&q=500`);
+    assert.equal(await page.evaluate(() => window.attnd.run.T), 1000);
+    await page.focus('#heatmap');
+    await page.keyboard.press('ArrowRight'); // (500, 1)
+    const want = await page.evaluate(() => {
+      const r = window.attnd.run, dk = r.headDim;
+      let s = 0;
+      for (let k = 0; k < dk; k++) s += r.q[((0 * r.H + 1) * r.T + 500) * dk + k] * r.k[((0 * r.H + 1) * r.S + 1) * dk + k];
+      return s / Math.sqrt(dk);
+    });
+    assert.equal(Number(await page.textContent('#readout [data-field="scaled-score"]')).toFixed(4), want.toFixed(4));
+    assert.deepEqual(errors, []);
+    await page.close();
+  } finally {
+    await d.stop();
+  }
+});
