@@ -325,7 +325,8 @@ function renderSide() {
 function update() {
   if (!run) return;
   state.b = Math.min(state.b, run.B - 1);
-  if (state.h !== 'mean') state.h = Math.min(state.h, run.H - 1);
+  // (one head has no mean: a link's h=mean shows head 0)
+  if (state.h !== 'mean' || run.H === 1) state.h = state.h === 'mean' ? 0 : Math.min(state.h, run.H - 1);
   if (state.q != null) state.q = Math.min(state.q, run.T - 1);
   $('view').hidden = false;
   $('batch-wrap').hidden = run.B <= 1;

@@ -276,3 +276,13 @@ test('a long run the server could send without the scores is drawn, its readout 
     await d.stop();
   }
 });
+
+test('h=mean in a link to a one-head map shows head 0, pressed, not a mean with no head to pick', async () => {
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=sdpa&json=${encodeURIComponent(JSON.stringify(SEED))}&h=mean`);
+  assert.match(await page.textContent('#focus-title'), /^Head 0/);
+  assert.equal(await page.getAttribute('.head[data-head="0"]', 'aria-pressed'), 'true');
+  assert.doesNotMatch(await page.textContent('#steps'), /mean over heads/);
+  assert.match(await page.evaluate(() => location.hash), /[#&]h=0(&|$)/);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
