@@ -218,6 +218,43 @@ static void block_maps(const attn__head *h, int i0, int i1)
     }
 }
 
+/* Scores of keys [kb, kb + kn) in row (of query row i) that i may not
+ * see become -inf; per-key checks only where some key may be hidden. */
+static void hide_keys(const attn__head *h, int i, int kb, int kn, float *row)
+{
+    int jl = imin(kn, key_limit(h, i) - kb);
+    const uint8_t *mr =
+        h->mask ? h->mask + (size_t)qrow(h, i) * h->s + kb : NULL;
+    if (jl < kn || mr)
+        for (int j = 0; j < kn; j++)
+            if (j >= jl || (mr && !mr[j]))
+                row[j] = -INFINITY;
+}
+
+/* renorm_row: output row i again (into orow), for a fused row whose
+ * running sum of exp(s - m) v overflowed float32 although each weighted
+ * value fits (V near FLT_MAX: l keys of 3e38 sum to l x 3e38). With the
+ * row's final max m and sum l known, each weight is normalised before it
+ * multiplies V, as the materialised path does, so the sum stays within
+ * the largest |v|. p: ATTN__BK floats. */
+static void renorm_row(const attn__head *h, int i, float m, float l,
+                       float *orow, float *p, float *kbuf, float *vbuf)
+{
+    int kend = key_limit(h, i), kn;
+    float inv = 1.0f / l;
+    memset(orow, 0, (size_t)h->dv * sizeof(float));
+    for (int kb = 0; kb < kend; kb += kn) {
+        span sp = get_span(h, kb, kend - kb, 1, 1, kbuf, vbuf);
+        kn = sp.n;
+        span_scores(h, 1, h->q + (size_t)i * h->ldq, &sp, p, ATTN__BK);
+        hide_keys(h, i, kb, kn, p);
+        attn__row_expsum(p, kn, m);
+        for (int j = 0; j < kn; j++)
+            p[j] *= inv;
+        span_pv(h, 1, p, ATTN__BK, &sp, orow);
+    }
+}
+
 /* Fused path: stream K/V in spans with a running max m and sum l per row
  * (online softmax); the output rows are the accumulator. */
 static void block_fused(const attn__head *h, int i0, int i1)
@@ -245,17 +282,10 @@ static void block_fused(const attn__head *h, int i0, int i1)
         kn = sp.n;
         span_scores(h, n, h->q + (size_t)i0 * h->ldq, &sp, sblk, ATTN__BK);
         for (int r = 0; r < n; r++) {
-            int i = i0 + r, qi = qrow(h, i);
+            int i = i0 + r;
             float *row = sblk + (size_t)r * ATTN__BK;
             check_scores(h, row, (size_t)kn);
-            /* Per-key checks only where some key of the span may be hidden. */
-            int jl = imin(kn, key_limit(h, i) - kb);
-            const uint8_t *mr =
-                h->mask ? h->mask + (size_t)qi * h->s + kb : NULL;
-            if (jl < kn || mr)
-                for (int j = 0; j < kn; j++)
-                    if (j >= jl || (mr && !mr[j]))
-                        row[j] = -INFINITY;
+            hide_keys(h, i, kb, kn, row);
             float mx = attn__row_max(row, kn);
             if (mx == -INFINITY) {
                 memset(row, 0, (size_t)kn * sizeof(float));
@@ -280,6 +310,8 @@ static void block_fused(const attn__head *h, int i0, int i1)
             float inv = 1.0f / l[r];
             for (int d = 0; d < h->dv; d++)
                 orow[d] *= inv;
+            if (isfinite(m[r]) && !attn__all_finite(orow, (size_t)h->dv))
+                renorm_row(h, i0 + r, m[r], l[r], orow, sblk, kbuf, vbuf);
         } else {
             memset(orow, 0, (size_t)h->dv * sizeof(float));
         }

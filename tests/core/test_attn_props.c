@@ -326,6 +326,42 @@ START_TEST(prop_overflow_in_scores_output_is_flagged)
 }
 END_TEST
 
+/* Values near FLT_MAX: each output is a convex combination of them and
+ * fits float32, as PyTorch's softmax(s) @ V gives it. The fused path once
+ * summed exp(s - m) v over the keys before dividing by the sum of the
+ * weights, overflowed to Inf (2 keys of 3e38 make 6e38) and refused the
+ * request as "not finite"; it must give the materialised numbers, over
+ * several spans of keys (s > ATTN__BK), causal and masked, and a row whose
+ * keys were all masked stays 0. */
+START_TEST(prop_fused_values_near_flt_max)
+{
+    tu_rng g = {0x5151u + (unsigned)_i};
+    int t = 5, s = _i ? ATTN__BK + 44 : 2, dv = 3;
+    rawp p;
+    rawp_init(&p, &g, 2, t, s, 4, dv, _i, _i, 1.0f);
+    for (size_t i = 0; i < (size_t)2 * s * dv; i++)
+        p.v[i] = (i % 3 == 2 ? -3.0e38f : 3.0e38f) * (1.0f - 0.01f * (i % 7));
+    char err[ATTN_ERRMAX];
+    ck_assert_msg(attn_forward_raw(&p.c, &p.r, 1, NULL, err) == 0, "%s", err);
+    float *y2 = tu_fill((size_t)2 * t * dv, NAN);
+    attn_raw r2 = p.r;
+    r2.attention = r2.scores = NULL;
+    r2.y = y2;
+    ck_assert_msg(attn_forward_raw(&p.c, &r2, 1, tu_ex, err) == 0, "%s", err);
+    for (size_t i = 0; i < (size_t)2 * t * dv; i++) {
+        ck_assert(isfinite(p.y[i]));
+        ck_assert_msg(fabsf(y2[i] - p.y[i]) <= 1e-5f * fabsf(p.y[i]),
+                      "fused %g maps %g at %zu", y2[i], p.y[i], i);
+    }
+    if (_i)
+        for (int h = 0; h < 2; h++)
+            for (int d = 0; d < dv; d++)
+                ck_assert(y2[((size_t)h * t + t / 2) * dv + d] == 0.0f);
+    free(y2);
+    rawp_free(&p);
+}
+END_TEST
+
 /* The plan API: tiles of a stage may run in any order; the fused path's
  * scratch grows linearly with T (no T x S buffer). */
 START_TEST(plan_tiles_any_order_and_linear_memory)
@@ -428,6 +464,7 @@ static Suite *attn_props_suite(void)
     tcase_add_test(tc, prop_padding_and_batching);
     tcase_add_test(tc, prop_overflow_is_flagged_per_item);
     tcase_add_test(tc, prop_overflow_in_scores_output_is_flagged);
+    tcase_add_loop_test(tc, prop_fused_values_near_flt_max, 0, 2);
     tcase_add_test(tc, plan_tiles_any_order_and_linear_memory);
     tcase_add_test(tc, executor_matches_inline);
     suite_add_tcase(s, tc);
