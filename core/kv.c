@@ -329,7 +329,7 @@ static uint16_t to_f16(float f)
         if (ax < 0x33000000u)
             return (uint16_t)sign;
         uint32_t e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u;
-        int shift = (int)(126 - e) + 14; /* 14 .. 24 */
+        int shift = (int)(126 - e); /* 14 .. 24 (2^-14 .. 2^-25) */
         uint32_t h = m >> shift, rem = m & ((1u << shift) - 1),
                  half = 1u << (shift - 1);
         if (rem > half || (rem == half && (h & 1)))

@@ -131,6 +131,54 @@ START_TEST(pool_half_roundtrip)
 }
 END_TEST
 
+/* FP16 pages keep what FP16 holds below 2^-14 (6.1e-5): its subnormals,
+ * multiples of 2^-24, rounded to nearest even (x 2^24 rounded by rint in
+ * double, which is exact here). The conversion once shifted by 14 bits too
+ * many: every value from 2^-25 to 2^-14 (3e-8 to 6.1e-5) was stored as 0,
+ * and under 2^-18 by a shift past 31 bits (undefined behaviour). Every
+ * float32 exponent of the range, with a few significands each, both
+ * signs. */
+START_TEST(pool_f16_subnormals)
+{
+    enum { N = 64 };
+    attn_config c = {.d_model = N, .n_heads = 1, .n_kv_heads = 1,
+                     .head_dim = N, .v_head_dim = N};
+    attn_kv_pool *p;
+    char err[ATTN_ERRMAX];
+    ck_assert_int_eq(attn_kv_pool_create(&p, &c, ATTN_KV_F16, 2, 1 << 22,
+                                         err), 0);
+    float *wi = calloc((size_t)N * N, sizeof(float));
+    float *z = calloc((size_t)N * N, sizeof(float));
+    for (int i = 0; i < N; i++)
+        wi[i * N + i] = 1.0f;
+    attn_weights w = {wi, wi, wi, z, NULL, NULL, NULL, NULL, ATTN_ROWS};
+    const float frac[4] = {1.0f, 1.5f, 1.2345678f, 1.9999999f};
+    for (int e = -27; e <= -14; e++) {
+        float in[N], y[N], kr[N], vr[N];
+        for (int i = 0; i < N; i++)
+            in[i] = ldexpf(frac[i % 4], e) * (i % 8 < 4 ? 1.0f : -1.0f) *
+                    (1.0f + (float)(i / 8) / 64.0f);
+        attn_kv kv;
+        attn_kv_init(&kv, p);
+        ck_assert_int_eq(attn_kv_reserve(&kv, 1, err), 0);
+        attn_seq s = {.t = 1, .s = 1, .t_valid = 1, .s_valid = 1,
+                      .x = in, .y = y, .kv = &kv};
+        ck_assert_msg(attn_forward(&c, &w, &s, 1, NULL, err) == 0, "%s", err);
+        attn_kv_read(&kv, 0, 0, 1, kr, vr);
+        for (int i = 0; i < N; i++) {
+            /* up to 2^-13 (normal halves of exponent -14: 10 bits) */
+            double want = rint((double)in[i] * 0x1p24) * 0x1p-24;
+            ck_assert_msg((double)kr[i] == want && kr[i] == vr[i],
+                          "f16 of %.9g read back %.9g, want %.9g",
+                          (double)in[i], (double)kr[i], want);
+        }
+        attn_kv_free(&kv);
+    }
+    free(wi), free(z);
+    attn_kv_pool_destroy(p);
+}
+END_TEST
+
 /* ---- decoder steps equal one causal request ----------------------------- */
 
 enum { P_FUSED, P_MAPS, P_SCORES };
@@ -611,6 +659,7 @@ static Suite *kv_suite(void)
     tcase_add_checked_fixture(tc, tu_exec_setup, tu_exec_teardown);
     tcase_add_test(tc, pool_budget_reserve_trim_free);
     tcase_add_test(tc, pool_half_roundtrip);
+    tcase_add_test(tc, pool_f16_subnormals);
     tcase_add_loop_test(tc, steps_equal_whole_f32, 0, 9);
     tcase_add_loop_test(tc, steps_equal_whole_half, 0, 4);
     tcase_add_loop_test(tc, steps_equal_whole_long, 0, 2);
