@@ -53,6 +53,23 @@ struct batch {
 
 /* ---- batches -------------------------------------------------------------- */
 
+void srv__job_nonfinite(srv_job *j, int n)
+{
+    const attn_kv *kv = j->prep.seqs ? j->prep.seqs[n].kv : NULL;
+    j->status = 400;
+    if (kv && attn_kv_pool_dtype(kv->pool) == ATTN_KV_F16)
+        snprintf(j->err, sizeof j->err,
+                 "inputs: a projection, score or output of sequence %d is "
+                 "not finite: a key or value past 65504, the largest FP16 "
+                 "holds (the K/V cache is FP16: --kv-dtype f16), or inputs "
+                 "that overflow float32; scale them down", n);
+    else
+        snprintf(j->err, sizeof j->err,
+                 "inputs: a projection, score or output of sequence %d is "
+                 "not finite (the inputs overflow float32); scale them down",
+                 n);
+}
+
 /* finish_job: after every stage ran, before the plan is freed, on a pool
  * job: gives job i a 400 when one of its sequences came out non-finite
  * (its inputs overflow float32; the other jobs of the batch are not
@@ -65,11 +82,7 @@ static void finish_job(batch *b, int i)
     /* (encoding frees a job's prep: the items' offsets were set before) */
     for (int n = 0; n < j->prep.n; n++)
         if (attn_plan_nonfinite(b->plan, j->item0 + n)) {
-            j->status = 400;
-            snprintf(j->err, sizeof j->err,
-                     "inputs: a projection, score or output of sequence "
-                     "%d is not finite (the inputs overflow float32); "
-                     "scale them down", n);
+            srv__job_nonfinite(j, n);
             break;
         }
     srv__job_encode(j);

@@ -410,11 +410,7 @@ static void solo_run(srv_job *j, size_t max_out)
     j->t_ran = srv_now_ns();
     for (n = 0; n < j->prep.n; n++)
         if (attn_plan_nonfinite(plan, n)) {
-            j->status = 400;
-            snprintf(j->err, sizeof j->err,
-                     "inputs: a projection, score or output of sequence %d is "
-                     "not finite (the inputs overflow float32); scale them down",
-                     n);
+            srv__job_nonfinite(j, n);
             break;
         }
     attn_plan_destroy(plan);

@@ -89,6 +89,11 @@ void srv__job_late(srv_job *j);
 int srv__alone(const srv *s);
 /* srv__job_unqueue: take a queued job out of its model's queue. */
 void srv__job_unqueue(srv_job *j);
+/* srv__job_nonfinite: j's 400 for its sequence n, whose projections,
+ * scores or output came out non-finite (pool thread, before encoding).
+ * A step into FP16 K/V pages (--kv-dtype f16) may have passed FP16's
+ * 65504 with inputs far inside float32's range; its text says so. */
+void srv__job_nonfinite(srv_job *j, int n);
 /* srv__job_encode: the response of a computed job (pool thread). */
 void srv__job_encode(srv_job *j);
 /* srv__sched_expire_queue: the drain was cut short: e's queued requests

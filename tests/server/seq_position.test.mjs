@@ -181,6 +181,22 @@ test('a step below the length that fails leaves the sequence as it was', async (
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
+test('--kv-dtype f16: a key past 65504 is refused naming FP16, not float32', async () => {
+  const d = await start({ dir: gqaModels(), args: ['--kv-dtype', 'f16'] });
+  try {
+    // keys and values of ~1e6: far inside float32 (the same rows as one
+    // stateless request answer 200), past FP16's largest, 65504: the step
+    // once answered "the inputs overflow float32", which they do not
+    const big = tokens(2, 41).map((v) => v * 1e6);
+    assert.equal((await infer(d, 'gqa', { inputs: [fp32('x', [1, 2, D], big)] })).status, 200);
+    assert.equal((await infer(d, 'gqa', stepBody('h', tokens(1, 42), { start: true }))).status, 200);
+    const r = await infer(d, 'gqa', stepBody('h', big));
+    assert.equal(r.status, 400, JSON.stringify(r.json));
+    assert.match(r.json.error, /^inputs: a projection, score or output of sequence 0 is not finite: a key or value past 65504, the largest FP16 holds \(the K\/V cache is FP16: --kv-dtype f16\)/);
+    assert.equal(await length(d, 'h'), 1);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
 test('retain: a branch rewinds the map; a failed one leaves it as it was', async () => {
   const d = await start({ dir: gqaModels() });
   try {
