@@ -133,10 +133,12 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
         return attn__fail(err, ATTN_EINVAL,
                           "need at least one sequence (n_seqs = %d)", n_seqs);
     size_t floats = 0, T = 0, Cn = 0;
-    int n_pos = 0, cross = 0;
+    int n_pos = 0, cross = 0, pmin = INT32_MAX;
     for (int i = 0; i < n_seqs; i++) {
         if ((rc = attn__seq_check(cfg, &seqs[i], i, &floats, &n_pos, err)))
             return rc;
+        if ((seqs[i].kv ? seqs[i].kv->len : 0) < pmin)
+            pmin = seqs[i].kv ? seqs[i].kv->len : 0;
         for (int j = 0; seqs[i].kv && j < i; j++)
             if (seqs[j].kv == seqs[i].kv)
                 return attn__fail(err, ATTN_EINVAL,
@@ -151,7 +153,10 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
                   : 0;
     /* Beyond what attn__seq_check counted (Q, K, V, O and a float per row
      * per sequence): gathered X and C, the batch's Y, four ints per row,
-     * the RoPE table and the 64-byte rounding of every carve. */
+     * the RoPE table (positions [pmin, n_pos): a step at position 100000
+     * needs its row, not 100000 before it) and the 64-byte rounding of
+     * every carve. */
+    n_pos -= pmin;
     size_t extra = 0, n, rope_floats = 0;
     int gather = n_seqs > 1;
     if (T > INT32_MAX || Cn > INT32_MAX ||
@@ -254,20 +259,22 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
         b->crows = q->kv ? q->t : q->s;
         b->ctx = q->context ? q->context : q->x;
         for (int r = 0; r < q->t; r++) {
-            p->qpos[xoff + r] = b->past + r;
+            p->qpos[xoff + r] = b->past + r - pmin;
             p->qseq[xoff + r] = i;
         }
         for (int r = 0; r < b->crows; r++) {
-            p->kpos[coff + r] = b->past + r;
+            p->kpos[coff + r] = b->past + r - pmin;
             p->kseq[coff + r] = i;
         }
-        /* RoPE rows of positions [past, past + rows): decoder steps of
-         * many sequences share a few positions, and a step at position
-         * 4000 needs one row, not 4001 (NaN marks a row not made yet) */
+        /* RoPE rows of positions [past, past + rows), row r - pmin of the
+         * table holding position r: decoder steps of many sequences share
+         * a few positions (NaN marks a row not made yet) */
         for (int r = b->past, e = b->past + (q->t > b->crows ? q->t : b->crows);
-             rot && r < e; r++)
-            if (isnan(p->rope[(size_t)r * (size_t)rot]))
-                attn__rope_rows_table(p->rope, r, r + 1, rot, cfg->rope_theta);
+             rot && r < e; r++) {
+            float *row = p->rope + (size_t)(r - pmin) * (size_t)rot;
+            if (isnan(row[0]))
+                attn__rope_rows_table(row, r, r + 1, rot, cfg->rope_theta);
+        }
         if (gather) {
             put_blocks(tt[0], &p->n_tiles[0], TILE_GATHER, i, 0, q->t,
                        PROJ_ROWS, 0);

@@ -348,7 +348,7 @@ void attn__rope_rows_table(float *cs, int p0, int p1, int rot, double theta)
 {
     int half = rot / 2;
     for (int p = p0; p < p1; p++) {
-        float *c = cs + (size_t)p * (size_t)rot;
+        float *c = cs + (size_t)(p - p0) * (size_t)rot;
         for (int i = 0; i < half; i++) {
             double freq = pow(theta, -2.0 * i / rot);
             double a = (double)p * freq;

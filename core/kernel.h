@@ -59,9 +59,9 @@ void attn__head_block(const attn__head *h, int i0, int i1);
 /* attn__all_finite: 1 when x[0..n) holds no Inf or NaN. */
 int attn__all_finite(const float *x, size_t n);
 
-/* attn__rope_rows_table: fills rows [p0, p1) of cs, row p being position
- * p's (rot/2 cos, rot/2 sin) for freq_i = theta^(-2i/rot), angle =
- * p * freq_i, computed in double. */
+/* attn__rope_rows_table: fills p1 - p0 rows of cs, row r being position
+ * p0 + r's (rot/2 cos, rot/2 sin) for freq_i = theta^(-2i/rot), angle =
+ * position * freq_i, computed in double. */
 void attn__rope_rows_table(float *cs, int p0, int p1, int rot, double theta);
 
 /* attn__rope_rows: rotate rows [r0, r1) of a (rows, n_heads * dk) matrix

@@ -60,10 +60,11 @@ struct attn_plan {
     float *Xg, *Cg;     /* gathered copies, or NULL when X / C alias input */
     float *Q, *K, *V, *O; /* (T, H*dk), (Cn, Hkv*dk), (Cn, Hkv*dv), (T, H*dv) */
     float *Y;           /* (T, d_model): scratch, or seqs[0].y */
-    int *qpos, *kpos;   /* (T), (Cn) RoPE positions */
+    int *qpos, *kpos;   /* (T), (Cn) rows of rope (position - the batch's
+                         * smallest past) */
     int *qseq, *kseq;   /* (T), (Cn) the sequence of each row */
     uint8_t *live;      /* (T) 1 when the query row sees at least one key */
-    float *rope;        /* (n_pos, rope_dims): cos | sin, or NULL */
+    float *rope;        /* (positions, rope_dims): cos | sin, or NULL */
     int n_stages;
     tile *tiles[PLAN_MAX_STAGES];
     size_t n_tiles[PLAN_MAX_STAGES];

@@ -312,6 +312,45 @@ START_TEST(steps_equal_whole_long)
 }
 END_TEST
 
+/* A step's RoPE table holds the positions its batch has, not every one
+ * before them: a one-token step at position 40000 of a rot-64 layer once
+ * carved (and wrote a NaN into each row of) a 40001 x 64 table, 10 MB of
+ * scratch per step, growing with the sequence. Its scratch equals a step
+ * at position 1's; the numbers past position 0 are steps_equal_whole's. */
+START_TEST(step_rope_table_not_by_position)
+{
+    tu_rng g = {8};
+    layer L;
+    layer_init(&L, &g, 16, 2, 1, 64, 8);
+    L.c.rope_theta = 10000.0f;
+    attn_kv_pool *pool;
+    char err[ATTN_ERRMAX];
+    ck_assert_int_eq(attn_kv_pool_create(&pool, &L.c, ATTN_KV_F32, 0,
+                                         (size_t)64 << 20, err), 0);
+    float x[16] = {0}, y[16];
+    size_t bytes[2];
+    for (int k = 0; k < 2; k++) {
+        int len = k ? 40000 : 1;
+        attn_kv kv;
+        attn_kv_init(&kv, pool);
+        ck_assert_int_eq(attn_kv_reserve(&kv, len + 1, err), 0);
+        attn_kv_advance(&kv, len);
+        attn_seq s = {.t = 1, .s = len + 1, .t_valid = 1, .s_valid = len + 1,
+                      .causal = 1, .x = x, .y = y, .kv = &kv};
+        attn_plan *p;
+        ck_assert_msg(attn_plan_create(&p, &L.c, &L.w, &s, 1, err) == 0, "%s",
+                      err);
+        bytes[k] = attn_plan_scratch_bytes(p);
+        attn_plan_destroy(p);
+        attn_kv_free(&kv);
+    }
+    ck_assert_msg(bytes[1] == bytes[0], "scratch %zu at 40000, %zu at 1",
+                  bytes[1], bytes[0]);
+    attn_kv_pool_destroy(pool);
+    layer_free(&L);
+}
+END_TEST
+
 /* One batch: three decoder sequences at different lengths (one-token steps
  * and a chunk), a stateless causal request and a stateless non-causal one
  * give exactly what each gives alone. */
@@ -660,6 +699,7 @@ static Suite *kv_suite(void)
     tcase_add_test(tc, pool_budget_reserve_trim_free);
     tcase_add_test(tc, pool_half_roundtrip);
     tcase_add_test(tc, pool_f16_subnormals);
+    tcase_add_test(tc, step_rope_table_not_by_position);
     tcase_add_loop_test(tc, steps_equal_whole_f32, 0, 9);
     tcase_add_loop_test(tc, steps_equal_whole_half, 0, 4);
     tcase_add_loop_test(tc, steps_equal_whole_long, 0, 2);
