@@ -63,6 +63,11 @@ int oip__utf8_valid(const char *s, size_t n)
     return i == n;
 }
 
+size_t oip_utf8_seq(const char *s, size_t n)
+{
+    return n ? utf8_len((const unsigned char *)s, n) : 0;
+}
+
 void oip_utf8_mend(char *s)
 {
     unsigned char *u = (unsigned char *)s;

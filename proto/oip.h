@@ -185,6 +185,11 @@ size_t oip_json_floats(const float *f, size_t n, char *out);
  * valid UTF-8 sequence, as oip_error_body judges them, made '?'. */
 void oip_utf8_mend(char *s);
 
+/* oip_utf8_seq: the length (1 to 4) of the valid UTF-8 sequence that begins
+ * at s (n >= 1 bytes there), as oip_error_body judges them, or 0 when s[0]
+ * begins none (a stray byte, or a sequence cut short by n). */
+size_t oip_utf8_seq(const char *s, size_t n);
+
 /* oip_error_body: {"error": msg} as a malloc'd JSON string (escaped; bytes
  * that are not valid UTF-8 become U+FFFD). NULL only when out of memory. */
 char *oip_error_body(const char *msg);

@@ -82,20 +82,49 @@ static void stamp(char *out, size_t n)
                              (char)('0' + ms % 10), 'Z', 0}, 6);
 }
 
-/* json_str: s as a JSON string body (escapes quotes, backslashes, controls). */
+/* esc: s into out (n bytes, NUL included) with what could break its line
+ * or its JSON escaped: control characters and DEL (\n, \r, \t, else
+ * \u00XX), each byte that begins no valid UTF-8 sequence (\ufffd: a
+ * percent-decoded path, a label cut at a byte count) and, with quotes
+ * set (a JSON string's body, and a request line's fields), '"' and '\\'.
+ * A daemon message in text escapes no quotes: its text stays as written.
+ * Cut short at a whole character when out is full. */
+static void esc(char *out, size_t n, const char *s, int quotes)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0, k, m;
+    for (; *s; s += k) {
+        unsigned char c = (unsigned char)*s;
+        char e[8] = {'\\', (char)c, 0};
+        const char *from = e;
+        k = 1, m = 2;
+        if (c >= 0x80) {
+            k = oip_utf8_seq(s, strnlen(s, 4));
+            from = k ? s : "\\ufffd";
+            m = k ? k : 6;
+            k = k ? k : 1;
+        } else if (c == '\n' || c == '\r' || c == '\t') {
+            e[1] = c == '\n' ? 'n' : c == '\r' ? 'r' : 't';
+        } else if (c < 0x20 || c == 0x7f) {
+            memcpy(e, "\\u00", 4);
+            e[4] = hex[c >> 4], e[5] = hex[c & 15];
+            m = 6;
+        } else if (!quotes || (c != '"' && c != '\\')) {
+            from = s, m = 1;
+        }
+        if (o + m >= n)
+            break;
+        memcpy(out + o, from, m);
+        o += m;
+    }
+    if (n)
+        out[o] = 0;
+}
+
+/* json_str: s as a JSON string body (esc with quotes). */
 static void json_str(char *out, size_t n, const char *s)
 {
-    size_t o = 0;
-    for (; *s && o + 7 < n; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            out[o++] = '\\', out[o++] = (char)c;
-        else if (c < 0x20)
-            o += (size_t)snprintf(out + o, n - o, "\\u%04x", c);
-        else
-            out[o++] = (char)c;
-    }
-    out[o] = 0;
+    esc(out, n, s, 1);
 }
 
 /* line_end: the length of a line snprintf wrote into out (cap bytes),
@@ -115,15 +144,17 @@ static size_t line_end(char *out, size_t cap, int wrote)
 static size_t message(int json, char *out, size_t cap, const char *level,
                       const char *msg)
 {
-    char ts[100], esc[2048];
+    char ts[100], text[2048];
     stamp(ts, sizeof ts);
+    /* the message may quote a client (an uploaded config's key): one
+     * line, whatever it holds */
+    esc(text, sizeof text, msg, json);
     if (!json)
         return line_end(out, cap,
-                        snprintf(out, cap, "%s %s attnd: %s\n", ts, level, msg));
-    json_str(esc, sizeof esc, msg);
+                        snprintf(out, cap, "%s %s attnd: %s\n", ts, level, text));
     return line_end(out, cap,
                     snprintf(out, cap, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"%s\"}\n",
-                             ts, level, esc));
+                             ts, level, text));
 }
 
 /* write_all: p[0..n) to stderr; on an error other than an interruption or

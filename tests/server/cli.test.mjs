@@ -305,6 +305,46 @@ test('a JSON log line escapes what the client sent: id, path', async (t) => {
   assert.ok(lines.some((o) => o.path === '/no"pe\\'), d.log());
 });
 
+// A load's error quotes the uploaded config's unknown key, which JSON
+// lets hold any character: a newline in it wrote a second line, one the
+// client chose, to a text log. MHD percent-decodes the path (%FF is the
+// byte 0xff) and the log kept 63 bytes of an id (cut inside a character):
+// JSON lines that were not UTF-8, which a strict reader refuses.
+test('a log line stays one line of UTF-8 whatever the client sent', async (t) => {
+  const { body, D16_ST } = await import('./repo_helper.mjs');
+  const forged = '2026-01-01T00:00:00.000Z info attnd: FORGED';
+  const utf8 = (b) => new TextDecoder('utf-8', { fatal: true }).decode(b);
+  for (const format of ['text', 'json']) {
+    const d = await start({ t, args: ['--log-format', format] });
+    const raw = [];
+    d.proc.stderr.on('data', (b) => raw.push(Buffer.from(b)));
+    const cfg = `{"n_heads": 4, "k\\n${forged}\\r\\u001b[2J": 1}`;
+    const r = await fetch(`${d.url}/v2/repository/models/up/load`, {
+      method: 'POST', body: JSON.stringify(body(cfg, D16_ST)) });
+    assert.equal(r.status, 400);
+    assert.ok((await r.json()).error.includes(`k\n${forged}`));
+    assert.equal((await fetch(`${d.url}/v2/%FF%C3x`)).status, 404);
+    const c = REFS.causal;
+    const id = 'é'.repeat(40); // 80 bytes: the log keeps 63
+    assert.equal((await infer(d, 'tiny', { id, inputs: [fp32('x', c.shape, c.x)] })).status, 200);
+    assert.equal((await d.stop()).code, 0);
+    const lines = utf8(Buffer.concat(raw)).trim().split('\n');
+    const start_ = format === 'json' ? /^\{"ts":"/ : /^\d{4}-\d\d-\d\dT[\d:.]+Z (info|warn|error) /;
+    for (const l of lines) assert.match(l, start_, `${format}:\n${d.log()}`);
+    assert.ok(!lines.some((l) => l.startsWith(forged)), d.log());
+    const load = lines.find((l) => l.includes('unknown key'));
+    assert.ok(load && !/[\x00-\x1f\x7f]/.test(load), load);
+    if (format === 'json') {
+      const o = lines.map((l) => JSON.parse(l));
+      assert.ok(o.find((x) => x.msg && x.msg.includes(`'k\n${forged}\r\u001b[2J'`)), d.log());
+      assert.ok(o.some((x) => x.path === '/v2/\ufffd\ufffdx'), d.log());
+      assert.ok(o.find((x) => x.model === 'tiny').id.startsWith('é'.repeat(31)), d.log());
+    } else {
+      assert.ok(load.includes(`'k\\n${forged}\\r\\u001b[2J'`), load);
+    }
+  }
+});
+
 test('a request\'s log line reaches stderr while the daemon idles', async (t) => {
   const d = await start({ t, args: ['--log-format', 'json', '--busy-poll-us', '0'] });
   try {
