@@ -306,7 +306,9 @@ static json_t *dur(uint64_t count, uint64_t ns)
 
 /* model_stats: e's entry of Triton's statistics extension (counts and
  * summed ns for success, fail, queue, compute input/infer/output, and
- * compute_infer per batch size). NULL when out of memory. */
+ * compute_infer per batch size). As Triton's, inference_stats counts each
+ * successful request, compute_infer too: a batch of k requests adds its
+ * time k times there, once in batch_stats. NULL when out of memory. */
 static json_t *model_stats(const srv_entry *e)
 {
     const srv_stats *st = &e->stats;
@@ -331,7 +333,7 @@ static json_t *model_stats(const srv_entry *e)
         dur(st->success, st->success_ns), "fail", dur(fail, st->fail_ns), "queue",
         dur(st->success, st->queue_ns), "compute_input",
         dur(st->success, st->input_ns), "compute_infer",
-        dur(st->exec_count, st->infer_ns), "compute_output",
+        dur(st->success, st->req_infer_ns), "compute_output",
         dur(st->success, st->output_ns), "batch_stats", bs);
 }
 

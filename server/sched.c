@@ -119,6 +119,8 @@ void srv__job_answer(srv_job *j, int status, const char *msg)
         st->queue_ns += j->t_run - j->t_queued;
         st->input_ns += j->decode_ns;
         st->output_ns += j->encode_ns;
+        if (j->t_ran > j->t_run) /* its batch's compute, shared or not */
+            st->req_infer_ns += j->t_ran - j->t_run;
         st->last_inference_ms = wall_ms();
         return;
     }

@@ -58,6 +58,9 @@ typedef struct srv_stats {
     uint64_t undecoded;       /* requests answered before their decode (sched.c) */
     uint64_t success_ns, fail_ns, queue_ns;
     uint64_t input_ns, infer_ns, output_ns; /* decode, compute, encode */
+    /* the compute of each successful request's batch, once per request
+     * (Triton's inference_stats.compute_infer); infer_ns: once per batch */
+    uint64_t req_infer_ns;
     uint64_t last_inference_ms;             /* unix ms, 0 = never */
     uint64_t batch_le[SRV_BATCH_BUCKETS];   /* cumulative-free counts */
     uint64_t batch_count, batch_sum;

@@ -32,6 +32,15 @@ test('concurrent clients of different T share batches and get their own answers'
     assert.equal(s.batch_stats.reduce((n, b) => n + b.compute_infer.count, 0), s.execution_count);
     assert.equal(s.batch_stats.reduce((n, b) => n + b.batch_size * b.compute_infer.count, 0), clients.length);
     assert.ok(s.batch_stats.some((b) => b.batch_size > 1));
+    // Triton's inference_stats count successful requests, compute_infer
+    // too: each request adds its batch's time (perf_analyzer divides by
+    // the successes); it counted batches, once each
+    const ci = s.inference_stats.compute_infer;
+    assert.equal(ci.count, s.inference_stats.success.count, JSON.stringify(s.inference_stats));
+    assert.equal(ci.count, clients.length);
+    const once = s.batch_stats.reduce((n, b) => n + b.compute_infer.ns, 0);
+    const each = s.batch_stats.reduce((n, b) => n + b.batch_size * b.compute_infer.ns, 0);
+    assert.ok(ci.ns > once && ci.ns <= each, `${ci.ns} not in (${once}, ${each}]`);
     for (const b of s.batch_stats) // Triton's three durations, input and output not per batch
       assert.deepEqual([b.compute_input, b.compute_output], [{ count: 0, ns: 0 }, { count: 0, ns: 0 }], JSON.stringify(b));
     assert.ok(s.execution_count < clients.length, `${s.execution_count} batches for ${clients.length} requests`);
