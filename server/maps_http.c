@@ -189,13 +189,14 @@ static int route_meta(maps_store *st, const char *id, maps_reply *r)
     return rc;
 }
 
-/* Parse a decimal int in [lo, hi]; 0 or -1. */
+/* Parse a decimal int in [lo, hi] (lo >= 0): digits alone, not the white
+ * space or sign strtol lets before them; 0 or -1. */
 static int parse_int(const char *s, long lo, long hi, int *out)
 {
     char *end;
     long v;
 
-    if (!s || !*s)
+    if (!s || *s < '0' || *s > '9')
         return -1;
     errno = 0;
     v = strtol(s, &end, 10);

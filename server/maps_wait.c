@@ -40,12 +40,13 @@
 
 #define TICK_MS 100 /* how often the waiters' maps are looked at */
 
-/* Parse a decimal in [lo, hi]; 0 or -1. */
+/* Parse a decimal in [lo, hi] (lo >= 0): digits alone, not the white
+ * space or sign strtoll lets before them; 0 or -1. */
 static int parse_ll(const char *s, long long lo, long long hi, long long *out)
 {
     char *end;
     long long v;
-    if (!s || !*s)
+    if (!s || *s < '0' || *s > '9')
         return -1;
     errno = 0;
     v = strtoll(s, &end, 10);

@@ -161,6 +161,13 @@ test('the extension routes read their query strictly: an unknown parameter, one 
     g = await get(`/v2/maps/${id}?wiat=0`);
     assert.equal(g.status, 400);
     assert.match(g.error, /^query: unknown parameter 'wiat'; .* takes wait, version, timeout_ms$/);
+    // numbers are digits alone: strtol took white space or a sign before
+    // them (' 1', '+1', a newline), where '1 ' was refused
+    for (const [q, name] of [['b=%201', 'b'], ['b=+1', 'b'], ['h=%0A0', 'h'], ['max=+2', 'max'], ['b=1%20', 'b']]) {
+      g = await get(`/v2/maps/${id}/attention?${q}`);
+      assert.equal(g.status, 400, q);
+      assert.match(g.error, new RegExp(`^${name}: expected`), q);
+    }
     // version= and timeout_ms= belong to the long poll
     for (const q of ['version=0', 'timeout_ms=10']) {
       g = await get(`/v2/maps/${id}?${q}`);

@@ -55,7 +55,10 @@ test('wait=: at once when the rows differ, after timeout_ms when not; bad values
     r = await timed(`${d.url}/v2/maps/m999-abcdef?wait=${T}`);
     assert.equal(r.status, 404);
     assert.match(r.json.error, /m999-abcdef/);
-    for (const [q, field] of [['wait=x', /^wait:/], ['wait=-1', /^wait:/], [`wait=${T}&timeout_ms=soon`, /^timeout_ms:/]]) {
+    for (const [q, field] of [['wait=x', /^wait:/], ['wait=-1', /^wait:/], [`wait=${T}&timeout_ms=soon`, /^timeout_ms:/],
+      // digits alone: white space or a sign before them was taken
+      ['wait=+3', /^wait:/], ['wait=%203', /^wait:/], [`wait=${T}&version=+0`, /^version:/],
+      [`wait=${T}&timeout_ms=%2010`, /^timeout_ms:/], [`wait=${T}&timeout_ms=+10`, /^timeout_ms:/]]) {
       r = await timed(`${d.url}/v2/maps/${id}?${q}`);
       assert.equal(r.status, 400, q);
       assert.match(r.json.error, field, q);
