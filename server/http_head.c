@@ -143,8 +143,9 @@ static int route(srv_req *r, const char *url)
     url = origin_form(url);
     len = strlen(url);
     if (len >= sizeof r->path) {
-        /* logged cut, with its length */
-        snprintf(r->path, sizeof r->path, "%.200s... (%zu bytes)", url, len);
+        /* logged cut, with its length (no space: a text log line's
+         * fields have none, log.c) */
+        snprintf(r->path, sizeof r->path, "%.200s...(%zu-bytes)", url, len);
         srv_respond_error(r, 414, "path: %zu bytes, over the limit of %zu",
                           len, sizeof r->path - 1);
         return -1;

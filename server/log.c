@@ -85,11 +85,14 @@ static void stamp(char *out, size_t n)
 /* esc: s into out (n bytes, NUL included) with what could break its line
  * or its JSON escaped: control characters and DEL (\n, \r, \t, else
  * \u00XX), each byte that begins no valid UTF-8 sequence (\ufffd: a
- * percent-decoded path, a label cut at a byte count) and, with quotes
- * set (a JSON string's body, and a request line's fields), '"' and '\\'.
- * A daemon message in text escapes no quotes: its text stays as written.
- * Cut short at a whole character when out is full. */
-static void esc(char *out, size_t n, const char *s, int quotes)
+ * percent-decoded path, a label cut at a byte count); with mode ESC_JSON
+ * (a JSON string's body) '"' and '\\' too, and with ESC_FIELD (a text
+ * request line's path, id and model) the space as well (\u0020), so that
+ * an id such as 'x model=y' cannot pass for the fields that follow it.
+ * A daemon message in text (ESC_TEXT) escapes no quotes: its text stays
+ * as written. Cut short at a whole character when out is full. */
+enum { ESC_TEXT, ESC_JSON, ESC_FIELD };
+static void esc(char *out, size_t n, const char *s, int mode)
 {
     static const char hex[] = "0123456789abcdef";
     size_t o = 0, k, m;
@@ -105,11 +108,11 @@ static void esc(char *out, size_t n, const char *s, int quotes)
             k = k ? k : 1;
         } else if (c == '\n' || c == '\r' || c == '\t') {
             e[1] = c == '\n' ? 'n' : c == '\r' ? 'r' : 't';
-        } else if (c < 0x20 || c == 0x7f) {
+        } else if (c < 0x20 || c == 0x7f || (c == ' ' && mode == ESC_FIELD)) {
             memcpy(e, "\\u00", 4);
             e[4] = hex[c >> 4], e[5] = hex[c & 15];
             m = 6;
-        } else if (!quotes || (c != '"' && c != '\\')) {
+        } else if (mode == ESC_TEXT || (c != '"' && c != '\\')) {
             from = s, m = 1;
         }
         if (o + m >= n)
@@ -119,12 +122,6 @@ static void esc(char *out, size_t n, const char *s, int quotes)
     }
     if (n)
         out[o] = 0;
-}
-
-/* json_str: s as a JSON string body (esc with quotes). */
-static void json_str(char *out, size_t n, const char *s)
-{
-    esc(out, n, s, 1);
 }
 
 /* line_end: the length of a line snprintf wrote into out (cap bytes),
@@ -148,7 +145,7 @@ static size_t message(int json, char *out, size_t cap, const char *level,
     stamp(ts, sizeof ts);
     /* the message may quote a client (an uploaded config's key): one
      * line, whatever it holds */
-    esc(text, sizeof text, msg, json);
+    esc(text, sizeof text, msg, json ? ESC_JSON : ESC_TEXT);
     if (!json)
         return line_end(out, cap,
                         snprintf(out, cap, "%s %s attnd: %s\n", ts, level, text));
@@ -445,9 +442,10 @@ void srv_log_request(srv *s, const srv_req *r)
     uint64_t us = (srv_now_ns() - r->t0_ns) / 1000;
     linebuf b = {line, line + sizeof line - 1};
     stamp(ts, sizeof ts);
-    json_str(id, sizeof id, r->id);
-    json_str(mdl, sizeof mdl, r->model);
-    json_str(path, sizeof path, r->path);
+    int mode = s->json_log ? ESC_JSON : ESC_FIELD;
+    esc(id, sizeof id, r->id, mode);
+    esc(mdl, sizeof mdl, r->model, mode);
+    esc(path, sizeof path, r->path, mode);
     if (s->json_log) {
         put(&b, "{\"ts\":\""), put(&b, ts);
         put(&b, "\",\"level\":\"info\",\"method\":\""), put(&b, m);

@@ -345,6 +345,22 @@ test('a log line stays one line of UTF-8 whatever the client sent', async (t) =>
   }
 });
 
+// A text line's fields are split at spaces: an id (any string) or a
+// percent-decoded path with a space could pass for the fields after it.
+test('a text log line\'s fields hold no space: an id or a path cannot pass for the fields after it', async (t) => {
+  const d = await start({ t });
+  const c = REFS.causal;
+  const id = 'x model=forged batch=99';
+  assert.equal((await infer(d, 'tiny', { id, inputs: [fp32('x', c.shape, c.x)] })).status, 200);
+  assert.equal((await fetch(`${d.url}/v2/a%20200%20id=y`)).status, 404);
+  assert.equal((await d.stop()).code, 0);
+  const fields = (l) => Object.fromEntries(l.split(' ').slice(5).map((f) => [f.slice(0, f.indexOf('=')), f.slice(f.indexOf('=') + 1)]));
+  const inf = d.log().split('\n').find((l) => l.includes('/v2/models/tiny/infer'));
+  assert.deepEqual([fields(inf).id, fields(inf).model, fields(inf).batch], ['x\\u0020model=forged\\u0020batch=99', 'tiny', '1'], inf);
+  const nf = d.log().split('\n').find((l) => l.includes(' GET /v2/a'));
+  assert.match(nf, / GET \/v2\/a\\u0020200\\u0020id=y 404 id=- model=- /, nf);
+});
+
 test('a request\'s log line reaches stderr while the daemon idles', async (t) => {
   const d = await start({ t, args: ['--log-format', 'json', '--busy-poll-us', '0'] });
   try {

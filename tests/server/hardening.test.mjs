@@ -284,7 +284,7 @@ test('Bearer is case-insensitive; --api-key-file; a path over 1 KiB is 414, logg
     const r = await fetch(d.url + long);
     assert.equal(r.status, 414);
     assert.match((await r.json()).error, /path: 2011 bytes, over the limit of 1023/);
-    assert.match(await d.logged(/\/v2\/models\/aaaa+\.\.\. \(2011 bytes\)/), /\/v2\/models\/aaaa+\.\.\. \(2011 bytes\)/);
+    assert.match(await d.logged(/\/v2\/models\/aaaa+\.\.\.\(2011-bytes\) 414 /), /\/v2\/models\/aaaa+\.\.\.\(2011-bytes\) 414 /);
   } finally { assert.equal((await d.stop()).code, 0); }
   let r = spawnSync(ATTND, ['--api-key-file', join(dir, 'absent')], { encoding: 'utf8' });
   assert.equal(r.status, 2);
