@@ -18,9 +18,45 @@
 
 static const int bucket_le[SRV_BATCH_BUCKETS] = {1, 2, 4, 8, 16, 32, 64, 0};
 
+/* more_of: st's entry for batches of n > SRV_BATCH_STATS sequences, made
+ * (in size order) when new; NULL when out of memory. */
+static srv_batch_stat *more_of(srv_stats *st, int n)
+{
+    size_t lo = 0, hi = st->n_more;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (st->more[mid].size < n)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < st->n_more && st->more[lo].size == n)
+        return &st->more[lo];
+    if (st->n_more == st->cap_more) {
+        size_t cap = st->cap_more ? 2 * st->cap_more : 8;
+        srv_batch_stat *p = realloc(st->more, cap * sizeof *p);
+        if (!p)
+            return NULL;
+        st->more = p;
+        st->cap_more = cap;
+    }
+    memmove(&st->more[lo + 1], &st->more[lo],
+            (st->n_more - lo) * sizeof *st->more);
+    st->n_more++;
+    st->more[lo] = (srv_batch_stat){n, 0, 0};
+    return &st->more[lo];
+}
+
+void srv_stats_free(srv_stats *st)
+{
+    free(st->more);
+    st->more = NULL;
+    st->n_more = st->cap_more = 0;
+}
+
 void srv_stats_batch(srv_stats *st, int n_seqs, int n_ok, uint64_t infer_ns)
 {
-    int i, k = n_seqs < SRV_BATCH_STATS ? n_seqs - 1 : SRV_BATCH_STATS - 1;
+    int i;
     /* Triton counts successful inferences and executions: a batch whose
      * every request failed on its outputs (non-finite) counts for neither;
      * one answered 504 while it ran, or whose client went, still counts */
@@ -29,8 +65,18 @@ void srv_stats_batch(srv_stats *st, int n_seqs, int n_ok, uint64_t infer_ns)
     st->exec_count++;
     st->inference_count += (uint64_t)n_ok;
     st->infer_ns += infer_ns;
-    st->size_count[k]++;
-    st->size_infer_ns[k] += infer_ns;
+    /* batch_stats by the batch's own size, as Triton's (out of memory for
+     * a new size past SRV_BATCH_STATS: that batch is left out of them) */
+    if (n_seqs <= SRV_BATCH_STATS) {
+        st->size_count[n_seqs - 1]++;
+        st->size_infer_ns[n_seqs - 1] += infer_ns;
+    } else {
+        srv_batch_stat *m = more_of(st, n_seqs);
+        if (m) {
+            m->count++;
+            m->infer_ns += infer_ns;
+        }
+    }
     for (i = 0; i < SRV_BATCH_BUCKETS - 1 && n_seqs > bucket_le[i]; i++)
         ;
     st->batch_le[i]++;
@@ -314,17 +360,22 @@ static json_t *model_stats(const srv_entry *e)
     const srv_stats *st = &e->stats;
     uint64_t fail = st->fail_bad + st->fail_rejected + st->fail_timeout + st->fail_other;
     json_t *bs = json_array();
-    int k;
-    /* Triton's batch_stats; a request's decode and encode are its own
-     * (inference_stats), not its batch's, so only compute_infer is
+    size_t k;
+    /* Triton's batch_stats, by size; a request's decode and encode are its
+     * own (inference_stats), not its batch's, so only compute_infer is
      * measured per batch size: compute_input/output are there, at 0 */
-    for (k = 0; bs && k < SRV_BATCH_STATS; k++)
-        if (st->size_count[k])
+    for (k = 0; bs && k < SRV_BATCH_STATS + st->n_more; k++) {
+        const srv_batch_stat *m =
+            k < SRV_BATCH_STATS ? NULL : &st->more[k - SRV_BATCH_STATS];
+        uint64_t n = m ? m->count : st->size_count[k];
+        if (n)
             json_array_append_new(
-                bs, json_pack("{s:i,s:o,s:o,s:o}", "batch_size", k + 1,
-                              "compute_input", dur(0, 0), "compute_infer",
-                              dur(st->size_count[k], st->size_infer_ns[k]),
+                bs, json_pack("{s:i,s:o,s:o,s:o}", "batch_size",
+                              m ? m->size : (int)k + 1, "compute_input",
+                              dur(0, 0), "compute_infer",
+                              dur(n, m ? m->infer_ns : st->size_infer_ns[k]),
                               "compute_output", dur(0, 0)));
+    }
     return json_pack(
         "{s:s,s:s,s:I,s:I,s:I,s:{s:o,s:o,s:o,s:o,s:o,s:o},s:o}", "name", e->name,
         "version", "1", "last_inference", (json_int_t)st->last_inference_ms,

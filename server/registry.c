@@ -62,6 +62,7 @@ static void entry_closed(uv_handle_t *h)
     srv_entry *e = h->data;
     if (--e->closing == 0) {
         srv_sched_entry_free(e); /* its timerfd, once its poll is closed */
+        srv_stats_free(&e->stats);
         free(e);
     }
 }
@@ -372,6 +373,7 @@ void srv_registry_free(srv *s)
         n = e->next;
         srv_sched_entry_free(e);
         srv_inst_unref(e->inst);
+        srv_stats_free(&e->stats);
         free(e);
     }
     s->models = NULL;

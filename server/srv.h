@@ -46,7 +46,13 @@ typedef struct srv_conn srv_conn;
 /* ---- metrics.c --------------------------------------------------------- */
 
 #define SRV_BATCH_BUCKETS 8 /* batch size histogram: 1,2,4,...,64,+Inf */
-#define SRV_BATCH_STATS 64  /* batch_stats entries of /v2/models/stats */
+#define SRV_BATCH_STATS 64  /* batch sizes /v2/models/stats keeps in place */
+
+/* A batch size past SRV_BATCH_STATS: how many batches ran and their time. */
+typedef struct srv_batch_stat {
+    int size;
+    uint64_t count, infer_ns;
+} srv_batch_stat;
 
 /* Counters of one model, Triton's statistics names in spirit. Loop thread. */
 typedef struct srv_stats {
@@ -64,8 +70,11 @@ typedef struct srv_stats {
     uint64_t last_inference_ms;             /* unix ms, 0 = never */
     uint64_t batch_le[SRV_BATCH_BUCKETS];   /* cumulative-free counts */
     uint64_t batch_count, batch_sum;
-    /* per batch size 1..SRV_BATCH_STATS (larger ones count in the last) */
+    /* per batch size 1..SRV_BATCH_STATS, and the larger ones seen (one
+     * request's batch may hold any number of sequences), by size */
     uint64_t size_count[SRV_BATCH_STATS], size_infer_ns[SRV_BATCH_STATS];
+    srv_batch_stat *more; /* (n_more) malloc'd, sizes ascending */
+    size_t n_more, cap_more;
 } srv_stats;
 
 /* Why a sequence went away (seq.h); srv_drop_name: the metrics label and
@@ -613,6 +622,7 @@ int srv_sched_idle(const srv *s);
 void srv_h_metrics(srv_req *r);
 void srv_h_stats(srv_req *r);
 void srv_stats_batch(srv_stats *st, int n_seqs, int n_ok, uint64_t infer_ns);
+void srv_stats_free(srv_stats *st); /* what srv_stats_batch allocated */
 
 /* routes.c */
 extern const srv_route srv_routes[];

@@ -51,6 +51,20 @@ test('concurrent clients of different T share batches and get their own answers'
   } catch (e) { await d.stop('SIGKILL'); throw e; }
 });
 
+// One request's batch may hold any number of sequences: a batch past 64
+// was reported as batch_size 64, so that batch_stats no longer added up
+// to inference_count.
+test('batch_stats give each batch its own size, past 64 too', async (t) => {
+  const d = await start({ t });
+  const x = (B) => fp32('x', [B, 2, 8], Array.from({ length: B * 16 }, (_, i) => (i % 7) / 7));
+  for (const B of [100, 65, 100, 3])
+    assert.equal((await infer(d, 'tiny', { inputs: [x(B)] })).status, 200, `B=${B}`);
+  const s = await statsOf(d, 'tiny');
+  assert.deepEqual(s.batch_stats.map((b) => [b.batch_size, b.compute_infer.count]), [[3, 1], [65, 1], [100, 2]]);
+  assert.equal(s.batch_stats.reduce((n, b) => n + b.batch_size * b.compute_infer.count, 0), s.inference_count);
+  assert.equal((await d.stop()).code, 0);
+});
+
 test('sdpa requests of the same head size batch too; mixed sizes stay apart', async (t) => {
   const d = await start({ t, args: ['--max-batch', '16', '--batch-delay-us', '100000'] });
   try {
