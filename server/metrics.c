@@ -354,7 +354,9 @@ static json_t *dur(uint64_t count, uint64_t ns)
  * summed ns for success, fail, queue, compute input/infer/output, and
  * compute_infer per batch size). As Triton's, inference_stats counts each
  * successful request, compute_infer too: a batch of k requests adds its
- * time k times there, once in batch_stats. NULL when out of memory. */
+ * time k times there, once in batch_stats. Triton's response cache
+ * (cache_hit, cache_miss) attnd has not: always 0, but there, as clients
+ * such as perf_analyzer read them. NULL when out of memory. */
 static json_t *model_stats(const srv_entry *e)
 {
     const srv_stats *st = &e->stats;
@@ -377,7 +379,8 @@ static json_t *model_stats(const srv_entry *e)
                               "compute_output", dur(0, 0)));
     }
     return json_pack(
-        "{s:s,s:s,s:I,s:I,s:I,s:{s:o,s:o,s:o,s:o,s:o,s:o},s:o}", "name", e->name,
+        "{s:s,s:s,s:I,s:I,s:I,s:{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o},s:o}",
+        "name", e->name,
         "version", "1", "last_inference", (json_int_t)st->last_inference_ms,
         "inference_count", (json_int_t)st->inference_count, "execution_count",
         (json_int_t)st->exec_count, "inference_stats", "success",
@@ -385,7 +388,8 @@ static json_t *model_stats(const srv_entry *e)
         dur(st->success, st->queue_ns), "compute_input",
         dur(st->success, st->input_ns), "compute_infer",
         dur(st->success, st->req_infer_ns), "compute_output",
-        dur(st->success, st->output_ns), "batch_stats", bs);
+        dur(st->success, st->output_ns), "cache_hit", dur(0, 0), "cache_miss",
+        dur(0, 0), "batch_stats", bs);
 }
 
 /* GET /v2/models/stats and /v2/models/{m}/stats. */
