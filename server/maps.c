@@ -566,12 +566,29 @@ static void fill_plane(const maps__entry *e, maps_what what, int b, int h,
             dst[x] /= (float)e->info.h;
 }
 
+int maps__check(const maps__entry *e, int b, int h, int allow_mean,
+                char *err)
+{
+    if (b < 0 || b >= e->info.b) {
+        snprintf(err, ATTN_ERRMAX, "b: %d is out of range [0, %d)", b,
+                 e->info.b);
+        return ATTN_EINVAL;
+    }
+    if (h < (allow_mean ? -1 : 0) || h >= e->info.h) {
+        snprintf(err, ATTN_ERRMAX, "h: %d is out of range [0, %d)", h,
+                 e->info.h);
+        return ATTN_EINVAL;
+    }
+    return 0;
+}
+
 /* Take a reference on id and check b and h; on failure err names the
  * problem and *out is NULL. */
 static int acquire_checked(maps_store *st, const char *id, int b, int h,
                            int allow_mean, maps__entry **out, char *err)
 {
     maps__entry *e = maps__acquire(st, id);
+    int rc;
 
     *out = NULL;
     if (!e) {
@@ -579,44 +596,29 @@ static int acquire_checked(maps_store *st, const char *id, int b, int h,
                  "evicted)", id ? id : "(null)");
         return ATTN_ENOTFOUND;
     }
-    if (b < 0 || b >= e->info.b) {
-        snprintf(err, ATTN_ERRMAX, "b: %d is out of range [0, %d)", b,
-                 e->info.b);
+    if ((rc = maps__check(e, b, h, allow_mean, err))) {
         maps__release(e);
-        return ATTN_EINVAL;
-    }
-    if (h < (allow_mean ? -1 : 0) || h >= e->info.h) {
-        snprintf(err, ATTN_ERRMAX, "h: %d is out of range [0, %d)", h,
-                 e->info.h);
-        maps__release(e);
-        return ATTN_EINVAL;
+        return rc;
     }
     *out = e;
     return 0;
 }
 
-int maps_slice_of(maps_store *st, const char *id, maps_what what, int b,
-                  int h, int max_n, float **out, int *rows, int *cols,
-                  int *row_block, int *col_block, char *err)
+int maps__slice_entry(const maps__entry *e, maps_what what, int b, int h,
+                      int max_n, float **out, int *rows, int *cols,
+                      int *row_block, int *col_block, char *err)
 {
-    char scratch[ATTN_ERRMAX];
-    maps__entry *e;
     float *plane = NULL, *res = NULL;
     size_t ts;
-    int rc, nr, nc;
+    int nr, nc;
 
-    if (!err)
-        err = scratch;
     *out = NULL;
-    if ((rc = acquire_checked(st, id, b, h, 1, &e, err)))
-        return rc;
     if (what == MAPS_SCORES && !e->scores) {
         snprintf(err, ATTN_ERRMAX, "what: map %s was retained without "
                  "scores (kept only when the retaining request asked for "
                  "the scores output; a sequence's map, when its "
-                 "sequence_start step did)", id);
-        rc = ATTN_EINVAL;
-        goto fail;
+                 "sequence_start step did)", e->info.id);
+        return ATTN_EINVAL;
     }
     /* maps__entry_build checked b*h*t*s*4 for overflow, so t*s is safe. */
     ts = (size_t)e->info.t * (size_t)e->info.s;
@@ -634,15 +636,29 @@ int maps_slice_of(maps_store *st, const char *id, maps_what what, int b,
     maps_pool_max(plane, e->info.t, e->info.s, max_n, res, rows, cols,
                   row_block, col_block);
     free(plane);
-    maps__release(e);
     *out = res;
     return 0;
 nomem:
     snprintf(err, ATTN_ERRMAX, "out of memory");
-    rc = ATTN_ENOMEM;
-fail:
     free(plane);
-    free(res);
+    return ATTN_ENOMEM;
+}
+
+int maps_slice_of(maps_store *st, const char *id, maps_what what, int b,
+                  int h, int max_n, float **out, int *rows, int *cols,
+                  int *row_block, int *col_block, char *err)
+{
+    char scratch[ATTN_ERRMAX];
+    maps__entry *e;
+    int rc;
+
+    if (!err)
+        err = scratch;
+    *out = NULL;
+    if ((rc = acquire_checked(st, id, b, h, 1, &e, err)))
+        return rc;
+    rc = maps__slice_entry(e, what, b, h, max_n, out, rows, cols, row_block,
+                           col_block, err);
     maps__release(e);
     return rc;
 }
@@ -655,24 +671,17 @@ int maps_slice(maps_store *st, const char *id, int b, int h, int max_n,
                          row_block, col_block, err);
 }
 
-int maps_values(maps_store *st, const char *id, int b, int h, float **out,
-                int *rows, int *cols, char *err)
+int maps__values_entry(const maps__entry *e, int b, int h, float **out,
+                       int *rows, int *cols, char *err)
 {
-    char scratch[ATTN_ERRMAX];
-    maps__entry *e;
     size_t n;
-    int rc, kvh;
+    int kvh;
 
-    if (!err)
-        err = scratch;
     *out = NULL;
-    if ((rc = acquire_checked(st, id, b, h, 0, &e, err)))
-        return rc;
     if (!e->v) {
         snprintf(err, ATTN_ERRMAX, "what: map %s was retained without "
                  "values (kept only when the retaining request computed "
-                 "them)", id);
-        maps__release(e);
+                 "them)", e->info.id);
         return ATTN_EINVAL;
     }
     kvh = h / (e->info.h / e->info.kv_h);
@@ -680,13 +689,28 @@ int maps_values(maps_store *st, const char *id, int b, int h, float **out,
     *out = malloc(n * sizeof(float));
     if (!*out) {
         snprintf(err, ATTN_ERRMAX, "out of memory");
-        maps__release(e);
         return ATTN_ENOMEM;
     }
     memcpy(*out, e->v + ((size_t)b * (size_t)e->info.kv_h + (size_t)kvh) * n,
            n * sizeof(float));
     *rows = e->info.s;
     *cols = e->info.dv;
-    maps__release(e);
     return 0;
+}
+
+int maps_values(maps_store *st, const char *id, int b, int h, float **out,
+                int *rows, int *cols, char *err)
+{
+    char scratch[ATTN_ERRMAX];
+    maps__entry *e;
+    int rc;
+
+    if (!err)
+        err = scratch;
+    *out = NULL;
+    if ((rc = acquire_checked(st, id, b, h, 0, &e, err)))
+        return rc;
+    rc = maps__values_entry(e, b, h, out, rows, cols, err);
+    maps__release(e);
+    return rc;
 }

@@ -226,6 +226,7 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
     int values = 0;
     maps_what what = MAPS_WEIGHTS;
     maps_info info;
+    maps__entry *e;
     size_t cells, cap;
     char *p;
 
@@ -259,7 +260,17 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
                                    "have no mean)");
     if (values && sm)
         return reply_error(r, 400, "max: what=v is never pooled");
-    if (maps_info_get(st, id, &info) == 0 && !f32) {
+    /* one version of the map throughout: a sequence's next step may
+     * replace it meanwhile (the metadata below and the cells agree) */
+    e = maps__acquire(st, id);
+    if (!e) {
+        snprintf(err, sizeof(err), "map %s: not retained (unknown or "
+                 "evicted)", id);
+        return reply_error(r, 404, err);
+    }
+    info = e->info;
+    rc = 0;
+    if (!f32) {
         int pr = max_n > 0 && info.t > max_n ? max_n : info.t;
         int pc = max_n > 0 && info.s > max_n ? max_n : info.s;
         /* what=v prints the value rows [S, d_v] (never pooled) */
@@ -267,20 +278,21 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
             snprintf(err, sizeof(err),
                      "what: %d x %d value rows are too large for JSON; ask "
                      "for format=f32", info.s, info.dv);
-            return reply_error(r, 400, err);
-        }
-        if (!values && (size_t)pr * (size_t)pc > MAPS_JSON_MAX_CELLS) {
+            rc = ATTN_EINVAL;
+        } else if (!values && (size_t)pr * (size_t)pc > MAPS_JSON_MAX_CELLS) {
             snprintf(err, sizeof(err),
                      "max: a %d x %d map is too large for JSON; ask for "
                      "max=1024 or format=f32", info.t, info.s);
-            return reply_error(r, 400, err);
+            rc = ATTN_EINVAL;
         }
     }
-    rc = values ? maps_values(st, id, b, h, &map, &rows, &cols, err)
-                : maps_slice_of(st, id, what, b, h, max_n, &map, &rows, &cols,
-                                &bt, &bs, err);
-    if (rc == ATTN_ENOTFOUND)
-        return reply_error(r, 404, err);
+    if (!rc)
+        rc = maps__check(e, b, h, !values, err);
+    if (!rc)
+        rc = values ? maps__values_entry(e, b, h, &map, &rows, &cols, err)
+                    : maps__slice_entry(e, what, b, h, max_n, &map, &rows,
+                                        &cols, &bt, &bs, err);
+    maps__release(e);
     if (rc == ATTN_EINVAL)
         return reply_error(r, 400, err);
     if (rc)

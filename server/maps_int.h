@@ -49,6 +49,21 @@ int maps__entry_build(const maps_put_args *a, size_t max_bytes, float *adopt,
                       float *adopt_scores, maps__entry **out, char *err);
 void maps__entry_free(maps__entry *e);
 
+/* maps__check: b and h in range for e (h == -1, the mean over heads, too
+ * when allow_mean); 0, or ATTN_EINVAL with err naming the one that is
+ * not. maps__slice_entry and maps__values_entry: maps_slice_of and
+ * maps_values on an entry the caller holds a reference on, b and h
+ * checked: a reader that also renders e->info (maps_http.c) reads one
+ * version throughout, where looking id up twice could meet a sequence's
+ * next version the second time. Any thread. */
+int maps__check(const maps__entry *e, int b, int h, int allow_mean,
+                char *err);
+int maps__slice_entry(const maps__entry *e, maps_what what, int b, int h,
+                      int max_n, float **out, int *rows, int *cols,
+                      int *row_block, int *col_block, char *err);
+int maps__values_entry(const maps__entry *e, int b, int h, float **out,
+                       int *rows, int *cols, char *err);
+
 /* maps__allowed: 1 when query i attended key j in (b, h) of e (its row's
  * end or the causal flag, lengths and the explicit mask all agree), else
  * 0. */

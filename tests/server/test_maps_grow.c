@@ -3,6 +3,8 @@
  * are worked by hand in the comments, never produced by the code under
  * test. */
 #include <check.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -339,6 +341,76 @@ START_TEST(test_grow_scores)
 }
 END_TEST
 
+/* A map read while its sequence grows is one version throughout: GET
+ * /v2/maps/{id}/attention took the metadata (source_shape, the JSON size
+ * check) under one lookup and the cells under another, so a step put in
+ * between answered the new cells with the old version's source_shape. A
+ * thread steps a one-head map between 8 and 9 rows (a step, then one
+ * sent again at the position before it) while this one reads it
+ * unpooled: shape and source_shape must always agree. */
+typedef struct grower {
+    maps_store *st;
+    const char *id;
+    int steps;
+    int done; /* atomic */
+} grower;
+
+static void *grow_rows(void *arg)
+{
+    grower *g = arg;
+    float row[16];
+    char err[ATTN_ERRMAX];
+    int i;
+    for (i = 0; i < 16; i++)
+        row[i] = 1.0f / 9;
+    for (i = 0; i < g->steps; i++) {
+        int t0 = i % 2 ? 7 : 8; /* 8 rows -> 9, then 9 -> 8 */
+        maps_put_args a = {.model = "m", .b = 1, .h = 1, .t = 1, .s = t0 + 1,
+                           .attention = row, .causal = 1};
+        if (grow(g->st, g->id, t0, &a, err) != 0)
+            break;
+    }
+    __atomic_store_n(&g->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+START_TEST(test_read_while_growing)
+{
+    maps_store *st;
+    char id[MAPS_ID_MAX], path[64];
+    float eight[64];
+    grower g;
+    pthread_t th;
+    int reads = 0, torn = 0, i;
+
+    for (i = 0; i < 64; i++)
+        eight[i] = 1.0f / 8;
+    ck_assert_int_eq(maps_store_create(&st, (size_t)1 << 20), 0);
+    ck_assert_int_eq(put(st, "m", eight, 1, 1, 8, 8, id), 0);
+    snprintf(path, sizeof path, "/v2/maps/%s/attention", id);
+    g = (grower){st, id, 200000, 0};
+    ck_assert_int_eq(pthread_create(&th, NULL, grow_rows, &g), 0);
+    while (!__atomic_load_n(&g.done, __ATOMIC_ACQUIRE)) {
+        maps_reply r;
+        int sr, sc, r0, c0;
+        const char *p, *q;
+        ck_assert_int_eq(maps_http_get(st, path, NULL, NULL, &r), 0);
+        ck_assert_int_eq(r.status, 200);
+        p = strstr(r.body, "\"shape\":[");
+        q = strstr(r.body, "\"source_shape\":[");
+        ck_assert(p && q);
+        ck_assert_int_eq(sscanf(p, "\"shape\":[%d,%d]", &sr, &sc), 2);
+        ck_assert_int_eq(sscanf(q, "\"source_shape\":[%d,%d]", &r0, &c0), 2);
+        torn += sr != r0 || sc != c0;
+        reads++;
+        free(r.body);
+    }
+    pthread_join(th, NULL);
+    ck_assert_msg(torn == 0, "%d of %d reads mixed two versions", torn, reads);
+    maps_store_destroy(st);
+}
+END_TEST
+
 static Suite *maps_grow_suite(void)
 {
     Suite *s = suite_create("maps_grow");
@@ -347,6 +419,7 @@ static Suite *maps_grow_suite(void)
     tcase_add_test(tc, test_grow_sequence_map);
     tcase_add_test(tc, test_grow_mask_per_row);
     tcase_add_test(tc, test_grow_scores);
+    tcase_add_test(tc, test_read_while_growing);
     suite_add_tcase(s, tc);
     return s;
 }
