@@ -431,7 +431,8 @@ void maps_stats(maps_store *st, size_t *used, size_t *max_bytes,
     pthread_mutex_unlock(&st->lock);
 }
 
-size_t maps_list(maps_store *st, maps_info *out, size_t cap)
+size_t maps_list_counted(maps_store *st, maps_info *out, size_t cap,
+                         size_t *used, size_t *n_entries)
 {
     size_t n = 0;
     maps__entry *e;
@@ -439,8 +440,17 @@ size_t maps_list(maps_store *st, maps_info *out, size_t cap)
     pthread_mutex_lock(&st->lock);
     for (e = st->newest; e && n < cap; e = e->older)
         out[n++] = e->info;
+    if (used)
+        *used = st->used;
+    if (n_entries)
+        *n_entries = st->n;
     pthread_mutex_unlock(&st->lock);
     return n;
+}
+
+size_t maps_list(maps_store *st, maps_info *out, size_t cap)
+{
+    return maps_list_counted(st, out, cap, NULL, NULL);
 }
 
 maps__entry *maps__acquire(maps_store *st, const char *id)

@@ -143,8 +143,12 @@ void maps_stats(maps_store *st, size_t *used, size_t *max_bytes,
                 size_t *n_entries, uint64_t *n_evicted);
 
 /* maps_list: up to cap entries' metadata, newest first; returns how many
- * were written. */
+ * were written. maps_list_counted also gives the bytes in use and the
+ * entries held at that same moment (either pointer may be NULL), so that
+ * a listing adds up. */
 size_t maps_list(maps_store *st, maps_info *out, size_t cap);
+size_t maps_list_counted(maps_store *st, maps_info *out, size_t cap,
+                         size_t *used, size_t *n_entries);
 
 /* maps_info_get: metadata of id. 0, or ATTN_ENOTFOUND (unknown/evicted). */
 int maps_info_get(maps_store *st, const char *id, maps_info *out);

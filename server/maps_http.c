@@ -101,13 +101,13 @@ static int route_list(maps_store *st, maps_reply *r)
 
     if (!list)
         return ATTN_ENOMEM;
-    n = maps_list(st, list, MAPS_LIST_MAX);
-    maps_stats(st, &used, &max_bytes, NULL, NULL);
+    /* the list, its count and its bytes at one moment */
+    n = maps_list_counted(st, list, MAPS_LIST_MAX, &used, &total);
+    maps_stats(st, NULL, &max_bytes, NULL, NULL);
     arr = json_array();
     for (i = 0; arr && i < n; i++)
         if (json_array_append_new(arr, info_json(&list[i])) != 0)
             goto fail;
-    maps_stats(st, NULL, NULL, &total, NULL);
     o = json_pack("{s:o, s:I, s:I, s:I}", "maps", arr, "count",
                   (json_int_t)total, "bytes_used", (json_int_t)used,
                   "bytes_max", (json_int_t)max_bytes);

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/attn.h"
 #include "server/maps.h"
@@ -618,6 +619,80 @@ START_TEST(test_values_json_limit)
 }
 END_TEST
 
+/* GET /v2/maps is one moment of the store: it read the bytes in use, then
+ * the list, then the count, each under its own lock, so that a put or an
+ * eviction between them answered a count or bytes_used that the listed
+ * maps did not add up to. A thread puts maps of two sizes into a small
+ * store while this one lists: count is the number listed, bytes_used
+ * their sum. */
+typedef struct putter {
+    maps_store *st;
+    int stop; /* atomic */
+} putter;
+
+static void *put_many(void *arg)
+{
+    putter *p = arg;
+    float cells[64];
+    char id[MAPS_ID_MAX];
+    int i;
+    for (i = 0; i < 64; i++)
+        cells[i] = 1.0f / 64;
+    /* an 8 x 8 map, then four 4 x 4: the store holds 3 or 4 maps, and
+     * its bytes change at each put */
+    for (i = 0; !__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE); i++)
+        if (put(p->st, "m", cells, 1, 1, i % 5 ? 4 : 8, i % 5 ? 4 : 8,
+                id) != 0)
+            break;
+    return NULL;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+START_TEST(test_list_one_moment)
+{
+    maps_store *st;
+    putter p;
+    pthread_t th;
+    int reads = 0, torn = 0;
+
+    double t_end = now_s() + 1.5;
+
+    ck_assert_int_eq(maps_store_create(&st, 4 * entry_bytes()), 0);
+    p = (putter){st, 0};
+    ck_assert_int_eq(pthread_create(&th, NULL, put_many, &p), 0);
+    /* 20,000 listings, or a second and a half (sanitized builds) */
+    for (; reads < 20000 && (reads % 256 || now_s() < t_end); reads++) {
+        maps_reply r;
+        json_t *o, *list;
+        json_int_t sum = 0;
+        size_t i;
+        ck_assert_int_eq(maps_http_get(st, "/v2/maps", NULL, NULL, &r), 0);
+        ck_assert_int_eq(r.status, 200);
+        o = json_loads(r.body, 0, NULL);
+        ck_assert_ptr_nonnull(o);
+        list = json_object_get(o, "maps");
+        for (i = 0; i < json_array_size(list); i++)
+            sum += json_integer_value(
+                json_object_get(json_array_get(list, i), "bytes"));
+        torn += json_integer_value(json_object_get(o, "count")) !=
+                    (json_int_t)json_array_size(list) ||
+                json_integer_value(json_object_get(o, "bytes_used")) != sum;
+        json_decref(o);
+        free(r.body);
+    }
+    __atomic_store_n(&p.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+    ck_assert_msg(torn == 0, "%d of %d listings did not add up", torn, reads);
+    maps_store_destroy(st);
+}
+END_TEST
+
 static Suite *maps_suite(void)
 {
     Suite *s = suite_create("maps");
@@ -633,6 +708,7 @@ static Suite *maps_suite(void)
     tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_mask_scores_values);
     tcase_add_test(tc, test_values_json_limit);
+    tcase_add_test(tc, test_list_one_moment);
     suite_add_tcase(s, tc);
     return s;
 }
