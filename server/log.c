@@ -437,7 +437,9 @@ static void put_i(linebuf *b, int v)
 
 void srv_log_request(srv *s, const srv_req *r)
 {
-    char ts[100], id[140], mdl[280], path[2100], line[3200];
+    /* each field escaped (6 bytes a byte at most): an id whole unless it
+     * is mostly control characters */
+    char ts[100], id[4 * OIP_MAX_ID], mdl[280], path[2100], line[4800];
     const char *m = r->method_name[0] ? r->method_name : "OTHER";
     uint64_t us = (srv_now_ns() - r->t0_ns) / 1000;
     linebuf b = {line, line + sizeof line - 1};

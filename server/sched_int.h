@@ -48,7 +48,7 @@ struct srv_job {
     int solo_over;     /* solo beyond the model's instances (unbatched) */
     int inline_batch;  /* a lone client's step: its batch may run on the
                           loop, inside srv_h_infer (batch.c) */
-    char id[64];       /* the request's id for the log (solo_ran) */
+    char id[OIP_MAX_ID]; /* the request's id for the log (solo_ran) */
     uint64_t t_arrive, t_queued, t_run, t_ran, decode_ns, encode_ns;
     uint64_t t_admit;  /* its deadline counts from here: its body whole */
     const srv_door *door; /* wire format, NULL = JSON (srv.h) */

@@ -302,7 +302,7 @@ struct srv_req {
     int n_joined;
     /* for the log line */
     char model[SRV_NAME_MAX];
-    char id[64];
+    char id[OIP_MAX_ID]; /* whole: ids of up to OIP_MAX_ID - 1 bytes */
     int batch;
     uint64_t queue_us, compute_us;
     /* A request that came in by another door (grpc.c) has conn NULL:

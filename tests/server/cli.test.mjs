@@ -291,6 +291,10 @@ test('a JSON log line escapes what the client sent: id, path', async (t) => {
   const c = REFS.causal;
   const id = 'q"uo\\te\u0001';
   await infer(d, 'tiny', { id, inputs: [fp32('x', c.shape, c.x)] });
+  // an id is logged whole, up to the 255 bytes a request may give (the
+  // log kept 63: a long trace id could not be found)
+  const long = `trace-${'0123456789'.repeat(24)}-end`; // 250 bytes
+  assert.equal((await infer(d, 'tiny', { id: long, inputs: [fp32('x', c.shape, c.x)] })).status, 200);
   // a raw quote and backslash in the path (fetch would percent-encode them)
   const { request } = await import('node:http');
   await new Promise((res, rej) => request({ host: '127.0.0.1', port: new URL(d.url).port, path: '/no"pe\\' }, (r) => {
@@ -301,6 +305,7 @@ test('a JSON log line escapes what the client sent: id, path', async (t) => {
   const lines = d.log().trim().split('\n').map((l) => JSON.parse(l));
   const l = lines.find((o) => o.model === 'tiny');
   assert.equal(l.id, id);
+  assert.ok(lines.some((o) => o.id === long), d.log());
   assert.match(l.ts, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
   assert.ok(lines.some((o) => o.path === '/no"pe\\'), d.log());
 });
