@@ -34,6 +34,18 @@ async function slowFirst(page, re, ms, fail = 0) {
   return { passed };
 }
 
+// overtake: a Run of five words (the one held), then, 100 ms on, a Run of
+// two, drawn; waits for the held answer to reach the page too.
+async function overtake(page, passed) {
+  await page.fill('#text', 'one two three four five');
+  await page.click('#run');
+  await page.waitForTimeout(100);
+  await page.fill('#text', 'x y');
+  await page.click('#run');
+  await page.waitForFunction(() => window.attnd.run.T === 2 && document.body.dataset.state === 'ready');
+  await passed;
+}
+
 const state = (page) => page.evaluate(() => ({
   T: window.attnd.run.T, source: window.attnd.run.source, map: window.attnd.state.map,
   body: document.body.dataset.state, status: document.getElementById('status').textContent,
@@ -43,13 +55,7 @@ const state = (page) => page.evaluate(() => ({
 test('a slow Run overtaken by a newer Run: the newer one stays drawn, as the words and the link say', async () => {
   const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=a%20b%20c&h=0`);
   const { passed } = await slowFirst(page, /\/infer$/, 1200);
-  await page.fill('#text', 'one two three four five');
-  await page.click('#run');
-  await page.waitForTimeout(100);
-  await page.fill('#text', 'x y');
-  await page.click('#run');
-  await page.waitForFunction(() => window.attnd.run.T === 2 && document.body.dataset.state === 'ready');
-  await passed;
+  await overtake(page, passed);
   const s = await state(page);
   assert.equal(s.T, 2);
   assert.equal(s.body, 'ready');
@@ -62,13 +68,7 @@ test('a slow Run overtaken by a newer Run: the newer one stays drawn, as the wor
 test('a slow Run that fails after a newer Run drew: no error over the newer one', async () => {
   const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=a%20b%20c&h=0`);
   const { passed } = await slowFirst(page, /\/infer$/, 1200, 503);
-  await page.fill('#text', 'one two three four five');
-  await page.click('#run');
-  await page.waitForTimeout(100);
-  await page.fill('#text', 'x y');
-  await page.click('#run');
-  await page.waitForFunction(() => window.attnd.run.T === 2 && document.body.dataset.state === 'ready');
-  await passed;
+  await overtake(page, passed);
   const s = await state(page);
   assert.equal(s.body, 'ready');
   assert.equal(s.error, false, s.status);
