@@ -27,9 +27,46 @@ export function setApiKey(k) {
   try { if (k) sessionStorage.setItem(KEY_ITEM, k); else sessionStorage.removeItem(KEY_ITEM); } catch (_) { /* */ }
 }
 
+// Behind several replicas (deploy/nginx.conf, the Kubernetes Ingress:
+// README "Several replicas behind nginx", "Sequences across replicas") a
+// retained map lives on the one that computed it. The proxies keep a
+// client on one replica by its X-Attnd-Session header: the page sends one
+// value, random and kept for this tab, with every request. (Random bytes
+// by getRandomValues: randomUUID exists only on https and localhost.)
+export const SESSION_HEADER = 'X-Attnd-Session';
+const SESSION_ITEM = 'attnd.session';
+const SESSION = (() => {
+  let s = '';
+  try { s = sessionStorage.getItem(SESSION_ITEM) || ''; } catch (_) { /* storage off */ }
+  if (/^[0-9a-f]{32}$/.test(s)) return s;
+  s = Array.from(crypto.getRandomValues(new Uint8Array(16)),
+    (x) => x.toString(16).padStart(2, '0')).join('');
+  try { sessionStorage.setItem(SESSION_ITEM, s); } catch (_) { /* */ }
+  return s;
+})();
+
+// ROOT: the API's root, the folder the page was served from ("/" for the
+// page at / or /web/index.html; "/session/" for the page at /session/, the
+// Ingress's session door, which strips that prefix): every request goes
+// through the door the page came in by.
+export const ROOT = new URL('.', location.href).pathname.replace(/(^|\/)web\/$/, '$1');
+const url = (path) => `${ROOT}${path}`;
+
+// The sequence (id) whose retained map each map id is, for the maps of
+// the sequences this page steps: their fetches carry its Attnd-Sequence-Id
+// (the proxies' route to the replica holding it).
+const mapSeq = new Map();
+
 function headers(h = {}) {
   if (apiKey) h.Authorization = `Bearer ${apiKey}`;
+  h[SESSION_HEADER] = SESSION;
   return h;
+}
+
+// mapHeaders: headers for a request about retained map id.
+function mapHeaders(id, h = {}) {
+  if (mapSeq.has(id)) h[SEQ_HEADER] = mapSeq.get(id);
+  return headers(h);
 }
 
 // send: fetch, with a request that got no answer at all (refused,
@@ -75,14 +112,14 @@ async function fail(res) {
   throw e;
 }
 
-export async function getJSON(url) {
-  const res = await send(url, { headers: headers({ Accept: 'application/json' }) });
+export async function getJSON(u, h = headers()) {
+  const res = await send(u, { headers: { ...h, Accept: 'application/json' } });
   if (!res.ok) await fail(res);
   return readJSON(res);
 }
 
-async function postJSON(url, body) {
-  const res = await send(url, {
+async function postJSON(u, body) {
+  const res = await send(u, {
     method: 'POST',
     headers: headers({ 'Content-Type': 'application/json', Accept: 'application/json' }),
     body: JSON.stringify(body),
@@ -97,7 +134,7 @@ async function postJSON(url, body) {
 export async function listModels() {
   let names = [];
   try {
-    const idx = await postJSON('/v2/repository/index', { ready: true });
+    const idx = await postJSON(url('v2/repository/index'), { ready: true });
     names = idx.filter((m) => !m.state || m.state === 'READY').map((m) => m.name);
   } catch (e) {
     if (e.status === 401) throw e;
@@ -106,7 +143,7 @@ export async function listModels() {
   return [...new Set(names)];
 }
 
-export const modelMeta = (m) => getJSON(`/v2/models/${encodeURIComponent(m)}`);
+export const modelMeta = (m) => getJSON(url(`v2/models/${encodeURIComponent(m)}`));
 
 // Flatten nested JSON arrays (OIP data may be flat or nested).
 function flat(data) {
@@ -217,7 +254,7 @@ export async function inferX(meta, shape, x, tokens, { causal, retain }, ctx = n
     outputs: ['attention', ...(retain ? ['scores'] : []), 'q', 'k', 'v', 'y'].map((name) => ({ name })),
     parameters: params,
   };
-  const resp = await postJSON(`/v2/models/${encodeURIComponent(meta.name)}/infer`, body);
+  const resp = await postJSON(url(`v2/models/${encodeURIComponent(meta.name)}/infer`), body);
   const o = outputsByName(resp);
   if (!o.attention) throw new Error('response has no attention output');
   const [B, H, T, S] = o.attention.shape;
@@ -253,7 +290,7 @@ export async function inferSdpa(spec, { causal, retain }) {
   const input = (name, shape, a) => ({ name, datatype: 'FP32', shape, data: a.flat(Infinity) });
   const inputs = [input('q', qs, spec.q), input('k', ks, spec.k), input('v', vs, spec.v)];
   if (mk) inputs.push(mk.input);
-  const resp = await postJSON('/v2/models/sdpa/infer', {
+  const resp = await postJSON(url('v2/models/sdpa/infer'), {
     inputs,
     outputs: ['output', 'attention', ...(retain ? ['scores'] : [])].map((name) => ({ name })),
     parameters: params,
@@ -272,7 +309,7 @@ export async function inferSdpa(spec, { causal, retain }) {
   };
 }
 
-export const listMaps = () => getJSON('/v2/maps');
+export const listMaps = () => getJSON(url('v2/maps'));
 
 // Cells above which a retained map is fetched max-pooled, not whole.
 export const FULL_MAP_CELLS = 1 << 20;
@@ -293,12 +330,12 @@ const POOL_N = 512;
 // plane read: a map of many heads takes as many requests.
 const OPEN_TRIES = 4;
 export async function openMap(id, progress) {
-  const metaUrl = `/v2/maps/${encodeURIComponent(id)}`;
-  let meta = await getJSON(metaUrl);
+  const metaUrl = url(`v2/maps/${encodeURIComponent(id)}`);
+  let meta = await getJSON(metaUrl, mapHeaders(id));
   for (let k = 1; ; k++) {
     let run = null, err = null;
     try { run = await readMap(id, meta, progress); } catch (e) { err = e; }
-    const now = await getJSON(metaUrl);
+    const now = await getJSON(metaUrl, mapHeaders(id));
     if (now.version === meta.version && String(now.shape) === String(meta.shape)) {
       if (err) throw err;
       return run;
@@ -321,8 +358,8 @@ async function readMap(id, meta, progress) {
     (withV ? B * meta.v_shape[1] : 0);
   let read = 0;
   const fetchF32 = async (b, h, what) => {
-    const res = await send(`/v2/maps/${encodeURIComponent(id)}/attention?b=${b}&h=${h}&what=${what}&format=f32${what === 'v' ? '' : q}`,
-      { headers: headers() });
+    const res = await send(url(`v2/maps/${encodeURIComponent(id)}/attention?b=${b}&h=${h}&what=${what}&format=f32${what === 'v' ? '' : q}`),
+      { headers: mapHeaders(id) });
     if (!res.ok) await fail(res);
     const a = new Float32Array(await res.arrayBuffer());
     if (progress) progress(`${++read} of ${planes} planes`);
@@ -407,7 +444,7 @@ export async function seqStep(meta, id, words, pos0, { start = false, causal } =
   const params = { sequence_id: id, retain: true, tokens: words, sequence_position: pos0 };
   if (start) params.sequence_start = true;
   if (causal !== undefined) params.causal = !!causal;
-  const res = await send(`/v2/models/${encodeURIComponent(meta.name)}/infer`, {
+  const res = await send(url(`v2/models/${encodeURIComponent(meta.name)}/infer`), {
     method: 'POST',
     headers: headers({ 'Content-Type': 'application/json', Accept: 'application/json', [SEQ_HEADER]: id }),
     body: JSON.stringify({
@@ -422,12 +459,13 @@ export async function seqStep(meta, id, words, pos0, { start = false, causal } =
   }
   const j = await readJSON(res);
   const p = j.parameters || {};
+  if (p.map_id) mapSeq.set(p.map_id, id);
   return { length: p.sequence_length, mapId: p.map_id };
 }
 
 // endSequence: DELETE /v2/sequences/{id} (frees its keys and values).
 export async function endSequence(id) {
-  const res = await send(`/v2/sequences/${encodeURIComponent(id)}`, {
+  const res = await send(url(`v2/sequences/${encodeURIComponent(id)}`), {
     method: 'DELETE', headers: headers({ [SEQ_HEADER]: id }),
   });
   if (!res.ok) await fail(res);
@@ -438,7 +476,9 @@ export async function endSequence(id) {
 // daemon has no sequences).
 export async function sequenceInfo(id) {
   let j;
-  try { j = await getJSON('/v2/sequences'); } catch (e) { if (e.status === 401) throw e; return null; }
+  try {
+    j = await getJSON(url('v2/sequences'), headers({ [SEQ_HEADER]: id }));
+  } catch (e) { if (e.status === 401) throw e; return null; }
   const list = Array.isArray(j) ? j : j.sequences || [];
   return list.find((s) => String(s.id) === String(id)) || null;
 }
@@ -447,7 +487,9 @@ export async function sequenceInfo(id) {
 // null; undefined when the daemon lists no sequences (cannot tell).
 export async function liveSequenceOfMap(mapId) {
   let j;
-  try { j = await getJSON('/v2/sequences'); } catch (e) { if (e.status === 401) throw e; return undefined; }
+  try {
+    j = await getJSON(url('v2/sequences'), mapHeaders(mapId));
+  } catch (e) { if (e.status === 401) throw e; return undefined; }
   const list = Array.isArray(j) ? j : j.sequences || [];
   return list.find((s) => s.map_id === mapId) || null;
 }
@@ -463,8 +505,8 @@ export async function liveSequenceOfMap(mapId) {
 export async function waitMap(id, rows, signal, version, timeoutMs) {
   let v = Number.isInteger(version) ? `&version=${version}` : '';
   if (timeoutMs > 0) v += `&timeout_ms=${timeoutMs}`;
-  const res = await send(`/v2/maps/${encodeURIComponent(id)}?wait=${rows}${v}`,
-    { headers: headers({ Accept: 'application/json' }), signal });
+  const res = await send(url(`v2/maps/${encodeURIComponent(id)}?wait=${rows}${v}`),
+    { headers: mapHeaders(id, { Accept: 'application/json' }), signal });
   let body = null, notJSON = null;
   try { body = await readJSON(res); } catch (e) { notJSON = e.message; }
   return { status: res.status, meta: body, notJSON, retryAfter: Number(res.headers.get('Retry-After')) || 1 };

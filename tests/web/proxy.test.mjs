@@ -1,0 +1,124 @@
+// proxy.test.mjs - the page behind several replicas: served through the
+// Kubernetes Ingress's session door (deploy/k8s/ingress.yaml: /session
+// stripped, hashed on X-Attnd-Session), played here by a small node proxy
+// in front of the real attnd. The page must send every API request through
+// the door it came in by (relative to where it was served from) with one
+// X-Attnd-Session value per tab, and Attnd-Sequence-Id with its sequence's
+// steps, its map's fetches and its end. An API request outside /session
+// answers 404 here, as the replica that does not hold the map would.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import { launch, openPage, startAttnd, waitDrawn } from './harness.mjs';
+
+let daemon, browser, proxy, base, haveSequences = false;
+const seen = []; // { method, path, session, seq, body } of every request
+
+// door: the session door's rewrite (/session/x -> /x) onto the daemon;
+// the page's own files (/web/...) pass as the main door serves them; any
+// other path answers 404 (a replica that never saw the map).
+function door(req, res) {
+  const chunks = [];
+  req.on('data', (c) => chunks.push(c));
+  req.on('end', () => {
+    const body = Buffer.concat(chunks);
+    seen.push({ method: req.method, path: req.url, session: req.headers['x-attnd-session'],
+      seq: req.headers['attnd-sequence-id'], body: body.toString() });
+    const m = req.url.match(/^\/session(\/.*|$)/);
+    if (!m && !req.url.startsWith('/web/')) {
+      res.writeHead(404, { 'Content-Type': 'application/json' });
+      res.end(JSON.stringify({ error: `proxy: ${req.url} is not under /session: another replica` }));
+      return;
+    }
+    const u = new URL(daemon.url);
+    const up = http.request({ host: u.hostname, port: u.port, method: req.method,
+      path: m ? m[1] || '/' : req.url, headers: req.headers }, (r) => {
+      res.writeHead(r.statusCode, r.headers);
+      r.pipe(res);
+    });
+    up.on('error', (e) => { res.writeHead(502); res.end(String(e)); });
+    up.end(body);
+  });
+}
+
+before(async () => {
+  daemon = await startAttnd();
+  browser = await launch();
+  const v2 = await (await fetch(`${daemon.url}/v2`)).json();
+  haveSequences = (v2.extensions || []).includes('sequences');
+  proxy = http.createServer(door);
+  await new Promise((res) => proxy.listen(0, '127.0.0.1', res));
+  base = `http://127.0.0.1:${proxy.address().port}`;
+});
+after(async () => {
+  if (browser) await browser.close();
+  if (proxy) proxy.close();
+  if (daemon) await daemon.stop();
+});
+
+const api = (r) => r.path.includes('/v2/') || /\/v2$/.test(r.path);
+
+test('through the session door: a run, a retained map and a sequence, every request with its headers', async () => {
+  seen.length = 0;
+  const { page, errors } = await openPage(browser, `${base}/session/#model=toy&text=the%20cat%20sat&h=1`);
+  assert.equal(await page.evaluate(() => window.attnd.run.T), 3);
+  // A retained map, opened from the list.
+  await page.check('#retain');
+  await page.click('#run');
+  await waitDrawn(page);
+  const id = await page.evaluate(() => window.attnd.run.mapId);
+  assert.match(id, /^m\d+-[0-9a-f]{6}$/);
+  await page.click('#tab-maps');
+  await page.click(`#maps button:has-text("${id}")`);
+  await page.waitForFunction((m) => location.hash.includes(`map=${m}`), id);
+  await waitDrawn(page);
+  assert.equal(await page.evaluate(() => window.attnd.run.source), 'map');
+  let seqId = null, seqMap = null;
+  if (haveSequences) { // started, stepped, ended: its map grows
+    await page.click('#tab-words');
+    await page.check('#seq-mode');
+    await page.check('#causal');
+    await page.click('#run');
+    await page.waitForFunction(() => window.attnd.sequence && window.attnd.run.T === 3);
+    await page.fill('#seq-next', 'down');
+    await page.click('#seq-step');
+    await page.waitForFunction(() => window.attnd.run.T === 4);
+    await waitDrawn(page);
+    ({ id: seqId, mapId: seqMap } = await page.evaluate(() => window.attnd.sequence));
+    await page.click('#seq-end');
+    await page.waitForFunction(() => /ended/.test(document.getElementById('seq-info').textContent));
+  }
+  assert.deepEqual(errors, []);
+
+  const calls = seen.filter(api);
+  assert.ok(calls.length >= 8, `only ${calls.length} API requests`);
+  const outside = calls.filter((r) => !r.path.startsWith('/session/'));
+  assert.deepEqual(outside.map((r) => `${r.method} ${r.path}`), [], 'API requests outside the door the page came in by');
+  const session = calls[0].session;
+  assert.match(String(session), /^[0-9a-f]{32}$/);
+  const other = calls.filter((r) => r.session !== session);
+  assert.deepEqual(other.map((r) => `${r.method} ${r.path} ${r.session}`), [], `requests without session ${session}`);
+  if (!haveSequences) return;
+  const about = calls.filter((r) => r.body.includes(`"sequence_id":"${seqId}"`) || r.path.includes(`/maps/${seqMap}`) ||
+    r.path.includes(`/sequences/${seqId}`));
+  assert.ok(about.filter((r) => r.method === 'POST').length >= 2, 'the steps went by');
+  assert.ok(about.some((r) => r.path.includes(`/maps/${seqMap}/attention`)), 'the map was read');
+  assert.ok(about.some((r) => r.method === 'DELETE'), 'the end went by');
+  const bare = about.filter((r) => r.seq !== seqId);
+  assert.deepEqual(bare.map((r) => `${r.method} ${r.path} ${r.seq}`), [], `requests about sequence ${seqId} without its header`);
+  await page.close();
+});
+
+test('two tabs send two sessions; the page at /web/index.html asks the API at /', async () => {
+  seen.length = 0;
+  const a = await openPage(browser, `${base}/session/#model=toy&text=one%20two`);
+  const b = await openPage(browser, `${base}/session/#model=toy&text=one%20two`);
+  const sessions = new Set(seen.filter(api).map((r) => r.session));
+  assert.equal(sessions.size, 2, `sessions: ${[...sessions]}`);
+  await a.page.reload();
+  await waitDrawn(a.page);
+  assert.equal(new Set(seen.filter(api).map((r) => r.session)).size, 2, 'a reload keeps its tab\'s session');
+  const w = await openPage(browser, `${daemon.url}/web/index.html#model=toy&text=one%20two`);
+  assert.equal(await w.page.evaluate(() => window.attnd.run.T), 2);
+  for (const p of [a, b, w]) { assert.deepEqual(p.errors, []); await p.page.close(); }
+});
