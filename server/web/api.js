@@ -63,6 +63,14 @@ function headers(h = {}) {
   return h;
 }
 
+// sequenceOfMap: the sequence map id is known to belong to (this page's
+// steps, or a link's seq=), or null. noteSequenceMap: a link says so (an
+// id a header cannot carry is ignored).
+export const sequenceOfMap = (id) => mapSeq.get(id) || null;
+export function noteSequenceMap(id, seqId) {
+  if (/^[!-~]{1,128}$/.test(seqId) && !/["/\\]/.test(seqId)) mapSeq.set(id, seqId);
+}
+
 // mapHeaders: headers for a request about retained map id.
 function mapHeaders(id, h = {}) {
   if (mapSeq.has(id)) h[SEQ_HEADER] = mapSeq.get(id);

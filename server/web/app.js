@@ -64,8 +64,11 @@ function setStatus(msg, isError = false) {
 
 function writeHash() {
   const p = new URLSearchParams();
-  if (state.map) p.set('map', state.map);
-  else {
+  if (state.map) {
+    p.set('map', state.map);
+    // its sequence: the proxies' route to the replica holding it (api.js)
+    if (api.sequenceOfMap(state.map)) p.set('seq', api.sequenceOfMap(state.map));
+  } else {
     p.set('model', state.model);
     if (state.tab !== 'json') p.set('text', state.text);
     // Too large for a link: an empty json= says so when it is reopened
@@ -91,6 +94,7 @@ function readHash() {
   if (p.has('json')) { state.json = p.get('json'); state.tab = 'json'; }
   state.map = p.get('map');
   if (state.map) state.tab = 'maps';
+  if (state.map && p.has('seq')) api.noteSequenceMap(state.map, p.get('seq'));
   state.causal = p.get('causal') === '1';
   state.b = int('b', 0);
   state.h = p.get('h') === 'mean' ? 'mean' : int('h', 0);

@@ -10,6 +10,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { launch, openPage, startAttnd, waitDrawn } from './harness.mjs';
+import { embed } from '../../server/web/embed.js';
 
 let daemon, browser, proxy, base, haveSequences = false;
 const seen = []; // { method, path, session, seq, body } of every request
@@ -85,6 +86,7 @@ test('through the session door: a run, a retained map and a sequence, every requ
     await page.waitForFunction(() => window.attnd.run.T === 4);
     await waitDrawn(page);
     ({ id: seqId, mapId: seqMap } = await page.evaluate(() => window.attnd.sequence));
+    assert.match(await page.evaluate(() => location.hash), new RegExp(`map=${seqMap}&seq=${seqId}&`));
     await page.click('#seq-end');
     await page.waitForFunction(() => /ended/.test(document.getElementById('seq-info').textContent));
   }
@@ -121,4 +123,38 @@ test('two tabs send two sessions; the page at /web/index.html asks the API at /'
   const w = await openPage(browser, `${daemon.url}/web/index.html#model=toy&text=one%20two`);
   assert.equal(await w.page.evaluate(() => window.attnd.run.T), 2);
   for (const p of [a, b, w]) { assert.deepEqual(p.errors, []); await p.page.close(); }
+});
+
+// step: one step of sequence id on the toy model (d_model 16) straight to
+// the daemon, as another client would; its answer's parameters.
+async function step(id, ws, pos0, start) {
+  const body = {
+    inputs: [{ name: 'x', datatype: 'FP32', shape: [1, ws.length, 16], data: Array.from(embed(ws, 16, pos0)) }],
+    outputs: [{ name: 'attention' }],
+    parameters: { sequence_id: id, causal: true, retain: true, tokens: ws, sequence_position: pos0, ...(start ? { sequence_start: true } : {}) },
+  };
+  const r = await fetch(`${daemon.url}/v2/models/toy/infer`, {
+    method: 'POST', body: JSON.stringify(body), headers: { 'Attnd-Sequence-Id': id },
+  });
+  const j = await r.json();
+  assert.equal(r.status, 200, JSON.stringify(j));
+  return j.parameters;
+}
+
+test('a link that follows a sequence\'s map (seq=) sends its Attnd-Sequence-Id with every fetch of the map', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const id = 'other-client-7';
+  const p = await step(id, ['the', 'cat'], 0, true);
+  seen.length = 0;
+  const { page, errors } = await openPage(browser, `${base}/session/#map=${p.map_id}&seq=${id}&follow=1`);
+  assert.equal(await page.evaluate(() => window.attnd.run.T), 2);
+  await step(id, ['sat'], 2);
+  await page.waitForFunction(() => window.attnd.run.T === 3);
+  await waitDrawn(page);
+  assert.match(await page.evaluate(() => location.hash), new RegExp(`seq=${id}`));
+  const about = seen.filter((r) => r.path.includes(`/maps/${p.map_id}`));
+  assert.ok(about.some((r) => /[?&]wait=2/.test(r.path)), 'no wait for the map to grow');
+  assert.deepEqual(about.filter((r) => r.seq !== id).map((r) => `${r.method} ${r.path} ${r.seq}`), []);
+  assert.deepEqual(errors, []);
+  await page.close();
 });
