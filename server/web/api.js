@@ -45,11 +45,12 @@ const SESSION = (() => {
   return s;
 })();
 
-// ROOT: the API's root, the folder the page was served from ("/" for the
-// page at / or /web/index.html; "/session/" for the page at /session/, the
-// Ingress's session door, which strips that prefix): every request goes
-// through the door the page came in by.
-export const ROOT = new URL('.', location.href).pathname.replace(/(^|\/)web\/$/, '$1');
+// ROOT: the API's root, where the page was served from: the daemon serves
+// it at / and /web/index.html, so "/" for those; "/session/" for the page
+// at /session/ or /session (the Ingress's session door, which strips that
+// prefix): every request goes through the door the page came in by.
+export const ROOT = ((p) => (p.endsWith('/web/index.html') ? p.slice(0, -14)
+  : p.endsWith('/') ? p : `${p}/`))(location.pathname);
 const url = (path) => `${ROOT}${path}`;
 
 // The sequence (id) whose retained map each map id is, for the maps of

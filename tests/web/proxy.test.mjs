@@ -111,12 +111,13 @@ test('through the session door: a run, a retained map and a sequence, every requ
   await page.close();
 });
 
-test('two tabs send two sessions; the page at /web/index.html asks the API at /', async () => {
+test('two tabs send two sessions; the page at /session asks the API at /session/, at /web/index.html at /', async () => {
   seen.length = 0;
   const a = await openPage(browser, `${base}/session/#model=toy&text=one%20two`);
-  const b = await openPage(browser, `${base}/session/#model=toy&text=one%20two`);
+  const b = await openPage(browser, `${base}/session#model=toy&text=one%20two`); // (no slash)
   const sessions = new Set(seen.filter(api).map((r) => r.session));
   assert.equal(sessions.size, 2, `sessions: ${[...sessions]}`);
+  assert.deepEqual(seen.filter((r) => api(r) && !r.path.startsWith('/session/')).map((r) => r.path), []);
   await a.page.reload();
   await waitDrawn(a.page);
   assert.equal(new Set(seen.filter(api).map((r) => r.session)).size, 2, 'a reload keeps its tab\'s session');
