@@ -94,6 +94,54 @@ static int group_step(const attn_seq *q)
     return q->kv && q->t == 1;
 }
 
+/* A sequence's RoPE positions [lo, hi) and the table row of lo. */
+typedef struct span {
+    int lo, hi, seq;
+    size_t row;
+} span;
+
+static int span_cmp(const void *a, const void *b)
+{
+    const span *x = a, *y = b;
+    return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
+/* rope_spans: sorts sp[0..n) by lo and gives each its table row, spans
+ * that overlap or touch sharing rows (decoder steps of many sequences sit
+ * at a few positions, stateless requests all start at 0): the table holds
+ * the positions the batch has, not every one below its longest. Returns
+ * the table's rows. */
+static size_t rope_spans(span *sp, int n)
+{
+    qsort(sp, (size_t)n, sizeof *sp, span_cmp);
+    size_t base = 0;
+    int lo = sp[0].lo, hi = sp[0].hi;
+    for (int i = 0; i < n; i++) {
+        if (sp[i].lo > hi) { /* a gap: a new run of rows */
+            base += (size_t)(hi - lo);
+            lo = sp[i].lo;
+            hi = sp[i].hi;
+        } else if (sp[i].hi > hi)
+            hi = sp[i].hi;
+        sp[i].row = base + (size_t)(sp[i].lo - lo);
+    }
+    return base + (size_t)(hi - lo);
+}
+
+/* rope_fill: writes the table's rows for sorted spans sp[0..n) (each run
+ * of positions once, from its first span's row). */
+static void rope_fill(float *cs, const span *sp, int n, int rot, double theta)
+{
+    for (int i = 0; i < n;) {
+        int lo = sp[i].lo, hi = sp[i].hi;
+        size_t row = sp[i].row;
+        for (i++; i < n && sp[i].lo <= hi; i++)
+            if (sp[i].hi > hi)
+                hi = sp[i].hi;
+        attn__rope_rows_table(cs + row * (size_t)rot, lo, hi, rot, theta);
+    }
+}
+
 /* Carve n floats (64-byte aligned) off the slab at *f. */
 static float *carve(float **f, size_t n)
 {
@@ -133,12 +181,10 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
         return attn__fail(err, ATTN_EINVAL,
                           "need at least one sequence (n_seqs = %d)", n_seqs);
     size_t floats = 0, T = 0, Cn = 0;
-    int n_pos = 0, cross = 0, pmin = INT32_MAX;
+    int cross = 0;
     for (int i = 0; i < n_seqs; i++) {
-        if ((rc = attn__seq_check(cfg, &seqs[i], i, &floats, &n_pos, err)))
+        if ((rc = attn__seq_check(cfg, &seqs[i], i, &floats, err)))
             return rc;
-        if ((seqs[i].kv ? seqs[i].kv->len : 0) < pmin)
-            pmin = seqs[i].kv ? seqs[i].kv->len : 0;
         for (int j = 0; seqs[i].kv && j < i; j++)
             if (seqs[j].kv == seqs[i].kv)
                 return attn__fail(err, ATTN_EINVAL,
@@ -151,26 +197,44 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
     int rot = cfg->rope_theta > 0
                   ? (cfg->rope_dims ? cfg->rope_dims : cfg->head_dim)
                   : 0;
+    /* The RoPE table's rows: the positions [past, past + rows) of each
+     * sequence, merged (rope_spans); a step at position 100000 needs its
+     * row, not the 100000 below it, and neither does a new sequence's
+     * first step beside it. Spans on the stack for most batches. */
+    span local[16], *sp = NULL;
+    size_t rope_rows = 0;
+    if (rot) {
+        sp = n_seqs <= 16 ? local : malloc(sizeof *sp * (size_t)n_seqs);
+        if (!sp)
+            return attn__fail(err, ATTN_ENOMEM,
+                              "out of memory for %d sequences", n_seqs);
+        for (int i = 0; i < n_seqs; i++) {
+            const attn_seq *q = &seqs[i];
+            int past = q->kv ? q->kv->len : 0, c = q->kv ? q->t : q->s;
+            sp[i] = (span){past, past + (q->t > c ? q->t : c), i, 0};
+        }
+        rope_rows = rope_spans(sp, n_seqs);
+    }
     /* Beyond what attn__seq_check counted (Q, K, V, O and a float per row
      * per sequence): gathered X and C, the batch's Y, four ints per row,
-     * the RoPE table (positions [pmin, n_pos): a step at position 100000
-     * needs its row, not 100000 before it) and the 64-byte rounding of
-     * every carve. */
-    n_pos -= pmin;
+     * the RoPE table and the 64-byte rounding of every carve. */
     size_t extra = 0, n, rope_floats = 0;
     int gather = n_seqs > 1;
-    if (T > INT32_MAX || Cn > INT32_MAX ||
+    if (T > INT32_MAX || Cn > INT32_MAX || rope_rows > INT32_MAX ||
         (gather && (!attn__mul_ok(T, (size_t)dm, &n) ||
                     !attn__add_ok(&extra, 2 * n) ||
                     (cross && (!attn__mul_ok(Cn, (size_t)dmc, &n) ||
                                !attn__add_ok(&extra, n))))) ||
         !attn__add_ok(&extra, 2 * (T + Cn) + 256) ||
-        (rot && (!attn__mul_ok((size_t)n_pos, (size_t)rot, &rope_floats) ||
+        (rot && (!attn__mul_ok(rope_rows, (size_t)rot, &rope_floats) ||
                  !attn__add_ok(&extra, rope_floats))) ||
         !attn__add_ok(&floats, extra) ||
-        !attn__mul_ok(floats, sizeof(float), &n))
+        !attn__mul_ok(floats, sizeof(float), &n)) {
+        if (sp != local)
+            free(sp);
         return attn__fail(err, ATTN_EOVERFLOW,
                           "the batch's scratch (%zu rows) overflows size_t", T);
+    }
     int H = cfg->n_heads, Hkv = cfg->n_kv_heads;
     int dk = cfg->head_dim, dv = cfg->v_head_dim;
     int cbq = attn_panel_cols(cfg, ATTN_W_Q), cbk = attn_panel_cols(cfg, ATTN_W_K),
@@ -242,10 +306,9 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
     p->qseq = (int *)carve(&f, T);
     p->kseq = (int *)carve(&f, Cn);
     p->live = (uint8_t *)carve(&f, T / sizeof(float) + 1);
-    if (rot) { /* rows filled below, for the positions the batch has */
+    if (rot) {
         p->rope = carve(&f, rope_floats);
-        for (int r = 0; r < n_pos; r++)
-            p->rope[(size_t)r * (size_t)rot] = NAN;
+        rope_fill(p->rope, sp, n_seqs, rot, cfg->rope_theta);
     }
     /* Rows of each sequence in the batch matrices, their positions and
      * their tiles. */
@@ -258,23 +321,10 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
         b->past = q->kv ? q->kv->len : 0;
         b->crows = q->kv ? q->t : q->s;
         b->ctx = q->context ? q->context : q->x;
-        for (int r = 0; r < q->t; r++) {
-            p->qpos[xoff + r] = b->past + r - pmin;
+        for (int r = 0; r < q->t; r++)
             p->qseq[xoff + r] = i;
-        }
-        for (int r = 0; r < b->crows; r++) {
-            p->kpos[coff + r] = b->past + r - pmin;
+        for (int r = 0; r < b->crows; r++)
             p->kseq[coff + r] = i;
-        }
-        /* RoPE rows of positions [past, past + rows), row r - pmin of the
-         * table holding position r: decoder steps of many sequences share
-         * a few positions (NaN marks a row not made yet) */
-        for (int r = b->past, e = b->past + (q->t > b->crows ? q->t : b->crows);
-             rot && r < e; r++) {
-            float *row = p->rope + (size_t)(r - pmin) * (size_t)rot;
-            if (isnan(row[0]))
-                attn__rope_rows_table(row, r, r + 1, rot, cfg->rope_theta);
-        }
         if (gather) {
             put_blocks(tt[0], &p->n_tiles[0], TILE_GATHER, i, 0, q->t,
                        PROJ_ROWS, 0);
@@ -302,10 +352,23 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
     put_grid(tt[g], &p->n_tiles[g], TILE_PROJ, MAT_K, (int)Cn, Hkv * dk, cbk);
     put_grid(tt[g], &p->n_tiles[g], TILE_PROJ, MAT_V, (int)Cn, Hkv * dv, cbv);
     put_grid(tt[g + 2], &p->n_tiles[g + 2], TILE_OUT, 0, (int)T, dm, cbo);
+    /* Each row's RoPE table row: its span's row, plus its place in it */
+    for (int k = 0; rot && k < n_seqs; k++) {
+        const seqbuf *b = &p->buf[sp[k].seq];
+        int t = seqs[sp[k].seq].t;
+        for (int r = 0; r < t; r++)
+            p->qpos[b->xoff + r] = (int)sp[k].row + r;
+        for (int r = 0; r < b->crows; r++)
+            p->kpos[b->coff + r] = (int)sp[k].row + r;
+    }
+    if (sp != local)
+        free(sp);
     attn__blas_single();
     *out = p;
     return 0;
 nomem:
+    if (sp != local)
+        free(sp);
     attn_plan_destroy(p);
     return attn__fail(err, ATTN_ENOMEM,
                       "out of memory allocating %zu bytes of scratch",

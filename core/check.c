@@ -135,8 +135,6 @@ int attn__raw_config_check(const attn_config *c, char *err)
     return 0;
 }
 
-/* Check one attn_seq; adds its scratch floats to *floats and its largest
- * position to *n_pos. */
 /* A decoder step (q->kv): the rules of attn_seq.kv in attn.h. */
 static int kv_check(const attn_config *c, const attn_seq *q, int i, char *err)
 {
@@ -178,7 +176,7 @@ static int kv_check(const attn_config *c, const attn_seq *q, int i, char *err)
 }
 
 int attn__seq_check(const attn_config *c, const attn_seq *q, int i,
-                    size_t *floats, int *n_pos, char *err)
+                    size_t *floats, char *err)
 {
     if (q->t < 1)
         return attn__fail(err, ATTN_EINVAL, "seqs[%d].t = %d must be >= 1", i,
@@ -226,10 +224,6 @@ int attn__seq_check(const attn_config *c, const attn_seq *q, int i,
         return attn__fail(err, ATTN_EOVERFLOW,
                           "seqs[%d]: sizes (t = %d, s = %d) overflow size_t", i,
                           q->t, q->s);
-    if (q->t > *n_pos)
-        *n_pos = q->t;
-    if (q->s > *n_pos)
-        *n_pos = q->s;
     return 0;
 }
 

@@ -23,9 +23,9 @@ int attn__add_ok(size_t *acc, size_t b);
 int attn__raw_config_check(const attn_config *c, char *err);
 
 /* seqs[i] against c: sizes, lengths, NULL buffers, overflow. Adds its
- * scratch floats to *floats and raises *n_pos to its largest position. */
+ * scratch floats to *floats. */
 int attn__seq_check(const attn_config *c, const attn_seq *q, int i,
-                    size_t *floats, int *n_pos, char *err);
+                    size_t *floats, char *err);
 
 /* items[i] against c: sizes, NULL buffers, overflow. */
 int attn__raw_check(const attn_config *c, const attn_raw *r, int i, char *err);

@@ -60,8 +60,8 @@ struct attn_plan {
     float *Xg, *Cg;     /* gathered copies, or NULL when X / C alias input */
     float *Q, *K, *V, *O; /* (T, H*dk), (Cn, Hkv*dk), (Cn, Hkv*dv), (T, H*dv) */
     float *Y;           /* (T, d_model): scratch, or seqs[0].y */
-    int *qpos, *kpos;   /* (T), (Cn) rows of rope (position - the batch's
-                         * smallest past) */
+    int *qpos, *kpos;   /* (T), (Cn) each row's row of rope (its
+                         * position's, attn.c's rope_spans) */
     int *qseq, *kseq;   /* (T), (Cn) the sequence of each row */
     uint8_t *live;      /* (T) 1 when the query row sees at least one key */
     float *rope;        /* (positions, rope_dims): cos | sin, or NULL */

@@ -351,6 +351,50 @@ START_TEST(step_rope_table_not_by_position)
 }
 END_TEST
 
+/* A batch's RoPE table holds the positions its sequences have: a new
+ * sequence's first step (position 0) beside a step at position 40000 once
+ * carved the 40001 rows between them, 10 MB for a rot-64 layer. Its
+ * scratch equals the same batch's beside a step at position 1. */
+START_TEST(batch_rope_table_not_by_position)
+{
+    tu_rng g = {8};
+    layer L;
+    layer_init(&L, &g, 16, 2, 1, 64, 8);
+    L.c.rope_theta = 10000.0f;
+    attn_kv_pool *pool;
+    char err[ATTN_ERRMAX];
+    ck_assert_int_eq(attn_kv_pool_create(&pool, &L.c, ATTN_KV_F32, 0,
+                                         (size_t)64 << 20, err), 0);
+    float x[2][16] = {{0}}, y[2][16];
+    size_t bytes[2];
+    for (int k = 0; k < 2; k++) {
+        int len = k ? 40000 : 1;
+        attn_kv kv[2];
+        attn_seq s[2];
+        for (int i = 0; i < 2; i++) {
+            int past = i ? len : 0;
+            attn_kv_init(&kv[i], pool);
+            ck_assert_int_eq(attn_kv_reserve(&kv[i], past + 1, err), 0);
+            attn_kv_advance(&kv[i], past);
+            s[i] = (attn_seq){.t = 1, .s = past + 1, .t_valid = 1,
+                              .s_valid = past + 1, .causal = 1, .x = x[i],
+                              .y = y[i], .kv = &kv[i]};
+        }
+        attn_plan *p;
+        ck_assert_msg(attn_plan_create(&p, &L.c, &L.w, s, 2, err) == 0, "%s",
+                      err);
+        bytes[k] = attn_plan_scratch_bytes(p);
+        attn_plan_destroy(p);
+        attn_kv_free(&kv[0]);
+        attn_kv_free(&kv[1]);
+    }
+    ck_assert_msg(bytes[1] == bytes[0], "scratch %zu at 0 and 40000, %zu at "
+                  "0 and 1", bytes[1], bytes[0]);
+    attn_kv_pool_destroy(pool);
+    layer_free(&L);
+}
+END_TEST
+
 /* One batch: three decoder sequences at different lengths (one-token steps
  * and a chunk), a stateless causal request and a stateless non-causal one
  * give exactly what each gives alone. */
@@ -700,6 +744,7 @@ static Suite *kv_suite(void)
     tcase_add_test(tc, pool_half_roundtrip);
     tcase_add_test(tc, pool_f16_subnormals);
     tcase_add_test(tc, step_rope_table_not_by_position);
+    tcase_add_test(tc, batch_rope_table_not_by_position);
     tcase_add_loop_test(tc, steps_equal_whole_f32, 0, 9);
     tcase_add_loop_test(tc, steps_equal_whole_half, 0, 4);
     tcase_add_loop_test(tc, steps_equal_whole_long, 0, 2);
