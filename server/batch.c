@@ -63,6 +63,13 @@ void srv__job_nonfinite(srv_job *j, int n)
                  "not finite: a key or value past 65504, the largest FP16 "
                  "holds (the K/V cache is FP16: --kv-dtype f16), or inputs "
                  "that overflow float32; scale them down", n);
+    else if (kv && attn_kv_pool_dtype(kv->pool) == ATTN_KV_BF16)
+        snprintf(j->err, sizeof j->err,
+                 "inputs: a projection, score or output of sequence %d is "
+                 "not finite: a key or value of 3.3962e38 or more, which "
+                 "BF16 rounds to infinity (its largest is 3.3895e38; the K/V "
+                 "cache is BF16: --kv-dtype bf16), or inputs that overflow "
+                 "float32; scale them down", n);
     else
         snprintf(j->err, sizeof j->err,
                  "inputs: a projection, score or output of sequence %d is "

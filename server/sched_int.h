@@ -92,7 +92,8 @@ void srv__job_unqueue(srv_job *j);
 /* srv__job_nonfinite: j's 400 for its sequence n, whose projections,
  * scores or output came out non-finite (pool thread, before encoding).
  * A step into FP16 K/V pages (--kv-dtype f16) may have passed FP16's
- * 65504 with inputs far inside float32's range; its text says so. */
+ * 65504 with inputs far inside float32's range, one into BF16 pages
+ * 3.3962e38 (rounded to infinity, below FLT_MAX); its text says so. */
 void srv__job_nonfinite(srv_job *j, int n);
 /* srv__job_encode: the response of a computed job (pool thread). */
 void srv__job_encode(srv_job *j);

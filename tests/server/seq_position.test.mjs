@@ -5,9 +5,11 @@
 // reference is, as in sequences.test.mjs, one stateless causal request over
 // the history the sequence has after the step.
 import assert from 'node:assert/strict';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
+import { join } from 'node:path';
 import { test } from 'node:test';
-import { SLOW, fp32, infer, maxDiff, start } from './helper.mjs';
+import { SLOW, fp32, infer, maxDiff, modelsDir, safetensors, start } from './helper.mjs';
 import { ALL, D, H, checkStep, full, gqaModels, metric, stepBody, tokens } from './seq_helper.mjs';
 
 /** A step of rows xs at position pos (an end only when asked). */
@@ -194,6 +196,34 @@ test('--kv-dtype f16: a key past 65504 is refused naming FP16, not float32', asy
     assert.equal(r.status, 400, JSON.stringify(r.json));
     assert.match(r.json.error, /^inputs: a projection, score or output of sequence 0 is not finite: a key or value past 65504, the largest FP16 holds \(the K\/V cache is FP16: --kv-dtype f16\)/);
     assert.equal(await length(d, 'h'), 1);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+test('--kv-dtype bf16: a value of 3.3962e38 or more is refused naming BF16, not float32', async () => {
+  // one head of one dim: the value is x itself, every score 0
+  const dir = modelsDir();
+  mkdirSync(join(dir, 'one'));
+  const one = (w) => [[1, 1], [w]];
+  writeFileSync(join(dir, 'one', 'model.safetensors'), safetensors({
+    W_q: one(0), W_k: one(0), W_v: one(1), W_o: one(1),
+  }));
+  writeFileSync(join(dir, 'one', 'config.json'), JSON.stringify({ n_heads: 1, causal: true }));
+  const d = await start({ dir, args: ['--kv-dtype', 'bf16'] });
+  try {
+    // 3.4e38 is inside float32 (the same rows as one stateless request
+    // answer 200) but BF16 rounds it to infinity: the step once answered
+    // "the inputs overflow float32", which they do not
+    const st = await infer(d, 'one', { inputs: [fp32('x', [1, 2, 1], [1, 3.4e38])] });
+    assert.equal(st.status, 200, JSON.stringify(st.json));
+    const step = (xs, start) => ({
+      inputs: [fp32('x', [1, xs.length, 1], xs)],
+      parameters: { sequence_id: 'b', sequence_start: start, sequence_end: false },
+    });
+    assert.equal((await infer(d, 'one', step([1], true))).status, 200);
+    const r = await infer(d, 'one', step([3.4e38], false));
+    assert.equal(r.status, 400, JSON.stringify(r.json));
+    assert.match(r.json.error, /^inputs: a projection, score or output of sequence 0 is not finite: a key or value of 3\.3962e38 or more, which BF16 rounds to infinity \(its largest is 3\.3895e38; the K\/V cache is BF16: --kv-dtype bf16\)/);
+    assert.equal(await length(d, 'b'), 1);
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
