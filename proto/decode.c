@@ -618,6 +618,17 @@ int oip_decode(oip_request *req, const char *body, size_t len,
                            "at byte %zu (binary tensors after a JSON header need "
                            "the Inference-Header-Content-Length header: %zu for "
                            "this one)", sc.json_end, sc.json_end);
+        else if (header_len && rc == ATTN_EINVAL && sc.json_end)
+            rc = oip__fail(err, ATTN_EINVAL,
+                           "Inference-Header-Content-Length: %zu, but the "
+                           "JSON object ends at byte %zu (the header counts "
+                           "the JSON part only: %zu for this one)",
+                           header_len, sc.json_end, sc.json_end);
+        else if (header_len && rc == ATTN_EINVAL && sc.truncated)
+            rc = oip__fail(err, ATTN_EINVAL,
+                           "Inference-Header-Content-Length: %zu ends inside "
+                           "the JSON object (the header counts the whole JSON "
+                           "part, which comes first)", header_len);
         goto fail;
     }
     size_t est;

@@ -103,6 +103,7 @@ static enum role child_role(enum role parent, const char *key)
 
 static int syntax(scanner *z, const char *what)
 {
+    z->sc->truncated = z->pos >= z->len;
     return oip__fail(z->err, ATTN_EINVAL,
                      "request body: invalid JSON at byte %zu: %s", z->pos,
                      what);

@@ -111,6 +111,8 @@ typedef struct oip__scan {
     size_t json_end;   /* when data follows the root object: where it ends
                           (so the message can name the header length a
                           binary request left out); 0 otherwise */
+    int truncated;     /* the grammar error is the text's end: the object
+                          is cut short (or a header length too small) */
 } oip__scan;
 
 /*

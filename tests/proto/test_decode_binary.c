@@ -179,11 +179,20 @@ START_TEST(binary_errors)
                      ATTN_EINVAL);
     ck_assert_str_eq(err, "Inference-Header-Content-Length: 500 is larger "
                           "than the body (13 bytes)");
-    /* header length cutting the JSON short */
+    /* header length cutting the JSON short: the length, not the JSON */
     ck_assert_int_eq(oip_decode(&r, body, strlen(body), 5, NULL, err),
                      ATTN_EINVAL);
-    ck_assert_str_eq(err, "request body: invalid JSON at byte 5: "
-                          "unterminated string");
+    ck_assert_str_eq(err, "Inference-Header-Content-Length: 5 ends inside "
+                          "the JSON object (the header counts the whole "
+                          "JSON part, which comes first)");
+    free(body);
+    /* header length past the JSON, into the binary part */
+    body = q("{'inputs':[]}\x01\x02\x03");
+    ck_assert_int_eq(oip_decode(&r, body, strlen(body), 15, NULL, err),
+                     ATTN_EINVAL);
+    ck_assert_str_eq(err, "Inference-Header-Content-Length: 15, but the JSON "
+                          "object ends at byte 13 (the header counts the JSON "
+                          "part only: 13 for this one)");
     free(body);
     /* a JSON-only request with a header that says so is fine */
     body = q("{'inputs':[" X2 "]}");

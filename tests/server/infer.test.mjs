@@ -271,6 +271,13 @@ test('binary framing errors name the header or the size', async () => {
   assert.match((await r.json()).error, /binary_data_size|body/);
   r = await send(body, String(body.length + 10)); // header past the body
   assert.equal(r.status, 400);
+  // a length inside the JSON or past it named the JSON as broken
+  r = await send(body, String(headerLen - 5));
+  assert.equal(r.status, 400);
+  assert.equal((await r.json()).error, `Inference-Header-Content-Length: ${headerLen - 5} ends inside the JSON object (the header counts the whole JSON part, which comes first)`);
+  r = await send(body, String(headerLen + 5));
+  assert.equal(r.status, 400);
+  assert.equal((await r.json()).error, `Inference-Header-Content-Length: ${headerLen + 5}, but the JSON object ends at byte ${headerLen} (the header counts the JSON part only: ${headerLen} for this one)`);
   r = await send(body, 'abc');
   assert.equal(r.status, 400);
   assert.match((await r.json()).error, /Inference-Header-Content-Length/);
