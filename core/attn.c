@@ -495,17 +495,30 @@ int attn_plan_nonfinite(const attn_plan *p, int item)
 }
 
 /* run_once: run p, destroy it, and return ATTN_ERANGE naming the first
- * item whose results overflowed float32, else 0 (attn_forward*). */
+ * item whose results overflowed float32 (or, a step into FP16 or BF16
+ * pages, whose keys or values overflowed those), else 0 (attn_forward*). */
 static int run_once(attn_plan *p, attn_exec *ex, char *err)
 {
     int rc = 0;
     attn_plan_run(p, ex);
-    for (int i = 0; i < p->n_items && !rc; i++)
-        if (attn_plan_nonfinite(p, i))
-            rc = attn__fail(err, ATTN_ERANGE,
-                            "item %d: a projection, score or output is not "
-                            "finite (the inputs overflow float32)",
-                            i);
+    for (int i = 0; i < p->n_items && !rc; i++) {
+        if (!attn_plan_nonfinite(p, i))
+            continue;
+        const attn_kv *kv = p->seqs ? p->seqs[i].kv : NULL;
+        attn_kv_dtype dt = kv ? attn_kv_pool_dtype(kv->pool) : ATTN_KV_F32;
+        rc = attn__fail(err, ATTN_ERANGE,
+                        "item %d: a projection, score or output is not "
+                        "finite (%s)", i,
+                        dt == ATTN_KV_F16
+                            ? "a key or value past 65504, the largest FP16 "
+                              "holds (FP16 K/V pages), or inputs that "
+                              "overflow float32"
+                        : dt == ATTN_KV_BF16
+                            ? "a key or value of 3.3962e38 or more, which "
+                              "BF16 rounds to infinity (BF16 K/V pages), or "
+                              "inputs that overflow float32"
+                            : "the inputs overflow float32");
+    }
     attn_plan_destroy(p);
     return rc;
 }

@@ -253,7 +253,8 @@ double attn_plan_flops(const attn_plan *p);
 
 /* attn_plan_nonfinite: after the plan ran, 1 when some projection, score
  * or output of item (a sequence, or a raw item) came out Inf or NaN: its
- * finite inputs (or the weights) overflow float32 and its outputs mean
+ * finite inputs (or the weights) overflow float32, or a step's keys or
+ * values overflow its FP16 / BF16 K/V pages, and its outputs mean
  * nothing; 0 otherwise. Other items are unaffected. */
 int attn_plan_nonfinite(const attn_plan *p, int item);
 
@@ -262,7 +263,7 @@ struct attn_exec; /* exec.h */
 /* attn_forward: create a plan, run all its stages on ex (or on the calling
  * thread when ex is NULL), destroy it. Returns what attn_plan_create does,
  * or ATTN_ERANGE when an item's results are not finite (outputs written
- * anyway). */
+ * anyway; err names FP16 or BF16 K/V pages when the item has them). */
 int attn_forward(const attn_config *cfg, const attn_weights *w,
                  const attn_seq *seqs, int n_seqs, struct attn_exec *ex,
                  char *err);

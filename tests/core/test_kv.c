@@ -395,6 +395,43 @@ START_TEST(batch_rope_table_not_by_position)
 }
 END_TEST
 
+/* A step whose keys pass FP16's 65504 (inputs of ~1e6, far inside
+ * float32: FP32 pages take them) is refused naming the FP16 pages, not
+ * "the inputs overflow float32" as it once was. */
+START_TEST(f16_overflow_names_fp16)
+{
+    tu_rng g = {12};
+    layer L;
+    layer_init(&L, &g, 16, 2, 1, 8, 8);
+    float *x = tu_randn(&g, 2 * 16, 1e6f), y[2 * 16];
+    char err[ATTN_ERRMAX];
+    for (int dt = ATTN_KV_F32; dt <= ATTN_KV_F16; dt++) {
+        attn_kv_pool *pool;
+        ck_assert_int_eq(attn_kv_pool_create(&pool, &L.c, (attn_kv_dtype)dt,
+                                             0, 1 << 20, err), 0);
+        attn_kv kv;
+        attn_kv_init(&kv, pool);
+        ck_assert_int_eq(attn_kv_reserve(&kv, 2, err), 0);
+        attn_seq s = {.t = 2, .s = 2, .t_valid = 2, .s_valid = 2,
+                      .causal = 1, .x = x, .y = y, .kv = &kv};
+        int rc = attn_forward(&L.c, &L.w, &s, 1, NULL, err);
+        if (dt == ATTN_KV_F32) {
+            ck_assert_msg(rc == 0, "%s", err);
+        } else {
+            ck_assert_int_eq(rc, ATTN_ERANGE);
+            ck_assert_str_eq(err, "item 0: a projection, score or output is "
+                                  "not finite (a key or value past 65504, the "
+                                  "largest FP16 holds (FP16 K/V pages), or "
+                                  "inputs that overflow float32)");
+        }
+        attn_kv_free(&kv);
+        attn_kv_pool_destroy(pool);
+    }
+    free(x);
+    layer_free(&L);
+}
+END_TEST
+
 /* One batch: three decoder sequences at different lengths (one-token steps
  * and a chunk), a stateless causal request and a stateless non-causal one
  * give exactly what each gives alone. */
@@ -745,6 +782,7 @@ static Suite *kv_suite(void)
     tcase_add_test(tc, pool_f16_subnormals);
     tcase_add_test(tc, step_rope_table_not_by_position);
     tcase_add_test(tc, batch_rope_table_not_by_position);
+    tcase_add_test(tc, f16_overflow_names_fp16);
     tcase_add_loop_test(tc, steps_equal_whole_f32, 0, 9);
     tcase_add_loop_test(tc, steps_equal_whole_half, 0, 4);
     tcase_add_loop_test(tc, steps_equal_whole_long, 0, 2);
