@@ -425,7 +425,8 @@ static int input_meta(const oip__jv *in, int i, const oip__scan *sc, int has_bin
             return oip__fail(err, ATTN_EINVAL,
                              "inputs[%d].parameters.binary_data_size: the "
                              "request has no binary part "
-                             "(Inference-Header-Content-Length missing)", i);
+                             "(Inference-Header-Content-Length missing, "
+                             "or 0: all JSON)", i);
         size_t want = 0;
         uint64_t got = (uint64_t)bs->num;
         if (mul_size(count, oip_dtype_wire_size(t->wire_dtype), &want) ||
@@ -617,7 +618,8 @@ int oip_decode(oip_request *req, const char *body, size_t len,
                            "request body: data after the JSON object, which ends "
                            "at byte %zu (binary tensors after a JSON header need "
                            "the Inference-Header-Content-Length header: %zu for "
-                           "this one)", sc.json_end, sc.json_end);
+                           "this one; missing or 0, the body is all JSON)",
+                           sc.json_end, sc.json_end);
         else if (header_len && rc == ATTN_EINVAL && sc.json_end)
             rc = oip__fail(err, ATTN_EINVAL,
                            "Inference-Header-Content-Length: %zu, but the "

@@ -41,11 +41,12 @@ static const struct bad {
     {"{} \x01\x02", ATTN_EINVAL, "request body: data after the JSON object, "
                                "which ends at byte 2 (binary tensors after a "
                                "JSON header need the Inference-Header-Content-"
-                               "Length header: 2 for this one)"},
+                               "Length header: 2 for this one; missing or 0, the "
+                               "body is all JSON)"},
     {"{'inputs':[{'parameters':{'binary_data_size':4}}]}abcd", ATTN_EINVAL,
      "request body: data after the JSON object, which ends at byte 50 (binary "
      "tensors after a JSON header need the Inference-Header-Content-Length "
-     "header: 50 for this one)"},
+     "header: 50 for this one; missing or 0, the body is all JSON)"},
     {"{'a':tru}", ATTN_EINVAL, "request body: invalid JSON at byte 5: "
                                "unexpected 'tru' (not a JSON value)"},
     {"{'a':NaN}", ATTN_EINVAL, "request body: invalid JSON at byte 5: "
@@ -201,7 +202,7 @@ static const struct bad {
     {"{'inputs':[{'name':'x','datatype':'FP32','shape':[1],"
      "'parameters':{'binary_data_size':4}}]}", ATTN_EINVAL,
      "inputs[0].parameters.binary_data_size: the request has no binary part "
-     "(Inference-Header-Content-Length missing)"},
+     "(Inference-Header-Content-Length missing, or 0: all JSON)"},
     {"{'inputs':[{'name':'x','datatype':'FP32','shape':[1],"
      "'parameters':{'binary_data_size':-4}}]}", ATTN_EINVAL,
      "inputs[0].parameters.binary_data_size: expected a non-negative "

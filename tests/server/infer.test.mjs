@@ -291,6 +291,16 @@ test('binary framing errors name the header or the size', async () => {
   r = await send(body, '99999999999999999999999'); // past 2^64: over the limit, as it says
   assert.equal(r.status, 413);
   assert.match((await r.json()).error, /^Inference-Header-Content-Length: 99999999999999999999999 bytes of JSON is over the limit/);
+  // 0 is read as Triton reads it, no header (the body all JSON): binary
+  // tensors after it are named, an all-JSON body served
+  for (const h of ['0', '00']) {
+    r = await send(body, h);
+    assert.equal(r.status, 400, h);
+    assert.match((await r.json()).error, /Inference-Header-Content-Length header: \d+ for this one; missing or 0, the body is all JSON\)$/, h);
+  }
+  const allJson = { inputs: [{ name: 'x', datatype: 'FP32', shape: c.shape, data: c.x }] };
+  r = await send(JSON.stringify(allJson), '0');
+  assert.equal(r.status, 200, 'all JSON with 0');
   r = await send(body, `00${headerLen}`); // leading zeros are digits
   assert.equal(r.status, 200, `00${headerLen}`);
   // two header lines: which one splits JSON from tensors is ambiguous
