@@ -594,6 +594,8 @@ void srv_grpc__call_free(gcall *call)
         c->calls = call->next;
     if (call->next)
         call->next->prev = call->prev;
+    else
+        c->calls_tail = call->prev;
     free(call);
     if (s->draining) /* the drain may wait for this call */
         srv_check_stop(s);

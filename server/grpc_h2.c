@@ -63,10 +63,12 @@ static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f,
     call->c = c;
     call->id = f->hd.stream_id;
     call->t0_ns = srv_now_ns();
-    call->next = c->calls;
-    if (c->calls)
-        c->calls->prev = call;
-    c->calls = call;
+    call->prev = c->calls_tail; /* last: flush pumps calls oldest first */
+    if (c->calls_tail)
+        c->calls_tail->next = call;
+    else
+        c->calls = call;
+    c->calls_tail = call;
     nghttp2_session_set_stream_user_data(h2, f->hd.stream_id, call);
     return 0;
 }

@@ -133,7 +133,8 @@ struct gconn {
     int handles;         /* tcp and idle, until closed; then c is freed */
     uv_shutdown_t shut;
     nghttp2_session *h2;
-    gcall *calls;
+    gcall *calls, *calls_tail; /* in the order their HEADERS came, so
+                                 answers made in one turn go in it */
     gconn *next, *prev;
     gconn *fnext;        /* flush list */
     int in_flush, closing;

@@ -107,6 +107,28 @@ test('HTTP/2 and gRPC framing errors', async () => {
   assert.deepEqual(firstRawOutput(ok.data), SEED_OUT, 'still serving');
 });
 
+test('calls answered in one loop turn go out in the order they came', async () => {
+  // five calls written together, each answered at its dispatch (an
+  // unknown model): one read, one flush; the answers went out newest
+  // first (the connection's calls were walked from its newest), as did
+  // joined repository calls answered together
+  const names = ['nope0', 'nope1', 'nope2', 'nope3', 'nope4'];
+  for (let round = 0; round < 3; round++) {
+    const order = [];
+    await Promise.all(names.map((n) => new Promise((res, rej) => {
+      const req = session.request({
+        ':method': 'POST', ':path': INFER, 'content-type': 'application/grpc', te: 'trailers',
+      });
+      req.on('response', (h) => order.push(/'(nope\d)'/.exec(decodeURIComponent(h['grpc-message'] || ''))?.[1]));
+      req.on('error', rej);
+      req.on('end', res);
+      req.resume();
+      req.end(frame(Buffer.concat([str(1, n), seedMsg().subarray(6)])));
+    })));
+    assert.deepEqual(order, names, `round ${round}`);
+  }
+});
+
 test('a call whose grpc-timeout passed before it came is its model\'s timeout in /metrics and stats, as REST counts one', async () => {
   const timeouts = async () => Number(/\nattnd_inference_request_failure_total\{model="sdpa",version="1",reason="timeout"\} (\d+)\n/
     .exec(await (await fetch(`${d.url}/metrics`)).text())[1]);
