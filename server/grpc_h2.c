@@ -94,7 +94,9 @@ static int on_header(nghttp2_session *h2, const nghttp2_frame *f,
             (vlen > 16 && v[16] != '+' && v[16] != ';'))
             call->http_status = 415;
     } else if (nlen == 13 && !memcmp(n, "authorization", 13)) {
-        call->auth_ok = srv_key_ok(c->g->s->cfg.api_key, v, vlen);
+        /* two are refused (begin), as over REST: neither door picks one */
+        if (!call->n_auth++)
+            call->auth_ok = srv_key_ok(c->g->s->cfg.api_key, v, vlen);
     } else if (nlen == 12 && !memcmp(n, "grpc-timeout", 12)) {
         call->timeout_ms = timeout_ms(v, vlen);
         call->has_timeout = 1;
@@ -134,6 +136,11 @@ static void begin(gcall *call)
     }
     if (call->m->stream) /* a stream may idle between its messages */
         call->t_msg_ns = 0;
+    if (call->m->auth && s->cfg.api_key[0] && call->n_auth > 1) {
+        srv_grpc__call_end(call, GRPC_UNAUTHENTICATED, "authorization: sent "
+                 "more than once; send one 'authorization: Bearer <key>'");
+        return;
+    }
     if (call->m->auth && s->cfg.api_key[0] && !call->auth_ok) {
         srv_grpc__call_end(call, GRPC_UNAUTHENTICATED, "authorization: missing or wrong "
                  "API key (send 'authorization: Bearer <key>' metadata)");

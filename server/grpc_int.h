@@ -86,6 +86,7 @@ struct gcall {
     char path[128];
     int http_status;     /* 415 for a wrong content-type, else 0 */
     int auth_ok, compressed;
+    int n_auth;          /* authorization lines: more than one is refused */
     long long timeout_ms;
     int has_timeout;     /* grpc-timeout came (0 included) */
     uint64_t t0_ns;      /* its HEADERS began (the log's total_us) */

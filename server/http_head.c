@@ -600,6 +600,17 @@ void srv_http__first_call(srv_req *r, const char *url, const char *method,
         return;
     }
     auth = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
+    if (r->route->auth && s->cfg.api_key[0] && auth) {
+        /* two lines are refused: MHD reads the first, a proxy may have
+         * added the other; the gRPC door refuses them too */
+        fields au;
+        get_fields(r, "Authorization", &au);
+        if (au.n > 1) {
+            srv_respond_error(r, 401, "Authorization: sent %d times; send "
+                              "one ('Authorization: Bearer <key>')", au.n);
+            return;
+        }
+    }
     if (r->route->auth && s->cfg.api_key[0] &&
         !srv_key_ok(s->cfg.api_key, auth, auth ? strlen(auth) : 0)) {
         srv_respond_error(r, 401, "Authorization: missing or wrong API key "

@@ -175,6 +175,14 @@ class Limits(unittest.TestCase):
             log = d.logged(pat, 5)
             self.assertEqual(re.findall(pat, log), ["ModelInfer"] * 3 + ["ModelStreamInfer", "RepositoryIndex"], log)
             self.assertEqual(len(list(s.ModelStreamInfer(iter([seed1()]), metadata=ok))), 1)
+            # two authorization lines are refused, whichever holds the key,
+            # as REST refuses two (the last was read, REST reads the first)
+            bad = ("authorization", "Bearer wrong")
+            for md in ([bad, ok[0]], [ok[0], bad], ok * 2):
+                with self.assertRaises(grpc.RpcError) as e:
+                    s.ModelInfer(seed1(), metadata=md)
+                self.assertEqual(e.exception.code(), C.UNAUTHENTICATED, md)
+                self.assertRegex(e.exception.details(), r"authorization: sent more than once")
         finally:
             self.assertEqual(d.stop(), 0, d.log)
 

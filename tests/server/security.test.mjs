@@ -47,6 +47,32 @@ async function call(d, method, path, body, headers = {}) {
   return { status: r.status, headers: r.headers, json, text };
 }
 
+test('--api-key: two Authorization lines are refused (401), whichever holds the key, as the gRPC door refuses two', async () => {
+  // libmicrohttpd reads the first line and gRPC read the last, so the
+  // doors disagreed on which one counted; now neither picks
+  const d = await start({ args: ['--api-key', KEY] });
+  try {
+    const body = JSON.stringify(SEED);
+    const raw = (lines) => new Promise((res, rej) => {
+      const c = connect(d.port, '127.0.0.1');
+      let got = '';
+      c.on('data', (b) => { got += b; });
+      c.on('error', rej);
+      c.on('close', () => res(got));
+      c.write(`POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n${
+        lines.map((a) => `Authorization: ${a}\r\n`).join('')}Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+    });
+    for (const lines of [[`Bearer ${KEY}`, 'Bearer wrong'], ['Bearer wrong', `Bearer ${KEY}`], [`Bearer ${KEY}`, `Bearer ${KEY}`]]) {
+      const got = await raw(lines);
+      assert.match(got, /^HTTP\/1\.1 401 /, `${lines}: ${got.slice(0, 300)}`);
+      assert.match(got, /Authorization: sent 2 times; send one/, got);
+    }
+    assert.match(await raw([`Bearer ${KEY}`]), /^HTTP\/1\.1 200 /, 'one line with the key');
+  } finally {
+    assert.equal((await d.stop()).code, 0, d.log());
+  }
+});
+
 test('--api-key: every route README says needs the key refuses every wrong Authorization, and takes the right one', async (t) => {
   const d = await start({ t, args: ['--api-key', KEY] });
   // a retained map to fetch (made with the key)
