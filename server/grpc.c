@@ -105,7 +105,8 @@ static void log_call(gcall *call, srv_req *r, int status)
     srv_req tmp;
     if (!r) {
         memset(&tmp, 0, sizeof tmp);
-        memcpy(tmp.method_name, "POST", 5);
+        snprintf(tmp.method_name, sizeof tmp.method_name, "%s",
+                 call->method[0] ? call->method : "POST");
         snprintf(tmp.path, sizeof tmp.path, "%s", call->path);
         tmp.t0_ns = call->t0_ns;
         r = &tmp;

@@ -89,9 +89,18 @@ static int on_header(nghttp2_session *h2, const nghttp2_frame *f,
             memcpy(call->path, v, vlen);
             call->path[vlen] = 0;
         }
+    } else if (nlen == 7 && !memcmp(n, ":method", 7)) {
+        size_t k = strspn(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz");
+        if (k == vlen && k && k < sizeof call->method)
+            memcpy(call->method, v, k), call->method[k] = 0;
+        else
+            memcpy(call->method, "OTHER", 6);
+        if (!(vlen == 4 && !memcmp(v, "POST", 4)))
+            call->http_status = 405;
     } else if (nlen == 12 && !memcmp(n, "content-type", 12)) {
-        if (vlen < 16 || memcmp(v, "application/grpc", 16) != 0 ||
-            (vlen > 16 && v[16] != '+' && v[16] != ';'))
+        call->has_ct = 1;
+        if ((vlen < 16 || memcmp(v, "application/grpc", 16) != 0 ||
+             (vlen > 16 && v[16] != '+' && v[16] != ';')) && !call->http_status)
             call->http_status = 415;
     } else if (nlen == 13 && !memcmp(n, "authorization", 13)) {
         /* two are refused (begin), as over REST: neither door picks one */
@@ -122,8 +131,21 @@ static void begin(gcall *call)
         call->t_msg_ns = srv_now_ns(); /* a unary call's message: from now */
         call->late = s->draining; /* begun before the signal: served */
     }
+    /* what no gRPC client sends (PROTOCOL-HTTP2.md: POST, and 415 for a
+     * content-type not application/grpc...): a probe (curl, a browser, a
+     * REST client at the wrong port) is told, not served */
+    if (!call->has_ct && !call->http_status)
+        call->http_status = 415;
+    if (call->http_status == 405) {
+        char msg[96];
+        snprintf(msg, sizeof msg, ":method %s: gRPC calls are POST", call->method);
+        srv_grpc__call_end(call, GRPC_INTERNAL, msg);
+        return;
+    }
     if (call->http_status) {
-        srv_grpc__call_end(call, GRPC_INTERNAL, "content-type: expected application/grpc");
+        srv_grpc__call_end(call, GRPC_INTERNAL, call->has_ct
+                           ? "content-type: expected application/grpc"
+                           : "content-type: missing; expected application/grpc");
         return;
     }
     call->m = srv_grpc_method(call->path);

@@ -84,7 +84,11 @@ struct gcall {
     gcall *next, *prev;
     const grpc_method *m;
     char path[128];
-    int http_status;     /* 415 for a wrong content-type, else 0 */
+    int http_status;     /* 405 for a method other than POST, 415 for a
+                            content-type missing or not application/grpc,
+                            else 0 */
+    int has_ct;          /* content-type came */
+    char method[16];     /* :method as sent, letters only (else "OTHER") */
     int auth_ok, compressed;
     int n_auth;          /* authorization lines: more than one is refused */
     long long timeout_ms;

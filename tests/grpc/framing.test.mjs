@@ -77,6 +77,10 @@ test('a grpc-timeout of centuries (up to 8 digits of hours, as gRPC allows) is s
 test('HTTP/2 and gRPC framing errors', async () => {
   const cases = [
     ['wrong content-type', frame(seedMsg()), { 'content-type': 'application/json' }, null, /content-type/, 415],
+    // as a wrong one (PROTOCOL-HTTP2.md): it was served
+    ['no content-type', frame(seedMsg()), { 'content-type': undefined }, null, /content-type: missing; expected application\/grpc/, 415],
+    // a method no gRPC client sends (grpc-core refuses it too): was served
+    ['PUT', frame(seedMsg()), { ':method': 'PUT' }, null, /:method PUT: gRPC calls are POST/, 405],
     ['compressed message', frame(seedMsg(), 1), { 'grpc-encoding': 'gzip' }, 12, /compressed messages are not supported/],
     ['bad flag byte', frame(seedMsg(), 7), {}, 13, /bad compressed-flag byte/],
     ['truncated message', frame(seedMsg()).subarray(0, 20), {}, 3, /ended inside a message/],
@@ -105,6 +109,26 @@ test('HTTP/2 and gRPC framing errors', async () => {
   assert.equal((d.log().match(line) || []).length, 5, d.log().slice(-3000));
   const ok = await raw(INFER, frame(seedMsg()));
   assert.deepEqual(firstRawOutput(ok.data), SEED_OUT, 'still serving');
+  // each logged with its HTTP status and method, as REST logs a 405
+  assert.match(d.log(), /info PUT \/inference\.GRPCInferenceService\/ModelInfer 405 /);
+  assert.match(d.log(), /info POST \/inference\.GRPCInferenceService\/ModelInfer 415 /);
+});
+
+test('a GET carrying a gRPC message is refused (405), not served', async () => {
+  const r = await new Promise((res, rej) => {
+    const req = session.request({ ':method': 'GET', ':path': INFER, 'content-type': 'application/grpc', te: 'trailers' },
+      { endStream: false });
+    let head = {};
+    req.on('response', (h) => { head = h; });
+    req.on('trailers', (t) => { head = { ...head, ...t }; });
+    req.on('error', rej);
+    req.resume();
+    req.on('end', () => res(head));
+    req.end(frame(seedMsg()));
+  });
+  assert.equal(r[':status'], 405);
+  assert.notEqual(r['grpc-status'], '0');
+  assert.match(decodeURIComponent(r['grpc-message'] || ''), /:method GET: gRPC calls are POST/);
 });
 
 test('calls answered in one loop turn go out in the order they came', async () => {
