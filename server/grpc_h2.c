@@ -85,10 +85,13 @@ static int on_header(nghttp2_session *h2, const nghttp2_frame *f,
         f->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
     if (nlen == 5 && !memcmp(n, ":path", 5)) {
-        if (vlen < sizeof call->path) {
-            memcpy(call->path, v, vlen);
-            call->path[vlen] = 0;
-        }
+        /* one longer than any method: its start and "..." (named in its
+         * UNIMPLEMENTED and its log line; no method matches it) */
+        size_t k = vlen < sizeof call->path ? vlen : sizeof call->path - 4;
+        memcpy(call->path, v, k);
+        memcpy(call->path + k, "...", vlen == k ? 1 : 4);
+        if (vlen == k)
+            call->path[k] = 0;
     } else if (nlen == 7 && !memcmp(n, ":method", 7)) {
         size_t k = strspn(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz");
         if (k == vlen && k && k < sizeof call->method)

@@ -93,6 +93,9 @@ test('HTTP/2 and gRPC framing errors', async () => {
     ['zero grpc-timeout in ns', frame(seedMsg()), { 'grpc-timeout': '0n' }, 4, /deadline: the client's deadline passed/],
     ['unknown method', frame(seedMsg()), {}, 12, /not served/, 200, '/inference.GRPCInferenceService/TraceSetting'],
     ['unknown service', frame(Buffer.alloc(0)), {}, 12, /not served/, 200, '/grpc.health.v1.Health/Check'],
+    // a path longer than any method is named by its start (was 'method :')
+    ['long path', frame(Buffer.alloc(0)), {}, 12, /^method \/inference\.GRPCInferenceService\/x{80}x*\.\.\.: not served/, 200,
+      `/inference.GRPCInferenceService/${'x'.repeat(200)}`],
   ];
   for (const [what, body, headers, grpcStatus, pattern, http = 200, path = INFER] of cases) {
     const r = await raw(path, body, headers);
