@@ -44,6 +44,24 @@ static long long timeout_ms(const char *v, size_t n)
     return ms < TIMEOUT_MAX_MS ? ms : TIMEOUT_MAX_MS;
 }
 
+/* ct_ok: is v (a content-type, vlen bytes) gRPC with protobuf messages:
+ * application/grpc, or +proto, with any parameters after a ';'? Another
+ * codec (+json) would have its messages misread as protobuf. */
+static int ct_ok(const char *v, size_t vlen)
+{
+    if (vlen < 16 || memcmp(v, "application/grpc", 16) != 0)
+        return 0;
+    v += 16;
+    vlen -= 16;
+    if (vlen && *v == '+') {
+        if (vlen < 6 || strncasecmp(v + 1, "proto", 5) != 0)
+            return 0;
+        v += 6;
+        vlen -= 6;
+    }
+    return !vlen || *v == ';';
+}
+
 static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f,
                             void *ud)
 {
@@ -102,8 +120,7 @@ static int on_header(nghttp2_session *h2, const nghttp2_frame *f,
             call->http_status = 405;
     } else if (nlen == 12 && !memcmp(n, "content-type", 12)) {
         call->has_ct = 1;
-        if ((vlen < 16 || memcmp(v, "application/grpc", 16) != 0 ||
-             (vlen > 16 && v[16] != '+' && v[16] != ';')) && !call->http_status)
+        if (!ct_ok(v, vlen) && !call->http_status)
             call->http_status = 415;
     } else if (nlen == 13 && !memcmp(n, "authorization", 13)) {
         /* two are refused (begin), as over REST: neither door picks one */
@@ -147,7 +164,8 @@ static void begin(gcall *call)
     }
     if (call->http_status) {
         srv_grpc__call_end(call, GRPC_INTERNAL, call->has_ct
-                           ? "content-type: expected application/grpc"
+                           ? "content-type: expected application/grpc "
+                             "(or application/grpc+proto)"
                            : "content-type: missing; expected application/grpc");
         return;
     }

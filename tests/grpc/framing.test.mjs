@@ -77,6 +77,9 @@ test('a grpc-timeout of centuries (up to 8 digits of hours, as gRPC allows) is s
 test('HTTP/2 and gRPC framing errors', async () => {
   const cases = [
     ['wrong content-type', frame(seedMsg()), { 'content-type': 'application/json' }, null, /content-type/, 415],
+    // another codec's messages would be read as protobuf: they were
+    ['JSON codec', frame(Buffer.from('{"model_name":"sdpa"}')), { 'content-type': 'application/grpc+json' }, null,
+      /content-type: expected application\/grpc \(or application\/grpc\+proto\)/, 415],
     // as a wrong one (PROTOCOL-HTTP2.md): it was served
     ['no content-type', frame(seedMsg()), { 'content-type': undefined }, null, /content-type: missing; expected application\/grpc/, 415],
     // a method no gRPC client sends (grpc-core refuses it too): was served
@@ -112,6 +115,8 @@ test('HTTP/2 and gRPC framing errors', async () => {
   assert.equal((d.log().match(line) || []).length, 5, d.log().slice(-3000));
   const ok = await raw(INFER, frame(seedMsg()));
   assert.deepEqual(firstRawOutput(ok.data), SEED_OUT, 'still serving');
+  for (const ct of ['application/grpc+proto', 'application/grpc+PROTO', 'application/grpc;charset=utf-8', 'application/grpc+proto; x=y'])
+    assert.deepEqual(firstRawOutput((await raw(INFER, frame(seedMsg()), { 'content-type': ct })).data), SEED_OUT, ct);
   // each logged with its HTTP status and method, as REST logs a 405
   assert.match(d.log(), /info PUT \/inference\.GRPCInferenceService\/ModelInfer 405 /);
   assert.match(d.log(), /info POST \/inference\.GRPCInferenceService\/ModelInfer 415 /);
