@@ -111,7 +111,8 @@ static int on_header(nghttp2_session *h2, const nghttp2_frame *f,
         if (vlen == k)
             call->path[k] = 0;
     } else if (nlen == 7 && !memcmp(n, ":method", 7)) {
-        size_t k = strspn(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz");
+        size_t k = strspn(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                             "abcdefghijklmnopqrstuvwxyz");
         if (k == vlen && k && k < sizeof call->method)
             memcpy(call->method, v, k), call->method[k] = 0;
         else
@@ -158,7 +159,8 @@ static void begin(gcall *call)
         call->http_status = 415;
     if (call->http_status == 405) {
         char msg[96];
-        snprintf(msg, sizeof msg, ":method %s: gRPC calls are POST", call->method);
+        snprintf(msg, sizeof msg, ":method %s: gRPC calls are POST",
+                 call->method);
         srv_grpc__call_end(call, GRPC_INTERNAL, msg);
         return;
     }
@@ -166,7 +168,8 @@ static void begin(gcall *call)
         srv_grpc__call_end(call, GRPC_INTERNAL, call->has_ct
                            ? "content-type: expected application/grpc "
                              "(or application/grpc+proto)"
-                           : "content-type: missing; expected application/grpc");
+                           : "content-type: missing; expected "
+                             "application/grpc");
         return;
     }
     call->m = srv_grpc_method(call->path);
