@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import { test } from 'node:test';
-import { SLOW, binaryRequest, f32bytes, infer, start } from './helper.mjs';
+import { SLOW, fp32, infer, start } from './helper.mjs';
 import { D, checkStep, full, gqaModels, metric, stepBody, tokens } from './seq_helper.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -120,30 +120,27 @@ test('a step whose request came before the idle deadline keeps its sequence whil
 });
 
 test('a step refused for a full queue (queue-size) with its id in the Attnd-Sequence-Id header keeps its sequence while it retries', async () => {
-  // one long request (seconds) fills --queue-size 1 for over 1.6 idle
-  // periods; the client retries its step every 100 ms, as the 503 says
-  // (the period is long beside that: a loaded machine once held this
-  // client back 0.6 s between two tries)
-  const idle = 1000 * SLOW;
-  const d = await start({ dir: gqaModels(), args: ['--sequence-idle-ms', String(idle), '--queue-size', '1', '--instances', '1'] });
+  // a stateless request held in the queue by --batch-delay-us (it waits
+  // for company none can bring: --queue-size 1 refuses the rest) fills it
+  // for 3 idle periods, however fast the machine computes; the client
+  // retries its step every 100 ms, as the 503 says
+  const idle = 700 * SLOW;
+  const hold = Math.min(10000, 3 * idle);
+  const d = await start({ dir: gqaModels(), args: ['--sequence-idle-ms', String(idle), '--queue-size', '1', '--instances', '1',
+    '--batch-delay-us', String(hold * 1000)] });
   try {
     const xs = tokens(4, 14);
     const ref = await full(d, xs);
     const hdr = { 'Attnd-Sequence-Id': 'qf' };
     checkStep(await infer(d, 'gqa', stepBody('qf', xs.slice(0, 3 * D), { start: true }), hdr), ref, 0, 3, 'start');
-    const T = 56000, bx = Array.from({ length: T * D }, (_, k) => ((k * 7919) % 200) / 100 - 1);
-    const big = binaryRequest({
-      inputs: [{ name: 'x', datatype: 'FP32', shape: [1, T, D], parameters: { binary_data_size: bx.length * 4 } }],
-      outputs: [{ name: 'y', parameters: { binary_data: true } }], parameters: { causal: true } }, [f32bytes(bx)]);
-    const bigDone = fetch(`${d.url}/v2/models/gqa/infer`, { method: 'POST', body: big.body,
-      headers: { 'Inference-Header-Content-Length': String(big.headerLen) } }).then((r) => r.status);
-    // until the long one is admitted (its body whole): it fills the queue
+    const heldDone = infer(d, 'gqa', { inputs: [fp32('x', [1, 2, D], xs.slice(0, 2 * D))] }).then((r) => r.status);
+    // until the held one is admitted (its body whole): it fills the queue
     const pending = async () => /^attnd_inference_pending_requests\{model="gqa",version="1"\} 1$/m
       .test(await (await fetch(`${d.url}/metrics`)).text());
     for (let i = 0; i < 2000 && !(await pending()); i++) await sleep(5);
     let r = await infer(d, 'gqa', stepBody('qf', xs.slice(3 * D)), hdr);
     assert.equal(r.status, 503, JSON.stringify(r.json));
-    // retried until the long one is done; past 1.6 idle periods of
+    // retried until the held one has run; past 1.6 idle periods of
     // refusals (a sweep drops an idle one within 1.25) its sequence is
     // still there (gone before)
     const t0 = Date.now();
@@ -155,12 +152,12 @@ test('a step refused for a full queue (queue-size) with its id in the Attnd-Sequ
         assert.equal(g.status, 200, await g.text());
         checked = true;
       }
-      assert.ok(Date.now() - t0 < 120000, 'the long request never ended');
+      assert.ok(Date.now() - t0 < 120000, 'the held request never ran');
       await sleep(100);
       r = await infer(d, 'gqa', stepBody('qf', xs.slice(3 * D)), hdr);
     }
-    assert.ok(checked, 'the long request ended too soon to fill the queue for 1.6 idle periods');
-    await bigDone; // (200, or 504 on a machine slow enough)
+    assert.ok(checked, 'the held request ran too soon to fill the queue for 1.6 idle periods');
+    assert.equal(await heldDone, 200);
     checkStep(r, ref, 3, 1, 'the step, once the queue has room');
   } finally { assert.equal((await d.stop()).code, 0); }
 });
