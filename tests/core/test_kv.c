@@ -315,9 +315,11 @@ END_TEST
 /* A step's RoPE table holds the positions its batch has, not every one
  * before them: a one-token step at position 40000 of a rot-64 layer once
  * carved (and wrote a NaN into each row of) a 40001 x 64 table, 10 MB of
- * scratch per step, growing with the sequence. Its scratch equals a step
- * at position 1's; the numbers past position 0 are steps_equal_whole's. */
-START_TEST(step_rope_table_not_by_position)
+ * scratch per step, growing with the sequence; alone (_i 0), or beside a
+ * new sequence's first step (_i 1: the table ran from its position 0).
+ * Its scratch equals the same batch's at position 1; the numbers past
+ * position 0 are steps_equal_whole's. */
+START_TEST(rope_table_not_by_position)
 {
     tu_rng g = {8};
     layer L;
@@ -327,52 +329,15 @@ START_TEST(step_rope_table_not_by_position)
     char err[ATTN_ERRMAX];
     ck_assert_int_eq(attn_kv_pool_create(&pool, &L.c, ATTN_KV_F32, 0,
                                          (size_t)64 << 20, err), 0);
-    float x[16] = {0}, y[16];
-    size_t bytes[2];
-    for (int k = 0; k < 2; k++) {
-        int len = k ? 40000 : 1;
-        attn_kv kv;
-        attn_kv_init(&kv, pool);
-        ck_assert_int_eq(attn_kv_reserve(&kv, len + 1, err), 0);
-        attn_kv_advance(&kv, len);
-        attn_seq s = {.t = 1, .s = len + 1, .t_valid = 1, .s_valid = len + 1,
-                      .causal = 1, .x = x, .y = y, .kv = &kv};
-        attn_plan *p;
-        ck_assert_msg(attn_plan_create(&p, &L.c, &L.w, &s, 1, err) == 0, "%s",
-                      err);
-        bytes[k] = attn_plan_scratch_bytes(p);
-        attn_plan_destroy(p);
-        attn_kv_free(&kv);
-    }
-    ck_assert_msg(bytes[1] == bytes[0], "scratch %zu at 40000, %zu at 1",
-                  bytes[1], bytes[0]);
-    attn_kv_pool_destroy(pool);
-    layer_free(&L);
-}
-END_TEST
-
-/* A batch's RoPE table holds the positions its sequences have: a new
- * sequence's first step (position 0) beside a step at position 40000 once
- * carved the 40001 rows between them, 10 MB for a rot-64 layer. Its
- * scratch equals the same batch's beside a step at position 1. */
-START_TEST(batch_rope_table_not_by_position)
-{
-    tu_rng g = {8};
-    layer L;
-    layer_init(&L, &g, 16, 2, 1, 64, 8);
-    L.c.rope_theta = 10000.0f;
-    attn_kv_pool *pool;
-    char err[ATTN_ERRMAX];
-    ck_assert_int_eq(attn_kv_pool_create(&pool, &L.c, ATTN_KV_F32, 0,
-                                         (size_t)64 << 20, err), 0);
+    int n = 1 + _i;
     float x[2][16] = {{0}}, y[2][16];
     size_t bytes[2];
     for (int k = 0; k < 2; k++) {
         int len = k ? 40000 : 1;
         attn_kv kv[2];
         attn_seq s[2];
-        for (int i = 0; i < 2; i++) {
-            int past = i ? len : 0;
+        for (int i = 0; i < n; i++) {
+            int past = i == n - 1 ? len : 0;
             attn_kv_init(&kv[i], pool);
             ck_assert_int_eq(attn_kv_reserve(&kv[i], past + 1, err), 0);
             attn_kv_advance(&kv[i], past);
@@ -381,15 +346,15 @@ START_TEST(batch_rope_table_not_by_position)
                               .y = y[i], .kv = &kv[i]};
         }
         attn_plan *p;
-        ck_assert_msg(attn_plan_create(&p, &L.c, &L.w, s, 2, err) == 0, "%s",
+        ck_assert_msg(attn_plan_create(&p, &L.c, &L.w, s, n, err) == 0, "%s",
                       err);
         bytes[k] = attn_plan_scratch_bytes(p);
         attn_plan_destroy(p);
-        attn_kv_free(&kv[0]);
-        attn_kv_free(&kv[1]);
+        for (int i = 0; i < n; i++)
+            attn_kv_free(&kv[i]);
     }
-    ck_assert_msg(bytes[1] == bytes[0], "scratch %zu at 0 and 40000, %zu at "
-                  "0 and 1", bytes[1], bytes[0]);
+    ck_assert_msg(bytes[1] == bytes[0], "%d sequence(s): scratch %zu at "
+                  "40000, %zu at 1", n, bytes[1], bytes[0]);
     attn_kv_pool_destroy(pool);
     layer_free(&L);
 }
@@ -780,8 +745,7 @@ static Suite *kv_suite(void)
     tcase_add_test(tc, pool_budget_reserve_trim_free);
     tcase_add_test(tc, pool_half_roundtrip);
     tcase_add_test(tc, pool_f16_subnormals);
-    tcase_add_test(tc, step_rope_table_not_by_position);
-    tcase_add_test(tc, batch_rope_table_not_by_position);
+    tcase_add_loop_test(tc, rope_table_not_by_position, 0, 2);
     tcase_add_test(tc, f16_overflow_names_fp16);
     tcase_add_loop_test(tc, steps_equal_whole_f32, 0, 9);
     tcase_add_loop_test(tc, steps_equal_whole_half, 0, 4);
