@@ -56,25 +56,20 @@ struct batch {
 void srv__job_nonfinite(srv_job *j, int n)
 {
     const attn_kv *kv = j->prep.seqs ? j->prep.seqs[n].kv : NULL;
+    attn_kv_dtype dt = kv ? attn_kv_pool_dtype(kv->pool) : ATTN_KV_F32;
+    const char *why =
+        dt == ATTN_KV_F16
+            ? ": a key or value past 65504, the largest FP16 holds (the K/V "
+              "cache is FP16: --kv-dtype f16), or inputs that overflow float32"
+        : dt == ATTN_KV_BF16
+            ? ": a key or value of 3.3962e38 or more, which BF16 rounds to "
+              "infinity (its largest is 3.3895e38; the K/V cache is BF16: "
+              "--kv-dtype bf16), or inputs that overflow float32"
+            : " (the inputs overflow float32)";
     j->status = 400;
-    if (kv && attn_kv_pool_dtype(kv->pool) == ATTN_KV_F16)
-        snprintf(j->err, sizeof j->err,
-                 "inputs: a projection, score or output of sequence %d is "
-                 "not finite: a key or value past 65504, the largest FP16 "
-                 "holds (the K/V cache is FP16: --kv-dtype f16), or inputs "
-                 "that overflow float32; scale them down", n);
-    else if (kv && attn_kv_pool_dtype(kv->pool) == ATTN_KV_BF16)
-        snprintf(j->err, sizeof j->err,
-                 "inputs: a projection, score or output of sequence %d is "
-                 "not finite: a key or value of 3.3962e38 or more, which "
-                 "BF16 rounds to infinity (its largest is 3.3895e38; the K/V "
-                 "cache is BF16: --kv-dtype bf16), or inputs that overflow "
-                 "float32; scale them down", n);
-    else
-        snprintf(j->err, sizeof j->err,
-                 "inputs: a projection, score or output of sequence %d is "
-                 "not finite (the inputs overflow float32); scale them down",
-                 n);
+    snprintf(j->err, sizeof j->err,
+             "inputs: a projection, score or output of sequence %d is not "
+             "finite%s; scale them down", n, why);
 }
 
 /* finish_job: after every stage ran, before the plan is freed, on a pool
