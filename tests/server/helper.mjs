@@ -18,9 +18,15 @@ export const REFS = JSON.parse(readFileSync(join(here, 'fixtures', 'refs.json'),
 // Sanitized builds are slower: scale waits, never assertions on speed.
 export const SLOW = /sanitiz|thread|address|undefined/.test(process.env.ATTND_BIN || '') ? 5 : 1;
 
-/** A fresh models folder: the fixtures plus models/demo when present. */
+// Every models folder modelsDir() made: removed when this process ends,
+// whoever started (or forgot) its daemon and however that daemon ended.
+const made = new Set();
+
+/** A fresh models folder: the fixtures plus models/demo when present;
+ * removed at the latest when the test file's process ends. */
 export function modelsDir() {
   const dir = mkdtempSync(join(tmpdir(), 'attnd-test-'));
+  made.add(dir);
   cpSync(join(here, 'fixtures', 'models'), dir, { recursive: true });
   const demo = join(ROOT, 'models', 'demo');
   if (existsSync(join(demo, 'model.safetensors'))) cpSync(demo, join(dir, 'demo'), { recursive: true });
@@ -51,6 +57,8 @@ function killAll(why) {
     if (info.dir) rmSync(info.dir, { recursive: true, force: true });
   }
   live.clear();
+  for (const dir of made) rmSync(dir, { recursive: true, force: true });
+  made.clear();
 }
 process.on('exit', () => killAll('exit'));
 /** track(proc, {args, dir, log}): end a daemon a test spawned itself like the others. */

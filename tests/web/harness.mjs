@@ -37,8 +37,10 @@ function writeToyModel(dir) {
 
 // modelsDir: a fresh folder with `toy`, plus the repository's `demo` model
 // when one has been built (models/demo).
+// (each is also removed when this process ends, however its daemon ended)
 export function modelsDir() {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'attnd-web-'));
+  made.add(dir);
   writeToyModel(path.join(dir, 'toy'));
   const demo = path.join(ROOT, 'models/demo');
   if (fs.existsSync(path.join(demo, 'model.safetensors'))) fs.symlinkSync(demo, path.join(dir, 'demo'));
@@ -50,6 +52,7 @@ export function modelsDir() {
 // SIGTERM, Ctrl-C) they are SIGKILLed and the folders removed when this
 // process ends. Playwright closes the browsers it launched on exit.
 const live = new Map();
+const made = new Set();
 function killAll(why) {
   for (const [proc, info] of live) {
     try { proc.kill('SIGKILL'); } catch { /* already gone */ }
@@ -57,6 +60,8 @@ function killAll(why) {
     if (why !== 'exit') process.stderr.write(`harness: ${why}: killed attnd; its log ends:\n${info.log().slice(-2000)}\n`);
   }
   live.clear();
+  for (const dir of made) fs.rmSync(dir, { recursive: true, force: true });
+  made.clear();
 }
 process.on('exit', () => killAll('exit'));
 for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP'])
