@@ -17,7 +17,10 @@
  * connection costs no thread: it is suspended (MHD) and one loop timer,
  * running only while someone waits, looks up each waiter's map every
  * TICK_MS (one lookup under the store's mutex per waiter; the map is
- * rendered only when it is answered). The same tick lets go of a waiter
+ * rendered only when it is answered), sooner when a waiter's time is up
+ * before the next tick (the timer is set for the nearest of the two, so a
+ * timeout_ms below TICK_MS, or between two ticks, is kept to the
+ * millisecond, not rounded up to a tick). The same tick lets go of a waiter
  * whose client went: MHD does not read a suspended connection's socket, so
  * one poll(2) per waiter (no wait) looks for its end (a FIN, closed or
  * half-closed, or a reset; bytes of a pipelined next request are not an
@@ -95,24 +98,41 @@ static int changed(const srv_req *r, const maps_info *info)
            (r->wait_version >= 0 && info->version != r->wait_version);
 }
 
+/* in_ms: the milliseconds from now until `until` (srv_now_ns), rounded
+ * up, at most TICK_MS: when the next look is due for that waiter. */
+static uint64_t in_ms(uint64_t now, uint64_t until)
+{
+    uint64_t ms = until > now ? (until - now + 999999u) / 1000000u : 0;
+    return ms < TICK_MS ? ms : TICK_MS;
+}
+
 /* on_tick: answer the waiters whose map changed, went away or whose time
- * is up, and those whose client went (MHD then closes them). */
+ * is up, and those whose client went (MHD then closes them); then set the
+ * timer, one shot, for the next look while some still wait: TICK_MS on,
+ * or sooner when a waiter's time is up before (never 0 ms: a timer the
+ * loop found due a little early looks again a millisecond later). */
 static void on_tick(uv_timer_t *t)
 {
     srv *s = t->data;
-    uint64_t now = srv_now_ns();
+    uint64_t now = srv_now_ns(), next_ms = TICK_MS;
     srv_req *r = s->waiters, *next;
     maps_info info;
     for (; r; r = next) {
         next = r->wait_next;
         int went = 0;
         if (maps_info_get(s->maps, r->wait_id, &info) == 0 &&
-            !changed(r, &info) && now < r->wait_until_ns && !(went = srv_client_went(r->wait_fd)))
+            !changed(r, &info) && now < r->wait_until_ns &&
+            !(went = srv_client_went(r->wait_fd))) {
+            uint64_t ms = in_ms(now, r->wait_until_ns);
+            next_ms = ms < next_ms ? ms : next_ms;
             continue;
+        }
         unlink_waiter(r);
         answer(r, r->wait_id);
         r->went = went;
     }
+    if (s->waiters)
+        uv_timer_start(t, on_tick, next_ms ? next_ms : 1, 0);
 }
 
 void srv_maps_wait(srv_req *r, const char *id, const char *wait,
@@ -120,6 +140,7 @@ void srv_maps_wait(srv_req *r, const char *id, const char *wait,
 {
     srv *s = r->s;
     long long n, v = -1, ms = s->cfg.maps_wait_ms;
+    uint64_t due;
     const union MHD_ConnectionInfo *ci;
     maps_info info;
     if (parse_ll(wait, 0, 1 << 30, &n) < 0) {
@@ -168,11 +189,15 @@ void srv_maps_wait(srv_req *r, const char *id, const char *wait,
     r->wait_next = s->waiters;
     if (s->waiters)
         s->waiters->wait_prev = r;
-    else
-        uv_timer_start(&s->maps_wait_timer, on_tick, TICK_MS, TICK_MS);
     s->waiters = r;
     r->waiting = 1;
     s->n_waiters++;
+    /* the first waiter starts the looks (the first in TICK_MS, or at its
+     * timeout if sooner); a later one brings the next look forward when
+     * its time is up before it */
+    due = in_ms(srv_now_ns(), r->wait_until_ns);
+    if (!r->wait_next || due < uv_timer_get_due_in(&s->maps_wait_timer))
+        uv_timer_start(&s->maps_wait_timer, on_tick, due ? due : 1, 0);
     srv_suspend(r);
 }
 

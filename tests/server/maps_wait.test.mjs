@@ -68,6 +68,39 @@ test('wait=: at once when the rows differ, after timeout_ms when not; bad values
   }
 });
 
+test('timeout_ms is kept to the millisecond, below the 100 ms tick and between ticks', async () => {
+  // The waiters' maps are looked at every 100 ms; a timeout that falls
+  // before the next look was answered at it: timeout_ms=20 after 100 ms,
+  // 150 after 200, a 20 ms wait beside a long one at the long one's tick.
+  // The log's total_us is the server's own time for the request.
+  const d = await start({ args: ['--maps-wait-ms', '20000', '--log-flush-ms', '10'] });
+  const took = async (from) => {
+    const log = await d.logged(/GET \/v2\/maps\/\S+ 200 .*total_us=\d+/, 5000, from);
+    return Number(log.match(/GET \/v2\/maps\/\S+ 200 .*total_us=(\d+)/)[1]) / 1000;
+  };
+  try {
+    const id = await retain(d, 1);
+    for (const ms of [20, 150]) {
+      const from = d.log().length;
+      const r = await timed(`${d.url}/v2/maps/${id}?wait=${T}&timeout_ms=${ms}`);
+      assert.equal(r.status, 200);
+      const server = await took(from);
+      assert.ok(server >= ms && server < ms + 40, `timeout_ms=${ms}: answered after ${server} ms`);
+    }
+    // one long wait holds the tick; a short one joins 30 ms into it
+    const long = timed(`${d.url}/v2/maps/${id}?wait=${T}&timeout_ms=1000`);
+    await new Promise((res) => setTimeout(res, 30));
+    const from = d.log().length;
+    const r = await timed(`${d.url}/v2/maps/${id}?wait=${T}&timeout_ms=20`);
+    assert.equal(r.status, 200);
+    const server = await took(from);
+    assert.ok(server >= 20 && server < 60, `timeout_ms=20 beside a long wait: answered after ${server} ms`);
+    assert.equal((await long).status, 200);
+  } finally {
+    assert.equal((await d.stop()).code, 0);
+  }
+});
+
 test('a map evicted while a client waits on it answers 404', async () => {
   // Room for one 3 x 3 map and its bookkeeping, not two.
   const d = await start({ args: ['--maps-bytes', '700', '--maps-wait-ms', '20000'] });
