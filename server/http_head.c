@@ -128,7 +128,21 @@ static const char *origin_form(const char *url)
     return *url ? url : "/";
 }
 
-/* route: find r's route; on failure answer 404/405 and return -1. The
+/* known_method: is m (r->method_name) a method HTTP defines that attnd
+ * serves nowhere (RFC 9110 9.3, and PATCH, RFC 5789)? Such a method on a
+ * path that exists is 405 with Allow; any other (FOO, M-SEARCH, get:
+ * methods are case-sensitive) is one the server does not recognise, 501
+ * on every path (RFC 9110 9.1, 15.6.2). */
+static int known_method(const char *m)
+{
+    static const char *const known[] = {"PUT", "PATCH", "CONNECT", "TRACE"};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strcmp(m, known[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* route: find r's route; on failure answer 404/405/501 and return -1. The
  * versioned alias /v2/models/{m}/versions/1/... is folded first (right
  * after the model's name only: /v2/models/{m}/ready/versions/1 is no
  * endpoint). */
@@ -152,6 +166,12 @@ static int route(srv_req *r, const char *url)
     }
     memcpy(r->path, url, len);
     r->path[len] = 0;
+    if (r->method == SRV_OTHER && !known_method(r->method_name)) {
+        srv_respond_error(r, 501, "method: %s is not one this server "
+                          "implements (it serves GET, HEAD, POST, DELETE "
+                          "and OPTIONS)", r->method_name);
+        return -1;
+    }
     if (strncmp(r->path, "/v2/models/", 11) == 0 &&
         (v = strchr(r->path + 11, '/')) != NULL &&
         strncmp(v, "/versions/", 10) == 0) {

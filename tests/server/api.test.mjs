@@ -230,19 +230,52 @@ test('wrong method: 405 with Allow', async () => {
   r = await fetch(d.url + '/v2/models/tiny/infer', { method: 'PUT' });
   assert.equal(r.status, 405);
   assert.match((await r.json()).error, /method: PUT is not allowed on \/v2\/models\/tiny\/infer \(allowed: POST\)/);
-  // one with more than letters (or longer than 15) is named OTHER
-  for (const method of ['M-SEARCH', 'VERYLONGMETHODNAME']) {
-    r = await fetch(d.url + '/v2/models/tiny/infer', { method });
-    assert.equal(r.status, 405, method);
-    assert.equal((await r.json()).error, 'method: OTHER is not allowed on /v2/models/tiny/infer (allowed: POST)', method);
-  }
   r = await fetch(d.url + '/v2/sequences/no-such-seq', { method: 'DELETE' });
   assert.equal(r.status, 404);
   const log = await d.logged(/ PUT \/v2\/models\/tiny\/infer 405/);
   assert.match(log, / PUT \/v2\/models\/tiny\/infer 405/);
   assert.match(await d.logged(/ DELETE \/v2\/sequences\/no-such-seq 404/), / DELETE \/v2\/sequences\/no-such-seq 404/);
   assert.match(await d.logged(/ DELETE \/v2\/models\/tiny 405/), / DELETE \/v2\/models\/tiny 405/);
-  assert.match(await d.logged(/ OTHER \/v2\/models\/tiny\/infer 405/), / OTHER \/v2\/models\/tiny\/infer 405/);
+});
+
+test('a method the server does not recognise: 501 on any path, named as sent', async () => {
+  // RFC 9110 9.1: 501 for a method the server does not recognise; 405
+  // (above) is for one it knows, on a resource that does not allow it
+  // (PATCH among them). Methods are case-sensitive: get is not GET.
+  const implemented = /^method: (\S+) is not one this server implements \(it serves GET, HEAD, POST, DELETE and OPTIONS\)$/;
+  const raw = (text) => new Promise((res, rej) => {
+    let got = '';
+    const sock = connect(d.port, '127.0.0.1', () => sock.write(text));
+    sock.on('data', (b) => { got += b; });
+    sock.on('close', () => res(got));
+    sock.on('error', rej);
+  });
+  // (fetch sends get as GET)
+  const lower = await raw('get /v2/health/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+  assert.match(lower, /^HTTP\/1\.1 501 /);
+  assert.equal(JSON.parse(lower.slice(lower.indexOf('\r\n\r\n') + 4)).error.match(implemented)?.[1], 'get');
+  for (const [method, path] of [['FOO', '/v2/health/ready'], ['FOO', '/v2/no-such-path'],
+    ['PROPFIND', '/v2/models/tiny/infer']]) {
+    const r = await fetch(d.url + path, { method });
+    assert.equal(r.status, 501, `${method} ${path}`);
+    assert.equal(r.headers.get('allow'), null, `${method} ${path}`);
+    assert.equal((await r.json()).error.match(implemented)?.[1], method, `${method} ${path}`);
+  }
+  const patch = await fetch(d.url + '/v2/health/ready', { method: 'PATCH' });
+  assert.equal(patch.status, 405);
+  assert.equal(patch.headers.get('allow'), 'GET, HEAD');
+  // one with more than letters (or longer than 15) is named OTHER
+  for (const method of ['M-SEARCH', 'VERYLONGMETHODNAME']) {
+    const r = await fetch(d.url + '/v2/models/tiny/infer', { method });
+    assert.equal(r.status, 501, method);
+    assert.equal((await r.json()).error.match(implemented)?.[1], 'OTHER', method);
+  }
+  // with a body: answered from its head, its connection closed
+  const c = await raw('FOO /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n');
+  assert.match(c, /^HTTP\/1\.1 501 /);
+  assert.match(c, /\r\nConnection: close\r\n/i);
+  assert.match(await d.logged(/ FOO \/v2\/no-such-path 501/), / FOO \/v2\/no-such-path 501/);
+  assert.match(await d.logged(/ OTHER \/v2\/models\/tiny\/infer 501/), / OTHER \/v2\/models\/tiny\/infer 501/);
 });
 
 test('Allow (405 and OPTIONS) names every method of the path, and only those', async () => {

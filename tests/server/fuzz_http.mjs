@@ -9,7 +9,8 @@
 // Authorization, Inference-Header-Content-Length - and bodies), pipelined
 // runs on one connection (head-answered errors first, then valid requests),
 // half-written requests closed or reset, and sequence start/step/end/delete
-// interleavings. Every answer must be < 500, a 503 or a 505 (libmicrohttpd's
+// interleavings. Every answer must be < 500, a 501 (a method attnd does not
+// recognise), a 503 or a 505 (libmicrohttpd's
 // to an HTTP/2.0 request line); a well-framed request must be answered (or
 // its connection closed) within ATTND_FUZZ_HANG_MS (default 10000), and a
 // connection may close before its answers only after one that said
@@ -229,7 +230,7 @@ async function runCase(place) {
     seen[x.st] = (seen[x.st] || 0) + 1;
     if (String(x.st) === env.ATTND_FUZZ_SHOW) console.log(`${x.st}: ${x.body.subarray(0, 300)}`);
   }
-  for (const x of res) if (x.st < 0 || (x.st >= 500 && x.st !== 503 && x.st !== 505)) report(`${kind}, ${where}`, `status ${x.st}`, parts, res);
+  for (const x of res) if (x.st < 0 || (x.st >= 500 && x.st !== 501 && x.st !== 503 && x.st !== 505)) report(`${kind}, ${where}`, `status ${x.st}`, parts, res);
   if (hung) report(`${kind}, ${where}`, `${res.length} of ${expect} answered in ${HANG} ms`, parts, res);
   // a connection closed before the answers owed, after one that did not say Connection: close
   const last = res[res.length - 1];
