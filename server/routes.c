@@ -316,16 +316,46 @@ static void maps_work(uv_work_t *w)
     mj->rc = maps_http_get(mj->r->s->maps, mj->path, job_arg, mj, &mj->rep);
 }
 
+/* went: has r's client closed, reset or half-closed its connection while
+ * r was suspended (MHD reads no suspended socket: one poll(2), no wait)?
+ * Then r is answered as one whose client went, logged and counted 499
+ * (http.c), as a computation's is (sched.c). Loop thread. */
+static int went(srv_req *r)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci || !srv_client_went(ci->connect_fd))
+        return 0;
+    r->went = 1;
+    srv_respond_error(r, 499, "client: closed its connection before the "
+                              "answer");
+    return 1;
+}
+
+/* maps_done: answer the render, then start the next in line; one whose
+ * client went while it waited is not rendered (a page reloaded, or a
+ * client's timeout, behind a queue of large maps: each was a render of
+ * ~50 ms, 15 MB of JSON for 1024 x 1024, that no one read, before the
+ * next one's). Loop thread. */
 static void maps_done(uv_work_t *w, int status)
 {
     maps_job *mj = w->data;
     srv *s = mj->r->s;
     (void)status;
     srv_pool_done(s);
-    maps_answer(mj->r, mj->rc, &mj->rep);
+    if (went(mj->r))
+        free(mj->rep.body);
+    else
+        maps_answer(mj->r, mj->rc, &mj->rep);
     if (!(s->maps_head = mj->next)) /* mj was the head: the one rendering */
         s->maps_tail = NULL;
     maps_job_free(mj);
+    while (s->maps_head && went(s->maps_head->r)) {
+        mj = s->maps_head;
+        if (!(s->maps_head = mj->next))
+            s->maps_tail = NULL;
+        maps_job_free(mj);
+    }
     if (s->maps_head) /* the next in line */
         srv_pool_queue(s, &s->maps_head->work, maps_work, maps_done);
 }

@@ -2,6 +2,7 @@
 // the attention maps, the response carries parameters.map_id, and the
 // /v2/maps routes serve them (the store itself is tested in test_maps.c).
 import assert from 'node:assert/strict';
+import { connect } from 'node:net';
 import { test } from 'node:test';
 import { REFS, SLOW, binaryRequest, fp32, infer, maxDiff, start } from './helper.mjs';
 
@@ -129,6 +130,56 @@ test('large maps are sliced and printed on the pool, one at a time: a request se
     assert.equal(f32.headers.get('map-shape'), '2048,2048');
     assert.equal((await f32.arrayBuffer()).byteLength, T * T * 4);
     assert.equal((await fetch(`${d.url}/v2/health/live`)).status, 200);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+test('a map render whose client went while it waited its turn is not done (499), and the next client is not kept waiting for it', async (t) => {
+  const d = await start({ t, args: ['--log-flush-ms', '10'] });
+  try {
+    // one head of 1024 x 1024: each JSON render prints 1M cells (~15 MB)
+    const T = 1024;
+    const col = Array.from({ length: T * 8 }, (_, i) => Math.sin(i));
+    const r = await infer(d, 'sdpa', {
+      inputs: [fp32('q', [T, 8], col), fp32('k', [T, 8], col), fp32('v', [T, 8], col)],
+      parameters: { retain: true },
+    });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    const path = `/v2/maps/${r.json.parameters.map_id}/attention`;
+    const line = `GET ${path} (\\d+) .*total_us=(\\d+)`;
+    const lines = (from) => [...d.log().slice(from).matchAll(new RegExp(line, 'g'))]
+      .map((m) => [Number(m[1]), Number(m[2]) / 1000]);
+    let from = d.log().length;
+    const first = await fetch(d.url + path);
+    assert.equal(first.status, 200);
+    await first.arrayBuffer();
+    await d.logged(new RegExp(line), 5000, from);
+    const one = lines(from)[0][1];
+    // N clients ask for it at once, and go (a page reloaded): one renders,
+    // the others wait their turn; the render of one that went no one reads
+    const N = 6;
+    from = d.log().length;
+    const socks = [];
+    for (let i = 0; i < N; i++) {
+      const c = connect(d.port, '127.0.0.1');
+      c.on('error', () => {});
+      c.write(`GET ${path} HTTP/1.1\r\nHost: x\r\n\r\n`);
+      socks.push(c);
+    }
+    await new Promise((res) => setTimeout(res, 5));
+    for (const c of socks) c.destroy();
+    const t0 = Date.now();
+    const next = await fetch(d.url + path);
+    const ms = Date.now() - t0; // to its head: the render under way and its own
+    assert.equal(next.status, 200);
+    assert.equal((await next.json()).shape.join(), `${T},${T}`);
+    await d.logged(new RegExp(`(GET ${path} .*\\n[^]*){${N + 1}}`), 5000, from);
+    const got = lines(from);
+    // each that went is logged 499, not rendered and logged 200 (but the
+    // first, when its render ended before its client went)
+    assert.equal(got.length, N + 1, JSON.stringify(got));
+    assert.ok(got.filter(([st]) => st === 499).length >= N - 1, JSON.stringify(got));
+    // the next one waited for the render under way at most, not for N
+    assert.ok(ms < one * 3 + 200 * SLOW, `answered after ${ms} ms; one render takes ${one} ms`);
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
