@@ -311,6 +311,23 @@ static enum MHD_Result bad_name(void *cls, enum MHD_ValueKind kind,
     return MHD_YES;
 }
 
+/* bare_cr: MHD_get_connection_values' iterator: stops at the first
+ * header field whose value holds a CR, its name into *cls. MHD ends a
+ * line at CR LF (or a bare LF) and keeps a bare CR in the value, so
+ * "Host: x<CR>Content-Length: 5" has no Content-Length here, where a
+ * proxy that ends lines at a bare CR sees one (request smuggling; RFC
+ * 9112 2.2: such an element is invalid, or its CR is read as a space). */
+static enum MHD_Result bare_cr(void *cls, enum MHD_ValueKind kind,
+                               const char *key, const char *value)
+{
+    (void)kind;
+    if (value && strchr(value, '\r')) {
+        *(const char **)cls = key;
+        return MHD_NO;
+    }
+    return MHD_YES;
+}
+
 /* framed_twice: does r give its body's length two ways (RFC 9112 6.1,
  * 6.3)? 1: Content-Length more than once, 2: beside Transfer-Encoding;
  * 0: no. What follows the body as MHD reads it could be read as another
@@ -579,7 +596,7 @@ void srv_http__first_call(srv_req *r, const char *url, const char *method,
 {
     srv *s = r->s;
     const char *auth;
-    const char *name = NULL;
+    const char *name = NULL, *cr = NULL;
     fields te;
     int twice;
     name_method(r->method_name, method);
@@ -587,20 +604,27 @@ void srv_http__first_call(srv_req *r, const char *url, const char *method,
     cors_match(r, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin"));
     twice = framed_twice(r, &te);
     MHD_get_connection_values(r->conn, MHD_HEADER_KIND, bad_name, &name);
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, bare_cr, &cr);
     /* an answer made here, from the head alone: for a request with a body,
      * MHD would close its connection after one queued before that body, so
      * it is queued now and says Connection: close; for one without (no
      * Transfer-Encoding, no or a zero Content-Length), on_request queues
      * it at the next call, once MHD has the whole request, and the
      * connection stays. A body framed twice, or a header name that is
-     * not one, closes whatever is answered. */
-    r->close = twice || name || !bodyless(r);
+     * not one, or a bare CR, closes whatever is answered. */
+    r->close = twice || name || cr || !bodyless(r);
     if (route(r, url) < 0)
         return;
     if (name) {
         srv_respond_error(r, 400, "header: field name '%.64s' is not a token "
                           "(white space before its colon, or in it: RFC 9112 "
                           "5.1); the request cannot be framed safely", name);
+        return;
+    }
+    if (cr) {
+        srv_respond_error(r, 400, "header: the value of '%.64s' holds a bare "
+                          "CR (a line ends in CR LF: RFC 9112 2.2); the "
+                          "request cannot be framed safely", cr);
         return;
     }
     if (twice >= 3) {

@@ -166,6 +166,39 @@ test('a header field name with white space before its colon (or in it) is 400 an
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
+test('a bare CR in a header value is 400 and the connection closes: no smuggled request runs', async () => {
+  // libmicrohttpd 0.9.75 ends a line at CR LF or a bare LF, and keeps a
+  // bare CR in the value: "Host: x<CR>Content-Length: n" had no
+  // Content-Length, so the body ran as the next request, where a proxy in
+  // front that ends lines at the CR forwards it as the body (RFC 9112 2.2:
+  // such an element is invalid, or its CR is read as a space)
+  const d = await start();
+  try {
+    const unload = 'POST /v2/repository/models/tiny/unload HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n';
+    for (const [text, name] of [
+      [`POST /v2/repository/index HTTP/1.1\r\nHost: x\rContent-Length: ${unload.length}\r\n\r\n${unload}`, 'Host'],
+      [`GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-A: a\r\r\n\r\n${unload}`, 'X-A'],
+      // answered by its route (404), and closed all the same
+      [`GET /no/such/route HTTP/1.1\r\nHost: x\rY: 1\r\n\r\n${unload}`, null]]) {
+      const got = await untilClosed(d.port, text);
+      const what = JSON.stringify(text.split('\r\n\r\n')[0]);
+      assert.equal((got.match(/HTTP\/1\.1 \d{3}/g) || []).length, 1, `${what}: ${got}`);
+      assert.match(got, /\r\nConnection: close\r\n/i, what);
+      if (!name) assert.match(got, /^HTTP\/1\.1 404 /, what);
+      else {
+        assert.match(got, /^HTTP\/1\.1 400 /, what);
+        assert.equal(JSON.parse(got.slice(got.indexOf('\r\n\r\n') + 4)).error, `header: the value of '${name}' ` +
+          'holds a bare CR (a line ends in CR LF: RFC 9112 2.2); the request cannot be framed safely', what);
+      }
+      assert.equal((await fetch(`${d.url}/v2/models/tiny/ready`)).status, 200, `${what}: the smuggled unload ran`);
+    }
+    // a folded line (obs-fold: CR LF then a space) holds no bare CR
+    const folded = await untilClosed(d.port, 'GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n' +
+      'Connection: close\r\n\r\n');
+    assert.match(folded, /^HTTP\/1\.1 200 /, folded);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
 test('a Transfer-Encoding other than chunked alone is 400 and the connection closes, not a request read until the client goes', async () => {
   const d = await start();
   try {
