@@ -150,6 +150,14 @@ void srv_respond(srv_req *r, int status, const char *ctype, char *body,
         r->on_answer(r);
 }
 
+void srv_respond_static(srv_req *r, int status, const char *ctype,
+                        const char *body, size_t len)
+{
+    if (!r->have_resp)
+        r->resp_static = body;
+    srv_respond(r, status, ctype, NULL, len);
+}
+
 /* respond_body: a JSON answer with body b, or, when b could not be
  * allocated, 503 with the fixed out-of-memory body (http_answer.c). */
 static void respond_body(srv_req *r, int status, char *b)

@@ -228,11 +228,17 @@ enum MHD_Result srv_http__queue(srv_req *r)
     struct MHD_Response *resp;
     enum MHD_Result ret;
     int lost, cors = r->origin[0] ? r->cors : 0;
-    resp = r->resp_oom ? MHD_create_response_from_buffer(
-                             sizeof OOM_ANSWER - 1, (void *)OOM_ANSWER,
-                             MHD_RESPMEM_PERSISTENT)
-                       : MHD_create_response_from_buffer(
-                             r->resp_len, r->resp, MHD_RESPMEM_MUST_FREE);
+    if (r->resp_oom)
+        resp = MHD_create_response_from_buffer(sizeof OOM_ANSWER - 1,
+                                               (void *)OOM_ANSWER,
+                                               MHD_RESPMEM_PERSISTENT);
+    else if (r->resp_static)
+        resp = MHD_create_response_from_buffer(r->resp_len,
+                                               (void *)r->resp_static,
+                                               MHD_RESPMEM_PERSISTENT);
+    else
+        resp = MHD_create_response_from_buffer(r->resp_len, r->resp,
+                                               MHD_RESPMEM_MUST_FREE);
     if (resp && !r->resp_oom)
         r->resp = NULL; /* MHD owns it now */
     lost = !resp || add_answer_headers(r, resp) < 0;

@@ -478,7 +478,10 @@ static void h_web(srv_req *r)
     r->web_etag = unmatched = a->etag;
     MHD_get_connection_values(r->conn, MHD_HEADER_KIND, inm_line, &unmatched);
     if (!unmatched) {
-        srv_respond(r, 304, NULL, NULL, 0);
+        /* given the file, libmicrohttpd sends no body with a 304 and says
+         * the 200's Content-Length; given none, it said 0, which RFC
+         * 9110 8.6 does not allow */
+        srv_respond_static(r, 304, NULL, (const char *)a->data, a->len);
         return;
     }
     body = malloc(a->len + 1);

@@ -266,6 +266,8 @@ struct srv_req {
     int have_resp, status;
     int retry_after;       /* seconds; 0: 1 on a 503; -1: none */
     char *resp;            /* malloc'd, handed to MHD */
+    const char *resp_static; /* or a body MHD must not free (its
+                              resp_len bytes): srv_respond_static */
     int resp_oom;          /* resp could not be allocated: http.c's fixed
                               503 out-of-memory body instead */
     size_t resp_len, resp_header_len;
@@ -326,6 +328,11 @@ struct srv_req {
  * ownership of body (malloc'd, may be NULL). Loop thread. */
 void srv_respond(srv_req *r, int status, const char *ctype, char *body,
                  size_t len);
+/* srv_respond_static: the same with a body that outlives r (compiled in),
+ * neither copied nor freed; a 304 given its 200's body says that length
+ * and sends none (REST only). Loop thread. */
+void srv_respond_static(srv_req *r, int status, const char *ctype,
+                        const char *body, size_t len);
 /* srv_key_ok: an Authorization value (len bytes; NULL: none) names the API
  * key: "Bearer", any case, spaces, then the key; compared in constant time.
  * REST and gRPC both. */
