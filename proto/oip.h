@@ -141,6 +141,16 @@ void oip_request_free(oip_request *req);
  * backslash), else 0. */
 int oip_sequence_id_valid(const char *s, size_t len);
 
+/* oip_peek_sequence_id: the sequence_id of an infer request body (as
+ * oip_decode takes it) into id (OIP_MAX_SEQ_ID bytes, as oip_params has
+ * it) without decoding the body: one pass over its JSON for the first
+ * "sequence_id" key whose value is an id the decoder would take. 1 when
+ * found, else 0 (id ""). It does not check where the key stands (a body
+ * may name an id it would not be decoded as having); for a request that
+ * is refused undecoded. Any thread. */
+int oip_peek_sequence_id(const char *body, size_t len, size_t header_len,
+                         char *id);
+
 /* oip_find_input: the input called name, or NULL. */
 const oip_tensor *oip_find_input(const oip_request *req, const char *name);
 

@@ -71,6 +71,17 @@ int oip_pb_peek_model(const char *msg, size_t len, char *name, char *version,
                       size_t cap, char *err);
 
 /*
+ * oip_pb_peek_seq_id: the request's parameters["sequence_id"] (an int64 or
+ * uint64 param >= 1, or a string oip_sequence_id_valid takes: what
+ * oip_pb_decode takes) as text into id (OIP_MAX_SEQ_ID bytes), read off the
+ * wire as oip_pb_peek_model reads, without a parse; oip_peek_sequence_id's
+ * signature (header_len is ignored). 1 when found, else 0 (id ""). For a
+ * request refused undecoded. Any thread.
+ */
+int oip_pb_peek_seq_id(const char *msg, size_t len, size_t header_len,
+                       char *id);
+
+/*
  * The echo of a stream's failed request: Triton's server answers a
  * ModelStreamInfer request that fails with a ModelStreamInferResponse
  * whose error_message is set and whose infer_response carries the

@@ -620,6 +620,84 @@ int oip_pb_peek_model(const char *msg, size_t len, char *name, char *version,
     return 0;
 }
 
+/* peek_param_id: an InferParameter (n bytes at p) as a sequence id, the
+ * way get_seq_id reads it, into id: 1, or 0 for none the parse takes. */
+static int peek_param_id(const uint8_t *p, uint64_t n, char *id)
+{
+    const uint8_t *end = p + n, *v;
+    uint64_t key, len, num = 0;
+    int kind = 0;
+    while (p < end) {
+        const uint8_t *at = p;
+        if (field(&p, end, &key, &v, &len) < 0)
+            return 0;
+        if (key == (2 << 3 | 0) || key == (5 << 3 | 0)) {
+            varint(&at, end, &num); /* its key again, then the value */
+            varint(&at, end, &num);
+            kind = (int)(key >> 3);
+        } else if (key == (3 << 3 | 2)) {
+            kind = 3;
+            num = len;
+            if (len < OIP_MAX_SEQ_ID)
+                memcpy(id, v, (size_t)len);
+        } else if (key >> 3 >= 1 && key >> 3 <= 5) {
+            kind = 0; /* another member of the oneof: the last one counts */
+        }
+    }
+    if (kind == 2 && (int64_t)num >= 1) {
+        snprintf(id, OIP_MAX_SEQ_ID, "%lld", (long long)(int64_t)num);
+        return 1;
+    }
+    if (kind == 5 && num >= 1) {
+        snprintf(id, OIP_MAX_SEQ_ID, "%llu", (unsigned long long)num);
+        return 1;
+    }
+    if (kind == 3 && num < OIP_MAX_SEQ_ID &&
+        oip_sequence_id_valid(id, (size_t)num)) {
+        id[num] = 0;
+        return 1;
+    }
+    return 0;
+}
+
+int oip_pb_peek_seq_id(const char *msg, size_t len, size_t header_len,
+                       char *id)
+{
+    const uint8_t *p = (const uint8_t *)msg, *end = p + len, *v;
+    char found[OIP_MAX_SEQ_ID] = "";
+    (void)header_len;
+    id[0] = 0;
+    while (p && p < end) {
+        uint64_t key, n;
+        const uint8_t *q, *qend, *k = NULL, *val = NULL;
+        uint64_t klen = 0, vlen = 0;
+        if (field(&p, end, &key, &v, &n) < 0)
+            break;
+        if (key != (4 << 3 | 2)) /* parameters: a map entry */
+            continue;
+        for (q = v, qend = v + n; q < qend;) {
+            uint64_t ek, en;
+            const uint8_t *ev;
+            if (field(&q, qend, &ek, &ev, &en) < 0)
+                break;
+            if (ek == (1 << 3 | 2))
+                k = ev, klen = en;
+            else if (ek == (2 << 3 | 2))
+                val = ev, vlen = en;
+        }
+        /* the last entry of a key counts, as in the parse */
+        if (k && klen == 11 && !memcmp(k, "sequence_id", 11)) {
+            char one[OIP_MAX_SEQ_ID];
+            if (!val || !peek_param_id(val, vlen, one))
+                found[0] = 0;
+            else
+                memcpy(found, one, sizeof one);
+        }
+    }
+    memcpy(id, found, sizeof found);
+    return found[0] != 0;
+}
+
 void oip_pb_peek_echo(const char *msg, size_t len, oip_pb_echo *e)
 {
     const uint8_t *p = (const uint8_t *)msg, *end, *v;

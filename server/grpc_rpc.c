@@ -19,7 +19,8 @@
 #include "core/json_mem.h"
 #include "proto/oip_pb.h"
 
-static const srv_door pb_door = {oip_pb_decode, oip_pb_encode};
+static const srv_door pb_door = {oip_pb_decode, oip_pb_encode,
+                                  oip_pb_peek_seq_id};
 
 /* ---- shared ------------------------------------------------------------------ */
 

@@ -498,6 +498,22 @@ static int solo_ok(const srv_entry *e, size_t len, int alone)
            (alone || e->seq_expected <= 0);
 }
 
+/* seq_refused: r, whole, was refused before its decode (503: retry): a
+ * step of a live sequence, retried as told, keeps it from the idle sweep,
+ * as one refused after its decode does. Its id is its Attnd-Sequence-Id
+ * header (hdr_id), or else its body's sequence_id, read off without a
+ * decode: one pass over the JSON (the loop copied it in already), a walk
+ * of a gRPC message's top-level fields. */
+static void seq_refused(srv_req *r, const char *hdr_id)
+{
+    char id[OIP_MAX_SEQ_ID];
+    if (hdr_id)
+        srv_seq_touch(r->s, hdr_id);
+    else if ((r->door ? r->door->peek_seq_id : oip_peek_sequence_id)(
+                 r->body, r->body_len, r->header_len, id))
+        srv_seq_touch(r->s, id);
+}
+
 /* srv_h_infer: POST /v2/models/{m}/infer. Admits the request (or answers
  * 404/503 at once), then decodes it on the pool. */
 void srv_h_infer(srv_req *r)
@@ -544,16 +560,16 @@ void srv_h_infer(srv_req *r)
         return;
     }
     if (e->pending >= (int)s->cfg.queue_size) {
+        seq_refused(r, hdr_id); /* (before the answer, which may free r) */
         srv_respond_error(r, 503, "queue: model '%s' has %d request%s in "
                           "progress (queue-size); retry later", e->name, e->pending,
                           e->pending == 1 ? "" : "s");
         e->stats.fail_rejected++;
-        if (hdr_id) /* a step, retried as told: its sequence is not idle */
-            srv_seq_touch(s, hdr_id);
         return;
     }
     j = calloc(1, sizeof *j);
     if (!j) {
+        seq_refused(r, hdr_id);
         srv_respond_error(r, 503, "server: out of memory");
         return;
     }

@@ -122,9 +122,9 @@ void srv_seq_arrive(srv *s, srv_step *st);
  * that may go. */
 void srv_seq_decoded(srv *s, srv_step *st, int take);
 /* srv_seq_touch: a step of sequence id failed before its turn (after its
- * decode, or refused before it with the id in its Attnd-Sequence-Id
- * header): its live sequence is not idle (a step counts whatever its
- * answer). */
+ * decode, or refused before it: the id from its Attnd-Sequence-Id header
+ * or read off its body, sched.c): its live sequence is not idle (a step
+ * counts whatever its answer). */
 void srv_seq_touch(srv *s, const char *id);
 /* srv_seq_abandon: st's job was answered (deadline) or lost its client
  * while decoding: it will never be a step, so the steps that arrived after

@@ -198,6 +198,9 @@ typedef struct srv_door {
     int (*encode)(const char *model_name, const char *id,
                   const oip_output *outs, int n_outs, const char *extra_params,
                   char **body, size_t *len, size_t *header_len, char *err);
+    /* a request's sequence id without its decode (oip_peek_sequence_id) */
+    int (*peek_seq_id)(const char *body, size_t len, size_t header_len,
+                       char *id);
 } srv_door;
 /* The body a route accepts, checked from the headers before a byte of it
  * is read (413 otherwise): */

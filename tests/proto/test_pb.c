@@ -11,6 +11,7 @@
  *   - parameters: sequence_id as uint64 (Triton's clients send it so) and
  *     of no id kind, tokens in each wrong form, an id too long;
  *   - oip_pb_peek_model on a message cut inside a fixed-width field;
+ *   - oip_pb_peek_seq_id: the id the decode gives, none where it refuses;
  *   - a NUL byte inside a string (a nested one too), which protobuf-c
  *     would hand over cut there; not in bytes nor unknown fields;
  *   - oip_pb_peek_echo (a stream error's echo of its request): the last
@@ -139,13 +140,32 @@ static int dec(msg *g, const oip_limits *lim, oip_request *r, char *err)
     ck_assert_uint_eq(inference__model_infer_request__pack(&g->m, b), n);
     err[0] = 0;
     int rc = oip_pb_decode(r, (const char *)b, n, 0, lim, err);
+    char id[OIP_MAX_SEQ_ID];
+    int found = oip_pb_peek_seq_id((const char *)b, n, 0, id);
     free(b);
+    /* the peek gives what the decode gives */
+    ck_assert_int_eq(found, id[0] != 0);
+    if (!rc)
+        ck_assert_str_eq(id, r->params.seq_id);
     if (rc) {
         ck_assert_int_eq(r->n_inputs, 0);
         ck_assert_ptr_null(r->inputs);
         ck_assert_msg(err[0], "failed (%d) without a message", rc);
     }
     return rc;
+}
+
+/* peeked: oip_pb_peek_seq_id of g packed ("" for none) */
+static const char *peeked(msg *g)
+{
+    static char id[OIP_MAX_SEQ_ID];
+    size_t n = inference__model_infer_request__get_packed_size(&g->m);
+    uint8_t *b = malloc(n + 1);
+    ck_assert_ptr_nonnull(b);
+    inference__model_infer_request__pack(&g->m, b);
+    oip_pb_peek_seq_id((const char *)b, n, 0, id);
+    free(b);
+    return id;
 }
 
 /* refused: g fails with code and an error starting with want. */
@@ -326,11 +346,35 @@ START_TEST(sequence_id_kinds)
 
     p->uint64_param = 0;
     refused(&g, NULL, ATTN_EINVAL, "parameters.sequence_id: 0; expected >= 1");
+    ck_assert_str_eq(peeked(&g), "");
+
+    /* int64 and string ids (dec checks the peek against the decode) */
+    p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+    p->int64_param = 42;
+    ck_assert_msg(dec(&g, NULL, &r, err) == 0, "%s", err);
+    oip_request_free(&r);
+    p->int64_param = -1;
+    refused(&g, NULL, ATTN_EINVAL, "parameters.sequence_id: -1; expected >= 1");
+    ck_assert_str_eq(peeked(&g), "");
+    str_param(p, "chat-7");
+    ck_assert_msg(dec(&g, NULL, &r, err) == 0, "%s", err);
+    ck_assert_str_eq(r.params.seq_id, "chat-7");
+    oip_request_free(&r);
+    str_param(p, "a b");
+    refused(&g, NULL, ATTN_EINVAL, "parameters.sequence_id: a string id");
+    ck_assert_str_eq(peeked(&g), "");
 
     p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_DOUBLE_PARAM;
     p->double_param = 7.0;
     refused(&g, NULL, ATTN_EINVAL,
             "parameters.sequence_id: expected an int64, uint64 or string param");
+    ck_assert_str_eq(peeked(&g), "");
+    /* another key's value is not the id; none at all */
+    str_param(add_param(&g, "other"), "5");
+    p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+    ck_assert_str_eq(peeked(&g), "");
+    g.m.n_parameters = 0;
+    ck_assert_str_eq(peeked(&g), "");
 
     /* an id of 256 bytes (at most 255) */
     char id[257];

@@ -119,11 +119,13 @@ test('a step whose request came before the idle deadline keeps its sequence whil
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
-test('a step refused for a full queue (queue-size) with its id in the Attnd-Sequence-Id header keeps its sequence while it retries', async () => {
-  // a stateless request held in the queue by --batch-delay-us (it waits
-  // for company none can bring: --queue-size 1 refuses the rest) fills it
-  // for 3 idle periods, however fast the machine computes; the client
-  // retries its step every 100 ms, as the 503 says
+/** A step refused for a full queue, retried as the 503 says, its id in
+ * the Attnd-Sequence-Id header too when hdr is set (else only in its
+ * body), keeps its sequence: a stateless request held in the queue by
+ * --batch-delay-us (it waits for company none can bring: --queue-size 1
+ * refuses the rest) fills it for 3 idle periods, however fast the machine
+ * computes; the client retries its step every 100 ms. */
+async function queueFullRetries(withHeader) {
   const idle = 700 * SLOW;
   const hold = Math.min(10000, 3 * idle);
   const d = await start({ dir: gqaModels(), args: ['--sequence-idle-ms', String(idle), '--queue-size', '1', '--instances', '1',
@@ -131,7 +133,7 @@ test('a step refused for a full queue (queue-size) with its id in the Attnd-Sequ
   try {
     const xs = tokens(4, 14);
     const ref = await full(d, xs);
-    const hdr = { 'Attnd-Sequence-Id': 'qf' };
+    const hdr = withHeader ? { 'Attnd-Sequence-Id': 'qf' } : {};
     checkStep(await infer(d, 'gqa', stepBody('qf', xs.slice(0, 3 * D), { start: true }), hdr), ref, 0, 3, 'start');
     const heldDone = infer(d, 'gqa', { inputs: [fp32('x', [1, 2, D], xs.slice(0, 2 * D))] }).then((r) => r.status);
     // until the held one is admitted (its body whole): it fills the queue
@@ -160,4 +162,8 @@ test('a step refused for a full queue (queue-size) with its id in the Attnd-Sequ
     assert.equal(await heldDone, 200);
     checkStep(r, ref, 3, 1, 'the step, once the queue has room');
   } finally { assert.equal((await d.stop()).code, 0); }
-});
+}
+
+test('a step refused for a full queue (queue-size) with its id in the Attnd-Sequence-Id header keeps its sequence while it retries', () => queueFullRetries(true));
+
+test('a step refused for a full queue with its id only in its body keeps its sequence too (its sequence_id read without a decode)', () => queueFullRetries(false));
