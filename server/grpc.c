@@ -299,7 +299,7 @@ void srv_grpc__pump(gcall *call)
         call->hhead = h->next;
         if (!call->hhead)
             call->htail = NULL;
-        srv_grpc__dispatch(call, h->msg, h->len, h->mem, h->late);
+        srv_grpc__dispatch(call, h->msg, h->len, h->mem, h->late, h->t0);
         free(h);
     }
     while (call->shead && call->shead->done) {
@@ -448,7 +448,7 @@ static void echo(gslot *sl, const char *req, size_t len)
 /* dispatch: one complete request message (msg malloc'd, taken; late: it
  * began after SIGTERM, so it is refused as new work is). */
 void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem,
-                        int late)
+                        int late, uint64_t t0)
 {
     srv *s = call->c->g->s;
     gslot *sl = calloc(1, sizeof *sl);
@@ -474,6 +474,7 @@ void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem,
     r->s = s;
     r->mem = mem; /* the message's share of memory-budget goes with it */
     r->t0_ns = now;
+    r->t_msg_ns = t0 ? t0 : now;
     r->late = late; /* new work after SIGTERM is refused (sched.c) */
     r->method = SRV_POST;
     memcpy(r->method_name, "POST", 5);
@@ -600,4 +601,30 @@ void srv_grpc__call_free(gcall *call)
     free(call);
     if (s->draining) /* the drain may wait for this call */
         srv_check_stop(s);
+}
+
+/* srv_grpc_step_coming: see grpc.h. */
+int srv_grpc_step_coming(const srv *s, const char *id, uint64_t before)
+{
+    const gconn *c;
+    const gcall *call;
+    const ghold *h;
+    if (!s->grpc)
+        return 0;
+    for (c = s->grpc->conns; c; c = c->next)
+        for (call = c->calls; call; call = call->next) {
+            if (call->ending || !call->m || !call->m->rest_path ||
+                strcmp(call->m->rest_path, "/v2/models/{}/infer") != 0 ||
+                (call->has_seq_hdr && strcmp(call->seq_hdr, id) != 0))
+                continue;
+            /* a message coming, or whole and not yet a request (a unary
+             * call's until its END_STREAM, a stream's held) */
+            if ((call->hdr_got || call->msg || call->unary) &&
+                !call->skipping && call->msg_t0 < before)
+                return 1;
+            for (h = call->hhead; h; h = h->next)
+                if (h->t0 < before)
+                    return 1;
+        }
+    return 0;
 }

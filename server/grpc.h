@@ -46,6 +46,13 @@ void srv_grpc_finish(srv *s);
  * taken whole yet; *conns, the connections with such calls or with bytes
  * not yet written; *bytes, those bytes (answers queued, frames unwritten). */
 int srv_grpc_unsent(const srv *s, int *conns, size_t *bytes);
+/* srv_grpc_step_coming: may an infer request whose first byte came before
+ * `before` still be on its way to a step of sequence id: its message
+ * still coming, or whole but not yet dispatched (a unary call's before
+ * its END_STREAM, a stream's held), its call without attnd-sequence-id
+ * metadata naming another id (its model and id are unknown until then)?
+ * For the idle sweep (seq_drops.c). Loop thread. */
+int srv_grpc_step_coming(const srv *s, const char *id, uint64_t before);
 /* srv_grpc_stop: final GOAWAY, close every connection and the listener:
  * at once one whose writes are stuck (a client that does not read). */
 void srv_grpc_stop(srv *s);

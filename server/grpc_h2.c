@@ -223,7 +223,8 @@ static void half_close(gcall *call)
             size_t mem = call->unary_mem;
             call->unary = NULL;
             call->unary_mem = 0;
-            srv_grpc__dispatch(call, m, call->unary_len, mem, call->late);
+            srv_grpc__dispatch(call, m, call->unary_len, mem, call->late,
+                               call->msg_t0);
         }
     }
     srv_grpc__schedule(call->c);
@@ -263,7 +264,9 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
             uint32_t mlen;
             char msg[200];
             const char *refused; /* why this message is not read */
-            if (call->hdr_got == 0 && call->m->stream) { /* a message begins */
+            if (call->hdr_got == 0) /* a message begins */
+                call->msg_t0 = srv_now_ns();
+            if (call->hdr_got == 0 && call->m->stream) {
                 call->t_msg_ns = srv_now_ns();
                 call->msg_seen = 0;
                 call->late = s->draining;
@@ -380,13 +383,15 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
                 }
                 hm->msg = m, hm->len = call->msg_len, hm->mem = mem;
                 hm->late = call->late;
+                hm->t0 = call->msg_t0;
                 if (call->htail)
                     call->htail->next = hm;
                 else
                     call->hhead = hm;
                 call->htail = hm;
             } else if (call->m->stream) {
-                srv_grpc__dispatch(call, m, call->msg_len, mem, call->late);
+                srv_grpc__dispatch(call, m, call->msg_len, mem, call->late,
+                                   call->msg_t0);
             } else {
                 call->unary = m;
                 call->unary_len = call->msg_len;

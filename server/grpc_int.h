@@ -46,6 +46,7 @@ typedef struct ghold {
     char *msg;
     size_t len, mem;
     int late;       /* it began after SIGTERM (gcall.late) */
+    uint64_t t0;    /* its first byte came (gcall.msg_t0) */
 } ghold;
 _Static_assert(sizeof(ghold) + 32 <= MSG_COST, "MSG_COST holds a ghold");
 
@@ -117,6 +118,8 @@ struct gcall {
                             a stream's each when its first byte did */
     int counted;         /* its HEADERS came: one of its connection's calls */
     uint64_t t_msg_ns;   /* a message is arriving since (min-body-rate) */
+    uint64_t msg_t0;     /* the last message's first byte came: a
+                            sequence step's time (srv_req.t_msg_ns) */
     size_t msg_seen;     /* bytes of it so far */
     ghold *hhead, *htail; /* stream messages held: queue-size of its
                              requests in flight, or the connection paused */
@@ -189,10 +192,10 @@ void srv_grpc__pump(gcall *call);
  * queued). Once. */
 void srv_grpc__call_end(gcall *call, int code, const char *msg);
 /* grpc.c: one complete request message of a call (msg malloc'd, taken,
- * mem bytes of the budget; late: it began after SIGTERM) becomes a slot:
- * an srv_req for the method. */
+ * mem bytes of the budget; late: it began after SIGTERM; t0: its first
+ * byte came) becomes a slot: an srv_req for the method. */
 void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem,
-                        int late);
+                        int late, uint64_t t0);
 /* grpc.c: a stream request answered with an error before it became an
  * srv_req (its bytes were refused); it keeps its place in the order, and
  * echoes req (its message, len bytes; NULL: its bytes are still coming,

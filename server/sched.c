@@ -605,7 +605,7 @@ void srv_h_infer(srv_req *r)
     j->step.inst = j->inst;
     j->step.prep = &j->prep;
     j->step.in = &j->in;
-    j->step.t_head = r->t0_ns;
+    j->step.t_head = r->t_msg_ns ? r->t_msg_ns : r->t0_ns;
     srv_copy(j->step.hdr_id, sizeof j->step.hdr_id, hdr_id ? hdr_id : "");
     srv_seq_arrive(s, &j->step);
     j->work.data = j;

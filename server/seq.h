@@ -76,7 +76,8 @@ typedef struct srv_step {
     const oip_request *in;   /* the job's decoded request */
     uint64_t ticket;         /* arrival order */
     uint64_t t_head;         /* its request's head came (REST; gRPC: its
-                                message): the idle sweep's step time */
+                                message's first byte): the idle sweep's
+                                step time */
     int where;               /* SRV_STEP_* */
     /* set by srv_seq_prepare (pool), read by the loop afterwards */
     int is_step;

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/grpc.h"
+
 const char *const srv_drop_name[SRV_DROP_N] = {"idle", "deleted", "unloaded",
                                               "restarted"};
 /* what a sequence no one remembers may be */
@@ -193,7 +195,8 @@ void srv_seq_drop_model(srv_entry *e)
 
 /* step_coming: may a step of l whose request's head came before `before`
  * still be on its way to l: a REST body still coming to l's model's
- * infer, or a request being decoded, neither with another id in its
+ * infer, a gRPC infer message still coming (any model's: its model too is
+ * in it), or a request being decoded, none with another id in its
  * Attnd-Sequence-Id header, or a decoded step of l waiting for earlier
  * arrivals? (Until decoded, a request's sequence id is not known.) */
 static int step_coming(srv_seqs *q, const srv_seq *l, uint64_t before)
@@ -207,6 +210,8 @@ static int step_coming(srv_seqs *q, const srv_seq *l, uint64_t before)
     for (st = q->held_head; st; st = st->next)
         if (st->t_head < before && strcmp(st->id, l->id) == 0)
             return 1;
+    if (srv_grpc_step_coming(q->s, l->id, before))
+        return 1;
     for (c = q->s->conns; c; c = c->next) {
         const srv_req *r = c->req;
         const char *hdr;

@@ -325,6 +325,9 @@ struct srv_req {
      * one too long to be an id is cut past OIP_MAX_SEQ_ID - 1 bytes */
     int has_seq_hdr;
     char seq_hdr[OIP_MAX_SEQ_ID + 1];
+    /* its message's first byte came (gRPC; REST's is t0_ns, its head): a
+     * sequence step's time for the idle sweep (seq.h, t_head) */
+    uint64_t t_msg_ns;
 };
 
 /* srv_respond: set r's answer and, if r is suspended, resume it. Takes

@@ -3,8 +3,10 @@
 // step. The client the 503 of a full K/V budget tells to "retry later"
 // keeps its sequence while it retries (README, Sequences, "Lifetime").
 import assert from 'node:assert/strict';
+import http2 from 'node:http2';
 import net from 'node:net';
 import { test } from 'node:test';
+import { frame, ld, packedI64, str } from '../grpc/wire.mjs';
 import { SLOW, fp32, infer, start } from './helper.mjs';
 import { D, checkStep, full, gqaModels, metric, stepBody, tokens } from './seq_helper.mjs';
 
@@ -117,6 +119,58 @@ test('a step whose request came before the idle deadline keeps its sequence whil
     }
     assert.equal(await metric(d, 'attnd_sequences_dropped_total', 'gqa', ',reason="idle"'), 1);
   } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+/** A gRPC step of sequence id (rows xs): a ModelInferRequest for gqa,
+ * x as raw_input_contents, y its one output. */
+function grpcStep(id, xs) {
+  const param = ld(4, Buffer.concat([str(1, 'sequence_id'), ld(2, str(3, id))]));
+  return Buffer.concat([str(1, 'gqa'), param,
+    ld(5, Buffer.concat([str(1, 'x'), str(2, 'FP32'), packedI64(3, [1, xs.length / D, D])])),
+    ld(6, str(1, 'y')), ld(7, Buffer.from(new Float32Array(xs).buffer))]);
+}
+
+test('a gRPC step whose message began before the idle deadline keeps its sequence while the message still comes (unary and stream)', async () => {
+  // as the REST case above: the step's first bytes come half a period
+  // after the start's answer, the rest 0.4 of a period past its
+  // deadline; a gRPC step counted from its whole message, and a message
+  // still coming was not seen by the sweep
+  const idle = 2000 * SLOW;
+  const d = await start({ dir: gqaModels(), grpc: true, args: ['--sequence-idle-ms', String(idle)] });
+  const session = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
+  try {
+    const xs = tokens(4, 15);
+    const calls = [['gu', 'ModelInfer'], ['gs', 'ModelStreamInfer']];
+    for (const [id] of calls)
+      assert.equal((await infer(d, 'gqa', stepBody(id, xs.slice(0, 3 * D), { start: true }))).status, 200);
+    const t0 = Date.now();
+    await sleep(idle / 2);
+    const sent = calls.map(([id, method]) => {
+      const req = session.request({ ':method': 'POST', ':path': `/inference.GRPCInferenceService/${method}`,
+        'content-type': 'application/grpc', te: 'trailers' });
+      const msg = frame(grpcStep(id, xs.slice(3 * D)));
+      let trailers = {};
+      req.on('trailers', (t) => { trailers = t; });
+      const done = new Promise((res, rej) => { req.on('error', rej); req.on('close', () => res(trailers)); req.resume(); });
+      req.write(msg.subarray(0, 40));
+      return { id, rest: () => req.end(msg.subarray(40)), done };
+    });
+    await sleep(t0 + 1.4 * idle - Date.now());
+    for (const { id } of sent) {
+      const g = await fetch(`${d.url}/v2/sequences/${id}`);
+      assert.equal(g.status, 200, `${id}: ${await g.text()}`);
+    }
+    for (const c of sent) c.rest();
+    for (const c of sent) {
+      const t = await c.done;
+      assert.equal(t['grpc-status'], '0', `${c.id}: ${decodeURIComponent(t['grpc-message'] || '')}`);
+      assert.equal((await (await fetch(`${d.url}/v2/sequences/${c.id}`)).json()).length, 4);
+    }
+    assert.equal(await metric(d, 'attnd_sequences_dropped_total', 'gqa', ',reason="idle"'), 0);
+  } finally {
+    session.close();
+    assert.equal((await d.stop()).code, 0);
+  }
 });
 
 /** A step refused for a full queue, retried as the 503 says, its id in
