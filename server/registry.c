@@ -84,7 +84,14 @@ static void drop_entry(srv *s, srv_entry *e)
 
 void srv_inst_unref(srv_inst *in)
 {
+    srv_inst **pp;
     if (in && --in->refs == 0) {
+        if (in->retired_of) /* off its entry's retired list */
+            for (pp = &in->retired_of->retired; *pp; pp = &(*pp)->rnext)
+                if (*pp == in) {
+                    *pp = in->rnext;
+                    break;
+                }
         attn_kv_pool_destroy(in->kv_pool); /* its sequences hold refs */
         model_destroy(in->m);
         free(in);
@@ -98,6 +105,11 @@ static void set_inst(srv_entry *e, srv_inst *in, int state, const char *reason)
     srv_inst *old = e->inst;
     if (old)
         srv_seq_drop_model(e);
+    if (old && old->refs > 1 && old->kv_pool) { /* its pages still held */
+        old->retired_of = e;
+        old->rnext = e->retired;
+        e->retired = old;
+    }
     e->ever |= in != NULL;
     e->inst = in;
     e->state = state;
@@ -373,6 +385,8 @@ void srv_registry_free(srv *s)
         n = e->next;
         srv_sched_entry_free(e);
         srv_inst_unref(e->inst);
+        for (; e->retired; e->retired = e->retired->rnext)
+            e->retired->retired_of = NULL; /* (none is left at exit) */
         srv_stats_free(&e->stats);
         free(e);
     }

@@ -114,6 +114,19 @@ void srv_seq_h_delete(srv_req *r)
     srv_respond(r, 200, NULL, NULL, 0);
 }
 
+/* kv_used: the bytes of e's K/V pages in use: its instance's pool's and
+ * those of earlier instances still held (a step that ran across a reload,
+ * a start that arrived before it: they go when those end). */
+static size_t kv_used(const srv_entry *e)
+{
+    const srv_inst *in;
+    size_t n = e->inst && e->inst->kv_pool ? attn_kv_pool_used(e->inst->kv_pool)
+                                           : 0;
+    for (in = e->retired; in; in = in->rnext)
+        n += attn_kv_pool_used(in->kv_pool);
+    return n;
+}
+
 /* srv_seq_metrics_text: per weight-set model: live sequences, K/V bytes
  * used and the budget, sequences started, ended, dropped by reason. */
 char *srv_seq_metrics_text(srv *s)
@@ -133,12 +146,12 @@ char *srv_seq_metrics_text(srv *s)
             fprintf(f, "attnd_sequences_live{model=\"%s\",version=\"1\"} %d\n",
                     e->name, e->seq_stats.live);
     FAMILY("attnd_kv_bytes", "gauge",
-           "K/V cache bytes held by the sequences of the loaded model.");
+           "K/V cache bytes held by the sequences of the model (an instance "
+           "a reload replaced included, until its steps end).");
     for (e = s->models; e; e = e->next)
         if (!e->inst || !e->inst->builtin)
             fprintf(f, "attnd_kv_bytes{model=\"%s\",version=\"1\"} %zu\n", e->name,
-                    e->inst && e->inst->kv_pool ? attn_kv_pool_used(e->inst->kv_pool)
-                                                : 0);
+                    kv_used(e));
     FAMILY("attnd_kv_bytes_limit", "gauge", "K/V cache budget per model (kv-bytes).");
     for (e = s->models; e; e = e->next)
         if (!e->inst || !e->inst->builtin)

@@ -138,6 +138,11 @@ struct srv_inst {
                                      NULL for sdpa or kv-bytes 0 */
     int refs;    /* registry (while current) + jobs */
     int builtin; /* 1 for sdpa */
+    /* replaced (a reload, an unload) while jobs or sequences still held
+     * it: on its entry's retired list until freed, so that its K/V pages
+     * still count in attnd_kv_bytes */
+    struct srv_entry *retired_of;
+    struct srv_inst *rnext;
 };
 
 /* A model name the server knows. Entries live until the server stops. */
@@ -145,6 +150,7 @@ struct srv_entry {
     srv *s;
     char name[SRV_NAME_MAX];
     srv_inst *inst; /* current instance, NULL when not loaded */
+    srv_inst *retired; /* earlier ones still held (srv_inst.retired_of) */
     int state;      /* SRV_UNAVAILABLE / LOADING / READY */
     int startup;    /* loaded at startup: counts for /v2/health/ready */
     /* registry_queue.c: its loads, uploads and unloads take effect one at a

@@ -501,11 +501,16 @@ test('a sequence being dropped behind its running step is not live to a DELETE e
         assert.ok(seen, `${id}: the long step's batch never ran`);
         if (first === 'delete') assert.equal((await del(id)).status, 200);
         else assert.equal((await fetch(`${d.url}/v2/repository/models/gqa/load`, { method: 'POST' })).status, 200);
+        // read before GET says the step still runs: its pages, whose
+        // instance the reload retired, still count (they read 0 before)
+        const kvBytes = await metric(d, 'attnd_kv_bytes');
         const g = await fetch(`${d.url}/v2/sequences/${id}`);
         assert.equal(g.status, 404);
         const gt = await g.text();
         held = new RegExp(`is being dropped \\(${why}\\)`).test(gt);
         if (held) {
+          // 64-token pages of 2 kv heads x (4 + 4) floats: 4096 bytes
+          assert.equal(kvBytes, Math.ceil((1 + T) / 64) * 4096, `${id}: attnd_kv_bytes while its step runs`);
           const again = await del(id);
           assert.equal(again.status, 404, `${id}: DELETE after the ${first}: ${again.text}`);
           assert.match(again.text, new RegExp(`sequence '${id}' (is being dropped \\(${why}\\)|dropped [\\d.]+ s ago at ${1 + T} tokens: ${why})`));
@@ -516,6 +521,7 @@ test('a sequence being dropped behind its running step is not live to a DELETE e
         assert.equal(r.status, 200, JSON.stringify(r.json).slice(0, 300));
         assert.equal(r.json.parameters.sequence_length, 1 + T);
         assert.match(await (await fetch(`${d.url}/v2/sequences/${id}`)).text(), new RegExp(`at ${1 + T} tokens: ${why}`));
+        assert.equal(await metric(d, 'attnd_kv_bytes'), 0, `${id}: its pages given back`);
       }
       if (first === 'delete') assert.ok(held, `${name}: every step ended before the ${first}`);
       else if (!held) console.log(`# ${name}: every step ended before the ${first}'s load: not checked`);
