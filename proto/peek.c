@@ -50,8 +50,8 @@ static int value(const char *p, const char *end, char *out)
             if (__builtin_mul_overflow(v, 10u, &v) ||
                 __builtin_add_overflow(v, (uint64_t)(*p - '0'), &v))
                 return 0;
-        if (p < end && (*p == '.' || *p == 'e' || *p == 'E'))
-            return 0; /* not an integer */
+        if (p == end || *p == '.' || *p == 'e' || *p == 'E')
+            return 0; /* not an integer, or cut here (a body so far) */
         memcpy(out, d, (size_t)(p - d));
         out[p - d] = 0;
         return 1;

@@ -7,6 +7,7 @@
  * Loop thread only.
  */
 #include "server/grpc_int.h"
+#include "server/seq.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -308,6 +309,10 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
                          "bodies and unsent answers (%lld bytes, memory-budget) "
                          "is in use; retry shortly", s->cfg.memory_budget);
                 refused = msg;
+                /* a step retried as told counts (sched.c's rule) */
+                if (call->has_seq_hdr && call->m->rest_path &&
+                    !strcmp(call->m->rest_path, "/v2/models/{}/infer"))
+                    srv_seq_touch(s, call->seq_hdr);
             } else if (!(call->msg = malloc(mlen + 1u))) {
                 srv_mem_give(s, mlen + 1u + MSG_COST);
                 refused = GRPC_OOM_MSG;

@@ -214,6 +214,8 @@ static int route(srv_req *r, const char *url)
 
 void srv_http__no_memory(srv_req *r)
 {
+    if (r->route && r->route->body == SRV_BODY_INFER) /* a step counts */
+        srv_sched_refused(r);
     srv_respond_error(r, 503, "server: the memory for request bodies, "
                       "decoded requests and unsent answers (%lld bytes, "
                       "memory-budget) is in use; retry shortly",

@@ -498,14 +498,24 @@ static int solo_ok(const srv_entry *e, size_t len, int alone)
            (alone || e->seq_expected <= 0);
 }
 
-/* seq_refused: r, whole, was refused before its decode (503: retry): a
- * step of a live sequence, retried as told, keeps it from the idle sweep,
- * as one refused after its decode does. Its id is its Attnd-Sequence-Id
- * header (hdr_id), or else its body's sequence_id, read off without a
- * decode: one pass over the JSON (the loop copied it in already), a walk
- * of a gRPC message's top-level fields. */
-static void seq_refused(srv_req *r, const char *hdr_id)
+/* seq_hdr_id: r's Attnd-Sequence-Id header (REST) or metadata, or NULL */
+static const char *seq_hdr_id(const srv_req *r)
 {
+    return r->conn ? MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                                 "Attnd-Sequence-Id")
+           : r->has_seq_hdr ? r->seq_hdr : NULL;
+}
+
+/* srv_sched_refused: infer request r was refused before its decode (503:
+ * retry), its body whole or not (memory-budget could not hold it, a full
+ * queue): a step of a live sequence, retried as told, keeps it from the
+ * idle sweep, as one refused after its decode does. Its id is its
+ * Attnd-Sequence-Id header, or else its body's sequence_id so far, read
+ * off without a decode: one pass over the JSON (the loop copied it in
+ * already), a walk of a gRPC message's top-level fields. Loop thread. */
+void srv_sched_refused(srv_req *r)
+{
+    const char *hdr_id = seq_hdr_id(r);
     char id[OIP_MAX_SEQ_ID];
     if (hdr_id)
         srv_seq_touch(r->s, hdr_id);
@@ -521,9 +531,7 @@ void srv_h_infer(srv_req *r)
     srv *s = r->s;
     srv_entry *e = srv_registry_find(s, r->arg[0]);
     srv_job *j;
-    const char *hdr_id = r->conn ? MHD_lookup_connection_value(
-                                       r->conn, MHD_HEADER_KIND, "Attnd-Sequence-Id")
-                         : r->has_seq_hdr ? r->seq_hdr : NULL;
+    const char *hdr_id = seq_hdr_id(r);
     size_t mlen = strnlen(r->arg[0], sizeof r->model - 1); /* "%.128s" */
     memcpy(r->model, r->arg[0], mlen);
     r->model[mlen] = 0;
@@ -560,7 +568,7 @@ void srv_h_infer(srv_req *r)
         return;
     }
     if (e->pending >= (int)s->cfg.queue_size) {
-        seq_refused(r, hdr_id); /* (before the answer, which may free r) */
+        srv_sched_refused(r); /* (before the answer, which may free r) */
         srv_respond_error(r, 503, "queue: model '%s' has %d request%s in "
                           "progress (queue-size); retry later", e->name, e->pending,
                           e->pending == 1 ? "" : "s");
@@ -569,7 +577,7 @@ void srv_h_infer(srv_req *r)
     }
     j = calloc(1, sizeof *j);
     if (!j) {
-        seq_refused(r, hdr_id);
+        srv_sched_refused(r);
         srv_respond_error(r, 503, "server: out of memory");
         return;
     }

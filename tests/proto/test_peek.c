@@ -4,7 +4,8 @@
  * send (a number, a string, white space anywhere JSON allows it), takes
  * no value the decoder would refuse (0, a negative, a fraction, past
  * 2^64 - 1, a string it would not take), nor a "sequence_id" that is a
- * value or inside a string, nor one past the JSON part of a binary body.
+ * value or inside a string, nor one past the JSON part of a binary body,
+ * nor a number cut at the end of a body read so far.
  */
 #include <check.h>
 #include <stdio.h>
@@ -95,6 +96,10 @@ START_TEST(first_taken_and_json_part_only)
     /* cut inside the key or its value */
     ck_assert_str_eq(peek(js, 26), "");
     ck_assert_str_eq(peek(js, 32), "");
+    /* a body so far (refused while it came): a number cut at its end may
+     * be the start of another */
+    ck_assert_str_eq(peek("{\"parameters\":{\"sequence_id\":12", 0), "");
+    ck_assert_str_eq(peek("{\"parameters\":{\"sequence_id\":12,", 0), "12");
     char id[OIP_MAX_SEQ_ID] = "x";
     ck_assert_int_eq(oip_peek_sequence_id(NULL, 0, 0, id), 0);
     ck_assert_str_eq(id, "");

@@ -221,3 +221,64 @@ async function queueFullRetries(withHeader) {
 test('a step refused for a full queue (queue-size) with its id in the Attnd-Sequence-Id header keeps its sequence while it retries', () => queueFullRetries(true));
 
 test('a step refused for a full queue with its id only in its body keeps its sequence too (its sequence_id read without a decode)', () => queueFullRetries(false));
+
+test('a step refused for memory-budget before its body was read keeps its sequence while it retries: its id in the Attnd-Sequence-Id header (REST) or metadata (gRPC)', async () => {
+  // a request whose head announced 99000 bytes holds them of the 150000
+  // of memory-budget while its body never comes (min-body-rate 0): a
+  // step of 60000 bytes (padded with a key the decoder ignores) is
+  // refused from its head, 503 "retry shortly", until it goes
+  const idle = 700 * SLOW;
+  const d = await start({ dir: gqaModels(), grpc: true, args: ['--sequence-idle-ms', String(idle), '--memory-budget', '150000',
+    '--max-json-body', '100000', '--request-memory', '100000', '--max-body', '100000', '--min-body-rate', '0'] });
+  const session = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
+  const holder = net.connect(d.port, '127.0.0.1');
+  try {
+    const xs = tokens(4, 16);
+    for (const id of ['mr', 'mg'])
+      assert.equal((await infer(d, 'gqa', stepBody(id, xs.slice(0, 3 * D), { start: true }))).status, 200);
+    const rest = () => infer(d, 'gqa', { ...stepBody('mr', xs.slice(3 * D)), pad: 'p'.repeat(60000) }, { 'Attnd-Sequence-Id': 'mr' });
+    const grpcMsg = Buffer.concat([grpcStep('mg', xs.slice(3 * D)), ld(99, Buffer.alloc(60000))]);
+    const grpcCall = () => new Promise((res, rej) => {
+      const req = session.request({ ':method': 'POST', ':path': '/inference.GRPCInferenceService/ModelInfer',
+        'content-type': 'application/grpc', te: 'trailers', 'attnd-sequence-id': 'mg' });
+      let trailers = {};
+      req.on('response', (h) => { if (h['grpc-status']) trailers = h; }); // trailers-only
+      req.on('trailers', (t) => { trailers = t; });
+      req.on('error', rej);
+      req.on('close', () => res({ code: Number(trailers['grpc-status']), msg: decodeURIComponent(trailers['grpc-message'] || '') }));
+      req.resume();
+      req.end(frame(grpcMsg));
+    });
+    // (an infer of sdpa: a body still coming to gqa might be a step)
+    holder.write('POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n' +
+      'Content-Length: 99000\r\n\r\n{');
+    const used = async () => Number(/^attnd_memory_budget_used_bytes (\d+)$/m.exec(await (await fetch(`${d.url}/metrics`)).text())[1]);
+    for (let i = 0; i < 2000 && (await used()) < 99000; i++) await sleep(5);
+    const t0 = Date.now();
+    while (Date.now() - t0 < 1.6 * idle) {
+      const r = await rest();
+      assert.equal(r.status, 503, JSON.stringify(r.json));
+      assert.match(r.json.error, /memory-budget\) is in use; retry shortly/);
+      const g = await grpcCall();
+      assert.equal(g.code, 14, g.msg);
+      assert.match(g.msg, /memory-budget\) is in use; retry shortly/);
+      await sleep(100);
+    }
+    // past 1.6 idle periods of refusals (a sweep drops an idle one
+    // within 1.25): both still there (dropped before)
+    for (const id of ['mr', 'mg']) {
+      const g = await fetch(`${d.url}/v2/sequences/${id}`);
+      assert.equal(g.status, 200, `${id}: ${await g.text()}`);
+    }
+    holder.destroy();
+    for (let i = 0; i < 2000 && (await used()) >= 99000; i++) await sleep(5);
+    assert.equal((await rest()).status, 200);
+    assert.equal((await grpcCall()).code, 0);
+    for (const id of ['mr', 'mg'])
+      assert.equal((await (await fetch(`${d.url}/v2/sequences/${id}`)).json()).length, 4);
+  } finally {
+    holder.destroy();
+    session.close();
+    assert.equal((await d.stop()).code, 0);
+  }
+});
