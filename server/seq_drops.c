@@ -193,12 +193,24 @@ void srv_seq_drop_model(srv_entry *e)
         each_seq(e->s->seqs, drop_model_fn, e);
 }
 
+/* step_held: is a decoded step of l whose request's head came before
+ * `before` waiting for earlier arrivals (held)? It came: it keeps l for
+ * as long as it is held (those arrivals' decodes, or their deadlines). */
+static int step_held(srv_seqs *q, const srv_seq *l, uint64_t before)
+{
+    const srv_step *st;
+    for (st = q->held_head; st; st = st->next)
+        if (st->t_head < before && strcmp(st->id, l->id) == 0)
+            return 1;
+    return 0;
+}
+
 /* step_coming: may a step of l whose request's head came before `before`
  * still be on its way to l: a REST body still coming to l's model's
  * infer, a gRPC infer message still coming (any model's: its model too is
  * in it), or a request being decoded, none with another id in its
- * Attnd-Sequence-Id header, or a decoded step of l waiting for earlier
- * arrivals? (Until decoded, a request's sequence id is not known.) */
+ * Attnd-Sequence-Id header? (Until decoded, a request's sequence id is
+ * not known.) */
 static int step_coming(srv_seqs *q, const srv_seq *l, uint64_t before)
 {
     const srv_step *st;
@@ -206,9 +218,6 @@ static int step_coming(srv_seqs *q, const srv_seq *l, uint64_t before)
     for (st = q->dec_head; st; st = st->next)
         if (st->t_head < before && st->e == l->e &&
             (!st->hdr_id[0] || strcmp(st->hdr_id, l->id) == 0))
-            return 1;
-    for (st = q->held_head; st; st = st->next)
-        if (st->t_head < before && strcmp(st->id, l->id) == 0)
             return 1;
     if (srv_grpc_step_coming(q->s, l->id, before))
         return 1;
@@ -228,13 +237,15 @@ static int step_coming(srv_seqs *q, const srv_seq *l, uint64_t before)
 }
 
 /* idle_fn: l goes once no step came for sequence-idle-ms, unless a step
- * that came before that (its request's head) is still on its way
- * (step_coming: its body coming, decoding), for at most one more period. */
+ * that came before that (its request's head) is held behind earlier
+ * arrivals (step_held), or may be still on its way (step_coming: its body
+ * coming, decoding), for at most one more period. */
 static void idle_fn(srv_seqs *q, srv_seq *l, void *arg)
 {
     uint64_t now = *(uint64_t *)arg;
     uint64_t idle = (uint64_t)q->s->cfg.sequence_idle_ms * 1000000u;
     if (l->live && !l->active && !l->qhead && now - l->last_ns >= idle &&
+        !step_held(q, l, l->last_ns + idle) &&
         (now - l->last_ns >= 2 * idle ||
          !step_coming(q, l, l->last_ns + idle))) {
         srv__seq_drop(q, l, SRV_DROP_IDLE);

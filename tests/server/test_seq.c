@@ -718,6 +718,35 @@ START_TEST(idle_waits_for_a_step_on_its_way)
 }
 END_TEST
 
+/* A decoded step held behind an earlier arrival came before its
+ * sequence's deadline: its id is known, it is a step, and it keeps the
+ * sequence past the one more period a request that may be one gets, for
+ * as long as it is held (the earlier arrivals' deadlines bound that); it
+ * was dropped at two periods, and the step answered 400 unknown. */
+START_TEST(held_step_keeps_its_sequence)
+{
+    srv_job *o, *a;
+    go(M1, 3, "\"sequence_id\":\"k\",\"sequence_start\":true");
+    g_now += 30 * MS;
+    o = make(M1, 1, "other", NULL, ""); /* another id's, slow to decode */
+    o->st.t_head = g_now;
+    srv_seq_arrive(&g_s, &o->st);
+    a = job(M1, 1, "\"sequence_id\":\"k\"");
+    a->st.t_head = g_now;
+    srv_seq_arrive(&g_s, &a->st);
+    srv_seq_decoded(&g_s, &a->st, 1);
+    ck_assert_int_eq(a->st.where, SRV_STEP_HELD);
+    g_now += 100 * MS; /* 130 ms since the start: past two periods */
+    sweep();
+    ck_assert_int_eq(length("k"), 3);
+    srv_seq_decoded(&g_s, &o->st, 0);
+    ck_assert_int_eq(run(a, 1), 0);
+    ck_assert_int_eq(length("k"), 4);
+    ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_IDLE], 0);
+    job_free(o), job_free(a);
+}
+END_TEST
+
 static Suite *seq_suite(void)
 {
     Suite *s = suite_create("seq");
@@ -737,6 +766,7 @@ static Suite *seq_suite(void)
     tcase_add_test(tc, map_that_cannot_grow_ends);
     tcase_add_test(tc, map_keeps_scores);
     tcase_add_test(tc, idle_waits_for_a_step_on_its_way);
+    tcase_add_test(tc, held_step_keeps_its_sequence);
     suite_add_tcase(s, tc);
     return s;
 }
