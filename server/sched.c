@@ -508,8 +508,9 @@ static const char *seq_hdr_id(const srv_req *r)
 
 /* srv_sched_refused: infer request r was refused before its decode (503:
  * retry), its body whole or not (memory-budget could not hold it, a full
- * queue): a step of a live sequence, retried as told, keeps it from the
- * idle sweep, as one refused after its decode does. Its id is its
+ * queue; or 504, a gRPC client's deadline past when its message came): a
+ * step of a live sequence, retried as told, keeps it from the idle sweep,
+ * as one refused after its decode does. Its id is its
  * Attnd-Sequence-Id header, or else its body's sequence_id so far, read
  * off without a decode: one pass over the JSON (the loop copied it in
  * already), a walk of a gRPC message's top-level fields. Loop thread. */
@@ -555,6 +556,7 @@ void srv_h_infer(srv_req *r)
     /* a gRPC call whose deadline had passed when its message came: the
      * model's timeout, as one that passes while it waits */
     if (r->expired) {
+        srv_sched_refused(r); /* a step all the same, as one answered 504 */
         srv_respond_error(r, 504, "deadline: the client's deadline passed");
         e->stats.fail_timeout++;
         return;

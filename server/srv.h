@@ -630,7 +630,8 @@ int srv_sched_entry_init(srv_entry *e); /* its batch timer; -1 on failure */
 void srv_sched_entry_free(srv_entry *e); /* after its handle was closed */
 void srv_h_infer(srv_req *r);
 /* srv_sched_refused: infer request r is refused before its decode (503,
- * retry): a step it may be still counts for its sequence's idle sweep. */
+ * retry; 504): a step it may be still counts for its sequence's idle
+ * sweep. */
 void srv_sched_refused(srv_req *r);
 void srv_sched_detach(srv_req *r); /* the request goes away (completion) */
 /* srv_sched_client_went: r's client went while its job waits or runs

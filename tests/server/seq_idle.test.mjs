@@ -282,3 +282,34 @@ test('a step refused for memory-budget before its body was read keeps its sequen
     assert.equal((await d.stop()).code, 0);
   }
 });
+
+test('a gRPC step whose deadline passed before its message came (504) still counts as a step', async () => {
+  // its grpc-timeout (50 ms) passes before its message is sent: answered
+  // DEADLINE_EXCEEDED undecoded; the client tries again, as a step
+  // answered 504 after its decode does, for 1.6 idle periods
+  const idle = 700 * SLOW;
+  const d = await start({ dir: gqaModels(), grpc: true, args: ['--sequence-idle-ms', String(idle)] });
+  const session = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
+  try {
+    const xs = tokens(4, 17);
+    assert.equal((await infer(d, 'gqa', stepBody('dl', xs.slice(0, 3 * D), { start: true }))).status, 200);
+    const late = () => new Promise((res, rej) => {
+      const req = session.request({ ':method': 'POST', ':path': '/inference.GRPCInferenceService/ModelInfer',
+        'content-type': 'application/grpc', te: 'trailers', 'grpc-timeout': '50m' });
+      let t = {};
+      req.on('response', (h) => { if (h['grpc-status']) t = h; });
+      req.on('trailers', (h) => { t = h; });
+      req.on('error', rej);
+      req.on('close', () => res(Number(t['grpc-status'])));
+      req.resume();
+      setTimeout(() => req.end(frame(grpcStep('dl', xs.slice(3 * D)))), 100);
+    });
+    const t0 = Date.now();
+    while (Date.now() - t0 < 1.6 * idle) assert.equal(await late(), 4);
+    const g = await fetch(`${d.url}/v2/sequences/dl`);
+    assert.equal(g.status, 200, await g.text());
+  } finally {
+    session.close();
+    assert.equal((await d.stop()).code, 0);
+  }
+});
