@@ -620,41 +620,57 @@ int oip_pb_peek_model(const char *msg, size_t len, char *name, char *version,
     return 0;
 }
 
-/* peek_param_id: an InferParameter (n bytes at p) as a sequence id, the
- * way get_seq_id reads it, into id: 1, or 0 for none the parse takes. */
-static int peek_param_id(const uint8_t *p, uint64_t n, char *id)
+/* An InferParameter read off the wire: its oneof's member (its field
+ * number, 0 for none or one that is no id) and value. */
+typedef struct peek_param {
+    int kind;
+    uint64_t num;          /* int64 / uint64 value, or the string's length */
+    char str[OIP_MAX_SEQ_ID];
+} peek_param;
+
+/* peek_param_merge: one InferParameter (n bytes at p) into *pp, as a parse
+ * merges a message given twice: each member set replaces the oneof's. */
+static void peek_param_merge(const uint8_t *p, uint64_t n, peek_param *pp)
 {
     const uint8_t *end = p + n, *v;
-    uint64_t key, len, num = 0;
-    int kind = 0;
+    uint64_t key, len;
     while (p < end) {
         const uint8_t *at = p;
-        if (field(&p, end, &key, &v, &len) < 0)
-            return 0;
+        if (field(&p, end, &key, &v, &len) < 0) {
+            pp->kind = 0; /* the parse refuses it */
+            return;
+        }
         if (key == (2 << 3 | 0) || key == (5 << 3 | 0)) {
-            varint(&at, end, &num); /* its key again, then the value */
-            varint(&at, end, &num);
-            kind = (int)(key >> 3);
+            varint(&at, end, &pp->num); /* its key again, then the value */
+            varint(&at, end, &pp->num);
+            pp->kind = (int)(key >> 3);
         } else if (key == (3 << 3 | 2)) {
-            kind = 3;
-            num = len;
+            pp->kind = 3;
+            pp->num = len;
             if (len < OIP_MAX_SEQ_ID)
-                memcpy(id, v, (size_t)len);
+                memcpy(pp->str, v, (size_t)len);
         } else if (key >> 3 >= 1 && key >> 3 <= 5) {
-            kind = 0; /* another member of the oneof: the last one counts */
+            pp->kind = 0; /* another member of the oneof */
         }
     }
-    if (kind == 2 && (int64_t)num >= 1) {
-        snprintf(id, OIP_MAX_SEQ_ID, "%lld", (long long)(int64_t)num);
+}
+
+/* peek_param_id: *pp as a sequence id, the way get_seq_id reads it, into
+ * id: 1, or 0 for none the parse takes. */
+static int peek_param_id(const peek_param *pp, char *id)
+{
+    if (pp->kind == 2 && (int64_t)pp->num >= 1) {
+        snprintf(id, OIP_MAX_SEQ_ID, "%lld", (long long)(int64_t)pp->num);
         return 1;
     }
-    if (kind == 5 && num >= 1) {
-        snprintf(id, OIP_MAX_SEQ_ID, "%llu", (unsigned long long)num);
+    if (pp->kind == 5 && pp->num >= 1) {
+        snprintf(id, OIP_MAX_SEQ_ID, "%llu", (unsigned long long)pp->num);
         return 1;
     }
-    if (kind == 3 && num < OIP_MAX_SEQ_ID &&
-        oip_sequence_id_valid(id, (size_t)num)) {
-        id[num] = 0;
+    if (pp->kind == 3 && pp->num < OIP_MAX_SEQ_ID &&
+        oip_sequence_id_valid(pp->str, (size_t)pp->num)) {
+        memcpy(id, pp->str, (size_t)pp->num);
+        id[pp->num] = 0;
         return 1;
     }
     return 0;
@@ -668,9 +684,10 @@ int oip_pb_peek_seq_id(const char *msg, size_t len, size_t header_len,
     (void)header_len;
     id[0] = 0;
     while (p && p < end) {
-        uint64_t key, n;
-        const uint8_t *q, *qend, *k = NULL, *val = NULL;
-        uint64_t klen = 0, vlen = 0;
+        uint64_t key, n, klen = 0;
+        const uint8_t *q, *qend, *k = NULL;
+        peek_param pp = {0};
+        int has_value = 0;
         if (field(&p, end, &key, &v, &n) < 0)
             break;
         if (key != (4 << 3 | 2)) /* parameters: a map entry */
@@ -680,15 +697,17 @@ int oip_pb_peek_seq_id(const char *msg, size_t len, size_t header_len,
             const uint8_t *ev;
             if (field(&q, qend, &ek, &ev, &en) < 0)
                 break;
-            if (ek == (1 << 3 | 2))
+            if (ek == (1 << 3 | 2)) { /* its key: the last one counts */
                 k = ev, klen = en;
-            else if (ek == (2 << 3 | 2))
-                val = ev, vlen = en;
+            } else if (ek == (2 << 3 | 2)) { /* its value, merged */
+                peek_param_merge(ev, en, &pp);
+                has_value = 1;
+            }
         }
         /* the last entry of a key counts, as in the parse */
         if (k && klen == 11 && !memcmp(k, "sequence_id", 11)) {
             char one[OIP_MAX_SEQ_ID];
-            if (!val || !peek_param_id(val, vlen, one))
+            if (!has_value || !peek_param_id(&pp, one))
                 found[0] = 0;
             else
                 memcpy(found, one, sizeof one);

@@ -17,7 +17,8 @@
  *   - the skeleton read in jtree.c's one pass and through jansson gives the
  *     same answer (status, message, request), and a text the one pass
  *     calls a compact object is one jansson dumps compact as the same
- *     bytes.
+ *     bytes;
+ *   - oip_peek_sequence_id gives only ids the decoder would take.
  */
 #include <jansson.h>
 #include <math.h>
@@ -204,7 +205,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 #endif
     oip_request r;
-    char err[OIP_ERRMAX] = "";
+    char err[OIP_ERRMAX] = "", seq[OIP_MAX_SEQ_ID];
+    /* the peek of a refused request's id takes only ids the decoder would */
+    if (oip_peek_sequence_id((const char *)data, size, hl, seq) &&
+        !oip_sequence_id_valid(seq, strlen(seq)))
+        abort();
     int rc = oip_decode(&r, (const char *)data, size, hl, &lim, err);
     {
         oip_request r2;

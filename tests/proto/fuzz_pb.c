@@ -7,7 +7,8 @@
  * checked beyond "no crash, no leak, no UB":
  *   - oip_pb_peek_model agrees with the full parse on model_name whenever
  *     both accept the message, and oip_pb_peek_echo with the decode on
- *     the id whenever the decode accepts it;
+ *     the id whenever the decode accepts it, and oip_pb_peek_seq_id on
+ *     the sequence id (none included);
  *   - a failed decode leaves the request empty and names its cause;
  *   - a decoded request's tensors re-encode as a ModelInferResponse (raw
  *     and typed) that protobuf-c parses back with the same shapes and,
@@ -81,6 +82,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int peek = oip_pb_peek_model((const char *)data, size, name, version,
                                  sizeof name, err);
     int rc = oip_pb_decode(&r, (const char *)data, size, 0, &lim, err);
+    char seq[OIP_MAX_SEQ_ID];
+    int has_seq = oip_pb_peek_seq_id((const char *)data, size, 0, seq);
+    if (has_seq != (seq[0] != 0) || (!rc && strcmp(seq, r.params.seq_id)))
+        abort();
     if (rc) {
         if (r.inputs || r.n_inputs || r.id || !err[0])
             abort();

@@ -50,6 +50,13 @@ corpus = {
     "ints_bools": s(1, "tiny") + tensor("x", "FP16", [1, 1, 2]) + tensor("lengths", "INT32", [1])
     + tensor("mask", "BOOL", [1, 1]) + ld(7, b"\x00\x3c\x00\xc0") + ld(7, struct.pack("<i", 1)) + ld(7, b"\x01")
     + param("tokens", ld(3, b'["a","b"]')),
+    # a sequence step (oip_pb_peek_seq_id): ids as int64, uint64 and
+    # string, an entry's value given twice (merged), the last entry counts
+    "seq_step": s(1, "gqa") + param("sequence_id", varint(2 << 3 | 0) + varint(7))
+    + param("sequence_id", varint(5 << 3 | 0) + varint((1 << 64) - 1))
+    + ld(4, s(1, "sequence_id") + ld(2, varint(1 << 3 | 0) + varint(1)) + ld(2, s(3, "chat-7")))
+    + param("sequence_start", varint(1 << 3 | 0) + varint(1))
+    + tensor("x", "FP32", [1, 1, 2], ld(6, f32([0.5, -1]))),
 }
 os.makedirs(sys.argv[1], exist_ok=True)
 for name, data in corpus.items():
