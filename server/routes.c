@@ -460,16 +460,27 @@ static enum MHD_Result inm_line(void *cls, enum MHD_ValueKind kind,
     return MHD_YES;
 }
 
+/* The page names its files relatively (web/app.js), so that it works
+ * under any prefix a proxy adds; opened at /web/index.html it would look
+ * for them under /web/web/: that path answers 301 to the page, with a
+ * Location relative to it (../), which keeps the prefix too. */
+#define WEB_PAGE_MOVED "/web/index.html"
+
 /* GET / and /web/{}: the visualiser's files, compiled in (web.h). An
  * If-None-Match that lists its ETag answers 304; http.c adds ETag,
  * Cache-Control and the page's Content-Security-Policy when r->web_etag
- * is set. */
+ * is set. /web/index.html answers 301 to the page (WEB_PAGE_MOVED). */
 static void h_web(srv_req *r)
 {
     const web_asset *a = web_asset_find(r->path);
     const char *unmatched;
     char *body;
 
+    if (strcmp(r->path, WEB_PAGE_MOVED) == 0) {
+        snprintf(r->extra_hdr, sizeof r->extra_hdr, "Location: ../");
+        srv_respond(r, 301, NULL, NULL, 0);
+        return;
+    }
     if (!a) {
         srv_respond_error(r, 404, "path: the visualiser has no file %s",
                           r->path);

@@ -3,8 +3,10 @@
  *
  * The files of server/web/ are turned into a table by tools/embed_assets.c
  * at build time (build/<variant>/gen/web_assets.c). The router answers
- *   GET /             with /web/index.html
- *   GET /web/<file>   with that file
+ *   GET /             with /web/index.html (which names its files
+ *                     relatively, web/app.js: any prefix a proxy adds
+ *                     stays in front of them)
+ *   GET /web/<file>   with that file (/web/index.html: 301 to ../)
  * sending content_type, ETag (answer 304 to a matching If-None-Match),
  * "Cache-Control: no-cache" and the WEB_CSP Content-Security-Policy.
  * Everything here is read-only static data: any thread.

@@ -46,11 +46,11 @@ const SESSION = (() => {
 })();
 
 // ROOT: the API's root, where the page was served from: the daemon serves
-// it at / and /web/index.html, so "/" for those; "/session/" for the page
-// at /session/ or /session (the Ingress's session door, which strips that
-// prefix): every request goes through the door the page came in by.
-export const ROOT = ((p) => (p.endsWith('/web/index.html') ? p.slice(0, -14)
-  : p.endsWith('/') ? p : `${p}/`))(location.pathname);
+// it at / (its /web/index.html leads there), so "/"; "/session/" for the
+// page at /session/ or /session (the Ingress's session door, which strips
+// that prefix): every request goes through the door the page came in by,
+// as index.html's relative web/... paths take the page's own files.
+export const ROOT = ((p) => (p.endsWith('/') ? p : `${p}/`))(location.pathname);
 const url = (path) => `${ROOT}${path}`;
 
 // The sequence (id) whose retained map each map id is, for the maps of

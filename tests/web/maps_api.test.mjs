@@ -124,7 +124,10 @@ test('the page and its files are served with ETags; If-None-Match gives 304', as
   assert.match(r.headers.get('content-security-policy'), /default-src 'self'/);
   const etag = r.headers.get('etag');
   assert.match(etag, /^"[0-9a-f]{16}"$/);
-  assert.match(await r.text(), /<script type="module" src="\/web\/app.js">/);
+  assert.match(await r.text(), /<script type="module" src="web\/app.js">/); // relative: any prefix
+  const moved = await fetch(`${daemon.url}/web/index.html`, { redirect: 'manual' });
+  assert.equal(moved.status, 301);
+  assert.equal(moved.headers.get('location'), '../');
   const again = await fetch(`${daemon.url}/`, { headers: { 'If-None-Match': etag } });
   assert.equal(again.status, 304);
   const js = await fetch(`${daemon.url}/web/app.js`);

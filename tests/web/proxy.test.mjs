@@ -5,7 +5,10 @@
 // the door it came in by (relative to where it was served from) with one
 // X-Attnd-Session value per tab, and Attnd-Sequence-Id with its sequence's
 // steps, its map's fetches and its end. An API request outside /session
-// answers 404 here, as the replica that does not hold the map would.
+// answers 404 here, as the replica that does not hold the map would. The
+// page's own files come through the door too: this proxy forwards only its
+// prefixes (/session, and /tools/attnd for a page mounted under any path),
+// as a proxy in front of other applications does.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
@@ -15,9 +18,12 @@ import { embed } from '../../server/web/embed.js';
 let daemon, browser, proxy, base, haveSequences = false;
 const seen = []; // { method, path, session, seq, body } of every request
 
-// door: the session door's rewrite (/session/x -> /x) onto the daemon;
-// the page's own files (/web/...) pass as the main door serves them; any
-// other path answers 404 (a replica that never saw the map).
+// door: the prefixes' rewrite (/session/x -> /x) onto the daemon; a
+// prefix without its slash answers 301 to it with the slash, as nginx's
+// `location /session/` does; any other path, the page's own files at
+// /web/... too, answers 404 (another application, a replica that never
+// saw the map).
+const PREFIXES = ['/session', '/tools/attnd'];
 function door(req, res) {
   const chunks = [];
   req.on('data', (c) => chunks.push(c));
@@ -25,15 +31,21 @@ function door(req, res) {
     const body = Buffer.concat(chunks);
     seen.push({ method: req.method, path: req.url, session: req.headers['x-attnd-session'],
       seq: req.headers['attnd-sequence-id'], body: body.toString() });
-    const m = req.url.match(/^\/session(\/.*|$)/);
-    if (!m && !req.url.startsWith('/web/')) {
+    const pre = PREFIXES.find((p) => req.url === p || req.url.startsWith(`${p}/`) || req.url.startsWith(`${p}?`));
+    const rest = pre && req.url.slice(pre.length);
+    if (pre && !rest.startsWith('/')) {
+      res.writeHead(301, { Location: `${pre}/${rest}` });
+      res.end();
+      return;
+    }
+    if (!pre) {
       res.writeHead(404, { 'Content-Type': 'application/json' });
-      res.end(JSON.stringify({ error: `proxy: ${req.url} is not under /session: another replica` }));
+      res.end(JSON.stringify({ error: `proxy: ${req.url} is not under ${PREFIXES.join(' or ')}: another application` }));
       return;
     }
     const u = new URL(daemon.url);
     const up = http.request({ host: u.hostname, port: u.port, method: req.method,
-      path: m ? m[1] || '/' : req.url, headers: req.headers }, (r) => {
+      path: rest, headers: req.headers }, (r) => {
       res.writeHead(r.statusCode, r.headers);
       r.pipe(res);
     });
@@ -94,6 +106,8 @@ test('through the session door: a run, a retained map and a sequence, every requ
 
   const calls = seen.filter(api);
   assert.ok(calls.length >= 8, `only ${calls.length} API requests`);
+  assert.deepEqual(seen.filter((r) => !r.path.startsWith('/session/')).map((r) => `${r.method} ${r.path}`), [],
+    'requests (the page\'s own files too) outside the door the page came in by');
   const outside = calls.filter((r) => !r.path.startsWith('/session/'));
   assert.deepEqual(outside.map((r) => `${r.method} ${r.path}`), [], 'API requests outside the door the page came in by');
   const session = calls[0].session;
@@ -111,7 +125,7 @@ test('through the session door: a run, a retained map and a sequence, every requ
   await page.close();
 });
 
-test('two tabs send two sessions; the page at /session asks the API at /session/, at /web/index.html at /', async () => {
+test('two tabs send two sessions; the page at /session asks the API at /session/, at /web/index.html goes to / and asks it there', async () => {
   seen.length = 0;
   const a = await openPage(browser, `${base}/session/#model=toy&text=one%20two`);
   const b = await openPage(browser, `${base}/session#model=toy&text=one%20two`); // (no slash)
@@ -121,9 +135,33 @@ test('two tabs send two sessions; the page at /session asks the API at /session/
   await a.page.reload();
   await waitDrawn(a.page);
   assert.equal(new Set(seen.filter(api).map((r) => r.session)).size, 2, 'a reload keeps its tab\'s session');
+  assert.deepEqual(seen.filter((r) => !/^\/session(\/|$)/.test(r.path)).map((r) => r.path), []);
   const w = await openPage(browser, `${daemon.url}/web/index.html#model=toy&text=one%20two`);
   assert.equal(await w.page.evaluate(() => window.attnd.run.T), 2);
+  assert.equal(w.page.url(), `${daemon.url}/#model=toy&text=one+two&causal=0&h=0`);
   for (const p of [a, b, w]) { assert.deepEqual(p.errors, []); await p.page.close(); }
+});
+
+test('mounted under any prefix (/tools/attnd/), the page takes its files and the API through it; its /web/index.html leads there', async () => {
+  seen.length = 0;
+  const { page, errors } = await openPage(browser, `${base}/tools/attnd/#model=toy&text=the%20cat%20sat`);
+  assert.equal(await page.evaluate(() => window.attnd.run.T), 3);
+  const paths = seen.map((r) => r.path);
+  for (const f of ['style.css', 'app.js', 'api.js', 'heatmap.js', 'live.js'])
+    assert.ok(paths.includes(`/tools/attnd/web/${f}`), `${f} not asked through the prefix: ${paths}`);
+  assert.deepEqual(paths.filter((p) => !p.startsWith('/tools/attnd/')), [], 'requests outside the prefix');
+  assert.ok(seen.filter(api).length >= 2);
+  await page.close();
+  for (const old of ['web/index.html']) {
+    seen.length = 0;
+    const o = await openPage(browser, `${base}/tools/attnd/${old}#model=toy&text=one%20two`);
+    assert.equal(await o.page.evaluate(() => window.attnd.run.T), 2, old);
+    assert.match(o.page.url(), /^http:\/\/127\.0\.0\.1:\d+\/tools\/attnd\/#model=toy&text=one/, old);
+    assert.deepEqual(seen.map((r) => r.path).filter((p) => !p.startsWith('/tools/attnd/')), [], old);
+    assert.deepEqual(o.errors, [], old);
+    await o.page.close();
+  }
+  assert.deepEqual(errors, []);
 });
 
 // step: one step of sequence id on the toy model (d_model 16) straight to
