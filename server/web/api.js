@@ -96,7 +96,12 @@ async function send(url, opts) {
 // readJSON: res's body as JSON; an answer that is not (a proxy's login
 // or error page in the way) throws an error that says what came instead.
 async function readJSON(res) {
-  const text = await res.text();
+  let text;
+  try { text = await res.text(); } catch (e) {
+    const n = Number(res.headers.get('Content-Length'));
+    throw new Error(`the server's answer${n ? ` (${mb(n)})` : ''} could not be read whole (${e.message}): ` +
+      'more than the browser holds as one string, or the connection broke');
+  }
   try {
     return JSON.parse(text);
   } catch (_) {
@@ -108,17 +113,60 @@ async function readJSON(res) {
   }
 }
 
+const mb = (n) => (n < 1e6 ? `${Math.ceil(n / 1e3)} kB` : `${Math.round(n / 1e6)} MB`);
+
 // fail: throw the daemon's error; err.status is the HTTP status (401 asks
-// the page for a key).
-async function fail(res) {
+// the page for a key). size (optional, the request's: too413) turns a 413
+// into what to do about it.
+async function fail(res, size) {
   let msg = `HTTP ${res.status}`;
   try {
     const j = await res.json();
     if (j && j.error) msg = `${j.error} (HTTP ${res.status})`;
   } catch (_) { /* not JSON */ }
+  if (res.status === 413 && size) msg += too413(msg, size);
   const e = new Error(msg);
   e.status = res.status;
   throw e;
+}
+
+// too413: what a user of the page can do about a 413, the request (its
+// body, or the outputs it asks for) past one of the server's limits, which
+// the server's message names: send fewer tokens (about as many as fit:
+// the body grows with them, the maps with their square), or start attnd
+// with that limit raised. size: { n, unit ('words', 'query rows'), bytes
+// (the body sent), outBytes (the outputs it asks the server for) }.
+function too413(text, { n, unit, bytes, outBytes }) {
+  const name = (/\b(max-json-body|max-body|request-memory)\b/.exec(text) || [])[1];
+  const lim = Number((/(?:limit of|more than|\() ?(\d+)/.exec(text) || [])[1]);
+  let fit = 0;
+  if (lim > 0 && name === 'request-memory' && outBytes > lim) fit = Math.floor(n * Math.sqrt(lim / outBytes));
+  else if (lim > 0 && name && bytes > lim) fit = Math.floor((n * lim) / bytes);
+  return `: too large for this server. Send fewer ${unit}${fit > 0 && fit < n ? ` (about ${fit} fit)` : ''}` +
+    `${name ? `, or start attnd with a larger --${name}` : ''}.`;
+}
+
+// RUN_MAX_CELLS: the most weights (B x H x T x S) a run's answer may carry.
+// They come as JSON text, about 11 bytes a weight, which the browser holds
+// whole as one string and then as numbers: 2^24 are ~180 MB of text. A
+// larger run is refused before it is sent (bigRun), unless it is retained:
+// its answer then carries no map, which the page reads from the store
+// max-pooled (openMap).
+export const RUN_MAX_CELLS = 1 << 24;
+
+// bigRun: whether a run of B x H x T x S weights is past RUN_MAX_CELLS
+// (retained: to be read from the store); throws, saying how many fit,
+// when it is and is not retained.
+function bigRun(B, H, T, S, unit, retain) {
+  const cells = B * H * T * S;
+  if (cells <= RUN_MAX_CELLS) return false;
+  if (retain) return true;
+  const fit = S === T ? Math.floor(Math.sqrt(RUN_MAX_CELLS / (B * H))) : Math.floor(RUN_MAX_CELLS / (B * H * S));
+  const en = (x) => x.toLocaleString('en');
+  throw new Error(`${T} ${unit} make ${B > 1 ? `${B} items × ` : ''}${H} head${H === 1 ? '' : 's'} of ` +
+    `${T} × ${S} weights (${en(cells)}, about ${mb(cells * 11)} of JSON): more than this page takes in one ` +
+    `answer (${en(RUN_MAX_CELLS)} weights). Use at most ${fit} ${unit}, or tick “retain on the server”: ` +
+    'the map then stays on the server and the page reads it max-pooled.');
 }
 
 export async function getJSON(u, h = headers()) {
@@ -127,13 +175,15 @@ export async function getJSON(u, h = headers()) {
   return readJSON(res);
 }
 
-async function postJSON(u, body) {
+// postJSON: POST body as JSON; size (optional: fail) for a 413's advice.
+async function postJSON(u, body, size) {
+  const text = JSON.stringify(body);
   const res = await send(u, {
     method: 'POST',
     headers: headers({ 'Content-Type': 'application/json', Accept: 'application/json' }),
-    body: JSON.stringify(body),
+    body: text,
   });
-  if (!res.ok) await fail(res);
+  if (!res.ok) await fail(res, size && { ...size, bytes: text.length });
   return readJSON(res);
 }
 
@@ -239,13 +289,18 @@ export async function inferWords(meta, words, { causal, retain }) {
   const p = meta.parameters || {};
   const d = p.d_model;
   const x = embed(words, d);
-  return inferX(meta, [1, words.length, d], x, words, { causal, retain });
+  return inferX(meta, [1, words.length, d], x, words, { causal, retain }, null, undefined, 'words');
 }
 
 // Run an attention model on an explicit x of shape [B, T, d_model] (and,
 // for cross-attention, ctx = { shape: [B, S, d_ctx], data, tokens }).
-export async function inferX(meta, shape, x, tokens, { causal, retain }, ctx = null, maskIn = undefined) {
+// unit: what its T counts, for messages. A retained run past
+// RUN_MAX_CELLS returns { mapOnly: true, mapId }: open the map.
+export async function inferX(meta, shape, x, tokens, { causal, retain }, ctx = null, maskIn = undefined,
+  unit = 'query rows') {
   const p = meta.parameters || {};
+  const n = shape[1], cells = [shape[0], p.n_heads || 1, n, ctx ? ctx.shape[1] : n];
+  const mapOnly = bigRun(...cells, unit, retain);
   const mk = parseMask(maskIn, [shape[0]], shape[1], ctx ? ctx.shape[1] : shape[1]);
   const params = { causal: !!causal };
   const keyTokens = ctx ? ctx.tokens : tokens;
@@ -260,10 +315,12 @@ export async function inferX(meta, shape, x, tokens, { causal, retain }, ctx = n
     inputs,
     // Scores only for the store (a retained map has no q, k): the page
     // works them out from q and k, and they were as large as the weights.
-    outputs: ['attention', ...(retain ? ['scores'] : []), 'q', 'k', 'v', 'y'].map((name) => ({ name })),
+    outputs: (mapOnly ? ['y'] : ['attention', ...(retain ? ['scores'] : []), 'q', 'k', 'v', 'y']).map((name) => ({ name })),
     parameters: params,
   };
-  const resp = await postJSON(url(`v2/models/${encodeURIComponent(meta.name)}/infer`), body);
+  const resp = await postJSON(url(`v2/models/${encodeURIComponent(meta.name)}/infer`), body,
+    { n, unit, outBytes: 4 * cells.reduce((a, b) => a * b) * (retain ? 2 : 1) });
+  if (mapOnly) return { mapOnly, mapId: resp.parameters && resp.parameters.map_id };
   const o = outputsByName(resp);
   if (!o.attention) throw new Error('response has no attention output');
   const [B, H, T, S] = o.attention.shape;
@@ -296,14 +353,16 @@ export async function inferSdpa(spec, { causal, retain }) {
   const params = { causal: !!causal };
   if (retain) { params.retain = true; params.tokens = S === T ? tok : tok.concat(keyTok); }
   const mk = parseMask(spec.mask, lead, T, S);
+  const mapOnly = bigRun(B, H, T, S, 'query rows', retain);
   const input = (name, shape, a) => ({ name, datatype: 'FP32', shape, data: a.flat(Infinity) });
   const inputs = [input('q', qs, spec.q), input('k', ks, spec.k), input('v', vs, spec.v)];
   if (mk) inputs.push(mk.input);
   const resp = await postJSON(url('v2/models/sdpa/infer'), {
     inputs,
-    outputs: ['output', 'attention', ...(retain ? ['scores'] : [])].map((name) => ({ name })),
+    outputs: (mapOnly ? ['output'] : ['output', 'attention', ...(retain ? ['scores'] : [])]).map((name) => ({ name })),
     parameters: params,
-  });
+  }, { n: T, unit: 'query rows', outBytes: 4 * B * H * T * S * (retain ? 2 : 1) });
+  if (mapOnly) return { mapOnly, mapId: resp.parameters && resp.parameters.map_id };
   const o = outputsByName(resp);
   if (!o.attention) throw new Error('response has no attention output');
   return {
@@ -453,18 +512,23 @@ export async function seqStep(meta, id, words, pos0, { start = false, causal } =
   const params = { sequence_id: id, retain: true, tokens: words, sequence_position: pos0 };
   if (start) params.sequence_start = true;
   if (causal !== undefined) params.causal = !!causal;
+  const body = JSON.stringify({
+    inputs: [{ name: 'x', datatype: 'FP32', shape: [1, words.length, d], data: Array.from(x) }],
+    // The smallest output: the map is kept (retain) and read from the
+    // store, max-pooled when large; the answer need not carry it.
+    outputs: [{ name: 'y' }],
+    parameters: params,
+  });
   const res = await send(url(`v2/models/${encodeURIComponent(meta.name)}/infer`), {
     method: 'POST',
     headers: headers({ 'Content-Type': 'application/json', Accept: 'application/json', [SEQ_HEADER]: id }),
-    body: JSON.stringify({
-      inputs: [{ name: 'x', datatype: 'FP32', shape: [1, words.length, d], data: Array.from(x) }],
-      outputs: [{ name: 'attention' }],
-      parameters: params,
-    }),
+    body,
   });
   if (!res.ok) {
     const ra = Number(res.headers.get('Retry-After'));
-    try { await fail(res); } catch (e) { if (ra > 0) e.retryAfter = ra; throw e; }
+    const size = { n: words.length, unit: 'words', bytes: body.length, // the map's new rows:
+      outBytes: 4 * ((meta.parameters || {}).n_heads || 1) * words.length * (pos0 + words.length) };
+    try { await fail(res, size); } catch (e) { if (ra > 0) e.retryAfter = ra; throw e; }
   }
   const j = await readJSON(res);
   const p = j.parameters || {};

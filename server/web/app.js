@@ -419,6 +419,12 @@ async function doRun() {
       r = await api.inferWords(meta, words, opts);
     }
     if (g !== viewGen) return g;
+    if (r.mapOnly) { // too large to carry whole: read from the store, pooled
+      if (!r.mapId) throw new Error('the server kept no map for this run');
+      live.forget();
+      live.setFollow(false);
+      return openMap(r.mapId);
+    }
     run = r;
     live.forget();
     state.map = null;

@@ -114,8 +114,14 @@ export async function startSequence(meta, words, causal) {
   try {
     const r = await api.seqStep(meta, id, words, 0, { start: true, causal });
     if (r.length === undefined) throw new Error(`${meta.name}: this attnd keeps no sequences (its answer has no sequence_length)`);
+    if (!r.mapId) { // nothing to draw: ended, not left to idle out unseen
+      api.endSequence(id).catch(() => {});
+      const H = (meta.parameters || {}).n_heads || 1, mb = Math.ceil((4 * H * words.length ** 2) / 1e6);
+      throw new Error(`the server kept no map for sequence ${id} (so it was ended): ${H} head${H === 1 ? '' : 's'} of ` +
+        `${words.length} × ${words.length} weights take ${mb} MB, more than its retained-map store holds ` +
+        '(--maps-bytes), or it keeps none. Start with fewer words.');
+    }
     seq = { id, meta, words: [...words], length: r.length ?? words.length, last: words.length, mapId: r.mapId, live: true, causal };
-    if (!r.mapId) throw new Error('the server kept no map for this sequence (maps-bytes 0?)');
     ctx.state.q = null;
     await ctx.showGrown(r.mapId, `sequence ${id} started`, seq.words);
     await refreshInfo();
