@@ -84,13 +84,16 @@ async function refreshInfo() {
   ctx.$('seq-info').dataset.bytes = bytes === undefined ? '' : String(bytes);
 }
 
-// failed: a step or start that did not work. An unknown sequence (the
-// server dropped it: idle, restarted, another replica) ends sequence mode
-// with the server's words; a full K/V budget asks to wait; a 401 asks for
+// failed: a step or start that did not work. A sequence the server no
+// longer holds ends sequence mode with the server's words: a step's 400
+// for an unknown sequence (idle, restarted, another replica), a step's
+// 404 (its model is not loaded: unloading dropped its sequences), End's
+// 404 (unknown or dropped). A full K/V budget asks to wait; a 401 asks for
 // the key, which then does retry (the same start, step or end).
 function failed(e, retry) {
   ctx.askKey(e, retry);
-  if (seq && e.status === 400 && /sequence/i.test(e.message) && /unknown|expired|sequence_start/i.test(e.message)) {
+  if (seq && (e.status === 404 || (e.status === 400 && /sequence/i.test(e.message) &&
+      /unknown|expired|sequence_start/i.test(e.message)))) {
     seq.live = false;
     showPanel(`Sequence ${seq.id} is gone: the server no longer holds it (${e.message}). ` +
       'Run again to start a new one with the words so far.', true);

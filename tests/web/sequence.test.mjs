@@ -2,7 +2,8 @@
 // attnd with sequences (API.md "Sequences"): the page drives one (Run,
 // Step by button and by Enter, End) and draws each new row as the API
 // retained it; the page follows one that this test steps over HTTP; a
-// sequence the server dropped says so.
+// sequence the server dropped (deleted, its model unloaded) says so at a
+// Step or End.
 //
 // The toy model (harness.mjs) has W = I: head 0 attends by the words'
 // content halves, head 1 by their position halves, so rows embedded at
@@ -256,6 +257,50 @@ test('a sequence the server dropped: the next Step says it is gone, with the ser
   // (chromium logs the step's 400 as a console error: the answer expected)
   assert.deepEqual(errors.filter((e) => !/status of 400/.test(e)), []);
   await page.close();
+});
+
+test('End on a sequence the server no longer holds (a restart, an idle timeout) says it is gone, not that it is live', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=one%20two&h=0`);
+  await page.check('#seq-mode');
+  await page.click('#run');
+  await page.waitForFunction(() => window.attnd.sequence && window.attnd.run.T === 2 && document.body.dataset.state === 'ready');
+  const { id } = await page.evaluate(() => window.attnd.sequence);
+  const del = await fetch(`${daemon.url}/v2/sequences/${encodeURIComponent(id)}`, { method: 'DELETE', headers: { 'Attnd-Sequence-Id': id } });
+  assert.ok(del.status < 300, `DELETE ${del.status}`);
+  await page.click('#seq-end'); // answered 404
+  await page.waitForFunction(() => /is gone/.test(document.getElementById('seq-info').textContent));
+  assert.match(await page.textContent('#seq-info'), new RegExp(`Sequence ${id} is gone`));
+  assert.equal(await page.isDisabled('#seq-step'), true);
+  assert.equal(await page.isDisabled('#seq-end'), true);
+  assert.equal(await page.evaluate(() => window.attnd.sequence.live), false);
+  assert.deepEqual(errors.filter((e) => !/status of 404/.test(e)), []);
+  await page.close();
+});
+
+test('a Step after the model was unloaded says the sequence went with it, and offers no more steps', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const d = await startAttnd();
+  try {
+    const { page, errors } = await openPage(browser, `${d.url}/#model=toy&text=one%20two&h=0`);
+    await page.check('#seq-mode');
+    await page.click('#run');
+    await page.waitForFunction(() => window.attnd.sequence && window.attnd.run.T === 2 && document.body.dataset.state === 'ready');
+    const { id } = await page.evaluate(() => window.attnd.sequence);
+    assert.equal((await fetch(`${d.url}/v2/repository/models/toy/unload`, { method: 'POST', body: '{}' })).status, 200);
+    await page.fill('#seq-next', 'three');
+    await page.click('#seq-step'); // answered 404: model 'toy' not loaded
+    await page.waitForFunction(() => /is gone/.test(document.getElementById('seq-info').textContent));
+    const info = await page.textContent('#seq-info');
+    assert.match(info, new RegExp(`Sequence ${id} is gone`));
+    assert.match(info, /not loaded/);
+    assert.equal(await page.isDisabled('#seq-step'), true);
+    assert.equal(await page.inputValue('#text'), 'one two');
+    assert.deepEqual(errors.filter((e) => !/status of 404/.test(e)), []);
+    await page.close();
+  } finally {
+    await d.stop();
+  }
 });
 
 test('follow: a sequence this test steps over HTTP is drawn within a second of each step', async (t) => {
