@@ -88,21 +88,26 @@ async function refreshInfo() {
 // longer holds ends sequence mode with the server's words: a step's 400
 // for an unknown sequence (idle, restarted, another replica), a step's
 // 404 (its model is not loaded: unloading dropped its sequences), End's
-// 404 (unknown or dropped). A full K/V budget asks to wait; a 401 asks for
-// the key, which then does retry (the same start, step or end).
+// 404 (unknown or dropped); so does a 503 from a server that is shutting
+// down (draining: the sequence ends with it). Another 503 (K/V budget or
+// max-sequences full, memory, a model loading) asks to wait; a 401 asks
+// for the key, which then does retry (the same start, step or end).
 function failed(e, retry) {
   ctx.askKey(e, retry);
-  if (seq && (e.status === 404 || (e.status === 400 && /sequence/i.test(e.message) &&
+  const draining = e.status === 503 && /draining/.test(e.message);
+  if (seq && (draining || e.status === 404 || (e.status === 400 && /sequence/i.test(e.message) &&
       /unknown|expired|sequence_start/i.test(e.message)))) {
     seq.live = false;
-    showPanel(`Sequence ${seq.id} is gone: the server no longer holds it (${e.message}). ` +
+    showPanel(draining ? `Sequence ${seq.id} ends with the server, which is shutting down (${e.message}). ` +
+      'Run again once it is back to start a new one with the words so far.'
+      : `Sequence ${seq.id} is gone: the server no longer holds it (${e.message}). ` +
       'Run again to start a new one with the words so far.', true);
     ctx.$('text').value = seq.words.join(' ');
-    ctx.setStatus(`sequence ${seq.id} is gone: ${e.message}`, true);
+    ctx.setStatus(`sequence ${seq.id} ${draining ? 'ends: the server is shutting down' : 'is gone'}: ${e.message}`, true);
     return;
   }
   if (e.status === 503) {
-    ctx.setStatus(`the server is full (${e.message}); try again${e.retryAfter ? ` in ${e.retryAfter} s` : ' later'}`, true);
+    ctx.setStatus(`the server cannot take it now (${e.message}); try again${e.retryAfter ? ` in ${e.retryAfter} s` : ' later'}`, true);
     return;
   }
   ctx.setStatus(e.message, true);

@@ -10,6 +10,7 @@
 // wrong positions would draw head 1 differently from a one-shot run.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import { launch, near, openPage, pixel, startAttnd, viridis, waitDrawn } from './harness.mjs';
 import { embed } from '../../server/web/embed.js';
 
@@ -299,6 +300,39 @@ test('a Step after the model was unloaded says the sequence went with it, and of
     assert.deepEqual(errors.filter((e) => !/status of 404/.test(e)), []);
     await page.close();
   } finally {
+    await d.stop();
+  }
+});
+
+test('a Step refused by a server that is shutting down says so, not that the server is full', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const d = await startAttnd(['--drain-ms', '4000']);
+  let sock = null;
+  try {
+    const { page, errors } = await openPage(browser, `${d.url}/#model=toy&text=one%20two&h=0`);
+    await page.check('#seq-mode');
+    await page.click('#run');
+    await page.waitForFunction(() => window.attnd.sequence && window.attnd.run.T === 2 && document.body.dataset.state === 'ready');
+    // A request whose body is still coming holds the drain open.
+    sock = net.connect(Number(new URL(d.url).port), '127.0.0.1');
+    sock.on('error', () => {});
+    await new Promise((res) => sock.once('connect', res));
+    sock.write('POST /v2/models/toy/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{');
+    await page.waitForTimeout(200);
+    d.signal('SIGTERM');
+    await page.waitForTimeout(300);
+    await page.fill('#seq-next', 'three');
+    await page.click('#seq-step'); // 503: draining
+    await page.waitForFunction(() => /draining/.test(document.getElementById('status').textContent));
+    const status = await page.textContent('#status');
+    assert.doesNotMatch(status, /full/);
+    assert.match(status, /shutting down/);
+    assert.match(await page.textContent('#seq-info'), /shutting down/);
+    assert.equal(await page.isDisabled('#seq-step'), true);
+    assert.deepEqual(errors.filter((e) => !/status of 503/.test(e)), []);
+    await page.close();
+  } finally {
+    if (sock) sock.destroy();
     await d.stop();
   }
 });
