@@ -700,7 +700,7 @@ async function main() {
     $, state, setStatus, askKey, showGrown, update,
     get run() { return run; },
   });
-  initExport({ $, state, headMap, get run() { return run; } });
+  initExport({ $, state, headMap, view, get run() { return run; } });
   $('auth').addEventListener('submit', (e) => {
     e.preventDefault();
     // A header carries printable ASCII only: fetch would refuse the

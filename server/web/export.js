@@ -1,8 +1,11 @@
-// export.js - the focused map as files: PNG (the canvas as drawn), JSON
-// (its numbers with their labels) and .npy (float32 [T, S], for numpy),
-// named for the map (or model), batch item and head.
+// export.js - the focused map as files: PNG (the canvas as drawn; a
+// zoomed map, whose canvas holds its window only, whole at one pixel a
+// cell), JSON (its numbers with their labels) and .npy (float32 [T, S],
+// for numpy), named for the map (or model), batch item and head.
 
-let ctx = null; // app.js: { $, state, run, headMap(b, h) }
+import { thumbImage } from './heatmap.js';
+
+let ctx = null; // app.js: { $, state, run, headMap(b, h), view() }
 
 function download(name, blob) {
   const a = document.createElement('a');
@@ -32,8 +35,12 @@ function npy(data, shape) {
 export function initExport(c) {
   ctx = c;
   const { $ } = c;
-  $('export-png').addEventListener('click', () =>
-    $('heatmap').toBlob((b) => download(`${baseName()}.png`, b), 'image/png'));
+  $('export-png').addEventListener('click', () => {
+    const png = (b) => download(`${baseName()}.png`, b);
+    if (!ctx.state.win) { $('heatmap').toBlob(png, 'image/png'); return; }
+    const v = ctx.view(); // one pixel a cell: no pooling at T x S pixels
+    thumbImage(v, Math.max(v.T, v.S)).off.toBlob(png, 'image/png');
+  });
   $('export-json').addEventListener('click', () => {
     const map = ctx.headMap(ctx.state.b, ctx.state.h);
     download(`${baseName()}.json`, new Blob([JSON.stringify({

@@ -358,6 +358,43 @@ test('exports: .npy and JSON hold the focused map\'s numbers', async () => {
   await page.close();
 });
 
+test('PNG of a zoomed map: the whole map, one pixel a cell, not the window drawn', async () => {
+  // A causal-uniform map, T = 200 (zero queries): A[i][j] = 1/(i+1).
+  const T = 200;
+  const body = {
+    inputs: [
+      { name: 'q', datatype: 'FP32', shape: [T, 2], data: new Array(2 * T).fill(0) },
+      { name: 'k', datatype: 'FP32', shape: [T, 2], data: Array.from({ length: 2 * T }, (_, x) => (x % 7) - 3) },
+      { name: 'v', datatype: 'FP32', shape: [T, 1], data: Array.from({ length: T }, (_, x) => x) },
+    ],
+    parameters: { causal: true, retain: true },
+  };
+  const resp = await (await fetch(`${daemon.url}/v2/models/sdpa/infer`, { method: 'POST', body: JSON.stringify(body) })).json();
+  const { page, errors } = await openPage(browser, `${daemon.url}/#map=${resp.parameters.map_id}&h=0&q=150&scale=log`);
+  assert.equal(await page.isVisible('#overview'), true);
+  const [png] = await Promise.all([page.waitForEvent('download'), page.click('#export-png')]);
+  const buf = fs.readFileSync(await png.path());
+  assert.deepEqual([buf.readUInt32BE(16), buf.readUInt32BE(20)], [T, T], 'width, height');
+  // Its pixels, read back through the browser's decoder.
+  const px = await page.evaluate(async (b64) => {
+    const img = new Image();
+    img.src = `data:image/png;base64,${b64}`;
+    await img.decode();
+    const c = document.createElement('canvas');
+    c.width = img.width; c.height = img.height;
+    const g = c.getContext('2d');
+    g.drawImage(img, 0, 0);
+    const at = (i, j) => Array.from(g.getImageData(j, i, 1, 1).data.slice(0, 3));
+    return { a: at(0, 0), b: at(199, 3), m: at(10, 150) };
+  }, buf.toString('base64'));
+  const logPos = (w) => (Math.log10(w) + 4) / 4;
+  assert.ok(near(px.a, viridis(Math.round(255 * logPos(1)) / 255)), `(0, 0): ${px.a}`);
+  assert.ok(near(px.b, viridis(Math.round(255 * logPos(1 / 200)) / 255)), `(199, 3): ${px.b}`);
+  assert.ok(isGrey(px.m), `masked (10, 150): ${px.m}`);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test('pasted labels that do not fit (too few tokens, too many key_tokens, not a list) are refused, naming the field', async () => {
   const SPEC = { q: [[2, 0, 2, 0], [0, 4, 0, 2]], k: [[1, 0, 1, 0], [0, 1, 0, 0], [1, 1, 0, 0]], v: [[1, 2], [3, 0], [1, 1]] };
   const row = (i) => Array.from({ length: 16 }, (_, d) => Math.sin(i * 3 + d));
