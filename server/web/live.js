@@ -104,6 +104,10 @@ function failed(e, retry) {
       'Run again to start a new one with the words so far.', true);
     ctx.$('text').value = seq.words.join(' ');
     ctx.setStatus(`sequence ${seq.id} ${draining ? 'ends: the server is shutting down' : 'is gone'}: ${e.message}`, true);
+    // The field or button that had the focus is disabled now: the focus
+    // goes to Run, which starts it again, not to the top of the page.
+    const f = document.activeElement;
+    if (!f || f === document.body || f.disabled) ctx.$('run').focus();
     return;
   }
   if (e.status === 503) {

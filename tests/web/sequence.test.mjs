@@ -248,13 +248,16 @@ test('a sequence the server dropped: the next Step says it is gone, with the ser
   const del = await fetch(`${daemon.url}/v2/sequences/${encodeURIComponent(id)}`, { method: 'DELETE', headers: { 'Attnd-Sequence-Id': id } });
   assert.ok(del.status < 300, `DELETE ${del.status}`);
   await page.fill('#seq-next', 'three');
-  await page.click('#seq-step');
+  await page.press('#seq-next', 'Enter');
   await page.waitForFunction(() => /is gone/.test(document.getElementById('seq-info').textContent));
   const info = await page.textContent('#seq-info');
   assert.match(info, new RegExp(`Sequence ${id} is gone`));
   assert.match(info, /unknown sequence/);
   assert.match(await page.textContent('#status'), /unknown sequence/);
   assert.equal(await page.isDisabled('#seq-step'), true);
+  // The keyboard user's place: not lost with the field disabled under it,
+  // but on Run, which starts the sequence again.
+  assert.equal(await page.evaluate(() => document.activeElement.id), 'run');
   // (chromium logs the step's 400 as a console error: the answer expected)
   assert.deepEqual(errors.filter((e) => !/status of 400/.test(e)), []);
   await page.close();
