@@ -297,7 +297,9 @@ function renderReadout() {
   const rows = [
     ['query', `${run.tokens[c.i]} (#${c.i})`],
     ['key', `${run.keyTokens[c.j]} (#${c.j})`],
-    ['weight', masked ? `masked (0)` : fmt(w)],
+    // a max-pooled cell is its block's largest weight, not one weight
+    [run.block ? `weight, largest of its ${run.block[0]} × ${run.block[1]} block` : 'weight',
+      masked ? `masked (0)` : fmt(w), 'weight'],
   ];
   if (score != null) {
     rows.push(['scaled score', fmt(score)]);
@@ -305,10 +307,10 @@ function renderReadout() {
   }
   r.innerHTML = '';
   const dl = document.createElement('dl');
-  for (const [k, val] of rows) {
+  for (const [k, val, field] of rows) {
     const dt = document.createElement('dt'); dt.textContent = k;
     const dd = document.createElement('dd'); dd.textContent = val;
-    dd.dataset.field = k.replace(/[^a-z]+/g, '-');
+    dd.dataset.field = field || k.replace(/[^a-z]+/g, '-');
     dl.append(dt, dd);
   }
   r.append(dl);

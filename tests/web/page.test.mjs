@@ -453,6 +453,11 @@ test('a map over 1M cells opens max-pooled by the server, labelled as such', asy
   assert.ok(near(await pixel(page, 100, 80), viridis(Math.round(255 / 301) / 255)));
   assert.ok(isGrey(await pixel(page, 100, 120)), 'a block wholly after the query is masked');
   assert.ok(!isGrey(await pixel(page, 100, 100)), 'the diagonal block is not');
+  // The readout says a pooled cell's number is its block's largest weight.
+  await page.focus('#heatmap');
+  await page.keyboard.press('ArrowRight'); // (100, 1): rows 300..302, keys 3..5
+  assert.match(await page.textContent('#readout'), /300\.\.302.*3\.\.5.*largest of its 3 × 3 block/s);
+  assert.equal(await page.textContent('#readout [data-field=weight]'), (1 / 301).toFixed(6));
   assert.deepEqual(errors, []);
   await page.close();
 });
