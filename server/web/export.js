@@ -1,7 +1,8 @@
 // export.js - the focused map as files: PNG (the canvas as drawn; a
 // zoomed map, whose canvas holds its window only, whole at one pixel a
 // cell), JSON (its numbers with their labels) and .npy (float32 [T, S],
-// for numpy), named for the map (or model), batch item and head.
+// for numpy), named for the map (or model), batch item and head; a
+// max-pooled map's say so (name, JSON).
 
 import { thumbImage } from './heatmap.js';
 
@@ -16,8 +17,10 @@ function download(name, blob) {
   setTimeout(() => { URL.revokeObjectURL(a.href); a.remove(); }, 1000);
 }
 
+// baseName: the files' name; a max-pooled map's says so (-max3x3).
 function baseName() {
-  return `attnd-${ctx.run.mapId || ctx.run.model}-b${ctx.state.b}-h${ctx.state.h}`;
+  const r = ctx.run, pool = r.block ? `-max${r.block[0]}x${r.block[1]}` : '';
+  return `attnd-${r.mapId || r.model}-b${ctx.state.b}-h${ctx.state.h}${pool}`;
 }
 
 // A .npy file (format 1.0): magic, header dict padded to 64 bytes, data.
@@ -46,7 +49,10 @@ export function initExport(c) {
     download(`${baseName()}.json`, new Blob([JSON.stringify({
       model: ctx.run.model, map_id: ctx.run.mapId || null, b: ctx.state.b, h: ctx.state.h,
       tokens: ctx.run.tokens, key_tokens: ctx.run.keyTokens, shape: [ctx.run.T, ctx.run.S],
-      causal: ctx.run.causal, data: Array.from(map),
+      causal: ctx.run.causal,
+      // a max-pooled map: each number the largest of a block of the map
+      ...(ctx.run.block ? { max_pooled_block: ctx.run.block, source_shape: ctx.run.sourceShape } : {}),
+      data: Array.from(map),
     })], { type: 'application/json' }));
   });
   $('export-npy').addEventListener('click', () =>

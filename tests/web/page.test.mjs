@@ -458,6 +458,13 @@ test('a map over 1M cells opens max-pooled by the server, labelled as such', asy
   await page.keyboard.press('ArrowRight'); // (100, 1): rows 300..302, keys 3..5
   assert.match(await page.textContent('#readout'), /300\.\.302.*3\.\.5.*largest of its 3 × 3 block/s);
   assert.equal(await page.textContent('#readout [data-field=weight]'), (1 / 301).toFixed(6));
+  // Its exports say they are pooled: in the JSON, and in the files' names.
+  const [js] = await Promise.all([page.waitForEvent('download'), page.click('#export-json')]);
+  const j = JSON.parse(fs.readFileSync(await js.path(), 'utf8'));
+  assert.deepEqual([j.shape, j.max_pooled_block, j.source_shape], [[367, 367], [3, 3], [1100, 1100]]);
+  assert.match(js.suggestedFilename(), /-max3x3\.json$/);
+  const [npy] = await Promise.all([page.waitForEvent('download'), page.click('#export-npy')]);
+  assert.match(npy.suggestedFilename(), /-max3x3\.npy$/);
   assert.deepEqual(errors, []);
   await page.close();
 });
