@@ -187,19 +187,23 @@ async function postJSON(u, body, size) {
   return readJSON(res);
 }
 
-// listModels: names of the loaded models (repository index), sdpa first.
-// {ready: true}: the ready ones alone, listed even when the repository
-// folder cannot be read (the full index then answers 503).
+// listModels: { names, error }: names of the loaded models (repository
+// index), sdpa first; error, when the server could not list them (no
+// answer, a 503 while it shuts down), is why only sdpa, built in, is
+// named (a 401 throws). {ready: true}: the ready ones alone, listed even
+// when the repository folder cannot be read (the full index then
+// answers 503).
 export async function listModels() {
-  let names = [];
+  let names = [], error = null;
   try {
     const idx = await postJSON(url('v2/repository/index'), { ready: true });
     names = idx.filter((m) => !m.state || m.state === 'READY').map((m) => m.name);
   } catch (e) {
     if (e.status === 401) throw e;
+    error = e;
   }
   if (!names.includes('sdpa')) names.unshift('sdpa');
-  return [...new Set(names)];
+  return { names: [...new Set(names)], error };
 }
 
 export const modelMeta = (m) => getJSON(url(`v2/models/${encodeURIComponent(m)}`));

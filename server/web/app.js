@@ -735,7 +735,8 @@ async function start() {
   const fromUrl = readHash();
   setStatus('asking the server for its models…');
   listed = true;
-  const models = await api.listModels().catch((e) => {
+  let unlistedWhy = null; // the server could not list its models
+  const models = await api.listModels().then((l) => { unlistedWhy = l.error; return l.names; }, (e) => {
     listed = e.status !== 401;
     askKey(e);
     setStatus(e.message, true);
@@ -774,7 +775,9 @@ async function start() {
     g = await doRun();
   } else {
     document.body.dataset.state = 'idle';
-    setStatus('Choose a model and press Run.');
+    if (unlistedWhy) setStatus(`The server could not list its models (${unlistedWhy.message}): only sdpa, built in, ` +
+      'is offered; reload the page to ask again.', true);
+    else setStatus('Choose a model and press Run.');
     return;
   }
   if (g !== viewGen) return; // it failed, or was overtaken

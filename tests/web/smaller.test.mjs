@@ -3,7 +3,7 @@
 // pasted into an open tab, a retained sdpa map naming its own model, the
 // step view of a map kept without scores, the status line's time, the
 // table's rounding, the row the step view opens on; a link to a model
-// the server has not loaded.
+// the server has not loaded; a model list the server could not give.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { launch, openPage, sdpaHash, startAttnd, waitDrawn } from './harness.mjs';
@@ -285,4 +285,21 @@ test('h=mean in a link to a one-head map shows head 0, pressed, not a mean with 
   assert.match(await page.evaluate(() => location.hash), /[#&]h=0(&|$)/);
   assert.deepEqual(errors, []);
   await page.close();
+});
+
+test('a model list the server could not give (no answer, a 503) says so, not "Choose a model" over a list of sdpa alone', async () => {
+  for (const fail of [(r) => r.abort('connectionrefused'),
+    (r) => r.fulfill({ status: 503, contentType: 'application/json', body: '{"error":"server: draining (shutting down)"}' })]) {
+    const page = await browser.newPage();
+    await page.route(/\/v2\/repository\/index$/, fail);
+    await page.goto(`${daemon.url}/`);
+    await page.waitForFunction(() => document.body.dataset.state !== 'loading', null, { timeout: 10000 });
+    const text = await page.textContent('#status');
+    assert.match(text, /could not list its models/, text);
+    assert.match(text, /no answer from the server|draining/, text);
+    assert.equal(await page.getAttribute('#status', 'role'), 'alert');
+    // sdpa, built in, stays offered.
+    assert.deepEqual(await page.$$eval('#model option', (o) => o.map((x) => x.value)), ['sdpa']);
+    await page.close();
+  }
 });
