@@ -541,9 +541,10 @@ export async function seqStep(meta, id, words, pos0, { start = false, causal } =
 }
 
 // endSequence: DELETE /v2/sequences/{id} (frees its keys and values).
-export async function endSequence(id) {
+// keepalive: the request outlives the page (sent as it goes away).
+export async function endSequence(id, keepalive = false) {
   const res = await send(url(`v2/sequences/${encodeURIComponent(id)}`), {
-    method: 'DELETE', headers: headers({ [SEQ_HEADER]: id }),
+    method: 'DELETE', headers: headers({ [SEQ_HEADER]: id }), keepalive,
   });
   if (!res.ok) await fail(res);
 }

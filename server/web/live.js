@@ -307,4 +307,11 @@ export function initLive(c) {
   $('seq-next').addEventListener('keydown', (e) => {
     if (e.key === 'Enter') { e.preventDefault(); step(false); }
   });
+  // A page that goes away (closed, reloaded, another address) can step its
+  // sequence no more: it is ended, its K/V freed now rather than at the
+  // idle timeout (its map stays retained). Back from the browser's cache,
+  // the page's next Step says it is gone.
+  window.addEventListener('pagehide', () => {
+    if (seq && seq.live) api.endSequence(seq.id, true).catch(() => {});
+  });
 }

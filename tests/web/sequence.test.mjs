@@ -340,6 +340,31 @@ test('a Step refused by a server that is shutting down says so, not that the ser
   }
 });
 
+test('a page that goes away (closed, reloaded, navigated) ends the sequence it drove, freeing its K/V at once', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const listed = async (id) => {
+    const j = await (await fetch(`${daemon.url}/v2/sequences`)).json();
+    return (Array.isArray(j) ? j : j.sequences || []).some((s) => s.id === id);
+  };
+  for (const leave of [(p) => p.goto('about:blank'), (p) => p.close()]) {
+    const { page } = await openPage(browser, `${daemon.url}/#model=toy&text=one%20two&h=0`);
+    await page.check('#seq-mode');
+    await page.click('#run');
+    await page.waitForFunction(() => window.attnd.sequence && window.attnd.run.T === 2 && document.body.dataset.state === 'ready');
+    const { id, mapId } = await page.evaluate(() => window.attnd.sequence);
+    assert.equal(await listed(id), true);
+    await leave(page);
+    let gone = false;
+    for (let k = 0; k < 30 && !gone; k++) { // well within its idle timeout
+      gone = !(await listed(id));
+      if (!gone) await new Promise((res) => setTimeout(res, 100));
+    }
+    assert.ok(gone, `sequence ${id} still live 3 s after its page went`);
+    assert.equal((await fetch(`${daemon.url}/v2/maps/${mapId}`)).status, 200, 'its map stays retained');
+    if (!page.isClosed()) await page.close();
+  }
+});
+
 test('follow: a sequence this test steps over HTTP is drawn within a second of each step', async (t) => {
   if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
   const id = `follow-${Date.now()}`;
