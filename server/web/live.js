@@ -52,9 +52,10 @@ export function drives(mapId) {
   return !!(seq && seq.live && seq.mapId === mapId);
 }
 
-// forget: the page shows something else now; the sequence (if any) stays
-// on the server until its idle timeout unless ended.
+// forget: the page shows something else now (a Run): the sequence it
+// drove, if any, which it can step no more, is ended (its map stays).
 export function forget() {
+  if (seq && seq.live) api.endSequence(seq.id).catch(() => {});
   seq = null;
   ctx.$('seq-panel').hidden = true;
 }

@@ -340,13 +340,14 @@ test('a Step refused by a server that is shutting down says so, not that the ser
   }
 });
 
-test('a page that goes away (closed, reloaded, navigated) ends the sequence it drove, freeing its K/V at once', async (t) => {
+test('a page that goes away (closed, reloaded, navigated) or runs something else ends the sequence it drove, freeing its K/V at once', async (t) => {
   if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
   const listed = async (id) => {
     const j = await (await fetch(`${daemon.url}/v2/sequences`)).json();
     return (Array.isArray(j) ? j : j.sequences || []).some((s) => s.id === id);
   };
-  for (const leave of [(p) => p.goto('about:blank'), (p) => p.close()]) {
+  const rerun = async (p) => { await p.uncheck('#seq-mode'); await p.click('#run'); await waitDrawn(p); };
+  for (const leave of [(p) => p.goto('about:blank'), (p) => p.close(), rerun]) {
     const { page } = await openPage(browser, `${daemon.url}/#model=toy&text=one%20two&h=0`);
     await page.check('#seq-mode');
     await page.click('#run');
@@ -359,7 +360,7 @@ test('a page that goes away (closed, reloaded, navigated) ends the sequence it d
       gone = !(await listed(id));
       if (!gone) await new Promise((res) => setTimeout(res, 100));
     }
-    assert.ok(gone, `sequence ${id} still live 3 s after its page went`);
+    assert.ok(gone, `sequence ${id} still live 3 s after its page went or ran something else`);
     assert.equal((await fetch(`${daemon.url}/v2/maps/${mapId}`)).status, 200, 'its map stays retained');
     if (!page.isClosed()) await page.close();
   }
