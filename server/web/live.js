@@ -119,9 +119,10 @@ function failed(e, retry) {
 }
 
 // startSequence: Run in sequence mode (app.js doRun). Ends the sequence
-// this page drove before, if any.
+// this page drove before, if any (forget: its panel goes, so a start that
+// fails offers no Step on it).
 export async function startSequence(meta, words, causal) {
-  if (seq && seq.live) api.endSequence(seq.id).catch(() => {});
+  forget();
   setFollow(false);
   const id = newId();
   try {

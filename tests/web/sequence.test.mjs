@@ -366,6 +366,26 @@ test('a page that goes away (closed, reloaded, navigated) or runs something else
   }
 });
 
+test('a new sequence that fails to start leaves no Step offered on the one before, which it ended', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=one%20two&h=0`);
+  await page.check('#seq-mode');
+  await page.click('#run');
+  await page.waitForFunction(() => window.attnd.sequence && window.attnd.run.T === 2 && document.body.dataset.state === 'ready');
+  const { id } = await page.evaluate(() => window.attnd.sequence);
+  await page.route(/\/infer$/, (r) => r.abort('connectionrefused'));
+  await page.fill('#text', 'three four');
+  await page.click('#run'); // ends the first, then its start gets no answer
+  await page.waitForFunction(() => document.body.dataset.state === 'error');
+  assert.match(await page.textContent('#status'), /no answer from the server/);
+  const j = await (await fetch(`${daemon.url}/v2/sequences`)).json();
+  assert.ok(!(Array.isArray(j) ? j : j.sequences || []).some((x) => x.id === id), 'the first was ended');
+  assert.equal(await page.evaluate(() => window.attnd.sequence), null, 'the page drives none');
+  assert.equal(await page.isVisible('#seq-step'), false, 'no Step offered on the ended one');
+  assert.deepEqual(errors.filter((e) => !/ERR_CONNECTION_REFUSED/.test(e)), []);
+  await page.close();
+});
+
 test('follow: a sequence this test steps over HTTP is drawn within a second of each step', async (t) => {
   if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
   const id = `follow-${Date.now()}`;
