@@ -129,8 +129,10 @@ static int on_header(nghttp2_session *h2, const nghttp2_frame *f,
         if (!call->n_auth++)
             call->auth_ok = srv_key_ok(c->g->s->cfg.api_key, v, vlen);
     } else if (nlen == 12 && !memcmp(n, "grpc-timeout", 12)) {
-        call->timeout_ms = timeout_ms(v, vlen);
-        call->has_timeout = 1;
+        /* a second is refused (begin): it took the first's place, so a
+         * malformed first was served, an expired one run */
+        if (!call->has_timeout++)
+            call->timeout_ms = timeout_ms(v, vlen);
     } else if (nlen == 17 && !memcmp(n, "attnd-sequence-id", 17) &&
                !call->has_seq_hdr) { /* the first, as REST reads it */
         size_t k = vlen < sizeof call->seq_hdr ? vlen : sizeof call->seq_hdr - 1;
@@ -191,6 +193,11 @@ static void begin(gcall *call)
     if (call->m->auth && s->cfg.api_key[0] && !call->auth_ok) {
         srv_grpc__call_end(call, GRPC_UNAUTHENTICATED, "authorization: missing or wrong "
                  "API key (send 'authorization: Bearer <key>' metadata)");
+        return;
+    }
+    if (call->has_timeout > 1) {
+        srv_grpc__call_end(call, GRPC_INVALID_ARGUMENT, "grpc-timeout: sent "
+                           "more than once; send one");
         return;
     }
     if (call->timeout_ms < 0) {

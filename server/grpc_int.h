@@ -93,7 +93,8 @@ struct gcall {
     int auth_ok, compressed;
     int n_auth;          /* authorization lines: more than one is refused */
     long long timeout_ms;
-    int has_timeout;     /* grpc-timeout came (0 included) */
+    int has_timeout;     /* grpc-timeout lines (0 included): more than one
+                            is refused (begin), neither taken */
     uint64_t t0_ns;      /* its HEADERS began (the log's total_us) */
     int answered;        /* ended by its one message's answer (logged) */
     int has_seq_hdr;     /* attnd-sequence-id metadata, for its requests */
