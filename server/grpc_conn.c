@@ -419,7 +419,7 @@ static void take(void *data, int fd, const struct sockaddr_storage *peer,
     nghttp2_settings_entry iv[3] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, MAX_STREAMS},
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW},
-        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, 65536},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST},
     };
     (void)len;
     g->spare = NULL;

@@ -16,6 +16,9 @@
 #define STREAM_WINDOW (1 << 20) /* per-stream receive window */
 #define CONN_WINDOW (16 << 20)  /* per-connection receive window */
 #define MAX_STREAMS 128         /* concurrent calls per connection */
+/* the header list one HEADERS block may carry (names, values and 32 bytes
+ * each, RFC 9113 6.5.2), told the client in SETTINGS */
+#define MAX_HEADER_LIST 65536
 /* a message's bookkeeping, counted against memory-budget with its bytes
  * (README): the ghold it may wait in and two allocations' headers fit (a
  * flood of empty messages held behind a paused connection cost 16 times
@@ -153,6 +156,7 @@ struct gconn {
     size_t unconsumed;   /* DATA bytes of streams gone, not yet given back */
     int paused;          /* queued + wpending over --grpc-buffer: no window
                             given back, stream messages held */
+    size_t hlist;        /* the header list of the block being read */
     int h2_error;        /* srv_grpc__h2_error counted it */
     int h2_nomem;        /* an allocation of nghttp2's failed: a frame (and
                             maybe its HPACK state) is lost, so flush closes

@@ -55,6 +55,11 @@ function hpackInt(n, prefixBits, first) {
 export const lit = (k, v) => Buffer.concat([Buffer.from([0]), Buffer.from(hpackInt(Buffer.byteLength(k), 7, 0)), Buffer.from(k),
   Buffer.from(hpackInt(Buffer.byteLength(v), 7, 0)), Buffer.from(v)]);
 
+/** HPACK: a literal header field entered in the dynamic table (RFC 7541
+ * 6.2.1), new name, no Huffman; while it is the newest entry the byte
+ * 0xbe (index 62) sends it again. */
+export const litIndexed = (k, v) => Buffer.concat([Buffer.from([0x40]), lit(k, v).subarray(1)]);
+
 /** A message's fields as {number: [value, ...]}: a varint as a BigInt, a
  * length-delimited field as a Buffer (fixed32/64 as 4/8-byte Buffers). */
 export const fields = (buf) => {
