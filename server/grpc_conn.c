@@ -355,6 +355,16 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
         close_conn(c);
         return;
     }
+    c->rx += (uint64_t)n;
+    if (c->rx / 8 > c->carried + FLOOD_SLACK && !c->h2_error) {
+        char what[160];
+        snprintf(what, sizeof what, "%llu bytes of frames carrying no call's "
+                 "headers or messages, GOAWAY ENHANCE_YOUR_CALM",
+                 (unsigned long long)(c->rx - c->carried));
+        srv_grpc__h2_error(c, 0, what);
+        /* its later input is ignored; closed once the GOAWAY is out */
+        nghttp2_session_terminate_session(c->h2, NGHTTP2_ENHANCE_YOUR_CALM);
+    }
     flush(c);
 }
 

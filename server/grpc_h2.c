@@ -111,6 +111,7 @@ static int on_header(nghttp2_session *h2, const nghttp2_frame *f,
     c->hlist += nlen + vlen + 32;
     if (c->hlist > MAX_HEADER_LIST)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    c->carried += nlen + vlen;
     if (!call || f->hd.type != NGHTTP2_HEADERS ||
         f->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
@@ -273,9 +274,10 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
     gcall *call = nghttp2_session_get_stream_user_data(h2, id);
     srv *s = ((gconn *)ud)->g->s;
     (void)flags;
-    if (call)
+    if (call) {
         call->unconsumed += len; /* given back to the window by flush */
-    else
+        ((gconn *)ud)->carried += len;
+    } else
         ((gconn *)ud)->unconsumed += len;
     while (call && !call->ending && call->m && len) {
         if (call->hdr_got < 5) {
@@ -447,6 +449,8 @@ static int on_stream_close(nghttp2_session *h2, int32_t id, uint32_t code,
 static int on_frame_send(nghttp2_session *h2, const nghttp2_frame *f, void *ud)
 {
     gcall *call;
+    if (f->hd.type == NGHTTP2_DATA || f->hd.type == NGHTTP2_HEADERS)
+        ((gconn *)ud)->carried += f->hd.length; /* answers: calls carried */
     /* a GOAWAY with an error is the HTTP/2 layer's (attnd's own say
      * NO_ERROR): e.g. nghttp2's limit on stream resets (CVE-2023-44487) */
     if (f->hd.type == NGHTTP2_GOAWAY && f->goaway.error_code != NGHTTP2_NO_ERROR &&
@@ -455,9 +459,14 @@ static int on_frame_send(nghttp2_session *h2, const nghttp2_frame *f, void *ud)
     if (f->hd.type != NGHTTP2_HEADERS || !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
         return 0;
     call = nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
-    if (call && !call->half_closed)
+    if (call && !call->half_closed) {
         nghttp2_submit_rst_stream(h2, NGHTTP2_FLAG_NONE, f->hd.stream_id,
                                   NGHTTP2_NO_ERROR);
+        /* what its client sent before it read this carries no call (its
+         * stream is gone: nghttp2 drops it), and is no flood: up to the
+         * stream's window */
+        ((gconn *)ud)->carried += STREAM_WINDOW;
+    }
     return 0;
 }
 

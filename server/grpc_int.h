@@ -19,6 +19,13 @@
 /* the header list one HEADERS block may carry (names, values and 32 bytes
  * each, RFC 9113 6.5.2), told the client in SETTINGS */
 #define MAX_HEADER_LIST 65536
+/* a connection is a flood once an eighth of the bytes it sent is over
+ * what its calls carried (their header lists and messages, and the
+ * headers and messages of their answers) by more than this (nginx's
+ * rule): frames that carry no call (PRIORITY, empty DATA, PINGs, unknown
+ * types) cost up to 10 times a byte read and dropped, and nghttp2 ends no
+ * connection for sending them */
+#define FLOOD_SLACK (1u << 20)
 /* a message's bookkeeping, counted against memory-budget with its bytes
  * (README): the ghold it may wait in and two allocations' headers fit (a
  * flood of empty messages held behind a paused connection cost 16 times
@@ -157,6 +164,8 @@ struct gconn {
     int paused;          /* queued + wpending over --grpc-buffer: no window
                             given back, stream messages held */
     size_t hlist;        /* the header list of the block being read */
+    uint64_t rx;         /* bytes read from the client */
+    uint64_t carried;    /* what its calls carried each way (FLOOD_SLACK) */
     int h2_error;        /* srv_grpc__h2_error counted it */
     int h2_nomem;        /* an allocation of nghttp2's failed: a frame (and
                             maybe its HPACK state) is lost, so flush closes

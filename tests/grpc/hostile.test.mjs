@@ -59,6 +59,8 @@ function rawConn() {
     while (buf.length >= 9 && buf.length >= 9 + buf.readUIntBE(0, 3)) {
       const n = buf.readUIntBE(0, 3);
       c.frames.push({ type: buf[3], flags: buf[4], id: buf.readUInt32BE(5) & 0x7fffffff, payload: buf.subarray(9, 9 + n) });
+      // acked: until then nghttp2 holds streams to the 64 KB window
+      if (buf[3] === SETTINGS && !(buf[4] & 1)) sock.write(h2frame(SETTINGS, 1, 0));
       buf = buf.subarray(9 + n);
     }
   });
@@ -147,4 +149,80 @@ test('a header list past the 64 KB SETTINGS allowed resets its stream at once: a
   c.sock.destroy();
   const r = await call({ te: 'trailers' });
   assert.deepEqual(firstRawOutput(r.data), SEED_OUT);
+});
+
+/** send frames (built by make) on c until it is closed or sent bytes in
+ * all, a chunk at a time as the socket drains */
+async function flood(c, make, bytes) {
+  const chunk = Buffer.concat(Array.from({ length: 1024 }, make));
+  for (let sent = 0; sent < bytes && !c.closed; sent += chunk.length)
+    if (!c.sock.write(chunk)) await new Promise((r) => { c.sock.once('drain', r); c.sock.once('close', r); });
+}
+
+test('a connection sending frames that carry no call (PRIORITY, empty DATA, unknown types) is ended past 8 times what its calls carry and 8 MiB: GOAWAY ENHANCE_YOUR_CALM, counted and logged; a call beside it served', async () => {
+  // each such frame is up to 10 times the work of a byte read and dropped
+  // (nghttp2's PRIORITY tree, a stream's DATA bookkeeping), and none ended
+  // the connection: one client kept the loop as busy as it could send
+  // (a PING flood nghttp2 ends itself: more than 1000 acks waiting)
+  const kinds = {
+    PRIORITY: (_, i) => h2frame(2, 0, 2 * i + 101, Buffer.from([0, 0, 0, 0, 16])),
+    'empty DATA': () => h2frame(0, 0, 1, Buffer.alloc(0)),
+    unknown: () => h2frame(0x20, 0, 0, Buffer.alloc(100)),
+  };
+  const m0 = await fetch(`${d.url}/metrics`).then((r) => r.text());
+  const errs = (m) => Number(/attnd_grpc_connection_errors_total (\d+)/.exec(m)[1]);
+  for (const [kind, make] of Object.entries(kinds)) {
+    const c = rawConn();
+    // a stream open (no message yet) for the empty DATA to land on
+    c.send(h2frame(HEADERS, END_HEADERS, 1, block(inferFields([['te', 'trailers']]))));
+    await flood(c, make, 12 << 20);
+    const g = await c.until((f) => f.type === GOAWAY, 10000);
+    assert.ok(g, `${kind}: no GOAWAY after 12 MiB`);
+    assert.equal(g.payload.readUInt32BE(4), 11, kind); // ENHANCE_YOUR_CALM
+    for (let t = Date.now(); !c.closed && Date.now() - t < 5000;) await new Promise((r) => setTimeout(r, 10));
+    assert.ok(c.closed, `${kind}: closed`);
+    const r = await call({ te: 'trailers' });
+    assert.deepEqual(firstRawOutput(r.data), SEED_OUT, kind);
+  }
+  const m1 = await fetch(`${d.url}/metrics`).then((r) => r.text());
+  assert.equal(errs(m1) - errs(m0), 3);
+  assert.match(await d.logged(/frames carrying no call/), /grpc: ended \d+ connections? for HTTP\/2 errors .*\(this one: \d+ bytes of frames carrying no call's headers or messages/);
+});
+
+test('a client whose calls carry messages and answers is not taken for a flood, however many PINGs and WINDOW_UPDATEs come with them', async () => {
+  // 20 MiB of messages, each call with a PING and a WINDOW_UPDATE: the
+  // control frames stay far under an eighth of what the calls carry
+  const c = rawConn();
+  await c.until((f) => f.type === SETTINGS && !(f.flags & 1)); // acked: 1 MiB windows
+  const big = frame(Buffer.concat([seedMsg(), Buffer.from([0x7a, 0x80, 0x80, 0x04]), Buffer.alloc(65536)])); // field 15, 64 KB, skipped
+  let id = 1;
+  for (let n = 0; n < 320; n++, id += 2) {
+    const data = [];
+    for (let at = 0; at < big.length; at += 16000)
+      data.push(h2frame(0, at + 16000 >= big.length ? END_STREAM : 0, id, big.subarray(at, at + 16000)));
+    c.send(h2frame(HEADERS, END_HEADERS, id, block(inferFields([['te', 'trailers']]))), ...data,
+      h2frame(6, 0, 0, Buffer.alloc(8)), h2frame(8, 0, 0, Buffer.from([0, 0, 0, 1])));
+    if (n % 64 === 63) assert.equal(await outcome(c, id), 'answered');
+  }
+  assert.ok(!c.frames.some((f) => f.type === GOAWAY), 'no GOAWAY');
+  c.sock.destroy();
+});
+
+test('calls refused while their client still sends (a message over max-body) are no flood: the window of DATA each sends after its reset is allowed for', async () => {
+  // such DATA reaches no call (its stream is gone, nghttp2 drops it): 12
+  // such calls, 1 MiB each, were 12 MiB that carried nothing
+  const c = rawConn();
+  await c.until((f) => f.type === SETTINGS && !(f.flags & 1)); // acked: 1 MiB windows
+  for (let n = 0, id = 1; n < 12; n++, id += 2) {
+    const prefix = Buffer.from([0, 0x7f, 0xff, 0xff, 0xff]); // 2 GiB: over max-body
+    c.send(h2frame(HEADERS, END_HEADERS, id, block(inferFields([['te', 'trailers']]))), h2frame(0, 0, id, prefix));
+    const rest = [];
+    for (let at = 5; at + 16000 <= (1 << 20) - 16000; at += 16000) rest.push(h2frame(0, 0, id, Buffer.alloc(16000)));
+    c.send(...rest);
+    assert.notEqual(await outcome(c, id), 'nothing', `call ${n}`);
+  }
+  c.send(...rawCall(25, inferFields([['te', 'trailers']])));
+  assert.equal(await outcome(c, 25), 'answered');
+  assert.ok(!c.frames.some((f) => f.type === GOAWAY), 'no GOAWAY');
+  c.sock.destroy();
 });
