@@ -599,6 +599,7 @@ void srv_grpc__call_free(gcall *call)
     else
         c->calls_tail = call->prev;
     free(call);
+    srv_mem_give(s, CALL_COST);
     if (s->draining) /* the drain may wait for this call */
         srv_check_stop(s);
 }

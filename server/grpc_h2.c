@@ -67,14 +67,28 @@ static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f,
                             void *ud)
 {
     gconn *c = ud;
+    srv *s = c->g->s;
     gcall *call;
     c->hlist = 0; /* a block begins: a call's, or trailers */
     if (f->hd.type != NGHTTP2_HEADERS ||
         f->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
+    if (srv_mem_take(s, CALL_COST) < 0) { /* refused, not begun */
+        unsigned long long n = srv_every_due(&c->g->refused_log, srv_now_ns());
+        if (n)
+            srv_log(s, "warn", "grpc: %llu stream%s refused since the last "
+                    "such line: the memory for request bodies, open calls "
+                    "and unsent answers (%lld bytes, memory-budget) is in "
+                    "use", n, n == 1 ? "" : "s", s->cfg.memory_budget);
+        nghttp2_submit_rst_stream(h2, NGHTTP2_FLAG_NONE, f->hd.stream_id,
+                                  NGHTTP2_REFUSED_STREAM);
+        srv_grpc__schedule(c);
+        return 0;
+    }
     call = calloc(1, sizeof *call);
     if (!call) { /* refused, not begun: the client may send it again */
-        srv_log(c->g->s, "warn", "grpc: a stream refused: out of memory for its call");
+        srv_mem_give(s, CALL_COST);
+        srv_log(s, "warn", "grpc: a stream refused: out of memory for its call");
         nghttp2_submit_rst_stream(h2, NGHTTP2_FLAG_NONE, f->hd.stream_id,
                                   NGHTTP2_REFUSED_STREAM);
         srv_grpc__schedule(c);

@@ -143,6 +143,12 @@ struct gcall {
     int code;            /* the final status once ending */
     char end_msg[GRPC_ERRMAX];
 };
+/* an open call's state, counted against memory-budget from its HEADERS
+ * until its stream closes (README): its gcall, nghttp2's stream and the
+ * allocations' headers. Uncounted, a client's idle ModelStreamInfer
+ * streams (128 a connection, held for good) held 2.8 KB each. */
+#define CALL_COST 3072
+_Static_assert(sizeof(gcall) + 512 <= CALL_COST, "CALL_COST holds a gcall");
 
 struct gconn {
     srv_conn guard;      /* on s->conns (guard.c): counted, timed, evictable */
@@ -188,6 +194,7 @@ typedef struct srv_grpc {
     int closing_conns; /* connections whose handles are closing */
     int stopped;  /* srv_grpc_stop ran: freed once everything closed */
     srv_every h2_log;      /* srv_grpc__h2_error's log lines */
+    srv_every refused_log; /* streams refused for memory-budget */
     char rbuf[READ_BUF];
 } srv_grpc;
 

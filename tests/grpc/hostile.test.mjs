@@ -24,9 +24,9 @@ after(async () => {
 });
 
 /** one call through node:http2: {status, grpcStatus, message, data} */
-function call(headers = {}, body = frame(seedMsg())) {
+function call(headers = {}, body = frame(seedMsg()), port = d.grpcPort) {
   return new Promise((res, rej) => {
-    const s = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
+    const s = http2.connect(`http://127.0.0.1:${port}`);
     s.on('error', rej);
     const req = s.request({ ':method': 'POST', ':path': INFER, 'content-type': 'application/grpc', ...headers });
     let head = {};
@@ -48,8 +48,8 @@ function call(headers = {}, body = frame(seedMsg())) {
 
 /** a raw HTTP/2 connection: send(frames), frames received ({type, flags,
  * id, payload}), until(pred, ms) waits for one that matches, closed */
-function rawConn() {
-  const sock = net.connect(d.grpcPort, '127.0.0.1');
+function rawConn(port = d.grpcPort) {
+  const sock = net.connect(port, '127.0.0.1');
   const c = { sock, frames: [], closed: false };
   let buf = Buffer.alloc(0);
   sock.on('error', () => {});
@@ -225,4 +225,27 @@ test('calls refused while their client still sends (a message over max-body) are
   assert.equal(await outcome(c, 25), 'answered');
   assert.ok(!c.frames.some((f) => f.type === GOAWAY), 'no GOAWAY');
   c.sock.destroy();
+});
+
+test('an open call counts against --memory-budget (3 KB) until its stream closes: past it a new stream is refused (REFUSED_STREAM), logged; idle streams held 2.8 KB each uncounted, 128 a connection', async (t) => {
+  const e = await start({ grpc: true, t, args: ['--memory-budget', '65536', '--max-body', '16384', '--max-json-body', '16384',
+    '--request-memory', '16384'] });
+  const gauge = async () => Number(/attnd_memory_budget_used_bytes (\d+)/.exec(await fetch(`${e.url}/metrics`).then((r) => r.text()))[1]);
+  const c = rawConn(e.grpcPort);
+  await c.until((f) => f.type === SETTINGS && !(f.flags & 1));
+  const STREAM = [[':method', 'POST'], [':scheme', 'http'], [':path', '/inference.GRPCInferenceService/ModelStreamInfer'],
+    [':authority', 'x'], ['content-type', 'application/grpc'], ['te', 'trailers']];
+  for (let id = 1; id < 80; id += 2) c.send(h2frame(HEADERS, END_HEADERS, id, block(STREAM)));
+  const refused = await c.until((f) => f.type === RST);
+  assert.ok(refused, 'a stream refused');
+  assert.equal(refused.payload.readUInt32BE(0), 7); // REFUSED_STREAM
+  assert.equal(refused.id, 1 + 2 * Math.floor(65536 / 3072), 'the first past the budget');
+  assert.equal(await gauge(), 3072 * Math.floor(65536 / 3072));
+  assert.match(await e.logged(/streams? refused/), /grpc: \d+ streams? refused since the last such line: the memory for request bodies, open calls and unsent answers \(65536 bytes, memory-budget\) is in use/);
+  c.sock.destroy();
+  for (let t0 = Date.now(); (await gauge()) && Date.now() - t0 < 5000;) await new Promise((r) => setTimeout(r, 20));
+  assert.equal(await gauge(), 0);
+  const r = await call({ te: 'trailers' }, frame(seedMsg()), e.grpcPort);
+  assert.deepEqual(firstRawOutput(r.data), SEED_OUT);
+  assert.equal((await e.stop()).code, 0);
 });

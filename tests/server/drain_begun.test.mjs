@@ -36,8 +36,9 @@ async function metric(d, name, ok) {
   return v;
 }
 /** used(d, n): attnd_memory_budget_used_bytes once it is n (a message's
- * prefix read reserves its length + 1 + MSG_COST, its bookkeeping). */
-const MSG_COST = 128;
+ * prefix read reserves its length + 1 + MSG_COST, its bookkeeping; an open
+ * call holds CALL_COST, its state). */
+const MSG_COST = 128, CALL_COST = 3072;
 const used = (d, n) => metric(d, 'attnd_memory_budget_used_bytes', (v) => v === n);
 
 /** open(s, path): a call on s whose bytes the test writes itself:
@@ -126,7 +127,7 @@ test('gRPC: a ModelInfer whose HEADERS and part of its message came before SIGTE
   assert.equal(ref.msgs.length, 1);
   const c = open(session(t, d), INFER);
   c.send(all.subarray(0, all.length >> 1));
-  assert.equal(await used(d, msg.length + 1 + MSG_COST), msg.length + 1 + MSG_COST, 'its prefix was read: its message reserved');
+  assert.equal(await used(d, msg.length + 1 + MSG_COST + CALL_COST), msg.length + 1 + MSG_COST + CALL_COST, 'its prefix was read: its message reserved');
   await sigterm(d);
   const late = await grpcCall(session(t, d), INFER, [msg]);
   assert.equal(late.grpcStatus, 14, JSON.stringify(late));
@@ -149,7 +150,7 @@ test('gRPC: on one connection, the call whose HEADERS came before SIGTERM is ser
   t.after(() => c.s.destroy());
   c.head(1, INFER);
   c.data(1, all.subarray(0, all.length >> 1));
-  assert.equal(await used(d, msg.length + 1 + MSG_COST), msg.length + 1 + MSG_COST, 'its prefix was read: its message reserved');
+  assert.equal(await used(d, msg.length + 1 + MSG_COST + CALL_COST), msg.length + 1 + MSG_COST + CALL_COST, 'its prefix was read: its message reserved');
   await sigterm(d);
   const from = d.log().length;
   c.head(3, INFER);
@@ -176,7 +177,7 @@ test('gRPC: a RepositoryModelLoad whose upload was still coming at SIGTERM loads
   const msg = upload('up'), all = frame(msg);
   const c = open(session(t, d), LOAD);
   c.send(all.subarray(0, all.length >> 1));
-  assert.equal(await used(d, msg.length + 1 + MSG_COST), msg.length + 1 + MSG_COST, 'its prefix was read: its message reserved');
+  assert.equal(await used(d, msg.length + 1 + MSG_COST + CALL_COST), msg.length + 1 + MSG_COST + CALL_COST, 'its prefix was read: its message reserved');
   await sigterm(d);
   c.end(all.subarray(all.length >> 1));
   const r = await c.answer;
@@ -197,7 +198,7 @@ test('gRPC: a stream\'s message begun before SIGTERM is served; one begun after 
   c.send(frame(seedMsg())); // the stream is open and answering
   await first;
   c.send(all.subarray(0, all.length >> 1));
-  assert.equal(await used(d, msg.length + 1 + MSG_COST), msg.length + 1 + MSG_COST, 'its prefix was read: its message reserved');
+  assert.equal(await used(d, msg.length + 1 + MSG_COST + CALL_COST), msg.length + 1 + MSG_COST + CALL_COST, 'its prefix was read: its message reserved');
   await sigterm(d);
   // the rest and, in the same write, a message begun after the signal
   c.send(Buffer.concat([all.subarray(all.length >> 1), frame(seedMsg())]));
@@ -243,11 +244,12 @@ test('gRPC: a call begun before SIGTERM whose message ends after the cut answers
   l.end(frame(str(2, 'slow')));
   await slow.reading();
   const inf = frame(sdpa(8, 4)), up = frame(upload('up'));
-  const a = open(s, INFER), b = open(s, LOAD);
   const u = await metric(d, 'attnd_memory_budget_used_bytes', () => true);
+  const a = open(s, INFER), b = open(s, LOAD);
   a.send(inf.subarray(0, inf.length >> 1));
   b.send(up.subarray(0, up.length >> 1));
-  const n = u + inf.length - 4 + up.length - 4 + 2 * MSG_COST; // both reserved: their prefixes read
+  // both reserved, their prefixes read, beside their calls' state
+  const n = u + inf.length - 4 + up.length - 4 + 2 * MSG_COST + 2 * CALL_COST;
   assert.equal(await used(d, n), n);
   await sigterm(d);
   d.proc.kill('SIGTERM');
