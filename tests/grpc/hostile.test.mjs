@@ -249,3 +249,35 @@ test('an open call counts against --memory-budget (3 KB) until its stream closes
   assert.deepEqual(firstRawOutput(r.data), SEED_OUT);
   assert.equal((await e.stop()).code, 0);
 });
+
+test('what nghttp2 holds a client to ends the connection (GOAWAY with its error, but a 9th CONTINUATION ends it at once), a call beside it served: WINDOW_UPDATE past 2^31-1, a stream id used again or even, more than 32 SETTINGS a frame, an HPACK table bigger than SETTINGS allow, more than 8 CONTINUATIONs', async () => {
+  const GOAWAY_CODE = { PROTOCOL_ERROR: 1, FLOW_CONTROL_ERROR: 3, STREAM_CLOSED: 5, COMPRESSION_ERROR: 9, ENHANCE_YOUR_CALM: 11 };
+  const head = block(inferFields([['te', 'trailers']]));
+  const cases = [
+    ['WINDOW_UPDATE overflow', () => [h2frame(8, 0, 0, Buffer.from([0x7f, 0xff, 0xff, 0xff]))], 'FLOW_CONTROL_ERROR'],
+    ['stream id used again', () => [...rawCall(1, inferFields([['te', 'trailers']])), h2frame(HEADERS, END_HEADERS | END_STREAM, 1, head)],
+      'STREAM_CLOSED'],
+    ['even stream id', () => [h2frame(HEADERS, END_HEADERS, 2, head)], 'PROTOCOL_ERROR'],
+    ['33 SETTINGS', () => [h2frame(SETTINGS, 0, 0, Buffer.concat(Array.from({ length: 33 }, () => Buffer.from([0, 3, 0, 0, 0, 100]))))],
+      'ENHANCE_YOUR_CALM'],
+    ['HPACK table size update past 4096', () => [h2frame(HEADERS, END_HEADERS, 1, Buffer.concat([Buffer.from([0x3f, 0xe1, 0x3f]), head]))],
+      'COMPRESSION_ERROR'],
+    ['9 CONTINUATIONs', () => [h2frame(HEADERS, 0, 1, head.subarray(0, 10)),
+      ...Array.from({ length: 9 }, (_, i) => h2frame(9, 0, 1, i < 8 ? Buffer.alloc(0) : head.subarray(10)))], null],
+  ];
+  for (const [what, frames, code] of cases) {
+    const c = rawConn();
+    await c.until((f) => f.type === SETTINGS && !(f.flags & 1));
+    c.send(...frames());
+    if (code) {
+      const g = await c.until((f) => f.type === GOAWAY);
+      assert.ok(g, `${what}: GOAWAY`);
+      assert.equal(g.payload.readUInt32BE(4), GOAWAY_CODE[code], `${what}: ${g.payload.subarray(8)}`);
+    }
+    for (const t = Date.now(); !c.closed && Date.now() - t < 5000;) await new Promise((r) => setTimeout(r, 10));
+    assert.ok(c.closed, `${what}: closed`);
+    c.sock.destroy();
+    const r = await call({ te: 'trailers' });
+    assert.deepEqual(firstRawOutput(r.data), SEED_OUT, what);
+  }
+});
