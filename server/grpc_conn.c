@@ -189,9 +189,19 @@ static void flush(gconn *c)
         close_conn(c);
 }
 
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf);
+static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
+
 static void on_idle(uv_idle_t *h)
 {
     srv_grpc *g = h->data;
+    while (g->yielded) { /* a turn has passed: read again */
+        gconn *c = g->yielded;
+        g->yielded = c->ynext;
+        c->yielded = 0;
+        c->turn_read = 0;
+        uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    }
     while (g->flush) {
         gconn *c = g->flush;
         g->flush = c->fnext;
@@ -274,6 +284,13 @@ static void close_conn(gconn *c)
                 break;
             }
     c->in_flush = 0;
+    if (c->yielded)
+        for (pp = &g->yielded; *pp; pp = &(*pp)->ynext)
+            if (*pp == c) {
+                *pp = c->ynext;
+                break;
+            }
+    c->yielded = 0;
     srv_guard_remove(g->s, &c->guard);
     while (c->calls)
         srv_grpc__call_free(c->calls);
@@ -366,6 +383,19 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
         nghttp2_session_terminate_session(c->h2, NGHTTP2_ENHANCE_YOUR_CALM);
     }
     flush(c);
+    c->turn_read += (size_t)n;
+    if (c->turn_read >= TURN_READ && !c->closing) {
+        /* the others' turn: libuv's read loop ends here */
+        srv_grpc *g = c->g;
+        uv_read_stop(st);
+        c->yielded = 1;
+        c->ynext = g->yielded;
+        g->yielded = c;
+        if (!g->idle_on) {
+            g->idle_on = 1;
+            uv_idle_start(&g->idle, on_idle);
+        }
+    }
 }
 
 /* slow: guard.c's sweep: end each of c's calls whose message arrives

@@ -12,6 +12,12 @@
 #include "server/grpc.h"
 
 #define READ_BUF 65536
+/* a connection that has read this much since it last yielded sits out
+ * the loop's next poll (its reads resume on the turn after): libuv reads
+ * a readable socket up to 32 times a turn, 2 MB, and 2 MB of PRIORITY or
+ * empty DATA frames (8 ns a byte in nghttp2) kept the loop 17 ms on one
+ * connection while the others waited; now each reads once a turn */
+#define TURN_READ READ_BUF
 #define WRITE_HIGH (4u << 20)   /* stop pulling frames past this much unwritten */
 #define STREAM_WINDOW (1 << 20) /* per-stream receive window */
 #define CONN_WINDOW (16 << 20)  /* per-connection receive window */
@@ -162,6 +168,9 @@ struct gconn {
                                  answers made in one turn go in it */
     gconn *next, *prev;
     gconn *fnext;        /* flush list */
+    gconn *ynext;        /* yielded list (TURN_READ) */
+    size_t turn_read;    /* bytes read since it last yielded */
+    int yielded;         /* its reads stopped until the next turn */
     int in_flush, closing;
     size_t wpending;     /* bytes handed to uv_write, not yet written */
     size_t queued;       /* answer bytes queued in its calls, not yet sent,
@@ -188,6 +197,7 @@ typedef struct srv_grpc {
     nghttp2_session_callbacks *cbs;
     nghttp2_option *opt;
     gconn *conns, *flush;
+    gconn *yielded;     /* connections whose reads resume next turn */
     int n_conns;
     int handles;  /* the idle handle and the listener's poll and retry
                      timer, until closed */
