@@ -26,7 +26,7 @@
  * each, RFC 9113 6.5.2), told the client in SETTINGS */
 #define MAX_HEADER_LIST 65536
 /* a connection is a flood once an eighth of the bytes it sent is over
- * what its calls carried (their header lists and messages, and the
+ * what its calls carried (their header blocks and messages, and the
  * headers and messages of their answers) by more than this (nginx's
  * rule): frames that carry no call (PRIORITY, empty DATA, PINGs, unknown
  * types) cost up to 10 times a byte read and dropped, and nghttp2 ends no

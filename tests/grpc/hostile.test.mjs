@@ -314,3 +314,21 @@ test('each connection reads 64 KB a loop turn, then yields: 32 connections sendi
   // its malloc under the PRIORITY tree nghttp2 grows)
   assert.ok(Math.max(...times) < 250 * SLOW, `the calls took ${times} ms`);
 });
+
+test('header lists earn no flood allowance past their bytes on the wire: a 4 KB field in the HPACK table named 16 times a 25-byte HEADERS counted 64 KB carried, 512 KB of PRIORITY frames allowed', async () => {
+  const c = rawConn();
+  await c.until((f) => f.type === SETTINGS && !(f.flags & 1));
+  // the entry, on a call of its own (answered)
+  c.send(h2frame(HEADERS, END_HEADERS, 1, Buffer.concat([block(inferFields([['te', 'trailers']])), litIndexed('x-a', 'a'.repeat(4000))])),
+    h2frame(0, END_STREAM, 1, frame(seedMsg())));
+  const prio = Buffer.concat(Array.from({ length: 1024 }, (_, i) => h2frame(2, 0, 2 * i + 1001, Buffer.from([0, 0, 0, 0, 16]))));
+  for (let id = 3, sent = 0; sent < (16 << 20) && !c.closed; id += 2, sent += prio.length) {
+    // 16 fields of 4 KB from 16 bytes, then no pseudo-header: its stream reset
+    if (!c.sock.write(Buffer.concat([h2frame(HEADERS, END_HEADERS, id, Buffer.alloc(16, 0xbe)), prio])))
+      await new Promise((r) => { c.sock.once('drain', r); c.sock.once('close', r); });
+  }
+  const g = await c.until((f) => f.type === GOAWAY, 10000);
+  assert.ok(g, 'no GOAWAY after 16 MiB');
+  assert.equal(g.payload.readUInt32BE(4), 11);
+  c.sock.destroy();
+});
