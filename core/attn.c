@@ -77,8 +77,11 @@ static attn_plan *plan_alloc(const attn_config *cfg, int n_items)
     if (!p)
         return NULL;
     p->cfg = *cfg;
+    /* 1/sqrt(d_k) rounded once, the float PyTorch multiplies q by
+     * (head_dim ** -0.5); 1.0f / sqrtf() rounds twice and is 1 ulp off
+     * for 242 head_dims up to 1024 (6, 24, 96, ...). */
     if (p->cfg.scale == 0.0f)
-        p->cfg.scale = 1.0f / sqrtf((float)cfg->head_dim);
+        p->cfg.scale = (float)(1.0 / sqrt((double)cfg->head_dim));
     p->n_items = n_items;
     p->bad = calloc((size_t)n_items, sizeof(*p->bad));
     if (!p->bad) {
@@ -376,9 +379,9 @@ nomem:
 }
 
 /*
- * attn_plan_create_raw: one stage of item x head x query-block tiles; no
- * scratch beyond the tile table (the kernels use the stack and the caller's
- * output buffers).
+ * attn_plan_create_raw: one stage of item x head x query-block tiles; the
+ * scratch is each item's q times scale (tile_raw writes its rows), the
+ * kernels use the stack and the caller's output buffers.
  */
 int attn_plan_create_raw(attn_plan **out, const attn_config *cfg,
                          const attn_raw *items, int n_items, char *err)
@@ -392,11 +395,18 @@ int attn_plan_create_raw(attn_plan **out, const attn_config *cfg,
     if (!items || n_items < 1)
         return attn__fail(err, ATTN_EINVAL,
                           "need at least one item (n_items = %d)", n_items);
-    size_t n0 = 0;
+    size_t n0 = 0, floats = 0, n;
     for (int i = 0; i < n_items; i++) {
         if ((rc = attn__raw_check(cfg, &items[i], i, err)))
             return rc;
         n0 += (size_t)cfg->n_heads * blocks(items[i].t, ATTN__BQ);
+        if (!attn__mul_ok((size_t)cfg->n_heads * (size_t)items[i].t,
+                          (size_t)cfg->head_dim, &n) ||
+            !attn__add_ok(&floats, (n + 15) / 16 * 16) ||
+            !attn__mul_ok(floats, sizeof(float), &n))
+            return attn__fail(err, ATTN_EOVERFLOW,
+                              "the scaled q of %d items overflows size_t",
+                              n_items);
     }
     double fl = 0;
     for (int i = 0; i < n_items; i++)
@@ -409,8 +419,15 @@ int attn_plan_create_raw(attn_plan **out, const attn_config *cfg,
     p->flops = fl;
     p->n_stages = 1;
     p->tiles[0] = calloc(n0, sizeof(tile));
-    if (!p->tiles[0])
+    p->rawq = malloc(sizeof(*p->rawq) * (size_t)n_items);
+    p->scratch_bytes = floats * sizeof(float);
+    p->slab = aligned_alloc(64, (p->scratch_bytes + 63) / 64 * 64);
+    if (!p->tiles[0] || !p->rawq || !p->slab)
         goto nomem;
+    float *f = p->slab;
+    for (int i = 0; i < n_items; i++)
+        p->rawq[i] = carve(&f, (size_t)cfg->n_heads * (size_t)items[i].t *
+                                   (size_t)cfg->head_dim);
     for (int i = 0; i < n_items; i++)
         for (int h = 0; h < cfg->n_heads; h++)
             put_blocks(p->tiles[0], &p->n_tiles[0], TILE_RAW, i, h, items[i].t,
@@ -430,6 +447,7 @@ void attn_plan_destroy(attn_plan *p)
     for (int i = 0; i < PLAN_MAX_STAGES; i++)
         free(p->tiles[i]);
     free(p->buf);
+    free(p->rawq);
     free(p->slab);
     free(p->bad);
     free(p);

@@ -2,12 +2,16 @@
  * attn.h - the attention engine: multi-head scaled dot-product attention.
  *
  *   Q = X W_q (+ b_q)   K = C W_k (+ b_k)   V = C W_v (+ b_v)   (C = X: self)
- *   A = softmax(Q K^T * scale + M)            row-wise, max-subtracted
+ *   A = softmax((Q * scale) K^T + M)          row-wise, max-subtracted
  *   O = A V ;  Y = concat_heads(O) W_o (+ b_o)
  *
  * H query heads and H_kv key/value heads (H_kv divides H); query head h
  * reads key/value head h / (H / H_kv) (the repeat_interleave convention of
- * GQA/MQA). scale defaults to 1/sqrt(d_k).
+ * GQA/MQA). scale defaults to 1/sqrt(d_k) (rounded to float once, the
+ * head_dim ** -0.5 of PyTorch). q is scaled before the product, in
+ * PyTorch's order (nn.MultiheadAttention, F._scaled_dot_product_attention
+ * scale q, then multiply): the float rounding of a score is theirs, and a
+ * q . k past FLT_MAX whose scaled score fits is a score like any other.
  *
  * RoPE (rope_theta > 0) rotates q and k of every head after the bias, on
  * the first rot = rope_dims (or head_dim) dims, in the rotate_half
@@ -77,7 +81,7 @@ typedef struct attn_config {
     int n_kv_heads;  /* H_kv: key/value heads; divides H */
     int head_dim;    /* d_k: query/key width per head */
     int v_head_dim;  /* d_v: value width per head */
-    float scale;     /* score scale; 0 means 1/sqrt(head_dim) */
+    float scale;     /* q's scale before Q K^T; 0 means 1/sqrt(head_dim) */
     float rope_theta; /* RoPE base; 0 means no RoPE */
     int rope_dims;   /* rotated dims per head (even, <= head_dim); 0 = head_dim */
 } attn_config;
@@ -174,7 +178,7 @@ typedef struct attn_seq {
 
     float *y;         /* (t, d_model) required */
     float *attention; /* (n_heads, t, s) softmax weights, masked exactly 0 */
-    float *scores;    /* (n_heads, t, s) Q K^T * scale before any mask */
+    float *scores;    /* (n_heads, t, s) (Q * scale) K^T before any mask */
     float *q;         /* (n_heads, t, head_dim) after bias and RoPE */
     float *k;         /* (n_kv_heads, s, head_dim) after bias and RoPE */
     float *v;         /* (n_kv_heads, s, v_head_dim) */
@@ -243,7 +247,8 @@ void attn_plan_destroy(attn_plan *p);
 
 /* Bytes of scratch the plan holds (for memory budgets and benchmarks):
  * per sequence Q, K, V and the concatenated heads O, plus the RoPE table;
- * linear in t and s (no t x s buffer); 0 for raw plans. */
+ * linear in t and s (no t x s buffer); a raw plan's is its items' q times
+ * scale. */
 size_t attn_plan_scratch_bytes(const attn_plan *p);
 
 /* Floating-point operations of the pass, about (projections and both

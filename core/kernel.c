@@ -120,14 +120,14 @@ static span get_span(const attn__head *h, int j0, int max, int want_k,
     return sp;
 }
 
-/* The scaled scores of n rows of q against span sp into out (row stride
- * ld): small_attn.c's kernel for a few rows, else BLAS. */
+/* The scores of n rows of (scaled) q against span sp into out (row
+ * stride ld): small_attn.c's kernel for a few rows, else BLAS. */
 static void span_scores(const attn__head *h, int n, const float *q,
                         const span *sp, float *out, size_t ld)
 {
-    if (!attn__small_scores(n, sp->n, h->dk, h->scale, q, h->ldq, sp->k,
+    if (!attn__small_scores(n, sp->n, h->dk, 1.0f, q, h->ldq, sp->k,
                             sp->ldk, out, ld))
-        attn__gemm(1, n, sp->n, h->dk, h->scale, q, (int)h->ldq, sp->k,
+        attn__gemm(1, n, sp->n, h->dk, 1.0f, q, (int)h->ldq, sp->k,
                    (int)sp->ldk, 0.0f, out, (int)ld);
 }
 
@@ -140,7 +140,7 @@ static void span_pv(const attn__head *h, int n, const float *p, size_t ldp,
                    1.0f, o, (int)h->ldo);
 }
 
-/* Scaled scores of rows [i0, i0 + n) against keys [0, kend) into out (row
+/* Scores of rows [i0, i0 + n) against keys [0, kend) into out (row
  * stride ld), span by span. */
 static void scores_rows(const attn__head *h, int i0, int n, int kend,
                         float *out, size_t ld, float *kbuf, float *vbuf)

@@ -15,6 +15,8 @@
 
 /*
  * One head over one block of query rows [i0, i1). Row i of Q is q + i*ldq,
+ * already multiplied by the score scale (the caller scales q, so a score
+ * is q_i . k_j: see attn.h),
  * key row j of K is k + j*ldk, of V v + j*ldv; output row i is o + i*ldo.
  * Visibility of key j to query i: i < t_valid, j < s_valid,
  * (!causal || j <= past + i), (!mask || mask[i*s + j]). Rows with no
@@ -32,15 +34,14 @@ typedef struct attn__head {
     int t_valid, s_valid; /* visible limits (see above) */
     int causal;
     int dk, dv;          /* head widths */
-    float scale;         /* score scale */
     const uint8_t *mask; /* (t, s) or NULL */
-    const float *q;      /* (t, dk) rows at stride ldq */
+    const float *q;      /* (t, dk) rows at stride ldq, scaled */
     const float *k;      /* (s, dk) rows at stride ldk */
     const float *v;      /* (s, dv) rows at stride ldv */
     float *o;            /* (t, dv) rows at stride ldo */
     size_t ldq, ldk, ldv, ldo;
     float *att; /* (t, s) softmax weights or NULL */
-    float *sc;  /* (t, s) scaled scores before masks or NULL */
+    float *sc;  /* (t, s) scores (of scaled q) before masks or NULL */
     int *bad;   /* set to 1 (relaxed atomic) when a score row overflows */
     int past;   /* causal offset (tokens a K/V cache held before) */
     int one_query;

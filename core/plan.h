@@ -65,6 +65,8 @@ struct attn_plan {
     int *qseq, *kseq;   /* (T), (Cn) the sequence of each row */
     uint8_t *live;      /* (T) 1 when the query row sees at least one key */
     float *rope;        /* (positions, rope_dims): cos | sin, or NULL */
+    float **rawq;       /* (n_items) raw only: item i's q times scale,
+                         * (n_heads, t, head_dim), each tile its rows */
     int n_stages;
     tile *tiles[PLAN_MAX_STAGES];
     size_t n_tiles[PLAN_MAX_STAGES];

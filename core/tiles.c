@@ -33,6 +33,35 @@ static int row_live(const attn_seq *q, int past, int i)
     return 0;
 }
 
+/* scale_q: x[0..n) times the layer's scale, in place; 1 when every
+ * product is finite (the projection's check, in the same pass).
+ * scale_q_to: into dst, another buffer. q is scaled before Q K^T, as
+ * PyTorch does (q * scale, or q / sqrt(E), then the product: F._scaled_
+ * dot_product_attention, nn.MultiheadAttention), so the float rounding
+ * is theirs and a q . k past FLT_MAX whose scaled score fits is no
+ * overflow. One product per element of Q, not one per score. */
+static int scale_q(const attn_plan *p, float *restrict x, size_t n)
+{
+    float s = p->cfg.scale;
+    uint32_t bad = 0;
+    for (size_t j = 0; j < n; j++) {
+        float v = x[j] * s;
+        uint32_t u;
+        memcpy(&u, &v, sizeof u);
+        bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+        x[j] = v;
+    }
+    return !bad;
+}
+
+static void scale_q_to(const attn_plan *p, float *restrict dst,
+                       const float *restrict x, size_t n)
+{
+    float s = p->cfg.scale;
+    for (size_t j = 0; j < n; j++)
+        dst[j] = x[j] * s;
+}
+
 /* Gather rows [r0, r1) of sequence tl->item's x (head 0) or context rows
  * (head 1) into the batch matrix. */
 static void tile_gather(attn_plan *p, const tile *tl)
@@ -66,8 +95,9 @@ static const float *wcols(const attn_plan *p, const float *w, int k,
 }
 
 /* The projection tile: rows [r0, r1) x columns [c0, c1) of Q, K or V
- * (columns are whole heads), then bias, RoPE, the finite check, the
- * per-head copies the caller asked for, and decoder steps' K/V pages. */
+ * (columns are whole heads), then bias, RoPE, the per-head copies the
+ * caller asked for, Q's scale (after its copies: the q output is before
+ * it), the finite check, and decoder steps' K/V pages. */
 static void tile_proj(attn_plan *p, const tile *tl)
 {
     const attn_config *c = &p->cfg;
@@ -99,9 +129,7 @@ static void tile_proj(attn_plan *p, const tile *tl)
         int item = rseq[r];
         const attn_seq *q = &p->seqs[item];
         const seqbuf *b = &p->buf[item];
-        const float *row = out + (size_t)r * ld;
-        if (!attn__all_finite(row + c0, n))
-            flag(p, item);
+        float *row = out + (size_t)r * ld;
         if (m == MAT_Q) {
             int i = r - b->xoff;
             if (c0 == 0)
@@ -110,8 +138,12 @@ static void tile_proj(attn_plan *p, const tile *tl)
                 for (int h = h0; h < h1; h++)
                     memcpy(q->q + ((size_t)h * (size_t)q->t + (size_t)i) * dh,
                            row + (size_t)h * dh, (size_t)dh * sizeof(float));
+            if (!scale_q(p, row + c0, n))
+                flag(p, item);
             continue;
         }
+        if (!attn__all_finite(row + c0, n))
+            flag(p, item);
         int i = r - b->coff;
         float *dst = m == MAT_K ? q->k : q->v;
         if (q->kv) {
@@ -148,7 +180,6 @@ static attn__head head_of(attn_plan *p, int item, int h)
         .causal = q->causal,
         .dk = c->head_dim,
         .dv = c->v_head_dim,
-        .scale = c->scale,
         .mask = q->mask,
         .q = p->Q + (size_t)b->xoff * ldq + (size_t)h * (size_t)c->head_dim,
         .k = p->K + (size_t)b->coff * ldk + (size_t)kvh * (size_t)c->head_dim,
@@ -229,13 +260,18 @@ static void tile_out(attn_plan *p, const tile *tl)
 }
 
 /* tile_raw: raw item tl->item, whose q, k, v, y are per head (H, T|S, d)
- * blocks given by the caller (t_valid = t, s_valid = s). */
+ * blocks given by the caller (t_valid = t, s_valid = s); its q rows are
+ * scaled into the plan's copy first. */
 static void tile_raw(attn_plan *p, const tile *tl)
 {
     const attn_config *c = &p->cfg;
     const attn_raw *r = &p->raw[tl->item];
     size_t h = (size_t)tl->head, t = (size_t)r->t, s = (size_t)r->s;
     size_t dk = (size_t)c->head_dim, dv = (size_t)c->v_head_dim;
+    size_t q0 = (h * t + (size_t)tl->r0) * dk;
+    size_t qn = (size_t)(tl->r1 - tl->r0) * dk;
+    float *qs = p->rawq[tl->item] + h * t * dk;
+    scale_q_to(p, qs + (size_t)tl->r0 * dk, r->q + q0, qn);
     attn__head hd = {
         .t = r->t,
         .s = r->s,
@@ -244,9 +280,8 @@ static void tile_raw(attn_plan *p, const tile *tl)
         .causal = r->causal,
         .dk = c->head_dim,
         .dv = c->v_head_dim,
-        .scale = c->scale,
         .mask = r->mask,
-        .q = r->q + h * t * dk,
+        .q = qs,
         .k = r->k + h * s * dk,
         .v = r->v + h * s * dv,
         .o = r->y + h * t * dv,

@@ -12,7 +12,9 @@ the seeds' orientation (W_q is (d_model, H*d_k)), mask (B,T,S) as 0/1 floats,
 y (B,T,d_model), attention (B,H,T,S), q (B,H,T,d_k), k (B,H_kv,S,d_k),
 v (B,H_kv,S,d_v). Lengths are in the case line (tv=..,.. sv=..,..).
 Raw SDPA cases (raw=1) hold q (H,T,d_k), k (H,S,d_k), v (H,S,d_v), mask
-(T,S), y (H,T,d_v), attention and scores (H,T,S).
+(T,S), y (H,T,d_v), attention and scores (H,T,S); exact=1 asks the test for
+the scores bit for bit. Scores are PyTorch's: q scaled first (q * d_k **
+-0.5), then q k^T.
 
 nn.MultiheadAttention cases take y and attention from the module itself; the
 plain-torch reference (GQA, RoPE, combined masks) is checked against the
@@ -66,7 +68,9 @@ def reference(p, x, c, w, mask_ok):
     g = H // Hk
     kk = k.repeat_interleave(g, dim=1)
     vv = v.repeat_interleave(g, dim=1)
-    scores = (q @ kk.transpose(-1, -2)) / (dk ** 0.5)
+    # q scaled first, then the product: PyTorch's order (q / sqrt(E) in
+    # nn.MultiheadAttention, q * E ** -0.5 in _scaled_dot_product_attention)
+    scores = (q * dk ** -0.5) @ kk.transpose(-1, -2)
     m = mask_ok[:, None, :, :].expand(B, H, T, S)
     a = torch.softmax(scores.masked_fill(~m, float("-inf")), dim=-1)
     a = torch.nan_to_num(a, nan=0.0).masked_fill(~m, 0.0)
@@ -206,7 +210,7 @@ def raw_case(name, H, T, S, dk, dv, causal=False, masked=False):
     ok = em.clone()
     if causal:
         ok &= torch.ones(T, S, dtype=torch.bool).tril()
-    scores = (q @ k.transpose(-1, -2)) / dk ** 0.5
+    scores = (q * dk ** -0.5) @ k.transpose(-1, -2)
     a = torch.softmax(scores.masked_fill(~ok, float("-inf")), dim=-1)
     a = torch.nan_to_num(a, nan=0.0).masked_fill(~ok, 0.0)
     p = dict(raw=1, n_heads=H, head_dim=dk, v_head_dim=dv, t=T, s=S,
@@ -245,7 +249,7 @@ def big_case(name, T, S, dv, big, k0, causal=False, masked=False):
     ok = em.clone()
     if causal:
         ok &= torch.ones(T, S, dtype=torch.bool).tril()
-    scores = (q @ k.transpose(-1, -2)) / dk ** 0.5
+    scores = (q * dk ** -0.5) @ k.transpose(-1, -2)
     assert scores.abs().max() >= big - 10, name
     assert torch.equal(scores, (q.double() @ k.double().transpose(-1, -2) / 2).float()), name
     a = torch.softmax(scores.masked_fill(~ok, float("-inf")), dim=-1)
@@ -271,6 +275,80 @@ big_case("sdpa_big_1e4_masked", T=6, S=9, dv=3, big=1e4, causal=True,
 # first block for head 1.
 big_case("sdpa_big_1e4_blocks", T=3, S=300, dv=2, big=1e4,
          k0=[(1, [-1] * 256 + [1] * 44), (1, [1] * 256 + [-1] * 44)])
+
+
+def sdpa_case(name, q, k, v, exact=False):
+    """Raw SDPA against PyTorch's own: torch._C._nn._scaled_dot_product_
+    attention (1.13; y and weights; it multiplies q by 1 / sqrt(E), E
+    ** -0.5 rounded to float, before q k^T) and its scores, q * E ** -0.5
+    then the product. exact=1: the test wants the scores bit for bit (k
+    crafted so that no summation order can change them)."""
+    H, T, dk = q.shape
+    S, dv = k.shape[1], v.shape[2]
+    y, a = torch._C._nn._scaled_dot_product_attention(q, k, v, None, 0.0,
+                                                      True, False)
+    scores = (q * dk ** -0.5) @ k.transpose(-1, -2)
+    assert torch.isfinite(y).all() and torch.isfinite(scores).all(), name
+    assert torch.allclose(torch.softmax(scores, -1), a, atol=1e-7), name
+    p = dict(raw=1, n_heads=H, head_dim=dk, v_head_dim=dv, t=T, s=S,
+             causal=0, exact=int(exact))
+    add(name, p, dict(q=q, k=k, v=v, y=y, attention=a, scores=scores))
+
+
+# Scores bit for bit at d_k = 96 (sqrt not a power of 2): each key has two
+# entries +-2^e (the rest 0), so q.k is round(q_a 2^e + q_b 2^f) whatever
+# the summation order, and only where the scale goes and how 1/sqrt(96)
+# is rounded can differ: (q . k) / sqrt(96) is another float for about
+# half the scores, and 1.0f / sqrtf(96) is 1 ulp below 96 ** -0.5.
+kk = torch.zeros(2, 6, 96)
+for h in range(2):
+    for j in range(6):
+        a_, b_ = torch.randperm(96)[:2]
+        kk[h, j, a_] = 2.0 ** torch.randint(-1, 3, ()).item()
+        kk[h, j, b_] = -(2.0 ** torch.randint(-1, 3, ()).item())
+sdpa_case("sdpa_prescale_d96", torch.randn(2, 5, 96) * 3, kk,
+          torch.randn(2, 6, 4), exact=True)
+
+# q.k past FLT_MAX (3.4e38) where q / sqrt(8) . k is not: PyTorch answers
+# (weights one-hot: the scores are ~1e38 apart), an engine that scales the
+# product after it would see infinity. Key j is sign_j 1e19 (1 + noise),
+# query rows +-1e19 (1 + noise): |q.k| ~ 8e38, scaled ~ 2.8e38.
+sg = torch.tensor([1.0, -1.0, 1.0, -1.0])[:, None]
+qo = 1e19 * (1 + 0.05 * torch.randn(1, 3, 8))
+qo[0, 1] *= -1
+ko = (1e19 * sg * (1 + 0.05 * torch.randn(4, 8)))[None]
+assert not torch.isfinite(qo @ ko.transpose(-1, -2)).all()
+sdpa_case("sdpa_overflow_unscaled", qo, ko, torch.randn(1, 4, 3))
+
+
+def mha_big_case(name):
+    """nn.MultiheadAttention(16, 2) (d_k = 8), projections the identity,
+    on x rows of +-1e19: q.k overflows float32, q / sqrt(8) . k does not,
+    and the module answers."""
+    E, H = 16, 2
+    mha = torch.nn.MultiheadAttention(E, H, batch_first=True).eval()
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(torch.eye(E).repeat(3, 1))
+        mha.in_proj_bias.zero_()
+        mha.out_proj.weight.copy_(torch.eye(E))
+        mha.out_proj.bias.zero_()
+    x = 1e19 * (1 + 0.05 * torch.randn(1, 4, E))
+    x[0, 1] *= -1
+    x[0, 3] *= -1
+    with torch.inference_mode():
+        y, a = mha(x, x, x, need_weights=True, average_attn_weights=False)
+    xq = x.view(1, 4, H, E // H).transpose(1, 2)
+    assert not torch.isfinite(xq @ xq.transpose(-1, -2)).all(), name
+    assert torch.isfinite(y).all(), name
+    wq, wk, wv = mha.in_proj_weight.chunk(3)
+    w = dict(w_q=wq.T, w_k=wk.T, w_v=wv.T, w_o=mha.out_proj.weight.T)
+    p = dict(d_model=E, d_ctx=E, n_heads=H, n_kv_heads=H, head_dim=E // H,
+             v_head_dim=E // H, b=1, t=4, s=4, causal=0, cross=0, tv=[4],
+             sv=[4])
+    add(name, p, dict(x=x, y=y, attention=a, **w))
+
+
+mha_big_case("mha_overflow_unscaled")
 
 os.makedirs(OUT, exist_ok=True)
 off = 0

@@ -43,6 +43,22 @@ test('sdpa reproduces the second seed example (Q = K, three tokens)', async () =
   assert.deepEqual(r3(out(r, 'output').data), [1.604, 0.797, 1.401, 1.203, 1.759, 1.0]);
 });
 
+// q.k = 8e38 passes FLT_MAX, (q / sqrt(8)).k = 2.83e38 does not: PyTorch
+// scales q first and answers (weights one-hot), and so does attnd.
+test('sdpa answers a q.k past FLT_MAX whose scaled score fits, as PyTorch does', async () => {
+  const r = await infer(d, 'sdpa', {
+    inputs: [fp32('q', [1, 8], new Array(8).fill(1e19)),
+      fp32('k', [2, 8], [...new Array(8).fill(1e19), ...new Array(8).fill(-1e19)]),
+      fp32('v', [2, 2], [1, 2, 3, 4])],
+    outputs: [{ name: 'output' }, { name: 'attention' }, { name: 'scores' }],
+  });
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  assert.deepEqual(out(r, 'output').data, [1, 2]);
+  assert.deepEqual(out(r, 'attention').data, [1, 0]);
+  const s = out(r, 'scores').data;
+  assert.ok(Math.abs(s[0] / 2.8284271e38 - 1) < 1e-6 && s[1] === -s[0], JSON.stringify(s));
+});
+
 test('sdpa matches PyTorch for [B, H, T, d] and causal [T, d]', async () => {
   const c = REFS.sdpa;
   const r = await infer(d, 'sdpa', { inputs: sdpaInputs(c), outputs: [{ name: 'output' }, { name: 'attention' }, { name: 'scores' }] });
