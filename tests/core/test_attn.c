@@ -476,6 +476,61 @@ START_TEST(torch_vectors)
 }
 END_TEST
 
+/* Raw SDPA over several query blocks (t = 300: tiles of rows 0, 128 and
+ * 256) and heads, against a double reference with the scale on q: each
+ * tile scales its own rows of its head's q into the plan's copy, and a
+ * wrong offset would give some block another head's or block's rows.
+ * d_k = 24: 1/sqrt(24) is not a power of 2. */
+START_TEST(raw_query_blocks)
+{
+    enum { H = 2, T = 300, S = 40, DK = 24, DV = 3 };
+    tu_rng g = {4242u};
+    float *q = tu_randn(&g, (size_t)H * T * DK, 1.0f);
+    float *k = tu_randn(&g, (size_t)H * S * DK, 1.0f);
+    float *v = tu_randn(&g, (size_t)H * S * DV, 1.0f);
+    double sc = 1.0 / sqrt((double)DK);
+    double *ref = malloc(sizeof(double) * H * T * DV);
+    for (int h = 0; h < H; h++)
+        for (int i = 0; i < T; i++) {
+            double w[S], mx = -INFINITY, sum = 0;
+            for (int j = 0; j < S; j++) {
+                double d = 0;
+                for (int c = 0; c < DK; c++)
+                    d += (double)q[((size_t)h * T + i) * DK + c] *
+                         k[((size_t)h * S + j) * DK + c];
+                w[j] = d * sc;
+                mx = fmax(mx, w[j]);
+            }
+            for (int j = 0; j < S; j++)
+                sum += (w[j] = exp(w[j] - mx));
+            for (int c = 0; c < DV; c++) {
+                double o = 0;
+                for (int j = 0; j < S; j++)
+                    o += w[j] / sum * v[((size_t)h * S + j) * DV + c];
+                ref[((size_t)h * T + i) * DV + c] = o;
+            }
+        }
+    attn_config cfg = {.n_heads = H, .head_dim = DK, .v_head_dim = DV};
+    for (int path = 0; path < N_PATHS; path++) {
+        float *y = tu_fill((size_t)H * T * DV, NAN);
+        float *a = tu_fill((size_t)H * T * S, NAN);
+        attn_raw r = {.t = T, .s = S, .q = q, .k = k, .v = v, .y = y,
+                      .attention = path == PATH_MAPS ? a : NULL,
+                      .scores = path == PATH_SCORES ? a : NULL};
+        char err[ATTN_ERRMAX] = "";
+        ck_assert_msg(attn_forward_raw(&cfg, &r, 1,
+                                       path == PATH_EXEC ? tu_ex : NULL,
+                                       err) == 0, "%s", err);
+        for (size_t i = 0; i < (size_t)H * T * DV; i++)
+            ck_assert_msg(fabs(y[i] - ref[i]) < 1e-5,
+                          "%s y[%zu] = %.7g, want %.7g", path_name[path],
+                          i, y[i], ref[i]);
+        free(y), free(a);
+    }
+    free(q), free(k), free(v), free(ref);
+}
+END_TEST
+
 static Suite *attn_suite(void)
 {
     Suite *s = suite_create("attn");
@@ -491,6 +546,7 @@ static Suite *attn_suite(void)
     TCase *torch = tcase_create("torch");
     tcase_add_checked_fixture(torch, tu_exec_setup, tu_exec_teardown);
     tcase_add_loop_test(torch, torch_vectors, 0, 2);
+    tcase_add_test(torch, raw_query_blocks);
     suite_add_tcase(s, torch);
     return s;
 }
