@@ -133,7 +133,7 @@ static size_t rope_spans(span *sp, int n)
 
 /* rope_fill: writes the table's rows for sorted spans sp[0..n) (each run
  * of positions once, from its first span's row). */
-static void rope_fill(float *cs, const span *sp, int n, int rot, double theta)
+static void rope_fill(float *cs, const span *sp, int n, int rot, float theta)
 {
     for (int i = 0; i < n;) {
         int lo = sp[i].lo, hi = sp[i].hi;

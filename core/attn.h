@@ -17,7 +17,8 @@
  * the first rot = rope_dims (or head_dim) dims, in the rotate_half
  * convention (HF Llama/GPT-NeoX): dim i pairs with dim i + rot/2 for
  * i < rot/2, freq_i = theta^(-2i/rot), angle = pos * freq_i with pos the
- * row index (0-based) of the query in x or of the key in context,
+ * row index (0-based) of the query in x or of the key in context (both in
+ * float32, rounded as HF Llama rounds them: kernel.c),
  *   x'[i] = x[i] cos - x[i + rot/2] sin,  x'[i + rot/2] = x[i + rot/2] cos
  *   + x[i] sin;  dims rot..head_dim-1 are left as they are.
  *

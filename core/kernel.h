@@ -62,8 +62,8 @@ int attn__all_finite(const float *x, size_t n);
 
 /* attn__rope_rows_table: fills p1 - p0 rows of cs, row r being position
  * p0 + r's (rot/2 cos, rot/2 sin) for freq_i = theta^(-2i/rot), angle =
- * position * freq_i, computed in double. */
-void attn__rope_rows_table(float *cs, int p0, int p1, int rot, double theta);
+ * position * freq_i, in float32 as HF Llama computes them (see kernel.c). */
+void attn__rope_rows_table(float *cs, int p0, int p1, int rot, float theta);
 
 /* attn__rope_rows: rotate rows [r0, r1) of a (rows, n_heads * dk) matrix
  * at stride ld in place, each head's first rot dims, position pos[r] (the

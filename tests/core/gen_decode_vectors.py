@@ -34,11 +34,13 @@ def rotate_half(x):
 
 
 def apply_rope(x, pos, theta, rot):
-    """x (heads, T, d); positions pos (T,)."""
-    inv = 1.0 / (theta ** (torch.arange(0, rot, 2, dtype=torch.float64) / rot))
-    ang = pos.double()[:, None] * inv[None, :]
+    """x (heads, T, d); positions pos (T,); inv_freq and the angles in
+    float32, as HF's LlamaRotaryEmbedding."""
+    inv = 1.0 / (theta ** (torch.arange(0, rot, 2, dtype=torch.int64).float()
+                           / rot))
+    ang = pos.float()[:, None] * inv[None, :]
     ang = torch.cat((ang, ang), dim=-1)
-    cos, sin = ang.cos().float(), ang.sin().float()
+    cos, sin = ang.cos(), ang.sin()
     xr, xp = x[..., :rot], x[..., rot:]
     return torch.cat((xr * cos + rotate_half(xr) * sin, xp), dim=-1)
 

@@ -97,12 +97,13 @@ def rotate_half(t):
 
 
 def rope(t, theta, rot):
+    """inv_freq and the angles in float32, as HF's LlamaRotaryEmbedding."""
     T = t.shape[-2]
-    inv = 1.0 / (theta ** (torch.arange(0, rot, 2, dtype=torch.float64) /
-                           rot))
-    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    inv = 1.0 / (theta ** (torch.arange(0, rot, 2, dtype=torch.int64).float()
+                           / rot))
+    ang = torch.arange(T).float()[:, None] * inv[None, :]
     ang = torch.cat((ang, ang), dim=-1)
-    cos, sin = ang.cos().float(), ang.sin().float()
+    cos, sin = ang.cos(), ang.sin()
     tr, tp = t[..., :rot], t[..., rot:]
     return torch.cat((tr * cos + rotate_half(tr) * sin, tp), dim=-1)
 
@@ -118,7 +119,7 @@ def reference(w, x, H, Hkv, causal, theta=0.0, rot=0):
         q, k = rope(q, theta, rot), rope(k, theta, rot)
     k = k.repeat_interleave(H // Hkv, dim=0)
     v = v.repeat_interleave(H // Hkv, dim=0)
-    s = q @ k.transpose(1, 2) / dk ** 0.5
+    s = (q * dk ** -0.5) @ k.transpose(1, 2)  # PyTorch's order
     if causal:
         s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1),
                           float("-inf"))

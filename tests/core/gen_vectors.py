@@ -36,12 +36,14 @@ def rotate_half(x):
 
 
 def rope(x, theta, rot):
-    """rotate_half RoPE on the first rot dims of (..., T, d_k), pos = row."""
+    """rotate_half RoPE on the first rot dims of (..., T, d_k), pos = row;
+    inv_freq and the angles in float32, as HF's LlamaRotaryEmbedding."""
     t = x.shape[-2]
-    inv = 1.0 / (theta ** (torch.arange(0, rot, 2, dtype=torch.float64) / rot))
-    ang = torch.arange(t, dtype=torch.float64)[:, None] * inv[None, :]
+    inv = 1.0 / (theta ** (torch.arange(0, rot, 2, dtype=torch.int64).float()
+                           / rot))
+    ang = torch.arange(t).float()[:, None] * inv[None, :]
     ang = torch.cat((ang, ang), dim=-1)
-    cos, sin = ang.cos().float(), ang.sin().float()
+    cos, sin = ang.cos(), ang.sin()
     xr, xp = x[..., :rot], x[..., rot:]
     return torch.cat((xr * cos + rotate_half(xr) * sin, xp), dim=-1)
 

@@ -1,10 +1,13 @@
 /*
- * test_kernel.c - core/kernel.c: RoPE against hand-computed rotations, and
- * the per-head kernels on block edges (row blocks past ATTN__BQ, key
+ * test_kernel.c - core/kernel.c: RoPE against hand-computed rotations and
+ * HF Llama's tables (tests/core/gen_rope_vectors.py), and the per-head
+ * kernels on block edges (row blocks past ATTN__BQ, key
  * blocks past ATTN__BK, t != s) against a naive double-precision softmax.
  */
 #include <check.h>
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,7 +20,7 @@ START_TEST(rope_known_rotation)
     /* theta 10000, rot 4: freq_0 = 1, freq_1 = 10000^(-1/2) = 0.01.
      * Pairs (0, 2) and (1, 3); dims past rot untouched. */
     float cs[3 * 4];
-    attn__rope_rows_table(cs, 0, 3, 4, 10000.0);
+    attn__rope_rows_table(cs, 0, 3, 4, 10000.0f);
     ck_assert(fabsf(cs[0] - 1) < 1e-7f && fabsf(cs[2]) < 1e-7f); /* pos 0 */
     ck_assert(fabsf(cs[4 + 0] - cosf(1.0f)) < 1e-6f);
     ck_assert(fabsf(cs[4 + 1] - cosf(0.01f)) < 1e-6f);
@@ -42,6 +45,47 @@ START_TEST(rope_known_rotation)
     /* rotations keep each pair's norm */
     const float *r2 = x + 24;
     ck_assert(fabsf(r2[0] * r2[0] + r2[2] * r2[2] - 10) < 1e-5f);
+}
+END_TEST
+
+/* The table rows of HF Llama's LlamaRotaryEmbedding (float32 inv_freq and
+ * angles) at positions up to 16777217, one position at a time: within
+ * 1 ulp of its cos and sin (theirs are torch's, ours the float angle's
+ * exact ones rounded). Angles in double were 3.4e-3 from them at position
+ * 131072 (rot 128, theta 10000). */
+START_TEST(rope_table_hf)
+{
+    const char *dir = getenv("ATTN_TEST_DATA");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/core/vectors/rope_hf.bin",
+             dir ? dir : "tests");
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s (set ATTN_TEST_DATA)", path);
+    int32_t n_cases;
+    ck_assert(fread(&n_cases, 4, 1, f) == 1 && n_cases == 4);
+    for (int c = 0; c < n_cases; c++) {
+        int32_t hdr[2];
+        float theta;
+        ck_assert(fread(hdr, 4, 2, f) == 2 && fread(&theta, 4, 1, f) == 1);
+        int rot = hdr[0], n = hdr[1];
+        ck_assert(rot > 0 && rot <= 128 && n > 0 && n <= 64);
+        int32_t pos[64];
+        float want[128], got[128];
+        ck_assert(fread(pos, 4, (size_t)n, f) == (size_t)n);
+        for (int r = 0; r < n; r++) {
+            ck_assert(fread(want, 4, (size_t)rot, f) == (size_t)rot);
+            attn__rope_rows_table(got, pos[r], pos[r] + 1, rot, theta);
+            for (int i = 0; i < rot; i++)
+                ck_assert_msg(fabsf(got[i] - want[i]) <=
+                                  0x1p-24f + 0x1p-23f * fabsf(want[i]),
+                              "rot %d theta %g position %d: %s[%d] = %.9g, "
+                              "HF %.9g",
+                              rot, (double)theta, pos[r],
+                              i < rot / 2 ? "cos" : "sin", i % (rot / 2),
+                              (double)got[i], (double)want[i]);
+        }
+    }
+    fclose(f);
 }
 END_TEST
 
@@ -319,6 +363,7 @@ static Suite *kernel_suite(void)
     Suite *s = suite_create("kernel");
     TCase *tc = tcase_create("kernel");
     tcase_add_test(tc, rope_known_rotation);
+    tcase_add_test(tc, rope_table_hf);
     tcase_add_loop_test(tc, kernel_block_edges, 0, 5);
     tcase_add_loop_test(tc, skinny_gemm_matches_double, 0, 11);
     tcase_add_loop_test(tc, skinny_gemm_row_alone_same_bits, 0, 4);
