@@ -71,17 +71,23 @@ static size_t grid_tiles(int rows, int width, int cb)
     return blocks(rows, PROJ_ROWS) * blocks(width, cb);
 }
 
+/* 1/sqrt(d_k) rounded once, the float PyTorch multiplies q by
+ * (head_dim ** -0.5); 1.0f / sqrtf() rounds twice and is 1 ulp off for
+ * 242 head_dims up to 1024 (6, 24, 96, ...). */
+float attn_config_scale(const attn_config *cfg)
+{
+    if (cfg->scale != 0.0f)
+        return cfg->scale;
+    return (float)(1.0 / sqrt((double)cfg->head_dim));
+}
+
 static attn_plan *plan_alloc(const attn_config *cfg, int n_items)
 {
     attn_plan *p = calloc(1, sizeof(*p));
     if (!p)
         return NULL;
     p->cfg = *cfg;
-    /* 1/sqrt(d_k) rounded once, the float PyTorch multiplies q by
-     * (head_dim ** -0.5); 1.0f / sqrtf() rounds twice and is 1 ulp off
-     * for 242 head_dims up to 1024 (6, 24, 96, ...). */
-    if (p->cfg.scale == 0.0f)
-        p->cfg.scale = (float)(1.0 / sqrt((double)cfg->head_dim));
+    p->cfg.scale = attn_config_scale(cfg);
     p->n_items = n_items;
     p->bad = calloc((size_t)n_items, sizeof(*p->bad));
     if (!p->bad) {

@@ -214,6 +214,11 @@ typedef struct attn_raw {
  * message in err naming the field. */
 int attn_config_check(const attn_config *cfg, char *err);
 
+/* attn_config_scale: the scale q is multiplied by, as the engine resolves
+ * it: cfg->scale, or for 0 1/sqrt(head_dim) rounded to float once
+ * (PyTorch's head_dim ** -0.5). Any thread. */
+float attn_config_scale(const attn_config *cfg);
+
 typedef struct attn_plan attn_plan; /* opaque: one forward pass */
 
 /*

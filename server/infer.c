@@ -500,6 +500,7 @@ int srv_infer_encode(const srv_prep *p, const oip_request *req,
             a.kv_h = p->raw ? p->maps_h : p->cfg.n_kv_heads;
             a.dv = p->cfg.v_head_dim;
             a.dk = p->cfg.head_dim;
+            a.scale = attn_config_scale(&p->cfg);
         }
         rc = maps_put(maps, &a, id, merr);
         if (rc < 0) { /* the field, once: a message naming a parameter

@@ -202,6 +202,7 @@ static int copy_extras(maps__entry *e, const maps_put_args *a,
         e->info.dv = a->dv;
     }
     e->info.dk = a->dk > 0 ? a->dk : 0;
+    e->info.scale = a->scale > 0.0f ? a->scale : 0.0f;
     return 0;
 }
 

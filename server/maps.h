@@ -51,10 +51,11 @@ typedef struct maps_put_args {
      * kept). mask_planes is 1 (one [t, s] mask for all), b, or b * h. */
     const uint8_t *mask;      /* (mask_planes, t, s) 1 = may attend */
     int mask_planes;
-    const float *scores;      /* (b, h, t, s) q.k / sqrt(d_k), pre-mask */
+    const float *scores;      /* (b, h, t, s) (q * scale) . k, pre-mask */
     const float *v;           /* (b, kv_h, s, dv) value rows */
     int kv_h, dv;             /* v's heads (h % kv_h == 0) and width */
     int dk;                   /* head dim behind scores (0 = unknown) */
+    float scale;              /* q's scale behind scores (0 = unknown) */
 } maps_put_args;
 
 /* What maps_slice_of reads. */
@@ -77,6 +78,7 @@ typedef struct maps_info {
     int has_scores;     /* scores retained */
     int kv_h, dv;       /* v retained as (b, kv_h, s, dv); 0 = none */
     int dk;             /* 0 = unknown */
+    float scale;        /* q's scale behind the scores; 0 = unknown */
     unsigned version;   /* 0 when put; one more each time it grows or is cut
                            (a sequence's step, also one that replaced rows) */
 } maps_info;

@@ -90,6 +90,7 @@ static int grown_args(const maps__entry *old, int t0, const maps_put_args *a,
     g->row_end = buf->ends;
     g->causal = old->info.causal;
     g->dk = old->info.dk;
+    g->scale = old->info.scale;
     if (old->n_labels == old->info.t || (a->t && a->n_tokens == a->t)) {
         buf->labels = malloc(T * sizeof(char *));
         if (!buf->labels)

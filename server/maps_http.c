@@ -81,7 +81,9 @@ static json_t *info_json(const maps_info *in)
          json_object_set_new(o, "v_shape",
                              json_pack("[i,i,i,i]", in->b, in->kv_h, in->s,
                                        in->dv))) ||
-        (in->dk > 0 && json_object_set_new(o, "d_k", json_integer(in->dk)))) {
+        (in->dk > 0 && json_object_set_new(o, "d_k", json_integer(in->dk))) ||
+        (in->scale > 0.0f &&
+         json_object_set_new(o, "scale", json_real((double)in->scale)))) {
         json_decref(o);
         return NULL;
     }

@@ -97,7 +97,9 @@ static json_t *model_meta(const srv_entry *e)
         json_array_append_new(out, tensor_meta("q", "FP32", 4, DIMS(-1, h, -1, dk)));
         json_array_append_new(out, tensor_meta("k", "FP32", 4, DIMS(-1, hk, -1, dk)));
         json_array_append_new(out, tensor_meta("v", "FP32", 4, DIMS(-1, hk, -1, dv)));
-        o = json_pack("{s:s,s:[s],s:s,s:o,s:o,s:{s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:b,s:f,s:s}}",
+        /* scale: the float q is multiplied by (0 in config.json resolved
+         * as the engine does), for clients that redo a score from q, k */
+        o = json_pack("{s:s,s:[s],s:s,s:o,s:o,s:{s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:b,s:f,s:f,s:s}}",
                       "name", e->name, "versions", "1", "platform",
                       "attnd_attention", "inputs", in, "outputs", out,
                       "parameters", "d_model", (json_int_t)dm, "d_model_ctx",
@@ -105,7 +107,8 @@ static json_t *model_meta(const srv_entry *e)
                       (json_int_t)hk, "head_dim", (json_int_t)dk, "v_head_dim",
                       (json_int_t)dv, "causal", model_causal(e->inst->m),
                       "rope", c->rope_theta != 0.0f, "rope_theta",
-                      (double)c->rope_theta, "description",
+                      (double)c->rope_theta, "scale",
+                      (double)attn_config_scale(c), "description",
                       model_description(e->inst->m));
         if (o && e->inst->kv_pool) { /* extension `sequences` (README) */
             json_t *p = json_object_get(o, "parameters");

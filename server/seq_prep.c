@@ -212,6 +212,7 @@ static void grow_map(srv_step *st, const char *model_name, maps_store *maps)
     a.scores = st->start || st->map_scores ? p->out[SRV_O_SCORES] : NULL;
     a.causal = p->causal;
     a.dk = p->cfg.head_dim;
+    a.scale = attn_config_scale(&p->cfg);
     if (st->in->params.n_tokens == a.t) {
         a.tokens = (const char *const *)st->in->params.tokens;
         a.n_tokens = a.t;

@@ -531,6 +531,21 @@ START_TEST(raw_query_blocks)
 }
 END_TEST
 
+/* attn_config_scale: a scale of the config's own as it is; 0 resolved as
+ * the plan resolves it, 1/sqrt(d_k) rounded once (what the daemon's model
+ * metadata reports as "scale"): for d_k 6 that is not 1.0f / sqrtf(6). */
+START_TEST(config_scale)
+{
+    attn_config c = {.head_dim = 6};
+    ck_assert_float_eq(attn_config_scale(&c), (float)(1.0 / sqrt(6.0)));
+    ck_assert_float_ne(attn_config_scale(&c), 1.0f / sqrtf(6.0f));
+    c.head_dim = 64;
+    ck_assert_float_eq(attn_config_scale(&c), 0.125f);
+    c.scale = 0.3f;
+    ck_assert_float_eq(attn_config_scale(&c), 0.3f);
+}
+END_TEST
+
 static Suite *attn_suite(void)
 {
     Suite *s = suite_create("attn");
@@ -547,6 +562,7 @@ static Suite *attn_suite(void)
     tcase_add_checked_fixture(torch, tu_exec_setup, tu_exec_teardown);
     tcase_add_loop_test(torch, torch_vectors, 0, 2);
     tcase_add_test(torch, raw_query_blocks);
+    tcase_add_test(torch, config_scale);
     suite_add_tcase(s, torch);
     return s;
 }

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { REFS, ROOT, binaryRequest, fp32, infer, post, promtool, start } from './helper.mjs';
 import { D, DK, H, HKV, gqaModels } from './seq_helper.mjs';
+import { D16_ST, body } from './repo_helper.mjs';
 
 let d;
 before(async () => { d = await start(); });
@@ -43,6 +44,33 @@ test('model metadata: inputs, outputs and parameters of a loaded model', async (
   const s = await (await get('/v2/models/sdpa')).json();
   assert.deepEqual(s.inputs.map((t) => t.name), ['q', 'k', 'v', 'mask']);
   assert.deepEqual(s.outputs.map((t) => t.name), ['output', 'attention', 'scores']);
+});
+
+test('model metadata: scale, the float q is multiplied by (config.json\'s, else 1/sqrt(head_dim) as a float); sdpa has none', async () => {
+  assert.equal((await (await get('/v2/models/tiny')).json()).parameters.scale, 0.5, 'tiny: head_dim 4');
+  // d_model 16: 2 heads of 8 (1/sqrt(8) is no float: rounded once), and
+  // the same with a scale of its own (0.3 as a float)
+  for (const [name, cfg, want] of [['scale_default', { n_heads: 2 }, Math.fround(1 / Math.sqrt(8))],
+    ['scale_custom', { n_heads: 2, scale: 0.3 }, Math.fround(0.3)]]) {
+    const r = await post(`${d.url}/v2/repository/models/${name}/load`, body(JSON.stringify(cfg), D16_ST));
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    const p = (await (await get(`/v2/models/${name}`)).json()).parameters;
+    assert.equal(p.head_dim, 8, name);
+    assert.equal(p.scale, want, name);
+    // the scores it returns are q's with that scale, times k
+    const x = Array.from({ length: 3 * 16 }, (_, i) => Math.sin(i) / 2);
+    const o = await infer(d, name, { inputs: [fp32('x', [1, 3, 16], x)], parameters: { retain: true },
+      outputs: [{ name: 'scores' }, { name: 'q' }, { name: 'k' }] });
+    assert.equal(o.status, 200, JSON.stringify(o.json));
+    const out = Object.fromEntries(o.json.outputs.map((t) => [t.name, t.data]));
+    let dot = 0;
+    for (let c = 0; c < 8; c++) dot += out.q[8 + c] * out.k[16 + c]; // head 0, row 1 . key 2
+    assert.ok(Math.abs(out.scores[5] - dot * want) < 1e-6, `${name}: ${out.scores[5]} vs ${dot * want}`);
+    // and a map it retained says so too, beside its d_k
+    const m = await (await get(`/v2/maps/${o.json.parameters.map_id}`)).json();
+    assert.deepEqual([m.d_k, m.scale], [8, want], name);
+  }
+  assert.equal((await (await get('/v2/models/sdpa')).json()).parameters.scale, undefined);
 });
 
 test('model configuration (Triton\'s, for tritonclient\'s get_model_config and perf_analyzer): the metadata\'s tensors and parameters', async () => {

@@ -33,6 +33,8 @@ test('retain: one map that grows with every step, same id, readable meanwhile', 
     }
     const meta = await (await fetch(`${d.url}/v2/maps/${id}`, { headers: auth })).json();
     assert.match(JSON.stringify(meta), /"a"/);
+    // grown, it still says the scale its scores were made with (1/sqrt(4))
+    assert.deepEqual([meta.version, meta.d_k, meta.scale], [2, 4, 0.5]);
     // a later retain on a sequence that keeps no map is refused
     assert.equal((await infer(d, 'gqa', stepBody('plain', xs.slice(0, D), { start: true }), auth)).status, 200);
     const late = await infer(d, 'gqa', stepBody('plain', xs.slice(D, 2 * D), { extra: { retain: true } }), auth);
