@@ -10,6 +10,7 @@
 //     scores?: Float32Array (B, H, T, S)   scaled, before masks
 //     q?: (B, H, T, dk)  k?: (B, Hkv, S, dk)  v?: (B, Hkv, S, dv)
 //     headDim, vHeadDim, nKvHeads, mapId?, block?: [rows, cols] pooling,
+//     scale?: what q was multiplied by (the model's; absent: 1/√d_k),
 //     mask?: { planes, data: Uint8Array (planes, T, S) 1 = may attend },
 //       planes 1 (shared), B (per item) or B*H (per item and head),
 //     missing?: why scores / values are absent (retained maps) }
@@ -335,7 +336,7 @@ export async function inferX(meta, shape, x, tokens, { causal, retain }, ctx = n
     attention: o.attention.data, scores: o.scores && o.scores.data,
     q: o.q && o.q.data, k: o.k && o.k.data, v: o.v && o.v.data,
     y: o.y && o.y.data,
-    headDim: p.head_dim, vHeadDim: p.v_head_dim || p.head_dim,
+    headDim: p.head_dim, vHeadDim: p.v_head_dim || p.head_dim, scale: p.scale || null,
     nKvHeads: p.n_kv_heads || H, mapId: resp.parameters && resp.parameters.map_id,
     mask: mk ? mk.mask : null,
   };
@@ -490,6 +491,7 @@ async function readMap(id, meta, progress) {
     // A pooled cell is masked when every pair in its block is.
     poolMask: pooled ? { bt: Math.ceil(T / rows), bs: Math.ceil(S / cols), T, S } : null,
     attention: att, mask, scores, v, headDim: dk, vHeadDim: dv, nKvHeads: hkv, missing,
+    scale: meta.scale || null,
     mapId: id, created: meta.created, version: meta.version,
     block: pooled ? [Math.ceil(T / rows), Math.ceil(S / cols)] : null,
     sourceShape: [T, S], shape: meta.shape,

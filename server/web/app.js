@@ -6,7 +6,7 @@ import * as api from './api.js';
 import { tokenize } from './embed.js';
 import { makeScale } from './colormap.js';
 import { drawHeatmap, drawLegend, drawThumb, hit, paintThumb, thumbImage } from './heatmap.js';
-import { renderSteps, renderTable, renderLines, fmt } from './panels.js';
+import { renderSteps, renderTable, renderLines, fmt, scoreScale } from './panels.js';
 import * as live from './live.js';
 import { initExport } from './export.js';
 
@@ -269,7 +269,7 @@ function renderFocus() {
     `${title}: ${run.T} queries by ${run.S} keys. Arrow keys move the cursor (Page Up/Down, Home/End farther); Enter selects the query row; [ and ] change the head.`);
 }
 
-// scoreAt: the scaled score q·k/√d_k of cell (i, j) of head h, item b:
+// scoreAt: the scaled score (scoreScale) of cell (i, j) of head h, item b:
 // the server's (a retained map's), else from q and k (a run's: it is not
 // asked for the scores, as large as the weights), else null.
 function scoreAt(b, h, i, j) {
@@ -279,7 +279,7 @@ function scoreAt(b, h, i, j) {
   const qo = ((b * run.H + h) * run.T + i) * dk, ko = ((b * hkv + Math.floor(h / (run.H / hkv))) * run.S + j) * dk;
   let s = 0;
   for (let d = 0; d < dk; d++) s += run.q[qo + d] * run.k[ko + d];
-  return s / Math.sqrt(dk);
+  return scoreScale(run).scaled(s);
 }
 
 function renderReadout() {
@@ -293,7 +293,7 @@ function renderReadout() {
   const w = v.map[c.i * run.S + c.j];
   const masked = v.masked(c.i, c.j);
   const score = state.h === 'mean' ? null : scoreAt(state.b, state.h, c.i, c.j);
-  const sq = run.headDim ? Math.sqrt(run.headDim) : null;
+  const sc = scoreScale(run);
   const rows = [
     ['query', `${run.tokens[c.i]} (#${c.i})`],
     ['key', `${run.keyTokens[c.j]} (#${c.j})`],
@@ -303,7 +303,7 @@ function renderReadout() {
   ];
   if (score != null) {
     rows.push(['scaled score', fmt(score)]);
-    if (sq) rows.push(['q·k', `${fmt(score * sq)}  (÷ √d_k = ${fmt(sq, 4)})`]);
+    if (sc) rows.push(['q·k', `${fmt(sc.qk(score))}  (${sc.text})`]);
   }
   r.innerHTML = '';
   const dl = document.createElement('dl');

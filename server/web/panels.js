@@ -1,6 +1,7 @@
 // panels.js - the text-and-numbers views beside the heatmap: the step view
-// for one query row (as in the worked examples: q·k, ÷ √d_k, softmax,
-// weighted sum of value rows), the line view, and the table view.
+// for one query row (as in the worked examples: q·k, ÷ √d_k or × the
+// model's scale, softmax, weighted sum of value rows), the line view, and
+// the table view.
 
 import { rgbFor } from './colormap.js';
 
@@ -28,6 +29,22 @@ function vec(a, max = 6) {
   return `[${parts.join(', ')}${a.length > max ? ', …' : ''}]`;
 }
 
+// scoreScale: how a score follows from q·k in this run, or null without
+// d_k: the model's scale (run.scale: its metadata's, or a retained map's,
+// config.json's or 1/√d_k as the server rounds it), 1/√d_k when the run
+// has none (sdpa, an older server). own: a scale that is not 1/√d_k,
+// shown as "× scale = X" where 1/√d_k is shown as "÷ √d_k = Y".
+export function scoreScale(run) {
+  const dk = run.headDim, sq = dk ? Math.sqrt(dk) : null;
+  const own = run.scale > 0 && (!sq || Math.fround(run.scale) !== Math.fround(1 / sq));
+  if (own) {
+    const s = run.scale;
+    return { own, head: '× scale', text: `× scale = ${fmt(s, 4)}`, scaled: (x) => x * s, qk: (x) => x / s };
+  }
+  if (!sq) return null;
+  return { own, head: '÷ √d_k', text: `÷ √d_k = ${fmt(sq, 4)}`, scaled: (x) => x / sq, qk: (x) => x * sq };
+}
+
 const STEP_ROWS = 16; // keys listed in full up to this; else the largest
 
 // renderSteps: one query row of one head, step by step.
@@ -40,13 +57,13 @@ export function renderSteps(box, run, state, qi, v) {
   const mean = h === 'mean';
   if (mean) box.append(el('p', { class: 'muted' }, 'The mean over heads has no single set of scores: pick a head to see every step. Mean weights:'));
   const dk = run.headDim, dv = run.vHeadDim;
-  const sq = dk ? Math.sqrt(dk) : null;
+  const sc = scoreScale(run);
   const hkv = run.nKvHeads || run.H;
   const kvh = mean ? 0 : Math.floor(h / (run.H / hkv));
   const ts = T * S;
   const map = v.map;
   const row = Array.from({ length: S }, (_, j) => j);
-  const have = mean ? {} : { qk: run.q && run.k && dk, scores: !!run.scores, v: run.v && dv };
+  const have = mean ? {} : { qk: run.q && run.k && dk && sc, scores: !!run.scores, v: run.v && dv };
   // Without scores the page says it lists only the weights: no weight × v
   // and no output either, even when the value rows were kept.
   if (!have.qk && !have.scores) have.v = false;
@@ -57,10 +74,10 @@ export function renderSteps(box, run, state, qi, v) {
       const qo = ((b * run.H + h) * T + qi) * dk, ko = ((b * hkv + kvh) * S + j) * dk;
       for (let d = 0; d < dk; d++) s += run.q[qo + d] * run.k[ko + d];
       raw[j] = s;
-      scaled[j] = s / sq;
+      scaled[j] = sc.scaled(s);
     } else if (have.scores) {
       scaled[j] = run.scores[(b * run.H + h) * ts + qi * S + j];
-      raw[j] = sq ? scaled[j] * sq : NaN;
+      raw[j] = sc ? sc.qk(scaled[j]) : NaN;
     }
   }
   const live = row.filter((j) => !v.masked(qi, j));
@@ -73,7 +90,9 @@ export function renderSteps(box, run, state, qi, v) {
   for (const j of live) { ex[j] = Math.exp(scaled[j] - mx); sum += ex[j]; }
 
   if (have.qk || have.scores) {
-    box.append(el('p', {}, `d_k = ${dk}, so scores are divided by √d_k = ${fmt(sq, 4)}. ` +
+    box.append(el('p', {}, (sc && sc.own
+      ? `d_k = ${dk}, but the model's scale is not 1/√d_k: scores are q·k ${sc.text}. `
+      : `d_k = ${dk}, so scores are divided by √d_k = ${fmt(dk ? Math.sqrt(dk) : null, 4)}. `) +
       `Softmax subtracts the row maximum (${fmt(mx, 4)}) before exponentiating; the sum of the exponentials is ${fmt(sum, 4)}.`));
   } else if (!mean) {
     box.append(el('p', { class: 'muted', 'data-why': 'no-scores' },
@@ -91,7 +110,7 @@ export function renderSteps(box, run, state, qi, v) {
   }
   const thead = el('tr', {}, el('th', { scope: 'col' }, 'key'));
   const cols = [];
-  if (have.qk || have.scores) cols.push('q·k', `÷ √d_k`, 'exp(s − max)');
+  if (have.qk || have.scores) cols.push('q·k', sc ? sc.head : '÷ √d_k', 'exp(s − max)');
   cols.push('weight');
   if (have.v) cols.push('weight × v');
   for (const c of cols) thead.append(el('th', c === 'weight × v' ? { scope: 'col', class: 'vec' } : { scope: 'col' }, c));

@@ -17,8 +17,9 @@ export const ARTIFACTS = path.join(ROOT, 'tests/web/artifacts');
 // tests do not depend on any generated weights: d_model 16, 2 heads of 8.
 // W_q = W_k = W_v = identity, W_o = identity: head h attends by the dot
 // product of columns 8h..8h+7 of x (content half for head 0, position
-// half for head 1 with the sample generator).
-function writeToyModel(dir) {
+// half for head 1 with the sample generator). config: more config.json
+// keys (e.g. a scale of its own).
+function writeToyModel(dir, config = {}) {
   const D = 16;
   const eye = new Float32Array(D * D);
   for (let i = 0; i < D; i++) eye[i * D + i] = 1;
@@ -32,16 +33,18 @@ function writeToyModel(dir) {
   const data = Buffer.concat(names.map(() => Buffer.from(eye.buffer)));
   fs.mkdirSync(dir, { recursive: true });
   fs.writeFileSync(path.join(dir, 'model.safetensors'), Buffer.concat([len, Buffer.from(h), data]));
-  fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify({ n_heads: 2, description: 'test toy: identity projections' }));
+  fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify({ n_heads: 2, description: 'test toy: identity projections', ...config }));
 }
 
 // modelsDir: a fresh folder with `toy`, plus the repository's `demo` model
-// when one has been built (models/demo).
+// when one has been built (models/demo), plus toys: {name: config keys},
+// more toys with configs of their own.
 // (each is also removed when this process ends, however its daemon ended)
-export function modelsDir() {
+export function modelsDir(toys = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'attnd-web-'));
   made.add(dir);
   writeToyModel(path.join(dir, 'toy'));
+  for (const [name, config] of Object.entries(toys)) writeToyModel(path.join(dir, name), config);
   const demo = path.join(ROOT, 'models/demo');
   if (fs.existsSync(path.join(demo, 'model.safetensors'))) fs.symlinkSync(demo, path.join(dir, 'demo'));
   return dir;
@@ -70,10 +73,10 @@ for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP'])
 // startAttnd: run the daemon on 127.0.0.1, port 0 (it picks a free one and
 // logs it). Resolves to { url, stop(), log(), signal(sig) } once it listens
 // and is ready (signal: e.g. SIGTERM to start its drain; stop() then cuts it
-// short).
-export async function startAttnd(extra = []) {
+// short). toys: more toy models (modelsDir).
+export async function startAttnd(extra = [], { toys = {} } = {}) {
   if (!fs.existsSync(ATTND)) throw new Error(`${ATTND}: not built (make all)`);
-  const models = modelsDir();
+  const models = modelsDir(toys);
   const proc = spawn(ATTND, ['--host', '127.0.0.1', '--port', '0', '--grpc-port', '0', '--models', models,
     '--threads', '2', ...extra], { stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
