@@ -349,6 +349,48 @@ void srv_grpc__h2_error(gconn *c, uint32_t code, const char *what)
             what ? what : "GOAWAY ", what ? "" : nghttp2_http2_strerror(code));
 }
 
+/* scan_frames: follow the frame headers of the n bytes c read (after the
+ * client's preface): a DATA frame on a stream with no call (one ended
+ * early, whose client sent before it read the reset; nghttp2 drops it
+ * unseen) counts as carried, up to what such calls left (reset_credit).
+ * Looked up once nghttp2 has read those bytes. */
+static void scan_frames(gconn *c, const uint8_t *p, size_t n)
+{
+    while (n) {
+        size_t k;
+        if (c->preface_got < 24) {
+            k = 24 - c->preface_got < n ? 24 - c->preface_got : n;
+            c->preface_got += k;
+        } else if (c->fskip) {
+            k = c->fskip < n ? c->fskip : n;
+            c->fskip -= k;
+        } else {
+            k = 9u - (size_t)c->fh_got < n ? 9u - (size_t)c->fh_got : n;
+            memcpy(c->fh + c->fh_got, p, k);
+            c->fh_got += (int)k;
+            if (c->fh_got == 9) {
+                uint32_t sid = ((uint32_t)c->fh[5] & 0x7f) << 24 |
+                               (uint32_t)c->fh[6] << 16 |
+                               (uint32_t)c->fh[7] << 8 | c->fh[8];
+                uint64_t len = (uint64_t)c->fh[0] << 16 |
+                               (uint64_t)c->fh[1] << 8 | c->fh[2];
+                c->fh_got = 0;
+                c->fskip = (size_t)len;
+                if (c->fh[3] == NGHTTP2_DATA && c->reset_credit && sid &&
+                    !nghttp2_session_get_stream_user_data(c->h2,
+                                                          (int32_t)sid)) {
+                    if (len > c->reset_credit)
+                        len = c->reset_credit;
+                    c->carried += len;
+                    c->reset_credit -= len;
+                }
+            }
+        }
+        p += k;
+        n -= k;
+    }
+}
+
 static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 {
     gconn *c = st->data;
@@ -373,6 +415,7 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
         return;
     }
     c->rx += (uint64_t)n;
+    scan_frames(c, (const uint8_t *)buf->base, (size_t)n);
     if (c->rx / 8 > c->carried + FLOOD_SLACK && !c->h2_error) {
         char what[160];
         snprintf(what, sizeof what, "%llu bytes of frames carrying no call's "

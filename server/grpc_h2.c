@@ -482,8 +482,10 @@ static int on_frame_send(nghttp2_session *h2, const nghttp2_frame *f, void *ud)
                                   NGHTTP2_NO_ERROR);
         /* what its client sent before it read this carries no call (its
          * stream is gone: nghttp2 drops it), and is no flood: up to the
-         * stream's window */
-        ((gconn *)ud)->carried += STREAM_WINDOW;
+         * stream's window, counted as it comes (grpc_conn.c's
+         * scan_frames); counted at once, a HEADERS answered at once let
+         * 8 MiB of frames carrying nothing pass */
+        ((gconn *)ud)->reset_credit += STREAM_WINDOW;
     }
     return 0;
 }

@@ -181,6 +181,13 @@ struct gconn {
     size_t hlist;        /* the header list of the block being read */
     uint64_t rx;         /* bytes read from the client */
     uint64_t carried;    /* what its calls carried each way (FLOOD_SLACK) */
+    uint64_t reset_credit; /* DATA its calls ended early may still be sent
+                              (a stream window each), counted carried as
+                              it comes on a stream with no call */
+    uint8_t fh[9];       /* the frame header being read (scan_frames) */
+    int fh_got;          /* its bytes so far */
+    size_t preface_got;  /* bytes of the client's 24-byte preface read */
+    size_t fskip;        /* bytes of the frame's payload still to come */
     int h2_error;        /* srv_grpc__h2_error counted it */
     int h2_nomem;        /* an allocation of nghttp2's failed: a frame (and
                             maybe its HPACK state) is lost, so flush closes

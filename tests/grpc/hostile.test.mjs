@@ -332,3 +332,27 @@ test('header lists earn no flood allowance past their bytes on the wire: a 4 KB 
   assert.equal(g.payload.readUInt32BE(4), 11);
   c.sock.destroy();
 });
+
+test('calls ended while their client still sends earn no flood allowance but the DATA that client sends after the reset: a HEADERS answered UNIMPLEMENTED at once counted 1 MiB carried, 8 MiB of PRIORITY frames allowed', async () => {
+  const c = rawConn();
+  await c.until((f) => f.type === SETTINGS && !(f.flags & 1));
+  const nope = [[':method', 'POST'], [':scheme', 'http'], [':path', '/inference.GRPCInferenceService/Nope'],
+    [':authority', 'x'], ['content-type', 'application/grpc'], ['te', 'trailers']];
+  const prio = Buffer.concat(Array.from({ length: 1024 }, (_, i) => h2frame(2, 0, 2 * i + 1001, Buffer.from([0, 0, 0, 0, 16]))));
+  const goaway = () => c.frames.some((f) => f.type === GOAWAY);
+  for (let id = 3, sent = 0; sent < (16 << 20) && !c.closed && !goaway(); id += 2) {
+    // a call ended at once (its client not done): reset, then 1 MiB of
+    // PRIORITY frames and no DATA on it
+    c.send(h2frame(HEADERS, END_HEADERS, id, block(nope)));
+    const o = await outcome(c, id);
+    if (goaway()) break; // (its HEADERS came after the GOAWAY: ignored)
+    assert.equal(o, 'answered', `call ${id}`);
+    for (let k = 0; k < 74 && !c.closed; k++, sent += prio.length)
+      if (!c.sock.write(prio))
+        await new Promise((r) => { c.sock.once('drain', r); c.sock.once('close', r); });
+  }
+  const g = await c.until((f) => f.type === GOAWAY, 10000);
+  assert.ok(g, 'no GOAWAY after 16 MiB');
+  assert.equal(g.payload.readUInt32BE(4), 11);
+  c.sock.destroy();
+});
