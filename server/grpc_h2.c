@@ -342,7 +342,10 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
                 break;
             }
             refused = NULL;
-            if (srv_mem_take(s, mlen + 1u + MSG_COST) < 0) {
+            /* in size_t: 4 GiB - 1 plus one wrapped to 0 in 32 bits (a
+             * max-body past 4 GiB lets such a length through), and its
+             * bytes went into a malloc(0) */
+            if (srv_mem_take(s, (size_t)mlen + 1u + MSG_COST) < 0) {
                 snprintf(msg, sizeof msg, "server: the memory for request "
                          "bodies and unsent answers (%lld bytes, memory-budget) "
                          "is in use; retry shortly", s->cfg.memory_budget);
@@ -351,11 +354,11 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
                 if (call->has_seq_hdr && call->m->rest_path &&
                     !strcmp(call->m->rest_path, "/v2/models/{}/infer"))
                     srv_seq_touch(s, call->seq_hdr);
-            } else if (!(call->msg = malloc(mlen + 1u))) {
-                srv_mem_give(s, mlen + 1u + MSG_COST);
+            } else if (!(call->msg = malloc((size_t)mlen + 1u))) {
+                srv_mem_give(s, (size_t)mlen + 1u + MSG_COST);
                 refused = GRPC_OOM_MSG;
             } else {
-                call->msg_mem = mlen + 1u + MSG_COST;
+                call->msg_mem = (size_t)mlen + 1u + MSG_COST;
             }
             if (refused && !call->m->stream) {
                 srv_grpc__call_end(call, GRPC_UNAVAILABLE, refused);

@@ -356,3 +356,18 @@ test('calls ended while their client still sends earn no flood allowance but the
   assert.equal(g.payload.readUInt32BE(4), 11);
   c.sock.destroy();
 });
+
+test('a message whose 5-byte prefix says 4 GiB - 1 under a max-body past 4 GiB is refused for memory-budget, not received into a buffer of 0 bytes: its size plus one wrapped in 32 bits', async () => {
+  const big = await start({ grpc: true, args: ['--max-body', String(2 ** 32), '--memory-budget', String(2 ** 32)] });
+  try {
+    const body = Buffer.concat([Buffer.from([0, 0xff, 0xff, 0xff, 0xff]), Buffer.alloc(16384, 7)]);
+    const r = await call({ te: 'trailers' }, body, big.grpcPort);
+    assert.equal(r.grpcStatus, 14, r.message);
+    assert.match(r.message, /memory-budget/);
+    const ok = await call({ te: 'trailers' }, frame(seedMsg()), big.grpcPort);
+    assert.deepEqual(firstRawOutput(ok.data), SEED_OUT);
+  } finally {
+    const e = await big.stop();
+    assert.equal(e.code, 0, big.log());
+  }
+});
