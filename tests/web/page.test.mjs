@@ -303,9 +303,9 @@ test('log scale: weight w drawn at (log10 w + 4) / 4 of the colour map', async (
   await page.close();
 });
 
-test('long sequence: zoom window around the query, overview, keyboard follows', async () => {
-  // A retained causal-uniform map, T = 200 (zero queries): A[i][j] = 1/(i+1).
-  const T = 200;
+// causalUniformMap(T): retain a causal map of T zero queries on sdpa,
+// A[i][j] = 1/(i+1) (every live key scores the same); its map_id.
+async function causalUniformMap(T) {
   const body = {
     inputs: [
       { name: 'q', datatype: 'FP32', shape: [T, 2], data: new Array(2 * T).fill(0) },
@@ -315,7 +315,11 @@ test('long sequence: zoom window around the query, overview, keyboard follows', 
     parameters: { causal: true, retain: true },
   };
   const resp = await (await fetch(`${daemon.url}/v2/models/sdpa/infer`, { method: 'POST', body: JSON.stringify(body) })).json();
-  const id = resp.parameters.map_id;
+  return resp.parameters.map_id;
+}
+
+test('long sequence: zoom window around the query, overview, keyboard follows', async () => {
+  const id = await causalUniformMap(200);
   const { page, errors } = await openPage(browser, `${daemon.url}/#map=${id}&h=0&q=150`);
   assert.equal(await page.isVisible('#overview'), true);
   const info = await page.textContent('#zoom-info');
@@ -359,18 +363,8 @@ test('exports: .npy and JSON hold the focused map\'s numbers', async () => {
 });
 
 test('PNG of a zoomed map: the whole map, one pixel a cell, not the window drawn', async () => {
-  // A causal-uniform map, T = 200 (zero queries): A[i][j] = 1/(i+1).
-  const T = 200;
-  const body = {
-    inputs: [
-      { name: 'q', datatype: 'FP32', shape: [T, 2], data: new Array(2 * T).fill(0) },
-      { name: 'k', datatype: 'FP32', shape: [T, 2], data: Array.from({ length: 2 * T }, (_, x) => (x % 7) - 3) },
-      { name: 'v', datatype: 'FP32', shape: [T, 1], data: Array.from({ length: T }, (_, x) => x) },
-    ],
-    parameters: { causal: true, retain: true },
-  };
-  const resp = await (await fetch(`${daemon.url}/v2/models/sdpa/infer`, { method: 'POST', body: JSON.stringify(body) })).json();
-  const { page, errors } = await openPage(browser, `${daemon.url}/#map=${resp.parameters.map_id}&h=0&q=150&scale=log`);
+  const T = 200, id = await causalUniformMap(T);
+  const { page, errors } = await openPage(browser, `${daemon.url}/#map=${id}&h=0&q=150&scale=log`);
   assert.equal(await page.isVisible('#overview'), true);
   const [png] = await Promise.all([page.waitForEvent('download'), page.click('#export-png')]);
   const buf = fs.readFileSync(await png.path());

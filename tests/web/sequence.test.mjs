@@ -237,16 +237,23 @@ test('a long sequence: the zoom window follows the newest row', async (t) => {
   await page.close();
 });
 
-test('a sequence the server dropped: the next Step says it is gone, with the server\'s reason', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+// droppedSequence(): a page that started a two-word sequence on toy,
+// which someone else then ended (as an idle timeout, a restart or a dead
+// replica would): { page, errors, id }.
+async function droppedSequence() {
   const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=one%20two&h=0`);
   await page.check('#seq-mode');
   await page.click('#run');
   await page.waitForFunction(() => window.attnd.sequence && window.attnd.run.T === 2 && document.body.dataset.state === 'ready');
   const { id } = await page.evaluate(() => window.attnd.sequence);
-  // Someone else ends it (as an idle timeout or a dead replica would).
   const del = await fetch(`${daemon.url}/v2/sequences/${encodeURIComponent(id)}`, { method: 'DELETE', headers: { 'Attnd-Sequence-Id': id } });
   assert.ok(del.status < 300, `DELETE ${del.status}`);
+  return { page, errors, id };
+}
+
+test('a sequence the server dropped: the next Step says it is gone, with the server\'s reason', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const { page, errors, id } = await droppedSequence();
   await page.fill('#seq-next', 'three');
   await page.press('#seq-next', 'Enter');
   await page.waitForFunction(() => /is gone/.test(document.getElementById('seq-info').textContent));
@@ -265,13 +272,7 @@ test('a sequence the server dropped: the next Step says it is gone, with the ser
 
 test('End on a sequence the server no longer holds (a restart, an idle timeout) says it is gone, not that it is live', async (t) => {
   if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
-  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=one%20two&h=0`);
-  await page.check('#seq-mode');
-  await page.click('#run');
-  await page.waitForFunction(() => window.attnd.sequence && window.attnd.run.T === 2 && document.body.dataset.state === 'ready');
-  const { id } = await page.evaluate(() => window.attnd.sequence);
-  const del = await fetch(`${daemon.url}/v2/sequences/${encodeURIComponent(id)}`, { method: 'DELETE', headers: { 'Attnd-Sequence-Id': id } });
-  assert.ok(del.status < 300, `DELETE ${del.status}`);
+  const { page, errors, id } = await droppedSequence();
   await page.click('#seq-end'); // answered 404
   await page.waitForFunction(() => /is gone/.test(document.getElementById('seq-info').textContent));
   assert.match(await page.textContent('#seq-info'), new RegExp(`Sequence ${id} is gone`));
