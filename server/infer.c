@@ -206,6 +206,10 @@ static int prepare_model(srv_prep *p, const oip_request *req, const char *name,
         return ERR("inputs[context].shape: %s; expected [%lld, S, %d]",
                    shape_text(ctx, got, sizeof got), (long long)B, c->d_model_ctx);
     S = ctx ? ctx->shape[1] : T;
+    /* the engine's S is an int (sdpa's bound): past it, a cast wrapped */
+    if (S > 1 << 30)
+        return ERR("inputs[context].shape: %lld rows; at most 2^30 (S)",
+                   (long long)S);
     if (!ctx && oip_find_input(req, "context_lengths"))
         return ERR("inputs[context_lengths]: only with a 'context' input");
     mask = oip_find_input(req, "mask");
