@@ -219,17 +219,31 @@ static void queue_chunk(gcall *call, gslot *sl, char *buf, size_t off, size_t en
     call->ctail = k;
 }
 
-/* frame: the 5-byte gRPC prefix in place before a message of len bytes at
- * buf + at; returns where the frame starts. */
-static size_t frame(char *buf, size_t at, size_t len)
+/* srv_grpc__frame: see grpc_int.h. */
+size_t srv_grpc__frame(char *buf, size_t at, size_t len)
 {
     unsigned char *p = (unsigned char *)buf + at - 5;
+    if (len > GRPC_MSG_MAX) /* its prefix would say len mod 2^32 */
+        return SIZE_MAX;
     p[0] = 0;
     p[1] = (unsigned char)(len >> 24);
     p[2] = (unsigned char)(len >> 16);
     p[3] = (unsigned char)(len >> 8);
     p[4] = (unsigned char)len;
     return at - 5;
+}
+
+/* too_long: sl's answer (len bytes, a message of its own or within a
+ * stream's) is more than one gRPC message carries: it goes, and sl
+ * answers RESOURCE_EXHAUSTED instead. */
+static void too_long(gslot *sl, size_t len)
+{
+    free(sl->out);
+    sl->out = NULL;
+    sl->code = GRPC_RESOURCE_EXHAUSTED;
+    snprintf(sl->msg, GRPC_ERRMAX, "response: %zu bytes, more than one gRPC "
+             "message carries (4294967295); ask for fewer outputs or send "
+             "fewer tokens", len);
 }
 
 /* take_out: the slot's answer message, which the chunk takes: out, or for
@@ -283,7 +297,7 @@ static void stream_msg(gcall *call, gslot *sl)
     memcpy(b + at, var, nv);
     b[--at] = (char)tag;
     len += nv + 1 + tail;
-    queue_chunk(call, sl, b, frame(b, at, len), at + len);
+    queue_chunk(call, sl, b, srv_grpc__frame(b, at, len), at + len);
 }
 
 /* pump: hand held stream messages on (unless the connection is paused),
@@ -315,19 +329,28 @@ void srv_grpc__pump(gcall *call)
         }
         if (!call->ending) {
             if (call->m->stream) {
+                /* in field 2 it takes a tag and a varint more (11 bytes
+                 * at most): stream_msg's frame then holds it */
+                if (sl->code == GRPC_OK &&
+                    sl->out_len - OIP_PB_HEADROOM > GRPC_MSG_MAX - 11)
+                    too_long(sl, sl->out_len - OIP_PB_HEADROOM);
                 s->http.grpc_msgs[sl->code < GRPC_N_CODES ? sl->code : GRPC_INTERNAL]++;
                 stream_msg(call, sl);
                 continue;
-            } else if (sl->code == GRPC_OK) {
-                char *b = take_out(sl);
-                queue_chunk(call, sl, b, frame(b, OIP_PB_HEADROOM, sl->out_len - OIP_PB_HEADROOM),
-                            sl->out_len);
-                srv_grpc__call_end(call, GRPC_OK, NULL);
-                continue;
-            } else {
-                call->answered = 1;
-                srv_grpc__call_end(call, sl->code, sl->msg);
             }
+            if (sl->code == GRPC_OK) {
+                char *b = sl->out ? sl->out : sl->msg;
+                size_t at = srv_grpc__frame(b, OIP_PB_HEADROOM,
+                                            sl->out_len - OIP_PB_HEADROOM);
+                if (at != SIZE_MAX) {
+                    queue_chunk(call, sl, take_out(sl), at, sl->out_len);
+                    srv_grpc__call_end(call, GRPC_OK, NULL);
+                    continue;
+                }
+                too_long(sl, sl->out_len - OIP_PB_HEADROOM);
+            }
+            call->answered = 1;
+            srv_grpc__call_end(call, sl->code, sl->msg);
         }
         slot_free(s, sl);
     }

@@ -245,6 +245,12 @@ gslot *srv_grpc__slot_error(gcall *call, int code, const char *msg,
 /* grpc.c: a slot_error whose request's first bytes have come now echoes
  * req (len bytes: their start) and is answered. */
 void srv_grpc__slot_echo(gslot *sl, const char *req, size_t len);
+/* The longest message a gRPC prefix can announce (its 4-byte length). */
+#define GRPC_MSG_MAX ((size_t)UINT32_MAX)
+/* grpc.c: the 5-byte prefix of a message of len bytes at buf + at, written
+ * in the 5 bytes before it; where the frame starts, or SIZE_MAX (nothing
+ * written) when len is over GRPC_MSG_MAX. */
+size_t srv_grpc__frame(char *buf, size_t at, size_t len);
 /* grpc.c: free a call; its unanswered requests detach or are orphaned. */
 void srv_grpc__call_free(gcall *call);
 /* grpc_conn.c: the HTTP/2 layer ends c for an error (code: the GOAWAY's

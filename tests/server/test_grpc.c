@@ -1,0 +1,51 @@
+/* test_grpc.c - the gRPC door's message prefix (server/grpc.c:
+ * srv_grpc__frame): its 4-byte length says exactly the message's, up to
+ * 4 GiB - 1; an answer past that is refused (SIZE_MAX, nothing written:
+ * the call answers RESOURCE_EXHAUSTED), never framed with its length
+ * mod 2^32. No message is allocated: the prefix goes in the 5 bytes
+ * before it, all a frame writes. */
+#include <check.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "server/grpc_int.h"
+#include "tests/check_main.h"
+
+START_TEST(the_longest_message_is_framed_exactly)
+{
+    char buf[16];
+    memset(buf, 0x55, sizeof buf);
+    ck_assert_uint_eq(srv_grpc__frame(buf, 8, 0x01020304u), 3);
+    ck_assert_mem_eq(buf + 3, "\0\x01\x02\x03\x04", 5);
+    ck_assert_uint_eq(srv_grpc__frame(buf, 8, GRPC_MSG_MAX), 3);
+    ck_assert_mem_eq(buf + 3, "\0\xff\xff\xff\xff", 5);
+    ck_assert_uint_eq(srv_grpc__frame(buf, 5, 0), 0);
+    ck_assert_mem_eq(buf, "\0\0\0\0\0", 5);
+}
+END_TEST
+
+START_TEST(past_4_gib_is_refused_not_wrapped)
+{
+    char buf[16];
+    size_t len[] = {GRPC_MSG_MAX + 1, (size_t)1 << 33, GRPC_MSG_MAX * 2 + 6};
+    for (size_t i = 0; i < sizeof len / sizeof len[0]; i++) {
+        memset(buf, 0x55, sizeof buf);
+        /* 4 GiB was framed as 0 bytes, 8 GiB + 4 as 4: the message's
+         * bytes then read as the next messages' */
+        ck_assert_uint_eq(srv_grpc__frame(buf, 8, len[i]), SIZE_MAX);
+        ck_assert_mem_eq(buf, "UUUUUUUUUUUUUUUU", 16);
+    }
+}
+END_TEST
+
+static Suite *grpc_suite(void)
+{
+    Suite *s = suite_create("grpc");
+    TCase *tc = tcase_create("frame");
+    tcase_add_test(tc, the_longest_message_is_framed_exactly);
+    tcase_add_test(tc, past_4_gib_is_refused_not_wrapped);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TU_MAIN(grpc_suite)
