@@ -33,14 +33,14 @@ static int row_live(const attn_seq *q, int past, int i)
     return 0;
 }
 
-/* scale_q: x[0..n) times the layer's scale, in place; 1 when every
- * product is finite (the projection's check, in the same pass).
- * scale_q_to: into dst, another buffer. q is scaled before Q K^T, as
- * PyTorch does (q * scale, or q / sqrt(E), then the product: F._scaled_
- * dot_product_attention, nn.MultiheadAttention), so the float rounding
- * is theirs and a q . k past FLT_MAX whose scaled score fits is no
- * overflow. One product per element of Q, not one per score. */
-static int scale_q(const attn_plan *p, float *restrict x, size_t n)
+/* scale_q: dst[0..n) = x[0..n) times the layer's scale (dst may be x:
+ * in place); 1 when every product is finite (the projection's check, in
+ * the same pass). q is scaled before Q K^T, as PyTorch does (q * scale,
+ * or q / sqrt(E), then the product: F._scaled_dot_product_attention,
+ * nn.MultiheadAttention), so the float rounding is theirs and a q . k
+ * past FLT_MAX whose scaled score fits is no overflow. One product per
+ * element of Q, not one per score. */
+static int scale_q(const attn_plan *p, float *dst, const float *x, size_t n)
 {
     float s = p->cfg.scale;
     uint32_t bad = 0;
@@ -49,17 +49,9 @@ static int scale_q(const attn_plan *p, float *restrict x, size_t n)
         uint32_t u;
         memcpy(&u, &v, sizeof u);
         bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
-        x[j] = v;
+        dst[j] = v;
     }
     return !bad;
-}
-
-static void scale_q_to(const attn_plan *p, float *restrict dst,
-                       const float *restrict x, size_t n)
-{
-    float s = p->cfg.scale;
-    for (size_t j = 0; j < n; j++)
-        dst[j] = x[j] * s;
 }
 
 /* Gather rows [r0, r1) of sequence tl->item's x (head 0) or context rows
@@ -138,7 +130,7 @@ static void tile_proj(attn_plan *p, const tile *tl)
                 for (int h = h0; h < h1; h++)
                     memcpy(q->q + ((size_t)h * (size_t)q->t + (size_t)i) * dh,
                            row + (size_t)h * dh, (size_t)dh * sizeof(float));
-            if (!scale_q(p, row + c0, n))
+            if (!scale_q(p, row + c0, row + c0, n))
                 flag(p, item);
             continue;
         }
@@ -271,7 +263,8 @@ static void tile_raw(attn_plan *p, const tile *tl)
     size_t q0 = (h * t + (size_t)tl->r0) * dk;
     size_t qn = (size_t)(tl->r1 - tl->r0) * dk;
     float *qs = p->rawq[tl->item] + h * t * dk;
-    scale_q_to(p, qs + (size_t)tl->r0 * dk, r->q + q0, qn);
+    /* (an overflow shows in y, checked below) */
+    (void)scale_q(p, qs + (size_t)tl->r0 * dk, r->q + q0, qn);
     attn__head hd = {
         .t = r->t,
         .s = r->s,

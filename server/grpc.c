@@ -523,8 +523,7 @@ void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem,
         r->deadline_ms = (long long)((call->deadline_ns - now) / 1000000u);
         if (r->deadline_ms < 1)
             r->deadline_ms = 1;
-    } else if (call->deadline_ns && call->m->rest_path &&
-               !strcmp(call->m->rest_path, "/v2/models/{}/infer")) {
+    } else if (call->deadline_ns && srv_grpc__is_infer(call->m)) {
         /* passed: an inference is answered by srv_h_infer once its model
          * is known, and counted there as that model's timeout */
         r->expired = 1;
@@ -637,8 +636,7 @@ int srv_grpc_step_coming(const srv *s, const char *id, uint64_t before)
         return 0;
     for (c = s->grpc->conns; c; c = c->next)
         for (call = c->calls; call; call = call->next) {
-            if (call->ending || !call->m || !call->m->rest_path ||
-                strcmp(call->m->rest_path, "/v2/models/{}/infer") != 0 ||
+            if (call->ending || !srv_grpc__is_infer(call->m) ||
                 (call->has_seq_hdr && strcmp(call->seq_hdr, id) != 0))
                 continue;
             /* a message coming, or whole and not yet a request (a unary

@@ -351,8 +351,7 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
                          "is in use; retry shortly", s->cfg.memory_budget);
                 refused = msg;
                 /* a step retried as told counts (sched.c's rule) */
-                if (call->has_seq_hdr && call->m->rest_path &&
-                    !strcmp(call->m->rest_path, "/v2/models/{}/infer"))
+                if (call->has_seq_hdr && srv_grpc__is_infer(call->m))
                     srv_seq_touch(s, call->seq_hdr);
             } else if (!(call->msg = malloc((size_t)mlen + 1u))) {
                 srv_mem_give(s, (size_t)mlen + 1u + MSG_COST);

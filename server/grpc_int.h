@@ -7,6 +7,7 @@
 #define ATTND_GRPC_INT_H
 
 #include <nghttp2/nghttp2.h>
+#include <string.h>
 
 #include "proto/oip_pb.h"
 #include "server/grpc.h"
@@ -245,6 +246,15 @@ gslot *srv_grpc__slot_error(gcall *call, int code, const char *msg,
 /* grpc.c: a slot_error whose request's first bytes have come now echoes
  * req (len bytes: their start) and is answered. */
 void srv_grpc__slot_echo(gslot *sl, const char *req, size_t len);
+/* srv_grpc__is_infer: does m run an inference (ModelInfer,
+ * ModelStreamInfer: REST's POST /v2/models/{m}/infer), a sequence's step
+ * when it names one? */
+static inline int srv_grpc__is_infer(const grpc_method *m)
+{
+    return m && m->rest_path &&
+           strcmp(m->rest_path, "/v2/models/{}/infer") == 0;
+}
+
 /* The longest message a gRPC prefix can announce (its 4-byte length). */
 #define GRPC_MSG_MAX ((size_t)UINT32_MAX)
 /* grpc.c: the 5-byte prefix of a message of len bytes at buf + at, written
