@@ -399,7 +399,8 @@ START_TEST(test_broken_special)
 
     /* a folder where a file belongs is the model's fault (ATTN_EFORMAT:
      * 400), not the disk's or the permissions' (ATTN_EIO: 503) */
-    char tmp[] = "/tmp/attn_model_dirs_XXXXXX", p[1200], good[PATH_MAX];
+    char tmp[1024], p[1200], good[PATH_MAX];
+    tu_tmp(tmp, sizeof tmp, "attn_model_dirs_XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(tmp));
     snprintf(p, sizeof p, "%s/model.safetensors", tmp);
     ck_assert_int_eq(mkdir(p, 0755), 0);
@@ -471,7 +472,8 @@ START_TEST(test_repo)
     model_repo_list_free(names, n);
 
     /* An empty repository is no error: zero models. */
-    char empty[] = "/tmp/attn_empty_repo_XXXXXX";
+    char empty[1024];
+    tu_tmp(empty, sizeof empty, "attn_empty_repo_XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(empty));
     ck_assert_int_eq(model_repo_list(empty, &names, err), 0);
     model_repo_list_free(names, 0);

@@ -145,10 +145,10 @@ static int as_user(void)
 START_TEST(test_unreadable)
 {
     static const mode_t modes[] = {0, 0600};
-    char repo[] = "/tmp/attn_denied_repo_XXXXXX", sub[64], err[ATTN_ERRMAX],
-         want[ATTN_ERRMAX];
+    char repo[256], sub[300], err[ATTN_ERRMAX], want[ATTN_ERRMAX];
     if (as_user() < 0)
         return; /* root's rights stay: nothing would be denied */
+    tu_tmp(repo, sizeof repo, "attn_denied_repo_XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(repo));
     snprintf(sub, sizeof sub, "%s/good", repo);
     ck_assert_int_eq(mkdir(sub, 0755), 0);
@@ -184,8 +184,9 @@ END_TEST
 START_TEST(test_many)
 {
     enum { N = 5000 };
-    char repo[] = "/tmp/attn_many_repo_XXXXXX", sub[64];
+    char repo[256], sub[300];
     char err[ATTN_ERRMAX], **names = NULL;
+    tu_tmp(repo, sizeof repo, "attn_many_repo_XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(repo));
     for (int i = N - 1; i >= 0; i--) { /* made backwards: the sort shows */
         snprintf(sub, sizeof sub, "%s/m%05d", repo, i);

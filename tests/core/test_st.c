@@ -475,7 +475,8 @@ static st_file *truncated_file(char *path)
 
 START_TEST(test_guard_truncated)
 {
-    char path[] = "/tmp/attn-st-guard-XXXXXX";
+    char path[1024];
+    tu_tmp(path, sizeof path, "attn-st-guard-XXXXXX");
     st_file *f;
     float *dst = malloc(16384 * sizeof *dst);
     volatile int faulted = 0;
@@ -508,7 +509,8 @@ END_TEST
 /* without a guard the fault still kills (Check expects SIGBUS) */
 START_TEST(test_guard_unguarded_dies)
 {
-    char path[] = "/tmp/attn-st-guard-XXXXXX";
+    char path[1024];
+    tu_tmp(path, sizeof path, "attn-st-guard-XXXXXX");
     float *dst = malloc(16384 * sizeof *dst);
     st_file *f;
     st_guard_install();

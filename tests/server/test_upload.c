@@ -65,7 +65,7 @@ static void setup(void)
     memcpy(st_b, buf, st_n);
     st_b[st_n - 4] ^= 1; /* lowest mantissa bit of the last weight */
     st_b64b = b64(st_b, st_n);
-    snprintf(repo, sizeof repo, "/tmp/attnd-test-upload-XXXXXX");
+    tu_tmp(repo, sizeof repo, "attnd-test-upload-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(repo));
 }
 
