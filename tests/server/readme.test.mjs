@@ -36,12 +36,14 @@ const SKIP = {
   Docker: 'needs a Docker engine (make container-test covers the image)',
   Kubernetes: 'needs docker push, kubectl and a real cluster (make check-deploy validates the manifests)',
   'Several replicas behind nginx': 'fixed ports 8081-8083 and foreground nginx; make check-deploy runs it (tests/deploy/failover.mjs)',
-  'Sequences across replicas': 'through the nginx of the section above, with x elided; make check-deploy checks the routing',
   'Engine (`core/`)': 'make targets and PyTorch: part of make test / make bench themselves',
   'Protocol details (proto/)': 'make fuzz / make bench-proto: clang and long runs',
 };
-// Sections whose blocks are run against the daemon, in README order.
-const RUN = ['API', 'Retained attention maps', 'Sequences (decoder steps over a server-held K/V cache)'];
+// Sections whose blocks are run against the daemon, in README order
+// ("Sequences across replicas": its step with the header works against one
+// attnd as through nginx; make check-deploy checks the routing).
+const RUN = ['API', 'Retained attention maps', 'Sequences (decoder steps over a server-held K/V cache)',
+  'Sequences across replicas'];
 // The gRPC example needs what its comment names (Debian: python3-grpcio
 // protobuf-compiler protobuf-compiler-grpc); without them it is skipped.
 const has = (cmd, args) => spawnSync(cmd, args, { stdio: 'ignore' }).status === 0;
