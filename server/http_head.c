@@ -43,6 +43,10 @@ int srv_key_ok(const char *key, const char *v, size_t len)
     len -= 7;
     while (len && *v == ' ')
         v++, len--;
+    /* white space after a field's value is not part of it (RFC 9110 5.5);
+     * libmicrohttpd 0.9.75 keeps it */
+    while (len && (v[len - 1] == ' ' || v[len - 1] == '\t'))
+        len--;
     for (i = 0; i < n; i++)
         d |= (unsigned char)(key[i] ^ (i < len ? v[i] : 0));
     return d == 0 && len == n;

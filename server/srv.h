@@ -346,7 +346,9 @@ void srv_respond(srv_req *r, int status, const char *ctype, char *body,
 void srv_respond_static(srv_req *r, int status, const char *ctype,
                         const char *body, size_t len);
 /* srv_key_ok: an Authorization value (len bytes; NULL: none) names the API
- * key: "Bearer", any case, spaces, then the key; compared in constant time.
+ * key: "Bearer", any case, spaces, then the key (white space after it
+ * dropped: not part of a REST field's value; HTTP/2 resets a stream whose
+ * field has it); compared in constant time.
  * REST and gRPC both. */
 int srv_key_ok(const char *key, const char *v, size_t len);
 /* srv_respond_error: {"error": msg} with status (503 adds Retry-After). */
