@@ -367,17 +367,20 @@ int model_load(model **out, const char *dir, char *err)
     snprintf(stp, sizeof stp, "%s/model.safetensors", dir);
     snprintf(cfp, sizeof cfp, "%s/config.json", dir);
     struct stat sb;
-    int st_rc = stat(dir, &sb);
-    if (st_rc < 0 && errno != ENOENT && errno != ENOTDIR)
+    int st_rc = stat(dir, &sb), st_errno = st_rc < 0 ? errno : 0;
+    if (st_rc < 0 && st_errno != ENOENT && st_errno != ENOTDIR)
         /* there, maybe, but not attnd's to read (EACCES, ELOOP, EIO...):
          * "not a folder" would send the operator looking for the wrong
          * thing */
-        return unreadable(err, dir, errno);
+        return unreadable(err, dir, st_errno);
     if (st_rc < 0 || !S_ISDIR(sb.st_mode)) {
+        /* nothing of the name (a name mistyped) is not "not a folder",
+         * which sends the operator looking for a file of the name */
         model__seterr(err,
-                      "%s: not a folder; a model is a folder holding "
+                      "%s: %s; a model is a folder holding "
                       "model.safetensors (+ optional config.json)",
-                      dir);
+                      dir,
+                      st_errno == ENOENT ? "no such folder" : "not a folder");
         return ATTN_ENOTFOUND;
     }
     /* a folder attnd may not search: its files cannot be opened, and

@@ -393,9 +393,19 @@ START_TEST(test_broken_special)
              "__metadata__ says 4",
              d, d);
     ck_assert_str_eq(err, want);
+    /* no folder of the name (a name mistyped) is said so: "not a folder"
+     * sent the user looking for a file of the name */
     ck_assert_int_eq(model_load(&m, path("model_corpus", "nope"), err),
                      ATTN_ENOTFOUND);
-    ck_assert_ptr_nonnull(strstr(err, "not a folder"));
+    ck_assert_ptr_nonnull(strstr(err, "/nope: no such folder; a model is a "
+                                      "folder holding model.safetensors"));
+    ck_assert_ptr_null(strstr(err, "not a folder"));
+    /* a file of the name is not a folder */
+    ck_assert_int_eq(model_load(&m, path("model_corpus", "good/model.safetensors"),
+                                err),
+                     ATTN_ENOTFOUND);
+    ck_assert_ptr_nonnull(strstr(err, "model.safetensors: not a folder; a "
+                                      "model is a folder"));
 
     /* a folder where a file belongs is the model's fault (ATTN_EFORMAT:
      * 400), not the disk's or the permissions' (ATTN_EIO: 503) */

@@ -633,11 +633,11 @@ test('index: a model unloaded (or failed) whose folder is then removed is no lon
     // for the metadata, without the name a second time
     const load = await post(`${d.url}/v2/repository/models/tiny2/load`, '');
     assert.equal(load.status, 404);
-    assert.match(load.json.error, /^model 'tiny2': \S+\/tiny2: not a folder/);
+    assert.match(load.json.error, /^model 'tiny2': \S+\/tiny2: no such folder; a model is a folder/);
     assert.deepEqual((await names()).filter((n) => n.startsWith('tiny')), ['tiny']);
     const meta = await fetch(`${d.url}/v2/models/tiny2`);
     assert.equal(meta.status, 404);
-    assert.match((await meta.json()).error, /^model 'tiny2': not loaded \(\S+\/tiny2: not a folder; a model is a folder/);
+    assert.match((await meta.json()).error, /^model 'tiny2': not loaded \(\S+\/tiny2: no such folder; a model is a folder/);
     // its statistics stay (it had loaded): the index is what the repository holds
     assert.equal((await fetch(`${d.url}/v2/models/tiny2/stats`)).status, 200);
     // loaded models stay listed whatever happens to their folder
