@@ -2,8 +2,11 @@
 // Extracts the ```sh blocks of the README sections that talk to a running
 // daemon, starts attnd as `make run` does (build/default/attnd, defaults,
 // `models/` of the working directory) but on a free loopback port, rewrites
-// localhost:8080 / 127.0.0.1:8080 in the commands to that port (the only
-// rewrite; 127.0.0.1:8001 likewise to its gRPC port), and runs each block
+// localhost:8080 / 127.0.0.1:8080 in the commands to that port (and
+// 127.0.0.1:8001 likewise to its gRPC port; the only other rewrite: the
+// examples' /tmp/ files go to a tmp/ of the scratch folder, so that two
+// runs at once do not read each other's half-written /tmp/upload.json and
+// nothing is left in /tmp), and runs each block
 // with bash -e -o pipefail in a scratch copy of the repo's models/ and
 // proto/kserve.proto (the examples upload models/demo2, write map.f32 there
 // and generate the gRPC stubs from the .proto). Each command must succeed
@@ -23,7 +26,7 @@
 // and run.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
@@ -129,11 +132,13 @@ function commands(code) {
 
 const PORT_RE = /\b(localhost|127\.0\.0\.1):8080\b/g;
 const GRPC_PORT_RE = /\b(localhost|127\.0\.0\.1):8001\b/g;
+const TMP_RE = /(?<![\w.\/-])\/tmp\//g;
 const MARK = '@@readme-cmd';
 
 /** Run a block's commands as one bash -e -o pipefail script; outputs by command. */
 function runBlock(cmds, port, grpcPort, cwd) {
-  const script = cmds.map((c, i) => `printf '\\n${MARK} %d\\n' ${i}\n${c.cmd.replace(PORT_RE, `$1:${port}`).replace(GRPC_PORT_RE, `$1:${grpcPort}`)}`)
+  const script = cmds.map((c, i) => `printf '\\n${MARK} %d\\n' ${i}\n${c.cmd.replace(PORT_RE, `$1:${port}`)
+    .replace(GRPC_PORT_RE, `$1:${grpcPort}`).replace(TMP_RE, `${cwd}/tmp/`)}`)
     .join('\n') + `\nprintf '\\n${MARK} end\\n'\n`;
   // python3 as on a fresh Debian 12: /usr/bin first (pyenv shims need a
   // shell setup the examples should not depend on).
@@ -258,6 +263,7 @@ before(async () => {
   work = mkdtempSync(join(tmpdir(), 'attnd-readme-'));
   cpSync(join(ROOT, 'models'), join(work, 'models'), { recursive: true });
   cpSync(join(ROOT, 'proto', 'kserve.proto'), join(work, 'proto', 'kserve.proto')); // the gRPC example's protoc
+  mkdirSync(join(work, 'tmp')); // the examples' /tmp/
   const proc = spawn(ATTND, ['--port', '0', '--grpc-port', '-1'], { cwd: work, stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   proc.stderr.on('data', (d) => { log += d; });
@@ -307,6 +313,13 @@ for (const [n, b] of blocks.entries()) {
     console.log(`README "${b.section}" block ${n}: ${cmds.length} commands ok`);
   });
 }
+
+test('the examples wrote their /tmp/ files in the scratch folder, not in /tmp', () => {
+  const every = [...new Set(blocks.filter((b) => RUN.includes(b.section))
+    .flatMap((b) => [...b.code.matchAll(/(?<![\w.\/-])\/tmp\/([\w.-]+)/g)].map((m) => m[1])))];
+  assert.ok(every.includes('upload.json') && every.includes('s0.json'), `the examples' /tmp/ files: ${every}`);
+  for (const f of every) assert.ok(existsSync(join(work, 'tmp', f)), `${f} not in the scratch tmp/ (${every})`);
+});
 
 test('after the examples, attnd exits 0 on SIGTERM with a clean log', async () => {
   daemon.proc.kill('SIGTERM');
