@@ -242,7 +242,9 @@ all: $(BENCH_GRPC)
 # replicas behind deploy/nginx.conf with one killed under load (failover.mjs),
 # then 24 sequences across three replicas with one killed mid-way, and
 # retained maps through nginx.conf's sessions and the Ingress's session
-# door (affinity.mjs; skipped by an attnd without the sequences extension).
+# door (affinity.mjs; skipped by an attnd without the sequences extension),
+# then one live replica cut off for one step: its sequences must not come
+# back to stale copies (blip.mjs).
 # container-test: build the Dockerfile with buildah and test the image.
 DEPLOY_NPM := tests/deploy/node_modules/.package-lock.json
 $(DEPLOY_NPM): tests/deploy/package.json tests/deploy/package-lock.json
@@ -257,6 +259,8 @@ check-deploy: deps-test $(DEPLOY_NPM) $(if $(HAVE_ATTND),$(ATTND))
 	    @echo "check-deploy: no server/main.c yet, failover test not run")
 	$(if $(HAVE_ATTND),ATTND_BIN=$(ATTND) timeout -k 10 $(FAILOVER_TIMEOUT) \
 	    node tests/deploy/affinity.mjs)
+	$(if $(HAVE_ATTND),ATTND_BIN=$(ATTND) timeout -k 10 $(FAILOVER_TIMEOUT) \
+	    node tests/deploy/blip.mjs)
 # bench-lb: what deploy/nginx.conf costs (wrk direct vs through nginx).
 .PHONY: bench-lb
 bench-lb: deps $(ATTND)

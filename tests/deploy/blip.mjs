@@ -1,0 +1,165 @@
+#!/usr/bin/env node
+// blip.mjs - a replica that fails one request and stays alive: the
+// sequences it holds must not leave it and come back to their old copies.
+//
+//   ATTND_BIN=build/default/attnd node tests/deploy/blip.mjs
+//
+// Three attnd replicas behind deploy/nginx.conf, each reached through a TCP
+// relay of this script's, so that one replica can be cut off (every
+// connection to it reset, new ones too) for a moment while it keeps its
+// memory, as a replica past its connection limits, or one whose keep-alive
+// connection nginx reused as it closed, is. NSEQ sequences (fixture model
+// `tiny`, causal, no sequence_position: a Triton client's steps) are
+// started and stepped through nginx; then the replica holding the most is
+// cut off for one step of one of its sequences (the next replica on the
+// ring answers 400 "unknown sequence", as for a dead replica, and the
+// client restarts the sequence with its history, README "Sequences across
+// replicas"); then every sequence is stepped once right away and again
+// after nginx's fail_timeout (10 s) has passed. Every 200 must carry the
+// rows of a one-shot causal run over the sequence's history and its
+// sequence_length. A replica taken out of the hash for fail_timeout by the
+// one failure moves all its sequences to other replicas (each restarted
+// there) and then back to its own stale copies, which append the step at
+// the wrong position and answer 200 with other rows.
+// Settings (env): BLIP_SEQUENCES (12), NGINX (nginx), BLIP_KEEP=1 keeps the
+// folder. Prints `blip: N passed, M failed` (steps answered as expected).
+import { cpSync, readFileSync } from "node:fs";
+import { createConnection, createServer } from "node:net";
+import { join } from "node:path";
+import { embed } from "../../server/web/embed.js";
+import { ROOT, freePorts, harness } from "./replicas.mjs";
+
+const NSEQ = Number(process.env.BLIP_SEQUENCES || 12);
+const PROMPT = 2, ROUNDS = 5;
+const MODEL = "tiny", D = 8, HEADER = "Attnd-Sequence-Id";
+const { T0, dir, say, check, failedChecks, startReplicas, startNginx, accessLog, finish } = harness("blip");
+cpSync(join(ROOT, "tests/server/fixtures/models"), join(dir, "models"), { recursive: true });
+
+async function post(base, body, headers = {}) {
+  try {
+    const r = await fetch(`${base}/v2/models/${MODEL}/infer`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", ...headers },
+      body: JSON.stringify(body),
+      signal: AbortSignal.timeout(30000),
+    });
+    const text = await r.text();
+    let json = null;
+    try { json = JSON.parse(text); } catch { json = { error: text.slice(0, 200) }; }
+    return { status: r.status, json };
+  } catch (e) {
+    return { status: 0, err: e.cause?.code || e.message };
+  }
+}
+
+const xInput = (words, pos0) => ({ name: "x", datatype: "FP32", shape: [1, words.length, D], data: Array.from(embed(words, D, pos0)) });
+const wordsOf = (s) => Array.from({ length: PROMPT + ROUNDS }, (_, k) => `b${s}w${k}${k % 2 ? "" : "y"}`);
+
+// relay: a TCP relay to port; cut(true) resets every connection through it
+// and each new one at once, cut(false) relays again.
+function relay(port) {
+  let cutOff = false;
+  const socks = new Set();
+  const server = createServer((c) => {
+    if (cutOff) return c.resetAndDestroy();
+    const u = createConnection(port, "127.0.0.1");
+    socks.add(c).add(u);
+    c.pipe(u); u.pipe(c);
+    const end = () => { c.destroy(); u.destroy(); socks.delete(c); socks.delete(u); };
+    c.on("error", end); u.on("error", end); c.on("close", end); u.on("close", end);
+  });
+  return {
+    server,
+    listen: (p) => new Promise((res) => server.listen(p, "127.0.0.1", res)),
+    cut(on) {
+      cutOff = on;
+      if (on) for (const s of socks) s.resetAndDestroy();
+    },
+  };
+}
+
+async function main() {
+  const [lbPort, lbGrpcPort, ...ports] = await freePorts(8);
+  const replicaPorts = ports.slice(0, 3), relayPorts = ports.slice(3, 6);
+  const replicas = await startReplicas(replicaPorts, () => ({ ATTND_GRPC_PORT: "0" }));
+  const v2 = await (await fetch(`http://${replicas[0].addr}/v2`)).json();
+  if (!(v2.extensions || []).includes("sequences")) {
+    console.log("blip: skipped: this attnd has no sequences extension");
+    return true;
+  }
+  const relays = [];
+  for (let i = 0; i < 3; i++) {
+    relays.push(relay(replicaPorts[i]));
+    await relays[i].listen(relayPorts[i]);
+  }
+
+  let conf = readFileSync(join(ROOT, "deploy", "nginx.conf"), "utf8");
+  if (!/listen 127\.0\.0\.1:8080;/.test(conf)) throw new Error("deploy/nginx.conf no longer listens on 127.0.0.1:8080");
+  conf = conf.replace("listen 127.0.0.1:8080;", `listen 127.0.0.1:${lbPort};`);
+  conf = conf.replace("listen 127.0.0.1:8001 http2;", `listen 127.0.0.1:${lbGrpcPort} http2;`);
+  [8081, 8082, 8083].forEach((d, i) => { conf = conf.replaceAll(`server 127.0.0.1:${d} `, `server 127.0.0.1:${relayPorts[i]} `); });
+  const base = await startNginx(conf, lbPort);
+
+  const refs = [];
+  for (let s = 0; s < NSEQ; s++) {
+    const r = await post(`http://${replicas[0].addr}`, { inputs: [xInput(wordsOf(s), 0)], parameters: { causal: true } });
+    if (r.status !== 200) throw new Error(`reference ${s}: HTTP ${r.status} ${JSON.stringify(r.json ?? r.err)}`);
+    refs.push(r.json.outputs.find((o) => o.name === "y").data.flat(Infinity));
+  }
+
+  let passed = 0, failed = 0;
+  const fails = [];
+  const seqs = Array.from({ length: NSEQ }, (_, s) => ({ s, id: `blip-${s}-${T0.toString(36)}`, words: wordsOf(s), len: 0 }));
+  // step: q's next token, or (start) its whole history up to upto; a 400
+  // "unknown sequence" is answered by the restart the README asks for.
+  async function step(q, { start = false, upto = q.len + 1 } = {}) {
+    const from = start ? 0 : q.len;
+    const words = q.words.slice(from, upto);
+    const params = { sequence_id: q.id, causal: true, ...(start ? { sequence_start: true } : {}) };
+    const r = await post(base, { inputs: [xInput(words, from)], parameters: params }, { [HEADER]: q.id });
+    if (!start && r.status === 400 && /unknown sequence/.test(r.json?.error ?? "")) {
+      passed++;
+      return step(q, { start: true, upto });
+    }
+    let why = null;
+    if (r.status !== 200) why = `HTTP ${r.status} ${JSON.stringify(r.json ?? r.err).slice(0, 300)}`;
+    else {
+      const y = r.json.outputs?.find((o) => o.name === "y")?.data?.flat(Infinity);
+      const want = refs[q.s].slice(from * D, upto * D);
+      if (!Array.isArray(y) || y.length !== want.length) why = `y has ${y?.length} values, want ${want.length}`;
+      else for (let i = 0; i < want.length && !why; i++)
+        if (!(Math.abs(y[i] - want[i]) <= 1e-5 * Math.max(1, Math.abs(want[i])))) why = `y[${i}] = ${y[i]}, want ${want[i]}`;
+      if (r.json.parameters?.sequence_length !== upto) why = `sequence_length ${r.json.parameters?.sequence_length}, want ${upto}${why ? `; ${why}` : ""}`;
+    }
+    q.len = upto; // the client's count, whatever the answer
+    if (why) { failed++; fails.push(`${q.id} [${from}, ${upto}): ${why}`); } else passed++;
+  }
+
+  await Promise.all(seqs.map((q) => step(q, { start: true, upto: PROMPT })));
+  await Promise.all(seqs.map((q) => step(q)));
+  const holder = new Map();
+  for (const l of accessLog()) if (l.seq && l.status === 200) holder.set(l.seq, l.upstreams.at(-1));
+  const per = relayPorts.map((p) => seqs.filter((q) => holder.get(q.id) === `127.0.0.1:${p}`).length);
+  const v = per.indexOf(Math.max(...per));
+  const mine = seqs.filter((q) => holder.get(q.id) === `127.0.0.1:${relayPorts[v]}`);
+  say(`sequences per replica: ${per.join(", ")}; cutting off replica ${v} for one step`);
+  check(mine.length >= 2, `replica ${v} holds ${mine.length} sequences`);
+
+  relays[v].cut(true);
+  const first = await post(base, { inputs: [xInput(mine[0].words.slice(mine[0].len, mine[0].len + 1), mine[0].len)], parameters: { sequence_id: mine[0].id, causal: true } }, { [HEADER]: mine[0].id });
+  relays[v].cut(false);
+  check(first.status === 400 && /unknown sequence/.test(first.json?.error ?? ""), `the step that met the cut: ${first.status} from the next replica (${(first.json?.error ?? first.err ?? "").slice(0, 80)})`);
+  // the client restarts it with its history, as told
+  await step(mine[0], { start: true, upto: mine[0].len + 1 });
+  await Promise.all(seqs.map((q) => step(q)));
+  say("waiting past nginx's fail_timeout (10 s)");
+  await new Promise((res) => setTimeout(res, 11000));
+  for (let k = 0; k < 2; k++) await Promise.all(seqs.map((q) => step(q)));
+  for (const f of fails.slice(0, 8)) say(`  ${f}`);
+  check(failed === 0, `every step answered 200 was its sequence's (rows and sequence_length; ${failed} were not)`);
+  console.log(`blip: ${passed} passed, ${failed} failed`);
+  for (const r of relays) r.server.close();
+  return failed === 0 && failedChecks() === 0;
+}
+
+finish(main);
