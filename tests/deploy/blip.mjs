@@ -20,16 +20,26 @@
 // sequence_length. A replica taken out of the hash for fail_timeout by the
 // one failure moves all its sequences to other replicas (each restarted
 // there) and then back to its own stale copies, which append the step at
-// the wrong position and answer 200 with other rows.
-// Settings (env): BLIP_SEQUENCES (12), NGINX (nginx), BLIP_KEEP=1 keeps the
+// the wrong position and answer 200 with other rows. The same for G
+// sequences stepped by unary gRPC calls through nginx's gRPC port (the id
+// in the attnd-sequence-id metadata; each replica's gRPC port behind a
+// relay too): after their replica is cut off for one call (nginx answers
+// it 502, which gRPC clients read as UNAVAILABLE, when the call had been
+// sent: grpc_pass does not buffer a call to send it again; the client
+// sends it again), every call must answer its sequence_length, also past
+// fail_timeout.
+// Settings (env): BLIP_SEQUENCES (12), BLIP_GRPC_SEQUENCES (6), NGINX (nginx), BLIP_KEEP=1 keeps the
 // folder. Prints `blip: N passed, M failed` (steps answered as expected).
 import { cpSync, readFileSync } from "node:fs";
+import http2 from "node:http2";
 import { createConnection, createServer } from "node:net";
 import { join } from "node:path";
 import { embed } from "../../server/web/embed.js";
+import { fields, frame, ld, packedI64, str, varint } from "../grpc/wire.mjs";
 import { ROOT, freePorts, harness } from "./replicas.mjs";
 
 const NSEQ = Number(process.env.BLIP_SEQUENCES || 12);
+const G = Number(process.env.BLIP_GRPC_SEQUENCES || 6);
 const PROMPT = 2, ROUNDS = 5;
 const MODEL = "tiny", D = 8, HEADER = "Attnd-Sequence-Id";
 const { T0, dir, say, check, failedChecks, startReplicas, startNginx, accessLog, finish } = harness("blip");
@@ -55,6 +65,40 @@ async function post(base, body, headers = {}) {
 const xInput = (words, pos0) => ({ name: "x", datatype: "FP32", shape: [1, words.length, D], data: Array.from(embed(words, D, pos0)) });
 const wordsOf = (s) => Array.from({ length: PROMPT + ROUNDS }, (_, k) => `b${s}w${k}${k % 2 ? "" : "y"}`);
 
+// grpcStep: one ModelInfer call through nginx's gRPC port (protobuf by
+// hand), the id in the attnd-sequence-id metadata only; {status, message,
+// length, http} (grpc-status, grpc-message, the answer's sequence_length,
+// the HTTP status).
+function grpcStep(session, id, words, pos0, start) {
+  const param = (key, value) => ld(4, Buffer.concat([str(1, key), ld(2, value)]));
+  const msg = Buffer.concat([str(1, MODEL),
+    param("causal", Buffer.concat([varint(1 << 3), varint(1)])),
+    ...(start ? [param("sequence_start", Buffer.concat([varint(1 << 3), varint(1)]))] : []),
+    ld(5, Buffer.concat([str(1, "x"), str(2, "FP32"), packedI64(3, [1, words.length, D])])),
+    ld(7, Buffer.from(embed(words, D, pos0).buffer))]);
+  return new Promise((resolve) => {
+    const req = session.request({ ":method": "POST", ":path": "/inference.GRPCInferenceService/ModelInfer",
+      "content-type": "application/grpc", te: "trailers", "attnd-sequence-id": id });
+    let status, message, http;
+    const chunks = [];
+    req.on("response", (h) => { http = h[":status"]; status = h["grpc-status"] ?? status; message = h["grpc-message"] ?? message; });
+    req.on("trailers", (h) => { status = h["grpc-status"]; message = h["grpc-message"]; });
+    req.on("data", (c) => chunks.push(c));
+    req.on("error", (e) => resolve({ status: "error", message: e.message }));
+    req.on("end", () => {
+      const body = Buffer.concat(chunks);
+      let length;
+      if (status === "0" && body.length >= 5)
+        for (const e of fields(body.subarray(5))[4] || []) { // parameters: {key 1, value 2}
+          const f = fields(e);
+          if (f[1][0].toString() === "sequence_length") length = Number(fields(f[2][0])[2][0]);
+        }
+      resolve({ status, message: decodeURIComponent(message ?? ""), length, http });
+    });
+    req.end(frame(msg));
+  });
+}
+
 // relay: a TCP relay to port; cut(true) resets every connection through it
 // and each new one at once, cut(false) relays again.
 function relay(port) {
@@ -79,18 +123,21 @@ function relay(port) {
 }
 
 async function main() {
-  const [lbPort, lbGrpcPort, ...ports] = await freePorts(8);
+  const [lbPort, lbGrpcPort, ...ports] = await freePorts(14);
   const replicaPorts = ports.slice(0, 3), relayPorts = ports.slice(3, 6);
-  const replicas = await startReplicas(replicaPorts, () => ({ ATTND_GRPC_PORT: "0" }));
+  const grpcPorts = ports.slice(6, 9), grpcRelayPorts = ports.slice(9, 12);
+  const replicas = await startReplicas(replicaPorts, (i) => ({ ATTND_GRPC_PORT: String(grpcPorts[i]) }));
   const v2 = await (await fetch(`http://${replicas[0].addr}/v2`)).json();
   if (!(v2.extensions || []).includes("sequences")) {
     console.log("blip: skipped: this attnd has no sequences extension");
     return true;
   }
-  const relays = [];
+  const relays = [], grpcRelays = [];
   for (let i = 0; i < 3; i++) {
     relays.push(relay(replicaPorts[i]));
     await relays[i].listen(relayPorts[i]);
+    grpcRelays.push(relay(grpcPorts[i]));
+    await grpcRelays[i].listen(grpcRelayPorts[i]);
   }
 
   let conf = readFileSync(join(ROOT, "deploy", "nginx.conf"), "utf8");
@@ -98,6 +145,7 @@ async function main() {
   conf = conf.replace("listen 127.0.0.1:8080;", `listen 127.0.0.1:${lbPort};`);
   conf = conf.replace("listen 127.0.0.1:8001 http2;", `listen 127.0.0.1:${lbGrpcPort} http2;`);
   [8081, 8082, 8083].forEach((d, i) => { conf = conf.replaceAll(`server 127.0.0.1:${d} `, `server 127.0.0.1:${relayPorts[i]} `); });
+  [9081, 9082, 9083].forEach((d, i) => { conf = conf.replaceAll(`server 127.0.0.1:${d} `, `server 127.0.0.1:${grpcRelayPorts[i]} `); });
   const base = await startNginx(conf, lbPort);
 
   const refs = [];
@@ -135,8 +183,27 @@ async function main() {
     if (why) { failed++; fails.push(`${q.id} [${from}, ${upto}): ${why}`); } else passed++;
   }
 
+  // gRPC: gstep(q) sends q's next token (or its history, start), restarts
+  // on "unknown sequence", and checks the answer's sequence_length.
+  const session = http2.connect(`http://127.0.0.1:${lbGrpcPort}`);
+  session.on("error", () => {});
+  const gseqs = Array.from({ length: G }, (_, g) => ({ s: g, id: `blip-grpc-${g}-${T0.toString(36)}`, words: wordsOf(100 + g), len: 0 }));
+  async function gstep(q, { start = false, upto = q.len + 1 } = {}) {
+    const from = start ? 0 : q.len;
+    const r = await grpcStep(session, q.id, q.words.slice(from, upto), from, start);
+    if (!start && r.status === "3" && /unknown sequence/.test(r.message)) {
+      passed++;
+      return gstep(q, { start: true, upto });
+    }
+    q.len = upto;
+    if (r.status === "0" && r.length === upto) passed++;
+    else { failed++; fails.push(`${q.id} (gRPC) [${from}, ${upto}): grpc-status ${r.status} ${r.message.slice(0, 200)}, sequence_length ${r.length}, want ${upto}`); }
+  }
+
   await Promise.all(seqs.map((q) => step(q, { start: true, upto: PROMPT })));
   await Promise.all(seqs.map((q) => step(q)));
+  await Promise.all(gseqs.map((q) => gstep(q, { start: true, upto: PROMPT })));
+  await Promise.all(gseqs.map((q) => gstep(q)));
   const holder = new Map();
   for (const l of accessLog()) if (l.seq && l.status === 200) holder.set(l.seq, l.upstreams.at(-1));
   const per = relayPorts.map((p) => seqs.filter((q) => holder.get(q.id) === `127.0.0.1:${p}`).length);
@@ -152,13 +219,29 @@ async function main() {
   // the client restarts it with its history, as told
   await step(mine[0], { start: true, upto: mine[0].len + 1 });
   await Promise.all(seqs.map((q) => step(q)));
+
+  const gper = grpcRelayPorts.map((p) => gseqs.filter((q) => holder.get(q.id) === `127.0.0.1:${p}`).length);
+  const gv = gper.indexOf(Math.max(...gper));
+  const gmine = gseqs.filter((q) => holder.get(q.id) === `127.0.0.1:${grpcRelayPorts[gv]}`);
+  say(`gRPC sequences per replica: ${gper.join(", ")}; cutting off replica ${gv}'s gRPC port for one call`);
+  check(gmine.length >= 1, `replica ${gv} holds ${gmine.length} gRPC sequences`);
+  grpcRelays[gv].cut(true);
+  const g0 = gmine[0];
+  const gfirst = await grpcStep(session, g0.id, g0.words.slice(g0.len, g0.len + 1), g0.len, false);
+  grpcRelays[gv].cut(false);
+  const unknown = gfirst.status === "3" && /unknown sequence/.test(gfirst.message);
+  check(unknown || gfirst.http === 502, `the gRPC call that met the cut: HTTP ${gfirst.http}, grpc-status ${gfirst.status} (${gfirst.message.slice(0, 80)})`);
+  // restarted after the 400's twin, sent again after the 502
+  await gstep(g0, { start: unknown, upto: g0.len + 1 });
+  await Promise.all(gseqs.map((q) => gstep(q)));
   say("waiting past nginx's fail_timeout (10 s)");
   await new Promise((res) => setTimeout(res, 11000));
-  for (let k = 0; k < 2; k++) await Promise.all(seqs.map((q) => step(q)));
+  for (let k = 0; k < 2; k++) await Promise.all([...seqs.map((q) => step(q)), ...gseqs.map((q) => gstep(q))]);
+  session.close();
   for (const f of fails.slice(0, 8)) say(`  ${f}`);
   check(failed === 0, `every step answered 200 was its sequence's (rows and sequence_length; ${failed} were not)`);
   console.log(`blip: ${passed} passed, ${failed} failed`);
-  for (const r of relays) r.server.close();
+  for (const r of [...relays, ...grpcRelays]) r.server.close();
   return failed === 0 && failedChecks() === 0;
 }
 
