@@ -396,6 +396,16 @@ static void on_fatal(int sig, siginfo_t *si, void *uc)
             pause();
     report(sig, si, tid);
     signal(sig, SIG_DFL);
+    /* A pid namespace's init (attnd as a container's entrypoint) is not
+     * ended by a signal with the default action unless the kernel forces
+     * it (a fault): the raise below would be dropped, a sent signal's
+     * process went on after its report, and abort(3) went on to a
+     * faulting instruction whose SIGSEGV found this handler again, the
+     * reporting thread then waiting for good. So a sent one (kill, tgkill,
+     * raise, abort) ends it with a death's status as a shell reports it;
+     * a fault's instruction, run again, faults again, forced. */
+    if (si->si_code <= 0 && getpid() == 1)
+        _exit(128 + sig);
     /* blocked while this handler runs: taken with the default action on
      * return (a fault's instruction also runs again and faults again) */
     raise(sig);

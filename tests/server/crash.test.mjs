@@ -72,3 +72,25 @@ test('a fault on a pool thread names the thread and its last job; an abort too; 
   assert.equal((await a.stop('SIGABRT')).sig, 'SIGABRT');
   assert.match(a.log(), /fatal attnd: crashed: SIGABRT sent by pid \d+ on the loop thread/);
 });
+
+// As a container's entrypoint attnd is its pid namespace's init, which a
+// signal with the default action does not end unless the kernel forces it
+// (a fault): the report's re-raise was dropped, so a sent SIGABRT or
+// SIGSEGV left the daemon running after 'crashed' (and abort(3)'s own
+// fallback fault found the handler again and hung its thread). It now
+// exits with 128 + the signal, the status a runtime reports for that death.
+const UNSHARE = spawnSync('unshare', ['--pid', '--fork', 'true']).status === 0;
+test('as a pid namespace\'s init (a container\'s entrypoint), a sent SIGABRT or SIGSEGV ends it after its report', { skip: SANITIZED || (!UNSHARE && 'unshare --pid needs root') }, async (t) => {
+  for (const [sig, code] of [['SIGABRT', 134], ['SIGSEGV', 139]]) {
+    // unshare forks attnd as pid 1 of a new namespace and exits with its status
+    const d = await start({ t, args: ['--threads', '1'], wrap: ['unshare', '--pid', '--fork', '--kill-child'] });
+    const child = Number(readFileSync(`/proc/${d.proc.pid}/task/${d.proc.pid}/children`, 'utf8').trim());
+    assert.ok(child > 0, 'attnd runs under unshare');
+    assert.equal(readFileSync(`/proc/${child}/status`, 'utf8').match(/^NSpid:.*\s(\d+)$/m)?.[1], '1', 'attnd is pid 1 in its namespace');
+    process.kill(child, sig);
+    const ended = await Promise.race([d.exit, new Promise((res) => setTimeout(() => res(null), 5000))]);
+    assert.match(d.log(), new RegExp(`fatal attnd: crashed: ${sig} sent by pid \\d+ on the loop thread`));
+    assert.deepEqual(ended, { code, sig: null }, `${sig}: still running 5 s after its report`);
+    await d.stop('SIGKILL');
+  }
+});
