@@ -13,6 +13,10 @@
 #include "tests/check_main.h"
 #include "tests/proto/decode_helper.h"
 
+/* 32 members first: the scanner remembers that many keys of an object
+ * for its duplicate check; a duplicate after them is caught all the same */
+#define K32 "'k00':0,'k01':0,'k02':0,'k03':0,'k04':0,'k05':0,'k06':0,'k07':0,'k08':0,'k09':0,'k10':0,'k11':0,'k12':0,'k13':0,'k14':0,'k15':0,'k16':0,'k17':0,'k18':0,'k19':0,'k20':0,'k21':0,'k22':0,'k23':0,'k24':0,'k25':0,'k26':0,'k27':0,'k28':0,'k29':0,'k30':0,'k31':0,"
+
 static const struct bad {
     const char *json;
     int code;
@@ -80,6 +84,10 @@ static const struct bad {
     {"{'inputs':[{'name':'x','datatype':'FP32','shape':[1],'data':[1],"
      "'data':[2]}]}", ATTN_EINVAL, "inputs[0]: duplicate key \"data\""},
     {"{'inputs':[{'data':[1,2]}],'inputs':[" X2 "]}", ATTN_EINVAL,
+     "request body: duplicate key \"inputs\""},
+    {"{'inputs':[{" K32 "'name':'x','datatype':'FP32','shape':[1],'data':[1],"
+     "'data':[2]}]}", ATTN_EINVAL, "inputs[0]: duplicate key \"data\""},
+    {"{" K32 "'inputs':[" X2 "],'inputs':[" X2 "]}", ATTN_EINVAL,
      "request body: duplicate key \"inputs\""},
     {"{'id':'a'}", ATTN_EINVAL, "inputs: missing"},
     {"{'inputs':{}}", ATTN_EINVAL, "inputs: expected an array"},
