@@ -250,6 +250,53 @@ test('--health-check: 0 on 200, 1 otherwise', async (t) => {
   } finally { await d.stop(); }
 });
 
+// Docker's HEALTHCHECK on a daemon listening on :: (README, "Settings":
+// --host) names the host as an IPv6 literal in brackets.
+test('--health-check: an IPv6 host in brackets, with and without a path', async (t) => {
+  const probe = spawnSync('node', ['-e', "require('net').createServer().listen(0, '::1', function () { this.close(); }).on('error', () => process.exit(3))"]);
+  if (probe.status !== 0) { t.skip('no IPv6 loopback'); return; }
+  const d = await start({ t, args: ['--host', '::'] });
+  try {
+    const hc = (url) => new Promise((res) => {
+      import('node:child_process').then(({ execFile }) =>
+        execFile(ATTND, ['--health-check', url], (err, stdout, stderr) => res({ code: err ? err.code : 0, stderr })));
+    });
+    assert.equal((await hc(`http://[::1]:${d.port}/v2/health/ready`)).code, 0);
+    assert.equal((await hc(`http://[::1]:${d.port}`)).code, 0); // GET /: the page
+    const nf = await hc(`http://[::1]:${d.port}/nope`);
+    assert.equal(nf.code, 1);
+    assert.match(nf.stderr, /HTTP 404/);
+    const bad = await hc(`http://[::1:${d.port}/v2/health/ready`);
+    assert.equal(bad.code, 1);
+    assert.match(bad.stderr, /bad IPv6 host/);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+// A key file saved on Windows ends its line in CR LF, one written by hand
+// often in a space: neither is part of the key (config.c, load_key_file).
+test('--api-key-file: spaces, tabs and CR ending its first line are not the key; beside --api-key or ATTND_API_KEY it is refused', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'attnd-key-'));
+  const kf = join(dir, 'key');
+  try {
+    writeFileSync(kf, 'k3y \t\r\nsecond line\n');
+    const d = await start({ t, args: ['--api-key-file', kf] });
+    try {
+      const index = (key) => fetch(`${d.url}/v2/repository/index`, { method: 'POST', headers: { Authorization: `Bearer ${key}` } });
+      assert.equal((await index('k3y')).status, 200);
+      assert.equal((await index('second line')).status, 401);
+    } finally { assert.equal((await d.stop()).code, 0); }
+    for (const [args, env, from] of [
+      [['--api-key', 'other', '--api-key-file', kf], {}, '--api-key-file'],
+      [['--api-key-file', kf, '--api-key', 'other'], {}, '--api-key-file'],
+      [['--api-key-file', kf], { ATTND_API_KEY: 'other' }, '--api-key-file'],
+      [[], { ATTND_API_KEY_FILE: kf, ATTND_API_KEY: 'other' }, 'ATTND_API_KEY_FILE']]) {
+      const r = run([...args, '--port', '0', '--grpc-port', '0'], env);
+      assert.equal(r.status, 2, `${args} ${JSON.stringify(env)}: ${r.stderr}`);
+      assert.equal(r.stderr, `attnd: ${from} ${kf}: --api-key (or ATTND_API_KEY) is set too; use one\n`);
+    }
+  } finally { rmSync(dir, { recursive: true, force: true }); }
+});
+
 test('--log-format json: one JSON line per request with id, model, status, batch, times', async (t) => {
   const d = await start({ t, args: ['--log-format', 'json'] });
   const c = REFS.causal;

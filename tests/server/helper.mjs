@@ -96,7 +96,7 @@ export async function start(opts = {}) {
   let port = 0;
   let grpcPort = 0;
   while (!port || (opts.grpc && !grpcPort)) {
-    const m = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(log);
+    const m = /listening on http:\/\/(?:127\.0\.0\.1|\[::\]):(\d+)/.exec(log); // [::]: --host ::, IPv4 too
     const g = /listening on grpc:\/\/127\.0\.0\.1:(\d+)/.exec(log);
     if (m && (g || !opts.grpc)) {
       port = Number(m[1]);
