@@ -61,11 +61,51 @@ START_TEST(context_rows_past_int_are_refused)
 }
 END_TEST
 
+/* prepare_sdpa: the built-in sdpa's q [1, 1, 2], k and v [1, s, 2]. */
+static int prepare_sdpa(int64_t s, char *err)
+{
+    static float q[2], kv[4];
+    oip_tensor in[3];
+    oip_request req;
+    srv_prep p;
+    srv_infer_limits lim = {(size_t)1 << 40, 1 << 20, NULL};
+    int rc;
+    memset(&req, 0, sizeof req);
+    memset(&p, 0, sizeof p);
+    input(&in[0], "q", 1, 1, 2, q);
+    input(&in[1], "k", 1, s, 2, kv);
+    input(&in[2], "v", 1, s, 2, kv);
+    req.inputs = in;
+    req.n_inputs = 3;
+    req.params.causal = -1;
+    rc = srv_infer_prepare(&p, &req, "sdpa", NULL, 0, 1, &lim, err);
+    srv_prep_free(&p);
+    return rc;
+}
+
+/* sdpa's keys past its limit (S at most 2^30, as T; infer.c):
+ * past it 400 naming k, before the item's S is laid out as an int */
+START_TEST(sdpa_keys_past_the_limit_are_refused)
+{
+    char err[OIP_ERRMAX] = "";
+    ck_assert_msg(prepare_sdpa(2, err) == 0, "%s", err);
+    for (int i = 0; i < 3; i++) {
+        int64_t s = i == 0 ? ((int64_t)1 << 30) + 1
+                  : i == 1 ? (int64_t)1 << 31 : ((int64_t)1 << 32) + 2;
+        err[0] = 0;
+        ck_assert_int_eq(prepare_sdpa(s, err), 400);
+        ck_assert_str_eq(err, "inputs[k].shape: dimensions too large (S at "
+                              "most 2^30)");
+    }
+}
+END_TEST
+
 static Suite *infer_suite(void)
 {
     Suite *s = suite_create("infer");
     TCase *tc = tcase_create("sizes");
     tcase_add_test(tc, context_rows_past_int_are_refused);
+    tcase_add_test(tc, sdpa_keys_past_the_limit_are_refused);
     suite_add_tcase(s, tc);
     return s;
 }
