@@ -210,6 +210,23 @@ test('a folder named sdpa: the built-in model keeps the name, the start says how
   assert.match(c.stdout, /^tiny: ok /m);
 });
 
+// An unload of a name the server never knew (a typo, another replica's
+// model) is the 404 of one unloaded already; it leaves no entry behind.
+test('an unload of a model never known: 404 not loaded, as one unloaded already; the index does not gain it', async (t) => {
+  const d = await start({ t });
+  try {
+    const before = await index(d);
+    let r = await unload(d, 'never-here');
+    assert.equal(r.status, 404, JSON.stringify(r.json));
+    assert.equal(r.json.error, "model 'never-here': not loaded");
+    assert.deepEqual(await index(d), before);
+    assert.equal((await unload(d, 'tiny')).status, 200);
+    r = await unload(d, 'tiny');
+    assert.equal(r.status, 404, JSON.stringify(r.json));
+    assert.equal(r.json.error, "model 'tiny': not loaded");
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
 /** json(r): a fetch Response as post() answers: {status, headers, json}. */
 const json = async (r) => {
   const text = await r.text();
