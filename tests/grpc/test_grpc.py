@@ -480,6 +480,39 @@ class Unary(unittest.TestCase):
         self.assertLess(max_diff(out(self.s.ModelInfer(r), "y")[1], c["y"]), 1e-5)
 
 
+    def test_load_parameters_of_other_types_are_carried(self):
+        """bool and int64 load parameters reach the load as JSON true and
+        numbers, as REST's body would carry them: config or the weights
+        given as one is refused naming it (INVALID_ARGUMENT, REST's 400
+        message), nothing loaded; an unknown key of either type is
+        ignored, as REST ignores it"""
+        with open(os.path.join(FIX, "models", "tiny", "model.safetensors"), "rb") as f:
+            st = f.read()
+        with open(os.path.join(FIX, "models", "tiny", "config.json")) as f:
+            cfg = f.read()
+        for key, kind, want in (
+                ("config", "bool_param", r"^parameters\.config: must be a JSON string$"),
+                ("file:model.safetensors", "int64_param",
+                 r'^parameters\["file:model\.safetensors"\]: must be a base64 string$')):
+            req = pb.RepositoryModelLoadRequest(model_name="tiny5")
+            req.parameters["config"].string_param = cfg
+            req.parameters["file:model.safetensors"].bytes_param = st
+            setattr(req.parameters[key], kind, 7 if kind == "int64_param" else True)
+            self.code(self.s.RepositoryModelLoad, req, C.INVALID_ARGUMENT, want)
+            idx = self.s.RepositoryIndex(pb.RepositoryIndexRequest())
+            self.assertNotIn("tiny5", [m.name for m in idx.models])
+        req = pb.RepositoryModelLoadRequest(model_name="tiny5")
+        req.parameters["config"].string_param = cfg
+        req.parameters["file:model.safetensors"].bytes_param = st
+        req.parameters["flag"].bool_param = True
+        req.parameters["count"].int64_param = 3
+        self.s.RepositoryModelLoad(req)
+        c = REFS["self"]
+        r = tiny_x(c)
+        r.model_name = "tiny5"
+        self.assertLess(max_diff(out(self.s.ModelInfer(r), "y")[1], c["y"]), 1e-5)
+        self.s.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name="tiny5"))
+
     def test_load_parameter_that_cannot_be_carried_is_refused(self):
         """a load parameter whose string is not UTF-8 (protobuf-c does not
         check; jansson refuses it) is refused by name, not dropped: the
