@@ -74,6 +74,22 @@ test('a grpc-timeout of centuries (up to 8 digits of hours, as gRPC allows) is s
   }
 });
 
+// gRPC's PROTOCOL-HTTP2.md units: H, M (minutes), S, m, u (microseconds), n;
+// the long ones are served, 0 of each is a deadline already past (a
+// unit attnd did not know would be INVALID_ARGUMENT, 3)
+test('a grpc-timeout in each unit gRPC defines is taken: ample ones served, zero ones past', async () => {
+  for (const t of ['1H', '1M', '30S', '30000m', '30000000u']) {
+    const r = await raw(INFER, frame(seedMsg()), { 'grpc-timeout': t });
+    assert.equal(r.grpcStatus, 0, `${t}: ${r.message}`);
+    assert.deepEqual(firstRawOutput(r.data), SEED_OUT, t);
+  }
+  for (const t of ['0H', '0M', '0S', '0u']) {
+    const r = await raw(INFER, frame(seedMsg()), { 'grpc-timeout': t });
+    assert.equal(r.grpcStatus, 4, `${t}: ${r.message}`);
+    assert.match(r.message, /deadline: the client's deadline passed/, t);
+  }
+});
+
 test('HTTP/2 and gRPC framing errors', async () => {
   const cases = [
     ['wrong content-type', frame(seedMsg()), { 'content-type': 'application/json' }, null, /content-type/, 415],
