@@ -255,7 +255,7 @@ test('--health-check: 0 on 200, 1 otherwise', async (t) => {
 test('--health-check: an IPv6 host in brackets, with and without a path', async (t) => {
   const probe = spawnSync('node', ['-e', "require('net').createServer().listen(0, '::1', function () { this.close(); }).on('error', () => process.exit(3))"]);
   if (probe.status !== 0) { t.skip('no IPv6 loopback'); return; }
-  const d = await start({ t, args: ['--host', '::'] });
+  const d = await start({ t, args: ['--host', '::1'] }); // tests listen on loopback only
   try {
     const hc = (url) => new Promise((res) => {
       import('node:child_process').then(({ execFile }) =>

@@ -95,17 +95,19 @@ export async function start(opts = {}) {
   const deadline = Date.now() + 20000 * SLOW;
   let port = 0;
   let grpcPort = 0;
+  let host = '127.0.0.1';
   while (!port || (opts.grpc && !grpcPort)) {
-    const m = /listening on http:\/\/(?:127\.0\.0\.1|\[::\]):(\d+)/.exec(log); // [::]: --host ::, IPv4 too
+    const m = /listening on http:\/\/(127\.0\.0\.1|\[::1\]):(\d+)/.exec(log); // [::1]: --host ::1
     const g = /listening on grpc:\/\/127\.0\.0\.1:(\d+)/.exec(log);
     if (m && (g || !opts.grpc)) {
-      port = Number(m[1]);
+      host = m[1];
+      port = Number(m[2]);
       grpcPort = g ? Number(g[1]) : 0;
     } else if (exited) throw new Error(`attnd exited ${JSON.stringify(exited)}:\n${log}`);
     else if (Date.now() > deadline) { proc.kill('SIGKILL'); throw new Error(`attnd did not start:\n${log}`); }
     else await sleep(20);
   }
-  const url = `http://127.0.0.1:${port}`;
+  const url = `http://${host}:${port}`;
   const d = {
     url, port, grpcPort, proc, dir, exit,
     log: () => log,
