@@ -246,6 +246,23 @@ static void too_long(gslot *sl, size_t len)
              "fewer tokens", len);
 }
 
+/* srv_grpc__fits: see grpc_int.h. */
+int srv_grpc__fits(gslot *sl, int stream)
+{
+    size_t len;
+    if (sl->code != GRPC_OK)
+        return 1;
+    len = sl->out_len - OIP_PB_HEADROOM;
+    /* in a stream's field 2 it takes a tag and a varint more (11 bytes at
+     * most): stream_msg's frame then holds it */
+    if (len <= GRPC_MSG_MAX - (stream ? 11 : 0))
+        return 1;
+    too_long(sl, len);
+    if (sl->r) /* its log line says the refusal, not the answer made */
+        sl->r->status = srv_grpc_http_status(GRPC_RESOURCE_EXHAUSTED);
+    return 0;
+}
+
 /* take_out: the slot's answer message, which the chunk takes: out, or for
  * an empty one (pack() gives NULL) the slot's own room */
 static char *take_out(gslot *sl)
@@ -322,6 +339,8 @@ void srv_grpc__pump(gcall *call)
         if (!call->shead)
             call->stail = NULL;
         call->n_slots--;
+        if (!call->ending)
+            srv_grpc__fits(sl, call->m->stream);
         if (sl->r) {
             srv_log_request(s, sl->r);
             free_req(s, sl->r);
@@ -329,11 +348,6 @@ void srv_grpc__pump(gcall *call)
         }
         if (!call->ending) {
             if (call->m->stream) {
-                /* in field 2 it takes a tag and a varint more (11 bytes
-                 * at most): stream_msg's frame then holds it */
-                if (sl->code == GRPC_OK &&
-                    sl->out_len - OIP_PB_HEADROOM > GRPC_MSG_MAX - 11)
-                    too_long(sl, sl->out_len - OIP_PB_HEADROOM);
                 s->http.grpc_msgs[sl->code < GRPC_N_CODES ? sl->code : GRPC_INTERNAL]++;
                 stream_msg(call, sl);
                 continue;
@@ -342,12 +356,10 @@ void srv_grpc__pump(gcall *call)
                 char *b = sl->out ? sl->out : sl->msg;
                 size_t at = srv_grpc__frame(b, OIP_PB_HEADROOM,
                                             sl->out_len - OIP_PB_HEADROOM);
-                if (at != SIZE_MAX) {
-                    queue_chunk(call, sl, take_out(sl), at, sl->out_len);
-                    srv_grpc__call_end(call, GRPC_OK, NULL);
-                    continue;
-                }
-                too_long(sl, sl->out_len - OIP_PB_HEADROOM);
+                /* (srv_grpc__fits made sure of its length) */
+                queue_chunk(call, sl, take_out(sl), at, sl->out_len);
+                srv_grpc__call_end(call, GRPC_OK, NULL);
+                continue;
             }
             call->answered = 1;
             srv_grpc__call_end(call, sl->code, sl->msg);

@@ -261,6 +261,12 @@ static inline int srv_grpc__is_infer(const grpc_method *m)
  * in the 5 bytes before it; where the frame starts, or SIZE_MAX (nothing
  * written) when len is over GRPC_MSG_MAX. */
 size_t srv_grpc__frame(char *buf, size_t at, size_t len);
+/* grpc.c: does sl's answer fit the one gRPC message it goes out as (its
+ * own, or within a stream's: stream)? If not, sl answers
+ * RESOURCE_EXHAUSTED instead (saying the answer's size) and its request,
+ * if it has one, is logged with the status that maps back to (413), not
+ * the answer's; 0. Errors always fit. */
+int srv_grpc__fits(gslot *sl, int stream);
 /* grpc.c: free a call; its unanswered requests detach or are orphaned. */
 void srv_grpc__call_free(gcall *call);
 /* grpc_conn.c: the HTTP/2 layer ends c for an error (code: the GOAWAY's

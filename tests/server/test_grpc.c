@@ -2,13 +2,15 @@
  * srv_grpc__frame): its 4-byte length says exactly the message's, up to
  * 4 GiB - 1; an answer past that is refused (SIZE_MAX, nothing written:
  * the call answers RESOURCE_EXHAUSTED), never framed with its length
- * mod 2^32. No message is allocated: the prefix goes in the 5 bytes
- * before it, all a frame writes. */
+ * mod 2^32, and its request's log line says so (srv_grpc__fits). No
+ * message is allocated: the prefix goes in the 5 bytes before it, all a
+ * frame writes. */
 #include <check.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "server/grpc_int.h"
+#include "server/srv.h"
 #include "tests/check_main.h"
 
 START_TEST(the_longest_message_is_framed_exactly)
@@ -38,12 +40,48 @@ START_TEST(past_4_gib_is_refused_not_wrapped)
 }
 END_TEST
 
+/* an answer too long for its message is refused (the 4 GiB it would take
+ * is not made: only its length is looked at) and its request logged with
+ * RESOURCE_EXHAUSTED's 413, not the 200 of the answer it was */
+START_TEST(an_answer_too_long_is_logged_as_refused)
+{
+    static gslot sl; /* a slot's room is large: not on the stack */
+    srv_req r;
+    size_t ok[2] = {GRPC_MSG_MAX, GRPC_MSG_MAX - 11};
+    for (int stream = 0; stream < 2; stream++) {
+        memset(&sl, 0, sizeof sl);
+        memset(&r, 0, sizeof r);
+        sl.r = &r;
+        r.status = 200;
+        sl.out_len = OIP_PB_HEADROOM + ok[stream];
+        ck_assert_int_eq(srv_grpc__fits(&sl, stream), 1);
+        ck_assert_int_eq(sl.code, GRPC_OK);
+        ck_assert_int_eq(r.status, 200);
+        sl.out_len++;
+        ck_assert_int_eq(srv_grpc__fits(&sl, stream), 0);
+        ck_assert_int_eq(sl.code, GRPC_RESOURCE_EXHAUSTED);
+        ck_assert_ptr_nonnull(strstr(sl.msg, "more than one gRPC message"));
+        ck_assert_int_eq(r.status, 413); /* was 200 */
+    }
+    /* an error fits as it is */
+    memset(&sl, 0, sizeof sl);
+    memset(&r, 0, sizeof r);
+    sl.r = &r;
+    sl.code = GRPC_NOT_FOUND;
+    r.status = 404;
+    sl.out_len = (size_t)1 << 33;
+    ck_assert_int_eq(srv_grpc__fits(&sl, 0), 1);
+    ck_assert_int_eq(r.status, 404);
+}
+END_TEST
+
 static Suite *grpc_suite(void)
 {
     Suite *s = suite_create("grpc");
     TCase *tc = tcase_create("frame");
     tcase_add_test(tc, the_longest_message_is_framed_exactly);
     tcase_add_test(tc, past_4_gib_is_refused_not_wrapped);
+    tcase_add_test(tc, an_answer_too_long_is_logged_as_refused);
     suite_add_tcase(s, tc);
     return s;
 }
