@@ -83,8 +83,9 @@
       "bytes/s a body (gRPC: a message) must average once header-timeout "  \
       "has passed since its head (0 = none)")                                 \
     X(memory_budget, "memory-budget", INT, 1024 * SRV_MiB, 0, 1LL << 44,      \
-      "bytes buffered bodies, decoded requests and unsent answers may hold " \
-      "together; past it 503 (0 = no budget: unlimited)")                     \
+      "bytes buffered bodies, decoded requests, unsent answers and gRPC "    \
+      "connections (80 KiB each) may hold together; past it 503, and a new " \
+      "gRPC connection is closed (0 = no budget: unlimited)")                \
     X(reuse_port, "reuse-port", INT, 0, 0, 1,                                 \
       "1: share the ports (REST and gRPC) with other processes "             \
       "(SO_REUSEPORT); 0: refuse to start when one is in use")                \

@@ -26,6 +26,9 @@
 /* srv_grpc_start: listen on host:grpc-port (nothing when it is 0). Prints
  * the bound address. 0 or -1 with err (SRV_ERRMAX). Loop thread. */
 int srv_grpc_start(srv *s, char *err);
+/* srv_grpc_open_conns: gRPC connections open (each holding CONN_COST of
+ * memory-budget); 0 with the door off. */
+int srv_grpc_open_conns(const srv *s);
 /* srv_grpc_drain: SIGTERM: tell clients (GOAWAY notice) and refuse new
  * calls; calls begun (their HEADERS came before it) finish, their
  * messages still coming included, and so do a stream's messages begun

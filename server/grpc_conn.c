@@ -256,6 +256,8 @@ void __sanitizer_syscall_post_impl_close(long res, long fd);
 static void close_handles(gconn *c)
 {
     uv_os_fd_t fd = -1;
+    srv_mem_give(c->g->s, c->mem); /* its session is gone (or never was) */
+    c->mem = 0;
     if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 && fd >= 0) {
         srv_linger_close(c->g->s, fd, &c->guard); /* before libuv closes fd */
 #if defined(__SANITIZE_THREAD__)
@@ -487,6 +489,24 @@ static int room(void *data)
     return 0;
 }
 
+/* refused: a connection closed at its accept for want of memory-budget
+ * for its state (CONN_COST), counted and logged (a line a second at
+ * most), as grpc-core's resource quota refuses one: its client retries
+ * with backoff, and the calls that hold the budget are not starved by
+ * connections that would each hold tens of KB. */
+static void refused(srv_grpc *g)
+{
+    srv *s = g->s;
+    unsigned long long n;
+    s->http.grpc_conns_refused++;
+    if ((n = srv_every_due(&g->conn_refused_log, srv_now_ns())))
+        srv_log(s, "warn", "grpc: %llu connection%s refused at accept since "
+                "the last such line: the memory for request bodies, open "
+                "calls, connections and unsent answers (%lld bytes, "
+                "memory-budget) is in use", n, n == 1 ? "" : "s",
+                s->cfg.memory_budget);
+}
+
 /* take: the connection on fd, just accepted from peer, in g->spare (room):
  * an nghttp2 session, its idle timer, counted and guarded (guard.c),
  * reading. Past max-connections guard.c evicts a waiting one; past the
@@ -511,7 +531,15 @@ static void take(void *data, int fd, const struct sockaddr_storage *peer,
     c->tcp.data = c;
     c->guard.peer = *peer;
     if (s->n_conns >= (int)s->cfg.max_connections + SRV_CONN_HEADROOM ||
-        uv_tcp_open(&c->tcp, fd) < 0) {
+        srv_mem_take(s, CONN_COST) < 0) {
+        if (s->n_conns < (int)s->cfg.max_connections + SRV_CONN_HEADROOM)
+            refused(g);
+        close(fd);
+        close_handles(c);
+        return;
+    }
+    c->mem = CONN_COST;
+    if (uv_tcp_open(&c->tcp, fd) < 0) {
         close(fd);
         close_handles(c);
         return;
@@ -559,6 +587,12 @@ int srv_grpc_start(srv *s, char *err)
     g->s = s;
     srv_grpc__callbacks(g->cbs);
     nghttp2_option_set_max_reserved_remote_streams(g->opt, 0);
+    /* closed streams are kept for RFC 7540's priority tree, which attnd
+     * does not use: 100 calls ended on a connection held 30 KB more
+     * (CONN_COST). (SETTINGS_NO_RFC7540_PRIORITIES would drop PRIORITY's
+     * idle streams too, but nghttp2 1.52 then aborts in
+     * nghttp2_session_del after an allocation of its failed.) */
+    nghttp2_option_set_no_closed_streams(g->opt, 1);
     /* windows are given back by flush, so a connection whose answers pile
      * up unsent stops receiving (--grpc-buffer) */
     nghttp2_option_set_no_auto_window_update(g->opt, 1);
@@ -604,6 +638,11 @@ fail:
         free(g);
     }
     return -1;
+}
+
+int srv_grpc_open_conns(const srv *s)
+{
+    return s->grpc ? s->grpc->n_conns : 0;
 }
 
 void srv_grpc_drain(srv *s)

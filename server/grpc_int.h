@@ -157,8 +157,22 @@ struct gcall {
 #define CALL_COST 3072
 _Static_assert(sizeof(gcall) + 512 <= CALL_COST, "CALL_COST holds a gcall");
 
+/* an open connection's own state, counted against memory-budget from its
+ * accept until it closes (README): its gconn and nghttp2's session (its
+ * frame buffers, both HPACK tables, the idle streams PRIORITY frames
+ * make). Measured (RSS over 200 connections): 34 KB a connection that
+ * sent its preface and SETTINGS, 42 KB one that filled its HPACK table,
+ * 62-66 KB one that also sent 6000-20000 PRIORITY frames (nghttp2 caps
+ * their idle streams), 45 KB one that closed 100 streams (76 KB when
+ * nghttp2 kept closed streams for the priority tree: it no longer does,
+ * nghttp2_option_set_no_closed_streams). Its calls count on their own
+ * (CALL_COST). */
+#define CONN_COST 81920
+
 struct gconn {
     srv_conn guard;      /* on s->conns (guard.c): counted, timed, evictable */
+    size_t mem;          /* memory-budget it holds (CONN_COST), until its
+                            handles close */
     struct srv_grpc *g;
     uv_tcp_t tcp;
     uv_timer_t idle;     /* --connection-timeout with no call open */
@@ -213,6 +227,7 @@ typedef struct srv_grpc {
     int stopped;  /* srv_grpc_stop ran: freed once everything closed */
     srv_every h2_log;      /* srv_grpc__h2_error's log lines */
     srv_every refused_log; /* streams refused for memory-budget */
+    srv_every conn_refused_log; /* connections refused for it */
     char rbuf[READ_BUF];
 } srv_grpc;
 

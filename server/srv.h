@@ -124,6 +124,7 @@ typedef struct srv_http_stats {
     uint64_t grpc_codes[17]; /* gRPC calls by final status (grpc.h) */
     uint64_t grpc_msgs[17];  /* ModelStreamInfer responses: OK or error */
     uint64_t grpc_h2_errors; /* gRPC connections ended for HTTP/2 errors */
+    uint64_t grpc_conns_refused; /* closed at accept: no memory-budget */
 } srv_http_stats;
 
 /* ---- registry.c -------------------------------------------------------- */

@@ -18,7 +18,15 @@ import { fields, frame, ld, packedI64, seedMsg, str } from './wire.mjs';
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const X = REFS.causal;
 const xreq = (id) => ({ id, inputs: [fp32('x', X.shape, X.x)], parameters: { causal: true } });
-const used = async (d) => Number(/\nattnd_memory_budget_used_bytes (\d+)\n/.exec(await (await fetch(`${d.url}/metrics`)).text())[1]);
+/** memory-budget held but the open gRPC connections' own 80 KiB each: by
+ * bodies, calls and answers */
+const used = async (d) => {
+  const m = await (await fetch(`${d.url}/metrics`)).text();
+  const g = (name) => Number(new RegExp(`\\n${name} (\\d+)\\n`).exec(m)[1]);
+  return g('attnd_memory_budget_used_bytes') - 81920 * g('attnd_grpc_open_connections');
+};
+/** all of it, connections' included */
+const usedAll = async (d) => Number(/\nattnd_memory_budget_used_bytes (\d+)\n/.exec(await (await fetch(`${d.url}/metrics`)).text())[1]);
 
 const INFER = '/inference.GRPCInferenceService/ModelInfer';
 /** ModelInferRequest for sdpa: q, k, v [T, 1] raw, asking for the T x T attention */
@@ -135,8 +143,8 @@ test('memory budget: a stream message that does not fit is answered once its id 
 });
 
 test('memory budget: a flood of empty stream messages behind a paused connection counts what it holds and stays within the budget; the stream ends UNAVAILABLE', async () => {
-  const budget = 9100000;
-  const d = await start({ grpc: true, args: ['--memory-budget', String(budget), '--max-body', '1000000',
+  const budget = 9100000; // for calls, beside the connection's own 80 KiB
+  const d = await start({ grpc: true, args: ['--memory-budget', String(budget + 81920), '--max-body', '1000000',
     '--max-json-body', '1000000', '--request-memory', String(budget), '--grpc-buffer', '65536'] });
   const session = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
   session.on('error', () => {});
@@ -382,6 +390,37 @@ test('max-connections counts both doors: a new gRPC connection evicts the one wa
     s2.close();
   } finally {
     for (const s of socks) s.destroy();
+    assert.equal((await d.stop()).code, 0, d.log());
+  }
+});
+
+test('memory budget: each open gRPC connection holds 80 KiB of it; one that does not fit is closed at its accept, logged and counted, and the next one fits once another closed', async () => {
+  // room for 3 connections' state (3 x 81920) and their calls, not for 4
+  const d = await start({ grpc: true, args: ['--memory-budget', String(4 * 81920 - 1), '--max-body', '100000',
+    '--max-json-body', '100000', '--request-memory', '100000'] });
+  const metric = async (name) => Number(new RegExp(`\\n${name} (\\d+)\\n`).exec(await (await fetch(`${d.url}/metrics`)).text())[1]);
+  const sessions = [];
+  try {
+    for (let i = 0; i < 3; i++) sessions.push(await liveSession(d.grpcPort));
+    assert.equal(await usedAll(d), 3 * 81920, 'three connections held');
+    // the fourth is closed before its SETTINGS: no HTTP/2 session is made
+    const fourth = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
+    let settings = false;
+    fourth.on('remoteSettings', () => { settings = true; });
+    fourth.on('error', () => {});
+    assert.ok(await closedWithin(fourth, 3000), 'the fourth connection is closed');
+    assert.ok(!settings, 'and never got a SETTINGS frame');
+    assert.equal(await metric('attnd_grpc_connections_refused_total'), 1);
+    assert.equal(await metric('attnd_grpc_open_connections'), 3);
+    await waitFor('the refusal logged', async () => /grpc: 1 connection refused at accept since the last such line: .*memory-budget/.test(d.log()), 3000);
+    assert.equal(await usedAll(d), 3 * 81920, 'the refused one held nothing');
+    sessions.shift().close();
+    await waitFor('its 80 KiB given back', async () => (await usedAll(d)) === 2 * 81920, 5000);
+    sessions.push(await liveSession(d.grpcPort)); // fits again, and is served
+    for (const s of sessions.splice(0)) s.close();
+    await waitFor('the budget back to 0', async () => (await usedAll(d)) === 0, 5000);
+  } finally {
+    for (const s of sessions) s.destroy();
     assert.equal((await d.stop()).code, 0, d.log());
   }
 });
