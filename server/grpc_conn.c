@@ -355,7 +355,12 @@ void srv_grpc__h2_error(gconn *c, uint32_t code, const char *what)
  * client's preface): a DATA frame on a stream with no call (one ended
  * early, whose client sent before it read the reset; nghttp2 drops it
  * unseen) counts as carried, up to what such calls left (reset_credit).
- * Looked up once nghttp2 has read those bytes. */
+ * Looked up before nghttp2 reads those bytes, so a stream is judged as
+ * it was when the read began: one whose HEADERS are in the same read is
+ * new (past the last stream nghttp2 took), and its DATA on_data's; looked
+ * up after, a call closed later in the same read (its client's
+ * RST_STREAM behind its DATA) had its DATA counted twice, on_data's and
+ * this one's, so such reads bought a flood the credit's worth of junk. */
 static void scan_frames(gconn *c, const uint8_t *p, size_t n)
 {
     while (n) {
@@ -379,6 +384,8 @@ static void scan_frames(gconn *c, const uint8_t *p, size_t n)
                 c->fh_got = 0;
                 c->fskip = (size_t)len;
                 if (c->fh[3] == NGHTTP2_DATA && c->reset_credit && sid &&
+                    (int32_t)sid <=
+                        nghttp2_session_get_last_proc_stream_id(c->h2) &&
                     !nghttp2_session_get_stream_user_data(c->h2,
                                                           (int32_t)sid)) {
                     if (len > c->reset_credit)
@@ -406,6 +413,7 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
     if (c->g->s->cfg.conn_timeout_s)
         uv_timer_start(&c->idle, on_idle_timeout,
                        (uint64_t)c->g->s->cfg.conn_timeout_s * 1000u, 0);
+    scan_frames(c, (const uint8_t *)buf->base, (size_t)n); /* before */
     ssize_t rv = nghttp2_session_mem_recv(c->h2, (const uint8_t *)buf->base, (size_t)n);
     if (rv < 0 && c->h2_nomem) {
         oom_close(c);
@@ -417,7 +425,6 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
         return;
     }
     c->rx += (uint64_t)n;
-    scan_frames(c, (const uint8_t *)buf->base, (size_t)n);
     if (c->rx / 8 > c->carried + FLOOD_SLACK && !c->h2_error) {
         char what[160];
         snprintf(what, sizeof what, "%llu bytes of frames carrying no call's "

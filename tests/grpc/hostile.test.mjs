@@ -362,6 +362,34 @@ test('calls ended while their client still sends earn no flood allowance but the
   c.sock.destroy();
 });
 
+test('DATA of a call its client resets in the same write counts once toward the flood rule: it counted twice (the call\'s, then as DATA after a reset) while a reset\'s allowance lasted, so 1 MiB sent so bought 8 MiB more of frames carrying nothing', async () => {
+  const c = rawConn();
+  await c.until((f) => f.type === SETTINGS && !(f.flags & 1));
+  // an allowance of 1 MiB: a call ended while its client could still send
+  const nope = [[':method', 'POST'], [':scheme', 'http'], [':path', '/inference.GRPCInferenceService/Nope'],
+    [':authority', 'x'], ['content-type', 'application/grpc'], ['te', 'trailers']];
+  c.send(h2frame(HEADERS, END_HEADERS, 1, block(nope)));
+  assert.equal(await outcome(c, 1), 'answered');
+  await c.until((f) => f.type === RST && f.id === 1);
+  // 64 calls of 16 KB each (a message begun, 1 MB announced), each reset
+  // by its client in the write that carries its DATA
+  const head = Buffer.alloc(5);
+  head.writeUInt32BE(1000000, 1);
+  const data = Buffer.concat([head, Buffer.alloc(16384 - 5)]);
+  for (let i = 0, id = 3; i < 64; i++, id += 2) {
+    c.send(h2frame(HEADERS, END_HEADERS, id, block(inferFields([['te', 'trailers']]))), h2frame(0, 0, id, data),
+      h2frame(RST, 0, id, Buffer.from([0, 0, 0, 8]))); // CANCEL
+    await new Promise((r) => setTimeout(r, 5)); // (read whole, most likely)
+  }
+  // 1 MiB carried allows 15 MiB more of frames carrying nothing (8 times
+  // 2 MiB, less what was sent); counted twice, up to 23 MiB
+  await flood(c, () => h2frame(0x20, 0, 0, Buffer.alloc(1024 - 9)), 19 << 20); // 1 MiB a chunk
+  const g = await c.until((f) => f.type === GOAWAY, 10000);
+  assert.ok(g, 'no GOAWAY after 19 MiB of frames carrying nothing');
+  assert.equal(g.payload.readUInt32BE(4), 11); // ENHANCE_YOUR_CALM
+  c.sock.destroy();
+});
+
 test('a message whose 5-byte prefix says 4 GiB - 1 under a max-body past 4 GiB is refused for memory-budget, not received into a buffer of 0 bytes: its size plus one wrapped in 32 bits', async () => {
   const big = await start({ grpc: true, args: ['--max-body', String(2 ** 32), '--memory-budget', String(2 ** 32)] });
   try {
