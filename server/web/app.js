@@ -1,6 +1,6 @@
 // app.js - the visualiser: input, head grid, focused heatmap, readout,
-// line view, step view, and the page state kept in the URL hash
-// (#model=demo&text=...&h=2&q=5 reopens the same view). Exports: export.js.
+// line view, step view; the page state kept in the URL hash: link.js.
+// Exports: export.js.
 
 import * as api from './api.js';
 import { tokenize } from './embed.js';
@@ -9,6 +9,7 @@ import { drawHeatmap, drawLegend, drawThumb, hit, paintThumb, thumbImage } from 
 import { renderSteps, renderTable, renderLines, fmt, scoreScale } from './panels.js';
 import * as live from './live.js';
 import { initExport } from './export.js';
+import { JSON_IN_URL_MAX, readHash, writeHash } from './link.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -20,7 +21,6 @@ const SEED_SDPA = {
 };
 const ZOOM_AT = 96;   // maps larger than this a side get a zoom window
 const TABLE_MAX = 24; // the table view is offered up to this size
-const JSON_IN_URL_MAX = 16384; // pasted input kept in the link up to this
 
 const state = {
   tab: 'words', model: 'demo', text: '', json: '', causal: false, retain: false,
@@ -58,51 +58,6 @@ function setStatus(msg, isError = false) {
   s.textContent = msg;
   s.classList.toggle('error', isError);
   s.setAttribute('role', isError ? 'alert' : 'status');
-}
-
-// ---- URL state -------------------------------------------------------
-
-function writeHash() {
-  const p = new URLSearchParams();
-  if (state.map) {
-    p.set('map', state.map);
-    // its sequence: the proxies' route to the replica holding it (api.js)
-    if (api.sequenceOfMap(state.map)) p.set('seq', api.sequenceOfMap(state.map));
-  } else {
-    p.set('model', state.model);
-    if (state.tab !== 'json') p.set('text', state.text);
-    // Too large for a link: an empty json= says so when it is reopened
-    // (not the words or the seed in its place).
-    else p.set('json', state.json.length <= JSON_IN_URL_MAX ? state.json : '');
-    p.set('causal', state.causal ? '1' : '0');
-  }
-  if (state.b) p.set('b', String(state.b));
-  p.set('h', String(state.h));
-  if (state.q != null) p.set('q', String(state.q));
-  if (state.scale !== 'linear') p.set('scale', state.scale);
-  if (state.auto) p.set('auto', '1');
-  // A link to a sequence this page drives follows it as it grows.
-  if (state.map && (state.follow || live.drives(state.map))) p.set('follow', '1');
-  history.replaceState(null, '', `#${p.toString()}`);
-}
-
-function readHash() {
-  const p = new URLSearchParams(location.hash.slice(1));
-  const int = (k, d) => (p.has(k) && /^\d+$/.test(p.get(k)) ? Number(p.get(k)) : d);
-  if (p.has('model')) state.model = p.get('model');
-  if (p.has('text')) { state.text = p.get('text'); state.tab = 'words'; }
-  if (p.has('json')) { state.json = p.get('json'); state.tab = 'json'; }
-  state.map = p.get('map');
-  if (state.map) state.tab = 'maps';
-  if (state.map && p.has('seq')) api.noteSequenceMap(state.map, p.get('seq'));
-  state.causal = p.get('causal') === '1';
-  state.b = int('b', 0);
-  state.h = p.get('h') === 'mean' ? 'mean' : int('h', 0);
-  state.q = int('q', null); // none: the strongest off-diagonal row (selQ)
-  state.scale = p.get('scale') === 'log' ? 'log' : 'linear';
-  state.auto = p.get('auto') === '1';
-  state.follow = !!state.map && p.get('follow') === '1';
-  return p.has('model') || p.has('map');
 }
 
 // ---- the current map ---------------------------------------------------
@@ -344,7 +299,7 @@ function update() {
   renderFocus();
   renderReadout();
   renderSide();
-  writeHash();
+  writeHash(state);
   document.body.dataset.state = 'ready';
 }
 
@@ -670,7 +625,7 @@ function wire() {
   $('zoom-in').addEventListener('click', () => { state.win.n >>= 1; update(); });
   $('zoom-out').addEventListener('click', () => { state.win.n <<= 1; update(); });
   $('copy-link').addEventListener('click', async () => {
-    writeHash();
+    writeHash(state);
     if (state.tab === 'json' && !state.map && state.json.length > JSON_IN_URL_MAX) {
       setStatus('This input is too large for a link: tick “retain on the server” and run, then copy the link to the map.', true);
       return;
@@ -732,7 +687,7 @@ async function start() {
   document.body.dataset.state = 'loading';
   live.setFollow(false);
   afterKey = null;
-  const fromUrl = readHash();
+  const fromUrl = readHash(state);
   setStatus('asking the server for its models…');
   listed = true;
   let unlistedWhy = null; // the server could not list its models

@@ -1,0 +1,51 @@
+// link.js - the page's state in the URL hash (#model=demo&text=...&h=2&q=5
+// reopens the same view): writeHash puts it there, readHash takes it
+// back into state (app.js's).
+
+import * as api from './api.js';
+import * as live from './live.js';
+
+export const JSON_IN_URL_MAX = 16384; // pasted input kept in the link up to this
+
+export function writeHash(state) {
+  const p = new URLSearchParams();
+  if (state.map) {
+    p.set('map', state.map);
+    // its sequence: the proxies' route to the replica holding it (api.js)
+    if (api.sequenceOfMap(state.map)) p.set('seq', api.sequenceOfMap(state.map));
+  } else {
+    p.set('model', state.model);
+    if (state.tab !== 'json') p.set('text', state.text);
+    // Too large for a link: an empty json= says so when it is reopened
+    // (not the words or the seed in its place).
+    else p.set('json', state.json.length <= JSON_IN_URL_MAX ? state.json : '');
+    p.set('causal', state.causal ? '1' : '0');
+  }
+  if (state.b) p.set('b', String(state.b));
+  p.set('h', String(state.h));
+  if (state.q != null) p.set('q', String(state.q));
+  if (state.scale !== 'linear') p.set('scale', state.scale);
+  if (state.auto) p.set('auto', '1');
+  // A link to a sequence this page drives follows it as it grows.
+  if (state.map && (state.follow || live.drives(state.map))) p.set('follow', '1');
+  history.replaceState(null, '', `#${p.toString()}`);
+}
+
+export function readHash(state) {
+  const p = new URLSearchParams(location.hash.slice(1));
+  const int = (k, d) => (p.has(k) && /^\d+$/.test(p.get(k)) ? Number(p.get(k)) : d);
+  if (p.has('model')) state.model = p.get('model');
+  if (p.has('text')) { state.text = p.get('text'); state.tab = 'words'; }
+  if (p.has('json')) { state.json = p.get('json'); state.tab = 'json'; }
+  state.map = p.get('map');
+  if (state.map) state.tab = 'maps';
+  if (state.map && p.has('seq')) api.noteSequenceMap(state.map, p.get('seq'));
+  state.causal = p.get('causal') === '1';
+  state.b = int('b', 0);
+  state.h = p.get('h') === 'mean' ? 'mean' : int('h', 0);
+  state.q = int('q', null); // none: the strongest off-diagonal row (selQ)
+  state.scale = p.get('scale') === 'log' ? 'log' : 'linear';
+  state.auto = p.get('auto') === '1';
+  state.follow = !!state.map && p.get('follow') === '1';
+  return p.has('model') || p.has('map');
+}
