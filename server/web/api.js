@@ -148,11 +148,11 @@ function too413(text, { n, unit, bytes, outBytes }) {
 }
 
 // RUN_MAX_CELLS: the most weights (B x H x T x S) a run's answer may carry.
-// They come as JSON text, about 11 bytes a weight, which the browser holds
-// whole as one string and then as numbers: 2^24 are ~180 MB of text. A
-// larger run is refused before it is sent (bigRun), unless it is retained:
-// its answer then carries no map, which the page reads from the store
-// max-pooled (openMap).
+// They come as binary FP32 (postInfer), 4 bytes a weight (2^24: 64 MiB),
+// which the browser holds whole, beside the drawn maps. A larger run is
+// refused before it is sent (bigRun), unless it is retained: its answer
+// then carries no map, which the page reads from the store max-pooled
+// (openMap).
 export const RUN_MAX_CELLS = 1 << 24;
 
 // bigRun: whether a run of B x H x T x S weights is past RUN_MAX_CELLS
@@ -165,7 +165,7 @@ function bigRun(B, H, T, S, unit, retain) {
   const fit = S === T ? Math.floor(Math.sqrt(RUN_MAX_CELLS / (B * H))) : Math.floor(RUN_MAX_CELLS / (B * H * S));
   const en = (x) => x.toLocaleString('en');
   throw new Error(`${T} ${unit} make ${B > 1 ? `${B} items × ` : ''}${H} head${H === 1 ? '' : 's'} of ` +
-    `${T} × ${S} weights (${en(cells)}, about ${mb(cells * 11)} of JSON): more than this page takes in one ` +
+    `${T} × ${S} weights (${en(cells)}, ${mb(cells * 4)} as FP32): more than this page takes in one ` +
     `answer (${en(RUN_MAX_CELLS)} weights). Use at most ${fit} ${unit}, or tick “retain on the server”: ` +
     'the map then stays on the server and the page reads it max-pooled.');
 }
@@ -186,6 +186,47 @@ async function postJSON(u, body, size) {
   });
   if (!res.ok) await fail(res, size && { ...size, bytes: text.length });
   return readJSON(res);
+}
+
+// postInfer: an inference request (body as JSON) whose outputs come back
+// as binary tensors (the Triton extension, README "Protocol details"):
+// a JSON header of Inference-Header-Content-Length bytes, then each
+// output's raw little-endian FP32 in order, its parameters.binary_data_size
+// bytes. Returns the header with each output's data a Float32Array:
+// no text of numbers to parse (JSON: ~11 bytes a weight, held whole as
+// one string). An answer that is all JSON (a server without the
+// extension) is read as such; one whose sizes do not add up throws.
+async function postInfer(u, body, size) {
+  const text = JSON.stringify({ ...body, parameters: { ...body.parameters, binary_data_output: true } });
+  const res = await send(u, {
+    method: 'POST',
+    headers: headers({ 'Content-Type': 'application/json', Accept: 'application/octet-stream, application/json' }),
+    body: text,
+  });
+  if (!res.ok) await fail(res, size && { ...size, bytes: text.length });
+  if (!res.headers.has('Inference-Header-Content-Length')) return readJSON(res);
+  let buf;
+  try { buf = await res.arrayBuffer(); } catch (e) {
+    throw new Error(`the server's answer could not be read whole (${e.message}): the connection broke?`);
+  }
+  const bad = (why) => new Error(`the server's binary answer is not what this page expects (${why}); ` +
+    'reload the page, or check what is between it and attnd');
+  const hlen = Number(res.headers.get('Inference-Header-Content-Length'));
+  if (!Number.isInteger(hlen) || hlen <= 0 || hlen > buf.byteLength) throw bad(`a header of ${hlen} bytes in ${buf.byteLength}`);
+  let head;
+  try { head = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, 0, hlen))); } catch (_) { throw bad('its header is not JSON'); }
+  let off = hlen;
+  for (const t of head.outputs || []) {
+    const n = t.parameters && t.parameters.binary_data_size;
+    if (n === undefined) continue; // this one came as JSON
+    const count = (t.shape || []).reduce((a, b) => a * b, 1);
+    if (t.datatype !== 'FP32' || n !== 4 * count || off + n > buf.byteLength)
+      throw bad(`${t.name}: ${t.datatype} [${t.shape}] in ${n} bytes at ${off} of ${buf.byteLength}`);
+    t.data = new Float32Array(buf.slice(off, off + n)); // a copy: off may not be 4-aligned
+    off += n;
+  }
+  if (off !== buf.byteLength) throw bad(`${buf.byteLength - off} bytes left over`);
+  return head;
 }
 
 // listModels: { names, error }: names of the loaded models (repository
@@ -211,6 +252,7 @@ export const modelMeta = (m) => getJSON(url(`v2/models/${encodeURIComponent(m)}`
 
 // Flatten nested JSON arrays (OIP data may be flat or nested).
 function flat(data) {
+  if (data instanceof Float32Array) return data; // a binary output (postInfer)
   return Float32Array.from(Array.isArray(data) ? data.flat(Infinity) : []);
 }
 
@@ -323,7 +365,7 @@ export async function inferX(meta, shape, x, tokens, { causal, retain }, ctx = n
     outputs: (mapOnly ? ['y'] : ['attention', ...(retain ? ['scores'] : []), 'q', 'k', 'v', 'y']).map((name) => ({ name })),
     parameters: params,
   };
-  const resp = await postJSON(url(`v2/models/${encodeURIComponent(meta.name)}/infer`), body,
+  const resp = await postInfer(url(`v2/models/${encodeURIComponent(meta.name)}/infer`), body,
     { n, unit, outBytes: 4 * cells.reduce((a, b) => a * b) * (retain ? 2 : 1) });
   if (mapOnly) return { mapOnly, mapId: resp.parameters && resp.parameters.map_id };
   const o = outputsByName(resp);
@@ -362,7 +404,7 @@ export async function inferSdpa(spec, { causal, retain }) {
   const input = (name, shape, a) => ({ name, datatype: 'FP32', shape, data: a.flat(Infinity) });
   const inputs = [input('q', qs, spec.q), input('k', ks, spec.k), input('v', vs, spec.v)];
   if (mk) inputs.push(mk.input);
-  const resp = await postJSON(url('v2/models/sdpa/infer'), {
+  const resp = await postInfer(url('v2/models/sdpa/infer'), {
     inputs,
     outputs: (mapOnly ? ['output'] : ['output', 'attention', ...(retain ? ['scores'] : [])]).map((name) => ({ name })),
     parameters: params,
