@@ -388,6 +388,7 @@ async function doRun() {
     live.setFollow(false); // a wait still pending draws nothing now
     finishRun(run.mapId ? `retained as map ${run.mapId}` : '');
   } catch (e) {
+    if (e.status === 404) refreshModels();
     if (g === viewGen) {
       setStatus(e.message, true);
       askKey(e, () => doRun());
@@ -597,6 +598,9 @@ function wire() {
       else if (state.tab === 'json') selectTab('words');
     } catch (e) { setStatus(e.message, true); }
   });
+  $('model').addEventListener('focus', refreshModels);
+  window.addEventListener('focus', refreshModels);
+  document.addEventListener('visibilitychange', () => { if (!document.hidden) refreshModels(); });
   $('batch').addEventListener('change', () => { state.b = Number($('batch').value); update(); });
   $('scale').addEventListener('change', () => { state.scale = $('scale').value; update(); });
   $('auto').addEventListener('change', () => { state.auto = $('auto').checked; update(); });
@@ -681,6 +685,41 @@ async function main() {
   await start();
 }
 
+// fillModels: the picker lists names (and the selected model, listed or
+// not: a map's, a link's); untouched when that is what it lists already,
+// so an open picker does not close or jump.
+function fillModels(names) {
+  const sel = $('model'), want = [...names];
+  if (sel.value && !want.includes(sel.value)) want.push(sel.value);
+  if (String([...sel.options].map((o) => o.value)) === String(want)) return;
+  const v = sel.value;
+  sel.textContent = '';
+  for (const m of want) sel.append(new Option(m, m));
+  sel.value = v;
+}
+
+// refreshModels: ask the server for its models again, for the picker: a
+// model another client loaded (or unloaded) through the API since the
+// page listed them shows up without a reload. Asked when the picker takes
+// the focus (a click or Tab to it: what someone looking for a model does
+// first), when the tab comes back to the front (after loading a model in
+// a terminal), and after a run answered 404 (its model is gone): no poll,
+// so an idle page costs the server nothing. One request at a time; one
+// asked meanwhile is asked after it.
+let modelsAsking = null;
+async function refreshModels() {
+  if (!listed) return;
+  if (modelsAsking) { modelsAsking.again = true; return; }
+  modelsAsking = { again: false };
+  try {
+    const l = await api.listModels();
+    if (!l.error) fillModels(l.names);
+  } catch (_) { /* a 401: the next action asks for the key */ }
+  const again = modelsAsking.again;
+  modelsAsking = null;
+  if (again) refreshModels();
+}
+
 // start: read the URL, list the models, then draw what the URL asks for.
 // Runs again after an API key is given.
 async function start() {
@@ -731,7 +770,7 @@ async function start() {
   } else {
     document.body.dataset.state = 'idle';
     if (unlistedWhy) setStatus(`The server could not list its models (${unlistedWhy.message}): only sdpa, built in, ` +
-      'is offered; reload the page to ask again.', true);
+      'is offered; the list is asked again when the model picker takes the focus.', true);
     else setStatus('Choose a model and press Run.');
     return;
   }
