@@ -299,7 +299,7 @@ function update() {
   renderFocus();
   renderReadout();
   renderSide();
-  writeHash(state);
+  writeHash(state, run && run.asked);
   document.body.dataset.state = 'ready';
 }
 
@@ -348,6 +348,7 @@ async function doRun() {
     // failed to): not the previous model's, nor none.
     if (state.model !== 'sdpa' && meta?.name !== state.model) await loadMeta(state.model, false);
     const opts = { causal: state.causal, retain: state.retain };
+    const asked = { model: state.model, tab: state.model === 'sdpa' ? 'json' : state.tab }; // for the link
     let r;
     if (state.model === 'sdpa') {
       if (state.tab !== 'json') selectTab('json');
@@ -383,6 +384,7 @@ async function doRun() {
       return openMap(r.mapId);
     }
     run = r;
+    run.asked = asked;
     live.forget();
     state.map = null;
     live.setFollow(false); // a wait still pending draws nothing now
@@ -629,7 +631,7 @@ function wire() {
   $('zoom-in').addEventListener('click', () => { state.win.n >>= 1; update(); });
   $('zoom-out').addEventListener('click', () => { state.win.n <<= 1; update(); });
   $('copy-link').addEventListener('click', async () => {
-    writeHash(state);
+    writeHash(state, run && run.asked);
     if (state.tab === 'json' && !state.map && state.json.length > JSON_IN_URL_MAX) {
       setStatus('This input is too large for a link: tick “retain on the server” and run, then copy the link to the map.', true);
       return;

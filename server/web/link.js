@@ -7,15 +7,20 @@ import * as live from './live.js';
 
 export const JSON_IN_URL_MAX = 16384; // pasted input kept in the link up to this
 
-export function writeHash(state) {
+// asked (optional): the model and tab the drawn run was asked with (the
+// text, JSON and causal box are state's as of that Run already): the
+// picker or the tabs changed since say what the next Run asks, not what
+// the link shows.
+export function writeHash(state, asked = null) {
+  const a = asked || state;
   const p = new URLSearchParams();
   if (state.map) {
     p.set('map', state.map);
     // its sequence: the proxies' route to the replica holding it (api.js)
     if (api.sequenceOfMap(state.map)) p.set('seq', api.sequenceOfMap(state.map));
   } else {
-    p.set('model', state.model);
-    if (state.tab !== 'json') p.set('text', state.text);
+    p.set('model', a.model);
+    if (a.tab !== 'json') p.set('text', state.text);
     // Too large for a link: an empty json= says so when it is reopened
     // (not the words or the seed in its place).
     else p.set('json', state.json.length <= JSON_IN_URL_MAX ? state.json : '');

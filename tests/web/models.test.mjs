@@ -59,3 +59,23 @@ test('a run answered 404 (its model unloaded by another client) asks for the mod
   await repo('toy', 'load');
   await page.close();
 });
+
+test('a model picked while a run is on its way: the map drawn and the link name the model it ran on', async () => {
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=a+b+c&h=0`);
+  let go;
+  const held = new Promise((r) => { go = r; });
+  await page.route('**/v2/models/toy/infer', async (r) => { await held; await r.continue(); });
+  await page.fill('#text', 'x y');
+  await page.click('#run');
+  await page.selectOption('#model', 'sdpa'); // the next Run's model; this one ran on toy
+  go();
+  await page.waitForFunction(() => window.attnd.run.T === 2 && document.body.dataset.state === 'ready');
+  const hash = new URLSearchParams((await page.evaluate(() => location.hash)).slice(1));
+  assert.equal(await page.evaluate(() => window.attnd.run.model), 'toy');
+  assert.equal(hash.get('model'), 'toy', `the link: ${hash}`);
+  assert.equal(hash.get('text'), 'x y');
+  await page.click('#heads button >> nth=1'); // any redraw writes the link again
+  assert.equal(new URLSearchParams((await page.evaluate(() => location.hash)).slice(1)).get('model'), 'toy');
+  assert.deepEqual(errors, []);
+  await page.close();
+});
