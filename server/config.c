@@ -278,14 +278,33 @@ int srv_config_load(srv_config *cfg, int argc, char **argv,
                  cfg->port, cfg->grpc_port);
         goto fail;
     }
-    if (cfg->memory_budget && (cfg->memory_budget < cfg->max_body ||
-                               cfg->memory_budget < cfg->max_json_body ||
-                               cfg->memory_budget < cfg->request_memory)) {
-        snprintf(err, SRV_ERRMAX, "--memory-budget %lld: below --max-body %lld, "
-                 "--max-json-body %lld or --request-memory %lld: such a request "
-                 "could never be served", cfg->memory_budget, cfg->max_body,
-                 cfg->max_json_body, cfg->request_memory);
-        goto fail;
+    /* a body of max-body bytes reserves SRV_BODY_SLACK more of the
+     * budget (REST: its terminating byte; gRPC: that, the message's and
+     * its call's cost): a budget of max-body exactly took every request
+     * but the largest, which got 503 "retry shortly" for good */
+    if (cfg->memory_budget) {
+        long long body = cfg->max_body > cfg->max_json_body ? cfg->max_body
+                                                            : cfg->max_json_body;
+        long long need = body + SRV_BODY_SLACK;
+        if (cfg->request_memory > need)
+            need = cfg->request_memory;
+        if (cfg->memory_budget < need) {
+            if (need == cfg->request_memory)
+                snprintf(err, SRV_ERRMAX, "--memory-budget %lld: below "
+                         "--request-memory %lld: a request that large could "
+                         "never be served; set --memory-budget to at least "
+                         "%lld (or 0: no budget)", cfg->memory_budget,
+                         cfg->request_memory, need);
+            else
+                snprintf(err, SRV_ERRMAX, "--memory-budget %lld: below --%s "
+                         "%lld plus the %d bytes a body reserves beside its "
+                         "own: a body that large could never be served; set "
+                         "--memory-budget to at least %lld (or 0: no budget)",
+                         cfg->memory_budget,
+                         body == cfg->max_body ? "max-body" : "max-json-body",
+                         body, SRV_BODY_SLACK, need);
+            goto fail;
+        }
     }
     return 0;
 fail:

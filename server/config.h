@@ -14,6 +14,11 @@
 #include <stdio.h>
 
 #define SRV_MiB (1024LL * 1024LL)
+/* memory-budget a body reserves beside its bytes, at most: REST its
+ * terminating byte (http_head.c), gRPC that with its message's, its
+ * call's and its connection's cost (grpc_int.h asserts so);
+ * memory-budget must hold the largest body and this */
+#define SRV_BODY_SLACK (128 * 1024)
 
 /* Bytes of the err buffer the daemon's set-up calls fill (srv_config_load,
  * srv_registry_start, srv_http_start, srv_health_check). */
@@ -85,7 +90,9 @@
     X(memory_budget, "memory-budget", INT, 1024 * SRV_MiB, 0, 1LL << 44,      \
       "bytes buffered bodies, decoded requests, unsent answers and gRPC "    \
       "connections (80 KiB each) may hold together; past it 503, and a new " \
-      "gRPC connection is closed (0 = no budget: unlimited)")                \
+      "gRPC connection is closed (0 = no budget: unlimited; else at least "  \
+      "the larger of max-body and max-json-body plus 128 KiB, and "          \
+      "request-memory)")                                                     \
     X(reuse_port, "reuse-port", INT, 0, 0, 1,                                 \
       "1: share the ports (REST and gRPC) with other processes "             \
       "(SO_REUSEPORT); 0: refuse to start when one is in use")                \

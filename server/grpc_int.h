@@ -168,6 +168,8 @@ _Static_assert(sizeof(gcall) + 512 <= CALL_COST, "CALL_COST holds a gcall");
  * nghttp2_option_set_no_closed_streams). Its calls count on their own
  * (CALL_COST). */
 #define CONN_COST 81920
+_Static_assert(1 + MSG_COST + CALL_COST + CONN_COST <= SRV_BODY_SLACK,
+               "a message of max-body fits a budget of max-body + SRV_BODY_SLACK");
 
 struct gconn {
     srv_conn guard;      /* on s->conns (guard.c): counted, timed, evictable */

@@ -391,8 +391,19 @@ test('DATA of a call its client resets in the same write counts once toward the 
 });
 
 test('a message whose 5-byte prefix says 4 GiB - 1 under a max-body past 4 GiB is refused for memory-budget, not received into a buffer of 0 bytes: its size plus one wrapped in 32 bits', async () => {
-  const big = await start({ grpc: true, args: ['--max-body', String(2 ** 32), '--memory-budget', String(2 ** 32)] });
+  // the budget holds a message of max-body (with its 1 + 128 bytes, its
+  // call's 3072 and its connection's 80 KiB); a connection with a call
+  // held open beside it takes 80 KiB + 3072 more, so one of 4 GiB - 1
+  // does not fit
+  const big = await start({ grpc: true, args: ['--max-body', String(2 ** 32), '--memory-budget', String(2 ** 32 + 131072)] });
+  const hs = http2.connect(`http://127.0.0.1:${big.grpcPort}`);
+  hs.on('error', () => {});
   try {
+    const held = hs.request({ ':method': 'POST', ':path': INFER, 'content-type': 'application/grpc', te: 'trailers' });
+    held.on('error', () => {});
+    const gauge = async () => Number(/attnd_memory_budget_used_bytes (\d+)/.exec(await fetch(`${big.url}/metrics`).then((r) => r.text()))[1]);
+    for (let i = 0; i < 100 && await gauge() < 81920 + 3072; i++) await new Promise((r) => setTimeout(r, 20));
+    assert.ok(await gauge() >= 81920 + 3072, 'the held connection and call are counted');
     const body = Buffer.concat([Buffer.from([0, 0xff, 0xff, 0xff, 0xff]), Buffer.alloc(16384, 7)]);
     const r = await call({ te: 'trailers' }, body, big.grpcPort);
     assert.equal(r.grpcStatus, 14, r.message);
@@ -400,6 +411,7 @@ test('a message whose 5-byte prefix says 4 GiB - 1 under a max-body past 4 GiB i
     const ok = await call({ te: 'trailers' }, frame(seedMsg()), big.grpcPort);
     assert.deepEqual(firstRawOutput(ok.data), SEED_OUT);
   } finally {
+    hs.destroy();
     const e = await big.stop();
     assert.equal(e.code, 0, big.log());
   }

@@ -429,7 +429,22 @@ test('memory budget: a body that does not fit beside the others gets 503 + Retry
   } finally { assert.equal((await d.stop()).code, 0); }
   const bad = spawnSync(ATTND, ['--memory-budget', '1000', '--max-body', '2000'], { encoding: 'utf8' });
   assert.equal(bad.status, 2);
-  assert.match(bad.stderr, /--memory-budget 1000: below --max-body/);
+  assert.match(bad.stderr, /--memory-budget 1000: below --request-memory 536870912: a request that large could never be served; set --memory-budget to at least 536870912 \(or 0: no budget\)/);
+});
+
+test('memory budget: the least budget a start takes serves a body of exactly max-body (a budget of max-body took it 503 "retry shortly" for good)', async () => {
+  const lim = ['--memory-budget', String(200000 + 131072), '--max-body', '200000', '--max-json-body', '200000', '--request-memory', String(200000 + 131072)];
+  const d = await start({ args: lim });
+  try {
+    const body = JSON.stringify(xreq('edge'));
+    const padded = body + ' '.repeat(200000 - Buffer.byteLength(body));
+    const r = await raw(d.port, `POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 200000\r\n\r\n${padded}`, 10000);
+    assert.equal(r.status, 200, r.text.slice(0, 300));
+    assert.equal(await untilUsed(d, 0), 0);
+  } finally { assert.equal((await d.stop()).code, 0); }
+  const one = spawnSync(ATTND, lim.map((a, i) => (i === 1 ? String(200000 + 131071) : a)), { encoding: 'utf8', timeout: 5000 });
+  assert.equal(one.status, 2);
+  assert.match(one.stderr, /set --memory-budget to at least 331072 \(or 0: no budget\)/);
 });
 
 test('memory budget: answers a client does not read count until sent, so new requests get 503, not memory', async () => {

@@ -135,6 +135,47 @@ START_TEST(doors_need_their_own_ports)
 }
 END_TEST
 
+/* A budget that cannot hold the largest body with what it reserves
+ * beside it (REST: max-body + 1) left that body 503 "retry shortly" for
+ * good: it is refused at start, saying what to set. */
+START_TEST(budget_holds_the_largest_body)
+{
+    srv_config c;
+    srv_action act;
+    const char *arg;
+    char err[SRV_ERRMAX];
+    char *a1[] = {"attnd", "--memory-budget", "2000000", "--max-body",
+                  "2000000", "--max-json-body", "1000000", "--request-memory",
+                  "1000000", NULL};
+    char *a2[] = {"attnd", "--memory-budget", "2131072", "--max-body",
+                  "2000000", "--max-json-body", "1000000", "--request-memory",
+                  "1000000", NULL};
+    char *a3[] = {"attnd", "--memory-budget", "2000000", "--max-body",
+                  "1000000", "--max-json-body", "1997000", "--request-memory",
+                  "1000000", NULL};
+    char *a4[] = {"attnd", "--memory-budget", "3000000", "--max-body",
+                  "1000000", "--max-json-body", "1000000", "--request-memory",
+                  "3000001", NULL};
+    char *a5[] = {"attnd", "--memory-budget", "0", "--max-body", "2000000",
+                  NULL};
+    ck_assert_int_eq(load(&c, &act, &arg, err, 9, a1), -1);
+    ck_assert_str_eq(err, "--memory-budget 2000000: below --max-body 2000000 "
+                          "plus the 131072 bytes a body reserves beside its own: "
+                          "a body that large could never be served; set "
+                          "--memory-budget to at least 2131072 (or 0: no budget)");
+    ck_assert_int_eq(load(&c, &act, &arg, err, 9, a2), 0);
+    srv_config_free(&c);
+    ck_assert_int_eq(load(&c, &act, &arg, err, 9, a3), -1);
+    ck_assert_ptr_nonnull(strstr(err, "below --max-json-body 1997000 plus"));
+    ck_assert_ptr_nonnull(strstr(err, "at least 2128072"));
+    ck_assert_int_eq(load(&c, &act, &arg, err, 9, a4), -1);
+    ck_assert_ptr_nonnull(strstr(err, "below --request-memory 3000001"));
+    ck_assert_ptr_nonnull(strstr(err, "at least 3000001"));
+    ck_assert_int_eq(load(&c, &act, &arg, err, 5, a5), 0); /* no budget */
+    srv_config_free(&c);
+}
+END_TEST
+
 /* The API key as a secret's file leaves it (a Kubernetes secret made from
  * a file keeps its newline): the white space after it is dropped, from the
  * variable and the flag; one of only white space, which would turn the
@@ -222,6 +263,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, env_then_flags);
     tcase_add_test(tc, errors_name_the_setting);
     tcase_add_test(tc, doors_need_their_own_ports);
+    tcase_add_test(tc, budget_holds_the_largest_body);
     tcase_add_test(tc, api_key_trimmed);
     tcase_add_test(tc, actions);
     tcase_add_test(tc, help_has_every_row);
