@@ -396,7 +396,13 @@ static int launch(srv_entry *e)
         goto oom;
     b->s = s;
     b->e = e;
-    b->jobs = malloc(sizeof *b->jobs * (size_t)(e->q_seqs < 1 ? 1 : e->q_seqs));
+    /* room for every queued job: at most one per sequence, so fewer
+     * than q_seqs when requests bring several (sized by q_seqs, a queue
+     * of a few requests of 2^30 sequences asked for gigabytes) */
+    for (i = 0, h = e->qhead; h; h = h->next)
+        i++;
+    h = e->qhead;
+    b->jobs = malloc(sizeof *b->jobs * (size_t)(i < 1 ? 1 : i));
     b->workers = calloc((size_t)s->threads, sizeof *b->workers);
     if (!b->jobs || !b->workers)
         goto oom;
@@ -606,7 +612,7 @@ static void pump(srv_entry *e)
         uint64_t expect = e->qhead->inline_batch && srv__alone(s) ? 0 : expect_wait(e);
         if (expect > delay)
             delay = expect;
-        if (e->q_seqs < (int)s->cfg.max_batch && waited < delay && !s->draining) {
+        if (e->q_seqs < s->cfg.max_batch && waited < delay && !s->draining) {
             srv__batch_wake_at(e, e->qhead->t_queued + delay);
             return;
         }

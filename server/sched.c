@@ -317,8 +317,8 @@ static void decode_work(uv_work_t *w)
     decode_job(j);
 }
 
-/* enqueue: j at the end of its model's queue. Loop thread. */
-static void enqueue(srv_job *j)
+/* srv__job_enqueue: j at the end of its model's queue. Loop thread. */
+void srv__job_enqueue(srv_job *j)
 {
     srv_entry *e = j->e;
     j->state = J_QUEUED;
@@ -366,7 +366,7 @@ static void decoded(srv_job *j)
         srv__job_end(j);
         return;
     }
-    enqueue(j);
+    srv__job_enqueue(j);
     srv__pump(e);
 }
 
@@ -655,7 +655,7 @@ void srv_h_infer(srv_req *r)
  * be forming or finishing a batch). */
 void srv__sched_queue(srv_job *j)
 {
-    enqueue(j);
+    srv__job_enqueue(j);
     srv__pump_soon(j->e);
 }
 

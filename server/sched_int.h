@@ -87,6 +87,9 @@ void srv__job_late(srv_job *j);
  * the sequence steps expected can only be its client's own, which cannot
  * come before its answer. */
 int srv__alone(const srv *s);
+/* srv__job_enqueue: j (decoded, j->e set) at the end of its model's
+ * queue, its sequences counted in e->q_seqs. Loop thread. */
+void srv__job_enqueue(srv_job *j);
 /* srv__job_unqueue: take a queued job out of its model's queue. */
 void srv__job_unqueue(srv_job *j);
 /* srv__job_nonfinite: j's 400 for its sequence n, whose projections,

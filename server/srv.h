@@ -167,7 +167,9 @@ struct srv_entry {
     char reason[ATTN_ERRMAX];
     /* scheduling (sched.c, batch.c) */
     srv_job *qhead, *qtail; /* decoded requests waiting for a batch */
-    int q_seqs;             /* sequences in the queue */
+    int64_t q_seqs;         /* sequences in the queue (a request may
+                               bring max-tokens, 2^30: an int sum of a
+                               few wrapped) */
     int pending;            /* jobs admitted and not yet finished */
     int running;            /* batches on the pool */
     int batch_fd;           /* timerfd: wakes the loop, to the microsecond, */
