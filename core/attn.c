@@ -476,6 +476,36 @@ size_t attn_plan_scratch_bytes(const attn_plan *p)
     return p ? p->scratch_bytes : 0;
 }
 
+size_t attn_plan_item_bytes(const attn_config *cfg, int t, int s, int raw)
+{
+    size_t tiles, n = 0, b;
+    if (!cfg || t < 0 || s < 0 || cfg->n_heads < 1 || cfg->head_dim < 0)
+        return SIZE_MAX;
+    if (!attn__mul_ok((size_t)cfg->n_heads, blocks(t, ATTN__BQ), &tiles))
+        return SIZE_MAX;
+    if (raw) {
+        /* its flag, its q's place in the slab, its tiles and its q times
+         * scale (carved: rounded up to 16 floats) */
+        b = sizeof(int) + sizeof(float *);
+        if (!attn__mul_ok((size_t)cfg->n_heads * (size_t)t,
+                          (size_t)cfg->head_dim, &n) ||
+            !attn__add_ok(&n, 15) ||
+            !attn__mul_ok(n / 16 * 16, sizeof(float), &n) ||
+            !attn__add_ok(&b, n))
+            return SIZE_MAX;
+    } else {
+        /* its flag, its rows (seqbuf), its RoPE span, its attention tiles
+         * (a decoder step's kv-head groups are fewer) and its gather
+         * tiles, of x's rows and of the context's */
+        b = sizeof(int) + sizeof(seqbuf) + sizeof(span);
+        if (!attn__add_ok(&tiles, blocks(t, PROJ_ROWS) + blocks(s, PROJ_ROWS)))
+            return SIZE_MAX;
+    }
+    if (!attn__mul_ok(tiles, sizeof(tile), &n) || !attn__add_ok(&b, n))
+        return SIZE_MAX;
+    return b;
+}
+
 double attn_plan_flops(const attn_plan *p)
 {
     return p ? p->flops : 0;

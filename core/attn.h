@@ -257,6 +257,14 @@ void attn_plan_destroy(attn_plan *p);
  * scale. */
 size_t attn_plan_scratch_bytes(const attn_plan *p);
 
+/* attn_plan_item_bytes: what a plan allocates for one sequence of t query
+ * rows over s keys (raw = 0), or one raw item (raw = 1), beside the
+ * batch's scratch above: its tiles and bookkeeping, and a raw item's q
+ * times scale (its whole share of a raw plan's scratch). An upper bound,
+ * for a server's per-request memory limits; SIZE_MAX on overflow or bad
+ * arguments. Any thread. */
+size_t attn_plan_item_bytes(const attn_config *cfg, int t, int s, int raw);
+
 /* Floating-point operations of the pass, about (projections and both
  * attention GEMMs; causal masks not discounted): for schedulers, metrics
  * and benchmarks. */

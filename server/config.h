@@ -68,7 +68,9 @@
     X(max_small_body, "max-small-body", INT, 64 * 1024, 64, 1LL << 30,       \
       "largest body of the repository index and unload calls (413 past it)")  \
     X(request_memory, "request-memory", INT, 512 * SRV_MiB, 1024, 1LL << 42,  \
-      "bytes one decoded request with its outputs may occupy")                \
+      "bytes one decoded request with its outputs may occupy (with what "   \
+      "laying out its sequences takes, the engine's tiles and sdpa's q "    \
+      "times scale too: ~250 bytes a sequence)")                             \
     X(max_tokens, "max-tokens", INT, 65536, 1, 1LL << 30,                     \
       "most query rows (batch x tokens; sdpa: q's rows, every head's) in "     \
       "one request")                                                          \

@@ -5,6 +5,7 @@
  */
 #include "server/infer.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,13 +126,35 @@ static int select_outputs(srv_prep *p, const oip_request *req,
     return 0;
 }
 
+/* set_extra: p->extra = n sequences (items) of per bytes each, the
+ * request (req->bytes) beside them within request-memory; 0, or 413 with
+ * err naming the input (what) and the setting. */
+static int set_extra(srv_prep *p, const oip_request *req, int64_t n,
+                     size_t per, const char *what, const srv_infer_limits *lim,
+                     char *err)
+{
+    size_t total = req->bytes;
+    if (per == SIZE_MAX || __builtin_mul_overflow((size_t)n, per, &p->extra) ||
+        __builtin_add_overflow(total, p->extra, &total) || total > lim->memory) {
+        snprintf(err, OIP_ERRMAX, "inputs[%s].shape: its %lld %s take %zu "
+                 "bytes each to lay out for the engine beside the request's "
+                 "%zu, more than request-memory (%zu) allows; send fewer "
+                 "%s a request, or raise --request-memory", what,
+                 (long long)n, p->raw ? "items" : "sequences", per, req->bytes,
+                 lim->memory, p->raw ? "items" : "sequences");
+        return 413;
+    }
+    return 0;
+}
+
 /* alloc_outputs: allocate every output that is wanted (attention also for
- * retain; y always), within the memory budget. */
+ * retain; y always), within the memory budget (the request and p->extra
+ * count first). */
 static int alloc_outputs(srv_prep *p, const oip_request *req,
                          const srv_infer_limits *lim, char *err)
 {
     int o, d;
-    size_t total = req->bytes;
+    size_t total = req->bytes + p->extra; /* set_extra checked the sum */
     size_t sz[SRV_O_N];
     for (o = 0; o < SRV_O_N; o++) {
         int need = p->want[o] || o == SRV_O_Y ||
@@ -146,7 +169,7 @@ static int alloc_outputs(srv_prep *p, const oip_request *req,
         if (__builtin_add_overflow(total, sz[o], &total) || total > lim->memory) {
             snprintf(err, OIP_ERRMAX, "outputs.%s: this request needs more than "
                      "%zu bytes with its outputs (request-memory); ask for fewer "
-                     "outputs or send fewer tokens",
+                     "outputs, send fewer tokens, or raise --request-memory",
                      p->raw ? sdpa_outs[o] : model_outs[o], lim->memory);
             return 413;
         }
@@ -178,7 +201,7 @@ static int prepare_model(srv_prep *p, const oip_request *req, const char *name,
     const oip_tensor *x, *ctx, *mask;
     int64_t B, T, S, b;
     int rc, *len = NULL, *clen = NULL;
-    size_t rows = 1;
+    size_t rows = 1, per;
     char got[OIP_MAX_RANK * 22 + 4];
     if ((rc = check_names(req, names, 5, name,
                           "x, context, lengths, context_lengths, mask", err)))
@@ -234,7 +257,15 @@ static int prepare_model(srv_prep *p, const oip_request *req, const char *name,
     memcpy(p->shape[SRV_O_K], (int64_t[]){B, c->n_kv_heads, S, c->head_dim}, 4 * sizeof(int64_t));
     memcpy(p->shape[SRV_O_V], (int64_t[]){B, c->n_kv_heads, S, c->v_head_dim}, 4 * sizeof(int64_t));
     p->maps_b = (int)B, p->maps_h = c->n_heads, p->maps_t = (int)T, p->maps_s = (int)S;
+    /* each sequence's attn_seq, its two lengths (and their copies kept
+     * for retain) and what the engine's plan holds for it: counted, as
+     * B may be max-tokens sequences of one token each */
+    per = attn_plan_item_bytes(c, (int)T, (int)S, 0);
+    if (per != SIZE_MAX)
+        per += sizeof(attn_seq) + 2 * sizeof(int) +
+               (req->params.retain ? 2 * sizeof(int32_t) : 0);
     if ((rc = select_outputs(p, req, model_outs, name, err)) ||
+        (rc = set_extra(p, req, B, per, "x", lim, err)) ||
         (rc = alloc_outputs(p, req, lim, err)))
         return rc;
     p->seqs = calloc((size_t)B, sizeof *p->seqs);
@@ -305,7 +336,7 @@ static int prepare_sdpa(srv_prep *p, const oip_request *req,
     const oip_tensor *q, *k, *v, *mask;
     int rc, r, d, lead;
     int64_t T, S, dk, dv, i, n = 1;
-    size_t rows = 1;
+    size_t rows = 1, per;
     char got[OIP_MAX_RANK * 22 + 4];
     if ((rc = check_names(req, names, 4, "sdpa", "q, k, v, mask", err)))
         return rc;
@@ -390,7 +421,13 @@ static int prepare_sdpa(srv_prep *p, const oip_request *req,
     p->maps_b = lead == 2 ? (int)q->shape[0] : (int)n;
     p->maps_h = lead == 2 ? (int)q->shape[1] : 1;
     p->maps_t = (int)T, p->maps_s = (int)S;
+    /* each item's attn_raw and what the raw plan holds for it, its q
+     * times scale with it (as large as q) */
+    per = attn_plan_item_bytes(&p->cfg, (int)T, (int)S, 1);
+    if (per != SIZE_MAX)
+        per += sizeof(attn_raw);
     if ((rc = select_outputs(p, req, sdpa_outs, "sdpa", err)) ||
+        (rc = set_extra(p, req, n, per, "q", lim, err)) ||
         (rc = alloc_outputs(p, req, lim, err)))
         return rc;
     p->raws = calloc((size_t)n, sizeof *p->raws);

@@ -28,6 +28,10 @@ typedef struct srv_prep {
     int want[SRV_O_N];   /* asked for in the response */
     int binary[SRV_O_N]; /* send as binary data */
     size_t bytes;        /* output bytes */
+    size_t extra;        /* bytes of its n sequences' (items') layout here
+                            and in the engine's plan (attn_plan_item_bytes:
+                            tiles, a raw item's q times scale), counted
+                            with the request and its outputs */
     int maps_b, maps_h, maps_t, maps_s; /* attention as (b, h, t, s) */
     int causal;
     int32_t *t_valid, *s_valid; /* (maps_b) lengths, kept for retain */

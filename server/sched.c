@@ -346,13 +346,13 @@ static void decoded(srv_job *j)
          * srv_seq_bind, when their size is known) */
         srv_mem_give(j->s, j->mem);
         j->mem = 0;
-        if (srv_mem_take(j->s, j->in.bytes + j->prep.bytes) < 0) {
+        if (srv_mem_take(j->s, j->in.bytes + j->prep.bytes + j->prep.extra) < 0) {
             snprintf(j->err, sizeof j->err, "server: the memory for decoded "
                      "requests and unsent answers (%lld bytes, memory-budget) "
                      "is in use; retry shortly", j->s->cfg.memory_budget);
             j->status = 503;
         } else {
-            j->mem = j->in.bytes + j->prep.bytes;
+            j->mem = j->in.bytes + j->prep.bytes + j->prep.extra;
         }
     }
     if (!j->status && j->req && j->step.is_step) {

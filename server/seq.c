@@ -319,7 +319,7 @@ int srv_seq_bind(srv_step *st, size_t *mem, char *err)
      * the step fails */
     if (st->has_pos && !st->start && st->pos != st->kv->len) {
         nb = attn_kv_rewind_bytes(st->kv, st->pos, a->t);
-        if (st->in->bytes + st->prep->bytes + nb > memory) {
+        if (st->in->bytes + st->prep->bytes + st->prep->extra + nb > memory) {
             snprintf(err, OIP_ERRMAX, "parameters.sequence_position: this "
                      "step replaces tokens whose %zu bytes of K/V are kept "
                      "until it is answered, more than request-memory (%zu) "
@@ -378,7 +378,7 @@ int srv_seq_bind(srv_step *st, size_t *mem, char *err)
         goto fail;
     /* what it holds now counts against memory-budget: *mem is its decoded
      * request and outputs as its decode left them (sched.c) */
-    need = st->in->bytes + st->prep->bytes + nb;
+    need = st->in->bytes + st->prep->bytes + st->prep->extra + nb;
     if (need <= *mem) {
         srv_mem_give(s, *mem - need);
     } else if (srv_mem_take(s, need - *mem) < 0) {

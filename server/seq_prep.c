@@ -40,7 +40,7 @@ static int alloc(srv_prep *p, int o, size_t *total, size_t memory, char *err)
     if (!n || __builtin_add_overflow(*total, n, total) || *total > memory) {
         snprintf(err, OIP_ERRMAX, "outputs.%s%s: this step needs more than "
                  "%zu bytes with its outputs (request-memory); ask for fewer "
-                 "outputs or send fewer tokens", outs_names[o],
+                 "outputs, send fewer tokens, or raise --request-memory", outs_names[o],
                  p->want[o] ? "" : " (computed for the retained map)", memory);
         return 413;
     }
@@ -146,6 +146,18 @@ int srv_seq_prepare(srv_step *st, srv_prep *p, const oip_request *req,
     memcpy(p->shape[SRV_O_Q], (int64_t[]){1, c->n_heads, T, c->head_dim},
            4 * sizeof(int64_t));
     p->rank[SRV_O_ATT] = p->rank[SRV_O_SCORES] = 4; /* S at bind */
+    /* its attn_seq and what the plan holds for it (a step's rows are its
+     * own keys' rows: s = T), counted as a stateless request's are */
+    p->extra = attn_plan_item_bytes(c, (int)T, (int)T, 0);
+    if (p->extra == SIZE_MAX ||
+        __builtin_add_overflow(p->extra, sizeof(attn_seq), &p->extra) ||
+        __builtin_add_overflow(total, p->extra, &total) || total > lim->memory) {
+        snprintf(err, OIP_ERRMAX, "inputs[x].shape: %lld tokens take more "
+                 "than request-memory (%zu) allows with the request; send "
+                 "fewer tokens a step, or raise --request-memory",
+                 (long long)T, lim->memory);
+        return 413;
+    }
     if ((rc = alloc(p, SRV_O_Y, &total, lim->memory, err)) ||
         (p->want[SRV_O_Q] && (rc = alloc(p, SRV_O_Q, &total, lim->memory, err))))
         return rc;
@@ -173,7 +185,7 @@ int srv_seq_alloc_maps(srv_prep *p, const oip_request *req, int s, size_t kept,
 {
     const attn_config *c = &p->cfg;
     int64_t T = p->shape[SRV_O_Y][1];
-    size_t total = req->bytes + p->bytes + kept;
+    size_t total = req->bytes + p->bytes + p->extra + kept;
     int rc;
     memcpy(p->shape[SRV_O_ATT], (int64_t[]){1, c->n_heads, T, s}, 4 * sizeof(int64_t));
     memcpy(p->shape[SRV_O_SCORES], p->shape[SRV_O_ATT], 4 * sizeof(int64_t));

@@ -6,6 +6,7 @@
  */
 #include <check.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -417,6 +418,59 @@ START_TEST(plan_tiles_any_order_and_linear_memory)
 }
 END_TEST
 
+/* attn_plan_item_bytes bounds what a plan holds per sequence or raw item
+ * beside the batch's scratch: a raw plan's whole scratch (its items' q
+ * times scale) and every tile of either plan but the projection and
+ * output grids (7 ints each). */
+START_TEST(plan_item_bytes_bound_the_plan)
+{
+    tu_rng g = {5};
+    layer L;
+    layer_init(&L, &g, 32, 4, 4, 8, 8);
+    enum { N = 5, T = 300 };
+    float *x = tu_randn(&g, (size_t)N * T * 32, 1.0f);
+    float *y = tu_fill((size_t)N * T * 32, 0);
+    attn_seq s[N];
+    attn_raw r[N];
+    attn_config rc = {.n_heads = 2, .n_kv_heads = 2, .head_dim = 7,
+                      .v_head_dim = 5, .d_model = 7, .d_model_ctx = 7};
+    char err[ATTN_ERRMAX];
+    attn_plan *p;
+    memset(s, 0, sizeof s);
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < N; i++) {
+        int t = i == 0 ? 1 : T - i; /* one a carve rounds up */
+        s[i] = (attn_seq){.t = t, .s = t, .t_valid = t, .s_valid = t,
+                          .x = x + (size_t)i * T * 32, .y = y + (size_t)i * T * 32};
+        r[i] = (attn_raw){.t = t, .s = t, .q = x, .k = x, .v = x, .y = y};
+    }
+    size_t per = 0;
+    for (int i = 0; i < N; i++)
+        per += attn_plan_item_bytes(&rc, r[i].t, r[i].s, 1);
+    ck_assert(attn_plan_create_raw(&p, &rc, r, N, err) == 0);
+    ck_assert_uint_le(attn_plan_scratch_bytes(p) +
+                          attn_plan_n_tiles(p, 0) * 7 * sizeof(int) +
+                          N * (sizeof(int) + sizeof(float *)),
+                      per);
+    attn_plan_destroy(p);
+    per = 0;
+    for (int i = 0; i < N; i++)
+        per += attn_plan_item_bytes(&L.c, s[i].t, s[i].s, 0);
+    ck_assert(attn_plan_create(&p, &L.c, &L.w, s, N, err) == 0);
+    /* stage 0 gathers, stage 2 attends (1 and 3: the grids) */
+    ck_assert_int_eq(attn_plan_n_stages(p), 4);
+    ck_assert_uint_le((attn_plan_n_tiles(p, 0) + attn_plan_n_tiles(p, 2)) *
+                              7 * sizeof(int) + N * sizeof(int),
+                      per);
+    attn_plan_destroy(p);
+    ck_assert_uint_eq(attn_plan_item_bytes(&rc, -1, 1, 1), SIZE_MAX);
+    ck_assert_uint_eq(attn_plan_item_bytes(NULL, 1, 1, 0), SIZE_MAX);
+    ck_assert_uint_lt(attn_plan_item_bytes(&rc, 1 << 30, 1 << 30, 1), SIZE_MAX);
+    free(x), free(y);
+    layer_free(&L);
+}
+END_TEST
+
 /* A layer big enough to go through the executor gives bit-identical
  * results on it and inline (tiles are deterministic, whoever runs them). */
 START_TEST(executor_matches_inline)
@@ -466,6 +520,7 @@ static Suite *attn_props_suite(void)
     tcase_add_test(tc, prop_overflow_in_scores_output_is_flagged);
     tcase_add_loop_test(tc, prop_fused_values_near_flt_max, 0, 2);
     tcase_add_test(tc, plan_tiles_any_order_and_linear_memory);
+    tcase_add_test(tc, plan_item_bytes_bound_the_plan);
     tcase_add_test(tc, executor_matches_inline);
     suite_add_tcase(s, tc);
     return s;

@@ -6,6 +6,7 @@
  * rows costs nothing here. */
 #include <check.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "server/infer.h"
@@ -100,12 +101,105 @@ START_TEST(sdpa_keys_past_the_limit_are_refused)
 }
 END_TEST
 
+/* A self-attention model of d_model 2: a sequence of one token is 8 bytes
+ * of x and 8 of y, beside ~250 of layout (its attn_seq, its lengths, the
+ * plan's tiles and rows). */
+static const attn_config self2 = {.d_model = 2, .d_model_ctx = 2,
+                                  .n_heads = 1, .n_kv_heads = 1,
+                                  .head_dim = 2, .v_head_dim = 2};
+
+/* per_sequence: x [b, 1, 2] on self2 under request-memory memory (the
+ * request counted as its x's bytes); *extra gets what prepare counted
+ * beside the outputs. */
+static int per_sequence(int64_t b, size_t memory, size_t *extra, char *err)
+{
+    float *x = calloc((size_t)b * 2, sizeof *x);
+    oip_tensor in;
+    oip_request req;
+    srv_prep p;
+    srv_infer_limits lim = {memory, 1 << 20, NULL};
+    int rc;
+    memset(&req, 0, sizeof req);
+    input(&in, "x", b, 1, 2, x);
+    req.inputs = &in;
+    req.n_inputs = 1;
+    req.bytes = (size_t)b * 8;
+    req.params.causal = -1;
+    rc = srv_infer_prepare(&p, &req, "self", &self2, 0, 0, &lim, err);
+    *extra = p.extra;
+    srv_prep_free(&p);
+    free(x);
+    return rc;
+}
+
+/* Many one-token sequences in one request: the per-sequence arrays (here
+ * and in the engine's plan, 15x the data at d_model 2) were not counted
+ * in request-memory, so 65536 sequences of 1 MiB of data and outputs
+ * passed a 7.3 MiB limit while ~16 MiB more was allocated for them. */
+START_TEST(sequences_count_their_layout)
+{
+    char err[OIP_ERRMAX] = "";
+    const int64_t b = 65536;
+    size_t extra, data = (size_t)b * 16; /* x and y */
+    ck_assert_int_eq(per_sequence(b, data + (size_t)b * 100, &extra, err), 413);
+    ck_assert_msg(strstr(err, "inputs[x].shape: its 65536 sequences take") &&
+                      strstr(err, "raise --request-memory"), "%s", err);
+    ck_assert_int_eq(per_sequence(b, (size_t)1 << 30, &extra, err), 0);
+    /* at least the attn_seq, two lengths and one tile each */
+    ck_assert_uint_ge(extra, (size_t)b * (sizeof(attn_seq) + 8 + 28));
+    ck_assert_int_eq(per_sequence(b, data + extra, &extra, err), 0);
+    ck_assert_int_eq(per_sequence(b, data + extra - 1, &extra, err), 413);
+}
+END_TEST
+
+/* per_item: sdpa q, k, v [n, 1, 1] under request-memory memory. */
+static int per_item(int64_t n, size_t memory, size_t *extra, char *err)
+{
+    float *d = calloc((size_t)n * 3, sizeof *d);
+    oip_tensor in[3];
+    oip_request req;
+    srv_prep p;
+    srv_infer_limits lim = {memory, 1 << 20, NULL};
+    int rc;
+    memset(&req, 0, sizeof req);
+    input(&in[0], "q", n, 1, 1, d);
+    input(&in[1], "k", n, 1, 1, d + n);
+    input(&in[2], "v", n, 1, 1, d + 2 * n);
+    req.inputs = in;
+    req.n_inputs = 3;
+    req.bytes = (size_t)n * 12;
+    req.params.causal = -1;
+    rc = srv_infer_prepare(&p, &req, "sdpa", NULL, 0, 1, &lim, err);
+    *extra = p.extra;
+    srv_prep_free(&p);
+    free(d);
+    return rc;
+}
+
+/* sdpa items: each one's attn_raw and the raw plan's share of it, its q
+ * times scale (a carve of 64 bytes for one float) were not counted. */
+START_TEST(sdpa_items_count_their_layout_and_scaled_q)
+{
+    char err[OIP_ERRMAX] = "";
+    const int64_t n = 65536;
+    size_t extra, data = (size_t)n * 16; /* q, k, v and the output */
+    ck_assert_int_eq(per_item(n, data + (size_t)n * 100, &extra, err), 413);
+    ck_assert_msg(strstr(err, "inputs[q].shape: its 65536 items take") &&
+                      strstr(err, "raise --request-memory"), "%s", err);
+    ck_assert_int_eq(per_item(n, (size_t)1 << 30, &extra, err), 0);
+    ck_assert_uint_ge(extra, (size_t)n * (sizeof(attn_raw) + 64));
+    ck_assert_int_eq(per_item(n, data + extra - 1, &extra, err), 413);
+}
+END_TEST
+
 static Suite *infer_suite(void)
 {
     Suite *s = suite_create("infer");
     TCase *tc = tcase_create("sizes");
     tcase_add_test(tc, context_rows_past_int_are_refused);
     tcase_add_test(tc, sdpa_keys_past_the_limit_are_refused);
+    tcase_add_test(tc, sequences_count_their_layout);
+    tcase_add_test(tc, sdpa_items_count_their_layout_and_scaled_q);
     suite_add_tcase(s, tc);
     return s;
 }
