@@ -279,7 +279,7 @@ int maps__entry_build(const maps_put_args *a, size_t max_bytes, float *adopt,
         snprintf(err, ATTN_ERRMAX,
                  "parameters.retain: these maps need %zu bytes, more than "
                  "the whole retained-map store (%zu bytes, maps-bytes); "
-                 "ask for fewer tokens or heads",
+                 "ask for fewer tokens or heads, or raise --maps-bytes",
                  total, max_bytes);
         return ATTN_EINVAL;
     }

@@ -123,7 +123,8 @@ int maps_put(maps_store *st, const maps_put_args *a, char *id_out,
  * ATTN_EINVAL (a map without scores ignores a step's). Explicit masks and
  * values are not kept for growing maps. Returns 0, ATTN_ENOTFOUND
  * (evicted), ATTN_EINVAL (h differs, t0 past the map, scores missing, or
- * the map outgrew the store) or ATTN_ENOMEM. maps_grow_put puts it in
+ * the map outgrew the store: said, naming maps-bytes, before the grown
+ * map is allocated) or ATTN_ENOMEM. maps_grow_put puts it in
  * place of its id's entry, whatever that became, as the newest with the
  * same id and the next version (0), or frees it when that was evicted
  * meanwhile (ATTN_ENOTFOUND); maps_grown_free frees one not put (NULL is

@@ -140,6 +140,32 @@ int maps_grow_make(maps_store *st, const char *id, int t0,
         return ATTN_EINVAL;
     }
     maps_stats(st, NULL, &max_bytes, NULL, NULL);
+    /* too big for the store is said before the grown map is allocated:
+     * a step past physical memory ended its map "out of memory", and one
+     * below it allocated and filled the map first (maps__entry_build
+     * refused it after). need is what maps__entry_build counts, but a
+     * byte a label: it refuses the rest */
+    {
+        size_t T = (size_t)t0 + (size_t)a->t, need;
+        int labels = old->n_labels == old->info.t || (a->t && a->n_tokens == a->t);
+        if (__builtin_mul_overflow(T, (size_t)a->s, &need) ||
+            __builtin_mul_overflow(need, (size_t)a->h, &need) ||
+            __builtin_mul_overflow(need, sizeof(float) * (old->scores ? 2 : 1),
+                                   &need) ||
+            __builtin_add_overflow(need, T * sizeof(int32_t) + sizeof(maps__entry) +
+                                             2 * sizeof(int32_t) +
+                                             (labels ? T * (sizeof(size_t) + 1) : 0),
+                                   &need) ||
+            need > max_bytes) {
+            snprintf(err, ATTN_ERRMAX, "map %s: %zu rows over %d keys (%d "
+                     "head%s%s) need more than the whole retained-map store "
+                     "(%zu bytes, maps-bytes); raise --maps-bytes to keep "
+                     "maps this long", id, T, a->s, a->h, a->h == 1 ? "" : "s",
+                     old->scores ? ", with scores" : "", max_bytes);
+            maps__release(old);
+            return ATTN_EINVAL;
+        }
+    }
     rc = grown_args(old, t0, a, &g, &buf);
     if (!rc)
         rc = maps__entry_build(&g, max_bytes, buf.att, buf.sc, &e, err);

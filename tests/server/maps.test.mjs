@@ -87,7 +87,7 @@ test('a map larger than the whole store is refused, naming the setting as --help
       parameters: { retain: true },
     });
     assert.equal(r.status, 400);
-    assert.match(r.json.error, /^parameters\.retain: these maps need \d+ bytes, more than the whole retained-map store \(1024 bytes, maps-bytes\); ask for fewer tokens or heads$/);
+    assert.match(r.json.error, /^parameters\.retain: these maps need \d+ bytes, more than the whole retained-map store \(1024 bytes, maps-bytes\); ask for fewer tokens or heads, or raise --maps-bytes$/);
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 

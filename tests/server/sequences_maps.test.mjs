@@ -135,7 +135,7 @@ test('retain: a sequence\'s map that outgrows --maps-bytes ends (404, its follow
       const seq = await (await fetch(`${d.url}/v2/sequences/big`)).json();
       assert.equal(seq.length, n);
       assert.equal(seq.map_id, undefined, JSON.stringify(seq));
-      const why = new RegExp(`info attnd: sequence 'big': its map ${id} ends: .*more than the whole retained-map store`);
+      const why = new RegExp(`info attnd: sequence 'big': its map ${id} ends: map ${id}: ${n} rows over ${n} keys \\(4 heads\\) need more than the whole retained-map store \\(20000 bytes, maps-bytes\\); raise --maps-bytes`);
       assert.match(await d.logged(why), why, 'the log says why the map ended');
     }
     // 34 tokens and their row ends fit in 20,000 bytes, 36 do not

@@ -411,6 +411,40 @@ START_TEST(test_read_while_growing)
 }
 END_TEST
 
+/* A map grown past the whole store is refused before it is allocated,
+ * naming maps-bytes: a step of 2^22 rows on a 1-row map asked calloc
+ * for 64 TiB and ended the map "out of memory" (the rows' own buffer is
+ * never read: the map is refused first). */
+START_TEST(test_grow_past_the_store)
+{
+    maps_store *st;
+    char id[MAPS_ID_MAX], err[ATTN_ERRMAX];
+    float one = 1.0f, rows[2 * 3];
+    maps_grown *g = NULL;
+    int t = 1 << 22;
+    ck_assert_int_eq(maps_store_create(&st, 1 << 20), 0);
+    ck_assert_int_eq(put(st, "m", &one, 1, 1, 1, 1, id), 0);
+    ck_assert_int_eq(maps_grow_make(st, id, 1, &(maps_put_args){
+                         .model = "m", .b = 1, .h = 1, .t = t, .s = t + 1,
+                         .attention = &one, .causal = 1}, &g, err),
+                     ATTN_EINVAL);
+    ck_assert_ptr_null(g);
+    ck_assert_msg(strstr(err, "4194305 rows over 4194305 keys (1 head) need "
+                          "more than the whole retained-map store (1048576 "
+                          "bytes, maps-bytes); raise --maps-bytes"), "%s", err);
+    /* one that fits still grows */
+    maps_store_destroy(st);
+    ck_assert_int_eq(maps_store_create(&st, 8192), 0);
+    ck_assert_int_eq(put(st, "m", &one, 1, 1, 1, 1, id), 0);
+    memset(rows, 0, sizeof rows);
+    ck_assert_int_eq(maps_grow_make(st, id, 1, &(maps_put_args){
+                         .model = "m", .b = 1, .h = 1, .t = 2, .s = 3,
+                         .attention = rows, .causal = 1}, &g, err), 0);
+    maps_grown_free(g);
+    maps_store_destroy(st);
+}
+END_TEST
+
 static Suite *maps_grow_suite(void)
 {
     Suite *s = suite_create("maps_grow");
@@ -420,6 +454,7 @@ static Suite *maps_grow_suite(void)
     tcase_add_test(tc, test_grow_mask_per_row);
     tcase_add_test(tc, test_grow_scores);
     tcase_add_test(tc, test_read_while_growing);
+    tcase_add_test(tc, test_grow_past_the_store);
     suite_add_tcase(s, tc);
     return s;
 }
