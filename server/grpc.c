@@ -551,7 +551,7 @@ void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem,
     err[0] = 0;
     h = srv_grpc_handler(call->m, r, msg, len, &code, err);
     if (!h) {
-        r->status = code == GRPC_NOT_FOUND ? 404 : 400;
+        r->status = srv_grpc_http_status(code); /* logged as REST's */
         sl->code = code;
         snprintf(sl->msg, GRPC_ERRMAX, "%s", err);
         sl->done = 1;

@@ -21,7 +21,7 @@ static char *text(json_t *o, const char *key)
 static int start_named(const ProtobufCMessageDescriptor *d, srv_req *r,
                        char *msg, size_t len, int *code, char *err)
 {
-    ProtobufCMessage *m = srv_grpc__unpack(d, msg, len, code, err);
+    ProtobufCMessage *m = srv_grpc__unpack(d, r, msg, len, code, err);
     const ProtobufCFieldDescriptor *name, *version;
     int rc;
     if (!m)

@@ -147,30 +147,66 @@ json_t *srv_grpc__answer_json(const srv_req *r, int *code, char *err)
     return o;
 }
 
-/* The allocator of the calls' parses (ModelInfer's is proto/pb.c's). */
-static int unpack_oom;
+/* The allocator of the calls' parses (ModelInfer's is proto/pb.c's).
+ * protobuf-c builds the whole message tree while it parses, and a small
+ * message can make a large one: an empty map entry (2 bytes) is two
+ * structs and a pointer, ~90 bytes of heap, so 8 MiB of them in a
+ * RepositoryModelLoadRequest took 361 MB. Each parse is counted (a
+ * header before each block keeps its size for the free) and refused past
+ * its cap. Loop thread only: one parse at a time. */
+typedef struct unpack_budget {
+    size_t used, cap;
+    int over;  /* the cap refused an allocation */
+    int nomem; /* malloc did */
+} unpack_budget;
+
+static unpack_budget ub;
+
+#define UB_HDR 16 /* keeps max_align_t alignment */
 
 static void *unpack_alloc(void *ud, size_t n)
 {
-    void *p = malloc(n);
-    (void)ud;
-    if (!p)
-        unpack_oom = 1;
-    return p;
+    unpack_budget *b = ud;
+    size_t *p;
+    if (n > SIZE_MAX - UB_HDR || b->used > b->cap ||
+        n + UB_HDR > b->cap - b->used) {
+        b->over = 1;
+        return NULL;
+    }
+    p = malloc(n + UB_HDR);
+    if (!p) {
+        b->nomem = 1;
+        return NULL;
+    }
+    p[0] = n + UB_HDR;
+    b->used += n + UB_HDR;
+    return (char *)p + UB_HDR;
 }
 
-static void unpack_free(void *ud, void *p)
+static void unpack_free(void *ud, void *ptr)
 {
-    (void)ud;
+    unpack_budget *b = ud;
+    size_t *p;
+    if (!ptr)
+        return;
+    p = (size_t *)(void *)((char *)ptr - UB_HDR);
+    b->used -= p[0] < b->used ? p[0] : b->used;
     free(p);
 }
 
-ProtobufCAllocator srv_grpc__unpack_al = {unpack_alloc, unpack_free, NULL};
+ProtobufCAllocator srv_grpc__unpack_al = {unpack_alloc, unpack_free, &ub};
+
+size_t srv_grpc__parse_cap(const srv_req *r, size_t len)
+{
+    size_t cap = GRPC_PARSE_SLACK, mem = (size_t)r->s->cfg.request_memory;
+    cap += len <= (SIZE_MAX - cap) / 2 ? 2 * len : SIZE_MAX - cap;
+    return cap < mem ? cap : mem;
+}
 
 int srv_grpc__bad_message(const char *what, int *code, char *err)
 {
-    if (unpack_oom) {
-        unpack_oom = 0;
+    if (ub.nomem) {
+        ub.nomem = 0;
         *code = GRPC_UNAVAILABLE;
         snprintf(err, GRPC_ERRMAX, GRPC_OOM_MSG);
         return -1;
@@ -182,14 +218,30 @@ int srv_grpc__bad_message(const char *what, int *code, char *err)
 }
 
 ProtobufCMessage *srv_grpc__unpack(const ProtobufCMessageDescriptor *d,
-                                   char *msg, size_t len, int *code, char *err)
+                                   const srv_req *r, char *msg, size_t len,
+                                   int *code, char *err)
 {
     ProtobufCMessage *m = NULL;
-    if (oip_pb_check_strings(d, msg, len, err))
+    size_t cap = srv_grpc__parse_cap(r, len);
+    if (oip_pb_check_strings(d, msg, len, err)) {
         *code = GRPC_INVALID_ARGUMENT;
-    else if (!(m = protobuf_c_message_unpack(d, &srv_grpc__unpack_al, len,
-                                             (const uint8_t *)msg)))
-        srv_grpc__bad_message(d->short_name, code, err);
+    } else {
+        ub.used = 0;
+        ub.cap = cap;
+        ub.over = ub.nomem = 0;
+        m = protobuf_c_message_unpack(d, &srv_grpc__unpack_al, len,
+                                      (const uint8_t *)msg);
+        if (!m && ub.over && !ub.nomem) {
+            *code = GRPC_RESOURCE_EXHAUSTED;
+            snprintf(err, GRPC_ERRMAX, "request: parsing the %zu-byte %s "
+                     "takes more than its limit of %zu bytes (64 KiB and "
+                     "twice the message, at most --request-memory %lld)",
+                     len, d->short_name, cap,
+                     (long long)r->s->cfg.request_memory);
+        } else if (!m) {
+            srv_grpc__bad_message(d->short_name, code, err);
+        }
+    }
     free(msg);
     return m;
 }
@@ -253,7 +305,7 @@ static int start_stats(srv_req *r, char *msg, size_t len, int *code,
                        char *err)
 {
     Inference__ModelStatisticsRequest *m = (Inference__ModelStatisticsRequest *)srv_grpc__unpack(
-        &inference__model_statistics_request__descriptor, msg, len, code, err);
+        &inference__model_statistics_request__descriptor, r, msg, len, code, err);
     int rc = 0;
     if (!m)
         return -1;
@@ -365,7 +417,7 @@ static int start_index(srv_req *r, char *msg, size_t len, int *code,
                        char *err)
 {
     Inference__RepositoryIndexRequest *m = (Inference__RepositoryIndexRequest *)srv_grpc__unpack(
-        &inference__repository_index_request__descriptor, msg, len, code, err);
+        &inference__repository_index_request__descriptor, r, msg, len, code, err);
     if (!m)
         return -1;
     if (m->ready && !(r->body = strdup("{\"ready\":true}"))) {
@@ -513,7 +565,7 @@ static int start_load(srv_req *r, char *msg, size_t len, int *code,
                       char *err)
 {
     Inference__RepositoryModelLoadRequest *m = (Inference__RepositoryModelLoadRequest *)srv_grpc__unpack(
-        &inference__repository_model_load_request__descriptor, msg, len, code, err);
+        &inference__repository_model_load_request__descriptor, r, msg, len, code, err);
     Inference__ModelRepositoryParameter **vals = NULL;
     char **keys = NULL;
     size_t i;
@@ -561,7 +613,7 @@ static int start_unload(srv_req *r, char *msg, size_t len, int *code,
                         char *err)
 {
     Inference__RepositoryModelUnloadRequest *m = (Inference__RepositoryModelUnloadRequest *)srv_grpc__unpack(
-        &inference__repository_model_unload_request__descriptor, msg, len, code, err);
+        &inference__repository_model_unload_request__descriptor, r, msg, len, code, err);
     int rc;
     if (!m)
         return -1;

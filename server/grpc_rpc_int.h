@@ -12,9 +12,17 @@
 #include "proto/kserve.pb-c.h"
 #include "server/grpc.h"
 
-/* The allocator of the calls' parses: malloc and free, noting a malloc
- * that failed (srv_grpc__bad_message tells the two apart). */
+/* The allocator of the calls' parses: malloc and free, each parse's
+ * blocks counted against srv_grpc__parse_cap, noting a malloc that failed
+ * (srv_grpc__bad_message tells the two apart). Frees the messages it
+ * parsed (protobuf_c_message_free_unpacked). */
 extern ProtobufCAllocator srv_grpc__unpack_al;
+
+/* What a parse of a len-byte message (not ModelInfer's: proto/pb.c's)
+ * may allocate: GRPC_PARSE_SLACK and twice len (a name, a few parameters,
+ * a model file cost about their size), at most --request-memory. */
+#define GRPC_PARSE_SLACK (64 * 1024)
+size_t srv_grpc__parse_cap(const srv_req *r, size_t len);
 
 /* srv_grpc__fail: r's REST error as a gRPC status, its words in err. */
 int srv_grpc__fail(const srv_req *r, char *err);
@@ -32,9 +40,12 @@ int srv_grpc__bad_message(const char *what, int *code, char *err);
 /* srv_grpc__unpack: msg (len bytes; freed here) as a message of d with
  * srv_grpc__unpack_al, its strings free of NUL bytes
  * (oip_pb_check_strings); NULL with *code and err when it is not one
- * (srv_grpc__bad_message, or INVALID_ARGUMENT naming the string). */
+ * (srv_grpc__bad_message, or INVALID_ARGUMENT naming the string), or
+ * when its parse needs more than srv_grpc__parse_cap(r, len) bytes
+ * (RESOURCE_EXHAUSTED naming the limit). */
 ProtobufCMessage *srv_grpc__unpack(const ProtobufCMessageDescriptor *d,
-                                   char *msg, size_t len, int *code, char *err);
+                                   const srv_req *r, char *msg, size_t len,
+                                   int *code, char *err);
 /* srv_grpc__model_arg: name and version into r->arg[0] (REST's path
  * capture); only version "" or "1" exists. 0, or -1 with *code and err. */
 int srv_grpc__model_arg(srv_req *r, const char *name, const char *version,

@@ -27,7 +27,7 @@ import grpc
 if os.path.dirname(os.path.abspath(__file__)) not in sys.path:  # grpc_helper, beside this file
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from grpc_helper import (  # noqa: E402
-    SLOW, REFS, C, pb, pbg, Attnd, f32, typed, raw, want, out, max_diff, seed1, sdpa_req, tiny_x)
+    FIX, SLOW, REFS, C, pb, pbg, Attnd, f32, typed, raw, want, out, max_diff, seed1, sdpa_req, tiny_x)
 
 
 class Inline(unittest.TestCase):
@@ -147,6 +147,50 @@ class Limits(unittest.TestCase):
             # or after every encoding; without the job's late mark, no map
             # is ever kept
             self.assertTrue(kept > 0 or SLOW > 1, f"no cancelled step kept its map ({ran} ran)")
+        finally:
+            self.assertEqual(d.stop(), 0, d.log[-3000:])
+
+    def test_control_message_parse_is_bounded(self):
+        """A RepositoryModelLoadRequest of 8 MiB made only of empty
+        parameters map entries (2 bytes each, ~90 bytes of heap each once
+        parsed: the daemon's peak RSS grew 361 MB) is refused with
+        RESOURCE_EXHAUSTED naming the limit (64 KiB and twice the message),
+        logged, its parse stopped there; the same connection then serves a
+        load whose parameters upload a model"""
+        def hwm():
+            with open(f"/proc/{d.proc.pid}/status") as f:
+                return int(re.search(r"VmHWM:\s+(\d+) kB", f.read()).group(1)) * 1024
+
+        d = Attnd()
+        try:
+            load = d.channel.unary_unary("/inference.GRPCInferenceService/RepositoryModelLoad")
+            name = pb.RepositoryModelLoadRequest(model_name="tiny6").SerializeToString()
+            n = 8 << 20
+            msg = name + b"\x1a\x00" * ((n - len(name)) // 2)
+            before = hwm()
+            with self.assertRaises(grpc.RpcError) as e:
+                load(msg, timeout=60 * SLOW)
+            self.assertEqual(e.exception.code(), C.RESOURCE_EXHAUSTED, e.exception.details())
+            cap = 64 * 1024 + 2 * len(msg)
+            self.assertRegex(e.exception.details(),
+                             r"^request: parsing the %d-byte RepositoryModelLoadRequest takes more than "
+                             r"its limit of %d bytes \(64 KiB and twice the message, at most "
+                             r"--request-memory \d+\)$" % (len(msg), cap))
+            # the message (8 MiB, held twice while it comes) and the parse's
+            # cap (16 MiB) with room to spare; unbounded, 361 MB
+            self.assertLess(hwm() - before, 120 << 20)
+            self.assertRegex(d.logged(r"RepositoryModelLoad.* 413 "), r"RepositoryModelLoad.* 413 ")
+            with open(os.path.join(FIX, "models", "tiny", "model.safetensors"), "rb") as f:
+                st = f.read()
+            with open(os.path.join(FIX, "models", "tiny", "config.json")) as f:
+                cfg = f.read()
+            req = pb.RepositoryModelLoadRequest(model_name="tiny6")
+            req.parameters["config"].string_param = cfg
+            req.parameters["file:model.safetensors"].bytes_param = st
+            load(req.SerializeToString(), timeout=30 * SLOW)
+            r = tiny_x(REFS["self"])
+            r.model_name = "tiny6"
+            self.assertLess(max_diff(out(d.stub.ModelInfer(r), "y")[1], REFS["self"]["y"]), 1e-5)
         finally:
             self.assertEqual(d.stop(), 0, d.log[-3000:])
 
