@@ -338,8 +338,14 @@ void srv_h_metrics(srv_req *r)
                 "attnd_maps_evicted_total %llu\n"
                 "# HELP attnd_maps_waiters Connections waiting on GET "
                 "/v2/maps/{id}?wait= (at most maps-waiters).\n"
-                "# TYPE attnd_maps_waiters gauge\nattnd_maps_waiters %d\n",
-                used, max_bytes, n, (unsigned long long)evicted, s->n_waiters);
+                "# TYPE attnd_maps_waiters gauge\nattnd_maps_waiters %d\n"
+                "# HELP attnd_maps_renders_skipped_total Map renders (GET "
+                "/v2/maps/{id}/attention) not done: their client went while "
+                "they waited their turn (answered 499).\n"
+                "# TYPE attnd_maps_renders_skipped_total counter\n"
+                "attnd_maps_renders_skipped_total %llu\n",
+                used, max_bytes, n, (unsigned long long)evicted, s->n_waiters,
+                (unsigned long long)s->maps_skipped);
     }
     {
         char *seq = srv_seq_metrics_text(s);

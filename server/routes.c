@@ -275,6 +275,8 @@ typedef struct maps_job {
     char **kv; /* key, value (NULL when absent) pairs, in the query's order */
     maps_reply rep;
     int rc;
+    int fd;      /* r's socket (loop: taken when queued) */
+    int skipped; /* pool: its client went before the render: not done */
 } maps_job;
 
 static enum MHD_Result copy_arg(void *cls, enum MHD_ValueKind kind,
@@ -312,22 +314,32 @@ static void maps_job_free(maps_job *mj)
     free(mj);
 }
 
+/* maps_work: render mj's map, unless its client went while mj waited on
+ * the pool behind other work (a large inference): one poll(2) of its
+ * socket, taken on the loop when mj was queued. The fd stays r's: MHD
+ * closes no suspended connection (guard.c shuts none that is dispatched,
+ * and the stop waits for n_suspended), and only maps_done resumes it.
+ * Nothing but mj (and s's read-only maps and config) is touched here. Pool
+ * thread. */
 static void maps_work(uv_work_t *w)
 {
     maps_job *mj = w->data;
     srv_pool_thread_enter(mj->r->s, "reading a retained map", NULL);
+    if (srv_client_went(mj->fd)) {
+        mj->skipped = 1;
+        return;
+    }
     mj->rc = maps_http_get(mj->r->s->maps, mj->path, job_arg, mj, &mj->rep);
 }
 
-/* went: has r's client closed, reset or half-closed its connection while
- * r was suspended (MHD reads no suspended socket: one poll(2), no wait)?
+/* went: has r's client (socket fd) closed, reset or half-closed its
+ * connection while r was suspended (MHD reads no suspended socket: one
+ * poll(2), no wait), or is that known already (gone: maps_work saw it)?
  * Then r is answered as one whose client went, logged and counted 499
  * (http.c), as a computation's is (sched.c). Loop thread. */
-static int went(srv_req *r)
+static int went(srv_req *r, int fd, int gone)
 {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci || !srv_client_went(ci->connect_fd))
+    if (!gone && !srv_client_went(fd))
         return 0;
     r->went = 1;
     srv_respond_error(r, 499, "client: closed its connection before the "
@@ -337,23 +349,26 @@ static int went(srv_req *r)
 
 /* maps_done: answer the render, then start the next in line; one whose
  * client went while it waited is not rendered (a page reloaded, or a
- * client's timeout, behind a queue of large maps: each was a render of
- * ~50 ms, 15 MB of JSON for 1024 x 1024, that no one read, before the
- * next one's). Loop thread. */
+ * client's timeout, behind a queue of large maps, or behind inference
+ * work on the pool: each was a render of ~50 ms, 15 MB of JSON for
+ * 1024 x 1024, that no one read, before the next one's). Counted in
+ * maps_skipped (attnd_maps_renders_skipped_total). Loop thread. */
 static void maps_done(uv_work_t *w, int status)
 {
     maps_job *mj = w->data;
     srv *s = mj->r->s;
     (void)status;
     srv_pool_done(s);
-    if (went(mj->r))
+    s->maps_skipped += mj->skipped;
+    if (went(mj->r, mj->fd, mj->skipped)) /* or while it rendered */
         free(mj->rep.body);
     else
         maps_answer(mj->r, mj->rc, &mj->rep);
     if (!(s->maps_head = mj->next)) /* mj was the head: the one rendering */
         s->maps_tail = NULL;
     maps_job_free(mj);
-    while (s->maps_head && went(s->maps_head->r)) {
+    while (s->maps_head && went(s->maps_head->r, s->maps_head->fd, 0)) {
+        s->maps_skipped++;
         mj = s->maps_head;
         if (!(s->maps_head = mj->next))
             s->maps_tail = NULL;
@@ -368,11 +383,14 @@ static void maps_done(uv_work_t *w, int status)
 static int maps_on_pool(srv_req *r)
 {
     maps_job *mj = calloc(1, sizeof *mj);
+    const union MHD_ConnectionInfo *ci;
     int n = MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, NULL, NULL);
     if (!mj)
         return -1;
     mj->work.data = mj;
     mj->r = r;
+    ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    mj->fd = ci ? ci->connect_fd : -1;
     mj->cap = n > 0 ? n : 0;
     mj->path = strdup(r->path);
     mj->kv = calloc((size_t)mj->cap * 2 + 1, sizeof *mj->kv);

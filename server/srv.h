@@ -482,6 +482,7 @@ struct srv {
     /* routes.c: maps' cells rendered on the pool, one at a time: the
      * head renders, the rest wait their turn */
     struct maps_job *maps_head, *maps_tail;
+    uint64_t maps_skipped; /* renders not done: their client went first */
 };
 
 /* MHD accepts this many connections past max-connections; guard.c then

@@ -178,6 +178,7 @@ test('a map render whose client went while it waited its turn is not done (499),
     // first, when its render ended before its client went)
     assert.equal(got.length, N + 1, JSON.stringify(got));
     assert.ok(got.filter(([st]) => st === 499).length >= N - 1, JSON.stringify(got));
+    assert.ok(await metricOf(d, /^attnd_maps_renders_skipped_total (\d+)$/m) >= N - 1, 'the renders not done are not counted');
     // the next one waited for the render under way at most, not for N
     assert.ok(ms < one * 3 + 200 * SLOW, `answered after ${ms} ms; one render takes ${one} ms`);
   } finally { assert.equal((await d.stop()).code, 0); }
@@ -345,5 +346,49 @@ test('a retained request whose client went while it ran in a shared batch (499) 
     assert.match(d.log(), /sdpa\/infer 499 .*batch=2/);
     const list = await held(d);
     assert.equal(list.count, 0, `a map of a request answered 499 stayed: ${JSON.stringify(list.maps)}`);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+test('a map render queued on the pool behind inference work is not done once its client went (499, attnd_maps_renders_skipped_total)', async (t) => {
+  // --threads 1, --inline-conns 0: a large sdpa request (T = 16384, d 64:
+  // ~69 GFLOP) holds the one pool thread; a map render queued behind it
+  // waits there, its client goes, and when the thread takes it the render
+  // (1M cells, ~15 MB of JSON no one reads) is skipped
+  const d = await start({ t, args: ['--threads', '1', '--inline-conns', '0', '--log-flush-ms', '10'] });
+  try {
+    const T = 1024;
+    const col = Array.from({ length: T * 8 }, (_, i) => Math.sin(i));
+    const r = await infer(d, 'sdpa', {
+      inputs: [fp32('q', [T, 8], col), fp32('k', [T, 8], col), fp32('v', [T, 8], col)],
+      parameters: { retain: true },
+    });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    const path = `/v2/maps/${r.json.parameters.map_id}/attention`;
+    const skipped = () => metricOf(d, /^attnd_maps_renders_skipped_total (\d+)$/m);
+    const pool = () => metricOf(d, /^attnd_pool_jobs (\d+)$/m);
+    assert.equal(await skipped(), 0);
+    let bDone = false;
+    const b = postBinary(d, sdpaBinary(16384, 64)).then(async (x) => { await x.arrayBuffer(); bDone = true; return x.status; });
+    for (let i = 0; (await pool()) < 1; i++) {
+      assert.ok(i < 400 * SLOW, 'the inference never ran');
+      await sleep(10);
+    }
+    const c = connect(d.port, '127.0.0.1');
+    c.on('error', () => {});
+    c.write(`GET ${path} HTTP/1.1\r\nHost: x\r\n\r\n`);
+    for (let i = 0; (await pool()) < 2; i++) { // the render queued behind it
+      assert.ok(i < 400 * SLOW, 'the render was never queued');
+      await sleep(5);
+    }
+    c.destroy();
+    assert.ok(!bDone, 'the inference ended before the map\'s client went: too short for this test');
+    await d.logged(new RegExp(`GET ${path} 499`), 60000 * SLOW);
+    assert.equal(await skipped(), 1, 'the render of a client that went was done');
+    assert.equal(await b, 200);
+    // a client that stays is still answered
+    const m = await fetch(d.url + path);
+    assert.equal(m.status, 200);
+    assert.equal((await m.json()).shape.join(), `${T},${T}`);
+    assert.equal(await skipped(), 1);
   } finally { assert.equal((await d.stop()).code, 0); }
 });
