@@ -106,25 +106,38 @@ async function readJSON(res) {
   try {
     return JSON.parse(text);
   } catch (_) {
-    const type = res.headers.get('Content-Type') || 'no Content-Type';
-    const start = text.replace(/<[^>]*>/g, ' ').replace(/\s+/g, ' ').trim().slice(0, 80);
-    const where = res.url ? new URL(res.url).pathname : 'the server';
-    throw new Error(`${where}: the answer (HTTP ${res.status}, ${type}) is not JSON` +
-      `${start ? `: “${start}”` : ''}; a proxy or login page in the way?`);
+    throw new Error(`${cameInstead(res, text)}; a proxy or login page in the way?`);
   }
+}
+
+// cameInstead: what res (its body text) is, said for an answer that is
+// not attnd's JSON: where it came from, its status and content type, and
+// the start of its text with any HTML tags stripped.
+function cameInstead(res, text) {
+  const type = res.headers.get('Content-Type') || 'no Content-Type';
+  const start = text.replace(/<[^>]*>/g, ' ').replace(/\s+/g, ' ').trim().slice(0, 80);
+  const where = res.url ? new URL(res.url).pathname : 'the server';
+  return `${where}: the answer (HTTP ${res.status}, ${type}) is not JSON${start ? `: “${start}”` : ''}`;
 }
 
 const mb = (n) => (n < 1e6 ? `${Math.ceil(n / 1e3)} kB` : `${Math.round(n / 1e6)} MB`);
 
 // fail: throw the daemon's error; err.status is the HTTP status (401 asks
-// the page for a key). size (optional, the request's: too413) turns a 413
-// into what to do about it.
+// the page for a key). attnd answers every error as JSON {"error": ...}:
+// one that is not (an nginx 502/503/504 page, text/html) came from a proxy
+// between the page and attnd, and is said as such (cameInstead). size
+// (optional, the request's: too413) turns a 413 into what to do about it.
 async function fail(res, size) {
   let msg = `HTTP ${res.status}`;
-  try {
-    const j = await res.json();
+  let text = null;
+  try { text = await res.text(); } catch (_) { /* the connection broke: the status alone */ }
+  if (text !== null) {
+    let j, json = true;
+    try { j = JSON.parse(text); } catch (_) { json = false; }
     if (j && j.error) msg = `${j.error} (HTTP ${res.status})`;
-  } catch (_) { /* not JSON */ }
+    else if (!json) msg = `${cameInstead(res, text)}; the proxy between this page and attnd answered, not attnd ` +
+      '(its errors are JSON); attnd may be down, restarting or slow, or the proxy misrouted the request';
+  }
   if (res.status === 413 && size) msg += too413(msg, size);
   const e = new Error(msg);
   e.status = res.status;
