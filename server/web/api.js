@@ -125,7 +125,9 @@ const mb = (n) => (n < 1e6 ? `${Math.ceil(n / 1e3)} kB` : `${Math.round(n / 1e6)
 // fail: throw the daemon's error; err.status is the HTTP status (401 asks
 // the page for a key). attnd answers every error as JSON {"error": ...}:
 // one that is not (an nginx 502/503/504 page, text/html) came from a proxy
-// between the page and attnd, and is said as such (cameInstead). size
+// between the page and attnd, and is said as such (cameInstead); a 400,
+// 414 or 431 may also be libmicrohttpd's own HTML (README: a malformed
+// request, a head past its memory). size
 // (optional, the request's: too413) turns a 413 into what to do about it.
 async function fail(res, size) {
   let msg = `HTTP ${res.status}`;
@@ -135,8 +137,11 @@ async function fail(res, size) {
     let j, json = true;
     try { j = JSON.parse(text); } catch (_) { json = false; }
     if (j && j.error) msg = `${j.error} (HTTP ${res.status})`;
-    else if (!json) msg = `${cameInstead(res, text)}; the proxy between this page and attnd answered, not attnd ` +
-      '(its errors are JSON); attnd may be down, restarting or slow, or the proxy misrouted the request';
+    else if (!json) msg = `${cameInstead(res, text)}; ` + ([400, 414, 431].includes(res.status)
+      ? 'not attnd\'s own answer (its errors are JSON): a proxy between this page and attnd, or the ' +
+        'HTTP library under attnd refusing a malformed request or one whose head is too large'
+      : 'the proxy between this page and attnd answered, not attnd (its errors are JSON); attnd may be ' +
+        'down, restarting or slow, or the proxy misrouted the request');
   }
   if (res.status === 413 && size) msg += too413(msg, size);
   const e = new Error(msg);

@@ -15,6 +15,7 @@ let broken = null; // { path: RegExp, status } answered by the proxy itself
 
 const NGINX = {
   502: 'Bad Gateway', 503: 'Service Temporarily Unavailable', 504: 'Gateway Time-out',
+  431: 'Request Header Fields Too Large',
 };
 const page502 = (status) => `<html>\r\n<head><title>${status} ${NGINX[status]}</title></head>\r\n<body>\r\n` +
   `<center><h1>${status} ${NGINX[status]}</h1></center>\r\n<hr><center>nginx/1.24.0</center>\r\n</body>\r\n</html>\r\n`;
@@ -115,5 +116,19 @@ test('a sequence step answered by the proxy (502) says what came', async () => {
   } finally { broken = null; }
   assert.match(msg, /^502 /);
   said(msg, 502, '/v2/models/toy/infer');
+  await page.close();
+});
+
+test('a Run answered 431 in HTML (a proxy, or the HTTP library under attnd) names both', async () => {
+  const { page } = await openPage(browser, `${base}/#model=toy&text=a%20b&h=0`);
+  broken = { path: /\/infer$/, status: 431 };
+  try {
+    await page.click('#run');
+    await page.waitForFunction(() => document.body.dataset.state === 'error', null, { timeout: 5000 });
+  } finally { broken = null; }
+  const text = await page.textContent('#status');
+  assert.match(text, /HTTP 431, text\/html/, text);
+  assert.match(text, /a proxy between this page and attnd, or the HTTP library under attnd/, text);
+  assert.doesNotMatch(text, /<|>/, text);
   await page.close();
 });
