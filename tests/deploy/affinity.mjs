@@ -40,7 +40,7 @@ import http2 from "node:http2";
 import { join } from "node:path";
 import { embed } from "../../server/web/embed.js";
 import { fields, frame, ld, packedI64, str, varint } from "../grpc/wire.mjs";
-import { ROOT, freePorts, harness } from "./replicas.mjs";
+import { ROOT, freePorts, harness, inferPost } from "./replicas.mjs";
 
 const NSEQ = Number(process.env.AFFINITY_SEQUENCES || 24);
 const ROUNDS = Number(process.env.AFFINITY_ROUNDS || 8);
@@ -49,26 +49,10 @@ const PROMPT = 2;
 const MODEL = "tiny";
 const D = 8; // the fixture's d_model
 const HEADER = "Attnd-Sequence-Id";
+const post = (base, body, headers) => inferPost(base, MODEL, body, headers);
 const { T0, dir, say, check, failedChecks, exitWithin, startReplicas, startNginx, accessLog, finish } = harness("affinity");
 cpSync(join(ROOT, "tests/server/fixtures/models"), join(dir, "models"), { recursive: true });
 
-// post: one infer request; {status, json} or {status: 0, err}.
-async function post(base, body, headers = {}) {
-  try {
-    const r = await fetch(`${base}/v2/models/${MODEL}/infer`, {
-      method: "POST",
-      headers: { "Content-Type": "application/json", ...headers },
-      body: JSON.stringify(body),
-      signal: AbortSignal.timeout(30000),
-    });
-    const text = await r.text();
-    let json = null;
-    try { json = JSON.parse(text); } catch { json = { error: text.slice(0, 200) }; }
-    return { status: r.status, json };
-  } catch (e) {
-    return { status: 0, err: e.cause?.code || e.message };
-  }
-}
 
 const xInput = (words, pos0) => ({ name: "x", datatype: "FP32", shape: [1, words.length, D], data: Array.from(embed(words, D, pos0)) });
 

@@ -36,31 +36,16 @@ import { createConnection, createServer } from "node:net";
 import { join } from "node:path";
 import { embed } from "../../server/web/embed.js";
 import { fields, frame, ld, packedI64, str, varint } from "../grpc/wire.mjs";
-import { ROOT, freePorts, harness } from "./replicas.mjs";
+import { ROOT, freePorts, harness, inferPost } from "./replicas.mjs";
 
 const NSEQ = Number(process.env.BLIP_SEQUENCES || 12);
 const G = Number(process.env.BLIP_GRPC_SEQUENCES || 6);
 const PROMPT = 2, ROUNDS = 5;
 const MODEL = "tiny", D = 8, HEADER = "Attnd-Sequence-Id";
+const post = (base, body, headers) => inferPost(base, MODEL, body, headers);
 const { T0, dir, say, check, failedChecks, startReplicas, startNginx, accessLog, finish } = harness("blip");
 cpSync(join(ROOT, "tests/server/fixtures/models"), join(dir, "models"), { recursive: true });
 
-async function post(base, body, headers = {}) {
-  try {
-    const r = await fetch(`${base}/v2/models/${MODEL}/infer`, {
-      method: "POST",
-      headers: { "Content-Type": "application/json", ...headers },
-      body: JSON.stringify(body),
-      signal: AbortSignal.timeout(30000),
-    });
-    const text = await r.text();
-    let json = null;
-    try { json = JSON.parse(text); } catch { json = { error: text.slice(0, 200) }; }
-    return { status: r.status, json };
-  } catch (e) {
-    return { status: 0, err: e.cause?.code || e.message };
-  }
-}
 
 const xInput = (words, pos0) => ({ name: "x", datatype: "FP32", shape: [1, words.length, D], data: Array.from(embed(words, D, pos0)) });
 const wordsOf = (s) => Array.from({ length: PROMPT + ROUNDS }, (_, k) => `b${s}w${k}${k % 2 ? "" : "y"}`);

@@ -164,3 +164,24 @@ export function harness(name) {
     exitWithin, startReplicas, startNginx, accessLog, finish,
   };
 }
+
+// inferPost: one infer request of model, its body as JSON, through base
+// (a replica or nginx); {status, json} (a body that is not JSON as
+// {error: its first 200 characters}) or {status: 0, err} when no answer
+// came within 30 s.
+export async function inferPost(base, model, body, headers = {}) {
+  try {
+    const r = await fetch(`${base}/v2/models/${model}/infer`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", ...headers },
+      body: JSON.stringify(body),
+      signal: AbortSignal.timeout(30000),
+    });
+    const text = await r.text();
+    let json = null;
+    try { json = JSON.parse(text); } catch { json = { error: text.slice(0, 200) }; }
+    return { status: r.status, json };
+  } catch (e) {
+    return { status: 0, err: e.cause?.code || e.message };
+  }
+}
