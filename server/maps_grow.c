@@ -50,18 +50,37 @@ static void keep_rows(float *dst, const float *from, const float *new_rows,
 
 /* grown_args: the whole map after a step, into g and buf: the first t0
  * rows of old (widened to a->s keys) then a's rows, weights and (when old
- * keeps them) scores; each row's end. 0, ATTN_EOVERFLOW or ATTN_ENOMEM
- * (buf holds what was allocated). */
+ * keeps them) scores; each row's end. 0, ATTN_EINVAL with err (map id)
+ * when it is too big for a store of max_bytes, or ATTN_ENOMEM (buf holds
+ * what was allocated). Too big is said before the grown map is
+ * allocated: a step past physical memory ended its map "out of memory",
+ * and one below it allocated and filled the map first (maps__entry_build
+ * refused it after). need is what maps__entry_build counts, but a byte a
+ * label: it refuses the rest. */
 static int grown_args(const maps__entry *old, int t0, const maps_put_args *a,
-                      maps_put_args *g, grown_bufs *buf)
+                      size_t max_bytes, const char *id, maps_put_args *g,
+                      grown_bufs *buf, char *err)
 {
-    size_t S = (size_t)a->s, T = (size_t)t0 + (size_t)a->t, n;
+    size_t S = (size_t)a->s, T = (size_t)t0 + (size_t)a->t, n, need;
     int k, i;
+    int labels = old->n_labels == old->info.t || (a->t && a->n_tokens == a->t);
     memset(buf, 0, sizeof *buf);
     if (__builtin_mul_overflow(T, S, &n) ||
         __builtin_mul_overflow(n, (size_t)a->h, &n) ||
-        __builtin_mul_overflow(n, sizeof(float), &n))
-        return ATTN_EOVERFLOW;
+        __builtin_mul_overflow(n, sizeof(float), &n) ||
+        __builtin_mul_overflow(n, (size_t)(old->scores ? 2 : 1), &need) ||
+        __builtin_add_overflow(need, T * sizeof(int32_t) + sizeof(maps__entry) +
+                                         2 * sizeof(int32_t) +
+                                         (labels ? T * (sizeof(size_t) + 1) : 0),
+                               &need) ||
+        need > max_bytes) {
+        snprintf(err, ATTN_ERRMAX, "map %s: %zu rows over %d keys (%d "
+                 "head%s%s) need more than the whole retained-map store "
+                 "(%zu bytes, maps-bytes); raise --maps-bytes to keep "
+                 "maps this long", id, T, a->s, a->h, a->h == 1 ? "" : "s",
+                 old->scores ? ", with scores" : "", max_bytes);
+        return ATTN_EINVAL;
+    }
     buf->att = calloc(1, n ? n : 1);
     buf->sc = old->scores ? calloc(1, n ? n : 1) : NULL;
     buf->ends = malloc(T ? T * sizeof(int32_t) : 1);
@@ -91,7 +110,7 @@ static int grown_args(const maps__entry *old, int t0, const maps_put_args *a,
     g->causal = old->info.causal;
     g->dk = old->info.dk;
     g->scale = old->info.scale;
-    if (old->n_labels == old->info.t || (a->t && a->n_tokens == a->t)) {
+    if (labels) {
         buf->labels = malloc(T * sizeof(char *));
         if (!buf->labels)
             return ATTN_ENOMEM;
@@ -140,36 +159,10 @@ int maps_grow_make(maps_store *st, const char *id, int t0,
         return ATTN_EINVAL;
     }
     maps_stats(st, NULL, &max_bytes, NULL, NULL);
-    /* too big for the store is said before the grown map is allocated:
-     * a step past physical memory ended its map "out of memory", and one
-     * below it allocated and filled the map first (maps__entry_build
-     * refused it after). need is what maps__entry_build counts, but a
-     * byte a label: it refuses the rest */
-    {
-        size_t T = (size_t)t0 + (size_t)a->t, need;
-        int labels = old->n_labels == old->info.t || (a->t && a->n_tokens == a->t);
-        if (__builtin_mul_overflow(T, (size_t)a->s, &need) ||
-            __builtin_mul_overflow(need, (size_t)a->h, &need) ||
-            __builtin_mul_overflow(need, sizeof(float) * (old->scores ? 2 : 1),
-                                   &need) ||
-            __builtin_add_overflow(need, T * sizeof(int32_t) + sizeof(maps__entry) +
-                                             2 * sizeof(int32_t) +
-                                             (labels ? T * (sizeof(size_t) + 1) : 0),
-                                   &need) ||
-            need > max_bytes) {
-            snprintf(err, ATTN_ERRMAX, "map %s: %zu rows over %d keys (%d "
-                     "head%s%s) need more than the whole retained-map store "
-                     "(%zu bytes, maps-bytes); raise --maps-bytes to keep "
-                     "maps this long", id, T, a->s, a->h, a->h == 1 ? "" : "s",
-                     old->scores ? ", with scores" : "", max_bytes);
-            maps__release(old);
-            return ATTN_EINVAL;
-        }
-    }
-    rc = grown_args(old, t0, a, &g, &buf);
+    rc = grown_args(old, t0, a, max_bytes, id, &g, &buf, err);
     if (!rc)
         rc = maps__entry_build(&g, max_bytes, buf.att, buf.sc, &e, err);
-    else
+    else if (rc == ATTN_ENOMEM)
         snprintf(err, ATTN_ERRMAX, "map %s: out of memory", id);
     if (rc) { /* else the entry holds them */
         free(buf.att);
