@@ -4,7 +4,7 @@
  * allocated. Messages name the offending field.
  */
 #include "check.h"
-
+#include "kernel.h"
 #include "kvpage.h"
 
 #include <limits.h>
@@ -55,8 +55,9 @@ static int width_ok(int a, int b)
 /*
  * attn_config_check: every size positive (d_model_ctx 0 means d_model),
  * H_kv divides H, rope_dims even and <= head_dim, scale and rope_theta
- * finite, head-wide widths within int (BLAS leading dimensions) and weight
- * sizes within size_t.
+ * finite, RoPE's angles finite at every position (attn__rope_finite),
+ * head-wide widths within int (BLAS leading dimensions) and weight sizes
+ * within size_t.
  */
 int attn_config_check(const attn_config *c, char *err)
 {
@@ -93,6 +94,15 @@ int attn_config_check(const attn_config *c, char *err)
                           "RoPE over all of head_dim = %d needs an even "
                           "head_dim; set rope_dims",
                           c->head_dim);
+    int rot = c->rope_dims ? c->rope_dims : c->head_dim;
+    if (c->rope_theta > 0 && !attn__rope_finite(rot, c->rope_theta))
+        return attn__fail(err, ATTN_EINVAL,
+                          "rope_theta = %g makes RoPE's angles overflow "
+                          "float32 (its highest frequency, %g, times a "
+                          "position up to 2^31), whose cos and sin are NaN; "
+                          "use a larger theta",
+                          (double)c->rope_theta,
+                          (double)attn__rope_max_freq(rot, c->rope_theta));
     int dctx = c->d_model_ctx ? c->d_model_ctx : c->d_model;
     if (!width_ok(c->n_heads, c->head_dim) ||
         !width_ok(c->n_heads, c->v_head_dim))

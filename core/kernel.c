@@ -6,6 +6,7 @@
 #include "kvpage.h"
 
 #include <cblas.h>
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -363,6 +364,18 @@ void attn__rope_rows_table(float *cs, int p0, int p1, int rot, float theta)
             c[half + i] = (float)sin((double)a);
         }
     }
+}
+
+float attn__rope_max_freq(int rot, float theta)
+{
+    int i = theta >= 1.0f ? 0 : rot / 2 - 1; /* powf is monotonic */
+    return 1.0f / powf(theta, (float)(2 * i) / (float)rot);
+}
+
+int attn__rope_finite(int rot, float theta)
+{
+    float inv = attn__rope_max_freq(rot, theta);
+    return isfinite(inv) && isfinite((float)INT_MAX * inv);
 }
 
 void attn__rope_rows(float *x, size_t ld, int r0, int r1, int n_heads, int dk,

@@ -65,6 +65,15 @@ int attn__all_finite(const float *x, size_t n);
  * position * freq_i, in float32 as HF Llama computes them (see kernel.c). */
 void attn__rope_rows_table(float *cs, int p0, int p1, int rot, float theta);
 
+/* attn__rope_max_freq: the largest freq_i of the table above (i = 0 for
+ * theta >= 1, else i = rot/2 - 1), computed as the table computes it.
+ * attn__rope_finite: 1 when every angle of that table is finite for
+ * positions 0 .. INT_MAX (the highest frequency at 2^31: the product grows
+ * with both), else 0: then cos and sin are NaN, from position 0 when the
+ * frequency itself overflows (0 x Inf). */
+float attn__rope_max_freq(int rot, float theta);
+int attn__rope_finite(int rot, float theta);
+
 /* attn__rope_rows: rotate rows [r0, r1) of a (rows, n_heads * dk) matrix
  * at stride ld in place, each head's first rot dims, position pos[r] (the
  * row index r when pos is NULL), pairing (i, i + rot/2) (rotate_half):

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "model_int.h"
+#include "kernel.h"
 #include "st.h"
 
 struct model {
@@ -170,6 +171,17 @@ static int infer(const model__ctx *c, const model__cfg *k, attn_config *cfg,
                       "%s: rope.dims %d must be even and at most head_dim "
                       "%llu (0 = all of an even head_dim)",
                       f, k->rope_dims, (unsigned long long)dk);
+        return ATTN_EFORMAT;
+    }
+    int rot = k->rope_dims ? k->rope_dims : (int)dk;
+    if (k->rope_theta > 0 && !attn__rope_finite(rot, k->rope_theta)) {
+        model__seterr(err,
+                      "%s: rope.theta %g makes RoPE's angles overflow "
+                      "float32 over %d rotated dims (its highest frequency, "
+                      "1/theta^(%d/%d) = %g, times a position up to 2^31), "
+                      "whose cos and sin are NaN; use a larger theta",
+                      f, (double)k->rope_theta, rot, rot - 2, rot,
+                      (double)attn__rope_max_freq(rot, k->rope_theta));
         return ATTN_EFORMAT;
     }
     *cfg = (attn_config){

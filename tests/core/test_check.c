@@ -44,6 +44,16 @@ START_TEST(bad_config)
     EXPECT_ERR(attn_config_check(&c, e_), ATTN_EINVAL, "v_head_dim");
     c = ok, c.rope_theta = 10000, c.rope_dims = 3;
     EXPECT_ERR(attn_config_check(&c, e_), ATTN_EINVAL, "rope_dims");
+    /* RoPE's highest frequency (1e-45: 4e43) or that times a position up
+     * to 2^31 (1e-38: 6.5e36 x 2^31) overflows float32: NaN angles */
+    c = ok, c.head_dim = 64, c.rope_theta = 1e-45f;
+    EXPECT_ERR(attn_config_check(&c, e_), ATTN_EINVAL, "rope_theta");
+    c = ok, c.head_dim = 64, c.rope_theta = 1e-38f;
+    EXPECT_ERR(attn_config_check(&c, e_), ATTN_EINVAL, "overflow float32");
+    c = ok, c.head_dim = 64, c.rope_theta = 1e-30f; /* 1.2e29 x 2^31 fits */
+    ck_assert_int_eq(attn_config_check(&c, err), 0);
+    c = ok, c.head_dim = 64, c.rope_theta = 1e-45f, c.rope_dims = 2;
+    ck_assert_int_eq(attn_config_check(&c, err), 0); /* freq_0 = 1 only */
     c = ok, c.scale = NAN;
     EXPECT_ERR(attn_config_check(&c, e_), ATTN_EINVAL, "scale");
     c = ok, c.n_heads = 65536, c.n_kv_heads = 1, c.head_dim = 65536;

@@ -701,6 +701,50 @@ START_TEST(test_float_range)
 }
 END_TEST
 
+/* A rope theta so small that RoPE's highest frequency, 1/theta^((rot-2)/rot)
+ * in float32, or that frequency times a position up to 2^31, overflows:
+ * the angles' cos and sin are NaN, so the model was loaded and every
+ * request (theta 1e-45) or every one past some position (1e-40) answered
+ * 400 "the inputs overflow float32; scale them down", which no input
+ * could help (PyTorch's HF Llama rotary gives NaN). Refused at load,
+ * naming rope.theta; one whose angles all fit (1e-20, 10000) loads. */
+START_TEST(test_rope_theta_overflow)
+{
+    static const struct {
+        const char *cfg;
+        int ok;
+    } thetas[] = {
+        {"{\"n_heads\": 1, \"rope\": {\"theta\": 1e-45}}", 0},
+        {"{\"n_heads\": 1, \"rope\": {\"theta\": 1e-40}}", 0},
+        {"{\"n_heads\": 1, \"rope\": {\"theta\": 1e-40, \"dims\": 2}}", 1},
+        {"{\"n_heads\": 1, \"rope\": {\"theta\": 1e-20}}", 1},
+        {"{\"n_heads\": 1, \"rope\": {\"theta\": 10000}}", 1},
+        {"{\"n_heads\": 1, \"rope\": {\"theta\": 3.4e38}}", 1},
+    };
+    const int dims[4][2] = {{8, 8}, {8, 8}, {8, 8}, {8, 8}}; /* head_dim 8 */
+    char err[ATTN_ERRMAX];
+    size_t len;
+    model *m;
+    unsigned char *st = st_f32(dims, &len);
+    for (size_t i = 0; i < sizeof thetas / sizeof thetas[0]; i++) {
+        const char *c = thetas[i].cfg;
+        int rc = model_load_mem(&m, "up", c, strlen(c), st, len, err);
+        if (thetas[i].ok) {
+            ck_assert_msg(rc == 0, "%s: rc %d (%s)", c, rc, err);
+            model_destroy(m);
+            continue;
+        }
+        ck_assert_msg(rc == ATTN_EFORMAT, "%s: rc %d (%s)", c, rc,
+                      rc ? err : "loaded");
+        ck_assert_msg(strstr(err, "rope.theta") &&
+                          strstr(err, "overflow float32") &&
+                          strstr(err, "over 8 rotated dims"),
+                      "%s: %s", c, err);
+    }
+    free(st);
+}
+END_TEST
+
 /* Every single-byte change to the header of a good model file (and to its
  * config) loads or fails with a message naming the upload; the sanitizers
  * catch anything worse. */
@@ -765,6 +809,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_wide_panels);
     tcase_add_test(tc, test_head_widths);
     tcase_add_test(tc, test_float_range);
+    tcase_add_test(tc, test_rope_theta_overflow);
     tcase_add_test(tc, test_mutations);
     suite_add_tcase(s, tc);
     return s;
