@@ -564,9 +564,9 @@ static int run_once(attn_plan *p, attn_exec *ex, char *err)
                         "item %d: a projection, score or output is not "
                         "finite (%s)", i,
                         dt == ATTN_KV_F16
-                            ? "a key or value past 65504, the largest FP16 "
-                              "holds (FP16 K/V pages), or inputs that "
-                              "overflow float32"
+                            ? "a key or value of 65520 or more, which FP16 "
+                              "rounds to infinity (FP16 K/V pages), or "
+                              "inputs that overflow float32"
                         : dt == ATTN_KV_BF16
                             ? "a key or value of 3.3962e38 or more, which "
                               "BF16 rounds to infinity (BF16 K/V pages), or "

@@ -59,8 +59,9 @@ void srv__job_nonfinite(srv_job *j, int n)
     attn_kv_dtype dt = kv ? attn_kv_pool_dtype(kv->pool) : ATTN_KV_F32;
     const char *why =
         dt == ATTN_KV_F16
-            ? ": a key or value past 65504, the largest FP16 holds (the K/V "
-              "cache is FP16: --kv-dtype f16), or inputs that overflow float32"
+            ? ": a key or value of 65520 or more, which FP16 rounds to "
+              "infinity (its largest is 65504; the K/V cache is FP16: "
+              "--kv-dtype f16), or inputs that overflow float32"
         : dt == ATTN_KV_BF16
             ? ": a key or value of 3.3962e38 or more, which BF16 rounds to "
               "infinity (its largest is 3.3895e38; the K/V cache is BF16: "

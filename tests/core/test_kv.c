@@ -131,6 +131,45 @@ START_TEST(pool_half_roundtrip)
 }
 END_TEST
 
+/* FP16's overflow starts at 65520, not past 65504: a key of 65519.99
+ * rounds to 65504 and the step is answered; 65520 is Inf and refused
+ * (ERANGE), as README and the 400's text say. */
+START_TEST(pool_f16_overflow_edge)
+{
+    attn_config c = {.d_model = 8, .n_heads = 1, .n_kv_heads = 1,
+                     .head_dim = 8, .v_head_dim = 8};
+    float wi[64] = {0}, z[64] = {0}, y[8];
+    for (int i = 0; i < 8; i++)
+        wi[i * 8 + i] = 1.0f;
+    attn_weights w = {wi, wi, wi, z, NULL, NULL, NULL, NULL, ATTN_ROWS};
+    const float top = nextafterf(65520.0f, 0.0f);
+    for (int k = 0; k < 2; k++) {
+        attn_kv_pool *p;
+        char err[ATTN_ERRMAX];
+        ck_assert_int_eq(attn_kv_pool_create(&p, &c, ATTN_KV_F16, 2, 1 << 20,
+                                             err), 0);
+        attn_kv kv;
+        attn_kv_init(&kv, p);
+        ck_assert_int_eq(attn_kv_reserve(&kv, 1, err), 0);
+        float x[8] = {k ? 65520.0f : top, 0, 0, 0, 0, 0, 0, 0};
+        attn_seq s = {.t = 1, .s = 1, .t_valid = 1, .s_valid = 1,
+                      .x = x, .y = y, .kv = &kv};
+        int rc = attn_forward(&c, &w, &s, 1, NULL, err);
+        if (k) {
+            ck_assert_int_eq(rc, ATTN_ERANGE);
+            ck_assert_msg(strstr(err, "65520 or more"), "%s", err);
+        } else {
+            ck_assert_msg(rc == 0, "%s", err);
+            float kr[8], vr[8];
+            attn_kv_read(&kv, 0, 0, 1, kr, vr);
+            ck_assert(kr[0] == 65504.0f && vr[0] == 65504.0f);
+        }
+        attn_kv_free(&kv);
+        attn_kv_pool_destroy(p);
+    }
+}
+END_TEST
+
 /* FP16 pages keep what FP16 holds below 2^-14 (6.1e-5): its subnormals,
  * multiples of 2^-24, rounded to nearest even (x 2^24 rounded by rint in
  * double, which is exact here). The conversion once shifted by 14 bits too
@@ -385,9 +424,10 @@ START_TEST(f16_overflow_names_fp16)
         } else {
             ck_assert_int_eq(rc, ATTN_ERANGE);
             ck_assert_str_eq(err, "item 0: a projection, score or output is "
-                                  "not finite (a key or value past 65504, the "
-                                  "largest FP16 holds (FP16 K/V pages), or "
-                                  "inputs that overflow float32)");
+                                  "not finite (a key or value of 65520 or "
+                                  "more, which FP16 rounds to infinity (FP16 "
+                                  "K/V pages), or inputs that overflow "
+                                  "float32)");
         }
         attn_kv_free(&kv);
         attn_kv_pool_destroy(pool);
@@ -745,6 +785,7 @@ static Suite *kv_suite(void)
     tcase_add_test(tc, pool_budget_reserve_trim_free);
     tcase_add_test(tc, pool_half_roundtrip);
     tcase_add_test(tc, pool_f16_subnormals);
+    tcase_add_test(tc, pool_f16_overflow_edge);
     tcase_add_loop_test(tc, rope_table_not_by_position, 0, 2);
     tcase_add_test(tc, f16_overflow_names_fp16);
     tcase_add_loop_test(tc, steps_equal_whole_f32, 0, 9);
