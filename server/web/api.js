@@ -111,13 +111,16 @@ async function readJSON(res) {
 }
 
 // cameInstead: what res (its body text) is, said for an answer that is
-// not attnd's JSON: where it came from, its status and content type, and
-// the start of its text with any HTML tags stripped.
-function cameInstead(res, text) {
+// not attnd's JSON (or, wanted, not what was asked for): where it came
+// from, its status and content type, and the start of its text with any
+// HTML tags stripped (and what no one reads: comments, style sheets and
+// scripts, with which a portal's page often begins).
+function cameInstead(res, text, wanted = 'JSON') {
   const type = res.headers.get('Content-Type') || 'no Content-Type';
-  const start = text.replace(/<[^>]*>/g, ' ').replace(/\s+/g, ' ').trim().slice(0, 80);
+  const start = text.replace(/<!--[\s\S]*?(-->|$)|<(style|script)\b[\s\S]*?(<\/\2\s*>|$)/gi, ' ')
+    .replace(/<[^>]*>/g, ' ').replace(/\s+/g, ' ').trim().slice(0, 80);
   const where = res.url ? new URL(res.url).pathname : 'the server';
-  return `${where}: the answer (HTTP ${res.status}, ${type}) is not JSON${start ? `: “${start}”` : ''}`;
+  return `${where}: the answer (HTTP ${res.status}, ${type}) is not ${wanted}${start ? `: “${start}”` : ''}`;
 }
 
 const mb = (n) => (n < 1e6 ? `${Math.ceil(n / 1e3)} kB` : `${Math.round(n / 1e6)} MB`);
@@ -490,13 +493,27 @@ async function readMap(id, meta, progress) {
   const planes = B * H * (1 + (meta.mask || grown ? 1 : 0) + (!pooled && kept.includes('scores') ? 1 : 0)) +
     (withV ? B * meta.v_shape[1] : 0);
   let read = 0;
-  const fetchF32 = async (b, h, what) => {
+  // fetchF32: one plane of n FP32 values. attnd answers it
+  // application/octet-stream, n x 4 bytes: anything else (a proxy's or a
+  // login page's HTML answered 200, a misrouted request) says what came.
+  const fetchF32 = async (b, h, what, n) => {
     const res = await send(url(`v2/maps/${encodeURIComponent(id)}/attention?b=${b}&h=${h}&what=${what}&format=f32${what === 'v' ? '' : q}`),
       { headers: mapHeaders(id) });
     if (!res.ok) await fail(res);
-    const a = new Float32Array(await res.arrayBuffer());
+    let buf;
+    try { buf = await res.arrayBuffer(); } catch (e) {
+      throw new Error(`map ${id}: its ${what} plane could not be read whole (${e.message}): the connection broke?`);
+    }
+    const binary = /^application\/octet-stream\b/i.test(res.headers.get('Content-Type') || '');
+    if (!binary) {
+      const text = new TextDecoder().decode(new Uint8Array(buf, 0, Math.min(buf.byteLength, 4096)));
+      throw new Error(`map ${id}: ${cameInstead(res, text, `its ${what} plane as FP32`)}; a proxy or login page in the way?`);
+    }
+    if (buf.byteLength !== 4 * n)
+      throw new Error(`map ${id}: its ${what} plane (item ${b}, head ${h}) came as ${buf.byteLength} bytes, ` +
+        `not the ${4 * n} of its shape; reload the page, or check what is between it and attnd`);
     if (progress) progress(`${++read} of ${planes} planes`);
-    return a;
+    return new Float32Array(buf);
   };
   let rows = T, cols = S;
   if (pooled) {
@@ -507,9 +524,7 @@ async function readMap(id, meta, progress) {
     const out = new Arr(B * H * rows * cols);
     for (let b = 0; b < B; b++)
       for (let h = 0; h < H; h++) {
-        const m = await fetchF32(b, h, what);
-        if (m.length !== rows * cols) throw new Error(`map ${id}: unexpected ${what} size`);
-        out.set(m, (b * H + h) * rows * cols);
+        out.set(await fetchF32(b, h, what, rows * cols), (b * H + h) * rows * cols);
       }
     return out;
   };
@@ -529,7 +544,7 @@ async function readMap(id, meta, progress) {
       v = new Float32Array(B * hkv * S * dv);
       for (let b = 0; b < B; b++)
         for (let g = 0; g < hkv; g++) // head g * (H / hkv) reads kv head g
-          v.set(await fetchF32(b, g * (H / hkv), 'v'), (b * hkv + g) * S * dv);
+          v.set(await fetchF32(b, g * (H / hkv), 'v', S * dv), (b * hkv + g) * S * dv);
     }
     // The store keeps scores and values only when the retaining request
     // computed them (it asked for those outputs).

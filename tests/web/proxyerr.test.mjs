@@ -11,7 +11,7 @@ import http from 'node:http';
 import { launch, openPage, startAttnd } from './harness.mjs';
 
 let daemon, browser, proxy, base;
-let broken = null; // { path: RegExp, status } answered by the proxy itself
+let broken = null; // { path: RegExp, status, body? } answered by the proxy itself
 
 const NGINX = {
   502: 'Bad Gateway', 503: 'Service Temporarily Unavailable', 504: 'Gateway Time-out',
@@ -26,7 +26,7 @@ function door(req, res) {
   req.on('end', () => {
     if (broken && broken.path.test(req.url)) {
       res.writeHead(broken.status, { 'Content-Type': 'text/html', Server: 'nginx/1.24.0' });
-      res.end(page502(broken.status));
+      res.end(broken.body || page502(broken.status));
       return;
     }
     const u = new URL(daemon.url);
@@ -130,5 +130,33 @@ test('a Run answered 431 in HTML (a proxy, or the HTTP library under attnd) name
   assert.match(text, /HTTP 431, text\/html/, text);
   assert.match(text, /a proxy between this page and attnd, or the HTTP library under attnd/, text);
   assert.doesNotMatch(text, /<|>/, text);
+  await page.close();
+});
+
+// A captive portal's (or a login proxy's) page, answered 200.
+const PORTAL = '<!DOCTYPE html>\n<html><head><title>Guest Wi-Fi</title><style>body{font:14px sans-serif}</style></head>\n' +
+  '<body><h1>Sign in to Guest Wi-Fi</h1><form action="/login"><input name="room"></form></body></html>\n';
+
+test('a map plane answered 200 with HTML (a portal or login page) says what came, not "unexpected size"', async () => {
+  const r = await fetch(`${daemon.url}/v2/models/toy/infer`, {
+    method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ inputs: [{ name: 'x', datatype: 'FP32', shape: [1, 2, 16], data: Array.from({ length: 32 }, (_, i) => (i % 5) / 5) }],
+      outputs: [{ name: 'y' }], parameters: { retain: true, tokens: ['a', 'b'] } }),
+  });
+  const id = (await r.json()).parameters.map_id;
+  assert.ok(id);
+  broken = { path: /\/attention\?/, status: 200, body: PORTAL };
+  let page;
+  try {
+    page = await browser.newPage();
+    await page.goto(`${base}/#map=${id}&h=0`);
+    await page.waitForFunction(() => document.body.dataset.state === 'error', null, { timeout: 10000 });
+  } finally { broken = null; }
+  const text = await page.textContent('#status');
+  assert.match(text, /HTTP 200, text\/html/, text);
+  // its text, not its style sheet
+  assert.match(text, /not its attention plane as FP32: “Guest Wi-Fi Sign in to Guest Wi-Fi”/, text);
+  assert.ok(text.includes(`/v2/maps/${id}/attention`), text);
+  assert.doesNotMatch(text, /<|>|unexpected/, text);
   await page.close();
 });
