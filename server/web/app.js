@@ -9,7 +9,7 @@ import { drawHeatmap, drawLegend, drawThumb, hit, paintThumb, thumbImage } from 
 import { renderSteps, renderTable, renderLines, fmt, scoreScale } from './panels.js';
 import * as live from './live.js';
 import { initExport } from './export.js';
-import { JSON_IN_URL_MAX, readHash, writeHash } from './link.js';
+import { readHash, writeHash } from './link.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -348,7 +348,8 @@ async function doRun() {
     // failed to): not the previous model's, nor none.
     if (state.model !== 'sdpa' && meta?.name !== state.model) await loadMeta(state.model, false);
     const opts = { causal: state.causal, retain: state.retain };
-    const asked = { model: state.model, tab: state.model === 'sdpa' ? 'json' : state.tab }; // for the link
+    const asked = { model: state.model, tab: state.model === 'sdpa' ? 'json' : state.tab, // for the link
+      text: state.text, json: state.json, causal: state.causal };
     let r;
     if (state.model === 'sdpa') {
       if (state.tab !== 'json') selectTab('json');
@@ -631,8 +632,7 @@ function wire() {
   $('zoom-in').addEventListener('click', () => { state.win.n >>= 1; update(); });
   $('zoom-out').addEventListener('click', () => { state.win.n <<= 1; update(); });
   $('copy-link').addEventListener('click', async () => {
-    writeHash(state, run && run.asked);
-    if (state.tab === 'json' && !state.map && state.json.length > JSON_IN_URL_MAX) {
+    if (!writeHash(state, run && run.asked)) { // the drawn run's input, not the form's now
       setStatus('This input is too large for a link: tick “retain on the server” and run, then copy the link to the map.', true);
       return;
     }

@@ -7,10 +7,11 @@ import * as live from './live.js';
 
 export const JSON_IN_URL_MAX = 16384; // pasted input kept in the link up to this
 
-// asked (optional): the model and tab the drawn run was asked with (the
-// text, JSON and causal box are state's as of that Run already): the
-// picker or the tabs changed since say what the next Run asks, not what
-// the link shows.
+// asked (optional): the model, input tab, text, JSON and causal box the
+// drawn run was asked with: the picker, the tabs, the fields, or a Run
+// that failed since (it read them, and drew nothing) say what the next
+// Run asks, not what the link shows. Returns whether the link holds the
+// drawn view's input: false when it is pasted JSON too large for a link.
 export function writeHash(state, asked = null) {
   const a = asked || state;
   const p = new URLSearchParams();
@@ -20,11 +21,11 @@ export function writeHash(state, asked = null) {
     if (api.sequenceOfMap(state.map)) p.set('seq', api.sequenceOfMap(state.map));
   } else {
     p.set('model', a.model);
-    if (a.tab !== 'json') p.set('text', state.text);
+    if (a.tab !== 'json') p.set('text', a.text);
     // Too large for a link: an empty json= says so when it is reopened
     // (not the words or the seed in its place).
-    else p.set('json', state.json.length <= JSON_IN_URL_MAX ? state.json : '');
-    p.set('causal', state.causal ? '1' : '0');
+    else p.set('json', a.json.length <= JSON_IN_URL_MAX ? a.json : '');
+    p.set('causal', a.causal ? '1' : '0');
   }
   if (state.b) p.set('b', String(state.b));
   p.set('h', String(state.h));
@@ -34,6 +35,7 @@ export function writeHash(state, asked = null) {
   // A link to a sequence this page drives follows it as it grows.
   if (state.map && (state.follow || live.drives(state.map))) p.set('follow', '1');
   history.replaceState(null, '', `#${p.toString()}`);
+  return !!state.map || a.tab !== 'json' || a.json.length <= JSON_IN_URL_MAX;
 }
 
 export function readHash(state) {

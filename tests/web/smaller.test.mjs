@@ -242,6 +242,56 @@ test('a pasted JSON too large for the link: reopened, the link says it has no in
   await page.close();
 });
 
+// bigSpec: sdpa input whose JSON is past the link's 16 KiB.
+function bigSpec() {
+  const T = 120, d = 16;
+  const m = (f) => Array.from({ length: T }, (_, i) => Array.from({ length: d }, (_, j) => Number(Math.sin(f * i + j).toFixed(6))));
+  return { q: m(1), k: m(2), v: m(3) };
+}
+const copied = async (page) => {
+  await page.click('#copy-link');
+  return page.textContent('#status');
+};
+
+test('Copy link judges the drawn run\'s input, not the tab or the fields changed since', async () => {
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=a%20b&h=0`);
+  // A pasted JSON past 16 KiB drawn, then the Words tab opened and words
+  // typed, not run: the link cannot hold the drawn input.
+  await page.click('#tab-json');
+  await page.fill('#json', JSON.stringify({ x: bigSpec().q }));
+  await page.click('#run');
+  await page.waitForFunction(() => window.attnd.run.T === 120 && document.body.dataset.state === 'ready');
+  await page.click('#tab-words');
+  await page.fill('#text', 'one two');
+  assert.match(await copied(page), /too large for a link/);
+  // The words run (the JSON field still holds the large input), then the
+  // JSON tab opened to look at it: the drawn words fit in the link.
+  await page.click('#run');
+  await page.waitForFunction(() => window.attnd.run.T === 2 && document.body.dataset.state === 'ready');
+  await page.click('#tab-json');
+  assert.doesNotMatch(await copied(page), /too large/);
+  const p = new URLSearchParams(new URL(page.url()).hash.slice(1));
+  assert.equal(p.get('text'), 'one two');
+  assert.equal(p.get('model'), 'toy');
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('a Run that failed leaves the link on the drawn run\'s words and causal box, not the failed one\'s', async () => {
+  const { page } = await openPage(browser, `${daemon.url}/#model=toy&text=a%20b%20c&causal=0&h=0`);
+  await page.fill('#text', '   ');
+  await page.check('#causal');
+  await page.click('#run');
+  await page.waitForFunction(() => document.body.dataset.state === 'error');
+  assert.match(await page.textContent('#status'), /type at least one word/);
+  await page.click('#heads button[data-head="1"]'); // the drawn map still studied
+  const p = new URLSearchParams(new URL(page.url()).hash.slice(1));
+  assert.equal(p.get('text'), 'a b c');
+  assert.equal(p.get('causal'), '0');
+  assert.equal(p.get('h'), '1');
+  await page.close();
+});
+
 test('while the server is slow to list its models, the status line says what the page waits for', async () => {
   const page = await browser.newPage();
   await page.route(/\/v2\/repository\/index$/, async (r) => { await new Promise((res) => setTimeout(res, 1500)); await r.continue(); });
