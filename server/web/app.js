@@ -758,7 +758,7 @@ async function start() {
     askKey(e);
     if (unlisted) { document.body.dataset.state = 'error'; return; }
   }
-  const keep = { b: state.b, h: state.h, q: state.q };
+  const keep = { b: state.b, h: state.h, q: state.q, win: state.win };
   let g;
   if (state.map) g = await openMap(state.map);
   else if (noInput) {

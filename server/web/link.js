@@ -1,6 +1,6 @@
-// link.js - the page's state in the URL hash (#model=demo&text=...&h=2&q=5
-// reopens the same view): writeHash puts it there, readHash takes it
-// back into state (app.js's).
+// link.js - the page's state in the URL hash (#model=demo&text=...&h=2&q=5,
+// and win=r0.c0.n for a zoomed long map, reopens the same view): writeHash
+// puts it there, readHash takes it back into state (app.js's).
 
 import * as api from './api.js';
 import * as live from './live.js';
@@ -30,6 +30,8 @@ export function writeHash(state, asked = null) {
   if (state.b) p.set('b', String(state.b));
   p.set('h', String(state.h));
   if (state.q != null) p.set('q', String(state.q));
+  // the zoom window of a long map: rows and keys from r0, c0, n a side
+  if (state.win) p.set('win', `${state.win.r0}.${state.win.c0}.${state.win.n}`);
   if (state.scale !== 'linear') p.set('scale', state.scale);
   if (state.auto) p.set('auto', '1');
   // A link to a sequence this page drives follows it as it grows.
@@ -51,6 +53,8 @@ export function readHash(state) {
   state.b = int('b', 0);
   state.h = p.get('h') === 'mean' ? 'mean' : int('h', 0);
   state.q = int('q', null); // none: the strongest off-diagonal row (selQ)
+  const w = /^(\d+)\.(\d+)\.(\d+)$/.exec(p.get('win') || '');
+  state.win = w ? { r0: Number(w[1]), c0: Number(w[2]), n: Number(w[3]) } : null; // (app.js clamps it)
   state.scale = p.get('scale') === 'log' ? 'log' : 'linear';
   state.auto = p.get('auto') === '1';
   state.follow = !!state.map && p.get('follow') === '1';

@@ -292,6 +292,23 @@ test('a Run that failed leaves the link on the drawn run\'s words and causal box
   await page.close();
 });
 
+test('a link to a zoomed long map reopens the same zoom window, not one around the query row', async () => {
+  const words = Array.from({ length: 300 }, (_, i) => `w${i % 37}`).join(' ');
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=${encodeURIComponent(words)}&h=1`);
+  await page.click('#zoom-in');
+  await page.focus('#heatmap');
+  for (let i = 0; i < 3; i++) await page.keyboard.press('PageDown'); // the window follows the cursor
+  await page.keyboard.press('Home');
+  const seen = await page.textContent('#zoom-info');
+  assert.match(seen, /keys 0–31 of 300 × 300/);
+  const { page: fresh, errors: e2 } = await openPage(browser, page.url());
+  assert.equal(await fresh.textContent('#zoom-info'), seen);
+  assert.equal(await fresh.evaluate(() => window.attnd.state.q), await page.evaluate(() => window.attnd.state.q));
+  assert.deepEqual([...errors, ...e2], []);
+  await page.close();
+  await fresh.close();
+});
+
 test('while the server is slow to list its models, the status line says what the page waits for', async () => {
   const page = await browser.newPage();
   await page.route(/\/v2\/repository\/index$/, async (r) => { await new Promise((res) => setTimeout(res, 1500)); await r.continue(); });
