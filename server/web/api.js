@@ -191,8 +191,8 @@ function bigRun(B, H, T, S, unit, retain) {
     'the map then stays on the server and the page reads it max-pooled.');
 }
 
-export async function getJSON(u, h = headers()) {
-  const res = await send(u, { headers: { ...h, Accept: 'application/json' } });
+export async function getJSON(u, h = headers(), signal = undefined) {
+  const res = await send(u, { headers: { ...h, Accept: 'application/json' }, signal });
   if (!res.ok) await fail(res);
   return readJSON(res);
 }
@@ -217,12 +217,14 @@ async function postJSON(u, body, size) {
 // no text of numbers to parse (JSON: ~11 bytes a weight, held whole as
 // one string). An answer that is all JSON (a server without the
 // extension) is read as such; one whose sizes do not add up throws.
-async function postInfer(u, body, size) {
+// signal (optional) aborts it: a Run overtaken by the next one.
+async function postInfer(u, body, size, signal) {
   const text = JSON.stringify({ ...body, parameters: { ...body.parameters, binary_data_output: true } });
   const res = await send(u, {
     method: 'POST',
     headers: headers({ 'Content-Type': 'application/json', Accept: 'application/octet-stream, application/json' }),
     body: text,
+    signal,
   });
   if (!res.ok) await fail(res, size && { ...size, bytes: text.length });
   if (!res.headers.has('Inference-Header-Content-Length')) return readJSON(res);
@@ -353,18 +355,18 @@ function shapeOfMask(a) {
 }
 
 // Run the attention model `model` on words with the sample generator.
-export async function inferWords(meta, words, { causal, retain }) {
+export async function inferWords(meta, words, opts) {
   const p = meta.parameters || {};
   const d = p.d_model;
   const x = embed(words, d);
-  return inferX(meta, [1, words.length, d], x, words, { causal, retain }, null, undefined, 'words');
+  return inferX(meta, [1, words.length, d], x, words, opts, null, undefined, 'words');
 }
 
 // Run an attention model on an explicit x of shape [B, T, d_model] (and,
 // for cross-attention, ctx = { shape: [B, S, d_ctx], data, tokens }).
 // unit: what its T counts, for messages. A retained run past
 // RUN_MAX_CELLS returns { mapOnly: true, mapId }: open the map.
-export async function inferX(meta, shape, x, tokens, { causal, retain }, ctx = null, maskIn = undefined,
+export async function inferX(meta, shape, x, tokens, { causal, retain, signal }, ctx = null, maskIn = undefined,
   unit = 'query rows') {
   const p = meta.parameters || {};
   const n = shape[1], cells = [shape[0], p.n_heads || 1, n, ctx ? ctx.shape[1] : n];
@@ -387,7 +389,7 @@ export async function inferX(meta, shape, x, tokens, { causal, retain }, ctx = n
     parameters: params,
   };
   const resp = await postInfer(url(`v2/models/${encodeURIComponent(meta.name)}/infer`), body,
-    { n, unit, outBytes: 4 * cells.reduce((a, b) => a * b) * (retain ? 2 : 1) });
+    { n, unit, outBytes: 4 * cells.reduce((a, b) => a * b) * (retain ? 2 : 1) }, signal);
   if (mapOnly) return { mapOnly, mapId: resp.parameters && resp.parameters.map_id };
   const o = outputsByName(resp);
   if (!o.attention) throw new Error('response has no attention output');
@@ -406,7 +408,7 @@ export async function inferX(meta, shape, x, tokens, { causal, retain }, ctx = n
 }
 
 // Run the built-in sdpa model on q [T,dk] / [B,T,dk] / [B,H,T,dk] etc.
-export async function inferSdpa(spec, { causal, retain }) {
+export async function inferSdpa(spec, { causal, retain, signal }) {
   const qs = shapeOf(spec.q, 'q'), ks = shapeOf(spec.k, 'k'), vs = shapeOf(spec.v, 'v');
   if (qs.length < 2 || qs.length > 4) throw new Error('q: expected [T, d_k], [B, T, d_k] or [B, H, T, d_k]');
   if (ks.length !== qs.length || vs.length !== qs.length)
@@ -429,7 +431,7 @@ export async function inferSdpa(spec, { causal, retain }) {
     inputs,
     outputs: (mapOnly ? ['output'] : ['output', 'attention', ...(retain ? ['scores'] : [])]).map((name) => ({ name })),
     parameters: params,
-  }, { n: T, unit: 'query rows', outBytes: 4 * B * H * T * S * (retain ? 2 : 1) });
+  }, { n: T, unit: 'query rows', outBytes: 4 * B * H * T * S * (retain ? 2 : 1) }, signal);
   if (mapOnly) return { mapOnly, mapId: resp.parameters && resp.parameters.map_id };
   const o = outputsByName(resp);
   if (!o.attention) throw new Error('response has no attention output');
@@ -463,15 +465,17 @@ const POOL_N = 512;
 // so an unchanged one means every plane came from it) it is read anew,
 // rather than drawing heads of two versions or failing on a plane of
 // the new size. progress (optional) hears "n of N planes" after each
-// plane read: a map of many heads takes as many requests.
+// plane read: a map of many heads takes as many requests. signal
+// (optional) aborts the reads: the map is no longer wanted.
 const OPEN_TRIES = 4;
-export async function openMap(id, progress) {
+export async function openMap(id, progress, signal) {
   const metaUrl = url(`v2/maps/${encodeURIComponent(id)}`);
-  let meta = await getJSON(metaUrl, mapHeaders(id));
+  let meta = await getJSON(metaUrl, mapHeaders(id), signal);
   for (let k = 1; ; k++) {
     let run = null, err = null;
-    try { run = await readMap(id, meta, progress); } catch (e) { err = e; }
-    const now = await getJSON(metaUrl, mapHeaders(id));
+    try { run = await readMap(id, meta, progress, signal); } catch (e) { err = e; }
+    if (err && err.name === 'AbortError') throw err;
+    const now = await getJSON(metaUrl, mapHeaders(id), signal);
     if (now.version === meta.version && String(now.shape) === String(meta.shape)) {
       if (err) throw err;
       return run;
@@ -483,7 +487,7 @@ export async function openMap(id, progress) {
 }
 
 // readMap: openMap's reads for the map that meta describes.
-async function readMap(id, meta, progress) {
+async function readMap(id, meta, progress, signal) {
   const [B, H, T, S] = meta.shape;
   const kept = meta.retained || ['attention'];
   const pooled = T * S > FULL_MAP_CELLS;
@@ -498,10 +502,11 @@ async function readMap(id, meta, progress) {
   // login page's HTML answered 200, a misrouted request) says what came.
   const fetchF32 = async (b, h, what, n) => {
     const res = await send(url(`v2/maps/${encodeURIComponent(id)}/attention?b=${b}&h=${h}&what=${what}&format=f32${what === 'v' ? '' : q}`),
-      { headers: mapHeaders(id) });
+      { headers: mapHeaders(id), signal });
     if (!res.ok) await fail(res);
     let buf;
     try { buf = await res.arrayBuffer(); } catch (e) {
+      if (e.name === 'AbortError') throw e;
       throw new Error(`map ${id}: its ${what} plane could not be read whole (${e.message}): the connection broke?`);
     }
     const binary = /^application\/octet-stream\b/i.test(res.headers.get('Content-Type') || '');

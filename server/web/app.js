@@ -330,13 +330,21 @@ function parseJSONInput() {
 // viewGen: bumps with every Run and every map opened; an answer that
 // comes back after a newer one was asked for (a slow Run overtaken by the
 // next, a map clicked and then a Run) is dropped, its error too, so the
-// page never draws other than what its input and its link say.
+// page never draws other than what its input and its link say. Its
+// requests are aborted (viewAbort) so that it stops downloading (up to
+// 64 MiB) and the server, seeing its client go, need not finish it.
 let viewGen = 0;
+let viewAbort = null;
+function nextView() {
+  if (viewAbort) viewAbort.abort();
+  viewAbort = new AbortController();
+  return ++viewGen;
+}
 
 // doRun: Run the input. Returns its generation once drawn (viewGen while
 // it is the one shown), null when it failed.
 async function doRun() {
-  const g = ++viewGen;
+  const g = nextView(), signal = viewAbort.signal;
   document.body.dataset.state = 'loading';
   setStatus('running…');
   state.causal = $('causal').checked;
@@ -347,7 +355,7 @@ async function doRun() {
     // The model chosen a moment ago may still be loading its metadata (or
     // failed to): not the previous model's, nor none.
     if (state.model !== 'sdpa' && meta?.name !== state.model) await loadMeta(state.model, false);
-    const opts = { causal: state.causal, retain: state.retain };
+    const opts = { causal: state.causal, retain: state.retain, signal };
     const asked = { model: state.model, tab: state.model === 'sdpa' ? 'json' : state.tab, // for the link
       text: state.text, json: state.json, causal: state.causal };
     let r;
@@ -421,11 +429,11 @@ function finishRun(note, keep = null) {
 
 // openMap: show retained map id. Returns as doRun does.
 async function openMap(id) {
-  const g = ++viewGen;
+  const g = nextView(), signal = viewAbort.signal;
   document.body.dataset.state = 'loading';
   setStatus(`opening map ${id}…`);
   try {
-    const r = await api.openMap(id, (p) => { if (g === viewGen) setStatus(`opening map ${id}: ${p}…`); });
+    const r = await api.openMap(id, (p) => { if (g === viewGen) setStatus(`opening map ${id}: ${p}…`); }, signal);
     if (g !== viewGen) return g;
     run = r;
     state.map = id;

@@ -309,6 +309,32 @@ test('a link to a zoomed long map reopens the same zoom window, not one around t
   await fresh.close();
 });
 
+test('a Run overtaken by the next one is aborted, not downloaded to be dropped', async () => {
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=a%20b&h=0`);
+  let n = 0;
+  await page.route(/\/infer$/, async (r) => { // the first Run's answer is slow
+    if (n++ === 0) await new Promise((res) => setTimeout(res, 3000));
+    await r.continue().catch(() => {}); // (aborted meanwhile)
+  });
+  const failed = [];
+  page.on('requestfailed', (r) => { if (/\/infer$/.test(r.url())) failed.push(r.failure().errorText); });
+  const done = [];
+  page.on('requestfinished', (r) => { if (/\/infer$/.test(r.url())) done.push(r.url()); });
+  await page.fill('#text', 'one two three');
+  await page.click('#run');
+  await page.waitForTimeout(300);
+  await page.fill('#text', 'four five six seven');
+  await page.click('#run');
+  await page.waitForFunction(() => window.attnd.run.T === 4 && document.body.dataset.state === 'ready');
+  await page.waitForTimeout(3500); // the first answer would have come by now
+  assert.deepEqual(failed, ['net::ERR_ABORTED']);
+  assert.equal(done.length, 1, 'only the second Run\'s answer was read');
+  assert.equal(await page.evaluate(() => window.attnd.run.T), 4);
+  assert.match(await page.textContent('#status'), /T=4/);
+  assert.deepEqual(errors.filter((e) => !/ERR_ABORTED|aborted/i.test(e)), []);
+  await page.close();
+});
+
 test('while the server is slow to list its models, the status line says what the page waits for', async () => {
   const page = await browser.newPage();
   await page.route(/\/v2\/repository\/index$/, async (r) => { await new Promise((res) => setTimeout(res, 1500)); await r.continue(); });
