@@ -76,8 +76,9 @@ export function drawHeatmap(canvas, v) {
   const rowLab = [], colLab = [];
   for (let r = 0; r < v.rows; r++) rowLab.push(fit(probe, String(v.rowLabels[v.r0 + r] ?? '')));
   for (let c = 0; c < v.cols; c++) colLab.push(fit(probe, String(v.colLabels[v.c0 + c] ?? '')));
-  const lw = Math.max(20, ...rowLab.map((s) => probe.measureText(s).width)) + 10;
   const cw = Math.max(20, ...colLab.map((s) => probe.measureText(s).width));
+  probe.font = `bold ${FONT}`; // the selected row's label is bold: room for it
+  const lw = Math.max(20, ...rowLab.map((s) => probe.measureText(s).width)) + 10;
   const slant = Math.SQRT1_2; // column labels at 45 degrees
   const avail = Math.max(120, (v.maxWidth || 640) - lw - cw * slant - 16);
   const cell = Math.max(2, Math.min(48, Math.floor(Math.min(avail, 720) / Math.max(v.rows, v.cols))));

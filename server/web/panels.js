@@ -159,6 +159,22 @@ function svg(tag, attrs, text) {
   return e;
 }
 
+// lineLabel: an SVG text of token s, cut (…) to px CSS pixels in the
+// lines' font (bold for the query's own): a long token ran out of the
+// panel, showing its wrong end. The whole token is its tooltip.
+const probe = document.createElement('canvas').getContext('2d');
+function lineLabel(attrs, s, px, font) {
+  let t = String(s);
+  probe.font = font;
+  if (probe.measureText(t).width > px) {
+    while (t.length > 1 && probe.measureText(`${t}…`).width > px) t = t.slice(0, -1);
+    t += '…';
+  }
+  const e = svg('text', attrs, t);
+  if (t !== String(s)) e.append(svg('title', {}, String(s)));
+  return e;
+}
+
 // renderLines: BertViz-style lines from query qi to every key; stroke
 // opacity and width follow the weight's position on the colour scale.
 export function renderLines(box, run, v, qi) {
@@ -180,10 +196,13 @@ export function renderLines(box, run, v, qi) {
       'stroke-opacity': (0.05 + 0.95 * p).toFixed(3), 'stroke-width': (0.5 + 3.5 * p).toFixed(2), class: 'attn',
     }));
   }
+  const font = `12px ${getComputedStyle(box).fontFamily}`; // #lines text
   for (let i = 0; i < run.T; i++)
-    box.append(svg('text', { x: xl, y: i * rh + 17, 'text-anchor': 'end', class: i === qi ? 'sel' : '' }, run.tokens[i]));
+    box.append(lineLabel({ x: xl, y: i * rh + 17, 'text-anchor': 'end', class: i === qi ? 'sel' : '' }, run.tokens[i],
+      xl - 2, i === qi ? `bold ${font}` : font));
   for (let j = 0; j < run.S; j++)
-    box.append(svg('text', { x: xr, y: j * rh + 17, class: v.masked(qi, j) ? 'muted' : '' }, run.keyTokens[j]));
+    box.append(lineLabel({ x: xr, y: j * rh + 17, class: v.masked(qi, j) ? 'muted' : '' }, run.keyTokens[j],
+      W - xr - 2, font));
 }
 
 // renderTable: every weight as a number, for small maps (colour is never

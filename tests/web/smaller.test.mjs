@@ -335,6 +335,34 @@ test('a Run overtaken by the next one is aborted, not downloaded to be dropped',
   await page.close();
 });
 
+test('a long token: its labels are cut inside the map, the lines and the step view, not run out of them', async () => {
+  const long = 'Pneumonoultramicroscopicsilicovolcanoconiosis'.repeat(6);
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=${encodeURIComponent(`the ${long} sat on`)}&h=0&q=1`);
+  // The selected row's label is bold: the canvas's first columns stay
+  // blank beside it (lit: its start was drawn off the canvas's left edge).
+  const lit = await page.evaluate(() => {
+    const c = document.getElementById('heatmap'), ctx = c.getContext('2d');
+    const { py, cell } = window.attnd.cellCenter(1, 0);
+    const d = ctx.getImageData(0, py - cell / 2, 3, cell).data;
+    let n = 0;
+    for (let k = 3; k < d.length; k += 4) if (d[k] > 0) n++;
+    return n;
+  });
+  // The lines' labels stay inside the 300-pixel panel, cut with …, the
+  // whole token their tooltip.
+  const lines = await page.evaluate(() => [...document.querySelectorAll('#lines text')].map((t) => {
+    const b = t.getBBox();
+    return { x0: b.x, x1: b.x + b.width, text: t.firstChild.textContent, title: t.querySelector('title')?.textContent };
+  }));
+  const out = lines.filter((l) => !(l.x0 >= 0 && l.x1 <= 300));
+  const cut = lines.filter((l) => l.title === long && /^Pneumono.*…$/.test(l.text)); // as the query and as a key
+  // The step view's heading wraps the token inside its panel.
+  const wraps = await page.evaluate(() => { const h = document.querySelector('#steps h2'); return h.scrollWidth <= h.clientWidth; });
+  assert.deepEqual({ lit, out, cut: cut.length, wraps }, { lit: 0, out: [], cut: 2, wraps: true });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test('while the server is slow to list its models, the status line says what the page waits for', async () => {
   const page = await browser.newPage();
   await page.route(/\/v2\/repository\/index$/, async (r) => { await new Promise((res) => setTimeout(res, 1500)); await r.continue(); });
