@@ -148,14 +148,19 @@ export async function startSequence(meta, words, causal) {
 
 // step: Step (replace false) appends the typed words; Replace last
 // (replace true) sends them at the position of the last step's words.
+// While one is on its way (a slow server) the status line says so, and
+// another Step says that it waits for it rather than nothing.
 async function step(replace) {
   const $ = ctx.$;
-  if (!seq || !seq.live || busy || (replace && !(seq.last > 0))) return;
+  if (!seq || !seq.live || (replace && !(seq.last > 0))) return;
+  if (busy) { ctx.setStatus(`sequence ${seq.id}: the last step is still on its way; wait for it`); return; }
   const words = tokenize($('seq-next').value);
   if (!words.length) { ctx.setStatus('Next word(s): type at least one word', true); return; }
   busy = true;
   document.body.dataset.state = 'loading';
   const pos0 = replace ? seq.length - seq.last : seq.length;
+  ctx.setStatus(`sequence ${seq.id}: ${replace ? 'replacing the last step with' : 'stepping'} ` +
+    `${words.length} word${words.length === 1 ? '' : 's'} at position ${pos0}…`);
   try {
     const r = await api.seqStep(seq.meta, seq.id, words, pos0, { causal: seq.causal });
     seq.words = [...seq.words.slice(0, pos0), ...words];

@@ -489,3 +489,34 @@ test('a map stepped while the page reads it, head by head, opens as one version,
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+test('a Step on a slow server says it is on its way, and a second Step meanwhile says it waits', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences'); return; }
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=a%20b&h=0`);
+  await page.fill('#text', 'one two three');
+  await page.check('#seq-mode');
+  await page.click('#run');
+  await page.waitForFunction(() => window.attnd.sequence && document.body.dataset.state === 'ready');
+  const before = await page.textContent('#status');
+  let slow = true;
+  await page.route(/\/infer$/, async (r) => {
+    if (slow) { slow = false; await new Promise((res) => setTimeout(res, 2500)); }
+    await r.continue();
+  });
+  await page.fill('#seq-next', 'four');
+  await page.click('#seq-step');
+  await page.waitForTimeout(400);
+  const during = await page.textContent('#status');
+  await page.click('#seq-step');
+  const again = await page.textContent('#status');
+  await page.waitForFunction(() => window.attnd.run.T === 4 && document.body.dataset.state === 'ready', null, { timeout: 10000 });
+  assert.deepEqual({ changed: during !== before, during, again }, {
+    changed: true,
+    during: `sequence ${await page.evaluate(() => window.attnd.sequence.id)}: stepping 1 word at position 3…`,
+    again: `sequence ${await page.evaluate(() => window.attnd.sequence.id)}: the last step is still on its way; wait for it`,
+  });
+  assert.equal(await page.evaluate(() => window.attnd.sequence.length), 4, 'stepped once');
+  assert.match(await page.textContent('#status'), /\+1 → 4 tokens/);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
