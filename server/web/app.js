@@ -571,9 +571,10 @@ function onKey(e) {
       if (cursor.i < w.r0 || cursor.i >= w.r0 + n) w.r0 = cursor.i - (n >> 1);
       if (cursor.j < w.c0 || cursor.j >= w.c0 + n) w.c0 = cursor.j - (n >> 1);
     }
-  } else if ((e.key === 'Enter' || e.key === ' ') && cursor) {
-    e.preventDefault();
-    state.q = cursor.i;
+  } else if (e.key === 'Enter' || e.key === ' ') {
+    e.preventDefault(); // (Space scrolled the page)
+    if (cursor) state.q = cursor.i;
+    else cursor = { i: selQ(), j: 0 }; // shown first, on the step view's row
   } else if (e.key === '[' || e.key === ']') { // previous / next head (then the mean)
     const heads = [...Array(run.H).keys()];
     if (run.H > 1) heads.push('mean');

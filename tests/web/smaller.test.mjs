@@ -363,6 +363,22 @@ test('a long token: its labels are cut inside the map, the lines and the step vi
   await page.close();
 });
 
+test('Enter or Space on the map before any arrow shows the cursor, and Space does not scroll the page', async () => {
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=the%20cat%20sat%20on%20the%20mat&h=0`);
+  await page.focus('#heatmap');
+  const y0 = await page.evaluate(() => window.scrollY);
+  await page.keyboard.press(' ');
+  await page.waitForTimeout(200);
+  const got = { scrolled: (await page.evaluate(() => window.scrollY)) !== y0,
+    query: await page.evaluate(() => document.querySelector('#readout dd[data-field="query"]')?.textContent ?? null) };
+  const row = await page.evaluate(() => window.attnd.run.tokens.length > 0 && document.querySelector('#steps h2')?.textContent);
+  assert.deepEqual(got, { scrolled: false, query: `${/query “([^”]*)” \(#(\d+)\)/.exec(row).slice(1).join(' (#')})` });
+  await page.keyboard.press('Enter'); // now picks that row
+  assert.equal(await page.evaluate(() => window.attnd.state.q), Number(/\(#(\d+)\)/.exec(row)[1]));
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test('while the server is slow to list its models, the status line says what the page waits for', async () => {
   const page = await browser.newPage();
   await page.route(/\/v2\/repository\/index$/, async (r) => { await new Promise((res) => setTimeout(res, 1500)); await r.continue(); });
