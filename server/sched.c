@@ -698,5 +698,3 @@ void srv_sched_expire(srv *s)
     for (e = s->models; e; e = e->next)
         srv__sched_expire_queue(e);
 }
-
-int srv_sched_idle(const srv *s) { return s->live_jobs == 0; }

@@ -645,7 +645,6 @@ void srv_sched_detach(srv_req *r); /* the request goes away (completion) */
 void srv_sched_client_went(srv_req *r);
 void srv_sched_drain(srv *s);      /* SIGTERM: flush queues now */
 void srv_sched_expire(srv *s);     /* drain timeout: fail the queued */
-int srv_sched_idle(const srv *s);
 
 /* metrics.c */
 void srv_h_metrics(srv_req *r);
