@@ -267,8 +267,7 @@ test('gRPC: a call begun before SIGTERM whose message ends after the cut answers
   const ra = await a.answer, rb = await b.answer;
   assert.deepEqual([ra.grpcStatus, ra.message], [14, 'server: draining (shutting down); retry on another replica']);
   assert.deepEqual([rb.grpcStatus, rb.message], [14, 'server: draining (shutting down)']);
-  slow.settle();
-  assert.ok(slow.release());
+  assert.ok(slow.finish());
   assert.equal((await l.answer).grpcStatus, 0);
   assert.deepEqual(await d.exit, { code: 0, sig: null }, d.log());
   assert.doesNotMatch(d.log(), /model 'up'/, 'the upload did not start a load');

@@ -41,8 +41,7 @@ test('gRPC: a load running when the drain is cut short holds the stop, and its c
   await sleep(300 * SLOW);
   assert.equal(l.done, false, "the held load's call ended before its load");
   assert.doesNotMatch(d.log(), /drained; stopping/);
-  slow.settle();
-  assert.ok(slow.release());
+  assert.ok(slow.finish());
   const r = await l.p;
   assert.equal(r.grpcStatus, 0, JSON.stringify(r));
   assert.deepEqual(await d.exit, { code: 0, sig: null }, d.log());
@@ -61,8 +60,7 @@ test('gRPC: a load waiting for its turn answers UNAVAILABLE "not done" at the cu
   assert.equal(r.grpcStatus, 14, JSON.stringify(r));
   assert.equal(r.message, 'server: draining (shutting down): the drain timeout passed before its turn; not done');
   assert.equal(l.done, false, 'the running load is not cut short');
-  slow.settle();
-  assert.ok(slow.release());
+  assert.ok(slow.finish());
   assert.equal((await l.p).grpcStatus, 0, JSON.stringify(await l.p));
   assert.deepEqual(await d.exit, { code: 0, sig: null }, d.log());
   await d.stop();
@@ -88,8 +86,7 @@ test('an index asked after the cut answers 503 / UNAVAILABLE: it lists no folder
   const ready = await post(`${d.url}/v2/repository/index`, '{"ready": true}');
   assert.equal(ready.status, 200, JSON.stringify(ready.json));
   assert.equal(l.done, false);
-  slow.settle();
-  assert.ok(slow.release());
+  assert.ok(slow.finish());
   assert.equal((await l.p).status, 200);
   assert.deepEqual(await d.exit, { code: 0, sig: null }, d.log());
   await d.stop();
@@ -265,8 +262,7 @@ test('REST: a request whose body ends after the cut (its head came before the si
   }
   assert.doesNotMatch(d.log(), /model 'up'/, 'the upload did not start a load');
   assert.equal(l.done, false);
-  slow.settle();
-  assert.ok(slow.release());
+  assert.ok(slow.finish());
   assert.equal((await l.p).status, 200);
   assert.deepEqual(await d.exit, { code: 0, sig: null }, d.log());
   await d.stop();

@@ -68,7 +68,8 @@ export function tracked(p) {
  * reading() resolves once a load has opened the FIFO (it then holds the
  * write end open: the load waits in its read). release(text) writes text
  * (tiny's config by default) and is safe when no load waits; settle()
- * puts a plain config.json in its place.
+ * puts a plain config.json in its place; finish() settles, then releases
+ * (release's answer): the held load and the later ones read tiny's config.
  */
 export function slowFolder(dir, name) {
   const folder = join(dir, name);
@@ -103,6 +104,10 @@ export function slowFolder(dir, name) {
     settle() {
       rmSync(fifo, { force: true });
       writeFileSync(fifo, TINY_CONFIG);
+    },
+    finish() {
+      this.settle();
+      return this.release();
     },
   };
 }

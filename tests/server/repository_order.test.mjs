@@ -27,11 +27,11 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 const repo = (t) => fixtureRepo(t, 'order');
 
-/** held(t, args): attnd (two pool threads, then args) on a fixtures
+/** held(t, opts): attnd (slowStart's, with opts) on a fixtures
  * repository with a slowFolder 'slow' whose load l runs, held reading its
  * config until slow.release(): {dir, d, slow, l}. */
-async function held(t, args = []) {
-  const { dir, d, slow } = await slowStart(t, 'order', { args });
+async function held(t, opts) {
+  const { dir, d, slow } = await slowStart(t, 'order', opts);
   const l = tracked(load(d, 'slow'));
   await slow.reading();
   return { dir, d, slow, l };
@@ -93,19 +93,13 @@ async function unloaded(d, m) {
 }
 
 test('an unload that comes while its model loads waits for the load, then unloads: the model ends unloaded (a first load, then a reload)', async (t) => {
-  const dir = repo(t);
   // two pool threads: one held by the slow load, one for the rest
-  const d = await start({ t, dir, args: ['--threads', '2'] });
-  const slow = slowFolder(dir, 'slow');
-  t.after(() => slow.release());
-  const l = tracked(load(d, 'slow'));
-  await slow.reading();
+  const { dir, d, slow, l } = await held(t);
   const u = tracked(unload(d, 'slow'));
   await waits(d, 'slow', 'unload', 1);
   assert.equal(u.done, false, 'the unload answered before the load it came after');
   assert.deepEqual(await indexRow(d, 'slow'), { name: 'slow', version: '1', state: 'LOADING', reason: '' });
-  slow.settle();
-  assert.ok(slow.release());
+  assert.ok(slow.finish());
   let r = await l.p;
   assert.equal(r.status, 200, JSON.stringify(r.json));
   r = await u.p;
@@ -125,8 +119,7 @@ test('an unload that comes while its model loads waits for the load, then unload
   await waits(d, 'tiny', 'unload', 1);
   assert.equal((await infer(d, 'tiny', xreq())).status, 200, 'a reload serves the loaded weights meanwhile');
   assert.equal(u2.done, false);
-  tiny.settle();
-  assert.ok(tiny.release());
+  assert.ok(tiny.finish());
   assert.equal((await l2.p).status, 200);
   assert.equal((await u2.p).status, 200);
   await unloaded(d, 'tiny');
@@ -143,8 +136,7 @@ test('an unload that comes while a model loads at start waits for that load: the
   const u = tracked(unload(d, 'slow'));
   await waits(d, 'slow', 'unload', 1);
   assert.equal(u.done, false);
-  slow.settle();
-  assert.ok(slow.release());
+  assert.ok(slow.finish());
   const r = await u.p;
   assert.equal(r.status, 200, JSON.stringify(r.json));
   await unloaded(d, 'slow');
@@ -248,14 +240,13 @@ test('calls for other models do not wait for a model\'s load', async (t) => {
   assert.equal((await unload(d, 'up1')).status, 200);
   assert.equal(l.done, false, 'the slow load is still held');
   assert.doesNotMatch(d.log(), /waits for its turn/);
-  slow.settle();
-  assert.ok(slow.release());
+  assert.ok(slow.finish());
   assert.equal((await l.p).status, 200);
   assert.equal((await d.stop()).code, 0);
 });
 
 test('at most repository-waiters calls wait for one model: the next answers 503 saying so; the others run', async (t) => {
-  const { dir, d, slow, l } = await held(t, ['--repository-waiters', '2']);
+  const { dir, d, slow, l } = await held(t, { args: ['--repository-waiters', '2'] });
   const w1 = tracked(load(d, 'slow'));
   await waits(d, 'slow', 'load', 1);
   const w2 = tracked(unload(d, 'slow'));
@@ -270,27 +261,20 @@ test('at most repository-waiters calls wait for one model: the next answers 503 
   const w3 = tracked(unload(d, 'slow'));
   await joins(d, 'slow', 'unload', 2);
   assert.equal((await unload(d, 'tiny')).status, 200, 'another model is not limited');
-  slow.settle();
-  assert.ok(slow.release());
+  assert.ok(slow.finish());
   for (const c of [l, w1, w2, w3]) assert.equal((await c.p).status, 200);
   await unloaded(d, 'slow');
   assert.equal((await d.stop()).code, 0);
 });
 
 test('SIGTERM: the calls that wait still run in their turn; past drain-ms they answer 503, not done', async (t) => {
-  const dir = repo(t);
-  let d = await start({ t, dir, args: ['--threads', '2'] });
-  let slow = slowFolder(dir, 'slow');
-  t.after(() => slow.release());
-  let l = tracked(load(d, 'slow'));
-  await slow.reading();
+  let { dir, d, slow, l } = await held(t);
   let u = tracked(unload(d, 'slow'));
   await waits(d, 'slow', 'unload', 1);
   d.proc.kill('SIGTERM');
   await logged(d, /draining/);
   assert.equal(u.done, false);
-  slow.settle();
-  assert.ok(slow.release());
+  assert.ok(slow.finish());
   assert.equal((await l.p).status, 200);
   assert.equal((await u.p).status, 200);
   assert.equal((await d.stop()).code, 0);
@@ -307,8 +291,7 @@ test('SIGTERM: the calls that wait still run in their turn; past drain-ms they a
   assert.equal(r.status, 503, JSON.stringify(r.json));
   assert.equal(r.json.error, 'server: draining (shutting down): the drain timeout passed before its turn; not done');
   assert.equal(l.done, false, 'the running load is not cut short');
-  slow.settle();
-  assert.ok(slow.release());
+  assert.ok(slow.finish());
   assert.equal((await l.p).status, 200);
   assert.equal((await d.stop()).code, 0);
 });
@@ -320,8 +303,7 @@ test('an unload whose client goes while it waits is still carried out in its tur
   sock.write('POST /v2/repository/models/slow/unload HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n');
   await waits(d, 'slow', 'unload', 1);
   sock.destroy();
-  slow.settle();
-  assert.ok(slow.release());
+  assert.ok(slow.finish());
   assert.equal((await l.p).status, 200);
   await logged(d, /http: POST \/v2\/repository\/models\/slow\/unload was carried out \(200\), but its client went/);
   await unloaded(d, 'slow');
@@ -330,10 +312,7 @@ test('an unload whose client goes while it waits is still carried out in its tur
 });
 
 test('gRPC: RepositoryModelUnload waits its turn as REST\'s unload does; a call cancelled while it waits is still carried out', async (t) => {
-  const dir = repo(t);
-  const d = await start({ t, dir, grpc: true, args: ['--threads', '2'] });
-  const slow = slowFolder(dir, 'slow');
-  t.after(() => slow.release());
+  const { d, slow } = await slowStart(t, 'order', { grpc: true });
   const session = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
   t.after(() => session.close());
   const UNLOAD = '/inference.GRPCInferenceService/RepositoryModelUnload';
@@ -347,8 +326,7 @@ test('gRPC: RepositoryModelUnload waits its turn as REST\'s unload does; a call 
   await waits(d, 'slow', 'load', 2);
   assert.equal(gone.grpcStatus, null, JSON.stringify(gone));
   assert.equal(u.done, false);
-  slow.settle();
-  assert.ok(slow.release());
+  assert.ok(slow.finish());
   assert.equal((await l.p).grpcStatus, 0, JSON.stringify(await l.p));
   assert.equal((await u.p).grpcStatus, 0, JSON.stringify(await u.p));
   // the cancelled load came last: the model is loaded again
@@ -374,8 +352,7 @@ test('twenty identical loads while one runs: the first waits its turn, the other
   await joins(d, 'slow', 'load', 20);
   assert.equal(await waiting(d, 'slow'), 20, 'attnd_repository_calls_waiting: one queued, 19 joined');
   assert.equal(await waiting(d, 'tiny'), 0);
-  slow.settle();
-  assert.ok(slow.release());
+  assert.ok(slow.finish());
   for (const c of [l, ...calls]) {
     const r = await c.p;
     assert.equal(r.status, 200, JSON.stringify(r.json));
@@ -409,8 +386,7 @@ test('calls that differ do not join: load, unload, load, a load with other param
   await waits(d, 'slow', 'load with a body', 6);
   assert.equal(await waiting(d, 'slow'), 9, 'attnd_repository_calls_waiting: six queued, three joined');
   assert.doesNotMatch(d.log(), /': load joins the identical one waiting \(its 3rd caller\)/);
-  slow.settle();
-  assert.ok(slow.release());
+  assert.ok(slow.finish());
   for (const [what, c] of [['load', l0], ['load', l1], ['unload', u1], ['the unload that joined it', u2], ['the unload with parameters that joined it', u3], ['load', l2],
     ['load with parameters', l3], ['the load that joined it', l4], ['upload', up1], ['the same upload', up2]]) {
     const r = await c.p;
@@ -424,10 +400,7 @@ test('calls that differ do not join: load, unload, load, a load with other param
 });
 
 test('a call that joined another, whose client goes while it waits: the other is answered, both are carried out once; and the other\'s client going leaves it answered', async (t) => {
-  const dir = repo(t);
-  const d = await start({ t, dir, args: ['--threads', '2'] });
-  const slow = slowFolder(dir, 'slow');
-  t.after(() => slow.release());
+  const { d, slow, l } = await held(t);
   const raw = async (what) => {
     const sock = connect(d.port, '127.0.0.1');
     await new Promise((res) => sock.on('connect', res));
@@ -435,8 +408,6 @@ test('a call that joined another, whose client goes while it waits: the other is
     sock.write(`POST /v2/repository/models/slow/${what} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n`);
     return sock;
   };
-  const l = tracked(load(d, 'slow'));
-  await slow.reading();
   // a load whose client goes (it waits), a load that joins it, another
   // whose client goes that joins it too
   const first = await raw('load');
@@ -448,8 +419,7 @@ test('a call that joined another, whose client goes while it waits: the other is
   first.destroy();
   gone.destroy();
   assert.equal(await waiting(d, 'slow'), 3);
-  slow.settle();
-  assert.ok(slow.release());
+  assert.ok(slow.finish());
   assert.equal((await l.p).status, 200);
   const r = await joined.p;
   assert.equal(r.status, 200, JSON.stringify(r.json));
@@ -461,12 +431,7 @@ test('a call that joined another, whose client goes while it waits: the other is
 });
 
 test('SIGTERM: a call that joined another is answered with it in its turn; past drain-ms both answer 503, not done', async (t) => {
-  const dir = repo(t);
-  let d = await start({ t, dir, args: ['--threads', '2'] });
-  let slow = slowFolder(dir, 'slow');
-  t.after(() => slow.release());
-  let l = tracked(load(d, 'slow'));
-  await slow.reading();
+  let { dir, d, slow, l } = await held(t);
   let u1 = tracked(unload(d, 'slow'));
   await waits(d, 'slow', 'unload', 1);
   let u2 = tracked(unload(d, 'slow'));
@@ -474,8 +439,7 @@ test('SIGTERM: a call that joined another is answered with it in its turn; past 
   d.proc.kill('SIGTERM');
   await logged(d, /draining/);
   assert.ok(!u1.done && !u2.done);
-  slow.settle();
-  assert.ok(slow.release());
+  assert.ok(slow.finish());
   for (const c of [l, u1, u2]) assert.equal((await c.p).status, 200);
   assert.equal((await d.stop()).code, 0);
 
@@ -494,22 +458,16 @@ test('SIGTERM: a call that joined another is answered with it in its turn; past 
     assert.equal(r.json.error, 'server: draining (shutting down): the drain timeout passed before its turn; not done');
   }
   assert.equal(l.done, false, 'the running load is not cut short');
-  slow.settle();
-  assert.ok(slow.release());
+  assert.ok(slow.finish());
   assert.equal((await l.p).status, 200);
   assert.equal((await d.stop()).code, 0);
 });
 
 test('gRPC: RepositoryModelLoad joins an identical REST load waiting; a joined call cancelled while it waits is dropped, the others answered', async (t) => {
-  const dir = repo(t);
-  const d = await start({ t, dir, grpc: true, args: ['--threads', '2'] });
-  const slow = slowFolder(dir, 'slow');
-  t.after(() => slow.release());
+  const { d, slow, l } = await held(t, { grpc: true });
   const session = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
   t.after(() => session.close());
   const LOAD = '/inference.GRPCInferenceService/RepositoryModelLoad';
-  const l = tracked(load(d, 'slow'));
-  await slow.reading();
   const rest = tracked(load(d, 'slow'));
   await waits(d, 'slow', 'load', 1);
   const g = tracked(grpcCall(session, LOAD, [str(2, 'slow')]));
@@ -518,8 +476,7 @@ test('gRPC: RepositoryModelLoad joins an identical REST load waiting; a joined c
   await joins(d, 'slow', 'load', 3);
   assert.equal(gone.grpcStatus, null, JSON.stringify(gone));
   assert.equal(await waiting(d, 'slow'), 3);
-  slow.settle();
-  assert.ok(slow.release());
+  assert.ok(slow.finish());
   assert.equal((await l.p).status, 200);
   assert.equal((await rest.p).status, 200);
   assert.equal((await g.p).grpcStatus, 0, JSON.stringify(await g.p));
