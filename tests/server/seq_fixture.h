@@ -276,6 +276,19 @@ static inline void go(srv_entry *e, int t, const char *params)
     job_free(j);
 }
 
+/* refused: a request answered at once, not queued, with status and msg;
+ * freed. */
+static inline void refused(srv_entry *e, int t, const char *params,
+                           int status, const char *msg)
+{
+    srv_job *j = job(e, t, params);
+    submit(j);
+    ck_assert_int_eq(j->queued, 0);
+    ck_assert_int_eq(j->status, status);
+    ck_assert_str_eq(j->msg, msg);
+    job_free(j);
+}
+
 /* info: the listing of id; 0 when it is not listed. */
 static inline int info(const char *id, srv_seq_info *out)
 {

@@ -17,17 +17,14 @@
 START_TEST(max_sequences)
 {
     srv_job *b, *c, *d, *r;
+    const char *full = "sequences: 2 live or starting (max-sequences 2); end "
+                       "some or retry later";
     g_s.cfg.max_sequences = 2;
     go(M1, 1, "\"sequence_id\":\"a\",\"sequence_start\":true");
     b = job(M2, 1, "\"sequence_id\":\"b\",\"sequence_start\":true");
     submit(b);
     ck_assert_int_eq(b->queued, 1); /* starting: counts */
-    c = job(M1, 1, "\"sequence_id\":\"c\",\"sequence_start\":true");
-    submit(c);
-    ck_assert_int_eq(c->queued, 0);
-    ck_assert_int_eq(c->status, 503);
-    ck_assert_str_eq(c->msg, "sequences: 2 live or starting (max-sequences 2); "
-                     "end some or retry later");
+    refused(M1, 1, "\"sequence_id\":\"c\",\"sequence_start\":true", 503, full);
     ck_assert_int_eq(info("c", NULL), 0);
     r = job(M1, 1, "\"sequence_id\":\"a\",\"sequence_start\":true");
     submit(r);
@@ -38,12 +35,9 @@ START_TEST(max_sequences)
     submit(d);
     ck_assert_int_eq(d->queued, 1);
     ck_assert_int_eq(run(d, 1), 0);
-    job_free(c);
-    c = job(M1, 1, "\"sequence_id\":\"c\",\"sequence_start\":true");
-    submit(c); /* a and d are live */
-    ck_assert_int_eq(c->status, 503);
+    /* a and d are live */
+    refused(M1, 1, "\"sequence_id\":\"c\",\"sequence_start\":true", 503, full);
     go(M1, 1, "\"sequence_id\":\"d\",\"sequence_end\":true");
-    job_free(c);
     c = job(M1, 1, "\"sequence_id\":\"c\",\"sequence_start\":true");
     submit(c);
     ck_assert_int_eq(c->queued, 1);
@@ -52,11 +46,8 @@ START_TEST(max_sequences)
 
     /* max-sequences 0: sequences are off, and no retry would help: 400 */
     g_s.cfg.max_sequences = 0;
-    job_free(d);
-    d = job(M2, 1, "\"sequence_id\":\"e\",\"sequence_start\":true");
-    submit(d);
-    ck_assert_int_eq(d->status, 400);
-    ck_assert_str_eq(d->msg, "sequences: off (max-sequences 0)");
+    refused(M2, 1, "\"sequence_id\":\"e\",\"sequence_start\":true", 400,
+            "sequences: off (max-sequences 0)");
     job_free(b), job_free(c), job_free(d), job_free(r);
 }
 END_TEST
@@ -65,14 +56,11 @@ END_TEST
  * start that does not fit and keeps the others. */
 START_TEST(kv_bytes)
 {
-    srv_job *a, *b;
+    srv_job *b;
     srv_seq_info i;
     M2->inst = &g_inst[3]; /* kv-bytes 0 */
-    a = job(M2, 1, "\"sequence_id\":1,\"sequence_start\":true");
-    submit(a);
-    ck_assert_int_eq(a->status, 400);
-    ck_assert_str_eq(a->msg, "sequences: model 'm2' keeps no K/V cache "
-                     "(kv-bytes 0)");
+    refused(M2, 1, "\"sequence_id\":1,\"sequence_start\":true", 400,
+            "sequences: model 'm2' keeps no K/V cache (kv-bytes 0)");
     ck_assert_int_eq(info("1", NULL), 0);
     M2->inst = &g_inst[1];
 
@@ -92,7 +80,7 @@ START_TEST(kv_bytes)
     go(M1, 12, "\"sequence_id\":\"big2\",\"sequence_start\":true");
     ck_assert_uint_eq(used(0), BUDGET);
     ck_assert_uint_eq(used(1), 3 * PAGE);
-    job_free(a), job_free(b);
+    job_free(b);
 }
 END_TEST
 
@@ -100,14 +88,11 @@ END_TEST
 
 START_TEST(step_on_another_model_or_instance)
 {
-    srv_job *a, *b, *c;
+    srv_job *b, *c;
     go(M1, 2, "\"sequence_id\":\"w\",\"sequence_start\":true");
-    a = job(M2, 1, "\"sequence_id\":\"w\"");
-    submit(a);
-    ck_assert_int_eq(a->status, 400);
-    ck_assert_str_eq(a->msg, "parameters.sequence_id: sequence 'w' belongs to "
-                     "model 'm1'; send sequence_start: true to begin it on "
-                     "'m2'");
+    refused(M2, 1, "\"sequence_id\":\"w\"", 400, "parameters.sequence_id: "
+            "sequence 'w' belongs to model 'm1'; send sequence_start: true to "
+            "begin it on 'm2'");
     /* a step holding another instance of m1 than the sequence's */
     b = job(M1, 1, "\"sequence_id\":\"w\"");
     b->st.inst = &g_inst[2];
@@ -130,7 +115,7 @@ START_TEST(step_on_another_model_or_instance)
     ck_assert_int_eq(M2->seq_stats.live, 1);
     ck_assert_int_eq(M2->seq_stats.started, 1);
     ck_assert_int_eq(info("w", NULL), 1);
-    job_free(a), job_free(b), job_free(c);
+    job_free(b), job_free(c);
 }
 END_TEST
 
@@ -148,18 +133,15 @@ START_TEST(retain_follows_the_start)
                        .attention = w};
     char id[MAPS_ID_MAX];
     go(M1, 2, "\"sequence_id\":\"plain\",\"sequence_start\":true");
-    a = job(M1, 1, "\"sequence_id\":\"plain\",\"retain\":true");
-    submit(a);
-    ck_assert_int_eq(a->status, 400);
-    ck_assert_str_eq(a->msg, "parameters.retain: sequence 'plain' keeps no map "
-                     "(retain is decided by its sequence_start step)");
+    refused(M1, 1, "\"sequence_id\":\"plain\",\"retain\":true", 400,
+            "parameters.retain: sequence 'plain' keeps no map (retain is "
+            "decided by its sequence_start step)");
     b = job(M1, 1, "\"sequence_id\":\"plain\"");
     submit(b);
     ck_assert_int_eq(launch(b), 0);
     ck_assert_ptr_null(b->prep.out[SRV_O_ATT]); /* nobody wants it */
     end(b, 1);
 
-    job_free(a);
     a = job(M1, 2, "\"sequence_id\":\"kept\",\"sequence_start\":true,"
                    "\"retain\":true");
     submit(a);
@@ -261,7 +243,9 @@ END_TEST
 START_TEST(delete_during_a_restart)
 {
     char owner[SRV_NAME_MAX];
-    srv_job *a, *b, *c, *d, *e;
+    srv_job *a, *d, *e;
+    const char *full = "sequences: 1 live or starting (max-sequences 1); end "
+                       "some or retry later";
     g_s.cfg.max_sequences = 1;
     go(M1, 3, "\"sequence_id\":\"r\",\"sequence_start\":true");
     /* bound and running */
@@ -271,18 +255,14 @@ START_TEST(delete_during_a_restart)
     ck_assert_int_eq(srv_seq_delete(&g_s, "r", owner), 0);
     ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_DELETED], 1);
     ck_assert_int_eq(M1->seq_stats.live, 0);
-    b = job(M1, 1, "\"sequence_id\":\"n\",\"sequence_start\":true");
-    submit(b);
-    ck_assert_int_eq(b->status, 503); /* r's restart takes the place */
-    ck_assert_str_eq(b->msg, "sequences: 1 live or starting (max-sequences 1); "
-                     "end some or retry later");
+    /* r's restart takes the place */
+    refused(M1, 1, "\"sequence_id\":\"n\",\"sequence_start\":true", 503, full);
     end(a, 1);
     ck_assert_int_eq(length("r"), 2);
     ck_assert_int_eq(M1->seq_stats.live, 1);
     ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_RESTARTED], 0);
-    c = job(M1, 1, "\"sequence_id\":\"n\",\"sequence_start\":true");
-    submit(c);
-    ck_assert_int_eq(c->status, 503); /* r is live */
+    /* r is live */
+    refused(M1, 1, "\"sequence_id\":\"n\",\"sequence_start\":true", 503, full);
     ck_assert_uint_eq(srv_seq_list(&g_s, NULL, 0), 1);
 
     /* on the model queue, not bound yet, and then failing: its place is
@@ -301,7 +281,7 @@ START_TEST(delete_during_a_restart)
     ck_assert_int_eq(e->queued, 1);
     ck_assert_int_eq(run(e, 1), 0);
     ck_assert_uint_eq(srv_seq_list(&g_s, NULL, 0), 1);
-    job_free(a), job_free(b), job_free(c), job_free(d), job_free(e);
+    job_free(a), job_free(d), job_free(e);
 }
 END_TEST
 
@@ -321,41 +301,27 @@ START_TEST(gone_sequences_are_remembered)
     go(M1, 1, "\"sequence_id\":\"e\",\"sequence_end\":true,\"sequence_position\":3");
     g_now += 1500 * MS;
     /* its last step sent again */
-    j = job(M1, 1, "\"sequence_id\":\"e\",\"sequence_end\":true,\"sequence_position\":3");
-    submit(j);
-    ck_assert_int_eq(j->queued, 0);
-    ck_assert_int_eq(j->status, 409);
-    ck_assert_str_eq(j->msg, "parameters.sequence_position: sequence 'e' ended "
-                     "1.5 s ago at 4 tokens: a step with sequence_end was "
-                     "answered; position 3 was in it (its steps were "
-                     "carried out), and an ended sequence takes no step: its "
-                     "last one cannot be sent again (for that, leave "
-                     "sequence_end off and DELETE /v2/sequences/{id} when "
-                     "done)");
-    job_free(j);
+    refused(M1, 1, "\"sequence_id\":\"e\",\"sequence_end\":true,\"sequence_position\":3",
+            409, "parameters.sequence_position: sequence 'e' ended 1.5 s ago "
+            "at 4 tokens: a step with sequence_end was answered; position 3 "
+            "was in it (its steps were carried out), and an ended sequence "
+            "takes no step: its last one cannot be sent again (for that, leave "
+            "sequence_end off and DELETE /v2/sequences/{id} when done)");
     /* a step past its end, or with no position */
-    for (int k = 0; k < 2; k++) {
-        j = job(M1, 1, k ? "\"sequence_id\":\"e\"" : "\"sequence_id\":\"e\",\"sequence_position\":4");
-        submit(j);
-        ck_assert_int_eq(j->status, 400);
-        snprintf(want, sizeof want, "parameters.sequence_id: unknown sequence "
-                 "'e' (ended 1.5 s ago at 4 tokens: a step with sequence_end "
-                 "was answered)%s", unknown_tail);
-        ck_assert_str_eq(j->msg, want);
-        job_free(j);
-    }
+    snprintf(want, sizeof want, "parameters.sequence_id: unknown sequence "
+             "'e' (ended 1.5 s ago at 4 tokens: a step with sequence_end was "
+             "answered)%s", unknown_tail);
+    refused(M1, 1, "\"sequence_id\":\"e\",\"sequence_position\":4", 400, want);
+    refused(M1, 1, "\"sequence_id\":\"e\"", 400, want);
     ck_assert_int_eq(info("e", NULL), 0);
     ck_assert_uint_eq(used(0), 0);
     /* deleted: dropped, and why */
     go(M1, 2, "\"sequence_id\":\"d\",\"sequence_start\":true");
     ck_assert_int_eq(srv_seq_delete(&g_s, "d", owner), 0);
     ck_assert_int_eq(srv_seq_delete(&g_s, "d", owner), -1);
-    j = job(M1, 1, "\"sequence_id\":\"d\"");
-    submit(j);
     snprintf(want, sizeof want, "parameters.sequence_id: unknown sequence 'd' "
              "(dropped 0.0 s ago at 2 tokens: deleted)%s", unknown_tail);
-    ck_assert_str_eq(j->msg, want);
-    job_free(j);
+    refused(M1, 1, "\"sequence_id\":\"d\"", 400, want);
     /* a third one gone (max-sequences 2): the oldest, 'e', is forgotten */
     go(M1, 1, "\"sequence_id\":\"f\",\"sequence_start\":true,\"sequence_end\":true");
     j = job(M1, 1, "\"sequence_id\":\"e\",\"sequence_end\":true,\"sequence_position\":3");
@@ -368,13 +334,10 @@ START_TEST(gone_sequences_are_remembered)
     g_now += 40 * MS;
     sweep();
     ck_assert_int_eq(info("g", NULL), 0);
-    j = job(M1, 1, "\"sequence_id\":\"g\"");
-    submit(j);
     snprintf(want, sizeof want, "parameters.sequence_id: unknown sequence 'g' "
              "(dropped 0.0 s ago at 1 token: idle past sequence-idle-ms)%s",
              unknown_tail);
-    ck_assert_str_eq(j->msg, want);
-    job_free(j);
+    refused(M1, 1, "\"sequence_id\":\"g\"", 400, want);
     for (int k = 0; k < 2; k++) {
         j = job(M1, 1, k ? "\"sequence_id\":\"f\"" : "\"sequence_id\":\"d\"");
         submit(j);
