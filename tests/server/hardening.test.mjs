@@ -106,28 +106,36 @@ function untilClosed(port, text, ms = 5000) {
   });
 }
 
+// UNLOAD: a request that unloads tiny, sent behind one that should end
+// its connection: it must not run
+const UNLOAD = 'POST /v2/repository/models/tiny/unload HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n';
+
+/** refused(d, text, want, what): text then UNLOAD on one connection get
+ * one answer, and the connection closes: 404 for a null want (answered by
+ * its route), else 400 with want in it (a string: its JSON error; a
+ * RegExp: matched in the answer); tiny is still served. The answer. */
+async function refused(d, text, want, what = JSON.stringify(text.split('\r\n\r\n')[0])) {
+  const got = await untilClosed(d.port, text + UNLOAD).catch((e) => assert.fail(`${what}: ${e.message}`));
+  assert.equal((got.match(/HTTP\/1\.1 \d{3}/g) || []).length, 1, `${what}: ${got}`);
+  assert.match(got, /\r\nConnection: close\r\n/i, what);
+  assert.match(got, want ? /^HTTP\/1\.1 400 / : /^HTTP\/1\.1 404 /, `${what}: ${got}`);
+  if (typeof want === 'string') assert.equal(JSON.parse(got.slice(got.indexOf('\r\n\r\n') + 4)).error, want, what);
+  else if (want) assert.match(got, want, what);
+  assert.equal((await fetch(`${d.url}/v2/models/tiny/ready`)).status, 200, `${what}: the smuggled unload ran`);
+  return got;
+}
+
 test('a body framed two ways (two Content-Lengths, or one beside Transfer-Encoding) is 400 and the connection closes: no smuggled request runs', async () => {
   const d = await start();
   try {
     // what follows the first length's body would be read as a second
     // request: an unload of tiny
-    const unload = 'POST /v2/repository/models/tiny/unload HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n';
-    const cases = [
-      `POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: ${2 + unload.length}\r\n\r\n{}${unload}`,
-      `POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}${unload}`,
-      `POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n${unload}`,
-      // answered by its route (404), and closed all the same
-      `POST /no/such/route HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n${unload}`,
-    ];
-    for (const text of cases) {
-      const got = await untilClosed(d.port, text);
-      const what = text.split('\r\n\r\n')[0];
-      assert.equal((got.match(/HTTP\/1\.1 \d{3}/g) || []).length, 1, `${what}: ${got}`);
-      assert.match(got, /\r\nConnection: close\r\n/i, what);
-      if (what.includes('/no/such/route')) assert.match(got, /^HTTP\/1\.1 404 /, what);
-      else assert.match(got, /^HTTP\/1\.1 400 [^]*the body's length is given (more than once|twice); send one Content-Length or Transfer-Encoding: chunked/, what);
-      assert.equal((await fetch(`${d.url}/v2/models/tiny/ready`)).status, 200, `${what}: the smuggled unload ran`);
-    }
+    const twice = /the body's length is given (more than once|twice); send one Content-Length or Transfer-Encoding: chunked/;
+    await refused(d, `POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: ${2 + UNLOAD.length}\r\n\r\n{}`, twice);
+    await refused(d, 'POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}', twice);
+    await refused(d, 'POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n', twice);
+    // answered by its route (404), and closed all the same
+    await refused(d, 'POST /no/such/route HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n', null);
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
@@ -139,27 +147,14 @@ test('a header field name with white space before its colon (or in it) is 400 an
   // next request
   const d = await start();
   try {
-    const unload = 'POST /v2/repository/models/tiny/unload HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n';
-    const cases = [
-      [`POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\nContent-Length: ${5 + unload.length}\r\n\r\n0\r\n\r\n${unload}`, 'Transfer-Encoding '],
-      [`POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nContent-Length : ${unload.length}\r\n\r\n${unload}`, 'Content-Length '],
-      [`GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX\tY: 1\r\n\r\n${unload}`, 'X\tY'],
+    for (const [text, name] of [
+      [`POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\nContent-Length: ${5 + UNLOAD.length}\r\n\r\n0\r\n\r\n`, 'Transfer-Encoding '],
+      [`POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nContent-Length : ${UNLOAD.length}\r\n\r\n`, 'Content-Length '],
+      ['GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX\tY: 1\r\n\r\n', 'X\tY'],
       // answered by its route (404), and closed all the same
-      [`POST /no/such/route HTTP/1.1\r\nHost: x\r\nContent-Length : ${unload.length}\r\n\r\n${unload}`, null],
-    ];
-    for (const [text, name] of cases) {
-      const got = await untilClosed(d.port, text);
-      const what = text.split('\r\n\r\n')[0];
-      assert.equal((got.match(/HTTP\/1\.1 \d{3}/g) || []).length, 1, `${what}: ${got}`);
-      assert.match(got, /\r\nConnection: close\r\n/i, what);
-      if (!name) assert.match(got, /^HTTP\/1\.1 404 /, what);
-      else {
-        assert.match(got, /^HTTP\/1\.1 400 /, what);
-        const body = JSON.parse(got.slice(got.indexOf('\r\n\r\n') + 4));
-        assert.equal(body.error, `header: field name '${name}' is not a token (white space before its colon, ` +
-          'or in it: RFC 9112 5.1); the request cannot be framed safely', what);
-      }
-      assert.equal((await fetch(`${d.url}/v2/models/tiny/ready`)).status, 200, `${what}: the smuggled unload ran`);
+      [`POST /no/such/route HTTP/1.1\r\nHost: x\r\nContent-Length : ${UNLOAD.length}\r\n\r\n`, null]]) {
+      await refused(d, text, name && `header: field name '${name}' is not a token (white space before its colon, ` +
+        'or in it: RFC 9112 5.1); the request cannot be framed safely');
     }
     // a plain header still passes
     assert.equal((await fetch(`${d.url}/v2/health/live`, { headers: { 'x-a_b.c~1': 'v' } })).status, 200);
@@ -174,23 +169,13 @@ test('a bare CR in a header value is 400 and the connection closes: no smuggled 
   // such an element is invalid, or its CR is read as a space)
   const d = await start();
   try {
-    const unload = 'POST /v2/repository/models/tiny/unload HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n';
     for (const [text, name] of [
-      [`POST /v2/repository/index HTTP/1.1\r\nHost: x\rContent-Length: ${unload.length}\r\n\r\n${unload}`, 'Host'],
-      [`GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-A: a\r\r\n\r\n${unload}`, 'X-A'],
+      [`POST /v2/repository/index HTTP/1.1\r\nHost: x\rContent-Length: ${UNLOAD.length}\r\n\r\n`, 'Host'],
+      ['GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-A: a\r\r\n\r\n', 'X-A'],
       // answered by its route (404), and closed all the same
-      [`GET /no/such/route HTTP/1.1\r\nHost: x\rY: 1\r\n\r\n${unload}`, null]]) {
-      const got = await untilClosed(d.port, text);
-      const what = JSON.stringify(text.split('\r\n\r\n')[0]);
-      assert.equal((got.match(/HTTP\/1\.1 \d{3}/g) || []).length, 1, `${what}: ${got}`);
-      assert.match(got, /\r\nConnection: close\r\n/i, what);
-      if (!name) assert.match(got, /^HTTP\/1\.1 404 /, what);
-      else {
-        assert.match(got, /^HTTP\/1\.1 400 /, what);
-        assert.equal(JSON.parse(got.slice(got.indexOf('\r\n\r\n') + 4)).error, `header: the value of '${name}' ` +
-          'holds a bare CR (a line ends in CR LF: RFC 9112 2.2); the request cannot be framed safely', what);
-      }
-      assert.equal((await fetch(`${d.url}/v2/models/tiny/ready`)).status, 200, `${what}: the smuggled unload ran`);
+      ['GET /no/such/route HTTP/1.1\r\nHost: x\rY: 1\r\n\r\n', null]]) {
+      await refused(d, text, name && `header: the value of '${name}' ` +
+        'holds a bare CR (a line ends in CR LF: RFC 9112 2.2); the request cannot be framed safely');
     }
     // a folded line (obs-fold: CR LF then a space) holds no bare CR
     const folded = await untilClosed(d.port, 'GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n' +
@@ -204,16 +189,10 @@ test('a Transfer-Encoding other than chunked alone is 400 and the connection clo
   try {
     // libmicrohttpd reads such a body until the connection closes: no
     // answer would ever come (RFC 9112 6.3: 400, then close)
-    const unload = 'POST /v2/repository/models/tiny/unload HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n';
     for (const te of ['gzip', 'gzip, chunked', 'chunked, gzip', 'identity', 'chunked ', 'chunked;q=1', '']) {
       for (const body of ['2\r\n{}\r\n0\r\n\r\n', '{}']) {
-        const what = `Transfer-Encoding: '${te}', body ${JSON.stringify(body)}`;
-        const got = await untilClosed(d.port, `POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: ${te}\r\n\r\n${body}${unload}`)
-          .catch((e) => assert.fail(`${what}: ${e.message}`));
-        assert.equal((got.match(/HTTP\/1\.1 \d{3}/g) || []).length, 1, `${what}: ${got}`);
-        assert.match(got, /^HTTP\/1\.1 400 [^]*is not chunked; send one Content-Length or Transfer-Encoding: chunked/, what);
-        assert.match(got, /\r\nConnection: close\r\n/i, what);
-        assert.equal((await fetch(`${d.url}/v2/models/tiny/ready`)).status, 200, `${what}: the unload after it ran`);
+        await refused(d, `POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: ${te}\r\n\r\n${body}`,
+          /is not chunked; send one Content-Length or Transfer-Encoding: chunked/, `Transfer-Encoding: '${te}', body ${JSON.stringify(body)}`);
       }
     }
     const ok = await untilClosed(d.port, 'POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\nConnection: close\r\n\r\n2\r\n{}\r\n0\r\n\r\n');
@@ -227,7 +206,6 @@ test('chunked more than once (two Transfer-Encoding lines, or "chunked, chunked"
     // RFC 9112 6.1: chunked is applied at most once, and two lines are one
     // list. libmicrohttpd looks at the first line only: two "chunked" lines
     // (or "chunked" then "gzip") were served, the body decoded once
-    const unload = 'POST /v2/repository/models/tiny/unload HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n';
     const once = '2\r\n{}\r\n0\r\n\r\n';
     const twice = `${once.length.toString(16)}\r\n${once}\r\n0\r\n\r\n`;
     const cases = [
@@ -241,14 +219,8 @@ test('chunked more than once (two Transfer-Encoding lines, or "chunked, chunked"
       for (const body of [once, twice]) {
         const what = `${lines.map((l) => `Transfer-Encoding: ${l}`).join(' / ')}, body chunked ${body === once ? 'once' : 'twice'}`;
         const te = lines.map((l) => `Transfer-Encoding: ${l}\r\n`).join('');
-        const got = await untilClosed(d.port, `POST /v2/repository/index HTTP/1.1\r\nHost: x\r\n${te}\r\n${body}${unload}`)
-          .catch((e) => assert.fail(`${what}: ${e.message}`));
-        assert.equal((got.match(/HTTP\/1\.1 \d{3}/g) || []).length, 1, `${what}: ${got}`);
-        assert.match(got, /^HTTP\/1\.1 400 /, `${what}: ${got}`);
-        assert.match(got, re, what);
+        const got = await refused(d, `POST /v2/repository/index HTTP/1.1\r\nHost: x\r\n${te}\r\n${body}`, re, what);
         assert.match(got, /send one Content-Length or Transfer-Encoding: chunked/, what);
-        assert.match(got, /\r\nConnection: close\r\n/i, what);
-        assert.equal((await fetch(`${d.url}/v2/models/tiny/ready`)).status, 200, `${what}: the unload after it ran`);
       }
     }
     // one chunked line: served, and the connection goes on to the next request
