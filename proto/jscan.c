@@ -169,6 +169,17 @@ static void skip_ws(scanner *z)
     }
 }
 
+/* eat: after white space, c is next: moves past it and says 1; else 0. */
+static int eat(scanner *z, char c)
+{
+    skip_ws(z);
+    if (z->pos < z->len && z->s[z->pos] == c) {
+        z->pos++;
+        return 1;
+    }
+    return 0;
+}
+
 static int hexval(char c)
 {
     if (c >= '0' && c <= '9')
@@ -330,11 +341,8 @@ static int scan_object(scanner *z, int depth, enum role role, int index)
     int nseen = 0;
     int check = role != R_OTHER && depth <= SEEN_DEPTH;
     z->pos++; /* '{' */
-    skip_ws(z);
-    if (z->pos < z->len && z->s[z->pos] == '}') {
-        z->pos++;
+    if (eat(z, '}'))
         return 0;
-    }
     for (;;) {
         char key[KEY_MAX];
         skip_ws(z);
@@ -356,10 +364,8 @@ static int scan_object(scanner *z, int depth, enum role role, int index)
             if (nseen < SEEN_KEYS)
                 memcpy(seen[nseen++], key, KEY_MAX);
         }
-        skip_ws(z);
-        if (z->pos >= z->len || z->s[z->pos] != ':')
+        if (!eat(z, ':'))
             return syntax(z, "expected ':'");
-        z->pos++;
         skip_ws(z);
         if (role == R_INPUT && !strcmp(key, "data")) {
             size_t start = z->pos;
@@ -394,15 +400,10 @@ static int scan_object(scanner *z, int depth, enum role role, int index)
             if ((rc = scan_value(z, depth + 1, child, index)))
                 return rc;
         }
-        skip_ws(z);
-        if (z->pos < z->len && z->s[z->pos] == ',') {
-            z->pos++;
+        if (eat(z, ','))
             continue;
-        }
-        if (z->pos < z->len && z->s[z->pos] == '}') {
-            z->pos++;
+        if (eat(z, '}'))
             return 0;
-        }
         return syntax(z, "expected ',' or '}'");
     }
 }
@@ -414,11 +415,8 @@ static int scan_array(scanner *z, int depth, enum role role)
 {
     int n = 0;
     z->pos++; /* '[' */
-    skip_ws(z);
-    if (z->pos < z->len && z->s[z->pos] == ']') {
-        z->pos++;
+    if (eat(z, ']'))
         return 0;
-    }
     for (;;) {
         int rc;
         enum role child = role == R_OUTPUTS ? R_OUTPUT : R_OTHER;
@@ -434,15 +432,10 @@ static int scan_array(scanner *z, int depth, enum role role)
         if ((rc = scan_value(z, depth + 1, child, n)))
             return rc;
         n++;
-        skip_ws(z);
-        if (z->pos < z->len && z->s[z->pos] == ',') {
-            z->pos++;
+        if (eat(z, ','))
             continue;
-        }
-        if (z->pos < z->len && z->s[z->pos] == ']') {
-            z->pos++;
+        if (eat(z, ']'))
             return 0;
-        }
         return syntax(z, "expected ',' or ']'");
     }
 }
