@@ -408,7 +408,6 @@ static const char *lex_digits(const char *p, const char *end, oip__num *n,
 {
     uint64_t mant = n->mant;
     int exp10 = n->exp10, digits = n->digits;
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     /* Eight bytes at a time while the digits surely fit (mant < 1e10, so
      * mant * 1e8 + 8 digits < 1e18 + 1e8, as the byte loop allows): the
      * leading run of digits (bytes whose value minus '0' is 0..9) is
@@ -443,7 +442,6 @@ static const char *lex_digits(const char *p, const char *end, oip__num *n,
             return p;
         }
     }
-#endif
     while (p < end) {
         unsigned d = (unsigned)(unsigned char)*p - '0';
         if (d > 9)
@@ -465,11 +463,6 @@ static const char *lex_digits(const char *p, const char *end, oip__num *n,
     return p;
 }
 
-/*
- * oip__lex_number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? exactly.
- * The exponent saturates at 100000 (any such number is 0 or inf anyway).
- */
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 /*
  * lex_short: the common shape of tensor data, -?d.f with one integer digit
  * and one to seven fraction digits (e.g. -0.731272), read with one eight-
@@ -514,9 +507,7 @@ static const char *lex_short(const char *p, const char *end, oip__num *n)
     n->end = q + 2 + k;
     return n->end;
 }
-#endif
 
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 const char *oip__short_float(const char *p, const char *end, float *out)
 {
     oip__num n;
@@ -533,21 +524,16 @@ const char *oip__short_float(const char *p, const char *end, float *out)
     *out = n.neg ? -f : f;
     return n.end;
 }
-#else
-const char *oip__short_float(const char *p, const char *end, float *out)
-{
-    (void)p, (void)end, (void)out;
-    return NULL;
-}
-#endif
 
+/*
+ * oip__lex_number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? exactly.
+ * The exponent saturates at 100000 (any such number is 0 or inf anyway).
+ */
 const char *oip__lex_number(const char *p, const char *end, oip__num *n)
 {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     const char *fast = p < end ? lex_short(p, end, n) : NULL;
     if (fast)
         return fast;
-#endif
     n->start = p;
     n->mant = 0;
     n->exp10 = 0;

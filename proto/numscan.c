@@ -19,8 +19,7 @@
 
 #include <stdint.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__BYTE_ORDER__) && \
-    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
 #define AVX512 __attribute__((target("avx512f,avx512dq,avx512cd,avx512vl,avx512bw")))
