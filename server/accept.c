@@ -20,8 +20,10 @@
 #include "server/srv.h"
 
 #include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -38,8 +40,24 @@ void srv_accept_init(srv_accept *a, srv *s, const char *door)
     a->fd = -1;
 }
 
-int srv_accept_listen(srv_accept *a, const struct sockaddr *sa, socklen_t salen,
-                      int *port)
+/* listen_err: err (SRV_ERRMAX) for a listener on --host and --<flag>
+ * port that could not start: in_use (EADDRINUSE), else why. */
+static void listen_err(const srv *s, char *err, const char *flag, long long port,
+                       int in_use, const char *why)
+{
+    if (in_use)
+        snprintf(err, SRV_ERRMAX, "--host %s --%s %lld: address in use (another "
+                 "server listens there; --reuse-port 1 shares the port on "
+                 "purpose)", s->cfg.host, flag, port);
+    else
+        snprintf(err, SRV_ERRMAX, "--host %s --%s %lld: cannot listen (%s; in "
+                 "use, or not an address of this machine)", s->cfg.host, flag,
+                 port, why);
+}
+
+/* listen_on: a's socket on sa, its bound port in *port; 0 or -errno. */
+static int listen_on(srv_accept *a, const struct sockaddr *sa, socklen_t salen,
+                     int *port)
 {
     int one = 1, fd, e;
     struct sockaddr_storage ss;
@@ -65,6 +83,35 @@ fail:
     e = errno;
     close(fd);
     return -e;
+}
+
+int srv_accept_listen(srv_accept *a, const char *flag, long long port,
+                      int *bound, int *v6, char *err)
+{
+    const srv *s = a->s;
+    struct addrinfo hints, *ai = NULL;
+    char ps[24];
+    int rc;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    snprintf(ps, sizeof ps, "%lld", port < 0 ? 0 : port);
+    rc = getaddrinfo(s->cfg.host, ps, &hints, &ai);
+    if (rc != 0 || !ai) {
+        snprintf(err, SRV_ERRMAX, "--host %s: cannot resolve (%s)", s->cfg.host,
+                 gai_strerror(rc));
+        return -1;
+    }
+    if (v6)
+        *v6 = ai->ai_family == AF_INET6;
+    rc = listen_on(a, ai->ai_addr, ai->ai_addrlen, bound);
+    freeaddrinfo(ai);
+    if (rc < 0) {
+        listen_err(s, err, flag, port, rc == -EADDRINUSE, strerror(-rc));
+        return -1;
+    }
+    return 0;
 }
 
 static void on_ready(uv_poll_t *p, int status, int events);

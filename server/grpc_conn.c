@@ -12,7 +12,6 @@
  */
 #include "server/grpc_int.h"
 
-#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -603,31 +602,10 @@ int srv_grpc_start(srv *s, char *err)
     /* windows are given back by flush, so a connection whose answers pile
      * up unsent stops receiving (--grpc-buffer) */
     nghttp2_option_set_no_auto_window_update(g->opt, 1);
-    {
-        struct addrinfo hints, *ai = NULL;
-        char port[24];
-        int rc;
-        memset(&hints, 0, sizeof hints);
-        hints.ai_family = AF_UNSPEC;
-        hints.ai_socktype = SOCK_STREAM;
-        hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-        snprintf(port, sizeof port, "%lld", s->cfg.grpc_port < 0 ? 0 : s->cfg.grpc_port);
-        rc = getaddrinfo(s->cfg.host, port, &hints, &ai);
-        if (rc != 0 || !ai) {
-            snprintf(err, SRV_ERRMAX, "--host %s: cannot resolve (%s)",
-                     s->cfg.host, gai_strerror(rc));
-            goto fail;
-        }
-        srv_accept_init(&g->accept, s, "grpc");
-        rc = srv_accept_listen(&g->accept, ai->ai_addr, ai->ai_addrlen,
-                               &s->grpc_port);
-        freeaddrinfo(ai);
-        if (rc < 0) {
-            srv_listen_err(s, err, "grpc-port", s->cfg.grpc_port,
-                           rc == -EADDRINUSE, strerror(-rc));
-            goto fail;
-        }
-    }
+    srv_accept_init(&g->accept, s, "grpc");
+    if (srv_accept_listen(&g->accept, "grpc-port", s->cfg.grpc_port,
+                          &s->grpc_port, NULL, err) < 0)
+        goto fail;
     uv_idle_init(s->loop, &g->idle);
     g->idle.data = g;
     srv_accept_start(&g->accept, g, room, take);

@@ -17,7 +17,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <netdb.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -424,19 +423,6 @@ void srv_http_log_flush(srv *s, int now_too)
             repeats_line(s, &s->mhd_msgs[i], now);
 }
 
-void srv_listen_err(const srv *s, char *err, const char *flag, long long port,
-                    int in_use, const char *why)
-{
-    if (in_use)
-        snprintf(err, SRV_ERRMAX, "--host %s --%s %lld: address in use (another "
-                 "server listens there; --reuse-port 1 shares the port on "
-                 "purpose)", s->cfg.host, flag, port);
-    else
-        snprintf(err, SRV_ERRMAX, "--host %s --%s %lld: cannot listen (%s; in "
-                 "use, or not an address of this machine)", s->cfg.host, flag,
-                 port, why);
-}
-
 /* hexval: the value of hex digit c, or -1. */
 static int hexval(char c)
 {
@@ -476,31 +462,14 @@ static size_t unescape(void *cls, struct MHD_Connection *c, char *s)
  */
 int srv_http_start(srv *s, char *err)
 {
-    struct addrinfo hints, *ai = NULL;
     const union MHD_DaemonInfo *info;
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
                      MHD_USE_NO_LISTEN_SOCKET;
-    char portstr[16];
-    int rc;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    snprintf(portstr, sizeof portstr, "%lld", s->cfg.port);
-    rc = getaddrinfo(s->cfg.host, portstr, &hints, &ai);
-    if (rc != 0 || !ai) {
-        snprintf(err, SRV_ERRMAX, "--host %s: cannot resolve (%s)", s->cfg.host,
-                 gai_strerror(rc));
+    int v6;
+    if (srv_accept_listen(&s->accept, "port", s->cfg.port, &s->port, &v6, err) < 0)
         return -1;
-    }
-    if (ai->ai_family == AF_INET6)
+    if (v6)
         flags |= MHD_USE_IPv6;
-    rc = srv_accept_listen(&s->accept, ai->ai_addr, ai->ai_addrlen, &s->port);
-    freeaddrinfo(ai);
-    if (rc < 0) {
-        srv_listen_err(s, err, "port", s->cfg.port, rc == -EADDRINUSE, strerror(-rc));
-        return -1;
-    }
     s->mhd = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, s,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, s,

@@ -684,10 +684,6 @@ const char *srv_fmt_u(char d[24], unsigned long long v);
 
 /* http.c */
 int srv_http_start(srv *s, char *err); /* -1 with err (SRV_ERRMAX) */
-/* srv_listen_err: err (SRV_ERRMAX) for a listener on --host and --<flag>
- * port that could not start: in_use (EADDRINUSE), else why. */
-void srv_listen_err(const srv *s, char *err, const char *flag, long long port,
-                    int in_use, const char *why);
 void srv_http_stop(srv *s);
 /* srv_http_cut: the drain was cut short: each REST request whose body is
  * still coming is answered 503 on its socket at once (http_answer.c). */
@@ -699,10 +695,13 @@ void srv_http_log_flush(srv *s, int now_too);
 
 /* accept.c: a door's listener (srv_accept, above). Loop thread.
  * srv_accept_init: none yet (fd -1), for s's door named door (static).
- * srv_accept_listen: a listening socket on sa (SO_REUSEADDR; SO_REUSEPORT
+ * srv_accept_listen: a listening socket on --host and port, the setting
+ * --<flag> (below 0: any free port) (SO_REUSEADDR; SO_REUSEPORT
  * with --reuse-port 1; on an IPv6 address IPV6_V6ONLY as the system has
  * it: "::" takes IPv4 clients too, as 0.0.0.0 its own), its bound port
- * in *port; 0 or -errno (nothing open).
+ * in *bound, and in *v6 (may be NULL) whether the address is IPv6; 0, or
+ * -1 with err (SRV_ERRMAX): the host does not resolve, the address is in
+ * use, or why it cannot listen (nothing open).
  * srv_accept_start: poll it; each time it is readable, accept up to a
  * bounded number of connections (non-blocking, close-on-exec), each
  * after room said yes, each to take (the door closes it). An accept that
@@ -717,8 +716,8 @@ void srv_http_log_flush(srv *s, int now_too);
  * nothing when it never listened). */
 #define SRV_ACCEPT_RETRY_MS 100 /* a failed accept waits this long (nginx: 500) */
 void srv_accept_init(srv_accept *a, srv *s, const char *door);
-int srv_accept_listen(srv_accept *a, const struct sockaddr *sa, socklen_t salen,
-                      int *port);
+int srv_accept_listen(srv_accept *a, const char *flag, long long port,
+                      int *bound, int *v6, char *err);
 void srv_accept_start(srv_accept *a, void *data, int (*room)(void *data),
                       void (*take)(void *data, int fd,
                                    const struct sockaddr_storage *peer,
