@@ -617,6 +617,7 @@ void srv_h_infer(srv_req *r)
     j->step.in = &j->in;
     j->step.t_head = r->t_msg_ns ? r->t_msg_ns : r->t0_ns;
     srv_copy(j->step.hdr_id, sizeof j->step.hdr_id, hdr_id ? hdr_id : "");
+    j->step.grpc = r->door != NULL;
     srv_seq_arrive(s, &j->step);
     j->work.data = j;
     if (j->solo && lone(s, (int)s->cfg.inline_conns)) {

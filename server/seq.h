@@ -82,6 +82,8 @@ typedef struct srv_step {
     /* set by srv_seq_prepare (pool), read by the loop afterwards */
     int is_step;
     char hdr_id[OIP_MAX_SEQ_ID]; /* Attnd-Sequence-Id header, "" = none */
+    int grpc;                /* came by the gRPC door (its header is the
+                                attnd-sequence-id metadata) */
     char id[OIP_MAX_SEQ_ID];
     int start, end, retain;
     int has_pos, pos;        /* parameters.sequence_position */

@@ -141,9 +141,17 @@ int srv__seq_gone_msg(char *msg, size_t n, const char *id, const srv_seq *l,
 {
     char what[128];
     if (!l || !l->gone) {
+        /* never seen here: perhaps another replica's, reached by a step
+         * that had no header for a proxy to route it on */
         snprintf(msg, n, "parameters.sequence_id: unknown sequence '%s' (%s); "
                  "send sequence_start: true with the whole history to begin "
-                 "it again", id, UNKNOWN_WHY);
+                 "it again%s%s%s", id, UNKNOWN_WHY,
+                 st->hdr_id[0] ? "" : "; behind a proxy, send the id in the ",
+                 st->hdr_id[0] ? "" : st->grpc ? "attnd-sequence-id metadata"
+                                               : "Attnd-Sequence-Id header",
+                 st->hdr_id[0] ? "" : " too (this step came without it): "
+                 "deploy/nginx.conf routes each step to the replica that "
+                 "holds its sequence by it");
         return 400;
     }
     gone_what(what, sizeof what, l);

@@ -605,7 +605,10 @@ class Unary(unittest.TestCase):
         req = pb.ModelInferRequest(model_name="tiny")
         typed(req, "x", "FP32", [1, 1, 8], xs[:8])
         req.parameters["sequence_id"].int64_param = 4242
-        self.code(self.s.ModelInfer, req, C.INVALID_ARGUMENT, r"unknown sequence '4242'.*sequence_start")
+        self.code(self.s.ModelInfer, req, C.INVALID_ARGUMENT, r"unknown sequence '4242' \(ended .*sequence_start: true with the whole history to begin it again$")
+        # one never seen here, sent without the metadata a proxy routes on
+        req.parameters["sequence_id"].int64_param = 4243
+        self.code(self.s.ModelInfer, req, C.INVALID_ARGUMENT, r"unknown sequence '4243' \(never started.*sequence_start.*; behind a proxy, send the id in the attnd-sequence-id metadata too \(this step came without it\)")
 
     def test_sequence_position(self):
         """parameters.sequence_position as an int64 or uint64 param: a step

@@ -408,6 +408,31 @@ test('SIGTERM finishes the steps in flight, then the sequences are gone', async 
   assert.equal(ex.code, 0, JSON.stringify(ex) + '\n' + d.log().slice(-3000));
 });
 
+test('a step of a sequence never seen here is told to send the Attnd-Sequence-Id header when it came without it', async () => {
+  // Behind deploy/nginx.conf a step without the header is not routed to
+  // the sequence's replica: the 400 says what a proxy routes on.
+  const d = await start({ dir: gqaModels() });
+  try {
+    const x = tokens(1, 7);
+    const hint = /; behind a proxy, send the id in the Attnd-Sequence-Id header too \(this step came without it\): deploy\/nginx\.conf routes each step to the replica that holds its sequence by it$/;
+    const bare = await infer(d, 'gqa', stepBody('elsewhere', x));
+    assert.equal(bare.status, 400);
+    assert.match(bare.json.error, /^parameters\.sequence_id: unknown sequence 'elsewhere' \(never started, .*held by another replica or a restarted server\); send sequence_start: true with the whole history to begin it again; behind a proxy/);
+    assert.match(bare.json.error, hint);
+    // with the header (alone or beside the body's id) there is nothing to add
+    for (const body of [stepBody('elsewhere', x), { inputs: [fp32('x', [1, 1, D], x)] }]) {
+      const h = await infer(d, 'gqa', body, { 'Attnd-Sequence-Id': 'elsewhere' });
+      assert.equal(h.status, 400);
+      assert.match(h.json.error, /send sequence_start: true with the whole history to begin it again$/);
+    }
+    // a sequence this server ended says how it went: it was routed here
+    assert.equal((await infer(d, 'gqa', stepBody('here', x, { start: true, end: true }))).status, 200);
+    const ended = await infer(d, 'gqa', stepBody('here', x));
+    assert.equal(ended.status, 400);
+    assert.match(ended.json.error, /unknown sequence 'here' \(ended .*to begin it again$/);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
 test('a step past its deadline (504) leaves the sequence as it was', async () => {
   // One instance of the model, held by a long start of another sequence
   // (a batch with a sequence step runs to its end, so it holds the
