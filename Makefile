@@ -244,7 +244,8 @@ all: $(BENCH_GRPC)
 # retained maps through nginx.conf's sessions and the Ingress's session
 # door (affinity.mjs; skipped by an attnd without the sequences extension),
 # then one live replica cut off for one step: its sequences must not come
-# back to stale copies (blip.mjs).
+# back to stale copies, nor its sessions leave it for a replica without
+# their maps (blip.mjs).
 # container-test: build the Dockerfile with buildah and test the image.
 DEPLOY_NPM := tests/deploy/node_modules/.package-lock.json
 $(DEPLOY_NPM): tests/deploy/package.json tests/deploy/package-lock.json

@@ -28,9 +28,18 @@
 // sent: grpc_pass does not buffer a call to send it again; the client
 // sends it again), every call must answer its sequence_length, also past
 // fail_timeout.
-// Settings (env): BLIP_SEQUENCES (12), BLIP_GRPC_SEQUENCES (6), NGINX (nginx), BLIP_KEEP=1 keeps the
+// Sessions too (attnd_sticky, hashed on X-Attnd-Session): NSESS clients
+// each retain a map through nginx; then one fetch of a map of the replica
+// holding the most is cut off (passed on, 404 from the next replica), and
+// right after it every one of that replica's clients fetches its map again
+// on the same connection to nginx (the same worker, which saw the
+// failure): each must be 200. A replica taken out of the hash for
+// fail_timeout by the one failure sends them all to a replica that never
+// saw their maps (404).
+// Settings (env): BLIP_SEQUENCES (12), BLIP_SESSIONS (12), BLIP_GRPC_SEQUENCES (6), NGINX (nginx), BLIP_KEEP=1 keeps the
 // folder. Prints `blip: N passed, M failed` (steps answered as expected).
 import { cpSync, readFileSync } from "node:fs";
+import http from "node:http";
 import http2 from "node:http2";
 import { createConnection, createServer } from "node:net";
 import { join } from "node:path";
@@ -39,6 +48,7 @@ import { fields, frame, ld, packedI64, str, varint } from "../grpc/wire.mjs";
 import { ROOT, freePorts, harness, inferPost } from "./replicas.mjs";
 
 const NSEQ = Number(process.env.BLIP_SEQUENCES || 12);
+const NSESS = Number(process.env.BLIP_SESSIONS || 12);
 const G = Number(process.env.BLIP_GRPC_SEQUENCES || 6);
 const PROMPT = 2, ROUNDS = 5;
 const MODEL = "tiny", D = 8, HEADER = "Attnd-Sequence-Id";
@@ -219,6 +229,47 @@ async function main() {
   // restarted after the 400's twin, sent again after the 502
   await gstep(g0, { start: unknown, upto: g0.len + 1 });
   await Promise.all(gseqs.map((q) => gstep(q)));
+  // Sessions: one keep-alive connection to nginx, so every request of
+  // this part goes through the worker that saw the cut (nginx's peers'
+  // failures are counted per worker).
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  const one = (method, path, headers, body) => new Promise((res) => {
+    const req = http.request(`${base}${path}`, { method, agent, headers: { ...headers, ...(body ? { "Content-Type": "application/json" } : {}) } }, (r) => {
+      const chunks = [];
+      r.on("data", (c) => chunks.push(c));
+      r.on("end", () => { let json = null; try { json = JSON.parse(Buffer.concat(chunks)); } catch {} res({ status: r.statusCode, json }); });
+    });
+    req.on("error", (e) => res({ status: 0, json: { error: e.message } }));
+    req.end(body ? JSON.stringify(body) : undefined);
+  });
+  const sessions = [];
+  for (let c = 0; c < NSESS; c++) {
+    const h = { "X-Attnd-Session": `blip-session-${c}-${T0.toString(36)}` };
+    const r = await one("POST", `/v2/models/${MODEL}/infer`, h, { inputs: [xInput(wordsOf(200 + c).slice(0, 3), 0)], parameters: { retain: true } });
+    const id = r.json?.parameters?.map_id;
+    check(r.status === 200 && id, `session ${c}'s retaining infer: ${r.status} ${id ?? JSON.stringify(r.json).slice(0, 200)}`);
+    sessions.push({ h, id, name: h["X-Attnd-Session"] });
+  }
+  const sholder = new Map();
+  for (const l of accessLog()) if (l.session?.startsWith("blip-session-") && l.status === 200) sholder.set(l.session, l.upstreams.at(-1));
+  const sper = relayPorts.map((p) => sessions.filter((q) => sholder.get(q.name) === `127.0.0.1:${p}`).length);
+  const sv = sper.indexOf(Math.max(...sper));
+  const smine = sessions.filter((q) => sholder.get(q.name) === `127.0.0.1:${relayPorts[sv]}`);
+  say(`sessions per replica: ${sper.join(", ")}; cutting off replica ${sv} for one map fetch`);
+  check(smine.length >= 2, `replica ${sv} holds ${smine.length} sessions`);
+  relays[sv].cut(true);
+  const sfirst = await one("GET", `/v2/maps/${smine[0].id}`, smine[0].h);
+  relays[sv].cut(false);
+  say(`the fetch that met the cut: ${sfirst.status} from the next replica`);
+  const smiss = [];
+  for (const q of smine) {
+    const r = await one("GET", `/v2/maps/${q.id}`, q.h);
+    if (r.status !== 200) smiss.push(`${q.name}: ${r.status} ${JSON.stringify(r.json).slice(0, 120)}`);
+  }
+  for (const m of smiss.slice(0, 4)) say(`  ${m}`);
+  check(smiss.length === 0, `after the cut, replica ${sv}'s ${smine.length} sessions fetched their maps from it (${smiss.length} did not)`);
+  agent.destroy();
+
   say("waiting past nginx's fail_timeout (10 s)");
   await new Promise((res) => setTimeout(res, 11000));
   for (let k = 0; k < 2; k++) await Promise.all([...seqs.map((q) => step(q)), ...gseqs.map((q) => gstep(q))]);
