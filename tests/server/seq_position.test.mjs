@@ -277,6 +277,15 @@ test('retain: a branch rewinds the map; a failed one leaves it as it was', async
     assert.deepEqual(after.shape, [3, 3]);
     assert.equal(after.data[1 * 3 + 2], 0, 'row 1 no longer weighs the replaced key 2');
     assert.equal(after.data[0 * 3 + 1], before.data[0 * 3 + 1], 'the kept rows keep their other weights');
+    // causal is each step's own (README "Sequences"): the start's
+    // causal: false does not carry; a step of 2 without it takes gqa's
+    // default (causal), its first row weighs not the second's key
+    const c2 = await infer(d, 'gqa', at('nc', rows(tokens(2, 42), 0, 2), 3, { outputs: [{ name: 'attention' }] }));
+    assert.equal(c2.status, 200, JSON.stringify(c2.json));
+    assert.deepEqual(c2.json.outputs[0].shape, [1, H, 2, 5]);
+    assert.equal(c2.json.outputs[0].data.flat(Infinity)[4], 0, 'a step without causal: the default, causal');
+    const n2 = await infer(d, 'gqa', at('nc', rows(tokens(2, 43), 0, 2), 3, { outputs: [{ name: 'attention' }], extra: { causal: false } }));
+    assert.ok(n2.json.outputs[0].data.flat(Infinity)[4] > 0, 'a step with causal: false');
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
