@@ -235,3 +235,30 @@ for (const [dtype, tol] of [['f16', 2e-3], ['bf16', 2e-2]])
       assert.equal(await metric(d, 'attnd_kv_bytes'), 2048);
     } finally { assert.equal((await d.stop()).code, 0); }
   });
+
+test('a sequence that ends, is deleted or is started again leaves its map in the store', async () => {
+  const d = await start({ dir: gqaModels() });
+  try {
+    const xs = tokens(3, 61);
+    const shape = async (id) => {
+      const r = await fetch(`${d.url}/v2/maps/${id}`);
+      return r.status === 200 ? (await r.json()).shape : r.status;
+    };
+    const begin = async (id) => {
+      const r = await infer(d, 'gqa', stepBody(id, xs.slice(0, 2 * D), { start: true, extra: { retain: true } }));
+      assert.equal(r.status, 200, JSON.stringify(r.json));
+      return r.json.parameters.map_id;
+    };
+    const ended = await begin('me');
+    assert.equal((await infer(d, 'gqa', stepBody('me', xs.slice(2 * D), { end: true }))).status, 200);
+    assert.deepEqual(await shape(ended), [1, H, 3, 3]);
+    const deleted = await begin('md');
+    assert.equal((await fetch(`${d.url}/v2/sequences/md`, { method: 'DELETE' })).status, 200);
+    assert.deepEqual(await shape(deleted), [1, H, 2, 2]);
+    const old = await begin('mr');
+    const re = await infer(d, 'gqa', stepBody('mr', xs, { start: true }));
+    assert.equal(re.status, 200);
+    assert.equal(re.json.parameters.map_id, undefined, 'a restart without retain keeps no map');
+    assert.deepEqual(await shape(old), [1, H, 2, 2]);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
