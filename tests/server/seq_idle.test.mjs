@@ -301,6 +301,12 @@ test('a gRPC step whose deadline passed before its message came (504) still coun
   try {
     const xs = tokens(4, 17);
     assert.equal((await infer(d, 'gqa', stepBody('dl', xs.slice(0, 3 * D), { start: true }))).status, 200);
+    // the call counts in memory-budget (3072 bytes, beside its
+    // connection's 81920) once attnd has read its HEADERS, which start its
+    // deadline: its message goes 100 ms after that, not 100 ms after the
+    // HEADERS were sent (a sanitized attnd on a loaded machine read both
+    // in one go, and the step ran: OK, not DEADLINE_EXCEEDED)
+    const used = async () => Number(/^attnd_memory_budget_used_bytes (\d+)$/m.exec(await (await fetch(`${d.url}/metrics`)).text())[1]);
     const late = () => new Promise((res, rej) => {
       const req = session.request({ ':method': 'POST', ':path': '/inference.GRPCInferenceService/ModelInfer',
         'content-type': 'application/grpc', te: 'trailers', 'grpc-timeout': '50m' });
@@ -310,7 +316,14 @@ test('a gRPC step whose deadline passed before its message came (504) still coun
       req.on('error', rej);
       req.on('close', () => res(Number(t['grpc-status'])));
       req.resume();
-      setTimeout(() => req.end(frame(grpcStep('dl', xs.slice(3 * D)))), 100);
+      (async () => {
+        for (let i = 0; (await used()) < 81920 + 3072; i++) {
+          if (i > 1000 * SLOW) throw new Error('attnd never read the call\'s HEADERS');
+          await sleep(5);
+        }
+        await sleep(100);
+        req.end(frame(grpcStep('dl', xs.slice(3 * D))));
+      })().catch(rej);
     });
     const t0 = Date.now();
     while (Date.now() - t0 < 1.6 * idle) assert.equal(await late(), 4);
