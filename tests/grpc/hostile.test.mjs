@@ -47,7 +47,9 @@ function call(headers = {}, body = frame(seedMsg()), port = d.grpcPort) {
 }
 
 /** a raw HTTP/2 connection: send(frames), frames received ({type, flags,
- * id, payload}), until(pred, ms) waits for one that matches, closed */
+ * id, payload}), until(pred, ms) waits for one that matches (up to ms,
+ * times SLOW: a sanitized attnd on a loaded machine takes seconds past 5
+ * to answer 64 calls of 64 KB), closed */
 function rawConn(port = d.grpcPort) {
   const sock = net.connect(port, '127.0.0.1');
   const c = { sock, frames: [], closed: false };
@@ -66,7 +68,7 @@ function rawConn(port = d.grpcPort) {
   });
   c.send = (...f) => sock.write(Buffer.concat(f));
   c.until = async (pred, ms = 5000) => {
-    for (const t = Date.now() + ms; Date.now() < t; await new Promise((r) => setTimeout(r, 10))) {
+    for (const t = Date.now() + ms * SLOW; Date.now() < t; await new Promise((r) => setTimeout(r, 10))) {
       const f = c.frames.find(pred);
       if (f) return f;
     }
