@@ -58,6 +58,19 @@ static inline int tu_run(Suite *s)
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
+/* tu_timeout(tc, s): tc's cases may each take s seconds, or
+ * CK_DEFAULT_TIMEOUT's when that is more (make check-unit sets it to
+ * CK_TIMEOUT: 60, 300 on a sanitized build). tcase_set_timeout alone
+ * overrides that variable: a case given 60 s for a plain run by hand
+ * (Check's own default is 4 s) kept 60 under ThreadSanitizer, where
+ * test_panels' batched case took 40 s on a loaded machine. */
+static inline void tu_timeout(TCase *tc, double s)
+{
+    const char *e = getenv("CK_DEFAULT_TIMEOUT");
+    double d = e ? strtod(e, NULL) : 0;
+    tcase_set_timeout(tc, d > s ? d : s);
+}
+
 /* TU_MAIN(fn): main() running the suite fn() builds. */
 #define TU_MAIN(suite_fn)                                                      \
     int main(void)                                                             \

@@ -123,7 +123,7 @@ static Suite *model_nomem_suite(void)
 {
     Suite *s = suite_create("model_nomem");
     TCase *tc = tcase_create("model_nomem");
-    tcase_set_timeout(tc, 60);
+    tu_timeout(tc, 60);
     tcase_add_test(tc, load_fails_cleanly_at_every_allocation);
     suite_add_tcase(s, tc);
     return s;

@@ -292,7 +292,7 @@ static Suite *panels_suite(void)
     Suite *s = suite_create("panels");
     TCase *tc = tcase_create("core");
     tcase_add_checked_fixture(tc, tu_exec_setup, tu_exec_teardown);
-    tcase_set_timeout(tc, 60);
+    tu_timeout(tc, 60);
     tcase_add_test(tc, panel_widths);
     tcase_add_test(tc, to_panels_places);
     tcase_add_test(tc, prompt_same_as_rows);

@@ -397,7 +397,7 @@ static Suite *encode_suite(void)
 {
     Suite *s = suite_create("encode");
     TCase *tc = tcase_create("encode");
-    tcase_set_timeout(tc, 120);
+    tu_timeout(tc, 120);
     tcase_add_test(tc, json_response_text);
     tcase_add_test(tc, binary_outputs);
     tcase_add_test(tc, escaping);

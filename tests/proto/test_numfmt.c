@@ -440,7 +440,7 @@ static Suite *numfmt_suite(void)
 {
     Suite *s = suite_create("numfmt");
     TCase *tc = tcase_create("numbers");
-    tcase_set_timeout(tc, 120);
+    tu_timeout(tc, 120);
     tcase_add_test(tc, fmt_exact_strings);
     tcase_add_test(tc, fmt_round_trip_edges);
     tcase_add_test(tc, fmt_round_trip_random);

@@ -301,7 +301,7 @@ static Suite *numscan_suite(void)
 {
     Suite *s = suite_create("numscan");
     TCase *tc = tcase_create("eight");
-    tcase_set_timeout(tc, 120);
+    tu_timeout(tc, 120);
     tcase_add_test(tc, eight_match_strtof);
     tcase_add_test(tc, eight_edges);
     tcase_add_test(tc, eight_decline);
