@@ -474,6 +474,11 @@ void srv_guard_notify(void *cls, struct MHD_Connection *conn, void **ctx,
                        ? sizeof(struct sockaddr_in6)
                        : sizeof(struct sockaddr_in));
         c->owned = 1;
+        if (s->conn_mem_pending) { /* taken at its accept (http_accept.c) */
+            c->mem = SRV_HTTP_CONN_COST;
+            s->conn_mem_pending = 0;
+            s->n_http_conns++;
+        }
         *ctx = c;
         srv_guard_add(s, c);
         return;
@@ -484,6 +489,8 @@ void srv_guard_notify(void *cls, struct MHD_Connection *conn, void **ctx,
         c->req->c = NULL;
     srv_guard_remove(s, c);
     srv_linger_close(s, c->fd, c); /* MHD closes the socket after this returns */
+    srv_mem_give(s, c->mem);
+    s->n_http_conns -= c->mem != 0;
     free(c);
     *ctx = NULL;
 }

@@ -18,9 +18,39 @@
  * idle. A rest with nothing to close is logged (a line a second at most):
  * connections that wait without a word look like a server that hangs.
  *
+ * Each connection holds SRV_HTTP_CONN_COST of memory-budget from its
+ * accept until MHD closes it (its memory pool, allocated whole at the
+ * accept). One that finds no room is answered 503 at once, before its
+ * request is read (a fixed answer: Retry-After, Connection: close), and
+ * closed lingering (linger.c), so its client reads the 503 and not a
+ * reset; counted (attnd_http_connections_refused_total) and logged, a
+ * line a second at most, as the gRPC door refuses one (grpc_conn.c).
+ *
  * Loop thread only.
  */
 #include "server/srv.h"
+#include "server/linger.h"
+
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+_Static_assert(1 + SRV_HTTP_CONN_COST <= SRV_BODY_SLACK,
+               "a body of max-body and its connection fit a budget of "
+               "max-body + SRV_BODY_SLACK");
+
+#define REFUSED_BODY                                                          \
+    "{\"error\": \"server: the memory for request bodies, connections and " \
+    "unsent answers (memory-budget) is in use; this connection was not "     \
+    "taken; retry shortly\"}"
+#define REFUSED_LEN 154
+_Static_assert(sizeof REFUSED_BODY - 1 == REFUSED_LEN, "its Content-Length");
+static const char REFUSED[] = "HTTP/1.1 503 Service Unavailable\r\n"
+                              "Content-Type: application/json\r\n"
+                              "Retry-After: 1\r\n"
+                              "Connection: close\r\n"
+                              "Content-Length: 154\r\n"
+                              "\r\n" REFUSED_BODY;
 
 void srv_http__accept_room(srv *s)
 {
@@ -57,13 +87,46 @@ static int room(void *data)
     return 0;
 }
 
+/* refuse: no memory-budget for fd's connection: the fixed 503, its end
+ * (lingering: a request already sent is read and dropped, not reset),
+ * counted and logged. */
+static void refuse(srv *s, int fd, const struct sockaddr_storage *peer)
+{
+    srv_conn c;
+    unsigned long long n;
+    memset(&c, 0, sizeof c);
+    c.fd = fd;
+    c.peer = *peer;
+    (void)send(fd, REFUSED, sizeof REFUSED - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    srv_linger_close(s, fd, &c);
+    close(fd);
+    s->http.http_conns_refused++;
+    if ((n = srv_every_due(&s->conn_refused_log, srv_now_ns())))
+        srv_log(s, "warn", "http: %llu connection%s answered 503 at accept "
+                "since the last such line: the memory for request bodies, "
+                "connections and unsent answers (%lld bytes, memory-budget) "
+                "is in use", n, n == 1 ? "" : "s", s->cfg.memory_budget);
+}
+
 /* take: MHD owns fd from here, and closes it itself on failure (its
- * connection limit, memory: it logs why). */
+ * connection limit, memory: it logs why). The connection's
+ * SRV_HTTP_CONN_COST is taken first and handed to its srv_conn when MHD
+ * tells it started (srv_guard_notify, within MHD_add_connection); given
+ * back here when it did not. */
 static void take(void *data, int fd, const struct sockaddr_storage *peer,
                  socklen_t len)
 {
     srv *s = data;
+    if (srv_mem_take(s, SRV_HTTP_CONN_COST) < 0) {
+        refuse(s, fd, peer);
+        return;
+    }
+    s->conn_mem_pending = 1;
     MHD_add_connection(s->mhd, fd, (const struct sockaddr *)peer, len);
+    if (s->conn_mem_pending) {
+        s->conn_mem_pending = 0;
+        srv_mem_give(s, SRV_HTTP_CONN_COST);
+    }
     srv_kick(s);
 }
 

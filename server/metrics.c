@@ -271,6 +271,12 @@ void srv_h_metrics(srv_req *r)
                 "# TYPE attnd_grpc_connections_refused_total counter\n"
                 "attnd_grpc_connections_refused_total %llu\n",
                 (unsigned long long)s->http.grpc_conns_refused);
+    bprintf(&b, "# HELP attnd_http_connections_refused_total REST "
+                "connections answered 503 at their accept, unread, because "
+                "memory-budget had no room for their state.\n"
+                "# TYPE attnd_http_connections_refused_total counter\n"
+                "attnd_http_connections_refused_total %llu\n",
+                (unsigned long long)s->http.http_conns_refused);
     bprintf(&b, "# HELP attnd_log_lines_dropped_total Log lines dropped "
                 "because stderr did not keep up (--log-buffer) or refused "
                 "them (a closed pipe, a full disk).\n"
@@ -297,13 +303,17 @@ void srv_h_metrics(srv_req *r)
                 "each holding 80 KiB of memory-budget.\n"
                 "# TYPE attnd_grpc_open_connections gauge\n"
                 "attnd_grpc_open_connections %d\n"
+                "# HELP attnd_http_open_connections REST connections open, "
+                "each holding 36 KiB of memory-budget.\n"
+                "# TYPE attnd_http_open_connections gauge\n"
+                "attnd_http_open_connections %d\n"
                 "# HELP attnd_memory_budget_used_bytes Bytes of memory-budget "
-                "held by bodies, decoded requests, unsent answers and gRPC "
-                "connections.\n"
+                "held by bodies, decoded requests, unsent answers and "
+                "connections (REST and gRPC).\n"
                 "# TYPE attnd_memory_budget_used_bytes gauge\n"
                 "attnd_memory_budget_used_bytes %zu\n",
             s->draining, s->live_reqs, s->pool_jobs, s->n_conns,
-            srv_grpc_open_conns(s), s->mem_used);
+            srv_grpc_open_conns(s), s->n_http_conns, s->mem_used);
     {
         int lingering;
         unsigned long long kept, cut;

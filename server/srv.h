@@ -125,6 +125,7 @@ typedef struct srv_http_stats {
     uint64_t grpc_msgs[17];  /* ModelStreamInfer responses: OK or error */
     uint64_t grpc_h2_errors; /* gRPC connections ended for HTTP/2 errors */
     uint64_t grpc_conns_refused; /* closed at accept: no memory-budget */
+    uint64_t http_conns_refused; /* answered 503 at accept: the same */
 } srv_http_stats;
 
 /* ---- registry.c -------------------------------------------------------- */
@@ -403,6 +404,11 @@ struct srv {
     srv_accept accept;
     int accept_full;                    /* paused: MHD at its limit */
     srv_every accept_full_log;          /* http_accept.c: its lines */
+    srv_every conn_refused_log;         /* http_accept.c: no memory-budget */
+    int n_http_conns;     /* REST connections holding SRV_HTTP_CONN_COST */
+    int conn_mem_pending; /* http_accept.c: SRV_HTTP_CONN_COST taken for the
+                             connection MHD_add_connection is adding, not
+                             yet handed to its srv_conn (srv_guard_notify) */
     /* http.c: libmicrohttpd's last messages, each with when its last line
      * was and how often it came again since (not logged yet) */
     struct srv_mhd_msg {
@@ -488,6 +494,16 @@ struct srv {
 /* MHD accepts this many connections past max-connections; guard.c then
  * closes the longest-waiting idle or slow one. */
 #define SRV_CONN_HEADROOM 64
+/* a REST connection's own state, counted against memory-budget from its
+ * accept until libmicrohttpd closes it (README): MHD's memory pool (32
+ * KiB, its MHD_OPTION_CONNECTION_MEMORY_LIMIT default, allocated and
+ * written whole at the accept: the read buffer and the head's fields
+ * live in it), its struct MHD_Connection and the srv_conn here. Measured
+ * (RSS over 2000 connections): 33.6 KB a connection that sent nothing,
+ * 33.6-33.7 KB one inside its head, 33.9 KB an idle keep-alive one that
+ * was served; the same whatever it sends, as the pool never grows (a
+ * head past it is 431). A request's srv_req and body count on their own. */
+#define SRV_HTTP_CONN_COST 36864
 
 /* guard.c: connection deadlines and the memory budget (see its header).
  * srv_mem_take: reserve n bytes of memory-budget; -1 (nothing taken) when
@@ -506,6 +522,8 @@ struct srv_conn {
     int linked;         /* on s->conns */
     int grpc;           /* a gRPC connection (grpc_conn.c) */
     int calls;          /* gRPC: calls open (their HEADERS complete) */
+    size_t mem;         /* REST: memory-budget it holds (SRV_HTTP_CONN_COST)
+                           from its accept until MHD closes it */
     uint64_t t_wait_ns; /* since when it waits for a request head */
     srv_req *req;       /* REST: the request being received or served */
     unsigned long long body_unread; /* REST: a Content-Length over its

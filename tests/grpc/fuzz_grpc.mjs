@@ -30,7 +30,7 @@
 import { createHash } from 'node:crypto';
 import http2 from 'node:http2';
 import net from 'node:net';
-import { mulberry32, sanitizerReport, start } from '../server/helper.mjs';
+import { mulberry32, requestsUsed, sanitizerReport, start } from '../server/helper.mjs';
 import { D, gqaModels } from '../server/seq_helper.mjs';
 import { SEED_OUT, firstRawOutput, frame as grpcMsg, h2frame, ld, lit as hpackLit, packedI64, seedMsg, str, varint } from './wire.mjs';
 
@@ -356,7 +356,7 @@ for (; batches < N && Date.now() < UNTIL; batches++) {
 let used = -1;
 for (let k = 0; k < 100 && used !== 0; k++) {
   const m = await fetch(`${d.url}/metrics`, { headers: auth }).then((r) => r.text(), () => '');
-  used = Number((/^attnd_memory_budget_used_bytes (\d+)/m.exec(m) || [])[1]);
+  used = m ? requestsUsed(m) : NaN; // (the connections' own aside)
   if (used !== 0) await new Promise((r) => setTimeout(r, 100));
 }
 if (used !== 0) findings.push(`memory-budget in use after the last case: ${used} bytes`);

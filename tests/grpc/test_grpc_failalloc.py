@@ -250,11 +250,14 @@ class FailAlloc(unittest.TestCase):
                 for name in names:
                     st, body = d.rest(f"/v2/models/{name}")
                     self.assertEqual(st, expect, f"{name}: {st} {body}")
-            # nothing held but the open gRPC connections' own state (80
-            # KiB each): every connection open but this REST one is one
-            used = int(re.search(r"(?m)^attnd_memory_budget_used_bytes (\d+)$", metrics)[1])
-            conns = int(re.search(r"(?m)^attnd_open_connections (\d+)$", metrics)[1])
-            self.assertEqual(used, 81920 * (conns - 1), metrics[-2000:])
+            # nothing held but the open connections' own state (gRPC 80
+            # KiB each, REST 36 KiB: this one, at least)
+            def gauge(name):
+                return int(re.search(rf"(?m)^{name} (\d+)$", metrics)[1])
+            used = gauge("attnd_memory_budget_used_bytes")
+            n_grpc, n_rest = gauge("attnd_grpc_open_connections"), gauge("attnd_http_open_connections")
+            self.assertEqual(gauge("attnd_open_connections"), n_grpc + n_rest, metrics[-2000:])
+            self.assertEqual(used, 81920 * n_grpc + 36864 * n_rest, metrics[-2000:])
             self.assertRegex(metrics, r"(?m)^attnd_pool_jobs 0$")
         finally:
             for ch in chans.values():

@@ -13,7 +13,7 @@ import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { SLOW, f32bytes, start } from './helper.mjs';
+import { SLOW, f32bytes, requestsUsed, start } from './helper.mjs';
 import { TINY, TINY_CONFIG, slowStart } from './repo_helper.mjs';
 import { INFER, grpcCall, grpcSession } from './soak_grpc.mjs';
 import { SEED_OUT, fields, frame, h2frame, ld, lit, packedI64, seedMsg, str } from '../grpc/wire.mjs';
@@ -26,8 +26,8 @@ const session = grpcSession;
 
 /** metric(d, name, ok): the value of /metrics' line name (a series, its
  * labels included) once ok(value), or what it is after 5 s; of
- * attnd_memory_budget_used_bytes, what the open gRPC connections' own
- * 80 KiB each leave. */
+ * attnd_memory_budget_used_bytes, what the open connections' own (gRPC
+ * 80 KiB each, REST 36 KiB) leave. */
 async function metric(d, name, ok) {
   const get = async () => {
     const m = await (await fetch(`${d.url}/metrics`)).text();
@@ -35,7 +35,7 @@ async function metric(d, name, ok) {
       const at = m.indexOf(`\n${n} `);
       return at < 0 ? NaN : Number(m.slice(at + n.length + 2, m.indexOf('\n', at + 1)));
     };
-    return line(name) - (name === 'attnd_memory_budget_used_bytes' ? 81920 * line('attnd_grpc_open_connections') : 0);
+    return name === 'attnd_memory_budget_used_bytes' ? requestsUsed(m) : line(name);
   };
   let v = await get();
   for (const until = Date.now() + 5000 * SLOW; !ok(v) && Date.now() < until; v = await get()) await sleep(20);

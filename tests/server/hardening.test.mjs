@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { Worker } from 'node:worker_threads';
-import { ATTND, REFS, SLOW, fp32, infer, maxDiff, modelsDir, post, start } from './helper.mjs';
+import { ATTND, REFS, SLOW, fp32, infer, maxDiff, modelsDir, post, requestsUsed, start } from './helper.mjs';
 
 const X = REFS.causal;
 const xreq = (id) => ({ id, inputs: [fp32('x', X.shape, X.x)], parameters: { causal: true } });
@@ -333,7 +333,8 @@ function closedWithin(sock, ms) {
 
 // untilUsed: attnd_memory_budget_used_bytes once it is n, or what it is
 // after 5 s (x SLOW)
-const used = async (d) => Number(/\nattnd_memory_budget_used_bytes (\d+)\n/.exec(await (await fetch(`${d.url}/metrics`)).text())[1]);
+// (the open connections' own 36 KiB each aside: requestsUsed)
+const used = async (d) => requestsUsed(await (await fetch(`${d.url}/metrics`)).text());
 async function untilUsed(d, n) {
   let u = await used(d);
   for (const until = Date.now() + 5000 * SLOW; u !== n && Date.now() < until; u = await used(d)) await sleep(20);
@@ -375,7 +376,7 @@ test('memory budget: a body that does not fit beside the others gets 503 + Retry
     assert.match(b.text, /retry-after: \d+/i);
     assert.match(b.text, /memory-budget/);
     const m = await (await fetch(`${d.url}/metrics`)).text();
-    assert.match(m, /\nattnd_memory_budget_used_bytes 600001\n/, 'A\'s reservation, and nothing of B\'s');
+    assert.equal(requestsUsed(m), 600001, 'A\'s reservation, and nothing of B\'s');
     assert.match(m, /\nattnd_open_connections [1-9]/);
     // a decoded request and its outputs count too: a 72 KB body whose
     // 300x300 attention and scores (720 KB) do not fit beside A
@@ -563,7 +564,7 @@ test('a client that closes before its body is complete (FIN with its last bytes)
     const gauges = async () => {
       const m = await (await fetch(`${d.url}/metrics`)).text();
       const g = (name) => Number(new RegExp(`\\n${name} (\\d+)\\n`).exec(m)[1]);
-      return { conns: g('attnd_open_connections'), reqs: g('attnd_open_requests'), used: g('attnd_memory_budget_used_bytes'), gone: Number(/\nattnd_http_responses_total\{code="499"\} (\d+)\n/.exec(m)?.[1] ?? 0) };
+      return { conns: g('attnd_open_connections'), reqs: g('attnd_open_requests'), used: requestsUsed(m), gone: Number(/\nattnd_http_responses_total\{code="499"\} (\d+)\n/.exec(m)?.[1] ?? 0) };
     };
     await gauges(); // the metrics fetch's own keep-alive connection
     const base = await gauges();

@@ -247,3 +247,16 @@ export function safetensors(tensors) {
 export function promtool(text) {
   return spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
 }
+
+/** What each open connection holds of --memory-budget from its accept to
+ * its close (README): a REST one (libmicrohttpd's pool and attnd's state),
+ * a gRPC one (its HTTP/2 session). */
+export const REST_CONN_COST = 36864, GRPC_CONN_COST = 81920;
+/** requestsUsed(metricsText): attnd_memory_budget_used_bytes less the open
+ * connections' own (REST and gRPC): what bodies, decoded requests and
+ * unsent answers hold. A test's own GET /metrics holds a connection. */
+export function requestsUsed(m) {
+  const g = (n) => Number(new RegExp(`^${n} (\\d+)$`, 'm').exec(m)[1]);
+  return g('attnd_memory_budget_used_bytes') - REST_CONN_COST * g('attnd_http_open_connections') -
+    GRPC_CONN_COST * g('attnd_grpc_open_connections');
+}

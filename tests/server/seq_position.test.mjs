@@ -9,7 +9,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { SLOW, fp32, infer, maxDiff, modelsDir, safetensors, start } from './helper.mjs';
+import { SLOW, fp32, infer, maxDiff, modelsDir, requestsUsed, safetensors, start } from './helper.mjs';
 import { ALL, D, H, checkStep, full, gqaModels, metric, stepBody, tokens } from './seq_helper.mjs';
 
 /** A step of rows xs at position pos (an end only when asked). */
@@ -343,7 +343,7 @@ test('the rows a step replaces count against request-memory (413); a step\'s out
   // 100 tokens' attention and scores over 700 keys are 2.24 MB.
   const budget = ['--memory-budget', '4000000', '--request-memory', '3000000', '--max-body', '3000000', '--max-json-body', '3000000'];
   d = await start({ dir: gqaModels(), args: budget });
-  const used = async () => Number(/\nattnd_memory_budget_used_bytes (\d+)\n/.exec(await (await fetch(`${d.url}/metrics`)).text())[1]);
+  const used = async () => requestsUsed(await (await fetch(`${d.url}/metrics`)).text()); // (connections' own aside)
   const held = connect(d.port, '127.0.0.1');
   try {
     const xs = tokens(700, 43), pick = [{ name: 'attention' }, { name: 'scores' }];
@@ -377,7 +377,7 @@ test('steps waiting for their turn count their decoded request and outputs in me
   // are decoded and wait behind it. Each body writes a zero as "0" (2
   // bytes a float with its comma); decoded, x and y are 4 bytes a float each.
   const d = await start({ dir: gqaModels(), args: ['--batch-delay-us', '2000000', '--deadline-ms', '120000'] });
-  const used = async () => Number(/\nattnd_memory_budget_used_bytes (\d+)\n/.exec(await (await fetch(`${d.url}/metrics`)).text())[1]);
+  const used = async () => requestsUsed(await (await fetch(`${d.url}/metrics`)).text()); // (connections' own aside)
   try {
     const y = [{ name: 'y' }], T = 2000;
     assert.equal((await infer(d, 'gqa', stepBody('w', new Array(D).fill(0), { start: true, outputs: y }))).status, 200);

@@ -49,7 +49,7 @@ import assert from 'node:assert/strict';
 import { connect } from 'node:net';
 import { cpSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { REFS, ROOT, SLOW, binaryRequest, f32bytes, fp32, maxDiff, mulberry32, parseBinary, sanitizerReport, start } from './helper.mjs';
+import { REFS, ROOT, SLOW, binaryRequest, f32bytes, fp32, maxDiff, mulberry32, parseBinary, requestsUsed, sanitizerReport, start } from './helper.mjs';
 import { D as SD, gqaModels, tokens } from './seq_helper.mjs';
 import { ld, packedI64, str } from '../grpc/wire.mjs';
 import { INFER, grpcCall, grpcSoak, pbAnswer, pbParam } from './soak_grpc.mjs';
@@ -655,7 +655,7 @@ const metric = (name, model, reason) => Number(new RegExp(`^${name}\\{model="${m
 const kvOf = (m) => `${metric('attnd_kv_bytes', m)}/${metric('attnd_sequences_live', m)}`;
 for (let k = 0; k < 100; k++) {
   text = (await req('metrics', '/metrics')).body.toString();
-  used = Number(/^attnd_memory_budget_used_bytes (\d+)$/m.exec(text)?.[1]);
+  used = requestsUsed(text); // (the connections' own aside)
   kv = metric('attnd_kv_bytes', 'gqa') + metric('attnd_kv_bytes', RM);
   liveSeqs = metric('attnd_sequences_live', 'gqa') + metric('attnd_sequences_live', RM);
   if (!used && !kv && !liveSeqs) break;

@@ -1,0 +1,102 @@
+// conn_memory.test.mjs - what a REST connection holds before its request
+// is counted: its own state (libmicrohttpd's 32 KiB pool, allocated whole
+// at the accept) counts against --memory-budget from accept to close, and
+// one that finds no room is answered 503 at once (README's memory budget).
+import assert from 'node:assert/strict';
+import { connect } from 'node:net';
+import { test } from 'node:test';
+import { REST_CONN_COST, SLOW, start } from './helper.mjs';
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+function open(port) {
+  return new Promise((resolve, reject) => {
+    const s = connect({ port, host: '127.0.0.1' });
+    s.on('connect', () => resolve(s));
+    s.on('error', reject);
+  });
+}
+
+/** ask(sock, path): one GET on an open keep-alive socket; its answer's
+ * status and text (the head and a Content-Length body). */
+function ask(sock, path, ms = 3000 * SLOW) {
+  return new Promise((resolve, reject) => {
+    let buf = '';
+    const done = (err) => {
+      clearTimeout(t);
+      sock.off('data', data);
+      sock.off('end', done);
+      if (err) return reject(err);
+      const m = /^HTTP\/1\.1 (\d+)/.exec(buf);
+      resolve({ status: m ? Number(m[1]) : 0, text: buf });
+    };
+    const data = (d) => {
+      buf += d;
+      const h = buf.indexOf('\r\n\r\n');
+      const cl = /content-length: (\d+)/i.exec(buf);
+      if (h >= 0 && cl && buf.length >= h + 4 + Number(cl[1])) done();
+    };
+    const t = setTimeout(() => done(new Error(`no answer within ${ms} ms to GET ${path}`)), ms);
+    sock.on('data', data);
+    sock.on('end', done);
+    sock.write(`GET ${path} HTTP/1.1\r\nHost: x\r\n\r\n`);
+  });
+}
+
+const gauge = (m, n) => Number(new RegExp(`^${n} (\\d+)$`, 'm').exec(m)?.[1]);
+
+test('a REST connection holds 36 KiB of --memory-budget from its accept to its close; one that finds no room is answered 503 at once, counted and logged', async (t) => {
+  // the least budget: 100000 + 128 KiB holds 6 connections (6 x 36864 =
+  // 221184 of 231072), none of them with a body
+  const d = await start({ t, args: ['--memory-budget', '231072', '--max-body', '100000', '--max-json-body', '100000',
+    '--request-memory', '100000', '--max-connections-per-ip', '0'] });
+  const held = [];
+  try {
+    // connections, each asked once, until one is refused: six fit, less
+    // any the helper's own fetch still keeps open
+    let r;
+    for (;;) {
+      const s = await open(d.port);
+      r = await ask(s, '/v2/health/live');
+      if (r.status !== 200) {
+        s.destroy();
+        break;
+      }
+      held.push(s);
+      assert.ok(held.length <= 6, 'more connections taken than the budget holds');
+    }
+    // the one that found no room: 503 before its request is read, not served
+    assert.equal(r.status, 503, r.text);
+    assert.match(r.text, /\r\nretry-after: 1\r\n/i);
+    assert.match(r.text, /\r\nconnection: close\r\n/i);
+    assert.match(r.text, /\{"error": "server: the memory for request bodies, connections and unsent answers \(memory-budget\) is in use; this connection was not taken; retry shortly"\}$/);
+    let m = (await ask(held[0], '/metrics')).text;
+    assert.equal(gauge(m, 'attnd_http_open_connections'), 6, m.slice(-1500));
+    assert.ok(held.length >= 5, `${held.length} connections taken`);
+    assert.equal(gauge(m, 'attnd_memory_budget_used_bytes'), 6 * REST_CONN_COST, 'six connections, nothing else');
+    assert.equal(gauge(m, 'attnd_http_connections_refused_total'), 1);
+    assert.match(await d.logged(/answered 503 at accept/), /http: 1 connection answered 503 at accept since the last such line: the memory for request bodies, connections and unsent answers \(231072 bytes, memory-budget\) is in use/);
+    // one closed gives its share back: a new connection is served
+    held.pop().destroy();
+    for (let i = 0; i < 100 && gauge(m, 'attnd_http_open_connections') !== 5; i++) {
+      await sleep(20);
+      m = (await ask(held[0], '/metrics')).text;
+    }
+    assert.equal(gauge(m, 'attnd_memory_budget_used_bytes'), 5 * REST_CONN_COST, m.slice(-1500));
+    const next = await open(d.port);
+    assert.equal((await ask(next, '/v2/health/live')).status, 200);
+    next.destroy();
+    // the others gone: their shares given back (the helper's own
+    // keep-alive fetch may still hold one beside held[0])
+    for (const s of held.splice(1)) s.destroy();
+    for (let i = 0; i < 100 && !(gauge(m, 'attnd_http_open_connections') <= 2); i++) {
+      await sleep(20);
+      m = (await ask(held[0], '/metrics')).text;
+    }
+    assert.ok(gauge(m, 'attnd_http_open_connections') <= 2, m.slice(-1500));
+    assert.equal(gauge(m, 'attnd_memory_budget_used_bytes'), REST_CONN_COST * gauge(m, 'attnd_http_open_connections'));
+  } finally {
+    for (const s of held) s.destroy();
+  }
+  assert.equal((await d.stop()).code, 0);
+});
