@@ -100,3 +100,27 @@ test('a REST connection holds 36 KiB of --memory-budget from its accept to its c
   }
   assert.equal((await d.stop()).code, 0);
 });
+
+test('a head that never completes a line (bare CRs) is answered 414 once it fills libmicrohttpd\'s pool, and below that closed at header-timeout as a silent connection is', async (t) => {
+  const d = await start({ t, args: ['--header-timeout', '1'] });
+  // 40000 bare CRs: past the 32 KiB pool at once
+  const a = await open(d.port);
+  const got = await new Promise((resolve) => {
+    let buf = '';
+    a.on('data', (c) => { buf += c; });
+    a.on('close', () => resolve(buf));
+    a.on('error', () => resolve(buf));
+    a.write('\r'.repeat(40000));
+  });
+  assert.match(got, /^HTTP\/1\.1 414 /);
+  // 100 of them: held until header-timeout (1 s), then closed, unanswered
+  const b = await open(d.port);
+  const t0 = Date.now();
+  const closed = new Promise((resolve) => { b.on('close', resolve); b.on('error', resolve); b.resume(); });
+  b.write('\r'.repeat(100));
+  await closed;
+  const dt = Date.now() - t0;
+  assert.ok(dt >= 900, `closed after ${dt} ms, before header-timeout`);
+  assert.match(await d.logged(/header-timeout/), /http: closed 1 connection whose request head did not arrive within 1 s \(header-timeout\)/);
+  assert.equal((await d.stop()).code, 0);
+});
