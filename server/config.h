@@ -92,8 +92,9 @@
     X(memory_budget, "memory-budget", INT, 1024 * SRV_MiB, 0, 1LL << 44,      \
       "bytes buffered bodies, decoded requests, unsent answers and "        \
       "connections (REST 36 KiB, gRPC 80 KiB each) may hold together; past " \
-      "it 503, and a new connection is refused (REST: 503 at once; gRPC: "   \
-      "closed) (0 = no budget: unlimited; else at least the larger of "      \
+      "it 503, and a new connection is refused (REST: 503 at once, taken "   \
+      "to 72 KiB past it for a probe; gRPC: closed) (0 = no budget: "        \
+      "unlimited; else at least the larger of "                              \
       "max-body and max-json-body plus 128 KiB, and request-memory)")        \
     X(reuse_port, "reuse-port", INT, 0, 0, 1,                                 \
       "1: share the ports (REST and gRPC) with other processes "             \

@@ -70,13 +70,18 @@ static int unread(const srv_conn *c)
     return ioctl(c->fd, FIONREAD, &n) == 0 && n > 0;
 }
 
-int srv_mem_take(srv *s, size_t n)
+int srv_mem_take_past(srv *s, size_t n, size_t past)
 {
-    if (s->cfg.memory_budget && (s->mem_used >= (size_t)s->cfg.memory_budget ||
-                                 n > (size_t)s->cfg.memory_budget - s->mem_used))
+    size_t cap = (size_t)s->cfg.memory_budget + past;
+    if (s->cfg.memory_budget && (s->mem_used >= cap || n > cap - s->mem_used))
         return -1;
     s->mem_used += n;
     return 0;
+}
+
+int srv_mem_take(srv *s, size_t n)
+{
+    return srv_mem_take_past(s, n, 0);
 }
 
 void srv_mem_hold(srv *s, size_t n)

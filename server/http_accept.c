@@ -20,7 +20,9 @@
  *
  * Each connection holds SRV_HTTP_CONN_COST of memory-budget from its
  * accept until MHD closes it (its memory pool, allocated whole at the
- * accept). One that finds no room is answered 503 at once, before its
+ * accept), up to SRV_HTTP_CONN_RESERVE past a budget that requests have
+ * filled (a health probe still gets in). One that finds no room is
+ * answered 503 at once, before its
  * request is read (a fixed answer: Retry-After, Connection: close), and
  * closed lingering (linger.c), so its client reads the 503 and not a
  * reset; counted (attnd_http_connections_refused_total) and logged, a
@@ -117,7 +119,7 @@ static void take(void *data, int fd, const struct sockaddr_storage *peer,
                  socklen_t len)
 {
     srv *s = data;
-    if (srv_mem_take(s, SRV_HTTP_CONN_COST) < 0) {
+    if (srv_mem_take_past(s, SRV_HTTP_CONN_COST, SRV_HTTP_CONN_RESERVE) < 0) {
         refuse(s, fd, peer);
         return;
     }

@@ -504,13 +504,20 @@ struct srv {
  * was served; the same whatever it sends, as the pool never grows (a
  * head past it is 431). A request's srv_req and body count on their own. */
 #define SRV_HTTP_CONN_COST 36864
+/* REST connections may take their share up to this far past a budget that
+ * bodies, requests and answers have filled (they never may), so that a
+ * health probe's connection (kubelet's liveness and readiness) is served
+ * while requests hold the whole budget: two connections' worth. */
+#define SRV_HTTP_CONN_RESERVE (2 * SRV_HTTP_CONN_COST)
 
 /* guard.c: connection deadlines and the memory budget (see its header).
  * srv_mem_take: reserve n bytes of memory-budget; -1 (nothing taken) when
- * they do not fit. srv_mem_hold: count n bytes that exist already (an
+ * they do not fit. srv_mem_take_past: the same, allowed up to `past` bytes
+ * over the budget (SRV_HTTP_CONN_RESERVE). srv_mem_hold: count n bytes that exist already (an
  * encoded answer until it is sent): they may take the total past the
  * budget, and then every srv_mem_take fails until they are given back. */
 int srv_mem_take(srv *s, size_t n);
+int srv_mem_take_past(srv *s, size_t n, size_t past);
 void srv_mem_hold(srv *s, size_t n);
 void srv_mem_give(srv *s, size_t n);
 /* One open connection of either door, on s->conns. */

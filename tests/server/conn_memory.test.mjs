@@ -45,14 +45,16 @@ function ask(sock, path, ms = 3000 * SLOW) {
 
 const gauge = (m, n) => Number(new RegExp(`^${n} (\\d+)$`, 'm').exec(m)?.[1]);
 
-test('a REST connection holds 36 KiB of --memory-budget from its accept to its close; one that finds no room is answered 503 at once, counted and logged', async (t) => {
+test('a REST connection holds 36 KiB of --memory-budget from its accept to its close, up to two connections past a full budget; one that finds no room is answered 503 at once, counted and logged; a body never takes those two', async (t) => {
   // the least budget: 100000 + 128 KiB holds 6 connections (6 x 36864 =
-  // 221184 of 231072), none of them with a body
+  // 221184 of 231072), none of them with a body, and connections may go
+  // two past it (SRV_HTTP_CONN_RESERVE, for a health probe while requests
+  // fill the budget): 8 x 36864 = 294912 <= 231072 + 73728
   const d = await start({ t, args: ['--memory-budget', '231072', '--max-body', '100000', '--max-json-body', '100000',
     '--request-memory', '100000', '--max-connections-per-ip', '0'] });
   const held = [];
   try {
-    // connections, each asked once, until one is refused: six fit, less
+    // connections, each asked once, until one is refused: eight fit, less
     // any the helper's own fetch still keeps open
     let r;
     for (;;) {
@@ -63,7 +65,7 @@ test('a REST connection holds 36 KiB of --memory-budget from its accept to its c
         break;
       }
       held.push(s);
-      assert.ok(held.length <= 6, 'more connections taken than the budget holds');
+      assert.ok(held.length <= 8, 'more connections taken than the budget and its two past it hold');
     }
     // the one that found no room: 503 before its request is read, not served
     assert.equal(r.status, 503, r.text);
@@ -71,18 +73,32 @@ test('a REST connection holds 36 KiB of --memory-budget from its accept to its c
     assert.match(r.text, /\r\nconnection: close\r\n/i);
     assert.match(r.text, /\{"error": "server: the memory for request bodies, connections and unsent answers \(memory-budget\) is in use; this connection was not taken; retry shortly"\}$/);
     let m = (await ask(held[0], '/metrics')).text;
-    assert.equal(gauge(m, 'attnd_http_open_connections'), 6, m.slice(-1500));
-    assert.ok(held.length >= 5, `${held.length} connections taken`);
-    assert.equal(gauge(m, 'attnd_memory_budget_used_bytes'), 6 * REST_CONN_COST, 'six connections, nothing else');
+    assert.equal(gauge(m, 'attnd_http_open_connections'), 8, m.slice(-1500));
+    assert.ok(held.length >= 7, `${held.length} connections taken`);
+    assert.equal(gauge(m, 'attnd_memory_budget_used_bytes'), 8 * REST_CONN_COST, 'eight connections, nothing else');
     assert.equal(gauge(m, 'attnd_http_connections_refused_total'), 1);
     assert.match(await d.logged(/answered 503 at accept/), /http: 1 connection answered 503 at accept since the last such line: the memory for request bodies, connections and unsent answers \(231072 bytes, memory-budget\) is in use/);
-    // one closed gives its share back: a new connection is served
+    // the budget past full by connections: a request's body gets 503, as
+    // it would with the budget full of bodies (the two past it are
+    // connections' only); its connection closes with that answer
+    const body = '{"inputs": []}';
+    const refused = await new Promise((resolve) => {
+      let buf = '';
+      const s = held.pop();
+      s.on('data', (c) => { buf += c; });
+      s.on('close', () => resolve(buf));
+      s.write(`POST /v2/models/demo/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
+    });
+    assert.match(refused, /^HTTP\/1\.1 503 /, refused);
+    assert.match(refused, /memory-budget/);
+    // one closed gives its share back: a new connection is served (the
+    // one refused its body above is closed too: 6 remain)
     held.pop().destroy();
-    for (let i = 0; i < 100 && gauge(m, 'attnd_http_open_connections') !== 5; i++) {
+    for (let i = 0; i < 100 && gauge(m, 'attnd_http_open_connections') !== 6; i++) {
       await sleep(20);
       m = (await ask(held[0], '/metrics')).text;
     }
-    assert.equal(gauge(m, 'attnd_memory_budget_used_bytes'), 5 * REST_CONN_COST, m.slice(-1500));
+    assert.equal(gauge(m, 'attnd_memory_budget_used_bytes'), 6 * REST_CONN_COST, m.slice(-1500));
     const next = await open(d.port);
     assert.equal((await ask(next, '/v2/health/live')).status, 200);
     next.destroy();
