@@ -181,7 +181,8 @@ test('a connection sending frames that carry no call (PRIORITY, empty DATA, unkn
     const g = await c.until((f) => f.type === GOAWAY, 10000);
     assert.ok(g, `${kind}: no GOAWAY after 12 MiB`);
     assert.equal(g.payload.readUInt32BE(4), 11, kind); // ENHANCE_YOUR_CALM
-    for (let t = Date.now(); !c.closed && Date.now() - t < 5000;) await new Promise((r) => setTimeout(r, 10));
+    // a bound for a connection never closed (a hang), times SLOW: no speed
+    for (let t = Date.now(); !c.closed && Date.now() - t < 5000 * SLOW;) await new Promise((r) => setTimeout(r, 10));
     assert.ok(c.closed, `${kind}: closed`);
     const r = await call({ te: 'trailers' });
     assert.deepEqual(firstRawOutput(r.data), SEED_OUT, kind);
@@ -252,7 +253,8 @@ test('an open call counts against --memory-budget (3 KB) until its stream closes
   assert.equal(await gauge(), 3072 * Math.floor(room / 3072));
   assert.match(await e.logged(/streams? refused/), /grpc: \d+ streams? refused since the last such line: the memory for request bodies, open calls and unsent answers \(221184 bytes, memory-budget\) is in use/);
   c.sock.destroy();
-  for (let t0 = Date.now(); (await gauge()) && Date.now() - t0 < 5000;) await new Promise((r) => setTimeout(r, 20));
+  // a bound for memory never given back (a hang), times SLOW: no speed
+  for (let t0 = Date.now(); (await gauge()) && Date.now() - t0 < 5000 * SLOW;) await new Promise((r) => setTimeout(r, 20));
   assert.equal(await gauge(), 0);
   const r = await call({ te: 'trailers' }, frame(seedMsg()), e.grpcPort);
   assert.deepEqual(firstRawOutput(r.data), SEED_OUT);
@@ -283,7 +285,8 @@ test('what nghttp2 holds a client to ends the connection (GOAWAY with its error,
       assert.ok(g, `${what}: GOAWAY`);
       assert.equal(g.payload.readUInt32BE(4), GOAWAY_CODE[code], `${what}: ${g.payload.subarray(8)}`);
     }
-    for (const t = Date.now(); !c.closed && Date.now() - t < 5000;) await new Promise((r) => setTimeout(r, 10));
+    // a bound for a connection never closed (a hang), times SLOW: no speed
+    for (const t = Date.now(); !c.closed && Date.now() - t < 5000 * SLOW;) await new Promise((r) => setTimeout(r, 10));
     assert.ok(c.closed, `${what}: closed`);
     c.sock.destroy();
     const r = await call({ te: 'trailers' });
