@@ -426,11 +426,18 @@ test('--max-connections-per-ip counts REST and gRPC connections together', async
     }
     const seconds = Math.ceil((Date.now() - t0) / 1000);
     const refusals = () => e.log().split('\n').map((l) => /(\d+) new connections? closed at once/.exec(l)).filter(Boolean).map((m) => Number(m[1]));
-    for (let until = Date.now() + 5000; refusals().reduce((x, y) => x + y, 0) < 14 && Date.now() < until;) await new Promise((r) => setTimeout(r, 50));
+    // (a hang guard, scaled for sanitized builds: the lines come a second
+    // apart at most, and a loaded ThreadSanitizer build writes them late)
+    for (let until = Date.now() + 5000 * SLOW; refusals().reduce((x, y) => x + y, 0) < 14 && Date.now() < until;) await new Promise((r) => setTimeout(r, 50));
     assert.equal(refusals().reduce((x, y) => x + y, 0), 14, `every refusal counted: ${refusals()}`);
     assert.ok(refusals().length <= seconds + 2, `${refusals().length} lines in ${seconds} s`);
     held[1].destroy(); // the gRPC one goes: a REST one takes its place
-    await new Promise((r) => setTimeout(r, 200));
+    // once attnd has seen it go (its gauge; /metrics is asked from
+    // 127.0.0.1, not the held address), not after a fixed 200 ms, which a
+    // loaded ThreadSanitizer build outlasted
+    const grpcOpen = async () => Number(/\nattnd_grpc_open_connections (\d+)\n/.exec(await (await fetch(`${e.url}/metrics`)).text())[1]);
+    for (let until = Date.now() + 5000 * SLOW; (await grpcOpen()) !== 0 && Date.now() < until;) await new Promise((r) => setTimeout(r, 20));
+    assert.equal(await grpcOpen(), 0, 'the gRPC connection closed');
     const again = await openRest(e.port);
     held.push(again.s);
     assert.equal(again.ok, 1, 'a place freed by one door is taken by the other');
