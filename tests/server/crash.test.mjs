@@ -6,12 +6,25 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { readFileSync, readdirSync } from 'node:fs';
+import http from 'node:http';
 import { test } from 'node:test';
 import { fp32, infer, start } from './helper.mjs';
 
 const SANITIZED = /address|thread/.test(process.env.ATTND_BIN || '') && 'an ASan or TSan build keeps its own report';
 const HAVE_ADDR2LINE = spawnSync('addr2line', ['--version']).status === 0;
 const x = (t) => ({ inputs: [fp32('x', [1, t, 64], Array.from({ length: t * 64 }, (_, i) => Math.sin(i)))] });
+
+/** call(agent, d, method, path, body): {status, reused} over agent's socket. */
+function call(agent, d, method, path, body) {
+  return new Promise((resolve, reject) => {
+    const req = http.request(`${d.url}${path}`, { method, agent, headers: body ? { 'Content-Type': 'application/json' } : {} }, (r) => {
+      r.resume();
+      r.on('end', () => resolve({ status: r.statusCode, reused: req.reusedSocket }));
+    });
+    req.on('error', reject);
+    req.end(body && JSON.stringify(body));
+  });
+}
 
 /** threads(pid): [{tid, comm}] of the process. */
 function threads(pid) {
@@ -29,8 +42,13 @@ if libc.syscall(234, ${pid}, ${tid}, signal.${sig}) != 0: raise OSError(ctypes.g
 test('a fault on the loop thread: the report, the log lines still waiting, the stack, then death by that signal', { skip: SANITIZED }, async (t) => {
   // a request's line would wait 10 s for company: only the report writes it
   const d = await start({ t, args: ['--log-flush-ms', '10000', '--inline-conns', '1'] });
-  const r = await infer(d, 'demo', x(3));
-  assert.equal(r.status, 200);
+  // The client has the answer while the loop may still be in sendmsg, its
+  // line not yet queued; a second request on the same connection is read
+  // only after the first's completion (which queues the line) has run.
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  assert.equal((await call(agent, d, 'POST', '/v2/models/demo/infer', x(3))).status, 200);
+  assert.deepEqual(await call(agent, d, 'GET', '/v2/health/live'), { status: 200, reused: true });
+  agent.destroy();
   const { sig } = await d.stop('SIGSEGV');
   const log = d.log();
   assert.equal(sig, 'SIGSEGV', log);
