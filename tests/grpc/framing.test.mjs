@@ -126,7 +126,9 @@ test('HTTP/2 and gRPC framing errors', async () => {
   // line, with the status its code maps back to: the five INVALID_ARGUMENT
   // ones above (no 400 was logged before them) are 400s, as over REST
   const line = /info POST \/inference\.GRPCInferenceService\/ModelInfer 400 /g;
-  for (let waited = 0; (d.log().match(line) || []).length < 5 && waited < 3000; waited += 20)
+  // (lines reach stderr up to --log-flush-ms after each call ends, from a
+  // writer thread; 3 s times SLOW is a bound for a hang, not a speed)
+  for (let until = Date.now() + 3000 * SLOW; (d.log().match(line) || []).length < 5 && Date.now() < until;)
     await new Promise((res) => setTimeout(res, 20));
   assert.equal((d.log().match(line) || []).length, 5, d.log().slice(-3000));
   const ok = await raw(INFER, frame(seedMsg()));
@@ -265,9 +267,10 @@ test('a stream message answered at once (garbage, past its deadline), its call t
     s.close(http2.constants.NGHTTP2_CANCEL);
   }
   let used, open;
-  for (let k = 0; k < 100; k++) {
+  // until both are back; 5 s times SLOW is a bound for a hang, not a speed
+  for (const until = Date.now() + 5000 * SLOW; ;) {
     [used, open] = [await gauge('attnd_memory_budget_used_bytes'), await gauge('attnd_open_requests')];
-    if (!used && open <= 1) break; // (this GET /metrics is one)
+    if ((!used && open <= 1) || Date.now() > until) break; // (this GET /metrics is one)
     await new Promise((res) => setTimeout(res, 50));
   }
   assert.equal(used, 0, 'memory-budget held by cancelled calls\' messages');
