@@ -196,7 +196,8 @@ async function queueFullRetries(withHeader) {
     // until the held one is admitted (its body whole): it fills the queue
     const pending = async () => /^attnd_inference_pending_requests\{model="gqa",version="1"\} 1$/m
       .test(await (await fetch(`${d.url}/metrics`)).text());
-    for (let i = 0; i < 2000 && !(await pending()); i++) await sleep(5);
+    // (10 s times SLOW: a bound for a hang, not a speed)
+    for (const until = Date.now() + 10000 * SLOW; !(await pending()) && Date.now() < until;) await sleep(5);
     let r = await infer(d, 'gqa', stepBody('qf', xs.slice(3 * D)), hdr);
     assert.equal(r.status, 503, JSON.stringify(r.json));
     // retried until the held one has run; past 1.6 idle periods of
@@ -211,7 +212,10 @@ async function queueFullRetries(withHeader) {
         assert.equal(g.status, 200, await g.text());
         checked = true;
       }
-      assert.ok(Date.now() - t0 < 120000, 'the held request never ran');
+      // the batch delay ends the hold at `hold` ms: 30 s times SLOW is a
+      // bound for a held request that never runs (a hang), not a speed
+      // (120 s unscaled was the default build's whole-file timeout)
+      assert.ok(Date.now() - t0 < 30000 * SLOW, 'the held request never ran');
       await sleep(100);
       r = await infer(d, 'gqa', stepBody('qf', xs.slice(3 * D)), hdr);
     }
