@@ -391,8 +391,10 @@ test('max-connections counts both doors: a new gRPC connection evicts the one wa
     assert.ok(await closedWithin(g1, 3000), 'then the gRPC one waiting longest');
     assert.ok(!g2.destroyed && !s1.closed, 'the others stay');
     assert.ok((await openConns(d)) >= 3);
-    for (let i = 0; i < 40 && !/over max-connections/.test(d.log()); i++) await sleep(50); // logged by the next sweep
-    assert.match(d.log(), /over max-connections \(3\): closed the ones? waiting longest/);
+    // logged by the next sweep, from the log writer's thread: d.logged waits
+    // 2 s times SLOW, a bound for a hang (it was 2 s unscaled), not a speed
+    const over = /over max-connections \(3\): closed the ones? waiting longest/;
+    assert.match(await d.logged(over, 2000), over);
     s1.close();
     s2.close();
   } finally {
