@@ -94,7 +94,8 @@ test('a REST connection holds 36 KiB of --memory-budget from its accept to its c
     // one closed gives its share back: a new connection is served (the
     // one refused its body above is closed too: 6 remain)
     held.pop().destroy();
-    for (let i = 0; i < 100 && gauge(m, 'attnd_http_open_connections') !== 6; i++) {
+    // (100 x 20 ms times SLOW: a bound for a hang, not a speed)
+    for (let i = 0; i < 100 * SLOW && gauge(m, 'attnd_http_open_connections') !== 6; i++) {
       await sleep(20);
       m = (await ask(held[0], '/metrics')).text;
     }
@@ -105,7 +106,7 @@ test('a REST connection holds 36 KiB of --memory-budget from its accept to its c
     // the others gone: their shares given back (the helper's own
     // keep-alive fetch may still hold one beside held[0])
     for (const s of held.splice(1)) s.destroy();
-    for (let i = 0; i < 100 && !(gauge(m, 'attnd_http_open_connections') <= 2); i++) {
+    for (let i = 0; i < 100 * SLOW && !(gauge(m, 'attnd_http_open_connections') <= 2); i++) {
       await sleep(20);
       m = (await ask(held[0], '/metrics')).text;
     }

@@ -267,7 +267,8 @@ test('a step refused for memory-budget before its body was read keeps its sequen
       const g = (n) => Number(new RegExp(`^${n} (\\d+)$`, 'm').exec(m)[1]);
       return requestsUsed(m);
     };
-    for (let i = 0; i < 2000 && (await used()) < 99000; i++) await sleep(5);
+    // (10 s times SLOW: a bound for a hang, not a speed)
+    for (const until = Date.now() + 10000 * SLOW; (await used()) < 99000 && Date.now() < until;) await sleep(5);
     const t0 = Date.now();
     while (Date.now() - t0 < 1.6 * idle) {
       const r = await rest();
@@ -285,7 +286,7 @@ test('a step refused for memory-budget before its body was read keeps its sequen
       assert.equal(g.status, 200, `${id}: ${await g.text()}`);
     }
     holder.destroy();
-    for (let i = 0; i < 2000 && (await used()) >= 99000; i++) await sleep(5);
+    for (const until = Date.now() + 10000 * SLOW; (await used()) >= 99000 && Date.now() < until;) await sleep(5);
     assert.equal((await rest()).status, 200);
     assert.equal((await grpcCall()).code, 0);
     for (const id of ['mr', 'mg'])

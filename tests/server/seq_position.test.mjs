@@ -349,7 +349,8 @@ test('the rows a step replaces count against request-memory (413); a step\'s out
     const xs = tokens(700, 43), pick = [{ name: 'attention' }, { name: 'scores' }];
     assert.equal((await infer(d, 'gqa', at('mb', rows(xs, 0, 600), 0, { start: true, outputs: [{ name: 'y' }] }))).status, 200);
     held.write('POST /v2/models/gqa/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 2500000\r\n\r\n{');
-    for (let i = 0; i < 100 && await used() < 2500000; i++) await new Promise((res) => setTimeout(res, 20));
+    // (100 x 20 ms times SLOW: a bound for a hang, not a speed)
+    for (let i = 0; i < 100 * SLOW && await used() < 2500000; i++) await new Promise((res) => setTimeout(res, 20));
     assert.equal(await used(), 2500001, 'the held body\'s reservation');
     for (const [pos, what] of [[600, 'appending'], [550, 'replacing']]) {
       const r = await infer(d, 'gqa', at('mb', rows(xs, pos, pos + 100), pos, { outputs: pick }));
@@ -361,7 +362,7 @@ test('the rows a step replaces count against request-memory (413); a step\'s out
     // what a refused step took is given back; with the body gone, it fits
     assert.equal(await used(), 2500001);
     held.destroy();
-    for (let i = 0; i < 100 && await used() > 0; i++) await new Promise((res) => setTimeout(res, 20));
+    for (let i = 0; i < 100 * SLOW && await used() > 0; i++) await new Promise((res) => setTimeout(res, 20));
     const ok = await infer(d, 'gqa', at('mb', rows(xs, 600, 700), 600, { outputs: pick }));
     assert.equal(ok.status, 200, ok.json.error);
     assert.deepEqual(ok.json.outputs.map((o) => o.shape), [[1, H, 100, 700], [1, H, 100, 700]]);
