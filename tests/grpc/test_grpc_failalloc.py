@@ -229,8 +229,10 @@ class FailAlloc(unittest.TestCase):
             self.assertGreater(seen["errors"], 20, seen)
             # a call ends closed only by a connection or stream attnd
             # closed or refused for want of memory, each logged
-            time.sleep(0.3 * SLOW)  # daemon messages reach stderr through the log writer
-            said = len(re.findall(r"grpc: a (connection closed|stream refused): out of memory", d.log))
+            # daemon messages reach stderr through the log writer's thread:
+            # waited for (5 s times SLOW, a hang's bound), not slept on
+            oom = r"grpc: a (connection closed|stream refused): out of memory"
+            said = len(re.findall(oom, d.logged(oom, count=seen["closed"])))
             self.assertLessEqual(seen["closed"], said, seen)
             self.assertGreater(seen["loads"].get("ok", 0), 0, seen["loads"])
             self.assertGreater(seen["loads"].get("None", 0), 0, seen["loads"])
@@ -242,18 +244,31 @@ class FailAlloc(unittest.TestCase):
             call(0, lambda stub: stream(stub, 0))
             self.assertEqual(seen["wrong"], [])
             self.assertEqual(seen["closed"], closed)
-            with urllib.request.urlopen(f"http://127.0.0.1:{d.port}/metrics") as r:
-                metrics = r.read().decode()
+            # nothing held but the open connections' own state (gRPC 80
+            # KiB each, REST 36 KiB: this one, at least). The last call's
+            # trailers count until attnd's write of them completes, a loop
+            # turn after the client read them (grpc_conn.c's on_written),
+            # and a pool job's end reaches the loop after the answer it
+            # made, so both are waited for (5 s times SLOW, a hang's bound)
+            def gauge(name):
+                return int(re.search(rf"(?m)^{name} (\d+)$", metrics)[1])
+
+            def conns_only():
+                return gauge("attnd_pool_jobs") == 0 and gauge("attnd_memory_budget_used_bytes") == (
+                    81920 * gauge("attnd_grpc_open_connections") + 36864 * gauge("attnd_http_open_connections"))
+            deadline = time.time() + 5 * SLOW
+            while True:
+                with urllib.request.urlopen(f"http://127.0.0.1:{d.port}/metrics") as r:
+                    metrics = r.read().decode()
+                if conns_only() or time.time() > deadline:
+                    break
+                time.sleep(0.02)
             # every load answered OK serves its model; none answered out
             # of memory does
             for names, expect in ((seen["loaded"], 200), (seen["not loaded"], 404)):
                 for name in names:
                     st, body = d.rest(f"/v2/models/{name}")
                     self.assertEqual(st, expect, f"{name}: {st} {body}")
-            # nothing held but the open connections' own state (gRPC 80
-            # KiB each, REST 36 KiB: this one, at least)
-            def gauge(name):
-                return int(re.search(rf"(?m)^{name} (\d+)$", metrics)[1])
             used = gauge("attnd_memory_budget_used_bytes")
             n_grpc, n_rest = gauge("attnd_grpc_open_connections"), gauge("attnd_http_open_connections")
             self.assertEqual(gauge("attnd_open_connections"), n_grpc + n_rest, metrics[-2000:])
