@@ -309,7 +309,12 @@ class Limits(unittest.TestCase):
             q = queue.Queue()
             stream = d.stub.ModelStreamInfer(iter(q.get, None))
             q.put(seed1())
-            time.sleep(0.3 * SLOW)  # both queued: waiting out the batch delay
+            # both queued, waiting out the batch delay: waited for (10 s
+            # times SLOW, a hang's bound), not slept on
+            deadline = time.time() + 10 * SLOW
+            while metric(get("/metrics"), "attnd_inference_pending_requests") != 2:
+                self.assertLess(time.time(), deadline, "the two calls were never queued")
+                time.sleep(0.02)
             self.assertTrue(call.cancel())
             self.assertTrue(stream.cancel())
             log = d.logged(r"Model(Stream)?Infer 499 ", 2)
