@@ -431,7 +431,7 @@ void srv_h_stats(srv_req *r)
         e = srv_registry_find(r->s, r->arg[0]);
         if (!e) {
             json_decref(arr);
-            srv_respond_error(r, 404, "model '%s': not found", r->arg[0]);
+            srv_respond_no_model(r, r->arg[0], NULL);
             return;
         }
         json_array_append_new(arr, model_stats(e));

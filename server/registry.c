@@ -30,6 +30,38 @@ srv_entry *srv_registry_find(srv *s, const char *name)
     return NULL;
 }
 
+/* srv_respond_no_model: the 404 of a request naming a model not served, e
+ * its entry (NULL: a name attnd does not know), saying what to do: an
+ * unknown name lists the models served (a mistyped name's fix), one not
+ * loaded its reason and the call that loads it. */
+void srv_respond_no_model(srv_req *r, const char *name, const srv_entry *e)
+{
+    char list[400];
+    size_t n = 0;
+    const srv_entry *m;
+    if (e) {
+        srv_respond_error(r, 404, "model '%s': not loaded (%s); load it with "
+                          "POST /v2/repository/models/%s/load", name,
+                          e->reason[0] ? e->reason : "unloaded", name);
+        return;
+    }
+    list[0] = 0;
+    for (m = r->s->models; m; m = m->next) {
+        size_t len = strlen(m->name);
+        if (!m->inst)
+            continue;
+        if (n + len + 7 >= sizeof list) { /* ", " name, or ", ..." */
+            snprintf(list + n, sizeof list - n, "%s...", n ? ", " : "");
+            break;
+        }
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", n ? ", " : "",
+                              m->name);
+    }
+    srv_respond_error(r, 404, "model '%s': not found; served: %s (POST "
+                      "/v2/repository/index lists every model, loaded or not)",
+                      name, n ? list : "none");
+}
+
 /* srv_registry_add: the entry for name, created UNAVAILABLE if new. NULL
  * with errno when it cannot be made: ENOMEM, or EMFILE/ENFILE (its batch
  * timer is a timerfd). */

@@ -42,7 +42,7 @@ static srv_entry *entry_for(srv_req *r)
 {
     srv_entry *e = srv_registry_find(r->s, r->arg[0]);
     if (!e) {
-        srv_respond_error(r, 404, "model '%s': not found", r->arg[0]);
+        srv_respond_no_model(r, r->arg[0], NULL);
         return NULL;
     }
     return e;
@@ -134,8 +134,7 @@ static srv_entry *ready_entry(srv_req *r)
         return NULL;
     }
     if (e && (e->state != SRV_READY || !e->inst)) {
-        srv_respond_error(r, 404, "model '%s': not loaded (%s)", e->name,
-                          e->reason[0] ? e->reason : "unloaded");
+        srv_respond_no_model(r, e->name, e);
         return NULL;
     }
     return e;
@@ -236,8 +235,7 @@ static void h_model_ready(srv_req *r)
     else if (e->state == SRV_LOADING)
         srv_respond_error(r, 503, "model '%s': loading", e->name);
     else
-        srv_respond_error(r, 404, "model '%s': not loaded (%s)", e->name,
-                          e->reason[0] ? e->reason : "unloaded");
+        srv_respond_no_model(r, e->name, e);
 }
 
 static const char *query_arg(void *ctx, const char *key)

@@ -549,8 +549,7 @@ void srv_h_infer(srv_req *r)
         return;
     }
     if (!e || !e->inst) {
-        srv_respond_error(r, 404, "model '%s': %s", r->arg[0],
-                          !e ? "not found" : "not loaded");
+        srv_respond_no_model(r, r->arg[0], e);
         return;
     }
     /* a gRPC call whose deadline had passed when its message came: the

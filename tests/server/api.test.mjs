@@ -157,6 +157,18 @@ test('unknown model and unknown path: 404 naming them', async () => {
   const p = await infer(d, 'nope', { inputs: [] });
   assert.equal(p.status, 404);
   assert.match(p.json.error, /model 'nope'/);
+  // a mistyped name is told the names it could have meant (it said only
+  // "not found"): the models served, as the index has them READY, on
+  // infer, metadata, config, ready and stats alike
+  const served = (await post(`${d.url}/v2/repository/index`, '')).json.filter((m) => m.state === 'READY').map((m) => m.name);
+  assert.ok(served.includes('sdpa') && served.includes('tiny'), served.join());
+  const want = `model 'dmeo': not found; served: ${served.join(', ')} (POST /v2/repository/index lists every model, loaded or not)`;
+  assert.equal((await infer(d, 'dmeo', { inputs: [] })).json.error, want);
+  for (const q of ['', '/config', '/ready', '/stats']) {
+    r = await get(`/v2/models/dmeo${q}`);
+    assert.equal(r.status, 404, q);
+    assert.equal((await r.json()).error, want, q);
+  }
   r = await get('/v3/whatever');
   assert.equal(r.status, 404);
   assert.match((await r.json()).error, /\/v3\/whatever/);

@@ -579,14 +579,16 @@ test('unload: in-flight requests finish, then 404; load brings it back', async (
   assert.ok(maxDiff(f.json.outputs[0].data, X.y) < 1e-5);
   const r = await infer(d, 'tiny', xreq('g'));
   assert.equal(r.status, 404);
-  assert.match(r.json.error, /model 'tiny': not loaded/);
+  // it says how to bring it back (it said only "not loaded")
+  const back = "model 'tiny': not loaded (unloaded); load it with POST /v2/repository/models/tiny/load";
+  assert.equal(r.json.error, back);
   assert.equal((await fetch(`${d.url}/v2/models/tiny/ready`)).status, 404);
   assert.equal((await fetch(`${d.url}/v2/health/ready`)).status, 200, 'an unloaded model is not expected');
   // its metadata and configuration name it as not loaded, not as unknown
   for (const p of ['', '/config']) {
     const m = await fetch(`${d.url}/v2/models/tiny${p}`);
     assert.equal(m.status, 404, p);
-    assert.equal((await m.json()).error, "model 'tiny': not loaded (unloaded)", p);
+    assert.equal((await m.json()).error, back, p);
   }
   const idx = await post(`${d.url}/v2/repository/index`, '');
   assert.deepEqual(idx.json.find((m) => m.name === 'tiny'), { name: 'tiny', version: '1', state: 'UNAVAILABLE', reason: 'unloaded' });

@@ -87,7 +87,7 @@ const indexRow = async (d, m) => (await post(`${d.url}/v2/repository/index`, '')
 async function unloaded(d, m) {
   const r = await fetch(`${d.url}/v2/models/${m}/ready`);
   assert.equal(r.status, 404, `${m}: served after an unload that came after its load`);
-  assert.equal((await r.json()).error, `model '${m}': not loaded (unloaded)`);
+  assert.equal((await r.json()).error, `model '${m}': not loaded (unloaded); load it with POST /v2/repository/models/${m}/load`);
   assert.equal((await infer(d, m, xreq())).status, 404);
   assert.deepEqual(await indexRow(d, m), { name: m, version: '1', state: 'UNAVAILABLE', reason: 'unloaded' });
 }
