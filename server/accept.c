@@ -19,6 +19,7 @@
  */
 #include "server/srv.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -45,10 +46,16 @@ void srv_accept_init(srv_accept *a, srv *s, const char *door)
 static void listen_err(const srv *s, char *err, const char *flag, long long port,
                        int in_use, const char *why)
 {
+    char var[32];
+    size_t i;
+    for (i = 0; flag[i] && i < sizeof var - 1; i++) /* grpc-port: GRPC_PORT */
+        var[i] = flag[i] == '-' ? '_' : (char)toupper((unsigned char)flag[i]);
+    var[i] = 0;
     if (in_use)
         snprintf(err, SRV_ERRMAX, "--host %s --%s %lld: address in use (another "
-                 "server listens there; --reuse-port 1 shares the port on "
-                 "purpose)", s->cfg.host, flag, port);
+                 "server listens there): pick a free port with --%s or "
+                 "ATTND_%s, or run both servers with --reuse-port 1 to share "
+                 "it on purpose", s->cfg.host, flag, port, flag, var);
     else
         snprintf(err, SRV_ERRMAX, "--host %s --%s %lld: cannot listen (%s; in "
                  "use, or not an address of this machine)", s->cfg.host, flag,

@@ -236,7 +236,8 @@ static void on_stop_timer(uv_timer_t *t)
         }
     }
     s->stopping = 1;
-    srv_log(s, "info", "drained; stopping");
+    if (!s->start_failed)
+        srv_log(s, "info", "drained; stopping");
     srv_http_stop(s);
     srv_grpc_stop(s);
     ignore_signals(s); /* exiting anyway: a late signal must not kill */
@@ -401,13 +402,16 @@ int main(int argc, char **argv)
     if (probe_threads(&s, err) < 0 ||
         srv_registry_start(&s, err) < 0 || srv_http_start(&s, err) < 0 ||
         srv_grpc_start(&s, err) < 0) {
-        srv_log_stop(&s); /* the lines before it, then the error */
-        fprintf(stderr, "attnd: %s\n", err);
         s.draining = 1;
         s.drain_expired = 1;
+        s.start_failed = 1;
         s.live_reqs = 0;
         on_stop_timer(&s.stop_timer);
-        uv_run(s.loop, UV_RUN_DEFAULT);
+        uv_run(s.loop, UV_RUN_DEFAULT); /* the model loads begun end */
+        /* the lines before it (those loads' too), then the error: the last
+         * line a user sees says why attnd is not running */
+        srv_log_stop(&s);
+        fprintf(stderr, "attnd: %s\n", err);
         rc = 1;
     } else {
         srv_log(&s, "info", "attnd %s: %d thread%s, BLAS kernels %s, models from %s",

@@ -424,6 +424,7 @@ struct srv {
     int port;              /* bound port */
     int draining;          /* SIGTERM seen */
     int drain_expired;     /* drain timeout passed: fail what is left */
+    int start_failed;      /* the start failed: its stop drains nothing */
     int flushing;          /* since: nothing runs any more, the answers
                               made go out (main.c, STOP_FLUSH_MS) */
     int flush_expired;     /* that flush's time is up: stop, cut the rest */

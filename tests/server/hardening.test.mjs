@@ -262,7 +262,12 @@ test('a second attnd on a port in use fails at start, unless --reuse-port 1 asks
   try {
     const r = spawnSync(ATTND, ['--host', '127.0.0.1', '--port', String(d.port), '--models', d.dir], { encoding: 'utf8', timeout: 20000 });
     assert.equal(r.status, 1, r.stderr);
-    assert.match(r.stderr, /address in use/);
+    // its last line says why and what to do (it said "--reuse-port 1 shares
+    // the port", and "drained; stopping" and the models' loads came after)
+    const lines = r.stderr.trimEnd().split('\n');
+    assert.equal(lines.at(-1), `attnd: --host 127.0.0.1 --port ${d.port}: address in use (another server listens there): ` +
+      'pick a free port with --port or ATTND_PORT, or run both servers with --reuse-port 1 to share it on purpose', r.stderr);
+    assert.doesNotMatch(r.stderr, /drained/, 'a start that failed drained nothing');
   } finally { assert.equal((await d.stop()).code, 0); }
   const a = await start({ args: ['--reuse-port', '1'] });
   const b = await start({ args: ['--reuse-port', '1', '--port', String(a.port)] });
