@@ -139,19 +139,20 @@ static void gone_what(char *buf, size_t n, const srv_seq *l)
 int srv__seq_gone_msg(char *msg, size_t n, const char *id, const srv_seq *l,
                     const srv_step *st)
 {
-    char what[128];
+    char what[128], hint[256] = "";
     if (!l || !l->gone) {
         /* never seen here: perhaps another replica's, reached by a step
          * that had no header for a proxy to route it on */
+        if (!st->hdr_id[0])
+            snprintf(hint, sizeof hint,
+                     "; behind a proxy, send the id in the %s too (this step "
+                     "came without it): deploy/nginx.conf routes each step "
+                     "to the replica that holds its sequence by it",
+                     st->grpc ? "attnd-sequence-id metadata"
+                              : "Attnd-Sequence-Id header");
         snprintf(msg, n, "parameters.sequence_id: unknown sequence '%s' (%s); "
                  "send sequence_start: true with the whole history to begin "
-                 "it again%s%s%s", id, UNKNOWN_WHY,
-                 st->hdr_id[0] ? "" : "; behind a proxy, send the id in the ",
-                 st->hdr_id[0] ? "" : st->grpc ? "attnd-sequence-id metadata"
-                                               : "Attnd-Sequence-Id header",
-                 st->hdr_id[0] ? "" : " too (this step came without it): "
-                 "deploy/nginx.conf routes each step to the replica that "
-                 "holds its sequence by it");
+                 "it again%s", id, UNKNOWN_WHY, hint);
         return 400;
     }
     gone_what(what, sizeof what, l);
