@@ -1,11 +1,11 @@
 /*
  * test_kv.c - decoder steps through the engine (the K/V page pool itself:
  * test_kv_pool.c): a sequence fed in any split of chunks gives the y,
- * attention and scores of one causal request over all its tokens, on both paths, with
- * GQA and (partial) RoPE, in FP32 and, within a stated tolerance, FP16 and
- * BF16 pages; many sequences and stateless requests in one batch give what
- * each gives alone; an HF-style PyTorch decoder layer with past_key_values
- * (tests/core/gen_decode_vectors.py) step by step.
+ * attention and scores of one causal request over all its tokens, on both
+ * paths, with GQA and (partial) RoPE, in FP32 and, within a stated
+ * tolerance, FP16 and BF16 pages; many sequences and stateless requests in
+ * one batch give what each gives alone; an HF-style PyTorch decoder layer
+ * with past_key_values (tests/core/gen_decode_vectors.py) step by step.
  */
 #include <check.h>
 #include <math.h>
