@@ -94,7 +94,6 @@ typedef struct in_meta {
     oip__span span;  /* JSON data, or len 0 */
     int binary;      /* has parameters.binary_data_size */
     size_t bin_off;  /* offset of its bytes after the JSON header */
-    size_t bin_size;
 } in_meta;
 
 static int is(const oip__jv *v, oip__jtype t) { return v && v->type == t; }
@@ -438,7 +437,6 @@ static int input_meta(const oip__jv *in, int i, const oip__scan *sc, int has_bin
                              want, count, dname, count == 1 ? "" : "s");
         m->binary = 1;
         m->bin_off = *bin_total;
-        m->bin_size = want;
         if (add_size(bin_total, want))
             return oip__fail(err, ATTN_EOVERFLOW,
                              "inputs[%d].parameters.binary_data_size: total "

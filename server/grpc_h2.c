@@ -164,8 +164,6 @@ static int on_header(nghttp2_session *h2, const nghttp2_frame *f,
         memcpy(call->seq_hdr, v, k);
         call->seq_hdr[k] = 0;
         call->has_seq_hdr = 1;
-    } else if (nlen == 13 && !memcmp(n, "grpc-encoding", 13)) {
-        call->compressed = !(vlen == 8 && !memcmp(v, "identity", 8));
     }
     return 0;
 }

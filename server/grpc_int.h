@@ -107,7 +107,7 @@ struct gcall {
                             else 0 */
     int has_ct;          /* content-type came */
     char method[16];     /* :method as sent, letters only (else "OTHER") */
-    int auth_ok, compressed;
+    int auth_ok;
     int n_auth;          /* authorization lines: more than one is refused */
     long long timeout_ms;
     int has_timeout;     /* grpc-timeout lines (0 included): more than one

@@ -28,9 +28,6 @@
 #define MAPS_NAME_MAX 129  /* model name, NUL included */
 #define MAPS_MAX_TOKENS_BYTES 65536 /* cap on one entry's token labels */
 
-/* The default retained-map budget (the daemon's `maps_bytes` setting). */
-#define MAPS_DEFAULT_BYTES ((size_t)256 << 20)
-
 typedef struct maps_store maps_store; /* opaque */
 
 /* What an infer request retains. attention is contiguous (b, h, t, s). */

@@ -449,7 +449,6 @@ struct srv {
     int n_waiters;
     uv_timer_t maps_wait_timer; /* runs while there are waiters */
     srv_http_stats http;
-    uint64_t started_ms;
     /* guard.c */
     srv_conn *conns;       /* open connections; those with no request or
                               call in progress stand newest first by
