@@ -62,10 +62,10 @@ void srv_respond_no_model(srv_req *r, const char *name, const srv_entry *e)
                       name, n ? list : "none");
 }
 
-/* srv_registry_add: the entry for name, created UNAVAILABLE if new. NULL
- * with errno when it cannot be made: ENOMEM, or EMFILE/ENFILE (its batch
- * timer is a timerfd). */
-srv_entry *srv_registry_add(srv *s, const char *name)
+/* add_entry: the entry for name, created UNAVAILABLE if new. NULL with
+ * errno when it cannot be made: ENOMEM, or EMFILE/ENFILE (its batch timer
+ * is a timerfd). */
+static srv_entry *add_entry(srv *s, const char *name)
 {
     srv_entry *e = srv_registry_find(s, name), **tail;
     if (e)
@@ -337,7 +337,7 @@ const char *srv_registry__start_error(int e)
 int srv_registry__start_load(srv *s, const char *name, srv_req *req)
 {
     load_job *lj = calloc(1, sizeof *lj);
-    srv_entry *e = lj ? srv_registry_add(s, name) : NULL;
+    srv_entry *e = lj ? add_entry(s, name) : NULL;
     if (!e) {
         int err = lj ? errno : ENOMEM;
         free(lj);
@@ -369,7 +369,7 @@ int srv_registry__start_load(srv *s, const char *name, srv_req *req)
 
 int srv_registry_start(srv *s, char *err)
 {
-    srv_entry *e = srv_registry_add(s, "sdpa");
+    srv_entry *e = add_entry(s, "sdpa");
     srv_inst *in = calloc(1, sizeof *in);
     char **names, lerr[ATTN_ERRMAX];
     int i, n, rc = 0;

@@ -641,7 +641,6 @@ void srv_crash_job(const char *what, const char *name);
 int srv_registry_start(srv *s, char *err);
 srv_entry *srv_registry_find(srv *s, const char *name);
 void srv_respond_no_model(srv_req *r, const char *name, const srv_entry *e);
-srv_entry *srv_registry_add(srv *s, const char *name);
 void srv_inst_unref(srv_inst *in);
 int srv_registry_ready(const srv *s);
 void srv_registry_free(srv *s);
