@@ -14,6 +14,7 @@
  * srv_respond.
  */
 #include "server/srv.h"
+#include "core/json_mem.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -172,6 +173,22 @@ static void respond_body(srv_req *r, int status, char *b)
 void srv_respond_json(srv_req *r, int status, const char *json)
 {
     respond_body(r, status, strdup(json));
+}
+
+void srv_respond_dump(srv_req *r, json_t *o, unsigned long mark,
+                      const char *fmt, ...)
+{
+    char *text = attn_json_dumps(o, JSON_COMPACT, mark), msg[1024];
+    va_list ap;
+    json_decref(o);
+    if (text) {
+        srv_respond(r, 200, "application/json", text, strlen(text));
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    srv_respond_error(r, 503, "%s", msg);
 }
 
 void srv_respond_error(srv_req *r, int status, const char *fmt, ...)

@@ -424,9 +424,8 @@ static json_t *model_stats(const srv_entry *e)
 void srv_h_stats(srv_req *r)
 {
     unsigned long mark = attn_json_mark();
-    json_t *arr = json_array(), *o;
+    json_t *arr = json_array();
     srv_entry *e;
-    char *text;
     if (r->arg[0][0]) {
         e = srv_registry_find(r->s, r->arg[0]);
         if (!e) {
@@ -439,11 +438,6 @@ void srv_h_stats(srv_req *r)
         for (e = r->s->models; e; e = e->next)
             json_array_append_new(arr, model_stats(e));
     }
-    o = json_pack("{s:o}", "model_stats", arr);
-    text = attn_json_dumps(o, JSON_COMPACT, mark);
-    json_decref(o);
-    if (!text)
-        srv_respond_error(r, 503, "stats: out of memory");
-    else
-        srv_respond(r, 200, "application/json", text, strlen(text));
+    srv_respond_dump(r, json_pack("{s:o}", "model_stats", arr), mark,
+                     "stats: out of memory");
 }

@@ -484,7 +484,6 @@ static void index_answer(srv_req *r, int only_ready, char **names, int n)
     unsigned long mark = attn_json_mark();
     json_t *arr = json_array();
     srv_entry *e;
-    char *text;
     int i;
     for (e = r->s->models; e; e = e->next) {
         if (only_ready && e->state != SRV_READY)
@@ -500,12 +499,7 @@ static void index_answer(srv_req *r, int only_ready, char **names, int n)
             continue;
         json_array_append_new(arr, index_row(names[i], "UNAVAILABLE", "not loaded"));
     }
-    text = attn_json_dumps(arr, JSON_COMPACT, mark);
-    json_decref(arr);
-    if (!text)
-        srv_respond_error(r, 503, "index: out of memory");
-    else
-        srv_respond(r, 200, "application/json", text, strlen(text));
+    srv_respond_dump(r, arr, mark, "index: out of memory");
 }
 
 /* index_done: loop thread. A repository that is missing or a file holds

@@ -140,19 +140,6 @@ static srv_entry *ready_entry(srv_req *r)
     return e;
 }
 
-/* answer_json: o (taken) as r's 200, or 503 when out of memory. */
-static void answer_json(srv_req *r, json_t *o, unsigned long mark, const char *what)
-{
-    char *text = o ? attn_json_dumps(o, JSON_COMPACT, mark) : NULL;
-    json_decref(o);
-    if (!text) {
-        srv_respond_error(r, 503, "model '%s': out of memory for its %s",
-                          r->arg[0], what);
-        return;
-    }
-    srv_respond(r, 200, "application/json", text, strlen(text));
-}
-
 /* h_model_meta: GET /v2/models/{m}: model_meta; 404 when the model is
  * unknown or not loaded. */
 static void h_model_meta(srv_req *r)
@@ -160,7 +147,9 @@ static void h_model_meta(srv_req *r)
     unsigned long mark = attn_json_mark();
     srv_entry *e = ready_entry(r);
     if (e)
-        answer_json(r, model_meta(e), mark, "metadata");
+        srv_respond_dump(r, model_meta(e), mark,
+                         "model '%s': out of memory for its metadata",
+                         r->arg[0]);
 }
 
 /* triton_tensors: metadata tensors ({name, datatype, shape}) as Triton's
@@ -180,6 +169,8 @@ static json_t *triton_tensors(const json_t *meta)
     return a;
 }
 
+#define CONFIG_OOM "model '%s': out of memory for its configuration"
+
 /* h_model_config: GET /v2/models/{m}/config, Triton's model configuration
  * (what tritonclient's get_model_config and perf_analyzer read): the
  * metadata's inputs and outputs with their full shapes (max_batch_size 0:
@@ -194,7 +185,7 @@ static void h_model_config(srv_req *r)
     if (!e)
         return;
     if (!(meta = model_meta(e))) {
-        answer_json(r, NULL, mark, "configuration");
+        srv_respond_dump(r, NULL, mark, CONFIG_OOM, r->arg[0]);
         return;
     }
     params = json_object();
@@ -220,7 +211,7 @@ static void h_model_config(srv_req *r)
                   triton_tensors(json_object_get(meta, "outputs")), "parameters",
                   params);
     json_decref(meta);
-    answer_json(r, o, mark, "configuration");
+    srv_respond_dump(r, o, mark, CONFIG_OOM, r->arg[0]);
 }
 
 static void h_model_ready(srv_req *r)

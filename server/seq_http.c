@@ -12,6 +12,8 @@
 
 #include "core/kv.h"
 
+#define SEQ_OOM "sequences: out of memory"
+
 /* info_json: one sequence as listed: {id, model, length, bytes, idle_ms,
  * map_id?}; NULL when out of memory. */
 static json_t *info_json(const srv_seq_info *i)
@@ -27,18 +29,6 @@ static json_t *info_json(const srv_seq_info *i)
     return o;
 }
 
-/* respond_json: o (its reference taken) as r's 200 answer. */
-static void respond_json(srv_req *r, json_t *o, unsigned long mark)
-{
-    char *text = o ? attn_json_dumps(o, JSON_COMPACT, mark) : NULL;
-    json_decref(o);
-    if (!text) {
-        srv_respond_error(r, 503, "sequences: out of memory");
-        return;
-    }
-    srv_respond(r, 200, "application/json", text, strlen(text));
-}
-
 /* GET /v2/sequences: {"sequences": [...], "count"}; the first 4096 when
  * there are more. */
 void srv_seq_h_list(srv_req *r)
@@ -51,15 +41,15 @@ void srv_seq_h_list(srv_req *r)
     if (!info || !arr) {
         free(info);
         json_decref(arr);
-        srv_respond_error(r, 503, "sequences: out of memory");
+        srv_respond_error(r, 503, SEQ_OOM);
         return;
     }
     n = srv_seq_list(r->s, info, CAP);
     for (i = 0; i < n && i < CAP; i++)
         json_array_append_new(arr, info_json(&info[i]));
     free(info);
-    respond_json(r, json_pack("{s:o,s:I}", "sequences", arr, "count", (json_int_t)n),
-                 mark);
+    srv_respond_dump(r, json_pack("{s:o,s:I}", "sequences", arr, "count",
+                                  (json_int_t)n), mark, SEQ_OOM);
 }
 
 /* header_differs: does r carry an Attnd-Sequence-Id header other than
@@ -92,7 +82,7 @@ void srv_seq_h_get(srv_req *r)
         srv_respond_error(r, 404, "%s", msg);
         return;
     }
-    respond_json(r, info_json(&info), mark);
+    srv_respond_dump(r, info_json(&info), mark, SEQ_OOM);
 }
 
 /* DELETE /v2/sequences/{id}: the sequence's pages go back now (or when its
