@@ -81,7 +81,9 @@ void oip_utf8_mend(char *s)
     }
 }
 
-void oip__json_escape(oip__buf *b, const char *str, size_t n)
+/* json_escape: appends str (n bytes) as a quoted JSON string; invalid
+ * UTF-8 bytes become \ufffd. b must have 6 * n + 2 bytes free. */
+static void json_escape(oip__buf *b, const char *str, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
     const unsigned char *s = (const unsigned char *)str;
@@ -132,7 +134,7 @@ char *oip_error_body(const char *msg)
     if (!b.p)
         return NULL;
     puts_(&b, "{\"error\":");
-    oip__json_escape(&b, msg, n);
+    json_escape(&b, msg, n);
     puts_(&b, "}");
     b.p[b.len] = 0;
     return b.p;
@@ -326,11 +328,11 @@ int oip_encode(const char *model_name, const char *id,
     /* pass 2: the JSON header */
     char num[24];
     puts_(&b, "{\"model_name\":");
-    oip__json_escape(&b, model_name, strlen(model_name));
+    json_escape(&b, model_name, strlen(model_name));
     puts_(&b, ",\"model_version\":\"1\"");
     if (id) {
         puts_(&b, ",\"id\":");
-        oip__json_escape(&b, id, strlen(id));
+        json_escape(&b, id, strlen(id));
     }
     if (extra_text) {
         puts_(&b, ",\"parameters\":");
@@ -342,7 +344,7 @@ int oip_encode(const char *model_name, const char *id,
         if (i)
             puts_(&b, ",");
         puts_(&b, "{\"name\":");
-        oip__json_escape(&b, o->name, strlen(o->name));
+        json_escape(&b, o->name, strlen(o->name));
         puts_(&b, ",\"datatype\":\"");
         puts_(&b, oip_dtype_name(o->dtype));
         puts_(&b, "\",\"shape\":[");

@@ -91,9 +91,6 @@ typedef struct oip__buf {
 /* oip__utf8_valid: the n bytes at s are valid UTF-8 (no overlong form,
  * surrogate or code point past U+10FFFF). */
 int oip__utf8_valid(const char *s, size_t n);
-/* oip__json_escape: appends s (n bytes) as a quoted JSON string; invalid
- * UTF-8 bytes become \ufffd. b must have 6 * n + 2 bytes free. */
-void oip__json_escape(oip__buf *b, const char *s, size_t n);
 
 /* Where the scanner found each inputs[i].data value. */
 typedef struct oip__span {

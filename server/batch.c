@@ -522,12 +522,12 @@ static void on_batch_fd(uv_poll_t *p, int status, int events)
     srv__pump(e);
 }
 
-/* srv__batch_wake_at: arm (or disarm) batch_fd for an absolute time. The
+/* arm_wake: pump e at time `at` (srv_now_ns; 0: disarm): batch_fd. The
  * pump asks for the same deadline (the queue head's) at every step that
  * joins the queue; setting a timer costs a system call that, in a VM,
  * reprograms the host's timer (it was 29% of the loop thread's time with
  * 32 decoder clients), so an unchanged deadline is not set again. */
-void srv__batch_wake_at(srv_entry *e, uint64_t at)
+static void arm_wake(srv_entry *e, uint64_t at)
 {
     struct itimerspec its;
     if (at == e->wake_at)
@@ -601,7 +601,7 @@ static void pump(srv_entry *e)
 {
     srv *s = e->s;
     if (s->drain_expired) {
-        srv__batch_wake_at(e, 0);
+        arm_wake(e, 0);
         srv__sched_expire_queue(e);
         return;
     }
@@ -614,7 +614,7 @@ static void pump(srv_entry *e)
         if (expect > delay)
             delay = expect;
         if (e->q_seqs < s->cfg.max_batch && waited < delay && !s->draining) {
-            srv__batch_wake_at(e, e->qhead->t_queued + delay);
+            arm_wake(e, e->qhead->t_queued + delay);
             return;
         }
         if (expect && waited >= expect) {
@@ -623,10 +623,10 @@ static void pump(srv_entry *e)
             e->expect_gen++;
             e->seq_expected = 0;
         }
-        srv__batch_wake_at(e, 0);
+        arm_wake(e, 0);
         if (launch(e) < 0) { /* out of memory: retry when a batch ends */
             if (!e->running)
-                srv__batch_wake_at(e, srv_now_ns() + 10000000u);
+                arm_wake(e, srv_now_ns() + 10000000u);
             return;
         }
     }

@@ -527,7 +527,9 @@ int maps_pool_max(const float *in, int t, int s, int max_n, float *out,
     return 0;
 }
 
-int maps__allowed(const maps__entry *e, int b, int h, int i, int j)
+/* allowed: 1 when query i attended key j in (b, h) of e (its row's end or
+ * the causal flag, lengths and the explicit mask all agree), else 0. */
+static int allowed(const maps__entry *e, int b, int h, int i, int j)
 {
     const maps_info *in = &e->info;
     size_t plane, k;
@@ -559,7 +561,7 @@ static void fill_plane(const maps__entry *e, maps_what what, int b, int h,
         if (what == MAPS_ALLOWED) {
             for (i = 0; i < e->info.t; i++)
                 for (j = 0; j < e->info.s; j++)
-                    if (maps__allowed(e, b, k, i, j))
+                    if (allowed(e, b, k, i, j))
                         dst[(size_t)i * (size_t)e->info.s + (size_t)j] = 1.0f;
             continue;
         }

@@ -64,9 +64,4 @@ int maps__slice_entry(const maps__entry *e, maps_what what, int b, int h,
 int maps__values_entry(const maps__entry *e, int b, int h, float **out,
                        int *rows, int *cols, char *err);
 
-/* maps__allowed: 1 when query i attended key j in (b, h) of e (its row's
- * end or the causal flag, lengths and the explicit mask all agree), else
- * 0. */
-int maps__allowed(const maps__entry *e, int b, int h, int i, int j);
-
 #endif

@@ -105,8 +105,6 @@ void srv__job_encode(srv_job *j);
 void srv__sched_expire_queue(srv_entry *e);
 /* srv__pump: start batches while e may run more and its queue is ready. */
 void srv__pump(srv_entry *e);
-/* srv__batch_wake_at: pump e at time `at` (srv_now_ns; 0: disarm). */
-void srv__batch_wake_at(srv_entry *e, uint64_t at);
 /* srv__pump_soon: pump e in the loop's next turn (not inside the caller). */
 void srv__pump_soon(srv_entry *e);
 
