@@ -1,14 +1,15 @@
 // app.js - the visualiser: input, head grid, focused heatmap, readout,
 // line view, step view; the page state kept in the URL hash: link.js.
-// Exports: export.js.
+// Exports: export.js. The map shown (a head's weights, masks, scale, the
+// step view's row): current.js.
 
 import * as api from './api.js';
 import { tokenize } from './embed.js';
-import { makeScale } from './colormap.js';
 import { drawHeatmap, drawLegend, drawThumb, hit, paintThumb, thumbImage } from './heatmap.js';
 import { renderSteps, renderTable, renderLines, fmt, scoreScale } from './panels.js';
 import * as live from './live.js';
 import { initExport } from './export.js';
+import { initCurrent, forget as forgetCurrent, headMap, maskedFn, currentScale, selQ, view } from './current.js';
 import { readHash, writeHash } from './link.js';
 
 const $ = (id) => document.getElementById(id);
@@ -33,8 +34,7 @@ let meta = null;     // metadata of the selected model
 let geom = null;     // heatmap geometry for hit tests
 let cursor = null;   // { i, j, mouse } keyboard/hover cell
 let hoverRow = null; // query row under the pointer
-const meanCache = new Map();
-const autoCache = new Map(); // (b, h) -> row of the strongest off-diagonal weight
+initCurrent({ state, get run() { return run; } });
 
 // askKey: on a 401, show the API-key form (and say why). retry
 // (optional) is what the key then does: the action the user asked for
@@ -58,77 +58,6 @@ function setStatus(msg, isError = false) {
   s.textContent = msg;
   s.classList.toggle('error', isError);
   s.setAttribute('role', isError ? 'alert' : 'status');
-}
-
-// ---- the current map ---------------------------------------------------
-
-function headMap(b, h) {
-  const ts = run.T * run.S;
-  if (h !== 'mean') return run.attention.subarray((b * run.H + h) * ts, (b * run.H + h + 1) * ts);
-  const key = `${b}`;
-  if (!meanCache.has(key)) {
-    const m = new Float32Array(ts);
-    for (let k = 0; k < run.H; k++) {
-      const src = run.attention.subarray((b * run.H + k) * ts, (b * run.H + k + 1) * ts);
-      for (let x = 0; x < ts; x++) m[x] += src[x] / run.H;
-    }
-    meanCache.set(key, m);
-  }
-  return meanCache.get(key);
-}
-
-// maskedFn(b, h): (i, j) -> true when query i did not attend key j in
-// head h of item b: causal, lengths, or the explicit mask (run.mask; for
-// the mean over heads, masked in every head).
-function maskedFn(b, h) {
-  const tv = run.tValid[b] ?? run.T, sv = run.sValid[b] ?? run.S;
-  const pm = run.poolMask;
-  let base = (i, j) => (run.causal && j > i) || i >= tv || j >= sv;
-  if (pm) { // cell (r, c) stands for rows r*bt.., keys c*bs..
-    base = (r, c) => {
-      const i0 = r * pm.bt, i1 = Math.min(pm.T, (r + 1) * pm.bt) - 1, j0 = c * pm.bs;
-      return (run.causal && j0 > i1) || i0 >= tv || j0 >= sv;
-    };
-  }
-  const m = run.mask;
-  if (!m) return base;
-  const ts = run.T * run.S, S = run.S;
-  const plane = (k) => (m.planes === 1 ? 0 : m.planes === run.B ? b : b * run.H + k);
-  const heads = h === 'mean' ? [...Array(run.H).keys()] : [h];
-  const offs = [...new Set(heads.map((k) => plane(k) * ts))];
-  return (i, j) => base(i, j) || offs.every((o) => !m.data[o + i * S + j]);
-}
-
-function currentScale(map) {
-  let vmax = 1;
-  if (state.auto) { vmax = 0; for (const x of map) if (x > vmax) vmax = x; }
-  return makeScale(state.scale, vmax || 1);
-}
-
-// selQ: the query row the step and line views are about: the one chosen
-// (the URL's q, a click, Enter), else the row holding the strongest
-// off-diagonal weight of the focused map, since query 0 of, say, a
-// previous-token head has nothing to show.
-function selQ() {
-  if (state.q != null) return Math.min(state.q, run.T - 1);
-  if (run.live) return run.T - 1; // a growing sequence: its newest token
-  const key = `${state.b}/${state.h}`;
-  if (!autoCache.has(key)) {
-    const map = headMap(state.b, state.h), masked = maskedFn(state.b, state.h);
-    let best = -1, row = 0;
-    for (let i = 0; i < run.T; i++)
-      for (let j = 0; j < run.S; j++) {
-        if (i === j || masked(i, j)) continue;
-        if (map[i * run.S + j] > best) { best = map[i * run.S + j]; row = i; }
-      }
-    autoCache.set(key, row);
-  }
-  return autoCache.get(key);
-}
-
-function view() {
-  const map = headMap(state.b, state.h);
-  return { map, T: run.T, S: run.S, scale: currentScale(map), masked: maskedFn(state.b, state.h) };
 }
 
 // ---- rendering ---------------------------------------------------------
@@ -414,8 +343,7 @@ async function doRun() {
 // stays on its cell (a map that grew still has it).
 function finishRun(note, keep = null) {
   runSeq++;
-  meanCache.clear();
-  autoCache.clear();
+  forgetCurrent();
   state.win = null;
   cursor = keep && keep.i < run.T && keep.j < run.S ? keep : null;
   hoverRow = null;
