@@ -224,6 +224,7 @@ function update() {
   $('follow').checked = state.follow;
   $('scale').value = state.scale;
   $('auto').checked = state.auto;
+  $('table-toggle').checked = state.table;
   renderHeads();
   renderFocus();
   renderReadout();
@@ -286,7 +287,7 @@ async function doRun() {
     if (state.model !== 'sdpa' && meta?.name !== state.model) await loadMeta(state.model, false);
     const opts = { causal: state.causal, retain: state.retain, signal };
     const asked = { model: state.model, tab: state.model === 'sdpa' ? 'json' : state.tab, // for the link
-      text: state.text, json: state.json, causal: state.causal };
+      text: state.text, json: state.json, causal: state.causal, retain: state.retain };
     let r;
     if (state.model === 'sdpa') {
       if (state.tab !== 'json') selectTab('json');
@@ -544,7 +545,7 @@ function wire() {
   $('batch').addEventListener('change', () => { state.b = Number($('batch').value); update(); });
   $('scale').addEventListener('change', () => { state.scale = $('scale').value; update(); });
   $('auto').addEventListener('change', () => { state.auto = $('auto').checked; update(); });
-  $('table-toggle').addEventListener('change', () => { state.table = $('table-toggle').checked; renderSide(); });
+  $('table-toggle').addEventListener('change', () => { state.table = $('table-toggle').checked; update(); });
   $('follow').addEventListener('change', () => { live.setFollow($('follow').checked); update(); });
   const hm = $('heatmap');
   hm.addEventListener('mousemove', onMove);
@@ -665,7 +666,7 @@ async function start() {
   document.body.dataset.state = 'loading';
   live.setFollow(false);
   afterKey = null;
-  const fromUrl = readHash(state);
+  const { given: fromUrl, empty: noInput } = readHash(state);
   setStatus('asking the server for its models…');
   listed = true;
   let unlistedWhy = null; // the server could not list its models
@@ -685,10 +686,10 @@ async function start() {
   if (unlisted) sel.append(new Option(state.model, state.model));
   else if (!models.includes(state.model)) state.model = models.includes('demo') ? 'demo' : models[0];
   sel.value = state.model;
-  if (state.text) $('text').value = state.text;
-  const noInput = fromUrl && !state.map && state.tab === 'json' && !state.json;
-  $('json').value = noInput ? '' : state.json || JSON.stringify(SEED_SDPA);
+  if (state.text || (noInput && state.tab === 'words')) $('text').value = state.text;
+  $('json').value = noInput && state.tab === 'json' ? '' : state.json || JSON.stringify(SEED_SDPA);
   $('causal').checked = state.causal;
+  $('retain').checked = state.retain;
   selectTab(state.tab);
   try { await loadMeta(state.model, !fromUrl); } catch (e) {
     setStatus(e.message, true);
@@ -700,8 +701,8 @@ async function start() {
   if (state.map) g = await openMap(state.map);
   else if (noInput) {
     document.body.dataset.state = 'idle';
-    setStatus('This link has no input: the JSON was too large to keep in a link. Paste it again, ' +
-      'or tick “retain on the server”, run, and link to the map.', true);
+    setStatus(`This link has no input: the ${state.tab === 'json' ? 'JSON was' : 'words were'} too large to keep in a link. ` +
+      `Paste ${state.tab === 'json' ? 'it' : 'them'} again, or tick “retain on the server”, run, and link to the map.`, true);
     return;
   } else if (fromUrl) {
     $('causal').checked = state.causal;

@@ -1,0 +1,69 @@
+// view.test.mjs - a link reopens the view drawn (each test failed on the
+// page before its fix): the retain and table boxes in the link, the words
+// kept out of a link they would make unusable.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { launch, openPage, startAttnd } from './harness.mjs';
+
+let daemon, browser;
+before(async () => {
+  daemon = await startAttnd();
+  browser = await launch();
+});
+after(async () => {
+  if (browser) await browser.close();
+  if (daemon) await daemon.stop();
+});
+
+const hash = (page) => new URLSearchParams(new URL(page.url()).hash.slice(1));
+const copied = async (page) => {
+  await page.click('#copy-link');
+  return page.textContent('#status');
+};
+
+test('the retain and table boxes are in the link when ticked, and a link reopens them', async () => {
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=a%20b%20c&h=0`);
+  // unticked (the default): not in the link
+  assert.equal(hash(page).has('retain'), false);
+  assert.equal(hash(page).has('table'), false);
+  await page.check('#table-toggle'); // a view control: in the link at once
+  assert.equal(hash(page).get('table'), '1');
+  await page.check('#retain');
+  await page.click('#run');
+  await page.waitForFunction(() => window.attnd.run.mapId && document.body.dataset.state === 'ready');
+  assert.equal(hash(page).get('retain'), '1');
+  assert.equal(hash(page).get('table'), '1');
+  const { page: fresh, errors: e2 } = await openPage(browser, page.url());
+  assert.equal(await fresh.isChecked('#retain'), true);
+  assert.equal(await fresh.isChecked('#table-toggle'), true);
+  assert.equal(await fresh.isVisible('#table-view'), true);
+  assert.match(await fresh.evaluate(() => window.attnd.run.mapId || ''), /^m/, 'the reopened run was not retained');
+  // unticked again: gone from the link
+  await fresh.uncheck('#table-toggle');
+  assert.equal(hash(fresh).has('table'), false);
+  assert.equal(await fresh.isVisible('#table-view'), false);
+  assert.deepEqual([...errors, ...e2], []);
+  await page.close();
+  await fresh.close();
+});
+
+test('words past 16 KiB are not kept in the link: Copy link says so, and the link reopened says it has no input', async () => {
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=a%20b&h=0`);
+  const words = ['x', 'y', 'z'].map((c) => c.repeat(6000)).join(' '); // 3 tokens, 18002 characters
+  await page.fill('#text', words);
+  await page.evaluate(() => document.getElementById('run').click());
+  // (polled: on the page before, playwright's waitForFunction never
+  // returned once the 18 KB link was written)
+  for (let i = 0; i < 150 && !(await page.evaluate(() => window.attnd.run.T === 3 && document.body.dataset.state === 'ready')); i++)
+    await new Promise((res) => setTimeout(res, 100));
+  assert.ok(page.url().length < 4096, `a link of ${page.url().length} characters`);
+  assert.match(await copied(page), /too large for a link/);
+  await page.reload();
+  await page.waitForFunction(() => document.body.dataset.state !== 'loading', null, { timeout: 10000 });
+  assert.notEqual(await page.evaluate(() => document.body.dataset.state), 'ready');
+  assert.equal(await page.evaluate(() => window.attnd.run), null, 'another input was run in its place');
+  assert.match(await page.textContent('#status'), /words were too large to keep in a link/);
+  assert.equal(await page.inputValue('#text'), '');
+  assert.deepEqual(errors, []);
+  await page.close();
+});
