@@ -578,9 +578,22 @@ function wire() {
     catch (_) { setStatus(`link: ${location.href}`); }
   });
   window.addEventListener('resize', () => { if (run) renderFocus(); });
+  watchDpr();
   // A link pasted into this tab changes only the fragment: draw what it
   // says (writeHash's replaceState fires no hashchange).
   window.addEventListener('hashchange', () => { start(); });
+}
+
+// watchDpr: the canvases are sized in device pixels (heatmap.js), and a
+// new device pixel ratio (browser zoom, the window moved to another
+// screen) need not resize the window: they are drawn again at the new
+// ratio, the head grid's thumbnails too, else the map goes blurry.
+function watchDpr() {
+  matchMedia(`(resolution: ${window.devicePixelRatio || 1}dppx)`).addEventListener('change', () => {
+    headsDrawn = '';
+    if (run) update();
+    watchDpr();
+  }, { once: true });
 }
 
 // Hooks for the browser tests: where a cell is drawn, in CSS pixels of

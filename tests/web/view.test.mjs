@@ -1,6 +1,7 @@
-// view.test.mjs - a link reopens the view drawn (each test failed on the
-// page before its fix): the retain and table boxes in the link, the words
-// kept out of a link they would make unusable.
+// view.test.mjs - a link reopens the view drawn, and the view stays drawn
+// as the screen changes (each test failed on the page before its fix): the
+// retain and table boxes in the link, the words kept out of a link they
+// would make unusable, canvases redrawn at a new device pixel ratio.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { launch, openPage, startAttnd } from './harness.mjs';
@@ -64,6 +65,34 @@ test('words past 16 KiB are not kept in the link: Copy link says so, and the lin
   assert.equal(await page.evaluate(() => window.attnd.run), null, 'another input was run in its place');
   assert.match(await page.textContent('#status'), /words were too large to keep in a link/);
   assert.equal(await page.inputValue('#text'), '');
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('a change of device pixel ratio (zoom, another screen) redraws the canvases at the new ratio', async () => {
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=${encodeURIComponent(
+    Array.from({ length: 120 }, (_, i) => `w${i % 17}`).join(' '))}&h=0`);
+  const sizes = () => page.evaluate(() => [...document.querySelectorAll('#heatmap, #legend-bar, #overview, #heads canvas')]
+    .map((c) => [c.width, c.height, parseFloat(c.style.width), parseFloat(c.style.height)]));
+  const first = await sizes();
+  assert.ok(first.length >= 6, JSON.stringify(first)); // the map, legend, overview, 2 heads and the mean
+  for (const [w, h, cw, ch] of first) assert.deepEqual([w, h], [Math.round(cw), Math.round(ch)]);
+  // The ratio a browser zoom or another screen gives, emulated; headless
+  // chromium updates its rendering (and tells the page's media queries)
+  // when a frame is made: a screenshot makes one.
+  const cdp = await page.context().newCDPSession(page);
+  const ratio = async (r) => {
+    await cdp.send('Emulation.setDeviceMetricsOverride', { width: 1400, height: 1000, deviceScaleFactor: r, mobile: false });
+    await cdp.send('Page.captureScreenshot', {});
+    await page.waitForFunction((x) => window.devicePixelRatio === x, r);
+    // every canvas follows, at r times its CSS size in device pixels
+    await page.waitForFunction((x) => [...document.querySelectorAll('#heatmap, #legend-bar, #overview, #heads canvas')]
+      .every((c) => c.width === Math.round(parseFloat(c.style.width) * x)), r, { timeout: 5000 }).catch(() => {});
+    const got = await sizes();
+    for (const [w, h, cw, ch] of got) assert.deepEqual([w, h], [Math.round(cw * r), Math.round(ch * r)], `ratio ${r}: ${JSON.stringify(got)}`);
+  };
+  await ratio(2);
+  await ratio(1.5);
   assert.deepEqual(errors, []);
   await page.close();
 });
