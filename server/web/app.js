@@ -567,6 +567,19 @@ function wire() {
     state.win.c0 = Math.round(fx * run.S - n / 2);
     update();
   });
+  // The overview by keyboard: arrows move the zoom window by a quarter of
+  // its size, Page Up/Down by its size, Home/End to the map's first and
+  // last cell.
+  $('overview').addEventListener('keydown', (e) => {
+    const w = state.win, n = w && w.n, q = n >> 2, far = 1 << 30;
+    const d = { ArrowUp: [-q, 0], ArrowDown: [q, 0], ArrowLeft: [0, -q], ArrowRight: [0, q],
+      PageUp: [-n, 0], PageDown: [n, 0], Home: [-far, -far], End: [far, far] }[e.key];
+    if (!w || !d) return;
+    e.preventDefault();
+    w.r0 = Math.max(0, Math.min(w.r0 + d[0], far));
+    w.c0 = Math.max(0, Math.min(w.c0 + d[1], far));
+    update();
+  });
   $('zoom-in').addEventListener('click', () => { state.win.n >>= 1; update(); });
   $('zoom-out').addEventListener('click', () => { state.win.n <<= 1; update(); });
   $('copy-link').addEventListener('click', async () => {

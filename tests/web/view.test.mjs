@@ -1,7 +1,8 @@
 // view.test.mjs - a link reopens the view drawn, and the view stays drawn
 // as the screen changes (each test failed on the page before its fix): the
 // retain and table boxes in the link, the words kept out of a link they
-// would make unusable, canvases redrawn at a new device pixel ratio.
+// would make unusable, canvases redrawn at a new device pixel ratio, the
+// overview moved by keyboard.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { launch, openPage, startAttnd } from './harness.mjs';
@@ -93,6 +94,29 @@ test('a change of device pixel ratio (zoom, another screen) redraws the canvases
   };
   await ratio(2);
   await ratio(1.5);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('the overview moves the zoom window by keyboard: arrows by a quarter window, Page Up/Down by one, Home/End to the ends', async () => {
+  const words = Array.from({ length: 300 }, (_, i) => `w${i % 37}`).join(' ');
+  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=${encodeURIComponent(words)}&h=1&win=100.40.64`);
+  const info = () => page.textContent('#zoom-info');
+  assert.match(await info(), /^rows 100–163, keys 40–103 of 300 × 300$/);
+  assert.equal(await page.evaluate(() => document.getElementById('overview').tabIndex), 0, 'not in the tab order');
+  await page.focus('#overview');
+  await page.keyboard.press('ArrowDown');
+  assert.match(await info(), /^rows 116–179, keys 40–103 /);
+  await page.keyboard.press('ArrowLeft');
+  assert.match(await info(), /^rows 116–179, keys 24–87 /);
+  await page.keyboard.press('PageUp');
+  assert.match(await info(), /^rows 52–115, keys 24–87 /);
+  await page.keyboard.press('End');
+  assert.match(await info(), /^rows 236–299, keys 236–299 /);
+  assert.equal(new URLSearchParams(new URL(page.url()).hash.slice(1)).get('win'), '236.236.64');
+  await page.keyboard.press('Home');
+  assert.match(await info(), /^rows 0–63, keys 0–63 /);
+  assert.equal(await page.evaluate(() => document.activeElement.id), 'overview');
   assert.deepEqual(errors, []);
   await page.close();
 });
