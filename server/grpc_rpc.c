@@ -28,8 +28,10 @@ int srv_grpc_code(int http_status)
 {
     switch (http_status) {
     case 200: return GRPC_OK;
-    case 400:
-    case 413: return GRPC_INVALID_ARGUMENT;
+    case 400: return GRPC_INVALID_ARGUMENT;
+    /* over request-memory: a limit, as a message over max-body is (and
+     * grpc-core's own message size limit), not a malformed request */
+    case 413: return GRPC_RESOURCE_EXHAUSTED;
     case 401: return GRPC_UNAUTHENTICATED;
     case 404: return GRPC_NOT_FOUND;
     case 409: return GRPC_FAILED_PRECONDITION;

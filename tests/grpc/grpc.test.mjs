@@ -195,6 +195,34 @@ test('INVALID_ARGUMENT carries REST\'s message; NOT_FOUND, UNIMPLEMENTED, RESOUR
   assert.equal((await call(c, 'ServerLive', {})).live, true);
 });
 
+// REST's 413 (a request past --request-memory) is RESOURCE_EXHAUSTED, as
+// every other memory limit on this door and grpc-core's own message size
+// limit: it was INVALID_ARGUMENT, which says the request itself is wrong
+test('a ModelInfer past --request-memory is RESOURCE_EXHAUSTED (REST\'s 413), in its parse or its outputs, logged 413', async (t) => {
+  const e = await start({ grpc: true, t, args: ['--request-memory', '65536'] });
+  const g = connect(e);
+  try {
+    // 20000 typed floats decode to 80000 bytes: over in the parse
+    const big = { model_name: 'sdpa', id: 'big', inputs: [typed('q', [2000, 10], new Array(20000).fill(0.5)),
+      typed('k', [1, 10], new Array(10).fill(0)), typed('v', [1, 1], [0])] };
+    await code(call(g, 'ModelInfer', big), S.RESOURCE_EXHAUSTED, /\(request-memory\)$/);
+    const rest = await infer(e, 'sdpa', { inputs: [{ name: 'q', datatype: 'FP32', shape: [2000, 10], data: new Array(20000).fill(0.5) },
+      { name: 'k', datatype: 'FP32', shape: [1, 10], data: new Array(10).fill(0) }, { name: 'v', datatype: 'FP32', shape: [1, 1], data: [0] }] });
+    assert.equal(rest.status, 413, JSON.stringify(rest.json));
+    // 130 tokens of tiny ask 4 bytes x heads x 130 x 130 of attention map:
+    // over in the outputs, the request itself (4 KiB) well within it
+    const x = new Array(130 * 8).fill(0.25);
+    await code(call(g, 'ModelInfer', { model_name: 'tiny', inputs: [typed('x', [1, 130, 8], x)], outputs: [{ name: 'attention' }] }),
+      S.RESOURCE_EXHAUSTED, /^outputs\.attention: this request needs more than 65536 bytes with its outputs \(request-memory\)/);
+    // logged with REST's status, as the RepositoryModelLoad parse limit is
+    assert.match(await e.logged(/POST \/inference\.GRPCInferenceService\/ModelInfer 413 .*\n[^]*ModelInfer 413 /), /ModelInfer 413 /);
+    assert.deepEqual(out(await call(g, 'ModelInfer', seed(true)), 'output').shape, [2, 2], 'the connection serves on');
+  } finally {
+    g.close();
+    assert.equal((await e.stop()).code, 0, e.log());
+  }
+});
+
 test('ModelStreamInfer: in order, an error answers its request only', async () => {
   const x = REFS.self;
   const reqs = [];
