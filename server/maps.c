@@ -550,26 +550,34 @@ static int allowed(const maps__entry *e, int b, int h, int i, int j)
 
 /* fill_plane: one (t, s) plane of what for (b, h) of e into dst (h == -1:
  * the mean over heads, or for MAPS_ALLOWED allowed by any head). dst is
- * zeroed by the caller. */
-static void fill_plane(const maps__entry *e, maps_what what, int b, int h,
-                       float *dst)
+ * zeroed by the caller. 0, or 1 when cut (may be NULL) said its reader
+ * went: asked before each head and every 16 rows of the mask's cells (a
+ * 4096 x 4096 mask of 8 heads is 134M cells; a poll(2) each time costs
+ * ~1 us against the 16 rows' ~100). */
+static int fill_plane(const maps__entry *e, maps_what what, int b, int h,
+                      float *dst, maps_cut_fn cut, void *cut_ctx)
 {
     size_t ts = (size_t)e->info.t * (size_t)e->info.s, x;
     int k, h0 = h < 0 ? 0 : h, h1 = h < 0 ? e->info.h : h + 1, i, j;
 
     for (k = h0; k < h1; k++) {
+        if (cut && cut(cut_ctx))
+            return 1;
         if (what == MAPS_ALLOWED) {
-            for (i = 0; i < e->info.t; i++)
+            for (i = 0; i < e->info.t; i++) {
+                if (cut && i && (i & 15) == 0 && cut(cut_ctx))
+                    return 1;
                 for (j = 0; j < e->info.s; j++)
                     if (allowed(e, b, k, i, j))
                         dst[(size_t)i * (size_t)e->info.s + (size_t)j] = 1.0f;
+            }
             continue;
         }
         const float *src = (what == MAPS_SCORES ? e->scores : e->attention) +
                            ((size_t)b * (size_t)e->info.h + (size_t)k) * ts;
         if (h >= 0) {
             memcpy(dst, src, ts * sizeof(float));
-            return;
+            return 0;
         }
         for (x = 0; x < ts; x++)
             dst[x] += src[x];
@@ -577,6 +585,7 @@ static void fill_plane(const maps__entry *e, maps_what what, int b, int h,
     if (h < 0 && what != MAPS_ALLOWED)
         for (x = 0; x < ts; x++)
             dst[x] /= (float)e->info.h;
+    return 0;
 }
 
 int maps__check(const maps__entry *e, int b, int h, int allow_mean,
@@ -621,6 +630,15 @@ int maps__slice_entry(const maps__entry *e, maps_what what, int b, int h,
                       int max_n, float **out, int *rows, int *cols,
                       int *row_block, int *col_block, char *err)
 {
+    return maps__slice_cut(e, what, b, h, max_n, NULL, NULL, out, rows, cols,
+                           row_block, col_block, err);
+}
+
+int maps__slice_cut(const maps__entry *e, maps_what what, int b, int h,
+                    int max_n, maps_cut_fn cut, void *cut_ctx, float **out,
+                    int *rows, int *cols, int *row_block, int *col_block,
+                    char *err)
+{
     float *plane = NULL, *res = NULL;
     size_t ts;
     int nr, nc;
@@ -638,7 +656,11 @@ int maps__slice_entry(const maps__entry *e, maps_what what, int b, int h,
     plane = calloc(ts, sizeof(float));
     if (!plane)
         goto nomem;
-    fill_plane(e, what, b, h, plane);
+    if (fill_plane(e, what, b, h, plane, cut, cut_ctx) ||
+        (cut && cut(cut_ctx))) { /* its reader went: no pooling */
+        free(plane);
+        return 0;
+    }
     nr = (e->info.t + block_for(e->info.t, max_n) - 1) /
          block_for(e->info.t, max_n);
     nc = (e->info.s + block_for(e->info.s, max_n) - 1) /

@@ -202,7 +202,12 @@ typedef struct maps_reply {
     size_t len;
     char shape[64];           /* "rows,cols" for format=f32, else "" */
     unsigned long json_mark; /* attn_json_mark at the route's start */
+    int cut;                 /* maps_http_render: stopped part way (no body) */
 } maps_reply;
+
+/* Asked while a map renders: nonzero when its reader has gone, and the
+ * render should stop. Called from the rendering thread. */
+typedef int (*maps_cut_fn)(void *ctx);
 
 /* Query-string lookup the router supplies: the value of key, or NULL. */
 typedef const char *(*maps_arg_fn)(void *ctx, const char *key);
@@ -223,5 +228,10 @@ typedef const char *(*maps_arg_fn)(void *ctx, const char *key);
  */
 int maps_http_get(maps_store *st, const char *path, maps_arg_fn arg,
                   void *ctx, maps_reply *r);
+/* maps_http_render: maps_http_get that asks cut(cut_ctx) (may be NULL)
+ * between a map's heads, every few rows and before printing; when it says
+ * the reader went, the render stops there: 0 with r->cut set, no body. */
+int maps_http_render(maps_store *st, const char *path, maps_arg_fn arg,
+                     void *ctx, maps_cut_fn cut, void *cut_ctx, maps_reply *r);
 
 #endif

@@ -212,10 +212,13 @@ static int parse_int(const char *s, long lo, long hi, int *out)
  * max-pooled overview) as JSON with a flat row-major "data", or as raw FP32
  * with the shape in r->shape. Bad parameters are 400s naming themselves;
  * JSON above MAPS_JSON_MAX_CELLS cells is refused (ask for max= or f32;
- * for what=v the cells are the value rows, S x d_v: f32).
+ * for what=v the cells are the value rows, S x d_v: f32). cut (may be
+ * NULL) is asked while the plane fills and before it is printed: when its
+ * reader went, r->cut and no body.
  * 0, or ATTN_ENOMEM. */
 static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
-                           void *ctx, maps_reply *r)
+                           void *ctx, maps_cut_fn cut, void *cut_ctx,
+                           maps_reply *r)
 {
     const char *sb = arg ? arg(ctx, "b") : NULL;
     const char *sh = arg ? arg(ctx, "h") : NULL;
@@ -292,13 +295,18 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
         rc = maps__check(e, b, h, !values, err);
     if (!rc)
         rc = values ? maps__values_entry(e, b, h, &map, &rows, &cols, err)
-                    : maps__slice_entry(e, what, b, h, max_n, &map, &rows,
-                                        &cols, &bt, &bs, err);
+                    : maps__slice_cut(e, what, b, h, max_n, cut, cut_ctx,
+                                      &map, &rows, &cols, &bt, &bs, err);
     maps__release(e);
     if (rc == ATTN_EINVAL)
         return reply_error(r, 400, err);
     if (rc)
         return rc;
+    if (!map || (!f32 && cut && cut(cut_ctx))) { /* its reader went */
+        free(map);
+        r->cut = 1;
+        return 0;
+    }
     cells = (size_t)rows * (size_t)cols;
     if (f32) {
         /* Raw little-endian FP32, row-major; the shape in a header. */
@@ -375,6 +383,12 @@ static int id_valid(const char *s, size_t n)
 int maps_http_get(maps_store *st, const char *path, maps_arg_fn arg,
                   void *ctx, maps_reply *r)
 {
+    return maps_http_render(st, path, arg, ctx, NULL, NULL, r);
+}
+
+int maps_http_render(maps_store *st, const char *path, maps_arg_fn arg,
+                     void *ctx, maps_cut_fn cut, void *cut_ctx, maps_reply *r)
+{
     static const char pre[] = "/v2/maps";
     char id[MAPS_ID_MAX];
     const char *rest, *slash;
@@ -400,6 +414,6 @@ int maps_http_get(maps_store *st, const char *path, maps_arg_fn arg,
     if (!slash)
         return route_meta(st, id, r);
     if (strcmp(slash, "/attention") == 0)
-        return route_attention(st, id, arg, ctx, r);
+        return route_attention(st, id, arg, ctx, cut, cut_ctx, r);
     return reply_error(r, 404, "no such route (try /v2/maps/{id}/attention)");
 }

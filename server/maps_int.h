@@ -61,6 +61,13 @@ int maps__check(const maps__entry *e, int b, int h, int allow_mean,
 int maps__slice_entry(const maps__entry *e, maps_what what, int b, int h,
                       int max_n, float **out, int *rows, int *cols,
                       int *row_block, int *col_block, char *err);
+/* maps__slice_cut: maps__slice_entry asking cut(cut_ctx) between heads and
+ * every 16 rows of the plane it fills, and before pooling it: when cut
+ * says its reader went, 0 with *out NULL (nothing to free). */
+int maps__slice_cut(const maps__entry *e, maps_what what, int b, int h,
+                    int max_n, maps_cut_fn cut, void *cut_ctx, float **out,
+                    int *rows, int *cols, int *row_block, int *col_block,
+                    char *err);
 int maps__values_entry(const maps__entry *e, int b, int h, float **out,
                        int *rows, int *cols, char *err);
 

@@ -353,9 +353,15 @@ void srv_h_metrics(srv_req *r)
                 "/v2/maps/{id}/attention) not done: their client went while "
                 "they waited their turn (answered 499).\n"
                 "# TYPE attnd_maps_renders_skipped_total counter\n"
-                "attnd_maps_renders_skipped_total %llu\n",
+                "attnd_maps_renders_skipped_total %llu\n"
+                "# HELP attnd_maps_renders_cut_total Map renders (GET "
+                "/v2/maps/{id}/attention) stopped part way: their client "
+                "went while they rendered (answered 499).\n"
+                "# TYPE attnd_maps_renders_cut_total counter\n"
+                "attnd_maps_renders_cut_total %llu\n",
                 used, max_bytes, n, (unsigned long long)evicted, s->n_waiters,
-                (unsigned long long)s->maps_skipped);
+                (unsigned long long)s->maps_skipped,
+                (unsigned long long)s->maps_cut);
     }
     {
         char *seq = srv_seq_metrics_text(s);

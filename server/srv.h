@@ -493,6 +493,7 @@ struct srv {
      * head renders, the rest wait their turn */
     struct maps_job *maps_head, *maps_tail;
     uint64_t maps_skipped; /* renders not done: their client went first */
+    uint64_t maps_cut;     /* renders stopped: their client went during */
 };
 
 /* MHD accepts this many connections past max-connections; guard.c then

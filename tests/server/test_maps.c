@@ -409,6 +409,64 @@ static void *worker(void *p)
     return NULL;
 }
 
+/* A reader that goes after `after` askings (0: never). */
+typedef struct {
+    int asked, after;
+} reader;
+
+static int reader_went(void *ctx)
+{
+    reader *rd = ctx;
+    return ++rd->asked == rd->after;
+}
+
+/* maps_http_render asks its cut between heads, every 16 rows of a mask
+ * and before printing: a reader that went stops the render there (no
+ * body, r.cut), one that stays gets maps_http_get's bytes. */
+START_TEST(test_render_cut)
+{
+    maps_store *st;
+    float *a = pattern(1, 3, 40, 40, 0.0f);
+    char id[MAPS_ID_MAX], path[96];
+    const char *mean[] = {"h", "mean", NULL}, *mask[] = {"h", "mean", "what",
+                                                         "mask", NULL};
+    maps_reply r, whole;
+    reader rd = {0, 0};
+
+    ck_assert_int_eq(maps_store_create(&st, 1 << 20), 0);
+    ck_assert_int_eq(put(st, "demo", a, 1, 3, 40, 40, id), 0);
+    snprintf(path, sizeof path, "/v2/maps/%s/attention", id);
+    ck_assert_int_eq(maps_http_get(st, path, kv_arg, mean, &whole), 0);
+    ck_assert_int_eq(maps_http_render(st, path, kv_arg, mean, reader_went, &rd,
+                                      &r), 0);
+    ck_assert_int_eq(r.cut, 0);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_uint_eq(r.len, whole.len);
+    ck_assert(memcmp(r.body, whole.body, r.len) == 0);
+    ck_assert_int_eq(rd.asked, 3 + 1 + 1); /* each head, pooling, printing */
+    free(r.body);
+    free(whole.body);
+    /* gone at the second head, or before printing: nothing rendered after */
+    for (int after = 1; after <= 5; after++) {
+        rd = (reader){0, after};
+        ck_assert_int_eq(maps_http_render(st, path, kv_arg, mean, reader_went,
+                                          &rd, &r), 0);
+        ck_assert_int_eq(r.cut, 1);
+        ck_assert_ptr_null(r.body);
+        ck_assert_int_eq(rd.asked, after);
+    }
+    /* a mask's cells: asked every 16 rows of each head (rows 16 and 32) */
+    rd = (reader){0, 3};
+    ck_assert_int_eq(maps_http_render(st, path, kv_arg, mask, reader_went, &rd,
+                                      &r), 0);
+    ck_assert_int_eq(r.cut, 1);
+    ck_assert_ptr_null(r.body);
+    ck_assert_int_eq(rd.asked, 3);
+    maps_store_destroy(st);
+    free(a);
+}
+END_TEST
+
 START_TEST(test_threads)
 {
     maps_store *st;
@@ -705,6 +763,7 @@ static Suite *maps_suite(void)
     tcase_add_test(tc, test_pool_identity_4096);
     tcase_add_test(tc, test_reader_outlives_eviction);
     tcase_add_test(tc, test_http_routes);
+    tcase_add_test(tc, test_render_cut);
     tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_mask_scores_values);
     tcase_add_test(tc, test_values_json_limit);
