@@ -4,7 +4,8 @@
  * framed (RFC 9112: one Content-Length or Transfer-Encoding: chunked, else
  * 400 and a close), the query of our extension's routes (only the
  * parameters each reads, each once), an infer or load begun while
- * draining (503), the body's limit and memory-budget reservation, and
+ * draining (503), an infer that waits for 100 Continue to a model not
+ * loaded (404), the body's limit and memory-budget reservation, and
  * whether its client will close after the answer.
  * http.c calls srv_http__first_call on MHD's first call for each request;
  * it may answer from the head: at once, with Connection: close, for a
@@ -597,6 +598,23 @@ static int late_refused(srv_req *r)
     return 1;
 }
 
+/* not_served_early: r, an infer that waits for 100 Continue before it
+ * sends its body (Expect: 100-continue), names a model that is neither
+ * loaded nor loading: its 404 now, from its head (RFC 9110 10.1.1: a
+ * final status instead of the 100), as srv_h_infer would answer it after
+ * the body, which is never read (the connection closes: its client may
+ * send the body all the same, after a wait of its own). Before, it got
+ * 100 Continue and its 404 only once the whole body had come. Without
+ * the expectation the body is on its way and is read, and the
+ * connection stays. 1 when answered. */
+static int not_served_early(srv_req *r)
+{
+    const char *ex = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Expect");
+    if (r->route->body != SRV_BODY_INFER || !ex || strcasecmp(ex, "100-continue") != 0)
+        return 0;
+    return srv_sched_not_served(r);
+}
+
 void srv_http__first_call(srv_req *r, const char *url, const char *method,
                           const char *version)
 {
@@ -667,7 +685,7 @@ void srv_http__first_call(srv_req *r, const char *url, const char *method,
                                   "(send 'Authorization: Bearer <key>')");
         return;
     }
-    if (query_check(r) < 0 || late_refused(r))
+    if (query_check(r) < 0 || late_refused(r) || not_served_early(r))
         return;
     if (body_check(r) < 0)
         return;

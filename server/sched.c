@@ -525,6 +525,23 @@ void srv_sched_refused(srv_req *r)
         srv_seq_touch(r->s, id);
 }
 
+/* not_served: does srv_h_infer answer r 404 (its model neither loaded
+ * nor loading, its Attnd-Sequence-Id absent or valid)? Answered then. */
+static int not_served(srv_req *r, const srv_entry *e, const char *hdr_id)
+{
+    if ((e && (e->inst || e->state == SRV_LOADING)) ||
+        (hdr_id && !oip_sequence_id_valid(hdr_id, strlen(hdr_id))))
+        return 0;
+    snprintf(r->model, sizeof r->model, "%.128s", r->arg[0]);
+    srv_respond_no_model(r, r->arg[0], e);
+    return 1;
+}
+
+int srv_sched_not_served(srv_req *r)
+{
+    return not_served(r, srv_registry_find(r->s, r->arg[0]), seq_hdr_id(r));
+}
+
 /* srv_h_infer: POST /v2/models/{m}/infer. Admits the request (or answers
  * 404/503 at once), then decodes it on the pool. */
 void srv_h_infer(srv_req *r)
@@ -548,10 +565,8 @@ void srv_h_infer(srv_req *r)
                           r->arg[0]);
         return;
     }
-    if (!e || !e->inst) {
-        srv_respond_no_model(r, r->arg[0], e);
+    if (not_served(r, e, NULL))
         return;
-    }
     /* a gRPC call whose deadline had passed when its message came: the
      * model's timeout, as one that passes while it waits */
     if (r->expired) {

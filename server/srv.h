@@ -665,6 +665,8 @@ int srv_registry_waiting(const srv_entry *e);
 int srv_sched_entry_init(srv_entry *e); /* its batch timer; -1 on failure */
 void srv_sched_entry_free(srv_entry *e); /* after its handle was closed */
 void srv_h_infer(srv_req *r);
+/* srv_sched_not_served: r answered 404 (1) when srv_h_infer would now */
+int srv_sched_not_served(srv_req *r);
 /* srv_sched_refused: infer request r is refused before its decode (503,
  * retry; 504): a step it may be still counts for its sequence's idle
  * sweep. */

@@ -519,3 +519,64 @@ test('--connection-timeout: an idle connection is closed by the server', async (
   assert.equal((await fetch(`${d.url}/v2/health/live`)).status, 200);
   assert.equal((await d.stop()).code, 0);
 });
+
+// RFC 9110 10.1.1: a server may answer a request that waits for 100
+// Continue with its final status instead. An infer to a model that is not
+// loaded got 100 Continue, and its 404 only once the whole body had come
+// (the model was looked up at its dispatch); it is answered from its head
+// now, as a route's 404 or a 413 for its length is, and the connection
+// closes (its client may send the body anyway, which is never read).
+test('Expect: 100-continue: an infer to a model not loaded gets its 404 from the head, with no 100 Continue and its body never read; a loaded model gets 100 Continue and its answer; a body past its limit its 413 from the head', async (t) => {
+  const origin = 'http://page.example';
+  const d = await start({ t, args: ['--max-json-body', '4096', '--cors-origins', origin] });
+  const body = JSON.stringify(SEED);
+  const head = (model, len = body.length, more = '') => `POST /v2/models/${model}/infer HTTP/1.1\r\nHost: x\r\n` +
+    `Content-Type: application/json\r\nContent-Length: ${len}\r\n${more}\r\n`;
+  const until = async (c, re) => { for (let k = 0; k < 250 * SLOW && !re.test(c.got()) && !c.closed(); k++) await sleep(20); };
+  const finals = (text) => text.match(/HTTP\/1\.1 \d\d\d /g) || [];
+  const EXPECT = 'Expect: 100-continue\r\n';
+  // tiny unloaded: known to the repository, not loaded
+  assert.equal((await fetch(`${d.url}/v2/repository/models/tiny/unload`, { method: 'POST' })).status, 200);
+  for (const [model, why] of [['nosuch', 'not found; served: [^"]*'], ['tiny', 'not loaded \\(unloaded\\); load it with POST [^"]*']]) {
+    // its head alone: the 404 comes before a byte of the body is sent
+    const c = await openSending(d.port, head(model, body.length, `${EXPECT}Origin: ${origin}\r\n`));
+    await until(c, /\r\n\r\n\{[^]*\}$/);
+    assert.match(c.got(), /^HTTP\/1\.1 404 Not Found\r\n/, c.got());
+    assert.doesNotMatch(c.got(), /100 Continue/);
+    assert.match(c.got(), /\r\nConnection: close\r\n/i);
+    assert.match(c.got(), new RegExp(`\\r\\nAccess-Control-Allow-Origin: ${origin}\\r\\n`, 'i'));
+    assert.match(c.got(), new RegExp(`\\{"error":"model '${model}': ${why}"\\}$`));
+    // the body sent all the same, a request behind it: neither is read
+    c.s.write(body + 'GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n');
+    await until(c, /(?!)/); // (until its close)
+    assert.ok(c.closed(), 'the connection closes after the 404');
+    assert.deepEqual(finals(c.got()), ['HTTP/1.1 404 '], c.got());
+  }
+  // head and body in one write, the body a request of its own: it is not
+  // read as the next request (libmicrohttpd closes the connection)
+  const smuggled = 'GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n';
+  const s = await openSending(d.port, head('nosuch', smuggled.length, EXPECT) + smuggled);
+  await until(s, /(?!)/);
+  assert.ok(s.closed());
+  assert.deepEqual(finals(s.got()), ['HTTP/1.1 404 '], s.got());
+  // without the expectation the body is on its way: it is read, answered
+  // 404 after it, and the connection stays for the next request
+  const k = await openSending(d.port, head('nosuch') + body + smuggled);
+  await until(k, /HTTP\/1\.1 200 [^]*\r\n\r\n\{/);
+  assert.deepEqual(finals(k.got()), ['HTTP/1.1 404 ', 'HTTP/1.1 200 '], k.got());
+  k.s.destroy();
+  // a loaded model: 100 Continue, then its answer, the connection kept
+  const ok = await openSending(d.port, head('sdpa', body.length, EXPECT));
+  await until(ok, /\r\n\r\n/);
+  assert.equal(ok.got(), 'HTTP/1.1 100 Continue\r\n\r\n');
+  ok.s.write(body + 'GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+  await until(ok, /(?!)/);
+  assert.deepEqual(finals(ok.got()), ['HTTP/1.1 100 ', 'HTTP/1.1 200 ', 'HTTP/1.1 200 '], ok.got());
+  assert.match(ok.got(), /"model_name":"sdpa"/);
+  // a body past max-json-body: its 413 from the head, no 100 Continue
+  const big = await openSending(d.port, head('sdpa', 5000, EXPECT));
+  await until(big, /\r\n\r\n\{[^]*\}$/);
+  assert.match(big.got(), /^HTTP\/1\.1 413 [^]*\r\nConnection: close\r\n[^]*Content-Length: 5000 bytes is over the limit of 4096 \(max-json-body\)/i, big.got());
+  big.s.destroy();
+  assert.equal((await d.stop()).code, 0);
+});
