@@ -23,7 +23,8 @@
  * accept), up to SRV_HTTP_CONN_RESERVE past a budget that requests have
  * filled (a health probe still gets in). One that finds no room is
  * answered 503 at once, before its
- * request is read (a fixed answer: Retry-After, Connection: close), and
+ * request is read (made at start: Retry-After, Connection: close, and
+ * CORS when it can say it: refused_make), and
  * closed lingering (linger.c), so its client reads the 503 and not a
  * reset; counted (attnd_http_connections_refused_total) and logged, a
  * line a second at most, as the gRPC door refuses one (grpc_conn.c).
@@ -45,14 +46,37 @@ _Static_assert(1 + SRV_HTTP_CONN_COST <= SRV_BODY_SLACK,
     "{\"error\": \"server: the memory for request bodies, connections and " \
     "unsent answers (memory-budget) is in use; this connection was not "     \
     "taken; retry shortly\"}"
-#define REFUSED_LEN 154
-_Static_assert(sizeof REFUSED_BODY - 1 == REFUSED_LEN, "its Content-Length");
-static const char REFUSED[] = "HTTP/1.1 503 Service Unavailable\r\n"
-                              "Content-Type: application/json\r\n"
-                              "Retry-After: 1\r\n"
-                              "Connection: close\r\n"
-                              "Content-Length: 154\r\n"
-                              "\r\n" REFUSED_BODY;
+
+/* refused_make: the 503 refuse sends, into s->refused: made at start, as
+ * the request is not read then. With cors-origins, the CORS headers the
+ * other answers carry, so a page of another origin sees the 503 and not a
+ * CORS failure: Access-Control-Allow-Origin names the entry that allows
+ * every origin it is sent to, "*" when the list has it, else its only
+ * entry (a page of another origin is refused CORS by any answer); with
+ * several entries and no "*" it cannot know which the client's is (the
+ * other answers echo the request's Origin), and names none. */
+static void refused_make(srv *s)
+{
+    const char *o = NULL;
+    for (int i = 1; i < s->n_fixed && !o; i++)
+        if (s->fixed[i].len == 1 && s->fixed[i].origin[0] == '*')
+            o = "*";
+    if (!o && s->n_fixed == 2 && s->fixed[1].len < SRV_ORIGIN_MAX)
+        o = s->fixed[1].origin;
+    /* (sized for the longest origin: it cannot be cut) */
+    s->refused_len = (size_t)snprintf(
+        s->refused, sizeof s->refused,
+        "HTTP/1.1 503 Service Unavailable\r\n"
+        "Content-Type: application/json\r\n"
+        "Retry-After: 1\r\n"
+        "Connection: close\r\n"
+        "%s%s%s%s"
+        "Content-Length: %zu\r\n"
+        "\r\n" REFUSED_BODY,
+        o ? "Access-Control-Allow-Origin: " : "", o ? o : "",
+        o ? "\r\nAccess-Control-Expose-Headers: Retry-After\r\n" : "",
+        s->n_fixed > 1 ? "Vary: Origin\r\n" : "", sizeof REFUSED_BODY - 1);
+}
 
 void srv_http__accept_room(srv *s)
 {
@@ -99,7 +123,7 @@ static void refuse(srv *s, int fd, const struct sockaddr_storage *peer)
     memset(&c, 0, sizeof c);
     c.fd = fd;
     c.peer = *peer;
-    (void)send(fd, REFUSED, sizeof REFUSED - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)send(fd, s->refused, s->refused_len, MSG_DONTWAIT | MSG_NOSIGNAL);
     srv_linger_close(s, fd, &c);
     close(fd);
     s->http.http_conns_refused++;
@@ -134,6 +158,7 @@ static void take(void *data, int fd, const struct sockaddr_storage *peer,
 
 void srv_http__accept_start(srv *s)
 {
+    refused_make(s);
     srv_accept_start(&s->accept, s, room, take);
 }
 

@@ -409,6 +409,8 @@ struct srv {
     int accept_full;                    /* paused: MHD at its limit */
     srv_every accept_full_log;          /* http_accept.c: its lines */
     srv_every conn_refused_log;         /* http_accept.c: no memory-budget */
+    char refused[512 + SRV_ORIGIN_MAX]; /* http_accept.c: its 503 */
+    size_t refused_len;
     int n_http_conns;     /* REST connections holding SRV_HTTP_CONN_COST */
     int conn_mem_pending; /* http_accept.c: SRV_HTTP_CONN_COST taken for the
                              connection MHD_add_connection is adding, not

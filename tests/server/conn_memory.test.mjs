@@ -118,6 +118,46 @@ test('a REST connection holds 36 KiB of --memory-budget from its accept to its c
   assert.equal((await d.stop()).code, 0);
 });
 
+// The 503 at accept is made at start (the request is not read): without
+// CORS headers a page of another origin saw a CORS failure, not the 503.
+// It carries them when one value serves every origin it goes to: "*", or
+// the list's only entry; with several (and no "*") it cannot know which.
+test('the 503 at accept carries CORS headers when --cors-origins lets it name one origin: "*" or its only entry; with several, none', async (t) => {
+  for (const [list, acao] of [['*', '*'], ['http://page.example', 'http://page.example'],
+    ['http://a.example, http://b.example', null], ['', null]]) {
+    const d = await start({ t, args: ['--memory-budget', '231072', '--max-body', '100000', '--max-json-body', '100000',
+      '--request-memory', '100000', '--max-connections-per-ip', '0', '--cors-origins', list] });
+    const held = [];
+    let r;
+    try {
+      for (;;) {
+        const s = await open(d.port);
+        r = await ask(s, '/v2/health/live');
+        if (r.status !== 200) {
+          s.destroy();
+          break;
+        }
+        held.push(s);
+        assert.ok(held.length <= 8, 'more connections taken than the budget and its two past it hold');
+      }
+    } finally {
+      for (const s of held) s.destroy();
+    }
+    assert.equal(r.status, 503, r.text);
+    const h = r.text.slice(0, r.text.indexOf('\r\n\r\n') + 2);
+    if (acao) {
+      assert.match(h, new RegExp(`\r\nAccess-Control-Allow-Origin: ${acao.replace('*', '\\*')}\r\n`), `${list}: ${h}`);
+      assert.match(h, /\r\nAccess-Control-Expose-Headers: Retry-After\r\n/, h);
+    } else {
+      assert.doesNotMatch(h, /Access-Control-/i, `${list}: ${h}`);
+    }
+    if (list) assert.match(h, /\r\nVary: Origin\r\n/, h);
+    else assert.doesNotMatch(h, /\r\nVary:/i, h);
+    assert.match(r.text, /\r\nretry-after: 1\r\n[^]*\r\n\r\n\{"error": "server: the memory for request bodies, connections and unsent answers \(memory-budget\) is in use; this connection was not taken; retry shortly"\}$/i);
+    assert.equal((await d.stop()).code, 0);
+  }
+});
+
 test('a head that never completes a line (bare CRs) is answered 414 once it fills libmicrohttpd\'s pool, and below that closed at header-timeout as a silent connection is', async (t) => {
   const d = await start({ t, args: ['--header-timeout', '1'] });
   // 40000 bare CRs: past the 32 KiB pool at once
