@@ -281,20 +281,25 @@ int srv_config_load(srv_config *cfg, int argc, char **argv,
     /* a body of max-body bytes reserves SRV_BODY_SLACK more of the
      * budget (REST: its terminating byte; gRPC: that, the message's and
      * its call's cost): a budget of max-body exactly took every request
-     * but the largest, which got 503 "retry shortly" for good */
+     * but the largest, which got 503 "retry shortly" for good. A decoded
+     * request of request-memory is held beside its connection's state too
+     * (REST 36 KiB, gRPC 80 KiB with its call's and slot's, ~87 KiB: both
+     * within SRV_BODY_SLACK): a budget of request-memory exactly started,
+     * and then answered every request that large 503 for good. */
     if (cfg->memory_budget) {
         long long body = cfg->max_body > cfg->max_json_body ? cfg->max_body
                                                             : cfg->max_json_body;
-        long long need = body + SRV_BODY_SLACK;
-        if (cfg->request_memory > need)
-            need = cfg->request_memory;
+        int req = cfg->request_memory > body;
+        long long need = (req ? cfg->request_memory : body) + SRV_BODY_SLACK;
         if (cfg->memory_budget < need) {
-            if (need == cfg->request_memory)
+            if (req)
                 snprintf(err, SRV_ERRMAX, "--memory-budget %lld: below "
-                         "--request-memory %lld: a request that large could "
-                         "never be served; set --memory-budget to at least "
-                         "%lld (or 0: no budget)", cfg->memory_budget,
-                         cfg->request_memory, need);
+                         "--request-memory %lld plus the %d bytes a request "
+                         "holds beside it (its connection's state, and a "
+                         "gRPC call's): a request that large could never be "
+                         "served; set --memory-budget to at least %lld (or "
+                         "0: no budget)", cfg->memory_budget,
+                         cfg->request_memory, SRV_BODY_SLACK, need);
             else
                 snprintf(err, SRV_ERRMAX, "--memory-budget %lld: below --%s "
                          "%lld plus the %d bytes a body reserves beside its "

@@ -94,8 +94,8 @@
       "connections (REST 36 KiB, gRPC 80 KiB each) may hold together; past " \
       "it 503, and a new connection is refused (REST: 503 at once, taken "   \
       "to 72 KiB past it for a probe; gRPC: closed) (0 = no budget: "        \
-      "unlimited; else at least the larger of "                              \
-      "max-body and max-json-body plus 128 KiB, and request-memory)")        \
+      "unlimited; else at least the largest of max-body, max-json-body "     \
+      "and request-memory, plus 128 KiB)")                                   \
     X(reuse_port, "reuse-port", INT, 0, 0, 1,                                 \
       "1: share the ports (REST and gRPC) with other processes "             \
       "(SO_REUSEPORT); 0: refuse to start when one is in use")                \

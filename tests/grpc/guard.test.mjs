@@ -71,7 +71,7 @@ function call(session, msg) {
 }
 
 test('memory budget: a gRPC answer its client does not read counts until sent; a request that does not fit beside it gets UNAVAILABLE / 503', async () => {
-  const lim = ['--memory-budget', '12000000', '--max-body', '1000000', '--max-json-body', '1000000', '--request-memory', '12000000'];
+  const lim = ['--memory-budget', '12000000', '--max-body', '1000000', '--max-json-body', '1000000', '--request-memory', String(12000000 - 131072)];
   const d = await start({ grpc: true, args: lim });
   const session = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
   session.on('error', () => {});
@@ -106,7 +106,7 @@ test('memory budget: a gRPC answer its client does not read counts until sent; a
 
 test('memory budget: a stream message that does not fit is answered once its id has come, while the rest of it is still skipped; the stream goes on', async () => {
   const d = await start({ grpc: true, args: ['--memory-budget', '9600000', '--max-body', '1000000',
-    '--max-json-body', '1000000', '--request-memory', '9600000'] });
+    '--max-json-body', '1000000', '--request-memory', String(9600000 - 131072)] });
   const session = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
   session.on('error', () => {});
   const other = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
@@ -145,10 +145,11 @@ test('memory budget: a stream message that does not fit is answered once its id 
 
 test('memory budget: a flood of empty stream messages behind a paused connection counts what it holds and stays within the budget; the stream ends UNAVAILABLE', async () => {
   // for calls, beside the connection's own 80 KiB and the REST one's 36
-  // KiB that this test's fetches share
+  // KiB that this test's fetches share (request-memory: what a start
+  // takes, a request's 128 KiB beside it)
   const budget = 9100000;
   const d = await start({ grpc: true, args: ['--memory-budget', String(budget + 81920 + 36864), '--max-body', '1000000',
-    '--max-json-body', '1000000', '--request-memory', String(budget), '--grpc-buffer', '65536'] });
+    '--max-json-body', '1000000', '--request-memory', String(budget + 81920 + 36864 - 131072), '--grpc-buffer', '65536'] });
   const session = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
   session.on('error', () => {});
   // a connection window the unread stream cannot fill: only its own

@@ -353,7 +353,7 @@ class Limits(unittest.TestCase):
         decoded, as a REST body does: past it UNAVAILABLE; the budget comes
         back when calls end (no leak in the accounting)."""
         d = Attnd("--memory-budget", "4000000", "--max-body", "2000000", "--max-json-body", "100000",
-                  "--request-memory", "4000000", "--batch-delay-us", str(int(1e6 * SLOW)))
+                  "--request-memory", str(4000000 - 131072), "--batch-delay-us", str(int(1e6 * SLOW)))
         try:
             n = 25000  # one query over 25000 keys: 1.6 MB of k and v, little compute
             big = pb.ModelInferRequest(model_name="sdpa", id="big")

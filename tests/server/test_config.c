@@ -158,6 +158,18 @@ START_TEST(budget_holds_the_largest_body)
                   "3000001", NULL};
     char *a5[] = {"attnd", "--memory-budget", "0", "--max-body", "2000000",
                   NULL};
+    /* a request of request-memory is held beside its connection's state
+     * (REST 36 KiB, gRPC ~87 KiB): a budget of request-memory exactly
+     * started, and answered such a request 503 for good */
+    char *a6[] = {"attnd", "--memory-budget", "3000000", "--request-memory",
+                  "3000000", "--max-body", "1000000", "--max-json-body",
+                  "1000000", NULL};
+    char *a7[] = {"attnd", "--memory-budget", "3131071", "--request-memory",
+                  "3000000", "--max-body", "1000000", "--max-json-body",
+                  "1000000", NULL};
+    char *a8[] = {"attnd", "--memory-budget", "3131072", "--request-memory",
+                  "3000000", "--max-body", "1000000", "--max-json-body",
+                  "1000000", NULL};
     ck_assert_int_eq(load(&c, &act, &arg, err, 9, a1), -1);
     ck_assert_str_eq(err, "--memory-budget 2000000: below --max-body 2000000 "
                           "plus the 131072 bytes a body reserves beside its own: "
@@ -170,8 +182,18 @@ START_TEST(budget_holds_the_largest_body)
     ck_assert_ptr_nonnull(strstr(err, "at least 2128072"));
     ck_assert_int_eq(load(&c, &act, &arg, err, 9, a4), -1);
     ck_assert_ptr_nonnull(strstr(err, "below --request-memory 3000001"));
-    ck_assert_ptr_nonnull(strstr(err, "at least 3000001"));
+    ck_assert_ptr_nonnull(strstr(err, "at least 3131073"));
     ck_assert_int_eq(load(&c, &act, &arg, err, 5, a5), 0); /* no budget */
+    srv_config_free(&c);
+    ck_assert_int_eq(load(&c, &act, &arg, err, 9, a6), -1);
+    ck_assert_int_eq(load(&c, &act, &arg, err, 9, a7), -1);
+    ck_assert_str_eq(err, "--memory-budget 3131071: below --request-memory "
+                          "3000000 plus the 131072 bytes a request holds "
+                          "beside it (its connection's state, and a gRPC "
+                          "call's): a request that large could never be "
+                          "served; set --memory-budget to at least 3131072 "
+                          "(or 0: no budget)");
+    ck_assert_int_eq(load(&c, &act, &arg, err, 9, a8), 0);
     srv_config_free(&c);
 }
 END_TEST
