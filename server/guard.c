@@ -48,6 +48,7 @@
  * wait in a call's queue or in a write (grpc.c, grpc_conn.c), so clients
  * that do not read their answers make new requests get 503, not memory.
  */
+#include "server/http_int.h"
 #include "server/srv.h"
 
 #include <arpa/inet.h>

@@ -13,6 +13,7 @@
  * runs and either answers at once or suspends the connection until
  * srv_respond.
  */
+#include "server/http_int.h"
 #include "server/srv.h"
 #include "core/json_mem.h"
 

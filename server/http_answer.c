@@ -6,6 +6,7 @@
  * the 503 at the drain's cut to a request whose body is still coming,
  * written on its socket (srv_http_cut). Loop thread.
  */
+#include "server/http_int.h"
 #include "server/srv.h"
 #include "server/web.h"
 

@@ -12,6 +12,7 @@
  * request with a body (which is then never read), at MHD's next call for
  * one without (the connection stays). Loop thread.
  */
+#include "server/http_int.h"
 #include "server/srv.h"
 
 #include <limits.h>
