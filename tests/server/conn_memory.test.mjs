@@ -45,6 +45,21 @@ function ask(sock, path, ms = 3000 * SLOW) {
 
 const gauge = (m, n) => Number(new RegExp(`^${n} (\\d+)$`, 'm').exec(m)?.[1]);
 
+/** fill(d, held): connections to d, each asked once, pushed on held until
+ * one is refused; that one's answer (its socket closed). */
+async function fill(d, held) {
+  for (;;) {
+    const s = await open(d.port);
+    const r = await ask(s, '/v2/health/live');
+    if (r.status !== 200) {
+      s.destroy();
+      return r;
+    }
+    held.push(s);
+    assert.ok(held.length <= 8, 'more connections taken than the budget and its two past it hold');
+  }
+}
+
 test('a REST connection holds 36 KiB of --memory-budget from its accept to its close, up to two connections past a full budget; one that finds no room is answered 503 at once, counted and logged; a body never takes those two', async (t) => {
   // the least budget: 100000 + 128 KiB holds 6 connections (6 x 36864 =
   // 221184 of 231072), none of them with a body, and connections may go
@@ -54,19 +69,9 @@ test('a REST connection holds 36 KiB of --memory-budget from its accept to its c
     '--request-memory', '100000', '--max-connections-per-ip', '0'] });
   const held = [];
   try {
-    // connections, each asked once, until one is refused: eight fit, less
-    // any the helper's own fetch still keeps open
-    let r;
-    for (;;) {
-      const s = await open(d.port);
-      r = await ask(s, '/v2/health/live');
-      if (r.status !== 200) {
-        s.destroy();
-        break;
-      }
-      held.push(s);
-      assert.ok(held.length <= 8, 'more connections taken than the budget and its two past it hold');
-    }
+    // connections until one is refused: eight fit, less any the helper's
+    // own fetch still keeps open
+    const r = await fill(d, held);
     // the one that found no room: 503 before its request is read, not served
     assert.equal(r.status, 503, r.text);
     assert.match(r.text, /\r\nretry-after: 1\r\n/i);
@@ -130,16 +135,7 @@ test('the 503 at accept carries CORS headers when --cors-origins lets it name on
     const held = [];
     let r;
     try {
-      for (;;) {
-        const s = await open(d.port);
-        r = await ask(s, '/v2/health/live');
-        if (r.status !== 200) {
-          s.destroy();
-          break;
-        }
-        held.push(s);
-        assert.ok(held.length <= 8, 'more connections taken than the budget and its two past it hold');
-      }
+      r = await fill(d, held);
     } finally {
       for (const s of held) s.destroy();
     }
