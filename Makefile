@@ -131,7 +131,9 @@ EMBED := $(BUILD)/tools/embed_assets
 $(EMBED): tools/embed_assets.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(LDFLAGS_ALL)
-$(WEB_GEN): $(EMBED) $(addprefix server/web/,$(WEB_FILES))
+# server/web itself too: a file added or removed changes the folder's time,
+# so the table is made again even when every file is older than it
+$(WEB_GEN): $(EMBED) $(addprefix server/web/,$(WEB_FILES)) server/web
 	@mkdir -p $(dir $@)
 	$(EMBED) $@ server/web $(WEB_FILES)
 $(BUILD)/gen/web_assets.o: $(WEB_GEN)
