@@ -366,7 +366,8 @@ soak: deps-test $(ATTND)
 # 600 s (its checks at the end take under a minute); its seed is new each
 # run, printed: SOAK_SEED=N replays its choices, not their timing.
 # fuzz-grpc does the same with tests/grpc/fuzz_grpc.mjs (the gRPC door,
-# HTTP/2 frames built by hand) for FUZZ_GRPC_SECONDS.
+# HTTP/2 frames built by hand, and fuzz_calls.mjs's call-level cases) for
+# FUZZ_GRPC_SECONDS, after a few seconds' bisection of --request-memory.
 # fuzz-http runs tests/server/fuzz_http.mjs from a fixed seed for
 # FUZZ_HTTP_SECONDS, stopped and failed past FUZZ_HTTP_SECONDS + 300 s;
 # each case draws from a generator seeded from the seed and its place, so

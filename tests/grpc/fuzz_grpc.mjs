@@ -21,7 +21,14 @@
 // against the rules, a window large enough), every stream the client ended
 // must be ended by the server (END_STREAM or RST_STREAM) within
 // ATTND_FUZZ_HANG_MS (default 10000), or be past the last stream id of a
-// GOAWAY; after each batch a known-good ModelInfer (node:http2) must come back
+// GOAWAY; once a case with no byte flipped, no cut and a window that opens
+// is done, the seed example on its connection (a stream past its ids) must
+// come back exact unless a GOAWAY or REFUSED_STREAM refused it.
+// ATTND_FUZZ_CALLS (default 0.25) of the cases are call-level instead
+// (fuzz_calls.mjs: typed contents, attnd-sequence-id metadata, uploads by
+// RepositoryModelLoad, messages around --request-memory, each status
+// checked, the seed example after each call on its connection). After
+// each batch a known-good ModelInfer on a new connection must come back
 // exact and /v2/health/live answer 200; at the end memory-budget's gauge must
 // be back to 0, SIGTERM must give exit 0 and no sanitizer report. Each case
 // draws from a generator seeded from the seed and its place, so a seed
@@ -29,7 +36,10 @@
 //   ATTND_BIN=build/address/attnd ATTND_FUZZ_SEED=7 node tests/grpc/fuzz_grpc.mjs
 import { createHash } from 'node:crypto';
 import http2 from 'node:http2';
+import { readFileSync } from 'node:fs';
 import net from 'node:net';
+import { join } from 'node:path';
+import { SEQ_MODEL, buildCallCase, call, padded, runCallCase, sized, sizedBool, sizedInt64, statuses, typedInfer, uploadMsg } from './fuzz_calls.mjs';
 import { mulberry32, requestsUsed, sanitizerReport, start } from '../server/helper.mjs';
 import { D, gqaModels } from '../server/seq_helper.mjs';
 import { SEED_OUT, firstRawOutput, frame as grpcMsg, h2frame, ld, lit as hpackLit, packedI64, seedMsg, str, varint } from './wire.mjs';
@@ -40,6 +50,8 @@ const N = Number(env.ATTND_FUZZ_N || 1e6);
 const UNTIL = Date.now() + 1000 * Number(env.ATTND_FUZZ_SECONDS || 600);
 const HANG = Number(env.ATTND_FUZZ_HANG_MS || 10000);
 const KEY = 'fuzz-key-1';
+const CALL_SHARE = Number(env.ATTND_FUZZ_CALLS ?? 0.25); // the share of call-level cases
+const REQUEST_MEMORY = 262144;
 const SVC = '/inference.GRPCInferenceService/';
 let rnd = mulberry32(SEED);
 const int = (n) => Math.floor(rnd() * n), pick = (a) => a[int(a.length)];
@@ -76,6 +88,8 @@ const RPCS = [
   ['RepositoryModelLoad', () => str(2, pick(['gqa', 'nosuch']))], ['RepositoryModelUnload', () => str(2, pick(['gqa', 'nosuch']))],
   ['ModelInfer', seedMsg], ['ModelInfer', gqaStep], ['ModelInfer', tinyInfer],
   ['ModelStreamInfer', gqaStep], ['ModelStreamInfer', seedMsg],
+  ['ModelInfer', () => typedInfer(() => rnd(), int, pick).msg], ['ModelStreamInfer', () => typedInfer(() => rnd(), int, pick).msg],
+  ['RepositoryModelLoad', () => uploadMsg(pick(['fzraw', 'gqa']), FILES)],
 ];
 
 /** a message's bytes mutated: bytes set, cut, a huge varint put in, a tail repeated */
@@ -103,6 +117,7 @@ function headerList(rpc, breaking) {
   const h = [[':method', 'POST'], [':scheme', 'http'], [':path', SVC + rpc], [':authority', 'x'],
     ['content-type', 'application/grpc'], ['te', 'trailers']];
   if (rnd() < 0.9) h.push(['authorization', `Bearer ${KEY}`]);
+  if (rnd() < 0.15) h.push(['attnd-sequence-id', pick([...seqIds, 'fz.raw', '', 'a b', 'a'.repeat(129 + int(4000))])]);
   if (rnd() < 0.2) h.push(['grpc-timeout', pick(['1S', '100m', '0n', '99999999H', '5u', '12x', '', '1000000000m'])]);
   let ok = 1;
   const r = rnd();
@@ -181,7 +196,7 @@ function noise(lastId, breaking) {
 /** one case: {bytes (parts to write), ended (stream ids the client ended), ok, stall, cut} */
 function buildCase() {
   const parts = [PREFACE];
-  let ok = 1, stall = 0;
+  let ok = 1, stall = 0, bye = 0;
   const breaking = rnd() < 0.4; // a case that may break the protocol; the others keep it
   const s = [];
   if (rnd() < 0.2) {
@@ -221,7 +236,7 @@ function buildCase() {
       else if (sid) ended.push(sid);
     }
     if (rnd() < 0.1) { parts.push(h2frame(RST, 0, sid || 1, u32(int(14)))); if (ended[ended.length - 1] === sid) ended.pop(); }
-    if (rnd() < 0.2) { const x = noise(sid, breaking); parts.push(x.f); ok &= x.ok; }
+    if (rnd() < 0.2) { const x = noise(sid, breaking); parts.push(x.f); ok &= x.ok; bye |= x.f[3] === GOAWAY; }
   }
   let flip = 0;
   if (breaking && rnd() < 0.25) {
@@ -234,7 +249,12 @@ function buildCase() {
   const cut = rnd() < 0.08 ? pick(['end', 'reset']) : null;
   let chunks = parts;
   if (rnd() < 0.3) chunks = Buffer.concat(parts).toString('latin1').match(/[\s\S]{1,97}/g).map((x) => Buffer.from(x, 'latin1'));
-  return { chunks, ended, ok: ok && !flip && !cut && !stall, cut, pace: rnd() < 0.2 ? 15 : 0 };
+  // the seed example on the same connection once the case is done: its
+  // answer must be exact, unless a GOAWAY (or REFUSED_STREAM) refused it;
+  // not after the client's own GOAWAY (the server may close once its
+  // streams are done)
+  const probe = !flip && !cut && !stall && !bye ? id : 0;
+  return { chunks, ended, ok: ok && !flip && !cut && !stall, cut, pace: rnd() < 0.2 ? 15 : 0, probe };
 }
 
 /** the server's frames: streams it ended, GOAWAY's last id and code */
@@ -245,7 +265,8 @@ function serverFrames(buf, st) {
     if (buf.length - at < 9 + len) break;
     const p = buf.subarray(at + 9, at + 9 + len);
     if ((type === DATA || type === HEADERS) && flags & END_STREAM) st.done.add(id);
-    if (type === RST) st.done.add(id);
+    if (type === DATA && id === st.probe) st.data.push(flags & PADDED ? p.subarray(1, p.length - p[0]) : p);
+    if (type === RST) { st.done.add(id); st.rst[id] = p.readUInt32BE(0); }
     if (type === GOAWAY) { st.goaway = p.readUInt32BE(0) & 0x7fffffff; st.goawayCode = p.readUInt32BE(4); }
     if (type === SETTINGS && !(flags & 1)) st.acks.push(h2frame(SETTINGS, 1, 0));
     if (type === PING && !(flags & 1)) st.acks.push(h2frame(PING, 1, 0, p));
@@ -258,19 +279,31 @@ function exchange(c, rand) {
   return new Promise((resolve) => {
     const sock = net.connect(PORT, '127.0.0.1');
     let buf = Buffer.alloc(0), closed = false, timer = null, wrote = false;
-    const st = { at: 0, done: new Set(), goaway: null, goawayCode: null, acks: [] };
+    const st = { at: 0, done: new Set(), goaway: null, goawayCode: null, acks: [], probe: 0, data: [], rst: {} };
     const allDone = () => c.ended.every((id) => st.done.has(id) || (st.goaway !== null && id > st.goaway));
     // ACKs go between whole frames: once the case's bytes are all written
     const ack = () => { if (wrote && st.acks.length && !closed && !c.cut) { for (const a of st.acks) sock.write(a); st.acks.length = 0; } };
-    const finish = () => { clearTimeout(timer); sock.destroy(); resolve({ st, closed, hung: c.ok && !allDone() }); };
+    let hung = false;
+    const done = () => { clearTimeout(timer); sock.destroy(); resolve({ st, closed, hung, harm: st.probe ? harmed(st, closed) : null }); };
+    const finish = () => {
+      if (st.probe) return done();
+      hung = c.ok && !allDone();
+      if (!c.probe || closed || st.goaway !== null) return done();
+      st.probe = c.probe; // the good call, on a stream id past every one the case used
+      clearTimeout(timer);
+      sock.write(Buffer.concat([h2frame(HEADERS, END_HEADERS, st.probe, GOOD_BLOCK), h2frame(WINDOW, 0, 0, u32(1 << 20)),
+        h2frame(DATA, END_STREAM, st.probe, grpcMsg(seedMsg()))]));
+      timer = setTimeout(done, HANG);
+    };
     sock.on('data', (d) => {
       buf = Buffer.concat([buf, d]);
       serverFrames(buf, st);
       ack();
-      if (wrote && allDone() && !c.cut) { clearTimeout(timer); timer = setTimeout(finish, 50); }
+      if (st.probe) { if (st.done.has(st.probe) || (st.goaway !== null && st.probe > st.goaway)) { clearTimeout(timer); timer = setTimeout(done, 20); } }
+      else if (wrote && allDone() && !c.cut) { clearTimeout(timer); timer = setTimeout(finish, 50); }
     });
     sock.on('error', () => {});
-    sock.on('close', () => { closed = true; finish(); });
+    sock.on('close', () => { closed = true; if (st.probe) done(); else finish(); });
     sock.on('connect', async () => {
       for (const p of c.chunks) {
         if (closed) break;
@@ -286,14 +319,40 @@ function exchange(c, rand) {
   });
 }
 
+const GOOD_BLOCK = Buffer.concat([[':method', 'POST'], [':scheme', 'http'], [':path', SVC + 'ModelInfer'], [':authority', 'x'],
+  ['content-type', 'application/grpc'], ['te', 'trailers'], ['authorization', `Bearer ${KEY}`]].map(([k, v]) => hpackLit(k, v)));
+/** what became of the good call after a case: null when it came back exact or was rightly refused */
+function harmed(st, closed) {
+  if (st.goaway !== null && st.probe > st.goaway) return null; // a GOAWAY refused it
+  if (st.rst[st.probe] === 7) return null; // REFUSED_STREAM: no memory for it
+  if (!st.done.has(st.probe)) return closed ? 'its connection closed with no GOAWAY refusing it' : `not answered in ${HANG} ms`;
+  const data = Buffer.concat(st.data);
+  let out = null;
+  try { out = data.length ? firstRawOutput(data) : null; } catch { /* below */ }
+  return JSON.stringify(out) === JSON.stringify(SEED_OUT) ? null
+    : `answered ${st.rst[st.probe] !== undefined ? `RST_STREAM ${st.rst[st.probe]}` : `${data.length} bytes, output ${JSON.stringify(out)}`}`;
+}
+
 const sent = [];
-const seen = { goaway: {}, cases: { ok: 0, broken: 0 } };
+const seen = { goaway: {}, cases: { ok: 0, broken: 0, calls: 0 }, probes: 0 };
 async function runCase(place) {
   rnd = mulberry32((SEED ^ Math.imul(place + 1, 0x9e3779b1)) >>> 0);
   const rand = rnd;
+  if (rnd() < CALL_SHARE) { // a call-level case (fuzz_calls.mjs)
+    const c = buildCallCase(rnd, `${SEED}.${place}`, Math.floor((place % 20) / 5), FILES, LIM);
+    sent[place] = createHash('sha1').update(c.bytes).digest('hex');
+    seen.cases.calls++;
+    for (const f of await runCallCase(PORT, KEY, c, HANG)) {
+      findings.push(`case ${place} (batch ${Math.floor(place / 20)}): ${f}`);
+      console.log(`FINDING case ${place} (batch ${Math.floor(place / 20)}): ${f}`);
+    }
+    return;
+  }
   const c = buildCase();
   sent[place] = createHash('sha1').update(Buffer.concat(c.chunks)).digest('hex');
-  const { st, hung } = await exchange(c, rand);
+  const { st, hung, harm } = await exchange(c, rand);
+  if (st.probe) seen.probes++;
+  if (harm) report(place, `the good call on the same connection after the case: ${harm}`, c);
   seen.cases[c.ok ? 'ok' : 'broken']++;
   if (st.goawayCode !== null) seen.goaway[st.goawayCode] = (seen.goaway[st.goawayCode] || 0) + 1;
   if (c.ok && st.goawayCode) report(place, `GOAWAY code ${st.goawayCode} to a case that kept the protocol`, c);
@@ -328,14 +387,39 @@ function knownGood() {
   });
 }
 
-const d = await start({ grpc: true, dir: gqaModels(), args: ['--api-key', KEY, '--max-body', '200000'] });
+const dir = gqaModels();
+const FILES = { config: readFileSync(join(dir, 'gqa', 'config.json')), weights: readFileSync(join(dir, 'gqa', 'model.safetensors')) };
+const d = await start({ grpc: true, dir, args: ['--api-key', KEY, '--max-body', '400000', '--request-memory', String(REQUEST_MEMORY)] });
 const PORT = d.grpcPort;
 const auth = { Authorization: `Bearer ${KEY}` };
+// the least ModelInfer (sdpa, n rows of k and v) and RepositoryModelLoad
+// (n bytes) --request-memory refuses, by bisection: the cases send one
+// step under and at or past them
+async function least(make, lo, hi) { // status of make(lo) is not 8, of make(hi) 8
+  const session = http2.connect(`http://127.0.0.1:${PORT}`);
+  session.on('error', () => {});
+  const st = async (n) => (await call(session, KEY, make === padded ? 'RepositoryModelLoad' : 'ModelInfer', make(n))).status;
+  if (await st(lo) === 8 || await st(hi) !== 8) throw new Error(`${make.name}: no bound between ${lo} and ${hi}`);
+  while (hi - lo > 1) { const m = Math.floor((lo + hi) / 2); if (await st(m) === 8) hi = m; else lo = m; }
+  session.close();
+  return hi;
+}
+const s0 = http2.connect(`http://127.0.0.1:${PORT}`).on('error', () => {});
+const up = await call(s0, KEY, 'RepositoryModelLoad', uploadMsg(SEQ_MODEL, FILES));
+s0.close();
+if (up.status !== 0) throw new Error(`uploading ${SEQ_MODEL}: ${JSON.stringify(up)}`);
+const [li, l64, lb, ll] = await Promise.all([least(sized, 1, 8192), least(sizedInt64, 1, 8192), least(sizedBool, 1, 16384),
+  least(padded, REQUEST_MEMORY / 2, REQUEST_MEMORY + 4096)]);
+const LIM = { infer: li, int64: l64, bool: lb, load: ll };
+console.log(`fuzz_grpc: request-memory ${REQUEST_MEMORY} refuses ModelInfer from ${LIM.infer} rows of k and v (typed INT64 ${LIM.int64}, BOOL ${LIM.bool}), RepositoryModelLoad from ${LIM.load} bytes`);
 let batches = 0, cases = 0;
 if (env.ATTND_FUZZ_ONLY) { // replay one case: its place, as a finding prints it
-  rnd = mulberry32((SEED ^ Math.imul(Number(env.ATTND_FUZZ_ONLY) + 1, 0x9e3779b1)) >>> 0);
-  const c = buildCase(), b = Buffer.concat(c.chunks);
-  for (let at = PREFACE.length; at + 9 <= b.length; at += 9 + b.readUIntBE(at, 3))
+  const place = Number(env.ATTND_FUZZ_ONLY);
+  rnd = mulberry32((SEED ^ Math.imul(place + 1, 0x9e3779b1)) >>> 0);
+  if (rnd() < CALL_SHARE) { // a call-level case: its calls
+    for (const k of buildCallCase(rnd, `${SEED}.${place}`, Math.floor((place % 20) / 5), FILES, LIM).calls)
+      console.log(`${k.rpc} (${k.what}; expects ${k.expect.join(' or ')}) metadata ${JSON.stringify(k.headers || {}).slice(0, 200)}: ${k.msg.length} bytes ${k.msg.subarray(0, 200).toString('hex')}`);
+  } else for (let c = buildCase(), b = Buffer.concat(c.chunks), at = PREFACE.length; at + 9 <= b.length; at += 9 + b.readUIntBE(at, 3))
     console.log(`frame type ${b[at + 3]} flags ${b[at + 4]} stream ${b.readUInt32BE(at + 5)} length ${b.readUIntBE(at, 3)}: ${b.subarray(at + 9, at + 9 + Math.min(60, b.readUIntBE(at, 3))).toString('latin1').replace(/[^ -~]/g, '.')} ${b[at + 3] === 1 ? b.subarray(at + 9, at + 9 + b.readUIntBE(at, 3)).toString('hex') : ''}`);
   await runCase(Number(env.ATTND_FUZZ_ONLY));
   console.log(d.log().slice(-3000));
@@ -363,5 +447,6 @@ if (used !== 0) findings.push(`memory-budget in use after the last case: ${used}
 let r;
 try { r = await d.stop('SIGTERM'); } catch (e) { findings.push(`stop: ${sanitizerReport(d.log()) || e.message.slice(0, 4000)}`); }
 if (r && r.code !== 0) findings.push(`exit ${JSON.stringify(r)}`);
-console.log(`fuzz_grpc: seed ${SEED}, ${batches} batches, ${cases} cases (${seen.cases.ok} keeping the protocol; their bytes' digest ${createHash('sha1').update(sent.join('')).digest('hex').slice(0, 12)}: the same for the same seed and batches), GOAWAY codes ${JSON.stringify(seen.goaway)}, ${findings.length} findings${findings.length ? ':\n' + findings.join('\n') : ''}`);
+console.log(`fuzz_grpc: seed ${SEED}, ${batches} batches, ${cases} cases (${seen.cases.ok} keeping the protocol, ${seen.cases.calls} call-level; ${seen.probes} good calls on a case's connection; their bytes' digest ${createHash('sha1').update(sent.join('')).digest('hex').slice(0, 12)}: the same for the same seed and batches), GOAWAY codes ${JSON.stringify(seen.goaway)}, ${findings.length} findings${findings.length ? ':\n' + findings.join('\n') : ''}`);
+if (env.ATTND_FUZZ_STATS) console.log(`call-level statuses: ${JSON.stringify(statuses, null, 1)}`);
 process.exit(findings.length ? 1 : 0);
