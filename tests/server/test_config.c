@@ -14,6 +14,49 @@ static int load(srv_config *c, srv_action *act, const char **arg, char *err,
     return srv_config_load(c, argc, argv, act, arg, err);
 }
 
+static int argc_of(char **argv)
+{
+    int n = 0;
+    while (argv[n])
+        n++;
+    return n;
+}
+
+/* A command line and what loading it gives: load's result, and what err
+ * says: the whole of it (is) or parts of it (has); NULL: not looked at. */
+typedef struct {
+    char **argv; /* NULL-ended */
+    int rc;
+    const char *is;
+    const char *has[2];
+} load_case;
+
+/* check_loads: each case loaded and checked (a load that starts is freed),
+ * a failure naming the case by its place and first argument. */
+static void check_loads(const load_case *k, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        srv_config c;
+        srv_action act;
+        const char *arg;
+        char err[SRV_ERRMAX] = "";
+        int rc = load(&c, &act, &arg, err, argc_of(k[i].argv), k[i].argv);
+        ck_assert_msg(rc == k[i].rc,
+                      "case %zu (%s): load gave %d, want %d (%s)", i,
+                      k[i].argv[1], rc, k[i].rc, err);
+        if (rc == 0)
+            srv_config_free(&c);
+        if (k[i].is)
+            ck_assert_str_eq(err, k[i].is);
+        for (size_t j = 0; j < 2; j++)
+            ck_assert_msg(!k[i].has[j] || strstr(err, k[i].has[j]),
+                          "case %zu (%s): '%s' lacks '%s'", i, k[i].argv[1],
+                          err, k[i].has[j]);
+    }
+}
+
+#define N_CASES(k) (sizeof k / sizeof k[0])
+
 START_TEST(defaults)
 {
     srv_config c;
@@ -74,21 +117,18 @@ START_TEST(errors_name_the_setting)
     srv_action act;
     const char *arg;
     char err[SRV_ERRMAX];
-    char *a1[] = {"attnd", "--max-batch", "0", NULL};
-    char *a2[] = {"attnd", "--deadline-ms", "12x", NULL};
-    char *a3[] = {"attnd", "--bogus", "1", NULL};
-    char *a4[] = {"attnd", "stray", NULL};
-    char *a5[] = {"attnd", "--log-format", "yaml", NULL};
-    ck_assert_int_eq(load(&c, &act, &arg, err, 3, a1), -1);
-    ck_assert_str_eq(err, "--max-batch: 0 is outside [1, 4096]");
-    ck_assert_int_eq(load(&c, &act, &arg, err, 3, a2), -1);
-    ck_assert_str_eq(err, "--deadline-ms: '12x' is not an integer");
-    ck_assert_int_eq(load(&c, &act, &arg, err, 3, a3), -1);
-    ck_assert_str_eq(err, "--bogus: unknown flag (try --help)");
-    ck_assert_int_eq(load(&c, &act, &arg, err, 2, a4), -1);
-    ck_assert_ptr_nonnull(strstr(err, "stray"));
-    ck_assert_int_eq(load(&c, &act, &arg, err, 3, a5), -1);
-    ck_assert_ptr_nonnull(strstr(err, "--log-format"));
+    const load_case k[] = {
+        {(char *[]){"attnd", "--max-batch", "0", NULL}, -1,
+         "--max-batch: 0 is outside [1, 4096]", {NULL}},
+        {(char *[]){"attnd", "--deadline-ms", "12x", NULL}, -1,
+         "--deadline-ms: '12x' is not an integer", {NULL}},
+        {(char *[]){"attnd", "--bogus", "1", NULL}, -1,
+         "--bogus: unknown flag (try --help)", {NULL}},
+        {(char *[]){"attnd", "stray", NULL}, -1, NULL, {"stray"}},
+        {(char *[]){"attnd", "--log-format", "yaml", NULL}, -1, NULL,
+         {"--log-format"}},
+    };
+    check_loads(k, N_CASES(k));
     setenv("ATTND_QUEUE_SIZE", "-5", 1);
     {
         char *a6[] = {"attnd", NULL};
@@ -114,89 +154,67 @@ END_TEST
  * listener (most REST requests then failed) */
 START_TEST(doors_need_their_own_ports)
 {
-    srv_config c;
-    srv_action act;
-    const char *arg;
-    char err[SRV_ERRMAX];
-    char *a1[] = {"attnd", "--port", "9000", "--grpc-port", "9000",
-                  "--reuse-port", "1", NULL};
-    char *a2[] = {"attnd", "--port", "8001", NULL}; /* gRPC's default */
-    char *a3[] = {"attnd", "--port", "0", "--grpc-port", "0", NULL};
-    char *a4[] = {"attnd", "--port", "0", "--grpc-port", "-1", NULL};
-    ck_assert_int_eq(load(&c, &act, &arg, err, 7, a1), -1);
-    ck_assert_str_eq(err, "--port 9000, --grpc-port 9000: the REST and gRPC "
-                          "doors need a port each (--grpc-port 0: no gRPC)");
-    ck_assert_int_eq(load(&c, &act, &arg, err, 3, a2), -1);
-    ck_assert_ptr_nonnull(strstr(err, "--grpc-port 8001: the REST and gRPC"));
-    ck_assert_int_eq(load(&c, &act, &arg, err, 5, a3), 0); /* free; off */
-    srv_config_free(&c);
-    ck_assert_int_eq(load(&c, &act, &arg, err, 5, a4), 0); /* two free */
-    srv_config_free(&c);
+    const load_case k[] = {
+        {(char *[]){"attnd", "--port", "9000", "--grpc-port", "9000",
+                    "--reuse-port", "1", NULL}, -1,
+         "--port 9000, --grpc-port 9000: the REST and gRPC "
+         "doors need a port each (--grpc-port 0: no gRPC)", {NULL}},
+        /* gRPC's default */
+        {(char *[]){"attnd", "--port", "8001", NULL}, -1, NULL,
+         {"--grpc-port 8001: the REST and gRPC"}},
+        /* free; off */
+        {(char *[]){"attnd", "--port", "0", "--grpc-port", "0", NULL}, 0, NULL,
+         {NULL}},
+        /* two free */
+        {(char *[]){"attnd", "--port", "0", "--grpc-port", "-1", NULL}, 0, NULL,
+         {NULL}},
+    };
+    check_loads(k, N_CASES(k));
 }
 END_TEST
+
+/* BUDGET(budget, max-body, max-json-body, request-memory): the command
+ * line that sets the four */
+#define BUDGET(b, body, json, req)                                        \
+    ((char *[]){"attnd", "--memory-budget", b, "--max-body", body,        \
+                "--max-json-body", json, "--request-memory", req, NULL})
 
 /* A budget that cannot hold the largest body with what it reserves
  * beside it (REST: max-body + 1) left that body 503 "retry shortly" for
  * good: it is refused at start, saying what to set. */
 START_TEST(budget_holds_the_largest_body)
 {
-    srv_config c;
-    srv_action act;
-    const char *arg;
-    char err[SRV_ERRMAX];
-    char *a1[] = {"attnd", "--memory-budget", "2000000", "--max-body",
-                  "2000000", "--max-json-body", "1000000", "--request-memory",
-                  "1000000", NULL};
-    char *a2[] = {"attnd", "--memory-budget", "2131072", "--max-body",
-                  "2000000", "--max-json-body", "1000000", "--request-memory",
-                  "1000000", NULL};
-    char *a3[] = {"attnd", "--memory-budget", "2000000", "--max-body",
-                  "1000000", "--max-json-body", "1997000", "--request-memory",
-                  "1000000", NULL};
-    char *a4[] = {"attnd", "--memory-budget", "3000000", "--max-body",
-                  "1000000", "--max-json-body", "1000000", "--request-memory",
-                  "3000001", NULL};
-    char *a5[] = {"attnd", "--memory-budget", "0", "--max-body", "2000000",
-                  NULL};
-    /* a request of request-memory is held beside its connection's state
-     * (REST 36 KiB, gRPC ~87 KiB): a budget of request-memory exactly
-     * started, and answered such a request 503 for good */
-    char *a6[] = {"attnd", "--memory-budget", "3000000", "--request-memory",
-                  "3000000", "--max-body", "1000000", "--max-json-body",
-                  "1000000", NULL};
-    char *a7[] = {"attnd", "--memory-budget", "3131071", "--request-memory",
-                  "3000000", "--max-body", "1000000", "--max-json-body",
-                  "1000000", NULL};
-    char *a8[] = {"attnd", "--memory-budget", "3131072", "--request-memory",
-                  "3000000", "--max-body", "1000000", "--max-json-body",
-                  "1000000", NULL};
-    ck_assert_int_eq(load(&c, &act, &arg, err, 9, a1), -1);
-    ck_assert_str_eq(err, "--memory-budget 2000000: below --max-body 2000000 "
-                          "plus the 131072 bytes a body reserves beside its own: "
-                          "a body that large could never be served; set "
-                          "--memory-budget to at least 2131072 (or 0: no budget)");
-    ck_assert_int_eq(load(&c, &act, &arg, err, 9, a2), 0);
-    srv_config_free(&c);
-    ck_assert_int_eq(load(&c, &act, &arg, err, 9, a3), -1);
-    ck_assert_ptr_nonnull(strstr(err, "below --max-json-body 1997000 plus"));
-    ck_assert_ptr_nonnull(strstr(err, "at least 2128072"));
-    ck_assert_int_eq(load(&c, &act, &arg, err, 9, a4), -1);
-    ck_assert_ptr_nonnull(strstr(err, "below --request-memory 3000001"));
-    ck_assert_ptr_nonnull(strstr(err, "at least 3131073"));
-    ck_assert_int_eq(load(&c, &act, &arg, err, 5, a5), 0); /* no budget */
-    srv_config_free(&c);
-    ck_assert_int_eq(load(&c, &act, &arg, err, 9, a6), -1);
-    ck_assert_int_eq(load(&c, &act, &arg, err, 9, a7), -1);
-    ck_assert_str_eq(err, "--memory-budget 3131071: below --request-memory "
-                          "3000000 plus the 131072 bytes a request holds "
-                          "beside it (its connection's state, and a gRPC "
-                          "call's): a request that large could never be "
-                          "served; set --memory-budget to at least 3131072 "
-                          "(or 0: no budget)");
-    ck_assert_int_eq(load(&c, &act, &arg, err, 9, a8), 0);
-    srv_config_free(&c);
+    const load_case k[] = {
+        {BUDGET("2000000", "2000000", "1000000", "1000000"), -1,
+         "--memory-budget 2000000: below --max-body 2000000 "
+         "plus the 131072 bytes a body reserves beside its own: "
+         "a body that large could never be served; set "
+         "--memory-budget to at least 2131072 (or 0: no budget)", {NULL}},
+        {BUDGET("2131072", "2000000", "1000000", "1000000"), 0, NULL, {NULL}},
+        {BUDGET("2000000", "1000000", "1997000", "1000000"), -1, NULL,
+         {"below --max-json-body 1997000 plus", "at least 2128072"}},
+        {BUDGET("3000000", "1000000", "1000000", "3000001"), -1, NULL,
+         {"below --request-memory 3000001", "at least 3131073"}},
+        /* no budget */
+        {(char *[]){"attnd", "--memory-budget", "0", "--max-body", "2000000",
+                    NULL}, 0, NULL, {NULL}},
+        /* a request of request-memory is held beside its connection's
+         * state (REST 36 KiB, gRPC ~87 KiB): a budget of request-memory
+         * exactly started, and answered such a request 503 for good */
+        {BUDGET("3000000", "1000000", "1000000", "3000000"), -1, NULL, {NULL}},
+        {BUDGET("3131071", "1000000", "1000000", "3000000"), -1,
+         "--memory-budget 3131071: below --request-memory "
+         "3000000 plus the 131072 bytes a request holds "
+         "beside it (its connection's state, and a gRPC "
+         "call's): a request that large could never be "
+         "served; set --memory-budget to at least 3131072 "
+         "(or 0: no budget)", {NULL}},
+        {BUDGET("3131072", "1000000", "1000000", "3000000"), 0, NULL, {NULL}},
+    };
+    check_loads(k, N_CASES(k));
 }
 END_TEST
+#undef BUDGET
 
 /* The API key as a secret's file leaves it (a Kubernetes secret made from
  * a file keeps its newline): the white space after it is dropped, from the
@@ -236,28 +254,30 @@ END_TEST
 
 START_TEST(actions)
 {
-    srv_config c;
-    srv_action act;
-    const char *arg;
-    char err[SRV_ERRMAX];
-    char *a1[] = {"attnd", "--check-models", "dir", NULL};
-    char *a2[] = {"attnd", "--health-check=http://127.0.0.1:1/", NULL};
-    char *a3[] = {"attnd", "--version", NULL};
-    char *a4[] = {"attnd", "--port", "1", "--help", NULL};
-    ck_assert_int_eq(load(&c, &act, &arg, err, 3, a1), 0);
-    ck_assert_int_eq(act, SRV_CHECK_MODELS);
-    ck_assert_str_eq(arg, "dir");
-    srv_config_free(&c);
-    ck_assert_int_eq(load(&c, &act, &arg, err, 2, a2), 0);
-    ck_assert_int_eq(act, SRV_HEALTH_CHECK);
-    ck_assert_str_eq(arg, "http://127.0.0.1:1/");
-    srv_config_free(&c);
-    ck_assert_int_eq(load(&c, &act, &arg, err, 2, a3), 0);
-    ck_assert_int_eq(act, SRV_VERSION);
-    srv_config_free(&c);
-    ck_assert_int_eq(load(&c, &act, &arg, err, 4, a4), 0);
-    ck_assert_int_eq(act, SRV_HELP);
-    srv_config_free(&c);
+    const struct {
+        char **argv;
+        srv_action act;
+        const char *arg; /* NULL: not looked at */
+    } k[] = {
+        {(char *[]){"attnd", "--check-models", "dir", NULL}, SRV_CHECK_MODELS,
+         "dir"},
+        {(char *[]){"attnd", "--health-check=http://127.0.0.1:1/", NULL},
+         SRV_HEALTH_CHECK, "http://127.0.0.1:1/"},
+        {(char *[]){"attnd", "--version", NULL}, SRV_VERSION, NULL},
+        {(char *[]){"attnd", "--port", "1", "--help", NULL}, SRV_HELP, NULL},
+    };
+    for (size_t i = 0; i < N_CASES(k); i++) {
+        srv_config c;
+        srv_action act;
+        const char *arg;
+        char err[SRV_ERRMAX];
+        ck_assert_int_eq(
+            load(&c, &act, &arg, err, argc_of(k[i].argv), k[i].argv), 0);
+        ck_assert_int_eq(act, k[i].act);
+        if (k[i].arg)
+            ck_assert_str_eq(arg, k[i].arg);
+        srv_config_free(&c);
+    }
 }
 END_TEST
 
