@@ -122,6 +122,16 @@ static void open_conn(srv *s, conn *k)
     check_list(s);
 }
 
+/* open_full: max-connections n and n connections open (k[0..n-1], k[0]
+ * the longest waiting): the next one opened evicts. */
+static void open_full(srv *s, conn *k, int n)
+{
+    int i;
+    s->cfg.max_connections = n;
+    for (i = 0; i < n; i++)
+        open_conn(s, &k[i]);
+}
+
 /* serve: one whole request on k, over a millisecond from now: k is served
  * and idle again, at the front of the list. */
 static void serve(conn *k)
@@ -148,13 +158,19 @@ static int shut(const conn *k)
     return 1;
 }
 
+/* hang_up: both of k's ends closed. */
+static void hang_up(conn *k)
+{
+    close(k->c.fd);
+    close(k->peer);
+}
+
 /* drop: k goes (MHD reaps it) and both its ends are closed. */
 static void drop(srv *s, conn *k)
 {
     srv_guard_remove(s, &k->c);
     check_list(s);
-    close(k->c.fd);
-    close(k->peer);
+    hang_up(k);
 }
 
 static void close_all(srv *s, conn *k, int n)
@@ -170,10 +186,7 @@ START_TEST(evicts_the_longest_waiting_without_bytes_waiting)
 {
     static srv s;
     static conn k[4];
-    s.cfg.max_connections = 3;
-    open_conn(&s, &k[0]);
-    open_conn(&s, &k[1]);
-    open_conn(&s, &k[2]);
+    open_full(&s, k, 3);
     pending(&k[0]); /* the longest waiting: passed over */
     open_conn(&s, &k[3]);
     ck_assert(!k[0].c.closing);
@@ -191,9 +204,7 @@ START_TEST(many_better_ranked_with_bytes_waiting)
     static srv s;
     static conn k[13];
     int i;
-    s.cfg.max_connections = 12;
-    for (i = 0; i < 12; i++)
-        open_conn(&s, &k[i]);
+    open_full(&s, k, 12);
     for (i = 0; i < 10; i++)
         pending(&k[i]);
     open_conn(&s, &k[12]);
@@ -235,10 +246,7 @@ START_TEST(busy_or_bytes_waiting_everywhere_closes_none)
 {
     static srv s;
     static conn k[5];
-    s.cfg.max_connections = 3;
-    open_conn(&s, &k[0]);
-    open_conn(&s, &k[1]);
-    open_conn(&s, &k[2]);
+    open_full(&s, k, 3);
     srv_guard_call_begin(&k[1].c); /* busy: a call open */
     pending(&k[0]);
     pending(&k[2]);
@@ -263,10 +271,7 @@ START_TEST(a_served_one_with_bytes_waiting_is_passed_over_too)
 {
     static srv s;
     static conn k[5];
-    s.cfg.max_connections = 3;
-    open_conn(&s, &k[0]);
-    open_conn(&s, &k[1]);
-    open_conn(&s, &k[2]);
+    open_full(&s, k, 3);
     serve(&k[0]); /* from the oldest end to the front */
     serve(&k[1]); /* k[0] waited longer: 1 ms more */
     pending(&k[2]);
@@ -305,26 +310,35 @@ static void ip_stop(srv *s)
     ck_assert_int_eq(uv_loop_close(&g_loop), 0);
 }
 
-static struct sockaddr_storage v4(const char *a, int port)
+/* addr: the address a (IPv4 or IPv6 as family says) and port, as accept
+ * gives it; v4 and v6 name the family. */
+static struct sockaddr_storage addr(int family, const char *a, int port)
 {
     struct sockaddr_storage ss;
-    struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+    void *at;
     memset(&ss, 0, sizeof ss);
-    in->sin_family = AF_INET;
-    in->sin_port = htons((uint16_t)port);
-    ck_assert_int_eq(inet_pton(AF_INET, a, &in->sin_addr), 1);
+    ss.ss_family = (sa_family_t)family;
+    if (family == AF_INET) {
+        struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+        in->sin_port = htons((uint16_t)port);
+        at = &in->sin_addr;
+    } else {
+        struct sockaddr_in6 *in = (struct sockaddr_in6 *)&ss;
+        in->sin6_port = htons((uint16_t)port);
+        at = &in->sin6_addr;
+    }
+    ck_assert_int_eq(inet_pton(family, a, at), 1);
     return ss;
+}
+
+static struct sockaddr_storage v4(const char *a, int port)
+{
+    return addr(AF_INET, a, port);
 }
 
 static struct sockaddr_storage v6(const char *a, int port)
 {
-    struct sockaddr_storage ss;
-    struct sockaddr_in6 *in = (struct sockaddr_in6 *)&ss;
-    memset(&ss, 0, sizeof ss);
-    in->sin6_family = AF_INET6;
-    in->sin6_port = htons((uint16_t)port);
-    ck_assert_int_eq(inet_pton(AF_INET6, a, &in->sin6_addr), 1);
-    return ss;
+    return addr(AF_INET6, a, port);
 }
 
 /* open_from: open_conn from peer */
@@ -427,8 +441,7 @@ START_TEST(per_ip_a_closing_one_does_not_count)
     ck_assert_int_eq(srv_guard__ip_count(&s, &a), 2);
     ck_assert_int_eq(srv_guard__ip_count(&s, &k[3].c.peer), 1);
     close_all(&s, k + 1, 3);
-    close(k[0].c.fd);
-    close(k[0].peer);
+    hang_up(&k[0]);
     ip_stop(&s);
 }
 END_TEST
@@ -505,10 +518,8 @@ START_TEST(per_ip_colliding_addresses)
     srv_guard_remove(&s, &k[5].c);
     ck_assert_uint_eq(s.ips_used, 0);
     ck_assert_ptr_null(s.conns);
-    for (i = 0; i < 6; i++) {
-        close(k[i].c.fd);
-        close(k[i].peer);
-    }
+    for (i = 0; i < 6; i++)
+        hang_up(&k[i]);
     ip_stop(&s);
 }
 END_TEST
