@@ -37,6 +37,39 @@ async function held(t, opts) {
   return { dir, d, slow, l };
 }
 
+/** holdLoad(t, d, dir, m): a slowFolder m in dir and a load of it l,
+ * held reading its config until slow.release(): {slow, l}. */
+async function holdLoad(t, d, dir, m) {
+  const slow = slowFolder(dir, m);
+  t.after(() => slow.release());
+  const l = tracked(load(d, m));
+  await slow.reading();
+  return { slow, l };
+}
+
+/** heldUpload(t): attnd (faulty's, two threads) and an upload of d16
+ * weights to tiny (up), held just before its publish until gate is
+ * removed: {d, gate, up}. */
+async function heldUpload(t) {
+  const d = await faulty(t, { args: ['--threads', '2'] });
+  const gate = join(d.scratch, 'gate');
+  writeFileSync(gate, '');
+  d.faults(`hold-publish=${gate}`);
+  t.after(() => rmSync(gate, { force: true }));
+  const up = tracked(load(d, 'tiny', D16_UP));
+  await logged(d, /fsfault: hold-publish \S+: held/);
+  return { d, gate, up };
+}
+
+/** answered(calls): each of calls, [what, a tracked call], is answered
+ * 200; a failure names what and the answer. */
+async function answered(calls) {
+  for (const [what, c] of calls) {
+    const r = await c.p;
+    assert.equal(r.status, 200, `${what}: ${JSON.stringify(r.json)}`);
+  }
+}
+
 /** logged(d, re, n): the log once it holds n lines matching re (re has
  * no g flag); fails naming re when it does not within 5 s (x SLOW). */
 async function logged(d, re, n = 1) {
@@ -111,10 +144,7 @@ test('an unload that comes while its model loads waits for the load, then unload
 
   // a reload of a ready model: it serves its loaded weights until the
   // unload's turn comes, after the reload
-  const tiny = slowFolder(dir, 'tiny');
-  t.after(() => tiny.release());
-  const l2 = tracked(load(d, 'tiny'));
-  await tiny.reading();
+  const { slow: tiny, l: l2 } = await holdLoad(t, d, dir, 'tiny');
   const u2 = tracked(unload(d, 'tiny'));
   await waits(d, 'tiny', 'unload', 1);
   assert.equal((await infer(d, 'tiny', xreq())).status, 200, 'a reload serves the loaded weights meanwhile');
@@ -153,16 +183,10 @@ test('load, load, unload sent while the first load runs: each waits its turn, an
   assert.ok(!l1.done && !l2.done && !u.done, 'a call answered before the load it came after ended');
   slow.settle(); // the second load reads a plain config.json
   assert.ok(slow.release());
-  for (const [what, c] of [['first load', l1], ['second load', l2], ['unload', u]]) {
-    const r = await c.p;
-    assert.equal(r.status, 200, `${what}: ${JSON.stringify(r.json)}`);
-  }
+  await answered([['first load', l1], ['second load', l2], ['unload', u]]);
   await unloaded(d, 'slow');
   // an unload that waited for a first load that fails: nothing to unload
-  const bad = slowFolder(dir, 'bad');
-  t.after(() => bad.release());
-  const lb = tracked(load(d, 'bad'));
-  await bad.reading();
+  const { slow: bad, l: lb } = await holdLoad(t, d, dir, 'bad');
   const ub = tracked(unload(d, 'bad'));
   await waits(d, 'bad', 'unload', 1);
   assert.ok(bad.release('not json'));
@@ -178,13 +202,7 @@ test('load, load, unload sent while the first load runs: each waits its turn, an
 test('an upload held before its publish, then an unload and a load of the folder: they run after it, and the model served is the one its folder holds', async (t) => {
   // review of a551019: the unload "held" and the folder's load installed
   // the old weights (d8) while the folder then got the upload's (d16)
-  const d = await faulty(t, { args: ['--threads', '2'] });
-  const gate = join(d.scratch, 'gate');
-  writeFileSync(gate, '');
-  d.faults(`hold-publish=${gate}`);
-  t.after(() => rmSync(gate, { force: true }));
-  const up = tracked(load(d, 'tiny', D16_UP));
-  await logged(d, /fsfault: hold-publish \S+: held/);
+  const { d, gate, up } = await heldUpload(t);
   const u = tracked(unload(d, 'tiny'));
   await waits(d, 'tiny', 'unload', 1);
   const l = tracked(load(d, 'tiny'));
@@ -192,10 +210,7 @@ test('an upload held before its publish, then an unload and a load of the folder
   assert.equal(await dModel(d, 'tiny'), 8, 'the model loaded before the upload serves meanwhile');
   assert.ok(!up.done && !u.done && !l.done);
   rmSync(gate);
-  for (const [what, c] of [['upload', up], ['unload', u], ['load', l]]) {
-    const r = await c.p;
-    assert.equal(r.status, 200, `${what}: ${JSON.stringify(r.json)}`);
-  }
+  await answered([['upload', up], ['unload', u], ['load', l]]);
   assert.equal(await dModel(d, 'tiny'), 16, 'the served model is not the one the folder holds');
   assert.equal(readFileSync(join(d.dir, 'tiny', 'config.json'), 'utf8'), D16_CONFIG);
   assert.equal((await d.stop('SIGTERM', true)).code, 0);
@@ -207,24 +222,15 @@ test('an upload held before its publish, then an unload and a load of the folder
 });
 
 test('upload A held before its publish, an unload, then upload B: B runs last, and B is both served and in the folder', async (t) => {
-  const d = await faulty(t, { args: ['--threads', '2'] });
-  const gate = join(d.scratch, 'gate');
-  writeFileSync(gate, '');
-  d.faults(`hold-publish=${gate}`);
-  t.after(() => rmSync(gate, { force: true }));
   const B_CONFIG = JSON.stringify({ ...JSON.parse(TINY_CONFIG), description: 'B' });
-  const a = tracked(load(d, 'tiny', D16_UP));
-  await logged(d, /fsfault: hold-publish \S+: held/);
+  const { d, gate, up: a } = await heldUpload(t);
   const u = tracked(unload(d, 'tiny'));
   await waits(d, 'tiny', 'unload', 1);
   const b = tracked(load(d, 'tiny', body(B_CONFIG, TINY_ST)));
   await waits(d, 'tiny', 'load with a body', 2);
   assert.ok(!a.done && !u.done && !b.done);
   rmSync(gate);
-  for (const [what, c] of [['upload A', a], ['unload', u], ['upload B', b]]) {
-    const r = await c.p;
-    assert.equal(r.status, 200, `${what}: ${JSON.stringify(r.json)}`);
-  }
+  await answered([['upload A', a], ['unload', u], ['upload B', b]]);
   assert.equal(readFileSync(join(d.dir, 'tiny', 'config.json'), 'utf8'), B_CONFIG, 'the folder holds upload B');
   assert.equal(await dModel(d, 'tiny'), 8, 'upload B (d_model 8) is served, not A (16)');
   assert.equal((await d.stop()).code, 0);
@@ -281,9 +287,7 @@ test('SIGTERM: the calls that wait still run in their turn; past drain-ms they a
 
   // a drain timeout while the load is held: the unload never ran
   d = await start({ t, dir, args: ['--threads', '2', '--drain-ms', '300'] });
-  slow = slowFolder(dir, 'slow');
-  l = tracked(load(d, 'slow'));
-  await slow.reading();
+  ({ slow, l } = await holdLoad(t, d, dir, 'slow'));
   u = tracked(unload(d, 'slow'));
   await waits(d, 'slow', 'unload', 1);
   d.proc.kill('SIGTERM');
@@ -387,11 +391,8 @@ test('calls that differ do not join: load, unload, load, a load with other param
   assert.equal(await waiting(d, 'slow'), 9, 'attnd_repository_calls_waiting: six queued, three joined');
   assert.doesNotMatch(d.log(), /': load joins the identical one waiting \(its 3rd caller\)/);
   assert.ok(slow.finish());
-  for (const [what, c] of [['load', l0], ['load', l1], ['unload', u1], ['the unload that joined it', u2], ['the unload with parameters that joined it', u3], ['load', l2],
-    ['load with parameters', l3], ['the load that joined it', l4], ['upload', up1], ['the same upload', up2]]) {
-    const r = await c.p;
-    assert.equal(r.status, 200, `${what}: ${JSON.stringify(r.json)}`);
-  }
+  await answered([['load', l0], ['load', l1], ['unload', u1], ['the unload that joined it', u2], ['the unload with parameters that joined it', u3], ['load', l2],
+    ['load with parameters', l3], ['the load that joined it', l4], ['upload', up1], ['the same upload', up2]]);
   // l0, l1, l2, l3 read the folder; each upload loads its staged folder
   await loaded(d, 'slow', 6);
   assert.equal(await waiting(d, 'slow'), 0);
@@ -444,9 +445,7 @@ test('SIGTERM: a call that joined another is answered with it in its turn; past 
   assert.equal((await d.stop()).code, 0);
 
   d = await start({ t, dir, args: ['--threads', '2', '--drain-ms', '300'] });
-  slow = slowFolder(dir, 'slow');
-  l = tracked(load(d, 'slow'));
-  await slow.reading();
+  ({ slow, l } = await holdLoad(t, d, dir, 'slow'));
   u1 = tracked(unload(d, 'slow'));
   await waits(d, 'slow', 'unload', 1);
   u2 = tracked(unload(d, 'slow'));
