@@ -1,20 +1,13 @@
 // auth.test.mjs - a daemon started with --api-key: the page asks for the
 // key once, sends it as a bearer token, and retained maps are not readable
 // without it.
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { launch, sdpaHash, startAttnd, waitDrawn } from './harness.mjs';
+import { browserSuite, sdpaHash, waitDrawn } from './harness.mjs';
 
 const KEY = 's3cret-key';
 let daemon, browser;
-before(async () => {
-  daemon = await startAttnd(['--api-key', KEY]);
-  browser = await launch();
-});
-after(async () => {
-  if (browser) await browser.close();
-  if (daemon) await daemon.stop();
-});
+browserSuite((d, b) => { daemon = d; browser = b; }, ['--api-key', KEY]);
 
 const SEED = { q: [[2, 0, 2, 0], [0, 4, 0, 2]], k: [[1, 0, 1, 0], [0, 1, 0, 0]], v: [[1, 2], [3, 0]] };
 

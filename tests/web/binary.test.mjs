@@ -3,19 +3,12 @@
 // page asks for them, reads the same floats the JSON answer carries, still
 // reads an answer that is all JSON, and says so when a binary answer's
 // sizes do not add up.
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { launch, openPage, sdpaHash, startAttnd, waitDrawn } from './harness.mjs';
+import { browserSuite, openPage, sdpaHash, waitDrawn } from './harness.mjs';
 
 let daemon, browser;
-before(async () => {
-  daemon = await startAttnd();
-  browser = await launch();
-});
-after(async () => {
-  if (browser) await browser.close();
-  if (daemon) await daemon.stop();
-});
+browserSuite((d, b) => { daemon = d; browser = b; });
 
 // The first seed example (README): weights [[0.881, 0.119], [0.119, 0.881]].
 const SEED = { q: [[2, 0, 2, 0], [0, 4, 0, 2]], k: [[1, 0, 1, 0], [0, 1, 0, 0]], v: [[1, 2], [3, 0]] };

@@ -2,22 +2,15 @@
 // Follow box) against a real attnd: one long poll at a time, no busy
 // polling; the newest row marked; a map that goes away says so. (Following
 // a sequence as a client steps it: sequence.test.mjs.)
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
-import { launch, openPage, startAttnd } from './harness.mjs';
+import { browserSuite, openPage, startAttnd } from './harness.mjs';
 import { embed } from '../../server/web/embed.js';
 
 let daemon, browser;
 // Room for one [1, 1, 3, 3] sdpa map with its bookkeeping, not two.
-before(async () => {
-  daemon = await startAttnd(['--maps-bytes', '700']);
-  browser = await launch();
-});
-after(async () => {
-  if (browser) await browser.close();
-  if (daemon) await daemon.stop();
-});
+browserSuite((d, b) => { daemon = d; browser = b; }, ['--maps-bytes', '700']);
 
 async function retain(scale) {
   const t = (name, a) => ({ name, datatype: 'FP32', shape: [a.length, a[0].length], data: a.flat() });

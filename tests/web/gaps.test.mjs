@@ -2,19 +2,12 @@
 // real attnd: explicit masks drawn as masks (not zeros) for sdpa, for
 // attention models and for retained maps; the step view of a retained map;
 // the input tabs by keyboard (WAI-ARIA tabs pattern).
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { launch, near, openPage, pixel, sdpaHash, startAttnd, viridis } from './harness.mjs';
+import { browserSuite, near, openPage, pixel, sdpaHash, viridis } from './harness.mjs';
 
 let daemon, browser;
-before(async () => {
-  daemon = await startAttnd();
-  browser = await launch();
-});
-after(async () => {
-  if (browser) await browser.close();
-  if (daemon) await daemon.stop();
-});
+browserSuite((d, b) => { daemon = d; browser = b; });
 
 const isGrey = ([r, g, b]) => Math.abs(r - g) <= 12 && Math.abs(g - b) <= 12;
 const ZERO = viridis(0);

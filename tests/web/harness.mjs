@@ -1,12 +1,14 @@
 // harness.mjs - what the browser tests share: start the real attnd on a
 // free loopback port with a model folder, launch Debian's chromium through
-// playwright-core, and an independent viridis (from the published stops,
+// playwright-core (browserSuite: both, before a file's tests, and their
+// teardown after), and an independent viridis (from the published stops,
 // not the page's code) to compare drawn pixels with.
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { after, before } from 'node:test';
 import { chromium } from 'playwright-core';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -122,6 +124,27 @@ export async function launch() {
     executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
       '--disable-component-update', '--disable-sync'],
+  });
+}
+
+// browserSuite: the before/after pair of a browser test file. Before its
+// tests: attnd started (startAttnd(extra, opts)) and chromium launched
+// (launch()), then ready(daemon, browser) awaited, so the file keeps its
+// own `daemon` and `browser` and does there any set-up that needs them
+// (a second top-level before() would not wait for this one: node 20
+// starts a file's top-level before hooks as they are registered). After
+// them: the browser closed, then the daemon stopped (stop() throws on a
+// sanitizer's report or a bad exit, failing the file).
+export function browserSuite(ready, extra = [], opts = {}) {
+  let daemon, browser;
+  before(async () => {
+    daemon = await startAttnd(extra, opts);
+    browser = await launch();
+    await ready(daemon, browser);
+  });
+  after(async () => {
+    if (browser) await browser.close();
+    if (daemon) await daemon.stop();
   });
 }
 

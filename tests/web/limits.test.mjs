@@ -5,19 +5,12 @@
 // max-pooled; a sequence's steps do not carry the map they retain; a 413
 // (the body past --max-json-body, the outputs past --request-memory) says
 // which limit, about how many words fit and which setting to raise.
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { launch, openPage, startAttnd, waitDrawn } from './harness.mjs';
+import { browserSuite, openPage, startAttnd, waitDrawn } from './harness.mjs';
 
 let daemon, browser;
-before(async () => {
-  daemon = await startAttnd();
-  browser = await launch();
-});
-after(async () => {
-  if (browser) await browser.close();
-  if (daemon) await daemon.stop();
-});
+browserSuite((d, b) => { daemon = d; browser = b; });
 
 const words = (n) => Array.from({ length: n }, (_, i) => `w${i % 97}`).join(' ');
 

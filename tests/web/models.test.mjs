@@ -1,19 +1,12 @@
 // models.test.mjs - the model picker follows the server's models without
 // a reload: a model another client loads (or unloads) through the API
 // shows up when the picker takes the focus, and after a run answered 404.
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { launch, openPage, sdpaHash, startAttnd } from './harness.mjs';
+import { browserSuite, openPage, sdpaHash } from './harness.mjs';
 
 let daemon, browser;
-before(async () => {
-  daemon = await startAttnd();
-  browser = await launch();
-});
-after(async () => {
-  if (browser) await browser.close();
-  if (daemon) await daemon.stop();
-});
+browserSuite((d, b) => { daemon = d; browser = b; });
 
 const SEED = { q: [[2, 0, 2, 0], [0, 4, 0, 2]], k: [[1, 0, 1, 0], [0, 1, 0, 0]], v: [[1, 2], [3, 0]] };
 

@@ -1,21 +1,14 @@
 // page.test.mjs - the visualiser in Debian's chromium against a real attnd
 // this file starts: what is drawn (pixels of maps with known values), what
 // the readout says (the seeds' worked numbers), shared URLs, retained maps.
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { ARTIFACTS, launch, near, openPage, pixel, sdpaHash, startAttnd, viridis, waitDrawn } from './harness.mjs';
+import { ARTIFACTS, browserSuite, near, openPage, pixel, sdpaHash, viridis, waitDrawn } from './harness.mjs';
 
 let daemon, browser;
-before(async () => {
-  daemon = await startAttnd();
-  browser = await launch();
-});
-after(async () => {
-  if (browser) await browser.close();
-  if (daemon) await daemon.stop();
-});
+browserSuite((d, b) => { daemon = d; browser = b; });
 
 const SENTENCE = 'the cat sat on the mat because it was tired';
 // The sentence's d = 16 embeddings from the independent Python generator.

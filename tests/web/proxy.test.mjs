@@ -9,10 +9,10 @@
 // page's own files come through the door too: this proxy forwards only its
 // prefixes (/session, and /tools/attnd for a page mounted under any path),
 // as a proxy in front of other applications does.
-import { after, before, test } from 'node:test';
+import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
-import { launch, openPage, startAttnd, waitDrawn } from './harness.mjs';
+import { browserSuite, openPage, waitDrawn } from './harness.mjs';
 import { embed } from '../../server/web/embed.js';
 
 let daemon, browser, proxy, base, haveSequences = false;
@@ -54,20 +54,16 @@ function door(req, res) {
   });
 }
 
-before(async () => {
-  daemon = await startAttnd();
-  browser = await launch();
+browserSuite(async (d, b) => {
+  daemon = d;
+  browser = b;
   const v2 = await (await fetch(`${daemon.url}/v2`)).json();
   haveSequences = (v2.extensions || []).includes('sequences');
   proxy = http.createServer(door);
   await new Promise((res) => proxy.listen(0, '127.0.0.1', res));
   base = `http://127.0.0.1:${proxy.address().port}`;
 });
-after(async () => {
-  if (browser) await browser.close();
-  if (proxy) proxy.close();
-  if (daemon) await daemon.stop();
-});
+after(() => { if (proxy) proxy.close(); });
 
 const api = (r) => r.path.includes('/v2/') || /\/v2$/.test(r.path);
 

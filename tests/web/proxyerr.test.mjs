@@ -5,10 +5,10 @@
 // error as JSON; the page must say what came instead of attnd's answer
 // (status, content type, the page's text without its tags) and that the
 // proxy answered, not attnd: not a bare "HTTP 502".
-import { after, before, test } from 'node:test';
+import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
-import { launch, openPage, startAttnd } from './harness.mjs';
+import { browserSuite, openPage } from './harness.mjs';
 
 let daemon, browser, proxy, base;
 let broken = null; // { path: RegExp, status, body? } answered by the proxy itself
@@ -40,18 +40,14 @@ function door(req, res) {
   });
 }
 
-before(async () => {
-  daemon = await startAttnd();
-  browser = await launch();
+browserSuite(async (d, b) => {
+  daemon = d;
+  browser = b;
   proxy = http.createServer(door);
   await new Promise((res) => proxy.listen(0, '127.0.0.1', res));
   base = `http://127.0.0.1:${proxy.address().port}`;
 });
-after(async () => {
-  if (browser) await browser.close();
-  if (proxy) proxy.close();
-  if (daemon) await daemon.stop();
-});
+after(() => { if (proxy) proxy.close(); });
 
 // said: the checks on a message about the proxy's status page.
 function said(text, status, path) {

@@ -4,9 +4,9 @@
 // a retained map's metadata), so the softmax of the scaled scores shown is
 // the weights the server returned. On a page that divided by √d_k itself
 // every number below was another.
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { launch, openPage, startAttnd } from './harness.mjs';
+import { browserSuite, openPage } from './harness.mjs';
 
 // toy_scaled: the harness's toy (W = I, 2 heads of d_k 8: head 0 sees
 // columns 0..7 of x) with scale 0.25, where 1/√8 is 0.3536.
@@ -16,14 +16,7 @@ const TOKENS = ['a', 'b', 'c', 'd'];
 const dot = (i, j) => { let s = 0; for (let d = 0; d < DK; d++) s += X[i][d] * X[j][d]; return s; };
 
 let daemon, browser;
-before(async () => {
-  daemon = await startAttnd([], { toys: { toy_scaled: { scale: SCALE } } });
-  browser = await launch();
-});
-after(async () => {
-  if (browser) await browser.close();
-  if (daemon) await daemon.stop();
-});
+browserSuite((d, b) => { daemon = d; browser = b; }, [], { toys: { toy_scaled: { scale: SCALE } } });
 
 async function readout(page, i, j) {
   const c = await page.evaluate(([a, b]) => window.attnd.cellCenter(a, b), [i, j]);

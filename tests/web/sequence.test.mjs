@@ -8,22 +8,18 @@
 // The toy model (harness.mjs) has W = I: head 0 attends by the words'
 // content halves, head 1 by their position halves, so rows embedded at
 // wrong positions would draw head 1 differently from a one-shot run.
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
-import { launch, near, openPage, pixel, startAttnd, viridis, waitDrawn } from './harness.mjs';
+import { browserSuite, near, openPage, pixel, startAttnd, viridis, waitDrawn } from './harness.mjs';
 import { embed } from '../../server/web/embed.js';
 
 let daemon, browser, haveSequences = false;
-before(async () => {
-  daemon = await startAttnd();
-  browser = await launch();
+browserSuite(async (d, b) => {
+  daemon = d;
+  browser = b;
   const v2 = await (await fetch(`${daemon.url}/v2`)).json();
   haveSequences = (v2.extensions || []).includes('sequences');
-});
-after(async () => {
-  if (browser) await browser.close();
-  if (daemon) await daemon.stop();
 });
 
 const D = 16;

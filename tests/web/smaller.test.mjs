@@ -4,19 +4,12 @@
 // step view of a map kept without scores, the status line's time, the
 // table's rounding, the row the step view opens on; a link to a model
 // the server has not loaded; a model list the server could not give.
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { launch, openPage, sdpaHash, startAttnd, waitDrawn } from './harness.mjs';
+import { browserSuite, openPage, sdpaHash, startAttnd, waitDrawn } from './harness.mjs';
 
 let daemon, browser;
-before(async () => {
-  daemon = await startAttnd();
-  browser = await launch();
-});
-after(async () => {
-  if (browser) await browser.close();
-  if (daemon) await daemon.stop();
-});
+browserSuite((d, b) => { daemon = d; browser = b; });
 
 const SEED = { q: [[2, 0, 2, 0], [0, 4, 0, 2]], k: [[1, 0, 1, 0], [0, 1, 0, 0]], v: [[1, 2], [3, 0]], tokens: ['t0', 't1'] };
 

@@ -2,19 +2,12 @@
 // Run (or a map opened from the list) that is slow to answer, overtaken
 // by a newer Run or map, is dropped, its result and its error alike, so
 // the page shows what its input and link say.
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { launch, openPage, startAttnd } from './harness.mjs';
+import { browserSuite, openPage } from './harness.mjs';
 
 let daemon, browser;
-before(async () => {
-  daemon = await startAttnd();
-  browser = await launch();
-});
-after(async () => {
-  if (browser) await browser.close();
-  if (daemon) await daemon.stop();
-});
+browserSuite((d, b) => { daemon = d; browser = b; });
 
 // slowFirst: the page's first request matching re is held ms, then sent
 // (fail: answered with that HTTP status instead); { passed } resolves

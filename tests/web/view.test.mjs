@@ -3,19 +3,12 @@
 // retain and table boxes in the link, the words kept out of a link they
 // would make unusable, canvases redrawn at a new device pixel ratio, the
 // overview moved by keyboard.
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { launch, openPage, startAttnd } from './harness.mjs';
+import { browserSuite, openPage } from './harness.mjs';
 
 let daemon, browser;
-before(async () => {
-  daemon = await startAttnd();
-  browser = await launch();
-});
-after(async () => {
-  if (browser) await browser.close();
-  if (daemon) await daemon.stop();
-});
+browserSuite((d, b) => { daemon = d; browser = b; });
 
 const hash = (page) => new URLSearchParams(new URL(page.url()).hash.slice(1));
 const copied = async (page) => {
