@@ -1,15 +1,23 @@
 #!/usr/bin/python3
 """export_torch.py - write an attnd model folder (model.safetensors +
-config.json) from a PyTorch nn.MultiheadAttention or its saved state dict,
-so you can serve your own trained layer.
+config.json) from a PyTorch attention layer: an nn.MultiheadAttention, a
+decoder attention written as Hugging Face's Llama one is (q_proj, k_proj,
+v_proj, o_proj Linear layers, fewer key/value heads for GQA), or a saved
+state dict holding one, so you can serve your own trained layer.
 
 Command line (use Debian's /usr/bin/python3, which has torch):
     /usr/bin/python3 tools/export_torch.py SRC.pt models/NAME [options]
-SRC.pt is torch.save(module) of an nn.MultiheadAttention, or
-torch.save(module.state_dict()) (then --n-heads is required). A state dict
-of a bigger model works too: --prefix selects the layer (e.g. "attn.").
+SRC.pt is torch.save(module.state_dict()) (give --n-heads), or
+torch.save(module) of an nn.MultiheadAttention (heads read from it). A
+state dict of a bigger model works too: --prefix selects the layer (e.g.
+"attn." or "model.layers.3.self_attn."); without it, a state dict with one
+attention layer is exported from wherever it sits. torch.save of a whole
+module of your own class needs that class importable here: save its
+state_dict() instead.
 Options:
-    --n-heads H         heads (read from the module when SRC is a module)
+    --n-heads H         query heads (read from the module when SRC is an
+                        nn.MultiheadAttention); key/value heads (GQA) are
+                        read from k_proj's shape
     --prefix P          names in SRC start with P (state dicts only)
     --layout L          canonical (default: W_q..., seeds' orientation),
                         mha (in_proj_weight..., as PyTorch stores them) or
@@ -17,12 +25,17 @@ Options:
     --out-prefix P      prefix the written names with P (mha/qproj layouts;
                         config.json gets "prefix": P)
     --dtype D           F32 (default), F16 or BF16
-    --causal            requests default to causal
+    --causal            requests default to causal (a decoder layer)
+    --rope-theta T      RoPE base (Llama: 10000, rope_theta of its config);
+                        rotate_half pairing, as Hugging Face's Llama
+    --rope-dims N       rotate the first N dims of each head (default all)
     --description TEXT  shown in the model's metadata
 
 From Python:
     import export_torch
     export_torch.export_module(mha, "models/mine", layout="canonical")
+    export_torch.export_state_dict(llama_attn.state_dict(), "models/dec",
+                                   n_heads=32, causal=True, rope_theta=1e4)
 Only kdim == vdim is supported (attnd takes one context tensor for keys and
 values); add_bias_kv and add_zero_attn are refused.
 """
@@ -31,49 +44,137 @@ import json
 import os
 import sys
 
-import torch
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attnd_st  # noqa: E402
 
-DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+DTYPE_NAMES = ("F32", "F16", "BF16")
+# what marks an attention layer in a state dict, and how its names read
+_MHA_OUT, _QP_OUT = "out_proj.weight", ("o_proj.weight", "out_proj.weight")
+
+
+class ExportError(SystemExit):
+    """A mistake in the source or the options: its text says what to do."""
+
+
+def _torch():
+    import torch
+    return torch
 
 
 def _bytes(t, dtype):
-    t = t.detach().to(DTYPES[dtype]).contiguous().cpu()
+    torch = _torch()
+    dt = {"F32": torch.float32, "F16": torch.float16,
+          "BF16": torch.bfloat16}[dtype]
+    t = t.detach().to(dt).contiguous().cpu()
     if dtype == "F32":
         return t.numpy().tobytes()
     return t.view(torch.int16).numpy().tobytes()
 
 
+def layer_prefixes(names):
+    """The prefixes under which names hold an attention layer (an
+    nn.MultiheadAttention's out_proj.weight, or q_proj.weight beside
+    o_proj.weight or out_proj.weight), sorted."""
+    names = set(names)
+    found = set()
+    for n in names:
+        for tail in ("in_proj_weight", "q_proj_weight", "q_proj.weight"):
+            if n.endswith(tail):
+                p = n[:-len(tail)]
+                if any(p + o in names for o in _QP_OUT):
+                    found.add(p)
+    return sorted(found)
+
+
+def find_prefix(names, prefix=None):
+    """The prefix of the one attention layer in names: prefix when given
+    and it holds one, the only one there is when not given; else an
+    ExportError saying which prefixes there are."""
+    have = layer_prefixes(names)
+    if prefix is not None and prefix in have:
+        return prefix
+    listed = ", ".join("'%s'" % p for p in have[:8]) + \
+        (" ..." if len(have) > 8 else "")
+    if prefix is None or prefix == "":
+        if len(have) == 1:
+            return have[0]
+        if not have:
+            raise ExportError(
+                "no attention layer found: expected an nn.MultiheadAttention "
+                "state dict (in_proj_weight, out_proj.weight, ...) or q_proj, "
+                "k_proj, v_proj and o_proj weights (a Llama-style layer); "
+                "names seen: %s" % ", ".join(sorted(names)[:6]))
+        raise ExportError("%d attention layers found (%s); choose one with "
+                          "--prefix" % (len(have), listed))
+    hint = ""
+    if prefix + "." in have:
+        hint = " (did you mean --prefix %s. ? prefixes end with a dot)" \
+            % prefix
+    raise ExportError("no attention layer under --prefix '%s'%s; %s" % (
+        prefix, hint, "layers found under: " + listed if have
+        else "the file holds none"))
+
+
 def parts_from_state_dict(sd, n_heads, prefix=""):
     """(q_w, k_w, v_w, o_w, q_b, k_b, v_b, o_b) in PyTorch's (out, in)
-    orientation from an nn.MultiheadAttention state dict."""
+    orientation from an nn.MultiheadAttention state dict, or a q_proj /
+    k_proj / v_proj / o_proj one (Llama-style; fewer key/value heads for
+    GQA). prefix None: the state dict's one attention layer."""
+    if n_heads is None or n_heads < 1:
+        raise ExportError("--n-heads must be a positive number of query "
+                          "heads (got %s)" % n_heads)
+    prefix = find_prefix(list(sd), prefix)
     g = lambda n: sd.get(prefix + n)  # noqa: E731
     if g("bias_k") is not None or g("bias_v") is not None:
-        raise SystemExit("add_bias_kv=True is not supported by attnd")
-    if g("out_proj.weight") is None:
-        raise SystemExit("no %sout_proj.weight: not an nn.MultiheadAttention "
-                         "state dict (or wrong --prefix)" % prefix)
-    E = g("out_proj.weight").shape[0]
-    if E % n_heads:
-        raise SystemExit("embed_dim %d is not divisible by n_heads %d"
-                         % (E, n_heads))
-    if g("in_proj_weight") is not None:
-        q, k, v = g("in_proj_weight").split(E, dim=0)
+        raise ExportError("add_bias_kv=True is not supported by attnd")
+    if g("q_proj.weight") is not None:
+        q, k, v = g("q_proj.weight"), g("k_proj.weight"), g("v_proj.weight")
+        o = g("o_proj.weight")
+        o = o if o is not None else g("out_proj.weight")
+        for n, t in (("k_proj.weight", k), ("v_proj.weight", v)):
+            if t is None:
+                raise ExportError("%s%s is missing beside q_proj.weight"
+                                  % (prefix, n))
+        ob = g("o_proj.bias")
+        ob = ob if ob is not None else g("out_proj.bias")
+        parts = (q, k, v, o, g("q_proj.bias"), g("k_proj.bias"),
+                 g("v_proj.bias"), ob)
     else:
-        q, k, v = g("q_proj_weight"), g("k_proj_weight"), g("v_proj_weight")
-        if k.shape[1] != v.shape[1]:
-            raise SystemExit("kdim %d != vdim %d: attnd takes one context "
-                             "tensor for keys and values" %
-                             (k.shape[1], v.shape[1]))
-    b = g("in_proj_bias")
-    qb, kb, vb = b.split(E) if b is not None else (None, None, None)
-    return q, k, v, g("out_proj.weight"), qb, kb, vb, g("out_proj.bias")
+        o = g(_MHA_OUT)
+        E = o.shape[0]
+        if g("in_proj_weight") is not None:
+            q, k, v = g("in_proj_weight").split(E, dim=0)
+        else:
+            q, k, v = (g("q_proj_weight"), g("k_proj_weight"),
+                       g("v_proj_weight"))
+            if k is None or v is None:
+                raise ExportError("%sq_proj_weight needs k_proj_weight and "
+                                  "v_proj_weight beside it" % prefix)
+            if k.shape[1] != v.shape[1]:
+                raise ExportError("kdim %d != vdim %d: attnd takes one "
+                                  "context tensor for keys and values" %
+                                  (k.shape[1], v.shape[1]))
+        b = g("in_proj_bias")
+        qb, kb, vb = b.split(E) if b is not None else (None, None, None)
+        parts = (q, k, v, o, qb, kb, vb, g("out_proj.bias"))
+    q = parts[0]
+    if len(q.shape) != 2 or q.shape[0] % n_heads:
+        raise ExportError("%s has %s outputs, not divisible by --n-heads %d"
+                          % ("the query projection" if len(q.shape) == 2
+                             else "q", q.shape[0], n_heads))
+    dk = q.shape[0] // n_heads
+    kv = parts[1].shape[0]
+    if kv % dk or n_heads % (kv // dk or 1) or not kv:
+        raise ExportError("the key projection has %d outputs: not a number "
+                          "of heads of %d (query's %d / --n-heads %d) that "
+                          "divides %d; is --n-heads right?"
+                          % (kv, dk, q.shape[0], n_heads, n_heads))
+    return parts
 
 
 def write_folder(outdir, parts, n_heads, layout="canonical", dtype="F32",
-                 out_prefix="", causal=False, description=None, extra=None):
+                 out_prefix="", causal=False, description=None, extra=None,
+                 rope_theta=None, rope_dims=None):
     """Write parts (see parts_from_state_dict) as a model folder. extra:
     more tensors {name: tensor} to store (e.g. other layers)."""
     q, k, v, o, qb, kb, vb, ob = parts
@@ -84,22 +185,29 @@ def write_folder(outdir, parts, n_heads, layout="canonical", dtype="F32",
             tensors[out_prefix + name] = (dtype, list(t.shape),
                                           _bytes(t, dtype))
 
+    if dtype not in DTYPE_NAMES:
+        raise ExportError("--dtype %s: attnd loads %s" %
+                          (dtype, ", ".join(DTYPE_NAMES)))
     if layout == "canonical":
         if out_prefix:
-            raise SystemExit("--out-prefix needs the mha or qproj layout")
+            raise ExportError("--out-prefix needs the mha or qproj layout")
         for n, t in (("W_q", q.t()), ("W_k", k.t()), ("W_v", v.t()),
                      ("W_o", o.t()), ("b_q", qb), ("b_k", kb), ("b_v", vb),
                      ("b_o", ob)):
             put(n, t)
     elif layout == "mha":
         if q.shape[1] == k.shape[1] and q.shape == k.shape == v.shape:
-            put("in_proj_weight", torch.cat((q, k, v)))
+            put("in_proj_weight", _torch().cat((q, k, v)))
         else:
             put("q_proj_weight", q)
             put("k_proj_weight", k)
             put("v_proj_weight", v)
+        if (qb is None) != (kb is None) or (qb is None) != (vb is None):
+            raise ExportError("the mha layout's in_proj_bias holds all of "
+                              "q, k and v's biases, and this layer has some "
+                              "only: use --layout qproj or canonical")
         if qb is not None:
-            put("in_proj_bias", torch.cat((qb, kb, vb)))
+            put("in_proj_bias", _torch().cat((qb, kb, vb)))
         put("out_proj.weight", o)
         put("out_proj.bias", ob)
     elif layout == "qproj":
@@ -109,14 +217,24 @@ def write_folder(outdir, parts, n_heads, layout="canonical", dtype="F32",
                      ("v_proj.bias", vb), ("o_proj.bias", ob)):
             put(n, t)
     else:
-        raise SystemExit("unknown layout %r" % layout)
+        raise ExportError("unknown layout %r" % layout)
     for n, t in (extra or {}).items():
         tensors[n] = (dtype, list(t.shape), _bytes(t, dtype))
-    os.makedirs(outdir, exist_ok=True)
-    attnd_st.write(os.path.join(outdir, "model.safetensors"), tensors)
+    try:
+        os.makedirs(outdir, exist_ok=True)
+        attnd_st.write(os.path.join(outdir, "model.safetensors"), tensors)
+    except OSError as e:
+        raise ExportError("%s: cannot write the model folder: %s" %
+                          (outdir, e.strerror or e))
     cfg = {"n_heads": n_heads}
     if causal:
         cfg["causal"] = True
+    if rope_theta:
+        cfg["rope"] = {"theta": rope_theta}
+        if rope_dims:
+            cfg["rope"]["dims"] = rope_dims
+    elif rope_dims:
+        raise ExportError("--rope-dims needs --rope-theta")
     if out_prefix:
         cfg["prefix"] = out_prefix
     if description:
@@ -126,15 +244,43 @@ def write_folder(outdir, parts, n_heads, layout="canonical", dtype="F32",
         fh.write("\n")
 
 
+def export_state_dict(sd, outdir, n_heads, prefix=None, **kw):
+    """Write the attention layer of a state dict as a model folder (kw: see
+    write_folder)."""
+    write_folder(outdir, parts_from_state_dict(sd, n_heads, prefix),
+                 n_heads, **kw)
+
+
 def export_module(mha, outdir, **kw):
     """Write an nn.MultiheadAttention as a model folder (kw: see
     write_folder)."""
+    torch = _torch()
     if not isinstance(mha, torch.nn.MultiheadAttention):
-        raise SystemExit("not an nn.MultiheadAttention: %s" % type(mha))
+        raise ExportError("not an nn.MultiheadAttention: %s" % type(mha))
     if mha.add_zero_attn:
-        raise SystemExit("add_zero_attn=True is not supported by attnd")
-    parts = parts_from_state_dict(mha.state_dict(), mha.num_heads)
+        raise ExportError("add_zero_attn=True is not supported by attnd")
+    parts = parts_from_state_dict(mha.state_dict(), mha.num_heads, "")
     write_folder(outdir, parts, mha.num_heads, **kw)
+
+
+def load_source(path):
+    """torch.load(path), its failures as ExportErrors saying what to do."""
+    torch = _torch()
+    try:
+        return torch.load(path, map_location="cpu")
+    except OSError as e:
+        raise ExportError("%s: cannot read: %s" % (path, e.strerror or e))
+    except (AttributeError, ModuleNotFoundError) as e:
+        raise ExportError(
+            "%s holds a whole module whose class cannot be imported here "
+            "(%s); save its weights instead: torch.save(module.state_dict(), "
+            "'%s'), then give --n-heads (and --prefix for one layer of a "
+            "bigger model)" % (path, e, path))
+    except Exception as e:  # pickle's and zipfile's many errors
+        raise ExportError("%s is not a file torch.save wrote (%s: %s); a "
+                          "safetensors file is served as it is: copy it to "
+                          "models/NAME/model.safetensors and write "
+                          "config.json" % (path, type(e).__name__, e))
 
 
 def main():
@@ -142,31 +288,53 @@ def main():
     ap.add_argument("src")
     ap.add_argument("outdir")
     ap.add_argument("--n-heads", type=int)
-    ap.add_argument("--prefix", default="")
+    ap.add_argument("--prefix")
     ap.add_argument("--layout", default="canonical",
                     choices=["canonical", "mha", "qproj"])
     ap.add_argument("--out-prefix", default="")
-    ap.add_argument("--dtype", default="F32", choices=list(DTYPES))
+    ap.add_argument("--dtype", default="F32", choices=list(DTYPE_NAMES))
     ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--rope-theta", type=float)
+    ap.add_argument("--rope-dims", type=int)
     ap.add_argument("--description")
     a = ap.parse_args()
-    obj = torch.load(a.src, map_location="cpu")
+    if a.n_heads is not None and a.n_heads < 1:
+        raise ExportError("--n-heads must be a positive number of query "
+                          "heads (got %d)" % a.n_heads)
+    if a.rope_theta is not None and not a.rope_theta > 0:
+        raise ExportError("--rope-theta must be positive (Llama's is 10000)")
+    torch = _torch()
+    obj = load_source(a.src)
     kw = dict(layout=a.layout, dtype=a.dtype, out_prefix=a.out_prefix,
-              causal=a.causal, description=a.description)
+              causal=a.causal, description=a.description,
+              rope_theta=a.rope_theta, rope_dims=a.rope_dims)
     if isinstance(obj, torch.nn.MultiheadAttention):
         export_module(obj, a.outdir, **kw)
         n = obj.num_heads
+    elif isinstance(obj, torch.nn.Module):
+        raise ExportError(
+            "%s holds a whole %s, not an nn.MultiheadAttention; save its "
+            "weights instead: torch.save(module.state_dict(), '%s'), then "
+            "give --n-heads (and --prefix for one layer of a bigger model)"
+            % (a.src, type(obj).__name__, a.src))
     elif isinstance(obj, dict):
+        tensors = {k: v for k, v in obj.items() if torch.is_tensor(v)}
+        if not tensors:
+            inner = [k for k, v in obj.items() if isinstance(v, dict)]
+            raise ExportError(
+                "%s holds a dict without tensors%s; export the state dict "
+                "itself" % (a.src, " (a checkpoint? its dicts: %s: save "
+                            "e.g. ckpt['%s'])" % (", ".join(map(str, inner)),
+                                                   inner[0]) if inner else ""))
         if not a.n_heads:
-            raise SystemExit("a state dict does not say how many heads: "
-                             "give --n-heads")
-        write_folder(a.outdir, parts_from_state_dict(obj, a.n_heads,
-                                                     a.prefix),
-                     a.n_heads, **kw)
+            raise ExportError("a state dict does not say how many heads: "
+                              "give --n-heads (query heads; key/value heads "
+                              "are read from the shapes)")
+        export_state_dict(tensors, a.outdir, a.n_heads, a.prefix, **kw)
         n = a.n_heads
     else:
-        raise SystemExit("%s holds a %s, not an nn.MultiheadAttention or a "
-                         "state dict" % (a.src, type(obj).__name__))
+        raise ExportError("%s holds a %s, not an nn.MultiheadAttention or a "
+                          "state dict" % (a.src, type(obj).__name__))
     print("wrote %s (%d heads, %s, %s)" % (a.outdir, n, a.layout, a.dtype))
 
 

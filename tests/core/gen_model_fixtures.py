@@ -30,6 +30,7 @@ import export_torch  # noqa: E402
 
 OUT = os.path.join(HERE, "model_fixtures")
 torch.manual_seed(1234)
+TORCH_DTYPES = {"F16": torch.float16, "BF16": torch.bfloat16}
 
 
 def f32(t):
@@ -50,7 +51,7 @@ def rounded(m, dtype):
     """A copy of m with every parameter rounded to dtype and back."""
     r = new_mha(m.embed_dim, m.num_heads,
                 None if m._qkv_same_embed_dim else m.kdim)
-    r.load_state_dict({k: v.to(export_torch.DTYPES[dtype]).float()
+    r.load_state_dict({k: v.to(TORCH_DTYPES[dtype]).float()
                        for k, v in m.state_dict().items()})
     return r.eval()
 
@@ -160,6 +161,66 @@ def gqa_rope_case(case, x):
                              attention_causal=ac))
 
 
+class LlamaStyleAttention(torch.nn.Module):
+    """A decoder attention written as Hugging Face's LlamaAttention is:
+    separate bias-free q/k/v/o Linear layers, n_kv_heads < n_heads (GQA,
+    repeat_kv), rotate_half RoPE over the whole head from an inv_freq
+    buffer, scores / sqrt(head_dim), softmax in float32."""
+
+    def __init__(self, hidden, H, Hkv, theta):
+        super().__init__()
+        self.H, self.Hkv, self.hd = H, Hkv, hidden // H
+        self.q_proj = torch.nn.Linear(hidden, H * self.hd, bias=False)
+        self.k_proj = torch.nn.Linear(hidden, Hkv * self.hd, bias=False)
+        self.v_proj = torch.nn.Linear(hidden, Hkv * self.hd, bias=False)
+        self.o_proj = torch.nn.Linear(H * self.hd, hidden, bias=False)
+        self.register_buffer("inv_freq", 1.0 / (theta ** (
+            torch.arange(0, self.hd, 2, dtype=torch.int64).float()
+            / self.hd)))
+
+    def forward(self, x, causal):
+        T = x.shape[0]
+        q = self.q_proj(x).view(T, self.H, self.hd).transpose(0, 1)
+        k = self.k_proj(x).view(T, self.Hkv, self.hd).transpose(0, 1)
+        v = self.v_proj(x).view(T, self.Hkv, self.hd).transpose(0, 1)
+        freqs = torch.arange(T).float()[:, None] * self.inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos(), emb.sin()
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(self.H // self.Hkv, dim=0)
+        v = v.repeat_interleave(self.H // self.Hkv, dim=0)
+        s = q @ k.transpose(1, 2) / self.hd ** 0.5
+        if causal:
+            s = s + torch.triu(torch.full((T, T), float("-inf")), 1)
+        a = torch.softmax(s.float(), dim=-1)
+        return self.o_proj((a @ v).transpose(0, 1).reshape(T, -1)), a
+
+
+def llama_case(case, x):
+    """A Llama-style layer's state dict, one layer of a bigger model's
+    (model.layers.0.self_attn., beside an MLP's and a norm's weights),
+    exported as the README says: the prefix found alone, GQA read from
+    k_proj's shape, --causal, --rope-theta 10000."""
+    D, H, Hkv = x.shape[1], 8, 2
+    m = LlamaStyleAttention(D, H, Hkv, 10000.0)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.mul_(3.0)  # sharper maps than Linear's default init gives
+    sd = {"model.layers.0.self_attn." + k: v for k, v in
+          m.state_dict().items()}
+    sd["model.layers.0.mlp.up_proj.weight"] = torch.randn(2 * D, D)
+    sd["model.layers.0.input_layernorm.weight"] = torch.ones(D)
+    export_torch.export_state_dict(sd, os.path.join(OUT, case), H,
+                                   causal=True, rope_theta=10000.0)
+    w = canonical(export_torch.parts_from_state_dict(sd, H, None))
+    with torch.no_grad():
+        y, a = m(x, False)
+        yc, ac = m(x, True)
+    save_expected(case, dict(w, x=x, y=y, attention=a, y_causal=yc,
+                             attention_causal=ac))
+
+
 def main():
     E, H, T = 32, 4, 7
     m = new_mha(E, H)
@@ -194,6 +255,7 @@ def main():
     mx = new_mha(E, H, kdim=24)
     mha_case("cross", mx, x, torch.randn(9, 24), layout="mha")
     gqa_rope_case("gqa_rope", x)
+    llama_case("llama", x)
     print("wrote", ", ".join(sorted(os.listdir(OUT))))
 
 

@@ -82,6 +82,7 @@ static const struct {
     {"qproj", "q_proj", 0, 0},
     {"cross", "nn.MultiheadAttention", 0, 0},
     {"gqa_rope", "q_proj", 1, 0},
+    {"llama", "canonical", 1, 0},
     {"f16", "canonical", 0, 1e-3f},
     {"bf16", "q_proj", 0, 8e-3f},
 };
@@ -132,6 +133,11 @@ START_TEST(test_fixture)
     for (int r = 0; r < 8; r++) {
         size_t n;
         float *want = tensor(e, roles[r], &n);
+        if (!want && r >= 4) { /* a layer without this bias */
+            ck_assert_msg(!got[r], "%s: %s loaded, none exported", name,
+                          roles[r]);
+            continue;
+        }
         ck_assert_ptr_nonnull(want);
         ck_assert_ptr_nonnull(got[r]);
         for (size_t i = 0; i < n; i++)

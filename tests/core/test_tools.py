@@ -2,7 +2,9 @@
 """test_tools.py - the standard-library tools the demo model and the
 fixtures are made with: tools/embed.py (the shared sample-embedding
 generator) and tools/attnd_st.py (safetensors read/write), checked against
-published reference values, not against themselves.
+published reference values, not against themselves; and how
+tools/export_torch.py picks the attention layer of a state dict and refuses
+what does not fit (on shapes alone: no PyTorch needed).
 
 Run: python3 -B tests/core/test_tools.py -v   (part of make test)
 """
@@ -17,6 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
 import attnd_st  # noqa: E402
 import embed  # noqa: E402
+import export_torch  # noqa: E402  (its torch is imported when it is used)
 
 
 class Embed(unittest.TestCase):
@@ -100,6 +103,95 @@ class Safetensors(unittest.TestCase):
             with self.assertRaises(ValueError):
                 attnd_st.write(os.path.join(d, "x"), {"a": ("F32", [3],
                                                            [1.0, 2.0])})
+
+
+class FakeT:
+    """What export_torch reads of a state dict's tensor before writing it:
+    its shape (no torch needed)."""
+
+    def __init__(self, *shape):
+        self.shape = shape
+
+
+def llama_layer(prefix, D=64, H=8, Hkv=2, bias=False):
+    hd = D // H
+    sd = {prefix + "q_proj.weight": FakeT(H * hd, D),
+          prefix + "k_proj.weight": FakeT(Hkv * hd, D),
+          prefix + "v_proj.weight": FakeT(Hkv * hd, D),
+          prefix + "o_proj.weight": FakeT(D, H * hd),
+          prefix + "rotary_emb.inv_freq": FakeT(hd // 2)}
+    if bias:
+        for n in ("q_proj", "k_proj", "v_proj"):
+            sd[prefix + n + ".bias"] = FakeT(sd[prefix + n + ".weight"]
+                                             .shape[0])
+    return sd
+
+
+class ExportTorch(unittest.TestCase):
+    """tools/export_torch.py's choice of the layer and its checks, on state
+    dicts of shapes alone (the numbers are tests/core/model_fixtures/llama,
+    made through it by gen_model_fixtures.py)."""
+
+    def test_llama_style_state_dict_is_exported(self):
+        # a Hugging Face Llama attention's state dict (GQA, inv_freq), one
+        # layer of a bigger model's: found without --prefix
+        sd = llama_layer("model.layers.0.self_attn.", bias=True)
+        sd["model.layers.0.mlp.up_proj.weight"] = FakeT(128, 64)
+        sd["model.norm.weight"] = FakeT(64)
+        p = "model.layers.0.self_attn."
+        got = export_torch.parts_from_state_dict(sd, 8, None)
+        want = [sd.get(p + n) for n in (
+            "q_proj.weight", "k_proj.weight", "v_proj.weight",
+            "o_proj.weight", "q_proj.bias", "k_proj.bias", "v_proj.bias",
+            "o_proj.bias")]
+        self.assertEqual(list(got), want)
+        self.assertIsNone(got[7])
+        self.assertEqual(export_torch.parts_from_state_dict(sd, 8, p)[0],
+                         sd[p + "q_proj.weight"])
+        # out_proj.weight in place of o_proj.weight
+        sd2 = llama_layer("")
+        sd2["out_proj.weight"] = sd2.pop("o_proj.weight")
+        self.assertIs(export_torch.parts_from_state_dict(sd2, 8)[3],
+                      sd2["out_proj.weight"])
+
+    def test_prefix_mistakes_say_what_to_give(self):
+        sd = llama_layer("layers.0.attn.")
+        sd.update(llama_layer("layers.1.attn."))
+        with self.assertRaisesRegex(SystemExit, "2 attention layers found "
+                                    r"\('layers.0.attn.', 'layers.1.attn.'"
+                                    r"\); choose one with --prefix"):
+            export_torch.parts_from_state_dict(sd, 8, None)
+        with self.assertRaisesRegex(SystemExit, "did you mean --prefix "
+                                    "layers.1.attn. "):
+            export_torch.parts_from_state_dict(sd, 8, "layers.1.attn")
+        with self.assertRaisesRegex(SystemExit, "no attention layer under "
+                                    "--prefix 'attn.'; layers found under: "
+                                    "'layers.0.attn.', 'layers.1.attn.'"):
+            export_torch.parts_from_state_dict(sd, 8, "attn.")
+        with self.assertRaisesRegex(SystemExit, "no attention layer found.*"
+                                    "names seen: fc.weight"):
+            export_torch.parts_from_state_dict({"fc.weight": FakeT(4, 4)},
+                                               8)
+
+    def test_heads_that_do_not_fit_are_refused(self):
+        sd = llama_layer("")
+        for h in (0, -8, None):
+            with self.assertRaisesRegex(SystemExit, "--n-heads must be a "
+                                        "positive number"):
+                export_torch.parts_from_state_dict(sd, h)
+        with self.assertRaisesRegex(SystemExit, "64 outputs, not divisible "
+                                    "by --n-heads 6"):
+            export_torch.parts_from_state_dict(sd, 6)
+        # 32 heads of 2: k_proj's 16 outputs are 8 heads, which divide 32;
+        # 16 heads of 4: 4 key/value heads. 64 heads of 1: 16, fine too;
+        # but 3 key/value heads of 16 (48 outputs) divide no 4 heads
+        sd["k_proj.weight"] = FakeT(48, 64)
+        with self.assertRaisesRegex(SystemExit, "key projection has 48 "
+                                    "outputs.*is --n-heads right"):
+            export_torch.parts_from_state_dict(sd, 4)
+        del sd["k_proj.weight"]
+        with self.assertRaisesRegex(SystemExit, "k_proj.weight is missing"):
+            export_torch.parts_from_state_dict(sd, 8)
 
 
 if __name__ == "__main__":
