@@ -46,6 +46,29 @@ static int fits_int(uint64_t v)
     return v >= 1 && v <= INT_MAX;
 }
 
+/* shape_err: err (a weight's shape that does not fit) + what the layout's
+ * names expect of a weight's orientation: a weight saved transposed is the
+ * usual cause, and its message alone names only the shapes. */
+static int shape_err(const model__ctx *c, char *err)
+{
+    static const char *const hint[] = {
+        [L_CANON] = "; the canonical names hold (in, out) weights (Q = X "
+                    "W_q): a PyTorch Linear's weight, (out, in), is W_q "
+                    "transposed (name it q_proj.weight, or export with "
+                    "tools/export_torch.py)",
+        [L_MHA] = "; in_proj_weight and out_proj.weight hold PyTorch's (out, "
+                  "in) weights: one saved (in, out) is transposed",
+        [L_QPROJ] = "; q_proj.weight... hold PyTorch's (out, in) weights: "
+                    "one saved (in, out) is transposed (the canonical W_q... "
+                    "names take that orientation)",
+    };
+    if (err && c->layout >= L_CANON && c->layout <= L_QPROJ) {
+        size_t n = strlen(err);
+        snprintf(err + n, ATTN_ERRMAX - n, "%s", hint[c->layout]);
+    }
+    return ATTN_EFORMAT;
+}
+
 /* infer: sizes from the shapes, cross-checked with what the config says. */
 static int infer(const model__ctx *c, const model__cfg *k, attn_config *cfg,
                  char *err)
@@ -93,7 +116,7 @@ static int infer(const model__ctx *c, const model__cfg *k, attn_config *cfg,
                       "%s) takes %llu; keys and values read the same context",
                       f, d, (unsigned long long)Dc, model__s(Dc), e,
                       (unsigned long long)s[R_WV].in);
-        return ATTN_EFORMAT;
+        return shape_err(c, err);
     }
     uint64_t Hkv;
     if (k->n_kv_heads) {
@@ -114,7 +137,7 @@ static int infer(const model__ctx *c, const model__cfg *k, attn_config *cfg,
                           "multiple of head_dim %llu",
                           f, d, (unsigned long long)ko, model__s(ko),
                           (unsigned long long)dk);
-            return ATTN_EFORMAT;
+            return shape_err(c, err);
         }
         Hkv = ko / dk;
     }
@@ -123,7 +146,7 @@ static int infer(const model__ctx *c, const model__cfg *k, attn_config *cfg,
                       "%s: %llu key/value heads (W_k from %s) do not divide "
                       "n_heads %llu",
                       f, (unsigned long long)Hkv, d, (unsigned long long)H);
-        return ATTN_EFORMAT;
+        return shape_err(c, err);
     }
     uint64_t vo = s[R_WV].out;
     if (vo == 0 || vo % Hkv || !fits_int(Dc)) {
@@ -132,7 +155,7 @@ static int infer(const model__ctx *c, const model__cfg *k, attn_config *cfg,
                       "of n_kv_heads %llu",
                       f, e, (unsigned long long)vo, model__s(vo),
                       (unsigned long long)Hkv);
-        return ATTN_EFORMAT;
+        return shape_err(c, err);
     }
     uint64_t dv = vo / Hkv;
     if (k->v_head_dim && (uint64_t)k->v_head_dim != dv) {
@@ -151,7 +174,7 @@ static int infer(const model__ctx *c, const model__cfg *k, attn_config *cfg,
                       f, d, (unsigned long long)s[R_WO].in,
                       (unsigned long long)s[R_WO].out, (unsigned long long)H,
                       (unsigned long long)dv, (unsigned long long)D);
-        return ATTN_EFORMAT;
+        return shape_err(c, err);
     }
     const uint64_t blen[4] = {qo, ko, vo, D};
     for (int r = R_BQ; r <= R_BO; r++)

@@ -89,6 +89,11 @@ def main():
     folder("context_mismatch", canon(W_v=mat(6, D, 3)), cfg)
     folder("missing_w_v", canon(W_v=None), cfg)
     folder("w_o_shape", canon(W_o=mat(D, 6, 4)), cfg)
+    # a GQA layer's k_proj.weight saved (in, out), as Q = X W_q reads it
+    folder("qproj_transposed", {"q_proj.weight": mat(D, D),
+                                "k_proj.weight": mat(D, 4, 2),
+                                "v_proj.weight": mat(4, D, 3),
+                                "o_proj.weight": mat(D, D, 4)}, cfg)
     folder("bias_length", canon(b_q=vec(6)), cfg)
     folder("rank", canon(W_q=("F32", [2, 4, D], mat(D, D)[2])), cfg)
     folder("dtype", canon(W_q=("F64", [D, D], mat(D, D)[2])), cfg)

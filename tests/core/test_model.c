@@ -286,6 +286,13 @@ START_TEST(test_demo)
 }
 END_TEST
 
+/* what a shape error of the canonical layout adds: a weight saved in
+ * PyTorch's (out, in) orientation is its usual cause */
+#define CANON_T                                                              \
+    "; the canonical names hold (in, out) weights (Q = X W_q): a PyTorch "   \
+    "Linear's weight, (out, in), is W_q transposed (name it q_proj.weight, " \
+    "or export with tools/export_torch.py)"
+
 /* Broken folders of the corpus and the exact message after the folder's
  * path ("<repo>/<name>") each must give. */
 static const struct {
@@ -315,7 +322,7 @@ static const struct {
      "head_dim, v_head_dim, causal, rope, scale, prefix, description)"},
     {"context_mismatch", "/model.safetensors: W_k (from 'W_k' [8, 8]) takes "
                          "8 inputs but W_v (from 'W_v' [6, 8]) takes 6; keys "
-                         "and values read the same context"},
+                         "and values read the same context" CANON_T},
     {"dtype", "/model.safetensors: tensor 'W_q' has dtype F64; attnd loads "
               "F32, F16 or BF16 (convert the file, e.g. with "
               "tools/export_torch.py)"},
@@ -331,7 +338,7 @@ static const struct {
                           "but W_k (from 'W_k' [8, 8]) has 8 outputs / "
                           "head_dim 4 = 2"},
     {"kv_not_dividing", "/model.safetensors: 3 key/value heads (W_k from "
-                        "'W_k' [8, 12]) do not divide n_heads 2"},
+                        "'W_k' [8, 12]) do not divide n_heads 2" CANON_T},
     {"layers_ambiguous",
      "/model.safetensors: no attention weights at the top level but 2 layers "
      "inside (prefixes 'l.0.', 'l.1.'); set \"prefix\" in config.json to the "
@@ -350,6 +357,12 @@ static const struct {
     {"prefix_wrong", "/model.safetensors: no attention weights under prefix "
                      "'layers.9.'; expected W_q..., in_proj_weight... or "
                      "q_proj.weight... after it"},
+    {"qproj_transposed",
+     "/model.safetensors: W_k (from 'k_proj.weight' [8, 4]) takes 4 inputs "
+     "but W_v (from 'v_proj.weight' [4, 8]) takes 8; keys and values read "
+     "the same context; q_proj.weight... hold PyTorch's (out, in) weights: "
+     "one saved (in, out) is transposed (the canonical W_q... names take "
+     "that orientation)"},
     {"rank", "/model.safetensors: tensor 'W_q' [2, 4, 8] must have 2 "
              "dimensions for W_q"},
     {"rope_dims", "/model.safetensors: rope.dims 6 must be even and at most "
@@ -359,7 +372,7 @@ static const struct {
                      "b_q, b_k, b_v, b_o)); remove it, or set \"prefix\" to "
                      "serve one layer of a bigger file"},
     {"w_o_shape", "/model.safetensors: W_o (from 'W_o' [8, 6]) is (8, 6) but "
-                  "must be (n_heads 2 x v_head_dim 4, d_model 8)"},
+                  "must be (n_heads 2 x v_head_dim 4, d_model 8)" CANON_T},
 };
 #define N_BROKEN (int)(sizeof broken / sizeof broken[0])
 

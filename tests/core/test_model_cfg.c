@@ -29,6 +29,12 @@ static unsigned char *st_f32(const int dims[4][2], size_t *len)
     return st_build(t, len);
 }
 
+/* what model.c adds to an error of weights that disagree with each other */
+#define CANON_T                                                              \
+    "; the canonical names hold (in, out) weights (Q = X W_q): a PyTorch "   \
+    "Linear's weight, (out, in), is W_q transposed (name it q_proj.weight, " \
+    "or export with tools/export_torch.py)"
+
 /* The projections' widths against the heads, as an upload can get them
  * wrong: W_k not whole heads, W_v not a multiple of the kv heads, a
  * config's v_head_dim that W_v does not have. Each is refused naming the
@@ -42,10 +48,10 @@ START_TEST(test_head_widths)
     } bad[] = {
         {{{8, 8}, {8, 6}, {8, 8}, {8, 8}}, "{\"n_heads\": 2}",
          "up/model.safetensors: W_k (from 'W_k' [8, 6]) has 6 outputs, not a "
-         "multiple of head_dim 4"},
+         "multiple of head_dim 4" CANON_T},
         {{{8, 8}, {8, 8}, {8, 5}, {8, 8}}, "{\"n_heads\": 2}",
          "up/model.safetensors: W_v (from 'W_v' [8, 5]) has 5 outputs, not a "
-         "multiple of n_kv_heads 2"},
+         "multiple of n_kv_heads 2" CANON_T},
         {{{8, 8}, {8, 8}, {8, 8}, {8, 8}}, "{\"n_heads\": 2, \"v_head_dim\": 3}",
          "up/model.safetensors: v_head_dim is 3 in the config but W_v (from "
          "'W_v' [8, 8]) has 8 outputs / n_kv_heads 2 = 4"},
