@@ -190,6 +190,16 @@ static int detect_mha(model__ctx *c, char *err)
                       c->file);
         return ATTN_EFORMAT;
     }
+    if (!ib != !ob) { /* read as a zero bias, it served a wrong answer */
+        model__seterr(err,
+                      "%s: '%.80s%s' without '%.80s%s': an "
+                      "nn.MultiheadAttention has both biases (bias=True) or "
+                      "neither; save its whole state_dict(), or, for a layer "
+                      "with some biases only, use the q_proj.weight... names",
+                      c->file, c->prefix, ib ? "in_proj_bias" : "out_proj.bias",
+                      c->prefix, ib ? "out_proj.bias" : "in_proj_bias");
+        return ATTN_EFORMAT;
+    }
     if (!ow) {
         model__seterr(err,
                       "%s: missing tensor '%.80sout_proj.weight' (the "

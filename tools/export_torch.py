@@ -142,6 +142,13 @@ def parts_from_state_dict(sd, n_heads, prefix=""):
     else:
         o = g(_MHA_OUT)
         E = o.shape[0]
+        if (g("in_proj_bias") is None) != (g("out_proj.bias") is None):
+            raise ExportError(
+                "%s%s without %s: an nn.MultiheadAttention has both biases "
+                "(bias=True) or neither; save its whole state_dict()" % (
+                    prefix, *(("in_proj_bias", "out_proj.bias")
+                              if g("out_proj.bias") is None
+                              else ("out_proj.bias", "in_proj_bias"))))
         if g("in_proj_weight") is not None:
             q, k, v = g("in_proj_weight").split(E, dim=0)
         else:

@@ -69,10 +69,26 @@ static const struct {
     {{{"in_proj_weight", 24, 8}, QP4(""), {"o_proj.weight", 8, 8}},
      "up/model.safetensors: tensors of more than one naming layout "
      "(in_proj_weight... q_proj.weight...); a weight set uses one"},
+    /* one of nn.MultiheadAttention's two biases, the other lost: a zero
+     * bias in its place served a wrong answer */
+    {{{"in_proj_weight", 24, 8}, {"in_proj_bias", 24, 0},
+      {"out_proj.weight", 8, 8}},
+     "up/model.safetensors: 'in_proj_bias' without 'out_proj.bias': an "
+     "nn.MultiheadAttention has both biases (bias=True) or neither; save its "
+     "whole state_dict(), or, for a layer with some biases only, use the "
+     "q_proj.weight... names"},
+    {{{"attn.q_proj_weight", 8, 8}, {"attn.k_proj_weight", 8, 6},
+      {"attn.v_proj_weight", 8, 6}, {"attn.out_proj.weight", 8, 8},
+      {"attn.out_proj.bias", 8, 0}},
+     "up/model.safetensors: 'attn.out_proj.bias' without 'attn.in_proj_bias': "
+     "an nn.MultiheadAttention has both biases (bias=True) or neither; save "
+     "its whole state_dict(), or, for a layer with some biases only, use the "
+     "q_proj.weight... names"},
 };
 #define N_BOTH (int)(sizeof both / sizeof both[0])
 
-/* Two tensors for one role: refused, naming both; nothing loaded. */
+/* Two tensors for one role, or one of a pair alone: refused, naming them;
+ * nothing loaded. */
 START_TEST(test_both_names)
 {
     static const char cfg[] = "{\"n_heads\": 2}";

@@ -189,6 +189,14 @@ class ExportTorch(unittest.TestCase):
         with self.assertRaisesRegex(SystemExit, "key projection has 48 "
                                     "outputs.*is --n-heads right"):
             export_torch.parts_from_state_dict(sd, 4)
+        # an nn.MultiheadAttention's state dict that lost one of its biases
+        mha = {"attn.in_proj_weight": FakeT(24, 8),
+               "attn.in_proj_bias": FakeT(24),
+               "attn.out_proj.weight": FakeT(8, 8)}
+        with self.assertRaisesRegex(SystemExit, "attn.in_proj_bias without "
+                                    "out_proj.bias: an nn.MultiheadAttention"
+                                    " has both"):
+            export_torch.parts_from_state_dict(mha, 2)
         del sd["k_proj.weight"]
         with self.assertRaisesRegex(SystemExit, "k_proj.weight is missing"):
             export_torch.parts_from_state_dict(sd, 8)
