@@ -382,6 +382,31 @@ static int parse_count(const char *v, unsigned long long *out)
     return 0;
 }
 
+/* answered_early: r waits for 100 Continue before it sends its body
+ * (Expect: 100-continue), and its answer is known from its head: an
+ * infer's 400 for its Attnd-Sequence-Id or 404 for a model neither loaded
+ * nor loading, an unload's 400 for its name or 404 for a model not loaded
+ * (no load of it running), as srv_h_infer and srv_h_unload would answer
+ * it after the body. It is answered now (RFC 9110 10.1.1: a final status
+ * instead of the 100), its body never read (the connection closes: its
+ * client may send the body all the same, after a wait of its own), and
+ * holding no memory for it. Asked after the 413 for its declared length,
+ * which it would get without the expectation. Before, it got 100
+ * Continue and its answer only once the whole body had come. Without the
+ * expectation the body is on its way and is read, and the connection
+ * stays. 1 when answered. */
+static int answered_early(srv_req *r)
+{
+    const char *ex = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Expect");
+    if (!ex || strcasecmp(ex, "100-continue") != 0)
+        return 0;
+    if (r->route->body == SRV_BODY_INFER)
+        return srv_sched_head_refused(r);
+    if (r->route->fn == srv_h_unload)
+        return srv_registry_unload_refused(r);
+    return 0;
+}
+
 /* body_check: the body r's route accepts (srv.h SRV_BODY_*) against the
  * headers, before any of it is read: sets r->body_limit and r->limit_name,
  * or answers 400/413 (then MHD never reads the body) and returns -1. */
@@ -456,6 +481,8 @@ static int body_check(srv_req *r)
                           "of %zu (%s)", cl, r->body_limit, r->limit_name);
         return -1;
     }
+    if (answered_early(r))
+        return -1;
     /* the whole announced body is reserved before a byte of it is read */
     if (cl && srv_mem_take(s, (size_t)cl + 1) < 0) {
         srv_http__no_memory(r);
@@ -599,23 +626,6 @@ static int late_refused(srv_req *r)
     return 1;
 }
 
-/* not_served_early: r, an infer that waits for 100 Continue before it
- * sends its body (Expect: 100-continue), names a model that is neither
- * loaded nor loading: its 404 now, from its head (RFC 9110 10.1.1: a
- * final status instead of the 100), as srv_h_infer would answer it after
- * the body, which is never read (the connection closes: its client may
- * send the body all the same, after a wait of its own). Before, it got
- * 100 Continue and its 404 only once the whole body had come. Without
- * the expectation the body is on its way and is read, and the
- * connection stays. 1 when answered. */
-static int not_served_early(srv_req *r)
-{
-    const char *ex = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Expect");
-    if (r->route->body != SRV_BODY_INFER || !ex || strcasecmp(ex, "100-continue") != 0)
-        return 0;
-    return srv_sched_not_served(r);
-}
-
 void srv_http__first_call(srv_req *r, const char *url, const char *method,
                           const char *version)
 {
@@ -686,7 +696,7 @@ void srv_http__first_call(srv_req *r, const char *url, const char *method,
                                   "(send 'Authorization: Bearer <key>')");
         return;
     }
-    if (query_check(r) < 0 || late_refused(r) || not_served_early(r))
+    if (query_check(r) < 0 || late_refused(r))
         return;
     if (body_check(r) < 0)
         return;

@@ -310,16 +310,32 @@ void srv_h_load(srv_req *r)
 void srv_h_unload(srv_req *r)
 {
     srv_entry *e;
-    if (!name_ok(r))
+    if (srv_registry_unload_refused(r))
         return;
     e = srv_registry_find(r->s, r->arg[0]);
-    if (!e) {
-        srv_respond_error(r, 404, "model '%s': not loaded", r->arg[0]);
-        return;
-    }
     snprintf(r->model, sizeof r->model, "%s", e->name);
     if (e->busy)
         wait_turn(r, e, 1);
     else
         unload_now(r, e);
+}
+
+/* srv_registry_unload_refused (srv.h): also asked from an unload's head
+ * when it waits for 100 Continue (http_head.c), its body never read; an
+ * unload reads nothing of its body, so its answer is the same. */
+int srv_registry_unload_refused(srv_req *r)
+{
+    srv_entry *e;
+    if (!name_ok(r))
+        return 1;
+    e = srv_registry_find(r->s, r->arg[0]);
+    if (!e) {
+        srv_respond_error(r, 404, "model '%s': not loaded", r->arg[0]);
+        return 1;
+    }
+    if (e->busy || e->inst)
+        return 0;
+    snprintf(r->model, sizeof r->model, "%s", e->name);
+    srv_respond_error(r, 404, "model '%s': not loaded", e->name);
+    return 1;
 }

@@ -525,21 +525,38 @@ void srv_sched_refused(srv_req *r)
         srv_seq_touch(r->s, id);
 }
 
-/* not_served: does srv_h_infer answer r 404 (its model neither loaded
- * nor loading, its Attnd-Sequence-Id absent or valid)? Answered then. */
-static int not_served(srv_req *r, const srv_entry *e, const char *hdr_id)
+/* bad_seq_hdr: is r's Attnd-Sequence-Id given and not a sequence id?
+ * Answered 400 then, whatever its model and body: srv_h_infer's first
+ * check. */
+static int bad_seq_hdr(srv_req *r, const char *hdr_id)
 {
-    if ((e && (e->inst || e->state == SRV_LOADING)) ||
-        (hdr_id && !oip_sequence_id_valid(hdr_id, strlen(hdr_id))))
+    if (!hdr_id || oip_sequence_id_valid(hdr_id, strlen(hdr_id)))
+        return 0;
+    srv_respond_error(r, 400, "Attnd-Sequence-Id: '%.200s' is not a "
+                      "sequence id (1 to %d bytes of printable ASCII "
+                      "other than space, '/', '\"' and '\\')", hdr_id,
+                      OIP_MAX_SEQ_ID - 1);
+    return 1;
+}
+
+/* not_served: does srv_h_infer answer r 404 (its model neither loaded
+ * nor loading)? Answered then. */
+static int not_served(srv_req *r, const srv_entry *e)
+{
+    if (e && (e->inst || e->state == SRV_LOADING))
         return 0;
     snprintf(r->model, sizeof r->model, "%.128s", r->arg[0]);
     srv_respond_no_model(r, r->arg[0], e);
     return 1;
 }
 
-int srv_sched_not_served(srv_req *r)
+int srv_sched_head_refused(srv_req *r)
 {
-    return not_served(r, srv_registry_find(r->s, r->arg[0]), seq_hdr_id(r));
+    if (bad_seq_hdr(r, seq_hdr_id(r))) {
+        snprintf(r->model, sizeof r->model, "%.128s", r->arg[0]); /* its log's */
+        return 1;
+    }
+    return not_served(r, srv_registry_find(r->s, r->arg[0]));
 }
 
 /* srv_h_infer: POST /v2/models/{m}/infer. Admits the request (or answers
@@ -553,19 +570,14 @@ void srv_h_infer(srv_req *r)
     size_t mlen = strnlen(r->arg[0], sizeof r->model - 1); /* "%.128s" */
     memcpy(r->model, r->arg[0], mlen);
     r->model[mlen] = 0;
-    if (hdr_id && !oip_sequence_id_valid(hdr_id, strlen(hdr_id))) {
-        srv_respond_error(r, 400, "Attnd-Sequence-Id: '%.200s' is not a "
-                          "sequence id (1 to %d bytes of printable ASCII "
-                          "other than space, '/', '\"' and '\\')", hdr_id,
-                          OIP_MAX_SEQ_ID - 1);
+    if (bad_seq_hdr(r, hdr_id))
         return;
-    }
     if (e && !e->inst && e->state == SRV_LOADING) {
         srv_respond_error(r, 503, "model '%s': still loading; retry shortly",
                           r->arg[0]);
         return;
     }
-    if (not_served(r, e, NULL))
+    if (not_served(r, e))
         return;
     /* a gRPC call whose deadline had passed when its message came: the
      * model's timeout, as one that passes while it waits */

@@ -655,6 +655,10 @@ void srv_h_index(srv_req *r);
 /* registry_queue.c: the load and unload calls, one at a time per model */
 void srv_h_load(srv_req *r);
 void srv_h_unload(srv_req *r);
+/* srv_registry_unload_refused: r, an unload, answered (1) when
+ * srv_h_unload would answer it now 400 (its name) or 404 (not loaded, no
+ * load of it running), which no body changes */
+int srv_registry_unload_refused(srv_req *r);
 /* srv_registry_expire: the drain timeout passed: the repository calls
  * still waiting for their turn, and those that joined them, answer 503,
  * not carried out. */
@@ -667,8 +671,10 @@ int srv_registry_waiting(const srv_entry *e);
 int srv_sched_entry_init(srv_entry *e); /* its batch timer; -1 on failure */
 void srv_sched_entry_free(srv_entry *e); /* after its handle was closed */
 void srv_h_infer(srv_req *r);
-/* srv_sched_not_served: r answered 404 (1) when srv_h_infer would now */
-int srv_sched_not_served(srv_req *r);
+/* srv_sched_head_refused: r answered (1) when srv_h_infer would answer it
+ * now whatever its body: 400 for its Attnd-Sequence-Id, 404 for a model
+ * neither loaded nor loading */
+int srv_sched_head_refused(srv_req *r);
 /* srv_sched_refused: infer request r is refused before its decode (503,
  * retry; 504): a step it may be still counts for its sequence's idle
  * sweep. */

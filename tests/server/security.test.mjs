@@ -580,3 +580,72 @@ test('Expect: 100-continue: an infer to a model not loaded gets its 404 from the
   big.s.destroy();
   assert.equal((await d.stop()).code, 0);
 });
+
+// The other answers an Expect: 100-continue request can get from its head
+// alone, as the infer's 404 above: an unload reads nothing of its body, so
+// its 400 for the name and its 404 for a model not loaded (no load of it
+// running) are known from the head; an infer's 400 for its
+// Attnd-Sequence-Id comes first whatever its model and body. Each got 100
+// Continue and its answer only after the body. The answer is the one the
+// request gets without the expectation (after its body then), and a body
+// past its limit keeps its 413 first, as it does without the expectation
+// (an infer to a model not served got 404 instead).
+test('Expect: 100-continue: an unload\'s 400 and 404, an infer\'s 400 for its Attnd-Sequence-Id and 413 for its length come from the head, the same answers as without the expectation', async (t) => {
+  const d = await start({ t, args: ['--max-json-body', '4096', '--max-small-body', '1024'] });
+  const body = JSON.stringify(SEED);
+  const head = (path, len, more = '') => `POST ${path} HTTP/1.1\r\nHost: x\r\n` +
+    `Content-Type: application/json\r\nContent-Length: ${len}\r\n${more}\r\n`;
+  const until = async (c, re) => { for (let k = 0; k < 250 * SLOW && !re.test(c.got()) && !c.closed(); k++) await sleep(20); };
+  const finals = (text) => text.match(/HTTP\/1\.1 \d\d\d /g) || [];
+  const EXPECT = 'Expect: 100-continue\r\n';
+  const NEXT = 'GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n';
+  const BADSEQ = 'Attnd-Sequence-Id: a b\r\n';
+  const seqMsg = 'Attnd-Sequence-Id: \'a b\' is not a sequence id';
+  assert.equal((await fetch(`${d.url}/v2/repository/models/tiny/unload`, { method: 'POST' })).status, 200);
+  const unload = (m) => `/v2/repository/models/${m}/unload`;
+  const cases = [
+    [unload('nosuch'), '{}', '', 404, 'model \'nosuch\': not loaded'],
+    [unload('tiny'), '{}', '', 404, 'model \'tiny\': not loaded'],
+    [unload('.hidden'), '{}', '', 400, 'model name \'.hidden\': use 1-128 characters'],
+    [unload('sdpa'), '{}', '', 400, 'model \'sdpa\': built in; it cannot be loaded or unloaded'],
+    ['/v2/models/nosuch/infer', body, BADSEQ, 400, seqMsg],
+    ['/v2/models/sdpa/infer', body, BADSEQ, 400, seqMsg],
+  ];
+  for (const [path, b, more, status, msg] of cases) {
+    // with the expectation: the answer from the head, the body never read
+    const c = await openSending(d.port, head(path, b.length, EXPECT + more));
+    await until(c, /\r\n\r\n\{[^]*\}$/);
+    assert.match(c.got(), new RegExp(`^HTTP/1\\.1 ${status} `), `${path}: ${c.got()}`);
+    assert.doesNotMatch(c.got(), /100 Continue/, path);
+    assert.match(c.got(), /\r\nConnection: close\r\n/i, path);
+    assert.ok(c.got().includes(`{"error":"${msg}`), `${path}: ${c.got()}`);
+    c.s.write(b + NEXT);
+    await until(c, /(?!)/); // (until its close)
+    assert.ok(c.closed(), `${path}: the connection closes after the answer`);
+    assert.deepEqual(finals(c.got()), [`HTTP/1.1 ${status} `], c.got());
+    // without it: the same answer, after the body, the connection kept
+    const k = await openSending(d.port, head(path, b.length, more) + b + NEXT);
+    await until(k, /(?!)/);
+    assert.deepEqual(finals(k.got()), [`HTTP/1.1 ${status} `, 'HTTP/1.1 200 '], k.got());
+    assert.ok(k.got().includes(`{"error":"${msg}`), `${path}: ${k.got()}`);
+  }
+  // a body past its limit: its 413 from the head with or without the
+  // expectation, whatever the model
+  for (const [path, limit] of [[unload('nosuch'), 'max-small-body'], ['/v2/models/nosuch/infer', 'max-json-body']]) {
+    for (const more of [EXPECT, '']) {
+      const c = await openSending(d.port, head(path, 5000, more));
+      await until(c, /\r\n\r\n\{[^]*\}$/);
+      assert.match(c.got(), new RegExp(`^HTTP/1\\.1 413 [^]*Content-Length: 5000 bytes is over the limit of \\d+ \\(${limit}\\)`), `${path} ${more}: ${c.got()}`);
+      c.s.destroy();
+    }
+  }
+  // a loaded model's unload: 100 Continue, then its 200 after the body
+  assert.equal((await fetch(`${d.url}/v2/repository/models/tiny/load`, { method: 'POST' })).status, 200);
+  const ok = await openSending(d.port, head(unload('tiny'), 2, EXPECT));
+  await until(ok, /\r\n\r\n/);
+  assert.equal(ok.got(), 'HTTP/1.1 100 Continue\r\n\r\n');
+  ok.s.write('{}' + NEXT);
+  await until(ok, /(?!)/);
+  assert.deepEqual(finals(ok.got()), ['HTTP/1.1 100 ', 'HTTP/1.1 200 ', 'HTTP/1.1 200 '], ok.got());
+  assert.equal((await d.stop()).code, 0);
+});
