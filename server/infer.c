@@ -126,25 +126,29 @@ static int select_outputs(srv_prep *p, const oip_request *req,
     return 0;
 }
 
-/* set_extra: p->extra = n sequences (items) of per bytes each, the
- * request (req->bytes) beside them within request-memory; 0, or 413 with
- * err naming the input (what) and the setting. */
-static int set_extra(srv_prep *p, const oip_request *req, int64_t n,
-                     size_t per, const char *what, const srv_infer_limits *lim,
-                     char *err)
+/* srv_prep_extra (infer.h): the one sum and message of the stateless
+ * layouts (prepare_model, prepare_raw) and a sequence step's
+ * (seq_prep.c). */
+int srv_prep_extra(srv_prep *p, const oip_request *req, int64_t n, size_t per,
+                   const char *what, const char *fewer,
+                   const srv_infer_limits *lim, char *err)
 {
     size_t total = req->bytes;
-    if (per == SIZE_MAX || __builtin_mul_overflow((size_t)n, per, &p->extra) ||
-        __builtin_add_overflow(total, p->extra, &total) || total > lim->memory) {
-        snprintf(err, OIP_ERRMAX, "inputs[%s].shape: its %lld %s take %zu "
-                 "bytes each to lay out for the engine beside the request's "
-                 "%zu, more than request-memory (%zu) allows; send fewer "
-                 "%s a request, or raise --request-memory", what,
-                 (long long)n, p->raw ? "items" : "sequences", per, req->bytes,
-                 lim->memory, p->raw ? "items" : "sequences");
-        return 413;
+    char all[48] = "";
+    int one = n == 1;
+    if (per != SIZE_MAX && !__builtin_mul_overflow((size_t)n, per, &p->extra) &&
+        !__builtin_add_overflow(total, p->extra, &total)) {
+        if (total <= lim->memory)
+            return 0;
+        snprintf(all, sizeof all, " (%zu in all)", total);
     }
-    return 0;
+    snprintf(err, OIP_ERRMAX, "inputs[%s].shape: its %lld %s%s take%s %zu "
+             "bytes%s to lay out for the engine beside the request's %zu%s, "
+             "more than request-memory (%zu) allows; send %s, or raise "
+             "--request-memory", what, (long long)n, p->raw ? "item" : "sequence",
+             one ? "" : "s", one ? "s" : "", per, one ? "" : " each",
+             req->bytes, all, lim->memory, fewer);
+    return 413;
 }
 
 /* alloc_outputs: allocate every output that is wanted (attention also for
@@ -154,7 +158,7 @@ static int alloc_outputs(srv_prep *p, const oip_request *req,
                          const srv_infer_limits *lim, char *err)
 {
     int o, d;
-    size_t total = req->bytes + p->extra; /* set_extra checked the sum */
+    size_t total = req->bytes + p->extra; /* srv_prep_extra checked the sum */
     size_t sz[SRV_O_N];
     for (o = 0; o < SRV_O_N; o++) {
         int need = p->want[o] || o == SRV_O_Y ||
@@ -265,7 +269,8 @@ static int prepare_model(srv_prep *p, const oip_request *req, const char *name,
         per += sizeof(attn_seq) + 2 * sizeof(int) +
                (req->params.retain ? 2 * sizeof(int32_t) : 0);
     if ((rc = select_outputs(p, req, model_outs, name, err)) ||
-        (rc = set_extra(p, req, B, per, "x", lim, err)) ||
+        (rc = srv_prep_extra(p, req, B, per, "x",
+                             "fewer or shorter sequences a request", lim, err)) ||
         (rc = alloc_outputs(p, req, lim, err)))
         return rc;
     p->seqs = calloc((size_t)B, sizeof *p->seqs);
@@ -427,7 +432,8 @@ static int prepare_sdpa(srv_prep *p, const oip_request *req,
     if (per != SIZE_MAX)
         per += sizeof(attn_raw);
     if ((rc = select_outputs(p, req, sdpa_outs, "sdpa", err)) ||
-        (rc = set_extra(p, req, n, per, "q", lim, err)) ||
+        (rc = srv_prep_extra(p, req, n, per, "q",
+                             "fewer or smaller items a request", lim, err)) ||
         (rc = alloc_outputs(p, req, lim, err)))
         return rc;
     p->raws = calloc((size_t)n, sizeof *p->raws);

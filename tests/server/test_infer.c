@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "server/infer.h"
+#include "server/seq.h"
 #include "tests/check_main.h"
 
 /* A cross-attention model: x rows of 4, context rows of 2. */
@@ -192,12 +193,87 @@ START_TEST(sdpa_items_count_their_layout_and_scaled_q)
 }
 END_TEST
 
+/* one_sequence: x [1, t, 2] on self2 under request-memory memory, a
+ * stateless request (step 0) or a sequence step (1; its seq_prep.c
+ * layout); *need gets what it holds when it fits (the request, its
+ * layout, its outputs), *layout what it holds beside the outputs. */
+static int one_sequence(int step, int64_t t, size_t memory, size_t *need,
+                        size_t *layout, char *err)
+{
+    float *x = calloc((size_t)t * 2, sizeof *x);
+    oip_tensor in;
+    oip_request req;
+    srv_prep p;
+    srv_step st;
+    srv_infer_limits lim = {memory, 1 << 20, NULL};
+    int rc;
+    memset(&req, 0, sizeof req);
+    memset(&st, 0, sizeof st);
+    input(&in, "x", 1, t, 2, x);
+    req.inputs = &in;
+    req.n_inputs = 1;
+    req.bytes = (size_t)t * 8 + 100;
+    req.params.causal = -1;
+    if (step) {
+        strcpy(req.params.seq_id, "s1");
+        req.params.seq_start = 1;
+        rc = srv_seq_prepare(&st, &p, &req, "self", &self2, 1, 0, &lim, err);
+    } else {
+        rc = srv_infer_prepare(&p, &req, "self", &self2, 1, 0, &lim, err);
+    }
+    if (!rc)
+        *need = req.bytes + p.extra + p.bytes;
+    *layout = req.bytes + p.extra;
+    srv_prep_free(&p);
+    free(x);
+    return rc;
+}
+
+/* A stateless request and a sequence step count the same sum (the
+ * request, its layout, its outputs) against request-memory; their
+ * layout's 413 was worded two ways ("its 1 sequences take N bytes each
+ * ... beside the request's M" against "8 tokens take more than
+ * request-memory (L) allows with the request"). One computation and one
+ * message now (srv_prep_extra), each with what to send instead; at the
+ * edge: the whole sum passes, a byte less is the outputs' 413, the
+ * layout's sum a byte less is the layout's. */
+START_TEST(stateless_and_step_share_the_limit_and_its_message)
+{
+    static const char *const fewer[2] = {"fewer or shorter sequences a request",
+                                         "fewer tokens a step"};
+    char err[OIP_ERRMAX], want[OIP_ERRMAX];
+    int step;
+    for (step = 0; step < 2; step++) {
+        size_t need = 0, layout = 0, l2;
+        err[0] = 0;
+        ck_assert_int_eq(one_sequence(step, 8, (size_t)1 << 30, &need, &layout, err), 0);
+        ck_assert_int_eq(one_sequence(step, 8, need, &need, &l2, err), 0);
+        ck_assert_int_eq(one_sequence(step, 8, need - 1, &l2, &l2, err), 413);
+        snprintf(want, sizeof want, "outputs.y: this %s needs more than %zu "
+                 "bytes with its outputs (request-memory); ask for fewer "
+                 "outputs, send fewer tokens, or raise --request-memory",
+                 step ? "step" : "request", need - 1);
+        ck_assert_str_eq(err, want);
+        ck_assert_int_eq(one_sequence(step, 8, layout, &l2, &l2, err), 413);
+        ck_assert_msg(strncmp(err, "outputs.y: ", 11) == 0, "%s", err);
+        ck_assert_int_eq(one_sequence(step, 8, layout - 1, &l2, &l2, err), 413);
+        snprintf(want, sizeof want, "inputs[x].shape: its 1 sequence takes %zu "
+                 "bytes to lay out for the engine beside the request's 164 "
+                 "(%zu in all), more than request-memory (%zu) allows; send "
+                 "%s, or raise --request-memory", layout - 164, layout,
+                 layout - 1, fewer[step]);
+        ck_assert_str_eq(err, want);
+    }
+}
+END_TEST
+
 static Suite *infer_suite(void)
 {
     Suite *s = suite_create("infer");
     TCase *tc = tcase_create("sizes");
     tcase_add_test(tc, context_rows_past_int_are_refused);
     tcase_add_test(tc, sdpa_keys_past_the_limit_are_refused);
+    tcase_add_test(tc, stateless_and_step_share_the_limit_and_its_message);
     tcase_add_test(tc, sequences_count_their_layout);
     tcase_add_test(tc, sdpa_items_count_their_layout_and_scaled_q);
     suite_add_tcase(s, tc);
