@@ -368,6 +368,53 @@ test('a retained start over request-memory names the map\'s part it did not ask 
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
+// A stateless request and a sequence step count the same sum against
+// --request-memory (the request, its layout for the engine, its outputs),
+// and their layout's 413 is one message that says the bytes and what to
+// send instead (test_infer.c pins it for one sequence of each kind; a
+// step's is not reached here: its decode's own estimate binds first). At
+// the edge the whole sum is answered 200 and a byte less 413, its y named;
+// 64 one-token sequences reach the layout's 413 between the decode's and
+// the outputs'.
+test('request-memory at its edge: a stateless request and a sequence step, 200 with exactly enough, 413 a byte less; the layout\'s 413 says its bytes and what to send', async () => {
+  const T = 64, xs = tokens(T, 21);
+  const at = async (body, mem) => {
+    const d = await start({ dir: gqaModels(), args: ['--request-memory', String(mem)] });
+    try { return await infer(d, 'gqa', body); } finally { assert.equal((await d.stop()).code, 0); }
+  };
+  // the least request-memory for which goes() holds (what an answer at
+  // each side is: monotone in it)
+  const least = async (body, goes) => {
+    let lo = 1024, hi = 1 << 17;
+    while (lo < hi) {
+      const mem = Math.floor((lo + hi) / 2);
+      if (goes(await at(body, mem))) hi = mem; else lo = mem + 1;
+    }
+    return lo;
+  };
+  const ok = (r) => r.status === 200;
+  for (const [kind, body] of [['request', { inputs: [fp32('x', [1, T, D], xs)] }],
+    ['step', stepBody('edge', xs, { start: true, outputs: [{ name: 'y' }] })]]) {
+    const need = await least(body, ok);
+    let r = await at(body, need);
+    assert.equal(r.status, 200, `${kind} at ${need}: ${JSON.stringify(r.json)}`);
+    r = await at(body, need - 1);
+    assert.equal(r.status, 413, kind);
+    assert.equal(r.json.error, `outputs.y: this ${kind} needs more than ${need - 1} bytes with its outputs (request-memory); ask for fewer outputs, send fewer tokens, or raise --request-memory`);
+  }
+  // 64 sequences of one token: past the decode's estimate, the layout's
+  // 413 (the request's bytes and the layout's, in all)
+  const many = { inputs: [fp32('x', [64, 1, D], xs)] };
+  const past = await least(many, (r) => !(r.status === 413 && /\(request-memory\)$/.test(r.json.error) && !/^outputs\./.test(r.json.error)));
+  const r = await at(many, past);
+  assert.equal(r.status, 413);
+  const m = /^inputs\[x\]\.shape: its 64 sequences take (\d+) bytes each to lay out for the engine beside the request's (\d+) \((\d+) in all\), more than request-memory \((\d+)\) allows; send fewer or shorter sequences a request, or raise --request-memory$/.exec(r.json.error);
+  assert.ok(m, r.json.error);
+  assert.equal(Number(m[3]), 64 * Number(m[1]) + Number(m[2]));
+  assert.equal(Number(m[4]), past);
+  assert.ok(Number(m[3]) > past);
+});
+
 test('an idle sequence is dropped after --sequence-idle-ms', async () => {
   const d = await start({ dir: gqaModels(), args: ['--sequence-idle-ms', '200'] });
   try {
