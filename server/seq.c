@@ -297,6 +297,44 @@ static size_t kv_need(const attn_kv *kv, int t)
            attn_kv_page_bytes(kv->pool);
 }
 
+/* whole_cache_msg: the 400 of a step of t tokens whose sequence would
+ * need more than the whole K/V cache (need bytes), saying what can be
+ * done: fewer tokens while some still fit; at the cache's length, an end
+ * or a step lower down (a decoder's one token cannot be fewer); and, for
+ * a cache smaller than one page, the setting: no sequence fits. */
+static void whole_cache_msg(char *err, const srv_step *st, int t, size_t need)
+{
+    const attn_kv_pool *pool = st->kv->pool;
+    size_t budget = attn_kv_pool_budget(pool), page = attn_kv_page_bytes(pool);
+    long long cap = (long long)(budget / page) * attn_kv_page_tokens(pool);
+    int len = st->kv->len;
+    int k;
+    if (cap == 0) {
+        snprintf(err, OIP_ERRMAX, "sequences: the whole K/V cache of model "
+                 "'%s' (%zu bytes, kv-bytes) is less than one page of its "
+                 "keys and values (%d tokens, %zu bytes): it holds no "
+                 "sequence; raise --kv-bytes to at least %zu", st->e->name,
+                 budget, attn_kv_page_tokens(pool), page, page);
+        return;
+    }
+    k = snprintf(err, OIP_ERRMAX, "sequences: sequence '%s' from %d to %d "
+                 "token%s would need %zu bytes of K/V, more than the whole "
+                 "K/V cache of model '%s' (%zu bytes, kv-bytes: %lld tokens)",
+                 st->id, len, len + t, len + t == 1 ? "" : "s", need,
+                 st->e->name, budget, cap);
+    if (k < 0 || k >= OIP_ERRMAX)
+        return;
+    if (len < cap)
+        snprintf(err + k, OIP_ERRMAX - (size_t)k, ": no retry can take it; "
+                 "send at most %lld token%s", cap - len,
+                 cap - len == 1 ? "" : "s");
+    else
+        snprintf(err + k, OIP_ERRMAX - (size_t)k, ", which its %d tokens "
+                 "fill: no retry can take a token more; end it, or send a "
+                 "step at a sequence_position below %d to replace tokens (or "
+                 "raise --kv-bytes)", len, len);
+}
+
 int srv_seq_bind(srv_step *st, size_t *mem, char *err)
 {
     srv *s = st->e->s;
@@ -344,12 +382,7 @@ int srv_seq_bind(srv_step *st, size_t *mem, char *err)
     if (rc == ATTN_EFULL && (need = kv_need(st->kv, a->t)) >
                                 attn_kv_pool_budget(st->kv->pool)) {
         /* more than the whole cache: no sequence's end makes room */
-        snprintf(err, OIP_ERRMAX, "sequences: sequence '%s' from %d to %d "
-                 "token%s would need %zu bytes of K/V, more than the whole K/V "
-                 "cache of model '%s' (%zu bytes, kv-bytes): no retry can take "
-                 "it; send fewer tokens", st->id, st->kv->len,
-                 st->kv->len + a->t, st->kv->len + a->t == 1 ? "" : "s", need,
-                 st->e->name, attn_kv_pool_budget(st->kv->pool));
+        whole_cache_msg(err, st, a->t, need);
         status = 400;
         goto fail;
     }

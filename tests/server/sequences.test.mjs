@@ -291,7 +291,7 @@ test('the K/V budget: 503 with Retry-After naming it (400 past the whole budget)
     const full3 = await infer(d, 'gqa', stepBody('big', xs.slice(100 * D, 130 * D), { outputs: [{ name: 'y' }] }));
     assert.equal(full3.status, 400);
     assert.equal(full3.headers.get('retry-after'), null);
-    assert.match(full3.json.error, /^sequences: sequence 'big' from 100 to 130 tokens would need 12288 bytes of K\/V, more than the whole K\/V cache of model 'gqa' \(8192 bytes, kv-bytes\): no retry can take it; send fewer tokens$/);
+    assert.match(full3.json.error, /^sequences: sequence 'big' from 100 to 130 tokens would need 12288 bytes of K\/V, more than the whole K\/V cache of model 'gqa' \(8192 bytes, kv-bytes: 128 tokens\): no retry can take it; send at most 28 tokens$/);
     const other = await infer(d, 'gqa', stepBody('other', xs.slice(0, D), { start: true }));
     assert.equal(other.status, 503);
     assert.match(other.json.error, /kv-bytes/);
@@ -323,6 +323,32 @@ test('the K/V budget: 503 with Retry-After naming it (400 past the whole budget)
     assert.equal(await metric(d, 'attnd_inference_request_failure_total', 'gqa', ',reason="bad_request"'), 2);
     assert.equal(await metric(d, 'attnd_inference_request_failure_total', 'gqa', ',reason="other"'), 0);
   } finally { assert.equal((await d.stop()).code, 0); }
+});
+
+test('a sequence that fills the whole K/V cache: its next token is told to end it or go back, not to send fewer; a cache under one page names the setting', async () => {
+  // a page is 4096 bytes (64 tokens): 8192 bytes hold a sequence of 128
+  const d = await start({ dir: gqaModels(), args: ['--kv-bytes', '8192'] });
+  try {
+    const xs = tokens(129, 11);
+    const ref = await full(d, xs.slice(0, 128 * D));
+    checkStep(await infer(d, 'gqa', stepBody('cap', xs.slice(0, 128 * D), { start: true, outputs: [{ name: 'y' }] })), ref, 0, 128, 'start');
+    // a decoder's one token cannot be fewer: end it, or replace tokens
+    const more = await infer(d, 'gqa', stepBody('cap', xs.slice(128 * D), { outputs: [{ name: 'y' }] }));
+    assert.equal(more.status, 400);
+    assert.equal(more.headers.get('retry-after'), null);
+    assert.match(more.json.error, /^sequences: sequence 'cap' from 128 to 129 tokens would need 12288 bytes of K\/V, more than the whole K\/V cache of model 'gqa' \(8192 bytes, kv-bytes: 128 tokens\), which its 128 tokens fill: no retry can take a token more; end it, or send a step at a sequence_position below 128 to replace tokens \(or raise --kv-bytes\)$/);
+    // as it says: a step at 127 replaces the last token (the same one:
+    // the same rows), and the sequence still holds 128
+    checkStep(await infer(d, 'gqa', stepBody('cap', xs.slice(127 * D, 128 * D), { outputs: [{ name: 'y' }], extra: { sequence_position: 127 } })), ref, 127, 1, 'at 127');
+    assert.equal(await metric(d, 'attnd_kv_bytes'), 8192);
+  } finally { assert.equal((await d.stop()).code, 0); }
+  // 4095 bytes hold no page: no sequence fits, whatever its tokens
+  const e = await start({ dir: gqaModels(), args: ['--kv-bytes', '4095'] });
+  try {
+    const one = await infer(e, 'gqa', stepBody('one', tokens(1, 12), { start: true, outputs: [{ name: 'y' }] }));
+    assert.equal(one.status, 400);
+    assert.match(one.json.error, /^sequences: the whole K\/V cache of model 'gqa' \(4095 bytes, kv-bytes\) is less than one page of its keys and values \(64 tokens, 4096 bytes\): it holds no sequence; raise --kv-bytes to at least 4096$/);
+  } finally { assert.equal((await e.stop()).code, 0); }
 });
 
 test('--max-sequences 0 and --kv-bytes 0 turn sequences off: a start is 400 (a retry would not help), stateless requests work', async () => {

@@ -325,8 +325,8 @@ START_TEST(failed_step_changes_nothing)
     ck_assert_int_eq(launch(f), 400);
     ck_assert_str_eq(f->msg, "sequences: sequence 's' from 5 to 33 tokens "
                      "would need 1152 bytes of K/V, more than the whole K/V "
-                     "cache of model 'm1' (1024 bytes, kv-bytes): no retry "
-                     "can take it; send fewer tokens");
+                     "cache of model 'm1' (1024 bytes, kv-bytes: 32 tokens): "
+                     "no retry can take it; send at most 27 tokens");
     after = take_snap("s", M1, 0);
     assert_same(&before, &after);
 
