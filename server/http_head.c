@@ -621,8 +621,10 @@ static int late_refused(srv_req *r)
     snprintf(r->model, sizeof r->model, "%.128s", r->arg[0]);
     if (infer && (e = srv_registry_find(r->s, r->arg[0])) && e->inst)
         e->stats.fail_rejected++;
-    srv_respond_error(r, 503, "server: draining (shutting down)%s",
-                      infer ? "; retry on another replica" : "");
+    if (infer)
+        srv_sched_refuse_draining(r, 0); /* its body unread: the header's id */
+    else
+        srv_respond_error(r, 503, "server: draining (shutting down)");
     return 1;
 }
 

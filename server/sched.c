@@ -514,15 +514,44 @@ static const char *seq_hdr_id(const srv_req *r)
  * Attnd-Sequence-Id header, or else its body's sequence_id so far, read
  * off without a decode: one pass over the JSON (the loop copied it in
  * already), a walk of a gRPC message's top-level fields. Loop thread. */
-void srv_sched_refused(srv_req *r)
+/* step_id: the sequence id undecoded request r names (its header or
+ * metadata, else its body's first sequence_id) into id; 0 for none. */
+static int step_id(const srv_req *r, char id[OIP_MAX_SEQ_ID])
 {
     const char *hdr_id = seq_hdr_id(r);
+    if (hdr_id) { /* one too long is no id (no live one's prefix) */
+        size_t n = strlen(hdr_id);
+        if (n >= OIP_MAX_SEQ_ID)
+            return 0;
+        memcpy(id, hdr_id, n + 1);
+        return 1;
+    }
+    return (r->door ? r->door->peek_seq_id : oip_peek_sequence_id)(
+        r->body, r->body_len, r->header_len, id);
+}
+
+void srv_sched_refused(srv_req *r)
+{
     char id[OIP_MAX_SEQ_ID];
-    if (hdr_id)
-        srv_seq_touch(r->s, hdr_id);
-    else if ((r->door ? r->door->peek_seq_id : oip_peek_sequence_id)(
-                 r->body, r->body_len, r->header_len, id))
+    if (step_id(r, id))
         srv_seq_touch(r->s, id);
+}
+
+void srv_sched_refuse_draining(srv_req *r, int body)
+{
+    char id[OIP_MAX_SEQ_ID];
+    const char *hdr_id = seq_hdr_id(r);
+    if ((body ? step_id(r, id)
+              : hdr_id && strlen(hdr_id) < OIP_MAX_SEQ_ID &&
+                    memcpy(id, hdr_id, strlen(hdr_id) + 1)) &&
+        srv_seq_live(r->s, id))
+        srv_respond_error(r, 503, "server: draining (shutting down); sequence "
+                          "'%s' ends with it (its keys and values are memory "
+                          "state): begin it again on another replica with "
+                          "sequence_start: true and the whole history", id);
+    else
+        srv_respond_error(r, 503, "server: draining (shutting down); retry "
+                                  "on another replica");
 }
 
 /* bad_seq_hdr: is r's Attnd-Sequence-Id given and not a sequence id?
@@ -590,8 +619,7 @@ void srv_h_infer(srv_req *r)
     /* one begun before the signal is served, until the drain is cut short:
      * from then on nothing new runs (the stop would wait for it) */
     if (s->draining && (r->late || s->drain_expired)) {
-        srv_respond_error(r, 503, "server: draining (shutting down); retry "
-                                  "on another replica");
+        srv_sched_refuse_draining(r, 1);
         e->stats.fail_rejected++;
         return;
     }

@@ -266,6 +266,12 @@ void srv_seq_decoded(srv *s, srv_step *st, int take)
     release(q);
 }
 
+int srv_seq_live(srv *s, const char *id)
+{
+    const srv_seq *l = s->seqs ? srv__seq_find(s->seqs, id) : NULL;
+    return l && l->live && !l->kill;
+}
+
 void srv_seq_touch(srv *s, const char *id)
 {
     srv_seq *l = s->seqs ? srv__seq_find(s->seqs, id) : NULL;

@@ -129,6 +129,8 @@ void srv_seq_decoded(srv *s, srv_step *st, int take);
  * or read off its body, sched.c): its live sequence is not idle (a step
  * counts whatever its answer). */
 void srv_seq_touch(srv *s, const char *id);
+/* srv_seq_live: is sequence id live here (not being dropped)? */
+int srv_seq_live(srv *s, const char *id);
 /* srv_seq_abandon: st's job was answered (deadline) or lost its client
  * while decoding: it will never be a step, so the steps that arrived after
  * it need not wait for its decode. */

@@ -679,6 +679,12 @@ int srv_sched_head_refused(srv_req *r);
  * retry; 504): a step it may be still counts for its sequence's idle
  * sweep. */
 void srv_sched_refused(srv_req *r);
+/* srv_sched_refuse_draining: infer request r came after the signal: its
+ * 503. A step of a sequence live here (its Attnd-Sequence-Id header, or
+ * with body, its body's sequence_id too) is told that its sequence ends
+ * with the server, where "retry on another replica" alone sends it to a
+ * replica that does not know it. */
+void srv_sched_refuse_draining(srv_req *r, int body);
 void srv_sched_detach(srv_req *r); /* the request goes away (completion) */
 /* srv_sched_client_went: r's client went while its job waits or runs
  * (guard.c's sweep): answered 499, its job dropped as at a deadline. */

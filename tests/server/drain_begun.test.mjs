@@ -13,7 +13,8 @@ import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { SLOW, f32bytes, requestsUsed, start } from './helper.mjs';
+import { SLOW, f32bytes, infer, requestsUsed, start } from './helper.mjs';
+import { D, gqaModels, stepBody, tokens } from './seq_helper.mjs';
 import { TINY, TINY_CONFIG, slowStart } from './repo_helper.mjs';
 import { INFER, grpcCall, grpcSession } from './soak_grpc.mjs';
 import { SEED_OUT, fields, frame, h2frame, ld, lit, packedI64, seedMsg, str } from '../grpc/wire.mjs';
@@ -271,5 +272,29 @@ test('gRPC: a call begun before SIGTERM whose message ends after the cut answers
   assert.equal((await l.answer).grpcStatus, 0);
   assert.deepEqual(await d.exit, { code: 0, sig: null }, d.log());
   assert.doesNotMatch(d.log(), /model 'up'/, 'the upload did not start a load');
+  await d.stop();
+});
+
+test('gRPC: a step of a sequence live here that comes while the server drains is told its sequence ends with it (its message\'s sequence_id)', async (t) => {
+  const d = await start({ t, grpc: true, dir: gqaModels() });
+  const r0 = await infer(d, 'gqa', stepBody('dr', tokens(2, 5), { start: true, outputs: [{ name: 'y' }] }));
+  assert.equal(r0.status, 200, JSON.stringify(r0.json));
+  // a ModelInferRequest of one token of sequence 'dr' (or of another id)
+  const step = (id) => Buffer.concat([str(1, 'gqa'), ld(4, Buffer.concat([str(1, 'sequence_id'), ld(2, str(3, id))])),
+    ld(5, Buffer.concat([str(1, 'x'), str(2, 'FP32'), packedI64(3, [1, 1, D])])), ld(7, f32bytes(tokens(1, 6)))]);
+  // a call begun before the signal, its message half sent, holds the drain
+  const msg = sdpa(1000, 64), all = frame(msg);
+  const c = open(session(t, d), INFER);
+  c.send(all.subarray(0, all.length >> 1));
+  assert.equal(await used(d, msg.length + 1 + MSG_COST + CALL_COST), msg.length + 1 + MSG_COST + CALL_COST);
+  await sigterm(d);
+  const late = await grpcCall(session(t, d), INFER, [step('dr')]);
+  assert.deepEqual([late.grpcStatus, late.message], [14, "server: draining (shutting down); sequence 'dr' ends with it (its keys " +
+    'and values are memory state): begin it again on another replica with sequence_start: true and the whole history']);
+  const other = await grpcCall(session(t, d), INFER, [step('nope')]);
+  assert.deepEqual([other.grpcStatus, other.message], [14, 'server: draining (shutting down); retry on another replica']);
+  c.end(all.subarray(all.length >> 1));
+  assert.equal((await c.answer).grpcStatus, 0);
+  assert.deepEqual(await d.exit, { code: 0, sig: null }, d.log());
   await d.stop();
 });

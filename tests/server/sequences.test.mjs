@@ -8,8 +8,9 @@
 // not the code with itself.
 import assert from 'node:assert/strict';
 import http from 'node:http';
+import net from 'node:net';
 import { test } from 'node:test';
-import { SLOW, binaryRequest, f32bytes, fp32, infer, maxDiff, parseBinary, start } from './helper.mjs';
+import { SLOW, binaryRequest, f32bytes, fp32, infer, maxDiff, parseBinary, requestsUsed, start } from './helper.mjs';
 import { ALL, D, checkStep, expectRows, feed, full, gqaModels, metric, stepBody, tokens } from './seq_helper.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -479,6 +480,44 @@ test('SIGTERM finishes the steps in flight, then the sequences are gone', async 
   await d.exit;
   const ex = await d.stop();
   assert.equal(ex.code, 0, JSON.stringify(ex) + '\n' + d.log().slice(-3000));
+});
+
+test('a step that comes while the server drains, its sequence in the Attnd-Sequence-Id header, is told its sequence ends with it, not just to retry elsewhere (where it is unknown)', async () => {
+  const d = await start({ dir: gqaModels() });
+  const xs = tokens(3, 13);
+  const ref = await full(d, xs);
+  checkStep(await infer(d, 'gqa', stepBody('dr', xs.slice(0, 2 * D), { start: true })), ref, 0, 2, 'start');
+  // a step begun before the signal (half its body sent) keeps the drain open
+  const body = Buffer.from(JSON.stringify(stepBody('dr', xs.slice(2 * D))));
+  const sock = net.connect(d.port, '127.0.0.1');
+  const answer = new Promise((res) => { let got = ''; sock.on('data', (b) => { got += b; if (/\r\n\r\n[\s\S]*\}$/.test(got)) res(got); }); });
+  sock.write(`POST /v2/models/gqa/infer HTTP/1.1\r\nHost: x\r\nContent-Length: ${body.length}\r\n\r\n`);
+  sock.write(body.subarray(0, 10));
+  // (its head read: its body's bytes are reserved in the memory budget)
+  for (const until = Date.now() + 5000 * SLOW; Date.now() < until; await sleep(20))
+    if (requestsUsed(await (await fetch(`${d.url}/metrics`)).text()) >= body.length) break;
+  d.proc.kill('SIGTERM');
+  await d.logged(/SIGTERM: draining/);
+  // a step that names its sequence in the header (as behind the proxies)
+  // is refused from its head, its body never read: told the sequence ends
+  const late = await infer(d, 'gqa', stepBody('dr', xs.slice(2 * D)), { 'Attnd-Sequence-Id': 'dr' });
+  assert.equal(late.status, 503);
+  assert.equal(late.headers.get('retry-after'), '1');
+  assert.equal(late.json.error, "server: draining (shutting down); sequence 'dr' ends with it (its keys and values are memory state): begin it again on another replica with sequence_start: true and the whole history");
+  // without the header (its body unread), an id not live here, a
+  // stateless request: retry elsewhere, as before (a step then meets the
+  // 400 of an unknown sequence there)
+  for (const [b, h] of [[stepBody('dr', xs.slice(2 * D)), undefined], [stepBody('nope', xs.slice(2 * D)), { 'Attnd-Sequence-Id': 'nope' }],
+    [{ inputs: stepBody('x', xs.slice(2 * D)).inputs }, undefined]])
+    assert.equal((await infer(d, 'gqa', b, h)).json.error, 'server: draining (shutting down); retry on another replica');
+  sock.write(body.subarray(10));
+  const a = await answer;
+  assert.match(a, /^HTTP\/1\.1 200/);
+  checkStep({ status: 200, json: JSON.parse(a.slice(a.indexOf('\r\n\r\n') + 4)) }, ref, 2, 1, 'begun before');
+  sock.destroy();
+  await d.exit;
+  assert.equal((await d.stop()).code, 0);
+  assert.match(d.log(), /exit: 1 live sequence dropped/);
 });
 
 test('a step of a sequence never seen here is told to send the Attnd-Sequence-Id header when it came without it', async () => {
