@@ -239,6 +239,15 @@ static void kv_pool(srv *s, srv_inst *in, const char *name)
                             (size_t)s->cfg.kv_bytes, err) < 0) {
         in->kv_pool = NULL;
         srv_log(s, "warn", "model '%s': no K/V cache for sequences: %s", name, err);
+    } else if (attn_kv_pool_budget(in->kv_pool) <
+               attn_kv_page_bytes(in->kv_pool)) {
+        /* every start would be 400: said once here, not only to clients */
+        srv_log(s, "warn", "model '%s': --kv-bytes %lld is less than one page "
+                "of its keys and values (%d tokens, %zu bytes): it holds no "
+                "sequence; raise --kv-bytes to at least %zu", name,
+                s->cfg.kv_bytes, attn_kv_page_tokens(in->kv_pool),
+                attn_kv_page_bytes(in->kv_pool),
+                attn_kv_page_bytes(in->kv_pool));
     }
 }
 

@@ -346,6 +346,9 @@ test('a sequence that fills the whole K/V cache: its next token is told to end i
   // 4095 bytes hold no page: no sequence fits, whatever its tokens
   const e = await start({ dir: gqaModels(), args: ['--kv-bytes', '4095'] });
   try {
+    // said at the load too, not only to the clients
+    const warn = /warn attnd: model 'gqa': --kv-bytes 4095 is less than one page of its keys and values \(64 tokens, 4096 bytes\): it holds no sequence; raise --kv-bytes to at least 4096/;
+    assert.match(await e.logged(warn), warn);
     const one = await infer(e, 'gqa', stepBody('one', tokens(1, 12), { start: true, outputs: [{ name: 'y' }] }));
     assert.equal(one.status, 400);
     assert.match(one.json.error, /^sequences: the whole K\/V cache of model 'gqa' \(4095 bytes, kv-bytes\) is less than one page of its keys and values \(64 tokens, 4096 bytes\): it holds no sequence; raise --kv-bytes to at least 4096$/);
