@@ -163,10 +163,9 @@ _Static_assert(sizeof(gcall) + 512 <= CALL_COST, "CALL_COST holds a gcall");
  * make). Measured (RSS over 200 connections): 34 KB a connection that
  * sent its preface and SETTINGS, 42 KB one that filled its HPACK table,
  * 62-66 KB one that also sent 6000-20000 PRIORITY frames (nghttp2 caps
- * their idle streams), 45 KB one that closed 100 streams (76 KB when
- * nghttp2 kept closed streams for the priority tree: it no longer does,
- * nghttp2_option_set_no_closed_streams). Its calls count on their own
- * (CALL_COST). */
+ * their idle streams), 45 KB one that closed 100 streams (closed streams
+ * are not kept for the priority tree: nghttp2_option_set_no_closed_streams).
+ * Its calls count on their own (CALL_COST). */
 #define CONN_COST 81920
 _Static_assert(1 + MSG_COST + CALL_COST + CONN_COST <= SRV_BODY_SLACK,
                "a message of max-body fits a budget of max-body + SRV_BODY_SLACK");

@@ -249,9 +249,7 @@ static void add_body(srv_req *r, const char *data, size_t n)
  * comes, and MHD closes the connection (MHD_NO, its line not logged); the
  * rest of the body is read and dropped (linger.c), so a client that reads
  * its answer only once its body is sent gets it rather than a reset, and
- * one that reads as it sends (curl, fetch) stops sending. Before, the body
- * was read to its end for an answer after it, and one past twice its
- * limit was cut off unanswered. */
+ * one that reads as it sends (curl, fetch) stops sending. */
 static enum MHD_Result refuse_body(srv_req *r)
 {
     const union MHD_ConnectionInfo *ci =

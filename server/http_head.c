@@ -608,9 +608,9 @@ static int bodyless(srv_req *r)
 /* late_refused: r began after the signal (r->late), with a body, on a
  * route that refuses such a request (infer and load: sched.c and
  * registry_queue.c answer it 503 once its body is whole): 503 now, from
- * its head, with their message and count, its body never read. Before,
- * such a body (a slow one, an upload) was read whole to be refused, and
- * the exit waited for it until drain-ms passed. 1 when answered. */
+ * its head, with their message and count, its body never read, so that
+ * the exit does not wait for a slow body or an upload to be read whole
+ * only to refuse it. 1 when answered. */
 static int late_refused(srv_req *r)
 {
     int infer = r->route->body == SRV_BODY_INFER;

@@ -44,8 +44,8 @@ static void answer_one(srv_req *r, int status, const char *msg)
 }
 
 /* srv_registry__answer (registry_int.h): answer_one to r and to each
- * call that joined it (join_tail), in the order they came (before, newest
- * first); they take r's choice of Retry-After.
+ * call that joined it (join_tail), in the order they came; they take r's
+ * choice of Retry-After.
  * Each next call is read before the answer of the one before: a gRPC
  * request may be freed by its answer (grpc.c's on_answer, once its call
  * is gone), and r's list is emptied first, so that none is answered

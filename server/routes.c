@@ -266,7 +266,6 @@ typedef struct maps_job {
     int rc;
     int fd;      /* r's socket (loop: taken when queued) */
     int skipped; /* pool: its client went before the render: not done */
-    int cut;     /* pool: its client went during the render: stopped */
 } maps_job;
 
 static enum MHD_Result copy_arg(void *cls, enum MHD_ValueKind kind,
@@ -316,8 +315,7 @@ static int job_went(void *ctx)
  * the pool behind other work (a large inference): one poll(2) of its
  * socket, taken on the loop when mj was queued; and again between the
  * map's heads, every few rows and before printing, where a client that
- * goes stops the render (the mask over 8 heads of a 2048 x 2048 map ran
- * its 0.19 s to the end for a client gone after 0.02 s). The fd stays r's: MHD closes no
+ * goes stops the render (mj->rep.cut). The fd stays r's: MHD closes no
  * suspended connection (guard.c shuts none that is dispatched, and the
  * stop waits for n_suspended), and only maps_done resumes it. Nothing but
  * mj (and s's read-only maps and config) is touched here: the loop learns
@@ -332,7 +330,6 @@ static void maps_work(uv_work_t *w)
     }
     mj->rc = maps_http_render(mj->r->s->maps, mj->path, job_arg, mj, job_went,
                               mj, &mj->rep);
-    mj->cut = mj->rc == 0 && mj->rep.cut;
 }
 
 /* went: has r's client (socket fd) closed, reset or half-closed its
@@ -364,8 +361,8 @@ static void maps_done(uv_work_t *w, int status)
     (void)status;
     srv_pool_done(s);
     s->maps_skipped += mj->skipped;
-    s->maps_cut += mj->cut;
-    if (went(mj->r, mj->fd, mj->skipped || mj->cut)) /* or as it ended */
+    s->maps_cut += mj->rep.cut; /* set only with rc 0 (maps.h) */
+    if (went(mj->r, mj->fd, mj->skipped || mj->rep.cut)) /* or as it ended */
         free(mj->rep.body);
     else
         maps_answer(mj->r, mj->rc, &mj->rep);

@@ -362,7 +362,8 @@ void srv_respond_error(srv_req *r, int status, const char *fmt, ...)
 void srv_respond_json(srv_req *r, int status, const char *json);
 /* srv_respond_dump: o (taken) as r's 200, or 503 fmt when out of memory. */
 void srv_respond_dump(srv_req *r, json_t *o, unsigned long mark,
-                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+                      const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* srv_suspend: r's handler keeps it until srv_respond: its connection is
  * parked (REST), and it counts in n_suspended (both doors). */
 void srv_suspend(srv_req *r);
