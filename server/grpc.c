@@ -492,6 +492,7 @@ void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem,
     srv_handler h;
     int code = GRPC_INTERNAL;
     uint64_t now = srv_now_ns();
+    err[0] = 0;
     if (!sl || !r) { /* a stream: this request's error, in its place */
         free(sl);
         free(r);
@@ -539,18 +540,12 @@ void srv_grpc__dispatch(gcall *call, char *msg, size_t len, size_t mem,
         /* passed: an inference is answered by srv_h_infer once its model
          * is known, and counted there as that model's timeout */
         r->expired = 1;
-    } else if (call->deadline_ns) {
+    } else if (call->deadline_ns) { /* passed: 504, as a bad message is */
         free(msg);
-        r->status = 504;
-        sl->code = GRPC_DEADLINE_EXCEEDED;
-        snprintf(sl->msg, GRPC_ERRMAX, "deadline: the client's deadline passed");
-        sl->done = 1;
-        srv_grpc__schedule(call->c);
-        return;
+        code = GRPC_DEADLINE_EXCEEDED;
+        snprintf(err, sizeof err, "deadline: the client's deadline passed");
     }
-    err[0] = 0;
-    h = srv_grpc_handler(call->m, r, msg, len, &code, err);
-    if (!h) {
+    if (err[0] || !(h = srv_grpc_handler(call->m, r, msg, len, &code, err))) {
         r->status = srv_grpc_http_status(code); /* logged as REST's */
         sl->code = code;
         snprintf(sl->msg, GRPC_ERRMAX, "%s", err);

@@ -125,23 +125,35 @@ static void bprintf(buf *b, const char *fmt, ...)
     }
 }
 
-typedef uint64_t (*stat_get)(const srv_stats *);
-#define GETTER(f)                                                             \
-    static uint64_t get_##f(const srv_stats *st) { return st->f; }
-GETTER(success)
-GETTER(inference_count)
-GETTER(exec_count)
-GETTER(inline_count)
-GETTER(abandoned)
-GETTER(undecoded)
+/* A model's value in a family: get_<name>(e). */
+typedef uint64_t (*entry_get)(const srv_entry *);
+#define GETTER(name, v)                                                       \
+    static uint64_t get_##name(const srv_entry *e) { return (uint64_t)(v); }
+#define STAT_GETTER(f) GETTER(f, e->stats.f)
+STAT_GETTER(success)
+STAT_GETTER(inference_count)
+STAT_GETTER(exec_count)
+STAT_GETTER(inline_count)
+STAT_GETTER(abandoned)
+STAT_GETTER(undecoded)
+STAT_GETTER(success_ns)
+STAT_GETTER(queue_ns)
+STAT_GETTER(input_ns)
+STAT_GETTER(infer_ns)
+STAT_GETTER(output_ns)
+GETTER(pending, e->pending)
+GETTER(ready, e->state == SRV_READY)
+GETTER(waiting, srv_registry_waiting(e))
 
+/* family: metric name's HELP and TYPE lines, then a line a model with
+ * get(e) (ns: nanoseconds, printed as seconds). */
 static void family(buf *b, srv *s, const char *name, const char *type,
-                   const char *help, stat_get get, int ns)
+                   const char *help, entry_get get, int ns)
 {
     srv_entry *e;
     bprintf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
     for (e = s->models; e; e = e->next) {
-        uint64_t v = get(&e->stats);
+        uint64_t v = get(e);
         if (ns)
             bprintf(b, "%s{model=\"%s\",version=\"1\"} %.9f\n", name, e->name,
                     (double)v / 1e9);
@@ -150,14 +162,6 @@ static void family(buf *b, srv *s, const char *name, const char *type,
                     (unsigned long long)v);
     }
 }
-
-#define NS_GETTER(f)                                                          \
-    static uint64_t get_##f(const srv_stats *st) { return st->f; }
-NS_GETTER(success_ns)
-NS_GETTER(queue_ns)
-NS_GETTER(input_ns)
-NS_GETTER(infer_ns)
-NS_GETTER(output_ns)
 
 void srv_h_metrics(srv_req *r)
 {
@@ -208,13 +212,9 @@ void srv_h_metrics(srv_req *r)
            "counter", "Batch compute, once per batch.", get_infer_ns, 1);
     family(&b, s, "attnd_inference_compute_output_duration_seconds_total",
            "counter", "Encoding responses (pool).", get_output_ns, 1);
-    bprintf(&b, "# HELP attnd_inference_pending_requests Requests admitted "
-                "and not yet ended (one answered 504, or whose client went, "
-                "counts until its work stops).\n"
-                "# TYPE attnd_inference_pending_requests gauge\n");
-    for (e = s->models; e; e = e->next)
-        bprintf(&b, "attnd_inference_pending_requests{model=\"%s\",version=\"1\"} %d\n",
-                e->name, e->pending);
+    family(&b, s, "attnd_inference_pending_requests", "gauge",
+           "Requests admitted and not yet ended (one answered 504, or whose "
+           "client went, counts until its work stops).", get_pending, 0);
     bprintf(&b, "# HELP attnd_inference_batch_size Sequences per executed batch.\n"
                 "# TYPE attnd_inference_batch_size histogram\n");
     for (e = s->models; e; e = e->next) {
@@ -234,19 +234,12 @@ void srv_h_metrics(srv_req *r)
                 e->name, (unsigned long long)e->stats.batch_sum, e->name,
                 (unsigned long long)e->stats.batch_count);
     }
-    bprintf(&b, "# HELP attnd_model_ready 1 when the model is loaded and ready.\n"
-                "# TYPE attnd_model_ready gauge\n");
-    for (e = s->models; e; e = e->next)
-        bprintf(&b, "attnd_model_ready{model=\"%s\",version=\"1\"} %d\n", e->name,
-                e->state == SRV_READY);
-    bprintf(&b, "# HELP attnd_repository_calls_waiting Load, upload and "
-                "unload calls of the model waiting while a load of it runs: "
-                "those queued (at most repository-waiters) and those that "
-                "joined an identical one queued.\n"
-                "# TYPE attnd_repository_calls_waiting gauge\n");
-    for (e = s->models; e; e = e->next)
-        bprintf(&b, "attnd_repository_calls_waiting{model=\"%s\",version=\"1\"} "
-                    "%d\n", e->name, srv_registry_waiting(e));
+    family(&b, s, "attnd_model_ready", "gauge",
+           "1 when the model is loaded and ready.", get_ready, 0);
+    family(&b, s, "attnd_repository_calls_waiting", "gauge",
+           "Load, upload and unload calls of the model waiting while a load "
+           "of it runs: those queued (at most repository-waiters) and those "
+           "that joined an identical one queued.", get_waiting, 0);
     bprintf(&b, "# HELP attnd_http_responses_total HTTP answers by status code.\n"
                 "# TYPE attnd_http_responses_total counter\n");
     for (i = 100; i < 600; i++)
