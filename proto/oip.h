@@ -181,6 +181,11 @@ typedef struct oip_output {
 int oip_encode(const char *model_name, const char *id,
                const oip_output *outs, int n_outs, const char *extra_params,
                char **body, size_t *len, size_t *header_len, char *err);
+/* oip_encode_fn: an encoder with oip_encode's contract (oip_pb_encode). */
+typedef int oip_encode_fn(const char *model_name, const char *id,
+                          const oip_output *outs, int n_outs,
+                          const char *extra_params, char **body, size_t *len,
+                          size_t *header_len, char *err);
 
 /*
  * oip_json_floats: f[0..n) as JSON numbers, as oip_encode prints them (9

@@ -513,11 +513,8 @@ int srv_prep_outputs(const srv_prep *p, const oip_request *req,
 
 int srv_infer_encode(const srv_prep *p, const oip_request *req,
                      const char *model_name, maps_store *maps,
-                     int (*enc)(const char *, const char *, const oip_output *,
-                                int, const char *, char **, size_t *, size_t *,
-                                char *),
-                     char **body, size_t *len, size_t *header_len,
-                     char *map_id, char *err)
+                     oip_encode_fn *enc, char **body, size_t *len,
+                     size_t *header_len, char *map_id, char *err)
 {
     oip_output outs[SRV_O_N];
     char extra[MAPS_ID_MAX + 32], id[MAPS_ID_MAX];

@@ -81,11 +81,8 @@ int srv_prep_outputs(const srv_prep *p, const oip_request *req,
  */
 int srv_infer_encode(const srv_prep *p, const oip_request *req,
                      const char *model_name, maps_store *maps,
-                     int (*enc)(const char *, const char *, const oip_output *,
-                                int, const char *, char **, size_t *, size_t *,
-                                char *),
-                     char **body, size_t *len, size_t *header_len,
-                     char *map_id, char *err);
+                     oip_encode_fn *enc, char **body, size_t *len,
+                     size_t *header_len, char *map_id, char *err);
 
 /* srv_encode_status: the HTTP status of an encoder's return code: 0, 400
  * (a non-finite JSON output), 503 (out of memory) or 500. */

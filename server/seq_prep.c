@@ -261,10 +261,8 @@ size_t srv_seq_map_bytes(const srv_step *st)
 }
 
 int srv_seq_encode(srv_step *st, const char *model_name, maps_store *maps,
-                   int (*enc)(const char *, const char *, const oip_output *,
-                              int, const char *, char **, size_t *, size_t *,
-                              char *),
-                   char **body, size_t *len, size_t *header_len, char *err)
+                   oip_encode_fn *enc, char **body, size_t *len,
+                   size_t *header_len, char *err)
 {
     const srv_prep *p = st->prep;
     const oip_request *req = st->in;

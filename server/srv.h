@@ -206,9 +206,7 @@ typedef void (*srv_handler)(srv_req *r);
 typedef struct srv_door {
     int (*decode)(oip_request *req, const char *body, size_t len,
                   size_t header_len, const oip_limits *lim, char *err);
-    int (*encode)(const char *model_name, const char *id,
-                  const oip_output *outs, int n_outs, const char *extra_params,
-                  char **body, size_t *len, size_t *header_len, char *err);
+    oip_encode_fn *encode;
     /* a request's sequence id without its decode (oip_peek_sequence_id) */
     int (*peek_seq_id)(const char *body, size_t len, size_t header_len,
                        char *id);
