@@ -198,33 +198,20 @@ static void unpack_free(void *ud, void *ptr)
 
 ProtobufCAllocator srv_grpc__unpack_al = {unpack_alloc, unpack_free, &ub};
 
-size_t srv_grpc__parse_cap(const srv_req *r, size_t len)
-{
-    size_t cap = GRPC_PARSE_SLACK, mem = (size_t)r->s->cfg.request_memory;
-    cap += len <= (SIZE_MAX - cap) / 2 ? 2 * len : SIZE_MAX - cap;
-    return cap < mem ? cap : mem;
-}
-
-int srv_grpc__bad_message(const char *what, int *code, char *err)
-{
-    if (ub.nomem) {
-        ub.nomem = 0;
-        *code = GRPC_UNAVAILABLE;
-        snprintf(err, GRPC_ERRMAX, GRPC_OOM_MSG);
-        return -1;
-    }
-    *code = GRPC_INVALID_ARGUMENT;
-    snprintf(err, GRPC_ERRMAX, "request: not a valid %s (protobuf wire format)",
-             what);
-    return -1;
-}
+/* What a parse of a len-byte message (not ModelInfer's: proto/pb.c's)
+ * may allocate: PARSE_SLACK and twice len (a name, a few parameters, a
+ * model file cost about their size), at most --request-memory. */
+#define PARSE_SLACK (64 * 1024)
 
 ProtobufCMessage *srv_grpc__unpack(const ProtobufCMessageDescriptor *d,
                                    const srv_req *r, char *msg, size_t len,
                                    int *code, char *err)
 {
     ProtobufCMessage *m = NULL;
-    size_t cap = srv_grpc__parse_cap(r, len);
+    size_t cap = PARSE_SLACK, mem = (size_t)r->s->cfg.request_memory;
+    cap += len <= (SIZE_MAX - cap) / 2 ? 2 * len : SIZE_MAX - cap;
+    if (cap > mem)
+        cap = mem;
     if (oip_pb_check_strings(d, msg, len, err)) {
         *code = GRPC_INVALID_ARGUMENT;
     } else {
@@ -233,7 +220,10 @@ ProtobufCMessage *srv_grpc__unpack(const ProtobufCMessageDescriptor *d,
         ub.over = ub.nomem = 0;
         m = protobuf_c_message_unpack(d, &srv_grpc__unpack_al, len,
                                       (const uint8_t *)msg);
-        if (!m && ub.over && !ub.nomem) {
+        if (!m && ub.nomem) {
+            *code = GRPC_UNAVAILABLE;
+            snprintf(err, GRPC_ERRMAX, GRPC_OOM_MSG);
+        } else if (!m && ub.over) {
             *code = GRPC_RESOURCE_EXHAUSTED;
             snprintf(err, GRPC_ERRMAX, "request: parsing the %zu-byte %s "
                      "takes more than its limit of %zu bytes (64 KiB and "
@@ -241,7 +231,9 @@ ProtobufCMessage *srv_grpc__unpack(const ProtobufCMessageDescriptor *d,
                      len, d->short_name, cap,
                      (long long)r->s->cfg.request_memory);
         } else if (!m) {
-            srv_grpc__bad_message(d->short_name, code, err);
+            *code = GRPC_INVALID_ARGUMENT;
+            snprintf(err, GRPC_ERRMAX, "request: not a valid %s (protobuf "
+                     "wire format)", d->short_name);
         }
     }
     free(msg);

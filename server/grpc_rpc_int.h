@@ -12,17 +12,11 @@
 #include "proto/kserve.pb-c.h"
 #include "server/grpc.h"
 
-/* The allocator of the calls' parses: malloc and free, each parse's
- * blocks counted against srv_grpc__parse_cap, noting a malloc that failed
- * (srv_grpc__bad_message tells the two apart). Frees the messages it
- * parsed (protobuf_c_message_free_unpacked). */
+/* The allocator of the calls' parses (srv_grpc__unpack): malloc and free,
+ * each parse's blocks counted against its cap, noting a malloc that failed
+ * (srv_grpc__unpack tells the two apart). Frees the messages it parsed
+ * (protobuf_c_message_free_unpacked). */
 extern ProtobufCAllocator srv_grpc__unpack_al;
-
-/* What a parse of a len-byte message (not ModelInfer's: proto/pb.c's)
- * may allocate: GRPC_PARSE_SLACK and twice len (a name, a few parameters,
- * a model file cost about their size), at most --request-memory. */
-#define GRPC_PARSE_SLACK (64 * 1024)
-size_t srv_grpc__parse_cap(const srv_req *r, size_t len);
 
 /* srv_grpc__fail: r's REST error as a gRPC status, its words in err. */
 int srv_grpc__fail(const srv_req *r, char *err);
@@ -33,15 +27,12 @@ int srv_grpc__pack(const ProtobufCMessage *m, char **out, size_t *len,
 /* srv_grpc__answer_json: r's 200 answer as JSON; NULL with *code and err
  * when r failed (its REST error) or its answer cannot be read. */
 json_t *srv_grpc__answer_json(const srv_req *r, int *code, char *err);
-/* srv_grpc__bad_message: a request message (of type what) that did not
- * parse: -1 with *code and err (INVALID_ARGUMENT, or UNAVAILABLE when the
- * parse ran out of memory). */
-int srv_grpc__bad_message(const char *what, int *code, char *err);
 /* srv_grpc__unpack: msg (len bytes; freed here) as a message of d with
  * srv_grpc__unpack_al, its strings free of NUL bytes
  * (oip_pb_check_strings); NULL with *code and err when it is not one
- * (srv_grpc__bad_message, or INVALID_ARGUMENT naming the string), or
- * when its parse needs more than srv_grpc__parse_cap(r, len) bytes
+ * (INVALID_ARGUMENT naming the message type or the string; UNAVAILABLE
+ * when the parse ran out of memory), or when its parse needs more than
+ * its cap: 64 KiB and twice len, at most --request-memory
  * (RESOURCE_EXHAUSTED naming the limit). */
 ProtobufCMessage *srv_grpc__unpack(const ProtobufCMessageDescriptor *d,
                                    const srv_req *r, char *msg, size_t len,

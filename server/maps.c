@@ -626,14 +626,6 @@ static int acquire_checked(maps_store *st, const char *id, int b, int h,
     return 0;
 }
 
-int maps__slice_entry(const maps__entry *e, maps_what what, int b, int h,
-                      int max_n, float **out, int *rows, int *cols,
-                      int *row_block, int *col_block, char *err)
-{
-    return maps__slice_cut(e, what, b, h, max_n, NULL, NULL, out, rows, cols,
-                           row_block, col_block, err);
-}
-
 int maps__slice_cut(const maps__entry *e, maps_what what, int b, int h,
                     int max_n, maps_cut_fn cut, void *cut_ctx, float **out,
                     int *rows, int *cols, int *row_block, int *col_block,
@@ -692,8 +684,8 @@ int maps_slice_of(maps_store *st, const char *id, maps_what what, int b,
     *out = NULL;
     if ((rc = acquire_checked(st, id, b, h, 1, &e, err)))
         return rc;
-    rc = maps__slice_entry(e, what, b, h, max_n, out, rows, cols, row_block,
-                           col_block, err);
+    rc = maps__slice_cut(e, what, b, h, max_n, NULL, NULL, out, rows, cols,
+                         row_block, col_block, err);
     maps__release(e);
     return rc;
 }

@@ -51,19 +51,16 @@ void maps__entry_free(maps__entry *e);
 
 /* maps__check: b and h in range for e (h == -1, the mean over heads, too
  * when allow_mean); 0, or ATTN_EINVAL with err naming the one that is
- * not. maps__slice_entry and maps__values_entry: maps_slice_of and
+ * not. maps__slice_cut and maps__values_entry: maps_slice_of and
  * maps_values on an entry the caller holds a reference on, b and h
  * checked: a reader that also renders e->info (maps_http.c) reads one
  * version throughout, where looking id up twice could meet a sequence's
  * next version the second time. Any thread. */
 int maps__check(const maps__entry *e, int b, int h, int allow_mean,
                 char *err);
-int maps__slice_entry(const maps__entry *e, maps_what what, int b, int h,
-                      int max_n, float **out, int *rows, int *cols,
-                      int *row_block, int *col_block, char *err);
-/* maps__slice_cut: maps__slice_entry asking cut(cut_ctx) between heads and
- * every 16 rows of the plane it fills, and before pooling it: when cut
- * says its reader went, 0 with *out NULL (nothing to free). */
+/* maps__slice_cut asks cut(cut_ctx) (NULL: never) between heads and every
+ * 16 rows of the plane it fills, and before pooling it: when cut says its
+ * reader went, 0 with *out NULL (nothing to free). */
 int maps__slice_cut(const maps__entry *e, maps_what what, int b, int h,
                     int max_n, maps_cut_fn cut, void *cut_ctx, float **out,
                     int *rows, int *cols, int *row_block, int *col_block,
