@@ -391,8 +391,7 @@ static int parse_count(const char *v, unsigned long long *out)
  * instead of the 100), its body never read (the connection closes: its
  * client may send the body all the same, after a wait of its own), and
  * holding no memory for it. Asked after the 413 for its declared length,
- * which it would get without the expectation. Before, it got 100
- * Continue and its answer only once the whole body had come. Without the
+ * which it would get without the expectation. Without the
  * expectation the body is on its way and is read, and the connection
  * stays. 1 when answered. */
 static int answered_early(srv_req *r)
