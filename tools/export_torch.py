@@ -28,7 +28,8 @@ Options:
     --causal            requests default to causal (a decoder layer)
     --rope-theta T      RoPE base (Llama: 10000, rope_theta of its config);
                         rotate_half pairing, as Hugging Face's Llama
-    --rope-dims N       rotate the first N dims of each head (default all)
+    --rope-dims N       rotate the first N dims of each head (default all;
+                        even, at most the head dim; needs --rope-theta)
     --description TEXT  shown in the model's metadata
 
 From Python:
@@ -59,6 +60,30 @@ class ExportError(SystemExit):
 def _torch():
     import torch
     return torch
+
+
+def check_rope(rope_theta, rope_dims, head_dim=None):
+    """Refuse, before anything is written, RoPE options that config.json
+    cannot hold (dims without theta) or that attnd refuses at load (dims
+    odd, not positive or past the head dim; all of an odd head dim).
+    head_dim None: not known yet (the command line, before SRC is read)."""
+    if rope_dims is not None:
+        if not rope_theta:
+            raise ExportError("--rope-dims needs --rope-theta (the RoPE base; "
+                              "Llama's is 10000)")
+        if rope_dims < 1 or rope_dims % 2:
+            raise ExportError("--rope-dims %d: RoPE rotates pairs of dims: "
+                              "give a positive even number (at most the "
+                              "head dim), or leave it out to rotate them all"
+                              % rope_dims)
+        if head_dim is not None and rope_dims > head_dim:
+            raise ExportError("--rope-dims %d is more than the head dim %d: "
+                              "give at most %d, or leave it out to rotate "
+                              "them all" % (rope_dims, head_dim, head_dim))
+    elif rope_theta and head_dim is not None and head_dim % 2:
+        raise ExportError("the head dim %d is odd and RoPE rotates pairs of "
+                          "dims: give --rope-dims, an even number below it"
+                          % head_dim)
 
 
 def _bytes(t, dtype):
@@ -185,6 +210,10 @@ def write_folder(outdir, parts, n_heads, layout="canonical", dtype="F32",
     """Write parts (see parts_from_state_dict) as a model folder. extra:
     more tensors {name: tensor} to store (e.g. other layers)."""
     q, k, v, o, qb, kb, vb, ob = parts
+    if n_heads is None or n_heads < 1:
+        raise ExportError("--n-heads must be a positive number of query "
+                          "heads (got %s)" % n_heads)
+    check_rope(rope_theta, rope_dims, q.shape[0] // n_heads)
     tensors = {}
 
     def put(name, t):
@@ -240,8 +269,6 @@ def write_folder(outdir, parts, n_heads, layout="canonical", dtype="F32",
         cfg["rope"] = {"theta": rope_theta}
         if rope_dims:
             cfg["rope"]["dims"] = rope_dims
-    elif rope_dims:
-        raise ExportError("--rope-dims needs --rope-theta")
     if out_prefix:
         cfg["prefix"] = out_prefix
     if description:
@@ -310,6 +337,7 @@ def main():
                           "heads (got %d)" % a.n_heads)
     if a.rope_theta is not None and not a.rope_theta > 0:
         raise ExportError("--rope-theta must be positive (Llama's is 10000)")
+    check_rope(a.rope_theta, a.rope_dims)
     torch = _torch()
     obj = load_source(a.src)
     kw = dict(layout=a.layout, dtype=a.dtype, out_prefix=a.out_prefix,

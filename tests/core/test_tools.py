@@ -4,16 +4,19 @@ fixtures are made with: tools/embed.py (the shared sample-embedding
 generator) and tools/attnd_st.py (safetensors read/write), checked against
 published reference values, not against themselves; and how
 tools/export_torch.py picks the attention layer of a state dict and refuses
-what does not fit (on shapes alone: no PyTorch needed).
+what does not fit, before it writes anything (on shapes alone: no PyTorch
+needed).
 
 Run: python3 -B tests/core/test_tools.py -v   (part of make test)
 """
+import json
 import math
 import os
 import struct
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
@@ -200,6 +203,80 @@ class ExportTorch(unittest.TestCase):
         del sd["k_proj.weight"]
         with self.assertRaisesRegex(SystemExit, "k_proj.weight is missing"):
             export_torch.parts_from_state_dict(sd, 8)
+
+
+def fake_bytes(t, dtype):
+    """export_torch._bytes for a FakeT: zeros of its size in F32."""
+    return bytes(4 * math.prod(t.shape))
+
+
+class ExportTorchWrites(unittest.TestCase):
+    """What tools/export_torch.py writes, and what it refuses before writing
+    anything (its tensors' bytes stood in for: no PyTorch needed)."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.out = os.path.join(self.tmp.name, "models", "dec")
+        os.makedirs(os.path.dirname(self.out))
+        self.parts = export_torch.parts_from_state_dict(llama_layer(""), 8)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def write(self, **kw):
+        with mock.patch.object(export_torch, "_bytes", fake_bytes):
+            export_torch.write_folder(self.out, self.parts, 8, layout="qproj",
+                                      **kw)
+
+    def main(self, *args):
+        with mock.patch.object(sys, "argv", ["export_torch.py"] + list(args)):
+            export_torch.main()
+
+    def test_folder_written(self):
+        self.write(causal=True, rope_theta=1e4, rope_dims=4)
+        self.assertEqual(sorted(os.listdir(self.out)),
+                         ["config.json", "model.safetensors"])
+        with open(os.path.join(self.out, "config.json")) as fh:
+            self.assertEqual(json.load(fh), {"n_heads": 8, "causal": True,
+                                             "rope": {"theta": 1e4,
+                                                      "dims": 4}})
+
+    def test_heads_refused_before_the_folder_is_written(self):
+        for h in (0, -2, None):
+            with self.assertRaisesRegex(SystemExit, "--n-heads must be a "
+                                        r"positive number.*\(got %s\)" % h):
+                with mock.patch.object(export_torch, "_bytes", fake_bytes):
+                    export_torch.write_folder(self.out, self.parts, h,
+                                              layout="qproj")
+            self.assertFalse(os.path.exists(self.out))
+
+    def test_rope_options_refused_before_the_source_is_read(self):
+        for args, msg in (
+                (["--rope-dims", "4"], "--rope-dims needs --rope-theta"),
+                (["--rope-theta", "1e4", "--rope-dims", "3"],
+                 "--rope-dims 3: RoPE rotates pairs of dims: give a positive "
+                 "even number"),
+                (["--rope-theta", "1e4", "--rope-dims", "0"],
+                 "--rope-dims 0: .*positive even")):
+            with self.assertRaisesRegex(SystemExit, msg):
+                self.main(os.path.join(self.tmp.name, "missing.pt"),
+                          self.out, "--n-heads", "8", *args)
+
+    def test_rope_refused_before_the_folder_is_written(self):
+        # write_folder (export_state_dict's, export_module's): head dim 8
+        for kw, msg in (({"rope_dims": 4}, "--rope-dims needs --rope-theta"),
+                        ({"rope_theta": 1e4, "rope_dims": 10},
+                         "--rope-dims 10 is more than the head dim 8: give "
+                         "at most 8")):
+            with self.assertRaisesRegex(SystemExit, msg):
+                self.write(**kw)
+            self.assertFalse(os.path.exists(self.out))
+        self.parts = export_torch.parts_from_state_dict(
+            llama_layer("", D=72, H=8, Hkv=2), 8)  # heads of 9
+        with self.assertRaisesRegex(SystemExit, "the head dim 9 is odd.*"
+                                    "give --rope-dims"):
+            self.write(rope_theta=1e4)
+        self.assertFalse(os.path.exists(self.out))
 
 
 if __name__ == "__main__":
