@@ -58,7 +58,12 @@ class ExportError(SystemExit):
 
 
 def _torch():
-    import torch
+    try:
+        import torch
+    except ImportError as e:
+        raise ExportError("export_torch.py needs PyTorch (import torch: %s): "
+                          "run it with Debian's /usr/bin/python3 "
+                          "(apt-get install python3-torch)" % e)
     return torch
 
 

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import struct
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -277,6 +278,26 @@ class ExportTorchWrites(unittest.TestCase):
                                     "give --rope-dims"):
             self.write(rope_theta=1e4)
         self.assertFalse(os.path.exists(self.out))
+
+    def test_without_pytorch_it_says_what_to_run(self):
+        with mock.patch.dict(sys.modules, {"torch": None}):
+            with self.assertRaisesRegex(SystemExit, "needs PyTorch .*run it "
+                                        "with Debian's /usr/bin/python3 "
+                                        r"\(apt-get install python3-torch\)"):
+                self.main(os.path.join(self.tmp.name, "x.pt"), self.out)
+        # run as a command: exit status 1 and one line, as its other errors
+        tool = os.path.join(HERE, "..", "..", "tools", "export_torch.py")
+        for pre, msg in (("sys.modules['torch'] = None", "needs PyTorch"),
+                         ("pass", "--n-heads must be a positive")):
+            r = subprocess.run(
+                [sys.executable, "-B", "-c", "import runpy, sys; %s; "
+                 "sys.argv = [%r, 'x.pt', %r, '--n-heads', %r]; "
+                 "runpy.run_path(%r, run_name='__main__')"
+                 % (pre, tool, self.out, "0" if pre == "pass" else "8", tool)],
+                capture_output=True, text=True)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertRegex(r.stderr, "^[^\n]*%s[^\n]*\n$" % msg)
+            self.assertNotIn("Traceback", r.stderr)
 
 
 if __name__ == "__main__":
