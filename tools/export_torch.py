@@ -91,6 +91,15 @@ def check_rope(rope_theta, rope_dims, head_dim=None):
                           % head_dim)
 
 
+def _matrix(name, t):
+    """t, a weight: two dimensions, neither empty."""
+    if t is not None and (len(t.shape) != 2 or not all(t.shape)):
+        raise ExportError("%s has shape %s: a weight has two dimensions, "
+                          "neither empty; save the layer's whole state_dict()"
+                          % (name, tuple(t.shape)))
+    return t
+
+
 def _bytes(t, dtype):
     torch = _torch()
     dt = {"F32": torch.float32, "F16": torch.float16,
@@ -170,7 +179,15 @@ def parts_from_state_dict(sd, n_heads, prefix=""):
         parts = (q, k, v, o, g("q_proj.bias"), g("k_proj.bias"),
                  g("v_proj.bias"), ob)
     else:
-        o = g(_MHA_OUT)
+        inw = "in_proj_weight" if g("in_proj_weight") is not None \
+            else "q_proj_weight"
+        o = _matrix(prefix + _MHA_OUT, g(_MHA_OUT))
+        if o is None:  # found beside o_proj.weight
+            raise ExportError(
+                "'%s%s' without '%s%s': an nn.MultiheadAttention's output "
+                "weight is out_proj.weight (o_proj.weight goes with "
+                "q_proj.weight, k_proj.weight and v_proj.weight); save its "
+                "whole state_dict()" % (prefix, inw, prefix, _MHA_OUT))
         E = o.shape[0]
         if (g("in_proj_bias") is None) != (g("out_proj.bias") is None):
             raise ExportError(
@@ -179,6 +196,15 @@ def parts_from_state_dict(sd, n_heads, prefix=""):
                     prefix, *(("in_proj_bias", "out_proj.bias")
                               if g("out_proj.bias") is None
                               else ("out_proj.bias", "in_proj_bias"))))
+        for n in ("in_proj_weight", "in_proj_bias"):
+            t = g(n)
+            want = (3 * E, E) if n == "in_proj_weight" else (3 * E,)
+            if t is not None and tuple(t.shape) != want:
+                raise ExportError(
+                    "'%s%s' has shape %s: an nn.MultiheadAttention's holds "
+                    "q, k and v's, %s (embed_dim %d, out_proj.weight's rows);"
+                    " save its whole state_dict()" % (
+                        prefix, n, tuple(t.shape), want, E))
         if g("in_proj_weight") is not None:
             q, k, v = g("in_proj_weight").split(E, dim=0)
         else:
@@ -187,6 +213,8 @@ def parts_from_state_dict(sd, n_heads, prefix=""):
             if k is None or v is None:
                 raise ExportError("%sq_proj_weight needs k_proj_weight and "
                                   "v_proj_weight beside it" % prefix)
+            k = _matrix(prefix + "k_proj_weight", k)
+            v = _matrix(prefix + "v_proj_weight", v)
             if k.shape[1] != v.shape[1]:
                 raise ExportError("kdim %d != vdim %d: attnd takes one "
                                   "context tensor for keys and values" %
@@ -194,11 +222,13 @@ def parts_from_state_dict(sd, n_heads, prefix=""):
         b = g("in_proj_bias")
         qb, kb, vb = b.split(E) if b is not None else (None, None, None)
         parts = (q, k, v, o, qb, kb, vb, g("out_proj.bias"))
+    for n, t in zip(("the query", "the key", "the value", "the output"),
+                    parts[:4]):
+        _matrix(n + " projection's weight", t)
     q = parts[0]
-    if len(q.shape) != 2 or q.shape[0] % n_heads:
-        raise ExportError("%s has %s outputs, not divisible by --n-heads %d"
-                          % ("the query projection" if len(q.shape) == 2
-                             else "q", q.shape[0], n_heads))
+    if q.shape[0] % n_heads:
+        raise ExportError("the query projection has %s outputs, not "
+                          "divisible by --n-heads %d" % (q.shape[0], n_heads))
     dk = q.shape[0] // n_heads
     kv = parts[1].shape[0]
     if kv % dk or n_heads % (kv // dk or 1) or not kv:
@@ -261,12 +291,6 @@ def write_folder(outdir, parts, n_heads, layout="canonical", dtype="F32",
         raise ExportError("unknown layout %r" % layout)
     for n, t in (extra or {}).items():
         tensors[n] = (dtype, list(t.shape), _bytes(t, dtype))
-    try:
-        os.makedirs(outdir, exist_ok=True)
-        attnd_st.write(os.path.join(outdir, "model.safetensors"), tensors)
-    except OSError as e:
-        raise ExportError("%s: cannot write the model folder: %s" %
-                          (outdir, e.strerror or e))
     cfg = {"n_heads": n_heads}
     if causal:
         cfg["causal"] = True
@@ -278,9 +302,15 @@ def write_folder(outdir, parts, n_heads, layout="canonical", dtype="F32",
         cfg["prefix"] = out_prefix
     if description:
         cfg["description"] = description
-    with open(os.path.join(outdir, "config.json"), "w") as fh:
-        json.dump(cfg, fh, indent=2)
-        fh.write("\n")
+    try:
+        os.makedirs(outdir, exist_ok=True)
+        attnd_st.write(os.path.join(outdir, "model.safetensors"), tensors)
+        with open(os.path.join(outdir, "config.json"), "w") as fh:
+            json.dump(cfg, fh, indent=2)
+            fh.write("\n")
+    except OSError as e:
+        raise ExportError("%s: cannot write the model folder: %s" %
+                          (outdir, e.strerror or e))
 
 
 def export_state_dict(sd, outdir, n_heads, prefix=None, **kw):

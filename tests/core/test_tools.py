@@ -205,6 +205,36 @@ class ExportTorch(unittest.TestCase):
         with self.assertRaisesRegex(SystemExit, "k_proj.weight is missing"):
             export_torch.parts_from_state_dict(sd, 8)
 
+    def test_odd_state_dicts_are_messages_not_tracebacks(self):
+        llama0 = llama_layer("")
+        llama0["q_proj.weight"] = FakeT(0, 64)
+        for sd, msg in (
+                # in_proj_weight / q_proj_weight beside o_proj.weight
+                ({"attn.in_proj_weight": FakeT(24, 8),
+                  "attn.o_proj.weight": FakeT(8, 8)},
+                 "'attn.in_proj_weight' without 'attn.out_proj.weight': an "
+                 "nn.MultiheadAttention's output weight is out_proj.weight"),
+                ({"attn.q_proj_weight": FakeT(8, 8),
+                  "attn.k_proj_weight": FakeT(8, 6),
+                  "attn.v_proj_weight": FakeT(8, 6),
+                  "attn.o_proj.weight": FakeT(8, 8)},
+                 "'attn.q_proj_weight' without 'attn.out_proj.weight'"),
+                # in_proj_weight / in_proj_bias not of 3 x embed_dim rows
+                ({"in_proj_weight": FakeT(20, 8),
+                  "out_proj.weight": FakeT(8, 8)},
+                 r"'in_proj_weight' has shape \(20, 8\): an "
+                 r"nn.MultiheadAttention's holds q, k and v's, \(24, 8\) "
+                 r"\(embed_dim 8, out_proj.weight's rows\)"),
+                ({"in_proj_weight": FakeT(24, 8), "in_proj_bias": FakeT(20),
+                  "out_proj.weight": FakeT(8, 8), "out_proj.bias": FakeT(8)},
+                 r"'in_proj_bias' has shape \(20,\):.* \(24,\)"),
+                # a query projection of no rows (divisible by any heads)
+                (llama0, r"the query projection's weight has shape \(0, 64\)"
+                 ": a weight has two dimensions, neither empty")):
+            with self.subTest(msg=msg[:30]):
+                with self.assertRaisesRegex(SystemExit, msg):
+                    export_torch.parts_from_state_dict(sd, 2)
+
 
 def fake_bytes(t, dtype):
     """export_torch._bytes for a FakeT: zeros of its size in F32."""
@@ -278,6 +308,12 @@ class ExportTorchWrites(unittest.TestCase):
                                     "give --rope-dims"):
             self.write(rope_theta=1e4)
         self.assertFalse(os.path.exists(self.out))
+
+    def test_config_that_cannot_be_written_is_a_message(self):
+        os.makedirs(os.path.join(self.out, "config.json"))  # a folder
+        with self.assertRaisesRegex(SystemExit, "dec: cannot write the model "
+                                    "folder: Is a directory"):
+            self.write()
 
     def test_without_pytorch_it_says_what_to_run(self):
         with mock.patch.dict(sys.modules, {"torch": None}):
