@@ -172,8 +172,12 @@ def parts_from_state_dict(sd, n_heads, prefix=""):
         o = o if o is not None else g("out_proj.weight")
         for n, t in (("k_proj.weight", k), ("v_proj.weight", v)):
             if t is None:
-                raise ExportError("%s%s is missing beside q_proj.weight"
-                                  % (prefix, n))
+                raise ExportError(
+                    "'%s%s' is missing beside '%sq_proj.weight': a layer of "
+                    "these names needs q_proj.weight, k_proj.weight, "
+                    "v_proj.weight and o_proj.weight (or out_proj.weight); "
+                    "save the layer's whole state_dict(), or choose another "
+                    "layer with --prefix" % (prefix, n, prefix))
         ob = g("o_proj.bias")
         ob = ob if ob is not None else g("out_proj.bias")
         parts = (q, k, v, o, g("q_proj.bias"), g("k_proj.bias"),
@@ -191,11 +195,14 @@ def parts_from_state_dict(sd, n_heads, prefix=""):
         E = o.shape[0]
         if (g("in_proj_bias") is None) != (g("out_proj.bias") is None):
             raise ExportError(
-                "%s%s without %s: an nn.MultiheadAttention has both biases "
-                "(bias=True) or neither; save its whole state_dict()" % (
-                    prefix, *(("in_proj_bias", "out_proj.bias")
+                "'%s%s' without '%s%s': an nn.MultiheadAttention has both "
+                "biases (bias=True) or neither; save its whole state_dict(), "
+                "or, for a layer with some biases only, use the "
+                "q_proj.weight... names" % (
+                    prefix, *(("in_proj_bias", prefix, "out_proj.bias")
                               if g("out_proj.bias") is None
-                              else ("out_proj.bias", "in_proj_bias"))))
+                              else ("out_proj.bias", prefix,
+                                    "in_proj_bias"))))
         for n in ("in_proj_weight", "in_proj_bias"):
             t = g(n)
             want = (3 * E, E) if n == "in_proj_weight" else (3 * E,)
@@ -211,8 +218,9 @@ def parts_from_state_dict(sd, n_heads, prefix=""):
             q, k, v = (g("q_proj_weight"), g("k_proj_weight"),
                        g("v_proj_weight"))
             if k is None or v is None:
-                raise ExportError("%sq_proj_weight needs k_proj_weight and "
-                                  "v_proj_weight beside it" % prefix)
+                raise ExportError("'%sq_proj_weight' needs k_proj_weight and "
+                                  "v_proj_weight beside it; save the "
+                                  "layer's whole state_dict()" % prefix)
             k = _matrix(prefix + "k_proj_weight", k)
             v = _matrix(prefix + "v_proj_weight", v)
             if k.shape[1] != v.shape[1]:

@@ -197,13 +197,28 @@ class ExportTorch(unittest.TestCase):
         mha = {"attn.in_proj_weight": FakeT(24, 8),
                "attn.in_proj_bias": FakeT(24),
                "attn.out_proj.weight": FakeT(8, 8)}
-        with self.assertRaisesRegex(SystemExit, "attn.in_proj_bias without "
-                                    "out_proj.bias: an nn.MultiheadAttention"
-                                    " has both"):
+        # attnd's words for it (core/model_layout.c), with what to do
+        with self.assertRaisesRegex(
+                SystemExit, r"^'attn.in_proj_bias' without 'attn.out_proj."
+                r"bias': an nn.MultiheadAttention has both biases \(bias="
+                r"True\) or neither; save its whole state_dict\(\), or, for "
+                r"a layer with some biases only, use the q_proj.weight\.\.\. "
+                r"names$"):
             export_torch.parts_from_state_dict(mha, 2)
         del sd["k_proj.weight"]
-        with self.assertRaisesRegex(SystemExit, "k_proj.weight is missing"):
+        with self.assertRaisesRegex(SystemExit, "'k_proj.weight' is missing "
+                                    "beside 'q_proj.weight': a layer of these "
+                                    "names needs q_proj.weight, k_proj.weight,"
+                                    " v_proj.weight and o_proj.weight .*save "
+                                    r"the layer's whole state_dict\(\)"):
             export_torch.parts_from_state_dict(sd, 8)
+        with self.assertRaisesRegex(SystemExit, "'attn.q_proj_weight' needs "
+                                    "k_proj_weight and v_proj_weight beside "
+                                    r"it; save the layer's whole state_dict"):
+            export_torch.parts_from_state_dict(
+                {"attn.q_proj_weight": FakeT(8, 8),
+                 "attn.v_proj_weight": FakeT(8, 6),
+                 "attn.out_proj.weight": FakeT(8, 8)}, 2)
 
     def test_odd_state_dicts_are_messages_not_tracebacks(self):
         llama0 = llama_layer("")
