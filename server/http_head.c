@@ -4,8 +4,9 @@
  * framed (RFC 9112: one Content-Length or Transfer-Encoding: chunked, else
  * 400 and a close), the query of our extension's routes (only the
  * parameters each reads, each once), an infer or load begun while
- * draining (503), an infer that waits for 100 Continue to a model not
- * loaded (404), the body's limit and memory-budget reservation, and
+ * draining (503), the body's limit, an infer or unload that waits for 100
+ * Continue whose answer no body changes (answered_early), the body's
+ * memory-budget reservation, and
  * whether its client will close after the answer.
  * http.c calls srv_http__first_call on MHD's first call for each request;
  * it may answer from the head: at once, with Connection: close, for a

@@ -506,14 +506,6 @@ static const char *seq_hdr_id(const srv_req *r)
            : r->has_seq_hdr ? r->seq_hdr : NULL;
 }
 
-/* srv_sched_refused: infer request r was refused before its decode (503:
- * retry), its body whole or not (memory-budget could not hold it, a full
- * queue; or 504, a gRPC client's deadline past when its message came): a
- * step of a live sequence, retried as told, keeps it from the idle sweep,
- * as one refused after its decode does. Its id is its
- * Attnd-Sequence-Id header, or else its body's sequence_id so far, read
- * off without a decode: one pass over the JSON (the loop copied it in
- * already), a walk of a gRPC message's top-level fields. Loop thread. */
 /* step_id: the sequence id undecoded request r names (its header or
  * metadata, else its body's first sequence_id) into id; 0 for none. */
 static int step_id(const srv_req *r, char id[OIP_MAX_SEQ_ID])
@@ -530,6 +522,14 @@ static int step_id(const srv_req *r, char id[OIP_MAX_SEQ_ID])
         r->body, r->body_len, r->header_len, id);
 }
 
+/* srv_sched_refused: infer request r was refused before its decode (503:
+ * retry), its body whole or not (memory-budget could not hold it, a full
+ * queue; or 504, a gRPC client's deadline past when its message came): a
+ * step of a live sequence, retried as told, keeps it from the idle sweep,
+ * as one refused after its decode does. Its id is its
+ * Attnd-Sequence-Id header, or else its body's sequence_id so far, read
+ * off without a decode: one pass over the JSON (the loop copied it in
+ * already), a walk of a gRPC message's top-level fields. Loop thread. */
 void srv_sched_refused(srv_req *r)
 {
     char id[OIP_MAX_SEQ_ID];

@@ -497,8 +497,10 @@ test('a step that comes while the server drains, its sequence in the Attnd-Seque
   sock.write(`POST /v2/models/gqa/infer HTTP/1.1\r\nHost: x\r\nContent-Length: ${body.length}\r\n\r\n`);
   sock.write(body.subarray(0, 10));
   // (its head read: its body's bytes are reserved in the memory budget)
-  for (const until = Date.now() + 5000 * SLOW; Date.now() < until; await sleep(20))
-    if (requestsUsed(await (await fetch(`${d.url}/metrics`)).text()) >= body.length) break;
+  let held = 0;
+  for (const until = Date.now() + 5000 * SLOW; held < body.length && Date.now() < until; await sleep(20))
+    held = requestsUsed(await (await fetch(`${d.url}/metrics`)).text());
+  assert.ok(held >= body.length, `the begun step's body reserved (${held} of ${body.length} bytes)`);
   d.proc.kill('SIGTERM');
   await d.logged(/SIGTERM: draining/);
   // a step that names its sequence in the header (as behind the proxies)
