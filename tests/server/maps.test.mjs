@@ -383,7 +383,10 @@ test('a retained request whose client went while it ran in a shared batch (499) 
   // GFLOP, seconds of both cores) joins it. a's client goes while the
   // batch runs; the guard's sweep answers it 499, and since b still waits
   // for its answer the batch runs on and encodes a's answer too.
-  const d = await start({ t, args: ['--batch-delay-us', '10000000', '--max-batch', '2', '--threads', '2'] });
+  // (--deadline-ms: b's batch runs for seconds of both cores, and tens of
+  // them under a sanitizer on a loaded machine: past the default 30 s it
+  // was answered 504, not the 200 this test waits for)
+  const d = await start({ t, args: ['--batch-delay-us', '10000000', '--max-batch', '2', '--threads', '2', '--deadline-ms', '600000'] });
   try {
     const ac = new AbortController();
     const a = postBinary(d, sdpaBinary(4, 64, { retain: true }), ac.signal).catch((e) => e);
@@ -422,7 +425,9 @@ test('a map render queued on the pool behind inference work is not done once its
   // ~69 GFLOP) holds the one pool thread; a map render queued behind it
   // waits there, its client goes, and when the thread takes it the render
   // (1M cells, ~15 MB of JSON no one reads) is skipped
-  const d = await start({ t, args: ['--threads', '1', '--inline-conns', '0', '--log-flush-ms', '10'] });
+  // (--deadline-ms: on one thread, under a sanitizer and load, the large
+  // request ran past the default 30 s and was answered 504, not 200)
+  const d = await start({ t, args: ['--threads', '1', '--inline-conns', '0', '--log-flush-ms', '10', '--deadline-ms', '600000'] });
   try {
     const T = 1024;
     const col = Array.from({ length: T * 8 }, (_, i) => Math.sin(i));
