@@ -13,6 +13,12 @@ browserSuite((d, b) => { daemon = d; browser = b; });
 
 const SEED = { q: [[2, 0, 2, 0], [0, 4, 0, 2]], k: [[1, 0, 1, 0], [0, 1, 0, 0]], v: [[1, 2], [3, 0]], tokens: ['t0', 't1'] };
 
+// linkOf(page): the link's parameters as the page holds them now. Not
+// page.url(): that is Playwright's copy, updated by a protocol event that
+// may come after a click whose handler called replaceState has returned
+// (under load, the h= of a head just clicked read as the old one).
+const linkOf = async (page) => new URLSearchParams((await page.evaluate(() => location.hash)).slice(1));
+
 // retainSdpa: POST sdpa on the seed with retain and no outputs list (so
 // the store keeps weights and value rows, not scores); the map id.
 async function retainSdpa() {
@@ -263,7 +269,7 @@ test('Copy link judges the drawn run\'s input, not the tab or the fields changed
   await page.waitForFunction(() => window.attnd.run.T === 2 && document.body.dataset.state === 'ready');
   await page.click('#tab-json');
   assert.doesNotMatch(await copied(page), /too large/);
-  const p = new URLSearchParams(new URL(page.url()).hash.slice(1));
+  const p = await linkOf(page);
   assert.equal(p.get('text'), 'one two');
   assert.equal(p.get('model'), 'toy');
   assert.deepEqual(errors, []);
@@ -278,7 +284,7 @@ test('a Run that failed leaves the link on the drawn run\'s words and causal box
   await page.waitForFunction(() => document.body.dataset.state === 'error');
   assert.match(await page.textContent('#status'), /type at least one word/);
   await page.click('#heads button[data-head="1"]'); // the drawn map still studied
-  const p = new URLSearchParams(new URL(page.url()).hash.slice(1));
+  const p = await linkOf(page);
   assert.equal(p.get('text'), 'a b c');
   assert.equal(p.get('causal'), '0');
   assert.equal(p.get('h'), '1');
