@@ -9,33 +9,37 @@ import { browserSuite, openPage } from './harness.mjs';
 let daemon, browser;
 browserSuite((d, b) => { daemon = d; browser = b; });
 
-// slowFirst: the page's first request matching re is held ms, then sent
+// slowFirst: the page's first request matching re is held until the test
+// calls release() (the newer Run drawn: an event, not a time, so a slow
+// browser cannot let it through before it was overtaken), then sent
 // (fail: answered with that HTTP status instead); { passed } resolves
 // once its answer has reached the page.
-async function slowFirst(page, re, ms, fail = 0) {
+async function slowFirst(page, re, fail = 0) {
   let first = true;
-  let done;
+  let done, release;
   const passed = new Promise((res) => { done = res; });
+  const released = new Promise((res) => { release = res; });
   await page.route(re, async (r) => {
     if (!first) return r.continue();
     first = false;
-    await new Promise((res) => setTimeout(res, ms));
+    await released;
     if (fail) await r.fulfill({ status: fail, contentType: 'application/json', body: '{"error":"slow and failed"}' });
     else await r.continue();
     setTimeout(done, 300); // its answer has reached the page
   });
-  return { passed };
+  return { passed, release };
 }
 
 // overtake: a Run of five words (the one held), then, 100 ms on, a Run of
-// two, drawn; waits for the held answer to reach the page too.
-async function overtake(page, passed) {
+// two, drawn; then the held answer is let through, and reaches the page.
+async function overtake(page, { passed, release }) {
   await page.fill('#text', 'one two three four five');
   await page.click('#run');
   await page.waitForTimeout(100);
   await page.fill('#text', 'x y');
   await page.click('#run');
   await page.waitForFunction(() => window.attnd.run.T === 2 && document.body.dataset.state === 'ready');
+  release();
   await passed;
 }
 
@@ -47,8 +51,7 @@ const state = (page) => page.evaluate(() => ({
 
 test('a slow Run overtaken by a newer Run: the newer one stays drawn, as the words and the link say', async () => {
   const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=a%20b%20c&h=0`);
-  const { passed } = await slowFirst(page, /\/infer$/, 1200);
-  await overtake(page, passed);
+  await overtake(page, await slowFirst(page, /\/infer$/));
   const s = await state(page);
   assert.equal(s.T, 2);
   assert.equal(s.body, 'ready');
@@ -60,8 +63,7 @@ test('a slow Run overtaken by a newer Run: the newer one stays drawn, as the wor
 
 test('a slow Run that fails after a newer Run drew: no error over the newer one', async () => {
   const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=a%20b%20c&h=0`);
-  const { passed } = await slowFirst(page, /\/infer$/, 1200, 503);
-  await overtake(page, passed);
+  await overtake(page, await slowFirst(page, /\/infer$/, 503));
   const s = await state(page);
   assert.equal(s.body, 'ready');
   assert.equal(s.error, false, s.status);
@@ -76,13 +78,14 @@ test('a map from the list slow to open, then a Run: the Run stays drawn, the lin
   const id = (await res.json()).parameters.map_id;
   const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=a%20b%20c%20d&h=0`);
   await page.click('#tab-maps');
-  const { passed } = await slowFirst(page, new RegExp(`/v2/maps/${id}$`), 1200);
+  const { passed, release } = await slowFirst(page, new RegExp(`/v2/maps/${id}$`));
   await page.click(`#maps button:has-text("${id}")`);
   await page.waitForTimeout(100);
   await page.click('#tab-words');
   await page.fill('#text', 'x y');
   await page.click('#run');
   await page.waitForFunction(() => window.attnd.run.T === 2 && document.body.dataset.state === 'ready');
+  release();
   await passed;
   const s = await state(page);
   assert.equal(s.source, 'model');
