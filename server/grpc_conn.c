@@ -21,6 +21,7 @@
 
 static void close_conn(gconn *c);
 static void on_idle(uv_idle_t *h);
+static void unhold(gconn *c);
 
 /* schedule: flush c on this loop turn (outside nghttp2's callbacks). */
 void srv_grpc__schedule(gconn *c)
@@ -194,12 +195,17 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
 static void on_idle(uv_idle_t *h)
 {
     srv_grpc *g = h->data;
-    while (g->yielded) { /* a turn has passed: read again */
-        gconn *c = g->yielded;
-        g->yielded = c->ynext;
+    gconn *y = g->yielded;
+    g->yielded = NULL;
+    while (y) { /* a turn has passed: read again */
+        gconn *c = y;
+        y = c->ynext;
         c->yielded = 0;
         c->turn_read = 0;
-        uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+        if (c->held)
+            unhold(c); /* may yield again: after this list was taken */
+        else
+            uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
     }
     while (g->flush) {
         gconn *c = g->flush;
@@ -207,7 +213,7 @@ static void on_idle(uv_idle_t *h)
         c->in_flush = 0;
         flush(c);
     }
-    if (!g->flush) {
+    if (!g->flush && !g->yielded) { /* unhold may have yielded again */
         g->idle_on = 0;
         uv_idle_stop(&g->idle);
     }
@@ -257,6 +263,8 @@ static void close_handles(gconn *c)
     uv_os_fd_t fd = -1;
     srv_mem_give(c->g->s, c->mem); /* its session is gone (or never was) */
     c->mem = 0;
+    free(c->held);
+    c->held = NULL;
     if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 && fd >= 0) {
         srv_linger_close(c->g->s, fd, &c->guard); /* before libuv closes fd */
 #if defined(__SANITIZE_THREAD__)
@@ -360,8 +368,9 @@ void srv_grpc__h2_error(gconn *c, uint32_t code, const char *what)
  * up after, a call closed later in the same read (its client's
  * RST_STREAM behind its DATA) had its DATA counted twice, on_data's and
  * this one's, so such reads bought a flood the credit's worth of junk. */
-static void scan_frames(gconn *c, const uint8_t *p, size_t n)
+static size_t scan_frames(gconn *c, const uint8_t *p, size_t n, int bound)
 {
+    const uint8_t *p0 = p;
     while (n) {
         size_t k;
         if (c->preface_got < 24) {
@@ -381,6 +390,10 @@ static void scan_frames(gconn *c, const uint8_t *p, size_t n)
                 uint64_t len = (uint64_t)c->fh[0] << 16 |
                                (uint64_t)c->fh[1] << 8 | c->fh[2];
                 c->fh_got = 0;
+                if (c->fh[3] == NGHTTP2_HEADERS &&
+                    ++c->turn_heads > TURN_CALLS && bound &&
+                    (size_t)(p - p0) + k >= 9)
+                    return (size_t)(p - p0) + k - 9; /* the rest: next turn */
                 c->fskip = (size_t)len;
                 if (c->fh[3] == NGHTTP2_DATA && c->reset_credit && sid &&
                     (int32_t)sid <=
@@ -397,6 +410,92 @@ static void scan_frames(gconn *c, const uint8_t *p, size_t n)
         p += k;
         n -= k;
     }
+    return (size_t)(p - p0);
+}
+
+/* feed: the n bytes at p, scanned, to c's session, then its answers
+ * flushed; -1 when c was closed. */
+static int feed(gconn *c, const uint8_t *p, size_t n)
+{
+    ssize_t rv = nghttp2_session_mem_recv(c->h2, p, n);
+    if (rv < 0 && c->h2_nomem) {
+        oom_close(c);
+        return -1;
+    }
+    if (rv < 0) {
+        srv_grpc__h2_error(c, 0, nghttp2_strerror((int)rv));
+        close_conn(c);
+        return -1;
+    }
+    c->rx += (uint64_t)n;
+    if (c->rx / 8 > c->carried + FLOOD_SLACK && !c->h2_error) {
+        char what[160];
+        snprintf(what, sizeof what, "%llu bytes of frames carrying no call's "
+                 "headers or messages, GOAWAY ENHANCE_YOUR_CALM",
+                 (unsigned long long)(c->rx - c->carried));
+        srv_grpc__h2_error(c, 0, what);
+        /* its later input is ignored; closed once the GOAWAY is out */
+        nghttp2_session_terminate_session(c->h2, NGHTTP2_ENHANCE_YOUR_CALM);
+    }
+    flush(c);
+    return c->closing ? -1 : 0;
+}
+
+/* yield: c sits out the loop's next poll (TURN_READ, TURN_CALLS). */
+static void yield(gconn *c)
+{
+    srv_grpc *g = c->g;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->yielded = 1;
+    c->ynext = g->yielded;
+    g->yielded = c;
+    if (!g->idle_on) {
+        g->idle_on = 1;
+        uv_idle_start(&g->idle, on_idle);
+    }
+}
+
+/* hold: keep the n bytes at p, past c's TURN_CALLS calls, for its next
+ * turn (c->held, counted in its mem); 0 when there was no room: they are
+ * read now, as before the bound. */
+static int hold(gconn *c, const uint8_t *p, size_t n)
+{
+    if (!c->held) {
+        if (srv_mem_take(c->g->s, READ_BUF) < 0)
+            return 0;
+        if (!(c->held = malloc(READ_BUF))) {
+            srv_mem_give(c->g->s, READ_BUF);
+            return 0;
+        }
+        c->held_cap = READ_BUF;
+        c->mem += READ_BUF;
+    }
+    memmove(c->held, p, n);
+    c->held_n = n;
+    return 1;
+}
+
+/* unhold: its next turn, c's held bytes are read (TURN_CALLS again); once
+ * none is left its socket is read again. */
+static void unhold(gconn *c)
+{
+    size_t use;
+    c->turn_heads = 0;
+    use = scan_frames(c, c->held, c->held_n, 1);
+    if (feed(c, c->held, use) < 0)
+        return;
+    if (use < c->held_n) {
+        hold(c, c->held + use, c->held_n - use);
+        yield(c);
+        return;
+    }
+    free(c->held);
+    c->held = NULL;
+    c->held_n = 0;
+    srv_mem_give(c->g->s, c->held_cap);
+    c->mem -= c->held_cap;
+    c->held_cap = 0;
+    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
 }
 
 static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
@@ -412,41 +511,24 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
     if (c->g->s->cfg.conn_timeout_s)
         uv_timer_start(&c->idle, on_idle_timeout,
                        (uint64_t)c->g->s->cfg.conn_timeout_s * 1000u, 0);
-    scan_frames(c, (const uint8_t *)buf->base, (size_t)n); /* before */
-    ssize_t rv = nghttp2_session_mem_recv(c->h2, (const uint8_t *)buf->base, (size_t)n);
-    if (rv < 0 && c->h2_nomem) {
-        oom_close(c);
+    const uint8_t *p = (const uint8_t *)buf->base;
+    size_t use;
+    c->turn_heads = 0;
+    use = scan_frames(c, p, (size_t)n, 1); /* before nghttp2 reads them */
+    if (feed(c, p, use) < 0)
         return;
-    }
-    if (rv < 0) {
-        srv_grpc__h2_error(c, 0, nghttp2_strerror((int)rv));
-        close_conn(c);
-        return;
-    }
-    c->rx += (uint64_t)n;
-    if (c->rx / 8 > c->carried + FLOOD_SLACK && !c->h2_error) {
-        char what[160];
-        snprintf(what, sizeof what, "%llu bytes of frames carrying no call's "
-                 "headers or messages, GOAWAY ENHANCE_YOUR_CALM",
-                 (unsigned long long)(c->rx - c->carried));
-        srv_grpc__h2_error(c, 0, what);
-        /* its later input is ignored; closed once the GOAWAY is out */
-        nghttp2_session_terminate_session(c->h2, NGHTTP2_ENHANCE_YOUR_CALM);
-    }
-    flush(c);
     c->turn_read += (size_t)n;
-    if (c->turn_read >= TURN_READ && !c->closing) {
-        /* the others' turn: libuv's read loop ends here */
-        srv_grpc *g = c->g;
-        uv_read_stop(st);
-        c->yielded = 1;
-        c->ynext = g->yielded;
-        g->yielded = c;
-        if (!g->idle_on) {
-            g->idle_on = 1;
-            uv_idle_start(&g->idle, on_idle);
+    if (use < (size_t)n) {
+        if (hold(c, p + use, (size_t)n - use)) {
+            yield(c); /* the calls past TURN_CALLS wait for the next turn */
+            return;
         }
+        scan_frames(c, p + use, (size_t)n - use, 0); /* no room: read now */
+        if (feed(c, p + use, (size_t)n - use) < 0)
+            return;
     }
+    if (c->turn_read >= TURN_READ)
+        yield(c); /* the others' turn: libuv's read loop ends here */
 }
 
 /* slow: guard.c's sweep: end each of c's calls whose message arrives

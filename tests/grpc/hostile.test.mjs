@@ -2,14 +2,14 @@
 // no gRPC client sends, built byte by byte (wire.mjs): `te` missing or
 // other than "trailers", a pseudo-header or grpc-timeout sent twice, and
 // connections that send frames carrying nothing (PRIORITY, empty DATA,
-// unknown types) as fast as they can. Each is answered or ended, and a
-// call beside it is served.
+// unknown types) as fast as they can, or 128 small calls at once. Each is
+// answered or ended, and a call beside it is served.
 import assert from 'node:assert/strict';
 import http2 from 'node:http2';
 import net from 'node:net';
 import { after, before, test } from 'node:test';
 import { SLOW, requestsUsed, start } from '../server/helper.mjs';
-import { SEED_OUT, firstRawOutput, frame, h2frame, lit, litIndexed, seedMsg } from './wire.mjs';
+import { SEED_OUT, firstRawOutput, frame, h2frame, lit, litIndexed, seedMsg, str } from './wire.mjs';
 
 const INFER = '/inference.GRPCInferenceService/ModelInfer';
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
@@ -350,6 +350,61 @@ test('each connection reads 64 KB a loop turn, then yields: 32 connections with 
   s.close();
   // 32 of 32 acked before the answer with the yield off; 0 with it
   assert.equal(before, 0, `${before} of 32 PINGs acked before the call beside them was answered`);
+});
+
+test('each connection begins 16 calls a loop turn, then yields: 16 connections with 128 calls for a model attnd does not serve then a PING waiting at once; a call beside them is answered before any of those PINGs is acked', async () => {
+  // 128 small calls fit one read (17 KB) and each is a parse and an
+  // answer on the loop: one connection so took 128 calls' work a turn
+  // while a call beside it waited (p50 1.2-1.5 ms a call against
+  // 0.1-0.16 ms alone). Now the bytes past its 16th HEADERS wait, held,
+  // for its next turn, so a PING behind 128 calls waits 8 of them. An
+  // ordering, not a speed: attnd is stopped while the bytes are sent.
+  const PING = 6, ACK = 1;
+  const nope = frame(str(1, 'nope'));
+  const calls = Buffer.concat(Array.from({ length: 128 }, (_, i) =>
+    Buffer.concat([h2frame(HEADERS, END_HEADERS, 2 * i + 1, block(inferFields([['te', 'trailers']]))), h2frame(0, END_STREAM, 2 * i + 1, nope)])));
+  const s = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
+  const probe = () => new Promise((res, rej) => {
+    const req = s.request({ ':method': 'POST', ':path': INFER, 'content-type': 'application/grpc', te: 'trailers' });
+    const chunks = [];
+    req.on('error', rej);
+    req.on('data', (c) => chunks.push(c));
+    req.on('end', () => res(Buffer.concat(chunks))).end(frame(seedMsg()));
+  });
+  assert.deepEqual(firstRawOutput(await probe()), SEED_OUT);
+  const conns = [];
+  for (let i = 0; i < 16; i++) {
+    const c = rawConn();
+    assert.ok(await c.until((f) => f.type === SETTINGS && !(f.flags & ACK)), `connection ${i}: SETTINGS`);
+    conns.push(c);
+  }
+  await new Promise((r) => setTimeout(r, 100)); // their SETTINGS ACKs read
+  const acked = () => conns.filter((c) => c.frames.some((f) => f.type === PING && (f.flags & ACK))).length;
+  let answered;
+  d.proc.kill('SIGSTOP');
+  try {
+    answered = probe();
+    for (const c of conns) c.send(calls, h2frame(PING, 0, 0, Buffer.alloc(8)));
+    for (let i = 0; i < 100 && conns.some((c) => c.sock.writableLength); i++) await new Promise((r) => setTimeout(r, 10));
+    assert.deepEqual(conns.map((c) => c.sock.writableLength), conns.map(() => 0), 'the calls sent');
+    await new Promise((r) => setTimeout(r, 100));
+  } finally {
+    d.proc.kill('SIGCONT');
+  }
+  const answer = await answered;
+  const before = acked();
+  assert.deepEqual(firstRawOutput(answer), SEED_OUT);
+  // then each connection is served to its end: 128 answers (NOT_FOUND)
+  // and its PING acked, not ended
+  for (const [i, c] of conns.entries()) {
+    assert.ok(await c.until((f) => f.type === PING && (f.flags & ACK), 20000), `connection ${i}: PING acked`);
+    const ends = c.frames.filter((f) => f.type === HEADERS && (f.flags & END_STREAM));
+    assert.equal(ends.length, 128, `connection ${i}: every call answered`);
+    assert.ok(!c.frames.some((f) => f.type === GOAWAY || f.type === RST), `connection ${i}: no GOAWAY nor reset`);
+  }
+  conns.forEach((c) => c.sock.destroy());
+  s.close();
+  assert.equal(before, 0, `${before} of 16 PINGs acked before the call beside them was answered`);
 });
 
 test('header lists earn no flood allowance past their bytes on the wire: a 4 KB field in the HPACK table named 16 times a 25-byte HEADERS counted 64 KB carried, 512 KB of PRIORITY frames allowed', async () => {
