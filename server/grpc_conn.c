@@ -358,61 +358,6 @@ void srv_grpc__h2_error(gconn *c, uint32_t code, const char *what)
             what ? what : "GOAWAY ", what ? "" : nghttp2_http2_strerror(code));
 }
 
-/* scan_frames: follow the frame headers of the n bytes c read (after the
- * client's preface): a DATA frame on a stream with no call (one ended
- * early, whose client sent before it read the reset; nghttp2 drops it
- * unseen) counts as carried, up to what such calls left (reset_credit).
- * Looked up before nghttp2 reads those bytes, so a stream is judged as
- * it was when the read began: one whose HEADERS are in the same read is
- * new (past the last stream nghttp2 took), and its DATA on_data's; looked
- * up after, a call closed later in the same read (its client's
- * RST_STREAM behind its DATA) had its DATA counted twice, on_data's and
- * this one's, so such reads bought a flood the credit's worth of junk. */
-static size_t scan_frames(gconn *c, const uint8_t *p, size_t n, int bound)
-{
-    const uint8_t *p0 = p;
-    while (n) {
-        size_t k;
-        if (c->preface_got < 24) {
-            k = 24 - c->preface_got < n ? 24 - c->preface_got : n;
-            c->preface_got += k;
-        } else if (c->fskip) {
-            k = c->fskip < n ? c->fskip : n;
-            c->fskip -= k;
-        } else {
-            k = 9u - (size_t)c->fh_got < n ? 9u - (size_t)c->fh_got : n;
-            memcpy(c->fh + c->fh_got, p, k);
-            c->fh_got += (int)k;
-            if (c->fh_got == 9) {
-                uint32_t sid = ((uint32_t)c->fh[5] & 0x7f) << 24 |
-                               (uint32_t)c->fh[6] << 16 |
-                               (uint32_t)c->fh[7] << 8 | c->fh[8];
-                uint64_t len = (uint64_t)c->fh[0] << 16 |
-                               (uint64_t)c->fh[1] << 8 | c->fh[2];
-                c->fh_got = 0;
-                if (c->fh[3] == NGHTTP2_HEADERS &&
-                    ++c->turn_heads > TURN_CALLS && bound &&
-                    (size_t)(p - p0) + k >= 9)
-                    return (size_t)(p - p0) + k - 9; /* the rest: next turn */
-                c->fskip = (size_t)len;
-                if (c->fh[3] == NGHTTP2_DATA && c->reset_credit && sid &&
-                    (int32_t)sid <=
-                        nghttp2_session_get_last_proc_stream_id(c->h2) &&
-                    !nghttp2_session_get_stream_user_data(c->h2,
-                                                          (int32_t)sid)) {
-                    if (len > c->reset_credit)
-                        len = c->reset_credit;
-                    c->carried += len;
-                    c->reset_credit -= len;
-                }
-            }
-        }
-        p += k;
-        n -= k;
-    }
-    return (size_t)(p - p0);
-}
-
 /* feed: the n bytes at p, scanned, to c's session, then its answers
  * flushed; -1 when c was closed. */
 static int feed(gconn *c, const uint8_t *p, size_t n)
@@ -481,7 +426,7 @@ static void unhold(gconn *c)
 {
     size_t use;
     c->turn_heads = 0;
-    use = scan_frames(c, c->held, c->held_n, 1);
+    use = srv_grpc__scan_frames(c, c->held, c->held_n, 1);
     if (feed(c, c->held, use) < 0)
         return;
     if (use < c->held_n) {
@@ -514,7 +459,8 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
     const uint8_t *p = (const uint8_t *)buf->base;
     size_t use;
     c->turn_heads = 0;
-    use = scan_frames(c, p, (size_t)n, 1); /* before nghttp2 reads them */
+    /* before nghttp2 reads them */
+    use = srv_grpc__scan_frames(c, p, (size_t)n, 1);
     if (feed(c, p, use) < 0)
         return;
     c->turn_read += (size_t)n;
@@ -523,7 +469,8 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
             yield(c); /* the calls past TURN_CALLS wait for the next turn */
             return;
         }
-        scan_frames(c, p + use, (size_t)n - use, 0); /* no room: read now */
+        /* no room: read now */
+        srv_grpc__scan_frames(c, p + use, (size_t)n - use, 0);
         if (feed(c, p + use, (size_t)n - use) < 0)
             return;
     }

@@ -499,3 +499,61 @@ void srv_grpc__callbacks(nghttp2_session_callbacks *cbs)
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
     nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
 }
+
+/* srv_grpc__scan_frames (grpc_conn.c's, moved here whole): follow the
+ * frame headers of the n bytes c read (after the client's preface),
+ * returning how many it took: with bound, it stops before a HEADERS
+ * frame past TURN_CALLS this turn whose header is in these bytes. A DATA
+ * frame on a stream with no call (one ended
+ * early, whose client sent before it read the reset; nghttp2 drops it
+ * unseen) counts as carried, up to what such calls left (reset_credit).
+ * Looked up before nghttp2 reads those bytes, so a stream is judged as
+ * it was when the read began: one whose HEADERS are in the same read is
+ * new (past the last stream nghttp2 took), and its DATA on_data's; looked
+ * up after, a call closed later in the same read (its client's
+ * RST_STREAM behind its DATA) had its DATA counted twice, on_data's and
+ * this one's, so such reads bought a flood the credit's worth of junk. */
+size_t srv_grpc__scan_frames(gconn *c, const uint8_t *p, size_t n, int bound)
+{
+    const uint8_t *p0 = p;
+    while (n) {
+        size_t k;
+        if (c->preface_got < 24) {
+            k = 24 - c->preface_got < n ? 24 - c->preface_got : n;
+            c->preface_got += k;
+        } else if (c->fskip) {
+            k = c->fskip < n ? c->fskip : n;
+            c->fskip -= k;
+        } else {
+            k = 9u - (size_t)c->fh_got < n ? 9u - (size_t)c->fh_got : n;
+            memcpy(c->fh + c->fh_got, p, k);
+            c->fh_got += (int)k;
+            if (c->fh_got == 9) {
+                uint32_t sid = ((uint32_t)c->fh[5] & 0x7f) << 24 |
+                               (uint32_t)c->fh[6] << 16 |
+                               (uint32_t)c->fh[7] << 8 | c->fh[8];
+                uint64_t len = (uint64_t)c->fh[0] << 16 |
+                               (uint64_t)c->fh[1] << 8 | c->fh[2];
+                c->fh_got = 0;
+                if (c->fh[3] == NGHTTP2_HEADERS &&
+                    ++c->turn_heads > TURN_CALLS && bound &&
+                    (size_t)(p - p0) + k >= 9)
+                    return (size_t)(p - p0) + k - 9; /* the rest: next turn */
+                c->fskip = (size_t)len;
+                if (c->fh[3] == NGHTTP2_DATA && c->reset_credit && sid &&
+                    (int32_t)sid <=
+                        nghttp2_session_get_last_proc_stream_id(c->h2) &&
+                    !nghttp2_session_get_stream_user_data(c->h2,
+                                                          (int32_t)sid)) {
+                    if (len > c->reset_credit)
+                        len = c->reset_credit;
+                    c->carried += len;
+                    c->reset_credit -= len;
+                }
+            }
+        }
+        p += k;
+        n -= k;
+    }
+    return (size_t)(p - p0);
+}

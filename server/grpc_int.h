@@ -301,6 +301,10 @@ void srv_grpc__call_free(gcall *call);
  * most once a second, with how many since the last line (those after a
  * burst's last line are only in the metric until the next one). */
 void srv_grpc__h2_error(gconn *c, uint32_t code, const char *what);
+/* grpc_h2.c: follow the frame headers of the n bytes at p c read, before
+ * nghttp2 reads them (the flood rule's DATA after a reset); with bound,
+ * stop before the HEADERS past TURN_CALLS this turn: the bytes it took. */
+size_t srv_grpc__scan_frames(gconn *c, const uint8_t *p, size_t n, int bound);
 /* grpc_h2.c: the session callbacks that build calls. */
 void srv_grpc__callbacks(nghttp2_session_callbacks *cbs);
 
