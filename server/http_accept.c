@@ -125,7 +125,7 @@ static void refuse(srv *s, int fd, const struct sockaddr_storage *peer)
     c.fd = fd;
     c.peer = *peer;
     (void)send(fd, s->refused, s->refused_len, MSG_DONTWAIT | MSG_NOSIGNAL);
-    srv_linger_close(s, fd, &c);
+    srv_linger_refused(s, fd, &c);
     close(fd);
     s->http.http_conns_refused++;
     if ((n = srv_every_due(&s->conn_refused_log, srv_now_ns())))

@@ -24,7 +24,10 @@
  * not; one read (64 KiB) a readable event, so the
  * loop serves others in between. At most max-connections sockets linger
  * at once, and at most max-connections-per-ip of one client address; past
- * either a socket closes as before. Lingering sockets do not count against
+ * either a socket closes as before. Connections answered 503 at accept
+ * take at most half of them (max-connections / 2): a flood of those held
+ * every one, and a legitimate client's 413 from the head, closed at once,
+ * was lost to a reset (node:http: EPIPE). Lingering sockets do not count against
  * their client's new connections: one that closes a connection as its
  * answer ends and opens the next would find it refused until the loop had
  * read that end. A socket whose client had ended its side (the usual close
@@ -51,12 +54,14 @@ struct lg {
     struct sockaddr_storage peer;
     srv_linger *set;
     lg *prev, *next;
+    int refused;     /* answered 503 at accept (srv_linger_refused) */
 };
 
 struct srv_linger {
     uv_timer_t timer;
     lg *head, *tail; /* by until_ns: every socket gets the same time */
     int n;           /* on the list */
+    int n_refused;   /* of them, refused at accept: max-connections / 2 */
     int handles;     /* open uv handles, the timer included */
     int stopping;
     unsigned long long kept, cut; /* lingered; ended by linger-ms or max-body */
@@ -94,6 +99,7 @@ static void finish(lg *l)
     else
         set->tail = l->prev;
     set->n--;
+    set->n_refused -= l->refused;
     uv_close((uv_handle_t *)&l->poll, lg_closed); /* stops the poll */
     close(l->fd);
 }
@@ -175,7 +181,7 @@ int srv_linger_start(srv *s)
     return 0;
 }
 
-void srv_linger_close(srv *s, int fd, const srv_conn *c)
+static void linger(srv *s, int fd, const srv_conn *c, int refused)
 {
     srv_linger *set = s->linger;
     char b;
@@ -183,7 +189,8 @@ void srv_linger_close(srv *s, int fd, const srv_conn *c)
     lg *l;
     int dup_fd;
     if (!set || set->stopping || fd < 0 || c->closing ||
-        set->n >= s->cfg.max_connections)
+        set->n >= s->cfg.max_connections ||
+        (refused && set->n_refused >= s->cfg.max_connections / 2))
         return;
     /* 0: the client ended its side (or the guard shut this one down);
      * an error: it is gone. Only "would block" or bytes waiting linger. */
@@ -210,6 +217,8 @@ void srv_linger_close(srv *s, int fd, const srv_conn *c)
     if (c->body_unread > l->left) /* the body a 413 from its head left */
         l->left = c->body_unread;
     l->set = set;
+    l->refused = refused;
+    set->n_refused += refused;
     l->poll.data = l;
     l->until_ns = srv_now_ns() + (uint64_t)s->cfg.linger_ms * 1000000u;
     l->prev = set->tail;
@@ -224,6 +233,16 @@ void srv_linger_close(srv *s, int fd, const srv_conn *c)
     uv_poll_start(&l->poll, UV_READABLE | UV_DISCONNECT, on_readable);
     if (set->head == l)
         arm(set);
+}
+
+void srv_linger_close(srv *s, int fd, const srv_conn *c)
+{
+    linger(s, fd, c, 0);
+}
+
+void srv_linger_refused(srv *s, int fd, const srv_conn *c)
+{
+    linger(s, fd, c, 1);
 }
 
 void srv_linger_stop(srv *s)

@@ -20,6 +20,9 @@ void srv_linger_stop(srv *s);
  * and discards until the client ends it, linger-ms passes or max-body
  * bytes are discarded. */
 void srv_linger_close(srv *s, int fd, const srv_conn *c);
+/* srv_linger_refused: the same for a connection answered 503 at accept;
+ * such sockets take at most half of the max-connections that linger. */
+void srv_linger_refused(srv *s, int fd, const srv_conn *c);
 /* sockets lingering now, and since start: lingered, ended by linger-ms
  * or max-body (not by their client) */
 void srv_linger_counts(const srv *s, int *now, unsigned long long *kept,

@@ -1,8 +1,10 @@
 // conn_memory.test.mjs - what a REST connection holds before its request
 // is counted: its own state (libmicrohttpd's 32 KiB pool, allocated whole
 // at the accept) counts against --memory-budget from accept to close, and
-// one that finds no room is answered 503 at once (README's memory budget).
+// one that finds no room is answered 503 at once (README's memory budget),
+// lingering in at most half the slots other closes linger in.
 import assert from 'node:assert/strict';
+import http from 'node:http';
 import { connect } from 'node:net';
 import { test } from 'node:test';
 import { REST_CONN_COST, SLOW, start } from './helper.mjs';
@@ -152,6 +154,69 @@ test('the 503 at accept carries CORS headers when --cors-origins lets it name on
     assert.match(r.text, /\r\nretry-after: 1\r\n[^]*\r\n\r\n\{"error": "server: the memory for request bodies, connections and unsent answers \(memory-budget\) is in use; this connection was not taken; retry shortly"\}$/i);
     assert.equal((await d.stop()).code, 0);
   }
+});
+
+// A connection refused 503 at accept lingers as other closes do; a flood
+// of them held every lingering slot (--max-connections), so a legitimate
+// client's 413 from the head was closed at once, its unread body making
+// the kernel send a reset: node:http, which reads its answer once its
+// body is sent, got EPIPE, not the 413. They now take half the slots.
+test('connections refused 503 at accept take at most half the lingering slots: a flood of them leaves room for a 413 from the head, which its client reads', async (t) => {
+  const d = await start({ t, args: ['--memory-budget', '231072', '--max-body', '100000', '--max-json-body', '100000',
+    '--request-memory', '100000', '--max-connections-per-ip', '0', '--max-connections', '8'] });
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  const get = (path) => new Promise((resolve, reject) => http.get({ host: '127.0.0.1', port: d.port, path, agent }, (r) => {
+    let b = '';
+    r.on('data', (c) => { b += c; });
+    r.on('end', () => resolve(b));
+  }).on('error', reject));
+  const held = [];
+  try {
+    await get('/v2/health/live'); // the legitimate client's connection, kept
+    assert.equal((await fill(d, held)).status, 503);
+    // 20 more, each refused and kept open by its client: they linger
+    for (let i = 0; i < 20; i++) {
+      const s = await open(d.port);
+      s.on('error', () => {});
+      s.write('GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n');
+      held.push(s);
+    }
+    let m = '';
+    for (let i = 0; i < 100 * SLOW && !(gauge(m, 'attnd_http_connections_refused_total') >= 21); i++) {
+      await sleep(20);
+      m = await get('/metrics');
+    }
+    assert.equal(gauge(m, 'attnd_http_connections_refused_total'), 21, m.slice(-1500));
+    // (fill's own refused one may have held a slot while they came)
+    const lingering = gauge(m, 'attnd_lingering_connections');
+    assert.ok(lingering >= 3 && lingering <= 4, `${lingering} lingering: at most half of max-connections 8`);
+    // an 8 MiB body over --max-body on the kept connection: 413 from its
+    // head, the connection closed lingering while the body still comes
+    const r = await new Promise((resolve) => {
+      const req = http.request({ host: '127.0.0.1', port: d.port, method: 'POST', path: '/v2/models/sdpa/infer', agent,
+        headers: { 'content-type': 'application/json', 'content-length': 8 << 20 } }, (res) => {
+        let b = '';
+        res.on('data', (c) => { b += c; });
+        res.on('end', () => resolve(`${res.statusCode} ${b}`));
+      });
+      req.on('error', (e) => resolve(`error ${e.code}`));
+      const chunk = Buffer.alloc(65536, 0x20);
+      let sent = 0;
+      const pump = () => {
+        while (sent < 8 << 20) {
+          sent += chunk.length;
+          if (!req.write(chunk)) return void req.once('drain', pump);
+        }
+        req.end();
+      };
+      pump();
+    });
+    assert.match(r, /^413 \{"error":"Content-Length: 8388608 bytes is over the limit/, r);
+  } finally {
+    for (const s of held) s.destroy();
+    agent.destroy();
+  }
+  assert.equal((await d.stop()).code, 0);
 });
 
 test('a head that never completes a line (bare CRs) is answered 414 once it fills libmicrohttpd\'s pool, and below that closed at header-timeout as a silent connection is', async (t) => {
