@@ -10,6 +10,7 @@
 //     scores?: Float32Array (B, H, T, S)   scaled, before masks
 //     q?: (B, H, T, dk)  k?: (B, Hkv, S, dk)  v?: (B, Hkv, S, dv)
 //     headDim, vHeadDim, nKvHeads, mapId?, block?: [rows, cols] pooling,
+//     meanPooled?: Float32Array (B, T, S) a pooled map's mean over heads,
 //     scale?: what q was multiplied by (the model's; absent: 1/√d_k),
 //     mask?: { planes, data: Uint8Array (planes, T, S) 1 = may attend },
 //       planes 1 (shared), B (per item) or B*H (per item and head),
@@ -494,8 +495,9 @@ async function readMap(id, meta, progress, signal) {
   const grown = meta.version > 0;
   const q = pooled ? `&max=${POOL_N}` : '';
   const withV = !pooled && kept.includes('v') && Array.isArray(meta.v_shape);
+  const meanPlanes = pooled && H > 1;
   const planes = B * H * (1 + (meta.mask || grown ? 1 : 0) + (!pooled && kept.includes('scores') ? 1 : 0)) +
-    (withV ? B * meta.v_shape[1] : 0);
+    (withV ? B * meta.v_shape[1] : 0) + (meanPlanes ? B : 0);
   let read = 0;
   // fetchF32: one plane of n FP32 values. attnd answers it
   // application/octet-stream, n x 4 bytes: anything else (a proxy's or a
@@ -534,6 +536,15 @@ async function readMap(id, meta, progress, signal) {
     return out;
   };
   const att = await perHead('attention', Float32Array);
+  // A pooled map's mean over heads is the server's (h=mean): each cell the
+  // largest of its block of the mean, as the readout says. The mean of the
+  // heads' pooled planes (each head's own largest) is not: one head on key
+  // 0 and one on key 1 made 1 of two weights of 0.5.
+  let meanPooled = null;
+  if (meanPlanes) {
+    meanPooled = new Float32Array(B * rows * cols);
+    for (let b = 0; b < B; b++) meanPooled.set(await fetchF32(b, 'mean', 'attention', rows * cols), b * rows * cols);
+  }
   // An explicit mask may differ per item and head, and a grown sequence
   // map's rows each have their own: ask the server which cells it masked
   // (causal and lengths included).
@@ -570,7 +581,7 @@ async function readMap(id, meta, progress, signal) {
     sValid: meta.context_lengths || Array(B).fill(S),
     // A pooled cell is masked when every pair in its block is.
     poolMask: pooled ? { bt: Math.ceil(T / rows), bs: Math.ceil(S / cols), T, S } : null,
-    attention: att, mask, scores, v, headDim: dk, vHeadDim: dv, nKvHeads: hkv, missing,
+    attention: att, meanPooled, mask, scores, v, headDim: dk, vHeadDim: dv, nKvHeads: hkv, missing,
     scale: meta.scale || null,
     mapId: id, created: meta.created, version: meta.version,
     block: pooled ? [Math.ceil(T / rows), Math.ceil(S / cols)] : null,

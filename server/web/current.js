@@ -22,6 +22,7 @@ export function headMap(b, h) {
   const run = ctx.run;
   const ts = run.T * run.S;
   if (h !== 'mean') return run.attention.subarray((b * run.H + h) * ts, (b * run.H + h + 1) * ts);
+  if (run.meanPooled) return run.meanPooled.subarray(b * ts, (b + 1) * ts);
   const key = `${b}`;
   if (!meanCache.has(key)) {
     const m = new Float32Array(ts);

@@ -456,6 +456,32 @@ test('a map over 1M cells opens max-pooled by the server, labelled as such', asy
   await page.close();
 });
 
+test('the mean over heads of a max-pooled map is the largest of each block of the mean', async () => {
+  // sdpa [1, 2, 1100, 1]: every query of head 0 attends key 0 alone, of
+  // head 1 key 1 alone (scores 1e4 against 0), so the mean over heads is
+  // 0.5 on keys 0 and 1. Pooled in 3 x 3 blocks, the mean's block (0, 0)
+  // holds at most 0.5; averaging the heads' pooled planes (each 1 there)
+  // gave 1, a weight no query has.
+  const T = 1100, col = (f) => Array.from({ length: 2 * T }, (_, x) => f(Math.floor(x / T), x % T));
+  const body = {
+    inputs: [
+      { name: 'q', datatype: 'FP32', shape: [1, 2, T, 1], data: col(() => 100) },
+      { name: 'k', datatype: 'FP32', shape: [1, 2, T, 1], data: col((h, j) => (j === h ? 100 : 0)) },
+      { name: 'v', datatype: 'FP32', shape: [1, 2, T, 1], data: col(() => 0) },
+    ],
+    parameters: { retain: true },
+  };
+  const id = (await (await fetch(`${daemon.url}/v2/models/sdpa/infer`, { method: 'POST', body: JSON.stringify(body) })).json()).parameters.map_id;
+  const { page, errors } = await openPage(browser, `${daemon.url}/#map=${id}&h=mean`);
+  const [js] = await Promise.all([page.waitForEvent('download'), page.click('#export-json')]);
+  const j = JSON.parse(fs.readFileSync(await js.path(), 'utf8'));
+  assert.deepEqual([j.h, j.shape, j.max_pooled_block], ['mean', [367, 367], [3, 3]]);
+  assert.deepEqual(j.data.slice(0, 2).map((x) => x.toFixed(6)), ['0.500000', '0.000000']);
+  assert.equal(j.data[367].toFixed(6), '0.500000'); // rows 3..5, keys 0..2
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test('batch selector appears for B > 1 and switches the drawn map', async () => {
   // Batch item 0: identity (Q = K = 10 I); item 1: uniform (Q = 0).
   const eye = [[10, 0, 0], [0, 10, 0], [0, 0, 10]], zero = eye.map((r) => r.map(() => 0));
