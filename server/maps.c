@@ -235,12 +235,13 @@ int maps__entry_build(const maps_put_args *a, size_t max_bytes, float *adopt,
         return rc;
     }
     if (a->n_tokens != 0 && a->n_tokens != a->t &&
-        ((long long)a->n_tokens != (long long)a->t + a->s || a->s == a->t)) {
+        ((long long)a->n_tokens != (long long)a->t + a->s ||
+         (a->s == a->t && !a->cross))) {
         snprintf(err, ATTN_ERRMAX,
                  "parameters.tokens: %d label%s, expected %d (one per query "
                  "token)%s",
                  a->n_tokens, a->n_tokens == 1 ? "" : "s", a->t,
-                 a->s != a->t ? " or T + S" : "");
+                 a->s != a->t || a->cross ? " or T + S" : "");
         return ATTN_EINVAL;
     }
     for (i = 0; i < a->n_tokens; i++) {

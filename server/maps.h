@@ -44,6 +44,8 @@ typedef struct maps_put_args {
     const int32_t *row_end;
     const char *const *tokens; /* labels, or NULL: see maps_put */
     int n_tokens;
+    int cross;                /* keys are another sequence's (sdpa's k, a
+                               * context): t + s labels even when s == t */
     /* Optional, for the page's mask drawing and step view (NULL/0 = not
      * kept). mask_planes is 1 (one [t, s] mask for all), b, or b * h. */
     const uint8_t *mask;      /* (mask_planes, t, s) 1 = may attend */
@@ -93,7 +95,8 @@ void maps_store_destroy(maps_store *st);
  * maps_put: copy one request's maps into the store and write its new id
  * into id_out (MAPS_ID_MAX bytes). Token labels: n_tokens == 0 (none),
  * n_tokens == t (query labels; keys share them when s == t), or
- * n_tokens == t + s (query labels, then key labels, for cross-attention);
+ * n_tokens == t + s (query labels, then key labels, for cross-attention:
+ * when s == t, only with a->cross);
  * anything else is refused. Evicts the oldest entries until the new one
  * fits. Returns 0, ATTN_EINVAL (bad shape, labels, or an entry larger than
  * the whole store; err names the field), ATTN_EOVERFLOW or ATTN_ENOMEM;

@@ -164,7 +164,7 @@ static int route_meta(maps_store *st, const char *id, maps_reply *r)
         return reply_error(r, 404, msg);
     }
     t = e->info.t;
-    if (e->n_labels == t + e->info.s && e->info.s != t) {
+    if (e->n_labels == t + e->info.s) {
         q = labels_json(e, 0, t);
         k = labels_json(e, t, e->n_labels);
     } else if (e->n_labels == t) {

@@ -377,7 +377,7 @@ export async function inferX(meta, shape, x, tokens, { causal, retain, signal },
   const keyTokens = ctx ? ctx.tokens : tokens;
   if (retain) {
     params.retain = true;
-    params.tokens = ctx && ctx.shape[1] !== shape[1] ? tokens.concat(keyTokens) : tokens;
+    params.tokens = ctx ? tokens.concat(keyTokens) : tokens; // a context's keys have labels of their own
   }
   const inputs = [{ name: 'x', datatype: 'FP32', shape, data: Array.from(x) }];
   if (ctx) inputs.push({ name: 'context', datatype: 'FP32', shape: ctx.shape, data: Array.from(ctx.data) });
@@ -422,7 +422,7 @@ export async function inferSdpa(spec, { causal, retain, signal }) {
   const keyTok = spec.key_tokens !== undefined || !(S === T && spec.tokens)
     ? labels(spec.key_tokens, S, 'key_tokens', ['key', 'keys'], (j) => `k${j}`) : tok;
   const params = { causal: !!causal };
-  if (retain) { params.retain = true; params.tokens = S === T ? tok : tok.concat(keyTok); }
+  if (retain) { params.retain = true; params.tokens = keyTok === tok ? tok : tok.concat(keyTok); }
   const mk = parseMask(spec.mask, lead, T, S);
   const mapOnly = bigRun(B, H, T, S, 'query rows', retain);
   const input = (name, shape, a) => ({ name, datatype: 'FP32', shape, data: a.flat(Infinity) });

@@ -67,6 +67,51 @@ test('retain on cross-attention: T + S labels name the queries and the keys apar
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
+test('retain with as many keys as queries (S = T): T + S labels still name the keys apart', async (t) => {
+  // sdpa's k is another sequence than q whatever its length, as is a
+  // context of T tokens: 2T labels cannot be T, and were refused (400).
+  const d = await start({ t });
+  try {
+    const r = await infer(d, 'sdpa', {
+      inputs: [fp32('q', [2, 4], [2, 0, 2, 0, 0, 4, 0, 2]), fp32('k', [2, 4], [1, 0, 1, 0, 0, 1, 0, 0]),
+        fp32('v', [2, 2], [1, 2, 3, 0])],
+      parameters: { retain: true, tokens: ['q0', 'q1', 'k0', 'k1'] },
+    });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    const meta = await (await fetch(`${d.url}/v2/maps/${r.json.parameters.map_id}`)).json();
+    assert.deepEqual([meta.tokens, meta.key_tokens], [['q0', 'q1'], ['k0', 'k1']]);
+    const c = REFS.cross; // x [2, 3, 8], context [2, 5, 8]: its first 3 tokens
+    const ctx = c.context.slice(0, 3 * 8).concat(c.context.slice(5 * 8, 8 * 8));
+    const r2 = await infer(d, 'tiny', {
+      inputs: [fp32('x', c.shape, c.x), fp32('context', [2, 3, 8], ctx)],
+      parameters: { retain: true, tokens: ['a', 'b', 'c', 'x', 'y', 'z'] },
+    });
+    assert.equal(r2.status, 200, JSON.stringify(r2.json));
+    const meta2 = await (await fetch(`${d.url}/v2/maps/${r2.json.parameters.map_id}`)).json();
+    assert.deepEqual([meta2.tokens, meta2.key_tokens], [['a', 'b', 'c'], ['x', 'y', 'z']]);
+    // T labels on S = T keys: the keys share them, as before
+    const r3 = await infer(d, 'sdpa', {
+      inputs: [fp32('q', [2, 4], [2, 0, 2, 0, 0, 4, 0, 2]), fp32('k', [2, 4], [1, 0, 1, 0, 0, 1, 0, 0]),
+        fp32('v', [2, 2], [1, 2, 3, 0])],
+      parameters: { retain: true, tokens: ['t0', 't1'] },
+    });
+    const meta3 = await (await fetch(`${d.url}/v2/maps/${r3.json.parameters.map_id}`)).json();
+    assert.deepEqual([meta3.tokens, meta3.key_tokens], [['t0', 't1'], ['t0', 't1']]);
+    const r4 = await infer(d, 'sdpa', {
+      inputs: [fp32('q', [2, 4], [2, 0, 2, 0, 0, 4, 0, 2]), fp32('k', [2, 4], [1, 0, 1, 0, 0, 1, 0, 0]),
+        fp32('v', [2, 2], [1, 2, 3, 0])],
+      parameters: { retain: true, tokens: ['t0', 't1', 't2'] },
+    });
+    assert.equal(r4.status, 400);
+    assert.match(r4.json.error, /^parameters\.tokens: 3 labels, expected 2 \(one per query token\) or T \+ S$/);
+    // self-attention: the keys are the queries, 2T labels are refused
+    const s = REFS.self; // x [2, 5, 8]
+    const r5 = await infer(d, 'tiny', { inputs: [fp32('x', s.shape, s.x)], parameters: { retain: true, tokens: 'abcdefghij'.split('') } });
+    assert.equal(r5.status, 400);
+    assert.match(r5.json.error, /^parameters\.tokens: 10 labels, expected 5 \(one per query token\)$/);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
 test('retain is refused when the store is off (--maps-bytes 0)', async (t) => {
   const d = await start({ t, args: ['--maps-bytes', '0'] });
   try {

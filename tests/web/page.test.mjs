@@ -420,6 +420,27 @@ test('pasted JSON with a context runs cross-attention: T queries by S keys', asy
   await page.close();
 });
 
+test('retained with as many keys as queries, a map keeps the keys\' own labels', async () => {
+  // sdpa with key_tokens, and a context of T tokens: the page sent the
+  // queries' labels alone when S = T, so the store named the keys after
+  // the queries, and the map reopened from it did too.
+  const row = (i) => Array.from({ length: 16 }, (_, d) => Math.sin(i * 3 + d));
+  const cases = [
+    [sdpaHash({ ...SEED, key_tokens: ['k0', 'k1'] }, '&retain=1'), ['t0', 't1'], ['k0', 'k1']],
+    [`#model=toy&retain=1&json=${encodeURIComponent(JSON.stringify({ x: [0, 1, 2].map(row), context: [5, 6, 7].map(row), tokens: ['a', 'b', 'c'] }))}`,
+      ['a', 'b', 'c'], ['c0', 'c1', 'c2']],
+  ];
+  for (const [hash, tokens, keys] of cases) {
+    const { page, errors } = await openPage(browser, daemon.url + hash);
+    const run = await page.evaluate(() => ({ id: window.attnd.run.mapId, keys: window.attnd.run.keyTokens }));
+    assert.deepEqual(run.keys, keys);
+    const meta = await (await fetch(`${daemon.url}/v2/maps/${run.id}`)).json();
+    assert.deepEqual([meta.tokens, meta.key_tokens], [tokens, keys]);
+    assert.deepEqual(errors, []);
+    await page.close();
+  }
+});
+
 test('a map over 1M cells opens max-pooled by the server, labelled as such', async () => {
   const T = 1100; // 1.21M cells: the page asks for max=512, blocks of 3
   const body = {
