@@ -507,8 +507,9 @@ static const char *seq_hdr_id(const srv_req *r)
 }
 
 /* step_id: the sequence id undecoded request r names (its header or
- * metadata, else its body's first sequence_id) into id; 0 for none. */
-static int step_id(const srv_req *r, char id[OIP_MAX_SEQ_ID])
+ * metadata, else, with body, its body's first sequence_id) into id; 0 for
+ * none. */
+static int step_id(const srv_req *r, int body, char id[OIP_MAX_SEQ_ID])
 {
     const char *hdr_id = seq_hdr_id(r);
     if (hdr_id) { /* one too long is no id (no live one's prefix) */
@@ -518,8 +519,8 @@ static int step_id(const srv_req *r, char id[OIP_MAX_SEQ_ID])
         memcpy(id, hdr_id, n + 1);
         return 1;
     }
-    return (r->door ? r->door->peek_seq_id : oip_peek_sequence_id)(
-        r->body, r->body_len, r->header_len, id);
+    return body && (r->door ? r->door->peek_seq_id : oip_peek_sequence_id)(
+                       r->body, r->body_len, r->header_len, id);
 }
 
 /* srv_sched_refused: infer request r was refused before its decode (503:
@@ -533,18 +534,14 @@ static int step_id(const srv_req *r, char id[OIP_MAX_SEQ_ID])
 void srv_sched_refused(srv_req *r)
 {
     char id[OIP_MAX_SEQ_ID];
-    if (step_id(r, id))
+    if (step_id(r, 1, id))
         srv_seq_touch(r->s, id);
 }
 
 void srv_sched_refuse_draining(srv_req *r, int body)
 {
     char id[OIP_MAX_SEQ_ID];
-    const char *hdr_id = seq_hdr_id(r);
-    if ((body ? step_id(r, id)
-              : hdr_id && strlen(hdr_id) < OIP_MAX_SEQ_ID &&
-                    memcpy(id, hdr_id, strlen(hdr_id) + 1)) &&
-        srv_seq_live(r->s, id))
+    if (step_id(r, body, id) && srv_seq_live(r->s, id))
         srv_respond_error(r, 503, "server: draining (shutting down); sequence "
                           "'%s' ends with it (its keys and values are memory "
                           "state): begin it again on another replica with "
