@@ -323,9 +323,12 @@ static void whole_cache_msg(char *err, const srv_step *st, int t, size_t need)
                  budget, attn_kv_page_tokens(pool), page, page);
         return;
     }
-    k = snprintf(err, OIP_ERRMAX, "sequences: sequence '%s' from %d to %d "
+    /* the id and the name to their first 60 bytes: whole (up to 128
+     * each) they pushed the advice past OIP_ERRMAX; so, with every number
+     * at its type's most, the message is 504 bytes */
+    k = snprintf(err, OIP_ERRMAX, "sequences: sequence '%.60s' from %d to %d "
                  "token%s would need %zu bytes of K/V, more than the whole "
-                 "K/V cache of model '%s' (%zu bytes, kv-bytes: %lld tokens)",
+                 "K/V cache of model '%.60s' (%zu bytes, kv-bytes: %lld tokens)",
                  st->id, len, len + t, len + t == 1 ? "" : "s", need,
                  st->e->name, budget, cap);
     if (k < 0 || k >= OIP_ERRMAX)

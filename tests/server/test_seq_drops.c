@@ -84,6 +84,36 @@ START_TEST(kv_bytes)
 }
 END_TEST
 
+/* A step past the whole cache says what helps, to its advice's end, with
+ * a sequence id of 128 bytes and a model name of 128 (each printed to its
+ * first 60 bytes): whole, the two made the message longer than an error's
+ * OIP_ERRMAX bytes, and its end was cut off mid-advice. */
+START_TEST(whole_cache_advice_fits_long_names)
+{
+    char id[OIP_MAX_SEQ_ID], p[200], want[OIP_ERRMAX];
+    srv_job *b;
+    memset(id, 'i', OIP_MAX_SEQ_ID - 1);
+    id[OIP_MAX_SEQ_ID - 1] = 0;
+    memset(M1->name, 'n', SRV_NAME_MAX - 1);
+    M1->name[SRV_NAME_MAX - 1] = 0;
+    snprintf(p, sizeof p, "\"sequence_id\":\"%s\",\"sequence_start\":true", id);
+    go(M1, 32, p); /* the whole cache: 8 pages */
+    snprintf(p, sizeof p, "\"sequence_id\":\"%s\"", id);
+    b = job(M1, 1, p);
+    submit(b);
+    ck_assert_int_eq(launch(b), 400);
+    snprintf(want, sizeof want, "sequences: sequence '%.60s' from 32 to 33 "
+             "tokens would need 1152 bytes of K/V, more than the whole K/V "
+             "cache of model '%.60s' (1024 bytes, kv-bytes: 32 tokens), which "
+             "its 32 tokens fill: no retry can take a token more; end it, or "
+             "send a step at a sequence_position below 32 to replace tokens "
+             "(or raise --kv-bytes)", id, M1->name);
+    ck_assert_str_eq(b->msg, want);
+    ck_assert_int_eq(length(id), 32);
+    job_free(b);
+}
+END_TEST
+
 /* ---- wrong model, retain ------------------------------------------------ */
 
 START_TEST(step_on_another_model_or_instance)
@@ -732,6 +762,7 @@ static Suite *seq_drops_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, max_sequences);
     tcase_add_test(tc, kv_bytes);
+    tcase_add_test(tc, whole_cache_advice_fits_long_names);
     tcase_add_test(tc, step_on_another_model_or_instance);
     tcase_add_test(tc, retain_follows_the_start);
     tcase_add_test(tc, delete_now_or_after_the_running_step);
