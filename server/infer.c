@@ -129,13 +129,15 @@ static int select_outputs(srv_prep *p, const oip_request *req,
 /* srv_prep_extra (infer.h): the one sum and message of the stateless
  * layouts (prepare_model, prepare_raw) and a sequence step's
  * (seq_prep.c). */
-int srv_prep_extra(srv_prep *p, const oip_request *req, int64_t n, size_t per,
-                   const char *what, const char *fewer,
+int srv_prep_extra(srv_prep *p, const oip_request *req, int64_t n, size_t plan,
+                   size_t own, const char *what, const char *fewer,
                    const srv_infer_limits *lim, char *err)
 {
-    size_t total = req->bytes;
+    size_t total = req->bytes, per;
     char all[48] = "";
     int one = n == 1;
+    if (plan == SIZE_MAX || __builtin_add_overflow(plan, own, &per))
+        per = SIZE_MAX;
     if (per != SIZE_MAX && !__builtin_mul_overflow((size_t)n, per, &p->extra) &&
         !__builtin_add_overflow(total, p->extra, &total)) {
         if (total <= lim->memory)
@@ -205,7 +207,7 @@ static int prepare_model(srv_prep *p, const oip_request *req, const char *name,
     const oip_tensor *x, *ctx, *mask;
     int64_t B, T, S, b;
     int rc, *len = NULL, *clen = NULL;
-    size_t rows = 1, per;
+    size_t rows = 1;
     char got[OIP_MAX_RANK * 22 + 4];
     if ((rc = check_names(req, names, 5, name,
                           "x, context, lengths, context_lengths, mask", err)))
@@ -264,13 +266,12 @@ static int prepare_model(srv_prep *p, const oip_request *req, const char *name,
     /* each sequence's attn_seq, its two lengths (and their copies kept
      * for retain) and what the engine's plan holds for it: counted, as
      * B may be max-tokens sequences of one token each */
-    per = attn_plan_item_bytes(c, (int)T, (int)S, 0);
-    if (per != SIZE_MAX)
-        per += sizeof(attn_seq) + 2 * sizeof(int) +
-               (req->params.retain ? 2 * sizeof(int32_t) : 0);
     if ((rc = select_outputs(p, req, model_outs, name, err)) ||
-        (rc = srv_prep_extra(p, req, B, per, "x",
-                             "fewer or shorter sequences a request", lim, err)) ||
+        (rc = srv_prep_extra(p, req, B, attn_plan_item_bytes(c, (int)T, (int)S, 0),
+                             sizeof(attn_seq) + 2 * sizeof(int) +
+                                 (req->params.retain ? 2 * sizeof(int32_t) : 0),
+                             "x", "fewer or shorter sequences a request", lim,
+                             err)) ||
         (rc = alloc_outputs(p, req, lim, err)))
         return rc;
     p->seqs = calloc((size_t)B, sizeof *p->seqs);
@@ -341,7 +342,7 @@ static int prepare_sdpa(srv_prep *p, const oip_request *req,
     const oip_tensor *q, *k, *v, *mask;
     int rc, r, d, lead;
     int64_t T, S, dk, dv, i, n = 1;
-    size_t rows = 1, per;
+    size_t rows = 1;
     char got[OIP_MAX_RANK * 22 + 4];
     if ((rc = check_names(req, names, 4, "sdpa", "q, k, v, mask", err)))
         return rc;
@@ -428,11 +429,9 @@ static int prepare_sdpa(srv_prep *p, const oip_request *req,
     p->maps_t = (int)T, p->maps_s = (int)S;
     /* each item's attn_raw and what the raw plan holds for it, its q
      * times scale with it (as large as q) */
-    per = attn_plan_item_bytes(&p->cfg, (int)T, (int)S, 1);
-    if (per != SIZE_MAX)
-        per += sizeof(attn_raw);
     if ((rc = select_outputs(p, req, sdpa_outs, "sdpa", err)) ||
-        (rc = srv_prep_extra(p, req, n, per, "q",
+        (rc = srv_prep_extra(p, req, n, attn_plan_item_bytes(&p->cfg, (int)T, (int)S, 1),
+                             sizeof(attn_raw), "q",
                              "fewer or smaller items a request", lim, err)) ||
         (rc = alloc_outputs(p, req, lim, err)))
         return rc;

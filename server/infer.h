@@ -55,13 +55,15 @@ int srv_infer_prepare(srv_prep *p, const oip_request *req, const char *model_nam
 void srv_prep_free(srv_prep *p);
 
 /* srv_prep_extra: p->extra = what laying out n sequences (sdpa: items)
- * of per bytes each for the engine takes (their attn_seq or attn_raw,
- * the plan's share); with the request (req->bytes) within request-memory,
- * 0, or 413 with err naming the input (what), the bytes and what to send
- * instead (fewer: "fewer tokens a step"). A stateless request's layout
+ * for the engine takes, each the plan's share (plan:
+ * attn_plan_item_bytes, SIZE_MAX when that overflowed) plus own (its
+ * attn_seq or attn_raw, its lengths); with the request
+ * (req->bytes) within request-memory, 0, or 413 with err naming the
+ * input (what), the bytes and what to send instead (fewer: "fewer tokens
+ * a step"); every sum and product checked. A stateless request's layout
  * and a sequence step's. */
-int srv_prep_extra(srv_prep *p, const oip_request *req, int64_t n, size_t per,
-                   const char *what, const char *fewer,
+int srv_prep_extra(srv_prep *p, const oip_request *req, int64_t n, size_t plan,
+                   size_t own, const char *what, const char *fewer,
                    const srv_infer_limits *lim, char *err);
 
 /* srv_prep_outputs: the computed outputs of p in the order of req's

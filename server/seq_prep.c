@@ -59,7 +59,7 @@ int srv_seq_prepare(srv_step *st, srv_prep *p, const oip_request *req,
 {
     const oip_params *pr = &req->params;
     const oip_tensor *x;
-    size_t total = req->bytes, per;
+    size_t total = req->bytes;
     int i, o, rc;
     int64_t T;
     memset(p, 0, sizeof *p);
@@ -148,10 +148,9 @@ int srv_seq_prepare(srv_step *st, srv_prep *p, const oip_request *req,
     p->rank[SRV_O_ATT] = p->rank[SRV_O_SCORES] = 4; /* S at bind */
     /* its attn_seq and what the plan holds for it (a step's rows are its
      * own keys' rows: s = T), counted as a stateless request's are */
-    per = attn_plan_item_bytes(c, (int)T, (int)T, 0);
-    if (per != SIZE_MAX)
-        per += sizeof(attn_seq);
-    if ((rc = srv_prep_extra(p, req, 1, per, "x", "fewer tokens a step", lim, err)))
+    if ((rc = srv_prep_extra(p, req, 1, attn_plan_item_bytes(c, (int)T, (int)T, 0),
+                             sizeof(attn_seq), "x", "fewer tokens a step", lim,
+                             err)))
         return rc;
     total += p->extra; /* srv_prep_extra checked the sum */
     if ((rc = alloc(p, SRV_O_Y, &total, lim->memory, err)) ||

@@ -267,6 +267,32 @@ START_TEST(stateless_and_step_share_the_limit_and_its_message)
 }
 END_TEST
 
+/* The layout's sum per item (the plan's share plus the item's own
+ * attn_seq or attn_raw) is checked as its product and total are: a share
+ * a few bytes under SIZE_MAX is not wrapped to a few bytes that fit, but
+ * refused (413) as one that overflowed in attn_plan_item_bytes is. (Out
+ * of a request's reach today: T and S are at most 2^30, d_k 2^20.) */
+START_TEST(layout_sum_per_item_is_checked)
+{
+    char err[OIP_ERRMAX] = "";
+    oip_request req;
+    srv_prep p;
+    srv_infer_limits lim = {(size_t)1 << 30, 1 << 20, NULL};
+    memset(&req, 0, sizeof req);
+    memset(&p, 0, sizeof p);
+    req.bytes = 100;
+    ck_assert_int_eq(srv_prep_extra(&p, &req, 1, 1000, sizeof(attn_seq), "x",
+                                    "fewer tokens a step", &lim, err), 0);
+    ck_assert_uint_eq(p.extra, 1000 + sizeof(attn_seq));
+    ck_assert_int_eq(srv_prep_extra(&p, &req, 1, SIZE_MAX - 8, sizeof(attn_seq),
+                                    "x", "fewer tokens a step", &lim, err), 413);
+    ck_assert_msg(strstr(err, "inputs[x].shape: its 1 sequence takes "
+                         "18446744073709551615 bytes"), "%s", err);
+    ck_assert_int_eq(srv_prep_extra(&p, &req, 1, SIZE_MAX, 8, "x",
+                                    "fewer tokens a step", &lim, err), 413);
+}
+END_TEST
+
 static Suite *infer_suite(void)
 {
     Suite *s = suite_create("infer");
@@ -276,6 +302,7 @@ static Suite *infer_suite(void)
     tcase_add_test(tc, stateless_and_step_share_the_limit_and_its_message);
     tcase_add_test(tc, sequences_count_their_layout);
     tcase_add_test(tc, sdpa_items_count_their_layout_and_scaled_q);
+    tcase_add_test(tc, layout_sum_per_item_is_checked);
     suite_add_tcase(s, tc);
     return s;
 }
