@@ -388,7 +388,7 @@ static int parse_count(const char *v, unsigned long long *out)
  * infer's 400 for its Attnd-Sequence-Id or 404 for a model neither loaded
  * nor loading, an unload's 400 for its name or 404 for a model not loaded
  * (no load of it running), as srv_h_infer and srv_h_unload would answer
- * it after the body. It is answered now (RFC 9110 10.1.1: a final status
+ * it after the body: its route's head (routes.c). It is answered now (RFC 9110 10.1.1: a final status
  * instead of the 100), its body never read (the connection closes: its
  * client may send the body all the same, after a wait of its own), and
  * holding no memory for it. Asked after the 413 for its declared length,
@@ -400,11 +400,7 @@ static int answered_early(srv_req *r)
     const char *ex = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Expect");
     if (!ex || strcasecmp(ex, "100-continue") != 0)
         return 0;
-    if (r->route->body == SRV_BODY_INFER)
-        return srv_sched_head_refused(r);
-    if (r->route->fn == srv_h_unload)
-        return srv_registry_unload_refused(r);
-    return 0;
+    return r->route->head ? r->route->head(r) : 0;
 }
 
 /* body_check: the body r's route accepts (srv.h SRV_BODY_*) against the

@@ -528,28 +528,31 @@ static void h_web(srv_req *r)
 }
 
 /* method, path, handler, needs the key, body accepted, query parameters
- * read (NULL: the query is not checked) (srv.h) */
+ * read (NULL: the query is not checked), answer from the head with
+ * Expect: 100-continue (NULL: none) (srv.h) */
 const srv_route srv_routes[] = {
-    {SRV_GET, "/v2/health/live", h_live, 0, SRV_BODY_NONE, NULL},
-    {SRV_GET, "/v2/health/ready", h_ready, 0, SRV_BODY_NONE, NULL},
-    {SRV_GET, "/v2", h_server_meta, 0, SRV_BODY_NONE, NULL},
-    {SRV_GET, "/v2/models/stats", srv_h_stats, 0, SRV_BODY_NONE, NULL},
-    {SRV_GET, "/v2/models/{}", h_model_meta, 0, SRV_BODY_NONE, NULL},
-    {SRV_GET, "/v2/models/{}/ready", h_model_ready, 0, SRV_BODY_NONE, NULL},
-    {SRV_GET, "/v2/models/{}/config", h_model_config, 0, SRV_BODY_NONE, NULL},
-    {SRV_GET, "/v2/models/{}/stats", srv_h_stats, 0, SRV_BODY_NONE, NULL},
-    {SRV_POST, "/v2/models/{}/infer", srv_h_infer, 1, SRV_BODY_INFER, NULL},
-    {SRV_POST, "/v2/repository/index", srv_h_index, 1, SRV_BODY_SMALL, NULL},
-    {SRV_POST, "/v2/repository/models/{}/load", srv_h_load, 1, SRV_BODY_UPLOAD, NULL},
-    {SRV_POST, "/v2/repository/models/{}/unload", srv_h_unload, 1, SRV_BODY_SMALL, NULL},
-    {SRV_GET, "/metrics", srv_h_metrics, 0, SRV_BODY_NONE, NULL},
-    {SRV_GET, "/v2/maps", h_maps, 1, SRV_BODY_NONE, ""},
-    {SRV_GET, "/v2/maps/{}", h_maps, 1, SRV_BODY_NONE, "wait version timeout_ms"},
-    {SRV_GET, "/v2/maps/{}/attention", h_maps, 1, SRV_BODY_NONE, "b h max format what"},
-    {SRV_GET, "/v2/sequences", srv_seq_h_list, 1, SRV_BODY_NONE, ""},
-    {SRV_GET, "/v2/sequences/{}", srv_seq_h_get, 1, SRV_BODY_NONE, ""},
-    {SRV_DELETE, "/v2/sequences/{}", srv_seq_h_delete, 1, SRV_BODY_NONE, ""},
-    {SRV_GET, "/", h_web, 0, SRV_BODY_NONE, NULL},
-    {SRV_GET, "/web/{}", h_web, 0, SRV_BODY_NONE, NULL},
+    {SRV_GET, "/v2/health/live", h_live, 0, SRV_BODY_NONE, NULL, NULL},
+    {SRV_GET, "/v2/health/ready", h_ready, 0, SRV_BODY_NONE, NULL, NULL},
+    {SRV_GET, "/v2", h_server_meta, 0, SRV_BODY_NONE, NULL, NULL},
+    {SRV_GET, "/v2/models/stats", srv_h_stats, 0, SRV_BODY_NONE, NULL, NULL},
+    {SRV_GET, "/v2/models/{}", h_model_meta, 0, SRV_BODY_NONE, NULL, NULL},
+    {SRV_GET, "/v2/models/{}/ready", h_model_ready, 0, SRV_BODY_NONE, NULL, NULL},
+    {SRV_GET, "/v2/models/{}/config", h_model_config, 0, SRV_BODY_NONE, NULL, NULL},
+    {SRV_GET, "/v2/models/{}/stats", srv_h_stats, 0, SRV_BODY_NONE, NULL, NULL},
+    {SRV_POST, "/v2/models/{}/infer", srv_h_infer, 1, SRV_BODY_INFER, NULL,
+     srv_sched_head_refused},
+    {SRV_POST, "/v2/repository/index", srv_h_index, 1, SRV_BODY_SMALL, NULL, NULL},
+    {SRV_POST, "/v2/repository/models/{}/load", srv_h_load, 1, SRV_BODY_UPLOAD, NULL, NULL},
+    {SRV_POST, "/v2/repository/models/{}/unload", srv_h_unload, 1, SRV_BODY_SMALL, NULL,
+     srv_registry_unload_refused},
+    {SRV_GET, "/metrics", srv_h_metrics, 0, SRV_BODY_NONE, NULL, NULL},
+    {SRV_GET, "/v2/maps", h_maps, 1, SRV_BODY_NONE, "", NULL},
+    {SRV_GET, "/v2/maps/{}", h_maps, 1, SRV_BODY_NONE, "wait version timeout_ms", NULL},
+    {SRV_GET, "/v2/maps/{}/attention", h_maps, 1, SRV_BODY_NONE, "b h max format what", NULL},
+    {SRV_GET, "/v2/sequences", srv_seq_h_list, 1, SRV_BODY_NONE, "", NULL},
+    {SRV_GET, "/v2/sequences/{}", srv_seq_h_get, 1, SRV_BODY_NONE, "", NULL},
+    {SRV_DELETE, "/v2/sequences/{}", srv_seq_h_delete, 1, SRV_BODY_NONE, "", NULL},
+    {SRV_GET, "/", h_web, 0, SRV_BODY_NONE, NULL, NULL},
+    {SRV_GET, "/web/{}", h_web, 0, SRV_BODY_NONE, NULL, NULL},
 };
 const size_t srv_n_routes = sizeof srv_routes / sizeof srv_routes[0];

@@ -232,6 +232,10 @@ typedef struct srv_route {
      * one given twice or one without '=' answers 400 (http_head.c); NULL
      * for the KServe and Triton routes, whose queries are not checked */
     const char *query;
+    /* with Expect: 100-continue, the answer its head alone gets, which no
+     * body would change (http_head.c's answered_early): 1 when it
+     * answered r, 0 to send the 100 and read the body; NULL for none */
+    int (*head)(srv_req *r);
 } srv_route;
 
 /* One HTTP request. Allocated on MHD's first call for it, freed in exactly
