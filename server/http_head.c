@@ -385,8 +385,10 @@ static int parse_count(const char *v, unsigned long long *out)
 
 /* answered_early: r waits for 100 Continue before it sends its body
  * (Expect: 100-continue), and its answer is known from its head: an
- * infer's 400 for its Attnd-Sequence-Id or 404 for a model neither loaded
- * nor loading, an unload's 400 for its name or 404 for a model not loaded
+ * infer's 400 for its Attnd-Sequence-Id, 404 for a model neither loaded
+ * nor loading or 503 for one still loading or a full queue (a transient
+ * refusal: it would be the same after an upload, which its client then
+ * sent for nothing), an unload's 400 for its name or 404 for a model not loaded
  * (no load of it running), as srv_h_infer and srv_h_unload would answer
  * it after the body: its route's head (routes.c). It is answered now (RFC 9110 10.1.1: a final status
  * instead of the 100), its body never read (the connection closes: its

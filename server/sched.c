@@ -576,13 +576,38 @@ static int not_served(srv_req *r, const srv_entry *e)
     return 1;
 }
 
+/* still_loading: does srv_h_infer answer r 503 (its model's first load
+ * still runs)? Answered then. */
+static int still_loading(srv_req *r, const srv_entry *e)
+{
+    if (!e || e->inst || e->state != SRV_LOADING)
+        return 0;
+    srv_respond_error(r, 503, "model '%s': still loading; retry shortly",
+                      r->arg[0]);
+    return 1;
+}
+
+/* queue_full: does srv_h_infer answer r 503 (e's queue-size requests in
+ * progress)? Answered then, a step it may be kept from the idle sweep
+ * (srv_sched_refused: with its body unread, its header's id). */
+static int queue_full(srv_req *r, srv_entry *e)
+{
+    if (e->pending < (int)r->s->cfg.queue_size)
+        return 0;
+    srv_sched_refused(r); /* (before the answer, which may free r) */
+    srv_respond_error(r, 503, "queue: model '%s' has %d request%s in "
+                      "progress (queue-size); retry later", e->name, e->pending,
+                      e->pending == 1 ? "" : "s");
+    e->stats.fail_rejected++;
+    return 1;
+}
+
 int srv_sched_head_refused(srv_req *r)
 {
-    if (bad_seq_hdr(r, seq_hdr_id(r))) {
-        snprintf(r->model, sizeof r->model, "%.128s", r->arg[0]); /* its log's */
-        return 1;
-    }
-    return not_served(r, srv_registry_find(r->s, r->arg[0]));
+    srv_entry *e = srv_registry_find(r->s, r->arg[0]);
+    snprintf(r->model, sizeof r->model, "%.128s", r->arg[0]); /* its log's */
+    return bad_seq_hdr(r, seq_hdr_id(r)) || still_loading(r, e) ||
+           not_served(r, e) || queue_full(r, e);
 }
 
 /* srv_h_infer: POST /v2/models/{m}/infer. Admits the request (or answers
@@ -596,14 +621,7 @@ void srv_h_infer(srv_req *r)
     size_t mlen = strnlen(r->arg[0], sizeof r->model - 1); /* "%.128s" */
     memcpy(r->model, r->arg[0], mlen);
     r->model[mlen] = 0;
-    if (bad_seq_hdr(r, hdr_id))
-        return;
-    if (e && !e->inst && e->state == SRV_LOADING) {
-        srv_respond_error(r, 503, "model '%s': still loading; retry shortly",
-                          r->arg[0]);
-        return;
-    }
-    if (not_served(r, e))
+    if (bad_seq_hdr(r, hdr_id) || still_loading(r, e) || not_served(r, e))
         return;
     /* a gRPC call whose deadline had passed when its message came: the
      * model's timeout, as one that passes while it waits */
@@ -620,14 +638,8 @@ void srv_h_infer(srv_req *r)
         e->stats.fail_rejected++;
         return;
     }
-    if (e->pending >= (int)s->cfg.queue_size) {
-        srv_sched_refused(r); /* (before the answer, which may free r) */
-        srv_respond_error(r, 503, "queue: model '%s' has %d request%s in "
-                          "progress (queue-size); retry later", e->name, e->pending,
-                          e->pending == 1 ? "" : "s");
-        e->stats.fail_rejected++;
+    if (queue_full(r, e))
         return;
-    }
     j = calloc(1, sizeof *j);
     if (!j) {
         srv_sched_refused(r);

@@ -11,6 +11,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
 import { REFS, SLOW, fp32, infer, maxDiff, start } from './helper.mjs';
+import { slowStart } from './repo_helper.mjs';
 
 const TINY = join(dirname(fileURLToPath(import.meta.url)), 'fixtures', 'models', 'tiny');
 const upload = () => ({
@@ -648,4 +649,60 @@ test('Expect: 100-continue: an unload\'s 400 and 404, an infer\'s 400 for its At
   await until(ok, /(?!)/);
   assert.deepEqual(finals(ok.got()), ['HTTP/1.1 100 ', 'HTTP/1.1 200 ', 'HTTP/1.1 200 '], ok.got());
   assert.equal((await d.stop()).code, 0);
+});
+
+// An infer's transient refusals, a model whose first load still runs and
+// a full queue (queue-size), were sent only after the body: with Expect:
+// 100-continue the client got 100 Continue, uploaded its body, and then
+// read the 503 it could have had from the head (as a handler that answers
+// without reading the body does in Go's net/http, which sends the 100 on
+// the first read only). They come from the head now, with the same
+// message and Retry-After as without the expectation, no 100 and the
+// body never read; a queue-full step still counts for its sequence.
+test('Expect: 100-continue: an infer\'s 503 for a model still loading and for a full queue come from the head, with Retry-After, the same answers as without the expectation', async (t) => {
+  const { d, slow } = await slowStart(t, 'expect503', { args: ['--queue-size', '1', '--batch-delay-us', '10000000'] });
+  const body = JSON.stringify(xreq());
+  const head = (model, more = '') => `POST /v2/models/${model}/infer HTTP/1.1\r\nHost: x\r\n` +
+    `Content-Type: application/json\r\nContent-Length: ${body.length}\r\n${more}\r\n`;
+  const until = async (c, re) => { for (let k = 0; k < 250 * SLOW && !re.test(c.got()) && !c.closed(); k++) await sleep(20); };
+  const finals = (text) => text.match(/HTTP\/1\.1 \d\d\d /g) || [];
+  const metric = async (re) => Number(re.exec(await (await fetch(`${d.url}/metrics`)).text())?.[1]);
+  const NEXT = 'GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n';
+  const both = async (model, msg) => {
+    // with the expectation: the 503 from the head, the body never read
+    const c = await openSending(d.port, head(model, 'Expect: 100-continue\r\n'));
+    await until(c, /\r\n\r\n\{[^]*\}$/);
+    assert.match(c.got(), /^HTTP\/1\.1 503 /, `${model}: ${c.got()}`);
+    assert.doesNotMatch(c.got(), /100 Continue/, model);
+    assert.match(c.got(), /\r\nRetry-After: 1\r\n/i, model);
+    assert.match(c.got(), /\r\nConnection: close\r\n/i, model);
+    assert.ok(c.got().endsWith(`{"error":"${msg}"}`), `${model}: ${c.got()}`);
+    c.s.write(body + NEXT);
+    await until(c, /(?!)/); // (until its close)
+    assert.ok(c.closed(), `${model}: the connection closes after the answer`);
+    assert.deepEqual(finals(c.got()), ['HTTP/1.1 503 '], c.got());
+    // without it: the same answer after the body, the connection kept
+    const k = await openSending(d.port, head(model) + body + NEXT);
+    await until(k, /(?!)/);
+    assert.deepEqual(finals(k.got()), ['HTTP/1.1 503 ', 'HTTP/1.1 200 '], k.got());
+    assert.match(k.got(), /\r\nRetry-After: 1\r\n/i, model);
+    assert.ok(k.got().includes(`{"error":"${msg}"}`), `${model}: ${k.got()}`);
+  };
+  // a model whose first load runs (its config.json a FIFO not yet written)
+  const loading = fetch(`${d.url}/v2/repository/models/slow/load`, { method: 'POST' });
+  await slow.reading();
+  await both('slow', "model 'slow': still loading; retry shortly");
+  assert.ok(slow.release());
+  assert.equal((await loading).status, 200);
+  // a full queue: one request held by the batch delay (10 s)
+  const pending = /^attnd_inference_pending_requests\{model="tiny",version="1"\} (\d+)$/m;
+  const held = infer(d, 'tiny', xreq());
+  for (let i = 0; i < 500 * SLOW && (await metric(pending)) !== 1; i++) await sleep(10);
+  assert.equal(await metric(pending), 1);
+  await both('tiny', "queue: model 'tiny' has 1 request in progress (queue-size); retry later");
+  assert.equal(await metric(/^attnd_inference_request_failure_total\{model="tiny",version="1",reason="rejected"\} (\d+)$/m), 2);
+  // the drain serves the held request
+  const stopped = d.stop();
+  assert.equal((await held).status, 200);
+  assert.equal((await stopped).code, 0);
 });
