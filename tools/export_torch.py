@@ -16,8 +16,8 @@ module of your own class needs that class importable here: save its
 state_dict() instead.
 Options:
     --n-heads H         query heads (read from the module when SRC is an
-                        nn.MultiheadAttention); key/value heads (GQA) are
-                        read from k_proj's shape
+                        nn.MultiheadAttention: another H is refused);
+                        key/value heads (GQA) are read from k_proj's shape
     --prefix P          names in SRC start with P (state dicts only)
     --layout L          canonical (default: W_q..., seeds' orientation),
                         mha (in_proj_weight..., as PyTorch stores them) or
@@ -41,6 +41,7 @@ Only kdim == vdim is supported (attnd takes one context tensor for keys and
 values); add_bias_kv and add_zero_attn are refused.
 """
 import argparse
+import errno
 import json
 import os
 import sys
@@ -310,13 +311,31 @@ def write_folder(outdir, parts, n_heads, layout="canonical", dtype="F32",
         cfg["prefix"] = out_prefix
     if description:
         cfg["description"] = description
+    # both files or neither: each written under a temporary name, then
+    # both renamed (a folder with weights and no config.json, or the
+    # other's, is no model); a name taken by a folder is refused first, as
+    # a rename onto it would fail after the other's
+    st_path = os.path.join(outdir, "model.safetensors")
+    cfg_path = os.path.join(outdir, "config.json")
+    tmps = [p + ".export-tmp" for p in (st_path, cfg_path)]
     try:
         os.makedirs(outdir, exist_ok=True)
-        attnd_st.write(os.path.join(outdir, "model.safetensors"), tensors)
-        with open(os.path.join(outdir, "config.json"), "w") as fh:
+        for p in (st_path, cfg_path):
+            if os.path.isdir(p):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR),
+                                        p)
+        attnd_st.write(tmps[0], tensors)
+        with open(tmps[1], "w") as fh:
             json.dump(cfg, fh, indent=2)
             fh.write("\n")
+        os.replace(tmps[0], st_path)
+        os.replace(tmps[1], cfg_path)
     except OSError as e:
+        for p in tmps:
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
         raise ExportError("%s: cannot write the model folder: %s" %
                           (outdir, e.strerror or e))
 
@@ -387,6 +406,12 @@ def main():
               causal=a.causal, description=a.description,
               rope_theta=a.rope_theta, rope_dims=a.rope_dims)
     if isinstance(obj, torch.nn.MultiheadAttention):
+        if a.n_heads is not None and a.n_heads != obj.num_heads:
+            raise ExportError(
+                "--n-heads %d: %s holds an nn.MultiheadAttention of "
+                "num_heads %d, which its weights were trained with; drop "
+                "--n-heads (a whole module's own is used)"
+                % (a.n_heads, a.src, obj.num_heads))
         export_module(obj, a.outdir, **kw)
         n = obj.num_heads
     elif isinstance(obj, torch.nn.Module):

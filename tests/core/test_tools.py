@@ -325,10 +325,52 @@ class ExportTorchWrites(unittest.TestCase):
         self.assertFalse(os.path.exists(self.out))
 
     def test_config_that_cannot_be_written_is_a_message(self):
+        # and the weights are not left without it (they were written
+        # first): both files or neither, no temporary file left
         os.makedirs(os.path.join(self.out, "config.json"))  # a folder
         with self.assertRaisesRegex(SystemExit, "dec: cannot write the model "
                                     "folder: Is a directory"):
             self.write()
+        self.assertEqual(os.listdir(self.out), ["config.json"])
+        # config.json's own write failing (a full disk, say)
+        os.rmdir(os.path.join(self.out, "config.json"))
+        with mock.patch.object(export_torch.json, "dump",
+                               side_effect=OSError(28, "No space left on "
+                                                   "device")):
+            with self.assertRaisesRegex(SystemExit, "dec: cannot write the "
+                                        "model folder: No space left"):
+                self.write()
+        self.assertEqual(os.listdir(self.out), [])
+        self.write()
+        self.assertEqual(sorted(os.listdir(self.out)),
+                         ["config.json", "model.safetensors"])
+
+    def test_module_heads_other_than_given_are_refused(self):
+        # a whole nn.MultiheadAttention knows its heads: --n-heads was
+        # ignored (8 written for --n-heads 4); the same H is taken
+        class MHA:
+            num_heads = 8
+            add_zero_attn = False
+
+            def state_dict(self):  # (export_module takes any layer's)
+                return llama_layer("")
+
+        fake = mock.Mock()
+        fake.nn.MultiheadAttention = MHA
+        fake.nn.Module = MHA
+        with mock.patch.object(export_torch, "_torch", lambda: fake), \
+                mock.patch.object(export_torch, "load_source",
+                                  lambda p: MHA()), \
+                mock.patch.object(export_torch, "_bytes", fake_bytes):
+            with self.assertRaisesRegex(SystemExit, "--n-heads 4: x.pt holds "
+                                        "an nn.MultiheadAttention of "
+                                        "num_heads 8, .*drop --n-heads"):
+                self.main("x.pt", self.out, "--n-heads", "4",
+                          "--layout", "qproj")
+            self.assertFalse(os.path.exists(self.out))
+            self.main("x.pt", self.out, "--n-heads", "8", "--layout", "qproj")
+        with open(os.path.join(self.out, "config.json")) as fh:
+            self.assertEqual(json.load(fh), {"n_heads": 8})
 
     def test_without_pytorch_it_says_what_to_run(self):
         with mock.patch.dict(sys.modules, {"torch": None}):
