@@ -391,7 +391,9 @@ async function openMap(id) {
 // batch item stay. tokens (optional) label the rows; wanted
 // (optional) says, once the map is read, whether it is still to be drawn
 // (the page may show another one by then; a Run or a map opened meanwhile
-// always wins). Throws the daemon's error.
+// always wins). note may be a function of the map as read (its rows: a
+// step may land between a wait's answer and the reading). Throws the
+// daemon's error.
 async function showGrown(id, note, tokens, wanted) {
   const g = viewGen;
   const next = await api.openMap(id);
@@ -404,7 +406,7 @@ async function showGrown(id, note, tokens, wanted) {
   run = next;
   state.map = id;
   if (state.model !== run.model) showMapModel(id);
-  finishRun(note, keep);
+  finishRun(typeof note === 'function' ? note(next) : note, keep);
   if (win && state.win) { // keep the zoom, at the newest row and key
     state.win = studied ? win : { n: win.n, r0: run.T - win.n, c0: run.S - win.n };
     update();

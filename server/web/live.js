@@ -276,7 +276,9 @@ async function follow(gen) {
       quietNoted = false;
       trouble = null; // showGrown's note replaces the red line
       try { // (a query row the watcher picked stays picked)
-        await ctx.showGrown(id, `following map ${id}: ${r.meta.shape[2]} rows`, undefined,
+        // (the rows read, which a step landing meanwhile makes more
+        // than the wait's answer said)
+        await ctx.showGrown(id, (m) => `following map ${id}: ${m.sourceShape ? m.sourceShape[0] : m.T} rows`, undefined,
           () => gen === followGen && st.map === id);
       } catch (e) {
         if (gen !== followGen) return;

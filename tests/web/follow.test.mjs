@@ -309,3 +309,29 @@ test('following, a picked query row and the keyboard cursor stay where the user 
     await page.close();
   });
 });
+
+// The wait's answer says how many rows the map had then; the page reads
+// the map after it, and a step that lands in between is in what it draws.
+// The status line counted the wait's rows ("following map …: 3 rows"
+// beside T=4) until the next step: it counts what is drawn.
+test('a step landing between the wait\'s answer and the map\'s reading: the status line counts the rows drawn', async (t) => {
+  await withSequence(t, [], async (d, step) => {
+    const a = (await step(['the', 'cat'], 0, true)).map_id;
+    const { page, errors } = await openPage(browser, `${d.url}/#map=${a}&follow=1&h=0`);
+    let hold = false, stepped = false;
+    // The first read of the map after the wait answered: one more step first.
+    await page.route((u) => u.pathname.endsWith(`/v2/maps/${a}`) && !u.searchParams.has('wait'), async (route) => {
+      if (hold && !stepped) { stepped = true; await step(['on'], 3); }
+      await route.continue();
+    });
+    hold = true;
+    await step(['sat'], 2);
+    await page.waitForFunction(() => window.attnd.run.T === 4 && document.body.dataset.state === 'ready', null, { timeout: 5000 });
+    assert.ok(stepped, 'the map was read after the wait answered');
+    const status = await page.textContent('#status');
+    assert.match(status, /T=4, S=4/);
+    assert.match(status, new RegExp(`following map ${a}: 4 rows`), status);
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
+});
