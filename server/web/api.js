@@ -228,6 +228,11 @@ async function postInfer(u, body, size, signal) {
     signal,
   });
   if (!res.ok) await fail(res, size && { ...size, bytes: text.length });
+  return readInfer(res);
+}
+
+// readInfer: an inference answer, binary (postInfer) or all JSON.
+async function readInfer(res) {
   if (!res.headers.has('Inference-Header-Content-Length')) return readJSON(res);
   let buf;
   try { buf = await res.arrayBuffer(); } catch (e) {
@@ -564,7 +569,8 @@ async function readMap(id, meta, progress, signal) {
     }
     // The store keeps scores and values only when the retaining request
     // computed them (it asked for those outputs).
-    if (!scores) missing = 'the server kept only its weights';
+    if (!scores) missing = grown ? 'the server kept only its weights (a sequence\'s map keeps scores when its start asked for them)'
+      : 'the server kept only its weights';
     else if (!v) missing = 'the server kept no value rows';
   }
   const label = (arr, n, p) => (arr && arr.length === n ? arr : Array.from({ length: n }, (_, i) => `${p}${i}`));
@@ -599,7 +605,11 @@ export const SEQ_HEADER = 'Attnd-Sequence-Id';
 // by the sample generator at their true positions pos0, pos0 + 1, ...,
 // sent with sequence_position pos0 (a step below the sequence's length
 // replaces the words from pos0 on; one sent again is not applied twice);
-// start begins it (retained, so its map grows with every step). Returns
+// start begins it (retained, so its map grows with every step; a prompt
+// whose map the page draws cell by cell, T x T <= FULL_MAP_CELLS, asks
+// for its scores too, as binary, so that the map keeps every row's and
+// the step view can show q·k and the softmax; a larger one is read
+// max-pooled, where the step view has no single cells anyway). Returns
 // { length (the sequence's tokens now), mapId }. A failure throws the
 // daemon's error with err.status (400 for an unknown sequence, 503 with
 // err.retryAfter when the K/V budget is full).
@@ -607,27 +617,31 @@ export async function seqStep(meta, id, words, pos0, { start = false, causal } =
   const d = (meta.parameters || {}).d_model;
   const x = embed(words, d, pos0);
   const params = { sequence_id: id, retain: true, tokens: words, sequence_position: pos0 };
+  const scores = start && words.length ** 2 <= FULL_MAP_CELLS;
   if (start) params.sequence_start = true;
+  if (scores) params.binary_data_output = true;
   if (causal !== undefined) params.causal = !!causal;
   const body = JSON.stringify({
     inputs: [{ name: 'x', datatype: 'FP32', shape: [1, words.length, d], data: Array.from(x) }],
     // The smallest output: the map is kept (retain) and read from the
-    // store, max-pooled when large; the answer need not carry it.
-    outputs: [{ name: 'y' }],
+    // store, max-pooled when large; the answer need not carry it. A map
+    // keeps scores when its start asked for them (README "Retained
+    // attention maps"): the start does, and its later steps add theirs.
+    outputs: scores ? [{ name: 'y' }, { name: 'scores' }] : [{ name: 'y' }],
     parameters: params,
   });
   const res = await send(url(`v2/models/${encodeURIComponent(meta.name)}/infer`), {
     method: 'POST',
-    headers: headers({ 'Content-Type': 'application/json', Accept: 'application/json', [SEQ_HEADER]: id }),
+    headers: headers({ 'Content-Type': 'application/json', Accept: 'application/octet-stream, application/json', [SEQ_HEADER]: id }),
     body,
   });
   if (!res.ok) {
     const ra = Number(res.headers.get('Retry-After'));
-    const size = { n: words.length, unit: 'words', bytes: body.length, // the map's new rows:
-      outBytes: 4 * ((meta.parameters || {}).n_heads || 1) * words.length * (pos0 + words.length) };
+    const size = { n: words.length, unit: 'words', bytes: body.length, // the map's new rows (and scores):
+      outBytes: (scores ? 8 : 4) * ((meta.parameters || {}).n_heads || 1) * words.length * (pos0 + words.length) };
     try { await fail(res, size); } catch (e) { if (ra > 0) e.retryAfter = ra; throw e; }
   }
-  const j = await readJSON(res);
+  const j = await readInfer(res);
   const p = j.parameters || {};
   if (p.map_id) mapSeq.set(p.map_id, id);
   return { length: p.sequence_length, mapId: p.map_id };

@@ -130,9 +130,10 @@ export async function startSequence(meta, words, causal) {
     if (r.length === undefined) throw new Error(`${meta.name}: this attnd keeps no sequences (its answer has no sequence_length)`);
     if (!r.mapId) { // nothing to draw: ended, not left to idle out unseen
       api.endSequence(id).catch(() => {});
-      const H = (meta.parameters || {}).n_heads || 1, mb = Math.ceil((4 * H * words.length ** 2) / 1e6);
+      const sc = words.length ** 2 <= api.FULL_MAP_CELLS; // (seqStep asked for its scores)
+      const H = (meta.parameters || {}).n_heads || 1, mb = Math.ceil(((sc ? 8 : 4) * H * words.length ** 2) / 1e6);
       throw new Error(`the server kept no map for sequence ${id} (so it was ended): ${H} head${H === 1 ? '' : 's'} of ` +
-        `${words.length} × ${words.length} weights take ${mb} MB, more than its retained-map store holds ` +
+        `${words.length} × ${words.length} weights${sc ? ' and scores' : ''} take ${mb} MB, more than its retained-map store holds ` +
         '(--maps-bytes), or it keeps none. Start with fewer words.');
     }
     seq = { id, meta, words: [...words], length: r.length ?? words.length, last: words.length, mapId: r.mapId, live: true, causal };

@@ -97,7 +97,8 @@ export function renderSteps(box, run, state, qi, v) {
   } else if (!mean) {
     box.append(el('p', { class: 'muted', 'data-why': 'no-scores' },
       `No scores for this map: ${run.missing || 'the server did not send them'}, so only the weights are listed. ` +
-      'Run its input again to see q·k, ÷ √d_k, the softmax and the output.'));
+      (run.version > 0 ? 'Start the sequence from this page (“as a sequence”) to see q·k, ÷ √d_k and the softmax.'
+        : 'Run its input again to see q·k, ÷ √d_k, the softmax and the output.')));
   }
   if (!mean && (have.qk || have.scores) && !have.v && run.source === 'map') {
     box.append(el('p', { class: 'muted small', 'data-why': 'no-values' },

@@ -412,6 +412,12 @@ test('follow: a sequence this test steps over HTTP is drawn within a second of e
   assert.ok(Date.now() - t0 <= 1000);
   assert.equal(await page.evaluate(() => window.attnd.run.T), words.length);
   await checkRow(page, first.map_id, 1, words.length - 1, await oneShot(words));
+  // Its start asked for no scores: the step view says why it lists weights
+  // only, and does not offer to "run its input again" (a sequence's map
+  // has no one input to run).
+  const why = await page.textContent('#steps [data-why="no-scores"]');
+  assert.match(why, /its start asked for them/);
+  assert.doesNotMatch(why, /Run its input again/);
   assert.deepEqual(errors, []);
   await page.close();
 });
@@ -513,6 +519,42 @@ test('a Step on a slow server says it is on its way, and a second Step meanwhile
   });
   assert.equal(await page.evaluate(() => window.attnd.sequence.length), 4, 'stepped once');
   assert.match(await page.textContent('#status'), /\+1 → 4 tokens/);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+// A map keeps scores when its sequence's start asked for them. The page's
+// start asked for y alone, so its sequence's step view listed weights
+// only ("No scores for this map … Run its input again"): now the start
+// asks for the prompt's scores (binary), and every row, the prompt's and
+// the steps', shows q·k and ÷ √d_k as the toy's W = I computes them.
+test('a sequence the page drives: the step view shows each row\'s q·k and scaled score, not weights alone', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const { page, errors } = await runSequence(); // "the cat", head 1
+  await page.fill('#seq-next', 'sat');
+  await page.press('#seq-next', 'Enter');
+  await page.waitForFunction(() => window.attnd.run.T === 3 && document.body.dataset.state === 'ready', null, { timeout: 10000 });
+  const { mapId } = await page.evaluate(() => window.attnd.sequence);
+  const meta = await (await fetch(`${daemon.url}/v2/maps/${mapId}`)).json();
+  assert.ok((meta.retained || []).includes('scores'), `map ${mapId} keeps ${JSON.stringify(meta.retained)}`);
+  const words = ['the', 'cat', 'sat'];
+  const x = embed(words, D); // head 1 reads columns 8..15 of x
+  const qk = (i, j) => { let s = 0; for (let c = 8; c < 16; c++) s += x[i * D + c] * x[j * D + c]; return s; };
+  for (const i of [2, 1]) { // the step's row (the newest, shown first), a prompt row
+    if (i !== 2) {
+      const c = await page.evaluate((a) => window.attnd.cellCenter(a, 0), i);
+      await page.mouse.click(c.pageX, c.pageY);
+      await page.waitForFunction((a) => document.querySelector('#steps h2').textContent.includes(`(#${a})`), i);
+    }
+    assert.equal(await page.$('#steps [data-why="no-scores"]'), null, await page.textContent('#steps'));
+    const rows = await page.$$eval('#steps table.steps-table tbody tr', (trs) => trs.map((tr) => [...tr.children].map((c) => c.textContent)));
+    for (let j = 0; j <= i; j++) {
+      const r = rows.find((cells) => cells[0].endsWith(`(#${j})`));
+      assert.ok(r, `row ${i}: no key #${j} in ${JSON.stringify(rows)}`);
+      assert.ok(Math.abs(Number(r[1]) - qk(i, j)) < 1e-3, `(${i},${j}) q·k ${r[1]}, want ${qk(i, j)}`);
+      assert.ok(Math.abs(Number(r[2]) - qk(i, j) / Math.sqrt(8)) < 1e-3, `(${i},${j}) scaled ${r[2]}, want ${qk(i, j) / Math.sqrt(8)}`);
+    }
+  }
   assert.deepEqual(errors, []);
   await page.close();
 });
