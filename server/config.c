@@ -137,6 +137,92 @@ static const setting *find(const char *name, size_t len)
     return NULL;
 }
 
+/* edits: the edit distance of a and b (at most 63 bytes each, else 99). */
+static size_t edits(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b), i, j, row[64];
+    if (la > 63 || lb > 63)
+        return 99;
+    for (j = 0; j <= lb; j++)
+        row[j] = j;
+    for (i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (j = 1; j <= lb; j++) {
+            size_t up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+/* service_link: a variable Kubernetes (enableServiceLinks) or docker --link
+ * makes for a Service or container whose name starts with attnd:
+ * <NAME>_SERVICE_HOST, <NAME>_SERVICE_PORT[_<port name>], <NAME>_PORT
+ * (tcp://...), <NAME>_PORT_<n>_<PROTO>[_ADDR|_PORT|_PROTO]. */
+static int service_link(const char *name, const char *value)
+{
+    const char *p;
+    size_t len = strlen(name);
+    if (strstr(name, "_SERVICE_HOST") || strstr(name, "_SERVICE_PORT"))
+        return 1;
+    if (len > 5 && strcmp(name + len - 5, "_PORT") == 0 && strstr(value, "://"))
+        return 1;
+    for (p = strstr(name, "_PORT_"); p; p = strstr(p + 1, "_PORT_")) {
+        const char *q = p + 6;
+        if (*q < '0' || *q > '9')
+            continue;
+        while (*q >= '0' && *q <= '9')
+            q++;
+        if (strncmp(q, "_TCP", 4) == 0 || strncmp(q, "_UDP", 4) == 0 ||
+            strncmp(q, "_SCTP", 5) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+int srv_config_stray_env(char *const *envp, size_t *pos, char *msg, size_t n)
+{
+    char env[96], name[96];
+    for (; envp && envp[*pos]; (*pos)++) {
+        const char *v = envp[*pos], *eq = strchr(v, '=');
+        size_t len = eq ? (size_t)(eq - v) : strlen(v), i, best = 99;
+        const setting *near = NULL;
+        if (strncmp(v, "ATTND_", 6) != 0 || len >= sizeof name)
+            continue;
+        memcpy(name, v, len);
+        name[len] = 0;
+        if (service_link(name, eq ? eq + 1 : ""))
+            continue;
+        for (i = 0; i < N_SETTINGS; i++) {
+            size_t d;
+            env_name(&settings[i], env, sizeof env);
+            d = edits(name, env);
+            if (d < best) {
+                best = d;
+                near = &settings[i];
+            }
+        }
+        if (best == 0)
+            continue;
+        (*pos)++;
+        if (near && best <= 2) {
+            env_name(near, env, sizeof env);
+            snprintf(msg, n, "%s is no setting and is ignored (did you mean "
+                     "%s? attnd --help lists them)", name, env);
+        } else
+            snprintf(msg, n, "%s is no setting and is ignored (attnd --help "
+                     "lists them)", name);
+        return 1;
+    }
+    return 0;
+}
+
 /* load_key_file: api_key from the first line of api_key_file (trailing
  * spaces and CR dropped); -1 with err, naming from (the flag or the
  * variable that gave the path), when unreadable, empty, holding a control

@@ -172,6 +172,16 @@ int srv_config_load(srv_config *cfg, int argc, char **argv,
                     srv_action *action, const char **arg, char *err);
 void srv_config_free(srv_config *cfg);
 
+/*
+ * srv_config_stray_env: from *pos on in envp (environ), the next ATTND_*
+ * variable that names no setting, as a message in msg (n bytes) that says
+ * it is ignored and names the setting it is closest to, if one is near;
+ * advances *pos past it and returns 1, or returns 0 at the end. A
+ * Service link's variables (ATTND_SERVICE_HOST, ATTND_PORT_80_TCP_ADDR,
+ * ATTND_SEQUENCES_SERVICE_PORT_HTTP, ...) are not counted.
+ */
+int srv_config_stray_env(char *const *envp, size_t *pos, char *msg, size_t n);
+
 /* srv_config_help: the usage text generated from the table. */
 void srv_config_help(FILE *out, const char *prog);
 

@@ -397,6 +397,15 @@ int main(int argc, char **argv)
      * is written here once, before every thread that reads it starts */
     if (srv_log_start(&s) < 0)
         srv_log(&s, "warn", "no log writer thread: each line is written at once");
+    {
+        /* a misspelt variable would change nothing, silently (a
+         * ConfigMap's ATTND_KV_BYTE left the 4 GiB default, past a pod's
+         * memory limit) */
+        char msg[256];
+        size_t pos = 0;
+        while (srv_config_stray_env(environ, &pos, msg, sizeof msg))
+            srv_log(&s, "warn", "%s", msg);
+    }
     srv_crash_init(&s);
     raise_nofile(&s);
     if (probe_threads(&s, err) < 0 ||

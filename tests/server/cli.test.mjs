@@ -139,6 +139,36 @@ test('flags win: a setting given as a flag ignores its variable, even a bad one;
   assert.match(r.stderr, /ATTND_GRPC_PORT: 'tcp:\/\/10\.96\.0\.1:8001' is not an integer/);
 });
 
+// A variable that names no setting changed nothing, silently: a ConfigMap
+// or `docker run -e` with ATTND_KV_BYTE (for ATTND_KV_BYTES) left the 4 GiB
+// K/V default under a 2Gi memory limit, and the replica was OOM-killed with
+// its sequences instead of answering 503. The daemon now says so as it
+// starts, naming the setting it is nearest to; a Service link's variables
+// (Kubernetes injects them for the Services attnd, attnd-sequences, ...
+// unless enableServiceLinks is false) are not settings and pass unnamed.
+test('an ATTND_* variable that names no setting is logged as ignored, with the setting it is nearest to', async (t) => {
+  const env = {
+    ATTND_KV_BYTE: '536870912', ATTND_DRAIN_MSS: '1000', ATTND_NO_SUCH_THING: '1', ATTND_MAX_BATCH: '4',
+    ATTND_SERVICE_HOST: '10.96.0.1', ATTND_SEQUENCES_SERVICE_PORT_HTTP: '80', ATTND_SESSIONS_PORT: 'tcp://10.96.0.3:80',
+    ATTND_PORT_80_TCP_ADDR: '10.96.0.1', ATTND_SEQUENCES_PORT_8001_TCP: 'tcp://10.96.0.2:8001',
+  };
+  const d = await start({ t, env });
+  try {
+    const log = await d.logged(/listening on/);
+    assert.match(log, /warn attnd: ATTND_KV_BYTE is no setting and is ignored \(did you mean ATTND_KV_BYTES\? attnd --help lists them\)/);
+    assert.match(log, /ATTND_DRAIN_MSS is no setting and is ignored \(did you mean ATTND_DRAIN_MS\?/);
+    assert.match(log, /ATTND_NO_SUCH_THING is no setting and is ignored \(attnd --help lists them\)/);
+    for (const n of ['ATTND_MAX_BATCH', 'ATTND_SERVICE_HOST', 'ATTND_SEQUENCES_SERVICE_PORT_HTTP', 'ATTND_SESSIONS_PORT', 'ATTND_PORT_80_TCP_ADDR', 'ATTND_SEQUENCES_PORT_8001_TCP'])
+      assert.doesNotMatch(log, new RegExp(`${n} is no setting`), n);
+    // --help, --version and --health-check (Docker's HEALTHCHECK, every 30 s) say nothing
+    for (const a of [['--help'], ['--version'], ['--health-check', `${d.url}/v2/health/live`]]) {
+      const r = run(a, env);
+      assert.equal(r.status, 0, a[0]);
+      assert.equal(r.stderr, '', a[0]);
+    }
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
 test('--host: an IPv6 address serves, bracketed in its listening line; an address not of this machine exits 1 saying so', async (t) => {
   const r = run(['--host', '192.0.2.1', '--port', '0', '--grpc-port', '0', '--models', join(ROOT, 'tests/server/fixtures/models')]);
   assert.equal(r.status, 1, r.stderr);
