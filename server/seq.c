@@ -123,6 +123,7 @@ static void kick(srv_seqs *q, srv_seq *l)
                 snprintf(msg, sizeof msg, "sequences: %d live or starting "
                          "(max-sequences %lld); end some or retry later",
                          q->n_live + q->n_starting, q->s->cfg.max_sequences);
+                st->e->seq_stats.refused[SRV_REFUSE_MAX_SEQUENCES]++;
                 srv__seq_fail(st, 503, msg);
                 continue;
             }
@@ -402,6 +403,7 @@ int srv_seq_bind(srv_step *st, size_t *mem, char *err)
                  st->e->name, attn_kv_pool_used(st->kv->pool),
                  s->cfg.kv_bytes, st->id, st->kv->len, st->kv->len + a->t,
                  st->kv->len + a->t == 1 ? "" : "s");
+        st->e->seq_stats.refused[SRV_REFUSE_KV_FULL]++;
         status = 503;
         goto fail;
     }

@@ -164,6 +164,17 @@ char *srv_seq_metrics_text(srv *s)
             "Tokens those steps took off their sequences' ends (the "
             "steps' own tokens took their place).");
 #undef COUNTER
+    FAMILY("attnd_sequence_steps_refused_total", "counter",
+           "Sequence steps answered 503 (Retry-After) for the model's K/V "
+           "cache full (kv_full: kv-bytes) or max-sequences live or "
+           "starting (sequences_full).");
+    for (e = s->models; e; e = e->next)
+        if (!e->inst || !e->inst->builtin)
+            for (i = 0; i < SRV_REFUSE_N; i++)
+                fprintf(f, "attnd_sequence_steps_refused_total{model=\"%s\","
+                           "version=\"1\",reason=\"%s\"} %llu\n", e->name,
+                        i == SRV_REFUSE_KV_FULL ? "kv_full" : "sequences_full",
+                        (unsigned long long)e->seq_stats.refused[i]);
     FAMILY("attnd_sequences_dropped_total", "counter",
            "Sequences dropped: idle (sequence-idle-ms), deleted, unloaded "
            "(model unloaded or reloaded), restarted (a new sequence_start).");

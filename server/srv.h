@@ -84,9 +84,15 @@ enum { SRV_DROP_IDLE, SRV_DROP_DELETED, SRV_DROP_UNLOADED, SRV_DROP_RESTARTED,
        SRV_DROP_N };
 extern const char *const srv_drop_name[SRV_DROP_N];
 
+/* Why a sequence's step was answered 503 by the sequences themselves
+ * (seq.c), the label of attnd_sequence_steps_refused_total: its model's
+ * K/V cache full (kv-bytes), or max-sequences live or starting. */
+enum { SRV_REFUSE_KV_FULL, SRV_REFUSE_MAX_SEQUENCES, SRV_REFUSE_N };
+
 /* Counters of one model's sequences (seq.c; loop thread). */
 typedef struct srv_seq_stats {
     uint64_t started, ended, dropped[SRV_DROP_N];
+    uint64_t refused[SRV_REFUSE_N]; /* steps answered 503, by why */
     uint64_t rewound, rewound_tokens; /* steps below the length, tokens replaced */
     int live;
 } srv_seq_stats;

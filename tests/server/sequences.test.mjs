@@ -323,6 +323,9 @@ test('the K/V budget: 503 with Retry-After naming it (400 past the whole budget)
     assert.equal(await metric(d, 'attnd_inference_request_failure_total', 'gqa', ',reason="rejected"'), 3);
     assert.equal(await metric(d, 'attnd_inference_request_failure_total', 'gqa', ',reason="bad_request"'), 2);
     assert.equal(await metric(d, 'attnd_inference_request_failure_total', 'gqa', ',reason="other"'), 0);
+    // and apart from a full queue's or a drain's 503s, by why
+    assert.equal(await metric(d, 'attnd_sequence_steps_refused_total', 'gqa', ',reason="kv_full"'), 2);
+    assert.equal(await metric(d, 'attnd_sequence_steps_refused_total', 'gqa', ',reason="sequences_full"'), 1);
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 

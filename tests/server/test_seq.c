@@ -436,6 +436,10 @@ START_TEST(failed_restart_keeps_the_old_one)
     submit(b);
     ck_assert_int_eq(launch(b), 503);
     after = take_snap("r", M1, 0);
+    /* counted as refused for the full cache; nothing else changed */
+    ck_assert_uint_eq(after.stats.refused[SRV_REFUSE_KV_FULL],
+                      before.stats.refused[SRV_REFUSE_KV_FULL] + 1);
+    after.stats.refused[SRV_REFUSE_KV_FULL]--;
     assert_same(&before, &after);
 
     c = job(M1, 2, "\"sequence_id\":\"r\",\"sequence_start\":true");
