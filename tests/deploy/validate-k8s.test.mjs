@@ -717,3 +717,45 @@ test("deploy/nginx.conf keeps a session on one replica by the header the session
   assert.match(conf, new RegExp(`if \\(\\${SESSION_VAR}\\) \\{\\s*return ${code[1]};`));
   assert.equal(ann(ingressRoles(byKind("Ingress")).door, "upstream-hash-by"), SESSION_VAR);
 });
+
+// proxiesShorterThanDaemon: what in the REST Ingresses (with the
+// ConfigMap's settings over --help's defaults) and deploy/nginx.conf (the
+// defaults: its replicas are started without settings) would answer before
+// attnd does: a read or send timeout not past the request deadline (the
+// proxy's 504 for a request attnd is still computing, its own 504 lost) or
+// a body limit under attnd's (nginx's 413 for a body attnd takes).
+const nginxSize = (v) => {
+  const m = /^(\d+)([kKmMgG]?)$/.exec(String(v));
+  return m ? Number(m[1]) * ({ k: 2 ** 10, m: 2 ** 20, g: 2 ** 30 }[m[2].toLowerCase()] ?? 1) : NaN;
+};
+function proxiesShorterThanDaemon(data, ings, conf, help) {
+  const defaults = helpSettings(help);
+  const v = (n, d = data) => Number(d[n] ?? defaults.get(n));
+  const bad = [];
+  const check = (where, deadlineMs, maxBody, timeouts, size) => {
+    for (const [k, s] of Object.entries(timeouts))
+      if (!(Number(s) * 1000 > deadlineMs)) bad.push(`${where} ${k} ${s} s is not past the deadline (ATTND_DEADLINE_MS ${deadlineMs})`);
+    if (!(nginxSize(size) >= maxBody)) bad.push(`${where} body limit ${size} is under ATTND_MAX_BODY ${maxBody}`);
+  };
+  for (const i of ings.filter((x) => ann(x, "backend-protocol") !== "GRPC" && ann(x, "canary") !== "true"))
+    check(`Ingress ${i.metadata.name}`, v("ATTND_DEADLINE_MS"), v("ATTND_MAX_BODY"),
+      { "proxy-read-timeout": ann(i, "proxy-read-timeout") ?? 60, "proxy-send-timeout": ann(i, "proxy-send-timeout") ?? 60 }, ann(i, "proxy-body-size") ?? "1m");
+  const c = conf.replace(/#.*$/gm, "");
+  const one = (re) => re.exec(c)?.[1];
+  check("deploy/nginx.conf", v("ATTND_DEADLINE_MS", {}), v("ATTND_MAX_BODY", {}),
+    { proxy_read_timeout: (one(/proxy_read_timeout (\d+)s;/) ?? 60), proxy_send_timeout: (one(/proxy_send_timeout (\d+)s;/) ?? 60) },
+    one(/\n\s*client_max_body_size (\w+);/) ?? "1m");
+  return bad;
+}
+
+test("the Ingresses and deploy/nginx.conf wait past the daemon's deadline and take its largest body", { skip: NO_BIN }, () => {
+  const conf = readFileSync(ROOT + "deploy/nginx.conf", "utf8");
+  const ings = byKind("Ingress");
+  assert.deepEqual(proxiesShorterThanDaemon(cm.data, ings, conf, HELP), []);
+  // a ConfigMap that raises the deadline or the body limit past the
+  // Ingress's, or an nginx.conf under the defaults, is caught
+  assert.match(proxiesShorterThanDaemon({ ...cm.data, ATTND_DEADLINE_MS: "60000" }, ings, conf, HELP).join("\n"), /Ingress attnd proxy-read-timeout 35 s is not past the deadline \(ATTND_DEADLINE_MS 60000\)/);
+  assert.match(proxiesShorterThanDaemon({ ...cm.data, ATTND_MAX_BODY: String(2 ** 28) }, ings, conf, HELP).join("\n"), /Ingress attnd body limit 64m is under ATTND_MAX_BODY 268435456/);
+  assert.match(proxiesShorterThanDaemon(cm.data, ings, conf.replace("proxy_read_timeout 35s;", "proxy_read_timeout 30s;"), HELP).join("\n"), /nginx\.conf proxy_read_timeout 30 s/);
+  assert.match(proxiesShorterThanDaemon(cm.data, ings, conf.replace(/(\n\s*client_max_body_size) 64m;/, "$1 1m;"), HELP).join("\n"), /nginx\.conf body limit 1m/);
+});
