@@ -606,8 +606,11 @@ int srv_sched_head_refused(srv_req *r)
 {
     srv_entry *e = srv_registry_find(r->s, r->arg[0]);
     snprintf(r->model, sizeof r->model, "%.128s", r->arg[0]); /* its log's */
-    return bad_seq_hdr(r, seq_hdr_id(r)) || still_loading(r, e) ||
-           not_served(r, e) || queue_full(r, e);
+    const char *hdr_id = seq_hdr_id(r);
+    /* a full queue's 503 keeps the step it refuses from the idle sweep:
+     * from the head only when the header names it (else its body may) */
+    return bad_seq_hdr(r, hdr_id) || still_loading(r, e) ||
+           not_served(r, e) || (hdr_id && queue_full(r, e));
 }
 
 /* srv_h_infer: POST /v2/models/{m}/infer. Admits the request (or answers

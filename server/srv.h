@@ -683,7 +683,9 @@ void srv_h_infer(srv_req *r);
 /* srv_sched_head_refused: r answered (1) when srv_h_infer would answer it
  * now whatever its body: 400 for its Attnd-Sequence-Id, 503 for a model
  * still loading, 404 for a model neither loaded nor loading, 503 for a
- * full queue (counted as srv_h_infer counts it) */
+ * full queue when its Attnd-Sequence-Id names its sequence, if any
+ * (counted as srv_h_infer counts it; without the header the body is read:
+ * its sequence_id keeps a step's sequence from the idle sweep) */
 int srv_sched_head_refused(srv_req *r);
 /* srv_sched_refused: infer request r is refused before its decode (503,
  * retry; 504): a step it may be still counts for its sequence's idle

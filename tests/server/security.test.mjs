@@ -658,8 +658,9 @@ test('Expect: 100-continue: an unload\'s 400 and 404, an infer\'s 400 for its At
 // without reading the body does in Go's net/http, which sends the 100 on
 // the first read only). They come from the head now, with the same
 // message and Retry-After as without the expectation, no 100 and the
-// body never read; a queue-full step still counts for its sequence.
-test('Expect: 100-continue: an infer\'s 503 for a model still loading and for a full queue come from the head, with Retry-After, the same answers as without the expectation', async (t) => {
+// body never read; a queue-full step still counts for its sequence, so
+// its 503 comes from the head only when its header names the sequence.
+test('Expect: 100-continue: an infer\'s 503 for a model still loading and for a full queue (its sequence, if any, in its header) come from the head, with Retry-After, the same answers as without the expectation', async (t) => {
   const { d, slow } = await slowStart(t, 'expect503', { args: ['--queue-size', '1', '--batch-delay-us', '10000000'] });
   const body = JSON.stringify(xreq());
   const head = (model, more = '') => `POST /v2/models/${model}/infer HTTP/1.1\r\nHost: x\r\n` +
@@ -668,9 +669,9 @@ test('Expect: 100-continue: an infer\'s 503 for a model still loading and for a 
   const finals = (text) => text.match(/HTTP\/1\.1 \d\d\d /g) || [];
   const metric = async (re) => Number(re.exec(await (await fetch(`${d.url}/metrics`)).text())?.[1]);
   const NEXT = 'GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n';
-  const both = async (model, msg) => {
+  const both = async (model, msg, more = '') => {
     // with the expectation: the 503 from the head, the body never read
-    const c = await openSending(d.port, head(model, 'Expect: 100-continue\r\n'));
+    const c = await openSending(d.port, head(model, 'Expect: 100-continue\r\n' + more));
     await until(c, /\r\n\r\n\{[^]*\}$/);
     assert.match(c.got(), /^HTTP\/1\.1 503 /, `${model}: ${c.got()}`);
     assert.doesNotMatch(c.got(), /100 Continue/, model);
@@ -682,7 +683,7 @@ test('Expect: 100-continue: an infer\'s 503 for a model still loading and for a 
     assert.ok(c.closed(), `${model}: the connection closes after the answer`);
     assert.deepEqual(finals(c.got()), ['HTTP/1.1 503 '], c.got());
     // without it: the same answer after the body, the connection kept
-    const k = await openSending(d.port, head(model) + body + NEXT);
+    const k = await openSending(d.port, head(model, more) + body + NEXT);
     await until(k, /(?!)/);
     assert.deepEqual(finals(k.got()), ['HTTP/1.1 503 ', 'HTTP/1.1 200 '], k.got());
     assert.match(k.got(), /\r\nRetry-After: 1\r\n/i, model);
@@ -699,8 +700,18 @@ test('Expect: 100-continue: an infer\'s 503 for a model still loading and for a 
   const held = infer(d, 'tiny', xreq());
   for (let i = 0; i < 500 * SLOW && (await metric(pending)) !== 1; i++) await sleep(10);
   assert.equal(await metric(pending), 1);
-  await both('tiny', "queue: model 'tiny' has 1 request in progress (queue-size); retry later");
-  assert.equal(await metric(/^attnd_inference_request_failure_total\{model="tiny",version="1",reason="rejected"\} (\d+)$/m), 2);
+  const full = "queue: model 'tiny' has 1 request in progress (queue-size); retry later";
+  await both('tiny', full, 'Attnd-Sequence-Id: s1\r\n');
+  // without the header the body may name the step's sequence, which the
+  // 503 keeps from the idle sweep: 100 Continue, the body, then the 503
+  const c = await openSending(d.port, head('tiny', 'Expect: 100-continue\r\n'));
+  await until(c, /\r\n\r\n/);
+  assert.equal(c.got(), 'HTTP/1.1 100 Continue\r\n\r\n');
+  c.s.write(body + NEXT);
+  await until(c, /(?!)/);
+  assert.deepEqual(finals(c.got()), ['HTTP/1.1 100 ', 'HTTP/1.1 503 ', 'HTTP/1.1 200 '], c.got());
+  assert.ok(c.got().includes(`{"error":"${full}"}`), c.got());
+  assert.equal(await metric(/^attnd_inference_request_failure_total\{model="tiny",version="1",reason="rejected"\} (\d+)$/m), 3);
   // the drain serves the held request
   const stopped = d.stop();
   assert.equal((await held).status, 200);
