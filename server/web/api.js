@@ -124,7 +124,7 @@ function cameInstead(res, text, wanted = 'JSON') {
   return `${where}: the answer (HTTP ${res.status}, ${type}) is not ${wanted}${start ? `: “${start}”` : ''}`;
 }
 
-const mb = (n) => (n < 1e6 ? `${Math.ceil(n / 1e3)} kB` : `${Math.round(n / 1e6)} MB`);
+export const mb = (n) => (n < 1e6 ? `${Math.ceil(n / 1e3)} kB` : `${Math.round(n / 1e6)} MB`);
 
 // fail: throw the daemon's error; err.status is the HTTP status (401 asks
 // the page for a key). attnd answers every error as JSON {"error": ...}:
@@ -610,14 +610,15 @@ export const SEQ_HEADER = 'Attnd-Sequence-Id';
 // for its scores too, as binary, so that the map keeps every row's and
 // the step view can show q·k and the softmax; a larger one is read
 // max-pooled, where the step view has no single cells anyway). Returns
-// { length (the sequence's tokens now), mapId }. A failure throws the
+// { length (the sequence's tokens now), mapId, scores (asked for) };
+// scores: false asks a start for y alone. A failure throws the
 // daemon's error with err.status (400 for an unknown sequence, 503 with
 // err.retryAfter when the K/V budget is full).
-export async function seqStep(meta, id, words, pos0, { start = false, causal } = {}) {
+export async function seqStep(meta, id, words, pos0, { start = false, causal, scores: want = true } = {}) {
   const d = (meta.parameters || {}).d_model;
   const x = embed(words, d, pos0);
   const params = { sequence_id: id, retain: true, tokens: words, sequence_position: pos0 };
-  const scores = start && words.length ** 2 <= FULL_MAP_CELLS;
+  const scores = start && want && words.length ** 2 <= FULL_MAP_CELLS;
   if (start) params.sequence_start = true;
   if (scores) params.binary_data_output = true;
   if (causal !== undefined) params.causal = !!causal;
@@ -644,7 +645,7 @@ export async function seqStep(meta, id, words, pos0, { start = false, causal } =
   const j = await readInfer(res);
   const p = j.parameters || {};
   if (p.map_id) mapSeq.set(p.map_id, id);
-  return { length: p.sequence_length, mapId: p.map_id };
+  return { length: p.sequence_length, mapId: p.map_id, scores };
 }
 
 // endSequence: DELETE /v2/sequences/{id} (frees its keys and values).

@@ -126,14 +126,17 @@ export async function startSequence(meta, words, causal) {
   setFollow(false);
   const id = newId();
   try {
-    const r = await api.seqStep(meta, id, words, 0, { start: true, causal });
+    let r = await api.seqStep(meta, id, words, 0, { start: true, causal });
     if (r.length === undefined) throw new Error(`${meta.name}: this attnd keeps no sequences (its answer has no sequence_length)`);
+    // weights and scores take twice the weights' bytes: a store that
+    // holds the weights alone keeps them (a start again begins it anew)
+    if (!r.mapId && r.scores) r = await api.seqStep(meta, id, words, 0, { start: true, causal, scores: false });
     if (!r.mapId) { // nothing to draw: ended, not left to idle out unseen
       api.endSequence(id).catch(() => {});
-      const sc = words.length ** 2 <= api.FULL_MAP_CELLS; // (seqStep asked for its scores)
-      const H = (meta.parameters || {}).n_heads || 1, mb = Math.ceil(((sc ? 8 : 4) * H * words.length ** 2) / 1e6);
+      const sc = r.scores;
+      const H = (meta.parameters || {}).n_heads || 1;
       throw new Error(`the server kept no map for sequence ${id} (so it was ended): ${H} head${H === 1 ? '' : 's'} of ` +
-        `${words.length} × ${words.length} weights${sc ? ' and scores' : ''} take ${mb} MB, more than its retained-map store holds ` +
+        `${words.length} × ${words.length} weights${sc ? ' and scores' : ''} take ${api.mb((sc ? 8 : 4) * H * words.length ** 2)}, more than its retained-map store holds ` +
         '(--maps-bytes), or it keeps none. Start with fewer words.');
     }
     seq = { id, meta, words: [...words], length: r.length ?? words.length, last: words.length, mapId: r.mapId, live: true, causal };

@@ -97,7 +97,8 @@ export function renderSteps(box, run, state, qi, v) {
   } else if (!mean) {
     box.append(el('p', { class: 'muted', 'data-why': 'no-scores' },
       `No scores for this map: ${run.missing || 'the server did not send them'}, so only the weights are listed. ` +
-      (run.version > 0 ? 'Start the sequence from this page (“as a sequence”) to see q·k, ÷ √d_k and the softmax.'
+      (run.block ? '' // (no single cells, however it was made)
+        : run.version > 0 ? 'A sequence this page starts (“as a sequence”) keeps them when its start has at most 1024 words and the store (--maps-bytes) holds them too; its steps then show q·k, ÷ √d_k and the softmax.'
         : 'Run its input again to see q·k, ÷ √d_k, the softmax and the output.')));
   }
   if (!mean && (have.qk || have.scores) && !have.v && run.source === 'map') {

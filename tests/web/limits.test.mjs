@@ -78,6 +78,11 @@ test('a sequence\'s steps do not carry the map they retain: a 3000-word start is
   await page.waitForFunction(() => window.attnd.sequence && window.attnd.run.sourceShape?.[0] === 3000, null, { timeout: 60000 });
   await waitDrawn(page);
   assert.deepEqual(sent, [['y']]);
+  // a max-pooled map has no single cells, however its sequence began:
+  // the step view offers no way to its scores
+  const why = await page.textContent('#steps [data-why="no-scores"]');
+  assert.match(why, /max-pooled/);
+  assert.doesNotMatch(why, /as a sequence|Run its input again/);
   await page.fill('#seq-next', 'more');
   await page.press('#seq-next', 'Enter');
   await page.waitForFunction(() => window.attnd.run.sourceShape?.[0] === 3001, null, { timeout: 60000 });

@@ -422,6 +422,32 @@ test('follow: a sequence this test steps over HTTP is drawn within a second of e
   await page.close();
 });
 
+test('a start whose weights fit the store but not with its scores begins again asking for none, and steps on', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  // 20 words on the toy (2 heads): 3.2 kB of weights, 6.4 kB with the
+  // scores a start of the page asks for; the store holds 5.5 kB
+  const small = await startAttnd(['--maps-bytes', '5500']);
+  try {
+    const text = Array.from({ length: 20 }, (_, i) => `w${i}`).join('%20');
+    const { page, errors } = await openPage(browser, `${small.url}/#model=toy&text=${text}&h=0`);
+    await page.check('#seq-mode');
+    await page.click('#run');
+    await page.waitForFunction(() => ['ready', 'error'].includes(document.body.dataset.state) && (window.attnd.sequence || document.body.dataset.state === 'error'));
+    assert.equal(await page.evaluate(() => document.body.dataset.state), 'ready', await page.textContent('#status'));
+    assert.equal(await page.evaluate(() => window.attnd.run.T), 20);
+    const { mapId } = await page.evaluate(() => window.attnd.sequence);
+    const meta = await (await fetch(`${small.url}/v2/maps/${mapId}`)).json();
+    assert.ok(!(meta.retained || []).includes('scores'), `map ${mapId} keeps ${JSON.stringify(meta.retained)}`);
+    await page.fill('#seq-next', 'more');
+    await page.press('#seq-next', 'Enter');
+    await page.waitForFunction(() => window.attnd.sequence.length === 21 && window.attnd.run.T === 21);
+    assert.deepEqual(errors, []);
+    await page.close();
+  } finally {
+    await small.stop();
+  }
+});
+
 test('a sequence whose map no longer fits the store goes on, and the page says why nothing new is drawn', async (t) => {
   if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
   // 3000 bytes: the toy's 2 x 2 x 2 map fits, a 2 x 22 x 22 one (3.9 kB) does not.
