@@ -164,7 +164,8 @@ static size_t edits(const char *a, const char *b)
 /* service_link: a variable Kubernetes (enableServiceLinks) or docker --link
  * makes for a Service or container whose name starts with attnd:
  * <NAME>_SERVICE_HOST, <NAME>_SERVICE_PORT[_<port name>], <NAME>_PORT
- * (tcp://...), <NAME>_PORT_<n>_<PROTO>[_ADDR|_PORT|_PROTO]. */
+ * (tcp://...), <NAME>_PORT_<n>_<PROTO>[_ADDR|_PORT|_PROTO], <NAME>_NAME
+ * (/<container>/<alias>), <NAME>_ENV_<its variable>. */
 static int service_link(const char *name, const char *value)
 {
     const char *p;
@@ -172,6 +173,10 @@ static int service_link(const char *name, const char *value)
     if (strstr(name, "_SERVICE_HOST") || strstr(name, "_SERVICE_PORT"))
         return 1;
     if (len > 5 && strcmp(name + len - 5, "_PORT") == 0 && strstr(value, "://"))
+        return 1;
+    if (len > 5 && strcmp(name + len - 5, "_NAME") == 0 && value[0] == '/')
+        return 1;
+    if (strstr(name, "_ENV_"))
         return 1;
     for (p = strstr(name, "_PORT_"); p; p = strstr(p + 1, "_PORT_")) {
         const char *q = p + 6;

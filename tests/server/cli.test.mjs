@@ -151,6 +151,7 @@ test('an ATTND_* variable that names no setting is logged as ignored, with the s
     ATTND_KV_BYTE: '536870912', ATTND_DRAIN_MSS: '1000', ATTND_NO_SUCH_THING: '1', ATTND_MAX_BATCH: '4',
     ATTND_SERVICE_HOST: '10.96.0.1', ATTND_SEQUENCES_SERVICE_PORT_HTTP: '80', ATTND_SESSIONS_PORT: 'tcp://10.96.0.3:80',
     ATTND_PORT_80_TCP_ADDR: '10.96.0.1', ATTND_SEQUENCES_PORT_8001_TCP: 'tcp://10.96.0.2:8001',
+    ATTND_NAME: '/web/attnd', ATTND_ENV_ATTND_PORT: '8080', // docker --link's
   };
   const d = await start({ t, env });
   try {
@@ -158,7 +159,7 @@ test('an ATTND_* variable that names no setting is logged as ignored, with the s
     assert.match(log, /warn attnd: ATTND_KV_BYTE is no setting and is ignored \(did you mean ATTND_KV_BYTES\? attnd --help lists them\)/);
     assert.match(log, /ATTND_DRAIN_MSS is no setting and is ignored \(did you mean ATTND_DRAIN_MS\?/);
     assert.match(log, /ATTND_NO_SUCH_THING is no setting and is ignored \(attnd --help lists them\)/);
-    for (const n of ['ATTND_MAX_BATCH', 'ATTND_SERVICE_HOST', 'ATTND_SEQUENCES_SERVICE_PORT_HTTP', 'ATTND_SESSIONS_PORT', 'ATTND_PORT_80_TCP_ADDR', 'ATTND_SEQUENCES_PORT_8001_TCP'])
+    for (const n of ['ATTND_MAX_BATCH', 'ATTND_SERVICE_HOST', 'ATTND_SEQUENCES_SERVICE_PORT_HTTP', 'ATTND_SESSIONS_PORT', 'ATTND_PORT_80_TCP_ADDR', 'ATTND_SEQUENCES_PORT_8001_TCP', 'ATTND_NAME', 'ATTND_ENV_ATTND_PORT'])
       assert.doesNotMatch(log, new RegExp(`${n} is no setting`), n);
     // --help, --version and --health-check (Docker's HEALTHCHECK, every 30 s) say nothing
     for (const a of [['--help'], ['--version'], ['--health-check', `${d.url}/v2/health/live`]]) {

@@ -84,7 +84,8 @@ export async function start(opts = {}) {
     '--grpc-port', opts.grpc ? '-1' : '0', ...(opts.args || [])];
   const cmd = opts.wrap ? [...opts.wrap, ATTND, ...args] : [ATTND, ...args];
   const proc = spawn(cmd[0], cmd.slice(1), {
-    env: { ...process.env, ...(opts.env || {}) },
+    // the harness's own variables are no settings (attnd would say so)
+    env: { ...Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'ATTND_BIN' && !k.startsWith('ATTND_FUZZ_'))), ...(opts.env || {}) },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   let log = '';
