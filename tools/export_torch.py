@@ -314,7 +314,10 @@ def write_folder(outdir, parts, n_heads, layout="canonical", dtype="F32",
     # both files or neither: each written under a temporary name, then
     # both renamed (a folder with weights and no config.json, or the
     # other's, is no model); a name taken by a folder is refused first, as
-    # a rename onto it would fail after the other's
+    # a rename onto it would fail after the other's; should the second
+    # rename fail all the same, the new weights go (an older config.json
+    # stays, with no weights beside it: a folder attnd refuses, not another
+    # model's config on these weights)
     st_path = os.path.join(outdir, "model.safetensors")
     cfg_path = os.path.join(outdir, "config.json")
     tmps = [p + ".export-tmp" for p in (st_path, cfg_path)]
@@ -329,15 +332,20 @@ def write_folder(outdir, parts, n_heads, layout="canonical", dtype="F32",
             json.dump(cfg, fh, indent=2)
             fh.write("\n")
         os.replace(tmps[0], st_path)
-        os.replace(tmps[1], cfg_path)
+        try:
+            os.replace(tmps[1], cfg_path)
+        except OSError:
+            os.unlink(st_path)
+            raise
     except OSError as e:
+        raise ExportError("%s: cannot write the model folder: %s" %
+                          (outdir, e.strerror or e))
+    finally:  # (whatever failed: no temporary file left)
         for p in tmps:
             try:
                 os.unlink(p)
             except OSError:
                 pass
-        raise ExportError("%s: cannot write the model folder: %s" %
-                          (outdir, e.strerror or e))
 
 
 def export_state_dict(sd, outdir, n_heads, prefix=None, **kw):

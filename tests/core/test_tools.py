@@ -341,6 +341,26 @@ class ExportTorchWrites(unittest.TestCase):
                                         "model folder: No space left"):
                 self.write()
         self.assertEqual(os.listdir(self.out), [])
+        # the second rename failing after the first: the weights go too
+        real, renamed = os.replace, []
+
+        def second_fails(a, b):
+            renamed.append(b)
+            if len(renamed) == 2:
+                raise OSError(5, "Input/output error")
+            return real(a, b)
+        with mock.patch.object(export_torch.os, "replace",
+                               side_effect=second_fails):
+            with self.assertRaisesRegex(SystemExit, "dec: cannot write the "
+                                        "model folder: Input/output error"):
+                self.write()
+        self.assertEqual(os.listdir(self.out), [])
+        # an error other than the OS's (a bug): no temporary file left
+        with mock.patch.object(export_torch.json, "dump",
+                               side_effect=TypeError("not serializable")):
+            with self.assertRaises(TypeError):
+                self.write()
+        self.assertEqual(os.listdir(self.out), [])
         self.write()
         self.assertEqual(sorted(os.listdir(self.out)),
                          ["config.json", "model.safetensors"])
