@@ -732,19 +732,30 @@ function proxiesShorterThanDaemon(data, ings, conf, help) {
   const defaults = helpSettings(help);
   const v = (n, d = data) => Number(d[n] ?? defaults.get(n));
   const bad = [];
-  const check = (where, deadlineMs, maxBody, timeouts, size) => {
-    for (const [k, s] of Object.entries(timeouts))
-      if (!(Number(s) * 1000 > deadlineMs)) bad.push(`${where} ${k} ${s} s is not past the deadline (ATTND_DEADLINE_MS ${deadlineMs})`);
+  const late = (where, k, s, deadlineMs) => {
+    if (!(Number(s) * 1000 > deadlineMs)) bad.push(`${where} ${k} ${s} s is not past the deadline (ATTND_DEADLINE_MS ${deadlineMs})`);
+  };
+  const big = (where, size, maxBody) => {
     if (!(nginxSize(size) >= maxBody)) bad.push(`${where} body limit ${size} is under ATTND_MAX_BODY ${maxBody}`);
   };
-  for (const i of ings.filter((x) => ann(x, "backend-protocol") !== "GRPC" && ann(x, "canary") !== "true"))
-    check(`Ingress ${i.metadata.name}`, v("ATTND_DEADLINE_MS"), v("ATTND_MAX_BODY"),
-      { "proxy-read-timeout": ann(i, "proxy-read-timeout") ?? 60, "proxy-send-timeout": ann(i, "proxy-send-timeout") ?? 60 }, ann(i, "proxy-body-size") ?? "1m");
+  for (const i of ings.filter((x) => ann(x, "backend-protocol") !== "GRPC" && ann(x, "canary") !== "true")) {
+    for (const k of ["proxy-read-timeout", "proxy-send-timeout"])
+      late(`Ingress ${i.metadata.name}`, k, ann(i, k) ?? 60, v("ATTND_DEADLINE_MS"));
+    big(`Ingress ${i.metadata.name}`, ann(i, "proxy-body-size") ?? "1m", v("ATTND_MAX_BODY"));
+  }
+  // every server block's (REST's proxy_*, gRPC's grpc_*; nginx's 60 s
+  // and 1m where one sets none)
   const c = conf.replace(/#.*$/gm, "");
-  const one = (re) => re.exec(c)?.[1];
-  check("deploy/nginx.conf", v("ATTND_DEADLINE_MS", {}), v("ATTND_MAX_BODY", {}),
-    { proxy_read_timeout: (one(/proxy_read_timeout (\d+)s;/) ?? 60), proxy_send_timeout: (one(/proxy_send_timeout (\d+)s;/) ?? 60) },
-    one(/\n\s*client_max_body_size (\w+);/) ?? "1m");
+  const secs = { ms: 0.001, s: 1, m: 60, h: 3600 };
+  const all = (k) => [...c.matchAll(new RegExp(`\\n\\s*${k} (\\d+)(ms|s|m|h)?;`, "g"))].map((m) => Number(m[1]) * secs[m[2] || "s"]);
+  for (const [door, pre] of [["REST", "proxy"], ["gRPC", "grpc"]])
+    for (const k of [`${pre}_read_timeout`, `${pre}_send_timeout`]) {
+      const found = all(k);
+      for (const s of found.length ? found : [60]) late(`deploy/nginx.conf (${door})`, k, s, v("ATTND_DEADLINE_MS", {}));
+    }
+  const sizes = [...c.matchAll(/\n\s*client_max_body_size (\w+);/g)].map((m) => m[1]);
+  assert.equal(sizes.length, 2, "a client_max_body_size in each server block");
+  for (const size of sizes) big("deploy/nginx.conf", size, v("ATTND_MAX_BODY", {}));
   return bad;
 }
 
@@ -756,6 +767,9 @@ test("the Ingresses and deploy/nginx.conf wait past the daemon's deadline and ta
   // Ingress's, or an nginx.conf under the defaults, is caught
   assert.match(proxiesShorterThanDaemon({ ...cm.data, ATTND_DEADLINE_MS: "60000" }, ings, conf, HELP).join("\n"), /Ingress attnd proxy-read-timeout 35 s is not past the deadline \(ATTND_DEADLINE_MS 60000\)/);
   assert.match(proxiesShorterThanDaemon({ ...cm.data, ATTND_MAX_BODY: String(2 ** 28) }, ings, conf, HELP).join("\n"), /Ingress attnd body limit 64m is under ATTND_MAX_BODY 268435456/);
-  assert.match(proxiesShorterThanDaemon(cm.data, ings, conf.replace("proxy_read_timeout 35s;", "proxy_read_timeout 30s;"), HELP).join("\n"), /nginx\.conf proxy_read_timeout 30 s/);
+  assert.match(proxiesShorterThanDaemon(cm.data, ings, conf.replace("proxy_read_timeout 35s;", "proxy_read_timeout 30s;"), HELP).join("\n"), /nginx\.conf \(REST\) proxy_read_timeout 30 s/);
   assert.match(proxiesShorterThanDaemon(cm.data, ings, conf.replace(/(\n\s*client_max_body_size) 64m;/, "$1 1m;"), HELP).join("\n"), /nginx\.conf body limit 1m/);
+  // the gRPC server block's too (its own timeouts and body limit)
+  assert.match(proxiesShorterThanDaemon(cm.data, ings, conf.replace("grpc_read_timeout 35s;", "grpc_read_timeout 20s;"), HELP).join("\n"), /nginx\.conf \(gRPC\) grpc_read_timeout 20 s/);
+  assert.match(proxiesShorterThanDaemon(cm.data, ings, conf.replace(/(listen 127\.0\.0\.1:8001 http2;[^]*?client_max_body_size) 64m;/, "$1 1m;"), HELP).join("\n"), /nginx\.conf body limit 1m/);
 });
