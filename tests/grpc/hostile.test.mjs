@@ -299,16 +299,13 @@ test('what nghttp2 holds a client to ends the connection (GOAWAY with its error,
   }
 });
 
-test('each connection reads 64 KB a loop turn, then yields: 32 connections with 1 MB of PRIORITY frames (within the flood rule) then a PING waiting at once; a call beside them is answered before any of those PINGs is acked', async () => {
-  // libuv reads a readable socket up to 32 times (2 MB) a turn: without
-  // the yield each connection's 1 MB and its PING went in one turn, every
-  // PING acked before the call's answer (sent from a later turn, once the
-  // pool has run it). With it a PING waits 16 turns of its connection, the
-  // call a turn or two. attnd is stopped (SIGSTOP) while the bytes are
-  // sent, so that all of them wait for it when it goes on: an ordering,
-  // not a speed, which holds however slow the build or the machine.
+// pingsBehind: n raw connections each sent bytes then a PING, and a seed
+// call on a connection of its own, all while attnd is stopped (SIGSTOP),
+// so that every byte waits for it when it goes on; the call's answer is
+// checked and how many of the n PINGs were acked before it came is
+// counted (before). An ordering, not a speed.
+async function pingsBehind(n, bytes) {
   const PING = 6, ACK = 1;
-  const junk = Buffer.concat(Array.from({ length: (1 << 20) / 14 }, (_, i) => h2frame(2, 0, 2 * i + 101, Buffer.from([0, 0, 0, 0, 16]))));
   const s = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
   const probe = () => new Promise((res, rej) => {
     const req = s.request({ ':method': 'POST', ':path': INFER, 'content-type': 'application/grpc', te: 'trailers' });
@@ -319,28 +316,41 @@ test('each connection reads 64 KB a loop turn, then yields: 32 connections with 
   });
   assert.deepEqual(firstRawOutput(await probe()), SEED_OUT);
   const conns = [];
-  for (let i = 0; i < 32; i++) {
+  for (let i = 0; i < n; i++) {
     const c = rawConn();
     assert.ok(await c.until((f) => f.type === SETTINGS && !(f.flags & ACK)), `connection ${i}: SETTINGS`);
     conns.push(c);
   }
   await new Promise((r) => setTimeout(r, 100)); // their SETTINGS ACKs read
-  const acked = () => conns.filter((c) => c.frames.some((f) => f.type === PING && (f.flags & ACK))).length;
   let answered;
   d.proc.kill('SIGSTOP');
   try {
     answered = probe();
-    for (const c of conns) c.send(junk, h2frame(PING, 0, 0, Buffer.alloc(8)));
+    for (const c of conns) c.send(bytes, h2frame(PING, 0, 0, Buffer.alloc(8)));
     // every byte in the kernel's buffers (loopback takes 1 MB a socket)
     for (let i = 0; i < 100 && conns.some((c) => c.sock.writableLength); i++) await new Promise((r) => setTimeout(r, 10));
-    assert.deepEqual(conns.map((c) => c.sock.writableLength), conns.map(() => 0), 'the junk sent');
+    assert.deepEqual(conns.map((c) => c.sock.writableLength), conns.map(() => 0), 'the bytes sent');
     await new Promise((r) => setTimeout(r, 100));
   } finally {
     d.proc.kill('SIGCONT');
   }
   const answer = await answered;
-  const before = acked();
+  const before = conns.filter((c) => c.frames.some((f) => f.type === PING && (f.flags & ACK))).length;
   assert.deepEqual(firstRawOutput(answer), SEED_OUT);
+  return { conns, before, s };
+}
+
+test('each connection reads 64 KB a loop turn, then yields: 32 connections with 1 MB of PRIORITY frames (within the flood rule) then a PING waiting at once; a call beside them is answered before any of those PINGs is acked', async () => {
+  // libuv reads a readable socket up to 32 times (2 MB) a turn: without
+  // the yield each connection's 1 MB and its PING went in one turn, every
+  // PING acked before the call's answer (sent from a later turn, once the
+  // pool has run it). With it a PING waits 16 turns of its connection, the
+  // call a turn or two. attnd is stopped (SIGSTOP) while the bytes are
+  // sent, so that all of them wait for it when it goes on: an ordering,
+  // not a speed, which holds however slow the build or the machine.
+  const PING = 6, ACK = 1;
+  const junk = Buffer.concat(Array.from({ length: (1 << 20) / 14 }, (_, i) => h2frame(2, 0, 2 * i + 101, Buffer.from([0, 0, 0, 0, 16]))));
+  const { conns, before, s } = await pingsBehind(32, junk);
   // then each connection is served to its end: its PING acked, not ended
   for (const [i, c] of conns.entries()) {
     assert.ok(await c.until((f) => f.type === PING && (f.flags & ACK), 20000), `connection ${i}: PING acked`);
@@ -363,37 +373,7 @@ test('each connection begins 16 calls a loop turn, then yields: 16 connections w
   const nope = frame(str(1, 'nope'));
   const calls = Buffer.concat(Array.from({ length: 128 }, (_, i) =>
     Buffer.concat([h2frame(HEADERS, END_HEADERS, 2 * i + 1, block(inferFields([['te', 'trailers']]))), h2frame(0, END_STREAM, 2 * i + 1, nope)])));
-  const s = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
-  const probe = () => new Promise((res, rej) => {
-    const req = s.request({ ':method': 'POST', ':path': INFER, 'content-type': 'application/grpc', te: 'trailers' });
-    const chunks = [];
-    req.on('error', rej);
-    req.on('data', (c) => chunks.push(c));
-    req.on('end', () => res(Buffer.concat(chunks))).end(frame(seedMsg()));
-  });
-  assert.deepEqual(firstRawOutput(await probe()), SEED_OUT);
-  const conns = [];
-  for (let i = 0; i < 16; i++) {
-    const c = rawConn();
-    assert.ok(await c.until((f) => f.type === SETTINGS && !(f.flags & ACK)), `connection ${i}: SETTINGS`);
-    conns.push(c);
-  }
-  await new Promise((r) => setTimeout(r, 100)); // their SETTINGS ACKs read
-  const acked = () => conns.filter((c) => c.frames.some((f) => f.type === PING && (f.flags & ACK))).length;
-  let answered;
-  d.proc.kill('SIGSTOP');
-  try {
-    answered = probe();
-    for (const c of conns) c.send(calls, h2frame(PING, 0, 0, Buffer.alloc(8)));
-    for (let i = 0; i < 100 && conns.some((c) => c.sock.writableLength); i++) await new Promise((r) => setTimeout(r, 10));
-    assert.deepEqual(conns.map((c) => c.sock.writableLength), conns.map(() => 0), 'the calls sent');
-    await new Promise((r) => setTimeout(r, 100));
-  } finally {
-    d.proc.kill('SIGCONT');
-  }
-  const answer = await answered;
-  const before = acked();
-  assert.deepEqual(firstRawOutput(answer), SEED_OUT);
+  const { conns, before, s } = await pingsBehind(16, calls);
   // then each connection is served to its end: 128 answers (NOT_FOUND)
   // and its PING acked, not ended
   for (const [i, c] of conns.entries()) {

@@ -13,7 +13,8 @@ browserSuite((d, b) => { daemon = d; browser = b; });
 // calls release() (the newer Run drawn: an event, not a time, so a slow
 // browser cannot let it through before it was overtaken), then sent
 // (fail: answered with that HTTP status instead); { passed } resolves
-// once its answer has reached the page.
+// once its answer has reached the page (the request finished there, and
+// the page's turns after it that read it).
 async function slowFirst(page, re, fail = 0) {
   let first = true;
   let done, release;
@@ -22,10 +23,17 @@ async function slowFirst(page, re, fail = 0) {
   await page.route(re, async (r) => {
     if (!first) return r.continue();
     first = false;
+    const held = r.request();
+    const finished = new Promise((res) => {
+      const on = (q) => { if (q === held) { page.off('requestfinished', on); page.off('requestfailed', on); res(); } };
+      page.on('requestfinished', on);
+      page.on('requestfailed', on);
+    });
     await released;
     if (fail) await r.fulfill({ status: fail, contentType: 'application/json', body: '{"error":"slow and failed"}' });
     else await r.continue();
-    setTimeout(done, 300); // its answer has reached the page
+    await finished;
+    setTimeout(done, 300); // the page's reading of it
   });
   return { passed, release };
 }
