@@ -23,6 +23,15 @@ static void close_conn(gconn *c);
 static void on_idle(uv_idle_t *h);
 static void unhold(gconn *c);
 
+/* wake: g's idle handle runs on_idle this loop turn (flushes, yields). */
+static void wake(srv_grpc *g)
+{
+    if (!g->idle_on) {
+        g->idle_on = 1;
+        uv_idle_start(&g->idle, on_idle);
+    }
+}
+
 /* schedule: flush c on this loop turn (outside nghttp2's callbacks). */
 void srv_grpc__schedule(gconn *c)
 {
@@ -32,10 +41,7 @@ void srv_grpc__schedule(gconn *c)
     c->in_flush = 1;
     c->fnext = g->flush;
     g->flush = c;
-    if (!g->idle_on) {
-        g->idle_on = 1;
-        uv_idle_start(&g->idle, on_idle);
-    }
+    wake(g);
 }
 
 /* ---- connections ------------------------------------------------------------ */
@@ -394,10 +400,7 @@ static void yield(gconn *c)
     c->yielded = 1;
     c->ynext = g->yielded;
     g->yielded = c;
-    if (!g->idle_on) {
-        g->idle_on = 1;
-        uv_idle_start(&g->idle, on_idle);
-    }
+    wake(g);
 }
 
 /* hold: keep the n bytes at p, past c's TURN_CALLS calls, for its next
