@@ -172,6 +172,12 @@ FSFAULT := $(BUILD)/tests/server/fsfault.so
 $(FSFAULT): tests/server/fsfault.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O2 $(WARN) -fPIC -shared -o $@ $<
+# memfit.test.mjs preloads it (any build): attnd reads a cgroup memory
+# limit of the test's making.
+CGROUPFAKE := $(BUILD)/tests/server/cgroupfake.so
+$(CGROUPFAKE): tests/server/cgroupfake.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O2 $(WARN) -fPIC -shared -o $@ $< -ldl
 # test_crash dlopens it: a library whose constructor holds the dynamic
 # loader's lock for good (a crash report must not wait for that lock).
 DLHOLD := $(BUILD)/tests/server/dlhold.so
@@ -187,7 +193,7 @@ $(BUILD)/tests/server/objs_%.so: tests/server/objs_fixture.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O2 $(WARN) -fPIC -shared -Wl,--hash-style=$* -o $@ $<
 $(BUILD)/tests/server/test_crash_objs: | $(OBJS_FIXTURE)
-check-server: deps-test $(ATTND) $(FAILALLOC) $(FSFAULT)
+check-server: deps-test $(ATTND) $(FAILALLOC) $(FSFAULT) $(CGROUPFAKE)
 	@echo "== node --test tests/server ($(ATTND))"
 	@ATTND_BIN=$(ATTND) $(NODE_TEST) --test-concurrency=1 $(SERVER_TESTS)
 

@@ -408,6 +408,7 @@ int main(int argc, char **argv)
     }
     srv_crash_init(&s);
     raise_nofile(&s);
+    srv_memfit_start(&s); /* before the loads, which check against it */
     if (probe_threads(&s, err) < 0 ||
         srv_registry_start(&s, err) < 0 || srv_http_start(&s, err) < 0 ||
         srv_grpc_start(&s, err) < 0) {

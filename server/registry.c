@@ -324,6 +324,7 @@ static void load_done(uv_work_t *w, int status)
             set_inst(e, in, SRV_READY, NULL);
             srv_log(s, "info", "model '%s' loaded (%zu weight bytes)", e->name,
                     model_bytes(lj->m));
+            srv_memfit_loaded(s, e);
             if (lj->req)
                 srv_registry__answer(lj->req, 200, NULL);
         }

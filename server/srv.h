@@ -488,6 +488,8 @@ struct srv {
     uv_timer_t guard_timer;
     struct srv_linger *linger; /* linger.c; NULL when linger-ms is 0 */
     size_t mem_used;       /* of memory-budget */
+    long long mem_limit;   /* memfit.c: the cgroup's memory limit, 0 = none */
+    char mem_limit_file[256]; /* the file it was read from */
     struct srv_grpc *grpc; /* grpc.c, NULL when off */
     int grpc_port;         /* bound gRPC port */
     /* busy_poll.c */
@@ -731,6 +733,14 @@ void srv_log(srv *s, const char *level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* srv_every_due: srv_every (above), one event more; the count to log or 0. */
 unsigned long long srv_every_due(srv_every *e, uint64_t now);
+
+/* memfit.c: do the memory bounds fit the cgroup's memory limit? _start
+ * reads the limit (before the startup loads) and warns when
+ * --memory-budget + --maps-bytes pass it; _loaded, after entry's load,
+ * warns when they with every loaded model's weights and K/V budget do.
+ * Loop thread. */
+void srv_memfit_start(srv *s);
+void srv_memfit_loaded(srv *s, const srv_entry *entry);
 
 /* text.c: for the request path, without printf's format machinery
  * (~1,000 instructions a call): srv_copy puts src in dst (cap bytes), cut

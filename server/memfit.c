@@ -1,0 +1,200 @@
+/*
+ * memfit.c - do attnd's memory bounds fit the memory it runs in?
+ *
+ * Under a container's memory limit (a Kubernetes pod's limits.memory, a
+ * cgroup's memory.max) the kernel OOM-kills a process that passes it: for
+ * attnd every live sequence and retained map goes with it, where its own
+ * bounds (--memory-budget, --maps-bytes, --kv-bytes) would have answered
+ * 503 with Retry-After. Those bounds are only worth anything when their sum
+ * fits under the limit, and nothing else says when it does not (a K/V
+ * default of 4 GiB under a 2 GiB pod filled only under load, hours later).
+ * So attnd reads its cgroup's limit at start and warns:
+ *
+ *   - at start, when --memory-budget + --maps-bytes alone pass it;
+ *   - after each model load, when the bounds with every loaded model's
+ *     weights and K/V budget (--kv-bytes, each weight-set model its own)
+ *     pass it, naming the model whose load did.
+ *
+ * What attnd holds besides the bounds (code, thread stacks, glibc's malloc
+ * arenas and the memory main.c's malloc_keep keeps in them, OpenBLAS's
+ * buffers) is not counted: README "Kubernetes" gives its measured size,
+ * which the warning names as the room to leave.
+ *
+ * The limit: the cgroup of /proc/self/cgroup, v2 ("0::<path>":
+ * /sys/fs/cgroup<path>/memory.max, then /sys/fs/cgroup/memory.max, which a
+ * container with its own cgroup namespace sees) or v1 (the memory
+ * controller's line: /sys/fs/cgroup/memory<path>/memory.limit_in_bytes,
+ * then /sys/fs/cgroup/memory/memory.limit_in_bytes). "max", or v1's
+ * page-rounded LONG_MAX, is no limit. Read with open(2) and read(2), so a
+ * test's preloaded shim (tests/server/cgroupfake.c) can point them at
+ * files of its own. Loop thread.
+ */
+#include "server/srv.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MiB (1024.0 * 1024.0)
+/* The room deploy/k8s's ConfigMap leaves besides the bounds, named in the
+ * warning as the room to leave (measured with its settings: 94 MiB past
+ * what the bounds held at the peak, README "Kubernetes"). */
+#define MEMFIT_OVERHEAD_MIB 256
+
+/* read_small: up to n - 1 bytes of path, terminated; its length or -1. */
+static ssize_t read_small(const char *path, char *buf, size_t n)
+{
+    size_t got = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    while (got + 1 < n) {
+        ssize_t k = read(fd, buf + got, n - 1 - got);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+    }
+    close(fd);
+    buf[got] = 0;
+    return (ssize_t)got;
+}
+
+/* read_limit: path's limit in bytes, 0 for none ("max", or past 2^62:
+ * v1's "unlimited"); -1 when it cannot be read or parsed. */
+static long long read_limit(const char *path)
+{
+    char buf[64], *end;
+    unsigned long long v;
+    if (read_small(path, buf, sizeof buf) <= 0)
+        return -1;
+    if (strncmp(buf, "max", 3) == 0)
+        return 0;
+    errno = 0;
+    v = strtoull(buf, &end, 10);
+    if (errno || end == buf || (*end && *end != '\n'))
+        return -1;
+    return v >= (1ULL << 62) ? 0 : (long long)v;
+}
+
+/* try: the limit in dir<path>/file, else (a cgroup namespace's view: the
+ * container's own cgroup at the mount's root) in dir/file; into *limit,
+ * and its file's name into s->mem_limit_file. 1 when one was read. */
+static int try(srv *s, const char *dir, const char *path, const char *file,
+               long long *limit)
+{
+    char p[sizeof s->mem_limit_file];
+    const char *mid[2] = {strcmp(path, "/") != 0 ? path : "", ""};
+    for (int i = 0; i < 2 && (i == 0 || *mid[0]); i++) {
+        if (snprintf(p, sizeof p, "%s%s/%s", dir, mid[i], file) >= (int)sizeof p)
+            continue;
+        if ((*limit = read_limit(p)) >= 0) {
+            snprintf(s->mem_limit_file, sizeof s->mem_limit_file, "%s", p);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* cgroup_limit: the memory limit of attnd's cgroup in bytes, 0 for none
+ * (or none found); the file it came from in s->mem_limit_file. */
+static long long cgroup_limit(srv *s)
+{
+    char buf[4096], *line, *save = NULL;
+    long long limit = 0;
+    if (read_small("/proc/self/cgroup", buf, sizeof buf) < 0)
+        return 0;
+    /* a v2 line "0::<path>", or v1's memory controller's line (a hybrid
+     * host has both; its v2 hierarchy has no memory.max) */
+    for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        char *ctl, *path, *tok, *save2 = NULL;
+        if (!c2)
+            continue;
+        *c1 = *c2 = 0;
+        ctl = c1 + 1;
+        path = c2 + 1;
+        if (strcmp(line, "0") == 0 && !*ctl) { /* "0::<path>" */
+            if (try(s, "/sys/fs/cgroup", path, "memory.max", &limit) && limit)
+                return limit;
+            continue;
+        }
+        /* "N:a,memory,b:<path>" */
+        for (tok = strtok_r(ctl, ",", &save2); tok; tok = strtok_r(NULL, ",", &save2))
+            if (strcmp(tok, "memory") == 0 &&
+                try(s, "/sys/fs/cgroup/memory", path, "memory.limit_in_bytes",
+                    &limit) && limit)
+                return limit;
+    }
+    s->mem_limit_file[0] = 0;
+    return 0;
+}
+
+void srv_memfit_start(srv *s)
+{
+    double budget = (double)s->cfg.memory_budget, maps = (double)s->cfg.maps_bytes;
+    s->mem_limit = cgroup_limit(s);
+    if (!s->mem_limit)
+        return;
+    if (!s->cfg.memory_budget)
+        srv_log(s, "warn", "memory: --memory-budget 0 puts no bound on the "
+                "requests in flight, under a memory limit of %.0f MiB (%s): "
+                "past it the kernel OOM-kills attnd with its sequences and "
+                "retained maps, where a budget answers 503; set one",
+                (double)s->mem_limit / MiB, s->mem_limit_file);
+    else if (budget + maps > (double)s->mem_limit)
+        srv_log(s, "warn", "memory: --memory-budget %.0f MiB + --maps-bytes "
+                "%.0f MiB = %.0f MiB, past the memory limit of %.0f MiB (%s) "
+                "before any model is loaded: filled, they get attnd "
+                "OOM-killed with its sequences and retained maps, where it "
+                "would answer 503; lower them or raise the limit (leave "
+                "about %d MiB besides for code, threads and the allocator)",
+                budget / MiB, maps / MiB, (budget + maps) / MiB,
+                (double)s->mem_limit / MiB, s->mem_limit_file, MEMFIT_OVERHEAD_MIB);
+}
+
+void srv_memfit_loaded(srv *s, const srv_entry *loaded)
+{
+    double budget = (double)s->cfg.memory_budget, maps = (double)s->cfg.maps_bytes;
+    double kv = 0, weights = 0, sum;
+    int n_kv = 0;
+    char names[256] = "";
+    size_t at = 0;
+    if (!s->mem_limit || !s->cfg.memory_budget)
+        return;
+    for (const srv_entry *e = s->models; e; e = e->next) {
+        if (!e->inst)
+            continue;
+        if (e->inst->m) /* the built-in sdpa has none */
+            weights += (double)model_bytes(e->inst->m);
+        if (e->inst->kv_pool) {
+            kv += (double)s->cfg.kv_bytes;
+            if (at < sizeof names) {
+                int k = snprintf(names + at, sizeof names - at, "%s'%s'",
+                                 n_kv ? ", " : "", e->name);
+                at = k < 0 ? sizeof names : at + (size_t)k;
+            }
+            n_kv++;
+        }
+    }
+    sum = budget + maps + kv + weights;
+    if (sum <= (double)s->mem_limit)
+        return;
+    srv_log(s, "warn", "memory: with model '%s' loaded, --memory-budget "
+            "%.0f MiB + --maps-bytes %.0f MiB + --kv-bytes %.0f MiB x %d "
+            "weight-set model%s%s%s%s + %.1f MiB of weights = %.0f MiB, past "
+            "the memory limit of %.0f MiB (%s): a full K/V cache, maps store "
+            "and budget get attnd OOM-killed with every sequence and "
+            "retained map, where it would answer 503; lower --kv-bytes "
+            "(each weight-set model has its own), --memory-budget or "
+            "--maps-bytes, load fewer models, or raise the limit (leave "
+            "about %d MiB besides for code, threads and the allocator)",
+            loaded->name, budget / MiB, maps / MiB,
+            (double)s->cfg.kv_bytes / MiB, n_kv, n_kv == 1 ? "" : "s",
+            n_kv ? " (" : "", names, n_kv ? ")" : "", weights / MiB, sum / MiB,
+            (double)s->mem_limit / MiB, s->mem_limit_file, MEMFIT_OVERHEAD_MIB);
+}

@@ -1,0 +1,125 @@
+// memfit.test.mjs - attnd warns when its memory bounds (--memory-budget,
+// --maps-bytes, each weight-set model's --kv-bytes and weights) pass its
+// cgroup's memory limit (server/memfit.c): full, they would get it
+// OOM-killed with its sequences, where it would answer 503. The limit
+// comes from a folder of the test's making: tests/server/cgroupfake.c,
+// preloaded, opens it in place of /proc/self/cgroup and /sys/fs/cgroup/.
+import assert from 'node:assert/strict';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { test } from 'node:test';
+import { ATTND, ROOT, post, start } from './helper.mjs';
+
+const SHIM = join(dirname(ATTND), 'tests', 'server', 'cgroupfake.so');
+const MiB = 1024 * 1024;
+
+/** cgroup(t, files): a fake cgroup folder holding files {relative path: text}. */
+function cgroup(t, files) {
+  const dir = mkdtempSync(join(tmpdir(), 'attnd-cgroup-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  for (const [p, text] of Object.entries(files)) {
+    mkdirSync(dirname(join(dir, p)), { recursive: true });
+    writeFileSync(join(dir, p), text);
+  }
+  return dir;
+}
+
+/** models(t, names): a models folder with models/demo under each name. */
+function models(t, names = ['demo']) {
+  const dir = mkdtempSync(join(tmpdir(), 'attnd-memfit-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  for (const n of names) cpSync(join(ROOT, 'models', 'demo'), join(dir, n), { recursive: true });
+  return dir;
+}
+
+/** under(t, cg, {args, env, dir}): attnd started with the fake cgroup cg. */
+async function under(t, cg, { args = [], env = {}, dir } = {}) {
+  assert.ok(existsSync(SHIM), `${SHIM} (make ${SHIM.slice(SHIM.indexOf('build/'))})`);
+  const asan = [process.env.ASAN_OPTIONS, 'verify_asan_link_order=0'].filter(Boolean).join(':');
+  const d = await start({
+    t, args, dir: dir || models(t),
+    env: { ...env, LD_PRELOAD: SHIM, CGROUPFAKE_DIR: cg, ASAN_OPTIONS: asan },
+  });
+  // the shim was loaded and attnd asked it (a test that passes for nothing
+  // would not): then the demo model's load, which the warning follows
+  await d.logged(/model 'demo' loaded/);
+  assert.match(d.log(), /cgroupfake: \/proc\/self\/cgroup -> /);
+  return d;
+}
+
+const memLines = (log) => log.split('\n').filter((l) => /memory: /.test(l));
+
+test('v2 limit under memory-budget + maps-bytes: warned at start, and at the load', async (t) => {
+  const cg = cgroup(t, { 'proc-self-cgroup': '0::/\n', 'memory.max': `${1024 * MiB}\n` });
+  const d = await under(t, cg);
+  const lines = memLines(d.log());
+  assert.equal(lines.length, 2, d.log());
+  assert.match(lines[0], /warn.*memory: --memory-budget 1024 MiB \+ --maps-bytes 256 MiB = 1280 MiB, past the memory limit of 1024 MiB \(\/sys\/fs\/cgroup\/memory\.max\) before any model is loaded/);
+  assert.match(lines[0], /OOM-killed.*lower them or raise the limit/);
+  // the default --kv-bytes (4 GiB) for demo's sequences
+  assert.match(lines[1], /warn.*memory: with model 'demo' loaded, --memory-budget 1024 MiB \+ --maps-bytes 256 MiB \+ --kv-bytes 4096 MiB x 1 weight-set model \('demo'\) \+ 0\.1 MiB of weights = 5376 MiB, past the memory limit of 1024 MiB/);
+  assert.match(lines[1], /lower --kv-bytes/);
+  await d.stop();
+});
+
+test("the ConfigMap's settings fit its 2Gi limit; a misspelt ATTND_KV_BYTE does not", async (t) => {
+  const cg = cgroup(t, { 'proc-self-cgroup': '0::/\n', 'memory.max': `${2048 * MiB}\n` });
+  const fits = await under(t, cg, { env: { ATTND_KV_BYTES: '536870912' } });
+  assert.deepEqual(memLines(fits.log()), []);
+  await fits.stop();
+  const typo = await under(t, cg, { env: { ATTND_KV_BYTE: '536870912' } });
+  const lines = memLines(typo.log());
+  assert.equal(lines.length, 1, typo.log());
+  assert.match(lines[0], /--kv-bytes 4096 MiB x 1 weight-set model \('demo'\) .* = 5376 MiB, past the memory limit of 2048 MiB \(\/sys\/fs\/cgroup\/memory\.max\)/);
+  await typo.stop();
+});
+
+test('v1: the memory controller\'s cgroup, its own limit; "max" and v1\'s unlimited are no limit', async (t) => {
+  const v1 = cgroup(t, {
+    'proc-self-cgroup': '5:cpu,cpuacct:/kubepods/pod1\n4:memory:/kubepods/pod1\n0::/\n',
+    'memory/kubepods/pod1/memory.limit_in_bytes': `${1536 * MiB}\n`,
+    'memory/memory.limit_in_bytes': '9223372036854771712\n',
+  });
+  const d = await under(t, v1);
+  const lines = memLines(d.log());
+  assert.equal(lines.length, 1, d.log());
+  assert.match(lines[0], /= 5376 MiB, past the memory limit of 1536 MiB \(\/sys\/fs\/cgroup\/memory\/kubepods\/pod1\/memory\.limit_in_bytes\)/);
+  await d.stop();
+  // a container's view: its own cgroup at the mount's root
+  const root = cgroup(t, {
+    'proc-self-cgroup': '4:memory:/docker/abc\n',
+    'memory/memory.limit_in_bytes': `${1024 * MiB}\n`,
+  });
+  const r = await under(t, root);
+  assert.match(memLines(r.log()).join('\n'), /past the memory limit of 1024 MiB \(\/sys\/fs\/cgroup\/memory\/memory\.limit_in_bytes\) before any model/);
+  await r.stop();
+  for (const files of [{ 'proc-self-cgroup': '0::/\n', 'memory.max': 'max\n' },
+    { 'proc-self-cgroup': '4:memory:/\n', 'memory/memory.limit_in_bytes': '9223372036854771712\n' }]) {
+    const n = await under(t, cgroup(t, files));
+    assert.deepEqual(memLines(n.log()), []);
+    await n.stop();
+  }
+});
+
+test('a load that takes the bounds past the limit is warned, naming it', async (t) => {
+  // 32 MiB budget + 16 MiB maps + 64 MiB of K/V for demo = 112 MiB under
+  // 160; demo2's 64 MiB more pass it
+  const cg = cgroup(t, { 'proc-self-cgroup': '0::/sys.slice/attnd.service\n', 'sys.slice/attnd.service/memory.max': `${160 * MiB}\n` });
+  const dir = models(t, ['demo']);
+  const d = await under(t, cg, {
+    dir,
+    args: ['--memory-budget', String(32 * MiB), '--max-body', String(8 * MiB), '--max-json-body', String(8 * MiB),
+      '--request-memory', String(8 * MiB), '--maps-bytes', String(16 * MiB), '--kv-bytes', String(64 * MiB)],
+  });
+  assert.deepEqual(memLines(d.log()), []);
+  cpSync(join(ROOT, 'models', 'demo'), join(dir, 'demo2'), { recursive: true });
+  const from = d.log().length;
+  const r = await post(`${d.url}/v2/repository/models/demo2/load`, '');
+  assert.equal(r.status, 200);
+  const log = await d.logged(/memory: with model 'demo2'/, 5000, from);
+  const lines = memLines(log);
+  assert.equal(lines.length, 1, log);
+  assert.match(lines[0], /with model 'demo2' loaded, --memory-budget 32 MiB \+ --maps-bytes 16 MiB \+ --kv-bytes 64 MiB x 2 weight-set models \('demo', 'demo2'\) \+ 0\.1 MiB of weights = 176 MiB, past the memory limit of 160 MiB \(\/sys\/fs\/cgroup\/sys\.slice\/attnd\.service\/memory\.max\)/);
+  await d.stop();
+});
