@@ -11,8 +11,10 @@
 // 3. The objects agree with each other and with the daemon: selectors match
 //    the pod labels, ports and names resolve, probes hit the right health
 //    endpoints, the grace period outlasts the drain, the HPA has CPU requests
-//    to scale on, every ATTND_* variable is one `attnd --help` knows and the
-//    daemon's memory budgets fit the memory limit (when ATTND_BIN names the
+//    to scale on and scales in one replica at a time, past the grace
+//    period and a sequence's idle time (sequences go with a replica),
+//    every ATTND_* variable is one `attnd --help` knows and the daemon's
+//    memory budgets fit the memory limit (when ATTND_BIN names the
 //    binary), which is requested whole; the replica count is the HPA's and
 //    the PDB lets one replica go at a time; the models claim can be
 //    filled; secrets come from a Secret; the Dockerfile's /models is the
@@ -302,6 +304,50 @@ test("HPA: scales the Deployment on CPU, which has a CPU request", () => {
   assert.ok(hpa.spec.minReplicas >= 2, "at least 2 replicas, so that one can go");
 });
 
+// hpaScaleDownFault: what is wrong with an HPA's scale-in for replicas
+// that hold sequences, or null. A replica removed takes its live sequences
+// (and retained maps) with it: each one's next step gets 400 from the
+// replica the hash now picks and is restarted there with its history
+// (README "Sequences across replicas"), and CPU does not see sequences
+// held between steps. So: at most one replica a period at any count from
+// min to max (selectPolicy Max, the default, takes the largest policy), a
+// period past the pod's grace period (the last one has gone and its
+// sequences moved before the next goes), and a stabilization window past
+// a sequence's idle time (a lull while paused clients' sequences are still
+// held does not shed a replica). Disabled is fine: no scale-in at all.
+function hpaScaleDownFault(spec, graceS, idleMs) {
+  const down = spec.behavior?.scaleDown;
+  if (!down) return "no behavior.scaleDown: the defaults remove up to 100% of the replicas every 15 s";
+  if (down.selectPolicy === "Disabled") return null;
+  const window = down.stabilizationWindowSeconds ?? 300;
+  if (window * 1000 < idleMs) return `stabilizationWindowSeconds ${window} < ATTND_SEQUENCE_IDLE_MS ${idleMs} ms`;
+  const policies = down.policies ?? [{ type: "Percent", value: 100, periodSeconds: 15 }];
+  for (const p of policies)
+    if (p.periodSeconds < graceS) return `scaleDown policy ${p.type} ${p.value} every ${p.periodSeconds} s: under the grace period ${graceS} s, a replica may go before the last one has`;
+  for (let n = spec.minReplicas ?? 1; n <= spec.maxReplicas; n++) {
+    const each = policies.map((p) => (p.type === "Pods" ? p.value : Math.ceil((n * p.value) / 100)));
+    const allowed = down.selectPolicy === "Min" ? Math.min(...each) : Math.max(...each);
+    if (allowed > 1) return `at ${n} replicas scaleDown may remove ${allowed} at once`;
+  }
+  return null;
+}
+
+test("HPA: scales in one replica at a time, each after the last has gone, not within a sequence's idle time", () => {
+  const hpa = one("HorizontalPodAutoscaler");
+  const grace = pod.terminationGracePeriodSeconds ?? 30;
+  const idleMs = Number(cm.data.ATTND_SEQUENCE_IDLE_MS ?? (HELP ? helpSettings(HELP).get("ATTND_SEQUENCE_IDLE_MS") : 60000));
+  assert.equal(hpaScaleDownFault(hpa.spec, grace, idleMs), null);
+  // each kind of fault is caught
+  const spec = (down) => ({ ...hpa.spec, behavior: { scaleDown: down } });
+  const down = hpa.spec.behavior.scaleDown;
+  assert.match(hpaScaleDownFault({ ...hpa.spec, behavior: {} }, grace, idleMs), /no behavior.scaleDown/);
+  assert.match(hpaScaleDownFault(spec({ ...down, stabilizationWindowSeconds: 30 }), grace, idleMs), /stabilizationWindowSeconds 30 </);
+  assert.match(hpaScaleDownFault(spec({ ...down, policies: [{ type: "Pods", value: 1, periodSeconds: 30 }] }), grace, idleMs), /every 30 s: under the grace period/);
+  assert.match(hpaScaleDownFault(spec({ ...down, policies: [{ type: "Pods", value: 2, periodSeconds: 60 }] }), grace, idleMs), /remove 2 at once/);
+  assert.match(hpaScaleDownFault(spec({ ...down, policies: [...down.policies, { type: "Percent", value: 25, periodSeconds: 60 }] }), grace, idleMs), /at 5 replicas scaleDown may remove 2/);
+  assert.equal(hpaScaleDownFault(spec({ ...down, policies: [...down.policies, { type: "Percent", value: 25, periodSeconds: 60 }], selectPolicy: "Min" }), grace, idleMs), null);
+});
+
 // pdbAllows: how many of n ready replicas voluntary disruptions (node
 // drains) may take down at once under the budget's integer fields.
 function pdbAllows(spec, n) {
@@ -370,7 +416,9 @@ test("Dockerfile: the daemon's user owns /models, where an upload writes", () =>
 // The memory the daemon may hold by its own budgets, with the ConfigMap's
 // settings over --help's defaults, for one weight-set model (kv-bytes is per
 // model): the bodies/requests/answers budget, the retained maps and the K/V
-// cache, plus 256 MiB for the code, threads, BLAS buffers and weights. Past
+// cache, plus 256 MiB for the code, threads, BLAS buffers, weights and
+// what malloc keeps after a free (measured with the ConfigMap's settings,
+// every bound full: 80 MiB past the three, README "Kubernetes"). Past
 // the container's memory limit the kernel OOM-kills the replica (every
 // sequence and map on it lost) where attnd would have answered 503.
 const HEADROOM = 256 * 2 ** 20;
