@@ -198,7 +198,6 @@ test('a map render whose client went while it waited its turn is not done (499),
     assert.equal(first.status, 200);
     await first.arrayBuffer();
     await d.logged(new RegExp(line), 5000, from);
-    const one = lines(from)[0][1];
     // N clients ask for it at once, and go (a page reloaded): one renders,
     // the others wait their turn; the render of one that went no one reads
     const N = 6;
@@ -220,9 +219,11 @@ test('a map render whose client went while it waited its turn is not done (499),
       await new Promise((res) => setTimeout(res, 5));
     }
     for (const c of socks) c.destroy();
-    const t0 = Date.now();
     const next = await fetch(d.url + path);
-    const ms = Date.now() - t0; // to its head: the render under way and its own
+    // at its head, the ones ahead of it in line that went were skipped,
+    // not rendered first (each render before it kept it waiting: 380 ms
+    // for 8 instead of 100 on cd1267c); counted, not timed
+    const skippedAhead = await metricOf(d, /^attnd_maps_renders_skipped_total (\d+)$/m);
     assert.equal(next.status, 200);
     assert.equal((await next.json()).shape.join(), `${T},${T}`);
     await d.logged(new RegExp(`(GET ${path} .*\\n[^]*){${N + 1}}`), 5000, from);
@@ -233,7 +234,7 @@ test('a map render whose client went while it waited its turn is not done (499),
     assert.ok(got.filter(([st]) => st === 499).length >= N - 1, JSON.stringify(got));
     assert.ok(await metricOf(d, /^attnd_maps_renders_skipped_total (\d+)$/m) >= N - 1, 'the renders not done are not counted');
     // the next one waited for the render under way at most, not for N
-    assert.ok(ms < one * 3 + 200 * SLOW, `answered after ${ms} ms; one render takes ${one} ms`);
+    assert.ok(skippedAhead >= N - 1, `${skippedAhead} of the ${N} that went skipped when the next one was answered`);
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
