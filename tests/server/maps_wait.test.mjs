@@ -142,7 +142,10 @@ test('a map evicted while a client waits on it answers 404', async () => {
   try {
     const id = await retain(d, 1);
     const waiting = timed(`${d.url}/v2/maps/${id}?wait=${T}`);
-    await new Promise((res) => setTimeout(res, 200));
+    // evicted once it waits (200 ms was allowed for that: a loaded
+    // machine could evict first, and the 404 then came to a map already
+    // gone, testing nothing of the wait)
+    await until(async () => (await metric(d.port, 'attnd_maps_waiters')) === 1, 5000 * SLOW, 'the wait never waited');
     const other = await retain(d, 2);
     assert.notEqual(other, id);
     assert.equal((await fetch(`${d.url}/v2/maps/${id}`)).status, 404, 'the first map was not evicted');
@@ -161,10 +164,10 @@ test('at most maps-waiters wait; inference and other requests go on meanwhile; S
     const id = await retain(d, 1);
     const w = [timed(`${d.url}/v2/maps/${id}?wait=${T}`), timed(`${d.url}/v2/maps/${id}?wait=${T}`)];
     // Both parked (the metrics say so once the loop has taken them).
-    for (let k = 0; k < 100; k++) {
+    for (let k = 0; k < 100 * SLOW; k++) {
       const m = await (await fetch(`${d.url}/metrics`)).text();
       if (/^attnd_maps_waiters 2$/m.test(m)) break;
-      assert.ok(k < 99, 'attnd_maps_waiters never reached 2');
+      assert.ok(k < 100 * SLOW - 1, 'attnd_maps_waiters never reached 2'); // (5 s times SLOW: a hang)
       await new Promise((res) => setTimeout(res, 50));
     }
     const third = await timed(`${d.url}/v2/maps/${id}?wait=${T}`);
