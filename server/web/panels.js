@@ -4,6 +4,7 @@
 // the table view.
 
 import { rgbFor } from './colormap.js';
+import { cutText } from './heatmap.js';
 
 // fmt: a number for people; digits after the point for ordinary sizes.
 export function fmt(x, digits = 6) {
@@ -166,12 +167,8 @@ function svg(tag, attrs, text) {
 // panel, showing its wrong end. The whole token is its tooltip.
 const probe = document.createElement('canvas').getContext('2d');
 function lineLabel(attrs, s, px, font) {
-  let t = String(s);
   probe.font = font;
-  if (probe.measureText(t).width > px) {
-    while (t.length > 1 && probe.measureText(`${t}…`).width > px) t = t.slice(0, -1);
-    t += '…';
-  }
+  const t = cutText(probe, String(s), px);
   const e = svg('text', attrs, t);
   if (t !== String(s)) e.append(svg('title', {}, String(s)));
   return e;

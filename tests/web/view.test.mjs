@@ -5,7 +5,7 @@
 // overview moved by keyboard.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { browserSuite, openPage } from './harness.mjs';
+import { browserSuite, openPage, waitDrawn } from './harness.mjs';
 
 let daemon, browser;
 browserSuite((d, b) => { daemon = d; browser = b; });
@@ -59,6 +59,42 @@ test('words past 16 KiB are not kept in the link: Copy link says so, and the lin
   assert.equal(await page.evaluate(() => window.attnd.run), null, 'another input was run in its place');
   assert.match(await page.textContent('#status'), /words were too large to keep in a link/);
   assert.equal(await page.inputValue('#text'), '');
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('a long word\'s labels are cut to fit by halving, not a character at a time', async () => {
+  // three 6000-character words: each label (map rows and columns, the
+  // lines' two sides) took up to 6000 measures of up to 6000 characters,
+  // ~72000 in all, and the page stopped for 18-60 s; cut by halving, a
+  // label takes about 14. Counted, not timed.
+  const page = await browser.newPage({ viewport: { width: 1400, height: 1000 }, deviceScaleFactor: 1 });
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  await page.addInitScript(() => {
+    const measure = CanvasRenderingContext2D.prototype.measureText;
+    window.measures = 0;
+    CanvasRenderingContext2D.prototype.measureText = function (t) { window.measures++; return measure.call(this, t); };
+  });
+  await page.goto(`${daemon.url}/#model=toy&text=a%20b&h=0`);
+  await waitDrawn(page);
+  const words = ['x', 'y', 'z'].map((c) => c.repeat(6000));
+  await page.fill('#text', words.join(' '));
+  const before = await page.evaluate(() => window.measures);
+  await page.evaluate(() => document.getElementById('run').click());
+  // (polled, as above; the guard is generous: the old page took 60 s here)
+  for (let i = 0; i < 1200 && !(await page.evaluate(() => window.attnd.run?.T === 3 && document.body.dataset.state === 'ready')); i++)
+    await new Promise((res) => setTimeout(res, 100));
+  assert.equal(await page.evaluate(() => document.body.dataset.state), 'ready');
+  const n = await page.evaluate(() => window.measures) - before;
+  assert.ok(n > 0 && n < 1000, `${n} text measures to draw three long words' labels`);
+  // each line label is the longest prefix that fits, with its '…'
+  const cut = await page.evaluate(() => [...document.querySelectorAll('#lines text')].map((e) => e.firstChild.nodeValue));
+  assert.ok(cut.length >= 6, JSON.stringify(cut.map((t) => t.length)));
+  for (const t of cut) {
+    assert.match(t, /^(x+|y+|z+)…$/, t.slice(0, 40));
+    assert.ok(t.length < 200, `a label of ${t.length} characters`);
+  }
   assert.deepEqual(errors, []);
   await page.close();
 });
