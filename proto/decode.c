@@ -330,6 +330,13 @@ static int decode_outputs(oip_request *req, const oip__jv *root, int max_outputs
                                  "binary_data: expected true or false", i);
             if (b)
                 r->binary = is(b, OIP__JTRUE);
+            /* Triton's classification extension (tritonclient's
+             * class_count) would answer the top classes as BYTES; served
+             * as the whole FP32 tensor instead, a client would read it as
+             * its classes. 0 asks for none. */
+            const oip__jv *c = oip__jget(p, "classification");
+            if (c && !(is(c, OIP__JINT) && c->num == 0))
+                return oip__fail(err, ATTN_EINVAL, OIP_NO_CLASSIFICATION, i);
         }
         req->n_outputs = (int)i + 1;
     }

@@ -193,6 +193,14 @@ int oip__decode_binary(const oip_tensor *t, const unsigned char *src, int i,
  * replaced by its OIP_DEFAULT_* (the JSON and the protobuf decoders). */
 void oip__resolve_limits(oip_limits *L, const oip_limits *lim);
 
+/* An output's parameters.classification other than 0 (Triton's
+ * classification extension, which attnd does not serve), both decoders'
+ * message; its one argument, the output's index (size_t). */
+#define OIP_NO_CLASSIFICATION                                                  \
+    "outputs[%zu].parameters.classification: attnd does not serve Triton's "   \
+    "classification extension (the top classes as BYTES); ask for the "        \
+    "output without it and take its largest values yourself"
+
 /* printf into err (OIP_ERRMAX bytes) when err is not NULL; returns code. */
 int oip__fail(char *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -257,7 +257,13 @@ static int decode_outputs(oip_request *req, const Req *m, int max_outputs,
                                  "outputs[%zu].name: duplicate output \"%s\"",
                                  i, r->name);
         r->binary = -1;
-        for (j = 0; j < o->n_parameters; j++)
+        for (j = 0; j < o->n_parameters; j++) {
+            const Inference__InferParameter *v = o->parameters[j]->value;
+            if (!strcmp(o->parameters[j]->key, "classification") &&
+                !(v && v->parameter_choice_case ==
+                           INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM &&
+                  v->int64_param == 0)) /* as decode.c's */
+                return oip__fail(err, ATTN_EINVAL, OIP_NO_CLASSIFICATION, i);
             if (!strcmp(o->parameters[j]->key, "binary_data")) {
                 char field[64];
                 int rc;
@@ -267,6 +273,7 @@ static int decode_outputs(oip_request *req, const Req *m, int max_outputs,
                                    err)))
                     return rc;
             }
+        }
         req->n_outputs = (int)i + 1;
     }
     return 0;

@@ -246,6 +246,18 @@ static const struct bad {
                         "false"},
     {"{'outputs':[{'name':'y','parameters':5}],'inputs':[" X2 "]}",
      ATTN_EINVAL, "outputs[0].parameters: expected an object"},
+    /* Triton's classification (tritonclient's class_count): refused, not
+     * answered with the whole tensor (0, none asked, passes: below) */
+    {"{'outputs':[{'name':'y'},{'name':'attention','parameters':"
+     "{'classification':2}}],'inputs':[" X2 "]}", ATTN_EINVAL,
+     "outputs[1].parameters.classification: attnd does not serve Triton's "
+     "classification extension (the top classes as BYTES); ask for the "
+     "output without it and take its largest values yourself"},
+    {"{'outputs':[{'name':'y','parameters':{'binary_data':true,"
+     "'classification':'1'}}],'inputs':[" X2 "]}", ATTN_EINVAL,
+     "outputs[0].parameters.classification: attnd does not serve Triton's "
+     "classification extension (the top classes as BYTES); ask for the "
+     "output without it and take its largest values yourself"},
 };
 
 START_TEST(bad_request)
@@ -349,8 +361,8 @@ START_TEST(valid_request_fields)
         "{'name':'mask','datatype':'BOOL','shape':[1,2],'data':[[true,false]]},"
         "{'name':'big','datatype':'INT64','shape':[1],"
         "'data':[-9223372036854775808]}],"
-        "'outputs':[{'name':'y'},{'name':'attention','parameters':"
-        "{'binary_data':true}}]}", NULL, err);
+        "'outputs':[{'name':'y','parameters':{'classification':0}},"
+        "{'name':'attention','parameters':{'binary_data':true}}]}", NULL, err);
     ck_assert_msg(rc == 0, "%s", err);
     ck_assert_str_eq(r.id, "req-1");
     ck_assert_int_eq(r.params.causal, 1);

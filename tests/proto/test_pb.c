@@ -283,6 +283,27 @@ START_TEST(outputs_refused)
     bd->int64_param = 1;
     refused(&g, NULL, ATTN_EINVAL,
             "outputs[0].parameters.binary_data: expected true or false");
+
+    /* Triton's classification (tritonclient.grpc's class_count, an
+     * int64): refused as the JSON door refuses it, not answered with the
+     * whole tensor; 0 asks for none */
+    msg_init(&g);
+    add_fp32(&g, "x", 1);
+    add_output(&g, "y");
+    Param *cl = out_binary_data(&g, 0);
+    g.oe[0].key = "classification";
+    cl->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+    cl->int64_param = 3;
+    refused(&g, NULL, ATTN_EINVAL,
+            "outputs[0].parameters.classification: attnd does not serve "
+            "Triton's classification extension (the top classes as BYTES); "
+            "ask for the output without it and take its largest values "
+            "yourself");
+    cl->int64_param = 0;
+    oip_request r;
+    char err[OIP_ERRMAX] = "";
+    ck_assert_msg(dec(&g, NULL, &r, err) == 0, "%s", err);
+    oip_request_free(&r);
 }
 END_TEST
 

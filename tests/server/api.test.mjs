@@ -432,3 +432,16 @@ test('request ids are echoed, also when they need escaping', async () => {
   assert.equal(r.json.id, 'a"b\\c');
   assert.equal(r.json.model_name, 'sdpa');
 });
+
+test('Triton\'s classification (tritonclient\'s class_count) is refused naming the output, not answered with the whole tensor', async () => {
+  // it was ignored: y came back as its 16 FP32 values, which a client
+  // asking for the top 2 classes (BYTES "value:index") reads as classes
+  const x = REFS.causal;
+  const r = await infer(d, 'tiny', { inputs: [fp32('x', x.shape, x.x)],
+    outputs: [{ name: 'y', parameters: { binary_data: false, classification: 2 } }] });
+  assert.equal(r.status, 400, JSON.stringify(r.json));
+  assert.match(r.json.error, /^outputs\[0\]\.parameters\.classification: attnd does not serve Triton's classification extension/);
+  const none = await infer(d, 'tiny', { inputs: [fp32('x', x.shape, x.x)],
+    outputs: [{ name: 'y', parameters: { classification: 0 } }] });
+  assert.equal(none.status, 200, 'classification 0 asks for none');
+});
