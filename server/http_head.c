@@ -286,6 +286,24 @@ static int list_has(const char *list, const char *token)
     return 0;
 }
 
+/* coded: is r's body coded (Content-Encoding, its lines one list, RFC
+ * 9110 8.4) other than identity? attnd decompresses nothing: read as
+ * JSON, a deflate body was refused as "expected a JSON object, got
+ * 'x..V'", and one marked br but sent plain was served, where the
+ * client meant what the header says. Its value into *ce. */
+static int coded(srv_req *r, fields *ce)
+{
+    const char *list;
+    get_fields(r, "Content-Encoding", ce);
+    for (list = ce->all; list;) {
+        size_t len;
+        const char *item = list_item(&list, &len);
+        if (len && !(len == 8 && strncasecmp(item, "identity", 8) == 0))
+            return 1;
+    }
+    return 0;
+}
+
 /* chunked_only: the number of codings in the list te ("chunked, chunked"
  * is 2) when every one is chunked, else 0. */
 static int chunked_only(const char *te)
@@ -694,6 +712,14 @@ void srv_http__first_call(srv_req *r, const char *url, const char *method,
         !srv_key_ok(s->cfg.api_key, auth, auth ? strlen(auth) : 0)) {
         srv_respond_error(r, 401, "Authorization: missing or wrong API key "
                                   "(send 'Authorization: Bearer <key>')");
+        return;
+    }
+    if (!bodyless(r) && coded(r, &te)) {
+        /* RFC 9110 15.5.16: 415, saying the codings taken */
+        snprintf(r->extra_hdr, sizeof r->extra_hdr, "Accept-Encoding: identity");
+        srv_respond_error(r, 415, "Content-Encoding: '%.64s' is not taken: "
+                          "attnd reads request bodies uncompressed; send "
+                          "the body as it is, without the header", te.all);
         return;
     }
     if (query_check(r) < 0 || late_refused(r))

@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { cpSync, mkdirSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
+import { deflateSync, gzipSync } from 'node:zlib';
 import { after, before, test } from 'node:test';
 import { REFS, ROOT, binaryRequest, fp32, infer, post, promtool, start } from './helper.mjs';
 import { D, DK, H, HKV, gqaModels } from './seq_helper.mjs';
@@ -444,4 +445,24 @@ test('Triton\'s classification (tritonclient\'s class_count) is refused naming t
   const none = await infer(d, 'tiny', { inputs: [fp32('x', x.shape, x.x)],
     outputs: [{ name: 'y', parameters: { classification: 0 } }] });
   assert.equal(none.status, 200, 'classification 0 asks for none');
+});
+
+test('a body with a Content-Encoding other than identity: 415 naming it, from its head, Accept-Encoding: identity', async () => {
+  // attnd decompresses nothing: Triton's request_compression_algorithm
+  // (tritonclient's deflate) got "expected a JSON object, got 'x..V'",
+  // and a body marked br but sent plain was served as if unmarked
+  const x = REFS.causal;
+  const json = JSON.stringify({ inputs: [fp32('x', x.shape, x.x)] });
+  const send = (enc, body) => fetch(`${d.url}/v2/models/tiny/infer`, { method: 'POST', body, headers: { 'Content-Encoding': enc } });
+  for (const [enc, body] of [['deflate', deflateSync(json)], ['gzip', gzipSync(json)], ['br', json], ['identity, gzip', json]]) {
+    const r = await send(enc, body);
+    assert.equal(r.status, 415, enc);
+    assert.equal(r.headers.get('accept-encoding'), 'identity', enc);
+    assert.equal((await r.json()).error, `Content-Encoding: '${enc}' is not taken: attnd reads request bodies uncompressed; send the body as it is, without the header`);
+  }
+  for (const enc of ['identity', 'Identity']) assert.equal((await send(enc, json)).status, 200, enc);
+  // the other routes with a body too; one without a body is unaffected
+  const idx = await fetch(`${d.url}/v2/repository/index`, { method: 'POST', body: '{}', headers: { 'Content-Encoding': 'gzip' } });
+  assert.equal(idx.status, 415);
+  assert.equal((await get('/v2/models/tiny', { 'Content-Encoding': 'gzip' })).status, 200);
 });
