@@ -152,7 +152,7 @@ static int known_method(const char *m)
 /* route: find r's route; on failure answer 404/405/501 and return -1. The
  * versioned alias /v2/models/{m}/versions/1/... is folded first (right
  * after the model's name only: /v2/models/{m}/ready/versions/1 is no
- * endpoint). */
+ * endpoint). The 404 and 405 name the path as sent, not as folded. */
 static int route(srv_req *r, const char *url)
 {
     size_t i;
@@ -204,7 +204,7 @@ static int route(srv_req *r, const char *url)
         }
     }
     if (!allowed) {
-        srv_respond_error(r, 404, "path: no endpoint %s", r->path);
+        srv_respond_error(r, 404, "path: no endpoint %s", url);
         return -1;
     }
     r->allow = allow_list(allowed, r->method == SRV_OPTIONS);
@@ -213,7 +213,7 @@ static int route(srv_req *r, const char *url)
         return -1;
     }
     srv_respond_error(r, 405, "method: %s is not allowed on %s (allowed: %s)",
-                      r->method_name, r->path, r->allow);
+                      r->method_name, url, r->allow);
     return -1;
 }
 

@@ -141,6 +141,14 @@ test('versioned paths are aliases of version 1; other versions are 404', async (
     assert.equal(n.status, 404, path);
     assert.match((await n.json()).error, /no endpoint/, path);
   }
+  // the 404 and 405 name the path sent, not the one the alias folds it
+  // to (they said "no endpoint /v2/models/tiny/infer/")
+  const slash = await post(`${d.url}/v2/models/tiny/versions/1/infer/`, {});
+  assert.equal(slash.status, 404);
+  assert.equal(slash.json.error, 'path: no endpoint /v2/models/tiny/versions/1/infer/');
+  const put = await fetch(`${d.url}/v2/models/tiny/versions/1/infer`, { method: 'PUT' });
+  assert.equal(put.status, 405);
+  assert.equal((await put.json()).error, 'method: PUT is not allowed on /v2/models/tiny/versions/1/infer (allowed: POST)');
 });
 
 test('model ready: 200 for loaded models, 404 for unknown ones', async () => {
