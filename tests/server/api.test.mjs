@@ -45,6 +45,13 @@ test('model metadata: inputs, outputs and parameters of a loaded model', async (
   const s = await (await get('/v2/models/sdpa')).json();
   assert.deepEqual(s.inputs.map((t) => t.name), ['q', 'k', 'v', 'mask']);
   assert.deepEqual(s.outputs.map((t) => t.name), ['output', 'attention', 'scores']);
+  // one rank each (README: the protocol has none that varies); sdpa's
+  // leading dimensions are said in its parameters
+  for (const t of [...s.inputs, ...s.outputs]) assert.deepEqual(t.shape, [-1, -1], t.name);
+  assert.equal(s.parameters.leading_dims, 'none, [B] or [B, H] before the last two dims of q, k, v');
+  assert.deepEqual(j.inputs.find((t) => t.name === 'mask'), { name: 'mask', datatype: 'BOOL', shape: [-1, -1, -1] });
+  assert.deepEqual(j.versions, ['1']);
+  assert.deepEqual([j.platform, s.platform], ['attnd_attention', 'attnd_sdpa']);
 });
 
 test('model metadata: scale, the float q is multiplied by (config.json\'s, else 1/sqrt(head_dim) as a float); sdpa has none', async () => {

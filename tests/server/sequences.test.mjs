@@ -185,9 +185,12 @@ test('rules: B = 1, weight-set models only, only x, no k/v outputs', async () =>
     const st = await infer(d, 'gqa', { inputs: [fp32('x', [1, 4, D], xs)], parameters: { sequence_start: true } });
     assert.equal(st.status, 400);
     assert.match(st.json.error, /sequence_start.*sequence_id/);
-    const zero = await infer(d, 'gqa', { inputs: [fp32('x', [1, 4, D], xs)], parameters: { sequence_id: 0 } });
-    assert.equal(zero.status, 400);
-    assert.match(zero.json.error, /sequence_id/);
+    // Triton's "no sequence" (README: refused, not served stateless)
+    for (const id of [0, '']) {
+      const zero = await infer(d, 'gqa', { inputs: [fp32('x', [1, 4, D], xs)], parameters: { sequence_id: id } });
+      assert.equal(zero.status, 400, JSON.stringify(id));
+      assert.match(zero.json.error, /^parameters\.sequence_id: /, JSON.stringify(id));
+    }
     assert.equal((await (await fetch(`${d.url}/v2/sequences`)).json()).count, 0);
     // a uint64 id past 2^63 - 1 as a JSON number (JSON.stringify cannot
     // write it: the text is patched)
