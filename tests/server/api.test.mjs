@@ -481,3 +481,34 @@ test('a body with a Content-Encoding other than identity: 415 naming it, from it
   assert.equal(idx.status, 415);
   assert.equal((await get('/v2/models/tiny', { 'Content-Encoding': 'gzip' })).status, 200);
 });
+
+test('answers\' Content-Type: JSON, binary outputs behind Inference-Header-Content-Length; errors are {"error"} alone; maps listed newest first', async () => {
+  const x = REFS.causal;
+  const json = await fetch(`${d.url}/v2/models/tiny/infer`, { method: 'POST', body: JSON.stringify({ inputs: [fp32('x', x.shape, x.x)] }) });
+  assert.equal(json.status, 200);
+  assert.equal(json.headers.get('content-type'), 'application/json');
+  assert.equal(json.headers.get('inference-header-content-length'), null, 'all JSON: no header length');
+  const bin = await fetch(`${d.url}/v2/models/tiny/infer`, { method: 'POST',
+    body: JSON.stringify({ inputs: [fp32('x', x.shape, x.x)], outputs: [{ name: 'y', parameters: { binary_data: true } }] }) });
+  assert.equal(bin.status, 200);
+  assert.equal(bin.headers.get('content-type'), 'application/octet-stream');
+  const buf = Buffer.from(await bin.arrayBuffer());
+  const hl = Number(bin.headers.get('inference-header-content-length'));
+  const head = JSON.parse(buf.subarray(0, hl).toString());
+  const n = x.shape.reduce((a, b) => a * b, 1);
+  assert.deepEqual(head.outputs[0].parameters, { binary_data_size: 4 * n });
+  assert.equal(buf.length, hl + 4 * n);
+  for (const [method, path, status] of [['GET', '/v2/models/nope', 404], ['PUT', '/v2/models/tiny/infer', 405],
+    ['POST', '/v2/models/tiny/infer', 400], ['GET', '/v2/nothing', 404]]) {
+    const r = await fetch(d.url + path, { method, body: method === 'POST' ? '{}' : undefined });
+    assert.equal(r.status, status, path);
+    assert.equal(r.headers.get('content-type'), 'application/json', path);
+    const j = await r.json();
+    assert.deepEqual(Object.keys(j), ['error'], path);
+    assert.equal(typeof j.error, 'string', path);
+  }
+  const ids = [];
+  for (let i = 0; i < 2; i++) ids.push((await infer(d, 'tiny', { inputs: [fp32('x', x.shape, x.x)], parameters: { retain: true } })).json.parameters.map_id);
+  const listed = (await (await get('/v2/maps')).json()).maps.map((m) => m.id);
+  assert.deepEqual(listed.filter((id) => ids.includes(id)), [ids[1], ids[0]], 'newest first');
+});
