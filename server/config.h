@@ -70,7 +70,8 @@
     X(request_memory, "request-memory", INT, 512 * SRV_MiB, 1024, 1LL << 42,  \
       "bytes one decoded request with its outputs may occupy (with what "   \
       "laying out its sequences takes, the engine's tiles and sdpa's q "    \
-      "times scale too: ~250 bytes a sequence)")                             \
+      "times scale too: ~250 bytes a sequence), and a map's /attention "   \
+      "answer with the plane it is read from")                               \
     X(max_tokens, "max-tokens", INT, 65536, 1, 1LL << 30,                     \
       "most query rows (batch x tokens; sdpa: q's rows, every head's) in "     \
       "one request")                                                          \

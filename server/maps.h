@@ -199,11 +199,12 @@ int maps_pool_max(const float *in, int t, int s, int max_n, float *out,
 
 /* An HTTP answer built by maps_http_get (no sockets here). */
 typedef struct maps_reply {
-    int status;               /* 200, 400, 404 */
+    int status;               /* 200, 400, 404, 413 */
     const char *content_type; /* static string */
     char *body;               /* malloc'd; the caller frees */
     size_t len;
-    char shape[64];           /* "rows,cols" for format=f32, else "" */
+    char shape[64];           /* "rows,cols" (b=all, h=all: "B,H,rows,cols")
+                                 for format=f32 and npy, else "" */
     unsigned long json_mark; /* attn_json_mark at the route's start */
     int cut;                 /* maps_http_render: stopped part way (no body) */
 } maps_reply;
@@ -221,8 +222,10 @@ typedef const char *(*maps_arg_fn)(void *ctx, const char *key);
  *                                   "count", "bytes_used", "bytes_max"}
  *                                  (the newest 1024; count is all of them)
  *   /v2/maps/{id}                  metadata, tokens, lengths
- *   /v2/maps/{id}/attention        ?b=&h=&max=&format=json|f32
+ *   /v2/maps/{id}/attention        ?b=&h=&max=&format=json|f32|npy
  *                                  &what=attention|scores|mask|v
+ *                                  (b=all, h=all: every item's, head's
+ *                                  planes, [B, H, rows, cols])
  * arg looks up query parameters (may be NULL when there are none); the
  * router has refused names this route does not read and names given twice
  * (http_head.c), so what arg does not return was not sent. Errors
@@ -233,8 +236,12 @@ int maps_http_get(maps_store *st, const char *path, maps_arg_fn arg,
                   void *ctx, maps_reply *r);
 /* maps_http_render: maps_http_get that asks cut(cut_ctx) (may be NULL)
  * between a map's heads, every few rows and before printing; when it says
- * the reader went, the render stops there: 0 with r->cut set, no body. */
+ * the reader went, the render stops there: 0 with r->cut set, no body.
+ * An /attention answer that, with the plane it is read from, would take
+ * more than answer_max bytes (request-memory; 0: no bound, as
+ * maps_http_get) is a 413 naming it. */
 int maps_http_render(maps_store *st, const char *path, maps_arg_fn arg,
-                     void *ctx, maps_cut_fn cut, void *cut_ctx, maps_reply *r);
+                     void *ctx, maps_cut_fn cut, void *cut_ctx,
+                     size_t answer_max, maps_reply *r);
 
 #endif

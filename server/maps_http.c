@@ -2,7 +2,8 @@
  * maps_http.c - the retained-map routes rendered as HTTP replies:
  *   GET /v2/maps                  list, newest first
  *   GET /v2/maps/{id}             one entry's metadata and labels
- *   GET /v2/maps/{id}/attention   one [T, S] map, JSON or raw FP32
+ *   GET /v2/maps/{id}/attention   one [T, S] map (b=all, h=all: every
+ *                                 item's, head's), JSON, raw FP32 or .npy
  * Pure functions of the store: no sockets, callable from any thread.
  */
 #include <errno.h>
@@ -208,47 +209,109 @@ static int parse_int(const char *s, long lo, long hi, int *out)
     return 0;
 }
 
-/* GET /v2/maps/{id}/attention?b=&h=&max=&format=: one [T, S] map (or its
- * max-pooled overview) as JSON with a flat row-major "data", or as raw FP32
- * with the shape in r->shape. Bad parameters are 400s naming themselves;
- * JSON above MAPS_JSON_MAX_CELLS cells is refused (ask for max= or f32;
- * for what=v the cells are the value rows, S x d_v: f32). cut (may be
- * NULL) is asked while the plane fills and before it is printed: when its
- * reader went, r->cut and no body.
+/* Rows (or columns) of n pooled into at most max_n (maps_pool_max's). */
+static int pooled(int n, int max_n)
+{
+    int blk = max_n <= 0 || n <= max_n ? 1 : (n + max_n - 1) / max_n;
+    return (n + blk - 1) / blk;
+}
+
+/* NPY_HEAD: room for a .npy header of up to four dimensions (128 bytes
+ * at most: 10 + 66 + 4 x 12, padded to 64). */
+#define NPY_HEAD 192
+
+/* npy_header: a NumPy .npy (format 1.0) header for little-endian float32
+ * of shape dims[nd] into buf, as numpy.save writes it (the dict, padded
+ * with spaces and a newline to a multiple of 64 bytes with its 10-byte
+ * preamble); returns its length. */
+static size_t npy_header(char *buf, const int *dims, int nd)
+{
+    char *d = buf + 10;
+    size_t n = (size_t)snprintf(d, NPY_HEAD - 10, "{'descr': '<f4', "
+                                "'fortran_order': False, 'shape': (");
+    int i;
+
+    for (i = 0; i < nd; i++)
+        n += (size_t)snprintf(d + n, NPY_HEAD - 10 - n, "%s%d",
+                              i ? ", " : "", dims[i]);
+    n += (size_t)snprintf(d + n, NPY_HEAD - 10 - n, "%s), }",
+                          nd == 1 ? "," : "");
+    while ((10 + n + 1) % 64)
+        d[n++] = ' ';
+    d[n++] = '\n';
+    memcpy(buf, "\x93NUMPY\x01\x00", 8);
+    buf[8] = (char)(n & 255);
+    buf[9] = (char)(n >> 8);
+    return 10 + n;
+}
+
+/* dims_text: dims[nd] as "a,b,c" (Map-Shape) or, with json, "[a,b,c]". */
+static void dims_text(char *buf, size_t cap, const int *dims, int nd,
+                      int json)
+{
+    size_t n = (size_t)snprintf(buf, cap, "%s", json ? "[" : "");
+    int i;
+
+    for (i = 0; i < nd && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%d", i ? "," : "",
+                              dims[i]);
+    if (json && n < cap)
+        snprintf(buf + n, cap - n, "]");
+}
+
+/* GET /v2/maps/{id}/attention?b=&h=&max=&format=&what=: one [T, S] map
+ * (or its max-pooled overview) as JSON with a flat row-major "data", as
+ * raw FP32 with the shape in r->shape, or as a .npy file; b=all and
+ * h=all (extension) put every batch item's and head's planes in one
+ * answer, [B, H, rows, cols] (either alone: [B, ...] or [H, ...]). Bad
+ * parameters are 400s naming themselves; JSON above MAPS_JSON_MAX_CELLS
+ * cells is refused (ask for max= or f32; for what=v the cells are the
+ * value rows, S x d_v: f32), and an answer that with its working plane
+ * takes more than answer_max bytes (request-memory; 0: no bound) is 413.
+ * cut (may be NULL) is asked while each plane fills and before it is
+ * printed: when its reader went, r->cut and no body.
  * 0, or ATTN_ENOMEM. */
 static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
                            void *ctx, maps_cut_fn cut, void *cut_ctx,
-                           maps_reply *r)
+                           size_t answer_max, maps_reply *r)
 {
     const char *sb = arg ? arg(ctx, "b") : NULL;
     const char *sh = arg ? arg(ctx, "h") : NULL;
     const char *sm = arg ? arg(ctx, "max") : NULL;
     const char *sf = arg ? arg(ctx, "format") : NULL;
     const char *sw = arg ? arg(ctx, "what") : NULL;
-    char err[ATTN_ERRMAX], head[512];
-    float *map = NULL;
+    char err[ATTN_ERRMAX], head[512], shape[64], src[64], npy[NPY_HEAD];
+    float *map = NULL, *all = NULL;
     int b = 0, h = 0, max_n = 0, rows, cols, bt = 1, bs = 1, rc, hl, f32 = 0;
-    int values = 0;
+    int values = 0, b_all = 0, h_all = 0, nd = 0, dims[4], sdims[4];
+    int b0, b1, h0, h1, bi, hi, prows, pcols, whole, gone = 0;
     maps_what what = MAPS_WEIGHTS;
     maps_info info;
     maps__entry *e;
-    size_t cells, cap;
+    size_t cells, cap, plane, k = 0, nhead = 0, need, work;
     char *p;
 
-    if (sb && parse_int(sb, 0, 1 << 30, &b))
-        return reply_error(r, 400, "b: expected a batch index >= 0");
+    if (sb && strcmp(sb, "all") == 0)
+        b_all = 1;
+    else if (sb && parse_int(sb, 0, 1 << 30, &b))
+        return reply_error(r, 400, "b: expected a batch index >= 0 or "
+                                   "\"all\"");
     if (sh && strcmp(sh, "mean") == 0)
         h = -1;
+    else if (sh && strcmp(sh, "all") == 0)
+        h_all = 1;
     else if (sh && parse_int(sh, 0, 1 << 30, &h))
-        return reply_error(r, 400, "h: expected a head index >= 0 or "
-                                   "\"mean\"");
+        return reply_error(r, 400, "h: expected a head index >= 0, \"mean\" "
+                                   "or \"all\"");
     if (sm && parse_int(sm, 1, 1 << 20, &max_n))
         return reply_error(r, 400, "max: expected an integer in [1, "
                                    "1048576]");
     if (sf && strcmp(sf, "f32") == 0)
         f32 = 1;
+    else if (sf && strcmp(sf, "npy") == 0)
+        f32 = 2;
     else if (sf && strcmp(sf, "json") != 0)
-        return reply_error(r, 400, "format: expected json or f32");
+        return reply_error(r, 400, "format: expected json, f32 or npy");
     if (!sw || strcmp(sw, "attention") == 0)
         what = MAPS_WEIGHTS;
     else if (strcmp(sw, "scores") == 0)
@@ -261,12 +324,13 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
         return reply_error(r, 400, "what: expected attention, scores, mask "
                                    "or v");
     if (values && h < 0)
-        return reply_error(r, 400, "h: what=v needs a head index (values "
-                                   "have no mean)");
+        return reply_error(r, 400, "h: what=v needs a head index or \"all\" "
+                                   "(values have no mean)");
     if (values && sm)
         return reply_error(r, 400, "max: what=v is never pooled");
     /* one version of the map throughout: a sequence's next step may
-     * replace it meanwhile (the metadata below and the cells agree) */
+     * replace it meanwhile (the metadata below and the cells agree, and
+     * so do the planes of b=all, h=all) */
     e = maps__acquire(st, id);
     if (!e) {
         snprintf(err, sizeof(err), "map %s: not retained (unknown or "
@@ -274,47 +338,124 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
         return reply_error(r, 404, err);
     }
     info = e->info;
+    b0 = b_all ? 0 : b;
+    b1 = b_all ? info.b : b + 1;
+    h0 = h_all ? 0 : h;
+    h1 = h_all ? info.h : h + 1;
+    if (b_all)
+        dims[nd] = sdims[nd] = info.b, nd++;
+    if (h_all)
+        dims[nd] = sdims[nd] = info.h, nd++;
+    whole = nd > 0;
+    prows = values ? info.s : pooled(info.t, max_n);
+    pcols = values ? info.dv : pooled(info.s, max_n);
+    dims[nd] = prows;
+    dims[nd + 1] = pcols;
+    sdims[nd] = values ? info.s : info.t;
+    sdims[nd + 1] = values ? info.dv : info.s;
+    nd += 2;
+    /* b*h*t*s*4 and b*kv_h*s*dv*4 fit (maps__entry_build): so do these */
+    plane = (size_t)prows * (size_t)pcols;
+    cells = plane * (size_t)(b1 - b0) * (size_t)(h1 - h0);
+    work = values ? 0 : ((size_t)info.t * (size_t)info.s + plane) * 4;
+    need = (f32 ? cells * 4 + NPY_HEAD
+                : sizeof(head) + cells * OIP_JSON_FLOAT_MAX + 3) + work;
     rc = 0;
-    if (!f32) {
-        int pr = max_n > 0 && info.t > max_n ? max_n : info.t;
-        int pc = max_n > 0 && info.s > max_n ? max_n : info.s;
-        /* what=v prints the value rows [S, d_v] (never pooled) */
-        if (values && (size_t)info.s * (size_t)info.dv > MAPS_JSON_MAX_CELLS) {
-            snprintf(err, sizeof(err),
-                     "what: %d x %d value rows are too large for JSON; ask "
-                     "for format=f32", info.s, info.dv);
-            rc = ATTN_EINVAL;
-        } else if (!values && (size_t)pr * (size_t)pc > MAPS_JSON_MAX_CELLS) {
+    if (!f32 && values && cells > MAPS_JSON_MAX_CELLS) {
+        if (whole)
+            snprintf(err, sizeof(err), "what: %zu value cells (%d x %d a "
+                     "head) are too large for JSON; ask for format=f32 or "
+                     "npy, or one b and h", cells, info.s, info.dv);
+        else
+            snprintf(err, sizeof(err), "what: %d x %d value rows are too "
+                     "large for JSON; ask for format=f32", info.s, info.dv);
+        rc = ATTN_EINVAL;
+    } else if (!f32 && cells > MAPS_JSON_MAX_CELLS) {
+        if (whole)
+            snprintf(err, sizeof(err), "max: %zu cells (%d x %d a plane) "
+                     "are too large for JSON; ask for max=, format=f32 or "
+                     "npy, or one b and h", cells, prows, pcols);
+        else
             snprintf(err, sizeof(err),
                      "max: a %d x %d map is too large for JSON; ask for "
                      "max=1024 or format=f32", info.t, info.s);
-            rc = ATTN_EINVAL;
-        }
+        rc = ATTN_EINVAL;
     }
     if (!rc)
-        rc = maps__check(e, b, h, !values, err);
-    if (!rc)
-        rc = values ? maps__values_entry(e, b, h, &map, &rows, &cols, err)
-                    : maps__slice_cut(e, what, b, h, max_n, cut, cut_ctx,
-                                      &map, &rows, &cols, &bt, &bs, err);
-    maps__release(e);
-    if (rc == ATTN_EINVAL)
+        rc = maps__check(e, b0, h0, !values, err);
+    if (!rc && answer_max && need > answer_max) {
+        char sh_[64];
+        dims_text(sh_, sizeof(sh_), dims, nd, 1);
+        snprintf(err, sizeof(err), "%s: the %s map as %s takes %zu bytes "
+                 "with the plane it is read from, more than one request "
+                 "may (%zu bytes, request-memory); ask for %s, or raise "
+                 "--request-memory", whole ? "b, h" : "max", sh_,
+                 f32 == 2 ? "npy" : f32 ? "f32" : "JSON", need, answer_max,
+                 whole ? (f32 ? "one b and h at a time, or max="
+                              : "format=npy, one b and h at a time, or max=")
+                       : f32 ? "max=" : "max= or format=npy");
+        maps__release(e);
+        return reply_error(r, 413, err);
+    }
+    if (rc) {
+        maps__release(e);
         return reply_error(r, 400, err);
-    if (rc)
-        return rc;
-    if (!map || (!f32 && cut && cut(cut_ctx))) { /* its reader went */
+    }
+    if (whole || f32 == 2) {
+        if (f32 == 2)
+            nhead = npy_header(npy, dims, nd);
+        all = malloc(nhead + cells * sizeof(float));
+        if (!all) {
+            maps__release(e);
+            return ATTN_ENOMEM;
+        }
+    }
+    for (bi = b0; !rc && !gone && bi < b1; bi++)
+        for (hi = h0; !rc && !gone && hi < h1; hi++) {
+            if (whole && cut && cut(cut_ctx)) {
+                gone = 1; /* its reader went */
+                break;
+            }
+            rc = values ? maps__values_entry(e, bi, hi, &map, &rows, &cols,
+                                             err)
+                        : maps__slice_cut(e, what, bi, hi, max_n, cut,
+                                          cut_ctx, &map, &rows, &cols, &bt,
+                                          &bs, err);
+            gone = !rc && !map;
+            if (rc || gone || !all)
+                break;
+            memcpy(all + nhead / sizeof(float) + k, map,
+                   plane * sizeof(float));
+            k += plane;
+            free(map);
+            map = NULL;
+        }
+    maps__release(e);
+    if (rc) {
+        free(all);
+        free(map);
+        return rc == ATTN_EINVAL ? reply_error(r, 400, err) : rc;
+    }
+    if (all) {
+        free(map);
+        map = all;
+    }
+    if (gone || (!f32 && cut && cut(cut_ctx))) { /* its reader went */
         free(map);
         r->cut = 1;
         return 0;
     }
-    cells = (size_t)rows * (size_t)cols;
+    dims_text(shape, sizeof(shape), dims, nd, 0);
     if (f32) {
-        /* Raw little-endian FP32, row-major; the shape in a header. */
+        /* Raw little-endian FP32, row-major, after a .npy header (npy) or
+         * alone with the shape in a header (f32; npy too). */
+        if (nhead)
+            memcpy(map, npy, nhead);
         r->status = 200;
         r->content_type = "application/octet-stream";
         r->body = (char *)map;
-        r->len = cells * sizeof(float);
-        snprintf(r->shape, sizeof(r->shape), "%d,%d", rows, cols);
+        r->len = nhead + cells * sizeof(float);
+        snprintf(r->shape, sizeof(r->shape), "%s", shape);
         return 0;
     }
     /* The model name may need escaping: let jansson render it. */
@@ -325,19 +466,26 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
         if (!mq)
             goto nomem;
         hl = snprintf(head, sizeof(head),
-                      "{\"id\":\"%s\",\"model\":%s,\"what\":\"%s\","
-                      "\"b\":%d,\"h\":",
-                      info.id, mq, values ? "v" : sw ? sw : "attention", b);
+                      "{\"id\":\"%s\",\"model\":%s,\"what\":\"%s\",\"b\":",
+                      info.id, mq, values ? "v" : sw ? sw : "attention");
         free(mq);
-        if (h < 0)
+        if (b_all)
+            hl += snprintf(head + hl, sizeof(head) - (size_t)hl, "\"all\"");
+        else
+            hl += snprintf(head + hl, sizeof(head) - (size_t)hl, "%d", b);
+        hl += snprintf(head + hl, sizeof(head) - (size_t)hl, ",\"h\":");
+        if (h_all)
+            hl += snprintf(head + hl, sizeof(head) - (size_t)hl, "\"all\"");
+        else if (h < 0)
             hl += snprintf(head + hl, sizeof(head) - (size_t)hl, "\"mean\"");
         else
             hl += snprintf(head + hl, sizeof(head) - (size_t)hl, "%d", h);
+        dims_text(shape, sizeof(shape), dims, nd, 1);
+        dims_text(src, sizeof(src), sdims, nd, 1);
         hl += snprintf(head + hl, sizeof(head) - (size_t)hl,
-                       ",\"shape\":[%d,%d],\"source_shape\":[%d,%d],"
+                       ",\"shape\":%s,\"source_shape\":%s,"
                        "\"block\":[%d,%d],\"datatype\":\"FP32\",\"data\":[",
-                       rows, cols, values ? info.s : info.t,
-                       values ? info.dv : info.s, bt, bs);
+                       shape, src, bt, bs);
     }
     if (hl < 0 || (size_t)hl >= sizeof(head))
         goto nomem;
@@ -383,11 +531,12 @@ static int id_valid(const char *s, size_t n)
 int maps_http_get(maps_store *st, const char *path, maps_arg_fn arg,
                   void *ctx, maps_reply *r)
 {
-    return maps_http_render(st, path, arg, ctx, NULL, NULL, r);
+    return maps_http_render(st, path, arg, ctx, NULL, NULL, 0, r);
 }
 
 int maps_http_render(maps_store *st, const char *path, maps_arg_fn arg,
-                     void *ctx, maps_cut_fn cut, void *cut_ctx, maps_reply *r)
+                     void *ctx, maps_cut_fn cut, void *cut_ctx,
+                     size_t answer_max, maps_reply *r)
 {
     static const char pre[] = "/v2/maps";
     char id[MAPS_ID_MAX];
@@ -414,6 +563,7 @@ int maps_http_render(maps_store *st, const char *path, maps_arg_fn arg,
     if (!slash)
         return route_meta(st, id, r);
     if (strcmp(slash, "/attention") == 0)
-        return route_attention(st, id, arg, ctx, cut, cut_ctx, r);
+        return route_attention(st, id, arg, ctx, cut, cut_ctx, answer_max,
+                               r);
     return reply_error(r, 404, "no such route (try /v2/maps/{id}/attention)");
 }

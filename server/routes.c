@@ -329,7 +329,8 @@ static void maps_work(uv_work_t *w)
         return;
     }
     mj->rc = maps_http_render(mj->r->s->maps, mj->path, job_arg, mj, job_went,
-                              mj, &mj->rep);
+                              mj, (size_t)mj->r->s->cfg.request_memory,
+                              &mj->rep);
 }
 
 /* went: has r's client (socket fd) closed, reset or half-closed its
@@ -443,7 +444,10 @@ static void h_maps(srv_req *r)
         return;
     }
     memset(&rep, 0, sizeof rep);
-    maps_answer(r, maps_http_get(r->s->maps, r->path, query_arg, r->conn, &rep), &rep);
+    maps_answer(r, maps_http_render(r->s->maps, r->path, query_arg, r->conn,
+                                    NULL, NULL,
+                                    (size_t)r->s->cfg.request_memory, &rep),
+                &rep);
 }
 
 /* etag_listed: does the If-None-Match value v list etag (a strong tag,

@@ -204,7 +204,7 @@ test('a %00 in a path or a query is never decoded: it cuts nothing off (404 / 40
   // decoded, format=f32%00 read as f32, and the unknown map was 404
   const q = await get('/v2/maps/m1-abc/attention?format=f32%00');
   assert.equal(q.status, 400);
-  assert.equal((await q.json()).error, 'format: expected json or f32');
+  assert.equal((await q.json()).error, 'format: expected json, f32 or npy');
   assert.equal((await get('/v2/health/%6Cive')).status, 200, '%6C is l');
   assert.equal((await get('/v2/models/sdpa%2Dx/ready')).status, 404, '%2D is -: the model sdpa-x');
 });

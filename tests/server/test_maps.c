@@ -352,7 +352,8 @@ START_TEST(test_http_routes)
         const char *bad[][3] = {{"b", "x", "b:"},  {"b", "1", "b:"},
                                 {"h", "-1", "h:"}, {"h", "2", "h:"},
                                 {"max", "0", "max:"},
-                                {"format", "npy", "format:"}};
+                                {"format", "npz", "format:"},
+                                {"b", "al", "b:"}, {"h", "alL", "h:"}};
         for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
             const char *kv[] = {bad[i][0], bad[i][1], NULL};
             o = get_json(st, path, kv, 400);
@@ -437,7 +438,7 @@ START_TEST(test_render_cut)
     ck_assert_int_eq(put(st, "demo", a, 1, 3, 40, 40, id), 0);
     snprintf(path, sizeof path, "/v2/maps/%s/attention", id);
     ck_assert_int_eq(maps_http_get(st, path, kv_arg, mean, &whole), 0);
-    ck_assert_int_eq(maps_http_render(st, path, kv_arg, mean, reader_went, &rd,
+    ck_assert_int_eq(maps_http_render(st, path, kv_arg, mean, reader_went, &rd, 0,
                                       &r), 0);
     ck_assert_int_eq(r.cut, 0);
     ck_assert_int_eq(r.status, 200);
@@ -450,18 +451,39 @@ START_TEST(test_render_cut)
     for (int after = 1; after <= 5; after++) {
         rd = (reader){0, after};
         ck_assert_int_eq(maps_http_render(st, path, kv_arg, mean, reader_went,
-                                          &rd, &r), 0);
+                                          &rd, 0, &r), 0);
         ck_assert_int_eq(r.cut, 1);
         ck_assert_ptr_null(r.body);
         ck_assert_int_eq(rd.asked, after);
     }
     /* a mask's cells: asked every 16 rows of each head (rows 16 and 32) */
     rd = (reader){0, 3};
-    ck_assert_int_eq(maps_http_render(st, path, kv_arg, mask, reader_went, &rd,
+    ck_assert_int_eq(maps_http_render(st, path, kv_arg, mask, reader_went, &rd, 0,
                                       &r), 0);
     ck_assert_int_eq(r.cut, 1);
     ck_assert_ptr_null(r.body);
     ck_assert_int_eq(rd.asked, 3);
+    /* b=all&h=all: asked before each plane and within it (each head's
+     * slice asks before its head and before pooling), and before printing:
+     * 3 x (1 + 1 + 1) + 1 when the reader stays */
+    {
+        const char *every[] = {"b", "all", "h", "all", NULL};
+        rd = (reader){0, 0};
+        ck_assert_int_eq(maps_http_render(st, path, kv_arg, every, reader_went,
+                                          &rd, 0, &r), 0);
+        ck_assert_int_eq(r.cut, 0);
+        ck_assert_int_eq(r.status, 200);
+        ck_assert_int_eq(rd.asked, 3 * 3 + 1);
+        free(r.body);
+        for (int after = 1; after <= 10; after++) {
+            rd = (reader){0, after};
+            ck_assert_int_eq(maps_http_render(st, path, kv_arg, every,
+                                              reader_went, &rd, 0, &r), 0);
+            ck_assert_int_eq(r.cut, 1);
+            ck_assert_ptr_null(r.body);
+            ck_assert_int_eq(rd.asked, after);
+        }
+    }
     maps_store_destroy(st);
     free(a);
 }
