@@ -216,9 +216,22 @@ static int get_seq_pos(const oip__jv *p, oip_params *pr, char *err)
     return 0;
 }
 
+/* get_scale: parameters.scale, a JSON number (see oip_params). */
+static int get_scale(const oip__jv *p, oip_params *pr, char *err)
+{
+    const oip__jv *v = oip__jget(p, "scale");
+    if (!v)
+        return 0;
+    if ((!is(v, OIP__JINT) && !is(v, OIP__JREAL)) ||
+        oip__scale_valid(is(v, OIP__JINT) ? (double)v->num : v->real,
+                        &pr->scale))
+        return oip__fail(err, ATTN_EINVAL, OIP_SCALE_MSG);
+    return 0;
+}
+
 /* parameters: causal, retain, binary_data_output (booleans), Triton's
- * sequence_id / sequence_start / sequence_end, sequence_position, and
- * tokens (at most max_tokens strings, each < OIP_MAX_TOKEN bytes, copied
+ * sequence_id / sequence_start / sequence_end, sequence_position, scale
+ * and tokens (at most max_tokens strings, each < OIP_MAX_TOKEN bytes, copied
  * into req); other keys are ignored. *bytes grows by what the copies
  * take. */
 static int decode_params(oip_request *req, const oip__jv *root, int max_tokens,
@@ -243,7 +256,7 @@ static int decode_params(oip_request *req, const oip__jv *root, int max_tokens,
         (rc = get_bool(p, "sequence_end", "parameters.sequence_end",
                        &pr->seq_end, err)) ||
         (rc = get_seq_id(p, num, num_len, pr->seq_id, err)) ||
-        (rc = get_seq_pos(p, pr, err)))
+        (rc = get_seq_pos(p, pr, err)) || (rc = get_scale(p, pr, err)))
         return rc;
     const oip__jv *t = oip__jget(p, "tokens");
     if (!t)

@@ -339,6 +339,7 @@ static int copy(oip__jtree *t, json_t *j, oip__jv *v)
         return OK;
     case JSON_REAL:
         v->type = OIP__JREAL;
+        v->real = json_real_value(j);
         return OK;
     case JSON_TRUE:
         v->type = OIP__JTRUE;

@@ -109,6 +109,11 @@ typedef struct oip_params {
      * before this step, 0 .. INT32_MAX; a step at a position below the
      * sequence's length replaces the tokens from there on. */
     int has_seq_pos, seq_pos;
+    /* parameters.scale (attnd's, for the built-in sdpa: PyTorch 2's
+     * scaled_dot_product_attention scale=): what q is multiplied by
+     * before Q K^T, a number whose float is positive and finite; 0 when
+     * not given (1/sqrt(d_k)). */
+    float scale;
 } oip_params;
 
 typedef struct oip_request {
@@ -140,6 +145,12 @@ void oip_request_free(oip_request *req);
  * (1 .. OIP_MAX_SEQ_ID - 1 bytes of printable ASCII, no space, '/', '"' or
  * backslash), else 0. */
 int oip_sequence_id_valid(const char *s, size_t len);
+
+/* The error of a parameters.scale whose float is not positive and finite
+ * (0, -1, 1e-50, 1e39) or that is no number. */
+#define OIP_SCALE_MSG "parameters.scale: expected a positive number that " \
+                      "a float holds (1.4e-45 to 3.4e38), what q is "      \
+                      "multiplied by before Q K^T"
 
 /* oip_peek_sequence_id: the sequence_id of an infer request body (as
  * oip_decode takes it) into id (OIP_MAX_SEQ_ID bytes, as oip_params has

@@ -136,6 +136,7 @@ typedef struct oip__jv {
     oip__jtype type;
     size_t len;
     long long num;
+    double real; /* an OIP__JREAL's value */
     const char *str;
     const char *key; /* a member's, NUL terminated, klen bytes */
     size_t klen;
@@ -204,5 +205,17 @@ void oip__resolve_limits(oip_limits *L, const oip_limits *lim);
 /* printf into err (OIP_ERRMAX bytes) when err is not NULL; returns code. */
 int oip__fail(char *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* oip__scale_valid: x as parameters.scale keeps it, its float, into
+ * *out: 0, or -1 when that float is not positive and finite (answered
+ * OIP_SCALE_MSG). decode.c's and pb.c's. */
+static inline int oip__scale_valid(double x, float *out)
+{
+    float f = (float)x;
+    if (!(f > 0) || f > 3.4028235e38f)
+        return -1;
+    *out = f;
+    return 0;
+}
 
 #endif

@@ -192,6 +192,20 @@ static int get_seq_pos(const Param *v, oip_params *pr, char *err)
     return 0;
 }
 
+/* get_scale: parameters.scale, a double, int64 or uint64 param. */
+static int get_scale(const Param *v, oip_params *pr, char *err)
+{
+    int c = v ? (int)v->parameter_choice_case : 0;
+    double x = c == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_DOUBLE_PARAM
+                   ? v->double_param
+               : c == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM
+                   ? (double)v->int64_param
+               : c == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM
+                   ? (double)v->uint64_param : -1;
+    return oip__scale_valid(x, &pr->scale)
+               ? oip__fail(err, ATTN_EINVAL, OIP_SCALE_MSG) : 0;
+}
+
 /* params: the request parameters attnd knows; others are ignored. *bin
  * is set when binary_data_output was given. */
 static int decode_params(oip_request *req, const Req *m, int max_tokens,
@@ -220,6 +234,8 @@ static int decode_params(oip_request *req, const Req *m, int max_tokens,
             rc = get_seq_id(v, pr->seq_id, err);
         } else if (!strcmp(k, "sequence_position")) {
             rc = get_seq_pos(v, pr, err);
+        } else if (!strcmp(k, "scale")) {
+            rc = get_scale(v, pr, err);
         } else if (!strcmp(k, "tokens")) {
             if (pr->tokens || pr->n_tokens)
                 return oip__fail(err, ATTN_EINVAL,

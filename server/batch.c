@@ -318,9 +318,10 @@ static int compatible(const srv_job *h, const srv_job *j)
 {
     if (h->inst != j->inst)
         return 0;
-    if (h->prep.raw)
+    if (h->prep.raw) /* one plan, one cfg: its scale too */
         return h->prep.cfg.head_dim == j->prep.cfg.head_dim &&
-               h->prep.cfg.v_head_dim == j->prep.cfg.v_head_dim;
+               h->prep.cfg.v_head_dim == j->prep.cfg.v_head_dim &&
+               h->prep.cfg.scale == j->prep.cfg.scale;
     return 1;
 }
 

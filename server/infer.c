@@ -415,6 +415,7 @@ static int prepare_sdpa(srv_prep *p, const oip_request *req,
     p->cfg.n_heads = p->cfg.n_kv_heads = 1;
     p->cfg.head_dim = (int)dk;
     p->cfg.v_head_dim = (int)dv;
+    p->cfg.scale = req->params.scale; /* 0: 1/sqrt(d_k) */
     p->n = (int)n;
     p->rank[SRV_O_Y] = p->rank[SRV_O_ATT] = p->rank[SRV_O_SCORES] = r;
     for (d = 0; d < lead; d++)
@@ -466,6 +467,10 @@ int srv_infer_prepare(srv_prep *p, const oip_request *req, const char *model_nam
     memset(p, 0, sizeof *p);
     if (req->params.retain && !lim->maps)
         return ERR("parameters.retain: this server keeps no maps (maps-bytes 0)");
+    if (!builtin && req->params.scale > 0)
+        return ERR("parameters.scale: model '%s' is a weight set, whose scale is "
+                   "its own (its config.json's, else 1/sqrt(head_dim), in its "
+                   "metadata); only the built-in sdpa takes one", model_name);
     rc = builtin ? prepare_sdpa(p, req, lim, err)
                  : prepare_model(p, req, model_name, cfg, causal, lim, err);
     if (rc)

@@ -81,6 +81,10 @@ int srv_seq_prepare(srv_step *st, srv_prep *p, const oip_request *req,
         return ERR("parameters.sequence_id: model '%s' is the built-in sdpa, "
                    "which has no projections to cache; sequences need a "
                    "weight-set model", model_name);
+    if (pr->scale > 0)
+        return ERR("parameters.scale: model '%s' is a weight set, whose scale is "
+                   "its own (its config.json's, else 1/sqrt(head_dim), in its "
+                   "metadata); only the built-in sdpa takes one", model_name);
     if (c->d_model_ctx != c->d_model)
         return ERR("parameters.sequence_id: model '%s' is cross-attention; "
                    "sequences need a self-attention model", model_name);

@@ -131,6 +131,31 @@ class Unary(unittest.TestCase):
         self.assertLess(max_diff(out(r, "output")[1], k["output"]), 1e-5)
         self.assertEqual(out(r, "attention")[1][1], 0)
 
+    def test_sdpa_scale(self):
+        """parameters.scale (attnd's, sdpa's: PyTorch 2's SDPA scale=) as a
+        double_param or an int64_param: softmax((q * scale) k^T), computed
+        in float64 by tests/server/gen_sdpa_scale.py."""
+        with open(os.path.join(FIX, "sdpa_scale.json")) as f:
+            want_of = {w["scale"]: w for w in json.load(f)["sdpa"]}
+        c = REFS["sdpa"]
+        for scale, kind in ((0.2, "double_param"), (1.0, "double_param"), (3, "int64_param")):
+            req = want(sdpa_req(c), "output", "attention")
+            setattr(req.parameters["scale"], kind, scale)
+            r = self.s.ModelInfer(req)
+            w = want_of[float(scale)]
+            self.assertLess(max_diff(out(r, "output")[1], w["output"]), 2e-6, (scale, kind))
+            self.assertLess(max_diff(out(r, "attention")[1], w["attention"]), 1e-6, (scale, kind))
+        msg = r"^parameters\.scale: expected a positive number that a float holds"
+        for kind, v in (("double_param", 0.0), ("double_param", 1e39), ("string_param", "0.5"),
+                        ("int64_param", -1), ("bool_param", True)):
+            req = sdpa_req(c)
+            setattr(req.parameters["scale"], kind, v)
+            self.code(self.s.ModelInfer, req, C.INVALID_ARGUMENT, msg)
+        req = tiny_x(REFS["self"])
+        req.parameters["scale"].double_param = 0.5
+        self.code(self.s.ModelInfer, req, C.INVALID_ARGUMENT,
+                  r"^parameters\.scale: model 'tiny' is a weight set")
+
     def test_weight_set_matches_pytorch(self):
         c = REFS["self"]
         for raw_form in (False, True):

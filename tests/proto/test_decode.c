@@ -489,6 +489,42 @@ START_TEST(sequence_params)
 }
 END_TEST
 
+/* attnd's parameters.scale (sdpa's): a number whose float is positive and
+ * finite, kept as that float; 0 when absent. */
+START_TEST(scale_param)
+{
+    static const struct { const char *v; float want; } ok[] = {
+        {"0.125", 0.125f}, {"2", 2.0f}, {"1e-45", 1e-45f}, {"3.4e38", 3.4e38f},
+        {"0.2", 0.2f},
+    };
+    static const char *bad_scales[] = {"0", "-1", "0.0", "1e-50", "1e39",
+                                       "'0.5'", "true", "null", "[0.5]"};
+    oip_request r;
+    char err[OIP_ERRMAX] = "", body[256];
+    ck_assert_int_eq(dec_lim(&r, "{'inputs':[" X2 "]}", NULL, err), 0);
+    ck_assert(r.params.scale == 0.0f);
+    oip_request_free(&r);
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        snprintf(body, sizeof body, "{'inputs':[" X2 "],'parameters':"
+                 "{'scale':%s}}", ok[i].v);
+        ck_assert_msg(dec_lim(&r, body, NULL, err) == 0, "%s: %s", ok[i].v,
+                      err);
+        ck_assert_msg(r.params.scale == ok[i].want, "%s: %g", ok[i].v,
+                      (double)r.params.scale);
+        oip_request_free(&r);
+    }
+    for (size_t i = 0; i < sizeof bad_scales / sizeof bad_scales[0]; i++) {
+        snprintf(body, sizeof body, "{'inputs':[" X2 "],'parameters':"
+                 "{'scale':%s}}", bad_scales[i]);
+        err[0] = 0;
+        ck_assert_int_eq(dec_lim(&r, body, NULL, err), ATTN_EINVAL);
+        ck_assert_msg(strcmp(err, OIP_SCALE_MSG) == 0, "%s: %s",
+                      bad_scales[i], err);
+        oip_request_free(&r);
+    }
+}
+END_TEST
+
 START_TEST(nested_equals_flat)
 {
     oip_request a, b, c;
@@ -652,6 +688,7 @@ static void add_cases(TCase *tc)
 {
     tcase_add_loop_test(tc, bad_request, 0, sizeof bad / sizeof bad[0]);
     tcase_add_test(tc, limits_from_struct);
+    tcase_add_test(tc, scale_param);
     tcase_add_test(tc, long_strings);
     tcase_add_test(tc, nesting_depth);
     tcase_add_test(tc, valid_request_fields);

@@ -408,6 +408,51 @@ START_TEST(sequence_id_kinds)
 }
 END_TEST
 
+/* attnd's parameters.scale (sdpa's) over gRPC: a double, int64 or uint64
+ * param whose float is positive and finite. */
+START_TEST(scale_kinds)
+{
+    msg g;
+    oip_request r;
+    char err[OIP_ERRMAX];
+    Param *p;
+
+    msg_init(&g);
+    add_fp32(&g, "q", 1);
+    p = add_param(&g, "scale");
+    p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_DOUBLE_PARAM;
+    p->double_param = 0.125;
+    ck_assert_msg(dec(&g, NULL, &r, err) == 0, "%s", err);
+    ck_assert(r.params.scale == 0.125f);
+    oip_request_free(&r);
+    p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+    p->int64_param = 3;
+    ck_assert_msg(dec(&g, NULL, &r, err) == 0, "%s", err);
+    ck_assert(r.params.scale == 3.0f);
+    oip_request_free(&r);
+    p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM;
+    p->uint64_param = 2;
+    ck_assert_msg(dec(&g, NULL, &r, err) == 0, "%s", err);
+    ck_assert(r.params.scale == 2.0f);
+    oip_request_free(&r);
+    p->uint64_param = 0;
+    refused(&g, NULL, ATTN_EINVAL, OIP_SCALE_MSG);
+    p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+    p->int64_param = -2;
+    refused(&g, NULL, ATTN_EINVAL, OIP_SCALE_MSG);
+    p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_DOUBLE_PARAM;
+    p->double_param = 1e39;
+    refused(&g, NULL, ATTN_EINVAL, OIP_SCALE_MSG);
+    p->double_param = 1e-50;
+    refused(&g, NULL, ATTN_EINVAL, OIP_SCALE_MSG);
+    str_param(p, "0.5");
+    refused(&g, NULL, ATTN_EINVAL, OIP_SCALE_MSG);
+    p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+    p->bool_param = 1;
+    refused(&g, NULL, ATTN_EINVAL, OIP_SCALE_MSG);
+}
+END_TEST
+
 /* An entry's value given twice is merged by the parse (each member set
  * replaces the oneof's), and of entries of one key the last counts: the
  * peek reads them so (tests/proto/fuzz_pb_corpus/seq_step's bytes: ids 7
@@ -616,6 +661,7 @@ static Suite *suite(void)
     tcase_add_test(tc, inputs_refused);
     tcase_add_test(tc, outputs_refused);
     tcase_add_test(tc, outputs_and_int64_decode);
+    tcase_add_test(tc, scale_kinds);
     tcase_add_test(tc, sequence_id_kinds);
     tcase_add_test(tc, peek_seq_id_merged);
     tcase_add_test(tc, tokens_refused);
