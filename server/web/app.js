@@ -242,6 +242,7 @@ async function loadMeta(name, applyDefault) {
   if (name !== state.model) return m; // another model was chosen meanwhile
   meta = m;
   const p = meta.parameters || {};
+  infoMap = null;
   $('model-info').textContent = name === 'sdpa'
     ? 'sdpa: raw scaled dot-product attention on Q, K, V you give.'
     : `d_model ${p.d_model}, ${p.n_heads} heads (${p.n_kv_heads} kv), d_k ${p.head_dim}, d_v ${p.v_head_dim}` +
@@ -406,6 +407,7 @@ async function showGrown(id, note, tokens, wanted) {
   run = next;
   state.map = id;
   if (state.model !== run.model) showMapModel(id);
+  else if (infoMap === id) $('model-info').textContent = mapInfo(id); // its shape as it grew
   finishRun(typeof note === 'function' ? note(next) : note, keep);
   if (win && state.win) { // keep the zoom, at the newest row and key
     state.win = studied ? win : { n: win.n, r0: run.T - win.n, c0: run.S - win.n };
@@ -414,14 +416,19 @@ async function showGrown(id, note, tokens, wanted) {
 }
 
 // showMapModel: the input panel names the map's own model and shape, not
-// the one selected before the map was opened.
+// the one selected before the map was opened (infoMap: the map it names,
+// whose shape showGrown keeps as the map grows or is stepped back; null
+// when it shows a model's metadata).
+let infoMap = null;
+const mapInfo = (id) => `Map ${id}: model ${run.model}, shape [${run.shape.join(', ')}]` +
+  `${run.block ? `, shown max-pooled in ${run.block[0]}×${run.block[1]} blocks` : ''}.`;
 function showMapModel(id) {
   state.model = run.model;
   const sel = $('model');
   if (![...sel.options].some((o) => o.value === run.model)) sel.append(new Option(run.model, run.model));
   sel.value = run.model;
-  $('model-info').textContent = `Map ${id}: model ${run.model}, shape [${run.shape.join(', ')}]` +
-    `${run.block ? `, shown max-pooled in ${run.block[0]}×${run.block[1]} blocks` : ''}.`;
+  infoMap = id;
+  $('model-info').textContent = mapInfo(id);
   api.modelMeta(run.model).then((m) => { if (state.model === run.model) meta = m; }, () => {});
 }
 

@@ -335,3 +335,23 @@ test('a step landing between the wait\'s answer and the map\'s reading: the stat
     await page.close();
   });
 });
+
+// The input panel names the followed map's model and shape: the shape it
+// had when opened stayed ("shape [1, 2, 2, 2]" beside T=3) as the map
+// grew or was stepped back.
+test('following, the input panel\'s shape of the map is the one drawn, as it grows and as it is stepped back', async (t) => {
+  await withSequence(t, [], async (d, step) => {
+    const a = (await step(['the', 'cat'], 0, true)).map_id;
+    const { page, errors } = await openPage(browser, `${d.url}/#map=${a}&follow=1&h=0`);
+    assert.match(await page.textContent('#model-info'), new RegExp(`Map ${a}: model toy, shape \\[1, 2, 2, 2\\]`));
+    await step(['sat', 'on'], 2);
+    await page.waitForFunction(() => window.attnd.run.T === 4 && document.body.dataset.state === 'ready', null, { timeout: 30000 });
+    assert.match(await page.textContent('#model-info'), new RegExp(`Map ${a}: model toy, shape \\[1, 2, 4, 4\\]`));
+    await step(['dog'], 1); // back to 2 tokens
+    await page.waitForFunction(() => window.attnd.run.T === 2 && document.body.dataset.state === 'ready', null, { timeout: 30000 });
+    assert.match(await page.textContent('#model-info'), new RegExp(`Map ${a}: model toy, shape \\[1, 2, 2, 2\\]`));
+    assert.deepEqual(await page.evaluate(() => window.attnd.run.tokens), ['the', 'dog']);
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
+});
