@@ -582,6 +582,9 @@ async function readMap(id, meta, progress, signal) {
   }
   return {
     source: 'map', model: meta.model, B, H, T: rows, S: cols, tokens, keyTokens,
+    // its rows carry the labels the steps sent (a sequence's words as the
+    // server holds them, whoever stepped it), not t0, t1, ...
+    labelled: !pooled && Array.isArray(meta.tokens) && meta.tokens.length === T,
     causal: !!meta.causal && !grown, // a grown map's mask says it per row
     tValid: meta.lengths || Array(B).fill(T),
     sValid: meta.context_lengths || Array(B).fill(S),

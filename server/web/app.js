@@ -389,7 +389,9 @@ async function openMap(id) {
 // was picked (a step driven here drops the pick first), the zoom window
 // keeps its size and moves to the newest row unless a row is picked or a
 // keyboard cursor is on the map (it stays, as does the cursor), head and
-// batch item stay. tokens (optional) label the rows; wanted
+// batch item stay. tokens (optional) label the rows of a map that has
+// no labels of its own (one that has them is labelled as the server
+// holds it: another client may have stepped or rewound it); wanted
 // (optional) says, once the map is read, whether it is still to be drawn
 // (the page may show another one by then; a Run or a map opened meanwhile
 // always wins). note may be a function of the map as read (its rows: a
@@ -399,7 +401,7 @@ async function showGrown(id, note, tokens, wanted) {
   const g = viewGen;
   const next = await api.openMap(id);
   if (g !== viewGen || (wanted && !wanted())) return;
-  if (tokens && tokens.length === next.T && !next.block) next.tokens = next.keyTokens = tokens;
+  if (tokens && tokens.length === next.T && !next.block && !next.labelled) next.tokens = next.keyTokens = tokens;
   next.live = true;
   const win = state.win && { ...state.win };
   const keep = cursor && !cursor.mouse ? cursor : null;

@@ -71,18 +71,29 @@ function showPanel(note, gone = false) {
   $('seq-replace').disabled = !seq.live || !(seq.last > 0);
 }
 
-// refreshInfo: length (from the last answer) and K/V bytes (GET
-// /v2/sequences) of the sequence.
+// refreshInfo: length and K/V bytes of the sequence as the server holds
+// it (GET /v2/sequences; the last answer's length when it cannot tell):
+// another client may have stepped it since this page's last step, and
+// the next Step appends at the length shown.
 async function refreshInfo() {
   if (!seq || !seq.live) return;
   const s = seq;
-  let bytes;
-  try { bytes = (await api.sequenceInfo(s.id))?.bytes; } catch (_) { /* shown as — */ }
+  let info;
+  try { info = await api.sequenceInfo(s.id); } catch (_) { /* shown as — */ }
   if (s !== seq || !s.live) return;
+  const bytes = info?.bytes;
+  if (Number.isInteger(info?.length)) s.length = info.length;
   showPanel(`Sequence ${s.id} on ${s.meta.name}: ${s.length} tokens, K/V ${kib(bytes)}` +
     `${s.mapId ? `, map ${s.mapId}` : ', no map kept'}.`);
   ctx.$('seq-info').dataset.length = String(s.length);
   ctx.$('seq-info').dataset.bytes = bytes === undefined ? '' : String(bytes);
+}
+
+// ownWords: the sequence's words are those of its map as drawn, when the
+// map carries the steps' labels (another client's steps included).
+function ownWords(s) {
+  const r = ctx.run;
+  if (r && r.mapId === s.mapId && r.labelled && r.T === s.length) s.words = [...r.tokens];
 }
 
 // failed: a step or start that did not work. A sequence the server no
@@ -93,11 +104,13 @@ async function refreshInfo() {
 // down (draining: the sequence ends with it). Another 503 (K/V budget or
 // max-sequences full, memory, a model loading) asks to wait; a 401 asks
 // for the key, which then does retry (the same start, step or end).
+// A step's 409 for a sequence that another client ended (sequence_end)
+// after this page's position is gone too.
 function failed(e, retry) {
   ctx.askKey(e, retry);
   const draining = e.status === 503 && /draining/.test(e.message);
   if (seq && (draining || e.status === 404 || (e.status === 400 && /sequence/i.test(e.message) &&
-      /unknown|expired|sequence_start/i.test(e.message)))) {
+      /unknown|expired|sequence_start/i.test(e.message)) || (e.status === 409 && /ended sequence/.test(e.message)))) {
     seq.live = false;
     showPanel(draining ? `Sequence ${seq.id} ends with the server, which is shutting down (${e.message}). ` +
       'Run again once it is back to start a new one with the words so far.'
@@ -166,6 +179,8 @@ async function step(replace) {
   ctx.setStatus(`sequence ${seq.id}: ${replace ? 'replacing the last step with' : 'stepping'} ` +
     `${words.length} word${words.length === 1 ? '' : 's'} at position ${pos0}…`);
   try {
+    // the version of its map as this page drew it: its own step adds one
+    const v0 = ctx.run && ctx.run.mapId === seq.mapId ? ctx.run.version : undefined;
     const r = await api.seqStep(seq.meta, seq.id, words, pos0, { causal: seq.causal });
     seq.words = [...seq.words.slice(0, pos0), ...words];
     seq.length = r.length ?? pos0 + words.length;
@@ -182,15 +197,53 @@ async function step(replace) {
     }
     seq.mapId = r.mapId;
     ctx.state.q = null; // the step view goes to the new token
-    await ctx.showGrown(seq.mapId, replace ? `sequence ${seq.id}: the last step replaced → ${seq.length} tokens`
-      : `sequence ${seq.id}: +${words.length} → ${seq.length} tokens`, seq.words);
+    // More than one version on: another client stepped it too since this
+    // page drew it (its rows may be the ones this step replaced).
+    const other = (m) => (Number.isInteger(v0) && m.version > v0 + 1 ? `; another client stepped it too since this ` +
+      `page's last step (its map went from version ${v0} to ${m.version}): the rows are the server's` : '');
+    await ctx.showGrown(seq.mapId, (m) => (replace ? `sequence ${seq.id}: the last step replaced → ${seq.length} tokens`
+      : `sequence ${seq.id}: +${words.length} → ${seq.length} tokens`) + other(m), seq.words);
+    ownWords(seq);
     await refreshInfo();
   } catch (e) {
-    failed(e, () => step(replace));
+    if (!(e.status === 409 && /past the end/.test(e.message) && await behind(seq, pos0, words))) failed(e, () => step(replace));
     document.body.dataset.state = 'ready';
   } finally {
     busy = false;
   }
+}
+
+// behind: a step answered 409 "past the end": the sequence holds fewer
+// tokens than this page knew, as another client sent a step at a lower
+// sequence_position (went back) since this page's last step. The step
+// changed nothing; the page reads the sequence's length and map again,
+// draws the server's rows and says so; the typed words stay, and the
+// next Step appends them there. Replace last has no step of this page
+// to replace. False when the sequence is not listed (then failed says
+// what the 409 said).
+async function behind(s, pos0, words) {
+  let info;
+  try { info = await api.sequenceInfo(s.id); } catch (_) { return false; }
+  if (s !== seq) return true;
+  if (!info || !Number.isInteger(info.length) || info.length >= pos0) return false;
+  s.length = info.length;
+  s.last = 0;
+  s.words = s.words.slice(0, s.length);
+  const why = `sequence ${s.id} holds ${s.length} token${s.length === 1 ? '' : 's'}, not ${pos0}: another client ` +
+    `stepped it back (a step at a lower sequence_position); "${words.join(' ')}" was not applied and is still ` +
+    `in the field: Step appends it at position ${s.length}`;
+  s.mapId = info.map_id || null;
+  let drawn = s.mapId ? '' : ' (it keeps no map: the view shows its last retained state)';
+  if (s.mapId) {
+    ctx.state.q = null;
+    try {
+      await ctx.showGrown(s.mapId, 'drawn as the server holds it now', s.words);
+      ownWords(s);
+    } catch (e) { drawn = ` (its map ${s.mapId} could not be read: ${e.message})`; }
+  }
+  await refreshInfo();
+  if (s === seq) ctx.setStatus(`${why}${drawn}.`, true);
+  return true;
 }
 
 async function end() {
