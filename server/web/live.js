@@ -283,7 +283,8 @@ const RETRY_WAIT_MS = 1500;
 
 async function follow(gen) {
   const st = ctx.state;
-  let quietNoted = false;
+  let quietNoted = false; // said that no live sequence writes the map
+  let writer = null; // the live sequence seen writing it
   while (gen === followGen && st.follow && st.map && ctx.run) {
     const id = st.map;
     const rows = ctx.run.sourceShape ? ctx.run.sourceShape[0] : ctx.run.T;
@@ -353,13 +354,18 @@ async function follow(gen) {
     // so, as does --maps-wait-ms 0): ask again after a second, not at once.
     if (Date.now() - t0 < 1000) await sleep(1000 - (Date.now() - t0));
     if (gen !== followGen) return;
-    // The wait timed out with nothing new: say whether anyone still writes it.
+    // The wait timed out with nothing new: say whether anyone still writes
+    // it, asked at every such answer until none does (a sequence may end,
+    // idle out or go with its model at any time after its last step).
     if (!quietNoted) {
-      quietNoted = true;
       const s = await api.liveSequenceOfMap(id).catch(() => undefined);
       if (gen !== followGen) return;
+      if (s) writer = { map: id, id: s.id };
+      else quietNoted = true; // (undefined: the daemon lists none, cannot tell)
       if (s === null)
-        ctx.setStatus(`following map ${id}: no live sequence writes it now (ended, or dropped by the server); still watching`);
+        ctx.setStatus(`following map ${id}: ${writer?.map !== id ? 'no live sequence writes it now'
+          : `sequence ${writer.id}, which wrote it, is no longer live`} (ended, deleted, idle past the server's ` +
+          'sequence-idle-ms, or its model unloaded); still watching');
     }
   }
 }

@@ -355,3 +355,34 @@ test('following, the input panel\'s shape of the map is the one drawn, as it gro
     await page.close();
   });
 });
+
+// A wait that times out with nothing new asks whether a live sequence
+// writes the map. It asked once: a sequence live then, which ended (or
+// idled out, or went with its model) after, was never said to be gone,
+// and the page kept saying "following map …: 3 rows" as if it could grow.
+test('following, a sequence that ends after the map went quiet is said to be no longer live', async (t) => {
+  await withSequence(t, ['--maps-wait-ms', '300'], async (d, step) => {
+    const a = (await step(['the', 'cat', 'sat'], 0, true)).map_id;
+    const { page, errors } = await openPage(browser, `${d.url}/#map=${a}&follow=1&h=0`);
+    const asked = []; // the page's GET /v2/sequences, answered
+    page.on('requestfinished', (q) => { if (new URL(q.url()).pathname.endsWith('/v2/sequences')) asked.push(q); });
+    // A quiet answer, and the page's question while the sequence is live.
+    for (let k = 0; k < 1500 && !asked.length; k++) await new Promise((res) => setTimeout(res, 20)); // hang guard 30 s
+    assert.ok(asked.length, 'the page asked which sequence writes the map');
+    assert.doesNotMatch(await page.textContent('#status'), /live/);
+    const { sequences } = await (await fetch(`${d.url}/v2/sequences`)).json();
+    assert.equal(sequences.length, 1);
+    assert.equal((await fetch(`${d.url}/v2/sequences/${encodeURIComponent(sequences[0].id)}`, { method: 'DELETE' })).status, 200);
+    // The next quiet answers: the page asks again and says so.
+    const n = asked.length;
+    for (let k = 0; k < 1500 && asked.length < n + 2; k++) await new Promise((res) => setTimeout(res, 20));
+    await page.waitForFunction(() => /no longer live/.test(document.getElementById('status').textContent), null, { timeout: 5000 })
+      .catch(() => {});
+    const status = await page.textContent('#status');
+    assert.match(status, new RegExp(`following map ${a}: sequence ${sequences[0].id}, which wrote it, is no longer live`), status);
+    assert.equal(await page.isChecked('#follow'), true, 'still following, as the status line says');
+    assert.match(status, /still watching/);
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
+});
