@@ -687,3 +687,17 @@ test('a sequence another client ended: the next Step says it is gone, and offers
   assert.deepEqual(errors.filter((e) => !/status of 409/.test(e)), []);
   await page.close();
 });
+
+// The Next word(s) field shared a line with Step, Replace last and End in
+// the side panel, and was left two letters wide ("ıree" of "three").
+test('the Next word(s) field shows the words typed in it whole, the buttons beside or below it', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const { page, errors } = await runSequence();
+  await page.fill('#seq-next', 'on the mat');
+  const f = await page.evaluate(() => { const e = document.getElementById('seq-next'); return { scroll: e.scrollWidth, client: e.clientWidth }; });
+  assert.ok(f.scroll <= f.client, `"on the mat" needs ${f.scroll} px of a field ${f.client} px wide`);
+  for (const b of ['#seq-step', '#seq-replace', '#seq-end']) assert.equal(await page.isVisible(b), true, b);
+  assert.deepEqual(errors, []);
+  await page.click('#seq-end');
+  await page.close();
+});
