@@ -82,7 +82,8 @@ async function refreshInfo() {
   try { info = await api.sequenceInfo(s.id); } catch (_) { /* shown as — */ }
   if (s !== seq || !s.live) return;
   const bytes = info?.bytes;
-  if (Number.isInteger(info?.length)) s.length = info.length;
+  // (another client's steps since: Replace last has none of this page's)
+  if (Number.isInteger(info?.length) && info.length !== s.length) { s.length = info.length; s.last = 0; }
   showPanel(`Sequence ${s.id} on ${s.meta.name}: ${s.length} tokens, K/V ${kib(bytes)}` +
     `${s.mapId ? `, map ${s.mapId}` : ', no map kept'}.`);
   ctx.$('seq-info').dataset.length = String(s.length);
@@ -338,6 +339,12 @@ async function follow(gen) {
         // than the wait's answer said)
         await ctx.showGrown(id, (m) => `following map ${id}: ${m.sourceShape ? m.sourceShape[0] : m.T} rows`, undefined,
           () => gen === followGen && st.map === id);
+        // The map of the sequence this page drives, grown by another
+        // client's step: its panel's length and words as the server's.
+        if (seq && seq.live && seq.mapId === id && ctx.run.mapId === id) {
+          await refreshInfo();
+          ownWords(seq);
+        }
       } catch (e) {
         if (gen !== followGen) return;
         trouble = id;

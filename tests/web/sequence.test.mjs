@@ -701,3 +701,28 @@ test('the Next word(s) field shows the words typed in it whole, the buttons besi
   await page.click('#seq-end');
   await page.close();
 });
+
+// The Follow box ticked on the sequence this page drives: another
+// client's step was drawn (T=3) while the panel said "2 tokens", and
+// Replace last offered to replace the other client's word as the page's.
+test('following the sequence this page drives: another client\'s step is drawn, and the panel says its length', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const { page, errors } = await runSequence();
+  await page.check('#follow');
+  const { id } = await page.evaluate(() => window.attnd.sequence);
+  assert.equal((await stepper(id)(['sat'], 2, false)).sequence_length, 3);
+  await page.waitForFunction(() => window.attnd.run.T === 3 && document.body.dataset.state === 'ready', null, { timeout: 30000 });
+  await page.waitForFunction(() => document.getElementById('seq-info').dataset.length === '3', null, { timeout: 30000 })
+    .catch(() => {});
+  assert.match(await page.textContent('#seq-info'), /: 3 tokens, K\/V/);
+  assert.deepEqual((await page.evaluate(() => window.attnd.sequence)).words, ['the', 'cat', 'sat']);
+  assert.equal(await page.isDisabled('#seq-replace'), true, 'the last step is not this page\'s');
+  // The page's Step appends after it.
+  await page.fill('#seq-next', 'on');
+  await page.click('#seq-step');
+  await page.waitForFunction(() => window.attnd.run.T === 4 && document.body.dataset.state === 'ready', null, { timeout: 30000 });
+  assert.deepEqual((await page.evaluate(() => window.attnd.sequence)).words, ['the', 'cat', 'sat', 'on']);
+  assert.deepEqual(errors, []);
+  await page.click('#seq-end');
+  await page.close();
+});
