@@ -13,6 +13,7 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import { browserSuite, near, openPage, pixel, startAttnd, viridis, waitDrawn } from './harness.mjs';
 import { embed } from '../../server/web/embed.js';
+import { D, runSequence as startSequence, stepper as seqStepper } from './seqpage.mjs';
 
 let daemon, browser, haveSequences = false;
 browserSuite(async (d, b) => {
@@ -21,8 +22,6 @@ browserSuite(async (d, b) => {
   const v2 = await (await fetch(`${daemon.url}/v2`)).json();
   haveSequences = (v2.extensions || []).includes('sequences');
 });
-
-const D = 16;
 
 // f32map: one head of a retained map, as the API serves it.
 async function f32map(id, h) {
@@ -42,27 +41,11 @@ async function oneShot(words) {
   return Float32Array.from(r.outputs[0].data.flat(Infinity));
 }
 
+// stepper(id): seqpage.mjs's, on this file's daemon.
+const stepper = (id) => seqStepper(daemon.url, id);
+
 // checkRow: row i of the focused head is drawn as the API's numbers say,
 // the hover readout says the same weight, and both equal the one-shot run.
-/** stepper(id): step(ws, pos0, start) sends the words ws of sequence id
- * at pos0 (causal, retained, with their tokens; start: its first step)
- * and returns the answer's parameters once it is 200. */
-function stepper(id) {
-  return async (ws, pos0, start) => {
-    const body = {
-      inputs: [{ name: 'x', datatype: 'FP32', shape: [1, ws.length, D], data: Array.from(embed(ws, D, pos0)) }],
-      outputs: [{ name: 'attention' }],
-      parameters: { sequence_id: id, causal: true, retain: true, tokens: ws, sequence_position: pos0, ...(start ? { sequence_start: true } : {}) },
-    };
-    const r = await fetch(`${daemon.url}/v2/models/toy/infer`, {
-      method: 'POST', body: JSON.stringify(body), headers: { 'Attnd-Sequence-Id': id },
-    });
-    const j = await r.json();
-    assert.equal(r.status, 200, JSON.stringify(j));
-    return j.parameters;
-  };
-}
-
 async function checkRow(page, mapId, h, i, shot) {
   const m = await f32map(mapId, h);
   for (let j = 0; j <= i; j++) {
@@ -80,17 +63,8 @@ async function checkRow(page, mapId, h, i, shot) {
   await page.mouse.move(0, 0);
 }
 
-// runSequence: a page that started a causal sequence of "the cat" on the
-// toy model (Run in sequence mode), drawn, head 1 shown.
-async function runSequence() {
-  const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=the%20cat&causal=1&h=1`);
-  await page.check('#seq-mode');
-  await page.check('#causal');
-  await page.click('#run');
-  await page.waitForFunction(() => window.attnd.sequence && window.attnd.run.T === 2);
-  await waitDrawn(page);
-  return { page, errors };
-}
+// runSequence: seqpage.mjs's, on this file's daemon and browser.
+const runSequence = () => startSequence(browser, daemon.url);
 
 test('sequence mode: Run, three Steps (button and Enter), each new row drawn as the API kept it; End', async (t) => {
   if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
@@ -602,92 +576,6 @@ test('a sequence the page drives: the step view shows each row\'s q·k and scale
   await page.close();
 });
 
-// Another client steps the sequence this page drives (README "Sending a
-// step again, branching"): a step at a lower sequence_position takes it
-// back, and the page's next Step, at the length it knew, was answered 409
-// "past the end": the status line said so, the panel kept the old length
-// and every Step after it was 409 again (a dead button).
-test('a sequence another client stepped back: the next Step says so, draws the server\'s rows, and Step appends there', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
-  const { page, errors } = await runSequence();
-  await page.fill('#seq-next', 'sat on');
-  await page.click('#seq-step');
-  await page.waitForFunction(() => window.attnd.run.T === 4 && document.getElementById('seq-info').dataset.length === '4');
-  const { id, mapId } = await page.evaluate(() => window.attnd.sequence);
-  const other = stepper(id);
-  assert.equal((await other(['dog'], 1, false)).sequence_length, 2); // [the, dog]
-  await page.fill('#seq-next', 'mat');
-  await page.click('#seq-step'); // at 4: 409, past the end of 2
-  await page.waitForFunction(() => /stepped it back|HTTP 409/.test(document.getElementById('status').textContent), null, { timeout: 30000 });
-  const status = await page.textContent('#status');
-  assert.match(status, new RegExp(`sequence ${id} holds 2 tokens, not 4`));
-  assert.match(status, /"mat" was not applied/);
-  await page.waitForFunction(() => document.getElementById('seq-info').dataset.length === '2');
-  assert.match(await page.textContent('#seq-info'), /: 2 tokens, K\/V/);
-  assert.equal(await page.evaluate(() => window.attnd.run.T), 2, 'the map drawn as the server holds it');
-  assert.deepEqual(await page.evaluate(() => window.attnd.run.tokens), ['the', 'dog']);
-  assert.deepEqual((await page.evaluate(() => window.attnd.sequence)).words, ['the', 'dog']);
-  assert.equal(await page.isDisabled('#seq-step'), false);
-  assert.equal(await page.isDisabled('#seq-replace'), true, 'no step of this page to replace');
-  assert.equal(await page.inputValue('#seq-next'), 'mat');
-  // Step again: appended at 2, as the server's length says.
-  await page.click('#seq-step');
-  await page.waitForFunction(() => window.attnd.run.T === 3 && document.body.dataset.state === 'ready', null, { timeout: 30000 });
-  assert.deepEqual((await page.evaluate(() => window.attnd.sequence)).words, ['the', 'dog', 'mat']);
-  const m = await (await fetch(`${daemon.url}/v2/maps/${mapId}`)).json();
-  assert.deepEqual(m.tokens, ['the', 'dog', 'mat']);
-  await page.waitForFunction(() => document.getElementById('seq-info').dataset.length === '3');
-  assert.deepEqual(errors.filter((e) => !/status of 409/.test(e)), []);
-  await page.click('#seq-end');
-  await page.close();
-});
-
-// The rows are labelled as the server holds them: another client went
-// back to 1 and sent two words, and the page's step (at the length it
-// knew) replaced the second; the page labelled the rows with its own
-// words ("the cat sat" over the server's "the a sat") and said only "+1".
-test('a step after another client\'s: the rows\' words are the server\'s, and the status line says another client stepped too', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
-  const { page, errors } = await runSequence();
-  const { id, mapId } = await page.evaluate(() => window.attnd.sequence);
-  assert.equal((await stepper(id)(['a', 'b'], 1, false)).sequence_length, 3); // [the, a, b]
-  await page.fill('#seq-next', 'sat');
-  await page.click('#seq-step'); // at 2: [the, a, sat]
-  await page.waitForFunction(() => window.attnd.run.T === 3 && document.body.dataset.state === 'ready', null, { timeout: 30000 });
-  const m = await (await fetch(`${daemon.url}/v2/maps/${mapId}`)).json();
-  assert.deepEqual(m.tokens, ['the', 'a', 'sat']);
-  assert.deepEqual(await page.evaluate(() => window.attnd.run.tokens), m.tokens);
-  assert.deepEqual((await page.evaluate(() => window.attnd.sequence)).words, m.tokens);
-  assert.match(await page.textContent('#status'), /another client stepped it too since this page's last step/);
-  assert.deepEqual(errors, []);
-  await page.click('#seq-end');
-  await page.close();
-});
-
-// Another client ended it with sequence_end past this page's position:
-// the page's step is 409 "an ended sequence takes no step", which left
-// Step offered, every press 409 again.
-test('a sequence another client ended: the next Step says it is gone, and offers no more steps', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
-  const { page, errors } = await runSequence();
-  const { id } = await page.evaluate(() => window.attnd.sequence);
-  const r = await fetch(`${daemon.url}/v2/models/toy/infer`, {
-    method: 'POST', headers: { 'Attnd-Sequence-Id': id },
-    body: JSON.stringify({ inputs: [{ name: 'x', datatype: 'FP32', shape: [1, 2, D], data: Array.from(embed(['x', 'y'], D, 2)) }],
-      parameters: { sequence_id: id, sequence_position: 2, sequence_end: true, tokens: ['x', 'y'] } }),
-  });
-  assert.equal(r.status, 200, await r.text());
-  await page.fill('#seq-next', 'sat');
-  await page.click('#seq-step'); // at 2, in the ended 4 tokens: 409
-  await page.waitForFunction(() => /is gone/.test(document.getElementById('seq-info').textContent) ||
-    /HTTP 409/.test(document.getElementById('status').textContent), null, { timeout: 30000 });
-  assert.match(await page.textContent('#seq-info'), new RegExp(`Sequence ${id} is gone.*ended .* ago at 4 tokens`));
-  assert.equal(await page.isDisabled('#seq-step'), true);
-  assert.equal(await page.evaluate(() => window.attnd.sequence.live), false);
-  assert.deepEqual(errors.filter((e) => !/status of 409/.test(e)), []);
-  await page.close();
-});
-
 // The Next word(s) field shared a line with Step, Replace last and End in
 // the side panel, and was left two letters wide ("ıree" of "three").
 test('the Next word(s) field shows the words typed in it whole, the buttons beside or below it', async (t) => {
@@ -697,31 +585,6 @@ test('the Next word(s) field shows the words typed in it whole, the buttons besi
   const f = await page.evaluate(() => { const e = document.getElementById('seq-next'); return { scroll: e.scrollWidth, client: e.clientWidth }; });
   assert.ok(f.scroll <= f.client, `"on the mat" needs ${f.scroll} px of a field ${f.client} px wide`);
   for (const b of ['#seq-step', '#seq-replace', '#seq-end']) assert.equal(await page.isVisible(b), true, b);
-  assert.deepEqual(errors, []);
-  await page.click('#seq-end');
-  await page.close();
-});
-
-// The Follow box ticked on the sequence this page drives: another
-// client's step was drawn (T=3) while the panel said "2 tokens", and
-// Replace last offered to replace the other client's word as the page's.
-test('following the sequence this page drives: another client\'s step is drawn, and the panel says its length', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
-  const { page, errors } = await runSequence();
-  await page.check('#follow');
-  const { id } = await page.evaluate(() => window.attnd.sequence);
-  assert.equal((await stepper(id)(['sat'], 2, false)).sequence_length, 3);
-  await page.waitForFunction(() => window.attnd.run.T === 3 && document.body.dataset.state === 'ready', null, { timeout: 30000 });
-  await page.waitForFunction(() => document.getElementById('seq-info').dataset.length === '3', null, { timeout: 30000 })
-    .catch(() => {});
-  assert.match(await page.textContent('#seq-info'), /: 3 tokens, K\/V/);
-  assert.deepEqual((await page.evaluate(() => window.attnd.sequence)).words, ['the', 'cat', 'sat']);
-  assert.equal(await page.isDisabled('#seq-replace'), true, 'the last step is not this page\'s');
-  // The page's Step appends after it.
-  await page.fill('#seq-next', 'on');
-  await page.click('#seq-step');
-  await page.waitForFunction(() => window.attnd.run.T === 4 && document.body.dataset.state === 'ready', null, { timeout: 30000 });
-  assert.deepEqual((await page.evaluate(() => window.attnd.sequence)).words, ['the', 'cat', 'sat', 'on']);
   assert.deepEqual(errors, []);
   await page.click('#seq-end');
   await page.close();

@@ -1,0 +1,42 @@
+// seqpage.mjs - what the sequence tests share (sequence.test.mjs, a page
+// that drives a sequence; twoclients.test.mjs, a sequence that the page
+// and another client both step): a step over HTTP as another client
+// sends it, and a page that started a sequence.
+import assert from 'node:assert/strict';
+import { openPage, waitDrawn } from './harness.mjs';
+import { embed } from '../../server/web/embed.js';
+
+export const D = 16; // the toy model's d_model (harness.mjs)
+
+/** stepper(url, id): step(ws, pos0, start) sends the words ws of sequence
+ * id at pos0 to the toy model of the daemon at url (causal, retained, with
+ * their tokens; start: its first step) and returns the answer's
+ * parameters once it is 200. */
+export function stepper(url, id) {
+  return async (ws, pos0, start) => {
+    const body = {
+      inputs: [{ name: 'x', datatype: 'FP32', shape: [1, ws.length, D], data: Array.from(embed(ws, D, pos0)) }],
+      outputs: [{ name: 'attention' }],
+      parameters: { sequence_id: id, causal: true, retain: true, tokens: ws, sequence_position: pos0, ...(start ? { sequence_start: true } : {}) },
+    };
+    const r = await fetch(`${url}/v2/models/toy/infer`, {
+      method: 'POST', body: JSON.stringify(body), headers: { 'Attnd-Sequence-Id': id },
+    });
+    const j = await r.json();
+    assert.equal(r.status, 200, JSON.stringify(j));
+    return j.parameters;
+  };
+}
+
+// runSequence: a page of browser on the daemon at url that started a
+// causal sequence of "the cat" on the toy model (Run in sequence mode),
+// drawn, head 1 shown.
+export async function runSequence(browser, url) {
+  const { page, errors } = await openPage(browser, `${url}/#model=toy&text=the%20cat&causal=1&h=1`);
+  await page.check('#seq-mode');
+  await page.check('#causal');
+  await page.click('#run');
+  await page.waitForFunction(() => window.attnd.sequence && window.attnd.run.T === 2);
+  await waitDrawn(page);
+  return { page, errors };
+}

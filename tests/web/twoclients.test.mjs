@@ -1,0 +1,134 @@
+// twoclients.test.mjs - a sequence the page drives while another client
+// (this test, over HTTP, as curl or a Python script would) steps it too
+// (README "Sequence mode", "Sending a step again, branching"): the page
+// says what the other client did, draws the sequence as the server holds
+// it, and its next Step goes where the server's length says. Split from
+// sequence.test.mjs, whose file had grown past the runner's per-file
+// time under load.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { browserSuite } from './harness.mjs';
+import { embed } from '../../server/web/embed.js';
+import { D, runSequence as startSequence, stepper as seqStepper } from './seqpage.mjs';
+
+let daemon, browser, haveSequences = false;
+browserSuite(async (d, b) => {
+  daemon = d;
+  browser = b;
+  const v2 = await (await fetch(`${daemon.url}/v2`)).json();
+  haveSequences = (v2.extensions || []).includes('sequences');
+});
+
+const stepper = (id) => seqStepper(daemon.url, id);
+const runSequence = () => startSequence(browser, daemon.url);
+
+// Another client steps the sequence this page drives (README "Sending a
+// step again, branching"): a step at a lower sequence_position takes it
+// back, and the page's next Step, at the length it knew, was answered 409
+// "past the end": the status line said so, the panel kept the old length
+// and every Step after it was 409 again (a dead button).
+test('a sequence another client stepped back: the next Step says so, draws the server\'s rows, and Step appends there', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const { page, errors } = await runSequence();
+  await page.fill('#seq-next', 'sat on');
+  await page.click('#seq-step');
+  await page.waitForFunction(() => window.attnd.run.T === 4 && document.getElementById('seq-info').dataset.length === '4');
+  const { id, mapId } = await page.evaluate(() => window.attnd.sequence);
+  const other = stepper(id);
+  assert.equal((await other(['dog'], 1, false)).sequence_length, 2); // [the, dog]
+  await page.fill('#seq-next', 'mat');
+  await page.click('#seq-step'); // at 4: 409, past the end of 2
+  await page.waitForFunction(() => /stepped it back|HTTP 409/.test(document.getElementById('status').textContent), null, { timeout: 30000 });
+  const status = await page.textContent('#status');
+  assert.match(status, new RegExp(`sequence ${id} holds 2 tokens, not 4`));
+  assert.match(status, /"mat" was not applied/);
+  await page.waitForFunction(() => document.getElementById('seq-info').dataset.length === '2');
+  assert.match(await page.textContent('#seq-info'), /: 2 tokens, K\/V/);
+  assert.equal(await page.evaluate(() => window.attnd.run.T), 2, 'the map drawn as the server holds it');
+  assert.deepEqual(await page.evaluate(() => window.attnd.run.tokens), ['the', 'dog']);
+  assert.deepEqual((await page.evaluate(() => window.attnd.sequence)).words, ['the', 'dog']);
+  assert.equal(await page.isDisabled('#seq-step'), false);
+  assert.equal(await page.isDisabled('#seq-replace'), true, 'no step of this page to replace');
+  assert.equal(await page.inputValue('#seq-next'), 'mat');
+  // Step again: appended at 2, as the server's length says.
+  await page.click('#seq-step');
+  await page.waitForFunction(() => window.attnd.run.T === 3 && document.body.dataset.state === 'ready', null, { timeout: 30000 });
+  assert.deepEqual((await page.evaluate(() => window.attnd.sequence)).words, ['the', 'dog', 'mat']);
+  const m = await (await fetch(`${daemon.url}/v2/maps/${mapId}`)).json();
+  assert.deepEqual(m.tokens, ['the', 'dog', 'mat']);
+  await page.waitForFunction(() => document.getElementById('seq-info').dataset.length === '3');
+  assert.deepEqual(errors.filter((e) => !/status of 409/.test(e)), []);
+  await page.click('#seq-end');
+  await page.close();
+});
+
+// The rows are labelled as the server holds them: another client went
+// back to 1 and sent two words, and the page's step (at the length it
+// knew) replaced the second; the page labelled the rows with its own
+// words ("the cat sat" over the server's "the a sat") and said only "+1".
+test('a step after another client\'s: the rows\' words are the server\'s, and the status line says another client stepped too', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const { page, errors } = await runSequence();
+  const { id, mapId } = await page.evaluate(() => window.attnd.sequence);
+  assert.equal((await stepper(id)(['a', 'b'], 1, false)).sequence_length, 3); // [the, a, b]
+  await page.fill('#seq-next', 'sat');
+  await page.click('#seq-step'); // at 2: [the, a, sat]
+  await page.waitForFunction(() => window.attnd.run.T === 3 && document.body.dataset.state === 'ready', null, { timeout: 30000 });
+  const m = await (await fetch(`${daemon.url}/v2/maps/${mapId}`)).json();
+  assert.deepEqual(m.tokens, ['the', 'a', 'sat']);
+  assert.deepEqual(await page.evaluate(() => window.attnd.run.tokens), m.tokens);
+  assert.deepEqual((await page.evaluate(() => window.attnd.sequence)).words, m.tokens);
+  assert.match(await page.textContent('#status'), /another client stepped it too since this page's last step/);
+  assert.deepEqual(errors, []);
+  await page.click('#seq-end');
+  await page.close();
+});
+
+// Another client ended it with sequence_end past this page's position:
+// the page's step is 409 "an ended sequence takes no step", which left
+// Step offered, every press 409 again.
+test('a sequence another client ended: the next Step says it is gone, and offers no more steps', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const { page, errors } = await runSequence();
+  const { id } = await page.evaluate(() => window.attnd.sequence);
+  const r = await fetch(`${daemon.url}/v2/models/toy/infer`, {
+    method: 'POST', headers: { 'Attnd-Sequence-Id': id },
+    body: JSON.stringify({ inputs: [{ name: 'x', datatype: 'FP32', shape: [1, 2, D], data: Array.from(embed(['x', 'y'], D, 2)) }],
+      parameters: { sequence_id: id, sequence_position: 2, sequence_end: true, tokens: ['x', 'y'] } }),
+  });
+  assert.equal(r.status, 200, await r.text());
+  await page.fill('#seq-next', 'sat');
+  await page.click('#seq-step'); // at 2, in the ended 4 tokens: 409
+  await page.waitForFunction(() => /is gone/.test(document.getElementById('seq-info').textContent) ||
+    /HTTP 409/.test(document.getElementById('status').textContent), null, { timeout: 30000 });
+  assert.match(await page.textContent('#seq-info'), new RegExp(`Sequence ${id} is gone.*ended .* ago at 4 tokens`));
+  assert.equal(await page.isDisabled('#seq-step'), true);
+  assert.equal(await page.evaluate(() => window.attnd.sequence.live), false);
+  assert.deepEqual(errors.filter((e) => !/status of 409/.test(e)), []);
+  await page.close();
+});
+
+// The Follow box ticked on the sequence this page drives: another
+// client's step was drawn (T=3) while the panel said "2 tokens", and
+// Replace last offered to replace the other client's word as the page's.
+test('following the sequence this page drives: another client\'s step is drawn, and the panel says its length', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const { page, errors } = await runSequence();
+  await page.check('#follow');
+  const { id } = await page.evaluate(() => window.attnd.sequence);
+  assert.equal((await stepper(id)(['sat'], 2, false)).sequence_length, 3);
+  await page.waitForFunction(() => window.attnd.run.T === 3 && document.body.dataset.state === 'ready', null, { timeout: 30000 });
+  await page.waitForFunction(() => document.getElementById('seq-info').dataset.length === '3', null, { timeout: 30000 })
+    .catch(() => {});
+  assert.match(await page.textContent('#seq-info'), /: 3 tokens, K\/V/);
+  assert.deepEqual((await page.evaluate(() => window.attnd.sequence)).words, ['the', 'cat', 'sat']);
+  assert.equal(await page.isDisabled('#seq-replace'), true, 'the last step is not this page\'s');
+  // The page's Step appends after it.
+  await page.fill('#seq-next', 'on');
+  await page.click('#seq-step');
+  await page.waitForFunction(() => window.attnd.run.T === 4 && document.body.dataset.state === 'ready', null, { timeout: 30000 });
+  assert.deepEqual((await page.evaluate(() => window.attnd.sequence)).words, ['the', 'cat', 'sat', 'on']);
+  assert.deepEqual(errors, []);
+  await page.click('#seq-end');
+  await page.close();
+});
