@@ -35,8 +35,10 @@ int srv_grpc_open_conns(const srv *s);
  * (their first byte came); a stream with none in flight ends with
  * UNAVAILABLE. */
 void srv_grpc_drain(srv *s);
-/* srv_grpc_busy: a connection has a call open or bytes not yet written
- * (the drain waits for them: an answer made is an answer sent). */
+/* srv_grpc_busy: a connection has a call open, bytes not yet written
+ * (the drain waits for them: an answer made is an answer sent) or bytes
+ * read before the signal and held past its turn's calls (their calls are
+ * begun before it, and served). */
 int srv_grpc_busy(const srv *s);
 /* srv_grpc_finish: the drain was cut short (a second signal, drain-ms)
  * and nothing runs any more: every call still open without an answer (its

@@ -428,9 +428,13 @@ static int hold(gconn *c, const uint8_t *p, size_t n)
 static void unhold(gconn *c)
 {
     size_t use;
+    int rc;
     c->turn_heads = 0;
     use = srv_grpc__scan_frames(c, c->held, c->held_n, 1);
-    if (feed(c, c->held, use) < 0)
+    c->early = c->held_early;
+    rc = feed(c, c->held, use);
+    c->early = 0;
+    if (rc < 0)
         return;
     if (use < c->held_n) {
         hold(c, c->held + use, c->held_n - use);
@@ -469,6 +473,7 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
     c->turn_read += (size_t)n;
     if (use < (size_t)n) {
         if (hold(c, p + use, (size_t)n - use)) {
+            c->held_early = !c->g->s->draining;
             yield(c); /* the calls past TURN_CALLS wait for the next turn */
             return;
         }
@@ -749,7 +754,7 @@ int srv_grpc_busy(const srv *s)
     if (!s->grpc)
         return 0;
     for (c = s->grpc->conns; c; c = c->next)
-        if (!c->closing && (c->calls || c->wpending))
+        if (!c->closing && (c->calls || c->wpending || (c->held && c->held_early)))
             return 1;
     return 0;
 }

@@ -176,7 +176,7 @@ static void begin(gcall *call)
         call->counted = 1;
         srv_guard_call_begin(&call->c->guard);
         call->t_msg_ns = srv_now_ns(); /* a unary call's message: from now */
-        call->late = s->draining; /* begun before the signal: served */
+        call->late = srv_grpc__late(call->c); /* begun before the signal: served */
     }
     /* what no gRPC client sends (PROTOCOL-HTTP2.md: POST, and 415 for a
      * content-type not application/grpc...): a probe (curl, a browser, a
@@ -306,7 +306,7 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
             if (call->hdr_got == 0 && call->m->stream) {
                 call->t_msg_ns = srv_now_ns();
                 call->msg_seen = 0;
-                call->late = s->draining;
+                call->late = srv_grpc__late((gconn *)ud);
             }
             if (take > len)
                 take = len;

@@ -196,6 +196,10 @@ struct gconn {
     int turn_heads;      /* HEADERS frames scanned this turn (TURN_CALLS) */
     uint8_t *held;       /* what it sent past them, for its next turn */
     size_t held_n, held_cap; /* (held_cap counted in mem) */
+    int held_early;      /* held was read before SIGTERM: the calls and
+                            stream messages it begins are served by the
+                            drain (srv_grpc__late), which waits for them */
+    int early;           /* the bytes being read are such held ones */
     int yielded;         /* its reads stopped until the next turn */
     int in_flush, closing;
     size_t wpending;     /* bytes handed to uv_write, not yet written */
@@ -279,6 +283,16 @@ static inline int srv_grpc__is_infer(const grpc_method *m)
 {
     return m && m->rest_path &&
            strcmp(m->rest_path, "/v2/models/{}/infer") == 0;
+}
+
+/* srv_grpc__late: does a call (its HEADERS), or a stream's message (its
+ * first byte), that c's bytes begin now begin after SIGTERM, so that its
+ * request is refused (r->late)? Bytes attnd read before the signal and
+ * held past TURN_CALLS (grpc_conn.c) begin theirs before it, whenever
+ * their turn comes: the client sent them, and attnd read them, first. */
+static inline int srv_grpc__late(const gconn *c)
+{
+    return c->g->s->draining && !c->early;
 }
 
 /* The longest message a gRPC prefix can announce (its 4-byte length). */

@@ -6,6 +6,7 @@
 // answered or ended, and a call beside it is served.
 import assert from 'node:assert/strict';
 import http2 from 'node:http2';
+import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import { after, before, test } from 'node:test';
 import { SLOW, requestsUsed, start } from '../server/helper.mjs';
@@ -487,4 +488,47 @@ test('a message whose 5-byte prefix says 4 GiB - 1 under a max-body past 4 GiB i
     const e = await big.stop();
     assert.equal(e.code, 0, big.log());
   }
+});
+
+test('calls past the 16 a turn, read before SIGTERM, are served by the drain as calls begun before it: 40 calls in one write while attnd is stopped, then SIGTERM; every call answered with its output, the final GOAWAY names the last', async (t) => {
+  // a connection begins 16 calls a turn and holds the rest of its read
+  // for its next turns; those were begun after the signal (UNAVAILABLE
+  // "draining") though the client sent them, and attnd read them, before
+  // it. attnd is stopped while the bytes are sent and the signal comes,
+  // so that the read (in the kernel first) comes before the signal: an
+  // order, not a speed
+  const e = await start({ grpc: true, t });
+  const c = rawConn(e.grpcPort);
+  t.after(() => c.sock.destroy());
+  assert.ok(await c.until((f) => f.type === SETTINGS && !(f.flags & 1)), 'SETTINGS');
+  const N = 40, ids = Array.from({ length: N }, (_, i) => 2 * i + 1);
+  const calls = ids.flatMap((id) => rawCall(id, inferFields([['te', 'trailers']])));
+  // (a SIGCONT sent before the stop took effect would cancel it, and the
+  // signal could then be read first)
+  const stopped = () => readFileSync(`/proc/${e.proc.pid}/stat`, 'utf8').replace(/^.*\) /s, '')[0] === 'T';
+  const port = (n) => n.toString(16).toUpperCase().padStart(4, '0');
+  const queued = () => readFileSync('/proc/net/tcp', 'utf8').split('\n').map((l) => l.trim().split(/\s+/))
+    .filter((f) => f[1]?.endsWith(`:${port(e.grpcPort)}`) && f[2]?.endsWith(`:${port(c.sock.localPort)}`))
+    .map((f) => parseInt(f[4].split(':')[1], 16))[0] ?? 0;
+  e.proc.kill('SIGSTOP');
+  try {
+    // bounds for a hang, times SLOW: no speed
+    for (const t0 = Date.now(); !stopped() && Date.now() - t0 < 5000 * SLOW;) await new Promise((r) => setTimeout(r, 10));
+    assert.ok(stopped(), 'attnd stopped');
+    c.send(...calls);
+    const bytes = Buffer.concat(calls).length;
+    for (const t0 = Date.now(); queued() < bytes && Date.now() - t0 < 5000 * SLOW;) await new Promise((r) => setTimeout(r, 10));
+    assert.ok(queued() >= bytes, `the calls in attnd's socket: ${queued()} of ${bytes} bytes`);
+    e.proc.kill('SIGTERM');
+  } finally {
+    e.proc.kill('SIGCONT');
+  }
+  assert.deepEqual(await e.exit, { code: 0, sig: null }, e.log());
+  const data = (id) => c.frames.filter((f) => f.type === 0 && f.id === id && f.payload.length);
+  const goaways = c.frames.filter((f) => f.type === GOAWAY).map((f) => f.payload.readUInt32BE(0) & 0x7fffffff);
+  const served = ids.filter((id) => data(id).length === 1 && String(firstRawOutput(data(id)[0].payload)) === String(SEED_OUT));
+  // on the code before: the first 16 served, the 24 held answered
+  // UNAVAILABLE (no message)
+  assert.deepEqual(served, ids, `served: ${served.length} of ${N}`);
+  assert.deepEqual(goaways, [2 ** 31 - 1, ids[N - 1]], 'the notice, then the final GOAWAY naming the last call');
 });
