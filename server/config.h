@@ -61,6 +61,11 @@
     X(drain_ms, "drain-ms", INT, 30000, 0, 3600000,                           \
       "on SIGTERM/SIGINT/SIGHUP, time queued and running work gets to "       \
       "finish (ms)")                                                           \
+    X(stop_flush_ms, "stop-flush-ms", INT, 1000, 0, 600000,                   \
+      "once the drain is cut short (a second signal, or drain-ms passed) "   \
+      "and its work has ended, time the answers made get to be written "     \
+      "whole before their connections close; a client reading slower loses " \
+      "the rest (ms)")                                                         \
     X(max_body, "max-body", INT, 64 * SRV_MiB, 1024, 1LL << 40,               \
       "largest request body in bytes (413 past it)")                          \
     X(max_json_body, "max-json-body", INT, 16 * SRV_MiB, 1024, 1LL << 40,     \

@@ -15,7 +15,7 @@
  * (on_drain_timeout): what is still queued, or waits for its model's
  * turn, gets 503 / UNAVAILABLE; what runs (a job, a load: parked by
  * srv_suspend, on either door) ends and answers. Then (on_stop_timer)
- * the answers made, those included, get STOP_FLUSH_MS to be written whole
+ * the answers made, those included, get --stop-flush-ms to be written whole
  * (gRPC: open calls with no answer end UNAVAILABLE and each connection
  * gets its final GOAWAY first, srv_grpc_finish); what a client has not
  * read by then is cut, and logged. Nothing new starts after the cut (a
@@ -184,14 +184,6 @@ static int probe_threads(srv *s, char *err)
     return rc ? -1 : 0;
 }
 
-/* After the drain is cut short (a second signal, or drain-ms passed) and
- * nothing runs any more, the answers made (those of the requests that
- * ended, and the 503s / UNAVAILABLEs of the cut itself) get this long to
- * be written whole before the stop closes their connections: a client
- * that reads its answer gets it, and one that does not read cannot hold
- * the exit past it. */
-#define STOP_FLUSH_MS 1000
-
 static void on_flush_timeout(uv_timer_t *t)
 {
     srv *s = t->data;
@@ -202,7 +194,7 @@ static void on_flush_timeout(uv_timer_t *t)
 /* on_stop_timer: once no job, parked request (srv_suspend: a load, of
  * either door) or (before the drain timeout) request, gRPC call or unsent
  * gRPC byte is left, and (after it) the answers made are sent or
- * STOP_FLUSH_MS have passed for them, close the listener, the signal
+ * --stop-flush-ms has passed for them, close the listener, the signal
  * handlers, the timers and the batch polls, so that uv_run returns. The
  * flush runs on the spent drain timer. Loop thread. */
 static void on_stop_timer(uv_timer_t *t)
@@ -218,7 +210,12 @@ static void on_stop_timer(uv_timer_t *t)
         if (!s->flushing) {
             s->flushing = 1;
             srv_grpc_finish(s);
-            uv_timer_start(&s->drain_timer, on_flush_timeout, STOP_FLUSH_MS, 0);
+            /* the answers made (those of the requests that ended, and the
+             * cut's own 503s / UNAVAILABLEs) get this long to be written
+             * whole: a client that reads its answer gets it, and one that
+             * does not read cannot hold the exit past it */
+            uv_timer_start(&s->drain_timer, on_flush_timeout,
+                           (uint64_t)s->cfg.stop_flush_ms, 0);
         }
         calls = srv_grpc_unsent(s, &conns, &bytes);
         if (!s->flush_expired && s->n_cut_open)
@@ -226,10 +223,11 @@ static void on_stop_timer(uv_timer_t *t)
         if (conns || s->n_answered) {
             if (!s->flush_expired)
                 return;
-            srv_log(s, "warn", "stop: %d ms after the drain was cut short and "
+            srv_log(s, "warn", "stop: %lld ms after the drain was cut short and "
                     "its work ended, answers are still unsent (their clients "
-                    "read too slowly or not at all); cut: gRPC %d call%s and %zu byte%s on %d "
-                    "connection%s, REST %d request%s", STOP_FLUSH_MS, calls,
+                    "read too slowly or not at all; stop-flush-ms); cut: gRPC %d call%s and "
+                    "%zu byte%s on %d connection%s, REST %d request%s",
+                    s->cfg.stop_flush_ms, calls,
                     calls == 1 ? "" : "s", bytes, bytes == 1 ? "" : "s", conns,
                     conns == 1 ? "" : "s", s->n_answered,
                     s->n_answered == 1 ? "" : "s");

@@ -441,7 +441,7 @@ struct srv {
     int drain_expired;     /* drain timeout passed: fail what is left */
     int start_failed;      /* the start failed: its stop drains nothing */
     int flushing;          /* since: nothing runs any more, the answers
-                              made go out (main.c, STOP_FLUSH_MS) */
+                              made go out (main.c, --stop-flush-ms) */
     int flush_expired;     /* that flush's time is up: stop, cut the rest */
     int stopping;          /* everything finished: closing handles */
     int startup_loads;     /* startup loads still running */

@@ -191,13 +191,29 @@ test("Deployment: probes on the health endpoints", () => {
   assert.ok((l.timeoutSeconds ?? 1) >= 2);
 });
 
-test("Deployment: grace period outlasts preStop + drain", () => {
-  const drainMs = Number(cm.data.ATTND_DRAIN_MS ?? 30000);
+// graceShort: the kubelet SIGKILLs a pod once its grace period ends, so
+// the preStop pause, the drain (ATTND_DRAIN_MS) and, after a drain cut
+// short by it, the time the answers made get to reach slow readers
+// (ATTND_STOP_FLUSH_MS) must fit in it: what does not, or null. The
+// settings from data, else --help's defaults (without ATTND_BIN, or from
+// a binary without the setting, those of this writing).
+function graceShort(pod, ctr, data, help) {
+  const defaults = new Map([["ATTND_DRAIN_MS", "30000"], ["ATTND_STOP_FLUSH_MS", "1000"], ...(help ? helpSettings(help) : [])]);
+  const v = (n) => Number(data[n] ?? defaults.get(n));
   const pre = ctr.lifecycle?.preStop?.exec?.command ?? [];
   const preS = pre[0]?.endsWith("sleep") ? Number(pre[1]) : 0;
   const grace = pod.terminationGracePeriodSeconds ?? 30;
-  assert.ok(grace * 1000 > drainMs + preS * 1000,
-    `terminationGracePeriodSeconds ${grace} <= drain ${drainMs} ms + preStop ${preS} s`);
+  const drainMs = v("ATTND_DRAIN_MS"), flushMs = v("ATTND_STOP_FLUSH_MS");
+  return grace * 1000 > preS * 1000 + drainMs + flushMs ? null
+    : `terminationGracePeriodSeconds ${grace} <= preStop ${preS} s + drain ${drainMs} ms + flush ${flushMs} ms`;
+}
+
+test("Deployment: grace period outlasts preStop + drain + the flush after it", () => {
+  assert.equal(graceShort(pod, ctr, cm.data, HELP), null);
+  // each counts: 5 s + 30 s + 10 s, or + 40 s, is not under 45 s
+  assert.match(graceShort(pod, ctr, { ...cm.data, ATTND_STOP_FLUSH_MS: "10000" }, HELP) ?? "",
+    /terminationGracePeriodSeconds 45 <= preStop 5 s \+ drain 30000 ms \+ flush 10000 ms/);
+  assert.match(graceShort(pod, ctr, { ...cm.data, ATTND_DRAIN_MS: "40000" }, HELP) ?? "", /drain 40000 ms/);
 });
 
 test("Deployment: no service links, which would put the Services' ATTND_* variables beside the daemon's", () => {
