@@ -58,9 +58,14 @@ int srv_grpc_unsent(const srv *s, int *conns, size_t *bytes);
  * metadata naming another id (its model and id are unknown until then)?
  * For the idle sweep (seq_drops.c). Loop thread. */
 int srv_grpc_step_coming(const srv *s, const char *id, uint64_t before);
-/* srv_grpc_stop: final GOAWAY, close every connection and the listener:
- * at once one whose writes are stuck (a client that does not read). */
-void srv_grpc_stop(srv *s);
+/* srv_grpc_stop: final GOAWAY, close the listener and every connection:
+ * at once one whose writes are stuck (a client that does not read); the
+ * others once their client closes, or ms (the flush's time left) have
+ * passed, their input read and dropped meanwhile: closed with bytes
+ * unread, or met by one after, a socket is reset, and the kernel drops
+ * what of the answers it still holds (a client sends as it reads: its
+ * WINDOW_UPDATEs). */
+void srv_grpc_stop(srv *s, uint64_t ms);
 
 /* ---- grpc_rpc.c, grpc_meta.c: the methods --------------------------------- */
 

@@ -22,6 +22,7 @@
 static void close_conn(gconn *c);
 static void on_idle(uv_idle_t *h);
 static void unhold(gconn *c);
+static void on_handle_closed(uv_handle_t *h);
 
 /* wake: g's idle handle runs on_idle this loop turn (flushes, yields). */
 static void wake(srv_grpc *g)
@@ -319,6 +320,10 @@ static void close_conn(gconn *c)
         c->next->prev = c->prev;
     g->n_conns--;
     close_handles(c);
+    if (g->stop_timer_on && !g->n_conns) { /* the stop's last one */
+        g->stop_timer_on = 0;
+        uv_close((uv_handle_t *)&g->stop_timer, on_handle_closed);
+    }
 }
 
 /* on_idle_timeout: no byte for --connection-timeout seconds: a connection
@@ -457,7 +462,7 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
         close_conn(c);
         return;
     }
-    if (n == 0 || c->closing)
+    if (n == 0 || c->closing || c->discarding)
         return;
     srv_busy_poll_touch(c->g->s);
     if (c->g->s->cfg.conn_timeout_s)
@@ -737,8 +742,18 @@ int srv_grpc_unsent(const srv *s, int *conns, size_t *bytes)
 
 static void on_shutdown(uv_shutdown_t *req, int status)
 {
-    (void)status;
-    close_conn(req->data);
+    gconn *c = req->data;
+    if (status < 0 || !c->discarding)
+        close_conn(c); /* (a discarding one: when its client closes) */
+}
+
+/* on_stop_timeout: the connections whose clients have not closed after
+ * the stop's GOAWAY are closed now. */
+static void on_stop_timeout(uv_timer_t *t)
+{
+    srv_grpc *g = t->data;
+    while (g->conns)
+        close_conn(g->conns);
 }
 
 static void on_handle_closed(uv_handle_t *h)
@@ -759,7 +774,7 @@ int srv_grpc_busy(const srv *s)
     return 0;
 }
 
-void srv_grpc_stop(srv *s)
+void srv_grpc_stop(srv *s, uint64_t ms)
 {
     srv_grpc *g = s->grpc;
     gconn *c, *next;
@@ -773,11 +788,16 @@ void srv_grpc_stop(srv *s)
             continue;
         /* bytes libuv could not write yet (a client that does not read):
          * a shutdown would wait for them, and the exit with it, for good */
-        if (uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp)) {
+        if (!ms || uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp)) {
             close_conn(c);
             continue;
         }
+        /* what the client sends from now on is read and dropped (on_read)
+         * until it closes: the kernel writes the answers out meanwhile */
+        c->discarding = 1;
+        uv_timer_stop(&c->idle);
         uv_read_stop((uv_stream_t *)&c->tcp);
+        uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
         c->shut.data = c;
         if (uv_shutdown(&c->shut, (uv_stream_t *)&c->tcp, on_shutdown) < 0)
             close_conn(c);
@@ -786,6 +806,13 @@ void srv_grpc_stop(srv *s)
     uv_idle_stop(&g->idle);
     g->idle_on = 1; /* never restarted */
     uv_close((uv_handle_t *)&g->idle, on_handle_closed);
+    if (g->n_conns) { /* discarding ones: closed at last after ms */
+        uv_timer_init(s->loop, &g->stop_timer);
+        g->stop_timer.data = g;
+        g->handles++;
+        g->stop_timer_on = 1;
+        uv_timer_start(&g->stop_timer, on_stop_timeout, ms, 0);
+    }
     s->grpc = NULL;
     srv_accept_stop(&g->accept, on_handle_closed);
 }

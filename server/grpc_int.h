@@ -201,6 +201,9 @@ struct gconn {
                             drain (srv_grpc__late), which waits for them */
     int early;           /* the bytes being read are such held ones */
     int yielded;         /* its reads stopped until the next turn */
+    int discarding;      /* the stop: its final GOAWAY and answers written,
+                            its client's frames read and dropped until it
+                            closes (srv_grpc_stop) */
     int in_flush, closing;
     size_t wpending;     /* bytes handed to uv_write, not yet written */
     size_t queued;       /* answer bytes queued in its calls, not yet sent,
@@ -240,6 +243,8 @@ typedef struct srv_grpc {
                      timer, until closed */
     int closing_conns; /* connections whose handles are closing */
     int stopped;  /* srv_grpc_stop ran: freed once everything closed */
+    uv_timer_t stop_timer; /* then: closes the connections still open */
+    int stop_timer_on;     /* it is open (closed with the last of them) */
     srv_every h2_log;      /* srv_grpc__h2_error's log lines */
     srv_every refused_log; /* streams refused for memory-budget */
     srv_every conn_refused_log; /* connections refused for it */

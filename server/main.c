@@ -184,6 +184,18 @@ static int probe_threads(srv *s, char *err)
     return rc ? -1 : 0;
 }
 
+/* flush_left: the ms --stop-flush-ms leaves from now: all of it before a
+ * cut's flush began, what is left of that flush after (so that the exit
+ * comes at most drain-ms and stop-flush-ms after the signal). */
+static uint64_t flush_left(const srv *s)
+{
+    uint64_t ms = (uint64_t)s->cfg.stop_flush_ms, gone;
+    if (!s->flushing)
+        return ms;
+    gone = (srv_now_ns() - s->flush_t0_ns) / 1000000u;
+    return gone < ms ? ms - gone : 0;
+}
+
 static void on_flush_timeout(uv_timer_t *t)
 {
     srv *s = t->data;
@@ -209,6 +221,7 @@ static void on_stop_timer(uv_timer_t *t)
     if (s->drain_expired) {
         if (!s->flushing) {
             s->flushing = 1;
+            s->flush_t0_ns = srv_now_ns();
             srv_grpc_finish(s);
             /* the answers made (those of the requests that ended, and the
              * cut's own 503s / UNAVAILABLEs) get this long to be written
@@ -237,7 +250,9 @@ static void on_stop_timer(uv_timer_t *t)
     if (!s->start_failed)
         srv_log(s, "info", "drained; stopping");
     srv_http_stop(s);
-    srv_grpc_stop(s);
+    /* its connections' clients get the flush's time (left) to read what
+     * the kernel still holds for them before their sockets close */
+    srv_grpc_stop(s, flush_left(s));
     ignore_signals(s); /* exiting anyway: a late signal must not kill */
     uv_close((uv_handle_t *)&s->drain_timer, NULL);
     uv_close((uv_handle_t *)&s->stop_timer, NULL);

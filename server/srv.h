@@ -443,6 +443,7 @@ struct srv {
     int flushing;          /* since: nothing runs any more, the answers
                               made go out (main.c, --stop-flush-ms) */
     int flush_expired;     /* that flush's time is up: stop, cut the rest */
+    uint64_t flush_t0_ns;  /* that flush began */
     int stopping;          /* everything finished: closing handles */
     int startup_loads;     /* startup loads still running */
     int live_reqs;         /* srv_req alive */

@@ -204,6 +204,40 @@ test('gRPC: a client that reads its large answer slowly across the cut gets it w
   await d.stop();
 });
 
+test('gRPC: a client that reads its answer slowly across the stop, sending as it reads (a WINDOW_UPDATE, a PING), gets it whole with the GOAWAY: attnd reads and drops what comes until the client closes', async (t) => {
+  // a 1.4 MB answer under a 2^31-1 window: all of it written to the
+  // kernel, so the drain ends (nothing unsent in attnd) while the client
+  // has read 64 KB. attnd closed its socket then, and the client's next
+  // frame met a closed socket: a reset, which dropped the answer's rest
+  // still queued in attnd's kernel (got 115 KB of 1.4 MB, no trailers)
+  const d = await start({ t, grpc: true, args: ['--stop-flush-ms', FLUSH_MS] });
+  const s = deaf(d.grpcPort, INFER, attention(600), 0x7fffffff);
+  t.after(() => s.destroy());
+  const chunks = [];
+  await new Promise((res) => s.once('readable', res));
+  assert.match(await d.logged(/ModelInfer 200/), /ModelInfer 200/);
+  d.proc.kill('SIGTERM');
+  assert.match(await d.logged(/drained; stopping/), /drained; stopping/);
+  const ended = new Promise((res) => s.on('close', res));
+  s.write(h2frame(6, 0, 0, Buffer.alloc(8))); // PING, as a reader's frames
+  s.on('data', (c) => {
+    chunks.push(c);
+    const all = Buffer.concat(chunks);
+    if (all.includes(Buffer.from([0, 0, 8, 7, 0, 0, 0, 0, 0]))) s.end(); // GOAWAY: done
+  });
+  s.resume();
+  await ended;
+  const all = Buffer.concat(chunks), frames = [];
+  for (let i = 24 * 0; i + 9 <= all.length && i + 9 + all.readUIntBE(i, 3) <= all.length; i += 9 + all.readUIntBE(i, 3))
+    frames.push({ type: all[i + 3], flags: all[i + 4], len: all.readUIntBE(i, 3) });
+  const data = frames.filter((f) => f.type === 0).reduce((n, f) => n + f.len, 0);
+  assert.equal(data, 5 + 600 * 600 * 4 + 38, `DATA bytes (frames: ${frames.length})`);
+  assert.ok(frames.some((f) => f.type === 1 && (f.flags & 1)), 'trailers');
+  assert.ok(frames.some((f) => f.type === 7), 'GOAWAY');
+  assert.deepEqual(await d.exit, { code: 0, sig: null }, d.log());
+  await d.stop();
+});
+
 test('REST: a client that reads its large answer slowly across the cut gets it whole', async (t) => {
   // 9 MB: more than the socket buffers hold, so part of it waits in attnd
   const d = await start({ t, args: ['--stop-flush-ms', FLUSH_MS] });
