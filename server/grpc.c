@@ -19,7 +19,9 @@
  * connection); its unanswered slots then detach (an infer job finishes
  * without them) or are orphaned until their handler answers. An srv_req
  * counts in s->live_reqs until freed, so a drain waits for gRPC calls in
- * flight as it does for REST ones. Loop thread only.
+ * flight as it does for REST ones; the drain asks about the connections
+ * here too (srv_grpc_busy, srv_grpc_unsent), and a drain cut short ends
+ * their open calls (srv_grpc_finish). Loop thread only.
  */
 #include "server/grpc_int.h"
 
@@ -655,5 +657,74 @@ int srv_grpc_step_coming(const srv *s, const char *id, uint64_t before)
                 if (h->t0 < before)
                     return 1;
         }
+    return 0;
+}
+
+/* ---- the drain's view of the connections ------------------------------------ */
+
+/* answered: the call has its answer or its status: ending, or its first
+ * request answered (pump delivers it next). */
+static int answered(const gcall *call)
+{
+    return call->ending || (call->shead && call->shead->done);
+}
+
+void srv_grpc_finish(srv *s)
+{
+    srv_grpc *g = s->grpc;
+    gconn *c;
+    gcall *call;
+    if (!g)
+        return;
+    for (c = g->conns; c; c = c->next) {
+        for (call = c->calls; call; call = call->next)
+            if (!answered(call))
+                srv_grpc__call_end(call, GRPC_UNAVAILABLE,
+                                   "server: draining (shutting down): the drain "
+                                   "timeout passed before the call was whole; not done");
+        nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE,
+                              nghttp2_session_get_last_proc_stream_id(c->h2),
+                              NGHTTP2_NO_ERROR, NULL, 0);
+        srv_grpc__schedule(c);
+    }
+}
+
+int srv_grpc_unsent(const srv *s, int *conns, size_t *bytes)
+{
+    const gconn *c;
+    const gcall *call;
+    const gchunk *k;
+    int calls = 0;
+    *conns = 0;
+    *bytes = 0;
+    if (!s->grpc)
+        return 0;
+    for (c = s->grpc->conns; c; c = c->next) {
+        int n = 0;
+        size_t b = c->wpending;
+        for (call = c->calls; call; call = call->next) {
+            if (!answered(call))
+                continue;
+            n++;
+            for (k = call->chead; k; k = k->next)
+                b += k->end - k->off;
+        }
+        if (n || c->wpending) {
+            calls += n;
+            (*conns)++;
+            *bytes += b;
+        }
+    }
+    return calls;
+}
+
+int srv_grpc_busy(const srv *s)
+{
+    const gconn *c;
+    if (!s->grpc)
+        return 0;
+    for (c = s->grpc->conns; c; c = c->next)
+        if (!c->closing && (c->calls || c->wpending || (c->held && c->held_early)))
+            return 1;
     return 0;
 }

@@ -4,11 +4,13 @@
  * pauses and connections wait in the backlog; counted with REST's by
  * guard.c, which times and evicts them), read into nghttp2, write what it
  * produces (at most WRITE_HIGH bytes unwritten per connection), flush once
- * per loop turn from an idle handle, close; start, drain (GOAWAY notice),
- * finish (the drain cut short: the final GOAWAY, the open calls' status)
- * and stop (GOAWAY, shutdown after the last write; a connection whose
- * client does not read is closed at once). grpc.c handles the calls.
- * Loop thread only.
+ * per loop turn from an idle handle, close; start, drain (GOAWAY notice)
+ * and stop (GOAWAY, shutdown after the last write, then what the client
+ * sends dropped until it closes, within the flush's time; a connection
+ * whose client does not read is closed at once). grpc.c handles the
+ * calls, and the drain's view of the connections (finish: the drain cut
+ * short, the final GOAWAY, the open calls' status; busy; unsent). Loop
+ * thread only.
  */
 #include "server/grpc_int.h"
 
@@ -684,62 +686,6 @@ void srv_grpc_drain(srv *s)
     }
 }
 
-/* answered: the call has its answer or its status: ending, or its first
- * request answered (pump delivers it next). */
-static int answered(const gcall *call)
-{
-    return call->ending || (call->shead && call->shead->done);
-}
-
-void srv_grpc_finish(srv *s)
-{
-    srv_grpc *g = s->grpc;
-    gconn *c;
-    gcall *call;
-    if (!g)
-        return;
-    for (c = g->conns; c; c = c->next) {
-        for (call = c->calls; call; call = call->next)
-            if (!answered(call))
-                srv_grpc__call_end(call, GRPC_UNAVAILABLE,
-                                   "server: draining (shutting down): the drain "
-                                   "timeout passed before the call was whole; not done");
-        nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE,
-                              nghttp2_session_get_last_proc_stream_id(c->h2),
-                              NGHTTP2_NO_ERROR, NULL, 0);
-        srv_grpc__schedule(c);
-    }
-}
-
-int srv_grpc_unsent(const srv *s, int *conns, size_t *bytes)
-{
-    const gconn *c;
-    const gcall *call;
-    const gchunk *k;
-    int calls = 0;
-    *conns = 0;
-    *bytes = 0;
-    if (!s->grpc)
-        return 0;
-    for (c = s->grpc->conns; c; c = c->next) {
-        int n = 0;
-        size_t b = c->wpending;
-        for (call = c->calls; call; call = call->next) {
-            if (!answered(call))
-                continue;
-            n++;
-            for (k = call->chead; k; k = k->next)
-                b += k->end - k->off;
-        }
-        if (n || c->wpending) {
-            calls += n;
-            (*conns)++;
-            *bytes += b;
-        }
-    }
-    return calls;
-}
-
 static void on_shutdown(uv_shutdown_t *req, int status)
 {
     gconn *c = req->data;
@@ -761,17 +707,6 @@ static void on_handle_closed(uv_handle_t *h)
     srv_grpc *g = h->data;
     g->handles--;
     release(g);
-}
-
-int srv_grpc_busy(const srv *s)
-{
-    const gconn *c;
-    if (!s->grpc)
-        return 0;
-    for (c = s->grpc->conns; c; c = c->next)
-        if (!c->closing && (c->calls || c->wpending || (c->held && c->held_early)))
-            return 1;
-    return 0;
 }
 
 void srv_grpc_stop(srv *s, uint64_t ms)
