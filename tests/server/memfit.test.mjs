@@ -45,7 +45,21 @@ async function under(t, cg, { args = [], env = {}, dir } = {}) {
   // would not): then the demo model's load, which the warning follows
   await d.logged(/model 'demo' loaded/);
   assert.match(d.log(), /cgroupfake: \/proc\/self\/cgroup -> /);
+  await barrier(d);
   return d;
+}
+
+/**
+ * barrier(d): once it returns, d.log() holds every line logged before it
+ * was called. A load's warning is a line of its own after "loaded" (the
+ * writer thread may write them apart), and no-warning is an absence: a
+ * request's line, logged after them through the same writer, is awaited.
+ */
+async function barrier(d) {
+  const r = await fetch(`${d.url}/v2/models/memfit-barrier/ready`);
+  assert.equal(r.status, 404);
+  const line = / GET \/v2\/models\/memfit-barrier\/ready 404 /;
+  assert.match(await d.logged(line), line);
 }
 
 const memLines = (log) => log.split('\n').filter((l) => /memory: /.test(l));
@@ -117,9 +131,9 @@ test('a load that takes the bounds past the limit is warned, naming it', async (
   const from = d.log().length;
   const r = await post(`${d.url}/v2/repository/models/demo2/load`, '');
   assert.equal(r.status, 200);
-  const log = await d.logged(/memory: with model 'demo2'/, 5000, from);
-  const lines = memLines(log);
-  assert.equal(lines.length, 1, log);
+  await barrier(d);
+  const lines = memLines(d.log().slice(from));
+  assert.equal(lines.length, 1, d.log());
   assert.match(lines[0], /with model 'demo2' loaded, --memory-budget 32 MiB \+ --maps-bytes 16 MiB \+ --kv-bytes 64 MiB x 2 weight-set models \('demo', 'demo2'\) \+ 0\.1 MiB of weights = 176 MiB, past the memory limit of 160 MiB \(\/sys\/fs\/cgroup\/sys\.slice\/attnd\.service\/memory\.max\)/);
   await d.stop();
 });
