@@ -12,16 +12,20 @@ export const NEWEST_RGB = 'rgb(255, 176, 0)'; // the newest-row marker
 // (one character at least) that fits with the '…', found by halving the
 // lengths left. Cut one character at a time, a pasted 6000-character word
 // took 6000 measures of up to 6000 characters for each of its labels:
-// the page stopped for 18 to 60 s after the run.
+// the page stopped for 18 to 60 s after the run. Lengths count code
+// points, so no cut splits an astral character's two UTF-16 units (a
+// lone half draws as a replacement glyph).
 export function cutText(ctx, s, px) {
   if (ctx.measureText(s).width <= px) return s;
-  let lo = 1, hi = s.length - 1; // lo fits, or is the one character kept
+  const cs = Array.from(s);
+  const head = (n) => cs.slice(0, n).join('');
+  let lo = 1, hi = cs.length - 1; // lo fits, or is the one character kept
   while (lo < hi) {
     const mid = (lo + hi + 1) >> 1;
-    if (ctx.measureText(`${s.slice(0, mid)}…`).width <= px) lo = mid;
+    if (ctx.measureText(`${head(mid)}…`).width <= px) lo = mid;
     else hi = mid - 1;
   }
-  return `${s.slice(0, lo)}…`;
+  return `${head(lo)}…`;
 }
 
 const fit = (ctx, s) => cutText(ctx, s, LABEL_MAX);
