@@ -673,14 +673,25 @@ export async function sequenceInfo(id) {
 }
 
 // liveSequenceOfMap: the live sequence whose retained map is mapId, or
-// null; undefined when the daemon lists no sequences (cannot tell).
-export async function liveSequenceOfMap(mapId) {
+// null; undefined when the daemon lists no sequences (cannot tell). With
+// known, the id of the sequence that wrote it, that one alone is asked
+// (the list holds the first 4096 of them). Throws when it cannot be told
+// now (the daemon busy or gone, a list cut short): ask again later.
+export async function liveSequenceOfMap(mapId, known) {
   let j;
   try {
-    j = await getJSON(url('v2/sequences'), mapHeaders(mapId));
-  } catch (e) { if (e.status === 401) throw e; return undefined; }
+    j = await getJSON(url(known ? `v2/sequences/${encodeURIComponent(known)}` : 'v2/sequences'), mapHeaders(mapId));
+  } catch (e) {
+    if (known && e.status === 404) return null; // not live: says how it went
+    if (!known && [404, 405, 501].includes(e.status)) return undefined;
+    throw e;
+  }
+  if (known) return j?.map_id === mapId ? j : null;
   const list = Array.isArray(j) ? j : j.sequences || [];
-  return list.find((s) => s.map_id === mapId) || null;
+  const s = list.find((q) => q.map_id === mapId);
+  if (s) return s;
+  if (Number.isInteger(j.count) && j.count > list.length) throw new Error('the list of sequences is cut short');
+  return null;
 }
 
 // waitMap: GET /v2/maps/{id}?wait=rows[&version=] - the long poll of follow

@@ -365,10 +365,11 @@ async function follow(gen) {
     // it, asked at every such answer until none does (a sequence may end,
     // idle out or go with its model at any time after its last step).
     if (!quietNoted) {
-      const s = await api.liveSequenceOfMap(id).catch(() => undefined);
+      // (false: not told this time, asked again at the next quiet answer)
+      const s = await api.liveSequenceOfMap(id, writer?.map === id ? writer.id : undefined).catch(() => false);
       if (gen !== followGen) return;
       if (s) writer = { map: id, id: s.id };
-      else quietNoted = true; // (undefined: the daemon lists none, cannot tell)
+      else if (s !== false) quietNoted = true; // (undefined: the daemon lists none, cannot tell)
       if (s === null)
         ctx.setStatus(`following map ${id}: ${writer?.map !== id ? 'no live sequence writes it now'
           : `sequence ${writer.id}, which wrote it, is no longer live`} (ended, deleted, idle past the server's ` +
