@@ -20,11 +20,11 @@
  * buffers) is not counted: README "Kubernetes" gives its measured size,
  * which the warning names as the room to leave.
  *
- * The limit: the cgroup of /proc/self/cgroup, v2 ("0::<path>":
- * /sys/fs/cgroup<path>/memory.max, then /sys/fs/cgroup/memory.max, which a
- * container with its own cgroup namespace sees) or v1 (the memory
- * controller's line: /sys/fs/cgroup/memory<path>/memory.limit_in_bytes,
- * then /sys/fs/cgroup/memory/memory.limit_in_bytes). "max", or v1's
+ * The limit: the least of the cgroup of /proc/self/cgroup and its
+ * ancestors', v2 ("0::<path>": /sys/fs/cgroup<path>/memory.max, each
+ * parent's, up to /sys/fs/cgroup/memory.max, which a container with its
+ * own cgroup namespace sees) or v1 (the memory controller's line: the
+ * same walk of /sys/fs/cgroup/memory<path>/memory.limit_in_bytes). "max", or v1's
  * page-rounded LONG_MAX, is no limit. Read with open(2) and read(2), so a
  * test's preloaded shim (tests/server/cgroupfake.c) can point them at
  * files of its own. Loop thread.
@@ -81,23 +81,37 @@ static long long read_limit(const char *path)
     return v >= (1ULL << 62) ? 0 : (long long)v;
 }
 
-/* try: the limit in dir<path>/file, else (a cgroup namespace's view: the
- * container's own cgroup at the mount's root) in dir/file; into *limit,
- * and its file's name into s->mem_limit_file. 1 when one was read. */
+/* try: the least limit of dir<path>/file and of each ancestor's up to
+ * dir/file (a limit on a parent binds too: a systemd slice's, a pod's
+ * cgroup above its container's; a cgroup namespace's view has only
+ * dir/file, the container's own) into *limit, 0 for none, and its file's
+ * name into s->mem_limit_file. 1 when any was read. */
 static int try(srv *s, const char *dir, const char *path, const char *file,
                long long *limit)
 {
-    char p[sizeof s->mem_limit_file];
-    const char *mid[2] = {strcmp(path, "/") != 0 ? path : "", ""};
-    for (int i = 0; i < 2 && (i == 0 || *mid[0]); i++) {
-        if (snprintf(p, sizeof p, "%s%s/%s", dir, mid[i], file) >= (int)sizeof p)
-            continue;
-        if ((*limit = read_limit(p)) >= 0) {
-            snprintf(s->mem_limit_file, sizeof s->mem_limit_file, "%s", p);
-            return 1;
+    char sub[sizeof s->mem_limit_file], p[sizeof s->mem_limit_file];
+    int found = 0;
+    *limit = 0;
+    size_t n;
+    if (snprintf(sub, sizeof sub, "%s", path) >= (int)sizeof sub)
+        sub[0] = 0; /* too long for any file's name: the root's alone */
+    for (n = strlen(sub); n && sub[n - 1] == '/';)
+        sub[--n] = 0; /* "/" is the root */
+    for (;;) {
+        char *slash = strrchr(sub, '/');
+        long long v;
+        if (snprintf(p, sizeof p, "%s%s/%s", dir, sub, file) < (int)sizeof p &&
+            (v = read_limit(p)) >= 0) {
+            found = 1;
+            if (v && (!*limit || v < *limit)) {
+                *limit = v;
+                snprintf(s->mem_limit_file, sizeof s->mem_limit_file, "%s", p);
+            }
         }
+        if (!sub[0])
+            return found;
+        *(slash ? slash : sub) = 0; /* the parent; "/x" and "x" to the root */
     }
-    return 0;
 }
 
 /* cgroup_limit: the memory limit of attnd's cgroup in bytes, 0 for none

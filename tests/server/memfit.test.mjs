@@ -116,6 +116,32 @@ test('v1: the memory controller\'s cgroup, its own limit; "max" and v1\'s unlimi
   }
 });
 
+// A limit set on a parent cgroup binds its children: the walk read the
+// process's own cgroup alone, whose "max" (a systemd service's default
+// under a slice with MemoryMax=) hid the slice's limit.
+test('v2 and v1: a limit on a parent cgroup counts, the least of them', async (t) => {
+  const v2 = cgroup(t, {
+    'proc-self-cgroup': '0::/work.slice/attnd.service\n',
+    'work.slice/attnd.service/memory.max': 'max\n',
+    'work.slice/memory.max': `${1024 * MiB}\n`,
+  });
+  const d = await under(t, v2);
+  const lines = memLines(d.log());
+  assert.equal(lines.length, 2, d.log());
+  assert.match(lines[1], /= 5376 MiB, past the memory limit of 1024 MiB \(\/sys\/fs\/cgroup\/work\.slice\/memory\.max\)/);
+  await d.stop();
+  const v1 = cgroup(t, {
+    'proc-self-cgroup': '4:memory:/kubepods/pod1/c1\n',
+    'memory/kubepods/pod1/c1/memory.limit_in_bytes': `${3072 * MiB}\n`,
+    'memory/kubepods/pod1/memory.limit_in_bytes': `${1536 * MiB}\n`,
+    'memory/kubepods/memory.limit_in_bytes': `${4096 * MiB}\n`,
+    'memory/memory.limit_in_bytes': '9223372036854771712\n',
+  });
+  const e = await under(t, v1);
+  assert.match(memLines(e.log()).join('\n'), /past the memory limit of 1536 MiB \(\/sys\/fs\/cgroup\/memory\/kubepods\/pod1\/memory\.limit_in_bytes\)/);
+  await e.stop();
+});
+
 test('a load that takes the bounds past the limit is warned, naming it', async (t) => {
   // 32 MiB budget + 16 MiB maps + 64 MiB of K/V for demo = 112 MiB under
   // 160; demo2's 64 MiB more pass it
