@@ -77,7 +77,7 @@
       "bytes one decoded request with its outputs may occupy (with what "   \
       "laying out its sequences takes, the engine's tiles and sdpa's q "    \
       "times scale too: ~250 bytes a sequence), and a map's /attention "   \
-      "answer with the plane it is read from")                               \
+      "answer (its floats and text; the stored planes are read in place)")   \
     X(max_tokens, "max-tokens", INT, 65536, 1, 1LL << 30,                     \
       "most query rows (batch x tokens; sdpa: q's rows, every head's) in "     \
       "one request")                                                          \

@@ -549,43 +549,99 @@ static int allowed(const maps__entry *e, int b, int h, int i, int j)
     return (e->mask[k >> 3] >> (k & 7)) & 1;
 }
 
-/* fill_plane: one (t, s) plane of what for (b, h) of e into dst (h == -1:
- * the mean over heads, or for MAPS_ALLOWED allowed by any head). dst is
- * zeroed by the caller. 0, or 1 when cut (may be NULL) said its reader
- * went: asked before each head and every 16 rows of the mask's cells (a
- * 4096 x 4096 mask of 8 heads is 134M cells; a poll(2) each time costs
- * ~1 us against the 16 rows' ~100). */
-static int fill_plane(const maps__entry *e, maps_what what, int b, int h,
-                      float *dst, maps_cut_fn cut, void *cut_ctx)
+/* row_of: row i of what for (b, h) of e (h == -1: the mean over heads,
+ * or for MAPS_ALLOWED allowed by any head): the stored row itself for one
+ * head's attention or scores, else computed into buf (s floats; the
+ * mean sums the heads in order and divides, as the whole plane did). */
+static const float *row_of(const maps__entry *e, maps_what what, int b,
+                           int h, int i, float *buf)
 {
-    size_t ts = (size_t)e->info.t * (size_t)e->info.s, x;
-    int k, h0 = h < 0 ? 0 : h, h1 = h < 0 ? e->info.h : h + 1, i, j;
+    size_t ts = (size_t)e->info.t * (size_t)e->info.s;
+    size_t off = (size_t)i * (size_t)e->info.s;
+    int k, j, h0 = h < 0 ? 0 : h, h1 = h < 0 ? e->info.h : h + 1;
+    const float *base = what == MAPS_SCORES ? e->scores : e->attention;
 
+    if (what != MAPS_ALLOWED && h >= 0)
+        return base + ((size_t)b * (size_t)e->info.h + (size_t)h) * ts + off;
+    for (j = 0; j < e->info.s; j++)
+        buf[j] = 0.0f;
     for (k = h0; k < h1; k++) {
-        if (cut && cut(cut_ctx))
-            return 1;
         if (what == MAPS_ALLOWED) {
-            for (i = 0; i < e->info.t; i++) {
-                if (cut && i && (i & 15) == 0 && cut(cut_ctx))
-                    return 1;
-                for (j = 0; j < e->info.s; j++)
-                    if (allowed(e, b, k, i, j))
-                        dst[(size_t)i * (size_t)e->info.s + (size_t)j] = 1.0f;
-            }
+            for (j = 0; j < e->info.s; j++)
+                if (allowed(e, b, k, i, j))
+                    buf[j] = 1.0f;
             continue;
         }
-        const float *src = (what == MAPS_SCORES ? e->scores : e->attention) +
-                           ((size_t)b * (size_t)e->info.h + (size_t)k) * ts;
-        if (h >= 0) {
-            memcpy(dst, src, ts * sizeof(float));
-            return 0;
-        }
-        for (x = 0; x < ts; x++)
-            dst[x] += src[x];
+        const float *src =
+            base + ((size_t)b * (size_t)e->info.h + (size_t)k) * ts + off;
+        for (j = 0; j < e->info.s; j++)
+            buf[j] += src[j];
     }
-    if (h < 0 && what != MAPS_ALLOWED)
-        for (x = 0; x < ts; x++)
-            dst[x] /= (float)e->info.h;
+    if (what != MAPS_ALLOWED)
+        for (j = 0; j < e->info.s; j++)
+            buf[j] /= (float)e->info.h;
+    return buf;
+}
+
+size_t maps__row_scratch(const maps_info *in, maps_what what, int h)
+{
+    return what == MAPS_ALLOWED || h < 0 ? (size_t)in->s * sizeof(float)
+                                         : 0;
+}
+
+int maps__slice_into(const maps__entry *e, maps_what what, int b, int h,
+                     int max_n, maps_cut_fn cut, void *cut_ctx, float *dst,
+                     int *rows, int *cols, int *row_block, int *col_block,
+                     char *err)
+{
+    int t = e->info.t, s = e->info.s, bt, bs, nc, i, j;
+    float *buf = NULL, *orow;
+    const float *row;
+
+    if (what == MAPS_SCORES && !e->scores) {
+        snprintf(err, ATTN_ERRMAX, "what: map %s was retained without "
+                 "scores (kept only when the retaining request asked for "
+                 "the scores output; a sequence's map, when its "
+                 "sequence_start step did)", e->info.id);
+        return ATTN_EINVAL;
+    }
+    bt = block_for(t, max_n);
+    bs = block_for(s, max_n);
+    nc = (s + bs - 1) / bs;
+    if (maps__row_scratch(&e->info, what, h) &&
+        !(buf = malloc((size_t)s * sizeof(float)))) {
+        snprintf(err, ATTN_ERRMAX, "out of memory");
+        return ATTN_ENOMEM;
+    }
+    for (i = 0; i < t; i++) {
+        if (cut && (i & 15) == 0 && cut(cut_ctx)) {
+            free(buf); /* its reader went */
+            return 1;
+        }
+        row = row_of(e, what, b, h, i, buf);
+        orow = dst + (size_t)(i / bt) * (size_t)nc;
+        if (bt == 1 && bs == 1) { /* no pooling: the row itself */
+            memcpy(orow, row, (size_t)s * sizeof(float));
+            continue;
+        }
+        /* maps_pool_max's order: each block from its first cell, then
+         * the max of its rows' cells in turn */
+        if (i % bt == 0)
+            for (j = 0; j < nc; j++)
+                orow[j] = row[(size_t)j * (size_t)bs];
+        for (j = 0; j < s; j++)
+            if (row[j] > orow[j / bs])
+                orow[j / bs] = row[j];
+    }
+    free(buf);
+    if (rows)
+        *rows = (t + bt - 1) / bt;
+    if (cols)
+        *cols = nc;
+    if (row_block)
+        *row_block = bt;
+    if (col_block)
+        *col_block = bs;
     return 0;
 }
 
@@ -632,44 +688,29 @@ int maps__slice_cut(const maps__entry *e, maps_what what, int b, int h,
                     int *rows, int *cols, int *row_block, int *col_block,
                     char *err)
 {
-    float *plane = NULL, *res = NULL;
-    size_t ts;
-    int nr, nc;
+    float *res;
+    size_t nr, nc;
+    int rc;
 
     *out = NULL;
-    if (what == MAPS_SCORES && !e->scores) {
-        snprintf(err, ATTN_ERRMAX, "what: map %s was retained without "
-                 "scores (kept only when the retaining request asked for "
-                 "the scores output; a sequence's map, when its "
-                 "sequence_start step did)", e->info.id);
-        return ATTN_EINVAL;
+    /* the pooled plane only: its rows are read from the stored ones */
+    nr = (size_t)((e->info.t + block_for(e->info.t, max_n) - 1) /
+                  block_for(e->info.t, max_n));
+    nc = (size_t)((e->info.s + block_for(e->info.s, max_n) - 1) /
+                  block_for(e->info.s, max_n));
+    res = malloc(nr * nc * sizeof(float));
+    if (!res) {
+        snprintf(err, ATTN_ERRMAX, "out of memory");
+        return ATTN_ENOMEM;
     }
-    /* maps__entry_build checked b*h*t*s*4 for overflow, so t*s is safe. */
-    ts = (size_t)e->info.t * (size_t)e->info.s;
-    plane = calloc(ts, sizeof(float));
-    if (!plane)
-        goto nomem;
-    if (fill_plane(e, what, b, h, plane, cut, cut_ctx) ||
-        (cut && cut(cut_ctx))) { /* its reader went: no pooling */
-        free(plane);
-        return 0;
+    rc = maps__slice_into(e, what, b, h, max_n, cut, cut_ctx, res, rows,
+                          cols, row_block, col_block, err);
+    if (rc) {
+        free(res);
+        return rc > 0 ? 0 : rc; /* > 0: its reader went */
     }
-    nr = (e->info.t + block_for(e->info.t, max_n) - 1) /
-         block_for(e->info.t, max_n);
-    nc = (e->info.s + block_for(e->info.s, max_n) - 1) /
-         block_for(e->info.s, max_n);
-    res = malloc((size_t)nr * (size_t)nc * sizeof(float));
-    if (!res)
-        goto nomem;
-    maps_pool_max(plane, e->info.t, e->info.s, max_n, res, rows, cols,
-                  row_block, col_block);
-    free(plane);
     *out = res;
     return 0;
-nomem:
-    snprintf(err, ATTN_ERRMAX, "out of memory");
-    free(plane);
-    return ATTN_ENOMEM;
 }
 
 int maps_slice_of(maps_store *st, const char *id, maps_what what, int b,

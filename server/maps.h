@@ -235,9 +235,10 @@ typedef const char *(*maps_arg_fn)(void *ctx, const char *key);
 int maps_http_get(maps_store *st, const char *path, maps_arg_fn arg,
                   void *ctx, maps_reply *r);
 /* maps_http_render: maps_http_get that asks cut(cut_ctx) (may be NULL)
- * between a map's heads, every few rows and before printing; when it says
+ * before every 16th row of each plane and before printing; when it says
  * the reader went, the render stops there: 0 with r->cut set, no body.
- * An /attention answer that, with the plane it is read from, would take
+ * An /attention answer that would allocate (its floats, its JSON text,
+ * a row of a head mean or mask; the stored planes are read in place)
  * more than answer_max bytes (request-memory; 0: no bound, as
  * maps_http_get) is a 413 naming it. */
 int maps_http_render(maps_store *st, const char *path, maps_arg_fn arg,

@@ -259,6 +259,72 @@ static void dims_text(char *buf, size_t cap, const int *dims, int nd,
         snprintf(buf + n, cap - n, "]");
 }
 
+/* MAPS_HEAD: room for the JSON answer's head (route_attention's) */
+#define MAPS_HEAD 512
+
+/* answer_need: the bytes an answer of cells floats (planes of plane
+ * cells) allocates at its peak in format fmt (0 JSON, 1 f32, 2 npy):
+ * its floats (the one plane, the body of a single f32 answer; or the
+ * buffer b=all, h=all and npy fill, planes written in place), beside
+ * them while they fill the row a head mean or mask computes (scratch) or
+ * a value plane's copy, then the JSON text. The stored t x s planes are
+ * read in place, never copied whole. */
+static size_t answer_need(size_t cells, size_t plane, int fmt, int whole,
+                          int values, size_t scratch)
+{
+    size_t held = (fmt == 2 ? NPY_HEAD : 0) + cells * sizeof(float);
+    size_t work = values ? (whole || fmt == 2 ? plane * sizeof(float) : 0)
+                         : scratch;
+    size_t text = fmt ? 0 : MAPS_HEAD + cells * OIP_JSON_FLOAT_MAX + 3;
+
+    return held + (text > work ? text : work);
+}
+
+/* too_big: the 413 for an answer of need bytes past answer_max, naming
+ * only what would fit instead (each alone: another format, one plane at
+ * a time, a pooled overview), else that only a larger bound serves it. */
+static void too_big(char *err, size_t cap, const char *shape, size_t cells,
+                    size_t plane, size_t planes, int fmt, int whole,
+                    int values, size_t scratch, size_t need,
+                    size_t answer_max)
+{
+    char ask[128];
+    size_t n = 0;
+
+#define ASK(s) n += (size_t)snprintf(ask + n, sizeof(ask) - n, "%s%s", \
+                                     n ? ", " : "", s)
+    ask[0] = '\0';
+    if (!fmt && answer_need(cells, plane, 2, whole, values, scratch) <=
+                    answer_max)
+        ASK("format=npy");
+    else if (!fmt && answer_need(cells, plane, 1, whole, values, scratch) <=
+                         answer_max)
+        ASK("format=f32");
+    if (whole && answer_need(plane, plane, fmt, 0, values, scratch) <=
+                     answer_max)
+        ASK("one b and h at a time");
+    if (!values && answer_need(planes, 1, fmt, whole, values, scratch) <=
+                       answer_max)
+        ASK("max=");
+#undef ASK
+    if (n)
+        snprintf(err, cap, "%s: the %s map as %s takes %zu bytes, more "
+                 "than one request may (%zu bytes, request-memory); ask "
+                 "for %s, or raise --request-memory",
+                 whole ? "b, h" : values ? "what" : "max", shape,
+                 fmt == 2 ? "npy" : fmt ? "f32" : "JSON", need, answer_max,
+                 ask);
+    else
+        snprintf(err, cap, "%s: the %s map as %s takes %zu bytes, more "
+                 "than one request may (%zu bytes, request-memory), and no "
+                 "smaller answer of it fits (%s %zu bytes): raise "
+                 "--request-memory", whole ? "b, h" : values ? "what" : "max",
+                 shape, fmt == 2 ? "npy" : fmt ? "f32" : "JSON", need,
+                 answer_max, values ? "one value plane alone is"
+                                    : "a row of it alone is",
+                 values ? plane * sizeof(float) : scratch);
+}
+
 /* GET /v2/maps/{id}/attention?b=&h=&max=&format=&what=: one [T, S] map
  * (or its max-pooled overview) as JSON with a flat row-major "data", as
  * raw FP32 with the shape in r->shape, or as a .npy file; b=all and
@@ -266,8 +332,8 @@ static void dims_text(char *buf, size_t cap, const int *dims, int nd,
  * answer, [B, H, rows, cols] (either alone: [B, ...] or [H, ...]). Bad
  * parameters are 400s naming themselves; JSON above MAPS_JSON_MAX_CELLS
  * cells is refused (ask for max= or f32; for what=v the cells are the
- * value rows, S x d_v: f32), and an answer that with its working plane
- * takes more than answer_max bytes (request-memory; 0: no bound) is 413.
+ * value rows, S x d_v: f32), and an answer that allocates more than
+ * answer_max bytes (answer_need; request-memory; 0: no bound) is 413.
  * cut (may be NULL) is asked while each plane fills and before it is
  * printed: when its reader went, r->cut and no body.
  * 0, or ATTN_ENOMEM. */
@@ -280,7 +346,7 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
     const char *sm = arg ? arg(ctx, "max") : NULL;
     const char *sf = arg ? arg(ctx, "format") : NULL;
     const char *sw = arg ? arg(ctx, "what") : NULL;
-    char err[ATTN_ERRMAX], head[512], shape[64], src[64], npy[NPY_HEAD];
+    char err[ATTN_ERRMAX], head[MAPS_HEAD], shape[64], src[64], npy[NPY_HEAD];
     float *map = NULL, *all = NULL;
     int b = 0, h = 0, max_n = 0, rows, cols, bt = 1, bs = 1, rc, hl, f32 = 0;
     int values = 0, b_all = 0, h_all = 0, nd = 0, dims[4], sdims[4];
@@ -288,7 +354,7 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
     maps_what what = MAPS_WEIGHTS;
     maps_info info;
     maps__entry *e;
-    size_t cells, cap, plane, k = 0, nhead = 0, need, work;
+    size_t cells, cap, plane, k = 0, nhead = 0, need, scratch;
     char *p;
 
     if (sb && strcmp(sb, "all") == 0)
@@ -357,9 +423,8 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
     /* b*h*t*s*4 and b*kv_h*s*dv*4 fit (maps__entry_build): so do these */
     plane = (size_t)prows * (size_t)pcols;
     cells = plane * (size_t)(b1 - b0) * (size_t)(h1 - h0);
-    work = values ? 0 : ((size_t)info.t * (size_t)info.s + plane) * 4;
-    need = (f32 ? cells * 4 + NPY_HEAD
-                : sizeof(head) + cells * OIP_JSON_FLOAT_MAX + 3) + work;
+    scratch = values ? 0 : maps__row_scratch(&info, what, h0);
+    need = answer_need(cells, plane, f32, whole, values, scratch);
     rc = 0;
     if (!f32 && values && cells > MAPS_JSON_MAX_CELLS) {
         if (whole)
@@ -386,14 +451,9 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
     if (!rc && answer_max && need > answer_max) {
         char sh_[64];
         dims_text(sh_, sizeof(sh_), dims, nd, 1);
-        snprintf(err, sizeof(err), "%s: the %s map as %s takes %zu bytes "
-                 "with the plane it is read from, more than one request "
-                 "may (%zu bytes, request-memory); ask for %s, or raise "
-                 "--request-memory", whole ? "b, h" : "max", sh_,
-                 f32 == 2 ? "npy" : f32 ? "f32" : "JSON", need, answer_max,
-                 whole ? (f32 ? "one b and h at a time, or max="
-                              : "format=npy, one b and h at a time, or max=")
-                       : f32 ? "max=" : "max= or format=npy");
+        too_big(err, sizeof(err), sh_, cells, plane,
+                (size_t)(b1 - b0) * (size_t)(h1 - h0), f32, whole, values,
+                scratch, need, answer_max);
         maps__release(e);
         return reply_error(r, 413, err);
     }
@@ -415,6 +475,15 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
             if (whole && cut && cut(cut_ctx)) {
                 gone = 1; /* its reader went */
                 break;
+            }
+            if (all && !values) { /* the plane in place */
+                rc = maps__slice_into(e, what, bi, hi, max_n, cut, cut_ctx,
+                                      all + nhead / sizeof(float) + k,
+                                      &rows, &cols, &bt, &bs, err);
+                gone = rc > 0;
+                rc = rc > 0 ? 0 : rc;
+                k += plane;
+                continue;
             }
             rc = values ? maps__values_entry(e, bi, hi, &map, &rows, &cols,
                                              err)

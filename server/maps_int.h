@@ -58,9 +58,21 @@ void maps__entry_free(maps__entry *e);
  * next version the second time. Any thread. */
 int maps__check(const maps__entry *e, int b, int h, int allow_mean,
                 char *err);
-/* maps__slice_cut asks cut(cut_ctx) (NULL: never) between heads and every
- * 16 rows of the plane it fills, and before pooling it: when cut says its
- * reader went, 0 with *out NULL (nothing to free). */
+/* maps__slice_cut asks cut(cut_ctx) (NULL: never) before every 16th row
+ * of the plane (the first too): when cut says its reader went, 0 with
+ * *out NULL (nothing to free). It allocates the (pooled) plane it
+ * returns and no more than maps__row_scratch's bytes beside it: the rows
+ * are read from the stored ones and pooled as they come, the whole t x s
+ * plane is never made. maps__slice_into does so into dst (room for the
+ * pooled plane's rows x cols floats), and returns 1 when its reader
+ * went. maps__row_scratch: the bytes of the one row a slice of (what,
+ * h) computes beside its answer (a head mean, a mask; 0 for one head's
+ * attention or scores, read in place). */
+size_t maps__row_scratch(const maps_info *in, maps_what what, int h);
+int maps__slice_into(const maps__entry *e, maps_what what, int b, int h,
+                     int max_n, maps_cut_fn cut, void *cut_ctx, float *dst,
+                     int *rows, int *cols, int *row_block, int *col_block,
+                     char *err);
 int maps__slice_cut(const maps__entry *e, maps_what what, int b, int h,
                     int max_n, maps_cut_fn cut, void *cut_ctx, float **out,
                     int *rows, int *cols, int *row_block, int *col_block,

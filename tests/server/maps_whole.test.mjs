@@ -10,6 +10,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, test } from 'node:test';
 import { REFS, fp32, infer, maxDiff, start } from './helper.mjs';
+import { D, gqaModels, stepBody, tokens } from './seq_helper.mjs';
 
 const W = JSON.parse(readFileSync(join(dirname(fileURLToPath(import.meta.url)), 'fixtures', 'maps_whole.json'), 'utf8'));
 
@@ -141,7 +142,7 @@ test('an answer past --request-memory is 413 naming it; one plane, or f32, that 
     const r = await get(dm, id, 'b=all&h=all');
     assert.equal(r.status, 413);
     const e = (await r.json()).error;
-    assert.match(e, /^b, h: the \[1,4,100,100\] map as JSON takes \d+ bytes with the plane it is read from, more than one request may \(400000 bytes, request-memory\); ask for format=npy, one b and h at a time, or max=, or raise --request-memory$/, e);
+    assert.match(e, /^b, h: the \[1,4,100,100\] map as JSON takes \d+ bytes, more than one request may \(400000 bytes, request-memory\); ask for format=npy, one b and h at a time, max=, or raise --request-memory$/, e);
     const f = await get(dm, id, 'b=all&h=all&format=npy');
     assert.equal(f.status, 200);
     assert.equal((await f.arrayBuffer()).byteLength, 128 + 4 * 4 * T * T);
@@ -150,6 +151,70 @@ test('an answer past --request-memory is 413 naming it; one plane, or f32, that 
       assert.equal(g.status, 200, q);
       await g.arrayBuffer();
     }
+  } finally {
+    const x = await dm.stop();
+    assert.equal(x.code, 0, dm.log());
+  }
+});
+
+// The bound counts what an answer allocates: the stored t x s planes are
+// read in place (a pooled answer never makes one), and a single f32
+// plane is its own body. A sequence's map grows past --request-memory a
+// step at a time (each step fits): a plane of it is larger than the
+// bound, yet its pooled overview, as JSON or f32, and its head mean are
+// served; the whole plane is 413 advising only what fits (max=).
+test('a sequence\'s map grown past --request-memory: its pooled planes are served, the 413 advises what fits', async () => {
+  const dm = await start({ dir: gqaModels(), args: ['--request-memory', '1048576'] });
+  try {
+    const N = 528, xs = tokens(N, 40); // 528 x 528 x 4 = 1115136 bytes a plane
+    let id = null;
+    for (let t0 = 0; t0 < N; t0 += 16) {
+      const r = await infer(dm, 'gqa', stepBody('grow', xs.slice(t0 * D, (t0 + 16) * D), { start: t0 === 0, outputs: [{ name: 'y' }], extra: t0 === 0 ? { retain: true } : {} }));
+      assert.equal(r.status, 200, JSON.stringify(r.json));
+      id = id || r.json.parameters.map_id;
+      assert.equal(r.json.parameters.map_id, id, `step at ${t0}`);
+    }
+    for (const [q, shape] of [['h=0&max=64', [59, 59]], ['h=mean&max=64', [59, 59]], ['h=1&max=16&what=mask', [16, 16]]]) {
+      const r = await get(dm, id, q);
+      const text = await r.text();
+      assert.equal(r.status, 200, `${q}: ${text}`);
+      assert.deepEqual(JSON.parse(text).shape, shape, q);
+    }
+    const f = await get(dm, id, 'h=0&max=16&format=f32');
+    const fb = await f.arrayBuffer();
+    assert.equal(f.status, 200, Buffer.from(fb).toString());
+    assert.equal(fb.byteLength, 4 * 16 * 16);
+    assert.equal(f.headers.get('map-shape'), '16,16');
+    for (const [q, as] of [['h=0', 'JSON'], ['h=0&format=f32', 'f32'], ['h=0&format=npy', 'npy']]) {
+      const r = await get(dm, id, q);
+      assert.equal(r.status, 413, q);
+      const e = (await r.json()).error;
+      assert.match(e, new RegExp(`^max: the \\[${N},${N}\\] map as ${as} takes \\d+ bytes, more than one request may \\(1048576 bytes, request-memory\\); ask for max=, or raise --request-memory$`), e);
+    }
+  } finally {
+    const x = await dm.stop();
+    assert.equal(x.code, 0, dm.log());
+  }
+});
+
+// A single plane as f32 is the body it fills: 4 MiB of a [1024, 1024]
+// map (and its .npy, 4 MiB and a header) under a 10 MiB bound; the whole
+// plane as JSON (about 17 MiB of text beside it) is 413.
+test('a single f32 or npy plane counts its buffer once: a 4 MiB plane under 10 MiB is served', async () => {
+  const dm = await start({ args: ['--request-memory', '10485760'] });
+  try {
+    const T = 1024, x = Array.from({ length: T }, (_, i) => Math.sin(i));
+    const id = await retain(dm, 'sdpa', { inputs: ['q', 'k', 'v'].map((n) => fp32(n, [1, 1, T, 1], x)), outputs: [{ name: 'output' }] });
+    for (const [q, len] of [['format=f32', 4 * T * T], ['h=0&format=f32', 4 * T * T], ['h=0&format=npy', 128 + 4 * T * T]]) {
+      const r = await get(dm, id, q);
+      const b = await r.arrayBuffer();
+      assert.equal(r.status, 200, `${q}: ${Buffer.from(b).toString().slice(0, 300)}`);
+      assert.equal(b.byteLength, len, q);
+    }
+    const j = await get(dm, id, 'h=0');
+    assert.equal(j.status, 413);
+    const e = (await j.json()).error;
+    assert.match(e, /^max: the \[1024,1024\] map as JSON takes \d+ bytes, more than one request may \(10485760 bytes, request-memory\); ask for format=npy, max=, or raise --request-memory$/, e);
   } finally {
     const x = await dm.stop();
     assert.equal(x.code, 0, dm.log());

@@ -421,8 +421,8 @@ static int reader_went(void *ctx)
     return ++rd->asked == rd->after;
 }
 
-/* maps_http_render asks its cut between heads, every 16 rows of a mask
- * and before printing: a reader that went stops the render there (no
+/* maps_http_render asks its cut before every 16th row of a plane (the
+ * first too) and before printing: a reader that went stops the render there (no
  * body, r.cut), one that stays gets maps_http_get's bytes. */
 START_TEST(test_render_cut)
 {
@@ -444,11 +444,11 @@ START_TEST(test_render_cut)
     ck_assert_int_eq(r.status, 200);
     ck_assert_uint_eq(r.len, whole.len);
     ck_assert(memcmp(r.body, whole.body, r.len) == 0);
-    ck_assert_int_eq(rd.asked, 3 + 1 + 1); /* each head, pooling, printing */
+    ck_assert_int_eq(rd.asked, 3 + 1); /* rows 0, 16, 32, printing */
     free(r.body);
     free(whole.body);
-    /* gone at the second head, or before printing: nothing rendered after */
-    for (int after = 1; after <= 5; after++) {
+    /* gone at row 16, or before printing: nothing rendered after */
+    for (int after = 1; after <= 4; after++) {
         rd = (reader){0, after};
         ck_assert_int_eq(maps_http_render(st, path, kv_arg, mean, reader_went,
                                           &rd, 0, &r), 0);
@@ -456,16 +456,16 @@ START_TEST(test_render_cut)
         ck_assert_ptr_null(r.body);
         ck_assert_int_eq(rd.asked, after);
     }
-    /* a mask's cells: asked every 16 rows of each head (rows 16 and 32) */
+    /* a mask's cells: asked every 16 rows too (the third at row 32) */
     rd = (reader){0, 3};
     ck_assert_int_eq(maps_http_render(st, path, kv_arg, mask, reader_went, &rd, 0,
                                       &r), 0);
     ck_assert_int_eq(r.cut, 1);
     ck_assert_ptr_null(r.body);
     ck_assert_int_eq(rd.asked, 3);
-    /* b=all&h=all: asked before each plane and within it (each head's
-     * slice asks before its head and before pooling), and before printing:
-     * 3 x (1 + 1 + 1) + 1 when the reader stays */
+    /* b=all&h=all: asked before each plane and within it (rows 0, 16
+     * and 32 of each head's), and before printing: 3 x (1 + 3) + 1 when
+     * the reader stays */
     {
         const char *every[] = {"b", "all", "h", "all", NULL};
         rd = (reader){0, 0};
@@ -473,9 +473,9 @@ START_TEST(test_render_cut)
                                           &rd, 0, &r), 0);
         ck_assert_int_eq(r.cut, 0);
         ck_assert_int_eq(r.status, 200);
-        ck_assert_int_eq(rd.asked, 3 * 3 + 1);
+        ck_assert_int_eq(rd.asked, 3 * 4 + 1);
         free(r.body);
-        for (int after = 1; after <= 10; after++) {
+        for (int after = 1; after <= 13; after++) {
             rd = (reader){0, after};
             ck_assert_int_eq(maps_http_render(st, path, kv_arg, every,
                                               reader_went, &rd, 0, &r), 0);

@@ -1,5 +1,6 @@
 /* test_maps_grow.c - a sequence's retained map grown step by step
- * (server/maps_grow.c, and maps_grow_put in server/maps.c). Expected values
+ * (server/maps_grow.c, and maps_grow_put in server/maps.c), and the bound
+ * on a map's answers (request-memory's 413). Expected values
  * are worked by hand in the comments, never produced by the code under
  * test. */
 #include <check.h>
@@ -445,6 +446,66 @@ START_TEST(test_grow_past_the_store)
 }
 END_TEST
 
+/* request-memory's 413 names only what would fit: a map's value planes
+ * (B = 2, H = 2 over one kv head, S = 3, d_v = 2: 24 bytes a plane) are
+ * never pooled, so no max=; the whole [2,2,3,2] as f32 (96 bytes and one
+ * plane's copy as it is filled) past 100 bytes can be read a plane at a
+ * time; one plane past 20 bytes only under a larger bound, and at 24
+ * bytes (its own body, counted once) it is served. */
+static const char *kv_arg(void *ctx, const char *key)
+{
+    const char **kv = ctx;
+    for (; kv[0]; kv += 2)
+        if (strcmp(kv[0], key) == 0)
+            return kv[1];
+    return NULL;
+}
+
+START_TEST(test_answer_bound_advice)
+{
+    maps_store *st;
+    float a[2 * 2 * 3 * 3] = {0}, v[2 * 1 * 3 * 2] = {1, 2, 3, 4, 5, 6,
+                                                      7, 8, 9, 10, 11, 12};
+    const int32_t tv[2] = {3, 3}, sv[2] = {3, 3};
+    maps_put_args args = {.model = "demo", .b = 2, .h = 2, .t = 3, .s = 3,
+                          .attention = a, .t_valid = tv, .s_valid = sv,
+                          .v = v, .kv_h = 1, .dv = 2, .dk = 8};
+    const char *every[] = {"b", "all", "h", "all", "what", "v", "format",
+                           "f32", NULL};
+    const char *one[] = {"b", "1", "h", "1", "what", "v", "format", "f32",
+                         NULL};
+    char id[MAPS_ID_MAX], err[ATTN_ERRMAX], path[96];
+    maps_reply r;
+
+    ck_assert_int_eq(maps_store_create(&st, 1 << 20), 0);
+    ck_assert_int_eq(maps_put(st, &args, id, err), 0);
+    snprintf(path, sizeof path, "/v2/maps/%s/attention", id);
+    ck_assert_int_eq(maps_http_render(st, path, kv_arg, every, NULL, NULL,
+                                      100, &r), 0);
+    ck_assert_int_eq(r.status, 413);
+    ck_assert_ptr_nonnull(strstr(r.body, "\"b, h: the [2,2,3,2] map as f32 "
+        "takes 120 bytes, more than one request may (100 bytes, "
+        "request-memory); ask for one b and h at a time, or raise "
+        "--request-memory\""));
+    free(r.body);
+    ck_assert_int_eq(maps_http_render(st, path, kv_arg, one, NULL, NULL, 20,
+                                      &r), 0);
+    ck_assert_int_eq(r.status, 413);
+    ck_assert_ptr_nonnull(strstr(r.body, "\"what: the [3,2] map as f32 "
+        "takes 24 bytes, more than one request may (20 bytes, "
+        "request-memory), and no smaller answer of it fits (one value "
+        "plane alone is 24 bytes): raise --request-memory\""));
+    free(r.body);
+    ck_assert_int_eq(maps_http_render(st, path, kv_arg, one, NULL, NULL, 24,
+                                      &r), 0);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_uint_eq(r.len, 24);
+    ck_assert(memcmp(r.body, v + 6, 24) == 0); /* item 1's value rows */
+    free(r.body);
+    maps_store_destroy(st);
+}
+END_TEST
+
 static Suite *maps_grow_suite(void)
 {
     Suite *s = suite_create("maps_grow");
@@ -455,6 +516,7 @@ static Suite *maps_grow_suite(void)
     tcase_add_test(tc, test_grow_scores);
     tcase_add_test(tc, test_read_while_growing);
     tcase_add_test(tc, test_grow_past_the_store);
+    tcase_add_test(tc, test_answer_bound_advice);
     suite_add_tcase(s, tc);
     return s;
 }
