@@ -66,7 +66,8 @@
       "and its work has ended, time the answers made get to be written "     \
       "whole before their connections close; a client reading slower loses " \
       "the rest (ms). Within it too, at the stop, a gRPC connection waits "  \
-      "for its client to close after the final GOAWAY")                       \
+      "after the final GOAWAY until its client has acknowledged every byte " \
+      "(or closes it; a signal ends the wait)")                               \
     X(max_body, "max-body", INT, 64 * SRV_MiB, 1024, 1LL << 40,               \
       "largest request body in bytes (413 past it)")                          \
     X(max_json_body, "max-json-body", INT, 16 * SRV_MiB, 1024, 1LL << 40,     \

@@ -59,13 +59,18 @@ int srv_grpc_unsent(const srv *s, int *conns, size_t *bytes);
  * For the idle sweep (seq_drops.c). Loop thread. */
 int srv_grpc_step_coming(const srv *s, const char *id, uint64_t before);
 /* srv_grpc_stop: final GOAWAY, close the listener and every connection:
- * at once one whose writes are stuck (a client that does not read); the
- * others once their client closes, or ms (the flush's time left) have
- * passed, their input read and dropped meanwhile: closed with bytes
- * unread, or met by one after, a socket is reset, and the kernel drops
- * what of the answers it still holds (a client sends as it reads: its
- * WINDOW_UPDATEs). */
-void srv_grpc_stop(srv *s, uint64_t ms);
+ * at once one whose writes are stuck (a client that does not read) or
+ * that has nothing left to deliver; the others (their input read and
+ * dropped meanwhile) once their kernel holds no byte the client has not
+ * acknowledged, their client closes, or ms (the flush's time left) have
+ * passed: closed with bytes unread, or met by one after, a socket is
+ * reset, and the kernel drops what of the answers it still holds (a
+ * client sends as it reads: its WINDOW_UPDATEs). 1 when some are left
+ * open: done(s) runs as the last of them closes; 0 when none are. */
+int srv_grpc_stop(srv *s, uint64_t ms, void (*done)(srv *));
+/* srv_grpc_stop_cut: close at once the connections srv_grpc_stop left
+ * open (a signal during the stop); how many were. */
+int srv_grpc_stop_cut(srv *s);
 
 /* ---- grpc_rpc.c, grpc_meta.c: the methods --------------------------------- */
 

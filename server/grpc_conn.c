@@ -6,8 +6,9 @@
  * produces (at most WRITE_HIGH bytes unwritten per connection), flush once
  * per loop turn from an idle handle, close; start, drain (GOAWAY notice)
  * and stop (GOAWAY, shutdown after the last write, then what the client
- * sends dropped until it closes, within the flush's time; a connection
- * whose client does not read is closed at once). grpc.c handles the
+ * sends dropped until it has acknowledged every byte or closed, within
+ * the flush's time; one whose client does not read at all is closed at
+ * once, so is one at a signal). grpc.c handles the
  * calls, and the drain's view of the connections (finish: the drain cut
  * short, the final GOAWAY, the open calls' status; busy; unsent). Loop
  * thread only.
@@ -18,7 +19,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#ifdef __linux__
+#include <linux/sockios.h> /* SIOCOUTQ */
+#endif
 #include <unistd.h>
 
 static void close_conn(gconn *c);
@@ -325,6 +330,8 @@ static void close_conn(gconn *c)
     if (g->stop_timer_on && !g->n_conns) { /* the stop's last one */
         g->stop_timer_on = 0;
         uv_close((uv_handle_t *)&g->stop_timer, on_handle_closed);
+        g->s->grpc_stopping = NULL;
+        g->stop_done(g->s);
     }
 }
 
@@ -686,20 +693,56 @@ void srv_grpc_drain(srv *s)
     }
 }
 
+/* delivered: has c's client acknowledged every byte (SIOCOUTQ: unsent and
+ * unacknowledged ones, and the FIN's 1, whose ACK comes late, ~200 ms)?
+ * Its kernel holds them all then: a reset cannot lose any (a read returns
+ * them before the reset's error). Unknown (not Linux): no. */
+static int delivered(gconn *c)
+{
+#ifdef SIOCOUTQ
+    uv_os_fd_t fd = -1;
+    int n = 2;
+    return c->shut_done && uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 &&
+           ioctl(fd, SIOCOUTQ, &n) == 0 && n <= 1;
+#else
+    (void)c;
+    return 0;
+#endif
+}
+
 static void on_shutdown(uv_shutdown_t *req, int status)
 {
     gconn *c = req->data;
-    if (status < 0 || !c->discarding)
-        close_conn(c); /* (a discarding one: when its client closes) */
+    c->shut_done = 1;
+    if (status < 0 || !c->discarding || delivered(c))
+        close_conn(c); /* (a discarding one: once all it sent is acked) */
 }
 
-/* on_stop_timeout: the connections whose clients have not closed after
- * the stop's GOAWAY are closed now. */
+/* on_stop_timeout, every STOP_POLL_MS: the connections whose clients have
+ * everything are closed; once the flush's time has passed, all of them. */
+#define STOP_POLL_MS 10
 static void on_stop_timeout(uv_timer_t *t)
 {
     srv_grpc *g = t->data;
-    while (g->conns)
+    gconn *c, *next;
+    uint64_t now = srv_now_ns(), left;
+    for (c = g->conns; c; c = next) {
+        next = c->next; /* (the last one's close closes t too) */
+        if (now >= g->stop_end_ns || delivered(c))
+            close_conn(c);
+    }
+    left = g->stop_timer_on ? (g->stop_end_ns - now + 999999u) / 1000000u : 0;
+    if (left)
+        uv_timer_start(t, on_stop_timeout, left < STOP_POLL_MS ? left : STOP_POLL_MS, 0);
+}
+
+int srv_grpc_stop_cut(srv *s)
+{
+    srv_grpc *g = s->grpc_stopping;
+    int n = g ? g->n_conns : 0;
+    while (g && g->conns)
         close_conn(g->conns);
+    return n;
 }
 
 static void on_handle_closed(uv_handle_t *h)
@@ -709,12 +752,12 @@ static void on_handle_closed(uv_handle_t *h)
     release(g);
 }
 
-void srv_grpc_stop(srv *s, uint64_t ms)
+int srv_grpc_stop(srv *s, uint64_t ms, void (*done)(srv *))
 {
     srv_grpc *g = s->grpc;
     gconn *c, *next;
     if (!g)
-        return;
+        return 0;
     for (c = g->conns; c; c = next) {
         next = c->next;
         nghttp2_session_terminate_session(c->h2, NGHTTP2_NO_ERROR);
@@ -741,13 +784,17 @@ void srv_grpc_stop(srv *s, uint64_t ms)
     uv_idle_stop(&g->idle);
     g->idle_on = 1; /* never restarted */
     uv_close((uv_handle_t *)&g->idle, on_handle_closed);
-    if (g->n_conns) { /* discarding ones: closed at last after ms */
+    if (g->n_conns) { /* discarding ones: closed when delivered, or ms */
         uv_timer_init(s->loop, &g->stop_timer);
         g->stop_timer.data = g;
         g->handles++;
         g->stop_timer_on = 1;
-        uv_timer_start(&g->stop_timer, on_stop_timeout, ms, 0);
+        g->stop_end_ns = srv_now_ns() + ms * 1000000u;
+        g->stop_done = done;
+        s->grpc_stopping = g;
+        uv_timer_start(&g->stop_timer, on_stop_timeout, ms < STOP_POLL_MS ? ms : STOP_POLL_MS, 0);
     }
     s->grpc = NULL;
     srv_accept_stop(&g->accept, on_handle_closed);
+    return g->stop_timer_on;
 }

@@ -204,6 +204,7 @@ struct gconn {
     int discarding;      /* the stop: its final GOAWAY and answers written,
                             its client's frames read and dropped until it
                             closes (srv_grpc_stop) */
+    int shut_done;       /* then: its shutdown (FIN) was made */
     int in_flush, closing;
     size_t wpending;     /* bytes handed to uv_write, not yet written */
     size_t queued;       /* answer bytes queued in its calls, not yet sent,
@@ -245,6 +246,8 @@ typedef struct srv_grpc {
     int stopped;  /* srv_grpc_stop ran: freed once everything closed */
     uv_timer_t stop_timer; /* then: closes the connections still open */
     int stop_timer_on;     /* it is open (closed with the last of them) */
+    uint64_t stop_end_ns;  /* the flush's time ends: every one closes */
+    void (*stop_done)(srv *); /* called as the last of them closes */
     srv_every h2_log;      /* srv_grpc__h2_error's log lines */
     srv_every refused_log; /* streams refused for memory-budget */
     srv_every conn_refused_log; /* connections refused for it */

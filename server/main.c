@@ -31,7 +31,8 @@
  * back SIG_DFL when its last signal handle closes, and a signal landing
  * between that and a later SIG_IGN killed attnd during its exit. The
  * handler counts the signal and wakes the loop (uv_async_send is
- * async-signal-safe); at the stop SIG_IGN replaces it, so from the first
+ * async-signal-safe); at the stop SIG_IGN replaces it (once its last gRPC
+ * connection has closed: a signal until then closes them), so from the first
  * signal to the process's end none of the three can kill attnd.
  */
 #include "server/srv.h"
@@ -251,9 +252,11 @@ static void on_stop_timer(uv_timer_t *t)
         srv_log(s, "info", "drained; stopping");
     srv_http_stop(s);
     /* its connections' clients get the flush's time (left) to read what
-     * the kernel still holds for them before their sockets close */
-    srv_grpc_stop(s, flush_left(s));
-    ignore_signals(s); /* exiting anyway: a late signal must not kill */
+     * the kernel still holds for them before their sockets close; a
+     * signal meanwhile closes them (on_signal), then the signals are
+     * ignored: exiting anyway, a late signal must not kill */
+    if (!srv_grpc_stop(s, flush_left(s), ignore_signals))
+        ignore_signals(s);
     uv_close((uv_handle_t *)&s->drain_timer, NULL);
     uv_close((uv_handle_t *)&s->stop_timer, NULL);
     srv_seq_stop(s);
@@ -279,7 +282,9 @@ static void on_drain_timeout(uv_timer_t *t)
 }
 
 /* on_signal: the loop's side of on_raw_signal: the first signal starts the
- * drain, a later one cuts it short (once; the rest change nothing). */
+ * drain, a later one cuts it short (once), or after the drain closes the
+ * gRPC connections whose clients still read (srv_grpc_stop); the rest
+ * change nothing. */
 static void on_signal(uv_async_t *h)
 {
     srv *s = h->data;
@@ -290,8 +295,15 @@ static void on_signal(uv_async_t *h)
         if (k && first < 0)
             first = stop_signals[i];
     }
-    if (!n || s->stopping)
+    if (!n)
         return;
+    if (s->stopping) { /* the gRPC clients still reading: cut, as a drain */
+        if ((n = srv_grpc_stop_cut(s)) > 0)
+            srv_log(s, "warn", "SIG%s: stop cut short: closed %d gRPC "
+                    "connection%s whose client had not read its answers yet "
+                    "(stop-flush-ms)", sigabbrev_np(first), n, n == 1 ? "" : "s");
+        return;
+    }
     if (!s->draining) {
         s->draining = 1;
         srv_log(s, "info", "SIG%s: draining (%d request%s in flight, up to %lld ms)",

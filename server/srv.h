@@ -492,6 +492,8 @@ struct srv {
     long long mem_limit;   /* memfit.c: the cgroup's memory limit, 0 = none */
     char mem_limit_file[256]; /* the file it was read from */
     struct srv_grpc *grpc; /* grpc.c, NULL when off */
+    struct srv_grpc *grpc_stopping; /* after srv_grpc_stop, while some of
+                                       its connections are still open */
     int grpc_port;         /* bound gRPC port */
     /* busy_poll.c */
     int pool_jobs;         /* request work queued on the pool or running */

@@ -238,6 +238,55 @@ test('gRPC: a client that reads its answer slowly across the stop, sending as it
   await d.stop();
 });
 
+/** exited(d, ms): d's exit, or 'still running' after ms (a hang's bound:
+ * the flush these attnds are given is far longer). */
+function exited(d, ms) {
+  let id;
+  const late = new Promise((res) => { id = setTimeout(() => res('still running'), ms); });
+  return Promise.race([d.exit, late]).finally(() => clearTimeout(id));
+}
+
+test('gRPC: a connection idle at the stop (nothing left to deliver: a keep-alive client, a health checker ignoring the GOAWAY) gets its GOAWAY and does not hold the exit for --stop-flush-ms', async (t) => {
+  // review: every connection waited for its client to close, up to the
+  // whole flush (60 s here), an idle one too, its client holding nothing
+  // it could lose
+  const d = await start({ t, grpc: true, args: ['--stop-flush-ms', FLUSH_MS] });
+  // allowHalfOpen: attnd's end (its shutdown) does not end this side
+  const s = net.connect({ port: d.grpcPort, host: '127.0.0.1', allowHalfOpen: true });
+  s.on('error', () => {});
+  t.after(() => s.destroy());
+  const got = [];
+  s.on('data', (c) => got.push(c));
+  await new Promise((res) => s.on('connect', res));
+  s.write(Buffer.concat([Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), h2frame(4, 0, 0, Buffer.alloc(0))]));
+  for (const until = Date.now() + 5000 * SLOW; !got.length && Date.now() < until;) await sleep(20);
+  assert.ok(got.length, "attnd's SETTINGS came");
+  d.proc.kill('SIGTERM');
+  assert.deepEqual(await exited(d, 10000 * SLOW), { code: 0, sig: null }, d.log());
+  const all = Buffer.concat(got);
+  assert.ok(all.includes(Buffer.from([0, 0, 8, 7, 0, 0, 0, 0, 0])), 'GOAWAY');
+  assert.match(d.log(), /drained; stopping/);
+  await d.stop();
+});
+
+test('gRPC: a signal while the stop waits for a client that does not read its answer closes it at once; exit 0', async (t) => {
+  // review: from the stop on the signals were ignored, and only the end
+  // of --stop-flush-ms (60 s here) let attnd exit
+  const d = await start({ t, grpc: true, args: ['--stop-flush-ms', FLUSH_MS] });
+  const s = deaf(d.grpcPort, INFER, attention(600), 0x7fffffff);
+  t.after(() => s.destroy());
+  await new Promise((res) => s.once('readable', res));
+  assert.match(await d.logged(/ModelInfer 200/), /ModelInfer 200/);
+  d.proc.kill('SIGTERM');
+  assert.match(await d.logged(/drained; stopping/), /drained; stopping/);
+  await sleep(200 * SLOW);
+  assert.equal(await exited(d, 0), 'still running', 'the stop waits for the client');
+  d.proc.kill('SIGTERM');
+  assert.deepEqual(await exited(d, 10000 * SLOW), { code: 0, sig: null }, d.log());
+  assert.match(d.log(), /SIGTERM: stop cut short: closed 1 gRPC connection whose client had not read its answers yet/);
+  await d.stop();
+});
+
 test('REST: a client that reads its large answer slowly across the cut gets it whole', async (t) => {
   // 9 MB: more than the socket buffers hold, so part of it waits in attnd
   const d = await start({ t, args: ['--stop-flush-ms', FLUSH_MS] });
