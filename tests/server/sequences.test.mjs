@@ -652,8 +652,10 @@ test('a sequence being dropped behind its running step is not live to a DELETE e
   // ends, on a busy machine in every round: that case is then left
   // unchecked (the DELETE case checks the same rule). Either way the
   // DELETE that follows is 404: "being dropped" or, if the step ended
-  // meanwhile, "dropped ... at N tokens".
-  const d = await start({ dir: gqaModels(), args: ['--instances', '1', '--solo-max-weights', '0', '--threads', '3'] });
+  // meanwhile, "dropped ... at N tokens". The deadline is not what this
+  // tests: a step of 16384 tokens and more ran 23-28 s under TSan and
+  // past the 30 s default on a loaded machine (504), so it gets 10 min.
+  const d = await start({ dir: gqaModels(), args: ['--instances', '1', '--solo-max-weights', '0', '--threads', '3', '--deadline-ms', '600000'] });
   try {
     const running = async () => /^attnd_pool_jobs ([2-9]|\d\d+)$/m.test(await (await fetch(`${d.url}/metrics`)).text());
     const del = async (id) => { const r = await fetch(`${d.url}/v2/sequences/${id}`, { method: 'DELETE' }); return { status: r.status, text: await r.text() }; };
