@@ -12,6 +12,7 @@
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 /* tu_tmp(buf, n, name): buf = "<the run's scratch folder>/name" (name may
@@ -25,6 +26,17 @@ static inline char *tu_tmp(char *buf, size_t n, const char *name)
     const char *root = getenv("TMPDIR");
     snprintf(buf, n, "%s/%s", root && *root ? root : "/tmp", name);
     return buf;
+}
+
+/* tu_kv: key's value in kv, a NULL-terminated list of key, value pairs
+ * (NULL: none), as a callback's ctx (maps_http's query-string lookup). */
+static inline const char *tu_kv(void *ctx, const char *key)
+{
+    const char **kv = ctx;
+    for (; kv[0]; kv += 2)
+        if (strcmp(kv[0], key) == 0)
+            return kv[1];
+    return NULL;
 }
 
 static inline int tu_rm_entry(const char *p, const struct stat *st, int type,

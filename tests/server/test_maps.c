@@ -257,16 +257,6 @@ START_TEST(test_reader_outlives_eviction)
 }
 END_TEST
 
-/* Query-string lookup over a NULL-terminated key, value list. */
-static const char *kv_arg(void *ctx, const char *key)
-{
-    const char **kv = ctx;
-    for (; kv[0]; kv += 2)
-        if (strcmp(kv[0], key) == 0)
-            return kv[1];
-    return NULL;
-}
-
 static json_t *get_json(maps_store *st, const char *path, const char **kv,
                         int want_status)
 {
@@ -274,7 +264,7 @@ static json_t *get_json(maps_store *st, const char *path, const char **kv,
     json_error_t jerr;
     json_t *o;
 
-    ck_assert_int_eq(maps_http_get(st, path, kv_arg, kv, &r), 0);
+    ck_assert_int_eq(maps_http_get(st, path, tu_kv, kv, &r), 0);
     ck_assert_int_eq(r.status, want_status);
     ck_assert_str_eq(r.content_type, "application/json");
     o = json_loadb(r.body, r.len, 0, &jerr);
@@ -339,7 +329,7 @@ START_TEST(test_http_routes)
     {
         const char *kv[] = {"h", "1", "max", "2", "format", "f32", NULL};
         float want[4] = {104, 105, 107, 108};
-        ck_assert_int_eq(maps_http_get(st, path, kv_arg, kv, &r), 0);
+        ck_assert_int_eq(maps_http_get(st, path, tu_kv, kv, &r), 0);
         ck_assert_int_eq(r.status, 200);
         ck_assert_str_eq(r.content_type, "application/octet-stream");
         ck_assert_str_eq(r.shape, "2,2");
@@ -437,8 +427,8 @@ START_TEST(test_render_cut)
     ck_assert_int_eq(maps_store_create(&st, 1 << 20), 0);
     ck_assert_int_eq(put(st, "demo", a, 1, 3, 40, 40, id), 0);
     snprintf(path, sizeof path, "/v2/maps/%s/attention", id);
-    ck_assert_int_eq(maps_http_get(st, path, kv_arg, mean, &whole), 0);
-    ck_assert_int_eq(maps_http_render(st, path, kv_arg, mean, reader_went, &rd, 0,
+    ck_assert_int_eq(maps_http_get(st, path, tu_kv, mean, &whole), 0);
+    ck_assert_int_eq(maps_http_render(st, path, tu_kv, mean, reader_went, &rd, 0,
                                       &r), 0);
     ck_assert_int_eq(r.cut, 0);
     ck_assert_int_eq(r.status, 200);
@@ -450,7 +440,7 @@ START_TEST(test_render_cut)
     /* gone at row 16, or before printing: nothing rendered after */
     for (int after = 1; after <= 4; after++) {
         rd = (reader){0, after};
-        ck_assert_int_eq(maps_http_render(st, path, kv_arg, mean, reader_went,
+        ck_assert_int_eq(maps_http_render(st, path, tu_kv, mean, reader_went,
                                           &rd, 0, &r), 0);
         ck_assert_int_eq(r.cut, 1);
         ck_assert_ptr_null(r.body);
@@ -458,7 +448,7 @@ START_TEST(test_render_cut)
     }
     /* a mask's cells: asked every 16 rows too (the third at row 32) */
     rd = (reader){0, 3};
-    ck_assert_int_eq(maps_http_render(st, path, kv_arg, mask, reader_went, &rd, 0,
+    ck_assert_int_eq(maps_http_render(st, path, tu_kv, mask, reader_went, &rd, 0,
                                       &r), 0);
     ck_assert_int_eq(r.cut, 1);
     ck_assert_ptr_null(r.body);
@@ -469,7 +459,7 @@ START_TEST(test_render_cut)
     {
         const char *every[] = {"b", "all", "h", "all", NULL};
         rd = (reader){0, 0};
-        ck_assert_int_eq(maps_http_render(st, path, kv_arg, every, reader_went,
+        ck_assert_int_eq(maps_http_render(st, path, tu_kv, every, reader_went,
                                           &rd, 0, &r), 0);
         ck_assert_int_eq(r.cut, 0);
         ck_assert_int_eq(r.status, 200);
@@ -477,7 +467,7 @@ START_TEST(test_render_cut)
         free(r.body);
         for (int after = 1; after <= 13; after++) {
             rd = (reader){0, after};
-            ck_assert_int_eq(maps_http_render(st, path, kv_arg, every,
+            ck_assert_int_eq(maps_http_render(st, path, tu_kv, every,
                                               reader_went, &rd, 0, &r), 0);
             ck_assert_int_eq(r.cut, 1);
             ck_assert_ptr_null(r.body);

@@ -452,15 +452,6 @@ END_TEST
  * plane's copy as it is filled) past 100 bytes can be read a plane at a
  * time; one plane past 20 bytes only under a larger bound, and at 24
  * bytes (its own body, counted once) it is served. */
-static const char *kv_arg(void *ctx, const char *key)
-{
-    const char **kv = ctx;
-    for (; kv[0]; kv += 2)
-        if (strcmp(kv[0], key) == 0)
-            return kv[1];
-    return NULL;
-}
-
 START_TEST(test_answer_bound_advice)
 {
     maps_store *st;
@@ -480,7 +471,7 @@ START_TEST(test_answer_bound_advice)
     ck_assert_int_eq(maps_store_create(&st, 1 << 20), 0);
     ck_assert_int_eq(maps_put(st, &args, id, err), 0);
     snprintf(path, sizeof path, "/v2/maps/%s/attention", id);
-    ck_assert_int_eq(maps_http_render(st, path, kv_arg, every, NULL, NULL,
+    ck_assert_int_eq(maps_http_render(st, path, tu_kv, every, NULL, NULL,
                                       100, &r), 0);
     ck_assert_int_eq(r.status, 413);
     ck_assert_ptr_nonnull(strstr(r.body, "\"b, h: the [2,2,3,2] map as f32 "
@@ -488,7 +479,7 @@ START_TEST(test_answer_bound_advice)
         "request-memory); ask for one b and h at a time, or raise "
         "--request-memory\""));
     free(r.body);
-    ck_assert_int_eq(maps_http_render(st, path, kv_arg, one, NULL, NULL, 20,
+    ck_assert_int_eq(maps_http_render(st, path, tu_kv, one, NULL, NULL, 20,
                                       &r), 0);
     ck_assert_int_eq(r.status, 413);
     ck_assert_ptr_nonnull(strstr(r.body, "\"what: the [3,2] map as f32 "
@@ -496,7 +487,7 @@ START_TEST(test_answer_bound_advice)
         "request-memory), and no smaller answer of it fits (one value "
         "plane alone is 24 bytes): raise --request-memory\""));
     free(r.body);
-    ck_assert_int_eq(maps_http_render(st, path, kv_arg, one, NULL, NULL, 24,
+    ck_assert_int_eq(maps_http_render(st, path, tu_kv, one, NULL, NULL, 24,
                                       &r), 0);
     ck_assert_int_eq(r.status, 200);
     ck_assert_uint_eq(r.len, 24);
