@@ -325,237 +325,133 @@ static void too_big(char *err, size_t cap, const char *shape, size_t cells,
                  values ? plane * sizeof(float) : scratch);
 }
 
-/* GET /v2/maps/{id}/attention?b=&h=&max=&format=&what=: one [T, S] map
- * (or its max-pooled overview) as JSON with a flat row-major "data", as
- * raw FP32 with the shape in r->shape, or as a .npy file; b=all and
- * h=all (extension) put every batch item's and head's planes in one
- * answer, [B, H, rows, cols] (either alone: [B, ...] or [H, ...]). Bad
- * parameters are 400s naming themselves; JSON above MAPS_JSON_MAX_CELLS
- * cells is refused (ask for max= or f32; for what=v the cells are the
- * value rows, S x d_v: f32), and an answer that allocates more than
- * answer_max bytes (answer_need; request-memory; 0: no bound) is 413.
- * cut (may be NULL) is asked while each plane fills and before it is
- * printed: when its reader went, r->cut and no body.
- * 0, or ATTN_ENOMEM. */
-static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
-                           void *ctx, maps_cut_fn cut, void *cut_ctx,
-                           size_t answer_max, maps_reply *r)
+/* One /attention request's asks (its query string, parsed). */
+typedef struct ask {
+    int b, h;          /* batch item, head (h -1: the heads' mean) */
+    int b_all, h_all;  /* b=all, h=all */
+    int max_n;         /* max=: pool into at most max_n rows and columns */
+    int fmt;           /* 0 JSON, 1 f32, 2 npy */
+    int values;        /* what=v */
+    maps_what what;
+    const char *what_s; /* as sent (NULL: attention) */
+} ask;
+
+/* parse_ask: a's fields from the query string (arg may be NULL); NULL, or
+ * the 400's message naming the parameter. */
+static const char *parse_ask(maps_arg_fn arg, void *ctx, ask *a)
 {
     const char *sb = arg ? arg(ctx, "b") : NULL;
     const char *sh = arg ? arg(ctx, "h") : NULL;
     const char *sm = arg ? arg(ctx, "max") : NULL;
     const char *sf = arg ? arg(ctx, "format") : NULL;
     const char *sw = arg ? arg(ctx, "what") : NULL;
-    char err[ATTN_ERRMAX], head[MAPS_HEAD], shape[64], src[64], npy[NPY_HEAD];
-    float *map = NULL, *all = NULL;
-    int b = 0, h = 0, max_n = 0, rows, cols, bt = 1, bs = 1, rc, hl, f32 = 0;
-    int values = 0, b_all = 0, h_all = 0, nd = 0, dims[4], sdims[4];
-    int b0, b1, h0, h1, bi, hi, prows, pcols, whole, gone = 0;
-    maps_what what = MAPS_WEIGHTS;
-    maps_info info;
-    maps__entry *e;
-    size_t cells, cap, plane, k = 0, nhead = 0, need, scratch;
-    char *p;
 
+    memset(a, 0, sizeof(*a));
+    a->what = MAPS_WEIGHTS;
+    a->what_s = sw;
     if (sb && strcmp(sb, "all") == 0)
-        b_all = 1;
-    else if (sb && parse_int(sb, 0, 1 << 30, &b))
-        return reply_error(r, 400, "b: expected a batch index >= 0 or "
-                                   "\"all\"");
+        a->b_all = 1;
+    else if (sb && parse_int(sb, 0, 1 << 30, &a->b))
+        return "b: expected a batch index >= 0 or \"all\"";
     if (sh && strcmp(sh, "mean") == 0)
-        h = -1;
+        a->h = -1;
     else if (sh && strcmp(sh, "all") == 0)
-        h_all = 1;
-    else if (sh && parse_int(sh, 0, 1 << 30, &h))
-        return reply_error(r, 400, "h: expected a head index >= 0, \"mean\" "
-                                   "or \"all\"");
-    if (sm && parse_int(sm, 1, 1 << 20, &max_n))
-        return reply_error(r, 400, "max: expected an integer in [1, "
-                                   "1048576]");
+        a->h_all = 1;
+    else if (sh && parse_int(sh, 0, 1 << 30, &a->h))
+        return "h: expected a head index >= 0, \"mean\" or \"all\"";
+    if (sm && parse_int(sm, 1, 1 << 20, &a->max_n))
+        return "max: expected an integer in [1, 1048576]";
     if (sf && strcmp(sf, "f32") == 0)
-        f32 = 1;
+        a->fmt = 1;
     else if (sf && strcmp(sf, "npy") == 0)
-        f32 = 2;
+        a->fmt = 2;
     else if (sf && strcmp(sf, "json") != 0)
-        return reply_error(r, 400, "format: expected json, f32 or npy");
+        return "format: expected json, f32 or npy";
     if (!sw || strcmp(sw, "attention") == 0)
-        what = MAPS_WEIGHTS;
+        a->what = MAPS_WEIGHTS;
     else if (strcmp(sw, "scores") == 0)
-        what = MAPS_SCORES;
+        a->what = MAPS_SCORES;
     else if (strcmp(sw, "mask") == 0)
-        what = MAPS_ALLOWED;
+        a->what = MAPS_ALLOWED;
     else if (strcmp(sw, "v") == 0)
-        values = 1;
+        a->values = 1;
     else
-        return reply_error(r, 400, "what: expected attention, scores, mask "
-                                   "or v");
-    if (values && h < 0)
-        return reply_error(r, 400, "h: what=v needs a head index or \"all\" "
-                                   "(values have no mean)");
-    if (values && sm)
-        return reply_error(r, 400, "max: what=v is never pooled");
-    /* one version of the map throughout: a sequence's next step may
-     * replace it meanwhile (the metadata below and the cells agree, and
-     * so do the planes of b=all, h=all) */
-    e = maps__acquire(st, id);
-    if (!e) {
-        snprintf(err, sizeof(err), "map %s: not retained (unknown or "
-                 "evicted)", id);
-        return reply_error(r, 404, err);
-    }
-    info = e->info;
-    b0 = b_all ? 0 : b;
-    b1 = b_all ? info.b : b + 1;
-    h0 = h_all ? 0 : h;
-    h1 = h_all ? info.h : h + 1;
-    if (b_all)
-        dims[nd] = sdims[nd] = info.b, nd++;
-    if (h_all)
-        dims[nd] = sdims[nd] = info.h, nd++;
-    whole = nd > 0;
-    prows = values ? info.s : pooled(info.t, max_n);
-    pcols = values ? info.dv : pooled(info.s, max_n);
-    dims[nd] = prows;
-    dims[nd + 1] = pcols;
-    sdims[nd] = values ? info.s : info.t;
-    sdims[nd + 1] = values ? info.dv : info.s;
-    nd += 2;
-    /* b*h*t*s*4 and b*kv_h*s*dv*4 fit (maps__entry_build): so do these */
-    plane = (size_t)prows * (size_t)pcols;
-    cells = plane * (size_t)(b1 - b0) * (size_t)(h1 - h0);
-    scratch = values ? 0 : maps__row_scratch(&info, what, h0);
-    need = answer_need(cells, plane, f32, whole, values, scratch);
-    rc = 0;
-    if (!f32 && values && cells > MAPS_JSON_MAX_CELLS) {
-        if (whole)
-            snprintf(err, sizeof(err), "what: %zu value cells (%d x %d a "
-                     "head) are too large for JSON; ask for format=f32 or "
-                     "npy, or one b and h", cells, info.s, info.dv);
-        else
-            snprintf(err, sizeof(err), "what: %d x %d value rows are too "
-                     "large for JSON; ask for format=f32", info.s, info.dv);
-        rc = ATTN_EINVAL;
-    } else if (!f32 && cells > MAPS_JSON_MAX_CELLS) {
-        if (whole)
-            snprintf(err, sizeof(err), "max: %zu cells (%d x %d a plane) "
-                     "are too large for JSON; ask for max=, format=f32 or "
-                     "npy, or one b and h", cells, prows, pcols);
-        else
-            snprintf(err, sizeof(err),
-                     "max: a %d x %d map is too large for JSON; ask for "
-                     "max=1024 or format=f32", info.t, info.s);
-        rc = ATTN_EINVAL;
-    }
-    if (!rc)
-        rc = maps__check(e, b0, h0, !values, err);
-    if (!rc && answer_max && need > answer_max) {
-        char sh_[64];
-        dims_text(sh_, sizeof(sh_), dims, nd, 1);
-        too_big(err, sizeof(err), sh_, cells, plane,
-                (size_t)(b1 - b0) * (size_t)(h1 - h0), f32, whole, values,
-                scratch, need, answer_max);
-        maps__release(e);
-        return reply_error(r, 413, err);
-    }
-    if (rc) {
-        maps__release(e);
-        return reply_error(r, 400, err);
-    }
-    if (whole || f32 == 2) {
-        if (f32 == 2)
-            nhead = npy_header(npy, dims, nd);
-        all = malloc(nhead + cells * sizeof(float));
-        if (!all) {
-            maps__release(e);
-            return ATTN_ENOMEM;
-        }
-    }
-    for (bi = b0; !rc && !gone && bi < b1; bi++)
-        for (hi = h0; !rc && !gone && hi < h1; hi++) {
-            if (whole && cut && cut(cut_ctx)) {
-                gone = 1; /* its reader went */
-                break;
-            }
-            if (all && !values) { /* the plane in place */
-                rc = maps__slice_into(e, what, bi, hi, max_n, cut, cut_ctx,
-                                      all + nhead / sizeof(float) + k,
-                                      &rows, &cols, &bt, &bs, err);
-                gone = rc > 0;
-                rc = rc > 0 ? 0 : rc;
-                k += plane;
-                continue;
-            }
-            rc = values ? maps__values_entry(e, bi, hi, &map, &rows, &cols,
-                                             err)
-                        : maps__slice_cut(e, what, bi, hi, max_n, cut,
-                                          cut_ctx, &map, &rows, &cols, &bt,
-                                          &bs, err);
-            gone = !rc && !map;
-            if (rc || gone || !all)
-                break;
-            memcpy(all + nhead / sizeof(float) + k, map,
-                   plane * sizeof(float));
-            k += plane;
-            free(map);
-            map = NULL;
-        }
-    maps__release(e);
-    if (rc) {
-        free(all);
-        free(map);
-        return rc == ATTN_EINVAL ? reply_error(r, 400, err) : rc;
-    }
-    if (all) {
-        free(map);
-        map = all;
-    }
-    if (gone || (!f32 && cut && cut(cut_ctx))) { /* its reader went */
-        free(map);
-        r->cut = 1;
+        return "what: expected attention, scores, mask or v";
+    if (a->values && a->h < 0)
+        return "h: what=v needs a head index or \"all\" (values have no "
+               "mean)";
+    if (a->values && sm)
+        return "max: what=v is never pooled";
+    return NULL;
+}
+
+/* json_too_big: an answer of cells floats (planes of prows x pcols; whole:
+ * several planes) asked as JSON past MAPS_JSON_MAX_CELLS: ATTN_EINVAL with
+ * the 400's message in err naming what to ask for instead; else 0. */
+static int json_too_big(const ask *a, const maps_info *info, size_t cells,
+                        int prows, int pcols, int whole,
+                        char err[ATTN_ERRMAX])
+{
+    if (a->fmt || cells <= MAPS_JSON_MAX_CELLS)
         return 0;
-    }
-    dims_text(shape, sizeof(shape), dims, nd, 0);
-    if (f32) {
-        /* Raw little-endian FP32, row-major, after a .npy header (npy) or
-         * alone with the shape in a header (f32; npy too). */
-        if (nhead)
-            memcpy(map, npy, nhead);
-        r->status = 200;
-        r->content_type = "application/octet-stream";
-        r->body = (char *)map;
-        r->len = nhead + cells * sizeof(float);
-        snprintf(r->shape, sizeof(r->shape), "%s", shape);
-        return 0;
-    }
-    /* The model name may need escaping: let jansson render it. */
-    {
-        json_t *js = json_string(info.model);
-        char *mq = attn_json_dumps(js, JSON_ENCODE_ANY, r->json_mark);
-        json_decref(js);
-        if (!mq)
-            goto nomem;
-        hl = snprintf(head, sizeof(head),
-                      "{\"id\":\"%s\",\"model\":%s,\"what\":\"%s\",\"b\":",
-                      info.id, mq, values ? "v" : sw ? sw : "attention");
-        free(mq);
-        if (b_all)
-            hl += snprintf(head + hl, sizeof(head) - (size_t)hl, "\"all\"");
-        else
-            hl += snprintf(head + hl, sizeof(head) - (size_t)hl, "%d", b);
-        hl += snprintf(head + hl, sizeof(head) - (size_t)hl, ",\"h\":");
-        if (h_all)
-            hl += snprintf(head + hl, sizeof(head) - (size_t)hl, "\"all\"");
-        else if (h < 0)
-            hl += snprintf(head + hl, sizeof(head) - (size_t)hl, "\"mean\"");
-        else
-            hl += snprintf(head + hl, sizeof(head) - (size_t)hl, "%d", h);
-        dims_text(shape, sizeof(shape), dims, nd, 1);
-        dims_text(src, sizeof(src), sdims, nd, 1);
-        hl += snprintf(head + hl, sizeof(head) - (size_t)hl,
-                       ",\"shape\":%s,\"source_shape\":%s,"
-                       "\"block\":[%d,%d],\"datatype\":\"FP32\",\"data\":[",
-                       shape, src, bt, bs);
-    }
+    if (a->values && whole)
+        snprintf(err, ATTN_ERRMAX, "what: %zu value cells (%d x %d a head) "
+                 "are too large for JSON; ask for format=f32 or npy, or one "
+                 "b and h", cells, info->s, info->dv);
+    else if (a->values)
+        snprintf(err, ATTN_ERRMAX, "what: %d x %d value rows are too large "
+                 "for JSON; ask for format=f32", info->s, info->dv);
+    else if (whole)
+        snprintf(err, ATTN_ERRMAX, "max: %zu cells (%d x %d a plane) are too "
+                 "large for JSON; ask for max=, format=f32 or npy, or one b "
+                 "and h", cells, prows, pcols);
+    else
+        snprintf(err, ATTN_ERRMAX, "max: a %d x %d map is too large for "
+                 "JSON; ask for max=1024 or format=f32", info->t, info->s);
+    return ATTN_EINVAL;
+}
+
+/* json_answer: r's 200 JSON answer of the cells floats of map (taken,
+ * freed), as the ask a read them from the map of info: its head (id,
+ * model, what, b, h, shape dims[nd], source_shape sdims[nd], block bt x
+ * bs) and flat row-major "data". 0 or ATTN_ENOMEM. */
+static int json_answer(maps_reply *r, const maps_info *info, const ask *a,
+                       const int *dims, const int *sdims, int nd, int bt,
+                       int bs, float *map, size_t cells)
+{
+    char head[MAPS_HEAD], shape[64], src[64];
+    json_t *js = json_string(info->model);
+    /* the model name may need escaping: let jansson render it */
+    char *mq = attn_json_dumps(js, JSON_ENCODE_ANY, r->json_mark);
+    size_t cap;
+    char *p;
+    int hl;
+
+    json_decref(js);
+    if (!mq)
+        goto nomem;
+    hl = snprintf(head, sizeof(head),
+                  "{\"id\":\"%s\",\"model\":%s,\"what\":\"%s\",\"b\":",
+                  info->id, mq, a->values ? "v" : a->what_s ? a->what_s
+                                                            : "attention");
+    free(mq);
+    if (a->b_all)
+        hl += snprintf(head + hl, sizeof(head) - (size_t)hl, "\"all\"");
+    else
+        hl += snprintf(head + hl, sizeof(head) - (size_t)hl, "%d", a->b);
+    hl += snprintf(head + hl, sizeof(head) - (size_t)hl, ",\"h\":");
+    if (a->h_all)
+        hl += snprintf(head + hl, sizeof(head) - (size_t)hl, "\"all\"");
+    else if (a->h < 0)
+        hl += snprintf(head + hl, sizeof(head) - (size_t)hl, "\"mean\"");
+    else
+        hl += snprintf(head + hl, sizeof(head) - (size_t)hl, "%d", a->h);
+    dims_text(shape, sizeof(shape), dims, nd, 1);
+    dims_text(src, sizeof(src), sdims, nd, 1);
+    hl += snprintf(head + hl, sizeof(head) - (size_t)hl,
+                   ",\"shape\":%s,\"source_shape\":%s,"
+                   "\"block\":[%d,%d],\"datatype\":\"FP32\",\"data\":[",
+                   shape, src, bt, bs);
     if (hl < 0 || (size_t)hl >= sizeof(head))
         goto nomem;
     cap = (size_t)hl + cells * OIP_JSON_FLOAT_MAX + 3;
@@ -579,6 +475,151 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
 nomem:
     free(map);
     return ATTN_ENOMEM;
+}
+
+/* GET /v2/maps/{id}/attention?b=&h=&max=&format=&what=: one [T, S] map
+ * (or its max-pooled overview) as JSON with a flat row-major "data", as
+ * raw FP32 with the shape in r->shape, or as a .npy file; b=all and
+ * h=all (extension) put every batch item's and head's planes in one
+ * answer, [B, H, rows, cols] (either alone: [B, ...] or [H, ...]). Bad
+ * parameters are 400s naming themselves; JSON above MAPS_JSON_MAX_CELLS
+ * cells is refused (ask for max= or f32; for what=v the cells are the
+ * value rows, S x d_v: f32), and an answer that allocates more than
+ * answer_max bytes (answer_need; request-memory; 0: no bound) is 413.
+ * cut (may be NULL) is asked while each plane fills and before it is
+ * printed: when its reader went, r->cut and no body.
+ * 0, or ATTN_ENOMEM. */
+static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
+                           void *ctx, maps_cut_fn cut, void *cut_ctx,
+                           size_t answer_max, maps_reply *r)
+{
+    char err[ATTN_ERRMAX], shape[64], npy[NPY_HEAD];
+    const char *bad;
+    float *map = NULL, *all = NULL;
+    int rows, cols, bt = 1, bs = 1, rc, nd = 0, dims[4], sdims[4];
+    int b0, b1, h0, h1, bi, hi, prows, pcols, whole, gone = 0;
+    ask a;
+    maps_info info;
+    maps__entry *e;
+    size_t cells, plane, k = 0, nhead = 0, need, scratch;
+
+    bad = parse_ask(arg, ctx, &a);
+    if (bad)
+        return reply_error(r, 400, bad);
+    /* one version of the map throughout: a sequence's next step may
+     * replace it meanwhile (the metadata below and the cells agree, and
+     * so do the planes of b=all, h=all) */
+    e = maps__acquire(st, id);
+    if (!e) {
+        snprintf(err, sizeof(err), "map %s: not retained (unknown or "
+                 "evicted)", id);
+        return reply_error(r, 404, err);
+    }
+    info = e->info;
+    b0 = a.b_all ? 0 : a.b;
+    b1 = a.b_all ? info.b : a.b + 1;
+    h0 = a.h_all ? 0 : a.h;
+    h1 = a.h_all ? info.h : a.h + 1;
+    if (a.b_all)
+        dims[nd] = sdims[nd] = info.b, nd++;
+    if (a.h_all)
+        dims[nd] = sdims[nd] = info.h, nd++;
+    whole = nd > 0;
+    prows = a.values ? info.s : pooled(info.t, a.max_n);
+    pcols = a.values ? info.dv : pooled(info.s, a.max_n);
+    dims[nd] = prows;
+    dims[nd + 1] = pcols;
+    sdims[nd] = a.values ? info.s : info.t;
+    sdims[nd + 1] = a.values ? info.dv : info.s;
+    nd += 2;
+    /* b*h*t*s*4 and b*kv_h*s*dv*4 fit (maps__entry_build): so do these */
+    plane = (size_t)prows * (size_t)pcols;
+    cells = plane * (size_t)(b1 - b0) * (size_t)(h1 - h0);
+    scratch = a.values ? 0 : maps__row_scratch(&info, a.what, h0);
+    need = answer_need(cells, plane, a.fmt, whole, a.values, scratch);
+    rc = json_too_big(&a, &info, cells, prows, pcols, whole, err);
+    if (!rc)
+        rc = maps__check(e, b0, h0, !a.values, err);
+    if (!rc && answer_max && need > answer_max) {
+        char sh_[64];
+        dims_text(sh_, sizeof(sh_), dims, nd, 1);
+        too_big(err, sizeof(err), sh_, cells, plane,
+                (size_t)(b1 - b0) * (size_t)(h1 - h0), a.fmt, whole,
+                a.values, scratch, need, answer_max);
+        maps__release(e);
+        return reply_error(r, 413, err);
+    }
+    if (rc) {
+        maps__release(e);
+        return reply_error(r, 400, err);
+    }
+    if (whole || a.fmt == 2) {
+        if (a.fmt == 2)
+            nhead = npy_header(npy, dims, nd);
+        all = malloc(nhead + cells * sizeof(float));
+        if (!all) {
+            maps__release(e);
+            return ATTN_ENOMEM;
+        }
+    }
+    for (bi = b0; !rc && !gone && bi < b1; bi++)
+        for (hi = h0; !rc && !gone && hi < h1; hi++) {
+            if (whole && cut && cut(cut_ctx)) {
+                gone = 1; /* its reader went */
+                break;
+            }
+            if (all && !a.values) { /* the plane in place */
+                rc = maps__slice_into(e, a.what, bi, hi, a.max_n, cut,
+                                      cut_ctx, all + nhead / sizeof(float) + k,
+                                      &rows, &cols, &bt, &bs, err);
+                gone = rc > 0;
+                rc = rc > 0 ? 0 : rc;
+                k += plane;
+                continue;
+            }
+            rc = a.values ? maps__values_entry(e, bi, hi, &map, &rows,
+                                               &cols, err)
+                          : maps__slice_cut(e, a.what, bi, hi, a.max_n, cut,
+                                            cut_ctx, &map, &rows, &cols, &bt,
+                                            &bs, err);
+            gone = !rc && !map;
+            if (rc || gone || !all)
+                break;
+            memcpy(all + nhead / sizeof(float) + k, map,
+                   plane * sizeof(float));
+            k += plane;
+            free(map);
+            map = NULL;
+        }
+    maps__release(e);
+    if (rc) {
+        free(all);
+        free(map);
+        return rc == ATTN_EINVAL ? reply_error(r, 400, err) : rc;
+    }
+    if (all) {
+        free(map);
+        map = all;
+    }
+    if (gone || (!a.fmt && cut && cut(cut_ctx))) { /* its reader went */
+        free(map);
+        r->cut = 1;
+        return 0;
+    }
+    if (a.fmt) {
+        dims_text(shape, sizeof(shape), dims, nd, 0);
+        /* Raw little-endian FP32, row-major, after a .npy header (npy) or
+         * alone with the shape in a header (f32; npy too). */
+        if (nhead)
+            memcpy(map, npy, nhead);
+        r->status = 200;
+        r->content_type = "application/octet-stream";
+        r->body = (char *)map;
+        r->len = nhead + cells * sizeof(float);
+        snprintf(r->shape, sizeof(r->shape), "%s", shape);
+        return 0;
+    }
+    return json_answer(r, &info, &a, dims, sdims, nd, bt, bs, map, cells);
 }
 
 /* An id is 1..MAPS_ID_MAX-1 bytes of [A-Za-z0-9_-]. */
