@@ -107,3 +107,81 @@ with open(OUT, "wb") as f:
     for c in cases:
         f.write(c)
 print("wrote", OUT)
+
+
+# ---- decode_rewind.bin: a long sequence of one-token steps with rewinds ----
+# (written after decode.bin, from its own seed, so decode.bin's bytes do not
+# change). One sequence over 64-token pages: a prompt of 5, then steps of
+# one token each to 140 tokens (across the page edges at 64 and 128); a
+# rewind is a step at a position below the length: the cache is cut to that
+# position (past_key_values[:, :pos]) and the step's tokens follow it, their
+# positions (RoPE) from pos on. Ops (pos, t), in order; every op's x rows
+# are new tokens (a rewind's differ from the ones it replaces).
+#
+# Writes tests/core/vectors/decode_rewind.bin, little-endian:
+#   int32 d_model, n_heads, n_kv_heads, head_dim, v_head_dim, rot, n_ops;
+#         float32 rope_theta;
+#   float32 w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o (as decode.bin);
+#   per op: int32 pos, t; float32 x (t, d_model), y (t, d_model),
+#           attention (H, t, pos + t) (causal: row i over keys 0 .. pos + i).
+REWIND_OUT = os.path.join(os.path.dirname(OUT), "decode_rewind.bin")
+
+
+def rewind_ops():
+    ops = [(0, 5)]
+    n = 5
+    while n < 140:            # one token a step, across two page edges
+        ops.append((n, 1))
+        n += 1
+    ops += [(128, 1),         # back onto the edge of the third page
+            (129, 1), (130, 1),
+            (64, 1),          # onto the edge of the second page: the third
+            (65, 1),          # page's tokens are gone
+            (63, 3),          # a draft that straddles the page edge
+            (66, 1), (67, 1),
+            (66, 1),          # the last token sent again (a retry)
+            (60, 9),          # a longer one, past the old length (67 -> 69)
+            (69, 1),
+            (10, 1),          # far back: one page
+            (11, 1), (12, 1)]
+    return ops
+
+
+def rewind_case(d_model, H, Hk, dk, dv, rot, theta):
+    p = dict(H=H, Hk=Hk, dk=dk, dv=dv, rot=rot, theta=theta)
+    s = d_model ** -0.5
+    w = dict(w_q=torch.randn(d_model, H * dk) * s,
+             w_k=torch.randn(d_model, Hk * dk) * s,
+             w_v=torch.randn(d_model, Hk * dv) * s,
+             w_o=torch.randn(H * dv, d_model) * s,
+             b_q=torch.randn(H * dk) * 0.1, b_k=torch.randn(Hk * dk) * 0.1,
+             b_v=torch.randn(Hk * dv) * 0.1, b_o=torch.randn(d_model) * 0.1)
+    ops = rewind_ops()
+    out = [struct.pack("<7if", d_model, H, Hk, dk, dv, rot, len(ops), theta)]
+    for t in (w["w_q"], w["w_k"], w["w_v"], w["w_o"], w["b_q"], w["b_k"],
+              w["b_v"], w["b_o"]):
+        out.append(t.contiguous().float().numpy().tobytes())
+    past = None
+    for pos, t in ops:
+        held = 0 if past is None else past[0].shape[1]
+        assert pos <= held
+        if past is not None:
+            past = (past[0][:, :pos], past[1][:, :pos])
+            if pos == 0:
+                past = None
+        x = torch.randn(t, d_model)
+        y, a, past = layer(p, w, x, past)
+        assert past[0].shape[1] == pos + t
+        out.append(struct.pack("<2i", pos, t))
+        out.append(x.contiguous().numpy().tobytes())
+        out.append(y.contiguous().numpy().tobytes())
+        out.append(a.contiguous().numpy().tobytes())
+    return b"".join(out)
+
+
+with torch.no_grad():
+    torch.manual_seed(2)
+    rcase = rewind_case(16, 4, 2, 4, 4, 4, 10000.0)  # GQA, RoPE, biases
+with open(REWIND_OUT, "wb") as f:
+    f.write(rcase)
+print("wrote", REWIND_OUT)

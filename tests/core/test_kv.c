@@ -578,6 +578,112 @@ START_TEST(rewind_undo_restores)
 }
 END_TEST
 
+/* tests/core/gen_decode_vectors.py's decode_rewind.bin: one sequence over
+ * 64-token pages, a prompt of 5 then one token a step to 140 (across the
+ * page edges at 64 and 128), then steps below the length: onto a page's
+ * edge (128, 64), across one (63 + 3), the last token sent again, 9 tokens
+ * from 60 past the old end, far back (10). Every op's y and attention
+ * against torch (a rewind there: past_key_values cut to the position), and
+ * the pages held after each op. _i 1: before every step below the length
+ * (and every 16th append), a step of other tokens from up to 3 below its
+ * position fails after its pass wrote the cache (undo, trim, as a 504
+ * does): it leaves no trace. */
+START_TEST(torch_rewinds_across_pages)
+{
+    const char *dir = getenv("ATTN_TEST_DATA");
+    char path[1024], err[ATTN_ERRMAX], what[96];
+    snprintf(path, sizeof path, "%s/core/vectors/decode_rewind.bin",
+             dir ? dir : "tests");
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s (set ATTN_TEST_DATA)", path);
+    int32_t h[7];
+    float theta;
+    ck_assert_uint_eq(fread(h, 4, 7, f), 7);
+    ck_assert_uint_eq(fread(&theta, 4, 1, f), 1);
+    int dm = h[0], H = h[1], Hk = h[2], dk = h[3], dv = h[4], rot = h[5];
+    int n_ops = h[6], rewinds = 0, edges = 0;
+    attn_config c = {.d_model = dm, .n_heads = H, .n_kv_heads = Hk,
+                     .head_dim = dk, .v_head_dim = dv, .rope_theta = theta,
+                     .rope_dims = rot};
+    float *wq = rd(f, (size_t)dm * H * dk), *wk = rd(f, (size_t)dm * Hk * dk);
+    float *wv = rd(f, (size_t)dm * Hk * dv), *wo = rd(f, (size_t)H * dv * dm);
+    float *bq = rd(f, (size_t)H * dk), *bk = rd(f, (size_t)Hk * dk);
+    float *bv = rd(f, (size_t)Hk * dv), *bo = rd(f, (size_t)dm);
+    attn_weights w = {wq, wk, wv, wo, bq, bk, bv, bo, ATTN_ROWS};
+    attn_kv_pool *p;
+    ck_assert_int_eq(attn_kv_pool_create(&p, &c, ATTN_KV_F32, 0, 1 << 24, err),
+                     0);
+    ck_assert_int_eq(attn_kv_page_tokens(p), 64);
+    attn_kv kv;
+    attn_kv_init(&kv, p);
+    for (int op = 0; op < n_ops; op++) {
+        int32_t pt[2];
+        ck_assert_uint_eq(fread(pt, 4, 2, f), 2);
+        int pos = pt[0], t = pt[1], s = pos + t;
+        ck_assert_int_le(pos, kv.len);
+        float *x = rd(f, (size_t)t * dm), *wy = rd(f, (size_t)t * dm);
+        float *wa = rd(f, (size_t)H * t * s);
+        float *y = tu_fill((size_t)t * dm, NAN), *a = tu_fill((size_t)H * t * s, NAN);
+        attn_kv_undo u;
+        void *save = NULL;
+        if (_i && pos > 0 && (pos < kv.len || op % 16 == 0)) {
+            /* a step from a little below pos that fails after its pass
+             * wrote the cache: rows the op keeps must come back */
+            int len = kv.len, pages = kv.n_pages, tp = pos - (pos < 3 ? pos : 3);
+            int tt = t + 3, ts = tp + tt;
+            float *other = tu_fill((size_t)tt * dm, 0.5f);
+            float *oy = tu_fill((size_t)tt * dm, 0);
+            save = malloc(attn_kv_rewind_bytes(&kv, tp, tt) + 1);
+            ck_assert_msg(attn_kv_rewind(&kv, tp, tt, save, &u, err) == 0,
+                          "%s", err);
+            ck_assert_int_eq(attn_kv_reserve(&kv, tt, err), 0);
+            attn_seq tr = {.t = tt, .s = ts, .t_valid = tt, .s_valid = ts,
+                           .causal = 1, .x = other, .y = oy, .kv = &kv};
+            ck_assert_msg(attn_forward(&c, &w, &tr, 1, tu_ex, err) == 0, "%s",
+                          err);
+            attn_kv_rewind_undo(&kv, &u);
+            attn_kv_trim(&kv);
+            ck_assert_int_eq(kv.len, len);
+            ck_assert_int_eq(kv.n_pages, pages);
+            free(save), free(other), free(oy);
+            save = NULL;
+        }
+        if (pos < kv.len) {
+            rewinds++;
+            edges += pos % 64 == 0;
+            save = malloc(attn_kv_rewind_bytes(&kv, pos, t) + 1);
+            ck_assert_msg(attn_kv_rewind(&kv, pos, t, save, &u, err) == 0,
+                          "%s", err);
+        }
+        ck_assert_int_eq(kv.len, pos);
+        ck_assert_int_eq(attn_kv_reserve(&kv, t, err), 0);
+        attn_seq st = {.t = t, .s = s, .t_valid = t, .s_valid = s,
+                       .causal = 1, .x = x, .y = y, .kv = &kv, .attention = a};
+        ck_assert_msg(attn_forward(&c, &w, &st, 1, tu_ex, err) == 0, "%s", err);
+        attn_kv_advance(&kv, t);
+        attn_kv_trim(&kv); /* a rewind's pages past the new end go back */
+        ck_assert_int_eq(kv.len, s);
+        ck_assert_int_eq(kv.n_pages, (s + 63) / 64);
+        ck_assert_uint_eq(attn_kv_pool_used(p), attn_kv_bytes(&kv));
+        snprintf(what, sizeof what, "op %d (%d tokens at %d) y", op, t, pos);
+        tu_assert_close(what, y, wy, (size_t)t * dm, 1e-5f, 1e-4f);
+        snprintf(what, sizeof what, "op %d (%d tokens at %d) attention", op,
+                 t, pos);
+        tu_assert_close(what, a, wa, (size_t)H * t * s, 1e-6f, 1e-4f);
+        free(save), free(x), free(wy), free(wa), free(y), free(a);
+    }
+    /* the file is what the test reads: rewinds onto page edges among them */
+    ck_assert_int_ge(rewinds, 6);
+    ck_assert_int_ge(edges, 2);
+    ck_assert_int_eq(fgetc(f), EOF);
+    fclose(f);
+    attn_kv_free(&kv);
+    attn_kv_pool_destroy(p);
+    free(wq), free(wk), free(wv), free(wo), free(bq), free(bk), free(bv);
+    free(bo);
+}
+END_TEST
+
 static Suite *kv_suite(void)
 {
     Suite *s = suite_create("kv");
@@ -593,6 +699,7 @@ static Suite *kv_suite(void)
     tcase_add_loop_test(tc, torch_decoder_layer, 0, 2);
     tcase_add_loop_test(tc, rewind_equals_whole, 0, 5);
     tcase_add_loop_test(tc, rewind_undo_restores, 0, 6);
+    tcase_add_loop_test(tc, torch_rewinds_across_pages, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }
