@@ -345,6 +345,17 @@ static void whole_cache_msg(char *err, const srv_step *st, int t, size_t need)
                  "raise --kv-bytes)", len, len);
 }
 
+/* restart_held: the bytes of K/V a restart (a start of a live sequence)
+ * leaves held in its own pool until it is answered: the old cache's, in
+ * the pool the new one comes from; 0 for any other step. */
+static size_t restart_held(const srv_step *st)
+{
+    const srv_seq *l = st->seq;
+    return st->start && l->live && l->kv.pool == st->kv->pool
+               ? attn_kv_bytes(&l->kv)
+               : 0;
+}
+
 int srv_seq_bind(srv_step *st, size_t *mem, char *err)
 {
     srv *s = st->e->s;
@@ -393,6 +404,22 @@ int srv_seq_bind(srv_step *st, size_t *mem, char *err)
                                 attn_kv_pool_budget(st->kv->pool)) {
         /* more than the whole cache: no sequence's end makes room */
         whole_cache_msg(err, st, a->t, need);
+        status = 400;
+        goto fail;
+    }
+    if (rc == ATTN_EFULL && restart_held(st) >
+                                attn_kv_pool_budget(st->kv->pool) - need) {
+        /* a restart beside its own old cache, which it keeps until it is
+         * answered: no other sequence's end makes room either */
+        snprintf(err, OIP_ERRMAX, "sequences: the restart of sequence "
+                 "'%.60s' needs %zu bytes of K/V beside the %zu its old "
+                 "tokens hold until it is answered, more than the whole K/V "
+                 "cache of model '%.60s' (%zu bytes, kv-bytes): no retry can "
+                 "take it; DELETE /v2/sequences/{id} first, or send its "
+                 "tokens without sequence_start at sequence_position 0 (they "
+                 "replace the old ones in place)", st->id, need,
+                 restart_held(st), st->e->name,
+                 attn_kv_pool_budget(st->kv->pool));
         status = 400;
         goto fail;
     }

@@ -332,7 +332,7 @@ test('the K/V budget: 503 with Retry-After naming it (400 past the whole budget)
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
-test('a sequence that fills the whole K/V cache: its next token is told to end it or go back, not to send fewer; a cache under one page names the setting', async () => {
+test('a sequence that fills the whole K/V cache: its next token is told to end it or go back, not to send fewer, its restart to go to 0 or DELETE first; a cache under one page names the setting', async () => {
   // a page is 4096 bytes (64 tokens): 8192 bytes hold a sequence of 128
   const d = await start({ dir: gqaModels(), args: ['--kv-bytes', '8192'] });
   try {
@@ -348,6 +348,19 @@ test('a sequence that fills the whole K/V cache: its next token is told to end i
     // the same rows), and the sequence still holds 128
     checkStep(await infer(d, 'gqa', stepBody('cap', xs.slice(127 * D, 128 * D), { outputs: [{ name: 'y' }], extra: { sequence_position: 127 } })), ref, 127, 1, 'at 127');
     assert.equal(await metric(d, 'attnd_kv_bytes'), 8192);
+    // a restart's new cache is built beside the old one, which stays
+    // until it is answered: here the two never fit, whoever else ends,
+    // so 400 saying what does, not a 503 to retry forever
+    const ys = tokens(10, 13);
+    const again = await infer(d, 'gqa', stepBody('cap', ys, { start: true, outputs: [{ name: 'y' }] }));
+    assert.equal(again.status, 400, JSON.stringify(again.json));
+    assert.equal(again.headers.get('retry-after'), null);
+    assert.match(again.json.error, /^sequences: the restart of sequence 'cap' needs 4096 bytes of K\/V beside the 8192 its old tokens hold until it is answered, more than the whole K\/V cache of model 'gqa' \(8192 bytes, kv-bytes\): no retry can take it; DELETE \/v2\/sequences\/\{id\} first, or send its tokens without sequence_start at sequence_position 0 \(they replace the old ones in place\)$/);
+    assert.equal((await (await fetch(`${d.url}/v2/sequences/cap`)).json()).length, 128);
+    // as it says: the same tokens at position 0 begin it again in place
+    const ref2 = await full(d, ys);
+    checkStep(await infer(d, 'gqa', stepBody('cap', ys, { outputs: [{ name: 'y' }], extra: { sequence_position: 0 } })), ref2, 0, 10, 'at 0');
+    assert.equal(await metric(d, 'attnd_kv_bytes'), 4096);
   } finally { assert.equal((await d.stop()).code, 0); }
   // 4095 bytes hold no page: no sequence fits, whatever its tokens
   const e = await start({ dir: gqaModels(), args: ['--kv-bytes', '4095'] });

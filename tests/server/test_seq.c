@@ -415,7 +415,7 @@ END_TEST
  * dropped "restarted" and started again, still one live sequence). */
 START_TEST(failed_restart_keeps_the_old_one)
 {
-    srv_job *a, *b, *c;
+    srv_job *a, *b, *c, *d;
     snap before, after;
     go(M1, 6, "\"sequence_id\":\"r\",\"sequence_start\":true");
     before = take_snap("r", M1, 0);
@@ -431,15 +431,20 @@ START_TEST(failed_restart_keeps_the_old_one)
     after = take_snap("r", M1, 0);
     assert_same(&before, &after);
 
-    /* 7 pages for the new one next to the old 2: over 8 */
+    /* 7 pages for the new one next to the old 2: over the whole 8, which
+     * no other sequence's end could make room for: 400 (a 503 was
+     * retried for ever), not counted as refused; nothing changed */
     b = job(M1, 25, "\"sequence_id\":\"r\",\"sequence_start\":true");
     submit(b);
-    ck_assert_int_eq(launch(b), 503);
+    ck_assert_int_eq(launch(b), 400);
+    ck_assert_str_eq(b->msg, "sequences: the restart of sequence 'r' needs "
+                     "896 bytes of K/V beside the 256 its old tokens hold "
+                     "until it is answered, more than the whole K/V cache of "
+                     "model 'm1' (1024 bytes, kv-bytes): no retry can take "
+                     "it; DELETE /v2/sequences/{id} first, or send its tokens "
+                     "without sequence_start at sequence_position 0 (they "
+                     "replace the old ones in place)");
     after = take_snap("r", M1, 0);
-    /* counted as refused for the full cache; nothing else changed */
-    ck_assert_uint_eq(after.stats.refused[SRV_REFUSE_KV_FULL],
-                      before.stats.refused[SRV_REFUSE_KV_FULL] + 1);
-    after.stats.refused[SRV_REFUSE_KV_FULL]--;
     assert_same(&before, &after);
 
     c = job(M1, 2, "\"sequence_id\":\"r\",\"sequence_start\":true");
@@ -452,7 +457,21 @@ START_TEST(failed_restart_keeps_the_old_one)
     ck_assert_int_eq(M1->seq_stats.dropped[SRV_DROP_RESTARTED], 1);
     ck_assert_int_eq(M1->seq_stats.live, 1);
     ck_assert_uint_eq(srv_seq_list(&g_s, NULL, 0), 1);
-    job_free(a), job_free(b), job_free(c);
+
+    /* 5 pages next to its 1 fit the 8, but not beside another sequence's
+     * 3: 503, whose end makes room, counted as refused for the full cache */
+    go(M1, 10, "\"sequence_id\":\"o\",\"sequence_start\":true");
+    before = take_snap("r", M1, 0);
+    ck_assert_uint_eq(before.used, 4 * PAGE);
+    d = job(M1, 17, "\"sequence_id\":\"r\",\"sequence_start\":true");
+    submit(d);
+    ck_assert_int_eq(launch(d), 503);
+    after = take_snap("r", M1, 0);
+    ck_assert_uint_eq(after.stats.refused[SRV_REFUSE_KV_FULL],
+                      before.stats.refused[SRV_REFUSE_KV_FULL] + 1);
+    after.stats.refused[SRV_REFUSE_KV_FULL]--;
+    assert_same(&before, &after);
+    job_free(a), job_free(b), job_free(c), job_free(d);
 }
 END_TEST
 
