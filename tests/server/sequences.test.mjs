@@ -636,10 +636,15 @@ test('a step past its deadline (504) leaves the sequence as it was', async () =>
       if (g.status === 200) ran++;
       else assert.match(g.json.error, /deadline/);
     }
-    // wait for the long batch to give the instance back (a tiny stateless
-    // request answers 200 again), bounded
-    const tiny = { inputs: [fp32('x', [1, 1, D], r)] };
-    for (let i = 0; i < 600 && (await infer(d, 'gqa', tiny)).status !== 200; i++) await sleep(100);
+    // wait for the long batch to give the instance back: the sequence
+    // has no step running or queued (idle_ms > 0) and the pool is empty.
+    // (Probing with tiny stateless requests until one answered 200 gave
+    // up after 600 tries, 6 min under TSan on a loaded machine, before
+    // the batch ended, and each probe, 504 while its decode waited behind
+    // the batch on the pool, held a place in the queue: the step after
+    // was 503 queue-size. A GET is answered on the loop.)
+    const done = async () => (await (await fetch(`${d.url}/v2/sequences/dl`)).json()).idle_ms > 0 && !(await busy());
+    for (let i = 0; i < 12000 * SLOW && !(await done()); i++) await sleep(50);
     // nothing of a timed-out step stayed: the sequence holds 1 + ran
     // tokens, and the next step is at 1 + ran
     const n = 2 + ran;
