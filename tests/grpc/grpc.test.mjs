@@ -11,6 +11,7 @@ import grpc from '@grpc/grpc-js';
 import protoLoader from '@grpc/proto-loader';
 import { REFS, ROOT, infer, maxDiff, start, waitReady } from '../server/helper.mjs';
 import { fields, frame, ld, packedI64, seedMsg, str, unpackI64 } from './wire.mjs';
+import { D as SD, full, gqaModels, stepBody, tokens } from '../server/seq_helper.mjs';
 
 const def = protoLoader.loadSync(join(ROOT, 'proto', 'kserve.proto'), {
   keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true,
@@ -420,5 +421,38 @@ test('UNAVAILABLE on a full queue, DEADLINE_EXCEEDED from either deadline', asyn
   } finally {
     cf.close();
     assert.equal((await f.stop()).code, 0, f.log());
+  }
+});
+
+test('steps of one sequence in flight at once over REST and gRPC (ids 7, "7", int64 7) each run once, with one causal request\'s rows over the order they ran in', async () => {
+  const e = await start({ dir: gqaModels(), grpc: true });
+  const cc = connect(e);
+  try {
+    const p = tokens(5, 1);
+    assert.equal((await infer(e, 'gqa', stepBody(7, p, { start: true, outputs: [{ name: 'y' }] }))).status, 200);
+    const N = 24, xs = Array.from({ length: N }, (_, i) => tokens(1, 100 + i));
+    const outs = await Promise.all(xs.map(async (x, i) => {
+      if (i % 2) { // gRPC, the id as an int64 or a string param
+        const r = await call(cc, 'ModelInfer', {
+          model_name: 'gqa', inputs: [{ name: 'x', datatype: 'FP32', shape: [1, 1, SD] }], raw_input_contents: [f32(x)],
+          outputs: [{ name: 'y' }], parameters: { sequence_id: i % 4 === 1 ? { int64_param: 7 } : { string_param: '7' } },
+        });
+        return { i, len: Number(r.parameters.sequence_length.int64_param), y: unf32(r.raw_output_contents[0]) };
+      }
+      const r = await infer(e, 'gqa', stepBody(7, x, { outputs: [{ name: 'y' }] }));
+      assert.equal(r.status, 200, JSON.stringify(r.json));
+      return { i, len: r.json.parameters.sequence_length, y: r.json.outputs[0].data };
+    }));
+    // each step at its own position: the lengths 6 .. 29, once each
+    assert.deepEqual(outs.map((o) => o.len).sort((a, b) => a - b), Array.from({ length: N }, (_, k) => 6 + k));
+    const byLen = new Map(outs.map((o) => [o.len, o]));
+    const hist = p.concat(...Array.from({ length: N }, (_, k) => xs[byLen.get(6 + k).i]));
+    const ref = await full(e, hist);
+    for (const o of outs)
+      assert.ok(maxDiff(o.y, ref.y.slice((o.len - 1) * SD, o.len * SD)) < 1e-5, `step ${o.i} at ${o.len}`);
+    assert.equal((await (await fetch(`${e.url}/v2/sequences/7`)).json()).length, 5 + N);
+  } finally {
+    cc.close();
+    assert.equal((await e.stop()).code, 0, e.log());
   }
 });
