@@ -652,7 +652,11 @@ test('a legitimate client is served while 2000 slow connections are open or tryi
   // fds: 2000 here plus up to max-connections + 64 in attnd
   const soft = Number(/Max open files\s+(\d+)/.exec(readFileSync('/proc/self/limits', 'utf8'))[1]);
   const N = Math.min(2000, Math.max(200, soft - 600));
-  const d = await start({ args: ['--max-connections', String(Math.min(1024, N >> 1)), '--header-timeout', String(60 * SLOW)] });
+  // --header-timeout 0: no slow connection is ever closed for its time, so
+  // only the eviction frees a place. Locked out, a client is never served
+  // (it was told apart from a served one by a 60 s header-timeout against
+  // a 40 s limit, a speed); served, it is, however long the load makes it
+  const d = await start({ args: ['--max-connections', String(Math.min(1024, N >> 1)), '--header-timeout', '0'] });
   // 40 addresses x 50, in a thread of their own (slow_clients.mjs): each
   // sends a header byte now and then and reconnects when it is closed
   const w = new Worker(new URL('./slow_clients.mjs', import.meta.url), { workerData: { port: d.port, n: N } });
@@ -664,14 +668,15 @@ test('a legitimate client is served while 2000 slow connections are open or tryi
   try {
     while (opened < N && !failed) await sleep(50);
     assert.ifError(failed);
-    await sleep(300);
-    // Locked out, a client would wait for a slow one's header-timeout (60 s)
-    // to free a place. Served, a call that opens a connection waits its turn
-    // in the listen backlog behind the attackers' reconnections (about 1,000
-    // at any time), each accepted one evicting a slow one: 1-3 s here, up to
-    // 13 s with two CPU hogs beside it on 2 cores, and the first health and
+    // every place taken: attnd closes slow ones for the newcomers
+    const evicted = /over max-connections .*closed the ones? waiting longest/;
+    assert.match(await d.logged(evicted, 20000), evicted, 'the slow connections filled max-connections');
+    // Served, a call that opens a connection waits its turn in the listen
+    // backlog behind the attackers' reconnections (about 1,000 at any
+    // time), each accepted one evicting a slow one: 1-3 s here, up to 13 s
+    // with two CPU hogs beside it on 2 cores, and the first health and
     // infer calls each open one (fetch takes another connection for the
-    // POST). So each call has 40 s: it tells the two apart whatever the load.
+    // POST). 40 s x SLOW a call is a hang's bound, not a speed.
     const LIMIT = 40000 * SLOW;
     const legit = async (what, path, init = {}) => {
       const t0 = Date.now();
@@ -679,13 +684,11 @@ test('a legitimate client is served while 2000 slow connections are open or tryi
         .catch((e) => assert.fail(`legit client ${what}: ${e.cause?.code || e.message} after ${Date.now() - t0} ms\n${d.log().slice(-1500)}`));
       const text = await r.text();
       assert.equal(r.status, 200, `${what}: ${text}`);
-      assert.ok(Date.now() - t0 < LIMIT, `${what}: ${Date.now() - t0} ms`);
     };
     for (let k = 0; k < 3; k++) {
       await legit(`${k} health`, '/v2/health/live');
       await legit(`${k} infer`, '/v2/models/tiny/infer', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(xreq(`legit${k}`)) });
     }
-    assert.match(await d.logged(/over max-connections .*closed the ones? waiting longest/), /over max-connections .*closed the ones? waiting longest/);
   } finally {
     w.postMessage('stop');
     await gone;
