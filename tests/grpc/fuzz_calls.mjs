@@ -52,6 +52,17 @@ const OWN = { FP32: 'fp32', INT32: 'int', INT64: 'int64', BOOL: 'bool' };
 const SDPA = [['q', [2, 4], [2, 0, 2, 0, 0, 4, 0, 2]], ['k', [2, 4], [1, 0, 1, 0, 0, 1, 0, 0]], ['v', [2, 2], [1, 2, 3, 0]]];
 const tensorHead = (name, dt, shape) => Buffer.concat([str(1, name), str(2, dt), packedI64(3, shape)]);
 
+// InferParameter values: double_param 4 (fixed64), int64_param 2,
+// uint64_param 5, bool_param 1, string_param 3; none at all
+const dbl = (x) => { const b = Buffer.alloc(9); b[0] = (4 << 3) | 1; b.writeDoubleLE(x, 1); return b; };
+const i64 = (x) => Buffer.concat([varint(2 << 3), varint(x)]);
+const u64 = (x) => Buffer.concat([varint(5 << 3), varint(x)]);
+// [value, taken, the default's own output]
+const SCALES = [[dbl(0.5), 1, 1], [dbl(0.25), 1, 0], [i64(1), 1, 0], [u64(2), 1, 0], [dbl(1.5e-45), 1, 0],
+  [dbl(0), 0], [dbl(-0.5), 0], [dbl(NaN), 0], [dbl(Infinity), 0], [dbl(1e-50), 0], [dbl(1e39), 0], [i64(0), 0], [i64(-3), 0],
+  [boolField(1, true), 0], [str(3, '0.5'), 0], [Buffer.alloc(0), 0]];
+const CLASSIFICATION = [[i64(0), 1], [i64(2), 0], [i64(-1), 0], [u64(0), 0], [str(3, '2'), 0], [Buffer.alloc(0), 0]];
+
 /** ModelInfer of sdpa with typed contents: {msg, expect, exact} */
 export function typedInfer(rnd, int, pick) {
   const dts = ['FP32', 'INT32', 'INT64', 'BOOL', 'UINT32', 'UINT64', 'FP64', 'BYTES', 'FP16', 'BF16', 'INT8', 'fp32'];
@@ -77,10 +88,28 @@ export function typedInfer(rnd, int, pick) {
   });
   const msg = [str(1, 'sdpa'), ...inputs];
   if (rnd() < 0.08) { msg.push(...SDPA.map(([, , v]) => ld(7, Buffer.from(new Float32Array(v).buffer)))); bad = 1; } // and raw too
+  // parameters.scale (a double, int64 or uint64 param): d_k is 4, so 0.5
+  // is sdpa's own 1/sqrt(d_k), the same exact output; another positive
+  // one is served (its output not held here); one whose float is not
+  // positive and finite, or of another kind, INVALID_ARGUMENT
+  let scaled = 0;
+  if (rnd() < 0.15) {
+    const [v, ok, same] = pick(SCALES);
+    msg.push(ld(4, Buffer.concat([str(1, 'scale'), ld(2, v)])));
+    if (!ok) bad = 1;
+    else if (!same) scaled = 1;
+  }
+  // an output's parameters.classification (Triton's extension, not
+  // served): 0 asks for none, any other value or kind is refused
+  if (rnd() < 0.1) {
+    const [v, ok] = pick(CLASSIFICATION);
+    msg.push(ld(6, Buffer.concat([str(1, 'output'), ld(2, Buffer.concat([str(1, 'classification'), ld(2, v)]))])));
+    if (!ok) bad = 1;
+  }
   // what attnd must answer: a bad one INVALID_ARGUMENT, as a good one in
   // another datatype than FP32, which sdpa's inputs refuse once decoded
   // ('inputs[k].datatype: INT64; expected FP32'); all FP32: OK, exact
-  return { rpc: 'ModelInfer', msg: Buffer.concat(msg), expect: bad || !allFp32 ? [INVALID] : [OK], exact: !bad && allFp32, what: 'typed contents' };
+  return { rpc: 'ModelInfer', msg: Buffer.concat(msg), expect: bad || !allFp32 ? [INVALID] : [OK], exact: !bad && allFp32 && !scaled, what: 'typed contents' };
 }
 
 // the sequences' model: gqa uploaded under a name the frame-level cases

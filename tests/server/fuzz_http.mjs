@@ -50,6 +50,9 @@ function seqStep(id, t, o = {}) {
   return j({ inputs: [{ name: 'x', datatype: 'FP32', shape: [1, t, D], data: vec(t * D) }],
     outputs: [{ name: 'y' }], parameters: { sequence_id: id, ...o } });
 }
+// sdpa's parameters.scale (e033b0b) and causal: a float positive and
+// finite is taken, anything else refused 400 (never a 5xx)
+const sdpaParams = () => (rnd() < 0.3 ? { scale: pick([0.5, 0.25, 3, 1, 1e-45, 1e-46, 3.4e38, 1e39, 0, -1, '0.5', null, true, [], {}]) } : {});
 function base() {
   const get = (path, query = '') => ({ method: 'GET', path, query, body: null });
   const post = (path, body) => ({ method: 'POST', path, query: '', body });
@@ -73,7 +76,8 @@ function base() {
     () => post('/v2/models/tiny/infer', j({ inputs: [{ name: 'x', datatype: 'FP32', shape: [1, 2, 8], data: vec(16) }] })), bin,
     () => post('/v2/models/sdpa/infer', j({ inputs: [
       { name: 'q', datatype: 'FP32', shape: [2, 4], data: vec(8) }, { name: 'k', datatype: 'FP32', shape: [2, 4], data: vec(8) },
-      { name: 'v', datatype: 'FP32', shape: [2, 2], data: vec(4) }], parameters: { retain: true } })),
+      { name: 'v', datatype: 'FP32', shape: [2, 2], data: vec(4) }], parameters: { retain: true, ...sdpaParams() },
+      ...(rnd() < 0.1 ? { outputs: [{ name: 'output', parameters: { classification: pick([0, 2, -1, '2', null, 1.5]) } }] } : {}) })),
     () => post('/v2/repository/index', pick([null, j({}), j({ ready: true })])),
     () => post(`/v2/repository/models/${pick(['tiny', 'gqa'])}/load`, null), () => post(`/v2/repository/models/${pick(['tiny', 'gqa'])}/unload`, j({})),
     () => post('/v2/repository/models/up1/load', j({ parameters: { config: '{"n_heads": 1}', 'file:model.safetensors': pick(['', 'AAAA', '!!']) } })),
