@@ -68,9 +68,11 @@ void srv__job_nonfinite(srv_job *j, int n)
               "--kv-dtype bf16), or inputs that overflow float32"
             : " (the inputs overflow float32)";
     j->status = 400;
+    /* a raw request's own scale may be what overflowed its scores */
     snprintf(j->err, sizeof j->err,
              "inputs: a projection, score or output of sequence %d is not "
-             "finite%s; scale them down", n, why);
+             "finite%s; scale them down%s", n, why,
+             j->prep.cfg.scale > 0 ? ", or parameters.scale" : "");
 }
 
 /* finish_job: after every stage ran, before the plan is freed, on a pool

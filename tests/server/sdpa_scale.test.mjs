@@ -84,3 +84,18 @@ test('a scale no float holds, not a number, or given to a weight set: 400 naming
   assert.equal(st.json.error, w.json.error);
   assert.deepEqual((await (await fetch(`${d.url}/v2/sequences`)).json()).sequences ?? [], []);
 });
+
+test('scores a scale makes overflow: the 400 names parameters.scale beside the inputs', async () => {
+  // refs.json's sdpa q and k are below 3 in magnitude (d_k 5): 3e38, a
+  // float, times any q.k past 1.14 is past float32's largest, 3.4e38,
+  // and no input alone is the cause
+  const r = await infer(d, 'sdpa', { inputs: inputs(REFS.sdpa), parameters: { scale: 3e38 } });
+  assert.equal(r.status, 400, JSON.stringify(r.json));
+  assert.match(r.json.error, /is not finite \(the inputs overflow float32\); scale them down, or parameters\.scale$/);
+  // without a scale of its own the message stays as it was
+  const e = REFS.sdpa;
+  const big = (n) => new Array(n).fill(1e38); // each q.k is 5e76
+  const n = await infer(d, 'sdpa', { inputs: [fp32('q', e.q_shape, big(e.q.length)), fp32('k', e.k_shape, big(e.k.length)), fp32('v', e.v_shape, e.v)] });
+  assert.equal(n.status, 400, JSON.stringify(n.json));
+  assert.match(n.json.error, /\(the inputs overflow float32\); scale them down$/);
+});
