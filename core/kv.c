@@ -21,8 +21,11 @@ struct attn_kv_pool {
     attn_kv_page_fmt fmt; /* page layout */
     size_t budget;        /* bytes of pages sequences may hold */
     size_t used;          /* bytes of pages sequences hold */
-    void **free;          /* (FREE_KEEP) pages kept for reuse */
+    void **free;          /* (FREE_KEEP) pages kept for reuse, the
+                             longest-kept first */
     int n_free;
+    int low;              /* the least n_free since the last shed: the
+                             pages free[0 .. low) were not wanted since */
 };
 
 static size_t elem_bytes(attn_kv_dtype d)
@@ -115,6 +118,21 @@ size_t attn_kv_pool_used(const attn_kv_pool *p)
     return u;
 }
 
+size_t attn_kv_pool_shed(attn_kv_pool *p)
+{
+    void *gone[FREE_KEEP];
+    pthread_mutex_lock(&p->mu);
+    int n = p->low;
+    memcpy(gone, p->free, (size_t)n * sizeof *gone);
+    memmove(p->free, p->free + n, (size_t)(p->n_free - n) * sizeof *p->free);
+    p->n_free -= n;
+    p->low = p->n_free;
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < n; i++) /* outside the lock: steps go on */
+        free(gone[i]);
+    return (size_t)n * p->fmt.bytes;
+}
+
 size_t attn_kv_pool_budget(const attn_kv_pool *p)
 {
     return p->budget;
@@ -200,6 +218,8 @@ int attn_kv_reserve(attn_kv *kv, int t, char *err)
     p->used += more;
     while (kv->n_pages < need && p->n_free > 0)
         kv->pages[kv->n_pages++] = p->free[--p->n_free];
+    if (p->n_free < p->low)
+        p->low = p->n_free;
     pthread_mutex_unlock(&p->mu);
     while (kv->n_pages < need) {
         void *pg = aligned_alloc(64, (p->fmt.bytes + 63) / 64 * 64);

@@ -70,6 +70,14 @@ int attn_kv_pool_create(attn_kv_pool **out, const attn_config *cfg,
  * of the pool must have been freed first. NULL is fine. */
 void attn_kv_pool_destroy(attn_kv_pool *p);
 
+/* attn_kv_pool_shed: frees the pages kept for reuse that no reservation
+ * took since the previous shed (or the pool's creation) and returns their
+ * bytes: called every few seconds, it keeps what a sequence ending and
+ * another starting reuse, and gives back (to malloc; malloc_trim then to
+ * the kernel) what an idle pool would sit on, up to FREE_KEEP pages. Any
+ * thread. */
+size_t attn_kv_pool_shed(attn_kv_pool *p);
+
 /* Bytes of pages held by sequences now; the budget; one page; one token. */
 size_t attn_kv_pool_used(const attn_kv_pool *p);
 size_t attn_kv_pool_budget(const attn_kv_pool *p);

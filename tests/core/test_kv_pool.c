@@ -68,6 +68,42 @@ START_TEST(pool_budget_reserve_trim_free)
 }
 END_TEST
 
+/* attn_kv_pool_shed frees the kept pages no reservation took since the
+ * shed before, and keeps those one did take (a sequence ending and another
+ * starting reuse them). */
+START_TEST(pool_shed_keeps_reused)
+{
+    attn_config c = {.d_model = 8, .n_heads = 4, .n_kv_heads = 2,
+                     .head_dim = 4, .v_head_dim = 2};
+    attn_kv_pool *p;
+    char err[ATTN_ERRMAX];
+    ck_assert_int_eq(attn_kv_pool_create(&p, &c, ATTN_KV_F32, 4, 8 * 192, err),
+                     0);
+    attn_kv a, b;
+    attn_kv_init(&a, p);
+    attn_kv_init(&b, p);
+    ck_assert_int_eq(attn_kv_reserve(&a, 8, err), 0); /* 2 pages */
+    attn_kv_free(&a);                                 /* kept: 2 */
+    /* freed after the first shed: a page is kept a whole interval */
+    ck_assert_uint_eq(attn_kv_pool_shed(p), 0);
+    ck_assert_uint_eq(attn_kv_pool_shed(p), 2 * 192);
+    ck_assert_uint_eq(attn_kv_pool_shed(p), 0);
+    ck_assert_int_eq(attn_kv_reserve(&a, 12, err), 0); /* 3 new pages */
+    attn_kv_free(&a);
+    ck_assert_uint_eq(attn_kv_pool_shed(p), 0);
+    ck_assert_int_eq(attn_kv_reserve(&b, 4, err), 0); /* takes one kept */
+    ck_assert_uint_eq(attn_kv_pool_shed(p), 2 * 192); /* the two left */
+    attn_kv_free(&b);
+    ck_assert_uint_eq(attn_kv_pool_used(p), 0);
+    /* b's page, given back, is kept through the next interval */
+    ck_assert_uint_eq(attn_kv_pool_shed(p), 0);
+    ck_assert_int_eq(attn_kv_reserve(&b, 4, err), 0);
+    ck_assert_uint_eq(attn_kv_pool_used(p), 192);
+    attn_kv_free(&b);
+    attn_kv_pool_destroy(p); /* frees the kept page (ASan: no leak) */
+}
+END_TEST
+
 /* Stored halves read back as the IEEE values (independent of the code:
  * known bit patterns), rounding to nearest even. */
 START_TEST(pool_half_roundtrip)
@@ -220,6 +256,7 @@ static Suite *kv_pool_suite(void)
     TCase *tc = tcase_create("kv_pool");
     tcase_add_checked_fixture(tc, tu_exec_setup, tu_exec_teardown);
     tcase_add_test(tc, pool_budget_reserve_trim_free);
+    tcase_add_test(tc, pool_shed_keeps_reused);
     tcase_add_test(tc, pool_half_roundtrip);
     tcase_add_test(tc, pool_f16_subnormals);
     tcase_add_test(tc, pool_f16_overflow_edge);
