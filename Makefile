@@ -270,6 +270,14 @@ check-deploy: deps-test $(DEPLOY_NPM) $(if $(HAVE_ATTND),$(ATTND))
 	    node tests/deploy/affinity.mjs)
 	$(if $(HAVE_ATTND),ATTND_BIN=$(ATTND) timeout -k 10 $(FAILOVER_TIMEOUT) \
 	    node tests/deploy/blip.mjs)
+# bench-memory: resident memory through a burst of sequences and after
+# their deletes, steps and churn a second (bench/mem_burst.py); PEER=an
+# other attnd build (the one before a change) runs alternately beside it.
+# Not part of `bench` (two daemons, two rounds each: ~3 minutes).
+.PHONY: bench-memory
+bench-memory: deps $(ATTND)
+	python3 bench/mem_burst.py $(ATTND) $(if $(PEER),--peer $(PEER))
+
 # bench-lb: what deploy/nginx.conf costs (wrk direct vs through nginx).
 .PHONY: bench-lb
 bench-lb: deps $(ATTND)

@@ -77,6 +77,8 @@ int srv_mem_take_past(srv *s, size_t n, size_t past)
     if (s->cfg.memory_budget && (s->mem_used >= cap || n > cap - s->mem_used))
         return -1;
     s->mem_used += n;
+    if (s->mem_used > s->mem_tick_peak)
+        s->mem_tick_peak = s->mem_used;
     return 0;
 }
 
@@ -88,6 +90,8 @@ int srv_mem_take(srv *s, size_t n)
 void srv_mem_hold(srv *s, size_t n)
 {
     s->mem_used += n;
+    if (s->mem_used > s->mem_tick_peak)
+        s->mem_tick_peak = s->mem_used;
 }
 
 void srv_mem_give(srv *s, size_t n)

@@ -261,6 +261,7 @@ static void on_stop_timer(uv_timer_t *t)
     uv_close((uv_handle_t *)&s->stop_timer, NULL);
     srv_seq_stop(s);
     uv_close((uv_handle_t *)&s->maps_wait_timer, NULL);
+    srv_memtrim_stop(s);
     srv_busy_poll_close(s);
     for (e = s->models; e; e = e->next) {
         uv_close((uv_handle_t *)&e->batch_poll, NULL);
@@ -412,6 +413,7 @@ int main(int argc, char **argv)
     s.drain_timer.data = s.stop_timer.data = s.maps_wait_timer.data = &s;
     uv_async_init(s.loop, &s.sig_async, on_signal);
     s.sig_async.data = &s;
+    srv_memtrim_start(&s);
     srv_busy_poll_init(&s);
     catch_signals(&s);
     if (srv_seq_init(&s) < 0) {

@@ -307,6 +307,15 @@ void srv_h_metrics(srv_req *r)
                 "attnd_memory_budget_used_bytes %zu\n",
             s->draining, s->live_reqs, s->pool_jobs, s->n_conns,
             srv_grpc_open_conns(s), s->n_http_conns, s->mem_used);
+    bprintf(&b, "# HELP attnd_memory_trims_total Times freed memory was given "
+                "back to the kernel (malloc_trim) after a burst.\n"
+                "# TYPE attnd_memory_trims_total counter\n"
+                "attnd_memory_trims_total %llu\n"
+                "# HELP attnd_memory_trim_seconds_total Time those trims took "
+                "on a pool thread.\n"
+                "# TYPE attnd_memory_trim_seconds_total counter\n"
+                "attnd_memory_trim_seconds_total %.6f\n",
+            (unsigned long long)s->trims, (double)s->trim_ns_total / 1e9);
     {
         int lingering;
         unsigned long long kept, cut;

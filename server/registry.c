@@ -125,6 +125,8 @@ void srv_inst_unref(srv_inst *in)
                     break;
                 }
         attn_kv_pool_destroy(in->kv_pool); /* its sequences hold refs */
+        if (in->m) /* its weights back to the kernel soon (memtrim.c) */
+            srv_memtrim_note(model_bytes(in->m));
         model_destroy(in->m);
         free(in);
     }

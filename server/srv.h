@@ -427,6 +427,14 @@ struct srv {
     uv_timer_t guard_timer;
     struct srv_linger *linger; /* linger.c; NULL when linger-ms is 0 */
     size_t mem_used;       /* of memory-budget */
+    /* memtrim.c: freed memory back to the kernel after a burst */
+    uv_timer_t trim_timer;
+    uv_work_t trim_work;
+    size_t mem_tick_peak;  /* the most mem_used since the last tick */
+    size_t others_last;    /* maps + K/V pages at the last tick */
+    size_t held_peak;      /* the most held since the last trim */
+    int shed_ticks, trim_wait, trimming;
+    uint64_t trims, trim_ns, trim_ns_total;
     long long mem_limit;   /* memfit.c: the cgroup's memory limit, 0 = none */
     char mem_limit_file[256]; /* the file it was read from */
     struct srv_grpc *grpc; /* grpc.c, NULL when off */
@@ -479,6 +487,14 @@ int srv_mem_take(srv *s, size_t n);
 int srv_mem_take_past(srv *s, size_t n, size_t past);
 void srv_mem_hold(srv *s, size_t n);
 void srv_mem_give(srv *s, size_t n);
+
+/* memtrim.c: every second, K/V pages kept unused are freed and, once a
+ * burst is over, malloc_trim gives what was freed back to the kernel.
+ * srv_memtrim_note: bytes freed that the budget, maps and K/V counts do
+ * not show (an instance's weights); any thread. */
+void srv_memtrim_start(srv *s);
+void srv_memtrim_stop(srv *s);
+void srv_memtrim_note(size_t bytes);
 /* One open connection of either door, on s->conns. */
 struct srv_conn {
     int fd;
