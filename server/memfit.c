@@ -15,10 +15,15 @@
  *     weights and K/V budget (--kv-bytes, each weight-set model its own)
  *     pass it, naming the model whose load did.
  *
- * What attnd holds besides the bounds (code, thread stacks, glibc's malloc
- * arenas and the memory main.c's malloc_keep keeps in them, OpenBLAS's
- * buffers) is not counted: README "Kubernetes" gives its measured size,
- * which the warning names as the room to leave.
+ * What attnd holds besides the bounds and the weights (code, thread
+ * stacks, OpenBLAS's buffer, glibc's arenas and the memory main.c's
+ * malloc_keep keeps at the top of each, up to 64 MiB) is counted as a
+ * room of 64 MiB + 64 MiB a pool thread (each has its arena; measured with
+ * deploy/k8s's settings, 2 threads: 94 MiB past the bounds at the peak,
+ * README "Kubernetes"): the warning comes when the bounds + the weights +
+ * that room pass the limit, and names the room. The weights and K/V pages
+ * of an instance a reload or unload replaced that jobs or sequences still
+ * hold (srv_inst.retired_of: freed when they end) count too, at the load.
  *
  * The limit: the least of the cgroup of /proc/self/cgroup and its
  * ancestors', v2 ("0::<path>": /sys/fs/cgroup<path>/memory.max, each
@@ -38,11 +43,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/kv.h"
+
 #define MiB (1024.0 * 1024.0)
-/* The room deploy/k8s's ConfigMap leaves besides the bounds, named in the
- * warning as the room to leave (measured with its settings: 94 MiB past
- * what the bounds held at the peak, README "Kubernetes"). */
-#define MEMFIT_OVERHEAD_MIB 256
+
+/* room: MiB to leave besides the bounds and the weights (above). */
+static double room(const srv *s)
+{
+    return 64.0 + 64.0 * (double)(s->threads > 0 ? s->threads : 1);
+}
 
 /* read_small: up to n - 1 bytes of path, terminated; its length or -1. */
 static ssize_t read_small(const char *path, char *buf, size_t n)
@@ -151,6 +160,7 @@ static long long cgroup_limit(srv *s)
 void srv_memfit_start(srv *s)
 {
     double budget = (double)s->cfg.memory_budget, maps = (double)s->cfg.maps_bytes;
+    double r = room(s);
     s->mem_limit = cgroup_limit(s);
     if (!s->mem_limit)
         return;
@@ -160,22 +170,22 @@ void srv_memfit_start(srv *s)
                 "past it the kernel OOM-kills attnd with its sequences and "
                 "retained maps, where a budget answers 503; set one",
                 (double)s->mem_limit / MiB, s->mem_limit_file);
-    else if (budget + maps > (double)s->mem_limit)
+    else if (budget + maps + r * MiB > (double)s->mem_limit)
         srv_log(s, "warn", "memory: --memory-budget %.0f MiB + --maps-bytes "
-                "%.0f MiB = %.0f MiB, past the memory limit of %.0f MiB (%s) "
-                "before any model is loaded: filled, they get attnd "
-                "OOM-killed with its sequences and retained maps, where it "
-                "would answer 503; lower them or raise the limit (leave "
-                "about %d MiB besides for code, threads and the allocator)",
-                budget / MiB, maps / MiB, (budget + maps) / MiB,
-                (double)s->mem_limit / MiB, s->mem_limit_file, MEMFIT_OVERHEAD_MIB);
+                "%.0f MiB + %.0f MiB for code, threads and the allocator "
+                "(64 + 64 a thread) = %.0f MiB, past the memory limit of "
+                "%.0f MiB (%s) before any model is loaded: filled, they get "
+                "attnd OOM-killed with its sequences and retained maps, "
+                "where it would answer 503; lower them or raise the limit",
+                budget / MiB, maps / MiB, r, (budget + maps) / MiB + r,
+                (double)s->mem_limit / MiB, s->mem_limit_file);
 }
 
 void srv_memfit_loaded(srv *s, const srv_entry *loaded)
 {
     double budget = (double)s->cfg.memory_budget, maps = (double)s->cfg.maps_bytes;
-    double kv = 0, weights = 0, sum;
-    int n_kv = 0;
+    double kv = 0, weights = 0, old = 0, sum, r = room(s);
+    int n_kv = 0, n_old = 0;
     char names[256] = "";
     size_t at = 0;
     if (!s->mem_limit || !s->cfg.memory_budget)
@@ -195,20 +205,31 @@ void srv_memfit_loaded(srv *s, const srv_entry *loaded)
             n_kv++;
         }
     }
-    sum = budget + maps + kv + weights;
+    /* instances replaced while jobs or sequences held them: their
+     * weights and K/V pages stay until those end */
+    for (const srv_entry *e = s->models; e; e = e->next)
+        for (const srv_inst *in = e->retired; in; in = in->rnext, n_old++)
+            old += (in->m ? (double)model_bytes(in->m) : 0) +
+                   (in->kv_pool ? (double)attn_kv_pool_used(in->kv_pool) : 0);
+    sum = budget + maps + kv + weights + old + r * MiB;
     if (sum <= (double)s->mem_limit)
         return;
+    char held[128] = "";
+    if (n_old)
+        snprintf(held, sizeof held, " + %.1f MiB held by %d replaced "
+                 "instance%s until their jobs and sequences end", old / MiB,
+                 n_old, n_old == 1 ? "" : "s");
     srv_log(s, "warn", "memory: with model '%s' loaded, --memory-budget "
             "%.0f MiB + --maps-bytes %.0f MiB + --kv-bytes %.0f MiB x %d "
-            "weight-set model%s%s%s%s + %.1f MiB of weights = %.0f MiB, past "
-            "the memory limit of %.0f MiB (%s): a full K/V cache, maps store "
-            "and budget get attnd OOM-killed with every sequence and "
+            "weight-set model%s%s%s%s + %.1f MiB of weights%s + %.0f MiB for "
+            "code, threads and the allocator (64 + 64 a thread) = %.0f MiB, "
+            "past the memory limit of %.0f MiB (%s): a full K/V cache, maps "
+            "store and budget get attnd OOM-killed with every sequence and "
             "retained map, where it would answer 503; lower --kv-bytes "
             "(each weight-set model has its own), --memory-budget or "
-            "--maps-bytes, load fewer models, or raise the limit (leave "
-            "about %d MiB besides for code, threads and the allocator)",
+            "--maps-bytes, load fewer models, or raise the limit",
             loaded->name, budget / MiB, maps / MiB,
             (double)s->cfg.kv_bytes / MiB, n_kv, n_kv == 1 ? "" : "s",
-            n_kv ? " (" : "", names, n_kv ? ")" : "", weights / MiB, sum / MiB,
-            (double)s->mem_limit / MiB, s->mem_limit_file, MEMFIT_OVERHEAD_MIB);
+            n_kv ? " (" : "", names, n_kv ? ")" : "", weights / MiB, held, r,
+            sum / MiB, (double)s->mem_limit / MiB, s->mem_limit_file);
 }

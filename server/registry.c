@@ -139,7 +139,7 @@ static void set_inst(srv_entry *e, srv_inst *in, int state, const char *reason)
     srv_inst *old = e->inst;
     if (old)
         srv_seq_drop_model(e);
-    if (old && old->refs > 1 && old->kv_pool) { /* its pages still held */
+    if (old && old->refs > 1) { /* its pages and weights still held */
         old->retired_of = e;
         old->rnext = e->retired;
         e->retired = old;

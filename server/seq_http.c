@@ -113,7 +113,7 @@ static size_t kv_used(const srv_entry *e)
     size_t n = e->inst && e->inst->kv_pool ? attn_kv_pool_used(e->inst->kv_pool)
                                            : 0;
     for (in = e->retired; in; in = in->rnext)
-        n += attn_kv_pool_used(in->kv_pool);
+        n += in->kv_pool ? attn_kv_pool_used(in->kv_pool) : 0;
     return n;
 }
 

@@ -87,7 +87,8 @@ struct srv_inst {
     int builtin; /* 1 for sdpa */
     /* replaced (a reload, an unload) while jobs or sequences still held
      * it: on its entry's retired list until freed, so that its K/V pages
-     * still count in attnd_kv_bytes */
+     * still count in attnd_kv_bytes and its weights and pages in memfit's
+     * sum */
     struct srv_entry *retired_of;
     struct srv_inst *rnext;
 };

@@ -432,12 +432,16 @@ test("Dockerfile: the daemon's user owns /models, where an upload writes", () =>
 // The memory the daemon may hold by its own budgets, with the ConfigMap's
 // settings over --help's defaults, for one weight-set model (kv-bytes is per
 // model): the bodies/requests/answers budget, the retained maps and the K/V
-// cache, plus 256 MiB for the code, threads, BLAS buffers, weights and
-// what malloc keeps after a free (measured with the ConfigMap's settings,
-// every bound full: 80 MiB past the three, README "Kubernetes"). Past
-// the container's memory limit the kernel OOM-kills the replica (every
-// sequence and map on it lost) where attnd would have answered 503.
-const HEADROOM = 256 * 2 ** 20;
+// cache, plus attnd's room for the code, threads, BLAS buffers and what
+// malloc keeps after a free, 64 MiB + 64 a thread (server/memfit.c counts
+// the same in its warning; measured with the ConfigMap's settings, every
+// bound full: 94 MiB past the three at the peak, README "Kubernetes"),
+// plus 64 MiB of weights. Past the container's memory limit the kernel
+// OOM-kills the replica (every sequence and map on it lost) where attnd
+// would have answered 503.
+const MiB = 2 ** 20;
+const WEIGHTS = 64 * MiB;
+const room = (threads) => (64 + 64 * threads) * MiB;
 function quantity(q) {
   const m = /^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$/.exec(String(q));
   assert.ok(m, `memory quantity ${q}`);
@@ -449,9 +453,12 @@ function budgetOverLimit(data, limit, help) {
   const v = (n) => Number(data[n] ?? defaults.get(n));
   const parts = { ATTND_MEMORY_BUDGET: v("ATTND_MEMORY_BUDGET"), ATTND_MAPS_BYTES: v("ATTND_MAPS_BYTES"), ATTND_KV_BYTES: v("ATTND_KV_BYTES") };
   for (const [n, x] of Object.entries(parts)) assert.ok(Number.isFinite(x), `${n}: ${x}`);
-  const total = Object.values(parts).reduce((a, b) => a + b, 0) + HEADROOM;
+  const threads = v("ATTND_THREADS");
+  assert.ok(threads > 0, `ATTND_THREADS ${threads}: set it, the room grows with it`);
+  const headroom = room(threads) + WEIGHTS;
+  const total = Object.values(parts).reduce((a, b) => a + b, 0) + headroom;
   const lim = quantity(limit);
-  return total > lim ? `${Object.entries(parts).map(([n, x]) => `${n} ${x}`).join(" + ")} + headroom ${HEADROOM} = ${total} > limits.memory ${limit} (${lim})` : null;
+  return total > lim ? `${Object.entries(parts).map(([n, x]) => `${n} ${x}`).join(" + ")} + room ${room(threads)} (${threads} threads) + weights ${WEIGHTS} = ${total} > limits.memory ${limit} (${lim})` : null;
 }
 
 test("Deployment: the daemon's memory budgets fit the container's memory limit", { skip: NO_BIN }, () => {
@@ -460,6 +467,8 @@ test("Deployment: the daemon's memory budgets fit the container's memory limit",
   const d = { ...cm.data };
   delete d.ATTND_KV_BYTES;
   assert.match(budgetOverLimit(d, "2Gi", HELP) ?? "", /ATTND_KV_BYTES 4294967296/);
+  // Four threads' arenas need 128 MiB more room than the ConfigMap leaves.
+  assert.match(budgetOverLimit({ ...cm.data, ATTND_THREADS: "4" }, ctr.resources.limits.memory, HELP) ?? "", /room 335544320 \(4 threads\)/);
 });
 
 test("Service attnd: keeps a client on one replica", () => {
