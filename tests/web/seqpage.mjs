@@ -40,3 +40,20 @@ export async function runSequence(browser, url) {
   await waitDrawn(page);
   return { page, errors };
 }
+
+/** expectGone(page, id, { reason, timeout }): waits until the sequence
+ * panel of page says sequence id is gone (a step, End or the page's own
+ * watch found the server no longer holds it), then asserts what every
+ * such page shows: the panel names the sequence (and reason, a RegExp,
+ * when given: the server's words), Step and End are disabled, and the
+ * page's sequence is no longer live. Returns the panel's text. */
+export async function expectGone(page, id, { reason, timeout = 30000 } = {}) {
+  await page.waitForFunction(() => /is gone/.test(document.getElementById('seq-info').textContent), null, { timeout });
+  const info = await page.textContent('#seq-info');
+  assert.match(info, new RegExp(`Sequence ${id} is gone`));
+  if (reason) assert.match(info, reason);
+  assert.equal(await page.isDisabled('#seq-step'), true, 'Step is not offered on a sequence that is gone');
+  assert.equal(await page.isDisabled('#seq-end'), true, 'End is not offered on a sequence that is gone');
+  assert.equal(await page.evaluate(() => window.attnd.sequence.live), false);
+  return info;
+}

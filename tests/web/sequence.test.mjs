@@ -13,7 +13,7 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import { browserSuite, near, openPage, pixel, startAttnd, viridis, waitDrawn } from './harness.mjs';
 import { embed } from '../../server/web/embed.js';
-import { D, runSequence as startSequence, stepper as seqStepper } from './seqpage.mjs';
+import { D, expectGone, runSequence as startSequence, stepper as seqStepper } from './seqpage.mjs';
 
 let daemon, browser, haveSequences = false;
 browserSuite(async (d, b) => {
@@ -226,12 +226,8 @@ test('a sequence the server dropped: the next Step says it is gone, with the ser
   const { page, errors, id } = await droppedSequence();
   await page.fill('#seq-next', 'three');
   await page.press('#seq-next', 'Enter');
-  await page.waitForFunction(() => /is gone/.test(document.getElementById('seq-info').textContent));
-  const info = await page.textContent('#seq-info');
-  assert.match(info, new RegExp(`Sequence ${id} is gone`));
-  assert.match(info, /unknown sequence/);
+  await expectGone(page, id, { reason: /unknown sequence/ });
   assert.match(await page.textContent('#status'), /unknown sequence/);
-  assert.equal(await page.isDisabled('#seq-step'), true);
   // The keyboard user's place: not lost with the field disabled under it,
   // but on Run, which starts the sequence again.
   assert.equal(await page.evaluate(() => document.activeElement.id), 'run');
@@ -244,11 +240,7 @@ test('End on a sequence the server no longer holds (a restart, an idle timeout) 
   if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
   const { page, errors, id } = await droppedSequence();
   await page.click('#seq-end'); // answered 404
-  await page.waitForFunction(() => /is gone/.test(document.getElementById('seq-info').textContent));
-  assert.match(await page.textContent('#seq-info'), new RegExp(`Sequence ${id} is gone`));
-  assert.equal(await page.isDisabled('#seq-step'), true);
-  assert.equal(await page.isDisabled('#seq-end'), true);
-  assert.equal(await page.evaluate(() => window.attnd.sequence.live), false);
+  await expectGone(page, id);
   assert.deepEqual(errors.filter((e) => !/status of 404/.test(e)), []);
   await page.close();
 });
@@ -265,11 +257,7 @@ test('a Step after the model was unloaded says the sequence went with it, and of
     assert.equal((await fetch(`${d.url}/v2/repository/models/toy/unload`, { method: 'POST', body: '{}' })).status, 200);
     await page.fill('#seq-next', 'three');
     await page.click('#seq-step'); // answered 404: model 'toy' not loaded
-    await page.waitForFunction(() => /is gone/.test(document.getElementById('seq-info').textContent));
-    const info = await page.textContent('#seq-info');
-    assert.match(info, new RegExp(`Sequence ${id} is gone`));
-    assert.match(info, /not loaded/);
-    assert.equal(await page.isDisabled('#seq-step'), true);
+    await expectGone(page, id, { reason: /not loaded/ });
     assert.equal(await page.inputValue('#text'), 'one two');
     assert.deepEqual(errors.filter((e) => !/status of 404/.test(e)), []);
     await page.close();

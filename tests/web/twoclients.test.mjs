@@ -9,7 +9,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { browserSuite } from './harness.mjs';
 import { embed } from '../../server/web/embed.js';
-import { D, runSequence as startSequence, stepper as seqStepper } from './seqpage.mjs';
+import { D, expectGone, runSequence as startSequence, stepper as seqStepper } from './seqpage.mjs';
 
 let daemon, browser, haveSequences = false;
 browserSuite(async (d, b) => {
@@ -99,11 +99,7 @@ test('a sequence another client ended: the next Step says it is gone, and offers
   assert.equal(r.status, 200, await r.text());
   await page.fill('#seq-next', 'sat');
   await page.click('#seq-step'); // at 2, in the ended 4 tokens: 409
-  await page.waitForFunction(() => /is gone/.test(document.getElementById('seq-info').textContent) ||
-    /HTTP 409/.test(document.getElementById('status').textContent), null, { timeout: 30000 });
-  assert.match(await page.textContent('#seq-info'), new RegExp(`Sequence ${id} is gone.*ended .* ago at 4 tokens`));
-  assert.equal(await page.isDisabled('#seq-step'), true);
-  assert.equal(await page.evaluate(() => window.attnd.sequence.live), false);
+  await expectGone(page, id, { reason: /is gone.*ended .* ago at 4 tokens/ });
   assert.deepEqual(errors.filter((e) => !/status of 409/.test(e)), []);
   await page.close();
 });
