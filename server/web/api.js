@@ -672,6 +672,20 @@ export async function sequenceInfo(id) {
   return list.find((s) => String(s.id) === String(id)) || null;
 }
 
+// sequenceGone: GET /v2/sequences/{id}: null while the server holds the
+// sequence; its 404's error (how it went, when the server remembers it)
+// once it does not. Throws when it cannot be told now (no connection, a
+// 5xx, a 401): ask again later.
+export async function sequenceGone(id) {
+  try {
+    await getJSON(url(`v2/sequences/${encodeURIComponent(id)}`), headers({ [SEQ_HEADER]: id }));
+  } catch (e) {
+    if (e.status === 404) return e.message;
+    throw e;
+  }
+  return null;
+}
+
 // liveSequenceOfMap: the live sequence whose retained map is mapId, or
 // null; undefined when the daemon lists no sequences (cannot tell). With
 // known, the id of the sequence that wrote it, that one alone is asked

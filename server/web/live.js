@@ -55,20 +55,23 @@ export function drives(mapId) {
 // forget: the page shows something else now (a Run): the sequence it
 // drove, if any, which it can step no more, is ended (its map stays).
 export function forget() {
+  clearTimeout(watchTimer);
   if (seq && seq.live) api.endSequence(seq.id).catch(() => {});
   seq = null;
   ctx.$('seq-panel').hidden = true;
 }
 
-function showPanel(note, gone = false) {
+function showPanel(note, isGone = false) {
   const $ = ctx.$;
   $('seq-panel').hidden = !seq;
   if (!seq) return;
   const info = $('seq-info');
-  info.classList.toggle('gone', gone);
+  info.classList.toggle('gone', isGone);
   info.textContent = note;
   $('seq-step').disabled = $('seq-next').disabled = $('seq-end').disabled = !seq.live;
   $('seq-replace').disabled = !seq.live || !(seq.last > 0);
+  $('seq-restart').hidden = !isGone;
+  $('seq-restart').textContent = `Start again with its ${seq.words.length} word${seq.words.length === 1 ? '' : 's'}`;
 }
 
 // refreshInfo: length and K/V bytes of the sequence as the server holds
@@ -112,17 +115,7 @@ function failed(e, retry) {
   const draining = e.status === 503 && /draining/.test(e.message);
   if (seq && (draining || e.status === 404 || (e.status === 400 && /sequence/i.test(e.message) &&
       /unknown|expired|sequence_start/i.test(e.message)) || (e.status === 409 && /ended sequence/.test(e.message)))) {
-    seq.live = false;
-    showPanel(draining ? `Sequence ${seq.id} ends with the server, which is shutting down (${e.message}). ` +
-      'Run again once it is back to start a new one with the words so far.'
-      : `Sequence ${seq.id} is gone: the server no longer holds it (${e.message}). ` +
-      'Run again to start a new one with the words so far.', true);
-    ctx.$('text').value = seq.words.join(' ');
-    ctx.setStatus(`sequence ${seq.id} ${draining ? 'ends: the server is shutting down' : 'is gone'}: ${e.message}`, true);
-    // The field or button that had the focus is disabled now: the focus
-    // goes to Run, which starts it again, not to the top of the page.
-    const f = document.activeElement;
-    if (!f || f === document.body || f.disabled) ctx.$('run').focus();
+    gone(e.message, draining);
     return;
   }
   if (e.status === 503) {
@@ -130,6 +123,64 @@ function failed(e, retry) {
     return;
   }
   ctx.setStatus(e.message, true);
+}
+
+// gone: the server no longer holds the sequence this page drives (why:
+// the server's words): the panel says so and offers no more steps, but
+// "Start again" with its words (and Run, whose field has them).
+function gone(why, draining = false) {
+  clearTimeout(watchTimer);
+  seq.live = false;
+  showPanel(draining ? `Sequence ${seq.id} ends with the server, which is shutting down (${why}). ` +
+    'Start again once it is back to begin a new one with its words.'
+    : `Sequence ${seq.id} is gone: the server no longer holds it (${why}). ` +
+    'Start again to begin a new one with its words.', true);
+  ctx.$('text').value = seq.words.join(' ');
+  ctx.setStatus(`sequence ${seq.id} ${draining ? 'ends: the server is shutting down' : 'is gone'}: ${why}`, true);
+  // The field or button that had the focus is disabled now: the focus
+  // goes to Run, which starts it again, not to the top of the page.
+  const f = document.activeElement;
+  if (!f || f === document.body || f.disabled) ctx.$('run').focus();
+}
+
+// watch: while this page drives a live sequence, ask the server every
+// WATCH_MS whether it still holds it (GET /v2/sequences/{id}, which does
+// not count as a step): one left alone past --sequence-idle-ms, or
+// dropped by a restart or an unload, says it is gone without waiting for
+// a Step to be refused. Only while the tab is shown (a hidden one asks
+// as it comes back) and never beside a step on its way; one request at a
+// time; an answer it cannot read (no connection, 5xx, 401) asks again at
+// the next tick.
+const WATCH_MS = 5000;
+let watchTimer = null;
+
+function watch(ms = WATCH_MS) {
+  clearTimeout(watchTimer);
+  watchTimer = null;
+  if (seq && seq.live) watchTimer = setTimeout(checkLive, ms);
+}
+
+async function checkLive() {
+  const s = seq;
+  watchTimer = null;
+  if (!s || !s.live || document.hidden) return; // (visibilitychange asks again)
+  if (busy) { watch(); return; }
+  let why;
+  try { why = await api.sequenceGone(s.id); } catch (_) { why = null; }
+  if (s !== seq || !s.live) return;
+  if (why !== null && !busy) gone(why);
+  else watch();
+}
+
+// restart: "Start again" on a sequence that is gone: a new one with its
+// words (the server's, as drawn), causal as it was.
+function restart() {
+  if (!seq || seq.live) return;
+  const $ = ctx.$;
+  $('text').value = seq.words.join(' ');
+  $('seq-mode').checked = true;
+  $('causal').checked = seq.causal !== false;
+  $('run').click();
 }
 
 // startSequence: Run in sequence mode (app.js doRun). Ends the sequence
@@ -157,6 +208,7 @@ export async function startSequence(meta, words, causal) {
     ctx.state.q = null;
     await ctx.showGrown(r.mapId, `sequence ${id} started`, seq.words);
     await refreshInfo();
+    watch();
     ctx.$('seq-next').focus();
   } catch (e) {
     failed(e, () => startSequence(meta, words, causal));
@@ -206,6 +258,7 @@ async function step(replace) {
       : `sequence ${seq.id}: +${words.length} → ${seq.length} tokens`) + other(m), seq.words);
     ownWords(seq);
     await refreshInfo();
+    watch();
   } catch (e) {
     if (!(e.status === 409 && /past the end/.test(e.message) && await behind(seq, pos0, words))) failed(e, () => step(replace));
     document.body.dataset.state = 'ready';
@@ -252,6 +305,7 @@ async function end() {
   try {
     await api.endSequence(seq.id);
     seq.live = false;
+    clearTimeout(watchTimer);
     showPanel(`Sequence ${seq.id} ended: its keys and values are freed; its map ${seq.mapId} stays retained.`);
     ctx.setStatus(`sequence ${seq.id} ended`);
     ctx.update(); // the link stops following
@@ -384,6 +438,10 @@ export function initLive(c) {
   $('seq-step').addEventListener('click', () => step(false));
   $('seq-replace').addEventListener('click', () => step(true));
   $('seq-end').addEventListener('click', end);
+  $('seq-restart').addEventListener('click', restart);
+  document.addEventListener('visibilitychange', () => {
+    if (!document.hidden && seq && seq.live && !watchTimer) checkLive();
+  });
   $('seq-next').addEventListener('keydown', (e) => {
     if (e.key === 'Enter') { e.preventDefault(); step(false); }
   });
