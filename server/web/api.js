@@ -414,7 +414,7 @@ export async function inferX(meta, shape, x, tokens, { causal, retain, signal },
 }
 
 // Run the built-in sdpa model on q [T,dk] / [B,T,dk] / [B,H,T,dk] etc.
-export async function inferSdpa(spec, { causal, retain, signal }) {
+export async function inferSdpa(spec, { causal, retain, signal, scale }) {
   const qs = shapeOf(spec.q, 'q'), ks = shapeOf(spec.k, 'k'), vs = shapeOf(spec.v, 'v');
   if (qs.length < 2 || qs.length > 4) throw new Error('q: expected [T, d_k], [B, T, d_k] or [B, H, T, d_k]');
   if (ks.length !== qs.length || vs.length !== qs.length)
@@ -427,6 +427,7 @@ export async function inferSdpa(spec, { causal, retain, signal }) {
   const keyTok = spec.key_tokens !== undefined || !(S === T && spec.tokens)
     ? labels(spec.key_tokens, S, 'key_tokens', ['key', 'keys'], (j) => `k${j}`) : tok;
   const params = { causal: !!causal };
+  if (scale !== undefined) params.scale = scale;
   if (retain) { params.retain = true; params.tokens = keyTok === tok ? tok : tok.concat(keyTok); }
   const mk = parseMask(spec.mask, lead, T, S);
   const mapOnly = bigRun(B, H, T, S, 'query rows', retain);
@@ -448,6 +449,9 @@ export async function inferSdpa(spec, { causal, retain, signal }) {
     q: Float32Array.from(spec.q.flat(Infinity)), k: Float32Array.from(spec.k.flat(Infinity)),
     v: Float32Array.from(spec.v.flat(Infinity)), y: o.output && o.output.data,
     headDim: dk, vHeadDim: dv, nKvHeads: H,
+    // the float q was multiplied by (the answer does not say it; a map
+    // retained from it does): null, 1/√d_k
+    scale: scale !== undefined ? Math.fround(scale) : null,
     mapId: resp.parameters && resp.parameters.map_id,
     mask: mk ? mk.mask : null,
   };

@@ -25,7 +25,7 @@ const TABLE_MAX = 24; // the table view is offered up to this size
 
 const state = {
   tab: 'words', model: 'demo', text: '', json: '', causal: false, retain: false,
-  map: null, b: 0, h: 0, q: null, scale: 'linear', auto: false, table: false,
+  map: null, b: 0, h: 0, q: null, scale: 'linear', qscale: '', auto: false, table: false,
   win: null, // { r0, c0, n } when zoomed
   follow: false, // redraw the retained map as it grows (live.js)
 };
@@ -118,8 +118,11 @@ function renderFocus() {
   const v = view();
   const win = ensureWindow();
   const title = state.h === 'mean' ? 'Mean over heads' : `Head ${state.h}`;
+  // (a scale of its own, not 1/√d_k: as the server reports it, a
+  // retained map's "scale", or sdpa's as sent, the float it multiplies by)
+  const sc = scoreScale(run);
   $('focus-title').textContent = `${title}${run.B > 1 ? `, batch item ${state.b}` : ''} · ${run.model}` +
-    (run.mapId ? ` · map ${run.mapId}` : '');
+    (run.mapId ? ` · map ${run.mapId}` : '') + (sc && sc.own ? ` · scale ${Number(run.scale.toPrecision(7))}` : '') // (a float's digits);
   const vw = $('view').clientWidth; // beside the side panel when there is room
   const width = Math.min(760, vw > 900 ? vw - 360 : vw);
   geom = drawHeatmap($('heatmap'), {
@@ -243,12 +246,24 @@ async function loadMeta(name, applyDefault) {
   meta = m;
   const p = meta.parameters || {};
   infoMap = null;
+  $('sdpa-scale-wrap').hidden = name !== 'sdpa';
   $('model-info').textContent = name === 'sdpa'
     ? 'sdpa: raw scaled dot-product attention on Q, K, V you give.'
     : `d_model ${p.d_model}, ${p.n_heads} heads (${p.n_kv_heads} kv), d_k ${p.head_dim}, d_v ${p.v_head_dim}` +
       `${p.causal ? ', causal' : ''}${p.rope ? ', RoPE' : ''}`;
   if (applyDefault && p.causal !== undefined) $('causal').checked = !!p.causal;
   return meta;
+}
+
+// sdpaScale: the scale field of sdpa (parameters.scale, what q is
+// multiplied by before Q K^T): undefined when empty (the server's
+// 1/√d_k); a number as typed, which the server checks (a positive number
+// that a float holds, else its 400 says so).
+function sdpaScale(text) {
+  if (!text) return undefined;
+  const x = Number(text);
+  if (!Number.isFinite(x)) throw new Error(`scale: "${text}" is not a number (empty: 1/√d_k)`);
+  return x;
 }
 
 function parseJSONInput() {
@@ -282,17 +297,19 @@ async function doRun() {
   state.retain = $('retain').checked;
   state.text = $('text').value;
   state.json = $('json').value;
+  state.qscale = $('sdpa-scale').value.trim();
   try {
     // The model chosen a moment ago may still be loading its metadata (or
     // failed to): not the previous model's, nor none.
     if (state.model !== 'sdpa' && meta?.name !== state.model) await loadMeta(state.model, false);
     const opts = { causal: state.causal, retain: state.retain, signal };
     const asked = { model: state.model, tab: state.model === 'sdpa' ? 'json' : state.tab, // for the link
-      text: state.text, json: state.json, causal: state.causal, retain: state.retain };
+      text: state.text, json: state.json, causal: state.causal, retain: state.retain,
+      qscale: state.model === 'sdpa' ? state.qscale : '' };
     let r;
     if (state.model === 'sdpa') {
       if (state.tab !== 'json') selectTab('json');
-      r = await api.inferSdpa(parseJSONInput(), opts);
+      r = await api.inferSdpa(parseJSONInput(), { ...opts, scale: sdpaScale(state.qscale) });
     } else if (state.tab === 'json') {
       const spec = parseJSONInput();
       if (!spec.x) throw new Error('JSON input: "x" missing');
@@ -727,6 +744,7 @@ async function start() {
   $('json').value = noInput && state.tab === 'json' ? '' : state.json || JSON.stringify(SEED_SDPA);
   $('causal').checked = state.causal;
   $('retain').checked = state.retain;
+  $('sdpa-scale').value = state.qscale;
   selectTab(state.tab);
   try { await loadMeta(state.model, !fromUrl); } catch (e) {
     setStatus(e.message, true);

@@ -29,6 +29,7 @@ export function writeHash(state, asked = null) {
     p.set(a.tab !== 'json' ? 'text' : 'json', input.length <= INPUT_IN_URL_MAX ? input : '');
     p.set('causal', a.causal ? '1' : '0');
     if (a.retain) p.set('retain', '1');
+    if (a.qscale) p.set('qscale', a.qscale); // sdpa's parameters.scale
   }
   if (state.b) p.set('b', String(state.b));
   p.set('h', String(state.h));
@@ -57,6 +58,7 @@ export function readHash(state) {
   if (state.map && p.has('seq')) api.noteSequenceMap(state.map, p.get('seq'));
   state.causal = p.get('causal') === '1';
   state.retain = p.get('retain') === '1';
+  state.qscale = p.get('qscale') || '';
   state.b = int('b', 0);
   state.h = p.get('h') === 'mean' ? 'mean' : int('h', 0);
   state.q = int('q', null); // none: the strongest off-diagonal row (selQ)
