@@ -470,12 +470,14 @@ const POOL_N = 512;
 // step held, which the start's causal flag cannot say); its scores and
 // values (what=scores, what=v) when they were retained and the map is
 // not pooled, for the step view. A sequence's map may be stepped while
-// its planes are read one request at a time: the metadata is read again
+// its planes are read (a request for each kind): the metadata is read again
 // after them, and when the version changed (a map's version only grows,
 // so an unchanged one means every plane came from it) it is read anew,
 // rather than drawing heads of two versions or failing on a plane of
 // the new size. progress (optional) hears "n of N planes" after each
-// plane read: a map of many heads takes as many requests. signal
+// answer: every item's and head's planes of one kind come in one
+// (b=all&h=all), one at a time only when the whole is past the server's
+// --request-memory. signal
 // (optional) aborts the reads: the map is no longer wanted.
 const OPEN_TRIES = 4;
 export async function openMap(id, progress, signal) {
@@ -508,10 +510,11 @@ async function readMap(id, meta, progress, signal) {
   const planes = B * H * (1 + (meta.mask || grown ? 1 : 0) + (!pooled && kept.includes('scores') ? 1 : 0)) +
     (withV ? B * meta.v_shape[1] : 0) + (meanPlanes ? B : 0);
   let read = 0;
-  // fetchF32: one plane of n FP32 values. attnd answers it
-  // application/octet-stream, n x 4 bytes: anything else (a proxy's or a
-  // login page's HTML answered 200, a misrouted request) says what came.
-  const fetchF32 = async (b, h, what, n) => {
+  // fetchF32: count planes of n FP32 values each (count > 1: b=all
+  // and/or h=all, one answer). attnd answers it application/octet-stream,
+  // count x n x 4 bytes: anything else (a proxy's or a login page's HTML
+  // answered 200, a misrouted request) says what came.
+  const fetchF32 = async (b, h, what, n, count = 1) => {
     const res = await send(url(`v2/maps/${encodeURIComponent(id)}/attention?b=${b}&h=${h}&what=${what}&format=f32${what === 'v' ? '' : q}`),
       { headers: mapHeaders(id), signal });
     if (!res.ok) await fail(res);
@@ -525,10 +528,11 @@ async function readMap(id, meta, progress, signal) {
       const text = new TextDecoder().decode(new Uint8Array(buf, 0, Math.min(buf.byteLength, 4096)));
       throw new Error(`map ${id}: ${cameInstead(res, text, `its ${what} plane as FP32`)}; a proxy or login page in the way?`);
     }
-    if (buf.byteLength !== 4 * n)
-      throw new Error(`map ${id}: its ${what} plane (item ${b}, head ${h}) came as ${buf.byteLength} bytes, ` +
-        `not the ${4 * n} of its shape; reload the page, or check what is between it and attnd`);
-    if (progress) progress(`${++read} of ${planes} planes`);
+    if (buf.byteLength !== 4 * n * count)
+      throw new Error(`map ${id}: its ${what} plane${count > 1 ? 's' : ''} (item ${b}, head ${h}) came as ${buf.byteLength} bytes, ` +
+        `not the ${4 * n * count} of its shape; reload the page, or check what is between it and attnd`);
+    read += count;
+    if (progress) progress(`${read} of ${planes} planes`);
     return new Float32Array(buf);
   };
   let rows = T, cols = S;
@@ -536,14 +540,28 @@ async function readMap(id, meta, progress, signal) {
     const bt = Math.ceil(T / POOL_N), bs = Math.ceil(S / POOL_N);
     rows = Math.ceil(T / bt); cols = Math.ceil(S / bs);
   }
-  const perHead = async (what, Arr) => {
+  // perHead: every item's and head's plane of what, [B, H, rows, cols]:
+  // one request (b=all&h=all: one version of the map, one round trip)
+  // unless it is a single plane, or the whole is past the server's
+  // --request-memory (413) where one plane at a time may fit.
+  const allOr = async (n, whole, each) => {
+    if (n > 1) {
+      try { return await whole(); } catch (e) { if (e.status !== 413) throw e; }
+    }
+    return each();
+  };
+  const perHead = (what, Arr) => allOr(B * H, async () => {
+    const out = new Arr(B * H * rows * cols);
+    out.set(await fetchF32('all', 'all', what, rows * cols, B * H));
+    return out;
+  }, async () => {
     const out = new Arr(B * H * rows * cols);
     for (let b = 0; b < B; b++)
       for (let h = 0; h < H; h++) {
         out.set(await fetchF32(b, h, what, rows * cols), (b * H + h) * rows * cols);
       }
     return out;
-  };
+  });
   const att = await perHead('attention', Float32Array);
   // A pooled map's mean over heads is the server's (h=mean): each cell the
   // largest of its block of the mean, as the readout says. The mean of the
@@ -551,8 +569,11 @@ async function readMap(id, meta, progress, signal) {
   // 0 and one on key 1 made 1 of two weights of 0.5.
   let meanPooled = null;
   if (meanPlanes) {
-    meanPooled = new Float32Array(B * rows * cols);
-    for (let b = 0; b < B; b++) meanPooled.set(await fetchF32(b, 'mean', 'attention', rows * cols), b * rows * cols);
+    meanPooled = await allOr(B, () => fetchF32('all', 'mean', 'attention', rows * cols, B), async () => {
+      const out = new Float32Array(B * rows * cols);
+      for (let b = 0; b < B; b++) out.set(await fetchF32(b, 'mean', 'attention', rows * cols), b * rows * cols);
+      return out;
+    });
   }
   // An explicit mask may differ per item and head, and a grown sequence
   // map's rows each have their own: ask the server which cells it masked
@@ -566,10 +587,15 @@ async function readMap(id, meta, progress, signal) {
     if (kept.includes('scores')) scores = await perHead('scores', Float32Array);
     if (withV) {
       [, hkv, , dv] = meta.v_shape;
-      v = new Float32Array(B * hkv * S * dv);
-      for (let b = 0; b < B; b++)
-        for (let g = 0; g < hkv; g++) // head g * (H / hkv) reads kv head g
-          v.set(await fetchF32(b, g * (H / hkv), 'v', S * dv), (b * hkv + g) * S * dv);
+      // (h=all gives each query head's rows: kv heads shared by a group
+      // come once per head, so only where every head has its own)
+      v = await allOr(hkv === H ? B * H : 1, () => fetchF32('all', 'all', 'v', S * dv, B * H), async () => {
+        const out = new Float32Array(B * hkv * S * dv);
+        for (let b = 0; b < B; b++)
+          for (let g = 0; g < hkv; g++) // head g * (H / hkv) reads kv head g
+            out.set(await fetchF32(b, g * (H / hkv), 'v', S * dv), (b * hkv + g) * S * dv);
+        return out;
+      });
     }
     // The store keeps scores and values only when the retaining request
     // computed them (it asked for those outputs).

@@ -197,7 +197,7 @@ test('an answer that is not JSON (a proxy\'s login page) is named as such, not a
   await page.close();
 });
 
-test('a map of many heads opening says how far it is, plane by plane', async () => {
+test('a map of many heads opening says how far it is, answer by answer', async () => {
   const H = 8, T = 3;
   const t = (name, d) => ({ name, datatype: 'FP32', shape: [1, H, T, d],
     data: Array.from({ length: H * T * d }, (_, i) => Math.sin(i)) });
@@ -215,8 +215,9 @@ test('a map of many heads opening says how far it is, plane by plane', async () 
   await waitDrawn(page);
   const seen = await page.evaluate(() => window.seen);
   const planes = seen.filter((s) => /opening map .*: \d+ of \d+ planes/.test(s));
-  // 8 heads' weights and 8 heads' value rows (no scores kept).
-  assert.ok(planes.some((s) => s.includes(`opening map ${id}: 1 of 16 planes`)), seen.join('\n'));
+  // 8 heads' weights and 8 heads' value rows (no scores kept), each kind
+  // in one answer (b=all&h=all).
+  assert.ok(planes.some((s) => s.includes(`opening map ${id}: 8 of 16 planes`)), seen.join('\n'));
   assert.ok(planes.some((s) => s.includes('16 of 16 planes')), seen.join('\n'));
   assert.equal(await page.evaluate(() => window.attnd.run.H), H);
   await page.close();
