@@ -690,16 +690,16 @@ export async function endSequence(id, keepalive = false) {
   if (!res.ok) await fail(res);
 }
 
-// sequenceInfo: the live sequence id as GET /v2/sequences lists it ({ id,
-// model, length, bytes, ... }), or null when it is not live there (or the
-// daemon has no sequences).
+// sequenceInfo: the live sequence id as GET /v2/sequences/{id} gives it
+// ({ id, model, length, bytes, ... }: that one alone, not the list of
+// every live one, which holds the first 4096), or null when it is not
+// live (404), the daemon has no sequences or cannot tell now.
 export async function sequenceInfo(id) {
   let j;
   try {
-    j = await getJSON(url('v2/sequences'), headers({ [SEQ_HEADER]: id }));
+    j = await getJSON(url(`v2/sequences/${encodeURIComponent(id)}`), headers({ [SEQ_HEADER]: id }));
   } catch (e) { if (e.status === 401) throw e; return null; }
-  const list = Array.isArray(j) ? j : j.sequences || [];
-  return list.find((s) => String(s.id) === String(id)) || null;
+  return j && String(j.id) === String(id) ? j : null;
 }
 
 // sequenceGone: GET /v2/sequences/{id}: null while the server holds the

@@ -128,3 +128,27 @@ test('following the sequence this page drives: another client\'s step is drawn, 
   await page.click('#seq-end');
   await page.close();
 });
+
+// The panel's length and K/V bytes (which say where the next Step goes,
+// after another client's steps) were read from GET /v2/sequences, the
+// list of every live sequence (its first 4096 only: past them the page's
+// own was not found, its length not updated), once per step of every
+// page: now GET /v2/sequences/{id}, the one sequence.
+test('the panel reads its own sequence (GET /v2/sequences/{id}), not the list of every live one', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const { page, errors } = await runSequence();
+  const asked = [];
+  page.on('request', (r) => { const u = new URL(r.url()); if (u.pathname.startsWith('/v2/sequences')) asked.push(u.pathname); });
+  const { id } = await page.evaluate(() => window.attnd.sequence);
+  assert.equal((await stepper(id)(['sat'], 2, false)).sequence_length, 3); // another client's step
+  await page.fill('#seq-next', 'on');
+  await page.click('#seq-step'); // at 2: replaces "sat"
+  await page.waitForFunction(() => window.attnd.run.T === 3 && document.getElementById('seq-info').dataset.length === '3' &&
+    document.body.dataset.state === 'ready');
+  assert.ok(Number(await page.getAttribute('#seq-info', 'data-bytes')) > 0, 'its K/V bytes shown');
+  assert.ok(asked.length > 0, 'the panel asked the server');
+  assert.deepEqual(asked.filter((p) => p !== `/v2/sequences/${id}`), [], `asked: ${asked.join(' ')}`);
+  assert.deepEqual(errors, []);
+  await page.click('#seq-end');
+  await page.close();
+});
