@@ -148,6 +148,7 @@ async function fail(res, size) {
         'down, restarting or slow, or the proxy misrouted the request');
   }
   if (res.status === 413 && size) msg += too413(msg, size);
+  if (res.status === 400 && size) msg += tooBigToKeep(msg, size);
   const e = new Error(msg);
   e.status = res.status;
   throw e;
@@ -167,6 +168,24 @@ function too413(text, { n, unit, bytes, outBytes }) {
   else if (lim > 0 && name && bytes > lim) fit = Math.floor((n * lim) / bytes);
   return `: too large for this server. Send fewer ${unit}${fit > 0 && fit < n ? ` (about ${fit} fit)` : ''}` +
     `${name ? `, or start attnd with a larger --${name}` : ''}.`;
+}
+
+// tooBigToKeep: a run whose maps are larger than the whole retained-map
+// store (400 "parameters.retain: these maps need N bytes, more than the
+// whole retained-map store (M bytes, maps-bytes)"): about how many of its
+// words or rows fit. The maps' floats (outBytes, the outputs asked for;
+// at most N) grow with the square of the words, the rest of N (labels,
+// bookkeeping) is taken to grow with the words: the largest f whose
+// a f² + b f is at most M (4096 words on a 4-head model need 48 KiB past
+// the default 256 MiB: 4095 fit). '' for another 400.
+function tooBigToKeep(text, { n, unit, outBytes }) {
+  const m = /these maps need (\d+) bytes, more than the whole retained-map store \((\d+) bytes/.exec(text);
+  if (!m || !(n > 0)) return '';
+  const need = Number(m[1]), have = Number(m[2]);
+  const floats = Math.min(outBytes > 0 ? outBytes : need, need);
+  const a = floats / (n * n), b = (need - floats) / n;
+  const fit = Math.floor((-b + Math.sqrt(b * b + 4 * a * have)) / (2 * a));
+  return fit > 0 && fit < n ? `: send at most about ${fit} ${unit}.` : '';
 }
 
 // RUN_MAX_CELLS: the most weights (B x H x T x S) a run's answer may carry.

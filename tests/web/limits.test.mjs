@@ -154,3 +154,30 @@ test('a 413 for the outputs (request-memory) says about how many words fit', asy
     await small.stop();
   }
 });
+
+// A retained run whose maps are larger than the whole store: the 400
+// said "ask for fewer tokens or heads" and no more; now about how many
+// words fit, and that many do (on main, 8e4e250: no "about N" in it).
+test('a retained run past the whole retained-map store says about how many words fit, and that many are kept', async () => {
+  const small = await startAttnd(['--maps-bytes', '100000']);
+  try {
+    // 100 words on the toy with their scores: 2 heads x 100 x 100 x 4 x 2 = 160 kB
+    const { page, errors } = await openPage(browser, `${small.url}/#model=toy&text=one&h=0&retain=1`);
+    await page.fill('#text', words(100));
+    await page.click('#run');
+    let s = await settled(page);
+    assert.equal(s.state, 'error');
+    assert.match(s.status, /maps-bytes/);
+    const fit = Number((/send at most about (\d+) words/.exec(s.status) || [])[1]);
+    assert.ok(fit > 60 && fit < 100, s.status); // 100 kB of 160: about 79
+    await page.fill('#text', words(fit));
+    await page.click('#run');
+    await page.waitForFunction((n) => window.attnd.run?.T === n && window.attnd.run.mapId, fit);
+    s = await settled(page);
+    assert.equal(s.state, 'ready', s.status);
+    assert.deepEqual(errors.filter((e) => !/status of 400/.test(e)), []);
+    await page.close();
+  } finally {
+    await small.stop();
+  }
+});
