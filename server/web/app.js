@@ -427,6 +427,9 @@ async function showGrown(id, note, tokens, wanted) {
   state.map = id;
   if (state.model !== run.model) showMapModel(id);
   else if (infoMap === id) $('model-info').textContent = mapInfo(id); // its shape as it grew
+  // and in the Retained list, which named the shape it had when listed
+  for (const b of $('maps').querySelectorAll('button[data-map]'))
+    if (b.dataset.map === id) b.textContent = mapLabel({ id, model: run.model, shape: run.shape, created: run.created });
   finishRun(typeof note === 'function' ? note(next) : note, keep);
   if (win && state.win) { // keep the zoom, at the newest row and key
     state.win = studied ? win : { n: win.n, r0: run.T - win.n, c0: run.S - win.n };
@@ -462,6 +465,9 @@ function when(iso) {
   return `${ago} ago (${t.toLocaleString(undefined, { dateStyle: 'medium', timeStyle: 'medium' })})`;
 }
 
+// mapLabel: a retained map as the Retained list names it.
+const mapLabel = (m) => `${m.id} · ${m.model} · [${m.shape.join(', ')}] · ${when(m.created)}`;
+
 async function refreshMaps() {
   const ul = $('maps');
   ul.textContent = '';
@@ -472,7 +478,8 @@ async function refreshMaps() {
       const li = document.createElement('li');
       const b = document.createElement('button');
       b.type = 'button';
-      b.textContent = `${m.id} · ${m.model} · [${m.shape.join(', ')}] · ${when(m.created)}`;
+      b.dataset.map = m.id;
+      b.textContent = mapLabel(m);
       b.addEventListener('click', () => openMap(m.id));
       li.append(b);
       ul.append(li);

@@ -7,7 +7,7 @@
 // time under load.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { browserSuite } from './harness.mjs';
+import { browserSuite, openPage } from './harness.mjs';
 import { embed } from '../../server/web/embed.js';
 import { D, expectGone, runSequence as startSequence, stepper as seqStepper } from './seqpage.mjs';
 
@@ -149,6 +149,28 @@ test('the panel reads its own sequence (GET /v2/sequences/{id}), not the list of
   assert.ok(asked.length > 0, 'the panel asked the server');
   assert.deepEqual(asked.filter((p) => p !== `/v2/sequences/${id}`), [], `asked: ${asked.join(' ')}`);
   assert.deepEqual(errors, []);
+  await page.click('#seq-end');
+  await page.close();
+});
+
+// A second tab following the sequence's map (#map=<id>&follow=1) shows
+// the Retained list, which named the map's shape when it was listed
+// ([1, 2, 2, 2]) while the map drawn beside it grew: now its entry says
+// the shape drawn (on main, 8e4e250, it stayed [1, 2, 2, 2]).
+test('a tab following a sequence\'s map: its Retained list entry says the shape as the map grows', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const { page, errors } = await runSequence();
+  const { id, mapId } = await page.evaluate(() => window.attnd.sequence);
+  const { page: other, errors: otherErrors } = await openPage(browser, `${daemon.url}/#map=${mapId}&follow=1&h=0`);
+  const entry = `#maps button:has-text("${mapId}")`;
+  await other.waitForSelector(entry);
+  assert.match(await other.textContent(entry), /\[1, 2, 2, 2\]/);
+  assert.equal((await stepper(id)(['sat', 'on'], 2, false)).sequence_length, 4);
+  await other.waitForFunction(() => window.attnd.run.T === 4 && document.body.dataset.state === 'ready', null, { timeout: 30000 });
+  assert.match(await other.textContent(entry), new RegExp(`^${mapId} · toy · \\[1, 2, 4, 4\\]`));
+  assert.deepEqual(otherErrors, []);
+  assert.deepEqual(errors, []);
+  await other.close();
   await page.click('#seq-end');
   await page.close();
 });
