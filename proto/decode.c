@@ -79,6 +79,18 @@ static int get_bool(const oip__jv *obj, const char *key, const char *field, int 
     return 0;
 }
 
+/* shm_refused: a tensor's parameters object p naming one of Triton's
+ * shared-memory keys (oip__shm_param), refused as list[i]'s. */
+static int shm_refused(const oip__jv *p, const char *list, size_t i,
+                       const char *instead, char *err)
+{
+    for (size_t k = 0; is(p, OIP__JOBJ) && k < p->len; k++)
+        if (oip__shm_param(p->kids[k]->key))
+            return oip__fail(err, ATTN_EINVAL, OIP_NO_SHM, list, i,
+                             p->kids[k]->key, instead);
+    return 0;
+}
+
 int oip_sequence_id_valid(const char *s, size_t len)
 {
     if (!s || len == 0 || len >= OIP_MAX_SEQ_ID)
@@ -283,6 +295,8 @@ static int decode_outputs(oip_request *req, const oip__jv *root, int max_outputs
             const oip__jv *c = oip__jget(p, "classification");
             if (c && !(is(c, OIP__JINT) && c->num == 0))
                 return oip__fail(err, ATTN_EINVAL, OIP_NO_CLASSIFICATION, i);
+            if ((rc = shm_refused(p, "outputs", i, OIP_NO_SHM_OUT, err)))
+                return rc;
         }
         req->n_outputs = (int)i + 1;
     }
@@ -362,6 +376,9 @@ static int input_meta(const oip__jv *in, int i, const oip__scan *sc, int has_bin
     if (p && !is(p, OIP__JOBJ))
         return oip__fail(err, ATTN_EINVAL,
                          "inputs[%d].parameters: expected an object", i);
+    rc = shm_refused(p, "inputs", (size_t)i, OIP_NO_SHM_IN, err);
+    if (rc)
+        return rc;
     const oip__jv *bs = p ? oip__jget(p, "binary_data_size") : NULL;
     const char *dname = oip_dtype_name(t->wire_dtype);
     if (bs) {

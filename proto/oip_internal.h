@@ -202,6 +202,20 @@ void oip__resolve_limits(oip_limits *L, const oip_limits *lim);
     "classification extension (the top classes as BYTES); ask for the "        \
     "output without it and take its largest values yourself"
 
+/* oip__shm_param: whether key is one of Triton's shared-memory
+ * extension's tensor parameters (shared_memory_region, _byte_size,
+ * _offset), which attnd does not serve: on an input the tensor would be
+ * missing, on an output a client would read its region's stale bytes.
+ * OIP_NO_SHM is both decoders' message; its arguments, the list
+ * ("inputs"/"outputs", char *), the index (size_t), the key and what to
+ * do instead (char *). */
+int oip__shm_param(const char *key);
+#define OIP_NO_SHM                                                             \
+    "%s[%zu].parameters.%s: attnd does not serve Triton's shared-memory "       \
+    "extension (system or CUDA; /v2 does not list it); %s"
+#define OIP_NO_SHM_IN "send the tensor in the request instead"
+#define OIP_NO_SHM_OUT "ask for the output without it: it comes in the answer"
+
 /* printf into err (OIP_ERRMAX bytes) when err is not NULL; returns code. */
 int oip__fail(char *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

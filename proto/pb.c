@@ -281,6 +281,9 @@ static int decode_outputs(oip_request *req, const Req *m, int max_outputs,
                            INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM &&
                   v->int64_param == 0)) /* as decode.c's */
                 return oip__fail(err, ATTN_EINVAL, OIP_NO_CLASSIFICATION, i);
+            if (oip__shm_param(o->parameters[j]->key))
+                return oip__fail(err, ATTN_EINVAL, OIP_NO_SHM, "outputs", i,
+                                 o->parameters[j]->key, OIP_NO_SHM_OUT);
             if (!strcmp(o->parameters[j]->key, "binary_data")) {
                 char field[64];
                 int rc;
@@ -487,6 +490,16 @@ int oip_pb_decode(oip_request *req, const char *body, size_t len,
                        L.max_inputs);
         goto fail;
     }
+    /* before the count of raw_input_contents, which a tensor in a
+     * shared-memory region has none of */
+    for (i = 0; i < m->n_inputs; i++)
+        for (j = 0; j < m->inputs[i]->n_parameters; j++)
+            if (oip__shm_param(m->inputs[i]->parameters[j]->key)) {
+                rc = oip__fail(err, ATTN_EINVAL, OIP_NO_SHM, "inputs", i,
+                               m->inputs[i]->parameters[j]->key,
+                               OIP_NO_SHM_IN);
+                goto fail;
+            }
     raw = m->n_raw_input_contents != 0;
     if (raw && m->n_raw_input_contents != m->n_inputs) {
         rc = oip__fail(err, ATTN_EINVAL, "raw_input_contents: %zu entr%s for "

@@ -261,6 +261,32 @@ class Unary(unittest.TestCase):
         self.assertEqual(st, 400)
         self.assertEqual(body["error"], "inputs[0].shape: dimension 1 is -3, must be >= 1")
 
+    def test_shared_memory_parameters_are_refused(self):
+        # the messages tritonclient.grpc builds after set_shared_memory:
+        # region and byte size (offset only when not 0), no contents and
+        # no raw_input_contents entry for a tensor in a region (a map: its
+        # keys come in any order). An output's
+        # was ignored (its tensor came in the message, the client read its
+        # region's stale bytes); an input's was refused by the count of
+        # raw_input_contents, naming no region
+        x = REFS["causal"]
+        r = want(tiny_x(x, raw_form=True), "y")
+        r.outputs[0].parameters["shared_memory_region"].string_param = "out0"
+        r.outputs[0].parameters["shared_memory_byte_size"].int64_param = 128
+        self.code(self.s.ModelInfer, r, C.INVALID_ARGUMENT,
+                  r"^outputs\[0\]\.parameters\.shared_memory_(region|byte_size): attnd does not serve "
+                  r"Triton's shared-memory extension .*: it comes in the answer$")
+        r = seed1(raw)
+        del r.inputs[1]
+        del r.raw_input_contents[1]
+        t = r.inputs.add(name="k", datatype="FP32", shape=[2, 4])
+        t.parameters["shared_memory_region"].string_param = "in_k"
+        t.parameters["shared_memory_byte_size"].int64_param = 32
+        t.parameters["shared_memory_offset"].int64_param = 64
+        self.code(self.s.ModelInfer, r, C.INVALID_ARGUMENT,
+                  r"^inputs\[2\]\.parameters\.shared_memory_(region|byte_size|offset): "
+                  r"attnd does not serve Triton's shared-memory extension")
+
     def test_malformed_messages(self):
         call = self.d.channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
         for junk in (b"\xff\xff\xff", b"\x0a\x05ti", b"\x0a\x04tiny\x2a\x03\x0a\x01"):

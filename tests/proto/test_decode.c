@@ -258,6 +258,25 @@ static const struct bad {
      "outputs[0].parameters.classification: attnd does not serve Triton's "
      "classification extension (the top classes as BYTES); ask for the "
      "output without it and take its largest values yourself"},
+    /* Triton's shared-memory extension (tritonclient's
+     * set_shared_memory): refused, not answered in the body while the
+     * client reads its region (an output), nor "missing data" (an input) */
+    {"{'outputs':[{'name':'y','parameters':{'shared_memory_region':'o',"
+     "'shared_memory_byte_size':64}}],'inputs':[" X2 "]}", ATTN_EINVAL,
+     "outputs[0].parameters.shared_memory_region: attnd does not serve "
+     "Triton's shared-memory extension (system or CUDA; /v2 does not list "
+     "it); ask for the output without it: it comes in the answer"},
+    {"{'outputs':[{'name':'y','parameters':{'shared_memory_offset':0}}],"
+     "'inputs':[" X2 "]}", ATTN_EINVAL,
+     "outputs[0].parameters.shared_memory_offset: attnd does not serve "
+     "Triton's shared-memory extension (system or CUDA; /v2 does not list "
+     "it); ask for the output without it: it comes in the answer"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[1,2],'parameters':"
+     "{'shared_memory_region':'i','shared_memory_byte_size':8}}]}",
+     ATTN_EINVAL,
+     "inputs[0].parameters.shared_memory_region: attnd does not serve "
+     "Triton's shared-memory extension (system or CUDA; /v2 does not list "
+     "it); send the tensor in the request instead"},
 };
 
 START_TEST(bad_request)

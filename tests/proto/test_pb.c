@@ -304,6 +304,55 @@ START_TEST(outputs_refused)
     char err[OIP_ERRMAX] = "";
     ck_assert_msg(dec(&g, NULL, &r, err) == 0, "%s", err);
     oip_request_free(&r);
+
+    /* Triton's shared-memory extension (tritonclient.grpc's
+     * InferRequestedOutput.set_shared_memory): refused, not answered in
+     * the message while the client reads its region's stale bytes */
+    msg_init(&g);
+    add_fp32(&g, "x", 1);
+    add_output(&g, "y");
+    Param *sm = out_binary_data(&g, 0);
+    g.oe[0].key = "shared_memory_region";
+    sm->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
+    sm->string_param = "out0";
+    refused(&g, NULL, ATTN_EINVAL,
+            "outputs[0].parameters.shared_memory_region: attnd does not "
+            "serve Triton's shared-memory extension (system or CUDA; /v2 "
+            "does not list it); ask for the output without it: it comes in "
+            "the answer");
+}
+END_TEST
+
+/* An input in a shared-memory region (tritonclient.grpc's
+ * InferInput.set_shared_memory: no contents and no raw_input_contents
+ * entry of its own) is refused naming the parameter, not by the count of
+ * raw_input_contents. */
+START_TEST(input_shm_refused)
+{
+    msg g;
+    Inference__ModelInferRequest__InferInputTensor__ParametersEntry e, *ep = &e;
+    Param v;
+
+    msg_init(&g);
+    add_fp32(&g, "q", 2);
+    add_fp32(&g, "k", 2);
+    g.in[0].contents = g.in[1].contents = NULL;
+    g.raw[0].data = (uint8_t *)g.f[0];
+    g.raw[0].len = 8;
+    g.m.raw_input_contents = g.raw;
+    g.m.n_raw_input_contents = 1;
+    inference__model_infer_request__infer_input_tensor__parameters_entry__init(&e);
+    inference__infer_parameter__init(&v);
+    e.key = "shared_memory_region";
+    e.value = &v;
+    v.parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
+    v.string_param = "in1";
+    g.in[1].parameters = &ep;
+    g.in[1].n_parameters = 1;
+    refused(&g, NULL, ATTN_EINVAL,
+            "inputs[1].parameters.shared_memory_region: attnd does not "
+            "serve Triton's shared-memory extension (system or CUDA; /v2 "
+            "does not list it); send the tensor in the request instead");
 }
 END_TEST
 
@@ -660,6 +709,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("decode");
     tcase_add_test(tc, inputs_refused);
     tcase_add_test(tc, outputs_refused);
+    tcase_add_test(tc, input_shm_refused);
     tcase_add_test(tc, outputs_and_int64_decode);
     tcase_add_test(tc, scale_kinds);
     tcase_add_test(tc, sequence_id_kinds);

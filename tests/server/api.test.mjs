@@ -512,3 +512,22 @@ test('answers\' Content-Type: JSON, binary outputs behind Inference-Header-Conte
   const listed = (await (await get('/v2/maps')).json()).maps.map((m) => m.id);
   assert.deepEqual(listed.filter((id) => ids.includes(id)), [ids[1], ids[0]], 'newest first');
 });
+
+test('Triton\'s shared-memory parameters are refused naming the tensor and the parameter, on outputs and inputs', async () => {
+  // tritonclient.http's set_shared_memory: an output's was ignored (y came
+  // back in the body, 200, while the client read its region's stale
+  // bytes); an input's was answered 'missing data', naming no region
+  const x = REFS.causal;
+  const r = await infer(d, 'tiny', { inputs: [fp32('x', x.shape, x.x)],
+    outputs: [{ name: 'y', parameters: { shared_memory_region: 'out0', shared_memory_byte_size: 128 } }] });
+  assert.equal(r.status, 400, JSON.stringify(r.json));
+  assert.match(r.json.error, /^outputs\[0\]\.parameters\.shared_memory_region: attnd does not serve Triton's shared-memory extension \(system or CUDA; \/v2 does not list it\); ask for the output without it: it comes in the answer$/);
+  const off = await infer(d, 'tiny', { inputs: [fp32('x', x.shape, x.x)],
+    outputs: [{ name: 'y' }, { name: 'attention', parameters: { shared_memory_offset: 0 } }] });
+  assert.equal(off.status, 400, JSON.stringify(off.json));
+  assert.match(off.json.error, /^outputs\[1\]\.parameters\.shared_memory_offset: /);
+  const inp = await infer(d, 'tiny', { inputs: [{ name: 'x', datatype: 'FP32', shape: x.shape,
+    parameters: { shared_memory_region: 'in0', shared_memory_byte_size: 4 * x.x.length } }] });
+  assert.equal(inp.status, 400, JSON.stringify(inp.json));
+  assert.equal(inp.json.error, 'inputs[0].parameters.shared_memory_region: attnd does not serve Triton\'s shared-memory extension (system or CUDA; /v2 does not list it); send the tensor in the request instead');
+});
