@@ -189,6 +189,7 @@ static int route(srv_req *r, const char *url)
                               (int)vlen, vs);
             return -1;
         }
+        r->vfold = (unsigned short)(v - r->path + 1);
         memmove((char *)v, vs + vlen, strlen(vs + vlen) + 1);
     }
     for (i = 0; i < srv_n_routes; i++) {

@@ -447,7 +447,14 @@ void srv_log_request(srv *s, const srv_req *r)
     int mode = s->json_log ? ESC_JSON : ESC_FIELD;
     esc(id, sizeof id, r->id, mode);
     esc(mdl, sizeof mdl, r->model, mode);
-    esc(path, sizeof path, r->path, mode);
+    if (r->vfold) { /* the path as sent: its "/versions/1" put back */
+        char sent[sizeof r->path + 16];
+        snprintf(sent, sizeof sent, "%.*s/versions/1%s", r->vfold - 1,
+                 r->path, r->path + r->vfold - 1);
+        esc(path, sizeof path, sent, mode);
+    } else {
+        esc(path, sizeof path, r->path, mode);
+    }
     if (s->json_log) {
         put(&b, "{\"ts\":\""), put(&b, ts);
         put(&b, "\",\"level\":\"info\",\"method\":\""), put(&b, m);

@@ -191,6 +191,8 @@ struct srv_req {
     int method;
     char method_name[16];  /* as sent, letters only (else "OTHER"): logs, 405 */
     char path[1024];       /* URL path, version alias removed */
+    unsigned short vfold;  /* 1 + where "/versions/1" was cut from path
+                              (the log names the path as sent), or 0 */
     const srv_route *route;
     char arg[2][SRV_NAME_MAX + 32]; /* path captures */
     char *body;            /* request body, grown up to body_limit */

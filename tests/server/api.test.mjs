@@ -5,7 +5,7 @@ import { connect } from 'node:net';
 import { join } from 'node:path';
 import { deflateSync, gzipSync } from 'node:zlib';
 import { after, before, test } from 'node:test';
-import { REFS, ROOT, binaryRequest, fp32, infer, post, promtool, start } from './helper.mjs';
+import { REFS, ROOT, SLOW, binaryRequest, fp32, infer, post, promtool, start } from './helper.mjs';
 import { D, DK, H, HKV, gqaModels } from './seq_helper.mjs';
 import { D16_ST, body } from './repo_helper.mjs';
 
@@ -530,4 +530,22 @@ test('Triton\'s shared-memory parameters are refused naming the tensor and the p
     parameters: { shared_memory_region: 'in0', shared_memory_byte_size: 4 * x.x.length } }] });
   assert.equal(inp.status, 400, JSON.stringify(inp.json));
   assert.equal(inp.json.error, 'inputs[0].parameters.shared_memory_region: attnd does not serve Triton\'s shared-memory extension (system or CUDA; /v2 does not list it); send the tensor in the request instead');
+});
+
+test('a versioned path\'s log line names the path as sent, /versions/1 and all', async () => {
+  // it named the folded path (POST /v2/models/tiny/infer), so an
+  // operator grepping the log for what a client sent did not find it
+  const x = REFS.causal;
+  const id = `versioned-${process.pid}`;
+  const p = await post(`${d.url}/v2/models/tiny/versions/1/infer`, { id, inputs: [fp32('x', x.shape, x.x)] });
+  assert.equal(p.status, 200);
+  assert.equal((await get('/v2/models/tiny/versions/1/ready')).status, 200);
+  assert.equal((await get('/v2/models/tiny/versions/1')).status, 200);
+  const want = [` POST /v2/models/tiny/versions/1/infer 200 id=${id} model=tiny `,
+    ' GET /v2/models/tiny/versions/1/ready 200 ', ' GET /v2/models/tiny/versions/1 200 '];
+  // the writer thread logs after the answer: wait for the lines (a hang's bound)
+  const until = Date.now() + 10000 * SLOW;
+  while (!want.every((w) => d.log().includes(w)) && Date.now() < until)
+    await new Promise((res) => setTimeout(res, 20));
+  for (const w of want) assert.ok(d.log().includes(w), `${w}\n${d.log().slice(-2000)}`);
 });
