@@ -91,6 +91,22 @@ static int shm_refused(const oip__jv *p, const char *list, size_t i,
     return 0;
 }
 
+/* misspelt: p's first key that misspells one of known (oip__misspelt),
+ * refused as field's ("parameters", "outputs[1].parameters"). */
+static int misspelt(const oip__jv *p, const char *field,
+                    const char *const *known, char *err)
+{
+    for (size_t k = 0; is(p, OIP__JOBJ) && k < p->len; k++) {
+        const char *m = oip__misspelt(p->kids[k]->key, known);
+        if (m) {
+            char f[OIP_ERRMAX / 2];
+            snprintf(f, sizeof f, "%s.%.64s", field, p->kids[k]->key);
+            return oip__fail(err, ATTN_EINVAL, OIP_MISSPELT, f, m);
+        }
+    }
+    return 0;
+}
+
 int oip_sequence_id_valid(const char *s, size_t len)
 {
     if (!s || len == 0 || len >= OIP_MAX_SEQ_ID)
@@ -177,7 +193,8 @@ static int get_scale(const oip__jv *p, oip_params *pr, char *err)
 /* parameters: causal, retain, binary_data_output (booleans), Triton's
  * sequence_id / sequence_start / sequence_end, sequence_position, scale
  * and tokens (at most max_tokens strings, each < OIP_MAX_TOKEN bytes, copied
- * into req); other keys are ignored. *bytes grows by what the copies
+ * into req); a key misspelling one of them (oip__misspelt) is refused,
+ * others are ignored. *bytes grows by what the copies
  * take. */
 static int decode_params(oip_request *req, const oip__jv *root, int max_tokens,
                          const char *num, size_t num_len, size_t *bytes,
@@ -191,6 +208,8 @@ static int decode_params(oip_request *req, const oip__jv *root, int max_tokens,
         return 0;
     if (!is(p, OIP__JOBJ))
         return oip__fail(err, ATTN_EINVAL, "parameters: expected an object");
+    if ((rc = misspelt(p, "parameters", oip__request_params, err)))
+        return rc;
     if ((rc = get_bool(p, "causal", "parameters.causal", &pr->causal, err)) ||
         (rc = get_bool(p, "retain", "parameters.retain", &pr->retain, err)) ||
         (rc = get_bool(p, "binary_data_output",
@@ -297,6 +316,10 @@ static int decode_outputs(oip_request *req, const oip__jv *root, int max_outputs
                 return oip__fail(err, ATTN_EINVAL, OIP_NO_CLASSIFICATION, i);
             if ((rc = shm_refused(p, "outputs", i, OIP_NO_SHM_OUT, err)))
                 return rc;
+            char f[48];
+            snprintf(f, sizeof f, "outputs[%zu].parameters", i);
+            if ((rc = misspelt(p, f, oip__output_params, err)))
+                return rc;
         }
         req->n_outputs = (int)i + 1;
     }
@@ -377,6 +400,11 @@ static int input_meta(const oip__jv *in, int i, const oip__scan *sc, int has_bin
         return oip__fail(err, ATTN_EINVAL,
                          "inputs[%d].parameters: expected an object", i);
     rc = shm_refused(p, "inputs", (size_t)i, OIP_NO_SHM_IN, err);
+    if (!rc) {
+        char f[48];
+        snprintf(f, sizeof f, "inputs[%d].parameters", i);
+        rc = misspelt(p, f, oip__input_params, err);
+    }
     if (rc)
         return rc;
     const oip__jv *bs = p ? oip__jget(p, "binary_data_size") : NULL;

@@ -216,6 +216,22 @@ int oip__shm_param(const char *key);
 #define OIP_NO_SHM_IN "send the tensor in the request instead"
 #define OIP_NO_SHM_OUT "ask for the output without it: it comes in the answer"
 
+/* oip__misspelt: the name of known (one of the NULL-terminated lists
+ * below) that key, a parameter attnd does not read, is a misspelling of:
+ * the same once both are lowercased without '_', '-', '.' and ' ', or
+ * within one edit (insert, delete, substitute, swap two neighbours) of a
+ * name of up to 6 letters, two of a longer one; NULL when key is one of
+ * known or near none (then it passes, as Triton passes such parameters
+ * to its backend). OIP_MISSPELT is both decoders' message; its arguments,
+ * the field ("parameters.scael", "outputs[0].parameters.binary_dat") and
+ * the name meant. */
+const char *oip__misspelt(const char *key, const char *const *known);
+extern const char *const oip__request_params[], *const oip__output_params[],
+    *const oip__input_params[];
+#define OIP_MISSPELT                                                           \
+    "%s: not a parameter attnd reads; did you mean '%s'? (others it "          \
+    "does not know pass, as Triton passes them to its backend)"
+
 /* printf into err (OIP_ERRMAX bytes) when err is not NULL; returns code. */
 int oip__fail(char *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -2,6 +2,7 @@
  * params.c - parameter names both decoders (decode.c's JSON, pb.c's
  * protobuf) refuse rather than ignore.
  */
+#include <stdint.h>
 #include <string.h>
 
 #include "oip_internal.h"
@@ -12,4 +13,80 @@ int oip__shm_param(const char *key)
     return !strcmp(key, "shared_memory_region") ||
            !strcmp(key, "shared_memory_byte_size") ||
            !strcmp(key, "shared_memory_offset");
+}
+
+/* The names attnd reads, each list NULL-terminated. */
+const char *const oip__request_params[] = {
+    "causal", "retain", "binary_data_output", "sequence_id", "sequence_start",
+    "sequence_end", "sequence_position", "scale", "tokens", NULL};
+const char *const oip__output_params[] = {
+    "binary_data", "classification", "shared_memory_region",
+    "shared_memory_byte_size", "shared_memory_offset", NULL};
+const char *const oip__input_params[] = {
+    "binary_data_size", "shared_memory_region", "shared_memory_byte_size",
+    "shared_memory_offset", NULL};
+
+/* fold: s lowercased without '_', '-', '.' and ' ' into out (n bytes);
+ * its length, or n when it does not fit. */
+static size_t fold(const char *s, char *out, size_t n)
+{
+    size_t k = 0;
+    for (; *s; s++) {
+        char c = *s;
+        if (c == '_' || c == '-' || c == '.' || c == ' ')
+            continue;
+        if (k + 1 >= n)
+            return n;
+        out[k++] = (char)(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+    }
+    out[k] = 0;
+    return k;
+}
+
+/* osa: the optimal string alignment distance of a and b (edits: insert,
+ * delete, substitute, swap two neighbours), both under 40 bytes. */
+static size_t osa(const char *a, size_t la, const char *b, size_t lb)
+{
+    size_t d[40][40];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            size_t v = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < v)
+                v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v)
+                v = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < v)
+                v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
+        }
+    return d[la][lb];
+}
+
+/* oip__misspelt: see oip_internal.h. */
+const char *oip__misspelt(const char *key, const char *const *known)
+{
+    char k[40], w[40];
+    size_t lk = fold(key, k, sizeof k);
+    if (lk == sizeof k || lk == 0)
+        return NULL;
+    for (size_t i = 0; known[i]; i++) {
+        if (!strcmp(key, known[i]))
+            return NULL;
+    }
+    const char *best = NULL;
+    size_t best_d = SIZE_MAX;
+    for (size_t i = 0; known[i]; i++) {
+        size_t lw = fold(known[i], w, sizeof w);
+        size_t near = lw <= 6 ? 1 : 2, dist;
+        if (lk + near < lw || lw + near < lk)
+            continue;
+        if ((dist = osa(k, lk, w, lw)) <= near && dist < best_d) /* nearest */
+            best = known[i], best_d = dist;
+    }
+    return best;
 }

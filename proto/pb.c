@@ -207,7 +207,8 @@ static int get_scale(const Param *v, oip_params *pr, char *err)
                ? oip__fail(err, ATTN_EINVAL, OIP_SCALE_MSG) : 0;
 }
 
-/* params: the request parameters attnd knows; others are ignored. *bin
+/* params: the request parameters attnd knows; one misspelling one of them
+ * (oip__misspelt) is refused, others are ignored. *bin
  * is set when binary_data_output was given. */
 static int decode_params(oip_request *req, const Req *m, int max_tokens,
                          size_t *bytes, int *bin_given, char *err)
@@ -242,6 +243,11 @@ static int decode_params(oip_request *req, const Req *m, int max_tokens,
                 return oip__fail(err, ATTN_EINVAL,
                                  "parameters.tokens: given twice");
             rc = get_tokens(req, v, max_tokens, bytes, err);
+        } else if (oip__misspelt(k, oip__request_params)) {
+            char f[80];
+            snprintf(f, sizeof f, "parameters.%.64s", k);
+            return oip__fail(err, ATTN_EINVAL, OIP_MISSPELT, f,
+                             oip__misspelt(k, oip__request_params));
         }
     }
     return rc;
@@ -284,6 +290,14 @@ static int decode_outputs(oip_request *req, const Req *m, int max_outputs,
             if (oip__shm_param(o->parameters[j]->key))
                 return oip__fail(err, ATTN_EINVAL, OIP_NO_SHM, "outputs", i,
                                  o->parameters[j]->key, OIP_NO_SHM_OUT);
+            const char *near = oip__misspelt(o->parameters[j]->key,
+                                             oip__output_params);
+            if (near) {
+                char f[128];
+                snprintf(f, sizeof f, "outputs[%zu].parameters.%.64s", i,
+                         o->parameters[j]->key);
+                return oip__fail(err, ATTN_EINVAL, OIP_MISSPELT, f, near);
+            }
             if (!strcmp(o->parameters[j]->key, "binary_data")) {
                 char field[64];
                 int rc;
@@ -493,13 +507,21 @@ int oip_pb_decode(oip_request *req, const char *body, size_t len,
     /* before the count of raw_input_contents, which a tensor in a
      * shared-memory region has none of */
     for (i = 0; i < m->n_inputs; i++)
-        for (j = 0; j < m->inputs[i]->n_parameters; j++)
-            if (oip__shm_param(m->inputs[i]->parameters[j]->key)) {
-                rc = oip__fail(err, ATTN_EINVAL, OIP_NO_SHM, "inputs", i,
-                               m->inputs[i]->parameters[j]->key,
+        for (j = 0; j < m->inputs[i]->n_parameters; j++) {
+            const char *k = m->inputs[i]->parameters[j]->key;
+            const char *near = oip__misspelt(k, oip__input_params);
+            char f[128];
+            if (oip__shm_param(k)) {
+                rc = oip__fail(err, ATTN_EINVAL, OIP_NO_SHM, "inputs", i, k,
                                OIP_NO_SHM_IN);
                 goto fail;
             }
+            if (near) {
+                snprintf(f, sizeof f, "inputs[%zu].parameters.%.64s", i, k);
+                rc = oip__fail(err, ATTN_EINVAL, OIP_MISSPELT, f, near);
+                goto fail;
+            }
+        }
     raw = m->n_raw_input_contents != 0;
     if (raw && m->n_raw_input_contents != m->n_inputs) {
         rc = oip__fail(err, ATTN_EINVAL, "raw_input_contents: %zu entr%s for "

@@ -287,6 +287,25 @@ class Unary(unittest.TestCase):
                   r"^inputs\[2\]\.parameters\.shared_memory_(region|byte_size|offset): "
                   r"attnd does not serve Triton's shared-memory extension")
 
+    def test_misspelt_parameters_are_refused(self):
+        # casual was ignored (the model's default answered); Triton's own
+        # priority and timeout, as tritonclient.grpc sends them, pass
+        x = REFS["causal"]
+        r = tiny_x(x)
+        r.parameters["casual"].bool_param = True
+        self.code(self.s.ModelInfer, r, C.INVALID_ARGUMENT,
+                  r"^parameters\.casual: not a parameter attnd reads; did you mean 'causal'\?")
+        r = want(tiny_x(x), "y")
+        r.outputs[0].parameters["binary-data"].bool_param = True
+        self.code(self.s.ModelInfer, r, C.INVALID_ARGUMENT,
+                  r"^outputs\[0\]\.parameters\.binary-data: not a parameter attnd reads; "
+                  r"did you mean 'binary_data'\?")
+        r = tiny_x(x)
+        r.parameters["causal"].bool_param = True
+        r.parameters["priority"].uint64_param = 1
+        r.parameters["timeout"].int64_param = 100000
+        self.assertEqual(self.s.ModelInfer(r, timeout=30).model_name, "tiny")
+
     def test_malformed_messages(self):
         call = self.d.channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
         for junk in (b"\xff\xff\xff", b"\x0a\x05ti", b"\x0a\x04tiny\x2a\x03\x0a\x01"):

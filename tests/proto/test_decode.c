@@ -277,6 +277,39 @@ static const struct bad {
      "inputs[0].parameters.shared_memory_region: attnd does not serve "
      "Triton's shared-memory extension (system or CUDA; /v2 does not list "
      "it); send the tensor in the request instead"},
+    /* a parameter misspelling one attnd reads: refused, not ignored
+     * (casual left the model's default, sequence_edn the sequence live) */
+    {"{'parameters':{'casual':true},'inputs':[" X2 "]}", ATTN_EINVAL,
+     "parameters.casual: not a parameter attnd reads; did you mean "
+     "'causal'? (others it does not know pass, as Triton passes them to "
+     "its backend)"},
+    {"{'parameters':{'sequence_id':7,'sequence_edn':true},'inputs':[" X2 "]}",
+     ATTN_EINVAL, "parameters.sequence_edn: not a parameter attnd reads; "
+     "did you mean 'sequence_end'? (others it does not know pass, as Triton passes them to "
+     "its backend)"},
+    {"{'parameters':{'sequenceStart':true},'inputs':[" X2 "]}", ATTN_EINVAL,
+     "parameters.sequenceStart: not a parameter attnd reads; did you mean "
+     "'sequence_start'? (others it does not know pass, as Triton passes them to "
+     "its backend)"},
+    {"{'parameters':{'Scale':0.5},'inputs':[" X2 "]}", ATTN_EINVAL,
+     "parameters.Scale: not a parameter attnd reads; did you mean 'scale'? (others it does not know pass, as Triton passes them to "
+     "its backend)"},
+    {"{'parameters':{'token':['a','b']},'inputs':[" X2 "]}", ATTN_EINVAL,
+     "parameters.token: not a parameter attnd reads; did you mean 'tokens'? (others it does not know pass, as Triton passes them to "
+     "its backend)"},
+    {"{'parameters':{'sequence_postion':0},'inputs':[" X2 "]}", ATTN_EINVAL,
+     "parameters.sequence_postion: not a parameter attnd reads; did you "
+     "mean 'sequence_position'? (others it does not know pass, as Triton passes them to "
+     "its backend)"},
+    {"{'outputs':[{'name':'y','parameters':{'binary_dat':true}}],'inputs':["
+     X2 "]}", ATTN_EINVAL, "outputs[0].parameters.binary_dat: not a "
+     "parameter attnd reads; did you mean 'binary_data'? (others it does not know pass, as Triton passes them to "
+     "its backend)"},
+    {"{'inputs':[{'name':'x','datatype':'FP32','shape':[2],'data':[1,2],"
+     "'parameters':{'binary_data_sise':8}}]}", ATTN_EINVAL,
+     "inputs[0].parameters.binary_data_sise: not a parameter attnd reads; "
+     "did you mean 'binary_data_size'? (others it does not know pass, as Triton passes them to "
+     "its backend)"},
 };
 
 START_TEST(bad_request)
@@ -373,7 +406,9 @@ START_TEST(valid_request_fields)
     int rc = dec_lim(&r,
         "{'id':'req-1','unknown':{'deep':[1,2,{'data':[1]}]},"
         "'parameters':{'causal':true,'retain':true,'binary_data_output':false,"
-        "'tokens':['the','cat'],'other':[1]},"
+        "'tokens':['the','cat'],'other':[1],'priority':1,'timeout':100,"
+        "'triton_enable_empty_final_response':true,'causal_mask':1,"
+        "'my_scale':2},"
         "'inputs':[{'name':'x','datatype':'FP32','shape':[2,3],"
         "'data':[[1.5,-2,3e-3],[0,-0.0,1e10]],'extra':{'data':5}},"
         "{'name':'lengths','datatype':'INT32','shape':[2],'data':[3,-7]},"

@@ -323,6 +323,45 @@ START_TEST(outputs_refused)
 }
 END_TEST
 
+/* A request parameter misspelling one attnd reads is refused (casual
+ * left the model's default); Triton's own (priority, timeout) and others
+ * far from every name pass. */
+START_TEST(misspelt_params_refused)
+{
+    msg g;
+    oip_request r;
+    char err[OIP_ERRMAX] = "";
+
+    msg_init(&g);
+    add_fp32(&g, "x", 1);
+    add_param(&g, "priority")->parameter_choice_case =
+        INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM;
+    add_param(&g, "timeout")->parameter_choice_case =
+        INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+    add_param(&g, "causal_mask")->parameter_choice_case =
+        INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+    ck_assert_msg(dec(&g, NULL, &r, err) == 0, "%s", err);
+    oip_request_free(&r);
+    Param *c = add_param(&g, "casual");
+    c->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+    c->bool_param = 1;
+    refused(&g, NULL, ATTN_EINVAL,
+            "parameters.casual: not a parameter attnd reads; did you mean "
+            "'causal'? (others it does not know pass, as Triton passes them "
+            "to its backend)");
+
+    msg_init(&g);
+    add_fp32(&g, "x", 1);
+    add_output(&g, "y");
+    Param *b = out_binary_data(&g, 0);
+    g.oe[0].key = "binarydata";
+    b->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+    refused(&g, NULL, ATTN_EINVAL,
+            "outputs[0].parameters.binarydata: not a parameter attnd reads; "
+            "did you mean 'binary_data'?");
+}
+END_TEST
+
 /* An input in a shared-memory region (tritonclient.grpc's
  * InferInput.set_shared_memory: no contents and no raw_input_contents
  * entry of its own) is refused naming the parameter, not by the count of
@@ -710,6 +749,7 @@ static Suite *suite(void)
     tcase_add_test(tc, inputs_refused);
     tcase_add_test(tc, outputs_refused);
     tcase_add_test(tc, input_shm_refused);
+    tcase_add_test(tc, misspelt_params_refused);
     tcase_add_test(tc, outputs_and_int64_decode);
     tcase_add_test(tc, scale_kinds);
     tcase_add_test(tc, sequence_id_kinds);

@@ -549,3 +549,22 @@ test('a versioned path\'s log line names the path as sent, /versions/1 and all',
     await new Promise((res) => setTimeout(res, 20));
   for (const w of want) assert.ok(d.log().includes(w), `${w}\n${d.log().slice(-2000)}`);
 });
+
+test('a parameter misspelling one attnd reads is refused naming the one meant; Triton\'s own and custom ones pass', async () => {
+  // casual was ignored: the model's default (not causal) answered 200
+  const x = REFS.causal;
+  const bad = [
+    [{ parameters: { casual: true } }, 'parameters.casual', 'causal'],
+    [{ parameters: { Scale: 0.5 } }, 'parameters.Scale', 'scale'],
+    [{ parameters: { sequence_id: 'typo-seq', sequence_start: true, sequence_edn: true } }, 'parameters.sequence_edn', 'sequence_end'],
+    [{ outputs: [{ name: 'y', parameters: { binary_dat: true } }] }, 'outputs[0].parameters.binary_dat', 'binary_data'],
+  ];
+  for (const [extra, field, meant] of bad) {
+    const r = await infer(d, 'tiny', { inputs: [fp32('x', x.shape, x.x)], ...extra });
+    assert.equal(r.status, 400, `${field}: ${JSON.stringify(r.json)}`);
+    assert.equal(r.json.error, `${field}: not a parameter attnd reads; did you mean '${meant}'? (others it does not know pass, as Triton passes them to its backend)`);
+  }
+  const ok = await infer(d, 'tiny', { inputs: [fp32('x', x.shape, x.x)],
+    parameters: { causal: true, priority: 1, timeout: 100000, my_backend_flag: 'on' } });
+  assert.equal(ok.status, 200, JSON.stringify(ok.json));
+});
