@@ -500,6 +500,11 @@ class Unary(unittest.TestCase):
         self.assertIn(("tiny", "1", "READY"), [(m.name, m.version, m.state) for m in idx.models])
         self.s.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name="demo"))
         self.assertFalse(self.s.ModelReady(pb.ModelReadyRequest(name="demo")).ready)
+        # an unload of a model not loaded is NOT_FOUND, as REST's 404
+        # (README: where Triton answers success), never-known names too
+        for name in ("demo", "never-here"):
+            self.code(self.s.RepositoryModelUnload, pb.RepositoryModelUnloadRequest(model_name=name),
+                      C.NOT_FOUND, r"^model '%s': not loaded$" % name)
         ready = [m.name for m in self.s.RepositoryIndex(pb.RepositoryIndexRequest(ready=True)).models]
         self.assertNotIn("demo", ready)
         req = pb.ModelInferRequest(model_name="demo")
