@@ -200,9 +200,13 @@ static void begin(gcall *call)
     }
     call->m = srv_grpc_method(call->path);
     if (!call->m) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "method %.160s: not served by attnd (see "
-                 "proto/kserve.proto)", call->path);
+        char msg[400];
+        if (strstr(call->path, "SharedMemory")) /* System..., Cuda... */
+            snprintf(msg, sizeof msg, "method %.160s: " SRV_NO_SHM,
+                     call->path);
+        else
+            snprintf(msg, sizeof msg, "method %.160s: not served by attnd "
+                     "(see proto/kserve.proto)", call->path);
         srv_grpc__call_end(call, GRPC_UNIMPLEMENTED, msg);
         return;
     }

@@ -204,6 +204,11 @@ static int route(srv_req *r, const char *url)
             return 0;
         }
     }
+    if (!allowed && (strncmp(r->path, "/v2/systemsharedmemory", 22) == 0 ||
+                     strncmp(r->path, "/v2/cudasharedmemory", 20) == 0)) {
+        srv_respond_error(r, 404, "path: no endpoint %s: " SRV_NO_SHM, url);
+        return -1;
+    }
     if (!allowed) {
         srv_respond_error(r, 404, "path: no endpoint %s", url);
         return -1;

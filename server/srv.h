@@ -34,6 +34,12 @@
 #define ATTND_VERSION "0.1.0"
 #define SRV_NAME_MAX 129 /* model names: 1..128 chars + NUL */
 #define SRV_ORIGIN_MAX 256 /* longest CORS Origin echoed, with its NUL */
+/* What the shared-memory extension's routes and RPCs are answered
+ * (REST 404, gRPC UNIMPLEMENTED): attnd does not serve it. */
+#define SRV_NO_SHM                                                             \
+    "attnd does not serve Triton's shared-memory extension (system or "        \
+    "CUDA; /v2 does not list it): send the tensors in the request, take "      \
+    "the outputs from the answer"
 /* libmicrohttpd messages told apart when they repeat (a malformed request
  * gives two, one after the other) */
 #define SRV_MHD_MSGS 4

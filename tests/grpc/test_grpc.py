@@ -344,6 +344,16 @@ class Unary(unittest.TestCase):
         with self.assertRaises(grpc.RpcError) as e:
             self.d.channel.unary_unary("/inference.GRPCInferenceService/SystemSharedMemoryStatus")(b"", timeout=30)
         self.assertEqual(e.exception.code(), C.UNIMPLEMENTED)
+        # it said only "not served by attnd (see proto/kserve.proto)"
+        self.assertRegex(e.exception.details(), r"SystemSharedMemoryStatus: attnd does not serve "
+                         r"Triton's shared-memory extension \(system or CUDA; /v2 does not list it\)")
+        with self.assertRaises(grpc.RpcError) as e:
+            self.d.channel.unary_unary("/inference.GRPCInferenceService/CudaSharedMemoryRegister")(b"", timeout=30)
+        self.assertEqual(e.exception.code(), C.UNIMPLEMENTED)
+        self.assertRegex(e.exception.details(), r"attnd does not serve Triton's shared-memory extension")
+        with self.assertRaises(grpc.RpcError) as e:
+            self.d.channel.unary_unary("/inference.GRPCInferenceService/ModelStreamInferX")(b"", timeout=30)
+        self.assertRegex(e.exception.details(), r"not served by attnd \(see proto/kserve.proto\)")
         big = pb.ModelInferRequest(model_name="sdpa")
         raw(big, "q", "FP32", [1000, 100], b"\0" * 400000)
         self.code(self.s.ModelInfer, big, C.RESOURCE_EXHAUSTED, r"over the limit of 400000 \(max-body\)")

@@ -568,3 +568,16 @@ test('a parameter misspelling one attnd reads is refused naming the one meant; T
     parameters: { causal: true, priority: 1, timeout: 100000, my_backend_flag: 'on' } });
   assert.equal(ok.status, 200, JSON.stringify(ok.json));
 });
+
+test('the shared-memory extension\'s routes are 404 saying attnd does not serve the extension', async () => {
+  // tritonclient.http's get_system_shared_memory_status and
+  // register_system_shared_memory / _cuda_ call these; the 404 said only
+  // "path: no endpoint ...", not why
+  for (const [method, path] of [['GET', '/v2/systemsharedmemory/status'], ['GET', '/v2/systemsharedmemory/region/r0/status'],
+    ['POST', '/v2/systemsharedmemory/region/r0/register'], ['POST', '/v2/systemsharedmemory/unregister'],
+    ['GET', '/v2/cudasharedmemory/status'], ['POST', '/v2/cudasharedmemory/region/r0/register']]) {
+    const r = await fetch(d.url + path, method === 'POST' ? { method, body: '{"key":"/k","offset":0,"byte_size":64}' } : {});
+    assert.equal(r.status, 404, path);
+    assert.deepEqual(await r.json(), { error: `path: no endpoint ${path}: attnd does not serve Triton's shared-memory extension (system or CUDA; /v2 does not list it): send the tensors in the request, take the outputs from the answer` }, path);
+  }
+});
