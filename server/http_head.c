@@ -194,6 +194,10 @@ static int route(srv_req *r, const char *url)
     }
     for (i = 0; i < srv_n_routes; i++) {
         char arg[2][SRV_NAME_MAX + 32] = {{0}, {0}};
+        /* /v2/models/stats/versions/1 is model 'stats''s metadata (as
+         * Triton's), not every model's statistics it folds to */
+        if (r->vfold && strcmp(srv_routes[i].path, "/v2/models/stats") == 0)
+            continue;
         if (!match(srv_routes[i].path, r->path, arg))
             continue;
         allowed |= srv_routes[i].method;

@@ -581,3 +581,13 @@ test('the shared-memory extension\'s routes are 404 saying attnd does not serve 
     assert.deepEqual(await r.json(), { error: `path: no endpoint ${path}: attnd does not serve Triton's shared-memory extension (system or CUDA; /v2 does not list it): send the tensors in the request, take the outputs from the answer` }, path);
   }
 });
+
+test('/v2/models/stats/versions/1 is the metadata of a model called stats, not every model\'s statistics', async () => {
+  // the alias folded it to /v2/models/stats, and every model's
+  // statistics answered 200; Triton reads it as model 'stats' version 1
+  const r = await get('/v2/models/stats/versions/1');
+  assert.equal(r.status, 404);
+  assert.match((await r.json()).error, /^model 'stats': not found; served: /);
+  assert.equal((await get('/v2/models/stats')).status, 200, 'the statistics route itself');
+  assert.equal((await get('/v2/models/tiny/versions/1/stats')).status, 200);
+});
