@@ -91,20 +91,16 @@ static int shm_refused(const oip__jv *p, const char *list, size_t i,
     return 0;
 }
 
-/* misspelt: p's first key that misspells one of known (oip__misspelt),
- * refused as field's ("parameters", "outputs[1].parameters"). */
-static int misspelt(const oip__jv *p, const char *field,
-                    const char *const *known, char *err)
+/* misspelt: p's first key refused by oip__param_check (a misspelling of
+ * one of known, or strict any other), as where's ("parameters",
+ * "outputs[1].parameters"). */
+static int misspelt(const oip__jv *p, const char *where,
+                    const char *const *known, int strict, char *err)
 {
-    for (size_t k = 0; is(p, OIP__JOBJ) && k < p->len; k++) {
-        const char *m = oip__misspelt(p->kids[k]->key, known);
-        if (m) {
-            char f[OIP_ERRMAX / 2];
-            snprintf(f, sizeof f, "%s.%.64s", field, p->kids[k]->key);
-            return oip__fail(err, ATTN_EINVAL, OIP_MISSPELT, f, m);
-        }
-    }
-    return 0;
+    int rc = 0;
+    for (size_t k = 0; is(p, OIP__JOBJ) && k < p->len && !rc; k++)
+        rc = oip__param_check(where, p->kids[k]->key, known, strict, err);
+    return rc;
 }
 
 int oip_sequence_id_valid(const char *s, size_t len)
@@ -197,6 +193,7 @@ static int get_scale(const oip__jv *p, oip_params *pr, char *err)
  * others are ignored. *bytes grows by what the copies
  * take. */
 static int decode_params(oip_request *req, const oip__jv *root, int max_tokens,
+                         int strict,
                          const char *num, size_t num_len, size_t *bytes,
                          char *err)
 {
@@ -208,7 +205,7 @@ static int decode_params(oip_request *req, const oip__jv *root, int max_tokens,
         return 0;
     if (!is(p, OIP__JOBJ))
         return oip__fail(err, ATTN_EINVAL, "parameters: expected an object");
-    if ((rc = misspelt(p, "parameters", oip__request_params, err)))
+    if ((rc = misspelt(p, "parameters", oip__request_params, strict, err)))
         return rc;
     if ((rc = get_bool(p, "causal", "parameters.causal", &pr->causal, err)) ||
         (rc = get_bool(p, "retain", "parameters.retain", &pr->retain, err)) ||
@@ -265,7 +262,7 @@ static int decode_params(oip_request *req, const oip__jv *root, int max_tokens,
 /* outputs: [{name, parameters.binary_data}], names unique; an absent or
  * empty list leaves req->outputs NULL (the model's default outputs). */
 static int decode_outputs(oip_request *req, const oip__jv *root, int max_outputs,
-                          char *err)
+                          int strict, char *err)
 {
     const oip__jv *outs = oip__jget(root, "outputs");
     if (!outs)
@@ -318,7 +315,7 @@ static int decode_outputs(oip_request *req, const oip__jv *root, int max_outputs
                 return rc;
             char f[48];
             snprintf(f, sizeof f, "outputs[%zu].parameters", i);
-            if ((rc = misspelt(p, f, oip__output_params, err)))
+            if ((rc = misspelt(p, f, oip__output_params, strict, err)))
                 return rc;
         }
         req->n_outputs = (int)i + 1;
@@ -403,7 +400,7 @@ static int input_meta(const oip__jv *in, int i, const oip__scan *sc, int has_bin
     if (!rc) {
         char f[48];
         snprintf(f, sizeof f, "inputs[%d].parameters", i);
-        rc = misspelt(p, f, oip__input_params, err);
+        rc = misspelt(p, f, oip__input_params, lim->strict_params, err);
     }
     if (rc)
         return rc;
@@ -673,9 +670,9 @@ int oip_decode(oip_request *req, const char *body, size_t len,
         memcpy(req->id, id->str, n + 1);
         bytes += n + 1;
     }
-    if ((rc = decode_params(req, root, L.max_tokens, body + sc.seq_id.off,
+    if ((rc = decode_params(req, root, L.max_tokens, L.strict_params, body + sc.seq_id.off,
                             sc.seq_id.len, &bytes, err)) ||
-        (rc = decode_outputs(req, root, L.max_outputs, err)))
+        (rc = decode_outputs(req, root, L.max_outputs, L.strict_params, err)))
         goto fail;
 
     /* 4. every input's metadata, before any tensor is allocated */

@@ -74,6 +74,9 @@ typedef struct oip_limits {
     int max_inputs;          /* inputs[] entries */
     int max_outputs;         /* outputs[] entries */
     int max_tokens;          /* parameters.tokens entries */
+    int strict_params;       /* 1: a parameter (request, output, input)
+                                attnd does not read is refused, not
+                                ignored (--strict-parameters) */
 } oip_limits;
 
 typedef struct oip_tensor {

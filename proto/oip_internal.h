@@ -222,15 +222,21 @@ int oip__shm_param(const char *key);
  * within one edit (insert, delete, substitute, swap two neighbours) of a
  * name of up to 6 letters, two of a longer one; NULL when key is one of
  * known or near none (then it passes, as Triton passes such parameters
- * to its backend). OIP_MISSPELT is both decoders' message; its arguments,
- * the field ("parameters.scael", "outputs[0].parameters.binary_dat") and
- * the name meant. */
+ * to its backend). OIP_MISSPELT is its message; its arguments, where
+ * ("parameters", "outputs[0].parameters"), the key and the name meant. */
 const char *oip__misspelt(const char *key, const char *const *known);
 extern const char *const oip__request_params[], *const oip__output_params[],
     *const oip__input_params[];
 #define OIP_MISSPELT                                                           \
-    "%s: not a parameter attnd reads; did you mean '%s'? (others it "          \
+    "%s.%.64s: not a parameter attnd reads; did you mean '%s'? (others it "    \
     "does not know pass, as Triton passes them to its backend)"
+
+/* oip__param_check: key, a parameter of where ("parameters",
+ * "outputs[1].parameters"), refused when it misspells one of known
+ * (OIP_MISSPELT) or, strict (oip_limits.strict_params), when it is none
+ * of them; else 0. */
+int oip__param_check(const char *where, const char *key,
+                     const char *const *known, int strict, char *err);
 
 /* printf into err (OIP_ERRMAX bytes) when err is not NULL; returns code. */
 int oip__fail(char *err, int code, const char *fmt, ...)

@@ -3,7 +3,10 @@
  * protobuf) refuse rather than ignore.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+
+#include "core/attn.h"
 
 #include "oip_internal.h"
 
@@ -89,4 +92,28 @@ const char *oip__misspelt(const char *key, const char *const *known)
             best = known[i], best_d = dist;
     }
     return best;
+}
+
+/* oip__param_check: see oip_internal.h. */
+int oip__param_check(const char *where, const char *key,
+                     const char *const *known, int strict, char *err)
+{
+    const char *m = oip__misspelt(key, known);
+    if (m)
+        return oip__fail(err, ATTN_EINVAL, OIP_MISSPELT, where, key, m);
+    if (!strict)
+        return 0;
+    char names[256] = "";
+    size_t n = 0;
+    for (size_t i = 0; known[i]; i++) {
+        if (!strcmp(key, known[i]))
+            return 0;
+        n += (size_t)snprintf(names + n, n < sizeof names ? sizeof names - n : 0,
+                              "%s%s", i ? ", " : "", known[i]);
+        if (n >= sizeof names)
+            n = sizeof names - 1;
+    }
+    return oip__fail(err, ATTN_EINVAL, "%s.%.64s: not a parameter attnd "
+                     "reads, refused under strict-parameters (it reads %s)",
+                     where, key, names);
 }

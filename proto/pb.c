@@ -211,7 +211,7 @@ static int get_scale(const Param *v, oip_params *pr, char *err)
  * (oip__misspelt) is refused, others are ignored. *bin
  * is set when binary_data_output was given. */
 static int decode_params(oip_request *req, const Req *m, int max_tokens,
-                         size_t *bytes, int *bin_given, char *err)
+                         int strict, size_t *bytes, int *bin_given, char *err)
 {
     oip_params *pr = &req->params;
     size_t i;
@@ -243,19 +243,18 @@ static int decode_params(oip_request *req, const Req *m, int max_tokens,
                 return oip__fail(err, ATTN_EINVAL,
                                  "parameters.tokens: given twice");
             rc = get_tokens(req, v, max_tokens, bytes, err);
-        } else if (oip__misspelt(k, oip__request_params)) {
-            char f[80];
-            snprintf(f, sizeof f, "parameters.%.64s", k);
-            return oip__fail(err, ATTN_EINVAL, OIP_MISSPELT, f,
-                             oip__misspelt(k, oip__request_params));
+        } else {
+            rc = oip__param_check("parameters", k, oip__request_params,
+                                  strict, err);
         }
     }
     return rc;
 }
 
 static int decode_outputs(oip_request *req, const Req *m, int max_outputs,
-                          char *err)
+                          int strict, char *err)
 {
+    int rc;
     size_t i, j, n = m->n_outputs;
     if (n > (size_t)max_outputs)
         return oip__fail(err, ATTN_EOVERFLOW, "outputs: %zu entries, at most %d",
@@ -290,17 +289,13 @@ static int decode_outputs(oip_request *req, const Req *m, int max_outputs,
             if (oip__shm_param(o->parameters[j]->key))
                 return oip__fail(err, ATTN_EINVAL, OIP_NO_SHM, "outputs", i,
                                  o->parameters[j]->key, OIP_NO_SHM_OUT);
-            const char *near = oip__misspelt(o->parameters[j]->key,
-                                             oip__output_params);
-            if (near) {
-                char f[128];
-                snprintf(f, sizeof f, "outputs[%zu].parameters.%.64s", i,
-                         o->parameters[j]->key);
-                return oip__fail(err, ATTN_EINVAL, OIP_MISSPELT, f, near);
-            }
+            char where[48];
+            snprintf(where, sizeof where, "outputs[%zu].parameters", i);
+            if ((rc = oip__param_check(where, o->parameters[j]->key,
+                                       oip__output_params, strict, err)))
+                return rc;
             if (!strcmp(o->parameters[j]->key, "binary_data")) {
                 char field[64];
-                int rc;
                 snprintf(field, sizeof field,
                          "outputs[%zu].parameters.binary_data", i);
                 if ((rc = get_bool(o->parameters[j]->value, field, &r->binary,
@@ -490,8 +485,9 @@ int oip_pb_decode(oip_request *req, const char *body, size_t len,
             goto fail;
         }
     }
-    if ((rc = decode_params(req, m, L.max_tokens, &bytes, &bin_given, err)) ||
-        (rc = decode_outputs(req, m, L.max_outputs, err)))
+    if ((rc = decode_params(req, m, L.max_tokens, L.strict_params, &bytes,
+                            &bin_given, err)) ||
+        (rc = decode_outputs(req, m, L.max_outputs, L.strict_params, err)))
         goto fail;
 
     /* every input's metadata before any tensor is allocated */
@@ -509,18 +505,16 @@ int oip_pb_decode(oip_request *req, const char *body, size_t len,
     for (i = 0; i < m->n_inputs; i++)
         for (j = 0; j < m->inputs[i]->n_parameters; j++) {
             const char *k = m->inputs[i]->parameters[j]->key;
-            const char *near = oip__misspelt(k, oip__input_params);
-            char f[128];
+            char where[48];
             if (oip__shm_param(k)) {
                 rc = oip__fail(err, ATTN_EINVAL, OIP_NO_SHM, "inputs", i, k,
                                OIP_NO_SHM_IN);
                 goto fail;
             }
-            if (near) {
-                snprintf(f, sizeof f, "inputs[%zu].parameters.%.64s", i, k);
-                rc = oip__fail(err, ATTN_EINVAL, OIP_MISSPELT, f, near);
+            snprintf(where, sizeof where, "inputs[%zu].parameters", i);
+            if ((rc = oip__param_check(where, k, oip__input_params,
+                                       L.strict_params, err)))
                 goto fail;
-            }
         }
     raw = m->n_raw_input_contents != 0;
     if (raw && m->n_raw_input_contents != m->n_inputs) {

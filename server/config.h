@@ -104,6 +104,11 @@
       "to 72 KiB past it for a probe; gRPC: closed) (0 = no budget: "        \
       "unlimited; else at least the largest of max-body, max-json-body "     \
       "and request-memory, plus 128 KiB)")                                   \
+    X(strict_parameters, "strict-parameters", INT, 0, 0, 1,                   \
+      "1: refuse an infer request's parameter (the request's, an output's, "  \
+      "an input's) attnd does not read, priority and timeout too (400, gRPC " \
+      "INVALID_ARGUMENT); 0: pass them, as Triton passes them to its "       \
+      "backend (a misspelling of one attnd reads is refused either way)")     \
     X(reuse_port, "reuse-port", INT, 0, 0, 1,                                 \
       "1: share the ports (REST and gRPC) with other processes "             \
       "(SO_REUSEPORT); 0: refuse to start when one is in use")                \

@@ -399,6 +399,7 @@ int main(int argc, char **argv)
     s.limits.memory_budget = (size_t)s.cfg.request_memory;
     s.limits.max_inputs = 16;
     s.limits.max_outputs = 16;
+    s.limits.strict_params = (int)s.cfg.strict_parameters;
     if (s.cfg.maps_bytes && (rc = maps_store_create(&s.maps, (size_t)s.cfg.maps_bytes)) < 0) {
         fprintf(stderr, "attnd: --maps-bytes %lld: cannot create the store: %s\n",
                 s.cfg.maps_bytes, attn_strerror(rc));

@@ -328,6 +328,47 @@ START_TEST(bad_request)
 }
 END_TEST
 
+/* strict_params (--strict-parameters 1): every parameter attnd does not
+ * read is refused, Triton's priority too; without it they pass. */
+START_TEST(strict_params)
+{
+    oip_limits lim = {.strict_params = 1};
+    oip_request r;
+    char err[OIP_ERRMAX] = "";
+    const char *pri = "{'parameters':{'causal':true,'priority':1},"
+                      "'inputs':[" X2 "]}";
+    ck_assert_int_eq(dec_lim(&r, pri, NULL, err), 0);
+    oip_request_free(&r);
+    ck_assert_int_eq(dec_lim(&r, pri, &lim, err), ATTN_EINVAL);
+    ck_assert_str_eq(err, "parameters.priority: not a parameter attnd reads, "
+                          "refused under strict-parameters (it reads causal, "
+                          "retain, binary_data_output, sequence_id, "
+                          "sequence_start, sequence_end, sequence_position, "
+                          "scale, tokens)");
+    ck_assert_int_eq(dec_lim(&r, "{'outputs':[{'name':'y','parameters':"
+                                 "{'binary_data':true,'precision':'fp16'}}],"
+                                 "'inputs':[" X2 "]}", &lim, err), ATTN_EINVAL);
+    ck_assert_str_eq(err, "outputs[0].parameters.precision: not a parameter "
+                          "attnd reads, refused under strict-parameters (it "
+                          "reads binary_data, classification, "
+                          "shared_memory_region, shared_memory_byte_size, "
+                          "shared_memory_offset)");
+    ck_assert_int_eq(dec_lim(&r, "{'inputs':[{'name':'x','datatype':'FP32',"
+                                 "'shape':[2],'data':[1,2],'parameters':"
+                                 "{'note':1}}]}", &lim, err), ATTN_EINVAL);
+    ck_assert_str_eq(err, "inputs[0].parameters.note: not a parameter attnd "
+                          "reads, refused under strict-parameters (it reads "
+                          "binary_data_size, shared_memory_region, "
+                          "shared_memory_byte_size, shared_memory_offset)");
+    /* what it reads passes */
+    ck_assert_msg(dec_lim(&r, "{'parameters':{'causal':true,'retain':false,"
+                              "'scale':0.5},'outputs':[{'name':'y','parameters':"
+                              "{'binary_data':false,'classification':0}}],"
+                              "'inputs':[" X2 "]}", &lim, err) == 0, "%s", err);
+    oip_request_free(&r);
+}
+END_TEST
+
 START_TEST(limits_from_struct)
 {
     oip_limits lim = {.max_inputs = 2, .max_outputs = 1, .max_tokens = 2,
@@ -746,6 +787,7 @@ static void add_cases(TCase *tc)
     tcase_add_test(tc, long_strings);
     tcase_add_test(tc, nesting_depth);
     tcase_add_test(tc, valid_request_fields);
+    tcase_add_test(tc, strict_params);
     tcase_add_test(tc, defaults_when_absent);
     tcase_add_test(tc, sequence_params);
     tcase_add_test(tc, nested_equals_flat);

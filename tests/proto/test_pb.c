@@ -359,6 +359,20 @@ START_TEST(misspelt_params_refused)
     refused(&g, NULL, ATTN_EINVAL,
             "outputs[0].parameters.binarydata: not a parameter attnd reads; "
             "did you mean 'binary_data'?");
+
+    /* strict_params (--strict-parameters 1): Triton's priority too */
+    oip_limits lim = {.strict_params = 1};
+    msg_init(&g);
+    add_fp32(&g, "x", 1);
+    add_param(&g, "causal")->parameter_choice_case =
+        INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+    ck_assert_msg(dec(&g, &lim, &r, err) == 0, "%s", err);
+    oip_request_free(&r);
+    add_param(&g, "priority")->parameter_choice_case =
+        INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM;
+    refused(&g, &lim, ATTN_EINVAL,
+            "parameters.priority: not a parameter attnd reads, refused "
+            "under strict-parameters (it reads causal, retain, ");
 }
 END_TEST
 

@@ -591,3 +591,21 @@ test('/v2/models/stats/versions/1 is the metadata of a model called stats, not e
   assert.equal((await get('/v2/models/stats')).status, 200, 'the statistics route itself');
   assert.equal((await get('/v2/models/tiny/versions/1/stats')).status, 200);
 });
+
+test('--strict-parameters 1 refuses every parameter attnd does not read; by default they pass', async (t) => {
+  const x = REFS.causal;
+  const body = { inputs: [fp32('x', x.shape, x.x)], parameters: { causal: true, priority: 1 } };
+  assert.equal((await infer(d, 'tiny', body)).status, 200, 'the default: priority passes');
+  const s = await start({ t, args: ['--strict-parameters', '1'] });
+  try {
+    const r = await infer(s, 'tiny', body);
+    assert.equal(r.status, 400, JSON.stringify(r.json));
+    assert.match(r.json.error, /^parameters\.priority: not a parameter attnd reads, refused under strict-parameters \(it reads causal, retain, /);
+    const o = await infer(s, 'tiny', { inputs: [fp32('x', x.shape, x.x)], outputs: [{ name: 'y', parameters: { binary_data: false, precision: 'fp16' } }] });
+    assert.equal(o.status, 400, JSON.stringify(o.json));
+    assert.match(o.json.error, /^outputs\[0\]\.parameters\.precision: not a parameter attnd reads, refused under strict-parameters/);
+    const ok = await infer(s, 'tiny', { inputs: [fp32('x', x.shape, x.x)], parameters: { causal: true, retain: false },
+      outputs: [{ name: 'y', parameters: { binary_data: false } }] });
+    assert.equal(ok.status, 200, JSON.stringify(ok.json));
+  } finally { assert.equal((await s.stop()).code, 0, s.log()); }
+});

@@ -19,7 +19,7 @@ test('--help lists every setting with its flag, env variable and default', () =>
     ['--models', 'ATTND_MODELS', 'models'], ['--threads', 'ATTND_THREADS', '0'], ['--max-batch', 'ATTND_MAX_BATCH', '8'],
     ['--batch-delay-us', 'ATTND_BATCH_DELAY_US', '0'], ['--queue-size', 'ATTND_QUEUE_SIZE', '256'],
     ['--deadline-ms', 'ATTND_DEADLINE_MS', '30000'], ['--drain-ms', 'ATTND_DRAIN_MS', '30000'],
-    ['--stop-flush-ms', 'ATTND_STOP_FLUSH_MS', '1000'],
+    ['--stop-flush-ms', 'ATTND_STOP_FLUSH_MS', '1000'], ['--strict-parameters', 'ATTND_STRICT_PARAMETERS', '0'],
     ['--max-body', 'ATTND_MAX_BODY', '67108864'], ['--max-json-body', 'ATTND_MAX_JSON_BODY', '16777216'],
     ['--max-tokens', 'ATTND_MAX_TOKENS', '65536'], ['--max-connections', 'ATTND_MAX_CONNECTIONS', '1024'],
     ['--connection-timeout', 'ATTND_CONNECTION_TIMEOUT', '60'], ['--api-key', 'ATTND_API_KEY', '""'],
