@@ -65,9 +65,10 @@
       "once the drain is cut short (a second signal, or drain-ms passed) "   \
       "and its work has ended, time the answers made get to be written "     \
       "whole before their connections close; a client reading slower loses " \
-      "the rest (ms). Within it too, at the stop, a gRPC connection waits "  \
-      "after the final GOAWAY until its client has acknowledged every byte " \
-      "(or closes it; a signal ends the wait)")                               \
+      "the rest (ms). Within it too, at the stop, a connection whose "       \
+      "client has not acknowledged every byte of its answers (REST, or "    \
+      "gRPC after the final GOAWAY) waits until it has (or closes it; a "   \
+      "signal ends the wait)")                                                \
     X(max_body, "max-body", INT, 64 * SRV_MiB, 1024, 1LL << 40,               \
       "largest request body in bytes (413 past it)")                          \
     X(max_json_body, "max-json-body", INT, 16 * SRV_MiB, 1024, 1LL << 40,     \

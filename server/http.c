@@ -14,6 +14,7 @@
  * srv_respond.
  */
 #include "server/http_int.h"
+#include "server/linger.h"
 #include "server/srv.h"
 #include "core/json_mem.h"
 
@@ -538,21 +539,105 @@ fail:
     return -1;
 }
 
-/* srv_http_stop: close the listener and every connection. Every suspended
- * connection must have been resumed (the scheduler is idle). */
-void srv_http_stop(srv *s)
+/* close_mhd: stop MHD, closing every connection still open, and what
+ * lingers; the REST door is gone. Every suspended connection must have
+ * been resumed (the scheduler is idle). */
+static void close_mhd(srv *s)
 {
-    if (!s->mhd)
-        return;
-    srv_http__accept_stop(s);
     uv_poll_stop(&s->mhd_poll);
     uv_close((uv_handle_t *)&s->mhd_poll, NULL);
     uv_close((uv_handle_t *)&s->mhd_timer, NULL);
     uv_close((uv_handle_t *)&s->mhd_idle, NULL);
-    srv_linger_stop(s); /* and MHD's closes below do not linger */
+    srv_linger_end(s); /* and MHD's closes below do not linger */
     MHD_stop_daemon(s->mhd);
     s->mhd = NULL;
     srv_http_log_flush(s, 1);
     srv_http__answers_free(s);
     srv_guard_stop(s);
+}
+
+/* unacked: the REST connections MHD still has whose answers their clients
+ * have not acknowledged (SIOCOUTQ: in the kernel, unsent or sent and not
+ * acknowledged; unknown counts), or with a request in progress (a 503 to
+ * one read during the stop, being written). MHD_stop_daemon shuts every
+ * connection down both ways (SHUT_RDWR) and closes it: a byte the client
+ * sends after that (a request pipelined as it reads) is answered with a
+ * reset, which drops the rest of the answer the kernel still held. */
+static int unacked(const srv *s)
+{
+    int n = 0;
+    for (const srv_conn *c = s->conns; c; c = c->next)
+        n += !c->grpc && c->fd >= 0 && !c->closing &&
+             (c->req || srv_sock_unacked(c->fd) != 0);
+    return n;
+}
+
+/* the stop's wait (srv_http_stop), polled every STOP_POLL_MS */
+#define STOP_POLL_MS 10
+
+static void stop_done(srv *s, int cut)
+{
+    void (*done)(srv *) = s->http_stop_done;
+    int n = cut ? unacked(s) : 0;
+    s->http_stop_done = NULL;
+    uv_timer_stop(&s->http_stop_timer);
+    uv_close((uv_handle_t *)&s->http_stop_timer, NULL);
+    n += srv_linger_end(s);
+    close_mhd(s);
+    if (cut && n)
+        srv_log(s, "warn", "stop: stop-flush-ms (%lld ms) passed: closed %d "
+                "REST connection%s whose client had not acknowledged all of "
+                "its answers (it reads too slowly or not at all; what it "
+                "had not received is lost)", s->cfg.stop_flush_ms, n,
+                n == 1 ? "" : "s");
+    done(s);
+}
+
+static void on_stop_poll(uv_timer_t *t)
+{
+    srv *s = t->data;
+    uint64_t now = srv_now_ns(), left;
+    int lingering = srv_linger_poll(s);
+    if (now >= s->http_stop_end_ns) {
+        stop_done(s, 1);
+        return;
+    }
+    if (!lingering && !unacked(s)) {
+        stop_done(s, 0);
+        return;
+    }
+    left = (s->http_stop_end_ns - now + 999999u) / 1000000u;
+    uv_timer_start(t, on_stop_poll, left < STOP_POLL_MS ? left : STOP_POLL_MS, 0);
+}
+
+int srv_http_stop(srv *s, uint64_t ms, void (*done)(srv *))
+{
+    if (!s->mhd)
+        return 0;
+    srv_http__accept_stop(s);
+    srv_linger_stop(s, ms);
+    if (!ms || (!srv_linger_poll(s) && !unacked(s))) {
+        close_mhd(s);
+        return 0;
+    }
+    /* MHD goes on with the connections meanwhile: what their clients send
+     * is read, and a request answered 503 from its head (http_head.c),
+     * its connection closed lingering (linger.c) */
+    s->http_stop_done = done;
+    s->http_stop_end_ns = srv_now_ns() + ms * 1000000u;
+    uv_timer_init(s->loop, &s->http_stop_timer);
+    s->http_stop_timer.data = s;
+    uv_timer_start(&s->http_stop_timer, on_stop_poll,
+                   ms < STOP_POLL_MS ? ms : STOP_POLL_MS, 0);
+    return 1;
+}
+
+int srv_http_stop_cut(srv *s)
+{
+    int n;
+    if (!s->http_stop_done)
+        return 0;
+    n = unacked(s) + srv_linger_poll(s);
+    stop_done(s, 0);
+    return n;
 }

@@ -678,6 +678,14 @@ void srv_http__first_call(srv_req *r, const char *url, const char *method,
     r->close = twice || name || cr || !bodyless(r);
     if (route(r, url) < 0)
         return;
+    if (s->stopping) {
+        /* read while the stop waits for clients to take their answers
+         * (srv_http_stop: a request pipelined behind one): nothing runs
+         * any more; 503 from its head, and the connection closes after it */
+        r->close = 1;
+        srv_respond_error(r, 503, "server: draining (shutting down)");
+        return;
+    }
     if (name) {
         srv_respond_error(r, 400, "header: field name '%.64s' is not a token "
                           "(white space before its colon, or in it: RFC 9112 "

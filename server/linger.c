@@ -33,7 +33,17 @@
  * read that end. A socket whose client had ended its side (the usual close
  * of a keep-alive connection), or that the guard shut down
  * (header-timeout, min-body-rate, an eviction), is not kept: one
- * recv(MSG_PEEK) tells, or the guard's own flag. Loop thread.
+ * recv(MSG_PEEK) tells, or the guard's own flag.
+ *
+ * At the stop (srv_linger_stop) the set changes its rule: a socket
+ * lingers for as long as its client has not acknowledged every byte of
+ * its answers (SIOCOUTQ), at most until the stop's end (the flush's time
+ * left), whatever linger-ms is (0 too), and one whose client holds them
+ * all closes at once, so that nothing waits for an idle client: those
+ * already lingering, and the REST connections MHD closes during the stop
+ * (a 503 to a request pipelined after the signal, http.c). A gRPC
+ * connection is not kept then: grpc_conn.c waits for its own. Loop
+ * thread.
  */
 #include "server/linger.h"
 #include "server/srv.h"
@@ -42,7 +52,11 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#ifdef __linux__
+#include <linux/sockios.h> /* SIOCOUTQ */
+#endif
 #include <unistd.h>
 
 typedef struct lg lg;
@@ -63,9 +77,31 @@ struct srv_linger {
     int n;           /* on the list */
     int n_refused;   /* of them, refused at accept: max-connections / 2 */
     int handles;     /* open uv handles, the timer included */
+    uint64_t stop_end_ns; /* srv_linger_stop: the stop's rule, until then */
     int stopping;
     unsigned long long kept, cut; /* lingered; ended by linger-ms or max-body */
 };
+
+int srv_sock_unacked(int fd)
+{
+#ifdef SIOCOUTQ
+    int n = 0;
+    if (fd >= 0 && ioctl(fd, SIOCOUTQ, &n) == 0)
+        return n;
+#else
+    (void)fd;
+#endif
+    return -1;
+}
+
+/* delivered: has a lingering socket's client acknowledged every byte of
+ * its answers? Its FIN's own 1 is not waited for (its ACK may come late,
+ * ~200 ms). Unknown (not Linux): no. */
+static int delivered(int fd)
+{
+    int n = srv_sock_unacked(fd);
+    return n >= 0 && n <= 1;
+}
 
 /* one buffer for every discarded byte: the loop thread alone reads */
 static char scratch[65536];
@@ -168,10 +204,7 @@ static void on_readable(uv_poll_t *p, int status, int events)
 
 int srv_linger_start(srv *s)
 {
-    srv_linger *set;
-    if (!s->cfg.linger_ms)
-        return 0;
-    set = calloc(1, sizeof *set);
+    srv_linger *set = calloc(1, sizeof *set); /* linger-ms 0: the stop's */
     if (!set)
         return -1;
     uv_timer_init(s->loop, &set->timer);
@@ -188,16 +221,21 @@ static void linger(srv *s, int fd, const srv_conn *c, int refused)
     ssize_t n;
     lg *l;
     int dup_fd;
-    if (!set || set->stopping || fd < 0 || c->closing ||
-        set->n >= s->cfg.max_connections ||
-        (refused && set->n_refused >= s->cfg.max_connections / 2))
+    if (!set || set->stopping || fd < 0 || c->closing)
         return;
+    if (set->stop_end_ns) { /* the stop: only answers not yet acknowledged */
+        if (c->grpc || delivered(fd))
+            return;
+    } else if (!s->cfg.linger_ms || set->n >= s->cfg.max_connections ||
+               (refused && set->n_refused >= s->cfg.max_connections / 2)) {
+        return;
+    }
     /* 0: the client ended its side (or the guard shut this one down);
      * an error: it is gone. Only "would block" or bytes waiting linger. */
     n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
         return;
-    if (s->cfg.max_conn_per_ip &&
+    if (!set->stop_end_ns && s->cfg.max_conn_per_ip &&
         lingering_of(set, &c->peer) >= s->cfg.max_conn_per_ip)
         return;
     l = calloc(1, sizeof *l);
@@ -220,7 +258,8 @@ static void linger(srv *s, int fd, const srv_conn *c, int refused)
     l->refused = refused;
     set->n_refused += refused;
     l->poll.data = l;
-    l->until_ns = srv_now_ns() + (uint64_t)s->cfg.linger_ms * 1000000u;
+    l->until_ns = set->stop_end_ns ? set->stop_end_ns
+                                   : srv_now_ns() + (uint64_t)s->cfg.linger_ms * 1000000u;
     l->prev = set->tail;
     if (set->tail)
         set->tail->next = l;
@@ -245,16 +284,46 @@ void srv_linger_refused(srv *s, int fd, const srv_conn *c)
     linger(s, fd, c, 1);
 }
 
-void srv_linger_stop(srv *s)
+void srv_linger_stop(srv *s, uint64_t ms)
 {
     srv_linger *set = s->linger;
     if (!set)
         return;
+    set->stop_end_ns = srv_now_ns() + ms * 1000000u + 1; /* never 0 */
+    for (lg *l = set->head; l; l = l->next)
+        l->until_ns = set->stop_end_ns; /* the same for all: still in order */
+    srv_linger_poll(s);
+    arm(set);
+}
+
+int srv_linger_poll(srv *s)
+{
+    srv_linger *set = s->linger;
+    lg *l, *next;
+    if (!set)
+        return 0;
+    for (l = set->head; l; l = next) {
+        next = l->next;
+        if (delivered(l->fd))
+            finish(l);
+    }
+    return set->n;
+}
+
+int srv_linger_end(srv *s)
+{
+    srv_linger *set = s->linger;
+    int unacked = 0;
+    if (!set)
+        return 0;
     set->stopping = 1;
-    while (set->head)
+    while (set->head) {
+        unacked += !delivered(set->head->fd);
         finish(set->head);
+    }
     uv_close((uv_handle_t *)&set->timer, set_closed);
     s->linger = NULL;
+    return unacked;
 }
 
 void srv_linger_counts(const srv *s, int *now, unsigned long long *kept,

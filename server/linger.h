@@ -9,11 +9,25 @@ typedef struct srv srv;
 typedef struct srv_linger srv_linger;
 typedef struct srv_conn srv_conn;
 
-/* srv_linger_start: -1 when out of memory (nothing started); nothing to
- * start when linger-ms is 0. srv_linger_stop: close every lingering socket
- * now; later closes do not linger. */
+#include <stdint.h>
+
+/* srv_linger_start: -1 when out of memory (nothing started). */
 int srv_linger_start(srv *s);
-void srv_linger_stop(srv *s);
+/* srv_linger_stop: the stop begins: from now on a socket lingers (those
+ * lingering already, and REST ones closed from now on) only while its
+ * client has not acknowledged every byte of its answers, and ms at most
+ * (its until: the flush's time left), linger-ms 0 too; the others close
+ * now. srv_linger_poll: close those whose client has every byte now; how
+ * many are left. srv_linger_end: close every lingering socket now, and
+ * later closes do not linger; how many of them still held bytes their
+ * client had not acknowledged. */
+void srv_linger_stop(srv *s, uint64_t ms);
+int srv_linger_poll(srv *s);
+int srv_linger_end(srv *s);
+/* srv_sock_unacked: bytes of socket fd the kernel still holds that its
+ * peer has not acknowledged (unsent and unacknowledged, a FIN's 1 too:
+ * SIOCOUTQ); -1 when not known (not Linux, an error). */
+int srv_sock_unacked(int fd);
 /* srv_linger_close: fd, c's socket (open until its owner closes it after
  * this call; c already removed from the guard's list), lingers when its client
  * has not ended its side and the guard did not shut it: a dup of it reads

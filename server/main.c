@@ -25,6 +25,12 @@
  * its socket (srv_http_cut), as a gRPC call whose message is not whole
  * gets UNAVAILABLE; the flush gives its client time to read it.
  *
+ * At the stop each door's connections whose clients have not acknowledged
+ * every byte of their answers stay open until they have (srv_http_stop,
+ * srv_grpc_stop), at most the flush's time (left), so that a byte the
+ * client sends meanwhile is not answered with a reset that drops the
+ * rest; a signal closes them at once.
+ *
  * SIGHUP ignored when attnd starts (nohup) stays ignored.
  *
  * The signals are caught by attnd's own handler, not uv_signal: libuv puts
@@ -197,6 +203,15 @@ static uint64_t flush_left(const srv *s)
     return gone < ms ? ms - gone : 0;
 }
 
+/* door_closed: a door's last connection has closed (srv_http_stop's,
+ * srv_grpc_stop's done), or on_stop_timer's own count: once none is left
+ * the signals are ignored */
+static void door_closed(srv *s)
+{
+    if (--s->stop_waits == 0)
+        ignore_signals(s);
+}
+
 static void on_flush_timeout(uv_timer_t *t)
 {
     srv *s = t->data;
@@ -250,13 +265,14 @@ static void on_stop_timer(uv_timer_t *t)
     s->stopping = 1;
     if (!s->start_failed)
         srv_log(s, "info", "drained; stopping");
-    srv_http_stop(s);
-    /* its connections' clients get the flush's time (left) to read what
-     * the kernel still holds for them before their sockets close; a
-     * signal meanwhile closes them (on_signal), then the signals are
-     * ignored: exiting anyway, a late signal must not kill */
-    if (!srv_grpc_stop(s, flush_left(s), ignore_signals))
-        ignore_signals(s);
+    /* each door's connections' clients get the flush's time (left) to
+     * read what the kernel still holds for them before their sockets
+     * close; a signal meanwhile closes them (on_signal), then the signals
+     * are ignored: exiting anyway, a late signal must not kill */
+    s->stop_waits = 1;
+    s->stop_waits += srv_http_stop(s, flush_left(s), door_closed);
+    s->stop_waits += srv_grpc_stop(s, flush_left(s), door_closed);
+    door_closed(s);
     uv_close((uv_handle_t *)&s->drain_timer, NULL);
     uv_close((uv_handle_t *)&s->stop_timer, NULL);
     srv_seq_stop(s);
@@ -282,10 +298,23 @@ static void on_drain_timeout(uv_timer_t *t)
     srv_check_stop(s);
 }
 
+/* conns_text: "1 REST connection", "2 gRPC connections", "1 REST and 2
+ * gRPC connections", in buf. */
+static const char *conns_text(char *buf, size_t cap, int rest, int grpc)
+{
+    int n = rest + grpc;
+    if (rest && grpc)
+        snprintf(buf, cap, "%d REST and %d gRPC connections", rest, grpc);
+    else
+        snprintf(buf, cap, "%d %s connection%s", n, rest ? "REST" : "gRPC",
+                 n == 1 ? "" : "s");
+    return buf;
+}
+
 /* on_signal: the loop's side of on_raw_signal: the first signal starts the
  * drain, a later one cuts it short (once), or after the drain closes the
- * gRPC connections whose clients still read (srv_grpc_stop); the rest
- * change nothing. */
+ * connections whose clients still read (srv_http_stop, srv_grpc_stop);
+ * the rest change nothing. */
 static void on_signal(uv_async_t *h)
 {
     srv *s = h->data;
@@ -298,11 +327,14 @@ static void on_signal(uv_async_t *h)
     }
     if (!n)
         return;
-    if (s->stopping) { /* the gRPC clients still reading: cut, as a drain */
-        if ((n = srv_grpc_stop_cut(s)) > 0)
-            srv_log(s, "warn", "SIG%s: stop cut short: closed %d gRPC "
-                    "connection%s whose client had not read its answers yet "
-                    "(stop-flush-ms)", sigabbrev_np(first), n, n == 1 ? "" : "s");
+    if (s->stopping) { /* the clients still reading: cut, as a drain */
+        int rest = srv_http_stop_cut(s), grpc = srv_grpc_stop_cut(s);
+        char what[96];
+        if (rest || grpc)
+            srv_log(s, "warn", "SIG%s: stop cut short: closed %s whose "
+                    "client%s had not read %s answers yet (stop-flush-ms)",
+                    sigabbrev_np(first), conns_text(what, sizeof what, rest, grpc),
+                    rest + grpc == 1 ? "" : "s", rest + grpc == 1 ? "its" : "their");
         return;
     }
     if (!s->draining) {

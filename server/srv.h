@@ -353,6 +353,9 @@ struct srv {
     uv_poll_t mhd_poll;
     uv_timer_t mhd_timer;
     uv_idle_t mhd_idle;   /* MHD's timeout of 0 once the loop must poll */
+    uv_timer_t http_stop_timer; /* the stop's wait (srv_http_stop) */
+    uint64_t http_stop_end_ns;
+    void (*http_stop_done)(srv *); /* set while it waits */
     int mhd_runs_at_once; /* MHD runs at timeout 0 since the loop polled */
     int mhd_still_runs;   /* runs at timeout 0 in a row with nothing
                              moved (http.c run_mhd) */
@@ -392,6 +395,8 @@ struct srv {
     int flush_expired;     /* that flush's time is up: stop, cut the rest */
     uint64_t flush_t0_ns;  /* that flush began */
     int stopping;          /* everything finished: closing handles */
+    int stop_waits;        /* main.c: doors whose connections still wait
+                              for their clients at the stop, and one */
     int startup_loads;     /* startup loads still running */
     int live_reqs;         /* srv_req alive */
     int live_jobs;         /* srv_job alive */
@@ -716,7 +721,20 @@ const char *srv_fmt_u(char d[24], unsigned long long v);
 
 /* http.c */
 int srv_http_start(srv *s, char *err); /* -1 with err (SRV_ERRMAX) */
-void srv_http_stop(srv *s);
+/* srv_http_stop: close the listener and every REST connection: at once
+ * those whose clients have acknowledged every byte of their answers
+ * (idle ones); the others, MHD's and the lingering ones (linger.c), once
+ * they have, their client closes, or ms (the flush's time left) have
+ * passed (MHD shuts its connections down both ways when it stops: a byte
+ * the client sends after that, a request pipelined as it reads, is
+ * answered with a reset, which drops the rest of the answers the kernel
+ * still held). A request read meanwhile is answered 503 from its head,
+ * Connection: close (http_head.c). 1 when some are left open: done(s)
+ * runs once the last of them has closed; 0 when none are.
+ * srv_http_stop_cut: close them at once (a signal during the stop); how
+ * many were still open. */
+int srv_http_stop(srv *s, uint64_t ms, void (*done)(srv *));
+int srv_http_stop_cut(srv *s);
 /* srv_http_cut: the drain was cut short: each REST request whose body is
  * still coming is answered 503 on its socket at once (http_answer.c). */
 void srv_http_cut(srv *s);

@@ -11,7 +11,7 @@ import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { SLOW, f32bytes, post, start } from './helper.mjs';
+import { SLOW, f32bytes, post, requestsUsed, start } from './helper.mjs';
 import { TINY, TINY_CONFIG, body, slowStart, tracked } from './repo_helper.mjs';
 import { INFER, grpcCall, grpcSession } from './soak_grpc.mjs';
 import { frame, h2frame, ld, lit, packedI64, str } from '../grpc/wire.mjs';
@@ -393,5 +393,157 @@ test('REST: a request whose body is still coming at the cut answers 503 "not don
   assert.doesNotMatch(d.log(), /internal error|answers are still unsent/);
   assert.ok(Date.now() - t0 < 3000 * SLOW, `exit ${Date.now() - t0} ms after the cut`);
   assert.match(d.log(), /POST \/v2\/models\/sdpa\/infer 503/);
+  await d.stop();
+});
+
+/**
+ * slowReader(t, d, request): a raw REST client that sends request, takes
+ * the first chunk of its answer and then reads nothing (paused):
+ * {sock, chunks, ended (its close), resume()}. allowHalfOpen: attnd's end
+ * of the stream does not end this side, so the client can still send.
+ */
+async function slowReader(t, d, request, { wait = true } = {}) {
+  const sock = net.connect({ port: d.port, host: '127.0.0.1', allowHalfOpen: true });
+  const chunks = [];
+  let error = null;
+  sock.on('error', (e) => { error = e.code || e.message; });
+  t.after(() => sock.destroy());
+  const ended = new Promise((res) => sock.on('close', () => res(error)));
+  const begun = new Promise((res) => sock.once('data', (c) => { chunks.push(c); sock.pause(); res(); }));
+  sock.on('end', () => sock.end());
+  sock.write(request);
+  if (wait) await begun;
+  return {
+    sock, chunks, ended, begun,
+    resume: () => { sock.on('data', (c) => chunks.push(c)); sock.resume(); },
+  };
+}
+
+/** untilUsed(d, n): what bodies, decoded requests and unsent answers hold
+ * of the memory budget (requestsUsed), once it is n, or after 5 s. */
+async function untilUsed(d, n) {
+  const used = async () => requestsUsed(await (await fetch(`${d.url}/metrics`)).text());
+  let u = await used();
+  for (const until = Date.now() + 5000 * SLOW; u !== n && Date.now() < until; u = await used()) await sleep(20);
+  return u;
+}
+
+/** answers(buf): the HTTP/1.1 answers in buf, each {head, body}, and
+ * what is left past the last whole one. */
+function answers(buf) {
+  const out = [];
+  let at = 0;
+  for (;;) {
+    const end = buf.indexOf('\r\n\r\n', at);
+    if (end < 0) break;
+    const head = buf.subarray(at, end).toString();
+    const m = /\r\ncontent-length: (\d+)/i.exec(head);
+    const len = m ? Number(m[1]) : 0;
+    if (end + 4 + len > buf.length) break;
+    out.push({ head, body: buf.subarray(end + 4, end + 4 + len) });
+    at = end + 4 + len;
+  }
+  return { all: out, rest: buf.length - at };
+}
+
+/** jsonLen(head): the JSON part's length of a binary answer */
+const jsonLen = (head) => Number(/\r\ninference-header-content-length: (\d+)/i.exec(head)[1]);
+
+const NEXT = 'GET /v2/models/sdpa HTTP/1.1\r\nHost: x\r\n\r\n';
+
+test('REST: a client that reads its answer slowly across the stop and pipelines its next request as it reads gets the answer whole, then 503 Connection: close for that request, not a reset', async (t) => {
+  // the answer (1.4 MB) was made before the signal and is all in the
+  // kernels, so the drain has nothing to wait for: attnd closed the
+  // socket at once (libmicrohttpd shuts it down both ways), the client's
+  // next request met it, and the reset dropped the answer's rest: 195 KB
+  // of 1.4 MB came, then ECONNRESET
+  const d = await start({ t, args: ['--stop-flush-ms', FLUSH_MS] });
+  const c = await slowReader(t, d, restAttention(600));
+  assert.match(await d.logged(/infer 200/), /infer 200/);
+  d.proc.kill('SIGTERM');
+  assert.match(await d.logged(/drained; stopping/), /drained; stopping/);
+  c.sock.write(NEXT);
+  c.resume();
+  assert.equal(await c.ended, null, 'no reset');
+  const got = answers(Buffer.concat(c.chunks));
+  assert.equal(got.all.length, 2, `answers: ${got.all.map((a) => a.head.split('\r\n')[0])}, ${got.rest} bytes past them`);
+  assert.match(got.all[0].head, /^HTTP\/1\.1 200/);
+  assert.equal(got.all[0].body.length - jsonLen(got.all[0].head), 600 * 600 * 4, 'the answer came whole');
+  assert.match(got.all[1].head, /^HTTP\/1\.1 503 /);
+  assert.match(got.all[1].head, /\r\nConnection: close\r\n/i);
+  assert.match(got.all[1].head, /\r\nRetry-After: 1\r\n/i);
+  assert.deepEqual(JSON.parse(got.all[1].body), { error: 'server: draining (shutting down)' });
+  assert.equal(got.rest, 0);
+  assert.deepEqual(await d.exit, { code: 0, sig: null }, d.log());
+  assert.match(d.log(), /GET \/v2\/models\/sdpa 503/);
+  await d.stop();
+});
+
+test('REST: an answer made during the drain (Connection: close, its socket lingering) and read slowly across the stop by a client that sends more as it reads comes whole', async (t) => {
+  // attnd closed the connection lingering after the answer, reading what
+  // came, but the stop closed every lingering socket at once: the bytes
+  // the client sent next met a closed socket, and the reset dropped the
+  // rest of the answer
+  const d = await start({ t, args: ['--stop-flush-ms', FLUSH_MS] });
+  const req = restAttention(600), head = req.indexOf('\r\n\r\n') + 4;
+  const len = Buffer.byteLength(req) - head;
+  // its head and the start of its body before the signal: it has begun
+  const c = await slowReader(t, d, req.slice(0, head + 100), { wait: false });
+  assert.equal(await untilUsed(d, len + 1), len + 1, 'its head was read: its body reserved');
+  d.proc.kill('SIGTERM');
+  assert.match(await d.logged(/draining/), /draining/);
+  c.sock.write(req.slice(head + 100));
+  await c.begun; // the answer's first bytes: the rest waits in the kernels
+  assert.match(await d.logged(/drained; stopping/), /drained; stopping/);
+  c.sock.write(NEXT);
+  c.resume();
+  assert.equal(await c.ended, null, 'no reset');
+  const got = answers(Buffer.concat(c.chunks));
+  assert.equal(got.all.length, 1, `answers: ${got.all.map((a) => a.head.split('\r\n')[0])}, ${got.rest} bytes past them`);
+  assert.match(got.all[0].head, /^HTTP\/1\.1 200/);
+  assert.match(got.all[0].head, /\r\nConnection: close\r\n/i);
+  assert.equal(got.all[0].body.length - jsonLen(got.all[0].head), 600 * 600 * 4, 'the answer came whole');
+  assert.equal(got.rest, 0);
+  assert.deepEqual(await d.exit, { code: 0, sig: null }, d.log());
+  await d.stop();
+});
+
+test('REST: a keep-alive connection idle at the stop (its answers all taken) does not hold the exit for --stop-flush-ms', async (t) => {
+  const d = await start({ t, args: ['--stop-flush-ms', FLUSH_MS] });
+  const c = await slowReader(t, d, NEXT);
+  c.resume();
+  const got = () => answers(Buffer.concat(c.chunks)).all.length;
+  for (const until = Date.now() + 5000 * SLOW; !got() && Date.now() < until;) await sleep(20);
+  assert.equal(got(), 1, 'its answer came');
+  d.proc.kill('SIGTERM');
+  assert.deepEqual(await exited(d, 10000 * SLOW), { code: 0, sig: null }, d.log());
+  assert.equal(await c.ended, null, 'closed by attnd, no reset');
+  await d.stop();
+});
+
+test('REST: a signal while the stop waits for a client that does not read its answer closes it at once; exit 0', async (t) => {
+  const d = await start({ t, args: ['--stop-flush-ms', FLUSH_MS] });
+  await slowReader(t, d, restAttention(600));
+  assert.match(await d.logged(/infer 200/), /infer 200/);
+  d.proc.kill('SIGTERM');
+  assert.match(await d.logged(/drained; stopping/), /drained; stopping/);
+  await sleep(200 * SLOW);
+  assert.equal(await exited(d, 0), 'still running', 'the stop waits for the client');
+  d.proc.kill('SIGTERM');
+  assert.deepEqual(await exited(d, 10000 * SLOW), { code: 0, sig: null }, d.log());
+  assert.match(d.log(), /SIGTERM: stop cut short: closed 1 REST connection whose client had not read its answers yet/);
+  await d.stop();
+});
+
+test('REST: a client that reads nothing of an answer the kernels hold holds the stop for --stop-flush-ms at most; the log says so', async (t) => {
+  const d = await start({ t, args: ['--stop-flush-ms', '500'] });
+  await slowReader(t, d, restAttention(600));
+  assert.match(await d.logged(/infer 200/), /infer 200/);
+  d.proc.kill('SIGTERM');
+  // the line comes when the flush's time has passed (500 ms), the exit
+  // after it; the bound is a hang's
+  assert.deepEqual(await exited(d, 10000 * SLOW), { code: 0, sig: null }, d.log());
+  const line = /stop: stop-flush-ms \(500 ms\) passed: closed 1 REST connection whose client had not acknowledged all of its answers/.exec(d.log());
+  assert.ok(line && line.index > d.log().indexOf('drained; stopping'), d.log());
   await d.stop();
 });
