@@ -728,8 +728,8 @@ static void on_stop_timeout(uv_timer_t *t)
     uint64_t now = srv_now_ns(), left;
     for (c = g->conns; c; c = next) {
         next = c->next; /* (the last one's close closes t too) */
-        if (now >= g->stop_end_ns || delivered(c))
-            close_conn(c);
+        if (delivered(c) || (now >= g->stop_end_ns && ++g->s->stop_cut_grpc))
+            close_conn(c); /* (the flush's end: main.c logs it) */
     }
     left = g->stop_timer_on ? (g->stop_end_ns - now + 999999u) / 1000000u : 0;
     if (left)

@@ -584,12 +584,8 @@ static void stop_done(srv *s, int cut)
     uv_close((uv_handle_t *)&s->http_stop_timer, NULL);
     n += srv_linger_end(s);
     close_mhd(s);
-    if (cut && n)
-        srv_log(s, "warn", "stop: stop-flush-ms (%lld ms) passed: closed %d "
-                "REST connection%s whose client had not acknowledged all of "
-                "its answers (it reads too slowly or not at all; what it "
-                "had not received is lost)", s->cfg.stop_flush_ms, n,
-                n == 1 ? "" : "s");
+    if (cut)
+        s->stop_cut_rest += n; /* main.c logs it */
     done(s);
 }
 

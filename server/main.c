@@ -12,7 +12,7 @@
  * exits 0.
  *
  * A second signal cuts the drain short, as drain-ms passing does
- * (on_drain_timeout): what is still queued, or waits for its model's
+ * (cut_drain): what is still queued, or waits for its model's
  * turn, gets 503 / UNAVAILABLE; what runs (a job, a load: parked by
  * srv_suspend, on either door) ends and answers. Then (on_stop_timer)
  * the answers made, those included, get --stop-flush-ms to be written whole
@@ -203,13 +203,37 @@ static uint64_t flush_left(const srv *s)
     return gone < ms ? ms - gone : 0;
 }
 
+/* conns_text: "1 REST connection", "2 gRPC connections", "1 REST and 2
+ * gRPC connections", in buf. */
+static const char *conns_text(char *buf, size_t cap, int rest, int grpc)
+{
+    int n = rest + grpc;
+    if (rest && grpc)
+        snprintf(buf, cap, "%d REST and %d gRPC connections", rest, grpc);
+    else
+        snprintf(buf, cap, "%d %s connection%s", n, rest ? "REST" : "gRPC",
+                 n == 1 ? "" : "s");
+    return buf;
+}
+
 /* door_closed: a door's last connection has closed (srv_http_stop's,
  * srv_grpc_stop's done), or on_stop_timer's own count: once none is left
  * the signals are ignored */
 static void door_closed(srv *s)
 {
-    if (--s->stop_waits == 0)
-        ignore_signals(s);
+    int rest = s->stop_cut_rest, grpc = s->stop_cut_grpc;
+    char what[96];
+    if (--s->stop_waits)
+        return;
+    if (rest || grpc)
+        srv_log(s, "warn", "stop: stop-flush-ms (%lld ms) passed: closed %s "
+                "whose client%s had not acknowledged all of %s answers (%s "
+                "too slowly or not at all; what %s not received is lost)",
+                s->cfg.stop_flush_ms, conns_text(what, sizeof what, rest, grpc),
+                rest + grpc == 1 ? "" : "s", rest + grpc == 1 ? "its" : "their",
+                rest + grpc == 1 ? "it reads" : "they read",
+                rest + grpc == 1 ? "it had" : "they had");
+    ignore_signals(s);
 }
 
 static void on_flush_timeout(uv_timer_t *t)
@@ -264,7 +288,8 @@ static void on_stop_timer(uv_timer_t *t)
     }
     s->stopping = 1;
     if (!s->start_failed)
-        srv_log(s, "info", "drained; stopping");
+        srv_log(s, "info", s->drain_expired ? "stopping (the drain was cut short)"
+                                            : "drained; stopping");
     /* each door's connections' clients get the flush's time (left) to
      * read what the kernel still holds for them before their sockets
      * close; a signal meanwhile closes them (on_signal), then the signals
@@ -286,29 +311,32 @@ static void on_stop_timer(uv_timer_t *t)
     }
 }
 
-static void on_drain_timeout(uv_timer_t *t)
+/* cut_drain: the drain is cut short, by a signal (signum) or drain-ms
+ * passing (0): what waits answers 503 now, what runs ends and answers,
+ * nothing new starts */
+static void cut_drain(srv *s, int signum)
 {
-    srv *s = t->data;
+    char why[64];
     s->drain_expired = 1;
-    srv_log(s, "warn", "drain timeout: failing %d unfinished request%s",
-            s->live_jobs, s->live_jobs == 1 ? "" : "s");
+    if (signum)
+        snprintf(why, sizeof why, "SIG%s again: drain cut short",
+                 sigabbrev_np(signum));
+    else
+        snprintf(why, sizeof why, "drain timeout: drain-ms (%lld ms) passed",
+                 s->cfg.drain_ms);
+    srv_log(s, "warn", "%s with %d request%s in flight: what still waits "
+            "is answered 503 (gRPC: UNAVAILABLE) now, what runs ends and "
+            "answers, nothing new "
+            "starts", why, s->live_reqs, s->live_reqs == 1 ? "" : "s");
     srv_sched_expire(s);
     srv_registry_expire(s);
     srv_http_cut(s);
     srv_check_stop(s);
 }
 
-/* conns_text: "1 REST connection", "2 gRPC connections", "1 REST and 2
- * gRPC connections", in buf. */
-static const char *conns_text(char *buf, size_t cap, int rest, int grpc)
+static void on_drain_timeout(uv_timer_t *t)
 {
-    int n = rest + grpc;
-    if (rest && grpc)
-        snprintf(buf, cap, "%d REST and %d gRPC connections", rest, grpc);
-    else
-        snprintf(buf, cap, "%d %s connection%s", n, rest ? "REST" : "gRPC",
-                 n == 1 ? "" : "s");
-    return buf;
+    cut_drain(t->data, 0);
 }
 
 /* on_signal: the loop's side of on_raw_signal: the first signal starts the
@@ -332,7 +360,8 @@ static void on_signal(uv_async_t *h)
         char what[96];
         if (rest || grpc)
             srv_log(s, "warn", "SIG%s: stop cut short: closed %s whose "
-                    "client%s had not read %s answers yet (stop-flush-ms)",
+                    "client%s had not read %s answers yet (the stop would "
+                    "have waited for them up to stop-flush-ms)",
                     sigabbrev_np(first), conns_text(what, sizeof what, rest, grpc),
                     rest + grpc == 1 ? "" : "s", rest + grpc == 1 ? "its" : "their");
         return;
@@ -340,7 +369,7 @@ static void on_signal(uv_async_t *h)
     if (!s->draining) {
         s->draining = 1;
         srv_log(s, "info", "SIG%s: draining (%d request%s in flight, up to %lld ms)",
-                sigabbrev_np(first), s->live_jobs, s->live_jobs == 1 ? "" : "s",
+                sigabbrev_np(first), s->live_reqs, s->live_reqs == 1 ? "" : "s",
                 s->cfg.drain_ms);
         srv_sched_drain(s);
         srv_grpc_drain(s);
@@ -351,7 +380,7 @@ static void on_signal(uv_async_t *h)
     }
     if (n && !s->drain_expired) {
         uv_timer_stop(&s->drain_timer);
-        on_drain_timeout(&s->drain_timer);
+        cut_drain(s, first);
     }
 }
 

@@ -397,6 +397,8 @@ struct srv {
     int stopping;          /* everything finished: closing handles */
     int stop_waits;        /* main.c: doors whose connections still wait
                               for their clients at the stop, and one */
+    int stop_cut_rest, stop_cut_grpc; /* of them, closed at the flush's
+                              end with answers not yet acknowledged */
     int startup_loads;     /* startup loads still running */
     int live_reqs;         /* srv_req alive */
     int live_jobs;         /* srv_job alive */
