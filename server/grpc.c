@@ -681,7 +681,7 @@ void srv_grpc_finish(srv *s)
             if (!answered(call))
                 srv_grpc__call_end(call, GRPC_UNAVAILABLE,
                                    "server: draining (shutting down): the drain "
-                                   "timeout passed before the call was whole; not done");
+                                   "was cut short before the call was whole; not done");
         nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE,
                               nghttp2_session_get_last_proc_stream_id(c->h2),
                               NGHTTP2_NO_ERROR, NULL, 0);

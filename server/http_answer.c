@@ -333,7 +333,7 @@ void srv_http_cut(srv *s)
             r->have_resp || r->suspended)
             continue;
         srv_respond_error(r, 503, "server: draining (shutting down): the "
-                          "drain timeout passed before its body was whole; "
+                          "drain was cut short before its body was whole; "
                           "not done");
         r->cut_sent = srv_http__send_now(r, c->fd) < 0 ? -1 : 1;
         shutdown(c->fd, SHUT_WR);

@@ -261,7 +261,7 @@ void srv_registry_expire(srv *s)
     for (e = s->models; e; e = e->next)
         while ((r = pop_turn(e)))
             turn_error(r, 503, "server: draining (shutting down): the drain "
-                       "timeout passed before its turn; not done");
+                       "was cut short before its turn; not done");
 }
 
 /* name_ok: r's model name may be loaded or unloaded; else r is answered

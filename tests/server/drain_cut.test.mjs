@@ -61,7 +61,7 @@ test('gRPC: a load waiting for its turn answers UNAVAILABLE "not done" at the cu
   await cut(d);
   const r = await w.p;
   assert.equal(r.grpcStatus, 14, JSON.stringify(r));
-  assert.equal(r.message, 'server: draining (shutting down): the drain timeout passed before its turn; not done');
+  assert.equal(r.message, 'server: draining (shutting down): the drain was cut short before its turn; not done');
   assert.equal(l.done, false, 'the running load is not cut short');
   assert.ok(slow.finish());
   assert.equal((await l.p).grpcStatus, 0, JSON.stringify(await l.p));
@@ -385,7 +385,7 @@ test('REST: a request whose body is still coming at the cut answers 503 "not don
     const at = a.indexOf('\r\n\r\n'), len = Number(/\r\ncontent-length: (\d+)/i.exec(a)[1]);
     assert.equal(Buffer.byteLength(a) - at - 4, len, a);
     assert.deepEqual(JSON.parse(a.slice(at + 4)), { error: 'server: draining (shutting down): ' +
-      'the drain timeout passed before its body was whole; not done' });
+      'the drain was cut short before its body was whole; not done' });
   }
   assert.match(await sent, /\r\nAccess-Control-Allow-Origin: http:\/\/page\.example\r\n/);
   assert.doesNotMatch(await stalled.answer, /Access-Control-Allow-Origin/);

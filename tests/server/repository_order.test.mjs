@@ -293,7 +293,7 @@ test('SIGTERM: the calls that wait still run in their turn; past drain-ms they a
   d.proc.kill('SIGTERM');
   const r = await u.p;
   assert.equal(r.status, 503, JSON.stringify(r.json));
-  assert.equal(r.json.error, 'server: draining (shutting down): the drain timeout passed before its turn; not done');
+  assert.equal(r.json.error, 'server: draining (shutting down): the drain was cut short before its turn; not done');
   assert.equal(l.done, false, 'the running load is not cut short');
   assert.ok(slow.finish());
   assert.equal((await l.p).status, 200);
@@ -454,7 +454,7 @@ test('SIGTERM: a call that joined another is answered with it in its turn; past 
   for (const c of [u1, u2]) {
     const r = await c.p;
     assert.equal(r.status, 503, JSON.stringify(r.json));
-    assert.equal(r.json.error, 'server: draining (shutting down): the drain timeout passed before its turn; not done');
+    assert.equal(r.json.error, 'server: draining (shutting down): the drain was cut short before its turn; not done');
   }
   assert.equal(l.done, false, 'the running load is not cut short');
   assert.ok(slow.finish());
