@@ -270,6 +270,21 @@ test('gRPC: a connection idle at the stop (nothing left to deliver: a keep-alive
   await d.stop();
 });
 
+/** secondSignalCuts(d, door): SIGTERM with an answer d's kernel holds
+ * unread by its client on door ('REST' or 'gRPC'): the stop waits for
+ * it, and a second SIGTERM closes that connection at once, exit 0, the
+ * log naming it. */
+async function secondSignalCuts(d, door) {
+  d.proc.kill('SIGTERM');
+  assert.match(await d.logged(/drained; stopping/), /drained; stopping/);
+  await sleep(200 * SLOW);
+  assert.equal(await exited(d, 0), 'still running', 'the stop waits for the client');
+  d.proc.kill('SIGTERM');
+  assert.deepEqual(await exited(d, 10000 * SLOW), { code: 0, sig: null }, d.log());
+  assert.match(d.log(), new RegExp(`SIGTERM: stop cut short: closed 1 ${door} connection whose client had not read its answers yet`));
+  await d.stop();
+}
+
 test('gRPC: a signal while the stop waits for a client that does not read its answer closes it at once; exit 0', async (t) => {
   // review: from the stop on the signals were ignored, and only the end
   // of --stop-flush-ms (60 s here) let attnd exit
@@ -278,14 +293,7 @@ test('gRPC: a signal while the stop waits for a client that does not read its an
   t.after(() => s.destroy());
   await new Promise((res) => s.once('readable', res));
   assert.match(await d.logged(/ModelInfer 200/), /ModelInfer 200/);
-  d.proc.kill('SIGTERM');
-  assert.match(await d.logged(/drained; stopping/), /drained; stopping/);
-  await sleep(200 * SLOW);
-  assert.equal(await exited(d, 0), 'still running', 'the stop waits for the client');
-  d.proc.kill('SIGTERM');
-  assert.deepEqual(await exited(d, 10000 * SLOW), { code: 0, sig: null }, d.log());
-  assert.match(d.log(), /SIGTERM: stop cut short: closed 1 gRPC connection whose client had not read its answers yet/);
-  await d.stop();
+  await secondSignalCuts(d, 'gRPC');
 });
 
 test('REST: a client that reads its large answer slowly across the cut gets it whole', async (t) => {
@@ -526,14 +534,7 @@ test('REST: a signal while the stop waits for a client that does not read its an
   const d = await start({ t, args: ['--stop-flush-ms', FLUSH_MS] });
   await slowReader(t, d, restAttention(600));
   assert.match(await d.logged(/infer 200/), /infer 200/);
-  d.proc.kill('SIGTERM');
-  assert.match(await d.logged(/drained; stopping/), /drained; stopping/);
-  await sleep(200 * SLOW);
-  assert.equal(await exited(d, 0), 'still running', 'the stop waits for the client');
-  d.proc.kill('SIGTERM');
-  assert.deepEqual(await exited(d, 10000 * SLOW), { code: 0, sig: null }, d.log());
-  assert.match(d.log(), /SIGTERM: stop cut short: closed 1 REST connection whose client had not read its answers yet/);
-  await d.stop();
+  await secondSignalCuts(d, 'REST');
 });
 
 test('REST and gRPC: clients that read nothing of answers the kernels hold hold the stop for --stop-flush-ms at most; the log says so', async (t) => {
