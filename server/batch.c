@@ -72,7 +72,8 @@ void srv__job_nonfinite(srv_job *j, int n)
     snprintf(j->err, sizeof j->err,
              "inputs: a projection, score or output of sequence %d is not "
              "finite%s; scale them down%s", n, why,
-             j->prep.cfg.scale > 0 ? ", or parameters.scale" : "");
+             j->prep.raw && j->prep.cfg.scale > 0 ? ", or parameters.scale"
+                                                   : "");
 }
 
 /* finish_job: after every stage ran, before the plan is freed, on a pool

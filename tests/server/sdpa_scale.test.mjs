@@ -7,11 +7,11 @@
 // requests of different scales batched apart, and 400s for a scale no
 // float holds or a weight set given one.
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, test } from 'node:test';
-import { REFS, fp32, infer, maxDiff, start } from './helper.mjs';
+import { REFS, fp32, infer, maxDiff, modelsDir, start } from './helper.mjs';
 
 const S = JSON.parse(readFileSync(join(dirname(fileURLToPath(import.meta.url)), 'fixtures', 'sdpa_scale.json'), 'utf8'));
 
@@ -98,4 +98,18 @@ test('scores a scale makes overflow: the 400 names parameters.scale beside the i
   const n = await infer(d, 'sdpa', { inputs: [fp32('q', e.q_shape, big(e.q.length)), fp32('k', e.k_shape, big(e.k.length)), fp32('v', e.v_shape, e.v)] });
   assert.equal(n.status, 400, JSON.stringify(n.json));
   assert.match(n.json.error, /\(the inputs overflow float32\); scale them down$/);
+});
+
+test('a weight set\'s overflow with a scale of its own (config.json) does not point at parameters.scale, which it refuses', async (t) => {
+  const dir = modelsDir();
+  const cfg = join(dir, 'tiny', 'config.json');
+  writeFileSync(cfg, JSON.stringify({ ...JSON.parse(readFileSync(cfg, 'utf8')), scale: 0.125 }));
+  const dw = await start({ t, dir });
+  try {
+    const c = REFS.self;
+    const w = await infer(dw, 'tiny', { inputs: [fp32('x', c.shape, c.x.map(() => 3e38))] });
+    assert.equal(w.status, 400, JSON.stringify(w.json));
+    assert.match(w.json.error, /\(the inputs overflow float32\); scale them down$/);
+    assert.equal((await dw.stop()).code, 0);
+  } catch (e) { await dw.stop('SIGKILL'); throw e; }
 });
