@@ -219,8 +219,9 @@ int oip__shm_param(const char *key);
 /* oip__misspelt: the name of known (one of the NULL-terminated lists
  * below) that key, a parameter attnd does not read, is a misspelling of:
  * the same once both are lowercased without '_', '-', '.' and ' ', or
- * within one edit (insert, delete, substitute, swap two neighbours) of a
- * name of up to 6 letters, two of a longer one; NULL when key is one of
+ * within one edit of it so folded (insert, delete, substitute, swap two
+ * neighbours: 'sequence' and 'sequence_len', two from sequence_id and
+ * sequence_end, are custom names and pass); NULL when key is one of
  * known or near none (then it passes, as Triton passes such parameters
  * to its backend). OIP_MISSPELT is its message; its arguments, where
  * ("parameters", "outputs[0].parameters"), the key and the name meant. */

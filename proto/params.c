@@ -85,10 +85,10 @@ const char *oip__misspelt(const char *key, const char *const *known)
     size_t best_d = SIZE_MAX;
     for (size_t i = 0; known[i]; i++) {
         size_t lw = fold(known[i], w, sizeof w);
-        size_t near = lw <= 6 ? 1 : 2, dist;
-        if (lk + near < lw || lw + near < lk)
+        size_t dist;
+        if (lk + 1 < lw || lw + 1 < lk)
             continue;
-        if ((dist = osa(k, lk, w, lw)) <= near && dist < best_d) /* nearest */
+        if ((dist = osa(k, lk, w, lw)) <= 1 && dist < best_d) /* nearest */
             best = known[i], best_d = dist;
     }
     return best;
@@ -108,8 +108,10 @@ int oip__param_check(const char *where, const char *key,
     for (size_t i = 0; known[i]; i++) {
         if (!strcmp(key, known[i]))
             return 0;
+        if (oip__shm_param(known[i]))
+            continue; /* guarded, and refused: not read */
         n += (size_t)snprintf(names + n, n < sizeof names ? sizeof names - n : 0,
-                              "%s%s", i ? ", " : "", known[i]);
+                              "%s%s", n ? ", " : "", known[i]);
         if (n >= sizeof names)
             n = sizeof names - 1;
     }

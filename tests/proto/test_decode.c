@@ -350,16 +350,13 @@ START_TEST(strict_params)
                                  "'inputs':[" X2 "]}", &lim, err), ATTN_EINVAL);
     ck_assert_str_eq(err, "outputs[0].parameters.precision: not a parameter "
                           "attnd reads, refused under strict-parameters (it "
-                          "reads binary_data, classification, "
-                          "shared_memory_region, shared_memory_byte_size, "
-                          "shared_memory_offset)");
+                          "reads binary_data, classification)");
     ck_assert_int_eq(dec_lim(&r, "{'inputs':[{'name':'x','datatype':'FP32',"
                                  "'shape':[2],'data':[1,2],'parameters':"
                                  "{'note':1}}]}", &lim, err), ATTN_EINVAL);
     ck_assert_str_eq(err, "inputs[0].parameters.note: not a parameter attnd "
                           "reads, refused under strict-parameters (it reads "
-                          "binary_data_size, shared_memory_region, "
-                          "shared_memory_byte_size, shared_memory_offset)");
+                          "binary_data_size)");
     /* what it reads passes */
     ck_assert_msg(dec_lim(&r, "{'parameters':{'causal':true,'retain':false,"
                               "'scale':0.5},'outputs':[{'name':'y','parameters':"
@@ -449,7 +446,7 @@ START_TEST(valid_request_fields)
         "'parameters':{'causal':true,'retain':true,'binary_data_output':false,"
         "'tokens':['the','cat'],'other':[1],'priority':1,'timeout':100,"
         "'triton_enable_empty_final_response':true,'causal_mask':1,"
-        "'my_scale':2},"
+        "'my_scale':2,'sequence':'s','sequence_len':3,'retained':1},"
         "'inputs':[{'name':'x','datatype':'FP32','shape':[2,3],"
         "'data':[[1.5,-2,3e-3],[0,-0.0,1e10]],'extra':{'data':5}},"
         "{'name':'lengths','datatype':'INT32','shape':[2],'data':[3,-7]},"
