@@ -47,10 +47,16 @@
 
 #define MiB (1024.0 * 1024.0)
 
+/* threads_of: the pool threads the room counts. */
+static int threads_of(const srv *s)
+{
+    return s->threads > 0 ? s->threads : 1;
+}
+
 /* room: MiB to leave besides the bounds and the weights (above). */
 static double room(const srv *s)
 {
-    return 64.0 + 64.0 * (double)(s->threads > 0 ? s->threads : 1);
+    return 64.0 + 64.0 * (double)threads_of(s);
 }
 
 /* read_small: up to n - 1 bytes of path, terminated; its length or -1. */
@@ -173,11 +179,14 @@ void srv_memfit_start(srv *s)
     else if (budget + maps + r * MiB > (double)s->mem_limit)
         srv_log(s, "warn", "memory: --memory-budget %.0f MiB + --maps-bytes "
                 "%.0f MiB + %.0f MiB for code, threads and the allocator "
-                "(64 + 64 a thread) = %.0f MiB, past the memory limit of "
+                "(64 + 64 a thread of --threads %d) = %.0f MiB, past the memory "
+                "limit of "
                 "%.0f MiB (%s) before any model is loaded: filled, they get "
                 "attnd OOM-killed with its sequences and retained maps, "
-                "where it would answer 503; lower them or raise the limit",
-                budget / MiB, maps / MiB, r, (budget + maps) / MiB + r,
+                "where it would answer 503; lower them or --threads, or raise "
+                "the limit",
+                budget / MiB, maps / MiB, r, threads_of(s),
+                (budget + maps) / MiB + r,
                 (double)s->mem_limit / MiB, s->mem_limit_file);
 }
 
@@ -222,14 +231,16 @@ void srv_memfit_loaded(srv *s, const srv_entry *loaded)
     srv_log(s, "warn", "memory: with model '%s' loaded, --memory-budget "
             "%.0f MiB + --maps-bytes %.0f MiB + --kv-bytes %.0f MiB x %d "
             "weight-set model%s%s%s%s + %.1f MiB of weights%s + %.0f MiB for "
-            "code, threads and the allocator (64 + 64 a thread) = %.0f MiB, "
+            "code, threads and the allocator (64 + 64 a thread of --threads "
+            "%d) = %.0f MiB, "
             "past the memory limit of %.0f MiB (%s): a full K/V cache, maps "
             "store and budget get attnd OOM-killed with every sequence and "
             "retained map, where it would answer 503; lower --kv-bytes "
             "(each weight-set model has its own), --memory-budget or "
-            "--maps-bytes, load fewer models, or raise the limit",
+            "--maps-bytes or --threads, load fewer models, or raise the "
+            "limit",
             loaded->name, budget / MiB, maps / MiB,
             (double)s->cfg.kv_bytes / MiB, n_kv, n_kv == 1 ? "" : "s",
             n_kv ? " (" : "", names, n_kv ? ")" : "", weights / MiB, held, r,
-            sum / MiB, (double)s->mem_limit / MiB, s->mem_limit_file);
+            threads_of(s), sum / MiB, (double)s->mem_limit / MiB, s->mem_limit_file);
 }

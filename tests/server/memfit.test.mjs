@@ -71,10 +71,10 @@ test('v2 limit under memory-budget + maps-bytes: warned at start, and at the loa
   const d = await under(t, cg);
   const lines = memLines(d.log());
   assert.equal(lines.length, 2, d.log());
-  assert.match(lines[0], /warn.*memory: --memory-budget 1024 MiB \+ --maps-bytes 256 MiB \+ 192 MiB for code, threads and the allocator \(64 \+ 64 a thread\) = 1472 MiB, past the memory limit of 1024 MiB \(\/sys\/fs\/cgroup\/memory\.max\) before any model is loaded/);
-  assert.match(lines[0], /OOM-killed.*lower them or raise the limit/);
+  assert.match(lines[0], /warn.*memory: --memory-budget 1024 MiB \+ --maps-bytes 256 MiB \+ 192 MiB for code, threads and the allocator \(64 \+ 64 a thread of --threads 2\) = 1472 MiB, past the memory limit of 1024 MiB \(\/sys\/fs\/cgroup\/memory\.max\) before any model is loaded/);
+  assert.match(lines[0], /OOM-killed.*lower them or --threads, or raise the limit/);
   // the default --kv-bytes (4 GiB) for demo's sequences
-  assert.match(lines[1], /warn.*memory: with model 'demo' loaded, --memory-budget 1024 MiB \+ --maps-bytes 256 MiB \+ --kv-bytes 4096 MiB x 1 weight-set model \('demo'\) \+ 0\.1 MiB of weights \+ 192 MiB for code, threads and the allocator \(64 \+ 64 a thread\) = 5568 MiB, past the memory limit of 1024 MiB/);
+  assert.match(lines[1], /warn.*memory: with model 'demo' loaded, --memory-budget 1024 MiB \+ --maps-bytes 256 MiB \+ --kv-bytes 4096 MiB x 1 weight-set model \('demo'\) \+ 0\.1 MiB of weights \+ 192 MiB for code, threads and the allocator \(64 \+ 64 a thread of --threads 2\) = 5568 MiB, past the memory limit of 1024 MiB/);
   assert.match(lines[1], /lower --kv-bytes/);
   await d.stop();
 });
@@ -162,7 +162,7 @@ test('a load that takes the bounds past the limit is warned, naming it', async (
   await barrier(d);
   const lines = memLines(d.log().slice(from));
   assert.equal(lines.length, 1, d.log());
-  assert.match(lines[0], /with model 'demo2' loaded, --memory-budget 32 MiB \+ --maps-bytes 16 MiB \+ --kv-bytes 64 MiB x 2 weight-set models \('demo', 'demo2'\) \+ 0\.1 MiB of weights \+ 192 MiB for code, threads and the allocator \(64 \+ 64 a thread\) = 368 MiB, past the memory limit of 352 MiB \(\/sys\/fs\/cgroup\/sys\.slice\/attnd\.service\/memory\.max\)/);
+  assert.match(lines[0], /with model 'demo2' loaded, --memory-budget 32 MiB \+ --maps-bytes 16 MiB \+ --kv-bytes 64 MiB x 2 weight-set models \('demo', 'demo2'\) \+ 0\.1 MiB of weights \+ 192 MiB for code, threads and the allocator \(64 \+ 64 a thread of --threads 2\) = 368 MiB, past the memory limit of 352 MiB \(\/sys\/fs\/cgroup\/sys\.slice\/attnd\.service\/memory\.max\)/);
   await d.stop();
 });
 
@@ -176,12 +176,12 @@ test('the room besides the bounds counts: bounds under the limit, with the room 
   const d = await under(t, cg, { env: { ATTND_KV_BYTES: '536870912' } });
   const lines = memLines(d.log());
   assert.equal(lines.length, 1, d.log());
-  assert.match(lines[0], /with model 'demo' loaded, --memory-budget 1024 MiB \+ --maps-bytes 256 MiB \+ --kv-bytes 512 MiB x 1 weight-set model \('demo'\) \+ 0\.1 MiB of weights \+ 192 MiB for code, threads and the allocator \(64 \+ 64 a thread\) = 1984 MiB, past the memory limit of 1900 MiB/);
+  assert.match(lines[0], /with model 'demo' loaded, --memory-budget 1024 MiB \+ --maps-bytes 256 MiB \+ --kv-bytes 512 MiB x 1 weight-set model \('demo'\) \+ 0\.1 MiB of weights \+ 192 MiB for code, threads and the allocator \(64 \+ 64 a thread of --threads 2\) = 1984 MiB, past the memory limit of 1900 MiB/);
   await d.stop();
   // more threads, more arenas: 4 threads leave 320 MiB, past 2Gi
   const cg2 = cgroup(t, { 'proc-self-cgroup': '0::/\n', 'memory.max': `${2048 * MiB}\n` });
   const e = await under(t, cg2, { env: { ATTND_KV_BYTES: '536870912' }, args: ['--threads', '4'] });
-  assert.match(memLines(e.log()).join('\n'), /\+ 320 MiB for code, threads and the allocator \(64 \+ 64 a thread\) = 2112 MiB, past the memory limit of 2048 MiB/);
+  assert.match(memLines(e.log()).join('\n'), /\+ 320 MiB for code, threads and the allocator \(64 \+ 64 a thread of --threads 4\) = 2112 MiB, past the memory limit of 2048 MiB/);
   await e.stop();
 });
 
@@ -227,7 +227,7 @@ test("a reload's old instance, still held by a running step, counts at the load"
     const lines = memLines(d.log().slice(from));
     if (held) {
       assert.equal(lines.length, 1, d.log());
-      const m = /with model 'demo' loaded, .* \+ 0\.1 MiB of weights \+ ([\d.]+) MiB held by 1 replaced instance until their jobs and sequences end \+ 256 MiB for code, threads and the allocator \(64 \+ 64 a thread\) = (\d+) MiB, past the memory limit of 404 MiB/.exec(lines[0]);
+      const m = /with model 'demo' loaded, .* \+ 0\.1 MiB of weights \+ ([\d.]+) MiB held by 1 replaced instance until their jobs and sequences end \+ 256 MiB for code, threads and the allocator \(64 \+ 64 a thread of --threads 3\) = (\d+) MiB, past the memory limit of 404 MiB/.exec(lines[0]);
       assert.ok(m, lines[0]);
       // the step's pages (64 tokens of 512 bytes each) and the weights
       assert.ok(Number(m[1]) >= Math.ceil((1 + T) / 64) * 32768 / MiB, lines[0]);

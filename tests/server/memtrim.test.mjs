@@ -33,7 +33,7 @@ async function step(d, id, t, start) {
   assert.equal(r.status, 200);
 }
 
-test('sequences deleted: their memory is trimmed; their pages were counted and reused', async (t) => {
+test('sequences deleted: their memory is trimmed, attnd_kv_bytes follows, and a sequence starts after', async (t) => {
   const d = await start({ t, args: ['--kv-bytes', String(64 << 20), '--threads', '2'] });
   // 48 sequences of 960 tokens (15 pages of 32 KiB each): 22.5 MiB
   for (let i = 0; i < 48; i++) await step(d, `m${i}`, 960, true);
