@@ -79,16 +79,15 @@ static int get_bool(const oip__jv *obj, const char *key, const char *field, int 
     return 0;
 }
 
-/* shm_refused: a tensor's parameters object p naming one of Triton's
- * shared-memory keys (oip__shm_param), refused as list[i]'s. */
-static int shm_refused(const oip__jv *p, const char *list, size_t i,
-                       const char *instead, char *err)
+/* tensor_params: p, the parameters of outputs[i] (output) or inputs[i]:
+ * its first key oip__tensor_param refuses. */
+static int tensor_params(const oip__jv *p, int output, size_t i, int strict,
+                         char *err)
 {
-    for (size_t k = 0; is(p, OIP__JOBJ) && k < p->len; k++)
-        if (oip__shm_param(p->kids[k]->key))
-            return oip__fail(err, ATTN_EINVAL, OIP_NO_SHM, list, i,
-                             p->kids[k]->key, instead);
-    return 0;
+    int rc = 0;
+    for (size_t k = 0; is(p, OIP__JOBJ) && k < p->len && !rc; k++)
+        rc = oip__tensor_param(output, i, p->kids[k]->key, strict, err);
+    return rc;
 }
 
 /* misspelt: p's first key refused by oip__param_check (a misspelling of
@@ -311,11 +310,7 @@ static int decode_outputs(oip_request *req, const oip__jv *root, int max_outputs
             const oip__jv *c = oip__jget(p, "classification");
             if (c && !(is(c, OIP__JINT) && c->num == 0))
                 return oip__fail(err, ATTN_EINVAL, OIP_NO_CLASSIFICATION, i);
-            if ((rc = shm_refused(p, "outputs", i, OIP_NO_SHM_OUT, err)))
-                return rc;
-            char f[48];
-            snprintf(f, sizeof f, "outputs[%zu].parameters", i);
-            if ((rc = misspelt(p, f, oip__output_params, strict, err)))
+            if ((rc = tensor_params(p, 1, i, strict, err)))
                 return rc;
         }
         req->n_outputs = (int)i + 1;
@@ -396,13 +391,7 @@ static int input_meta(const oip__jv *in, int i, const oip__scan *sc, int has_bin
     if (p && !is(p, OIP__JOBJ))
         return oip__fail(err, ATTN_EINVAL,
                          "inputs[%d].parameters: expected an object", i);
-    rc = shm_refused(p, "inputs", (size_t)i, OIP_NO_SHM_IN, err);
-    if (!rc) {
-        char f[48];
-        snprintf(f, sizeof f, "inputs[%d].parameters", i);
-        rc = misspelt(p, f, oip__input_params, lim->strict_params, err);
-    }
-    if (rc)
+    if ((rc = tensor_params(p, 0, (size_t)i, lim->strict_params, err)))
         return rc;
     const oip__jv *bs = p ? oip__jget(p, "binary_data_size") : NULL;
     const char *dname = oip_dtype_name(t->wire_dtype);

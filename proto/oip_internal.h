@@ -238,6 +238,11 @@ extern const char *const oip__request_params[], *const oip__output_params[],
  * of them; else 0. */
 int oip__param_check(const char *where, const char *key,
                      const char *const *known, int strict, char *err);
+/* oip__tensor_param: key, a parameter of outputs[i] (output) or
+ * inputs[i]: Triton's shared-memory keys refused (OIP_NO_SHM), then
+ * oip__param_check against that list's names; 0 or ATTN_EINVAL. */
+int oip__tensor_param(int output, size_t i, const char *key, int strict,
+                      char *err);
 
 /* printf into err (OIP_ERRMAX bytes) when err is not NULL; returns code. */
 int oip__fail(char *err, int code, const char *fmt, ...)

@@ -94,6 +94,21 @@ const char *oip__misspelt(const char *key, const char *const *known)
     return best;
 }
 
+/* oip__tensor_param: see oip_internal.h. */
+int oip__tensor_param(int output, size_t i, const char *key, int strict,
+                      char *err)
+{
+    const char *list = output ? "outputs" : "inputs";
+    char where[48];
+    if (oip__shm_param(key))
+        return oip__fail(err, ATTN_EINVAL, OIP_NO_SHM, list, i, key,
+                         output ? OIP_NO_SHM_OUT : OIP_NO_SHM_IN);
+    snprintf(where, sizeof where, "%s[%zu].parameters", list, i);
+    return oip__param_check(where, key, output ? oip__output_params
+                                               : oip__input_params,
+                            strict, err);
+}
+
 /* oip__param_check: see oip_internal.h. */
 int oip__param_check(const char *where, const char *key,
                      const char *const *known, int strict, char *err)

@@ -286,13 +286,8 @@ static int decode_outputs(oip_request *req, const Req *m, int max_outputs,
                            INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM &&
                   v->int64_param == 0)) /* as decode.c's */
                 return oip__fail(err, ATTN_EINVAL, OIP_NO_CLASSIFICATION, i);
-            if (oip__shm_param(o->parameters[j]->key))
-                return oip__fail(err, ATTN_EINVAL, OIP_NO_SHM, "outputs", i,
-                                 o->parameters[j]->key, OIP_NO_SHM_OUT);
-            char where[48];
-            snprintf(where, sizeof where, "outputs[%zu].parameters", i);
-            if ((rc = oip__param_check(where, o->parameters[j]->key,
-                                       oip__output_params, strict, err)))
+            if ((rc = oip__tensor_param(1, i, o->parameters[j]->key, strict,
+                                        err)))
                 return rc;
             if (!strcmp(o->parameters[j]->key, "binary_data")) {
                 char field[64];
@@ -504,16 +499,9 @@ int oip_pb_decode(oip_request *req, const char *body, size_t len,
      * shared-memory region has none of */
     for (i = 0; i < m->n_inputs; i++)
         for (j = 0; j < m->inputs[i]->n_parameters; j++) {
-            const char *k = m->inputs[i]->parameters[j]->key;
-            char where[48];
-            if (oip__shm_param(k)) {
-                rc = oip__fail(err, ATTN_EINVAL, OIP_NO_SHM, "inputs", i, k,
-                               OIP_NO_SHM_IN);
-                goto fail;
-            }
-            snprintf(where, sizeof where, "inputs[%zu].parameters", i);
-            if ((rc = oip__param_check(where, k, oip__input_params,
-                                       L.strict_params, err)))
+            rc = oip__tensor_param(0, i, m->inputs[i]->parameters[j]->key,
+                                   L.strict_params, err);
+            if (rc)
                 goto fail;
         }
     raw = m->n_raw_input_contents != 0;
