@@ -19,11 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
-#ifdef __linux__
-#include <linux/sockios.h> /* SIOCOUTQ */
-#endif
 #include <unistd.h>
 
 static void close_conn(gconn *c);
@@ -699,15 +695,12 @@ void srv_grpc_drain(srv *s)
  * them before the reset's error). Unknown (not Linux): no. */
 static int delivered(gconn *c)
 {
-#ifdef SIOCOUTQ
     uv_os_fd_t fd = -1;
-    int n = 2;
-    return c->shut_done && uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 &&
-           ioctl(fd, SIOCOUTQ, &n) == 0 && n <= 1;
-#else
-    (void)c;
-    return 0;
-#endif
+    int n;
+    if (!c->shut_done || uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
+        return 0;
+    n = srv_sock_unacked(fd); /* linger.c */
+    return n >= 0 && n <= 1;
 }
 
 static void on_shutdown(uv_shutdown_t *req, int status)
