@@ -193,12 +193,17 @@ static int probe_threads(srv *s, char *err)
 
 /* flush_left: the ms --stop-flush-ms leaves from now: all of it before a
  * cut's flush began, what is left of that flush after (so that the exit
- * comes at most drain-ms and stop-flush-ms after the signal). */
+ * comes at most drain-ms and stop-flush-ms after the signal), 0 once its
+ * timer has run (on libuv's clock, floored to the ms: srv_now_ns's whole
+ * ms could still leave 1, and the doors then waited that 1 ms and logged
+ * the flush's end a second time). */
 static uint64_t flush_left(const srv *s)
 {
     uint64_t ms = (uint64_t)s->cfg.stop_flush_ms, gone;
     if (!s->flushing)
         return ms;
+    if (s->flush_expired)
+        return 0;
     gone = (srv_now_ns() - s->flush_t0_ns) / 1000000u;
     return gone < ms ? ms - gone : 0;
 }
