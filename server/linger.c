@@ -42,8 +42,8 @@
  * all closes at once, so that nothing waits for an idle client: those
  * already lingering, and the REST connections MHD closes during the stop
  * (a 503 to a request pipelined after the signal, http.c). A gRPC
- * connection is not kept then: grpc_conn.c waits for its own. Loop
- * thread.
+ * connection is not kept then: grpc_conn.c waits for its own. The stop's
+ * wait (http.c) ends them: the set's timer does not. Loop thread.
  */
 #include "server/linger.h"
 #include "server/srv.h"
@@ -154,11 +154,15 @@ static long long lingering_of(const srv_linger *set,
 static void on_timer(uv_timer_t *t);
 
 /* arm: the timer at the oldest socket's end (rounded up: a timer re-armed
- * at 0 from its own callback runs again before the loop polls) */
+ * at 0 from its own callback runs again before the loop polls). Not under
+ * the stop's rule: the stop's wait (http.c) ends those sockets at its end
+ * and counts them (srv_linger_end); this timer, armed for the same moment,
+ * often ran first, closed them as linger-ms's and the stop then reported
+ * none ("stop-flush-ms passed: closed 1 REST connection ..." missing). */
 static void arm(srv_linger *set)
 {
     uint64_t now, ms = 1;
-    if (!set->head) {
+    if (!set->head || set->stop_end_ns) {
         uv_timer_stop(&set->timer);
         return;
     }

@@ -15,12 +15,12 @@ typedef struct srv_conn srv_conn;
 int srv_linger_start(srv *s);
 /* srv_linger_stop: the stop begins: from now on a socket lingers (those
  * lingering already, and REST ones closed from now on) only while its
- * client has not acknowledged every byte of its answers, and ms at most
- * (its until: the flush's time left), linger-ms 0 too; the others close
- * now. srv_linger_poll: close those whose client has every byte now; how
- * many are left. srv_linger_end: close every lingering socket now, and
- * later closes do not linger; how many of them still held bytes their
- * client had not acknowledged. */
+ * client has not acknowledged every byte of its answers, linger-ms 0 too,
+ * until srv_linger_end (the caller's wait: ms, the flush's time left);
+ * the others close now. srv_linger_poll: close those whose client has
+ * every byte now; how many are left. srv_linger_end: close every
+ * lingering socket now, and later closes do not linger; how many of them
+ * still held bytes their client had not acknowledged. */
 void srv_linger_stop(srv *s, uint64_t ms);
 int srv_linger_poll(srv *s);
 int srv_linger_end(srv *s);
