@@ -548,7 +548,7 @@ static void close_mhd(srv *s)
     uv_close((uv_handle_t *)&s->mhd_poll, NULL);
     uv_close((uv_handle_t *)&s->mhd_timer, NULL);
     uv_close((uv_handle_t *)&s->mhd_idle, NULL);
-    srv_linger_end(s); /* and MHD's closes below do not linger */
+    srv_linger_end(s, NULL); /* and MHD's closes below do not linger */
     MHD_stop_daemon(s->mhd);
     s->mhd = NULL;
     srv_http_log_flush(s, 1);
@@ -575,17 +575,22 @@ static int unacked(const srv *s)
 /* the stop's wait (srv_http_stop), polled every STOP_POLL_MS */
 #define STOP_POLL_MS 10
 
+/* stop_done: the wait is over; cut: by the flush's end, and the
+ * connections still unacknowledged are counted for main.c's line (a gRPC
+ * one lingering here since before the stop as gRPC's) */
 static void stop_done(srv *s, int cut)
 {
     void (*done)(srv *) = s->http_stop_done;
-    int n = cut ? unacked(s) : 0;
+    int n = cut ? unacked(s) : 0, grpc = 0;
     s->http_stop_done = NULL;
     uv_timer_stop(&s->http_stop_timer);
     uv_close((uv_handle_t *)&s->http_stop_timer, NULL);
-    n += srv_linger_end(s);
+    n += srv_linger_end(s, &grpc);
     close_mhd(s);
-    if (cut)
-        s->stop_cut_rest += n; /* main.c logs it */
+    if (cut) {
+        s->stop_cut_rest += n; /* main.c logs them */
+        s->stop_cut_grpc += grpc;
+    }
     done(s);
 }
 
@@ -593,7 +598,7 @@ static void on_stop_poll(uv_timer_t *t)
 {
     srv *s = t->data;
     uint64_t now = srv_now_ns(), left;
-    int lingering = srv_linger_poll(s);
+    int lingering = srv_linger_poll(s, NULL);
     if (now >= s->http_stop_end_ns) {
         stop_done(s, 1);
         return;
@@ -612,7 +617,7 @@ int srv_http_stop(srv *s, uint64_t ms, void (*done)(srv *))
         return 0;
     srv_http__accept_stop(s);
     srv_linger_stop(s, ms);
-    if (!ms || (!srv_linger_poll(s) && !unacked(s))) {
+    if (!ms || (!srv_linger_poll(s, NULL) && !unacked(s))) {
         close_mhd(s);
         return 0;
     }
@@ -628,12 +633,14 @@ int srv_http_stop(srv *s, uint64_t ms, void (*done)(srv *))
     return 1;
 }
 
-int srv_http_stop_cut(srv *s)
+int srv_http_stop_cut(srv *s, int *grpc)
 {
     int n;
+    *grpc = 0;
     if (!s->http_stop_done)
         return 0;
-    n = unacked(s) + srv_linger_poll(s);
+    n = srv_linger_poll(s, grpc);
+    n += unacked(s) - *grpc;
     stop_done(s, 0);
     return n;
 }

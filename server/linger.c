@@ -40,10 +40,11 @@
  * its answers (SIOCOUTQ), at most until the stop's end (the flush's time
  * left), whatever linger-ms is (0 too), and one whose client holds them
  * all closes at once, so that nothing waits for an idle client: those
- * already lingering, and the REST connections MHD closes during the stop
- * (a 503 to a request pipelined after the signal, http.c). A gRPC
- * connection is not kept then: grpc_conn.c waits for its own. The stop's
- * wait (http.c) ends them: the set's timer does not. Loop thread.
+ * already lingering (gRPC ones too, closed before the stop: counted as
+ * gRPC's), and the REST connections MHD closes during the stop (a 503 to
+ * a request pipelined after the signal, http.c). A gRPC connection closed
+ * from then on is not kept: grpc_conn.c waits for its own. The stop's wait
+ * (http.c) ends them: the set's timer does not. Loop thread.
  */
 #include "server/linger.h"
 #include "server/srv.h"
@@ -69,6 +70,7 @@ struct lg {
     srv_linger *set;
     lg *prev, *next;
     int refused;     /* answered 503 at accept (srv_linger_refused) */
+    int grpc;        /* a gRPC connection's (grpc_conn.c closed it) */
 };
 
 struct srv_linger {
@@ -260,6 +262,7 @@ static void linger(srv *s, int fd, const srv_conn *c, int refused)
         l->left = c->body_unread;
     l->set = set;
     l->refused = refused;
+    l->grpc = c->grpc;
     set->n_refused += refused;
     l->poll.data = l;
     l->until_ns = set->stop_end_ns ? set->stop_end_ns
@@ -296,33 +299,44 @@ void srv_linger_stop(srv *s, uint64_t ms)
     set->stop_end_ns = srv_now_ns() + ms * 1000000u + 1; /* never 0 */
     for (lg *l = set->head; l; l = l->next)
         l->until_ns = set->stop_end_ns; /* the same for all: still in order */
-    srv_linger_poll(s);
+    srv_linger_poll(s, NULL);
     arm(set);
 }
 
-int srv_linger_poll(srv *s)
+int srv_linger_poll(srv *s, int *grpc)
 {
     srv_linger *set = s->linger;
     lg *l, *next;
+    if (grpc)
+        *grpc = 0;
     if (!set)
         return 0;
     for (l = set->head; l; l = next) {
         next = l->next;
         if (delivered(l->fd))
             finish(l);
+        else if (grpc)
+            *grpc += l->grpc;
     }
     return set->n;
 }
 
-int srv_linger_end(srv *s)
+int srv_linger_end(srv *s, int *grpc)
 {
     srv_linger *set = s->linger;
     int unacked = 0;
+    if (grpc)
+        *grpc = 0;
     if (!set)
         return 0;
     set->stopping = 1;
     while (set->head) {
-        unacked += !delivered(set->head->fd);
+        if (!delivered(set->head->fd)) {
+            if (set->head->grpc && grpc)
+                ++*grpc;
+            else
+                unacked++;
+        }
         finish(set->head);
     }
     uv_close((uv_handle_t *)&set->timer, set_closed);

@@ -18,12 +18,14 @@ int srv_linger_start(srv *s);
  * client has not acknowledged every byte of its answers, linger-ms 0 too,
  * until srv_linger_end (the caller's wait: ms, the flush's time left);
  * the others close now. srv_linger_poll: close those whose client has
- * every byte now; how many are left. srv_linger_end: close every
- * lingering socket now, and later closes do not linger; how many of them
- * still held bytes their client had not acknowledged. */
+ * every byte now; how many are left, *grpc (when not NULL) of them
+ * gRPC connections' (closed before the stop, lingering then).
+ * srv_linger_end: close every lingering socket now, and later closes do
+ * not linger; how many REST ones still held bytes their client had not
+ * acknowledged, *grpc (when not NULL) the gRPC ones (else not counted). */
 void srv_linger_stop(srv *s, uint64_t ms);
-int srv_linger_poll(srv *s);
-int srv_linger_end(srv *s);
+int srv_linger_poll(srv *s, int *grpc);
+int srv_linger_end(srv *s, int *grpc);
 /* srv_sock_unacked: bytes of socket fd the kernel still holds that its
  * peer has not acknowledged (unsent and unacknowledged, a FIN's 1 too:
  * SIOCOUTQ); -1 when not known (not Linux, an error). */

@@ -361,7 +361,8 @@ static void on_signal(uv_async_t *h)
     if (!n)
         return;
     if (s->stopping) { /* the clients still reading: cut, as a drain */
-        int rest = srv_http_stop_cut(s), grpc = srv_grpc_stop_cut(s);
+        int grpc, rest = srv_http_stop_cut(s, &grpc);
+        grpc += srv_grpc_stop_cut(s);
         char what[96];
         if (rest || grpc)
             srv_log(s, "warn", "SIG%s: stop cut short: closed %s whose "

@@ -733,10 +733,12 @@ int srv_http_start(srv *s, char *err); /* -1 with err (SRV_ERRMAX) */
  * still held). A request read meanwhile is answered 503 from its head,
  * Connection: close (http_head.c). 1 when some are left open: done(s)
  * runs once the last of them has closed; 0 when none are.
- * srv_http_stop_cut: close them at once (a signal during the stop); how
- * many were still open. */
+ * gRPC sockets lingering since before the stop (linger.c) wait with them,
+ * and count as gRPC's. srv_http_stop_cut: close them at once (a signal
+ * during the stop); how many REST ones were still open, *grpc the
+ * lingering gRPC ones. */
 int srv_http_stop(srv *s, uint64_t ms, void (*done)(srv *));
-int srv_http_stop_cut(srv *s);
+int srv_http_stop_cut(srv *s, int *grpc);
 /* srv_http_cut: the drain was cut short: each REST request whose body is
  * still coming is answered 503 on its socket at once (http_answer.c). */
 void srv_http_cut(srv *s);

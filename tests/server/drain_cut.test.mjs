@@ -623,3 +623,37 @@ test('REST: an answer made during the drain that its client stops reading (its s
   py.stdin.end();
   await d.stop();
 });
+
+test('gRPC: a connection closed before the stop, lingering with answer bytes its client has not acknowledged, is named as gRPC\'s in the flush\'s end line', async (t) => {
+  // review: the stop gave the lingering sockets its rule, gRPC ones too,
+  // in the REST door's set, and counted them as REST connections
+  const d = await start({ t, grpc: true, args: ['--stop-flush-ms', '500', '--linger-ms', FLUSH_MS] });
+  const settings = Buffer.alloc(6);
+  settings.writeUInt16BE(4, 0); // SETTINGS_INITIAL_WINDOW_SIZE
+  settings.writeUInt32BE(0x7fffffff, 2);
+  const more = Buffer.alloc(4);
+  more.writeUInt32BE(0x7fffffff - 65535, 0);
+  const head = Buffer.concat([lit(':method', 'POST'), lit(':scheme', 'http'), lit(':path', INFER),
+    lit(':authority', 'x'), lit('content-type', 'application/grpc'), lit('te', 'trailers')]);
+  const body = frame(attention(600)), data = [];
+  for (let i = 0; i < body.length; i += 16384)
+    data.push(h2frame(0, i + 16384 >= body.length ? 1 : 0, 1, body.subarray(i, i + 16384)));
+  const call = Buffer.concat([Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), h2frame(4, 0, 0, settings),
+    h2frame(8, 0, 0, more), h2frame(1, 4, 1, head), ...data]);
+  // then a DATA frame on stream 0: a connection error, GOAWAY, and attnd
+  // closes the connection, lingering (its client has not ended its side)
+  const py = smallRcvbuf(t, d.grpcPort, call, h2frame(0, 0, 0, Buffer.alloc(1)));
+  assert.match(await d.logged(/ModelInfer 200/), /ModelInfer 200/);
+  assert.equal(await untilUsed(d, 0), 0, 'its answer is all in the kernel');
+  py.stdin.write('go\n');
+  assert.match(await py.said('read'), /read 1000/);
+  const lingering = async () => /^attnd_lingering_connections (\d+)/m.exec(await (await fetch(`${d.url}/metrics`)).text())[1];
+  let n = await lingering();
+  for (const until = Date.now() + 5000 * SLOW; n !== '1' && Date.now() < until; n = await lingering()) await sleep(20);
+  assert.equal(n, '1', 'the gRPC connection lingers');
+  d.proc.kill('SIGTERM');
+  assert.deepEqual(await exited(d, 10000 * SLOW), { code: 0, sig: null }, d.log());
+  assert.match(d.log(), /stop: stop-flush-ms \(500 ms\) passed: closed 1 gRPC connection whose client had not acknowledged all of its answers/);
+  py.stdin.end();
+  await d.stop();
+});
