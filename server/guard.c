@@ -412,6 +412,24 @@ int srv_guard_make_room(srv *s)
     return s->n_conns > s->cfg.max_connections && evict(s, NULL, 1);
 }
 
+/* As an eviction closes a served idle one (shut: MHD sees the end and
+ * closes it): with no request in progress MHD has written every answer
+ * (srv_guard_end runs once it has), and with nothing unacknowledged
+ * (SIOCOUTQ 0) and nothing unread the client holds all of them. */
+int srv_guard_shut_idle(srv *s)
+{
+    int n = 0;
+    for (srv_conn *c = s->conns; c; c = c->next)
+        if (candidate(c, NULL, 1) && !c->grpc && !unread(c) &&
+            srv_sock_unacked(c->fd) == 0) {
+            shut(c);
+            n++;
+        }
+    if (n)
+        srv_kick(s);
+    return n;
+}
+
 void srv_guard_add(srv *s, srv_conn *c)
 {
     c->s = s;

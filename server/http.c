@@ -599,6 +599,7 @@ static void on_stop_poll(uv_timer_t *t)
     srv *s = t->data;
     uint64_t now = srv_now_ns(), left;
     int lingering = srv_linger_poll(s, NULL);
+    srv_guard_shut_idle(s); /* one whose client has taken its answer now */
     if (now >= s->http_stop_end_ns) {
         stop_done(s, 1);
         return;
@@ -623,7 +624,9 @@ int srv_http_stop(srv *s, uint64_t ms, void (*done)(srv *))
     }
     /* MHD goes on with the connections meanwhile: what their clients send
      * is read, and a request answered 503 from its head (http_head.c),
-     * its connection closed lingering (linger.c) */
+     * its connection closed lingering (linger.c); an idle one is closed
+     * now (MHD closes its connections only when it stops) */
+    srv_guard_shut_idle(s);
     s->http_stop_done = done;
     s->http_stop_end_ns = srv_now_ns() + ms * 1000000u;
     uv_timer_init(s->loop, &s->http_stop_timer);

@@ -556,6 +556,11 @@ void srv_guard_remove(srv *s, srv_conn *c);
  * idle keep-alive connection that has waited longest, as an accept past
  * it would; 1 if one was. */
 int srv_guard_make_room(srv *s);
+/* srv_guard_shut_idle: the stop (srv_http_stop's wait): close (shutdown)
+ * every REST connection with no request in progress whose client has
+ * acknowledged every byte of its answers and sent nothing unread (an idle
+ * keep-alive one): MHD would keep it open until the wait's end. How many. */
+int srv_guard_shut_idle(srv *s);
 /* a gRPC call's HEADERS are complete / the call is gone */
 void srv_guard_call_begin(srv_conn *c);
 void srv_guard_call_end(srv_conn *c);

@@ -657,3 +657,34 @@ test('gRPC: a connection closed before the stop, lingering with answer bytes its
   py.stdin.end();
   await d.stop();
 });
+
+test('REST: a keep-alive connection idle at the stop is closed at once while the stop waits for another client', async (t) => {
+  // review: libmicrohttpd closes its connections only when it stops, so
+  // an idle keep-alive one stayed open for the whole wait (3.00 s under
+  // --stop-flush-ms 3000) while a slow reader held it
+  const d = await start({ t, args: ['--stop-flush-ms', FLUSH_MS] });
+  await slowReader(t, d, restAttention(600));
+  assert.match(await d.logged(/infer 200/), /infer 200/);
+  const idle = net.connect({ port: d.port, host: '127.0.0.1', allowHalfOpen: true });
+  let error = null, got = '';
+  idle.on('error', (e) => { error = e.code || e.message; });
+  t.after(() => idle.destroy());
+  const ended = new Promise((res) => idle.on('end', res));
+  idle.on('data', (c) => { got += c; });
+  idle.write('GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n');
+  for (const until = Date.now() + 5000 * SLOW; !answers(Buffer.from(got)).all.length && Date.now() < until;) await sleep(20);
+  assert.match(got, /^HTTP\/1\.1 200/, 'its answer came');
+  d.proc.kill('SIGTERM');
+  assert.match(await d.logged(/drained; stopping/), /drained; stopping/);
+  // its end comes while the stop still waits for the slow reader (60 s
+  // here): 10 s (x SLOW) is a hang's bound
+  let id;
+  const late = new Promise((res) => { id = setTimeout(() => res('no end'), 10000 * SLOW); });
+  assert.equal(await Promise.race([ended, late]).finally(() => clearTimeout(id)), undefined, 'the idle connection was closed');
+  assert.equal(error, null, 'an end, not a reset');
+  assert.equal(await exited(d, 0), 'still running', 'the stop still waits for the slow reader');
+  d.proc.kill('SIGTERM');
+  assert.deepEqual(await exited(d, 10000 * SLOW), { code: 0, sig: null }, d.log());
+  assert.match(d.log(), /SIGTERM: stop cut short: closed 1 REST connection whose client had not read its answers yet/);
+  await d.stop();
+});
