@@ -92,7 +92,9 @@
       "together (0 = no limit; raise it behind a proxy)")                    \
     X(header_timeout_s, "header-timeout", INT, 20, 0, 86400,                  \
       "seconds a connection gets to send a request head (gRPC: its first "  \
-      "call), from its opening or its previous answer (0 = none)")           \
+      "call), from its opening or from when its client has read its "       \
+      "previous answer (REST: one still reading is closed only when it "    \
+      "reads none of it for this long) (0 = none)")                          \
     X(linger_ms, "linger-ms", INT, 2000, 0, 600000,                           \
       "a connection attnd closes after an answer while its client may still send (a body answered from its head, requests pipelined behind Connection: close, gRPC's GOAWAY) is read and discarded until the client ends it too, for up to this long and max-body bytes (a 413's whole Content-Length), so the client's kernel gets an end, not a reset that can drop the answer (ms; 0 = close at once)") \
     X(min_body_rate, "min-body-rate", INT, 1024, 0, 1LL << 30,                \

@@ -9,9 +9,17 @@
  * header-timeout seconds of its opening or of its previous answer, and one
  * whose body arrives slower than min-body-rate bytes/s on average once
  * header-timeout has passed since its head (its request logged and counted
- * 408, http.c). The same sweep asks the socket of each REST request whose
- * work waits or runs (its connection suspended: MHD does not read it)
- * whether its client went, and if so drops that work (sched.c,
+ * 408, http.c). A REST answer is over for the guard (and that clock
+ * starts) when its client has it, not when MHD has handed it to the
+ * kernel: while the client has not acknowledged every byte (SIOCOUTQ) it
+ * is reading, not slow to send, and its clock runs from the last sweep
+ * that saw it take more (delivering); one that takes nothing of its
+ * answer for header-timeout is closed (logged as such), so a client that
+ * never reads holds the connection no longer (while MHD still writes the
+ * answer, connection-timeout bounds it, the answer counted against
+ * memory-budget until sent). The same sweep asks the socket of each REST
+ * request whose work waits or runs (its connection suspended: MHD does
+ * not read it) whether its client went, and if so drops that work (sched.c,
  * srv_sched_client_went). It also asks, one poll(2) for up to PEEK_MAX of
  * them, the REST connections that MHD reads but that may hold an end it
  * missed (libmicrohttpd's edge-triggered epoll does not see a FIN that
@@ -49,6 +57,7 @@
  * that do not read their answers make new requests get 503, not memory.
  */
 #include "server/http_int.h"
+#include "server/linger.h"
 #include "server/srv.h"
 
 #include <arpa/inet.h>
@@ -541,15 +550,38 @@ void srv_guard_end(srv_req *r)
     if (c) {
         c->req = NULL;
         c->served++;
+        c->unacked = 0;
         r->c = NULL;
         if (!busy(c))
             went_idle(c);
     }
 }
 
+/* delivering: is REST connection c, with no request in progress, still
+ * delivering its answers (their bytes in its socket, not acknowledged by
+ * its client: SIOCOUTQ)? A client cannot be asked for its next request
+ * head before it has read the answer: *since is when its header-timeout
+ * clock runs from, its last answer's end (t_wait_ns: MHD handed it to the
+ * kernel) or, later, the last sweep that found fewer bytes held than the
+ * sweep before it, or none (t_read_ns: its client read some). One that
+ * reads nothing is closed header-timeout after it last did. */
+static int delivering(srv_conn *c, uint64_t now, uint64_t *since)
+{
+    int q = c->grpc || !c->served ? 0 : srv_sock_unacked(c->fd);
+    if (q > 0 && q != c->unacked) {
+        c->unacked = q;
+        c->t_read_ns = now;
+    } else if (q <= 0 && c->unacked) {
+        c->unacked = 0;
+        c->t_read_ns = now;
+    }
+    *since = c->t_read_ns > c->t_wait_ns ? c->t_read_ns : c->t_wait_ns;
+    return q > 0;
+}
+
 /* closed_log: one warning per door and cause of the sweep's closes (of
  * gRPC calls ended for min-body-rate: their connections stay). */
-static void closed_log(srv *s, const int n[2][2])
+static void closed_log(srv *s, const int n[2][3])
 {
     static const char *door[2] = {"http", "grpc"};
     static const char *what[2] = {"request head", "first call"};
@@ -565,6 +597,10 @@ static void closed_log(srv *s, const int n[2][2])
                     "bytes/s (min-body-rate)%s", door[d], d ? "ended" : "closed",
                     n[d][1], d ? "call" : "connection", n[d][1] == 1 ? "" : "s",
                     part[d], s->cfg.min_body_rate, d ? "" : "; logged 408");
+        if (n[d][2])
+            srv_log(s, "warn", "%s: closed %d connection%s whose client read "
+                    "none of its answer for %lld s (header-timeout)", door[d],
+                    n[d][2], n[d][2] == 1 ? "" : "s", s->cfg.header_timeout_s);
     }
 }
 
@@ -631,7 +667,8 @@ static void sweep(uv_timer_t *t)
     srv *s = t->data;
     uint64_t now = srv_now_ns();
     uint64_t grace = (uint64_t)s->cfg.header_timeout_s * 1000000000ull;
-    int n[2][2] = {{0, 0}, {0, 0}}; /* [http, grpc][head, body] */
+    int n[2][3] = {{0, 0, 0}, {0, 0, 0}}; /* [http, grpc][head, body,
+                                             answer unread] */
     int went = 0;
     peek k;
     srv_conn *c;
@@ -675,11 +712,14 @@ static void sweep(uv_timer_t *t)
         if (!grace)
             continue;
         if (!busy(c)) {
+            uint64_t since;
+            int reading;
             if (c->grpc && c->served) /* between calls: connection-timeout */
                 continue;
-            if (now - c->t_wait_ns <= grace || unread(c))
+            reading = delivering(c, now, &since);
+            if (now - since <= grace || unread(c))
                 continue;
-            n[c->grpc][0]++;
+            n[c->grpc][reading ? 2 : 0]++;
         } else if (!r) { /* gRPC: end the calls whose message comes too
                              slowly; the connection and its other calls
                              stay */
@@ -699,12 +739,12 @@ static void sweep(uv_timer_t *t)
         shut(c);
     }
     peek_flush(&k);
-    closed_log(s, (const int (*)[2])n);
+    closed_log(s, (const int (*)[3])n);
     if (k.cut)
         srv_log(s, "warn", "http: closed %d connection%s whose client went "
                 "before its request's body was complete (logged 499)", k.cut,
                 k.cut == 1 ? "" : "s");
-    if (n[0][0] || n[0][1] || went || k.closed)
+    if (n[0][0] || n[0][1] || n[0][2] || went || k.closed)
         srv_kick(s);
 }
 

@@ -523,6 +523,10 @@ struct srv_conn {
     size_t mem;         /* REST: memory-budget it holds (SRV_HTTP_CONN_COST)
                            from its accept until MHD closes it */
     uint64_t t_wait_ns; /* since when it waits for a request head */
+    uint64_t t_read_ns; /* REST: when the sweep last saw its client take
+                           more of its answers (guard.c, delivering) */
+    int unacked;        /* REST: their bytes its client had not
+                           acknowledged then (SIOCOUTQ) */
     srv_req *req;       /* REST: the request being received or served */
     unsigned long long body_unread; /* REST: a Content-Length over its
                                        limit, answered 413 from the head:
