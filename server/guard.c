@@ -511,6 +511,7 @@ void srv_guard_notify(void *cls, struct MHD_Connection *conn, void **ctx,
                        ? sizeof(struct sockaddr_in6)
                        : sizeof(struct sockaddr_in));
         c->owned = 1;
+        c->mhd = conn;
         if (s->conn_mem_pending) { /* taken at its accept (http_accept.c) */
             c->mem = SRV_HTTP_CONN_COST;
             s->conn_mem_pending = 0;
@@ -568,12 +569,16 @@ void srv_guard_end(srv_req *r)
 static int delivering(srv_conn *c, uint64_t now, uint64_t *since)
 {
     int q = c->grpc || !c->served ? 0 : srv_sock_unacked(c->fd);
-    if (q > 0 && q != c->unacked) {
-        c->unacked = q;
+    unsigned ct = (unsigned)c->s->cfg.conn_timeout_s;
+    if ((q > 0 && q != c->unacked) || (q <= 0 && c->unacked)) {
+        c->unacked = q > 0 ? q : 0;
         c->t_read_ns = now;
-    } else if (q <= 0 && c->unacked) {
-        c->unacked = 0;
-        c->t_read_ns = now;
+        /* and connection-timeout, libmicrohttpd's, which counts from its
+         * own last write: it restarts when the timeout is set from 0 */
+        if (c->mhd && ct) {
+            MHD_set_connection_option(c->mhd, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+            MHD_set_connection_option(c->mhd, MHD_CONNECTION_OPTION_TIMEOUT, ct);
+        }
     }
     *since = c->t_read_ns > c->t_wait_ns ? c->t_read_ns : c->t_wait_ns;
     return q > 0;

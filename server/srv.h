@@ -527,6 +527,7 @@ struct srv_conn {
                            more of its answers (guard.c, delivering) */
     int unacked;        /* REST: their bytes its client had not
                            acknowledged then (SIOCOUTQ) */
+    struct MHD_Connection *mhd; /* REST: its libmicrohttpd connection */
     srv_req *req;       /* REST: the request being received or served */
     unsigned long long body_unread; /* REST: a Content-Length over its
                                        limit, answered 413 from the head:

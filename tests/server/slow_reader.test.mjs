@@ -76,7 +76,21 @@ test('REST: a client reading its large answer at a slow, steady pace for longer 
   // handed the whole answer to the kernel; the request pipelined after
   // that met a closed socket, and the kernel's reset dropped the answer's
   // tail (the connection was reset, ECONNRESET, part of the answer read)
-  const d = await start({ t, args: ['--header-timeout', '2'] });
+  await pipelined(t, ['--header-timeout', '2']);
+});
+
+test('REST: the same slow reader is not cut by connection-timeout either: libmicrohttpd\'s, counted from its last write, restarts as the client reads', async (t) => {
+  // before: libmicrohttpd closed the connection 2 s after it had written
+  // the last of the answer to the kernel (the socket lingered: the
+  // answer came whole, the pipelined request was read and dropped,
+  // unanswered: one answer of two, then the end)
+  await pipelined(t, ['--header-timeout', '10', '--connection-timeout', '2']);
+});
+
+/** pipelined(t, args): a client reads the answer at a slow, steady pace,
+ * pipelines its next request at 3/4 of it, and gets both whole. */
+async function pipelined(t, args) {
+  const d = await start({ t, args });
   const c = reader(t, d);
   c.sock.write(restAttention(T));
   assert.match(await d.logged(/infer 200/), /infer 200/);
@@ -103,7 +117,7 @@ test('REST: a client reading its large answer at a slow, steady pace for longer 
   assert.equal(JSON.parse(got.all[1].body).name, 'sdpa');
   assert.doesNotMatch(d.log(), /header-timeout/);
   await d.stop();
-});
+}
 
 test('REST: a client that reads its large answer slowly and then sends its next request on the connection (keep-alive) has it answered: header-timeout counts from when the answer was read', async (t) => {
   // before: closed 2 s after the answer was handed to the kernel, the
