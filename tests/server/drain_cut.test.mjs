@@ -12,7 +12,7 @@ import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { SLOW, f32bytes, post, requestsUsed, start } from './helper.mjs';
+import { NEXT, SLOW, answers, f32bytes, jsonLen, post, requestsUsed, restAttention, start } from './helper.mjs';
 import { TINY, TINY_CONFIG, body, slowStart, tracked } from './repo_helper.mjs';
 import { INFER, grpcCall, grpcSession } from './soak_grpc.mjs';
 import { frame, h2frame, ld, lit, packedI64, str } from '../grpc/wire.mjs';
@@ -129,18 +129,6 @@ function attention(t) {
   return Buffer.concat([str(1, 'sdpa'),
     ...['q', 'k', 'v'].map((n) => ld(5, Buffer.concat([str(1, n), str(2, 'FP32'), packedI64(3, [t, 1])]))),
     ld(6, str(1, 'attention')), ld(7, x), ld(7, x), ld(7, x)]);
-}
-
-/** restAttention(t): attention(t) as a REST request (HTTP/1.1), the map
- * as a binary output. */
-function restAttention(t) {
-  const x = Array.from({ length: t }, (_, i) => (i % 7) * 0.1);
-  const body = JSON.stringify({
-    inputs: ['q', 'k', 'v'].map((n) => ({ name: n, datatype: 'FP32', shape: [t, 1], data: x })),
-    outputs: [{ name: 'attention', parameters: { binary_data: true } }],
-  });
-  return `POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n` +
-    `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
 }
 
 test('gRPC and REST: clients that read nothing of their answers hold the exit no longer than the flush (--stop-flush-ms) after the cut; the log says what was cut', async (t) => {
@@ -443,29 +431,6 @@ async function untilUsed(d, n) {
   for (const until = Date.now() + 5000 * SLOW; u !== n && Date.now() < until; u = await used()) await sleep(20);
   return u;
 }
-
-/** answers(buf): the HTTP/1.1 answers in buf, each {head, body}, and
- * what is left past the last whole one. */
-function answers(buf) {
-  const out = [];
-  let at = 0;
-  for (;;) {
-    const end = buf.indexOf('\r\n\r\n', at);
-    if (end < 0) break;
-    const head = buf.subarray(at, end).toString();
-    const m = /\r\ncontent-length: (\d+)/i.exec(head);
-    const len = m ? Number(m[1]) : 0;
-    if (end + 4 + len > buf.length) break;
-    out.push({ head, body: buf.subarray(end + 4, end + 4 + len) });
-    at = end + 4 + len;
-  }
-  return { all: out, rest: buf.length - at };
-}
-
-/** jsonLen(head): the JSON part's length of a binary answer */
-const jsonLen = (head) => Number(/\r\ninference-header-content-length: (\d+)/i.exec(head)[1]);
-
-const NEXT = 'GET /v2/models/sdpa HTTP/1.1\r\nHost: x\r\n\r\n';
 
 test('REST: a client that reads its answer slowly across the stop and pipelines its next request as it reads gets the answer whole, then 503 Connection: close for that request, not a reset', async (t) => {
   // the answer (1.4 MB) was made before the signal and is all in the

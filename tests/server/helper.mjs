@@ -261,3 +261,40 @@ export function requestsUsed(m) {
   return g('attnd_memory_budget_used_bytes') - REST_CONN_COST * g('attnd_http_open_connections') -
     GRPC_CONN_COST * g('attnd_grpc_open_connections');
 }
+
+/** restAttention(t): an sdpa REST request (HTTP/1.1, raw) over t tokens
+ * (d 1) asking for the attention map as a binary output: a t x t FP32
+ * answer (t 600: 1.44 MB). */
+export function restAttention(t) {
+  const x = Array.from({ length: t }, (_, i) => (i % 7) * 0.1);
+  const body = JSON.stringify({
+    inputs: ['q', 'k', 'v'].map((n) => ({ name: n, datatype: 'FP32', shape: [t, 1], data: x })),
+    outputs: [{ name: 'attention', parameters: { binary_data: true } }],
+  });
+  return `POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n` +
+    `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+}
+
+/** answers(buf): the HTTP/1.1 answers in buf, each {head, body}, and
+ * what is left past the last whole one. */
+export function answers(buf) {
+  const out = [];
+  let at = 0;
+  for (;;) {
+    const end = buf.indexOf('\r\n\r\n', at);
+    if (end < 0) break;
+    const head = buf.subarray(at, end).toString();
+    const m = /\r\ncontent-length: (\d+)/i.exec(head);
+    const len = m ? Number(m[1]) : 0;
+    if (end + 4 + len > buf.length) break;
+    out.push({ head, body: buf.subarray(end + 4, end + 4 + len) });
+    at = end + 4 + len;
+  }
+  return { all: out, rest: buf.length - at };
+}
+
+/** jsonLen(head): the JSON part's length of a binary answer's head. */
+export const jsonLen = (head) => Number(/\r\ninference-header-content-length: (\d+)/i.exec(head)[1]);
+
+/** NEXT: a small raw request to pipeline behind a large answer. */
+export const NEXT = 'GET /v2/models/sdpa HTTP/1.1\r\nHost: x\r\n\r\n';

@@ -10,41 +10,10 @@
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import { test } from 'node:test';
-import { SLOW, start } from './helper.mjs';
+import { NEXT, SLOW, answers, jsonLen, restAttention, start } from './helper.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const T = 600; // a 600 x 600 FP32 map: 1.44 MB, all of it in the kernels at once
-
-function restAttention(t) {
-  const x = Array.from({ length: t }, (_, i) => (i % 7) * 0.1);
-  const body = JSON.stringify({
-    inputs: ['q', 'k', 'v'].map((n) => ({ name: n, datatype: 'FP32', shape: [t, 1], data: x })),
-    outputs: [{ name: 'attention', parameters: { binary_data: true } }],
-  });
-  return `POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n` +
-    `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
-}
-
-/** answers(buf): the HTTP/1.1 answers in buf, each {head, body}, and
- * what is left past the last whole one. */
-function answers(buf) {
-  const out = [];
-  let at = 0;
-  for (;;) {
-    const end = buf.indexOf('\r\n\r\n', at);
-    if (end < 0) break;
-    const head = buf.subarray(at, end).toString();
-    const m = /\r\ncontent-length: (\d+)/i.exec(head);
-    const len = m ? Number(m[1]) : 0;
-    if (end + 4 + len > buf.length) break;
-    out.push({ head, body: buf.subarray(end + 4, end + 4 + len) });
-    at = end + 4 + len;
-  }
-  return { all: out, rest: buf.length - at };
-}
-
-const jsonLen = (head) => Number(/\r\ninference-header-content-length: (\d+)/i.exec(head)[1]);
-const NEXT = 'GET /v2/models/sdpa HTTP/1.1\r\nHost: x\r\n\r\n';
 
 /** reader(d): a raw client, paused: it reads only what take(n) asks. */
 function reader(t, d) {
