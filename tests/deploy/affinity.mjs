@@ -50,7 +50,7 @@ const MODEL = "tiny";
 const D = 8; // the fixture's d_model
 const HEADER = "Attnd-Sequence-Id";
 const post = (base, body, headers) => inferPost(base, MODEL, body, headers);
-const { T0, dir, say, check, failedChecks, exitWithin, startReplicas, startNginx, accessLog, finish } = harness("affinity");
+const { T0, dir, say, check, failedChecks, exitWithin, startReplicas, startNginx, logged, finish } = harness("affinity");
 cpSync(join(ROOT, "tests/server/fixtures/models"), join(dir, "models"), { recursive: true });
 
 
@@ -209,7 +209,7 @@ async function main() {
     session.close();
     check(bad.length === 0, `gRPC: ${G} sequences x ${STEPS + 1} calls with attnd-sequence-id through nginx, every one answered on its sequence${bad.length ? `: ${bad.slice(0, 3).join("; ")}` : ""}`);
     const at = new Map(); // sequence id -> the replicas that answered it
-    for (const l of accessLog()) if (ids.includes(l.seq)) at.set(l.seq, (at.get(l.seq) ?? new Set()).add(l.upstreams.at(-1)));
+    for (const l of await logged((l) => ids.includes(l.seq), G * (STEPS + 1), "the gRPC calls")) if (ids.includes(l.seq)) at.set(l.seq, (at.get(l.seq) ?? new Set()).add(l.upstreams.at(-1)));
     const used = new Set([...at.values()].flatMap((set) => [...set]));
     // spread over the replicas (least_conn sent them all to one), each on one
     check(at.size === G && [...at.values()].every((set) => set.size === 1) && used.size > 1,
@@ -225,21 +225,23 @@ async function main() {
     const door = `http://127.0.0.1:${doorPort}`;
     const N = 12, FETCHES = 3; // 12: all on one replica by chance ~2e-5
     const miss = [];
-    let found = 0;
+    let found = 0, sent = 0; // sent: requests with the header (their log lines)
     for (let c = 0; c < N; c++) {
       const h = { "X-Attnd-Session": `aff-session-${c}-${T0.toString(36)}` };
       const id = await sdpaRetain(`${door}/session`, h);
+      sent++;
       if (!id) { miss.push(`client ${c}: no map id`); continue; }
       for (let f = 0; f < FETCHES; f++) {
         for (const path of [`/v2/maps/${id}`, `/v2/maps/${id}/attention?b=0&h=0&max=64`]) {
           const st = await fetchStatus(`${door}/session${path}`, h);
+          sent++;
           if (st === 200) found++; else miss.push(`client ${c}: ${path} -> ${st}`);
         }
       }
     }
     check(miss.length === 0, `session door: ${N} clients' maps fetched ${found} times under /session with X-Attnd-Session${miss.length ? `; missed: ${miss.slice(0, 3).join("; ")}` : ""}`);
     const at = new Map(); // session -> the replicas that answered it
-    for (const l of accessLog()) if (l.session?.startsWith("aff-session-")) at.set(l.session, (at.get(l.session) ?? new Set()).add(l.upstreams.at(-1)));
+    for (const l of await logged((l) => l.session?.startsWith("aff-session-"), sent, "the session door's requests")) if (l.session?.startsWith("aff-session-")) at.set(l.session, (at.get(l.session) ?? new Set()).add(l.upstreams.at(-1)));
     const used = new Set([...at.values()].flatMap((set) => [...set]));
     check(at.size === N && [...at.values()].every((set) => set.size === 1) && used.size > 1,
       `session door: each client's requests reached one replica, the clients ${used.size} replicas`);
@@ -283,7 +285,7 @@ async function main() {
   }
   say(`${NSEQ} references computed`);
 
-  let passed = 0, failed = 0;
+  let passed = 0, failed = 0, sent = 0; // sent: steps sent (their log lines)
   const fails = [];
   const seqs = Array.from({ length: NSEQ }, (_, s) => ({ s, id: `aff-${s}-${T0.toString(36)}`, words: wordsOf(s), len: 0, lost: false, restarted: false }));
   // step: seq's next token(s) (start: the prompt, or its whole history);
@@ -292,6 +294,7 @@ async function main() {
     const from = start ? 0 : q.len;
     const words = q.words.slice(from, upto);
     const params = { sequence_id: q.id, causal: true, ...(start ? { sequence_start: true } : {}) };
+    sent++;
     const r = await post(base, { inputs: [xInput(words, from)], parameters: params }, { [HEADER]: q.id });
     let why = null;
     if (expect === "unknown") {
@@ -313,7 +316,9 @@ async function main() {
   say(`${NSEQ} sequences started`);
   for (let k = 0; k < KILL_AFTER; k++) await Promise.all(seqs.map((q) => step(q, { upto: q.len + 1 })));
   const holder = new Map(); // sequence id -> replica address
-  for (const l of accessLog()) if (l.seq && l.status === 200) {
+  const isStep = (l) => seqs.some((q) => q.id === l.seq);
+  const before = await logged(isStep, sent, "the steps before the kill");
+  for (const l of before) if (isStep(l) && l.status === 200) {
     const a = l.upstreams.at(-1);
     if (holder.has(l.seq) && holder.get(l.seq) !== a) holder.set(l.seq, "several");
     else holder.set(l.seq, a);
@@ -330,7 +335,7 @@ async function main() {
   say(`SIGKILLed ${victim.addr}, which held ${lost.length} sequences, after ${KILL_AFTER} of ${ROUNDS} rounds`);
   check(lost.length > 0, "the killed replica held sequences");
 
-  const logBefore = accessLog().length;
+  const logBefore = before.length;
   for (let k = KILL_AFTER; k < ROUNDS; k++) {
     await Promise.all(seqs.map(async (q) => {
       if (q.lost && !q.restarted) {
@@ -345,7 +350,7 @@ async function main() {
       await step(q, { upto: q.len + 1 });
     }));
   }
-  const after = accessLog().slice(logBefore);
+  const after = (await logged(isStep, sent, "the steps after the kill")).slice(logBefore).filter(isStep);
   const answered400 = after.filter((l) => l.status === 400);
   check(answered400.length === lost.length && answered400.every((l) => survivors.includes(l.upstreams.at(-1))),
     `each lost sequence got its 400 from a survivor (${answered400.map((l) => l.upstreams.join(">")).join("; ")})`);

@@ -53,7 +53,7 @@ const G = Number(process.env.BLIP_GRPC_SEQUENCES || 6);
 const PROMPT = 2, ROUNDS = 5;
 const MODEL = "tiny", D = 8, HEADER = "Attnd-Sequence-Id";
 const post = (base, body, headers) => inferPost(base, MODEL, body, headers);
-const { T0, dir, say, check, failedChecks, startReplicas, startNginx, accessLog, finish } = harness("blip");
+const { T0, dir, say, check, failedChecks, startReplicas, startNginx, logged, finish } = harness("blip");
 cpSync(join(ROOT, "tests/server/fixtures/models"), join(dir, "models"), { recursive: true });
 
 
@@ -200,7 +200,8 @@ async function main() {
   await Promise.all(gseqs.map((q) => gstep(q, { start: true, upto: PROMPT })));
   await Promise.all(gseqs.map((q) => gstep(q)));
   const holder = new Map();
-  for (const l of accessLog()) if (l.seq && l.status === 200) holder.set(l.seq, l.upstreams.at(-1));
+  // their lines: a start and a step of each (nothing was cut off yet)
+  for (const l of await logged((l) => l.seq?.startsWith("blip-"), 2 * (NSEQ + G), "the first steps")) if (l.seq && l.status === 200) holder.set(l.seq, l.upstreams.at(-1));
   const per = relayPorts.map((p) => seqs.filter((q) => holder.get(q.id) === `127.0.0.1:${p}`).length);
   const v = per.indexOf(Math.max(...per));
   const mine = seqs.filter((q) => holder.get(q.id) === `127.0.0.1:${relayPorts[v]}`);
@@ -251,7 +252,7 @@ async function main() {
     sessions.push({ h, id, name: h["X-Attnd-Session"] });
   }
   const sholder = new Map();
-  for (const l of accessLog()) if (l.session?.startsWith("blip-session-") && l.status === 200) sholder.set(l.session, l.upstreams.at(-1));
+  for (const l of await logged((l) => l.session?.startsWith("blip-session-"), NSESS, "the retaining infers")) if (l.session?.startsWith("blip-session-") && l.status === 200) sholder.set(l.session, l.upstreams.at(-1));
   const sper = relayPorts.map((p) => sessions.filter((q) => sholder.get(q.name) === `127.0.0.1:${p}`).length);
   const sv = sper.indexOf(Math.max(...sper));
   const smine = sessions.filter((q) => sholder.get(q.name) === `127.0.0.1:${relayPorts[sv]}`);

@@ -18,6 +18,11 @@
 //                       foreground, ready; its base URL;
 //   accessLog()         nginx's lines: {line, status, upstreams[], seq,
 //                       session, req} (deploy/nginx.conf's log format);
+//   logged(pred, n, what)  nginx's lines once n of them match pred: nginx
+//                       writes a request's line after its answer went out,
+//                       so a client holding its answers may read the log
+//                       before their lines (30 s, 150 under a sanitizer; throws, naming
+//                       what, when they do not come);
 //   finish(main)        main() (true = passed); SIGINT/SIGTERM stop the
 //                       children; then nginx gets SIGTERM (a SIGKILLed
 //                       master would orphan its workers), the replicas
@@ -135,6 +140,17 @@ export function harness(name) {
     }));
   }
 
+  async function logged(pred, n, what) {
+    const until = Date.now() + 30000 * (/sanitiz|thread|address|undefined/.test(BIN) ? 5 : 1);
+    for (;;) {
+      const lines = accessLog();
+      const have = lines.filter(pred).length;
+      if (have >= n) return lines;
+      if (Date.now() > until) throw new Error(`nginx's access log has ${have} of ${n} lines of ${what}; see ${dir}/logs`);
+      await new Promise((res) => setTimeout(res, 50));
+    }
+  }
+
   async function finish(main) {
     // Interrupted (timeout, Ctrl-C): take the replicas and nginx down too.
     for (const sig of ["SIGINT", "SIGTERM"]) {
@@ -161,7 +177,7 @@ export function harness(name) {
 
   return {
     BIN, T0, dir, say, check, failedChecks: () => checksFailed, start, waitReady,
-    exitWithin, startReplicas, startNginx, accessLog, finish,
+    exitWithin, startReplicas, startNginx, accessLog, logged, finish,
   };
 }
 
