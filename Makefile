@@ -253,7 +253,9 @@ all: $(BENCH_GRPC)
 # door (affinity.mjs; skipped by an attnd without the sequences extension),
 # then one live replica cut off for one step: its sequences must not come
 # back to stale copies, nor its sessions leave it for a replica without
-# their maps (blip.mjs).
+# their maps (blip.mjs); then replicas stopped under sequences' steps: one
+# SIGKILLed with steps unread in its sockets, brought back on its address,
+# then two SIGTERMed at once (stop.mjs).
 # container-test: build the Dockerfile with buildah and test the image.
 DEPLOY_NPM := tests/deploy/node_modules/.package-lock.json
 $(DEPLOY_NPM): tests/deploy/package.json tests/deploy/package-lock.json
@@ -270,6 +272,8 @@ check-deploy: deps-test $(DEPLOY_NPM) $(if $(HAVE_ATTND),$(ATTND))
 	    node tests/deploy/affinity.mjs)
 	$(if $(HAVE_ATTND),ATTND_BIN=$(ATTND) timeout -k 10 $(FAILOVER_TIMEOUT) \
 	    node tests/deploy/blip.mjs)
+	$(if $(HAVE_ATTND),ATTND_BIN=$(ATTND) timeout -k 10 $(FAILOVER_TIMEOUT) \
+	    node tests/deploy/stop.mjs)
 # bench-memory: resident memory through a burst of sequences and after
 # their deletes, steps and churn a second (bench/mem_burst.py); PEER=an
 # other attnd build (the one before a change) runs alternately beside it.

@@ -1,0 +1,254 @@
+#!/usr/bin/env node
+// stop.mjs - replicas that stop under a sequence's steps: three attnd
+// replicas behind deploy/nginx.conf, sequences stepped through it, and
+// what each client gets when its sequence's replica dies or drains, as
+// README "Sequences across replicas" says.
+//
+//   ATTND_BIN=build/default/attnd node tests/deploy/stop.mjs
+//
+// NSEQ sequences (fixture model `tiny`, causal) are started with a token
+// and stepped one token at a time;
+// every 200 must carry the rows of a one-shot causal run over the
+// sequence's history (computed on a replica directly) and its
+// sequence_length. Then:
+//   1. SIGKILL mid-request: the replica holding the most sequences is
+//      stopped (SIGSTOP), one step of every sequence is sent, and once its
+//      own steps sit unread in its sockets (/proc/net/tcp) it is SIGKILLed.
+//      Its steps must come back 400 "unknown sequence" from the next
+//      replica on the ring (nginx passes a reset attempt on), never a 502;
+//      the others 200. The lost ones are restarted there with their history.
+//   2. It comes back under the same address: the hash sends those ids to
+//      it again, and their next step meets the same 400 (from it); they are
+//      restarted again and go on exact.
+//   3. A burst of SIGTERMs: two replicas at once, each drain held open by
+//      a client slow to send its body. Their sequences' steps get 503
+//      "draining ... sequence '<id>' ends with it", Retry-After 1; once
+//      both have exited (the slow clients gone: exit 0), the same steps
+//      sent again must reach the last replica and meet its 400 (with two
+//      of three replicas gone, the ring's second choice of some ids is the
+//      other dead one: nginx must go on round the ring, not answer 502),
+//      then restart there and finish exact; or, where the last replica
+//      still holds an old copy (its restart after 1.), its 409 naming the
+//      position to send from (every step carries sequence_position).
+// Everything listens on 127.0.0.1 on ports picked here; nginx runs as a
+// non-daemon child (replicas.mjs). Settings (env): STOP_SEQUENCES (18),
+// NGINX (nginx), STOP_KEEP=1 keeps the folder. Prints `stop: N passed, M
+// failed` (steps answered as expected) and exits 1 if any step or check
+// failed.
+import { cpSync, readFileSync } from "node:fs";
+import { createConnection } from "node:net";
+import { join } from "node:path";
+import { embed } from "../../server/web/embed.js";
+import { ROOT, freePorts, harness, inferPost } from "./replicas.mjs";
+
+const NSEQ = Number(process.env.STOP_SEQUENCES || 18);
+const TOKENS = 8;
+const MODEL = "tiny", D = 8, HEADER = "Attnd-Sequence-Id";
+const h = harness("stop");
+const { BIN, T0, dir, say, check, failedChecks, start, waitReady, exitWithin, startReplicas, startNginx, logged, finish } = h;
+cpSync(join(ROOT, "tests/server/fixtures/models"), join(dir, "models"), { recursive: true });
+const SLOW = /sanitiz|thread|address|undefined/.test(BIN) ? 5 : 1;
+
+const xInput = (words, pos0) => ({ name: "x", datatype: "FP32", shape: [1, words.length, D], data: Array.from(embed(words, D, pos0)) });
+const wordsOf = (s) => Array.from({ length: TOKENS }, (_, k) => `t${s}w${k}${k % 2 ? "z" : ""}`);
+const unknown = (r) => r.status === 400 && /unknown sequence/.test(r.json?.error ?? "");
+
+// until(what, fn): fn() until it is truthy (every 50 ms; 30 s x SLOW).
+async function until(what, fn) {
+  const end = Date.now() + 30000 * SLOW;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`${what}: not within ${30 * SLOW} s`);
+    await new Promise((res) => setTimeout(res, 50));
+  }
+}
+
+// unread(port): established TCP connections to 127.0.0.1:port holding
+// bytes their server has not read (/proc/net/tcp's rx_queue).
+function unread(port) {
+  const hex = port.toString(16).toUpperCase().padStart(4, "0");
+  return readFileSync("/proc/net/tcp", "utf8").split("\n").slice(1).filter((l) => {
+    const f = l.trim().split(/\s+/);
+    return f[1] === `0100007F:${hex}` && f[3] === "01" && parseInt(f[4].split(":")[1], 16) > 0;
+  }).length;
+}
+
+async function main() {
+  const [lbPort, lbGrpcPort, ...ports] = await freePorts(8);
+  const replicaPorts = ports.slice(0, 3), grpcPorts = ports.slice(3, 6);
+  const envOf = (i) => ({ ATTND_GRPC_PORT: String(grpcPorts[i]) });
+  const replicas = await startReplicas(replicaPorts, envOf);
+  const v2 = await (await fetch(`http://${replicas[0].addr}/v2`)).json();
+  if (!(v2.extensions || []).includes("sequences")) {
+    console.log("stop: skipped: this attnd has no sequences extension");
+    return true;
+  }
+  let conf = readFileSync(join(ROOT, "deploy", "nginx.conf"), "utf8");
+  conf = conf.replace("listen 127.0.0.1:8080;", `listen 127.0.0.1:${lbPort};`).replace("listen 127.0.0.1:8001 http2;", `listen 127.0.0.1:${lbGrpcPort} http2;`);
+  [8081, 8082, 8083].forEach((d, i) => { conf = conf.replaceAll(`server 127.0.0.1:${d} `, `server 127.0.0.1:${replicaPorts[i]} `); });
+  [9081, 9082, 9083].forEach((d, i) => { conf = conf.replaceAll(`server 127.0.0.1:${d} `, `server 127.0.0.1:${grpcPorts[i]} `); });
+  const base = await startNginx(conf, lbPort);
+
+  const refs = [];
+  for (let s = 0; s < NSEQ; s++) {
+    const r = await inferPost(`http://${replicas[0].addr}`, MODEL, { inputs: [xInput(wordsOf(s), 0)], parameters: { causal: true } });
+    if (r.status !== 200) throw new Error(`reference ${s}: HTTP ${r.status}`);
+    refs.push(r.json.outputs.find((o) => o.name === "y").data.flat(Infinity));
+  }
+
+  let passed = 0, failed = 0, sent = 0;
+  const fails = [];
+  const seqs = Array.from({ length: NSEQ }, (_, s) => ({ s, id: `stop-${s}-${T0.toString(36)}`, words: wordsOf(s), len: 0 }));
+  const isStep = (l) => seqs.some((q) => q.id === l.seq);
+  // send(q, start, at): q's next token (or, start, its whole history and
+  // the next token; or, at, its tokens from position at on, the next one
+  // last); the answer as it came.
+  const send = (q, start = false, at = undefined) => {
+    const from = start ? 0 : at ?? q.len;
+    sent++;
+    return inferPost(base, MODEL, { inputs: [xInput(q.words.slice(from, q.len + 1), from)],
+      parameters: { sequence_id: q.id, causal: true, ...(start ? { sequence_start: true } : { sequence_position: from }) } }, { [HEADER]: q.id });
+  };
+  // exact(q, r, start): r must be the 200 of q's next token; q.len moves on.
+  function exact(q, r, start, when, at = undefined) {
+    const from = start ? 0 : at ?? q.len, upto = q.len + 1;
+    let why = null;
+    if (r.status !== 200) why = `HTTP ${r.status} ${JSON.stringify(r.json ?? r.err).slice(0, 200)}`;
+    else {
+      const y = r.json.outputs?.find((o) => o.name === "y")?.data?.flat(Infinity);
+      const want = refs[q.s].slice(from * D, upto * D);
+      if (!Array.isArray(y) || y.length !== want.length) why = `y has ${y?.length} values, want ${want.length}`;
+      else for (let i = 0; i < want.length && !why; i++)
+        if (!(Math.abs(y[i] - want[i]) <= 1e-5 * Math.max(1, Math.abs(want[i])))) why = `y[${i}] = ${y[i]}, want ${want[i]}`;
+      if (!why && r.json.parameters?.sequence_length !== upto) why = `sequence_length ${r.json.parameters?.sequence_length}, want ${upto}`;
+    }
+    if (why) { failed++; fails.push(`${when}: ${q.id} [${from}, ${upto}): ${why}`); return false; }
+    passed++;
+    q.len = upto;
+    return true;
+  }
+  function want(ok, q, r, what, when) {
+    if (ok) passed++;
+    else { failed++; fails.push(`${when}: ${q.id}: want ${what}, got ${r.status} ${JSON.stringify(r.json ?? r.err).slice(0, 200)}`); }
+    return ok;
+  }
+  // holders(): sequence id -> the replica that answered its last 200.
+  async function holders() {
+    const m = new Map();
+    for (const l of await logged(isStep, sent, "the steps")) if (isStep(l) && l.status === 200) m.set(l.seq, l.upstreams.at(-1));
+    return m;
+  }
+
+  // Started, then one step each.
+  await Promise.all(seqs.map(async (q) => { q.len = 0; exact(q, await send(q, true), true, "start"); }));
+  await Promise.all(seqs.map(async (q) => exact(q, await send(q), false, "step")));
+
+  // 1. SIGKILL with its steps in flight.
+  let held = await holders();
+  const count = (r) => seqs.filter((q) => held.get(q.id) === r.addr).length;
+  const victim = replicas.reduce((a, b) => (count(b) > count(a) ? b : a));
+  const mine = seqs.filter((q) => held.get(q.id) === victim.addr);
+  say(`sequences per replica: ${replicas.map(count).join(", ")}; SIGSTOP then SIGKILL ${victim.addr} under ${mine.length} steps`);
+  check(mine.length >= 2, `the victim holds ${mine.length} sequences`);
+  victim.rec.child.kill("SIGSTOP");
+  const pending = seqs.map((q) => send(q).then((r) => [q, r]));
+  await until(`${mine.length} steps unread on ${victim.addr}`, () => unread(victim.port) >= mine.length);
+  victim.rec.child.kill("SIGKILL");
+  await victim.rec.exited;
+  const lostOnce = [];
+  for (const [q, r] of await Promise.all(pending)) {
+    if (mine.includes(q)) {
+      if (want(unknown(r), q, r, "400 unknown sequence (its replica killed under the step)", "SIGKILL")) lostOnce.push(q);
+    } else exact(q, r, false, "SIGKILL, another replica's");
+  }
+  let lines = (await logged(isStep, sent, "the steps")).filter(isStep);
+  const killed = lines.slice(-NSEQ).filter((l) => l.status === 400);
+  check(killed.length === mine.length && killed.every((l) => l.upstreams.length === 2 && l.upstreams[0] === victim.addr),
+    `each killed step was tried on ${victim.addr}, then answered by the next: ${killed.map((l) => l.upstreams.join(">")).join("; ")}`);
+  await Promise.all(lostOnce.map(async (q) => exact(q, await send(q, true), true, "restart after SIGKILL")));
+
+  // 2. It comes back under the same address: the ids go to it again.
+  const again = start("attnd-again", BIN, [], { ATTND_HOST: "127.0.0.1", ATTND_PORT: String(victim.port), ATTND_MODELS: join(dir, "models"),
+    ATTND_THREADS: "1", ATTND_DRAIN_MS: "5000", ...envOf(replicas.indexOf(victim)) });
+  await waitReady(`http://${victim.addr}/v2/health/ready`, again);
+  victim.rec = again;
+  const back = await Promise.all(seqs.map(async (q) => [q, await send(q)]));
+  const lostTwice = [];
+  for (const [q, r] of back) {
+    if (lostOnce.includes(q)) { if (want(unknown(r), q, r, "400 unknown sequence (its replica came back empty)", "comeback")) lostTwice.push(q); }
+    else exact(q, r, false, "comeback, another replica's");
+  }
+  lines = (await logged(isStep, sent, "the steps")).filter(isStep);
+  check(lines.slice(-NSEQ).filter((l) => l.status === 400).every((l) => l.upstreams.join() === victim.addr),
+    `after the comeback the 400s came from ${victim.addr}, the ids' own replica again`);
+  await Promise.all(lostTwice.map(async (q) => exact(q, await send(q, true), true, "restart after the comeback")));
+
+  // 3. A burst of SIGTERMs: two replicas at once, each drain held open.
+  held = await holders();
+  const [A, B] = [...replicas].sort((a, b) => count(b) - count(a));
+  const C = replicas.find((r) => r !== A && r !== B);
+  const draining = seqs.filter((q) => [A.addr, B.addr].includes(held.get(q.id)));
+  say(`sequences per replica: ${replicas.map(count).join(", ")}; SIGTERM ${A.addr} and ${B.addr} at once`);
+  const slow = [];
+  for (const r of [A, B]) {
+    const sock = createConnection(r.port, "127.0.0.1");
+    sock.on("error", () => {});
+    sock.write(`POST /v2/models/${MODEL}/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"inputs":`);
+    slow.push(sock);
+    // attnd_open_requests counts the slow one (and the /metrics asking)
+    await until(`the slow request open on ${r.addr}`, async () => {
+      const t = await (await fetch(`http://${r.addr}/metrics`)).text();
+      return Number(/^attnd_open_requests (\d+)/m.exec(t)?.[1]) >= 2;
+    });
+  }
+  A.rec.child.kill("SIGTERM");
+  B.rec.child.kill("SIGTERM");
+  for (const r of [A, B]) await until(`${r.addr} draining (ready 503)`, async () =>
+    (await fetch(`http://${r.addr}/v2/health/ready`).catch(() => null))?.status === 503);
+  const during = await Promise.all(seqs.map(async (q) => [q, await send(q)]));
+  for (const [q, r] of during) {
+    if (draining.includes(q)) {
+      want(r.status === 503 && r.json?.error?.includes(`draining (shutting down); sequence '${q.id}' ends with it`),
+        q, r, "503 draining, naming the sequence", "SIGTERM burst");
+    } else exact(q, r, false, "SIGTERM burst, the last replica's");
+  }
+  // (inferPost drops headers: Retry-After of one such step, asked again)
+  const one = draining[0];
+  const ra = one && await fetch(`${base}/v2/models/${MODEL}/infer`, { method: "POST", headers: { [HEADER]: one.id, "Content-Type": "application/json" },
+    body: JSON.stringify({ inputs: [xInput(one.words.slice(one.len, one.len + 1), one.len)], parameters: { sequence_id: one.id, causal: true, sequence_position: one.len } }) });
+  if (ra) { sent++; await ra.arrayBuffer(); }
+  check(ra?.status === 503 && ra.headers.get("retry-after") === "1", `a draining replica's 503: Retry-After ${ra?.headers.get("retry-after")}`);
+  for (const s of slow) s.destroy();
+  for (const r of [A, B]) {
+    const ex = await exitWithin(r.rec, 15000 * SLOW);
+    check(ex?.code === 0, `${r.addr} exit after SIGTERM: ${JSON.stringify(ex)}`);
+  }
+  // The client sends the refused steps again: the last replica's 400, or
+  // its 409 where it still holds an old copy of the sequence (from the
+  // restart after the SIGKILL: README "A ring can also change and change
+  // back"), naming the position to send from.
+  const after = await Promise.all(draining.map(async (q) => [q, await send(q)]));
+  const restart = [], resend = [];
+  for (const [q, r] of after) {
+    const at = r.status === 409 ? Number(/send its tokens from position (\d+) first/.exec(r.json?.error ?? "")?.[1]) : NaN;
+    if (at >= 0 && at < q.len) { passed++; resend.push([q, at]); continue; }
+    if (want(unknown(r), q, r, "400 unknown sequence (or 409 from an old copy) from the last replica, both others gone", "after the burst")) restart.push(q);
+  }
+  lines = (await logged(isStep, sent, "the steps")).filter(isStep);
+  check(lines.slice(-draining.length).every((l) => l.upstreams.at(-1) === C.addr),
+    `after the burst every step reached ${C.addr}: ${lines.slice(-draining.length).map((l) => `${l.status} ${l.upstreams.join(">")}`).join("; ")}`);
+  await Promise.all(restart.map(async (q) => exact(q, await send(q, true), true, "restart after the burst")));
+  await Promise.all(resend.map(async ([q, at]) => exact(q, await send(q, false, at), false, "resent from the old copy's length", at)));
+  while (seqs.some((q) => q.len < TOKENS)) await Promise.all(seqs.filter((q) => q.len < TOKENS).map(async (q) => {
+    if (!exact(q, await send(q), false, "to the end")) q.len = TOKENS;
+  }));
+
+  for (const f of fails.slice(0, 12)) say(`  ${f}`);
+  C.rec.child.kill("SIGTERM");
+  check((await exitWithin(C.rec, 15000 * SLOW))?.code === 0, `${C.addr} exit after SIGTERM`);
+  console.log(`stop: ${passed} passed, ${failed} failed`);
+  return failed === 0 && failedChecks() === 0;
+}
+
+finish(main);
