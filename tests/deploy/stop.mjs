@@ -30,15 +30,20 @@
 //      then restart there and finish exact; or, where the last replica
 //      still holds an old copy (its restart after 1.), its 409 naming the
 //      position to send from (every step carries sequence_position).
+//      And gRPC calls with attnd-sequence-id metadata and map fetches with
+//      X-Attnd-Session for 16 ids never seen must reach the last replica
+//      too (INVALID_ARGUMENT unknown sequence; 404), not nginx's 502.
 // Everything listens on 127.0.0.1 on ports picked here; nginx runs as a
 // non-daemon child (replicas.mjs). Settings (env): STOP_SEQUENCES (18),
 // NGINX (nginx), STOP_KEEP=1 keeps the folder. Prints `stop: N passed, M
 // failed` (steps answered as expected) and exits 1 if any step or check
 // failed.
 import { cpSync, readFileSync } from "node:fs";
+import http2 from "node:http2";
 import { createConnection } from "node:net";
 import { join } from "node:path";
 import { embed } from "../../server/web/embed.js";
+import { frame, ld, packedI64, str } from "../grpc/wire.mjs";
 import { ROOT, freePorts, harness, inferPost } from "./replicas.mjs";
 
 const NSEQ = Number(process.env.STOP_SEQUENCES || 18);
@@ -243,6 +248,39 @@ async function main() {
   while (seqs.some((q) => q.len < TOKENS)) await Promise.all(seqs.filter((q) => q.len < TOKENS).map(async (q) => {
     if (!exact(q, await send(q), false, "to the end")) q.len = TOKENS;
   }));
+
+  // The same round the ring for the other two hashes: gRPC calls with the
+  // attnd-sequence-id metadata, and a session's requests. 16 ids never
+  // seen: each must reach the last replica (INVALID_ARGUMENT "unknown
+  // sequence", 404 for a map it never held), where a third of them, whose
+  // ring puts the two dead replicas first, met 502 with two tries.
+  const ids = Array.from({ length: 16 }, (_, i) => `stop-ring-${i}-${T0.toString(36)}`);
+  const gs = http2.connect(`http://127.0.0.1:${lbGrpcPort}`);
+  gs.on("error", () => {});
+  const msg = Buffer.concat([str(1, MODEL), ld(5, Buffer.concat([str(1, "x"), str(2, "FP32"), packedI64(3, [1, 1, D])])),
+    ld(7, Buffer.from(embed(["w"], D, 3).buffer))]);
+  const grpcOne = (id) => new Promise((resolve) => {
+    const req = gs.request({ ":method": "POST", ":path": "/inference.GRPCInferenceService/ModelInfer",
+      "content-type": "application/grpc", te: "trailers", "attnd-sequence-id": id });
+    let http, status, message;
+    req.on("response", (hd) => { http = hd[":status"]; status = hd["grpc-status"] ?? status; message = hd["grpc-message"] ?? message; });
+    req.on("trailers", (hd) => { status = hd["grpc-status"]; message = hd["grpc-message"]; });
+    req.on("data", () => {});
+    req.on("error", (e) => resolve(`error ${e.message}`));
+    req.on("end", () => resolve(`HTTP ${http} grpc-status ${status} ${decodeURIComponent(message ?? "")}`));
+    req.end(frame(msg));
+  });
+  const gbad = [], sbad = [];
+  for (const id of ids) {
+    const g = await grpcOne(id);
+    if (!/grpc-status 3 .*unknown sequence/.test(g)) gbad.push(`${id}: ${g.slice(0, 120)}`);
+    const r = await fetch(`${base}/v2/maps/m1-000000`, { headers: { "X-Attnd-Session": id }, signal: AbortSignal.timeout(30000) }).catch((e) => ({ status: e.message }));
+    if (r.arrayBuffer) await r.arrayBuffer();
+    if (r.status !== 404) sbad.push(`${id}: ${r.status}`);
+  }
+  gs.close();
+  check(gbad.length === 0, `gRPC: ${ids.length} calls with attnd-sequence-id, both other replicas gone, each answered INVALID_ARGUMENT unknown sequence by the last${gbad.length ? `: ${gbad.slice(0, 3).join("; ")}` : ""}`);
+  check(sbad.length === 0, `sessions: ${ids.length} map fetches with X-Attnd-Session, both other replicas gone, each answered 404 by the last${sbad.length ? `: ${sbad.slice(0, 3).join("; ")}` : ""}`);
 
   for (const f of fails.slice(0, 12)) say(`  ${f}`);
   C.rec.child.kill("SIGTERM");
