@@ -31,7 +31,7 @@ const REQUESTS = Number(process.env.FAILOVER_REQUESTS || 600);
 const CONCURRENCY = Number(process.env.FAILOVER_CONCURRENCY || 8);
 const TIME_CAP_MS = 1000 * Number(process.env.FAILOVER_TIME_CAP_S || 120);
 const KILL_AT = Math.floor(REQUESTS / 3);
-const { T0, dir, say, check, failedChecks, exitWithin, startReplicas, startNginx, accessLog, finish } = harness("failover");
+const { T0, dir, say, check, failedChecks, exitWithin, startReplicas, startNginx, logged, finish } = harness("failover");
 mkdirSync(join(dir, "models"));
 
 // Seed 000 worked example (T=2, d_k=4, d_v=2): weights and output.
@@ -168,7 +168,10 @@ async function main() {
     const m = await get(`${base}/v2/maps/${mapId}`, session);
     check(m.status === 200, `GET /v2/maps/${mapId} with the same session -> ${m.status}`);
   }
-  const stickyUps = new Set(accessLog().filter((l) => l.session === "failover-test").map((l) => l.upstreams.at(-1)));
+  // 8 requests: the retaining infer, 6 more, the fetch (nginx writes a
+  // line after its answer went out: wait for all 8)
+  const stickyUps = new Set((await logged((l) => l.session === "failover-test", mapId !== undefined ? 8 : 7, "the session's requests"))
+    .filter((l) => l.session === "failover-test").map((l) => l.upstreams.at(-1)));
   check(stickyUps.size === 1, `session requests all went to one replica (${[...stickyUps].join(", ")})`);
 
   // load: `count` requests (sequence numbers from seqBase), CONCURRENCY at
@@ -200,9 +203,14 @@ async function main() {
     await Promise.all(Array.from({ length: CONCURRENCY }, worker));
     if (next < count) errors.push(`${count - next} requests not sent before the ${TIME_CAP_MS / 1000}s cap`);
     for (const e of errors.slice(0, 10)) say(`  ${e}`);
-    return { passed, failed: count - passed, after, acted };
+    return { passed, failed: count - passed, after, acted, sent: next };
   }
-  const log = () => accessLog().filter((l) => /^\d+$/.test(l.req ?? ""));
+  // the load's lines (X-Request-Id: its sequence number), once the first
+  // n of them are all there
+  const isLoad = (l) => /^\d+$/.test(l.req ?? "");
+  let loadLines = [];
+  const waitLoad = async (n, what) => { loadLines = (await logged(isLoad, n, what)).filter(isLoad); };
+  const log = () => loadLines;
   const count = (lines) => Object.fromEntries(replicas.map((r) => [r.addr, lines.filter((l) => l.status === 200 && l.upstreams.at(-1) === r.addr).length]));
 
   // Phase 1: the second replica is SIGKILLed a third of the way in (a
@@ -214,6 +222,7 @@ async function main() {
     victim.rec.child.kill("SIGKILL");
     say(`killed ${victim.addr} (pid ${victim.rec.child.pid}) with ${inFlight} requests in flight`);
   });
+  await waitLoad(p1.sent, "phase 1's requests");
   const after1 = log().filter((l) => p1.after.has(l.req));
   say(`answered per replica, all: ${JSON.stringify(count(log()))}`);
   say(`answered per replica, started after the kill: ${JSON.stringify(count(after1))}`);
@@ -239,6 +248,7 @@ async function main() {
   check(ex && ex.code === 0, `${drained.addr} exit after SIGTERM under load: ${JSON.stringify(ex)}`);
   // Requests that started once the drain had taken hold (a whole
   // concurrency window later) all went to the last replica.
+  await waitLoad(p1.sent + p2.sent, "phase 2's requests");
   const after2 = log().filter((l) => p2.after.has(l.req) && Number(l.req) >= REQUESTS + Math.floor(n2 / 4) + 2 * CONCURRENCY);
   say(`answered per replica, phase 2 after the drain: ${JSON.stringify(count(after2))}`);
   say(`phase 2: ${p2.passed} of ${n2} answered right`);
