@@ -16,7 +16,9 @@
 //      own steps sit unread in its sockets (/proc/net/tcp) it is SIGKILLed.
 //      Its steps must come back 400 "unknown sequence" from the next
 //      replica on the ring (nginx passes a reset attempt on), never a 502;
-//      the others 200. The lost ones are restarted there with their history.
+//      the others 200; its sequences' retained maps (every start retains)
+//      answer 404, the others' 200. The lost ones are restarted there with
+//      their history, and the restart's retain makes a new map (200).
 //   2. It comes back under the same address: the hash sends those ids to
 //      it again, and their next step meets the same 400 (from it); they are
 //      restarted again and go on exact.
@@ -113,7 +115,7 @@ async function main() {
     const from = start ? 0 : at ?? q.len;
     sent++;
     return inferPost(base, MODEL, { inputs: [xInput(q.words.slice(from, q.len + 1), from)],
-      parameters: { sequence_id: q.id, causal: true, ...(start ? { sequence_start: true } : { sequence_position: from }) } }, { [HEADER]: q.id });
+      parameters: { sequence_id: q.id, causal: true, ...(start ? { sequence_start: true, retain: true } : { sequence_position: from }) } }, { [HEADER]: q.id });
   };
   // exact(q, r, start): r must be the 200 of q's next token; q.len moves on.
   function exact(q, r, start, when, at = undefined) {
@@ -131,6 +133,7 @@ async function main() {
     if (why) { failed++; fails.push(`${when}: ${q.id} [${from}, ${upto}): ${why}`); return false; }
     passed++;
     q.len = upto;
+    if (start) q.map = r.json.parameters?.map_id;
     return true;
   }
   function want(ok, q, r, what, when) {
@@ -148,6 +151,17 @@ async function main() {
   // Started, then one step each.
   await Promise.all(seqs.map(async (q) => { q.len = 0; exact(q, await send(q, true), true, "start"); }));
   await Promise.all(seqs.map(async (q) => exact(q, await send(q), false, "step")));
+
+  // mapStatus(q): the status of a fetch of q's retained map through nginx,
+  // with its sequence's header (the map lives on the sequence's replica).
+  const mapStatus = async (q) => {
+    sent++;
+    const r = await fetch(`${base}/v2/maps/${q.map}`, { headers: { [HEADER]: q.id }, signal: AbortSignal.timeout(30000) }).catch(() => null);
+    if (r) await r.arrayBuffer();
+    return r ? r.status : 0;
+  };
+  const maps200 = (await Promise.all(seqs.map(mapStatus))).filter((st) => st === 200).length;
+  check(seqs.every((q) => q.map) && maps200 === NSEQ, `${maps200} of ${NSEQ} retained maps (started with retain) fetched through nginx with their Attnd-Sequence-Id`);
 
   // 1. SIGKILL with its steps in flight.
   let held = await holders();
@@ -171,7 +185,14 @@ async function main() {
   const killed = lines.slice(-NSEQ).filter((l) => l.status === 400);
   check(killed.length === mine.length && killed.every((l) => l.upstreams.length === 2 && l.upstreams[0] === victim.addr),
     `each killed step was tried on ${victim.addr}, then answered by the next: ${killed.map((l) => l.upstreams.join(">")).join("; ")}`);
+  // The killed replica's maps went with it (404 from the next replica);
+  // the others' are still there.
+  const mapsAfter = await Promise.all(seqs.map(async (q) => [q, await mapStatus(q)]));
+  const mapsBad = mapsAfter.filter(([q, st]) => st !== (mine.includes(q) ? 404 : 200));
+  check(mapsBad.length === 0, `after the SIGKILL its sequences' maps answer 404, the others' 200${mapsBad.length ? `: ${mapsBad.slice(0, 3).map(([q, st]) => `${q.id} ${st}`).join("; ")}` : ""}`);
   await Promise.all(lostOnce.map(async (q) => exact(q, await send(q, true), true, "restart after SIGKILL")));
+  const remade = (await Promise.all(lostOnce.map(mapStatus))).filter((st) => st === 200).length;
+  check(remade === lostOnce.length, `the restarts' retain made new maps: ${remade} of ${lostOnce.length} fetched`);
 
   // 2. It comes back under the same address: the ids go to it again.
   const again = start("attnd-again", BIN, [], { ATTND_HOST: "127.0.0.1", ATTND_PORT: String(victim.port), ATTND_MODELS: join(dir, "models"),
