@@ -22,6 +22,11 @@
 //   2. It comes back under the same address: the hash sends those ids to
 //      it again, and their next step meets the same 400 (from it); they are
 //      restarted again and go on exact.
+//   2b. It is stopped again with every step unread in its sockets, and
+//      SIGTERMed and continued: each of its steps is answered 200 (exact)
+//      or 503 naming the sequence (or, come as it exits, passed on: 400 or
+//      409 from the next replica), never 502; it exits 0, comes back once
+//      more, and its sequences meet its 400 and are restarted.
 //   3. A burst of SIGTERMs: two replicas at once, each drain held open by
 //      a client slow to send its body. Their sequences' steps get 503
 //      "draining ... sequence '<id>' ends with it", Retry-After 1; once
@@ -195,10 +200,14 @@ async function main() {
   check(remade === lostOnce.length, `the restarts' retain made new maps: ${remade} of ${lostOnce.length} fetched`);
 
   // 2. It comes back under the same address: the ids go to it again.
-  const again = start("attnd-again", BIN, [], { ATTND_HOST: "127.0.0.1", ATTND_PORT: String(victim.port), ATTND_MODELS: join(dir, "models"),
-    ATTND_THREADS: "1", ATTND_DRAIN_MS: "5000", ...envOf(replicas.indexOf(victim)) });
-  await waitReady(`http://${victim.addr}/v2/health/ready`, again);
-  victim.rec = again;
+  let lives = 0;
+  async function comeback() {
+    const again = start(`attnd-again${++lives}`, BIN, [], { ATTND_HOST: "127.0.0.1", ATTND_PORT: String(victim.port), ATTND_MODELS: join(dir, "models"),
+      ATTND_THREADS: "1", ATTND_DRAIN_MS: "5000", ...envOf(replicas.indexOf(victim)) });
+    await waitReady(`http://${victim.addr}/v2/health/ready`, again);
+    victim.rec = again;
+  }
+  await comeback();
   const back = await Promise.all(seqs.map(async (q) => [q, await send(q)]));
   const lostTwice = [];
   for (const [q, r] of back) {
@@ -209,6 +218,41 @@ async function main() {
   check(lines.slice(-NSEQ).filter((l) => l.status === 400).every((l) => l.upstreams.join() === victim.addr),
     `after the comeback the 400s came from ${victim.addr}, the ids' own replica again`);
   await Promise.all(lostTwice.map(async (q) => exact(q, await send(q, true), true, "restart after the comeback")));
+
+  // 2b. SIGTERM with its steps unread in its sockets (stopped, the steps
+  // sent, SIGTERM, then SIGCONT): each is answered by it, 200, or refused
+  // 503 naming the sequence (a drain answers every new request so), or,
+  // come as it exits, passed on by nginx to the next replica: 400 there, or
+  // the 409 of an old copy. Never a 502.
+  {
+    const ids = seqs.filter((q) => held.get(q.id) === victim.addr || lostTwice.includes(q));
+    victim.rec.child.kill("SIGSTOP");
+    const inflight = seqs.map((q) => send(q).then((r) => [q, r]));
+    await until(`${ids.length} steps unread on ${victim.addr}`, () => unread(victim.port) >= ids.length);
+    victim.rec.child.kill("SIGTERM");
+    victim.rec.child.kill("SIGCONT");
+    const seen = {};
+    for (const [q, r] of await Promise.all(inflight)) {
+      if (!ids.includes(q)) { exact(q, r, false, "SIGTERM, another replica's"); continue; }
+      const kind = r.status === 200 ? "200" : r.status === 503 && r.json?.error?.includes(`draining (shutting down); sequence '${q.id}' ends with it`) ? "503"
+        : unknown(r) ? "400" : r.status === 409 ? "409" : `other ${r.status}`;
+      seen[kind] = (seen[kind] ?? 0) + 1;
+      if (kind === "200") exact(q, r, false, "SIGTERM, answered");
+      else want(kind !== "other", q, r, "200, 503 naming the sequence, 400 or 409", "SIGTERM with steps unread");
+    }
+    say(`SIGTERM with ${ids.length} steps unread: ${JSON.stringify(seen)}`);
+    const ex = await exitWithin(victim.rec, 15000 * SLOW);
+    check(ex?.code === 0, `${victim.addr} exit after SIGTERM: ${JSON.stringify(ex)}`);
+    // back once more: its sequences, ended with it, meet its 400 again
+    await comeback();
+    const round = await Promise.all(seqs.map(async (q) => [q, await send(q)]));
+    const restart = [];
+    for (const [q, r] of round) {
+      if (ids.includes(q)) { if (want(unknown(r), q, r, "400 unknown sequence (its replica drained and came back)", "second comeback")) restart.push(q); }
+      else exact(q, r, false, "second comeback, another replica's");
+    }
+    await Promise.all(restart.map(async (q) => exact(q, await send(q, true), true, "restart after the second comeback")));
+  }
 
   // 3. A burst of SIGTERMs: two replicas at once, each drain held open.
   held = await holders();
