@@ -19,6 +19,10 @@
 //      the others 200; its sequences' retained maps (every start retains)
 //      answer 404, the others' 200. The lost ones are restarted there with
 //      their history, and the restart's retain makes a new map (200).
+//      gRPC calls (a step of ids never started, attnd-sequence-id
+//      metadata) sent to it as it is killed are answered HTTP 502
+//      (UNAVAILABLE) or passed on (INVALID_ARGUMENT unknown sequence from
+//      the next replica); sent again, the next replica's INVALID_ARGUMENT.
 //   2. It comes back under the same address: the hash sends those ids to
 //      it again, and their next step meets the same 400 (from it); they are
 //      restarted again and go on exact.
@@ -102,6 +106,25 @@ async function main() {
   [9081, 9082, 9083].forEach((d, i) => { conf = conf.replaceAll(`server 127.0.0.1:${d} `, `server 127.0.0.1:${grpcPorts[i]} `); });
   const base = await startNginx(conf, lbPort);
 
+  // grpcOne(id): one ModelInfer call through nginx's gRPC port, a step of
+  // one token with the attnd-sequence-id metadata only; "HTTP <status>
+  // grpc-status <code> <message>".
+  const gs = http2.connect(`http://127.0.0.1:${lbGrpcPort}`);
+  gs.on("error", () => {});
+  const msg = Buffer.concat([str(1, MODEL), ld(5, Buffer.concat([str(1, "x"), str(2, "FP32"), packedI64(3, [1, 1, D])])),
+    ld(7, Buffer.from(embed(["w"], D, 3).buffer))]);
+  const grpcOne = (id) => new Promise((resolve) => {
+    const req = gs.request({ ":method": "POST", ":path": "/inference.GRPCInferenceService/ModelInfer",
+      "content-type": "application/grpc", te: "trailers", "attnd-sequence-id": id });
+    let http, status, message;
+    req.on("response", (hd) => { http = hd[":status"]; status = hd["grpc-status"] ?? status; message = hd["grpc-message"] ?? message; });
+    req.on("trailers", (hd) => { status = hd["grpc-status"]; message = hd["grpc-message"]; });
+    req.on("data", () => {});
+    req.on("error", (e) => resolve(`error ${e.message}`));
+    req.on("end", () => resolve(`HTTP ${http} grpc-status ${status} ${decodeURIComponent(message ?? "")}`));
+    req.end(frame(msg));
+  });
+
   const refs = [];
   for (let s = 0; s < NSEQ; s++) {
     const r = await inferPost(`http://${replicas[0].addr}`, MODEL, { inputs: [xInput(wordsOf(s), 0)], parameters: { causal: true } });
@@ -168,18 +191,39 @@ async function main() {
   const maps200 = (await Promise.all(seqs.map(mapStatus))).filter((st) => st === 200).length;
   check(seqs.every((q) => q.map) && maps200 === NSEQ, `${maps200} of ${NSEQ} retained maps (started with retain) fetched through nginx with their Attnd-Sequence-Id`);
 
+  // gRPC calls of 24 ids never started (all on other replicas than the
+  // victim: odds (2/3)^24, 6e-5): where the hash sends each (its
+  // replica answers INVALID_ARGUMENT unknown sequence).
+  const gids = Array.from({ length: 24 }, (_, i) => `stop-g-${i}-${T0.toString(36)}`);
+  const gfirst = await Promise.all(gids.map(grpcOne));
+  check(gfirst.every((g) => /grpc-status 3 .*unknown sequence/.test(g)), `gRPC: ${gids.length} calls of ids never started answered INVALID_ARGUMENT unknown sequence`);
+  const gat = new Map();
+  for (const l of await logged((l) => gids.includes(l.seq), gids.length, "the gRPC calls")) if (gids.includes(l.seq)) gat.set(l.seq, l.upstreams.at(-1));
+
   // 1. SIGKILL with its steps in flight.
   let held = await holders();
   const count = (r) => seqs.filter((q) => held.get(q.id) === r.addr).length;
   const victim = replicas.reduce((a, b) => (count(b) > count(a) ? b : a));
   const mine = seqs.filter((q) => held.get(q.id) === victim.addr);
+  const vgrpc = grpcPorts[replicas.indexOf(victim)];
+  const gmine = gids.filter((id) => gat.get(id) === `127.0.0.1:${vgrpc}`);
   say(`sequences per replica: ${replicas.map(count).join(", ")}; SIGSTOP then SIGKILL ${victim.addr} under ${mine.length} steps`);
   check(mine.length >= 2, `the victim holds ${mine.length} sequences`);
   victim.rec.child.kill("SIGSTOP");
   const pending = seqs.map((q) => send(q).then((r) => [q, r]));
-  await until(`${mine.length} steps unread on ${victim.addr}`, () => unread(victim.port) >= mine.length);
+  const gpending = Promise.all(gmine.map(grpcOne));
+  await until(`${mine.length} steps unread on ${victim.addr}, ${gmine.length} calls on its gRPC port`,
+    () => unread(victim.port) >= mine.length && unread(vgrpc) >= gmine.length);
   victim.rec.child.kill("SIGKILL");
   await victim.rec.exited;
+  // gRPC: a call already sent is answered 502 (UNAVAILABLE) or passed on
+  // (INVALID_ARGUMENT from the next replica); sent again, the next one's
+  // INVALID_ARGUMENT
+  const gk = await gpending;
+  const gagain = await Promise.all(gmine.map(grpcOne));
+  check(gmine.length > 0 && gk.every((g) => /^HTTP 502 /.test(g) || /grpc-status 3 .*unknown sequence/.test(g))
+    && gagain.every((g) => /grpc-status 3 .*unknown sequence/.test(g)),
+    `gRPC: ${gmine.length} calls under the SIGKILL: ${gk.map((g) => g.slice(0, 24)).join("; ")}; sent again: ${gagain.filter((g) => /grpc-status 3 /.test(g)).length} INVALID_ARGUMENT`);
   const lostOnce = [];
   for (const [q, r] of await Promise.all(pending)) {
     if (mine.includes(q)) {
@@ -320,21 +364,6 @@ async function main() {
   // sequence", 404 for a map it never held), where a third of them, whose
   // ring puts the two dead replicas first, met 502 with two tries.
   const ids = Array.from({ length: 16 }, (_, i) => `stop-ring-${i}-${T0.toString(36)}`);
-  const gs = http2.connect(`http://127.0.0.1:${lbGrpcPort}`);
-  gs.on("error", () => {});
-  const msg = Buffer.concat([str(1, MODEL), ld(5, Buffer.concat([str(1, "x"), str(2, "FP32"), packedI64(3, [1, 1, D])])),
-    ld(7, Buffer.from(embed(["w"], D, 3).buffer))]);
-  const grpcOne = (id) => new Promise((resolve) => {
-    const req = gs.request({ ":method": "POST", ":path": "/inference.GRPCInferenceService/ModelInfer",
-      "content-type": "application/grpc", te: "trailers", "attnd-sequence-id": id });
-    let http, status, message;
-    req.on("response", (hd) => { http = hd[":status"]; status = hd["grpc-status"] ?? status; message = hd["grpc-message"] ?? message; });
-    req.on("trailers", (hd) => { status = hd["grpc-status"]; message = hd["grpc-message"]; });
-    req.on("data", () => {});
-    req.on("error", (e) => resolve(`error ${e.message}`));
-    req.on("end", () => resolve(`HTTP ${http} grpc-status ${status} ${decodeURIComponent(message ?? "")}`));
-    req.end(frame(msg));
-  });
   const gbad = [], sbad = [];
   for (const id of ids) {
     const g = await grpcOne(id);
@@ -343,10 +372,10 @@ async function main() {
     if (r.arrayBuffer) await r.arrayBuffer();
     if (r.status !== 404) sbad.push(`${id}: ${r.status}`);
   }
-  gs.close();
   check(gbad.length === 0, `gRPC: ${ids.length} calls with attnd-sequence-id, both other replicas gone, each answered INVALID_ARGUMENT unknown sequence by the last${gbad.length ? `: ${gbad.slice(0, 3).join("; ")}` : ""}`);
   check(sbad.length === 0, `sessions: ${ids.length} map fetches with X-Attnd-Session, both other replicas gone, each answered 404 by the last${sbad.length ? `: ${sbad.slice(0, 3).join("; ")}` : ""}`);
 
+  gs.close();
   for (const f of fails.slice(0, 12)) say(`  ${f}`);
   C.rec.child.kill("SIGTERM");
   check((await exitWithin(C.rec, 15000 * SLOW))?.code === 0, `${C.addr} exit after SIGTERM`);
