@@ -18,7 +18,9 @@
 //      replica on the ring (nginx passes a reset attempt on), never a 502;
 //      the others 200; its sequences' retained maps (every start retains)
 //      answer 404, the others' 200. The lost ones are restarted there with
-//      their history, and the restart's retain makes a new map (200).
+//      their history, and the restart's retain makes a new map (200); the
+//      survivors' attnd_sequences_started_total and 400 counts rise by
+//      the restarts and the lost steps.
 //      gRPC calls (a step of ids never started, attnd-sequence-id
 //      metadata) sent to it as it is killed are answered HTTP 502
 //      (UNAVAILABLE) or passed on (INVALID_ARGUMENT unknown sequence from
@@ -209,6 +211,18 @@ async function main() {
   const gmine = gids.filter((id) => gat.get(id) === `127.0.0.1:${vgrpc}`);
   say(`sequences per replica: ${replicas.map(count).join(", ")}; SIGSTOP then SIGKILL ${victim.addr} under ${mine.length} steps`);
   check(mine.length >= 2, `the victim holds ${mine.length} sequences`);
+  const survivors = replicas.filter((r) => r !== victim);
+  // counters(): the survivors' sequences started and REST 400s, summed
+  const counters = async () => {
+    let started = 0, bad = 0;
+    for (const r of survivors) {
+      const t = await (await fetch(`http://${r.addr}/metrics`)).text();
+      started += Number(/^attnd_sequences_started_total\{model="tiny",version="1"\} (\d+)/m.exec(t)?.[1] ?? NaN);
+      bad += Number(/^attnd_http_responses_total\{code="400"\} (\d+)/m.exec(t)?.[1] ?? 0);
+    }
+    return { started, bad };
+  };
+  const c0 = await counters();
   victim.rec.child.kill("SIGSTOP");
   const pending = seqs.map((q) => send(q).then((r) => [q, r]));
   const gpending = Promise.all(gmine.map(grpcOne));
@@ -240,6 +254,12 @@ async function main() {
   const mapsBad = mapsAfter.filter(([q, st]) => st !== (mine.includes(q) ? 404 : 200));
   check(mapsBad.length === 0, `after the SIGKILL its sequences' maps answer 404, the others' 200${mapsBad.length ? `: ${mapsBad.slice(0, 3).map(([q, st]) => `${q.id} ${st}`).join("; ")}` : ""}`);
   await Promise.all(lostOnce.map(async (q) => exact(q, await send(q, true), true, "restart after SIGKILL")));
+  // A sequence lost with its replica is counted nowhere: the survivors'
+  // started and 400 counters rise as the clients restart (README).
+  let c1;
+  await until("the survivors' counters", async () => { c1 = await counters(); return c1.started - c0.started >= lostOnce.length && c1.bad - c0.bad >= mine.length; }).catch(() => {});
+  check(c1.started - c0.started === lostOnce.length && c1.bad - c0.bad === mine.length,
+    `the survivors' attnd_sequences_started_total rose ${c1.started - c0.started} (${lostOnce.length} restarts), their 400s ${c1.bad - c0.bad} (${mine.length} lost)`);
   const remade = (await Promise.all(lostOnce.map(mapStatus))).filter((st) => st === 200).length;
   check(remade === lostOnce.length, `the restarts' retain made new maps: ${remade} of ${lostOnce.length} fetched`);
 
