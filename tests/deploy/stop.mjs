@@ -20,14 +20,16 @@
 //      answer 404, the others' 200. The lost ones are restarted there with
 //      their history, and the restart's retain makes a new map (200); the
 //      survivors' attnd_sequences_started_total and 400 counts rise by
-//      the restarts and the lost steps.
+//      the restarts and the lost steps; a DELETE of a lost one meets the
+//      next replica's 404 "unknown sequence".
 //      gRPC calls (a step of ids never started, attnd-sequence-id
 //      metadata) sent to it as it is killed are answered HTTP 502
 //      (UNAVAILABLE) or passed on (INVALID_ARGUMENT unknown sequence from
 //      the next replica); sent again, the next replica's INVALID_ARGUMENT.
 //   2. It comes back under the same address: the hash sends those ids to
 //      it again, and their next step meets the same 400 (from it); they are
-//      restarted again and go on exact.
+//      restarted again and go on exact. DELETE /v2/sequences/<id> with the
+//      header reaches its sequence's replica (200, then 404).
 //   2b. It is stopped again with every step unread in its sockets, and
 //      SIGTERMed and continued: each of its steps is answered 200 (exact)
 //      or 503 naming the sequence (or, come as it exits, passed on: 400 or
@@ -253,6 +255,15 @@ async function main() {
   const mapsAfter = await Promise.all(seqs.map(async (q) => [q, await mapStatus(q)]));
   const mapsBad = mapsAfter.filter(([q, st]) => st !== (mine.includes(q) ? 404 : 200));
   check(mapsBad.length === 0, `after the SIGKILL its sequences' maps answer 404, the others' 200${mapsBad.length ? `: ${mapsBad.slice(0, 3).map(([q, st]) => `${q.id} ${st}`).join("; ")}` : ""}`);
+  // A DELETE of a lost sequence (the header routes it) meets the next
+  // replica's 404: nothing is left to free.
+  const del = async (id) => {
+    const r = await fetch(`${base}/v2/sequences/${id}`, { method: "DELETE", headers: { [HEADER]: id }, signal: AbortSignal.timeout(30000) }).catch((e) => ({ status: 0, text: async () => e.message }));
+    return { status: r.status, text: (await r.text()).slice(0, 200) };
+  };
+  const gone = await Promise.all(lostOnce.map((q) => del(q.id)));
+  check(gone.length > 0 && gone.every((d) => d.status === 404 && /unknown sequence/.test(d.text)),
+    `DELETE of each lost sequence: ${gone.map((d) => d.status).join(", ")} (${gone[0]?.text ?? ""})`);
   await Promise.all(lostOnce.map(async (q) => exact(q, await send(q, true), true, "restart after SIGKILL")));
   // A sequence lost with its replica is counted nowhere: the survivors'
   // started and 400 counters rise as the clients restart (README).
@@ -282,6 +293,16 @@ async function main() {
   check(lines.slice(-NSEQ).filter((l) => l.status === 400).every((l) => l.upstreams.join() === victim.addr),
     `after the comeback the 400s came from ${victim.addr}, the ids' own replica again`);
   await Promise.all(lostTwice.map(async (q) => exact(q, await send(q, true), true, "restart after the comeback")));
+  // DELETE through nginx with the header reaches the sequence's replica:
+  // 6 sequences begun for it are each deleted (200), and again (404).
+  {
+    const ds = Array.from({ length: 6 }, (_, i) => ({ s: i, id: `stop-del-${i}-${T0.toString(36)}`, words: wordsOf(i), len: 0 }));
+    const begun = await Promise.all(ds.map((q) => inferPost(base, MODEL, { inputs: [xInput(q.words.slice(0, 1), 0)], parameters: { sequence_id: q.id, sequence_start: true } }, { [HEADER]: q.id })));
+    const first = await Promise.all(ds.map((q) => del(q.id)));
+    const second = await Promise.all(ds.map((q) => del(q.id)));
+    check(begun.every((r) => r.status === 200) && first.every((d) => d.status === 200) && second.every((d) => d.status === 404),
+      `DELETE /v2/sequences/<id> with the header: begun ${begun.map((r) => r.status).join(",")}, deleted ${first.map((d) => d.status).join(",")}, again ${second.map((d) => d.status).join(",")}`);
+  }
 
   // 2b. SIGTERM with its steps unread in its sockets (stopped, the steps
   // sent, SIGTERM, then SIGCONT): each is answered by it, 200, or refused
