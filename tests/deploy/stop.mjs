@@ -7,8 +7,7 @@
 //   ATTND_BIN=build/default/attnd node tests/deploy/stop.mjs
 //
 // NSEQ sequences (fixture model `tiny`, causal) are started with a token
-// and stepped one token at a time;
-// every 200 must carry the rows of a one-shot causal run over the
+// and stepped one token at a time; every 200 must carry the rows of a one-shot causal run over the
 // sequence's history (computed on a replica directly) and its
 // sequence_length. Then:
 //   1. SIGKILL mid-request: the replica holding the most sequences is
@@ -62,10 +61,9 @@ import { frame, ld, packedI64, str } from "../grpc/wire.mjs";
 import { ROOT, freePorts, harness, inferPost } from "./replicas.mjs";
 
 const NSEQ = Number(process.env.STOP_SEQUENCES || 18);
-const TOKENS = 8;
+const TOKENS = 10; // a sequence takes at most 7 before the last loop steps it to 10
 const MODEL = "tiny", D = 8, HEADER = "Attnd-Sequence-Id";
-const h = harness("stop");
-const { BIN, T0, dir, say, check, failedChecks, start, waitReady, exitWithin, startReplicas, startNginx, logged, finish } = h;
+const { BIN, T0, dir, say, check, failedChecks, start, waitReady, exitWithin, startReplicas, startNginx, logged, finish } = harness("stop");
 cpSync(join(ROOT, "tests/server/fixtures/models"), join(dir, "models"), { recursive: true });
 const SLOW = /sanitiz|thread|address|undefined/.test(BIN) ? 5 : 1;
 
