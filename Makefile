@@ -264,7 +264,7 @@ $(DEPLOY_NPM): tests/deploy/package.json tests/deploy/package-lock.json
 HAVE_ATTND := $(wildcard server/main.c)
 check-deploy: deps-test $(DEPLOY_NPM) $(if $(HAVE_ATTND),$(ATTND))
 	cd tests/deploy && $(if $(HAVE_ATTND),ATTND_BIN=$(abspath $(ATTND))) \
-	    $(NODE_TEST) validate-k8s.test.mjs
+	    $(NODE_TEST) validate-k8s.test.mjs validate-ingress.test.mjs
 	$(if $(HAVE_ATTND),ATTND_BIN=$(ATTND) timeout -k 10 $(FAILOVER_TIMEOUT) \
 	    node tests/deploy/failover.mjs,\
 	    @echo "check-deploy: no server/main.c yet, failover test not run")
