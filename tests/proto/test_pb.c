@@ -125,6 +125,20 @@ static Param *out_binary_data(msg *g, int o)
     return &g->ov[0];
 }
 
+/* one_output_param: g anew, input x (1 FP32) and output y whose one
+ * parameter is key, of kind choice; returns its value to fill in. */
+static Param *one_output_param(msg *g, char *key,
+                               Inference__InferParameter__ParameterChoiceCase choice)
+{
+    msg_init(g);
+    add_fp32(g, "x", 1);
+    add_output(g, "y");
+    Param *p = out_binary_data(g, 0);
+    g->oe[0].key = key;
+    p->parameter_choice_case = choice;
+    return p;
+}
+
 static void str_param(Param *p, const char *s)
 {
     p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
@@ -275,11 +289,8 @@ START_TEST(outputs_refused)
     refused(&g, &lim, ATTN_EOVERFLOW, "outputs: 2 entries, at most 1");
 
     /* binary_data as an int64: refused, not read as true */
-    msg_init(&g);
-    add_fp32(&g, "x", 1);
-    add_output(&g, "y");
-    Param *bd = out_binary_data(&g, 0);
-    bd->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+    Param *bd = one_output_param(&g, "binary_data",
+                                 INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM);
     bd->int64_param = 1;
     refused(&g, NULL, ATTN_EINVAL,
             "outputs[0].parameters.binary_data: expected true or false");
@@ -287,12 +298,8 @@ START_TEST(outputs_refused)
     /* Triton's classification (tritonclient.grpc's class_count, an
      * int64): refused as the JSON door refuses it, not answered with the
      * whole tensor; 0 asks for none */
-    msg_init(&g);
-    add_fp32(&g, "x", 1);
-    add_output(&g, "y");
-    Param *cl = out_binary_data(&g, 0);
-    g.oe[0].key = "classification";
-    cl->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+    Param *cl = one_output_param(&g, "classification",
+                                 INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM);
     cl->int64_param = 3;
     refused(&g, NULL, ATTN_EINVAL,
             "outputs[0].parameters.classification: attnd does not serve "
@@ -308,12 +315,8 @@ START_TEST(outputs_refused)
     /* Triton's shared-memory extension (tritonclient.grpc's
      * InferRequestedOutput.set_shared_memory): refused, not answered in
      * the message while the client reads its region's stale bytes */
-    msg_init(&g);
-    add_fp32(&g, "x", 1);
-    add_output(&g, "y");
-    Param *sm = out_binary_data(&g, 0);
-    g.oe[0].key = "shared_memory_region";
-    sm->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
+    Param *sm = one_output_param(&g, "shared_memory_region",
+                                 INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM);
     sm->string_param = "out0";
     refused(&g, NULL, ATTN_EINVAL,
             "outputs[0].parameters.shared_memory_region: attnd does not "
@@ -350,12 +353,8 @@ START_TEST(misspelt_params_refused)
             "'causal'? (others it does not know pass, as Triton passes them "
             "to its backend)");
 
-    msg_init(&g);
-    add_fp32(&g, "x", 1);
-    add_output(&g, "y");
-    Param *b = out_binary_data(&g, 0);
-    g.oe[0].key = "binarydata";
-    b->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+    one_output_param(&g, "binarydata",
+                     INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM);
     refused(&g, NULL, ATTN_EINVAL,
             "outputs[0].parameters.binarydata: not a parameter attnd reads; "
             "did you mean 'binary_data'?");
