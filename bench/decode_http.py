@@ -64,11 +64,14 @@ def write_layer(folder, dm=DM, h=H, hkv=HKV, dk=DK):
                    "rope": {"theta": 10000.0}}, f)
 
 
-def body(x, t, seq, start, dm=DM):
-    """A binary infer request: x (1, t, dm) and the sequence parameters."""
+def body(x, t, seq, start, dm=DM, end=False):
+    """A binary infer request: x (1, t, dm) and the sequence parameters;
+    the body and its JSON header's length (also mem_burst.py's)."""
     params = {"sequence_id": seq, "binary_data_output": True}
     if start:
         params["sequence_start"] = True
+    if end:
+        params["sequence_end"] = True
     hdr = json.dumps({
         "parameters": params,
         "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, t, dm],
@@ -76,6 +79,25 @@ def body(x, t, seq, start, dm=DM):
         "outputs": [{"name": "y", "parameters": {"binary_data": True}}],
     }).encode()
     return hdr + x, len(hdr)
+
+
+def listening_port(p, who):
+    """The port attnd (p: its stderr piped, as text) says it listens on,
+    within 60 s, else exit naming who; its stderr then read on and dropped
+    (also mem_burst.py's)."""
+    port = None
+    deadline = time.time() + 60
+    while time.time() < deadline and port is None:
+        line = p.stderr.readline()
+        if not line:
+            break
+        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+        port = int(m.group(1)) if m else None
+    if port is None:
+        sys.exit(f"{who}: attnd did not start")
+    threading.Thread(target=lambda: [None for _ in p.stderr],
+                     daemon=True).start()
+    return port
 
 
 def main():
@@ -112,19 +134,7 @@ def main():
              "--memory-budget", str(16 << 30),
              "--request-memory", str(1 << 30)],
             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-        port = a.port or None
-        deadline = time.time() + 60
-        while p and time.time() < deadline and port is None:
-            line = p.stderr.readline()
-            if not line:
-                break
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-            port = int(m.group(1)) if m else None
-        if port is None:
-            sys.exit("decode_http: attnd did not start")
-        if p:
-            threading.Thread(target=lambda: [None for _ in p.stderr],
-                             daemon=True).start()
+        port = a.port or listening_port(p, "decode_http")
         for _ in range(0 if a.port else 600):
             try:
                 c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)

@@ -29,12 +29,12 @@ import argparse
 import http.client
 import os
 import re
-import json
 import struct
 import subprocess
-import sys
 import threading
 import time
+
+import decode_http
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DM = 64  # the demo model's d_model
@@ -49,19 +49,8 @@ def status(pid, key):
 
 
 def body(seq, t, start=False, end=False):
-    params = {"sequence_id": seq, "binary_data_output": True}
-    if start:
-        params["sequence_start"] = True
-    if end:
-        params["sequence_end"] = True
     x = struct.pack(f"<{t * DM}f", *([0.01] * (t * DM)))
-    hdr = json.dumps({
-        "parameters": params,
-        "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, t, DM],
-                    "parameters": {"binary_data_size": len(x)}}],
-        "outputs": [{"name": "y", "parameters": {"binary_data": True}}],
-    }).encode()
-    return hdr + x, len(hdr)
+    return decode_http.body(x, t, seq, start, DM, end)
 
 
 def post(c, seq, t, start=False, end=False):
@@ -115,18 +104,7 @@ def one(attnd, a):
          "--log-format", "text"],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     try:
-        port = None
-        deadline = time.time() + 60
-        while time.time() < deadline and port is None:
-            line = p.stderr.readline()
-            if not line:
-                break
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-            port = int(m.group(1)) if m else None
-        if port is None:
-            sys.exit("mem_burst: attnd did not start")
-        threading.Thread(target=lambda: [None for _ in p.stderr],
-                         daemon=True).start()
+        port = decode_http.listening_port(p, "mem_burst")
         for _ in range(600):
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
             c.request("GET", "/v2/models/demo/ready")
