@@ -4,16 +4,10 @@
 // start it again with its words (README "Sequence mode").
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { browserSuite } from './harness.mjs';
-import { expectGone, runSequence } from './seqpage.mjs';
+import { expectGone, runSequence, sequenceSuite } from './seqpage.mjs';
 
 let daemon, browser, haveSequences = false;
-browserSuite(async (d, b) => {
-  daemon = d;
-  browser = b;
-  const v2 = await (await fetch(`${daemon.url}/v2`)).json();
-  haveSequences = (v2.extensions || []).includes('sequences');
-}, ['--sequence-idle-ms', '1500']);
+sequenceSuite((s) => ({ daemon, browser, haveSequences } = s), ['--sequence-idle-ms', '1500']);
 
 // notLive(id): resolves once the server no longer holds sequence id.
 async function notLive(id) {

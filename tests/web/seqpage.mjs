@@ -1,12 +1,23 @@
 // seqpage.mjs - what the sequence tests share (sequence.test.mjs, a page
 // that drives a sequence; twoclients.test.mjs, a sequence that the page
-// and another client both step): a step over HTTP as another client
+// and another client both step; seqidle.test.mjs, one the server drops):
+// the suite's daemon and browser, a step over HTTP as another client
 // sends it, and a page that started a sequence.
 import assert from 'node:assert/strict';
-import { openPage, waitDrawn } from './harness.mjs';
+import { browserSuite, openPage, waitDrawn } from './harness.mjs';
 import { embed } from '../../server/web/embed.js';
 
 export const D = 16; // the toy model's d_model (harness.mjs)
+
+/** sequenceSuite(ready, extra): browserSuite (attnd started with extra)
+ * whose ready(suite) is given { daemon, browser, haveSequences }: whether
+ * this attnd has the sequences extension (without it the tests skip). */
+export function sequenceSuite(ready, extra = []) {
+  browserSuite(async (daemon, browser) => {
+    const v2 = await (await fetch(`${daemon.url}/v2`)).json();
+    ready({ daemon, browser, haveSequences: (v2.extensions || []).includes('sequences') });
+  }, extra);
+}
 
 /** stepper(url, id): step(ws, pos0, start) sends the words ws of sequence
  * id at pos0 to the toy model of the daemon at url (causal, retained, with

@@ -11,17 +11,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
-import { browserSuite, near, openPage, pixel, startAttnd, viridis, waitDrawn } from './harness.mjs';
+import { near, openPage, pixel, startAttnd, viridis, waitDrawn } from './harness.mjs';
 import { embed } from '../../server/web/embed.js';
-import { D, expectGone, runSequence as startSequence, stepper as seqStepper } from './seqpage.mjs';
+import { D, expectGone, runSequence as startSequence, sequenceSuite, stepper as seqStepper } from './seqpage.mjs';
 
 let daemon, browser, haveSequences = false;
-browserSuite(async (d, b) => {
-  daemon = d;
-  browser = b;
-  const v2 = await (await fetch(`${daemon.url}/v2`)).json();
-  haveSequences = (v2.extensions || []).includes('sequences');
-});
+sequenceSuite((s) => ({ daemon, browser, haveSequences } = s));
 
 // f32map: one head of a retained map, as the API serves it.
 async function f32map(id, h) {

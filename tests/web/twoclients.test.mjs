@@ -7,17 +7,12 @@
 // time under load.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { browserSuite, openPage } from './harness.mjs';
+import { openPage } from './harness.mjs';
 import { embed } from '../../server/web/embed.js';
-import { D, expectGone, runSequence as startSequence, stepper as seqStepper } from './seqpage.mjs';
+import { D, expectGone, runSequence as startSequence, sequenceSuite, stepper as seqStepper } from './seqpage.mjs';
 
 let daemon, browser, haveSequences = false;
-browserSuite(async (d, b) => {
-  daemon = d;
-  browser = b;
-  const v2 = await (await fetch(`${daemon.url}/v2`)).json();
-  haveSequences = (v2.extensions || []).includes('sequences');
-});
+sequenceSuite((s) => ({ daemon, browser, haveSequences } = s));
 
 const stepper = (id) => seqStepper(daemon.url, id);
 const runSequence = () => startSequence(browser, daemon.url);
