@@ -93,6 +93,25 @@ async function outcome(c, id, orGoaway = false) {
   return f.type === RST ? `reset ${f.payload.readUInt32BE(0)}` : 'answered';
 }
 
+// waitFor(pred, ms): pred's value once truthy, polled; ms times SLOW is a
+// bound for a hang, not a speed (the caller asserts what it got)
+async function waitFor(pred, ms = 5000) {
+  let v;
+  for (const t0 = Date.now(); !(v = await pred()) && Date.now() - t0 < ms * SLOW;) await new Promise((r) => setTimeout(r, 10));
+  return v;
+}
+// the kernel's side of a loopback connection (/proc/net/tcp): the bytes
+// queued in the socket of local port `at` connected to port `to`, rx (not
+// yet read by its owner) or tx (sent, not yet acked by its peer)
+const hex4 = (n) => n.toString(16).toUpperCase().padStart(4, '0');
+function queued(at, to, which = 'rx') {
+  const f = readFileSync('/proc/net/tcp', 'utf8').split('\n').map((l) => l.trim().split(/\s+/))
+    .find((x) => x[1]?.endsWith(`:${hex4(at)}`) && x[2]?.endsWith(`:${hex4(to)}`));
+  return f ? parseInt(f[4].split(':')[which === 'rx' ? 1 : 0], 16) : 0;
+}
+// whether process pid is stopped (SIGSTOP taken effect, state T)
+const stopped = (pid) => readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '')[0] === 'T';
+
 test('te: a call without it is served (as grpc-go and grpc-java serve it); te other than "trailers" is a malformed request (RFC 9113 8.2.2): its stream reset, the next call on the connection served', async () => {
   const r = await call({});
   assert.equal(r.grpcStatus, 0, r.message);
@@ -322,18 +341,31 @@ async function pingsBehind(n, bytes) {
   for (let i = 0; i < n; i++) {
     const c = rawConn();
     assert.ok(await c.until((f) => f.type === SETTINGS && !(f.flags & ACK)), `connection ${i}: SETTINGS`);
+    // its SETTINGS ACK read: attnd acked a PING sent after it (frames
+    // are read in order); that ACK then dropped, so that only the PING
+    // sent behind the bytes is counted
+    c.send(h2frame(PING, 0, 0, Buffer.from('settings')));
+    assert.ok(await c.until((f) => f.type === PING && (f.flags & ACK)), `connection ${i}: SETTINGS ACK read`);
+    c.frames.length = 0;
     conns.push(c);
   }
-  await new Promise((r) => setTimeout(r, 100)); // their SETTINGS ACKs read
   let answered;
   d.proc.kill('SIGSTOP');
   try {
+    // (a SIGCONT sent before the stop took effect would cancel it)
+    assert.ok(await waitFor(() => stopped(d.proc.pid)), 'attnd stopped');
+    const at = s.socket.localPort, bw0 = s.socket.bytesWritten, rx0 = queued(d.grpcPort, at);
     answered = probe();
     for (const c of conns) c.send(bytes, h2frame(PING, 0, 0, Buffer.alloc(8)));
     // every byte in the kernel's buffers (loopback takes 1 MB a socket)
     for (let i = 0; i < 100 && conns.some((c) => c.sock.writableLength); i++) await new Promise((r) => setTimeout(r, 10));
     assert.deepEqual(conns.map((c) => c.sock.writableLength), conns.map(() => 0), 'the bytes sent');
-    await new Promise((r) => setTimeout(r, 100));
+    // and the call beside them whole in attnd's socket: nghttp2 has
+    // nothing left to send, and attnd's side holds every byte the
+    // session wrote since attnd stopped
+    const sent = () => s.socket.bytesWritten - bw0;
+    assert.ok(await waitFor(() => s.state.outboundQueueSize === 0 && sent() > 0 && queued(d.grpcPort, at) - rx0 === sent()),
+      `the call in attnd's socket: ${queued(d.grpcPort, at) - rx0} of ${sent()} bytes`);
   } finally {
     d.proc.kill('SIGCONT');
   }
@@ -458,7 +490,10 @@ test('DATA of a call its client resets in the same write counts once toward the 
   for (let i = 0, id = 3; i < 64; i++, id += 2) {
     c.send(h2frame(HEADERS, END_HEADERS, id, block(inferFields([['te', 'trailers']]))), h2frame(0, 0, id, data),
       h2frame(RST, 0, id, Buffer.from([0, 0, 0, 8]))); // CANCEL
-    await new Promise((r) => setTimeout(r, 5)); // (read whole, most likely)
+    // read whole before the next write: handed to the kernel, in attnd's
+    // socket (acked) and read from it
+    assert.ok(await waitFor(() => !c.sock.writableLength && !queued(c.sock.localPort, d.grpcPort, 'tx') &&
+      !queued(d.grpcPort, c.sock.localPort)), `call ${id}: read by attnd`);
   }
   // 1 MiB carried allows 15 MiB more of frames carrying nothing (8 times
   // 2 MiB, less what was sent); counted twice, up to 23 MiB
@@ -512,20 +547,14 @@ test('calls past the 16 a turn, read before SIGTERM, are served by the drain as 
   const calls = ids.flatMap((id) => rawCall(id, inferFields([['te', 'trailers']])));
   // (a SIGCONT sent before the stop took effect would cancel it, and the
   // signal could then be read first)
-  const stopped = () => readFileSync(`/proc/${e.proc.pid}/stat`, 'utf8').replace(/^.*\) /s, '')[0] === 'T';
-  const port = (n) => n.toString(16).toUpperCase().padStart(4, '0');
-  const queued = () => readFileSync('/proc/net/tcp', 'utf8').split('\n').map((l) => l.trim().split(/\s+/))
-    .filter((f) => f[1]?.endsWith(`:${port(e.grpcPort)}`) && f[2]?.endsWith(`:${port(c.sock.localPort)}`))
-    .map((f) => parseInt(f[4].split(':')[1], 16))[0] ?? 0;
+  const inAttnd = () => queued(e.grpcPort, c.sock.localPort);
   e.proc.kill('SIGSTOP');
   try {
-    // bounds for a hang, times SLOW: no speed
-    for (const t0 = Date.now(); !stopped() && Date.now() - t0 < 5000 * SLOW;) await new Promise((r) => setTimeout(r, 10));
-    assert.ok(stopped(), 'attnd stopped');
+    assert.ok(await waitFor(() => stopped(e.proc.pid)), 'attnd stopped');
     c.send(...calls);
     const bytes = Buffer.concat(calls).length;
-    for (const t0 = Date.now(); queued() < bytes && Date.now() - t0 < 5000 * SLOW;) await new Promise((r) => setTimeout(r, 10));
-    assert.ok(queued() >= bytes, `the calls in attnd's socket: ${queued()} of ${bytes} bytes`);
+    await waitFor(() => inAttnd() >= bytes);
+    assert.ok(inAttnd() >= bytes, `the calls in attnd's socket: ${inAttnd()} of ${bytes} bytes`);
     e.proc.kill('SIGTERM');
   } finally {
     e.proc.kill('SIGCONT');
