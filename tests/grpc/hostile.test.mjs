@@ -9,7 +9,7 @@ import http2 from 'node:http2';
 import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import { after, before, test } from 'node:test';
-import { SLOW, requestsUsed, start } from '../server/helper.mjs';
+import { SLOW, queued, requestsUsed, start, waitFor } from '../server/helper.mjs';
 import { SEED_OUT, firstRawOutput, frame, h2frame, lit, litIndexed, seedMsg, str } from './wire.mjs';
 
 const INFER = '/inference.GRPCInferenceService/ModelInfer';
@@ -93,22 +93,6 @@ async function outcome(c, id, orGoaway = false) {
   return f.type === RST ? `reset ${f.payload.readUInt32BE(0)}` : 'answered';
 }
 
-// waitFor(pred, ms): pred's value once truthy, polled; ms times SLOW is a
-// bound for a hang, not a speed (the caller asserts what it got)
-async function waitFor(pred, ms = 5000) {
-  let v;
-  for (const t0 = Date.now(); !(v = await pred()) && Date.now() - t0 < ms * SLOW;) await new Promise((r) => setTimeout(r, 10));
-  return v;
-}
-// the kernel's side of a loopback connection (/proc/net/tcp): the bytes
-// queued in the socket of local port `at` connected to port `to`, rx (not
-// yet read by its owner) or tx (sent, not yet acked by its peer)
-const hex4 = (n) => n.toString(16).toUpperCase().padStart(4, '0');
-function queued(at, to, which = 'rx') {
-  const f = readFileSync('/proc/net/tcp', 'utf8').split('\n').map((l) => l.trim().split(/\s+/))
-    .find((x) => x[1]?.endsWith(`:${hex4(at)}`) && x[2]?.endsWith(`:${hex4(to)}`));
-  return f ? parseInt(f[4].split(':')[which === 'rx' ? 1 : 0], 16) : 0;
-}
 // whether process pid is stopped (SIGSTOP taken effect, state T)
 const stopped = (pid) => readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '')[0] === 'T';
 

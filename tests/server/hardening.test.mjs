@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { Worker } from 'node:worker_threads';
-import { ATTND, REFS, SLOW, fp32, infer, maxDiff, modelsDir, post, requestsUsed, start } from './helper.mjs';
+import { ATTND, REFS, SLOW, fp32, infer, maxDiff, modelsDir, post, queued, requestsUsed, start, waitFor } from './helper.mjs';
 
 const X = REFS.causal;
 const xreq = (id) => ({ id, inputs: [fp32('x', X.shape, X.x)], parameters: { causal: true } });
@@ -500,6 +500,17 @@ test('header-timeout and min-body-rate close slow clients', async () => {
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
+// sendRead(d, sock, text): sock sends text to attnd d; true once attnd
+// has read of it what it will (handed to the kernel, acked, and attnd's
+// side of the socket holding less than was sent), false past a hang's
+// bound
+async function sendRead(d, sock, text) {
+  sock.write(text);
+  const n = Buffer.byteLength(text);
+  return waitFor(() => !sock.writableLength && !queued(sock.localPort, d.port, 'tx') &&
+    queued(d.port, sock.localPort) < n);
+}
+
 test('a chunk-size line longer than libmicrohttpd\'s buffer does not stop the loop: others are served, min-body-rate closes it', async () => {
   // libmicrohttpd 0.9.75 cannot move such a connection and asks to be run
   // again at once for as long as it is open; attnd re-armed a 0 ms timer
@@ -511,8 +522,8 @@ test('a chunk-size line longer than libmicrohttpd\'s buffer does not stop the lo
   let code;
   try {
     await new Promise((res) => stuck.on('connect', res));
-    stuck.write(`POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n10;${'a'.repeat(40000)}`);
-    await sleep(300);
+    assert.ok(await sendRead(d, stuck, `POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n10;${'a'.repeat(40000)}`),
+      'attnd read the stuck connection\'s bytes');
     for (let i = 0; i < 3; i++) {
       const r = await fetch(`${d.url}/v2/health/live`, { signal: AbortSignal.timeout(3000 * SLOW) })
         .catch((e) => assert.fail(`request ${i} beside the stuck connection: ${e.message}`));
@@ -540,8 +551,8 @@ test('a connection libmicrohttpd cannot move does not keep the loop busy while i
   let code;
   try {
     await new Promise((res) => stuck.on('connect', res));
-    stuck.write(`POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n10;${'a'.repeat(40000)}`);
-    await sleep(500);
+    assert.ok(await sendRead(d, stuck, `POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n10;${'a'.repeat(40000)}`),
+      'attnd read the stuck connection\'s bytes');
     const c0 = cpu(), t0 = Date.now();
     await sleep(2000);
     const share = (cpu() - c0) / ((Date.now() - t0) / 1000);
@@ -638,8 +649,10 @@ test('max-connections-per-ip: one address cannot take every slot', async () => {
       const s = await open(d.port, { localAddress: '127.0.0.2' }).catch(() => null);
       if (s) { s.on('error', () => {}); s.write('GET / HTTP/1.1\r\n'); socks.push(s); }
     }
-    await sleep(500);
-    const alive = socks.filter((s) => !s.destroyed && !s.readableEnded).length;
+    // those past the 10 closed by attnd
+    const open_ = () => socks.filter((s) => !s.destroyed && !s.readableEnded).length;
+    await waitFor(() => open_() <= 10);
+    const alive = open_();
     assert.ok(alive <= 10, `${alive} connections of one address stayed open`);
     assert.equal((await fetch(`${d.url}/v2/health/live`)).status, 200, 'another address is served');
   } finally {

@@ -298,3 +298,23 @@ export const jsonLen = (head) => Number(/\r\ninference-header-content-length: (\
 
 /** NEXT: a small raw request to pipeline behind a large answer. */
 export const NEXT = 'GET /v2/models/sdpa HTTP/1.1\r\nHost: x\r\n\r\n';
+
+// waitFor(pred, ms): pred's value once truthy (it may be async), polled;
+// ms times SLOW is a bound for a hang, not a speed (the caller asserts
+// what it got)
+export async function waitFor(pred, ms = 5000) {
+  let v;
+  for (const t0 = Date.now(); !(v = await pred()) && Date.now() - t0 < ms * SLOW;) await new Promise((r) => setTimeout(r, 10));
+  return v;
+}
+
+// queued(at, to, which): the kernel's side of a loopback connection
+// (/proc/net/tcp): the bytes queued in the socket of local port `at`
+// connected to port `to`, rx (not yet read by its owner) or tx (sent, not
+// yet acked by its peer); 0 once the socket is gone
+const hex4 = (n) => n.toString(16).toUpperCase().padStart(4, '0');
+export function queued(at, to, which = 'rx') {
+  const f = readFileSync('/proc/net/tcp', 'utf8').split('\n').map((l) => l.trim().split(/\s+/))
+    .find((x) => x[1]?.endsWith(`:${hex4(at)}`) && x[2]?.endsWith(`:${hex4(to)}`));
+  return f ? parseInt(f[4].split(':')[which === 'rx' ? 1 : 0], 16) : 0;
+}
