@@ -39,8 +39,7 @@ import { parseAllDocuments } from "yaml";
 import http2 from "node:http2";
 import { join } from "node:path";
 import { embed } from "../../server/web/embed.js";
-import { fields, frame, ld, packedI64, str, varint } from "../grpc/wire.mjs";
-import { ROOT, freePorts, harness, inferPost } from "./replicas.mjs";
+import { ROOT, freePorts, grpcSeqStep, harness, inferPost } from "./replicas.mjs";
 
 const NSEQ = Number(process.env.AFFINITY_SEQUENCES || 24);
 const ROUNDS = Number(process.env.AFFINITY_ROUNDS || 8);
@@ -69,38 +68,14 @@ function closeRows(got, ref, from, n) {
   return null;
 }
 
-// grpcStep: one ModelInfer call through nginx's gRPC port (protobuf written
-// by hand, tests/grpc/wire.mjs), the sequence id in the attnd-sequence-id
-// metadata only; {status, length} (grpc-status, the answer's
-// sequence_length) or {err}.
-function grpcStep(session, id, words, pos0, start) {
-  const param = (key, value) => ld(4, Buffer.concat([str(1, key), ld(2, value)]));
-  const msg = Buffer.concat([str(1, MODEL),
-    param("causal", Buffer.concat([varint(1 << 3), varint(1)])),
-    ...(start ? [param("sequence_start", Buffer.concat([varint(1 << 3), varint(1)]))] : []),
-    ld(5, Buffer.concat([str(1, "x"), str(2, "FP32"), packedI64(3, [1, words.length, D])])),
-    ld(7, Buffer.from(embed(words, D, pos0).buffer))]);
-  return new Promise((resolve) => {
-    const req = session.request({ ":method": "POST", ":path": "/inference.GRPCInferenceService/ModelInfer",
-      "content-type": "application/grpc", te: "trailers", "attnd-sequence-id": id });
-    let status, message;
-    const chunks = [];
-    req.on("response", (h) => { status = h["grpc-status"] ?? status; message = h["grpc-message"] ?? message; });
-    req.on("trailers", (h) => { status = h["grpc-status"]; message = h["grpc-message"]; });
-    req.on("data", (c) => chunks.push(c));
-    req.on("error", (e) => resolve({ err: e.message }));
-    req.on("end", () => {
-      const body = Buffer.concat(chunks);
-      if (status !== "0" || body.length < 5) return resolve({ err: `grpc-status ${status}: ${decodeURIComponent(message ?? "")}` });
-      let length;
-      for (const e of fields(body.subarray(5))[4] || []) { // parameters: {key 1, value 2}
-        const f = fields(e);
-        if (f[1][0].toString() === "sequence_length") length = Number(fields(f[2][0])[2][0]); // int64_param
-      }
-      resolve({ status, length });
-    });
-    req.end(frame(msg));
-  });
+// grpcStep: one ModelInfer call through nginx's gRPC port (grpcSeqStep),
+// the sequence id in the attnd-sequence-id metadata only; {status, length}
+// (grpc-status, the answer's sequence_length) or {err}.
+async function grpcStep(session, id, words, pos0, start) {
+  const r = await grpcSeqStep(session, MODEL, D, id, words, pos0, start);
+  if (r.err) return { err: r.err };
+  if (r.status !== "0" || !r.answered) return { err: `grpc-status ${r.status}: ${r.message}` };
+  return { status: r.status, length: r.length };
 }
 
 // sessionDoor: an nginx server on port with the Ingress attnd-sessions as

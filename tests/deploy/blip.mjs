@@ -44,8 +44,7 @@ import http2 from "node:http2";
 import { createConnection, createServer } from "node:net";
 import { join } from "node:path";
 import { embed } from "../../server/web/embed.js";
-import { fields, frame, ld, packedI64, str, varint } from "../grpc/wire.mjs";
-import { ROOT, freePorts, harness, inferPost } from "./replicas.mjs";
+import { ROOT, freePorts, grpcSeqStep, harness, inferPost } from "./replicas.mjs";
 
 const NSEQ = Number(process.env.BLIP_SEQUENCES || 12);
 const NSESS = Number(process.env.BLIP_SESSIONS || 12);
@@ -60,38 +59,13 @@ cpSync(join(ROOT, "tests/server/fixtures/models"), join(dir, "models"), { recurs
 const xInput = (words, pos0) => ({ name: "x", datatype: "FP32", shape: [1, words.length, D], data: Array.from(embed(words, D, pos0)) });
 const wordsOf = (s) => Array.from({ length: PROMPT + ROUNDS }, (_, k) => `b${s}w${k}${k % 2 ? "" : "y"}`);
 
-// grpcStep: one ModelInfer call through nginx's gRPC port (protobuf by
-// hand), the id in the attnd-sequence-id metadata only; {status, message,
+// grpcStep: one ModelInfer call through nginx's gRPC port (grpcSeqStep),
+// the id in the attnd-sequence-id metadata only; {status, message,
 // length, http} (grpc-status, grpc-message, the answer's sequence_length,
 // the HTTP status).
-function grpcStep(session, id, words, pos0, start) {
-  const param = (key, value) => ld(4, Buffer.concat([str(1, key), ld(2, value)]));
-  const msg = Buffer.concat([str(1, MODEL),
-    param("causal", Buffer.concat([varint(1 << 3), varint(1)])),
-    ...(start ? [param("sequence_start", Buffer.concat([varint(1 << 3), varint(1)]))] : []),
-    ld(5, Buffer.concat([str(1, "x"), str(2, "FP32"), packedI64(3, [1, words.length, D])])),
-    ld(7, Buffer.from(embed(words, D, pos0).buffer))]);
-  return new Promise((resolve) => {
-    const req = session.request({ ":method": "POST", ":path": "/inference.GRPCInferenceService/ModelInfer",
-      "content-type": "application/grpc", te: "trailers", "attnd-sequence-id": id });
-    let status, message, http;
-    const chunks = [];
-    req.on("response", (h) => { http = h[":status"]; status = h["grpc-status"] ?? status; message = h["grpc-message"] ?? message; });
-    req.on("trailers", (h) => { status = h["grpc-status"]; message = h["grpc-message"]; });
-    req.on("data", (c) => chunks.push(c));
-    req.on("error", (e) => resolve({ status: "error", message: e.message }));
-    req.on("end", () => {
-      const body = Buffer.concat(chunks);
-      let length;
-      if (status === "0" && body.length >= 5)
-        for (const e of fields(body.subarray(5))[4] || []) { // parameters: {key 1, value 2}
-          const f = fields(e);
-          if (f[1][0].toString() === "sequence_length") length = Number(fields(f[2][0])[2][0]);
-        }
-      resolve({ status, message: decodeURIComponent(message ?? ""), length, http });
-    });
-    req.end(frame(msg));
-  });
+async function grpcStep(session, id, words, pos0, start) {
+  const r = await grpcSeqStep(session, MODEL, D, id, words, pos0, start);
+  return r.err ? { status: "error", message: r.err } : { status: r.status, message: r.message, length: r.length, http: r.http };
 }
 
 // relay: a TCP relay to port; cut(true) resets every connection through it

@@ -34,6 +34,8 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { embed } from "../../server/web/embed.js";
+import { fields, frame, ld, packedI64, str, varint } from "../grpc/wire.mjs";
 
 export const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 
@@ -200,4 +202,42 @@ export async function inferPost(base, model, body, headers = {}) {
   } catch (e) {
     return { status: 0, err: e.cause?.code || e.message };
   }
+}
+
+// grpcSeqStep: one ModelInfer call of model (d_model d) on session, an
+// HTTP/2 session with nginx's gRPC port (protobuf written by hand,
+// tests/grpc/wire.mjs): causal, words embedded from pos0, sequence_start
+// when start, the sequence id in the attnd-sequence-id metadata only.
+// Resolves {http, status, message, answered, length} (the HTTP status,
+// grpc-status, grpc-message decoded, whether a message came, the answer's
+// sequence_length when status is "0") or {err} when the stream failed.
+export function grpcSeqStep(session, model, d, id, words, pos0, start) {
+  const param = (key, value) => ld(4, Buffer.concat([str(1, key), ld(2, value)]));
+  const msg = Buffer.concat([str(1, model),
+    param("causal", Buffer.concat([varint(1 << 3), varint(1)])),
+    ...(start ? [param("sequence_start", Buffer.concat([varint(1 << 3), varint(1)]))] : []),
+    ld(5, Buffer.concat([str(1, "x"), str(2, "FP32"), packedI64(3, [1, words.length, d])])),
+    ld(7, Buffer.from(embed(words, d, pos0).buffer))]);
+  return new Promise((resolve) => {
+    const req = session.request({ ":method": "POST", ":path": "/inference.GRPCInferenceService/ModelInfer",
+      "content-type": "application/grpc", te: "trailers", "attnd-sequence-id": id });
+    let status, message, http;
+    const chunks = [];
+    req.on("response", (h) => { http = h[":status"]; status = h["grpc-status"] ?? status; message = h["grpc-message"] ?? message; });
+    req.on("trailers", (h) => { status = h["grpc-status"]; message = h["grpc-message"]; });
+    req.on("data", (c) => chunks.push(c));
+    req.on("error", (e) => resolve({ err: e.message }));
+    req.on("end", () => {
+      const body = Buffer.concat(chunks);
+      const answered = body.length >= 5;
+      let length;
+      if (status === "0" && answered)
+        for (const e of fields(body.subarray(5))[4] || []) { // parameters: {key 1, value 2}
+          const f = fields(e);
+          if (f[1][0].toString() === "sequence_length") length = Number(fields(f[2][0])[2][0]); // int64_param
+        }
+      resolve({ http, status, message: decodeURIComponent(message ?? ""), answered, length });
+    });
+    req.end(frame(msg));
+  });
 }
