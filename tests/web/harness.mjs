@@ -3,6 +3,7 @@
 // playwright-core (browserSuite: both, before a file's tests, and their
 // teardown after), and an independent viridis (from the published stops,
 // not the page's code) to compare drawn pixels with.
+import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -165,6 +166,23 @@ export async function waitDrawn(page) {
     null, { timeout: 15000 });
   const st = await page.evaluate(() => document.body.dataset.state);
   if (st !== 'ready') throw new Error(`page state ${st}: ${await page.textContent('#status')}`);
+}
+
+// retainAndReopen(page): Run again with Retain checked, then open the
+// retained map from the Maps tab; its id, once the page has drawn it from
+// the map (run.source 'map').
+export async function retainAndReopen(page) {
+  await page.check('#retain');
+  await page.click('#run');
+  await waitDrawn(page);
+  const id = await page.evaluate(() => window.attnd.run.mapId);
+  assert.match(id, /^m\d+-[0-9a-f]{6}$/);
+  await page.click('#tab-maps');
+  await page.click(`#maps button:has-text("${id}")`);
+  await page.waitForFunction((m) => location.hash.includes(`map=${m}`), id);
+  await waitDrawn(page);
+  assert.equal(await page.evaluate(() => window.attnd.run.source), 'map');
+  return id;
 }
 
 // Viridis at ten equally spaced points (matplotlib's map; the values

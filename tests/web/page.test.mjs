@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { ARTIFACTS, browserSuite, near, openPage, pixel, sdpaHash, viridis, waitDrawn } from './harness.mjs';
+import { ARTIFACTS, browserSuite, near, openPage, pixel, retainAndReopen, sdpaHash, viridis, waitDrawn } from './harness.mjs';
 
 let daemon, browser;
 browserSuite((d, b) => { daemon = d; browser = b; });
@@ -232,16 +232,7 @@ test('a shared link reopens the same view, drawn the same', async () => {
 test('a retained map opens from the list and draws as the inline one did', async () => {
   const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=${encodeURIComponent(SENTENCE)}&h=1&q=2`);
   const inline = await page.evaluate(() => document.getElementById('heatmap').toDataURL());
-  await page.check('#retain');
-  await page.click('#run');
-  await waitDrawn(page);
-  const id = await page.evaluate(() => window.attnd.run.mapId);
-  assert.match(id, /^m\d+-[0-9a-f]{6}$/);
-  await page.click('#tab-maps');
-  await page.click(`#maps button:has-text("${id}")`);
-  await page.waitForFunction((m) => location.hash.includes(`map=${m}`), id);
-  await waitDrawn(page);
-  assert.equal(await page.evaluate(() => window.attnd.run.source), 'map');
+  const id = await retainAndReopen(page);
   const drawn = await page.evaluate(() => document.getElementById('heatmap').toDataURL());
   assert.ok(drawn === inline, 'the retained map is drawn differently from the inline one');
   // ... and both are the toy's attention, worked out here from the Python

@@ -12,7 +12,7 @@
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
-import { browserSuite, openPage, waitDrawn } from './harness.mjs';
+import { browserSuite, openPage, retainAndReopen, waitDrawn } from './harness.mjs';
 import { embed } from '../../server/web/embed.js';
 
 let daemon, browser, proxy, base, haveSequences = false;
@@ -72,16 +72,7 @@ test('through the session door: a run, a retained map and a sequence, every requ
   const { page, errors } = await openPage(browser, `${base}/session/#model=toy&text=the%20cat%20sat&h=1`);
   assert.equal(await page.evaluate(() => window.attnd.run.T), 3);
   // A retained map, opened from the list.
-  await page.check('#retain');
-  await page.click('#run');
-  await waitDrawn(page);
-  const id = await page.evaluate(() => window.attnd.run.mapId);
-  assert.match(id, /^m\d+-[0-9a-f]{6}$/);
-  await page.click('#tab-maps');
-  await page.click(`#maps button:has-text("${id}")`);
-  await page.waitForFunction((m) => location.hash.includes(`map=${m}`), id);
-  await waitDrawn(page);
-  assert.equal(await page.evaluate(() => window.attnd.run.source), 'map');
+  const id = await retainAndReopen(page);
   let seqId = null, seqMap = null;
   if (haveSequences) { // started, stepped, ended: its map grows
     await page.click('#tab-words');
