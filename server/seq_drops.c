@@ -304,6 +304,7 @@ static void fill_info(const srv_seq *l, uint64_t now, maps_store *maps,
                                                   : l->kv.len;
     o->bytes = attn_kv_bytes(&l->kv);
     o->idle_ms = l->active || l->qhead ? 0 : (now - l->last_ns) / 1000000u;
+    o->idle_limit_ms = (uint64_t)l->e->s->cfg.sequence_idle_ms;
     o->map_id[0] = 0;
     if (l->map_id[0] && maps && maps_info_get(maps, l->map_id, &mi) == 0)
         snprintf(o->map_id, sizeof o->map_id, "%s", l->map_id);

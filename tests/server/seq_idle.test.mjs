@@ -159,6 +159,29 @@ test('a step whose request came before the idle deadline keeps its sequence whil
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
+test('GET /v2/sequences/{id} and the list say the idle limit (sequence-idle-ms) beside idle_ms: when the server drops it', async () => {
+  // (no field said it before: a client could not tell when its sequence goes)
+  const idle = 60000;
+  const d = await start({ dir: gqaModels(), args: ['--sequence-idle-ms', String(idle)] });
+  try {
+    const xs = tokens(2, 13);
+    const r = await infer(d, 'gqa', stepBody('lim', xs, { start: true, outputs: [{ name: 'y' }] }));
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    const g = await fetch(`${d.url}/v2/sequences/lim`);
+    const one = await g.json();
+    assert.equal(g.status, 200, JSON.stringify(one));
+    assert.equal(one.idle_limit_ms, idle);
+    assert.ok(Number.isInteger(one.idle_ms) && one.idle_ms >= 0 && one.idle_ms < idle, JSON.stringify(one));
+    const { sequences } = await (await fetch(`${d.url}/v2/sequences`)).json();
+    assert.equal(sequences.length, 1);
+    assert.equal(sequences[0].idle_limit_ms, idle);
+    // the GETs are no steps: idle_ms still counts from the start's end
+    await sleep(50);
+    const again = await (await fetch(`${d.url}/v2/sequences/lim`)).json();
+    assert.ok(again.idle_ms >= one.idle_ms, `${again.idle_ms} after ${one.idle_ms}`);
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
 /** A gRPC step of sequence id (rows xs): a ModelInferRequest for gqa,
  * x as raw_input_contents, y its one output. */
 function grpcStep(id, xs) {
