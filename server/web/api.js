@@ -721,18 +721,17 @@ export async function sequenceInfo(id) {
   return j && String(j.id) === String(id) ? j : null;
 }
 
-// sequenceGone: GET /v2/sequences/{id}: null while the server holds the
-// sequence; its 404's error (how it went, when the server remembers it)
-// once it does not. Throws when it cannot be told now (no connection, a
-// 5xx, a 401): ask again later.
-export async function sequenceGone(id) {
+// sequenceState: GET /v2/sequences/{id}: { info } (as sequenceInfo's)
+// while the server holds the sequence; { gone: its 404's error } (how it
+// went, when the server remembers it) once it does not. Throws when it
+// cannot be told now (no connection, a 5xx, a 401): ask again later.
+export async function sequenceState(id) {
   try {
-    await getJSON(url(`v2/sequences/${encodeURIComponent(id)}`), headers({ [SEQ_HEADER]: id }));
+    return { info: await getJSON(url(`v2/sequences/${encodeURIComponent(id)}`), headers({ [SEQ_HEADER]: id })) };
   } catch (e) {
-    if (e.status === 404) return e.message;
+    if (e.status === 404) return { gone: e.message };
     throw e;
   }
-  return null;
 }
 
 // liveSequenceOfMap: the live sequence whose retained map is mapId, or

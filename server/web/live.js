@@ -10,9 +10,10 @@
 // step carries its sequence_position. After each step
 // the sequence's retained map is reopened: it has grown by the new rows,
 // the newest row is marked and is the step view's query, the zoom window
-// moves to it. Length and K/V bytes are shown; a sequence the server no
-// longer holds (idle, restarted, replica gone) says so with the server's
-// reason.
+// moves to it. Length and K/V bytes are shown, and how long the server
+// keeps it without a step (GET /v2/sequences/{id}'s idle_ms and
+// idle_limit_ms); a sequence the server no longer holds (idle,
+// restarted, replica gone) says so with the server's reason.
 //
 // Follow mode (#map=<id>&follow=1, or the Follow box on a retained map):
 // another client drives the sequence; the page redraws its map as it grows
@@ -55,7 +56,7 @@ export function drives(mapId) {
 // forget: the page shows something else now (a Run): the sequence it
 // drove, if any, which it can step no more, is ended (its map stays).
 export function forget() {
-  clearTimeout(watchTimer);
+  stopWatch();
   if (seq && seq.live) api.endSequence(seq.id).catch(() => {});
   seq = null;
   ctx.$('seq-panel').hidden = true;
@@ -91,6 +92,39 @@ async function refreshInfo() {
     `${s.mapId ? `, map ${s.mapId}` : ', no map kept'}.`);
   ctx.$('seq-info').dataset.length = String(s.length);
   ctx.$('seq-info').dataset.bytes = bytes === undefined ? '' : String(bytes);
+  noteIdle(s, info);
+}
+
+// noteIdle: when the server drops s without a step, from an answer of
+// GET /v2/sequences/{id} (info): its idle_limit_ms (--sequence-idle-ms)
+// less its idle_ms from now; shown counting down in the panel. A server
+// that does not say (no idle_limit_ms) leaves s.dueAt unknown.
+function noteIdle(s, info) {
+  if (!info || !Number.isInteger(info.idle_limit_ms) || !Number.isInteger(info.idle_ms)) return;
+  s.limit = info.idle_limit_ms;
+  s.dueAt = performance.now() + Math.max(0, info.idle_limit_ms - info.idle_ms);
+  showExpiry();
+}
+
+const secs = (ms) => (ms < 10000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms / 1000)} s`);
+
+// showExpiry: the panel's line on how long the sequence has left, kept
+// up to date by a local timer (no request): the time the server drops it
+// unless a step comes (another client's step, found at the check, moves
+// it on).
+let tickTimer = null;
+function showExpiry() {
+  const el = ctx.$('seq-expiry');
+  clearTimeout(tickTimer);
+  tickTimer = null;
+  const s = seq;
+  if (!s || !s.live || s.dueAt === undefined) { el.hidden = true; el.textContent = ''; return; }
+  const left = s.dueAt - performance.now();
+  el.hidden = false;
+  el.dataset.limitMs = String(s.limit);
+  el.textContent = left > 0 ? `Without a step, the server drops it in ${secs(left)} (its limit: ${secs(s.limit)} idle).`
+    : `Idle past the server's limit (${secs(s.limit)}): it drops it now; checking.`;
+  if (left > 0) tickTimer = setTimeout(showExpiry, left < 10000 ? 100 : 1000);
 }
 
 // ownWords: the sequence's words are those of its map as drawn, when the
@@ -129,7 +163,7 @@ function failed(e, retry) {
 // the server's words): the panel says so and offers no more steps, but
 // "Start again" with its words (and Run, whose field has them).
 function gone(why, draining = false) {
-  clearTimeout(watchTimer);
+  stopWatch();
   seq.live = false;
   showPanel(draining ? `Sequence ${seq.id} ends with the server, which is shutting down (${why}). ` +
     'Start again once it is back to begin a new one with its words.'
@@ -143,21 +177,38 @@ function gone(why, draining = false) {
   if (!f || f === document.body || f.disabled) ctx.$('run').focus();
 }
 
-// watch: while this page drives a live sequence, ask the server every
-// WATCH_MS whether it still holds it (GET /v2/sequences/{id}, which does
-// not count as a step): one left alone past --sequence-idle-ms, or
-// dropped by a restart or an unload, says it is gone without waiting for
-// a Step to be refused. Only while the tab is shown (a hidden one asks
-// as it comes back) and never beside a step on its way; one request at a
-// time; an answer it cannot read (no connection, 5xx, 401) asks again at
-// the next tick.
+// watch: while this page drives a live sequence, ask the server whether
+// it still holds it (GET /v2/sequences/{id}, which does not count as a
+// step) when it is due to drop it: at idle_limit_ms after its last step
+// (noteIdle), plus one of the server's idle sweeps (a quarter of the
+// limit, at most 1 s), so that one left alone past --sequence-idle-ms
+// says it is gone without waiting for a Step to be refused, and a page
+// left open asks nothing before then. Still live then: another client
+// stepped it (a later due time), or a step of it is on its way (asked
+// again a sweep later). A server that does not say its limit is asked
+// every WATCH_MS. Only while the tab is shown (a hidden one asks as it
+// comes back, which also finds a restart or an unload) and never beside
+// a step on its way; one request at a time; an answer it cannot read (no
+// connection, 5xx, 401) asks again WATCH_MS later.
 const WATCH_MS = 5000;
 let watchTimer = null;
 
-function watch(ms = WATCH_MS) {
+const sweepMs = (limit) => Math.min(1000, Math.max(10, limit / 4));
+
+function watch(ms) {
   clearTimeout(watchTimer);
   watchTimer = null;
-  if (seq && seq.live) watchTimer = setTimeout(checkLive, ms);
+  if (!seq || !seq.live) return;
+  if (ms === undefined) ms = seq.dueAt === undefined ? WATCH_MS : Math.max(0, seq.dueAt - performance.now()) + sweepMs(seq.limit) + 50;
+  watchTimer = setTimeout(checkLive, ms);
+}
+
+function stopWatch() {
+  clearTimeout(watchTimer);
+  watchTimer = null;
+  clearTimeout(tickTimer);
+  tickTimer = null;
+  ctx.$('seq-expiry').hidden = true;
 }
 
 async function checkLive() {
@@ -165,10 +216,14 @@ async function checkLive() {
   watchTimer = null;
   if (!s || !s.live || document.hidden) return; // (visibilitychange asks again)
   if (busy) { watch(); return; }
-  let why;
-  try { why = await api.sequenceGone(s.id); } catch (_) { why = null; }
+  let st = null;
+  try { st = await api.sequenceState(s.id); } catch (_) { st = null; }
   if (s !== seq || !s.live) return;
-  if (why !== null && !busy) gone(why);
+  if (st && st.gone !== undefined) { if (!busy) gone(st.gone); else watch(); return; }
+  if (!st) { watch(WATCH_MS); return; }
+  noteIdle(s, st.info);
+  // overdue (a step of it on its way, or the sweep not yet come): a sweep on
+  if (s.dueAt !== undefined && s.dueAt <= performance.now()) watch(sweepMs(s.limit) + 50);
   else watch();
 }
 
@@ -305,7 +360,7 @@ async function end() {
   try {
     await api.endSequence(seq.id);
     seq.live = false;
-    clearTimeout(watchTimer);
+    stopWatch();
     showPanel(`Sequence ${seq.id} ended: its keys and values are freed; its map ${seq.mapId} stays retained.`);
     ctx.setStatus(`sequence ${seq.id} ended`);
     ctx.update(); // the link stops following

@@ -1,0 +1,53 @@
+// seqwatch.test.mjs - what the page asks the server about the sequence it
+// drives: how long the server keeps it without a step (GET
+// /v2/sequences/{id}'s idle_ms and idle_limit_ms, shown counting down),
+// asked again only when that time is up, not every few seconds (README
+// "Sequence mode").
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { browserSuite } from './harness.mjs';
+import { expectGone, runSequence } from './seqpage.mjs';
+
+// longer than the page's old 5 s poll, so a check before the time is up
+// shows; short enough for a test
+const IDLE = 8000;
+
+let daemon, browser, haveSequences = false;
+browserSuite(async (d, b) => {
+  daemon = d;
+  browser = b;
+  const v2 = await (await fetch(`${daemon.url}/v2`)).json();
+  haveSequences = (v2.extensions || []).includes('sequences');
+}, ['--sequence-idle-ms', String(IDLE)]);
+
+// On main (12e5dc2) the panel did not say when the server drops it, and
+// the page asked every 5 s: at 5 s, idle_ms ~5000 of 8000.
+test('the panel counts down to the idle drop, and the page asks whether the sequence is gone only once that time is up', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const answers = []; // the page's GET /v2/sequences/{id}: [status, body]
+  const { page, errors } = await runSequence(browser, daemon.url);
+  const { id } = await page.evaluate(() => window.attnd.sequence);
+  page.on('response', async (r) => {
+    const u = new URL(r.url());
+    if (r.request().method() === 'GET' && u.pathname === `/v2/sequences/${id}`)
+      answers.push([r.status(), await r.json().catch(() => null)]);
+  });
+  await page.waitForFunction(() => /drops it in \d/.test(document.getElementById('seq-expiry').textContent));
+  assert.equal(await page.isVisible('#seq-expiry'), true);
+  assert.match(await page.textContent('#seq-expiry'), /\(its limit: 8\.0 s idle\)/);
+  assert.equal(await page.getAttribute('#seq-expiry', 'data-limit-ms'), String(IDLE));
+  await expectGone(page, id, { reason: /idle/, timeout: 60000 });
+  assert.equal(await page.isHidden('#seq-expiry'), true, 'no countdown on a sequence that is gone');
+  // every check after the start's came once the server's idle time was
+  // up: 404, or live with idle_ms at the limit (a sweep not yet come)
+  assert.ok(answers.length >= 1, 'the page asked');
+  assert.equal(answers.at(-1)[0], 404);
+  for (const [status, body] of answers) {
+    if (status === 404) continue;
+    assert.equal(status, 200);
+    assert.equal(body.idle_limit_ms, IDLE);
+    assert.ok(body.idle_ms >= IDLE, `asked at idle_ms ${body.idle_ms} of ${IDLE}: before the time was up`);
+  }
+  assert.deepEqual(errors.filter((e) => !/status of 404/.test(e)), []);
+  await page.close();
+});
