@@ -177,6 +177,8 @@ static int add_answer_headers(srv_req *r, struct MHD_Response *resp)
             ADD(r->extra_hdr, colon + 2);
         }
     }
+    if (r->map_version[0])
+        ADD("Map-Version", r->map_version);
     if (r->web_etag) {
         ADD("ETag", r->web_etag);
         ADD("Cache-Control", "no-cache");
@@ -186,7 +188,7 @@ static int add_answer_headers(srv_req *r, struct MHD_Response *resp)
     if (r->origin[0]) {
         ADD("Access-Control-Allow-Origin", r->origin);
         ADD("Vary", "Origin");
-        ADD("Access-Control-Expose-Headers", "Inference-Header-Content-Length, Retry-After, Map-Shape");
+        ADD("Access-Control-Expose-Headers", "Inference-Header-Content-Length, Retry-After, Map-Shape, Map-Version");
         if (r->method == SRV_OPTIONS) {
             ADD("Access-Control-Allow-Methods", r->allow ? r->allow : "GET, POST, OPTIONS");
             ADD("Access-Control-Allow-Headers", CORS_ALLOW_HEADERS);

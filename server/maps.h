@@ -205,6 +205,8 @@ typedef struct maps_reply {
     size_t len;
     char shape[64];           /* "rows,cols" (b=all, h=all: "B,H,rows,cols")
                                  for format=f32 and npy, else "" */
+    char version[24];         /* the version of the map the cells of a 200
+                                 /attention answer are from, else "" */
     unsigned long json_mark; /* attn_json_mark at the route's start */
     int cut;                 /* maps_http_render: stopped part way (no body) */
 } maps_reply;

@@ -606,6 +606,10 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
         r->cut = 1;
         return 0;
     }
+    /* the version its cells are from (one throughout: acquired above), so
+     * that a reader of several answers knows they agree without asking
+     * for the metadata again */
+    snprintf(r->version, sizeof(r->version), "%u", info.version);
     if (a.fmt) {
         dims_text(shape, sizeof(shape), dims, nd, 0);
         /* Raw little-endian FP32, row-major, after a .npy header (npy) or

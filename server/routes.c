@@ -244,6 +244,8 @@ static void maps_answer(srv_req *r, int rc, maps_reply *rep)
     }
     if (rep->shape[0])
         snprintf(r->extra_hdr, sizeof r->extra_hdr, "Map-Shape: %s", rep->shape);
+    if (rep->version[0])
+        snprintf(r->map_version, sizeof r->map_version, "%s", rep->version);
     srv_respond(r, rep->status, rep->content_type, rep->body, rep->len);
 }
 

@@ -243,6 +243,7 @@ struct srv_req {
     const char *ctype;
     const char *allow;     /* Allow header for 405 and OPTIONS */
     char extra_hdr[96];    /* one more "Name: value" header, or "" */
+    char map_version[24];  /* a map's cells' Map-Version header, or "" */
     const char *web_etag;  /* static; set for the visualiser's files */
     srv_job *job;          /* infer in progress, NULL otherwise */
     /* a long poll on a map (maps_wait.c), while waiting is set */

@@ -489,11 +489,13 @@ const POOL_N = 512;
 // step held, which the start's causal flag cannot say); its scores and
 // values (what=scores, what=v) when they were retained and the map is
 // not pooled, for the step view. A sequence's map may be stepped while
-// its planes are read (a request for each kind): the metadata is read again
-// after them, and when the version changed (a map's version only grows,
-// so an unchanged one means every plane came from it) it is read anew,
-// rather than drawing heads of two versions or failing on a plane of
-// the new size. progress (optional) hears "n of N planes" after each
+// its planes are read (a request for each kind): each answer's Map-Version
+// header says the version its cells are from, and when one is not the
+// metadata's (or a proxy dropped the header) the metadata is read again,
+// and the map read anew when the version changed (a map's version only
+// grows, so an unchanged one means every plane came from it), rather
+// than drawing heads of two versions or failing on a plane of the new
+// size. progress (optional) hears "n of N planes" after each
 // answer: every item's and head's planes of one kind come in one
 // (b=all&h=all), one at a time only when the whole is past the server's
 // --request-memory. signal
@@ -504,8 +506,10 @@ export async function openMap(id, progress, signal) {
   let meta = await getJSON(metaUrl, mapHeaders(id), signal);
   for (let k = 1; ; k++) {
     let run = null, err = null;
-    try { run = await readMap(id, meta, progress, signal); } catch (e) { err = e; }
+    const seen = new Set(); // the Map-Version of every answer
+    try { run = await readMap(id, meta, progress, signal, seen); } catch (e) { err = e; }
     if (err && err.name === 'AbortError') throw err;
+    if (!err && seen.size === 1 && seen.has(String(meta.version))) return run;
     const now = await getJSON(metaUrl, mapHeaders(id), signal);
     if (now.version === meta.version && String(now.shape) === String(meta.shape)) {
       if (err) throw err;
@@ -518,7 +522,7 @@ export async function openMap(id, progress, signal) {
 }
 
 // readMap: openMap's reads for the map that meta describes.
-async function readMap(id, meta, progress, signal) {
+async function readMap(id, meta, progress, signal, seen) {
   const [B, H, T, S] = meta.shape;
   const kept = meta.retained || ['attention'];
   const pooled = T * S > FULL_MAP_CELLS;
@@ -537,6 +541,7 @@ async function readMap(id, meta, progress, signal) {
     const res = await send(url(`v2/maps/${encodeURIComponent(id)}/attention?b=${b}&h=${h}&what=${what}&format=f32${what === 'v' ? '' : q}`),
       { headers: mapHeaders(id), signal });
     if (!res.ok) await fail(res);
+    seen.add(res.headers.get('Map-Version'));
     let buf;
     try { buf = await res.arrayBuffer(); } catch (e) {
       if (e.name === 'AbortError') throw e;

@@ -220,3 +220,36 @@ test('a single f32 or npy plane counts its buffer once: a 4 MiB plane under 10 M
     assert.equal(x.code, 0, dm.log());
   }
 });
+
+// A reader of several answers (weights, mask, scores: the page's open of
+// a map a sequence steps) learns from each which version its cells are
+// from, without asking for the metadata again (no such header before).
+test('every /attention answer says the version of the map its cells are from (Map-Version), as the metadata\'s version', async () => {
+  const dm = await start({ dir: gqaModels() });
+  try {
+    const xs = tokens(3, 41);
+    const meta = async (id) => (await (await fetch(`${dm.url}/v2/maps/${id}`)).json()).version;
+    let id = null;
+    for (let t0 = 0; t0 < 3; t0++) {
+      const r = await infer(dm, 'gqa', stepBody('ver', xs.slice(t0 * D, (t0 + 1) * D), { start: t0 === 0, outputs: [{ name: 'y' }], extra: t0 === 0 ? { retain: true } : {} }));
+      assert.equal(r.status, 200, JSON.stringify(r.json));
+      id = id || r.json.parameters.map_id;
+      const v = await meta(id);
+      assert.equal(v, t0);
+      for (const q of ['b=all&h=all&format=f32', 'h=0', 'h=1&what=mask&format=npy', 'h=mean&max=2']) {
+        const a = await get(dm, id, q);
+        await a.arrayBuffer();
+        assert.equal(a.status, 200, q);
+        assert.equal(a.headers.get('map-version'), String(v), q);
+      }
+    }
+    // not on an error
+    const bad = await get(dm, id, 'h=9');
+    await bad.arrayBuffer();
+    assert.equal(bad.status, 400);
+    assert.equal(bad.headers.get('map-version'), null);
+  } finally {
+    const x = await dm.stop();
+    assert.equal(x.code, 0, dm.log());
+  }
+});

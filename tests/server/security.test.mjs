@@ -165,7 +165,7 @@ test('--cors-origins: only an exact listed origin is allowed; look-alikes are no
     // a page of another origin reads a binary answer's JSON length, a
     // 503's Retry-After and a ?format=f32 map's shape
     const exposed = r.headers.get('access-control-expose-headers').split(/, */);
-    for (const h of ['Inference-Header-Content-Length', 'Retry-After', 'Map-Shape']) assert.ok(exposed.includes(h), `${h} not exposed: ${exposed}`);
+    for (const h of ['Inference-Header-Content-Length', 'Retry-After', 'Map-Shape', 'Map-Version']) assert.ok(exposed.includes(h), `${h} not exposed: ${exposed}`);
   }
   for (const o of ['http://a.example.evil', 'http://a.example.evil.com', 'http://a.exampl', 'http://a.examplex', 'http://xa.example',
     'https://a.example', 'http://a.example:80', 'http://a.example/', 'http://a.example, http://evil.example', 'https://b.example',

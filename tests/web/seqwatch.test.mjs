@@ -2,7 +2,7 @@
 // drives: how long the server keeps it without a step (GET
 // /v2/sequences/{id}'s idle_ms and idle_limit_ms, shown counting down),
 // asked again only when that time is up, not every few seconds (README
-// "Sequence mode").
+// "Sequence mode"); and the requests of one Step.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { browserSuite } from './harness.mjs';
@@ -49,5 +49,31 @@ test('the panel counts down to the idle drop, and the page asks whether the sequ
     assert.ok(body.idle_ms >= IDLE, `asked at idle_ms ${body.idle_ms} of ${IDLE}: before the time was up`);
   }
   assert.deepEqual(errors.filter((e) => !/status of 404/.test(e)), []);
+  await page.close();
+});
+
+// On main (12e5dc2) a Step made 7 requests: its map's metadata twice
+// (before its planes and after, to see that no other step came between).
+test('a Step makes 6 requests: the step, its map\'s metadata once, weights, mask and scores in one each, the panel\'s sequence', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const { page, errors } = await runSequence(browser, daemon.url);
+  const { id, mapId } = await page.evaluate(() => window.attnd.sequence);
+  const asked = [];
+  page.on('request', (r) => { const u = new URL(r.url()); asked.push(`${r.method()} ${u.pathname}${u.search}`); });
+  await page.fill('#seq-next', 'sat');
+  await page.click('#seq-step');
+  await page.waitForFunction(() => window.attnd.run.T === 3 && document.body.dataset.state === 'ready' &&
+    document.getElementById('seq-info').dataset.length === '3');
+  assert.equal((await page.evaluate(() => window.attnd.run.version)), 1);
+  const m = `/v2/maps/${mapId}`;
+  assert.deepEqual(asked, [
+    'POST /v2/models/toy/infer',
+    `GET ${m}`,
+    `GET ${m}/attention?b=all&h=all&what=attention&format=f32`,
+    `GET ${m}/attention?b=all&h=all&what=mask&format=f32`,
+    `GET ${m}/attention?b=all&h=all&what=scores&format=f32`,
+    `GET /v2/sequences/${id}`,
+  ]);
+  assert.deepEqual(errors, []);
   await page.close();
 });
