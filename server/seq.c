@@ -304,16 +304,31 @@ static size_t kv_need(const attn_kv *kv, int t)
            attn_kv_page_bytes(kv->pool);
 }
 
+/* restart_held: the bytes of K/V a restart (a start of a live sequence)
+ * leaves held in its own pool until it is answered: the old cache's, in
+ * the pool the new one comes from; 0 for any other step. */
+static size_t restart_held(const srv_step *st)
+{
+    const srv_seq *l = st->seq;
+    return st->start && l->live && l->kv.pool == st->kv->pool
+               ? attn_kv_bytes(&l->kv)
+               : 0;
+}
+
 /* whole_cache_msg: the 400 of a step of t tokens whose sequence would
  * need more than the whole K/V cache (need bytes), saying what can be
  * done: fewer tokens while some still fit; at the cache's length, an end
- * or a step lower down (a decoder's one token cannot be fewer); and, for
- * a cache smaller than one page, the setting: no sequence fits. */
+ * or a step lower down (a decoder's one token cannot be fewer); for a
+ * restart, whose new cache is built beside the old one, the tokens that
+ * fit beside it, or all of them once it is deleted or replaced in place
+ * (at sequence_position 0); and, for a cache smaller than one page, the
+ * setting: no sequence fits. */
 static void whole_cache_msg(char *err, const srv_step *st, int t, size_t need)
 {
     const attn_kv_pool *pool = st->kv->pool;
     size_t budget = attn_kv_pool_budget(pool), page = attn_kv_page_bytes(pool);
     long long cap = (long long)(budget / page) * attn_kv_page_tokens(pool);
+    size_t held = restart_held(st);
     int len = st->kv->len;
     int k;
     if (cap == 0) {
@@ -322,6 +337,30 @@ static void whole_cache_msg(char *err, const srv_step *st, int t, size_t need)
                  "keys and values (%d tokens, %zu bytes): it holds no "
                  "sequence; raise --kv-bytes to at least %zu", st->e->name,
                  budget, attn_kv_page_tokens(pool), page, page);
+        return;
+    }
+    if (held) { /* a restart: its old pages stay beside the new ones */
+        long long room = cap - (long long)(held / page) *
+                                   attn_kv_page_tokens(pool);
+        /* (60-byte id and name, every number at its most: 511 bytes) */
+        k = snprintf(err, OIP_ERRMAX, "sequences: the restart of sequence "
+                     "'%.60s' with %d token%s exceeds the whole K/V cache of "
+                     "model '%.60s' (%zu bytes, kv-bytes: %lld tokens): no "
+                     "retry can take it; ", st->id, t, t == 1 ? "" : "s",
+                     st->e->name, budget, cap);
+        if (k < 0 || k >= OIP_ERRMAX)
+            return;
+        if (room > 0)
+            snprintf(err + k, OIP_ERRMAX - (size_t)k, "its old tokens stay "
+                     "until answered: send at most %lld with sequence_start, "
+                     "or as many as the cache holds after DELETE "
+                     "/v2/sequences/{id} or without sequence_start at "
+                     "sequence_position 0", room);
+        else
+            snprintf(err + k, OIP_ERRMAX - (size_t)k, "its old tokens fill "
+                     "the cache until it is answered: send at most %lld "
+                     "after DELETE /v2/sequences/{id}, or without "
+                     "sequence_start at sequence_position 0", cap);
         return;
     }
     /* the id and the name to their first 60 bytes: whole (up to 128
@@ -343,17 +382,6 @@ static void whole_cache_msg(char *err, const srv_step *st, int t, size_t need)
                  "fill: no retry can take a token more; end it, or send a "
                  "step at a sequence_position below %d to replace tokens (or "
                  "raise --kv-bytes)", len, len);
-}
-
-/* restart_held: the bytes of K/V a restart (a start of a live sequence)
- * leaves held in its own pool until it is answered: the old cache's, in
- * the pool the new one comes from; 0 for any other step. */
-static size_t restart_held(const srv_step *st)
-{
-    const srv_seq *l = st->seq;
-    return st->start && l->live && l->kv.pool == st->kv->pool
-               ? attn_kv_bytes(&l->kv)
-               : 0;
 }
 
 int srv_seq_bind(srv_step *st, size_t *mem, char *err)

@@ -446,6 +446,32 @@ START_TEST(failed_restart_keeps_the_old_one)
                      "replace the old ones in place)");
     after = take_snap("r", M1, 0);
     assert_same(&before, &after);
+    job_free(b);
+
+    /* 40 tokens alone exceed the whole cache (32): the advice counts the
+     * old 2 pages (8 tokens) it keeps beside them, so 24 with
+     * sequence_start (it said "send at most 32", which the paragraph
+     * above refuses), and says how to send up to the whole cache */
+    b = job(M1, 40, "\"sequence_id\":\"r\",\"sequence_start\":true");
+    submit(b);
+    ck_assert_int_eq(launch(b), 400);
+    ck_assert_str_eq(b->msg, "sequences: the restart of sequence 'r' with 40 "
+                     "tokens exceeds the whole K/V cache of model 'm1' (1024 "
+                     "bytes, kv-bytes: 32 tokens): no retry can take it; its "
+                     "old tokens stay until answered: send at most 24 with "
+                     "sequence_start, or as many as the cache holds after "
+                     "DELETE /v2/sequences/{id} or without sequence_start at "
+                     "sequence_position 0");
+    after = take_snap("r", M1, 0);
+    assert_same(&before, &after);
+    /* as it says: 24 with sequence_start fit beside the old 8 */
+    job_free(b);
+    b = job(M1, 24, "\"sequence_id\":\"r\",\"sequence_start\":true");
+    submit(b);
+    ck_assert_int_eq(launch(b), 0);
+    end(b, 0);
+    after = take_snap("r", M1, 0);
+    assert_same(&before, &after);
 
     c = job(M1, 2, "\"sequence_id\":\"r\",\"sequence_start\":true");
     submit(c);
