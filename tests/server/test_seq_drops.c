@@ -111,6 +111,21 @@ START_TEST(whole_cache_advice_fits_long_names)
     ck_assert_str_eq(b->msg, want);
     ck_assert_int_eq(length(id), 32);
     job_free(b);
+    /* its restart of 33 tokens: its old ones fill the cache, so none fit
+     * beside them with sequence_start (it was told "send at most 32") */
+    snprintf(p, sizeof p, "\"sequence_id\":\"%s\",\"sequence_start\":true", id);
+    b = job(M1, 33, p);
+    submit(b);
+    ck_assert_int_eq(launch(b), 400);
+    snprintf(want, sizeof want, "sequences: the restart of sequence '%.60s' "
+             "with 33 tokens exceeds the whole K/V cache of model '%.60s' "
+             "(1024 bytes, kv-bytes: 32 tokens): no retry can take it; its "
+             "old tokens fill the cache until it is answered: send at most 32 "
+             "after DELETE /v2/sequences/{id}, or without sequence_start at "
+             "sequence_position 0", id, M1->name);
+    ck_assert_str_eq(b->msg, want);
+    ck_assert_int_eq(length(id), 32);
+    job_free(b);
 }
 END_TEST
 
