@@ -189,8 +189,12 @@ function gone(why, draining = false) {
 // every WATCH_MS. Only while the tab is shown (a hidden one asks as it
 // comes back, which also finds a restart or an unload) and never beside
 // a step on its way; one request at a time; an answer it cannot read (no
-// connection, 5xx, 401) asks again WATCH_MS later.
+// connection, 5xx, 401) asks again WATCH_MS later. However long the
+// server's limit (60 s by default, up to a day), it asks at least every
+// WATCH_MAX_MS, so a sequence gone for another reason (deleted by another
+// client, the server restarted, its model unloaded) says so within that.
 const WATCH_MS = 5000;
+const WATCH_MAX_MS = 15000;
 let watchTimer = null;
 
 const sweepMs = (limit) => Math.min(1000, Math.max(10, limit / 4));
@@ -200,7 +204,7 @@ function watch(ms) {
   watchTimer = null;
   if (!seq || !seq.live) return;
   if (ms === undefined) ms = seq.dueAt === undefined ? WATCH_MS : Math.max(0, seq.dueAt - performance.now()) + sweepMs(seq.limit) + 50;
-  watchTimer = setTimeout(checkLive, ms);
+  watchTimer = setTimeout(checkLive, Math.min(ms, WATCH_MAX_MS));
 }
 
 function stopWatch() {
