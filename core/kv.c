@@ -26,6 +26,9 @@ struct attn_kv_pool {
     int n_free;
     int low;              /* the least n_free since the last shed: the
                              pages free[0 .. low) were not wanted since */
+    size_t peak;          /* the most used + kept since the last
+                             attn_kv_pool_held (it rises only as pages are
+                             allocated) */
 };
 
 static size_t elem_bytes(attn_kv_dtype d)
@@ -116,6 +119,25 @@ size_t attn_kv_pool_used(const attn_kv_pool *p)
     size_t u = p->used;
     pthread_mutex_unlock(&m->mu);
     return u;
+}
+
+size_t attn_kv_pool_kept(const attn_kv_pool *p)
+{
+    attn_kv_pool *m = (attn_kv_pool *)p;
+    pthread_mutex_lock(&m->mu);
+    size_t k = (size_t)p->n_free * p->fmt.bytes;
+    pthread_mutex_unlock(&m->mu);
+    return k;
+}
+
+size_t attn_kv_pool_held(attn_kv_pool *p, size_t *peak)
+{
+    pthread_mutex_lock(&p->mu);
+    size_t h = p->used + (size_t)p->n_free * p->fmt.bytes;
+    *peak = p->peak > h ? p->peak : h;
+    p->peak = h;
+    pthread_mutex_unlock(&p->mu);
+    return h;
 }
 
 size_t attn_kv_pool_shed(attn_kv_pool *p)
@@ -220,6 +242,10 @@ int attn_kv_reserve(attn_kv *kv, int t, char *err)
         kv->pages[kv->n_pages++] = p->free[--p->n_free];
     if (p->n_free < p->low)
         p->low = p->n_free;
+    /* the pages still missing are allocated below, counted in used now */
+    size_t held = p->used + (size_t)p->n_free * p->fmt.bytes;
+    if (held > p->peak)
+        p->peak = held;
     pthread_mutex_unlock(&p->mu);
     while (kv->n_pages < need) {
         void *pg = aligned_alloc(64, (p->fmt.bytes + 63) / 64 * 64);

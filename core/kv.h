@@ -78,6 +78,15 @@ void attn_kv_pool_destroy(attn_kv_pool *p);
  * thread. */
 size_t attn_kv_pool_shed(attn_kv_pool *p);
 
+/* attn_kv_pool_kept: bytes of the pages kept for reuse (freed by
+ * sequences, not yet shed): memory the process holds that
+ * attn_kv_pool_used does not count and malloc_trim cannot give back.
+ * attn_kv_pool_held: bytes of every page the pool holds (used + kept) and,
+ * in *peak, the most it held since the previous call (or the pool's
+ * creation), a rise and fall between two calls included. Any thread. */
+size_t attn_kv_pool_kept(const attn_kv_pool *p);
+size_t attn_kv_pool_held(attn_kv_pool *p, size_t *peak);
+
 /* Bytes of pages held by sequences now; the budget; one page; one token. */
 size_t attn_kv_pool_used(const attn_kv_pool *p);
 size_t attn_kv_pool_budget(const attn_kv_pool *p);

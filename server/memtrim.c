@@ -19,21 +19,25 @@
  *     freed is kept 5 to 10 s, which a sequence ending and another
  *     starting reuse, then given back;
  *   - held = bytes of memory-budget in use + retained maps + K/V pages of
- *     every model's pools; peak = the most held since the last trim (the
- *     budget's part followed at every take, srv_mem_note_peak, the rest
- *     read each tick). When peak - held (+ pages shed, + weights of an
- *     instance freed, srv_memtrim_note) reaches TRIM_MIN_BYTES and the
- *     last tick's own peak rose less than a quarter of that above held
- *     (the burst is over: under steady load the memory is reused, and
- *     giving it back would fault it in again at ~3 us a KiB), malloc_trim(0)
- *     runs on a libuv pool thread: every arena's free pages go back
- *     (madvise), not only their tops. Under a load that never quiets, it
- *     runs once TRIM_LATEST_TICKS ticks have passed with that much to give.
+ *     every model's pools, those kept for reuse included (they are still
+ *     malloc's, not free: a trim cannot give them back, and they leave
+ *     held only when shed or freed past the pool's keep); peak = the most
+ *     held since the last trim (the budget's part followed at every take,
+ *     srv_mem_note_peak, the pools' at every page allocated,
+ *     attn_kv_pool_held, the maps' read each tick). When peak - held (+
+ *     weights of an instance freed, srv_memtrim_note) reaches
+ *     TRIM_MIN_BYTES and the last tick's own fall, the pages it shed
+ *     aside, was under a quarter of that (the burst is over: under steady
+ *     load the memory is reused, and giving it back would fault it in
+ *     again at ~3 us a KiB), malloc_trim(0) runs on a libuv pool thread:
+ *     every arena's free pages go back (madvise), not only their tops.
+ *     Under a load that never quiets, it runs once TRIM_LATEST_TICKS
+ *     ticks have passed with that much to give.
  *
  * So after a burst, what was freed is resident at most ~TICK_MS (a drop
  * seen at the next tick, trimmed there), K/V pages kept for reuse ~SHED
- * plus a tick. attnd_memory_trims_total and attnd_memory_trim_seconds_total count
- * the trims and their time. Loop thread (srv_memtrim_note: any).
+ * plus a tick. attnd_memory_trims_total and attnd_memory_trim_seconds_total
+ * count the trims and their time. Loop thread (srv_memtrim_note: any).
  */
 #include "server/srv.h"
 
@@ -70,19 +74,35 @@ static size_t each_pool(srv *s, size_t (*fn)(attn_kv_pool *))
     return sum;
 }
 
-static size_t pool_used(attn_kv_pool *p)
+/* pools: the bytes of K/V pages every pool holds (sequences' and those
+ * kept for reuse: malloc_trim can give back neither), and in *peak the
+ * most they held since the last call (a sequence's pages taken and freed
+ * between two ticks included). */
+static size_t pools(srv *s, size_t *peak)
 {
-    return attn_kv_pool_used(p);
+    size_t sum = 0, pk;
+    *peak = 0;
+    for (srv_entry *e = s->models; e; e = e->next) {
+        if (e->inst && e->inst->kv_pool) {
+            sum += attn_kv_pool_held(e->inst->kv_pool, &pk);
+            *peak += pk;
+        }
+        for (srv_inst *in = e->retired; in; in = in->rnext)
+            if (in->kv_pool) {
+                sum += attn_kv_pool_held(in->kv_pool, &pk);
+                *peak += pk;
+            }
+    }
+    return sum;
 }
 
-/* others: what held counts besides the memory-budget. */
-static size_t others(srv *s)
+static size_t maps_held(srv *s)
 {
     size_t maps = 0, max_bytes, n;
     uint64_t evicted;
     if (s->maps)
         maps_stats(s->maps, &maps, &max_bytes, &n, &evicted);
-    return maps + each_pool(s, pool_used);
+    return maps;
 }
 
 static void trim_work(uv_work_t *w)
@@ -105,22 +125,29 @@ static void trim_done(uv_work_t *w, int status)
 static void tick(uv_timer_t *t)
 {
     srv *s = t->data;
-    size_t o = others(s), held = s->mem_used + o;
-    size_t tick_peak = s->mem_tick_peak + (o > s->others_last ? o : s->others_last);
-    size_t give, recent;
-    s->others_last = o;
+    size_t shed = 0, kv_peak, kv, maps, held, tick_peak, give, recent;
+    if (++s->shed_ticks >= SHED_TICKS) { /* before held is read: its fall */
+        s->shed_ticks = 0;
+        shed = each_pool(s, attn_kv_pool_shed);
+    }
+    kv = pools(s, &kv_peak);
+    maps = maps_held(s);
+    held = s->mem_used + maps + kv;
+    /* the pools' own peak since the last tick (shed pages included: they
+     * were held until now); maps' is read at ticks only */
+    tick_peak = s->mem_tick_peak + (maps > s->others_last ? maps : s->others_last) +
+                kv_peak;
+    s->others_last = maps;
     s->mem_tick_peak = s->mem_used;
     if (tick_peak > s->held_peak)
         s->held_peak = tick_peak;
-    if (++s->shed_ticks >= SHED_TICKS) {
-        s->shed_ticks = 0;
-        srv_memtrim_note(each_pool(s, attn_kv_pool_shed));
-    }
     if (s->trimming || s->draining)
         return;
     give = s->held_peak - (held < s->held_peak ? held : s->held_peak) +
            atomic_load(&noted);
-    recent = tick_peak > held ? tick_peak - held : 0;
+    /* the last tick's own fall, but for the shed: pages no sequence took
+     * for 5 s or more are no burst still ending */
+    recent = tick_peak > held + shed ? tick_peak - held - shed : 0;
     if (give < TRIM_MIN_BYTES) {
         s->trim_wait = 0;
         return;

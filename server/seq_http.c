@@ -118,6 +118,17 @@ static size_t kv_used(const srv_entry *e)
     return n;
 }
 
+/* kv_kept: the bytes of e's K/V pages kept for reuse, in every pool. */
+static size_t kv_kept(const srv_entry *e)
+{
+    const srv_inst *in;
+    size_t n = e->inst && e->inst->kv_pool ? attn_kv_pool_kept(e->inst->kv_pool)
+                                           : 0;
+    for (in = e->retired; in; in = in->rnext)
+        n += in->kv_pool ? attn_kv_pool_kept(in->kv_pool) : 0;
+    return n;
+}
+
 /* srv_seq_metrics_text: per weight-set model: live sequences, K/V bytes
  * used and the budget, sequences started, ended, dropped by reason. */
 char *srv_seq_metrics_text(srv *s)
@@ -143,6 +154,13 @@ char *srv_seq_metrics_text(srv *s)
         if (!e->inst || !e->inst->builtin)
             fprintf(f, "attnd_kv_bytes{model=\"%s\",version=\"1\"} %zu\n", e->name,
                     kv_used(e));
+    FAMILY("attnd_kv_kept_bytes", "gauge",
+           "K/V pages sequences of the model freed, kept for reuse (resident, "
+           "not in attnd_kv_bytes) until no sequence took them for 5 s.");
+    for (e = s->models; e; e = e->next)
+        if (!e->inst || !e->inst->builtin)
+            fprintf(f, "attnd_kv_kept_bytes{model=\"%s\",version=\"1\"} %zu\n",
+                    e->name, kv_kept(e));
     FAMILY("attnd_kv_bytes_limit", "gauge", "K/V cache budget per model (kv-bytes).");
     for (e = s->models; e; e = e->next)
         if (!e->inst || !e->inst->builtin)

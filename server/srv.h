@@ -448,7 +448,7 @@ struct srv {
     uv_timer_t trim_timer;
     uv_work_t trim_work;
     size_t mem_tick_peak;  /* the most mem_used since the last tick */
-    size_t others_last;    /* maps + K/V pages at the last tick */
+    size_t others_last;    /* retained maps' bytes at the last tick */
     size_t held_peak;      /* the most held since the last trim */
     int shed_ticks, trim_wait, trimming;
     uint64_t trims, trim_ns, trim_ns_total;

@@ -104,6 +104,51 @@ START_TEST(pool_shed_keeps_reused)
 }
 END_TEST
 
+/* attn_kv_pool_held counts the pages kept for reuse with those sequences
+ * hold (malloc cannot give either back), falls only when pages are really
+ * freed (past FREE_KEEP, or shed), and its peak sees a rise and fall
+ * between two calls. */
+START_TEST(pool_held_counts_kept)
+{
+    attn_config c = {.d_model = 8, .n_heads = 4, .n_kv_heads = 2,
+                     .head_dim = 4, .v_head_dim = 2};
+    attn_kv_pool *p;
+    char err[ATTN_ERRMAX];
+    size_t peak;
+    ck_assert_int_eq(attn_kv_pool_create(&p, &c, ATTN_KV_F32, 4, 400 * 192, err),
+                     0);
+    attn_kv a, b;
+    attn_kv_init(&a, p);
+    attn_kv_init(&b, p);
+    ck_assert_uint_eq(attn_kv_pool_held(p, &peak), 0);
+    ck_assert_uint_eq(peak, 0);
+    ck_assert_int_eq(attn_kv_reserve(&a, 12, err), 0); /* 3 pages */
+    attn_kv_free(&a);                                  /* kept: 3 */
+    ck_assert_uint_eq(attn_kv_pool_used(p), 0);
+    ck_assert_uint_eq(attn_kv_pool_kept(p), 3 * 192);
+    ck_assert_uint_eq(attn_kv_pool_held(p, &peak), 3 * 192);
+    ck_assert_uint_eq(peak, 3 * 192);
+    ck_assert_int_eq(attn_kv_reserve(&a, 8, err), 0); /* reuses 2 kept */
+    ck_assert_uint_eq(attn_kv_pool_held(p, &peak), 3 * 192);
+    ck_assert_uint_eq(peak, 3 * 192);
+    attn_kv_free(&a);
+    /* 300 pages, then all freed: 256 kept, 44 freed; the peak saw 300 */
+    ck_assert_int_eq(attn_kv_reserve(&b, 1200, err), 0);
+    attn_kv_free(&b);
+    ck_assert_uint_eq(attn_kv_pool_kept(p), 256 * 192);
+    ck_assert_uint_eq(attn_kv_pool_held(p, &peak), 256 * 192);
+    ck_assert_uint_eq(peak, 300 * 192);
+    ck_assert_uint_eq(attn_kv_pool_held(p, &peak), 256 * 192);
+    ck_assert_uint_eq(peak, 256 * 192); /* since the call before */
+    ck_assert_uint_eq(attn_kv_pool_shed(p), 0);
+    ck_assert_uint_eq(attn_kv_pool_shed(p), 256 * 192);
+    ck_assert_uint_eq(attn_kv_pool_kept(p), 0);
+    ck_assert_uint_eq(attn_kv_pool_held(p, &peak), 0);
+    ck_assert_uint_eq(peak, 256 * 192);
+    attn_kv_pool_destroy(p);
+}
+END_TEST
+
 /* Stored halves read back as the IEEE values (independent of the code:
  * known bit patterns), rounding to nearest even. */
 START_TEST(pool_half_roundtrip)
@@ -257,6 +302,7 @@ static Suite *kv_pool_suite(void)
     tcase_add_checked_fixture(tc, tu_exec_setup, tu_exec_teardown);
     tcase_add_test(tc, pool_budget_reserve_trim_free);
     tcase_add_test(tc, pool_shed_keeps_reused);
+    tcase_add_test(tc, pool_held_counts_kept);
     tcase_add_test(tc, pool_half_roundtrip);
     tcase_add_test(tc, pool_f16_subnormals);
     tcase_add_test(tc, pool_f16_overflow_edge);
