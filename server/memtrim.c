@@ -37,7 +37,9 @@
  * So after a burst, what was freed is resident at most ~TICK_MS (a drop
  * seen at the next tick, trimmed there), K/V pages kept for reuse ~SHED
  * plus a tick. attnd_memory_trims_total and attnd_memory_trim_seconds_total
- * count the trims and their time. Loop thread (srv_memtrim_note: any).
+ * count the trims and their time; attnd_memory_trim_running is 1 while one
+ * is queued or runs on the pool (attnd_pool_jobs counts request work
+ * only). Loop thread (srv_memtrim_note: any).
  */
 #include "server/srv.h"
 

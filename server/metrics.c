@@ -314,8 +314,14 @@ void srv_h_metrics(srv_req *r)
                 "# HELP attnd_memory_trim_seconds_total Time those trims took "
                 "on a pool thread.\n"
                 "# TYPE attnd_memory_trim_seconds_total counter\n"
-                "attnd_memory_trim_seconds_total %.6f\n",
-            (unsigned long long)s->trims, (double)s->trim_ns_total / 1e9);
+                "attnd_memory_trim_seconds_total %.6f\n"
+                "# HELP attnd_memory_trim_running 1 while a trim is queued on "
+                "the compute pool or runs there, holding one of its threads "
+                "(attnd_pool_jobs does not count it).\n"
+                "# TYPE attnd_memory_trim_running gauge\n"
+                "attnd_memory_trim_running %d\n",
+            (unsigned long long)s->trims, (double)s->trim_ns_total / 1e9,
+            s->trimming);
     {
         int lingering;
         unsigned long long kept, cut;

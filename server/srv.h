@@ -450,7 +450,8 @@ struct srv {
     size_t mem_tick_peak;  /* the most mem_used since the last tick */
     size_t others_last;    /* retained maps' bytes at the last tick */
     size_t held_peak;      /* the most held since the last trim */
-    int shed_ticks, trim_wait, trimming;
+    int shed_ticks, trim_wait;
+    int trimming;          /* a trim queued on the pool or running */
     uint64_t trims, trim_ns, trim_ns_total;
     long long mem_limit;   /* memfit.c: the cgroup's memory limit, 0 = none */
     char mem_limit_file[256]; /* the file it was read from */

@@ -18,6 +18,8 @@ async function metricOf(d, re) {
 const trims = (d) => metricOf(d, /^attnd_memory_trims_total (\d+)$/m);
 const kvBytes = (d) => metricOf(d, /^attnd_kv_bytes\{model="demo",version="1"\} (\d+)$/m);
 const kept = (d) => metricOf(d, /^attnd_kv_kept_bytes\{model="demo",version="1"\} (\d+)$/m);
+const running = (d) => metricOf(d, /^attnd_memory_trim_running (\d+)$/m);
+const poolJobs = (d) => metricOf(d, /^attnd_pool_jobs (\d+)$/m);
 const sleep = (ms) => new Promise((res) => setTimeout(res, ms));
 
 /** Polls fn until it returns true; bounded for a hang only. */
@@ -95,6 +97,44 @@ test('K/V pages kept for reuse are not counted as freed: the trim comes once the
   // the shed, they would still be kept here
   assert.equal(await kept(d), 0, 'a trim ran while the deleted pages were kept');
   assert.equal(await trims(d), 1);
+  await d.stop();
+});
+
+// A trim runs on a pool thread: queued behind request work (one thread,
+// busy with a long sdpa request), it waits there, and an operator sees it
+// in attnd_memory_trim_running; attnd_pool_jobs counts request work only.
+test('a trim queued on the pool shows in attnd_memory_trim_running until it has run', async (t) => {
+  const d = await start({ t, args: ['--kv-bytes', String(64 << 20), '--threads', '1', '--inline-conns', '0'] });
+  assert.equal(await running(d), 0);
+  // 48 sequences of 960 tokens: 720 pages, 464 freed past the 256 kept
+  for (let i = 0; i < 48; i++) await step(d, `r${i}`, 960, true);
+  // sdpa over T = 32768 rows (~275 GFLOP, seconds on one thread), its
+  // client cancelling once the trim is seen
+  const T = 32768, D = 64;
+  const rows = Buffer.alloc(T * D * 4);
+  for (let i = 0; i < T * D; i++) rows.writeFloatLE(((i * 7919) % 1000) / 1000, i * 4);
+  const { body, headerLen } = binaryRequest({
+    inputs: ['q', 'k', 'v'].map((name) => ({ name, datatype: 'FP32', shape: [T, D], parameters: { binary_data_size: T * D * 4 } })),
+    outputs: [{ name: 'output', parameters: { binary_data: true } }],
+  }, [rows, rows, rows]);
+  const ac = new AbortController();
+  const big = fetch(`${d.url}/v2/models/sdpa/infer`, {
+    method: 'POST', body, signal: ac.signal,
+    headers: { 'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': String(headerLen) },
+  }).then((r) => r.arrayBuffer()).catch(() => null);
+  // its batch runs: inputs and output held (4 x 8 MiB of the budget)
+  await until(async () => (await metricOf(d, /^attnd_memory_budget_used_bytes (\d+)$/m)) >= 4 * T * D * 4,
+    "the sdpa request's batch never ran");
+  assert.ok(await poolJobs(d) >= 1);
+  for (let i = 0; i < 48; i++) await del(d, `r${i}`);
+  await until(async () => (await running(d)) === 1, 'attnd_memory_trim_running never 1');
+  const jobs = await poolJobs(d);
+  assert.equal(await trims(d), 0);
+  ac.abort(); // its remaining tiles are skipped; the trim then runs
+  await big;
+  await until(async () => (await trims(d)) >= 1, 'the queued trim never ran');
+  await until(async () => (await running(d)) === 0, 'attnd_memory_trim_running stayed 1 after the trim');
+  assert.ok(jobs >= 1 && jobs <= 2, `attnd_pool_jobs ${jobs}: the request's work, not the trim`);
   await d.stop();
 });
 
