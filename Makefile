@@ -275,7 +275,7 @@ check-deploy: deps-test $(DEPLOY_NPM) $(if $(HAVE_ATTND),$(ATTND))
 	$(if $(HAVE_ATTND),ATTND_BIN=$(ATTND) timeout -k 10 $(FAILOVER_TIMEOUT) \
 	    node tests/deploy/stop.mjs)
 # bench-memory: resident memory through a burst of sequences and after
-# their deletes, steps and churn a second (bench/mem_burst.py); PEER=an
+# their deletes, steps, churn and refill a second (bench/mem_burst.py); PEER=an
 # other attnd build (the one before a change) runs alternately beside it.
 # Not part of `bench` (two daemons, two rounds each: ~3 minutes).
 .PHONY: bench-memory

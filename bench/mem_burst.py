@@ -19,7 +19,11 @@ Then, over 4 keep-alive connections with binary tensors:
            started and ended (sequence_end), CHURN: sequences a second
            (their pages reused);
   delete   every sequence DELETEd (attnd_kv_bytes 0): VmRSS at once, then
-           1, 2, 5 and 12 s later, and the peak (VmHWM).
+           1, 2, 5 and 12 s later, and the peak (VmHWM);
+  refill   a quarter of SEQS sequences of TOKENS tokens started again:
+           sequences a second (after a trim their pages fault in anew,
+           without one malloc's freed memory is reused), then 32 of them
+           STEPS one-token steps each: steps a second.
 
 Prints one line per binary and round; bounded (timeouts, the daemon is
 killed at the end). Memory is this script's to measure: tests assert the
@@ -153,6 +157,17 @@ def one(attnd, a):
         out["hwm"] = status(p.pid, "VmHWM")
         out["trims"] = metric(port, "attnd_memory_trims_total")
         out["trim_s"] = metric(port, "attnd_memory_trim_seconds_total")
+
+        def refill(c, i):
+            for k in range(per // 4):
+                post(c, f"r{i}-{k}", a.tokens, start=True)
+        out["refill_s"] = per // 4 * 4 / run_threads(port, 4, refill)
+
+        def steps2(c, i):
+            for _ in range(a.steps):
+                for k in range(8):
+                    post(c, f"r{i}-{k}", 1)
+        out["steps2_s"] = 32 * a.steps / run_threads(port, 4, steps2)
         return out
     finally:
         p.kill()
@@ -182,7 +197,8 @@ def main():
                   f"{o['steps_s']:.0f}/s, churn {o['churn_s']:.0f} seq/s; "
                   f"deleted (kv {o['kv_after']:.0f}): {o['del0']:.1f} at once, "
                   f"{o['del1']:.1f} 1 s, {o['del2']:.1f} 2 s, {o['del5']:.1f} "
-                  f"5 s, {o['del12']:.1f} 12 s; peak {o['hwm']:.1f} MiB{trims}",
+                  f"5 s, {o['del12']:.1f} 12 s; peak {o['hwm']:.1f} MiB{trims}; "
+                  f"refill {o['refill_s']:.0f} seq/s, steps {o['steps2_s']:.0f}/s",
                   flush=True)
 
 
