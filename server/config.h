@@ -86,8 +86,8 @@
     X(max_connections, "max-connections", INT, 1024, 1, 100000,               \
       "open connection limit, REST and gRPC together")                       \
     X(conn_timeout_s, "connection-timeout", INT, 60, 0, 86400,                \
-      "idle connection timeout (s; 0 = none); a REST client reading an "    \
-      "answer is not idle while it takes more of it")                        \
+      "idle connection timeout (s; 0 = none); a client reading an answer "  \
+      "(REST or gRPC) is not idle while it takes more of it")                \
     X(max_conn_per_ip, "max-connections-per-ip", INT, 64, 0, 100000,          \
       "open connections one client address may hold, REST and gRPC "       \
       "together (0 = no limit; raise it behind a proxy)")                    \

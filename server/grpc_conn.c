@@ -55,6 +55,8 @@ static void on_written(uv_write_t *req, int status)
     wreq *w = (wreq *)req;
     gconn *c = w->c;
     c->wpending -= w->len;
+    if (status >= 0)
+        c->written += w->len;
     srv_mem_give(c->g->s, w->len);
     free(w->buf);
     free(w);
@@ -331,16 +333,40 @@ static void close_conn(gconn *c)
     }
 }
 
+/* taking: is c's client still taking its answers (bytes attnd wrote that
+ * it has not acknowledged yet, or not written yet), and has it taken
+ * more of them (acknowledged: SIOCOUTQ fell) since the idle timer last
+ * ran? A client reading a large answer slowly sends nothing when its
+ * window is wide enough: it is not idle while it takes bytes. */
+static int taking(gconn *c)
+{
+    uv_os_fd_t fd = -1;
+    int q = -1;
+    uint64_t took;
+    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
+        q = srv_sock_unacked(fd); /* linger.c */
+    if (q < 0)
+        return 0;
+    took = c->written - (uint64_t)q;
+    if (took == c->took || (!q && !c->wpending))
+        return 0; /* nothing taken since, or nothing left to take */
+    c->took = took;
+    return 1;
+}
+
 /* on_idle_timeout: no byte for --connection-timeout seconds: a connection
  * with no call open gets GOAWAY and closes (flush closes it once written);
- * one with a call open (a stream between steps) stays. */
+ * one with a call open (a stream between steps) stays, as does one whose
+ * client took more of its answers since the timer last ran (taking): it
+ * goes once a whole connection-timeout passes in which it neither sends
+ * nor takes a byte. */
 static void on_idle_timeout(uv_timer_t *t)
 {
     gconn *c = t->data;
     srv *s = c->g->s;
     if (c->closing)
         return;
-    if (c->calls) {
+    if (c->calls || taking(c)) {
         uv_timer_start(&c->idle, on_idle_timeout,
                        (uint64_t)s->cfg.conn_timeout_s * 1000u, 0);
         return;

@@ -207,6 +207,9 @@ struct gconn {
     int shut_done;       /* then: its shutdown (FIN) was made */
     int in_flush, closing;
     size_t wpending;     /* bytes handed to uv_write, not yet written */
+    uint64_t written;    /* bytes uv_write has written (to the kernel) */
+    uint64_t took;       /* of them, its client had acknowledged as many
+                            when the idle timer last ran (taking) */
     size_t queued;       /* answer bytes queued in its calls, not yet sent,
                             and their slots' (queue_chunk) */
     size_t unconsumed;   /* DATA bytes of streams gone, not yet given back */

@@ -10,14 +10,16 @@
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import { test } from 'node:test';
-import { NEXT, SLOW, answers, jsonLen, restAttention, start } from './helper.mjs';
+import { NEXT, SLOW, answers, f32bytes, jsonLen, restAttention, start } from './helper.mjs';
+import { INFER } from './soak_grpc.mjs';
+import { frame, h2frame, ld, lit, packedI64, str } from '../grpc/wire.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const T = 600; // a 600 x 600 FP32 map: 1.44 MB, all of it in the kernels at once
 
-/** reader(d): a raw client, paused: it reads only what take(n) asks. */
-function reader(t, d) {
-  const sock = net.connect({ port: d.port, host: '127.0.0.1', allowHalfOpen: true, readableHighWaterMark: 16384 });
+/** reader(t, d[, sock]): a raw client (to d's REST port, or sock),
+ * paused: it reads only what take(n) asks. */
+function reader(t, d, sock = net.connect({ port: d.port, host: '127.0.0.1', allowHalfOpen: true, readableHighWaterMark: 16384 })) {
   const chunks = [];
   let error = null, ended = false;
   sock.on('error', (e) => { error = e.code || e.message; });
@@ -135,5 +137,101 @@ test('REST: a client that stops reading its answer is closed header-timeout afte
   const got = answers(Buffer.concat(c.chunks));
   assert.equal(got.all.length, 1, `${c.got()} bytes came`);
   assert.equal(got.all[0].body.length - jsonLen(got.all[0].head), T * T * 4, 'what the kernel held came whole');
+  await d.stop();
+});
+
+/**
+ * h2reader(t, port, window): a raw HTTP/2 client with window as its stream
+ * and connection receive windows (2^31-1: it never needs to send a
+ * WINDOW_UPDATE, so while it reads it sends nothing), paused: it reads
+ * only what take(n) asks. call(id, msg) sends one gRPC call on stream id;
+ * frames() parses what came.
+ */
+function h2reader(t, port) {
+  const sock = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true, readableHighWaterMark: 16384 });
+  const settings = Buffer.alloc(6);
+  settings.writeUInt16BE(4, 0); // SETTINGS_INITIAL_WINDOW_SIZE
+  settings.writeUInt32BE(0x7fffffff, 2);
+  const more = Buffer.alloc(4); // the connection's window, past its 65535
+  more.writeUInt32BE(0x7fffffff - 65535, 0);
+  sock.write(Buffer.concat([Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), h2frame(4, 0, 0, settings), h2frame(8, 0, 0, more)]));
+  const r = reader(t, null, sock);
+  r.call = (id, msg) => {
+    const head = Buffer.concat([lit(':method', 'POST'), lit(':scheme', 'http'), lit(':path', INFER),
+      lit(':authority', 'x'), lit('content-type', 'application/grpc'), lit('te', 'trailers')]);
+    const body = frame(msg), data = [];
+    for (let i = 0; i < body.length; i += 16384)
+      data.push(h2frame(0, i + 16384 >= body.length ? 1 : 0, id, body.subarray(i, i + 16384)));
+    sock.write(Buffer.concat([h2frame(1, 4, id, head), ...data]));
+  };
+  r.frames = () => {
+    const all = Buffer.concat(r.chunks), out = [];
+    for (let i = 0; i + 9 <= all.length && i + 9 + all.readUIntBE(i, 3) <= all.length; i += 9 + all.readUIntBE(i, 3))
+      out.push({ type: all[i + 3], flags: all[i + 4], id: all.readUInt32BE(i + 5) & 0x7fffffff, len: all.readUIntBE(i, 3) });
+    return out;
+  };
+  r.done = (id) => r.frames().some((f) => f.id === id && f.type === 1 && (f.flags & 1));
+  r.data = (id) => r.frames().filter((f) => f.id === id && f.type === 0).reduce((n, f) => n + f.len, 0);
+  return r;
+}
+
+/** attention(t): an sdpa ModelInferRequest over t tokens (d 1) asking
+ * for the attention map: a t x t FP32 answer. */
+function attention(t) {
+  const x = f32bytes(Array.from({ length: t }, (_, i) => (i % 7) * 0.1));
+  return Buffer.concat([str(1, 'sdpa'),
+    ...['q', 'k', 'v'].map((n) => ld(5, Buffer.concat([str(1, n), str(2, 'FP32'), packedI64(3, [t, 1])]))),
+    ld(6, str(1, 'attention')), ld(7, x), ld(7, x), ld(7, x)]);
+}
+
+test('gRPC: a client reading its large answer at a slow, steady pace for longer than connection-timeout (sending nothing: its window is wide) is not sent away under it; its next call on the connection is answered', { timeout: 120000 * SLOW }, async (t) => {
+  // before: the connection's idle timer ran from the last byte attnd
+  // read (the call), not from the client's last read: connection-timeout
+  // after it, the answer handed to the kernel and the call over, attnd
+  // sent GOAWAY and closed while the client was still taking the answer;
+  // the call it sent once it had read it was never answered
+  const H = 2 * SLOW;
+  const d = await start({ t, grpc: true, args: ['--connection-timeout', String(H), '--header-timeout', String(10 * H)] });
+  const c = h2reader(t, d.grpcPort);
+  c.call(1, attention(T));
+  assert.match(await d.logged(/ModelInfer 200/), /ModelInfer 200/);
+  // the answer over about 2.5 connection-timeouts, a step every 100 ms (a
+  // pace, not a measure: a stall of this client shorter than
+  // connection-timeout is no harm)
+  const step = Math.ceil((T * T * 4) / (H * 25));
+  const until = Date.now() + 60000 * SLOW; // a hang's bound
+  while (Date.now() < until && !c.ended() && !c.error() && !c.done(1)) {
+    await sleep(100);
+    c.take(step);
+  }
+  assert.ok(c.done(1), `the first call's trailers came: ${c.got()} bytes`);
+  assert.equal(c.data(1), 5 + T * T * 4 + 38, 'its answer came whole');
+  c.call(3, attention(4));
+  while (Date.now() < until && !c.ended() && !c.error() && !c.done(3)) {
+    await sleep(20);
+    c.take(1 << 20);
+  }
+  assert.ok(!c.frames().some((f) => f.type === 7), `no GOAWAY: ${JSON.stringify(c.frames().filter((f) => f.type !== 0))}\n${d.log().slice(-600)}`);
+  assert.ok(c.done(3), 'the next call was answered');
+  await d.stop();
+});
+
+test('gRPC: a client that reads none of its answer is still sent away, connection-timeout after its last byte', { timeout: 60000 * SLOW }, async (t) => {
+  const d = await start({ t, grpc: true, args: ['--connection-timeout', '1'] });
+  const c = h2reader(t, d.grpcPort);
+  c.call(1, attention(T));
+  assert.match(await d.logged(/ModelInfer 200/), /ModelInfer 200/);
+  c.take(1000); // a little of it, then nothing
+  // attnd's close: the connection leaves its count (what it wrote still
+  // waits in the kernels, the socket lingering)
+  const open = async () => /\nattnd_grpc_open_connections (\d+)\n/.exec(await (await fetch(`${d.url}/metrics`)).text())[1];
+  for (const until = Date.now() + 10000 * SLOW; Date.now() < until && await open() !== '0';) await sleep(100);
+  assert.equal(await open(), '0', `closed\n${(await (await fetch(`${d.url}/metrics`)).text()).match(/^attnd_(grpc|open|lingering|memory).*$/mg).join('\n')}`);
+  c.sock.on('end', () => c.sock.end());
+  c.sock.on('data', (x) => c.chunks.push(x));
+  c.sock.resume();
+  assert.equal(await c.closed, null, 'an end, not a reset');
+  assert.equal(c.data(1), 5 + T * T * 4 + 38, 'what attnd had written came whole');
+  assert.ok(c.frames().some((f) => f.type === 7), 'its GOAWAY');
   await d.stop();
 });
