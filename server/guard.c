@@ -362,13 +362,24 @@ static int candidate(const srv_conn *c, const srv_conn *fresh, int mhd_room)
            !(mhd_room && c->grpc);
 }
 
+/* sending: has c's client not acknowledged all of its answers yet
+ * (SIOCOUTQ)? Served with no request or call in progress, it is still
+ * taking them: closing it would cut their tail (and what it sends as it
+ * reads), so it is not idle. */
+static int sending(const srv_conn *c)
+{
+    return srv_sock_unacked(c->fd) > 0;
+}
+
 /* evict: the connection count passed max-connections with fresh: close
  * the one waiting longest for its first request head; else the idle
  * keep-alive one waiting longest (it has been served: likely a real
- * client). One with bytes waiting that MHD has not read (unread: its state
- * here is stale) is not judged now: the next one in that order goes
- * instead. When every other one is busy with a request or has bytes
- * waiting, nothing is closed: fresh is served when one finishes.
+ * client) whose client holds all of its answers (not sending). One with
+ * bytes waiting that MHD has not read (unread: its state here is stale)
+ * is not judged now: the next one in that order goes instead. When every
+ * other one is busy with a request, has bytes waiting or is still
+ * delivering its answers, nothing is closed: fresh is served when one
+ * finishes.
  *
  * Cost: with the busy ones left out, s->conns stands newest first by
  * t_wait_ns (srv_guard_add and went_idle put a connection at the front as
@@ -379,7 +390,8 @@ static int candidate(const srv_conn *c, const srv_conn *fresh, int mhd_room)
  * evicted and not reaped by MHD yet, the busy ones and the served idle
  * ones: a few dozen in a flood, not the whole list. unread (an ioctl) is
  * asked only of the one the walk would close, then of the next when that
- * one has bytes waiting: one call, plus one per better-ranked candidate
+ * one has bytes waiting (and sending, another, of a served one that
+ * passed it): one call, plus one per better-ranked candidate
  * whose client sent since MHD last read it. At worst (the loop fell behind
  * reading every candidate) one call per candidate and two walks: linear
  * per accept, as evict's one walk asking every candidate was on every
@@ -399,10 +411,11 @@ static int evict(srv *s, srv_conn *fresh, int mhd_room)
             }
         }
     for (c = served; c && !old; c = c->prev)
-        if (candidate(c, fresh, mhd_room) && c->served && !unread(c))
+        if (candidate(c, fresh, mhd_room) && c->served && !unread(c) &&
+            !sending(c))
             old = c;
-    if (!old) /* all busy, or with bytes waiting: fresh waits its turn
-                 (MHD's headroom, then the listen backlog) */
+    if (!old) /* all busy, with bytes waiting or delivering: fresh waits
+                 its turn (MHD's headroom, then the listen backlog) */
         return 0;
     shut(old);
     s->n_evicted++;

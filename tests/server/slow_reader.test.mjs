@@ -235,3 +235,99 @@ test('gRPC: a client that reads none of its answer is still sent away, connectio
   assert.ok(c.frames().some((f) => f.type === 7), 'its GOAWAY');
   await d.stop();
 });
+
+/** idleClient(t, d): a REST client that has had its answer (GET
+ * /v2/health/live) and holds its keep-alive connection; ended() once
+ * attnd closed it. */
+async function idleClient(t, d) {
+  const c = reader(t, d);
+  c.sock.on('end', () => c.sock.end());
+  c.sock.on('data', (x) => c.chunks.push(x));
+  c.sock.resume();
+  c.sock.write('GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n');
+  for (const until = Date.now() + 20000 * SLOW; Date.now() < until && !/\r\n\r\n/.test(Buffer.concat(c.chunks).toString('latin1'));) await sleep(20);
+  assert.match(Buffer.concat(c.chunks).toString('latin1'), /^HTTP\/1\.1 200/);
+  return c;
+}
+
+test('REST: over max-connections, a served connection whose client is still taking its answer is not evicted: an idle one is', { timeout: 120000 * SLOW }, async (t) => {
+  // before: evict closed the served keep-alive connection idle longest,
+  // its answer's bytes still in the kernel unread (the slow reader, A):
+  // it took the rest, then the end; its next request was never answered,
+  // and the truly idle one (D) stayed
+  const d = await start({ t, args: ['--max-connections', '2', '--header-timeout', String(30 * SLOW)] });
+  const a = reader(t, d);
+  a.sock.write(restAttention(T));
+  assert.match(await d.logged(/infer 200/), /infer 200/);
+  a.take(16384); // a little of it: most of it waits in the kernels
+  const idle = await idleClient(t, d);
+  // newcomers, each over max-connections, until the idle one is closed: a
+  // client's kernel may hold back its ACK of the last bytes (delayed ACK,
+  // up to 200 ms), so the idle one may still count as taking its answer
+  // for the first; each newcomer is answered (none waits for good)
+  for (let i = 0; i < 50 && !idle.ended(); i++) {
+    await idleClient(t, d);
+    await sleep(50);
+  }
+  assert.ok(idle.ended(), 'the idle one was closed');
+  assert.match(await d.logged(/over max-connections/), /over max-connections \(2\)/);
+  // A reads the rest, then its next request is answered
+  const until = Date.now() + 60000 * SLOW; // a hang's bound
+  while (Date.now() < until && !a.ended() && !a.error() && answers(Buffer.concat(a.chunks)).all.length < 1) {
+    await sleep(20);
+    a.take(1 << 20);
+  }
+  a.sock.write(NEXT);
+  while (Date.now() < until && !a.ended() && !a.error() && answers(Buffer.concat(a.chunks)).all.length < 2) {
+    await sleep(20);
+    a.take(1 << 20);
+  }
+  const got = answers(Buffer.concat(a.chunks));
+  assert.equal(got.all.length, 2, `answers: ${got.all.map((x) => x.head.split('\r\n')[0])}, ended ${a.ended()}\n${d.log().slice(-600)}`);
+  assert.equal(got.all[0].body.length - jsonLen(got.all[0].head), T * T * 4, 'the answer came whole');
+  assert.match(got.all[1].head, /^HTTP\/1\.1 200/);
+  await d.stop();
+});
+
+test('gRPC: over max-connections, a served connection whose client is still taking its answer is not evicted: an idle one is', { timeout: 120000 * SLOW }, async (t) => {
+  // the same rule for the gRPC door (one list, one eviction)
+  const d = await start({ t, grpc: true, args: ['--max-connections', '2', '--header-timeout', String(30 * SLOW)] });
+  const a = h2reader(t, d.grpcPort);
+  a.call(1, attention(T));
+  assert.match(await d.logged(/ModelInfer 200/), /ModelInfer 200/);
+  a.take(16384); // a little of it: most of it waits in the kernels
+  const until = Date.now() + 60000 * SLOW; // a hang's bound
+  const served = async () => {
+    const c = h2reader(t, d.grpcPort);
+    c.sock.on('end', () => c.sock.end());
+    c.call(1, attention(4));
+    for (const until = Date.now() + 20000 * SLOW; Date.now() < until && !c.ended() && !c.done(1);) {
+      await sleep(20);
+      c.take(1 << 20);
+    }
+    assert.ok(c.done(1), 'answered');
+    return c;
+  };
+  const idle = await served();
+  // newcomers until the idle one is closed (as for REST: its client's
+  // kernel may hold back its last ACK a moment)
+  for (let i = 0; i < 50 && !idle.ended(); i++) {
+    await served();
+    await sleep(50);
+    idle.take(1 << 20);
+  }
+  assert.ok(idle.ended(), 'the idle one was closed');
+  assert.match(await d.logged(/over max-connections/), /over max-connections \(2\)/);
+  while (Date.now() < until && !a.ended() && !a.error() && !a.done(1)) {
+    await sleep(20);
+    a.take(1 << 20);
+  }
+  assert.equal(a.data(1), 5 + T * T * 4 + 38, 'the answer came whole');
+  a.call(3, attention(4));
+  while (Date.now() < until && !a.ended() && !a.error() && !a.done(3)) {
+    await sleep(20);
+    a.take(1 << 20);
+  }
+  assert.ok(a.done(3), `its next call was answered; ended ${a.ended()}\n${d.log().slice(-600)}`);
+  await d.stop();
+});
