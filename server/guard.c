@@ -434,16 +434,31 @@ int srv_guard_make_room(srv *s)
     return s->n_conns > s->cfg.max_connections && evict(s, NULL, 1);
 }
 
+/* rx: bytes c's client has sent (in its socket's queue or read by MHD);
+ * 0 when not known. */
+static uint64_t rx(const srv_conn *c)
+{
+    return srv_sock_received(c->fd);
+}
+
+int srv_guard_head_coming(const srv_conn *c)
+{
+    return !c->grpc && !busy(c) && !c->closing && rx(c) > c->rx_idle;
+}
+
 /* As an eviction closes a served idle one (shut: MHD sees the end and
  * closes it): with no request in progress MHD has written every answer
  * (srv_guard_end runs once it has), and with nothing unacknowledged
- * (SIOCOUTQ 0) and nothing unread the client holds all of them. */
+ * (SIOCOUTQ 0) and nothing unread the client holds all of them. Not one
+ * whose client has sent part of its next request head (head_coming):
+ * like a request in progress it may finish within the stop's wait (then
+ * answered 503 draining, http_head.c) or is closed at its end. */
 int srv_guard_shut_idle(srv *s)
 {
     int n = 0;
     for (srv_conn *c = s->conns; c; c = c->next)
         if (candidate(c, NULL, 1) && !c->grpc && !unread(c) &&
-            srv_sock_unacked(c->fd) == 0) {
+            srv_sock_unacked(c->fd) == 0 && !srv_guard_head_coming(c)) {
             shut(c);
             n++;
         }
@@ -565,6 +580,7 @@ void srv_guard_end(srv_req *r)
         c->req = NULL;
         c->served++;
         c->unacked = 0;
+        c->rx_idle = rx(c);
         r->c = NULL;
         if (!busy(c))
             went_idle(c);

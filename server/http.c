@@ -559,7 +559,8 @@ static void close_mhd(srv *s)
 /* unacked: the REST connections MHD still has whose answers their clients
  * have not acknowledged (SIOCOUTQ: in the kernel, unsent or sent and not
  * acknowledged; unknown counts), or with a request in progress (a 503 to
- * one read during the stop, being written). MHD_stop_daemon shuts every
+ * one read during the stop, being written) or its head partly sent
+ * (srv_guard_head_coming: answered 503 once whole). MHD_stop_daemon shuts every
  * connection down both ways (SHUT_RDWR) and closes it: a byte the client
  * sends after that (a request pipelined as it reads) is answered with a
  * reset, which drops the rest of the answer the kernel still held. */
@@ -568,7 +569,18 @@ static int unacked(const srv *s)
     int n = 0;
     for (const srv_conn *c = s->conns; c; c = c->next)
         n += !c->grpc && c->fd >= 0 && !c->closing &&
-             (c->req || srv_sock_unacked(c->fd) != 0);
+             (c->req || srv_sock_unacked(c->fd) != 0 ||
+              srv_guard_head_coming(c));
+    return n;
+}
+
+/* heads: of unacked's, those with only a request head partly sent */
+static int heads(const srv *s)
+{
+    int n = 0;
+    for (const srv_conn *c = s->conns; c; c = c->next)
+        n += !c->grpc && c->fd >= 0 && !c->closing && !c->req &&
+             srv_sock_unacked(c->fd) == 0 && srv_guard_head_coming(c);
     return n;
 }
 
@@ -581,14 +593,15 @@ static int unacked(const srv *s)
 static void stop_done(srv *s, int cut)
 {
     void (*done)(srv *) = s->http_stop_done;
-    int n = cut ? unacked(s) : 0, grpc = 0;
+    int n = cut ? unacked(s) : 0, grpc = 0, h = cut ? heads(s) : 0;
     s->http_stop_done = NULL;
     uv_timer_stop(&s->http_stop_timer);
     uv_close((uv_handle_t *)&s->http_stop_timer, NULL);
     n += srv_linger_end(s, &grpc);
     close_mhd(s);
     if (cut) {
-        s->stop_cut_rest += n; /* main.c logs them */
+        s->stop_cut_rest += n - h; /* main.c logs them */
+        s->stop_cut_heads += h;
         s->stop_cut_grpc += grpc;
     }
     done(s);

@@ -238,6 +238,11 @@ static void door_closed(srv *s)
                 rest + grpc == 1 ? "" : "s", rest + grpc == 1 ? "its" : "their",
                 rest + grpc == 1 ? "it reads" : "they read",
                 rest + grpc == 1 ? "it had" : "they had");
+    if (s->stop_cut_heads)
+        srv_log(s, "warn", "stop: stop-flush-ms (%lld ms) passed: closed %d "
+                "REST connection%s whose request head had not come whole",
+                s->cfg.stop_flush_ms, s->stop_cut_heads,
+                s->stop_cut_heads == 1 ? "" : "s");
     ignore_signals(s);
 }
 

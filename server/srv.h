@@ -400,6 +400,8 @@ struct srv {
                               for their clients at the stop, and one */
     int stop_cut_rest, stop_cut_grpc; /* of them, closed at the flush's
                               end with answers not yet acknowledged */
+    int stop_cut_heads; /* REST ones closed then whose request head had
+                           not come whole (srv_guard_head_coming) */
     int startup_loads;     /* startup loads still running */
     int live_reqs;         /* srv_req alive */
     int live_jobs;         /* srv_job alive */
@@ -529,6 +531,8 @@ struct srv_conn {
                            more of its answers (guard.c, delivering) */
     int unacked;        /* REST: their bytes its client had not
                            acknowledged then (SIOCOUTQ) */
+    uint64_t rx_idle;   /* REST: bytes its client had sent (TCP_INFO) when
+                           its last request ended (guard.c, head_coming) */
     struct MHD_Connection *mhd; /* REST: its libmicrohttpd connection */
     srv_req *req;       /* REST: the request being received or served */
     unsigned long long body_unread; /* REST: a Content-Length over its
@@ -542,6 +546,10 @@ struct srv_conn {
     srv *s;             /* set by srv_guard_add */
     srv_conn *prev, *next;
 };
+/* srv_guard_head_coming: has REST connection c, no request in progress,
+ * received bytes since its last request ended (or since it opened): a
+ * request head partly sent? */
+int srv_guard_head_coming(const srv_conn *c);
 /* srv_guard_add: count c (fd set) and start its header-timeout; past
  * max-connections evict a waiting one. srv_guard_remove: c closed. */
 void srv_guard_add(srv *s, srv_conn *c);

@@ -653,3 +653,53 @@ test('REST: a keep-alive connection idle at the stop is closed at once while the
   assert.match(d.log(), /SIGTERM: stop cut short: closed 1 REST connection whose client had not read its answers yet/);
   await d.stop();
 });
+
+/** headClient(t, d): a raw REST client; got() what came, ended (null, or
+ * the error) once its socket closed. */
+function headClient(t, d) {
+  const c = net.connect({ port: d.port, host: '127.0.0.1', allowHalfOpen: true });
+  let error = null, got = '';
+  c.on('error', (e) => { error = e.code || e.message; });
+  c.on('data', (x) => { got += x; });
+  c.on('end', () => c.end());
+  t.after(() => c.destroy());
+  return { c, got: () => got, ended: new Promise((res) => c.on('close', () => res(error))) };
+}
+
+test('REST: a request head partly sent when the stop begins is let finish within --stop-flush-ms, then answered 503 draining with Connection: close, not cut', async (t) => {
+  // before: the connection (no request in progress for libmicrohttpd,
+  // its answers all taken) was counted idle and closed at once: the rest
+  // of the head met a closed socket, no answer, and attnd exited
+  const d = await start({ t, args: ['--stop-flush-ms', FLUSH_MS] });
+  const h = headClient(t, d);
+  h.c.write('GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n'); // served: a keep-alive client
+  for (const until = Date.now() + 5000 * SLOW; !answers(Buffer.from(h.got())).all.length && Date.now() < until;) await sleep(20);
+  assert.match(h.got(), /^HTTP\/1\.1 200/, 'its first answer came');
+  h.c.write('GET /v2/health/live HTTP/1.1\r\nHo'); // its next head, in part
+  await new Promise((res) => h.c.write('', res));
+  d.proc.kill('SIGTERM');
+  assert.match(await d.logged(/drained; stopping/), /drained; stopping/);
+  h.c.write('st: x\r\n\r\n');
+  assert.equal(await h.ended, null, 'an end, not a reset');
+  const all = answers(Buffer.from(h.got(), 'latin1')).all;
+  assert.equal(all.length, 2, h.got());
+  assert.match(all[1].head, /^HTTP\/1\.1 503/);
+  assert.match(all[1].head, /\r\nConnection: close/i);
+  assert.match(String(all[1].body), /server: draining/);
+  assert.deepEqual(await exited(d, 10000 * SLOW), { code: 0, sig: null }, d.log());
+  await d.stop();
+});
+
+test('REST: a request head that never completes holds the stop no longer than --stop-flush-ms; it is closed then, exit 0', async (t) => {
+  const d = await start({ t, args: ['--stop-flush-ms', '500'] });
+  const h = headClient(t, d);
+  h.c.write('GET /v2/health/live HTTP/1.1\r\nHo');
+  await new Promise((res) => h.c.write('', res));
+  d.proc.kill('SIGTERM');
+  assert.deepEqual(await exited(d, 10000 * SLOW), { code: 0, sig: null }, d.log());
+  assert.equal(await h.ended, null, 'an end, not a reset');
+  assert.equal(h.got(), '', 'no answer');
+  assert.match(d.log(), /stop: stop-flush-ms \(500 ms\) passed: closed 1 REST connection whose request head had not come whole\n/);
+  assert.doesNotMatch(d.log(), /had not acknowledged/);
+  await d.stop();
+});
