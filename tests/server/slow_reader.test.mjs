@@ -16,6 +16,10 @@ import { frame, h2frame, ld, lit, packedI64, str } from '../grpc/wire.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const T = 600; // a 600 x 600 FP32 map: 1.44 MB, all of it in the kernels at once
+// the timeouts the slow readers must outlast, x SLOW (a sanitizer's build
+// under CI's load stalls this client longer): each reads its answer over
+// 2.5 times it at least, so what is checked is the same
+const H = 2 * SLOW;
 
 /** reader(t, d[, sock]): a raw client (to d's REST port, or sock),
  * paused: it reads only what take(n) asks. */
@@ -47,7 +51,7 @@ test('REST: a client reading its large answer at a slow, steady pace for longer 
   // handed the whole answer to the kernel; the request pipelined after
   // that met a closed socket, and the kernel's reset dropped the answer's
   // tail (the connection was reset, ECONNRESET, part of the answer read)
-  await pipelined(t, ['--header-timeout', '2']);
+  await pipelined(t, H, ['--header-timeout', String(H)]);
 });
 
 test('REST: the same slow reader is not cut by connection-timeout either: libmicrohttpd\'s, counted from its last write, restarts as the client reads', async (t) => {
@@ -55,24 +59,27 @@ test('REST: the same slow reader is not cut by connection-timeout either: libmic
   // the last of the answer to the kernel (the socket lingered: the
   // answer came whole, the pipelined request was read and dropped,
   // unanswered: one answer of two, then the end)
-  await pipelined(t, ['--header-timeout', '10', '--connection-timeout', '2']);
+  await pipelined(t, H, ['--header-timeout', String(5 * H), '--connection-timeout', String(H)]);
 });
 
-/** pipelined(t, args): a client reads the answer at a slow, steady pace,
- * pipelines its next request at 3/4 of it, and gets both whole. */
-async function pipelined(t, args) {
+/** pipelined(t, h, args): a client reads the answer at a slow, steady
+ * pace (over 2.5 h seconds at least), pipelines its next request at 3/4
+ * of it, and gets both whole. */
+async function pipelined(t, h, args) {
   const d = await start({ t, args });
   const c = reader(t, d);
   c.sock.write(restAttention(T));
   assert.match(await d.logged(/infer 200/), /infer 200/);
-  // 32 KB every 100 ms: ~4.5 s for the 1.44 MB, twice header-timeout (a
-  // pace, not a measure: the test asserts no speed; a stall of this
-  // client under load shorter than header-timeout is no harm)
+  // a step every 100 ms (sleeps of 100 ms at least), 2.5 h s for the
+  // 1.44 MB at least: longer than the timeout h (a pace, not a measure:
+  // the test asserts no speed; a stall of this client under load shorter
+  // than h is no harm)
+  const step = Math.ceil((T * T * 4) / (h * 25));
   let sent = false;
   const until = Date.now() + 60000 * SLOW; // a hang's bound
   while (Date.now() < until && !c.ended() && !c.error() && answers(Buffer.concat(c.chunks)).all.length < 2) {
     await sleep(100);
-    c.take(32768);
+    c.take(step);
     if (!sent && c.got() > (T * T * 4) * 3 / 4) { // 3/4 of it: the next request
       c.sock.write(NEXT);
       sent = true;
@@ -93,14 +100,15 @@ async function pipelined(t, args) {
 test('REST: a client that reads its large answer slowly and then sends its next request on the connection (keep-alive) has it answered: header-timeout counts from when the answer was read', async (t) => {
   // before: closed 2 s after the answer was handed to the kernel, the
   // client still reading it; its next request got no answer
-  const d = await start({ t, args: ['--header-timeout', '2'] });
+  const d = await start({ t, args: ['--header-timeout', String(H)] });
   const c = reader(t, d);
   c.sock.write(restAttention(T));
   assert.match(await d.logged(/infer 200/), /infer 200/);
   const until = Date.now() + 60000 * SLOW; // a hang's bound
+  const step = Math.ceil((T * T * 4) / (H * 25)); // 2.5 H s at least
   while (Date.now() < until && !c.ended() && !c.error() && answers(Buffer.concat(c.chunks)).all.length < 1) {
     await sleep(100);
-    c.take(32768);
+    c.take(step);
   }
   assert.equal(c.ended(), false, `the connection stayed open: ${c.got()} bytes came`);
   c.sock.write(NEXT);
@@ -190,7 +198,6 @@ test('gRPC: a client reading its large answer at a slow, steady pace for longer 
   // after it, the answer handed to the kernel and the call over, attnd
   // sent GOAWAY and closed while the client was still taking the answer;
   // the call it sent once it had read it was never answered
-  const H = 2 * SLOW;
   const d = await start({ t, grpc: true, args: ['--connection-timeout', String(H), '--header-timeout', String(10 * H)] });
   const c = h2reader(t, d.grpcPort);
   c.call(1, attention(T));
