@@ -8,6 +8,7 @@
 // kernel's reset dropped the answer's tail. A client that stops reading is
 // still closed, header-timeout after it last read anything.
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import net from 'node:net';
 import { test } from 'node:test';
 import { NEXT, SLOW, answers, f32bytes, jsonLen, restAttention, start } from './helper.mjs';
@@ -192,34 +193,92 @@ function attention(t) {
     ld(6, str(1, 'attention')), ld(7, x), ld(7, x), ld(7, x)]);
 }
 
-test('gRPC: a client reading its large answer at a slow, steady pace for longer than connection-timeout (sending nothing: its window is wide) is not sent away under it; its next call on the connection is answered', { timeout: 120000 * SLOW }, async (t) => {
+// a raw HTTP/2 client with a 16 KiB receive buffer (node cannot set
+// SO_RCVBUF): its kernel takes little of an answer ahead of it, so what it
+// has not read stays in attnd's (SIOCOUTQ), as a slow reader's does on a
+// real network; without it the loopback's kernels may take the whole
+// answer at once, and the client has it as far as TCP can tell. It sends
+// argv[2] (hex), reads step bytes (argv[4]) every 100 ms until stream 1's
+// trailers, then sends argv[3] and reads until stream 3's or the end;
+// prints the frames it got, as JSON
+const SLOW_H2_CLIENT = `
+import json, socket, sys, time
+port, first, second, step = int(sys.argv[1]), bytes.fromhex(sys.argv[2]), bytes.fromhex(sys.argv[3]), int(sys.argv[5])
+bound = time.time() + float(sys.argv[4])
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+s.connect(('127.0.0.1', port))
+s.sendall(first)
+buf, frames, pos, ended = b'', [], 0, False
+def parse():
+    global pos
+    while pos + 9 <= len(buf):
+        n = int.from_bytes(buf[pos:pos + 3], 'big')
+        if pos + 9 + n > len(buf):
+            break
+        frames.append({'type': buf[pos + 3], 'flags': buf[pos + 4], 'id': int.from_bytes(buf[pos + 5:pos + 9], 'big') & 0x7fffffff, 'len': n})
+        pos += 9 + n
+def done(i):
+    return any(f['id'] == i and f['type'] == 1 and f['flags'] & 1 for f in frames)
+def read(n, i):
+    global buf, ended
+    while not ended and not done(i) and time.time() < bound:
+        time.sleep(0.1)
+        try:
+            b = s.recv(n)
+        except ConnectionError as e:
+            print(json.dumps({'error': str(e), 'frames': frames})); sys.exit(0)
+        if not b:
+            ended = True
+        buf += b
+        parse()
+read(step, 1)
+if done(1):
+    s.sendall(second)
+    read(1 << 20, 3)
+print(json.dumps({'ended': ended, 'frames': frames}))
+`;
+
+test('gRPC: a client reading its large answer at a slow, steady pace for longer than connection-timeout (sending nothing: its window is wide) is not sent away under it; its next call on the connection is answered', { timeout: 180000 * SLOW }, async (t) => {
   // before: the connection's idle timer ran from the last byte attnd
   // read (the call), not from the client's last read: connection-timeout
   // after it, the answer handed to the kernel and the call over, attnd
   // sent GOAWAY and closed while the client was still taking the answer;
   // the call it sent once it had read it was never answered
   const d = await start({ t, grpc: true, args: ['--connection-timeout', String(H), '--header-timeout', String(10 * H)] });
-  const c = h2reader(t, d.grpcPort);
-  c.call(1, attention(T));
-  assert.match(await d.logged(/ModelInfer 200/), /ModelInfer 200/);
-  // the answer over about 2.5 connection-timeouts, a step every 100 ms (a
-  // pace, not a measure: a stall of this client shorter than
-  // connection-timeout is no harm)
+  const settings = Buffer.alloc(6);
+  settings.writeUInt16BE(4, 0); // SETTINGS_INITIAL_WINDOW_SIZE
+  settings.writeUInt32BE(0x7fffffff, 2);
+  const more = Buffer.alloc(4); // the connection's window, past its 65535
+  more.writeUInt32BE(0x7fffffff - 65535, 0);
+  const call = (id, msg) => {
+    const head = Buffer.concat([lit(':method', 'POST'), lit(':scheme', 'http'), lit(':path', INFER),
+      lit(':authority', 'x'), lit('content-type', 'application/grpc'), lit('te', 'trailers')]);
+    const body = frame(msg), data = [];
+    for (let i = 0; i < body.length; i += 16384)
+      data.push(h2frame(0, i + 16384 >= body.length ? 1 : 0, id, body.subarray(i, i + 16384)));
+    return Buffer.concat([h2frame(1, 4, id, head), ...data]);
+  };
+  const first = Buffer.concat([Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), h2frame(4, 0, 0, settings), h2frame(8, 0, 0, more), call(1, attention(T))]);
+  // the answer over 2.5 connection-timeouts at least, a step every 100 ms
+  // (a pace, not a measure: a stall of this client shorter than
+  // connection-timeout is no harm); 120 s (x SLOW) is a hang's bound
   const step = Math.ceil((T * T * 4) / (H * 25));
-  const until = Date.now() + 60000 * SLOW; // a hang's bound
-  while (Date.now() < until && !c.ended() && !c.error() && !c.done(1)) {
-    await sleep(100);
-    c.take(step);
-  }
-  assert.ok(c.done(1), `the first call's trailers came: ${c.got()} bytes`);
-  assert.equal(c.data(1), 5 + T * T * 4 + 38, 'its answer came whole');
-  c.call(3, attention(4));
-  while (Date.now() < until && !c.ended() && !c.error() && !c.done(3)) {
-    await sleep(20);
-    c.take(1 << 20);
-  }
-  assert.ok(!c.frames().some((f) => f.type === 7), `no GOAWAY: ${JSON.stringify(c.frames().filter((f) => f.type !== 0))}\n${d.log().slice(-600)}`);
-  assert.ok(c.done(3), 'the next call was answered');
+  const py = spawn('python3', ['-c', SLOW_H2_CLIENT, String(d.grpcPort), first.toString('hex'),
+    call(3, attention(4)).toString('hex'), String(120 * SLOW), String(step)]);
+  t.after(() => py.kill());
+  let out = '';
+  py.stdout.on('data', (x) => { out += x; });
+  py.stderr.on('data', (x) => { out += x; });
+  await new Promise((res) => py.on('close', res));
+  const r = JSON.parse(out);
+  const data = (id) => r.frames.filter((f) => f.id === id && f.type === 0).reduce((n, f) => n + f.len, 0);
+  const done = (id) => r.frames.some((f) => f.id === id && f.type === 1 && (f.flags & 1));
+  assert.equal(r.error, undefined, out.slice(0, 300));
+  assert.ok(done(1), `the first call's trailers came: ${data(1)} bytes; ${JSON.stringify(r.frames.filter((f) => f.type !== 0))} ended ${r.ended}\n${d.log().slice(-400)}`);
+  assert.equal(data(1), 5 + T * T * 4 + 38, 'its answer came whole');
+  assert.ok(!r.frames.some((f) => f.type === 7), `no GOAWAY: ${JSON.stringify(r.frames.filter((f) => f.type !== 0))}\n${d.log().slice(-600)}`);
+  assert.ok(done(3), 'the next call was answered');
   await d.stop();
 });
 
