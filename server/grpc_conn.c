@@ -4,11 +4,8 @@
  * pauses and connections wait in the backlog; counted with REST's by
  * guard.c, which times and evicts them), read into nghttp2, write what it
  * produces (at most WRITE_HIGH bytes unwritten per connection), flush once
- * per loop turn from an idle handle, close; start, drain (GOAWAY notice)
- * and stop (GOAWAY, shutdown after the last write, then what the client
- * sends dropped until it has acknowledged every byte or closed, within
- * the flush's time; one whose client does not read at all is closed at
- * once, so is one at a signal). grpc.c handles the
+ * per loop turn from an idle handle, close; start (drain and stop are
+ * grpc_stop.c's). grpc.c handles the
  * calls, and the drain's view of the connections (finish: the drain cut
  * short, the final GOAWAY, the open calls' status; busy; unsent). Loop
  * thread only.
@@ -22,10 +19,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static void close_conn(gconn *c);
 static void on_idle(uv_idle_t *h);
 static void unhold(gconn *c);
-static void on_handle_closed(uv_handle_t *h);
 
 /* wake: g's idle handle runs on_idle this loop turn (flushes, yields). */
 static void wake(srv_grpc *g)
@@ -61,7 +56,7 @@ static void on_written(uv_write_t *req, int status)
     free(w->buf);
     free(w);
     if (status < 0)
-        close_conn(c);
+        srv_grpc__close_conn(c);
     else
         srv_grpc__schedule(c);
     if (c->g->s->draining) /* the drain may wait for these bytes */
@@ -73,7 +68,7 @@ static void on_written(uv_write_t *req, int status)
 static void oom_close(gconn *c)
 {
     srv_log(c->g->s, "warn", "grpc: a connection closed: out of memory for its frames");
-    close_conn(c);
+    srv_grpc__close_conn(c);
 }
 
 /* nghttp2's allocations for a connection (its mem_user_data): malloc's,
@@ -112,7 +107,7 @@ static void *h2_realloc(void *q, size_t n, void *ud)
 
 /* flush: deliver answers, then write what nghttp2 has (up to WRITE_HIGH
  * unwritten); close the connection when nghttp2 is done with it. */
-static void flush(gconn *c)
+void srv_grpc__flush(gconn *c)
 {
     char *buf = NULL;
     size_t len = 0, cap = 0;
@@ -153,7 +148,7 @@ static void flush(gconn *c)
             if (c->h2_nomem)
                 oom_close(c);
             else
-                close_conn(c);
+                srv_grpc__close_conn(c);
             return;
         }
         if (n == 0)
@@ -190,7 +185,7 @@ static void flush(gconn *c)
             srv_mem_give(c->g->s, len);
             free(buf);
             free(w);
-            close_conn(c);
+            srv_grpc__close_conn(c);
             return;
         }
     } else {
@@ -198,11 +193,9 @@ static void flush(gconn *c)
     }
     if (!c->wpending && !nghttp2_session_want_read(c->h2) &&
         !nghttp2_session_want_write(c->h2))
-        close_conn(c);
+        srv_grpc__close_conn(c);
 }
 
-static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf);
-static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
 
 static void on_idle(uv_idle_t *h)
 {
@@ -217,13 +210,13 @@ static void on_idle(uv_idle_t *h)
         if (c->held)
             unhold(c); /* may yield again: after this list was taken */
         else
-            uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+            uv_read_start((uv_stream_t *)&c->tcp, srv_grpc__on_alloc, srv_grpc__on_read);
     }
     while (g->flush) {
         gconn *c = g->flush;
         g->flush = c->fnext;
         c->in_flush = 0;
-        flush(c);
+        srv_grpc__flush(c);
     }
     if (!g->flush && !g->yielded) { /* unhold may have yielded again */
         g->idle_on = 0;
@@ -291,7 +284,7 @@ static void close_handles(gconn *c)
         uv_close((uv_handle_t *)&c->idle, on_conn_closed);
 }
 
-static void close_conn(gconn *c)
+void srv_grpc__close_conn(gconn *c)
 {
     srv_grpc *g = c->g;
     gconn **pp;
@@ -327,7 +320,7 @@ static void close_conn(gconn *c)
     close_handles(c);
     if (g->stop_timer_on && !g->n_conns) { /* the stop's last one */
         g->stop_timer_on = 0;
-        uv_close((uv_handle_t *)&g->stop_timer, on_handle_closed);
+        uv_close((uv_handle_t *)&g->stop_timer, srv_grpc__handle_closed);
         g->s->grpc_stopping = NULL;
         g->stop_done(g->s);
     }
@@ -375,7 +368,7 @@ static void on_idle_timeout(uv_timer_t *t)
     srv_grpc__schedule(c);
 }
 
-static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+void srv_grpc__on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
     gconn *c = h->data;
     (void)hint;
@@ -411,7 +404,7 @@ static int feed(gconn *c, const uint8_t *p, size_t n)
     }
     if (rv < 0) {
         srv_grpc__h2_error(c, 0, nghttp2_strerror((int)rv));
-        close_conn(c);
+        srv_grpc__close_conn(c);
         return -1;
     }
     c->rx += (uint64_t)n;
@@ -424,7 +417,7 @@ static int feed(gconn *c, const uint8_t *p, size_t n)
         /* its later input is ignored; closed once the GOAWAY is out */
         nghttp2_session_terminate_session(c->h2, NGHTTP2_ENHANCE_YOUR_CALM);
     }
-    flush(c);
+    srv_grpc__flush(c);
     return c->closing ? -1 : 0;
 }
 
@@ -483,14 +476,14 @@ static void unhold(gconn *c)
     srv_mem_give(c->g->s, c->held_cap);
     c->mem -= c->held_cap;
     c->held_cap = 0;
-    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    uv_read_start((uv_stream_t *)&c->tcp, srv_grpc__on_alloc, srv_grpc__on_read);
 }
 
-static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
+void srv_grpc__on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 {
     gconn *c = st->data;
     if (n < 0) {
-        close_conn(c);
+        srv_grpc__close_conn(c);
         return;
     }
     if (n == 0 || c->closing || c->discarding)
@@ -646,11 +639,11 @@ static void take(void *data, int fd, const struct sockaddr_storage *peer,
     uv_tcp_nodelay(&c->tcp, 1);
     nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, 3);
     nghttp2_session_set_local_window_size(c->h2, NGHTTP2_FLAG_NONE, 0, CONN_WINDOW);
-    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    uv_read_start((uv_stream_t *)&c->tcp, srv_grpc__on_alloc, srv_grpc__on_read);
     srv_grpc__schedule(c);
 }
 
-/* ---- start, drain, stop ----------------------------------------------------- */
+/* ---- start (drain and stop: grpc_stop.c) --------------------------------- */
 
 int srv_grpc_start(srv *s, char *err)
 {
@@ -698,122 +691,9 @@ fail:
     return -1;
 }
 
-int srv_grpc_open_conns(const srv *s)
-{
-    return s->grpc ? s->grpc->n_conns : 0;
-}
-
-void srv_grpc_drain(srv *s)
-{
-    srv_grpc *g = s->grpc;
-    gconn *c;
-    if (!g)
-        return;
-    for (c = g->conns; c; c = c->next) {
-        nghttp2_submit_shutdown_notice(c->h2);
-        srv_grpc__schedule(c);
-    }
-}
-
-/* delivered: has c's client acknowledged every byte (SIOCOUTQ: unsent and
- * unacknowledged ones, and the FIN's 1, whose ACK comes late, ~200 ms)?
- * Its kernel holds them all then: a reset cannot lose any (a read returns
- * them before the reset's error). Unknown (not Linux): no. */
-static int delivered(gconn *c)
-{
-    uv_os_fd_t fd = -1;
-    int n;
-    if (!c->shut_done || uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
-        return 0;
-    n = srv_sock_unacked(fd); /* linger.c */
-    return n >= 0 && n <= 1;
-}
-
-static void on_shutdown(uv_shutdown_t *req, int status)
-{
-    gconn *c = req->data;
-    c->shut_done = 1;
-    if (status < 0 || !c->discarding || delivered(c))
-        close_conn(c); /* (a discarding one: once all it sent is acked) */
-}
-
-/* on_stop_timeout, every STOP_POLL_MS: the connections whose clients have
- * everything are closed; once the flush's time has passed, all of them. */
-#define STOP_POLL_MS 10
-static void on_stop_timeout(uv_timer_t *t)
-{
-    srv_grpc *g = t->data;
-    gconn *c, *next;
-    uint64_t now = srv_now_ns(), left;
-    for (c = g->conns; c; c = next) {
-        next = c->next; /* (the last one's close closes t too) */
-        if (delivered(c) || (now >= g->stop_end_ns && ++g->s->stop_cut_grpc))
-            close_conn(c); /* (the flush's end: main.c logs it) */
-    }
-    left = g->stop_timer_on ? (g->stop_end_ns - now + 999999u) / 1000000u : 0;
-    if (left)
-        uv_timer_start(t, on_stop_timeout, left < STOP_POLL_MS ? left : STOP_POLL_MS, 0);
-}
-
-int srv_grpc_stop_cut(srv *s)
-{
-    srv_grpc *g = s->grpc_stopping;
-    int n = g ? g->n_conns : 0;
-    while (g && g->conns)
-        close_conn(g->conns);
-    return n;
-}
-
-static void on_handle_closed(uv_handle_t *h)
+void srv_grpc__handle_closed(uv_handle_t *h)
 {
     srv_grpc *g = h->data;
     g->handles--;
     release(g);
-}
-
-int srv_grpc_stop(srv *s, uint64_t ms, void (*done)(srv *))
-{
-    srv_grpc *g = s->grpc;
-    gconn *c, *next;
-    if (!g)
-        return 0;
-    for (c = g->conns; c; c = next) {
-        next = c->next;
-        nghttp2_session_terminate_session(c->h2, NGHTTP2_NO_ERROR);
-        flush(c);
-        if (c->closing)
-            continue;
-        /* bytes libuv could not write yet (a client that does not read):
-         * a shutdown would wait for them, and the exit with it, for good */
-        if (!ms || uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp)) {
-            close_conn(c);
-            continue;
-        }
-        /* what the client sends from now on is read and dropped (on_read)
-         * until it closes: the kernel writes the answers out meanwhile */
-        c->discarding = 1;
-        uv_timer_stop(&c->idle);
-        uv_read_stop((uv_stream_t *)&c->tcp);
-        uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
-        c->shut.data = c;
-        if (uv_shutdown(&c->shut, (uv_stream_t *)&c->tcp, on_shutdown) < 0)
-            close_conn(c);
-    }
-    g->stopped = 1;
-    uv_idle_stop(&g->idle);
-    g->idle_on = 1; /* never restarted */
-    uv_close((uv_handle_t *)&g->idle, on_handle_closed);
-    if (g->n_conns) { /* discarding ones: closed when delivered, or ms */
-        uv_timer_init(s->loop, &g->stop_timer);
-        g->stop_timer.data = g;
-        g->handles++;
-        g->stop_timer_on = 1;
-        g->stop_end_ns = srv_now_ns() + ms * 1000000u;
-        g->stop_done = done;
-        s->grpc_stopping = g;
-        uv_timer_start(&g->stop_timer, on_stop_timeout, ms < STOP_POLL_MS ? ms : STOP_POLL_MS, 0);
-    }
-    s->grpc = NULL;
-    srv_accept_stop(&g->accept, on_handle_closed);
-    return g->stop_timer_on;
 }

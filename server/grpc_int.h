@@ -266,6 +266,15 @@ typedef struct wreq {
 
 /* grpc_conn.c: flush c on this loop turn (outside nghttp2's callbacks). */
 void srv_grpc__schedule(gconn *c);
+/* grpc_conn.c, for grpc_stop.c: write what c's session has to send now;
+ * close c (once); its reading callbacks (a stopping one's reads are
+ * dropped); a closed handle of g's, counted down (g freed after the
+ * last). */
+void srv_grpc__flush(gconn *c);
+void srv_grpc__close_conn(gconn *c);
+void srv_grpc__on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf);
+void srv_grpc__on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
+void srv_grpc__handle_closed(uv_handle_t *h);
 /* grpc.c: deliver a call's answered slots, send headers, data, trailers. */
 void srv_grpc__pump(gcall *call);
 /* grpc.c: end a call with its final status (trailers after what is
