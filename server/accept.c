@@ -17,6 +17,7 @@
  *
  * Loop thread only.
  */
+#include "server/accept.h"
 #include "server/srv.h"
 
 #include <ctype.h>

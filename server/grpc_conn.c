@@ -10,6 +10,7 @@
  * short, the final GOAWAY, the open calls' status; busy; unsent). Loop
  * thread only.
  */
+#include "server/accept.h"
 #include "server/grpc_int.h"
 
 #include <stddef.h>

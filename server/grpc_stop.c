@@ -6,6 +6,7 @@
  * signal), and its open connections' count. Its connections' reading,
  * writing and closing are grpc_conn.c's. Loop thread only.
  */
+#include "server/accept.h"
 #include "server/grpc_int.h"
 
 int srv_grpc_open_conns(const srv *s)

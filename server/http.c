@@ -13,6 +13,7 @@
  * runs and either answers at once or suspends the connection until
  * srv_respond.
  */
+#include "server/accept.h"
 #include "server/http_int.h"
 #include "server/linger.h"
 #include "server/srv.h"

@@ -31,6 +31,7 @@
  *
  * Loop thread only.
  */
+#include "server/accept.h"
 #include "server/http_int.h"
 #include "server/srv.h"
 #include "server/linger.h"

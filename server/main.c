@@ -41,6 +41,7 @@
  * connection has closed: a signal until then closes them), so from the first
  * signal to the process's end none of the three can kill attnd.
  */
+#include "server/accept.h"
 #include "server/srv.h"
 #include "core/st.h"
 #include "core/exec.h"
