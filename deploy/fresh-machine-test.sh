@@ -17,8 +17,10 @@
 #      untracked-but-not-ignored files, i.e. a clone plus local edits) to
 #      /root/attnd
 #   3. runs `make run` first, as the README lists it (it installs the build
-#      packages itself; ATTND_PORT = a free loopback port, everything else
-#      default), waits for "listening on", checks /v2/health/ready and the
+#      packages itself; ATTND_PORT and ATTND_GRPC_PORT free loopback ports,
+#      as the README says when 8080 and 8001 are taken: the root shares this
+#      host's network; everything else default), waits for "listening on"
+#      twice, checks /v2/health/ready and the
 #      server metadata from outside the chroot, sends SIGTERM, checks the
 #      daemon exits and the port is closed
 #   4. runs `make test`: every suite must print its summary, none failing
@@ -160,20 +162,24 @@ git -C "$REPO" ls-files -co --exclude-standard -z |
 ok "repository copied to /root/attnd ($(git -C "$REPO" ls-files -co --exclude-standard | wc -l) files, no build/ or node_modules/)"
 
 # ------------------------------------------- 3. make run, the README's first
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-log "(3/5) make run first, as the README lists it (ATTND_PORT=$port, all else default)"
-setsid chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb ATTND_PORT="$port" "${extra_env[@]}" \
+# two free ports at once (both sockets open while the second is picked)
+read -r port grpc_port < <(python3 -c 'import socket
+ss = [socket.socket() for _ in range(2)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in ss))')
+log "(3/5) make run first, as the README lists it (ATTND_PORT=$port ATTND_GRPC_PORT=$grpc_port, all else default)"
+setsid chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb ATTND_PORT="$port" ATTND_GRPC_PORT="$grpc_port" "${extra_env[@]}" \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     /bin/bash -c 'cd /root/attnd && exec make run' </dev/null >"$work/run.log" 2>&1 &
 run_pid=$!
 up=""
 for _ in $(seq 1 3000); do  # 10 min: apt-get and the build
-    grep -q 'listening on' "$work/run.log" && { up=1; break; }
+    grep -q "listening on grpc://127.0.0.1:$grpc_port" "$work/run.log" && { up=1; break; }
     kill -0 "$run_pid" 2>/dev/null || break
     sleep 0.2
 done
 if [ -n "$up" ]; then
-    ok "make run: $(grep -m1 -o 'listening on [^ ]*' "$work/run.log")"
+    ok "make run: $(grep -o 'listening on [^ ]*' "$work/run.log" | paste -sd ' ')"
 else
     show_tail "$work/run.log"
     bad "make run did not start listening within 10 min"
