@@ -8,7 +8,7 @@
 // runs at once do not read each other's half-written /tmp/upload.json and
 // nothing is left in /tmp), and runs each block
 // with bash -e -o pipefail in a scratch copy of the repo's models/ and
-// proto/kserve.proto (the examples upload models/demo2, write map.f32 and map.npy there
+// proto/kserve.proto (the examples upload models/demo2 there
 // and generate the gRPC stubs from the .proto). Each command must succeed
 // and print no {"error": ...} (unless its "# -> {"error": ..." says that is
 // what it gives) and no HTTP 4xx/5xx status line; a result the
