@@ -605,7 +605,7 @@ check-weights-gen:
 
 # ---- fresh: the README's install story on a new Debian 12 -----------------
 # A debootstrapped minbase bookworm root (chroot, host network, as root):
-# the README's apt-get line, then make test and make run in a copy of the
+# the README's apt-get line, then make run and make test in a copy of the
 # repository. Prints "fresh-machine: N passed, M failed". Needs root.
 .PHONY: fresh-test
 fresh-test:
