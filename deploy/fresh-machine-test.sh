@@ -38,8 +38,14 @@
 # root goes, default /var/tmp: it needs ~3 GB), FRESH_KEEP=1 (keep the root
 # and logs; mounts are still removed), FRESH_BASE=<dir> (copy this
 # debootstrapped root instead of running debootstrap; for quick reruns).
-# shellcheck disable=SC2015,SC2016
+# shellcheck disable=SC2015,SC2016,SC2317  # SC2317: the trap's functions, in the group
 set -euo pipefail
+# One group, read whole before any of it runs: bash reads a script as it
+# runs it, and this file rewritten in place during a run (an editor saving
+# over it; a git checkout writes a new file and is harmless) had it go on
+# at the old byte offset in the new text ("line 216: ---...: command not
+# found" after 20 minutes, the summaries and step 5 never run).
+{
 cd "$(dirname "$0")/.."
 REPO=$PWD
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
@@ -250,3 +256,5 @@ else
 fi
 
 [ "$failed" = 0 ]
+exit
+}
