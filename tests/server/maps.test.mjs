@@ -434,8 +434,17 @@ test('a retained request whose client went while it ran in a shared batch (499) 
   // was answered 504, not the 200 this test waits for)
   const d = await start({ t, args: ['--batch-delay-us', '10000000', '--max-batch', '2', '--threads', '2', '--deadline-ms', '600000'] });
   try {
-    const ac = new AbortController();
-    const a = postBinary(d, sdpaBinary(4, 64, { retain: true }), ac.signal).catch((e) => e);
+    // a's client is a raw socket that goes by closing it: Debian 12's node
+    // 18 (undici 5.15) does not end a fetch aborted after its request was
+    // sent, and a was then answered 200 with its map (make fresh-test)
+    const { body, headerLen } = sdpaBinary(4, 64, { retain: true });
+    const aSock = connect(Number(new URL(d.url).port), '127.0.0.1');
+    let aGot = 0;
+    aSock.on('data', (c) => { aGot += c.length; });
+    aSock.on('error', () => {});
+    aSock.write(`POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: attnd\r\nContent-Type: application/octet-stream\r\n` +
+      `Inference-Header-Content-Length: ${headerLen}\r\nContent-Length: ${body.length}\r\n\r\n`);
+    aSock.write(body);
     for (let i = 0; (await sdpaMetric(d, 'pending_requests')) !== 1; i++) {
       assert.ok(i < 200 * SLOW, 'a never queued');
       await sleep(10);
@@ -446,8 +455,8 @@ test('a retained request whose client went while it ran in a shared batch (499) 
       assert.ok(i < 400 * SLOW, 'the batch never ran');
       await sleep(10);
     }
-    ac.abort();
-    assert.equal((await a).name, 'AbortError');
+    assert.equal(aGot, 0, 'a was answered before its client went: the batch was too short for this test');
+    aSock.destroy();
     // (the line is there once a request was answered 499)
     const gone = async () => Number(/^attnd_http_responses_total\{code="499"\} (\d+)$/m.exec(await (await fetch(`${d.url}/metrics`)).text())?.[1] ?? 0);
     for (let i = 0; (await gone()) !== 1; i++) {
