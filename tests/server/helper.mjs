@@ -208,6 +208,27 @@ export function binaryRequest(header, tensors) {
   return { body: Buffer.concat([json, ...tensors]), headerLen: json.length };
 }
 
+/** sdpaBinary(T, D, parameters): a binary request of the built-in sdpa
+ * model: q, k and v [T, D] with the same rows (values in [-0.5, 0.5)),
+ * its output asked in binary, and the request's parameters when given;
+ * { body, headerLen } as binaryRequest's. */
+export function sdpaBinary(T, D, parameters) {
+  const rows = Buffer.alloc(T * D * 4);
+  for (let i = 0; i < T * D; i++) rows.writeFloatLE(((i * 7919) % 1000) / 1000 - 0.5, i * 4);
+  return binaryRequest({
+    inputs: ['q', 'k', 'v'].map((name) => ({ name, datatype: 'FP32', shape: [T, D], parameters: { binary_data_size: T * D * 4 } })),
+    outputs: [{ name: 'output', parameters: { binary_data: true } }],
+    ...(parameters ? { parameters } : {}),
+  }, [rows, rows, rows]);
+}
+
+/** postSdpa(url, { body, headerLen }, signal): POST a binaryRequest's body
+ * to the daemon at url's sdpa model; fetch's promise. */
+export const postSdpa = (url, { body, headerLen }, signal) => fetch(`${url}/v2/models/sdpa/infer`, {
+  method: 'POST', body, signal,
+  headers: { 'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': String(headerLen) },
+});
+
 /** Split a binary response into its JSON header and raw outputs by name. */
 export function parseBinary(buf, headerLen) {
   const head = JSON.parse(buf.subarray(0, headerLen).toString());

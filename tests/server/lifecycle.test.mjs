@@ -6,7 +6,7 @@ import { connect } from 'node:net';
 import { cpSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { REFS, SLOW, binaryRequest, fp32, infer, maxDiff, post, safetensors, start } from './helper.mjs';
+import { REFS, SLOW, fp32, infer, maxDiff, post, postSdpa, safetensors, sdpaBinary, start } from './helper.mjs';
 
 const X = REFS.causal;
 const xreq = (id) => ({ id, inputs: [fp32('x', X.shape, X.x)], parameters: { causal: true } });
@@ -102,17 +102,7 @@ test('deadline inside a solo job on the pool: 504, the server still serves, no r
 // while its batch ran: no request is left to answer, so its remaining
 // tiles are skipped. (A cancelled gRPC call: the same, test_grpc_limits.py.)
 function bigSdpa(signal) {
-  const T = 65536, D = 64;
-  const rows = Buffer.alloc(T * D * 4);
-  for (let i = 0; i < T * D; i++) rows.writeFloatLE(((i * 7919) % 1000) / 1000, i * 4);
-  const { body, headerLen } = binaryRequest({
-    inputs: ['q', 'k', 'v'].map((name) => ({ name, datatype: 'FP32', shape: [T, D], parameters: { binary_data_size: T * D * 4 } })),
-    outputs: [{ name: 'output', parameters: { binary_data: true } }],
-  }, [rows, rows, rows]);
-  return fetch(`${this.url}/v2/models/sdpa/infer`, {
-    method: 'POST', body, signal,
-    headers: { 'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': String(headerLen) },
-  });
+  return postSdpa(this.url, sdpaBinary(65536, 64), signal);
 }
 /** bigRunning(d): once bigSdpa's batch runs on d (decoded: its inputs and
  * output held, 4 x 16 MiB of the memory budget). */

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';
 import { test } from 'node:test';
-import { REFS, SLOW, binaryRequest, fp32, infer, maxDiff, start } from './helper.mjs';
+import { REFS, SLOW, fp32, infer, maxDiff, postSdpa, sdpaBinary, start } from './helper.mjs';
 
 test('retain: map_id in the response, the same maps from /v2/maps', async (t) => {
   const d = await start({ t });
@@ -370,20 +370,7 @@ async function ended(d) {
     await sleep(50);
   }
 }
-// sdpa q, k, v [T, D] in binary form, the same rows for each
-function sdpaBinary(T, D, parameters) {
-  const rows = Buffer.alloc(T * D * 4);
-  for (let i = 0; i < T * D; i++) rows.writeFloatLE(((i * 7919) % 1000) / 1000 - 0.5, i * 4);
-  return binaryRequest({
-    inputs: ['q', 'k', 'v'].map((name) => ({ name, datatype: 'FP32', shape: [T, D], parameters: { binary_data_size: T * D * 4 } })),
-    outputs: [{ name: 'output', parameters: { binary_data: true } }],
-    ...(parameters ? { parameters } : {}),
-  }, [rows, rows, rows]);
-}
-const postBinary = (d, { body, headerLen }, signal) => fetch(`${d.url}/v2/models/sdpa/infer`, {
-  method: 'POST', body, signal,
-  headers: { 'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': String(headerLen) },
-});
+const postBinary = (d, req, signal) => postSdpa(d.url, req, signal);
 // held: the maps the listing and the gauges say the store holds
 async function held(d) {
   const list = await (await fetch(`${d.url}/v2/maps`)).json();

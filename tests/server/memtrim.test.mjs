@@ -5,7 +5,7 @@
 // deleted, and the K/V accounting unchanged by it.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { SLOW, binaryRequest, f32bytes, start } from './helper.mjs';
+import { SLOW, binaryRequest, f32bytes, postSdpa, sdpaBinary, start } from './helper.mjs';
 
 const DM = 64; // models/demo's d_model
 
@@ -111,17 +111,8 @@ test('a trim queued on the pool shows in attnd_memory_trim_running until it has 
   // sdpa over T = 32768 rows (~275 GFLOP, seconds on one thread), its
   // client cancelling once the trim is seen
   const T = 32768, D = 64;
-  const rows = Buffer.alloc(T * D * 4);
-  for (let i = 0; i < T * D; i++) rows.writeFloatLE(((i * 7919) % 1000) / 1000, i * 4);
-  const { body, headerLen } = binaryRequest({
-    inputs: ['q', 'k', 'v'].map((name) => ({ name, datatype: 'FP32', shape: [T, D], parameters: { binary_data_size: T * D * 4 } })),
-    outputs: [{ name: 'output', parameters: { binary_data: true } }],
-  }, [rows, rows, rows]);
   const ac = new AbortController();
-  const big = fetch(`${d.url}/v2/models/sdpa/infer`, {
-    method: 'POST', body, signal: ac.signal,
-    headers: { 'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': String(headerLen) },
-  }).then((r) => r.arrayBuffer()).catch(() => null);
+  const big = postSdpa(d.url, sdpaBinary(T, D), ac.signal).then((r) => r.arrayBuffer()).catch(() => null);
   // its batch runs: inputs and output held (4 x 8 MiB of the budget)
   await until(async () => (await metricOf(d, /^attnd_memory_budget_used_bytes (\d+)$/m)) >= 4 * T * D * 4,
     "the sdpa request's batch never ran");
