@@ -39,7 +39,7 @@ import { parseAllDocuments } from "yaml";
 import http2 from "node:http2";
 import { join } from "node:path";
 import { embed } from "../../server/web/embed.js";
-import { ROOT, freePorts, grpcSeqStep, harness, inferPost } from "./replicas.mjs";
+import { ROOT, freePorts, grpcSeqStep, harness, inferPost, rowsDiffer } from "./replicas.mjs";
 
 const NSEQ = Number(process.env.AFFINITY_SEQUENCES || 24);
 const ROUNDS = Number(process.env.AFFINITY_ROUNDS || 8);
@@ -60,13 +60,7 @@ const xInput = (words, pos0) => ({ name: "x", datatype: "FP32", shape: [1, words
 const wordsOf = (s) => Array.from({ length: PROMPT + ROUNDS }, (_, k) => `s${s}w${k}${k % 3 ? "" : "x"}`);
 
 // closeRows: the step's y rows equal rows [from, from + n) of the reference.
-function closeRows(got, ref, from, n) {
-  const want = ref.slice(from * D, (from + n) * D);
-  if (!Array.isArray(got) || got.length !== want.length) return `y has ${got?.length} values, want ${want.length}`;
-  for (let i = 0; i < want.length; i++)
-    if (!(Math.abs(got[i] - want[i]) <= 1e-5 * Math.max(1, Math.abs(want[i])))) return `y[${i}] = ${got[i]}, want ${want[i]}`;
-  return null;
-}
+const closeRows = (got, ref, from, n) => rowsDiffer(got, ref.slice(from * D, (from + n) * D));
 
 // grpcStep: one ModelInfer call through nginx's gRPC port (grpcSeqStep),
 // the sequence id in the attnd-sequence-id metadata only; {status, length}

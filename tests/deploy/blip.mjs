@@ -44,7 +44,7 @@ import http2 from "node:http2";
 import { createConnection, createServer } from "node:net";
 import { join } from "node:path";
 import { embed } from "../../server/web/embed.js";
-import { ROOT, freePorts, grpcSeqStep, harness, inferPost } from "./replicas.mjs";
+import { ROOT, freePorts, grpcSeqStep, harness, inferPost, rowsDiffer } from "./replicas.mjs";
 
 const NSEQ = Number(process.env.BLIP_SEQUENCES || 12);
 const NSESS = Number(process.env.BLIP_SESSIONS || 12);
@@ -142,10 +142,7 @@ async function main() {
     if (r.status !== 200) why = `HTTP ${r.status} ${JSON.stringify(r.json ?? r.err).slice(0, 300)}`;
     else {
       const y = r.json.outputs?.find((o) => o.name === "y")?.data?.flat(Infinity);
-      const want = refs[q.s].slice(from * D, upto * D);
-      if (!Array.isArray(y) || y.length !== want.length) why = `y has ${y?.length} values, want ${want.length}`;
-      else for (let i = 0; i < want.length && !why; i++)
-        if (!(Math.abs(y[i] - want[i]) <= 1e-5 * Math.max(1, Math.abs(want[i])))) why = `y[${i}] = ${y[i]}, want ${want[i]}`;
+      why = rowsDiffer(y, refs[q.s].slice(from * D, upto * D));
       if (r.json.parameters?.sequence_length !== upto) why = `sequence_length ${r.json.parameters?.sequence_length}, want ${upto}${why ? `; ${why}` : ""}`;
     }
     q.len = upto; // the client's count, whatever the answer

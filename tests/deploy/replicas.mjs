@@ -183,6 +183,16 @@ export function harness(name) {
   };
 }
 
+// rowsDiffer: why y (a step's output values, flattened) is not want
+// (the reference's rows, flattened): its length, or its first value off
+// by more than 1e-5 relative (1e-5 absolute below 1); null when equal.
+export function rowsDiffer(y, want) {
+  if (!Array.isArray(y) || y.length !== want.length) return `y has ${y?.length} values, want ${want.length}`;
+  for (let i = 0; i < want.length; i++)
+    if (!(Math.abs(y[i] - want[i]) <= 1e-5 * Math.max(1, Math.abs(want[i])))) return `y[${i}] = ${y[i]}, want ${want[i]}`;
+  return null;
+}
+
 // inferPost: one infer request of model, its body as JSON, through base
 // (a replica or nginx); {status, json} (a body that is not JSON as
 // {error: its first 200 characters}) or {status: 0, err} when no answer

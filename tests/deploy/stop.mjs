@@ -58,7 +58,7 @@ import { createConnection } from "node:net";
 import { join } from "node:path";
 import { embed } from "../../server/web/embed.js";
 import { frame, ld, packedI64, str } from "../grpc/wire.mjs";
-import { ROOT, freePorts, harness, inferPost } from "./replicas.mjs";
+import { ROOT, freePorts, harness, inferPost, rowsDiffer } from "./replicas.mjs";
 
 const NSEQ = Number(process.env.STOP_SEQUENCES || 18);
 const TOKENS = 10; // a sequence takes at most 7 before the last loop steps it to 10
@@ -154,10 +154,7 @@ async function main() {
     if (r.status !== 200) why = `HTTP ${r.status} ${JSON.stringify(r.json ?? r.err).slice(0, 200)}`;
     else {
       const y = r.json.outputs?.find((o) => o.name === "y")?.data?.flat(Infinity);
-      const want = refs[q.s].slice(from * D, upto * D);
-      if (!Array.isArray(y) || y.length !== want.length) why = `y has ${y?.length} values, want ${want.length}`;
-      else for (let i = 0; i < want.length && !why; i++)
-        if (!(Math.abs(y[i] - want[i]) <= 1e-5 * Math.max(1, Math.abs(want[i])))) why = `y[${i}] = ${y[i]}, want ${want[i]}`;
+      why = rowsDiffer(y, refs[q.s].slice(from * D, upto * D));
       if (!why && r.json.parameters?.sequence_length !== upto) why = `sequence_length ${r.json.parameters?.sequence_length}, want ${upto}`;
     }
     if (why) { failed++; fails.push(`${when}: ${q.id} [${from}, ${upto}): ${why}`); return false; }
