@@ -565,23 +565,20 @@ static void close_mhd(srv *s)
  * connection down both ways (SHUT_RDWR) and closes it: a byte the client
  * sends after that (a request pipelined as it reads) is answered with a
  * reset, which drops the rest of the answer the kernel still held. */
-static int unacked(const srv *s)
+static int unacked(const srv *s, int *heads)
 {
-    int n = 0;
-    for (const srv_conn *c = s->conns; c; c = c->next)
-        n += !c->grpc && c->fd >= 0 && !c->closing &&
-             (c->req || srv_sock_unacked(c->fd) != 0 ||
-              srv_guard_head_coming(c));
-    return n;
-}
-
-/* heads: of unacked's, those with only a request head partly sent */
-static int heads(const srv *s)
-{
-    int n = 0;
-    for (const srv_conn *c = s->conns; c; c = c->next)
-        n += !c->grpc && c->fd >= 0 && !c->closing && !c->req &&
-             srv_sock_unacked(c->fd) == 0 && srv_guard_head_coming(c);
+    int n = 0, h = 0;
+    for (const srv_conn *c = s->conns; c; c = c->next) {
+        int q, head;
+        if (c->grpc || c->fd < 0 || c->closing)
+            continue;
+        q = c->req ? 1 : srv_sock_unacked(c->fd);
+        head = !q && srv_guard_head_coming(c);
+        n += q != 0 || head;
+        h += head; /* of them, those with only a request head partly sent */
+    }
+    if (heads)
+        *heads = h;
     return n;
 }
 
@@ -594,7 +591,7 @@ static int heads(const srv *s)
 static void stop_done(srv *s, int cut)
 {
     void (*done)(srv *) = s->http_stop_done;
-    int n = cut ? unacked(s) : 0, grpc = 0, h = cut ? heads(s) : 0;
+    int h = 0, n = cut ? unacked(s, &h) : 0, grpc = 0; /* one walk */
     s->http_stop_done = NULL;
     uv_timer_stop(&s->http_stop_timer);
     uv_close((uv_handle_t *)&s->http_stop_timer, NULL);
@@ -618,7 +615,7 @@ static void on_stop_poll(uv_timer_t *t)
         stop_done(s, 1);
         return;
     }
-    if (!lingering && !unacked(s)) {
+    if (!lingering && !unacked(s, NULL)) {
         stop_done(s, 0);
         return;
     }
@@ -632,7 +629,7 @@ int srv_http_stop(srv *s, uint64_t ms, void (*done)(srv *))
         return 0;
     srv_http__accept_stop(s);
     srv_linger_stop(s, ms);
-    if (!ms || (!srv_linger_poll(s, NULL) && !unacked(s))) {
+    if (!ms || (!srv_linger_poll(s, NULL) && !unacked(s, NULL))) {
         close_mhd(s);
         return 0;
     }
@@ -650,14 +647,14 @@ int srv_http_stop(srv *s, uint64_t ms, void (*done)(srv *))
     return 1;
 }
 
-int srv_http_stop_cut(srv *s, int *grpc)
+int srv_http_stop_cut(srv *s, int *grpc, int *heads)
 {
     int n;
-    *grpc = 0;
+    *grpc = *heads = 0;
     if (!s->http_stop_done)
         return 0;
     n = srv_linger_poll(s, grpc);
-    n += unacked(s) - *grpc;
+    n += unacked(s, heads) - *heads - *grpc;
     stop_done(s, 0);
     return n;
 }

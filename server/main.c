@@ -367,7 +367,7 @@ static void on_signal(uv_async_t *h)
     if (!n)
         return;
     if (s->stopping) { /* the clients still reading: cut, as a drain */
-        int grpc, rest = srv_http_stop_cut(s, &grpc);
+        int grpc, heads, rest = srv_http_stop_cut(s, &grpc, &heads);
         grpc += srv_grpc_stop_cut(s);
         char what[96];
         if (rest || grpc)
@@ -376,6 +376,10 @@ static void on_signal(uv_async_t *h)
                     "have waited for them up to stop-flush-ms)",
                     sigabbrev_np(first), conns_text(what, sizeof what, rest, grpc),
                     rest + grpc == 1 ? "" : "s", rest + grpc == 1 ? "its" : "their");
+        if (heads)
+            srv_log(s, "warn", "SIG%s: stop cut short: closed %d REST "
+                    "connection%s whose request head had not come whole",
+                    sigabbrev_np(first), heads, heads == 1 ? "" : "s");
         return;
     }
     if (!s->draining) {

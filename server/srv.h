@@ -755,10 +755,11 @@ int srv_http_start(srv *s, char *err); /* -1 with err (SRV_ERRMAX) */
  * runs once the last of them has closed; 0 when none are.
  * gRPC sockets lingering since before the stop (linger.c) wait with them,
  * and count as gRPC's. srv_http_stop_cut: close them at once (a signal
- * during the stop); how many REST ones were still open, *grpc the
- * lingering gRPC ones. */
+ * during the stop); how many REST ones were still open with answers not
+ * taken, *heads the REST ones whose request head had not come whole
+ * (srv_guard_head_coming), *grpc the lingering gRPC ones. */
 int srv_http_stop(srv *s, uint64_t ms, void (*done)(srv *));
-int srv_http_stop_cut(srv *s, int *grpc);
+int srv_http_stop_cut(srv *s, int *grpc, int *heads);
 /* srv_http_cut: the drain was cut short: each REST request whose body is
  * still coming is answered 503 on its socket at once (http_answer.c). */
 void srv_http_cut(srv *s);

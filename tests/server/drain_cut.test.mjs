@@ -703,3 +703,23 @@ test('REST: a request head that never completes holds the stop no longer than --
   assert.doesNotMatch(d.log(), /had not acknowledged/);
   await d.stop();
 });
+
+test('REST: a second signal while the stop waits for a request head that has not come whole closes it at once and names it as a head, not as a client that had not read its answers; exit 0', async (t) => {
+  // before: the cut counted it with the connections whose clients had
+  // not read their answers ("closed 1 REST connection whose client had
+  // not read its answers yet"), where the flush's end names it a head
+  const d = await start({ t, args: ['--stop-flush-ms', FLUSH_MS] });
+  const h = headClient(t, d);
+  h.c.write('GET /v2/health/live HTTP/1.1\r\nHo');
+  await new Promise((res) => h.c.write('', res));
+  d.proc.kill('SIGTERM');
+  assert.match(await d.logged(/drained; stopping/), /drained; stopping/);
+  await sleep(200 * SLOW);
+  assert.equal(await exited(d, 0), 'still running', 'the stop waits for the head');
+  d.proc.kill('SIGTERM');
+  assert.deepEqual(await exited(d, 10000 * SLOW), { code: 0, sig: null }, d.log());
+  assert.match(d.log(), /SIGTERM: stop cut short: closed 1 REST connection whose request head had not come whole\n/);
+  assert.doesNotMatch(d.log(), /had not read (its|their) answers/);
+  assert.equal(h.got(), '', 'no answer');
+  await d.stop();
+});
