@@ -202,7 +202,9 @@ static int sending(const srv_conn *c)
 /* evict: the connection count passed max-connections with fresh: close
  * the one waiting longest for its first request head; else the idle
  * keep-alive one waiting longest (it has been served: likely a real
- * client) whose client holds all of its answers (not sending). One with
+ * client) whose client holds all of its answers (not sending) and has
+ * sent none of its next request head (srv_guard_head_coming: like a
+ * request in progress, it is busy, MHD holding the part read). One with
  * bytes waiting that MHD has not read (unread: its state here is stale)
  * is not judged now: the next one in that order goes instead. When every
  * other one is busy with a request, has bytes waiting or is still
@@ -240,7 +242,7 @@ static int evict(srv *s, srv_conn *fresh, int mhd_room)
         }
     for (c = served; c && !old; c = c->prev)
         if (candidate(c, fresh, mhd_room) && c->served && !unread(c) &&
-            !sending(c))
+            !sending(c) && !srv_guard_head_coming(c))
             old = c;
     if (!old) /* all busy, with bytes waiting or delivering: fresh waits
                  its turn (MHD's headroom, then the listen backlog) */
