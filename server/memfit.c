@@ -219,7 +219,8 @@ void srv_memfit_loaded(srv *s, const srv_entry *loaded)
     for (const srv_entry *e = s->models; e; e = e->next)
         for (const srv_inst *in = e->retired; in; in = in->rnext, n_old++)
             old += (in->m ? (double)model_bytes(in->m) : 0) +
-                   (in->kv_pool ? (double)attn_kv_pool_used(in->kv_pool) : 0);
+                   (in->kv_pool ? (double)(attn_kv_pool_used(in->kv_pool) +
+                                           attn_kv_pool_kept(in->kv_pool)) : 0);
     sum = budget + maps + kv + weights + old + r * MiB;
     if (sum <= (double)s->mem_limit)
         return;
