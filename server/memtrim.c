@@ -128,6 +128,7 @@ static void tick(uv_timer_t *t)
 {
     srv *s = t->data;
     size_t shed = 0, kv_peak, kv, maps, held, tick_peak, give, recent;
+    s->trim_checks++; /* the loop's thread: a scrape sees it with the tick run */
     if (++s->shed_ticks >= SHED_TICKS) { /* before held is read: its fall */
         s->shed_ticks = 0;
         shed = each_pool(s, attn_kv_pool_shed);

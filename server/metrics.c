@@ -319,9 +319,14 @@ void srv_h_metrics(srv_req *r)
                 "the compute pool or runs there, holding one of its threads "
                 "(attnd_pool_jobs does not count it).\n"
                 "# TYPE attnd_memory_trim_running gauge\n"
-                "attnd_memory_trim_running %d\n",
+                "attnd_memory_trim_running %d\n"
+                "# HELP attnd_memory_trim_checks_total Times the trim looked "
+                "at the memory held (once a second), whether it trimmed or "
+                "not.\n"
+                "# TYPE attnd_memory_trim_checks_total counter\n"
+                "attnd_memory_trim_checks_total %llu\n",
             (unsigned long long)s->trims, (double)s->trim_ns_total / 1e9,
-            s->trimming);
+            s->trimming, (unsigned long long)s->trim_checks);
     {
         int lingering;
         unsigned long long kept, cut;

@@ -455,6 +455,7 @@ struct srv {
     int shed_ticks, trim_wait;
     int trimming;          /* a trim queued on the pool or running */
     uint64_t trims, trim_ns, trim_ns_total;
+    uint64_t trim_checks;  /* the trim's ticks run (each reads the pools) */
     long long mem_limit;   /* memfit.c: the cgroup's memory limit, 0 = none */
     char mem_limit_file[256]; /* the file it was read from */
     struct srv_grpc *grpc; /* grpc.c, NULL when off */

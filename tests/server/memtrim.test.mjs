@@ -16,6 +16,7 @@ async function metricOf(d, re) {
   return Number(m[1]);
 }
 const trims = (d) => metricOf(d, /^attnd_memory_trims_total (\d+)$/m);
+const checks = (d) => metricOf(d, /^attnd_memory_trim_checks_total (\d+)$/m);
 const kvBytes = (d) => metricOf(d, /^attnd_kv_bytes\{model="demo",version="1"\} (\d+)$/m);
 const kept = (d) => metricOf(d, /^attnd_kv_kept_bytes\{model="demo",version="1"\} (\d+)$/m);
 const running = (d) => metricOf(d, /^attnd_memory_trim_running (\d+)$/m);
@@ -85,10 +86,11 @@ test('K/V pages kept for reuse are not counted as freed: the trim comes once the
   for (let i = 0; i < 16; i++) await step(d, `k${i}`, 1024, true);
   assert.equal(await kvBytes(d), 256 * 32768);
   assert.equal(await kept(d), 0);
-  // two of the trim's ticks see the full cache (not an event to wait for:
-  // the new code passes without it; the old one misfired only when a tick
-  // had read the cache full)
-  await sleep(2000);
+  // two of the trim's ticks see the full cache (the new code passes
+  // without it; the old one misfired only when a tick had read the cache
+  // full): a tick that began after the fill is the second one counted
+  const seen = await checks(d);
+  await until(async () => (await checks(d)) >= seen + 2, 'the trim\'s ticks did not run');
   for (let i = 0; i < 16; i++) await del(d, `k${i}`);
   assert.equal(await kvBytes(d), 0);
   assert.equal(await kept(d), 256 * 32768);
