@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import net from 'node:net';
 import { test } from 'node:test';
-import { NEXT, SLOW, answers, f32bytes, jsonLen, restAttention, start } from './helper.mjs';
+import { NEXT, SLOW, answers, f32bytes, jsonLen, queued, restAttention, start, waitFor } from './helper.mjs';
 import { INFER } from './soak_grpc.mjs';
 import { frame, h2frame, ld, lit, packedI64, str } from '../grpc/wire.mjs';
 
@@ -380,9 +380,10 @@ test('REST: over max-connections, a served connection whose client has sent part
   const b = await idleClient(t, d);
   a.sock.write('GET /v2/health/live HTTP/1.1\r\nHo'); // A's next head, in part
   await new Promise((res) => a.sock.write('', res));
-  // let attnd read it (with it unread, A is passed over for now anyway:
-  // the wait can only make the test pass less, not falsely)
-  await sleep(200);
+  // attnd has read it (its socket holds none of it unread: with it
+  // unread, A would be passed over for that reason instead)
+  const port = Number(new URL(d.url).port);
+  assert.ok(await waitFor(() => queued(port, a.sock.localPort, 'rx') === 0), 'attnd never read A\'s part of a head');
   // newcomers, each over max-connections, until B is closed (its client's
   // delayed ACK may keep it taking its answer for the first)
   for (let i = 0; i < 50 && !b.ended() && !a.ended(); i++) {
