@@ -335,7 +335,7 @@ async function main() {
     const ex = await exitWithin(r.rec, 15000);
     check(ex && ex.code === 0, `${r.addr} exit after SIGTERM: ${JSON.stringify(ex)}`);
   }
-  console.log(`affinity: ${passed} passed, ${failed} failed`);
+  console.log(`affinity: ${passed} passed, ${failed + failedChecks()} failed`);
   return failed === 0 && failedChecks() === 0;
 }
 

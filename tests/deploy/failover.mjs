@@ -260,7 +260,7 @@ async function main() {
   const passed = p1.passed + p2.passed;
   const failed = p1.failed + p2.failed;
   say(`${REQUESTS + n2} requests in ${((Date.now() - T0) / 1000).toFixed(1)} s`);
-  console.log(`failover: ${passed} passed, ${failed} failed`);
+  console.log(`failover: ${passed} passed, ${failed + failedChecks()} failed`);
   return failed === 0 && failedChecks() === 0;
 }
 
