@@ -9,7 +9,7 @@ import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } fro
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { test } from 'node:test';
-import { ATTND, ROOT, binaryRequest, f32bytes, post, start } from './helper.mjs';
+import { ATTND, ROOT, SLOW, binaryRequest, f32bytes, post, start } from './helper.mjs';
 
 const SHIM = join(dirname(ATTND), 'tests', 'server', 'cgroupfake.so');
 const MiB = 1024 * 1024;
@@ -219,9 +219,11 @@ test("a reload's old instance, still held by a running step, counts at the load"
     const id = `old${k}`, T = 16384 * k;
     assert.equal(await stepOf(id, 1, true), 200);
     const step = stepOf(id, T, false);
-    let seen = false;
-    for (let i = 0; i < 4000 && !(seen = await running()); i++) await new Promise((res) => setTimeout(res, 5));
-    assert.ok(seen, `${id}: the long step's batch never ran`);
+    // its batch runs (running()); bounded for a hang only, x SLOW
+    for (const end = Date.now() + 20000 * SLOW; !(await running());) {
+      assert.ok(Date.now() < end, `${id}: the long step's batch never ran`);
+      await new Promise((res) => setTimeout(res, 5));
+    }
     const from = d.log().length;
     assert.equal((await post(`${d.url}/v2/repository/models/demo/load`, '')).status, 200);
     const g = await fetch(`${d.url}/v2/sequences/${id}`);
