@@ -225,7 +225,8 @@ typedef const char *(*maps_arg_fn)(void *ctx, const char *key);
  *                                  (the newest 1024; count is all of them)
  *   /v2/maps/{id}                  metadata, tokens, lengths
  *   /v2/maps/{id}/attention        ?b=&h=&max=&format=json|f32|npy
- *                                  &what=attention|scores|mask|v
+ *                                  &what=attention|scores|mask|v|entropy
+ *                                  (entropy: each row's, [rows, 1])
  *                                  (b=all, h=all: every item's, head's
  *                                  planes, [B, H, rows, cols])
  * arg looks up query parameters (may be NULL when there are none); the

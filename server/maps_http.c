@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -282,10 +283,11 @@ static size_t answer_need(size_t cells, size_t plane, int fmt, int whole,
 
 /* too_big: the 413 for an answer of need bytes past answer_max, naming
  * only what would fit instead (each alone: another format, one plane at
- * a time, a pooled overview), else that only a larger bound serves it. */
+ * a time, a pooled overview), else that only a larger bound serves it.
+ * rows: what=entropy, one value per query row (nothing to pool). */
 static void too_big(char *err, size_t cap, const char *shape, size_t cells,
                     size_t plane, size_t planes, int fmt, int whole,
-                    int values, size_t scratch, size_t need,
+                    int values, int rows, size_t scratch, size_t need,
                     size_t answer_max)
 {
     char ask[128];
@@ -303,26 +305,28 @@ static void too_big(char *err, size_t cap, const char *shape, size_t cells,
     if (whole && answer_need(plane, plane, fmt, 0, values, scratch) <=
                      answer_max)
         ASK("one b and h at a time");
-    if (!values && answer_need(planes, 1, fmt, whole, values, scratch) <=
-                       answer_max)
+    if (!values && !rows &&
+        answer_need(planes, 1, fmt, whole, values, scratch) <= answer_max)
         ASK("max=");
 #undef ASK
     if (n)
         snprintf(err, cap, "%s: the %s map as %s takes %zu bytes, more "
                  "than one request may (%zu bytes, request-memory); ask "
                  "for %s, or raise --request-memory",
-                 whole ? "b, h" : values ? "what" : "max", shape,
+                 whole ? "b, h" : values || rows ? "what" : "max", shape,
                  fmt == 2 ? "npy" : fmt ? "f32" : "JSON", need, answer_max,
                  ask);
     else
         snprintf(err, cap, "%s: the %s map as %s takes %zu bytes, more "
                  "than one request may (%zu bytes, request-memory), and no "
                  "smaller answer of it fits (%s %zu bytes): raise "
-                 "--request-memory", whole ? "b, h" : values ? "what" : "max",
+                 "--request-memory",
+                 whole ? "b, h" : values || rows ? "what" : "max",
                  shape, fmt == 2 ? "npy" : fmt ? "f32" : "JSON", need,
                  answer_max, values ? "one value plane alone is"
+                             : rows ? "one plane of it alone is"
                                     : "a row of it alone is",
-                 values ? plane * sizeof(float) : scratch);
+                 values || rows ? plane * sizeof(float) : scratch);
 }
 
 /* One /attention request's asks (its query string, parsed). */
@@ -332,6 +336,7 @@ typedef struct ask {
     int max_n;         /* max=: pool into at most max_n rows and columns */
     int fmt;           /* 0 JSON, 1 f32, 2 npy */
     int values;        /* what=v */
+    int entropy;       /* what=entropy: one value per query row */
     maps_what what;
     const char *what_s; /* as sent (NULL: attention) */
 } ask;
@@ -375,13 +380,17 @@ static const char *parse_ask(maps_arg_fn arg, void *ctx, ask *a)
         a->what = MAPS_ALLOWED;
     else if (strcmp(sw, "v") == 0)
         a->values = 1;
+    else if (strcmp(sw, "entropy") == 0)
+        a->entropy = 1;
     else
-        return "what: expected attention, scores, mask or v";
+        return "what: expected attention, scores, mask, v or entropy";
     if (a->values && a->h < 0)
         return "h: what=v needs a head index or \"all\" (values have no "
                "mean)";
     if (a->values && sm)
         return "max: what=v is never pooled";
+    if (a->entropy && sm)
+        return "max: what=entropy is one value per query row, never pooled";
     return NULL;
 }
 
@@ -394,7 +403,11 @@ static int json_too_big(const ask *a, const maps_info *info, size_t cells,
 {
     if (a->fmt || cells <= MAPS_JSON_MAX_CELLS)
         return 0;
-    if (a->values && whole)
+    if (a->entropy)
+        snprintf(err, ATTN_ERRMAX, "what: %zu entropies (%d a plane) are "
+                 "too large for JSON; ask for format=f32 or npy, or one b "
+                 "and h", cells, info->t);
+    else if (a->values && whole)
         snprintf(err, ATTN_ERRMAX, "what: %zu value cells (%d x %d a head) "
                  "are too large for JSON; ask for format=f32 or npy, or one "
                  "b and h", cells, info->s, info->dv);
@@ -477,6 +490,39 @@ nomem:
     return ATTN_ENOMEM;
 }
 
+/* entropy_into: the Shannon entropy (nats) of each query row's weights
+ * of item b, head h (h -1: the mean of the heads' entropies) into dst[t]:
+ * H_i = -sum_j p_ij ln p_ij over the cells with p > 0 (0 ln 0 = 0: a
+ * masked key, whose weight is 0, adds nothing; a sequence's row only
+ * holds the keys its step had), summed in double and rounded once; a
+ * query row past item b's length is 0. Reads the stored rows in place;
+ * asks cut before every 16th row: 1 when its reader went, else 0. */
+static int entropy_into(const maps__entry *e, int b, int h, maps_cut_fn cut,
+                        void *cut_ctx, float *dst)
+{
+    size_t ts = (size_t)e->info.t * (size_t)e->info.s;
+    int h0 = h < 0 ? 0 : h, h1 = h < 0 ? e->info.h : h + 1, i, j, k;
+
+    for (i = 0; i < e->info.t; i++) {
+        double sum = 0.0;
+        if (cut && (i & 15) == 0 && cut(cut_ctx))
+            return 1;
+        for (k = h0; i < e->t_valid[b] && k < h1; k++) {
+            const float *row =
+                e->attention +
+                ((size_t)b * (size_t)e->info.h + (size_t)k) * ts +
+                (size_t)i * (size_t)e->info.s;
+            double hk = 0.0;
+            for (j = 0; j < e->info.s; j++)
+                if (row[j] > 0.0f)
+                    hk -= (double)row[j] * log((double)row[j]);
+            sum += hk;
+        }
+        dst[i] = (float)(sum / (double)(h1 - h0));
+    }
+    return 0;
+}
+
 /* GET /v2/maps/{id}/attention?b=&h=&max=&format=&what=: one [T, S] map
  * (or its max-pooled overview) as JSON with a flat row-major "data", as
  * raw FP32 with the shape in r->shape, or as a .npy file; b=all and
@@ -526,16 +572,17 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
         dims[nd] = sdims[nd] = info.h, nd++;
     whole = nd > 0;
     prows = a.values ? info.s : pooled(info.t, a.max_n);
-    pcols = a.values ? info.dv : pooled(info.s, a.max_n);
+    pcols = a.values ? info.dv : a.entropy ? 1 : pooled(info.s, a.max_n);
     dims[nd] = prows;
     dims[nd + 1] = pcols;
     sdims[nd] = a.values ? info.s : info.t;
-    sdims[nd + 1] = a.values ? info.dv : info.s;
+    sdims[nd + 1] = a.values ? info.dv : a.entropy ? 1 : info.s;
     nd += 2;
     /* b*h*t*s*4 and b*kv_h*s*dv*4 fit (maps__entry_build): so do these */
     plane = (size_t)prows * (size_t)pcols;
     cells = plane * (size_t)(b1 - b0) * (size_t)(h1 - h0);
-    scratch = a.values ? 0 : maps__row_scratch(&info, a.what, h0);
+    scratch = a.values || a.entropy ? 0
+                                    : maps__row_scratch(&info, a.what, h0);
     need = answer_need(cells, plane, a.fmt, whole, a.values, scratch);
     rc = json_too_big(&a, &info, cells, prows, pcols, whole, err);
     if (!rc)
@@ -545,7 +592,7 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
         dims_text(sh_, sizeof(sh_), dims, nd, 1);
         too_big(err, sizeof(err), sh_, cells, plane,
                 (size_t)(b1 - b0) * (size_t)(h1 - h0), a.fmt, whole,
-                a.values, scratch, need, answer_max);
+                a.values, a.entropy, scratch, need, answer_max);
         maps__release(e);
         return reply_error(r, 413, err);
     }
@@ -567,6 +614,17 @@ static int route_attention(maps_store *st, const char *id, maps_arg_fn arg,
             if (whole && cut && cut(cut_ctx)) {
                 gone = 1; /* its reader went */
                 break;
+            }
+            if (a.entropy) { /* in place, or its own t floats */
+                float *dst = all ? all + nhead / sizeof(float) + k
+                                 : (map = malloc(plane * sizeof(float)));
+                if (!dst) {
+                    rc = ATTN_ENOMEM;
+                    break;
+                }
+                gone = entropy_into(e, bi, hi, cut, cut_ctx, dst);
+                k += plane;
+                continue;
             }
             if (all && !a.values) { /* the plane in place */
                 rc = maps__slice_into(e, a.what, bi, hi, a.max_n, cut,

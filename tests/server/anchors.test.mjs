@@ -4,7 +4,8 @@
 // (/work/shared/seeds 000: A = [[0.880797, 0.119202], [0.119202, 0.880797]])
 // and masks and weights worked out here from the API's rules (README,
 // "Retained attention maps"). A retained masked request's map returns its
-// mask (what=mask), for sdpa and for a weight set.
+// mask (what=mask), for sdpa and for a weight set; its rows' entropy
+// (what=entropy) is the seed's worked out by hand.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { REFS, binaryRequest, f32bytes, fp32, infer, maxDiff, parseBinary, start } from './helper.mjs';
@@ -60,6 +61,11 @@ test('a retained sdpa map is the seed\'s worked example: weights, scores, values
   assert.deepEqual((await slice(id, 'h=0&what=scores')).data, SEED.scores);
   assert.deepEqual((await slice(id, 'h=0&what=v')).data, SEED.v);
   assert.deepEqual((await slice(id, 'h=0&what=mask')).data, [1, 1, 1, 1]);
+  // what=entropy: each row's -sum p ln p, both rows [e^2, 1] / (e^2 + 1)
+  const pa = e2 / (e2 + 1), pb = 1 / (e2 + 1), H = -(pa * Math.log(pa) + pb * Math.log(pb));
+  const ent = await slice(id, 'h=0&what=entropy');
+  assert.deepEqual(ent.shape, [2, 1]);
+  assert.ok(maxDiff(ent.data, [H, H]) < 1e-6, `entropy ${ent.data} vs ${H}`);
 });
 
 test('retained maps of a weight set equal PyTorch\'s attention (f32, JSON, h=mean, max=)', async () => {
