@@ -187,8 +187,9 @@ static int get_scale(const oip__jv *p, oip_params *pr, char *err)
 
 /* parameters: causal, retain, binary_data_output (booleans), Triton's
  * sequence_id / sequence_start / sequence_end, sequence_position, scale
- * and tokens (at most max_tokens strings, each < OIP_MAX_TOKEN bytes, copied
- * into req); a key misspelling one of them (oip__misspelt) is refused,
+ * and tokens (oip__tokens_jv: one list of strings or one per batch item,
+ * at most max_tokens strings, each < OIP_MAX_TOKEN bytes, copied into
+ * req); a key misspelling one of them (oip__misspelt) is refused,
  * others are ignored. *bytes grows by what the copies
  * take. */
 static int decode_params(oip_request *req, const oip__jv *root, int max_tokens,
@@ -219,43 +220,7 @@ static int decode_params(oip_request *req, const oip__jv *root, int max_tokens,
         (rc = get_seq_pos(p, pr, err)) || (rc = get_scale(p, pr, err)))
         return rc;
     const oip__jv *t = oip__jget(p, "tokens");
-    if (!t)
-        return 0;
-    if (!is(t, OIP__JARR))
-        return oip__fail(err, ATTN_EINVAL,
-                         "parameters.tokens: expected an array of strings");
-    size_t n = t->len;
-    if (n > (size_t)max_tokens)
-        return oip__fail(err, ATTN_EOVERFLOW,
-                         "parameters.tokens: %zu entries, at most %d", n,
-                         max_tokens);
-    for (size_t i = 0; i < n; i++) {
-        const oip__jv *s = oip__jat(t, i);
-        if (!is(s, OIP__JSTR))
-            return oip__fail(err, ATTN_EINVAL,
-                             "parameters.tokens[%zu]: expected a string", i);
-        if (s->len >= OIP_MAX_TOKEN)
-            return oip__fail(err, ATTN_EINVAL,
-                             "parameters.tokens[%zu]: longer than %d bytes", i,
-                             OIP_MAX_TOKEN - 1);
-    }
-    if (n == 0)
-        return 0;
-    pr->tokens = calloc(n, sizeof *pr->tokens);
-    if (!pr->tokens)
-        return oip__fail(err, ATTN_ENOMEM, "parameters.tokens: out of memory");
-    for (size_t i = 0; i < n; i++) {
-        const oip__jv *s = oip__jat(t, i);
-        size_t len = s->len;
-        pr->tokens[i] = malloc(len + 1);
-        if (!pr->tokens[i])
-            return oip__fail(err, ATTN_ENOMEM,
-                             "parameters.tokens: out of memory");
-        memcpy(pr->tokens[i], s->str, len + 1);
-        pr->n_tokens = (int)i + 1;
-        *bytes += len + 1 + sizeof(char *);
-    }
-    return 0;
+    return t ? oip__tokens_jv(pr, t, max_tokens, bytes, err) : 0;
 }
 
 /* outputs: [{name, parameters.binary_data}], names unique; an absent or

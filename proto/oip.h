@@ -100,6 +100,10 @@ typedef struct oip_params {
     int binary_data_output; /* 0/1 */
     char **tokens;          /* parameters.tokens, or NULL */
     int n_tokens;
+    /* parameters.tokens sent as one list per batch item: how many (the
+     * lists back to back in tokens, n_tokens / token_items each); 0: one
+     * list, labelling every item */
+    int token_items;
     /* Triton's sequence parameters (tritonclient.http sends all three when
      * its sequence_id is not 0). sequence_id is a JSON integer 1 ..
      * 2^64 - 1 (read from the text: jansson stops at 2^63 - 1), kept as

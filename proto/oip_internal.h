@@ -202,6 +202,22 @@ void oip__resolve_limits(oip_limits *L, const oip_limits *lim);
     "classification extension (the top classes as BYTES); ask for the "        \
     "output without it and take its largest values yourself"
 
+/* oip__tokens_jv: parameters.tokens t into pr: one array of strings (it
+ * labels every batch item), or an array of arrays of strings, one per
+ * batch item, all as long (pr->token_items lists back to back); at most
+ * max_tokens strings in all, each < OIP_MAX_TOKEN bytes. *bytes grows by
+ * what the copies take. 0, or ATTN_EINVAL / ATTN_EOVERFLOW /
+ * ATTN_ENOMEM with err naming the entry. oip__tokens_shape: the same
+ * rules for a caller that knows only each entry's kind (kind(ctx, i, j):
+ * j < 0 the entry i itself, else entry j of list i: 0 a string of len
+ * bytes, 1 a list of len entries, -1 anything else); 0 with *items (0:
+ * one list) and *n (strings in all), or the error. */
+int oip__tokens_jv(oip_params *pr, const oip__jv *t, int max_tokens,
+                   size_t *bytes, char *err);
+typedef int (*oip__tokens_kind)(void *ctx, size_t i, long j, size_t *len);
+int oip__tokens_shape(oip__tokens_kind kind, void *ctx, size_t count,
+                      int max_tokens, int *items, size_t *n, char *err);
+
 /* oip__shm_param: whether key is one of Triton's shared-memory
  * extension's tensor parameters (shared_memory_region, _byte_size,
  * _offset), which attnd does not serve: on an input the tensor would be

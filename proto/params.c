@@ -3,6 +3,7 @@
  * protobuf) refuse rather than ignore.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -133,4 +134,112 @@ int oip__param_check(const char *where, const char *key,
     return oip__fail(err, ATTN_EINVAL, "%s.%.64s: not a parameter attnd "
                      "reads, refused under strict-parameters (it reads %s)",
                      where, key, names);
+}
+
+int oip__tokens_shape(oip__tokens_kind kind, void *ctx, size_t count,
+                      int max_tokens, int *items, size_t *n, char *err)
+{
+    size_t len0 = 0, len, i, total = 0;
+    long j;
+    int k;
+
+    *items = 0;
+    *n = 0;
+    if (count == 0)
+        return 0;
+    if (kind(ctx, 0, -1, &len0) != 1) { /* one list for every item */
+        if (count > (size_t)max_tokens)
+            return oip__fail(err, ATTN_EOVERFLOW, "parameters.tokens: %zu "
+                             "entries, at most %d", count, max_tokens);
+        for (i = 0; i < count; i++) {
+            if ((k = kind(ctx, i, -1, &len)) != 0)
+                return oip__fail(err, ATTN_EINVAL, "parameters.tokens[%zu]: "
+                                 "expected a string%s", i, k == 1 ?
+                                 " (one list for every batch item; or "
+                                 "every entry a list, one per item)" : "");
+            if (len >= OIP_MAX_TOKEN)
+                return oip__fail(err, ATTN_EINVAL, "parameters.tokens[%zu]: "
+                                 "longer than %d bytes", i,
+                                 OIP_MAX_TOKEN - 1);
+        }
+        *n = count;
+        return 0;
+    }
+    for (i = 0; i < count; i++) { /* one list per batch item */
+        if (kind(ctx, i, -1, &len) != 1)
+            return oip__fail(err, ATTN_EINVAL, "parameters.tokens[%zu]: "
+                             "expected a list of strings, as tokens[0] is "
+                             "(one list per batch item)", i);
+        if (len != len0)
+            return oip__fail(err, ATTN_EINVAL, "parameters.tokens[%zu]: %zu "
+                             "label%s, tokens[0] has %zu (every batch item's "
+                             "list is as long)", i, len, len == 1 ? "" : "s",
+                             len0);
+        if ((total += len) > (size_t)max_tokens)
+            return oip__fail(err, ATTN_EOVERFLOW, "parameters.tokens: more "
+                             "than %d entries in all", max_tokens);
+        for (j = 0; j < (long)len; j++) {
+            size_t sl;
+            if (kind(ctx, i, j, &sl) != 0)
+                return oip__fail(err, ATTN_EINVAL, "parameters.tokens[%zu]"
+                                 "[%ld]: expected a string", i, j);
+            if (sl >= OIP_MAX_TOKEN)
+                return oip__fail(err, ATTN_EINVAL, "parameters.tokens[%zu]"
+                                 "[%ld]: longer than %d bytes", i, j,
+                                 OIP_MAX_TOKEN - 1);
+        }
+    }
+    *items = len0 ? (int)count : 0;
+    *n = total;
+    return 0;
+}
+
+/* kind of an oip__jv tree's entry (oip__tokens_kind) */
+static const oip__jv *jv_entry(const oip__jv *t, size_t i, long j)
+{
+    const oip__jv *v = oip__jat(t, i);
+    return j < 0 ? v : oip__jat(v, (size_t)j);
+}
+
+static int jv_kind(void *ctx, size_t i, long j, size_t *len)
+{
+    const oip__jv *v = jv_entry(ctx, i, j);
+
+    if (!v)
+        return -1;
+    *len = v->len;
+    return v->type == OIP__JSTR ? 0 : v->type == OIP__JARR ? 1 : -1;
+}
+
+int oip__tokens_jv(oip_params *pr, const oip__jv *t, int max_tokens,
+                   size_t *bytes, char *err)
+{
+    size_t n, i, per;
+    int items, rc;
+
+    if (t->type != OIP__JARR)
+        return oip__fail(err, ATTN_EINVAL, "parameters.tokens: expected an "
+                         "array of strings");
+    if ((rc = oip__tokens_shape(jv_kind, (void *)t, t->len, max_tokens,
+                                &items, &n, err)))
+        return rc;
+    if (n == 0)
+        return 0;
+    pr->tokens = calloc(n, sizeof *pr->tokens);
+    if (!pr->tokens)
+        return oip__fail(err, ATTN_ENOMEM, "parameters.tokens: out of memory");
+    per = items ? n / (size_t)items : n;
+    for (i = 0; i < n; i++) {
+        const oip__jv *s = items ? jv_entry(t, i / per, (long)(i % per))
+                                 : oip__jat(t, i);
+        pr->tokens[i] = malloc(s->len + 1);
+        if (!pr->tokens[i])
+            return oip__fail(err, ATTN_ENOMEM,
+                             "parameters.tokens: out of memory");
+        memcpy(pr->tokens[i], s->str, s->len + 1);
+        pr->n_tokens = (int)i + 1;
+        *bytes += s->len + 1 + sizeof(char *);
+    }
+    pr->token_items = items;
+    return 0;
 }

@@ -77,16 +77,39 @@ static int get_bool(const Param *v, const char *field, int *out, char *err)
     return 0;
 }
 
-/* tokens: a string_param holding a JSON array of strings (InferParameter
- * has no list kind). */
+/* kind of a jansson array's entry (oip__tokens_kind) */
+static json_t *js_entry(json_t *t, size_t i, long j)
+{
+    json_t *v = json_array_get(t, i);
+    return j < 0 ? v : json_array_get(v, (size_t)j);
+}
+
+static int js_kind(void *ctx, size_t i, long j, size_t *len)
+{
+    json_t *v = js_entry(ctx, i, j);
+
+    if (json_is_string(v)) {
+        *len = json_string_length(v);
+        return 0;
+    }
+    if (json_is_array(v)) {
+        *len = json_array_size(v);
+        return 1;
+    }
+    return -1;
+}
+
+/* tokens: a string_param holding a JSON array of strings, or of arrays of
+ * strings, one per batch item (InferParameter has no list kind): the
+ * rules of oip__tokens_shape, as the JSON decoder's. */
 static int get_tokens(oip_request *req, const Param *v, int max_tokens,
                       size_t *bytes, char *err)
 {
     oip_params *pr = &req->params;
     json_t *t;
     json_error_t je;
-    size_t i, n;
-    int rc = 0, nomem;
+    size_t i, n, per;
+    int rc = 0, nomem, items;
     if (!v || v->parameter_choice_case !=
                   INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM)
         return oip__fail(err, ATTN_EINVAL, "parameters.tokens: expected a "
@@ -100,33 +123,17 @@ static int get_tokens(oip_request *req, const Param *v, int max_tokens,
         return oip__fail(err, ATTN_EINVAL,
                          "parameters.tokens: expected an array of strings");
     }
-    n = json_array_size(t);
-    if (n > (size_t)max_tokens) {
-        rc = oip__fail(err, ATTN_EOVERFLOW,
-                       "parameters.tokens: %zu entries, at most %d", n,
-                       max_tokens);
+    if ((rc = oip__tokens_shape(js_kind, t, json_array_size(t), max_tokens,
+                                &items, &n, err)))
         goto done;
-    }
-    for (i = 0; i < n; i++) {
-        json_t *s = json_array_get(t, i);
-        if (!json_is_string(s)) {
-            rc = oip__fail(err, ATTN_EINVAL,
-                           "parameters.tokens[%zu]: expected a string", i);
-            goto done;
-        }
-        if (json_string_length(s) >= OIP_MAX_TOKEN) {
-            rc = oip__fail(err, ATTN_EINVAL,
-                           "parameters.tokens[%zu]: longer than %d bytes", i,
-                           OIP_MAX_TOKEN - 1);
-            goto done;
-        }
-    }
     if (n && !(pr->tokens = calloc(n, sizeof *pr->tokens))) {
         rc = oip__fail(err, ATTN_ENOMEM, "parameters.tokens: out of memory");
         goto done;
     }
+    per = items ? n / (size_t)items : n;
     for (i = 0; i < n; i++) {
-        json_t *s = json_array_get(t, i);
+        json_t *s = items ? js_entry(t, i / per, (long)(i % per))
+                          : json_array_get(t, i);
         size_t len = json_string_length(s);
         if (!(pr->tokens[i] = malloc(len + 1))) {
             rc = oip__fail(err, ATTN_ENOMEM,
@@ -137,6 +144,8 @@ static int get_tokens(oip_request *req, const Param *v, int max_tokens,
         pr->n_tokens = (int)i + 1;
         *bytes += len + 1 + sizeof(char *);
     }
+    if (n)
+        pr->token_items = items;
 done:
     json_decref(t);
     return rc;

@@ -536,6 +536,7 @@ int srv_infer_encode(const srv_prep *p, const oip_request *req,
         a.s_valid = p->s_valid;
         a.tokens = (const char *const *)req->params.tokens;
         a.n_tokens = req->params.n_tokens;
+        a.token_items = req->params.token_items;
         a.cross = p->raw || oip_find_input(req, "context") != NULL;
         {   /* what the page needs for masked cells and the step view */
             const oip_tensor *mk = oip_find_input(req, "mask");

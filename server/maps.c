@@ -213,7 +213,7 @@ int maps__entry_build(const maps_put_args *a, size_t max_bytes, float *adopt,
     maps__entry *e = NULL;
     size_t cells, nbytes, lab_bytes = 0, total, mbits = 0, mbytes = 0;
     size_t sbytes = 0, vbytes = 0, ebytes = 0;
-    int i, rc;
+    int i, rc, per;
 
     *out = NULL;
     if (!a->model || !a->model[0] || strlen(a->model) >= MAPS_NAME_MAX) {
@@ -234,13 +234,21 @@ int maps__entry_build(const maps_put_args *a, size_t max_bytes, float *adopt,
         snprintf(err, ATTN_ERRMAX, "attention: shape overflows size_t");
         return rc;
     }
-    if (a->n_tokens != 0 && a->n_tokens != a->t &&
-        ((long long)a->n_tokens != (long long)a->t + a->s ||
+    per = a->token_items ? a->n_tokens / a->token_items : a->n_tokens;
+    if (a->token_items && (a->token_items != a->b ||
+                           per * a->token_items != a->n_tokens)) {
+        snprintf(err, ATTN_ERRMAX, "parameters.tokens: %d list%s, expected "
+                 "%d (one per batch item)", a->token_items,
+                 a->token_items == 1 ? "" : "s", a->b);
+        return ATTN_EINVAL;
+    }
+    if (per != 0 && per != a->t &&
+        ((long long)per != (long long)a->t + a->s ||
          (a->s == a->t && !a->cross))) {
         snprintf(err, ATTN_ERRMAX,
-                 "parameters.tokens: %d label%s, expected %d (one per query "
-                 "token)%s",
-                 a->n_tokens, a->n_tokens == 1 ? "" : "s", a->t,
+                 "parameters.tokens%s: %d label%s, expected %d (one per query "
+                 "token)%s", a->token_items ? "[0]" : "",
+                 per, per == 1 ? "" : "s", a->t,
                  a->s != a->t || a->cross ? " or T + S" : "");
         return ATTN_EINVAL;
     }
@@ -334,6 +342,7 @@ int maps__entry_build(const maps_put_args *a, size_t max_bytes, float *adopt,
             off += n;
         }
         e->n_labels = a->n_tokens;
+        e->label_items = a->token_items;
     }
     *out = e;
     return 0;

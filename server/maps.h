@@ -44,6 +44,8 @@ typedef struct maps_put_args {
     const int32_t *row_end;
     const char *const *tokens; /* labels, or NULL: see maps_put */
     int n_tokens;
+    int token_items;          /* 0: one list labels every item; b: one list
+                               * per item, n_tokens / b each, back to back */
     int cross;                /* keys are another sequence's (sdpa's k, a
                                * context): t + s labels even when s == t */
     /* Optional, for the page's mask drawing and step view (NULL/0 = not
@@ -96,7 +98,8 @@ void maps_store_destroy(maps_store *st);
  * into id_out (MAPS_ID_MAX bytes). Token labels: n_tokens == 0 (none),
  * n_tokens == t (query labels; keys share them when s == t), or
  * n_tokens == t + s (query labels, then key labels, for cross-attention:
- * when s == t, only with a->cross);
+ * when s == t, only with a->cross), for every batch item, or with
+ * a->token_items == b one such list per item (n_tokens / b each);
  * anything else is refused. Evicts the oldest entries until the new one
  * fits. Returns 0, ATTN_EINVAL (bad shape, labels, or an entry larger than
  * the whole store; err names the field), ATTN_EOVERFLOW or ATTN_ENOMEM;

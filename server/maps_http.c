@@ -151,13 +151,36 @@ static json_t *ints_json(const int32_t *v, int n)
     return arr;
 }
 
+/* item_labels: item bi's query (into *q) and key (into *k) labels of e,
+ * per labels an item (0, t or t + s; the keys share the queries' when s
+ * == t); NULL on ENOMEM. */
+static void item_labels(const maps__entry *e, int bi, int per, json_t **q,
+                        json_t **k)
+{
+    int t = e->info.t, o = bi * per;
+
+    if (per == t + e->info.s) {
+        *q = labels_json(e, o, o + t);
+        *k = labels_json(e, o + t, o + per);
+    } else if (per == t) {
+        *q = labels_json(e, o, o + t);
+        *k = e->info.s == t ? labels_json(e, o, o + t) : json_array();
+    } else {
+        *q = json_array();
+        *k = json_array();
+    }
+}
+
 /* GET /v2/maps/{id}: metadata, labels (query and key) and lengths; 404
- * when id is not retained. 0, or ATTN_ENOMEM. */
+ * when id is not retained. tokens and key_tokens are item 0's (the one
+ * list's, when one labelled every item); item_tokens and item_key_tokens
+ * every item's, when the request sent one list per item. 0, or
+ * ATTN_ENOMEM. */
 static int route_meta(maps_store *st, const char *id, maps_reply *r)
 {
     maps__entry *e = maps__acquire(st, id);
-    json_t *o, *q = NULL, *k = NULL;
-    int t, rc;
+    json_t *o, *q = NULL, *k = NULL, *iq = NULL, *ik = NULL;
+    int per, bi, bad = 0, rc;
 
     if (!e) {
         char msg[128];
@@ -165,21 +188,24 @@ static int route_meta(maps_store *st, const char *id, maps_reply *r)
                  "evicted)", id);
         return reply_error(r, 404, msg);
     }
-    t = e->info.t;
-    if (e->n_labels == t + e->info.s) {
-        q = labels_json(e, 0, t);
-        k = labels_json(e, t, e->n_labels);
-    } else if (e->n_labels == t) {
-        q = labels_json(e, 0, t);
-        k = e->info.s == t ? labels_json(e, 0, t) : json_array();
-    } else {
-        q = json_array();
-        k = json_array();
-    }
+    per = e->label_items ? e->n_labels / e->label_items : e->n_labels;
+    item_labels(e, 0, per, &q, &k);
     o = info_json(&e->info);
+    if (e->label_items) {
+        iq = json_array();
+        ik = json_array();
+        for (bi = 0; iq && ik && bi < e->label_items && !bad; bi++) {
+            json_t *a, *b;
+            item_labels(e, bi, per, &a, &b);
+            bad = json_array_append_new(iq, a) | json_array_append_new(ik, b);
+        }
+        /* each set below takes its value, NULL too */
+        bad |= json_object_set_new(o, "item_tokens", iq) |
+               json_object_set_new(o, "item_key_tokens", ik);
+    }
     /* each set takes its value (NULL too) even when it fails, o NULL
      * included: all of them run, so none is left held */
-    if ((o == NULL) | json_object_set_new(o, "tokens", q) |
+    if ((o == NULL) | bad | json_object_set_new(o, "tokens", q) |
         json_object_set_new(o, "key_tokens", k) |
         json_object_set_new(o, "lengths", ints_json(e->t_valid, e->info.b)) |
         json_object_set_new(o, "context_lengths",

@@ -27,7 +27,8 @@ typedef struct maps__entry {
     float *v;          /* (b, info.kv_h, s, info.dv) or NULL */
     char *labels;      /* n_labels NUL-terminated strings back to back */
     size_t *label_off; /* (n_labels) offsets into labels */
-    int n_labels;      /* 0, t, or t + s */
+    int n_labels;      /* 0, t, or t + s (label_items: that many per item) */
+    int label_items;   /* 0: one list for every item; else b lists */
     struct maps__entry *newer, *older;
 } maps__entry;
 

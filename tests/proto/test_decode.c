@@ -402,7 +402,16 @@ START_TEST(skeleton_edges)
     ck_assert_str_eq(r.params.tokens[0], "\xc3\xbc" "ber");
     ck_assert_str_eq(r.params.tokens[1], "\xf0\x9f\x98\x80");
     ck_assert_str_eq(r.params.tokens[2], "a\nb");
+    ck_assert_int_eq(r.params.token_items, 0);
     ck_assert_str_eq(r.outputs[0].name, "y");
+    oip_request_free(&r);
+    /* one list per batch item: back to back, token_items of them */
+    rc = dec_lim(&r, "{'parameters':{'tokens':[['a','b'],['c','d']]},"
+                 "'inputs':[" X2 "]}", NULL, err);
+    ck_assert_msg(rc == 0, "%s", err);
+    ck_assert_int_eq(r.params.n_tokens, 4);
+    ck_assert_int_eq(r.params.token_items, 2);
+    ck_assert_str_eq(r.params.tokens[2], "c");
     oip_request_free(&r);
     /* one escape alone in a request, each way it could be misread */
     rc = dec_lim(&r, "{'parameters':{'c\\u0061usal':true},'inputs':[" X2 "]}",

@@ -227,6 +227,18 @@ static const struct bad {
      "parameters.tokens: expected an array of strings"},
     {"{'parameters':{'tokens':['a',2]},'inputs':[" X2 "]}", ATTN_EINVAL,
      "parameters.tokens[1]: expected a string"},
+    /* one list per batch item: all lists, all as long, of strings */
+    {"{'parameters':{'tokens':[['a'],'b']},'inputs':[" X2 "]}", ATTN_EINVAL,
+     "parameters.tokens[1]: expected a list of strings, as tokens[0] is "
+     "(one list per batch item)"},
+    {"{'parameters':{'tokens':['a',['b']]},'inputs':[" X2 "]}", ATTN_EINVAL,
+     "parameters.tokens[1]: expected a string (one list for every batch "
+     "item; or every entry a list, one per item)"},
+    {"{'parameters':{'tokens':[['a','b'],['c']]},'inputs':[" X2 "]}",
+     ATTN_EINVAL, "parameters.tokens[1]: 1 label, tokens[0] has 2 (every "
+     "batch item's list is as long)"},
+    {"{'parameters':{'tokens':[['a'],[{}]]},'inputs':[" X2 "]}", ATTN_EINVAL,
+     "parameters.tokens[1][0]: expected a string"},
     {"{'outputs':{},'inputs':[" X2 "]}", ATTN_EINVAL,
      "outputs: expected an array"},
     {"{'outputs':['y'],'inputs':[" X2 "]}", ATTN_EINVAL,

@@ -623,6 +623,15 @@ START_TEST(tokens_refused)
     str_param(p, "[\"a\", \"b\"]");
     ck_assert_msg(dec(&g, &lim, &r, err) == 0, "%s", err);
     ck_assert_int_eq(r.params.n_tokens, 2);
+    ck_assert_int_eq(r.params.token_items, 0);
+    ck_assert_str_eq(r.params.tokens[1], "b");
+    oip_request_free(&r);
+    /* one list per batch item, back to back; JSON's rules (test_decode) */
+    str_param(p, "[[\"a\"], [\"b\", \"c\"]]");
+    refused(&g, NULL, ATTN_EINVAL, "parameters.tokens[1]: 2 labels, tokens[0] has 1 (every batch item's list is as long)");
+    str_param(p, "[[\"a\"], [\"b\"]]");
+    ck_assert_msg(dec(&g, &lim, &r, err) == 0, "%s", err);
+    ck_assert_int_eq(r.params.token_items, 2);
     ck_assert_str_eq(r.params.tokens[1], "b");
     oip_request_free(&r);
     str_param(add_param(&g, "tokens"), "[\"c\"]");
