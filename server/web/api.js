@@ -5,7 +5,8 @@
 //
 // A "run" is what the page shows, whatever its source:
 //   { source: 'model'|'sdpa'|'map', model, B, H, T, S,
-//     tokens[T], keyTokens[S], causal, tValid[B], sValid[B],
+//     tokens[T], keyTokens[S] (item b's when itemTokens[B][T] and
+//     itemKeyTokens[B][S] say them), causal, tValid[B], sValid[B],
 //     attention: Float32Array (B, H, T, S),
 //     scores?: Float32Array (B, H, T, S)   scaled, before masks
 //     q?: (B, H, T, dk)  k?: (B, Hkv, S, dk)  v?: (B, Hkv, S, dv)
@@ -634,8 +635,13 @@ async function readMap(id, meta, progress, signal, seen) {
     tokens = Array.from({ length: rows }, (_, i) => `${i * bt}..${Math.min(T, (i + 1) * bt) - 1}`);
     keyTokens = Array.from({ length: cols }, (_, j) => `${j * bs}..${Math.min(S, (j + 1) * bs) - 1}`);
   }
+  // labels sent one list per batch item (item_tokens): item b's rows and
+  // keys, which the page puts in tokens / keyTokens when it shows item b
+  const perItem = !pooled && Array.isArray(meta.item_tokens) && meta.item_tokens.length === B;
+  const itemTokens = perItem ? meta.item_tokens.map((l) => label(l, T, 't')) : null;
+  const itemKeyTokens = perItem ? (meta.item_key_tokens || []).map((l) => label(l, S, 't')) : null;
   return {
-    source: 'map', model: meta.model, B, H, T: rows, S: cols, tokens, keyTokens,
+    source: 'map', model: meta.model, B, H, T: rows, S: cols, tokens, keyTokens, itemTokens, itemKeyTokens,
     // its rows carry the labels the steps sent (a sequence's words as the
     // server holds them, whoever stepped it), not t0, t1, ...
     labelled: !pooled && Array.isArray(meta.tokens) && meta.tokens.length === T,

@@ -218,6 +218,9 @@ function renderSide() {
 function update() {
   if (!run) return;
   state.b = Math.min(state.b, run.B - 1);
+  // labels sent one list per item: item b's
+  if (run.itemTokens) run.tokens = run.itemTokens[state.b];
+  if (run.itemKeyTokens && run.itemKeyTokens[state.b]) run.keyTokens = run.itemKeyTokens[state.b];
   // (one head has no mean: a link's h=mean shows head 0)
   if (state.h !== 'mean' || run.H === 1) state.h = state.h === 'mean' ? 0 : Math.min(state.h, run.H - 1);
   if (state.q != null) state.q = Math.min(state.q, run.T - 1);

@@ -59,3 +59,30 @@ test('the mean over heads of a max-pooled map is the largest of each block of th
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+test('labels sent one list per batch item: the page shows item b\'s when it shows item b', async () => {
+  // sdpa [2, 1, 2, 2]: each item's query and key labels its own
+  const data = [1, 0, 0, 1, 1, 0, 0, 1];
+  const body = {
+    inputs: ['q', 'k', 'v'].map((name) => ({ name, datatype: 'FP32', shape: [2, 1, 2, 2], data })),
+    parameters: { retain: true, tokens: [['the', 'cat', 'k.the', 'k.cat'], ['a', 'dog', 'k.a', 'k.dog']] },
+  };
+  const r = await (await fetch(`${daemon.url}/v2/models/sdpa/infer`, { method: 'POST', body: JSON.stringify(body) })).json();
+  const id = r.parameters.map_id;
+  assert.ok(id, JSON.stringify(r));
+  const { page, errors } = await openPage(browser, `${daemon.url}/#map=${id}`);
+  const labels = () => page.evaluate(() => [window.attnd.run.tokens, window.attnd.run.keyTokens]);
+  const head = () => page.$$eval('#table-view tbody th', (ths) => ths.map((th) => th.textContent));
+  assert.deepEqual(await labels(), [['the', 'cat'], ['k.the', 'k.cat']]);
+  await page.check('#table-toggle');
+  assert.deepEqual(await head(), ['the', 'cat']);
+  await page.selectOption('#batch', '1');
+  await page.waitForFunction(() => window.attnd.run.tokens[0] === 'a');
+  assert.deepEqual(await labels(), [['a', 'dog'], ['k.a', 'k.dog']]);
+  assert.deepEqual(await head(), ['a', 'dog']);
+  await page.selectOption('#batch', '0');
+  await page.waitForFunction(() => window.attnd.run.tokens[0] === 'the');
+  assert.deepEqual(await head(), ['the', 'cat']);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
