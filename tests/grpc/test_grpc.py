@@ -214,6 +214,25 @@ class Unary(unittest.TestCase):
         st, m = self.d.rest(f"/v2/maps/{map_id}")
         self.assertEqual(st, 200)
         self.assertEqual(m["tokens"], ["t0", "t1"])
+        self.assertNotIn("item_tokens", m)
+
+    def test_retain_tokens_one_list_per_item(self):
+        # the string parameter's JSON may hold one list per batch item (B 2)
+        req = tiny_x(REFS["self"])
+        req.parameters["retain"].bool_param = True
+        lists = [[f"a{i}" for i in range(5)], [f"b{i}" for i in range(5)]]
+        req.parameters["tokens"].string_param = json.dumps(lists)
+        r = self.s.ModelInfer(req)
+        st, m = self.d.rest(f"/v2/maps/{r.parameters['map_id'].string_param}")
+        self.assertEqual(st, 200)
+        self.assertEqual(m["tokens"], lists[0])
+        self.assertEqual(m["item_tokens"], lists)
+        req.parameters["tokens"].string_param = json.dumps(lists + [lists[0]])
+        self.code(self.s.ModelInfer, req, C.INVALID_ARGUMENT,
+                  r"^parameters\.tokens: 3 lists, expected 2 \(one per batch item\)")
+        req.parameters["tokens"].string_param = json.dumps([lists[0], lists[1][:4]])
+        self.code(self.s.ModelInfer, req, C.INVALID_ARGUMENT,
+                  r"^parameters\.tokens\[1\]: 4 labels, tokens\[0\] has 5")
 
     # -- errors: REST's messages, gRPC's codes
     def test_invalid_argument_with_rest_messages(self):
