@@ -7,12 +7,11 @@
 // hold the exit past the flush.
 // Loads are held half-way with a FIFO config.json (repo_helper.mjs).
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { NEXT, SLOW, answers, f32bytes, jsonLen, post, requestsUsed, restAttention, start } from './helper.mjs';
+import { NEXT, SLOW, answers, f32bytes, jsonLen, post, requestsUsed, restAttention, smallRcvbuf, start } from './helper.mjs';
 import { TINY, TINY_CONFIG, body, slowStart, tracked } from './repo_helper.mjs';
 import { INFER, grpcCall, grpcSession } from './soak_grpc.mjs';
 import { frame, h2frame, ld, lit, packedI64, str } from '../grpc/wire.mjs';
@@ -527,45 +526,15 @@ test('REST and gRPC: clients that read nothing of answers the kernels hold hold 
   await d.stop();
 });
 
-// a REST client with a 16 KiB receive buffer (node cannot set SO_RCVBUF),
-// so that its kernel takes little of an answer and attnd's keeps the
-// rest unacknowledged: it sends its first bytes, a line on stdin sends
-// the rest, and it reads 1000 bytes of the answer, then nothing more
-// until stdin ends
-const SMALL_RCVBUF_CLIENT = `
-import socket, sys
-port, head, tail = int(sys.argv[1]), bytes.fromhex(sys.argv[2]), bytes.fromhex(sys.argv[3])
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
-s.connect(('127.0.0.1', port))
-s.sendall(head)
-print('sent', flush=True)
-sys.stdin.readline()
-s.sendall(tail)
-got = 0
-while got < 1000:
-    b = s.recv(1000 - got)
-    if not b:
-        break
-    got += len(b)
-print('read', got, flush=True)
-sys.stdin.read()
-`;
-
-/** smallRcvbuf(t, port, first, then): SMALL_RCVBUF_CLIENT sending first,
- * then on stdin's line then: the child process, said(word) its output
- * once it has word (or after a hang's bound). */
-function smallRcvbuf(t, port, first, then) {
-  const py = spawn('python3', ['-c', SMALL_RCVBUF_CLIENT, String(port), first.toString('hex'),
-    then.toString('hex')], { stdio: ['pipe', 'pipe', 'inherit'] });
-  t.after(() => py.kill());
-  let out = '';
-  py.stdout.on('data', (c) => { out += c; });
-  py.said = async (word) => {
-    for (const until = Date.now() + 10000 * SLOW; !out.includes(word) && Date.now() < until;) await sleep(20);
-    return out;
-  };
-  return py;
+/** read1000(c): c (helper.mjs's smallRcvbuf: a 16 KiB receive buffer, so
+ * that its kernel takes little of an answer and attnd's keeps the rest
+ * unacknowledged) reads 1000 bytes of its answer (then nothing more). */
+async function read1000(c) {
+  for (const until = Date.now() + 10000 * SLOW; c.got() < 1000 && !c.ended() && !c.error() && Date.now() < until;) {
+    await c.take(1000 - c.got());
+    if (c.got() < 1000) await sleep(20);
+  }
+  return c.got();
 }
 
 test('REST: an answer made during the drain that its client stops reading (its socket lingering) is named in the flush\'s end line when --stop-flush-ms passes', async (t) => {
@@ -575,17 +544,17 @@ test('REST: an answer made during the drain that its client stops reading (its s
   const d = await start({ t, args: ['--stop-flush-ms', '500'] });
   const req = restAttention(600), head = req.indexOf('\r\n\r\n') + 4;
   const len = Buffer.byteLength(req) - head;
-  const py = smallRcvbuf(t, d.port, Buffer.from(req.slice(0, head + 100)), Buffer.from(req.slice(head + 100)));
-  assert.match(await py.said('sent'), /sent/);
+  const py = await smallRcvbuf(t, d.port);
+  await py.send(Buffer.from(req.slice(0, head + 100)));
   assert.equal(await untilUsed(d, len + 1), len + 1, 'its head was read: its body reserved');
   d.proc.kill('SIGTERM');
   assert.match(await d.logged(/draining/), /draining/);
-  py.stdin.write('go\n');
-  assert.match(await py.said('read'), /read 1000/);
+  await py.send(Buffer.from(req.slice(head + 100)));
+  assert.equal(await read1000(py), 1000);
   assert.deepEqual(await exited(d, 10000 * SLOW), { code: 0, sig: null }, d.log());
   assert.match(d.log(), /drained; stopping/);
   assert.match(d.log(), /stop: stop-flush-ms \(500 ms\) passed: closed 1 REST connection whose client had not acknowledged all of its answers \(it reads too slowly or not at all; what it had not received is lost\)\n/);
-  py.stdin.end();
+  await py.close();
   await d.stop();
 });
 
@@ -607,11 +576,12 @@ test('gRPC: a connection closed before the stop, lingering with answer bytes its
     h2frame(8, 0, 0, more), h2frame(1, 4, 1, head), ...data]);
   // then a DATA frame on stream 0: a connection error, GOAWAY, and attnd
   // closes the connection, lingering (its client has not ended its side)
-  const py = smallRcvbuf(t, d.grpcPort, call, h2frame(0, 0, 0, Buffer.alloc(1)));
+  const py = await smallRcvbuf(t, d.grpcPort);
+  await py.send(call);
   assert.match(await d.logged(/ModelInfer 200/), /ModelInfer 200/);
   assert.equal(await untilUsed(d, 0), 0, 'its answer is all in the kernel');
-  py.stdin.write('go\n');
-  assert.match(await py.said('read'), /read 1000/);
+  await py.send(h2frame(0, 0, 0, Buffer.alloc(1)));
+  assert.equal(await read1000(py), 1000);
   const lingering = async () => /^attnd_lingering_connections (\d+)/m.exec(await (await fetch(`${d.url}/metrics`)).text())[1];
   let n = await lingering();
   for (const until = Date.now() + 5000 * SLOW; n !== '1' && Date.now() < until; n = await lingering()) await sleep(20);
@@ -619,7 +589,7 @@ test('gRPC: a connection closed before the stop, lingering with answer bytes its
   d.proc.kill('SIGTERM');
   assert.deepEqual(await exited(d, 10000 * SLOW), { code: 0, sig: null }, d.log());
   assert.match(d.log(), /stop: stop-flush-ms \(500 ms\) passed: closed 1 gRPC connection whose client had not acknowledged all of its answers/);
-  py.stdin.end();
+  await py.close();
   await d.stop();
 });
 

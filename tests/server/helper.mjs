@@ -339,3 +339,63 @@ export function queued(at, to, which = 'rx') {
     .find((x) => x[1]?.endsWith(`:${hex4(at)}`) && x[2]?.endsWith(`:${hex4(to)}`));
   return f ? parseInt(f[4].split(':')[which === 'rx' ? 1 : 0], 16) : 0;
 }
+
+/**
+ * smallRcvbuf(t, port[, rcvbuf]): a slow reader's client, in a python3
+ * process (small_rcvbuf.py: node cannot set SO_RCVBUF, and its kernel's
+ * autotuned buffer, up to megabytes, takes a large answer ahead of a client
+ * meaning to read it slowly, so that the server sees it all acknowledged):
+ * its socket to 127.0.0.1:port has a 16 KiB receive buffer, set before it
+ * connects. Resolves once connected, to { localPort, chunks, got(),
+ * ended(), error() (an errno's name, or null), send(buf), take(n) (up to n
+ * bytes of what has come, not waiting for more), drain() (all of it until
+ * the peer's end or an error, then its own end), shut(), close() }; each
+ * of them resolves when the client has done it. Killed at the test's end.
+ */
+export async function smallRcvbuf(t, port, rcvbuf = 16384) {
+  const py = spawn('python3', [join(here, 'small_rcvbuf.py'), String(port), String(rcvbuf)],
+    { stdio: ['pipe', 'pipe', 'inherit'] });
+  t.after(() => py.kill());
+  const lines = [], waiting = [];
+  let part = '', gone = false;
+  const took = (l) => (waiting.length ? waiting.shift()(l) : lines.push(l));
+  py.stdout.setEncoding('latin1');
+  py.stdout.on('data', (x) => {
+    const all = (part + x).split('\n');
+    part = all.pop();
+    for (const l of all) took(l);
+  });
+  py.on('close', () => { gone = true; while (waiting.length) waiting.shift()('error gone'); });
+  const next = () => (lines.length ? Promise.resolve(lines.shift()) : gone ? Promise.resolve('error gone')
+    : new Promise((res) => waiting.push(res)));
+  const chunks = [];
+  let ended = false, error = null;
+  const say = async (cmd) => {
+    if (!gone) py.stdin.write(cmd + '\n');
+    const l = await next();
+    if (l.startsWith('error ')) error ??= l.slice(6);
+    else if (l === 'end') ended = true;
+    else if (l.startsWith('data ')) chunks.push(Buffer.from(l.slice(5), 'hex'));
+    return l;
+  };
+  const first = await next();
+  if (!/^port \d+$/.test(first)) throw new Error(`small_rcvbuf.py did not connect: ${first}`);
+  const c = {
+    localPort: Number(first.slice(5)), chunks,
+    got: () => chunks.reduce((n, b) => n + b.length, 0),
+    ended: () => ended,
+    error: () => error,
+    send: (buf) => say(`send ${Buffer.from(buf).toString('hex')}`),
+    take: (n) => (ended || error ? Promise.resolve() : say(`read ${n}`)),
+    async drain(ms = 20000) {
+      for (const until = Date.now() + ms * SLOW; !ended && !error && Date.now() < until;) {
+        const l = await say(`read ${1 << 20}`);
+        if (l === 'data ') await new Promise((r) => setTimeout(r, 20));
+      }
+      if (ended) await say('shut');
+    },
+    shut: () => say('shut'),
+    close: () => say('close'),
+  };
+  return c;
+}

@@ -7,11 +7,16 @@
 // and a request the client pipelined as it read met a closed socket: the
 // kernel's reset dropped the answer's tail. A client that stops reading is
 // still closed, header-timeout after it last read anything.
+//
+// The slow readers are smallRcvbuf's (helper.mjs): python3 clients whose
+// receive buffer is 16 KiB, so that what they have not read stays in
+// attnd's socket, as on a real network; a node client's kernel autotunes
+// its buffer (up to megabytes) and may take a whole answer ahead of it,
+// and attnd would rightly see that client as having it all.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import net from 'node:net';
 import { test } from 'node:test';
-import { NEXT, SLOW, answers, f32bytes, jsonLen, queued, restAttention, start, waitFor } from './helper.mjs';
+import { NEXT, SLOW, answers, f32bytes, jsonLen, queued, restAttention, smallRcvbuf, start, waitFor } from './helper.mjs';
 import { INFER } from './soak_grpc.mjs';
 import { frame, h2frame, ld, lit, packedI64, str } from '../grpc/wire.mjs';
 
@@ -22,8 +27,8 @@ const T = 600; // a 600 x 600 FP32 map: 1.44 MB, all of it in the kernels at onc
 // 2.5 times it at least, so what is checked is the same
 const H = 2 * SLOW;
 
-/** reader(t, d[, sock]): a raw client (to d's REST port, or sock),
- * paused: it reads only what take(n) asks. */
+/** reader(t, d): a raw node client to d's REST port, paused: it reads
+ * only what take(n) asks (for the clients that are not slow readers). */
 function reader(t, d, sock = net.connect({ port: d.port, host: '127.0.0.1', allowHalfOpen: true, readableHighWaterMark: 16384 })) {
   const chunks = [];
   let error = null, ended = false;
@@ -68,8 +73,8 @@ test('REST: the same slow reader is not cut by connection-timeout either: libmic
  * of it, and gets both whole. */
 async function pipelined(t, h, args) {
   const d = await start({ t, args });
-  const c = reader(t, d);
-  c.sock.write(restAttention(T));
+  const c = await smallRcvbuf(t, d.port);
+  await c.send(restAttention(T));
   assert.match(await d.logged(/infer 200/), /infer 200/);
   // a step every 100 ms (sleeps of 100 ms at least), 2.5 h s for the
   // 1.44 MB at least: longer than the timeout h (a pace, not a measure:
@@ -80,12 +85,12 @@ async function pipelined(t, h, args) {
   const until = Date.now() + 60000 * SLOW; // a hang's bound
   while (Date.now() < until && !c.ended() && !c.error() && answers(Buffer.concat(c.chunks)).all.length < 2) {
     await sleep(100);
-    c.take(step);
+    await c.take(step);
     if (!sent && c.got() > (T * T * 4) * 3 / 4) { // 3/4 of it: the next request
-      c.sock.write(NEXT);
+      await c.send(NEXT);
       sent = true;
     }
-    if (sent && answers(Buffer.concat(c.chunks)).all.length >= 1) c.take(1 << 20);
+    if (sent && answers(Buffer.concat(c.chunks)).all.length >= 1) await c.take(1 << 20);
   }
   const got = answers(Buffer.concat(c.chunks));
   assert.equal(c.error(), null, `no reset: ${c.got()} bytes came`);
@@ -102,20 +107,20 @@ test('REST: a client that reads its large answer slowly and then sends its next 
   // before: closed 2 s after the answer was handed to the kernel, the
   // client still reading it; its next request got no answer
   const d = await start({ t, args: ['--header-timeout', String(H)] });
-  const c = reader(t, d);
-  c.sock.write(restAttention(T));
+  const c = await smallRcvbuf(t, d.port);
+  await c.send(restAttention(T));
   assert.match(await d.logged(/infer 200/), /infer 200/);
   const until = Date.now() + 60000 * SLOW; // a hang's bound
   const step = Math.ceil((T * T * 4) / (H * 25)); // 2.5 H s at least
   while (Date.now() < until && !c.ended() && !c.error() && answers(Buffer.concat(c.chunks)).all.length < 1) {
     await sleep(100);
-    c.take(step);
+    await c.take(step);
   }
   assert.equal(c.ended(), false, `the connection stayed open: ${c.got()} bytes came`);
-  c.sock.write(NEXT);
+  await c.send(NEXT);
   while (Date.now() < until && !c.ended() && !c.error() && answers(Buffer.concat(c.chunks)).all.length < 2) {
     await sleep(20);
-    c.take(1 << 20);
+    await c.take(1 << 20);
   }
   const got = answers(Buffer.concat(c.chunks));
   assert.equal(c.error(), null, 'no reset');
@@ -127,22 +132,20 @@ test('REST: a client that reads its large answer slowly and then sends its next 
 
 test('REST: a client that stops reading its answer is closed header-timeout after it last read any of it (the bound: it holds no connection for ever)', { timeout: 60000 * SLOW }, async (t) => {
   const d = await start({ t, args: ['--header-timeout', '1'] });
-  const c = reader(t, d);
-  c.sock.write(restAttention(T));
+  const c = await smallRcvbuf(t, d.port);
+  await c.send(restAttention(T));
   assert.match(await d.logged(/infer 200/), /infer 200/);
   // a little of it, then nothing
   while (c.got() === 0 && !c.ended()) {
     await sleep(50);
-    c.take(16384);
+    await c.take(16384);
   }
   assert.match(await d.logged(/header-timeout/, 10000 * SLOW),
     /http: closed 1 connection whose client read none of its answer for 1 s \(header-timeout\)/);
   // what it does read after that still comes, then the end
-  c.sock.on('end', () => c.sock.end());
-  c.sock.on('data', (x) => c.chunks.push(x));
-  c.sock.resume();
-  assert.equal(await c.closed, null, 'an end, not a reset');
-  assert.ok(c.ended());
+  await c.drain();
+  assert.equal(c.error(), null, 'an end, not a reset');
+  assert.ok(c.ended(), `the end came: ${c.got()} bytes`);
   const got = answers(Buffer.concat(c.chunks));
   assert.equal(got.all.length, 1, `${c.got()} bytes came`);
   assert.equal(got.all[0].body.length - jsonLen(got.all[0].head), T * T * 4, 'what the kernel held came whole');
@@ -150,28 +153,27 @@ test('REST: a client that stops reading its answer is closed header-timeout afte
 });
 
 /**
- * h2reader(t, port, window): a raw HTTP/2 client with window as its stream
- * and connection receive windows (2^31-1: it never needs to send a
- * WINDOW_UPDATE, so while it reads it sends nothing), paused: it reads
- * only what take(n) asks. call(id, msg) sends one gRPC call on stream id;
- * frames() parses what came.
+ * h2reader(t, port): a raw HTTP/2 client (smallRcvbuf's: a slow reader's
+ * 16 KiB receive buffer) with 2^31-1 as its stream and connection receive
+ * windows (it never needs to send a WINDOW_UPDATE, so while it reads it
+ * sends nothing); it reads only what take(n) asks. call(id, msg) sends
+ * one gRPC call on stream id; frames() parses what came.
  */
-function h2reader(t, port) {
-  const sock = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true, readableHighWaterMark: 16384 });
+async function h2reader(t, port) {
+  const r = await smallRcvbuf(t, port);
   const settings = Buffer.alloc(6);
   settings.writeUInt16BE(4, 0); // SETTINGS_INITIAL_WINDOW_SIZE
   settings.writeUInt32BE(0x7fffffff, 2);
   const more = Buffer.alloc(4); // the connection's window, past its 65535
   more.writeUInt32BE(0x7fffffff - 65535, 0);
-  sock.write(Buffer.concat([Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), h2frame(4, 0, 0, settings), h2frame(8, 0, 0, more)]));
-  const r = reader(t, null, sock);
+  await r.send(Buffer.concat([Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), h2frame(4, 0, 0, settings), h2frame(8, 0, 0, more)]));
   r.call = (id, msg) => {
     const head = Buffer.concat([lit(':method', 'POST'), lit(':scheme', 'http'), lit(':path', INFER),
       lit(':authority', 'x'), lit('content-type', 'application/grpc'), lit('te', 'trailers')]);
     const body = frame(msg), data = [];
     for (let i = 0; i < body.length; i += 16384)
       data.push(h2frame(0, i + 16384 >= body.length ? 1 : 0, id, body.subarray(i, i + 16384)));
-    sock.write(Buffer.concat([h2frame(1, 4, id, head), ...data]));
+    return r.send(Buffer.concat([h2frame(1, 4, id, head), ...data]));
   };
   r.frames = () => {
     const all = Buffer.concat(r.chunks), out = [];
@@ -193,52 +195,6 @@ function attention(t) {
     ld(6, str(1, 'attention')), ld(7, x), ld(7, x), ld(7, x)]);
 }
 
-// a raw HTTP/2 client with a 16 KiB receive buffer (node cannot set
-// SO_RCVBUF): its kernel takes little of an answer ahead of it, so what it
-// has not read stays in attnd's (SIOCOUTQ), as a slow reader's does on a
-// real network; without it the loopback's kernels may take the whole
-// answer at once, and the client has it as far as TCP can tell. It sends
-// argv[2] (hex), reads step bytes (argv[4]) every 100 ms until stream 1's
-// trailers, then sends argv[3] and reads until stream 3's or the end;
-// prints the frames it got, as JSON
-const SLOW_H2_CLIENT = `
-import json, socket, sys, time
-port, first, second, step = int(sys.argv[1]), bytes.fromhex(sys.argv[2]), bytes.fromhex(sys.argv[3]), int(sys.argv[5])
-bound = time.time() + float(sys.argv[4])
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
-s.connect(('127.0.0.1', port))
-s.sendall(first)
-buf, frames, pos, ended = b'', [], 0, False
-def parse():
-    global pos
-    while pos + 9 <= len(buf):
-        n = int.from_bytes(buf[pos:pos + 3], 'big')
-        if pos + 9 + n > len(buf):
-            break
-        frames.append({'type': buf[pos + 3], 'flags': buf[pos + 4], 'id': int.from_bytes(buf[pos + 5:pos + 9], 'big') & 0x7fffffff, 'len': n})
-        pos += 9 + n
-def done(i):
-    return any(f['id'] == i and f['type'] == 1 and f['flags'] & 1 for f in frames)
-def read(n, i):
-    global buf, ended
-    while not ended and not done(i) and time.time() < bound:
-        time.sleep(0.1)
-        try:
-            b = s.recv(n)
-        except ConnectionError as e:
-            print(json.dumps({'error': str(e), 'frames': frames})); sys.exit(0)
-        if not b:
-            ended = True
-        buf += b
-        parse()
-read(step, 1)
-if done(1):
-    s.sendall(second)
-    read(1 << 20, 3)
-print(json.dumps({'ended': ended, 'frames': frames}))
-`;
-
 /** slowGrpc(t, n): a slow client (SLOW_H2_CLIENT) reads an n x n map's
  * answer at a steady pace for longer than connection-timeout, then sends
  * its next call: it must have all of it, no GOAWAY, and the next answer */
@@ -249,40 +205,31 @@ async function slowGrpc(t, n) {
   // sent GOAWAY and closed while the client was still taking the answer;
   // the call it sent once it had read it was never answered
   const d = await start({ t, grpc: true, args: ['--connection-timeout', String(H), '--header-timeout', String(10 * H)] });
-  const settings = Buffer.alloc(6);
-  settings.writeUInt16BE(4, 0); // SETTINGS_INITIAL_WINDOW_SIZE
-  settings.writeUInt32BE(0x7fffffff, 2);
-  const more = Buffer.alloc(4); // the connection's window, past its 65535
-  more.writeUInt32BE(0x7fffffff - 65535, 0);
-  const call = (id, msg) => {
-    const head = Buffer.concat([lit(':method', 'POST'), lit(':scheme', 'http'), lit(':path', INFER),
-      lit(':authority', 'x'), lit('content-type', 'application/grpc'), lit('te', 'trailers')]);
-    const body = frame(msg), data = [];
-    for (let i = 0; i < body.length; i += 16384)
-      data.push(h2frame(0, i + 16384 >= body.length ? 1 : 0, id, body.subarray(i, i + 16384)));
-    return Buffer.concat([h2frame(1, 4, id, head), ...data]);
-  };
-  const first = Buffer.concat([Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), h2frame(4, 0, 0, settings), h2frame(8, 0, 0, more), call(1, attention(n))]);
+  const c = await h2reader(t, d.grpcPort);
+  await c.call(1, attention(n));
   // the answer over 2.5 connection-timeouts at least, a step every 100 ms
   // (a pace, not a measure: a stall of this client shorter than
   // connection-timeout is no harm); 120 s (x SLOW) is a hang's bound
   const step = Math.ceil((n * n * 4) / (H * 25));
-  const py = spawn('python3', ['-c', SLOW_H2_CLIENT, String(d.grpcPort), first.toString('hex'),
-    call(3, attention(4)).toString('hex'), String(120 * SLOW), String(step)]);
-  t.after(() => py.kill());
-  let out = '';
-  py.stdout.on('data', (x) => { out += x; });
-  py.stderr.on('data', (x) => { out += x; });
-  await new Promise((res) => py.on('close', res));
-  const r = JSON.parse(out);
-  const data = (id) => r.frames.filter((f) => f.id === id && f.type === 0).reduce((n, f) => n + f.len, 0);
-  const done = (id) => r.frames.some((f) => f.id === id && f.type === 1 && (f.flags & 1));
-  assert.equal(r.error, undefined, out.slice(0, 300));
-  assert.ok(done(1), `the first call's trailers came: ${data(1)} bytes; ${JSON.stringify(r.frames.filter((f) => f.type !== 0))} ended ${r.ended}\n${d.log().slice(-400)}`);
+  const until = Date.now() + 120000 * SLOW;
+  while (Date.now() < until && !c.ended() && !c.error() && !c.done(1)) {
+    await sleep(100);
+    await c.take(step);
+  }
+  if (c.done(1)) {
+    await c.call(3, attention(4));
+    while (Date.now() < until && !c.ended() && !c.error() && !c.done(3)) {
+      await sleep(20);
+      await c.take(1 << 20);
+    }
+  }
+  const r = { frames: c.frames(), ended: c.ended() };
+  assert.equal(c.error(), null, `no reset: ${c.got()} bytes came`);
+  assert.ok(c.done(1), `the first call's trailers came: ${c.data(1)} bytes; ${JSON.stringify(r.frames.filter((f) => f.type !== 0))} ended ${r.ended}\n${d.log().slice(-400)}`);
   const varint = (x) => (x < 1 << 7 ? 1 : x < 1 << 14 ? 2 : x < 1 << 21 ? 3 : 4);
-  assert.equal(data(1), 5 + n * n * 4 + 35 + varint(n * n * 4), 'its answer came whole');
+  assert.equal(c.data(1), 5 + n * n * 4 + 35 + varint(n * n * 4), 'its answer came whole');
   assert.ok(!r.frames.some((f) => f.type === 7), `no GOAWAY: ${JSON.stringify(r.frames.filter((f) => f.type !== 0))}\n${d.log().slice(-600)}`);
-  assert.ok(done(3), 'the next call was answered');
+  assert.ok(c.done(3), 'the next call was answered');
   await d.stop();
 }
 
@@ -300,19 +247,21 @@ test('gRPC: the same slow reader of an answer larger than attnd hands to one wri
 
 test('gRPC: a client that reads none of its answer is still sent away, connection-timeout after its last byte', { timeout: 60000 * SLOW }, async (t) => {
   const d = await start({ t, grpc: true, args: ['--connection-timeout', '1'] });
-  const c = h2reader(t, d.grpcPort);
-  c.call(1, attention(T));
+  const c = await h2reader(t, d.grpcPort);
+  await c.call(1, attention(T));
   assert.match(await d.logged(/ModelInfer 200/), /ModelInfer 200/);
-  c.take(1000); // a little of it, then nothing
+  while (c.got() === 0 && !c.ended()) { // a little of it, then nothing
+    await sleep(50);
+    await c.take(1000);
+  }
   // attnd's close: the connection leaves its count (what it wrote still
   // waits in the kernels, the socket lingering)
   const open = async () => /\nattnd_grpc_open_connections (\d+)\n/.exec(await (await fetch(`${d.url}/metrics`)).text())[1];
   for (const until = Date.now() + 10000 * SLOW; Date.now() < until && await open() !== '0';) await sleep(100);
   assert.equal(await open(), '0', `closed\n${(await (await fetch(`${d.url}/metrics`)).text()).match(/^attnd_(grpc|open|lingering|memory).*$/mg).join('\n')}`);
-  c.sock.on('end', () => c.sock.end());
-  c.sock.on('data', (x) => c.chunks.push(x));
-  c.sock.resume();
-  assert.equal(await c.closed, null, 'an end, not a reset');
+  await c.drain();
+  assert.equal(c.error(), null, 'an end, not a reset');
+  assert.ok(c.ended(), 'the end came');
   assert.equal(c.data(1), 5 + T * T * 4 + 38, 'what attnd had written came whole');
   assert.ok(c.frames().some((f) => f.type === 7), 'its GOAWAY');
   await d.stop();
@@ -338,10 +287,13 @@ test('REST: over max-connections, a served connection whose client is still taki
   // it took the rest, then the end; its next request was never answered,
   // and the truly idle one (D) stayed
   const d = await start({ t, args: ['--max-connections', '2', '--header-timeout', String(30 * SLOW)] });
-  const a = reader(t, d);
-  a.sock.write(restAttention(T));
+  const a = await smallRcvbuf(t, d.port);
+  await a.send(restAttention(T));
   assert.match(await d.logged(/infer 200/), /infer 200/);
-  a.take(16384); // a little of it: most of it waits in the kernels
+  while (a.got() === 0 && !a.ended()) { // a little of it: most of it waits in attnd's kernel
+    await sleep(50);
+    await a.take(16384);
+  }
   const idle = await idleClient(t, d);
   // newcomers, each over max-connections, until the idle one is closed: a
   // client's kernel may hold back its ACK of the last bytes (delayed ACK,
@@ -357,12 +309,12 @@ test('REST: over max-connections, a served connection whose client is still taki
   const until = Date.now() + 60000 * SLOW; // a hang's bound
   while (Date.now() < until && !a.ended() && !a.error() && answers(Buffer.concat(a.chunks)).all.length < 1) {
     await sleep(20);
-    a.take(1 << 20);
+    await a.take(1 << 20);
   }
-  a.sock.write(NEXT);
+  await a.send(NEXT);
   while (Date.now() < until && !a.ended() && !a.error() && answers(Buffer.concat(a.chunks)).all.length < 2) {
     await sleep(20);
-    a.take(1 << 20);
+    await a.take(1 << 20);
   }
   const got = answers(Buffer.concat(a.chunks));
   assert.equal(got.all.length, 2, `answers: ${got.all.map((x) => x.head.split('\r\n')[0])}, ended ${a.ended()}\n${d.log().slice(-600)}`);
@@ -403,18 +355,20 @@ test('REST: over max-connections, a served connection whose client has sent part
 test('gRPC: over max-connections, a served connection whose client is still taking its answer is not evicted: an idle one is', { timeout: 120000 * SLOW }, async (t) => {
   // the same rule for the gRPC door (one list, one eviction)
   const d = await start({ t, grpc: true, args: ['--max-connections', '2', '--header-timeout', String(30 * SLOW)] });
-  const a = h2reader(t, d.grpcPort);
-  a.call(1, attention(T));
+  const a = await h2reader(t, d.grpcPort);
+  await a.call(1, attention(T));
   assert.match(await d.logged(/ModelInfer 200/), /ModelInfer 200/);
-  a.take(16384); // a little of it: most of it waits in the kernels
+  while (a.got() === 0 && !a.ended()) { // a little of it: most of it waits in attnd's kernel
+    await sleep(50);
+    await a.take(16384);
+  }
   const until = Date.now() + 60000 * SLOW; // a hang's bound
   const served = async () => {
-    const c = h2reader(t, d.grpcPort);
-    c.sock.on('end', () => c.sock.end());
-    c.call(1, attention(4));
+    const c = await h2reader(t, d.grpcPort);
+    await c.call(1, attention(4));
     for (const until = Date.now() + 20000 * SLOW; Date.now() < until && !c.ended() && !c.done(1);) {
       await sleep(20);
-      c.take(1 << 20);
+      await c.take(1 << 20);
     }
     assert.ok(c.done(1), 'answered');
     return c;
@@ -425,19 +379,19 @@ test('gRPC: over max-connections, a served connection whose client is still taki
   for (let i = 0; i < 50 && !idle.ended(); i++) {
     await served();
     await sleep(50);
-    idle.take(1 << 20);
+    await idle.take(1 << 20);
   }
   assert.ok(idle.ended(), 'the idle one was closed');
   assert.match(await d.logged(/over max-connections/), /over max-connections \(2\)/);
   while (Date.now() < until && !a.ended() && !a.error() && !a.done(1)) {
     await sleep(20);
-    a.take(1 << 20);
+    await a.take(1 << 20);
   }
   assert.equal(a.data(1), 5 + T * T * 4 + 38, 'the answer came whole');
-  a.call(3, attention(4));
+  await a.call(3, attention(4));
   while (Date.now() < until && !a.ended() && !a.error() && !a.done(3)) {
     await sleep(20);
-    a.take(1 << 20);
+    await a.take(1 << 20);
   }
   assert.ok(a.done(3), `its next call was answered; ended ${a.ended()}\n${d.log().slice(-600)}`);
   await d.stop();
