@@ -159,11 +159,12 @@ static int on_header(nghttp2_session *h2, const nghttp2_frame *f,
         if (!call->has_timeout++)
             call->timeout_ms = timeout_ms(v, vlen);
     } else if (nlen == 17 && !memcmp(n, "attnd-sequence-id", 17) &&
-               !call->has_seq_hdr) { /* the first, as REST reads it */
+               !call->has_seq_hdr++) {
+        /* a second is refused (begin), as over REST: a proxy may route
+         * on the other one */
         size_t k = vlen < sizeof call->seq_hdr ? vlen : sizeof call->seq_hdr - 1;
         memcpy(call->seq_hdr, v, k);
         call->seq_hdr[k] = 0;
-        call->has_seq_hdr = 1;
     }
     return 0;
 }
@@ -225,6 +226,12 @@ static void begin(gcall *call)
     if (call->has_timeout > 1) {
         srv_grpc__call_end(call, GRPC_INVALID_ARGUMENT, "grpc-timeout: sent "
                            "more than once; send one");
+        return;
+    }
+    if (call->has_seq_hdr > 1 && srv_grpc__is_infer(call->m)) {
+        srv_grpc__call_end(call, GRPC_INVALID_ARGUMENT, "attnd-sequence-id: "
+                           "sent more than once; send one (a proxy may have "
+                           "routed the call on another)");
         return;
     }
     if (call->timeout_ms < 0) {

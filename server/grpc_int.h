@@ -121,7 +121,9 @@ struct gcall {
                             is refused (begin), neither taken */
     uint64_t t0_ns;      /* its HEADERS began (the log's total_us) */
     int answered;        /* ended by its one message's answer (logged) */
-    int has_seq_hdr;     /* attnd-sequence-id metadata, for its requests */
+    int has_seq_hdr;     /* attnd-sequence-id metadata lines, for its
+                            requests: the first's value; more than one is
+                            refused (begin) */
     char seq_hdr[OIP_MAX_SEQ_ID + 1];
     uint64_t deadline_ns;
     /* incoming messages */

@@ -732,6 +732,19 @@ void srv_http__first_call(srv_req *r, const char *url, const char *method,
                                   "(send 'Authorization: Bearer <key>')");
         return;
     }
+    if (r->route->body == SRV_BODY_INFER ||
+        strncmp(r->route->path, "/v2/sequences/", 14) == 0) {
+        /* the routes that read it: two lines are refused, as two
+         * Authorization ones (MHD reads the first; a proxy may have
+         * routed the request on the other) */
+        fields id;
+        get_fields(r, "Attnd-Sequence-Id", &id);
+        if (id.n > 1) {
+            srv_respond_error(r, 400, "Attnd-Sequence-Id: sent %d times "
+                              "('%.100s'); send one", id.n, id.all);
+            return;
+        }
+    }
     if (!bodyless(r) && coded(r, &te)) {
         /* RFC 9110 15.5.16: 415, saying the codings taken */
         snprintf(r->extra_hdr, sizeof r->extra_hdr, "Accept-Encoding: identity");

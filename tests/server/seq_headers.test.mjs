@@ -1,0 +1,52 @@
+// seq_headers.test.mjs - the Attnd-Sequence-Id header as a hostile or
+// careless client or proxy sends it: two lines of it, white space around
+// its value. A proxy routes a sequence's steps on it (README, "Sequences
+// across replicas"), so attnd must not read a sequence out of it that the
+// proxy did not route on.
+import assert from 'node:assert/strict';
+import { connect } from 'node:net';
+import { test } from 'node:test';
+import { start } from './helper.mjs';
+import { gqaModels, metric, stepBody, tokens } from './seq_helper.mjs';
+
+/** raw(d, head, body): a request sent as it is (node's clients join or
+ * refuse repeated header lines), its answer's status line and body. */
+function raw(d, head, body = '') {
+  return new Promise((res, rej) => {
+    const c = connect(d.port, '127.0.0.1');
+    let got = '';
+    c.on('data', (b) => { got += b; });
+    c.on('error', rej);
+    c.on('close', () => res({ status: Number(got.slice(9, 12)), body: got.slice(got.indexOf('\r\n\r\n') + 4), got }));
+    c.write(`${head}Host: x\r\nConnection: close\r\n${body ? `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` : ''}\r\n${body}`);
+  });
+}
+
+test('two Attnd-Sequence-Id lines are refused (400) on a step, GET and DELETE /v2/sequences/{id}, whichever matches: nothing is stepped or deleted', async () => {
+  // before: libmicrohttpd's first line was the id (a step of 'a' ran, GET
+  // answered 'a', DELETE deleted it) while nginx (1.23 and later) joins
+  // the lines ('a, b') into the value it hashes to pick a replica
+  const d = await start({ dir: gqaModels() });
+  try {
+    const xs = tokens(2, 5);
+    const begun = await raw(d, 'POST /v2/models/gqa/infer HTTP/1.1\r\n', JSON.stringify(stepBody('a', xs.slice(0, 16), { start: true })));
+    assert.equal(begun.status, 200, begun.got.slice(0, 300));
+    const step = JSON.stringify(stepBody('a', xs.slice(16, 32)));
+    for (const lines of [['a', 'b'], ['b', 'a'], ['a', 'a']]) {
+      const hdr = lines.map((v) => `Attnd-Sequence-Id: ${v}\r\n`).join('');
+      const s = await raw(d, `POST /v2/models/gqa/infer HTTP/1.1\r\n${hdr}`, step);
+      assert.equal(s.status, 400, `step with ${lines}: ${s.got.slice(0, 300)}`);
+      assert.equal(JSON.parse(s.body).error, `Attnd-Sequence-Id: sent 2 times ('${lines.join(', ')}'); send one`);
+      for (const m of ['GET', 'DELETE']) {
+        const r = await raw(d, `${m} /v2/sequences/a HTTP/1.1\r\n${hdr}`);
+        assert.equal(r.status, 400, `${m} with ${lines}: ${r.got.slice(0, 300)}`);
+        assert.match(JSON.parse(r.body).error, /^Attnd-Sequence-Id: sent 2 times/);
+      }
+    }
+    // 'a' is as its start left it: one token, live
+    const a = await raw(d, 'GET /v2/sequences/a HTTP/1.1\r\nAttnd-Sequence-Id: a\r\n');
+    assert.equal(a.status, 200, a.got);
+    assert.equal(JSON.parse(a.body).length, 1);
+    assert.equal(await metric(d, 'attnd_sequences_live'), 1);
+  } finally { assert.equal((await d.stop()).code, 0, d.log()); }
+});
