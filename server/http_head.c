@@ -654,6 +654,27 @@ static int late_refused(srv_req *r)
     return 1;
 }
 
+/* keep_seq_hdr: r's one Attnd-Sequence-Id line into r->seq_hdr, where
+ * the scheduler, the sequences routes and the idle sweep read it (as a
+ * gRPC call's metadata), without the white space after it: it is not part
+ * of the value (RFC 9110 5.5), and libmicrohttpd 0.9.75 keeps it (what
+ * it drops before it, a proxy may add after it). One longer than an id
+ * is cut to one byte past the longest: still no id. */
+static void keep_seq_hdr(srv_req *r)
+{
+    const char *v = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                                "Attnd-Sequence-Id");
+    size_t n = v ? strlen(v) : 0;
+    while (n && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+        n--;
+    if (n > sizeof r->seq_hdr - 1)
+        n = sizeof r->seq_hdr - 1;
+    if (n)
+        memcpy(r->seq_hdr, v, n);
+    r->seq_hdr[n] = 0;
+    r->has_seq_hdr = 1;
+}
+
 void srv_http__first_call(srv_req *r, const char *url, const char *method,
                           const char *version)
 {
@@ -744,6 +765,8 @@ void srv_http__first_call(srv_req *r, const char *url, const char *method,
                               "('%.100s'); send one", id.n, id.all);
             return;
         }
+        if (id.n)
+            keep_seq_hdr(r);
     }
     if (!bodyless(r) && coded(r, &te)) {
         /* RFC 9110 15.5.16: 415, saying the codings taken */

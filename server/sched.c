@@ -498,12 +498,11 @@ static int solo_ok(const srv_entry *e, size_t len, int alone)
            (alone || e->seq_expected <= 0);
 }
 
-/* seq_hdr_id: r's Attnd-Sequence-Id header (REST) or metadata, or NULL */
+/* seq_hdr_id: r's Attnd-Sequence-Id header (REST: http_head.c's
+ * keep_seq_hdr) or metadata, or NULL */
 static const char *seq_hdr_id(const srv_req *r)
 {
-    return r->conn ? MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
-                                                 "Attnd-Sequence-Id")
-           : r->has_seq_hdr ? r->seq_hdr : NULL;
+    return r->has_seq_hdr ? r->seq_hdr : NULL;
 }
 
 /* step_id: the sequence id undecoded request r names (its header or

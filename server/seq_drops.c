@@ -237,8 +237,7 @@ static int step_coming(srv_seqs *q, const srv_seq *l, uint64_t before)
             r->route->body != SRV_BODY_INFER || r->dispatched || r->have_resp ||
             r->t0_ns >= before || strcmp(r->arg[0], l->e->name) != 0)
             continue;
-        hdr = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
-                                          "Attnd-Sequence-Id");
+        hdr = r->has_seq_hdr ? r->seq_hdr : NULL; /* keep_seq_hdr */
         if (!hdr || strcmp(hdr, l->id) == 0)
             return 1;
     }

@@ -59,9 +59,7 @@ void srv_seq_h_list(srv_req *r)
  * sequence, as a step's header and parameters.sequence_id must agree. */
 static int header_differs(srv_req *r)
 {
-    const char *h = r->conn ? MHD_lookup_connection_value(
-                                  r->conn, MHD_HEADER_KIND, "Attnd-Sequence-Id")
-                            : NULL;
+    const char *h = r->has_seq_hdr ? r->seq_hdr : NULL; /* keep_seq_hdr */
     if (!h || strcmp(h, r->arg[0]) == 0)
         return 0;
     srv_respond_error(r, 400, "Attnd-Sequence-Id: header '%.200s' and the "

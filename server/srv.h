@@ -288,8 +288,10 @@ struct srv_req {
     int expired;           /* its client's deadline had passed when it
                               came (gRPC): srv_h_infer answers 504 once
                               its model is known, counted as a timeout */
-    /* the door's attnd-sequence-id metadata (REST's is read from conn);
-     * one too long to be an id is cut past OIP_MAX_SEQ_ID - 1 bytes */
+    /* the door's attnd-sequence-id metadata, or REST's Attnd-Sequence-Id
+     * header without the white space after it (http_head.c's
+     * keep_seq_hdr); one too long to be an id is cut past
+     * OIP_MAX_SEQ_ID - 1 bytes */
     int has_seq_hdr;
     char seq_hdr[OIP_MAX_SEQ_ID + 1];
     /* its message's first byte came (gRPC; REST's is t0_ns, its head): a

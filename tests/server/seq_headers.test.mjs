@@ -50,3 +50,31 @@ test('two Attnd-Sequence-Id lines are refused (400) on a step, GET and DELETE /v
     assert.equal(await metric(d, 'attnd_sequences_live'), 1);
   } finally { assert.equal((await d.stop()).code, 0, d.log()); }
 });
+
+test('white space after the Attnd-Sequence-Id header\'s value is not part of the id (RFC 9110 5.5): a step, GET and DELETE take it', async () => {
+  // before: libmicrohttpd 0.9.75 keeps it (it drops what comes before the
+  // value), and 'a ' was no id: the step was 400 'is not a sequence id',
+  // GET and DELETE 400 'header 'a ' and the path's sequence 'a' differ'
+  const d = await start({ dir: gqaModels() });
+  try {
+    const xs = tokens(3, 6);
+    const begun = await raw(d, 'POST /v2/models/gqa/infer HTTP/1.1\r\nAttnd-Sequence-Id: a \t \r\n',
+      JSON.stringify(stepBody('a', xs.slice(0, 16), { start: true })));
+    assert.equal(begun.status, 200, begun.got.slice(0, 300));
+    const s = await raw(d, 'POST /v2/models/gqa/infer HTTP/1.1\r\nAttnd-Sequence-Id: a\t\r\n',
+      JSON.stringify({ ...stepBody('a', xs.slice(16, 32)), parameters: {} }));
+    assert.equal(s.status, 200, s.got.slice(0, 300));
+    assert.equal(JSON.parse(s.body).parameters.sequence_length, 2, 'the header alone stepped a');
+    const g = await raw(d, 'GET /v2/sequences/a HTTP/1.1\r\nAttnd-Sequence-Id: a  \r\n');
+    assert.equal(g.status, 200, g.got.slice(0, 300));
+    assert.equal(JSON.parse(g.body).length, 2);
+    const del = await raw(d, 'DELETE /v2/sequences/a HTTP/1.1\r\nAttnd-Sequence-Id: a \r\n');
+    assert.equal(del.status, 200, del.got.slice(0, 300));
+    assert.equal(await metric(d, 'attnd_sequences_live'), 0);
+    // white space inside it is still no id
+    const bad = await raw(d, 'POST /v2/models/gqa/infer HTTP/1.1\r\nAttnd-Sequence-Id: a b \r\n',
+      JSON.stringify(stepBody('a', xs.slice(0, 16), { start: true })));
+    assert.equal(bad.status, 400);
+    assert.equal(JSON.parse(bad.body).error, 'Attnd-Sequence-Id: \'a b\' is not a sequence id (1 to 128 bytes of printable ASCII other than space, \'/\', \'"\' and \'\\\')');
+  } finally { assert.equal((await d.stop()).code, 0, d.log()); }
+});
