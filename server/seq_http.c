@@ -68,6 +68,20 @@ static int header_differs(srv_req *r)
     return 1;
 }
 
+/* bad_path_id: is the path's id one no sequence can have? 400 then,
+ * not 404 'unknown sequence' and its list of the ways a live one goes:
+ * the client built the path wrong (a space, a byte past ASCII, past 128
+ * bytes), and no retry or restart would find it. */
+static int bad_path_id(srv_req *r)
+{
+    if (oip_sequence_id_valid(r->arg[0], strlen(r->arg[0])))
+        return 0;
+    srv_respond_error(r, 400, "path: '%.200s' is not a sequence id (1 to %d "
+                      "bytes of printable ASCII other than space, '/', '\"' "
+                      "and '\\')", r->arg[0], OIP_MAX_SEQ_ID - 1);
+    return 1;
+}
+
 /* GET /v2/sequences/{id}: the live sequence as listed; 404 saying how it
  * went when it is remembered (ended, dropped), or that it is unknown. */
 void srv_seq_h_get(srv_req *r)
@@ -75,7 +89,7 @@ void srv_seq_h_get(srv_req *r)
     unsigned long mark = attn_json_mark();
     srv_seq_info info;
     char msg[512];
-    if (header_differs(r))
+    if (header_differs(r) || bad_path_id(r))
         return;
     if (srv_seq_get(r->s, r->arg[0], &info, msg, sizeof msg) < 0) {
         srv_respond_error(r, 404, "%s", msg);
@@ -91,7 +105,7 @@ void srv_seq_h_delete(srv_req *r)
 {
     char name[SRV_NAME_MAX], msg[512];
     srv_seq_info info;
-    if (header_differs(r))
+    if (header_differs(r) || bad_path_id(r))
         return;
     if (srv_seq_delete(r->s, r->arg[0], name) < 0) {
         srv_seq_get(r->s, r->arg[0], &info, msg, sizeof msg);

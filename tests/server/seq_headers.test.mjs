@@ -1,8 +1,9 @@
-// seq_headers.test.mjs - the Attnd-Sequence-Id header as a hostile or
-// careless client or proxy sends it: two lines of it, white space around
-// its value. A proxy routes a sequence's steps on it (README, "Sequences
-// across replicas"), so attnd must not read a sequence out of it that the
-// proxy did not route on.
+// seq_headers.test.mjs - a sequence's id as a hostile or careless client
+// or proxy sends it: two Attnd-Sequence-Id lines, white space around its
+// value, a path whose id no sequence can have. A proxy routes a
+// sequence's steps on the header (README, "Sequences across replicas"),
+// so attnd must not read a sequence out of it that the proxy did not
+// route on.
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';
 import { test } from 'node:test';
@@ -76,5 +77,28 @@ test('white space after the Attnd-Sequence-Id header\'s value is not part of the
       JSON.stringify(stepBody('a', xs.slice(0, 16), { start: true })));
     assert.equal(bad.status, 400);
     assert.equal(JSON.parse(bad.body).error, 'Attnd-Sequence-Id: \'a b\' is not a sequence id (1 to 128 bytes of printable ASCII other than space, \'/\', \'"\' and \'\\\')');
+  } finally { assert.equal((await d.stop()).code, 0, d.log()); }
+});
+
+test('GET and DELETE /v2/sequences/{id} with an id no sequence can have (a space, a byte past ASCII, 129 bytes) are 400 saying so, not 404 \'unknown sequence\'', async () => {
+  // before: 404 "unknown sequence 'a b' (never started, ended, idle past
+  // sequence-idle-ms, deleted, ...)": a client that built the path wrong
+  // was told its sequence may have gone, and to start it again
+  const d = await start({ dir: gqaModels() });
+  try {
+    for (const id of ['a b', 'é', 'a'.repeat(129), 'a"b', 'a\\b', '\u0001']) {
+      for (const method of ['GET', 'DELETE']) {
+        const r = await fetch(`${d.url}/v2/sequences/${encodeURIComponent(id)}`, { method });
+        const body = await r.json();
+        assert.equal(r.status, 400, `${method} ${JSON.stringify(id)}: ${body.error}`);
+        assert.equal(body.error, `path: '${id}' is not a sequence id (1 to 128 bytes of printable ASCII other than space, '/', '"' and '\\')`);
+      }
+    }
+    // an id that could be one is still 404 when it is not live
+    for (const id of ['zz', 'a'.repeat(128), '0', '%']) {
+      const r = await fetch(`${d.url}/v2/sequences/${encodeURIComponent(id)}`);
+      assert.equal(r.status, 404, id);
+      assert.match((await r.json()).error, /^unknown sequence /);
+    }
   } finally { assert.equal((await d.stop()).code, 0, d.log()); }
 });
