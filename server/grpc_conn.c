@@ -327,33 +327,35 @@ void srv_grpc__close_conn(gconn *c)
     }
 }
 
+/* srv_grpc__taken (grpc_int.h): the arithmetic of taking, no socket. */
+int srv_grpc__taken(uint64_t written, size_t wpending, size_t wqueue, int q,
+                    uint64_t *took)
+{
+    uint64_t given = written + wpending - wqueue, t;
+    if (q < 0)
+        return 0;
+    t = given >= (uint64_t)q ? given - (uint64_t)q : *took;
+    if (t <= *took || (!q && !wpending))
+        return 0; /* nothing taken since, or nothing left to take */
+    *took = t;
+    return 1;
+}
+
 /* taking: is c's client still taking its answers (bytes attnd wrote that
  * it has not acknowledged yet, or not written yet), and has it taken
  * more of them (acknowledged) since the idle timer last ran? A client
  * reading a large answer slowly sends nothing when its window is wide
- * enough: it is not idle while it takes bytes. What it took is what the
- * kernel was given (the uv_writes done, c->written, and of those still
- * pending, c->wpending, what libuv has passed on: all but its write
- * queue) less what the kernel still holds (SIOCOUTQ): it only grows.
- * c->written alone grows only as a whole uv_write (up to WRITE_HIGH)
- * ends: a client reading X while libuv refilled X of the same write
- * left it and SIOCOUTQ as they were, and was sent away as it read. */
+ * enough: it is not idle while it takes bytes. srv_grpc__taken counts
+ * it from c's figures, SIOCOUTQ and libuv's write queue. */
 static int taking(gconn *c)
 {
     uv_os_fd_t fd = -1;
     int q = -1;
-    uint64_t given, took;
     if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
         q = srv_sock_unacked(fd); /* linger.c */
-    if (q < 0)
-        return 0;
-    given = c->written + c->wpending -
-            uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
-    took = given >= (uint64_t)q ? given - (uint64_t)q : c->took;
-    if (took <= c->took || (!q && !c->wpending))
-        return 0; /* nothing taken since, or nothing left to take */
-    c->took = took;
-    return 1;
+    return srv_grpc__taken(c->written, c->wpending,
+                           uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp),
+                           q, &c->took);
 }
 
 /* on_idle_timeout: no byte for --connection-timeout seconds: a connection

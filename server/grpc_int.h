@@ -329,6 +329,18 @@ size_t srv_grpc__frame(char *buf, size_t at, size_t len);
  * if it has one, is logged with the status that maps back to (413), not
  * the answer's; 0. Errors always fit. */
 int srv_grpc__fits(gslot *sl, int stream);
+/* grpc_conn.c: has a connection's client taken more of its answers than
+ * *took (then raised to it)? What it took is what the kernel was given
+ * (written: the uv_writes done; of wpending, those still pending, what
+ * libuv has passed on: all but its write queue, wqueue) less what the
+ * kernel still holds (q, SIOCOUTQ; below 0 unknown: 0): it only grows.
+ * 0 too when nothing is left to take (q and wpending 0). written alone
+ * grows only as a whole uv_write (up to WRITE_HIGH) ends: while one was
+ * partly in the kernel written - q wrapped, and a client reading X as
+ * libuv refilled X of the same write left it as it was, and was sent
+ * away as it read (test_grpc.c). */
+int srv_grpc__taken(uint64_t written, size_t wpending, size_t wqueue, int q,
+                    uint64_t *took);
 /* grpc.c: free a call; its unanswered requests detach or are orphaned. */
 void srv_grpc__call_free(gcall *call);
 /* grpc_conn.c: the HTTP/2 layer ends c for an error (code: the GOAWAY's

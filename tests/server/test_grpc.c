@@ -4,7 +4,8 @@
  * the call answers RESOURCE_EXHAUSTED), never framed with its length
  * mod 2^32, and its request's log line says so (srv_grpc__fits). No
  * message is allocated: the prefix goes in the 5 bytes before it, all a
- * frame writes. */
+ * frame writes. And what a slow client took of its answers
+ * (srv_grpc__taken, grpc_conn.c's idle timer). */
 #include <check.h>
 #include <stdint.h>
 #include <string.h>
@@ -75,6 +76,51 @@ START_TEST(an_answer_too_long_is_logged_as_refused)
 }
 END_TEST
 
+/* A client reading a large answer slowly, its window wide (it sends
+ * nothing): one uv_write of WRITE_HIGH (4 MiB) is partly in the kernel,
+ * whose send buffer (2.5 MB here) stays full: each tick the client has
+ * read X more and libuv has given the kernel X more of the same write,
+ * so SIOCOUTQ reads the same and no write has ended (written 0). The
+ * formula before 442ede7 (took = written - SIOCOUTQ, wrapped, and "no
+ * change" = nothing taken) saw the same figure at the second tick and
+ * the client was sent GOAWAY as it read; what it takes now grows. */
+START_TEST(a_steady_reader_of_a_write_partly_in_the_kernel_is_taking)
+{
+    const size_t w = WRITE_HIGH;
+    const int q = 2500000;        /* the kernel's send buffer, full */
+    uint64_t took = 0;
+    /* tick 1: it read 1 MB; tick 2: 0.6 MB more; tick 3: 0.5 MB more,
+     * the write now wholly in the kernel (libuv's queue empty) */
+    ck_assert_int_eq(srv_grpc__taken(0, w, w - 3500000, q, &took), 1);
+    ck_assert_msg(srv_grpc__taken(0, w, w - 4100000, q, &took) == 1,
+                  "tick 2: the client read 0.6 MB more, not taking");
+    ck_assert_uint_eq(took, 1600000);
+    ck_assert_int_eq(srv_grpc__taken(0, w, 0, q - 405696, &took), 1);
+    ck_assert_uint_eq(took, w - (uint64_t)(q - 405696));
+    /* the write ended (on_written), the client read nothing more: not
+     * taking; then it read the rest: taking; then nothing is left */
+    ck_assert_int_eq(srv_grpc__taken(w, 0, 0, q - 405696, &took), 0);
+    ck_assert_int_eq(srv_grpc__taken(w, 0, 0, 1000, &took), 1);
+    ck_assert_uint_eq(took, w - 1000);
+    ck_assert_int_eq(srv_grpc__taken(w, 0, 0, 0, &took), 0);
+    ck_assert_uint_eq(took, w - 1000);
+}
+END_TEST
+
+/* what it took never goes back (a reading taken between a write's end
+ * and its callback, SIOCOUTQ unknown): not taking, *took kept */
+START_TEST(what_was_taken_never_falls)
+{
+    uint64_t took = 3000000;
+    ck_assert_int_eq(srv_grpc__taken(0, WRITE_HIGH, 0, 2000000, &took), 0);
+    ck_assert_uint_eq(took, 3000000);
+    ck_assert_int_eq(srv_grpc__taken(0, WRITE_HIGH, 0, -1, &took), 0);
+    ck_assert_uint_eq(took, 3000000);
+    ck_assert_int_eq(srv_grpc__taken(0, 1000, 0, 5000, &took), 0);
+    ck_assert_uint_eq(took, 3000000);
+}
+END_TEST
+
 static Suite *grpc_suite(void)
 {
     Suite *s = suite_create("grpc");
@@ -82,6 +128,8 @@ static Suite *grpc_suite(void)
     tcase_add_test(tc, the_longest_message_is_framed_exactly);
     tcase_add_test(tc, past_4_gib_is_refused_not_wrapped);
     tcase_add_test(tc, an_answer_too_long_is_logged_as_refused);
+    tcase_add_test(tc, a_steady_reader_of_a_write_partly_in_the_kernel_is_taking);
+    tcase_add_test(tc, what_was_taken_never_falls);
     suite_add_tcase(s, tc);
     return s;
 }
