@@ -556,6 +556,15 @@ static int slow(srv_conn *sc, uint64_t now, uint64_t grace)
     return n;
 }
 
+/* unsent: guard.c's eviction: bytes of c's answers libuv has not
+ * written to the kernel yet (wpending: its write queue, or written and
+ * their callback not run yet). */
+static int unsent(const srv_conn *sc)
+{
+    const gconn *c = (const gconn *)(const void *)((const char *)sc - offsetof(gconn, guard));
+    return c->wpending > 0;
+}
+
 /* A connection that finds no memory for its state waits this long to be
  * accepted; meanwhile it and the ones after it wait in the listen
  * backlog. */
@@ -646,6 +655,7 @@ static void take(void *data, int fd, const struct sockaddr_storage *peer,
     c->guard.fd = fd;
     c->guard.grpc = 1;
     c->guard.slow = slow;
+    c->guard.unsent = unsent;
     srv_guard_add(s, &c->guard);
     uv_tcp_nodelay(&c->tcp, 1);
     nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, 3);

@@ -191,12 +191,14 @@ static int candidate(const srv_conn *c, const srv_conn *fresh, int mhd_room)
 }
 
 /* sending: has c's client not acknowledged all of its answers yet
- * (SIOCOUTQ)? Served with no request or call in progress, it is still
- * taking them: closing it would cut their tail (and what it sends as it
- * reads), so it is not idle. */
+ * (SIOCOUTQ), or (gRPC, c->unsent) has attnd not handed all of them to
+ * the kernel yet (libuv's write queue: the kernel may hold none of them
+ * while the loop, busy, has not refilled it)? Served with no request or
+ * call in progress, it is still taking them: closing it would cut their
+ * tail (and what it sends as it reads), so it is not idle. */
 static int sending(const srv_conn *c)
 {
-    return srv_sock_unacked(c->fd) > 0;
+    return srv_sock_unacked(c->fd) > 0 || (c->unsent && c->unsent(c));
 }
 
 /* evict: the connection count passed max-connections with fresh: close

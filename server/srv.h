@@ -546,6 +546,9 @@ struct srv_conn {
     /* gRPC: ends the calls whose message comes slower than min-body-rate
      * once grace has passed since its first byte; returns how many */
     int (*slow)(srv_conn *c, uint64_t now, uint64_t grace);
+    /* gRPC: has it answer bytes attnd has not handed to the kernel yet
+     * (libuv's write queue)? Delivering, as with bytes in SIOCOUTQ */
+    int (*unsent)(const srv_conn *c);
     srv *s;             /* set by srv_guard_add */
     srv_conn *prev, *next;
 };
