@@ -399,10 +399,29 @@ void srv_guard_begin(srv_req *r)
         MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     srv_conn *c = ci ? ci->socket_context : NULL;
     if (c) {
+        const union MHD_ConnectionInfo *hi = MHD_get_connection_info(
+            r->conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
         went_busy(c);
         c->req = r;
         r->c = c;
+        if (hi && !MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                               MHD_HTTP_HEADER_TRANSFER_ENCODING))
+            r->head_bytes = hi->header_size;
     }
+}
+
+/* took: the bytes of c's client's requests up to the end of r: those
+ * before it (c->rx_idle), r's head and body. A request whose head or body
+ * size is not known (chunked) counts all its client had sent by now
+ * (TCP_INFO), as does one whose count would pass that. Not all it had
+ * sent in any case: a client that sent its next request's head, or part
+ * of it, with r's (pipelined) had it read by libmicrohttpd with r, and
+ * that part is a head coming (head_coming), not idle. */
+static uint64_t took(const srv_conn *c, const srv_req *r)
+{
+    uint64_t sent = rx(c);
+    uint64_t n = c->rx_idle + r->head_bytes + r->body_seen;
+    return r->head_bytes && n <= sent ? n : sent;
 }
 
 void srv_guard_end(srv_req *r)
@@ -412,7 +431,7 @@ void srv_guard_end(srv_req *r)
         c->req = NULL;
         c->served++;
         c->unacked = 0;
-        c->rx_idle = rx(c);
+        c->rx_idle = took(c, r);
         r->c = NULL;
         if (!busy(c))
             went_idle(c);

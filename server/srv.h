@@ -208,6 +208,9 @@ struct srv_req {
     int close;             /* its connection closes after the answer (one made
                               from the head is then queued at once: http.c) */
     size_t body_seen;      /* bytes received, kept or not */
+    size_t head_bytes;     /* its head's bytes (libmicrohttpd's count), 0
+                              when not known or its body's framing differs
+                              from its length (chunked): guard.c */
     size_t header_len;     /* Inference-Header-Content-Length, 0 = none */
     char origin[SRV_ORIGIN_MAX]; /* allowed CORS origin to echo, "" = none */
     int cors;              /* the cors-origins entry that allows it, 1-based */
@@ -534,8 +537,11 @@ struct srv_conn {
                            more of its answers (guard.c, delivering) */
     int unacked;        /* REST: their bytes its client had not
                            acknowledged then (SIOCOUTQ) */
-    uint64_t rx_idle;   /* REST: bytes its client had sent (TCP_INFO) when
-                           its last request ended (guard.c, head_coming) */
+    uint64_t rx_idle;   /* REST: bytes of its client's requests up to the
+                           end of its last one: their heads and bodies
+                           (srv_req.head_bytes, body_seen), or, not known,
+                           all it had sent then (TCP_INFO) (guard.c,
+                           head_coming) */
     struct MHD_Connection *mhd; /* REST: its libmicrohttpd connection */
     srv_req *req;       /* REST: the request being received or served */
     unsigned long long body_unread; /* REST: a Content-Length over its
@@ -553,7 +559,8 @@ struct srv_conn {
     srv_conn *prev, *next;
 };
 /* srv_guard_head_coming: has REST connection c, no request in progress,
- * received bytes since its last request ended (or since it opened): a
+ * received bytes past its requests so far (srv_conn.rx_idle; in its
+ * socket or read by libmicrohttpd with the last one, pipelined): a
  * request head partly sent? */
 int srv_guard_head_coming(const srv_conn *c);
 /* srv_guard_add: count c (fd set) and start its header-timeout; past

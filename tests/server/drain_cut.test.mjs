@@ -693,3 +693,28 @@ test('REST: a second signal while the stop waits for a request head that has not
   assert.equal(h.got(), '', 'no answer');
   await d.stop();
 });
+
+test('REST: a request head partly sent when the stop begins, pipelined behind the request before it (attnd read it with that one), is let finish within --stop-flush-ms too: 503 draining, Connection: close', async (t) => {
+  // before: the part of the head came in the same write as the request
+  // before it, so attnd had read it before that request ended: the
+  // bytes its client had sent then (TCP_INFO) counted it, and the
+  // connection was idle at the stop, closed at once (the rest of the
+  // head met a closed socket, no answer)
+  const d = await start({ t, args: ['--stop-flush-ms', FLUSH_MS] });
+  const h = headClient(t, d);
+  h.c.write('GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\nGET /v2/health/live HTTP/1.1\r\nHo');
+  for (const until = Date.now() + 5000 * SLOW; !answers(Buffer.from(h.got())).all.length && Date.now() < until;) await sleep(20);
+  assert.match(h.got(), /^HTTP\/1\.1 200/, 'its first answer came');
+  d.proc.kill('SIGTERM');
+  assert.match(await d.logged(/drained; stopping/), /drained; stopping/);
+  h.c.write('st: x\r\n\r\n');
+  assert.equal(await h.ended, null, 'an end, not a reset');
+  const all = answers(Buffer.from(h.got(), 'latin1')).all;
+  assert.equal(all.length, 2, `${h.got()}\n${d.log().slice(-600)}`);
+  assert.match(all[1].head, /^HTTP\/1\.1 503/);
+  assert.match(all[1].head, /\r\nConnection: close/i);
+  assert.match(String(all[1].body), /server: draining/);
+  assert.deepEqual(await exited(d, 10000 * SLOW), { code: 0, sig: null }, d.log());
+  assert.doesNotMatch(d.log(), /had not come whole/);
+  await d.stop();
+});
