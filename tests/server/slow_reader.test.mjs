@@ -401,40 +401,6 @@ test('gRPC: over max-connections, a served connection whose client is still taki
 // it prints its local port, sends argv[2] (hex), reads nothing until a
 // line on its stdin, then reads all that comes until stream 1's trailers,
 // the end or argv[3] s; prints the frames it got, as JSON
-const HELD_H2_CLIENT = `
-import json, socket, sys, time
-port, first = int(sys.argv[1]), bytes.fromhex(sys.argv[2])
-bound = time.time() + float(sys.argv[3])
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
-s.connect(('127.0.0.1', port))
-print(s.getsockname()[1], flush=True)
-s.sendall(first)
-sys.stdin.readline()
-s.settimeout(0.5)
-buf, frames, pos, ended, error = b'', [], 0, False, None
-def parse():
-    global pos
-    while pos + 9 <= len(buf):
-        n = int.from_bytes(buf[pos:pos + 3], 'big')
-        if pos + 9 + n > len(buf):
-            break
-        frames.append({'type': buf[pos + 3], 'flags': buf[pos + 4], 'id': int.from_bytes(buf[pos + 5:pos + 9], 'big') & 0x7fffffff, 'len': n})
-        pos += 9 + n
-while not ended and time.time() < bound and not any(f['id'] == 1 and f['type'] == 1 and f['flags'] & 1 for f in frames):
-    try:
-        b = s.recv(1 << 20)
-    except socket.timeout:
-        continue
-    except ConnectionError as e:
-        error = str(e)
-        break
-    if not b:
-        ended = True
-    buf += b
-    parse()
-print(json.dumps({'ended': ended, 'error': error, 'frames': frames}))
-`;
 
 test('gRPC: over max-connections, a served connection whose answer still waits in attnd\'s own write queue (its kernel holding none of it) is not evicted', { timeout: 120000 * SLOW }, async (t) => {
   // before: the eviction asked only the kernel (SIOCOUTQ) whether a
@@ -445,54 +411,37 @@ test('gRPC: over max-connections, a served connection whose answer still waits i
   // --max-connections 1 closed it, and its client had part of its answer
   // and the end
   const d = await start({ t, grpc: true, args: ['--max-connections', '1', '--header-timeout', String(60 * SLOW), '--connection-timeout', String(60 * SLOW)] });
-  const settings = Buffer.alloc(6);
-  settings.writeUInt16BE(4, 0); // SETTINGS_INITIAL_WINDOW_SIZE
-  settings.writeUInt32BE(0x7fffffff, 2);
-  const more = Buffer.alloc(4); // the connection's window, past its 65535
-  more.writeUInt32BE(0x7fffffff - 65535, 0);
-  const head = Buffer.concat([lit(':method', 'POST'), lit(':scheme', 'http'), lit(':path', INFER),
-    lit(':authority', 'x'), lit('content-type', 'application/grpc'), lit('te', 'trailers')]);
   // a 4.16 MB answer: more than attnd's kernel takes (~3.2 MB here), all
   // of it, its trailers too, in one write (up to WRITE_HIGH, 4 MiB)
   const n = 1020;
-  const body = frame(attention(n)), data = [];
-  for (let i = 0; i < body.length; i += 16384)
-    data.push(h2frame(0, i + 16384 >= body.length ? 1 : 0, 1, body.subarray(i, i + 16384)));
-  const first = Buffer.concat([Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), h2frame(4, 0, 0, settings),
-    h2frame(8, 0, 0, more), h2frame(1, 4, 1, head), ...data]);
-  const py = spawn('python3', ['-c', HELD_H2_CLIENT, String(d.grpcPort), first.toString('hex'), String(60 * SLOW)]);
-  t.after(() => py.kill());
-  let out = '';
-  py.stdout.on('data', (x) => { out += x; });
-  py.stderr.on('data', (x) => { out += x; });
-  const exited = new Promise((res) => py.on('close', res));
-  assert.ok(await waitFor(() => /^\d+\n/.test(out), 20000), `the client connected: ${out}`);
-  const gport = Number(out.split('\n')[0]);
+  const c = await h2reader(t, d.grpcPort);
+  await c.call(1, attention(n));
   assert.match(await d.logged(/ModelInfer 200/), /ModelInfer 200/);
-  // its answer (1.44 MB, one write: the call is over once it is made)
-  // fills attnd's kernel, the rest in libuv's queue
-  assert.ok(await waitFor(() => queued(d.grpcPort, gport, 'tx') > 0), 'attnd\'s kernel holds part of the answer');
+  // its answer (one write: the call is over once it is made) fills
+  // attnd's kernel, the rest in libuv's queue
+  assert.ok(await waitFor(() => queued(d.grpcPort, c.localPort, 'tx') > 0), 'attnd\'s kernel holds part of the answer');
   process.kill(d.proc.pid, 'SIGSTOP');
+  t.after(() => { try { process.kill(d.proc.pid, 'SIGCONT'); } catch { /* gone */ } });
   // (the premise: part of the answer is not in the kernels, ~3.6 MB of
   // 4.16 here: the client's holds 32 KiB at most)
-  const tx = queued(d.grpcPort, gport, 'tx');
+  const tx = queued(d.grpcPort, c.localPort, 'tx');
   assert.ok(tx + 65536 < n * n * 4, `attnd's kernel held ${tx} bytes of ${n * n * 4}: none left in attnd`);
-  t.after(() => { try { process.kill(d.proc.pid, 'SIGCONT'); } catch { /* gone */ } });
   // a newcomer, in the listen backlog (its readiness before the slow
   // connection's: attnd's loop sees it first when it runs again)
   const fresh = net.connect({ port: d.grpcPort, host: '127.0.0.1' });
   fresh.on('error', () => {});
   t.after(() => fresh.destroy());
   await new Promise((res) => fresh.on('connect', res));
-  py.stdin.write('go\n'); // the client takes all attnd's kernel holds
-  assert.ok(await waitFor(() => queued(d.grpcPort, gport, 'tx') === 0, 20000), 'the client took all the kernel held');
+  // the client takes all attnd's kernel holds
+  assert.ok(await waitFor(async () => {
+    await c.take(1 << 20);
+    return queued(d.grpcPort, c.localPort, 'tx') === 0;
+  }, 20000), 'the client took all the kernel held');
   process.kill(d.proc.pid, 'SIGCONT');
-  await exited;
-  const r = JSON.parse(out.split('\n')[1]);
-  const got = r.frames.filter((f) => f.id === 1 && f.type === 0).reduce((n, f) => n + f.len, 0);
-  assert.equal(r.error, null, out.slice(0, 300));
-  assert.ok(r.frames.some((f) => f.id === 1 && f.type === 1 && (f.flags & 1)),
-    `its trailers came: ${got} bytes of its answer, ended ${r.ended}\n${d.log().slice(-600)}`);
-  assert.equal(got, 5 + n * n * 4 + 39, 'its answer came whole');
+  for (const until = Date.now() + 60000 * SLOW; !c.done(1) && !c.ended() && !c.error() && Date.now() < until;)
+    if ((await c.take(1 << 20)) === 'data ') await sleep(10);
+  assert.equal(c.error(), null);
+  assert.ok(c.done(1), `its trailers came: ${c.data(1)} bytes of its answer, ended ${c.ended()}\n${d.log().slice(-600)}`);
+  assert.equal(c.data(1), 5 + n * n * 4 + 39, 'its answer came whole');
   await d.stop();
 });
