@@ -161,6 +161,8 @@ typedef struct srv_seq_info {
     size_t bytes;
     uint64_t idle_ms;       /* since its last step ended (0 while one runs) */
     uint64_t idle_limit_ms; /* sequence-idle-ms: dropped once idle_ms reaches it */
+    uint64_t idle_sweep_ms; /* the idle sweep's period: dropped at the sweep
+                               after idle_ms reaches the limit */
     char map_id[MAPS_ID_MAX];
 } srv_seq_info;
 /* srv_seq_get: live sequence id's info (0), or -1 with msg saying how it

@@ -304,6 +304,7 @@ static void fill_info(const srv_seq *l, uint64_t now, maps_store *maps,
     o->bytes = attn_kv_bytes(&l->kv);
     o->idle_ms = l->active || l->qhead ? 0 : (now - l->last_ns) / 1000000u;
     o->idle_limit_ms = (uint64_t)l->e->s->cfg.sequence_idle_ms;
+    o->idle_sweep_ms = l->e->s->seqs->sweep_ms;
     o->map_id[0] = 0;
     if (l->map_id[0] && maps && maps_info_get(maps, l->map_id, &mi) == 0)
         snprintf(o->map_id, sizeof o->map_id, "%s", l->map_id);
@@ -386,6 +387,7 @@ int srv_seq_init(srv *s)
      * every 10 ms): a sequence goes within 1.25 periods of its last step */
     period = (uint64_t)s->cfg.sequence_idle_ms / 4;
     period = period < 10 ? 10 : period > 1000 ? 1000 : period;
+    q->sweep_ms = period; /* told in the listing (idle_sweep_ms) */
     uv_timer_start(&q->idle, on_idle, period, period);
     q->timer_on = 1;
     return 0;

@@ -15,13 +15,14 @@
 #define SEQ_OOM "sequences: out of memory"
 
 /* info_json: one sequence as listed: {id, model, length, bytes, idle_ms,
- * idle_limit_ms, map_id?}; NULL when out of memory. */
+ * idle_limit_ms, idle_sweep_ms, map_id?}; NULL when out of memory. */
 static json_t *info_json(const srv_seq_info *i)
 {
-    json_t *o = json_pack("{s:s,s:s,s:i,s:I,s:I,s:I}", "id", i->id, "model",
-                          i->model, "length", i->length, "bytes",
+    json_t *o = json_pack("{s:s,s:s,s:i,s:I,s:I,s:I,s:I}", "id", i->id,
+                          "model", i->model, "length", i->length, "bytes",
                           (json_int_t)i->bytes, "idle_ms", (json_int_t)i->idle_ms,
-                          "idle_limit_ms", (json_int_t)i->idle_limit_ms);
+                          "idle_limit_ms", (json_int_t)i->idle_limit_ms,
+                          "idle_sweep_ms", (json_int_t)i->idle_sweep_ms);
     if (o && i->map_id[0] &&
         json_object_set_new(o, "map_id", json_string(i->map_id)) < 0) {
         json_decref(o);

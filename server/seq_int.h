@@ -52,6 +52,7 @@ struct srv_seqs {
     int n_tombs;
     int walking;         /* in each_seq: tombs over the cap wait for its end */
     uv_timer_t idle;
+    uint64_t sweep_ms;   /* the idle timer's period (srv_seq_init) */
     int timer_on;
 };
 

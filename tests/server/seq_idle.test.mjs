@@ -182,6 +182,42 @@ test('GET /v2/sequences/{id} and the list say the idle limit (sequence-idle-ms) 
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
+// README "Routes": the sweep comes a quarter of --sequence-idle-ms apart,
+// at least 10 ms and at most 1 s
+const sweepOf = (idle) => Math.min(1000, Math.max(10, Math.floor(idle / 4)));
+
+test('GET /v2/sequences[/{id}] say the idle sweep\'s period (idle_sweep_ms), and an idle sequence is gone within its limit and a sweep', async () => {
+  // (the page guessed it from idle_limit_ms with a copy of the server's
+  // rule: no field said it)
+  for (const idle of [1200 * SLOW, 20000]) {
+    const d = await start({ dir: gqaModels(), args: ['--sequence-idle-ms', String(idle)] });
+    try {
+      const r = await infer(d, 'gqa', stepBody('sw', tokens(2, 17), { start: true, outputs: [{ name: 'y' }] }));
+      assert.equal(r.status, 200, JSON.stringify(r.json));
+      const one = await (await fetch(`${d.url}/v2/sequences/sw`)).json();
+      assert.equal(one.idle_limit_ms, idle);
+      assert.equal(one.idle_sweep_ms, sweepOf(idle), JSON.stringify(one));
+      const { sequences } = await (await fetch(`${d.url}/v2/sequences`)).json();
+      assert.equal(sequences[0].idle_sweep_ms, sweepOf(idle));
+      if (idle > 2000 * SLOW) continue; // (the long one: its field only)
+      // left alone, it is seen live past its limit only until the first
+      // sweep after it: never at idle_ms past limit + sweep (the slack:
+      // the loop's turn between the sweep's timer and this GET, on a
+      // loaded machine)
+      let last = one;
+      for (;;) {
+        const g = await fetch(`${d.url}/v2/sequences/sw`);
+        if (g.status === 404) break;
+        last = await g.json();
+        assert.ok(last.idle_ms < idle + one.idle_sweep_ms + 250 * SLOW,
+          `live at idle_ms ${last.idle_ms}: its limit ${idle} and a sweep (${one.idle_sweep_ms}) past`);
+        await sleep(5);
+      }
+      assert.equal(await metric(d, 'attnd_sequences_dropped_total', 'gqa', ',reason="idle"'), 1);
+    } finally { assert.equal((await d.stop()).code, 0); }
+  }
+});
+
 /** A gRPC step of sequence id (rows xs): a ModelInferRequest for gqa,
  * x as raw_input_contents, y its one output. */
 function grpcStep(id, xs) {
