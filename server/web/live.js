@@ -98,10 +98,13 @@ async function refreshInfo() {
 // noteIdle: when the server drops s without a step, from an answer of
 // GET /v2/sequences/{id} (info): its idle_limit_ms (--sequence-idle-ms)
 // less its idle_ms from now; shown counting down in the panel. A server
-// that does not say (no idle_limit_ms) leaves s.dueAt unknown.
+// that does not say (no idle_limit_ms) leaves s.dueAt unknown. The
+// server's idle sweeps come idle_sweep_ms apart (s.sweep); one that does
+// not say it is taken to sweep as attnd did before it said (guessSweep).
 function noteIdle(s, info) {
   if (!info || !Number.isInteger(info.idle_limit_ms) || !Number.isInteger(info.idle_ms)) return;
   s.limit = info.idle_limit_ms;
+  s.sweep = Number.isInteger(info.idle_sweep_ms) && info.idle_sweep_ms >= 0 ? info.idle_sweep_ms : guessSweep(s.limit);
   s.dueAt = performance.now() + Math.max(0, info.idle_limit_ms - info.idle_ms);
   showExpiry();
 }
@@ -180,10 +183,10 @@ function gone(why, draining = false) {
 // watch: while this page drives a live sequence, ask the server whether
 // it still holds it (GET /v2/sequences/{id}, which does not count as a
 // step) when it is due to drop it: at idle_limit_ms after its last step
-// (noteIdle), plus one of the server's idle sweeps (a quarter of the
-// limit, at most 1 s), so that one left alone past --sequence-idle-ms
-// says it is gone without waiting for a Step to be refused, and a page
-// left open asks nothing before then. Still live then: another client
+// (noteIdle), plus one of the server's idle sweeps (its idle_sweep_ms),
+// so that one left alone past --sequence-idle-ms says it is gone without
+// waiting for a Step to be refused, and a page left open asks nothing
+// before then. Still live then: another client
 // stepped it (a later due time), or a step of it is on its way (asked
 // again a sweep later). A server that does not say its limit is asked
 // every WATCH_MS. Only while the tab is shown (a hidden one asks as it
@@ -197,13 +200,15 @@ const WATCH_MS = 5000;
 const WATCH_MAX_MS = 15000;
 let watchTimer = null;
 
-const sweepMs = (limit) => Math.min(1000, Math.max(10, limit / 4));
+// guessSweep: the sweep of a server that does not say it (no
+// idle_sweep_ms): attnd's rule then, a quarter of the limit, 10 ms to 1 s.
+const guessSweep = (limit) => Math.min(1000, Math.max(10, limit / 4));
 
 function watch(ms) {
   clearTimeout(watchTimer);
   watchTimer = null;
   if (!seq || !seq.live) return;
-  if (ms === undefined) ms = seq.dueAt === undefined ? WATCH_MS : Math.max(0, seq.dueAt - performance.now()) + sweepMs(seq.limit) + 50;
+  if (ms === undefined) ms = seq.dueAt === undefined ? WATCH_MS : Math.max(0, seq.dueAt - performance.now()) + seq.sweep + 50;
   watchTimer = setTimeout(checkLive, Math.min(ms, WATCH_MAX_MS));
 }
 
@@ -227,7 +232,7 @@ async function checkLive() {
   if (!st) { watch(WATCH_MS); return; }
   noteIdle(s, st.info);
   // overdue (a step of it on its way, or the sweep not yet come): a sweep on
-  if (s.dueAt !== undefined && s.dueAt <= performance.now()) watch(sweepMs(s.limit) + 50);
+  if (s.dueAt !== undefined && s.dueAt <= performance.now()) watch(s.sweep + 50);
   else watch();
 }
 

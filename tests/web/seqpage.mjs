@@ -41,9 +41,11 @@ export function stepper(url, id) {
 
 // runSequence: a page of browser on the daemon at url that started a
 // causal sequence of "the cat" on the toy model (Run in sequence mode),
-// drawn, head 1 shown.
-export async function runSequence(browser, url) {
+// drawn, head 1 shown. beforeRun(page), when given, is awaited before Run
+// (a route to set up).
+export async function runSequence(browser, url, beforeRun) {
   const { page, errors } = await openPage(browser, `${url}/#model=toy&text=the%20cat&causal=1&h=1`);
+  if (beforeRun) await beforeRun(page);
   await page.check('#seq-mode');
   await page.check('#causal');
   await page.click('#run');

@@ -52,6 +52,38 @@ test('the panel counts down to the idle drop, and the page asks whether the sequ
   await page.close();
 });
 
+// On main (9615dae) the page waited a sweep of its own guess (a quarter
+// of the limit, at most 1 s: 1000 ms here) past the limit, whatever the
+// server said its sweep was.
+test('the page asks whether its sequence is gone one of the server\'s sweeps (idle_sweep_ms) past the idle limit, as the server says it', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const SWEEP = 4000; // what the server says here (its own: 1000 ms)
+  const seen = []; // the page's GET /v2/sequences/{id}, the start's panel's first
+  const { page, errors } = await runSequence(browser, daemon.url, async (p) => {
+    // every GET /v2/sequences/{id}: the server's answer, its sweep told as SWEEP
+    await p.route(/\/v2\/sequences\/[^/?]+$/, async (route) => {
+      if (route.request().method() !== 'GET') { await route.continue(); return; }
+      const r = await route.fetch();
+      const body = await r.json().catch(() => null);
+      if (r.status() === 200 && body) body.idle_sweep_ms = SWEEP;
+      seen.push({ at: Date.now(), status: r.status(), body });
+      await route.fulfill({ response: r, json: body ?? undefined });
+    });
+  });
+  const { id } = await page.evaluate(() => window.attnd.sequence);
+  await expectGone(page, id, { reason: /idle/, timeout: 60000 });
+  // the start's panel GET, then the page's check
+  assert.ok(seen.length >= 2, JSON.stringify(seen));
+  const [info, check] = seen;
+  assert.equal(info.status, 200);
+  assert.equal(info.body.idle_limit_ms, IDLE);
+  const due = IDLE - info.body.idle_ms;
+  assert.ok(check.at - info.at >= due + SWEEP, `asked ${check.at - info.at} ms after the answer that said the ` +
+    `sequence goes in ${due} ms and the server sweeps every ${SWEEP} ms: before its sweep`);
+  assert.deepEqual(errors.filter((e) => !/status of 404/.test(e)), []);
+  await page.close();
+});
+
 // On main (12e5dc2) a Step made 7 requests: its map's metadata twice
 // (before its planes and after, to see that no other step came between).
 test('a Step makes 6 requests: the step, its map\'s metadata once, weights, mask and scores in one each, the panel\'s sequence', async (t) => {
