@@ -1,7 +1,8 @@
 /*
  * seq_prep.c - one sequence step on the pool side: check the request
  * against its model and lay it out for the engine (attn_seq with kv), and
- * encode its answer (outputs, sequence_length, the growing map). See
+ * encode its answer (outputs, sequence_length and _bytes, the growing
+ * map). See
  * seq.h; srv_seq_alloc_maps runs on the loop at bind time, when the
  * sequence's length is known.
  */
@@ -270,7 +271,8 @@ int srv_seq_encode(srv_step *st, const char *model_name, maps_store *maps,
     const srv_prep *p = st->prep;
     const oip_request *req = st->in;
     oip_output outs[SRV_O_N];
-    char extra[MAPS_ID_MAX + 96];
+    char extra[MAPS_ID_MAX + 128];
+    size_t page = (size_t)attn_kv_page_tokens(st->kv->pool);
     int rc, n = srv_prep_outputs(p, req, outs);
     if (maps && keeps_map(st) && !atomic_load(&st->late))
         grow_map(st, model_name, maps);
@@ -278,6 +280,12 @@ int srv_seq_encode(srv_step *st, const char *model_name, maps_store *maps,
         st->map_id[0] = 0;
     char d[24], *w = stpcpy(extra, "{\"sequence_length\":"); /* no printf: a step's */
     w = stpcpy(w, srv_fmt_u(d, (unsigned long long)p->maps_s));
+    /* its K/V once answered: the pages of its new length (a rewound
+     * step's pages past it go back then), as GET /v2/sequences/{id}'s
+     * bytes; the pool's page format is fixed, so read here on the pool */
+    w = stpcpy(w, ",\"sequence_bytes\":");
+    w = stpcpy(w, srv_fmt_u(d, (unsigned long long)(((size_t)p->maps_s + page - 1) /
+                                                   page * attn_kv_page_bytes(st->kv->pool))));
     if (st->map_id[0] && !st->map_ends)
         w = stpcpy(stpcpy(stpcpy(w, ",\"map_id\":\""), st->map_id), "\"");
     stpcpy(w, "}");

@@ -398,3 +398,24 @@ test('steps waiting for their turn count their decoded request and outputs in me
     assert.equal(await used(), 0, 'all given back');
   } finally { assert.equal((await d.stop()).code, 0); }
 });
+
+test('a step\'s answer says its sequence\'s K/V bytes once it is in (sequence_bytes): appended, past a page, rewound, as GET /v2/sequences/{id}', async () => {
+  // (no answer said them: a client read GET /v2/sequences/{id} after
+  // every step, as the web page's panel did)
+  const d = await start({ dir: gqaModels() });
+  try {
+    const per = (await (await fetch(`${d.url}/v2/models/gqa`)).json()).parameters.kv_bytes_per_token;
+    const pages = (n) => Math.ceil(n / 64) * 64 * per; // README: pages of 64 tokens
+    const xs = tokens(70, 23), y = [{ name: 'y' }];
+    const steps = [[0, 3, { start: true }], [3, 64], [67, 3], [10, 1], [11, 2, { end: true }]];
+    for (const [pos, n, opts = {}] of steps) {
+      const r = await infer(d, 'gqa', at('b', rows(xs, pos, pos + n), pos, { ...opts, outputs: y }));
+      assert.equal(r.status, 200, JSON.stringify(r.json));
+      assert.equal(r.json.parameters.sequence_length, pos + n);
+      assert.equal(r.json.parameters.sequence_bytes, pages(pos + n), `at ${pos} + ${n}`);
+      const g = await fetch(`${d.url}/v2/sequences/b`);
+      if (opts.end) { assert.equal(g.status, 404); continue; }
+      assert.equal((await g.json()).bytes, pages(pos + n), `GET after ${pos} + ${n}`);
+    }
+  } finally { assert.equal((await d.stop()).code, 0); }
+});

@@ -28,6 +28,16 @@ static int keep_extra(const char *name, const char *id, const oip_output *o,
     return 0;
 }
 
+/* no_map: the parameters of an answer at len tokens without a map: its
+ * length and its K/V bytes (the fixture's pools: 4-token pages). */
+static const char *no_map(int len)
+{
+    static char want[128];
+    snprintf(want, sizeof want, "{\"sequence_length\":%d,\"sequence_bytes\":%zu}",
+             len, (size_t)(len + 3) / 4 * attn_kv_page_bytes(g_inst[0].kv_pool));
+    return want;
+}
+
 /* encode: j, launched, computed (its outputs zeros) and encoded as the
  * pool does: its map started or grown; g_extra holds its parameters. */
 static void encode(srv_job *j)
@@ -79,7 +89,7 @@ START_TEST(map_that_cannot_grow_ends)
     submit(c);
     ck_assert_int_eq(launch(c), 0);
     encode(c);
-    ck_assert_str_eq(g_extra, "{\"sequence_length\":5}");
+    ck_assert_str_eq(g_extra, no_map(5));
     end(c, 0);
     ck_assert_int_eq(maps_info_get(g_s.maps, id, &mi), 0);
     ck_assert_int_eq(mi.t, 4);
@@ -90,12 +100,13 @@ START_TEST(map_that_cannot_grow_ends)
     submit(d);
     ck_assert_int_eq(launch(d), 0);
     encode(d);
-    ck_assert_str_eq(g_extra, "{\"sequence_length\":5}");
+    ck_assert_str_eq(g_extra, no_map(5));
     end(d, 1);
     ck_assert_int_eq(maps_info_get(g_s.maps, id, &mi), ATTN_ENOTFOUND);
     ck_assert_int_eq(info("g", &i), 1);
     ck_assert_str_eq(i.map_id, "");
     ck_assert_int_eq(i.length, 5);
+    ck_assert_uint_eq(i.bytes, 2 * attn_kv_page_bytes(g_inst[0].kv_pool));
     /* and goes on without one (no attention: nobody asked for it) */
     e = job(M1, 1, "\"sequence_id\":\"g\"");
     submit(e);
@@ -103,7 +114,7 @@ START_TEST(map_that_cannot_grow_ends)
     ck_assert_int_eq(launch(e), 0);
     ck_assert_ptr_null(e->prep.out[SRV_O_ATT]);
     encode(e);
-    ck_assert_str_eq(g_extra, "{\"sequence_length\":6}");
+    ck_assert_str_eq(g_extra, no_map(6));
     end(e, 1);
     ck_assert_int_eq(length("g"), 6);
     job_free(a), job_free(b), job_free(c), job_free(d), job_free(e);
