@@ -708,7 +708,7 @@ export async function seqStep(meta, id, words, pos0, { start = false, causal, sc
   const j = await readInfer(res);
   const p = j.parameters || {};
   if (p.map_id) mapSeq.set(p.map_id, id);
-  return { length: p.sequence_length, mapId: p.map_id, scores };
+  return { length: p.sequence_length, bytes: p.sequence_bytes, mapId: p.map_id, scores };
 }
 
 // endSequence: DELETE /v2/sequences/{id} (frees its keys and values).

@@ -85,6 +85,25 @@ async function refreshInfo() {
   let info;
   try { info = await api.sequenceInfo(s.id); } catch (_) { /* shown as — */ }
   if (s !== seq || !s.live) return;
+  showInfo(s, info);
+}
+
+// stepInfo: the panel after this page's step, answered r at t
+// (performance.now()): the answer's sequence_length and sequence_bytes are
+// the sequence's once that step is in, and its idle time runs from then,
+// so no GET /v2/sequences/{id}; the limit and sweep are those the start's
+// GET said (the server's settings). Asked (refreshInfo) when the answer
+// does not say its bytes (an older attnd) or the limit is not known.
+async function stepInfo(s, r, t) {
+  if (!Number.isInteger(r.length) || !Number.isInteger(r.bytes) || s.limit === undefined) { await refreshInfo(); return; }
+  if (s !== seq || !s.live) return;
+  showInfo(s, { length: r.length, bytes: r.bytes, idle_ms: Math.floor(performance.now() - t),
+    idle_limit_ms: s.limit, idle_sweep_ms: s.sweep });
+}
+
+// showInfo: the panel's line on s from info (GET /v2/sequences/{id}'s
+// fields; undefined when it could not be read).
+function showInfo(s, info) {
   const bytes = info?.bytes;
   // (another client's steps since: Replace last has none of this page's)
   if (Number.isInteger(info?.length) && info.length !== s.length) { s.length = info.length; s.last = 0; }
@@ -299,6 +318,7 @@ async function step(replace) {
     // the version of its map as this page drew it: its own step adds one
     const v0 = ctx.run && ctx.run.mapId === seq.mapId ? ctx.run.version : undefined;
     const r = await api.seqStep(seq.meta, seq.id, words, pos0, { causal: seq.causal });
+    const answered = performance.now();
     seq.words = [...seq.words.slice(0, pos0), ...words];
     seq.length = r.length ?? pos0 + words.length;
     seq.last = words.length;
@@ -306,7 +326,7 @@ async function step(replace) {
     if (!r.mapId) { // the store dropped the map: the sequence goes on undrawn
       const had = seq.mapId;
       seq.mapId = null;
-      await refreshInfo();
+      await stepInfo(seq, r, answered);
       ctx.setStatus(`sequence ${seq.id}: ${seq.length} tokens, but its map${had ? ` ${had}` : ''} is no longer ` +
         'kept (evicted for newer maps, grown past maps-bytes, or ended by a replace that failed): the view shows its last retained state', true);
       document.body.dataset.state = 'ready';
@@ -321,7 +341,7 @@ async function step(replace) {
     await ctx.showGrown(seq.mapId, (m) => (replace ? `sequence ${seq.id}: the last step replaced → ${seq.length} tokens`
       : `sequence ${seq.id}: +${words.length} → ${seq.length} tokens`) + other(m), seq.words);
     ownWords(seq);
-    await refreshInfo();
+    await stepInfo(seq, r, answered);
     watch();
   } catch (e) {
     if (!(e.status === 409 && /past the end/.test(e.message) && await behind(seq, pos0, words))) failed(e, () => step(replace));

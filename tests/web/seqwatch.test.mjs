@@ -85,8 +85,10 @@ test('the page asks whether its sequence is gone one of the server\'s sweeps (id
 });
 
 // On main (12e5dc2) a Step made 7 requests: its map's metadata twice
-// (before its planes and after, to see that no other step came between).
-test('a Step makes 6 requests: the step, its map\'s metadata once, weights, mask and scores in one each, the panel\'s sequence', async (t) => {
+// (before its planes and after, to see that no other step came between);
+// on 9615dae 6: the panel read the sequence (GET /v2/sequences/{id}) for
+// its length and K/V bytes, which the step's answer now says.
+test('a Step makes 5 requests: the step, its map\'s metadata once, weights, mask and scores in one each; the panel from the step\'s answer', async (t) => {
   if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
   const { page, errors } = await runSequence(browser, daemon.url);
   const { id, mapId } = await page.evaluate(() => window.attnd.sequence);
@@ -104,8 +106,13 @@ test('a Step makes 6 requests: the step, its map\'s metadata once, weights, mask
     `GET ${m}/attention?b=all&h=all&what=attention&format=f32`,
     `GET ${m}/attention?b=all&h=all&what=mask&format=f32`,
     `GET ${m}/attention?b=all&h=all&what=scores&format=f32`,
-    `GET /v2/sequences/${id}`,
   ]);
+  // the panel's figures are the server's: 3 tokens, its K/V bytes
+  const info = await (await fetch(`${daemon.url}/v2/sequences/${id}`)).json();
+  assert.equal(info.length, 3);
+  assert.equal(await page.getAttribute('#seq-info', 'data-bytes'), String(info.bytes));
+  assert.match(await page.textContent('#seq-info'), /: 3 tokens, K\/V /);
+  assert.match(await page.textContent('#seq-expiry'), /drops it in \d/);
   assert.deepEqual(errors, []);
   await page.close();
 });

@@ -128,12 +128,15 @@ test('following the sequence this page drives: another client\'s step is drawn, 
 // after another client's steps) were read from GET /v2/sequences, the
 // list of every live sequence (its first 4096 only: past them the page's
 // own was not found, its length not updated), once per step of every
-// page: now GET /v2/sequences/{id}, the one sequence.
+// page: now GET /v2/sequences/{id}, the one sequence (at the start; a
+// step's figures come from its answer).
 test('the panel reads its own sequence (GET /v2/sequences/{id}), not the list of every live one', async (t) => {
   if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
-  const { page, errors } = await runSequence();
   const asked = [];
-  page.on('request', (r) => { const u = new URL(r.url()); if (u.pathname.startsWith('/v2/sequences')) asked.push(u.pathname); });
+  const { page, errors } = await startSequence(browser, daemon.url, (p) => p.on('request', (r) => {
+    const u = new URL(r.url());
+    if (u.pathname.startsWith('/v2/sequences')) asked.push(u.pathname);
+  }));
   const { id } = await page.evaluate(() => window.attnd.sequence);
   assert.equal((await stepper(id)(['sat'], 2, false)).sequence_length, 3); // another client's step
   await page.fill('#seq-next', 'on');
