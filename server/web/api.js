@@ -54,7 +54,7 @@ const SESSION = (() => {
 // that prefix): every request goes through the door the page came in by,
 // as index.html's relative web/... paths take the page's own files.
 export const ROOT = ((p) => (p.endsWith('/') ? p : `${p}/`))(location.pathname);
-const url = (path) => `${ROOT}${path}`;
+export const url = (path) => `${ROOT}${path}`;
 
 // The sequence (id) whose retained map each map id is, for the maps of
 // the sequences this page steps: their fetches carry its Attnd-Sequence-Id
@@ -76,7 +76,7 @@ export function noteSequenceMap(id, seqId) {
 }
 
 // mapHeaders: headers for a request about retained map id.
-function mapHeaders(id, h = {}) {
+export function mapHeaders(id, h = {}) {
   if (mapSeq.has(id)) h[SEQ_HEADER] = mapSeq.get(id);
   return headers(h);
 }
@@ -84,7 +84,7 @@ function mapHeaders(id, h = {}) {
 // send: fetch, with a request that got no answer at all (refused,
 // reset, no network: fetch's bare "Failed to fetch") said as such, with
 // status 0. An abort stays an AbortError.
-async function send(url, opts) {
+export async function send(url, opts) {
   try {
     return await fetch(url, opts);
   } catch (e) {
@@ -117,7 +117,7 @@ async function readJSON(res) {
 // from, its status and content type, and the start of its text with any
 // HTML tags stripped (and what no one reads: comments, style sheets and
 // scripts, with which a portal's page often begins).
-function cameInstead(res, text, wanted = 'JSON') {
+export function cameInstead(res, text, wanted = 'JSON') {
   const type = res.headers.get('Content-Type') || 'no Content-Type';
   const start = text.replace(/<!--[\s\S]*?(-->|$)|<(style|script)\b[\s\S]*?(<\/\2\s*>|$)/gi, ' ')
     .replace(/<[^>]*>/g, ' ').replace(/\s+/g, ' ').trim().slice(0, 80);
@@ -134,7 +134,7 @@ export const mb = (n) => (n < 1e6 ? `${Math.ceil(n / 1e3)} kB` : `${Math.round(n
 // 414 or 431 may also be libmicrohttpd's own HTML (README: a malformed
 // request, a head past its memory). size
 // (optional, the request's: too413) turns a 413 into what to do about it.
-async function fail(res, size) {
+export async function fail(res, size) {
   let msg = `HTTP ${res.status}`;
   let text = null;
   try { text = await res.text(); } catch (_) { /* the connection broke: the status alone */ }

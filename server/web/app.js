@@ -11,6 +11,7 @@ import * as live from './live.js';
 import { initExport } from './export.js';
 import { initCurrent, forget as forgetCurrent, headMap, maskedFn, currentScale, selQ, view } from './current.js';
 import { readHash, writeHash } from './link.js';
+import { initEntropy, drawEntropy, entropyAt } from './entropy.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -27,7 +28,7 @@ const state = {
   tab: 'words', model: 'demo', text: '', json: '', causal: false, retain: false,
   map: null, b: 0, h: 0, q: null, scale: 'linear', qscale: '', auto: false, table: false,
   win: null, // { r0, c0, n } when zoomed
-  follow: false, // redraw the retained map as it grows (live.js)
+  follow: false, entropy: false, // redraw the retained map as it grows (live.js); row entropy (entropy.js)
 };
 let run = null;      // the current run (api.js)
 let meta = null;     // metadata of the selected model
@@ -129,6 +130,7 @@ function renderFocus() {
     ...v, ...win, rowLabels: run.tokens, colLabels: run.keyTokens, maxWidth: width,
     cursor, row: hoverRow ?? selQ(), newest: run.live ? run.T - 1 : null,
   });
+  drawEntropy(geom);
   $('heatmap').dataset.newest = run.live ? String(run.T - 1) : '';
   // Legend.
   drawLegend($('legend-bar'), 240);
@@ -188,6 +190,7 @@ function renderReadout() {
     [run.block ? `weight, largest of its ${run.block[0]} × ${run.block[1]} block` : 'weight',
       masked ? `masked (0)` : fmt(w), 'weight'],
   ];
+  if (entropyAt(c.i)) rows.push(['row entropy', entropyAt(c.i), 'entropy']);
   if (score != null) {
     rows.push(['scaled score', fmt(score)]);
     if (sc) rows.push(['q·k', `${fmt(sc.qk(score))}  (${sc.text})`]);
@@ -666,6 +669,7 @@ async function main() {
     get run() { return run; },
   });
   initExport({ $, state, headMap, view, get run() { return run; } });
+  initEntropy({ $, state, get run() { return run; }, refresh: () => { if (run) update(); } });
   $('auth').addEventListener('submit', (e) => {
     e.preventDefault();
     // A header carries printable ASCII only: fetch would refuse the
