@@ -362,6 +362,18 @@ static void decoded(srv_job *j)
     }
     srv_seq_decoded(j->s, &j->step, 0);
     if (j->status || !j->req) {
+        /* a step whose sequence is gone is told so first (its check ran
+         * on the pool, which cannot see the sequence table) */
+        char gone[512 + OIP_ERRMAX];
+        int st = j->status && j->req
+                     ? srv_seq_check_failed(j->s, &j->step, j->err, gone,
+                                            sizeof gone) : 0;
+        if (st) {
+            j->status = st;
+            srv__job_answer(j, st, gone);
+            srv__job_end(j);
+            return;
+        }
         srv__job_answer(j, j->status ? j->status : 500, j->err);
         srv__job_end(j);
         return;

@@ -280,6 +280,25 @@ void srv_seq_touch(srv *s, const char *id)
         l->last_ns = srv_now_ns();
 }
 
+int srv_seq_check_failed(srv *s, const srv_step *st, const char *err,
+                         char *msg, size_t n)
+{
+    const srv_seq *l;
+    char gone[512];
+    int rc;
+    if (!st->id[0] || st->start || st->is_step || !s->seqs)
+        return 0;
+    l = srv__seq_find(s->seqs, st->id);
+    /* remembered as gone, and no step of it on its way to make it live
+     * again (a start queued behind a running step) */
+    if (!l || !l->gone || l->live || l->active || l->qhead)
+        return 0;
+    rc = srv__seq_gone_msg(gone, sizeof gone, st->id, l, st);
+    snprintf(msg, n, "%s; this step is also wrong for the model as it is "
+             "now: %s", gone, err);
+    return rc;
+}
+
 /* ---- binding and ending ----------------------------------------------------- */
 
 /* end_rewind: a rewound step's rewind is over: kept (its pages past the

@@ -131,6 +131,15 @@ void srv_seq_decoded(srv *s, srv_step *st, int take);
 void srv_seq_touch(srv *s, const char *id);
 /* srv_seq_live: is sequence id live here (not being dropped)? */
 int srv_seq_live(srv *s, const char *id);
+/* srv_seq_check_failed: st's request names sequence st->id (not as a
+ * start) and failed its check on the pool (srv_seq_prepare's err, e.g. an
+ * x of the shape of a model since replaced). When that sequence is
+ * remembered as gone (ended, or dropped: deleted, idle, its model
+ * reloaded) msg (n bytes) is the 400 that says how it went, err after it:
+ * the client must start again whatever it fixes, and err alone would not
+ * tell it. Returns that status, or 0 (msg untouched) otherwise. */
+int srv_seq_check_failed(srv *s, const srv_step *st, const char *err,
+                         char *msg, size_t n);
 /* srv_seq_abandon: st's job was answered (deadline) or lost its client
  * while decoding: it will never be a step, so the steps that arrived after
  * it need not wait for its decode. */

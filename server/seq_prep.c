@@ -69,6 +69,7 @@ int srv_seq_prepare(srv_step *st, srv_prep *p, const oip_request *req,
                    "'%s' differ; send the same id in both, or only one",
                    st->hdr_id, pr->seq_id);
     srv_copy(st->id, sizeof st->id, pr->seq_id[0] ? pr->seq_id : st->hdr_id);
+    st->start = pr->seq_start; /* (srv_seq_check_failed reads it, the id) */
     if (!st->id[0])
         return ERR("parameters.%s: given without parameters.sequence_id (or "
                    "the Attnd-Sequence-Id header)",

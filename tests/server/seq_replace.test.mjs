@@ -1,0 +1,96 @@
+// seq_replace.test.mjs - a sequence's model replaced under it (a reload
+// of the same name from a changed folder, as an upload does): the reload
+// drops the sequence ("unloaded", README's Sequences, "Lifetime"), and
+// the client's next step, still of the old shape, must learn that its
+// sequence is gone, not only that its x no longer fits.
+import assert from 'node:assert/strict';
+import { writeFileSync } from 'node:fs';
+import http2 from 'node:http2';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { frame, ld, packedI64, str } from '../grpc/wire.mjs';
+import { infer, safetensors, start } from './helper.mjs';
+import { D, gqaModels, rng, stepBody, tokens } from './seq_helper.mjs';
+
+/** gqa's folder now holds a model of d_model 8 (2 heads of 4, one kv
+ * head), seeded. */
+function narrow(dir) {
+  const r = rng(20261206);
+  const m = (rows, cols) => [[rows, cols], Array.from({ length: rows * cols }, () => r() * 0.5)];
+  writeFileSync(join(dir, 'gqa', 'model.safetensors'), safetensors({
+    W_q: m(8, 8), W_k: m(8, 4), W_v: m(8, 4), W_o: m(8, 8),
+  }));
+  writeFileSync(join(dir, 'gqa', 'config.json'), JSON.stringify({ n_heads: 2, n_kv_heads: 1, causal: true }));
+}
+
+/** A gRPC ModelInfer of gqa: sequence id, x of [1, T, d] from xs, y. */
+function grpcStep(id, xs, d, start = false) {
+  const p = (name, v) => ld(4, Buffer.concat([str(1, name), ld(2, v)]));
+  const params = [p('sequence_id', str(3, id))];
+  if (start) params.push(p('sequence_start', Buffer.from([0x08, 1])));
+  return Buffer.concat([str(1, 'gqa'), ...params,
+    ld(5, Buffer.concat([str(1, 'x'), str(2, 'FP32'), packedI64(3, [1, xs.length / d, d])])),
+    ld(6, str(1, 'y')), ld(7, Buffer.from(new Float32Array(xs).buffer))]);
+}
+
+function grpcCall(session, msg) {
+  return new Promise((res, rej) => {
+    const req = session.request({ ':method': 'POST', ':path': '/inference.GRPCInferenceService/ModelInfer',
+      'content-type': 'application/grpc', te: 'trailers' });
+    let trailers = {};
+    req.on('response', (h) => { if (h['grpc-status']) trailers = h; }); // trailers-only
+    req.on('trailers', (t) => { trailers = t; });
+    req.on('error', rej);
+    req.on('close', () => res({ code: Number(trailers['grpc-status']), msg: decodeURIComponent(trailers['grpc-message'] || '') }));
+    req.resume();
+    req.end(frame(msg));
+  });
+}
+
+test('a step of the old shape after its model was replaced by one of another d_model is told its sequence was dropped, then what is wrong with x (REST and gRPC)', async () => {
+  // before: 400 "inputs[x].shape: expected [1, T, 8] for model 'gqa'"
+  // only (the check runs on the pool, which cannot see the sequences):
+  // the client fixed its x and only then learned it had to start again
+  const dir = gqaModels();
+  const d = await start({ dir, grpc: true });
+  const session = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
+  try {
+    for (const id of ['r', 'g'])
+      assert.equal((await infer(d, 'gqa', stepBody(id, tokens(2, 1), { start: true }))).status, 200);
+    narrow(dir);
+    assert.equal((await fetch(`${d.url}/v2/repository/models/gqa/load`, { method: 'POST' })).status, 200);
+    const gone = (id) => `^parameters\\.sequence_id: unknown sequence '${id}' \\(dropped [\\d.]+ s ago at 2 tokens: its model reloaded or unloaded\\); send sequence_start: true with the whole history to begin it again`;
+    const shape = "inputs\\[x\\]\\.shape: expected \\[1, T, 8\\] for model 'gqa'$";
+    const old = tokens(1, 2); // one token of d_model 16
+    const rest = await infer(d, 'gqa', stepBody('r', old));
+    assert.equal(rest.status, 400);
+    assert.match(rest.json.error, new RegExp(`${gone('r')}; this step is also wrong for the model as it is now: ${shape}`));
+    const g = await grpcCall(session, grpcStep('g', old, D));
+    assert.equal(g.code, 3, g.msg); // INVALID_ARGUMENT
+    assert.match(g.msg, new RegExp(`${gone('g')}; this step is also wrong for the model as it is now: ${shape}`));
+    // a start is told only what is wrong with it (a gone sequence is what
+    // it begins again), as is a step of an id never seen here (its
+    // unknown-sequence answer waits for a well-formed step: it may be
+    // another replica's) ...
+    for (const [id, start] of [['r', true], ['never', false]]) {
+      const s = await infer(d, 'gqa', stepBody(id, old, { start }));
+      assert.equal(s.status, 400);
+      assert.match(s.json.error, new RegExp(`^${shape}`), id);
+      const gs = await grpcCall(session, grpcStep(id, old, D, start));
+      assert.equal(gs.code, 3, gs.msg);
+      assert.match(gs.msg, new RegExp(`^${shape}`), `gRPC ${id}`);
+    }
+    // ... and a step of the new shape only that its sequence is gone
+    const x8 = Array.from({ length: 8 }, (_, i) => i / 8 - 0.5);
+    const right = await infer(d, 'gqa', { inputs: [{ name: 'x', datatype: 'FP32', shape: [1, 1, 8], data: x8 }], parameters: { sequence_id: 'r' } });
+    assert.equal(right.status, 400);
+    assert.match(right.json.error, new RegExp(`${gone('r')}$`));
+    // the start of the new shape begins it again on the new model
+    const again = await grpcCall(session, grpcStep('g', x8, 8, true));
+    assert.equal(again.code, 0, again.msg);
+    assert.equal((await (await fetch(`${d.url}/v2/sequences/g`)).json()).length, 1);
+  } finally {
+    session.close();
+    assert.equal((await d.stop()).code, 0, d.log());
+  }
+});
