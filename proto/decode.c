@@ -102,9 +102,14 @@ static int misspelt(const oip__jv *p, const char *where,
     return rc;
 }
 
+int oip_sequence_id_dots(const char *s, size_t len)
+{
+    return s && (len == 1 || len == 2) && s[0] == '.' && s[len - 1] == '.';
+}
+
 int oip_sequence_id_valid(const char *s, size_t len)
 {
-    if (!s || len == 0 || len >= OIP_MAX_SEQ_ID)
+    if (!s || len == 0 || len >= OIP_MAX_SEQ_ID || oip_sequence_id_dots(s, len))
         return 0;
     for (size_t i = 0; i < len; i++)
         if (s[i] <= ' ' || s[i] > '~' || s[i] == '/' || s[i] == '"' ||
@@ -148,6 +153,9 @@ static int get_seq_id(const oip__jv *p, const char *num, size_t num_len, char *o
                          "integer or a string", f);
     size_t len = v->len;
     const char *s = v->str;
+    if (oip_sequence_id_dots(s, len))
+        return oip__fail(err, ATTN_EINVAL, "%s: '%s': " OIP_SEQ_ID_DOTS_WHY,
+                         f, s);
     if (!oip_sequence_id_valid(s, len))
         return oip__fail(err, ATTN_EINVAL, "%s: a string id is 1 to %d bytes "
                          "of printable ASCII other than space, '/', '\"' and "

@@ -150,8 +150,16 @@ void oip_request_free(oip_request *req);
 
 /* oip_sequence_id_valid: 1 when s (len bytes) may be a string sequence id
  * (1 .. OIP_MAX_SEQ_ID - 1 bytes of printable ASCII, no space, '/', '"' or
- * backslash), else 0. */
+ * backslash, and neither "." nor ".."), else 0. */
 int oip_sequence_id_valid(const char *s, size_t len);
+/* oip_sequence_id_dots: 1 when s (len bytes) is "." or "..", which the
+ * rule above refuses for OIP_SEQ_ID_DOTS_WHY; the errors that refuse an
+ * id say that instead of the rule's bytes then. */
+int oip_sequence_id_dots(const char *s, size_t len);
+#define OIP_SEQ_ID_DOTS_WHY                                                    \
+    "'.' and '..' are no sequence ids: fetch, curl and proxies take them "    \
+    "out of a path (RFC 3986's dot segments), so GET and DELETE "             \
+    "/v2/sequences/{id} could not name the sequence"
 
 /* The error of a parameters.scale whose float is not positive and finite
  * (0, -1, 1e-50, 1e39) or that is no number. */

@@ -569,6 +569,11 @@ static int bad_seq_hdr(srv_req *r, const char *hdr_id)
 {
     if (!hdr_id || oip_sequence_id_valid(hdr_id, strlen(hdr_id)))
         return 0;
+    if (oip_sequence_id_dots(hdr_id, strlen(hdr_id))) {
+        srv_respond_error(r, 400, "Attnd-Sequence-Id: '%s': "
+                          OIP_SEQ_ID_DOTS_WHY, hdr_id);
+        return 1;
+    }
     srv_respond_error(r, 400, "Attnd-Sequence-Id: '%.200s' is not a "
                       "sequence id (1 to %d bytes of printable ASCII "
                       "other than space, '/', '\"' and '\\')", hdr_id,

@@ -77,6 +77,10 @@ static int bad_path_id(srv_req *r)
 {
     if (oip_sequence_id_valid(r->arg[0], strlen(r->arg[0])))
         return 0;
+    if (oip_sequence_id_dots(r->arg[0], strlen(r->arg[0]))) {
+        srv_respond_error(r, 400, "path: '%s': " OIP_SEQ_ID_DOTS_WHY, r->arg[0]);
+        return 1;
+    }
     srv_respond_error(r, 400, "path: '%.200s' is not a sequence id (1 to %d "
                       "bytes of printable ASCII other than space, '/', '\"' "
                       "and '\\')", r->arg[0], OIP_MAX_SEQ_ID - 1);

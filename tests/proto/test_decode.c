@@ -264,6 +264,11 @@ START_TEST(sequence_params)
     }
     ck_assert_int_eq(oip_sequence_id_valid("x", 1), 1);
     ck_assert_int_eq(oip_sequence_id_valid("x\\y", 3), 0);
+    ck_assert_int_eq(oip_sequence_id_valid(".", 1), 0);
+    ck_assert_int_eq(oip_sequence_id_valid("..", 2), 0);
+    ck_assert_int_eq(oip_sequence_id_valid("...", 3), 1);
+    ck_assert_int_eq(oip_sequence_id_valid(".a", 2), 1);
+    ck_assert_int_eq(oip_sequence_id_valid("a.", 2), 1);
 }
 END_TEST
 

@@ -5,10 +5,12 @@
 // so attnd must not read a sequence out of it that the proxy did not
 // route on.
 import assert from 'node:assert/strict';
+import http2 from 'node:http2';
 import { connect } from 'node:net';
 import { test } from 'node:test';
-import { start } from './helper.mjs';
-import { gqaModels, metric, stepBody, tokens } from './seq_helper.mjs';
+import { frame, ld, packedI64, str } from '../grpc/wire.mjs';
+import { infer, start } from './helper.mjs';
+import { D, gqaModels, metric, stepBody, tokens } from './seq_helper.mjs';
 
 /** raw(d, head, body): a request sent as it is (node's clients join or
  * refuse repeated header lines), its answer's status line and body. */
@@ -20,6 +22,29 @@ function raw(d, head, body = '') {
     c.on('error', rej);
     c.on('close', () => res({ status: Number(got.slice(9, 12)), body: got.slice(got.indexOf('\r\n\r\n') + 4), got }));
     c.write(`${head}Host: x\r\nConnection: close\r\n${body ? `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` : ''}\r\n${body}`);
+  });
+}
+
+/** A gRPC ModelInfer of gqa starting sequence id with rows xs. */
+function grpcStart(id, xs) {
+  const p = (name, v) => ld(4, Buffer.concat([str(1, name), ld(2, v)]));
+  return Buffer.concat([str(1, 'gqa'), p('sequence_id', str(3, id)), p('sequence_start', Buffer.from([0x08, 1])),
+    ld(5, Buffer.concat([str(1, 'x'), str(2, 'FP32'), packedI64(3, [1, xs.length / D, D])])),
+    ld(6, str(1, 'y')), ld(7, Buffer.from(new Float32Array(xs).buffer))]);
+}
+
+/** grpcCall(session, msg): a unary ModelInfer, its status and message. */
+function grpcCall(session, msg) {
+  return new Promise((res, rej) => {
+    const req = session.request({ ':method': 'POST', ':path': '/inference.GRPCInferenceService/ModelInfer',
+      'content-type': 'application/grpc', te: 'trailers' });
+    let trailers = {};
+    req.on('response', (h) => { if (h['grpc-status']) trailers = h; }); // trailers-only
+    req.on('trailers', (t) => { trailers = t; });
+    req.on('error', rej);
+    req.on('close', () => res({ code: Number(trailers['grpc-status']), msg: decodeURIComponent(trailers['grpc-message'] || '') }));
+    req.resume();
+    req.end(frame(msg));
   });
 }
 
@@ -101,4 +126,45 @@ test('GET and DELETE /v2/sequences/{id} with an id no sequence can have (a space
       assert.match((await r.json()).error, /^unknown sequence /);
     }
   } finally { assert.equal((await d.stop()).code, 0, d.log()); }
+});
+
+test('a sequence cannot be named \'.\' or \'..\' (fetch, curl and proxies take them out of /v2/sequences/{id}): a start is 400 saying why, REST and gRPC, in the body, the header or a path', async () => {
+  // before: a start of '..' was 200, and the sequence could be reached
+  // only by its steps: fetch sent GET /v2/sequences/.. as GET /v2/, so
+  // no client could read or DELETE it (it went only at sequence_end or
+  // the idle limit)
+  const d = await start({ dir: gqaModels(), grpc: true });
+  const session = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
+  const why = "'.' and '..' are no sequence ids: fetch, curl and proxies take them out of a path (RFC 3986's dot segments), so GET and DELETE /v2/sequences/{id} could not name the sequence";
+  try {
+    const xs = tokens(1, 7);
+    for (const id of ['.', '..']) {
+      const r = await infer(d, 'gqa', stepBody(id, xs, { start: true }));
+      assert.equal(r.status, 400, `${id}: ${JSON.stringify(r.json)}`);
+      assert.equal(r.json.error, `parameters.sequence_id: '${id}': ${why}`);
+      const h = await raw(d, `POST /v2/models/gqa/infer HTTP/1.1\r\nAttnd-Sequence-Id: ${id}\r\n`,
+        JSON.stringify({ ...stepBody('x', xs, { start: true }), parameters: { sequence_start: true } }));
+      assert.equal(h.status, 400, h.got.slice(0, 300));
+      assert.equal(JSON.parse(h.body).error, `Attnd-Sequence-Id: '${id}': ${why}`);
+      for (const m of ['GET', 'DELETE']) { // a raw client's path is not normalised
+        const p = await raw(d, `${m} /v2/sequences/${id} HTTP/1.1\r\n`);
+        assert.equal(p.status, 400, `${m} ${id}: ${p.got.slice(0, 300)}`);
+        assert.equal(JSON.parse(p.body).error, `path: '${id}': ${why}`);
+      }
+      const g = await grpcCall(session, grpcStart(id, xs));
+      assert.equal(g.code, 3, g.msg); // INVALID_ARGUMENT
+      assert.equal(g.msg, `parameters.sequence_id: '${id}': ${why}`);
+    }
+    // ids with dots that a path keeps are ids
+    for (const id of ['...', '.a', 'a.', 'a..b']) {
+      const r = await infer(d, 'gqa', stepBody(id, xs, { start: true }));
+      assert.equal(r.status, 200, `${id}: ${JSON.stringify(r.json)}`);
+      const g = await fetch(`${d.url}/v2/sequences/${id}`);
+      assert.equal(g.status, 200, `GET ${id}: ${await g.text()}`);
+    }
+    assert.equal(await metric(d, 'attnd_sequences_live'), 4);
+  } finally {
+    session.close();
+    assert.equal((await d.stop()).code, 0, d.log());
+  }
 });
