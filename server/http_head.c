@@ -213,6 +213,11 @@ static int route(srv_req *r, const char *url)
         srv_respond_error(r, 404, "path: no endpoint %s: " SRV_NO_SHM, url);
         return -1;
     }
+    if (!allowed && (strcmp(r->path, "/v2/models") == 0 ||
+                     strcmp(r->path, "/v2/models/") == 0)) {
+        srv_respond_error(r, 404, "path: no endpoint %s: " SRV_NO_LIST, url);
+        return -1;
+    }
     if (!allowed) {
         srv_respond_error(r, 404, "path: no endpoint %s", url);
         return -1;

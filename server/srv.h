@@ -40,6 +40,13 @@
     "attnd does not serve Triton's shared-memory extension (system or "        \
     "CUDA; /v2 does not list it): send the tensors in the request, take "      \
     "the outputs from the answer"
+/* What GET /v2/models (and /v2/models/) is answered, 404 as Triton's
+ * "Not Found": neither Triton nor KServe's v2 protocol has a GET list of
+ * the models; the list is the repository index, which the page reads too. */
+#define SRV_NO_LIST                                                            \
+    "the model list is POST /v2/repository/index, as on Triton (body {}: "     \
+    "every model, loaded or not; {\"ready\":true}: the ready ones); a "        \
+    "model's metadata is GET /v2/models/<name>"
 /* libmicrohttpd messages told apart when they repeat (a malformed request
  * gives two, one after the other) */
 #define SRV_MHD_MSGS 4

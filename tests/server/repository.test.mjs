@@ -210,6 +210,36 @@ test('a folder named sdpa: the built-in model keeps the name, the start says how
   assert.match(c.stdout, /^tiny: ok /m);
 });
 
+// GET /v2/models is what a Triton or KServe user types for the list of
+// models; neither has one there (Triton's http_server.cc answers any path
+// its routes do not match 404 "Not Found"), so attnd's 404 names where the
+// list is: POST /v2/repository/index, which the page reads too. It said
+// only "path: no endpoint /v2/models".
+test('GET /v2/models (and /v2/models/): 404 naming the list, POST /v2/repository/index, which answers it', async (t) => {
+  const d = await start({ t });
+  try {
+    const hint = "the model list is POST /v2/repository/index, as on Triton (body {}: every model, loaded or not; " +
+      '{"ready":true}: the ready ones); a model\'s metadata is GET /v2/models/<name>';
+    for (const [method, path] of [['GET', '/v2/models'], ['GET', '/v2/models/'], ['POST', '/v2/models']]) {
+      const r = await json(await fetch(`${d.url}${path}`, { method }));
+      assert.equal(r.status, 404, `${method} ${path}: ${JSON.stringify(r.json)}`);
+      assert.equal(r.json.error, `path: no endpoint ${path}: ${hint}`, `${method} ${path}`);
+    }
+    // the hint is for those two paths only
+    const other = await json(await fetch(`${d.url}/v2/modelsx`));
+    assert.deepEqual([other.status, other.json.error], [404, 'path: no endpoint /v2/modelsx']);
+    // and what it names answers as it says
+    // (models/demo is in the fixtures too when it has been built)
+    const state = (list) => Object.fromEntries(list.filter((m) => m.name !== 'demo').map((m) => [m.name, m.state]));
+    assert.deepEqual(state(await index(d)), { sdpa: 'READY', tiny: 'READY' });
+    assert.equal((await unload(d, 'tiny')).status, 200);
+    const ready = await post(`${d.url}/v2/repository/index`, { ready: true });
+    assert.equal(ready.status, 200, JSON.stringify(ready.json));
+    assert.deepEqual(state(ready.json), { sdpa: 'READY' });
+    assert.deepEqual(state(await index(d)), { sdpa: 'READY', tiny: 'UNAVAILABLE' });
+  } finally { assert.equal((await d.stop()).code, 0); }
+});
+
 // An unload of a name the server never knew (a typo, another replica's
 // model) is the 404 of one unloaded already; it leaves no entry behind.
 test('an unload of a model never known: 404 not loaded, as one unloaded already; the index does not gain it', async (t) => {
