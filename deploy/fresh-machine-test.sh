@@ -115,6 +115,13 @@ in_root() {
         /bin/bash -c "$1" </dev/null >"$logf" 2>&1
 }
 show_tail() { tail -n "${2:-30}" "$1" | sed 's/^/    | /'; }
+# show_failed <log>: each failed test's own lines, wherever in the log
+# (the tail shows the last suite's end, not what failed in it): node:test's
+# "not ok" with its error block, Check's ":F:"/":E:" lines, unittest's
+# FAIL/ERROR heads
+show_failed() {
+    grep -E -A16 '^ *not ok |:[FE]:|^(FAIL|ERROR): ' "$1" | head -n 200 | sed 's/^/    ! /' || true
+}
 
 # ------------------------------------------------------------ 1. the root
 if [ -n "${FRESH_BASE:-}" ]; then
@@ -223,6 +230,7 @@ if in_root "$work/test.log" 'cd /root/attnd && make test'; then
     ok "make test exited 0 in $(($(date +%s) - t))s"
 else
     show_tail "$work/test.log" 60
+    show_failed "$work/test.log"
     bad "make test failed after $(($(date +%s) - t))s (log: $work/test.log)"
 fi
 log "  node $(chroot "$root" node --version 2>/dev/null || echo missing), npm $(chroot "$root" npm --version 2>/dev/null || echo missing), $(chroot "$root" chromium --version 2>/dev/null | head -1 || echo 'no chromium')"
@@ -233,7 +241,10 @@ nchk_bad=$(grep -E '^[0-9]+%: Checks: [0-9]+' "$work/test.log" | grep -cvE 'Fail
 nnode=$(grep -cE '^(# )?ℹ? ?pass [0-9]+|^# pass [0-9]+' "$work/test.log" || true)
 nnode_bad=$(grep -E '^(# |ℹ )fail [0-9]+' "$work/test.log" | grep -cvE 'fail 0$' || true)
 shopt -s nullglob
-units=("$REPO"/tests/{core,proto,server}/test_*.c)
+# counted in the copy that ran, not in $REPO: a checkout moved on during
+# the 20 minutes (a rebase bringing a new test_*.c) wanted one summary more
+# than the copy's make test could print
+units=("$root"/root/attnd/tests/{core,proto,server}/test_*.c)
 nunit=${#units[@]}
 grep -E '^[0-9]+%: Checks: |^(# |ℹ )(pass|fail) ' "$work/test.log" | sed 's/^/    /'
 [ "$nchk" -ge "$nunit" ] && [ "$nchk_bad" = 0 ] &&
