@@ -259,10 +259,13 @@ void srv_seq_decoded(srv *s, srv_step *st, int take)
         else
             q->held_head = st;
         st->where = SRV_STEP_HELD;
-    } else if (st->is_step) {
+    } else if (st->id[0] || st->hdr_id[0]) {
         /* a step that failed after its decode (no memory-budget for it:
-         * 503 "retry shortly"; or answered already) */
-        srv_seq_touch(s, st->id);
+         * 503 "retry shortly"; or answered already), or failed its check
+         * on the pool (a wrong shape or parameter: 400), or its decode
+         * with the Attnd-Sequence-Id header: a step all the same, its
+         * client is there (README's Lifetime) */
+        srv_seq_touch(s, st->id[0] ? st->id : st->hdr_id);
     }
     release(q);
 }

@@ -120,8 +120,9 @@ void srv_seq_free(srv *s); /* every sequence's pages back; after the loop */
 void srv_seq_arrive(srv *s, srv_step *st);
 /* srv_seq_decoded: st's job finished decoding; take != 0 when it is a good
  * step (the job is then the sequence machinery's until it is queued or
- * failed); a step not taken (failed after its decode) still counts as a
- * step of its live sequence for the idle sweep. Releases the held steps
+ * failed); a step not taken (failed after its decode, its check or, with
+ * the Attnd-Sequence-Id header, its decode) still counts as a step of its
+ * live sequence for the idle sweep. Releases the held steps
  * that may go. */
 void srv_seq_decoded(srv *s, srv_step *st, int take);
 /* srv_seq_touch: a step of sequence id failed before its turn (after its

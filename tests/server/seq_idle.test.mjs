@@ -440,3 +440,54 @@ test('a gRPC step whose deadline passed before its message came (504) still coun
     assert.equal((await d.stop()).code, 0);
   }
 });
+
+// wrongStepsKeep(idle): a live sequence whose only steps for 2.5 idle
+// periods are wrong (400: an x of the wrong width, one of a
+// sequence_position with sequence_start, a body cut short with the
+// Attnd-Sequence-Id header) is still live, its idle_ms from
+// the last of them; false when the client itself went idle between two
+test('a step that fails its check (400: a wrong shape or parameter) still counts as a step', async () => {
+  const wrongStepsKeep = async (idle) => {
+    const d = await start({ dir: gqaModels(), args: ['--sequence-idle-ms', String(idle)] });
+    try {
+      const xs = tokens(3, 19);
+      assert.equal((await infer(d, 'gqa', stepBody('w', xs, { start: true }))).status, 200);
+      let last = Date.now(), n = 0;
+      const until = last + 2.5 * idle;
+      while (Date.now() < until) {
+        const k = n % 3;
+        const t = Date.now();
+        if (t - last >= idle) return false;
+        let r;
+        if (k === 2) { // a body that does not decode, the header naming it
+          const a = await fetch(`${d.url}/v2/models/gqa/infer`, { method: 'POST', body: '{"inputs": [',
+            headers: { 'Content-Type': 'application/json', 'Attnd-Sequence-Id': 'w' } });
+          r = { status: a.status, json: await a.json() };
+        } else {
+          r = await infer(d, 'gqa', k === 0
+            ? { ...stepBody('w', xs.slice(0, D)), inputs: [{ name: 'x', datatype: 'FP32', shape: [1, 1, D + 1], data: xs.slice(0, D + 1) }] }
+            : stepBody('w', xs.slice(0, D), { extra: { sequence_position: 5, sequence_start: true } }));
+        }
+        last = t;
+        assert.equal(r.status, 400, JSON.stringify(r.json));
+        if (k < 2)
+          assert.match(r.json.error, k === 0 ? /inputs\[x\]\.shape/ : /sequence_position: 5 with sequence_start/);
+        n++;
+        await sleep(100);
+      }
+      const g = await fetch(`${d.url}/v2/sequences/w`);
+      const body = await g.text();
+      if (g.status !== 200 && Date.now() - last >= idle) return false;
+      assert.equal(g.status, 200, `after ${n} wrong steps over ${2.5 * idle} ms: ${body}`);
+      const info = JSON.parse(body);
+      assert.equal(info.length, 3);
+      // (a lower bound: its clock began again at a wrong step, not at the start)
+      assert.ok(info.idle_ms < idle, `idle_ms ${info.idle_ms}`);
+      assert.equal(await metric(d, 'attnd_sequences_dropped_total', 'gqa', ',reason="idle"'), 0);
+      return true;
+    } finally { assert.equal((await d.stop()).code, 0); }
+  };
+  let idle = 500 * SLOW;
+  for (let tries = 1; !(await wrongStepsKeep(idle)); tries++, idle *= 2)
+    assert.ok(tries < 3, `the client itself went idle-ms without a step, ${tries} times (idle up to ${idle} ms)`);
+});
