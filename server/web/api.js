@@ -69,10 +69,13 @@ function headers(h = {}) {
 
 // sequenceOfMap: the sequence map id is known to belong to (this page's
 // steps, or a link's seq=), or null. noteSequenceMap: a link says so (an
-// id a header cannot carry is ignored).
+// id that is none is ignored: the server's rule, oip_sequence_id_valid,
+// 1 to 128 bytes of printable ASCII other than space, '/', '"' and '\\',
+// and not '.' or '..', which a path drops: the server refuses them).
 export const sequenceOfMap = (id) => mapSeq.get(id) || null;
 export function noteSequenceMap(id, seqId) {
-  if (/^[!-~]{1,128}$/.test(seqId) && !/["/\\]/.test(seqId)) mapSeq.set(id, seqId);
+  if (/^[!-~]{1,128}$/.test(seqId) && !/["/\\]/.test(seqId) && seqId !== '.' && seqId !== '..')
+    mapSeq.set(id, seqId);
 }
 
 // mapHeaders: headers for a request about retained map id.

@@ -184,3 +184,19 @@ test('a link that follows a sequence\'s map (seq=) sends its Attnd-Sequence-Id w
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+test('a link whose seq= is no sequence id (\'.\', \'..\': the server refuses them) is ignored: the map loads, no fetch carries it', async (t) => {
+  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+  const p = await step('other-client-8', ['the', 'cat'], 0, true);
+  for (const bad of ['.', '..']) {
+    seen.length = 0;
+    const { page, errors } = await openPage(browser, `${base}/session/#map=${p.map_id}&seq=${bad}`);
+    assert.equal(await page.evaluate(() => window.attnd.run.T), 2, bad);
+    await waitDrawn(page);
+    const about = seen.filter((r) => r.path.includes(`/maps/${p.map_id}`));
+    assert.ok(about.length > 0, `${bad}: the map was read`);
+    assert.deepEqual(seen.filter((r) => r.seq !== undefined).map((r) => `${r.method} ${r.path} ${r.seq}`), [], bad);
+    assert.deepEqual(errors, [], bad);
+    await page.close();
+  }
+});
