@@ -1,8 +1,12 @@
-// mock.mjs - a stand-in for attnd while developing the page (NOT used by
-// the browser tests, which start the real daemon): serves server/web/ and
-// answers the API calls the page makes with responses shaped as in
-// API.md. sdpa is computed for real; "demo" is a toy with W_q = W_k =
-// W_v = identity slices (d_model 16, 2 heads of 8).
+// mock.mjs - a stand-in for attnd while developing the page (the browser
+// tests start the real daemon; mock.test.mjs checks only that this serves
+// the row entropy the page asks of it): serves server/web/ and answers the
+// API calls the page makes with responses shaped as in API.md. sdpa is
+// computed for real; "demo" is a toy with W_q = W_k = W_v = identity
+// slices (d_model 16, 2 heads of 8). A retained map's planes: what=
+// attention or entropy (each row's -sum p ln p; h=mean the mean of the
+// heads' entropies; max= is 400, as attnd answers), b= and h= an index,
+// all or mean, as FP32 whatever the format.
 //   node tests/web/mock.mjs [port]      then open http://127.0.0.1:port/
 import http from 'node:http';
 import fs from 'node:fs';
@@ -117,11 +121,40 @@ const server = http.createServer((req, res) => {
     if (m) {
       const e = maps.find((x) => x.id === m[1]);
       if (!e) return send(res, 404, { error: `map ${m[1]}: not retained` });
-      if (!m[2]) return send(res, 200, { id: e.id, model: e.model, shape: e.shape, created: e.created, causal: e.causal, tokens: e.tokens, key_tokens: e.tokens });
-      const [, H, T, S] = e.shape, h = Number(url.searchParams.get('h') || 0);
-      const slice = Float32Array.from(e.att.slice(h * T * S, (h + 1) * T * S));
-      res.writeHead(200, { 'Content-Type': 'application/octet-stream' });
-      return res.end(Buffer.from(slice.buffer));
+      if (!m[2]) return send(res, 200, { id: e.id, model: e.model, shape: e.shape, created: e.created, causal: e.causal, tokens: e.tokens, key_tokens: e.tokens, version: 0 });
+      const [B, H, T, S] = e.shape, q = url.searchParams;
+      const what = q.get('what') || 'attention', bq = q.get('b') || '0', hq = q.get('h') || 'mean';
+      if (what !== 'attention' && what !== 'entropy')
+        return send(res, 400, { error: 'what: the mock serves attention and entropy only' });
+      if (what === 'entropy' && q.has('max'))
+        return send(res, 400, { error: 'max: what=entropy is one value per query row, never pooled' });
+      const items = bq === 'all' ? [...Array(B).keys()] : [Number(bq)];
+      const heads = hq === 'all' || hq === 'mean' ? [...Array(H).keys()] : [Number(hq)];
+      if (items.some((b) => !(b >= 0 && b < B)) || heads.some((h) => !(h >= 0 && h < H)))
+        return send(res, 400, { error: `b, h: expected 0..${B - 1} / 0..${H - 1}, all or mean` });
+      // a plane: the head's rows [T, S] (attention) or their entropies,
+      // -sum p ln p over each row ([T]; 0 ln 0 = 0); h=mean the mean of
+      // the heads' planes (of entropy: of the heads' entropies, as attnd)
+      const plane = (b, h) => {
+        const w = e.att.subarray((b * H + h) * T * S, (b * H + h + 1) * T * S);
+        if (what === 'attention') return w;
+        const out = new Float64Array(T);
+        for (let i = 0; i < T; i++)
+          for (let j = 0; j < S; j++) { const p = w[i * S + j]; if (p > 0) out[i] -= p * Math.log(p); }
+        return out;
+      };
+      const n = what === 'entropy' ? T : T * S, outs = [];
+      for (const b of items) {
+        if (hq !== 'mean') { for (const h of heads) outs.push(plane(b, h)); continue; }
+        const m = new Float64Array(n);
+        for (const h of heads) plane(b, h).forEach((v, i) => { m[i] += v / H; });
+        outs.push(m);
+      }
+      const f = new Float32Array(outs.length * n);
+      outs.forEach((o, k) => f.set(o, k * n));
+      res.writeHead(200, { 'Content-Type': 'application/octet-stream', 'Map-Version': '0',
+        'Map-Shape': [...(bq === 'all' ? [B] : []), ...(hq === 'all' ? [H] : []), T, what === 'entropy' ? 1 : S].join(',') });
+      return res.end(Buffer.from(f.buffer));
     }
     send(res, 404, { error: 'no such route' });
   });
