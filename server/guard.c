@@ -416,12 +416,18 @@ void srv_guard_begin(srv_req *r)
  * (TCP_INFO), as does one whose count would pass that. Not all it had
  * sent in any case: a client that sent its next request's head, or part
  * of it, with r's (pipelined) had it read by libmicrohttpd with r, and
- * that part is a head coming (head_coming), not idle. */
+ * that part is a head coming (head_coming), not idle. A leftover of at
+ * most STRAY bytes is taken too: the empty lines (CRLF) a client may send
+ * before a request line (RFC 9112 2.2; old clients after a POST body),
+ * which libmicrohttpd skips and counts in no head; left out they would
+ * make the connection a head coming for good. A pipelined head that short
+ * (we do not see the bytes) is missed so. */
+#define STRAY 4
 static uint64_t took(const srv_conn *c, const srv_req *r)
 {
     uint64_t sent = rx(c);
     uint64_t n = c->rx_idle + r->head_bytes + r->body_seen;
-    return r->head_bytes && n <= sent ? n : sent;
+    return r->head_bytes && n + STRAY < sent ? n : sent;
 }
 
 void srv_guard_end(srv_req *r)
