@@ -117,6 +117,9 @@ int srv_seq_prepare(srv_step *st, srv_prep *p, const oip_request *req,
                    (long long)T, lim->max_tokens);
     if (pr->retain && !lim->maps)
         return ERR("parameters.retain: this server keeps no maps (maps-bytes 0)");
+    if (pr->token_items > 1) /* [[...]] is B = 1's own list: one only */
+        return ERR("parameters.tokens: %d lists, expected 1 (a sequence step "
+                   "is one item)", pr->token_items);
     if (pr->n_tokens && pr->n_tokens != T) /* they label the map's new rows */
         return ERR("parameters.tokens: %d label%s for %lld new token%s; send "
                    "one per row of x, or none", pr->n_tokens,

@@ -262,3 +262,25 @@ test('a sequence that ends, is deleted or is started again leaves its map in the
     assert.deepEqual(await shape(old), [1, H, 2, 2]);
   } finally { assert.equal((await d.stop()).code, 0); }
 });
+
+test('a sequence step is one item: parameters.tokens as several lists (one per batch item) is 400, as one list it labels the step\'s rows', async () => {
+  // review: the lists were joined, so [["a"],["b"]] on a 2-token step
+  // answered 200 and labelled its rows a, b, where README says a sequence
+  // takes one list (or the lists form of it, one list) and lists that are
+  // not B (1) answer 400
+  const d = await start({ dir: gqaModels() });
+  try {
+    const xs = tokens(4, 11);
+    const two = (n) => xs.slice(n * D, (n + 2) * D);
+    const bad = await infer(d, 'gqa', stepBody('s', two(0), { start: true, extra: { retain: true, tokens: [['a'], ['b']] } }));
+    assert.equal(bad.status, 400, JSON.stringify(bad.json));
+    assert.equal(bad.json.error, 'parameters.tokens: 2 lists, expected 1 (a sequence step is one item)');
+    const ok = await infer(d, 'gqa', stepBody('s', two(0), { start: true, extra: { retain: true, tokens: [['a', 'b']] } }));
+    assert.equal(ok.status, 200, JSON.stringify(ok.json));
+    const next = await infer(d, 'gqa', stepBody('s', two(2), { extra: { retain: true, tokens: [['c'], ['d']] } }));
+    assert.equal(next.status, 400, JSON.stringify(next.json));
+    assert.equal(next.json.error, 'parameters.tokens: 2 lists, expected 1 (a sequence step is one item)');
+    const g = await fetch(`${d.url}/v2/sequences/s`);
+    assert.equal((await g.json()).length, 2, 'the refused step added nothing');
+  } finally { assert.equal((await d.stop()).code, 0, d.log()); }
+});
