@@ -94,7 +94,7 @@ void srv_seq_h_get(srv_req *r)
     unsigned long mark = attn_json_mark();
     srv_seq_info info;
     char msg[512];
-    if (header_differs(r) || bad_path_id(r))
+    if (bad_path_id(r) || header_differs(r))
         return;
     if (srv_seq_get(r->s, r->arg[0], &info, msg, sizeof msg) < 0) {
         srv_respond_error(r, 404, "%s", msg);
@@ -110,7 +110,7 @@ void srv_seq_h_delete(srv_req *r)
 {
     char name[SRV_NAME_MAX], msg[512];
     srv_seq_info info;
-    if (header_differs(r) || bad_path_id(r))
+    if (bad_path_id(r) || header_differs(r))
         return;
     if (srv_seq_delete(r->s, r->arg[0], name) < 0) {
         srv_seq_get(r->s, r->arg[0], &info, msg, sizeof msg);

@@ -168,3 +168,18 @@ test('a sequence cannot be named \'.\' or \'..\' (fetch, curl and proxies take t
     assert.equal((await d.stop()).code, 0, d.log());
   }
 });
+
+test('GET and DELETE /v2/sequences/{id} with a path id no sequence can have are 400 "not a sequence id" with that id in the Attnd-Sequence-Id header too, not "header and path differ"', async () => {
+  // review: the header check ran first, and attnd keeps 129 bytes of the
+  // header (the longest id and one more), so 130 z's in both were 400
+  // "header 'zzz…' and the path's sequence 'zzz…' differ"
+  const d = await start({ dir: gqaModels() });
+  try {
+    const id = 'z'.repeat(130);
+    for (const method of ['GET', 'DELETE']) {
+      const r = await raw(d, `${method} /v2/sequences/${id} HTTP/1.1\r\nAttnd-Sequence-Id: ${id}\r\n`);
+      assert.equal(r.status, 400, `${method}: ${r.got.slice(0, 300)}`);
+      assert.equal(JSON.parse(r.body).error, `path: '${id}' is not a sequence id (1 to 128 bytes of printable ASCII other than space, '/', '"' and '\\')`);
+    }
+  } finally { assert.equal((await d.stop()).code, 0, d.log()); }
+});
