@@ -286,16 +286,30 @@ void srv_seq_touch(srv *s, const char *id)
 int srv_seq_check_failed(srv *s, const srv_step *st, const char *err,
                          char *msg, size_t n)
 {
+    srv_seqs *q = s->seqs;
     const srv_seq *l;
+    const srv_step *h;
     char gone[512];
     int rc;
-    if (!st->id[0] || st->start || st->is_step || !s->seqs)
+    if (!st->id[0] || st->start || st->is_step || !q)
         return 0;
-    l = srv__seq_find(s->seqs, st->id);
+    l = srv__seq_find(q, st->id);
     /* remembered as gone, and no step of it on its way to make it live
      * again (a start queued behind a running step) */
     if (!l || !l->gone || l->live || l->active || l->qhead)
         return 0;
+    /* nor one that came before this one and is not in l's queue yet: a
+     * start of it held (decoded, waiting for an earlier arrival: its id
+     * is the loop's to read now, as step_held's), or any request that
+     * arrived earlier and is still decoding (its id is the pool's until
+     * it is decoded: any of them may be a start of it). The plain check
+     * error then, as for a step of a live sequence. (The decoding list
+     * is in ticket order; st has left it.) */
+    if (q->dec_head && q->dec_head->ticket < st->ticket)
+        return 0;
+    for (h = q->held_head; h; h = h->next)
+        if (strcmp(h->id, st->id) == 0)
+            return 0;
     rc = srv__seq_gone_msg(gone, sizeof gone, st->id, l, st);
     snprintf(msg, n, "%s; this step is also wrong for the model as it is "
              "now: %s", gone, err);

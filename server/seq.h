@@ -138,7 +138,10 @@ int srv_seq_live(srv *s, const char *id);
  * remembered as gone (ended, or dropped: deleted, idle, its model
  * reloaded) msg (n bytes) is the 400 that says how it went, err after it:
  * the client must start again whatever it fixes, and err alone would not
- * tell it. Returns that status, or 0 (msg untouched) otherwise. */
+ * tell it. Returns that status, or 0 (msg untouched) otherwise, and
+ * while a step that may make it live again is on its way: in its queue,
+ * a held step of that id, or any request that arrived before st still
+ * decoding (the plain check error then). */
 int srv_seq_check_failed(srv *s, const srv_step *st, const char *err,
                          char *msg, size_t n);
 /* srv_seq_abandon: st's job was answered (deadline) or lost its client
