@@ -311,8 +311,13 @@ int srv_seq_check_failed(srv *s, const srv_step *st, const char *err,
         if (strcmp(h->id, st->id) == 0)
             return 0;
     rc = srv__seq_gone_msg(gone, sizeof gone, st->id, l, st);
-    snprintf(msg, n, "%s; this step is also wrong for the model as it is "
-             "now: %s", gone, err);
+    /* "for the model as it is now" only where the model changed under
+     * it; the check may have failed on a parameter as well (the 400 of
+     * an ended sequence too: a step that fails its check was never
+     * carried out, so it is no repeat of one that was, the 409) */
+    snprintf(msg, n, "%s; this step is also wrong%s: %s", gone,
+             l->gone == GONE_DROPPED && l->gone_reason == SRV_DROP_UNLOADED
+                 ? " for the model as it is now" : "", err);
     return rc;
 }
 

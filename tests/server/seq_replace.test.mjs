@@ -94,3 +94,23 @@ test('a step of the old shape after its model was replaced by one of another d_m
     assert.equal((await d.stop()).code, 0, d.log());
   }
 });
+
+test('a step of an ended sequence that fails its check is told the sequence ended, then what is wrong (a parameter: not "for the model as it is now"); sent again well-formed at a position it held, 409', async () => {
+  // before: "...; this step is also wrong for the model as it is now:
+  // parameters.tokens: ..." though the model had not changed
+  const d = await start({ dir: gqaModels() });
+  try {
+    assert.equal((await infer(d, 'gqa', stepBody('e', tokens(2, 3), { start: true }))).status, 200);
+    assert.equal((await infer(d, 'gqa', stepBody('e', tokens(2, 4), { end: true }))).status, 200);
+    // the last step sent again, now with a parameter wrong: never carried
+    // out, so the 400 (start again), not the 409 of a repeat
+    const bad = await infer(d, 'gqa', stepBody('e', tokens(2, 4), { end: true, extra: { sequence_position: 2, tokens: [['a'], ['b']] } }));
+    assert.equal(bad.status, 400);
+    assert.match(bad.json.error, /^parameters\.sequence_id: unknown sequence 'e' \(ended [\d.]+ s ago at 4 tokens: a step with sequence_end was answered\); send sequence_start: true with the whole history to begin it again; this step is also wrong: parameters\.tokens: 2 lists, expected 1 \(a sequence step is one item\)$/);
+    const again = await infer(d, 'gqa', stepBody('e', tokens(2, 4), { end: true, extra: { sequence_position: 2 } }));
+    assert.equal(again.status, 409, JSON.stringify(again.json));
+    assert.match(again.json.error, /^parameters\.sequence_position: sequence 'e' ended [\d.]+ s ago at 4 tokens: .*position 2 was in it/);
+  } finally {
+    assert.equal((await d.stop()).code, 0, d.log());
+  }
+});
