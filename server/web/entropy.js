@@ -80,6 +80,9 @@ export function drawEntropy(g) {
   drawn = null;
   if (!state.entropy) {
     if (asking) { asking.ac.abort(); asking = null; }
+    // a failed answer (a 503 "retry shortly") is kept only to be shown:
+    // ticking the box again asks again
+    if (got.note) Object.assign(got, { key: '', values: null, note: '' });
     return;
   }
   let why = '';

@@ -150,3 +150,33 @@ test('a sequence\'s row entropy is asked again after a Step (its map\'s version 
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+test('a failed entropy answer (503 "retry shortly") is asked again when the box is unticked and ticked', async () => {
+  // before: the failure was kept under the map's key, so untick/tick
+  // showed the same note and never asked again
+  const asked = [];
+  const page = await browser.newPage({ viewport: { width: 1400, height: 1000 }, deviceScaleFactor: 1 });
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  let first = true;
+  await page.route(/what=entropy/, (route) => {
+    asked.push(route.request().url());
+    if (!first) return route.continue();
+    first = false;
+    return route.fulfill({ status: 503, contentType: 'application/json', headers: { 'Retry-After': '1' },
+      body: JSON.stringify({ error: 'server: the memory for decoded requests and unsent answers is in use; retry shortly' }) });
+  });
+  await page.goto(`${daemon.url}/${sdpaHash(SPEC, '&causal=1&retain=1&ent=1')}`);
+  await page.waitForFunction(() => /retry shortly/.test(document.getElementById('entropy-key').textContent));
+  assert.equal(await page.getAttribute('#entropy', 'data-values'), '');
+  assert.equal(asked.length, 1);
+  await page.uncheck('#entropy-toggle');
+  await page.check('#entropy-toggle');
+  await page.waitForFunction(() => document.getElementById('entropy').dataset.values);
+  const id = await page.evaluate(() => window.attnd.run.mapId);
+  assert.deepEqual(await shown(page), (await serverEntropy(id, 0)).values);
+  assert.doesNotMatch(await page.textContent('#entropy-key'), /retry shortly/);
+  assert.equal(asked.length, 2);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
