@@ -118,6 +118,25 @@ int oip_sequence_id_valid(const char *s, size_t len)
     return 1;
 }
 
+#define SEQ_ID_RULE                                                            \
+    "1 to %d bytes of printable ASCII other than space, '/', '\"' and '\\'"
+
+int oip_sequence_id_error(const char *s, size_t len, const char *where,
+                          int quote, char *err)
+{
+    if (oip_sequence_id_valid(s, len))
+        return 0;
+    if (oip_sequence_id_dots(s, len))
+        return oip__fail(err, ATTN_EINVAL, "%s: '%.*s': " OIP_SEQ_ID_DOTS_WHY,
+                         where, (int)len, s);
+    if (quote)
+        return oip__fail(err, ATTN_EINVAL, "%s: '%.*s' is not a sequence id ("
+                         SEQ_ID_RULE ")", where, (int)(len > 200 ? 200 : len),
+                         s ? s : "", OIP_MAX_SEQ_ID - 1);
+    return oip__fail(err, ATTN_EINVAL, "%s: a string id is " SEQ_ID_RULE, where,
+                     OIP_MAX_SEQ_ID - 1);
+}
+
 /* get_seq_id: parameters.sequence_id (see oip_params) into out; a number
  * is read from its text num (the skeleton holds 0 in its place). */
 static int get_seq_id(const oip__jv *p, const char *num, size_t num_len, char *out,
@@ -153,13 +172,8 @@ static int get_seq_id(const oip__jv *p, const char *num, size_t num_len, char *o
                          "integer or a string", f);
     size_t len = v->len;
     const char *s = v->str;
-    if (oip_sequence_id_dots(s, len))
-        return oip__fail(err, ATTN_EINVAL, "%s: '%s': " OIP_SEQ_ID_DOTS_WHY,
-                         f, s);
-    if (!oip_sequence_id_valid(s, len))
-        return oip__fail(err, ATTN_EINVAL, "%s: a string id is 1 to %d bytes "
-                         "of printable ASCII other than space, '/', '\"' and "
-                         "'\\'", f, OIP_MAX_SEQ_ID - 1);
+    if (oip_sequence_id_error(s, len, f, 0, err))
+        return ATTN_EINVAL;
     memcpy(out, s, len + 1);
     return 0;
 }

@@ -160,6 +160,16 @@ int oip_sequence_id_dots(const char *s, size_t len);
     "'.' and '..' are no sequence ids: fetch, curl and proxies take them "    \
     "out of a path (RFC 3986's dot segments), so GET and DELETE "             \
     "/v2/sequences/{id} could not name the sequence"
+/* oip_sequence_id_error: 0 when s (len bytes) is a sequence id
+ * (oip_sequence_id_valid); else ATTN_EINVAL and err (OIP_ERRMAX bytes)
+ * says why, after where ("parameters.sequence_id", "Attnd-Sequence-Id",
+ * "path"): "where: '..': " OIP_SEQ_ID_DOTS_WHY for a dot id, otherwise
+ * the rule, with s (its first 200 bytes) when quote ("where: 's' is not
+ * a sequence id (1 to 128 bytes of ...)": a header's or a path's) or
+ * without ("where: a string id is 1 to 128 bytes of ...": a body's). The
+ * one place the rule's wording is written. */
+int oip_sequence_id_error(const char *s, size_t len, const char *where,
+                          int quote, char *err);
 
 /* The error of a parameters.scale whose float is not positive and finite
  * (0, -1, 1e-50, 1e39) or that is no number. */

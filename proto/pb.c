@@ -169,13 +169,9 @@ static int get_seq_id(const Param *v, char *out, char *err)
         snprintf(out, OIP_MAX_SEQ_ID, "%llu", (unsigned long long)v->uint64_param);
         return 0;
     case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM:
-        if (oip_sequence_id_dots(v->string_param, strlen(v->string_param)))
-            return oip__fail(err, ATTN_EINVAL, "%s: '%s': " OIP_SEQ_ID_DOTS_WHY,
-                             f, v->string_param);
-        if (!oip_sequence_id_valid(v->string_param, strlen(v->string_param)))
-            return oip__fail(err, ATTN_EINVAL, "%s: a string id is 1 to %d bytes "
-                             "of printable ASCII other than space, '/', '\"' "
-                             "and '\\'", f, OIP_MAX_SEQ_ID - 1);
+        if (oip_sequence_id_error(v->string_param, strlen(v->string_param), f,
+                                  0, err))
+            return ATTN_EINVAL;
         snprintf(out, OIP_MAX_SEQ_ID, "%s", v->string_param);
         return 0;
     default:

@@ -567,17 +567,11 @@ void srv_sched_refuse_draining(srv_req *r, int body)
  * check. */
 static int bad_seq_hdr(srv_req *r, const char *hdr_id)
 {
-    if (!hdr_id || oip_sequence_id_valid(hdr_id, strlen(hdr_id)))
+    char err[OIP_ERRMAX];
+    if (!hdr_id || !oip_sequence_id_error(hdr_id, strlen(hdr_id),
+                                          "Attnd-Sequence-Id", 1, err))
         return 0;
-    if (oip_sequence_id_dots(hdr_id, strlen(hdr_id))) {
-        srv_respond_error(r, 400, "Attnd-Sequence-Id: '%s': "
-                          OIP_SEQ_ID_DOTS_WHY, hdr_id);
-        return 1;
-    }
-    srv_respond_error(r, 400, "Attnd-Sequence-Id: '%.200s' is not a "
-                      "sequence id (1 to %d bytes of printable ASCII "
-                      "other than space, '/', '\"' and '\\')", hdr_id,
-                      OIP_MAX_SEQ_ID - 1);
+    srv_respond_error(r, 400, "%s", err);
     return 1;
 }
 

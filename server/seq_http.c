@@ -75,15 +75,10 @@ static int header_differs(srv_req *r)
  * bytes), and no retry or restart would find it. */
 static int bad_path_id(srv_req *r)
 {
-    if (oip_sequence_id_valid(r->arg[0], strlen(r->arg[0])))
+    char err[OIP_ERRMAX];
+    if (!oip_sequence_id_error(r->arg[0], strlen(r->arg[0]), "path", 1, err))
         return 0;
-    if (oip_sequence_id_dots(r->arg[0], strlen(r->arg[0]))) {
-        srv_respond_error(r, 400, "path: '%s': " OIP_SEQ_ID_DOTS_WHY, r->arg[0]);
-        return 1;
-    }
-    srv_respond_error(r, 400, "path: '%.200s' is not a sequence id (1 to %d "
-                      "bytes of printable ASCII other than space, '/', '\"' "
-                      "and '\\')", r->arg[0], OIP_MAX_SEQ_ID - 1);
+    srv_respond_error(r, 400, "%s", err);
     return 1;
 }
 
