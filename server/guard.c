@@ -417,11 +417,18 @@ void srv_guard_begin(srv_req *r)
  * sent in any case: a client that sent its next request's head, or part
  * of it, with r's (pipelined) had it read by libmicrohttpd with r, and
  * that part is a head coming (head_coming), not idle. A leftover of at
- * most STRAY bytes is taken too: the empty lines (CRLF) a client may send
- * before a request line (RFC 9112 2.2; old clients after a POST body),
- * which libmicrohttpd skips and counts in no head; left out they would
- * make the connection a head coming for good. A pipelined head that short
- * (we do not see the bytes) is missed so. */
+ * most STRAY bytes (sent by the time r ends here) is taken too: the empty
+ * lines (CRLF) a client may send before a request line (RFC 9112 2.2; old
+ * clients after a POST body), which libmicrohttpd skips and counts in no
+ * head; left out they would make the connection a head coming for good.
+ * So two CRLFs or four bare LFs arriving with r are stray; more (three
+ * CRLFs, five LFs), or any that arrive after r ended here (the client's
+ * Nagle holding them), stay a head coming: the stop waits for such a
+ * connection until stop-flush-ms ends, the eviction passes it over and
+ * the sweep closes it at header-timeout from its last answer read, as
+ * any idle one (a client that sends them breaks RFC 9112 2.2's MUST NOT;
+ * that is its cost). A pipelined head that short (we do not see the
+ * bytes) is missed so. */
 #define STRAY 4
 static uint64_t took(const srv_conn *c, const srv_req *r)
 {
