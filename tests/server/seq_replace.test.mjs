@@ -10,7 +10,9 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { frame, ld, packedI64, str } from '../grpc/wire.mjs';
 import { infer, safetensors, start } from './helper.mjs';
-import { D, gqaModels, rng, stepBody, tokens } from './seq_helper.mjs';
+import { D, gqaModels, metric, rng, stepBody, tokens } from './seq_helper.mjs';
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** gqa's folder now holds a model of d_model 8 (2 heads of 4, one kv
  * head), seeded. */
@@ -110,6 +112,38 @@ test('a step of an ended sequence that fails its check is told the sequence ende
     const again = await infer(d, 'gqa', stepBody('e', tokens(2, 4), { end: true, extra: { sequence_position: 2 } }));
     assert.equal(again.status, 409, JSON.stringify(again.json));
     assert.match(again.json.error, /^parameters\.sequence_position: sequence 'e' ended [\d.]+ s ago at 4 tokens: .*position 2 was in it/);
+  } finally {
+    assert.equal((await d.stop()).code, 0, d.log());
+  }
+});
+
+test('a wrong step of a gone sequence sent while a start of it is still decoding gets its check\'s error alone, not "send sequence_start"', async () => {
+  // before: the start (an earlier arrival, its large body still decoding
+  // on another pool thread) was not seen, so the wrong step, decoded
+  // meanwhile, was told 'unknown sequence 'r' (deleted ...); send
+  // sequence_start: true ...' just before the start made r live again.
+  // The start's arrival is seen (its model's pending gauge) before the
+  // step is sent, so the start is the earlier arrival whatever the
+  // decodes' timing: the answer is the check's alone either way.
+  const d = await start({ dir: gqaModels(), args: ['--threads', '3', '--max-json-body', String(64 << 20)] });
+  try {
+    assert.equal((await infer(d, 'gqa', stepBody('r', tokens(2, 1), { start: true }))).status, 200);
+    assert.equal((await fetch(`${d.url}/v2/sequences/r`, { method: 'DELETE' })).status, 200);
+    const T = 30000, digits = '0.1234567890123456789';
+    const big = `{"inputs":[{"name":"x","datatype":"FP32","shape":[1,${T},${D}],"data":[${Array(T * D).fill(digits).join(',')}]}],` +
+      '"parameters":{"sequence_id":"r","sequence_start":true}}';
+    const startAns = fetch(`${d.url}/v2/models/gqa/infer`, { method: 'POST', body: big, headers: { 'Content-Type': 'application/json' } })
+      .then(async (r) => ({ status: r.status, text: await r.text() }));
+    while (await metric(d, 'attnd_inference_pending_requests') < 1) await sleep(1);
+    const bad = await infer(d, 'gqa', { ...stepBody('r', tokens(1, 2)), inputs: [{ name: 'x', datatype: 'FP32', shape: [1, 1, D + 1], data: tokens(2, 2).slice(0, D + 1) }] });
+    assert.equal(bad.status, 400);
+    assert.match(bad.json.error, /^inputs\[x\]\.shape: expected \[1, T, 16\] for model 'gqa'$/, bad.json.error);
+    const s = await startAns;
+    // the start made r live again: "send sequence_start" would have
+    // been wrong advice to the step's client
+    assert.equal(s.status, 200, s.text.slice(0, 300));
+    assert.equal(JSON.parse(s.text).parameters.sequence_length, T);
+    assert.equal((await (await fetch(`${d.url}/v2/sequences/r`)).json()).length, T);
   } finally {
     assert.equal((await d.stop()).code, 0, d.log());
   }
