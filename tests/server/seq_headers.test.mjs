@@ -8,9 +8,9 @@ import assert from 'node:assert/strict';
 import http2 from 'node:http2';
 import { connect } from 'node:net';
 import { test } from 'node:test';
-import { frame, ld, packedI64, str } from '../grpc/wire.mjs';
+import { ld, packedI64, str } from '../grpc/wire.mjs';
 import { infer, start } from './helper.mjs';
-import { D, gqaModels, metric, stepBody, tokens } from './seq_helper.mjs';
+import { D, gqaModels, grpcCall, metric, stepBody, tokens } from './seq_helper.mjs';
 
 /** raw(d, head, body): a request sent as it is (node's clients join or
  * refuse repeated header lines), its answer's status line and body. */
@@ -31,21 +31,6 @@ function grpcStart(id, xs) {
   return Buffer.concat([str(1, 'gqa'), p('sequence_id', str(3, id)), p('sequence_start', Buffer.from([0x08, 1])),
     ld(5, Buffer.concat([str(1, 'x'), str(2, 'FP32'), packedI64(3, [1, xs.length / D, D])])),
     ld(6, str(1, 'y')), ld(7, Buffer.from(new Float32Array(xs).buffer))]);
-}
-
-/** grpcCall(session, msg): a unary ModelInfer, its status and message. */
-function grpcCall(session, msg) {
-  return new Promise((res, rej) => {
-    const req = session.request({ ':method': 'POST', ':path': '/inference.GRPCInferenceService/ModelInfer',
-      'content-type': 'application/grpc', te: 'trailers' });
-    let trailers = {};
-    req.on('response', (h) => { if (h['grpc-status']) trailers = h; }); // trailers-only
-    req.on('trailers', (t) => { trailers = t; });
-    req.on('error', rej);
-    req.on('close', () => res({ code: Number(trailers['grpc-status']), msg: decodeURIComponent(trailers['grpc-message'] || '') }));
-    req.resume();
-    req.end(frame(msg));
-  });
 }
 
 test('two Attnd-Sequence-Id lines are refused (400) on a step, GET and DELETE /v2/sequences/{id}, whichever matches: nothing is stepped or deleted', async () => {

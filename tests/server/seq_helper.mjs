@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { frame } from '../grpc/wire.mjs';
 import { fp32, infer, maxDiff, modelsDir, mulberry32, safetensors } from './helper.mjs';
 
 export const D = 16, H = 4, HKV = 2, DK = 4;
@@ -111,4 +112,20 @@ export async function feed(d, id, xs, chunks, ref, opts = {}) {
     t0 += t;
   }
   return out;
+}
+
+/** grpcCall(session, msg[, headers]): a unary ModelInfer on an http2
+ * session (headers added to its request's), its status and message. */
+export function grpcCall(session, msg, headers = {}) {
+  return new Promise((res, rej) => {
+    const req = session.request({ ':method': 'POST', ':path': '/inference.GRPCInferenceService/ModelInfer',
+      'content-type': 'application/grpc', te: 'trailers', ...headers });
+    let trailers = {};
+    req.on('response', (h) => { if (h['grpc-status']) trailers = h; }); // trailers-only
+    req.on('trailers', (t) => { trailers = t; });
+    req.on('error', rej);
+    req.on('close', () => res({ code: Number(trailers['grpc-status']), msg: decodeURIComponent(trailers['grpc-message'] || '') }));
+    req.resume();
+    req.end(frame(msg));
+  });
 }

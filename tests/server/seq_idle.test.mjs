@@ -8,7 +8,7 @@ import net from 'node:net';
 import { test } from 'node:test';
 import { frame, ld, packedI64, str } from '../grpc/wire.mjs';
 import { SLOW, infer, requestsUsed, start } from './helper.mjs';
-import { D, checkStep, full, gqaModels, metric, stepBody, tokens } from './seq_helper.mjs';
+import { D, checkStep, full, gqaModels, grpcCall as seqGrpcCall, metric, stepBody, tokens } from './seq_helper.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 // a sanitized attnd on a loaded machine took 0.9 s past the start of r
@@ -353,17 +353,7 @@ test('a step refused for memory-budget before its body was read keeps its sequen
       assert.equal((await infer(d, 'gqa', stepBody(id, xs.slice(0, 3 * D), { start: true }))).status, 200);
     const rest = () => infer(d, 'gqa', { ...stepBody('mr', xs.slice(3 * D)), pad: 'p'.repeat(60000) }, { 'Attnd-Sequence-Id': 'mr' });
     const grpcMsg = Buffer.concat([grpcStep('mg', xs.slice(3 * D)), ld(99, Buffer.alloc(60000))]);
-    const grpcCall = () => new Promise((res, rej) => {
-      const req = session.request({ ':method': 'POST', ':path': '/inference.GRPCInferenceService/ModelInfer',
-        'content-type': 'application/grpc', te: 'trailers', 'attnd-sequence-id': 'mg' });
-      let trailers = {};
-      req.on('response', (h) => { if (h['grpc-status']) trailers = h; }); // trailers-only
-      req.on('trailers', (t) => { trailers = t; });
-      req.on('error', rej);
-      req.on('close', () => res({ code: Number(trailers['grpc-status']), msg: decodeURIComponent(trailers['grpc-message'] || '') }));
-      req.resume();
-      req.end(frame(grpcMsg));
-    });
+    const grpcCall = () => seqGrpcCall(session, grpcMsg, { 'attnd-sequence-id': 'mg' });
     // (an infer of sdpa: a body still coming to gqa might be a step)
     holder.write('POST /v2/models/sdpa/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n' +
       'Content-Length: 99000\r\n\r\n{');

@@ -8,9 +8,9 @@ import { writeFileSync } from 'node:fs';
 import http2 from 'node:http2';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { frame, ld, packedI64, str } from '../grpc/wire.mjs';
+import { ld, packedI64, str } from '../grpc/wire.mjs';
 import { infer, safetensors, start } from './helper.mjs';
-import { D, gqaModels, metric, rng, stepBody, tokens } from './seq_helper.mjs';
+import { D, gqaModels, grpcCall, metric, rng, stepBody, tokens } from './seq_helper.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -33,20 +33,6 @@ function grpcStep(id, xs, d, start = false) {
   return Buffer.concat([str(1, 'gqa'), ...params,
     ld(5, Buffer.concat([str(1, 'x'), str(2, 'FP32'), packedI64(3, [1, xs.length / d, d])])),
     ld(6, str(1, 'y')), ld(7, Buffer.from(new Float32Array(xs).buffer))]);
-}
-
-function grpcCall(session, msg) {
-  return new Promise((res, rej) => {
-    const req = session.request({ ':method': 'POST', ':path': '/inference.GRPCInferenceService/ModelInfer',
-      'content-type': 'application/grpc', te: 'trailers' });
-    let trailers = {};
-    req.on('response', (h) => { if (h['grpc-status']) trailers = h; }); // trailers-only
-    req.on('trailers', (t) => { trailers = t; });
-    req.on('error', rej);
-    req.on('close', () => res({ code: Number(trailers['grpc-status']), msg: decodeURIComponent(trailers['grpc-message'] || '') }));
-    req.resume();
-    req.end(frame(msg));
-  });
 }
 
 test('a step of the old shape after its model was replaced by one of another d_model is told its sequence was dropped, then what is wrong with x (REST and gRPC)', async () => {
