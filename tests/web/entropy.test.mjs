@@ -6,7 +6,7 @@
 // (7fd8e29) the page had no such box or column.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { browserSuite, openPage, sdpaHash } from './harness.mjs';
+import { ENTROPY_H1, ENTROPY_SPEC, browserSuite, openPage, sdpaHash } from './harness.mjs';
 import { runSequence } from './seqpage.mjs';
 
 let daemon, browser, haveSequences = false;
@@ -27,18 +27,7 @@ async function serverEntropy(id, h, b = 0) {
 const shown = async (page) => (await page.getAttribute('#entropy', 'data-values')).split(',').filter(Boolean);
 const entropyAsks = (asked) => asked.filter((u) => /what=entropy/.test(u));
 
-// The seeds' worked example with a third row, causal: row 0 sees key 0
-// alone (one-hot: 0 nats); row 1 the seeds' second row, scores (0, 2)
-// over keys 0 and 1; row 2 is q = 0, every score 0 over all 3 keys
-// (uniform: ln 3 = ln S).
-const SPEC = {
-  q: [[2, 0, 2, 0], [0, 4, 0, 2], [0, 0, 0, 0]],
-  k: [[1, 0, 1, 0], [0, 1, 0, 0], [0, 0, 1, 0]],
-  v: [[1, 2], [3, 0], [0, 1]],
-  tokens: ['t0', 't1', 't2'],
-};
-const p1 = Math.exp(2) / (Math.exp(2) + 1);
-const H1 = -(p1 * Math.log(p1) + (1 - p1) * Math.log(1 - p1)); // 0.3668..., by hand
+const SPEC = ENTROPY_SPEC, H1 = ENTROPY_H1;
 
 test('row entropy of a retained sdpa map: the server\'s what=entropy, a one-hot row 0, a uniform row ln S, drawn as bars to ln S', async () => {
   const asked = [];

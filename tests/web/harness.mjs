@@ -212,3 +212,16 @@ export function near(got, want, tol = 2) {
 export function sdpaHash(spec, extra = '') {
   return `#model=sdpa&json=${encodeURIComponent(JSON.stringify(spec))}${extra}`;
 }
+
+// entropy.test and mock.test: the seeds' worked example with a third row, causal: row 0 sees key 0
+// alone (one-hot: 0 nats); row 1 the seeds' second row, scores (0, 2)
+// over keys 0 and 1; row 2 is q = 0, every score 0 over all 3 keys
+// (uniform: ln 3 = ln S).
+export const ENTROPY_SPEC = {
+  q: [[2, 0, 2, 0], [0, 4, 0, 2], [0, 0, 0, 0]],
+  k: [[1, 0, 1, 0], [0, 1, 0, 0], [0, 0, 1, 0]],
+  v: [[1, 2], [3, 0], [0, 1]],
+  tokens: ['t0', 't1', 't2'],
+};
+const p1 = Math.exp(2) / (Math.exp(2) + 1);
+export const ENTROPY_H1 = -(p1 * Math.log(p1) + (1 - p1) * Math.log(1 - p1)); // 0.3668..., by hand

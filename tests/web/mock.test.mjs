@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { after, before, test } from 'node:test';
-import { launch, openPage, sdpaHash } from './harness.mjs';
+import { ENTROPY_H1, ENTROPY_SPEC, launch, openPage, sdpaHash } from './harness.mjs';
 
 let mock, base, browser;
 before(async () => {
@@ -24,16 +24,7 @@ after(async () => {
   if (mock) mock.kill();
 });
 
-// entropy.test.mjs's spec, causal: row 0 one-hot (0 nats), row 1 scores
-// (0, 2) over two keys, row 2 every score 0 over 3 keys (ln 3)
-const SPEC = {
-  q: [[2, 0, 2, 0], [0, 4, 0, 2], [0, 0, 0, 0]],
-  k: [[1, 0, 1, 0], [0, 1, 0, 0], [0, 0, 1, 0]],
-  v: [[1, 2], [3, 0], [0, 1]],
-  tokens: ['t0', 't1', 't2'],
-};
-const p1 = Math.exp(2) / (Math.exp(2) + 1);
-const H1 = -(p1 * Math.log(p1) + (1 - p1) * Math.log(1 - p1)); // by hand
+const SPEC = ENTROPY_SPEC, H1 = ENTROPY_H1; // harness.mjs: row 0 one-hot (0 nats), row 1 scores (0, 2), row 2 uniform (ln 3)
 
 const column = async (page, what) => {
   await page.waitForFunction(() => document.getElementById('entropy').dataset.values, null, { timeout: 15000 })
