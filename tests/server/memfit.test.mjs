@@ -213,7 +213,8 @@ test("a reload's old instance, still held by a running step, counts at the load"
       .then(async (r) => { await r.arrayBuffer(); return r.status; });
   };
   // the step must outlast the reload's load; when it did not (nothing
-  // held, nothing to check) a longer one is tried (2x, 3x the tokens)
+  // held, nothing to check) a longer one is tried (2x, 3x the tokens),
+  // and when none did the test fails: a pass must have checked the line
   let held = false;
   for (let k = 1; k <= 3 && !held; k++) {
     const id = `old${k}`, T = 16384 * k;
@@ -241,6 +242,6 @@ test("a reload's old instance, still held by a running step, counts at the load"
     }
     assert.equal(await step, 200);
   }
-  if (!held) console.log('# every step ended before the reload: not checked');
+  assert.ok(held, 'every step (16384, 32768, 49152 tokens) ended before the reload: the held instance was never checked');
   await d.stop();
 });
