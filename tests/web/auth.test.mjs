@@ -79,7 +79,7 @@ test('a sequence Step refused for its key: with the key given, the step is sent,
   await page.goto(`${daemon.url}/#model=toy&text=the%20cat&h=0`);
   await waitDrawn(page);
   const v2 = await (await fetch(`${daemon.url}/v2`, { headers: { Authorization: `Bearer ${KEY}` } })).json();
-  if (!(v2.extensions || []).includes('sequences')) return;
+  assert.ok((v2.extensions || []).includes('sequences'), `/v2 lists no sequences extension (every attnd has it): ${JSON.stringify(v2)}`);
   await page.check('#seq-mode');
   await page.click('#run');
   await page.waitForFunction(() => window.attnd.sequence && window.attnd.run.T === 2 && document.body.dataset.state === 'ready');

@@ -72,12 +72,12 @@ test('a run that is no retained map offers no Follow box', async () => {
 // A daemon with room for sequences' maps, and a sequence on its toy model
 // that this test steps over HTTP: step(words, pos0, start) -> parameters.
 // key: the daemon's --api-key, sent with the test's own requests.
-async function withSequence(t, extra, body, key = '') {
+async function withSequence(extra, body, key = '') {
   const d = await startAttnd(key ? [...extra, '--api-key', key] : extra);
   const auth = key ? { Authorization: `Bearer ${key}` } : {};
   try {
     const v2 = await (await fetch(`${d.url}/v2`, { headers: auth })).json();
-    if (!(v2.extensions || []).includes('sequences')) { t.skip('this attnd has no sequences extension'); return; }
+    assert.ok((v2.extensions || []).includes('sequences'), `/v2 lists no sequences extension (every attnd has it): ${JSON.stringify(v2)}`);
     const id = `f-${Date.now()}`;
     const step = async (ws, pos0, start = false) => {
       const r = await fetch(`${d.url}/v2/models/toy/infer`, {
@@ -97,8 +97,8 @@ async function withSequence(t, extra, body, key = '') {
   }
 }
 
-test('another map opened while following: the old map growing never draws over it', async (t) => {
-  await withSequence(t, [], async (d, step) => {
+test('another map opened while following: the old map growing never draws over it', async () => {
+  await withSequence([], async (d, step) => {
     const a = (await step(['the', 'cat'], 0, true)).map_id;
     const { page, errors } = await openPage(browser, `${d.url}/#map=${a}&follow=1&h=0`);
     const t3 = (q) => ({ name: q, datatype: 'FP32', shape: [2, 2], data: [1, 0, 0, 1] });
@@ -119,8 +119,8 @@ test('another map opened while following: the old map growing never draws over i
   });
 });
 
-test('a Run while following: the followed map growing never draws over the run', async (t) => {
-  await withSequence(t, [], async (d, step) => {
+test('a Run while following: the followed map growing never draws over the run', async () => {
+  await withSequence([], async (d, step) => {
     const a = (await step(['the', 'cat'], 0, true)).map_id;
     const { page, errors } = await openPage(browser, `${d.url}/#map=${a}&follow=1&h=0`);
     await page.click('#tab-words');
@@ -137,8 +137,8 @@ test('a Run while following: the followed map growing never draws over the run',
   });
 });
 
-test('a draining server answers waits at once: the page does not ask again in a busy loop', async (t) => {
-  await withSequence(t, ['--drain-ms', '4000'], async (d, step) => {
+test('a draining server answers waits at once: the page does not ask again in a busy loop', async () => {
+  await withSequence(['--drain-ms', '4000'], async (d, step) => {
     const a = (await step(['the', 'cat'], 0, true)).map_id;
     const { page } = await openPage(browser, `${d.url}/#map=${a}&follow=1&h=0`);
     const waits = [];
@@ -165,8 +165,8 @@ const statusOf = (page) => page.evaluate(() => {
   return { text: s.textContent, error: s.classList.contains('error'), role: s.getAttribute('role') };
 });
 
-test('a wait answered 503 (maps-waiters full) says so and that it tries again; the first good answer clears it', async (t) => {
-  await withSequence(t, ['--maps-waiters', '1'], async (d, step) => {
+test('a wait answered 503 (maps-waiters full) says so and that it tries again; the first good answer clears it', async () => {
+  await withSequence(['--maps-waiters', '1'], async (d, step) => {
     const a = (await step(['the', 'cat'], 0, true)).map_id;
     // Another watcher holds the one place to wait.
     const other = new AbortController();
@@ -198,8 +198,8 @@ test('a wait answered 503 (maps-waiters full) says so and that it tries again; t
   });
 });
 
-test('a wait that fails to connect says it tries again; the first good answer clears the red line', async (t) => {
-  await withSequence(t, [], async (d, step) => {
+test('a wait that fails to connect says it tries again; the first good answer clears the red line', async () => {
+  await withSequence([], async (d, step) => {
     const a = (await step(['the', 'cat'], 0, true)).map_id;
     const page = await browser.newPage();
     let cut = 1;
@@ -215,9 +215,9 @@ test('a wait that fails to connect says it tries again; the first good answer cl
   });
 });
 
-test('a wait answered 401: the key is asked for, the link keeps follow=1, and following resumes with the key', async (t) => {
+test('a wait answered 401: the key is asked for, the link keeps follow=1, and following resumes with the key', async () => {
   const KEY = 'follow-key';
-  await withSequence(t, [], async (d, step) => {
+  await withSequence([], async (d, step) => {
     const a = (await step(['the', 'cat'], 0, true)).map_id;
     const page = await browser.newPage();
     await page.addInitScript((k) => sessionStorage.setItem('attnd.apiKey', k), KEY);
@@ -245,8 +245,8 @@ test('a wait answered 401: the key is asked for, the link keeps follow=1, and fo
   }, KEY);
 });
 
-test('Follow unticked while a wait is being tried again: the red "trying again" goes, nothing is tried again', async (t) => {
-  await withSequence(t, ['--maps-waiters', '1'], async (d, step) => {
+test('Follow unticked while a wait is being tried again: the red "trying again" goes, nothing is tried again', async () => {
+  await withSequence(['--maps-waiters', '1'], async (d, step) => {
     const a = (await step(['the', 'cat'], 0, true)).map_id;
     const other = new AbortController();
     const held = fetch(`${d.url}/v2/maps/${a}?wait=2`, { signal: other.signal }).catch(() => null);
@@ -268,8 +268,8 @@ test('Follow unticked while a wait is being tried again: the red "trying again" 
   });
 });
 
-test('a wait answered by something that is not the daemon (a proxy\'s sign-in page) says what came, and stops', async (t) => {
-  await withSequence(t, [], async (d, step) => {
+test('a wait answered by something that is not the daemon (a proxy\'s sign-in page) says what came, and stops', async () => {
+  await withSequence([], async (d, step) => {
     const a = (await step(['the', 'cat'], 0, true)).map_id;
     const page = await browser.newPage();
     await page.route(/[?&]wait=/, (r) => r.fulfill({ status: 200, contentType: 'text/html',
@@ -284,8 +284,8 @@ test('a wait answered by something that is not the daemon (a proxy\'s sign-in pa
   });
 });
 
-test('following, a picked query row and the keyboard cursor stay where the user put them as the map grows', async (t) => {
-  await withSequence(t, [], async (d, step) => {
+test('following, a picked query row and the keyboard cursor stay where the user put them as the map grows', async () => {
+  await withSequence([], async (d, step) => {
     const a = (await step(['the', 'cat'], 0, true)).map_id;
     const { page, errors } = await openPage(browser, `${d.url}/#map=${a}&follow=1&h=0`);
     assert.match(await page.textContent('#steps h2'), /\(#1\)/); // the newest row
@@ -314,8 +314,8 @@ test('following, a picked query row and the keyboard cursor stay where the user 
 // the map after it, and a step that lands in between is in what it draws.
 // The status line counted the wait's rows ("following map …: 3 rows"
 // beside T=4) until the next step: it counts what is drawn.
-test('a step landing between the wait\'s answer and the map\'s reading: the status line counts the rows drawn', async (t) => {
-  await withSequence(t, [], async (d, step) => {
+test('a step landing between the wait\'s answer and the map\'s reading: the status line counts the rows drawn', async () => {
+  await withSequence([], async (d, step) => {
     const a = (await step(['the', 'cat'], 0, true)).map_id;
     const { page, errors } = await openPage(browser, `${d.url}/#map=${a}&follow=1&h=0`);
     let hold = false, stepped = false;
@@ -339,8 +339,8 @@ test('a step landing between the wait\'s answer and the map\'s reading: the stat
 // The input panel names the followed map's model and shape: the shape it
 // had when opened stayed ("shape [1, 2, 2, 2]" beside T=3) as the map
 // grew or was stepped back.
-test('following, the input panel\'s shape of the map is the one drawn, as it grows and as it is stepped back', async (t) => {
-  await withSequence(t, [], async (d, step) => {
+test('following, the input panel\'s shape of the map is the one drawn, as it grows and as it is stepped back', async () => {
+  await withSequence([], async (d, step) => {
     const a = (await step(['the', 'cat'], 0, true)).map_id;
     const { page, errors } = await openPage(browser, `${d.url}/#map=${a}&follow=1&h=0`);
     assert.match(await page.textContent('#model-info'), new RegExp(`Map ${a}: model toy, shape \\[1, 2, 2, 2\\]`));
@@ -360,8 +360,8 @@ test('following, the input panel\'s shape of the map is the one drawn, as it gro
 // writes the map. It asked once: a sequence live then, which ended (or
 // idled out, or went with its model) after, was never said to be gone,
 // and the page kept saying "following map …: 3 rows" as if it could grow.
-test('following, a sequence that ends after the map went quiet is said to be no longer live', async (t) => {
-  await withSequence(t, ['--maps-wait-ms', '300'], async (d, step) => {
+test('following, a sequence that ends after the map went quiet is said to be no longer live', async () => {
+  await withSequence(['--maps-wait-ms', '300'], async (d, step) => {
     const a = (await step(['the', 'cat', 'sat'], 0, true)).map_id;
     const { page, errors } = await openPage(browser, `${d.url}/#map=${a}&follow=1&h=0`);
     const asked = []; // the page's GET /v2/sequences[/{id}], answered
@@ -391,8 +391,8 @@ test('following, a sequence that ends after the map went quiet is said to be no 
 // 503 once (a replica's drain, a proxy's blip): it was taken as "the
 // daemon lists no sequences, cannot tell", and the page never asked
 // again, so a sequence that went after was never said to be gone.
-test('following, a question about the map\'s sequence that fails once is asked again', async (t) => {
-  await withSequence(t, ['--maps-wait-ms', '300'], async (d, step) => {
+test('following, a question about the map\'s sequence that fails once is asked again', async () => {
+  await withSequence(['--maps-wait-ms', '300'], async (d, step) => {
     const a = (await step(['the', 'cat', 'sat'], 0, true)).map_id;
     const { page, errors } = await openPage(browser, `${d.url}/#map=${a}&follow=1&h=0`);
     const asked = [];

@@ -15,7 +15,7 @@ import http from 'node:http';
 import { browserSuite, openPage, retainAndReopen, waitDrawn } from './harness.mjs';
 import { embed } from '../../server/web/embed.js';
 
-let daemon, browser, proxy, base, haveSequences = false;
+let daemon, browser, proxy, base;
 const seen = []; // { method, path, session, seq, body } of every request
 
 // door: the prefixes' rewrite (/session/x -> /x) onto the daemon; a
@@ -58,7 +58,7 @@ browserSuite(async (d, b) => {
   daemon = d;
   browser = b;
   const v2 = await (await fetch(`${daemon.url}/v2`)).json();
-  haveSequences = (v2.extensions || []).includes('sequences');
+  assert.ok((v2.extensions || []).includes('sequences'), `/v2 lists no sequences extension (every attnd has it): ${JSON.stringify(v2)}`);
   proxy = http.createServer(door);
   await new Promise((res) => proxy.listen(0, '127.0.0.1', res));
   base = `http://127.0.0.1:${proxy.address().port}`;
@@ -74,21 +74,20 @@ test('through the session door: a run, a retained map and a sequence, every requ
   // A retained map, opened from the list.
   const id = await retainAndReopen(page);
   let seqId = null, seqMap = null;
-  if (haveSequences) { // started, stepped, ended: its map grows
-    await page.click('#tab-words');
-    await page.check('#seq-mode');
-    await page.check('#causal');
-    await page.click('#run');
-    await page.waitForFunction(() => window.attnd.sequence && window.attnd.run.T === 3);
-    await page.fill('#seq-next', 'down');
-    await page.click('#seq-step');
-    await page.waitForFunction(() => window.attnd.run.T === 4);
-    await waitDrawn(page);
-    ({ id: seqId, mapId: seqMap } = await page.evaluate(() => window.attnd.sequence));
-    assert.match(await page.evaluate(() => location.hash), new RegExp(`map=${seqMap}&seq=${seqId}&`));
-    await page.click('#seq-end');
-    await page.waitForFunction(() => /ended/.test(document.getElementById('seq-info').textContent));
-  }
+  // a sequence: started, stepped, ended: its map grows
+  await page.click('#tab-words');
+  await page.check('#seq-mode');
+  await page.check('#causal');
+  await page.click('#run');
+  await page.waitForFunction(() => window.attnd.sequence && window.attnd.run.T === 3);
+  await page.fill('#seq-next', 'down');
+  await page.click('#seq-step');
+  await page.waitForFunction(() => window.attnd.run.T === 4);
+  await waitDrawn(page);
+  ({ id: seqId, mapId: seqMap } = await page.evaluate(() => window.attnd.sequence));
+  assert.match(await page.evaluate(() => location.hash), new RegExp(`map=${seqMap}&seq=${seqId}&`));
+  await page.click('#seq-end');
+  await page.waitForFunction(() => /ended/.test(document.getElementById('seq-info').textContent));
   assert.deepEqual(errors, []);
 
   const calls = seen.filter(api);
@@ -101,7 +100,6 @@ test('through the session door: a run, a retained map and a sequence, every requ
   assert.match(String(session), /^[0-9a-f]{32}$/);
   const other = calls.filter((r) => r.session !== session);
   assert.deepEqual(other.map((r) => `${r.method} ${r.path} ${r.session}`), [], `requests without session ${session}`);
-  if (!haveSequences) return;
   const about = calls.filter((r) => r.body.includes(`"sequence_id":"${seqId}"`) || r.path.includes(`/maps/${seqMap}`) ||
     r.path.includes(`/sequences/${seqId}`));
   assert.ok(about.filter((r) => r.method === 'POST').length >= 2, 'the steps went by');
@@ -167,8 +165,7 @@ async function step(id, ws, pos0, start) {
   return j.parameters;
 }
 
-test('a link that follows a sequence\'s map (seq=) sends its Attnd-Sequence-Id with every fetch of the map', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+test('a link that follows a sequence\'s map (seq=) sends its Attnd-Sequence-Id with every fetch of the map', async () => {
   const id = 'other-client-7';
   const p = await step(id, ['the', 'cat'], 0, true);
   seen.length = 0;
@@ -185,8 +182,7 @@ test('a link that follows a sequence\'s map (seq=) sends its Attnd-Sequence-Id w
   await page.close();
 });
 
-test('a link whose seq= is no sequence id (\'.\', \'..\': the server refuses them) is ignored: the map loads, no fetch carries it', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+test('a link whose seq= is no sequence id (\'.\', \'..\': the server refuses them) is ignored: the map loads, no fetch carries it', async () => {
   const p = await step('other-client-8', ['the', 'cat'], 0, true);
   for (const bad of ['.', '..']) {
     seen.length = 0;

@@ -10,12 +10,13 @@ import { embed } from '../../server/web/embed.js';
 export const D = 16; // the toy model's d_model (harness.mjs)
 
 /** sequenceSuite(ready, extra): browserSuite (attnd started with extra)
- * whose ready(suite) is given { daemon, browser, haveSequences }: whether
- * this attnd has the sequences extension (without it the tests skip). */
+ * whose ready(suite) is given { daemon, browser }, once /v2 lists the
+ * sequences extension (every attnd does: a test of it must not skip). */
 export function sequenceSuite(ready, extra = []) {
   browserSuite(async (daemon, browser) => {
     const v2 = await (await fetch(`${daemon.url}/v2`)).json();
-    ready({ daemon, browser, haveSequences: (v2.extensions || []).includes('sequences') });
+    assert.ok((v2.extensions || []).includes('sequences'), `/v2 lists no sequences extension (every attnd has it): ${JSON.stringify(v2)}`);
+    ready({ daemon, browser });
   }, extra);
 }
 

@@ -15,8 +15,8 @@ import { near, openPage, pixel, startAttnd, viridis, waitDrawn } from './harness
 import { embed } from '../../server/web/embed.js';
 import { D, expectGone, runSequence as startSequence, sequenceSuite, stepper as seqStepper } from './seqpage.mjs';
 
-let daemon, browser, haveSequences = false;
-sequenceSuite((s) => ({ daemon, browser, haveSequences } = s));
+let daemon, browser;
+sequenceSuite((s) => ({ daemon, browser } = s));
 
 // f32map: one head of a retained map, as the API serves it.
 async function f32map(id, h) {
@@ -61,8 +61,7 @@ async function checkRow(page, mapId, h, i, shot) {
 // runSequence: seqpage.mjs's, on this file's daemon and browser.
 const runSequence = () => startSequence(browser, daemon.url);
 
-test('sequence mode: Run, three Steps (button and Enter), each new row drawn as the API kept it; End', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+test('sequence mode: Run, three Steps (button and Enter), each new row drawn as the API kept it; End', async () => {
   const { page, errors } = await runSequence();
   const words = ['the', 'cat'];
   const steps = [['sat', 'button'], ['on the', 'enter'], ['mat', 'enter']];
@@ -107,8 +106,7 @@ test('sequence mode: Run, three Steps (button and Enter), each new row drawn as 
   await page.close();
 });
 
-test('Replace last: the last step\'s words swapped on the server, the rows as a one-shot run over the new words', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+test('Replace last: the last step\'s words swapped on the server, the rows as a one-shot run over the new words', async () => {
   const { page, errors } = await runSequence();
   await page.fill('#seq-next', 'sat on');
   await page.click('#seq-step');
@@ -146,8 +144,7 @@ test('Replace last: the last step\'s words swapped on the server, the rows as a 
 // sequence, retained with scores), the keys that came after a row's step
 // are drawn as masks, not as weights of 0, and the step view's softmax of
 // an earlier row runs over the keys it saw only.
-test('a grown non-causal sequence map: later keys drawn as masks, the step view over the keys each row saw', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+test('a grown non-causal sequence map: later keys drawn as masks, the step view over the keys each row saw', async () => {
   const step = async (words, pos0) => {
     const body = {
       inputs: [{ name: 'x', datatype: 'FP32', shape: [1, words.length, D], data: Array.from(embed(words, D, pos0)) }],
@@ -181,8 +178,7 @@ test('a grown non-causal sequence map: later keys drawn as masks, the step view 
   await page.close();
 });
 
-test('a long sequence: the zoom window follows the newest row', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+test('a long sequence: the zoom window follows the newest row', async () => {
   const prompt = Array.from({ length: 110 }, (_, i) => `w${i}`).join(' ');
   const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=${encodeURIComponent('a')}&h=0`);
   await page.fill('#text', prompt);
@@ -216,8 +212,7 @@ async function droppedSequence() {
   return { page, errors, id };
 }
 
-test('a sequence the server dropped: the next Step says it is gone, with the server\'s reason', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+test('a sequence the server dropped: the next Step says it is gone, with the server\'s reason', async () => {
   const { page, errors, id } = await droppedSequence();
   await page.fill('#seq-next', 'three');
   await page.press('#seq-next', 'Enter');
@@ -231,8 +226,7 @@ test('a sequence the server dropped: the next Step says it is gone, with the ser
   await page.close();
 });
 
-test('End on a sequence the server no longer holds (a restart, an idle timeout) says it is gone, not that it is live', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+test('End on a sequence the server no longer holds (a restart, an idle timeout) says it is gone, not that it is live', async () => {
   const { page, errors, id } = await droppedSequence();
   await page.click('#seq-end'); // answered 404
   await expectGone(page, id);
@@ -240,8 +234,7 @@ test('End on a sequence the server no longer holds (a restart, an idle timeout) 
   await page.close();
 });
 
-test('a Step after the model was unloaded says the sequence went with it, and offers no more steps', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+test('a Step after the model was unloaded says the sequence went with it, and offers no more steps', async () => {
   const d = await startAttnd();
   try {
     const { page, errors } = await openPage(browser, `${d.url}/#model=toy&text=one%20two&h=0`);
@@ -261,8 +254,7 @@ test('a Step after the model was unloaded says the sequence went with it, and of
   }
 });
 
-test('a Step refused by a server that is shutting down says so, not that the server is full', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+test('a Step refused by a server that is shutting down says so, not that the server is full', async () => {
   const d = await startAttnd(['--drain-ms', '4000']);
   let sock = null;
   try {
@@ -294,8 +286,7 @@ test('a Step refused by a server that is shutting down says so, not that the ser
   }
 });
 
-test('a page that goes away (closed, reloaded, navigated) or runs something else ends the sequence it drove, freeing its K/V at once', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+test('a page that goes away (closed, reloaded, navigated) or runs something else ends the sequence it drove, freeing its K/V at once', async () => {
   const listed = async (id) => {
     const j = await (await fetch(`${daemon.url}/v2/sequences`)).json();
     return (Array.isArray(j) ? j : j.sequences || []).some((s) => s.id === id);
@@ -320,8 +311,7 @@ test('a page that goes away (closed, reloaded, navigated) or runs something else
   }
 });
 
-test('a new sequence that fails to start leaves no Step offered on the one before, which it ended', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+test('a new sequence that fails to start leaves no Step offered on the one before, which it ended', async () => {
   const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=one%20two&h=0`);
   await page.check('#seq-mode');
   await page.click('#run');
@@ -343,8 +333,7 @@ test('a new sequence that fails to start leaves no Step offered on the one befor
 // Drawn as each step lands, not at a poll's next turn: before the step a
 // long poll (GET /v2/maps/{id}?wait=) is out, and the step's rows come as
 // its answer (an event, not a time: no bound on how long the draw takes).
-test('follow: a sequence this test steps over HTTP is drawn from the long poll out when each step lands', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+test('follow: a sequence this test steps over HTTP is drawn from the long poll out when each step lands', async () => {
   const id = `follow-${Date.now()}`;
   const words = ['the', 'cat', 'sat'];
   const stepReq = stepper(id);
@@ -396,8 +385,7 @@ test('follow: a sequence this test steps over HTTP is drawn from the long poll o
   await page.close();
 });
 
-test('a start whose weights fit the store but not with its scores begins again asking for none, and steps on', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+test('a start whose weights fit the store but not with its scores begins again asking for none, and steps on', async () => {
   // 20 words on the toy (2 heads): 3.2 kB of weights, 6.4 kB with the
   // scores a start of the page asks for; the store holds 5.5 kB
   const small = await startAttnd(['--maps-bytes', '5500']);
@@ -422,8 +410,7 @@ test('a start whose weights fit the store but not with its scores begins again a
   }
 });
 
-test('a sequence whose map no longer fits the store goes on, and the page says why nothing new is drawn', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+test('a sequence whose map no longer fits the store goes on, and the page says why nothing new is drawn', async () => {
   // 3000 bytes: the toy's 2 x 2 x 2 map fits, a 2 x 22 x 22 one (3.9 kB) does not.
   const small = await startAttnd(['--maps-bytes', '3000']);
   try {
@@ -448,8 +435,7 @@ test('a sequence whose map no longer fits the store goes on, and the page says w
   }
 });
 
-test('a map stepped while the page reads it, head by head, opens as one version, not heads of two', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+test('a map stepped while the page reads it, head by head, opens as one version, not heads of two', async () => {
   const id = `midopen-${Date.now()}`;
   const step = stepper(id);
   const mapId = (await step(['the', 'cat', 'sat'], 0, true)).map_id;
@@ -492,8 +478,7 @@ test('a map stepped while the page reads it, head by head, opens as one version,
   await page.close();
 });
 
-test('a Step on a slow server says it is on its way, and a second Step meanwhile says it waits', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences'); return; }
+test('a Step on a slow server says it is on its way, and a second Step meanwhile says it waits', async () => {
   const { page, errors } = await openPage(browser, `${daemon.url}/#model=toy&text=a%20b&h=0`);
   await page.fill('#text', 'one two three');
   await page.check('#seq-mode');
@@ -528,8 +513,7 @@ test('a Step on a slow server says it is on its way, and a second Step meanwhile
 // only ("No scores for this map … Run its input again"): now the start
 // asks for the prompt's scores (binary), and every row, the prompt's and
 // the steps', shows q·k and ÷ √d_k as the toy's W = I computes them.
-test('a sequence the page drives: the step view shows each row\'s q·k and scaled score, not weights alone', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+test('a sequence the page drives: the step view shows each row\'s q·k and scaled score, not weights alone', async () => {
   const { page, errors } = await runSequence(); // "the cat", head 1
   await page.fill('#seq-next', 'sat');
   await page.press('#seq-next', 'Enter');
@@ -561,8 +545,7 @@ test('a sequence the page drives: the step view shows each row\'s q·k and scale
 
 // The Next word(s) field shared a line with Step, Replace last and End in
 // the side panel, and was left two letters wide ("ıree" of "three").
-test('the Next word(s) field shows the words typed in it whole, the buttons beside or below it', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+test('the Next word(s) field shows the words typed in it whole, the buttons beside or below it', async () => {
   const { page, errors } = await runSequence();
   await page.fill('#seq-next', 'on the mat');
   const f = await page.evaluate(() => { const e = document.getElementById('seq-next'); return { scroll: e.scrollWidth, client: e.clientWidth }; });

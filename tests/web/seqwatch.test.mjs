@@ -12,18 +12,17 @@ import { expectGone, runSequence } from './seqpage.mjs';
 // shows; short enough for a test
 const IDLE = 8000;
 
-let daemon, browser, haveSequences = false;
+let daemon, browser;
 browserSuite(async (d, b) => {
   daemon = d;
   browser = b;
   const v2 = await (await fetch(`${daemon.url}/v2`)).json();
-  haveSequences = (v2.extensions || []).includes('sequences');
+  assert.ok((v2.extensions || []).includes('sequences'), `/v2 lists no sequences extension (every attnd has it): ${JSON.stringify(v2)}`);
 }, ['--sequence-idle-ms', String(IDLE)]);
 
 // On main (12e5dc2) the panel did not say when the server drops it, and
 // the page asked every 5 s: at 5 s, idle_ms ~5000 of 8000.
-test('the panel counts down to the idle drop, and the page asks whether the sequence is gone only once that time is up', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+test('the panel counts down to the idle drop, and the page asks whether the sequence is gone only once that time is up', async () => {
   const answers = []; // the page's GET /v2/sequences/{id}: [status, body]
   const { page, errors } = await runSequence(browser, daemon.url);
   const { id } = await page.evaluate(() => window.attnd.sequence);
@@ -55,8 +54,7 @@ test('the panel counts down to the idle drop, and the page asks whether the sequ
 // On main (9615dae) the page waited a sweep of its own guess (a quarter
 // of the limit, at most 1 s: 1000 ms here) past the limit, whatever the
 // server said its sweep was.
-test('the page asks whether its sequence is gone one of the server\'s sweeps (idle_sweep_ms) past the idle limit, as the server says it', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+test('the page asks whether its sequence is gone one of the server\'s sweeps (idle_sweep_ms) past the idle limit, as the server says it', async () => {
   const SWEEP = 4000; // what the server says here (its own: 1000 ms)
   const seen = []; // the page's GET /v2/sequences/{id}, the start's panel's first
   const { page, errors } = await runSequence(browser, daemon.url, async (p) => {
@@ -88,8 +86,7 @@ test('the page asks whether its sequence is gone one of the server\'s sweeps (id
 // (before its planes and after, to see that no other step came between);
 // on 9615dae 6: the panel read the sequence (GET /v2/sequences/{id}) for
 // its length and K/V bytes, which the step's answer now says.
-test('a Step makes 5 requests: the step, its map\'s metadata once, weights, mask and scores in one each; the panel from the step\'s answer', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+test('a Step makes 5 requests: the step, its map\'s metadata once, weights, mask and scores in one each; the panel from the step\'s answer', async () => {
   const { page, errors } = await runSequence(browser, daemon.url);
   const { id, mapId } = await page.evaluate(() => window.attnd.sequence);
   const asked = [];

@@ -11,8 +11,8 @@ import { openPage } from './harness.mjs';
 import { embed } from '../../server/web/embed.js';
 import { D, expectGone, runSequence as startSequence, sequenceSuite, stepper as seqStepper } from './seqpage.mjs';
 
-let daemon, browser, haveSequences = false;
-sequenceSuite((s) => ({ daemon, browser, haveSequences } = s));
+let daemon, browser;
+sequenceSuite((s) => ({ daemon, browser } = s));
 
 const stepper = (id) => seqStepper(daemon.url, id);
 const runSequence = () => startSequence(browser, daemon.url);
@@ -22,8 +22,7 @@ const runSequence = () => startSequence(browser, daemon.url);
 // back, and the page's next Step, at the length it knew, was answered 409
 // "past the end": the status line said so, the panel kept the old length
 // and every Step after it was 409 again (a dead button).
-test('a sequence another client stepped back: the next Step says so, draws the server\'s rows, and Step appends there', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+test('a sequence another client stepped back: the next Step says so, draws the server\'s rows, and Step appends there', async () => {
   const { page, errors } = await runSequence();
   await page.fill('#seq-next', 'sat on');
   await page.click('#seq-step');
@@ -61,8 +60,7 @@ test('a sequence another client stepped back: the next Step says so, draws the s
 // back to 1 and sent two words, and the page's step (at the length it
 // knew) replaced the second; the page labelled the rows with its own
 // words ("the cat sat" over the server's "the a sat") and said only "+1".
-test('a step after another client\'s: the rows\' words are the server\'s, and the status line says another client stepped too', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+test('a step after another client\'s: the rows\' words are the server\'s, and the status line says another client stepped too', async () => {
   const { page, errors } = await runSequence();
   const { id, mapId } = await page.evaluate(() => window.attnd.sequence);
   assert.equal((await stepper(id)(['a', 'b'], 1, false)).sequence_length, 3); // [the, a, b]
@@ -82,8 +80,7 @@ test('a step after another client\'s: the rows\' words are the server\'s, and th
 // Another client ended it with sequence_end past this page's position:
 // the page's step is 409 "an ended sequence takes no step", which left
 // Step offered, every press 409 again.
-test('a sequence another client ended: the next Step says it is gone, and offers no more steps', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+test('a sequence another client ended: the next Step says it is gone, and offers no more steps', async () => {
   const { page, errors } = await runSequence();
   const { id } = await page.evaluate(() => window.attnd.sequence);
   const r = await fetch(`${daemon.url}/v2/models/toy/infer`, {
@@ -102,8 +99,7 @@ test('a sequence another client ended: the next Step says it is gone, and offers
 // The Follow box ticked on the sequence this page drives: another
 // client's step was drawn (T=3) while the panel said "2 tokens", and
 // Replace last offered to replace the other client's word as the page's.
-test('following the sequence this page drives: another client\'s step is drawn, and the panel says its length', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+test('following the sequence this page drives: another client\'s step is drawn, and the panel says its length', async () => {
   const { page, errors } = await runSequence();
   await page.check('#follow');
   const { id } = await page.evaluate(() => window.attnd.sequence);
@@ -130,8 +126,7 @@ test('following the sequence this page drives: another client\'s step is drawn, 
 // own was not found, its length not updated), once per step of every
 // page: now GET /v2/sequences/{id}, the one sequence (at the start; a
 // step's figures come from its answer).
-test('the panel reads its own sequence (GET /v2/sequences/{id}), not the list of every live one', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+test('the panel reads its own sequence (GET /v2/sequences/{id}), not the list of every live one', async () => {
   const asked = [];
   const { page, errors } = await startSequence(browser, daemon.url, (p) => p.on('request', (r) => {
     const u = new URL(r.url());
@@ -155,8 +150,7 @@ test('the panel reads its own sequence (GET /v2/sequences/{id}), not the list of
 // the Retained list, which named the map's shape when it was listed
 // ([1, 2, 2, 2]) while the map drawn beside it grew: now its entry says
 // the shape drawn (on main, 8e4e250, it stayed [1, 2, 2, 2]).
-test('a tab following a sequence\'s map: its Retained list entry says the shape as the map grows', async (t) => {
-  if (!haveSequences) { t.skip('this attnd has no sequences extension'); return; }
+test('a tab following a sequence\'s map: its Retained list entry says the shape as the map grows', async () => {
   const { page, errors } = await runSequence();
   const { id, mapId } = await page.evaluate(() => window.attnd.sequence);
   const { page: other, errors: otherErrors } = await openPage(browser, `${daemon.url}/#map=${mapId}&follow=1&h=0`);
