@@ -250,7 +250,7 @@ all: $(BENCH_GRPC)
 # replicas behind deploy/nginx.conf with one killed under load (failover.mjs),
 # then 24 sequences across three replicas with one killed mid-way, and
 # retained maps through nginx.conf's sessions and the Ingress's session
-# door (affinity.mjs; skipped by an attnd without the sequences extension),
+# door (affinity.mjs; an attnd whose /v2 lists no sequences extension fails it),
 # then one live replica cut off for one step: its sequences must not come
 # back to stale copies, nor its sessions leave it for a replica without
 # their maps (blip.mjs); then replicas stopped under sequences' steps: one
