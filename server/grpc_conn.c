@@ -335,24 +335,29 @@ int srv_grpc__taken(uint64_t written, size_t wpending, size_t wqueue, int q,
     if (q < 0)
         return 0;
     t = given >= (uint64_t)q ? given - (uint64_t)q : *took;
-    if (t <= *took || (!q && !wpending))
-        return 0; /* nothing taken since, or nothing left to take */
+    if (t <= *took)
+        return 0; /* nothing taken since */
     *took = t;
     return 1;
 }
 
-/* taking: is c's client still taking its answers (bytes attnd wrote that
- * it has not acknowledged yet, or not written yet), and has it taken
- * more of them (acknowledged) since the idle timer last ran? A client
- * reading a large answer slowly sends nothing when its window is wide
- * enough: it is not idle while it takes bytes. srv_grpc__taken counts
- * it from c's figures, SIOCOUTQ and libuv's write queue. */
-static int taking(gconn *c)
+/* srv_grpc__idle_left (grpc_int.h): what is left of the timeout. */
+uint64_t srv_grpc__idle_left(uint64_t timeout_ms, long ack_age_ms)
 {
-    uv_os_fd_t fd = -1;
-    int q = -1;
-    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
-        q = srv_sock_unacked(fd); /* linger.c */
+    if (ack_age_ms < 0)
+        return timeout_ms;
+    return (uint64_t)ack_age_ms < timeout_ms ? timeout_ms - (uint64_t)ack_age_ms
+                                             : 0;
+}
+
+/* taking: has c's client taken more of its answers (acknowledged bytes
+ * attnd wrote) since the idle timer last ran? A client reading a large
+ * answer slowly sends nothing when its window is wide enough: it is not
+ * idle while it takes bytes. srv_grpc__taken counts it from c's figures,
+ * SIOCOUTQ and libuv's write queue. */
+static int taking(gconn *c, uv_os_fd_t fd)
+{
+    int q = fd >= 0 ? srv_sock_unacked(fd) : -1; /* linger.c */
     return srv_grpc__taken(c->written, c->wpending,
                            uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp),
                            q, &c->took);
@@ -363,16 +368,27 @@ static int taking(gconn *c)
  * one with a call open (a stream between steps) stays, as does one whose
  * client took more of its answers since the timer last ran (taking): it
  * goes once a whole connection-timeout passes in which it neither sends
- * nor takes a byte. */
+ * nor takes a byte, counted from its last ACK (srv_grpc__idle_left). An
+ * ACK of the last byte is not the client's read of it: its kernel may
+ * hold the answer's tail (its receive buffer) that it is still reading,
+ * its next call to come after it; before, a client that took its last
+ * byte just before the timer ran was sent away then, as it read. */
 static void on_idle_timeout(uv_timer_t *t)
 {
     gconn *c = t->data;
     srv *s = c->g->s;
+    uint64_t ms = (uint64_t)s->cfg.conn_timeout_s * 1000u, left = ms;
+    uv_os_fd_t fd = -1;
     if (c->closing)
         return;
-    if (c->calls || taking(c)) {
-        uv_timer_start(&c->idle, on_idle_timeout,
-                       (uint64_t)s->cfg.conn_timeout_s * 1000u, 0);
+    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
+        fd = -1;
+    if (!c->calls && taking(c, fd))
+        left = srv_grpc__idle_left(ms, srv_sock_ack_age_ms(fd)); /* sock_rx.c */
+    else if (!c->calls)
+        left = 0;
+    if (left) {
+        uv_timer_start(&c->idle, on_idle_timeout, left, 0);
         return;
     }
     nghttp2_session_terminate_session(c->h2, NGHTTP2_NO_ERROR);

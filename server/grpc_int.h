@@ -334,13 +334,20 @@ int srv_grpc__fits(gslot *sl, int stream);
  * (written: the uv_writes done; of wpending, those still pending, what
  * libuv has passed on: all but its write queue, wqueue) less what the
  * kernel still holds (q, SIOCOUTQ; below 0 unknown: 0): it only grows.
- * 0 too when nothing is left to take (q and wpending 0). written alone
- * grows only as a whole uv_write (up to WRITE_HIGH) ends: while one was
- * partly in the kernel written - q wrapped, and a client reading X as
- * libuv refilled X of the same write left it as it was, and was sent
- * away as it read (test_grpc.c). */
+ * Its last bytes count too (q and wpending 0): their ACK is not its read
+ * of them, and it may still be reading them (its kernel's receive buffer)
+ * when the timer runs; its time is then srv_grpc__idle_left's. written
+ * alone grows only as a whole uv_write (up to WRITE_HIGH) ends: while one
+ * was partly in the kernel written - q wrapped, and a client reading X as
+ * libuv refilled X of the same write left it as it was, and was sent away
+ * as it read (test_grpc.c). */
 int srv_grpc__taken(uint64_t written, size_t wpending, size_t wqueue, int q,
                     uint64_t *took);
+/* grpc_conn.c: the ms left of a connection-timeout of timeout_ms for a
+ * client that took bytes since the idle timer last ran, counted from its
+ * last ACK ack_age_ms ago (srv_sock_ack_age_ms; below 0 unknown: all of
+ * it); 0 once it has passed (GOAWAY). */
+uint64_t srv_grpc__idle_left(uint64_t timeout_ms, long ack_age_ms);
 /* grpc.c: free a call; its unanswered requests detach or are orphaned. */
 void srv_grpc__call_free(gcall *call);
 /* grpc_conn.c: the HTTP/2 layer ends c for an error (code: the GOAWAY's

@@ -33,6 +33,11 @@ int srv_sock_unacked(int fd);
 /* srv_sock_received: bytes socket fd's peer has sent it, read or not
  * (TCP_INFO; sock_rx.c); 0 when not known. */
 uint64_t srv_sock_received(int fd);
+/* srv_sock_ack_age_ms: how long ago (ms) socket fd's peer last sent an
+ * ACK that was not stale (TCP_INFO's last_ack_recv: any segment of its,
+ * data or a bare ACK, a window update as it reads what its kernel holds
+ * too); -1 when not known. */
+long srv_sock_ack_age_ms(int fd);
 /* srv_linger_close: fd, c's socket (open until its owner closes it after
  * this call; c already removed from the guard's list), lingers when its client
  * has not ended its side and the guard did not shut it: a dup of it reads

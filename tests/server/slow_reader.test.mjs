@@ -246,6 +246,69 @@ test('gRPC: the same slow reader of an answer larger than attnd hands to one wri
   await slowGrpc(t, 1100);
 });
 
+test('gRPC: a slow reader whose kernel took the last of its answer (acknowledged, not yet read) just before the idle timer ran is not sent away then: connection-timeout counts from its last ACK', { timeout: 120000 * SLOW }, async (t) => {
+  // before: a client that had taken all of its answer (SIOCOUTQ 0) was
+  // "not taking" at the timer's next run, however little before it its
+  // kernel took the last bytes: an ACK is not a read, the tail (up to its
+  // receive buffer) still unread and its next call still to come, and it
+  // was sent GOAWAY (slowGrpc's clients above: 8 runs in 25 under load)
+  const h = 4 * SLOW; // connection-timeout (s)
+  const d = await start({ t, grpc: true, args: ['--connection-timeout', String(h), '--header-timeout', String(10 * h)] });
+  const c = await h2reader(t, d.grpcPort);
+  await c.call(1, attention(T));
+  assert.match(await d.logged(/ModelInfer 200/), /ModelInfer 200/);
+  // all but the last 32 KiB of it, 16 KiB at a time (on loopback a read
+  // of more may take it all: attnd's kernel refills the client's as it
+  // reads); the rest, later, takes few reads
+  assert.ok(await waitFor(async () => {
+    await c.take(16384);
+    return c.ended() || c.error() || queued(d.grpcPort, c.localPort, 'tx') < 32768;
+  }, 60000), 'the client read most of the answer'); // (x SLOW: a hang's bound)
+  assert.ok(!c.ended() && !c.error() && !c.done(1), `the connection is open, its answer's tail to come: ${c.got()} bytes came`);
+  // the timer's phase: attnd restarts it as it reads any byte (a
+  // WINDOW_UPDATE on the connection, which it answers with nothing); it
+  // runs next h s after it read it, at s0 + h at the latest (s0: the
+  // client has seen it read)
+  const inc = Buffer.alloc(4);
+  inc.writeUInt32BE(16384, 0);
+  await c.send(h2frame(8, 0, 0, inc));
+  assert.ok(await waitFor(() => queued(d.grpcPort, c.localPort, 'rx') === 0), 'attnd read the WINDOW_UPDATE');
+  const s0 = Date.now();
+  // from 3/5 h its kernel takes the rest from attnd's (all of it
+  // acknowledged: attnd's socket holds none), the client reading no more
+  // than it must for that: the tail stays in its own kernel. (Were that
+  // past h, under load, the client would be taking when the timer runs,
+  // and this would pass before too: the message says when it was)
+  await sleep(h * 600);
+  assert.ok(!c.ended() && !c.error(), `the connection stayed open: ${c.got()} bytes came`);
+  assert.ok(await waitFor(async () => {
+    if (queued(d.grpcPort, c.localPort, 'tx') === 0) return true;
+    await c.take(16384);
+    return false;
+  }, 20000), 'attnd\'s kernel holds none of the answer'); // (x SLOW: a hang's bound)
+  const acked = Date.now() - s0;
+  // the timer runs (by s0 + h: before, GOAWAY then); the client reads
+  // the tail at 6/5 h, then sends its next call, 2/5 h at least before
+  // its connection-timeout from its last ACK (8/5 h at least) ends
+  await sleep(h * 1200 - (Date.now() - s0));
+  for (const until = Date.now() + 20000 * SLOW; Date.now() < until && !c.ended() && !c.error() && !c.done(1);) {
+    await c.take(1 << 20);
+    await sleep(10);
+  }
+  assert.ok(c.done(1), `the first call's trailers came: ${c.data(1)} bytes`);
+  await c.call(3, attention(4));
+  for (const until = Date.now() + 20000 * SLOW; Date.now() < until && !c.ended() && !c.error() && !c.done(3);) {
+    await sleep(20);
+    await c.take(1 << 20);
+  }
+  const frames = c.frames().filter((f) => f.type !== 0);
+  assert.equal(c.error(), null, 'no reset');
+  assert.equal(c.data(1), 5 + T * T * 4 + 38, 'its answer came whole');
+  assert.ok(!frames.some((f) => f.type === 7), `no GOAWAY (all of it acknowledged ${acked} ms after the timer's restart, h ${h} s): ${JSON.stringify(frames)}\n${d.log().slice(-600)}`);
+  assert.ok(c.done(3), `the next call was answered; ended ${c.ended()}`);
+  await d.stop();
+});
+
 test('gRPC: a client that reads none of its answer is still sent away, connection-timeout after its last byte', { timeout: 60000 * SLOW }, async (t) => {
   const d = await start({ t, grpc: true, args: ['--connection-timeout', '1'] });
   const c = await h2reader(t, d.grpcPort);

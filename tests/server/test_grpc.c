@@ -5,7 +5,7 @@
  * mod 2^32, and its request's log line says so (srv_grpc__fits). No
  * message is allocated: the prefix goes in the 5 bytes before it, all a
  * frame writes. And what a slow client took of its answers
- * (srv_grpc__taken, grpc_conn.c's idle timer). */
+ * (srv_grpc__taken, srv_grpc__idle_left: grpc_conn.c's idle timer). */
 #include <check.h>
 #include <stdint.h>
 #include <string.h>
@@ -98,12 +98,41 @@ START_TEST(a_steady_reader_of_a_write_partly_in_the_kernel_is_taking)
     ck_assert_int_eq(srv_grpc__taken(0, w, 0, q - 405696, &took), 1);
     ck_assert_uint_eq(took, w - (uint64_t)(q - 405696));
     /* the write ended (on_written), the client read nothing more: not
-     * taking; then it read the rest: taking; then nothing is left */
+     * taking; then it read all but 1000 bytes: taking; then the rest:
+     * taking (below); then nothing more: not taking */
     ck_assert_int_eq(srv_grpc__taken(w, 0, 0, q - 405696, &took), 0);
     ck_assert_int_eq(srv_grpc__taken(w, 0, 0, 1000, &took), 1);
     ck_assert_uint_eq(took, w - 1000);
+    ck_assert_int_eq(srv_grpc__taken(w, 0, 0, 0, &took), 1);
+    ck_assert_uint_eq(took, w);
     ck_assert_int_eq(srv_grpc__taken(w, 0, 0, 0, &took), 0);
-    ck_assert_uint_eq(took, w - 1000);
+    ck_assert_uint_eq(took, w);
+}
+END_TEST
+
+/* a client whose kernel acknowledged the last bytes of its answer since
+ * the idle timer last ran (SIOCOUTQ 0, nothing in libuv's queue) took
+ * them in that time: its ACK is not its read, and it may hold the
+ * answer's tail unread in its receive buffer, its next call to come once
+ * it has read it. Before, "nothing left to take" was not taking, and the
+ * timer sent it GOAWAY then (slow_reader.test.mjs's gRPC slow readers,
+ * 8 runs in 25 under load: the GOAWAY after the first call's trailers, the
+ * next call never answered); it has connection-timeout from its last
+ * ACK: what is left of it is the timer's next wait */
+START_TEST(a_client_that_took_its_last_bytes_has_the_timeout_from_its_last_ack)
+{
+    uint64_t took = 1000000;
+    ck_assert_int_eq(srv_grpc__taken(1440043, 0, 0, 0, &took), 1);
+    ck_assert_uint_eq(took, 1440043);
+    ck_assert_uint_eq(srv_grpc__idle_left(2000, 150), 1850);
+    ck_assert_uint_eq(srv_grpc__idle_left(2000, 0), 2000);
+    /* its last ACK a timeout ago or more: it goes now */
+    ck_assert_uint_eq(srv_grpc__idle_left(2000, 2000), 0);
+    ck_assert_uint_eq(srv_grpc__idle_left(2000, 90000), 0);
+    /* not known (no TCP_INFO): a whole timeout */
+    ck_assert_uint_eq(srv_grpc__idle_left(2000, -1), 2000);
+    /* then it takes nothing more: not taking (GOAWAY) */
+    ck_assert_int_eq(srv_grpc__taken(1440043, 0, 0, 0, &took), 0);
 }
 END_TEST
 
@@ -130,6 +159,7 @@ static Suite *grpc_suite(void)
     tcase_add_test(tc, an_answer_too_long_is_logged_as_refused);
     tcase_add_test(tc, a_steady_reader_of_a_write_partly_in_the_kernel_is_taking);
     tcase_add_test(tc, what_was_taken_never_falls);
+    tcase_add_test(tc, a_client_that_took_its_last_bytes_has_the_timeout_from_its_last_ack);
     suite_add_tcase(s, tc);
     return s;
 }
