@@ -58,10 +58,14 @@ obj = $(1:%.c=$(BUILD)/%.o)
 # case past CK_TIMEOUT s, the failover and affinity scripts past
 # FAILOVER_TIMEOUT s and tests/grpc/test_grpc*.py past GRPC_PY_TIMEOUT s
 # (tests/grpc/grpc_helper.py kills their daemons on SIGTERM too). A whole
-# file takes 1-50 s today; sanitized builds get more time, never looser
+# file takes 1-100 s on this project's 2-core machine (node's --test-timeout
+# stops a file, not a test, when it runs several: tests/web's page,
+# sequence and follow each ran past 120 s there beside other work), and CI
+# hosts have been several times slower at compute: the bounds leave room
+# for a host 5x slower. Sanitized builds get more time, never looser
 # assertions.
-NODE_TEST_TIMEOUT ?= $(if $(SANITIZER),600000,120000)
-NODE_SUITE_TIMEOUT ?= $(if $(SANITIZER),7200,1800)
+NODE_TEST_TIMEOUT ?= $(if $(SANITIZER),1800000,600000)
+NODE_SUITE_TIMEOUT ?= $(if $(SANITIZER),28800,7200)
 NODE_TEST = NODE_TEST_TIMEOUT=$(NODE_TEST_TIMEOUT) \
     NODE_SUITE_TIMEOUT=$(NODE_SUITE_TIMEOUT) $(abspath tools/node-test.sh)
 CK_TIMEOUT ?= $(if $(SANITIZER),300,60)
@@ -424,7 +428,7 @@ endif
 # runs: gcov -t -o build/cov/server server/http.c | grep -n '#####'
 COV := build/cov
 COV_MAKE = $(MAKE) --no-print-directory BUILD=$(COV) OPT='-O0 -g --coverage' \
-    LDFLAGS=--coverage NODE_TEST_TIMEOUT=600000
+    LDFLAGS=--coverage NODE_TEST_TIMEOUT=1800000
 .PHONY: coverage coverage-table
 coverage: deps-test
 	@find $(COV) -name '*.gcda' -delete 2>/dev/null; true

@@ -7,6 +7,6 @@
 # its test processes, whose helpers then SIGKILL the daemons they started;
 # SIGKILL 10 s later).
 if node --test-timeout=1 -e 0 >/dev/null 2>&1; then
-    exec node --test --test-timeout="${NODE_TEST_TIMEOUT:-120000}" "$@"
+    exec node --test --test-timeout="${NODE_TEST_TIMEOUT:-600000}" "$@"
 fi
-exec timeout -k 10 "${NODE_SUITE_TIMEOUT:-1800}" node --test "$@"
+exec timeout -k 10 "${NODE_SUITE_TIMEOUT:-7200}" node --test "$@"
