@@ -3,7 +3,7 @@
 // without it.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { browserSuite, sdpaHash, waitDrawn } from './harness.mjs';
+import { browserSuite, sdpaHash, waitDrawn, WAIT } from './harness.mjs';
 
 const KEY = 's3cret-key';
 let daemon, browser;
@@ -90,7 +90,7 @@ test('a sequence Step refused for its key: with the key given, the step is sent,
   await page.fill('#api-key', KEY);
   await page.click('#auth button');
   await page.waitForFunction(() => window.attnd.run.T === 3 && document.body.dataset.state === 'ready',
-    null, { timeout: 5000 });
+    null, { timeout: WAIT });
   assert.equal(await page.evaluate(() => window.attnd.sequence.words.join(' ')), 'the cat sat');
   assert.equal(await page.inputValue('#seq-next'), '');
   assert.equal(await page.evaluate(() => document.activeElement.id), 'seq-next');

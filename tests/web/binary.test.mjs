@@ -5,7 +5,7 @@
 // sizes do not add up.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { browserSuite, openPage, sdpaHash, waitDrawn } from './harness.mjs';
+import { browserSuite, openPage, sdpaHash, waitDrawn, WAIT } from './harness.mjs';
 
 let daemon, browser;
 browserSuite((d, b) => { daemon = d; browser = b; });
@@ -90,7 +90,7 @@ test('a binary answer whose sizes do not add up (cut short) is an error that say
   });
   await page.fill('#text', 'a b c');
   await page.click('#run');
-  await page.waitForFunction(() => document.body.dataset.state === 'error', null, { timeout: 15000 });
+  await page.waitForFunction(() => document.body.dataset.state === 'error', null, { timeout: WAIT });
   const st = await page.evaluate(() => ({ text: document.getElementById('status').textContent,
     role: document.getElementById('status').getAttribute('role') }));
   assert.match(st.text, /binary answer is not what this page expects/);

@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
-import { browserSuite, openPage, startAttnd } from './harness.mjs';
+import { browserSuite, openPage, startAttnd, WAIT } from './harness.mjs';
 import { embed } from '../../server/web/embed.js';
 
 let daemon, browser;
@@ -37,7 +37,7 @@ test('#map=<id>&follow=1: one waiting request, newest row marked; an evicted map
   const other = await retain(2);
   assert.notEqual(other, id);
   await page.waitForFunction((m) => new RegExp(`Map ${m} is gone`).test(document.getElementById('status').textContent),
-    id, { timeout: 3000 });
+    id, { timeout: WAIT });
   assert.equal(await page.getAttribute('#status', 'role'), 'alert');
   assert.equal(await page.isChecked('#follow'), false);
   assert.doesNotMatch(await page.evaluate(() => location.hash), /follow=1/);
@@ -173,7 +173,7 @@ test('a wait answered 503 (maps-waiters full) says so and that it tries again; t
     const held = fetch(`${d.url}/v2/maps/${a}?wait=2`, { signal: other.signal }).catch(() => null);
     await new Promise((res) => setTimeout(res, 300));
     const { page, errors } = await openPage(browser, `${d.url}/#map=${a}&follow=1&h=0`);
-    await page.waitForFunction(() => /503/.test(document.getElementById('status').textContent), null, { timeout: 3000 });
+    await page.waitForFunction(() => /503/.test(document.getElementById('status').textContent), null, { timeout: WAIT });
     let st = await statusOf(page);
     assert.match(st.text, new RegExp(`following map ${a}`));
     assert.match(st.text, /maps-waiters/);
@@ -184,14 +184,14 @@ test('a wait answered 503 (maps-waiters full) says so and that it tries again; t
     // new), and the red line goes with it, before the map grows.
     other.abort();
     await held;
-    await page.waitForFunction(() => !document.getElementById('status').classList.contains('error'), null, { timeout: 5000 });
+    await page.waitForFunction(() => !document.getElementById('status').classList.contains('error'), null, { timeout: WAIT });
     st = await statusOf(page);
     assert.doesNotMatch(st.text, /trying again/);
     assert.match(st.text, new RegExp(`following map ${a}`));
     assert.equal(await page.evaluate(() => window.attnd.run.T), 2);
     // Following goes on: a step is drawn.
     await step(['sat'], 2);
-    await page.waitForFunction(() => window.attnd.run.T === 3, null, { timeout: 5000 });
+    await page.waitForFunction(() => window.attnd.run.T === 3, null, { timeout: WAIT });
     assert.match(await page.evaluate(() => location.hash), /follow=1/);
     assert.deepEqual(errors.filter((e) => !/status of (503|404)/.test(e)), []);
     await page.close();
@@ -205,12 +205,12 @@ test('a wait that fails to connect says it tries again; the first good answer cl
     let cut = 1;
     await page.route(/[?&]wait=/, (r) => (cut-- > 0 ? r.abort('connectionreset') : r.continue()));
     await page.goto(`${d.url}/#map=${a}&follow=1&h=0`);
-    await page.waitForFunction(() => /trying again/.test(document.getElementById('status').textContent), null, { timeout: 3000 });
+    await page.waitForFunction(() => /trying again/.test(document.getElementById('status').textContent), null, { timeout: WAIT });
     assert.equal((await statusOf(page)).error, true);
-    await page.waitForFunction(() => !document.getElementById('status').classList.contains('error'), null, { timeout: 5000 });
+    await page.waitForFunction(() => !document.getElementById('status').classList.contains('error'), null, { timeout: WAIT });
     assert.doesNotMatch((await statusOf(page)).text, /trying again/);
     await step(['sat'], 2);
-    await page.waitForFunction(() => window.attnd.run.T === 3, null, { timeout: 5000 });
+    await page.waitForFunction(() => window.attnd.run.T === 3, null, { timeout: WAIT });
     await page.close();
   });
 });
@@ -228,7 +228,7 @@ test('a wait answered 401: the key is asked for, the link keeps follow=1, and fo
       ? r.fulfill({ status: 401, contentType: 'application/json', body: '{"error":"Authorization: missing or wrong API key"}' })
       : r.continue()));
     await page.goto(`${d.url}/#map=${a}&follow=1&h=0`);
-    await page.waitForFunction(() => !document.getElementById('auth').hidden, null, { timeout: 5000 });
+    await page.waitForFunction(() => !document.getElementById('auth').hidden, null, { timeout: WAIT });
     const st = await statusOf(page);
     assert.match(st.text, /API key/);
     assert.equal(st.error, true);
@@ -239,7 +239,7 @@ test('a wait answered 401: the key is asked for, the link keeps follow=1, and fo
     assert.equal(await page.isChecked('#follow'), true);
     assert.match(await page.evaluate(() => location.hash), /follow=1/);
     await step(['sat'], 2);
-    await page.waitForFunction(() => window.attnd.run.T === 3, null, { timeout: 5000 });
+    await page.waitForFunction(() => window.attnd.run.T === 3, null, { timeout: WAIT });
     assert.match(await page.evaluate(() => location.hash), /follow=1/);
     await page.close();
   }, KEY);
@@ -252,7 +252,7 @@ test('Follow unticked while a wait is being tried again: the red "trying again" 
     const held = fetch(`${d.url}/v2/maps/${a}?wait=2`, { signal: other.signal }).catch(() => null);
     await new Promise((res) => setTimeout(res, 300));
     const { page } = await openPage(browser, `${d.url}/#map=${a}&follow=1&h=0`);
-    await page.waitForFunction(() => /trying again/.test(document.getElementById('status').textContent), null, { timeout: 3000 });
+    await page.waitForFunction(() => /trying again/.test(document.getElementById('status').textContent), null, { timeout: WAIT });
     await page.uncheck('#follow');
     const waits = [];
     page.on('request', (r) => { if (/[?&]wait=/.test(r.url())) waits.push(r.url()); });
@@ -275,7 +275,7 @@ test('a wait answered by something that is not the daemon (a proxy\'s sign-in pa
     await page.route(/[?&]wait=/, (r) => r.fulfill({ status: 200, contentType: 'text/html',
       body: '<!doctype html><title>Sign in</title><p>Your session has expired</p>' }));
     await page.goto(`${d.url}/#map=${a}&follow=1&h=0`);
-    await page.waitForFunction(() => /not JSON/.test(document.getElementById('status').textContent), null, { timeout: 5000 });
+    await page.waitForFunction(() => /not JSON/.test(document.getElementById('status').textContent), null, { timeout: WAIT });
     const st = await statusOf(page);
     assert.match(st.text, new RegExp(`following map ${a}: .*text/html.*session has expired`));
     assert.equal(st.error, true);
@@ -295,7 +295,7 @@ test('following, a picked query row and the keyboard cursor stay where the user 
     await page.keyboard.press('ArrowRight'); // (0, 1)
     assert.match(await page.textContent('#steps h2'), /\(#0\)/);
     await step(['sat'], 2);
-    await page.waitForFunction(() => window.attnd.run.T === 3 && document.body.dataset.state === 'ready', null, { timeout: 5000 });
+    await page.waitForFunction(() => window.attnd.run.T === 3 && document.body.dataset.state === 'ready', null, { timeout: WAIT });
     assert.equal(await page.getAttribute('#heatmap', 'data-newest'), '2');
     assert.equal(await page.evaluate(() => window.attnd.state.q), 0);
     assert.match(await page.textContent('#steps h2'), /\(#0\)/);
@@ -326,7 +326,7 @@ test('a step landing between the wait\'s answer and the map\'s reading: the stat
     });
     hold = true;
     await step(['sat'], 2);
-    await page.waitForFunction(() => window.attnd.run.T === 4 && document.body.dataset.state === 'ready', null, { timeout: 5000 });
+    await page.waitForFunction(() => window.attnd.run.T === 4 && document.body.dataset.state === 'ready', null, { timeout: WAIT });
     assert.ok(stepped, 'the map was read after the wait answered');
     const status = await page.textContent('#status');
     assert.match(status, /T=4, S=4/);
@@ -376,7 +376,7 @@ test('following, a sequence that ends after the map went quiet is said to be no 
     // The next quiet answers: the page asks again and says so.
     const n = asked.length;
     for (let k = 0; k < 1500 && asked.length < n + 2; k++) await new Promise((res) => setTimeout(res, 20));
-    await page.waitForFunction(() => /no longer live/.test(document.getElementById('status').textContent), null, { timeout: 5000 })
+    await page.waitForFunction(() => /no longer live/.test(document.getElementById('status').textContent), null, { timeout: WAIT })
       .catch(() => {});
     const status = await page.textContent('#status');
     assert.match(status, new RegExp(`following map ${a}: sequence ${sequences[0].id}, which wrote it, is no longer live`), status);

@@ -15,6 +15,13 @@ import { chromium } from 'playwright-core';
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const ATTND = process.env.ATTND || path.join(ROOT, 'build/default/attnd');
 export const ARTIFACTS = path.join(ROOT, 'tests/web/artifacts');
+// WAIT: how long a test waits for the page to reach a state (drawn, an
+// error shown, a step followed) before it fails: a hang's bound, not a
+// speed. Playwright's own default (30 s), x 5 for a sanitized attnd (as
+// tests/server/helper.mjs's SLOW). Waits of 3-15 s failed on a host 8x
+// slower at compute (cgroup cpu quota 25000 of 2 cores), where each took
+// well under a second on this one.
+export const WAIT = 30000 * (/sanitiz|thread|address|undefined/.test(ATTND) ? 5 : 1);
 
 // A small attention model written as safetensors (canonical names), so the
 // tests do not depend on any generated weights: d_model 16, 2 heads of 8.
@@ -86,7 +93,7 @@ export async function startAttnd(extra = [], { toys = {} } = {}) {
   live.set(proc, { models, log: () => out });
   proc.on('exit', () => live.delete(proc));
   const url = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error(`attnd did not start:\n${out}`)); }, 15000);
+    const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error(`attnd did not start:\n${out}`)); }, WAIT);
     const onData = (d) => {
       out += d;
       const m = out.match(/listening on (http:\/\/127\.0\.0\.1:\d+)/);
@@ -163,7 +170,7 @@ export async function openPage(browser, url, viewport = { width: 1400, height: 1
 
 export async function waitDrawn(page) {
   await page.waitForFunction(() => ['ready', 'error', 'idle'].includes(document.body.dataset.state),
-    null, { timeout: 15000 });
+    null, { timeout: WAIT });
   const st = await page.evaluate(() => document.body.dataset.state);
   if (st !== 'ready') throw new Error(`page state ${st}: ${await page.textContent('#status')}`);
 }

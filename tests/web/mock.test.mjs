@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { after, before, test } from 'node:test';
-import { ENTROPY_H1, ENTROPY_SPEC, launch, openPage, sdpaHash } from './harness.mjs';
+import { ENTROPY_H1, ENTROPY_SPEC, launch, openPage, sdpaHash, WAIT } from './harness.mjs';
 
 let mock, base, browser;
 before(async () => {
@@ -27,7 +27,7 @@ after(async () => {
 const SPEC = ENTROPY_SPEC, H1 = ENTROPY_H1; // harness.mjs: row 0 one-hot (0 nats), row 1 scores (0, 2), row 2 uniform (ln 3)
 
 const column = async (page, what) => {
-  await page.waitForFunction(() => document.getElementById('entropy').dataset.values, null, { timeout: 15000 })
+  await page.waitForFunction(() => document.getElementById('entropy').dataset.values, null, { timeout: WAIT })
     .catch(async (e) => { throw new Error(`${what}: no column; its key says "${await page.textContent('#entropy-key')}" (${e.message})`); });
   const v = (await page.getAttribute('#entropy', 'data-values')).split(',').map(Number);
   assert.ok(v.every(Number.isFinite), `${what}: ${v}`);
@@ -58,7 +58,7 @@ test('the demo\'s mean over heads is the mean of its heads\' columns', async () 
   for (const h of [0, 1]) { // (each head's column differs from the one before)
     await page.click(`#heads button[data-head="${h}"]`);
     await page.waitForFunction((m) => document.getElementById('entropy').dataset.values &&
-      document.getElementById('entropy').dataset.values !== m, prev.join(','), { timeout: 15000 });
+      document.getElementById('entropy').dataset.values !== m, prev.join(','), { timeout: WAIT });
     prev = await column(page, `head ${h}`);
     heads.push(prev);
   }

@@ -3,7 +3,7 @@
 // shows up when the picker takes the focus, and after a run answered 404.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { browserSuite, openPage, sdpaHash } from './harness.mjs';
+import { browserSuite, openPage, sdpaHash, WAIT } from './harness.mjs';
 
 let daemon, browser;
 browserSuite((d, b) => { daemon = d; browser = b; });
@@ -27,7 +27,7 @@ test('a model loaded through the API by another client is in the picker once it 
   await repo('toy', 'load');
   await page.focus('#model');
   await page.waitForFunction(() => [...document.querySelectorAll('#model option')].some((o) => o.value === 'toy'),
-    null, { timeout: 5000 });
+    null, { timeout: WAIT });
   assert.equal(await page.inputValue('#model'), 'sdpa', 'the selection stays');
   // and it runs, chosen from the picker
   await page.selectOption('#model', 'toy');

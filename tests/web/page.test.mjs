@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { ARTIFACTS, browserSuite, near, openPage, pixel, retainAndReopen, sdpaHash, viridis, waitDrawn } from './harness.mjs';
+import { ARTIFACTS, browserSuite, near, openPage, pixel, retainAndReopen, sdpaHash, viridis, waitDrawn, WAIT } from './harness.mjs';
 
 let daemon, browser;
 browserSuite((d, b) => { daemon = d; browser = b; });
@@ -386,7 +386,7 @@ test('pasted labels that do not fit (too few tokens, too many key_tokens, not a 
   for (const [model, spec, want] of cases) {
     const page = await browser.newPage();
     await page.goto(`${daemon.url}/#model=${model}&json=${encodeURIComponent(JSON.stringify(spec))}&h=0`);
-    await page.waitForFunction(() => ['ready', 'error'].includes(document.body.dataset.state), null, { timeout: 10000 });
+    await page.waitForFunction(() => ['ready', 'error'].includes(document.body.dataset.state), null, { timeout: WAIT });
     assert.equal(await page.evaluate(() => document.body.dataset.state), 'error', JSON.stringify(spec));
     assert.match(await page.textContent('#status'), want);
     await page.close();

@@ -8,7 +8,7 @@
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
-import { browserSuite, openPage } from './harness.mjs';
+import { browserSuite, openPage, WAIT } from './harness.mjs';
 
 let daemon, browser, proxy, base;
 let broken = null; // { path: RegExp, status, body? } answered by the proxy itself
@@ -63,7 +63,7 @@ test('a Run answered by the proxy (502, an nginx HTML page) says so, not only "H
   broken = { path: /\/infer$/, status: 502 };
   try {
     await page.click('#run');
-    await page.waitForFunction(() => document.body.dataset.state === 'error', null, { timeout: 5000 });
+    await page.waitForFunction(() => document.body.dataset.state === 'error', null, { timeout: WAIT });
   } finally { broken = null; }
   const text = await page.textContent('#status');
   said(text, 502, '/v2/models/toy/infer');
@@ -77,7 +77,7 @@ test('a model list answered by the proxy (503) says what came', async () => {
   try {
     page = await browser.newPage();
     await page.goto(`${base}/`);
-    await page.waitForFunction(() => document.body.dataset.state === 'idle', null, { timeout: 10000 });
+    await page.waitForFunction(() => document.body.dataset.state === 'idle', null, { timeout: WAIT });
   } finally { broken = null; }
   const text = await page.textContent('#status');
   assert.match(text, /could not list its models/);
@@ -91,7 +91,7 @@ test('a model\'s metadata answered by the proxy (504) says what came', async () 
   try {
     page = await browser.newPage();
     await page.goto(`${base}/#model=toy&text=a%20b&h=0`);
-    await page.waitForFunction(() => document.body.dataset.state === 'error', null, { timeout: 10000 });
+    await page.waitForFunction(() => document.body.dataset.state === 'error', null, { timeout: WAIT });
   } finally { broken = null; }
   said(await page.textContent('#status'), 504, '/v2/models/toy');
   await page.close();
@@ -120,7 +120,7 @@ test('a Run answered 431 in HTML (a proxy, or the HTTP library under attnd) name
   broken = { path: /\/infer$/, status: 431 };
   try {
     await page.click('#run');
-    await page.waitForFunction(() => document.body.dataset.state === 'error', null, { timeout: 5000 });
+    await page.waitForFunction(() => document.body.dataset.state === 'error', null, { timeout: WAIT });
   } finally { broken = null; }
   const text = await page.textContent('#status');
   assert.match(text, /HTTP 431, text\/html/, text);
@@ -146,7 +146,7 @@ test('a map plane answered 200 with HTML (a portal or login page) says what came
   try {
     page = await browser.newPage();
     await page.goto(`${base}/#map=${id}&h=0`);
-    await page.waitForFunction(() => document.body.dataset.state === 'error', null, { timeout: 10000 });
+    await page.waitForFunction(() => document.body.dataset.state === 'error', null, { timeout: WAIT });
   } finally { broken = null; }
   const text = await page.textContent('#status');
   assert.match(text, /HTTP 200, text\/html/, text);

@@ -11,7 +11,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
-import { near, openPage, pixel, startAttnd, viridis, waitDrawn } from './harness.mjs';
+import { near, openPage, pixel, startAttnd, viridis, waitDrawn, WAIT } from './harness.mjs';
 import { embed } from '../../server/web/embed.js';
 import { D, expectGone, runSequence as startSequence, sequenceSuite, stepper as seqStepper } from './seqpage.mjs';
 
@@ -70,7 +70,7 @@ test('sequence mode: Run, three Steps (button and Enter), each new row drawn as 
     if (how === 'button') await page.click('#seq-step');
     else await page.press('#seq-next', 'Enter');
     words.push(...next.split(' '));
-    await page.waitForFunction((n) => window.attnd.run.T === n && document.body.dataset.state === 'ready', words.length, { timeout: 10000 });
+    await page.waitForFunction((n) => window.attnd.run.T === n && document.body.dataset.state === 'ready', words.length, { timeout: WAIT });
     const s = await page.evaluate(() => window.attnd.sequence);
     assert.equal(s.length, words.length);
     assert.deepEqual(s.words, words);
@@ -110,14 +110,14 @@ test('Replace last: the last step\'s words swapped on the server, the rows as a 
   const { page, errors } = await runSequence();
   await page.fill('#seq-next', 'sat on');
   await page.click('#seq-step');
-  await page.waitForFunction(() => window.attnd.run.T === 4 && document.body.dataset.state === 'ready', null, { timeout: 10000 });
+  await page.waitForFunction(() => window.attnd.run.T === 4 && document.body.dataset.state === 'ready', null, { timeout: WAIT });
   const { id, mapId } = await page.evaluate(() => window.attnd.sequence);
   // fewer words, then more, in place of the last step's
   for (const [next, words] of [['lay', ['the', 'cat', 'lay']], ['slept here', ['the', 'cat', 'slept', 'here']]]) {
     await page.fill('#seq-next', next);
     await page.click('#seq-replace');
     await page.waitForFunction((n) => window.attnd.run.T === n && document.body.dataset.state === 'ready' &&
-      document.getElementById('seq-info').dataset.length === String(n), words.length, { timeout: 10000 });
+      document.getElementById('seq-info').dataset.length === String(n), words.length, { timeout: WAIT });
     const s = await page.evaluate(() => window.attnd.sequence);
     assert.deepEqual(s.words, words);
     assert.equal(s.mapId, mapId, 'the same retained map, rewound');
@@ -496,7 +496,7 @@ test('a Step on a slow server says it is on its way, and a second Step meanwhile
   const during = await page.textContent('#status');
   await page.click('#seq-step');
   const again = await page.textContent('#status');
-  await page.waitForFunction(() => window.attnd.run.T === 4 && document.body.dataset.state === 'ready', null, { timeout: 10000 });
+  await page.waitForFunction(() => window.attnd.run.T === 4 && document.body.dataset.state === 'ready', null, { timeout: WAIT });
   assert.deepEqual({ changed: during !== before, during, again }, {
     changed: true,
     during: `sequence ${await page.evaluate(() => window.attnd.sequence.id)}: stepping 1 word at position 3…`,
@@ -517,7 +517,7 @@ test('a sequence the page drives: the step view shows each row\'s q·k and scale
   const { page, errors } = await runSequence(); // "the cat", head 1
   await page.fill('#seq-next', 'sat');
   await page.press('#seq-next', 'Enter');
-  await page.waitForFunction(() => window.attnd.run.T === 3 && document.body.dataset.state === 'ready', null, { timeout: 10000 });
+  await page.waitForFunction(() => window.attnd.run.T === 3 && document.body.dataset.state === 'ready', null, { timeout: WAIT });
   const { mapId } = await page.evaluate(() => window.attnd.sequence);
   const meta = await (await fetch(`${daemon.url}/v2/maps/${mapId}`)).json();
   assert.ok((meta.retained || []).includes('scores'), `map ${mapId} keeps ${JSON.stringify(meta.retained)}`);

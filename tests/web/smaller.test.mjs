@@ -6,7 +6,7 @@
 // the server has not loaded; a model list the server could not give.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { browserSuite, openPage, sdpaHash, startAttnd, waitDrawn } from './harness.mjs';
+import { browserSuite, openPage, sdpaHash, startAttnd, waitDrawn, WAIT } from './harness.mjs';
 
 let daemon, browser;
 browserSuite((d, b) => { daemon = d; browser = b; });
@@ -35,7 +35,7 @@ test('a link pasted into a tab that shows the page draws what the link says', as
   // Only the fragment changes, as when a link to the same page is pasted.
   await page.evaluate(() => { location.hash = '#model=toy&text=one%20two%20three%20four%20five&h=1&q=2'; });
   await page.waitForFunction(() => window.attnd.run.T === 5 && window.attnd.state.h === 1,
-    null, { timeout: 5000 });
+    null, { timeout: WAIT });
   await waitDrawn(page);
   assert.equal(await page.inputValue('#text'), 'one two three four five');
   assert.match(await page.textContent('#focus-title'), /^Head 1/);
@@ -43,7 +43,7 @@ test('a link pasted into a tab that shows the page draws what the link says', as
   // And a link to a retained map.
   const id = await retainSdpa();
   await page.evaluate((m) => { location.hash = `#map=${m}&h=0&q=1`; }, id);
-  await page.waitForFunction((m) => window.attnd.run.mapId === m, id, { timeout: 5000 });
+  await page.waitForFunction((m) => window.attnd.run.mapId === m, id, { timeout: WAIT });
   await waitDrawn(page);
   assert.equal(await page.evaluate(() => window.attnd.run.T), 2);
   assert.deepEqual(errors, []);
@@ -118,9 +118,9 @@ test('the step view opens on the strongest off-diagonal row, and follows the hov
   assert.doesNotMatch(await page.evaluate(() => location.hash), /[&#]q=/);
   const c = await page.evaluate(() => window.attnd.cellCenter(3, 1));
   await page.mouse.move(c.pageX, c.pageY);
-  await page.waitForFunction(() => /\(#3\)/.test(document.querySelector('#steps h2').textContent), null, { timeout: 5000 });
+  await page.waitForFunction(() => /\(#3\)/.test(document.querySelector('#steps h2').textContent), null, { timeout: WAIT });
   await page.mouse.move(0, 0);
-  await page.waitForFunction(() => /\(#2\)/.test(document.querySelector('#steps h2').textContent), null, { timeout: 5000 });
+  await page.waitForFunction(() => /\(#2\)/.test(document.querySelector('#steps h2').textContent), null, { timeout: WAIT });
   // A chosen row (click) stays, and goes into the link.
   const d = await page.evaluate(() => window.attnd.cellCenter(1, 0));
   await page.mouse.click(d.pageX, d.pageY);
@@ -152,7 +152,7 @@ test('a map of one query over 140000 keys (1 x 140000 cells, not pooled) opens, 
 test('a link naming a model the server has not loaded says so and runs no other model in its place', async () => {
   const page = await browser.newPage();
   await page.goto(`${daemon.url}/#model=nope&text=a%20b&h=0`);
-  await page.waitForFunction(() => document.body.dataset.state !== 'loading', null, { timeout: 10000 });
+  await page.waitForFunction(() => document.body.dataset.state !== 'loading', null, { timeout: WAIT });
   assert.equal(await page.evaluate(() => document.body.dataset.state), 'error');
   assert.match(await page.textContent('#status'), /model 'nope'.*(not found|not loaded)/);
   assert.equal(await page.getAttribute('#status', 'role'), 'alert');
@@ -174,7 +174,7 @@ test('a Run the server never answers (connection refused) says the server did no
   const { page } = await openPage(browser, `${daemon.url}/#model=toy&text=a%20b&h=0`);
   await page.route(/\/infer$/, (r) => r.abort('connectionrefused'));
   await page.click('#run');
-  await page.waitForFunction(() => document.body.dataset.state === 'error', null, { timeout: 5000 });
+  await page.waitForFunction(() => document.body.dataset.state === 'error', null, { timeout: WAIT });
   const text = await page.textContent('#status');
   assert.match(text, /no answer from the server/);
   assert.match(text, /stopped|restarted|network/);
@@ -187,7 +187,7 @@ test('an answer that is not JSON (a proxy\'s login page) is named as such, not a
   await page.route(/\/infer$/, (r) => r.fulfill({ status: 200, contentType: 'text/html',
     body: '<!doctype html><title>Sign in</title><p>Please sign in</p>' }));
   await page.click('#run');
-  await page.waitForFunction(() => document.body.dataset.state === 'error', null, { timeout: 5000 });
+  await page.waitForFunction(() => document.body.dataset.state === 'error', null, { timeout: WAIT });
   const text = await page.textContent('#status');
   assert.match(text, /not JSON/);
   assert.match(text, /text\/html/);
@@ -233,7 +233,7 @@ test('a pasted JSON too large for the link: reopened, the link says it has no in
   await page.click('#run');
   await page.waitForFunction(() => window.attnd.run.T === 120 && document.body.dataset.state === 'ready');
   await page.reload();
-  await page.waitForFunction(() => document.body.dataset.state !== 'loading', null, { timeout: 10000 });
+  await page.waitForFunction(() => document.body.dataset.state !== 'loading', null, { timeout: WAIT });
   assert.notEqual(await page.evaluate(() => document.body.dataset.state), 'ready');
   assert.equal(await page.evaluate(() => window.attnd.run), null, 'another input was run in its place');
   assert.match(await page.textContent('#status'), /too large to keep in a link/);
@@ -430,7 +430,7 @@ test('a model list the server could not give (no answer, a 503) says so, not "Ch
     const page = await browser.newPage();
     await page.route(/\/v2\/repository\/index$/, fail);
     await page.goto(`${daemon.url}/`);
-    await page.waitForFunction(() => document.body.dataset.state !== 'loading', null, { timeout: 10000 });
+    await page.waitForFunction(() => document.body.dataset.state !== 'loading', null, { timeout: WAIT });
     const text = await page.textContent('#status');
     assert.match(text, /could not list its models/, text);
     assert.match(text, /no answer from the server|draining/, text);

@@ -5,7 +5,7 @@
 // overview moved by keyboard.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { browserSuite, openPage, waitDrawn } from './harness.mjs';
+import { browserSuite, openPage, waitDrawn, WAIT } from './harness.mjs';
 
 let daemon, browser;
 browserSuite((d, b) => { daemon = d; browser = b; });
@@ -54,7 +54,7 @@ test('words past 16 KiB are not kept in the link: Copy link says so, and the lin
   assert.ok(page.url().length < 4096, `a link of ${page.url().length} characters`);
   assert.match(await copied(page), /too large for a link/);
   await page.reload();
-  await page.waitForFunction(() => document.body.dataset.state !== 'loading', null, { timeout: 10000 });
+  await page.waitForFunction(() => document.body.dataset.state !== 'loading', null, { timeout: WAIT });
   assert.notEqual(await page.evaluate(() => document.body.dataset.state), 'ready');
   assert.equal(await page.evaluate(() => window.attnd.run), null, 'another input was run in its place');
   assert.match(await page.textContent('#status'), /words were too large to keep in a link/);
@@ -129,7 +129,7 @@ test('a change of device pixel ratio (zoom, another screen) redraws the canvases
     await page.waitForFunction((x) => window.devicePixelRatio === x, r);
     // every canvas follows, at r times its CSS size in device pixels
     await page.waitForFunction((x) => [...document.querySelectorAll('#heatmap, #legend-bar, #overview, #heads canvas')]
-      .every((c) => c.width === Math.round(parseFloat(c.style.width) * x)), r, { timeout: 5000 }).catch(() => {});
+      .every((c) => c.width === Math.round(parseFloat(c.style.width) * x)), r, { timeout: WAIT }).catch(() => {});
     const got = await sizes();
     for (const [w, h, cw, ch] of got) assert.deepEqual([w, h], [Math.round(cw * r), Math.round(ch * r)], `ratio ${r}: ${JSON.stringify(got)}`);
   };
