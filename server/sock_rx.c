@@ -13,26 +13,27 @@
 #include <string.h>
 #include <sys/socket.h>
 
+/* info: socket fd's TCP_INFO in *ti, if the kernel gave at least `need`
+ * bytes of it (UPTO: through field f). */
+#define UPTO(f) (offsetof(struct tcp_info, f) + sizeof(((struct tcp_info *)0)->f))
+static int info(int fd, struct tcp_info *ti, size_t need)
+{
+    socklen_t n = sizeof *ti;
+    memset(ti, 0, sizeof *ti);
+    return fd >= 0 && getsockopt(fd, IPPROTO_TCP, TCP_INFO, ti, &n) == 0 &&
+           n >= need;
+}
+
 uint64_t srv_sock_received(int fd)
 {
     struct tcp_info ti;
-    socklen_t n = sizeof ti;
-    memset(&ti, 0, sizeof ti);
-    if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &n) != 0 ||
-        n < offsetof(struct tcp_info, tcpi_bytes_received) +
-                sizeof ti.tcpi_bytes_received)
-        return 0;
-    return ti.tcpi_bytes_received;
+    return info(fd, &ti, UPTO(tcpi_bytes_received)) ? ti.tcpi_bytes_received
+                                                     : 0;
 }
 
 long srv_sock_ack_age_ms(int fd)
 {
     struct tcp_info ti;
-    socklen_t n = sizeof ti;
-    memset(&ti, 0, sizeof ti);
-    if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &n) != 0 ||
-        n < offsetof(struct tcp_info, tcpi_last_ack_recv) +
-                sizeof ti.tcpi_last_ack_recv)
-        return -1;
-    return (long)ti.tcpi_last_ack_recv;
+    return info(fd, &ti, UPTO(tcpi_last_ack_recv)) ? (long)ti.tcpi_last_ack_recv
+                                                    : -1;
 }
