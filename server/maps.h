@@ -119,7 +119,7 @@ int maps_put(maps_store *st, const maps_put_args *a, char *id_out,
  * the sequence, are dropped), with their weights on keys 0 .. t0-1 only,
  * widened to a->s keys with zeros (they never saw later keys; rewound:
  * those keys are other tokens now), and the new rows appended. Each row
- * keeps the keys it attended, for the mask (maps.c: allowed): a kept row
+ * keeps the keys it attended, for the mask (maps_slice.c: allowed): a kept row
  * its own (cut at t0), a new row at t0 + r the keys 0 .. t0 + r under
  * a->causal, else all a->s. A map that kept scores grows them the same
  * way: the step gives its rows' a->scores (1, h, a->t, a->s), else

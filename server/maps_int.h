@@ -1,7 +1,7 @@
 /*
  * maps_int.h - the retained-map entry, shared by maps.c (the store),
- * maps_grow.c (a sequence's grown map) and maps_http.c (the HTTP
- * rendering). Not for use outside those files.
+ * maps_slice.c (reading an entry), maps_grow.c (a sequence's grown map)
+ * and maps_http.c (the HTTP rendering). Not for use outside those files.
  */
 #ifndef ATTN_MAPS_INT_H
 #define ATTN_MAPS_INT_H
