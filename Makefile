@@ -475,11 +475,11 @@ build/fuzz/fuzz_upload: tests/fuzz/fuzz_upload.c server/upload.c server/upload.h
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -o $@ $< server/upload.c $(CORE_SRC) $(FUZZ_LIBS)
 build/fuzz/fuzz_maps_query: tests/fuzz/fuzz_maps_query.c server/maps.c \
-        server/maps_slice.c server/maps_http.c server/maps.h server/maps_int.h \
-        $(CORE_SRC) $(PROTO_SRC) $(FUZZ_PB_GEN)
+        server/maps_slice.c server/maps_norm.c server/maps_http.c server/maps.h \
+        server/maps_int.h server/maps_norm.h $(CORE_SRC) $(PROTO_SRC) $(FUZZ_PB_GEN)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) -o $@ $< server/maps.c server/maps_slice.c server/maps_http.c \
-	    $(CORE_SRC) $(PROTO_SRC) $(FUZZ_PB_GEN) $(FUZZ_LIBS)
+	$(FUZZ_CC) -o $@ $< server/maps.c server/maps_slice.c server/maps_norm.c \
+	    server/maps_http.c $(CORE_SRC) $(PROTO_SRC) $(FUZZ_PB_GEN) $(FUZZ_LIBS)
 FUZZ_SEEDS_json := tests/fuzz/corpus/json tests/proto/fuzz_corpus
 FUZZ_SEEDS_framing := tests/fuzz/corpus/framing
 FUZZ_SEEDS_st := tests/fuzz/corpus/st tests/core/st_corpus

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "server/maps.h"
+#include "server/maps_norm.h"
 
 #define ERR(...) (snprintf(err, OIP_ERRMAX, __VA_ARGS__), 400)
 
@@ -154,8 +155,9 @@ int srv_prep_extra(srv_prep *p, const oip_request *req, int64_t n, size_t plan,
 }
 
 /* alloc_outputs: allocate every output that is wanted (attention also for
- * retain; y always), within the memory budget (the request and p->extra
- * count first). */
+ * retain, and a weight set's v, for the map's value norms: what=norm; y
+ * always), within the memory budget (the request and p->extra count
+ * first). */
 static int alloc_outputs(srv_prep *p, const oip_request *req,
                          const srv_infer_limits *lim, char *err)
 {
@@ -164,7 +166,8 @@ static int alloc_outputs(srv_prep *p, const oip_request *req,
     size_t sz[SRV_O_N];
     for (o = 0; o < SRV_O_N; o++) {
         int need = p->want[o] || o == SRV_O_Y ||
-                   (o == SRV_O_ATT && req->params.retain);
+                   ((o == SRV_O_ATT || (o == SRV_O_V && !p->raw)) &&
+                    req->params.retain);
         sz[o] = 0;
         if (!need)
             continue;
@@ -173,10 +176,12 @@ static int alloc_outputs(srv_prep *p, const oip_request *req,
             if (!mul(&sz[o], p->shape[o][d]))
                 return ERR("outputs.%s: size overflows", p->raw ? sdpa_outs[o] : model_outs[o]);
         if (__builtin_add_overflow(total, sz[o], &total) || total > lim->memory) {
-            snprintf(err, OIP_ERRMAX, "outputs.%s: this request needs more than "
+            snprintf(err, OIP_ERRMAX, "outputs.%s%s: this request needs more than "
                      "%zu bytes with its outputs (request-memory); ask for fewer "
                      "outputs, send fewer tokens, or raise --request-memory",
-                     p->raw ? sdpa_outs[o] : model_outs[o], lim->memory);
+                     p->raw ? sdpa_outs[o] : model_outs[o],
+                     p->want[o] || o == SRV_O_Y ? "" : " (computed for the retained map)",
+                     lim->memory);
             return 413;
         }
     }
@@ -515,10 +520,36 @@ int srv_prep_outputs(const srv_prep *p, const oip_request *req,
     return n;
 }
 
+/* value_norms: the map's [B, H, S] value norms for what=norm
+ * (maps_norm.h) into a (a->vnorm, malloc'd: the caller frees it): |v_j^h
+ * W_O^h| with w, sdpa's |v_j^h| without; none without values. 0, or 503
+ * (out of memory) with err. */
+static int value_norms(const srv_prep *p, const attn_weights *w,
+                       maps_put_args *a, char *err)
+{
+    size_t n = (size_t)a->b * (size_t)a->h * (size_t)a->s; /* <= the map */
+    float *out;
+    if (!a->v || (!p->raw && !w))
+        return 0;
+    out = malloc(n * sizeof(float));
+    if (!out || (!p->raw && maps_vo_norms(&p->cfg, w, a->v, a->b, a->s,
+                                          a->s_valid, out))) {
+        free(out);
+        snprintf(err, OIP_ERRMAX, "parameters.retain: out of memory");
+        return 503;
+    }
+    if (p->raw)
+        maps_v_norms(a->v, n, a->dv, out);
+    a->vnorm = out;
+    a->norm_of = p->raw ? MAPS_NORM_V : MAPS_NORM_VO;
+    return 0;
+}
+
 int srv_infer_encode(const srv_prep *p, const oip_request *req,
-                     const char *model_name, maps_store *maps,
-                     oip_encode_fn *enc, char **body, size_t *len,
-                     size_t *header_len, char *map_id, char *err)
+                     const char *model_name, const attn_weights *w,
+                     maps_store *maps, oip_encode_fn *enc, char **body,
+                     size_t *len, size_t *header_len, char *map_id,
+                     char *err)
 {
     oip_output outs[SRV_O_N];
     char extra[MAPS_ID_MAX + 32], id[MAPS_ID_MAX];
@@ -552,7 +583,13 @@ int srv_infer_encode(const srv_prep *p, const oip_request *req,
             a.dk = p->cfg.head_dim;
             a.scale = attn_config_scale(&p->cfg);
         }
+        if ((rc = value_norms(p, w, &a, err)))
+            return rc;
+        /* a weight set's v was computed for the norms: kept when asked */
+        if (!p->raw && !p->want[SRV_O_V])
+            a.v = NULL, a.kv_h = 0;
         rc = maps_put(maps, &a, id, merr);
+        free((float *)a.vnorm);
         if (rc < 0) { /* the field, once: a message naming a parameter
                        * (retain, tokens) says which already */
             snprintf(err, OIP_ERRMAX, "%s%.400s",

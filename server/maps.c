@@ -82,6 +82,7 @@ void maps__entry_free(maps__entry *e)
     free(e->mask);
     free(e->scores);
     free(e->v);
+    free(e->vnorm);
     free(e);
 }
 
@@ -127,11 +128,21 @@ static void unlink_entry(maps_store *st, maps__entry *e)
  * naming the field. Called after a's shape is known not to overflow.
  */
 static int extras_size(const maps_put_args *a, size_t *mbits, size_t *mbytes,
-                       size_t *sbytes, size_t *vbytes, char *err)
+                       size_t *sbytes, size_t *vbytes, size_t *nbytes,
+                       char *err)
 {
     size_t ts = (size_t)a->t * (size_t)a->s;
 
     *mbits = *mbytes = *sbytes = *vbytes = 0;
+    /* b * h * s <= b * h * t * s, which fits: no overflow */
+    *nbytes = a->vnorm ? (size_t)a->b * (size_t)a->h * (size_t)a->s *
+                             sizeof(float)
+                       : 0;
+    if (a->vnorm && a->norm_of != MAPS_NORM_VO && a->norm_of != MAPS_NORM_V) {
+        snprintf(err, ATTN_ERRMAX, "vnorm: norm_of %d is not MAPS_NORM_VO "
+                 "or MAPS_NORM_V", a->norm_of);
+        return ATTN_EINVAL;
+    }
     if (a->mask) {
         if (a->mask_planes != 1 && a->mask_planes != a->b &&
             (long long)a->mask_planes != (long long)a->b * a->h) {
@@ -168,14 +179,21 @@ overflow:
 }
 
 /* copy_extras: copy a's optional mask (packed to bits), scores (or take
- * adopt_scores, a copy of them) and values into e with the sizes
- * extras_size counted. 0, or -1 when out of memory (e keeps what it got;
- * maps__entry_free frees it). */
+ * adopt_scores, a copy of them), values and value norms into e with the
+ * sizes extras_size counted. 0, or -1 when out of memory (e keeps what it
+ * got; maps__entry_free frees it). */
 static int copy_extras(maps__entry *e, const maps_put_args *a,
                        float *adopt_scores, size_t mbits, size_t mbytes,
-                       size_t sbytes, size_t vbytes)
+                       size_t sbytes, size_t vbytes, size_t nbytes)
 {
     size_t k;
+
+    if (a->vnorm) {
+        if (!(e->vnorm = malloc(nbytes)))
+            return -1;
+        memcpy(e->vnorm, a->vnorm, nbytes);
+        e->info.norm_of = a->norm_of;
+    }
 
     if (a->mask) {
         e->mask = calloc(mbytes ? mbytes : 1, 1);
@@ -213,7 +231,7 @@ int maps__entry_build(const maps_put_args *a, size_t max_bytes, float *adopt,
 {
     maps__entry *e = NULL;
     size_t cells, nbytes, lab_bytes = 0, total, mbits = 0, mbytes = 0;
-    size_t sbytes = 0, vbytes = 0, ebytes = 0;
+    size_t sbytes = 0, vbytes = 0, ebytes = 0, vnbytes = 0;
     int i, rc, per;
 
     *out = NULL;
@@ -266,7 +284,8 @@ int maps__entry_build(const maps_put_args *a, size_t max_bytes, float *adopt,
             return ATTN_EINVAL;
         }
     }
-    if ((rc = extras_size(a, &mbits, &mbytes, &sbytes, &vbytes, err)))
+    if ((rc = extras_size(a, &mbits, &mbytes, &sbytes, &vbytes, &vnbytes,
+                          err)))
         return rc;
     if (a->row_end) { /* b * t <= b * h * t * s: no overflow */
         size_t k, n = (size_t)a->b * (size_t)a->t;
@@ -285,6 +304,7 @@ int maps__entry_build(const maps_put_args *a, size_t max_bytes, float *adopt,
         __builtin_add_overflow(total, mbytes, &total) ||
         __builtin_add_overflow(total, sbytes, &total) ||
         __builtin_add_overflow(total, vbytes, &total) ||
+        __builtin_add_overflow(total, vnbytes, &total) ||
         __builtin_add_overflow(total, ebytes, &total) || total > max_bytes) {
         snprintf(err, ATTN_ERRMAX,
                  "parameters.retain: these maps need %zu bytes, more than "
@@ -324,7 +344,8 @@ int maps__entry_build(const maps_put_args *a, size_t max_bytes, float *adopt,
         memcpy(e->row_end, a->row_end, ebytes);
     if (!adopt)
         memcpy(e->attention, a->attention, nbytes);
-    if (copy_extras(e, a, adopt_scores, mbits, mbytes, sbytes, vbytes))
+    if (copy_extras(e, a, adopt_scores, mbits, mbytes, sbytes, vbytes,
+                    vnbytes))
         goto nomem;
     for (i = 0; i < a->b; i++) {
         e->t_valid[i] = a->t_valid ? a->t_valid[i] : a->t;

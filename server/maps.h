@@ -57,13 +57,23 @@ typedef struct maps_put_args {
     int kv_h, dv;             /* v's heads (h % kv_h == 0) and width */
     int dk;                   /* head dim behind scores (0 = unknown) */
     float scale;              /* q's scale behind scores (0 = unknown) */
+    /* (b, h, s) each key's value norm per query head, for what=norm, or
+     * NULL (not kept): norm_of MAPS_NORM_VO, |v_j^h W_O^h| (a weight set:
+     * v_j^h its kv head's value row, W_O^h the d_v rows of W_o that head
+     * h's output goes through); MAPS_NORM_V, |v_j^h| (sdpa: no W_o) */
+    const float *vnorm;
+    int norm_of;
 } maps_put_args;
+
+/* What a map's what=norm weighs its cells by (maps_info.norm_of). */
+enum { MAPS_NORM_NONE = 0, MAPS_NORM_VO = 1, MAPS_NORM_V = 2 };
 
 /* What maps_slice_of reads. */
 typedef enum maps_what {
     MAPS_WEIGHTS = 0, /* softmax weights */
     MAPS_SCORES,      /* scaled scores (if retained) */
-    MAPS_ALLOWED      /* 1 = attended, 0 = masked by any mask */
+    MAPS_ALLOWED,     /* 1 = attended, 0 = masked by any mask */
+    MAPS_NORM         /* weight x the key's value norm (if retained) */
 } maps_what;
 
 /* One entry's metadata (a copy; safe to keep). */
@@ -80,6 +90,7 @@ typedef struct maps_info {
     int kv_h, dv;       /* v retained as (b, kv_h, s, dv); 0 = none */
     int dk;             /* 0 = unknown */
     float scale;        /* q's scale behind the scores; 0 = unknown */
+    int norm_of;        /* MAPS_NORM_*: value norms kept for what=norm */
     unsigned version;   /* 0 when put; one more each time it grows or is cut
                            (a sequence's step, also one that replaced rows) */
 } maps_info;
@@ -176,7 +187,9 @@ int maps_slice(maps_store *st, const char *id, int b, int h, int max_n,
 /*
  * maps_slice_of: maps_slice for what: the weights (as maps_slice), the
  * scores (ATTN_EINVAL naming `what` when none were retained; h == -1 is
- * their mean), or the allowed cells as 1.0 / 0.0 from the request's causal
+ * their mean), the weights times their key's value norm (MAPS_NORM:
+ * ATTN_EINVAL when none were kept; h == -1 the mean of the heads'
+ * cells, maps_norm.c), or the allowed cells as 1.0 / 0.0 from the request's causal
  * flag (or each row's end, row_end), lengths and explicit mask (h == -1:
  * allowed by any head). Pooling
  * takes the block maximum, so a pooled allowed-cell is 0 only when every
@@ -229,7 +242,9 @@ typedef const char *(*maps_arg_fn)(void *ctx, const char *key);
  *   /v2/maps/{id}                  metadata, tokens, lengths
  *   /v2/maps/{id}/attention        ?b=&h=&max=&format=json|f32|npy
  *                                  &what=attention|scores|mask|v|entropy
- *                                  (entropy: each row's, [rows, 1])
+ *                                  |norm
+ *                                  (entropy: each row's, [rows, 1]; norm:
+ *                                  each weight x its key's value norm)
  *                                  (b=all, h=all: every item's, head's
  *                                  planes, [B, H, rows, cols])
  * arg looks up query parameters (may be NULL when there are none); the

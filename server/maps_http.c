@@ -72,6 +72,9 @@ static json_t *info_json(const maps_info *in)
         goto fail;
     if (kept && in->kv_h > 0 && json_array_append_new(kept, json_string("v")))
         goto fail;
+    if (kept && in->norm_of &&
+        json_array_append_new(kept, json_string("norm")))
+        goto fail;
     o = json_pack("{s:s, s:s, s:[i,i,i,i], s:s, s:I, s:b, s:b, s:o, s:I}",
                   "id", in->id, "model", in->model, "shape", in->b, in->h,
                   in->t, in->s, "created", when, "bytes", (json_int_t)in->bytes,
@@ -83,6 +86,10 @@ static json_t *info_json(const maps_info *in)
          json_object_set_new(o, "v_shape",
                              json_pack("[i,i,i,i]", in->b, in->kv_h, in->s,
                                        in->dv))) ||
+        (in->norm_of &&
+         json_object_set_new(o, "norm_of",
+                             json_string(in->norm_of == MAPS_NORM_VO
+                                             ? "v W_o" : "v"))) ||
         (in->dk > 0 && json_object_set_new(o, "d_k", json_integer(in->dk))) ||
         (in->scale > 0.0f &&
          json_object_set_new(o, "scale", json_real((double)in->scale)))) {
@@ -408,8 +415,10 @@ static const char *parse_ask(maps_arg_fn arg, void *ctx, ask *a)
         a->values = 1;
     else if (strcmp(sw, "entropy") == 0)
         a->entropy = 1;
+    else if (strcmp(sw, "norm") == 0)
+        a->what = MAPS_NORM;
     else
-        return "what: expected attention, scores, mask, v or entropy";
+        return "what: expected attention, scores, mask, v, entropy or norm";
     if (a->values && a->h < 0)
         return "h: what=v needs a head index or \"all\" (values have no "
                "mean)";

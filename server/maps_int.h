@@ -25,6 +25,7 @@ typedef struct maps__entry {
                           bit k is mask[k >> 3] >> (k & 7) & 1; or NULL */
     float *scores;     /* (b, h, t, s) or NULL */
     float *v;          /* (b, info.kv_h, s, info.dv) or NULL */
+    float *vnorm;      /* (b, h, s) value norms (info.norm_of) or NULL */
     char *labels;      /* n_labels NUL-terminated strings back to back */
     size_t *label_off; /* (n_labels) offsets into labels */
     int n_labels;      /* 0, t, or t + s (label_items: that many per item) */
@@ -78,6 +79,11 @@ int maps__slice_cut(const maps__entry *e, maps_what what, int b, int h,
                     int max_n, maps_cut_fn cut, void *cut_ctx, float **out,
                     int *rows, int *cols, int *row_block, int *col_block,
                     char *err);
+/* maps__norm_row: row i of what=norm for (b, h) of e into buf (s
+ * floats): weight x its key's value norm, h == -1 the mean of the heads'
+ * cells; e->vnorm must be kept. maps_norm.c. */
+const float *maps__norm_row(const maps__entry *e, int b, int h, int i,
+                            float *buf);
 int maps__values_entry(const maps__entry *e, int b, int h, float **out,
                        int *rows, int *cols, char *err);
 

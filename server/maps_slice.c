@@ -92,6 +92,8 @@ static const float *row_of(const maps__entry *e, maps_what what, int b,
     int k, j, h0 = h < 0 ? 0 : h, h1 = h < 0 ? e->info.h : h + 1;
     const float *base = what == MAPS_SCORES ? e->scores : e->attention;
 
+    if (what == MAPS_NORM)
+        return maps__norm_row(e, b, h, i, buf);
     if (what != MAPS_ALLOWED && h >= 0)
         return base + ((size_t)b * (size_t)e->info.h + (size_t)h) * ts + off;
     for (j = 0; j < e->info.s; j++)
@@ -116,7 +118,8 @@ static const float *row_of(const maps__entry *e, maps_what what, int b,
 
 size_t maps__row_scratch(const maps_info *in, maps_what what, int h)
 {
-    return what == MAPS_ALLOWED || h < 0 ? (size_t)in->s * sizeof(float)
+    return what == MAPS_ALLOWED || what == MAPS_NORM || h < 0
+               ? (size_t)in->s * sizeof(float)
                                          : 0;
 }
 
@@ -134,6 +137,13 @@ int maps__slice_into(const maps__entry *e, maps_what what, int b, int h,
                  "scores (kept only when the retaining request asked for "
                  "the scores output; a sequence's map, when its "
                  "sequence_start step did)", e->info.id);
+        return ATTN_EINVAL;
+    }
+    if (what == MAPS_NORM && !e->vnorm) {
+        snprintf(err, ATTN_ERRMAX, "what: map %s keeps no value norms "
+                 "(what=norm: a sequence's map keeps none, its values "
+                 "change with each step; a stateless request's map keeps "
+                 "them)", e->info.id);
         return ATTN_EINVAL;
     }
     bt = block_for(t, max_n);

@@ -80,7 +80,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
                        .attention = att, .causal = 1, .t_valid = tv,
                        .s_valid = sv, .tokens = tokens, .n_tokens = 5,
                        .mask = mask, .mask_planes = 1, .scores = scores,
-                       .v = v, .kv_h = 1, .dv = 3, .dk = 4};
+                       .v = v, .kv_h = 1, .dv = 3, .dk = 4,
+                       .vnorm = v, .norm_of = MAPS_NORM_VO};
     if (maps_put(store, &a, id_a, err) < 0)
         abort();
     maps_put_args b = {.model = "n", .b = 1, .h = 1, .t = 5, .s = 5,

@@ -110,7 +110,7 @@ test('what=entropy: max= is refused (nothing to pool), b and h out of range are 
     ['what=entropy&b=all&h=all&max=1&format=npy', 'max: what=entropy is one value per query row, never pooled'],
     ['what=entropy&b=2', 'b: 2 is out of range [0, 2)'],
     ['what=entropy&h=3', 'h: 3 is out of range [0, 3)'],
-    ['what=entropies', 'what: expected attention, scores, mask, v or entropy'],
+    ['what=entropies', 'what: expected attention, scores, mask, v, entropy or norm'],
   ]) {
     const r = await get(id, q);
     assert.equal(r.status, 400, q);
