@@ -372,7 +372,12 @@ static int taking(gconn *c, uv_os_fd_t fd)
  * ACK of the last byte is not the client's read of it: its kernel may
  * hold the answer's tail (its receive buffer) that it is still reading,
  * its next call to come after it; before, a client that took its last
- * byte just before the timer ran was sent away then, as it read. */
+ * byte just before the timer ran was sent away then, as it read. Nor
+ * does one whose socket holds bytes attnd has not read yet: libuv runs
+ * the timers due at the start of a loop turn, before it polls, so after a
+ * stall of the loop past the timeout a client's next call may wait there
+ * (GOAWAY would have nghttp2 ignore it); its read, this turn, restarts
+ * the timer (a whole timeout till then). */
 static void on_idle_timeout(uv_timer_t *t)
 {
     gconn *c = t->data;
@@ -383,7 +388,9 @@ static void on_idle_timeout(uv_timer_t *t)
         return;
     if (uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
         fd = -1;
-    if (!c->calls && taking(c, fd))
+    if (!c->calls && srv_sock_unread(fd)) /* linger.c */
+        left = ms;
+    else if (!c->calls && taking(c, fd))
         left = srv_grpc__idle_left(ms, srv_sock_ack_age_ms(fd)); /* sock_rx.c */
     else if (!c->calls)
         left = 0;

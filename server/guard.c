@@ -66,7 +66,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #define SWEEP_MS 250
@@ -76,8 +75,7 @@
  * loop was busy): its state here is stale, so it is not judged now. */
 static int unread(const srv_conn *c)
 {
-    int n = 0;
-    return ioctl(c->fd, FIONREAD, &n) == 0 && n > 0;
+    return srv_sock_unread(c->fd); /* linger.c */
 }
 
 int srv_mem_take_past(srv *s, size_t n, size_t past)

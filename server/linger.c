@@ -96,6 +96,12 @@ int srv_sock_unacked(int fd)
     return -1;
 }
 
+int srv_sock_unread(int fd)
+{
+    int n = 0;
+    return fd >= 0 && ioctl(fd, FIONREAD, &n) == 0 && n > 0;
+}
+
 /* delivered: has a lingering socket's client acknowledged every byte of
  * its answers? Its FIN's own 1 is not waited for (its ACK may come late,
  * ~200 ms). Unknown (not Linux): no. */

@@ -30,6 +30,9 @@ int srv_linger_end(srv *s, int *grpc);
  * peer has not acknowledged (unsent and unacknowledged, a FIN's 1 too:
  * SIOCOUTQ); -1 when not known (not Linux, an error). */
 int srv_sock_unacked(int fd);
+/* srv_sock_unread: 1 when bytes wait in socket fd that its owner has not
+ * read yet (FIONREAD), else 0 (none, or not known). */
+int srv_sock_unread(int fd);
 /* srv_sock_received: bytes socket fd's peer has sent it, read or not
  * (TCP_INFO; sock_rx.c); 0 when not known. */
 uint64_t srv_sock_received(int fd);

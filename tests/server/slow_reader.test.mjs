@@ -309,6 +309,75 @@ test('gRPC: a slow reader whose kernel took the last of its answer (acknowledged
   await d.stop();
 });
 
+test('gRPC: a call waiting in attnd\'s socket when its loop, stalled past connection-timeout, goes on is read and answered, not sent GOAWAY', { timeout: 120000 * SLOW }, async (t) => {
+  // libuv runs the timers due at the start of a loop turn, before it
+  // polls for input: before, a connection with no call open whose client's
+  // next call was already in attnd's socket when the loop went on past the
+  // timeout was sent GOAWAY, the call ignored. The stall made certain:
+  // attnd stopped (SIGSTOP) across the timer's run, the call sent
+  // meanwhile (at SIGCONT its epoll_wait returns EINTR, its timeout spent:
+  // the timers run before anything is read). The timer has run once
+  // before the stop, finding the client's kernel had just taken the last
+  // of its answer (the previous test's client): so at the stalled run it
+  // has taken nothing since, and its last ACK (its next call's segment,
+  // fresh) does not keep it, as it would at a first run
+  const h = 2 * SLOW; // connection-timeout (s)
+  const d = await start({ t, grpc: true, args: ['--connection-timeout', String(h), '--header-timeout', String(10 * h)] });
+  const c = await h2reader(t, d.grpcPort);
+  await c.call(1, attention(T));
+  assert.match(await d.logged(/ModelInfer 200/), /ModelInfer 200/);
+  assert.ok(await waitFor(async () => { // all but the last 32 KiB (as above)
+    await c.take(16384);
+    return c.ended() || c.error() || queued(d.grpcPort, c.localPort, 'tx') < 32768;
+  }, 60000), 'the client read most of the answer');
+  assert.ok(!c.ended() && !c.error() && !c.done(1), `the connection is open, its answer's tail to come: ${c.got()} bytes came`);
+  // the timer's phase (a WINDOW_UPDATE: attnd restarts it as it reads):
+  // its next run at s0 + h at the latest
+  const inc = Buffer.alloc(4);
+  inc.writeUInt32BE(16384, 0);
+  await c.send(h2frame(8, 0, 0, inc));
+  assert.ok(await waitFor(() => queued(d.grpcPort, c.localPort, 'rx') === 0), 'attnd read the WINDOW_UPDATE');
+  const s0 = Date.now();
+  // at 1/2 h its kernel takes the rest (the tail stays in its own): at
+  // s0 + h the timer finds it taking and runs again h after that last
+  // ACK, at 3/2 h at the earliest
+  await sleep(h * 500);
+  assert.ok(await waitFor(async () => {
+    if (queued(d.grpcPort, c.localPort, 'tx') === 0) return true;
+    await c.take(16384);
+    return false;
+  }, 20000), 'attnd\'s kernel holds none of the answer'); // (x SLOW: a hang's bound)
+  const acked = Date.now() - s0;
+  // stopped between the two runs (at 5/4 h); the client reads the tail
+  // and sends its next call, and attnd goes on past the second run
+  await sleep(h * 1250 - (Date.now() - s0));
+  process.kill(d.proc.pid, 'SIGSTOP');
+  t.after(() => { try { process.kill(d.proc.pid, 'SIGCONT'); } catch { /* gone */ } });
+  const stoppedAt = Date.now() - s0;
+  const stopped = () => readFileSync(`/proc/${d.proc.pid}/stat`, 'utf8').replace(/^.*\) /s, '')[0] === 'T';
+  assert.ok(await waitFor(stopped), 'attnd stopped');
+  for (const until = Date.now() + 20000 * SLOW; Date.now() < until && !c.ended() && !c.error() && !c.done(1);) {
+    await c.take(1 << 20);
+    await sleep(10);
+  }
+  assert.ok(c.done(1), `the first call's trailers came: ${c.data(1)} bytes`);
+  const next = attention(4), rx = queued(d.grpcPort, c.localPort, 'rx');
+  await c.call(3, next);
+  assert.ok(await waitFor(() => queued(d.grpcPort, c.localPort, 'rx') - rx >= next.length), 'the next call in attnd\'s socket');
+  await sleep(h * 2000 - (Date.now() - s0)); // past the second run (a wait for time itself)
+  process.kill(d.proc.pid, 'SIGCONT');
+  for (const until = Date.now() + 20000 * SLOW; Date.now() < until && !c.ended() && !c.error() && !c.done(3);) {
+    await sleep(20);
+    await c.take(1 << 20);
+  }
+  const frames = c.frames().filter((f) => f.type !== 0);
+  assert.equal(c.error(), null, 'no reset');
+  assert.equal(c.data(1), 5 + T * T * 4 + 38, 'its answer came whole');
+  assert.ok(c.done(3), `the next call was answered (its answer's last ACK ${acked} ms after the timer's restart, attnd stopped at ${stoppedAt} ms, h ${h} s); ended ${c.ended()}: ${JSON.stringify(frames)}\n${d.log().slice(-600)}`);
+  assert.ok(!frames.some((f) => f.type === 7), `no GOAWAY: ${JSON.stringify(frames)}`);
+  await d.stop();
+});
+
 test('gRPC: a client that reads none of its answer is still sent away, connection-timeout after its last byte', { timeout: 60000 * SLOW }, async (t) => {
   const d = await start({ t, grpc: true, args: ['--connection-timeout', '1'] });
   const c = await h2reader(t, d.grpcPort);
