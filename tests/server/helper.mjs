@@ -6,7 +6,7 @@
 // node's --test-timeout stops the file with SIGTERM, Ctrl-C) every daemon
 // still running is SIGKILLed and its folder removed when this process ends.
 import { spawn, spawnSync } from 'node:child_process';
-import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { closeSync, constants, cpSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -398,4 +398,49 @@ export async function smallRcvbuf(t, port, rcvbuf = 16384) {
     close: () => say('close'),
   };
   return c;
+}
+
+/**
+ * holdLoad(t, modelDir): the model's next load holds on, its pool job
+ * waiting, until release(): its config.json becomes a FIFO (with the
+ * same text), so the load blocks in reading it (model__read_file: fopen
+ * waits for a writer, fread for the end). waiting() resolves to true once
+ * attnd has it open (the load's pool job is there; a writer's
+ * non-blocking open fails, ENXIO, until a reader has it), false after ms
+ * (x SLOW: a hang's bound). release() writes the text and ends it, and
+ * puts the regular file back: the load goes on, and later loads read the
+ * file. Released at the test's end if the test did not.
+ */
+export function holdLoad(t, modelDir) {
+  const path = join(modelDir, 'config.json'), text = readFileSync(path);
+  rmSync(path);
+  const mk = spawnSync('mkfifo', [path]);
+  if (mk.status !== 0) throw new Error(`mkfifo ${path}: ${mk.stderr}`);
+  let fd = null, done = false;
+  const open = () => {
+    try {
+      fd = openSync(path, constants.O_WRONLY | constants.O_NONBLOCK);
+    } catch (e) {
+      if (e.code !== 'ENXIO') throw e;
+    }
+    return fd !== null;
+  };
+  const release = () => {
+    if (done) return;
+    done = true;
+    if (fd !== null || open()) {
+      writeSync(fd, text); // a config's few hundred bytes: within the pipe's buffer
+      closeSync(fd);
+    }
+    rmSync(path); // (the reader keeps what it opened)
+    writeFileSync(path, text);
+  };
+  t.after(release);
+  return {
+    waiting: async (ms = 20000) => {
+      for (const t0 = Date.now(); !open() && Date.now() - t0 < ms * SLOW;) await new Promise((r) => setTimeout(r, 5));
+      return fd !== null;
+    },
+    release,
+  };
 }

@@ -9,7 +9,7 @@ import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } fro
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { test } from 'node:test';
-import { ATTND, ROOT, SLOW, binaryRequest, f32bytes, post, start } from './helper.mjs';
+import { ATTND, ROOT, SLOW, binaryRequest, f32bytes, holdLoad, post, start } from './helper.mjs';
 
 const SHIM = join(dirname(ATTND), 'tests', 'server', 'cgroupfake.so');
 const MiB = 1024 * 1024;
@@ -187,15 +187,22 @@ test('the room besides the bounds counts: bounds under the limit, with the room 
 
 // A reload while a step runs keeps the old instance (its weights and the
 // step's K/V pages) until the step ends; the load's check counted only the
-// new one. Here only when the step outlasts the load; the pages its pool
-// keeps for reuse (8ff0ebf) are checked in test_memory.c's
+// new one. The load is held (holdLoad: its pool job waits in reading
+// config.json) until the step runs, then let go: it ends while the step
+// runs (a step of seconds against a load's last milliseconds). Before, it
+// was sent once the step ran and waited for a pool thread beside the
+// step's stages, which they may hold to the step's end: a review saw the
+// 16384-token round miss the window in 3 of 10 runs. The pages its pool keeps
+// for reuse (8ff0ebf) are checked in test_memory.c's
 // load_counts_replaced_instances_kept_pages, whose held instance is made
 // by hand, not by racing the load.
 test("a reload's old instance, still held by a running step, counts at the load", async (t) => {
   // 64 MiB budget + 16 maps + 64 K/V + 0.1 weights + 256 room (3 threads)
   // = 400.1 MiB under 404; the old instance's 8 MiB of pages pass it
   const cg = cgroup(t, { 'proc-self-cgroup': '0::/\n', 'memory.max': `${404 * MiB}\n` });
+  const dir = models(t);
   const d = await under(t, cg, {
+    dir,
     args: ['--threads', '3', '--instances', '1', '--solo-max-weights', '0', '--deadline-ms', '600000',
       '--memory-budget', String(64 * MiB), '--max-body', String(32 * MiB), '--max-json-body', String(32 * MiB),
       '--request-memory', String(48 * MiB), '--maps-bytes', String(16 * MiB), '--kv-bytes', String(64 * MiB)],
@@ -219,14 +226,19 @@ test("a reload's old instance, still held by a running step, counts at the load"
   for (let k = 1; k <= 3 && !held; k++) {
     const id = `old${k}`, T = 16384 * k;
     assert.equal(await stepOf(id, 1, true), 200);
+    // the reload first, held in its pool job (one of the 3 threads) before
+    // it replaces the instance: the step comes to the old one
+    const from = d.log().length, gate = holdLoad(t, join(dir, 'demo'));
+    const load = post(`${d.url}/v2/repository/models/demo/load`, '');
+    assert.ok(await gate.waiting(), `${id}: the reload's load never read config.json`);
     const step = stepOf(id, T, false);
     // its batch runs (running()); bounded for a hang only, x SLOW
     for (const end = Date.now() + 20000 * SLOW; !(await running());) {
       assert.ok(Date.now() < end, `${id}: the long step's batch never ran`);
       await new Promise((res) => setTimeout(res, 5));
     }
-    const from = d.log().length;
-    assert.equal((await post(`${d.url}/v2/repository/models/demo/load`, '')).status, 200);
+    gate.release();
+    assert.equal((await load).status, 200);
     const g = await fetch(`${d.url}/v2/sequences/${id}`);
     held = /is being dropped/.test(await g.text());
     await barrier(d);
