@@ -199,10 +199,28 @@ static int sending(const srv_conn *c)
     return srv_sock_unacked(c->fd) > 0 || (c->unsent && c->unsent(c));
 }
 
+/* heard: when c was last heard from, as evict ranks the served ones: the
+ * later of t_wait_ns (a call's end, or its answer handed to the kernel)
+ * and its client's last ACK (TCP_INFO's last_ack_recv, sock_rx.c). A slow
+ * reader whose kernel has just taken the last of its answer is not
+ * sending any more, but its client may still be reading the tail from
+ * its own kernel, its next request to come: it was idle since that ACK,
+ * not since its answer went to the kernel. */
+static uint64_t heard(const srv_conn *c, uint64_t now)
+{
+    long age = srv_sock_ack_age_ms(c->fd);
+    uint64_t ack;
+    if (age < 0 || (uint64_t)age * 1000000u > now)
+        return c->t_wait_ns;
+    ack = now - (uint64_t)age * 1000000u;
+    return ack > c->t_wait_ns ? ack : c->t_wait_ns;
+}
+
 /* evict: the connection count passed max-connections with fresh: close
  * the one waiting longest for its first request head; else the idle
- * keep-alive one waiting longest (it has been served: likely a real
- * client) whose client holds all of its answers (not sending) and has
+ * keep-alive one idle longest (it has been served: likely a real
+ * client), counted from the later of its t_wait_ns and its client's last
+ * ACK (heard), whose client holds all of its answers (not sending) and has
  * sent none of its next request head (srv_guard_head_coming: like a
  * request in progress, it is busy, MHD holding the part read). One with
  * bytes waiting that MHD has not read (unread: its state here is stale)
@@ -225,12 +243,16 @@ static int sending(const srv_conn *c)
  * whose client sent since MHD last read it. At worst (the loop fell behind
  * reading every candidate) one call per candidate and two walks: linear
  * per accept, as evict's one walk asking every candidate was on every
- * accept before. Of two with the same t_wait_ns the one on the list longer
- * goes. With mhd_room (srv_guard_make_room) only a served REST one goes.
- * 1 when one was closed. */
+ * accept before. The second walk ranks by heard, which is never before
+ * t_wait_ns: it stops at the first candidate whose t_wait_ns is past the
+ * best heard so far (TCP_INFO asked once per served candidate passed,
+ * beside sending's SIOCOUTQ). Of two heard at the same time the one on the
+ * list longer goes. With mhd_room (srv_guard_make_room) only a served REST
+ * one goes. 1 when one was closed. */
 static int evict(srv *s, srv_conn *fresh, int mhd_room)
 {
-    srv_conn *c, *old = NULL, *served = NULL;
+    srv_conn *c, *old = NULL, *served = NULL, *best_c = NULL;
+    uint64_t now = srv_now_ns(), best = 0;
     for (c = s->conns_tail; c && !old; c = c->prev)
         if (candidate(c, fresh, mhd_room)) {
             if (c->served) {
@@ -240,10 +262,21 @@ static int evict(srv *s, srv_conn *fresh, int mhd_room)
                 old = c;
             }
         }
-    for (c = served; c && !old; c = c->prev)
-        if (candidate(c, fresh, mhd_room) && c->served && !unread(c) &&
-            !sending(c) && !srv_guard_head_coming(c))
-            old = c;
+    for (c = served; c && !old; c = c->prev) {
+        uint64_t at;
+        if (!candidate(c, fresh, mhd_room) || !c->served)
+            continue;
+        if (best_c && c->t_wait_ns >= best)
+            break; /* heard no earlier: none from here on ranks first */
+        if (unread(c) || sending(c) || srv_guard_head_coming(c))
+            continue;
+        at = heard(c, now);
+        if (!best_c || at < best) {
+            best_c = c;
+            best = at;
+        }
+    }
+    old = old ? old : best_c;
     if (!old) /* all busy, with bytes waiting or delivering: fresh waits
                  its turn (MHD's headroom, then the listen backlog) */
         return 0;

@@ -456,6 +456,57 @@ test('REST: over max-connections, a served connection whose client is still taki
   await d.stop();
 });
 
+test('REST: over max-connections, a served connection whose client\'s kernel has just taken the last of its answer (the client still reading the tail) is not evicted ahead of one idle for longer', { timeout: 120000 * SLOW }, async (t) => {
+  // before: evict ranked the served idle ones by when their answer went
+  // to the kernel alone: A, whose answer went first, was the oldest once
+  // its client's kernel had acknowledged all of it (SIOCOUTQ 0), and was
+  // closed as its client read the tail (its next request never answered),
+  // while D, idle since well before A's last ACK, stayed. Now each ranks
+  // by the later of the two: A's last ACK comes after D's answer
+  const d = await start({ t, args: ['--max-connections', '2', '--header-timeout', String(30 * SLOW)] });
+  const a = await smallRcvbuf(t, d.port);
+  await a.send(restAttention(T));
+  assert.match(await d.logged(/infer 200/), /infer 200/);
+  while (a.got() === 0 && !a.ended()) { // a little of it: most of it waits in attnd's kernel
+    await sleep(50);
+    await a.take(16384);
+  }
+  // all of A's answer in the kernels (handed over: A waits since then)
+  assert.ok(await waitFor(() => queued(d.port, a.localPort, 'tx') + queued(a.localPort, d.port, 'rx') + a.got() >= T * T * 4), 'A\'s answer in the kernels');
+  const idle = await idleClient(t, d);
+  assert.ok(await waitFor(() => queued(d.port, idle.sock.localPort, 'tx') === 0), 'D\'s client took its answer'); // (a delayed ACK)
+  // (the ACK's age is known to the kernel's tick, a few ms: A's last ACK
+  // comes well after D's answer)
+  await sleep(50);
+  // A's kernel takes the rest from attnd's, the tail staying in its own
+  assert.ok(await waitFor(async () => {
+    if (queued(d.port, a.localPort, 'tx') === 0) return true;
+    await a.take(16384);
+    return false;
+  }, 20000), 'attnd\'s kernel holds none of A\'s answer'); // (x SLOW: a hang's bound)
+  assert.ok(!a.ended() && !a.error(), `A is open, the tail of its answer to read: ${a.got()} bytes came`);
+  // a newcomer over max-connections: D goes
+  await idleClient(t, d);
+  assert.ok(await waitFor(() => idle.ended()), `D, idle longest, was closed\n${d.log().slice(-600)}`);
+  assert.match(await d.logged(/over max-connections/), /over max-connections \(2\)/);
+  // A reads the rest, then its next request is answered
+  const until = Date.now() + 60000 * SLOW; // a hang's bound
+  while (Date.now() < until && !a.ended() && !a.error() && answers(Buffer.concat(a.chunks)).all.length < 1) {
+    await sleep(20);
+    await a.take(1 << 20);
+  }
+  await a.send(NEXT);
+  while (Date.now() < until && !a.ended() && !a.error() && answers(Buffer.concat(a.chunks)).all.length < 2) {
+    await sleep(20);
+    await a.take(1 << 20);
+  }
+  const got = answers(Buffer.concat(a.chunks));
+  assert.equal(got.all.length, 2, `answers: ${got.all.map((x) => x.head.split('\r\n')[0])}, ended ${a.ended()}\n${d.log().slice(-600)}`);
+  assert.equal(got.all[0].body.length - jsonLen(got.all[0].head), T * T * 4, 'the answer came whole');
+  assert.match(got.all[1].head, /^HTTP\/1\.1 200/);
+  await d.stop();
+});
+
 test('REST: over max-connections, a served connection whose client has sent part of its next request head is not evicted: an idle one is', { timeout: 120000 * SLOW }, async (t) => {
   // before: evict spared one still taking its answer but not one whose
   // next head was coming (libmicrohttpd holding the part it read): A,
