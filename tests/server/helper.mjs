@@ -5,7 +5,9 @@
 // test, and whatever happens (a failed assertion, a test that hangs until
 // node's --test-timeout stops the file with SIGTERM, Ctrl-C) every daemon
 // still running is SIGKILLed and its folder removed when this process ends.
+import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
+import net from 'node:net';
 import { closeSync, constants, cpSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -443,4 +445,36 @@ export function holdLoad(t, modelDir) {
     },
     release,
   };
+}
+
+/**
+ * mapFloats(d, id, q, shape): GET /v2/maps/{id}/attention?q as float32s,
+ * its status 200 and its Map-Shape header `shape` asserted; format=npy's
+ * header checked and skipped.
+ */
+export async function mapFloats(d, id, q, shape) {
+  const r = await fetch(`${d.url}/v2/maps/${id}/attention?${q}`);
+  const buf = Buffer.from(await r.arrayBuffer());
+  assert.equal(r.status, 200, `${q}: ${buf.toString().slice(0, 300)}`);
+  assert.equal(r.headers.get('map-shape'), shape.join(','), q);
+  const off = q.includes('format=npy') ? buf.length - 4 * shape.reduce((a, x) => a * x, 1) : 0;
+  if (off) assert.equal(buf.subarray(0, 6).toString('latin1'), '\x93NUMPY', q);
+  return Array.from(new Float32Array(buf.buffer.slice(buf.byteOffset + off, buf.byteOffset + buf.length)));
+}
+
+/**
+ * untilClosed(port, text, ms): everything the server sends on one
+ * connection, text written on it, until it closes it (rejects when it
+ * keeps it open past ms).
+ */
+export function untilClosed(port, text, ms = 5000) {
+  return new Promise((resolve, reject) => {
+    const sock = net.connect({ port, host: '127.0.0.1' });
+    let buf = '';
+    const t = setTimeout(() => { sock.destroy(); reject(new Error(`kept open past ${ms} ms: ${buf.slice(0, 300)}`)); }, ms);
+    sock.on('data', (d) => { buf += d; });
+    sock.on('error', () => {});
+    sock.on('close', () => { clearTimeout(t); resolve(buf); });
+    sock.write(text);
+  });
 }

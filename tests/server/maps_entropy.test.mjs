@@ -14,7 +14,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, test } from 'node:test';
-import { REFS, fp32, infer, maxDiff, start } from './helper.mjs';
+import { REFS, fp32, infer, maxDiff, start, mapFloats } from './helper.mjs';
 
 const E = JSON.parse(readFileSync(join(dirname(fileURLToPath(import.meta.url)), 'fixtures', 'maps_entropy.json'), 'utf8'));
 const TOL = 1e-6;
@@ -29,15 +29,7 @@ async function retain(model, body) {
   return r.json.parameters.map_id;
 }
 const get = (id, q) => fetch(`${d.url}/v2/maps/${id}/attention?${q}`);
-async function floats(id, q, shape) {
-  const r = await get(id, q);
-  const buf = Buffer.from(await r.arrayBuffer());
-  assert.equal(r.status, 200, `${q}: ${buf.toString().slice(0, 300)}`);
-  assert.equal(r.headers.get('map-shape'), shape.join(','), q);
-  const off = q.includes('format=npy') ? buf.length - 4 * shape.reduce((a, x) => a * x, 1) : 0;
-  if (off) assert.equal(buf.subarray(0, 6).toString('latin1'), '\x93NUMPY', q);
-  return Array.from(new Float32Array(buf.buffer.slice(buf.byteOffset + off, buf.byteOffset + buf.length)));
-}
+const floats = (id, q, shape) => mapFloats(d, id, q, shape);
 const sdpaInputs = (r) => [fp32('q', r.q_shape, r.q), fp32('k', r.k_shape, r.k), fp32('v', r.v_shape, r.v)];
 // rows [T] of head h of item b in a [B, H, T] array
 const rowsOf = (a, [, H, T], b, h) => a.slice((b * H + h) * T, (b * H + h + 1) * T);

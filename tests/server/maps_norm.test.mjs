@@ -20,7 +20,7 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, test } from 'node:test';
-import { REFS, fp32, infer, maxDiff, modelsDir, mulberry32, post, safetensors, start } from './helper.mjs';
+import { REFS, fp32, infer, maxDiff, modelsDir, mulberry32, post, safetensors, start, mapFloats } from './helper.mjs';
 
 const N = JSON.parse(readFileSync(join(dirname(fileURLToPath(import.meta.url)), 'fixtures', 'maps_norm.json'), 'utf8'));
 const TOL = 1e-6;
@@ -60,15 +60,7 @@ async function retain(model, body) {
 const idOf = (r) => r.json.parameters.map_id;
 const get = (id, q) => fetch(`${d.url}/v2/maps/${id}/attention?${q}`);
 const meta = async (id) => (await fetch(`${d.url}/v2/maps/${id}`)).json();
-async function floats(id, q, shape) {
-  const r = await get(id, q);
-  const buf = Buffer.from(await r.arrayBuffer());
-  assert.equal(r.status, 200, `${q}: ${buf.toString().slice(0, 300)}`);
-  assert.equal(r.headers.get('map-shape'), shape.join(','), q);
-  const off = q.includes('format=npy') ? buf.length - 4 * shape.reduce((a, x) => a * x, 1) : 0;
-  if (off) assert.equal(buf.subarray(0, 6).toString('latin1'), '\x93NUMPY', q);
-  return Array.from(new Float32Array(buf.buffer.slice(buf.byteOffset + off, buf.byteOffset + buf.length)));
-}
+const floats = (id, q, shape) => mapFloats(d, id, q, shape);
 const near = (got, want, what) => {
   const diff = maxDiff(got, want);
   assert.ok(diff < TOL, `${what}: differs by ${diff}`);

@@ -3,6 +3,7 @@
 // over a sequence's whole history) and the check of a step's answer
 // against its rows.
 import assert from 'node:assert/strict';
+import http from 'node:http';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { frame } from '../grpc/wire.mjs';
@@ -127,5 +128,22 @@ export function grpcCall(session, msg, headers = {}) {
     req.on('close', () => res({ code: Number(trailers['grpc-status']), msg: decodeURIComponent(trailers['grpc-message'] || '') }));
     req.resume();
     req.end(frame(msg));
+  });
+}
+
+/** POST one step with node:http on its own connection; the promise of
+ * its answer. */
+export function send(url, body) {
+  const u = new URL(url);
+  return new Promise((done) => {
+    const req = http.request({ host: u.hostname, port: u.port, path: u.pathname, method: 'POST', agent: false,
+      headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) } }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (c) => { text += c; });
+      res.on('end', () => done({ status: res.statusCode, json: JSON.parse(text) }));
+    });
+    req.on('error', (e) => done({ status: 0, json: { error: String(e) } }));
+    req.end(body);
   });
 }

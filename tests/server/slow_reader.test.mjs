@@ -53,6 +53,28 @@ function reader(t, d, sock = net.connect({ port: d.port, host: '127.0.0.1', allo
   };
 }
 
+/**
+ * restThenNext(d, a): client a (smallRcvbuf) reads the rest of its answer
+ * (the T x T map), then sends NEXT: both answers must come, the first
+ * whole, the second 200.
+ */
+async function restThenNext(d, a) {
+  const until = Date.now() + 60000 * SLOW; // a hang's bound
+  const upTo = async (n) => {
+    while (Date.now() < until && !a.ended() && !a.error() && answers(Buffer.concat(a.chunks)).all.length < n) {
+      await sleep(20);
+      await a.take(1 << 20);
+    }
+  };
+  await upTo(1);
+  await a.send(NEXT);
+  await upTo(2);
+  const got = answers(Buffer.concat(a.chunks));
+  assert.equal(got.all.length, 2, `answers: ${got.all.map((x) => x.head.split('\r\n')[0])}, ended ${a.ended()}\n${d.log().slice(-600)}`);
+  assert.equal(got.all[0].body.length - jsonLen(got.all[0].head), T * T * 4, 'the answer came whole');
+  assert.match(got.all[1].head, /^HTTP\/1\.1 200/);
+}
+
 test('REST: a client reading its large answer at a slow, steady pace for longer than header-timeout, pipelining its next request as it reads, gets the answer whole and the next one: the connection is not closed under it', async (t) => {
   // before: the guard closed the connection 2 s after libmicrohttpd had
   // handed the whole answer to the kernel; the request pipelined after
@@ -438,21 +460,7 @@ test('REST: over max-connections, a served connection whose client is still taki
   }
   assert.ok(idle.ended(), 'the idle one was closed');
   assert.match(await d.logged(/over max-connections/), /over max-connections \(2\)/);
-  // A reads the rest, then its next request is answered
-  const until = Date.now() + 60000 * SLOW; // a hang's bound
-  while (Date.now() < until && !a.ended() && !a.error() && answers(Buffer.concat(a.chunks)).all.length < 1) {
-    await sleep(20);
-    await a.take(1 << 20);
-  }
-  await a.send(NEXT);
-  while (Date.now() < until && !a.ended() && !a.error() && answers(Buffer.concat(a.chunks)).all.length < 2) {
-    await sleep(20);
-    await a.take(1 << 20);
-  }
-  const got = answers(Buffer.concat(a.chunks));
-  assert.equal(got.all.length, 2, `answers: ${got.all.map((x) => x.head.split('\r\n')[0])}, ended ${a.ended()}\n${d.log().slice(-600)}`);
-  assert.equal(got.all[0].body.length - jsonLen(got.all[0].head), T * T * 4, 'the answer came whole');
-  assert.match(got.all[1].head, /^HTTP\/1\.1 200/);
+  await restThenNext(d, a); // A reads the rest, then its next request is answered
   await d.stop();
 });
 
@@ -489,21 +497,7 @@ test('REST: over max-connections, a served connection whose client\'s kernel has
   await idleClient(t, d);
   assert.ok(await waitFor(() => idle.ended()), `D, idle longest, was closed\n${d.log().slice(-600)}`);
   assert.match(await d.logged(/over max-connections/), /over max-connections \(2\)/);
-  // A reads the rest, then its next request is answered
-  const until = Date.now() + 60000 * SLOW; // a hang's bound
-  while (Date.now() < until && !a.ended() && !a.error() && answers(Buffer.concat(a.chunks)).all.length < 1) {
-    await sleep(20);
-    await a.take(1 << 20);
-  }
-  await a.send(NEXT);
-  while (Date.now() < until && !a.ended() && !a.error() && answers(Buffer.concat(a.chunks)).all.length < 2) {
-    await sleep(20);
-    await a.take(1 << 20);
-  }
-  const got = answers(Buffer.concat(a.chunks));
-  assert.equal(got.all.length, 2, `answers: ${got.all.map((x) => x.head.split('\r\n')[0])}, ended ${a.ended()}\n${d.log().slice(-600)}`);
-  assert.equal(got.all[0].body.length - jsonLen(got.all[0].head), T * T * 4, 'the answer came whole');
-  assert.match(got.all[1].head, /^HTTP\/1\.1 200/);
+  await restThenNext(d, a); // A reads the rest, then its next request is answered
   await d.stop();
 });
 
