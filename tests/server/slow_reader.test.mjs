@@ -268,6 +268,44 @@ test('gRPC: the same slow reader of an answer larger than attnd hands to one wri
   await slowGrpc(t, 1100);
 });
 
+/**
+ * tailInItsKernel(t, h, at): an attnd with --connection-timeout h (s)
+ * and a gRPC client that reads all but the last 32 KiB of a T x T
+ * answer, 16 KiB at a time (on loopback a read of more may take it all:
+ * attnd's kernel refills the client's as it reads). Then it sets the idle
+ * timer's phase: attnd restarts the timer as it reads any byte (a
+ * WINDOW_UPDATE on the connection, which it answers with nothing), so it
+ * runs next h s after, at s0 + h at the latest (s0: the client has seen it
+ * read). From `at` h after s0 the client's kernel takes the rest from
+ * attnd's (all of it acknowledged: attnd's socket holds none), the client
+ * reading no more than it must for that: the tail stays in its own
+ * kernel, unread. {d, c, s0}.
+ */
+async function tailInItsKernel(t, h, at) {
+  const d = await start({ t, grpc: true, args: ['--connection-timeout', String(h), '--header-timeout', String(10 * h)] });
+  const c = await h2reader(t, d.grpcPort);
+  await c.call(1, attention(T));
+  assert.match(await d.logged(/ModelInfer 200/), /ModelInfer 200/);
+  assert.ok(await waitFor(async () => {
+    await c.take(16384);
+    return c.ended() || c.error() || queued(d.grpcPort, c.localPort, 'tx') < 32768;
+  }, 60000), 'the client read most of the answer'); // (x SLOW: a hang's bound)
+  assert.ok(!c.ended() && !c.error() && !c.done(1), `the connection is open, its answer's tail to come: ${c.got()} bytes came`);
+  const inc = Buffer.alloc(4);
+  inc.writeUInt32BE(16384, 0);
+  await c.send(h2frame(8, 0, 0, inc));
+  assert.ok(await waitFor(() => queued(d.grpcPort, c.localPort, 'rx') === 0), 'attnd read the WINDOW_UPDATE');
+  const s0 = Date.now();
+  await sleep(h * 1000 * at);
+  assert.ok(!c.ended() && !c.error(), `the connection stayed open: ${c.got()} bytes came`);
+  assert.ok(await waitFor(async () => {
+    if (queued(d.grpcPort, c.localPort, 'tx') === 0) return true;
+    await c.take(16384);
+    return false;
+  }, 20000), 'attnd\'s kernel holds none of the answer'); // (x SLOW: a hang's bound)
+  return { d, c, s0 };
+}
+
 test('gRPC: a slow reader whose kernel took the last of its answer (acknowledged, not yet read) just before the idle timer ran is not sent away then: connection-timeout counts from its last ACK', { timeout: 120000 * SLOW }, async (t) => {
   // before: a client that had taken all of its answer (SIOCOUTQ 0) was
   // "not taking" at the timer's next run, however little before it its
@@ -275,39 +313,12 @@ test('gRPC: a slow reader whose kernel took the last of its answer (acknowledged
   // receive buffer) still unread and its next call still to come, and it
   // was sent GOAWAY (slowGrpc's clients above: 8 runs in 25 under load)
   const h = 4 * SLOW; // connection-timeout (s)
-  const d = await start({ t, grpc: true, args: ['--connection-timeout', String(h), '--header-timeout', String(10 * h)] });
-  const c = await h2reader(t, d.grpcPort);
-  await c.call(1, attention(T));
-  assert.match(await d.logged(/ModelInfer 200/), /ModelInfer 200/);
-  // all but the last 32 KiB of it, 16 KiB at a time (on loopback a read
-  // of more may take it all: attnd's kernel refills the client's as it
-  // reads); the rest, later, takes few reads
-  assert.ok(await waitFor(async () => {
-    await c.take(16384);
-    return c.ended() || c.error() || queued(d.grpcPort, c.localPort, 'tx') < 32768;
-  }, 60000), 'the client read most of the answer'); // (x SLOW: a hang's bound)
-  assert.ok(!c.ended() && !c.error() && !c.done(1), `the connection is open, its answer's tail to come: ${c.got()} bytes came`);
-  // the timer's phase: attnd restarts it as it reads any byte (a
-  // WINDOW_UPDATE on the connection, which it answers with nothing); it
-  // runs next h s after it read it, at s0 + h at the latest (s0: the
-  // client has seen it read)
-  const inc = Buffer.alloc(4);
-  inc.writeUInt32BE(16384, 0);
-  await c.send(h2frame(8, 0, 0, inc));
-  assert.ok(await waitFor(() => queued(d.grpcPort, c.localPort, 'rx') === 0), 'attnd read the WINDOW_UPDATE');
-  const s0 = Date.now();
   // from 3/5 h its kernel takes the rest from attnd's (all of it
   // acknowledged: attnd's socket holds none), the client reading no more
   // than it must for that: the tail stays in its own kernel. (Were that
   // past h, under load, the client would be taking when the timer runs,
   // and this would pass before too: the message says when it was)
-  await sleep(h * 600);
-  assert.ok(!c.ended() && !c.error(), `the connection stayed open: ${c.got()} bytes came`);
-  assert.ok(await waitFor(async () => {
-    if (queued(d.grpcPort, c.localPort, 'tx') === 0) return true;
-    await c.take(16384);
-    return false;
-  }, 20000), 'attnd\'s kernel holds none of the answer'); // (x SLOW: a hang's bound)
+  const { d, c, s0 } = await tailInItsKernel(t, h, 3 / 5);
   const acked = Date.now() - s0;
   // the timer runs (by s0 + h: before, GOAWAY then); the client reads
   // the tail at 6/5 h, then sends its next call, 2/5 h at least before
@@ -344,31 +355,10 @@ test('gRPC: a call waiting in attnd\'s socket when its loop, stalled past connec
   // has taken nothing since, and its last ACK (its next call's segment,
   // fresh) does not keep it, as it would at a first run
   const h = 2 * SLOW; // connection-timeout (s)
-  const d = await start({ t, grpc: true, args: ['--connection-timeout', String(h), '--header-timeout', String(10 * h)] });
-  const c = await h2reader(t, d.grpcPort);
-  await c.call(1, attention(T));
-  assert.match(await d.logged(/ModelInfer 200/), /ModelInfer 200/);
-  assert.ok(await waitFor(async () => { // all but the last 32 KiB (as above)
-    await c.take(16384);
-    return c.ended() || c.error() || queued(d.grpcPort, c.localPort, 'tx') < 32768;
-  }, 60000), 'the client read most of the answer');
-  assert.ok(!c.ended() && !c.error() && !c.done(1), `the connection is open, its answer's tail to come: ${c.got()} bytes came`);
-  // the timer's phase (a WINDOW_UPDATE: attnd restarts it as it reads):
-  // its next run at s0 + h at the latest
-  const inc = Buffer.alloc(4);
-  inc.writeUInt32BE(16384, 0);
-  await c.send(h2frame(8, 0, 0, inc));
-  assert.ok(await waitFor(() => queued(d.grpcPort, c.localPort, 'rx') === 0), 'attnd read the WINDOW_UPDATE');
-  const s0 = Date.now();
   // at 1/2 h its kernel takes the rest (the tail stays in its own): at
   // s0 + h the timer finds it taking and runs again h after that last
   // ACK, at 3/2 h at the earliest
-  await sleep(h * 500);
-  assert.ok(await waitFor(async () => {
-    if (queued(d.grpcPort, c.localPort, 'tx') === 0) return true;
-    await c.take(16384);
-    return false;
-  }, 20000), 'attnd\'s kernel holds none of the answer'); // (x SLOW: a hang's bound)
+  const { d, c, s0 } = await tailInItsKernel(t, h, 1 / 2);
   const acked = Date.now() - s0;
   // stopped between the two runs (at 5/4 h); the client reads the tail
   // and sends its next call, and attnd goes on past the second run
