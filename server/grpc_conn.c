@@ -382,17 +382,17 @@ static void on_idle_timeout(uv_timer_t *t)
 {
     gconn *c = t->data;
     srv *s = c->g->s;
-    uint64_t ms = (uint64_t)s->cfg.conn_timeout_s * 1000u, left = ms;
+    uint64_t ms = (uint64_t)s->cfg.conn_timeout_s * 1000u, left;
     uv_os_fd_t fd = -1;
     if (c->closing)
         return;
     if (uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
         fd = -1;
-    if (!c->calls && srv_sock_unread(fd)) /* linger.c */
+    if (c->calls || srv_sock_unread(fd)) /* linger.c */
         left = ms;
-    else if (!c->calls && taking(c, fd))
+    else if (taking(c, fd))
         left = srv_grpc__idle_left(ms, srv_sock_ack_age_ms(fd)); /* sock_rx.c */
-    else if (!c->calls)
+    else
         left = 0;
     if (left) {
         uv_timer_start(&c->idle, on_idle_timeout, left, 0);
