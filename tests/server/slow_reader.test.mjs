@@ -426,19 +426,29 @@ async function idleClient(t, d, head = 'GET /v2/health/live HTTP/1.1\r\nHost: x\
   return c;
 }
 
+/**
+ * slowReaderServed(t): an attnd with --max-connections 2 and a slow
+ * reader A (smallRcvbuf) that asked for a T x T map and has read a little
+ * of it: most of it waits in attnd's kernel. {d, a}.
+ */
+async function slowReaderServed(t) {
+  const d = await start({ t, args: ['--max-connections', '2', '--header-timeout', String(30 * SLOW)] });
+  const a = await smallRcvbuf(t, d.port);
+  await a.send(restAttention(T));
+  assert.match(await d.logged(/infer 200/), /infer 200/);
+  while (a.got() === 0 && !a.ended()) {
+    await sleep(50);
+    await a.take(16384);
+  }
+  return { d, a };
+}
+
 test('REST: over max-connections, a served connection whose client is still taking its answer is not evicted: an idle one is', { timeout: 120000 * SLOW }, async (t) => {
   // before: evict closed the served keep-alive connection idle longest,
   // its answer's bytes still in the kernel unread (the slow reader, A):
   // it took the rest, then the end; its next request was never answered,
   // and the truly idle one (D) stayed
-  const d = await start({ t, args: ['--max-connections', '2', '--header-timeout', String(30 * SLOW)] });
-  const a = await smallRcvbuf(t, d.port);
-  await a.send(restAttention(T));
-  assert.match(await d.logged(/infer 200/), /infer 200/);
-  while (a.got() === 0 && !a.ended()) { // a little of it: most of it waits in attnd's kernel
-    await sleep(50);
-    await a.take(16384);
-  }
+  const { d, a } = await slowReaderServed(t);
   const idle = await idleClient(t, d);
   // newcomers, each over max-connections, until the idle one is closed: a
   // client's kernel may hold back its ACK of the last bytes (delayed ACK,
@@ -461,14 +471,7 @@ test('REST: over max-connections, a served connection whose client\'s kernel has
   // closed as its client read the tail (its next request never answered),
   // while D, idle since well before A's last ACK, stayed. Now each ranks
   // by the later of the two: A's last ACK comes after D's answer
-  const d = await start({ t, args: ['--max-connections', '2', '--header-timeout', String(30 * SLOW)] });
-  const a = await smallRcvbuf(t, d.port);
-  await a.send(restAttention(T));
-  assert.match(await d.logged(/infer 200/), /infer 200/);
-  while (a.got() === 0 && !a.ended()) { // a little of it: most of it waits in attnd's kernel
-    await sleep(50);
-    await a.take(16384);
-  }
+  const { d, a } = await slowReaderServed(t);
   // all of A's answer in the kernels (handed over: A waits since then)
   assert.ok(await waitFor(() => queued(d.port, a.localPort, 'tx') + queued(a.localPort, d.port, 'rx') + a.got() >= T * T * 4), 'A\'s answer in the kernels');
   const idle = await idleClient(t, d);
