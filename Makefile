@@ -2,7 +2,8 @@
 #   make run                 build and start the daemon on its defaults
 #   make test                every test suite (installs missing packages)
 #   make bench               benchmarks with their peers (PyTorch, bare HTTP)
-#   make SANITIZER=address|undefined|thread test
+#   make SANITIZER=address|undefined|thread|address+undefined test
+#   make test-daemon         make test but the page's suite and the generators'
 #   make coverage            the suites on a gcov build: % of lines run per file
 # Sources are found by folder: core/*.c -> libattn_core.a, proto/*.c ->
 # libattn_proto.a, server/*.c -> attnd; tests/<layer>/test_*.c are Check
@@ -25,12 +26,12 @@ WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
 SAN_address := -fsanitize=address -fno-omit-frame-pointer
 SAN_undefined := -fsanitize=undefined -fno-sanitize-recover=all
 SAN_thread := -fsanitize=thread
-SAN := $(SAN_$(SANITIZER))
-ifneq ($(SANITIZER),)
-ifeq ($(SAN),)
-$(error SANITIZER must be address, undefined or thread)
-endif
-endif
+# SANITIZER=address+undefined: both in one build (build/address+undefined),
+# as .ci/run runs them: one suite's run instead of two (thread goes with
+# neither)
+SAN_PARTS := $(subst +, ,$(SANITIZER))
+SAN := $(foreach s,$(SAN_PARTS),$(SAN_$(s)))
+$(foreach s,$(SAN_PARTS),$(if $(SAN_$(s)),,$(error SANITIZER must be address, undefined, thread or address+undefined, not '$(SANITIZER)')))
 
 CFLAGS_ALL = -std=c11 -D_GNU_SOURCE -pthread $(OPT) $(WARN) $(SAN) -MMD -MP \
              -I. -I$(BUILD)/gen $(PKG_CFLAGS) $(CFLAGS)
@@ -210,6 +211,19 @@ test: deps-test
 	@$(MAKE) --no-print-directory check-grpc
 	@$(MAKE) --no-print-directory check-deploy
 
+# test-daemon: make test without the page's suite (tests/web: Chromium
+# driving the page, 523 s of make test's ~930 here, the daemon answering
+# REST requests check-server also sends) and the generators' check
+# (Python only): .ci/run's TSan stage, where the threads to check are the
+# daemon's and the engine's, in the Check, server, gRPC and deploy suites.
+.PHONY: test-daemon
+test-daemon: deps-test
+	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory check-unit
+	@$(MAKE) --no-print-directory check-server
+	@$(MAKE) --no-print-directory check-grpc
+	@$(MAKE) --no-print-directory check-deploy
+
 # --- grpc: the gRPC door, two independent clients -----------------------------
 # Python's grpcio with stubs protoc generates from proto/kserve.proto, and
 # Node's @grpc/grpc-js loading the .proto at run time (tests/grpc, pinned by
@@ -381,9 +395,10 @@ soak: deps-test $(ATTND)
 #   make soak-ci [SOAK_CI_SECONDS=120]
 #   make fuzz-http [FUZZ_HTTP_SEED=7] [FUZZ_HTTP_SECONDS=90]
 #   make fuzz-grpc [FUZZ_GRPC_SEED=7] [FUZZ_GRPC_SECONDS=60]
-# Both run on the ASan build (build/address/attnd, whatever SANITIZER is
-# given) and build what they need when it is missing (deps-test, the
-# binary), so they start on a clean clone: 2-3 and 1.5 min. soak-ci is
+# They run on the ASan and UBSan build (SOAK_SANITIZER, address+undefined:
+# build/address+undefined/attnd, .ci/run's, whatever SANITIZER is given)
+# and build what they need when it is missing (deps-test, the binary), so
+# they start on a clean clone: 2-3 and 1.5 min. soak-ci is
 # make soak for SOAK_CI_SECONDS, stopped and failed past SOAK_CI_SECONDS +
 # 600 s (its checks at the end take under a minute); its seed is new each
 # run, printed: SOAK_SEED=N replays its choices, not their timing.
@@ -398,6 +413,7 @@ soak: deps-test $(ATTND)
 # prints its case's place and the bytes it sent. Each prints its
 # summary (operations or cases, statuses, the seed) and exits non-zero on
 # a finding.
+SOAK_SANITIZER ?= address+undefined
 SOAK_CI_SECONDS ?= 120
 FUZZ_HTTP_SEED ?= 7
 FUZZ_HTTP_SECONDS ?= 90
@@ -405,9 +421,9 @@ FUZZ_GRPC_SEED ?= 7
 FUZZ_GRPC_SECONDS ?= 60
 .PHONY: soak-ci fuzz-http fuzz-grpc
 soak-ci:
-	@$(MAKE) --no-print-directory SANITIZER=address SOAK_SECONDS=$(SOAK_CI_SECONDS) \
+	@$(MAKE) --no-print-directory SANITIZER=$(SOAK_SANITIZER) SOAK_SECONDS=$(SOAK_CI_SECONDS) \
 	    SOAK_TIMEOUT=$$(($(SOAK_CI_SECONDS) + 600)) soak
-ifeq ($(SANITIZER),address)
+ifeq ($(SANITIZER),$(SOAK_SANITIZER))
 fuzz-http: deps-test $(ATTND)
 	ATTND_BIN=$(ATTND) ATTND_FUZZ_SEED=$(FUZZ_HTTP_SEED) ATTND_FUZZ_SECONDS=$(FUZZ_HTTP_SECONDS) \
 	    timeout -k 10 $$(($(FUZZ_HTTP_SECONDS) + 300)) node tests/server/fuzz_http.mjs
@@ -416,7 +432,7 @@ fuzz-grpc: deps-test $(ATTND)
 	    timeout -k 10 $$(($(FUZZ_GRPC_SECONDS) + 300)) node tests/grpc/fuzz_grpc.mjs
 else
 fuzz-http fuzz-grpc:
-	@$(MAKE) --no-print-directory SANITIZER=address $@
+	@$(MAKE) --no-print-directory SANITIZER=$(SOAK_SANITIZER) $@
 endif
 
 # ---- coverage: make coverage, not in CI -----------------------------------
