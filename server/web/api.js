@@ -13,6 +13,7 @@
 //     headDim, vHeadDim, nKvHeads, mapId?, block?: [rows, cols] pooling,
 //     meanPooled?: Float32Array (B, T, S) a pooled map's mean over heads,
 //     scale?: what q was multiplied by (the model's; absent: 1/√d_k),
+//     normOf?: a retained map's what=norm is of "v W_o" or "v" (its metadata's),
 //     mask?: { planes, data: Uint8Array (planes, T, S) 1 = may attend },
 //       planes 1 (shared), B (per item) or B*H (per item and head),
 //     missing?: why scores / values are absent (retained maps) }
@@ -654,7 +655,7 @@ async function readMap(id, meta, progress, signal, seen) {
     // A pooled cell is masked when every pair in its block is.
     poolMask: pooled ? { bt: Math.ceil(T / rows), bs: Math.ceil(S / cols), T, S } : null,
     attention: att, meanPooled, mask, scores, v, headDim: dk, vHeadDim: dv, nKvHeads: hkv, missing,
-    scale: meta.scale || null,
+    scale: meta.scale || null, normOf: meta.norm_of || null, // what=norm's: "v W_o" or "v"
     mapId: id, created: meta.created, version: meta.version,
     block: pooled ? [Math.ceil(T / rows), Math.ceil(S / cols)] : null,
     sourceShape: [T, S], shape: meta.shape,

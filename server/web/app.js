@@ -12,6 +12,7 @@ import { initExport } from './export.js';
 import { initCurrent, forget as forgetCurrent, headMap, maskedFn, currentScale, selQ, view } from './current.js';
 import { readHash, writeHash } from './link.js';
 import { initEntropy, drawEntropy, entropyAt } from './entropy.js';
+import { initNorm, drawNorm, normAt, normText, normView } from './norm.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -28,7 +29,7 @@ const state = {
   tab: 'words', model: 'demo', text: '', json: '', causal: false, retain: false,
   map: null, b: 0, h: 0, q: null, scale: 'linear', qscale: '', auto: false, table: false,
   win: null, // { r0, c0, n } when zoomed
-  follow: false, entropy: false, // redraw the retained map as it grows (live.js); row entropy (entropy.js)
+  follow: false, entropy: false, norm: false, // redraw as it grows (live.js); row entropy (entropy.js); α·‖v W_o‖ (norm.js)
 };
 let run = null;      // the current run (api.js)
 let meta = null;     // metadata of the selected model
@@ -116,7 +117,7 @@ function ensureWindow() {
 }
 
 function renderFocus() {
-  const v = view();
+  const v = normView(view()); // the weights, or the norm-weighted map (norm.js)
   const win = ensureWindow();
   const title = state.h === 'mean' ? 'Mean over heads' : `Head ${state.h}`;
   // (a scale of its own, not 1/√d_k: as the server reports it, a
@@ -131,6 +132,7 @@ function renderFocus() {
     cursor, row: hoverRow ?? selQ(), newest: run.live ? run.T - 1 : null,
   });
   drawEntropy(geom);
+  drawNorm(v);
   $('heatmap').dataset.newest = run.live ? String(run.T - 1) : '';
   // Legend.
   drawLegend($('legend-bar'), 240);
@@ -148,7 +150,7 @@ function renderFocus() {
   if (state.win) {
     // Its image goes over every cell: made again only when what it shows
     // changes, not for every cursor move or hover.
-    const key = `${runSeq}/${state.b}/${state.h}/${state.scale}/${state.auto}`;
+    const key = `${runSeq}/${state.b}/${state.h}/${state.scale}/${state.auto}/${v.norm ? v.norm.key : ''}`;
     if (overview.key !== key) Object.assign(overview, { key, t: thumbImage(v, 220) });
     paintThumb($('overview'), overview.t, win);
     $('zoom-info').textContent = `rows ${win.r0}–${win.r0 + win.rows - 1}, keys ${win.c0}–${win.c0 + win.cols - 1} of ${run.T} × ${run.S}`;
@@ -191,6 +193,7 @@ function renderReadout() {
       masked ? `masked (0)` : fmt(w), 'weight'],
   ];
   if (entropyAt(c.i)) rows.push(['row entropy', entropyAt(c.i), 'entropy']);
+  if (normAt(c.i, c.j)) rows.push([`norm-weighted, ${normText(run)}`, normAt(c.i, c.j), 'norm']);
   if (score != null) {
     rows.push(['scaled score', fmt(score)]);
     if (sc) rows.push(['q·k', `${fmt(sc.qk(score))}  (${sc.text})`]);
@@ -668,8 +671,9 @@ async function main() {
     $, state, setStatus, askKey, showGrown, update,
     get run() { return run; },
   });
-  initExport({ $, state, headMap, view, get run() { return run; } });
+  initExport({ $, state, headMap, view: () => normView(view()), get run() { return run; } }); // PNG: as drawn
   initEntropy({ $, state, get run() { return run; }, refresh: () => { if (run) update(); } });
+  initNorm({ $, state, get run() { return run; }, refresh: () => { if (run) update(); } });
   $('auth').addEventListener('submit', (e) => {
     e.preventDefault();
     // A header carries printable ASCII only: fetch would refuse the

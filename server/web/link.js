@@ -1,7 +1,7 @@
 // link.js - the page's state in the URL hash (#model=demo&text=...&h=2&q=5,
 // and win=r0.c0.n for a zoomed long map, reopens the same view): writeHash
 // puts it there, readHash takes it back into state (app.js's). Boxes that
-// are unticked by default (retain, table, auto, ent) are in it only when ticked.
+// are unticked by default (retain, table, auto, ent, norm) are in it only when ticked.
 
 import * as api from './api.js';
 import * as live from './live.js';
@@ -40,6 +40,7 @@ export function writeHash(state, asked = null) {
   if (state.auto) p.set('auto', '1');
   if (state.table) p.set('table', '1');
   if (state.entropy) p.set('ent', '1');
+  if (state.norm) p.set('norm', '1');
   // A link to a sequence this page drives follows it as it grows.
   if (state.map && (state.follow || live.drives(state.map))) p.set('follow', '1');
   history.replaceState(null, '', `#${p.toString()}`);
@@ -69,6 +70,7 @@ export function readHash(state) {
   state.auto = p.get('auto') === '1';
   state.table = p.get('table') === '1';
   state.entropy = p.get('ent') === '1';
+  state.norm = p.get('norm') === '1';
   state.follow = !!state.map && p.get('follow') === '1';
   const given = p.has('model') || p.has('map');
   const cut = state.tab === 'json' ? !state.json : p.has('text') && !state.text;
