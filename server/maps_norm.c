@@ -1,11 +1,15 @@
 /*
  * maps_norm.c - what=norm of a retained map (maps_norm.h): the value
- * norms computed when a map is retained, and its rows weighed by them as
- * they are read (maps_slice.c's row_of asks maps__norm_row).
+ * norms computed when a map is retained (with the Gram matrices an
+ * instance keeps: maps_grams), and its rows weighed by them as they are
+ * read (maps_slice.c's row_of asks maps__norm_row).
  */
 #include "server/maps_norm.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,44 +46,162 @@ static void gram(const attn_config *c, const attn_weights *w, int h,
     }
 }
 
+/* head_norms: head h's norms (maps_vo_norms' out rows of h) from its
+ * Gram matrix g (gram's upper half), d_v^2 multiply-adds a key. */
+static void head_norms(const attn_config *c, const double *g, int h,
+                       const float *v, int n_items, int s,
+                       const int32_t *s_valid, float *out)
+{
+    int H = c->n_heads, kvh = c->n_kv_heads, dv = c->v_head_dim;
+    int b, j, k, l;
+
+    for (b = 0; b < n_items; b++) {
+        const float *vh = v + ((size_t)b * (size_t)kvh +
+                               (size_t)(h / (H / kvh))) *
+                                  (size_t)s * (size_t)dv;
+        float *o = out + ((size_t)b * (size_t)H + (size_t)h) * (size_t)s;
+        for (j = 0; j < s; j++) {
+            const float *u = vh + (size_t)j * (size_t)dv;
+            double sum = 0.0;
+            if (s_valid && j >= s_valid[b]) {
+                o[j] = 0.0f;
+                continue;
+            }
+            for (k = 0; k < dv; k++) {
+                double row = 0.0;
+                for (l = k + 1; l < dv; l++)
+                    row += g[k * dv + l] * (double)u[l];
+                sum += (double)u[k] *
+                       (g[k * dv + k] * (double)u[k] + 2.0 * row);
+            }
+            o[j] = (float)sqrt(sum > 0.0 ? sum : 0.0);
+        }
+    }
+}
+
 int maps_vo_norms(const attn_config *c, const attn_weights *w,
                   const float *v, int n_items, int s,
                   const int32_t *s_valid, float *out)
 {
-    int H = c->n_heads, kvh = c->n_kv_heads, dv = c->v_head_dim;
-    int b, h, j, k, l;
+    int h, dv = c->v_head_dim;
     /* |u W_O^h|^2 = u G u^T with G = W_O^h W_O^h^T: d_v^2 a key instead
      * of d_v x d_model, G made once a head */
     double *g = malloc((size_t)dv * (size_t)dv * sizeof(double));
 
     if (!g)
         return ATTN_ENOMEM;
-    for (h = 0; h < H; h++) {
+    for (h = 0; h < c->n_heads; h++) {
         gram(c, w, h, g);
-        for (b = 0; b < n_items; b++) {
-            const float *vh = v + ((size_t)b * (size_t)kvh +
-                                   (size_t)(h / (H / kvh))) *
-                                      (size_t)s * (size_t)dv;
-            float *o = out + ((size_t)b * (size_t)H + (size_t)h) * (size_t)s;
-            for (j = 0; j < s; j++) {
-                const float *u = vh + (size_t)j * (size_t)dv;
-                double sum = 0.0;
-                if (s_valid && j >= s_valid[b]) {
-                    o[j] = 0.0f;
-                    continue;
-                }
-                for (k = 0; k < dv; k++) {
-                    double row = 0.0;
-                    for (l = k + 1; l < dv; l++)
-                        row += g[k * dv + l] * (double)u[l];
-                    sum += (double)u[k] *
-                           (g[k * dv + k] * (double)u[k] + 2.0 * row);
-                }
-                o[j] = (float)sqrt(sum > 0.0 ? sum : 0.0);
-            }
-        }
+        head_norms(c, g, h, v, n_items, s, s_valid, out);
     }
     free(g);
+    return 0;
+}
+
+/* ---- the Gram matrices kept for an instance ---------------------------- */
+
+struct maps_grams {
+    const attn_config *c;
+    const attn_weights *w;
+    pthread_mutex_t mu;      /* held while they are made */
+    _Atomic(double *) g;     /* (n_heads, d_v, d_v), NULL until made */
+    int made;                /* times made (under mu): 0 or 1 */
+};
+
+size_t maps_grams_bytes(const attn_config *c)
+{
+    size_t n;
+
+    if (__builtin_mul_overflow((size_t)c->v_head_dim,
+                               (size_t)c->v_head_dim, &n) ||
+        __builtin_mul_overflow(n, (size_t)c->n_heads, &n) ||
+        __builtin_mul_overflow(n, sizeof(double), &n))
+        return SIZE_MAX;
+    return n;
+}
+
+int maps_grams_create(maps_grams **out, const attn_config *c,
+                      const attn_weights *w)
+{
+    maps_grams *gs = calloc(1, sizeof *gs);
+
+    *out = NULL;
+    if (!gs)
+        return ATTN_ENOMEM;
+    if (pthread_mutex_init(&gs->mu, NULL) != 0) {
+        free(gs);
+        return ATTN_ENOMEM;
+    }
+    gs->c = c;
+    gs->w = w;
+    atomic_init(&gs->g, NULL);
+    *out = gs;
+    return 0;
+}
+
+void maps_grams_destroy(maps_grams *gs)
+{
+    if (!gs)
+        return;
+    free(atomic_load_explicit(&gs->g, memory_order_relaxed));
+    pthread_mutex_destroy(&gs->mu);
+    free(gs);
+}
+
+size_t maps_grams_held(maps_grams *gs)
+{
+    return gs && atomic_load_explicit(&gs->g, memory_order_acquire)
+               ? maps_grams_bytes(gs->c)
+               : 0;
+}
+
+int maps__grams_made(maps_grams *gs)
+{
+    int n;
+
+    pthread_mutex_lock(&gs->mu);
+    n = gs->made;
+    pthread_mutex_unlock(&gs->mu);
+    return n;
+}
+
+/* grams_get: gs's matrices, made by the first call (the others wait on
+ * mu, then read them); NULL when they cannot be allocated (a later call
+ * tries again). */
+static const double *grams_get(maps_grams *gs)
+{
+    const attn_config *c = gs->c;
+    size_t n = maps_grams_bytes(c), per;
+    double *g = atomic_load_explicit(&gs->g, memory_order_acquire);
+    int h;
+
+    if (g)
+        return g;
+    pthread_mutex_lock(&gs->mu);
+    g = atomic_load_explicit(&gs->g, memory_order_relaxed);
+    if (!g && n != SIZE_MAX && (g = malloc(n))) {
+        per = (size_t)c->v_head_dim * (size_t)c->v_head_dim;
+        for (h = 0; h < c->n_heads; h++)
+            gram(c, gs->w, h, g + (size_t)h * per);
+        gs->made++;
+        atomic_store_explicit(&gs->g, g, memory_order_release);
+    }
+    pthread_mutex_unlock(&gs->mu);
+    return g;
+}
+
+int maps_grams_norms(maps_grams *gs, const float *v, int n_items, int s,
+                     const int32_t *s_valid, float *out)
+{
+    const attn_config *c = gs->c;
+    const double *g = grams_get(gs);
+    size_t per = (size_t)c->v_head_dim * (size_t)c->v_head_dim;
+    int h;
+
+    if (!g) /* no room to keep them: made for this call alone */
+        return maps_vo_norms(c, gs->w, v, n_items, s, s_valid, out);
+    for (h = 0; h < c->n_heads; h++)
+        head_norms(c, g + (size_t)h * per, h, v, n_items, s, s_valid, out);
     return 0;
 }
 

@@ -13,7 +13,10 @@
  *   - at start, when --memory-budget + --maps-bytes alone pass it;
  *   - after each model load, when the bounds with every loaded model's
  *     weights and K/V budget (--kv-bytes, each weight-set model its own)
- *     pass it, naming the model whose load did.
+ *     pass it, naming the model whose load did. A weight set's weights
+ *     count with the Gram matrices its first retained request makes for
+ *     what=norm (maps_norm.h: n_heads * d_v^2 doubles, when --maps-bytes
+ *     is not 0).
  *
  * What attnd holds besides the bounds and the weights (code, thread
  * stacks, OpenBLAS's buffer, glibc's arenas and the memory main.c's
@@ -21,9 +24,10 @@
  * room of 64 MiB + 64 MiB a pool thread (each has its arena; measured with
  * deploy/k8s's settings, 2 threads: 94 MiB past the bounds at the peak,
  * README "Kubernetes"): the warning comes when the bounds + the weights +
- * that room pass the limit, and names the room. The weights and K/V pages
- * of an instance a reload or unload replaced that jobs or sequences still
- * hold (srv_inst.retired_of: freed when they end) count too, at the load.
+ * that room pass the limit, and names the room. The weights, Gram
+ * matrices (once made) and K/V pages of an instance a reload or unload
+ * replaced that jobs or sequences still hold (srv_inst.retired_of: freed
+ * when they end) count too, at the load.
  *
  * The limit: the least of the cgroup of /proc/self/cgroup and its
  * ancestors', v2 ("0::<path>": /sys/fs/cgroup<path>/memory.max, each
@@ -44,6 +48,7 @@
 #include <unistd.h>
 
 #include "core/kv.h"
+#include "server/maps_norm.h"
 
 #define MiB (1024.0 * 1024.0)
 
@@ -57,6 +62,16 @@ static int threads_of(const srv *s)
 static double room(const srv *s)
 {
     return 64.0 + 64.0 * (double)threads_of(s);
+}
+
+/* grams_bound: the bytes in's what=norm Gram matrices take once its
+ * first retained request makes them (maps_norm.h), counted with its
+ * weights from its load on: 0 when they never will be (--maps-bytes 0:
+ * nothing is retained) or cannot (past size_t). */
+static double grams_bound(const srv *s, const srv_inst *in)
+{
+    size_t n = maps_grams_bytes(model_config(in->m));
+    return s->cfg.maps_bytes && in->grams && n != SIZE_MAX ? (double)n : 0;
 }
 
 /* read_small: up to n - 1 bytes of path, terminated; its length or -1. */
@@ -203,7 +218,7 @@ void srv_memfit_loaded(srv *s, const srv_entry *loaded)
         if (!e->inst)
             continue;
         if (e->inst->m) /* the built-in sdpa has none */
-            weights += (double)model_bytes(e->inst->m);
+            weights += (double)model_bytes(e->inst->m) + grams_bound(s, e->inst);
         if (e->inst->kv_pool) {
             kv += (double)s->cfg.kv_bytes;
             if (at < sizeof names) {
@@ -219,6 +234,7 @@ void srv_memfit_loaded(srv *s, const srv_entry *loaded)
     for (const srv_entry *e = s->models; e; e = e->next)
         for (const srv_inst *in = e->retired; in; in = in->rnext, n_old++)
             old += (in->m ? (double)model_bytes(in->m) : 0) +
+                   (double)maps_grams_held(in->grams) +
                    (in->kv_pool ? (double)(attn_kv_pool_used(in->kv_pool) +
                                            attn_kv_pool_kept(in->kv_pool)) : 0);
     sum = budget + maps + kv + weights + old + r * MiB;

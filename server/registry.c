@@ -17,6 +17,7 @@
 
 #include "core/kv.h"
 #include "core/json_mem.h"
+#include "server/maps_norm.h"
 #include "server/registry_int.h"
 #include "server/seq.h"
 #include "server/upload.h"
@@ -126,7 +127,8 @@ void srv_inst_unref(srv_inst *in)
                 }
         attn_kv_pool_destroy(in->kv_pool); /* its sequences hold refs */
         if (in->m) /* its weights back to the kernel soon (memtrim.c) */
-            srv_memtrim_note(model_bytes(in->m));
+            srv_memtrim_note(model_bytes(in->m) + maps_grams_held(in->grams));
+        maps_grams_destroy(in->grams);
         model_destroy(in->m);
         free(in);
     }
@@ -322,6 +324,10 @@ static void load_done(uv_work_t *w, int status)
         } else {
             in->m = lj->m;
             in->refs = 1;
+            /* made at its first retained request; without (out of memory)
+             * each one makes its own */
+            maps_grams_create(&in->grams, model_config(in->m),
+                              model_weights(in->m));
             kv_pool(s, in, e->name);
             set_inst(e, in, SRV_READY, NULL);
             srv_log(s, "info", "model '%s' loaded (%zu weight bytes)", e->name,

@@ -3,9 +3,13 @@
  * column panels (d_model 300: panels of 256 and 44), kept in the store
  * (counted in its bytes) and weighed into the cells (one head, the
  * heads' mean). Expected values are worked by hand in the comments,
- * never produced by the code under test. */
+ * never produced by the code under test. The Gram matrices an instance
+ * keeps (maps_grams) give maps_vo_norms' norms bit for bit, are made
+ * once (by one of several threads at once), each instance its own, and
+ * when they cannot be allocated the norms are still made. */
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +17,7 @@
 #include "server/maps.h"
 #include "server/maps_norm.h"
 #include "tests/check_main.h"
+#include "tests/fail_alloc.h"
 
 /* d_model 2, 2 heads of d_v 1, one kv head: W_o's rows are head 0's
  * (3, 4) and head 1's (0, 2); v = (1), (-2) for keys 0 and 1. Head 0:
@@ -133,6 +138,214 @@ START_TEST(test_store_and_cells)
 }
 END_TEST
 
+/* ---- the Gram matrices an instance keeps (maps_grams) ------------------ */
+
+/* A layer of d_model 300, 4 query heads on 2 kv heads of d_v 5 (W_o
+ * 20 x 300); its W_o's values from seed (the others 0, unused). */
+enum { DM = 300, NH = 4, DV = 5, NO = NH * DV * DM };
+static const attn_config gc = {.d_model = DM, .n_heads = NH, .n_kv_heads = 2,
+                               .head_dim = 3, .v_head_dim = DV};
+
+typedef struct layer {
+    float *m[4];
+    attn_weights w;
+} layer;
+
+/* layer_make: a layer of c (gc unless the test says) */
+static void layer_make(layer *l, const attn_config *c, unsigned seed,
+                       int panels)
+{
+    size_t dm = (size_t)c->d_model, kv = (size_t)c->n_kv_heads;
+    size_t no = (size_t)c->n_heads * (size_t)c->v_head_dim * dm, k;
+    char err[ATTN_ERRMAX];
+
+    l->m[0] = calloc(dm * (size_t)c->n_heads * (size_t)c->head_dim, 4);
+    l->m[1] = calloc(dm * kv * (size_t)c->head_dim, 4);
+    l->m[2] = calloc(dm * kv * (size_t)c->v_head_dim, 4);
+    l->m[3] = malloc(no * 4);
+    ck_assert(l->m[0] && l->m[1] && l->m[2] && l->m[3]);
+    for (k = 0; k < no; k++)
+        l->m[3][k] = (float)((int)(k * seed % 201) - 100) / 100.0f;
+    if (panels)
+        ck_assert_int_eq(attn_weights_to_panels(c, l->m, err), 0);
+    memset(&l->w, 0, sizeof l->w);
+    l->w.w_q = l->m[0], l->w.w_k = l->m[1], l->w.w_v = l->m[2];
+    l->w.w_o = l->m[3];
+    l->w.layout = panels ? ATTN_PANELS : ATTN_ROWS;
+}
+
+static void layer_free(layer *l)
+{
+    for (int k = 0; k < 4; k++)
+        free(l->m[k]);
+}
+
+/* 2 items x 2 kv heads x 3 keys x d_v 5 values from seed; the second
+ * item's third key is past its length */
+enum { NV = 2 * 2 * 3 * DV, NOUT = 2 * NH * 3 };
+static const int32_t gsv[2] = {3, 2};
+
+static void values(float *v, unsigned seed)
+{
+    for (int k = 0; k < NV; k++)
+        v[k] = (float)((int)((unsigned)k * seed % 17) - 8) / 8.0f;
+}
+
+/* Two instances (one row-major, one in panels) with different W_o, each
+ * its own cache: each gives maps_vo_norms' norms of its own weights bit
+ * for bit, for one set of values and then another, its matrices made
+ * once (4 heads x 5 x 5 doubles: 800 bytes, none before). They are kept:
+ * once the first one's W_o is changed in place, maps_vo_norms gives other
+ * norms, its cache still those of the W_o it was made from. */
+START_TEST(test_grams_kept_apart)
+{
+    layer l1, l2;
+    maps_grams *g1, *g2;
+    float v[NV], ref1[NOUT], ref2[NOUT], a1[NOUT], a2[NOUT];
+    size_t k;
+
+    layer_make(&l1, &gc, 7919, 0);
+    layer_make(&l2, &gc, 104729, 1);
+    ck_assert_int_eq(maps_grams_create(&g1, &gc, &l1.w), 0);
+    ck_assert_int_eq(maps_grams_create(&g2, &gc, &l2.w), 0);
+    ck_assert_uint_eq(maps_grams_bytes(&gc), 800);
+    ck_assert_uint_eq(maps_grams_held(g1), 0);
+    ck_assert_uint_eq(maps_grams_held(NULL), 0);
+    ck_assert_int_eq(maps__grams_made(g1), 0);
+    for (unsigned seed = 31; seed <= 37; seed += 6) {
+        values(v, seed);
+        ck_assert_int_eq(maps_vo_norms(&gc, &l1.w, v, 2, 3, gsv, ref1), 0);
+        ck_assert_int_eq(maps_vo_norms(&gc, &l2.w, v, 2, 3, gsv, ref2), 0);
+        ck_assert_int_eq(maps_grams_norms(g1, v, 2, 3, gsv, a1), 0);
+        ck_assert_int_eq(maps_grams_norms(g2, v, 2, 3, gsv, a2), 0);
+        ck_assert(memcmp(a1, ref1, sizeof a1) == 0);
+        ck_assert(memcmp(a2, ref2, sizeof a2) == 0);
+        ck_assert(memcmp(ref1, ref2, sizeof ref1) != 0);
+        ck_assert_float_eq(a1[NH * 3 + 2], 0.0f); /* past item 1's length */
+        ck_assert(a1[0] > 0.0f);
+    }
+    ck_assert_int_eq(maps__grams_made(g1), 1);
+    ck_assert_int_eq(maps__grams_made(g2), 1);
+    ck_assert_uint_eq(maps_grams_held(g1), 800);
+    ck_assert_uint_eq(maps_grams_held(g2), 800);
+
+    for (k = 0; k < NO; k++) /* another W_o under the same pointer */
+        l1.m[3][k] = (float)((int)(k * 3 % 101) - 50) / 50.0f;
+    ck_assert_int_eq(maps_vo_norms(&gc, &l1.w, v, 2, 3, gsv, ref2), 0);
+    ck_assert(memcmp(ref2, ref1, sizeof ref1) != 0);
+    ck_assert_int_eq(maps_grams_norms(g1, v, 2, 3, gsv, a1), 0);
+    ck_assert(memcmp(a1, ref1, sizeof a1) == 0);
+    ck_assert_int_eq(maps__grams_made(g1), 1);
+    maps_grams_destroy(g1);
+    maps_grams_destroy(g2);
+    maps_grams_destroy(NULL);
+    layer_free(&l1);
+    layer_free(&l2);
+}
+END_TEST
+
+enum { NT = 4 };
+typedef struct racer {
+    maps_grams *g;
+    pthread_barrier_t *go;
+    const float *v;
+    float out[NOUT];
+    int rc;
+} racer;
+
+static void *race(void *arg)
+{
+    racer *r = arg;
+    pthread_barrier_wait(r->go);
+    r->rc = maps_grams_norms(r->g, r->v, 2, 3, gsv, r->out);
+    return NULL;
+}
+
+/* NT threads ask a new cache at once (pool threads retaining on one
+ * instance): the matrices are made once, every thread gets maps_vo_norms'
+ * norms bit for bit (under TSan: no data race). Its layer, d_model 1024
+ * with 4 heads of 32 on 2 kv heads (2M multiply-adds to make them), keeps
+ * the first thread making them while the others come (its 4 heads give
+ * NOUT norms, as gc's). */
+static const attn_config gc_big = {.d_model = 1024, .n_heads = 4,
+                                   .n_kv_heads = 2, .head_dim = 32,
+                                   .v_head_dim = 32};
+enum { NVB = 2 * 2 * 3 * 32 };
+START_TEST(test_grams_threads)
+{
+    layer l;
+    maps_grams *g;
+    pthread_barrier_t go;
+    pthread_t th[NT];
+    racer r[NT];
+    float v[NVB], ref[NOUT];
+    int i;
+
+    layer_make(&l, &gc_big, 7919, 1);
+    for (i = 0; i < NVB; i++)
+        v[i] = (float)((i * 31 % 17) - 8) / 8.0f;
+    ck_assert_int_eq(maps_vo_norms(&gc_big, &l.w, v, 2, 3, gsv, ref), 0);
+    ck_assert_int_eq(maps_grams_create(&g, &gc_big, &l.w), 0);
+    ck_assert_int_eq(pthread_barrier_init(&go, NULL, NT), 0);
+    for (i = 0; i < NT; i++) {
+        r[i] = (racer){.g = g, .go = &go, .v = v, .rc = -1};
+        ck_assert_int_eq(pthread_create(&th[i], NULL, race, &r[i]), 0);
+    }
+    for (i = 0; i < NT; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_int_eq(r[i].rc, 0);
+        ck_assert(memcmp(r[i].out, ref, sizeof ref) == 0);
+    }
+    ck_assert_int_eq(maps__grams_made(g), 1);
+    pthread_barrier_destroy(&go);
+    maps_grams_destroy(g);
+    layer_free(&l);
+}
+END_TEST
+
+/* Out of memory (tests/fail_alloc.h; the sanitizer builds only run it
+ * through): a cache that cannot be made is none; one whose matrices
+ * cannot be allocated (the call's first allocation) still gives the
+ * norms, bit for bit, made for the call (no block left), keeps none, and
+ * the next call makes them. */
+START_TEST(test_grams_nomem)
+{
+    layer l;
+    maps_grams *g = (maps_grams *)&g;
+    float v[NV], ref[NOUT], out[NOUT];
+    long before;
+
+    layer_make(&l, &gc, 7919, 0);
+    values(v, 31);
+    ck_assert_int_eq(maps_vo_norms(&gc, &l.w, v, 2, 3, gsv, ref), 0);
+    calls = 0;
+    fail_at = 1;
+    ck_assert_int_eq(maps_grams_create(&g, &gc, &l.w), FAILING ? ATTN_ENOMEM : 0);
+    fail_at = 0;
+    if (FAILING)
+        ck_assert_ptr_null(g);
+    maps_grams_destroy(g);
+    ck_assert_int_eq(maps_grams_create(&g, &gc, &l.w), 0);
+    before = held;
+    calls = 0;
+    fail_at = 1;
+    memset(out, 0xff, sizeof out);
+    ck_assert_int_eq(maps_grams_norms(g, v, 2, 3, gsv, out), 0);
+    fail_at = 0;
+    ck_assert(memcmp(out, ref, sizeof ref) == 0);
+    ck_assert_int_eq(held, before);
+    ck_assert_int_eq(maps__grams_made(g), FAILING ? 0 : 1);
+    ck_assert_uint_eq(maps_grams_held(g), FAILING ? 0 : 800);
+    memset(out, 0xff, sizeof out);
+    ck_assert_int_eq(maps_grams_norms(g, v, 2, 3, gsv, out), 0);
+    ck_assert(memcmp(out, ref, sizeof ref) == 0);
+    ck_assert_int_eq(maps__grams_made(g), 1);
+    ck_assert_uint_eq(maps_grams_held(g), 800);
+    maps_grams_destroy(g);
+    layer_free(&l);
+}
+END_TEST
+
 static Suite *maps_norm_suite(void)
 {
     Suite *s = suite_create("maps_norm");
@@ -141,6 +354,9 @@ static Suite *maps_norm_suite(void)
     tcase_add_test(tc, test_by_hand);
     tcase_add_test(tc, test_panels);
     tcase_add_test(tc, test_store_and_cells);
+    tcase_add_test(tc, test_grams_kept_apart);
+    tcase_add_test(tc, test_grams_threads);
+    tcase_add_test(tc, test_grams_nomem);
     suite_add_tcase(s, tc);
     return s;
 }
