@@ -32,6 +32,7 @@ SAN_thread := -fsanitize=thread
 SAN_PARTS := $(subst +, ,$(SANITIZER))
 SAN := $(foreach s,$(SAN_PARTS),$(SAN_$(s)))
 $(foreach s,$(SAN_PARTS),$(if $(SAN_$(s)),,$(error SANITIZER must be address, undefined, thread or address+undefined, not '$(SANITIZER)')))
+$(if $(and $(filter thread,$(SAN_PARTS)),$(filter-out thread,$(SAN_PARTS))),$(error SANITIZER=thread goes with no other sanitizer, not '$(SANITIZER)'))
 
 CFLAGS_ALL = -std=c11 -D_GNU_SOURCE -pthread $(OPT) $(WARN) $(SAN) -MMD -MP \
              -I. -I$(BUILD)/gen $(PKG_CFLAGS) $(CFLAGS)
@@ -391,7 +392,7 @@ soak: deps-test $(ATTND)
 	ATTND_BIN=$(ATTND) SOAK_SECONDS=$(SOAK_SECONDS) \
 	    $(if $(SOAK_TIMEOUT),timeout -k 10 $(SOAK_TIMEOUT) )node tests/server/soak.mjs
 
-# ---- the soak and the HTTP fuzzer in CI (.ci/run, after the sanitizer loop)
+# ---- the soak and the fuzzers in CI (.ci/run, after the sanitizer suites)
 #   make soak-ci [SOAK_CI_SECONDS=120]
 #   make fuzz-http [FUZZ_HTTP_SEED=7] [FUZZ_HTTP_SECONDS=90]
 #   make fuzz-grpc [FUZZ_GRPC_SEED=7] [FUZZ_GRPC_SECONDS=60]

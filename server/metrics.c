@@ -8,6 +8,7 @@
 #include "core/json_mem.h"
 #include "server/grpc.h"
 #include "server/maps.h"
+#include "server/maps_norm.h"
 #include "server/seq.h"
 
 #include <jansson.h>
@@ -144,6 +145,7 @@ STAT_GETTER(output_ns)
 GETTER(pending, e->pending)
 GETTER(ready, e->state == SRV_READY)
 GETTER(waiting, srv_registry_waiting(e))
+GETTER(norm_grams, e->inst ? maps_grams_held(e->inst->grams) : 0)
 
 /* family: metric name's HELP and TYPE lines, then a line a model with
  * get(e) (ns: nanoseconds, printed as seconds). */
@@ -236,6 +238,10 @@ void srv_h_metrics(srv_req *r)
     }
     family(&b, s, "attnd_model_ready", "gauge",
            "1 when the model is loaded and ready.", get_ready, 0);
+    family(&b, s, "attnd_model_norm_gram_bytes", "gauge",
+           "Bytes of the loaded weight set's W_o Gram matrices, kept for "
+           "what=norm's value norms: 0 until its first retained request.",
+           get_norm_grams, 0);
     family(&b, s, "attnd_repository_calls_waiting", "gauge",
            "Load, upload and unload calls of the model waiting while a load "
            "of it runs: those queued (at most repository-waiters) and those "

@@ -326,8 +326,11 @@ static void load_done(uv_work_t *w, int status)
             in->refs = 1;
             /* made at its first retained request; without (out of memory)
              * each one makes its own */
-            maps_grams_create(&in->grams, model_config(in->m),
-                              model_weights(in->m));
+            if (maps_grams_create(&in->grams, model_config(in->m),
+                                  model_weights(in->m)))
+                srv_log(s, "warn", "model '%s': out of memory for its "
+                        "what=norm cache: each retained request makes its "
+                        "W_o Gram matrices again", e->name);
             kv_pool(s, in, e->name);
             set_inst(e, in, SRV_READY, NULL);
             srv_log(s, "info", "model '%s' loaded (%zu weight bytes)", e->name,

@@ -485,7 +485,7 @@ export const listMaps = () => getJSON(url('v2/maps'));
 
 // Cells above which a retained map is fetched max-pooled, not whole.
 export const FULL_MAP_CELLS = 1 << 20;
-const POOL_N = 512;
+export const POOL_N = 512; // a pooled map's cells: blocks of it at most 512 x 512 (norm.js asks the same)
 
 // openMap: a retained map as a run: every head's weights fetched as raw
 // FP32, max-pooled to 512 x 512 when T x S is large; the masked cells

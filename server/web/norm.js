@@ -17,7 +17,6 @@ let ctx = null;          // app.js: { $, state, run, refresh }
 const got = { key: '', values: null, max: 0, note: '' }; // the last answer
 const none = new Map();  // map id -> the server's 400: it keeps no norms
 let asking = null;       // { key, ac } the request on its way
-const POOL_N = 512;      // api.js's: a pooled map's cells are blocks of at most 512 x 512
 
 export function initNorm(c) {
   ctx = c;
@@ -42,11 +41,13 @@ async function ask(key, run, b, h) {
   asking = { key, ac };
   let values = null, note = '', max = 0;
   try {
-    const id = run.mapId, q = run.block ? `&max=${POOL_N}` : '';
+    const id = run.mapId, q = run.block ? `&max=${api.POOL_N}` : '';
     const res = await api.send(api.url(`v2/maps/${encodeURIComponent(id)}/attention?b=${b}&h=${h}&what=norm&format=f32${q}`),
       { headers: api.mapHeaders(id), signal: ac.signal });
     if (res.status === 400) {
-      none.set(id, await api.fail(res).catch((e) => e.message));
+      const why = await api.fail(res).then(() => new Error('400'), (e) => e);
+      if (why.name === 'AbortError' || ac.signal.aborted) return; // unticked, another head: not the map's answer
+      none.set(id, why.message);
       if (asking && asking.key === key) asking = null;
       ctx.refresh();
       return;
@@ -127,7 +128,7 @@ export function drawNorm(v) {
   else if (v.norm) {
     const whose = state.h === 'mean' ? `the mean of the heads' ${normText(run)}` : `head ${state.h}'s ${normText(run)}`;
     text = `Drawn: ${whose} (norm-weighted${run.block ? ', the largest of each block' : ''}); colour scale 0 to the map's largest, ${fmt(v.norm.max, 4)}, not 1.`;
-  } else if (got.key === k && got.note) { text = `Norm-weighted map: ${got.note} (the weights are drawn)`; error = true; }
+  } else if (got.key === k && got.note) { text = `Norm-weighted map: ${got.note} (the weights are drawn; untick and tick the box to ask again)`; error = true; }
   else text = 'Norm-weighted map: asking the server…';
   key.textContent = text;
   key.classList.toggle('error', error);

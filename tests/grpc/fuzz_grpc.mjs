@@ -4,7 +4,7 @@
 // door; framing.test.mjs mutates one message's protobuf bytes behind a
 // well-behaved HTTP/2 client, where this builds the frames itself.
 //
-// It starts one attnd (ATTND_BIN, e.g. build/address/attnd; --api-key set,
+// It starts one attnd (ATTND_BIN, e.g. build/address+undefined/attnd; --api-key set,
 // the gqa model of seq_helper.mjs loaded) and, for ATTND_FUZZ_N batches
 // (default no limit) or ATTND_FUZZ_SECONDS (default 600), whichever ends
 // first, runs cases four at a time, each on its own connection: the client
@@ -33,7 +33,7 @@
 // be back to 0, SIGTERM must give exit 0 and no sanitizer report. Each case
 // draws from a generator seeded from the seed and its place, so a seed
 // sends the same bytes in every run (the summary prints their digest).
-//   ATTND_BIN=build/address/attnd ATTND_FUZZ_SEED=7 node tests/grpc/fuzz_grpc.mjs
+//   ATTND_BIN=build/address+undefined/attnd ATTND_FUZZ_SEED=7 node tests/grpc/fuzz_grpc.mjs
 import { createHash } from 'node:crypto';
 import http2 from 'node:http2';
 import { readFileSync } from 'node:fs';

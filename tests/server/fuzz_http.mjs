@@ -1,7 +1,7 @@
 // fuzz_http.mjs - a bounded, seeded HTTP fuzzer for attnd's REST door; not
 // part of `make test` (CI runs it: make fuzz-http, the ASan build, seed 7,
 // 90 s). It starts one attnd (ATTND_BIN, e.g.
-// build/address/attnd; --api-key and --cors-origins set so 401s and CORS
+// build/address+undefined/attnd; --api-key and --cors-origins set so 401s and CORS
 // answers come too) and, for ATTND_FUZZ_N batches (default no limit) or
 // ATTND_FUZZ_SECONDS (default 600), whichever ends first, sends raw-socket
 // cases four at a time: valid requests mutated at random (method, path,
@@ -16,7 +16,7 @@
 // connection may close before its answers only after one that said
 // Connection: close. After each batch /v2/health/live must answer 200; at
 // the end SIGTERM must give exit 0 and no sanitizer report.
-//   ATTND_BIN=build/address/attnd ATTND_FUZZ_SEED=7 node tests/server/fuzz_http.mjs
+//   ATTND_BIN=build/address+undefined/attnd ATTND_FUZZ_SEED=7 node tests/server/fuzz_http.mjs
 // Each case draws from a generator seeded from the seed and its place
 // (batch, client, case): a seed sends the same bytes in every run (the
 // summary's digest of them shows it), though the daemon's state between

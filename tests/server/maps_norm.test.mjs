@@ -201,6 +201,36 @@ test('a map keeps the norms of the instance that answered: a reload with another
   near(await floats(fresh, 'what=norm&h=all&format=f32', [GH, T, T]), before_.map((x) => 2 * x), 'the new map\'s: doubled');
 });
 
+// gramBytes: attnd_model_norm_gram_bytes of model m (/metrics)
+async function gramBytes(m) {
+  const text = await (await fetch(`${d.url}/metrics`)).text();
+  const g = new RegExp(`^attnd_model_norm_gram_bytes\\{model="${m}",version="1"\\} (\\d+)$`, 'm').exec(text);
+  assert.ok(g, `/metrics has no attnd_model_norm_gram_bytes of ${m}`);
+  return Number(g[1]);
+}
+
+test('a loaded weight set keeps its W_o Gram matrices from its first retained request on (attnd_model_norm_gram_bytes), a reload\'s new instance its own', async () => {
+  const T = 2, xs = Array.from({ length: T * GD }, (_, i) => Math.sin(i));
+  const body = { inputs: [fp32('x', [1, T, GD], xs)] };
+  const load = async () => {
+    const r = await post(`${d.url}/v2/repository/models/gqa320c/load`, { parameters: { config: gqaConfig, 'file:model.safetensors': safetensors(gqaWeights(11)).toString('base64') } });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+  };
+  const bytes = GH * GK * GK * 8; // H d_v x d_v doubles
+  await load();
+  assert.equal((await infer(d, 'gqa320c', body)).status, 200);
+  assert.equal(await gramBytes('gqa320c'), 0, 'none made without retain');
+  await retain('gqa320c', body);
+  assert.equal(await gramBytes('gqa320c'), bytes, 'made by the first retained request');
+  await retain('gqa320c', body);
+  assert.equal(await gramBytes('gqa320c'), bytes, 'kept, not made again');
+  assert.equal(await gramBytes('sdpa'), 0, 'sdpa has no W_o');
+  await load();
+  assert.equal(await gramBytes('gqa320c'), 0, 'a reload: a new instance, none made yet');
+  await retain('gqa320c', body);
+  assert.equal(await gramBytes('gqa320c'), bytes, 'the new instance\'s');
+});
+
 test('what=norm where no norms were kept (a sequence\'s map) is a 400 saying why; b, h out of range are 400s; an unknown what names norm', async () => {
   const c = REFS.causal;
   const D = c.shape[2];

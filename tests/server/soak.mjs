@@ -30,8 +30,8 @@
 // no call without a status), every answered step's sequence_length is the
 // one the client expects (and a quarter of the steps' y match a stateless
 // causal request over the client's history within 1e-4), the daemon exits
-// 0 without a sanitizer report (run it on build/address/attnd: make
-// SANITIZER=address soak), every sequence the soak left running is listed
+// 0 without a sanitizer report (run it on build/address+undefined/attnd: make
+// SANITIZER=address+undefined soak), every sequence the soak left running is listed
 // by GET /v2/sequences at its expected length (or went idle: its last step
 // sent sequence-idle-ms before the list, GET /v2/sequences/{id} saying so)
 // and nothing else is but abandoned ones, which are gone within
