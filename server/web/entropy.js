@@ -9,6 +9,7 @@
 
 import * as api from './api.js';
 import { fmt } from './panels.js';
+import { readPlane } from './plane.js';
 
 let ctx = null;          // app.js: { $, state, run, refresh }
 const got = { key: '', values: null, note: '' }; // the last answer
@@ -46,13 +47,7 @@ async function ask(key, run, b, h) {
     const res = await api.send(api.url(`v2/maps/${encodeURIComponent(id)}/attention?b=${b}&h=${h}&what=entropy&format=f32`),
       { headers: api.mapHeaders(id), signal: ac.signal });
     if (!res.ok) await api.fail(res);
-    const ver = res.headers.get('Map-Version');
-    const buf = await res.arrayBuffer();
-    if (!/^application\/octet-stream\b/i.test(res.headers.get('Content-Type') || ''))
-      throw new Error(api.cameInstead(res, new TextDecoder().decode(new Uint8Array(buf, 0, Math.min(buf.byteLength, 4096))), 'FP32'));
-    if (ver !== String(run.version ?? 0)) note = `the map is at version ${ver} now, not the ${run.version ?? 0} drawn`;
-    else if (buf.byteLength !== 4 * run.T) note = `${buf.byteLength} bytes came, not the ${4 * run.T} of ${run.T} rows`;
-    else values = new Float32Array(buf);
+    ({ values = null, note } = await readPlane(res, run.version, run.T, `${run.T} rows`));
   } catch (e) {
     if (e.name === 'AbortError') return;
     note = e.message;

@@ -12,6 +12,7 @@
 import * as api from './api.js';
 import { makeScale } from './colormap.js';
 import { fmt } from './panels.js';
+import { readPlane } from './plane.js';
 
 let ctx = null;          // app.js: { $, state, run, refresh }
 const got = { key: '', values: null, max: 0, note: '' }; // the last answer
@@ -53,16 +54,8 @@ async function ask(key, run, b, h) {
       return;
     }
     if (!res.ok) await api.fail(res);
-    const ver = res.headers.get('Map-Version');
-    const buf = await res.arrayBuffer();
-    if (!/^application\/octet-stream\b/i.test(res.headers.get('Content-Type') || ''))
-      throw new Error(api.cameInstead(res, new TextDecoder().decode(new Uint8Array(buf, 0, Math.min(buf.byteLength, 4096))), 'FP32'));
-    if (ver !== String(run.version ?? 0)) note = `the map is at version ${ver} now, not the ${run.version ?? 0} drawn`;
-    else if (buf.byteLength !== 4 * run.T * run.S) note = `${buf.byteLength} bytes came, not the ${4 * run.T * run.S} of ${run.T} × ${run.S} cells`;
-    else {
-      values = new Float32Array(buf);
-      for (const x of values) if (x > max) max = x;
-    }
+    ({ values = null, note } = await readPlane(res, run.version, run.T * run.S, `${run.T} × ${run.S} cells`));
+    if (values) for (const x of values) if (x > max) max = x;
   } catch (e) {
     if (e.name === 'AbortError') return;
     note = e.message;
