@@ -50,25 +50,56 @@ static void put_blocks(tile *t, size_t *k, int kind, int item, int head,
     }
 }
 
-/* Append the (row block x column block) tiles of a (rows, width) GEMM. */
-static void put_grid(tile *t, size_t *k, int kind, int mat, int rows,
-                     int width, int cb)
+/* Rows of sequence q in X (ctx 0) or in C (ctx 1). */
+static int seq_rows(const attn_seq *q, int ctx)
 {
-    for (int r = 0; r < rows; r += PROJ_ROWS)
-        for (int c = 0; c < width; c += cb) {
-            tile *x = &t[(*k)++];
-            x->kind = kind;
-            x->item = mat;
-            x->r0 = r;
-            x->r1 = rows - r < PROJ_ROWS ? rows : r + PROJ_ROWS;
-            x->c0 = c;
-            x->c1 = width - c < cb ? width : c + cb;
-        }
+    return ctx ? (q->kv ? q->t : q->s) : q->t;
 }
 
-static size_t grid_tiles(int rows, int width, int cb)
+/* put_grid: append to t[*k] on the (row block x column block) tiles of a
+ * GEMM over the rows of every sequence (X's rows, or C's when ctx), width
+ * columns in blocks of cb; with t NULL only count them into *k.
+ *
+ * Batch invariance: the row blocks make every request's rows meet the
+ * same kernel, with the same summation order, alone and in any batch.
+ * OpenBLAS's rows change bits with the number of rows a call has
+ * (README, "Batch invariance"), so
+ * - when the skinny kernel takes this weight's shape (attn__skinny_fits
+ *   of every column block), runs of consecutive small sequences (at most
+ *   SKINNY_MAX_ROWS rows each: alone, they would go to it) share blocks
+ *   of up to PROJ_ROWS rows, all through attn__skinny_rows whatever the
+ *   block's rows (each output one FMA chain in order): a batch of decode
+ *   steps still reads each weight once;
+ * - every other sequence has blocks of its own, PROJ_ROWS rows from its
+ *   first row: the same GEMM calls as alone. */
+static void put_grid(tile *t, size_t *k, int kind, int mat,
+                     const attn_seq *seqs, int n, int ctx, int kdim,
+                     int width, int cb)
 {
-    return blocks(rows, PROJ_ROWS) * blocks(width, cb);
+    int skinny = attn__skinny_fits(cb < width ? cb : width, kdim) &&
+                 (width % cb == 0 || attn__skinny_fits(width % cb, kdim));
+    int r = 0;
+    for (int i = 0; i < n;) {
+        int end = r + seq_rows(&seqs[i], ctx);
+        int run = skinny && end - r <= SKINNY_MAX_ROWS;
+        for (i++; run && i < n && seq_rows(&seqs[i], ctx) <= SKINNY_MAX_ROWS;
+             i++)
+            end += seq_rows(&seqs[i], ctx);
+        for (int b = r; b < end; b += PROJ_ROWS)
+            for (int c = 0; c < width; c += cb, (*k)++) {
+                if (!t)
+                    continue;
+                tile *x = &t[*k];
+                x->kind = kind;
+                x->item = mat;
+                x->r0 = b;
+                x->r1 = end - b < PROJ_ROWS ? end : b + PROJ_ROWS;
+                x->c0 = c;
+                x->c1 = width - c < cb ? width : c + cb;
+                x->skinny = run;
+            }
+        r = end;
+    }
 }
 
 /* 1/sqrt(d_k) rounded once, the float PyTorch multiplies q by
@@ -253,8 +284,10 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
         n0 += blocks(seqs[i].t, PROJ_ROWS) +
               (cross ? blocks(seqs[i].kv ? seqs[i].t : seqs[i].s, PROJ_ROWS)
                      : 0);
-    n1 = grid_tiles((int)T, H * dk, cbq) + grid_tiles((int)Cn, Hkv * dk, cbk) +
-         grid_tiles((int)Cn, Hkv * dv, cbv);
+    n1 = 0;
+    put_grid(NULL, &n1, TILE_PROJ, MAT_Q, seqs, n_seqs, 0, dm, H * dk, cbq);
+    put_grid(NULL, &n1, TILE_PROJ, MAT_K, seqs, n_seqs, 1, dmc, Hkv * dk, cbk);
+    put_grid(NULL, &n1, TILE_PROJ, MAT_V, seqs, n_seqs, 1, dmc, Hkv * dv, cbv);
     double fl = 0;
     for (int i = 0; i < n_seqs; i++) {
         const attn_seq *q = &seqs[i];
@@ -266,7 +299,8 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
         n2 += group_step(q) ? (size_t)Hkv
                             : (size_t)H * blocks(q->t, ATTN__BQ);
     }
-    n3 = grid_tiles((int)T, dm, cbo);
+    n3 = 0;
+    put_grid(NULL, &n3, TILE_OUT, 0, seqs, n_seqs, 0, H * dv, dm, cbo);
     attn_plan *p = plan_alloc(cfg, n_seqs);
     if (!p)
         goto nomem;
@@ -357,10 +391,14 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
         xoff += q->t;
         coff += b->crows;
     }
-    put_grid(tt[g], &p->n_tiles[g], TILE_PROJ, MAT_Q, (int)T, H * dk, cbq);
-    put_grid(tt[g], &p->n_tiles[g], TILE_PROJ, MAT_K, (int)Cn, Hkv * dk, cbk);
-    put_grid(tt[g], &p->n_tiles[g], TILE_PROJ, MAT_V, (int)Cn, Hkv * dv, cbv);
-    put_grid(tt[g + 2], &p->n_tiles[g + 2], TILE_OUT, 0, (int)T, dm, cbo);
+    put_grid(tt[g], &p->n_tiles[g], TILE_PROJ, MAT_Q, seqs, n_seqs, 0, dm,
+             H * dk, cbq);
+    put_grid(tt[g], &p->n_tiles[g], TILE_PROJ, MAT_K, seqs, n_seqs, 1, dmc,
+             Hkv * dk, cbk);
+    put_grid(tt[g], &p->n_tiles[g], TILE_PROJ, MAT_V, seqs, n_seqs, 1, dmc,
+             Hkv * dv, cbv);
+    put_grid(tt[g + 2], &p->n_tiles[g + 2], TILE_OUT, 0, seqs, n_seqs, 0,
+             H * dv, dm, cbo);
     /* Each row's RoPE table row: its span's row, plus its place in it */
     for (int k = 0; rot && k < n_seqs; k++) {
         const seqbuf *b = &p->buf[sp[k].seq];

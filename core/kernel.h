@@ -121,6 +121,18 @@ int attn__have_avx512(void);
 #define SKINNY_MIN_K 16
 int attn__skinny_gemm(int m, int n, int k, const float *a, int lda,
                       const float *b, int ldb, float *c, int ldc);
+/* attn__skinny_fits: 1 when the skinny kernel takes a product of n columns
+ * over k on this CPU (AVX-512, n a multiple of 32, k >= SKINNY_MIN_K),
+ * whatever its rows. attn__skinny_rows: attn__skinny_gemm for any m >= 1
+ * (slower than OpenBLAS past SKINNY_MAX_ROWS rows); 0 when it does not
+ * fit. Each element of C is one chain of fused multiply-adds over k in
+ * order, from 0, so row i of C has the same bits whatever m is and
+ * wherever row i sits (tests/core/test_kernel.c); OpenBLAS's rows do
+ * not (they change with the call's row count: README, "Batch
+ * invariance"). */
+int attn__skinny_fits(int n, int k);
+int attn__skinny_rows(int m, int n, int k, const float *a, int lda,
+                      const float *b, int ldb, float *c, int ldc);
 
 /* small_attn.c: a few query rows (at most SMALL_ROWS) against one span of
  * keys, without BLAS, on a CPU with AVX-512 and d_k (d_v) a multiple of

@@ -9,7 +9,9 @@
  * steps, context rows of cross-attention); Q, K, V, O are the batch-wide
  * projections and concatenated heads, and each sequence's slices are
  * consecutive rows of them. One GEMM per weight matrix and tile (a block
- * of rows x a block of columns) reads each weight once per batch.
+ * of rows x a block of columns) reads each weight once per batch. Row
+ * blocks follow the sequences (attn.c's put_grid), so that each one's
+ * rows meet the same kernel alone and batched (batch invariance).
  *
  * Stages: [gather, when the batch has several sequences] -> project
  * (Q, K, V tiles) -> attend (sequence x head x query block, or sequence x
@@ -34,6 +36,8 @@ typedef struct tile {
                    1 for the context rows of a gather tile */
     int r0, r1; /* rows [r0, r1) */
     int c0, c1; /* columns [c0, c1) of proj and output tiles */
+    int skinny; /* proj and output tiles: rows of small requests only,
+                   through attn__skinny_rows (attn.c's put_grid) */
 } tile;
 
 /* A sequence's rows in the batch matrices. */

@@ -25,8 +25,12 @@
  * Haswell kernels and 35-37 with its Cooperlake ones, 62-64 here.
  *
  * Each element of C is one chain of fused multiply-adds over k in order,
- * whatever the number of rows (one included), so a step's projections do
- * not depend on which batch it ran in, nor on whether it ran alone.
+ * from 0, whatever the number of rows (one included) and the row's place
+ * among them: a row's bits do not depend on the rows computed beside it.
+ * attn.c relies on that for batch invariance (a request's outputs the
+ * same alone and in any batch): the rows of every request small enough
+ * to come here alone come here in a batch too (attn__skinny_rows, any
+ * number of rows).
  * Without AVX-512 (or when the shape does not fit) attn__skinny_gemm
  * declines and the caller uses cblas_sgemm.
  */
@@ -161,11 +165,23 @@ int attn__have_avx512(void)
     return h;
 }
 
+int attn__skinny_fits(int n, int k)
+{
+    return k >= SKINNY_MIN_K && n >= 32 && n % 32 == 0 && attn__have_avx512();
+}
+
 int attn__skinny_gemm(int m, int n, int k, const float *a, int lda,
                       const float *b, int ldb, float *c, int ldc)
 {
-    if (m < SKINNY_MIN_ROWS || m > SKINNY_MAX_ROWS || k < SKINNY_MIN_K || n < 32 ||
-        n % 32 || !attn__have_avx512())
+    if (m < SKINNY_MIN_ROWS || m > SKINNY_MAX_ROWS)
+        return 0;
+    return attn__skinny_rows(m, n, k, a, lda, b, ldb, c, ldc);
+}
+
+int attn__skinny_rows(int m, int n, int k, const float *a, int lda,
+                      const float *b, int ldb, float *c, int ldc)
+{
+    if (m < 1 || !attn__skinny_fits(n, k))
         return 0;
     if (m == 1) { /* 256 columns at a time, then 128, 64, 32 */
         int j = 0;
@@ -192,6 +208,20 @@ int attn__skinny_gemm(int m, int n, int k, const float *a, int lda,
 #else
 
 int attn__have_avx512(void) { return 0; }
+
+int attn__skinny_fits(int n, int k)
+{
+    (void)n, (void)k;
+    return 0;
+}
+
+int attn__skinny_rows(int m, int n, int k, const float *a, int lda,
+                      const float *b, int ldb, float *c, int ldc)
+{
+    (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb;
+    (void)c, (void)ldc;
+    return 0;
+}
 
 int attn__skinny_gemm(int m, int n, int k, const float *a, int lda,
                       const float *b, int ldb, float *c, int ldc)

@@ -86,6 +86,18 @@ static const float *wcols(const attn_plan *p, const float *w, int k,
     return w + c0;
 }
 
+/* C = A B for the rows and columns of projection or output tile tl (A
+ * its first row, k wide; B its columns; C its first element): through
+ * the skinny kernel whatever the rows when the tile holds small requests
+ * (attn.c's put_grid: batch invariance), else attn__gemm. */
+static void rows_gemm(const tile *tl, int k, const float *a, const float *b,
+                      int ldb, float *c, int ldc)
+{
+    int m = tl->r1 - tl->r0, n = tl->c1 - tl->c0;
+    if (!tl->skinny || !attn__skinny_rows(m, n, k, a, k, b, ldb, c, ldc))
+        attn__gemm(0, m, n, k, 1.0f, a, k, b, ldb, 0.0f, c, ldc);
+}
+
 /* The projection tile: rows [r0, r1) x columns [c0, c1) of Q, K or V
  * (columns are whole heads), then bias, RoPE, the per-head copies the
  * caller asked for, Q's scale (after its copies: the q output is before
@@ -105,8 +117,8 @@ static void tile_proj(attn_plan *p, const tile *tl)
     size_t ld = (size_t)width, n = (size_t)(c1 - c0);
     int ldw;
     const float *wc = wcols(p, w, k, width, c0, c1, &ldw);
-    attn__gemm(0, r1 - r0, c1 - c0, k, 1.0f, in + (size_t)r0 * (size_t)k, k,
-               wc, ldw, 0.0f, out + (size_t)r0 * ld + c0, width);
+    rows_gemm(tl, k, in + (size_t)r0 * (size_t)k, wc, ldw,
+              out + (size_t)r0 * ld + c0, width);
     if (bias)
         for (int r = r0; r < r1; r++) {
             float *restrict row = out + (size_t)r * ld + c0;
@@ -230,8 +242,8 @@ static void tile_out(attn_plan *p, const tile *tl)
     size_t n = (size_t)(c1 - c0);
     int ldw;
     const float *wc = wcols(p, p->w.w_o, k, dm, c0, c1, &ldw);
-    attn__gemm(0, r1 - r0, c1 - c0, k, 1.0f, p->O + (size_t)r0 * (size_t)k, k,
-               wc, ldw, 0.0f, p->Y + (size_t)r0 * (size_t)dm + c0, dm);
+    rows_gemm(tl, k, p->O + (size_t)r0 * (size_t)k, wc, ldw,
+              p->Y + (size_t)r0 * (size_t)dm + c0, dm);
     for (int r = r0; r < r1; r++) {
         int item = p->qseq[r];
         float *row = p->Y + (size_t)r * (size_t)dm + c0;

@@ -258,6 +258,49 @@ START_TEST(skinny_gemm_row_alone_same_bits)
 }
 END_TEST
 
+START_TEST(skinny_rows_any_rows_same_bits)
+{
+    /* batch invariance (attn.c's put_grid): the rows of small requests
+     * merged past SKINNY_MAX_ROWS go through attn__skinny_rows; each of
+     * its rows has the bits of that row computed alone and of the same
+     * row in a block of other rows at another place (a request's rows
+     * beside another batch's) */
+    static const int shape[][4] = {/* m, n, k, other block's first row */
+                                   {49, 64, 512, 7},
+                                   {130, 96, 64, 1},
+                                   {256, 256, 100, 200}};
+    int m = shape[_i][0], n = shape[_i][1], k = shape[_i][2];
+    int r0 = shape[_i][3], m2 = m - r0;
+    tu_rng g = {57u + (unsigned)_i};
+    float *a = tu_randn(&g, (size_t)m * k, 1.0f);
+    float *b = tu_randn(&g, (size_t)k * n, 1.0f);
+    float *c = tu_fill((size_t)m * n, NAN), *c2 = tu_fill((size_t)m * n, NAN);
+    float *c1 = tu_fill((size_t)n, NAN);
+    ck_assert_int_eq(attn__skinny_rows(m, n, k, a, k, b, n, c, n), cpu_avx512());
+    if (!cpu_avx512()) {
+        free(a), free(b), free(c), free(c1), free(c2);
+        return;
+    }
+    ck_assert_int_eq(attn__skinny_gemm(m, n, k, a, k, b, n, c2, n), 0);
+    ck_assert_int_eq(attn__skinny_rows(m2, n, k, a + (size_t)r0 * k, k, b, n,
+                                       c2, n),
+                     1);
+    for (int i = 0; i < m; i++) {
+        ck_assert_int_eq(attn__skinny_rows(1, n, k, a + (size_t)i * k, k, b,
+                                           n, c1, n),
+                         1);
+        ck_assert_msg(memcmp(c1, c + (size_t)i * n, (size_t)n * sizeof *c1) == 0,
+                      "m %d n %d k %d: row %d alone differs", m, n, k, i);
+        if (i >= r0)
+            ck_assert_msg(memcmp(c2 + (size_t)(i - r0) * n, c + (size_t)i * n,
+                                 (size_t)n * sizeof *c1) == 0,
+                          "m %d n %d k %d: row %d of %d rows differs", m, n, k,
+                          i, m2);
+    }
+    free(a), free(b), free(c), free(c1), free(c2);
+}
+END_TEST
+
 START_TEST(skinny_gemm_declines)
 {
     /* shapes it leaves to cblas_sgemm: C stays as it was */
@@ -368,6 +411,7 @@ static Suite *kernel_suite(void)
     tcase_add_loop_test(tc, skinny_gemm_matches_double, 0, 11);
     tcase_add_loop_test(tc, skinny_gemm_row_alone_same_bits, 0, 4);
     tcase_add_loop_test(tc, skinny_gemm_declines, 0, 5);
+    tcase_add_loop_test(tc, skinny_rows_any_rows_same_bits, 0, 3);
     tcase_add_loop_test(tc, small_attn_matches_double, 0, 8);
     tcase_add_loop_test(tc, small_attn_declines, 0, 5);
     suite_add_tcase(s, tc);
