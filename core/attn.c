@@ -60,18 +60,22 @@ static int seq_rows(const attn_seq *q, int ctx)
  * GEMM over the rows of every sequence (X's rows, or C's when ctx), width
  * columns in blocks of cb; with t NULL only count them into *k.
  *
- * Batch invariance: the row blocks make every request's rows meet the
- * same kernel, with the same summation order, alone and in any batch.
- * OpenBLAS's rows change bits with the number of rows a call has
- * (README, "Batch invariance"), so
- * - when the skinny kernel takes this weight's shape (attn__skinny_fits
- *   of every column block), runs of consecutive small sequences (at most
- *   SKINNY_MAX_ROWS rows each: alone, they would go to it) share blocks
- *   of up to PROJ_ROWS rows, all through attn__skinny_rows whatever the
- *   block's rows (each output one FMA chain in order): a batch of decode
- *   steps still reads each weight once;
+ * Batch invariance: the row blocks make a request's rows meet the same
+ * kernel, with the same summation order, alone and in any batch, where
+ * that costs no batching. OpenBLAS's rows change bits with the number of
+ * rows a call has (README, "Batch invariance"), so
+ * - runs of consecutive small sequences (at most SKINNY_MAX_ROWS rows
+ *   each: alone, the skinny kernel would take them) share blocks of up to
+ *   PROJ_ROWS rows, so that a batch of decode steps reads each weight
+ *   once; when the skinny kernel takes this weight's shape
+ *   (attn__skinny_fits of every column block) they all go through
+ *   attn__skinny_rows whatever the block's rows (each output one FMA
+ *   chain in order): invariant. When it does not (no AVX-512, a shape it
+ *   does not take) they are OpenBLAS's calls over the run, as before:
+ *   their bits can change with the batch (giving each its own calls
+ *   would read the weights once per step);
  * - every other sequence has blocks of its own, PROJ_ROWS rows from its
- *   first row: the same GEMM calls as alone. */
+ *   first row: the same GEMM calls as alone, invariant everywhere. */
 static void put_grid(tile *t, size_t *k, int kind, int mat,
                      const attn_seq *seqs, int n, int ctx, int kdim,
                      int width, int cb)
@@ -81,7 +85,7 @@ static void put_grid(tile *t, size_t *k, int kind, int mat,
     int r = 0;
     for (int i = 0; i < n;) {
         int end = r + seq_rows(&seqs[i], ctx);
-        int run = skinny && end - r <= SKINNY_MAX_ROWS;
+        int run = end - r <= SKINNY_MAX_ROWS;
         for (i++; run && i < n && seq_rows(&seqs[i], ctx) <= SKINNY_MAX_ROWS;
              i++)
             end += seq_rows(&seqs[i], ctx);
@@ -96,7 +100,7 @@ static void put_grid(tile *t, size_t *k, int kind, int mat,
                 x->r1 = end - b < PROJ_ROWS ? end : b + PROJ_ROWS;
                 x->c0 = c;
                 x->c1 = width - c < cb ? width : c + cb;
-                x->skinny = run;
+                x->skinny = run && skinny;
             }
         r = end;
     }
