@@ -6,6 +6,7 @@
 #include "attn.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,14 +57,29 @@ static int seq_rows(const attn_seq *q, int ctx)
     return ctx ? (q->kv ? q->t : q->s) : q->t;
 }
 
+/* attn_batch_invariant's switch (attn.h), read once by each plan */
+static atomic_int batch_inv;
+
+void attn_batch_invariant(int on)
+{
+    atomic_store_explicit(&batch_inv, !!on, memory_order_relaxed);
+}
+
 /* put_grid: append to t[*k] on the (row block x column block) tiles of a
  * GEMM over the rows of every sequence (X's rows, or C's when ctx), width
  * columns in blocks of cb; with t NULL only count them into *k.
  *
- * Batch invariance: the row blocks make a request's rows meet the same
- * kernel, with the same summation order, alone and in any batch, where
- * that costs no batching. OpenBLAS's rows change bits with the number of
- * rows a call has (README, "Batch invariance"), so
+ * Without inv, blocks of PROJ_ROWS rows over the whole batch, whatever
+ * request they come from: each weight read once per block, and a block
+ * of 1 to SKINNY_MAX_ROWS rows to the skinny kernel, a larger one to
+ * OpenBLAS (attn__gemm), so a request's rows can meet another kernel, or
+ * OpenBLAS with another row count, in a batch than alone: its last bits
+ * can change with the batch.
+ *
+ * With inv (batch invariance, README): the row blocks make a request's
+ * rows meet the same kernel, with the same summation order, alone and
+ * in any batch, where that costs no batching. OpenBLAS's rows change
+ * bits with the number of rows a call has, so
  * - runs of consecutive small sequences (at most SKINNY_MAX_ROWS rows
  *   each: alone, the skinny kernel would take them) share blocks of up to
  *   PROJ_ROWS rows, so that a batch of decode steps reads each weight
@@ -71,22 +87,23 @@ static int seq_rows(const attn_seq *q, int ctx)
  *   (attn__skinny_fits of every column block) they all go through
  *   attn__skinny_rows whatever the block's rows (each output one FMA
  *   chain in order): invariant. When it does not (no AVX-512, a shape it
- *   does not take) they are OpenBLAS's calls over the run, as before:
- *   their bits can change with the batch (giving each its own calls
+ *   does not take) they are OpenBLAS's calls over the run, as without
+ *   inv: their bits can change with the batch (giving each its own calls
  *   would read the weights once per step);
  * - every other sequence has blocks of its own, PROJ_ROWS rows from its
  *   first row: the same GEMM calls as alone, invariant everywhere. */
 static void put_grid(tile *t, size_t *k, int kind, int mat,
                      const attn_seq *seqs, int n, int ctx, int kdim,
-                     int width, int cb)
+                     int width, int cb, int inv)
 {
-    int skinny = attn__skinny_fits(cb < width ? cb : width, kdim) &&
+    int skinny = inv && attn__skinny_fits(cb, kdim) &&
                  (width % cb == 0 || attn__skinny_fits(width % cb, kdim));
     int r = 0;
     for (int i = 0; i < n;) {
         int end = r + seq_rows(&seqs[i], ctx);
-        int run = end - r <= SKINNY_MAX_ROWS;
-        for (i++; run && i < n && seq_rows(&seqs[i], ctx) <= SKINNY_MAX_ROWS;
+        int run = !inv || end - r <= SKINNY_MAX_ROWS;
+        for (i++; run && i < n &&
+                  (!inv || seq_rows(&seqs[i], ctx) <= SKINNY_MAX_ROWS);
              i++)
             end += seq_rows(&seqs[i], ctx);
         for (int b = r; b < end; b += PROJ_ROWS)
@@ -284,14 +301,19 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
     int cbq = attn_panel_cols(cfg, ATTN_W_Q), cbk = attn_panel_cols(cfg, ATTN_W_K),
         cbv = attn_panel_cols(cfg, ATTN_W_V), cbo = attn_panel_cols(cfg, ATTN_W_O);
     size_t n0 = 0, n1, n2 = 0, n3;
+    /* read once: the counting and the filling cut the same blocks */
+    int inv = atomic_load_explicit(&batch_inv, memory_order_relaxed);
     for (int i = 0; gather && i < n_seqs; i++)
         n0 += blocks(seqs[i].t, PROJ_ROWS) +
               (cross ? blocks(seqs[i].kv ? seqs[i].t : seqs[i].s, PROJ_ROWS)
                      : 0);
     n1 = 0;
-    put_grid(NULL, &n1, TILE_PROJ, MAT_Q, seqs, n_seqs, 0, dm, H * dk, cbq);
-    put_grid(NULL, &n1, TILE_PROJ, MAT_K, seqs, n_seqs, 1, dmc, Hkv * dk, cbk);
-    put_grid(NULL, &n1, TILE_PROJ, MAT_V, seqs, n_seqs, 1, dmc, Hkv * dv, cbv);
+    put_grid(NULL, &n1, TILE_PROJ, MAT_Q, seqs, n_seqs, 0, dm, H * dk, cbq,
+             inv);
+    put_grid(NULL, &n1, TILE_PROJ, MAT_K, seqs, n_seqs, 1, dmc, Hkv * dk,
+             cbk, inv);
+    put_grid(NULL, &n1, TILE_PROJ, MAT_V, seqs, n_seqs, 1, dmc, Hkv * dv,
+             cbv, inv);
     double fl = 0;
     for (int i = 0; i < n_seqs; i++) {
         const attn_seq *q = &seqs[i];
@@ -304,7 +326,8 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
                             : (size_t)H * blocks(q->t, ATTN__BQ);
     }
     n3 = 0;
-    put_grid(NULL, &n3, TILE_OUT, 0, seqs, n_seqs, 0, H * dv, dm, cbo);
+    put_grid(NULL, &n3, TILE_OUT, 0, seqs, n_seqs, 0, H * dv, dm, cbo,
+             inv);
     attn_plan *p = plan_alloc(cfg, n_seqs);
     if (!p)
         goto nomem;
@@ -396,13 +419,13 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
         coff += b->crows;
     }
     put_grid(tt[g], &p->n_tiles[g], TILE_PROJ, MAT_Q, seqs, n_seqs, 0, dm,
-             H * dk, cbq);
+             H * dk, cbq, inv);
     put_grid(tt[g], &p->n_tiles[g], TILE_PROJ, MAT_K, seqs, n_seqs, 1, dmc,
-             Hkv * dk, cbk);
+             Hkv * dk, cbk, inv);
     put_grid(tt[g], &p->n_tiles[g], TILE_PROJ, MAT_V, seqs, n_seqs, 1, dmc,
-             Hkv * dv, cbv);
+             Hkv * dv, cbv, inv);
     put_grid(tt[g + 2], &p->n_tiles[g + 2], TILE_OUT, 0, seqs, n_seqs, 0,
-             H * dv, dm, cbo);
+             H * dv, dm, cbo, inv);
     /* Each row's RoPE table row: its span's row, plus its place in it */
     for (int k = 0; rot && k < n_seqs; k++) {
         const seqbuf *b = &p->buf[sp[k].seq];

@@ -279,6 +279,19 @@ int attn_plan_nonfinite(const attn_plan *p, int item);
 
 struct attn_exec; /* exec.h */
 
+/* attn_batch_invariant: 1 makes a request's outputs the same bits alone
+ * and in any batch, where the CPU allows it without losing batching
+ * (AVX-512 and the skinny kernel's shapes; elsewhere requests of more than
+ * 48 rows: README, "Batch invariance"): a batch's projection and output
+ * GEMMs are cut along its requests, a run of small ones through the
+ * skinny kernel whatever its rows, a larger one in blocks of its own.
+ * Batches of such requests past 48 rows then run slower (the skinny
+ * kernel there, a weight read once per larger request). 0 (the
+ * default): blocks of 256 rows over the whole batch, the fastest; a
+ * request's last bits can change with the batch. Process-wide, any
+ * thread; each plan reads it once, when created. */
+void attn_batch_invariant(int on);
+
 /* attn_forward: create a plan, run all its stages on ex (or on the calling
  * thread when ex is NULL), destroy it. Returns what attn_plan_create does,
  * or ATTN_ERANGE when an item's results are not finite (outputs written

@@ -9,9 +9,10 @@
  * steps, context rows of cross-attention); Q, K, V, O are the batch-wide
  * projections and concatenated heads, and each sequence's slices are
  * consecutive rows of them. One GEMM per weight matrix and tile (a block
- * of rows x a block of columns) reads each weight once per batch. Row
- * blocks follow the sequences (attn.c's put_grid), so that each one's
- * rows meet the same kernel alone and batched (batch invariance).
+ * of rows x a block of columns) reads each weight once per batch. With
+ * attn_batch_invariant on, row blocks follow the sequences (attn.c's
+ * put_grid), so that each one's rows meet the same kernel alone and
+ * batched (batch invariance).
  *
  * Stages: [gather, when the batch has several sequences] -> project
  * (Q, K, V tiles) -> attend (sequence x head x query block, or sequence x

@@ -27,10 +27,10 @@
  * Each element of C is one chain of fused multiply-adds over k in order,
  * from 0, whatever the number of rows (one included) and the row's place
  * among them: a row's bits do not depend on the rows computed beside it.
- * attn.c relies on that for batch invariance (a request's outputs the
- * same alone and in any batch): the rows of every request small enough
- * to come here alone come here in a batch too (attn__skinny_rows, any
- * number of rows).
+ * attn.c relies on that for batch invariance (attn_batch_invariant: a
+ * request's outputs the same alone and in any batch): the rows of every
+ * request small enough to come here alone come here in a batch too
+ * (attn__skinny_rows, any number of rows).
  * Without AVX-512 (or when the shape does not fit) attn__skinny_gemm
  * declines and the caller uses cblas_sgemm.
  */

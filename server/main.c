@@ -466,6 +466,7 @@ int main(int argc, char **argv)
     srv_accept_init(&s.accept, &s, "http");
     s.cores = attn_cpu_count(); /* its affinity (taskset, cpuset), else online */
     s.threads = s.cfg.threads ? (int)s.cfg.threads : s.cores;
+    attn_batch_invariant((int)s.cfg.batch_invariant);
     /* The pool is sized before its first use; BLAS runs single-threaded
      * inside tiles so threads never oversubscribe the cores. */
     snprintf(num, sizeof num, "%d", s.threads);

@@ -90,8 +90,8 @@ const batchesOf = async (d, n, model = 'bi') => {
 
 test('every answer in a batch of 8 has the bits of the same request alone', async (t) => {
   const dir = models();
-  const alone = await start({ t, dir, args: ['--max-batch', '1'] });
-  const batched = await start({ t, dir, args: ['--max-batch', String(N), '--batch-delay-us', '5000000', '--instances', '1', '--solo-max-weights', '0'] });
+  const alone = await start({ t, dir, args: ['--max-batch', '1', '--batch-invariant', '1'] });
+  const batched = await start({ t, dir, args: ['--batch-invariant', '1', '--max-batch', String(N), '--batch-delay-us', '10000000', '--instances', '1', '--solo-max-weights', '0'] });
   try {
     for (const [k, round] of ROUNDS.entries()) {
       const want = [];
