@@ -213,10 +213,10 @@ test: deps-test
 	@$(MAKE) --no-print-directory check-deploy
 
 # test-daemon: make test without the page's suite (tests/web: Chromium
-# driving the page, 523 s of make test's ~930 here, the daemon answering
-# REST requests check-server also sends) and the generators' check
-# (Python only): .ci/run's TSan stage, where the threads to check are the
-# daemon's and the engine's, in the Check, server, gRPC and deploy suites.
+# driving the page, ~510 s of a run here, sanitized or not, the daemon
+# answering REST requests check-server also sends) and the generators'
+# check (Python only): .ci/run's sanitized stages (ASan and UBSan, TSan),
+# after make test has run the page's suite.
 .PHONY: test-daemon
 test-daemon: deps-test
 	@$(MAKE) --no-print-directory all
