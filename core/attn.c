@@ -51,10 +51,16 @@ static void put_blocks(tile *t, size_t *k, int kind, int item, int head,
     }
 }
 
+/* Context rows of sequence q (its rows in C): a step's own, else its s. */
+static int ctx_rows(const attn_seq *q)
+{
+    return q->kv ? q->t : q->s;
+}
+
 /* Rows of sequence q in X (ctx 0) or in C (ctx 1). */
 static int seq_rows(const attn_seq *q, int ctx)
 {
-    return ctx ? (q->kv ? q->t : q->s) : q->t;
+    return ctx ? ctx_rows(q) : q->t;
 }
 
 /* attn_batch_invariant's switch (attn.h), read once by each plan */
@@ -251,7 +257,7 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
                 return attn__fail(err, ATTN_EINVAL,
                                   "seqs[%d].kv is also seqs[%d].kv", i, j);
         T += (size_t)seqs[i].t;
-        Cn += (size_t)(seqs[i].kv ? seqs[i].t : seqs[i].s);
+        Cn += (size_t)ctx_rows(&seqs[i]);
         cross |= seqs[i].context != NULL;
     }
     int dm = cfg->d_model, dmc = cfg->d_model_ctx ? cfg->d_model_ctx : dm;
@@ -271,7 +277,7 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
                               "out of memory for %d sequences", n_seqs);
         for (int i = 0; i < n_seqs; i++) {
             const attn_seq *q = &seqs[i];
-            int past = q->kv ? q->kv->len : 0, c = q->kv ? q->t : q->s;
+            int past = q->kv ? q->kv->len : 0, c = ctx_rows(q);
             sp[i] = (span){past, past + (q->t > c ? q->t : c), i, 0};
         }
         rope_rows = rope_spans(sp, n_seqs);
@@ -305,8 +311,7 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
     int inv = atomic_load_explicit(&batch_inv, memory_order_relaxed);
     for (int i = 0; gather && i < n_seqs; i++)
         n0 += blocks(seqs[i].t, PROJ_ROWS) +
-              (cross ? blocks(seqs[i].kv ? seqs[i].t : seqs[i].s, PROJ_ROWS)
-                     : 0);
+              (cross ? blocks(ctx_rows(&seqs[i]), PROJ_ROWS) : 0);
     n1 = 0;
     put_grid(NULL, &n1, TILE_PROJ, MAT_Q, seqs, n_seqs, 0, dm, H * dk, cbq,
              inv);
@@ -317,7 +322,7 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
     double fl = 0;
     for (int i = 0; i < n_seqs; i++) {
         const attn_seq *q = &seqs[i];
-        double t = q->t, s = q->s, c = q->kv ? q->t : q->s;
+        double t = q->t, s = q->s, c = ctx_rows(q);
         double hk = (double)H * dk, hv = (double)H * dv;
         double kv = (double)Hkv * (dk + dv);
         fl += 2 * t * dm * hk + 2 * c * dmc * kv + 2 * t * s * (hk + hv) +
@@ -389,7 +394,7 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
         b->xoff = xoff;
         b->coff = coff;
         b->past = q->kv ? q->kv->len : 0;
-        b->crows = q->kv ? q->t : q->s;
+        b->crows = ctx_rows(q);
         b->ctx = q->context ? q->context : q->x;
         for (int r = 0; r < q->t; r++)
             p->qseq[xoff + r] = i;

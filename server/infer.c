@@ -522,22 +522,19 @@ int srv_prep_outputs(const srv_prep *p, const oip_request *req,
 
 /* value_norms: the map's [B, H, S] value norms for what=norm
  * (maps_norm.h) into a (a->vnorm, malloc'd: the caller frees it): |v_j^h
- * W_O^h| with w (through grams, its instance's Gram matrices, else made
- * for this request), sdpa's |v_j^h| without; none without values. 0, or
- * 503 (out of memory) with err. */
-static int value_norms(const srv_prep *p, const attn_weights *w,
-                       maps_grams *grams, maps_put_args *a, char *err)
+ * W_O^h| through grams (the Gram matrices of the instance that computed
+ * it), sdpa's |v_j^h| without; none without values. 0, or 503 (out of
+ * memory) with err. */
+static int value_norms(const srv_prep *p, maps_grams *grams,
+                       maps_put_args *a, char *err)
 {
     size_t n = (size_t)a->b * (size_t)a->h * (size_t)a->s; /* <= the map */
     float *out;
-    if (!a->v || (!p->raw && !w))
+    if (!a->v || (!p->raw && !grams))
         return 0;
     out = malloc(n * sizeof(float));
-    if (!out ||
-        (!p->raw && (grams ? maps_grams_norms(grams, a->v, a->b, a->s,
-                                              a->s_valid, out)
-                           : maps_vo_norms(&p->cfg, w, a->v, a->b, a->s,
-                                           a->s_valid, out)))) {
+    if (!out || (!p->raw && maps_grams_norms(grams, a->v, a->b, a->s,
+                                             a->s_valid, out))) {
         free(out);
         snprintf(err, OIP_ERRMAX, "parameters.retain: out of memory");
         return 503;
@@ -550,10 +547,10 @@ static int value_norms(const srv_prep *p, const attn_weights *w,
 }
 
 int srv_infer_encode(const srv_prep *p, const oip_request *req,
-                     const char *model_name, const attn_weights *w,
-                     maps_grams *grams, maps_store *maps,
-                     oip_encode_fn *enc, char **body, size_t *len,
-                     size_t *header_len, char *map_id, char *err)
+                     const char *model_name, maps_grams *grams,
+                     maps_store *maps, oip_encode_fn *enc, char **body,
+                     size_t *len, size_t *header_len, char *map_id,
+                     char *err)
 {
     oip_output outs[SRV_O_N];
     char extra[MAPS_ID_MAX + 32], id[MAPS_ID_MAX];
@@ -587,7 +584,7 @@ int srv_infer_encode(const srv_prep *p, const oip_request *req,
             a.dk = p->cfg.head_dim;
             a.scale = attn_config_scale(&p->cfg);
         }
-        if ((rc = value_norms(p, w, grams, &a, err)))
+        if ((rc = value_norms(p, grams, &a, err)))
             return rc;
         /* a weight set's v was computed for the norms: kept when asked */
         if (!p->raw && !p->want[SRV_O_V])

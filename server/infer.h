@@ -75,10 +75,9 @@ int srv_prep_outputs(const srv_prep *p, const oip_request *req,
 
 /*
  * srv_infer_encode: the response of a computed request (and its retained
- * map, when asked, with its value norms for what=norm: from w, the
- * weights of the instance that computed it, NULL for sdpa, through grams,
- * that instance's Gram matrices, maps_norm.h, NULL: made for this request
- * alone), written by
+ * map, when asked, with its value norms for what=norm: through grams,
+ * the Gram matrices of the weight set of the instance that computed it,
+ * maps_norm.h; NULL for sdpa), written by
  * enc (oip_encode's contract; NULL = oip_encode, JSON). Returns 0 or an HTTP status with err; *body is
  * malloc'd. map_id (MAPS_ID_MAX bytes) receives the id of the map put in
  * the store, "" when none was: a status leaves none (a map put before
@@ -86,10 +85,10 @@ int srv_prep_outputs(const srv_prep *p, const oip_request *req,
  * the body never reaches its client (sched.c: any answer but 200).
  */
 int srv_infer_encode(const srv_prep *p, const oip_request *req,
-                     const char *model_name, const attn_weights *w,
-                     maps_grams *grams, maps_store *maps,
-                     oip_encode_fn *enc, char **body, size_t *len,
-                     size_t *header_len, char *map_id, char *err);
+                     const char *model_name, maps_grams *grams,
+                     maps_store *maps, oip_encode_fn *enc, char **body,
+                     size_t *len, size_t *header_len, char *map_id,
+                     char *err);
 
 /* srv_encode_status: the HTTP status of an encoder's return code: 0, 400
  * (a non-finite JSON output), 503 (out of memory) or 500. */

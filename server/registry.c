@@ -313,7 +313,11 @@ static void load_done(uv_work_t *w, int status)
         drop = !lj->in_repo;
     } else {
         srv_inst *in = calloc(1, sizeof *in);
-        if (!in) {
+        /* its what=norm cache (empty: made at its first retained request)
+         * is part of it, like its own struct */
+        if (!in || maps_grams_create(&in->grams, model_config(lj->m),
+                                     model_weights(lj->m))) {
+            free(in);
             model_destroy(lj->m);
             e->state = e->inst ? SRV_READY : SRV_UNAVAILABLE;
             if (lj->req) {
@@ -324,13 +328,6 @@ static void load_done(uv_work_t *w, int status)
         } else {
             in->m = lj->m;
             in->refs = 1;
-            /* made at its first retained request; without (out of memory)
-             * each one makes its own */
-            if (maps_grams_create(&in->grams, model_config(in->m),
-                                  model_weights(in->m)))
-                srv_log(s, "warn", "model '%s': out of memory for its "
-                        "what=norm cache: each retained request makes its "
-                        "W_o Gram matrices again", e->name);
             kv_pool(s, in, e->name);
             set_inst(e, in, SRV_READY, NULL);
             srv_log(s, "info", "model '%s' loaded (%zu weight bytes)", e->name,

@@ -250,7 +250,6 @@ void srv__job_encode(srv_job *j)
                                    &j->resp_len, &j->resp_hlen, j->err);
     else if (!j->status)
         j->status = srv_infer_encode(&j->prep, &j->in, j->e->name,
-                                     j->inst->builtin ? NULL : model_weights(j->inst->m),
                                      j->inst->grams, j->s->maps,
                                      j->door ? j->door->encode : NULL,
                                      &j->resp, &j->resp_len, &j->resp_hlen,

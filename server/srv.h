@@ -97,8 +97,7 @@ struct srv_inst {
     struct attn_kv_pool *kv_pool; /* its sequences' K/V pages (kv-bytes),
                                      NULL for sdpa or kv-bytes 0 */
     /* what=norm's Gram matrices of its W_o (maps_norm.h), made by its
-     * first retained request; NULL for sdpa, or when even the empty cache
-     * could not be made (each retained request then makes its own) */
+     * first retained request; NULL for sdpa */
     struct maps_grams *grams;
     int refs;    /* registry (while current) + jobs */
     int builtin; /* 1 for sdpa */
