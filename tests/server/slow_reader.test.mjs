@@ -500,13 +500,18 @@ test('REST: over max-connections, a served connection whose client has sent part
   // idle longest, was closed under its request; the idle one (B) stayed
   const d = await start({ t, args: ['--max-connections', '2', '--header-timeout', String(30 * SLOW)] });
   const a = await idleClient(t, d);
-  const b = await idleClient(t, d);
   a.sock.write('GET /v2/health/live HTTP/1.1\r\nHo'); // A's next head, in part
   await new Promise((res) => a.sock.write('', res));
   // attnd has read it (its socket holds none of it unread: with it
   // unread, A would be passed over for that reason instead)
   const port = Number(new URL(d.url).port);
   assert.ok(await waitFor(() => queued(port, a.sock.localPort, 'rx') === 0), 'attnd never read A\'s part of a head');
+  // B comes after A's part, so that B's own accept is over
+  // max-connections with A's head coming already: start()'s probe
+  // connection is the third, and its client's delayed ACK (up to 200 ms)
+  // can keep it taking its answer then; with A idle, A went in its place
+  // (under ASan+UBSan: A closed before its part was sent)
+  const b = await idleClient(t, d);
   // newcomers, each over max-connections, until B is closed (its client's
   // delayed ACK may keep it taking its answer for the first)
   for (let i = 0; i < 50 && !b.ended() && !a.ended(); i++) {
