@@ -83,27 +83,21 @@ void attn_batch_invariant(int on)
  * can change with the batch.
  *
  * With inv (batch invariance, README): the row blocks make a request's
- * rows meet the same kernel, with the same summation order, alone and
- * in any batch, where that costs no batching. OpenBLAS's rows change
- * bits with the number of rows a call has, so
+ * rows meet the same summation order alone and in any batch, without
+ * losing batching. OpenBLAS's rows change bits with the number of rows a
+ * call has, so
  * - runs of consecutive small sequences (at most SKINNY_MAX_ROWS rows
- *   each: alone, the skinny kernel would take them) share blocks of up to
+ *   each; alone, one is such a run) share blocks of up to
  *   PROJ_ROWS rows, so that a batch of decode steps reads each weight
- *   once; when the skinny kernel takes this weight's shape
- *   (attn__skinny_fits of every column block) they all go through
- *   attn__skinny_rows whatever the block's rows (each output one FMA
- *   chain in order): invariant. When it does not (no AVX-512, a shape it
- *   does not take) they are OpenBLAS's calls over the run, as without
- *   inv: their bits can change with the batch (giving each its own calls
- *   would read the weights once per step);
+ *   once, and they all go through attn__rows_fma whatever the block's
+ *   rows (each output one FMA chain in order, the same bits from the
+ *   skinny kernel, AVX2 or plain C): invariant on every CPU and shape;
  * - every other sequence has blocks of its own, PROJ_ROWS rows from its
  *   first row: the same GEMM calls as alone, invariant everywhere. */
 static void put_grid(tile *t, size_t *k, int kind, int mat,
-                     const attn_seq *seqs, int n, int ctx, int kdim,
-                     int width, int cb, int inv)
+                     const attn_seq *seqs, int n, int ctx, int width, int cb,
+                     int inv)
 {
-    int skinny = inv && attn__skinny_fits(cb, kdim) &&
-                 (width % cb == 0 || attn__skinny_fits(width % cb, kdim));
     int r = 0;
     for (int i = 0; i < n;) {
         int end = r + seq_rows(&seqs[i], ctx);
@@ -123,7 +117,7 @@ static void put_grid(tile *t, size_t *k, int kind, int mat,
                 x->r1 = end - b < PROJ_ROWS ? end : b + PROJ_ROWS;
                 x->c0 = c;
                 x->c1 = width - c < cb ? width : c + cb;
-                x->skinny = run && skinny;
+                x->fma_rows = inv && run;
             }
         r = end;
     }
@@ -313,12 +307,9 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
         n0 += blocks(seqs[i].t, PROJ_ROWS) +
               (cross ? blocks(ctx_rows(&seqs[i]), PROJ_ROWS) : 0);
     n1 = 0;
-    put_grid(NULL, &n1, TILE_PROJ, MAT_Q, seqs, n_seqs, 0, dm, H * dk, cbq,
-             inv);
-    put_grid(NULL, &n1, TILE_PROJ, MAT_K, seqs, n_seqs, 1, dmc, Hkv * dk,
-             cbk, inv);
-    put_grid(NULL, &n1, TILE_PROJ, MAT_V, seqs, n_seqs, 1, dmc, Hkv * dv,
-             cbv, inv);
+    put_grid(NULL, &n1, TILE_PROJ, MAT_Q, seqs, n_seqs, 0, H * dk, cbq, inv);
+    put_grid(NULL, &n1, TILE_PROJ, MAT_K, seqs, n_seqs, 1, Hkv * dk, cbk, inv);
+    put_grid(NULL, &n1, TILE_PROJ, MAT_V, seqs, n_seqs, 1, Hkv * dv, cbv, inv);
     double fl = 0;
     for (int i = 0; i < n_seqs; i++) {
         const attn_seq *q = &seqs[i];
@@ -331,8 +322,7 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
                             : (size_t)H * blocks(q->t, ATTN__BQ);
     }
     n3 = 0;
-    put_grid(NULL, &n3, TILE_OUT, 0, seqs, n_seqs, 0, H * dv, dm, cbo,
-             inv);
+    put_grid(NULL, &n3, TILE_OUT, 0, seqs, n_seqs, 0, dm, cbo, inv);
     attn_plan *p = plan_alloc(cfg, n_seqs);
     if (!p)
         goto nomem;
@@ -423,14 +413,14 @@ int attn_plan_create(attn_plan **out, const attn_config *cfg,
         xoff += q->t;
         coff += b->crows;
     }
-    put_grid(tt[g], &p->n_tiles[g], TILE_PROJ, MAT_Q, seqs, n_seqs, 0, dm,
-             H * dk, cbq, inv);
-    put_grid(tt[g], &p->n_tiles[g], TILE_PROJ, MAT_K, seqs, n_seqs, 1, dmc,
+    put_grid(tt[g], &p->n_tiles[g], TILE_PROJ, MAT_Q, seqs, n_seqs, 0, H * dk,
+             cbq, inv);
+    put_grid(tt[g], &p->n_tiles[g], TILE_PROJ, MAT_K, seqs, n_seqs, 1,
              Hkv * dk, cbk, inv);
-    put_grid(tt[g], &p->n_tiles[g], TILE_PROJ, MAT_V, seqs, n_seqs, 1, dmc,
+    put_grid(tt[g], &p->n_tiles[g], TILE_PROJ, MAT_V, seqs, n_seqs, 1,
              Hkv * dv, cbv, inv);
-    put_grid(tt[g + 2], &p->n_tiles[g + 2], TILE_OUT, 0, seqs, n_seqs, 0,
-             H * dv, dm, cbo, inv);
+    put_grid(tt[g + 2], &p->n_tiles[g + 2], TILE_OUT, 0, seqs, n_seqs, 0, dm,
+             cbo, inv);
     /* Each row's RoPE table row: its span's row, plus its place in it */
     for (int k = 0; rot && k < n_seqs; k++) {
         const seqbuf *b = &p->buf[sp[k].seq];

@@ -280,16 +280,20 @@ int attn_plan_nonfinite(const attn_plan *p, int item);
 struct attn_exec; /* exec.h */
 
 /* attn_batch_invariant: 1 makes a request's outputs the same bits alone
- * and in any batch, where the CPU allows it without losing batching
- * (AVX-512 and the skinny kernel's shapes; elsewhere requests of more than
- * 48 rows: README, "Batch invariance"): a batch's projection and output
- * GEMMs are cut along its requests, a run of small ones through the
- * skinny kernel whatever its rows, a larger one in blocks of its own.
- * Batches of such requests past 48 rows then run slower (the skinny
- * kernel there, a weight read once per larger request). 0 (the
- * default): blocks of 256 rows over the whole batch, the fastest; a
- * request's last bits can change with the batch. Process-wide, any
- * thread; each plan reads it once, when created. */
+ * and in any batch, on any CPU and layer shape, without losing batching
+ * (README, "Batch invariance"): a batch's projection and output GEMMs are
+ * cut along its requests, a run of small ones (up to 48 rows each)
+ * through a GEMM whose rows do not depend on each other (each output one
+ * chain of fused multiply-adds in order: the skinny kernel on AVX-512
+ * where it takes the shape, AVX2+FMA or plain C elsewhere) whatever its
+ * rows, a larger one in blocks of its own. Batches then run slower: of
+ * requests past 48 rows (that GEMM there, a weight read once per larger
+ * request), and of any requests where the skinny kernel does not run
+ * (AVX2 there: up to ~15-20% a forward pass; on a CPU without FMA plain
+ * C, ~50x slower GEMMs). 0 (the default): blocks of 256 rows over the
+ * whole batch, the fastest; a request's last bits can change with the
+ * batch. Process-wide, any thread; each plan reads it once, when
+ * created. */
 void attn_batch_invariant(int on);
 
 /* attn_forward: create a plan, run all its stages on ex (or on the calling

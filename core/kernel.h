@@ -114,8 +114,12 @@ void attn__blas_single(void);
  * below) it matched OpenBLAS's SkylakeX kernels and ran 2.5-4x faster
  * than its Haswell ones. */
 /* attn__have_avx512: 1 when this CPU runs AVX-512F (skinny.c's and
- * small_attn.c's kernels), 0 elsewhere. Any thread. */
+ * small_attn.c's kernels), 0 elsewhere or while attn__avx512_off is on.
+ * attn__avx512_off: nonzero makes this CPU look like one without AVX-512
+ * to those kernels (they decline; tests and benches of the other paths
+ * on an AVX-512 host). Any thread. */
 int attn__have_avx512(void);
+void attn__avx512_off(int on);
 #define SKINNY_MIN_ROWS 1
 #define SKINNY_MAX_ROWS 48
 #define SKINNY_MIN_K 16
@@ -133,6 +137,20 @@ int attn__skinny_gemm(int m, int n, int k, const float *a, int lda,
 int attn__skinny_fits(int n, int k);
 int attn__skinny_rows(int m, int n, int k, const float *a, int lda,
                       const float *b, int ldb, float *c, int ldc);
+
+/* attn__rows_fma (rows_fma.c): C (m, n) = A (m, k) B (k, n), row-major,
+ * for any m, n, k >= 1 on any CPU, each element one chain of fused
+ * multiply-adds over k in order, from 0.0f: the bits of
+ * attn__skinny_rows wherever that takes the shape, and row i's bits the
+ * same whatever m is and wherever row i sits (tests/core/test_rows_fma.c).
+ * Through attn__skinny_rows when it takes the shape (its columns of whole
+ * 32-column blocks), else AVX2+FMA when the CPU has it, else plain C.
+ * Batch invariance's GEMM for the blocks of small requests (attn.c's
+ * put_grid). attn__rows_fma_portable: nonzero forces the plain C where
+ * AVX2+FMA would run (tests). */
+void attn__rows_fma(int m, int n, int k, const float *a, int lda,
+                    const float *b, int ldb, float *c, int ldc);
+void attn__rows_fma_portable(int on);
 
 /* small_attn.c: a few query rows (at most SMALL_ROWS) against one span of
  * keys, without BLAS, on a CPU with AVX-512 and d_k (d_v) a multiple of

@@ -37,8 +37,8 @@ typedef struct tile {
                    1 for the context rows of a gather tile */
     int r0, r1; /* rows [r0, r1) */
     int c0, c1; /* columns [c0, c1) of proj and output tiles */
-    int skinny; /* proj and output tiles: rows of small requests only,
-                   through attn__skinny_rows (attn.c's put_grid) */
+    int fma_rows; /* proj and output tiles: rows of small requests only,
+                     through attn__rows_fma (attn.c's put_grid) */
 } tile;
 
 /* A sequence's rows in the batch matrices. */

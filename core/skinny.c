@@ -27,12 +27,14 @@
  * Each element of C is one chain of fused multiply-adds over k in order,
  * from 0, whatever the number of rows (one included) and the row's place
  * among them: a row's bits do not depend on the rows computed beside it.
- * attn.c relies on that for batch invariance (attn_batch_invariant: a
- * request's outputs the same alone and in any batch): the rows of every
- * request small enough to come here alone come here in a batch too
- * (attn__skinny_rows, any number of rows).
+ * Batch invariance (attn_batch_invariant: a request's outputs the same
+ * alone and in any batch) relies on that: the blocks of small requests go
+ * through attn__rows_fma (rows_fma.c), any number of rows, which comes
+ * here when the shape fits (attn__skinny_rows) and otherwise computes the
+ * same chains with AVX2 or plain C, the same bits.
  * Without AVX-512 (or when the shape does not fit) attn__skinny_gemm
- * declines and the caller uses cblas_sgemm.
+ * declines and the caller uses cblas_sgemm. attn__avx512_off hides
+ * AVX-512 from this file's and small_attn.c's kernels (tests).
  */
 #include "kernel.h"
 
@@ -153,9 +155,18 @@ static block_fn *const blocks[MR + 1] = {
     NULL,   block1, block2, block3,  block4,  block5, block6,
     block7, block8, block9, block10, block11, block12};
 
+static int g_off; /* tests: attn__avx512_off() */
+
+void attn__avx512_off(int on)
+{
+    __atomic_store_n(&g_off, on, __ATOMIC_RELAXED);
+}
+
 int attn__have_avx512(void)
 {
     static int have = -1; /* a benign race: every thread computes the same */
+    if (__atomic_load_n(&g_off, __ATOMIC_RELAXED))
+        return 0;
     int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
     if (h < 0) {
         __builtin_cpu_init();
@@ -208,6 +219,8 @@ int attn__skinny_rows(int m, int n, int k, const float *a, int lda,
 #else
 
 int attn__have_avx512(void) { return 0; }
+
+void attn__avx512_off(int on) { (void)on; }
 
 int attn__skinny_fits(int n, int k)
 {

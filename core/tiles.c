@@ -88,13 +88,15 @@ static const float *wcols(const attn_plan *p, const float *w, int k,
 
 /* C = A B for the rows and columns of projection or output tile tl (A
  * its first row, k wide; B its columns; C its first element): through
- * the skinny kernel whatever the rows when the tile holds small requests
- * (attn.c's put_grid: batch invariance), else attn__gemm. */
+ * the row-invariant attn__rows_fma whatever the rows when the tile holds
+ * small requests (attn.c's put_grid: batch invariance), else attn__gemm. */
 static void rows_gemm(const tile *tl, int k, const float *a, const float *b,
                       int ldb, float *c, int ldc)
 {
     int m = tl->r1 - tl->r0, n = tl->c1 - tl->c0;
-    if (!tl->skinny || !attn__skinny_rows(m, n, k, a, k, b, ldb, c, ldc))
+    if (tl->fma_rows)
+        attn__rows_fma(m, n, k, a, k, b, ldb, c, ldc);
+    else
         attn__gemm(0, m, n, k, 1.0f, a, k, b, ldb, 0.0f, c, ldc);
 }
 

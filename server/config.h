@@ -45,7 +45,7 @@
     X(batch_delay_us, "batch-delay-us", INT, 0, 0, 10000000,                  \
       "longest wait of a queued request for batch company (us)")              \
     X(batch_invariant, "batch-invariant", INT, 0, 0, 1,                     \
-      "1: a request's outputs the same bits alone and in any batch (on AVX-512; elsewhere requests past 48 rows), batches of requests past 48 rows slower; 0: a request's last bits can change with its batch") \
+      "1: a request's outputs the same bits alone and in any batch, batches of requests past 48 rows slower (and any batch a little where the AVX-512 skinny kernel does not run); 0: a request's last bits can change with its batch") \
     X(instances, "instances", INT, 2, 1, 64,                                  \
       "batches of one model that may run at once (a model under "           \
       "solo-max-weights runs small requests beside them)")                   \

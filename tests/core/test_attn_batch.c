@@ -142,16 +142,17 @@ static void same_bits(const char *what, int b, const float *x, const float *y,
                   "request %d: %s alone and batched differ", b, what);
 }
 
-/* loop: case _i / 2, weights as rows (even) or column panels (odd) */
-START_TEST(batched_same_bits_as_alone)
+/* Case i / 2 alone and batched, weights as rows (i even) or column
+ * panels (i odd): the same bits. */
+static void same_bits_case(int i)
 {
-    const req *rq = cases[_i / 2];
-    tu_rng g = {9000u + (unsigned)_i};
+    const req *rq = cases[i / 2];
+    tu_rng g = {9000u + (unsigned)i};
     layer L;
     layer_init(&L, &g, DM, 4, 2, 64, 64);
     L.c.rope_theta = 10000.0f;
     char err[ATTN_ERRMAX];
-    if (_i % 2) {
+    if (i % 2) {
         float *m[4] = {L.wq, L.wk, L.wv, L.wo};
         ck_assert_int_eq(attn_weights_to_panels(&L.c, m, err), 0);
         L.w.layout = ATTN_PANELS;
@@ -167,7 +168,7 @@ START_TEST(batched_same_bits_as_alone)
     float *x[MAXB], *pre[MAXB];
     for (int b = 0; b < n; b++) {
         /* case 0: the same x in every request */
-        tu_rng gx = {_i / 2 == 0 ? 1u : 100u + (unsigned)b};
+        tu_rng gx = {i / 2 == 0 ? 1u : 100u + (unsigned)b};
         x[b] = tu_randn(&gx, (size_t)rq[b].t * DM, 1.0f);
         pre[b] =
             tu_randn(&gx, (size_t)(rq[b].past > 0 ? rq[b].past : 1) * DM, 1.0f);
@@ -198,26 +199,46 @@ START_TEST(batched_same_bits_as_alone)
     attn_kv_pool_destroy(pool);
     layer_free(&L);
 }
+
+/* loop: case _i / 2, weights as rows (even) or column panels (odd) */
+START_TEST(batched_same_bits_as_alone)
+{
+    same_bits_case(_i);
+}
+END_TEST
+
+/* the same on this CPU made to look like one without AVX-512: the small
+ * requests' blocks go through attn__rows_fma's AVX2 path instead of the
+ * skinny kernel (and small_attn.c's kernels decline too) */
+START_TEST(batched_same_bits_without_avx512)
+{
+    attn__avx512_off(1);
+    same_bits_case(_i);
+    attn__avx512_off(0);
+}
 END_TEST
 
 #define WD 480 /* the case below: d_model */
 
 /* A shape the skinny kernel does not take (d_model 480, 6 heads of 80:
- * panels of 240 columns, not a multiple of 32; or no AVX-512): every
- * request past SKINNY_MAX_ROWS rows has GEMMs of its own, as alone, so
- * the same bits; the small ones between them share OpenBLAS calls (a
- * batch of steps reads the weights once), whose bits may change with the
- * batch: not compared. With them in one set of blocks (invariance off)
- * the 300-row request differs with OpenBLAS's Cooperlake kernels, every
- * large one with its Haswell ones. */
-START_TEST(batched_large_same_bits_without_skinny)
+ * panels of 240 columns, not a multiple of 32), with AVX-512 (loop 0) and
+ * without (1): every request past SKINNY_MAX_ROWS rows has GEMMs of its
+ * own, as alone; the runs of small ones between them share blocks that
+ * go through attn__rows_fma (AVX2 here) whatever their rows: the same
+ * bits for all. Before attn__rows_fma those blocks were OpenBLAS calls
+ * over each run, and the requests of 16 and 20 rows (in a run of 81)
+ * differed with its Haswell and Cooperlake kernels. With all of them in
+ * one set of blocks (invariance off) the 300-row request differs with
+ * OpenBLAS's Cooperlake kernels, every large one with its Haswell ones. */
+START_TEST(batched_same_bits_without_skinny)
 {
+    attn__avx512_off(_i);
     tu_rng g = {31337};
     layer L;
     layer_init(&L, &g, WD, 6, 2, 80, 80);
     char err[ATTN_ERRMAX];
-    enum { N = 6 };
-    int ts[N] = {1, 60, 16, 20, 70, 300};
+    enum { N = 8 };
+    int ts[N] = {1, 60, 16, 20, 5, 40, 70, 300};
     float *x[N], *y1[N], *yb[N];
     attn_seq s1[N], sb[N];
     for (int b = 0; b < N; b++) {
@@ -237,11 +258,11 @@ START_TEST(batched_large_same_bits_without_skinny)
     }
     ck_assert(attn_forward(&L.c, &L.w, sb, N, tu_ex, err) == 0);
     for (int b = 0; b < N; b++) {
-        if (ts[b] > SKINNY_MAX_ROWS)
-            same_bits("y", b, y1[b], yb[b], (size_t)ts[b] * WD);
+        same_bits("y", b, y1[b], yb[b], (size_t)ts[b] * WD);
         free(x[b]), free(y1[b]), free(yb[b]);
     }
     layer_free(&L);
+    attn__avx512_off(0);
 }
 END_TEST
 
@@ -264,7 +285,9 @@ static Suite *attn_batch_suite(void)
     tcase_add_checked_fixture(tc, invariant_on, invariant_off);
     tcase_add_loop_test(tc, batched_same_bits_as_alone, 0,
                         2 * (int)(sizeof cases / sizeof cases[0]));
-    tcase_add_test(tc, batched_large_same_bits_without_skinny);
+    tcase_add_loop_test(tc, batched_same_bits_without_avx512, 0,
+                        2 * (int)(sizeof cases / sizeof cases[0]));
+    tcase_add_loop_test(tc, batched_same_bits_without_skinny, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }
