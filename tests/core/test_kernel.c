@@ -178,17 +178,6 @@ START_TEST(kernel_block_edges)
 }
 END_TEST
 
-/* A CPU the skinny GEMM and small_attn.c run on (they decline elsewhere). */
-static int cpu_avx512(void)
-{
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") != 0;
-#else
-    return 0;
-#endif
-}
-
 START_TEST(skinny_gemm_matches_double)
 {
     /* loop: rows at and around the micro-kernel's 12 and the limits, one
@@ -208,7 +197,7 @@ START_TEST(skinny_gemm_matches_double)
     float *b = tu_randn(&g, (size_t)k * ldb, 1.0f);
     float *c = tu_fill((size_t)m * ldc, NAN);
     int took = attn__skinny_gemm(m, n, k, a, lda, b, ldb, c, ldc);
-    ck_assert_int_eq(took, cpu_avx512());
+    ck_assert_int_eq(took, tu_cpu_avx512());
     for (int i = 0; took && i < m; i++) {
         for (int j = 0; j < n; j++) {
             double want = 0, mag = 0;
@@ -243,7 +232,7 @@ START_TEST(skinny_gemm_row_alone_same_bits)
     float *a = tu_randn(&g, (size_t)m * k, 1.0f);
     float *b = tu_randn(&g, (size_t)k * n, 1.0f);
     float *c = tu_fill((size_t)m * n, NAN), *c1 = tu_fill((size_t)n, NAN);
-    if (!cpu_avx512()) {
+    if (!tu_cpu_avx512()) {
         free(a), free(b), free(c), free(c1);
         return;
     }
@@ -276,8 +265,8 @@ START_TEST(skinny_rows_any_rows_same_bits)
     float *b = tu_randn(&g, (size_t)k * n, 1.0f);
     float *c = tu_fill((size_t)m * n, NAN), *c2 = tu_fill((size_t)m * n, NAN);
     float *c1 = tu_fill((size_t)n, NAN);
-    ck_assert_int_eq(attn__skinny_rows(m, n, k, a, k, b, n, c, n), cpu_avx512());
-    if (!cpu_avx512()) {
+    ck_assert_int_eq(attn__skinny_rows(m, n, k, a, k, b, n, c, n), tu_cpu_avx512());
+    if (!tu_cpu_avx512()) {
         free(a), free(b), free(c), free(c1), free(c2);
         return;
     }
@@ -342,7 +331,7 @@ START_TEST(small_attn_matches_double)
         if (i % ldo >= (size_t)dv)
             o[i] = o0[i] = NAN; /* the gaps must stay as they are */
     int took = attn__small_scores(n, kn, dk, 0.3f, q, ldq, k, ldk, sc, lds);
-    ck_assert_int_eq(took, cpu_avx512());
+    ck_assert_int_eq(took, tu_cpu_avx512());
     ck_assert_int_eq(attn__small_pv(n, kn, dv, sc, lds, v, ldv, o, ldo), took);
     for (int r = 0; took && r < n; r++) {
         for (int j = 0; j < kn; j++) {

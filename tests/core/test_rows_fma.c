@@ -16,17 +16,6 @@
 #include "testutil.h"
 #include "tests/check_main.h"
 
-/* A CPU the skinny GEMM runs on (it declines elsewhere). */
-static int cpu_avx512(void)
-{
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") != 0;
-#else
-    return 0;
-#endif
-}
-
 /* The reference: c[i][j] = fma(a[i][k-1], b[k-1][j], ... fma(a[i][0],
  * b[0][j], 0.0f)), one element at a time. */
 static void naive(int m, int n, int k, const float *a, int lda, const float *b,
@@ -118,7 +107,7 @@ START_TEST(rows_fma_equals_skinny)
     float *b = tu_randn(&g, (size_t)k * ldb, 1.0f);
     float *c512 = tu_fill((size_t)m * ldc, NAN);
     float *c = tu_fill((size_t)m * ldc, NAN);
-    if (!cpu_avx512()) {
+    if (!tu_cpu_avx512()) {
         free(a), free(b), free(c512), free(c);
         return;
     }
@@ -223,9 +212,9 @@ START_TEST(avx512_off_hides_it)
     for (int i = 0; i < 4 * 32; i++)
         ck_assert(isnan(c[i]));
     attn__avx512_off(0);
-    ck_assert_int_eq(attn__have_avx512(), cpu_avx512());
+    ck_assert_int_eq(attn__have_avx512(), tu_cpu_avx512());
     ck_assert_int_eq(attn__skinny_rows(4, 32, 64, a, 64, b, 32, c, 32),
-                     cpu_avx512());
+                     tu_cpu_avx512());
     free(a), free(b), free(c);
 }
 END_TEST

@@ -30,6 +30,19 @@ static inline void tu_exec_teardown(void)
     tu_ex = NULL;
 }
 
+/* A CPU with AVX-512F, asked of the CPU itself (attn__have_avx512 says 0
+ * while a test hides it, attn__avx512_off): the skinny GEMM and
+ * small_attn.c run only there, and decline elsewhere. */
+static inline int tu_cpu_avx512(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+#else
+    return 0;
+#endif
+}
+
 /* Deterministic xorshift generator; uniform floats in [-1, 1). */
 typedef struct tu_rng {
     uint64_t s;
