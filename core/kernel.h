@@ -96,8 +96,12 @@ void attn__gemm(int trans_b, int m, int n, int k, float alpha, const float *a,
  * CPU has it (rowops.c), else libm. */
 float attn__row_max(const float *x, int n);
 float attn__row_expsum(float *x, int n, float m);
-/* attn__rowops_portable: nonzero forces the portable versions (tests). */
-void attn__rowops_portable(int on);
+/* attn__have_avx2_fma: 1 when this CPU runs AVX2 and FMA (rowops.c's and
+ * rows_fma.c's kernels, chosen at run time), 0 elsewhere or while
+ * attn__avx2_off is on. attn__avx2_off: nonzero makes those kernels
+ * decline, their plain C running instead (tests). Any thread. */
+int attn__have_avx2_fma(void);
+void attn__avx2_off(int on);
 
 /* attn__blas_single: ask OpenBLAS (when linked) for one thread, so GEMMs
  * inside tiles never oversubscribe the pool. Idempotent, any thread. */
@@ -146,11 +150,10 @@ int attn__skinny_rows(int m, int n, int k, const float *a, int lda,
  * Through attn__skinny_rows when it takes the shape (its columns of whole
  * 32-column blocks), else AVX2+FMA when the CPU has it, else plain C.
  * Batch invariance's GEMM for the blocks of small requests (attn.c's
- * put_grid). attn__rows_fma_portable: nonzero forces the plain C where
- * AVX2+FMA would run (tests). */
+ * put_grid). attn__avx2_off (above) forces its plain C where AVX2+FMA
+ * would run (tests). */
 void attn__rows_fma(int m, int n, int k, const float *a, int lda,
                     const float *b, int ldb, float *c, int ldc);
-void attn__rows_fma_portable(int on);
 
 /* small_attn.c: a few query rows (at most SMALL_ROWS) against one span of
  * keys, without BLAS, on a CPU with AVX-512 and d_k (d_v) a multiple of

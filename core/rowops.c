@@ -105,12 +105,12 @@ __attribute__((target("avx2,fma"))) static float expsum_avx2(float *x, int n,
     return _mm_cvtss_f32(h);
 }
 
-static int g_portable; /* tests: attn__rowops_portable() */
+static int g_off; /* tests: attn__avx2_off() */
 
-static int use_avx2(void)
+int attn__have_avx2_fma(void)
 {
     static int v = -1; /* every thread computes the same value */
-    if (__atomic_load_n(&g_portable, __ATOMIC_RELAXED))
+    if (__atomic_load_n(&g_off, __ATOMIC_RELAXED))
         return 0;
     int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
     if (r < 0) {
@@ -120,17 +120,26 @@ static int use_avx2(void)
     }
     return r;
 }
+#else
+int attn__have_avx2_fma(void)
+{
+    return 0;
+}
 #endif
 
-void attn__rowops_portable(int on)
+void attn__avx2_off(int on)
 {
-    __atomic_store_n(&g_portable, on, __ATOMIC_RELAXED);
+#ifdef HAVE_AVX2_PATH
+    __atomic_store_n(&g_off, on, __ATOMIC_RELAXED);
+#else
+    (void)on;
+#endif
 }
 
 float attn__row_max(const float *x, int n)
 {
 #ifdef HAVE_AVX2_PATH
-    if (use_avx2())
+    if (attn__have_avx2_fma())
         return max_avx2(x, n);
 #endif
     return max_portable(x, n);
@@ -139,7 +148,7 @@ float attn__row_max(const float *x, int n)
 float attn__row_expsum(float *x, int n, float m)
 {
 #ifdef HAVE_AVX2_PATH
-    if (use_avx2())
+    if (attn__have_avx2_fma())
         return expsum_avx2(x, n, m);
 #endif
     return expsum_portable(x, n, m);

@@ -38,13 +38,6 @@
 #include <stdint.h>
 #include <string.h>
 
-static int g_portable; /* tests: attn__rows_fma_portable() */
-
-void attn__rows_fma_portable(int on)
-{
-    __atomic_store_n(&g_portable, on, __ATOMIC_RELAXED);
-}
-
 /* fma_double: fmaf(a, b, c) with double arithmetic, for an x86-64
  * without FMA, where glibc's fmaf() emulates it ~10x slower. The product
  * of two floats is exact in a double; the double sum s is rounded once,
@@ -247,24 +240,7 @@ AVX2 static void rows_avx2(int m, int n, int k, const float *a, size_t lda,
         cols_fma(m, j, n, k, a, lda, b, ldb, c, ldc);
 }
 
-static int have_avx2_fma(void)
-{
-    static int have = -1; /* a benign race: every thread computes the same */
-    int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
-    if (h < 0) {
-        __builtin_cpu_init();
-        h = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-        __atomic_store_n(&have, h, __ATOMIC_RELAXED);
-    }
-    return h;
-}
-
 #else
-
-static int have_avx2_fma(void)
-{
-    return 0;
-}
 
 static void rows_avx2(int m, int n, int k, const float *a, size_t lda,
                       const float *b, size_t ldb, float *c, size_t ldc)
@@ -284,7 +260,7 @@ void attn__rows_fma(int m, int n, int k, const float *a, int lda,
             return;
         b += n32, c += n32, n -= n32;
     }
-    if (!__atomic_load_n(&g_portable, __ATOMIC_RELAXED) && have_avx2_fma())
+    if (attn__have_avx2_fma())
         rows_avx2(m, n, k, a, (size_t)lda, b, (size_t)ldb, c, (size_t)ldc);
     else
         rows_c(m, n, k, a, (size_t)lda, b, (size_t)ldb, c, (size_t)ldc);

@@ -463,7 +463,7 @@ static void run_raw_case(const vcase *c, int path)
 /* Loop 0: the CPU's fastest row operations; 1: the portable ones. */
 START_TEST(torch_vectors)
 {
-    attn__rowops_portable(_i);
+    attn__avx2_off(_i);
     load_vectors();
     ck_assert_int_ge(g_ncases, 20);
     for (int i = 0; i < g_ncases; i++)
@@ -472,7 +472,7 @@ START_TEST(torch_vectors)
                 run_raw_case(&g_cases[i], path);
             else
                 run_case(&g_cases[i], path);
-    attn__rowops_portable(0);
+    attn__avx2_off(0);
 }
 END_TEST
 

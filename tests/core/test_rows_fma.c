@@ -65,7 +65,7 @@ START_TEST(rows_fma_equals_naive_fmaf)
           *exp = tu_fill((size_t)M * ldc, NAN);
     naive(M, n, k, a, lda, b, ldb, want, ldc);
     attn__avx512_off(path < 2);
-    attn__rows_fma_portable(path == 1);
+    attn__avx2_off(path == 1);
     static const int few[] = {1, 5, M};
     int nm = path == 1 ? 3 : M;
     for (int t = 0; t < nm; t++) {
@@ -83,7 +83,7 @@ START_TEST(rows_fma_equals_naive_fmaf)
             d == all, "m %d n %d k %d path %d: c[%zu][%zu] %.9g, fmaf's %.9g",
             m, n, k, path, d / ldc, d % ldc, (double)c[d], (double)exp[d]);
     }
-    attn__rows_fma_portable(0);
+    attn__avx2_off(0);
     attn__avx512_off(0);
     free(a), free(b), free(want), free(c), free(exp);
 }
@@ -116,7 +116,7 @@ START_TEST(rows_fma_equals_skinny)
     for (int portable = 0; portable < 2; portable++) {
         for (size_t e = 0; e < (size_t)m * ldc; e++)
             c[e] = NAN;
-        attn__rows_fma_portable(portable);
+        attn__avx2_off(portable);
         attn__rows_fma(m, n, k, a, lda, b, ldb, c, ldc);
         for (int i = 0; i < m; i++)
             ck_assert_msg(memcmp(c + (size_t)i * ldc, c512 + (size_t)i * ldc,
@@ -125,7 +125,7 @@ START_TEST(rows_fma_equals_skinny)
                           "the skinny kernel's",
                           m, n, k, portable, i);
     }
-    attn__rows_fma_portable(0);
+    attn__avx2_off(0);
     attn__avx512_off(0);
     free(a), free(b), free(c512), free(c);
 }
@@ -178,7 +178,7 @@ START_TEST(rows_fma_rounds_once)
     ck_assert(want[1 * N + 3] == 1.0f + 0x3p-23f);
     attn__avx512_off(1);
     for (int portable = 0; portable < 2; portable++) {
-        attn__rows_fma_portable(portable);
+        attn__avx2_off(portable);
         for (int e = 0; e < M * N; e++)
             c[e] = NAN;
         attn__rows_fma(M, N, 2, a, 2, b, N, c, N);
@@ -190,7 +190,7 @@ START_TEST(rows_fma_rounds_once)
                       (double)b[N + e % N], (double)b[e % N], (double)c[e],
                       (double)want[e]);
     }
-    attn__rows_fma_portable(0);
+    attn__avx2_off(0);
     attn__avx512_off(0);
     free(a), free(b), free(want), free(c);
 }
