@@ -34,6 +34,7 @@ const char *attn_blas_core(void)
     return openblas_get_corename ? openblas_get_corename() : NULL;
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
 /* OpenBLAS core names without AVX2/FMA kernels: what it falls back to on
  * a CPU it does not know, or knew before it had wider units. */
 static int pre_avx2(const char *core)
@@ -49,6 +50,7 @@ static int pre_avx2(const char *core)
             return 1;
     return 0;
 }
+#endif
 
 const char *attn_blas_core_wanted(void)
 {
