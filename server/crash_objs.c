@@ -194,14 +194,19 @@ int srv__objs_find(uintptr_t pc, srv__place *p)
     p->is_exe = o->is_exe;
     p->symbol = NULL;
     p->symbol_offset = 0;
-    /* the defined, non-TLS symbol whose bytes hold pc (one of size 0: at
-     * pc exactly), the nearest one if several do, as dladdr chooses */
+    /* the defined, non-TLS, non-local symbol whose bytes hold pc (one of
+     * size 0: at pc exactly), the nearest one if several do, as dladdr
+     * chooses. dladdr passes over local ones (a DT_GNU_HASH table lists
+     * none; with DT_HASH it takes global and weak only): on aarch64 a
+     * library's .dynsym holds its .init and .data section symbols, local
+     * and nameless, which would name a pc there "" */
     const elf_sym *best = NULL;
     for (size_t i = 0; i < o->n_syms; i++) {
         const elf_sym *s = &o->syms[i];
         uintptr_t a = o->base + s->st_value;
         if (s->st_shndx == SHN_UNDEF || s->st_shndx == SHN_ABS ||
             ELF64_ST_TYPE(s->st_info) == STT_TLS /* ELF32 alike */ ||
+            ELF64_ST_BIND(s->st_info) == STB_LOCAL ||
             s->st_name >= o->strs_len || pc < a ||
             (s->st_size ? pc - a >= s->st_size : pc != a))
             continue;
