@@ -134,9 +134,12 @@ WEB_FILES := $(sort $(notdir $(wildcard server/web/*.html server/web/*.js \
                                          server/web/*.css)))
 WEB_GEN := $(BUILD)/gen/web_assets.c
 EMBED := $(BUILD)/tools/embed_assets
+# HOSTCC: the embedder runs at build time, so a cross build
+# (tools/test-cpus.sh) makes it with the host's compiler
+HOSTCC ?= $(CC)
 $(EMBED): tools/embed_assets.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ $< $(LDFLAGS_ALL)
+	$(HOSTCC) $(CFLAGS_ALL) -o $@ $< $(LDFLAGS_ALL)
 # server/web itself too: a file added or removed changes the folder's time,
 # so the table is made again even when every file is older than it
 $(WEB_GEN): $(EMBED) $(addprefix server/web/,$(WEB_FILES)) server/web
@@ -628,6 +631,18 @@ check-weights-gen:
 # A debootstrapped minbase bookworm root (chroot, host network, as root):
 # the README's apt-get line, then make run and make test in a copy of the
 # repository. Prints "fresh-machine: N passed, M failed". Needs root.
+# ---- other CPUs, emulated: make test-cpus [QEMU_CPUS="Nehalem IvyBridge"] --
+# Every Check binary under qemu-x86_64 -cpu <model> for each QEMU_CPUS
+# model (default Nehalem: no AVX, FMA or F16C), then a cross build for
+# aarch64 (build/arm64) under qemu-aarch64, with infer.test.mjs against
+# its attnd (tools/test-cpus.sh). Installs qemu-user and the arm64
+# toolchain and libraries (adds arm64 to dpkg's architectures). About 8 min.
+QEMU_CPUS ?= Nehalem
+.PHONY: test-cpus
+test-cpus:
+	@tools/install-deps.sh cpus
+	QEMU_CPUS="$(QEMU_CPUS)" tools/test-cpus.sh
+
 .PHONY: fresh-test
 fresh-test:
 	@tools/install-deps.sh fresh

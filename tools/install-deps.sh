@@ -1,6 +1,6 @@
 #!/bin/sh
 # install-deps.sh - install the Debian packages a make target needs, when
-# missing. Usage: tools/install-deps.sh build|test|bench|container|fuzz|fresh
+# missing. Usage: tools/install-deps.sh build|test|bench|container|fuzz|fresh|cpus
 #   build      compiler, libraries and headers (make, make run)
 #   test       build + what the test suites drive (node, chromium, nginx, promtool,
 #              curl for the README examples)
@@ -9,6 +9,9 @@
 #   container  buildah, debootstrap, curl, python3 (make container-test)
 #   fuzz       build + clang and its libFuzzer runtime (make fuzz)
 #   fresh      debootstrap, curl, python3 (make fresh-test)
+#   cpus       test + qemu-user, the aarch64 cross compiler and the build's
+#              libraries for arm64 (make test-cpus); adds arm64 to dpkg's
+#              foreign architectures first
 # Needs root (or sudo) only when something is missing.
 set -eu
 build="gcc make pkg-config libc6-dev libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev check python3 libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler"
@@ -17,6 +20,8 @@ bench="$test wrk python3-torch python3-numpy python3-fastapi python3-uvicorn pyt
 container="buildah debootstrap curl python3"
 fuzz="$build clang libclang-rt-14-dev"
 fresh="debootstrap curl python3"
+arm64="libc6-dev libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev check libsubunit-dev libnghttp2-dev libprotobuf-c-dev"
+cpus="$test qemu-user gcc-aarch64-linux-gnu $(for p in $arm64; do printf '%s:arm64 ' "$p"; done)"
 case "${1:-build}" in
     build) want=$build ;;
     test) want=$test ;;
@@ -24,7 +29,8 @@ case "${1:-build}" in
     container) want=$container ;;
     fuzz) want=$fuzz ;;
     fresh) want=$fresh ;;
-    *) echo "usage: $0 build|test|bench|container|fuzz|fresh" >&2; exit 2 ;;
+    cpus) want=$cpus ;;
+    *) echo "usage: $0 build|test|bench|container|fuzz|fresh|cpus" >&2; exit 2 ;;
 esac
 missing=""
 for p in $want; do
@@ -45,6 +51,13 @@ export DEBIAN_FRONTEND=noninteractive
 # Another apt-get (a second make in another checkout) may hold dpkg's lock:
 # wait for it rather than fail.
 lock="-o DPkg::Lock::Timeout=900"
+case $missing in
+    *:arm64*)
+        if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+            echo "install-deps: adding arm64 to dpkg's architectures (dpkg --add-architecture arm64)"
+            $sudo dpkg --add-architecture arm64
+        fi ;;
+esac
 # shellcheck disable=SC2086
 $sudo apt-get $lock update -q
 # shellcheck disable=SC2086
