@@ -41,7 +41,7 @@ static void gram(const attn_config *c, const attn_weights *w, int h,
                 double sum = 0.0;
                 for (q = 0; q < wp; q++)
                     sum += (double)rk[q] * (double)rl[q];
-                g[k * dv + l] += sum;
+                g[(size_t)k * (size_t)dv + (size_t)l] += sum;
             }
     }
 }
@@ -68,13 +68,65 @@ static void head_norms(const attn_config *c, const double *g, int h,
                 continue;
             }
             for (k = 0; k < dv; k++) {
+                const double *gk = g + (size_t)k * (size_t)dv;
                 double row = 0.0;
                 for (l = k + 1; l < dv; l++)
-                    row += g[k * dv + l] * (double)u[l];
-                sum += (double)u[k] *
-                       (g[k * dv + k] * (double)u[k] + 2.0 * row);
+                    row += gk[l] * (double)u[l];
+                sum += (double)u[k] * (gk[k] * (double)u[k] + 2.0 * row);
             }
             o[j] = (float)sqrt(sum > 0.0 ? sum : 0.0);
+        }
+    }
+}
+
+/* wide: are c's value heads wider than its model (d_v > d_model)? The
+ * Gram matrices then cost more than they save: d_v^2 doubles a head
+ * (an upload's d_v is as wide as its file allows: 2^15 takes 8 GiB for a
+ * 256 KiB W_v and W_o) and d_v^2 multiply-adds a key, where |u W_O^h|
+ * itself takes d_v x d_model and no memory (direct_norms). */
+static int wide(const attn_config *c)
+{
+    return c->v_head_dim > c->d_model;
+}
+
+/* direct_norms: head h's norms (maps_vo_norms' out rows of h) as |u
+ * W_O^h| itself: each of u W_O^h's d_model entries summed over d_v, in
+ * double; d_v x d_model multiply-adds a key, W_o in gram's layout. */
+static void direct_norms(const attn_config *c, const attn_weights *w, int h,
+                         const float *v, int n_items, int s,
+                         const int32_t *s_valid, float *out)
+{
+    size_t rows = (size_t)c->n_heads * (size_t)c->v_head_dim;
+    int H = c->n_heads, kvh = c->n_kv_heads, dv = c->v_head_dim;
+    int d = c->d_model, pw = d, b, j, k, p, q;
+
+    if (w->layout == ATTN_PANELS)
+        pw = attn_panel_cols(c, ATTN_W_O);
+    for (b = 0; b < n_items; b++) {
+        const float *vh = v + ((size_t)b * (size_t)kvh +
+                               (size_t)(h / (H / kvh))) *
+                                  (size_t)s * (size_t)dv;
+        float *o = out + ((size_t)b * (size_t)H + (size_t)h) * (size_t)s;
+        for (j = 0; j < s; j++) {
+            const float *u = vh + (size_t)j * (size_t)dv;
+            double sum = 0.0;
+            if (s_valid && j >= s_valid[b]) {
+                o[j] = 0.0f;
+                continue;
+            }
+            for (p = 0; p * pw < d; p++) {
+                int wp = d - p * pw < pw ? d - p * pw : pw;
+                const float *blk = w->w_o + (size_t)p * (size_t)pw * rows +
+                                   (size_t)h * (size_t)dv * (size_t)wp;
+                for (q = 0; q < wp; q++) {
+                    double x = 0.0;
+                    for (k = 0; k < dv; k++)
+                        x += (double)u[k] *
+                             (double)blk[(size_t)k * (size_t)wp + (size_t)q];
+                    sum += x * x;
+                }
+            }
+            o[j] = (float)sqrt(sum);
         }
     }
 }
@@ -84,10 +136,16 @@ int maps_vo_norms(const attn_config *c, const attn_weights *w,
                   const int32_t *s_valid, float *out)
 {
     int h, dv = c->v_head_dim;
+    double *g;
+
+    if (wide(c)) {
+        for (h = 0; h < c->n_heads; h++)
+            direct_norms(c, w, h, v, n_items, s, s_valid, out);
+        return 0;
+    }
     /* |u W_O^h|^2 = u G u^T with G = W_O^h W_O^h^T: d_v^2 a key instead
      * of d_v x d_model, G made once a head */
-    double *g = malloc((size_t)dv * (size_t)dv * sizeof(double));
-
+    g = malloc((size_t)dv * (size_t)dv * sizeof(double));
     if (!g)
         return ATTN_ENOMEM;
     for (h = 0; h < c->n_heads; h++) {
@@ -112,6 +170,8 @@ size_t maps_grams_bytes(const attn_config *c)
 {
     size_t n;
 
+    if (wide(c)) /* never made (maps_vo_norms' direct_norms) */
+        return 0;
     if (__builtin_mul_overflow((size_t)c->v_head_dim,
                                (size_t)c->v_head_dim, &n) ||
         __builtin_mul_overflow(n, (size_t)c->n_heads, &n) ||
@@ -194,11 +254,11 @@ int maps_grams_norms(maps_grams *gs, const float *v, int n_items, int s,
                      const int32_t *s_valid, float *out)
 {
     const attn_config *c = gs->c;
-    const double *g = grams_get(gs);
+    const double *g = wide(c) ? NULL : grams_get(gs);
     size_t per = (size_t)c->v_head_dim * (size_t)c->v_head_dim;
     int h;
 
-    if (!g) /* no room to keep them: made for this call alone */
+    if (!g) /* wide, or no room to keep them: made for this call alone */
         return maps_vo_norms(c, gs->w, v, n_items, s, s_valid, out);
     for (h = 0; h < c->n_heads; h++)
         head_norms(c, g + (size_t)h * per, h, v, n_items, s, s_valid, out);

@@ -26,9 +26,11 @@
  * d_v x d_v Gram matrix once a call (n_heads * d_v^2 / 2 * d_model
  * multiply-adds; maps_grams keeps them across calls), then d_v^2 a key
  * (n_items * s * n_heads * d_v^2), in
- * double, each norm rounded to float once. c must have passed
- * attn_config_check. 0, or ATTN_ENOMEM (its d_v^2 doubles of scratch).
- * Any thread.
+ * double, each norm rounded to float once; for heads wider than the
+ * model (d_v > d_model, where the matrices would cost more than they
+ * save) u W_O^h itself, d_v x d_model a key, no scratch. c must have
+ * passed attn_config_check. 0, or ATTN_ENOMEM (its d_v^2 doubles of
+ * scratch). Any thread.
  */
 int maps_vo_norms(const attn_config *c, const attn_weights *w,
                   const float *v, int n_items, int s,
@@ -55,7 +57,8 @@ int maps_vo_norms(const attn_config *c, const attn_weights *w,
  * does, and a later call tries again. 0, or ATTN_ENOMEM (not even
  * maps_vo_norms' scratch). Any thread.
  * maps_grams_bytes: the bytes c's matrices take (SIZE_MAX past size_t:
- * never made); maps_grams_held: those gs holds now, 0 before they are
+ * never made; 0 when d_v > d_model: none are made, each call computes
+ * its norms directly as maps_vo_norms does); maps_grams_held: those gs holds now, 0 before they are
  * made or for NULL. Any thread.
  */
 typedef struct maps_grams maps_grams;

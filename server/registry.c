@@ -242,6 +242,7 @@ static void kv_pool(srv *s, srv_inst *in, const char *name)
     if (attn_kv_pool_create(&in->kv_pool, model_config(in->m), dt, 0,
                             (size_t)s->cfg.kv_bytes, err) < 0) {
         in->kv_pool = NULL;
+        srv_copy(in->kv_why, sizeof in->kv_why, err); /* its starts say it */
         srv_log(s, "warn", "model '%s': no K/V cache for sequences: %s", name, err);
     } else if (attn_kv_pool_budget(in->kv_pool) <
                attn_kv_page_bytes(in->kv_pool)) {

@@ -112,6 +112,10 @@ static void kick(srv_seqs *q, srv_seq *l)
                 /* off: a retry would never do better, so not a 503 */
                 if (st->inst->kv_pool)
                     snprintf(msg, sizeof msg, "sequences: off (max-sequences 0)");
+                else if (st->inst->kv_why[0]) /* kv-bytes set, no pool */
+                    snprintf(msg, sizeof msg, "sequences: model '%s' keeps no "
+                             "K/V cache: %s (at its load, whatever "
+                             "--kv-bytes)", st->e->name, st->inst->kv_why);
                 else
                     snprintf(msg, sizeof msg, "sequences: model '%s' keeps no "
                              "K/V cache (kv-bytes 0)", st->e->name);

@@ -95,7 +95,10 @@ enum { SRV_UNAVAILABLE = 0, SRV_LOADING, SRV_READY };
 struct srv_inst {
     model *m;    /* NULL for the built-in sdpa */
     struct attn_kv_pool *kv_pool; /* its sequences' K/V pages (kv-bytes),
-                                     NULL for sdpa or kv-bytes 0 */
+                                     NULL for sdpa, kv-bytes 0, or a pool
+                                     that could not be made (kv_why) */
+    char kv_why[160]; /* why kv-bytes gave it no pool (a page of its keys
+                         and values over 1 GiB, no memory); "" otherwise */
     /* what=norm's Gram matrices of its W_o (maps_norm.h), made by its
      * first retained request; NULL for sdpa */
     struct maps_grams *grams;

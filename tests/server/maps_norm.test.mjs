@@ -231,6 +231,28 @@ test('a loaded weight set keeps its W_o Gram matrices from its first retained re
   assert.equal(await gramBytes('gqa320c'), bytes, 'the new instance\'s');
 });
 
+test('what=norm of an upload whose value heads are wider than d_model makes no Gram matrices (they would be d_v^2 doubles: 512 MiB for this 128 KiB upload): |v_j W_O| itself, worked here', async () => {
+  // d_model 2, one head: head_dim 2, v_head_dim 8192
+  const DM = 2, DV = 8192, T = 3, u = mulberry32(31);
+  const m = (rows, cols, s) => [[rows, cols], Array.from({ length: rows * cols }, () => Math.fround((2 * u() - 1) * s))];
+  const w = { W_q: m(DM, 2, 0.5), W_k: m(DM, 2, 0.5), W_v: m(DM, DV, 0.05), W_o: m(DV, DM, 0.05) };
+  const cfg = JSON.stringify({ n_heads: 1, description: 'maps_norm.test: v_head_dim 8192 over d_model 2' });
+  const up = await post(`${d.url}/v2/repository/models/wide/load`, { parameters: { config: cfg, 'file:model.safetensors': safetensors(w).toString('base64') } });
+  assert.equal(up.status, 200, JSON.stringify(up.json));
+  const xs = Array.from({ length: T * DM }, () => 2 * u() - 1);
+  const r = await retain('wide', { inputs: [fp32('x', [1, T, DM], xs)], outputs: [{ name: 'attention' }, { name: 'v' }] });
+  assert.equal(await gramBytes('wide'), 0, 'no Gram matrices made');
+  const out = Object.fromEntries(r.json.outputs.map((o) => [o.name, o.data]));
+  const Wo = w.W_o[1], want = [];
+  const norms = Array.from({ length: T }, (_, j) => Math.hypot(...Array.from({ length: DM }, (_, q) => {
+    let f = 0;
+    for (let k = 0; k < DV; k++) f += out.v[j * DV + k] * Wo[k * DM + q];
+    return f;
+  })));
+  for (let i = 0; i < T; i++) for (let j = 0; j < T; j++) want.push(out.attention[i * T + j] * norms[j]);
+  near(await floats(idOf(r), 'what=norm&format=f32', [T, T]), want, 'wide');
+});
+
 test('what=norm where no norms were kept (a sequence\'s map) is a 400 saying why; b, h out of range are 400s; an unknown what names norm', async () => {
   const c = REFS.causal;
   const D = c.shape[2];

@@ -7,7 +7,9 @@
 // (seeded), so the engine's cache path and its stateless path are compared,
 // not the code with itself.
 import assert from 'node:assert/strict';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
+import { join } from 'node:path';
 import { test } from 'node:test';
 import { SLOW, binaryRequest, f32bytes, fp32, infer, maxDiff, parseBinary, requestsUsed, start } from './helper.mjs';
 import { ALL, D, checkStep, expectRows, feed, full, gqaModels, metric, send, stepBody, tokens } from './seq_helper.mjs';
@@ -368,6 +370,31 @@ test('--max-sequences 0 and --kv-bytes 0 turn sequences off: a start is 400 (a r
       assert.equal((await full(d, x)).n, 2, `${flag}: stateless`);
     } finally { assert.equal((await d.stop()).code, 0); }
   }
+});
+
+test('a model whose K/V page cannot be made (over 1 GiB) refuses a start saying why, not "kv-bytes 0" (the default --kv-bytes is set)', async () => {
+  // d_model 1, one head: head_dim 1, v_head_dim 2^22 + 1, so one token's
+  // keys and values take 4 x (1 + 2^22 + 1) bytes and 64 of them over 1 GiB
+  const dir = gqaModels(), DV = (1 << 22) + 1;
+  const tensors = [['W_q', 'F32', [1, 1], 4], ['W_k', 'F32', [1, 1], 4],
+    ['W_v', 'F16', [1, DV], 2 * DV], ['W_o', 'F16', [DV, 1], 2 * DV]];
+  const header = {};
+  let off = 0;
+  for (const [name, dtype, shape, n] of tensors) header[name] = { dtype, shape, data_offsets: [off, (off += n)] };
+  let h = JSON.stringify(header);
+  while (h.length % 8) h += ' ';
+  const len = Buffer.alloc(8);
+  len.writeBigUInt64LE(BigInt(h.length));
+  mkdirSync(join(dir, 'wide'));
+  writeFileSync(join(dir, 'wide', 'model.safetensors'), Buffer.concat([len, Buffer.from(h), f32bytes([0.5, 0.5]), Buffer.alloc(4 * DV)]));
+  writeFileSync(join(dir, 'wide', 'config.json'), JSON.stringify({ n_heads: 1 }));
+  const d = await start({ dir });
+  try {
+    const r = await infer(d, 'wide', { inputs: [fp32('x', [1, 1, 1], [0.5])], parameters: { sequence_id: 'w', sequence_start: true } });
+    assert.equal(r.status, 400);
+    assert.equal(r.json.error, "sequences: model 'wide' keeps no K/V cache: a K/V page of 64 tokens is over 1 GiB (at its load, whatever --kv-bytes)");
+    assert.equal(r.headers.get('retry-after'), null);
+  } finally { assert.equal((await d.stop()).code, 0); }
 });
 
 test('a step\'s tokens label its new rows: one per row of x or none, as a stateless request\'s (400 otherwise, not dropped)', async () => {
