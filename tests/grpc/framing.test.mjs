@@ -11,7 +11,7 @@ import http2 from 'node:http2';
 import net from 'node:net';
 import { after, before, test } from 'node:test';
 import { SLOW, requestsUsed, start } from '../server/helper.mjs';
-import { SEED_OUT, firstRawOutput, frame, ld, packedF32, packedI64, seedMsg, str } from './wire.mjs';
+import { SEED_OUT, firstRawOutput, frame, h2frame, ld, lit, packedF32, packedI64, seedMsg, str } from './wire.mjs';
 
 let d, session;
 before(async () => {
@@ -318,6 +318,45 @@ test('--connection-timeout: an idle connection gets GOAWAY and closes; an open s
     for (let i = 0; i + 5 <= body.length; i += 5 + body.readUInt32BE(i + 1)) n++;
     assert.equal(n, 2, 'both steps answered across the idle time');
     sess.close();
+  } finally {
+    assert.equal((await e.stop()).code, 0, e.log());
+  }
+});
+
+test('--connection-timeout: a header block whose CONTINUATION never comes, or a call answered whose client never opens its window, holds no call open: GOAWAY and closed (each held its connection for good, no key asked)', async () => {
+  const e = await start({ grpc: true, args: ['--connection-timeout', '1', '--api-key', 'k'] });
+  try {
+    const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
+    const HEADERS = 1, SETTINGS = 4, GOAWAY = 7, END_STREAM = 1, END_HEADERS = 4;
+    // ServerLive: open without the key
+    const head = Buffer.concat([[':method', 'POST'], [':scheme', 'http'], [':authority', 'x'],
+      [':path', '/inference.GRPCInferenceService/ServerLive'], ['content-type', 'application/grpc']].map(([k, v]) => lit(k, v)));
+    const live = (id) => [h2frame(HEADERS, END_HEADERS, id, head), h2frame(0, END_STREAM, id, frame(Buffer.alloc(0)))];
+    const window0 = Buffer.from([0, 4, 0, 0, 0, 0]); // SETTINGS_INITIAL_WINDOW_SIZE 0
+    const cases = [
+      // served once first: header-timeout is for a connection's first call
+      ['a header block never finished', Buffer.alloc(0), [...live(1), h2frame(HEADERS, 0, 3, head.subarray(0, 10))]],
+      ['an answer its client never opens its window for', window0, live(1)],
+    ];
+    for (const [what, settings, frames] of cases) {
+      const t0 = Date.now();
+      const got = await new Promise((res) => {
+        const chunks = [];
+        const s = net.connect(e.grpcPort, '127.0.0.1', () => s.write(Buffer.concat([PREFACE, h2frame(SETTINGS, 0, 0, settings), ...frames])));
+        s.on('data', (c) => chunks.push(c));
+        s.on('error', () => {});
+        s.on('close', () => res(Buffer.concat(chunks)));
+        // a bound for a connection never closed (a hang), times SLOW: no speed
+        setTimeout(() => s.destroy(), 10000 * SLOW);
+      });
+      const waited = Date.now() - t0;
+      const frames2 = [];
+      for (let i = 0; i + 9 <= got.length; i += 9 + got.readUIntBE(i, 3)) frames2.push({ type: got[i + 3], flags: got[i + 4], id: got.readUInt32BE(i + 5) });
+      // the call was answered (its HEADERS came): the connection then held it
+      assert.ok(frames2.some((f) => f.type === HEADERS && f.id === 1), `${what}: the call answered: ${JSON.stringify(frames2)}`);
+      assert.ok(frames2.some((f) => f.type === GOAWAY), `${what}: GOAWAY among ${JSON.stringify(frames2)} (closed after ${waited} ms)`);
+      assert.ok(waited >= 900 && waited < 10000 * SLOW, `${what}: closed after ${waited} ms`);
+    }
   } finally {
     assert.equal((await e.stop()).code, 0, e.log());
   }
