@@ -589,7 +589,7 @@ static int slow(srv_conn *sc, uint64_t now, uint64_t grace)
         snprintf(msg, sizeof msg, "message: %llu bytes in %.1f s, slower than "
                  "%lld bytes/s (min-body-rate)",
                  (unsigned long long)call->msg_seen, (double)dt / 1e9, rate);
-        srv_grpc__call_end(call, GRPC_RESOURCE_EXHAUSTED, msg);
+        srv_grpc__call_fail(call, GRPC_RESOURCE_EXHAUSTED, msg);
         n++;
     }
     return n;

@@ -11,7 +11,7 @@ import http2 from 'node:http2';
 import net from 'node:net';
 import { after, before, test } from 'node:test';
 import { SLOW, requestsUsed, start } from '../server/helper.mjs';
-import { SEED_OUT, firstRawOutput, frame, h2frame, ld, lit, packedF32, packedI64, seedMsg, str } from './wire.mjs';
+import { SEED_OUT, fields, firstRawOutput, frame, h2frame, ld, lit, packedF32, packedI64, seedMsg, str } from './wire.mjs';
 
 let d, session;
 before(async () => {
@@ -138,6 +138,31 @@ test('HTTP/2 and gRPC framing errors', async () => {
   // each logged with its HTTP status and method, as REST logs a 405
   assert.match(d.log(), /info PUT \/inference\.GRPCInferenceService\/ModelInfer 405 /);
   assert.match(d.log(), /info POST \/inference\.GRPCInferenceService\/ModelInfer 415 /);
+});
+
+test('a stream whose framing breaks after whole requests answers those first, then ends with the break\'s status: they were cut unanswered (their jobs dropped, a sequence\'s steps run or not by how far the pool had come)', async () => {
+  const STREAM = '/inference.GRPCInferenceService/ModelStreamInfer';
+  const three = [frame(seedMsg()), frame(seedMsg()), frame(seedMsg())];
+  const cases = [
+    ['a compressed message', frame(seedMsg(), 1), 12, /compressed messages are not supported/],
+    ['a bad flag byte', frame(seedMsg(), 7), 13, /bad compressed-flag byte/],
+    ['a message over max-body', Buffer.from([0, 0, 2, 0, 0]), 8, /over the limit of 100000 \(max-body\)/],
+    ['the stream ended inside a message', frame(seedMsg()).subarray(0, 20), 3, /ended inside a message/],
+  ];
+  for (const [what, tail, grpcStatus, pattern] of cases) {
+    // one write: the three requests and the break in one DATA frame
+    const r = await raw(STREAM, Buffer.concat([...three, tail]));
+    assert.equal(r.grpcStatus, grpcStatus, `${what}: ${r.grpcStatus} ${r.message}`);
+    assert.match(r.message, pattern, what);
+    const outs = [];
+    for (let i = 0; i + 5 <= r.data.length; i += 5 + r.data.readUInt32BE(i + 1)) {
+      const f = fields(r.data.subarray(i + 5, i + 5 + r.data.readUInt32BE(i + 1)));
+      assert.equal(f[1], undefined, `${what}: no error_message: ${f[1]}`);
+      const raw0 = fields(f[2][0])[6][0]; // raw_output_contents[0]
+      outs.push(Array.from(new Float32Array(raw0.buffer.slice(raw0.byteOffset, raw0.byteOffset + raw0.length))));
+    }
+    assert.deepEqual(outs, [SEED_OUT, SEED_OUT, SEED_OUT], `${what}: each request before the break answered`);
+  }
 });
 
 test('a GET carrying a gRPC message is refused (405), not served', async () => {
