@@ -653,7 +653,11 @@ void srv_grpc__call_free(gcall *call)
     c->unconsumed += call->unconsumed; /* its window is the connection's now */
     if (call->counted)
         srv_guard_call_end(&c->guard);
-    if (!call->ending) /* the client went away first */
+    /* the client went away first; a stream the HTTP/2 layer reset before
+     * its HEADERS were whole and right (te, a pseudo-header twice, a
+     * header list too long, a block whose CONTINUATION never came) was
+     * never a call, and no client cancelled it */
+    if (!call->ending && call->counted)
         s->http.grpc_codes[GRPC_CANCELLED]++;
     drop_msgs(call);
     if (call->prev)
