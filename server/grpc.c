@@ -134,6 +134,37 @@ void srv_grpc__call_end(gcall *call, int code, const char *msg)
     srv_grpc__schedule(call->c);
 }
 
+/* srv_grpc__call_fail: see grpc_int.h. Ended at once, a stream's requests
+ * in flight went unanswered (their jobs cut as the stream closed), however
+ * many had been sent whole before the broken message: a sequence's steps
+ * ran or not by how far the pool had come. */
+void srv_grpc__call_fail(gcall *call, int code, const char *msg)
+{
+    srv *s = call->c->g->s;
+    if (call->ending || call->failing)
+        return;
+    if (!call->m || !call->m->stream || (!call->shead && !call->hhead)) {
+        srv_grpc__call_end(call, code, msg);
+        return;
+    }
+    if (call->skipped) /* its echo: what came of it */
+        srv_grpc__slot_echo(call->skipped, call->head,
+                            call->msg_got < sizeof call->head
+                                ? call->msg_got : sizeof call->head);
+    call->skipped = NULL;
+    call->skipping = 0;
+    free(call->msg);
+    call->msg = NULL;
+    srv_mem_give(s, call->msg_mem);
+    call->msg_mem = 0;
+    call->hdr_got = 0;
+    call->t_msg_ns = 0;
+    call->failing = 1;
+    call->code = code;
+    snprintf(call->end_msg, sizeof call->end_msg, "%s", msg ? msg : "");
+    srv_grpc__schedule(call->c);
+}
+
 static void trailers(const gcall *call, nghttp2_nv *nv, char *num, char *msg)
 {
     snprintf(num, 8, "%d", call->code);
@@ -370,7 +401,11 @@ void srv_grpc__pump(gcall *call)
     }
     if (call->m && call->m->stream && !call->shead && !call->hhead &&
         !call->ending) {
-        if (call->half_closed)
+        if (call->failing) { /* its requests before the break answered */
+            char msg[GRPC_ERRMAX];
+            snprintf(msg, sizeof msg, "%s", call->end_msg);
+            srv_grpc__call_end(call, call->code, msg);
+        } else if (call->half_closed)
             srv_grpc__call_end(call, GRPC_OK, NULL);
         else if (s->draining && !(call->hdr_got && !call->late))
             /* nothing in flight, nor a message begun before the signal
@@ -618,7 +653,11 @@ void srv_grpc__call_free(gcall *call)
     c->unconsumed += call->unconsumed; /* its window is the connection's now */
     if (call->counted)
         srv_guard_call_end(&c->guard);
-    if (!call->ending) /* the client went away first */
+    /* the client went away first; a stream the HTTP/2 layer reset before
+     * its HEADERS were whole and right (te, a pseudo-header twice, a
+     * header list too long, a block whose CONTINUATION never came) was
+     * never a call, and no client cancelled it */
+    if (!call->ending && call->counted)
         s->http.grpc_codes[GRPC_CANCELLED]++;
     drop_msgs(call);
     if (call->prev)

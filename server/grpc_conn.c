@@ -363,21 +363,37 @@ static int taking(gconn *c, uv_os_fd_t fd)
                            q, &c->took);
 }
 
+/* open_call: does one of c's calls keep c open past connection-timeout:
+ * its HEADERS whole (counted) and it not ended? A header block whose
+ * CONTINUATION never comes is no call (counted by no one: a client that
+ * had been served once held its connection with one for good), and a
+ * call ended has its answer made: what is left is its client's to take
+ * (taking), and one that keeps its window shut takes nothing (a unary
+ * call's answer never taken held its connection for good, no key asked). */
+static int open_call(const gconn *c)
+{
+    const gcall *call;
+    for (call = c->calls; call; call = call->next)
+        if (call->counted && !call->ending)
+            return 1;
+    return 0;
+}
+
 /* on_idle_timeout: no byte for --connection-timeout seconds: a connection
- * with no call open gets GOAWAY and closes (flush closes it once written);
- * one with a call open (a stream between steps) stays, as does one whose
- * client took more of its answers since the timer last ran (taking): it
- * goes once a whole connection-timeout passes in which it neither sends
- * nor takes a byte, counted from its last ACK (srv_grpc__idle_left). An
- * ACK of the last byte is not the client's read of it: its kernel may
- * hold the answer's tail (its receive buffer) that it is still reading,
- * its next call to come after it; before, a client that took its last
- * byte just before the timer ran was sent away then, as it read. Nor
- * does one whose socket holds bytes attnd has not read yet: libuv runs
- * the timers due at the start of a loop turn, before it polls, so after a
- * stall of the loop past the timeout a client's next call may wait there
- * (GOAWAY would have nghttp2 ignore it); its read, this turn, restarts
- * the timer (a whole timeout till then). */
+ * with no call open (open_call) gets GOAWAY and closes (flush closes it
+ * once written); one with a call open (a stream between steps) stays, as
+ * does one whose client took more of its answers since the timer last
+ * ran (taking): it goes once a whole connection-timeout passes in which
+ * it neither sends nor takes a byte, counted from its last ACK
+ * (srv_grpc__idle_left). An ACK of the last byte is not the client's read
+ * of it: its kernel may hold the answer's tail (its receive buffer) that
+ * it is still reading, its next call to come after it; before, a client
+ * that took its last byte just before the timer ran was sent away then,
+ * as it read. Nor does one whose socket holds bytes attnd has not read
+ * yet: libuv runs the timers due at the start of a loop turn, before it
+ * polls, so after a stall of the loop past the timeout a client's next
+ * call may wait there (GOAWAY would have nghttp2 ignore it); its read,
+ * this turn, restarts the timer (a whole timeout till then). */
 static void on_idle_timeout(uv_timer_t *t)
 {
     gconn *c = t->data;
@@ -388,7 +404,7 @@ static void on_idle_timeout(uv_timer_t *t)
         return;
     if (uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
         fd = -1;
-    if (c->calls || srv_sock_unread(fd)) /* linger.c */
+    if (open_call(c) || srv_sock_unread(fd)) /* linger.c */
         left = ms;
     else if (taking(c, fd))
         left = srv_grpc__idle_left(ms, srv_sock_ack_age_ms(fd)); /* sock_rx.c */
@@ -573,7 +589,7 @@ static int slow(srv_conn *sc, uint64_t now, uint64_t grace)
         snprintf(msg, sizeof msg, "message: %llu bytes in %.1f s, slower than "
                  "%lld bytes/s (min-body-rate)",
                  (unsigned long long)call->msg_seen, (double)dt / 1e9, rate);
-        srv_grpc__call_end(call, GRPC_RESOURCE_EXHAUSTED, msg);
+        srv_grpc__call_fail(call, GRPC_RESOURCE_EXHAUSTED, msg);
         n++;
     }
     return n;

@@ -247,10 +247,10 @@ static void half_close(gcall *call)
 {
     call->half_closed = 1;
     call->t_msg_ns = 0;
-    if (call->ending)
+    if (call->ending || call->failing)
         return;
     if (call->hdr_got || call->msg) {
-        srv_grpc__call_end(call, GRPC_INVALID_ARGUMENT,
+        srv_grpc__call_fail(call, GRPC_INVALID_ARGUMENT,
                  "request: the stream ended inside a message");
         return;
     }
@@ -306,7 +306,7 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
         ((gconn *)ud)->carried += len;
     } else
         ((gconn *)ud)->unconsumed += len;
-    while (call && !call->ending && call->m && len) {
+    while (call && !call->ending && !call->failing && call->m && len) {
         if (call->hdr_got < 5) {
             size_t take = 5 - (size_t)call->hdr_got;
             uint32_t mlen;
@@ -331,18 +331,18 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
             mlen = (uint32_t)call->hdr[1] << 24 | (uint32_t)call->hdr[2] << 16 |
                    (uint32_t)call->hdr[3] << 8 | call->hdr[4];
             if (call->hdr[0] > 1) {
-                srv_grpc__call_end(call, GRPC_INTERNAL, "message: bad compressed-flag byte");
+                srv_grpc__call_fail(call, GRPC_INTERNAL, "message: bad compressed-flag byte");
                 break;
             }
             if (call->hdr[0] == 1) {
-                srv_grpc__call_end(call, GRPC_UNIMPLEMENTED, "message: compressed messages "
+                srv_grpc__call_fail(call, GRPC_UNIMPLEMENTED, "message: compressed messages "
                          "are not supported (grpc-encoding identity only)");
                 break;
             }
             if ((long long)mlen > s->cfg.max_body) {
                 snprintf(msg, sizeof msg, "message: %u bytes is over the limit "
                          "of %lld (max-body)", mlen, s->cfg.max_body);
-                srv_grpc__call_end(call, GRPC_RESOURCE_EXHAUSTED, msg);
+                srv_grpc__call_fail(call, GRPC_RESOURCE_EXHAUSTED, msg);
                 break;
             }
             if (!call->m->stream && call->n_msgs) {
@@ -432,7 +432,7 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
                 if (!hm) {
                     free(m);
                     srv_mem_give(s, mem);
-                    srv_grpc__call_end(call, GRPC_UNAVAILABLE, GRPC_OOM_MSG);
+                    srv_grpc__call_fail(call, GRPC_UNAVAILABLE, GRPC_OOM_MSG);
                     break;
                 }
                 hm->msg = m, hm->len = call->msg_len, hm->mem = mem;

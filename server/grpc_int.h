@@ -156,7 +156,10 @@ struct gcall {
     int n_slots;
     gchunk *chead, *ctail;
     int headers_sent, deferred, ending, ended;
-    int code;            /* the final status once ending */
+    int failing;         /* a stream whose framing broke (srv_grpc__call_fail):
+                            it reads no more, and ends with code and
+                            end_msg once its requests before are answered */
+    int code;            /* the final status once ending (or failing) */
     char end_msg[GRPC_ERRMAX];
 };
 /* an open call's state, counted against memory-budget from its HEADERS
@@ -282,6 +285,12 @@ void srv_grpc__pump(gcall *call);
 /* grpc.c: end a call with its final status (trailers after what is
  * queued). Once. */
 void srv_grpc__call_end(gcall *call, int code, const char *msg);
+/* grpc.c: a call whose client broke the framing of its messages (or sent
+ * one too slowly) ends with code and msg: at once, unless it is a stream
+ * with requests before the broken one (in flight or held): those are
+ * answered first, in order, while it reads no more (its later bytes and
+ * the message begun are dropped), then it ends (pump). */
+void srv_grpc__call_fail(gcall *call, int code, const char *msg);
 /* grpc.c: one complete request message of a call (msg malloc'd, taken,
  * mem bytes of the budget; late: it began after SIGTERM; t0: its first
  * byte came) becomes a slot: an srv_req for the method. */

@@ -11,7 +11,7 @@ import http2 from 'node:http2';
 import net from 'node:net';
 import { after, before, test } from 'node:test';
 import { SLOW, requestsUsed, start } from '../server/helper.mjs';
-import { SEED_OUT, firstRawOutput, frame, ld, packedF32, packedI64, seedMsg, str } from './wire.mjs';
+import { SEED_OUT, fields, firstRawOutput, frame, h2frame, ld, lit, packedF32, packedI64, seedMsg, str } from './wire.mjs';
 
 let d, session;
 before(async () => {
@@ -138,6 +138,31 @@ test('HTTP/2 and gRPC framing errors', async () => {
   // each logged with its HTTP status and method, as REST logs a 405
   assert.match(d.log(), /info PUT \/inference\.GRPCInferenceService\/ModelInfer 405 /);
   assert.match(d.log(), /info POST \/inference\.GRPCInferenceService\/ModelInfer 415 /);
+});
+
+test('a stream whose framing breaks after whole requests answers those first, then ends with the break\'s status: they were cut unanswered (their jobs dropped, a sequence\'s steps run or not by how far the pool had come)', async () => {
+  const STREAM = '/inference.GRPCInferenceService/ModelStreamInfer';
+  const three = [frame(seedMsg()), frame(seedMsg()), frame(seedMsg())];
+  const cases = [
+    ['a compressed message', frame(seedMsg(), 1), 12, /compressed messages are not supported/],
+    ['a bad flag byte', frame(seedMsg(), 7), 13, /bad compressed-flag byte/],
+    ['a message over max-body', Buffer.from([0, 0, 2, 0, 0]), 8, /over the limit of 100000 \(max-body\)/],
+    ['the stream ended inside a message', frame(seedMsg()).subarray(0, 20), 3, /ended inside a message/],
+  ];
+  for (const [what, tail, grpcStatus, pattern] of cases) {
+    // one write: the three requests and the break in one DATA frame
+    const r = await raw(STREAM, Buffer.concat([...three, tail]));
+    assert.equal(r.grpcStatus, grpcStatus, `${what}: ${r.grpcStatus} ${r.message}`);
+    assert.match(r.message, pattern, what);
+    const outs = [];
+    for (let i = 0; i + 5 <= r.data.length; i += 5 + r.data.readUInt32BE(i + 1)) {
+      const f = fields(r.data.subarray(i + 5, i + 5 + r.data.readUInt32BE(i + 1)));
+      assert.equal(f[1], undefined, `${what}: no error_message: ${f[1]}`);
+      const raw0 = fields(f[2][0])[6][0]; // raw_output_contents[0]
+      outs.push(Array.from(new Float32Array(raw0.buffer.slice(raw0.byteOffset, raw0.byteOffset + raw0.length))));
+    }
+    assert.deepEqual(outs, [SEED_OUT, SEED_OUT, SEED_OUT], `${what}: each request before the break answered`);
+  }
 });
 
 test('a GET carrying a gRPC message is refused (405), not served', async () => {
@@ -318,6 +343,45 @@ test('--connection-timeout: an idle connection gets GOAWAY and closes; an open s
     for (let i = 0; i + 5 <= body.length; i += 5 + body.readUInt32BE(i + 1)) n++;
     assert.equal(n, 2, 'both steps answered across the idle time');
     sess.close();
+  } finally {
+    assert.equal((await e.stop()).code, 0, e.log());
+  }
+});
+
+test('--connection-timeout: a header block whose CONTINUATION never comes, or a call answered whose client never opens its window, holds no call open: GOAWAY and closed (each held its connection for good, no key asked)', async () => {
+  const e = await start({ grpc: true, args: ['--connection-timeout', '1', '--api-key', 'k'] });
+  try {
+    const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
+    const HEADERS = 1, SETTINGS = 4, GOAWAY = 7, END_STREAM = 1, END_HEADERS = 4;
+    // ServerLive: open without the key
+    const head = Buffer.concat([[':method', 'POST'], [':scheme', 'http'], [':authority', 'x'],
+      [':path', '/inference.GRPCInferenceService/ServerLive'], ['content-type', 'application/grpc']].map(([k, v]) => lit(k, v)));
+    const live = (id) => [h2frame(HEADERS, END_HEADERS, id, head), h2frame(0, END_STREAM, id, frame(Buffer.alloc(0)))];
+    const window0 = Buffer.from([0, 4, 0, 0, 0, 0]); // SETTINGS_INITIAL_WINDOW_SIZE 0
+    const cases = [
+      // served once first: header-timeout is for a connection's first call
+      ['a header block never finished', Buffer.alloc(0), [...live(1), h2frame(HEADERS, 0, 3, head.subarray(0, 10))]],
+      ['an answer its client never opens its window for', window0, live(1)],
+    ];
+    for (const [what, settings, frames] of cases) {
+      const t0 = Date.now();
+      const got = await new Promise((res) => {
+        const chunks = [];
+        const s = net.connect(e.grpcPort, '127.0.0.1', () => s.write(Buffer.concat([PREFACE, h2frame(SETTINGS, 0, 0, settings), ...frames])));
+        s.on('data', (c) => chunks.push(c));
+        s.on('error', () => {});
+        s.on('close', () => res(Buffer.concat(chunks)));
+        // a bound for a connection never closed (a hang), times SLOW: no speed
+        setTimeout(() => s.destroy(), 10000 * SLOW);
+      });
+      const waited = Date.now() - t0;
+      const frames2 = [];
+      for (let i = 0; i + 9 <= got.length; i += 9 + got.readUIntBE(i, 3)) frames2.push({ type: got[i + 3], flags: got[i + 4], id: got.readUInt32BE(i + 5) });
+      // the call was answered (its HEADERS came): the connection then held it
+      assert.ok(frames2.some((f) => f.type === HEADERS && f.id === 1), `${what}: the call answered: ${JSON.stringify(frames2)}`);
+      assert.ok(frames2.some((f) => f.type === GOAWAY), `${what}: GOAWAY among ${JSON.stringify(frames2)} (closed after ${waited} ms)`);
+      assert.ok(waited >= 900 && waited < 10000 * SLOW, `${what}: closed after ${waited} ms`);
+    }
   } finally {
     assert.equal((await e.stop()).code, 0, e.log());
   }

@@ -198,6 +198,35 @@ test('a connection sending frames that carry no call (PRIORITY, empty DATA, unkn
   assert.match(await d.logged(/frames carrying no call/), /grpc: ended \d+ connections? for HTTP\/2 errors .*\(this one: \d+ bytes of frames carrying no call's headers or messages/);
 });
 
+test('a stream the HTTP/2 layer resets before its HEADERS made a call (te wrong, a pseudo-header twice, a header list past 64 KB, a block never finished) is no call a client cancelled: attnd_grpc_calls_total{code="CANCELLED"} unchanged (each counted one)', async () => {
+  // after the flood case, which reads its own log line: HTTP/2 errors
+  // get one a second at most, so this case's GOAWAY just before held the
+  // flood's back (counted into a line that never came)
+  const cancelled = async () => Number(/^attnd_grpc_calls_total\{code="CANCELLED"\} (\d+)$/m
+    .exec(await (await fetch(`${d.url}/metrics`)).text())?.[1] ?? 0);
+  const before = await cancelled();
+  const c = rawConn();
+  c.send(...rawCall(1, inferFields([['te', 'gzip']])));
+  assert.equal(await outcome(c, 1), 'reset 1');
+  c.send(...rawCall(3, inferFields([[':path', INFER], ['te', 'trailers']])));
+  assert.equal(await outcome(c, 3), 'reset 1');
+  c.send(...bigBlock(5, inferFields([['te', 'trailers']]), true));
+  assert.equal(await outcome(c, 5), 'reset 2');
+  // its CONTINUATION never comes; the connection goes with it
+  c.send(h2frame(HEADERS, 0, 7, block(inferFields()).subarray(0, 10)));
+  c.send(...rawCall(9, inferFields([['te', 'trailers']]))); // (not a CONTINUATION: GOAWAY)
+  assert.ok(await c.until((f) => f.type === GOAWAY), 'GOAWAY');
+  for (const t = Date.now(); !c.closed && Date.now() - t < 5000 * SLOW;) await new Promise((r) => setTimeout(r, 10));
+  assert.ok(c.closed, 'closed');
+  // and a call its client does cancel still counts
+  const c2 = rawConn();
+  c2.send(h2frame(HEADERS, END_HEADERS, 1, block(inferFields([['te', 'trailers']]))), h2frame(RST, 0, 1, Buffer.from([0, 0, 0, 8])));
+  const until = Date.now() + 5000 * SLOW;
+  while ((await cancelled()) === before && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+  assert.equal(await cancelled(), before + 1);
+  c2.sock.destroy();
+});
+
 test('a client whose calls carry messages and answers is not taken for a flood, however many PINGs and WINDOW_UPDATEs come with them', async () => {
   // 20 MiB of messages, each call with a PING and a WINDOW_UPDATE: the
   // control frames stay far under an eighth of what the calls carry
