@@ -570,19 +570,26 @@ void srv_grpc__on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
  * (or a unary call's HEADERS), with RESOURCE_EXHAUSTED; its stream is then
  * reset (grpc.c, once the trailers are out) and the connection's other
  * calls go on. Not while attnd itself holds the window closed
- * (--grpc-buffer, queue-size). Returns the calls ended. */
+ * (--grpc-buffer, queue-size): a call of a paused connection is spared
+ * only while it has no window left, stream's or connection's (before,
+ * every call of it was: one still able to send trickled on unjudged,
+ * each byte restarting connection-timeout). Returns the calls ended. */
 static int slow(srv_conn *sc, uint64_t now, uint64_t grace)
 {
     gconn *c = (gconn *)(void *)((char *)sc - offsetof(gconn, guard));
     long long rate = c->g->s->cfg.min_body_rate;
     gcall *call;
     int n = 0;
-    if (c->paused || c->closing)
+    if (c->closing)
         return 0;
     for (call = c->calls; call; call = call->next) {
         uint64_t dt = now - call->t_msg_ns;
         char msg[200];
         if (!call->t_msg_ns || call->ending || call->hhead || dt <= grace)
+            continue;
+        if (c->paused &&
+            (nghttp2_session_get_stream_local_window_size(c->h2, call->id) <= 0 ||
+             nghttp2_session_get_local_window_size(c->h2) <= 0))
             continue;
         if ((double)call->msg_seen * 1e9 >= (double)rate * (double)dt)
             continue;

@@ -323,6 +323,30 @@ test('min-body-rate: a unary call whose message came whole but whose END_STREAM 
   }
 });
 
+test('min-body-rate: a call that trickles on a connection paused for its unread answers (--grpc-buffer) ends too: only a call with no window left is spared', async () => {
+  const d = await start({ grpc: true, args: ['--header-timeout', '1', '--min-body-rate', '1000', '--grpc-buffer', '65536', '--drain-ms', '1000'] }); // (the stop's drain: the unread answer)
+  const session = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
+  session.on('error', () => {});
+  try {
+    // 160 KB unread against a 64 KiB window: past --grpc-buffer, paused
+    unread(session, bigAnswerMsg(200));
+    await waitFor('the unread answer made', async () => (await (await fetch(`${d.url}/v2/models/sdpa/stats`)).json())
+      .model_stats[0].inference_stats.success.count === 1);
+    const h = Buffer.alloc(5);
+    h.writeUInt32BE(100000, 1);
+    // 15 of 100005 bytes, then nothing, its window wide open: it was spared
+    // for as long as the other answer went unread
+    const slow = stalled(session, Buffer.concat([h, Buffer.from('0123456789')]));
+    const rst = await Promise.race([slow.closed, sleep(5000 * SLOW).then(() => 'still open')]);
+    assert.equal(rst, 0, 'reset (NO_ERROR) once header-timeout passed at under 1000 bytes/s');
+    assert.equal(slow.head['grpc-status'], '8', JSON.stringify(slow.head));
+    assert.match(decodeURIComponent(slow.head['grpc-message']), /^message: 15 bytes in \d+\.\d s, slower than 1000 bytes\/s \(min-body-rate\)$/);
+  } finally {
+    session.close();
+    assert.equal((await d.stop()).code, 0, d.log());
+  }
+});
+
 test('a call ended before its client finished sending is reset, so a client that then sends nothing cannot hold its connection', async () => {
   const d = await start({ grpc: true, args: ['--max-body', '2000', '--connection-timeout', '1'] });
   const session = http2.connect(`http://127.0.0.1:${d.grpcPort}`);
