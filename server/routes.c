@@ -268,6 +268,7 @@ typedef struct maps_job {
     int rc;
     int fd;      /* r's socket (loop: taken when queued) */
     int skipped; /* pool: its client went before the render: not done */
+    uint64_t polled_ns; /* pool: job_went's last poll(2) */
 } maps_job;
 
 static enum MHD_Result copy_arg(void *cls, enum MHD_ValueKind kind,
@@ -305,11 +306,18 @@ static void maps_job_free(maps_job *mj)
     free(mj);
 }
 
-/* job_went: maps_http_render's cut: has mj's client gone (one poll(2))?
- * Pool thread. */
+/* job_went: maps_http_render's cut: has mj's client gone (one poll(2),
+ * at most one a millisecond: the render asks between heads, and a weight
+ * set of 2^20 one-wide heads spent 3 s of an h=all render in them, 2^24
+ * would hold a pool thread ~50 s a GET)? Pool thread. */
+#define JOB_POLL_NS 1000000u
 static int job_went(void *ctx)
 {
-    const maps_job *mj = ctx;
+    maps_job *mj = ctx;
+    uint64_t now = srv_now_ns();
+    if (mj->polled_ns && now - mj->polled_ns < JOB_POLL_NS)
+        return 0;
+    mj->polled_ns = now;
     return srv_client_went(mj->fd);
 }
 
