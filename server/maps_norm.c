@@ -46,14 +46,64 @@ static void gram(const attn_config *c, const attn_weights *w, int h,
     }
 }
 
-/* head_norms: head h's norms (maps_vo_norms' out rows of h) from its
- * Gram matrix g (gram's upper half), d_v^2 multiply-adds a key. */
-static void head_norms(const attn_config *c, const double *g, int h,
-                       const float *v, int n_items, int s,
-                       const int32_t *s_valid, float *out)
+/* gram_sq: |u W_O^h|^2 of one value row u, as u G u^T from head h's Gram
+ * matrix G (gram's upper half; at): d_v^2 multiply-adds. */
+static double gram_sq(const attn_config *c, const void *at, int h,
+                      const float *u)
+{
+    const double *g = at;
+    int dv = c->v_head_dim, k, l;
+    double sum = 0.0;
+
+    (void)h;
+    for (k = 0; k < dv; k++) {
+        const double *gk = g + (size_t)k * (size_t)dv;
+        double row = 0.0;
+        for (l = k + 1; l < dv; l++)
+            row += gk[l] * (double)u[l];
+        sum += (double)u[k] * (gk[k] * (double)u[k] + 2.0 * row);
+    }
+    return sum;
+}
+
+/* direct_sq: |u W_O^h|^2 of one value row u, from W_o itself (at: the
+ * attn_weights, in gram's layout): each of u W_O^h's d_model entries
+ * summed over d_v, in double; d_v x d_model multiply-adds. */
+static double direct_sq(const attn_config *c, const void *at, int h,
+                        const float *u)
+{
+    const attn_weights *w = at;
+    size_t rows = (size_t)c->n_heads * (size_t)c->v_head_dim;
+    int dv = c->v_head_dim, d = c->d_model, pw = d, k, p, q;
+    double sum = 0.0;
+
+    if (w->layout == ATTN_PANELS)
+        pw = attn_panel_cols(c, ATTN_W_O);
+    for (p = 0; p * pw < d; p++) {
+        int wp = d - p * pw < pw ? d - p * pw : pw;
+        const float *blk = w->w_o + (size_t)p * (size_t)pw * rows +
+                           (size_t)h * (size_t)dv * (size_t)wp;
+        for (q = 0; q < wp; q++) {
+            double x = 0.0;
+            for (k = 0; k < dv; k++)
+                x += (double)u[k] *
+                     (double)blk[(size_t)k * (size_t)wp + (size_t)q];
+            sum += x * x;
+        }
+    }
+    return sum;
+}
+
+/* head_norms: head h's norms (maps_vo_norms' out rows of h), each key's
+ * square from sq (gram_sq with its Gram matrix, or direct_sq). */
+static void head_norms(const attn_config *c,
+                       double (*sq)(const attn_config *, const void *, int,
+                                    const float *),
+                       const void *at, int h, const float *v, int n_items,
+                       int s, const int32_t *s_valid, float *out)
 {
     int H = c->n_heads, kvh = c->n_kv_heads, dv = c->v_head_dim;
-    int b, j, k, l;
+    int b, j;
 
     for (b = 0; b < n_items; b++) {
         const float *vh = v + ((size_t)b * (size_t)kvh +
@@ -61,19 +111,12 @@ static void head_norms(const attn_config *c, const double *g, int h,
                                   (size_t)s * (size_t)dv;
         float *o = out + ((size_t)b * (size_t)H + (size_t)h) * (size_t)s;
         for (j = 0; j < s; j++) {
-            const float *u = vh + (size_t)j * (size_t)dv;
-            double sum = 0.0;
+            double sum;
             if (s_valid && j >= s_valid[b]) {
                 o[j] = 0.0f;
                 continue;
             }
-            for (k = 0; k < dv; k++) {
-                const double *gk = g + (size_t)k * (size_t)dv;
-                double row = 0.0;
-                for (l = k + 1; l < dv; l++)
-                    row += gk[l] * (double)u[l];
-                sum += (double)u[k] * (gk[k] * (double)u[k] + 2.0 * row);
-            }
+            sum = sq(c, at, h, vh + (size_t)j * (size_t)dv);
             o[j] = (float)sqrt(sum > 0.0 ? sum : 0.0);
         }
     }
@@ -83,52 +126,10 @@ static void head_norms(const attn_config *c, const double *g, int h,
  * Gram matrices then cost more than they save: d_v^2 doubles a head
  * (an upload's d_v is as wide as its file allows: 2^15 takes 8 GiB for a
  * 256 KiB W_v and W_o) and d_v^2 multiply-adds a key, where |u W_O^h|
- * itself takes d_v x d_model and no memory (direct_norms). */
+ * itself takes d_v x d_model and no memory (direct_sq). */
 static int wide(const attn_config *c)
 {
     return c->v_head_dim > c->d_model;
-}
-
-/* direct_norms: head h's norms (maps_vo_norms' out rows of h) as |u
- * W_O^h| itself: each of u W_O^h's d_model entries summed over d_v, in
- * double; d_v x d_model multiply-adds a key, W_o in gram's layout. */
-static void direct_norms(const attn_config *c, const attn_weights *w, int h,
-                         const float *v, int n_items, int s,
-                         const int32_t *s_valid, float *out)
-{
-    size_t rows = (size_t)c->n_heads * (size_t)c->v_head_dim;
-    int H = c->n_heads, kvh = c->n_kv_heads, dv = c->v_head_dim;
-    int d = c->d_model, pw = d, b, j, k, p, q;
-
-    if (w->layout == ATTN_PANELS)
-        pw = attn_panel_cols(c, ATTN_W_O);
-    for (b = 0; b < n_items; b++) {
-        const float *vh = v + ((size_t)b * (size_t)kvh +
-                               (size_t)(h / (H / kvh))) *
-                                  (size_t)s * (size_t)dv;
-        float *o = out + ((size_t)b * (size_t)H + (size_t)h) * (size_t)s;
-        for (j = 0; j < s; j++) {
-            const float *u = vh + (size_t)j * (size_t)dv;
-            double sum = 0.0;
-            if (s_valid && j >= s_valid[b]) {
-                o[j] = 0.0f;
-                continue;
-            }
-            for (p = 0; p * pw < d; p++) {
-                int wp = d - p * pw < pw ? d - p * pw : pw;
-                const float *blk = w->w_o + (size_t)p * (size_t)pw * rows +
-                                   (size_t)h * (size_t)dv * (size_t)wp;
-                for (q = 0; q < wp; q++) {
-                    double x = 0.0;
-                    for (k = 0; k < dv; k++)
-                        x += (double)u[k] *
-                             (double)blk[(size_t)k * (size_t)wp + (size_t)q];
-                    sum += x * x;
-                }
-            }
-            o[j] = (float)sqrt(sum);
-        }
-    }
 }
 
 int maps_vo_norms(const attn_config *c, const attn_weights *w,
@@ -140,7 +141,7 @@ int maps_vo_norms(const attn_config *c, const attn_weights *w,
 
     if (wide(c)) {
         for (h = 0; h < c->n_heads; h++)
-            direct_norms(c, w, h, v, n_items, s, s_valid, out);
+            head_norms(c, direct_sq, w, h, v, n_items, s, s_valid, out);
         return 0;
     }
     /* |u W_O^h|^2 = u G u^T with G = W_O^h W_O^h^T: d_v^2 a key instead
@@ -150,7 +151,7 @@ int maps_vo_norms(const attn_config *c, const attn_weights *w,
         return ATTN_ENOMEM;
     for (h = 0; h < c->n_heads; h++) {
         gram(c, w, h, g);
-        head_norms(c, g, h, v, n_items, s, s_valid, out);
+        head_norms(c, gram_sq, g, h, v, n_items, s, s_valid, out);
     }
     free(g);
     return 0;
@@ -170,7 +171,7 @@ size_t maps_grams_bytes(const attn_config *c)
 {
     size_t n;
 
-    if (wide(c)) /* never made (maps_vo_norms' direct_norms) */
+    if (wide(c)) /* never made (maps_vo_norms' direct_sq) */
         return 0;
     if (__builtin_mul_overflow((size_t)c->v_head_dim,
                                (size_t)c->v_head_dim, &n) ||
@@ -261,7 +262,8 @@ int maps_grams_norms(maps_grams *gs, const float *v, int n_items, int s,
     if (!g) /* wide, or no room to keep them: made for this call alone */
         return maps_vo_norms(c, gs->w, v, n_items, s, s_valid, out);
     for (h = 0; h < c->n_heads; h++)
-        head_norms(c, g + (size_t)h * per, h, v, n_items, s, s_valid, out);
+        head_norms(c, gram_sq, g + (size_t)h * per, h, v, n_items, s,
+                   s_valid, out);
     return 0;
 }
 
