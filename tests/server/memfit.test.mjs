@@ -188,26 +188,27 @@ test('the room besides the bounds counts: bounds under the limit, with the room 
 // A weight set's Gram matrices for what=norm (server/maps_norm.h: made by
 // its first retained request, kept until it goes) count with its weights
 // from its load on, unless --maps-bytes is 0 (nothing retained, none
-// made). 'wide': d_model 64, 2 heads, d_k 8, d_v 512: weights W_q, W_k
-// 64 x 16 and W_v, W_o 64 x 1024 floats, (2048 + 131072) x 4 = 532480
-// bytes (0.51 MiB); its matrices 2 x 512 x 512 doubles, 4 MiB. Under a
-// 64 MiB limit (past the room alone: always warned): 32 MiB budget + 16
-// maps + 0 K/V + 4.51 + 192 room = 244.5 MiB; without maps, 32 + 0.51 +
-// 192 = 224.5 MiB. Before, the matrices counted nowhere (0.5 MiB of
-// weights with --maps-bytes 16 MiB too).
+// made). 'gram': d_model 512, 2 heads, d_k 8, d_v 512 (no wider than
+// the model: wider heads make none, maps_norm.test): weights W_q, W_k
+// 512 x 16 and W_v, W_o 512 x 1024 floats, (16384 + 1048576) x 4 =
+// 4259840 bytes (4.06 MiB); its matrices 2 x 512 x 512 doubles, 4 MiB.
+// Under a 64 MiB limit (past the room alone: always warned): 32 MiB
+// budget + 16 maps + 0 K/V + 8.06 + 192 room = 248.06 MiB; without maps,
+// 32 + 4.06 + 192 = 228.06 MiB. Before, the matrices counted nowhere
+// (4.1 MiB of weights with --maps-bytes 16 MiB too).
 test("a weight set's Gram matrices for what=norm count with its weights, unless --maps-bytes is 0", async (t) => {
   const cg = cgroup(t, { 'proc-self-cgroup': '0::/\n', 'memory.max': `${64 * MiB}\n` });
   const dir = mkdtempSync(join(tmpdir(), 'attnd-memfit-'));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
-  mkdirSync(join(dir, 'wide'));
+  mkdirSync(join(dir, 'gram'));
   const z = (n) => new Array(n).fill(0.5);
-  writeFileSync(join(dir, 'wide', 'model.safetensors'), safetensors({
-    W_q: [[64, 16], z(64 * 16)], W_k: [[64, 16], z(64 * 16)],
-    W_v: [[64, 1024], z(64 * 1024)], W_o: [[1024, 64], z(1024 * 64)],
+  writeFileSync(join(dir, 'gram', 'model.safetensors'), safetensors({
+    W_q: [[512, 16], z(512 * 16)], W_k: [[512, 16], z(512 * 16)],
+    W_v: [[512, 1024], z(512 * 1024)], W_o: [[1024, 512], z(1024 * 512)],
   }));
-  writeFileSync(join(dir, 'wide', 'config.json'), JSON.stringify({ n_heads: 2, n_kv_heads: 2, head_dim: 8, v_head_dim: 512 }));
+  writeFileSync(join(dir, 'gram', 'config.json'), JSON.stringify({ n_heads: 2, n_kv_heads: 2, head_dim: 8, v_head_dim: 512 }));
   const asan = [process.env.ASAN_OPTIONS, 'verify_asan_link_order=0'].filter(Boolean).join(':');
-  for (const [maps, weights, sum] of [[16, '4\\.5', 245], [0, '0\\.5', 225]]) {
+  for (const [maps, weights, sum] of [[16, '8\\.1', 248], [0, '4\\.1', 228]]) {
     const d = await start({
       t, dir,
       args: ['--threads', '2', '--memory-budget', String(32 * MiB), '--max-body', String(8 * MiB),
@@ -215,10 +216,10 @@ test("a weight set's Gram matrices for what=norm count with its weights, unless 
         '--maps-bytes', String(maps * MiB), '--kv-bytes', '0'],
       env: { LD_PRELOAD: SHIM, CGROUPFAKE_DIR: cg, ASAN_OPTIONS: asan },
     });
-    await d.logged(/model 'wide' loaded/);
+    await d.logged(/model 'gram' loaded/);
     assert.match(d.log(), /cgroupfake: \/proc\/self\/cgroup -> /); // the shim was asked
     await barrier(d);
-    const lines = memLines(d.log()).filter((l) => /with model 'wide' loaded/.test(l));
+    const lines = memLines(d.log()).filter((l) => /with model 'gram' loaded/.test(l));
     assert.equal(lines.length, 1, d.log());
     assert.match(lines[0], new RegExp(`--maps-bytes ${maps} MiB \\+ .* \\+ ${weights} MiB of weights \\+ 192 MiB for code, threads and the allocator \\(64 \\+ 64 a thread of --threads 2\\) = ${sum} MiB, past the memory limit of 64 MiB`));
     await d.stop();
