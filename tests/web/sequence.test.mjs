@@ -221,8 +221,10 @@ test('a sequence the server dropped: the next Step says it is gone, with the ser
   // The keyboard user's place: not lost with the field disabled under it,
   // but on Run, which starts the sequence again.
   assert.equal(await page.evaluate(() => document.activeElement.id), 'run');
-  // (chromium logs the step's 400 as a console error: the answer expected)
-  assert.deepEqual(errors.filter((e) => !/status of 400/.test(e)), []);
+  // (chromium logs the step's 400 as a console error: the answer expected;
+  // and the live watch's GET of the sequence, 404, when one came between
+  // the DELETE and the step: a CI rehearsal saw it once in its web suite)
+  assert.deepEqual(errors.filter((e) => !/status of (400|404)/.test(e)), []);
   await page.close();
 });
 
