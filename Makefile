@@ -627,22 +627,23 @@ check-weights-gen:
 	echo "check-weights-gen: st_corpus, model_corpus and models/demo match their generators"
 	@python3 -B tests/core/test_tools.py -v
 
-# ---- fresh: the README's install story on a new Debian 12 -----------------
-# A debootstrapped minbase bookworm root (chroot, host network, as root):
-# the README's apt-get line, then make run and make test in a copy of the
-# repository. Prints "fresh-machine: N passed, M failed". Needs root.
 # ---- other CPUs, emulated: make test-cpus [QEMU_CPUS="Nehalem IvyBridge"] --
-# Every Check binary under qemu-x86_64 -cpu <model> for each QEMU_CPUS
-# model (default Nehalem: no AVX, FMA or F16C), then a cross build for
-# aarch64 (build/arm64) under qemu-aarch64, with infer.test.mjs against
-# its attnd (tools/test-cpus.sh). Installs qemu-user and the arm64
-# toolchain and libraries (adds arm64 to dpkg's architectures). About 8 min.
+# The core and proto Check binaries under qemu-x86_64 -cpu <model> for
+# each QEMU_CPUS model (default Nehalem: no AVX, FMA or F16C), then a
+# cross build for aarch64 (build/arm64) under qemu-aarch64, every Check
+# binary and infer.test.mjs against its attnd (tools/test-cpus.sh).
+# Installs qemu-user and the arm64 toolchain and libraries (adds arm64 to
+# dpkg's architectures). About 8 min.
 QEMU_CPUS ?= Nehalem
 .PHONY: test-cpus
 test-cpus:
 	@tools/install-deps.sh cpus
 	QEMU_CPUS="$(QEMU_CPUS)" tools/test-cpus.sh
 
+# ---- fresh: the README's install story on a new Debian 12 -----------------
+# A debootstrapped minbase bookworm root (chroot, host network, as root):
+# the README's apt-get line, then make run and make test in a copy of the
+# repository. Prints "fresh-machine: N passed, M failed". Needs root.
 .PHONY: fresh-test
 fresh-test:
 	@tools/install-deps.sh fresh

@@ -78,6 +78,15 @@ static void slot_free(srv *s, gslot *sl)
 
 /* ---- ending a call ---------------------------------------------------------- */
 
+/* drop_begun: the message the call was receiving and its memory-budget. */
+static void drop_begun(gcall *call)
+{
+    free(call->msg);
+    call->msg = NULL;
+    srv_mem_give(call->c->g->s, call->msg_mem);
+    call->msg_mem = 0;
+}
+
 /* drop_msgs: the call's buffered messages and their memory-budget. */
 static void drop_msgs(gcall *call)
 {
@@ -90,12 +99,11 @@ static void drop_msgs(gcall *call)
         free(h);
     }
     call->htail = NULL;
-    free(call->msg);
-    call->msg = NULL;
+    drop_begun(call);
     free(call->unary);
     call->unary = NULL;
-    srv_mem_give(s, call->msg_mem + call->unary_mem);
-    call->msg_mem = call->unary_mem = 0;
+    srv_mem_give(s, call->unary_mem);
+    call->unary_mem = 0;
 }
 
 /* log_call: the log line of a call or request with no answer of its own to
@@ -140,7 +148,6 @@ void srv_grpc__call_end(gcall *call, int code, const char *msg)
  * ran or not by how far the pool had come. */
 void srv_grpc__call_fail(gcall *call, int code, const char *msg)
 {
-    srv *s = call->c->g->s;
     if (call->ending || call->failing)
         return;
     if (!call->m || !call->m->stream || (!call->shead && !call->hhead)) {
@@ -148,15 +155,9 @@ void srv_grpc__call_fail(gcall *call, int code, const char *msg)
         return;
     }
     if (call->skipped) /* its echo: what came of it */
-        srv_grpc__slot_echo(call->skipped, call->head,
-                            call->msg_got < sizeof call->head
-                                ? call->msg_got : sizeof call->head);
-    call->skipped = NULL;
+        srv_grpc__skipped_echo(call);
     call->skipping = 0;
-    free(call->msg);
-    call->msg = NULL;
-    srv_mem_give(s, call->msg_mem);
-    call->msg_mem = 0;
+    drop_begun(call);
     call->hdr_got = 0;
     call->t_msg_ns = 0;
     call->failing = 1;
@@ -632,6 +633,14 @@ void srv_grpc__slot_echo(gslot *sl, const char *req, size_t len)
     echo(sl, req, len);
     sl->done = 1;
     srv_grpc__schedule(sl->call->c);
+}
+
+void srv_grpc__skipped_echo(gcall *call)
+{
+    srv_grpc__slot_echo(call->skipped, call->head,
+                        call->msg_got < sizeof call->head ? call->msg_got
+                                                          : sizeof call->head);
+    call->skipped = NULL;
 }
 
 void srv_grpc__call_free(gcall *call)

@@ -408,10 +408,7 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id,
              call->msg_got == call->msg_len)) {
             /* its echo is all in: answered now, its place in the order
              * kept, while the rest of its bytes are still skipped */
-            srv_grpc__slot_echo(call->skipped, call->head,
-                                call->msg_got < sizeof call->head
-                                    ? call->msg_got : sizeof call->head);
-            call->skipped = NULL;
+            srv_grpc__skipped_echo(call);
         }
         if (call->skipping && call->msg_got == call->msg_len) {
             call->skipping = 0;

@@ -307,6 +307,9 @@ gslot *srv_grpc__slot_error(gcall *call, int code, const char *msg,
 /* grpc.c: a slot_error whose request's first bytes have come now echoes
  * req (len bytes: their start) and is answered. */
 void srv_grpc__slot_echo(gslot *sl, const char *req, size_t len);
+/* grpc.c: the echo of the message call is skipping (call->skipped), from
+ * the part of it come so far (call->head); call->skipped then NULL. */
+void srv_grpc__skipped_echo(gcall *call);
 /* srv_grpc__is_infer: does m run an inference (ModelInfer,
  * ModelStreamInfer: REST's POST /v2/models/{m}/infer), a sequence's step
  * when it names one? */

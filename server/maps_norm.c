@@ -15,25 +15,38 @@
 
 #include "server/maps_int.h"
 
-/* gram: g[k * dv + l] = W_O^h's rows k and l dotted (k <= l; the
- * d_v x d_v Gram matrix W_O^h W_O^h^T, its upper half), in double, over
- * W_o (n_heads * v_head_dim, d_model) in w's layout: row-major, or column
- * panels (attn.h, ATTN_PANELS) of pw columns, where panel p holds rows
- * h * dv .. h * dv + dv - 1 as one (dv, width_p) block at p * pw * rows
- * + h * dv * width_p. */
-static void gram(const attn_config *c, const attn_weights *w, int h,
-                 double *g)
+/* wo_block: head h's rows of W_o (n_heads * v_head_dim, d_model) in
+ * panel p of w's layout: row-major (one panel of d_model columns), or
+ * column panels (attn.h, ATTN_PANELS) of pw columns, where panel p holds
+ * rows h * dv .. h * dv + dv - 1 as one (dv, width_p) block at p * pw *
+ * rows + h * dv * width_p. The block, its width in *wp; NULL past the
+ * last panel. */
+static const float *wo_block(const attn_config *c, const attn_weights *w,
+                             int h, int p, int *wp)
 {
     size_t rows = (size_t)c->n_heads * (size_t)c->v_head_dim;
-    int d = c->d_model, dv = c->v_head_dim, pw = d, p, k, l, q;
+    int d = c->d_model, pw = d;
 
     if (w->layout == ATTN_PANELS)
         pw = attn_panel_cols(c, ATTN_W_O);
+    if ((long long)p * pw >= d)
+        return NULL;
+    *wp = d - p * pw < pw ? d - p * pw : pw;
+    return w->w_o + (size_t)p * (size_t)pw * rows +
+           (size_t)h * (size_t)c->v_head_dim * (size_t)*wp;
+}
+
+/* gram: g[k * dv + l] = W_O^h's rows k and l dotted (k <= l; the
+ * d_v x d_v Gram matrix W_O^h W_O^h^T, its upper half), in double, over
+ * W_o's panels (wo_block). */
+static void gram(const attn_config *c, const attn_weights *w, int h,
+                 double *g)
+{
+    int dv = c->v_head_dim, p, k, l, q, wp;
+    const float *blk;
+
     memset(g, 0, (size_t)dv * (size_t)dv * sizeof(double));
-    for (p = 0; p * pw < d; p++) {
-        int wp = d - p * pw < pw ? d - p * pw : pw;
-        const float *blk = w->w_o + (size_t)p * (size_t)pw * rows +
-                           (size_t)h * (size_t)dv * (size_t)wp;
+    for (p = 0; (blk = wo_block(c, w, h, p, &wp)); p++) {
         for (k = 0; k < dv; k++)
             for (l = k; l < dv; l++) {
                 const float *rk = blk + (size_t)k * (size_t)wp;
@@ -67,22 +80,16 @@ static double gram_sq(const attn_config *c, const void *at, int h,
 }
 
 /* direct_sq: |u W_O^h|^2 of one value row u, from W_o itself (at: the
- * attn_weights, in gram's layout): each of u W_O^h's d_model entries
- * summed over d_v, in double; d_v x d_model multiply-adds. */
+ * attn_weights; wo_block): each of u W_O^h's d_model entries summed over
+ * d_v, in double; d_v x d_model multiply-adds. */
 static double direct_sq(const attn_config *c, const void *at, int h,
                         const float *u)
 {
-    const attn_weights *w = at;
-    size_t rows = (size_t)c->n_heads * (size_t)c->v_head_dim;
-    int dv = c->v_head_dim, d = c->d_model, pw = d, k, p, q;
+    int dv = c->v_head_dim, k, p, q, wp;
+    const float *blk;
     double sum = 0.0;
 
-    if (w->layout == ATTN_PANELS)
-        pw = attn_panel_cols(c, ATTN_W_O);
-    for (p = 0; p * pw < d; p++) {
-        int wp = d - p * pw < pw ? d - p * pw : pw;
-        const float *blk = w->w_o + (size_t)p * (size_t)pw * rows +
-                           (size_t)h * (size_t)dv * (size_t)wp;
+    for (p = 0; (blk = wo_block(c, at, h, p, &wp)); p++)
         for (q = 0; q < wp; q++) {
             double x = 0.0;
             for (k = 0; k < dv; k++)
@@ -90,7 +97,6 @@ static double direct_sq(const attn_config *c, const void *at, int h,
                      (double)blk[(size_t)k * (size_t)wp + (size_t)q];
             sum += x * x;
         }
-    }
     return sum;
 }
 

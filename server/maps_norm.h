@@ -58,8 +58,8 @@ int maps_vo_norms(const attn_config *c, const attn_weights *w,
  * maps_vo_norms' scratch). Any thread.
  * maps_grams_bytes: the bytes c's matrices take (SIZE_MAX past size_t:
  * never made; 0 when d_v > d_model: none are made, each call computes
- * its norms directly as maps_vo_norms does); maps_grams_held: those gs holds now, 0 before they are
- * made or for NULL. Any thread.
+ * its norms directly as maps_vo_norms does); maps_grams_held: those gs
+ * holds now, 0 before they are made or for NULL. Any thread.
  */
 typedef struct maps_grams maps_grams;
 

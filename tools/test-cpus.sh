@@ -4,10 +4,10 @@
 #
 #   x86-64: each model of QEMU_CPUS (default Nehalem: SSE4.2, no AVX, FMA
 #           or F16C) runs the core and proto Check binaries of the default
-#           build. The
-#           emulated CPUID hides what the model lacks, so attnd's kernels
-#           take the paths this host's AVX-512 never does, and OpenBLAS
-#           picks its own kernels for the model (OPENBLAS_CORETYPE unset).
+#           build. The emulated CPUID hides what the model lacks, so
+#           attnd's kernels take the paths this host's AVX-512 never does,
+#           and OpenBLAS picks its own kernels for the model
+#           (OPENBLAS_CORETYPE unset).
 #   aarch64: a cross build (build/arm64: aarch64-linux-gnu-gcc and Debian's
 #           arm64 libraries) runs every Check binary under qemu-aarch64,
 #           then tests/server/infer.test.mjs against the aarch64 attnd
@@ -25,8 +25,7 @@ export ATTN_TEST_DATA=tests
 # add nothing there, and test_crash's stack walks fail under qemu-x86_64
 # whatever the model: the emulator's signal frames, not attnd's)
 x86_bins=$(ls tests/core/test_*.c tests/proto/test_*.c | sed 's|\.c$||')
-bins=$(ls tests/core/test_*.c tests/proto/test_*.c tests/server/test_*.c |
-       sed 's|\.c$||')
+bins="$x86_bins $(ls tests/server/test_*.c | sed 's|\.c$||')"
 failed=0 ran=0
 t_all=$(date +%s)
 
