@@ -39,7 +39,7 @@ static size_t elem_bytes(attn_kv_dtype d)
 size_t attn_kv_token_bytes(const attn_config *cfg, attn_kv_dtype dtype)
 {
     return (size_t)cfg->n_kv_heads *
-           (size_t)(cfg->head_dim + cfg->v_head_dim) * elem_bytes(dtype);
+           ((size_t)cfg->head_dim + (size_t)cfg->v_head_dim) * elem_bytes(dtype);
 }
 
 const char *attn_kv_dtype_name(attn_kv_dtype d)

@@ -206,7 +206,8 @@ int srv_seq_prepare(srv_step *st, srv_prep *p, const oip_request *req,
 int srv_seq_alloc_maps(srv_prep *p, const oip_request *req, int s, size_t kept,
                        int retain, int retain_scores, size_t memory, char *err);
 /* srv_seq_map_bytes: (after bind) the bytes of the map st's encoding
- * writes: a retained sequence's whole map, copied to grow it; 0 for none. */
+ * writes: a retained sequence's whole map, copied to grow it; 0 for none,
+ * SIZE_MAX past size_t. */
 size_t srv_seq_map_bytes(const srv_step *st);
 /* srv_seq_encode: a computed step's answer: its outputs, parameters
  * sequence_length and (retained) map_id; grows or starts the map. */

@@ -173,11 +173,14 @@ char *srv_seq_metrics_text(srv *s)
         if (!e->inst || !e->inst->builtin)
             fprintf(f, "attnd_kv_kept_bytes{model=\"%s\",version=\"1\"} %zu\n",
                     e->name, kv_kept(e));
-    FAMILY("attnd_kv_bytes_limit", "gauge", "K/V cache budget per model (kv-bytes).");
+    FAMILY("attnd_kv_bytes_limit", "gauge",
+           "K/V cache budget per model (kv-bytes; 0 for a model that keeps no "
+           "K/V cache).");
     for (e = s->models; e; e = e->next)
         if (!e->inst || !e->inst->builtin)
-            fprintf(f, "attnd_kv_bytes_limit{model=\"%s\",version=\"1\"} %lld\n",
-                    e->name, s->cfg.kv_bytes);
+            fprintf(f, "attnd_kv_bytes_limit{model=\"%s\",version=\"1\"} %zu\n",
+                    e->name, e->inst && e->inst->kv_pool
+                                 ? attn_kv_pool_budget(e->inst->kv_pool) : 0);
 #define COUNTER(metric, field, help)                                           \
     FAMILY(metric, "counter", help);                                           \
     for (e = s->models; e; e = e->next)                                        \

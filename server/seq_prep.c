@@ -8,6 +8,7 @@
  */
 #include "server/seq.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,15 +258,20 @@ static int keeps_map(const srv_step *st)
 size_t srv_seq_map_bytes(const srv_step *st)
 {
     const srv_prep *p = st->prep;
-    size_t plane;
+    size_t n;
     int scores;
     if (!st->is_step || !keeps_map(st))
         return 0;
     /* its weights, its scores when it keeps them (a start: when it asked
-     * for them), each row's end (the keys it attended) */
-    plane = (size_t)p->maps_h * (size_t)p->maps_s * (size_t)p->maps_s * sizeof(float);
+     * for them), each row's end (the keys it attended); SIZE_MAX past
+     * size_t, which no inline bound admits */
     scores = st->start ? p->out[SRV_O_SCORES] != NULL : st->map_scores;
-    return plane * (scores ? 2 : 1) + (size_t)p->maps_s * sizeof(int32_t);
+    if (__builtin_mul_overflow((size_t)p->maps_h, (size_t)p->maps_s, &n) ||
+        __builtin_mul_overflow(n, (size_t)p->maps_s, &n) ||
+        __builtin_mul_overflow(n, sizeof(float) * (scores ? 2 : 1), &n) ||
+        __builtin_add_overflow(n, (size_t)p->maps_s * sizeof(int32_t), &n))
+        return SIZE_MAX;
+    return n;
 }
 
 int srv_seq_encode(srv_step *st, const char *model_name, maps_store *maps,

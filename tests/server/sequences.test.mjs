@@ -394,6 +394,9 @@ test('a model whose K/V page cannot be made (over 1 GiB) refuses a start saying 
     assert.equal(r.status, 400);
     assert.equal(r.json.error, "sequences: model 'wide' keeps no K/V cache: a K/V page of 64 tokens is over 1 GiB (at its load, whatever --kv-bytes)");
     assert.equal(r.headers.get('retry-after'), null);
+    // its budget reads 0, not --kv-bytes; a model beside it keeps its own
+    assert.equal(await metric(d, 'attnd_kv_bytes_limit', 'wide'), 0);
+    assert.equal(await metric(d, 'attnd_kv_bytes_limit', 'gqa'), 4096 * 1024 * 1024);
   } finally { assert.equal((await d.stop()).code, 0); }
 });
 
