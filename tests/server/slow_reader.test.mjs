@@ -559,34 +559,85 @@ test('REST: over max-connections, a keep-alive connection whose client sent an e
 test('gRPC: over max-connections, a served connection whose client is still taking its answer is not evicted: an idle one is', { timeout: 120000 * SLOW }, async (t) => {
   // the same rule for the gRPC door (one list, one eviction)
   const d = await start({ t, grpc: true, args: ['--max-connections', '2', '--header-timeout', String(30 * SLOW)] });
-  const a = await h2reader(t, d.grpcPort);
-  await a.call(1, attention(T));
-  assert.match(await d.logged(/ModelInfer 200/), /ModelInfer 200/);
-  while (a.got() === 0 && !a.ended()) { // a little of it: most of it waits in attnd's kernel
-    await sleep(50);
-    await a.take(16384);
-  }
+  const a = await grpcSlowServed(t, d);
   const until = Date.now() + 60000 * SLOW; // a hang's bound
-  const served = async () => {
-    const c = await h2reader(t, d.grpcPort);
-    await c.call(1, attention(4));
-    for (const until = Date.now() + 20000 * SLOW; Date.now() < until && !c.ended() && !c.done(1);) {
-      await sleep(20);
-      await c.take(1 << 20);
-    }
-    assert.ok(c.done(1), 'answered');
-    return c;
-  };
-  const idle = await served();
+  const idle = await grpcServed(t, d);
   // newcomers until the idle one is closed (as for REST: its client's
   // kernel may hold back its last ACK a moment)
   for (let i = 0; i < 50 && !idle.ended(); i++) {
-    await served();
+    await grpcServed(t, d);
     await sleep(50);
     await idle.take(1 << 20);
   }
   assert.ok(idle.ended(), 'the idle one was closed');
   assert.match(await d.logged(/over max-connections/), /over max-connections \(2\)/);
+  await grpcRestThenNext(d, a, until);
+  await d.stop();
+});
+
+test('gRPC: over max-connections, a served connection whose client\'s kernel has just taken the last of its answer (the client still reading the tail) is not evicted ahead of one idle for longer', { timeout: 120000 * SLOW }, async (t) => {
+  // the REST case's rule on the gRPC door (one list, one ranking): A's
+  // answer went to the kernel before D's, but A's last ACK comes after
+  // D's answer, so D has been idle longer
+  const d = await start({ t, grpc: true, args: ['--max-connections', '2', '--header-timeout', String(30 * SLOW)] });
+  const a = await grpcSlowServed(t, d);
+  // all of A's answer in the kernels (handed over: A waits since then):
+  // its DATA frames at least, 16 KiB each and a 9-byte head
+  const data = 5 + T * T * 4 + 38, frames = data + 9 * Math.ceil(data / 16384);
+  assert.ok(await waitFor(() => queued(d.grpcPort, a.localPort, 'tx') + queued(a.localPort, d.grpcPort, 'rx') + a.got() >= frames), 'A\'s answer in the kernels');
+  const idle = await grpcServed(t, d);
+  assert.ok(await waitFor(() => queued(d.grpcPort, idle.localPort, 'tx') === 0), 'D\'s client took its answer'); // (a delayed ACK)
+  await sleep(50); // (the ACK's age is known to the kernel's tick)
+  // A's kernel takes the rest from attnd's, the tail staying in its own:
+  // A reads while attnd's kernel holds bytes A's has not got, then waits
+  // for its kernel's (delayed) ACK of the tail
+  assert.ok(await waitFor(async () => {
+    const tx = queued(d.grpcPort, a.localPort, 'tx');
+    if (tx === 0) return true;
+    if (tx > queued(a.localPort, d.grpcPort, 'rx')) await a.take(16384);
+    return false;
+  }, 20000), 'attnd\'s kernel holds none of A\'s answer'); // (x SLOW: a hang's bound)
+  assert.ok(!a.ended() && !a.error() && !a.done(1), `A is open, the tail of its answer to read: ${a.got()} bytes came`);
+  await grpcServed(t, d); // a newcomer over max-connections: D goes
+  assert.ok(await waitFor(async () => {
+    await idle.take(1 << 20);
+    return idle.ended();
+  }), `D, idle longest, was closed\n${d.log().slice(-600)}`);
+  assert.match(await d.logged(/over max-connections/), /over max-connections \(2\)/);
+  await grpcRestThenNext(d, a, Date.now() + 60000 * SLOW);
+  await d.stop();
+});
+
+/** grpcSlowServed(t, d): a slow gRPC reader (h2reader) that asked for a
+ * T x T map and has read a little of it: most of it waits in attnd's
+ * kernel. */
+async function grpcSlowServed(t, d) {
+  const a = await h2reader(t, d.grpcPort);
+  await a.call(1, attention(T));
+  assert.match(await d.logged(/ModelInfer 200/), /ModelInfer 200/);
+  while (a.got() === 0 && !a.ended()) {
+    await sleep(50);
+    await a.take(16384);
+  }
+  return a;
+}
+
+/** grpcServed(t, d): a gRPC client that has had its answer (a 4 x 4 map)
+ * and holds its connection. */
+async function grpcServed(t, d) {
+  const c = await h2reader(t, d.grpcPort);
+  await c.call(1, attention(4));
+  for (const until = Date.now() + 20000 * SLOW; Date.now() < until && !c.ended() && !c.done(1);) {
+    await sleep(20);
+    await c.take(1 << 20);
+  }
+  assert.ok(c.done(1), 'answered');
+  return c;
+}
+
+/** grpcRestThenNext(d, a, until): a reads the rest of its T x T answer,
+ * whole, then its next call on the connection is answered. */
+async function grpcRestThenNext(d, a, until) {
   while (Date.now() < until && !a.ended() && !a.error() && !a.done(1)) {
     await sleep(20);
     await a.take(1 << 20);
@@ -598,8 +649,7 @@ test('gRPC: over max-connections, a served connection whose client is still taki
     await a.take(1 << 20);
   }
   assert.ok(a.done(3), `its next call was answered; ended ${a.ended()}\n${d.log().slice(-600)}`);
-  await d.stop();
-});
+}
 
 // a raw HTTP/2 client with a 16 KiB receive buffer (as SLOW_H2_CLIENT):
 // it prints its local port, sends argv[2] (hex), reads nothing until a
