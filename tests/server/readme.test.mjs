@@ -23,8 +23,8 @@
 // Blocks that need PyTorch, Docker, kubectl, a cluster or their own fixed
 // ports are skipped by name, with the reason printed (SKIP below).
 // README_TEST_VERBOSE=1 prints every command with its output. The
-// "Engine" section's C example is compiled with the project's warnings
-// and run.
+// "Engine" section's C examples are compiled with the project's warnings
+// and run (the decoder step's under LeakSanitizer).
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -230,35 +230,74 @@ test('README "How it got here" lists every round of bench/ROUNDS.md, in order', 
   assert.deepEqual(listed, rounds);
 });
 
-// The "Engine" section's C example, as a user pastes it into a program of
-// theirs built with this project's own warnings: its includes on top, the
-// rest in main() after the buffers it names (zeroed weights; no biases).
-test('README "Engine" C example compiles with the project\'s warnings and runs', (t) => {
-  const lib = join(ROOT, 'build', 'default', 'libattn_core.a');
-  if (!existsSync(lib)) return t.skip('no build/default/libattn_core.a (make builds it)');
+// The "Engine" section's C examples, as a user pastes them into a program
+// of theirs built with this project's own warnings: the includes on top,
+// the rest in main() after what they use (zeroed weights; no biases; the
+// decoder step's example after the first's cfg, w, ex and err, with
+// core/kv.h). The step's example runs under LeakSanitizer: what it creates
+// it frees, so a program that steps sequences in a loop does not grow.
+const ENGINE_C_INCLUDES = ['#include <stdio.h>', '#include <stdlib.h>'];
+const ENGINE_C_BUFFERS = ['    enum { T = 5, D = 768 };',
+  ...['w_q', 'w_k', 'w_v', 'w_o'].map((n) => `    float *${n} = calloc(D * D, sizeof(float));`),
+  '    float *b_q = NULL, *b_k = NULL, *b_v = NULL, *b_o = NULL;',
+  '    float *x = calloc(T * D, sizeof(float)), *y = calloc(T * D, sizeof(float));'];
+const ENGINE_C_FREE = ['w_q', 'w_k', 'w_v', 'w_o', 'x', 'y'].map((n) => `    free(${n});`);
+
+/** The README's ```c blocks after the "Engine" heading, each as its lines. */
+function engineBlocks() {
   const from = readme.indexOf('\n## Engine (`core/`)');
-  const block = /\n```c\n([^]*?)```\n/.exec(readme.slice(from));
-  assert.ok(from >= 0 && block, 'README has no C example under "Engine"');
-  const lines = block[1].split('\n');
-  const src = [
-    '#include <stdio.h>', '#include <stdlib.h>', ...lines.filter((l) => l.startsWith('#include')),
-    'int main(void)', '{', '    enum { T = 5, D = 768 };',
-    ...['w_q', 'w_k', 'w_v', 'w_o'].map((n) => `    float *${n} = calloc(D * D, sizeof(float));`),
-    '    float *b_q = NULL, *b_k = NULL, *b_v = NULL, *b_o = NULL;',
-    '    float *x = calloc(T * D, sizeof(float)), *y = calloc(T * D, sizeof(float));',
-    ...lines.filter((l) => !l.startsWith('#include')), '    return 0;', '}', ''].join('\n');
+  assert.ok(from >= 0, 'README has no "Engine" section');
+  const to = readme.indexOf('\n## ', from + 1);
+  return [...readme.slice(from, to).matchAll(/\n```c\n([^]*?)```\n/g)].map((m) => m[1].trimEnd().split('\n'));
+}
+
+/** Compile src with the project's warnings (and extra flags) against libattn_core.a, run it; {status, stderr, src}. */
+function compileRun(t, src, extra = []) {
+  const lib = join(ROOT, 'build', 'default', 'libattn_core.a');
+  if (!existsSync(lib)) { t.skip('no build/default/libattn_core.a (make builds it)'); return null; }
   const dir = mkdtempSync(join(tmpdir(), 'attnd-readme-c-'));
   try {
     writeFileSync(join(dir, 'ex.c'), src);
     const blas = spawnSync('pkg-config', ['--libs', 'openblas'], { encoding: 'utf8' }).stdout?.trim().split(/\s+/).filter(Boolean) || [];
     const cc = spawnSync('cc', ['-std=c11', '-D_GNU_SOURCE', '-pthread', '-Wall', '-Wextra', '-Wshadow', '-Wstrict-prototypes',
-      '-Wmissing-prototypes', '-Wformat=2', '-Wvla', '-Werror', `-I${ROOT}`, '-o', join(dir, 'ex'), join(dir, 'ex.c'), lib,
+      '-Wmissing-prototypes', '-Wformat=2', '-Wvla', '-Werror', ...extra, `-I${ROOT}`, '-o', join(dir, 'ex'), join(dir, 'ex.c'), lib,
       ...(blas.length ? blas : ['-lopenblas']), '-lm'], { encoding: 'utf8' });
     assert.equal(cc.status, 0, `${src}\n${cc.stderr}`);
     const r = spawnSync(join(dir, 'ex'), [], { encoding: 'utf8', timeout: 30000 * SLOW });
-    assert.equal(r.status, 0, r.stderr);
-    assert.equal(r.stderr, '', 'attn_forward refused the example');
+    return { status: r.status, stderr: r.stderr, src };
   } finally { rmSync(dir, { recursive: true, force: true }); }
+}
+
+test('README "Engine" C example compiles with the project\'s warnings and runs', (t) => {
+  const blocks = engineBlocks();
+  assert.ok(blocks.length >= 1, 'README has no C example under "Engine"');
+  const lines = blocks[0];
+  const src = [...ENGINE_C_INCLUDES, ...lines.filter((l) => l.startsWith('#include')),
+    'int main(void)', '{', ...ENGINE_C_BUFFERS,
+    ...lines.filter((l) => !l.startsWith('#include')), '    return 0;', '}', ''].join('\n');
+  const r = compileRun(t, src);
+  if (!r) return;
+  assert.equal(r.status, 0, r.stderr);
+  assert.equal(r.stderr, '', 'attn_forward refused the example');
+});
+
+test('README "Engine" decoder-step C example compiles, runs and frees what it made', (t) => {
+  const blocks = engineBlocks();
+  assert.ok(blocks.length >= 2, 'README has no decoder-step C example under "Engine"');
+  const step = blocks[1];
+  assert.ok(step.some((l) => l.includes('attn_kv_reserve')), `the second C example is not the step's:\n${step.join('\n')}`);
+  // what it uses of the first example (cfg, w, ex, err), as that one
+  // makes them, and t new rows of x and y
+  const src = [...ENGINE_C_INCLUDES, '#include "core/attn.h"', '#include "core/exec.h"', '#include "core/kv.h"',
+    'int main(void)', '{', ...ENGINE_C_BUFFERS, '    int t = 3;',
+    '    attn_config cfg = {.d_model = 768, .n_heads = 12, .n_kv_heads = 12, .head_dim = 64, .v_head_dim = 64};',
+    '    attn_weights w = {w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, ATTN_ROWS};',
+    '    attn_exec *ex;', '    attn_exec_create(&ex, 0);', '    char err[ATTN_ERRMAX];',
+    ...step, '    attn_exec_destroy(ex);', ...ENGINE_C_FREE, '    return 0;', '}', ''].join('\n');
+  const r = compileRun(t, src, ['-fsanitize=address', '-fno-omit-frame-pointer', '-g']);
+  if (!r) return;
+  assert.equal(r.status, 0, `${r.src}\n${r.stderr}`);
+  assert.doesNotMatch(r.stderr, /Sanitizer/, `${r.src}\n${r.stderr}`);
 });
 
 before(async () => {
