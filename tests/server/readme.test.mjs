@@ -7,9 +7,10 @@
 // examples' /tmp/ files go to a tmp/ of the scratch folder, so that two
 // runs at once do not read each other's half-written /tmp/upload.json and
 // nothing is left in /tmp), and runs each block
-// with bash -e -o pipefail in a scratch copy of the repo's models/ and
-// proto/kserve.proto (the examples upload models/demo2 there
-// and generate the gRPC stubs from the .proto). Each command must succeed
+// with bash -e -o pipefail in a scratch copy of the repo's models/,
+// proto/kserve.proto and tools/ (the examples upload models/demo2 there,
+// generate the gRPC stubs from the .proto and export PyTorch layers into
+// models/ with tools/export_torch.py). Each command must succeed
 // and print no {"error": ...} (unless its "# -> {"error": ..." says that is
 // what it gives) and no HTTP 4xx/5xx status line; a result the
 // README states in a comment (in a here-document too) must show:
@@ -20,8 +21,9 @@
 //                                     (map ids m<N>-<tag> match any id)
 //   `cmd   # now in models/X/`        that folder exists afterwards
 //   `cmd   # ... "key" ...`           the output contains "key"
-// Blocks that need PyTorch, Docker, kubectl, a cluster or their own fixed
-// ports are skipped by name, with the reason printed (SKIP below).
+// Blocks that need make targets, Docker, kubectl, a cluster or their own
+// fixed ports are skipped by name, with the reason printed (SKIP below);
+// the gRPC and "Weight sets" blocks when what they need is missing.
 // README_TEST_VERBOSE=1 prints every command with its output. The
 // "Engine" section's C examples are compiled with the project's warnings
 // and run (the decoder step's under LeakSanitizer).
@@ -36,7 +38,6 @@ import { ATTND, ROOT, SLOW, track } from './helper.mjs';
 // Section heading -> why its sh blocks are not run here.
 const SKIP = {
   attnd: 'make run / make test / apt-get: the test itself runs inside make test',
-  'Weight sets': 'needs PyTorch (/usr/bin/python3 with torch) and writes into the repo\'s models/; run by hand',
   Docker: 'needs a Docker engine (make container-test covers the image)',
   Kubernetes: 'needs docker push, kubectl and a real cluster (make check-deploy validates the manifests)',
   'Several replicas behind nginx': 'fixed ports 8081-8083 and foreground nginx; make check-deploy runs it (tests/deploy/failover.mjs)',
@@ -54,6 +55,10 @@ const has = (cmd, args) => spawnSync(cmd, args, { stdio: 'ignore' }).status === 
 if (has('protoc', ['--version']) && has('sh', ['-c', 'command -v grpc_python_plugin']) &&
     has('/usr/bin/python3', ['-c', 'import grpc, google.protobuf'])) RUN.push('gRPC');
 else SKIP.gRPC = 'needs protoc, grpc_python_plugin and python3-grpcio (make check-grpc makes the same calls)';
+// "Weight sets" exports PyTorch layers with tools/export_torch.py into the
+// scratch copy's models/; it needs Debian's python3-torch.
+if (has('/usr/bin/python3', ['-c', 'import importlib.util, sys; sys.exit(importlib.util.find_spec("torch") is None)'])) RUN.push('Weight sets');
+else SKIP['Weight sets'] = 'needs PyTorch (/usr/bin/python3 with torch: apt-get install python3-torch)';
 
 /** The README's ```sh blocks as [{section, code}] (section = nearest heading). */
 function shBlocks(text) {
@@ -305,6 +310,7 @@ before(async () => {
   work = mkdtempSync(join(tmpdir(), 'attnd-readme-'));
   cpSync(join(ROOT, 'models'), join(work, 'models'), { recursive: true });
   cpSync(join(ROOT, 'proto', 'kserve.proto'), join(work, 'proto', 'kserve.proto')); // the gRPC example's protoc
+  cpSync(join(ROOT, 'tools'), join(work, 'tools'), { recursive: true }); // "Weight sets": tools/export_torch.py
   mkdirSync(join(work, 'tmp')); // the examples' /tmp/
   const proc = spawn(ATTND, ['--port', '0', '--grpc-port', '-1'], { cwd: work, stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
