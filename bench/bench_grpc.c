@@ -3,7 +3,7 @@
  * thread and one HTTP/2 connection per client), for bench/grpc_bench.py.
  *
  *   bench_grpc --port P --msg FILE [--conns 16] [--seconds 5]
- *              [--mode unary|stream] [--path /inference.GRPCInferenceService/ModelInfer]
+ *              [--mode unary|stream|rest] [--path /inference.GRPCInferenceService/ModelInfer]
  *              [--first FILE --restart N]
  *
  * FILE holds one request message (protobuf, no gRPC prefix). unary: each
@@ -389,7 +389,7 @@ int main(int argc, char **argv)
     if (!g_port || !msg || conns < 1 || !(g_frame = load(msg, &g_frame_len)) ||
         (first && (g_restart < 1 || !(g_first = load(first, &g_first_len))))) {
         fprintf(stderr, "usage: %s --port P --msg FILE [--conns N] [--seconds S] "
-                        "[--mode unary|stream] [--path P] [--first FILE --restart N]\n",
+                        "[--mode unary|stream|rest] [--path P] [--first FILE --restart N]\n",
                 argv[0]);
         return 2;
     }

@@ -115,7 +115,14 @@ static int set_value(srv_config *cfg, const setting *s, const char *text,
     errno = 0;
     v = strtoll(text, &end, 10);
     if (errno || end == text || *end) {
-        snprintf(err, SRV_ERRMAX, "%s: '%s' is not an integer", where, text);
+        /* a variable holding an address: a Kubernetes Service named like
+         * the prefix (attnd) injects ATTND_PORT=tcp://... into its pods */
+        snprintf(err, SRV_ERRMAX, "%s: '%s' is not an integer%s", where, text,
+                 where[0] != '-' && !strncmp(text, "tcp://", 6)
+                     ? " (a Kubernetes Service's link variable? set the pod's "
+                       "enableServiceLinks: false, as deploy/k8s/deployment.yaml "
+                       "does, or give the setting as a flag)"
+                     : "");
         return -1;
     }
     if (v < s->min || v > s->max) {

@@ -145,7 +145,11 @@ test('flags win: a setting given as a flag ignores its variable, even a bad one;
   } finally { assert.equal((await d.stop()).code, 0); }
   const r = run(['--port', '0'], { ATTND_GRPC_PORT: 'tcp://10.96.0.1:8001' });
   assert.equal(r.status, 2);
-  assert.match(r.stderr, /ATTND_GRPC_PORT: 'tcp:\/\/10\.96\.0\.1:8001' is not an integer/);
+  assert.match(r.stderr, /ATTND_GRPC_PORT: 'tcp:\/\/10\.96\.0\.1:8001' is not an integer \(a Kubernetes Service's link variable\? set the pod's enableServiceLinks: false, as deploy\/k8s\/deployment\.yaml does, or give the setting as a flag\)/);
+  // a flag holding one is no link: it is only told it is not an integer
+  const f = run(['--port', 'tcp://10.96.0.1:80']);
+  assert.equal(f.status, 2);
+  assert.match(f.stderr, /--port: 'tcp:\/\/10\.96\.0\.1:80' is not an integer\n/);
 });
 
 // A variable that names no setting changed nothing, silently: a ConfigMap
