@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { after, before } from 'node:test';
+import { after, afterEach, before } from 'node:test';
 import { chromium } from 'playwright-core';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -80,18 +80,37 @@ process.on('exit', () => killAll('exit'));
 for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP'])
   process.on(sig, () => { killAll(`${sig} (the test runner's timeout?)`); process.exit(1); });
 
+// A sanitizer's report in the daemon's output (ASan, LeakSanitizer at
+// exit, UBSan, TSan; tests/server/helper.mjs looks for the same).
+export const SANITIZER_REPORT = /(Address|Leak|Thread|UndefinedBehavior)Sanitizer|runtime error: /;
+/** sanitizerReport(log, from): the first report in log past from, from
+ * the line it starts on (up to 8000 characters; '' when there is none). */
+export function sanitizerReport(log, from = 0) {
+  const m = SANITIZER_REPORT.exec(log.slice(from));
+  if (!m) return '';
+  const at = log.lastIndexOf('\n', from + m.index) + 1;
+  return log.slice(at, at + 8000);
+}
+
 // startAttnd: run the daemon on 127.0.0.1, port 0 (it picks a free one and
-// logs it). Resolves to { url, stop(), log(), signal(sig) } once it listens
-// and is ready (signal: e.g. SIGTERM to start its drain; stop() then cuts it
-// short). toys: more toy models (modelsDir).
+// logs it). Resolves to { url, stop(), log(), signal(sig), exited() } once
+// it listens and is ready (signal: e.g. SIGTERM to start its drain; stop()
+// then cuts it short; exited(): its { code, sig } once it has exited, else
+// null). toys: more toy models (modelsDir).
 export async function startAttnd(extra = [], { toys = {} } = {}) {
   if (!fs.existsSync(ATTND)) throw new Error(`${ATTND}: not built (make all)`);
   const models = modelsDir(toys);
   const proc = spawn(ATTND, ['--host', '127.0.0.1', '--port', '0', '--grpc-port', '0', '--models', models,
     '--threads', '2', ...extra], { stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
+  let ended = null;
   live.set(proc, { models, log: () => out });
-  proc.on('exit', () => live.delete(proc));
+  // Its end, whenever it comes: stop() may be called long after a crash.
+  const exit = new Promise((res) => proc.on('exit', (code, sig) => {
+    ended = { code, sig };
+    live.delete(proc);
+    res(ended);
+  }));
   const url = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error(`attnd did not start:\n${out}`)); }, WAIT);
     const onData = (d) => {
@@ -101,7 +120,7 @@ export async function startAttnd(extra = [], { toys = {} } = {}) {
     };
     proc.stdout.on('data', onData);
     proc.stderr.on('data', onData);
-    proc.on('exit', (code) => { clearTimeout(timer); reject(new Error(`attnd exited ${code}:\n${out}`)); });
+    exit.then(({ code, sig }) => { clearTimeout(timer); reject(new Error(`attnd exited ${sig || code}:\n${out}`)); });
   });
   for (let i = 0; i < 100; i++) { // models load in the background
     const r = await fetch(`${url}/v2/health/ready`).catch(() => null);
@@ -112,17 +131,26 @@ export async function startAttnd(extra = [], { toys = {} } = {}) {
     url,
     log: () => out,
     signal: (sig) => proc.kill(sig),
+    exited: () => ended,
+    // stop(): SIGTERM (unless it has exited already), then its exit; throws
+    // when its output holds a sanitizer's report, or it ended other than
+    // by exiting 0: a crash, or no exit within 2 x WAIT of the SIGTERM (it
+    // is SIGKILLed then, and an exit report of LeakSanitizer's is lost).
     stop: async () => {
-      if (proc.exitCode !== null) return;
-      const done = new Promise((res) => proc.once('exit', res));
-      proc.kill('SIGTERM');
-      const t = setTimeout(() => proc.kill('SIGKILL'), 5000);
-      const code = await done;
-      clearTimeout(t);
+      let killed = false;
+      if (!ended) {
+        proc.kill('SIGTERM');
+        const t = setTimeout(() => { killed = true; proc.kill('SIGKILL'); }, 2 * WAIT);
+        await exit;
+        clearTimeout(t);
+      }
       fs.rmSync(models, { recursive: true, force: true });
-      // A sanitized daemon reports leaks and errors on its way out.
-      if (/AddressSanitizer|LeakSanitizer|ThreadSanitizer|runtime error:/.test(out) || (code !== 0 && code !== null))
-        throw new Error(`attnd ended badly (exit ${code}):\n${out.slice(-4000)}`);
+      const { code, sig } = await exit;
+      const report = sanitizerReport(out);
+      if (report || code !== 0) {
+        const how = killed ? `no exit ${2 * WAIT} ms after SIGTERM; SIGKILLed` : `exit ${sig || code}`;
+        throw new Error(`attnd ended badly (${how}):\n${report || out.slice(-4000)}`);
+      }
     },
   };
 }
@@ -142,13 +170,24 @@ export async function launch() {
 // (a second top-level before() would not wait for this one: node 20
 // starts a file's top-level before hooks as they are registered). After
 // them: the browser closed, then the daemon stopped (stop() throws on a
-// sanitizer's report or a bad exit, failing the file).
+// sanitizer's report or a bad exit, failing the file). After each test: a
+// sanitizer's report that came during it fails it.
 export function browserSuite(ready, extra = [], opts = {}) {
   let daemon, browser;
   before(async () => {
     daemon = await startAttnd(extra, opts);
     browser = await launch();
     await ready(daemon, browser);
+  });
+  // A sanitizer's report fails the test it came in (and the file, in
+  // after: stop() throws on it); each report fails one test, not every
+  // later one.
+  let seen = 0;
+  afterEach(() => {
+    if (!daemon) return;
+    const report = sanitizerReport(daemon.log(), seen);
+    seen = daemon.log().length;
+    if (report) throw new Error(`attnd's sanitizer report during this test:\n${report}`);
   });
   after(async () => {
     if (browser) await browser.close();
