@@ -12,6 +12,7 @@ import { closeSync, constants, cpSync, existsSync, mkdtempSync, openSync, readFi
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { SANITIZER_REPORT } from '../sanitizer.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 export const ROOT = resolve(here, '..', '..');
@@ -35,17 +36,7 @@ export function modelsDir() {
   return dir;
 }
 
-/** A sanitizer's report in the daemon's stderr. */
-export const SANITIZER_REPORT = /(ERROR|WARNING): (Address|Leak|Thread|UndefinedBehavior)Sanitizer|runtime error: /;
-/** The first sanitizer report in log, from the line it starts on, up to
- * max characters ('' when there is none): what a long run prints rather
- * than the whole log, a line per request. */
-export function sanitizerReport(log, max = 8000) {
-  const m = SANITIZER_REPORT.exec(log);
-  if (!m) return '';
-  const from = log.lastIndexOf('\n', m.index) + 1;
-  return log.slice(from, from + max);
-}
+export { SANITIZER_REPORT, sanitizerReport } from '../sanitizer.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 

@@ -11,6 +11,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, afterEach, before } from 'node:test';
 import { chromium } from 'playwright-core';
+import { sanitizerReport } from '../sanitizer.mjs';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const ATTND = process.env.ATTND || path.join(ROOT, 'build/default/attnd');
@@ -80,18 +81,6 @@ process.on('exit', () => killAll('exit'));
 for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP'])
   process.on(sig, () => { killAll(`${sig} (the test runner's timeout?)`); process.exit(1); });
 
-// A sanitizer's report in the daemon's output (ASan, LeakSanitizer at
-// exit, UBSan, TSan; tests/server/helper.mjs looks for the same).
-export const SANITIZER_REPORT = /(Address|Leak|Thread|UndefinedBehavior)Sanitizer|runtime error: /;
-/** sanitizerReport(log, from): the first report in log past from, from
- * the line it starts on (up to 8000 characters; '' when there is none). */
-export function sanitizerReport(log, from = 0) {
-  const m = SANITIZER_REPORT.exec(log.slice(from));
-  if (!m) return '';
-  const at = log.lastIndexOf('\n', from + m.index) + 1;
-  return log.slice(at, at + 8000);
-}
-
 // startAttnd: run the daemon on 127.0.0.1, port 0 (it picks a free one and
 // logs it). Resolves to { url, stop(), log(), signal(sig), exited() } once
 // it listens and is ready (signal: e.g. SIGTERM to start its drain; stop()
@@ -137,15 +126,14 @@ export async function startAttnd(extra = [], { toys = {} } = {}) {
     // by exiting 0: a crash, or no exit within 2 x WAIT of the SIGTERM (it
     // is SIGKILLed then, and an exit report of LeakSanitizer's is lost).
     stop: async () => {
-      let killed = false;
+      let killed = false, t;
       if (!ended) {
         proc.kill('SIGTERM');
-        const t = setTimeout(() => { killed = true; proc.kill('SIGKILL'); }, 2 * WAIT);
-        await exit;
-        clearTimeout(t);
+        t = setTimeout(() => { killed = true; proc.kill('SIGKILL'); }, 2 * WAIT);
       }
-      fs.rmSync(models, { recursive: true, force: true });
       const { code, sig } = await exit;
+      clearTimeout(t);
+      fs.rmSync(models, { recursive: true, force: true });
       const report = sanitizerReport(out);
       if (report || code !== 0) {
         const how = killed ? `no exit ${2 * WAIT} ms after SIGTERM; SIGKILLed` : `exit ${sig || code}`;
